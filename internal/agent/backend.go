@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/version"
+)
+
+// handler serves the API, health and metrics.
+func (n *Node) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", api.NewHandler(backend{n}, n.cfg.NodeID, n.log))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !n.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "reason": "not yet a member with a known coordinator"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// backend adapts the node to api.Backend.
+type backend struct{ n *Node }
+
+var errNotJoined = api.Errorf(api.CodeUnavailable, "the agent is starting or rejoining; try again in a moment", "this capture is not a member of the cluster right now")
+
+func (b backend) load(ctx context.Context) (*meta.State, error) {
+	store, _ := b.n.current()
+	if store == nil {
+		return nil, errNotJoined
+	}
+	st, err := store.Load(ctx)
+	if err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "check that etcd is reachable from this agent", "%v", err)
+	}
+	return st, nil
+}
+
+func (b backend) Status(ctx context.Context) (*api.Status, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.Status{
+		Version: api.SchemaVersion, ClusterID: b.n.cfg.ClusterID, Captures: len(st.Nodes),
+		ServedBy: b.n.cfg.NodeID, ServerVersion: version.Version, Revision: st.Revision,
+	}
+	if l, ok := st.Leader(); ok {
+		out.Coordinator = string(l.Node)
+		out.CoordinatorEpoch = l.Fence.Epoch()
+		if n, ok := st.Nodes[l.Node]; ok {
+			out.CoordinatorAddress = n.Info.Address
+		}
+	}
+	for id := range st.Nodes {
+		switch st.LivenessOf(id) {
+		case model.LivenessAlive:
+			out.Alive++
+		case model.LivenessDraining:
+			out.Draining++
+		case model.LivenessStopping:
+			out.Stopping++
+		}
+	}
+	return out, nil
+}
+
+func captureOf(ns model.NodeState) api.Capture {
+	return api.Capture{
+		ID: string(ns.Info.ID), Address: ns.Info.Address, Liveness: ns.Liveness.String(), Coordinator: ns.Coordinator,
+		PID: ns.Info.PID, StartedAt: ns.Info.StartedAt, Version: ns.Info.Version,
+	}
+}
+
+func (b backend) Captures(ctx context.Context) (*api.CaptureList, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.CaptureList{Version: api.SchemaVersion, Captures: []api.Capture{}}
+	for _, ns := range st.Snapshot().Nodes {
+		out.Captures = append(out.Captures, captureOf(ns))
+	}
+	return out, nil
+}
+
+func (b backend) Capture(ctx context.Context, id string) (*api.CaptureResponse, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap := st.Snapshot()
+	ns, ok := snap.Node(model.NodeID(id))
+	if !ok {
+		known := make([]string, 0, len(snap.Nodes))
+		for _, n := range snap.Nodes {
+			known = append(known, string(n.Info.ID))
+		}
+		return nil, api.Errorf(api.CodeNotFound, "known captures: "+strings.Join(known, ", ")+" ('cdcctl capture list')", "capture %q not found", id)
+	}
+	return &api.CaptureResponse{Version: api.SchemaVersion, Capture: captureOf(ns)}, nil
+}
+
+func (b backend) Snapshot(ctx context.Context) (*api.SnapshotResponse, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &api.SnapshotResponse{Version: api.SchemaVersion, Snapshot: st.Snapshot()}, nil
+}
+
+func (b backend) Coordinator() (self bool, addr string, ok bool) {
+	_, inc := b.n.current()
+	if inc == nil {
+		return false, "", false
+	}
+	if _, leading := inc.runner.Current(); leading {
+		return true, b.n.addr, true
+	}
+	st := inc.view.State()
+	l, found := st.Leader()
+	if !found {
+		return false, "", false
+	}
+	node, registered := st.Nodes[l.Node]
+	if !registered {
+		return false, "", false
+	}
+	return false, node.Info.Address, true
+}
+
+// ResignCoordinator hands the role to another capture and waits until one
+// has it. It refuses when nobody could take over, rather than resigning
+// into an election only this node can win.
+func (b backend) ResignCoordinator(ctx context.Context, req api.ResignRequest) (*api.ResignResponse, error) {
+	wait := 15 * time.Second
+	if req.Wait != "" {
+		d, err := time.ParseDuration(req.Wait)
+		if err != nil || d <= 0 {
+			return nil, api.Errorf(api.CodeBadRequest, `use a positive Go duration such as "10s"`, "wait %q is not a duration", req.Wait)
+		}
+		wait = d
+	}
+	_, inc := b.n.current()
+	if inc == nil {
+		return nil, errNotJoined
+	}
+	term, leading := inc.runner.Current()
+	if !leading {
+		return nil, api.Errorf(api.CodeUnavailable, "try again; the request will be forwarded to the new coordinator", "%s stopped being the coordinator while the request was in flight", b.n.cfg.NodeID)
+	}
+	var others []string
+	for _, id := range inc.view.CoordinatorCandidates() {
+		if id != b.n.ID() {
+			others = append(others, string(id))
+		}
+	}
+	if len(others) == 0 {
+		return nil, api.Errorf(api.CodeConflict, "start another capture (or wait for a Draining one to finish) and try again",
+			"no other capture can become the coordinator: every other capture is missing, Draining or Stopping")
+	}
+	if err := inc.runner.Resign(ctx); err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "try again", "resign failed: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var next meta.Leader
+	err := inc.view.WaitFor(wctx, func(st *meta.State) bool {
+		l, ok := st.Leader()
+		if ok && l.Node != b.n.ID() {
+			next = l
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, api.Errorf(api.CodeUnavailable, "check 'cdcctl cluster status'; this capture campaigns again and may have won back",
+			"resigned, but no other capture took over within %s", wait)
+	}
+	return &api.ResignResponse{
+		Version: api.SchemaVersion, Previous: b.n.cfg.NodeID, PreviousEpoch: term.Epoch(),
+		Coordinator: string(next.Node), CoordinatorEpoch: next.Fence.Epoch(),
+	}, nil
+}

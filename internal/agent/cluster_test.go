@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+func TestThreeNodesElectExactlyOneCoordinator(t *testing.T) {
+	tc := newTestCluster(t)
+	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
+		tc.start(id)
+	}
+	leader := tc.waitLeader()
+
+	// Every node answers the same: three Alive captures, one coordinator.
+	for id, rn := range tc.nodes {
+		c, err := api.NewClient([]string{rn.addr}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := c.Captures(context.Background())
+		if err != nil {
+			t.Fatalf("captures via %s: %v", id, err)
+		}
+		if len(list.Captures) != 3 {
+			t.Fatalf("via %s: %d captures, want 3", id, len(list.Captures))
+		}
+		coordinators := 0
+		for _, cp := range list.Captures {
+			if cp.Liveness != "Alive" {
+				t.Errorf("via %s: %s is %s, want Alive", id, cp.ID, cp.Liveness)
+			}
+			if cp.Coordinator {
+				coordinators++
+				if cp.ID != string(leader.Node) {
+					t.Errorf("via %s: coordinator %s, etcd says %s", id, cp.ID, leader.Node)
+				}
+			}
+			if cp.PID == 0 || cp.StartedAt.IsZero() || cp.Address == "" {
+				t.Errorf("via %s: incomplete capture %+v", id, cp)
+			}
+		}
+		if coordinators != 1 {
+			t.Fatalf("via %s: %d coordinators, want 1", id, coordinators)
+		}
+		st, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Coordinator != string(leader.Node) || st.CoordinatorEpoch != leader.Fence.Epoch() || st.Captures != 3 || st.Alive != 3 || st.ServedBy != string(id) {
+			t.Fatalf("via %s: status %+v, leader %s epoch %d", id, st, leader.Node, leader.Fence.Epoch())
+		}
+	}
+	// etcd holds one liveness record per node, all Alive.
+	st := tc.state()
+	if len(st.Liveness) != 3 {
+		t.Fatalf("etcd has %d liveness records, want 3", len(st.Liveness))
+	}
+}
+
+func TestGracefulStopOfCoordinatorHandsOverAtOnce(t *testing.T) {
+	tc := newTestCluster(t)
+	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
+		tc.start(id)
+	}
+	old := tc.waitLeader()
+	begin := time.Now()
+	if err := tc.stop(old.Node); err != nil {
+		t.Fatalf("graceful stop returned %v", err)
+	}
+	next := tc.waitLeader()
+	if next.Node == old.Node || next.Fence.Epoch() <= old.Fence.Epoch() {
+		t.Fatalf("after stopping %s (epoch %d) the coordinator is %s (epoch %d)", old.Node, old.Fence.Epoch(), next.Node, next.Fence.Epoch())
+	}
+	// A graceful stop revokes the lease, so the handover does not wait for
+	// the TTL. (A bound, not a timing: the TTL is the failure case.)
+	if d := time.Since(begin); d >= testTTL*3 {
+		t.Errorf("handover took %s, longer than waiting for the lease to expire would", d)
+	}
+	// The departed node is gone from etcd: registration with its lease,
+	// liveness cleaned up by the new coordinator.
+	tc.eventually("liveness record of the stopped node removed", 10*time.Second, func() bool {
+		st := tc.state()
+		_, node := st.Nodes[old.Node]
+		_, live := st.Liveness[old.Node]
+		return !node && !live
+	})
+}
+
+func TestStoppingNodePassesThroughStopping(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.start("capture-1")
+	tc.start("capture-2")
+	leader := tc.waitLeader()
+	other := model.NodeID("capture-1")
+	if leader.Node == other {
+		other = "capture-2"
+	}
+	// Watch the follower's liveness key while it stops: it must be written
+	// as Stopping before the registration disappears.
+	wch := tc.cli.Watch(context.Background(), tc.store.Keys().Liveness(other))
+	if err := tc.stop(other); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case wr := <-wch:
+		var rec model.LivenessRecord
+		if len(wr.Events) == 0 || json.Unmarshal(wr.Events[0].Kv.Value, &rec) != nil || rec.State != model.LivenessStopping {
+			t.Fatalf("first liveness change of a stopping node: %+v", wr.Events)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no liveness change seen while the node stopped")
+	}
+}
+
+func TestDuplicateNodeIDIsRefused(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.start("capture-1")
+	tc.waitLeader()
+	dup := tc.start("capture-1-dup")
+	dup.cancel()
+	<-dup.done
+	delete(tc.nodes, "capture-1-dup")
+
+	n, err := New(Config{NodeID: "capture-1", Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test", DataDir: t.TempDir(), SessionTTL: testTTL, LogFormat: "text"}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = n.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), `node id "capture-1" is already registered`) || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("second capture-1: %v", err)
+	}
+}
+
+func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
+	tc := newTestCluster(t)
+	rn := tc.start("capture-1")
+	tc.start("capture-2")
+	tc.waitLeader()
+	base := "http://" + rn.addr
+	for _, tt := range []struct {
+		method, path, body string
+		status             int
+		code               api.Code
+		mention            string
+	}{
+		{"GET", "/api/v2/captures/capture-9", "", 404, api.CodeNotFound, "capture-9"},
+		{"POST", "/api/v2/coordinator/resign", "{not json", 400, api.CodeBadRequest, "malformed JSON"},
+		{"POST", "/api/v2/coordinator/resign", `{"wait":"10s","extra":1}`, 400, api.CodeBadRequest, "extra"},
+		{"POST", "/api/v2/coordinator/resign", `{"wait":"soon"}`, 400, api.CodeBadRequest, "soon"},
+		{"GET", "/api/v2/nothing", "", 404, api.CodeNotFound, "/api/v2/nothing"},
+		{"DELETE", "/api/v2/status", "", 405, api.CodeBadRequest, "DELETE"},
+	} {
+		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		derr := json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || derr != nil || e.Code != tt.code || !strings.Contains(e.Message, tt.mention) {
+			t.Errorf("%s %s %q: status %d, body %+v (%v); want %d %s mentioning %q", tt.method, tt.path, tt.body, resp.StatusCode, e, derr, tt.status, tt.code, tt.mention)
+		}
+	}
+	// Nothing was resigned by the refused requests.
+	if l, _ := tc.leader(); l.Node == "" {
+		t.Fatal("no coordinator after refused requests")
+	}
+}
+
+func TestHealthReadyAndMetrics(t *testing.T) {
+	tc := newTestCluster(t)
+	rn := tc.start("capture-1")
+	tc.waitLeader()
+	for path, want := range map[string]string{
+		"/healthz": "ok",
+		"/readyz":  `"ready":true`,
+		"/metrics": "cdcctl_election_is_coordinator 1",
+	} {
+		resp, err := http.Get("http://" + rn.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		_, _ = ioCopy(&b, resp)
+		if resp.StatusCode != 200 || !strings.Contains(b.String(), want) {
+			t.Errorf("GET %s: %d, body lacks %q:\n%s", path, resp.StatusCode, want, b.String())
+		}
+	}
+}

@@ -1,0 +1,105 @@
+// Package agent assembles one cdc-agent node: etcd (embedded or remote),
+// membership, the election runner, the coordinator, the HTTP API,
+// /metrics, /healthz and /readyz, and the graceful shutdown.
+//
+// It may import everything below it (engine, api, embedetcd); nothing
+// imports it except cmd/cdc-agent, the playground and the CLI's hidden
+// agent mode.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Config is everything a node needs to start.
+type Config struct {
+	NodeID        string
+	Addr          string // API listen address
+	AdvertiseAddr string // what other nodes and operators use; default Addr
+	Etcd          []string
+	ClusterID     string
+	DataDir       string
+	SessionTTL    time.Duration
+	// EmbedEtcdAddr is the client address of the embedded etcd used when
+	// Etcd is empty.
+	EmbedEtcdAddr string
+	LogLevel      string
+	LogFormat     string // text or json
+}
+
+// Defaults are the values of every flag that has one.
+var Defaults = Config{
+	Addr:          "127.0.0.1:8300",
+	ClusterID:     "default",
+	DataDir:       "cdc-agent-data",
+	SessionTTL:    10 * time.Second,
+	EmbedEtcdAddr: "127.0.0.1:2379",
+	LogLevel:      "info",
+	LogFormat:     "text",
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Validate fills derived defaults and refuses what cannot work, saying how
+// to fix it.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--addr %q is not host:port: %v", c.Addr, err)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
+			return fmt.Errorf("--advertise-addr %q is not host:port: %v", c.AdvertiseAddr, err)
+		}
+	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID(c.Addr)
+	}
+	if !idPattern.MatchString(c.NodeID) {
+		return fmt.Errorf("--node-id %q is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.NodeID)
+	}
+	if !idPattern.MatchString(c.ClusterID) {
+		return fmt.Errorf("--cluster-id %q is not valid: use 1-63 letters, digits, '.', '_' or '-'", c.ClusterID)
+	}
+	if c.SessionTTL < time.Second {
+		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)
+	}
+	var eps []string
+	for _, e := range c.Etcd {
+		for _, part := range strings.Split(e, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				eps = append(eps, part)
+			}
+		}
+	}
+	c.Etcd = eps
+	if c.DataDir == "" {
+		return errors.New("--data-dir must not be empty")
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// defaultNodeID is "<host>-<port>", stable across restarts on the same
+// host and port.
+func defaultNodeID(addr string) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "capture"
+	}
+	host = strings.Split(host, ".")[0]
+	_, port, _ := net.SplitHostPort(addr)
+	return host + "-" + port
+}
+
+func (c *Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }

@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+const testTTL = 2 * time.Second
+
+// testCluster is real etcd in process plus agents that talk to it over
+// loopback, exactly as separate processes would.
+type testCluster struct {
+	t        *testing.T
+	endpoint string
+	cli      *clientv3.Client
+	store    *meta.Store
+	nodes    map[model.NodeID]*runningNode
+}
+
+type runningNode struct {
+	node   *Node
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}}
+	t.Cleanup(tc.stopAll)
+	return tc
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// start runs one agent and waits until it listens.
+func (tc *testCluster) start(id string) *runningNode {
+	tc.t.Helper()
+	n, err := New(Config{
+		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
+		DataDir: tc.t.TempDir(), SessionTTL: testTTL, LogLevel: "info", LogFormat: "text",
+	}, quietLogger())
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &runningNode{node: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- n.Run(ctx) }()
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer acancel()
+	if rn.addr, err = n.Addr(actx); err != nil {
+		tc.t.Fatalf("%s did not start listening: %v", id, err)
+	}
+	tc.nodes[model.NodeID(id)] = rn
+	return rn
+}
+
+// stop stops one agent gracefully and returns what Run returned.
+func (tc *testCluster) stop(id model.NodeID) error {
+	rn := tc.nodes[id]
+	delete(tc.nodes, id)
+	rn.cancel()
+	select {
+	case err := <-rn.done:
+		return err
+	case <-time.After(20 * time.Second):
+		tc.t.Fatalf("%s did not stop within 20s", id)
+		return nil
+	}
+}
+
+func (tc *testCluster) stopAll() {
+	for id := range tc.nodes {
+		_ = tc.stop(id)
+	}
+}
+
+// client talks to every running agent, like an operator with --server.
+func (tc *testCluster) client() *api.Client {
+	var addrs []string
+	for _, rn := range tc.nodes {
+		addrs = append(addrs, rn.addr)
+	}
+	c, err := api.NewClient(addrs, 10*time.Second)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return c
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func (tc *testCluster) eventually(what string, timeout time.Duration, cond func() bool) {
+	tc.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// state reads what etcd holds right now.
+func (tc *testCluster) state() *meta.State {
+	tc.t.Helper()
+	st, err := tc.store.Load(context.Background())
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return st
+}
+
+// leader is the coordinator according to etcd.
+func (tc *testCluster) leader() (meta.Leader, bool) { return tc.state().Leader() }
+
+// waitLeader waits for a coordinator among the running nodes, every one of
+// them ready.
+func (tc *testCluster) waitLeader() meta.Leader {
+	tc.t.Helper()
+	var l meta.Leader
+	tc.eventually("a coordinator and every node ready", 15*time.Second, func() bool {
+		var ok bool
+		l, ok = tc.leader()
+		if !ok || tc.nodes[l.Node] == nil {
+			return false
+		}
+		for _, rn := range tc.nodes {
+			if !rn.node.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+	return l
+}
+
+// electionHolders lists the nodes that have a key under the election
+// prefix: every node that is campaigning or leading.
+func (tc *testCluster) electionHolders() map[model.NodeID]bool {
+	tc.t.Helper()
+	resp, err := tc.cli.Get(context.Background(), tc.store.Keys().ElectionPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	out := map[model.NodeID]bool{}
+	for _, kv := range resp.Kvs {
+		out[model.NodeID(kv.Value)] = true
+	}
+	return out
+}

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/cdcctl/cdcctl/internal/version"
+)
+
+// Main is the cdc-agent program. cmd/cdc-agent calls it, and so does
+// cdcctl when it is started under the name cdc-agent (the playground's
+// fallback on a machine with only cdcctl).
+func Main() {
+	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Execute runs the agent with arguments and returns its exit code:
+// 0 after a graceful stop, 1 on a start-up or runtime error, 64 on bad
+// flags or configuration.
+func Execute(args []string, stdout, stderr io.Writer) int {
+	cmd, run := NewCommand()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(stderr, "cdc-agent:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 64
+		}
+		return 1
+	}
+	if run.err != nil {
+		fmt.Fprintln(stderr, "cdc-agent:", run.err)
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+type runResult struct{ err error }
+
+// NewCommand builds the cobra command with every flag bound to viper:
+// flag > CDC_AGENT_* environment > --config file > default.
+func NewCommand() (*cobra.Command, *runResult) {
+	res := &runResult{}
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "cdc-agent",
+		Short: "One node of a cdcctl change-data-capture cluster",
+		Long: `cdc-agent joins a replication cluster through etcd, takes part in electing the
+coordinator and serves the HTTP API that cdcctl talks to.
+
+Without --etcd it starts an embedded single-node etcd in --data-dir.
+Every flag can also come from the environment (CDC_AGENT_NODE_ID, ...) or
+from a YAML/TOML/JSON file given with --config.`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := configFrom(v)
+			if err != nil {
+				return usageError{err}
+			}
+			log := newLogger(cmd.ErrOrStderr(), cfg.LogLevel, cfg.LogFormat)
+			node, err := New(cfg, log)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			res.err = node.Run(ctx)
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := cmd.Flags()
+	d := Defaults
+	f.String("config", "", "configuration file (YAML, TOML or JSON)")
+	f.String("node-id", "", "this node's id (default <hostname>-<port of --addr>)")
+	f.String("addr", d.Addr, "API listen address")
+	f.String("advertise-addr", "", "API address other nodes and cdcctl use (default: the listen address)")
+	f.StringSlice("etcd", nil, "etcd endpoints, comma-separated (default: start an embedded etcd)")
+	f.String("cluster-id", d.ClusterID, "cluster id; clusters sharing an etcd are kept apart by it")
+	f.String("data-dir", d.DataDir, "directory for the embedded etcd and local state")
+	f.Duration("session-ttl", d.SessionTTL, "lease TTL of this node's registration; a crashed node is noticed after this long")
+	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
+	f.String("log-level", d.LogLevel, "debug, info, warn or error")
+	f.String("log-format", d.LogFormat, "text or json")
+	_ = v.BindPFlags(f)
+	v.SetEnvPrefix("CDC_AGENT")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	return cmd, res
+}
+
+func configFrom(v *viper.Viper) (Config, error) {
+	if path := v.GetString("config"); path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("read --config %s: %w", path, err)
+		}
+	}
+	cfg := Config{
+		NodeID:        v.GetString("node-id"),
+		Addr:          v.GetString("addr"),
+		AdvertiseAddr: v.GetString("advertise-addr"),
+		Etcd:          v.GetStringSlice("etcd"),
+		ClusterID:     v.GetString("cluster-id"),
+		DataDir:       v.GetString("data-dir"),
+		SessionTTL:    v.GetDuration("session-ttl"),
+		EmbedEtcdAddr: v.GetString("embed-etcd-addr"),
+		LogLevel:      v.GetString("log-level"),
+		LogFormat:     v.GetString("log-format"),
+	}
+	return cfg, cfg.Validate()
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the node's own series. They live in a registry the node owns,
+// so two nodes in one test process never share a global.
+type metrics struct {
+	reg              *prometheus.Registry
+	isCoordinator    prometheus.Gauge
+	coordinatorEpoch prometheus.Gauge
+	termsWon         prometheus.Counter
+	liveness         *prometheus.GaugeVec
+	nodes            prometheus.Gauge
+	incarnations     prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &metrics{
+		reg: reg,
+		isCoordinator: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "election", Name: "is_coordinator",
+			Help: "1 while this node holds the coordinator term.",
+		}),
+		coordinatorEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "election", Name: "coordinator_epoch",
+			Help: "Epoch of the current coordinator term as this node sees it.",
+		}),
+		termsWon: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cdcctl", Subsystem: "election", Name: "terms_won_total",
+			Help: "Coordinator terms this node has won.",
+		}),
+		liveness: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "cluster", Name: "node_liveness",
+			Help: "1 for the liveness each registered node is in, as this node sees it.",
+		}, []string{"node", "liveness"}),
+		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "cluster", Name: "nodes",
+			Help: "Registered nodes as this node sees them.",
+		}),
+		incarnations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cdcctl", Subsystem: "cluster", Name: "joins_total",
+			Help: "Times this process joined the cluster (more than 1 means its session was lost and renewed).",
+		}),
+	}
+	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations)
+	return m
+}

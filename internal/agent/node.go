@@ -1,0 +1,322 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/version"
+)
+
+// Node is one cdc-agent.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	started time.Time
+
+	ready     atomic.Bool
+	listening chan struct{} // closed once addr is known
+	addr      string        // advertised API address
+
+	mu    sync.Mutex
+	store *meta.Store
+	cur   *incarnation
+}
+
+// incarnation is one membership of this process: a lease, the view and
+// the election runner that belong to it.
+type incarnation struct {
+	member *cluster.Member
+	view   *cluster.View
+	runner *election.Runner
+}
+
+// New validates the configuration and returns a node ready to Run.
+func New(cfg Config, log *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{})}, nil
+}
+
+// ID is the node's id.
+func (n *Node) ID() model.NodeID { return model.NodeID(n.cfg.NodeID) }
+
+// Addr blocks until the API listens and returns its advertised address.
+func (n *Node) Addr(ctx context.Context) (string, error) {
+	select {
+	case <-n.listening:
+		return n.addr, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Ready reports whether the node is a member with a loaded view and knows
+// a coordinator.
+func (n *Node) Ready() bool { return n.ready.Load() }
+
+// Run serves until ctx ends, then leaves gracefully: liveness → Stopping,
+// resign if coordinator, revoke the lease, stop the API. It returns nil
+// after a graceful stop.
+func (n *Node) Run(ctx context.Context) error {
+	n.started = time.Now().UTC()
+	ln, err := net.Listen("tcp", n.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on --addr %s: %v; is another agent running there? choose another --addr", n.cfg.Addr, err)
+	}
+	n.addr = n.cfg.AdvertiseAddr
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	close(n.listening)
+
+	endpoints := n.cfg.Etcd
+	if len(endpoints) == 0 {
+		srv, err := embedetcd.Start(embedetcd.Config{Dir: n.cfg.etcdDir(), ClientAddr: n.cfg.EmbedEtcdAddr, Name: n.cfg.NodeID})
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("%w (or pass --etcd to use an existing etcd)", err)
+		}
+		defer srv.Close()
+		endpoints = []string{srv.Endpoint()}
+		n.log.Info("started embedded etcd", "endpoint", srv.Endpoint(), "dir", n.cfg.etcdDir())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	defer cli.Close()
+	store := meta.NewStore(cli, n.cfg.ClusterID)
+	n.mu.Lock()
+	n.store = store
+	n.mu.Unlock()
+
+	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	n.log.Info("API listening", "addr", ln.Addr().String(), "advertise", n.addr, "etcd", endpoints, "cluster", n.cfg.ClusterID)
+
+	runErr := n.runIncarnations(ctx, store)
+
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+// runIncarnations joins, serves, and joins again whenever the session is
+// lost, until ctx ends.
+func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
+	for {
+		member, err := n.join(ctx, store)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		n.metrics.incarnations.Inc()
+		began := time.Now()
+		graceful := n.serveIncarnation(ctx, store, member)
+		if graceful {
+			return nil
+		}
+		n.log.Warn("lost the etcd session (lease expired or etcd unreachable); joining again as a new incarnation")
+		if time.Since(began) < time.Second {
+			// Do not spin against an etcd that keeps dropping us.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// join registers this node, retrying while etcd is unreachable. A
+// registration left by this node's own previous process (same address,
+// which this process now holds) is revoked at once instead of waiting for
+// its lease to run out.
+func (n *Node) join(ctx context.Context, store *meta.Store) (*cluster.Member, error) {
+	info := model.NodeInfo{ID: n.ID(), Address: n.addr, Version: version.Version, PID: os.Getpid(), StartedAt: n.started}
+	backoff := 200 * time.Millisecond
+	for {
+		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		member, err := cluster.Join(jctx, store, info, n.cfg.SessionTTL)
+		cancel()
+		if err == nil {
+			n.log.Info("joined the cluster", "incarnation", fmt.Sprintf("%x", member.Info().Incarnation))
+			return member, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var inUse *meta.ErrNodeIDInUse
+		if errors.As(err, &inUse) {
+			if inUse.Existing.Address != n.addr || inUse.Existing.Incarnation == 0 {
+				return nil, err
+			}
+			n.log.Warn("a previous process of this node is still registered; it cannot be alive since this process holds its address, so revoking its lease",
+				"previous_pid", inUse.Existing.PID)
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, rerr := store.Client().Revoke(rctx, clientv3.LeaseID(inUse.Existing.Incarnation))
+			cancel()
+			if rerr != nil {
+				n.log.Warn("could not revoke the previous registration; waiting for it to expire", "err", rerr)
+			} else {
+				continue
+			}
+		} else {
+			n.log.Warn("cannot join the cluster yet; retrying", "err", err, "retry_in", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// serveIncarnation runs the view, the election and the coordinator for one
+// membership. It returns true after a graceful stop (ctx ended) and false
+// when the membership was lost.
+func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *cluster.Member) bool {
+	ictx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view := cluster.NewView(store, n.log)
+	coord := coordinator.New(store, view, n.log)
+	elector := election.NewEtcd(member.Session(), store.Keys(), n.ID())
+	runner := election.NewRunner(n.ID(), elector, view, store, n.lead(coord), n.log)
+	inc := &incarnation{member: member, view: view, runner: runner}
+
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{view.Run, runner.Run, func(c context.Context) error { n.followView(c, view); return nil }} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = run(ictx)
+		}()
+	}
+	n.mu.Lock()
+	n.cur = inc
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.cur = nil
+		n.mu.Unlock()
+		n.ready.Store(false)
+	}()
+
+	select {
+	case <-ctx.Done():
+		n.ready.Store(false)
+		n.stopGracefully(member, runner)
+		cancel()
+		wg.Wait()
+		if err := member.Leave(); err != nil {
+			n.log.Warn("could not revoke the lease; the registration will expire on its own", "err", err)
+		}
+		n.log.Info("left the cluster")
+		return true
+	case <-member.Lost():
+		cancel()
+		wg.Wait()
+		return false
+	}
+}
+
+// stopGracefully moves this node to Stopping and waits for the runner to
+// give up the coordinator term, so that another node takes over at once
+// instead of after the lease TTL.
+func (n *Node) stopGracefully(member *cluster.Member, runner *election.Runner) {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := member.Stop(sctx); err != nil {
+		n.log.Warn("could not set liveness to Stopping", "err", err)
+	} else {
+		n.log.Info("liveness is now Stopping")
+	}
+	for {
+		if _, leading := runner.Current(); !leading {
+			return
+		}
+		select {
+		case <-sctx.Done():
+			n.log.Warn("still coordinator after 10s of shutdown; leaving anyway")
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lead wraps the coordinator's term with the node's bookkeeping.
+func (n *Node) lead(coord *coordinator.Coordinator) election.LeadFunc {
+	return func(ctx context.Context, term election.Term) {
+		n.metrics.isCoordinator.Set(1)
+		n.metrics.termsWon.Inc()
+		defer n.metrics.isCoordinator.Set(0)
+		coord.Lead(ctx, term)
+	}
+}
+
+// followView keeps readiness and the cluster metrics in step with the view.
+func (n *Node) followView(ctx context.Context, view *cluster.View) {
+	for ctx.Err() == nil {
+		ch := view.Changed()
+		select {
+		case <-view.Loaded():
+			st := view.State()
+			_, registered := st.Nodes[n.ID()]
+			leader, hasLeader := st.Leader()
+			n.ready.Store(registered && hasLeader)
+			n.metrics.nodes.Set(float64(len(st.Nodes)))
+			n.metrics.liveness.Reset()
+			for id := range st.Nodes {
+				for _, l := range []model.Liveness{model.LivenessAlive, model.LivenessDraining, model.LivenessStopping} {
+					v := 0.0
+					if st.LivenessOf(id) == l {
+						v = 1
+					}
+					n.metrics.liveness.WithLabelValues(string(id), l.String()).Set(v)
+				}
+			}
+			if hasLeader {
+				n.metrics.coordinatorEpoch.Set(float64(leader.Fence.Epoch()))
+			}
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (n *Node) current() (*meta.Store, *incarnation) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.store, n.cur
+}

@@ -1,0 +1,191 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is the typed client of the API. It is given every address an
+// operator knows and fails over between them: a request goes to the last
+// address that answered, and moves on when that one cannot be reached.
+type Client struct {
+	servers []string
+	hc      *http.Client
+
+	mu   sync.Mutex
+	next int
+}
+
+// UnreachableError says that no address answered, and what each one said.
+type UnreachableError struct {
+	Tried []string
+	Errs  []error
+}
+
+func (e *UnreachableError) Error() string {
+	var b strings.Builder
+	b.WriteString("cannot reach any cdc-agent: tried ")
+	for i, s := range e.Tried {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%v)", s, shortNetErr(e.Errs[i]))
+	}
+	b.WriteString("; check --server (or CDCCTL_SERVER) and that the agents are running")
+	return b.String()
+}
+
+// shortNetErr drops the URL and method net/http prepends.
+func shortNetErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
+// NewClient returns a client for a list of host:port (or http://host:port)
+// addresses.
+func NewClient(servers []string, timeout time.Duration) (*Client, error) {
+	var clean []string
+	for _, s := range servers {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "http://" + s
+		}
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("server address %q is not host:port", s)
+		}
+		clean = append(clean, u.Scheme+"://"+u.Host)
+	}
+	if len(clean) == 0 {
+		return nil, errors.New("no server address given; set --server or CDCCTL_SERVER to host:port[,host:port...]")
+	}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return &Client{servers: clean, hc: &http.Client{Timeout: timeout}}, nil
+}
+
+// Servers returns the addresses the client tries.
+func (c *Client) Servers() []string { return append([]string(nil), c.servers...) }
+
+// Status is GET /api/v2/status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var out Status
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/status", nil, &out)
+}
+
+// Captures is GET /api/v2/captures.
+func (c *Client) Captures(ctx context.Context) (*CaptureList, error) {
+	var out CaptureList
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures", nil, &out)
+}
+
+// Capture is GET /api/v2/captures/{id}.
+func (c *Client) Capture(ctx context.Context, id string) (*CaptureResponse, error) {
+	var out CaptureResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures/"+url.PathEscape(id), nil, &out)
+}
+
+// Snapshot is GET /api/v2/snapshot.
+func (c *Client) Snapshot(ctx context.Context) (*SnapshotResponse, error) {
+	var out SnapshotResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/snapshot", nil, &out)
+}
+
+// ResignCoordinator is POST /api/v2/coordinator/resign.
+func (c *Client) ResignCoordinator(ctx context.Context, req ResignRequest) (*ResignResponse, error) {
+	var out ResignResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/coordinator/resign", req, &out)
+}
+
+// do sends one request. Reads move to the next address on any transport
+// error; writes only when the connection was never made, so a write is
+// never sent twice.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	start := c.next
+	c.mu.Unlock()
+	unreach := &UnreachableError{}
+	for i := range c.servers {
+		idx := (start + i) % len(c.servers)
+		server := c.servers[idx]
+		req, err := http.NewRequestWithContext(ctx, method, server+path, bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			unreach.Tried = append(unreach.Tried, strings.TrimPrefix(server, "http://"))
+			unreach.Errs = append(unreach.Errs, err)
+			if method != http.MethodGet && !isDialError(err) {
+				return fmt.Errorf("%s %s on %s: %w (the request may or may not have been applied; check with a read before retrying)", method, path, server, err)
+			}
+			continue
+		}
+		c.mu.Lock()
+		c.next = idx
+		c.mu.Unlock()
+		return decode(resp, out)
+	}
+	return unreach
+}
+
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+func decode(resp *http.Response, out any) error {
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{}
+		if json.Unmarshal(data, e) != nil || e.Code == "" {
+			e = &Error{Code: codeOfStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))}
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("response is not the expected JSON: %w", err)
+	}
+	return nil
+}

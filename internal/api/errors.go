@@ -1,0 +1,95 @@
+// Package api is the HTTP API of cdc-agent: handlers over a Backend
+// interface, the typed client the CLI uses, the JSON shapes (each with a
+// version), and the single error model with its HTTP statuses.
+//
+// It imports model (and, later, plan and exec event types); it must never
+// import the engine, agent or cli.
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code names a class of error. Clients branch on it, never on messages.
+type Code string
+
+const (
+	CodeBadRequest    Code = "bad_request"
+	CodeNotFound      Code = "not_found"
+	CodeConflict      Code = "conflict"
+	CodeNoCoordinator Code = "no_coordinator"
+	CodeUnavailable   Code = "unavailable"
+	CodeInternal      Code = "internal"
+)
+
+// statusOf is the one place where error codes meet HTTP statuses.
+func statusOf(c Code) int {
+	switch c {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeConflict:
+		return http.StatusConflict
+	case CodeNoCoordinator, CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// codeOfStatus recovers a code from a status when a response had no JSON
+// error body (a proxy in between, say).
+func codeOfStatus(status int) Code {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeBadRequest
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// Error is the body of every failed request:
+// {"code": "...", "message": "...", "hint": "..."}.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Hint says what to do about it.
+	Hint string `json:"hint,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Hint == "" {
+		return e.Message
+	}
+	return e.Message + "; " + e.Hint
+}
+
+// Status is the HTTP status this error is served with.
+func (e *Error) Status() int { return statusOf(e.Code) }
+
+// Errorf builds an error with a code, a hint and a formatted message.
+func Errorf(code Code, hint, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Hint: hint}
+}
+
+// AsError turns any error into an *Error; unknown errors are internal.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: "internal server error: " + err.Error(), Hint: "see the agent's log for details"}
+}
+
+// IsCode reports whether err is an API error with the given code.
+func IsCode(err error, c Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == c
+}

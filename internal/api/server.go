@@ -1,0 +1,186 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+)
+
+// Backend is what the API serves. The agent wires it to the engine; tests
+// may wire it to anything that behaves like a cluster.
+type Backend interface {
+	Status(ctx context.Context) (*Status, error)
+	Captures(ctx context.Context) (*CaptureList, error)
+	Capture(ctx context.Context, id string) (*CaptureResponse, error)
+	Snapshot(ctx context.Context) (*SnapshotResponse, error)
+	ResignCoordinator(ctx context.Context, req ResignRequest) (*ResignResponse, error)
+	// Coordinator says whether this node is the coordinator, and if not,
+	// the API address of the one that is (ok=false: none elected).
+	Coordinator() (self bool, addr string, ok bool)
+}
+
+// ForwardedHeader marks a request a non-coordinator passed on, so that a
+// request never travels in a loop while leadership is moving.
+const ForwardedHeader = "X-Cdcctl-Forwarded-By"
+
+// maxBody bounds request bodies; nothing the API accepts comes close.
+const maxBody = 1 << 20
+
+type server struct {
+	b    Backend
+	self string
+	log  *slog.Logger
+}
+
+// NewHandler serves the API for a backend. self names this node in
+// forwarding headers.
+func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
+	s := &server{b: b, self: self, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v2/status", s.status)
+	mux.HandleFunc("GET /api/v2/captures", s.captures)
+	mux.HandleFunc("GET /api/v2/captures/{id}", s.capture)
+	mux.HandleFunc("GET /api/v2/snapshot", s.snapshot)
+	mux.HandleFunc("POST /api/v2/coordinator/resign", s.onCoordinator(s.resign))
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, Errorf(CodeBadRequest, "use "+strings.Join(allow, " or "),
+				"method %s is not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		writeError(w, Errorf(CodeNotFound, "see docs/api.md for the endpoints", "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// allowedMethods lists the methods some route accepts for r's path; the
+// catch-all route would otherwise answer a wrong method with 404.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "/api/" && pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	reply(w, s.b.Status)(r.Context())
+}
+
+func (s *server) captures(w http.ResponseWriter, r *http.Request) {
+	reply(w, s.b.Captures)(r.Context())
+}
+
+func (s *server) capture(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	reply(w, func(ctx context.Context) (*CaptureResponse, error) { return s.b.Capture(ctx, id) })(r.Context())
+}
+
+func (s *server) snapshot(w http.ResponseWriter, r *http.Request) {
+	reply(w, s.b.Snapshot)(r.Context())
+}
+
+func (s *server) resign(w http.ResponseWriter, r *http.Request) {
+	var req ResignRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	reply(w, func(ctx context.Context) (*ResignResponse, error) { return s.b.ResignCoordinator(ctx, req) })(r.Context())
+}
+
+// reply runs a backend call and writes its result or its error.
+func reply[T any](w http.ResponseWriter, call func(context.Context) (T, error)) func(context.Context) {
+	return func(ctx context.Context) {
+		v, err := call(ctx)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// decodeOptional reads a JSON body if there is one. Unknown fields are
+// refused so that a typo does not silently do the default.
+func decodeOptional(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return Errorf(CodeBadRequest, "", "could not read the request body: %v", err)
+	}
+	if len(body) > maxBody {
+		return Errorf(CodeBadRequest, "", "request body is larger than %d bytes", maxBody)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeBadRequest, "send a JSON object as described in docs/api.md", "malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return Errorf(CodeBadRequest, "send exactly one JSON object", "malformed JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+// onCoordinator runs a write on the coordinator: here if this node is it,
+// otherwise forwarded there (seed 000's component diagram).
+func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		self, addr, ok := s.b.Coordinator()
+		if self {
+			h(w, r)
+			return
+		}
+		if !ok {
+			writeError(w, Errorf(CodeNoCoordinator, "wait until one is elected ('cdcctl cluster wait') and try again", "no coordinator is elected right now"))
+			return
+		}
+		if by := r.Header.Get(ForwardedHeader); by != "" {
+			writeError(w, Errorf(CodeUnavailable, "the coordinator is changing; try again in a moment", "request forwarded by %s reached %s, which is not the coordinator", by, s.self))
+			return
+		}
+		target := &url.URL{Scheme: "http", Host: addr}
+		proxy := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(target)
+				pr.Out.Host = addr
+				pr.Out.Header.Set(ForwardedHeader, s.self)
+			},
+			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+				writeError(w, Errorf(CodeUnavailable, "the coordinator may be failing over; try again in a few seconds", "could not forward to the coordinator at %s: %v", addr, err))
+			},
+		}
+		proxy.ServeHTTP(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := AsError(err)
+	if errors.Is(err, context.Canceled) {
+		e = Errorf(CodeUnavailable, "try again", "request cancelled")
+	}
+	writeJSON(w, e.Status(), e)
+}
+

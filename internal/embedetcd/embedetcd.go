@@ -1,0 +1,109 @@
+// Package embedetcd runs an etcd server inside the current process: the
+// single-node default of cdc-agent, the playground's cluster store, and the
+// real etcd that tests run against.
+//
+// It imports only etcd's server and never anything of this module.
+package embedetcd
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Config says where the server keeps data and listens. Addresses are
+// host:port; port 0 picks a free port.
+type Config struct {
+	Dir        string
+	ClientAddr string // default 127.0.0.1:0
+	PeerAddr   string // default 127.0.0.1:0
+	Name       string // default "cdcctl"
+	// NoFsync trades durability for speed; for tests only.
+	NoFsync bool
+	// Logger receives etcd's logs; nil silences them.
+	Logger *zap.Logger
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	etcd     *embed.Etcd
+	endpoint string
+}
+
+// Start starts the server and waits until it serves clients.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("embedded etcd needs a data directory")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "cdcctl"
+	}
+	clientURL, err := listenURL(cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd client address: %w", err)
+	}
+	peerURL, err := listenURL(cfg.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd peer address: %w", err)
+	}
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.Dir
+	ec.ListenClientUrls = []url.URL{*clientURL}
+	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	ec.ListenPeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	ec.InitialCluster = cfg.Name + "=" + peerURL.String()
+	ec.UnsafeNoFsync = cfg.NoFsync
+	logger := cfg.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd failed: %w", err)
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, errors.New("embedded etcd did not become ready in 30s; is the data directory on a very slow disk?")
+	}
+	return &Server{etcd: e, endpoint: "http://" + e.Clients[0].Addr().String()}, nil
+}
+
+// listenURL resolves port 0 to a free port now, because etcd must advertise
+// the same URL it listens on.
+func listenURL(addr string) (*url.URL, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if port == "0" {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, err
+		}
+		addr = l.Addr().String()
+		l.Close()
+	}
+	return url.Parse("http://" + addr)
+}
+
+// Endpoint is the client URL, e.g. http://127.0.0.1:2379.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Close stops the server and waits for it.
+func (s *Server) Close() { s.etcd.Close() }

@@ -1,0 +1,176 @@
+// Package cluster owns membership: a node joining under its session lease,
+// and every node's watched, consistent view of the registered nodes, their
+// persisted liveness and the current coordinator.
+//
+// It imports model and engine/meta; it must never import election,
+// coordinator, api or cli.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// View is a node's picture of the cluster, kept current by one etcd watch.
+// All readers see states that etcd actually had, in revision order.
+type View struct {
+	store *meta.Store
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	st      *meta.State
+	changed chan struct{}
+	loaded  chan struct{}
+}
+
+// NewView returns a view; Run fills it.
+func NewView(store *meta.Store, log *slog.Logger) *View {
+	return &View{store: store, log: log, changed: make(chan struct{}), loaded: make(chan struct{})}
+}
+
+// Run loads the state and follows every change until ctx ends. A watch that
+// breaks (compaction, lost connection) is replaced by a fresh load, so the
+// view never silently stops moving.
+func (v *View) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := v.follow(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		v.log.Warn("cluster view: watch ended, reloading", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (v *View) follow(ctx context.Context) error {
+	st, err := v.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	v.publish(st)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range v.store.Watch(wctx, st.Revision+1) {
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return err
+			}
+			return err
+		}
+		st = st.Clone()
+		st.Apply(v.store.Keys(), resp)
+		v.publish(st)
+	}
+	return errors.New("watch channel closed")
+}
+
+func (v *View) publish(st *meta.State) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.st = st
+	close(v.changed)
+	v.changed = make(chan struct{})
+	select {
+	case <-v.loaded:
+	default:
+		close(v.loaded)
+	}
+}
+
+// Loaded is closed once the first state is in.
+func (v *View) Loaded() <-chan struct{} { return v.loaded }
+
+// Changed returns a channel closed at the next change. Take it before
+// reading the state, then wait on it: no change is missed.
+func (v *View) Changed() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.changed
+}
+
+// State returns the current state; callers must not modify it (each change
+// publishes a new one, so holding it is safe).
+func (v *View) State() *meta.State {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.st == nil {
+		return &meta.State{Nodes: map[model.NodeID]meta.NodeEntry{}, Liveness: map[model.NodeID]meta.LivenessEntry{}}
+	}
+	return v.st
+}
+
+// Liveness returns a registered node's liveness.
+func (v *View) Liveness(id model.NodeID) (model.Liveness, bool) {
+	st := v.State()
+	if _, ok := st.Nodes[id]; !ok {
+		return 0, false
+	}
+	return st.LivenessOf(id), true
+}
+
+// SchedulableNodes returns the registered nodes that may receive new work:
+// Alive only.
+func (v *View) SchedulableNodes() []model.NodeID {
+	st := v.State()
+	var out []model.NodeID
+	for _, id := range st.NodeIDs() {
+		if st.LivenessOf(id).IsSchedulable() {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// CoordinatorCandidates returns the registered nodes that may campaign:
+// Alive only. The only-node-left exception first makes that node Alive.
+func (v *View) CoordinatorCandidates() []model.NodeID {
+	st := v.State()
+	var out []model.NodeID
+	for _, id := range st.NodeIDs() {
+		if st.LivenessOf(id).MayCampaign() {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// OnlyNodeLeft reports whether id is the one registered node.
+func (v *View) OnlyNodeLeft(id model.NodeID) bool {
+	st := v.State()
+	_, ok := st.Nodes[id]
+	return ok && len(st.Nodes) == 1
+}
+
+// Leader returns the current coordinator as the election keys say.
+func (v *View) Leader() (meta.Leader, bool) { return v.State().Leader() }
+
+// WaitFor blocks until cond holds for the view's state or ctx ends.
+func (v *View) WaitFor(ctx context.Context, cond func(*meta.State) bool) error {
+	for {
+		ch := v.Changed()
+		select {
+		case <-v.loaded:
+			if cond(v.State()) {
+				return nil
+			}
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,70 @@
+// Package coordinator holds the work of the elected node. Today: keeping
+// the liveness records in step with membership. The maintainer schedulers,
+// the operator controller and plan execution land here in later issues.
+//
+// It imports model, engine/meta, engine/cluster and engine/election; it must
+// never import api, agent or cli. Every write it makes is fenced with the
+// term it was elected with.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+)
+
+// Coordinator does the elected node's work.
+type Coordinator struct {
+	store *meta.Store
+	view  *cluster.View
+	log   *slog.Logger
+}
+
+// New returns a coordinator over a store and this node's view.
+func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
+	return &Coordinator{store: store, view: view, log: log}
+}
+
+// Lead runs for one term, until ctx ends or a write finds the term over.
+func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
+	for ctx.Err() == nil {
+		ch := c.view.Changed()
+		if err := c.cleanupLiveness(ctx, term); errors.Is(err, meta.ErrFenced) {
+			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// cleanupLiveness deletes the liveness records of nodes that are gone:
+// their registration expired with their lease, so their lifecycle is over.
+func (c *Coordinator) cleanupLiveness(ctx context.Context, term election.Term) error {
+	st := c.view.State()
+	for id, l := range st.Liveness {
+		if _, registered := st.Nodes[id]; registered {
+			continue
+		}
+		deleted, err := c.store.DeleteStaleLiveness(ctx, term.Fence, id, l.Revision)
+		if err != nil {
+			if errors.Is(err, meta.ErrFenced) {
+				return err
+			}
+			if ctx.Err() == nil {
+				c.log.Warn("coordinator: could not clean up liveness of a departed node", "node", id, "err", err)
+			}
+			continue
+		}
+		if deleted {
+			c.log.Info("coordinator: node left the cluster; liveness record removed", "node", id, "last_liveness", l.Record.State)
+		}
+	}
+	return nil
+}

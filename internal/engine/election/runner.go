@@ -1,0 +1,232 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// LeadFunc does the coordinator's work for one term and returns when ctx
+// ends. It must not outlive ctx.
+type LeadFunc func(ctx context.Context, term Term)
+
+// Runner is the election loop of one node incarnation.
+type Runner struct {
+	self    model.NodeID
+	elector Elector
+	view    *cluster.View
+	store   *meta.Store
+	lead    LeadFunc
+	log     *slog.Logger
+
+	resignReq chan chan error
+
+	mu   sync.Mutex
+	term *Term
+}
+
+// NewRunner wires a runner. lead runs while this node is the coordinator.
+func NewRunner(self model.NodeID, elector Elector, view *cluster.View, store *meta.Store, lead LeadFunc, log *slog.Logger) *Runner {
+	return &Runner{self: self, elector: elector, view: view, store: store, lead: lead, log: log, resignReq: make(chan chan error)}
+}
+
+// Current returns the term this node holds, if any.
+func (r *Runner) Current() (Term, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.term == nil {
+		return Term{}, false
+	}
+	return *r.term, true
+}
+
+// Resign hands the coordinator role over: the current term ends and this
+// node campaigns again behind every waiting candidate.
+func (r *Runner) Resign(ctx context.Context) error {
+	if _, ok := r.Current(); !ok {
+		return ErrNotLeader
+	}
+	reply := make(chan error, 1)
+	select {
+	case r.resignReq <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run campaigns, leads and steps down until ctx ends. On return this node
+// holds no term.
+func (r *Runner) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := r.waitMayCampaign(ctx); err != nil {
+			return nil
+		}
+		term, err := r.campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !errors.Is(err, errGateClosed) {
+				r.log.Warn("election: campaign failed, retrying", "err", err)
+				sleep(ctx, 500*time.Millisecond)
+			}
+			continue
+		}
+		r.serve(ctx, term)
+	}
+	return nil
+}
+
+var errGateClosed = errors.New("liveness no longer allows campaigning")
+
+// mayCampaign is the elector-level rule of seed 000: only a registered,
+// Alive node campaigns.
+func (r *Runner) mayCampaign(st *meta.State) bool {
+	_, ok := st.Nodes[r.self]
+	return ok && st.LivenessOf(r.self).MayCampaign()
+}
+
+// waitMayCampaign blocks until this node may campaign. A Draining node
+// that finds itself the only node left takes seed 000's exception: back to
+// Alive, drain record cleared, then it campaigns.
+func (r *Runner) waitMayCampaign(ctx context.Context) error {
+	for {
+		ch := r.view.Changed()
+		st := r.view.State()
+		if r.mayCampaign(st) {
+			return nil
+		}
+		if _, ok := st.Nodes[r.self]; ok && len(st.Nodes) == 1 && st.LivenessOf(r.self) == model.LivenessDraining {
+			done, err := r.store.ResetOnlyNodeLeft(ctx, r.self)
+			switch {
+			case err != nil:
+				r.log.Warn("election: only-node-left reset failed", "err", err)
+			case done:
+				r.log.Warn("election: this Draining node is the only node left; back to Alive and drain cancelled so the cluster keeps a coordinator")
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// campaign runs one campaign, abandoned as soon as liveness leaves Alive.
+func (r *Runner) campaign(ctx context.Context) (Term, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gateClosed := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if r.view.WaitFor(cctx, func(st *meta.State) bool { return !r.mayCampaign(st) }) == nil {
+			close(gateClosed)
+			cancel()
+		}
+	}()
+	term, err := r.elector.Campaign(cctx)
+	cancel()
+	wg.Wait()
+	select {
+	case <-gateClosed:
+		if err == nil {
+			// Won just as liveness changed: give the term back at once.
+			r.resignQuietly(term)
+		}
+		return Term{}, errGateClosed
+	default:
+	}
+	return term, err
+}
+
+// serve leads until the term ends, liveness leaves Alive, a resign is
+// requested or ctx ends; then it resigns.
+func (r *Runner) serve(ctx context.Context, term Term) {
+	r.log.Info("election: this node is now the coordinator", "epoch", term.Epoch())
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.mu.Lock()
+	r.term = &term
+	r.mu.Unlock()
+
+	leadDone := make(chan struct{})
+	go func() {
+		defer close(leadDone)
+		r.lead(lctx, term)
+	}()
+
+	gate := make(chan struct{})
+	gctx, gcancel := context.WithCancel(lctx)
+	defer gcancel()
+	go func() {
+		if r.view.WaitFor(gctx, func(st *meta.State) bool { return !r.mayCampaign(st) }) == nil {
+			close(gate)
+		}
+	}()
+
+	var reply chan error
+	reason := ""
+	select {
+	case <-term.Done:
+		reason = "term lost (lease expired or election key removed)"
+	case <-gate:
+		reason = "own liveness left Alive"
+	case reply = <-r.resignReq:
+		reason = "resign requested"
+	case <-ctx.Done():
+		reason = "shutting down"
+	case <-leadDone:
+		reason = "coordinator stopped"
+	}
+	cancel()
+	<-leadDone
+	r.mu.Lock()
+	r.term = nil
+	r.mu.Unlock()
+	err := r.resignQuietly(term)
+	r.log.Info("election: no longer the coordinator", "epoch", term.Epoch(), "reason", reason)
+	if reply != nil {
+		reply <- err
+	}
+}
+
+func (r *Runner) resignQuietly(term Term) error {
+	lostAlready := false
+	select {
+	case <-term.Done:
+		lostAlready = true
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := r.elector.Resign(ctx)
+	if lostAlready || errors.Is(err, ErrNotLeader) {
+		// The term ended by itself; there is nothing left to give back.
+		return nil
+	}
+	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,179 @@
+package meta
+
+import (
+	"encoding/json"
+	"sort"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// NodeEntry is a registered node and the mod-revision of its key.
+type NodeEntry struct {
+	Info     model.NodeInfo
+	Revision int64
+}
+
+// LivenessEntry is a persisted liveness and the mod-revision of its key.
+type LivenessEntry struct {
+	Record   model.LivenessRecord
+	Revision int64
+}
+
+type electionEntry struct {
+	node           model.NodeID
+	createRevision int64
+}
+
+// Leader is the current coordinator according to the election keys.
+type Leader struct {
+	Node  model.NodeID
+	Fence Fence
+}
+
+// State is the cluster's control state at one etcd revision. It is built by
+// Load and kept current by Apply, so a watcher has the same picture as a
+// fresh read at the same revision.
+type State struct {
+	ClusterID string
+	Revision  int64
+	Nodes     map[model.NodeID]NodeEntry
+	Liveness  map[model.NodeID]LivenessEntry
+	elections map[string]electionEntry
+}
+
+func newState(clusterID string) *State {
+	return &State{
+		ClusterID: clusterID,
+		Nodes:     map[model.NodeID]NodeEntry{},
+		Liveness:  map[model.NodeID]LivenessEntry{},
+		elections: map[string]electionEntry{},
+	}
+}
+
+// Clone returns a deep copy that a caller may keep while the original moves on.
+func (s *State) Clone() *State {
+	c := newState(s.ClusterID)
+	c.Revision = s.Revision
+	for k, v := range s.Nodes {
+		c.Nodes[k] = v
+	}
+	for k, v := range s.Liveness {
+		c.Liveness[k] = v
+	}
+	for k, v := range s.elections {
+		c.elections[k] = v
+	}
+	return c
+}
+
+// Leader returns the node whose election key has the lowest create revision.
+func (s *State) Leader() (Leader, bool) {
+	var best Leader
+	found := false
+	for key, e := range s.elections {
+		if !found || e.createRevision < best.Fence.CreateRevision {
+			best = Leader{Node: e.node, Fence: Fence{Key: key, CreateRevision: e.createRevision}}
+			found = true
+		}
+	}
+	return best, found
+}
+
+// LivenessOf returns a node's persisted liveness. A registered node without
+// a record counts as Alive: registration writes both in one transaction, so
+// this only happens for a node that is not registered at all.
+func (s *State) LivenessOf(id model.NodeID) model.Liveness {
+	if l, ok := s.Liveness[id]; ok {
+		return l.Record.State
+	}
+	return model.LivenessAlive
+}
+
+// NodeIDs returns the registered nodes, sorted.
+func (s *State) NodeIDs() []model.NodeID {
+	ids := make([]model.NodeID, 0, len(s.Nodes))
+	for id := range s.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return lessNodeID(ids[i], ids[j]) })
+	return ids
+}
+
+// lessNodeID orders capture-2 before capture-10: by length, then bytes.
+func lessNodeID(a, b model.NodeID) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// Snapshot turns the state into the planner's model.
+func (s *State) Snapshot() model.Snapshot {
+	snap := model.Snapshot{ClusterID: s.ClusterID, Revision: model.Revision(s.Revision), Nodes: []model.NodeState{}}
+	leader, ok := s.Leader()
+	if ok {
+		snap.Coordinator = leader.Node
+		snap.CoordinatorEpoch = leader.Fence.Epoch()
+	}
+	for _, id := range s.NodeIDs() {
+		n := s.Nodes[id]
+		l := s.Liveness[id]
+		snap.Nodes = append(snap.Nodes, model.NodeState{
+			Info:             n.Info,
+			Liveness:         s.LivenessOf(id),
+			NodeRevision:     model.Revision(n.Revision),
+			LivenessRevision: model.Revision(l.Revision),
+			Coordinator:      ok && leader.Node == id,
+		})
+	}
+	return snap
+}
+
+// apply folds one key-value change into the state. Values that do not
+// decode are skipped: a newer agent may write fields this one cannot read,
+// and the rest of the picture is still right.
+func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
+	kind, rest := keys.classify(string(kv.Key))
+	switch kind {
+	case kindNode:
+		id := model.NodeID(rest)
+		if deleted {
+			delete(s.Nodes, id)
+			return
+		}
+		var info model.NodeInfo
+		if json.Unmarshal(kv.Value, &info) == nil {
+			s.Nodes[id] = NodeEntry{Info: info, Revision: kv.ModRevision}
+		}
+	case kindLiveness:
+		id := model.NodeID(rest)
+		if deleted {
+			delete(s.Liveness, id)
+			return
+		}
+		var rec model.LivenessRecord
+		if json.Unmarshal(kv.Value, &rec) == nil {
+			s.Liveness[id] = LivenessEntry{Record: rec, Revision: kv.ModRevision}
+		}
+	case kindElection:
+		key := string(kv.Key)
+		if deleted {
+			delete(s.elections, key)
+			return
+		}
+		s.elections[key] = electionEntry{node: model.NodeID(kv.Value), createRevision: kv.CreateRevision}
+	}
+}
+
+// Apply folds a watch response into the state.
+func (s *State) Apply(keys Keys, resp clientv3.WatchResponse) {
+	for _, ev := range resp.Events {
+		s.apply(keys, ev.Kv, ev.Type == clientv3.EventTypeDelete)
+	}
+	if resp.Header.Revision > s.Revision {
+		s.Revision = resp.Header.Revision
+	}
+}

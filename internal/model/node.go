@@ -1,0 +1,27 @@
+package model
+
+import "time"
+
+// NodeID identifies one cdc-agent process in the cluster, e.g. "capture-3".
+type NodeID string
+
+// NodeInfo is what a node registers about itself under its session lease.
+// It disappears with the lease, so its presence means the process is alive.
+type NodeInfo struct {
+	ID        NodeID    `json:"id"`
+	Address   string    `json:"address"` // advertised API address, host:port
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	// Incarnation is the node's lease id. A restarted process with the same
+	// NodeID has a new incarnation, so records of the previous one can be
+	// told apart from its own.
+	Incarnation int64 `json:"incarnation"`
+}
+
+// LivenessRecord is the persisted liveness of one node incarnation.
+type LivenessRecord struct {
+	State       Liveness  `json:"state"`
+	Incarnation int64     `json:"incarnation"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
