@@ -140,7 +140,9 @@ func (b backend) Coordinator() (self bool, addr string, ok bool) {
 		return false, "", false
 	}
 	node, registered := st.Nodes[l.Node]
-	if !registered {
+	if !registered || l.Node == b.n.ID() {
+		// Either the leader is leaving, or this node's view still shows the
+		// term it just gave up: not known yet.
 		return false, "", false
 	}
 	return false, node.Info.Address, true

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Backend is what the API serves. The agent wires it to the engine; tests
@@ -141,6 +142,12 @@ func decodeOptional(r *http.Request, v any) error {
 func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		self, addr, ok := s.b.Coordinator()
+		// Leadership may be moving right now; a short wait turns most
+		// hand-overs into a slightly slower success instead of an error.
+		for wait := 0; !ok && wait < 60 && r.Context().Err() == nil; wait++ {
+			time.Sleep(50 * time.Millisecond)
+			self, addr, ok = s.b.Coordinator()
+		}
 		if self {
 			h(w, r)
 			return
@@ -183,4 +190,3 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	writeJSON(w, e.Status(), e)
 }
-
