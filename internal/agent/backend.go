@@ -168,9 +168,15 @@ func (b backend) ResignCoordinator(ctx context.Context, req api.ResignRequest) (
 	if !leading {
 		return nil, api.Errorf(api.CodeUnavailable, "try again; the request will be forwarded to the new coordinator", "%s stopped being the coordinator while the request was in flight", b.n.cfg.NodeID)
 	}
+	// Decide on a fresh read, not the view: a peer that just became
+	// Draining must not count as a candidate.
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var others []string
-	for _, id := range inc.view.CoordinatorCandidates() {
-		if id != b.n.ID() {
+	for _, id := range st.NodeIDs() {
+		if id != b.n.ID() && st.LivenessOf(id).MayCampaign() {
 			others = append(others, string(id))
 		}
 	}
@@ -184,14 +190,18 @@ func (b backend) ResignCoordinator(ctx context.Context, req api.ResignRequest) (
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var next meta.Leader
-	err := inc.view.WaitFor(wctx, func(st *meta.State) bool {
+	err = inc.view.WaitFor(wctx, func(st *meta.State) bool {
 		l, ok := st.Leader()
-		if ok && l.Node != b.n.ID() {
+		if ok && l.Fence.Epoch() > term.Epoch() {
 			next = l
 			return true
 		}
 		return false
 	})
+	if err == nil && next.Node == b.n.ID() {
+		return nil, api.Errorf(api.CodeConflict, "check that the other captures are Alive ('cdcctl capture list') and try again",
+			"resigned, but no other capture was campaigning, so %s won the election again (epoch %d)", b.n.cfg.NodeID, next.Fence.Epoch())
+	}
 	if err != nil {
 		return nil, api.Errorf(api.CodeUnavailable, "check 'cdcctl cluster status'; this capture campaigns again and may have won back",
 			"resigned, but no other capture took over within %s", wait)
