@@ -13,13 +13,13 @@ const SchemaVersion = 1
 
 // Capture is one node as operators see it.
 type Capture struct {
-	ID          string    `json:"id"`
-	Address     string    `json:"address"`
-	Liveness    string    `json:"liveness"`
-	Coordinator bool      `json:"coordinator"`
-	PID         int       `json:"pid"`
-	StartedAt   time.Time `json:"started_at"`
-	Version     string    `json:"agent_version"`
+	ID           string    `json:"id"`
+	Address      string    `json:"address"`
+	Liveness     string    `json:"liveness"`
+	Coordinator  bool      `json:"coordinator"`
+	PID          int       `json:"pid"`
+	StartedAt    time.Time `json:"started_at"`
+	AgentVersion string    `json:"agent_version"`
 }
 
 // CaptureList is GET /api/v2/captures.

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+)
+
+func newCaptureCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{Use: "capture", Aliases: []string{"captures", "node"}, Short: "Captures: the cdc-agent nodes of the cluster"}
+	cmd.AddCommand(newCaptureListCommand(o), newCaptureGetCommand(o))
+	return cmd
+}
+
+func newCaptureListCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the captures with their liveness; * marks the coordinator",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			list, err := c.Captures(cmd.Context())
+			if err != nil {
+				return err
+			}
+			now := o.now()
+			return o.render(list, func(tw tableWriter) {
+				fmt.Fprintln(tw, "ID\tADDRESS\tLIVENESS\tCOORDINATOR\tPID\tUPTIME\tVERSION")
+				for _, cp := range list.Captures {
+					mark := ""
+					if cp.Coordinator {
+						mark = "*"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cp.ID, cp.Address, cp.Liveness, mark, cp.PID, age(now, cp.StartedAt), cp.AgentVersion)
+				}
+			})
+		},
+	}
+}
+
+func newCaptureGetCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:               "get CAPTURE",
+		Short:             "Show one capture",
+		Args:              exactArgs(1, "the capture id, e.g. capture-2 (see 'cdcctl capture list')"),
+		ValidArgsFunction: completeCaptures(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cp, err := c.Capture(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.render(cp, func(tw tableWriter) {
+				fmt.Fprintf(tw, "ID:\t%s\n", cp.ID)
+				fmt.Fprintf(tw, "Address:\t%s\n", cp.Address)
+				fmt.Fprintf(tw, "Liveness:\t%s\n", cp.Liveness)
+				fmt.Fprintf(tw, "Coordinator:\t%t\n", cp.Coordinator)
+				fmt.Fprintf(tw, "PID:\t%d\n", cp.PID)
+				fmt.Fprintf(tw, "Started:\t%s (%s ago)\n", cp.StartedAt.Format("2006-01-02 15:04:05Z07:00"), age(o.now(), cp.StartedAt))
+				fmt.Fprintf(tw, "Agent version:\t%s\n", cp.AgentVersion)
+			})
+		},
+	}
+}
+
+// exactArgs is cobra.ExactArgs with an error that says what is expected.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErr(fmt.Errorf("%s takes %d argument(s), got %d: %s", cmd.CommandPath(), n, len(args), what))
+		}
+		return nil
+	}
+}
+
+// completeCaptures completes capture ids from the cluster, quietly giving
+// nothing when no agent answers.
+func completeCaptures(o *options) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		if err := o.loadConfig(); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := o.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), shortTimeout/5)
+		defer cancel()
+		list, err := c.Captures(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, cp := range list.Captures {
+			if strings.HasPrefix(cp.ID, prefix) {
+				out = append(out, cp.ID+"\t"+describeCapture(cp))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func describeCapture(cp api.Capture) string {
+	d := cp.Liveness + " " + cp.Address
+	if cp.Coordinator {
+		d += " coordinator"
+	}
+	return d
+}

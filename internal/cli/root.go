@@ -1,0 +1,183 @@
+// Package cli is cdcctl: cobra commands, one file per command group. It
+// reaches a cluster only through api.Client (and starts agents only in
+// the playground); it never imports the engine.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/cdcctl/cdcctl/internal/agent"
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/version"
+)
+
+// DefaultServers are the playground's first three captures, so that a
+// fresh playground needs no configuration and survives losing capture-1.
+const DefaultServers = "127.0.0.1:8301,127.0.0.1:8302,127.0.0.1:8303"
+
+// Main is the cdcctl program. Started under the name cdc-agent it is the
+// agent instead: the playground uses that when no cdc-agent binary sits
+// next to cdcctl (for example under 'go run').
+func Main() {
+	if strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe") == "cdc-agent" {
+		agent.Main()
+		return
+	}
+	os.Exit(Execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Execute runs cdcctl with arguments and returns the exit code.
+func Execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o := &options{v: viper.New(), in: stdin, out: stdout, errOut: stderr, now: time.Now}
+	root := newRootCommand(o)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	code := exitCodeOf(err)
+	o.printError(err, code)
+	return code
+}
+
+// options are the global flags and the streams every command uses.
+type options struct {
+	v      *viper.Viper
+	in     io.Reader
+	out    io.Writer
+	errOut io.Writer
+	now    func() time.Time
+}
+
+func (o *options) output() string { return o.v.GetString("output") }
+
+// client builds the API client from --server / CDCCTL_SERVER / config.
+func (o *options) client() (*api.Client, error) {
+	raw := o.v.GetString("server")
+	c, err := api.NewClient(strings.Split(raw, ","), o.v.GetDuration("request-timeout"))
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	return c, nil
+}
+
+func (o *options) render(v any, table func(tw tableWriter)) error {
+	return render(o.out, o.output(), v, table)
+}
+
+// printError writes the error for a human, or as JSON on stderr with -o
+// json so that scripts can parse failures too.
+func (o *options) printError(err error, code int) {
+	var ae *api.Error
+	if o.v.GetString("output") == formatJSON {
+		body := map[string]any{"version": api.SchemaVersion, "exit_code": code}
+		if errors.As(err, &ae) {
+			body["error"] = ae
+		} else {
+			body["error"] = map[string]string{"code": clientErrorCode(code), "message": err.Error()}
+		}
+		b, _ := json.Marshal(body)
+		fmt.Fprintln(o.errOut, string(b))
+		return
+	}
+	if errors.As(err, &ae) {
+		fmt.Fprintf(o.errOut, "Error: %s\n", ae.Message)
+		if ae.Hint != "" {
+			fmt.Fprintf(o.errOut, "Hint: %s\n", ae.Hint)
+		}
+		return
+	}
+	fmt.Fprintf(o.errOut, "Error: %s\n", err)
+	if code == ExitUsage {
+		fmt.Fprintln(o.errOut, "Run 'cdcctl --help' (or the command with --help) for usage.")
+	}
+}
+
+func newRootCommand(o *options) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cdcctl",
+		Short: "Operate cdcctl change-data-capture clusters",
+		Long: `cdcctl is the operator's tool for a cdcctl replication cluster: it shows the
+cluster's state, computes plans (drain, move, split), submits them and
+follows them. It talks to any cdc-agent's HTTP API; writes are forwarded
+to the coordinator.
+
+Configuration: flags, then CDCCTL_* environment variables (CDCCTL_SERVER,
+CDCCTL_OUTPUT), then the config file (--config, default
+~/.config/cdcctl/config.yaml), then defaults.`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.loadConfig(); err != nil {
+				return usageErr(err)
+			}
+			return usageErrOrNil(validFormat(o.output()))
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	pf := root.PersistentFlags()
+	pf.String("server", DefaultServers, "agent API addresses, comma-separated; cdcctl fails over between them")
+	pf.StringP("output", "o", formatTable, "output format: table, json or yaml")
+	pf.String("config", "", "config file (default ~/.config/cdcctl/config.yaml if it exists)")
+	pf.Duration("request-timeout", 30*time.Second, "timeout of one API request")
+	for _, name := range []string{"server", "output", "config", "request-timeout"} {
+		_ = o.v.BindPFlag(name, pf.Lookup(name))
+	}
+	o.v.SetEnvPrefix("CDCCTL")
+	o.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	o.v.AutomaticEnv()
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+
+	root.AddCommand(
+		newVersionCommand(o),
+		newClusterCommand(o),
+		newCaptureCommand(o),
+		newCoordinatorCommand(o),
+		newPlaygroundCommand(o),
+	)
+	root.InitDefaultCompletionCmd()
+	return root
+}
+
+func usageErrOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageErr(err)
+}
+
+// loadConfig reads the config file: the one named, or the default one if
+// it exists. A named file that cannot be read is an error.
+func (o *options) loadConfig() error {
+	path := o.v.GetString("config")
+	if path == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return nil
+		}
+		def := filepath.Join(dir, "cdcctl", "config.yaml")
+		if _, err := os.Stat(def); err != nil {
+			return nil
+		}
+		path = def
+	}
+	o.v.SetConfigFile(path)
+	if err := o.v.ReadInConfig(); err != nil {
+		return fmt.Errorf("read config file %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,329 @@
+// Package playground runs a local cluster for trying cdcctl: an embedded
+// etcd inside this process and N cdc-agent processes on loopback, each a
+// separate OS process so that an operator can kill one.
+//
+// It imports api (to wait for readiness) and embedetcd; it starts agents
+// only as processes and never imports the engine.
+package playground
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/embedetcd"
+)
+
+// Config describes the playground to start.
+type Config struct {
+	Nodes int
+	Dir   string
+	// PortBase: etcd listens on PortBase, capture-i's API on PortBase+i.
+	PortBase   int
+	SessionTTL time.Duration
+	// Agent is the command that starts an agent; see AgentCommand.
+	Agent AgentCommand
+	Out   io.Writer // the operator's terminal
+}
+
+// AgentCommand says how to start cdc-agent: Path run with Argv0 as its
+// argv[0] (cdcctl doubles as the agent when started as "cdc-agent").
+type AgentCommand struct {
+	Path  string
+	Argv0 string
+}
+
+// FindAgent prefers a cdc-agent binary next to this executable, and
+// otherwise re-executes this executable under the name cdc-agent.
+func FindAgent() (AgentCommand, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return AgentCommand{}, fmt.Errorf("cannot find this executable to start agents: %w", err)
+	}
+	beside := filepath.Join(filepath.Dir(self), "cdc-agent")
+	if fi, err := os.Stat(beside); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		return AgentCommand{Path: beside, Argv0: beside}, nil
+	}
+	return AgentCommand{Path: self, Argv0: "cdc-agent"}, nil
+}
+
+// State is DIR/playground.json: what scripts need to find the cluster.
+type State struct {
+	Version  int       `json:"version"`
+	Etcd     string    `json:"etcd"`
+	Server   string    `json:"server"` // value for CDCCTL_SERVER
+	Dir      string    `json:"dir"`
+	PID      int       `json:"pid"` // the playground process
+	Captures []Capture `json:"captures"`
+}
+
+// Capture is one agent process of the playground.
+type Capture struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	PID     int    `json:"pid"`
+	Log     string `json:"log"`
+}
+
+type child struct {
+	Capture
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// Run starts the playground and keeps it until ctx ends, then stops every
+// agent (SIGTERM, then SIGKILL after 15s) and etcd.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Nodes < 1 || cfg.Nodes > 9 {
+		return fmt.Errorf("--nodes must be between 1 and 9, got %d", cfg.Nodes)
+	}
+	if cfg.PortBase < 1024 || cfg.PortBase+cfg.Nodes > 65535 {
+		return fmt.Errorf("--port-base %d is out of range: use 1024..%d", cfg.PortBase, 65535-cfg.Nodes)
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create playground directory: %w", err)
+	}
+	for i := 0; i <= cfg.Nodes; i++ {
+		if err := portFree(cfg.PortBase + i); err != nil {
+			return fmt.Errorf("port %d is taken (%v); stop whatever uses it, or pick other ports with --port-base", cfg.PortBase+i, err)
+		}
+	}
+	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: addr(cfg.PortBase), Name: "playground"})
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	var children []*child
+	defer func() { stopAll(children, cfg.Out) }()
+	for i := 1; i <= cfg.Nodes; i++ {
+		c, err := startAgent(cfg, dir, etcd.Endpoint(), i)
+		if err != nil {
+			return err
+		}
+		children = append(children, c)
+	}
+	if err := waitReady(ctx, children, 60*time.Second); err != nil {
+		return err
+	}
+	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid()}
+	var servers []string
+	for _, c := range children {
+		st.Captures = append(st.Captures, c.Capture)
+		servers = append(servers, c.Address)
+	}
+	st.Server = strings.Join(servers, ",")
+	if err := writeState(filepath.Join(dir, "playground.json"), st); err != nil {
+		return err
+	}
+	printBanner(cfg.Out, st)
+
+	exits := make(chan *child, len(children))
+	for _, c := range children {
+		go func() {
+			<-c.exited
+			exits <- c
+		}()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(cfg.Out, "\nstopping the playground...")
+			return nil
+		case c := <-exits:
+			fmt.Fprintf(cfg.Out, "%s (pid %d) exited: %v; the playground does not restart it (log: %s)\n", c.ID, c.PID, describeExit(c.err), c.Log)
+		}
+	}
+}
+
+func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+func portFree(port int) error {
+	l, err := net.Listen("tcp", addr(port))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
+	id := fmt.Sprintf("capture-%d", i)
+	logPath := filepath.Join(dir, id+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	c := &child{Capture: Capture{ID: id, Address: addr(cfg.PortBase + i), Log: logPath}, exited: make(chan struct{})}
+	cmd := exec.Command(cfg.Agent.Path,
+		"--node-id", id,
+		"--addr", c.Address,
+		"--etcd", etcdEndpoint,
+		"--data-dir", filepath.Join(dir, id),
+		"--session-ttl", cfg.SessionTTL.String(),
+	)
+	cmd.Args[0] = cfg.Agent.Argv0
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = agentEnv()
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s with %s: %w", id, cfg.Agent.Path, err)
+	}
+	c.cmd, c.PID = cmd, cmd.Process.Pid
+	go func() {
+		c.err = cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// agentEnv drops CDC_AGENT_* settings of the operator's shell, which would
+// otherwise bend the playground's agents (flags win, but not for all keys).
+func agentEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CDC_AGENT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// waitReady waits until every agent answers and the cluster has a
+// coordinator; an agent that dies first fails the start with its log.
+func waitReady(ctx context.Context, children []*child, timeout time.Duration) error {
+	var addrs []string
+	for _, c := range children {
+		addrs = append(addrs, c.Address)
+	}
+	client, err := api.NewClient(addrs, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, c := range children {
+			select {
+			case <-c.exited:
+				return fmt.Errorf("%s exited while starting: %v\n%s", c.ID, describeExit(c.err), tail(c.Log, 15))
+			default:
+			}
+		}
+		if st, err := client.Status(ctx); err == nil && st.Coordinator != "" && st.Alive == len(children) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the playground's agents were not ready after %s; see the logs in %s", timeout, filepath.Dir(children[0].Log))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func stopAll(children []*child, out io.Writer) {
+	var wg sync.WaitGroup
+	for _, c := range children {
+		select {
+		case <-c.exited:
+			continue
+		default:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.exited:
+			case <-time.After(15 * time.Second):
+				fmt.Fprintf(out, "%s (pid %d) did not stop within 15s; killing it\n", c.ID, c.PID)
+				_ = c.cmd.Process.Kill()
+				<-c.exited
+			}
+		}()
+	}
+	wg.Wait()
+	if len(children) > 0 {
+		fmt.Fprintln(out, "playground stopped")
+	}
+}
+
+func describeExit(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.String()
+	}
+	return err.Error()
+}
+
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return "  " + strings.Join(all, "\n  ")
+}
+
+func writeState(path string, st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadState reads a playground.json.
+func ReadState(path string) (State, error) {
+	var st State
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+func printBanner(w io.Writer, st State) {
+	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), st.Etcd)
+	for _, c := range st.Captures {
+		fmt.Fprintf(w, "  %-10s %-16s pid %-7d log %s\n", c.ID, c.Address, c.PID, c.Log)
+	}
+	fmt.Fprintf(w, "state: %s\n\n", filepath.Join(st.Dir, "playground.json"))
+	fmt.Fprintln(w, "Next, in another terminal:")
+	fmt.Fprintf(w, "  export CDCCTL_SERVER=%s\n", st.Server)
+	fmt.Fprintln(w, "  cdcctl capture list")
+	fmt.Fprintln(w, "  cdcctl cluster status")
+	fmt.Fprintln(w, "  cdcctl coordinator resign")
+	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1; after the session TTL another capture leads\n\n", st.Captures[0].PID)
+	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")
+}
