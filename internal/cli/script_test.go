@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/cdcctl/cdcctl/internal/agent"
+	"github.com/cdcctl/cdcctl/internal/playground"
+)
+
+// TestMain makes this test binary double as cdcctl and cdc-agent, so the
+// runbooks run the real programs as separate processes.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"cdcctl":    Main,
+		"cdc-agent": agent.Main,
+	})
+}
+
+// TestRunbooks runs testdata/script/*.txtar: what an operator types,
+// against real agent processes.
+func TestRunbooks(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:   filepath.Join("..", "..", "testdata", "script"),
+		Setup: setupRunbook,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exits":    cmdExits,
+			"setjson":  cmdSetJSON,
+			"pgpid":    cmdPlaygroundPID,
+			"follower": cmdFollower,
+		},
+	})
+}
+
+// setupRunbook gives every script its own free ports: PORT_BASE for the
+// playground's etcd, PORT_BASE+1.. for its captures, and CDCCTL_SERVER
+// pointing at them.
+func setupRunbook(env *testscript.Env) error {
+	base, err := freePortRange(6)
+	if err != nil {
+		return err
+	}
+	env.Setenv("PORT_BASE", strconv.Itoa(base))
+	var servers []string
+	for i := 1; i <= 5; i++ {
+		servers = append(servers, net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+	}
+	env.Setenv("CDCCTL_SERVER", strings.Join(servers, ","))
+	// Keep the operator's own config out of the runbooks.
+	env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, ".config"))
+	return nil
+}
+
+// freePortRange finds n consecutive free loopback ports.
+func freePortRange(n int) (int, error) {
+	for attempt := 0; attempt < 100; attempt++ {
+		base := 20000 + rand.IntN(40000)
+		ok := true
+		for i := 0; i < n && ok; i++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, errors.New("no free port range found")
+}
+
+// exits CODE PROGRAM [ARGS...] runs a program and requires that exit code;
+// its stdout and stderr are kept for stdout/stderr assertions.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE PROGRAM [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: bad code %q", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+	case err != nil:
+		ts.Fatalf("exits: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited with %d, want %d", strings.Join(args[1:], " "), got, want)
+	}
+}
+
+// setjson VAR FIELD[.FIELD...] sets VAR from the JSON object the last
+// command printed on stdout.
+func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: setjson VAR FIELD")
+	}
+	var v any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &v))
+	for _, f := range strings.Split(args[1], ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			ts.Fatalf("setjson: %s is not an object", f)
+		}
+		if v, ok = m[f]; !ok {
+			ts.Fatalf("setjson: no field %q in stdout", f)
+		}
+	}
+	ts.Setenv(args[0], fmt.Sprint(v))
+}
+
+// pgpid CAPTURE VAR sets VAR to the pid of a playground capture, read from
+// $WORK/pg/playground.json.
+func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: pgpid CAPTURE VAR")
+	}
+	st, err := playground.ReadState(ts.MkAbs(filepath.Join("pg", "playground.json")))
+	ts.Check(err)
+	for _, c := range st.Captures {
+		if c.ID == args[0] {
+			ts.Setenv(args[1], strconv.Itoa(c.PID))
+			return
+		}
+	}
+	ts.Fatalf("pgpid: no capture %q in playground.json", args[0])
+}
+
+// follower VAR sets VAR to a capture that is not the coordinator, from the
+// 'capture list -o json' the last command printed.
+func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: follower VAR")
+	}
+	var list struct {
+		Captures []struct {
+			ID          string `json:"id"`
+			Coordinator bool   `json:"coordinator"`
+		} `json:"captures"`
+	}
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &list))
+	for _, c := range list.Captures {
+		if !c.Coordinator {
+			ts.Setenv(args[0], c.ID)
+			return
+		}
+	}
+	ts.Fatalf("follower: every capture is the coordinator?")
+}
