@@ -62,7 +62,11 @@ func shortNetErr(err error) string {
 // addresses.
 func NewClient(servers []string, timeout time.Duration) (*Client, error) {
 	var clean []string
+	var parts []string
 	for _, s := range servers {
+		parts = append(parts, strings.Split(s, ",")...)
+	}
+	for _, s := range parts {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			continue

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestClientFailsOverToTheNextServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, &Status{Version: 1, ClusterID: "c", ServedBy: "capture-2"})
+	}))
+	defer srv.Close()
+	dead := deadAddr(t)
+	c, err := NewClient([]string{dead, srv.URL}, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		st, err := c.Status(context.Background())
+		if err != nil || st.ServedBy != "capture-2" {
+			t.Fatalf("status %d: %+v %v", i, st, err)
+		}
+	}
+}
+
+func TestClientNamesEveryAddressWhenNoneAnswers(t *testing.T) {
+	a, b := deadAddr(t), deadAddr(t)
+	c, err := NewClient([]string{a, b}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Captures(context.Background())
+	var ue *UnreachableError
+	if !errors.As(err, &ue) {
+		t.Fatalf("got %v, want UnreachableError", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{a, b, "connection refused", "CDCCTL_SERVER"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not mention %q", msg, want)
+		}
+	}
+}
+
+func TestClientDecodesTheErrorModel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/plain") {
+			http.Error(w, "upstream broke", http.StatusConflict)
+			return
+		}
+		writeError(w, Errorf(CodeNotFound, "try capture-1", "capture %q not found", "capture-9"))
+	}))
+	defer srv.Close()
+	c, _ := NewClient([]string{srv.URL}, time.Second)
+	_, err := c.Capture(context.Background(), "capture-9")
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotFound || e.Hint != "try capture-1" || e.Status() != 404 {
+		t.Fatalf("got %#v", err)
+	}
+	// A body that is not the error model still yields a code from the status.
+	err = c.do(context.Background(), http.MethodGet, "/plain", nil, nil)
+	if !IsCode(err, CodeConflict) {
+		t.Fatalf("plain-text 409: %#v", err)
+	}
+}
+
+func TestClientRejectsBadServerLists(t *testing.T) {
+	for _, in := range [][]string{nil, {""}, {" , "}, {"http://"}} {
+		if _, err := NewClient(in, time.Second); err == nil {
+			t.Errorf("NewClient(%q) accepted", in)
+		}
+	}
+}
+
+func TestStatusCodesAreMappedInOnePlace(t *testing.T) {
+	for code, status := range map[Code]int{
+		CodeBadRequest: 400, CodeNotFound: 404, CodeConflict: 409,
+		CodeNoCoordinator: 503, CodeUnavailable: 503, CodeInternal: 500, "unknown": 500,
+	} {
+		if got := (&Error{Code: code}).Status(); got != status {
+			t.Errorf("%s → %d, want %d", code, got, status)
+		}
+	}
+}
