@@ -42,15 +42,18 @@ func TestRunbooks(t *testing.T) {
 	})
 }
 
-// setupRunbook gives every script its own free ports: PORT_BASE for the
-// playground's etcd, PORT_BASE+1.. for its captures, and CDCCTL_SERVER
-// pointing at them.
+// setupRunbook gives every script its own free ports: PORT_BASE (also
+// PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures, and
+// CDCCTL_SERVER pointing at them.
 func setupRunbook(env *testscript.Env) error {
 	base, err := freePortRange(6)
 	if err != nil {
 		return err
 	}
 	env.Setenv("PORT_BASE", strconv.Itoa(base))
+	for i := 0; i < 6; i++ {
+		env.Setenv("PORT_"+strconv.Itoa(i), strconv.Itoa(base+i))
+	}
 	var servers []string
 	for i := 1; i <= 5; i++ {
 		servers = append(servers, net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))

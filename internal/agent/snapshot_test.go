@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// The snapshot the planner reads carries the etcd mod-revisions of exactly
+// the objects it describes, so a write to one object changes only that
+// object's revision.
+func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
+	tc := newTestCluster(t)
+	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
+		tc.start(id)
+	}
+	leader := tc.waitLeader()
+	ctx := context.Background()
+	c := tc.client()
+	before, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := before.Snapshot
+	if snap.ClusterID != "test" || len(snap.Nodes) != 3 || snap.Coordinator != leader.Node || snap.CoordinatorEpoch != leader.Fence.Epoch() {
+		t.Fatalf("snapshot %+v, leader %+v", snap, leader)
+	}
+	for _, n := range snap.Nodes {
+		for key, rev := range map[string]model.Revision{
+			tc.store.Keys().Node(n.Info.ID):     n.NodeRevision,
+			tc.store.Keys().Liveness(n.Info.ID): n.LivenessRevision,
+		} {
+			resp, err := tc.cli.Get(ctx, key)
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("get %s: %v", key, err)
+			}
+			if model.Revision(resp.Kvs[0].ModRevision) != rev {
+				t.Errorf("%s: snapshot says revision %d, etcd %d", key, rev, resp.Kvs[0].ModRevision)
+			}
+		}
+		if n.Coordinator != (n.Info.ID == leader.Node) {
+			t.Errorf("%s: coordinator flag %v", n.Info.ID, n.Coordinator)
+		}
+	}
+	if got := len(snap.SchedulableNodes()); got != 3 {
+		t.Fatalf("%d schedulable nodes, want 3", got)
+	}
+
+	target := tc.followerOf(leader.Node)
+	tc.setLiveness(target, model.LivenessDraining)
+	after, err := c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range after.Snapshot.Nodes {
+		old, _ := snap.Node(n.Info.ID)
+		changed := n.LivenessRevision != old.LivenessRevision || n.NodeRevision != old.NodeRevision
+		if changed != (n.Info.ID == target) {
+			t.Errorf("%s: revisions changed=%v after a write to %s only", n.Info.ID, changed, target)
+		}
+	}
+	if got := len(after.Snapshot.SchedulableNodes()); got != 2 {
+		t.Fatalf("%d schedulable nodes with one Draining, want 2", got)
+	}
+	// Every node's watched view agrees.
+	tc.eventually("every view sees the Draining node as unschedulable", 5*time.Second, func() bool {
+		for _, rn := range tc.nodes {
+			_, inc := rn.node.current()
+			if inc == nil {
+				return false
+			}
+			sched, cand := inc.view.SchedulableNodes(), inc.view.CoordinatorCandidates()
+			if len(sched) != 2 || len(cand) != 2 {
+				return false
+			}
+			for _, id := range append(sched, cand...) {
+				if id == target {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
