@@ -14,10 +14,7 @@ import (
 
 func TestThreeNodesElectExactlyOneCoordinator(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
-		tc.start(id)
-	}
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(3)
 
 	// Every node answers the same: three Alive captures, one coordinator.
 	for id, rn := range tc.nodes {
@@ -67,10 +64,7 @@ func TestThreeNodesElectExactlyOneCoordinator(t *testing.T) {
 
 func TestGracefulStopOfCoordinatorHandsOverAtOnce(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
-		tc.start(id)
-	}
-	old := tc.waitLeader()
+	old := tc.startCaptures(3)
 	begin := time.Now()
 	if err := tc.stop(old.Node); err != nil {
 		t.Fatalf("graceful stop returned %v", err)
@@ -96,9 +90,7 @@ func TestGracefulStopOfCoordinatorHandsOverAtOnce(t *testing.T) {
 
 func TestStoppingNodePassesThroughStopping(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.start("capture-1")
-	tc.start("capture-2")
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(2)
 	other := model.NodeID("capture-1")
 	if leader.Node == other {
 		other = "capture-2"
@@ -122,12 +114,7 @@ func TestStoppingNodePassesThroughStopping(t *testing.T) {
 
 func TestDuplicateNodeIDIsRefused(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.start("capture-1")
-	tc.waitLeader()
-	dup := tc.start("capture-1-dup")
-	dup.cancel()
-	<-dup.done
-	delete(tc.nodes, "capture-1-dup")
+	tc.startCaptures(1)
 
 	n, err := New(Config{NodeID: "capture-1", Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test", DataDir: t.TempDir(), SessionTTL: testTTL, LogFormat: "text"}, quietLogger())
 	if err != nil {

@@ -42,10 +42,7 @@ func (tc *testCluster) setLiveness(id model.NodeID, to model.Liveness) {
 
 func TestDrainingAndStoppingNodesNeverCampaign(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3", "capture-4"} {
-		tc.start(id)
-	}
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(4)
 	var followers []model.NodeID
 	for _, id := range []model.NodeID{"capture-1", "capture-2", "capture-3", "capture-4"} {
 		if id != leader.Node {
@@ -87,10 +84,7 @@ func TestDrainingAndStoppingNodesNeverCampaign(t *testing.T) {
 
 func TestCoordinatorResignsWhenItsLivenessLeavesAlive(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
-		tc.start(id)
-	}
-	old := tc.waitLeader()
+	old := tc.startCaptures(3)
 	// The node's own shutdown path: Alive → Stopping, written by itself.
 	if _, err := tc.store.SetLiveness(context.Background(), old.Node, model.LivenessStopping, model.ReasonNormal, nil); err != nil {
 		t.Fatal(err)
@@ -106,9 +100,7 @@ func TestCoordinatorResignsWhenItsLivenessLeavesAlive(t *testing.T) {
 
 func TestResignWithNoOtherCandidateIsRefused(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.start("capture-1")
-	tc.start("capture-2")
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(2)
 	tc.setLiveness(tc.followerOf(leader.Node), model.LivenessDraining)
 	_, err := tc.client().ResignCoordinator(context.Background(), api.ResignRequest{})
 	if !api.IsCode(err, api.CodeConflict) {
@@ -123,9 +115,7 @@ func TestResignWithNoOtherCandidateIsRefused(t *testing.T) {
 // the drain record is cleared, and it serves as coordinator.
 func TestOnlyNodeLeftReturnsToAliveAndLeads(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.start("capture-1")
-	tc.start("capture-2")
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(2)
 	survivor := tc.followerOf(leader.Node)
 	tc.setLiveness(survivor, model.LivenessDraining)
 	if _, err := tc.cli.Put(context.Background(), tc.store.Keys().Drain(), `{"epoch":1,"draining_target":"`+string(survivor)+`"}`); err != nil {
@@ -157,10 +147,7 @@ func TestOnlyNodeLeftReturnsToAliveAndLeads(t *testing.T) {
 // a Draining node stays Draining when the coordinator leaves.
 func TestDrainingNodeWithAlivePeerStaysDraining(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
-		tc.start(id)
-	}
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(3)
 	draining := tc.followerOf(leader.Node)
 	tc.setLiveness(draining, model.LivenessDraining)
 	if err := tc.stop(leader.Node); err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -74,6 +75,15 @@ func (tc *testCluster) start(id string) *runningNode {
 	}
 	tc.nodes[model.NodeID(id)] = rn
 	return rn
+}
+
+// startCaptures starts capture-1..capture-n and waits for a coordinator.
+func (tc *testCluster) startCaptures(n int) meta.Leader {
+	tc.t.Helper()
+	for i := 1; i <= n; i++ {
+		tc.start(fmt.Sprintf("capture-%d", i))
+	}
+	return tc.waitLeader()
 }
 
 // stop stops one agent gracefully and returns what Run returned.

@@ -13,10 +13,7 @@ import (
 // object's revision.
 func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
 	tc := newTestCluster(t)
-	for _, id := range []string{"capture-1", "capture-2", "capture-3"} {
-		tc.start(id)
-	}
-	leader := tc.waitLeader()
+	leader := tc.startCaptures(3)
 	ctx := context.Background()
 	c := tc.client()
 	before, err := c.Snapshot(ctx)
