@@ -1,0 +1,40 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// Ts is a commit timestamp in TiDB's TSO layout: physical milliseconds
+// since the Unix epoch shifted left by 18 bits, plus an 18-bit logical
+// counter. Comparing two Ts compares their commit order.
+type Ts uint64
+
+const logicalBits = 18
+
+// TsFromTime returns the Ts of a wall-clock instant with logical 0.
+func TsFromTime(t time.Time) Ts { return TsFromMillis(t.UnixMilli()) }
+
+// TsFromMillis returns the Ts of a physical millisecond with logical 0.
+func TsFromMillis(ms int64) Ts { return Ts(uint64(ms) << logicalBits) }
+
+// Millis is the physical part.
+func (t Ts) Millis() int64 { return int64(uint64(t) >> logicalBits) }
+
+// Logical is the logical counter.
+func (t Ts) Logical() uint64 { return uint64(t) & (1<<logicalBits - 1) }
+
+// Time is the physical part as a time.
+func (t Ts) Time() time.Time { return time.UnixMilli(t.Millis()).UTC() }
+
+// WithLogical returns the same millisecond with another logical counter.
+func (t Ts) WithLogical(l uint64) Ts {
+	return Ts(uint64(t)&^(1<<logicalBits-1) | l&(1<<logicalBits-1))
+}
+
+func (t Ts) String() string {
+	if t == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d(%s+%d)", uint64(t), t.Time().Format("15:04:05.000"), t.Logical())
+}
