@@ -166,6 +166,17 @@ func (g *Generator) CountIndex(table, key int, ts model.Ts) uint64 {
 	return g.schedule(table, key).count(ts.Millis())
 }
 
+// CommitTs is when version n of a key commits.
+func (g *Generator) CommitTs(table, key int, n uint64) model.Ts {
+	return model.TsFromMillis(g.schedule(table, key).at(n))
+}
+
+// TableIndex returns the 0-based index of a table name.
+func (g *Generator) TableIndex(name string) (int, bool) {
+	i, ok := tableIndex(name)
+	return i, ok && i < g.cfg.Tables
+}
+
 // SchemaAt is the table schema version a DML committed at ms is written
 // under: the number of DDLs committed before it. A DDL commits at logical
 // 1 of its millisecond, after any DML of that millisecond.
