@@ -40,6 +40,10 @@ type Event struct {
 	// the version the row was written under, for a DDL the version it
 	// creates.
 	Schema uint64
+	// TableVersion is when that schema version began: the commit ts of
+	// the DDL that created it, or the source's start for the first one.
+	// Storage sinks name directories after it.
+	TableVersion model.Ts
 	// DML only.
 	Key     string
 	Version uint64 // per-key version, 1 for the first change of a key

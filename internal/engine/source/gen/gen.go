@@ -204,8 +204,17 @@ func (g *Generator) Row(table, key int, n uint64) source.Event {
 	}
 	return source.Event{
 		Kind: source.KindDML, Table: TableName(table), CommitTs: model.TsFromMillis(ms),
-		Schema: schema, Key: k, Version: n, Columns: cols,
+		Schema: schema, TableVersion: g.TableVersion(schema), Key: k, Version: n, Columns: cols,
 	}
+}
+
+// TableVersion is the commit ts at which a schema version began: the
+// source's start for version 0, the version's DDL otherwise.
+func (g *Generator) TableVersion(schema uint64) model.Ts {
+	if schema == 0 {
+		return model.TsFromMillis(g.cfg.StartMillis)
+	}
+	return model.TsFromMillis(g.cfg.StartMillis + int64(schema)*g.ddlEvery).WithLogical(1)
 }
 
 // RowValue is the deterministic payload of one row version; verify
@@ -228,7 +237,7 @@ func (g *Generator) DDLs(table string, from, upTo model.Ts) []source.Event {
 		}
 		if ts > from {
 			out = append(out, source.Event{
-				Kind: source.KindDDL, Table: table, CommitTs: ts, Schema: uint64(m),
+				Kind: source.KindDDL, Table: table, CommitTs: ts, Schema: uint64(m), TableVersion: ts,
 				Statement: fmt.Sprintf("ALTER TABLE `%s` ADD COLUMN `c%d` INT NOT NULL DEFAULT %d", table, m, m),
 			})
 		}

@@ -1,0 +1,50 @@
+// Package sink defines where changes go and the contract every sink keeps
+// with the dispatchers that feed it: the two-stage ack.
+//
+//   - Write returns once the batch is enqueued (the wake ack): the
+//     dispatcher may send its next batch.
+//   - The batch's OnFlushed runs once every event of it is durable (the
+//     flush ack): only then may the dispatcher's checkpoint pass it.
+//
+// Implementations live in subpackages (storage, kafka, blackhole). This
+// package imports model and source only.
+package sink
+
+import (
+	"context"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Batch is a run of DML events of one dispatcher, in commit-ts order.
+type Batch struct {
+	// Dispatcher and Epoch name the writer, so a sink can keep each
+	// dispatcher's output apart and attribute failures to it.
+	Dispatcher string
+	Epoch      uint64
+	Events     []source.Event
+	// OnFlushed is called exactly once: with nil when every event is
+	// durable, or with the error that prevented it. It may run on a sink
+	// goroutine and must not block.
+	OnFlushed func(err error)
+}
+
+// Sink is one changefeed's sink on one node, shared by its dispatchers.
+type Sink interface {
+	// Write enqueues a batch and returns; see the package comment. It
+	// blocks only for backpressure (the sink's buffer is full).
+	Write(ctx context.Context, b *Batch) error
+	// Flush makes everything a dispatcher has written so far durable and
+	// returns when it is (its pending OnFlushed callbacks have run). A
+	// graceful stop and the DDL barrier use it.
+	Flush(ctx context.Context, dispatcher string) error
+	// WriteDDL writes a schema change durably. The caller (the DDL
+	// barrier) has flushed every DML before it.
+	WriteDDL(ctx context.Context, ddl source.Event) error
+	// WriteCheckpoint records the changefeed's checkpoint where consumers
+	// can see it (the storage sink's metadata file).
+	WriteCheckpoint(ctx context.Context, ts model.Ts) error
+	// Close flushes nothing: callers flush what they need first.
+	Close() error
+}

@@ -1,0 +1,445 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file://
+	_ "gocloud.dev/blob/memblob"  // mem://
+	_ "gocloud.dev/blob/s3blob"   // s3://
+	"gocloud.dev/gcerrors"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// maxParallelFlushes bounds concurrent writes to the bucket.
+const maxParallelFlushes = 8
+
+// Sink is the storage sink of one changefeed on one node.
+type Sink struct {
+	cfg    Config
+	bucket *blob.Bucket
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	disp    map[string]*dispatcherState
+	schemas map[string]bool // schema files known to exist
+	spooled int64
+	closed  bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+type dirBuffer struct {
+	dir string
+	buf bytes.Buffer
+	// the first event of the directory, for its schema file
+	first source.Event
+}
+
+type dispatcherState struct {
+	id          string
+	bufs        []*dirBuffer
+	bytes       int64
+	pending     []*sink.Batch
+	since       time.Time // arrival of the oldest unflushed row
+	seq         uint64    // batches written
+	flushedSeq  uint64    // batches whose flush finished (ok or not)
+	failedSeq   uint64    // last batch whose flush failed
+	failure     error
+	flushWanted bool
+	flushing    bool
+	nextIndex   map[string]uint64 // per directory, once known
+}
+
+// Open opens the bucket of a sink URI and starts the sink's flusher.
+func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConfig(ctx, cfg, log)
+}
+
+// OpenConfig is Open with a parsed configuration.
+func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger) (*Sink, error) {
+	bucket, err := OpenBucket(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg: cfg, bucket: bucket, log: log, now: time.Now,
+		disp: map[string]*dispatcherState{}, schemas: map[string]bool{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	s.cond = sync.NewCond(&s.mu)
+	go s.runFlusher()
+	return s, nil
+}
+
+// OpenBucket opens a sink's bucket and checks that it can be used.
+func OpenBucket(ctx context.Context, cfg Config) (*blob.Bucket, error) {
+	u, err := url.Parse(cfg.BucketURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "file" {
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("sink directory %s: %w", u.Path, err)
+		}
+	}
+	bucket, err := blob.OpenBucket(ctx, cfg.BucketURL)
+	if err != nil {
+		return nil, fmt.Errorf("open storage sink %s: %w", redact(u), err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ok, err := bucket.IsAccessible(cctx)
+	if err != nil || !ok {
+		bucket.Close()
+		if err == nil {
+			err = errors.New("bucket does not exist")
+		}
+		return nil, fmt.Errorf("storage sink %s is not accessible: %v; check the bucket name, endpoint and credentials", redact(u), err)
+	}
+	return bucket, nil
+}
+
+func redact(u *url.URL) string {
+	c := *u
+	c.RawQuery = ""
+	c.User = nil
+	return c.String()
+}
+
+// Write implements sink.Sink: rows are encoded into the spool at once; the
+// batch is flush-acked when its data file and index are written.
+func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
+	if strings.ContainsAny(b.Dispatcher, "/_\\") || b.Dispatcher == "" {
+		return fmt.Errorf("storage sink: dispatcher id %q must be non-empty without '/', '\\' or '_'", b.Dispatcher)
+	}
+	enc := map[string]*dirBuffer{}
+	var order []*dirBuffer
+	var size int64
+	for i := range b.Events {
+		e := &b.Events[i]
+		if e.Kind != source.KindDML {
+			return fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
+		}
+		dir := versionDir(s.cfg.Schema, e.Table, e.TableVersion)
+		db := enc[dir]
+		if db == nil {
+			db = &dirBuffer{dir: dir, first: *e}
+			enc[dir] = db
+			order = append(order, db)
+		}
+		before := db.buf.Len()
+		if err := encodeRow(&db.buf, s.cfg.Protocol, s.cfg.Schema, e); err != nil {
+			return err
+		}
+		size += int64(db.buf.Len() - before)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stopWaiting := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stopWaiting()
+	for !s.closed && s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.wakeFlusher()
+		s.cond.Wait()
+	}
+	if s.closed {
+		return errors.New("storage sink is closed")
+	}
+	d := s.disp[b.Dispatcher]
+	if d == nil {
+		d = &dispatcherState{id: b.Dispatcher, nextIndex: map[string]uint64{}}
+		s.disp[b.Dispatcher] = d
+	}
+	for _, db := range order {
+		d.appendDir(db)
+	}
+	if d.bytes == 0 && size > 0 || d.since.IsZero() {
+		d.since = s.now()
+	}
+	d.bytes += size
+	d.pending = append(d.pending, b)
+	d.seq++
+	s.spooled += size
+	if d.bytes >= s.cfg.FileSize {
+		s.wakeFlusher()
+	}
+	return nil
+}
+
+func (d *dispatcherState) appendDir(db *dirBuffer) {
+	if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
+		d.bufs[n-1].buf.Write(db.buf.Bytes())
+		return
+	}
+	d.bufs = append(d.bufs, db)
+}
+
+func (s *Sink) wakeFlusher() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Flush implements sink.Sink.
+func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.disp[dispatcher]
+	if d == nil {
+		return nil
+	}
+	target, from := d.seq, d.flushedSeq+1
+	d.flushWanted = true
+	s.wakeFlusher()
+	stopWaiting := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stopWaiting()
+	for d.flushedSeq < target {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.closed {
+			return errors.New("storage sink is closed")
+		}
+		s.cond.Wait()
+	}
+	if d.failedSeq >= from {
+		return d.failure
+	}
+	return nil
+}
+
+// WriteDDL writes the schema file of the version a DDL creates.
+func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
+	if ddl.Kind != source.KindDDL {
+		return fmt.Errorf("storage sink: WriteDDL takes a DDL")
+	}
+	p, body := schemaFileFor(s.cfg.Schema, &ddl)
+	return s.writeSchema(ctx, p, body)
+}
+
+func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
+	s.mu.Lock()
+	known := s.schemas[p]
+	s.mu.Unlock()
+	if known {
+		return nil
+	}
+	err := s.bucket.WriteAll(ctx, p, body, &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"})
+	if err != nil && gcerrors.Code(err) != gcerrors.FailedPrecondition {
+		return fmt.Errorf("write schema file %s: %w", p, err)
+	}
+	s.mu.Lock()
+	s.schemas[p] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// WriteCheckpoint writes the root metadata file with the changefeed's
+// checkpoint: everything up to it is in the bucket.
+func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
+	body, _ := json.Marshal(metadata{CheckpointTs: uint64(ts)})
+	return s.bucket.WriteAll(ctx, metadataFile, body, &blob.WriterOptions{ContentType: "application/json"})
+}
+
+// Close stops the flusher. Batches not yet flushed are failed: their
+// dispatchers resume from their checkpoints.
+func (s *Sink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	var failed []*sink.Batch
+	for _, d := range s.disp {
+		failed = append(failed, d.pending...)
+		d.pending = nil
+	}
+	s.mu.Unlock()
+	for _, b := range failed {
+		if b.OnFlushed != nil {
+			b.OnFlushed(errors.New("storage sink closed before the batch was flushed"))
+		}
+	}
+	return s.bucket.Close()
+}
+
+func (s *Sink) runFlusher() {
+	defer close(s.done)
+	tick := s.cfg.FlushInterval / 4
+	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+		s.flushRound()
+	}
+}
+
+// flushRound writes every dispatcher that is due, up to
+// maxParallelFlushes at a time.
+func (s *Sink) flushRound() {
+	now := s.now()
+	type job struct {
+		d       *dispatcherState
+		bufs    []*dirBuffer
+		batches []*sink.Batch
+		bytes   int64
+		seq     uint64
+	}
+	var jobs []job
+	s.mu.Lock()
+	for _, d := range s.disp {
+		due := d.flushWanted || d.bytes >= s.cfg.FileSize || (len(d.pending) > 0 && now.Sub(d.since) >= s.cfg.FlushInterval)
+		if d.flushing || !due || len(d.pending) == 0 {
+			if len(d.pending) == 0 && d.flushWanted && !d.flushing {
+				d.flushWanted = false
+			}
+			continue
+		}
+		jobs = append(jobs, job{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq})
+		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
+	}
+	s.mu.Unlock()
+
+	sem := make(chan struct{}, maxParallelFlushes)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := s.writeFiles(j.d, j.bufs)
+			s.mu.Lock()
+			j.d.flushing = false
+			j.d.flushedSeq = j.seq
+			if err != nil {
+				j.d.failedSeq, j.d.failure = j.seq, err
+				// The directory indexes are unknown after a failed write:
+				// read them again before the next file.
+				j.d.nextIndex = map[string]uint64{}
+			}
+			s.spooled -= j.bytes
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			if err != nil {
+				s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
+			}
+			for _, b := range j.batches {
+				if b.OnFlushed != nil {
+					b.OnFlushed(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// writeFiles writes one data file per directory, then that directory's
+// index naming it. A batch is durable only when both exist.
+func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, db := range bufs {
+		// Every later version is created by a DDL, whose schema file the
+		// barrier writes before any row of that version; the first version
+		// has no DDL, so its rows bring it.
+		if db.first.Schema == 0 {
+			p, body := schemaFileFor(s.cfg.Schema, &db.first)
+			if err := s.writeSchema(ctx, p, body); err != nil {
+				return err
+			}
+		}
+		idx, err := s.nextIndex(ctx, d, db.dir)
+		if err != nil {
+			return err
+		}
+		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
+		if err := s.bucket.WriteAll(ctx, name, db.buf.Bytes(), nil); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		base := name[strings.LastIndex(name, "/")+1:]
+		if err := s.bucket.WriteAll(ctx, indexFile(db.dir, d.id), []byte(base+"\n"), nil); err != nil {
+			return fmt.Errorf("write the index of %s: %w", name, err)
+		}
+		s.mu.Lock()
+		d.nextIndex[db.dir] = idx + 1
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// nextIndex continues a dispatcher's file numbering in a directory, from
+// its index file if this process has not written there yet, so a
+// re-created dispatcher never overwrites a file.
+func (s *Sink) nextIndex(ctx context.Context, d *dispatcherState, dir string) (uint64, error) {
+	s.mu.Lock()
+	n, ok := d.nextIndex[dir]
+	s.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	body, err := s.bucket.ReadAll(ctx, indexFile(dir, d.id))
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the index of %s: %w", dir, err)
+	}
+	m := dataFileName.FindStringSubmatch(strings.TrimSpace(string(body)))
+	if m == nil {
+		return 0, fmt.Errorf("index file of %s in %s is not a data file name: %q", d.id, dir, body)
+	}
+	last, _ := strconv.ParseUint(m[2], 10, 64)
+	return last + 1, nil
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
