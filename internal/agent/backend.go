@@ -24,12 +24,11 @@ func (n *Node) handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
 		if !n.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "reason": "not yet a member with a known coordinator"})
+			api.WriteError(w, api.Errorf(api.CodeUnavailable, "wait; the agent is joining the cluster or no coordinator is elected yet", "not ready"))
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))

@@ -145,7 +145,7 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/coordinator/resign", `{"wait":"10s","extra":1}`, 400, api.CodeBadRequest, "extra"},
 		{"POST", "/api/v2/coordinator/resign", `{"wait":"soon"}`, 400, api.CodeBadRequest, "soon"},
 		{"GET", "/api/v2/nothing", "", 404, api.CodeNotFound, "/api/v2/nothing"},
-		{"DELETE", "/api/v2/status", "", 405, api.CodeBadRequest, "DELETE"},
+		{"DELETE", "/api/v2/status", "", 405, api.CodeMethod, "DELETE"},
 	} {
 		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
 		resp, err := http.DefaultClient.Do(req)

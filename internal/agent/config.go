@@ -10,6 +10,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,7 +37,7 @@ type Config struct {
 
 // Defaults are the values of every flag that has one.
 var Defaults = Config{
-	Addr:          "127.0.0.1:8300",
+	Addr:          "127.0.0.1:8301",
 	ClusterID:     "default",
 	DataDir:       "cdc-agent-data",
 	SessionTTL:    10 * time.Second,
@@ -54,9 +55,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--addr %q is not host:port: %v", c.Addr, err)
 	}
 	if c.AdvertiseAddr != "" {
-		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
+		host, port, err := net.SplitHostPort(c.AdvertiseAddr)
+		if err != nil {
 			return fmt.Errorf("--advertise-addr %q is not host:port: %v", c.AdvertiseAddr, err)
 		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
+			return fmt.Errorf("--advertise-addr %q must name this host and a port others can reach", c.AdvertiseAddr)
+		}
+	} else if host, _, _ := net.SplitHostPort(c.Addr); host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+		return fmt.Errorf("--addr %q listens on every interface, which other captures cannot dial; also set --advertise-addr to this host's reachable address", c.Addr)
 	}
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID(c.Addr)
@@ -81,6 +88,16 @@ func (c *Config) Validate() error {
 	c.Etcd = eps
 	if c.DataDir == "" {
 		return errors.New("--data-dir must not be empty")
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = Defaults.LogLevel
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = Defaults.LogFormat
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel)
 	}
 	switch c.LogFormat {
 	case "text", "json":

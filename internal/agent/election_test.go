@@ -35,7 +35,7 @@ func (tc *testCluster) setLiveness(id model.NodeID, to model.Liveness) {
 	if !ok {
 		tc.t.Fatal("no leader to write with")
 	}
-	if _, err := tc.store.SetLiveness(context.Background(), id, to, model.ReasonNormal, &l.Fence); err != nil {
+	if _, err := tc.store.SetLiveness(context.Background(), id, to, model.ReasonNormal, l.Fence); err != nil {
 		tc.t.Fatalf("set %s %s: %v", id, to, err)
 	}
 }
@@ -86,7 +86,8 @@ func TestCoordinatorResignsWhenItsLivenessLeavesAlive(t *testing.T) {
 	tc := newTestCluster(t)
 	old := tc.startCaptures(3)
 	// The node's own shutdown path: Alive → Stopping, written by itself.
-	if _, err := tc.store.SetLiveness(context.Background(), old.Node, model.LivenessStopping, model.ReasonNormal, nil); err != nil {
+	inc := tc.state().Nodes[old.Node].Info.Incarnation
+	if _, err := tc.store.SetOwnLiveness(context.Background(), old.Node, inc, model.LivenessStopping); err != nil {
 		t.Fatal(err)
 	}
 	tc.eventually("another node takes over from the Stopping coordinator", 10*time.Second, func() bool {
@@ -177,7 +178,7 @@ func TestDeposedCoordinatorWritesAreFenced(t *testing.T) {
 	}
 	join := func(cli *clientv3.Client, id model.NodeID) (*meta.Store, *cluster.Member) {
 		store := meta.NewStore(cli, "test")
-		m, err := cluster.Join(ctx, store, model.NodeInfo{ID: id, Address: string(id)}, testTTL)
+		m, err := cluster.Join(ctx, store, model.NodeInfo{ID: id, Address: string(id)}, testTTL, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func TestDeposedCoordinatorWritesAreFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While A leads, its fenced writes land.
-	if _, err := storeA.SetLiveness(ctx, "bystander", model.LivenessDraining, model.ReasonNormal, &termA.Fence); err != nil {
+	if _, err := storeA.SetLiveness(ctx, "bystander", model.LivenessDraining, model.ReasonNormal, termA.Fence); err != nil {
 		t.Fatalf("write during the term: %v", err)
 	}
 	before, err := tc.cli.Get(ctx, tc.store.Keys().Liveness("bystander"))
@@ -216,7 +217,7 @@ func TestDeposedCoordinatorWritesAreFenced(t *testing.T) {
 	}
 
 	// A wakes up and, still believing it leads, writes with its old term.
-	_, err = storeA.SetLiveness(ctx, "bystander", model.LivenessStopping, model.ReasonNormal, &termA.Fence)
+	_, err = storeA.SetLiveness(ctx, "bystander", model.LivenessStopping, model.ReasonNormal, termA.Fence)
 	if !errors.Is(err, meta.ErrFenced) {
 		t.Fatalf("deposed coordinator's liveness write: %v, want ErrFenced", err)
 	}
@@ -231,9 +232,25 @@ func TestDeposedCoordinatorWritesAreFenced(t *testing.T) {
 	if after.Kvs[0].ModRevision != before.Kvs[0].ModRevision || string(after.Kvs[0].Value) != string(before.Kvs[0].Value) {
 		t.Fatalf("liveness of bystander changed after the fenced write:\nbefore %s\nafter  %s", before.Kvs[0].Value, after.Kvs[0].Value)
 	}
+	// Even a no-op write tells the deposed coordinator it is fenced.
+	if _, err := storeA.SetLiveness(ctx, "bystander", model.LivenessDraining, model.ReasonNormal, termA.Fence); !errors.Is(err, meta.ErrFenced) {
+		t.Fatalf("deposed coordinator's no-op write: %v, want ErrFenced", err)
+	}
 	// The same write with the new term lands.
-	if _, err := storeB.SetLiveness(ctx, "bystander", model.LivenessStopping, model.ReasonNormal, &termB.Fence); err != nil {
+	fenceB, err := storeB.FenceFor(ctx, termB.Fence, "new-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := storeB.SetLiveness(ctx, "bystander", model.LivenessStopping, model.ReasonNormal, fenceB); err != nil {
 		t.Fatalf("new coordinator's write: %v", err)
+	}
+	// A coordinator whose own liveness left Alive is fenced too, even
+	// before it notices: the fence pins its own record.
+	if _, err := storeB.SetOwnLiveness(ctx, "new-coordinator", memberB.Info().Incarnation, model.LivenessStopping); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := storeB.DeleteStaleLiveness(ctx, fenceB, "old-coordinator", 1); !errors.Is(err, meta.ErrFenced) {
+		t.Fatalf("write by a Stopping coordinator: %v, want ErrFenced", err)
 	}
 }
 
@@ -253,7 +270,7 @@ func TestLivenessTransitionsInEtcd(t *testing.T) {
 	} {
 		t.Run(tt.from.String()+"→"+tt.to.String(), func(t *testing.T) {
 			id := model.NodeID("n-" + tt.from.String() + "-" + tt.to.String())
-			m, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: id}, testTTL)
+			m, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: id}, testTTL, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,13 +281,14 @@ func TestLivenessTransitionsInEtcd(t *testing.T) {
 				model.LivenessDraining: {model.LivenessDraining},
 				model.LivenessStopping: {model.LivenessStopping},
 			}[tt.from]
+			inc := m.Info().Incarnation
 			for _, step := range path {
-				if _, err := tc.store.SetLiveness(ctx, id, step, model.ReasonNormal, nil); err != nil {
+				if _, err := tc.store.SetOwnLiveness(ctx, id, inc, step); err != nil {
 					t.Fatal(err)
 				}
 			}
 			before, _ := tc.cli.Get(ctx, tc.store.Keys().Liveness(id))
-			_, err = tc.store.SetLiveness(ctx, id, tt.to, model.ReasonNormal, nil)
+			_, err = tc.store.SetOwnLiveness(ctx, id, inc, tt.to)
 			got := tc.state().LivenessOf(id)
 			if tt.ok && (err != nil || got != tt.to) {
 				t.Fatalf("allowed transition: err %v, etcd has %s", err, got)
@@ -283,4 +301,56 @@ func TestLivenessTransitionsInEtcd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A process that loses its session and joins again keeps its liveness: a
+// Draining node does not come back Alive. A new process with the same id
+// starts Alive, and a process never edits another incarnation's record.
+func TestRejoinKeepsLivenessAndNewProcessStartsAlive(t *testing.T) {
+	tc := newTestCluster(t)
+	ctx := context.Background()
+	first, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.store.SetOwnLiveness(ctx, "n1", first.Info().Incarnation, model.LivenessDraining); err != nil {
+		t.Fatal(err)
+	}
+	first.Leave() // the session is gone; the process lives on
+	again, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, first.Info().Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.state().LivenessOf("n1"); got != model.LivenessDraining {
+		t.Fatalf("after rejoining: %s, want Draining", got)
+	}
+	if _, err := tc.store.SetOwnLiveness(ctx, "n1", first.Info().Incarnation, model.LivenessStopping); !errors.Is(err, meta.ErrNotOwnRecord) {
+		t.Fatalf("write with the old incarnation: %v", err)
+	}
+	again.Leave()
+	fresh, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Leave()
+	if got := tc.state().LivenessOf("n1"); got != model.LivenessAlive {
+		t.Fatalf("a new process: %s, want Alive", got)
+	}
+}
+
+// A record this agent cannot read keeps the node out of scheduling and
+// out of the election.
+func TestUnreadableLivenessIsNeverSchedulable(t *testing.T) {
+	tc := newTestCluster(t)
+	leader := tc.startCaptures(2)
+	other := tc.followerOf(leader.Node)
+	if _, err := tc.cli.Put(context.Background(), tc.store.Keys().Liveness(other), `{"state":"Hibernating"}`); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.state().LivenessOf(other); got != model.LivenessUnknown || got.IsSchedulable() || got.MayCampaign() {
+		t.Fatalf("unreadable record reads as %s", got)
+	}
+	tc.eventually("the node with an unreadable record withdraws from the election", 10*time.Second, func() bool {
+		return !tc.electionHolders()[other]
+	})
 }

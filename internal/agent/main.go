@@ -81,6 +81,12 @@ from a YAML/TOML/JSON file given with --config.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// After the first signal, restore the default handling: a second
+			// Ctrl-C ends a shutdown that hangs (etcd unreachable, say).
+			go func() {
+				<-ctx.Done()
+				stop()
+			}()
 			res.err = node.Run(ctx)
 			return nil
 		},

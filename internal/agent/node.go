@@ -93,7 +93,7 @@ func (n *Node) Run(ctx context.Context) error {
 		srv, err := embedetcd.Start(embedetcd.Config{Dir: n.cfg.etcdDir(), ClientAddr: n.cfg.EmbedEtcdAddr, Name: n.cfg.NodeID})
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("%w (or pass --etcd to use an existing etcd)", err)
+			return fmt.Errorf("%w (choose another --embed-etcd-addr, or pass --etcd to use an existing etcd)", err)
 		}
 		defer srv.Close()
 		endpoints = []string{srv.Endpoint()}
@@ -129,14 +129,16 @@ func (n *Node) Run(ctx context.Context) error {
 // runIncarnations joins, serves, and joins again whenever the session is
 // lost, until ctx ends.
 func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
+	var previous int64
 	for {
-		member, err := n.join(ctx, store)
+		member, err := n.join(ctx, store, previous)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		previous = member.Info().Incarnation
 		n.metrics.incarnations.Inc()
 		began := time.Now()
 		graceful := n.serveIncarnation(ctx, store, member)
@@ -159,12 +161,13 @@ func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
 // registration left by this node's own previous process (same address,
 // which this process now holds) is revoked at once instead of waiting for
 // its lease to run out.
-func (n *Node) join(ctx context.Context, store *meta.Store) (*cluster.Member, error) {
-	info := model.NodeInfo{ID: n.ID(), Address: n.addr, Version: version.Version, PID: os.Getpid(), StartedAt: n.started}
+func (n *Node) join(ctx context.Context, store *meta.Store, previous int64) (*cluster.Member, error) {
+	hostname, _ := os.Hostname()
+	info := model.NodeInfo{ID: n.ID(), Address: n.addr, Hostname: hostname, Version: version.Version, PID: os.Getpid(), StartedAt: n.started}
 	backoff := 200 * time.Millisecond
 	for {
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		member, err := cluster.Join(jctx, store, info, n.cfg.SessionTTL)
+		member, err := cluster.Join(jctx, store, info, n.cfg.SessionTTL, previous)
 		cancel()
 		if err == nil {
 			n.log.Info("joined the cluster", "incarnation", fmt.Sprintf("%x", member.Info().Incarnation))
@@ -175,10 +178,12 @@ func (n *Node) join(ctx context.Context, store *meta.Store) (*cluster.Member, er
 		}
 		var inUse *meta.ErrNodeIDInUse
 		if errors.As(err, &inUse) {
-			if inUse.Existing.Address != n.addr || inUse.Existing.Incarnation == 0 {
+			// Same host, same address: this process holds that address now,
+			// so the registered process cannot be serving it any more.
+			if inUse.Existing.Address != n.addr || inUse.Existing.Hostname != hostname || hostname == "" || inUse.Existing.Incarnation == 0 {
 				return nil, err
 			}
-			n.log.Warn("a previous process of this node is still registered; it cannot be alive since this process holds its address, so revoking its lease",
+			n.log.Warn("a previous process of this node on this host is still registered; this process holds its address, so revoking its lease",
 				"previous_pid", inUse.Existing.PID)
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, rerr := store.Client().Revoke(rctx, clientv3.LeaseID(inUse.Existing.Incarnation))
@@ -189,7 +194,7 @@ func (n *Node) join(ctx context.Context, store *meta.Store) (*cluster.Member, er
 				continue
 			}
 		} else {
-			n.log.Warn("cannot join the cluster yet; retrying", "err", err, "retry_in", backoff)
+			n.log.Warn("cannot join the cluster yet; retrying (check that --etcd points at a running etcd)", "etcd", store.Client().Endpoints(), "err", err, "retry_in", backoff)
 		}
 		select {
 		case <-ctx.Done():
@@ -244,6 +249,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	case <-member.Lost():
 		cancel()
 		wg.Wait()
+		member.Abandon()
 		return false
 	}
 }

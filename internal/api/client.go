@@ -159,10 +159,18 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 			}
 			continue
 		}
+		err = decode(resp, out)
+		// A read that an agent could not serve (starting, rejoining, cut
+		// off from etcd) goes to the next agent; it changed nothing.
+		if method == http.MethodGet && IsCode(err, CodeUnavailable) {
+			unreach.Tried = append(unreach.Tried, strings.TrimPrefix(server, "http://"))
+			unreach.Errs = append(unreach.Errs, err)
+			continue
+		}
 		c.mu.Lock()
 		c.next = idx
 		c.mu.Unlock()
-		return decode(resp, out)
+		return err
 	}
 	return unreach
 }

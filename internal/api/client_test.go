@@ -99,3 +99,24 @@ func TestStatusCodesAreMappedInOnePlace(t *testing.T) {
 		}
 	}
 }
+
+func TestReadsMoveOnFromAnAgentThatCannotServe(t *testing.T) {
+	sick := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, Errorf(CodeUnavailable, "", "this capture is not a member of the cluster right now"))
+	}))
+	defer sick.Close()
+	well := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, &Status{Version: 1, ServedBy: "capture-2"})
+	}))
+	defer well.Close()
+	c, _ := NewClient([]string{sick.URL, well.URL}, time.Second)
+	if st, err := c.Status(context.Background()); err != nil || st.ServedBy != "capture-2" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	// A write is never re-sent: the sick agent's answer is the answer.
+	c, _ = NewClient([]string{sick.URL, well.URL}, time.Second)
+	_, err := c.ResignCoordinator(context.Background(), ResignRequest{})
+	if !IsCode(err, CodeUnavailable) {
+		t.Fatalf("write: %v", err)
+	}
+}

@@ -17,11 +17,15 @@ type Code string
 
 const (
 	CodeBadRequest    Code = "bad_request"
+	CodeMethod        Code = "method_not_allowed"
 	CodeNotFound      Code = "not_found"
 	CodeConflict      Code = "conflict"
 	CodeNoCoordinator Code = "no_coordinator"
-	CodeUnavailable   Code = "unavailable"
-	CodeInternal      Code = "internal"
+	// CodeNotCoordinator: a forwarded write reached a node that is no
+	// longer the coordinator; the forwarder looks again and retries.
+	CodeNotCoordinator Code = "not_coordinator"
+	CodeUnavailable    Code = "unavailable"
+	CodeInternal       Code = "internal"
 )
 
 // statusOf is the one place where error codes meet HTTP statuses.
@@ -29,11 +33,13 @@ func statusOf(c Code) int {
 	switch c {
 	case CodeBadRequest:
 		return http.StatusBadRequest
+	case CodeMethod:
+		return http.StatusMethodNotAllowed
 	case CodeNotFound:
 		return http.StatusNotFound
 	case CodeConflict:
 		return http.StatusConflict
-	case CodeNoCoordinator, CodeUnavailable:
+	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

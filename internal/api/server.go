@@ -1,14 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -52,8 +51,7 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, Errorf(CodeBadRequest, "use "+strings.Join(allow, " or "),
-				"method %s is not allowed on %s", r.Method, r.URL.Path))
+			writeError(w, Errorf(CodeMethod, "use "+strings.Join(allow, " or "), "method %s is not allowed on %s", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, Errorf(CodeNotFound, "see docs/api.md for the endpoints", "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -138,41 +136,86 @@ func decodeOptional(r *http.Request, v any) error {
 }
 
 // onCoordinator runs a write on the coordinator: here if this node is it,
-// otherwise forwarded there (seed 000's component diagram).
+// otherwise forwarded there (seed 000's component diagram). While
+// leadership moves, a node's view may lag by a moment, so a forward that
+// lands on a former coordinator is looked up and sent again.
 func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		self, addr, ok := s.b.Coordinator()
-		// Leadership may be moving right now; a short wait turns most
-		// hand-overs into a slightly slower success instead of an error.
-		for wait := 0; !ok && wait < 60 && r.Context().Err() == nil; wait++ {
-			time.Sleep(50 * time.Millisecond)
-			self, addr, ok = s.b.Coordinator()
-		}
-		if self {
-			h(w, r)
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		if err != nil || len(body) > maxBody {
+			writeError(w, Errorf(CodeBadRequest, "", "could not read the request body (at most %d bytes)", maxBody))
 			return
 		}
-		if !ok {
-			writeError(w, Errorf(CodeNoCoordinator, "wait until one is elected ('cdcctl cluster wait') and try again", "no coordinator is elected right now"))
-			return
-		}
-		if by := r.Header.Get(ForwardedHeader); by != "" {
-			writeError(w, Errorf(CodeUnavailable, "the coordinator is changing; try again in a moment", "request forwarded by %s reached %s, which is not the coordinator", by, s.self))
-			return
-		}
-		target := &url.URL{Scheme: "http", Host: addr}
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(target)
-				pr.Out.Host = addr
-				pr.Out.Header.Set(ForwardedHeader, s.self)
-			},
-			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		forwardedBy := r.Header.Get(ForwardedHeader)
+		for attempt := 0; ; attempt++ {
+			self, addr, ok := s.waitForCoordinator(r.Context())
+			if self {
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				h(w, r)
+				return
+			}
+			if !ok {
+				writeError(w, Errorf(CodeNoCoordinator, "wait until one is elected ('cdcctl cluster wait') and try again", "no coordinator is elected right now"))
+				return
+			}
+			if forwardedBy != "" {
+				// Forward once only: the sender looks again and retries.
+				writeError(w, Errorf(CodeNotCoordinator, "the coordinator is changing; try again in a moment", "request forwarded by %s reached %s, which is not the coordinator", forwardedBy, s.self))
+				return
+			}
+			resp, err := s.forward(r, addr, body)
+			if err != nil {
 				writeError(w, Errorf(CodeUnavailable, "the coordinator may be failing over; try again in a few seconds", "could not forward to the coordinator at %s: %v", addr, err))
-			},
+				return
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable && attempt < 20 {
+				data, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+				resp.Body.Close()
+				var e Error
+				if json.Unmarshal(data, &e) == nil && e.Code == CodeNotCoordinator {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				resp.Body = io.NopCloser(bytes.NewReader(data))
+			}
+			copyResponse(w, resp)
+			return
 		}
-		proxy.ServeHTTP(w, r)
 	}
+}
+
+// waitForCoordinator gives a hand-over up to 3s to become visible.
+func (s *server) waitForCoordinator(ctx context.Context) (self bool, addr string, ok bool) {
+	for wait := 0; ; wait++ {
+		self, addr, ok = s.b.Coordinator()
+		if ok || wait >= 60 || ctx.Err() != nil {
+			return self, addr, ok
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *server) forward(r *http.Request, addr string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	req.Header.Set(ForwardedHeader, s.self)
+	return http.DefaultClient.Do(req)
+}
+
+func copyResponse(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -182,6 +225,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
+
+// WriteError writes any error in the error model, with its status.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
 func writeError(w http.ResponseWriter, err error) {
 	e := AsError(err)

@@ -28,7 +28,8 @@ for maintenance. Refused (exit 1) when no other capture could take over.`,
 			if wait <= 0 {
 				return usageErr(fmt.Errorf("--wait must be positive, got %s", wait))
 			}
-			c, err := o.client()
+			// The coordinator answers only after the hand-over (or --wait).
+			c, err := o.clientWithTimeout(max(o.v.GetDuration("request-timeout"), wait+10*time.Second))
 			if err != nil {
 				return err
 			}

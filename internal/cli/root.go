@@ -66,8 +66,14 @@ func (o *options) output() string { return o.v.GetString("output") }
 
 // client builds the API client from --server / CDCCTL_SERVER / config.
 func (o *options) client() (*api.Client, error) {
-	raw := o.v.GetString("server")
-	c, err := api.NewClient(strings.Split(raw, ","), o.v.GetDuration("request-timeout"))
+	return o.clientWithTimeout(o.v.GetDuration("request-timeout"))
+}
+
+// clientWithTimeout is client() for a request known to take longer.
+func (o *options) clientWithTimeout(d time.Duration) (*api.Client, error) {
+	// A string "a,b" and a YAML list [a, b] both work.
+	servers := o.v.GetStringSlice("server")
+	c, err := api.NewClient(servers, d)
 	if err != nil {
 		return nil, usageErr(err)
 	}

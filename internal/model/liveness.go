@@ -14,6 +14,10 @@ const (
 	LivenessAlive    Liveness = 0 // accepts new work
 	LivenessStopping Liveness = 1 // shutting down; accepts nothing
 	LivenessDraining Liveness = 2 // being emptied; accepts nothing
+	// LivenessUnknown stands for a record this agent cannot read (written
+	// by a newer version, or damaged). It is never schedulable and never
+	// campaigns: when in doubt, a node is kept out of the way.
+	LivenessUnknown Liveness = -1
 )
 
 func (l Liveness) String() string {
@@ -24,6 +28,8 @@ func (l Liveness) String() string {
 		return "Stopping"
 	case LivenessDraining:
 		return "Draining"
+	case LivenessUnknown:
+		return "Unknown"
 	}
 	return fmt.Sprintf("Liveness(%d)", int32(l))
 }

@@ -10,6 +10,7 @@ type NodeID string
 type NodeInfo struct {
 	ID        NodeID    `json:"id"`
 	Address   string    `json:"address"` // advertised API address, host:port
+	Hostname  string    `json:"hostname,omitempty"`
 	Version   string    `json:"version"`
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`

@@ -121,6 +121,10 @@ func Run(ctx context.Context, cfg Config) error {
 		children = append(children, c)
 	}
 	if err := waitReady(ctx, children, 60*time.Second); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(cfg.Out, "\ninterrupted while starting; stopping the playground...")
+			return nil
+		}
 		return err
 	}
 	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid()}

@@ -21,7 +21,10 @@ type Member struct {
 }
 
 // Join opens a session with the given TTL and registers the node under it.
-func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.Duration) (*Member, error) {
+//
+// previousIncarnation is the incarnation this same process had before it
+// lost its session (0 for a fresh start); see meta.Store.RegisterNode.
+func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.Duration, previousIncarnation int64) (*Member, error) {
 	secs := int(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -38,7 +41,7 @@ func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.
 		return nil, fmt.Errorf("keep the etcd session alive: %w", err)
 	}
 	info.Incarnation = int64(session.Lease())
-	if err := store.RegisterNode(ctx, info, session.Lease()); err != nil {
+	if err := store.RegisterNode(ctx, info, session.Lease(), previousIncarnation); err != nil {
 		session.Close()
 		return nil, err
 	}
@@ -57,7 +60,7 @@ func (m *Member) Lost() <-chan struct{} { return m.session.Done() }
 // Stop moves the node to Stopping (from Alive or Draining), which also makes
 // it resign if it is the coordinator.
 func (m *Member) Stop(ctx context.Context) error {
-	_, err := m.store.SetLiveness(ctx, m.info.ID, model.LivenessStopping, model.ReasonNormal, nil)
+	_, err := m.store.SetOwnLiveness(ctx, m.info.ID, m.info.Incarnation, model.LivenessStopping)
 	return err
 }
 

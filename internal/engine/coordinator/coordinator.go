@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -33,12 +34,19 @@ func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
 func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
-		if err := c.cleanupLiveness(ctx, term); errors.Is(err, meta.ErrFenced) {
+		err := c.cleanupLiveness(ctx, term)
+		if errors.Is(err, meta.ErrFenced) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
 			return
 		}
+		// A failed write is retried even if nothing else changes.
+		var retry <-chan time.Time
+		if err != nil {
+			retry = time.After(time.Second)
+		}
 		select {
 		case <-ch:
+		case <-retry:
 		case <-ctx.Done():
 		}
 	}
@@ -48,6 +56,7 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 // their registration expired with their lease, so their lifecycle is over.
 func (c *Coordinator) cleanupLiveness(ctx context.Context, term election.Term) error {
 	st := c.view.State()
+	var firstErr error
 	for id, l := range st.Liveness {
 		if _, registered := st.Nodes[id]; registered {
 			continue
@@ -58,7 +67,10 @@ func (c *Coordinator) cleanupLiveness(ctx context.Context, term election.Term) e
 				return err
 			}
 			if ctx.Err() == nil {
-				c.log.Warn("coordinator: could not clean up liveness of a departed node", "node", id, "err", err)
+				c.log.Warn("coordinator: could not clean up liveness of a departed node; will retry", "node", id, "err", err)
+			}
+			if firstErr == nil {
+				firstErr = err
 			}
 			continue
 		}
@@ -66,5 +78,5 @@ func (c *Coordinator) cleanupLiveness(ctx context.Context, term election.Term) e
 			c.log.Info("coordinator: node left the cluster; liveness record removed", "node", id, "last_liveness", l.Record.State)
 		}
 	}
-	return nil
+	return firstErr
 }

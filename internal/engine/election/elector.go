@@ -37,4 +37,8 @@ type Elector interface {
 	Campaign(ctx context.Context) (Term, error)
 	// Resign ends the current term so another candidate can win.
 	Resign(ctx context.Context) error
+	// Withdraw removes any trace of this node's candidacy. A campaign that
+	// failed half-way may leave one, and a node that may not campaign must
+	// not stand in the queue.
+	Withdraw(ctx context.Context) error
 }

@@ -25,15 +25,26 @@ type Runner struct {
 	lead    LeadFunc
 	log     *slog.Logger
 
-	resignReq chan chan error
+	resignReq chan resignRequest
+	stopped   chan struct{}
 
 	mu   sync.Mutex
 	term *Term
 }
 
+// resignRequest names the term it is meant for, so a request that arrives
+// late never ends a newer term.
+type resignRequest struct {
+	epoch uint64
+	reply chan error
+}
+
 // NewRunner wires a runner. lead runs while this node is the coordinator.
 func NewRunner(self model.NodeID, elector Elector, view *cluster.View, store *meta.Store, lead LeadFunc, log *slog.Logger) *Runner {
-	return &Runner{self: self, elector: elector, view: view, store: store, lead: lead, log: log, resignReq: make(chan chan error)}
+	return &Runner{
+		self: self, elector: elector, view: view, store: store, lead: lead, log: log,
+		resignReq: make(chan resignRequest), stopped: make(chan struct{}),
+	}
 }
 
 // Current returns the term this node holds, if any.
@@ -49,17 +60,22 @@ func (r *Runner) Current() (Term, bool) {
 // Resign hands the coordinator role over: the current term ends and this
 // node campaigns again behind every waiting candidate.
 func (r *Runner) Resign(ctx context.Context) error {
-	if _, ok := r.Current(); !ok {
+	term, ok := r.Current()
+	if !ok {
 		return ErrNotLeader
 	}
-	reply := make(chan error, 1)
+	req := resignRequest{epoch: term.Epoch(), reply: make(chan error, 1)}
 	select {
-	case r.resignReq <- reply:
+	case r.resignReq <- req:
+	case <-term.Done:
+		return ErrNotLeader
+	case <-r.stopped:
+		return ErrNotLeader
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
-	case err := <-reply:
+	case err := <-req.reply:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -67,8 +83,10 @@ func (r *Runner) Resign(ctx context.Context) error {
 }
 
 // Run campaigns, leads and steps down until ctx ends. On return this node
-// holds no term.
+// holds no term and has no candidacy.
 func (r *Runner) Run(ctx context.Context) error {
+	defer close(r.stopped)
+	defer func() { _ = r.elector.Withdraw(context.Background()) }()
 	for ctx.Err() == nil {
 		if err := r.waitMayCampaign(ctx); err != nil {
 			return nil
@@ -98,9 +116,10 @@ func (r *Runner) mayCampaign(st *meta.State) bool {
 	return ok && st.LivenessOf(r.self).MayCampaign()
 }
 
-// waitMayCampaign blocks until this node may campaign. A Draining node
-// that finds itself the only node left takes seed 000's exception: back to
-// Alive, drain record cleared, then it campaigns.
+// waitMayCampaign blocks until this node may campaign. Meanwhile it keeps
+// the node out of the election queue, and a Draining node that finds
+// itself the only node left takes seed 000's exception: back to Alive,
+// drain record cleared, then it campaigns.
 func (r *Runner) waitMayCampaign(ctx context.Context) error {
 	for {
 		ch := r.view.Changed()
@@ -108,17 +127,30 @@ func (r *Runner) waitMayCampaign(ctx context.Context) error {
 		if r.mayCampaign(st) {
 			return nil
 		}
+		retry := false
+		if st.IsCandidate(r.self) {
+			if err := r.elector.Withdraw(ctx); err != nil {
+				r.log.Warn("election: could not withdraw a stale candidacy; retrying", "err", err)
+				retry = true
+			}
+		}
 		if _, ok := st.Nodes[r.self]; ok && len(st.Nodes) == 1 && st.LivenessOf(r.self) == model.LivenessDraining {
 			done, err := r.store.ResetOnlyNodeLeft(ctx, r.self)
 			switch {
 			case err != nil:
-				r.log.Warn("election: only-node-left reset failed", "err", err)
+				r.log.Warn("election: only-node-left reset failed; retrying", "err", err)
+				retry = true
 			case done:
 				r.log.Warn("election: this Draining node is the only node left; back to Alive and drain cancelled so the cluster keeps a coordinator")
 			}
 		}
+		var again <-chan time.Time
+		if retry {
+			again = time.After(time.Second)
+		}
 		select {
 		case <-ch:
+		case <-again:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -126,6 +158,8 @@ func (r *Runner) waitMayCampaign(ctx context.Context) error {
 }
 
 // campaign runs one campaign, abandoned as soon as liveness leaves Alive.
+// A won term gets its full fence: the election key and this node's own
+// liveness record as it is now, which must be Alive.
 func (r *Runner) campaign(ctx context.Context) (Term, error) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -145,13 +179,23 @@ func (r *Runner) campaign(ctx context.Context) (Term, error) {
 	select {
 	case <-gateClosed:
 		if err == nil {
-			// Won just as liveness changed: give the term back at once.
 			r.resignQuietly(term)
 		}
 		return Term{}, errGateClosed
 	default:
 	}
-	return term, err
+	if err != nil {
+		return Term{}, err
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer fcancel()
+	full, ferr := r.store.FenceFor(fctx, term.Fence, r.self)
+	if ferr != nil {
+		r.resignQuietly(term)
+		return Term{}, ferr
+	}
+	term.Fence = full
+	return term, nil
 }
 
 // serve leads until the term ends, liveness leaves Alive, a resign is
@@ -164,37 +208,44 @@ func (r *Runner) serve(ctx context.Context, term Term) {
 	r.term = &term
 	r.mu.Unlock()
 
+	var workers sync.WaitGroup
 	leadDone := make(chan struct{})
+	workers.Add(2)
 	go func() {
+		defer workers.Done()
 		defer close(leadDone)
 		r.lead(lctx, term)
 	}()
-
 	gate := make(chan struct{})
-	gctx, gcancel := context.WithCancel(lctx)
-	defer gcancel()
 	go func() {
-		if r.view.WaitFor(gctx, func(st *meta.State) bool { return !r.mayCampaign(st) }) == nil {
+		defer workers.Done()
+		if r.view.WaitFor(lctx, func(st *meta.State) bool { return !r.mayCampaign(st) }) == nil {
 			close(gate)
 		}
 	}()
 
 	var reply chan error
 	reason := ""
-	select {
-	case <-term.Done:
-		reason = "term lost (lease expired or election key removed)"
-	case <-gate:
-		reason = "own liveness left Alive"
-	case reply = <-r.resignReq:
-		reason = "resign requested"
-	case <-ctx.Done():
-		reason = "shutting down"
-	case <-leadDone:
-		reason = "coordinator stopped"
+	for reason == "" {
+		select {
+		case <-term.Done:
+			reason = "term lost (lease expired or election key removed)"
+		case <-gate:
+			reason = "own liveness left Alive"
+		case req := <-r.resignReq:
+			if req.epoch != term.Epoch() {
+				req.reply <- ErrNotLeader
+				continue
+			}
+			reply, reason = req.reply, "resign requested"
+		case <-ctx.Done():
+			reason = "shutting down"
+		case <-leadDone:
+			reason = "coordinator stopped"
+		}
 	}
 	cancel()
-	<-leadDone
+	workers.Wait()
 	r.mu.Lock()
 	r.term = nil
 	r.mu.Unlock()

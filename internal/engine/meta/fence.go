@@ -18,17 +18,31 @@ var ErrFenced = errors.New("write refused: this node is no longer the coordinato
 //
 // Any election backend can produce one: the etcd backend uses its election
 // key; a backend outside etcd writes an epoch key when it wins.
+//
+// The fence also pins the coordinator's own liveness record as it was when
+// the term began (Alive): a coordinator whose liveness moved on (Stopping,
+// or Draining by mistake) is no longer allowed to write, even before its
+// own view notices.
 type Fence struct {
 	Key            string `json:"key"`
 	CreateRevision int64  `json:"create_revision"`
+	// LivenessKey and LivenessRevision are the leader's liveness record
+	// and its mod-revision at the start of the term; empty for fences
+	// made without one (tests of the election alone).
+	LivenessKey      string `json:"liveness_key,omitempty"`
+	LivenessRevision int64  `json:"liveness_revision,omitempty"`
 }
 
 // Epoch is the term's number: create revisions only grow, so a later term
 // always has a larger epoch.
 func (f Fence) Epoch() uint64 { return uint64(f.CreateRevision) }
 
-func (f Fence) cmp() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision)
+func (f Fence) cmps() []clientv3.Cmp {
+	c := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision)}
+	if f.LivenessKey != "" {
+		c = append(c, clientv3.Compare(clientv3.ModRevision(f.LivenessKey), "=", f.LivenessRevision))
+	}
+	return c
 }
 
 func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Key, f.CreateRevision) }

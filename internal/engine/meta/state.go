@@ -82,6 +82,17 @@ func (s *State) Leader() (Leader, bool) {
 	return best, found
 }
 
+// IsCandidate reports whether a node has a key in the election: it is
+// campaigning or leading.
+func (s *State) IsCandidate(id model.NodeID) bool {
+	for _, e := range s.elections {
+		if e.node == id {
+			return true
+		}
+	}
+	return false
+}
+
 // LivenessOf returns a node's persisted liveness. A registered node without
 // a record counts as Alive: registration writes both in one transaction, so
 // this only happens for a node that is not registered at all.
@@ -155,9 +166,12 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		var rec model.LivenessRecord
-		if json.Unmarshal(kv.Value, &rec) == nil {
-			s.Liveness[id] = LivenessEntry{Record: rec, Revision: kv.ModRevision}
+		if json.Unmarshal(kv.Value, &rec) != nil {
+			// Unreadable: keep the node out of scheduling and elections
+			// rather than guess it is Alive.
+			rec = model.LivenessRecord{State: model.LivenessUnknown}
 		}
+		s.Liveness[id] = LivenessEntry{Record: rec, Revision: kv.ModRevision}
 	case kindElection:
 		key := string(kv.Key)
 		if deleted {

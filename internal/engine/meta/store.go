@@ -63,54 +63,91 @@ func (s *Store) clusterID() string {
 
 // Watch streams every change under the cluster's root from a revision on.
 func (s *Store) Watch(ctx context.Context, fromRevision int64) clientv3.WatchChan {
-	return s.cli.Watch(ctx, s.keys.Root(), clientv3.WithPrefix(), clientv3.WithRev(fromRevision))
+	// RequireLeader: behind a partitioned etcd member the watch fails
+	// instead of going quiet, and the view reloads elsewhere.
+	return s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.Root(), clientv3.WithPrefix(), clientv3.WithRev(fromRevision))
 }
 
-// RegisterNode writes a node's info under its lease and its liveness as
-// Alive, in one transaction that fails if the id is held by a live process.
-// A liveness record left by a previous incarnation of the same id is
-// replaced: that process is gone, and so is its lifecycle.
-func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease clientv3.LeaseID) error {
+// RegisterNode writes a node's info under its lease and its liveness, in
+// one transaction that fails if the id is held by a live process.
+//
+// A process that lost its session and joins again passes the incarnation
+// it had (previousIncarnation); if the liveness record is still that
+// incarnation's, its state carries over, so a Draining node stays
+// Draining. Any other record belongs to a process that is gone: the new
+// one starts Alive.
+func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease clientv3.LeaseID, previousIncarnation int64) error {
 	info.Incarnation = int64(lease)
 	nodeVal, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
-	liveVal, err := json.Marshal(model.LivenessRecord{State: model.LivenessAlive, Incarnation: int64(lease), UpdatedAt: s.now().UTC()})
-	if err != nil {
-		return err
-	}
-	key := s.keys.Node(info.ID)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(nodeVal), clientv3.WithLease(lease)),
-			clientv3.OpPut(s.keys.Liveness(info.ID), string(liveVal))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return fmt.Errorf("register node %s in etcd: %w", info.ID, err)
-	}
-	if !resp.Succeeded {
-		var existing model.NodeInfo
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			_ = json.Unmarshal(kvs[0].Value, &existing)
+	key, lkey := s.keys.Node(info.ID), s.keys.Liveness(info.ID)
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := s.cli.Get(ctx, lkey)
+		if err != nil {
+			return fmt.Errorf("register node %s in etcd: %w", info.ID, err)
 		}
-		existing.ID = info.ID
-		return &ErrNodeIDInUse{Existing: existing}
+		rec := model.LivenessRecord{State: model.LivenessAlive}
+		livenessCmp := clientv3.Compare(clientv3.CreateRevision(lkey), "=", 0)
+		if len(cur.Kvs) == 1 {
+			livenessCmp = clientv3.Compare(clientv3.ModRevision(lkey), "=", cur.Kvs[0].ModRevision)
+			var old model.LivenessRecord
+			if previousIncarnation != 0 && json.Unmarshal(cur.Kvs[0].Value, &old) == nil && old.Incarnation == previousIncarnation {
+				rec.State = old.State
+			}
+		}
+		rec.Incarnation, rec.UpdatedAt = int64(lease), s.now().UTC()
+		liveVal, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), livenessCmp).
+			Then(clientv3.OpPut(key, string(nodeVal), clientv3.WithLease(lease)), clientv3.OpPut(lkey, string(liveVal))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("register node %s in etcd: %w", info.ID, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			var existing model.NodeInfo
+			_ = json.Unmarshal(kvs[0].Value, &existing)
+			existing.ID = info.ID
+			return &ErrNodeIDInUse{Existing: existing}
+		}
+		// Only the liveness record moved under us: read it again.
 	}
-	return nil
+	return fmt.Errorf("register node %s: its liveness record kept changing; try again", info.ID)
 }
 
-// SetLiveness moves a node's liveness by compare-and-swap: it reads the
-// record, checks the transition table, and writes only if the record did
-// not change in between. A non-nil fence makes it a coordinator write that
-// fails with ErrFenced once the term is over; a node changing its own
-// liveness (graceful stop, the only-node-left reset) passes nil.
+// ErrNotOwnRecord means a node tried to change a liveness record that
+// belongs to another incarnation of its id.
+var ErrNotOwnRecord = errors.New("the liveness record belongs to another incarnation of this node")
+
+// SetLiveness is the coordinator's liveness write: a compare-and-swap that
+// checks the transition table and lands only while the fence holds.
 //
-// It returns the record before the change. Asking for the state the node is
-// already in is a no-op that returns that record and no error, so retries
-// are safe.
-func (s *Store) SetLiveness(ctx context.Context, id model.NodeID, to model.Liveness, reason model.TransitionReason, fence *Fence) (model.LivenessRecord, error) {
+// It returns the record before the change. Asking for the state the node
+// is already in changes nothing and succeeds only while the fence holds,
+// so a deposed coordinator never hears "ok".
+func (s *Store) SetLiveness(ctx context.Context, id model.NodeID, to model.Liveness, reason model.TransitionReason, fence Fence) (model.LivenessRecord, error) {
+	if !fence.valid() {
+		return model.LivenessRecord{}, ErrFenced
+	}
+	return s.setLiveness(ctx, id, to, reason, &fence, 0)
+}
+
+// SetOwnLiveness is a node changing its own liveness (graceful stop): the
+// record must belong to the node's current incarnation.
+func (s *Store) SetOwnLiveness(ctx context.Context, id model.NodeID, incarnation int64, to model.Liveness) (model.LivenessRecord, error) {
+	return s.setLiveness(ctx, id, to, model.ReasonNormal, nil, incarnation)
+}
+
+func (s *Store) setLiveness(ctx context.Context, id model.NodeID, to model.Liveness, reason model.TransitionReason, fence *Fence, incarnation int64) (model.LivenessRecord, error) {
 	key := s.keys.Liveness(id)
 	for attempt := 0; attempt < 5; attempt++ {
 		resp, err := s.cli.Get(ctx, key)
@@ -122,9 +159,19 @@ func (s *Store) SetLiveness(ctx context.Context, id model.NodeID, to model.Liven
 		}
 		var cur model.LivenessRecord
 		if err := json.Unmarshal(resp.Kvs[0].Value, &cur); err != nil {
-			return model.LivenessRecord{}, fmt.Errorf("liveness record of %s is corrupt: %w", id, err)
+			return model.LivenessRecord{}, fmt.Errorf("liveness record of %s is unreadable (written by a newer agent?): %w", id, err)
+		}
+		if incarnation != 0 && cur.Incarnation != incarnation {
+			return cur, fmt.Errorf("%s: %w", id, ErrNotOwnRecord)
 		}
 		if cur.State == to {
+			if fence != nil {
+				if holds, err := s.fenceHolds(ctx, *fence); err != nil {
+					return cur, err
+				} else if !holds {
+					return cur, ErrFenced
+				}
+			}
 			return cur, nil
 		}
 		if err := model.CheckTransition(cur.State, to, reason); err != nil {
@@ -138,10 +185,7 @@ func (s *Store) SetLiveness(ctx context.Context, id model.NodeID, to model.Liven
 		}
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)}
 		if fence != nil {
-			if !fence.valid() {
-				return cur, ErrFenced
-			}
-			cmps = append(cmps, fence.cmp())
+			cmps = append(cmps, fence.cmps()...)
 		}
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).Commit()
 		if err != nil {
@@ -150,17 +194,60 @@ func (s *Store) SetLiveness(ctx context.Context, id model.NodeID, to model.Liven
 		if tr.Succeeded {
 			return cur, nil
 		}
-		if fence != nil && !s.fenceHolds(ctx, *fence) {
-			return cur, ErrFenced
+		if fence != nil {
+			if holds, err := s.fenceHolds(ctx, *fence); err != nil {
+				return cur, err
+			} else if !holds {
+				return cur, ErrFenced
+			}
 		}
 		// The record changed under us; read it again and re-check the rule.
 	}
 	return model.LivenessRecord{}, fmt.Errorf("liveness of %s kept changing during the update; try again", id)
 }
 
-func (s *Store) fenceHolds(ctx context.Context, f Fence) bool {
-	resp, err := s.cli.Get(ctx, f.Key)
-	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == f.CreateRevision
+// fenceHolds tells whether a term is still current. An error means etcd
+// could not say; it is not a verdict.
+func (s *Store) fenceHolds(ctx context.Context, f Fence) (bool, error) {
+	ops := []clientv3.Op{clientv3.OpGet(f.Key)}
+	if f.LivenessKey != "" {
+		ops = append(ops, clientv3.OpGet(f.LivenessKey))
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("check the coordinator term: %w", err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) != 1 || kvs[0].CreateRevision != f.CreateRevision {
+		return false, nil
+	}
+	if f.LivenessKey != "" {
+		lk := resp.Responses[1].GetResponseRange().Kvs
+		if len(lk) != 1 || lk[0].ModRevision != f.LivenessRevision {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// FenceFor completes an election fence with the leader's own liveness
+// record, read now. It fails when the leader is not Alive: such a node
+// must give the term back instead of leading.
+func (s *Store) FenceFor(ctx context.Context, f Fence, self model.NodeID) (Fence, error) {
+	key := s.keys.Liveness(self)
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return Fence{}, fmt.Errorf("read own liveness: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Fence{}, fmt.Errorf("%w: %s", ErrNotRegistered, self)
+	}
+	var rec model.LivenessRecord
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || !rec.State.MayCampaign() {
+		return Fence{}, fmt.Errorf("%s won the election but is %s; giving the term back", self, rec.State)
+	}
+	f.LivenessKey, f.LivenessRevision = key, resp.Kvs[0].ModRevision
+	return f, nil
 }
 
 // DeleteStaleLiveness removes the liveness record of a node whose
@@ -172,16 +259,21 @@ func (s *Store) DeleteStaleLiveness(ctx context.Context, fence Fence, id model.N
 		return false, ErrFenced
 	}
 	lkey := s.keys.Liveness(id)
-	tr, err := s.cli.Txn(ctx).If(
-		fence.cmp(),
+	cmps := append(fence.cmps(),
 		clientv3.Compare(clientv3.CreateRevision(s.keys.Node(id)), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(lkey), "=", livenessRevision),
-	).Then(clientv3.OpDelete(lkey)).Commit()
+		clientv3.Compare(clientv3.ModRevision(lkey), "=", livenessRevision))
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(lkey)).Commit()
 	if err != nil {
 		return false, fmt.Errorf("delete liveness of %s: %w", id, err)
 	}
-	if !tr.Succeeded && !s.fenceHolds(ctx, fence) {
-		return false, ErrFenced
+	if !tr.Succeeded {
+		holds, err := s.fenceHolds(ctx, fence)
+		if err != nil {
+			return false, err
+		}
+		if !holds {
+			return false, ErrFenced
+		}
 	}
 	return tr.Succeeded, nil
 }
@@ -198,11 +290,12 @@ func (s *Store) ResetOnlyNodeLeft(ctx context.Context, self model.NodeID) (bool,
 	if len(st.Nodes) != 1 {
 		return false, nil
 	}
-	if _, ok := st.Nodes[self]; !ok {
+	node, ok := st.Nodes[self]
+	if !ok {
 		return false, nil
 	}
 	l, ok := st.Liveness[self]
-	if !ok || l.Record.State != model.LivenessDraining {
+	if !ok || l.Record.State != model.LivenessDraining || l.Record.Incarnation != node.Info.Incarnation {
 		return false, nil
 	}
 	if err := model.CheckTransition(l.Record.State, model.LivenessAlive, model.ReasonOnlyNodeLeft); err != nil {
@@ -218,6 +311,8 @@ func (s *Store) ResetOnlyNodeLeft(ctx context.Context, self model.NodeID) (bool,
 	// no newer than the state we decided on (a new key would be).
 	tr, err := s.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.keys.Liveness(self)), "=", l.Revision),
+		// Still registered as the incarnation that was read...
+		clientv3.Compare(clientv3.ModRevision(s.keys.Node(self)), "=", st.Nodes[self].Revision),
 		clientv3.Compare(clientv3.ModRevision(s.keys.NodesPrefix()), "<", st.Revision+1).WithPrefix(),
 	).Then(
 		clientv3.OpPut(s.keys.Liveness(self), string(val)),
