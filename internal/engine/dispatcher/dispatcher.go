@@ -1,0 +1,288 @@
+// Package dispatcher is the runtime of one partition on one node: it
+// reads the partition's key range from the source, starting exactly after
+// its checkpoint, and writes it to the sink with the two-stage ack. Its
+// checkpoint advances only over batches the sink reports durable.
+//
+// A graceful stop (move, split, drain) stops reading, waits until
+// everything read is durable and returns that exact position, where the
+// next owner starts: graceful moves are exactly-once. A crash leaves the
+// checkpoint where the last flush ack put it: at-least-once.
+//
+// It imports model, source and sink; never the maintainer or coordinator.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Source is what a dispatcher reads: DML of a key range, and the DDLs of
+// its table.
+type Source interface {
+	Open(span model.Span, from model.Ts) (source.Reader, error)
+	DDLs(table string, from, upTo model.Ts) []source.Event
+}
+
+// Barrier decides when a DDL may be written: every dispatcher of the table
+// reports it has made all DML before the DDL durable, one writes it, all
+// pass. Reached blocks until the DDL is written.
+type Barrier interface {
+	Reached(ctx context.Context, dispatcher string, ddl source.Event) error
+}
+
+// Config describes one dispatcher.
+type Config struct {
+	// ID names this dispatcher in the sink: the partition id and the
+	// epoch of this placement, e.g. "p7.3", so a re-created dispatcher
+	// never shares files with an earlier one.
+	ID    string
+	Epoch uint64
+	Span  model.Span
+	// Start is the checkpoint to resume from: events after it are read.
+	Start  model.Ts
+	Source Source
+	Sink   sink.Sink
+	// Barrier coordinates DDLs; nil means this dispatcher is the table's
+	// only one and writes DDLs itself.
+	Barrier Barrier
+	// Now is the source's resolved ts: every event up to it is final.
+	Now func() model.Ts
+	// BatchSize caps events per sink write; Idle is the pause when there is
+	// nothing new to read.
+	BatchSize int
+	Idle      time.Duration
+}
+
+// Dispatcher is one running partition.
+type Dispatcher struct {
+	cfg    Config
+	reader source.Reader
+
+	mu         sync.Mutex
+	inflight   []*inflightBatch // written, not yet flush-acked, in order
+	checkpoint model.Ts
+	failure    error
+	acked      chan struct{} // signalled on every ack
+
+	stopReq  chan struct{}
+	stopOnce sync.Once
+	finished chan struct{}
+	final    model.Ts
+	runErr   error
+}
+
+type inflightBatch struct {
+	end  model.Ts // reader position after the batch
+	done bool
+}
+
+// New opens the dispatcher's reader at its start position.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.ID == "" || cfg.Source == nil || cfg.Sink == nil || cfg.Now == nil {
+		return nil, errors.New("dispatcher: ID, Source, Sink and Now are required")
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 256
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 20 * time.Millisecond
+	}
+	r, err := cfg.Source.Open(cfg.Span, cfg.Start)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher %s: %w", cfg.ID, err)
+	}
+	return &Dispatcher{
+		cfg: cfg, reader: r, checkpoint: cfg.Start, acked: make(chan struct{}, 1),
+		stopReq: make(chan struct{}), finished: make(chan struct{}),
+	}, nil
+}
+
+// ID is the dispatcher's id.
+func (d *Dispatcher) ID() string { return d.cfg.ID }
+
+// Span is the key range it serves.
+func (d *Dispatcher) Span() model.Span { return d.cfg.Span }
+
+// Checkpoint is the position up to which everything is durable in the sink.
+func (d *Dispatcher) Checkpoint() model.Ts {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.checkpoint
+}
+
+// Run reads and writes until ctx ends (a crash-like stop: nothing more is
+// flushed), Stop is called (graceful), or the sink fails. It returns nil
+// after a graceful stop.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	err := d.loop(ctx)
+	if err == nil {
+		// Graceful: everything read must be durable before the position
+		// is handed over.
+		var final model.Ts
+		final, err = d.drain(ctx)
+		d.final = final
+	}
+	d.runErr = err
+	close(d.finished)
+	return err
+}
+
+// Stop asks for a graceful stop and waits for it: it returns the exact
+// position up to which everything is durable, where the next owner of the
+// partition must start.
+func (d *Dispatcher) Stop(ctx context.Context) (model.Ts, error) {
+	d.stopOnce.Do(func() { close(d.stopReq) })
+	select {
+	case <-d.finished:
+		if d.runErr != nil {
+			return d.Checkpoint(), d.runErr
+		}
+		return d.final, nil
+	case <-ctx.Done():
+		return d.Checkpoint(), ctx.Err()
+	}
+}
+
+func (d *Dispatcher) stopping() bool {
+	select {
+	case <-d.stopReq:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *Dispatcher) loop(ctx context.Context) error {
+	for {
+		if d.stopping() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := d.failed(); err != nil {
+			return err
+		}
+		pos := d.reader.Position()
+		upTo := d.cfg.Now()
+		var ddl *source.Event
+		if ddls := d.cfg.Source.DDLs(d.cfg.Span.Table, pos, upTo); len(ddls) > 0 {
+			// Read only up to just before the next DDL: the position (and
+			// so the checkpoint) passes a DDL only once it is written, so
+			// a restart in between meets the DDL again.
+			ddl = &ddls[0]
+			upTo = ddl.CommitTs - 1
+		}
+		evs := d.reader.Read(upTo, d.cfg.BatchSize)
+		if len(evs) > 0 || d.reader.Position() > pos {
+			if err := d.write(ctx, evs); err != nil {
+				return err
+			}
+		}
+		if ddl != nil && d.reader.Position() >= ddl.CommitTs-1 {
+			if err := d.passDDL(ctx, *ddl); err != nil {
+				return err
+			}
+			// Step over the DDL itself (no DML shares its ts).
+			if err := d.write(ctx, d.reader.Read(ddl.CommitTs, d.cfg.BatchSize)); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(evs) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-d.stopReq:
+			case <-time.After(d.cfg.Idle):
+			}
+		}
+	}
+}
+
+// write sends a batch (possibly empty, to move the checkpoint over a
+// quiet stretch) and records it as in flight until its flush ack.
+func (d *Dispatcher) write(ctx context.Context, evs []source.Event) error {
+	b := &inflightBatch{end: d.reader.Position()}
+	d.mu.Lock()
+	d.inflight = append(d.inflight, b)
+	d.mu.Unlock()
+	if len(evs) == 0 {
+		d.ack(b, nil)
+		return nil
+	}
+	return d.cfg.Sink.Write(ctx, &sink.Batch{
+		Dispatcher: d.cfg.ID, Epoch: d.cfg.Epoch, Events: evs,
+		OnFlushed: func(err error) { d.ack(b, err) },
+	})
+}
+
+// ack marks a batch durable and moves the checkpoint over every durable
+// batch at the front: the checkpoint never passes an unflushed batch.
+func (d *Dispatcher) ack(b *inflightBatch, err error) {
+	d.mu.Lock()
+	if err != nil {
+		if d.failure == nil {
+			d.failure = fmt.Errorf("dispatcher %s: sink failed: %w", d.cfg.ID, err)
+		}
+	} else {
+		b.done = true
+		for len(d.inflight) > 0 && d.inflight[0].done {
+			d.checkpoint = d.inflight[0].end
+			d.inflight = d.inflight[1:]
+		}
+	}
+	d.mu.Unlock()
+	select {
+	case d.acked <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) failed() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failure
+}
+
+// drain flushes everything written and waits for the acks.
+func (d *Dispatcher) drain(ctx context.Context) (model.Ts, error) {
+	if err := d.cfg.Sink.Flush(ctx, d.cfg.ID); err != nil {
+		return d.Checkpoint(), fmt.Errorf("dispatcher %s: final flush: %w", d.cfg.ID, err)
+	}
+	for {
+		d.mu.Lock()
+		empty, cp, failure := len(d.inflight) == 0, d.checkpoint, d.failure
+		d.mu.Unlock()
+		if failure != nil {
+			return cp, failure
+		}
+		if empty {
+			return cp, nil
+		}
+		select {
+		case <-d.acked:
+		case <-ctx.Done():
+			return cp, ctx.Err()
+		}
+	}
+}
+
+// passDDL is the dispatcher's half of the DDL barrier: make every DML
+// before the DDL durable, then let the barrier (or, alone, this
+// dispatcher) write it.
+func (d *Dispatcher) passDDL(ctx context.Context, ddl source.Event) error {
+	if _, err := d.drain(ctx); err != nil {
+		return err
+	}
+	if d.cfg.Barrier != nil {
+		return d.cfg.Barrier.Reached(ctx, d.cfg.ID, ddl)
+	}
+	return d.cfg.Sink.WriteDDL(ctx, ddl)
+}
