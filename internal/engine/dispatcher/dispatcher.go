@@ -122,6 +122,14 @@ func (d *Dispatcher) Checkpoint() model.Ts {
 // after a graceful stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	err := d.loop(ctx)
+	if err != nil && d.failed() != nil {
+		// Before reporting a sink failure, let every message still in
+		// flight settle: the successor starts from the checkpoint, and
+		// nothing of this dispatcher may land after it has begun.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = d.cfg.Sink.Flush(sctx, d.cfg.ID)
+		cancel()
+	}
 	if err == nil {
 		// Graceful: everything read must be durable before the position
 		// is handed over.

@@ -22,23 +22,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 )
 
 // Protocol is the file encoding.
-type Protocol string
+type Protocol = codec.Protocol
 
 const (
-	ProtocolCanalJSON Protocol = "canal-json"
-	ProtocolCSV       Protocol = "csv"
+	ProtocolCanalJSON = codec.ProtocolCanalJSON
+	ProtocolCSV       = codec.ProtocolCSV
 )
-
-// Ext is the data file extension of a protocol.
-func (p Protocol) Ext() string {
-	if p == ProtocolCSV {
-		return "csv"
-	}
-	return "json"
-}
 
 // Config is the storage sink's part of a sink URI.
 type Config struct {

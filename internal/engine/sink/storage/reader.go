@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gocloud.dev/blob"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 )
 
 // Stream is what one dispatcher wrote into one table-version directory,
@@ -20,7 +22,7 @@ type Stream struct {
 	Table      string
 	Version    uint64
 	Files      []string
-	Rows       []Row
+	Rows       []codec.Row
 }
 
 // Scan reads every data file of a sink's bucket and returns one stream
@@ -70,7 +72,7 @@ func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", f.path, err)
 			}
-			rows, err := DecodeFile(cfg.Protocol, body)
+			rows, err := codec.DecodeRows(cfg.Protocol, body)
 			if err != nil {
 				return nil, fmt.Errorf("decode %s: %w", f.path, err)
 			}

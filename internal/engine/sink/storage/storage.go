@@ -21,6 +21,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -151,7 +152,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 			order = append(order, db)
 		}
 		before := db.buf.Len()
-		if err := encodeRow(&db.buf, s.cfg.Protocol, s.cfg.Schema, e); err != nil {
+		if err := codec.EncodeRow(&db.buf, s.cfg.Protocol, s.cfg.Schema, e); err != nil {
 			return err
 		}
 		size += int64(db.buf.Len() - before)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
@@ -287,14 +288,14 @@ func TestBadSinkURIs(t *testing.T) {
 	}
 }
 
-func FuzzDecodeFile(f *testing.F) {
+func FuzzDecodeRows(f *testing.F) {
 	f.Add([]byte(`{"table":"t0001","data":[{"id":"aaaa","version":"1"}],"_tidb":{"commitTs":5}}`), false)
 	f.Add([]byte("\"I\",\"t0001\",\"gen\",\"5\",\"aaaa\",\"1\",\"v\"\n"), true)
 	f.Fuzz(func(t *testing.T, data []byte, csv bool) {
-		p := storage.ProtocolCanalJSON
+		p := codec.ProtocolCanalJSON
 		if csv {
-			p = storage.ProtocolCSV
+			p = codec.ProtocolCSV
 		}
-		_, _ = storage.DecodeFile(p, data) // must not panic
+		_, _ = codec.DecodeRows(p, data) // must not panic
 	})
 }

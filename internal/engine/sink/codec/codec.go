@@ -1,4 +1,10 @@
-package storage
+// Package codec encodes rows in the wire formats sinks write, TiCDC's
+// canal-json (with the TiDB extension carrying the commit ts) and CSV, and
+// decodes them back for verify. Sinks and verify share it, so a format is
+// spelled in one place.
+//
+// It imports model and source only.
+package codec
 
 import (
 	"bufio"
@@ -45,8 +51,8 @@ func rowType(e *source.Event) string {
 	return "UPDATE"
 }
 
-// encodeRow appends one row in the protocol's format.
-func encodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) error {
+// EncodeRow appends one row in the protocol's format.
+func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) error {
 	if p == ProtocolCSV {
 		// TiCDC's CSV: operation, table, schema, commit ts, then columns.
 		w := csv.NewWriter(buf)
@@ -87,6 +93,22 @@ func encodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) er
 	return nil
 }
 
+// Protocol is a wire format.
+type Protocol string
+
+const (
+	ProtocolCanalJSON Protocol = "canal-json"
+	ProtocolCSV       Protocol = "csv"
+)
+
+// Ext is the data file extension of a protocol.
+func (p Protocol) Ext() string {
+	if p == ProtocolCSV {
+		return "csv"
+	}
+	return "json"
+}
+
 // Row is one decoded row, as verify needs it.
 type Row struct {
 	Table    string
@@ -96,8 +118,8 @@ type Row struct {
 	Value    string
 }
 
-// DecodeFile reads every row of one data file, in file order.
-func DecodeFile(p Protocol, data []byte) ([]Row, error) {
+// DecodeRows reads every row of one file or message, in order.
+func DecodeRows(p Protocol, data []byte) ([]Row, error) {
 	var out []Row
 	if p == ProtocolCSV {
 		r := csv.NewReader(bytes.NewReader(data))

@@ -1,0 +1,105 @@
+// Package kafka is the Kafka sink: sarama's AsyncProducer, canal-json
+// messages, key-hash partitioning (every version of a key goes to one
+// partition, so per-key order holds). Every message carries its
+// dispatcher and epoch as metadata, so a failure is attributed to the
+// dispatcher that sent it (seed 002, R1) instead of failing the whole
+// changefeed.
+//
+// It imports model, source, sink and sink/codec.
+package kafka
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+)
+
+// Config is a kafka:// sink URI.
+type Config struct {
+	Brokers []string
+	Topic   string
+	// PartitionBy is "key" (default: hash of table and key) or "table".
+	PartitionBy string
+	// PartitionNum and ReplicationFactor are used when the topic must be
+	// created.
+	PartitionNum      int32
+	ReplicationFactor int16
+	MaxMessageBytes   int
+	Schema            string
+	DialTimeout       time.Duration
+}
+
+// Defaults of the URI's parameters.
+var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, Schema: "gen", DialTimeout: 5 * time.Second}
+
+// ParseURI parses kafka://host:port[,host:port]/topic?protocol=canal-json&partition=key.
+func ParseURI(raw string) (Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Config{}, fmt.Errorf("sink URI %q: %v", raw, err)
+	}
+	if u.Scheme != "kafka" {
+		return Config{}, fmt.Errorf("sink URI %q: the Kafka sink takes kafka://host:port/topic", raw)
+	}
+	c := Defaults
+	for _, b := range strings.Split(u.Host, ",") {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return Config{}, fmt.Errorf("sink URI %q: broker %q is not host:port", raw, b)
+		}
+		c.Brokers = append(c.Brokers, b)
+	}
+	c.Topic = strings.Trim(u.Path, "/")
+	if c.Topic == "" || strings.Contains(c.Topic, "/") {
+		return Config{}, fmt.Errorf("sink URI %q: name one topic, kafka://host:port/topic", raw)
+	}
+	for key, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		var perr error
+		switch key {
+		case "protocol":
+			if codec.Protocol(v) != codec.ProtocolCanalJSON {
+				perr = fmt.Errorf("unknown protocol: the Kafka sink writes canal-json")
+			}
+		case "partition":
+			if v != "key" && v != "table" {
+				perr = fmt.Errorf("use key or table")
+			}
+			c.PartitionBy = v
+		case "partition-num":
+			var n int
+			n, perr = strconv.Atoi(v)
+			if perr == nil && (n < 1 || n > 10000) {
+				perr = fmt.Errorf("must be between 1 and 10000")
+			}
+			c.PartitionNum = int32(n)
+		case "replication-factor":
+			var n int
+			n, perr = strconv.Atoi(v)
+			if perr == nil && (n < 1 || n > 32) {
+				perr = fmt.Errorf("must be between 1 and 32")
+			}
+			c.ReplicationFactor = int16(n)
+		case "max-message-bytes":
+			c.MaxMessageBytes, perr = strconv.Atoi(v)
+			if perr == nil && c.MaxMessageBytes < 1024 {
+				perr = fmt.Errorf("must be at least 1024")
+			}
+		case "dial-timeout":
+			c.DialTimeout, perr = time.ParseDuration(v)
+			if perr == nil && c.DialTimeout <= 0 {
+				perr = fmt.Errorf("must be positive")
+			}
+		default:
+			perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout")
+		}
+		if perr != nil {
+			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, v, perr)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,375 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+
+	"github.com/IBM/sarama"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// DispatcherError attributes a failed delivery to the dispatcher (and its
+// epoch) that sent the message, so only that dispatcher restarts.
+type DispatcherError struct {
+	Dispatcher string
+	Epoch      uint64
+	Err        error
+	// Transient errors (a leader moving, too few in-sync replicas) are
+	// expected to pass: restarting the dispatcher is the remedy.
+	Transient bool
+}
+
+func (e *DispatcherError) Error() string {
+	kind := "permanent"
+	if e.Transient {
+		kind = "transient"
+	}
+	return fmt.Sprintf("kafka delivery of dispatcher %s (epoch %d) failed (%s): %v", e.Dispatcher, e.Epoch, kind, e.Err)
+}
+
+func (e *DispatcherError) Unwrap() error { return e.Err }
+
+var transientErrors = []error{
+	sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrLeaderNotAvailable,
+	sarama.ErrNotLeaderForPartition, sarama.ErrRequestTimedOut, sarama.ErrOutOfBrokers,
+	sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException,
+}
+
+// IsTransient reports whether a delivery error is worth a retry.
+func IsTransient(err error) bool {
+	for _, t := range transientErrors {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Sink is the Kafka sink of one changefeed on one node.
+type Sink struct {
+	cfg        Config
+	client     sarama.Client
+	producer   sarama.AsyncProducer
+	partitions int32
+	log        *slog.Logger
+
+	mu          sync.Mutex
+	cond        *sync.Cond
+	outstanding map[string]int
+	closed      bool
+	handled     chan struct{}
+}
+
+// batchState counts a batch's messages down to its flush ack.
+type batchState struct {
+	mu        sync.Mutex
+	b         *sink.Batch
+	remaining int
+	done      bool
+}
+
+func (bs *batchState) settle(n int, err error) {
+	bs.mu.Lock()
+	if bs.done {
+		bs.mu.Unlock()
+		return
+	}
+	bs.remaining -= n
+	finish := err != nil || bs.remaining == 0
+	bs.done = finish
+	bs.mu.Unlock()
+	if finish && bs.b.OnFlushed != nil {
+		bs.b.OnFlushed(err)
+	}
+}
+
+// meta rides on every message.
+type meta struct {
+	batch      *batchState
+	dispatcher string
+	epoch      uint64
+	partition  int32      // ≥ 0: this partition (DDL, watermark); -1: by key
+	sync       chan error // for messages the caller waits on
+}
+
+// Open connects to the brokers and makes sure the topic exists.
+func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	sc := saramaConfig(cfg)
+	client, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Kafka at %v: %v; check the brokers in the sink URI and that they are up", cfg.Brokers, err)
+	}
+	parts, err := ensureTopic(client, cfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	producer, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("kafka producer: %w", err)
+	}
+	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, handled: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	go s.handleResults()
+	return s, nil
+}
+
+func saramaConfig(cfg Config) *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.ClientID = "cdcctl"
+	sc.Version = sarama.V2_8_0_0
+	sc.Net.DialTimeout = cfg.DialTimeout
+	sc.Net.ReadTimeout = 3 * cfg.DialTimeout
+	sc.Net.WriteTimeout = 3 * cfg.DialTimeout
+	// One request in flight per broker keeps retries from reordering a key.
+	sc.Net.MaxOpenRequests = 1
+	sc.Metadata.Retry.Max = 2
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Retry.Max = 3
+	sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
+	sc.Producer.Partitioner = func(string) sarama.Partitioner { return partitioner{} }
+	return sc
+}
+
+func ensureTopic(client sarama.Client, cfg Config) (int32, error) {
+	parts, err := client.Partitions(cfg.Topic)
+	if err == nil && len(parts) > 0 {
+		return int32(len(parts)), nil
+	}
+	if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return 0, fmt.Errorf("read the partitions of topic %q: %w", cfg.Topic, err)
+	}
+	admin, aerr := sarama.NewClusterAdminFromClient(client)
+	if aerr != nil {
+		return 0, fmt.Errorf("topic %q does not exist and cannot be created: %w", cfg.Topic, aerr)
+	}
+	cerr := admin.CreateTopic(cfg.Topic, &sarama.TopicDetail{NumPartitions: cfg.PartitionNum, ReplicationFactor: cfg.ReplicationFactor}, false)
+	if cerr != nil && !errors.Is(cerr, sarama.ErrTopicAlreadyExists) {
+		return 0, fmt.Errorf("topic %q does not exist and could not be created (create it, or fix partition-num/replication-factor): %w", cfg.Topic, cerr)
+	}
+	if err := client.RefreshMetadata(cfg.Topic); err != nil {
+		return 0, err
+	}
+	parts, err = client.Partitions(cfg.Topic)
+	if err != nil {
+		return 0, err
+	}
+	return int32(len(parts)), nil
+}
+
+// partitioner sends DDLs and watermarks where they are addressed and rows
+// by the hash of their key.
+type partitioner struct{}
+
+func (partitioner) Partition(msg *sarama.ProducerMessage, n int32) (int32, error) {
+	if m, ok := msg.Metadata.(*meta); ok && m.partition >= 0 {
+		return m.partition, nil
+	}
+	key, err := msg.Key.Encode()
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New32a()
+	h.Write(key)
+	return int32(h.Sum32() % uint32(n)), nil
+}
+
+func (partitioner) RequiresConsistency() bool { return true }
+
+func (s *Sink) messageKey(e *source.Event) string {
+	if s.cfg.PartitionBy == "table" {
+		return e.Table
+	}
+	return e.Table + "/" + e.Key
+}
+
+// Write implements sink.Sink: messages are handed to the producer (which
+// blocks when its buffer is full); the flush ack comes when Kafka has
+// acknowledged every one of them.
+func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
+	bs := &batchState{b: b, remaining: len(b.Events)}
+	if len(b.Events) == 0 {
+		bs.settle(0, nil)
+		return nil
+	}
+	msgs := make([]*sarama.ProducerMessage, 0, len(b.Events))
+	var buf bytes.Buffer
+	for i := range b.Events {
+		e := &b.Events[i]
+		buf.Reset()
+		if err := codec.EncodeRow(&buf, codec.ProtocolCanalJSON, s.cfg.Schema, e); err != nil {
+			return err
+		}
+		value := bytes.TrimRight(buf.Bytes(), "\n")
+		msgs = append(msgs, &sarama.ProducerMessage{
+			Topic: s.cfg.Topic, Key: sarama.StringEncoder(s.messageKey(e)), Value: sarama.ByteEncoder(append([]byte(nil), value...)),
+			Metadata: &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1},
+		})
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("kafka sink is closed")
+	}
+	s.outstanding[b.Dispatcher] += len(msgs)
+	s.mu.Unlock()
+	for i, m := range msgs {
+		select {
+		case s.producer.Input() <- m:
+		case <-ctx.Done():
+			// The rest never left: count them off and fail the batch.
+			s.release(b.Dispatcher, len(msgs)-i)
+			bs.settle(len(msgs)-i, &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: ctx.Err()})
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *Sink) release(dispatcher string, n int) {
+	s.mu.Lock()
+	s.outstanding[dispatcher] -= n
+	if s.outstanding[dispatcher] <= 0 {
+		delete(s.outstanding, dispatcher)
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// handleResults turns the producer's acks into flush acks, and its errors
+// into failures of the dispatcher that sent the message.
+func (s *Sink) handleResults() {
+	defer close(s.handled)
+	successes, errs := s.producer.Successes(), s.producer.Errors()
+	for successes != nil || errs != nil {
+		select {
+		case m, ok := <-successes:
+			if !ok {
+				successes = nil
+				continue
+			}
+			s.settle(m, nil)
+		case pe, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.settle(pe.Msg, pe.Err)
+		}
+	}
+}
+
+func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
+	md, ok := m.Metadata.(*meta)
+	if !ok {
+		return
+	}
+	if md.sync != nil {
+		md.sync <- err
+		return
+	}
+	if err != nil {
+		transient := IsTransient(err)
+		s.log.Warn("kafka sink: delivery failed; the dispatcher restarts from its checkpoint",
+			"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", transient, "err", err)
+		err = &DispatcherError{Dispatcher: md.dispatcher, Epoch: md.epoch, Err: err, Transient: transient}
+	}
+	s.release(md.dispatcher, 1)
+	md.batch.settle(1, err)
+}
+
+// Flush implements sink.Sink: it waits until Kafka acknowledged (or
+// refused) everything the dispatcher sent.
+func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	for s.outstanding[dispatcher] > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.closed {
+			return errors.New("kafka sink is closed")
+		}
+		s.cond.Wait()
+	}
+	return nil
+}
+
+// broadcast sends one message to every partition and waits for the acks.
+func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
+	waits := make([]chan error, s.partitions)
+	for p := int32(0); p < s.partitions; p++ {
+		waits[p] = make(chan error, 1)
+		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value), Metadata: &meta{partition: p, sync: waits[p]}}
+		select {
+		case s.producer.Input() <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for _, w := range waits {
+		select {
+		case err := <-w:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// WriteDDL sends the DDL to every partition (each partition's consumer
+// must see it between the rows before and after it) and waits.
+func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
+	b, err := codec.EncodeCanalDDL(s.cfg.Schema, &ddl)
+	if err != nil {
+		return err
+	}
+	return s.broadcast(ctx, ddl.Table, b)
+}
+
+// WriteCheckpoint sends a watermark to every partition.
+func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
+	return s.broadcast(ctx, "", codec.EncodeWatermark(ts))
+}
+
+// Close stops the producer; deliveries still pending are failed.
+func (s *Sink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.producer.AsyncClose()
+	<-s.handled
+	return s.client.Close()
+}
+
+var _ sink.Sink = (*Sink)(nil)

@@ -1,0 +1,228 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func broker(t *testing.T, topics ...string) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func live(t *testing.T, uri string) *gen.Generator {
+	t.Helper()
+	cfg, err := gen.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StartMillis = time.Now().UnixMilli()
+	g, err := gen.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func now() model.Ts { return model.TsFromTime(time.Now()) }
+
+type run struct {
+	d    *dispatcher.Dispatcher
+	done chan error
+}
+
+func startDispatcher(t *testing.T, g *gen.Generator, s *kafka.Sink, id string, epoch uint64, span model.Span, from model.Ts) run {
+	t.Helper()
+	d, err := dispatcher.New(dispatcher.Config{ID: id, Epoch: epoch, Span: span, Start: from, Source: g, Sink: s, Now: now, BatchSize: 64, Idle: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run{d: d, done: make(chan error, 1)}
+	go func() { r.done <- d.Run(context.Background()) }()
+	return r
+}
+
+func stop(t *testing.T, r run) model.Ts {
+	t.Helper()
+	final, err := r.d.Stop(context.Background())
+	if err != nil {
+		t.Fatalf("stop %s: %v", r.d.ID(), err)
+	}
+	<-r.done
+	return final
+}
+
+func TestKafkaSinkUnderLoadWithAHandOver(t *testing.T) {
+	c := broker(t, "cdc")
+	uri := fmt.Sprintf("kafka://%s/cdc?protocol=canal-json", strings.Join(c.ListenAddrs(), ","))
+	s, err := kafka.Open(context.Background(), uri, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := live(t, "gen://?tables=2&keys=150&rate=3000&ddl_every=400ms")
+	var runs []run
+	for _, table := range g.Tables() {
+		b := g.Boundaries(2)
+		for i, sp := range model.SplitEvenly(table, 2, func(i int) string { return b[i-1] }) {
+			runs = append(runs, startDispatcher(t, g, s, fmt.Sprintf("%s-p%d.1", table, i), 1, sp, g.TableVersion(0)))
+		}
+	}
+	time.Sleep(600 * time.Millisecond)
+	final := stop(t, runs[0])
+	runs[0] = startDispatcher(t, g, s, "t0001-p0.2", 2, runs[0].d.Span(), final)
+	time.Sleep(600 * time.Millisecond)
+	var upTo model.Ts
+	for i, r := range runs {
+		f := stop(t, r)
+		if i == 0 || f < upTo {
+			upTo = f
+		}
+	}
+	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Kafka(context.Background(), g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Expected < 1500 {
+		t.Fatalf("kafka: %+v", rep)
+	}
+	// DDLs and the watermark reached every partition.
+	ddls, watermarks := map[int32]int{}, map[int32]model.Ts{}
+	err = kafka.Scan(context.Background(), mustParse(t, uri), func(p int32, kind codec.MessageKind, _ codec.Row, ts model.Ts) error {
+		switch kind {
+		case codec.MessageDDL:
+			ddls[p]++
+		case codec.MessageWatermark:
+			watermarks[p] = ts
+		}
+		return nil
+	})
+	if err != nil || len(ddls) != 4 || len(watermarks) != 4 || watermarks[0] != upTo {
+		t.Fatalf("ddls per partition %v, watermarks %v (%v)", ddls, watermarks, err)
+	}
+	t.Logf("verified %d events: %d lost, %d duplicates", rep.Expected, rep.Lost, rep.Duplicates)
+}
+
+func mustParse(t *testing.T, uri string) kafka.Config {
+	cfg, err := kafka.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// seed 002 R1: a transient broker error reaches the dispatcher that sent
+// the message, with its epoch; that dispatcher restarts from its
+// checkpoint and nothing is lost.
+func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
+	c := broker(t, "cdc")
+	var failing atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
+	s, err := kafka.Open(context.Background(), uri, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := live(t, "gen://?tables=1&keys=100&rate=2000")
+	span := model.Span{Table: "t0001"}
+	r := startDispatcher(t, g, s, "p1.7", 7, span, g.TableVersion(0))
+	time.Sleep(300 * time.Millisecond)
+	failing.Store(true)
+	var runErr error
+	select {
+	case runErr = <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dispatcher did not see the broker's errors")
+	}
+	var de *kafka.DispatcherError
+	if !errors.As(runErr, &de) || de.Dispatcher != "p1.7" || de.Epoch != 7 || !de.Transient || !kafka.IsTransient(de) {
+		t.Fatalf("dispatcher failed with %v, want a transient DispatcherError of p1.7 epoch 7", runErr)
+	}
+	// The outage ends only after the failed dispatcher is gone (Run
+	// returned once its messages had settled), as in a sustained outage.
+	failing.Store(false)
+	// The remedy: the same partition again from its checkpoint, new epoch.
+	heir := startDispatcher(t, g, s, "p1.8", 8, span, r.d.Checkpoint())
+	time.Sleep(300 * time.Millisecond)
+	upTo := stop(t, heir)
+	rep, err := verify.Kafka(context.Background(), g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("after a transient error: %+v", rep)
+	}
+	t.Logf("verified %d events: %d lost, %d duplicates (replayed from the checkpoint)", rep.Expected, rep.Lost, rep.Duplicates)
+}
+
+func TestBadKafkaInput(t *testing.T) {
+	for uri, mention := range map[string]string{
+		"kafka://host/topic":                "not host:port",
+		"kafka://h:9092":                    "name one topic",
+		"kafka://h:9092/t?protocol=avro":    "writes canal-json",
+		"kafka://h:9092/t?partition=random": "use key or table",
+		"kafka://h:9092/t?bogus=1":          "unknown parameter",
+		"kafka://h:9092/t?partition-num=0":  "partition-num",
+		"http://h:9092/t":                   "kafka://host:port/topic",
+	} {
+		if _, err := kafka.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)
+		}
+	}
+	begin := time.Now()
+	_, err := kafka.Open(context.Background(), "kafka://127.0.0.1:1/t?dial-timeout=500ms", quiet())
+	if err == nil || !strings.Contains(err.Error(), "cannot reach Kafka at [127.0.0.1:1]") {
+		t.Fatalf("unreachable broker: %v", err)
+	}
+	if time.Since(begin) > 20*time.Second {
+		t.Fatalf("took %s to give up on an unreachable broker", time.Since(begin))
+	}
+}
