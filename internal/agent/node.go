@@ -18,7 +18,9 @@ import (
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
@@ -43,9 +45,11 @@ type Node struct {
 // incarnation is one membership of this process: a lease, the view and
 // the election runner that belong to it.
 type incarnation struct {
-	member *cluster.Member
-	view   *cluster.View
-	runner *election.Runner
+	member  *cluster.Member
+	view    *cluster.View
+	runner  *election.Runner
+	coord   *coordinator.Coordinator
+	manager *dispatcher.Manager
 }
 
 // New validates the configuration and returns a node ready to Run.
@@ -215,16 +219,27 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	coord := coordinator.New(store, view, n.log)
 	elector := election.NewEtcd(member.Session(), store.Keys(), n.ID())
 	runner := election.NewRunner(n.ID(), elector, view, store, n.lead(coord), n.log)
-	inc := &incarnation{member: member, view: view, runner: runner}
+	manager := dispatcher.NewManager(n.ID(), store, view, n.log)
+	host := maintainer.NewHost(n.ID(), store, view, n.log)
+	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{view.Run, runner.Run, func(c context.Context) error { n.followView(c, view); return nil }} {
+	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view); return nil }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_ = run(ictx)
 		}()
 	}
+	// The dispatchers stop on their own signal, after the election has
+	// been given up, so they can still report their final positions.
+	mctx, stopDispatchers := context.WithCancel(context.Background())
+	defer stopDispatchers()
+	managerDone := make(chan struct{})
+	go func() {
+		defer close(managerDone)
+		_ = manager.Run(mctx)
+	}()
 	n.mu.Lock()
 	n.cur = inc
 	n.mu.Unlock()
@@ -239,6 +254,10 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	case <-ctx.Done():
 		n.ready.Store(false)
 		n.stopGracefully(member, runner)
+		// Dispatchers stop gracefully and report exactly where they
+		// stopped; whoever takes their partitions starts there.
+		stopDispatchers()
+		<-managerDone
 		cancel()
 		wg.Wait()
 		if err := member.Leave(); err != nil {
@@ -247,6 +266,8 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 		n.log.Info("left the cluster")
 		return true
 	case <-member.Lost():
+		stopDispatchers()
+		<-managerDone
 		cancel()
 		wg.Wait()
 		member.Abandon()

@@ -122,6 +122,53 @@ func (c *Client) ResignCoordinator(ctx context.Context, req ResignRequest) (*Res
 	return &out, c.do(ctx, http.MethodPost, "/api/v2/coordinator/resign", req, &out)
 }
 
+// Changefeeds is GET /api/v2/changefeeds.
+func (c *Client) Changefeeds(ctx context.Context) (*ChangefeedList, error) {
+	var out ChangefeedList
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/changefeeds", nil, &out)
+}
+
+// Changefeed is GET /api/v2/changefeeds/{id}.
+func (c *Client) Changefeed(ctx context.Context, id string) (*ChangefeedResponse, error) {
+	var out ChangefeedResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/changefeeds/"+url.PathEscape(id), nil, &out)
+}
+
+// CreateChangefeed is POST /api/v2/changefeeds.
+func (c *Client) CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error) {
+	var out ChangefeedResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds", req, &out)
+}
+
+// PauseChangefeed and ResumeChangefeed are POST .../pause and .../resume.
+func (c *Client) PauseChangefeed(ctx context.Context, id string) (*ChangefeedResponse, error) {
+	var out ChangefeedResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/pause", nil, &out)
+}
+
+func (c *Client) ResumeChangefeed(ctx context.Context, id string) (*ChangefeedResponse, error) {
+	var out ChangefeedResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/resume", nil, &out)
+}
+
+// RemoveChangefeed is DELETE /api/v2/changefeeds/{id}.
+func (c *Client) RemoveChangefeed(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v2/changefeeds/"+url.PathEscape(id), nil, nil)
+}
+
+// Partitions is GET /api/v2/partitions, optionally filtered.
+func (c *Client) Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error) {
+	q := url.Values{}
+	if changefeed != "" {
+		q.Set("changefeed", changefeed)
+	}
+	if node != "" {
+		q.Set("node", node)
+	}
+	var out PartitionList
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/partitions?"+q.Encode(), nil, &out)
+}
+
 // do sends one request. Reads move to the next address on any transport
 // error; writes only when the connection was never made, so a write is
 // never sent twice.

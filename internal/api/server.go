@@ -20,6 +20,13 @@ type Backend interface {
 	Capture(ctx context.Context, id string) (*CaptureResponse, error)
 	Snapshot(ctx context.Context) (*SnapshotResponse, error)
 	ResignCoordinator(ctx context.Context, req ResignRequest) (*ResignResponse, error)
+	Changefeeds(ctx context.Context) (*ChangefeedList, error)
+	Changefeed(ctx context.Context, id string) (*ChangefeedResponse, error)
+	// The changefeed writes below run on the coordinator.
+	CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error)
+	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
+	RemoveChangefeed(ctx context.Context, id string) error
+	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
 	// Coordinator says whether this node is the coordinator, and if not,
 	// the API address of the one that is (ok=false: none elected).
 	Coordinator() (self bool, addr string, ok bool)
@@ -48,6 +55,19 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/v2/captures/{id}", s.capture)
 	mux.HandleFunc("GET /api/v2/snapshot", s.snapshot)
 	mux.HandleFunc("POST /api/v2/coordinator/resign", s.onCoordinator(s.resign))
+	mux.HandleFunc("GET /api/v2/changefeeds", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Changefeeds)(r.Context()) })
+	mux.HandleFunc("GET /api/v2/changefeeds/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		reply(w, func(ctx context.Context) (*ChangefeedResponse, error) { return s.b.Changefeed(ctx, id) })(r.Context())
+	})
+	mux.HandleFunc("POST /api/v2/changefeeds", s.onCoordinator(s.createChangefeed))
+	mux.HandleFunc("POST /api/v2/changefeeds/{id}/pause", s.onCoordinator(s.pauseChangefeed(true)))
+	mux.HandleFunc("POST /api/v2/changefeeds/{id}/resume", s.onCoordinator(s.pauseChangefeed(false)))
+	mux.HandleFunc("DELETE /api/v2/changefeeds/{id}", s.onCoordinator(s.removeChangefeed))
+	mux.HandleFunc("GET /api/v2/partitions", func(w http.ResponseWriter, r *http.Request) {
+		cf, node := r.URL.Query().Get("changefeed"), r.URL.Query().Get("node")
+		reply(w, func(ctx context.Context) (*PartitionList, error) { return s.b.Partitions(ctx, cf, node) })(r.Context())
+	})
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
@@ -97,6 +117,41 @@ func (s *server) resign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, func(ctx context.Context) (*ResignResponse, error) { return s.b.ResignCoordinator(ctx, req) })(r.Context())
+}
+
+func (s *server) createChangefeed(w http.ResponseWriter, r *http.Request) {
+	var req ChangefeedCreateRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.ID == "" || req.Source == "" || req.Sink == "" {
+		writeError(w, Errorf(CodeBadRequest, `send {"id": "...", "source": "gen://...", "sink": "..."}`, "a changefeed needs an id, a source and a sink"))
+		return
+	}
+	v, err := s.b.CreateChangefeed(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *server) pauseChangefeed(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		reply(w, func(ctx context.Context) (*ChangefeedResponse, error) {
+			return s.b.SetChangefeedPaused(ctx, id, paused)
+		})(r.Context())
+	}
+}
+
+func (s *server) removeChangefeed(w http.ResponseWriter, r *http.Request) {
+	if err := s.b.RemoveChangefeed(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // reply runs a backend call and writes its result or its error.

@@ -1,10 +1,14 @@
-// Package coordinator holds the work of the elected node. Today: keeping
-// the liveness records in step with membership. The maintainer schedulers,
-// the operator controller and plan execution land here in later issues.
+// Package coordinator holds the work of the elected node: keeping the
+// liveness records in step with membership, placing each changefeed's
+// maintainer, and the changefeed operations of the API (create, pause,
+// resume, remove). Plan execution lands here in later issues.
 //
 // It imports model, engine/meta, engine/cluster and engine/election; it must
 // never import api, agent or cli. Every write it makes is fenced with the
 // term it was elected with.
+//
+// It also imports the gen source and the sink registry, to validate a
+// changefeed before anything is written.
 package coordinator
 
 import (
@@ -35,6 +39,9 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
 		err := c.cleanupLiveness(ctx, term)
+		if perr := c.placeMaintainers(ctx, term, c.view.State()); err == nil {
+			err = perr
+		}
 		if errors.Is(err, meta.ErrFenced) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
 			return

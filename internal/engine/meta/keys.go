@@ -28,6 +28,37 @@ func (k Keys) Liveness(id model.NodeID) string { return k.LivenessPrefix() + str
 // campaigning node; the key with the lowest create revision leads.
 func (k Keys) ElectionPrefix() string { return k.root + "election/" }
 
+// Changefeed keys: info (config), status (state, checkpoint) and
+// maintainer (placement), under changefeeds/<cf>/.
+func (k Keys) ChangefeedsPrefix() string { return k.root + "changefeeds/" }
+func (k Keys) ChangefeedPrefix(cf model.ChangefeedID) string {
+	return k.ChangefeedsPrefix() + string(cf) + "/"
+}
+func (k Keys) ChangefeedInfo(cf model.ChangefeedID) string { return k.ChangefeedPrefix(cf) + "info" }
+func (k Keys) ChangefeedStatus(cf model.ChangefeedID) string {
+	return k.ChangefeedPrefix(cf) + "status"
+}
+func (k Keys) Maintainer(cf model.ChangefeedID) string { return k.ChangefeedPrefix(cf) + "maintainer" }
+
+// Partition keys: the routing table, partitions/<cf>/<pid>.
+func (k Keys) PartitionsPrefix() string { return k.root + "partitions/" }
+func (k Keys) Partitions(cf model.ChangefeedID) string {
+	return k.PartitionsPrefix() + string(cf) + "/"
+}
+func (k Keys) Partition(cf model.ChangefeedID, pid string) string { return k.Partitions(cf) + pid }
+
+// Progress keys: each partition's reported checkpoint, progress/<cf>/<pid>,
+// apart from the routing table so that progress never makes a plan that
+// read the routing table stale.
+func (k Keys) ProgressPrefix() string { return k.root + "progress/" }
+func (k Keys) ProgressOf(cf model.ChangefeedID) string {
+	return k.ProgressPrefix() + string(cf) + "/"
+}
+func (k Keys) Progress(cf model.ChangefeedID, pid string) string { return k.ProgressOf(cf) + pid }
+
+// PartitionIDs is the counter behind p<N>.
+func (k Keys) PartitionIDs() string { return k.root + "ids/partition" }
+
 // Drain holds the cluster's single DrainRecord (seed 000).
 func (k Keys) Drain() string { return k.root + "drain" }
 
@@ -38,6 +69,9 @@ const (
 	kindNode
 	kindLiveness
 	kindElection
+	kindChangefeed
+	kindPartition
+	kindProgress
 )
 
 // classify tells which object a key under the root is.
@@ -49,6 +83,9 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.NodesPrefix(), kindNode},
 		{k.LivenessPrefix(), kindLiveness},
 		{k.ElectionPrefix(), kindElection},
+		{k.ChangefeedsPrefix(), kindChangefeed},
+		{k.PartitionsPrefix(), kindPartition},
+		{k.ProgressPrefix(), kindProgress},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {
 			return c.kind, rest

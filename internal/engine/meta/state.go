@@ -42,6 +42,11 @@ type State struct {
 	Nodes     map[model.NodeID]NodeEntry
 	Liveness  map[model.NodeID]LivenessEntry
 	elections map[string]electionEntry
+	// Changefeeds, the routing table and progress, by changefeed. The
+	// inner maps are replaced, never changed, when a state moves on.
+	Changefeeds map[model.ChangefeedID]*ChangefeedEntry
+	Partitions  map[model.ChangefeedID]map[string]RouteRecord
+	Progress    map[model.ChangefeedID]map[string]ProgressRecord
 }
 
 func newState(clusterID string) *State {
@@ -50,6 +55,10 @@ func newState(clusterID string) *State {
 		Nodes:     map[model.NodeID]NodeEntry{},
 		Liveness:  map[model.NodeID]LivenessEntry{},
 		elections: map[string]electionEntry{},
+
+		Changefeeds: map[model.ChangefeedID]*ChangefeedEntry{},
+		Partitions:  map[model.ChangefeedID]map[string]RouteRecord{},
+		Progress:    map[model.ChangefeedID]map[string]ProgressRecord{},
 	}
 }
 
@@ -65,6 +74,17 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.elections {
 		c.elections[k] = v
+	}
+	// Entries and inner maps are copied on write (applyChangefeed), so a
+	// shallow copy of the outer maps is enough here.
+	for k, v := range s.Changefeeds {
+		c.Changefeeds[k] = v
+	}
+	for k, v := range s.Partitions {
+		c.Partitions[k] = v
+	}
+	for k, v := range s.Progress {
+		c.Progress[k] = v
 	}
 	return c
 }
@@ -179,6 +199,8 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		s.elections[key] = electionEntry{node: model.NodeID(kv.Value), createRevision: kv.CreateRevision}
+	case kindChangefeed, kindPartition, kindProgress:
+		s.applyChangefeed(kind, rest, kv, deleted)
 	}
 }
 

@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
+	lag := int64(0)
+	if e.Status.CheckpointTs > 0 {
+		lag = time.Since(e.Status.CheckpointTs.Time()).Milliseconds()
+	}
+	return api.Changefeed{
+		ID: string(e.Info.ID), State: string(e.Status.State), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
+		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
+		Source: e.Info.SourceURI, Sink: e.Info.SinkURI, PartitionsPerTable: e.Info.PartitionsPerTable,
+		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt,
+	}
+}
+
+func notFound(id string) error {
+	return api.Errorf(api.CodeNotFound, "list the changefeeds with 'cdcctl changefeed list'", "changefeed %q not found", id)
+}
+
+func (b backend) Changefeeds(ctx context.Context) (*api.ChangefeedList, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.ChangefeedList{Version: api.SchemaVersion, Changefeeds: []api.Changefeed{}}
+	for _, id := range st.ChangefeedIDs() {
+		out.Changefeeds = append(out.Changefeeds, changefeedOf(st, st.Changefeeds[id]))
+	}
+	return out, nil
+}
+
+func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResponse, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := st.Changefeeds[model.ChangefeedID(id)]
+	if !ok {
+		return nil, notFound(id)
+	}
+	return &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e)}, nil
+}
+
+func (b backend) Partitions(ctx context.Context, changefeed, node string) (*api.PartitionList, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if changefeed != "" {
+		if _, ok := st.Changefeeds[model.ChangefeedID(changefeed)]; !ok {
+			return nil, notFound(changefeed)
+		}
+	}
+	out := &api.PartitionList{Version: api.SchemaVersion, Partitions: []api.Partition{}}
+	for _, cf := range st.ChangefeedIDs() {
+		if changefeed != "" && string(cf) != changefeed {
+			continue
+		}
+		for _, r := range st.SortedPartitions(cf) {
+			if node != "" && string(r.Route.Node) != node {
+				continue
+			}
+			p := api.Partition{
+				ID: r.Route.ID, Changefeed: string(cf), Table: r.Route.Span.Table, Start: r.Route.Span.Start, End: r.Route.Span.End,
+				Node: string(r.Route.Node), Status: string(r.Route.Status), Epoch: r.Route.Epoch,
+			}
+			if pr, ok := st.Progress[cf][r.Route.ID]; ok {
+				p.CheckpointTs = uint64(pr.Progress.Checkpoint)
+			}
+			out.Partitions = append(out.Partitions, p)
+		}
+	}
+	return out, nil
+}
+
+// leading returns the coordinator and its term, or an error when this
+// node stopped leading while the request was forwarded to it.
+func (b backend) leading() (*coordinator.Coordinator, election.Term, error) {
+	_, inc := b.n.current()
+	if inc == nil {
+		return nil, election.Term{}, errNotJoined
+	}
+	term, ok := inc.runner.Current()
+	if !ok {
+		return nil, election.Term{}, api.Errorf(api.CodeNotCoordinator, "try again", "%s is no longer the coordinator", b.n.cfg.NodeID)
+	}
+	return inc.coord, term, nil
+}
+
+// engineError maps the engine's errors to the API's, in one place.
+func engineError(err error, id string) error {
+	switch {
+	case errors.Is(err, coordinator.ErrInvalid):
+		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s", errors.Unwrap(err))
+	case errors.Is(err, meta.ErrChangefeedExists):
+		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
+	case errors.Is(err, meta.ErrChangefeedNotFound):
+		return notFound(id)
+	case errors.Is(err, meta.ErrFenced):
+		return api.Errorf(api.CodeNotCoordinator, "try again", "the coordinator changed during the request")
+	case errors.Is(err, meta.ErrStale):
+		return api.Errorf(api.CodeConflict, "try again", "the changefeed changed during the request")
+	}
+	return err
+}
+
+func (b backend) CreateChangefeed(ctx context.Context, req api.ChangefeedCreateRequest) (*api.ChangefeedResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	info, err := coord.CreateChangefeed(ctx, term, coordinator.CreateRequest{ID: req.ID, Source: req.Source, Sink: req.Sink, PartitionsPerTable: req.PartitionsPerTable})
+	if err != nil {
+		return nil, engineError(err, req.ID)
+	}
+	return b.Changefeed(ctx, string(info.ID))
+}
+
+func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool) (*api.ChangefeedResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	state := model.ChangefeedNormal
+	if paused {
+		state = model.ChangefeedPaused
+	}
+	if err := coord.SetChangefeedState(ctx, term, model.ChangefeedID(id), state); err != nil {
+		return nil, engineError(err, id)
+	}
+	return b.Changefeed(ctx, id)
+}
+
+func (b backend) RemoveChangefeed(ctx context.Context, id string) error {
+	coord, term, err := b.leading()
+	if err != nil {
+		return err
+	}
+	return engineError(coord.RemoveChangefeed(ctx, term, model.ChangefeedID(id)), id)
+}

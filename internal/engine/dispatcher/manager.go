@@ -1,0 +1,276 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Manager runs, on one node, a dispatcher for every partition the routing
+// table places on this node, and reports their checkpoints. The routing
+// table in etcd is the request; the progress records are the reply: a
+// maintainer that moves, or a coordinator that fails over, finds the
+// truth there instead of in anyone's memory.
+type Manager struct {
+	self  model.NodeID
+	store *meta.Store
+	view  *cluster.View
+	log   *slog.Logger
+	// Interval between progress reports.
+	Interval time.Duration
+
+	mu      sync.Mutex
+	running map[string]*managed // by changefeed/partition
+	feeds   map[model.ChangefeedID]*feed
+	wg      sync.WaitGroup
+}
+
+type managed struct {
+	route    meta.RouteRecord
+	d        *Dispatcher
+	done     chan struct{}
+	err      error
+	reported model.Ts
+}
+
+// feed is what the dispatchers of one changefeed share on this node.
+type feed struct {
+	info model.ChangefeedInfo
+	src  *gen.Generator
+	sink sink.Sink
+}
+
+// NewManager returns a manager for this node.
+func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, log *slog.Logger) *Manager {
+	return &Manager{self: self, store: store, view: view, log: log, Interval: 500 * time.Millisecond,
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}}
+}
+
+func key(cf model.ChangefeedID, pid string) string { return string(cf) + "/" + pid }
+
+// Run reconciles until ctx ends, then stops every dispatcher gracefully,
+// reports their final positions and closes the sinks.
+func (m *Manager) Run(ctx context.Context) error {
+	t := time.NewTicker(m.Interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		ch := m.view.Changed()
+		m.reconcile(ctx, m.view.State())
+		m.report(ctx)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	m.stopAll()
+	return nil
+}
+
+// Running returns how many dispatchers run here, per changefeed.
+func (m *Manager) Running() map[model.ChangefeedID]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[model.ChangefeedID]int{}
+	for _, r := range m.running {
+		out[r.route.Route.Changefeed]++
+	}
+	return out
+}
+
+func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
+	want := map[string]meta.RouteRecord{}
+	for _, cf := range st.ChangefeedIDs() {
+		e := st.Changefeeds[cf]
+		if e.Status.State != model.ChangefeedNormal {
+			continue
+		}
+		for pid, r := range st.Partitions[cf] {
+			if r.Route.Node == m.self && r.Route.Status == model.PartitionActive {
+				want[key(cf, pid)] = r
+			}
+		}
+	}
+	m.mu.Lock()
+	var stale []*managed
+	for k, r := range m.running {
+		w, ok := want[k]
+		select {
+		case <-r.done:
+			// Ended by itself (sink failure): start again from its checkpoint.
+			m.log.Warn("dispatcher ended; restarting it from its checkpoint", "dispatcher", r.d.ID(), "err", r.err)
+			delete(m.running, k)
+			continue
+		default:
+		}
+		if !ok || w.Route.Epoch != r.route.Route.Epoch {
+			stale = append(stale, r)
+			delete(m.running, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range stale {
+		// Placed elsewhere now: stop, and keep nothing of it.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, _ = r.d.Stop(sctx)
+		cancel()
+		<-r.done
+	}
+	for k, r := range want {
+		m.mu.Lock()
+		_, runs := m.running[k]
+		m.mu.Unlock()
+		if runs {
+			continue
+		}
+		if err := m.start(ctx, st, r); err != nil {
+			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "err", err)
+		}
+	}
+	m.closeUnusedFeeds(st)
+}
+
+func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, error) {
+	m.mu.Lock()
+	f := m.feeds[e.Info.ID]
+	m.mu.Unlock()
+	if f != nil && f.info.CreatedAt.Equal(e.Info.CreatedAt) {
+		return f, nil
+	}
+	cfg, err := gen.ParseURI(e.Info.SourceURI)
+	if err != nil {
+		return nil, err
+	}
+	src, err := gen.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := registry.Open(ctx, e.Info.SinkURI, m.log)
+	if err != nil {
+		return nil, err
+	}
+	f = &feed{info: e.Info, src: src, sink: sk}
+	m.mu.Lock()
+	m.feeds[e.Info.ID] = f
+	m.mu.Unlock()
+	return f, nil
+}
+
+func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord) error {
+	e := st.Changefeeds[r.Route.Changefeed]
+	f, err := m.feedFor(ctx, e)
+	if err != nil {
+		return err
+	}
+	from := e.Info.StartTs
+	if p, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok && p.Progress.Checkpoint > from {
+		from = p.Progress.Checkpoint
+	}
+	d, err := New(Config{
+		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from,
+		Source: f.src, Sink: f.sink, Now: func() model.Ts { return model.TsFromTime(time.Now()) },
+	})
+	if err != nil {
+		return err
+	}
+	run := &managed{route: r, d: d, done: make(chan struct{}), reported: from}
+	m.mu.Lock()
+	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		// The dispatcher's own context is ended only by Stop (graceful) or
+		// by the manager going away.
+		run.err = d.Run(context.Background())
+		close(run.done)
+	}()
+	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
+	return nil
+}
+
+// report writes every dispatcher's checkpoint that moved.
+func (m *Manager) report(ctx context.Context) {
+	m.mu.Lock()
+	runs := make([]*managed, 0, len(m.running))
+	for _, r := range m.running {
+		runs = append(runs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range runs {
+		cp := r.d.Checkpoint()
+		if cp <= r.reported {
+			continue
+		}
+		err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: cp, Node: m.self, Epoch: r.route.Route.Epoch})
+		if err == nil {
+			r.reported = cp
+		} else if !errors.Is(err, meta.ErrStale) && ctx.Err() == nil {
+			m.log.Warn("cannot report progress", "dispatcher", r.d.ID(), "err", err)
+		}
+	}
+}
+
+// stopAll stops every dispatcher gracefully and reports where each
+// stopped, so whoever takes the partitions over starts exactly there.
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	runs := m.running
+	m.running = map[string]*managed{}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			final, err := r.d.Stop(ctx)
+			<-r.done
+			if err != nil {
+				final = r.d.Checkpoint()
+			}
+			if final > r.reported {
+				if err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch}); err != nil {
+					m.log.Warn("cannot report the final position", "dispatcher", r.d.ID(), "err", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	m.wg.Wait()
+	m.mu.Lock()
+	feeds := m.feeds
+	m.feeds = map[model.ChangefeedID]*feed{}
+	m.mu.Unlock()
+	for _, f := range feeds {
+		_ = f.sink.Close()
+	}
+}
+
+// closeUnusedFeeds closes the sinks of changefeeds with nothing running here.
+func (m *Manager) closeUnusedFeeds(st *meta.State) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inUse := map[model.ChangefeedID]bool{}
+	for _, r := range m.running {
+		inUse[r.route.Route.Changefeed] = true
+	}
+	for id, f := range m.feeds {
+		e, exists := st.Changefeeds[id]
+		if !inUse[id] && (!exists || !e.Info.CreatedAt.Equal(f.info.CreatedAt)) {
+			_ = f.sink.Close()
+			delete(m.feeds, id)
+		}
+	}
+}

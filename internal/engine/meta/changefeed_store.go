@@ -1,0 +1,202 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// ErrChangefeedExists means the name is taken.
+var ErrChangefeedExists = errors.New("changefeed already exists")
+
+// ErrChangefeedNotFound means there is no changefeed of that name.
+var ErrChangefeedNotFound = errors.New("changefeed not found")
+
+// ErrStale means the object changed since it was read; read and decide again.
+var ErrStale = errors.New("the object changed since it was read")
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs are marshalled here
+	}
+	return string(b)
+}
+
+func (f MaintainerFence) cmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.Revision)
+}
+
+// CreateChangefeed writes a new changefeed and its routing table in one
+// coordinator transaction. Partition ids come from the cluster counter.
+func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.ChangefeedInfo, spans []model.Span) ([]model.RouteEntry, error) {
+	if !fence.valid() {
+		return nil, ErrFenced
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
+		if err != nil {
+			return nil, fmt.Errorf("read the partition id counter: %w", err)
+		}
+		next, ctrCmp := uint64(0), clientv3.Compare(clientv3.CreateRevision(s.keys.PartitionIDs()), "=", 0)
+		if len(ctr.Kvs) == 1 {
+			next, _ = strconv.ParseUint(string(ctr.Kvs[0].Value), 10, 64)
+			ctrCmp = clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision)
+		}
+		routes := make([]model.RouteEntry, len(spans))
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.keys.ChangefeedInfo(info.ID), mustJSON(info)),
+			clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs})),
+		}
+		for i, sp := range spans {
+			next++
+			routes[i] = model.RouteEntry{ID: "p" + strconv.FormatUint(next, 10), Changefeed: info.ID, Span: sp, Status: model.PartitionActive}
+			ops = append(ops, clientv3.OpPut(s.keys.Partition(info.ID, routes[i].ID), mustJSON(routes[i])))
+		}
+		ops = append(ops, clientv3.OpPut(s.keys.PartitionIDs(), strconv.FormatUint(next, 10)))
+		cmps := append(fence.cmps(), ctrCmp, clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(info.ID)), "=", 0))
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("create changefeed %s: %w", info.ID, err)
+		}
+		if tr.Succeeded {
+			return routes, nil
+		}
+		if holds, err := s.fenceHolds(ctx, fence); err != nil {
+			return nil, err
+		} else if !holds {
+			return nil, ErrFenced
+		}
+		if got, err := s.cli.Get(ctx, s.keys.ChangefeedInfo(info.ID), clientv3.WithCountOnly()); err == nil && got.Count > 0 {
+			return nil, fmt.Errorf("%w: %s", ErrChangefeedExists, info.ID)
+		}
+		// The id counter moved (another changefeed was created): again.
+	}
+	return nil, errors.New("create changefeed: the partition id counter kept changing; try again")
+}
+
+// RemoveChangefeed deletes a changefeed, its routing table and progress.
+func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.ChangefeedID) error {
+	tr, err := s.cli.Txn(ctx).
+		If(append(fence.cmps(), clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(id)), ">", 0))...).
+		Then(
+			clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
+			clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
+			clientv3.OpDelete(s.keys.ProgressOf(id), clientv3.WithPrefix()),
+		).Commit()
+	if err != nil {
+		return fmt.Errorf("remove changefeed %s: %w", id, err)
+	}
+	if !tr.Succeeded {
+		return s.whyNot(ctx, fence, id)
+	}
+	return nil
+}
+
+func (s *Store) whyNot(ctx context.Context, fence Fence, id model.ChangefeedID) error {
+	if holds, err := s.fenceHolds(ctx, fence); err != nil {
+		return err
+	} else if !holds {
+		return ErrFenced
+	}
+	got, err := s.cli.Get(ctx, s.keys.ChangefeedInfo(id), clientv3.WithCountOnly())
+	if err == nil && got.Count == 0 {
+		return fmt.Errorf("%w: %s", ErrChangefeedNotFound, id)
+	}
+	return ErrStale
+}
+
+// SetChangefeedState pauses or resumes a changefeed (coordinator write).
+func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState) error {
+	st := e.Status
+	st.State = state
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).
+		Then(clientv3.OpPut(key, mustJSON(st))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return s.whyNot(ctx, fence, e.Info.ID)
+	}
+	return nil
+}
+
+// PlaceMaintainer puts a changefeed's maintainer on a node with the next
+// epoch (coordinator write, compare-and-swap on the placement).
+func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedEntry, node model.NodeID) error {
+	key := s.keys.Maintainer(e.Info.ID)
+	p := model.MaintainerPlacement{Node: node, Epoch: e.Maintainer.Epoch + 1}
+	cmp := clientv3.Compare(clientv3.ModRevision(key), "=", e.MaintainerRevision)
+	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), cmp, clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(e.Info.ID)), ">", 0))...).
+		Then(clientv3.OpPut(key, mustJSON(p))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return s.whyNot(ctx, fence, e.Info.ID)
+	}
+	return nil
+}
+
+// PlacePartition puts a partition on a node with the next epoch. It is a
+// maintainer write: it lands only while the maintainer's placement holds
+// and the entry is the one the maintainer read.
+func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID) error {
+	next := r.Route
+	next.Node, next.Status, next.Epoch = node, model.PartitionActive, r.Route.Epoch+1
+	key := s.keys.Partition(next.Changefeed, next.ID)
+	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision)).
+		Then(clientv3.OpPut(key, mustJSON(next))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
+// SetCheckpoint records a changefeed's checkpoint (maintainer write); it
+// only moves forward.
+func (s *Store) SetCheckpoint(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, ts model.Ts) error {
+	if ts <= e.Status.CheckpointTs {
+		return nil
+	}
+	st := e.Status
+	st.CheckpointTs = ts
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)).
+		Then(clientv3.OpPut(key, mustJSON(st))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
+// ReportProgress records a dispatcher's checkpoint. It lands only while
+// the partition is still placed as the dispatcher knows it (same
+// routing-entry revision), so a dispatcher that was moved away can never
+// overwrite its successor's progress.
+func (s *Store) ReportProgress(ctx context.Context, route RouteRecord, p model.Progress) error {
+	r := route.Route
+	tr, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.keys.Partition(r.Changefeed, r.ID)), "=", route.Revision)).
+		Then(clientv3.OpPut(s.keys.Progress(r.Changefeed, r.ID), mustJSON(p))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}

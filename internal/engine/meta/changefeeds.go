@@ -1,0 +1,148 @@
+package meta
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// ChangefeedEntry is one changefeed as etcd holds it.
+type ChangefeedEntry struct {
+	Info               model.ChangefeedInfo
+	InfoRevision       int64
+	Status             model.ChangefeedStatus
+	StatusRevision     int64
+	Maintainer         model.MaintainerPlacement
+	MaintainerRevision int64 // 0: never placed
+}
+
+// RouteRecord is a routing-table entry and its mod-revision.
+type RouteRecord struct {
+	Route    model.RouteEntry
+	Revision int64
+}
+
+// ProgressRecord is a reported checkpoint and its mod-revision.
+type ProgressRecord struct {
+	Progress model.Progress
+	Revision int64
+}
+
+// MaintainerFence proves a maintainer placement: the maintainer key's
+// mod-revision when the placement was made. Any new placement changes it.
+type MaintainerFence struct {
+	Key      string
+	Revision int64
+	Epoch    uint64
+}
+
+// FenceOf returns the fence of a changefeed's current maintainer placement.
+func (e *ChangefeedEntry) FenceOf(k Keys) MaintainerFence {
+	return MaintainerFence{Key: k.Maintainer(e.Info.ID), Revision: e.MaintainerRevision, Epoch: e.Maintainer.Epoch}
+}
+
+// SortedPartitions returns a changefeed's routing table by table and start.
+func (s *State) SortedPartitions(cf model.ChangefeedID) []RouteRecord {
+	var out []RouteRecord
+	for _, r := range s.Partitions[cf] {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Route.Span, out[j].Route.Span
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		return a.Start < b.Start
+	})
+	return out
+}
+
+// ChangefeedIDs returns the changefeeds, sorted.
+func (s *State) ChangefeedIDs() []model.ChangefeedID {
+	var out []model.ChangefeedID
+	for id := range s.Changefeeds {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// applyChangefeed folds a change under changefeeds/, partitions/ or
+// progress/ into the state.
+func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, deleted bool) {
+	cf, leaf, ok := strings.Cut(rest, "/")
+	if !ok || leaf == "" {
+		return
+	}
+	id := model.ChangefeedID(cf)
+	switch kind {
+	case kindChangefeed:
+		e := s.Changefeeds[id]
+		if e == nil {
+			if deleted {
+				return
+			}
+			e = &ChangefeedEntry{}
+		} else {
+			c := *e
+			e = &c
+		}
+		switch leaf {
+		case "info":
+			if deleted {
+				delete(s.Changefeeds, id)
+				return
+			}
+			if json.Unmarshal(kv.Value, &e.Info) == nil {
+				e.InfoRevision = kv.ModRevision
+			}
+		case "status":
+			if !deleted && json.Unmarshal(kv.Value, &e.Status) == nil {
+				e.StatusRevision = kv.ModRevision
+			}
+		case "maintainer":
+			if deleted {
+				e.Maintainer, e.MaintainerRevision = model.MaintainerPlacement{}, 0
+			} else if json.Unmarshal(kv.Value, &e.Maintainer) == nil {
+				e.MaintainerRevision = kv.ModRevision
+			}
+		}
+		s.Changefeeds[id] = e
+	case kindPartition:
+		m := cloneMap(s.Partitions[id])
+		if deleted {
+			delete(m, leaf)
+		} else {
+			var r model.RouteEntry
+			if json.Unmarshal(kv.Value, &r) == nil {
+				m[leaf] = RouteRecord{Route: r, Revision: kv.ModRevision}
+			}
+		}
+		s.Partitions[id] = m
+	case kindProgress:
+		m := cloneMap(s.Progress[id])
+		if deleted {
+			delete(m, leaf)
+		} else {
+			var p model.Progress
+			if json.Unmarshal(kv.Value, &p) == nil {
+				m[leaf] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
+			}
+		}
+		s.Progress[id] = m
+	}
+}
+
+// cloneMap copies one changefeed's map, so a published state is never
+// changed under its readers.
+func cloneMap[V any](m map[string]V) map[string]V {
+	c := make(map[string]V, len(m)+1)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

@@ -1,0 +1,49 @@
+// Package registry opens the sink a URI names: file://, mem://, s3:// (the
+// storage sink), kafka:// and blackhole://. It is the one place that knows
+// every sink, so callers name a URI and nothing else.
+package registry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/blackhole"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+)
+
+// Validate parses a sink URI without connecting.
+func Validate(uri string) error {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return fmt.Errorf("sink URI %q: %v", uri, err)
+	}
+	switch u.Scheme {
+	case "kafka":
+		_, err = kafka.ParseURI(uri)
+	case "blackhole":
+	case "file", "mem", "s3":
+		_, err = storage.ParseURI(uri)
+	default:
+		err = fmt.Errorf("sink URI %q: unknown scheme %q; use kafka://, file://, s3://, mem:// or blackhole://", uri, u.Scheme)
+	}
+	return err
+}
+
+// Open connects a sink.
+func Open(ctx context.Context, uri string, log *slog.Logger) (sink.Sink, error) {
+	if err := Validate(uri); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(uri)
+	switch u.Scheme {
+	case "kafka":
+		return kafka.Open(ctx, uri, log)
+	case "blackhole":
+		return blackhole.New(), nil
+	}
+	return storage.Open(ctx, uri, log)
+}

@@ -1,0 +1,84 @@
+package model
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// ChangefeedID names a changefeed, e.g. "demo".
+type ChangefeedID string
+
+var changefeedIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidateChangefeedID says what is wrong with a name, if anything.
+func ValidateChangefeedID(id string) error {
+	if !changefeedIDPattern.MatchString(id) {
+		return fmt.Errorf("changefeed name %q is not valid: use 1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// ChangefeedInfo is a changefeed's configuration; it does not change
+// while the changefeed runs.
+type ChangefeedInfo struct {
+	ID        ChangefeedID `json:"id"`
+	SourceURI string       `json:"source"` // with its start pinned
+	SinkURI   string       `json:"sink"`
+	// PartitionsPerTable is how many key ranges each table is cut into at
+	// creation.
+	PartitionsPerTable int       `json:"partitions_per_table"`
+	StartTs            Ts        `json:"start_ts"`
+	CreatedAt          time.Time `json:"created_at"`
+}
+
+// ChangefeedState is a changefeed's lifecycle state.
+type ChangefeedState string
+
+const (
+	ChangefeedNormal ChangefeedState = "normal"
+	ChangefeedPaused ChangefeedState = "paused"
+	ChangefeedFailed ChangefeedState = "failed"
+)
+
+// ChangefeedStatus is what the cluster reports about a changefeed.
+type ChangefeedStatus struct {
+	State        ChangefeedState `json:"state"`
+	CheckpointTs Ts              `json:"checkpoint_ts"`
+	Error        string          `json:"error,omitempty"`
+}
+
+// MaintainerPlacement says which node runs a changefeed's maintainer.
+// The coordinator writes it; the epoch grows with every placement.
+type MaintainerPlacement struct {
+	Node  NodeID `json:"node"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// PartitionStatus is seed 003's per-partition operating state.
+type PartitionStatus string
+
+const (
+	PartitionActive   PartitionStatus = "Active"
+	PartitionDraining PartitionStatus = "Draining"
+)
+
+// RouteEntry is one partition of the routing table: a key range of one
+// table of one changefeed, the node that serves it, and the epoch of that
+// placement.
+type RouteEntry struct {
+	ID         string          `json:"id"` // p<N>, unique in the cluster
+	Changefeed ChangefeedID    `json:"changefeed"`
+	Span       Span            `json:"span"`
+	Node       NodeID          `json:"node,omitempty"` // empty: not placed
+	Status     PartitionStatus `json:"status"`
+	Epoch      uint64          `json:"epoch"`
+}
+
+// Progress is a partition's checkpoint as its dispatcher reported it:
+// everything up to Checkpoint is durable in the sink.
+type Progress struct {
+	Checkpoint Ts     `json:"checkpoint"`
+	Node       NodeID `json:"node"`
+	Epoch      uint64 `json:"epoch"`
+}
