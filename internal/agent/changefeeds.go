@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
@@ -103,7 +104,8 @@ func (b backend) leading() (*coordinator.Coordinator, election.Term, error) {
 func engineError(err error, id string) error {
 	switch {
 	case errors.Is(err, coordinator.ErrInvalid):
-		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s", errors.Unwrap(err))
+		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s",
+			strings.TrimPrefix(err.Error(), coordinator.ErrInvalid.Error()+": "))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
 	case errors.Is(err, meta.ErrChangefeedNotFound):

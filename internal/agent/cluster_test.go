@@ -133,6 +133,9 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 	rn := tc.start("capture-1")
 	tc.start("capture-2")
 	tc.waitLeader()
+	if _, err := tc.client().CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "taken", Source: "gen://", Sink: "blackhole://"}); err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + rn.addr
 	for _, tt := range []struct {
 		method, path, body string
@@ -146,6 +149,16 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/coordinator/resign", `{"wait":"soon"}`, 400, api.CodeBadRequest, "soon"},
 		{"GET", "/api/v2/nothing", "", 404, api.CodeNotFound, "/api/v2/nothing"},
 		{"DELETE", "/api/v2/status", "", 405, api.CodeMethod, "DELETE"},
+		{"POST", "/api/v2/changefeeds", "{oops", 400, api.CodeBadRequest, "malformed JSON"},
+		{"POST", "/api/v2/changefeeds", `{"id":"a"}`, 400, api.CodeBadRequest, "needs an id, a source and a sink"},
+		{"POST", "/api/v2/changefeeds", `{"id":"Bad Name","source":"gen://","sink":"blackhole://"}`, 400, api.CodeBadRequest, "not valid"},
+		{"POST", "/api/v2/changefeeds", `{"id":"a","source":"gen://?rate=0","sink":"blackhole://"}`, 400, api.CodeBadRequest, "rate"},
+		{"POST", "/api/v2/changefeeds", `{"id":"a","source":"gen://","sink":"kafka://127.0.0.1:1/t?dial-timeout=200ms"}`, 400, api.CodeBadRequest, "cannot reach Kafka"},
+		{"POST", "/api/v2/changefeeds", `{"id":"taken","source":"gen://","sink":"blackhole://"}`, 409, api.CodeConflict, "already exists"},
+		{"GET", "/api/v2/changefeeds/nope", "", 404, api.CodeNotFound, "nope"},
+		{"POST", "/api/v2/changefeeds/nope/pause", "", 404, api.CodeNotFound, "nope"},
+		{"DELETE", "/api/v2/changefeeds/nope", "", 404, api.CodeNotFound, "nope"},
+		{"GET", "/api/v2/partitions?changefeed=nope", "", 404, api.CodeNotFound, "nope"},
 	} {
 		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
 		resp, err := http.DefaultClient.Do(req)
@@ -159,9 +172,12 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 			t.Errorf("%s %s %q: status %d, body %+v (%v); want %d %s mentioning %q", tt.method, tt.path, tt.body, resp.StatusCode, e, derr, tt.status, tt.code, tt.mention)
 		}
 	}
-	// Nothing was resigned by the refused requests.
+	// Nothing was resigned or created by the refused requests.
 	if l, _ := tc.leader(); l.Node == "" {
 		t.Fatal("no coordinator after refused requests")
+	}
+	if ids := tc.state().ChangefeedIDs(); len(ids) != 1 || ids[0] != "taken" {
+		t.Fatalf("changefeeds after refused requests: %v", ids)
 	}
 }
 

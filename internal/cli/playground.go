@@ -20,7 +20,8 @@ func newPlaygroundCommand(o *options) *cobra.Command {
 		Short: "Run a local cluster: embedded etcd and N cdc-agent processes on loopback",
 		Long: `Run a local cluster in the foreground: an embedded etcd in this process on
 --port-base, and --nodes cdc-agent processes capture-1..capture-N with their
-APIs on --port-base+1.., all on 127.0.0.1. It writes DIR/playground.json
+APIs on --port-base+1.., all on 127.0.0.1, and a demo changefeed (gen source,
+8 tables, into files under DIR/sink) unless --no-demo. It writes DIR/playground.json
 (etcd endpoint, each capture's address and pid) and each agent's log to
 DIR/capture-N.log. It restarts nothing by itself, so you can kill a capture
 and watch the cluster react. Ctrl-C stops everything.
@@ -50,5 +51,6 @@ otherwise by running cdcctl itself as the agent.`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory for etcd data, agent data and logs (default $TMPDIR/cdcctl-playground-<port-base>)")
 	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
+	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
 	return cmd
 }

@@ -153,6 +153,9 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newClusterCommand(o),
 		newCaptureCommand(o),
 		newCoordinatorCommand(o),
+		newChangefeedCommand(o),
+		newPartitionCommand(o),
+		newVerifyCommand(o),
 		newPlaygroundCommand(o),
 	)
 	root.InitDefaultCompletionCmd()

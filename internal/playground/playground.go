@@ -35,7 +35,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// Agent is the command that starts an agent; see AgentCommand.
 	Agent AgentCommand
-	Out   io.Writer // the operator's terminal
+	// NoDemo skips the demo changefeed.
+	NoDemo bool
+	Out    io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
@@ -67,6 +69,8 @@ type State struct {
 	Dir      string    `json:"dir"`
 	PID      int       `json:"pid"` // the playground process
 	Captures []Capture `json:"captures"`
+	// Demo is the demo changefeed's sink, if one was created.
+	Demo string `json:"demo_sink,omitempty"`
 }
 
 // Capture is one agent process of the playground.
@@ -134,6 +138,13 @@ func Run(ctx context.Context, cfg Config) error {
 		servers = append(servers, c.Address)
 	}
 	st.Server = strings.Join(servers, ",")
+	if !cfg.NoDemo {
+		sink, err := createDemo(ctx, servers, dir)
+		if err != nil {
+			return err
+		}
+		st.Demo = sink
+	}
 	if err := writeState(filepath.Join(dir, "playground.json"), st); err != nil {
 		return err
 	}
@@ -155,6 +166,26 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintf(cfg.Out, "%s (pid %d) exited: %v; the playground does not restart it (log: %s)\n", c.ID, c.PID, describeExit(c.err), c.Log)
 		}
 	}
+}
+
+// The demo changefeed: 8 tables of 1,000 keys, 1,000 changes a second, a
+// DDL every 30s, into files under the playground's directory.
+const demoSource = "gen://?tables=8&keys=1000&rate=1000&ddl_every=30s"
+
+func createDemo(ctx context.Context, servers []string, dir string) (string, error) {
+	client, err := api.NewClient(servers, 30*time.Second)
+	if err != nil {
+		return "", err
+	}
+	sink := "file://" + filepath.Join(dir, "sink") + "?flush-interval=1s"
+	if _, err := client.Changefeed(ctx, "demo"); err == nil {
+		return sink, nil // kept from an earlier run in the same directory
+	}
+	_, err = client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: demoSource, Sink: sink, PartitionsPerTable: 4})
+	if err != nil {
+		return "", fmt.Errorf("create the demo changefeed: %w", err)
+	}
+	return sink, nil
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
@@ -327,6 +358,11 @@ func printBanner(w io.Writer, st State) {
 	fmt.Fprintf(w, "  export CDCCTL_SERVER=%s\n", st.Server)
 	fmt.Fprintln(w, "  cdcctl capture list")
 	fmt.Fprintln(w, "  cdcctl cluster status")
+	if st.Demo != "" {
+		fmt.Fprintln(w, "  cdcctl changefeed list           # the demo changefeed replicates into "+strings.TrimPrefix(strings.Split(st.Demo, "?")[0], "file://"))
+		fmt.Fprintln(w, "  cdcctl partition list --changefeed demo")
+		fmt.Fprintln(w, "  cdcctl verify --changefeed demo  # prove nothing was lost")
+	}
 	fmt.Fprintln(w, "  cdcctl coordinator resign")
 	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1; after the session TTL another capture leads\n\n", st.Captures[0].PID)
 	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+func newChangefeedCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{Use: "changefeed", Aliases: []string{"changefeeds", "cf"}, Short: "Changefeeds: replication tasks from a source to a sink"}
+	cmd.AddCommand(newChangefeedCreateCommand(o), newChangefeedListCommand(o), newChangefeedGetCommand(o),
+		newChangefeedStateCommand(o, "pause"), newChangefeedStateCommand(o, "resume"), newChangefeedRemoveCommand(o),
+		newChangefeedWaitCommand(o))
+	return cmd
+}
+
+func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
+	fmt.Fprintln(tw, "ID\tSTATE\tCHECKPOINT\tLAG\tMAINTAINER\tPARTITIONS\tSINK")
+	for _, cf := range cfs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", cf.ID, cf.State, model.Ts(cf.CheckpointTs).Time().Format("15:04:05.000"),
+			(time.Duration(cf.CheckpointLagMs) * time.Millisecond).Round(time.Millisecond), cf.Maintainer, cf.Partitions, cf.Sink)
+	}
+}
+
+func newChangefeedCreateCommand(o *options) *cobra.Command {
+	var req api.ChangefeedCreateRequest
+	cmd := &cobra.Command{
+		Use:   "create NAME --source URI --sink URI",
+		Short: "Create a changefeed; each table is cut into --partitions-per-table key ranges",
+		Example: `  cdcctl changefeed create demo --source 'gen://?tables=8&keys=10000&rate=2000' --sink 'file:///tmp/demo-sink'
+  cdcctl changefeed create orders --source 'gen://?tables=2' --sink 'kafka://127.0.0.1:9092/orders?protocol=canal-json'`,
+		Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Source == "" || req.Sink == "" {
+				return usageErr(errors.New("--source and --sink are required"))
+			}
+			req.ID = args[0]
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cf, err := c.CreateChangefeed(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return o.render(cf, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Changefeed %s created: %d partitions, maintainer %s.\n", cf.ID, cf.Partitions, orNone(cf.Maintainer))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Source, "source", "", "source URI: gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&seed=1")
+	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, mem://, kafka://host:port/topic, blackhole://")
+	f.IntVar(&req.PartitionsPerTable, "partitions-per-table", 4, "key ranges each table is cut into")
+	return cmd
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not placed yet)"
+	}
+	return s
+}
+
+func newChangefeedListCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use: "list", Aliases: []string{"ls"}, Short: "List changefeeds with their checkpoint and lag", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			list, err := c.Changefeeds(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return o.render(list, func(tw tableWriter) { changefeedTable(tw, list.Changefeeds) })
+		},
+	}
+}
+
+func newChangefeedGetCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use: "get NAME", Short: "Show one changefeed", Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cf, err := c.Changefeed(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.render(cf, func(tw tableWriter) {
+				fmt.Fprintf(tw, "ID:\t%s\nState:\t%s\n", cf.ID, cf.State)
+				fmt.Fprintf(tw, "Checkpoint:\t%d (%s, lag %s)\n", cf.CheckpointTs, model.Ts(cf.CheckpointTs).Time().Format(time.RFC3339Nano), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
+				fmt.Fprintf(tw, "Maintainer:\t%s (epoch %d)\n", orNone(cf.Maintainer), cf.MaintainerEpoch)
+				fmt.Fprintf(tw, "Partitions:\t%d (%d per table)\n", cf.Partitions, cf.PartitionsPerTable)
+				fmt.Fprintf(tw, "Source:\t%s\nSink:\t%s\nCreated:\t%s\n", cf.Source, cf.Sink, cf.CreatedAt.Format(time.RFC3339))
+			})
+		},
+	}
+}
+
+func newChangefeedStateCommand(o *options, verb string) *cobra.Command {
+	short := "Pause a changefeed: dispatchers stop gracefully, the checkpoint stays exact"
+	if verb == "resume" {
+		short = "Resume a paused changefeed from its checkpoint"
+	}
+	return &cobra.Command{
+		Use: verb + " NAME", Short: short, Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			call := c.PauseChangefeed
+			if verb == "resume" {
+				call = c.ResumeChangefeed
+			}
+			cf, err := call(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.render(cf, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State) })
+		},
+	}
+}
+
+func newChangefeedRemoveCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use: "remove NAME", Aliases: []string{"rm"}, Short: "Remove a changefeed (its sink's data stays)", Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if err := c.RemoveChangefeed(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			out := map[string]any{"version": api.SchemaVersion, "removed": args[0]}
+			return o.render(out, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s removed.\n", args[0]) })
+		},
+	}
+}
+
+func newChangefeedWaitCommand(o *options) *cobra.Command {
+	var advance, timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait NAME --advance D",
+		Short: "Wait until a changefeed's checkpoint has advanced by D (for scripts)",
+		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
+the command started: proof that replication is moving. Exit 3 on --timeout.`,
+		Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			first, err := c.Changefeed(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			for {
+				cf, err := c.Changefeed(ctx, args[0])
+				if err == nil && model.Ts(cf.CheckpointTs) >= target {
+					return o.render(cf, func(tw tableWriter) {
+						fmt.Fprintf(tw, "Checkpoint of %s advanced by %s (lag %s).\n", cf.ID, model.Ts(cf.CheckpointTs).Time().Sub(model.Ts(first.CheckpointTs).Time()), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
+					})
+				}
+				select {
+				case <-ctx.Done():
+					return withExit(ExitTimeout, fmt.Errorf("timed out after %s: the checkpoint of %s did not advance by %s", timeout, args[0], advance))
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
+	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit code 3)")
+	return cmd
+}

@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newPartitionCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{Use: "partition", Aliases: []string{"partitions"}, Short: "Partitions: key ranges of tables and where they run"}
+	var changefeed, node string
+	list := &cobra.Command{
+		Use: "list", Aliases: []string{"ls"}, Short: "List the routing table", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			ps, err := c.Partitions(cmd.Context(), changefeed, node)
+			if err != nil {
+				return err
+			}
+			return o.render(ps, func(tw tableWriter) {
+				fmt.Fprintln(tw, "ID\tCHANGEFEED\tTABLE\tSTART\tEND\tNODE\tSTATUS\tEPOCH")
+				for _, p := range ps.Partitions {
+					end := p.End
+					if end == "" {
+						end = "∞"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%q\t%s\t%s\t%s\t%d\n", p.ID, p.Changefeed, p.Table, p.Start, end, orNone(p.Node), p.Status, p.Epoch)
+				}
+			})
+		},
+	}
+	list.Flags().StringVar(&changefeed, "changefeed", "", "only this changefeed")
+	list.Flags().StringVar(&node, "node", "", "only partitions on this capture")
+	cmd.AddCommand(list)
+	return cmd
+}
