@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -31,11 +33,30 @@ func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) mod
 // its partitions continue elsewhere from exactly where they stopped; the
 // sink then holds every event once, in per-key order.
 func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T) {
+	replicateThroughANodeStop(t, "file://"+t.TempDir()+"?flush-interval=100ms", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+		return verify.Storage(ctx, g, sinkURI, upTo)
+	})
+}
+
+// The same through the Kafka sink, on a real-protocol broker in process.
+func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	replicateThroughANodeStop(t, "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+		return verify.Kafka(ctx, g, sinkURI, upTo)
+	})
+}
+
+type verifier func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error)
+
+func replicateThroughANodeStop(t *testing.T, sinkURI string, check verifier) {
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
-	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
 	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{
 		ID: "demo", Source: "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", Sink: sinkURI, PartitionsPerTable: 4,
 	})
@@ -61,9 +82,16 @@ func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T
 		t.Fatalf("placement: %v", perNode)
 	}
 
-	// Stop a capture that is neither the coordinator nor (if possible)
-	// the maintainer, under load.
-	victim := tc.followerOf(leader.Node)
+	// Stop the capture that runs the maintainer, under load: the
+	// maintainer moves, its dispatchers' partitions move, nothing stops.
+	cur, err := c.Changefeed(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := model.NodeID(cur.Maintainer)
+	if victim == "" {
+		victim = tc.followerOf(leader.Node)
+	}
 	if err := tc.stop(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +101,9 @@ func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T
 		return err == nil && len(ps.Partitions) == 0
 	})
 	cp = tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1500))
+	if moved, err := c.Changefeed(ctx, "demo"); err != nil || moved.Maintainer == string(victim) || moved.MaintainerEpoch <= cur.MaintainerEpoch {
+		t.Fatalf("maintainer after stopping %s: %+v %v", victim, moved, err)
+	}
 
 	// Pause: every dispatcher stops gracefully; the checkpoint is exact.
 	if _, err := c.PauseChangefeed(ctx, "demo"); err != nil {
@@ -91,7 +122,7 @@ func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := verify.Storage(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
+	rep, err := check(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
 	if err != nil {
 		t.Fatal(err)
 	}
