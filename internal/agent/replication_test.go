@@ -44,7 +44,8 @@ func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer broker.Close()
+	// Registered before the cluster's cleanups, so it closes after them.
+	t.Cleanup(broker.Close)
 	replicateThroughANodeStop(t, "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
 		return verify.Kafka(ctx, g, sinkURI, upTo)
 	})

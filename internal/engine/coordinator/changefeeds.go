@@ -88,18 +88,25 @@ func (c *Coordinator) RemoveChangefeed(ctx context.Context, term election.Term, 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint
 // stays exact) or resumes a changefeed.
 func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState) error {
-	st, err := c.store.Load(ctx)
-	if err != nil {
-		return err
+	// The maintainer writes the status (checkpoint) often; read again and
+	// retry when it moved under us.
+	for attempt := 0; ; attempt++ {
+		st, err := c.store.Load(ctx)
+		if err != nil {
+			return err
+		}
+		e, ok := st.Changefeeds[id]
+		if !ok {
+			return fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, id)
+		}
+		if e.Status.State == state {
+			return nil
+		}
+		err = c.store.SetChangefeedState(ctx, term.Fence, e, state)
+		if !errors.Is(err, meta.ErrStale) || attempt >= 20 {
+			return err
+		}
 	}
-	e, ok := st.Changefeeds[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, id)
-	}
-	if e.Status.State == state {
-		return nil
-	}
-	return c.store.SetChangefeedState(ctx, term.Fence, e, state)
 }
 
 // placeMaintainers gives every changefeed whose maintainer has no live node

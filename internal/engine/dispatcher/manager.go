@@ -41,6 +41,25 @@ type managed struct {
 	done     chan struct{}
 	err      error
 	reported model.Ts
+	// abort ends the dispatcher's run without a final flush, when a
+	// graceful stop does not finish (its sink is unreachable, say).
+	abort context.CancelFunc
+}
+
+// stop stops a dispatcher gracefully, or aborts it if that takes longer
+// than the timeout, and returns its final position.
+func (r *managed) stop(timeout time.Duration) (model.Ts, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	final, err := r.d.Stop(ctx)
+	if err != nil {
+		r.abort()
+	}
+	<-r.done
+	if err != nil {
+		return r.d.Checkpoint(), err
+	}
+	return final, nil
 }
 
 // feed is what the dispatchers of one changefeed share on this node.
@@ -121,10 +140,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 	m.mu.Unlock()
 	for _, r := range stale {
 		// Placed elsewhere now: stop, and keep nothing of it.
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, _ = r.d.Stop(sctx)
-		cancel()
-		<-r.done
+		_, _ = r.stop(30 * time.Second)
 	}
 	for k, r := range want {
 		m.mu.Lock()
@@ -183,16 +199,17 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	if err != nil {
 		return err
 	}
-	run := &managed{route: r, d: d, done: make(chan struct{}), reported: from}
+	runCtx, abort := context.WithCancel(context.Background())
+	run := &managed{route: r, d: d, done: make(chan struct{}), reported: from, abort: abort}
 	m.mu.Lock()
 	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		// The dispatcher's own context is ended only by Stop (graceful) or
-		// by the manager going away.
-		run.err = d.Run(context.Background())
+		defer abort()
+		// The run ends by Stop (graceful), by abort, or by a sink failure.
+		run.err = d.Run(runCtx)
 		close(run.done)
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
@@ -233,13 +250,9 @@ func (m *Manager) stopAll() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			final, _ := r.stop(30 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			final, err := r.d.Stop(ctx)
-			<-r.done
-			if err != nil {
-				final = r.d.Checkpoint()
-			}
 			if final > r.reported {
 				if err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch}); err != nil {
 					m.log.Warn("cannot report the final position", "dispatcher", r.d.ID(), "err", err)

@@ -187,7 +187,20 @@ func (s *Store) setLiveness(ctx context.Context, id model.NodeID, to model.Liven
 		if fence != nil {
 			cmps = append(cmps, fence.cmps()...)
 		}
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(val))).Commit()
+		ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
+		if !to.MayCampaign() {
+			// Withdraw the node's candidacy in the same transaction: a
+			// node that is no longer Alive must not win an election it
+			// queued for before, even for the moment its view lags.
+			cand, err := s.candidacies(ctx, id)
+			if err != nil {
+				return cur, err
+			}
+			for _, k := range cand {
+				ops = append(ops, clientv3.OpDelete(k))
+			}
+		}
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return cur, fmt.Errorf("write liveness of %s: %w", id, err)
 		}
@@ -204,6 +217,21 @@ func (s *Store) setLiveness(ctx context.Context, id model.NodeID, to model.Liven
 		// The record changed under us; read it again and re-check the rule.
 	}
 	return model.LivenessRecord{}, fmt.Errorf("liveness of %s kept changing during the update; try again", id)
+}
+
+// candidacies returns the election keys a node holds.
+func (s *Store) candidacies(ctx context.Context, id model.NodeID) ([]string, error) {
+	resp, err := s.cli.Get(ctx, s.keys.ElectionPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read the election: %w", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		if model.NodeID(kv.Value) == id {
+			out = append(out, string(kv.Key))
+		}
+	}
+	return out, nil
 }
 
 // fenceHolds tells whether a term is still current. An error means etcd
