@@ -266,6 +266,8 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 		n.log.Info("left the cluster")
 		return true
 	case <-member.Lost():
+		// Our partitions may already run elsewhere: stop writing at once.
+		manager.Abort()
 		stopDispatchers()
 		<-managerDone
 		cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -11,6 +12,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // ErrInvalid marks a request that cannot work as given; the message says
@@ -56,6 +58,12 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	if err := registry.Validate(req.Sink); err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if cfg.DDLEvery > 0 && req.PartitionsPerTable > 1 && strings.HasPrefix(req.Sink, "kafka://") {
+		// Each partition would broadcast its table's DDL on its own, and a
+		// sibling could still send older rows after it: refuse until the
+		// table-wide DDL barrier exists.
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: a Kafka sink with DDLs (ddl_every) needs --partitions-per-table 1 until the table-wide DDL barrier is built", ErrInvalid)
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	sk, err := registry.Open(octx, req.Sink, c.log)
@@ -112,21 +120,9 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 // placeMaintainers gives every changefeed whose maintainer has no live node
 // a schedulable node, the one with the fewest maintainers.
 func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, st *meta.State) error {
-	load := map[model.NodeID]int{}
-	var candidates []model.NodeID
-	for _, id := range st.NodeIDs() {
-		if st.LivenessOf(id).IsSchedulable() {
-			candidates = append(candidates, id)
-			load[id] = 0
-		}
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
+	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	for _, e := range st.Changefeeds {
-		if _, ok := load[e.Maintainer.Node]; ok {
-			load[e.Maintainer.Node]++
-		}
+		dest.Count(e.Maintainer.Node)
 	}
 	var firstErr error
 	for _, id := range st.ChangefeedIDs() {
@@ -134,13 +130,11 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 		if _, registered := st.Nodes[e.Maintainer.Node]; registered && e.Maintainer.Node != "" {
 			continue
 		}
-		dest := candidates[0]
-		for _, n := range candidates[1:] {
-			if load[n] < load[dest] {
-				dest = n
-			}
+		node, ok := dest.Next()
+		if !ok {
+			return nil // no schedulable node; placed when one appears
 		}
-		if err := c.store.PlaceMaintainer(ctx, term.Fence, e, dest); err != nil {
+		if err := c.store.PlaceMaintainer(ctx, term.Fence, e, node); err != nil {
 			if errors.Is(err, meta.ErrFenced) {
 				return err
 			}
@@ -149,8 +143,7 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 			}
 			continue
 		}
-		load[dest]++
-		c.log.Info("coordinator: maintainer placed", "changefeed", id, "node", dest, "epoch", e.Maintainer.Epoch+1)
+		c.log.Info("coordinator: maintainer placed", "changefeed", id, "node", node, "epoch", e.Maintainer.Epoch+1)
 	}
 	return firstErr
 }

@@ -122,7 +122,7 @@ func (d *Dispatcher) Checkpoint() model.Ts {
 // after a graceful stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	err := d.loop(ctx)
-	if err != nil && d.failed() != nil {
+	if err != nil && ctx.Err() == nil {
 		// Before reporting a sink failure, let every message still in
 		// flight settle: the successor starts from the checkpoint, and
 		// nothing of this dispatcher may land after it has begun.

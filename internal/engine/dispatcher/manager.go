@@ -32,6 +32,11 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
 	feeds   map[model.ChangefeedID]*feed
+	// finals remembers where stopped dispatchers ended, by partition and
+	// epoch, so a quick restart here never starts behind it (the view may
+	// not show the final report yet).
+	finals  map[string]model.Ts
+	aborted bool
 	wg      sync.WaitGroup
 }
 
@@ -72,10 +77,20 @@ type feed struct {
 // NewManager returns a manager for this node.
 func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, log *slog.Logger) *Manager {
 	return &Manager{self: self, store: store, view: view, log: log, Interval: 500 * time.Millisecond,
-		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}}
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]model.Ts{}}
 }
 
 func key(cf model.ChangefeedID, pid string) string { return string(cf) + "/" + pid }
+
+func finalKey(r model.RouteEntry) string { return fmt.Sprintf("%s/%s@%d", r.Changefeed, r.ID, r.Epoch) }
+
+// Abort makes the coming stop abrupt: the node lost its session, its
+// partitions may already run elsewhere, so nothing more is written.
+func (m *Manager) Abort() {
+	m.mu.Lock()
+	m.aborted = true
+	m.mu.Unlock()
+}
 
 // Run reconciles until ctx ends, then stops every dispatcher gracefully,
 // reports their final positions and closes the sinks.
@@ -128,6 +143,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 		case <-r.done:
 			// Ended by itself (sink failure): start again from its checkpoint.
 			m.log.Warn("dispatcher ended; restarting it from its checkpoint", "dispatcher", r.d.ID(), "err", r.err)
+			m.finals[finalKey(r.route.Route)] = r.d.Checkpoint()
 			delete(m.running, k)
 			continue
 		default:
@@ -135,13 +151,17 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 		if !ok || w.Route.Epoch != r.route.Route.Epoch {
 			stale = append(stale, r)
 			delete(m.running, k)
+		} else if w.Revision != r.route.Revision {
+			// Rewritten without a new placement: progress reports must be
+			// fenced by the current revision.
+			r.route = w
 		}
 	}
 	m.mu.Unlock()
-	for _, r := range stale {
-		// Placed elsewhere now: stop, and keep nothing of it.
-		_, _ = r.stop(30 * time.Second)
-	}
+	// Stop what no longer belongs here, all at once, and report where each
+	// stopped: a paused changefeed resumes exactly there; a partition that
+	// moved away refuses the report (its routing entry changed).
+	m.stopAndReport(stale)
 	for k, r := range want {
 		m.mu.Lock()
 		_, runs := m.running[k]
@@ -175,11 +195,16 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if err != nil {
 		return nil, err
 	}
-	f = &feed{info: e.Info, src: src, sink: sk}
+	nf := &feed{info: e.Info, src: src, sink: sk}
 	m.mu.Lock()
-	m.feeds[e.Info.ID] = f
+	m.feeds[e.Info.ID] = nf
 	m.mu.Unlock()
-	return f, nil
+	if f != nil {
+		// A changefeed of the same name was removed and created again; the
+		// old one's dispatchers were stopped earlier in this pass.
+		_ = f.sink.Close()
+	}
+	return nf, nil
 }
 
 func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord) error {
@@ -192,6 +217,11 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	if p, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok && p.Progress.Checkpoint > from {
 		from = p.Progress.Checkpoint
 	}
+	m.mu.Lock()
+	if f, ok := m.finals[finalKey(r.Route)]; ok && f > from {
+		from = f
+	}
+	m.mu.Unlock()
 	d, err := New(Config{
 		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from,
 		Source: f.src, Sink: f.sink, Now: func() model.Ts { return model.TsFromTime(time.Now()) },
@@ -230,37 +260,62 @@ func (m *Manager) report(ctx context.Context) {
 			continue
 		}
 		err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: cp, Node: m.self, Epoch: r.route.Route.Epoch})
-		if err == nil {
+		switch {
+		case err == nil:
 			r.reported = cp
-		} else if !errors.Is(err, meta.ErrStale) && ctx.Err() == nil {
+		case errors.Is(err, meta.ErrStale):
+			m.log.Debug("progress report refused: the partition's routing entry changed", "dispatcher", r.d.ID())
+		case ctx.Err() == nil:
 			m.log.Warn("cannot report progress", "dispatcher", r.d.ID(), "err", err)
 		}
 	}
 }
 
-// stopAll stops every dispatcher gracefully and reports where each
-// stopped, so whoever takes the partitions over starts exactly there.
-func (m *Manager) stopAll() {
+// stopAndReport stops dispatchers in parallel (gracefully, unless the
+// manager was aborted) and reports where each ended.
+func (m *Manager) stopAndReport(runs []*managed) {
 	m.mu.Lock()
-	runs := m.running
-	m.running = map[string]*managed{}
+	aborted := m.aborted
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, r := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if aborted {
+				r.abort()
+				<-r.done
+				return
+			}
 			final, _ := r.stop(30 * time.Second)
+			m.mu.Lock()
+			m.finals[finalKey(r.route.Route)] = final
+			m.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if final > r.reported {
-				if err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch}); err != nil {
+				err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch})
+				if err != nil && !errors.Is(err, meta.ErrStale) {
 					m.log.Warn("cannot report the final position", "dispatcher", r.d.ID(), "err", err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// stopAll stops every dispatcher and reports where each stopped, so
+// whoever takes the partitions over starts exactly there; then it closes
+// the sinks.
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	runs := make([]*managed, 0, len(m.running))
+	for _, r := range m.running {
+		runs = append(runs, r)
+	}
+	m.running = map[string]*managed{}
+	m.mu.Unlock()
+	m.stopAndReport(runs)
 	m.wg.Wait()
 	m.mu.Lock()
 	feeds := m.feeds

@@ -20,6 +20,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // Host runs the maintainers placed on one node.
@@ -75,47 +76,27 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 // node that is still registered is left alone (moving work off a Draining
 // node is the drain's business, done gracefully).
 func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
-	load := map[model.NodeID]int{}
-	var candidates []model.NodeID
-	for _, id := range st.NodeIDs() {
-		if st.LivenessOf(id).IsSchedulable() {
-			candidates = append(candidates, id)
-			load[id] = 0
-		}
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
+	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	routes := st.SortedPartitions(e.Info.ID)
 	for _, r := range routes {
-		if _, ok := load[r.Route.Node]; ok {
-			load[r.Route.Node]++
-		}
+		dest.Count(r.Route.Node)
 	}
 	for _, r := range routes {
 		if _, registered := st.Nodes[r.Route.Node]; registered && r.Route.Node != "" {
 			continue
 		}
-		dest := leastLoaded(candidates, load)
-		if err := h.store.PlacePartition(ctx, mf, r, dest); err != nil {
+		node, ok := dest.Next()
+		if !ok {
+			return nil // no schedulable node; placed when one appears
+		}
+		if err := h.store.PlacePartition(ctx, mf, r, node); err != nil {
 			return err
 		}
-		load[dest]++
 		if r.Route.Node != "" {
-			h.log.Info("maintainer: partition's node is gone; placed it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", dest)
+			h.log.Info("maintainer: partition's node is gone; placed it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
 		}
 	}
 	return nil
-}
-
-func leastLoaded(candidates []model.NodeID, load map[model.NodeID]int) model.NodeID {
-	best := candidates[0]
-	for _, c := range candidates[1:] {
-		if load[c] < load[best] {
-			best = c
-		}
-	}
-	return best
 }
 
 // advanceCheckpoint sets the changefeed's checkpoint to the minimum of

@@ -101,8 +101,9 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 				e.InfoRevision = kv.ModRevision
 			}
 		case "status":
-			if !deleted && json.Unmarshal(kv.Value, &e.Status) == nil {
-				e.StatusRevision = kv.ModRevision
+			var st model.ChangefeedStatus
+			if !deleted && json.Unmarshal(kv.Value, &st) == nil {
+				e.Status, e.StatusRevision = st, kv.ModRevision
 			}
 		case "maintainer":
 			if deleted {

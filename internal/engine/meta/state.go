@@ -133,6 +133,18 @@ func (s *State) NodeIDs() []model.NodeID {
 	return ids
 }
 
+// SchedulableNodeIDs returns the registered nodes that may receive new
+// work (Alive), sorted.
+func (s *State) SchedulableNodeIDs() []model.NodeID {
+	var out []model.NodeID
+	for _, id := range s.NodeIDs() {
+		if s.LivenessOf(id).IsSchedulable() {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // lessNodeID orders capture-2 before capture-10: by length, then bytes.
 func lessNodeID(a, b model.NodeID) bool {
 	if len(a) != len(b) {

@@ -290,8 +290,9 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 			"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", transient, "err", err)
 		err = &DispatcherError{Dispatcher: md.dispatcher, Epoch: md.epoch, Err: err, Transient: transient}
 	}
-	s.release(md.dispatcher, 1)
+	// The batch's ack first: Flush returning means every callback ran.
 	md.batch.settle(1, err)
+	s.release(md.dispatcher, 1)
 }
 
 // Flush implements sink.Sink: it waits until Kafka acknowledged (or

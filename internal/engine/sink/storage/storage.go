@@ -68,7 +68,12 @@ type dispatcherState struct {
 	flushWanted bool
 	flushing    bool
 	nextIndex   map[string]uint64 // per directory, once known
+	lastWrite   time.Time
 }
+
+// idleForget is how long a dispatcher with nothing pending is remembered;
+// every placement epoch is a new dispatcher, so the old ones must go.
+const idleForget = time.Minute
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
 func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
@@ -188,6 +193,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		d.since = s.now()
 	}
 	d.bytes += size
+	d.lastWrite = s.now()
 	d.pending = append(d.pending, b)
 	d.seq++
 	s.spooled += size
@@ -335,7 +341,11 @@ func (s *Sink) flushRound() {
 	}
 	var jobs []job
 	s.mu.Lock()
-	for _, d := range s.disp {
+	for id, d := range s.disp {
+		if len(d.pending) == 0 && !d.flushing && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > idleForget {
+			delete(s.disp, id) // its file numbering is read back from the index if it returns
+			continue
+		}
 		due := d.flushWanted || d.bytes >= s.cfg.FileSize || (len(d.pending) > 0 && now.Sub(d.since) >= s.cfg.FlushInterval)
 		if d.flushing || !due || len(d.pending) == 0 {
 			if len(d.pending) == 0 && d.flushWanted && !d.flushing {
