@@ -73,6 +73,8 @@ type RouteEntry struct {
 	Node       NodeID          `json:"node,omitempty"` // empty: not placed
 	Status     PartitionStatus `json:"status"`
 	Epoch      uint64          `json:"epoch"`
+	// Target is where a Draining partition is going.
+	Target NodeID `json:"target,omitempty"`
 }
 
 // Progress is a partition's checkpoint as its dispatcher reported it:
@@ -81,4 +83,8 @@ type Progress struct {
 	Checkpoint Ts     `json:"checkpoint"`
 	Node       NodeID `json:"node"`
 	Epoch      uint64 `json:"epoch"`
+	// Final: the dispatcher of this epoch has stopped, and everything up
+	// to Checkpoint, and nothing after it, was written. The next owner
+	// starts exactly here.
+	Final bool `json:"final,omitempty"`
 }

@@ -56,3 +56,23 @@ func (d *Destinations) Next() (model.NodeID, bool) {
 	d.load[best]++
 	return best, true
 }
+
+// Extremes returns the most- and the least-loaded candidates with their
+// loads (the first in order on a tie); empty when there are none.
+func (d *Destinations) Extremes() (most model.NodeID, mostLoad int, least model.NodeID, leastLoad int) {
+	for i, c := range d.candidates {
+		if i == 0 || d.load[c] > mostLoad {
+			most, mostLoad = c, d.load[c]
+		}
+		if i == 0 || d.load[c] < leastLoad {
+			least, leastLoad = c, d.load[c]
+		}
+	}
+	return most, mostLoad, least, leastLoad
+}
+
+// Move shifts one unit of load, for a move just planned.
+func (d *Destinations) Move(from, to model.NodeID) {
+	d.load[from]--
+	d.load[to]++
+}

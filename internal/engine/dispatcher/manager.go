@@ -124,13 +124,17 @@ func (m *Manager) Running() map[model.ChangefeedID]int {
 
 func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 	want := map[string]meta.RouteRecord{}
+	drainingHere := map[string]meta.RouteRecord{}
 	for _, cf := range st.ChangefeedIDs() {
 		e := st.Changefeeds[cf]
-		if e.Status.State != model.ChangefeedNormal {
-			continue
-		}
 		for pid, r := range st.Partitions[cf] {
-			if r.Route.Node == m.self && r.Route.Status == model.PartitionActive {
+			if r.Route.Node != m.self {
+				continue
+			}
+			switch {
+			case r.Route.Status == model.PartitionDraining:
+				drainingHere[key(cf, pid)] = r
+			case e.Status.State == model.ChangefeedNormal:
 				want[key(cf, pid)] = r
 			}
 		}
@@ -148,7 +152,13 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 			continue
 		default:
 		}
-		if !ok || w.Route.Epoch != r.route.Route.Epoch {
+		if d, draining := drainingHere[k]; !ok && draining && d.Route.Epoch == r.route.Route.Epoch {
+			// Being moved away (seed 003, MigrateOut): stop and report the
+			// final position under the routing entry as it is now.
+			r.route = d
+			stale = append(stale, r)
+			delete(m.running, k)
+		} else if !ok || w.Route.Epoch != r.route.Route.Epoch {
 			stale = append(stale, r)
 			delete(m.running, k)
 		} else if w.Revision != r.route.Revision {
@@ -162,6 +172,28 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 	// stopped: a paused changefeed resumes exactly there; a partition that
 	// moved away refuses the report (its routing entry changed).
 	m.stopAndReport(stale)
+	// A partition being moved away that nothing runs here (this process
+	// started after it was placed, say) is handed over at its last
+	// reported position.
+	for k, d := range drainingHere {
+		m.mu.Lock()
+		_, runs := m.running[k]
+		// A dispatcher stopped here already reported its exact final
+		// position; the (older) view must not overwrite it.
+		_, known := m.finals[finalKey(d.Route)]
+		m.mu.Unlock()
+		p, ok := st.Progress[d.Route.Changefeed][d.Route.ID]
+		if runs || known || (ok && p.Progress.Final && p.Progress.Epoch == d.Route.Epoch) {
+			continue
+		}
+		from := st.Changefeeds[d.Route.Changefeed].Info.StartTs
+		if ok && p.Progress.Checkpoint > from {
+			from = p.Progress.Checkpoint
+		}
+		if err := m.store.ReportProgress(ctx, d, model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true}); err != nil && !errors.Is(err, meta.ErrStale) {
+			m.log.Warn("cannot hand over a partition", "partition", d.Route.ID, "err", err)
+		}
+	}
 	for k, r := range want {
 		m.mu.Lock()
 		_, runs := m.running[k]
@@ -293,8 +325,8 @@ func (m *Manager) stopAndReport(runs []*managed) {
 			m.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if final > r.reported {
-				err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch})
+			if final > r.reported || r.route.Route.Status == model.PartitionDraining {
+				err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch, Final: true})
 				if err != nil && !errors.Is(err, meta.ErrStale) {
 					m.log.Warn("cannot report the final position", "dispatcher", r.d.ID(), "err", err)
 				}

@@ -71,30 +71,125 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	return h.advanceCheckpoint(ctx, st, e, mf)
 }
 
-// place gives every partition without a live node one: the schedulable
-// node with the fewest partitions of this changefeed. A partition on a
-// node that is still registered is left alone (moving work off a Draining
-// node is the drain's business, done gracefully).
+// MaxMovesInFlight bounds the graceful moves one changefeed makes at once.
+const MaxMovesInFlight = 4
+
+// place keeps the routing table healthy, in this order:
+//
+//  1. moves in progress: a partition whose source reported its final
+//     position goes Active on its target (next epoch); a move whose target
+//     can no longer take it gets another target; a move whose source died
+//     is placed directly (from the last checkpoint);
+//  2. partitions without a live node are placed (at-least-once);
+//  3. partitions on Draining nodes are moved off gracefully, then the
+//     most-loaded nodes give partitions to the least-loaded, at most
+//     MaxMovesInFlight at a time.
 func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
 	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	routes := st.SortedPartitions(e.Info.ID)
+	inFlight := 0
 	for _, r := range routes {
-		dest.Count(r.Route.Node)
+		if r.Route.Status == model.PartitionDraining {
+			dest.Count(r.Route.Target)
+			inFlight++
+		} else {
+			dest.Count(r.Route.Node)
+		}
 	}
 	for _, r := range routes {
-		if _, registered := st.Nodes[r.Route.Node]; registered && r.Route.Node != "" {
+		_, sourceAlive := st.Nodes[r.Route.Node]
+		switch {
+		case r.Route.Status == model.PartitionDraining:
+			if err := h.advanceMove(ctx, st, e, mf, r, sourceAlive, dest); err != nil {
+				return err
+			}
+		case r.Route.Node == "" || !sourceAlive:
+			node, ok := dest.Next()
+			if !ok {
+				return nil // no schedulable node; placed when one appears
+			}
+			if err := h.store.PlacePartition(ctx, mf, r, node); err != nil {
+				return err
+			}
+			if r.Route.Node != "" {
+				h.log.Info("maintainer: partition's node is gone; placed it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
+			}
+		}
+	}
+	return h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
+}
+
+func (h *Host) advanceMove(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, sourceAlive bool, dest *plan.Destinations) error {
+	target := r.Route.Target
+	if !dest.IsCandidate(target) {
+		next, ok := dest.Next()
+		if !ok {
+			return nil
+		}
+		h.log.Info("maintainer: move target can no longer take the partition; re-planned", "partition", r.Route.ID, "was", target, "now", next)
+		return h.store.StartMove(ctx, mf, r, next)
+	}
+	p, reported := st.Progress[e.Info.ID][r.Route.ID]
+	final := reported && p.Progress.Final && p.Progress.Epoch == r.Route.Epoch
+	if !final && sourceAlive {
+		return nil // the source is still draining it
+	}
+	if !final {
+		h.log.Info("maintainer: source of a move died; the target resumes from the last checkpoint", "partition", r.Route.ID, "from", r.Route.Node, "to", target)
+	}
+	if err := h.store.PlacePartition(ctx, mf, r, target); err != nil {
+		return err
+	}
+	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
+	return nil
+}
+
+// rebalance starts graceful moves: first off nodes that may not keep work
+// (Draining), then from the most- to the least-loaded node while they
+// differ by more than one.
+func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, routes []meta.RouteRecord, dest *plan.Destinations, inFlight int) error {
+	if inFlight >= MaxMovesInFlight {
+		return nil
+	}
+	var movable []meta.RouteRecord
+	perNode := map[model.NodeID][]meta.RouteRecord{}
+	for _, r := range routes {
+		if r.Route.Status != model.PartitionActive || r.Route.Node == "" {
 			continue
 		}
-		node, ok := dest.Next()
-		if !ok {
-			return nil // no schedulable node; placed when one appears
+		if _, alive := st.Nodes[r.Route.Node]; !alive {
+			continue
 		}
-		if err := h.store.PlacePartition(ctx, mf, r, node); err != nil {
+		if st.LivenessOf(r.Route.Node) == model.LivenessDraining {
+			movable = append(movable, r)
+		} else if dest.IsCandidate(r.Route.Node) {
+			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)
+		}
+	}
+	for len(movable) > 0 && inFlight < MaxMovesInFlight {
+		target, ok := dest.Next()
+		if !ok {
+			return nil
+		}
+		if err := h.store.StartMove(ctx, mf, movable[0], target); err != nil {
 			return err
 		}
-		if r.Route.Node != "" {
-			h.log.Info("maintainer: partition's node is gone; placed it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
+		h.log.Info("maintainer: moving a partition off a Draining node", "partition", movable[0].Route.ID, "from", movable[0].Route.Node, "to", target)
+		movable, inFlight = movable[1:], inFlight+1
+	}
+	for inFlight < MaxMovesInFlight {
+		from, fromLoad, to, toLoad := dest.Extremes()
+		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
+			return nil
 		}
+		r := perNode[from][len(perNode[from])-1]
+		perNode[from] = perNode[from][:len(perNode[from])-1]
+		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
+			return err
+		}
+		dest.Move(from, to)
+		inFlight++
+		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
 	}
 	return nil
 }

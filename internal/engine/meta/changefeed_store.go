@@ -150,7 +150,24 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 // and the entry is the one the maintainer read.
 func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID) error {
 	next := r.Route
-	next.Node, next.Status, next.Epoch = node, model.PartitionActive, r.Route.Epoch+1
+	next.Node, next.Status, next.Epoch, next.Target = node, model.PartitionActive, r.Route.Epoch+1, ""
+	key := s.keys.Partition(next.Changefeed, next.ID)
+	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision)).
+		Then(clientv3.OpPut(key, mustJSON(next))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
+// StartMove marks a partition Draining towards a target (seed 003's
+// migration, step 1). Its node keeps it until it reports a final position.
+func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord, target model.NodeID) error {
+	next := r.Route
+	next.Status, next.Target = model.PartitionDraining, target
 	key := s.keys.Partition(next.Changefeed, next.ID)
 	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision)).
 		Then(clientv3.OpPut(key, mustJSON(next))).Commit()
