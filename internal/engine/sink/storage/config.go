@@ -116,6 +116,14 @@ func ParseURI(raw string) (Config, error) {
 		}
 		q.Del(key)
 	}
+	if u.Scheme != "file" {
+		// In object stores the path is a prefix inside the bucket, which
+		// gocloud takes as the "prefix" parameter.
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			q.Set("prefix", p+"/")
+		}
+		u.Path = ""
+	}
 	u.RawQuery = q.Encode()
 	c.BucketURL = u.String()
 	return c, nil

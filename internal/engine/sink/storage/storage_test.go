@@ -299,3 +299,7 @@ func FuzzDecodeRows(f *testing.F) {
 		_, _ = codec.DecodeRows(p, data) // must not panic
 	})
 }
+
+func storageOpen(uri string) (*storage.Sink, error) {
+	return storage.Open(context.Background(), uri, quiet())
+}
