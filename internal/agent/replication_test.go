@@ -46,8 +46,9 @@ func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
 	}
 	// Registered before the cluster's cleanups, so it closes after them.
 	t.Cleanup(broker.Close)
-	// No DDLs: on Kafka they need the table-wide barrier (not built yet).
-	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000", "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+	// With DDLs: the table-wide barrier puts each DDL once into every
+	// Kafka partition, between the rows before and after it.
+	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
 		return verify.Kafka(ctx, g, sinkURI, upTo)
 	})
 }
@@ -141,8 +142,8 @@ func replicateThroughANodeStop(t *testing.T, sourceURI, sinkURI string, check ve
 	if !rep.OK || rep.Duplicates != 0 || rep.Expected < 5000 {
 		t.Fatalf("verify: %+v", rep)
 	}
-	t.Logf("verified %d events over %d keys up to the checkpoint: %d lost, %d duplicates, %d out of order",
-		rep.Expected, rep.Keys, rep.Lost, rep.Duplicates, rep.OutOfOrder)
+	t.Logf("verified %d events over %d keys up to the checkpoint: %d lost, %d duplicates, %d out of order, %d misplaced DDL",
+		rep.Expected, rep.Keys, rep.Lost, rep.Duplicates, rep.OutOfOrder, rep.Misplaced)
 }
 
 // Graceful partition moves (seed 003's migration through the routing

@@ -88,3 +88,13 @@ type Progress struct {
 	// starts exactly here.
 	Final bool `json:"final,omitempty"`
 }
+
+// Barrier is the DDL barrier of one table (seed 004 §4.0.5): every
+// partition of the table has made all rows before the DDL durable; Writer
+// (a partition id) writes the DDL; when Written, all pass.
+type Barrier struct {
+	Table   string `json:"table"`
+	DDLTs   Ts     `json:"ddl_ts"`
+	Writer  string `json:"writer"`
+	Written bool   `json:"written"`
+}

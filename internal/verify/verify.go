@@ -41,7 +41,10 @@ type Report struct {
 	// Corrupt rows have a commit ts or payload other than the source's.
 	Corrupt uint64 `json:"corrupt"`
 	// Unknown rows name a table, key or version the source never produced.
-	Unknown       uint64   `json:"unknown"`
+	Unknown uint64 `json:"unknown"`
+	// Misplaced counts schema changes out of place: a row delivered on the
+	// wrong side of its table's DDL, or a DDL repeated (Kafka).
+	Misplaced     uint64   `json:"misplaced_ddl"`
 	CheckedUpToTs uint64   `json:"checked_up_to_ts"`
 	Examples      []string `json:"examples,omitempty"`
 }
@@ -75,6 +78,12 @@ func (c *Checker) example(format string, args ...any) {
 	if len(c.report.Examples) < maxExamples {
 		c.report.Examples = append(c.report.Examples, fmt.Sprintf(format, args...))
 	}
+}
+
+// Misplaced records a DDL ordering violation found by a sink reader.
+func (c *Checker) Misplaced(example string) {
+	c.report.Misplaced++
+	c.example("%s", example)
 }
 
 // Observe takes the next row of a key in the order the sink delivers it.
@@ -135,6 +144,6 @@ func (c *Checker) Report() Report {
 			}
 		}
 	}
-	rep.OK = rep.Lost == 0 && rep.OutOfOrder == 0 && rep.Corrupt == 0 && rep.Unknown == 0
+	rep.OK = rep.Lost == 0 && rep.OutOfOrder == 0 && rep.Corrupt == 0 && rep.Unknown == 0 && rep.Misplaced == 0
 	return rep
 }

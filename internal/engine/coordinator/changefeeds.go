@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -59,12 +58,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err := registry.Validate(req.Sink); err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if cfg.DDLEvery > 0 && req.PartitionsPerTable > 1 && strings.HasPrefix(req.Sink, "kafka://") {
-		// Each partition would broadcast its table's DDL on its own, and a
-		// sibling could still send older rows after it: refuse until the
-		// table-wide DDL barrier exists.
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: a Kafka sink with DDLs (ddl_every) needs --partitions-per-table 1 until the table-wide DDL barrier is built", ErrInvalid)
-	}
+
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	sk, err := registry.Open(octx, req.Sink, c.log)
 	cancel()

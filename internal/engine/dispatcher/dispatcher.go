@@ -196,6 +196,11 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 		}
 		if ddl != nil && d.reader.Position() >= ddl.CommitTs-1 {
 			if err := d.passDDL(ctx, *ddl); err != nil {
+				if d.stopping() {
+					// Stopped while waiting at the barrier: everything
+					// before the DDL is durable; the next owner meets it.
+					return nil
+				}
 				return err
 			}
 			// Step over the DDL itself (no DML shares its ts).
@@ -290,7 +295,17 @@ func (d *Dispatcher) passDDL(ctx context.Context, ddl source.Event) error {
 		return err
 	}
 	if d.cfg.Barrier != nil {
-		return d.cfg.Barrier.Reached(ctx, d.cfg.ID, ddl)
+		// Waiting at the barrier must not hold up a graceful stop.
+		bctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-d.stopReq:
+				cancel()
+			case <-bctx.Done():
+			}
+		}()
+		return d.cfg.Barrier.Reached(bctx, d.cfg.ID, ddl)
 	}
 	return d.cfg.Sink.WriteDDL(ctx, ddl)
 }

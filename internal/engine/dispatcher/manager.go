@@ -12,6 +12,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -254,9 +255,11 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 		from = f
 	}
 	m.mu.Unlock()
+	k := key(r.Route.Changefeed, r.Route.ID)
 	d, err := New(Config{
 		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from,
 		Source: f.src, Sink: f.sink, Now: func() model.Ts { return model.TsFromTime(time.Now()) },
+		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
 	})
 	if err != nil {
 		return err
@@ -371,6 +374,65 @@ func (m *Manager) closeUnusedFeeds(st *meta.State) {
 		if !inUse[id] && (!exists || !e.Info.CreatedAt.Equal(f.info.CreatedAt)) {
 			_ = f.sink.Close()
 			delete(m.feeds, id)
+		}
+	}
+}
+
+// tableBarrier is a dispatcher's side of its table's DDL barrier: it waits
+// for the maintainer to open the barrier at the DDL; if its partition is
+// the writer it writes the DDL and marks the barrier written; all pass
+// once it is written.
+type tableBarrier struct {
+	m    *Manager
+	key  string
+	sink sink.Sink
+}
+
+func (b *tableBarrier) route() (meta.RouteRecord, bool) {
+	b.m.mu.Lock()
+	defer b.m.mu.Unlock()
+	r, ok := b.m.running[b.key]
+	if !ok {
+		return meta.RouteRecord{}, false
+	}
+	return r.route, true
+}
+
+// Reached implements Barrier.
+func (b *tableBarrier) Reached(ctx context.Context, dispatcher string, ddl source.Event) error {
+	for {
+		ch := b.m.view.Changed()
+		st := b.m.view.State()
+		r, ok := b.route()
+		if !ok {
+			return fmt.Errorf("dispatcher %s is no longer placed here", dispatcher)
+		}
+		rec, open := st.Barriers[r.Route.Changefeed][ddl.Table]
+		if open && rec.Barrier.DDLTs > ddl.CommitTs {
+			return nil // the table is already past this DDL
+		}
+		if open && rec.Barrier.DDLTs == ddl.CommitTs {
+			if rec.Barrier.Written {
+				return nil
+			}
+			if rec.Barrier.Writer == r.Route.ID {
+				if err := b.sink.WriteDDL(ctx, ddl); err != nil {
+					return err
+				}
+				err := b.m.store.MarkBarrierWritten(ctx, r, rec)
+				if err == nil {
+					b.m.log.Info("DDL written for the whole table", "table", ddl.Table, "ddl_ts", ddl.CommitTs, "writer", dispatcher)
+					return nil
+				}
+				if !errors.Is(err, meta.ErrStale) {
+					return err
+				}
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

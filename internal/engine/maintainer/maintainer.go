@@ -19,6 +19,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -29,11 +30,13 @@ type Host struct {
 	store *meta.Store
 	view  *cluster.View
 	log   *slog.Logger
+
+	sources map[model.ChangefeedID]*gen.Generator // for the DDL schedule
 }
 
 // NewHost returns the maintainer host of a node.
 func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, log *slog.Logger) *Host {
-	return &Host{self: self, store: store, view: view, log: log}
+	return &Host{self: self, store: store, view: view, log: log, sources: map[model.ChangefeedID]*gen.Generator{}}
 }
 
 // Run drives the node's maintainers until ctx ends.
@@ -65,6 +68,9 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	mf := e.FenceOf(h.store.Keys())
 	if e.Status.State == model.ChangefeedNormal {
 		if err := h.place(ctx, st, e, mf); err != nil {
+			return err
+		}
+		if err := h.openBarriers(ctx, st, e, mf); err != nil {
 			return err
 		}
 	}
@@ -190,6 +196,69 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 		dest.Move(from, to)
 		inFlight++
 		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
+	}
+	return nil
+}
+
+func (h *Host) source(e *meta.ChangefeedEntry) (*gen.Generator, error) {
+	if g, ok := h.sources[e.Info.ID]; ok && g.Config().StartMillis == e.Info.StartTs.Millis() {
+		return g, nil
+	}
+	cfg, err := gen.ParseURI(e.Info.SourceURI)
+	if err != nil {
+		return nil, err
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.sources[e.Info.ID] = g
+	return g, nil
+}
+
+// openBarriers opens a table's DDL barrier once every partition of the
+// table has made all rows before the table's next DDL durable (its
+// checkpoint is just below the DDL). The first partition of the table
+// writes the DDL; the others wait for it.
+func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
+	g, err := h.source(e)
+	if err != nil {
+		return err
+	}
+	byTable := map[string][]meta.RouteRecord{}
+	var tables []string
+	for _, r := range st.SortedPartitions(e.Info.ID) {
+		if _, seen := byTable[r.Route.Span.Table]; !seen {
+			tables = append(tables, r.Route.Span.Table)
+		}
+		byTable[r.Route.Span.Table] = append(byTable[r.Route.Span.Table], r)
+	}
+	for _, table := range tables {
+		routes := byTable[table]
+		low := model.Ts(0)
+		for i, r := range routes {
+			cp := e.Info.StartTs
+			if p, ok := st.Progress[e.Info.ID][r.Route.ID]; ok && p.Progress.Checkpoint > cp {
+				cp = p.Progress.Checkpoint
+			}
+			if i == 0 || cp < low {
+				low = cp
+			}
+		}
+		next := g.DDLs(table, low, model.TsFromTime(time.Now()).WithLogical(1))
+		if len(next) == 0 || low < next[0].CommitTs-1 {
+			continue // some partition has not reached the next DDL yet
+		}
+		ddl := next[0]
+		rec, exists := st.Barriers[e.Info.ID][table]
+		if exists && rec.Barrier.DDLTs >= ddl.CommitTs {
+			continue
+		}
+		b := model.Barrier{Table: table, DDLTs: ddl.CommitTs, Writer: routes[0].Route.ID}
+		if err := h.store.SetBarrier(ctx, mf, e.Info.ID, b, rec.Revision); err != nil {
+			return err
+		}
+		h.log.Info("maintainer: every partition reached the DDL; barrier open", "changefeed", e.Info.ID, "table", table, "ddl_ts", ddl.CommitTs, "writer", b.Writer)
 	}
 	return nil
 }

@@ -89,6 +89,7 @@ func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.Chan
 			clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.ProgressOf(id), clientv3.WithPrefix()),
+			clientv3.OpDelete(s.keys.BarriersPrefix()+string(id)+"/", clientv3.WithPrefix()),
 		).Commit()
 	if err != nil {
 		return fmt.Errorf("remove changefeed %s: %w", id, err)
@@ -209,6 +210,41 @@ func (s *Store) ReportProgress(ctx context.Context, route RouteRecord, p model.P
 	tr, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(s.keys.Partition(r.Changefeed, r.ID)), "=", route.Revision)).
 		Then(clientv3.OpPut(s.keys.Progress(r.Changefeed, r.ID), mustJSON(p))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
+// SetBarrier opens a table's DDL barrier (maintainer write), replacing the
+// previous one if the caller read it at prevRevision (0: none).
+func (s *Store) SetBarrier(ctx context.Context, mf MaintainerFence, cf model.ChangefeedID, b model.Barrier, prevRevision int64) error {
+	key := s.keys.Barrier(cf, b.Table)
+	cmp := clientv3.Compare(clientv3.ModRevision(key), "=", prevRevision)
+	tr, err := s.cli.Txn(ctx).If(mf.cmp(), cmp).Then(clientv3.OpPut(key, mustJSON(b))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
+// MarkBarrierWritten records that the writer wrote the DDL. Only the
+// writer partition's current placement can: the write is fenced by its
+// routing entry.
+func (s *Store) MarkBarrierWritten(ctx context.Context, writer RouteRecord, br BarrierRecord) error {
+	b := br.Barrier
+	b.Written = true
+	key := s.keys.Barrier(writer.Route.Changefeed, b.Table)
+	tr, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.keys.Partition(writer.Route.Changefeed, writer.Route.ID)), "=", writer.Revision),
+			clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision)).
+		Then(clientv3.OpPut(key, mustJSON(b))).Commit()
 	if err != nil {
 		return err
 	}

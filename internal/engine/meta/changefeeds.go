@@ -32,6 +32,12 @@ type ProgressRecord struct {
 	Revision int64
 }
 
+// BarrierRecord is a table's DDL barrier and its mod-revision.
+type BarrierRecord struct {
+	Barrier  model.Barrier
+	Revision int64
+}
+
 // MaintainerFence proves a maintainer placement: the maintainer key's
 // mod-revision when the placement was made. Any new placement changes it.
 type MaintainerFence struct {
@@ -124,6 +130,17 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 			}
 		}
 		s.Partitions[id] = m
+	case kindBarrier:
+		m := cloneMap(s.Barriers[id])
+		if deleted {
+			delete(m, leaf)
+		} else {
+			var b model.Barrier
+			if json.Unmarshal(kv.Value, &b) == nil {
+				m[leaf] = BarrierRecord{Barrier: b, Revision: kv.ModRevision}
+			}
+		}
+		s.Barriers[id] = m
 	case kindProgress:
 		m := cloneMap(s.Progress[id])
 		if deleted {

@@ -56,6 +56,12 @@ func (k Keys) ProgressOf(cf model.ChangefeedID) string {
 }
 func (k Keys) Progress(cf model.ChangefeedID, pid string) string { return k.ProgressOf(cf) + pid }
 
+// Barrier keys: one DDL barrier per table, barriers/<cf>/<table>.
+func (k Keys) BarriersPrefix() string { return k.root + "barriers/" }
+func (k Keys) Barrier(cf model.ChangefeedID, table string) string {
+	return k.BarriersPrefix() + string(cf) + "/" + table
+}
+
 // PartitionIDs is the counter behind p<N>.
 func (k Keys) PartitionIDs() string { return k.root + "ids/partition" }
 
@@ -72,6 +78,7 @@ const (
 	kindChangefeed
 	kindPartition
 	kindProgress
+	kindBarrier
 )
 
 // classify tells which object a key under the root is.
@@ -86,6 +93,7 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.ChangefeedsPrefix(), kindChangefeed},
 		{k.PartitionsPrefix(), kindPartition},
 		{k.ProgressPrefix(), kindProgress},
+		{k.BarriersPrefix(), kindBarrier},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {
 			return c.kind, rest

@@ -47,6 +47,7 @@ type State struct {
 	Changefeeds map[model.ChangefeedID]*ChangefeedEntry
 	Partitions  map[model.ChangefeedID]map[string]RouteRecord
 	Progress    map[model.ChangefeedID]map[string]ProgressRecord
+	Barriers    map[model.ChangefeedID]map[string]BarrierRecord // by table
 }
 
 func newState(clusterID string) *State {
@@ -59,6 +60,7 @@ func newState(clusterID string) *State {
 		Changefeeds: map[model.ChangefeedID]*ChangefeedEntry{},
 		Partitions:  map[model.ChangefeedID]map[string]RouteRecord{},
 		Progress:    map[model.ChangefeedID]map[string]ProgressRecord{},
+		Barriers:    map[model.ChangefeedID]map[string]BarrierRecord{},
 	}
 }
 
@@ -85,6 +87,9 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.Progress {
 		c.Progress[k] = v
+	}
+	for k, v := range s.Barriers {
+		c.Barriers[k] = v
 	}
 	return c
 }
@@ -211,7 +216,7 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		s.elections[key] = electionEntry{node: model.NodeID(kv.Value), createRevision: kv.CreateRevision}
-	case kindChangefeed, kindPartition, kindProgress:
+	case kindChangefeed, kindPartition, kindProgress, kindBarrier:
 		s.applyChangefeed(kind, rest, kv, deleted)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 // canalEnvelope is the part of a canal-json message that tells its kind.
 type canalEnvelope struct {
+	Table string `json:"table"`
 	IsDdl bool   `json:"isDdl"`
 	Type  string `json:"type"`
 	TiDB  struct {
@@ -49,7 +50,7 @@ func EncodeWatermark(ts model.Ts) []byte {
 }
 
 // DecodeCanalMessage reads one canal-json message: a row, a DDL (its
-// commit ts) or a watermark (its ts).
+// table in the row, its commit ts) or a watermark (its ts).
 func DecodeCanalMessage(data []byte) (MessageKind, Row, model.Ts, error) {
 	var env canalEnvelope
 	if err := json.Unmarshal(data, &env); err != nil {
@@ -59,7 +60,7 @@ func DecodeCanalMessage(data []byte) (MessageKind, Row, model.Ts, error) {
 	case env.Type == "TIDB_WATERMARK":
 		return MessageWatermark, Row{}, model.Ts(env.TiDB.WatermarkTs), nil
 	case env.IsDdl:
-		return MessageDDL, Row{}, model.Ts(env.TiDB.CommitTs), nil
+		return MessageDDL, Row{Table: env.Table}, model.Ts(env.TiDB.CommitTs), nil
 	}
 	rows, err := DecodeRows(ProtocolCanalJSON, data)
 	if err != nil {
