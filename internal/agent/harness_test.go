@@ -100,6 +100,19 @@ func (tc *testCluster) stop(id model.NodeID) error {
 	}
 }
 
+// crash kills one agent as kill -9 would, as far as the cluster can tell.
+func (tc *testCluster) crash(id model.NodeID) {
+	rn := tc.nodes[id]
+	delete(tc.nodes, id)
+	rn.node.crash()
+	rn.cancel()
+	select {
+	case <-rn.done:
+	case <-time.After(30 * time.Second):
+		tc.t.Fatalf("%s did not go down within 30s", id)
+	}
+}
+
 func (tc *testCluster) stopAll() {
 	for id := range tc.nodes {
 		_ = tc.stop(id)

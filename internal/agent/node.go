@@ -40,6 +40,24 @@ type Node struct {
 	mu    sync.Mutex
 	store *meta.Store
 	cur   *incarnation
+
+	// crashing makes the next stop abrupt (tests of crash recovery): see crash.
+	crashing atomic.Bool
+	cli      *clientv3.Client
+}
+
+// crash makes the node fail the way a killed process does, as far as the
+// cluster can tell: its etcd client closes first, so it can clean nothing
+// up (no Stopping, no resign, no final positions, the lease just expires);
+// the caller then ends Run.
+func (n *Node) crash() {
+	n.crashing.Store(true)
+	n.mu.Lock()
+	cli := n.cli
+	n.mu.Unlock()
+	if cli != nil {
+		_ = cli.Close()
+	}
 }
 
 // incarnation is one membership of this process: a lease, the view and
@@ -111,7 +129,7 @@ func (n *Node) Run(ctx context.Context) error {
 	defer cli.Close()
 	store := meta.NewStore(cli, n.cfg.ClusterID)
 	n.mu.Lock()
-	n.store = store
+	n.store, n.cli = store, cli
 	n.mu.Unlock()
 
 	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -253,6 +271,14 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	select {
 	case <-ctx.Done():
 		n.ready.Store(false)
+		if n.crashing.Load() {
+			manager.Abort()
+			stopDispatchers()
+			<-managerDone
+			cancel()
+			wg.Wait()
+			return true
+		}
 		n.stopGracefully(member, runner)
 		// Dispatchers stop gracefully and report exactly where they
 		// stopped; whoever takes their partitions starts there.

@@ -111,33 +111,67 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 	}
 }
 
-// placeMaintainers gives every changefeed whose maintainer has no live node
-// a schedulable node, the one with the fewest maintainers.
+// placeMaintainers keeps every changefeed's maintainer on a schedulable
+// node: the basic scheduler places maintainers whose node is gone; the
+// balance scheduler moves one off a node that may not keep work
+// (Draining, Stopping), or from the node with the most maintainers to the
+// one with the fewest while they differ by more than one. A maintainer
+// keeps no state, so moving it is a new placement with the next epoch; its
+// dispatchers keep running.
 func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, st *meta.State) error {
 	dest := plan.NewDestinations(st.SchedulableNodeIDs())
-	for _, e := range st.Changefeeds {
-		dest.Count(e.Maintainer.Node)
-	}
-	var firstErr error
+	byNode := map[model.NodeID][]*meta.ChangefeedEntry{}
+	var orphans, leaving []*meta.ChangefeedEntry
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
-		if _, registered := st.Nodes[e.Maintainer.Node]; registered && e.Maintainer.Node != "" {
-			continue
+		_, registered := st.Nodes[e.Maintainer.Node]
+		switch {
+		case e.Maintainer.Node == "" || !registered:
+			orphans = append(orphans, e)
+		case !dest.IsCandidate(e.Maintainer.Node):
+			leaving = append(leaving, e)
+		default:
+			dest.Count(e.Maintainer.Node)
+			byNode[e.Maintainer.Node] = append(byNode[e.Maintainer.Node], e)
 		}
+	}
+	var firstErr error
+	place := func(e *meta.ChangefeedEntry, node model.NodeID, why string) error {
+		err := c.store.PlaceMaintainer(ctx, term.Fence, e, node)
+		switch {
+		case err == nil:
+			c.log.Info("coordinator: maintainer placed", "changefeed", e.Info.ID, "node", node, "epoch", e.Maintainer.Epoch+1, "why", why)
+		case errors.Is(err, meta.ErrFenced):
+			return err
+		case firstErr == nil && !errors.Is(err, meta.ErrStale):
+			firstErr = err
+		}
+		return nil
+	}
+	for _, e := range append(orphans, leaving...) {
 		node, ok := dest.Next()
 		if !ok {
-			return nil // no schedulable node; placed when one appears
+			return firstErr // no schedulable node; placed when one appears
 		}
-		if err := c.store.PlaceMaintainer(ctx, term.Fence, e, node); err != nil {
-			if errors.Is(err, meta.ErrFenced) {
-				return err
+		why := "its node is gone"
+		if e.Maintainer.Node != "" && e.MaintainerRevision > 0 {
+			if _, alive := st.Nodes[e.Maintainer.Node]; alive {
+				why = "its node is " + st.LivenessOf(e.Maintainer.Node).String()
 			}
-			if firstErr == nil && !errors.Is(err, meta.ErrStale) {
-				firstErr = err
-			}
-			continue
+		} else {
+			why = "new changefeed"
 		}
-		c.log.Info("coordinator: maintainer placed", "changefeed", id, "node", node, "epoch", e.Maintainer.Epoch+1)
+		if err := place(e, node, why); err != nil {
+			return err
+		}
+	}
+	// One balancing move per pass: the next pass sees its effect.
+	most, mostLoad, least, leastLoad := dest.Extremes()
+	if most != "" && mostLoad-leastLoad > 1 && len(byNode[most]) > 0 {
+		e := byNode[most][len(byNode[most])-1]
+		if err := place(e, least, "balance"); err != nil {
+			return err
+		}
 	}
 	return firstErr
 }
