@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -191,4 +192,16 @@ func (tc *testCluster) electionHolders() map[model.NodeID]bool {
 		out[model.NodeID(kv.Value)] = true
 	}
 	return out
+}
+
+// get returns the body of an HTTP GET on an agent.
+func (tc *testCluster) get(addr, path string) string {
+	tc.t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

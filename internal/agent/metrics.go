@@ -15,6 +15,9 @@ type metrics struct {
 	liveness         *prometheus.GaugeVec
 	nodes            prometheus.Gauge
 	incarnations     prometheus.Counter
+	checkpointLag    *prometheus.GaugeVec
+	checkpointTs     *prometheus.GaugeVec
+	dispatchers      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -47,6 +50,19 @@ func newMetrics() *metrics {
 			Help: "Times this process joined the cluster (more than 1 means its session was lost and renewed).",
 		}),
 	}
-	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations)
+	m.checkpointLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_lag_seconds",
+		Help: "How far each changefeed's checkpoint is behind now (as this node sees etcd).",
+	}, []string{"changefeed"})
+	m.checkpointTs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_ts",
+		Help: "Each changefeed's checkpoint (TSO: physical ms << 18).",
+	}, []string{"changefeed"})
+	m.dispatchers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "running",
+		Help: "Dispatchers running on this node, per changefeed.",
+	}, []string{"changefeed"})
+	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
+		m.checkpointLag, m.checkpointTs, m.dispatchers)
 	return m
 }

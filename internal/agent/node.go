@@ -242,7 +242,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view); return nil }} {
+	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view, manager); return nil }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -338,7 +338,9 @@ func (n *Node) lead(coord *coordinator.Coordinator) election.LeadFunc {
 }
 
 // followView keeps readiness and the cluster metrics in step with the view.
-func (n *Node) followView(ctx context.Context, view *cluster.View) {
+func (n *Node) followView(ctx context.Context, view *cluster.View, manager *dispatcher.Manager) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for ctx.Err() == nil {
 		ch := view.Changed()
 		select {
@@ -361,10 +363,22 @@ func (n *Node) followView(ctx context.Context, view *cluster.View) {
 			if hasLeader {
 				n.metrics.coordinatorEpoch.Set(float64(leader.Fence.Epoch()))
 			}
+			n.metrics.checkpointLag.Reset()
+			n.metrics.checkpointTs.Reset()
+			for _, id := range st.ChangefeedIDs() {
+				cp := st.Changefeeds[id].Status.CheckpointTs
+				n.metrics.checkpointTs.WithLabelValues(string(id)).Set(float64(cp))
+				n.metrics.checkpointLag.WithLabelValues(string(id)).Set(time.Since(cp.Time()).Seconds())
+			}
+			n.metrics.dispatchers.Reset()
+			for id, count := range manager.Running() {
+				n.metrics.dispatchers.WithLabelValues(string(id)).Set(float64(count))
+			}
 		default:
 		}
 		select {
 		case <-ch:
+		case <-tick.C:
 		case <-ctx.Done():
 		}
 	}

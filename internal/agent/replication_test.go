@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,6 +243,13 @@ func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
+	// Operators see replication on /metrics.
+	body := tc.get(tc.nodes[leader.Node].addr, "/metrics")
+	for _, want := range []string{`cdcctl_changefeed_checkpoint_lag_seconds{changefeed="demo"}`, `cdcctl_dispatcher_running{changefeed="demo"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	victim := tc.followerOf(leader.Node)
 	tc.crash(victim)
 	c = tc.client()
