@@ -68,7 +68,7 @@ Duplicates are reported, not judged: after a crash they are expected
 				fmt.Fprintf(tw, "Checked up to:\t%s\n", upTo.Time().Format("2006-01-02 15:04:05.000Z07:00"))
 				fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
 				fmt.Fprintf(tw, "Events expected / read:\t%d / %d\n", rep.Expected, rep.Events)
-				fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown)
+				fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
 				for _, ex := range rep.Examples {
 					fmt.Fprintf(tw, "  %s\n", ex)
 				}
@@ -76,7 +76,7 @@ Duplicates are reported, not judged: after a crash they are expected
 				return rerr
 			}
 			if !rep.OK {
-				return withExit(ExitError, fmt.Errorf("verify found %d lost, %d out of order, %d corrupt, %d unknown events", rep.Lost, rep.OutOfOrder, rep.Corrupt, rep.Unknown))
+				return withExit(ExitError, fmt.Errorf("verify found %d lost, %d out of order, %d corrupt, %d unknown events and %d misplaced DDLs", rep.Lost, rep.OutOfOrder, rep.Corrupt, rep.Unknown, rep.Misplaced))
 			}
 			return nil
 		},
