@@ -34,9 +34,7 @@ func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) mod
 // its partitions continue elsewhere from exactly where they stopped; the
 // sink then holds every event once, in per-key order.
 func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T) {
-	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
-		return verify.Storage(ctx, g, sinkURI, upTo)
-	})
+	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
 }
 
 // The same through the Kafka sink, on a real-protocol broker in process.
@@ -120,26 +118,7 @@ func replicateThroughANodeStop(t *testing.T, sourceURI, sinkURI string, check ve
 	}
 	cp = tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1000))
 	// Pause again: the checkpoint is exact, and verify reads up to it.
-	if _, err := c.PauseChangefeed(ctx, "demo"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	final, err := c.Changefeed(ctx, "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := gen.ParseURI(final.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := check(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := tc.pauseAndVerify(c, "demo", sinkURI, check)
 	if !rep.OK || rep.Duplicates != 0 || rep.Expected < 5000 {
 		t.Fatalf("verify: %+v", rep)
 	}
@@ -203,23 +182,7 @@ func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
 	})
 	tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1000))
 
-	if _, err := c.PauseChangefeed(ctx, "demo"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	final, err := c.Changefeed(ctx, "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := gen.ParseURI(final.Source)
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := tc.pauseAndVerify(c, "demo", sinkURI, verifyStorage)
 	if !rep.OK || rep.Duplicates != 0 || rep.Expected < 5000 {
 		t.Fatalf("verify after graceful moves: %+v", rep)
 	}
@@ -258,25 +221,41 @@ func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 		return err == nil && len(ps.Partitions) == 0
 	})
 	tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(2000))
-	if _, err := c.PauseChangefeed(ctx, "demo"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	final, err := c.Changefeed(ctx, "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := gen.ParseURI(final.Source)
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := tc.pauseAndVerify(c, "demo", sinkURI, verifyStorage)
 	if !rep.OK || rep.Lost != 0 || rep.Expected < 5000 {
 		t.Fatalf("verify after a crash: %+v", rep)
 	}
 	t.Logf("verified %d events after a crash: %d lost, %d duplicates (at-least-once), %d out of order", rep.Expected, rep.Lost, rep.Duplicates, rep.OutOfOrder)
+}
+
+// pauseAndVerify pauses a changefeed (every dispatcher stops gracefully,
+// the checkpoint is exact) and checks its sink up to the checkpoint.
+func (tc *testCluster) pauseAndVerify(c *api.Client, cf, sinkURI string, check verifier) verify.Report {
+	tc.t.Helper()
+	ctx := context.Background()
+	if _, err := c.PauseChangefeed(ctx, cf); err != nil {
+		tc.t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	final, err := c.Changefeed(ctx, cf)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	cfg, err := gen.ParseURI(final.Source)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	rep, err := check(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return rep
+}
+
+func verifyStorage(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+	return verify.Storage(ctx, g, sinkURI, upTo)
 }

@@ -33,6 +33,18 @@ func (f MaintainerFence) cmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.Revision)
 }
 
+// casPut writes one key if every comparison holds; ErrStale otherwise.
+func (s *Store) casPut(ctx context.Context, key string, value any, cmps ...clientv3.Cmp) error {
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, mustJSON(value))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
+}
+
 // CreateChangefeed writes a new changefeed and its routing table in one
 // coordinator transaction. Partition ids come from the cluster counter.
 func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.ChangefeedInfo, spans []model.Span) ([]model.RouteEntry, error) {
@@ -153,15 +165,7 @@ func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteR
 	next := r.Route
 	next.Node, next.Status, next.Epoch, next.Target = node, model.PartitionActive, r.Route.Epoch+1, ""
 	key := s.keys.Partition(next.Changefeed, next.ID)
-	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision)).
-		Then(clientv3.OpPut(key, mustJSON(next))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
 
 // StartMove marks a partition Draining towards a target (seed 003's
@@ -170,15 +174,7 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 	next := r.Route
 	next.Status, next.Target = model.PartitionDraining, target
 	key := s.keys.Partition(next.Changefeed, next.ID)
-	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision)).
-		Then(clientv3.OpPut(key, mustJSON(next))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
 
 // SetCheckpoint records a changefeed's checkpoint (maintainer write); it
@@ -190,15 +186,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, mf MaintainerFence, e *Change
 	st := e.Status
 	st.CheckpointTs = ts
 	key := s.keys.ChangefeedStatus(e.Info.ID)
-	tr, err := s.cli.Txn(ctx).If(mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)).
-		Then(clientv3.OpPut(key, mustJSON(st))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, key, st, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
 }
 
 // ReportProgress records a dispatcher's checkpoint. It lands only while
@@ -207,31 +195,15 @@ func (s *Store) SetCheckpoint(ctx context.Context, mf MaintainerFence, e *Change
 // overwrite its successor's progress.
 func (s *Store) ReportProgress(ctx context.Context, route RouteRecord, p model.Progress) error {
 	r := route.Route
-	tr, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.keys.Partition(r.Changefeed, r.ID)), "=", route.Revision)).
-		Then(clientv3.OpPut(s.keys.Progress(r.Changefeed, r.ID), mustJSON(p))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, s.keys.Progress(r.Changefeed, r.ID), p,
+		clientv3.Compare(clientv3.ModRevision(s.keys.Partition(r.Changefeed, r.ID)), "=", route.Revision))
 }
 
 // SetBarrier opens a table's DDL barrier (maintainer write), replacing the
 // previous one if the caller read it at prevRevision (0: none).
 func (s *Store) SetBarrier(ctx context.Context, mf MaintainerFence, cf model.ChangefeedID, b model.Barrier, prevRevision int64) error {
 	key := s.keys.Barrier(cf, b.Table)
-	cmp := clientv3.Compare(clientv3.ModRevision(key), "=", prevRevision)
-	tr, err := s.cli.Txn(ctx).If(mf.cmp(), cmp).Then(clientv3.OpPut(key, mustJSON(b))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, key, b, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", prevRevision))
 }
 
 // MarkBarrierWritten records that the writer wrote the DDL. Only the
@@ -241,15 +213,7 @@ func (s *Store) MarkBarrierWritten(ctx context.Context, writer RouteRecord, br B
 	b := br.Barrier
 	b.Written = true
 	key := s.keys.Barrier(writer.Route.Changefeed, b.Table)
-	tr, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.keys.Partition(writer.Route.Changefeed, writer.Route.ID)), "=", writer.Revision),
-			clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision)).
-		Then(clientv3.OpPut(key, mustJSON(b))).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.casPut(ctx, key, b,
+		clientv3.Compare(clientv3.ModRevision(s.keys.Partition(writer.Route.Changefeed, writer.Route.ID)), "=", writer.Revision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision))
 }
