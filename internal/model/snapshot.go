@@ -18,11 +18,30 @@ type NodeState struct {
 // Snapshot is the consistent view of the cluster that the planner reads. It
 // is taken at one etcd revision.
 type Snapshot struct {
-	ClusterID        string      `json:"cluster_id"`
-	Revision         Revision    `json:"revision"`
-	Coordinator      NodeID      `json:"coordinator,omitempty"`
-	CoordinatorEpoch uint64      `json:"coordinator_epoch,omitempty"`
-	Nodes            []NodeState `json:"nodes"`
+	ClusterID        string                `json:"cluster_id"`
+	Revision         Revision              `json:"revision"`
+	Coordinator      NodeID                `json:"coordinator,omitempty"`
+	CoordinatorEpoch uint64                `json:"coordinator_epoch,omitempty"`
+	Nodes            []NodeState           `json:"nodes"`
+	Changefeeds      []ChangefeedPlacement `json:"changefeeds"`
+	Partitions       []PartitionState      `json:"partitions"`
+	// Draining is the capture a drain is emptying, if any.
+	Draining NodeID `json:"draining,omitempty"`
+}
+
+// ChangefeedPlacement is one changefeed as the planner sees it: its
+// state, where its maintainer is, and the revision of that placement.
+type ChangefeedPlacement struct {
+	ID                 ChangefeedID        `json:"id"`
+	State              ChangefeedState     `json:"state"`
+	Maintainer         MaintainerPlacement `json:"maintainer"`
+	MaintainerRevision Revision            `json:"maintainer_revision"`
+}
+
+// PartitionState is one routing-table entry and its revision.
+type PartitionState struct {
+	Route    RouteEntry `json:"route"`
+	Revision Revision   `json:"revision"`
 }
 
 // Node returns the node with the given id.

@@ -177,6 +177,21 @@ func (s *State) Snapshot() model.Snapshot {
 			Coordinator:      ok && leader.Node == id,
 		})
 	}
+	snap.Changefeeds, snap.Partitions = []model.ChangefeedPlacement{}, []model.PartitionState{}
+	for _, cf := range s.ChangefeedIDs() {
+		e := s.Changefeeds[cf]
+		snap.Changefeeds = append(snap.Changefeeds, model.ChangefeedPlacement{
+			ID: cf, State: e.Status.State, Maintainer: e.Maintainer, MaintainerRevision: model.Revision(e.MaintainerRevision),
+		})
+		for _, r := range s.SortedPartitions(cf) {
+			snap.Partitions = append(snap.Partitions, model.PartitionState{Route: r.Route, Revision: model.Revision(r.Revision)})
+		}
+	}
+	for _, id := range s.NodeIDs() {
+		if s.LivenessOf(id) == model.LivenessDraining {
+			snap.Draining = id
+		}
+	}
 	return snap
 }
 

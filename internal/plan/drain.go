@@ -1,0 +1,126 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// RefusalReason classifies why a plan cannot be made; the API maps each
+// to an HTTP status, the CLI to an exit code.
+type RefusalReason string
+
+const (
+	RefuseNotFound      RefusalReason = "not_found"      // 404
+	RefuseInvalid       RefusalReason = "invalid"        // 400
+	RefuseInProgress    RefusalReason = "in_progress"    // 409
+	RefuseNoDestination RefusalReason = "no_destination" // 400: nowhere to put the work
+)
+
+// Refusal is a plan that cannot be made, with what to do instead.
+type Refusal struct {
+	Reason  RefusalReason
+	Message string
+	Hint    string
+}
+
+func (r *Refusal) Error() string { return r.Message + "; " + r.Hint }
+
+// ValidateDrain applies seed 000's error table.
+func ValidateDrain(s *model.Snapshot, target model.NodeID) error {
+	n, ok := s.Node(target)
+	if !ok {
+		return &Refusal{RefuseNotFound, fmt.Sprintf("cannot drain %s: capture not found", target), "list the captures with 'cdcctl capture list'"}
+	}
+	if target == s.Coordinator {
+		return &Refusal{RefuseInvalid, fmt.Sprintf("cannot drain %s: it is the coordinator", target),
+			"drain another node first or move the coordinator with 'cdcctl coordinator resign'"}
+	}
+	if len(s.Nodes) < 2 {
+		return &Refusal{RefuseInvalid, "cannot drain: at least 2 captures required for drain operation", "start another capture first"}
+	}
+	if s.Draining != "" {
+		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: another drain operation is in progress (%s)", target, s.Draining),
+			"wait for it to finish ('cdcctl plan list'), or cancel it"}
+	}
+	if n.Liveness != model.LivenessAlive {
+		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: it is %s", target, n.Liveness), "only an Alive capture can be drained"}
+	}
+	for _, o := range s.Nodes {
+		if o.Info.ID != target && o.Liveness.IsSchedulable() {
+			return nil
+		}
+	}
+	return &Refusal{RefuseNoDestination, fmt.Sprintf("cannot drain %s: no other capture is Alive to take its work", target), "start another capture first"}
+}
+
+// Drain plans seed 000's drain of target: the capture goes Draining; its
+// maintainers move in batches of at most batch, each to the least-loaded
+// schedulable capture counting the moves already planned; then the
+// partitions it runs move (per changefeed, least-loaded first, as the
+// maintainers will do it); then it goes Stopping.
+func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Plan, error) {
+	if err := ValidateDrain(s, target); err != nil {
+		return nil, err
+	}
+	if batch < 1 {
+		batch = 1
+	}
+	var schedulable []model.NodeID
+	for _, n := range s.Nodes {
+		if n.Info.ID != target && n.Liveness.IsSchedulable() {
+			schedulable = append(schedulable, n.Info.ID)
+		}
+	}
+	p := &Plan{Version: 1, Kind: "drain", Target: target, BatchSize: batch,
+		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s)}}
+	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessDraining.String(),
+		Reason: "no new work goes to a Draining capture, and it never becomes coordinator"}}})
+
+	maint := NewDestinations(schedulable)
+	var moving []model.ChangefeedPlacement
+	for _, cf := range s.Changefeeds {
+		if cf.Maintainer.Node == target {
+			moving = append(moving, cf)
+		} else {
+			maint.Count(cf.Maintainer.Node)
+		}
+	}
+	for i := 0; i < len(moving); i += batch {
+		var b Batch
+		for _, cf := range moving[i:min(i+batch, len(moving))] {
+			to, _ := maint.Next()
+			b.Steps = append(b.Steps, Step{Kind: StepMoveMaintainer, Changefeed: string(cf.ID), From: target, To: to,
+				Reason: "least-loaded schedulable capture, counting moves already planned"})
+		}
+		p.Batches = append(p.Batches, b)
+	}
+
+	var moves []Step
+	byChangefeed := map[model.ChangefeedID][]model.PartitionState{}
+	for _, ps := range s.Partitions {
+		byChangefeed[ps.Route.Changefeed] = append(byChangefeed[ps.Route.Changefeed], ps)
+	}
+	for _, cf := range s.Changefeeds {
+		dest := NewDestinations(schedulable)
+		for _, ps := range byChangefeed[cf.ID] {
+			dest.Count(ps.Route.Node)
+		}
+		for _, ps := range byChangefeed[cf.ID] {
+			if ps.Route.Node != target {
+				continue
+			}
+			to, _ := dest.Next()
+			moves = append(moves, Step{Kind: StepMovePartition, Changefeed: string(cf.ID), Partition: ps.Route.ID, Table: ps.Route.Span.Table,
+				From: target, To: to, Reason: "its maintainer moves it off the Draining capture, to the capture with the fewest of its partitions"})
+		}
+	}
+	inFlight := max(1, costs.PartitionsInFlight)
+	for i := 0; i < len(moves); i += inFlight {
+		p.Batches = append(p.Batches, Batch{Steps: moves[i:min(i+inFlight, len(moves))]})
+	}
+	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessStopping.String(),
+		Reason: "complete only when no maintainer and no partition is left on it"}}})
+	p.PredictedMillis = predict(p.Batches, costs).Milliseconds()
+	return p, nil
+}

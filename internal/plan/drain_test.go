@@ -1,0 +1,165 @@
+package plan
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// snapshot builds a cluster: nodes (capture-1 coordinator), changefeeds
+// with maintainers, partitions per changefeed spread round-robin.
+func snapshot(nodes int, maintainers map[string]string, partitionsPer int) *model.Snapshot {
+	s := &model.Snapshot{ClusterID: "c", Revision: 100, Coordinator: "capture-1"}
+	rev := model.Revision(1)
+	for i := 1; i <= nodes; i++ {
+		id := model.NodeID(fmt.Sprintf("capture-%d", i))
+		s.Nodes = append(s.Nodes, model.NodeState{Info: model.NodeInfo{ID: id}, Liveness: model.LivenessAlive, NodeRevision: rev, LivenessRevision: rev + 1})
+		rev += 2
+	}
+	pid := 0
+	for _, cf := range []string{"a", "b", "c", "d", "e"} {
+		node, ok := maintainers[cf]
+		if !ok {
+			continue
+		}
+		s.Changefeeds = append(s.Changefeeds, model.ChangefeedPlacement{ID: model.ChangefeedID(cf), State: model.ChangefeedNormal,
+			Maintainer: model.MaintainerPlacement{Node: model.NodeID(node), Epoch: 1}, MaintainerRevision: rev})
+		rev++
+		for j := 0; j < partitionsPer; j++ {
+			pid++
+			s.Partitions = append(s.Partitions, model.PartitionState{Revision: rev, Route: model.RouteEntry{
+				ID: fmt.Sprintf("p%d", pid), Changefeed: model.ChangefeedID(cf), Span: model.Span{Table: "t0001"},
+				Node: model.NodeID(fmt.Sprintf("capture-%d", j%nodes+1)), Status: model.PartitionActive, Epoch: 1,
+			}})
+			rev++
+		}
+	}
+	return s
+}
+
+func TestDrainPlanFollowsSeed000(t *testing.T) {
+	s := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-3", "c": "capture-3", "d": "capture-1"}, 6)
+	p, err := Drain(s, "capture-3", 2, DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Draining first, Stopping last; maintainers in batches of at most 2
+	// before any partition moves.
+	first, last := p.Batches[0].Steps[0], p.Batches[len(p.Batches)-1].Steps[0]
+	if first.Kind != StepSetLiveness || first.Liveness != "Draining" || last.Kind != StepSetLiveness || last.Liveness != "Stopping" {
+		t.Fatalf("first %+v, last %+v", first, last)
+	}
+	if len(p.Batches[1].Steps) != 2 || len(p.Batches[2].Steps) != 1 || p.Batches[2].Steps[0].Kind != StepMoveMaintainer {
+		t.Fatalf("maintainer batches %+v %+v", p.Batches[1], p.Batches[2])
+	}
+	// Destinations count moves already planned: capture-1 has one, so the
+	// three go capture-2, then capture-1/capture-2 alternately — never all
+	// to one node.
+	dests := map[model.NodeID]int{}
+	for _, b := range p.Batches[1:3] {
+		for _, st := range b.Steps {
+			dests[st.To]++
+		}
+	}
+	if dests["capture-3"] != 0 || dests["capture-1"]+dests["capture-2"] != 3 || dests["capture-2"] < dests["capture-1"] {
+		t.Fatalf("maintainer destinations %v", dests)
+	}
+	if got := p.Steps(StepMovePartition); got != 8 { // 4 changefeeds × 6 partitions, 2 of each on capture-3
+		t.Fatalf("%d partition moves, want 8", got)
+	}
+	for _, d := range Diff(s, p) {
+		if d.Node == "capture-3" && (d.MaintainersAfter != 0 || d.PartitionsAfter != 0 || d.LivenessAfter != "Stopping") {
+			t.Fatalf("capture-3 after the plan: %+v", d)
+		}
+		if d.Node != "capture-3" && d.MaintainersAfter+d.PartitionsAfter <= d.MaintainersBefore+d.PartitionsBefore {
+			t.Fatalf("%s gained nothing: %+v", d.Node, d)
+		}
+	}
+	if p.PredictedMillis <= 0 {
+		t.Fatal("no prediction")
+	}
+	// The same snapshot gives the same plan: the planner is deterministic.
+	again, _ := Drain(s, "capture-3", 2, DefaultCosts)
+	var a, b bytes.Buffer
+	_ = Render(&a, s, p)
+	_ = Render(&b, s, again)
+	if a.String() != b.String() {
+		t.Fatal("two plans of one snapshot differ")
+	}
+	for _, want := range []string{"Plan: drain capture-3", "capture-3  Alive → Stopping  3 → 0 (-3)", "maintainer a capture-3 → capture-2"} {
+		if !strings.Contains(a.String(), want) {
+			t.Errorf("rendering lacks %q:\n%s", want, a.String())
+		}
+	}
+}
+
+func TestDrainRefusals(t *testing.T) {
+	base := func() *model.Snapshot { return snapshot(3, map[string]string{"a": "capture-2"}, 3) }
+	for _, tc := range []struct {
+		name   string
+		snap   func() *model.Snapshot
+		target model.NodeID
+		reason RefusalReason
+		says   string
+	}{
+		{"unknown capture", base, "capture-9", RefuseNotFound, "capture not found"},
+		{"the coordinator", base, "capture-1", RefuseInvalid, "cdcctl coordinator resign"},
+		{"a single capture", func() *model.Snapshot { s := snapshot(1, nil, 0); s.Coordinator = "x"; return s }, "capture-1", RefuseInvalid, "at least 2 captures"},
+		{"a drain in progress", func() *model.Snapshot {
+			s := base()
+			s.Draining = "capture-3"
+			s.Nodes[2].Liveness = model.LivenessDraining
+			return s
+		}, "capture-2", RefuseInProgress, "another drain"},
+		{"nowhere to go", func() *model.Snapshot {
+			s := base()
+			s.Nodes[0].Liveness = model.LivenessStopping
+			s.Nodes[2].Liveness = model.LivenessStopping
+			return s
+		}, "capture-2", RefuseNoDestination, "no other capture is Alive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Drain(tc.snap(), tc.target, 1, DefaultCosts)
+			var r *Refusal
+			if !errors.As(err, &r) || r.Reason != tc.reason || !strings.Contains(err.Error(), tc.says) || r.Hint == "" {
+				t.Fatalf("got %v, want %s mentioning %q", err, tc.reason, tc.says)
+			}
+		})
+	}
+}
+
+func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
+	s := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
+	p, err := Drain(s, "capture-3", 1, DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := Check(p, s); ch != nil {
+		t.Fatalf("fresh plan reported stale: %v", ch)
+	}
+	// A write the plan did not read (a checkpoint moving) changes the
+	// cluster revision only.
+	later := *s
+	later.Revision += 50
+	if ch := Check(p, &later); ch != nil {
+		t.Fatalf("unrelated write made the plan stale: %v", ch)
+	}
+	// A partition it read moved; a capture joined.
+	moved := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
+	moved.Partitions[1].Revision = 999
+	moved.Nodes = append(moved.Nodes, model.NodeState{Info: model.NodeInfo{ID: "capture-4"}, NodeRevision: 1000, LivenessRevision: 1000})
+	ch := Check(p, moved)
+	if len(ch) != 2 { // the partition that moved, and the capture that joined
+		t.Fatalf("changes %v", ch)
+	}
+	text := fmt.Sprint(ch)
+	for _, want := range []string{"partition/a/p2 changed (revision", "node/capture-4 appeared"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("changes %s lack %q", text, want)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Fingerprint records the etcd mod-revision of exactly the objects a plan
+// read. The cluster refuses a plan whose objects changed; a write to
+// anything else (a checkpoint, another changefeed's progress) leaves it
+// valid.
+type Fingerprint struct {
+	Revision model.Revision            `json:"revision"`
+	Objects  map[string]model.Revision `json:"objects"`
+}
+
+// Object names, stable across versions.
+func nodeObject(id model.NodeID) string             { return "node/" + string(id) }
+func livenessObject(id model.NodeID) string         { return "liveness/" + string(id) }
+func maintainerObject(cf model.ChangefeedID) string { return "maintainer/" + string(cf) }
+func partitionObject(cf model.ChangefeedID, pid string) string {
+	return "partition/" + string(cf) + "/" + pid
+}
+
+// snapshotObjects lists every object of a snapshot with its revision.
+func snapshotObjects(s *model.Snapshot) map[string]model.Revision {
+	out := map[string]model.Revision{}
+	for _, n := range s.Nodes {
+		out[nodeObject(n.Info.ID)] = n.NodeRevision
+		out[livenessObject(n.Info.ID)] = n.LivenessRevision
+	}
+	for _, cf := range s.Changefeeds {
+		out[maintainerObject(cf.ID)] = cf.MaintainerRevision
+	}
+	for _, p := range s.Partitions {
+		out[partitionObject(p.Route.Changefeed, p.Route.ID)] = p.Revision
+	}
+	return out
+}
+
+// Change is one object that moved since a plan was computed.
+type Change struct {
+	Object string         `json:"object"`
+	Was    model.Revision `json:"was"` // 0: it did not exist
+	Now    model.Revision `json:"now"` // 0: it is gone
+}
+
+func (c Change) String() string {
+	switch {
+	case c.Was == 0:
+		return c.Object + " appeared"
+	case c.Now == 0:
+		return c.Object + " is gone"
+	}
+	return fmt.Sprintf("%s changed (revision %d → %d)", c.Object, c.Was, c.Now)
+}
+
+// Check tells whether a plan is stale against a newer snapshot: it lists
+// every object the plan read that changed, and every new capture (which
+// would have been a candidate destination). Nil means the plan still holds.
+func Check(p *Plan, now *model.Snapshot) []Change {
+	cur := snapshotObjects(now)
+	var out []Change
+	for obj, was := range p.Fingerprint.Objects {
+		if got := cur[obj]; got != was {
+			out = append(out, Change{Object: obj, Was: was, Now: got})
+		}
+	}
+	for _, n := range now.Nodes {
+		obj := nodeObject(n.Info.ID)
+		if _, read := p.Fingerprint.Objects[obj]; !read {
+			out = append(out, Change{Object: obj, Now: n.NodeRevision})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
+	return out
+}

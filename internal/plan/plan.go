@@ -1,0 +1,98 @@
+package plan
+
+import (
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// StepKind names what a step does.
+type StepKind string
+
+const (
+	StepSetLiveness    StepKind = "set-liveness"
+	StepMoveMaintainer StepKind = "move-maintainer"
+	StepMovePartition  StepKind = "move-partition"
+)
+
+// Step is one change a plan makes.
+type Step struct {
+	Kind       StepKind     `json:"kind"`
+	Changefeed string       `json:"changefeed,omitempty"`
+	Partition  string       `json:"partition,omitempty"`
+	Table      string       `json:"table,omitempty"`
+	From       model.NodeID `json:"from,omitempty"`
+	To         model.NodeID `json:"to,omitempty"`
+	Liveness   string       `json:"liveness,omitempty"`
+	// Reason says why this step, in the words of the policy that chose it.
+	Reason string `json:"reason"`
+}
+
+// Batch is a set of steps that run together; the next batch starts when
+// all of them are done.
+type Batch struct {
+	Steps []Step `json:"steps"`
+}
+
+// Plan is an ordered list of batches computed from one snapshot, with the
+// fingerprint of what it read.
+type Plan struct {
+	Version     int          `json:"version"`
+	Kind        string       `json:"kind"`
+	Target      model.NodeID `json:"target,omitempty"`
+	BatchSize   int          `json:"batch_size"`
+	Batches     []Batch      `json:"batches"`
+	Fingerprint Fingerprint  `json:"fingerprint"`
+	// PredictedMillis is the expected duration under the Costs used.
+	PredictedMillis int64 `json:"predicted_ms"`
+}
+
+// Steps counts the plan's steps of one kind.
+func (p *Plan) Steps(kind StepKind) int {
+	n := 0
+	for _, b := range p.Batches {
+		for _, s := range b.Steps {
+			if s.Kind == kind {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Costs is the duration model behind predictions: how long one step of
+// each kind takes. It is an input so that the planner stays pure; the
+// engine can feed it measured values.
+type Costs struct {
+	LivenessChange time.Duration
+	MaintainerMove time.Duration
+	PartitionMove  time.Duration
+	// PartitionsInFlight is how many partition moves run at once.
+	PartitionsInFlight int
+}
+
+// DefaultCosts are rough loopback values, good enough to order plans.
+var DefaultCosts = Costs{LivenessChange: 50 * time.Millisecond, MaintainerMove: 500 * time.Millisecond, PartitionMove: 300 * time.Millisecond, PartitionsInFlight: 4}
+
+func (c Costs) of(k StepKind) time.Duration {
+	switch k {
+	case StepMoveMaintainer:
+		return c.MaintainerMove
+	case StepMovePartition:
+		return c.PartitionMove
+	}
+	return c.LivenessChange
+}
+
+// predict sums, over batches, the slowest step of each batch.
+func predict(batches []Batch, c Costs) time.Duration {
+	var total time.Duration
+	for _, b := range batches {
+		var slowest time.Duration
+		for _, s := range b.Steps {
+			slowest = max(slowest, c.of(s.Kind))
+		}
+		total += slowest
+	}
+	return total
+}
