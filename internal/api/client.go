@@ -169,6 +169,18 @@ func (c *Client) Partitions(ctx context.Context, changefeed, node string) (*Part
 	return &out, c.do(ctx, http.MethodGet, "/api/v2/partitions?"+q.Encode(), nil, &out)
 }
 
+// Drain is PUT /api/v2/captures/{id}/drain.
+func (c *Client) Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error) {
+	var out DrainCaptureResponse
+	return &out, c.do(ctx, http.MethodPut, "/api/v2/captures/"+url.PathEscape(id)+"/drain", req, &out)
+}
+
+// DrainStatus is GET /api/v2/captures/{id}/drain.
+func (c *Client) DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error) {
+	var out DrainStatusResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures/"+url.PathEscape(id)+"/drain", nil, &out)
+}
+
 // do sends one request. Reads move to the next address on any transport
 // error; writes only when the connection was never made, so a write is
 // never sent twice.

@@ -27,6 +27,9 @@ type Backend interface {
 	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) error
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
+	// Drain starts draining a capture (on the coordinator).
+	Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error)
+	DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error)
 	// Coordinator says whether this node is the coordinator, and if not,
 	// the API address of the one that is (ok=false: none elected).
 	Coordinator() (self bool, addr string, ok bool)
@@ -54,6 +57,11 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/v2/captures", s.captures)
 	mux.HandleFunc("GET /api/v2/captures/{id}", s.capture)
 	mux.HandleFunc("GET /api/v2/snapshot", s.snapshot)
+	mux.HandleFunc("PUT /api/v2/captures/{id}/drain", s.onCoordinator(s.drain))
+	mux.HandleFunc("GET /api/v2/captures/{id}/drain", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		reply(w, func(ctx context.Context) (*DrainStatusResponse, error) { return s.b.DrainStatus(ctx, id) })(r.Context())
+	})
 	mux.HandleFunc("POST /api/v2/coordinator/resign", s.onCoordinator(s.resign))
 	mux.HandleFunc("GET /api/v2/changefeeds", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Changefeeds)(r.Context()) })
 	mux.HandleFunc("GET /api/v2/changefeeds/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -135,6 +143,24 @@ func (s *server) createChangefeed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *server) drain(w http.ResponseWriter, r *http.Request) {
+	var req DrainRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Batch < 0 || req.Batch > 1000 {
+		writeError(w, Errorf(CodeBadRequest, "use a batch between 1 and 1000", "batch %d is out of range", req.Batch))
+		return
+	}
+	v, err := s.b.Drain(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, v)
 }
 
 func (s *server) pauseChangefeed(paused bool) http.HandlerFunc {

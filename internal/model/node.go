@@ -26,3 +26,14 @@ type LivenessRecord struct {
 	Incarnation int64     `json:"incarnation"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
+
+// DrainRecord is the cluster's one drain in progress (seed 000), persisted
+// so that a new coordinator continues it.
+type DrainRecord struct {
+	Epoch                  uint64    `json:"epoch"`
+	Target                 NodeID    `json:"draining_target"`
+	BatchSize              int       `json:"batch_size"`
+	StartTime              time.Time `json:"start_time"`
+	InitialMaintainerCount int       `json:"initial_maintainer_count"`
+	InitialDispatcherCount int       `json:"initial_dispatcher_count"`
+}

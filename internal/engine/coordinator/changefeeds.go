@@ -128,6 +128,8 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 		switch {
 		case e.Maintainer.Node == "" || !registered:
 			orphans = append(orphans, e)
+		case st.Drain != nil && e.Maintainer.Node == st.Drain.Target:
+			// The drain moves these, in its batches.
 		case !dest.IsCandidate(e.Maintainer.Node):
 			leaving = append(leaving, e)
 		default:

@@ -27,6 +27,7 @@ type Coordinator struct {
 	store *meta.Store
 	view  *cluster.View
 	log   *slog.Logger
+	drain drainState
 }
 
 // New returns a coordinator over a store and this node's view.
@@ -42,6 +43,9 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 		if perr := c.placeMaintainers(ctx, term, c.view.State()); err == nil {
 			err = perr
 		}
+		if derr := c.driveDrain(ctx, term, c.view.State()); err == nil {
+			err = derr
+		}
 		if errors.Is(err, meta.ErrFenced) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
 			return
@@ -51,9 +55,15 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 		if err != nil {
 			retry = time.After(time.Second)
 		}
+		// A drain is driven on a clock too: its batch limit frees up with time.
+		var tick <-chan time.Time
+		if c.view.State().Drain != nil {
+			tick = time.After(200 * time.Millisecond)
+		}
 		select {
 		case <-ch:
 		case <-retry:
+		case <-tick:
 		case <-ctx.Done():
 		}
 	}

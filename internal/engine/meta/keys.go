@@ -79,10 +79,14 @@ const (
 	kindPartition
 	kindProgress
 	kindBarrier
+	kindDrain
 )
 
 // classify tells which object a key under the root is.
 func (k Keys) classify(key string) (keyKind, string) {
+	if key == k.Drain() {
+		return kindDrain, "drain"
+	}
 	for _, c := range []struct {
 		prefix string
 		kind   keyKind

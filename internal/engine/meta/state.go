@@ -48,6 +48,9 @@ type State struct {
 	Partitions  map[model.ChangefeedID]map[string]RouteRecord
 	Progress    map[model.ChangefeedID]map[string]ProgressRecord
 	Barriers    map[model.ChangefeedID]map[string]BarrierRecord // by table
+	// Drain is the drain in progress, if any, and its revision.
+	Drain         *model.DrainRecord
+	DrainRevision int64
 }
 
 func newState(clusterID string) *State {
@@ -91,6 +94,7 @@ func (s *State) Clone() *State {
 	for k, v := range s.Barriers {
 		c.Barriers[k] = v
 	}
+	c.Drain, c.DrainRevision = s.Drain, s.DrainRevision
 	return c
 }
 
@@ -192,6 +196,9 @@ func (s *State) Snapshot() model.Snapshot {
 			snap.Draining = id
 		}
 	}
+	if s.Drain != nil {
+		snap.Draining = s.Drain.Target
+	}
 	return snap
 }
 
@@ -231,6 +238,15 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		s.elections[key] = electionEntry{node: model.NodeID(kv.Value), createRevision: kv.CreateRevision}
+	case kindDrain:
+		if deleted {
+			s.Drain, s.DrainRevision = nil, 0
+			return
+		}
+		var d model.DrainRecord
+		if json.Unmarshal(kv.Value, &d) == nil {
+			s.Drain, s.DrainRevision = &d, kv.ModRevision
+		}
 	case kindChangefeed, kindPartition, kindProgress, kindBarrier:
 		s.applyChangefeed(kind, rest, kv, deleted)
 	}

@@ -1,0 +1,30 @@
+package api
+
+import "time"
+
+// DrainRequest is the optional body of PUT /api/v2/captures/{id}/drain.
+type DrainRequest struct {
+	// Batch is how many maintainers move at once (default 1).
+	Batch int `json:"batch,omitempty"`
+}
+
+// DrainCaptureResponse is seed 000's answer to a drain request (202).
+type DrainCaptureResponse struct {
+	Version                int    `json:"version"`
+	Target                 string `json:"target"`
+	Epoch                  uint64 `json:"epoch"`
+	CurrentMaintainerCount int    `json:"current_maintainer_count"`
+	CurrentDispatcherCount int    `json:"current_dispatcher_count"`
+}
+
+// DrainStatusResponse is seed 000's drain status of one capture.
+type DrainStatusResponse struct {
+	Version                  int            `json:"version"`
+	IsDraining               bool           `json:"is_draining"`
+	DrainingCaptureID        string         `json:"draining_capture_id,omitempty"`
+	Liveness                 string         `json:"liveness"`
+	Epoch                    uint64         `json:"epoch,omitempty"`
+	StartedAt                *time.Time     `json:"started_at,omitempty"`
+	RemainingMaintainerCount int            `json:"remaining_maintainer_count"`
+	RemainingDispatcherCount map[string]int `json:"remaining_dispatcher_count"`
+}
