@@ -49,7 +49,9 @@ func Execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	code := exitCodeOf(err)
-	o.printError(err, code)
+	if code != ExitDryRunChanges {
+		o.printError(err, code)
+	}
 	return code
 }
 
@@ -156,6 +158,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newChangefeedCommand(o),
 		newPartitionCommand(o),
 		newVerifyCommand(o),
+		newDrainCommand(o),
 		newPlaygroundCommand(o),
 	)
 	root.InitDefaultCompletionCmd()

@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// errDryRunChanges ends a dry run that found work to do: exit 2, nothing
+// printed as an error (Terraform's -detailed-exitcode convention).
+var errDryRunChanges = withExit(ExitDryRunChanges, errors.New("the plan has changes"))
+
+func newDrainCommand(o *options) *cobra.Command {
+	var (
+		batch   int
+		dryRun  bool
+		yes     bool
+		watch   bool
+		timeout time.Duration
+		planOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "drain CAPTURE",
+		Short: "Move all work off a capture, then stop it (plan, show, approve, execute, watch)",
+		Long: `Drain a capture for maintenance (seed 000): it goes Draining (no new work, never
+coordinator); its maintainers move in batches of at most --batch to the
+least-loaded captures; their partitions follow, gracefully (exactly-once);
+when nothing is left it goes Stopping.
+
+The plan is computed from the cluster's snapshot and shown first. On a
+terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
+--dry-run shows the plan and exits 2 (changes) without doing anything.`,
+		Example: `  cdcctl drain capture-3 --dry-run
+  cdcctl drain capture-3 --batch 2 --watch
+  cdcctl drain capture-3 --batch 2 --yes --watch --timeout 10m -o json   # CI: NDJSON events`,
+		Args:              exactArgs(1, "the capture to drain"),
+		ValidArgsFunction: completeCaptures(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if batch < 1 {
+				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
+			}
+			target := model.NodeID(args[0])
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.Snapshot(cmd.Context())
+			if err != nil {
+				return err
+			}
+			p, err := plan.Drain(&snap.Snapshot, target, batch, plan.DefaultCosts)
+			if err != nil {
+				return err
+			}
+			if planOut != "" {
+				b, _ := json.MarshalIndent(p, "", "  ")
+				if err := os.WriteFile(planOut, append(b, '\n'), 0o644); err != nil {
+					return err
+				}
+			}
+			if dryRun {
+				if err := o.render(p, func(tw tableWriter) { _ = plan.Render(tw, &snap.Snapshot, p) }); err != nil {
+					return err
+				}
+				return errDryRunChanges
+			}
+			if !yes {
+				if !isTerminal(o.in) {
+					return withExit(ExitError, fmt.Errorf("refusing to drain %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", target))
+				}
+				_ = plan.Render(o.out, &snap.Snapshot, p)
+				fmt.Fprintf(o.out, "\nDrain %s? [y/N] ", target)
+				answer, _ := bufio.NewReader(o.in).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+					return withExit(ExitCancelled, fmt.Errorf("drain of %s not approved; nothing changed", target))
+				}
+			}
+			res, err := c.Drain(cmd.Context(), string(target), api.DrainRequest{Batch: batch})
+			if err != nil {
+				return err
+			}
+			if !watch {
+				return o.render(res, func(tw tableWriter) {
+					fmt.Fprintf(tw, "Drain of %s started (epoch %d): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
+					fmt.Fprintf(tw, "Follow it with: cdcctl drain status %s\n", target)
+				})
+			}
+			return watchDrain(cmd.Context(), o, c, string(target), res, timeout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&batch, "batch", 1, "maintainers moved at once")
+	f.BoolVar(&dryRun, "dry-run", false, "show the plan and exit: 2 if anything would change, 0 if not")
+	f.BoolVar(&yes, "yes", false, "approve without asking (scripts)")
+	f.BoolVar(&watch, "watch", false, "follow the drain to its end")
+	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch: give up waiting after this long (exit 3; the drain goes on)")
+	f.StringVar(&planOut, "plan-out", "", "also write the plan as JSON to this file")
+	cmd.AddCommand(newDrainStatusCommand(o))
+	return cmd
+}
+
+func newDrainStatusCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status CAPTURE",
+		Short: "Show a capture's drain status: what is left on it",
+		Args:  exactArgs(1, "the capture"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			st, err := c.DrainStatus(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.render(st, func(tw tableWriter) { fmt.Fprintln(tw, drainLine(args[0], st)) })
+		},
+	}
+}
+
+func drainLine(target string, st *api.DrainStatusResponse) string {
+	disp := 0
+	for _, n := range st.RemainingDispatcherCount {
+		disp += n
+	}
+	state := "draining"
+	if !st.IsDraining {
+		state = "not draining"
+	}
+	return fmt.Sprintf("%s: %s, %s, %d maintainers and %d dispatchers remaining", target, st.Liveness, state, st.RemainingMaintainerCount, disp)
+}
+
+// drainEvent is one line of `drain --watch -o json` (NDJSON).
+type drainEvent struct {
+	Version              int       `json:"version"`
+	Type                 string    `json:"type"` // started, progress, done
+	Time                 time.Time `json:"time"`
+	Target               string    `json:"target"`
+	Epoch                uint64    `json:"epoch,omitempty"`
+	Liveness             string    `json:"liveness,omitempty"`
+	RemainingMaintainers int       `json:"remaining_maintainers"`
+	RemainingDispatchers int       `json:"remaining_dispatchers"`
+}
+
+// watchDrain follows a drain until the capture is Stopping (or gone), as
+// timestamped lines, or NDJSON with -o json; the last event is "done".
+func watchDrain(ctx context.Context, o *options, c *api.Client, target string, res *api.DrainCaptureResponse, timeout time.Duration) error {
+	emit := func(ev drainEvent) {
+		ev.Version, ev.Time, ev.Target = api.SchemaVersion, o.now().UTC(), target
+		if o.output() == formatJSON {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintln(o.out, string(b))
+			return
+		}
+		switch ev.Type {
+		case "started":
+			fmt.Fprintf(o.out, "%s drain of %s started (epoch %d): %d maintainers, %d dispatchers to move\n", ev.Time.Format("15:04:05"), target, ev.Epoch, ev.RemainingMaintainers, ev.RemainingDispatchers)
+		case "progress":
+			fmt.Fprintf(o.out, "%s %s: %d maintainers, %d dispatchers remaining\n", ev.Time.Format("15:04:05"), target, ev.RemainingMaintainers, ev.RemainingDispatchers)
+		case "done":
+			fmt.Fprintf(o.out, "%s drain complete: %s is %s\n", ev.Time.Format("15:04:05"), target, ev.Liveness)
+		}
+	}
+	emit(drainEvent{Type: "started", Epoch: res.Epoch, RemainingMaintainers: res.CurrentMaintainerCount, RemainingDispatchers: res.CurrentDispatcherCount})
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		st, err := c.DrainStatus(wctx, target)
+		if err == nil {
+			disp := 0
+			for _, n := range st.RemainingDispatcherCount {
+				disp += n
+			}
+			if !st.IsDraining && (st.Liveness == "Stopping" || st.Liveness == "Gone") {
+				emit(drainEvent{Type: "done", Liveness: st.Liveness})
+				return nil
+			}
+			if line := fmt.Sprint(st.RemainingMaintainerCount, disp); line != last {
+				emit(drainEvent{Type: "progress", Liveness: st.Liveness, RemainingMaintainers: st.RemainingMaintainerCount, RemainingDispatchers: disp})
+				last = line
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return withExit(ExitTimeout, fmt.Errorf("--timeout %s reached while the drain of %s is still running; it goes on (see 'cdcctl drain status %s')", timeout, target, target))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// isTerminal reports whether r is an interactive terminal.
+func isTerminal(r any) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
