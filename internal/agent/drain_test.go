@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,12 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	if tc.state().Drain != nil {
 		t.Fatal("the drain record is still in etcd")
 	}
+	// Seed 000's metrics: the drain is over and its duration observed.
+	tc.eventually("the drain metrics show the finished drain", 5*time.Second, func() bool {
+		body := tc.get(tc.nodes[leader.Node].addr, "/metrics")
+		return strings.Contains(body, `cdcctl_coordinator_drain_capture_status{capture_id="`+string(target)+`"} 0`) &&
+			strings.Contains(body, `cdcctl_coordinator_drain_capture_duration_seconds_count{capture_id="`+string(target)+`"} 1`)
+	})
 	for _, name := range []string{"one", "two", "three"} {
 		rep := tc.pauseAndVerify(c, name, sinkOf(name), verifyStorage)
 		if !rep.OK || rep.Duplicates != 0 {

@@ -18,6 +18,11 @@ type metrics struct {
 	checkpointLag    *prometheus.GaugeVec
 	checkpointTs     *prometheus.GaugeVec
 	dispatchers      *prometheus.GaugeVec
+	// Seed 000's drain metrics.
+	drainStatus      *prometheus.GaugeVec
+	drainMaintainers *prometheus.GaugeVec
+	drainDispatchers *prometheus.GaugeVec
+	drainDuration    *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -62,7 +67,24 @@ func newMetrics() *metrics {
 		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "running",
 		Help: "Dispatchers running on this node, per changefeed.",
 	}, []string{"changefeed"})
+	m.drainStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "coordinator", Name: "drain_capture_status",
+		Help: "Status of drain capture operation (0=idle, 1=draining).",
+	}, []string{"capture_id"})
+	m.drainMaintainers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "coordinator", Name: "drain_capture_remaining_maintainers",
+		Help: "Number of remaining maintainers on draining capture.",
+	}, []string{"capture_id"})
+	m.drainDispatchers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "coordinator", Name: "drain_capture_remaining_dispatchers",
+		Help: "Number of remaining dispatchers on draining capture.",
+	}, []string{"capture_id"})
+	m.drainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "cdcctl", Subsystem: "coordinator", Name: "drain_capture_duration_seconds",
+		Help:    "Duration of drain capture operation.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	}, []string{"capture_id"})
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
-		m.checkpointLag, m.checkpointTs, m.dispatchers)
+		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	return m
 }

@@ -341,6 +341,7 @@ func (n *Node) lead(coord *coordinator.Coordinator) election.LeadFunc {
 func (n *Node) followView(ctx context.Context, view *cluster.View, manager *dispatcher.Manager) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var lastDrain *model.DrainRecord
 	for ctx.Err() == nil {
 		ch := view.Changed()
 		select {
@@ -374,6 +375,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			for id, count := range manager.Running() {
 				n.metrics.dispatchers.WithLabelValues(string(id)).Set(float64(count))
 			}
+			lastDrain = n.drainMetrics(st, lastDrain)
 		default:
 		}
 		select {
@@ -382,6 +384,31 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 		case <-ctx.Done():
 		}
 	}
+}
+
+// drainMetrics keeps seed 000's drain metrics in step with the drain
+// record; the duration is observed when a record goes away.
+func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.DrainRecord {
+	if st.Drain != nil {
+		target := string(st.Drain.Target)
+		maint, disp := coordinator.DrainProgress(st, st.Drain.Target)
+		total := 0
+		for _, c := range disp {
+			total += c
+		}
+		n.metrics.drainStatus.WithLabelValues(target).Set(1)
+		n.metrics.drainMaintainers.WithLabelValues(target).Set(float64(maint))
+		n.metrics.drainDispatchers.WithLabelValues(target).Set(float64(total))
+		return st.Drain
+	}
+	if last != nil {
+		target := string(last.Target)
+		n.metrics.drainStatus.WithLabelValues(target).Set(0)
+		n.metrics.drainMaintainers.WithLabelValues(target).Set(0)
+		n.metrics.drainDispatchers.WithLabelValues(target).Set(0)
+		n.metrics.drainDuration.WithLabelValues(target).Observe(time.Since(last.StartTime).Seconds())
+	}
+	return nil
 }
 
 func (n *Node) current() (*meta.Store, *incarnation) {
