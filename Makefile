@@ -1,5 +1,5 @@
 # The README's test command is `go test -race -count=1 ./...`; `make test`
-# runs exactly that, and .ci/run runs `make lint` and then that command.
+# runs exactly that; .ci/run runs the same lint as `make lint`, then it.
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
