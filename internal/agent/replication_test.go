@@ -14,6 +14,21 @@ import (
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
+// demoSource is the load of the engine tests: 8 tables of 200 keys,
+// 4,000 changes a second, a DDL every second.
+const demoSource = "gen://?tables=8&keys=200&rate=4000&ddl_every=1s"
+
+// runDemo creates changefeed "demo" (4 partitions per table) and waits
+// until its checkpoint has moved warm past its start.
+func (tc *testCluster) runDemo(c *api.Client, sourceURI, sinkURI string, warm time.Duration) (*api.ChangefeedResponse, model.Ts) {
+	tc.t.Helper()
+	created, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "demo", Source: sourceURI, Sink: sinkURI, PartitionsPerTable: 4})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return created, tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(warm.Milliseconds()))
+}
+
 // waitCheckpoint waits until a changefeed's checkpoint passes ts.
 func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) model.Ts {
 	tc.t.Helper()
@@ -34,7 +49,7 @@ func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) mod
 // its partitions continue elsewhere from exactly where they stopped; the
 // sink then holds every event once, in per-key order.
 func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T) {
-	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
+	replicateThroughANodeStop(t, demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
 }
 
 // The same through the Kafka sink, on a real-protocol broker in process.
@@ -59,17 +74,10 @@ func replicateThroughANodeStop(t *testing.T, sourceURI, sinkURI string, check ve
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{
-		ID: "demo", Source: sourceURI, Sink: sinkURI, PartitionsPerTable: 4,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	created, cp := tc.runDemo(c, sourceURI, sinkURI, 1500*time.Millisecond)
 	if created.Partitions != 32 || created.State != "normal" {
 		t.Fatalf("created %+v", created)
 	}
-	start := model.Ts(created.StartTs)
-	cp := tc.waitCheckpoint(c, "demo", start+model.TsFromMillis(1500))
 
 	// Every partition placed, on all three captures.
 	parts, err := c.Partitions(ctx, "demo", "")
@@ -136,13 +144,7 @@ func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{
-		ID: "demo", Source: "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", Sink: sinkURI, PartitionsPerTable: 4,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1000))
+	_, cp := tc.runDemo(c, demoSource, sinkURI, 1000*time.Millisecond)
 
 	countOn := func(node string) (on, draining int) {
 		ps, err := c.Partitions(ctx, "demo", "")
@@ -199,13 +201,7 @@ func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{
-		ID: "demo", Source: "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", Sink: sinkURI, PartitionsPerTable: 4,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
+	_, cp := tc.runDemo(c, demoSource, sinkURI, 1500*time.Millisecond)
 	// Operators see replication on /metrics.
 	body := tc.get(tc.nodes[leader.Node].addr, "/metrics")
 	for _, want := range []string{`cdcctl_changefeed_checkpoint_lag_seconds{changefeed="demo"}`, `cdcctl_dispatcher_running{changefeed="demo"}`} {
@@ -270,13 +266,7 @@ func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{
-		ID: "demo", Source: "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", Sink: sinkURI, PartitionsPerTable: 4,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
+	_, cp := tc.runDemo(c, demoSource, sinkURI, 1500*time.Millisecond)
 	victim := tc.followerOf(leader.Node)
 	tc.setLiveness(victim, model.LivenessDraining)
 	// Crash as soon as the first move starts.

@@ -122,28 +122,12 @@ func (v *View) Liveness(id model.NodeID) (model.Liveness, bool) {
 
 // SchedulableNodes returns the registered nodes that may receive new work:
 // Alive only.
-func (v *View) SchedulableNodes() []model.NodeID {
-	st := v.State()
-	var out []model.NodeID
-	for _, id := range st.NodeIDs() {
-		if st.LivenessOf(id).IsSchedulable() {
-			out = append(out, id)
-		}
-	}
-	return out
-}
+func (v *View) SchedulableNodes() []model.NodeID { return v.State().SchedulableNodeIDs() }
 
 // CoordinatorCandidates returns the registered nodes that may campaign:
 // Alive only. The only-node-left exception first makes that node Alive.
 func (v *View) CoordinatorCandidates() []model.NodeID {
-	st := v.State()
-	var out []model.NodeID
-	for _, id := range st.NodeIDs() {
-		if st.LivenessOf(id).MayCampaign() {
-			out = append(out, id)
-		}
-	}
-	return out
+	return v.State().NodesWhere(model.Liveness.MayCampaign)
 }
 
 // OnlyNodeLeft reports whether id is the one registered node.

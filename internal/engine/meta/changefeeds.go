@@ -120,39 +120,33 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 		}
 		s.Changefeeds[id] = e
 	case kindPartition:
-		m := cloneMap(s.Partitions[id])
-		if deleted {
-			delete(m, leaf)
-		} else {
-			var r model.RouteEntry
-			if json.Unmarshal(kv.Value, &r) == nil {
-				m[leaf] = RouteRecord{Route: r, Revision: kv.ModRevision}
-			}
-		}
-		s.Partitions[id] = m
+		s.Partitions[id] = applyRecord(s.Partitions[id], leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
+			return RouteRecord{Route: r, Revision: rev}
+		})
 	case kindBarrier:
-		m := cloneMap(s.Barriers[id])
-		if deleted {
-			delete(m, leaf)
-		} else {
-			var b model.Barrier
-			if json.Unmarshal(kv.Value, &b) == nil {
-				m[leaf] = BarrierRecord{Barrier: b, Revision: kv.ModRevision}
-			}
-		}
-		s.Barriers[id] = m
+		s.Barriers[id] = applyRecord(s.Barriers[id], leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
+			return BarrierRecord{Barrier: b, Revision: rev}
+		})
 	case kindProgress:
-		m := cloneMap(s.Progress[id])
-		if deleted {
-			delete(m, leaf)
-		} else {
-			var p model.Progress
-			if json.Unmarshal(kv.Value, &p) == nil {
-				m[leaf] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
-			}
-		}
-		s.Progress[id] = m
+		s.Progress[id] = applyRecord(s.Progress[id], leaf, kv, deleted, func(p model.Progress, rev int64) ProgressRecord {
+			return ProgressRecord{Progress: p, Revision: rev}
+		})
 	}
+}
+
+// applyRecord returns a copy of one changefeed's map with one record put
+// or deleted; a value that does not decode leaves the record as it was.
+func applyRecord[T, R any](m map[string]R, leaf string, kv *mvccpb.KeyValue, deleted bool, wrap func(T, int64) R) map[string]R {
+	m = cloneMap(m)
+	if deleted {
+		delete(m, leaf)
+		return m
+	}
+	var v T
+	if json.Unmarshal(kv.Value, &v) == nil {
+		m[leaf] = wrap(v, kv.ModRevision)
+	}
+	return m
 }
 
 // cloneMap copies one changefeed's map, so a published state is never

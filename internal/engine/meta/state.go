@@ -145,9 +145,14 @@ func (s *State) NodeIDs() []model.NodeID {
 // SchedulableNodeIDs returns the registered nodes that may receive new
 // work (Alive), sorted.
 func (s *State) SchedulableNodeIDs() []model.NodeID {
+	return s.NodesWhere(model.Liveness.IsSchedulable)
+}
+
+// NodesWhere returns the registered nodes whose liveness passes keep, sorted.
+func (s *State) NodesWhere(keep func(model.Liveness) bool) []model.NodeID {
 	var out []model.NodeID
 	for _, id := range s.NodeIDs() {
-		if s.LivenessOf(id).IsSchedulable() {
+		if keep(s.LivenessOf(id)) {
 			out = append(out, id)
 		}
 	}

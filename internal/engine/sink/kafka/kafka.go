@@ -300,22 +300,12 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	for s.outstanding[dispatcher] > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	return sink.WaitCond(ctx, s.cond, func() bool { return s.outstanding[dispatcher] <= 0 }, func() error {
 		if s.closed {
 			return errors.New("kafka sink is closed")
 		}
-		s.cond.Wait()
-	}
-	return nil
+		return nil
+	})
 }
 
 // broadcast sends one message to every partition and waits for the acks.

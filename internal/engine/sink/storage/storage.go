@@ -165,21 +165,18 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stopWaiting := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stopWaiting()
-	for !s.closed && s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
-		if err := ctx.Err(); err != nil {
-			return err
+	err := sink.WaitCond(ctx, s.cond, func() bool {
+		if s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
+			s.wakeFlusher() // backpressure: wait for a flush to free the spool
+			return false
 		}
-		s.wakeFlusher()
-		s.cond.Wait()
+		return true
+	}, s.closedErr)
+	if err == nil {
+		err = s.closedErr()
 	}
-	if s.closed {
-		return errors.New("storage sink is closed")
+	if err != nil {
+		return err
 	}
 	d := s.disp[b.Dispatcher]
 	if d == nil {
@@ -229,20 +226,8 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	target, from := d.seq, d.flushedSeq+1
 	d.flushWanted = true
 	s.wakeFlusher()
-	stopWaiting := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stopWaiting()
-	for d.flushedSeq < target {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if s.closed {
-			return errors.New("storage sink is closed")
-		}
-		s.cond.Wait()
+	if err := sink.WaitCond(ctx, s.cond, func() bool { return d.flushedSeq >= target }, s.closedErr); err != nil {
+		return err
 	}
 	if d.failedSeq >= from {
 		return d.failure
@@ -452,5 +437,13 @@ func (s *Sink) nextIndex(ctx context.Context, d *dispatcherState, dir string) (u
 }
 
 var _ sink.Sink = (*Sink)(nil)
+
+// closedErr tells a waiting caller the sink closed; the caller holds s.mu.
+func (s *Sink) closedErr() error {
+	if s.closed {
+		return errors.New("storage sink is closed")
+	}
+	return nil
+}
 
 func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
