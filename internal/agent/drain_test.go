@@ -60,7 +60,7 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 		t.Fatal("the drain record is still in etcd")
 	}
 	// Seed 000's metrics: the drain is over and its duration observed.
-	tc.eventually("the drain metrics show the finished drain", 5*time.Second, func() bool {
+	tc.eventually("the drain metrics show the finished drain", 15*time.Second, func() bool {
 		body := tc.get(tc.nodes[leader.Node].addr, "/metrics")
 		return strings.Contains(body, `cdcctl_coordinator_drain_capture_status{capture_id="`+string(target)+`"} 0`) &&
 			strings.Contains(body, `cdcctl_coordinator_drain_capture_duration_seconds_count{capture_id="`+string(target)+`"} 1`)

@@ -62,7 +62,7 @@ func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
 		t.Fatalf("%d schedulable nodes with one Draining, want 2", got)
 	}
 	// Every node's watched view agrees.
-	tc.eventually("every view sees the Draining node as unschedulable", 5*time.Second, func() bool {
+	tc.eventually("every view sees the Draining node as unschedulable", 15*time.Second, func() bool {
 		for _, rn := range tc.nodes {
 			_, inc := rn.node.current()
 			if inc == nil {
