@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
@@ -32,7 +33,16 @@ func (n *Node) handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	return mux
+	if n.grpc == nil {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if transport.IsGRPC(r) {
+			n.grpc.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // backend adapts the node to api.Backend.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -28,6 +30,9 @@ type testCluster struct {
 	cli      *clientv3.Client
 	store    *meta.Store
 	nodes    map[model.NodeID]*runningNode
+	// hub connects the nodes in memory; nil makes them talk gRPC over
+	// loopback, as separate processes do.
+	hub *transport.Hub
 }
 
 type runningNode struct {
@@ -49,12 +54,19 @@ func newTestCluster(t *testing.T) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}}
+	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub()}
 	t.Cleanup(tc.stopAll)
 	return tc
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quietLogger discards the agents' logs, unless CDCCTL_TEST_LOG is set
+// (to debug a failing test).
+func quietLogger() *slog.Logger {
+	if os.Getenv("CDCCTL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // start runs one agent and waits until it listens.
 func (tc *testCluster) start(id string) *runningNode {
@@ -62,7 +74,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		DataDir: tc.t.TempDir(), SessionTTL: testTTL, LogLevel: "info", LogFormat: "text",
-	}, quietLogger())
+	}, quietLogger(), tc.options()...)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -76,6 +88,13 @@ func (tc *testCluster) start(id string) *runningNode {
 	}
 	tc.nodes[model.NodeID(id)] = rn
 	return rn
+}
+
+func (tc *testCluster) options() []Option {
+	if tc.hub == nil {
+		return nil
+	}
+	return []Option{WithHub(tc.hub)}
 }
 
 // startCaptures starts capture-1..capture-n and waits for a coordinator.

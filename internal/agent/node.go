@@ -22,6 +22,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
@@ -44,7 +45,20 @@ type Node struct {
 	// crashing makes the next stop abrupt (tests of crash recovery): see crash.
 	crashing atomic.Bool
 	cli      *clientv3.Client
+
+	// hub, when set, connects this node to others in the same process
+	// (engine tests); otherwise nodes talk gRPC on the API listener.
+	hub  *transport.Hub
+	tr   transport.Transport
+	grpc *transport.GRPC
 }
+
+// Option changes how a node is assembled.
+type Option func(*Node)
+
+// WithHub makes the node talk to the other nodes of this process through
+// an in-memory transport instead of gRPC.
+func WithHub(h *transport.Hub) Option { return func(n *Node) { n.hub = h } }
 
 // crash makes the node fail the way a killed process does, as far as the
 // cluster can tell: its etcd client closes first, so it can clean nothing
@@ -58,6 +72,15 @@ func (n *Node) crash() {
 	if cli != nil {
 		_ = cli.Close()
 	}
+	if tr := n.transport(); tr != nil {
+		_ = tr.Close()
+	}
+}
+
+func (n *Node) transport() transport.Transport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.tr
 }
 
 // incarnation is one membership of this process: a lease, the view and
@@ -71,11 +94,28 @@ type incarnation struct {
 }
 
 // New validates the configuration and returns a node ready to Run.
-func New(cfg Config, log *slog.Logger) (*Node, error) {
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{})}, nil
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{})}
+	for _, o := range opts {
+		o(n)
+	}
+	if n.hub == nil {
+		n.grpc = transport.NewGRPC(n.ID(), n.resolve)
+	}
+	return n, nil
+}
+
+// resolve finds another node's address in this node's view.
+func (n *Node) resolve(id model.NodeID) (string, bool) {
+	_, cur := n.current()
+	if cur == nil {
+		return "", false
+	}
+	info, ok := cur.view.State().Nodes[id]
+	return info.Info.Address, ok && info.Info.Address != ""
 }
 
 // ID is the node's id.
@@ -128,11 +168,20 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer cli.Close()
 	store := meta.NewStore(cli, n.cfg.ClusterID)
+	var tr transport.Transport = n.grpc
+	if n.hub != nil {
+		tr = n.hub.Join(n.ID())
+	}
+	defer tr.Close()
 	n.mu.Lock()
-	n.store, n.cli = store, cli
+	n.store, n.cli, n.tr = store, cli, tr
 	n.mu.Unlock()
 
-	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	// One port: the API over HTTP/1, and the node-to-node transport over
+	// unencrypted HTTP/2 (gRPC) beside it.
+	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	httpSrv.Protocols.SetHTTP1(true)
+	httpSrv.Protocols.SetUnencryptedHTTP2(true)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	n.log.Info("API listening", "addr", ln.Addr().String(), "advertise", n.addr, "etcd", endpoints, "cluster", n.cfg.ClusterID)
@@ -237,8 +286,9 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	coord := coordinator.New(store, view, n.log)
 	elector := election.NewEtcd(member.Session(), store.Keys(), n.ID())
 	runner := election.NewRunner(n.ID(), elector, view, store, n.lead(coord), n.log)
-	manager := dispatcher.NewManager(n.ID(), store, view, n.log)
-	host := maintainer.NewHost(n.ID(), store, view, n.log)
+	tr := n.transport()
+	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
+	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup

@@ -49,10 +49,11 @@ func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) mod
 // its partitions continue elsewhere from exactly where they stopped; the
 // sink then holds every event once, in per-key order.
 func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T) {
-	replicateThroughANodeStop(t, demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
+	replicateThroughANodeStop(t, false, demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
 }
 
-// The same through the Kafka sink, on a real-protocol broker in process.
+// The same through the Kafka sink, on a real-protocol broker in process,
+// with the nodes talking gRPC over loopback as separate processes do.
 func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "demo"))
 	if err != nil {
@@ -62,15 +63,18 @@ func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
 	t.Cleanup(broker.Close)
 	// With DDLs: the table-wide barrier puts each DDL once into every
 	// Kafka partition, between the rows before and after it.
-	replicateThroughANodeStop(t, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+	replicateThroughANodeStop(t, true, "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "kafka://"+broker.ListenAddrs()[0]+"/demo?protocol=canal-json", func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
 		return verify.Kafka(ctx, g, sinkURI, upTo)
 	})
 }
 
 type verifier func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error)
 
-func replicateThroughANodeStop(t *testing.T, sourceURI, sinkURI string, check verifier) {
+func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI string, check verifier) {
 	tc := newTestCluster(t)
+	if viaGRPC {
+		tc.hub = nil
+	}
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()

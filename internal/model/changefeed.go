@@ -75,10 +75,15 @@ type RouteEntry struct {
 	Epoch      uint64          `json:"epoch"`
 	// Target is where a Draining partition is going.
 	Target NodeID `json:"target,omitempty"`
+	// Start is where this placement starts when it was handed over
+	// gracefully: the previous owner's final position. Zero after an
+	// ungraceful placement, which starts from the persisted progress.
+	Start Ts `json:"start,omitempty"`
 }
 
-// Progress is a partition's checkpoint as its dispatcher reported it:
-// everything up to Checkpoint is durable in the sink.
+// Progress is a partition's position as its dispatcher reported it:
+// everything up to Checkpoint is durable in the sink. Node and Epoch are
+// the placement that reported it.
 type Progress struct {
 	Checkpoint Ts     `json:"checkpoint"`
 	Node       NodeID `json:"node"`
@@ -87,7 +92,15 @@ type Progress struct {
 	// to Checkpoint, and nothing after it, was written. The next owner
 	// starts exactly here.
 	Final bool `json:"final,omitempty"`
+	// Handover: the final position was given up for a move (the routing
+	// entry was Draining when the dispatcher stopped), so the move's
+	// target may start there.
+	Handover bool `json:"handover,omitempty"`
 }
+
+// ProgressTable is a changefeed's persisted partition positions, by
+// partition id; its maintainer writes it with the checkpoint.
+type ProgressTable map[string]Progress
 
 // Barrier is the DDL barrier of one table (seed 004 §4.0.5): every
 // partition of the table has made all rows before the DDL durable; Writer

@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,41 +11,46 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Manager runs, on one node, a dispatcher for every partition the routing
-// table places on this node, and reports their checkpoints. The routing
-// table in etcd is the request; the progress records are the reply: a
-// maintainer that moves, or a coordinator that fails over, finds the
-// truth there instead of in anyone's memory.
+// table places on this node, and reports their positions. The routing
+// table in etcd is the request; the reply is a heartbeat per changefeed
+// to its maintainer over the transport, which persists the positions
+// with the checkpoint. A final position (a dispatcher stopped) is re-sent
+// until this node sees it persisted, or the partition placed again.
 type Manager struct {
 	self  model.NodeID
 	store *meta.Store
 	view  *cluster.View
+	tr    transport.Transport
 	log   *slog.Logger
-	// Interval between progress reports.
+	// Interval between heartbeats.
 	Interval time.Duration
+	// HandoverTimeout bounds how long a graceful stop waits for the final
+	// positions to be persisted before it leaves anyway (the partitions
+	// then resume from their last persisted position: duplicates, no loss).
+	HandoverTimeout time.Duration
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
 	feeds   map[model.ChangefeedID]*feed
-	// finals remembers where stopped dispatchers ended, by partition and
-	// epoch, so a quick restart here never starts behind it (the view may
-	// not show the final report yet).
-	finals  map[string]model.Ts
-	aborted bool
-	wg      sync.WaitGroup
+	// finals are the positions where dispatchers stopped, by partition and
+	// epoch, until acknowledged; a restart here starts from one.
+	finals   map[string]*final
+	aborted  bool
+	lastBeat time.Time
+	wg       sync.WaitGroup
 }
 
 type managed struct {
-	route    meta.RouteRecord
-	d        *Dispatcher
-	done     chan struct{}
-	err      error
-	reported model.Ts
+	route meta.RouteRecord
+	d     *Dispatcher
+	done  chan struct{}
+	err   error
 	// abort ends the dispatcher's run without a final flush, when a
 	// graceful stop does not finish (its sink is unreachable, say).
 	abort context.CancelFunc
@@ -76,9 +80,9 @@ type feed struct {
 }
 
 // NewManager returns a manager for this node.
-func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, log *slog.Logger) *Manager {
-	return &Manager{self: self, store: store, view: view, log: log, Interval: 500 * time.Millisecond,
-		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]model.Ts{}}
+func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Manager {
+	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}}
 }
 
 func key(cf model.ChangefeedID, pid string) string { return string(cf) + "/" + pid }
@@ -100,8 +104,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer t.Stop()
 	for ctx.Err() == nil {
 		ch := m.view.Changed()
-		m.reconcile(ctx, m.view.State())
-		m.report(ctx)
+		st := m.view.State()
+		if m.reconcile(ctx, st) || time.Since(m.lastBeat) >= m.Interval {
+			m.heartbeat(ctx, st)
+		}
 		select {
 		case <-ch:
 		case <-t.C:
@@ -123,7 +129,9 @@ func (m *Manager) Running() map[model.ChangefeedID]int {
 	return out
 }
 
-func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
+// reconcile starts and stops dispatchers to match the routing table; it
+// returns true when it has new final positions to send.
+func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	want := map[string]meta.RouteRecord{}
 	drainingHere := map[string]meta.RouteRecord{}
 	for _, cf := range st.ChangefeedIDs() {
@@ -148,7 +156,8 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 		case <-r.done:
 			// Ended by itself (sink failure): start again from its checkpoint.
 			m.log.Warn("dispatcher ended; restarting it from its checkpoint", "dispatcher", r.d.ID(), "err", r.err)
-			m.finals[finalKey(r.route.Route)] = r.d.Checkpoint()
+			m.finals[finalKey(r.route.Route)] = &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
+				p: model.Progress{Checkpoint: r.d.Checkpoint(), Node: m.self, Epoch: r.route.Route.Epoch}}
 			delete(m.running, k)
 			continue
 		default:
@@ -169,31 +178,36 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 		}
 	}
 	m.mu.Unlock()
-	// Stop what no longer belongs here, all at once, and report where each
-	// stopped: a paused changefeed resumes exactly there; a partition that
-	// moved away refuses the report (its routing entry changed).
+	// Stop what no longer belongs here, all at once, and keep where each
+	// stopped: a paused changefeed resumes exactly there, and a partition
+	// being moved away is handed over there.
 	m.stopAndReport(stale)
+	newFinals := len(stale) > 0
 	// A partition being moved away that nothing runs here (this process
-	// started after it was placed, say) is handed over at its last
-	// reported position.
+	// started after it was placed, or its changefeed is paused) is handed
+	// over where it stopped, or at its last persisted position.
 	for k, d := range drainingHere {
+		fk := finalKey(d.Route)
 		m.mu.Lock()
 		_, runs := m.running[k]
-		// A dispatcher stopped here already reported its exact final
-		// position; the (older) view must not overwrite it.
-		_, known := m.finals[finalKey(d.Route)]
+		f, known := m.finals[fk]
+		switch {
+		case runs:
+		case known:
+			if !f.p.Handover {
+				f.p.Final, f.p.Handover, newFinals = true, true, true
+			}
+		default:
+			p, ok := st.Progress[d.Route.Changefeed][d.Route.ID]
+			if ok && p.Progress.Epoch == d.Route.Epoch && p.Progress.Final && p.Progress.Handover {
+				break // already handed over
+			}
+			from := max(st.Changefeeds[d.Route.Changefeed].Info.StartTs, d.Route.Start, p.Progress.Checkpoint)
+			m.finals[fk] = &final{cf: d.Route.Changefeed, pid: d.Route.ID,
+				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true}}
+			newFinals = true
+		}
 		m.mu.Unlock()
-		p, ok := st.Progress[d.Route.Changefeed][d.Route.ID]
-		if runs || known || (ok && p.Progress.Final && p.Progress.Epoch == d.Route.Epoch) {
-			continue
-		}
-		from := st.Changefeeds[d.Route.Changefeed].Info.StartTs
-		if ok && p.Progress.Checkpoint > from {
-			from = p.Progress.Checkpoint
-		}
-		if err := m.store.ReportProgress(ctx, d, model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true}); err != nil && !errors.Is(err, meta.ErrStale) {
-			m.log.Warn("cannot hand over a partition", "partition", d.Route.ID, "err", err)
-		}
 	}
 	for k, r := range want {
 		m.mu.Lock()
@@ -207,6 +221,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) {
 		}
 	}
 	m.closeUnusedFeeds(st)
+	return newFinals
 }
 
 func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, error) {
@@ -246,13 +261,14 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	if err != nil {
 		return err
 	}
-	from := e.Info.StartTs
-	if p, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok && p.Progress.Checkpoint > from {
-		from = p.Progress.Checkpoint
-	}
+	// The exact hand-over position if there was one; else the highest
+	// durable position known (persisted, or where it stopped here).
+	from := max(e.Info.StartTs, r.Route.Start, st.Progress[r.Route.Changefeed][r.Route.ID].Progress.Checkpoint)
 	m.mu.Lock()
-	if f, ok := m.finals[finalKey(r.Route)]; ok && f > from {
-		from = f
+	if f, ok := m.finals[finalKey(r.Route)]; ok {
+		from = max(from, f.p.Checkpoint)
+		// Running again under the same placement: no longer final.
+		delete(m.finals, finalKey(r.Route))
 	}
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
@@ -265,7 +281,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 		return err
 	}
 	runCtx, abort := context.WithCancel(context.Background())
-	run := &managed{route: r, d: d, done: make(chan struct{}), reported: from, abort: abort}
+	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort}
 	m.mu.Lock()
 	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
 	m.mu.Unlock()
@@ -281,33 +297,8 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	return nil
 }
 
-// report writes every dispatcher's checkpoint that moved.
-func (m *Manager) report(ctx context.Context) {
-	m.mu.Lock()
-	runs := make([]*managed, 0, len(m.running))
-	for _, r := range m.running {
-		runs = append(runs, r)
-	}
-	m.mu.Unlock()
-	for _, r := range runs {
-		cp := r.d.Checkpoint()
-		if cp <= r.reported {
-			continue
-		}
-		err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: cp, Node: m.self, Epoch: r.route.Route.Epoch})
-		switch {
-		case err == nil:
-			r.reported = cp
-		case errors.Is(err, meta.ErrStale):
-			m.log.Debug("progress report refused: the partition's routing entry changed", "dispatcher", r.d.ID())
-		case ctx.Err() == nil:
-			m.log.Warn("cannot report progress", "dispatcher", r.d.ID(), "err", err)
-		}
-	}
-}
-
 // stopAndReport stops dispatchers in parallel (gracefully, unless the
-// manager was aborted) and reports where each ended.
+// manager was aborted) and keeps where each ended as a final position.
 func (m *Manager) stopAndReport(runs []*managed) {
 	m.mu.Lock()
 	aborted := m.aborted
@@ -322,18 +313,17 @@ func (m *Manager) stopAndReport(runs []*managed) {
 				<-r.done
 				return
 			}
-			final, _ := r.stop(30 * time.Second)
-			m.mu.Lock()
-			m.finals[finalKey(r.route.Route)] = final
-			m.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if final > r.reported || r.route.Route.Status == model.PartitionDraining {
-				err := m.store.ReportProgress(ctx, r.route, model.Progress{Checkpoint: final, Node: m.self, Epoch: r.route.Route.Epoch, Final: true})
-				if err != nil && !errors.Is(err, meta.ErrStale) {
-					m.log.Warn("cannot report the final position", "dispatcher", r.d.ID(), "err", err)
-				}
+			at, err := r.stop(30 * time.Second)
+			rt := r.route.Route
+			if err != nil {
+				m.log.Warn("dispatcher did not stop cleanly; its next owner resumes from its checkpoint", "dispatcher", r.d.ID(), "checkpoint", at, "err", err)
 			}
+			// A stop that had to be aborted knows only its checkpoint: not final.
+			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil}
+			p.Handover = p.Final && rt.Status == model.PartitionDraining
+			m.mu.Lock()
+			m.finals[finalKey(rt)] = &final{cf: rt.Changefeed, pid: rt.ID, p: p}
+			m.mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -349,9 +339,13 @@ func (m *Manager) stopAll() {
 		runs = append(runs, r)
 	}
 	m.running = map[string]*managed{}
+	aborted := m.aborted
 	m.mu.Unlock()
 	m.stopAndReport(runs)
 	m.wg.Wait()
+	if !aborted {
+		m.awaitHandover()
+	}
 	m.mu.Lock()
 	feeds := m.feeds
 	m.feeds = map[model.ChangefeedID]*feed{}
@@ -374,65 +368,6 @@ func (m *Manager) closeUnusedFeeds(st *meta.State) {
 		if !inUse[id] && (!exists || !e.Info.CreatedAt.Equal(f.info.CreatedAt)) {
 			_ = f.sink.Close()
 			delete(m.feeds, id)
-		}
-	}
-}
-
-// tableBarrier is a dispatcher's side of its table's DDL barrier: it waits
-// for the maintainer to open the barrier at the DDL; if its partition is
-// the writer it writes the DDL and marks the barrier written; all pass
-// once it is written.
-type tableBarrier struct {
-	m    *Manager
-	key  string
-	sink sink.Sink
-}
-
-func (b *tableBarrier) route() (meta.RouteRecord, bool) {
-	b.m.mu.Lock()
-	defer b.m.mu.Unlock()
-	r, ok := b.m.running[b.key]
-	if !ok {
-		return meta.RouteRecord{}, false
-	}
-	return r.route, true
-}
-
-// Reached implements Barrier.
-func (b *tableBarrier) Reached(ctx context.Context, dispatcher string, ddl source.Event) error {
-	for {
-		ch := b.m.view.Changed()
-		st := b.m.view.State()
-		r, ok := b.route()
-		if !ok {
-			return fmt.Errorf("dispatcher %s is no longer placed here", dispatcher)
-		}
-		rec, open := st.Barriers[r.Route.Changefeed][ddl.Table]
-		if open && rec.Barrier.DDLTs > ddl.CommitTs {
-			return nil // the table is already past this DDL
-		}
-		if open && rec.Barrier.DDLTs == ddl.CommitTs {
-			if rec.Barrier.Written {
-				return nil
-			}
-			if rec.Barrier.Writer == r.Route.ID {
-				if err := b.sink.WriteDDL(ctx, ddl); err != nil {
-					return err
-				}
-				err := b.m.store.MarkBarrierWritten(ctx, r, rec)
-				if err == nil {
-					b.m.log.Info("DDL written for the whole table", "table", ddl.Table, "ddl_ts", ddl.CommitTs, "writer", dispatcher)
-					return nil
-				}
-				if !errors.Is(err, meta.ErrStale) {
-					return err
-				}
-			}
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 }

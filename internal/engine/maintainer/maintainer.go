@@ -3,23 +3,29 @@
 // places the changefeed's partitions on schedulable nodes and moves the
 // changefeed's checkpoint to the minimum of its partitions' progress.
 //
-// A maintainer keeps nothing in memory that matters: the routing table
-// and the progress are in etcd, so a moved maintainer starts from the
-// truth. Its writes are fenced by its placement (the maintainer key's
-// revision), so a maintainer that was moved away cannot write.
+// A maintainer keeps nothing in memory that it cannot learn again: the
+// routing table and the persisted positions are in etcd, and every node
+// sends it a complete heartbeat of the changefeed's partitions it runs
+// each interval, so a moved maintainer rebuilds the truth from the first
+// round (its bootstrap). Its writes are fenced by its placement (the
+// maintainer key's revision), so a maintainer that was moved away cannot
+// write.
 //
-// It imports model, engine/meta and engine/cluster.
+// It imports model, plan, engine/meta, engine/cluster and
+// engine/transport.
 package maintainer
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -29,18 +35,26 @@ type Host struct {
 	self  model.NodeID
 	store *meta.Store
 	view  *cluster.View
+	tr    transport.Transport
 	log   *slog.Logger
 
 	sources map[model.ChangefeedID]*gen.Generator // for the DDL schedule
+
+	mu    sync.Mutex
+	heard map[model.ChangefeedID]*heard
+	wake  chan struct{} // a final position arrived
 }
 
 // NewHost returns the maintainer host of a node.
-func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, log *slog.Logger) *Host {
-	return &Host{self: self, store: store, view: view, log: log, sources: map[model.ChangefeedID]*gen.Generator{}}
+func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
+	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]*gen.Generator{},
+		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
 
 // Run drives the node's maintainers until ctx ends.
 func (h *Host) Run(ctx context.Context) error {
+	h.tr.Handle(transport.TopicHeartbeat, h.onHeartbeat)
+	defer h.tr.Handle(transport.TopicHeartbeat, nil)
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for ctx.Err() == nil {
@@ -54,27 +68,42 @@ func (h *Host) Run(ctx context.Context) error {
 				}
 			}
 		}
+		h.forget(st)
 		select {
 		case <-ch:
 		case <-t.C:
+		case <-h.wake:
 		case <-ctx.Done():
 		}
 	}
 	return nil
 }
 
+// forget drops what was heard for changefeeds this node no longer
+// maintains.
+func (h *Host) forget(st *meta.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for cf, rep := range h.heard {
+		if e := st.Changefeeds[cf]; e == nil || e.Maintainer.Node != h.self || e.Maintainer.Epoch != rep.epoch {
+			delete(h.heard, cf)
+		}
+	}
+}
+
 // maintain is one pass of one changefeed's maintainer.
 func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) error {
 	mf := e.FenceOf(h.store.Keys())
+	pos := h.positions(st, e)
 	if e.Status.State == model.ChangefeedNormal {
-		if err := h.place(ctx, st, e, mf); err != nil {
+		if err := h.place(ctx, st, e, mf, pos); err != nil {
 			return err
 		}
-		if err := h.openBarriers(ctx, st, e, mf); err != nil {
+		if err := h.openBarriers(ctx, st, e, mf, pos); err != nil {
 			return err
 		}
 	}
-	return h.advanceCheckpoint(ctx, st, e, mf)
+	return h.advanceCheckpoint(ctx, st, e, mf, pos)
 }
 
 // MaxMovesInFlight bounds the graceful moves one changefeed makes at once.
@@ -90,7 +119,7 @@ const MaxMovesInFlight = 4
 //  3. partitions on Draining nodes are moved off gracefully, then the
 //     most-loaded nodes give partitions to the least-loaded, at most
 //     MaxMovesInFlight at a time.
-func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
+func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
 	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	routes := st.SortedPartitions(e.Info.ID)
 	inFlight := 0
@@ -106,7 +135,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		_, sourceAlive := st.Nodes[r.Route.Node]
 		switch {
 		case r.Route.Status == model.PartitionDraining:
-			if err := h.advanceMove(ctx, st, e, mf, r, sourceAlive, dest); err != nil {
+			if err := h.advanceMove(ctx, e, mf, r, pos[r.Route.ID], sourceAlive, dest); err != nil {
 				return err
 			}
 		case r.Route.Node == "" || !sourceAlive:
@@ -114,7 +143,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			if !ok {
 				return nil // no schedulable node; placed when one appears
 			}
-			if err := h.store.PlacePartition(ctx, mf, r, node); err != nil {
+			if err := h.store.PlacePartition(ctx, mf, r, node, 0); err != nil {
 				return err
 			}
 			if r.Route.Node != "" {
@@ -125,7 +154,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 	return h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
 }
 
-func (h *Host) advanceMove(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, sourceAlive bool, dest *plan.Destinations) error {
+func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, pos model.Progress, sourceAlive bool, dest *plan.Destinations) error {
 	target := r.Route.Target
 	if !dest.IsCandidate(target) {
 		next, ok := dest.Next()
@@ -135,15 +164,18 @@ func (h *Host) advanceMove(ctx context.Context, st *meta.State, e *meta.Changefe
 		h.log.Info("maintainer: move target can no longer take the partition; re-planned", "partition", r.Route.ID, "was", target, "now", next)
 		return h.store.StartMove(ctx, mf, r, next)
 	}
-	p, reported := st.Progress[e.Info.ID][r.Route.ID]
-	final := reported && p.Progress.Final && p.Progress.Epoch == r.Route.Epoch
+	final := pos.Final && pos.Handover && pos.Epoch == r.Route.Epoch
 	if !final && sourceAlive {
 		return nil // the source is still draining it
 	}
 	if !final {
 		h.log.Info("maintainer: source of a move died; the target resumes from the last checkpoint", "partition", r.Route.ID, "from", r.Route.Node, "to", target)
 	}
-	if err := h.store.PlacePartition(ctx, mf, r, target); err != nil {
+	start := model.Ts(0)
+	if final {
+		start = pos.Checkpoint
+	}
+	if err := h.store.PlacePartition(ctx, mf, r, target, start); err != nil {
 		return err
 	}
 	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
@@ -198,88 +230,4 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
 	}
 	return nil
-}
-
-func (h *Host) source(e *meta.ChangefeedEntry) (*gen.Generator, error) {
-	if g, ok := h.sources[e.Info.ID]; ok && g.Config().StartMillis == e.Info.StartTs.Millis() {
-		return g, nil
-	}
-	cfg, err := gen.ParseURI(e.Info.SourceURI)
-	if err != nil {
-		return nil, err
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	h.sources[e.Info.ID] = g
-	return g, nil
-}
-
-// openBarriers opens a table's DDL barrier once every partition of the
-// table has made all rows before the table's next DDL durable (its
-// checkpoint is just below the DDL). The first partition of the table
-// writes the DDL; the others wait for it.
-func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
-	g, err := h.source(e)
-	if err != nil {
-		return err
-	}
-	byTable := map[string][]meta.RouteRecord{}
-	var tables []string
-	for _, r := range st.SortedPartitions(e.Info.ID) {
-		if _, seen := byTable[r.Route.Span.Table]; !seen {
-			tables = append(tables, r.Route.Span.Table)
-		}
-		byTable[r.Route.Span.Table] = append(byTable[r.Route.Span.Table], r)
-	}
-	for _, table := range tables {
-		routes := byTable[table]
-		low := model.Ts(0)
-		for i, r := range routes {
-			cp := e.Info.StartTs
-			if p, ok := st.Progress[e.Info.ID][r.Route.ID]; ok && p.Progress.Checkpoint > cp {
-				cp = p.Progress.Checkpoint
-			}
-			if i == 0 || cp < low {
-				low = cp
-			}
-		}
-		next := g.DDLs(table, low, model.TsFromTime(time.Now()).WithLogical(1))
-		if len(next) == 0 || low < next[0].CommitTs-1 {
-			continue // some partition has not reached the next DDL yet
-		}
-		ddl := next[0]
-		rec, exists := st.Barriers[e.Info.ID][table]
-		if exists && rec.Barrier.DDLTs >= ddl.CommitTs {
-			continue
-		}
-		b := model.Barrier{Table: table, DDLTs: ddl.CommitTs, Writer: routes[0].Route.ID}
-		if err := h.store.SetBarrier(ctx, mf, e.Info.ID, b, rec.Revision); err != nil {
-			return err
-		}
-		h.log.Info("maintainer: every partition reached the DDL; barrier open", "changefeed", e.Info.ID, "table", table, "ddl_ts", ddl.CommitTs, "writer", b.Writer)
-	}
-	return nil
-}
-
-// advanceCheckpoint sets the changefeed's checkpoint to the minimum of
-// its partitions' progress: everything up to it is durable everywhere.
-func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence) error {
-	routes := st.Partitions[e.Info.ID]
-	if len(routes) == 0 {
-		return nil
-	}
-	var cp model.Ts
-	first := true
-	for pid := range routes {
-		p := e.Info.StartTs
-		if rec, ok := st.Progress[e.Info.ID][pid]; ok && rec.Progress.Checkpoint > p {
-			p = rec.Progress.Checkpoint
-		}
-		if first || p < cp {
-			cp, first = p, false
-		}
-	}
-	return h.store.SetCheckpoint(ctx, mf, e, cp)
 }

@@ -93,14 +93,14 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 	return nil, errors.New("create changefeed: the partition id counter kept changing; try again")
 }
 
-// RemoveChangefeed deletes a changefeed, its routing table and progress.
+// RemoveChangefeed deletes a changefeed (its progress record is under its
+// prefix), its routing table and its barriers.
 func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.ChangefeedID) error {
 	tr, err := s.cli.Txn(ctx).
 		If(append(fence.cmps(), clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(id)), ">", 0))...).
 		Then(
 			clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
-			clientv3.OpDelete(s.keys.ProgressOf(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.BarriersPrefix()+string(id)+"/", clientv3.WithPrefix()),
 		).Commit()
 	if err != nil {
@@ -161,9 +161,12 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 // PlacePartition puts a partition on a node with the next epoch. It is a
 // maintainer write: it lands only while the maintainer's placement holds
 // and the entry is the one the maintainer read.
-func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID) error {
+//
+// start is the previous owner's final position after a graceful hand-over
+// (0 otherwise): the new owner starts exactly there.
+func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts) error {
 	next := r.Route
-	next.Node, next.Status, next.Epoch, next.Target = node, model.PartitionActive, r.Route.Epoch+1, ""
+	next.Node, next.Status, next.Epoch, next.Target, next.Start = node, model.PartitionActive, r.Route.Epoch+1, "", start
 	key := s.keys.Partition(next.Changefeed, next.ID)
 	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
@@ -177,26 +180,28 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
 
-// SetCheckpoint records a changefeed's checkpoint (maintainer write); it
-// only moves forward.
-func (s *Store) SetCheckpoint(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, ts model.Ts) error {
-	if ts <= e.Status.CheckpointTs {
-		return nil
+// SaveProgress records a changefeed's partition positions and, if it
+// moved forward, its checkpoint, in one maintainer write. The progress
+// record has one writer, the maintainer, so only the placement fences it;
+// the status is compared, because the coordinator writes it too.
+func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, checkpoint model.Ts, table model.ProgressTable) error {
+	cmps := []clientv3.Cmp{mf.cmp()}
+	ops := []clientv3.Op{clientv3.OpPut(s.keys.ChangefeedProgress(e.Info.ID), mustJSON(table))}
+	if checkpoint > e.Status.CheckpointTs {
+		st := e.Status
+		st.CheckpointTs = checkpoint
+		key := s.keys.ChangefeedStatus(e.Info.ID)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
+		ops = append(ops, clientv3.OpPut(key, mustJSON(st)))
 	}
-	st := e.Status
-	st.CheckpointTs = ts
-	key := s.keys.ChangefeedStatus(e.Info.ID)
-	return s.casPut(ctx, key, st, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
-}
-
-// ReportProgress records a dispatcher's checkpoint. It lands only while
-// the partition is still placed as the dispatcher knows it (same
-// routing-entry revision), so a dispatcher that was moved away can never
-// overwrite its successor's progress.
-func (s *Store) ReportProgress(ctx context.Context, route RouteRecord, p model.Progress) error {
-	r := route.Route
-	return s.casPut(ctx, s.keys.Progress(r.Changefeed, r.ID), p,
-		clientv3.Compare(clientv3.ModRevision(s.keys.Partition(r.Changefeed, r.ID)), "=", route.Revision))
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrStale
+	}
+	return nil
 }
 
 // SetBarrier opens a table's DDL barrier (maintainer write), replacing the
@@ -206,16 +211,15 @@ func (s *Store) SetBarrier(ctx context.Context, mf MaintainerFence, cf model.Cha
 	return s.casPut(ctx, key, b, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", prevRevision))
 }
 
-// MarkBarrierWritten records that the writer wrote the DDL. Only the
-// writer partition's current placement can: the write is fenced by its
-// routing entry.
-func (s *Store) MarkBarrierWritten(ctx context.Context, writer RouteRecord, br BarrierRecord) error {
+// MarkBarrierWritten records that the writer wrote the DDL. It compares
+// only the barrier itself: once the DDL is in the sink, the mark must land
+// even if the writer's routing entry changed meanwhile (a move started),
+// or the next owner would write the DDL again.
+func (s *Store) MarkBarrierWritten(ctx context.Context, cf model.ChangefeedID, br BarrierRecord) error {
 	b := br.Barrier
 	b.Written = true
-	key := s.keys.Barrier(writer.Route.Changefeed, b.Table)
-	return s.casPut(ctx, key, b,
-		clientv3.Compare(clientv3.ModRevision(s.keys.Partition(writer.Route.Changefeed, writer.Route.ID)), "=", writer.Revision),
-		clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision))
+	key := s.keys.Barrier(cf, b.Table)
+	return s.casPut(ctx, key, b, clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision))
 }
 
 // ErrDrainInProgress means the cluster already has a drain record.

@@ -26,7 +26,8 @@ type RouteRecord struct {
 	Revision int64
 }
 
-// ProgressRecord is a reported checkpoint and its mod-revision.
+// ProgressRecord is a partition's persisted position and the
+// mod-revision of the changefeed's progress record that holds it.
 type ProgressRecord struct {
 	Progress model.Progress
 	Revision int64
@@ -78,15 +79,17 @@ func (s *State) ChangefeedIDs() []model.ChangefeedID {
 }
 
 // applyChangefeed folds a change under changefeeds/, partitions/ or
-// progress/ into the state.
+// barriers/ into the state.
 func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, deleted bool) {
 	cf, leaf, ok := strings.Cut(rest, "/")
 	if !ok || leaf == "" {
 		return
 	}
 	id := model.ChangefeedID(cf)
-	switch kind {
-	case kindChangefeed:
+	switch {
+	case kind == kindChangefeed && leaf == "progress":
+		s.applyProgress(id, kv, deleted)
+	case kind == kindChangefeed:
 		e := s.Changefeeds[id]
 		if e == nil {
 			if deleted {
@@ -119,19 +122,33 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 			}
 		}
 		s.Changefeeds[id] = e
-	case kindPartition:
+	case kind == kindPartition:
 		s.Partitions[id] = applyRecord(s.Partitions[id], leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
 			return RouteRecord{Route: r, Revision: rev}
 		})
-	case kindBarrier:
+	case kind == kindBarrier:
 		s.Barriers[id] = applyRecord(s.Barriers[id], leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
 			return BarrierRecord{Barrier: b, Revision: rev}
 		})
-	case kindProgress:
-		s.Progress[id] = applyRecord(s.Progress[id], leaf, kv, deleted, func(p model.Progress, rev int64) ProgressRecord {
-			return ProgressRecord{Progress: p, Revision: rev}
-		})
 	}
+}
+
+// applyProgress replaces a changefeed's partition positions with its
+// progress record; a record that does not decode leaves them as they were.
+func (s *State) applyProgress(id model.ChangefeedID, kv *mvccpb.KeyValue, deleted bool) {
+	if deleted {
+		delete(s.Progress, id)
+		return
+	}
+	var table model.ProgressTable
+	if json.Unmarshal(kv.Value, &table) != nil {
+		return
+	}
+	m := make(map[string]ProgressRecord, len(table))
+	for pid, p := range table {
+		m[pid] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
+	}
+	s.Progress[id] = m
 }
 
 // applyRecord returns a copy of one changefeed's map with one record put

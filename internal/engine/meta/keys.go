@@ -40,21 +40,20 @@ func (k Keys) ChangefeedStatus(cf model.ChangefeedID) string {
 }
 func (k Keys) Maintainer(cf model.ChangefeedID) string { return k.ChangefeedPrefix(cf) + "maintainer" }
 
+// ChangefeedProgress is the maintainer's record of every partition's
+// position (one key per changefeed, written with the checkpoint), apart
+// from the routing table so that progress never makes a plan that read
+// the routing table stale.
+func (k Keys) ChangefeedProgress(cf model.ChangefeedID) string {
+	return k.ChangefeedPrefix(cf) + "progress"
+}
+
 // Partition keys: the routing table, partitions/<cf>/<pid>.
 func (k Keys) PartitionsPrefix() string { return k.root + "partitions/" }
 func (k Keys) Partitions(cf model.ChangefeedID) string {
 	return k.PartitionsPrefix() + string(cf) + "/"
 }
 func (k Keys) Partition(cf model.ChangefeedID, pid string) string { return k.Partitions(cf) + pid }
-
-// Progress keys: each partition's reported checkpoint, progress/<cf>/<pid>,
-// apart from the routing table so that progress never makes a plan that
-// read the routing table stale.
-func (k Keys) ProgressPrefix() string { return k.root + "progress/" }
-func (k Keys) ProgressOf(cf model.ChangefeedID) string {
-	return k.ProgressPrefix() + string(cf) + "/"
-}
-func (k Keys) Progress(cf model.ChangefeedID, pid string) string { return k.ProgressOf(cf) + pid }
 
 // Barrier keys: one DDL barrier per table, barriers/<cf>/<table>.
 func (k Keys) BarriersPrefix() string { return k.root + "barriers/" }
@@ -77,7 +76,6 @@ const (
 	kindElection
 	kindChangefeed
 	kindPartition
-	kindProgress
 	kindBarrier
 	kindDrain
 )
@@ -96,7 +94,6 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.ElectionPrefix(), kindElection},
 		{k.ChangefeedsPrefix(), kindChangefeed},
 		{k.PartitionsPrefix(), kindPartition},
-		{k.ProgressPrefix(), kindProgress},
 		{k.BarriersPrefix(), kindBarrier},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {

@@ -252,7 +252,7 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 		if json.Unmarshal(kv.Value, &d) == nil {
 			s.Drain, s.DrainRevision = &d, kv.ModRevision
 		}
-	case kindChangefeed, kindPartition, kindProgress, kindBarrier:
+	case kindChangefeed, kindPartition, kindBarrier:
 		s.applyChangefeed(kind, rest, kv, deleted)
 	}
 }

@@ -1,0 +1,102 @@
+package dispatcher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// final is where a stopped dispatcher ended, waiting to be persisted:
+// exact (Final) after a graceful stop, its checkpoint otherwise.
+type final struct {
+	cf  model.ChangefeedID
+	pid string
+	p   model.Progress
+}
+
+// acked tells whether the maintainer has persisted a final position, or
+// the partition has moved on (placed again, or removed).
+func (f *final) acked(st *meta.State) bool {
+	r, ok := st.Partitions[f.cf][f.pid]
+	if !ok || r.Route.Epoch > f.p.Epoch {
+		return true
+	}
+	p, ok := st.Progress[f.cf][f.pid]
+	return ok && p.Progress.Epoch == f.p.Epoch && p.Progress.Checkpoint >= f.p.Checkpoint &&
+		(p.Progress.Final || !f.p.Final) && (p.Progress.Handover || !f.p.Handover)
+}
+
+// heartbeat sends each changefeed's maintainer one message with the
+// position of every partition of the changefeed running here, and every
+// final position not yet acknowledged; acknowledged ones are forgotten.
+func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
+	byFeed := map[model.ChangefeedID][]transport.PartitionProgress{}
+	m.mu.Lock()
+	m.lastBeat = time.Now()
+	for _, r := range m.running {
+		rt := r.route.Route
+		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID,
+			Progress: model.Progress{Checkpoint: r.d.Checkpoint(), Node: m.self, Epoch: rt.Epoch}})
+	}
+	for k, f := range m.finals {
+		if f.acked(st) {
+			delete(m.finals, k)
+			continue
+		}
+		byFeed[f.cf] = append(byFeed[f.cf], transport.PartitionProgress{ID: f.pid, Progress: f.p})
+	}
+	m.mu.Unlock()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for cf, parts := range byFeed {
+		e := st.Changefeeds[cf]
+		if e == nil || e.MaintainerRevision == 0 || e.Maintainer.Node == "" {
+			continue // no maintainer yet; the next heartbeat will do
+		}
+		msg, err := transport.NewMessage(m.self, e.Maintainer.Node, transport.TopicHeartbeat,
+			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts})
+		if err != nil {
+			m.log.Error("cannot encode a heartbeat", "changefeed", cf, "err", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.tr.Send(sctx, msg); err != nil && ctx.Err() == nil {
+				m.log.Debug("heartbeat not delivered; the next one replaces it", "changefeed", cf, "maintainer", msg.To, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// awaitHandover re-sends the final positions until they are persisted,
+// so that whoever takes these partitions over starts exactly where they
+// stopped; after HandoverTimeout it gives up (they resume from their last
+// persisted position instead: duplicates, never loss).
+func (m *Manager) awaitHandover() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.HandoverTimeout)
+	defer cancel()
+	for {
+		ch := m.view.Changed()
+		m.heartbeat(ctx, m.view.State())
+		m.mu.Lock()
+		left := len(m.finals)
+		m.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			m.log.Warn("final positions not acknowledged in time; their partitions will resume from their last persisted positions", "partitions", left)
+			return
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package maintainer
+
+import (
+	"context"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// heard is what one changefeed's maintainer has heard in heartbeats since
+// it was placed (the epoch of its placement).
+type heard struct {
+	epoch uint64
+	parts map[string]model.Progress
+	saved time.Time // when the progress record was last written
+}
+
+// onHeartbeat records a node's heartbeat for a changefeed this node
+// maintains. Reports for another maintainer placement, or of a partition
+// as placed under another epoch or on another node, are stale: dropped.
+func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
+	var hb transport.Heartbeat
+	if err := m.Decode(&hb); err != nil {
+		h.log.Warn("maintainer: dropped a heartbeat that does not decode", "from", m.From, "err", err)
+		return
+	}
+	st := h.view.State()
+	e := st.Changefeeds[hb.Changefeed]
+	if e == nil || e.Maintainer.Node != h.self || e.Maintainer.Epoch != hb.MaintainerEpoch {
+		return
+	}
+	wake := false
+	h.mu.Lock()
+	rep := h.heard[hb.Changefeed]
+	if rep == nil || rep.epoch != hb.MaintainerEpoch {
+		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}}
+		h.heard[hb.Changefeed] = rep
+	}
+	for _, pp := range hb.Partitions {
+		r, ok := st.Partitions[hb.Changefeed][pp.ID]
+		if !ok || r.Route.Epoch != pp.Epoch || r.Route.Node != m.From {
+			continue
+		}
+		next := pp.Progress
+		next.Node = m.From
+		if cur, seen := rep.parts[pp.ID]; seen && cur.Checkpoint > next.Checkpoint {
+			// Everything up to the higher one is durable, whichever
+			// placement wrote it: a restarted placement replays below it.
+			next.Checkpoint = cur.Checkpoint
+		}
+		wake = wake || next.Final
+		rep.parts[pp.ID] = next
+	}
+	h.mu.Unlock()
+	if wake {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// positions merges, for every partition of the routing table, what the
+// maintainer heard with what it persisted: the highest checkpoint, and the
+// newest placement's word on whether it is final.
+func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.ProgressTable {
+	h.mu.Lock()
+	var parts map[string]model.Progress
+	if rep := h.heard[e.Info.ID]; rep != nil && rep.epoch == e.Maintainer.Epoch {
+		parts = rep.parts
+	}
+	out := make(model.ProgressTable, len(st.Partitions[e.Info.ID]))
+	for pid, r := range st.Partitions[e.Info.ID] {
+		p, hasP := st.Progress[e.Info.ID][pid]
+		got, hasH := parts[pid]
+		pos := p.Progress
+		if hasH && (!hasP || got.Epoch >= pos.Epoch) {
+			cp := max(pos.Checkpoint, got.Checkpoint)
+			pos, pos.Checkpoint = got, cp
+		} else if hasH {
+			pos.Checkpoint = max(pos.Checkpoint, got.Checkpoint)
+		}
+		pos.Checkpoint = max(pos.Checkpoint, r.Route.Start, e.Info.StartTs)
+		if pos.Epoch != r.Route.Epoch {
+			// Final and Handover speak of a placement that is over.
+			pos.Final, pos.Handover = false, false
+		}
+		out[pid] = pos
+	}
+	h.mu.Unlock()
+	return out
+}
+
+// PersistInterval is how often a maintainer writes its changefeed's
+// progress record and checkpoint while nothing final waits to be written.
+const PersistInterval = time.Second
+
+// advanceCheckpoint sets the changefeed's checkpoint to the minimum of its
+// partitions' positions (everything up to it is durable everywhere) and
+// persists the positions, so that a partition whose node dies resumes from
+// its own position, and a stopped dispatcher's final position survives.
+func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
+	if len(pos) == 0 {
+		return nil
+	}
+	cp, first := model.Ts(0), true
+	urgent, changed := false, len(pos) != len(st.Progress[e.Info.ID])
+	for pid, p := range pos {
+		if first || p.Checkpoint < cp {
+			cp, first = p.Checkpoint, false
+		}
+		old, ok := st.Progress[e.Info.ID][pid]
+		if !ok || old.Progress != p {
+			changed = true
+			// A final position waits for this write: the node that stopped
+			// re-sends it until it sees it here, and a node that is leaving
+			// waits for that.
+			urgent = urgent || (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover))
+		}
+	}
+	if !changed && cp <= e.Status.CheckpointTs {
+		return nil
+	}
+	h.mu.Lock()
+	rep := h.heard[e.Info.ID]
+	recent := rep != nil && time.Since(rep.saved) < PersistInterval
+	h.mu.Unlock()
+	if recent && !urgent {
+		return nil
+	}
+	if err := h.store.SaveProgress(ctx, mf, e, cp, pos); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if rep := h.heard[e.Info.ID]; rep != nil {
+		rep.saved = time.Now()
+	}
+	h.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,141 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// The gRPC service has one unary method. Messages travel as JSON (a
+// registered codec), so there is no generated code and the bodies are the
+// same bytes the in-memory transport carries.
+const (
+	serviceName  = "cdcctl.transport.v1.Transport"
+	deliverPath  = "/" + serviceName + "/Deliver"
+	jsonCodecTag = "json"
+)
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (jsonCodec) Name() string                       { return jsonCodecTag }
+
+type ack struct{}
+
+// deliverer is what the service descriptor requires of its implementation.
+type deliverer interface {
+	deliver(ctx context.Context, m Message) error
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*deliverer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Deliver",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var m Message
+			if err := dec(&m); err != nil {
+				return nil, err
+			}
+			if err := srv.(deliverer).deliver(ctx, m); err != nil {
+				return nil, status.Error(codes.Unavailable, err.Error())
+			}
+			return &ack{}, nil
+		},
+	}},
+	Metadata: "transport.go",
+}
+
+// Resolver returns a node's advertised address (host:port).
+type Resolver func(model.NodeID) (string, bool)
+
+// GRPC is one node's gRPC transport. It serves on the node's HTTP
+// listener (HTTP/2 without TLS, on loopback or a private network), so a
+// node has one port; mount it with IsGRPC and ServeHTTP.
+type GRPC struct {
+	*handlers
+	resolve Resolver
+	srv     *grpc.Server
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewGRPC returns the transport of node self; resolve finds other nodes.
+func NewGRPC(self model.NodeID, resolve Resolver) *GRPC {
+	g := &GRPC{handlers: newHandlers(self), resolve: resolve, conns: map[string]*grpc.ClientConn{}}
+	g.srv = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}))
+	g.srv.RegisterService(&serviceDesc, g.handlers)
+	return g
+}
+
+// IsGRPC tells whether an HTTP request is a gRPC call for ServeHTTP.
+func IsGRPC(r *http.Request) bool {
+	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// ServeHTTP serves the transport's gRPC calls on an HTTP/2 server.
+func (g *GRPC) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.srv.ServeHTTP(w, r) }
+
+// Send implements Transport.
+func (g *GRPC) Send(ctx context.Context, m Message) error {
+	if g.isClosed() {
+		return ErrClosed
+	}
+	m.From = g.self
+	addr, ok := g.resolve(m.To)
+	if !ok {
+		return fmt.Errorf("%w: %s has no known address", ErrUnreachable, m.To)
+	}
+	conn, err := g.conn(addr)
+	if err != nil {
+		return err
+	}
+	if err := conn.Invoke(ctx, deliverPath, &m, &ack{}, grpc.ForceCodec(jsonCodec{})); err != nil {
+		return fmt.Errorf("%w: %s at %s: %v", ErrUnreachable, m.To, addr, err)
+	}
+	return nil
+}
+
+// conn returns the client connection to an address; gRPC reconnects it
+// by itself after failures.
+func (g *GRPC) conn(addr string) (*grpc.ClientConn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	g.conns[addr] = c
+	return c, nil
+}
+
+// Handle implements Transport.
+func (g *GRPC) Handle(topic string, h Handler) { g.set(topic, h) }
+
+// Close implements Transport: it refuses further messages and closes the
+// client connections. The HTTP server it is mounted on is the caller's.
+func (g *GRPC) Close() error {
+	g.close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for addr, c := range g.conns {
+		_ = c.Close()
+		delete(g.conns, addr)
+	}
+	return nil
+}
