@@ -237,6 +237,13 @@ func (tc *testCluster) pauseAndVerify(c *api.Client, cf, sinkURI string, check v
 		tc.t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
+	return tc.verifyPaused(c, cf, sinkURI, check)
+}
+
+// verifyPaused verifies a paused changefeed's sink up to its checkpoint.
+func (tc *testCluster) verifyPaused(c *api.Client, cf, sinkURI string, check verifier) verify.Report {
+	tc.t.Helper()
+	ctx := context.Background()
 	final, err := c.Changefeed(ctx, cf)
 	if err != nil {
 		tc.t.Fatal(err)
