@@ -288,6 +288,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	runner := election.NewRunner(n.ID(), elector, view, store, n.lead(coord), n.log)
 	tr := n.transport()
 	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
+	manager.Observe = n.metrics.observeSink
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 

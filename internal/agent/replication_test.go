@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,16 @@ func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI st
 	}
 	if len(parts.Partitions) != 32 || len(perNode) != 3 || perNode[""] != 0 {
 		t.Fatalf("placement: %v", perNode)
+	}
+	// The data path's metrics: every node writes, so every node counts.
+	scheme, _, _ := strings.Cut(sinkURI, ":")
+	for id, rn := range tc.nodes {
+		tc.eventually(string(id)+" counts durable events and flush times", 10*time.Second, func() bool {
+			body := tc.get(rn.addr, "/metrics")
+			return metricValue(body, `cdcctl_sink_events_total{changefeed="demo",sink="`+scheme+`"}`) > 0 &&
+				metricValue(body, `cdcctl_sink_row_bytes_total{changefeed="demo",sink="`+scheme+`"}`) > 0 &&
+				metricValue(body, `cdcctl_sink_flush_duration_seconds_count{sink="`+scheme+`"}`) > 0
+		})
 	}
 
 	// Stop the capture that runs the maintainer, under load: the
@@ -313,4 +324,18 @@ func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 		t.Fatalf("verify after a crash mid-drain: %+v", rep)
 	}
 	t.Logf("verified %d events after a crash mid-drain: %d lost, %d duplicates (at-least-once)", rep.Expected, rep.Lost, rep.Duplicates)
+}
+
+// metricValue returns a series' value in a Prometheus text exposition, or
+// -1 when the series is not there.
+func metricValue(body, series string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,8 @@ type Manager struct {
 	log   *slog.Logger
 	// Interval between heartbeats.
 	Interval time.Duration
+	// Observe, if set, returns the metrics observer of a changefeed's sink.
+	Observe func(cf model.ChangefeedID, scheme string) sink.Observer
 	// HandoverTimeout bounds how long a graceful stop waits for the final
 	// positions to be persisted before it leaves anyway (the partitions
 	// then resume from their last persisted position: duplicates, no loss).
@@ -242,6 +245,10 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	sk, err := registry.Open(ctx, e.Info.SinkURI, m.log)
 	if err != nil {
 		return nil, err
+	}
+	if m.Observe != nil {
+		scheme, _, _ := strings.Cut(e.Info.SinkURI, ":")
+		sk = sink.Observe(sk, m.Observe(e.Info.ID, scheme))
 	}
 	nf := &feed{info: e.Info, src: src, sink: sk}
 	m.mu.Lock()

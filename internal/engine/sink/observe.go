@@ -1,0 +1,45 @@
+package sink
+
+import (
+	"context"
+	"time"
+)
+
+// Observer receives what a sink did, for metrics. Its methods must be
+// cheap and must not block: they run on the write and flush paths.
+type Observer interface {
+	// Flushed: a batch of events became durable (err nil) or failed,
+	// bytes of row payload (keys and column values) after d since its
+	// Write.
+	Flushed(events, bytes int, d time.Duration, err error)
+}
+
+// Observe wraps a sink so that every batch's flush is reported to obs.
+func Observe(s Sink, obs Observer) Sink {
+	if obs == nil {
+		return s
+	}
+	return &observed{Sink: s, obs: obs}
+}
+
+type observed struct {
+	Sink
+	obs Observer
+}
+
+func (o *observed) Write(ctx context.Context, b *Batch) error {
+	size := 0
+	for _, ev := range b.Events {
+		size += len(ev.Key)
+		for _, c := range ev.Columns {
+			size += len(c.Value)
+		}
+	}
+	began, events, done := time.Now(), len(b.Events), b.OnFlushed
+	wrapped := *b
+	wrapped.OnFlushed = func(err error) {
+		o.obs.Flushed(events, size, time.Since(began), err)
+		done(err)
+	}
+	return o.Sink.Write(ctx, &wrapped)
+}
