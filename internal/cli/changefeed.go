@@ -56,7 +56,7 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Source, "source", "", "source URI: gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&seed=1")
-	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, mem://, kafka://host:port/topic, blackhole://")
+	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, gs://bucket/prefix, azblob://container/prefix, mem://, kafka://host:port/topic, blackhole://")
 	f.IntVar(&req.PartitionsPerTable, "partitions-per-table", 4, "key ranges each table is cut into")
 	return cmd
 }

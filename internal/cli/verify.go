@@ -54,7 +54,7 @@ Duplicates are reported, not judged: after a crash they are expected
 			case "file", "s3":
 				rep, err = verify.Storage(cmd.Context(), g, cf.Sink, upTo)
 			default:
-				return fmt.Errorf("cannot verify a %s:// sink: it keeps nothing to read back (verify reads file://, s3:// and kafka:// sinks)", u.Scheme)
+				return fmt.Errorf("cannot verify a %s:// sink: it keeps nothing to read back (verify reads file://, s3://, gs://, azblob:// and kafka:// sinks)", u.Scheme)
 			}
 			if err != nil {
 				return err

@@ -1,5 +1,5 @@
-// Package registry opens the sink a URI names: file://, mem://, s3:// (the
-// storage sink), kafka:// and blackhole://. It is the one place that knows
+// Package registry opens the sink a URI names: file://, mem://, s3://,
+// gs://, azblob:// (the storage sink), kafka:// and blackhole://. It is the one place that knows
 // every sink, so callers name a URI and nothing else.
 package registry
 
@@ -25,10 +25,10 @@ func Validate(uri string) error {
 	case "kafka":
 		_, err = kafka.ParseURI(uri)
 	case "blackhole":
-	case "file", "mem", "s3":
+	case "file", "mem", "s3", "gs", "azblob":
 		_, err = storage.ParseURI(uri)
 	default:
-		err = fmt.Errorf("sink URI %q: unknown scheme %q; use kafka://, file://, s3://, mem:// or blackhole://", uri, u.Scheme)
+		err = fmt.Errorf("sink URI %q: unknown scheme %q; use kafka://, file://, s3://, gs://, azblob://, mem:// or blackhole://", uri, u.Scheme)
 	}
 	return err
 }

@@ -1,5 +1,5 @@
-// Package storage is the cloud-storage sink (file://, mem://, s3:// through
-// gocloud.dev/blob). It writes TiCDC's documented layout so that existing
+// Package storage is the cloud-storage sink (file://, mem://, s3://, gs://
+// and azblob:// through gocloud.dev/blob). It writes TiCDC's documented layout so that existing
 // consumers can read it:
 //
 //	<schema>/<table>/meta/schema_<table-version>_<checksum>.json
@@ -53,7 +53,7 @@ type Config struct {
 var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, SpoolMaxBytes: 256 << 20, Schema: "gen"}
 
 // Schemes the sink opens.
-var Schemes = []string{"file", "mem", "s3"}
+var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
 
 // ParseURI splits a sink URI into the sink's configuration and the bucket
 // URL, refusing what it does not understand.
@@ -67,13 +67,14 @@ func ParseURI(raw string) (Config, error) {
 		known = known || u.Scheme == s
 	}
 	if !known {
-		return Config{}, fmt.Errorf("sink URI %q: storage sinks take %s:// (gs:// and azblob:// are not built in yet)", raw, strings.Join(Schemes, "://, "))
+		return Config{}, fmt.Errorf("sink URI %q: storage sinks take %s://", raw, strings.Join(Schemes, "://, "))
 	}
 	if u.Scheme == "file" && (u.Path == "" || u.Host != "") {
 		return Config{}, fmt.Errorf("sink URI %q: use an absolute path, file:///path/to/dir", raw)
 	}
-	if (u.Scheme == "s3") && u.Host == "" {
-		return Config{}, fmt.Errorf("sink URI %q: name the bucket, s3://bucket/prefix", raw)
+	if u.Scheme != "file" && u.Scheme != "mem" && u.Host == "" {
+		what := map[string]string{"s3": "bucket", "gs": "bucket", "azblob": "container"}[u.Scheme]
+		return Config{}, fmt.Errorf("sink URI %q: name the %s, %s://%s/prefix", raw, what, u.Scheme, what)
 	}
 	c := Defaults
 	q := u.Query()

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file://
-	_ "gocloud.dev/blob/memblob"  // mem://
-	_ "gocloud.dev/blob/s3blob"   // s3://
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	_ "gocloud.dev/blob/fileblob"  // file://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/memblob"   // mem://
+	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"

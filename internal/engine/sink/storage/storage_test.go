@@ -281,6 +281,8 @@ func TestBadSinkURIs(t *testing.T) {
 		"file:///tmp/x?flush-interval=1ns":   "flush-interval",
 		"file:///tmp/x?flush-interval=often": "flush-interval",
 		"s3:///prefix":                       "name the bucket",
+		"gs:///prefix":                       "name the bucket",
+		"azblob:///prefix":                   "name the container",
 	} {
 		if _, err := storage.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
 			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)
