@@ -14,6 +14,15 @@ import (
 // refusalError maps the planner's refusals to the API's codes (seed 000's
 // error table: 400, 404, 409).
 func refusalError(err error) error {
+	var stale *plan.StaleError
+	if errors.As(err, &stale) {
+		e := &api.Error{Code: api.CodeStalePlan, Message: stale.Error(),
+			Hint: "compute the plan again (run the command again, or --dry-run to review it)"}
+		for _, c := range stale.Changes {
+			e.Changed = append(e.Changed, c.String())
+		}
+		return e
+	}
 	var r *plan.Refusal
 	if errors.As(err, &r) {
 		code := api.CodeBadRequest
@@ -36,7 +45,7 @@ func (b backend) Drain(ctx context.Context, id string, req api.DrainRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	rec, err := coord.StartDrain(ctx, term, model.NodeID(id), req.Batch)
+	rec, err := coord.StartDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan)
 	if err != nil {
 		return nil, refusalError(err)
 	}

@@ -1,11 +1,19 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
 
 // DrainRequest is the optional body of PUT /api/v2/captures/{id}/drain.
 type DrainRequest struct {
 	// Batch is how many maintainers move at once (default 1).
 	Batch int `json:"batch,omitempty"`
+	// Plan, if given, is the drain plan the operator approved: the
+	// coordinator refuses it (409 stale_plan, with the changed objects)
+	// if anything it read has changed since it was computed.
+	Plan *plan.Plan `json:"plan,omitempty"`
 }
 
 // DrainCaptureResponse is seed 000's answer to a drain request (202).

@@ -16,10 +16,13 @@ import (
 type Code string
 
 const (
-	CodeBadRequest    Code = "bad_request"
-	CodeMethod        Code = "method_not_allowed"
-	CodeNotFound      Code = "not_found"
-	CodeConflict      Code = "conflict"
+	CodeBadRequest Code = "bad_request"
+	CodeMethod     Code = "method_not_allowed"
+	CodeNotFound   Code = "not_found"
+	CodeConflict   Code = "conflict"
+	// CodeStalePlan: a submitted plan read objects that changed since;
+	// Changed lists them. Compute the plan again.
+	CodeStalePlan     Code = "stale_plan"
 	CodeNoCoordinator Code = "no_coordinator"
 	// CodeNotCoordinator: a forwarded write reached a node that is no
 	// longer the coordinator; the forwarder looks again and retries.
@@ -37,7 +40,7 @@ func statusOf(c Code) int {
 		return http.StatusMethodNotAllowed
 	case CodeNotFound:
 		return http.StatusNotFound
-	case CodeConflict:
+	case CodeConflict, CodeStalePlan:
 		return http.StatusConflict
 	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
 		return http.StatusServiceUnavailable
@@ -68,6 +71,8 @@ type Error struct {
 	Message string `json:"message"`
 	// Hint says what to do about it.
 	Hint string `json:"hint,omitempty"`
+	// Changed: with stale_plan, the objects that changed.
+	Changed []string `json:"changed,omitempty"`
 }
 
 func (e *Error) Error() string {

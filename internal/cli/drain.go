@@ -75,28 +75,7 @@ terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
 				}
 				return errDryRunChanges
 			}
-			if !yes {
-				if !isTerminal(o.in) {
-					return withExit(ExitError, fmt.Errorf("refusing to drain %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", target))
-				}
-				_ = plan.Render(o.out, &snap.Snapshot, p)
-				fmt.Fprintf(o.out, "\nDrain %s? [y/N] ", target)
-				answer, _ := bufio.NewReader(o.in).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return withExit(ExitCancelled, fmt.Errorf("drain of %s not approved; nothing changed", target))
-				}
-			}
-			res, err := c.Drain(cmd.Context(), string(target), api.DrainRequest{Batch: batch})
-			if err != nil {
-				return err
-			}
-			if !watch {
-				return o.render(res, func(tw tableWriter) {
-					fmt.Fprintf(tw, "Drain of %s started (epoch %d): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
-					fmt.Fprintf(tw, "Follow it with: cdcctl drain status %s\n", target)
-				})
-			}
-			return watchDrain(cmd.Context(), o, c, string(target), res, timeout)
+			return applyDrain(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
 		},
 	}
 	f := cmd.Flags()
@@ -198,6 +177,35 @@ func watchDrain(ctx context.Context, o *options, c *api.Client, target string, r
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// applyDrain asks for approval (unless yes), submits the drain plan
+// exactly as shown (the cluster refuses it, exit 5, if anything it read
+// changed since) and, with watch, follows it to its end.
+func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error {
+	target := p.Target
+	if !yes {
+		if !isTerminal(o.in) {
+			return withExit(ExitError, fmt.Errorf("refusing to drain %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", target))
+		}
+		_ = plan.Render(o.out, snap, p)
+		fmt.Fprintf(o.out, "\nDrain %s? [y/N] ", target)
+		answer, _ := bufio.NewReader(o.in).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return withExit(ExitCancelled, fmt.Errorf("drain of %s not approved; nothing changed", target))
+		}
+	}
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p})
+	if err != nil {
+		return err
+	}
+	if !watch {
+		return o.render(res, func(tw tableWriter) {
+			fmt.Fprintf(tw, "Drain of %s started (epoch %d): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
+			fmt.Fprintf(tw, "Follow it with: cdcctl drain status %s\n", target)
+		})
+	}
+	return watchDrain(ctx, o, c, string(target), res, timeout)
 }
 
 // isTerminal reports whether r is an interactive terminal.

@@ -54,6 +54,9 @@ func exitCodeOf(err error) int {
 	if errors.As(err, &ue) {
 		return ExitUnreachable
 	}
+	if api.IsCode(err, api.CodeStalePlan) {
+		return ExitStalePlan
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return ExitTimeout
 	}

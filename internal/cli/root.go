@@ -103,6 +103,9 @@ func (o *options) printError(err error, code int) {
 	}
 	if errors.As(err, &ae) {
 		fmt.Fprintf(o.errOut, "Error: %s\n", ae.Message)
+		for _, c := range ae.Changed {
+			fmt.Fprintf(o.errOut, "  changed: %s\n", c)
+		}
 		if ae.Hint != "" {
 			fmt.Fprintf(o.errOut, "Hint: %s\n", ae.Hint)
 		}
@@ -159,6 +162,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newPartitionCommand(o),
 		newVerifyCommand(o),
 		newDrainCommand(o),
+		newPlanCommand(o),
 		newPlaygroundCommand(o),
 	)
 	root.InitDefaultCompletionCmd()

@@ -145,11 +145,16 @@ func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("pgpid: no capture %q in playground.json", args[0])
 }
 
-// follower VAR sets VAR to a capture that is not the coordinator, from the
-// 'capture list -o json' the last command printed.
+// follower VAR [EXCEPT...] sets VAR to a capture that is not the
+// coordinator (nor one of EXCEPT), from the 'capture list -o json' the
+// last command printed.
 func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 {
-		ts.Fatalf("usage: follower VAR")
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: follower VAR [EXCEPT...]")
+	}
+	except := map[string]bool{}
+	for _, a := range args[1:] {
+		except[a] = true
 	}
 	var list struct {
 		Captures []struct {
@@ -159,7 +164,7 @@ func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &list))
 	for _, c := range list.Captures {
-		if !c.Coordinator {
+		if !c.Coordinator && !except[c.ID] {
 			ts.Setenv(args[0], c.ID)
 			return
 		}

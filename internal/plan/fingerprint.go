@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -76,4 +77,26 @@ func Check(p *Plan, now *model.Snapshot) []Change {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Object < out[j].Object })
 	return out
+}
+
+// StaleError refuses a plan whose objects changed since it was computed.
+type StaleError struct {
+	Changes []Change
+}
+
+func (e *StaleError) Error() string {
+	const most = 5
+	var b strings.Builder
+	fmt.Fprintf(&b, "the plan is stale: %d object(s) it read changed since it was computed:", len(e.Changes))
+	for i, c := range e.Changes {
+		if i == most {
+			fmt.Fprintf(&b, " and %d more", len(e.Changes)-most)
+			break
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(" " + c.String())
+	}
+	return b.String()
 }

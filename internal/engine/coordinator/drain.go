@@ -28,12 +28,26 @@ type drainState struct {
 // StartDrain validates a drain with the planner's rules (seed 000's error
 // table) and persists it: DrainRecord and liveness Draining in one fenced
 // transaction. The coordinator then drives it.
-func (c *Coordinator) StartDrain(ctx context.Context, term election.Term, target model.NodeID, batch int) (model.DrainRecord, error) {
+//
+// approved, if not nil, is the plan the operator saw: it is refused with a
+// *plan.StaleError if anything it read changed since.
+func (c *Coordinator) StartDrain(ctx context.Context, term election.Term, target model.NodeID, batch int, approved *plan.Plan) (model.DrainRecord, error) {
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return model.DrainRecord{}, err
 	}
 	snap := st.Snapshot()
+	if approved != nil {
+		if approved.Kind != "drain" || approved.Target != target {
+			return model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInvalid,
+				Message: fmt.Sprintf("the plan is a %s plan of %q, not a drain of %s", approved.Kind, approved.Target, target),
+				Hint:    "submit it with 'cdcctl plan apply FILE'"}
+		}
+		if changes := plan.Check(approved, &snap); len(changes) > 0 {
+			return model.DrainRecord{}, &plan.StaleError{Changes: changes}
+		}
+		batch = approved.BatchSize
+	}
 	if err := plan.ValidateDrain(&snap, target); err != nil {
 		return model.DrainRecord{}, err
 	}

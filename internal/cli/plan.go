@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+func newPlanCommand(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Show and apply saved plans (from --plan-out)",
+		Long: `A plan saved with --plan-out carries the fingerprint of what it read. 'plan show'
+renders it and says whether it still holds; 'plan apply' submits it, and the
+cluster refuses it (exit 5, naming what changed) if anything it read has
+changed since. Writes to anything else (checkpoints, other changefeeds'
+progress) leave it valid.`,
+	}
+	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o))
+	return cmd
+}
+
+func readPlanFile(path string) (*plan.Plan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("read the plan: %w", err))
+	}
+	var p plan.Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, usageErr(fmt.Errorf("%s is not a plan (JSON from --plan-out): %v", path, err))
+	}
+	if p.Version != 1 || p.Kind == "" || len(p.Fingerprint.Objects) == 0 {
+		return nil, usageErr(fmt.Errorf("%s is not a plan from --plan-out: version %d, kind %q, %d fingerprinted objects", path, p.Version, p.Kind, len(p.Fingerprint.Objects)))
+	}
+	return &p, nil
+}
+
+// planShow is `plan show -o json`: the plan and whether it still holds.
+type planShow struct {
+	Version int           `json:"version"`
+	Plan    *plan.Plan    `json:"plan"`
+	Stale   bool          `json:"stale"`
+	Changed []plan.Change `json:"changed,omitempty"`
+}
+
+func newPlanShowCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show FILE",
+		Short: "Render a saved plan and check it against the cluster (exit 5 if stale)",
+		Args:  exactArgs(1, "the plan file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := readPlanFile(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.Snapshot(cmd.Context())
+			if err != nil {
+				return err
+			}
+			changes := plan.Check(p, &snap.Snapshot)
+			err = o.render(planShow{Version: api.SchemaVersion, Plan: p, Stale: len(changes) > 0, Changed: changes}, func(tw tableWriter) {
+				_ = plan.Render(tw, &snap.Snapshot, p)
+				if len(changes) == 0 {
+					fmt.Fprintln(tw, "\nThe plan still holds: nothing it read has changed.")
+					return
+				}
+				fmt.Fprintf(tw, "\nThe plan is stale: %d object(s) it read changed:\n", len(changes))
+				for _, ch := range changes {
+					fmt.Fprintf(tw, "  %s\n", ch)
+				}
+			})
+			if err == nil && len(changes) > 0 {
+				return withExit(ExitStalePlan, fmt.Errorf("the plan in %s is stale; compute it again", args[0]))
+			}
+			return err
+		},
+	}
+}
+
+func newPlanApplyCommand(o *options) *cobra.Command {
+	var (
+		yes     bool
+		watch   bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Submit a saved plan exactly as computed (refused with exit 5 if stale)",
+		Example: `  cdcctl drain capture-3 --batch 2 --dry-run --plan-out drain.json
+  cdcctl plan apply drain.json --yes --watch`,
+		Args: exactArgs(1, "the plan file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := readPlanFile(args[0])
+			if err != nil {
+				return err
+			}
+			if p.Kind != "drain" {
+				return usageErr(fmt.Errorf("cannot apply a %q plan: this version applies drain plans", p.Kind))
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.Snapshot(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return applyDrain(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&yes, "yes", false, "approve without asking (scripts)")
+	f.BoolVar(&watch, "watch", false, "follow the plan to its end")
+	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	return cmd
+}
