@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,6 +58,13 @@ func Diff(s *model.Snapshot, p *Plan) []NodeDiff {
 					out[from].PartitionsAfter--
 					out[to].PartitionsAfter++
 				}
+			case StepMovePartitions:
+				for node, n := range st.Spread {
+					if i, ok := idx[node]; ok && fok {
+						out[from].PartitionsAfter -= n
+						out[i].PartitionsAfter += n
+					}
+				}
 			case StepSetLiveness:
 				if tok {
 					out[to].LivenessAfter = st.Liveness
@@ -80,7 +88,7 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
 	fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
 	fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
-		p.Steps(StepMoveMaintainer), p.Steps(StepMovePartition), len(p.Batches), pred.Round(time.Millisecond))
+		p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CAPTURE\tLIVENESS\tMAINTAINERS\tPARTITIONS")
 	for _, d := range Diff(s, p) {
@@ -95,18 +103,42 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	}
 	fmt.Fprintln(w, "\nBatches:")
 	for i, b := range p.Batches {
+		if len(b.Steps) > 1 && b.Steps[0].Kind == StepMovePartitions {
+			fmt.Fprintf(w, "  %2d. partitions of %d changefeeds, at once:\n", i+1, len(b.Steps))
+			for _, st := range b.Steps {
+				fmt.Fprintf(w, "        %s\n", StepText(st))
+			}
+			continue
+		}
 		var parts []string
 		for _, st := range b.Steps {
-			switch st.Kind {
-			case StepSetLiveness:
-				parts = append(parts, fmt.Sprintf("%s → %s", st.To, st.Liveness))
-			case StepMoveMaintainer:
-				parts = append(parts, fmt.Sprintf("maintainer %s %s → %s", st.Changefeed, st.From, st.To))
-			case StepMovePartition:
-				parts = append(parts, fmt.Sprintf("partition %s/%s (%s) %s → %s", st.Changefeed, st.Partition, st.Table, st.From, st.To))
-			}
+			parts = append(parts, StepText(st))
 		}
 		fmt.Fprintf(w, "  %2d. %s\n", i+1, strings.Join(parts, "; "))
 	}
 	return nil
+}
+
+// StepText says what a step does, in one line.
+func StepText(st Step) string {
+	switch st.Kind {
+	case StepSetLiveness:
+		return fmt.Sprintf("%s → %s", st.To, st.Liveness)
+	case StepMoveMaintainer:
+		return fmt.Sprintf("maintainer %s %s → %s", st.Changefeed, st.From, st.To)
+	case StepMovePartition:
+		return fmt.Sprintf("partition %s/%s (%s) %s → %s", st.Changefeed, st.Partition, st.Table, st.From, st.To)
+	case StepMovePartitions:
+		nodes := make([]string, 0, len(st.Spread))
+		for n := range st.Spread {
+			nodes = append(nodes, string(n))
+		}
+		sort.Strings(nodes)
+		var to []string
+		for _, n := range nodes {
+			to = append(to, fmt.Sprintf("%s ×%d", n, st.Spread[model.NodeID(n)]))
+		}
+		return fmt.Sprintf("%d partitions of %s %s → %s", st.Count, st.Changefeed, st.From, strings.Join(to, ", "))
+	}
+	return string(st.Kind)
 }

@@ -96,6 +96,8 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 		p.Batches = append(p.Batches, b)
 	}
 
+	// Then the partitions, per changefeed: each maintainer moves its own
+	// off the Draining capture, all changefeeds at once.
 	var moves []Step
 	byChangefeed := map[model.ChangefeedID][]model.PartitionState{}
 	for _, ps := range s.Partitions {
@@ -106,18 +108,21 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 		for _, ps := range byChangefeed[cf.ID] {
 			dest.Count(ps.Route.Node)
 		}
+		step := Step{Kind: StepMovePartitions, Changefeed: string(cf.ID), From: target, Spread: map[model.NodeID]int{},
+			Reason: "its maintainer moves them off the Draining capture, each to the capture with the fewest of its partitions"}
 		for _, ps := range byChangefeed[cf.ID] {
-			if ps.Route.Node != target {
-				continue
+			if ps.Route.Node == target {
+				to, _ := dest.Next()
+				step.Count++
+				step.Spread[to]++
 			}
-			to, _ := dest.Next()
-			moves = append(moves, Step{Kind: StepMovePartition, Changefeed: string(cf.ID), Partition: ps.Route.ID, Table: ps.Route.Span.Table,
-				From: target, To: to, Reason: "its maintainer moves it off the Draining capture, to the capture with the fewest of its partitions"})
+		}
+		if step.Count > 0 {
+			moves = append(moves, step)
 		}
 	}
-	inFlight := max(1, costs.PartitionsInFlight)
-	for i := 0; i < len(moves); i += inFlight {
-		p.Batches = append(p.Batches, Batch{Steps: moves[i:min(i+inFlight, len(moves))]})
+	if len(moves) > 0 {
+		p.Batches = append(p.Batches, Batch{Steps: moves})
 	}
 	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessStopping.String(),
 		Reason: "complete only when no maintainer and no partition is left on it"}}})

@@ -68,8 +68,12 @@ func TestDrainPlanFollowsSeed000(t *testing.T) {
 	if dests["capture-3"] != 0 || dests["capture-1"]+dests["capture-2"] != 3 || dests["capture-2"] < dests["capture-1"] {
 		t.Fatalf("maintainer destinations %v", dests)
 	}
-	if got := p.Steps(StepMovePartition); got != 8 { // 4 changefeeds × 6 partitions, 2 of each on capture-3
+	if got := p.PartitionMoves(); got != 8 { // 4 changefeeds × 6 partitions, 2 of each on capture-3
 		t.Fatalf("%d partition moves, want 8", got)
+	}
+	// One step per changefeed, all in the batch before Stopping.
+	if got := p.Batches[len(p.Batches)-2].Steps; len(got) != 4 || got[0].Kind != StepMovePartitions || got[0].Count != 2 {
+		t.Fatalf("partition batch %+v", got)
 	}
 	for _, d := range Diff(s, p) {
 		if d.Node == "capture-3" && (d.MaintainersAfter != 0 || d.PartitionsAfter != 0 || d.LivenessAfter != "Stopping") {

@@ -13,6 +13,10 @@ const (
 	StepSetLiveness    StepKind = "set-liveness"
 	StepMoveMaintainer StepKind = "move-maintainer"
 	StepMovePartition  StepKind = "move-partition"
+	// StepMovePartitions moves all of one changefeed's partitions off a
+	// capture; its maintainer does it, at most a few at a time. Spread
+	// says how many are predicted to go where.
+	StepMovePartitions StepKind = "move-partitions"
 )
 
 // Step is one change a plan makes.
@@ -24,6 +28,9 @@ type Step struct {
 	From       model.NodeID `json:"from,omitempty"`
 	To         model.NodeID `json:"to,omitempty"`
 	Liveness   string       `json:"liveness,omitempty"`
+	// Count and Spread: with move-partitions, how many and where to.
+	Count  int                  `json:"count,omitempty"`
+	Spread map[model.NodeID]int `json:"spread,omitempty"`
 	// Reason says why this step, in the words of the policy that chose it.
 	Reason string `json:"reason"`
 }
@@ -60,6 +67,22 @@ func (p *Plan) Steps(kind StepKind) int {
 	return n
 }
 
+// PartitionMoves counts the partitions the plan moves.
+func (p *Plan) PartitionMoves() int {
+	n := 0
+	for _, b := range p.Batches {
+		for _, s := range b.Steps {
+			switch s.Kind {
+			case StepMovePartition:
+				n++
+			case StepMovePartitions:
+				n += s.Count
+			}
+		}
+	}
+	return n
+}
+
 // Costs is the duration model behind predictions: how long one step of
 // each kind takes. It is an input so that the planner stays pure; the
 // engine can feed it measured values.
@@ -74,12 +97,15 @@ type Costs struct {
 // DefaultCosts are rough loopback values, good enough to order plans.
 var DefaultCosts = Costs{LivenessChange: 50 * time.Millisecond, MaintainerMove: 500 * time.Millisecond, PartitionMove: 300 * time.Millisecond, PartitionsInFlight: 4}
 
-func (c Costs) of(k StepKind) time.Duration {
-	switch k {
+func (c Costs) of(s Step) time.Duration {
+	switch s.Kind {
 	case StepMoveMaintainer:
 		return c.MaintainerMove
 	case StepMovePartition:
 		return c.PartitionMove
+	case StepMovePartitions:
+		rounds := (s.Count + max(1, c.PartitionsInFlight) - 1) / max(1, c.PartitionsInFlight)
+		return time.Duration(rounds) * c.PartitionMove
 	}
 	return c.LivenessChange
 }
@@ -90,7 +116,7 @@ func predict(batches []Batch, c Costs) time.Duration {
 	for _, b := range batches {
 		var slowest time.Duration
 		for _, s := range b.Steps {
-			slowest = max(slowest, c.of(s.Kind))
+			slowest = max(slowest, c.of(s))
 		}
 		total += slowest
 	}

@@ -1,0 +1,385 @@
+// Package exec runs an approved plan: batch after batch, each step begun
+// through an Actuator and checked until it has taken effect; step states
+// in one transition table; pause, resume and cancel; a step that became
+// impossible is re-planned through the Actuator and a "replanned" event
+// says what changed; no progress for StallAfter gives a "stalled" event
+// naming what is stuck.
+//
+// The whole execution state is a Record, which the caller persists after
+// every Advance that changed it: a new coordinator loads the record and
+// goes on, because Begin is idempotent and Check reads the cluster.
+//
+// It imports plan and model only; it never imports the engine.
+package exec
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// StepState is where one step is.
+type StepState string
+
+const (
+	StepPending StepState = "pending"
+	StepRunning StepState = "running"
+	StepDone    StepState = "done"
+	StepFailed  StepState = "failed"
+	StepSkipped StepState = "skipped"
+)
+
+// stepTransitions is the whole step state machine.
+var stepTransitions = map[StepState][]StepState{
+	// Done at once: what the step does had already happened (another
+	// scheduler did it, or a previous coordinator did before failing over).
+	StepPending: {StepRunning, StepDone, StepSkipped, StepFailed},
+	// Pending again: re-planned.
+	StepRunning: {StepDone, StepFailed, StepPending, StepSkipped},
+}
+
+// CheckStep tells whether a step may go from one state to another.
+func CheckStep(from, to StepState) error {
+	for _, s := range stepTransitions[from] {
+		if s == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("step cannot go from %s to %s", from, to)
+}
+
+// State is where a whole plan is.
+type State string
+
+const (
+	Running   State = "running"
+	Paused    State = "paused"
+	Done      State = "done"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+)
+
+// Terminal tells whether a plan in this state is over.
+func (s State) Terminal() bool { return s == Done || s == Failed || s == Cancelled }
+
+// Request is what an operator asked of a running plan.
+type Request string
+
+const (
+	RequestNone   Request = ""
+	RequestPause  Request = "pause"
+	RequestResume Request = "resume"
+	RequestCancel Request = "cancel"
+)
+
+// StepStatus is one step's execution state.
+type StepStatus struct {
+	Batch int       `json:"batch"`
+	Index int       `json:"index"`
+	State StepState `json:"state"`
+	// Since is when it entered its state.
+	Since time.Time `json:"since"`
+	Note  string    `json:"note,omitempty"`
+}
+
+// Record is a plan and its execution, as persisted.
+type Record struct {
+	Version     int          `json:"version"`
+	ID          string       `json:"id"`
+	Plan        plan.Plan    `json:"plan"`
+	State       State        `json:"state"`
+	Steps       []StepStatus `json:"steps"`
+	SubmittedBy string       `json:"submitted_by,omitempty"`
+	SubmittedAt time.Time    `json:"submitted_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
+	FinishedAt  *time.Time   `json:"finished_at,omitempty"`
+	Message     string       `json:"message,omitempty"`
+	// Seq is the sequence number of the last event.
+	Seq uint64 `json:"seq"`
+	// Log keeps the last notable events (not step transitions, which the
+	// step states already hold), for late watchers.
+	Log []Event `json:"log,omitempty"`
+	// progressAt: when a step last changed state; stalledAt: when a
+	// stall was last reported.
+	ProgressAt time.Time  `json:"progress_at"`
+	StalledAt  *time.Time `json:"stalled_at,omitempty"`
+}
+
+// MaxLog bounds Record.Log.
+const MaxLog = 50
+
+// New makes the record of a plan just submitted.
+func New(id string, p *plan.Plan, by string, now time.Time) *Record {
+	r := &Record{Version: 1, ID: id, Plan: *p, State: Running, SubmittedBy: by, SubmittedAt: now, UpdatedAt: now, ProgressAt: now}
+	for b, batch := range p.Batches {
+		for i := range batch.Steps {
+			r.Steps = append(r.Steps, StepStatus{Batch: b, Index: i, State: StepPending, Since: now})
+		}
+	}
+	r.emit(now, Event{Type: EventSubmitted, Message: fmt.Sprintf("%s %s: %d batches, %d steps, submitted by %s", p.Kind, p.Target, len(p.Batches), len(r.Steps), nonEmpty(by, "unknown"))}, true)
+	return r
+}
+
+func nonEmpty(s, or string) string {
+	if s == "" {
+		return or
+	}
+	return s
+}
+
+// Step returns a step of the plan by its status.
+func (r *Record) Step(s StepStatus) plan.Step { return r.Plan.Batches[s.Batch].Steps[s.Index] }
+
+// Counts tells how many steps are in each state.
+func (r *Record) Counts() map[StepState]int {
+	out := map[StepState]int{}
+	for _, s := range r.Steps {
+		out[s.State]++
+	}
+	return out
+}
+
+// CurrentBatch is the first batch with a step not yet done or skipped;
+// len(batches) when all are.
+func (r *Record) CurrentBatch() int {
+	for _, s := range r.Steps {
+		if s.State != StepDone && s.State != StepSkipped {
+			return s.Batch
+		}
+	}
+	return len(r.Plan.Batches)
+}
+
+func (r *Record) emit(now time.Time, ev Event, notable bool) Event {
+	r.Seq++
+	ev.Version, ev.Seq, ev.Time, ev.Plan = 1, r.Seq, now, r.ID
+	if ev.Progress == nil {
+		c := r.Counts()
+		ev.Progress = &Progress{Done: c[StepDone] + c[StepSkipped], Running: c[StepRunning], Total: len(r.Steps)}
+	}
+	if notable {
+		r.Log = append(r.Log, ev)
+		if len(r.Log) > MaxLog {
+			r.Log = r.Log[len(r.Log)-MaxLog:]
+		}
+	}
+	return ev
+}
+
+// setStep moves step i to a new state through the transition table.
+func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event, error) {
+	s := &r.Steps[i]
+	if err := CheckStep(s.State, to); err != nil {
+		return Event{}, fmt.Errorf("%s: %w", plan.StepText(r.Step(*s)), err)
+	}
+	s.State, s.Since, s.Note = to, now, note
+	r.ProgressAt, r.StalledAt = now, nil
+	st := r.Step(*s)
+	return r.emit(now, Event{Type: EventStep, Batch: s.Batch, Index: s.Index, Step: &st, State: to, Message: note}, false), nil
+}
+
+func (r *Record) finish(state State, message string, now time.Time) Event {
+	r.State, r.Message = state, message
+	r.FinishedAt = &now
+	typ := map[State]EventType{Done: EventDone, Failed: EventFailed, Cancelled: EventCancelled}[state]
+	return r.emit(now, Event{Type: typ, Message: message}, true)
+}
+
+// Outcome is what a check of a step found.
+type Outcome struct {
+	// Done: the step has taken effect.
+	Done bool
+	// Impossible says why the step can no longer happen as planned (its
+	// destination left, say); the executor asks for a replacement.
+	Impossible string
+	// Waiting says why a step cannot start yet (no destination at all);
+	// it is reported as a stall and checked again.
+	Waiting string
+}
+
+// Actuator is the engine as the executor sees it.
+type Actuator interface {
+	// Check tells whether a step has taken effect, may go on, or can no
+	// longer happen as planned. since is when the step entered its state.
+	Check(ctx context.Context, p *plan.Plan, s plan.Step, state StepState, since time.Time) (Outcome, error)
+	// Begin starts a step. It may be called again for the same step
+	// (after a coordinator failover), and must then change nothing more.
+	Begin(ctx context.Context, p *plan.Plan, s plan.Step) error
+	// Replan returns what to do instead of a step that can no longer
+	// happen; ok is false if there is nothing to do instead right now.
+	Replan(ctx context.Context, p *plan.Plan, s plan.Step) (next plan.Step, ok bool, err error)
+	// Abandoned says why a running plan cannot go on at all (the cluster
+	// ended it: its target left, say), or "".
+	Abandoned(ctx context.Context, p *plan.Plan) (string, error)
+}
+
+// Executor advances records.
+type Executor struct {
+	Act Actuator
+	Now func() time.Time
+	// StallAfter: no step changed for this long gives a stalled event.
+	StallAfter time.Duration
+}
+
+// Advance moves a record as far as it can go now and returns the events
+// that happened; the caller persists the record if there are any.
+func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event, error) {
+	if r.State.Terminal() {
+		return nil, nil
+	}
+	now := x.Now()
+	var evs []Event
+	add := func(ev Event) { evs = append(evs, ev) }
+	defer func() {
+		if len(evs) > 0 {
+			r.UpdatedAt = now
+		}
+	}()
+
+	switch {
+	case req == RequestCancel:
+		for i := range r.Steps {
+			if s := r.Steps[i].State; s == StepPending || s == StepRunning {
+				ev, err := r.setStep(i, StepSkipped, "cancelled", now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+			}
+		}
+		add(r.finish(Cancelled, "cancelled by request; steps already done stay done", now))
+		return evs, nil
+	case req == RequestPause && r.State == Running:
+		r.State = Paused
+		add(r.emit(now, Event{Type: EventPaused, Message: "paused by request: running steps finish, no new step begins"}, true))
+	case req == RequestResume && r.State == Paused:
+		r.State = Running
+		add(r.emit(now, Event{Type: EventResumed, Message: "resumed by request"}, true))
+	}
+
+	if why, err := x.Act.Abandoned(ctx, &r.Plan); err != nil {
+		return evs, err
+	} else if why != "" {
+		for i := range r.Steps {
+			if s := r.Steps[i].State; s == StepPending || s == StepRunning {
+				ev, err := r.setStep(i, StepSkipped, why, now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+			}
+		}
+		add(r.finish(Failed, why, now))
+		return evs, nil
+	}
+
+	for {
+		cur := r.CurrentBatch()
+		if cur == len(r.Plan.Batches) {
+			add(r.finish(Done, "every step done", now))
+			return evs, nil
+		}
+		progressed := false
+		var waiting []string
+		for i := range r.Steps {
+			s := r.Steps[i]
+			if s.Batch != cur || (s.State != StepPending && s.State != StepRunning) {
+				continue
+			}
+			step := r.Step(s)
+			out, err := x.Act.Check(ctx, &r.Plan, step, s.State, s.Since)
+			if err != nil {
+				return evs, err
+			}
+			switch {
+			case out.Done:
+				ev, err := r.setStep(i, StepDone, "", now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+				progressed = true
+			case out.Impossible != "":
+				next, ok, err := x.Act.Replan(ctx, &r.Plan, step)
+				if err != nil {
+					return evs, err
+				}
+				if !ok {
+					waiting = append(waiting, plan.StepText(step)+": "+out.Impossible)
+					continue
+				}
+				r.Plan.Batches[s.Batch].Steps[s.Index] = next
+				if s.State == StepRunning {
+					ev, err := r.setStep(i, StepPending, "replanned", now)
+					if err != nil {
+						return evs, err
+					}
+					add(ev)
+				}
+				add(r.emit(now, Event{Type: EventReplanned, Batch: s.Batch, Index: s.Index, Step: &next,
+					Message: fmt.Sprintf("%s (%s); now: %s", plan.StepText(step), out.Impossible, plan.StepText(next))}, true))
+				progressed = true
+			case out.Waiting != "":
+				waiting = append(waiting, plan.StepText(step)+": "+out.Waiting)
+			case s.State == StepPending && r.State == Running:
+				if err := x.Act.Begin(ctx, &r.Plan, step); err != nil {
+					ev, serr := r.setStep(i, StepFailed, err.Error(), now)
+					if serr != nil {
+						return evs, serr
+					}
+					add(ev)
+					add(r.finish(Failed, fmt.Sprintf("%s failed: %v", plan.StepText(step), err), now))
+					return evs, nil
+				}
+				ev, err := r.setStep(i, StepRunning, "", now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+			}
+		}
+		if !progressed || r.CurrentBatch() == cur {
+			x.stall(r, now, waiting, add)
+			return evs, nil
+		}
+		// The batch finished: the next one may begin at once.
+	}
+}
+
+// stall reports, once per stretch without progress, what is stuck.
+func (x *Executor) stall(r *Record, now time.Time, waiting []string, add func(Event)) {
+	if x.StallAfter <= 0 || r.State != Running || now.Sub(r.ProgressAt) < x.StallAfter {
+		return
+	}
+	if r.StalledAt != nil && now.Sub(*r.StalledAt) < x.StallAfter {
+		return
+	}
+	stuck := waiting
+	for _, s := range r.Steps {
+		if s.State == StepRunning && len(stuck) < 5 {
+			stuck = append(stuck, plan.StepText(r.Step(s))+" (running for "+now.Sub(s.Since).Round(time.Second).String()+")")
+		}
+	}
+	r.StalledAt = &now
+	add(r.emit(now, Event{Type: EventStalled, Message: fmt.Sprintf("no progress for %s: %s", now.Sub(r.ProgressAt).Round(time.Second), strings.Join(stuck, "; "))}, true))
+}
+
+// Snapshot-free helpers for callers that show a record.
+
+// Remaining returns the steps not yet done or skipped, by kind.
+func (r *Record) Remaining() map[plan.StepKind]int {
+	out := map[plan.StepKind]int{}
+	for _, s := range r.Steps {
+		if s.State == StepPending || s.State == StepRunning {
+			out[r.Step(s).Kind]++
+		}
+	}
+	return out
+}
+
+// Target is the capture the plan is about, if any.
+func (r *Record) Target() model.NodeID { return r.Plan.Target }

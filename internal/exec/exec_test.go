@@ -1,0 +1,236 @@
+package exec
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// world is a tiny cluster the actuator acts on: which steps have taken
+// effect, and which destinations exist. It is the executor's own
+// interface under test here, not a stand-in for etcd.
+type world struct {
+	begun    map[string]int  // step text → Begin calls
+	effect   map[string]bool // step text → taken effect
+	gone     map[string]bool // destinations that left
+	spare    string          // where a step whose destination left goes instead
+	abandon  string
+	inFlight int // steps begun and not yet in effect
+	maxIn    int
+}
+
+func newWorld() *world {
+	return &world{begun: map[string]int{}, effect: map[string]bool{}, gone: map[string]bool{}}
+}
+
+func (w *world) Check(_ context.Context, _ *plan.Plan, s plan.Step, state StepState, _ time.Time) (Outcome, error) {
+	k := plan.StepText(s)
+	if w.effect[k] {
+		return Outcome{Done: true}, nil
+	}
+	if w.gone[string(s.To)] {
+		return Outcome{Impossible: string(s.To) + " left"}, nil
+	}
+	return Outcome{}, nil
+}
+
+func (w *world) Begin(_ context.Context, _ *plan.Plan, s plan.Step) error {
+	w.begun[plan.StepText(s)]++
+	w.inFlight++
+	w.maxIn = max(w.maxIn, w.inFlight)
+	return nil
+}
+
+func (w *world) Replan(_ context.Context, _ *plan.Plan, s plan.Step) (plan.Step, bool, error) {
+	if w.spare == "" {
+		return s, false, nil
+	}
+	s.To = model.NodeID("capture-" + w.spare)
+	return s, true, nil
+}
+
+func (w *world) Abandoned(context.Context, *plan.Plan) (string, error) { return w.abandon, nil }
+
+// finish makes every begun step take effect.
+func (w *world) finish() {
+	for k := range w.begun {
+		if !w.effect[k] {
+			w.effect[k] = true
+			w.inFlight--
+		}
+	}
+}
+
+func drainPlan() *plan.Plan {
+	mv := func(cf, to string) plan.Step {
+		return plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: modelNode(to)}
+	}
+	return &plan.Plan{Version: 1, Kind: "drain", Target: "capture-3", BatchSize: 2, Batches: []plan.Batch{
+		{Steps: []plan.Step{{Kind: plan.StepSetLiveness, To: "capture-3", Liveness: "Draining"}}},
+		{Steps: []plan.Step{mv("a", "capture-1"), mv("b", "capture-2")}},
+		{Steps: []plan.Step{mv("c", "capture-1")}},
+		{Steps: []plan.Step{{Kind: plan.StepSetLiveness, To: "capture-3", Liveness: "Stopping"}}},
+	}}
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func run(t *testing.T, x *Executor, r *Record, req Request) []Event {
+	t.Helper()
+	evs, err := x.Advance(context.Background(), r, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func TestBatchesRunInOrderAndNeverOverlap(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	for i := 0; i < 10 && !r.State.Terminal(); i++ {
+		run(t, x, r, RequestNone)
+		w.finish()
+		c.t = c.t.Add(time.Second)
+	}
+	if r.State != Done || w.maxIn > 2 || len(w.begun) != 5 {
+		t.Fatalf("state %s, at most %d in flight, %d steps begun", r.State, w.maxIn, len(w.begun))
+	}
+	for k, n := range w.begun {
+		if n != 1 {
+			t.Fatalf("%s begun %d times", k, n)
+		}
+	}
+	if last := r.Log[len(r.Log)-1]; last.Type != EventDone {
+		t.Fatalf("last notable event %+v", last)
+	}
+}
+
+func TestPauseResumeCancel(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	run(t, x, r, RequestNone) // the liveness step begins
+	w.finish()
+	evs := run(t, x, r, RequestPause)
+	if r.State != Paused || evs[0].Type != EventPaused {
+		t.Fatalf("after pause: %s, %+v", r.State, evs)
+	}
+	run(t, x, r, RequestNone)
+	if len(w.begun) != 1 {
+		t.Fatalf("a paused plan began steps: %v", w.begun)
+	}
+	run(t, x, r, RequestResume)
+	if r.State != Running || len(w.begun) != 3 {
+		t.Fatalf("after resume: %s, begun %v", r.State, w.begun)
+	}
+	evs = run(t, x, r, RequestCancel)
+	c2 := r.Counts()
+	if r.State != Cancelled || evs[len(evs)-1].Type != EventCancelled || c2[StepSkipped] != 4 || c2[StepDone] != 1 {
+		t.Fatalf("after cancel: %s, counts %v", r.State, c2)
+	}
+	if evs := run(t, x, r, RequestResume); len(evs) != 0 || r.State != Cancelled {
+		t.Fatalf("a cancelled plan moved again: %+v", evs)
+	}
+}
+
+func TestImpossibleStepsAreReplannedOrReportedStalled(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	run(t, x, r, RequestNone)
+	w.finish()
+	run(t, x, r, RequestNone) // a → capture-1 and b → capture-2 running
+	w.gone["capture-2"] = true
+	evs := run(t, x, r, RequestNone)
+	if r.Counts()[StepRunning] != 2 || len(evs) != 0 {
+		t.Fatalf("without a spare, b waits where it is: %v %+v", r.Counts(), evs)
+	}
+	c.t = c.t.Add(11 * time.Second)
+	evs = run(t, x, r, RequestNone)
+	if len(evs) != 1 || evs[0].Type != EventStalled || !strings.Contains(evs[0].Message, "capture-2 left") {
+		t.Fatalf("want one stalled event naming capture-2: %+v", evs)
+	}
+	if evs = run(t, x, r, RequestNone); len(evs) != 0 {
+		t.Fatalf("the stall was reported twice: %+v", evs)
+	}
+	w.spare = "4"
+	evs = run(t, x, r, RequestNone)
+	var replanned *Event
+	for i := range evs {
+		if evs[i].Type == EventReplanned {
+			replanned = &evs[i]
+		}
+	}
+	if replanned == nil || !strings.Contains(replanned.Message, "capture-2 left") || replanned.Step.To != "capture-4" {
+		t.Fatalf("replanned: %+v", evs)
+	}
+	if got := r.Plan.Batches[1].Steps[1].To; got != "capture-4" {
+		t.Fatalf("the plan still sends b to %s", got)
+	}
+}
+
+// A record survives its coordinator: persisted as JSON and advanced by a
+// new executor, it goes on without beginning a step twice.
+func TestRecordResumesAfterFailover(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	run(t, &Executor{Act: w, Now: c.now}, r, RequestNone)
+	w.finish()
+	run(t, &Executor{Act: w, Now: c.now}, r, RequestNone) // batch 2 running
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loaded Record
+	if err := json.Unmarshal(b, &loaded); err != nil {
+		t.Fatal(err)
+	}
+	x := &Executor{Act: w, Now: c.now}
+	for i := 0; i < 10 && !loaded.State.Terminal(); i++ {
+		run(t, x, &loaded, RequestNone)
+		w.finish()
+	}
+	if loaded.State != Done {
+		t.Fatalf("state %s", loaded.State)
+	}
+	for k, n := range w.begun {
+		if n != 1 {
+			t.Fatalf("%s begun %d times across the failover", k, n)
+		}
+	}
+}
+
+func TestAbandonedPlanFails(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	w.abandon = "capture-3 left the cluster"
+	evs := run(t, &Executor{Act: w, Now: c.now}, r, RequestNone)
+	if r.State != Failed || evs[len(evs)-1].Type != EventFailed || r.Message != w.abandon {
+		t.Fatalf("state %s, message %q", r.State, r.Message)
+	}
+}
+
+func TestStepTransitions(t *testing.T) {
+	for _, tt := range []struct {
+		from, to StepState
+		ok       bool
+	}{
+		{StepPending, StepRunning, true}, {StepPending, StepDone, true}, {StepRunning, StepDone, true},
+		{StepRunning, StepPending, true}, {StepDone, StepRunning, false}, {StepSkipped, StepPending, false},
+		{StepFailed, StepRunning, false}, {StepDone, StepDone, false},
+	} {
+		if err := CheckStep(tt.from, tt.to); (err == nil) != tt.ok {
+			t.Errorf("%s → %s: %v", tt.from, tt.to, err)
+		}
+	}
+}
+
+func modelNode(s string) model.NodeID { return model.NodeID(s) }
