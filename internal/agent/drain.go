@@ -45,11 +45,11 @@ func (b backend) Drain(ctx context.Context, id string, req api.DrainRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	rec, err := coord.StartDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan)
+	p, rec, err := coord.SubmitDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan, req.SubmittedBy)
 	if err != nil {
 		return nil, refusalError(err)
 	}
-	return &api.DrainCaptureResponse{Version: api.SchemaVersion, Target: id, Epoch: rec.Epoch,
+	return &api.DrainCaptureResponse{Version: api.SchemaVersion, Target: id, Epoch: rec.Epoch, PlanID: p.ID,
 		CurrentMaintainerCount: rec.InitialMaintainerCount, CurrentDispatcherCount: rec.InitialDispatcherCount}, nil
 }
 

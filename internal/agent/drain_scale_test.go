@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // The drain issue's scale case: a capture holding many changefeeds and
@@ -60,7 +62,8 @@ func TestDrainAtScale(t *testing.T) {
 	})
 	t.Logf("placed in %s", time.Since(began))
 	began = time.Now()
-	if _, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 2}); err != nil {
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 2})
+	if err != nil {
 		t.Fatal(err)
 	}
 	tc.eventually("the drain completes", 600*time.Second, func() bool {
@@ -68,6 +71,18 @@ func TestDrainAtScale(t *testing.T) {
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	})
 	t.Logf("drained in %s", time.Since(began))
+	// The plan's record: done, and its maintainer moves never more than
+	// the batch at once.
+	var rec *api.PlanResponse
+	tc.eventually("the drain plan is done", 30*time.Second, func() bool {
+		rec, err = c.Plan(ctx, res.PlanID)
+		return err == nil && rec.State == exec.Done
+	})
+	moves, most := rec.Plan.Steps(plan.StepMoveMaintainer), rec.MaxConcurrent(plan.StepMoveMaintainer)
+	if moves != res.CurrentMaintainerCount || most > 2 || (moves >= 2 && most != 2) {
+		t.Fatalf("plan %s: %d maintainer moves (drain started with %d), at most %d at once; want batches of 2", res.PlanID, moves, res.CurrentMaintainerCount, most)
+	}
+	t.Logf("plan %s: %d maintainer moves, at most %d at once; %d partitions moved", res.PlanID, moves, most, rec.Plan.PartitionMoves())
 	// Pause every changefeed (its checkpoint is then exact) and verify
 	// each sink up to its checkpoint.
 	for i := range feeds {

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/cdcctl/cdcctl/internal/exec"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -179,6 +181,24 @@ func (c *Client) Drain(ctx context.Context, id string, req DrainRequest) (*Drain
 func (c *Client) DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error) {
 	var out DrainStatusResponse
 	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures/"+url.PathEscape(id)+"/drain", nil, &out)
+}
+
+// Plans lists the stored plans, newest first.
+func (c *Client) Plans(ctx context.Context) (*PlanList, error) {
+	var out PlanList
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/plans", nil, &out)
+}
+
+// Plan reads one plan's record.
+func (c *Client) Plan(ctx context.Context, id string) (*PlanResponse, error) {
+	var out PlanResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/plans/"+url.PathEscape(id), nil, &out)
+}
+
+// RequestPlan asks the coordinator to pause, resume or cancel a plan.
+func (c *Client) RequestPlan(ctx context.Context, id string, req exec.Request) (*PlanResponse, error) {
+	var out PlanResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/plans/"+url.PathEscape(id)+"/"+string(req), nil, &out)
 }
 
 // do sends one request. Reads move to the next address on any transport

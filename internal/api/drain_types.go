@@ -14,13 +14,17 @@ type DrainRequest struct {
 	// coordinator refuses it (409 stale_plan, with the changed objects)
 	// if anything it read has changed since it was computed.
 	Plan *plan.Plan `json:"plan,omitempty"`
+	// SubmittedBy names who submits it, for the plan's audit record.
+	SubmittedBy string `json:"submitted_by,omitempty"`
 }
 
 // DrainCaptureResponse is seed 000's answer to a drain request (202).
 type DrainCaptureResponse struct {
-	Version                int    `json:"version"`
-	Target                 string `json:"target"`
-	Epoch                  uint64 `json:"epoch"`
+	Version int    `json:"version"`
+	Target  string `json:"target"`
+	Epoch   uint64 `json:"epoch"`
+	// PlanID is the plan that runs the drain ('cdcctl plan watch ID').
+	PlanID                 string `json:"plan_id"`
 	CurrentMaintainerCount int    `json:"current_maintainer_count"`
 	CurrentDispatcherCount int    `json:"current_dispatcher_count"`
 }

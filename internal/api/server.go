@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/exec"
 )
 
 // Backend is what the API serves. The agent wires it to the engine; tests
@@ -30,6 +32,9 @@ type Backend interface {
 	// Drain starts draining a capture (on the coordinator).
 	Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error)
 	DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error)
+	Plans(ctx context.Context) (*PlanList, error)
+	Plan(ctx context.Context, id string) (*PlanResponse, error)
+	RequestPlan(ctx context.Context, id string, req exec.Request) (*PlanResponse, error)
 	// Coordinator says whether this node is the coordinator, and if not,
 	// the API address of the one that is (ok=false: none elected).
 	Coordinator() (self bool, addr string, ok bool)
@@ -63,6 +68,22 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 		reply(w, func(ctx context.Context) (*DrainStatusResponse, error) { return s.b.DrainStatus(ctx, id) })(r.Context())
 	})
 	mux.HandleFunc("POST /api/v2/coordinator/resign", s.onCoordinator(s.resign))
+	mux.HandleFunc("GET /api/v2/plans", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Plans)(r.Context()) })
+	mux.HandleFunc("GET /api/v2/plans/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		reply(w, func(ctx context.Context) (*PlanResponse, error) { return s.b.Plan(ctx, id) })(r.Context())
+	})
+	for _, req := range []exec.Request{exec.RequestPause, exec.RequestResume, exec.RequestCancel} {
+		mux.HandleFunc("POST /api/v2/plans/{id}/"+string(req), s.onCoordinator(func(w http.ResponseWriter, r *http.Request) {
+			id := r.PathValue("id")
+			v, err := s.b.RequestPlan(r.Context(), id, req)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusAccepted, v)
+		}))
+	}
 	mux.HandleFunc("GET /api/v2/changefeeds", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Changefeeds)(r.Context()) })
 	mux.HandleFunc("GET /api/v2/changefeeds/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")

@@ -120,65 +120,6 @@ func drainLine(target string, st *api.DrainStatusResponse) string {
 	return fmt.Sprintf("%s: %s, %s, %d maintainers and %d dispatchers remaining", target, st.Liveness, state, st.RemainingMaintainerCount, disp)
 }
 
-// drainEvent is one line of `drain --watch -o json` (NDJSON).
-type drainEvent struct {
-	Version              int       `json:"version"`
-	Type                 string    `json:"type"` // started, progress, done
-	Time                 time.Time `json:"time"`
-	Target               string    `json:"target"`
-	Epoch                uint64    `json:"epoch,omitempty"`
-	Liveness             string    `json:"liveness,omitempty"`
-	RemainingMaintainers int       `json:"remaining_maintainers"`
-	RemainingDispatchers int       `json:"remaining_dispatchers"`
-}
-
-// watchDrain follows a drain until the capture is Stopping (or gone), as
-// timestamped lines, or NDJSON with -o json; the last event is "done".
-func watchDrain(ctx context.Context, o *options, c *api.Client, target string, res *api.DrainCaptureResponse, timeout time.Duration) error {
-	emit := func(ev drainEvent) {
-		ev.Version, ev.Time, ev.Target = api.SchemaVersion, o.now().UTC(), target
-		if o.output() == formatJSON {
-			b, _ := json.Marshal(ev)
-			fmt.Fprintln(o.out, string(b))
-			return
-		}
-		switch ev.Type {
-		case "started":
-			fmt.Fprintf(o.out, "%s drain of %s started (epoch %d): %d maintainers, %d dispatchers to move\n", ev.Time.Format("15:04:05"), target, ev.Epoch, ev.RemainingMaintainers, ev.RemainingDispatchers)
-		case "progress":
-			fmt.Fprintf(o.out, "%s %s: %d maintainers, %d dispatchers remaining\n", ev.Time.Format("15:04:05"), target, ev.RemainingMaintainers, ev.RemainingDispatchers)
-		case "done":
-			fmt.Fprintf(o.out, "%s drain complete: %s is %s\n", ev.Time.Format("15:04:05"), target, ev.Liveness)
-		}
-	}
-	emit(drainEvent{Type: "started", Epoch: res.Epoch, RemainingMaintainers: res.CurrentMaintainerCount, RemainingDispatchers: res.CurrentDispatcherCount})
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last := ""
-	for {
-		st, err := c.DrainStatus(wctx, target)
-		if err == nil {
-			disp := 0
-			for _, n := range st.RemainingDispatcherCount {
-				disp += n
-			}
-			if !st.IsDraining && (st.Liveness == "Stopping" || st.Liveness == "Gone") {
-				emit(drainEvent{Type: "done", Liveness: st.Liveness})
-				return nil
-			}
-			if line := fmt.Sprint(st.RemainingMaintainerCount, disp); line != last {
-				emit(drainEvent{Type: "progress", Liveness: st.Liveness, RemainingMaintainers: st.RemainingMaintainerCount, RemainingDispatchers: disp})
-				last = line
-			}
-		}
-		select {
-		case <-wctx.Done():
-			return withExit(ExitTimeout, fmt.Errorf("--timeout %s reached while the drain of %s is still running; it goes on (see 'cdcctl drain status %s')", timeout, target, target))
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
 // applyDrain asks for approval (unless yes), submits the drain plan
 // exactly as shown (the cluster refuses it, exit 5, if anything it read
 // changed since) and, with watch, follows it to its end.
@@ -195,17 +136,35 @@ func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snap
 			return withExit(ExitCancelled, fmt.Errorf("drain of %s not approved; nothing changed", target))
 		}
 	}
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p})
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter()})
 	if err != nil {
 		return err
 	}
 	if !watch {
 		return o.render(res, func(tw tableWriter) {
-			fmt.Fprintf(tw, "Drain of %s started (epoch %d): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
-			fmt.Fprintf(tw, "Follow it with: cdcctl drain status %s\n", target)
+			fmt.Fprintf(tw, "Drain of %s started (epoch %d, plan %s): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.PlanID, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
+			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.PlanID)
 		})
 	}
-	return watchDrain(ctx, o, c, string(target), res, timeout)
+	if _, err := watchPlan(ctx, o, c, res.PlanID, timeout); err != nil {
+		return err
+	}
+	if o.output() != formatJSON {
+		if st, err := c.DrainStatus(ctx, string(target)); err == nil {
+			fmt.Fprintf(o.out, "drain complete: %s is %s\n", target, st.Liveness)
+		}
+	}
+	return nil
+}
+
+// submitter names who submits a plan, for its audit record.
+func submitter() string {
+	u := os.Getenv("USER")
+	h, _ := os.Hostname()
+	if u == "" {
+		u = "unknown"
+	}
+	return u + "@" + h
 }
 
 // isTerminal reports whether r is an interactive terminal.

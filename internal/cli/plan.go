@@ -9,20 +9,31 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 func newPlanCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
-		Short: "Show and apply saved plans (from --plan-out)",
-		Long: `A plan saved with --plan-out carries the fingerprint of what it read. 'plan show'
-renders it and says whether it still holds; 'plan apply' submits it, and the
-cluster refuses it (exit 5, naming what changed) if anything it read has
-changed since. Writes to anything else (checkpoints, other changefeeds'
-progress) leave it valid.`,
+		Short: "Show, apply, follow, pause, resume and cancel plans",
+		Long: `Every drain runs as a plan: batches of steps, executed by the coordinator, with
+their states stored in etcd (a new coordinator goes on where the old one was).
+
+A plan saved with --plan-out carries the fingerprint of what it read. 'plan
+show FILE' renders it and says whether it still holds; 'plan apply FILE'
+submits it, and the cluster refuses it (exit 5, naming what changed) if
+anything it read has changed since. Writes to anything else (checkpoints,
+progress) leave it valid.
+
+'plan show ID' shows a submitted plan's execution; 'plan watch ID' follows
+it; pause lets running steps finish and begins no new one; cancel skips
+what is left.`,
 	}
-	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o))
+	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o), newPlanListCommand(o), newPlanWatchCommand(o),
+		newPlanRequestCommand(o, exec.RequestPause, "Pause a plan: running steps finish, no new step begins"),
+		newPlanRequestCommand(o, exec.RequestResume, "Resume a paused plan"),
+		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is skipped (a drained capture stays Draining)"))
 	return cmd
 }
 
@@ -51,15 +62,22 @@ type planShow struct {
 
 func newPlanShowCommand(o *options) *cobra.Command {
 	return &cobra.Command{
-		Use:   "show FILE",
-		Short: "Render a saved plan and check it against the cluster (exit 5 if stale)",
-		Args:  exactArgs(1, "the plan file"),
+		Use:   "show ID|FILE",
+		Short: "Show a submitted plan's execution, or render a saved plan and check it against the cluster (exit 5 if stale)",
+		Args:  exactArgs(1, "a plan id ('cdcctl plan list') or a file from --plan-out"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := readPlanFile(args[0])
+			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			c, err := o.client()
+			if _, serr := os.Stat(args[0]); serr != nil {
+				rec, err := c.Plan(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return o.render(rec, func(tw tableWriter) { renderRecord(tw, rec) })
+			}
+			p, err := readPlanFile(args[0])
 			if err != nil {
 				return err
 			}

@@ -108,7 +108,7 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// setjson VAR FIELD[.FIELD...] sets VAR from the JSON object the last
+// setjson VAR FIELD (dotted; numbers index arrays)[.FIELD...] sets VAR from the JSON object the last
 // command printed on stdout.
 func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
@@ -117,6 +117,14 @@ func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 	var v any
 	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &v))
 	for _, f := range strings.Split(args[1], ".") {
+		if a, isArray := v.([]any); isArray {
+			i, err := strconv.Atoi(f)
+			if err != nil || i < 0 || i >= len(a) {
+				ts.Fatalf("setjson: no element %q in an array of %d", f, len(a))
+			}
+			v = a[i]
+			continue
+		}
 		m, ok := v.(map[string]any)
 		if !ok {
 			ts.Fatalf("setjson: %s is not an object", f)

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"sort"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -47,4 +48,50 @@ type Progress struct {
 	Done    int `json:"done"`
 	Running int `json:"running"`
 	Total   int `json:"total"`
+}
+
+// Delta returns the events that take a watcher who saw prev to cur: the
+// notable events logged since, and a step event for every step whose
+// state changed (a watcher that polls may miss a state a step passed
+// through, never the state it is in). prev nil: everything so far.
+func Delta(prev, cur *Record) []Event {
+	var out []Event
+	var lastSeq uint64
+	if prev != nil {
+		lastSeq = prev.Seq
+	}
+	if prev == nil || prev.ID != cur.ID {
+		prev = &Record{}
+	}
+	for i, s := range cur.Steps {
+		if i < len(prev.Steps) && prev.Steps[i].State == s.State && prev.Steps[i].Since.Equal(s.Since) {
+			continue
+		}
+		if s.State == StepPending && i >= len(prev.Steps) {
+			continue // not begun: nothing to tell yet
+		}
+		st := cur.Step(s)
+		out = append(out, Event{Version: 1, Seq: cur.Seq, Time: s.Since, Plan: cur.ID, Type: EventStep, Batch: s.Batch, Index: s.Index,
+			Step: &st, State: s.State, Message: s.Note})
+	}
+	for _, ev := range cur.Log {
+		if ev.Seq > lastSeq {
+			out = append(out, ev)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	// The terminal event comes last, whatever its time.
+	for i, ev := range out {
+		if ev.Type.Terminal() && i != len(out)-1 {
+			out = append(append(out[:i:i], out[i+1:]...), ev)
+			break
+		}
+	}
+	c := cur.Counts()
+	for i := range out {
+		if out[i].Type == EventStep {
+			out[i].Progress = &Progress{Done: c[StepDone] + c[StepSkipped], Running: c[StepRunning], Total: len(cur.Steps)}
+		}
+	}
+	return out
 }

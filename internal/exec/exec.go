@@ -15,6 +15,7 @@ package exec
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -81,9 +82,13 @@ type StepStatus struct {
 	Batch int       `json:"batch"`
 	Index int       `json:"index"`
 	State StepState `json:"state"`
-	// Since is when it entered its state.
-	Since time.Time `json:"since"`
-	Note  string    `json:"note,omitempty"`
+	// Since is when it entered its state; Started and Ended when it
+	// began running and when it ended (done, failed or skipped), so a
+	// record shows what ran at the same time.
+	Since   time.Time  `json:"since"`
+	Started *time.Time `json:"started,omitempty"`
+	Ended   *time.Time `json:"ended,omitempty"`
+	Note    string     `json:"note,omitempty"`
 }
 
 // Record is a plan and its execution, as persisted.
@@ -115,6 +120,7 @@ const MaxLog = 50
 // New makes the record of a plan just submitted.
 func New(id string, p *plan.Plan, by string, now time.Time) *Record {
 	r := &Record{Version: 1, ID: id, Plan: *p, State: Running, SubmittedBy: by, SubmittedAt: now, UpdatedAt: now, ProgressAt: now}
+	r.Plan.ID = id
 	for b, batch := range p.Batches {
 		for i := range batch.Steps {
 			r.Steps = append(r.Steps, StepStatus{Batch: b, Index: i, State: StepPending, Since: now})
@@ -177,6 +183,12 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 		return Event{}, fmt.Errorf("%s: %w", plan.StepText(r.Step(*s)), err)
 	}
 	s.State, s.Since, s.Note = to, now, note
+	switch to {
+	case StepRunning:
+		s.Started, s.Ended = &now, nil
+	case StepDone, StepFailed, StepSkipped:
+		s.Ended = &now
+	}
 	r.ProgressAt, r.StalledAt = now, nil
 	st := r.Step(*s)
 	return r.emit(now, Event{Type: EventStep, Batch: s.Batch, Index: s.Index, Step: &st, State: to, Message: note}, false), nil
@@ -213,8 +225,11 @@ type Actuator interface {
 	// happen; ok is false if there is nothing to do instead right now.
 	Replan(ctx context.Context, p *plan.Plan, s plan.Step) (next plan.Step, ok bool, err error)
 	// Abandoned says why a running plan cannot go on at all (the cluster
-	// ended it: its target left, say), or "".
-	Abandoned(ctx context.Context, p *plan.Plan) (string, error)
+	// ended it), or "".
+	Abandoned(ctx context.Context, r *Record) (string, error)
+	// Cancel undoes what must not outlive a cancelled plan (a drain's
+	// record, say); steps already done stay done.
+	Cancel(ctx context.Context, p *plan.Plan) error
 }
 
 // Executor advances records.
@@ -242,6 +257,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 
 	switch {
 	case req == RequestCancel:
+		if err := x.Act.Cancel(ctx, &r.Plan); err != nil {
+			return evs, err
+		}
 		for i := range r.Steps {
 			if s := r.Steps[i].State; s == StepPending || s == StepRunning {
 				ev, err := r.setStep(i, StepSkipped, "cancelled", now)
@@ -261,7 +279,7 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 		add(r.emit(now, Event{Type: EventResumed, Message: "resumed by request"}, true))
 	}
 
-	if why, err := x.Act.Abandoned(ctx, &r.Plan); err != nil {
+	if why, err := x.Act.Abandoned(ctx, r); err != nil {
 		return evs, err
 	} else if why != "" {
 		for i := range r.Steps {
@@ -383,3 +401,36 @@ func (r *Record) Remaining() map[plan.StepKind]int {
 
 // Target is the capture the plan is about, if any.
 func (r *Record) Target() model.NodeID { return r.Plan.Target }
+
+// MaxConcurrent is the most steps of a kind that ran at the same time,
+// from the steps' start and end times.
+func (r *Record) MaxConcurrent(kind plan.StepKind) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range r.Steps {
+		if r.Step(s).Kind != kind || s.Started == nil {
+			continue
+		}
+		edges = append(edges, edge{*s.Started, 1})
+		if s.Ended != nil {
+			edges = append(edges, edge{*s.Ended, -1})
+		}
+	}
+	// Ends before starts at the same instant: a batch ends, then the
+	// next begins.
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].delta < edges[j].delta
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	cur, most := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		most = max(most, cur)
+	}
+	return most
+}

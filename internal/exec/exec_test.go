@@ -15,13 +15,14 @@ import (
 // effect, and which destinations exist. It is the executor's own
 // interface under test here, not a stand-in for etcd.
 type world struct {
-	begun    map[string]int  // step text → Begin calls
-	effect   map[string]bool // step text → taken effect
-	gone     map[string]bool // destinations that left
-	spare    string          // where a step whose destination left goes instead
-	abandon  string
-	inFlight int // steps begun and not yet in effect
-	maxIn    int
+	begun     map[string]int  // step text → Begin calls
+	effect    map[string]bool // step text → taken effect
+	gone      map[string]bool // destinations that left
+	spare     string          // where a step whose destination left goes instead
+	abandon   string
+	cancelled bool
+	inFlight  int // steps begun and not yet in effect
+	maxIn     int
 }
 
 func newWorld() *world {
@@ -54,7 +55,9 @@ func (w *world) Replan(_ context.Context, _ *plan.Plan, s plan.Step) (plan.Step,
 	return s, true, nil
 }
 
-func (w *world) Abandoned(context.Context, *plan.Plan) (string, error) { return w.abandon, nil }
+func (w *world) Abandoned(context.Context, *Record) (string, error) { return w.abandon, nil }
+
+func (w *world) Cancel(context.Context, *plan.Plan) error { w.cancelled = true; return nil }
 
 // finish makes every begun step take effect.
 func (w *world) finish() {
@@ -100,7 +103,7 @@ func TestBatchesRunInOrderAndNeverOverlap(t *testing.T) {
 		w.finish()
 		c.t = c.t.Add(time.Second)
 	}
-	if r.State != Done || w.maxIn > 2 || len(w.begun) != 5 {
+	if r.State != Done || w.maxIn > 2 || len(w.begun) != 5 || r.MaxConcurrent(plan.StepMoveMaintainer) != 2 {
 		t.Fatalf("state %s, at most %d in flight, %d steps begun", r.State, w.maxIn, len(w.begun))
 	}
 	for k, n := range w.begun {
@@ -133,7 +136,7 @@ func TestPauseResumeCancel(t *testing.T) {
 	}
 	evs = run(t, x, r, RequestCancel)
 	c2 := r.Counts()
-	if r.State != Cancelled || evs[len(evs)-1].Type != EventCancelled || c2[StepSkipped] != 4 || c2[StepDone] != 1 {
+	if r.State != Cancelled || !w.cancelled || evs[len(evs)-1].Type != EventCancelled || c2[StepSkipped] != 4 || c2[StepDone] != 1 {
 		t.Fatalf("after cancel: %s, counts %v", r.State, c2)
 	}
 	if evs := run(t, x, r, RequestResume); len(evs) != 0 || r.State != Cancelled {
@@ -234,3 +237,38 @@ func TestStepTransitions(t *testing.T) {
 }
 
 func modelNode(s string) model.NodeID { return model.NodeID(s) }
+
+// A watcher that polls sees every step's latest state and every notable
+// event once, with the terminal event last.
+func TestDeltaReplaysWhatAWatcherMissed(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	var seen []Event
+	var prev *Record
+	for i := 0; i < 10 && !r.State.Terminal(); i++ {
+		run(t, x, r, RequestNone)
+		w.finish()
+		c.t = c.t.Add(time.Second)
+		if i%2 == 1 { // polls every other advance
+			b, _ := json.Marshal(r)
+			var snap Record
+			_ = json.Unmarshal(b, &snap)
+			seen = append(seen, Delta(prev, &snap)...)
+			prev = &snap
+		}
+	}
+	seen = append(seen, Delta(prev, r)...)
+	if len(seen) == 0 || seen[0].Type != EventSubmitted || seen[len(seen)-1].Type != EventDone {
+		t.Fatalf("first %+v, last %+v", seen[0], seen[len(seen)-1])
+	}
+	doneSteps := map[string]bool{}
+	for _, ev := range seen {
+		if ev.Type == EventStep && ev.State == StepDone {
+			doneSteps[plan.StepText(*ev.Step)] = true
+		}
+	}
+	if len(doneSteps) != 5 {
+		t.Fatalf("saw %d steps done, want 5: %v", len(doneSteps), doneSteps)
+	}
+}

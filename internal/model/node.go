@@ -36,4 +36,6 @@ type DrainRecord struct {
 	StartTime              time.Time `json:"start_time"`
 	InitialMaintainerCount int       `json:"initial_maintainer_count"`
 	InitialDispatcherCount int       `json:"initial_dispatcher_count"`
+	// PlanID is the plan that runs the drain.
+	PlanID string `json:"plan_id,omitempty"`
 }

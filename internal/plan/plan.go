@@ -44,7 +44,9 @@ type Batch struct {
 // Plan is an ordered list of batches computed from one snapshot, with the
 // fingerprint of what it read.
 type Plan struct {
-	Version     int          `json:"version"`
+	Version int `json:"version"`
+	// ID is given when the plan is submitted.
+	ID          string       `json:"id,omitempty"`
 	Kind        string       `json:"kind"`
 	Target      model.NodeID `json:"target,omitempty"`
 	BatchSize   int          `json:"batch_size"`

@@ -1,7 +1,7 @@
 // Package coordinator holds the work of the elected node: keeping the
 // liveness records in step with membership, placing each changefeed's
 // maintainer, and the changefeed operations of the API (create, pause,
-// resume, remove). Plan execution lands here in later issues.
+// resume, remove), and running submitted plans through exec.
 //
 // It imports model, engine/meta, engine/cluster and engine/election; it must
 // never import api, agent or cli. Every write it makes is fenced with the
@@ -27,7 +27,6 @@ type Coordinator struct {
 	store *meta.Store
 	view  *cluster.View
 	log   *slog.Logger
-	drain drainState
 }
 
 // New returns a coordinator over a store and this node's view.
@@ -37,10 +36,15 @@ func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
 
 // Lead runs for one term, until ctx ends or a write finds the term over.
 func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
+	mine := saved{}
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
 		err := c.cleanupLiveness(ctx, term)
 		if perr := c.placeMaintainers(ctx, term, c.view.State()); err == nil {
+			err = perr
+		}
+		active, perr := c.runPlans(ctx, term, c.view.State(), mine)
+		if err == nil {
 			err = perr
 		}
 		if derr := c.driveDrain(ctx, term, c.view.State()); err == nil {
@@ -55,9 +59,10 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 		if err != nil {
 			retry = time.After(time.Second)
 		}
-		// A drain is driven on a clock too: its batch limit frees up with time.
+		// Plans and drains are driven on a clock too: a batch's maintainer
+		// moves settle with time, and stalls are noticed on it.
 		var tick <-chan time.Time
-		if c.view.State().Drain != nil {
+		if active || c.view.State().Drain != nil {
 			tick = time.After(200 * time.Millisecond)
 		}
 		select {

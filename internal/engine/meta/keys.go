@@ -55,6 +55,14 @@ func (k Keys) Partitions(cf model.ChangefeedID) string {
 }
 func (k Keys) Partition(cf model.ChangefeedID, pid string) string { return k.Partitions(cf) + pid }
 
+// Plan keys: an executed plan's record, plans/<id>, written by the
+// coordinator only; an operator's request for it (pause, resume, cancel),
+// plan-requests/<id>, so that a request never races the record's writer.
+func (k Keys) PlansPrefix() string          { return k.root + "plans/" }
+func (k Keys) Plan(id string) string        { return k.PlansPrefix() + id }
+func (k Keys) PlanRequestsPrefix() string   { return k.root + "plan-requests/" }
+func (k Keys) PlanRequest(id string) string { return k.PlanRequestsPrefix() + id }
+
 // Barrier keys: one DDL barrier per table, barriers/<cf>/<table>.
 func (k Keys) BarriersPrefix() string { return k.root + "barriers/" }
 func (k Keys) Barrier(cf model.ChangefeedID, table string) string {
@@ -78,6 +86,8 @@ const (
 	kindPartition
 	kindBarrier
 	kindDrain
+	kindPlan
+	kindPlanRequest
 )
 
 // classify tells which object a key under the root is.
@@ -95,6 +105,8 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.ChangefeedsPrefix(), kindChangefeed},
 		{k.PartitionsPrefix(), kindPartition},
 		{k.BarriersPrefix(), kindBarrier},
+		{k.PlansPrefix(), kindPlan},
+		{k.PlanRequestsPrefix(), kindPlanRequest},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {
 			return c.kind, rest

@@ -51,6 +51,16 @@ type State struct {
 	// Drain is the drain in progress, if any, and its revision.
 	Drain         *model.DrainRecord
 	DrainRevision int64
+	// Plans are executed plans' records as stored (exec.Record JSON; meta
+	// does not know its shape), and the operators' requests, by plan id.
+	Plans        map[string]RawRecord
+	PlanRequests map[string]string
+}
+
+// RawRecord is a stored value this package does not decode.
+type RawRecord struct {
+	Value    []byte
+	Revision int64
 }
 
 func newState(clusterID string) *State {
@@ -64,6 +74,9 @@ func newState(clusterID string) *State {
 		Partitions:  map[model.ChangefeedID]map[string]RouteRecord{},
 		Progress:    map[model.ChangefeedID]map[string]ProgressRecord{},
 		Barriers:    map[model.ChangefeedID]map[string]BarrierRecord{},
+
+		Plans:        map[string]RawRecord{},
+		PlanRequests: map[string]string{},
 	}
 }
 
@@ -95,6 +108,12 @@ func (s *State) Clone() *State {
 		c.Barriers[k] = v
 	}
 	c.Drain, c.DrainRevision = s.Drain, s.DrainRevision
+	for k, v := range s.Plans {
+		c.Plans[k] = v
+	}
+	for k, v := range s.PlanRequests {
+		c.PlanRequests[k] = v
+	}
 	return c
 }
 
@@ -254,6 +273,18 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 		}
 	case kindChangefeed, kindPartition, kindBarrier:
 		s.applyChangefeed(kind, rest, kv, deleted)
+	case kindPlan:
+		if deleted {
+			delete(s.Plans, rest)
+		} else {
+			s.Plans[rest] = RawRecord{Value: kv.Value, Revision: kv.ModRevision}
+		}
+	case kindPlanRequest:
+		if deleted {
+			delete(s.PlanRequests, rest)
+		} else {
+			s.PlanRequests[rest] = string(kv.Value)
+		}
 	}
 }
 

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/exec"
+)
+
+func planNotFound(id string) error {
+	return api.Errorf(api.CodeNotFound, "list the plans with 'cdcctl plan list'", "plan %q not found", id)
+}
+
+func (b backend) Plans(ctx context.Context) (*api.PlanList, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.PlanList{Version: api.SchemaVersion, Plans: []api.PlanSummary{}}
+	for id, raw := range st.Plans {
+		var r exec.Record
+		if json.Unmarshal(raw.Value, &r) != nil {
+			b.n.log.Warn("a stored plan does not decode; skipped", "plan", id)
+			continue
+		}
+		out.Plans = append(out.Plans, api.PlanSummary{ID: r.ID, Kind: r.Plan.Kind, Target: string(r.Plan.Target), State: r.State,
+			Steps: r.Counts(), SubmittedBy: r.SubmittedBy, SubmittedAt: r.SubmittedAt.Format(time.RFC3339), Message: r.Message})
+	}
+	sort.Slice(out.Plans, func(i, j int) bool { return out.Plans[i].SubmittedAt > out.Plans[j].SubmittedAt })
+	return out, nil
+}
+
+func (b backend) Plan(ctx context.Context, id string) (*api.PlanResponse, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := st.Plans[id]
+	if !ok {
+		return nil, planNotFound(id)
+	}
+	out := &api.PlanResponse{Version: api.SchemaVersion, Request: exec.Request(st.PlanRequests[id])}
+	if err := json.Unmarshal(raw.Value, &out.Record); err != nil {
+		return nil, api.Errorf(api.CodeInternal, "see the agent's log", "plan %s does not decode: %v", id, err)
+	}
+	return out, nil
+}
+
+func (b backend) RequestPlan(ctx context.Context, id string, req exec.Request) (*api.PlanResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	cur, err := b.Plan(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State.Terminal() {
+		return nil, api.Errorf(api.CodeConflict, "see it with 'cdcctl plan get "+id+"'", "plan %s is already %s", id, cur.State)
+	}
+	if err := coord.RequestPlan(ctx, term, id, req); err != nil {
+		if errors.Is(err, meta.ErrPlanNotFound) {
+			return nil, planNotFound(id)
+		}
+		return nil, engineError(err, id)
+	}
+	cur.Request = req
+	return cur, nil
+}

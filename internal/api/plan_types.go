@@ -1,0 +1,30 @@
+package api
+
+import "github.com/cdcctl/cdcctl/internal/exec"
+
+// PlanList is GET /api/v2/plans: every stored plan, newest first, with
+// its steps' states counted.
+type PlanList struct {
+	Version int           `json:"version"`
+	Plans   []PlanSummary `json:"plans"`
+}
+
+// PlanSummary is one plan in a list.
+type PlanSummary struct {
+	ID          string                 `json:"id"`
+	Kind        string                 `json:"kind"`
+	Target      string                 `json:"target,omitempty"`
+	State       exec.State             `json:"state"`
+	Steps       map[exec.StepState]int `json:"steps"`
+	SubmittedBy string                 `json:"submitted_by,omitempty"`
+	SubmittedAt string                 `json:"submitted_at"`
+	Message     string                 `json:"message,omitempty"`
+}
+
+// PlanResponse is GET /api/v2/plans/{id}: the whole record.
+type PlanResponse struct {
+	Version int `json:"version"`
+	exec.Record
+	// Request is an operator's pending request (pause, resume, cancel).
+	Request exec.Request `json:"request,omitempty"`
+}

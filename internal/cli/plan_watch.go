@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// watchPlan follows a plan to its end and prints its events: timestamped
+// lines, or NDJSON with -o json (one exec.Event per line, the last one
+// done, failed or cancelled). Exit: 0 done, 1 failed, 4 cancelled, 3 when
+// timeout passes first (the plan goes on).
+func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration) (*exec.Record, error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var prev *exec.Record
+	for {
+		cur, err := c.Plan(wctx, id)
+		if err == nil {
+			for _, ev := range exec.Delta(prev, &cur.Record) {
+				printEvent(o.out, o.output(), ev)
+			}
+			rec := cur.Record
+			prev = &rec
+			switch rec.State {
+			case exec.Done:
+				return prev, nil
+			case exec.Failed:
+				return prev, withExit(ExitError, fmt.Errorf("plan %s failed: %s", id, rec.Message))
+			case exec.Cancelled:
+				return prev, withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", id, rec.Message))
+			}
+		} else if api.IsCode(err, api.CodeNotFound) {
+			return nil, err
+		}
+		select {
+		case <-wctx.Done():
+			return prev, withExit(ExitTimeout, fmt.Errorf("--timeout %s reached while plan %s is still running; it goes on ('cdcctl plan watch %s')", timeout, id, id))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// printEvent renders one event for a person, or as one NDJSON line.
+func printEvent(w io.Writer, format string, ev exec.Event) {
+	if format == formatJSON {
+		b, _ := json.Marshal(ev)
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	at := ev.Time.Local().Format("15:04:05")
+	progress := ""
+	if ev.Progress != nil {
+		progress = fmt.Sprintf(" [%d/%d done, %d running]", ev.Progress.Done, ev.Progress.Total, ev.Progress.Running)
+	}
+	if ev.Type == exec.EventStep && ev.Step != nil {
+		note := ""
+		if ev.Message != "" {
+			note = " (" + ev.Message + ")"
+		}
+		fmt.Fprintf(w, "%s batch %d: %s: %s%s%s\n", at, ev.Batch+1, plan.StepText(*ev.Step), ev.State, note, progress)
+		return
+	}
+	fmt.Fprintf(w, "%s %s: %s%s\n", at, ev.Type, ev.Message, progress)
+}
+
+func newPlanListCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the cluster's plans, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			l, err := c.Plans(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return o.render(l, func(tw tableWriter) {
+				fmt.Fprintln(tw, "ID\tKIND\tTARGET\tSTATE\tSTEPS DONE\tSUBMITTED\tBY")
+				for _, p := range l.Plans {
+					total := 0
+					for _, n := range p.Steps {
+						total += n
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", p.ID, p.Kind, p.Target, p.State,
+						p.Steps[exec.StepDone]+p.Steps[exec.StepSkipped], total, p.SubmittedAt, p.SubmittedBy)
+				}
+			})
+		},
+	}
+}
+
+func newPlanWatchCommand(o *options) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a plan to its end (lines, or NDJSON with -o json)",
+		Args:  exactArgs(1, "the plan id ('cdcctl plan list')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			_, err = watchPlan(cmd.Context(), o, c, args[0], timeout)
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting after this long (exit 3; the plan goes on)")
+	return cmd
+}
+
+func newPlanRequestCommand(o *options, req exec.Request, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   string(req) + " ID",
+		Short: short,
+		Args:  exactArgs(1, "the plan id ('cdcctl plan list')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.RequestPlan(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			return o.render(p, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Asked plan %s (%s) to %s; follow it with 'cdcctl plan watch %s'.\n", p.ID, p.State, req, p.ID)
+			})
+		},
+	}
+}
+
+// renderRecord shows a plan's execution: its state, then every batch and
+// the state of each step.
+func renderRecord(w io.Writer, p *api.PlanResponse) {
+	c := p.Counts()
+	fmt.Fprintf(w, "Plan %s: %s %s, %s", p.ID, p.Plan.Kind, p.Plan.Target, p.State)
+	if p.Request != "" && !p.State.Terminal() {
+		fmt.Fprintf(w, " (%s requested)", p.Request)
+	}
+	fmt.Fprintf(w, "\n  submitted %s by %s; %d/%d steps done, %d running\n", p.SubmittedAt.Local().Format(time.RFC3339), p.SubmittedBy,
+		c[exec.StepDone]+c[exec.StepSkipped], len(p.Steps), c[exec.StepRunning])
+	if p.Message != "" {
+		fmt.Fprintf(w, "  %s\n", p.Message)
+	}
+	fmt.Fprintln(w, "\nSteps:")
+	for _, s := range p.Steps {
+		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, plan.StepText(p.Step(s)))
+	}
+	if len(p.Log) > 0 {
+		fmt.Fprintln(w, "\nEvents:")
+		for _, ev := range p.Log {
+			fmt.Fprintf(w, "  %s %s: %s\n", ev.Time.Local().Format("15:04:05"), ev.Type, ev.Message)
+		}
+	}
+}
