@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// createFeeds creates n small changefeeds into their own directories and
+// returns their sink URIs by name.
+func (tc *testCluster) createFeeds(c *api.Client, n int) map[string]string {
+	tc.t.Helper()
+	dir := tc.t.TempDir()
+	sinks := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("cf%02d", i)
+		sinks[name] = "file://" + dir + "/" + name + "?flush-interval=100ms"
+		if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=2&keys=50&rate=200", Sink: sinks[name], PartitionsPerTable: 2}); err != nil {
+			tc.t.Fatal(err)
+		}
+	}
+	return sinks
+}
+
+// maintainersOn counts the changefeeds whose maintainer is on a node.
+func (tc *testCluster) maintainersOn(node model.NodeID) int {
+	n := 0
+	for _, e := range tc.state().Changefeeds {
+		if e.Maintainer.Node == node {
+			n++
+		}
+	}
+	return n
+}
+
+func (tc *testCluster) plan(c *api.Client, id string) *api.PlanResponse {
+	tc.t.Helper()
+	p, err := c.Plan(context.Background(), id)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return p
+}
+
+func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
+	n := 0
+	for _, s := range p.Steps {
+		if s.Started != nil && p.Step(s).Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Seed 000 recovery scenario 1, with pause and resume: a drain plan is
+// paused (no new step begins), resumed, and its coordinator is killed;
+// the new coordinator resumes the plan from etcd and finishes it, never
+// more than the batch at once; nothing is lost.
+func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
+	tc := newTestCluster(t)
+	leader := tc.startCaptures(4)
+	c := tc.client()
+	ctx := context.Background()
+	sinks := tc.createFeeds(c, 12)
+	var target model.NodeID
+	tc.eventually("a follower holds at least 3 maintainers", 20*time.Second, func() bool {
+		for id := range tc.nodes {
+			if id != leader.Node && tc.maintainersOn(id) >= 3 {
+				target = id
+				return true
+			}
+		}
+		return false
+	})
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
+		t.Fatal(err)
+	}
+	tc.eventually("the plan is paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	began := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer)
+	time.Sleep(2 * time.Second)
+	if now := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer); now != began {
+		t.Fatalf("a paused plan began %d more maintainer moves", now-began)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
+		t.Fatal(err)
+	}
+	tc.eventually("the resumed plan moves a maintainer", 10*time.Second, func() bool {
+		return startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer) > began
+	})
+
+	// Kill the coordinator mid-plan.
+	tc.crash(leader.Node)
+	c = tc.client()
+	next := tc.waitLeader()
+	if next.Node == leader.Node {
+		t.Fatalf("the crashed coordinator still leads")
+	}
+	var rec *api.PlanResponse
+	tc.eventually("the new coordinator finishes the plan", 60*time.Second, func() bool {
+		rec, err = c.Plan(ctx, res.PlanID)
+		return err == nil && rec.State.Terminal()
+	})
+	if rec.State != exec.Done || rec.MaxConcurrent(plan.StepMoveMaintainer) != 1 {
+		t.Fatalf("plan %s: %s (%s), at most %d maintainer moves at once", rec.ID, rec.State, rec.Message, rec.MaxConcurrent(plan.StepMoveMaintainer))
+	}
+	tc.eventually(string(target)+" is Stopping and empty", 30*time.Second, func() bool {
+		st, err := c.DrainStatus(ctx, string(target))
+		return err == nil && st.Liveness == "Stopping" && st.RemainingMaintainerCount == 0 && len(st.RemainingDispatcherCount) == 0
+	})
+	for name, sink := range sinks {
+		if _, err := c.PauseChangefeed(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		_ = sink
+	}
+	time.Sleep(2 * time.Second)
+	dups := uint64(0)
+	for name, sink := range sinks {
+		rep := tc.verifyPaused(c, name, sink, verifyStorage)
+		if !rep.OK || rep.Lost != 0 {
+			t.Fatalf("%s: %+v", name, rep)
+		}
+		dups += rep.Duplicates
+	}
+	t.Logf("plan %s finished by %s after %s crashed: %d steps; 0 lost, %d duplicates (the crashed coordinator also ran dispatchers)", rec.ID, next.Node, leader.Node, len(rec.Steps), dups)
+}
+
+// Cancelling a drain plan skips what is left and clears the drain
+// record; the capture stays Draining (no way back to Alive but a restart).
+func TestCancelledDrainPlan(t *testing.T) {
+	tc := newTestCluster(t)
+	leader := tc.startCaptures(3)
+	c := tc.client()
+	ctx := context.Background()
+	tc.createFeeds(c, 9)
+	target := tc.followerOf(leader.Node)
+	tc.eventually("the target holds maintainers", 20*time.Second, func() bool { return tc.maintainersOn(target) >= 2 })
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
+		t.Fatal(err)
+	}
+	tc.eventually("paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestCancel); err != nil {
+		t.Fatal(err)
+	}
+	var rec *api.PlanResponse
+	tc.eventually("cancelled", 10*time.Second, func() bool { rec = tc.plan(c, res.PlanID); return rec.State == exec.Cancelled })
+	if counts := rec.Counts(); counts[exec.StepSkipped] == 0 || counts[exec.StepPending]+counts[exec.StepRunning] != 0 {
+		t.Fatalf("steps after cancel: %v", counts)
+	}
+	tc.eventually("the drain record is gone", 10*time.Second, func() bool { return tc.state().Drain == nil })
+	if l := tc.state().LivenessOf(target); l != model.LivenessDraining {
+		t.Fatalf("%s is %s after the cancel, want Draining", target, l)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); !api.IsCode(err, api.CodeConflict) {
+		t.Fatalf("resuming a cancelled plan: %v, want conflict", err)
+	}
+}
