@@ -35,7 +35,12 @@ func (f MaintainerFence) cmp() clientv3.Cmp {
 
 // casPut writes one key if every comparison holds; ErrStale otherwise.
 func (s *Store) casPut(ctx context.Context, key string, value any, cmps ...clientv3.Cmp) error {
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, mustJSON(value))).Commit()
+	return s.commit(ctx, cmps, clientv3.OpPut(key, mustJSON(value)))
+}
+
+// commit runs ops if every comparison holds; ErrStale otherwise.
+func (s *Store) commit(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) error {
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return err
 	}
@@ -194,14 +199,7 @@ func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *Changef
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
 		ops = append(ops, clientv3.OpPut(key, mustJSON(st)))
 	}
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.commit(ctx, cmps, ops...)
 }
 
 // SetBarrier opens a table's DDL barrier (maintainer write), replacing the
@@ -310,12 +308,5 @@ func (s *Store) FinishDrain(ctx context.Context, fence Fence, st *State) error {
 		ops = append(ops, clientv3.OpPut(lkey, mustJSON(next)))
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(lkey), "=", l.Revision))
 	}
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.commit(ctx, cmps, ops...)
 }

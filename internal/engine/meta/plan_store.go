@@ -64,12 +64,5 @@ func (s *Store) ClearDrain(ctx context.Context, fence Fence, st *State) error {
 		return nil
 	}
 	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(s.keys.Drain())).Commit()
-	if err != nil {
-		return err
-	}
-	if !tr.Succeeded {
-		return ErrStale
-	}
-	return nil
+	return s.commit(ctx, cmps, clientv3.OpDelete(s.keys.Drain()))
 }

@@ -1,17 +1,12 @@
 package storage_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
-
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
 // The storage sink on Google Cloud Storage, against fake-gcs-server (the
@@ -37,27 +32,7 @@ func TestStorageSinkOnGCS(t *testing.T) {
 	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
 	uri := "gs://cdc/changefeeds/demo?flush-interval=50ms&protocol=canal-json"
 
-	s := open(t, uri)
-	g := newGen(t, gen.Config{Tables: 2, Keys: 40, Rate: 400, Seed: 3})
-	upTo := model.TsFromMillis(start + 2000)
-	var a acks
-	total := 0
-	for _, table := range g.Tables() {
-		total += feed(t, s, g, model.Span{Table: table}, table+"-p1.1", upTo, &a)
-		if err := s.Flush(context.Background(), table+"-p1.1"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
-		t.Fatalf("gs: %+v (wrote %d, %d failed acks)", rep, total, a.failed.Load())
-	}
+	roundTrip(t, uri, 3)
 	if _, err := srv.GetObject("cdc", "changefeeds/demo/metadata"); err != nil {
 		t.Fatalf("metadata file not in the bucket under the prefix: %v", err)
 	}
