@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -52,6 +56,21 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	if _, err := c.Drain(ctx, string(tc.followerOf(target)), api.DrainRequest{}); !api.IsCode(err, api.CodeConflict) && !api.IsCode(err, api.CodeBadRequest) {
 		t.Fatalf("a second drain: %v, want refused", err)
 	}
+	// The plan's events as server-sent events, from an agent that is not
+	// the coordinator, until the plan is over.
+	events := tc.planEvents(tc.nodes[target].addr, res.PlanID, 60*time.Second)
+	if len(events) < 3 || events[0].Type != exec.EventSubmitted || events[len(events)-1].Type != exec.EventDone {
+		t.Fatalf("plan events: %+v", events)
+	}
+	steps := 0
+	for _, ev := range events {
+		if ev.Type == exec.EventStep && ev.State == exec.StepDone {
+			steps++
+		}
+	}
+	if steps == 0 {
+		t.Fatalf("no step done among %d events", len(events))
+	}
 	tc.eventually("the drain completes", 60*time.Second, func() bool {
 		st, err := c.DrainStatus(ctx, string(target))
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping" && st.RemainingMaintainerCount == 0 && len(st.RemainingDispatcherCount) == 0
@@ -71,4 +90,39 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 			t.Fatalf("%s after the drain: %+v", name, rep)
 		}
 	}
+}
+
+// planEvents reads GET /api/v2/plans/{id}/events (server-sent events)
+// until the server ends the stream.
+func (tc *testCluster) planEvents(addr, id string, timeout time.Duration) []exec.Event {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v2/plans/"+id+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		tc.t.Fatalf("events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	var out []exec.Event
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev exec.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			tc.t.Fatalf("event %q: %v", data, err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		tc.t.Fatalf("the event stream broke after %d events: %v", len(out), err)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -73,6 +74,7 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 		id := r.PathValue("id")
 		reply(w, func(ctx context.Context) (*PlanResponse, error) { return s.b.Plan(ctx, id) })(r.Context())
 	})
+	mux.HandleFunc("GET /api/v2/plans/{id}/events", s.planEvents)
 	for _, req := range []exec.Request{exec.RequestPause, exec.RequestResume, exec.RequestCancel} {
 		mux.HandleFunc("POST /api/v2/plans/{id}/"+string(req), s.onCoordinator(func(w http.ResponseWriter, r *http.Request) {
 			id := r.PathValue("id")
@@ -337,4 +339,46 @@ func writeError(w http.ResponseWriter, err error) {
 		e = Errorf(CodeUnavailable, "try again", "request cancelled")
 	}
 	writeJSON(w, e.Status(), e)
+}
+
+// planEvents streams a plan's events as server-sent events: everything so
+// far, then each change, until the plan is over (the last event is done,
+// failed or cancelled) or the client goes away. Any agent serves it: it
+// reads the plan's record, which the coordinator keeps in etcd.
+func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	cur, err := s.b.Plan(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, Errorf(CodeInternal, "poll GET /api/v2/plans/{id} instead", "this server cannot stream"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var prev *exec.Record
+	for {
+		for _, ev := range exec.Delta(prev, &cur.Record) {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+		}
+		flusher.Flush()
+		if cur.State.Terminal() {
+			return
+		}
+		rec := cur.Record
+		prev = &rec
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		if next, err := s.b.Plan(r.Context(), id); err == nil {
+			cur = next
+		}
+	}
 }
