@@ -146,7 +146,7 @@ func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snap
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.PlanID)
 		})
 	}
-	if _, err := watchPlan(ctx, o, c, res.PlanID, timeout); err != nil {
+	if _, err := followPlan(ctx, o, c, res.PlanID, timeout); err != nil {
 		return err
 	}
 	if o.output() != formatJSON {

@@ -112,7 +112,7 @@ func newPlanWatchCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = watchPlan(cmd.Context(), o, c, args[0], timeout)
+			_, err = followPlan(cmd.Context(), o, c, args[0], timeout)
 			return err
 		},
 	}

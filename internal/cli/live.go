@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
+	"github.com/cdcctl/cdcctl/internal/tui"
+)
+
+// liveSource feeds the terminal view from the API.
+type liveSource struct {
+	c  *api.Client
+	id string
+}
+
+func (s liveSource) Fetch(ctx context.Context) (tui.Frame, error) {
+	p, err := s.c.Plan(ctx, s.id)
+	if err != nil {
+		return tui.Frame{}, err
+	}
+	snap, err := s.c.Snapshot(ctx)
+	if err != nil {
+		return tui.Frame{}, err
+	}
+	rec := p.Record
+	moves := map[string]int{}
+	for _, st := range rec.Steps {
+		if st.State != exec.StepRunning {
+			continue
+		}
+		step := rec.Step(st)
+		switch step.Kind {
+		case plan.StepMoveMaintainer, plan.StepMovePartition:
+			moves[string(step.From)]++
+			moves[string(step.To)]++
+		case plan.StepMovePartitions:
+			moves[string(step.From)]++
+			for n := range step.Spread {
+				moves[string(n)]++
+			}
+		}
+	}
+	var rows []tui.NodeRow
+	for _, n := range snap.Snapshot.Nodes {
+		row := tui.NodeRow{Node: string(n.Info.ID), Liveness: n.Liveness.String(), Moves: moves[string(n.Info.ID)]}
+		for _, cf := range snap.Snapshot.Changefeeds {
+			if cf.Maintainer.Node == n.Info.ID {
+				row.Maintainers++
+			}
+		}
+		for _, ps := range snap.Snapshot.Partitions {
+			if ps.Route.Node == n.Info.ID {
+				row.Partitions++
+			}
+		}
+		rows = append(rows, row)
+	}
+	return tui.Frame{Record: &rec, Nodes: rows}, nil
+}
+
+func (s liveSource) Request(ctx context.Context, req exec.Request) error {
+	_, err := s.c.RequestPlan(ctx, s.id, req)
+	return err
+}
+
+// followPlan follows a plan: the live view on a terminal (table output),
+// timestamped lines or NDJSON elsewhere. Exit codes as watchPlan's; q in
+// the live view detaches with 0 and leaves the plan running.
+func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration) (*exec.Record, error) {
+	if o.output() != formatTable || !isTerminal(o.out) || !isTerminal(o.in) {
+		return watchPlan(ctx, o, c, id, timeout)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m := tui.New(liveSource{c: c, id: id}, time.Now, 250*time.Millisecond)
+	_, err := tea.NewProgram(m, tea.WithContext(wctx), tea.WithInput(o.in), tea.WithOutput(o.out)).Run()
+	rec := m.Record()
+	switch {
+	case m.Detached():
+		fmt.Fprintf(o.out, "Detached; plan %s goes on ('cdcctl plan watch %s').\n", id, id)
+		return rec, nil
+	case errors.Is(err, tea.ErrProgramKilled) || wctx.Err() != nil:
+		return rec, withExit(ExitTimeout, fmt.Errorf("--timeout %s reached while plan %s is still running; it goes on ('cdcctl plan watch %s')", timeout, id, id))
+	case err != nil:
+		return rec, err
+	case rec == nil:
+		return nil, fmt.Errorf("plan %s: nothing was read", id)
+	}
+	fmt.Fprint(o.out, m.Render())
+	switch rec.State {
+	case exec.Failed:
+		return rec, withExit(ExitError, fmt.Errorf("plan %s failed: %s", id, rec.Message))
+	case exec.Cancelled:
+		return rec, withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", id, rec.Message))
+	}
+	return rec, nil
+}

@@ -1,0 +1,161 @@
+package tui
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
+	"github.com/charmbracelet/x/exp/golden"
+	"github.com/charmbracelet/x/exp/teatest/v2"
+
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// script serves recorded frames, one per fetch (the last one again once
+// they run out), and records the requests the view sends. It stands in
+// for the API client, behind the view's own Source interface.
+type script struct {
+	mu       sync.Mutex
+	frames   []Frame
+	requests []exec.Request
+}
+
+func (s *script) Fetch(context.Context) (Frame, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.frames[0]
+	if len(s.frames) > 1 {
+		s.frames = s.frames[1:]
+	}
+	return f, nil
+}
+
+func (s *script) Request(_ context.Context, req exec.Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	return nil
+}
+
+func (s *script) sent() []exec.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]exec.Request(nil), s.requests...)
+}
+
+var t0 = time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
+
+// executed runs a drain plan's record through the executor with a world
+// in which every begun step takes effect at the next advance, and returns
+// a copy after each advance.
+func executed() []*exec.Record {
+	mv := func(cf, to string) plan.Step {
+		return plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: nodeID(to)}
+	}
+	p := &plan.Plan{Version: 1, Kind: "drain", Target: "capture-3", BatchSize: 2, PredictedMillis: 4000, Batches: []plan.Batch{
+		{Steps: []plan.Step{{Kind: plan.StepSetLiveness, To: "capture-3", Liveness: "Draining"}}},
+		{Steps: []plan.Step{mv("a", "capture-1"), mv("b", "capture-2")}},
+		{Steps: []plan.Step{{Kind: plan.StepMovePartitions, Changefeed: "a", From: "capture-3", Count: 6, Spread: map[nodeID]int{"capture-1": 3, "capture-2": 3}}}},
+		{Steps: []plan.Step{{Kind: plan.StepSetLiveness, To: "capture-3", Liveness: "Stopping"}}},
+	}}
+	clock := t0
+	r := exec.New("drain-capture-3-1", p, "ops@host", clock)
+	w := &world{begun: map[string]bool{}}
+	x := &exec.Executor{Act: w, Now: func() time.Time { return clock }}
+	var out []*exec.Record
+	for !r.State.Terminal() {
+		clock = clock.Add(time.Second)
+		if _, err := x.Advance(context.Background(), r, exec.RequestNone); err != nil {
+			panic(err)
+		}
+		c := *r
+		c.Steps = append([]exec.StepStatus(nil), r.Steps...)
+		out = append(out, &c)
+		for k := range w.begun {
+			w.begun[k] = true
+		}
+	}
+	return out
+}
+
+type world struct{ begun map[string]bool }
+
+func (w *world) Check(_ context.Context, _ *plan.Plan, s plan.Step, _ exec.StepState, _ time.Time) (exec.Outcome, error) {
+	return exec.Outcome{Done: w.begun[plan.StepText(s)]}, nil
+}
+func (w *world) Begin(_ context.Context, _ *plan.Plan, s plan.Step) error {
+	w.begun[plan.StepText(s)] = false
+	return nil
+}
+func (w *world) Replan(_ context.Context, _ *plan.Plan, s plan.Step) (plan.Step, bool, error) {
+	return s, false, nil
+}
+func (w *world) Abandoned(context.Context, *exec.Record) (string, error) { return "", nil }
+func (w *world) Cancel(context.Context, *plan.Plan) error                { return nil }
+
+func nodes(left int) []NodeRow {
+	return []NodeRow{
+		{Node: "capture-1", Liveness: "Alive", Maintainers: 3, Partitions: 10 + (6-left)/2},
+		{Node: "capture-2", Liveness: "Alive", Maintainers: 2, Partitions: 10 + (6-left)/2, Moves: 1},
+		{Node: "capture-3", Liveness: "Draining", Maintainers: 0, Partitions: left, Moves: 1},
+	}
+}
+
+func newTestModel(t *testing.T, src Source, now time.Time) *teatest.TestModel {
+	m := New(src, func() time.Time { return now }, 10*time.Millisecond)
+	return teatest.NewTestModel(t, m, teatest.WithInitialTermSize(100, 40),
+		teatest.WithProgramOptions(tea.WithColorProfile(colorprofile.Ascii)))
+}
+
+// The view follows a plan to its end and quits by itself; the final
+// screen is a golden file (go test ./internal/tui -update rewrites it).
+func TestLiveViewFollowsAPlanToItsEnd(t *testing.T) {
+	recs := executed()
+	src := &script{}
+	for i, r := range recs {
+		src.frames = append(src.frames, Frame{Record: r, Nodes: nodes(max(0, 6-2*i))})
+	}
+	tm := newTestModel(t, src, recs[len(recs)-1].UpdatedAt)
+	final := tm.FinalModel(t, teatest.WithFinalTimeout(10*time.Second)).(*Model)
+	if final.Detached() || final.Record().State != exec.Done {
+		t.Fatalf("detached %v, state %s", final.Detached(), final.Record().State)
+	}
+	golden.RequireEqual(t, final.Render())
+}
+
+// A screen in the middle of a plan, and the keys: p pauses, c asks and y
+// cancels, q detaches without touching the plan.
+func TestLiveViewKeys(t *testing.T) {
+	recs := executed()
+	mid := recs[1] // maintainer moves running
+	src := &script{frames: []Frame{{Record: mid, Nodes: nodes(6)}}}
+	tm := newTestModel(t, src, mid.UpdatedAt.Add(1500*time.Millisecond))
+	teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return strings.Contains(string(b), "q detach") },
+		teatest.WithDuration(5*time.Second))
+	tm.Send(tea.KeyPressMsg{Code: 'p', Text: "p"})
+	tm.Send(tea.KeyPressMsg{Code: 'c', Text: "c"})
+	teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return strings.Contains(string(b), "[y/N]") },
+		teatest.WithDuration(5*time.Second))
+	tm.Send(tea.KeyPressMsg{Code: 'y', Text: "y"})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(src.sent()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	tm.Send(tea.KeyPressMsg{Code: 'q', Text: "q"})
+	final := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(*Model)
+	if got := src.sent(); len(got) != 2 || got[0] != exec.RequestPause || got[1] != exec.RequestCancel {
+		t.Fatalf("requests sent: %v, want pause then cancel", got)
+	}
+	if !final.Detached() {
+		t.Fatal("q did not detach")
+	}
+	golden.RequireEqual(t, final.Render())
+}
+
+type nodeID = model.NodeID
