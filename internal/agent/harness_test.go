@@ -33,6 +33,8 @@ type testCluster struct {
 	// hub connects the nodes in memory; nil makes them talk gRPC over
 	// loopback, as separate processes do.
 	hub *transport.Hub
+	// ttl is the agents' session TTL (testTTL unless a test sets it).
+	ttl time.Duration
 }
 
 type runningNode struct {
@@ -54,7 +56,7 @@ func newTestCluster(t *testing.T) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub()}
+	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: testTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
 }
@@ -73,7 +75,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
-		DataDir: tc.t.TempDir(), SessionTTL: testTTL, LogLevel: "info", LogFormat: "text",
+		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, LogLevel: "info", LogFormat: "text",
 	}, quietLogger(), tc.options()...)
 	if err != nil {
 		tc.t.Fatal(err)
