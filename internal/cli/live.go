@@ -47,20 +47,11 @@ func (s liveSource) Fetch(ctx context.Context) (tui.Frame, error) {
 			}
 		}
 	}
+	// The per-capture counts as they are now: the "before" of an empty plan.
 	var rows []tui.NodeRow
-	for _, n := range snap.Snapshot.Nodes {
-		row := tui.NodeRow{Node: string(n.Info.ID), Liveness: n.Liveness.String(), Moves: moves[string(n.Info.ID)]}
-		for _, cf := range snap.Snapshot.Changefeeds {
-			if cf.Maintainer.Node == n.Info.ID {
-				row.Maintainers++
-			}
-		}
-		for _, ps := range snap.Snapshot.Partitions {
-			if ps.Route.Node == n.Info.ID {
-				row.Partitions++
-			}
-		}
-		rows = append(rows, row)
+	for _, d := range plan.Diff(&snap.Snapshot, &plan.Plan{}) {
+		rows = append(rows, tui.NodeRow{Node: string(d.Node), Liveness: d.LivenessBefore, Maintainers: d.MaintainersBefore,
+			Partitions: d.PartitionsBefore, Moves: moves[string(d.Node)]})
 	}
 	return tui.Frame{Record: &rec, Nodes: rows}, nil
 }
@@ -94,11 +85,5 @@ func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeo
 		return nil, fmt.Errorf("plan %s: nothing was read", id)
 	}
 	fmt.Fprint(o.out, m.Render())
-	switch rec.State {
-	case exec.Failed:
-		return rec, withExit(ExitError, fmt.Errorf("plan %s failed: %s", id, rec.Message))
-	case exec.Cancelled:
-		return rec, withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", id, rec.Message))
-	}
-	return rec, nil
+	return rec, planOutcome(rec)
 }

@@ -30,13 +30,8 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 			}
 			rec := cur.Record
 			prev = &rec
-			switch rec.State {
-			case exec.Done:
-				return prev, nil
-			case exec.Failed:
-				return prev, withExit(ExitError, fmt.Errorf("plan %s failed: %s", id, rec.Message))
-			case exec.Cancelled:
-				return prev, withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", id, rec.Message))
+			if rec.State.Terminal() {
+				return prev, planOutcome(prev)
 			}
 		} else if api.IsCode(err, api.CodeNotFound) {
 			return nil, err
@@ -47,6 +42,17 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// planOutcome is a finished plan's exit: 0 done, 1 failed, 4 cancelled.
+func planOutcome(rec *exec.Record) error {
+	switch rec.State {
+	case exec.Failed:
+		return withExit(ExitError, fmt.Errorf("plan %s failed: %s", rec.ID, rec.Message))
+	case exec.Cancelled:
+		return withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", rec.ID, rec.Message))
+	}
+	return nil
 }
 
 // printEvent renders one event for a person, or as one NDJSON line.

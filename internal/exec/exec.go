@@ -19,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
@@ -385,22 +384,6 @@ func (x *Executor) stall(r *Record, now time.Time, waiting []string, add func(Ev
 	r.StalledAt = &now
 	add(r.emit(now, Event{Type: EventStalled, Message: fmt.Sprintf("no progress for %s: %s", now.Sub(r.ProgressAt).Round(time.Second), strings.Join(stuck, "; "))}, true))
 }
-
-// Snapshot-free helpers for callers that show a record.
-
-// Remaining returns the steps not yet done or skipped, by kind.
-func (r *Record) Remaining() map[plan.StepKind]int {
-	out := map[plan.StepKind]int{}
-	for _, s := range r.Steps {
-		if s.State == StepPending || s.State == StepRunning {
-			out[r.Step(s).Kind]++
-		}
-	}
-	return out
-}
-
-// Target is the capture the plan is about, if any.
-func (r *Record) Target() model.NodeID { return r.Plan.Target }
 
 // MaxConcurrent is the most steps of a kind that ran at the same time,
 // from the steps' start and end times.

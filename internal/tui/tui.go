@@ -47,9 +47,8 @@ type Model struct {
 	now   func() time.Time
 	every time.Duration
 
-	frame   Frame
-	started time.Time
-	// initial counts, for the progress bars.
+	frame    Frame
+	started  time.Time
 	events   []exec.Event
 	confirm  bool   // asking whether to cancel
 	status   string // the last request's outcome, or an error

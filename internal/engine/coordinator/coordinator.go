@@ -27,16 +27,19 @@ type Coordinator struct {
 	store *meta.Store
 	view  *cluster.View
 	log   *slog.Logger
+	// StallAfter is how long a plan may make no progress before a
+	// stalled event names what is stuck.
+	StallAfter time.Duration
 }
 
 // New returns a coordinator over a store and this node's view.
 func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
-	return &Coordinator{store: store, view: view, log: log}
+	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second}
 }
 
 // Lead runs for one term, until ctx ends or a write finds the term over.
 func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
-	mine := saved{}
+	mine := newSaved()
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
 		err := c.cleanupLiveness(ctx, term)

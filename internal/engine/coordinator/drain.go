@@ -15,9 +15,9 @@ import (
 // record, naming the plan, and the target's liveness Draining, in one
 // fenced transaction. If the plan's record is already there (a new
 // coordinator repeating the step), it does nothing.
-func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan) error {
+func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan) (model.DrainRecord, error) {
 	if st.Drain != nil && st.Drain.PlanID == p.ID {
-		return nil
+		return *st.Drain, nil
 	}
 	target := p.Target
 	rec := model.DrainRecord{Target: target, BatchSize: p.BatchSize, StartTime: time.Now().UTC(), PlanID: p.ID}
@@ -31,15 +31,15 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 		// The executor and the submitting request both take this step;
 		// whichever came second finds the plan's own record.
 		if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID {
-			return nil
+			return *now.Drain, nil
 		}
 	}
 	if err != nil {
-		return err
+		return rec, err
 	}
 	c.log.Info("coordinator: drain started", "target", target, "plan", p.ID, "epoch", rec.Epoch, "batch", p.BatchSize,
 		"maintainers", rec.InitialMaintainerCount, "dispatchers", rec.InitialDispatcherCount)
-	return nil
+	return rec, nil
 }
 
 // DrainProgress counts what is left on the drain's target.

@@ -15,13 +15,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
-// StallAfter is how long a plan may make no progress before a stalled
-// event names what is stuck.
-var StallAfter = 30 * time.Second
-
-// ErrPlanNotFound means no plan has that id.
-var ErrPlanNotFound = meta.ErrPlanNotFound
-
 var planSeq atomic.Uint64
 
 // newPlanID names a plan after its kind, target and submission time; a
@@ -73,16 +66,13 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 		return nil, model.DrainRecord{}, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", by)
-	if err := c.startDrainRecord(ctx, term, st, &rec.Plan); err != nil {
+	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan)
+	if err != nil {
 		// The executor would fail the plan at its first step; say why now.
 		_ = c.store.RequestPlan(ctx, term.Fence, rec.ID, string(exec.RequestCancel))
 		return nil, model.DrainRecord{}, err
 	}
-	drain, err := c.store.Load(ctx)
-	if err != nil || drain.Drain == nil {
-		return rec, model.DrainRecord{PlanID: rec.ID, Target: target}, err
-	}
-	return rec, *drain.Drain, nil
+	return rec, drain, nil
 }
 
 // RequestPlan records an operator's pause, resume or cancel of a plan.
@@ -93,8 +83,14 @@ func (c *Coordinator) RequestPlan(ctx context.Context, term election.Term, id st
 // saved is what one term last wrote of each plan. The view may not show
 // a write yet, and advancing an older record would repeat its steps'
 // effects; the term is the record's only writer, so what it saved is the
-// truth until the view catches up.
-type saved map[string]savedPlan
+// truth until the view catches up. over remembers the revisions of plans
+// found finished, so that a long history is not decoded on every pass.
+type saved struct {
+	plans map[string]savedPlan
+	over  map[string]int64
+}
+
+func newSaved() saved { return saved{plans: map[string]savedPlan{}, over: map[string]int64{}} }
 
 type savedPlan struct {
 	rec      exec.Record
@@ -103,16 +99,22 @@ type savedPlan struct {
 
 // runPlans advances every plan that is not over, and stores what changed.
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
-	x := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: StallAfter}
+	x := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
 	for id, raw := range st.Plans {
+		if mine.over[id] == raw.Revision {
+			continue
+		}
 		var rec exec.Record
 		revision := raw.Revision
-		if s, ok := mine[id]; ok && s.revision > raw.Revision {
+		if s, ok := mine.plans[id]; ok && s.revision > raw.Revision {
 			rec, revision = s.rec, s.revision
 		} else if jerr := json.Unmarshal(raw.Value, &rec); jerr != nil {
 			continue
 		}
 		if rec.State.Terminal() {
+			if revision == raw.Revision {
+				mine.over[id] = raw.Revision
+			}
 			continue
 		}
 		active = true
@@ -121,7 +123,7 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			if rev, serr := c.store.SavePlan(ctx, term.Fence, id, &rec, revision); serr != nil {
 				aerr = errors.Join(aerr, serr)
 			} else {
-				mine[id] = savedPlan{rec: rec, revision: rev}
+				mine.plans[id] = savedPlan{rec: rec, revision: rev}
 				for _, ev := range evs {
 					if ev.Type != exec.EventStep {
 						c.log.Info("coordinator: plan event", "plan", id, "type", ev.Type, "message", ev.Message)
@@ -186,7 +188,8 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 	switch s.Kind {
 	case plan.StepSetLiveness:
 		if s.Liveness == model.LivenessDraining.String() {
-			return a.c.startDrainRecord(ctx, a.term, st, p)
+			_, err := a.c.startDrainRecord(ctx, a.term, st, p)
+			return err
 		}
 		return nil // completed by driveDrain once nothing is left
 	case plan.StepMoveMaintainer:
