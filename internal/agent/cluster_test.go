@@ -159,6 +159,11 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/changefeeds/nope/pause", "", 404, api.CodeNotFound, "nope"},
 		{"DELETE", "/api/v2/changefeeds/nope", "", 404, api.CodeNotFound, "nope"},
 		{"GET", "/api/v2/partitions?changefeed=nope", "", 404, api.CodeNotFound, "nope"},
+		{"POST", "/api/v2/plans", "{}", 400, api.CodeBadRequest, "carries no plan"},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2"}}`, 400, api.CodeBadRequest, "0 fingerprinted objects"},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"teleport","target":"capture-2","fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, `cannot run "teleport" plans`},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","fingerprint":{"objects":{"node/capture-2":1}}}}`, 409, api.CodeStalePlan, "stale"},
+		{"POST", "/api/v2/plans/nope/pause", "", 404, api.CodeNotFound, "nope"},
 	} {
 		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
 		resp, err := http.DefaultClient.Do(req)

@@ -61,7 +61,7 @@ func (b backend) RequestPlan(ctx context.Context, id string, req exec.Request) (
 		return nil, err
 	}
 	if cur.State.Terminal() {
-		return nil, api.Errorf(api.CodeConflict, "see it with 'cdcctl plan get "+id+"'", "plan %s is already %s", id, cur.State)
+		return nil, api.Errorf(api.CodeConflict, "see it with 'cdcctl plan show "+id+"'", "plan %s is already %s", id, cur.State)
 	}
 	if err := coord.RequestPlan(ctx, term, id, req); err != nil {
 		if errors.Is(err, meta.ErrPlanNotFound) {
@@ -71,4 +71,16 @@ func (b backend) RequestPlan(ctx context.Context, id string, req exec.Request) (
 	}
 	cur.Request = req
 	return cur, nil
+}
+
+func (b backend) SubmitPlan(ctx context.Context, req api.SubmitPlanRequest) (*api.PlanResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := coord.Submit(ctx, term, req.Plan, req.SubmittedBy)
+	if err != nil {
+		return nil, refusalError(err)
+	}
+	return &api.PlanResponse{Version: api.SchemaVersion, Record: *rec}, nil
 }

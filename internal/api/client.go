@@ -183,6 +183,12 @@ func (c *Client) DrainStatus(ctx context.Context, id string) (*DrainStatusRespon
 	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures/"+url.PathEscape(id)+"/drain", nil, &out)
 }
 
+// SubmitPlan is POST /api/v2/plans.
+func (c *Client) SubmitPlan(ctx context.Context, req SubmitPlanRequest) (*PlanResponse, error) {
+	var out PlanResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/plans", req, &out)
+}
+
 // Plans lists the stored plans, newest first.
 func (c *Client) Plans(ctx context.Context) (*PlanList, error) {
 	var out PlanList

@@ -1,6 +1,17 @@
 package api
 
-import "github.com/cdcctl/cdcctl/internal/exec"
+import (
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// SubmitPlanRequest is POST /api/v2/plans: a plan exactly as computed
+// (with its fingerprint). It is refused with 409 stale_plan, naming the
+// changed objects, if anything it read has changed since.
+type SubmitPlanRequest struct {
+	Plan        *plan.Plan `json:"plan"`
+	SubmittedBy string     `json:"submitted_by,omitempty"`
+}
 
 // PlanList is GET /api/v2/plans: every stored plan, newest first, with
 // its steps' states counted.

@@ -33,6 +33,8 @@ type Backend interface {
 	// Drain starts draining a capture (on the coordinator).
 	Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error)
 	DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error)
+	// SubmitPlan submits a plan exactly as computed (on the coordinator).
+	SubmitPlan(ctx context.Context, req SubmitPlanRequest) (*PlanResponse, error)
 	Plans(ctx context.Context) (*PlanList, error)
 	Plan(ctx context.Context, id string) (*PlanResponse, error)
 	RequestPlan(ctx context.Context, id string, req exec.Request) (*PlanResponse, error)
@@ -69,6 +71,7 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 		reply(w, func(ctx context.Context) (*DrainStatusResponse, error) { return s.b.DrainStatus(ctx, id) })(r.Context())
 	})
 	mux.HandleFunc("POST /api/v2/coordinator/resign", s.onCoordinator(s.resign))
+	mux.HandleFunc("POST /api/v2/plans", s.onCoordinator(s.submitPlan))
 	mux.HandleFunc("GET /api/v2/plans", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Plans)(r.Context()) })
 	mux.HandleFunc("GET /api/v2/plans/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
@@ -179,6 +182,30 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.b.Drain(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, v)
+}
+
+func (s *server) submitPlan(w http.ResponseWriter, r *http.Request) {
+	var req SubmitPlanRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Plan == nil || req.Plan.Kind == "" {
+		writeError(w, Errorf(CodeBadRequest, "send {\"plan\": <the JSON of 'cdcctl ... --dry-run --plan-out FILE'>}", "the request carries no plan"))
+		return
+	}
+	if req.Plan.Version != 1 || len(req.Plan.Fingerprint.Objects) == 0 {
+		// Without its fingerprint a plan cannot be checked against what
+		// it read: it would run on a cluster it was not computed for.
+		writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit that file", "the plan has version %d and %d fingerprinted objects; want version 1 and its fingerprint", req.Plan.Version, len(req.Plan.Fingerprint.Objects)))
+		return
+	}
+	v, err := s.b.SubmitPlan(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -125,16 +125,8 @@ func drainLine(target string, st *api.DrainStatusResponse) string {
 // changed since) and, with watch, follows it to its end.
 func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error {
 	target := p.Target
-	if !yes {
-		if !isTerminal(o.in) {
-			return withExit(ExitError, fmt.Errorf("refusing to drain %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", target))
-		}
-		_ = plan.Render(o.out, snap, p)
-		fmt.Fprintf(o.out, "\nDrain %s? [y/N] ", target)
-		answer, _ := bufio.NewReader(o.in).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-			return withExit(ExitCancelled, fmt.Errorf("drain of %s not approved; nothing changed", target))
-		}
+	if err := approve(o, snap, p, "Drain "+string(target), yes); err != nil {
+		return err
 	}
 	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter()})
 	if err != nil {
@@ -153,6 +145,24 @@ func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snap
 		if st, err := c.DrainStatus(ctx, string(target)); err == nil {
 			fmt.Fprintf(o.out, "drain complete: %s is %s\n", target, st.Liveness)
 		}
+	}
+	return nil
+}
+
+// approve asks the operator to approve a plan (shown first) on a
+// terminal; off a terminal only --yes approves.
+func approve(o *options, snap *model.Snapshot, p *plan.Plan, question string, yes bool) error {
+	if yes {
+		return nil
+	}
+	if !isTerminal(o.in) {
+		return withExit(ExitError, fmt.Errorf("refusing to %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", strings.ToLower(question[:1])+question[1:]))
+	}
+	_ = plan.Render(o.out, snap, p)
+	fmt.Fprintf(o.out, "\n%s? [y/N] ", question)
+	answer, _ := bufio.NewReader(o.in).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return withExit(ExitCancelled, fmt.Errorf("%s: not approved; nothing changed", strings.ToLower(question[:1])+question[1:]))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
@@ -105,6 +107,34 @@ func newPlanShowCommand(o *options) *cobra.Command {
 	}
 }
 
+// applyPlan submits a plan of any kind exactly as computed (POST
+// /api/v2/plans), after approval, and follows it with --watch.
+func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error {
+	what := fmt.Sprintf("Apply the %s plan of %s", p.Kind, p.Target)
+	if err := approve(o, snap, p, what, yes); err != nil {
+		return err
+	}
+	res, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: submitter()})
+	if err != nil {
+		return err
+	}
+	if !watch {
+		return o.render(res, func(tw tableWriter) {
+			fmt.Fprintf(tw, "Plan %s submitted: %s of %s, %d steps.\n", res.ID, p.Kind, p.Target, len(res.Steps))
+			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.ID)
+		})
+	}
+	if _, err := followPlan(ctx, o, c, res.ID, timeout); err != nil {
+		return err
+	}
+	if p.Kind == "drain" && o.output() != formatJSON {
+		if st, err := c.DrainStatus(ctx, string(p.Target)); err == nil {
+			fmt.Fprintf(o.out, "drain complete: %s is %s\n", p.Target, st.Liveness)
+		}
+	}
+	return nil
+}
+
 func newPlanApplyCommand(o *options) *cobra.Command {
 	var (
 		yes     bool
@@ -122,9 +152,6 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if p.Kind != "drain" {
-				return usageErr(fmt.Errorf("cannot apply a %q plan: this version applies drain plans", p.Kind))
-			}
 			c, err := o.client()
 			if err != nil {
 				return err
@@ -133,7 +160,7 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return applyDrain(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
+			return applyPlan(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
 		},
 	}
 	f := cmd.Flags()

@@ -23,6 +23,18 @@ func newPlanID(p *plan.Plan, now time.Time) string {
 	return fmt.Sprintf("%s-%s-%d%03d", p.Kind, p.Target, now.UnixMilli(), planSeq.Add(1)%1000)
 }
 
+// Submit takes a plan exactly as an operator approved it, whatever its
+// kind, and refuses it if it is stale.
+func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Plan, by string) (*exec.Record, error) {
+	switch p.Kind {
+	case "drain":
+		rec, _, err := c.SubmitDrain(ctx, term, p.Target, p.BatchSize, p, by)
+		return rec, err
+	}
+	return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("this cluster cannot run %q plans", p.Kind),
+		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split)"}
+}
+
 // SubmitDrain validates a drain plan against the current state (stale
 // objects refused with *plan.StaleError; seed 000's error table with
 // *plan.Refusal), stores its record, and leaves it to the executor. With
