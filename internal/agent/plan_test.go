@@ -169,3 +169,58 @@ func TestCancelledDrainPlan(t *testing.T) {
 		t.Fatalf("resuming a cancelled plan: %v, want conflict", err)
 	}
 }
+
+// Finished plans do not pile up in etcd: when a plan ends, finished ones
+// beyond the newest 20 that are more than a week old are deleted.
+func TestFinishedPlansAreRetainedThenPruned(t *testing.T) {
+	tc := newTestCluster(t)
+	leader := tc.startCaptures(3)
+	c := tc.client()
+	ctx := context.Background()
+	old := time.Now().Add(-30 * 24 * time.Hour).UTC()
+	write := func(id string, at time.Time) {
+		rec := exec.New(id, &plan.Plan{Version: 1, Kind: "drain", Target: "capture-9"}, "test", at)
+		rec.State = exec.Done
+		if _, err := tc.store.SavePlan(ctx, leader.Fence, id, rec, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		write(fmt.Sprintf("old-%02d", i), old.Add(time.Duration(i)*time.Minute))
+	}
+	tc.createFeeds(c, 3)
+	target := tc.followerOf(leader.Node)
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestCancel); err != nil {
+		t.Fatal(err)
+	}
+	tc.eventually("the history is pruned to 20 finished plans", 20*time.Second, func() bool {
+		l, err := c.Plans(ctx)
+		if err != nil {
+			return false
+		}
+		finished := 0
+		for _, p := range l.Plans {
+			if p.State.Terminal() {
+				finished++
+			}
+		}
+		return finished == 20
+	})
+	kept := map[string]bool{}
+	l, _ := c.Plans(ctx)
+	for _, p := range l.Plans {
+		kept[p.ID] = true
+	}
+	for _, id := range []string{res.PlanID, "old-29", "old-11"} {
+		if !kept[id] {
+			t.Errorf("%s was pruned", id)
+		}
+	}
+	if kept["old-10"] || kept["old-00"] {
+		t.Errorf("the oldest finished plans were kept: %v", kept)
+	}
+}

@@ -30,16 +30,19 @@ type Coordinator struct {
 	// StallAfter is how long a plan may make no progress before a
 	// stalled event names what is stuck.
 	StallAfter time.Duration
+	// Retention bounds the finished plans kept in etcd.
+	Retention Retention
 }
 
 // New returns a coordinator over a store and this node's view.
 func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
-	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second}
+	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second, Retention: DefaultRetention}
 }
 
 // Lead runs for one term, until ctx ends or a write finds the term over.
 func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	mine := newSaved()
+	var pruned time.Time
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
 		err := c.cleanupLiveness(ctx, term)
@@ -52,6 +55,14 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 		}
 		if derr := c.driveDrain(ctx, term, c.view.State()); err == nil {
 			err = derr
+		}
+		// Pruning decodes every finished plan: when one ends, and once a
+		// minute for age.
+		if now := time.Now(); *mine.ended || now.Sub(pruned) >= time.Minute {
+			pruned, *mine.ended = now, false
+			if perr := c.prunePlans(ctx, term, c.view.State(), mine, now); err == nil {
+				err = perr
+			}
 		}
 		if errors.Is(err, meta.ErrFenced) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())

@@ -100,9 +100,13 @@ func (c *Coordinator) RequestPlan(ctx context.Context, term election.Term, id st
 type saved struct {
 	plans map[string]savedPlan
 	over  map[string]int64
+	// ended: a plan ended since the history was last pruned.
+	ended *bool
 }
 
-func newSaved() saved { return saved{plans: map[string]savedPlan{}, over: map[string]int64{}} }
+func newSaved() saved {
+	return saved{plans: map[string]savedPlan{}, over: map[string]int64{}, ended: new(bool)}
+}
 
 type savedPlan struct {
 	rec      exec.Record
@@ -137,6 +141,9 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			} else {
 				mine.plans[id] = savedPlan{rec: rec, revision: rev}
 				for _, ev := range evs {
+					if ev.Type.Terminal() {
+						*mine.ended = true
+					}
 					if ev.Type != exec.EventStep {
 						c.log.Info("coordinator: plan event", "plan", id, "type", ev.Type, "message", ev.Message)
 					}

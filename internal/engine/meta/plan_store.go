@@ -66,3 +66,11 @@ func (s *Store) ClearDrain(ctx context.Context, fence Fence, st *State) error {
 	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
 	return s.commit(ctx, cmps, clientv3.OpDelete(s.keys.Drain()))
 }
+
+// DeletePlan deletes a finished plan's record and any request for it, if
+// the record is still at revision (no one wrote it since it was read). A
+// coordinator write.
+func (s *Store) DeletePlan(ctx context.Context, fence Fence, id string, revision int64) error {
+	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Plan(id)), "=", revision))
+	return s.commit(ctx, cmps, clientv3.OpDelete(s.keys.Plan(id)), clientv3.OpDelete(s.keys.PlanRequest(id)))
+}
