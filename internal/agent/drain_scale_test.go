@@ -4,32 +4,46 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // The drain issue's scale case: a capture holding many changefeeds and
-// thousands of partitions is drained under load in batches of 2.
-// CDCCTL_SCALE_FEEDS sets the number of changefeeds, 40 partitions each:
-// 50 by default (2,000 partitions), 10 under the race detector, as the
-// README's test command runs it. The full size is a measurement
-// (docs/benchmarks.md): go test -count=1 -run TestDrainAtScale -v ./internal/agent
+// thousands of partitions is drained under load in batches.
+// CDCCTL_SCALE_FEEDS sets the number of changefeeds (50 by default, 10
+// under the race detector, as the README's test command runs it),
+// CDCCTL_SCALE_TABLES their tables (10, 4 partitions each) and
+// CDCCTL_SCALE_BATCH the batch (2). The full sizes are measurements
+// (docs/benchmarks.md), for example:
+//
+//	go test -count=1 -run TestDrainAtScale -v -timeout 30m ./internal/agent
+//
+// It reports the checkpoint lag during the drain against the lag of the
+// same cluster just before it (the baseline), as a ratio.
 func TestDrainAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scale test")
 	}
-	feeds := 50
+	feeds, tables, batch := 50, 10, 2
 	if raceEnabled {
 		feeds = 10
 	}
-	if v, err := strconv.Atoi(os.Getenv("CDCCTL_SCALE_FEEDS")); err == nil && v > 0 {
-		feeds = v
+	setInt := func(env string, v *int) {
+		if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
+			*v = n
+		}
 	}
+	setInt("CDCCTL_SCALE_FEEDS", &feeds)
+	setInt("CDCCTL_SCALE_TABLES", &tables)
+	setInt("CDCCTL_SCALE_BATCH", &batch)
+	parts := tables * 4
 	tc := newTestCluster(t)
 	// Thousands of dispatchers can starve a small machine's CPU for longer
 	// than the tests' usual 2s session: a lost session restarts every
@@ -43,13 +57,13 @@ func TestDrainAtScale(t *testing.T) {
 	began := time.Now()
 	for i := range feeds {
 		name := fmt.Sprintf("cf%03d", i)
-		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=10&keys=40&rate=40", Sink: sinkOf(name), PartitionsPerTable: 4}); err != nil {
+		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: fmt.Sprintf("gen://?tables=%d&keys=40&rate=40", tables), Sink: sinkOf(name), PartitionsPerTable: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("created %d changefeeds in %s", feeds, time.Since(began))
 	target := tc.followerOf(leader.Node)
-	tc.eventually("every partition running", 120*time.Second, func() bool {
+	tc.eventually("every partition running", time.Duration(feeds*parts/10+120)*time.Second, func() bool {
 		ps, err := c.Partitions(ctx, "", "")
 		if err != nil {
 			return false
@@ -63,19 +77,39 @@ func TestDrainAtScale(t *testing.T) {
 				on++
 			}
 		}
-		return len(ps.Partitions) == feeds*40 && on > 0
+		return len(ps.Partitions) == feeds*parts && on > 0
 	})
 	t.Logf("placed in %s", time.Since(began))
+	warm := model.TsFromTime(time.Now())
+	tc.eventually("every checkpoint past the placement", time.Duration(feeds+60)*time.Second, func() bool {
+		l, err := c.Changefeeds(ctx)
+		if err != nil {
+			return false
+		}
+		for _, cf := range l.Changefeeds {
+			if model.Ts(cf.CheckpointTs) < warm {
+				return false
+			}
+		}
+		return true
+	})
+	// The baseline: checkpoint lag of the same cluster, same load, for
+	// 10s before the drain.
+	baseline := sampleLag(t, c, 10*time.Second, nil)
 	began = time.Now()
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 2})
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc.eventually("the drain completes", 600*time.Second, func() bool {
+	drained := func() bool {
 		st, err := c.DrainStatus(ctx, string(target))
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
-	})
+	}
+	during := sampleLag(t, c, 30*time.Minute, drained)
+	tc.eventually("the drain completes", 60*time.Second, drained)
 	t.Logf("drained in %s", time.Since(began))
+	t.Logf("checkpoint lag p50/p99/max: before the drain %s/%s/%s, during it %s/%s/%s; p99 ratio during/before %.2f",
+		baseline.p(50), baseline.p(99), baseline.p(100), during.p(50), during.p(99), during.p(100), float64(during.p(99))/float64(max(baseline.p(99), time.Millisecond)))
 	// The plan's record: done, and its maintainer moves never more than
 	// the batch at once.
 	var rec *api.PlanResponse
@@ -84,8 +118,8 @@ func TestDrainAtScale(t *testing.T) {
 		return err == nil && rec.State == exec.Done
 	})
 	moves, most := rec.Plan.Steps(plan.StepMoveMaintainer), rec.MaxConcurrent(plan.StepMoveMaintainer)
-	if moves != res.CurrentMaintainerCount || most > 2 || (moves >= 2 && most != 2) {
-		t.Fatalf("plan %s: %d maintainer moves (drain started with %d), at most %d at once; want batches of 2", res.PlanID, moves, res.CurrentMaintainerCount, most)
+	if moves != res.CurrentMaintainerCount || most > batch || (moves >= batch && most != batch) {
+		t.Fatalf("plan %s: %d maintainer moves (drain started with %d), at most %d at once; want batches of %d", res.PlanID, moves, res.CurrentMaintainerCount, most, batch)
 	}
 	t.Logf("plan %s: %d maintainer moves, at most %d at once; %d partitions moved", res.PlanID, moves, most, rec.Plan.PartitionMoves())
 	// Pause every changefeed (its checkpoint is then exact) and verify
@@ -106,4 +140,40 @@ func TestDrainAtScale(t *testing.T) {
 		events += rep.Expected
 	}
 	t.Logf("verified %d events in %d changefeeds: 0 lost, 0 duplicates", events, feeds)
+}
+
+// lags are checkpoint lags (wall clock minus checkpoint), one per
+// changefeed per sample.
+type lags []time.Duration
+
+func (l lags) p(q int) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*q/100)].Round(time.Millisecond)
+}
+
+// sampleLag reads every changefeed's checkpoint every 500ms, for d or
+// until done says so.
+func sampleLag(t *testing.T, c *api.Client, d time.Duration, done func() bool) lags {
+	t.Helper()
+	var out lags
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if done != nil && done() {
+			break
+		}
+		l, err := c.Changefeeds(context.Background())
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		for _, cf := range l.Changefeeds {
+			if cf.CheckpointTs != 0 {
+				out = append(out, now.Sub(model.Ts(cf.CheckpointTs).Time()))
+			}
+		}
+	}
+	return out
 }
