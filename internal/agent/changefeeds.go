@@ -73,17 +73,41 @@ func (b backend) Partitions(ctx context.Context, changefeed, node string) (*api.
 			if node != "" && string(r.Route.Node) != node {
 				continue
 			}
-			p := api.Partition{
-				ID: r.Route.ID, Changefeed: string(cf), Table: r.Route.Span.Table, Start: r.Route.Span.Start, End: r.Route.Span.End,
-				Node: string(r.Route.Node), Status: string(r.Route.Status), Epoch: r.Route.Epoch,
-			}
-			if pr, ok := st.Progress[cf][r.Route.ID]; ok {
-				p.CheckpointTs = uint64(pr.Progress.Checkpoint)
-			}
-			out.Partitions = append(out.Partitions, p)
+			out.Partitions = append(out.Partitions, partitionOf(st, r))
 		}
 	}
 	return out, nil
+}
+
+func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
+	p := api.Partition{
+		ID: r.Route.ID, Changefeed: string(r.Route.Changefeed), Table: r.Route.Span.Table, Start: r.Route.Span.Start, End: r.Route.Span.End,
+		Node: string(r.Route.Node), Status: string(r.Route.Status), Epoch: r.Route.Epoch, Pinned: r.Route.Pinned,
+	}
+	if r.Route.Status == model.PartitionDraining {
+		p.Target, p.SplitKey = string(r.Route.Target), r.Route.SplitKey
+		if t := r.Route.BusySince; !t.IsZero() {
+			p.BusySince = &t
+		}
+	}
+	if pr, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok {
+		p.CheckpointTs = uint64(pr.Progress.Checkpoint)
+	}
+	return p
+}
+
+// Partition finds a partition by its id (unique in the cluster).
+func (b backend) Partition(ctx context.Context, id string) (*api.PartitionResponse, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, cf := range st.ChangefeedIDs() {
+		if r, ok := st.Partitions[cf][id]; ok {
+			return &api.PartitionResponse{Version: api.SchemaVersion, Partition: partitionOf(st, r), History: append([]model.PartitionEvent{}, r.Route.History...)}, nil
+		}
+	}
+	return nil, api.Errorf(api.CodeNotFound, "list them with 'cdcctl partition list'", "partition %s not found", id)
 }
 
 // leading returns the coordinator and its term, or an error when this

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
@@ -22,6 +24,15 @@ func refusalError(err error) error {
 			e.Changed = append(e.Changed, c.String())
 		}
 		return e
+	}
+	var busy *plan.BusyError
+	if errors.As(err, &busy) {
+		msg := busy.Error()
+		if !busy.Since.IsZero() {
+			msg += fmt.Sprintf(" (for %s)", time.Since(busy.Since).Round(100*time.Millisecond))
+		}
+		return &api.Error{Code: api.CodePartitionBusy, Message: msg, RetryAfterSeconds: 1,
+			Hint: "retry when it is Active again ('cdcctl partition get " + busy.Partition + "')"}
 	}
 	var r *plan.Refusal
 	if errors.As(err, &r) {

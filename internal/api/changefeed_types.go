@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
 
 // ChangefeedCreateRequest is the body of POST /api/v2/changefeeds.
 type ChangefeedCreateRequest struct {
@@ -49,6 +53,21 @@ type Partition struct {
 	Status       string `json:"status"`
 	Epoch        uint64 `json:"epoch"`
 	CheckpointTs uint64 `json:"checkpoint_ts"`
+	// Target and SplitKey: what a Draining (busy) partition is doing,
+	// since BusySince.
+	Target    string     `json:"target,omitempty"`
+	SplitKey  string     `json:"split_key,omitempty"`
+	BusySince *time.Time `json:"busy_since,omitempty"`
+	// Pinned: an operator placed it; the balance scheduler leaves it.
+	Pinned bool `json:"pinned,omitempty"`
+}
+
+// PartitionResponse is GET /api/v2/partitions/{id}: one partition and
+// its recent history (splits, moves), oldest first.
+type PartitionResponse struct {
+	Version int `json:"version"`
+	Partition
+	History []model.PartitionEvent `json:"history"`
 }
 
 // PartitionList is GET /api/v2/partitions.

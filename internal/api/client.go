@@ -183,6 +183,12 @@ func (c *Client) DrainStatus(ctx context.Context, id string) (*DrainStatusRespon
 	return &out, c.do(ctx, http.MethodGet, "/api/v2/captures/"+url.PathEscape(id)+"/drain", nil, &out)
 }
 
+// Partition is GET /api/v2/partitions/{id}.
+func (c *Client) Partition(ctx context.Context, id string) (*PartitionResponse, error) {
+	var out PartitionResponse
+	return &out, c.do(ctx, http.MethodGet, "/api/v2/partitions/"+url.PathEscape(id), nil, &out)
+}
+
 // SubmitPlan is POST /api/v2/plans.
 func (c *Client) SubmitPlan(ctx context.Context, req SubmitPlanRequest) (*PlanResponse, error) {
 	var out PlanResponse

@@ -22,7 +22,10 @@ const (
 	CodeConflict   Code = "conflict"
 	// CodeStalePlan: a submitted plan read objects that changed since;
 	// Changed lists them. Compute the plan again.
-	CodeStalePlan     Code = "stale_plan"
+	CodeStalePlan Code = "stale_plan"
+	// CodePartitionBusy: the partition is being moved or split (seed
+	// 003's ErrPartitionBusy); retry after RetryAfterSeconds.
+	CodePartitionBusy Code = "partition_busy"
 	CodeNoCoordinator Code = "no_coordinator"
 	// CodeNotCoordinator: a forwarded write reached a node that is no
 	// longer the coordinator; the forwarder looks again and retries.
@@ -40,7 +43,7 @@ func statusOf(c Code) int {
 		return http.StatusMethodNotAllowed
 	case CodeNotFound:
 		return http.StatusNotFound
-	case CodeConflict, CodeStalePlan:
+	case CodeConflict, CodeStalePlan, CodePartitionBusy:
 		return http.StatusConflict
 	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
 		return http.StatusServiceUnavailable
@@ -73,6 +76,9 @@ type Error struct {
 	Hint string `json:"hint,omitempty"`
 	// Changed: with stale_plan, the objects that changed.
 	Changed []string `json:"changed,omitempty"`
+	// RetryAfterSeconds: with partition_busy, when to try again (also
+	// the Retry-After header).
+	RetryAfterSeconds int `json:"retry_after_seconds,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type Backend interface {
 	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) error
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
+	Partition(ctx context.Context, id string) (*PartitionResponse, error)
 	// Drain starts draining a capture (on the coordinator).
 	Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error)
 	DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error)
@@ -101,6 +103,10 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/v2/partitions", func(w http.ResponseWriter, r *http.Request) {
 		cf, node := r.URL.Query().Get("changefeed"), r.URL.Query().Get("node")
 		reply(w, func(ctx context.Context) (*PartitionList, error) { return s.b.Partitions(ctx, cf, node) })(r.Context())
+	})
+	mux.HandleFunc("GET /api/v2/partitions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		reply(w, func(ctx context.Context) (*PartitionResponse, error) { return s.b.Partition(ctx, id) })(r.Context())
 	})
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
@@ -364,6 +370,9 @@ func writeError(w http.ResponseWriter, err error) {
 	e := AsError(err)
 	if errors.Is(err, context.Canceled) {
 		e = Errorf(CodeUnavailable, "try again", "request cancelled")
+	}
+	if e.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds))
 	}
 	writeJSON(w, e.Status(), e)
 }

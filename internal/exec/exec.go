@@ -210,6 +210,12 @@ type Outcome struct {
 	// Waiting says why a step cannot start yet (no destination at all);
 	// it is reported as a stall and checked again.
 	Waiting string
+	// Failed says why the step can never take effect (what it acts on is
+	// gone); the plan fails with it.
+	Failed string
+	// Note, with Done, is what the step measured or produced (a split's
+	// new partition and its pause, say), kept in the step's status.
+	Note string
 }
 
 // Actuator is the engine as the executor sees it.
@@ -313,8 +319,16 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				return evs, err
 			}
 			switch {
+			case out.Failed != "":
+				ev, err := r.setStep(i, StepFailed, out.Failed, now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+				add(r.finish(Failed, fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed), now))
+				return evs, nil
 			case out.Done:
-				ev, err := r.setStep(i, StepDone, "", now)
+				ev, err := r.setStep(i, StepDone, out.Note, now)
 				if err != nil {
 					return evs, err
 				}

@@ -18,6 +18,7 @@ type world struct {
 	begun     map[string]int  // step text → Begin calls
 	effect    map[string]bool // step text → taken effect
 	gone      map[string]bool // destinations that left
+	lost      map[string]bool // steps whose object is gone for good
 	spare     string          // where a step whose destination left goes instead
 	abandon   string
 	cancelled bool
@@ -26,13 +27,16 @@ type world struct {
 }
 
 func newWorld() *world {
-	return &world{begun: map[string]int{}, effect: map[string]bool{}, gone: map[string]bool{}}
+	return &world{begun: map[string]int{}, effect: map[string]bool{}, gone: map[string]bool{}, lost: map[string]bool{}}
 }
 
 func (w *world) Check(_ context.Context, _ *plan.Plan, s plan.Step, state StepState, _ time.Time) (Outcome, error) {
 	k := plan.StepText(s)
+	if w.lost[k] {
+		return Outcome{Failed: "its partition is gone"}, nil
+	}
 	if w.effect[k] {
-		return Outcome{Done: true}, nil
+		return Outcome{Done: true, Note: "took effect"}, nil
 	}
 	if w.gone[string(s.To)] {
 		return Outcome{Impossible: string(s.To) + " left"}, nil
@@ -270,5 +274,27 @@ func TestDeltaReplaysWhatAWatcherMissed(t *testing.T) {
 	}
 	if len(doneSteps) != 5 {
 		t.Fatalf("saw %d steps done, want 5: %v", len(doneSteps), doneSteps)
+	}
+}
+
+// A step that can never take effect fails its plan, saying why; a done
+// step keeps the note its check gave.
+func TestAFailedStepFailsThePlan(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	run(t, x, r, RequestNone)
+	w.finish()
+	run(t, x, r, RequestNone)
+	if got := r.Steps[0]; got.State != StepDone || got.Note != "took effect" {
+		t.Fatalf("first step: %+v", got)
+	}
+	w.lost[plan.StepText(r.Step(r.Steps[1]))] = true
+	evs := run(t, x, r, RequestNone)
+	if r.State != Failed || r.Steps[1].State != StepFailed || !strings.Contains(r.Message, "its partition is gone") {
+		t.Fatalf("plan %s (%s), step %+v", r.State, r.Message, r.Steps[1])
+	}
+	if last := evs[len(evs)-1]; last.Type != EventFailed {
+		t.Fatalf("last event %+v", last)
 	}
 }

@@ -79,6 +79,42 @@ type RouteEntry struct {
 	// gracefully: the previous owner's final position. Zero after an
 	// ungraceful placement, which starts from the persisted progress.
 	Start Ts `json:"start,omitempty"`
+	// SplitKey: the Draining partition is being split at this key (seed
+	// 003's split); both halves stay on Target.
+	SplitKey string `json:"split_key,omitempty"`
+	// BusySince is when the partition went Draining; operations on it are
+	// refused (ErrPartitionBusy) until it is Active again.
+	BusySince time.Time `json:"busy_since,omitzero"`
+	// Pinned: an operator placed it, so the balance scheduler leaves it
+	// where it is. Drains and failures still move it.
+	Pinned bool `json:"pinned,omitempty"`
+	// History is what happened to the partition lately, oldest first (at
+	// most MaxPartitionHistory).
+	History []PartitionEvent `json:"history,omitempty"`
+}
+
+// MaxPartitionHistory bounds a routing entry's history.
+const MaxPartitionHistory = 8
+
+// PartitionEvent is one entry of a partition's history.
+type PartitionEvent struct {
+	Time time.Time `json:"time"`
+	// Kind: split (this partition gave its upper half away), split-from
+	// (it is that upper half), moved, placed (after its node died).
+	Kind     string `json:"kind"`
+	From     NodeID `json:"from,omitempty"`
+	To       NodeID `json:"to,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	Graceful bool   `json:"graceful,omitempty"`
+}
+
+// Remember appends an event to the entry's history, keeping it bounded.
+func (r *RouteEntry) Remember(ev PartitionEvent) {
+	h := append(append([]PartitionEvent(nil), r.History...), ev)
+	if len(h) > MaxPartitionHistory {
+		h = h[len(h)-MaxPartitionHistory:]
+	}
+	r.History = h
 }
 
 // Progress is a partition's position as its dispatcher reported it:

@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // Span is a key range [Start, End) of one table. An empty End means the
 // range is open above; an empty Start means it starts at the first key.
@@ -49,4 +52,40 @@ func SplitEvenly(table string, n int, bound func(i int) string) []Span {
 		start = b
 	}
 	return append(out, Span{Table: table, Start: start})
+}
+
+// CheckCoverage proves that spans cover each table's whole key space
+// exactly once: per table, sorted by start, the first starts at "", each
+// ends where the next starts, and the last is open. It names the first
+// gap or overlap it finds.
+func CheckCoverage(spans []Span) error {
+	byTable := map[string][]Span{}
+	for _, s := range spans {
+		byTable[s.Table] = append(byTable[s.Table], s)
+	}
+	tables := make([]string, 0, len(byTable))
+	for t := range byTable {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	for _, t := range tables {
+		ss := byTable[t]
+		sort.Slice(ss, func(i, j int) bool { return ss[i].Start < ss[j].Start })
+		want := ""
+		for i, s := range ss {
+			switch {
+			case i > 0 && (ss[i-1].End == "" || s.Start < want):
+				return fmt.Errorf("table %s: %s overlaps %s", t, s, ss[i-1])
+			case s.Start > want:
+				return fmt.Errorf("table %s: keys [%q, %q) are in no partition", t, want, s.Start)
+			case s.End != "" && s.End <= s.Start:
+				return fmt.Errorf("table %s: %s is empty", t, s)
+			}
+			want = s.End
+		}
+		if want != "" {
+			return fmt.Errorf("table %s: keys from %q on are in no partition", t, want)
+		}
+	}
+	return nil
 }

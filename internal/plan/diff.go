@@ -58,6 +58,10 @@ func Diff(s *model.Snapshot, p *Plan) []NodeDiff {
 					out[from].PartitionsAfter--
 					out[to].PartitionsAfter++
 				}
+			case StepSplitPartition:
+				if tok {
+					out[to].PartitionsAfter++
+				}
 			case StepMovePartitions:
 				for node, n := range st.Spread {
 					if i, ok := idx[node]; ok && fok {
@@ -86,9 +90,16 @@ func change(before, after int) string {
 // its changes, and the batches.
 func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
-	fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
-	fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
-		p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	switch p.Kind {
+	case "drain":
+		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
+		fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
+			p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	default:
+		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d steps)\n", p.Kind, p.Target, p.BatchSize)
+		fmt.Fprintf(w, "  %d partitions move, %d split; %d batches; predicted %s\n\n",
+			p.PartitionMoves(), p.Steps(StepSplitPartition), len(p.Batches), pred.Round(time.Millisecond))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CAPTURE\tLIVENESS\tMAINTAINERS\tPARTITIONS")
 	for _, d := range Diff(s, p) {
@@ -128,6 +139,8 @@ func StepText(st Step) string {
 		return fmt.Sprintf("maintainer %s %s → %s", st.Changefeed, st.From, st.To)
 	case StepMovePartition:
 		return fmt.Sprintf("partition %s/%s (%s) %s → %s", st.Changefeed, st.Partition, st.Table, st.From, st.To)
+	case StepSplitPartition:
+		return fmt.Sprintf("split partition %s/%s (%s) at %q on %s", st.Changefeed, st.Partition, st.Table, st.Key, st.From)
 	case StepMovePartitions:
 		nodes := make([]string, 0, len(st.Spread))
 		for n := range st.Spread {

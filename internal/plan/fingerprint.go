@@ -15,6 +15,19 @@ import (
 type Fingerprint struct {
 	Revision model.Revision            `json:"revision"`
 	Objects  map[string]model.Revision `json:"objects"`
+	// AllNodes: the plan chose among all captures, so a capture that
+	// joined since would have changed it.
+	AllNodes bool `json:"all_nodes,omitempty"`
+}
+
+// fingerprintOf records only the objects a plan read.
+func fingerprintOf(s *model.Snapshot, objects ...string) Fingerprint {
+	all := snapshotObjects(s)
+	f := Fingerprint{Revision: s.Revision, Objects: make(map[string]model.Revision, len(objects))}
+	for _, o := range objects {
+		f.Objects[o] = all[o]
+	}
+	return f
 }
 
 // Object names, stable across versions.
@@ -70,6 +83,9 @@ func Check(p *Plan, now *model.Snapshot) []Change {
 		}
 	}
 	for _, n := range now.Nodes {
+		if !p.Fingerprint.AllNodes {
+			break
+		}
 		obj := nodeObject(n.Info.ID)
 		if _, read := p.Fingerprint.Objects[obj]; !read {
 			out = append(out, Change{Object: obj, Now: n.NodeRevision})

@@ -17,6 +17,9 @@ const (
 	// capture; its maintainer does it, at most a few at a time. Spread
 	// says how many are predicted to go where.
 	StepMovePartitions StepKind = "move-partitions"
+	// StepSplitPartition cuts one partition at Key; both halves stay on
+	// its capture (seed 003's split).
+	StepSplitPartition StepKind = "split-partition"
 )
 
 // Step is one change a plan makes.
@@ -28,6 +31,8 @@ type Step struct {
 	From       model.NodeID `json:"from,omitempty"`
 	To         model.NodeID `json:"to,omitempty"`
 	Liveness   string       `json:"liveness,omitempty"`
+	// Key: where a split cuts.
+	Key string `json:"key,omitempty"`
 	// Count and Spread: with move-partitions, how many and where to.
 	Count  int                  `json:"count,omitempty"`
 	Spread map[model.NodeID]int `json:"spread,omitempty"`

@@ -30,6 +30,8 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 	case "drain":
 		rec, _, err := c.SubmitDrain(ctx, term, p.Target, p.BatchSize, p, by)
 		return rec, err
+	case plan.KindMove, plan.KindSplit, plan.KindRebalance:
+		return c.submitPartitionPlan(ctx, term, p, by)
 	}
 	return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("this cluster cannot run %q plans", p.Kind),
 		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split)"}
@@ -115,7 +117,8 @@ type savedPlan struct {
 
 // runPlans advances every plan that is not over, and stores what changed.
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
-	x := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
+	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
+	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: drain.Now, StallAfter: c.StallAfter}
 	for id, raw := range st.Plans {
 		if mine.over[id] == raw.Revision {
 			continue
@@ -134,6 +137,10 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			continue
 		}
 		active = true
+		x := drain
+		if rec.Plan.Kind != "drain" {
+			x = parts
+		}
 		evs, aerr := x.Advance(ctx, &rec, exec.Request(st.PlanRequests[id]))
 		if len(evs) > 0 {
 			if rev, serr := c.store.SavePlan(ctx, term.Fence, id, &rec, revision); serr != nil {

@@ -135,7 +135,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		_, sourceAlive := st.Nodes[r.Route.Node]
 		switch {
 		case r.Route.Status == model.PartitionDraining:
-			if err := h.advanceMove(ctx, e, mf, r, pos[r.Route.ID], sourceAlive, dest); err != nil {
+			if err := h.advanceMove(ctx, e, mf, r, pos, sourceAlive, dest); err != nil {
 				return err
 			}
 		case r.Route.Node == "" || !sourceAlive:
@@ -154,8 +154,8 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 	return h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
 }
 
-func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, pos model.Progress, sourceAlive bool, dest *plan.Destinations) error {
-	target := r.Route.Target
+func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, table model.ProgressTable, sourceAlive bool, dest *plan.Destinations) error {
+	target, pos := r.Route.Target, table[r.Route.ID]
 	if !dest.IsCandidate(target) {
 		next, ok := dest.Next()
 		if !ok {
@@ -175,10 +175,26 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	if final {
 		start = pos.Checkpoint
 	}
+	if r.Route.SplitKey != "" {
+		return h.split(ctx, e, mf, r, target, start, table)
+	}
 	if err := h.store.PlacePartition(ctx, mf, r, target, start); err != nil {
 		return err
 	}
 	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
+	return nil
+}
+
+// split cuts a partition whose node stopped it (or died): both halves
+// start where the whole stopped, on the split's target.
+func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, node model.NodeID, start model.Ts, table model.ProgressTable) error {
+	now := time.Now().UTC()
+	upper, err := h.store.SplitPartition(ctx, mf, r, node, start, table, now)
+	if err != nil {
+		return err
+	}
+	h.log.Info("maintainer: partition split", "changefeed", e.Info.ID, "partition", r.Route.ID, "key", r.Route.SplitKey, "upper", upper,
+		"node", node, "graceful", start != 0, "paused", now.Sub(r.Route.BusySince).Round(time.Millisecond))
 	return nil
 }
 
@@ -200,7 +216,7 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 		}
 		if st.LivenessOf(r.Route.Node) == model.LivenessDraining {
 			movable = append(movable, r)
-		} else if dest.IsCandidate(r.Route.Node) {
+		} else if dest.IsCandidate(r.Route.Node) && !r.Route.Pinned {
 			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)
 		}
 	}

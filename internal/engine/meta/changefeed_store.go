@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -171,7 +172,16 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 // (0 otherwise): the new owner starts exactly there.
 func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts) error {
 	next := r.Route
-	next.Node, next.Status, next.Epoch, next.Target, next.Start = node, model.PartitionActive, r.Route.Epoch+1, "", start
+	next.Node, next.Status, next.Epoch, next.Target, next.Start, next.BusySince = node, model.PartitionActive, r.Route.Epoch+1, "", start, time.Time{}
+	switch {
+	case r.Route.Node == "":
+	case start != 0:
+		next.Remember(model.PartitionEvent{Time: time.Now().UTC(), Kind: "moved", From: r.Route.Node, To: node, Graceful: true})
+	default:
+		// Its node died: the operator's placement, if any, is over.
+		next.Pinned = false
+		next.Remember(model.PartitionEvent{Time: time.Now().UTC(), Kind: "placed", From: r.Route.Node, To: node, Detail: "from its last checkpoint"})
+	}
 	key := s.keys.Partition(next.Changefeed, next.ID)
 	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
@@ -180,7 +190,8 @@ func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteR
 // migration, step 1). Its node keeps it until it reports a final position.
 func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord, target model.NodeID) error {
 	next := r.Route
-	next.Status, next.Target = model.PartitionDraining, target
+	// A scheduler's move ends an operator's placement.
+	next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, target, false, time.Now().UTC()
 	key := s.keys.Partition(next.Changefeed, next.ID)
 	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
