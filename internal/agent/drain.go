@@ -3,47 +3,18 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // refusalError maps the planner's refusals to the API's codes (seed 000's
 // error table: 400, 404, 409).
 func refusalError(err error) error {
-	var stale *plan.StaleError
-	if errors.As(err, &stale) {
-		e := &api.Error{Code: api.CodeStalePlan, Message: stale.Error(),
-			Hint: "compute the plan again (run the command again, or --dry-run to review it)"}
-		for _, c := range stale.Changes {
-			e.Changed = append(e.Changed, c.String())
-		}
+	if e, ok := api.PlanError(err); ok {
 		return e
-	}
-	var busy *plan.BusyError
-	if errors.As(err, &busy) {
-		msg := busy.Error()
-		if !busy.Since.IsZero() {
-			msg += fmt.Sprintf(" (for %s)", time.Since(busy.Since).Round(100*time.Millisecond))
-		}
-		return &api.Error{Code: api.CodePartitionBusy, Message: msg, RetryAfterSeconds: 1,
-			Hint: "retry when it is Active again ('cdcctl partition get " + busy.Partition + "')"}
-	}
-	var r *plan.Refusal
-	if errors.As(err, &r) {
-		code := api.CodeBadRequest
-		switch r.Reason {
-		case plan.RefuseNotFound:
-			code = api.CodeNotFound
-		case plan.RefuseInProgress:
-			code = api.CodeConflict
-		}
-		return &api.Error{Code: code, Message: r.Message, Hint: r.Hint}
 	}
 	if errors.Is(err, meta.ErrDrainInProgress) {
 		return api.Errorf(api.CodeConflict, "wait for it to finish ('cdcctl drain status')", "another drain operation is in progress")

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // Exit codes. docs/exit-codes.md documents them; scripts depend on them,
@@ -23,6 +24,9 @@ const (
 	ExitStalePlan = 5
 	// ExitUnreachable: no --server address answered.
 	ExitUnreachable = 6
+	// ExitBusy: the partition is being moved or split; retry when it is
+	// Active again.
+	ExitBusy = 7
 	// ExitUsage: bad flags or arguments (sysexits' EX_USAGE).
 	ExitUsage = 64
 )
@@ -57,6 +61,10 @@ func exitCodeOf(err error) int {
 	if api.IsCode(err, api.CodeStalePlan) {
 		return ExitStalePlan
 	}
+	var busy *plan.BusyError
+	if api.IsCode(err, api.CodePartitionBusy) || errors.As(err, &busy) {
+		return ExitBusy
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return ExitTimeout
 	}
@@ -72,6 +80,8 @@ func clientErrorCode(exit int) string {
 		return "usage"
 	case ExitTimeout:
 		return "timeout"
+	case ExitBusy:
+		return "partition_busy"
 	}
 	return "client"
 }

@@ -34,6 +34,6 @@ func newPartitionCommand(o *options) *cobra.Command {
 	}
 	list.Flags().StringVar(&changefeed, "changefeed", "", "only this changefeed")
 	list.Flags().StringVar(&node, "node", "", "only partitions on this capture")
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, newPartitionGetCommand(o), newPartitionMoveCommand(o), newPartitionSplitCommand(o), newPartitionRebalanceCommand(o))
 	return cmd
 }

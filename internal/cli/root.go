@@ -90,6 +90,11 @@ func (o *options) render(v any, table func(tw tableWriter)) error {
 // json so that scripts can parse failures too.
 func (o *options) printError(err error, code int) {
 	var ae *api.Error
+	if pe, ok := api.PlanError(err); ok && !errors.As(err, &ae) {
+		// Refused by the planner here, before the cluster was asked:
+		// shown exactly as the cluster would have refused it.
+		err = pe
+	}
 	if o.v.GetString("output") == formatJSON {
 		body := map[string]any{"version": api.SchemaVersion, "exit_code": code}
 		if errors.As(err, &ae) {

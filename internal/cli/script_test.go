@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ func TestRunbooks(t *testing.T) {
 			"setjson":  cmdSetJSON,
 			"pgpid":    cmdPlaygroundPID,
 			"follower": cmdFollower,
+			"match":    cmdMatch,
 		},
 	})
 }
@@ -136,6 +138,19 @@ func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[0], fmt.Sprint(v))
 }
 
+// match VAR REGEXP sets VAR to the first group of REGEXP's first match in
+// the last command's stdout.
+func cmdMatch(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: match VAR REGEXP")
+	}
+	m := regexp.MustCompile(args[1]).FindStringSubmatch(ts.ReadFile("stdout"))
+	if len(m) < 2 {
+		ts.Fatalf("match: %q (with a group) not found in stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
 // pgpid CAPTURE VAR sets VAR to the pid of a playground capture, read from
 // $WORK/pg/playground.json.
 func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
@@ -177,5 +192,5 @@ func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
 			return
 		}
 	}
-	ts.Fatalf("follower: every capture is the coordinator?")
+	ts.Fatalf("follower: no capture in stdout is a follower outside %v (run capture list -o json first)", args[1:])
 }

@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// planFlags are the flags every plan-making command shares with drain.
+type planFlags struct {
+	dryRun  bool
+	yes     bool
+	watch   bool
+	timeout time.Duration
+	planOut string
+}
+
+func (f *planFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.BoolVar(&f.dryRun, "dry-run", false, "show the plan and exit: 2 if anything would change, 0 if not")
+	fl.BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
+	fl.BoolVar(&f.watch, "watch", false, "follow the plan to its end")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	fl.StringVar(&f.planOut, "plan-out", "", "also write the plan as JSON to this file (apply it later with 'cdcctl plan apply')")
+}
+
+// runPlan computes a plan from the cluster's snapshot, then shows it
+// (--dry-run), saves it (--plan-out), or submits it after approval.
+func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.Snapshot) (*plan.Plan, error)) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	snap, err := c.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := compute(&snap.Snapshot)
+	if err != nil {
+		return err
+	}
+	if f.planOut != "" {
+		b, _ := json.MarshalIndent(p, "", "  ")
+		if err := os.WriteFile(f.planOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(p.Batches) == 0 {
+		return o.render(p, func(tw tableWriter) { fmt.Fprintf(tw, "Nothing to do: %s %s changes nothing.\n", p.Kind, p.Target) })
+	}
+	if f.dryRun {
+		if err := o.render(p, func(tw tableWriter) { _ = plan.Render(tw, &snap.Snapshot, p) }); err != nil {
+			return err
+		}
+		return errDryRunChanges
+	}
+	return applyPlan(ctx, o, c, &snap.Snapshot, p, f.yes, f.watch, f.timeout)
+}
+
+func newPartitionMoveCommand(o *options) *cobra.Command {
+	var (
+		f  planFlags
+		to string
+	)
+	cmd := &cobra.Command{
+		Use:   "move PARTITION --to CAPTURE",
+		Short: "Move a partition to a capture, gracefully (a plan: show, approve, execute, watch)",
+		Long: `Move one partition (seed 003's migration): it goes Draining (busy: other
+operations on it are refused with exit 7), its capture stops it at a final
+position, and the target starts exactly there: nothing lost, nothing
+written twice. It stays pinned on the target: the balance scheduler leaves
+it there (a drain or a failure still moves it).`,
+		Example: `  cdcctl partition move p7 --to capture-1 --dry-run
+  cdcctl partition move p7 --to capture-1 --yes --watch`,
+		Args:              exactArgs(1, "the partition to move"),
+		ValidArgsFunction: completePartitions(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return usageErr(fmt.Errorf("say where with --to CAPTURE ('cdcctl capture list')"))
+			}
+			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Move(s, args[0], model.NodeID(to), plan.DefaultCosts)
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&to, "to", "", "the capture to move it to")
+	_ = cmd.RegisterFlagCompletionFunc("to", completeCaptures(o))
+	return cmd
+}
+
+func newPartitionSplitCommand(o *options) *cobra.Command {
+	var (
+		f   planFlags
+		key string
+	)
+	cmd := &cobra.Command{
+		Use:   "split PARTITION --key KEY",
+		Short: "Split a partition's key range in two at KEY (a plan: show, approve, execute, watch)",
+		Long: `Split one partition (seed 003's split): its capture stops it at a final
+position; the routing table is cut at KEY in one etcd transaction (the lower
+half keeps the id, the upper half gets a new one); both halves start on the
+same capture exactly where it stopped. KEY must lie strictly inside the
+range ('cdcctl partition get ID'). Move a half afterwards with 'partition move'.`,
+		Example: `  cdcctl partition split p7 --key m --dry-run
+  cdcctl partition split p7 --key m --yes --watch`,
+		Args:              exactArgs(1, "the partition to split"),
+		ValidArgsFunction: completePartitions(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("key") {
+				return usageErr(fmt.Errorf("say where to cut with --key KEY (inside the partition's range: 'cdcctl partition get %s')", args[0]))
+			}
+			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Split(s, args[0], key, plan.DefaultCosts)
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&key, "key", "", "where to cut: the upper half starts at this key")
+	return cmd
+}
+
+func newPartitionRebalanceCommand(o *options) *cobra.Command {
+	var (
+		f          planFlags
+		changefeed string
+		batch      int
+	)
+	cmd := &cobra.Command{
+		Use:   "rebalance --changefeed CHANGEFEED",
+		Short: "Even out a changefeed's partitions over the Alive captures, fewest moves first (a plan)",
+		Example: `  cdcctl partition rebalance --changefeed demo --dry-run
+  cdcctl partition rebalance --changefeed demo --batch 4 --yes --watch`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if changefeed == "" {
+				return usageErr(fmt.Errorf("say which with --changefeed ('cdcctl changefeed list')"))
+			}
+			if batch < 1 {
+				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
+			}
+			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Rebalance(s, model.ChangefeedID(changefeed), batch, plan.DefaultCosts)
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&changefeed, "changefeed", "", "the changefeed whose partitions to even out")
+	cmd.Flags().IntVar(&batch, "batch", 4, "partitions moved at once")
+	return cmd
+}
+
+func newPartitionGetCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:               "get PARTITION",
+		Short:             "Show a partition: key range, capture, status, and its recent history (splits, moves)",
+		Args:              exactArgs(1, "the partition"),
+		ValidArgsFunction: completePartitions(o),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			p, err := c.Partition(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.render(p, func(tw tableWriter) {
+				end := p.End
+				if end == "" {
+					end = "∞"
+				}
+				fmt.Fprintf(tw, "Partition:\t%s\n", p.ID)
+				fmt.Fprintf(tw, "Changefeed:\t%s\n", p.Changefeed)
+				fmt.Fprintf(tw, "Range:\t%s [%q, %s)\n", p.Table, p.Start, end)
+				fmt.Fprintf(tw, "Capture:\t%s\n", orNone(p.Node))
+				status := p.Status
+				switch {
+				case p.SplitKey != "":
+					status += fmt.Sprintf(" (being split at %q)", p.SplitKey)
+				case p.Target != "":
+					status += " (moving to " + p.Target + ")"
+				}
+				if p.BusySince != nil {
+					status += fmt.Sprintf(" for %s", time.Since(*p.BusySince).Round(100*time.Millisecond))
+				}
+				fmt.Fprintf(tw, "Status:\t%s\n", status)
+				fmt.Fprintf(tw, "Epoch:\t%d\n", p.Epoch)
+				if p.Pinned {
+					fmt.Fprintf(tw, "Pinned:\tyes (placed by an operator; the balance scheduler leaves it)\n")
+				}
+				fmt.Fprintf(tw, "Checkpoint:\t%s\n", model.Ts(p.CheckpointTs))
+				fmt.Fprintf(tw, "History:\t%s\n", historyText(p.History))
+			})
+		},
+	}
+}
+
+func historyText(h []model.PartitionEvent) string {
+	if len(h) == 0 {
+		return "none"
+	}
+	var lines []string
+	for _, ev := range h {
+		l := fmt.Sprintf("%s  %s %s → %s", ev.Time.Format(time.RFC3339), ev.Kind, ev.From, ev.To)
+		if ev.Detail != "" {
+			l += " " + ev.Detail
+		}
+		if ev.Graceful {
+			l += " (graceful)"
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "\n\t")
+}
+
+// completePartitions completes partition ids from the cluster.
+func completePartitions(o *options) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 || o.loadConfig() != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := o.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), shortTimeout/5)
+		defer cancel()
+		list, err := c.Partitions(ctx, "", "")
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, p := range list.Partitions {
+			if strings.HasPrefix(p.ID, prefix) {
+				out = append(out, fmt.Sprintf("%s\t%s %s [%q,%q) on %s", p.ID, p.Changefeed, p.Table, p.Start, p.End, orNone(p.Node)))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
