@@ -28,6 +28,9 @@ type Config struct {
 	ClusterID     string
 	DataDir       string
 	SessionTTL    time.Duration
+	// MoveTimeout: a partition move or split whose source has not stopped
+	// the partition within it is reverted (seed 003's failure table).
+	MoveTimeout time.Duration
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string
@@ -41,6 +44,7 @@ var Defaults = Config{
 	ClusterID:     "default",
 	DataDir:       "cdc-agent-data",
 	SessionTTL:    10 * time.Second,
+	MoveTimeout:   30 * time.Second,
 	EmbedEtcdAddr: "127.0.0.1:2379",
 	LogLevel:      "info",
 	LogFormat:     "text",
@@ -73,6 +77,12 @@ func (c *Config) Validate() error {
 	}
 	if !idPattern.MatchString(c.ClusterID) {
 		return fmt.Errorf("--cluster-id %q is not valid: use 1-63 letters, digits, '.', '_' or '-'", c.ClusterID)
+	}
+	if c.MoveTimeout == 0 {
+		c.MoveTimeout = Defaults.MoveTimeout
+	}
+	if c.MoveTimeout < time.Second {
+		return fmt.Errorf("--move-timeout %s is too short: a move needs its source to stop and report; use at least 1s (default 30s)", c.MoveTimeout)
 	}
 	if c.SessionTTL < time.Second {
 		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)

@@ -63,7 +63,7 @@ func TestDrainAtScale(t *testing.T) {
 	}
 	t.Logf("created %d changefeeds in %s", feeds, time.Since(began))
 	target := tc.followerOf(leader.Node)
-	tc.eventually("every partition running", time.Duration(feeds*parts/10+120)*time.Second, func() bool {
+	tc.eventuallyEvery("every partition running", time.Duration(feeds*parts/10+120)*time.Second, time.Second, func() bool {
 		ps, err := c.Partitions(ctx, "", "")
 		if err != nil {
 			return false
@@ -81,7 +81,7 @@ func TestDrainAtScale(t *testing.T) {
 	})
 	t.Logf("placed in %s", time.Since(began))
 	warm := model.TsFromTime(time.Now())
-	tc.eventually("every checkpoint past the placement", time.Duration(feeds+60)*time.Second, func() bool {
+	tc.eventuallyEvery("every checkpoint past the placement", time.Duration(feeds+60)*time.Second, time.Second, func() bool {
 		l, err := c.Changefeeds(ctx)
 		if err != nil {
 			return false
@@ -106,7 +106,7 @@ func TestDrainAtScale(t *testing.T) {
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	}
 	during := sampleLag(t, c, 30*time.Minute, drained)
-	tc.eventually("the drain completes", 60*time.Second, drained)
+	tc.eventuallyEvery("the drain completes", 60*time.Second, time.Second, drained)
 	t.Logf("drained in %s", time.Since(began))
 	t.Logf("checkpoint lag p50/p99/max: before the drain %s/%s/%s, during it %s/%s/%s; p99 ratio during/before %.2f",
 		baseline.p(50), baseline.p(99), baseline.p(100), during.p(50), during.p(99), during.p(100), float64(during.p(99))/float64(max(baseline.p(99), time.Millisecond)))

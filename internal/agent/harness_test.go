@@ -35,6 +35,10 @@ type testCluster struct {
 	hub *transport.Hub
 	// ttl is the agents' session TTL (testTTL unless a test sets it).
 	ttl time.Duration
+	// moveTimeout, if set, is the agents' --move-timeout.
+	moveTimeout time.Duration
+	// faults are fault-injection hooks, by node.
+	faults map[model.NodeID]Faults
 }
 
 type runningNode struct {
@@ -75,8 +79,8 @@ func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
-		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, LogLevel: "info", LogFormat: "text",
-	}, quietLogger(), tc.options()...)
+		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, MoveTimeout: tc.moveTimeout, LogLevel: "info", LogFormat: "text",
+	}, quietLogger(), append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -157,12 +161,19 @@ func (tc *testCluster) client() *api.Client {
 // eventually polls cond until it holds or the deadline passes.
 func (tc *testCluster) eventually(what string, timeout time.Duration, cond func() bool) {
 	tc.t.Helper()
+	tc.eventuallyEvery(what, timeout, 20*time.Millisecond, cond)
+}
+
+// eventuallyEvery polls at a given pace: reading 20,000 partitions every
+// 20ms would load the cluster it measures.
+func (tc *testCluster) eventuallyEvery(what string, timeout, every time.Duration, cond func() bool) {
+	tc.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tc.t.Fatalf("timed out after %s waiting for: %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

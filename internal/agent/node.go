@@ -48,13 +48,27 @@ type Node struct {
 
 	// hub, when set, connects this node to others in the same process
 	// (engine tests); otherwise nodes talk gRPC on the API listener.
-	hub  *transport.Hub
-	tr   transport.Transport
-	grpc *transport.GRPC
+	hub    *transport.Hub
+	faults Faults
+	tr     transport.Transport
+	grpc   *transport.GRPC
 }
 
 // Option changes how a node is assembled.
 type Option func(*Node)
+
+// Faults are the engine's fault-injection hooks, for the tests of seed
+// 003's failure table: each, if set, is asked before the step it names
+// and fails it with its error.
+type Faults struct {
+	// FailStart: starting a partition's dispatcher on this node.
+	FailStart func(model.RouteEntry) error
+	// FailPlace: a maintainer on this node writing a move's placement.
+	FailPlace func(model.RouteEntry) error
+}
+
+// WithFaults installs fault-injection hooks.
+func WithFaults(f Faults) Option { return func(n *Node) { n.faults = f } }
 
 // WithHub makes the node talk to the other nodes of this process through
 // an in-memory transport instead of gRPC.
@@ -289,7 +303,9 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	tr := n.transport()
 	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
 	manager.Observe = n.metrics.observeSink
+	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
+	host.MoveTimeout, host.FailPlace = n.cfg.MoveTimeout, n.faults.FailPlace
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup

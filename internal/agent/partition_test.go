@@ -72,6 +72,13 @@ func (w *coverageWatch) close() {
 	}
 }
 
+// count is how many times the routing table was checked.
+func (w *coverageWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.checks
+}
+
 // err checks once more and returns the first violation seen.
 func (w *coverageWatch) err() error {
 	w.check()
@@ -211,5 +218,5 @@ func TestSplitsAndMovesUnderLoadAreExactlyOnce(t *testing.T) {
 	if err := cov.err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d splits and moves; coverage held in %d checks; %d events verified, 0 lost, 0 duplicates\n%s", rounds, cov.checks, rep.Expected, strings.Join(notes, "\n"))
+	t.Logf("%d splits and moves; coverage held in %d checks; %d events verified, 0 lost, 0 duplicates\n%s", rounds, cov.count(), rep.Expected, strings.Join(notes, "\n"))
 }

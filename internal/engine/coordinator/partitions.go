@@ -100,7 +100,7 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 				return exec.Outcome{Done: true, Note: fmt.Sprintf("skipped: the scheduler moved it to %s meanwhile", route.Node)}, nil
 			case route.Status == model.PartitionDraining:
 				return exec.Outcome{Waiting: fmt.Sprintf("busy: moving %s → %s", route.Node, route.Target)}, nil
-			case !schedulable(st, s.To):
+			case !st.IsSchedulable(s.To):
 				if p.Kind == plan.KindMove {
 					return exec.Outcome{Failed: fmt.Sprintf("%s can no longer take work", s.To)}, nil
 				}
@@ -112,13 +112,21 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 			return exec.Outcome{}, nil
 		}
 		if route.Node != s.To {
-			// Its target left mid-move and the maintainer sent it elsewhere.
-			if p.Kind == plan.KindMove {
-				return exec.Outcome{Failed: fmt.Sprintf("%s left mid-move; the partition went to %s instead", s.To, route.Node)}, nil
+			why := "it went to " + string(route.Node) + " instead"
+			if n := len(route.History); n > 0 && route.History[n-1].Kind == "returned" {
+				why = "returned to " + string(route.Node) + ": " + route.History[n-1].Detail
 			}
-			return exec.Outcome{Done: true, Note: fmt.Sprintf("%s left mid-move; went to %s", s.To, route.Node)}, nil
+			if p.Kind == plan.KindMove {
+				return exec.Outcome{Failed: "the move did not complete; " + why}, nil
+			}
+			return exec.Outcome{Done: true, Note: why}, nil
 		}
-		return exec.Outcome{Done: true, Note: fmt.Sprintf("moved in %s", time.Since(since).Round(time.Millisecond))}, nil
+		// Placed; done once the target runs it (seed 003's
+		// PreparePartition succeeded): its first position is persisted.
+		if pr := st.Progress[route.Changefeed][route.ID].Progress; pr.Node != s.To || pr.Epoch != route.Epoch {
+			return exec.Outcome{}, nil
+		}
+		return exec.Outcome{Done: true, Note: fmt.Sprintf("running on %s after %s", s.To, time.Since(since).Round(time.Millisecond))}, nil
 	case plan.StepSplitPartition:
 		if state == exec.StepPending {
 			if route.Status == model.PartitionDraining {

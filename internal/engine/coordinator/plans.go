@@ -194,7 +194,7 @@ func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, st
 			// Moved (by this step or anything else), or the changefeed is gone.
 			return exec.Outcome{Done: state == exec.StepPending || time.Since(since) >= maintainerSettle}, nil
 		}
-		if state == exec.StepPending && !schedulable(st, s.To) {
+		if state == exec.StepPending && !st.IsSchedulable(s.To) {
 			return exec.Outcome{Impossible: string(s.To) + " can no longer take work"}, nil
 		}
 		return exec.Outcome{}, nil
@@ -275,13 +275,4 @@ func (a *drainActuator) Cancel(ctx context.Context, p *plan.Plan) error {
 		return nil
 	}
 	return a.c.store.ClearDrain(ctx, a.term.Fence, st)
-}
-
-func schedulable(st *meta.State, id model.NodeID) bool {
-	for _, n := range st.SchedulableNodeIDs() {
-		if n == id {
-			return true
-		}
-	}
-	return false
 }

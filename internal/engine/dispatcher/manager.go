@@ -37,13 +37,20 @@ type Manager struct {
 	// positions to be persisted before it leaves anyway (the partitions
 	// then resume from their last persisted position: duplicates, no loss).
 	HandoverTimeout time.Duration
+	// FailStart, if set, is asked before each dispatcher starts; an error
+	// fails the start (fault injection: seed 003's failed
+	// PreparePartition).
+	FailStart func(model.RouteEntry) error
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
 	feeds   map[model.ChangefeedID]*feed
 	// finals are the positions where dispatchers stopped, by partition and
 	// epoch, until acknowledged; a restart here starts from one.
-	finals   map[string]*final
+	finals map[string]*final
+	// failed counts the starts that failed, by changefeed/partition, for
+	// the placement they were tried under.
+	failed   map[string]*failedStart
 	aborted  bool
 	lastBeat time.Time
 	wg       sync.WaitGroup
@@ -85,7 +92,12 @@ type feed struct {
 // NewManager returns a manager for this node.
 func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Manager {
 	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
-		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}}
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{}}
+}
+
+type failedStart struct {
+	cf model.ChangefeedID
+	transport.FailedStart
 }
 
 func key(cf model.ChangefeedID, pid string) string { return string(cf) + "/" + pid }
@@ -212,6 +224,13 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		}
 		m.mu.Unlock()
 	}
+	m.mu.Lock()
+	for k, f := range m.failed {
+		if w, ok := want[k]; !ok || w.Route.Epoch != f.Epoch {
+			delete(m.failed, k)
+		}
+	}
+	m.mu.Unlock()
 	for k, r := range want {
 		m.mu.Lock()
 		_, runs := m.running[k]
@@ -219,9 +238,23 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		if runs {
 			continue
 		}
-		if err := m.start(ctx, st, r); err != nil {
-			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "err", err)
+		err := m.start(ctx, st, r)
+		m.mu.Lock()
+		if err == nil {
+			delete(m.failed, k)
+		} else {
+			// Reported in heartbeats, so that the maintainer can give the
+			// partition back after a few attempts.
+			f := m.failed[k]
+			if f == nil {
+				f = &failedStart{cf: r.Route.Changefeed, FailedStart: transport.FailedStart{ID: r.Route.ID, Epoch: r.Route.Epoch}}
+				m.failed[k] = f
+			}
+			f.Attempts++
+			f.Err = err.Error()
+			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "attempts", f.Attempts, "err", err)
 		}
+		m.mu.Unlock()
 	}
 	m.closeUnusedFeeds(st)
 	return newFinals
@@ -268,14 +301,25 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	if err != nil {
 		return err
 	}
+	if m.FailStart != nil {
+		if err := m.FailStart(r.Route); err != nil {
+			return err
+		}
+	}
 	// The exact hand-over position if there was one; else the highest
-	// durable position known (persisted, or where it stopped here).
+	// durable position known (persisted, or where it stopped here: this
+	// node wrote exactly up to its own final positions, whatever their
+	// placement, for instance before a move that was reverted).
 	from := max(e.Info.StartTs, r.Route.Start, st.Progress[r.Route.Changefeed][r.Route.ID].Progress.Checkpoint)
 	m.mu.Lock()
-	if f, ok := m.finals[finalKey(r.Route)]; ok {
-		from = max(from, f.p.Checkpoint)
-		// Running again under the same placement: no longer final.
-		delete(m.finals, finalKey(r.Route))
+	for k, f := range m.finals {
+		if f.cf == r.Route.Changefeed && f.pid == r.Route.ID && f.p.Epoch <= r.Route.Epoch {
+			from = max(from, f.p.Checkpoint)
+			if k == finalKey(r.Route) {
+				// Running again under the same placement: no longer final.
+				delete(m.finals, k)
+			}
+		}
 	}
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)

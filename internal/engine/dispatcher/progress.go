@@ -35,7 +35,14 @@ func (f *final) acked(st *meta.State) bool {
 // final position not yet acknowledged; acknowledged ones are forgotten.
 func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 	byFeed := map[model.ChangefeedID][]transport.PartitionProgress{}
+	failed := map[model.ChangefeedID][]transport.FailedStart{}
 	m.mu.Lock()
+	for _, f := range m.failed {
+		failed[f.cf] = append(failed[f.cf], f.FailedStart)
+		if _, ok := byFeed[f.cf]; !ok {
+			byFeed[f.cf] = nil
+		}
+	}
 	m.lastBeat = time.Now()
 	for _, r := range m.running {
 		rt := r.route.Route
@@ -59,7 +66,7 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 			continue // no maintainer yet; the next heartbeat will do
 		}
 		msg, err := transport.NewMessage(m.self, e.Maintainer.Node, transport.TopicHeartbeat,
-			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts})
+			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts, Failed: failed[cf]})
 		if err != nil {
 			m.log.Error("cannot encode a heartbeat", "changefeed", cf, "err", err)
 			continue

@@ -18,6 +18,7 @@ package maintainer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -40,6 +41,19 @@ type Host struct {
 
 	sources map[model.ChangefeedID]*gen.Generator // for the DDL schedule
 
+	// MoveTimeout: a move or split whose source, alive, has not stopped
+	// the partition at a final position within it is returned to Active
+	// on the source (seed 003: failure before MigrateOut).
+	MoveTimeout time.Duration
+	// MaxStartFailures: a partition its new node failed to start this
+	// many times goes back where it came from (seed 003: PreparePartition
+	// failed N times).
+	MaxStartFailures int
+	// FailPlace, if set, is asked before a move's placement is written;
+	// an error fails that write (fault injection: seed 003's failed etcd
+	// save after PreparePartition).
+	FailPlace func(model.RouteEntry) error
+
 	mu    sync.Mutex
 	heard map[model.ChangefeedID]*heard
 	wake  chan struct{} // a final position arrived
@@ -48,6 +62,7 @@ type Host struct {
 // NewHost returns the maintainer host of a node.
 func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
 	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]*gen.Generator{},
+		MoveTimeout: 30 * time.Second, MaxStartFailures: 3,
 		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
 
@@ -138,6 +153,10 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			if err := h.advanceMove(ctx, e, mf, r, pos, sourceAlive, dest); err != nil {
 				return err
 			}
+		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.MaxStartFailures:
+			if err := h.giveBack(ctx, st, e, mf, r); err != nil {
+				return err
+			}
 		case r.Route.Node == "" || !sourceAlive:
 			node, ok := dest.Next()
 			if !ok {
@@ -166,6 +185,14 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	}
 	final := pos.Final && pos.Handover && pos.Epoch == r.Route.Epoch
 	if !final && sourceAlive {
+		if busy := time.Since(r.Route.BusySince); h.MoveTimeout > 0 && !r.Route.BusySince.IsZero() && busy > h.MoveTimeout {
+			// Seed 003, failure before MigrateOut: the source never gave
+			// the partition up. It stays there (and resumes exactly where
+			// it stopped, if it did: it knows its own final position).
+			why := fmt.Sprintf("reverted: %s gave no final position within %s", r.Route.Node, h.MoveTimeout)
+			h.log.Warn("maintainer: move or split reverted", "partition", r.Route.ID, "source", r.Route.Node, "target", target, "busy", busy.Round(time.Millisecond))
+			return h.store.ReturnPartition(ctx, mf, r, r.Route.Node, 0, why, time.Now().UTC())
+		}
 		return nil // the source is still draining it
 	}
 	if !final {
@@ -178,11 +205,41 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	if r.Route.SplitKey != "" {
 		return h.split(ctx, e, mf, r, target, start, table)
 	}
+	if h.FailPlace != nil {
+		if err := h.FailPlace(r.Route); err != nil {
+			return err
+		}
+	}
 	if err := h.store.PlacePartition(ctx, mf, r, target, start); err != nil {
 		return err
 	}
 	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
 	return nil
+}
+
+// giveBack returns a partition its node cannot start to the node it was
+// moved from (exactly where the move handed it over: the new node wrote
+// nothing), or, if that one can no longer take it, to another node.
+func (h *Host) giveBack(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord) error {
+	var to model.NodeID
+	if n := len(r.Route.History); n > 0 && r.Route.History[n-1].Kind == "moved" && r.Route.History[n-1].To == r.Route.Node {
+		to = r.Route.History[n-1].From
+	}
+	if !st.IsSchedulable(to) {
+		to = ""
+		for _, n := range st.SchedulableNodeIDs() {
+			if n != r.Route.Node {
+				to = n
+				break
+			}
+		}
+	}
+	if to == "" {
+		return nil // nowhere else to go; its node keeps trying
+	}
+	why := fmt.Sprintf("%s could not start it %d times (%s)", r.Route.Node, h.startFailures(e.Info.ID, r.Route), h.startError(e.Info.ID, r.Route.ID))
+	h.log.Warn("maintainer: partition given back", "partition", r.Route.ID, "from", r.Route.Node, "to", to, "why", why)
+	return h.store.ReturnPartition(ctx, mf, r, to, r.Route.Start, why, time.Now().UTC())
 }
 
 // split cuts a partition whose node stopped it (or died): both halves

@@ -14,6 +14,8 @@ import (
 type heard struct {
 	epoch uint64
 	parts map[string]model.Progress
+	// failed: partitions their node reported it could not start.
+	failed map[string]transport.FailedStart
 	saved time.Time // when the progress record was last written
 }
 
@@ -35,7 +37,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	h.mu.Lock()
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
-		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}}
+		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{}}
 		h.heard[hb.Changefeed] = rep
 	}
 	for _, pp := range hb.Partitions {
@@ -50,8 +52,18 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			// placement wrote it: a restarted placement replays below it.
 			next.Checkpoint = cur.Checkpoint
 		}
-		wake = wake || next.Final
+		// A final position, or a placement heard from for the first
+		// time (a move is confirmed by it), is persisted at once.
+		cur, seen := rep.parts[pp.ID]
+		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
 		rep.parts[pp.ID] = next
+		delete(rep.failed, pp.ID)
+	}
+	for _, f := range hb.Failed {
+		if r, ok := st.Partitions[hb.Changefeed][f.ID]; ok && r.Route.Epoch == f.Epoch && r.Route.Node == m.From {
+			rep.failed[f.ID] = f
+			wake = true
+		}
 	}
 	h.mu.Unlock()
 	if wake {
@@ -118,6 +130,8 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 			// re-sends it until it sees it here, and a node that is leaving
 			// waits for that.
 			urgent = urgent || (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover))
+			// A new placement's first position confirms its move.
+			urgent = urgent || (p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch))
 		}
 	}
 	if !changed && cp <= e.Status.CheckpointTs {
@@ -139,4 +153,26 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	h.mu.Unlock()
 	return nil
+}
+
+// startFailures is how many times the node of a placement reported it
+// could not start it.
+func (h *Host) startFailures(cf model.ChangefeedID, r model.RouteEntry) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rep := h.heard[cf]; rep != nil {
+		if f, ok := rep.failed[r.ID]; ok && f.Epoch == r.Epoch {
+			return f.Attempts
+		}
+	}
+	return 0
+}
+
+func (h *Host) startError(cf model.ChangefeedID, pid string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rep := h.heard[cf]; rep != nil {
+		return rep.failed[pid].Err
+	}
+	return ""
 }

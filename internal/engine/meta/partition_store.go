@@ -106,3 +106,16 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	}
 	return upperID, nil
 }
+
+// ReturnPartition ends a move or split that cannot complete (seed 003's
+// failure table): the partition goes Active on node, at the next epoch,
+// from start (0: from its persisted position), unpinned, with why in its
+// history. A maintainer write.
+func (s *Store) ReturnPartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, why string, now time.Time) error {
+	next := r.Route
+	next.Node, next.Status, next.Epoch, next.Start = node, model.PartitionActive, r.Route.Epoch+1, start
+	next.Target, next.SplitKey, next.BusySince, next.Pinned = "", "", time.Time{}, false
+	next.Remember(model.PartitionEvent{Time: now, Kind: "returned", From: r.Route.Node, To: node, Detail: why})
+	key := s.keys.Partition(next.Changefeed, next.ID)
+	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
+}

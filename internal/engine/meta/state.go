@@ -167,6 +167,12 @@ func (s *State) SchedulableNodeIDs() []model.NodeID {
 	return s.NodesWhere(model.Liveness.IsSchedulable)
 }
 
+// IsSchedulable reports whether a registered node may receive work.
+func (s *State) IsSchedulable(id model.NodeID) bool {
+	_, registered := s.Nodes[id]
+	return registered && s.LivenessOf(id).IsSchedulable()
+}
+
 // NodesWhere returns the registered nodes whose liveness passes keep, sorted.
 func (s *State) NodesWhere(keep func(model.Liveness) bool) []model.NodeID {
 	var out []model.NodeID

@@ -24,6 +24,18 @@ type Heartbeat struct {
 	// Partitions: each one's position under the routing-table epoch it
 	// runs as; a report of an older epoch is dropped.
 	Partitions []PartitionProgress `json:"partitions"`
+	// Failed: partitions placed on the sender that it could not start
+	// (seed 003's failed PreparePartition); after MaxStartFailures the
+	// maintainer gives the partition back to where it came from.
+	Failed []FailedStart `json:"failed,omitempty"`
+}
+
+// FailedStart is a partition a node could not start under a placement.
+type FailedStart struct {
+	ID       string `json:"id"`
+	Epoch    uint64 `json:"epoch"`
+	Attempts int    `json:"attempts"`
+	Err      string `json:"err"`
 }
 
 // PartitionProgress is one partition's position in a heartbeat. A Final

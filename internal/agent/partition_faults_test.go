@@ -1,0 +1,176 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// Seed 003's failure-recovery table, one test per row, each with the
+// fault injected where the seed puts it (engine hooks or a cut link, not
+// sleeps). Each ends with a routing table that covers every key once and
+// a sink that holds every event exactly once.
+
+// faultCase is a running demo changefeed and the partition to move.
+type faultCase struct {
+	tc         *testCluster
+	c          *api.Client
+	sink       string
+	cov        *coverageWatch
+	p          model.RouteEntry // the partition
+	maintainer model.NodeID     // demo's maintainer
+	to         model.NodeID     // where the move goes
+}
+
+// newFaultCase starts 3 captures with the given faults and the demo
+// changefeed under load, and picks a partition that is not on demo's
+// maintainer's node and a target that is neither.
+func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.NodeID]Faults) *faultCase {
+	tc := newTestCluster(t)
+	tc.moveTimeout, tc.faults = moveTimeout, faults
+	tc.startCaptures(3)
+	fc := &faultCase{tc: tc, c: tc.client(), sink: "file://" + t.TempDir() + "?flush-interval=100ms"}
+	tc.runDemo(fc.c, demoSource, fc.sink, time.Second)
+	fc.cov = tc.watchCoverage("demo")
+	st := tc.state()
+	fc.maintainer = st.Changefeeds["demo"].Maintainer.Node
+	for _, r := range st.SortedPartitions("demo") {
+		if r.Route.Node != fc.maintainer && r.Route.Status == model.PartitionActive {
+			fc.p = r.Route
+			break
+		}
+	}
+	for id := range tc.nodes {
+		if id != fc.maintainer && id != fc.p.Node {
+			fc.to = id
+		}
+	}
+	if fc.p.ID == "" || fc.to == "" {
+		t.Fatalf("no partition off the maintainer %s, or no third capture", fc.maintainer)
+	}
+	return fc
+}
+
+// move submits the move and waits for the plan's end.
+func (fc *faultCase) move() *api.PlanResponse {
+	fc.tc.t.Helper()
+	ctx := context.Background()
+	snap, err := fc.c.Snapshot(ctx)
+	if err != nil {
+		fc.tc.t.Fatal(err)
+	}
+	p, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.to, plan.DefaultCosts)
+	if err != nil {
+		fc.tc.t.Fatal(err)
+	}
+	sub, err := fc.c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p})
+	if err != nil {
+		fc.tc.t.Fatal(err)
+	}
+	var rec *api.PlanResponse
+	fc.tc.eventually("the move plan ends", 30*time.Second, func() bool {
+		rec, err = fc.c.Plan(ctx, sub.ID)
+		return err == nil && rec.State.Terminal()
+	})
+	return rec
+}
+
+// finish checks the routing table and the sink.
+func (fc *faultCase) finish() {
+	fc.tc.t.Helper()
+	if err := fc.cov.err(); err != nil {
+		fc.tc.t.Fatal(err)
+	}
+	rep := fc.tc.pauseAndVerify(fc.c, "demo", fc.sink, verifyStorage)
+	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+		fc.tc.t.Fatalf("after the fault: %+v", rep)
+	}
+	fc.tc.t.Logf("%d events verified: 0 lost, 0 duplicates; coverage held in %d checks", rep.Expected, fc.cov.count())
+}
+
+func (fc *faultCase) route() model.RouteEntry {
+	return fc.tc.state().Partitions["demo"][fc.p.ID].Route
+}
+
+// Row 1, failure before ExecuteMigrateOut: the source never reports that
+// it gave the partition up (its link to the maintainer is cut). After
+// --move-timeout the routing entry goes back to Active on the source,
+// which resumes exactly where it stopped; the plan fails saying so.
+func TestMoveRevertedWhenTheSourceNeverHandsOver(t *testing.T) {
+	fc := newFaultCase(t, 2*time.Second, nil)
+	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
+	rec := fc.move()
+	fc.tc.hub.Heal(fc.p.Node, fc.maintainer)
+	if rec.State != exec.Failed || !strings.Contains(rec.Message, "returned to "+string(fc.p.Node)) || !strings.Contains(rec.Message, "gave no final position within 2s") {
+		t.Fatalf("plan %s: %s (%s), want failed: returned to %s", rec.ID, rec.State, rec.Message, fc.p.Node)
+	}
+	if r := fc.route(); r.Node != fc.p.Node || r.Status != model.PartitionActive || r.Pinned {
+		t.Fatalf("%s after the revert: %+v", fc.p.ID, r)
+	}
+	fc.finish()
+}
+
+// Row 2, PreparePartition fails: the target cannot start the partition.
+// After MaxStartFailures reports the partition goes back to its source,
+// exactly where the source handed it over (the target wrote nothing).
+func TestMoveGivenBackWhenTheTargetCannotStartIt(t *testing.T) {
+	// victim is "partition@node": only the move's target fails it (the
+	// source's restart must succeed).
+	var victim atomic.Value
+	victim.Store("")
+	faults := map[model.NodeID]Faults{}
+	for _, id := range []model.NodeID{"capture-1", "capture-2", "capture-3"} {
+		faults[id] = Faults{FailStart: func(r model.RouteEntry) error {
+			if r.ID+"@"+string(id) == victim.Load().(string) {
+				return errors.New("injected: cannot open the partition")
+			}
+			return nil
+		}}
+	}
+	fc := newFaultCase(t, 0, faults)
+	victim.Store(fc.p.ID + "@" + string(fc.to))
+	rec := fc.move()
+	if rec.State != exec.Failed || !strings.Contains(rec.Message, "returned to "+string(fc.p.Node)) || !regexp.MustCompile(`could not start it \d+ times \(injected`).MatchString(rec.Message) {
+		t.Fatalf("plan %s: %s (%s), want failed: returned to %s", rec.ID, rec.State, rec.Message, fc.p.Node)
+	}
+	if r := fc.route(); r.Node != fc.p.Node || r.Status != model.PartitionActive {
+		t.Fatalf("%s after the give-back: %+v", fc.p.ID, r)
+	}
+	fc.finish()
+}
+
+// Row 3, the etcd write of the new placement fails: it is retried until
+// it lands; the move completes exactly once.
+func TestMovePlacementWriteIsRetried(t *testing.T) {
+	var failures atomic.Int32
+	var victim atomic.Value
+	victim.Store("")
+	fail := Faults{FailPlace: func(r model.RouteEntry) error {
+		if r.ID == victim.Load().(string) && failures.Add(1) <= 3 {
+			return errors.New("injected: etcd write failed")
+		}
+		return nil
+	}}
+	fc := newFaultCase(t, 0, map[model.NodeID]Faults{"capture-1": fail, "capture-2": fail, "capture-3": fail})
+	victim.Store(fc.p.ID)
+	rec := fc.move()
+	if rec.State != exec.Done {
+		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
+	}
+	if n := failures.Load(); n < 4 {
+		t.Fatalf("the placement was tried %d times; want 3 injected failures, then success", n)
+	}
+	if r := fc.route(); r.Node != fc.to || r.Status != model.PartitionActive {
+		t.Fatalf("%s after the retries: %+v", fc.p.ID, r)
+	}
+	fc.finish()
+}
