@@ -16,7 +16,7 @@ type heard struct {
 	parts map[string]model.Progress
 	// failed: partitions their node reported it could not start.
 	failed map[string]transport.FailedStart
-	saved time.Time // when the progress record was last written
+	saved  time.Time // when the progress record was last written
 }
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
