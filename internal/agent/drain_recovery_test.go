@@ -132,9 +132,12 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 4)
+	sinks := tc.createFeeds(c, 6)
 	target := tc.followerOf(leader.Node)
-	tc.eventually("the target holds a maintainer", 20*time.Second, func() bool { return tc.maintainersOn(target) >= 1 })
+	// Two maintainers at least: the paused plan keeps one there, so the
+	// drain cannot complete (and the capture go Stopping) before the
+	// crashes.
+	tc.eventually("the target holds 2 maintainers", 20*time.Second, func() bool { return tc.maintainersOn(target) >= 2 })
 	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
 	if err != nil {
 		t.Fatal(err)
