@@ -106,6 +106,9 @@ type PartitionEvent struct {
 	To       NodeID `json:"to,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 	Graceful bool   `json:"graceful,omitempty"`
+	// Busy: how long the partition was busy (accepted no events) for a
+	// split or a move, from going Draining to being placed.
+	Busy time.Duration `json:"busy_ns,omitempty"`
 }
 
 // Remember appends an event to the entry's history, keeping it bounded.

@@ -176,7 +176,12 @@ func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteR
 	switch {
 	case r.Route.Node == "":
 	case start != 0:
-		next.Remember(model.PartitionEvent{Time: time.Now().UTC(), Kind: "moved", From: r.Route.Node, To: node, Graceful: true})
+		ev := model.PartitionEvent{Time: time.Now().UTC(), Kind: "moved", From: r.Route.Node, To: node, Graceful: true}
+		if !r.Route.BusySince.IsZero() {
+			ev.Busy = ev.Time.Sub(r.Route.BusySince)
+			ev.Detail = fmt.Sprintf("after %s busy", ev.Busy.Round(time.Millisecond))
+		}
+		next.Remember(ev)
 	default:
 		// Its node died: the operator's placement, if any, is over.
 		next.Pinned = false

@@ -75,12 +75,14 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	upper := lower
 	upper.ID, upper.Span, upper.Epoch, upper.History = upperID, model.Span{Table: r.Route.Span.Table, Start: key, End: r.Route.Span.End}, 1, nil
 	detail := fmt.Sprintf("at %q: upper half %s", key, upperID)
+	var pause time.Duration
 	if !r.Route.BusySince.IsZero() {
 		// The pause: from the moment the partition went busy (its node
 		// stops taking events) to both halves being placed.
-		detail += fmt.Sprintf("; paused %s", now.Sub(r.Route.BusySince).Round(time.Millisecond))
+		pause = now.Sub(r.Route.BusySince)
+		detail += fmt.Sprintf("; paused %s", pause.Round(time.Millisecond))
 	}
-	lower.Remember(model.PartitionEvent{Time: now, Kind: "split", From: from, To: node, Detail: detail, Graceful: start != 0})
+	lower.Remember(model.PartitionEvent{Time: now, Kind: "split", From: from, To: node, Detail: detail, Graceful: start != 0, Busy: pause})
 	upper.Remember(model.PartitionEvent{Time: now, Kind: "split-from", From: from, To: node, Detail: fmt.Sprintf("upper half of %s, cut at %q", r.Route.ID, key), Graceful: start != 0})
 	table := make(model.ProgressTable, len(progress)+1)
 	for pid, p := range progress {

@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// The partition issue's benchmark: the pause of a split and the busy time
+// of a graceful move, under the demo load, on loopback. The baseline,
+// measured in the same run on the same etcd, is one write seen through a
+// watch: the least any routing change can cost. A measurement, not a
+// test (CDCCTL_BENCH=1); docs/benchmarks.md has the numbers:
+//
+//	CDCCTL_BENCH=1 go test -count=1 -run TestPartitionOpsBenchmark -v ./internal/agent
+func TestPartitionOpsBenchmark(t *testing.T) {
+	if os.Getenv("CDCCTL_BENCH") == "" {
+		t.Skip("a measurement: CDCCTL_BENCH=1")
+	}
+	rounds := 40
+	tc := newTestCluster(t)
+	tc.hub = nil // separate processes talk gRPC; so do these nodes
+	tc.startCaptures(3)
+	c := tc.client()
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	created, _ := tc.runDemo(c, demoSource, sink, time.Second)
+	cfg, err := gen.ParseURI(created.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pauses, moves, hops []time.Duration
+	for round := range rounds {
+		hops = append(hops, watchHop(t, tc))
+		// Split the widest partition of a table, then move its upper half.
+		table := g.Tables()[round%len(g.Tables())]
+		var victim model.RouteEntry
+		width := -1
+		for _, r := range tc.state().SortedPartitions("demo") {
+			if n := keysIn(g, r.Route.Span); r.Route.Span.Table == table && n > width {
+				victim, width = r.Route, n
+			}
+		}
+		key, _ := middleKey(g, victim.Span)
+		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, victim.ID, key, plan.DefaultCosts) })
+		lower := tc.state().Partitions["demo"][victim.ID].Route
+		ev := lower.History[len(lower.History)-1]
+		if ev.Kind != "split" || ev.Busy == 0 {
+			t.Fatalf("%s: last event %+v", victim.ID, ev)
+		}
+		pauses = append(pauses, ev.Busy)
+		var upper model.RouteEntry
+		for _, r := range tc.state().Partitions["demo"] {
+			if r.Route.Span.Table == table && r.Route.Span.Start == key {
+				upper = r.Route
+			}
+		}
+		to := tc.followerOf(upper.Node)
+		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, upper.ID, to, plan.DefaultCosts) })
+		moved := tc.state().Partitions["demo"][upper.ID].Route
+		mev := moved.History[len(moved.History)-1]
+		if mev.Kind != "moved" || mev.Busy == 0 {
+			t.Fatalf("%s: last event %+v", upper.ID, mev)
+		}
+		moves = append(moves, mev.Busy)
+	}
+	rep := tc.pauseAndVerify(c, "demo", sink, verifyStorage)
+	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+		t.Fatalf("after the benchmark: %+v", rep)
+	}
+	hop := pct(hops, 50)
+	t.Logf("%d splits and %d moves under %s; %d events verified, 0 lost, 0 duplicates", rounds, rounds, demoSource, rep.Expected)
+	t.Logf("baseline, one etcd write seen through a watch: p50 %s p99 %s", hop, pct(hops, 99))
+	t.Logf("split pause:      p50 %s p99 %s max %s (p50 %.1f× the baseline)", pct(pauses, 50), pct(pauses, 99), pct(pauses, 100), ratio(pct(pauses, 50), hop))
+	t.Logf("graceful move:    p50 %s p99 %s max %s (p50 %.1f× the baseline)", pct(moves, 50), pct(moves, 99), pct(moves, 100), ratio(pct(moves, 50), hop))
+}
+
+func keysIn(g *gen.Generator, s model.Span) int {
+	n := 0
+	for i := range g.Config().Keys {
+		if s.Contains(g.Key(i)) {
+			n++
+		}
+	}
+	return n
+}
+
+// watchHop is one write to etcd seen by a watcher on another client.
+func watchHop(t *testing.T, tc *testCluster) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "/bench/watch-hop"
+	other, err := clientv3.New(clientv3.Config{Endpoints: []string{tc.endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	w := tc.cli.Watch(ctx, key, clientv3.WithCreatedNotify())
+	if created := <-w; !created.Created {
+		t.Fatalf("the watch did not start: %v", created.Err())
+	}
+	began := time.Now()
+	if _, err := other.Put(ctx, key, fmt.Sprint(began.UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	for resp := range w {
+		if len(resp.Events) > 0 {
+			return time.Since(began)
+		}
+	}
+	t.Fatal("the watch ended")
+	return 0
+}
+
+func pct(d []time.Duration, q int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*q/100)].Round(100 * time.Microsecond)
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, time.Microsecond)) }
