@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -173,4 +176,84 @@ func TestMovePlacementWriteIsRetried(t *testing.T) {
 		t.Fatalf("%s after the retries: %+v", fc.p.ID, r)
 	}
 	fc.finish()
+}
+
+// Seed 003's ErrPartitionBusy: while a partition is being moved, another
+// move or a split of it is refused with 409 partition_busy, Retry-After,
+// and a message saying what is in progress and for how long; nothing
+// changes. (The move is held up by cutting its source off the
+// maintainer.)
+func TestBusyPartitionIsRefused(t *testing.T) {
+	fc := newFaultCase(t, 0, nil)
+	ctx := context.Background()
+	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
+	snap, err := fc.c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.to, plan.DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fc.c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.tc.eventually(fc.p.ID+" is Draining", 10*time.Second, func() bool { return fc.route().Status == model.PartitionDraining })
+
+	// Plans computed as if it were Active (their fingerprint is current):
+	// the cluster's own check refuses them.
+	snap, err = fc.c.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range snap.Snapshot.Partitions {
+		if snap.Snapshot.Partitions[i].Route.ID == fc.p.ID {
+			snap.Snapshot.Partitions[i].Route.Status = model.PartitionActive
+		}
+	}
+	split, err := plan.Split(&snap.Snapshot, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.maintainer, plan.DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*plan.Plan{split, back} {
+		body, _ := json.Marshal(api.SubmitPlanRequest{Plan: p})
+		resp, err := http.Post("http://"+fc.tc.nodes[fc.maintainer].addr+"/api/v2/plans", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict || e.Code != api.CodePartitionBusy || resp.Header.Get("Retry-After") != "1" ||
+			!strings.Contains(e.Message, "partition "+fc.p.ID+" is busy: moving "+string(fc.p.Node)+" → "+string(fc.to)) || !strings.Contains(e.Message, "(for ") {
+			t.Fatalf("%s plan while busy: %d %s %+v", p.Kind, resp.StatusCode, resp.Header.Get("Retry-After"), e)
+		}
+	}
+	// The planner in cdcctl refuses it the same way, before asking.
+	real, _ := fc.c.Snapshot(ctx)
+	if _, err := plan.Split(&real.Snapshot, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts); !api.IsCode(apiErr(err), api.CodePartitionBusy) {
+		t.Fatalf("local planning of a busy partition: %v", err)
+	}
+	fc.tc.hub.Heal(fc.p.Node, fc.maintainer)
+	var rec *api.PlanResponse
+	fc.tc.eventually("the first move ends", 30*time.Second, func() bool {
+		rec, err = fc.c.Plan(ctx, sub.ID)
+		return err == nil && rec.State.Terminal()
+	})
+	if rec.State != exec.Done || fc.route().Node != fc.to {
+		t.Fatalf("the first move: %s (%s); %s is on %s", rec.State, rec.Message, fc.p.ID, fc.route().Node)
+	}
+	fc.finish()
+}
+
+func apiErr(err error) error {
+	if e, ok := api.PlanError(err); ok {
+		return e
+	}
+	return err
 }
