@@ -19,7 +19,8 @@ import (
 // thousands of partitions is drained under load in batches.
 // CDCCTL_SCALE_FEEDS sets the number of changefeeds (50 by default, 10
 // under the race detector, as the README's test command runs it),
-// CDCCTL_SCALE_TABLES their tables (10, 4 partitions each) and
+// CDCCTL_SCALE_TABLES their tables (10, 4 partitions each),
+// CDCCTL_SCALE_RATE each one's changes a second (40) and
 // CDCCTL_SCALE_BATCH the batch (2). The full sizes are measurements
 // (docs/benchmarks.md), for example:
 //
@@ -31,7 +32,7 @@ func TestDrainAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scale test")
 	}
-	feeds, tables, batch := 50, 10, 2
+	feeds, tables, batch, rate := 50, 10, 2, 40
 	if raceEnabled {
 		feeds = 10
 	}
@@ -43,6 +44,7 @@ func TestDrainAtScale(t *testing.T) {
 	setInt("CDCCTL_SCALE_FEEDS", &feeds)
 	setInt("CDCCTL_SCALE_TABLES", &tables)
 	setInt("CDCCTL_SCALE_BATCH", &batch)
+	setInt("CDCCTL_SCALE_RATE", &rate)
 	parts := tables * 4
 	tc := newTestCluster(t)
 	// Thousands of dispatchers can starve a small machine's CPU for longer
@@ -50,14 +52,15 @@ func TestDrainAtScale(t *testing.T) {
 	// dispatcher of the node, which starves it more. Use the default TTL.
 	tc.ttl = 10 * time.Second
 	leader := tc.startCaptures(3)
-	c := tc.client()
+	// A loaded cluster answers slowly; the usual 10s would give up.
+	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()
 	dir := t.TempDir()
 	sinkOf := func(name string) string { return "file://" + dir + "/" + name + "?flush-interval=200ms" }
 	began := time.Now()
 	for i := range feeds {
 		name := fmt.Sprintf("cf%03d", i)
-		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: fmt.Sprintf("gen://?tables=%d&keys=40&rate=40", tables), Sink: sinkOf(name), PartitionsPerTable: 4}); err != nil {
+		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: fmt.Sprintf("gen://?tables=%d&keys=40&rate=%d", tables, rate), Sink: sinkOf(name), PartitionsPerTable: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -146,12 +146,14 @@ func (tc *testCluster) stopAll() {
 }
 
 // client talks to every running agent, like an operator with --server.
-func (tc *testCluster) client() *api.Client {
+func (tc *testCluster) client() *api.Client { return tc.clientWithTimeout(10 * time.Second) }
+
+func (tc *testCluster) clientWithTimeout(d time.Duration) *api.Client {
 	var addrs []string
 	for _, rn := range tc.nodes {
 		addrs = append(addrs, rn.addr)
 	}
-	c, err := api.NewClient(addrs, 10*time.Second)
+	c, err := api.NewClient(addrs, d)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
