@@ -31,6 +31,9 @@ type Config struct {
 	// MoveTimeout: a partition move or split whose source has not stopped
 	// the partition within it is reverted (seed 003's failure table).
 	MoveTimeout time.Duration
+	// CheckpointStore is where partition states go between nodes (seed
+	// 003's CheckpointStore): "etcd", or a bucket URL for large states.
+	CheckpointStore string
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string
@@ -40,14 +43,15 @@ type Config struct {
 
 // Defaults are the values of every flag that has one.
 var Defaults = Config{
-	Addr:          "127.0.0.1:8301",
-	ClusterID:     "default",
-	DataDir:       "cdc-agent-data",
-	SessionTTL:    10 * time.Second,
-	MoveTimeout:   30 * time.Second,
-	EmbedEtcdAddr: "127.0.0.1:2379",
-	LogLevel:      "info",
-	LogFormat:     "text",
+	Addr:            "127.0.0.1:8301",
+	ClusterID:       "default",
+	DataDir:         "cdc-agent-data",
+	SessionTTL:      10 * time.Second,
+	MoveTimeout:     30 * time.Second,
+	CheckpointStore: "etcd",
+	EmbedEtcdAddr:   "127.0.0.1:2379",
+	LogLevel:        "info",
+	LogFormat:       "text",
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -77,6 +81,12 @@ func (c *Config) Validate() error {
 	}
 	if !idPattern.MatchString(c.ClusterID) {
 		return fmt.Errorf("--cluster-id %q is not valid: use 1-63 letters, digits, '.', '_' or '-'", c.ClusterID)
+	}
+	if c.CheckpointStore == "" {
+		c.CheckpointStore = Defaults.CheckpointStore
+	}
+	if c.CheckpointStore != "etcd" && !strings.Contains(c.CheckpointStore, "://") {
+		return fmt.Errorf("--checkpoint-store %q: give etcd, or a bucket URL (file:///dir, s3://bucket?region=..., gs://bucket)", c.CheckpointStore)
 	}
 	if c.MoveTimeout == 0 {
 		c.MoveTimeout = Defaults.MoveTimeout

@@ -37,6 +37,8 @@ type testCluster struct {
 	ttl time.Duration
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
+	// checkpointStore, if set, is the agents' --checkpoint-store.
+	checkpointStore string
 	// faults are fault-injection hooks, by node.
 	faults map[model.NodeID]Faults
 }
@@ -79,7 +81,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
-		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, MoveTimeout: tc.moveTimeout, LogLevel: "info", LogFormat: "text",
+		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
 	}, quietLogger(), append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)

@@ -102,6 +102,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("cluster-id", d.ClusterID, "cluster id; clusters sharing an etcd are kept apart by it")
 	f.String("data-dir", d.DataDir, "directory for the embedded etcd and local state")
 	f.Duration("session-ttl", d.SessionTTL, "lease TTL of this node's registration; a crashed node is noticed after this long")
+	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
 	f.String("log-level", d.LogLevel, "debug, info, warn or error")
@@ -121,17 +122,18 @@ func configFrom(v *viper.Viper) (Config, error) {
 		}
 	}
 	cfg := Config{
-		NodeID:        v.GetString("node-id"),
-		Addr:          v.GetString("addr"),
-		AdvertiseAddr: v.GetString("advertise-addr"),
-		Etcd:          v.GetStringSlice("etcd"),
-		ClusterID:     v.GetString("cluster-id"),
-		DataDir:       v.GetString("data-dir"),
-		SessionTTL:    v.GetDuration("session-ttl"),
-		MoveTimeout:   v.GetDuration("move-timeout"),
-		EmbedEtcdAddr: v.GetString("embed-etcd-addr"),
-		LogLevel:      v.GetString("log-level"),
-		LogFormat:     v.GetString("log-format"),
+		NodeID:          v.GetString("node-id"),
+		Addr:            v.GetString("addr"),
+		AdvertiseAddr:   v.GetString("advertise-addr"),
+		Etcd:            v.GetStringSlice("etcd"),
+		ClusterID:       v.GetString("cluster-id"),
+		DataDir:         v.GetString("data-dir"),
+		SessionTTL:      v.GetDuration("session-ttl"),
+		MoveTimeout:     v.GetDuration("move-timeout"),
+		CheckpointStore: v.GetString("checkpoint-store"),
+		EmbedEtcdAddr:   v.GetString("embed-etcd-addr"),
+		LogLevel:        v.GetString("log-level"),
+		LogFormat:       v.GetString("log-format"),
 	}
 	return cfg, cfg.Validate()
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
@@ -50,8 +51,11 @@ type Node struct {
 	// (engine tests); otherwise nodes talk gRPC on the API listener.
 	hub    *transport.Hub
 	faults Faults
-	tr     transport.Transport
-	grpc   *transport.GRPC
+	// blobStates is the bucket partition states go to, when
+	// --checkpoint-store is a bucket URL (else etcd).
+	blobStates *checkpoint.Blob
+	tr         transport.Transport
+	grpc       *transport.GRPC
 }
 
 // Option changes how a node is assembled.
@@ -163,6 +167,18 @@ func (n *Node) Run(ctx context.Context) error {
 		n.addr = ln.Addr().String()
 	}
 	close(n.listening)
+
+	if n.cfg.CheckpointStore != "" && n.cfg.CheckpointStore != "etcd" {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		b, err := checkpoint.OpenBlob(octx, n.cfg.CheckpointStore, n.cfg.ClusterID)
+		cancel()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer b.Close()
+		n.blobStates = b
+	}
 
 	endpoints := n.cfg.Etcd
 	if len(endpoints) == 0 {
@@ -306,6 +322,11 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace = n.cfg.MoveTimeout, n.faults.FailPlace
+	var states checkpoint.Store = checkpoint.Etcd{Store: store}
+	if n.blobStates != nil {
+		states = n.blobStates
+	}
+	manager.Checkpoints, host.Checkpoints = states, states
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -136,7 +138,41 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 // look, and the sink ends up with every event exactly once, in per-key
 // order.
 func TestSplitsAndMovesUnderLoadAreExactlyOnce(t *testing.T) {
+	rounds := 6
+	if raceEnabled {
+		rounds = 4
+	}
+	splitsAndMoves(t, newTestCluster(t), rounds)
+}
+
+// The same with the partitions' states in a bucket (--checkpoint-store
+// file://…) instead of etcd: the halves' states are there, cut at the key.
+func TestSplitsAndMovesWithStatesInABucket(t *testing.T) {
 	tc := newTestCluster(t)
+	dir := t.TempDir()
+	tc.checkpointStore = "file://" + dir
+	splitsAndMoves(t, tc, 2)
+	b, err := checkpoint.OpenBlob(context.Background(), tc.checkpointStore, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, r := range tc.state().Partitions["demo"] {
+		if r.Route.Start == 0 {
+			continue // never handed over
+		}
+		state, _, err := b.Load(context.Background(), "demo", r.Route.ID)
+		if err != nil {
+			t.Fatalf("%s was handed over but its state is not in the bucket: %v", r.Route.ID, err)
+		}
+		a := &actor.Replication{}
+		if err := a.Restore(state); err != nil || a.Span() != r.Route.Span {
+			t.Fatalf("%s: state %v for %s, routing table %s", r.Route.ID, err, a.Span(), r.Route.Span)
+		}
+	}
+}
+
+func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 	tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
@@ -151,10 +187,6 @@ func TestSplitsAndMovesUnderLoadAreExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	cov := tc.watchCoverage("demo")
-	rounds := 6
-	if raceEnabled {
-		rounds = 4
-	}
 	var notes []string
 	history := map[string]string{} // partition → what its history must say
 	for round := range rounds {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
@@ -37,6 +39,10 @@ type Manager struct {
 	// positions to be persisted before it leaves anyway (the partitions
 	// then resume from their last persisted position: duplicates, no loss).
 	HandoverTimeout time.Duration
+	// Checkpoints, if set, is seed 003's CheckpointStore: a partition
+	// handed over saves its state there, and its next owner restores and
+	// checks it before it starts.
+	Checkpoints checkpoint.Store
 	// FailStart, if set, is asked before each dispatcher starts; an error
 	// fails the start (fault injection: seed 003's failed
 	// PreparePartition).
@@ -206,11 +212,20 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		m.mu.Lock()
 		_, runs := m.running[k]
 		f, known := m.finals[fk]
+		var knownAt model.Ts
+		handedOver := false
+		if known {
+			knownAt, handedOver = f.p.Checkpoint, f.p.Handover
+		}
+		m.mu.Unlock()
 		switch {
 		case runs:
 		case known:
-			if !f.p.Handover {
+			// The state is saved outside the lock: heartbeats go on.
+			if !handedOver && m.saveState(d.Route, knownAt) {
+				m.mu.Lock()
 				f.p.Final, f.p.Handover, newFinals = true, true, true
+				m.mu.Unlock()
 			}
 		default:
 			p, ok := st.Progress[d.Route.Changefeed][d.Route.ID]
@@ -218,11 +233,15 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 				break // already handed over
 			}
 			from := max(st.Changefeeds[d.Route.Changefeed].Info.StartTs, d.Route.Start, p.Progress.Checkpoint)
+			if !m.saveState(d.Route, from) {
+				break // tried again on the next pass
+			}
+			m.mu.Lock()
 			m.finals[fk] = &final{cf: d.Route.Changefeed, pid: d.Route.ID,
 				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true}}
+			m.mu.Unlock()
 			newFinals = true
 		}
-		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	for k, f := range m.failed {
@@ -306,6 +325,9 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 			return err
 		}
 	}
+	if err := m.prepare(ctx, r.Route); err != nil {
+		return err
+	}
 	// The exact hand-over position if there was one; else the highest
 	// durable position known (persisted, or where it stopped here: this
 	// node wrote exactly up to its own final positions, whatever their
@@ -348,6 +370,48 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	return nil
 }
 
+// saveState is seed 003's MigrateOut: the partition's state, stopped at
+// pos, goes to the CheckpointStore before the hand-over is reported. If
+// it cannot be saved the hand-over is not reported (the move waits, and
+// is reverted after the maintainer's move timeout).
+func (m *Manager) saveState(r model.RouteEntry, pos model.Ts) bool {
+	if m.Checkpoints == nil {
+		return true
+	}
+	state, err := actor.NewReplication(r.Span, pos).Snapshot()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = m.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch, state)
+		cancel()
+	}
+	if err != nil {
+		m.log.Warn("cannot save the partition's state; its hand-over waits", "partition", r.ID, "changefeed", r.Changefeed, "err", err)
+		return false
+	}
+	return true
+}
+
+// prepare is seed 003's PreparePartition: a partition handed over
+// gracefully starts only from the state its previous owner saved, for
+// exactly the key range and position the routing table gives.
+func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
+	if m.Checkpoints == nil || r.Start == 0 {
+		return nil // not a graceful hand-over: it resumes from its persisted position
+	}
+	state, _, err := m.Checkpoints.Load(ctx, r.Changefeed, r.ID)
+	if err != nil {
+		return err
+	}
+	a := &actor.Replication{}
+	if err := a.Restore(state); err != nil {
+		return err
+	}
+	if a.Span() != r.Span || a.Position() != r.Start {
+		return fmt.Errorf("the saved state of %s is %s at %s; the routing table gives %s at %s", r.ID, a.Span(), a.Position(), r.Span, r.Start)
+	}
+	return nil
+}
+
 // stopAndReport stops dispatchers in parallel (gracefully, unless the
 // manager was aborted) and keeps where each ended as a final position.
 func (m *Manager) stopAndReport(runs []*managed) {
@@ -371,7 +435,7 @@ func (m *Manager) stopAndReport(runs []*managed) {
 			}
 			// A stop that had to be aborted knows only its checkpoint: not final.
 			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil}
-			p.Handover = p.Final && rt.Status == model.PartitionDraining
+			p.Handover = p.Final && rt.Status == model.PartitionDraining && m.saveState(rt, at)
 			m.mu.Lock()
 			m.finals[finalKey(rt)] = &final{cf: rt.Changefeed, pid: rt.ID, p: p}
 			m.mu.Unlock()

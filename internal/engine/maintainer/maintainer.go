@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
@@ -49,6 +51,9 @@ type Host struct {
 	// many times goes back where it came from (seed 003: PreparePartition
 	// failed N times).
 	MaxStartFailures int
+	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
+	// the state saved there.
+	Checkpoints checkpoint.Store
 	// FailPlace, if set, is asked before a move's placement is written;
 	// an error fails that write (fault injection: seed 003's failed etcd
 	// save after PreparePartition).
@@ -246,13 +251,49 @@ func (h *Host) giveBack(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 // start where the whole stopped, on the split's target.
 func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, node model.NodeID, start model.Ts, table model.ProgressTable) error {
 	now := time.Now().UTC()
-	upper, err := h.store.SplitPartition(ctx, mf, r, node, start, table, now)
+	upper, err := h.store.SplitPartition(ctx, mf, r, node, start, table, now, func(upperID string) error {
+		return h.splitState(ctx, r.Route, upperID, start)
+	})
 	if err != nil {
 		return err
 	}
 	h.log.Info("maintainer: partition split", "changefeed", e.Info.ID, "partition", r.Route.ID, "key", r.Route.SplitKey, "upper", upper,
 		"node", node, "graceful", start != 0, "paused", now.Sub(r.Route.BusySince).Round(time.Millisecond))
 	return nil
+}
+
+// splitState is seed 003's Actor.Split on the state the partition's node
+// saved when it stopped: the lower half's state under the partition's id
+// (next epoch), the upper half's under its new id. Without a graceful
+// stop (start 0: the node died) there is no exact state to cut; both
+// halves resume from the persisted position.
+func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID string, start model.Ts) error {
+	if h.Checkpoints == nil || start == 0 {
+		return nil
+	}
+	whole, _, err := h.Checkpoints.Load(ctx, r.Changefeed, r.ID)
+	if err != nil {
+		return err
+	}
+	a := &actor.Replication{}
+	if err := a.Restore(whole); err != nil {
+		return err
+	}
+	if a.Span() != r.Span || a.Position() != start {
+		return fmt.Errorf("the saved state of %s is %s at %s, not %s at %s", r.ID, a.Span(), a.Position(), r.Span, start)
+	}
+	upper, err := a.Split(r.SplitKey)
+	if err != nil {
+		return err
+	}
+	lower, err := a.Snapshot()
+	if err != nil {
+		return err
+	}
+	if err := h.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
+		return err
+	}
+	return h.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch+1, lower)
 }
 
 // rebalance starts graceful moves: first off nodes that may not keep work

@@ -12,11 +12,20 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Keys is the layout under /cdcctl/<cluster-id>/.
-type Keys struct{ root string }
+// Keys is the layout under /cdcctl/<cluster-id>/, and partition states
+// under /cdcctl-checkpoints/<cluster-id>/: outside the root, so that the
+// nodes' watched view never loads them.
+type Keys struct{ root, checkpoints string }
 
 // NewKeys returns the layout for one cluster.
-func NewKeys(clusterID string) Keys { return Keys{root: "/cdcctl/" + clusterID + "/"} }
+func NewKeys(clusterID string) Keys {
+	return Keys{root: "/cdcctl/" + clusterID + "/", checkpoints: "/cdcctl-checkpoints/" + clusterID + "/"}
+}
+
+// Checkpoint is a partition's state in the etcd CheckpointStore.
+func (k Keys) Checkpoint(cf model.ChangefeedID, pid string) string {
+	return k.checkpoints + string(cf) + "/" + pid
+}
 
 func (k Keys) Root() string                    { return k.root }
 func (k Keys) NodesPrefix() string             { return k.root + "nodes/" }

@@ -52,7 +52,11 @@ func (s *Store) RequestSplit(ctx context.Context, fence Fence, r RouteRecord, ke
 // cluster counter; both go Active on node from start, and the progress
 // record gets both halves at start, so the upper half's position is
 // durable before it runs. It returns the upper half's id.
-func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, progress model.ProgressTable, now time.Time) (string, error) {
+//
+// before, if set, runs once the upper half's id is known and before the
+// transaction (the halves' states go to the CheckpointStore there); its
+// error stops the split.
+func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, progress model.ProgressTable, now time.Time, before func(upperID string) error) (string, error) {
 	key := r.Route.SplitKey
 	if err := r.Route.Span.ValidSplitKey(key); err != nil {
 		return "", err
@@ -68,6 +72,11 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	}
 	next++
 	upperID := "p" + strconv.FormatUint(next, 10)
+	if before != nil {
+		if err := before(upperID); err != nil {
+			return "", err
+		}
+	}
 	from := r.Route.Node
 	lower := r.Route
 	lower.Span.End = key

@@ -1,0 +1,125 @@
+// Package checkpoint is seed 003's CheckpointStore: where a partition's
+// state (its actor's snapshot) goes between nodes when it is moved or
+// split, instead of travelling from node to node.
+//
+// Two implementations: etcd (the default; states are small: a key range
+// and a position, well under etcd's request limit) and a gocloud.dev/blob
+// bucket (file://, s3://, gs://, azblob://, mem://) for states too large
+// for etcd. An agent picks one with --checkpoint-store.
+//
+// It imports model, engine/meta and gocloud.dev/blob.
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	_ "gocloud.dev/blob/fileblob"  // file://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/memblob"   // mem://
+	_ "gocloud.dev/blob/s3blob"    // s3://
+	"gocloud.dev/gcerrors"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Store keeps partition states.
+type Store interface {
+	// Save stores the state of a partition as of a placement (epoch).
+	Save(ctx context.Context, cf model.ChangefeedID, pid string, epoch uint64, state []byte) error
+	// Load returns it; ErrNotFound if there is none.
+	Load(ctx context.Context, cf model.ChangefeedID, pid string) (state []byte, epoch uint64, err error)
+	Close() error
+}
+
+// ErrNotFound: no state saved for the partition.
+var ErrNotFound = errors.New("no saved partition state")
+
+// Etcd keeps states in etcd, beside the cluster's metadata.
+type Etcd struct{ Store *meta.Store }
+
+func (e Etcd) Save(ctx context.Context, cf model.ChangefeedID, pid string, epoch uint64, state []byte) error {
+	return e.Store.SaveCheckpoint(ctx, cf, pid, epoch, state)
+}
+
+func (e Etcd) Load(ctx context.Context, cf model.ChangefeedID, pid string) ([]byte, uint64, error) {
+	state, epoch, ok, err := e.Store.LoadCheckpoint(ctx, cf, pid)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %s/%s", ErrNotFound, cf, pid)
+	}
+	return state, epoch, err
+}
+
+func (Etcd) Close() error { return nil }
+
+// Blob keeps states as objects <cluster>/<cf>/<pid>.json in a bucket.
+type Blob struct {
+	bucket  *blob.Bucket
+	cluster string
+}
+
+// OpenBlob opens a bucket URL for a cluster's partition states.
+func OpenBlob(ctx context.Context, bucketURL, cluster string) (*Blob, error) {
+	u, err := url.Parse(bucketURL)
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint-store %q: %v", bucketURL, err)
+	}
+	if u.Scheme == "file" {
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("--checkpoint-store directory %s: %w", u.Path, err)
+		}
+	}
+	b, err := blob.OpenBucket(ctx, bucketURL)
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint-store %s: %v; give a bucket URL (file:///dir, s3://bucket?region=..., gs://bucket, mem://)", u.Redacted(), err)
+	}
+	if ok, err := b.IsAccessible(ctx); err != nil || !ok {
+		b.Close()
+		return nil, fmt.Errorf("--checkpoint-store %s is not accessible (%v); check the bucket name and credentials", u.Redacted(), err)
+	}
+	return &Blob{bucket: b, cluster: cluster}, nil
+}
+
+type blobRecord struct {
+	Epoch uint64 `json:"epoch"`
+	State []byte `json:"state"`
+}
+
+func (b *Blob) key(cf model.ChangefeedID, pid string) string {
+	return b.cluster + "/" + string(cf) + "/" + pid + ".json"
+}
+
+func (b *Blob) Save(ctx context.Context, cf model.ChangefeedID, pid string, epoch uint64, state []byte) error {
+	body, err := json.Marshal(blobRecord{Epoch: epoch, State: state})
+	if err != nil {
+		return err
+	}
+	if err := b.bucket.WriteAll(ctx, b.key(cf, pid), body, nil); err != nil {
+		return fmt.Errorf("save the state of %s/%s: %w", cf, pid, err)
+	}
+	return nil
+}
+
+func (b *Blob) Load(ctx context.Context, cf model.ChangefeedID, pid string) ([]byte, uint64, error) {
+	body, err := b.bucket.ReadAll(ctx, b.key(cf, pid))
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil, 0, fmt.Errorf("%w: %s/%s", ErrNotFound, cf, pid)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("load the state of %s/%s: %w", cf, pid, err)
+	}
+	var r blobRecord
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, 0, fmt.Errorf("the state of %s/%s does not decode: %w", cf, pid, err)
+	}
+	return r.State, r.Epoch, nil
+}
+
+func (b *Blob) Close() error { return b.bucket.Close() }
