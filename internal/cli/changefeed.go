@@ -156,20 +156,31 @@ func newChangefeedWaitCommand(o *options) *cobra.Command {
 		Use:   "wait NAME --advance D",
 		Short: "Wait until a changefeed's checkpoint has advanced by D (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
-the command started: proof that replication is moving. Exit 3 on --timeout.`,
+the command started: proof that replication is moving. A changefeed that
+does not exist yet is waited for. Exit 3 on --timeout.`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			first, err := c.Changefeed(cmd.Context(), args[0])
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			// A changefeed being created (the playground's demo, a
+			// runbook's previous step) is waited for too.
+			first, err := c.Changefeed(ctx, args[0])
+			for api.IsCode(err, api.CodeNotFound) {
+				select {
+				case <-ctx.Done():
+					return withExit(ExitTimeout, fmt.Errorf("timed out after %s: changefeed %s does not exist", timeout, args[0]))
+				case <-time.After(200 * time.Millisecond):
+				}
+				first, err = c.Changefeed(ctx, args[0])
+			}
 			if err != nil {
 				return err
 			}
 			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
 			for {
 				cf, err := c.Changefeed(ctx, args[0])
 				if err == nil && model.Ts(cf.CheckpointTs) >= target {
