@@ -38,9 +38,18 @@ func busy(r model.RouteEntry) *BusyError {
 
 func findPartition(s *model.Snapshot, id string) (model.PartitionState, error) {
 	for _, p := range s.Partitions {
-		if p.Route.ID == id {
-			return p, nil
+		if p.Route.ID != id {
+			continue
 		}
+		for _, cf := range s.Changefeeds {
+			if cf.ID == p.Route.Changefeed && cf.State != model.ChangefeedNormal {
+				// Its maintainer places nothing while it is paused: the
+				// operation would wait, busy, until a resume.
+				return p, &Refusal{RefuseInvalid, fmt.Sprintf("partition %s: changefeed %s is %s", id, cf.ID, cf.State),
+					"resume it first ('cdcctl changefeed resume " + string(cf.ID) + "')"}
+			}
+		}
+		return p, nil
 	}
 	return model.PartitionState{}, &Refusal{RefuseNotFound, fmt.Sprintf("partition %s not found", id), "list them with 'cdcctl partition list'"}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
@@ -32,6 +33,10 @@ type Coordinator struct {
 	StallAfter time.Duration
 	// Retention bounds the finished plans kept in etcd.
 	Retention Retention
+
+	// submitting serializes submissions: each one checks the plans not
+	// yet over before it stores its own.
+	submitting sync.Mutex
 }
 
 // New returns a coordinator over a store and this node's view.

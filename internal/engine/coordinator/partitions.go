@@ -18,6 +18,8 @@ import (
 // stale, if seed 003's rules no longer hold, or if another plan that is
 // not over works on one of its partitions.
 func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Term, p *plan.Plan, by string) (*exec.Record, error) {
+	c.submitting.Lock()
+	defer c.submitting.Unlock()
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -98,6 +100,8 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 					return exec.Outcome{Failed: fmt.Sprintf("it moved to %s meanwhile", route.Node)}, nil
 				}
 				return exec.Outcome{Done: true, Note: fmt.Sprintf("skipped: the scheduler moved it to %s meanwhile", route.Node)}, nil
+			case begun(route, s):
+				return exec.Outcome{}, nil
 			case route.Status == model.PartitionDraining:
 				return exec.Outcome{Waiting: fmt.Sprintf("busy: moving %s → %s", route.Node, route.Target)}, nil
 			case !st.IsSchedulable(s.To):
@@ -129,7 +133,7 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 		return exec.Outcome{Done: true, Note: fmt.Sprintf("running on %s after %s", s.To, time.Since(since).Round(time.Millisecond))}, nil
 	case plan.StepSplitPartition:
 		if state == exec.StepPending {
-			if route.Status == model.PartitionDraining {
+			if route.Status == model.PartitionDraining && !begun(route, s) {
 				return exec.Outcome{Waiting: "busy: another operation is in progress"}, nil
 			}
 			return exec.Outcome{}, nil
@@ -163,6 +167,12 @@ func (a *partitionActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step
 		if !ok {
 			return fmt.Errorf("partition %s is gone", s.Partition)
 		}
+		if begun(r.Route, s) {
+			return nil // a previous coordinator wrote it and died before saving the step
+		}
+		if r.Route.Status == model.PartitionDraining || r.Route.Node != s.From {
+			return fmt.Errorf("partition %s changed since the plan was checked: it is %s on %s", s.Partition, r.Route.Status, r.Route.Node)
+		}
 		now := time.Now().UTC()
 		var err error
 		switch s.Kind {
@@ -173,13 +183,41 @@ func (a *partitionActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step
 		default:
 			return fmt.Errorf("a %s plan has no %s steps", p.Kind, s.Kind)
 		}
+		if err == nil {
+			a.c.log.Info("coordinator: partition operation begun", "plan", p.ID, "step", plan.StepText(s))
+			a.awaitView(ctx, s, r.Revision)
+			return nil
+		}
 		if !errors.Is(err, meta.ErrStale) || attempt == 2 {
-			if err == nil {
-				a.c.log.Info("coordinator: partition operation begun", "plan", p.ID, "step", plan.StepText(s))
-			}
 			return err
 		}
 	}
+}
+
+// begun reports whether the entry already carries this step's request.
+func begun(r model.RouteEntry, s plan.Step) bool {
+	if r.Status != model.PartitionDraining {
+		return false
+	}
+	if s.Kind == plan.StepSplitPartition {
+		return r.SplitKey == s.Key
+	}
+	return r.SplitKey == "" && r.Target == s.To
+}
+
+// awaitView waits (briefly) until this node's view shows the entry past
+// the revision the step's write replaced: the step's next check must not
+// judge it from the entry as it was before (Active on its source would
+// look like a move that ended elsewhere).
+func (a *partitionActuator) awaitView(ctx context.Context, s plan.Step, replaced int64) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if r, ok := a.route(s); !ok || r.Revision > replaced {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.c.log.Warn("coordinator: the view did not show a partition write within 5s", "partition", s.Partition)
 }
 
 // Replan sends a rebalance move whose destination left to the capture

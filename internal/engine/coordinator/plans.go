@@ -46,6 +46,8 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 // so the answer carries the drain's epoch, and a concurrent drain is
 // refused by etcd.
 func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, target model.NodeID, batch int, approved *plan.Plan, by string) (*exec.Record, model.DrainRecord, error) {
+	c.submitting.Lock()
+	defer c.submitting.Unlock()
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return nil, model.DrainRecord{}, err

@@ -232,7 +232,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			if ok && p.Progress.Epoch == d.Route.Epoch && p.Progress.Final && p.Progress.Handover {
 				break // already handed over
 			}
-			from := max(st.Changefeeds[d.Route.Changefeed].Info.StartTs, d.Route.Start, p.Progress.Checkpoint)
+			from := max(st.Changefeeds[d.Route.Changefeed].Info.StartTs, d.Route.Start, p.Progress.Checkpoint, m.ownFinal(d.Route))
 			if !m.saveState(d.Route, from) {
 				break // tried again on the next pass
 			}
@@ -333,16 +333,10 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	// node wrote exactly up to its own final positions, whatever their
 	// placement, for instance before a move that was reverted).
 	from := max(e.Info.StartTs, r.Route.Start, st.Progress[r.Route.Changefeed][r.Route.ID].Progress.Checkpoint)
+	from = max(from, m.ownFinal(r.Route))
 	m.mu.Lock()
-	for k, f := range m.finals {
-		if f.cf == r.Route.Changefeed && f.pid == r.Route.ID && f.p.Epoch <= r.Route.Epoch {
-			from = max(from, f.p.Checkpoint)
-			if k == finalKey(r.Route) {
-				// Running again under the same placement: no longer final.
-				delete(m.finals, k)
-			}
-		}
-	}
+	// Running again under the same placement: no longer final.
+	delete(m.finals, finalKey(r.Route))
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
 	d, err := New(Config{
@@ -368,6 +362,21 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
 	return nil
+}
+
+// ownFinal is the highest position where this node stopped the partition,
+// under this placement or an earlier one: it wrote exactly up to there
+// (0 if it never stopped it). A move that was reverted, say, leaves one.
+func (m *Manager) ownFinal(r model.RouteEntry) model.Ts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var at model.Ts
+	for _, f := range m.finals {
+		if f.cf == r.Changefeed && f.pid == r.ID && f.p.Epoch <= r.Epoch {
+			at = max(at, f.p.Checkpoint)
+		}
+	}
+	return at
 }
 
 // saveState is seed 003's MigrateOut: the partition's state, stopped at
@@ -406,7 +415,10 @@ func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
 	if err := a.Restore(state); err != nil {
 		return err
 	}
-	if a.Span() != r.Span || a.Position() != r.Start {
+	// The position may be below Start: the maintainer may have heard a
+	// later durable position than the one its owner handed over at (a
+	// restart of the owner). Start is durable; above it, nothing is.
+	if a.Span() != r.Span || a.Position() > r.Start {
 		return fmt.Errorf("the saved state of %s is %s at %s; the routing table gives %s at %s", r.ID, a.Span(), a.Position(), r.Span, r.Start)
 	}
 	return nil

@@ -112,11 +112,18 @@ func (h *Host) forget(st *meta.State) {
 }
 
 // maintain is one pass of one changefeed's maintainer.
+// errSplit ends a maintainer's pass after a split: the split wrote the
+// progress record itself (with both halves), and this pass's positions,
+// read before it, would overwrite that with the routing table as it was.
+var errSplit = errors.New("split: the next pass goes on")
+
 func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) error {
 	mf := e.FenceOf(h.store.Keys())
 	pos := h.positions(st, e)
 	if e.Status.State == model.ChangefeedNormal {
-		if err := h.place(ctx, st, e, mf, pos); err != nil {
+		if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		if err := h.openBarriers(ctx, st, e, mf, pos); err != nil {
@@ -222,14 +229,19 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	return nil
 }
 
-// giveBack returns a partition its node cannot start to the node it was
-// moved from (exactly where the move handed it over: the new node wrote
-// nothing), or, if that one can no longer take it, to another node.
+// giveBack returns a partition its node cannot start, right after it was
+// moved there, to the node it was moved from (exactly where the move
+// handed it over: the new node wrote nothing), or, if that one can no
+// longer take it, to another node.
 func (h *Host) giveBack(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord) error {
-	var to model.NodeID
-	if n := len(r.Route.History); n > 0 && r.Route.History[n-1].Kind == "moved" && r.Route.History[n-1].To == r.Route.Node {
-		to = r.Route.History[n-1].From
+	// Only a partition just moved here is given back, once: a partition
+	// that ran here before, or came back here already, is retried where
+	// it is (a sink down everywhere must not make it bounce for ever).
+	n := len(r.Route.History)
+	if n == 0 || r.Route.History[n-1].Kind != "moved" || r.Route.History[n-1].To != r.Route.Node {
+		return nil
 	}
+	to := r.Route.History[n-1].From
 	if !st.IsSchedulable(to) {
 		to = ""
 		for _, n := range st.SchedulableNodeIDs() {
@@ -259,7 +271,7 @@ func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.Maint
 	}
 	h.log.Info("maintainer: partition split", "changefeed", e.Info.ID, "partition", r.Route.ID, "key", r.Route.SplitKey, "upper", upper,
 		"node", node, "graceful", start != 0, "paused", now.Sub(r.Route.BusySince).Round(time.Millisecond))
-	return nil
+	return errSplit
 }
 
 // splitState is seed 003's Actor.Split on the state the partition's node
@@ -271,24 +283,43 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 	if h.Checkpoints == nil || start == 0 {
 		return nil
 	}
-	whole, _, err := h.Checkpoints.Load(ctx, r.Changefeed, r.ID)
+	saved, _, err := h.Checkpoints.Load(ctx, r.Changefeed, r.ID)
 	if err != nil {
 		return err
 	}
 	a := &actor.Replication{}
-	if err := a.Restore(whole); err != nil {
+	if err := a.Restore(saved); err != nil {
 		return err
 	}
-	if a.Span() != r.Span || a.Position() != start {
-		return fmt.Errorf("the saved state of %s is %s at %s, not %s at %s", r.ID, a.Span(), a.Position(), r.Span, start)
+	// The saved position may be below start (the node restarted and
+	// handed over at its persisted position, while the maintainer had
+	// heard a later one): start is durable, and both halves begin there.
+	if a.Position() > start {
+		return fmt.Errorf("the saved state of %s is at %s, past the hand-over at %s", r.ID, a.Position(), start)
 	}
-	upper, err := a.Split(r.SplitKey)
-	if err != nil {
-		return err
-	}
-	lower, err := a.Snapshot()
-	if err != nil {
-		return err
+	lowerSpan := r.Span
+	lowerSpan.End = r.SplitKey
+	var upper, lower []byte
+	switch a.Span() {
+	case r.Span:
+		a = actor.NewReplication(r.Span, start)
+		if upper, err = a.Split(r.SplitKey); err != nil {
+			return err
+		}
+		if lower, err = a.Snapshot(); err != nil {
+			return err
+		}
+	case lowerSpan:
+		// Cut already by an attempt whose routing transaction failed:
+		// the upper half's state is made again, at the same position.
+		if lower, err = actor.NewReplication(lowerSpan, start).Snapshot(); err != nil {
+			return err
+		}
+		if upper, err = actor.NewReplication(model.Span{Table: r.Span.Table, Start: r.SplitKey, End: r.Span.End}, start).Snapshot(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("the saved state of %s is for %s, not %s", r.ID, a.Span(), r.Span)
 	}
 	if err := h.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
 		return err

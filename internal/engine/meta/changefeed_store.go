@@ -100,7 +100,8 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 }
 
 // RemoveChangefeed deletes a changefeed (its progress record is under its
-// prefix), its routing table and its barriers.
+// prefix), its routing table, its barriers and its partitions' states in
+// the etcd CheckpointStore.
 func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.ChangefeedID) error {
 	tr, err := s.cli.Txn(ctx).
 		If(append(fence.cmps(), clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(id)), ">", 0))...).
@@ -108,6 +109,7 @@ func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.Chan
 			clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
 			clientv3.OpDelete(s.keys.BarriersPrefix()+string(id)+"/", clientv3.WithPrefix()),
+			clientv3.OpDelete(s.keys.Checkpoint(id, ""), clientv3.WithPrefix()),
 		).Commit()
 	if err != nil {
 		return fmt.Errorf("remove changefeed %s: %w", id, err)

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -41,10 +39,4 @@ func (s *Store) LoadCheckpoint(ctx context.Context, cf model.ChangefeedID, pid s
 		return nil, 0, false, fmt.Errorf("the state of %s/%s does not decode: %w", cf, pid, err)
 	}
 	return r.State, r.Epoch, true, nil
-}
-
-// DeleteCheckpoints removes every partition state of a changefeed.
-func (s *Store) DeleteCheckpoints(ctx context.Context, cf model.ChangefeedID) error {
-	_, err := s.cli.Delete(ctx, s.keys.Checkpoint(cf, ""), clientv3.WithPrefix())
-	return err
 }

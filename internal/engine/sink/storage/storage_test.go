@@ -53,11 +53,18 @@ type acks struct {
 
 func feed(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatcher string, upTo model.Ts, a *acks) int {
 	t.Helper()
+	return feedFlushing(t, s, g, span, dispatcher, upTo, a, 0)
+}
+
+// feedFlushing is feed with a flush after every `every` batches (0:
+// none), so that file rotation does not depend on the flusher's timing.
+func feedFlushing(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatcher string, upTo model.Ts, a *acks, every int) int {
+	t.Helper()
 	r, err := g.Open(span, model.TsFromMillis(start))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	n, batches := 0, 0
 	for {
 		evs := r.Read(upTo, 25)
 		if len(evs) == 0 {
@@ -73,6 +80,11 @@ func feed(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatch
 		}})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if batches++; every > 0 && batches%every == 0 {
+			if err := s.Flush(context.Background(), dispatcher); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -93,7 +105,8 @@ func TestStorageSinkHoldsExactlyTheSource(t *testing.T) {
 				for i, sp := range model.SplitEvenly(table, 2, func(i int) string { return b[i-1] }) {
 					d := table + "-p" + string(rune('0'+i)) + "-1"
 					dispatchers = append(dispatchers, d)
-					total += feed(t, s, g, sp, d, upTo, &a)
+					// Flushes every 100 events: several files of 4 KiB each.
+					total += feedFlushing(t, s, g, sp, d, upTo, &a, 4)
 				}
 			}
 			for _, d := range dispatchers {
