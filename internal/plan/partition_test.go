@@ -26,6 +26,8 @@ func TestSplitAndMoveFollowSeed003sRules(t *testing.T) {
 	busy.Partitions[1].Route.Status, busy.Partitions[1].Route.Target = model.PartitionDraining, "capture-3"
 	draining := withSpans(snapshot(3, map[string]string{"a": "capture-1"}, 3))
 	draining.Nodes[2].Liveness = model.LivenessDraining
+	paused := withSpans(snapshot(3, map[string]string{"a": "capture-1"}, 3))
+	paused.Changefeeds[0].State = model.ChangefeedPaused
 	var refusal *Refusal
 	var isBusy *BusyError
 	for _, tt := range []struct {
@@ -46,6 +48,8 @@ func TestSplitAndMoveFollowSeed003sRules(t *testing.T) {
 		{"move: same capture", second(Move(s, "p2", "capture-2", DefaultCosts)), "it is already there", &refusal},
 		{"move: target Draining", second(Move(draining, "p2", "capture-3", DefaultCosts)), "it is Draining and takes no new work", &refusal},
 		{"move: busy", second(Move(busy, "p2", "capture-1", DefaultCosts)), "is busy", &isBusy},
+		{"move: changefeed paused", second(Move(paused, "p2", "capture-1", DefaultCosts)), "changefeed a is paused", &refusal},
+		{"split: changefeed paused", second(Split(paused, "p2", "h", DefaultCosts)), "resume it first", &refusal},
 	} {
 		if tt.err == nil || !strings.Contains(tt.err.Error(), tt.want) || !errors.As(tt.err, tt.as) {
 			t.Errorf("%s: %v, want %q", tt.name, tt.err, tt.want)
