@@ -158,6 +158,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			dest.Count(r.Route.Node)
 		}
 	}
+	var toPlace []meta.Placement
 	for _, r := range routes {
 		_, sourceAlive := st.Nodes[r.Route.Node]
 		switch {
@@ -172,15 +173,17 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		case r.Route.Node == "" || !sourceAlive:
 			node, ok := dest.Next()
 			if !ok {
-				return nil // no schedulable node; placed when one appears
+				continue // no schedulable node; placed when one appears
 			}
-			if err := h.store.PlacePartition(ctx, mf, r, node, 0); err != nil {
-				return err
-			}
+			toPlace = append(toPlace, meta.Placement{Route: r, Node: node})
 			if r.Route.Node != "" {
-				h.log.Info("maintainer: partition's node is gone; placed it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
+				h.log.Info("maintainer: partition's node is gone; placing it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
 			}
 		}
+	}
+	if len(toPlace) > 0 {
+		// Placed together; balancing waits for the next pass, which sees them.
+		return h.store.PlacePartitions(ctx, mf, toPlace)
 	}
 	return h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
 }

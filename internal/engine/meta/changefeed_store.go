@@ -173,24 +173,67 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 // start is the previous owner's final position after a graceful hand-over
 // (0 otherwise): the new owner starts exactly there.
 func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts) error {
-	next := r.Route
-	next.Node, next.Status, next.Epoch, next.Target, next.Start, next.BusySince = node, model.PartitionActive, r.Route.Epoch+1, "", start, time.Time{}
+	return s.PlacePartitions(ctx, mf, []Placement{{Route: r, Node: node, Start: start}})
+}
+
+// Placement is one partition to place: on Node, from Start (0: from its
+// persisted position).
+type Placement struct {
+	Route RouteRecord
+	Node  model.NodeID
+	Start model.Ts
+}
+
+// maxPlacementsPerTxn keeps a transaction under etcd's default limit of
+// 128 operations (and comparisons) per transaction.
+const maxPlacementsPerTxn = 100
+
+// PlacePartitions places several partitions of one changefeed, up to
+// maxPlacementsPerTxn per maintainer transaction: a new changefeed's
+// thousands of partitions cost tens of writes, not thousands (each write
+// wakes every node's view). Each entry is still compared at the revision
+// it was read; one changed entry fails its whole transaction (ErrStale),
+// and the next pass reads again.
+func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Placement) error {
+	for len(ps) > 0 {
+		chunk := ps[:min(len(ps), maxPlacementsPerTxn)]
+		ps = ps[len(chunk):]
+		cmps := []clientv3.Cmp{mf.cmp()}
+		var ops []clientv3.Op
+		now := time.Now().UTC()
+		for _, p := range chunk {
+			next := placed(p.Route.Route, p.Node, p.Start, now)
+			key := s.keys.Partition(next.Changefeed, next.ID)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", p.Route.Revision))
+			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
+		}
+		if err := s.commit(ctx, cmps, ops...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placed is a routing entry Active on node from start, at the next epoch,
+// with what happened in its history.
+func placed(r model.RouteEntry, node model.NodeID, start model.Ts, now time.Time) model.RouteEntry {
+	next := r
+	next.Node, next.Status, next.Epoch, next.Target, next.Start, next.BusySince = node, model.PartitionActive, r.Epoch+1, "", start, time.Time{}
 	switch {
-	case r.Route.Node == "":
+	case r.Node == "":
 	case start != 0:
-		ev := model.PartitionEvent{Time: time.Now().UTC(), Kind: "moved", From: r.Route.Node, To: node, Graceful: true}
-		if !r.Route.BusySince.IsZero() {
-			ev.Busy = ev.Time.Sub(r.Route.BusySince)
+		ev := model.PartitionEvent{Time: now, Kind: "moved", From: r.Node, To: node, Graceful: true}
+		if !r.BusySince.IsZero() {
+			ev.Busy = ev.Time.Sub(r.BusySince)
 			ev.Detail = fmt.Sprintf("after %s busy", ev.Busy.Round(time.Millisecond))
 		}
 		next.Remember(ev)
 	default:
 		// Its node died: the operator's placement, if any, is over.
 		next.Pinned = false
-		next.Remember(model.PartitionEvent{Time: time.Now().UTC(), Kind: "placed", From: r.Route.Node, To: node, Detail: "from its last checkpoint"})
+		next.Remember(model.PartitionEvent{Time: now, Kind: "placed", From: r.Node, To: node, Detail: "from its last checkpoint"})
 	}
-	key := s.keys.Partition(next.Changefeed, next.ID)
-	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
+	return next
 }
 
 // StartMove marks a partition Draining towards a target (seed 003's
