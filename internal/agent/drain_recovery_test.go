@@ -24,24 +24,7 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinks := tc.createFeeds(c, 12)
-	var target model.NodeID
-	tc.eventually("a follower holds at least 3 maintainers", 20*time.Second, func() bool {
-		for id := range tc.nodes {
-			if id != leader.Node && tc.maintainersOn(id) >= 3 {
-				target = id
-				return true
-			}
-		}
-		return false
-	})
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
-		t.Fatal(err)
-	}
-	tc.eventually("the plan is paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	target, res := tc.pausedDrain(c, leader.Node, 3)
 
 	// The victim: a destination (not the coordinator) of a step not begun.
 	rec := tc.plan(c, res.PlanID)
@@ -66,6 +49,7 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	tc.eventually("the plan finishes", 60*time.Second, func() bool {
 		rec, err = c.Plan(ctx, res.PlanID)
 		return err == nil && rec.State.Terminal()
@@ -133,19 +117,10 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinks := tc.createFeeds(c, 6)
-	target := tc.followerOf(leader.Node)
 	// Two maintainers at least: the paused plan keeps one there, so the
 	// drain cannot complete (and the capture go Stopping) before the
 	// crashes.
-	tc.eventually("the target holds 2 maintainers", 20*time.Second, func() bool { return tc.maintainersOn(target) >= 2 })
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
-		t.Fatal(err)
-	}
-	tc.eventually("the plan is paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	target, res := tc.pausedDrain(c, leader.Node, 2)
 	for id := range tc.nodes {
 		if id != target && id != leader.Node {
 			tc.crash(id)
@@ -161,6 +136,7 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 		t.Fatalf("drain record still in etcd: %+v", d)
 	}
 	var rec *api.PlanResponse
+	var err error
 	tc.eventually("the plan ends", 20*time.Second, func() bool {
 		rec, err = c.Plan(ctx, res.PlanID)
 		return err == nil && rec.State.Terminal()

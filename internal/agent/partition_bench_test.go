@@ -33,15 +33,7 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 	tc.startCaptures(3)
 	c := tc.client()
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	created, _ := tc.runDemo(c, demoSource, sink, time.Second)
-	cfg, err := gen.ParseURI(created.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := tc.runDemoGen(c, sink)
 	var pauses, moves, hops []time.Duration
 	for round := range rounds {
 		hops = append(hops, watchHop(t, tc))

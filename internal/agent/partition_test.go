@@ -89,6 +89,22 @@ func (w *coverageWatch) err() error {
 	return w.first
 }
 
+// runDemoGen runs the demo changefeed into sink (warm for a second) and
+// returns its generator, to pick keys from.
+func (tc *testCluster) runDemoGen(c *api.Client, sink string) *gen.Generator {
+	tc.t.Helper()
+	created, _ := tc.runDemo(c, demoSource, sink, time.Second)
+	cfg, err := gen.ParseURI(created.Source)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return g
+}
+
 // middleKey returns a generator key in the middle of a span, so that
 // both halves get keys.
 func middleKey(g *gen.Generator, s model.Span) (string, bool) {
@@ -177,15 +193,7 @@ func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 	c := tc.client()
 	ctx := context.Background()
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	created, _ := tc.runDemo(c, demoSource, sink, time.Second)
-	cfg, err := gen.ParseURI(created.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := tc.runDemoGen(c, sink)
 	cov := tc.watchCoverage("demo")
 	var notes []string
 	history := map[string]string{} // partition → what its history must say

@@ -48,6 +48,32 @@ func (tc *testCluster) plan(c *api.Client, id string) *api.PlanResponse {
 	return p
 }
 
+// pausedDrain drains a follower holding at least min maintainers, batch
+// 1, and pauses the plan at once (so that it holds where it is).
+func (tc *testCluster) pausedDrain(c *api.Client, leader model.NodeID, min int) (model.NodeID, *api.DrainCaptureResponse) {
+	tc.t.Helper()
+	ctx := context.Background()
+	var target model.NodeID
+	tc.eventually(fmt.Sprintf("a follower holds at least %d maintainers", min), 20*time.Second, func() bool {
+		for id := range tc.nodes {
+			if id != leader && tc.maintainersOn(id) >= min {
+				target = id
+				return true
+			}
+		}
+		return false
+	})
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.eventually("the plan is paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	return target, res
+}
+
 func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
 	n := 0
 	for _, s := range p.Steps {
@@ -68,24 +94,7 @@ func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
 	c := tc.client()
 	ctx := context.Background()
 	sinks := tc.createFeeds(c, 12)
-	var target model.NodeID
-	tc.eventually("a follower holds at least 3 maintainers", 20*time.Second, func() bool {
-		for id := range tc.nodes {
-			if id != leader.Node && tc.maintainersOn(id) >= 3 {
-				target = id
-				return true
-			}
-		}
-		return false
-	})
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestPause); err != nil {
-		t.Fatal(err)
-	}
-	tc.eventually("the plan is paused", 10*time.Second, func() bool { return tc.plan(c, res.PlanID).State == exec.Paused })
+	target, res := tc.pausedDrain(c, leader.Node, 3)
 	began := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer)
 	time.Sleep(2 * time.Second)
 	if now := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer); now != began {
@@ -106,6 +115,7 @@ func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
 		t.Fatalf("the crashed coordinator still leads")
 	}
 	var rec *api.PlanResponse
+	var err error
 	tc.eventually("the new coordinator finishes the plan", 60*time.Second, func() bool {
 		rec, err = c.Plan(ctx, res.PlanID)
 		return err == nil && rec.State.Terminal()

@@ -51,7 +51,7 @@ func newCaptureGetCommand(o *options) *cobra.Command {
 		Use:               "get CAPTURE",
 		Short:             "Show one capture",
 		Args:              exactArgs(1, "the capture id, e.g. capture-2 (see 'cdcctl capture list')"),
-		ValidArgsFunction: completeCaptures(o),
+		ValidArgsFunction: firstArg(completeCaptures(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
@@ -87,11 +87,35 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // completeCaptures completes capture ids from the cluster, quietly giving
 // nothing when no agent answers.
 func completeCaptures(o *options) cobra.CompletionFunc {
+	return completeFrom(o, func(ctx context.Context, c *api.Client) ([]string, error) {
+		list, err := c.Captures(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, cp := range list.Captures {
+			out = append(out, cp.ID+"\t"+describeCapture(cp))
+		}
+		return out, nil
+	})
+}
+
+// firstArg completes only a command's first argument.
+func firstArg(f cobra.CompletionFunc) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		if err := o.loadConfig(); err != nil {
+		return f(cmd, args, prefix)
+	}
+}
+
+// completeFrom completes from what list returns ("value\tdescription"),
+// asked of the cluster with a short timeout; it gives nothing, quietly,
+// when no agent answers.
+func completeFrom(o *options, list func(context.Context, *api.Client) ([]string, error)) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		if o.loadConfig() != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		c, err := o.client()
@@ -100,14 +124,14 @@ func completeCaptures(o *options) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), shortTimeout/5)
 		defer cancel()
-		list, err := c.Captures(ctx)
+		all, err := list(ctx, c)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var out []string
-		for _, cp := range list.Captures {
-			if strings.HasPrefix(cp.ID, prefix) {
-				out = append(out, cp.ID+"\t"+describeCapture(cp))
+		for _, v := range all {
+			if strings.HasPrefix(v, prefix) {
+				out = append(out, v)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp

@@ -45,7 +45,7 @@ terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
   cdcctl drain capture-3 --batch 2 --watch
   cdcctl drain capture-3 --batch 2 --yes --watch --timeout 10m -o json   # CI: NDJSON events`,
 		Args:              exactArgs(1, "the capture to drain"),
-		ValidArgsFunction: completeCaptures(o),
+		ValidArgsFunction: firstArg(completeCaptures(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if batch < 1 {
 				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))

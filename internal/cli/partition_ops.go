@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -81,7 +82,7 @@ it there (a drain or a failure still moves it).`,
 		Example: `  cdcctl partition move p7 --to capture-1 --dry-run
   cdcctl partition move p7 --to capture-1 --yes --watch`,
 		Args:              exactArgs(1, "the partition to move"),
-		ValidArgsFunction: completePartitions(o),
+		ValidArgsFunction: firstArg(completePartitions(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to == "" {
 				return usageErr(fmt.Errorf("say where with --to CAPTURE ('cdcctl capture list')"))
@@ -113,7 +114,7 @@ range ('cdcctl partition get ID'). Move a half afterwards with 'partition move'.
 		Example: `  cdcctl partition split p7 --key m --dry-run
   cdcctl partition split p7 --key m --yes --watch`,
 		Args:              exactArgs(1, "the partition to split"),
-		ValidArgsFunction: completePartitions(o),
+		ValidArgsFunction: firstArg(completePartitions(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("key") {
 				return usageErr(fmt.Errorf("say where to cut with --key KEY (inside the partition's range: 'cdcctl partition get %s')", args[0]))
@@ -163,7 +164,7 @@ func newPartitionGetCommand(o *options) *cobra.Command {
 		Use:               "get PARTITION",
 		Short:             "Show a partition: key range, capture, status, and its recent history (splits, moves)",
 		Args:              exactArgs(1, "the partition"),
-		ValidArgsFunction: completePartitions(o),
+		ValidArgsFunction: firstArg(completePartitions(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
@@ -224,26 +225,15 @@ func historyText(h []model.PartitionEvent) string {
 
 // completePartitions completes partition ids from the cluster.
 func completePartitions(o *options) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 || o.loadConfig() != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := o.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), shortTimeout/5)
-		defer cancel()
+	return completeFrom(o, func(ctx context.Context, c *api.Client) ([]string, error) {
 		list, err := c.Partitions(ctx, "", "")
 		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
+			return nil, err
 		}
 		var out []string
 		for _, p := range list.Partitions {
-			if strings.HasPrefix(p.ID, prefix) {
-				out = append(out, fmt.Sprintf("%s\t%s %s [%q,%q) on %s", p.ID, p.Changefeed, p.Table, p.Start, p.End, orNone(p.Node)))
-			}
+			out = append(out, fmt.Sprintf("%s\t%s %s [%q,%q) on %s", p.ID, p.Changefeed, p.Table, p.Start, p.End, orNone(p.Node)))
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		return out, nil
+	})
 }

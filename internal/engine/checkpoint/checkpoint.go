@@ -7,7 +7,7 @@
 // bucket (file://, s3://, gs://, azblob://, mem://) for states too large
 // for etcd. An agent picks one with --checkpoint-store.
 //
-// It imports model, engine/meta and gocloud.dev/blob.
+// It imports model, engine/actor, engine/meta and gocloud.dev/blob.
 package checkpoint
 
 import (
@@ -26,6 +26,7 @@ import (
 	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -41,6 +42,20 @@ type Store interface {
 
 // ErrNotFound: no state saved for the partition.
 var ErrNotFound = errors.New("no saved partition state")
+
+// LoadActor restores a partition's saved state into its replication
+// actor.
+func LoadActor(ctx context.Context, s Store, cf model.ChangefeedID, pid string) (*actor.Replication, error) {
+	state, _, err := s.Load(ctx, cf, pid)
+	if err != nil {
+		return nil, err
+	}
+	a := &actor.Replication{}
+	if err := a.Restore(state); err != nil {
+		return nil, fmt.Errorf("%s/%s: %w", cf, pid, err)
+	}
+	return a, nil
+}
 
 // Etcd keeps states in etcd, beside the cluster's metadata.
 type Etcd struct{ Store *meta.Store }

@@ -407,12 +407,8 @@ func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
 	if m.Checkpoints == nil || r.Start == 0 {
 		return nil // not a graceful hand-over: it resumes from its persisted position
 	}
-	state, _, err := m.Checkpoints.Load(ctx, r.Changefeed, r.ID)
+	a, err := checkpoint.LoadActor(ctx, m.Checkpoints, r.Changefeed, r.ID)
 	if err != nil {
-		return err
-	}
-	a := &actor.Replication{}
-	if err := a.Restore(state); err != nil {
 		return err
 	}
 	// The position may be below Start: the maintainer may have heard a

@@ -286,12 +286,8 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 	if h.Checkpoints == nil || start == 0 {
 		return nil
 	}
-	saved, _, err := h.Checkpoints.Load(ctx, r.Changefeed, r.ID)
+	a, err := checkpoint.LoadActor(ctx, h.Checkpoints, r.Changefeed, r.ID)
 	if err != nil {
-		return err
-	}
-	a := &actor.Replication{}
-	if err := a.Restore(saved); err != nil {
 		return err
 	}
 	// The saved position may be below start (the node restarted and
