@@ -152,16 +152,18 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 	if ch := Check(p, &later); ch != nil {
 		t.Fatalf("unrelated write made the plan stale: %v", ch)
 	}
-	// A partition it read moved; a capture joined.
+	// A partition it read moved; a destination went Draining; a capture
+	// joined.
 	moved := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
 	moved.Partitions[1].Revision = 999
+	moved.Nodes[1].Liveness, moved.Nodes[1].LivenessRevision = model.LivenessDraining, 998
 	moved.Nodes = append(moved.Nodes, model.NodeState{Info: model.NodeInfo{ID: "capture-4"}, NodeRevision: 1000, LivenessRevision: 1000})
 	ch := Check(p, moved)
-	if len(ch) != 2 { // the partition that moved, and the capture that joined
+	if len(ch) != 3 {
 		t.Fatalf("changes %v", ch)
 	}
 	text := fmt.Sprint(ch)
-	for _, want := range []string{"partition/a/p2 changed (revision", "node/capture-4 appeared"} {
+	for _, want := range []string{"partition/a/p2 changed (revision", "liveness/capture-2 changed (revision", "node/capture-4 appeared"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("changes %s lack %q", text, want)
 		}
