@@ -158,3 +158,24 @@ func (v *View) WaitFor(ctx context.Context, cond func(*meta.State) bool) error {
 		}
 	}
 }
+
+// MaxRest bounds Rest.
+const MaxRest = 250 * time.Millisecond
+
+// Rest is what a loop that follows the view does after a pass that took
+// took: it waits as long again (at most MaxRest) before the next. A view
+// changes with every write in the cluster, and each pass reads the whole
+// state; with tens of thousands of partitions a pass costs milliseconds
+// and the writes come hundreds a second, so passes run back to back and
+// starve the node. Resting as long as the pass took keeps a loop to half
+// of a core at most; at small scale a pass takes microseconds and nothing
+// waits.
+func Rest(ctx context.Context, took time.Duration) {
+	if took <= 100*time.Microsecond {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(min(took, MaxRest)):
+	}
+}

@@ -50,6 +50,7 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	var pruned time.Time
 	for ctx.Err() == nil {
 		ch := c.view.Changed()
+		began := time.Now()
 		err := c.cleanupLiveness(ctx, term)
 		if perr := c.placeMaintainers(ctx, term, c.view.State()); err == nil {
 			err = perr
@@ -73,6 +74,7 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
 			return
 		}
+		cluster.Rest(ctx, time.Since(began))
 		// A failed write is retried even if nothing else changes.
 		var retry <-chan time.Time
 		if err != nil {

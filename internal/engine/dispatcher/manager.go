@@ -126,9 +126,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		ch := m.view.Changed()
 		st := m.view.State()
+		began := time.Now()
 		if m.reconcile(ctx, st) || time.Since(m.lastBeat) >= m.Interval {
 			m.heartbeat(ctx, st)
 		}
+		cluster.Rest(ctx, time.Since(began))
 		select {
 		case <-ch:
 		case <-t.C:

@@ -80,6 +80,7 @@ func (h *Host) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		ch := h.view.Changed()
 		st := h.view.State()
+		began := time.Now()
 		for _, cf := range st.ChangefeedIDs() {
 			e := st.Changefeeds[cf]
 			if e.Maintainer.Node == h.self && e.MaintainerRevision > 0 {
@@ -89,6 +90,7 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 		}
 		h.forget(st)
+		cluster.Rest(ctx, time.Since(began))
 		select {
 		case <-ch:
 		case <-t.C:
