@@ -84,6 +84,12 @@ func TestDrainAtScale(t *testing.T) {
 	})
 	t.Logf("placed in %s", time.Since(began))
 	warm := model.TsFromTime(time.Now())
+	defer func() {
+		if t.Failed() {
+			l := sampleLag(t, c, time.Second, nil)
+			t.Logf("failed; the checkpoint lag then: p50 %s, p99 %s", l.p(50), l.p(99))
+		}
+	}()
 	tc.eventuallyEvery("every checkpoint past the placement", time.Duration(feeds+60)*time.Second, time.Second, func() bool {
 		l, err := c.Changefeeds(ctx)
 		if err != nil {
@@ -98,14 +104,25 @@ func TestDrainAtScale(t *testing.T) {
 	})
 	// The baseline: checkpoint lag of the same cluster, same load, for
 	// 10s before the drain.
+	t.Logf("warm after %s", time.Since(began))
 	baseline := sampleLag(t, c, 10*time.Second, nil)
 	began = time.Now()
 	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}
+	lastLog := time.Now()
 	drained := func() bool {
 		st, err := c.DrainStatus(ctx, string(target))
+		if err == nil && time.Since(lastLog) > 30*time.Second {
+			// Progress, for runs that take minutes.
+			left := 0
+			for _, n := range st.RemainingDispatcherCount {
+				left += n
+			}
+			t.Logf("after %s: %d maintainers and %d partitions left on %s", time.Since(began).Round(time.Second), st.RemainingMaintainerCount, left, target)
+			lastLog = time.Now()
+		}
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	}
 	during := sampleLag(t, c, 30*time.Minute, drained)
