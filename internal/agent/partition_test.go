@@ -260,3 +260,41 @@ func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 	}
 	t.Logf("%d splits and moves; coverage held in %d checks; %d events verified, 0 lost, 0 duplicates\n%s", rounds, cov.count(), rep.Expected, strings.Join(notes, "\n"))
 }
+
+// partition rebalance under load: partitions an operator pinned on one
+// capture (which the balance scheduler leaves alone) are evened out by a
+// rebalance plan, in batches, exactly once.
+func TestRebalanceUnderLoadIsExactlyOnce(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.startCaptures(3)
+	c := tc.client()
+	ctx := context.Background()
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "hot", Source: "gen://?tables=2&keys=100&rate=1000", Sink: sink, PartitionsPerTable: 4}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitCheckpoint(c, "hot", model.TsFromTime(time.Now()))
+	// Pin every partition on one capture.
+	const hot = model.NodeID("capture-1")
+	for _, r := range tc.state().SortedPartitions("hot") {
+		if r.Route.Node != hot {
+			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, r.Route.ID, hot, plan.DefaultCosts) })
+		}
+	}
+	rec := tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Rebalance(s, "hot", 2, plan.DefaultCosts) })
+	if moves := rec.Plan.PartitionMoves(); moves < 2 || rec.MaxConcurrent(plan.StepMovePartition) > 2 {
+		t.Fatalf("rebalance: %d moves, at most %d at once; want at least 2, at most 2 at once", moves, rec.MaxConcurrent(plan.StepMovePartition))
+	}
+	per := map[model.NodeID]int{}
+	for _, r := range tc.state().Partitions["hot"] {
+		per[r.Route.Node]++
+	}
+	if len(per) != 3 || max(per["capture-1"], per["capture-2"], per["capture-3"])-min(per["capture-1"], per["capture-2"], per["capture-3"]) > 1 {
+		t.Fatalf("after the rebalance: %v", per)
+	}
+	rep := tc.pauseAndVerify(c, "hot", sink, verifyStorage)
+	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+		t.Fatalf("after the rebalance: %+v", rep)
+	}
+	t.Logf("rebalance moved %d partitions: %v; %d events verified, 0 lost, 0 duplicates", rec.Plan.PartitionMoves(), per, rep.Expected)
+}
