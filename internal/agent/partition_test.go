@@ -125,18 +125,26 @@ func middleKey(g *gen.Generator, s model.Span) (string, bool) {
 func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*plan.Plan, error)) *api.PlanResponse {
 	tc.t.Helper()
 	ctx := context.Background()
-	snap, err := c.Snapshot(ctx)
-	if err != nil {
-		tc.t.Fatal(err)
+	// A partition the balance scheduler is moving is busy: wait and
+	// compute again, as seed 003's clients do with ErrPartitionBusy.
+	var sub *api.PlanResponse
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		snap, err := c.Snapshot(ctx)
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		p, err := compute(&snap.Snapshot)
+		if err == nil {
+			sub, err = c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: "test"})
+		}
+		if err == nil {
+			break
+		}
+		if !api.IsCode(apiErr(err), api.CodePartitionBusy) || time.Now().After(deadline) {
+			tc.t.Fatalf("plan: %v", err)
+		}
 	}
-	p, err := compute(&snap.Snapshot)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	sub, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: "test"})
-	if err != nil {
-		tc.t.Fatalf("submit %s %s: %v", p.Kind, p.Target, err)
-	}
+	var err error
 	var rec *api.PlanResponse
 	tc.eventually("plan "+sub.ID+" ends", 30*time.Second, func() bool {
 		rec, err = c.Plan(ctx, sub.ID)

@@ -127,10 +127,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		ch := m.view.Changed()
 		st := m.view.State()
 		began := time.Now()
-		if m.reconcile(ctx, st) || time.Since(m.lastBeat) >= m.Interval {
+		finals := m.reconcile(ctx, st)
+		// Only the pass over the routing table counts: sending heartbeats
+		// waits on the network, not the CPU, and resting for it would
+		// delay the next hand-over (a split's pause).
+		took := time.Since(began)
+		if finals || time.Since(m.lastBeat) >= m.Interval {
 			m.heartbeat(ctx, st)
 		}
-		cluster.Rest(ctx, time.Since(began))
+		cluster.Rest(ctx, took)
 		select {
 		case <-ch:
 		case <-t.C:

@@ -90,7 +90,16 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 		}
 		h.forget(st)
-		cluster.Rest(ctx, time.Since(began))
+		// Rest after a long pass, but a final position (a hand-over, a
+		// split's pause running) ends the rest at once.
+		rest := time.NewTimer(restFor(time.Since(began)))
+		select {
+		case <-rest.C:
+		case <-h.wake:
+			h.wakeAgain()
+		case <-ctx.Done():
+		}
+		rest.Stop()
 		select {
 		case <-ch:
 		case <-t.C:
@@ -114,6 +123,22 @@ func (h *Host) forget(st *meta.State) {
 }
 
 // maintain is one pass of one changefeed's maintainer.
+// restFor is how long the host rests after a pass (cluster.Rest's rule).
+func restFor(took time.Duration) time.Duration {
+	if took < 20*time.Millisecond {
+		return 0
+	}
+	return min(took, cluster.MaxRest)
+}
+
+// wakeAgain re-arms the wake signal a rest consumed.
+func (h *Host) wakeAgain() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
 // errSplit ends a maintainer's pass after a split: the split wrote the
 // progress record itself (with both halves), and this pass's positions,
 // read before it, would overwrite that with the routing table as it was.
