@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,12 +22,8 @@ var errDryRunChanges = withExit(ExitDryRunChanges, errors.New("the plan has chan
 
 func newDrainCommand(o *options) *cobra.Command {
 	var (
-		batch   int
-		dryRun  bool
-		yes     bool
-		watch   bool
-		timeout time.Duration
-		planOut string
+		batch int
+		f     planFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "drain CAPTURE",
@@ -50,41 +45,13 @@ terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
 			if batch < 1 {
 				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
 			}
-			target := model.NodeID(args[0])
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			snap, err := c.Snapshot(cmd.Context())
-			if err != nil {
-				return err
-			}
-			p, err := plan.Drain(&snap.Snapshot, target, batch, plan.DefaultCosts)
-			if err != nil {
-				return err
-			}
-			if planOut != "" {
-				b, _ := json.MarshalIndent(p, "", "  ")
-				if err := os.WriteFile(planOut, append(b, '\n'), 0o644); err != nil {
-					return err
-				}
-			}
-			if dryRun {
-				if err := o.render(p, func(tw tableWriter) { _ = plan.Render(tw, &snap.Snapshot, p) }); err != nil {
-					return err
-				}
-				return errDryRunChanges
-			}
-			return applyDrain(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
+			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Drain(s, model.NodeID(args[0]), batch, plan.DefaultCosts)
+			}, applyDrain)
 		},
 	}
-	f := cmd.Flags()
-	f.IntVar(&batch, "batch", 1, "maintainers moved at once")
-	f.BoolVar(&dryRun, "dry-run", false, "show the plan and exit: 2 if anything would change, 0 if not")
-	f.BoolVar(&yes, "yes", false, "approve without asking (scripts)")
-	f.BoolVar(&watch, "watch", false, "follow the drain to its end")
-	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch: give up waiting after this long (exit 3; the drain goes on)")
-	f.StringVar(&planOut, "plan-out", "", "also write the plan as JSON to this file")
+	f.register(cmd, 30*time.Minute)
+	cmd.Flags().IntVar(&batch, "batch", 1, "maintainers moved at once")
 	cmd.AddCommand(newDrainStatusCommand(o))
 	return cmd
 }

@@ -24,18 +24,21 @@ type planFlags struct {
 	planOut string
 }
 
-func (f *planFlags) register(cmd *cobra.Command) {
+func (f *planFlags) register(cmd *cobra.Command, timeout time.Duration) {
 	fl := cmd.Flags()
 	fl.BoolVar(&f.dryRun, "dry-run", false, "show the plan and exit: 2 if anything would change, 0 if not")
 	fl.BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
 	fl.BoolVar(&f.watch, "watch", false, "follow the plan to its end")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	fl.DurationVar(&f.timeout, "timeout", timeout, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
 	fl.StringVar(&f.planOut, "plan-out", "", "also write the plan as JSON to this file (apply it later with 'cdcctl plan apply')")
 }
 
+// planSubmit submits an approved plan: applyPlan, or a drain's own path.
+type planSubmit func(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error
+
 // runPlan computes a plan from the cluster's snapshot, then shows it
 // (--dry-run), saves it (--plan-out), or submits it after approval.
-func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.Snapshot) (*plan.Plan, error)) error {
+func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.Snapshot) (*plan.Plan, error), submit planSubmit) error {
 	c, err := o.client()
 	if err != nil {
 		return err
@@ -63,7 +66,7 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		}
 		return errDryRunChanges
 	}
-	return applyPlan(ctx, o, c, &snap.Snapshot, p, f.yes, f.watch, f.timeout)
+	return submit(ctx, o, c, &snap.Snapshot, p, f.yes, f.watch, f.timeout)
 }
 
 func newPartitionMoveCommand(o *options) *cobra.Command {
@@ -89,10 +92,10 @@ it there (a drain or a failure still moves it).`,
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
 				return plan.Move(s, args[0], model.NodeID(to), plan.DefaultCosts)
-			})
+			}, applyPlan)
 		},
 	}
-	f.register(cmd)
+	f.register(cmd, 10*time.Minute)
 	cmd.Flags().StringVar(&to, "to", "", "the capture to move it to")
 	_ = cmd.RegisterFlagCompletionFunc("to", completeCaptures(o))
 	return cmd
@@ -121,10 +124,10 @@ range ('cdcctl partition get ID'). Move a half afterwards with 'partition move'.
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
 				return plan.Split(s, args[0], key, plan.DefaultCosts)
-			})
+			}, applyPlan)
 		},
 	}
-	f.register(cmd)
+	f.register(cmd, 10*time.Minute)
 	cmd.Flags().StringVar(&key, "key", "", "where to cut: the upper half starts at this key")
 	return cmd
 }
@@ -150,10 +153,10 @@ func newPartitionRebalanceCommand(o *options) *cobra.Command {
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
 				return plan.Rebalance(s, model.ChangefeedID(changefeed), batch, plan.DefaultCosts)
-			})
+			}, applyPlan)
 		},
 	}
-	f.register(cmd)
+	f.register(cmd, 10*time.Minute)
 	cmd.Flags().StringVar(&changefeed, "changefeed", "", "the changefeed whose partitions to even out")
 	cmd.Flags().IntVar(&batch, "batch", 4, "partitions moved at once")
 	return cmd
