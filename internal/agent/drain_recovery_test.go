@@ -49,11 +49,7 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	tc.eventually("the plan finishes", 60*time.Second, func() bool {
-		rec, err = c.Plan(ctx, res.PlanID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec = tc.planEnd(c, res.PlanID, 60*time.Second)
 	if rec.State != exec.Done {
 		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}
@@ -135,12 +131,7 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 	if d := tc.state().Drain; d != nil {
 		t.Fatalf("drain record still in etcd: %+v", d)
 	}
-	var rec *api.PlanResponse
-	var err error
-	tc.eventually("the plan ends", 20*time.Second, func() bool {
-		rec, err = c.Plan(ctx, res.PlanID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec := tc.planEnd(c, res.PlanID, 20*time.Second)
 	if rec.State != exec.Failed || !strings.Contains(rec.Message, "only capture left") {
 		t.Fatalf("plan %s: %s (%s), want failed naming the only-capture-left exception", rec.ID, rec.State, rec.Message)
 	}

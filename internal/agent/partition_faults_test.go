@@ -79,11 +79,7 @@ func (fc *faultCase) move() *api.PlanResponse {
 	if err != nil {
 		fc.tc.t.Fatal(err)
 	}
-	var rec *api.PlanResponse
-	fc.tc.eventually("the move plan ends", 30*time.Second, func() bool {
-		rec, err = fc.c.Plan(ctx, sub.ID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec := fc.tc.planEnd(fc.c, sub.ID, 30*time.Second)
 	return rec
 }
 
@@ -240,11 +236,7 @@ func TestBusyPartitionIsRefused(t *testing.T) {
 		t.Fatalf("local planning of a busy partition: %v", err)
 	}
 	fc.tc.hub.Heal(fc.p.Node, fc.maintainer)
-	var rec *api.PlanResponse
-	fc.tc.eventually("the first move ends", 30*time.Second, func() bool {
-		rec, err = fc.c.Plan(ctx, sub.ID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec := fc.tc.planEnd(fc.c, sub.ID, 30*time.Second)
 	if rec.State != exec.Done || fc.route().Node != fc.to {
 		t.Fatalf("the first move: %s (%s); %s is on %s", rec.State, rec.Message, fc.p.ID, fc.route().Node)
 	}

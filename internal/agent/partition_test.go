@@ -144,12 +144,7 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 			tc.t.Fatalf("plan: %v", err)
 		}
 	}
-	var err error
-	var rec *api.PlanResponse
-	tc.eventually("plan "+sub.ID+" ends", 30*time.Second, func() bool {
-		rec, err = c.Plan(ctx, sub.ID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec := tc.planEnd(c, sub.ID, 30*time.Second)
 	if rec.State != exec.Done {
 		tc.t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}

@@ -74,6 +74,18 @@ func (tc *testCluster) pausedDrain(c *api.Client, leader model.NodeID, min int) 
 	return target, res
 }
 
+// planEnd waits for a plan to end and returns its record.
+func (tc *testCluster) planEnd(c *api.Client, id string, timeout time.Duration) *api.PlanResponse {
+	tc.t.Helper()
+	var rec *api.PlanResponse
+	tc.eventually("plan "+id+" ends", timeout, func() bool {
+		var err error
+		rec, err = c.Plan(context.Background(), id)
+		return err == nil && rec.State.Terminal()
+	})
+	return rec
+}
+
 func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
 	n := 0
 	for _, s := range p.Steps {
@@ -114,12 +126,7 @@ func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
 	if next.Node == leader.Node {
 		t.Fatalf("the crashed coordinator still leads")
 	}
-	var rec *api.PlanResponse
-	var err error
-	tc.eventually("the new coordinator finishes the plan", 60*time.Second, func() bool {
-		rec, err = c.Plan(ctx, res.PlanID)
-		return err == nil && rec.State.Terminal()
-	})
+	rec := tc.planEnd(c, res.PlanID, 60*time.Second)
 	if rec.State != exec.Done || rec.MaxConcurrent(plan.StepMoveMaintainer) != 1 {
 		t.Fatalf("plan %s: %s (%s), at most %d maintainer moves at once", rec.ID, rec.State, rec.Message, rec.MaxConcurrent(plan.StepMoveMaintainer))
 	}
