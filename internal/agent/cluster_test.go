@@ -116,7 +116,7 @@ func TestDuplicateNodeIDIsRefused(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.startCaptures(1)
 
-	n, err := New(Config{NodeID: "capture-1", Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test", DataDir: t.TempDir(), SessionTTL: testTTL, LogFormat: "text"}, quietLogger())
+	n, err := New(Config{NodeID: "capture-1", Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test", DataDir: t.TempDir(), SessionTTL: testTTL, LogFormat: "text"}, tc.log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,12 +20,23 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
+// testTTL is the session TTL of tests that crash a capture: its death is
+// noticed after this long.
 const testTTL = 2 * time.Second
+
+// calmTTL is every other test's session TTL, the agent's default. A test
+// that proves a graceful operation wrote nothing twice must not lose a
+// session to a CPU stall: under -race on two busy cores a 2s lease can
+// run out, the capture's partitions then resume elsewhere from their
+// last checkpoint, and that (correct) at-least-once replay would fail the
+// test.
+const calmTTL = 10 * time.Second
 
 // testCluster is real etcd in process plus agents that talk to it over
 // loopback, exactly as separate processes would.
 type testCluster struct {
 	t        *testing.T
+	log      *slog.Logger
 	endpoint string
 	cli      *clientv3.Client
 	store    *meta.Store
@@ -33,7 +44,8 @@ type testCluster struct {
 	// hub connects the nodes in memory; nil makes them talk gRPC over
 	// loopback, as separate processes do.
 	hub *transport.Hub
-	// ttl is the agents' session TTL (testTTL unless a test sets it).
+	// ttl is the agents' session TTL: calmTTL, or testTTL in a test that
+	// crashes captures.
 	ttl time.Duration
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
@@ -62,18 +74,18 @@ func newTestCluster(t *testing.T) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	tc := &testCluster{t: t, endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: testTTL}
+	tc := &testCluster{t: t, log: testLogger(t), endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: calmTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
 }
 
-// quietLogger discards the agents' logs, unless CDCCTL_TEST_LOG is set
-// (to debug a failing test).
-func quietLogger() *slog.Logger {
+// verboseLogger logs everything to stderr when CDCCTL_TEST_LOG is set
+// (to debug a test); else it is nil.
+func verboseLogger() *slog.Logger {
 	if os.Getenv("CDCCTL_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return nil
 }
 
 // start runs one agent and waits until it listens.
@@ -82,7 +94,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
-	}, quietLogger(), append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
+	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -130,6 +142,10 @@ func (tc *testCluster) stop(id model.NodeID) error {
 
 // crash kills one agent as kill -9 would, as far as the cluster can tell.
 func (tc *testCluster) crash(id model.NodeID) {
+	tc.t.Helper()
+	if tc.ttl > testTTL {
+		tc.t.Fatalf("set tc.ttl = testTTL before starting captures in a test that crashes one (it is %s: the crash would be noticed that late)", tc.ttl)
+	}
 	rn := tc.nodes[id]
 	delete(tc.nodes, id)
 	rn.node.crash()
