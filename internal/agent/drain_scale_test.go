@@ -120,7 +120,7 @@ func TestDrainAtScale(t *testing.T) {
 			for _, n := range st.RemainingDispatcherCount {
 				left += n
 			}
-			t.Logf("after %s: %d maintainers and %d partitions left on %s", time.Since(began).Round(time.Second), st.RemainingMaintainerCount, left, target)
+			t.Logf("after %s: %d maintainers and %d partitions left on %s; %s", time.Since(began).Round(time.Second), st.RemainingMaintainerCount, left, target, tc.handoverCensus(target))
 			lastLog = time.Now()
 		}
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
@@ -196,4 +196,43 @@ func sampleLag(t *testing.T, c *api.Client, d time.Duration, done func() bool) l
 		}
 	}
 	return out
+}
+
+// handoverCensus says where the partitions of a drain are, from etcd and
+// from the dispatcher managers: still on the target, being moved (and
+// whether the target's final position is persisted yet), placed on
+// another capture, and how many dispatchers actually run there. A slow
+// drain shows here which stage of the hand-over it waits in.
+func (tc *testCluster) handoverCensus(target model.NodeID) string {
+	st := tc.state()
+	var onTarget, moving, finalPersisted, placed int
+	for _, id := range st.ChangefeedIDs() {
+		for pid, r := range st.Partitions[id] {
+			switch {
+			case r.Route.Status == model.PartitionDraining:
+				moving++
+				p := st.Progress[id][pid].Progress
+				if p.Final && p.Handover && p.Epoch == r.Route.Epoch {
+					finalPersisted++
+				}
+			case r.Route.Node == target:
+				onTarget++
+			case r.Route.Node != "":
+				placed++
+			}
+		}
+	}
+	running := 0
+	for id, rn := range tc.nodes {
+		if id == target {
+			continue
+		}
+		if _, inc := rn.node.current(); inc != nil {
+			for _, n := range inc.manager.Running() {
+				running += n
+			}
+		}
+	}
+	return fmt.Sprintf("%d on the target, %d moving (%d with a persisted final position), %d placed elsewhere, %d running elsewhere",
+		onTarget, moving, finalPersisted, placed, running)
 }
