@@ -174,5 +174,21 @@ func (b backend) RemoveChangefeed(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return engineError(coord.RemoveChangefeed(ctx, term, model.ChangefeedID(id)), id)
+	if err := coord.RemoveChangefeed(ctx, term, model.ChangefeedID(id)); err != nil {
+		return engineError(err, id)
+	}
+	// Its partitions' states in a bucket go too (in etcd they went with
+	// the changefeed). The changefeed is removed whatever happens here: a
+	// state left behind is garbage, never read again (a changefeed created
+	// with the same name starts from scratch and overwrites what it hands
+	// over), so a failure is a warning naming what to delete.
+	if b.n.blobStates != nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := b.n.blobStates.Forget(fctx, model.ChangefeedID(id)); err != nil {
+			b.n.log.Warn("changefeed removed, but its partitions' states are still in the checkpoint store; delete them by hand",
+				"changefeed", id, "prefix", b.n.blobStates.Prefix(model.ChangefeedID(id)), "err", err)
+		}
+	}
+	return nil
 }

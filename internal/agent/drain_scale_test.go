@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"testing"
@@ -105,6 +106,7 @@ func TestDrainAtScale(t *testing.T) {
 	// The baseline: checkpoint lag of the same cluster, same load, for
 	// 10s before the drain.
 	t.Logf("warm after %s", time.Since(began))
+	profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "steady", 20*time.Second)
 	baseline := sampleLag(t, c, 10*time.Second, nil)
 	began = time.Now()
 	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: batch})
@@ -114,7 +116,7 @@ func TestDrainAtScale(t *testing.T) {
 	lastLog := time.Now()
 	drained := func() bool {
 		st, err := c.DrainStatus(ctx, string(target))
-		if err == nil && time.Since(lastLog) > 30*time.Second {
+		if err == nil && time.Since(lastLog) > 15*time.Second {
 			// Progress, for runs that take minutes.
 			left := 0
 			for _, n := range st.RemainingDispatcherCount {
@@ -125,6 +127,7 @@ func TestDrainAtScale(t *testing.T) {
 		}
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	}
+	go profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "drain", 20*time.Second)
 	during := sampleLag(t, c, 30*time.Minute, drained)
 	tc.eventuallyEvery("the drain completes", 60*time.Second, time.Second, drained)
 	t.Logf("drained in %s", time.Since(began))
@@ -235,4 +238,26 @@ func (tc *testCluster) handoverCensus(target model.NodeID) string {
 	}
 	return fmt.Sprintf("%d on the target, %d moving (%d with a persisted final position), %d placed elsewhere, %d running elsewhere",
 		onTarget, moving, finalPersisted, placed, running)
+}
+
+// profileCPU writes a CPU profile of the next d to PREFIX-NAME.pprof when
+// prefix is set (CDCCTL_SCALE_CPUPROFILE): where a run at scale spends
+// its time, steady and while draining. It may run in its own goroutine.
+func profileCPU(t *testing.T, prefix, name string, d time.Duration) {
+	if prefix == "" {
+		return
+	}
+	f, err := os.Create(prefix + "-" + name + ".pprof")
+	if err != nil {
+		t.Errorf("CPU profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Logf("no CPU profile: %v", err)
+		return
+	}
+	time.Sleep(d)
+	pprof.StopCPUProfile()
+	t.Logf("CPU profile of %s: %s", name, f.Name())
 }

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -189,6 +192,36 @@ func TestSplitsAndMovesWithStatesInABucket(t *testing.T) {
 			t.Fatalf("%s: state %v for %s, routing table %s", r.Route.ID, err, a.Span(), r.Route.Span)
 		}
 	}
+	// Removing the changefeed removes its states from the bucket.
+	statesDir := filepath.Join(dir, "test", "demo")
+	if n := countFiles(t, statesDir); n == 0 {
+		t.Fatalf("no states in %s before the removal", statesDir)
+	}
+	if err := tc.client().RemoveChangefeed(context.Background(), "demo"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countFiles(t, statesDir); n != 0 {
+		t.Fatalf("%d files left in %s after the changefeed was removed", n, statesDir)
+	}
+}
+
+// countFiles counts the regular files under dir (0 if it does not exist).
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
@@ -264,9 +297,10 @@ func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 	t.Logf("%d splits and moves; coverage held in %d checks; %d events verified, 0 lost, 0 duplicates\n%s", rounds, cov.count(), rep.Expected, strings.Join(notes, "\n"))
 }
 
-// partition rebalance under load: partitions an operator pinned on one
-// capture (which the balance scheduler leaves alone) are evened out by a
-// rebalance plan, in batches, exactly once.
+// partition rebalance --move-pinned under load: partitions an operator
+// pinned on one capture (which the balance scheduler, and a plain
+// rebalance, leave alone) are evened out by a rebalance plan, in batches,
+// exactly once.
 func TestRebalanceUnderLoadIsExactlyOnce(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.startCaptures(3)
@@ -284,7 +318,9 @@ func TestRebalanceUnderLoadIsExactlyOnce(t *testing.T) {
 			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, r.Route.ID, hot, plan.DefaultCosts) })
 		}
 	}
-	rec := tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Rebalance(s, "hot", 2, plan.DefaultCosts) })
+	rec := tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) {
+		return plan.Rebalance(s, "hot", 2, true, plan.DefaultCosts)
+	})
 	if moves := rec.Plan.PartitionMoves(); moves < 2 || rec.MaxConcurrent(plan.StepMovePartition) > 2 {
 		t.Fatalf("rebalance: %d moves, at most %d at once; want at least 2, at most 2 at once", moves, rec.MaxConcurrent(plan.StepMovePartition))
 	}

@@ -137,6 +137,7 @@ func newPartitionRebalanceCommand(o *options) *cobra.Command {
 		f          planFlags
 		changefeed string
 		batch      int
+		movePinned bool
 	)
 	cmd := &cobra.Command{
 		Use:   "rebalance --changefeed CHANGEFEED",
@@ -152,13 +153,14 @@ func newPartitionRebalanceCommand(o *options) *cobra.Command {
 				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
-				return plan.Rebalance(s, model.ChangefeedID(changefeed), batch, plan.DefaultCosts)
+				return plan.Rebalance(s, model.ChangefeedID(changefeed), batch, movePinned, plan.DefaultCosts)
 			}, applyPlan)
 		},
 	}
 	f.register(cmd, 10*time.Minute)
 	cmd.Flags().StringVar(&changefeed, "changefeed", "", "the changefeed whose partitions to even out")
 	cmd.Flags().IntVar(&batch, "batch", 4, "partitions moved at once")
+	cmd.Flags().BoolVar(&movePinned, "move-pinned", false, "also move partitions an operator placed by hand (they lose their pin)")
 	return cmd
 }
 

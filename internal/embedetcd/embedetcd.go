@@ -60,6 +60,13 @@ func Start(cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = cfg.Name + "=" + peerURL.String()
 	ec.UnsafeNoFsync = cfg.NoFsync
+	// Keep a minute of history, as a production etcd should be set up to
+	// (--auto-compaction-retention). Without it every rewrite of a
+	// changefeed's progress record stays in the database: a
+	// 20,000-partition run grew it past 500 MB in six minutes. A view
+	// watching from a compacted revision loads the state again.
+	ec.AutoCompactionMode = embed.CompactorModePeriodic
+	ec.AutoCompactionRetention = "1m"
 	logger := cfg.Logger
 	if logger == nil {
 		logger = zap.NewNop()

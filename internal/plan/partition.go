@@ -135,8 +135,9 @@ func Split(s *model.Snapshot, id, key string, costs Costs) (*Plan, error) {
 // Rebalance plans evening out one changefeed's partitions over the
 // schedulable captures with the fewest moves: while the most-loaded has
 // more than one partition over the least-loaded, one moves between them.
-// Moves run batch at a time.
-func Rebalance(s *model.Snapshot, cf model.ChangefeedID, batch int, costs Costs) (*Plan, error) {
+// Moves run batch at a time. Partitions an operator pinned stay where
+// they are unless movePinned (they then lose the pin).
+func Rebalance(s *model.Snapshot, cf model.ChangefeedID, batch int, movePinned bool, costs Costs) (*Plan, error) {
 	found := false
 	for _, c := range s.Changefeeds {
 		found = found || c.ID == cf
@@ -172,7 +173,13 @@ func Rebalance(s *model.Snapshot, cf model.ChangefeedID, batch int, costs Costs)
 		}
 		if dest.IsCandidate(p.Route.Node) {
 			dest.Count(p.Route.Node)
-			perNode[p.Route.Node] = append(perNode[p.Route.Node], p.Route)
+			// A partition an operator moved by hand is pinned there: it
+			// counts toward its capture's load, but the others move
+			// around it (as the maintainer's own balancing does), unless
+			// the operator says otherwise.
+			if !p.Route.Pinned || movePinned {
+				perNode[p.Route.Node] = append(perNode[p.Route.Node], p.Route)
+			}
 		}
 	}
 	out := &Plan{Version: 1, Kind: KindRebalance, Target: model.NodeID(cf), BatchSize: batch, Fingerprint: fingerprintOf(s, objects...)}

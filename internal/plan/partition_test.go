@@ -86,7 +86,7 @@ func TestRebalanceMovesTheFewestPartitions(t *testing.T) {
 	for i := range s.Partitions {
 		s.Partitions[i].Route.Node = "capture-1" // all nine on one capture
 	}
-	p, err := Rebalance(s, "a", 2, DefaultCosts)
+	p, err := Rebalance(s, "a", 2, false, DefaultCosts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +103,28 @@ func TestRebalanceMovesTheFewestPartitions(t *testing.T) {
 	if after["capture-1"] != 3 || after["capture-2"] != 3 || after["capture-3"] != 3 {
 		t.Fatalf("after: %v", after)
 	}
+	// Pinned partitions (moved there by hand) stay; the others move.
+	pinned := snapshot(3, map[string]string{"a": "capture-1"}, 9)
+	for i := range pinned.Partitions {
+		pinned.Partitions[i].Route.Node = "capture-1"
+		pinned.Partitions[i].Route.Pinned = i < 8
+	}
+	if p, err := Rebalance(pinned, "a", 2, false, DefaultCosts); err != nil {
+		t.Fatal(err)
+	} else if p.PartitionMoves() != 1 {
+		t.Fatalf("eight of nine pinned: %d moves, want 1", p.PartitionMoves())
+	} else if st := p.Batches[0].Steps[0]; st.Partition != pinned.Partitions[8].Route.ID {
+		t.Fatalf("moved %s, a pinned partition", st.Partition)
+	}
+	if p, err := Rebalance(pinned, "a", 2, true, DefaultCosts); err != nil || p.PartitionMoves() != 6 {
+		t.Fatalf("pinned ones may move: %v, %+v", err, p)
+	}
 	// Balanced: nothing to do.
 	even := snapshot(3, map[string]string{"a": "capture-1"}, 9)
-	if p, err := Rebalance(even, "a", 2, DefaultCosts); err != nil || len(p.Batches) != 0 {
+	if p, err := Rebalance(even, "a", 2, false, DefaultCosts); err != nil || len(p.Batches) != 0 {
 		t.Fatalf("balanced: %v %+v", err, p)
 	}
-	if _, err := Rebalance(s, "zz", 2, DefaultCosts); err == nil || !strings.Contains(err.Error(), "changefeed zz not found") {
+	if _, err := Rebalance(s, "zz", 2, false, DefaultCosts); err == nil || !strings.Contains(err.Error(), "changefeed zz not found") {
 		t.Fatalf("unknown changefeed: %v", err)
 	}
 }

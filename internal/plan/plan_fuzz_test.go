@@ -15,7 +15,7 @@ func FuzzPlanJSON(f *testing.F) {
 		func() (*Plan, error) { return Drain(s, "capture-3", 2, DefaultCosts) },
 		func() (*Plan, error) { return Split(s, "p3", "x", DefaultCosts) },
 		func() (*Plan, error) { return Move(s, "p2", "capture-1", DefaultCosts) },
-		func() (*Plan, error) { return Rebalance(s, "a", 1, DefaultCosts) },
+		func() (*Plan, error) { return Rebalance(s, "a", 1, false, DefaultCosts) },
 	} {
 		p, err := mk()
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 
@@ -37,6 +38,8 @@ type Store interface {
 	Save(ctx context.Context, cf model.ChangefeedID, pid string, epoch uint64, state []byte) error
 	// Load returns it; ErrNotFound if there is none.
 	Load(ctx context.Context, cf model.ChangefeedID, pid string) (state []byte, epoch uint64, err error)
+	// Forget deletes every state saved for a changefeed (it was removed).
+	Forget(ctx context.Context, cf model.ChangefeedID) error
 	Close() error
 }
 
@@ -70,6 +73,13 @@ func (e Etcd) Load(ctx context.Context, cf model.ChangefeedID, pid string) ([]by
 		err = fmt.Errorf("%w: %s/%s", ErrNotFound, cf, pid)
 	}
 	return state, epoch, err
+}
+
+// Forget implements Store. Removing a changefeed already deletes its
+// states in etcd, in the same transaction; this is for a store used on
+// its own.
+func (e Etcd) Forget(ctx context.Context, cf model.ChangefeedID) error {
+	return e.Store.ForgetCheckpoints(ctx, cf)
 }
 
 func (Etcd) Close() error { return nil }
@@ -136,5 +146,26 @@ func (b *Blob) Load(ctx context.Context, cf model.ChangefeedID, pid string) ([]b
 	}
 	return r.State, r.Epoch, nil
 }
+
+// Forget implements Store: it deletes the objects under <cluster>/<cf>/.
+func (b *Blob) Forget(ctx context.Context, cf model.ChangefeedID) error {
+	prefix := b.Prefix(cf)
+	it := b.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list the states under %s: %w", prefix, err)
+		}
+		if err := b.bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("delete %s: %w", obj.Key, err)
+		}
+	}
+}
+
+// Prefix is where a changefeed's states are in the bucket.
+func (b *Blob) Prefix(cf model.ChangefeedID) string { return b.cluster + "/" + string(cf) + "/" }
 
 func (b *Blob) Close() error { return b.bucket.Close() }

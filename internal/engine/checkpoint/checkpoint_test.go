@@ -38,6 +38,24 @@ func exercise(t *testing.T, s Store) {
 	if err != nil || epoch != 4 || string(state) != `{"version":1,"x":2}` {
 		t.Fatalf("load: %q epoch %d, %v", state, epoch, err)
 	}
+	// Forgetting a changefeed deletes its states, and only its own.
+	if err := s.Save(ctx, "demo", "p2", 1, []byte("p2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, "demo"); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []string{"p1", "p2"} {
+		if _, _, err := s.Load(ctx, "demo", pid); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("demo/%s after Forget: %v, want ErrNotFound", pid, err)
+		}
+	}
+	if state, _, err := s.Load(ctx, "other", "p1"); err != nil || string(state) != "other" {
+		t.Fatalf("another changefeed's state after Forget: %q, %v", state, err)
+	}
+	if err := s.Forget(ctx, "demo"); err != nil {
+		t.Fatalf("Forget again: %v", err)
+	}
 }
 
 func TestEtcdStore(t *testing.T) {
@@ -87,8 +105,8 @@ func TestBlobStoreOnFileAndS3(t *testing.T) {
 	}
 	defer s3.Close()
 	exercise(t, s3)
-	if obj, err := backend.HeadObject("cdc", "test/demo/p1.json"); err != nil || obj == nil {
-		t.Fatalf("the state is not in the bucket as test/demo/p1.json: %v", err)
+	if obj, err := backend.HeadObject("cdc", "test/other/p1.json"); err != nil || obj == nil {
+		t.Fatalf("the state is not in the bucket as test/other/p1.json: %v", err)
 	}
 	// A bucket that does not exist is refused at start, naming the fix.
 	if _, err := OpenBlob(ctx, "s3://missing?"+params, "test"); err == nil || !strings.Contains(err.Error(), "not accessible") {

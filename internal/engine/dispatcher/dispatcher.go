@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -71,6 +72,12 @@ type Dispatcher struct {
 	failure    error
 	acked      chan struct{} // signalled on every ack
 
+	// quiet, while the loop sleeps on a Lookahead source, is the last ts
+	// before the span's next event or DDL: nothing commits up to it, so
+	// with nothing in flight the checkpoint may report up to it (the
+	// source's clock permitting). 0 when not sleeping so.
+	quiet model.Ts
+
 	stopReq  chan struct{}
 	stopOnce sync.Once
 	finished chan struct{}
@@ -114,7 +121,50 @@ func (d *Dispatcher) Span() model.Span { return d.cfg.Span }
 func (d *Dispatcher) Checkpoint() model.Ts {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.foldQuiet()
 	return d.checkpoint
+}
+
+// foldQuiet moves the checkpoint over a quiet stretch the loop sleeps
+// through: up to now, or to just before the next event, whichever is
+// first. d.mu must be held.
+func (d *Dispatcher) foldQuiet() {
+	if d.quiet != 0 && len(d.inflight) == 0 {
+		d.checkpoint = max(d.checkpoint, min(d.cfg.Now(), d.quiet))
+	}
+}
+
+func (d *Dispatcher) setQuiet(until model.Ts) {
+	d.mu.Lock()
+	d.foldQuiet()
+	d.quiet = until
+	d.mu.Unlock()
+}
+
+// maxQuiet bounds one sleep on a Lookahead source.
+const maxQuiet = 5 * time.Second
+
+// quietFor says how long the loop may sleep with nothing to read, and the
+// last ts before the next event or DDL of its span, when the source can
+// tell (ok false: it cannot; poll).
+func (d *Dispatcher) quietFor() (time.Duration, model.Ts, bool) {
+	la, ok := d.reader.(source.Lookahead)
+	if !ok {
+		return 0, 0, false
+	}
+	sch, ok := d.cfg.Source.(source.DDLSchedule)
+	if !ok {
+		return 0, 0, false // DDLs it cannot foresee: poll
+	}
+	next, has := la.NextAt()
+	if ddl, ok := sch.NextDDL(d.cfg.Span.Table, d.reader.Position()); ok && (!has || ddl < next) {
+		next, has = ddl, true
+	}
+	if !has {
+		return maxQuiet, model.Ts(math.MaxUint64 >> 1), true
+	}
+	wait := time.Duration(next.Millis()-d.cfg.Now().Millis()) * time.Millisecond
+	return min(max(wait, d.cfg.Idle), maxQuiet), next - 1, true
 }
 
 // Run reads and writes until ctx ends (a crash-like stop: nothing more is
@@ -220,13 +270,28 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 		}
 		if len(evs) > 0 {
 			idle = d.cfg.Idle
+			continue
+		}
+		// Nothing to read. A source that knows when the span's next event
+		// commits lets the loop sleep until then (thousands of quiet
+		// partitions then cost nothing), reporting its checkpoint as
+		// moving meanwhile; any other is polled with a back-off.
+		wait, until, foreseen := d.quietFor()
+		if foreseen {
+			d.setQuiet(until)
 		} else {
-			select {
-			case <-ctx.Done():
-			case <-d.stopReq:
-			case <-time.After(idle):
-			}
+			wait = idle
 			idle = min(2*idle, maxIdleFactor*d.cfg.Idle)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-d.stopReq:
+		case <-t.C:
+		}
+		t.Stop()
+		if foreseen {
+			d.setQuiet(0)
 		}
 	}
 }
@@ -259,7 +324,9 @@ func (d *Dispatcher) ack(b *inflightBatch, err error) {
 	} else {
 		b.done = true
 		for len(d.inflight) > 0 && d.inflight[0].done {
-			d.checkpoint = d.inflight[0].end
+			// max: a quiet stretch may have reported past a batch's end
+			// (never past an event: the batch holds none before it).
+			d.checkpoint = max(d.checkpoint, d.inflight[0].end)
 			d.inflight = d.inflight[1:]
 		}
 	}

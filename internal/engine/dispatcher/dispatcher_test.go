@@ -197,3 +197,84 @@ func TestAFailingSinkStopsTheDispatcherAndHoldsTheCheckpoint(t *testing.T) {
 		t.Fatal("the dispatcher kept running on a failing sink")
 	}
 }
+
+// countingSource counts the reads of its readers; its readers keep the
+// generator's lookahead.
+type countingSource struct {
+	*gen.Generator
+	mu    sync.Mutex
+	reads int
+}
+
+type countingReader struct {
+	source.Reader
+	s *countingSource
+}
+
+func (c *countingSource) Open(span model.Span, from model.Ts) (source.Reader, error) {
+	r, err := c.Generator.Open(span, from)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReader{Reader: r, s: c}, nil
+}
+
+func (r *countingReader) Read(upTo model.Ts, max int) []source.Event {
+	r.s.mu.Lock()
+	r.s.reads++
+	r.s.mu.Unlock()
+	return r.Reader.Read(upTo, max)
+}
+
+func (r *countingReader) NextAt() (model.Ts, bool) { return r.Reader.(source.Lookahead).NextAt() }
+
+// A quiet partition sleeps until its next event instead of polling, while
+// its checkpoint keeps moving with the clock; everything still arrives
+// exactly once.
+func TestAQuietPartitionSleepsUntilItsNextEvent(t *testing.T) {
+	g := live(t, "gen://?tables=1&keys=4&rate=4&ddl_every=700ms")
+	src := &countingSource{Generator: g}
+	uri := "file://" + t.TempDir() + "?flush-interval=20ms"
+	s := openSink(t, uri)
+	d, err := dispatcher.New(dispatcher.Config{ID: "p0.1", Span: model.Span{Table: "t0001"}, Start: g.TableVersion(0), Source: src, Sink: s, Now: now, Idle: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	time.Sleep(2 * time.Second)
+	// About 8 events and 2 DDLs in 2s. Polling every 1ms (backing off to
+	// 8ms) reads 250 times or more; sleeping until the next commit reads
+	// two to four times per event or DDL.
+	src.mu.Lock()
+	reads := src.reads
+	src.mu.Unlock()
+	// The checkpoint passed the last commit before now, though nothing was
+	// written since: the stretch after it is known empty.
+	before := now()
+	var last model.Ts
+	for k := range 4 {
+		if n := g.CountIndex(0, k, before); n > 0 {
+			last = max(last, g.CommitTs(0, k, n))
+		}
+	}
+	cp := d.Checkpoint()
+	final, err := d.Stop(context.Background())
+	if err != nil || <-done != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if reads > 100 {
+		t.Fatalf("%d reads in 2s of a source with about 10 commits: the dispatcher polled", reads)
+	}
+	if cp < last || final < cp {
+		t.Fatalf("checkpoint %v (final %v) behind the last commit %v", cp, final, last)
+	}
+	rep, err := verify.Storage(context.Background(), g, uri, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Expected == 0 {
+		t.Fatalf("quiet partition: %+v", rep)
+	}
+	t.Logf("%d reads, %d events verified up to %v", reads, rep.Expected, final)
+}

@@ -256,15 +256,17 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			delete(m.failed, k)
 		}
 	}
-	m.mu.Unlock()
+	var toStart []meta.RouteRecord
 	for k, r := range want {
-		m.mu.Lock()
-		_, runs := m.running[k]
-		m.mu.Unlock()
-		if runs {
-			continue
+		if _, runs := m.running[k]; !runs {
+			toStart = append(toStart, r)
 		}
-		err := m.start(ctx, st, r)
+	}
+	m.mu.Unlock()
+	prepared := m.prepareAll(ctx, toStart)
+	for i, r := range toStart {
+		k := key(r.Route.Changefeed, r.Route.ID)
+		err := m.start(ctx, st, r, prepared[i])
 		m.mu.Lock()
 		if err == nil {
 			delete(m.failed, k)
@@ -321,7 +323,37 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	return nf, nil
 }
 
-func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord) error {
+// prepareWorkers bounds the partitions prepared at once. Preparing reads
+// the partition's saved state (an etcd or bucket round trip): one after
+// another, a node taking over thousands of partitions in a drain started
+// them slower than the maintainers handed them over.
+const prepareWorkers = 16
+
+// prepareAll prepares partitions in parallel; the i-th error is the i-th
+// partition's.
+func (m *Manager) prepareAll(ctx context.Context, rs []meta.RouteRecord) []error {
+	errs := make([]error, len(rs))
+	sem := make(chan struct{}, prepareWorkers)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		if m.Checkpoints == nil || r.Route.Start == 0 {
+			continue // nothing to read: see prepare
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = m.prepare(ctx, r.Route)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// start starts a partition's dispatcher; prepared is what preparing it
+// (prepareAll) returned.
+func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord, prepared error) error {
 	e := st.Changefeeds[r.Route.Changefeed]
 	f, err := m.feedFor(ctx, e)
 	if err != nil {
@@ -332,8 +364,8 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord)
 			return err
 		}
 	}
-	if err := m.prepare(ctx, r.Route); err != nil {
-		return err
+	if prepared != nil {
+		return prepared
 	}
 	// The exact hand-over position if there was one; else the highest
 	// durable position known (persisted, or where it stopped here: this

@@ -10,18 +10,23 @@ import (
 )
 
 func (h *Host) source(e *meta.ChangefeedEntry) (*gen.Generator, error) {
-	if g, ok := h.sources[e.Info.ID]; ok && g.Config().StartMillis == e.Info.StartTs.Millis() {
+	h.mu.Lock()
+	g, ok := h.sources[e.Info.ID]
+	h.mu.Unlock()
+	if ok && g.Config().StartMillis == e.Info.StartTs.Millis() {
 		return g, nil
 	}
 	cfg, err := gen.ParseURI(e.Info.SourceURI)
 	if err != nil {
 		return nil, err
 	}
-	g, err := gen.New(cfg)
+	g, err = gen.New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	h.mu.Lock()
 	h.sources[e.Info.ID] = g
+	h.mu.Unlock()
 	return g, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -39,4 +41,12 @@ func (s *Store) LoadCheckpoint(ctx context.Context, cf model.ChangefeedID, pid s
 		return nil, 0, false, fmt.Errorf("the state of %s/%s does not decode: %w", cf, pid, err)
 	}
 	return r.State, r.Epoch, true, nil
+}
+
+// ForgetCheckpoints deletes every partition state of a changefeed.
+func (s *Store) ForgetCheckpoints(ctx context.Context, cf model.ChangefeedID) error {
+	if _, err := s.cli.Delete(ctx, s.keys.Checkpoint(cf, ""), clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("delete the partition states of %s: %w", cf, err)
+	}
+	return nil
 }

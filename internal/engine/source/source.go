@@ -62,3 +62,20 @@ type Reader interface {
 	// Position is the commit ts up to which every event has been returned.
 	Position() model.Ts
 }
+
+// Lookahead is a Reader that knows when its next event commits. A
+// dispatcher with nothing to read sleeps until then instead of polling,
+// and meanwhile reports its position as reaching it: nothing of its span
+// commits in between.
+type Lookahead interface {
+	// NextAt is the commit ts of the next event after Position(); false
+	// if there will be none.
+	NextAt() (model.Ts, bool)
+}
+
+// DDLSchedule is a source that knows when a table's next DDL commits.
+type DDLSchedule interface {
+	// NextDDL is the commit ts of the table's first DDL after ts; false
+	// if there will be none.
+	NextDDL(table string, after model.Ts) (model.Ts, bool)
+}

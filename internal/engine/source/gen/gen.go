@@ -230,7 +230,9 @@ func (g *Generator) DDLs(table string, from, upTo model.Ts) []source.Event {
 		return nil
 	}
 	var out []source.Event
-	for m := int64(1); ; m++ {
+	// Start at the DDL just before from, not at the first: a dispatcher
+	// asks on every read, and a long-running stream has many behind it.
+	for m := max(1, (from.Millis()-g.cfg.StartMillis)/g.ddlEvery); ; m++ {
 		ts := model.TsFromMillis(g.cfg.StartMillis + m*g.ddlEvery).WithLogical(1)
 		if ts > upTo {
 			return out
@@ -240,6 +242,19 @@ func (g *Generator) DDLs(table string, from, upTo model.Ts) []source.Event {
 				Kind: source.KindDDL, Table: table, CommitTs: ts, Schema: uint64(m), TableVersion: ts,
 				Statement: fmt.Sprintf("ALTER TABLE `%s` ADD COLUMN `c%d` INT NOT NULL DEFAULT %d", table, m, m),
 			})
+		}
+	}
+}
+
+// NextDDL implements source.DDLSchedule.
+func (g *Generator) NextDDL(table string, after model.Ts) (model.Ts, bool) {
+	ti, ok := tableIndex(table)
+	if g.ddlEvery == 0 || !ok || ti >= g.cfg.Tables {
+		return 0, false
+	}
+	for m := max(1, (after.Millis()-g.cfg.StartMillis)/g.ddlEvery); ; m++ {
+		if ts := model.TsFromMillis(g.cfg.StartMillis + m*g.ddlEvery).WithLogical(1); ts > after {
+			return ts, true
 		}
 	}
 }
@@ -271,6 +286,15 @@ type reader struct {
 }
 
 func (r *reader) Position() model.Ts { return r.pos }
+
+// NextAt implements source.Lookahead: the heap's top is the span's next
+// commit.
+func (r *reader) NextAt() (model.Ts, bool) {
+	if len(r.heap) == 0 {
+		return 0, false
+	}
+	return model.TsFromMillis(r.heap[0].ms), true
+}
 
 func (r *reader) Read(upTo model.Ts, maxEvents int) []source.Event {
 	var out []source.Event
