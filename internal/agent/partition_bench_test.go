@@ -48,12 +48,7 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 		}
 		key, _ := middleKey(g, victim.Span)
 		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, victim.ID, key, plan.DefaultCosts) })
-		lower := tc.state().Partitions["demo"][victim.ID].Route
-		ev := lower.History[len(lower.History)-1]
-		if ev.Kind != "split" || ev.Busy == 0 {
-			t.Fatalf("%s: last event %+v", victim.ID, ev)
-		}
-		pauses = append(pauses, ev.Busy)
+		pauses = append(pauses, tc.lastBusy(victim.ID, "split"))
 		var upper model.RouteEntry
 		for _, r := range tc.state().Partitions["demo"] {
 			if r.Route.Span.Table == table && r.Route.Span.Start == key {
@@ -62,12 +57,7 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 		}
 		to := tc.followerOf(upper.Node)
 		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, upper.ID, to, plan.DefaultCosts) })
-		moved := tc.state().Partitions["demo"][upper.ID].Route
-		mev := moved.History[len(moved.History)-1]
-		if mev.Kind != "moved" || mev.Busy == 0 {
-			t.Fatalf("%s: last event %+v", upper.ID, mev)
-		}
-		moves = append(moves, mev.Busy)
+		moves = append(moves, tc.lastBusy(upper.ID, "moved"))
 	}
 	rep := tc.pauseAndVerify(c, "demo", sink, verifyStorage)
 	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
@@ -125,3 +115,14 @@ func pct(d []time.Duration, q int) time.Duration {
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, time.Microsecond)) }
+
+// lastBusy is how long a demo partition was busy in its last history
+// event, which must be of the given kind.
+func (tc *testCluster) lastBusy(pid, kind string) time.Duration {
+	tc.t.Helper()
+	h := tc.state().Partitions["demo"][pid].Route.History
+	if len(h) == 0 || h[len(h)-1].Kind != kind || h[len(h)-1].Busy == 0 {
+		tc.t.Fatalf("%s: history %+v, want a last %s event with its busy time", pid, h, kind)
+	}
+	return h[len(h)-1].Busy
+}

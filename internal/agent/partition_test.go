@@ -97,7 +97,14 @@ func (w *coverageWatch) err() error {
 func (tc *testCluster) runDemoGen(c *api.Client, sink string) *gen.Generator {
 	tc.t.Helper()
 	created, _ := tc.runDemo(c, demoSource, sink, time.Second)
-	cfg, err := gen.ParseURI(created.Source)
+	return tc.generator(created.Source)
+}
+
+// generator is the generator behind a changefeed's source URI: what the
+// changefeed reads, to pick keys from or to verify against.
+func (tc *testCluster) generator(source string) *gen.Generator {
+	tc.t.Helper()
+	cfg, err := gen.ParseURI(source)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -260,15 +260,7 @@ func (tc *testCluster) verifyPaused(c *api.Client, cf, sinkURI string, check ver
 	if err != nil {
 		tc.t.Fatal(err)
 	}
-	cfg, err := gen.ParseURI(final.Source)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	g, err := gen.New(cfg)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	rep, err := check(ctx, g, sinkURI, model.Ts(final.CheckpointTs))
+	rep, err := check(ctx, tc.generator(final.Source), sinkURI, model.Ts(final.CheckpointTs))
 	if err != nil {
 		tc.t.Fatal(err)
 	}

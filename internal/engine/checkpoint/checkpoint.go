@@ -7,7 +7,8 @@
 // bucket (file://, s3://, gs://, azblob://, mem://) for states too large
 // for etcd. An agent picks one with --checkpoint-store.
 //
-// It imports model, engine/actor, engine/meta and gocloud.dev/blob.
+// It imports model, engine/actor, engine/bucket, engine/meta and
+// gocloud.dev/blob.
 package checkpoint
 
 import (
@@ -16,18 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"os"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob://
-	_ "gocloud.dev/blob/fileblob"  // file://
-	_ "gocloud.dev/blob/gcsblob"   // gs://
-	_ "gocloud.dev/blob/memblob"   // mem://
-	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -92,22 +87,9 @@ type Blob struct {
 
 // OpenBlob opens a bucket URL for a cluster's partition states.
 func OpenBlob(ctx context.Context, bucketURL, cluster string) (*Blob, error) {
-	u, err := url.Parse(bucketURL)
+	b, err := bucket.Open(ctx, bucketURL)
 	if err != nil {
-		return nil, fmt.Errorf("--checkpoint-store %q: %v", bucketURL, err)
-	}
-	if u.Scheme == "file" {
-		if err := os.MkdirAll(u.Path, 0o755); err != nil {
-			return nil, fmt.Errorf("--checkpoint-store directory %s: %w", u.Path, err)
-		}
-	}
-	b, err := blob.OpenBucket(ctx, bucketURL)
-	if err != nil {
-		return nil, fmt.Errorf("--checkpoint-store %s: %v; give a bucket URL (file:///dir, s3://bucket?region=..., gs://bucket, mem://)", u.Redacted(), err)
-	}
-	if ok, err := b.IsAccessible(ctx); err != nil || !ok {
-		b.Close()
-		return nil, fmt.Errorf("--checkpoint-store %s is not accessible (%v); check the bucket name and credentials", u.Redacted(), err)
+		return nil, fmt.Errorf("--checkpoint-store: %w; give a bucket URL every agent can reach (file:///dir, s3://bucket?region=..., gs://bucket, mem://) and check its name and credentials", err)
 	}
 	return &Blob{bucket: b, cluster: cluster}, nil
 }
@@ -118,7 +100,7 @@ type blobRecord struct {
 }
 
 func (b *Blob) key(cf model.ChangefeedID, pid string) string {
-	return b.cluster + "/" + string(cf) + "/" + pid + ".json"
+	return b.Prefix(cf) + pid + ".json"
 }
 
 func (b *Blob) Save(ctx context.Context, cf model.ChangefeedID, pid string, epoch uint64, state []byte) error {

@@ -336,9 +336,6 @@ func (m *Manager) prepareAll(ctx context.Context, rs []meta.RouteRecord) []error
 	sem := make(chan struct{}, prepareWorkers)
 	var wg sync.WaitGroup
 	for i, r := range rs {
-		if m.Checkpoints == nil || r.Route.Start == 0 {
-			continue // nothing to read: see prepare
-		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {

@@ -7,21 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob://
-	_ "gocloud.dev/blob/fileblob"  // file://
-	_ "gocloud.dev/blob/gcsblob"   // gs://
-	_ "gocloud.dev/blob/memblob"   // mem://
-	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
+	"github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -104,37 +98,11 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger) (*Sink, error
 
 // OpenBucket opens a sink's bucket and checks that it can be used.
 func OpenBucket(ctx context.Context, cfg Config) (*blob.Bucket, error) {
-	u, err := url.Parse(cfg.BucketURL)
+	b, err := bucket.Open(ctx, cfg.BucketURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("storage sink: %w; check the bucket name, endpoint and credentials", err)
 	}
-	if u.Scheme == "file" {
-		if err := os.MkdirAll(u.Path, 0o755); err != nil {
-			return nil, fmt.Errorf("sink directory %s: %w", u.Path, err)
-		}
-	}
-	bucket, err := blob.OpenBucket(ctx, cfg.BucketURL)
-	if err != nil {
-		return nil, fmt.Errorf("open storage sink %s: %w", redact(u), err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ok, err := bucket.IsAccessible(cctx)
-	if err != nil || !ok {
-		bucket.Close()
-		if err == nil {
-			err = errors.New("bucket does not exist")
-		}
-		return nil, fmt.Errorf("storage sink %s is not accessible: %v; check the bucket name, endpoint and credentials", redact(u), err)
-	}
-	return bucket, nil
-}
-
-func redact(u *url.URL) string {
-	c := *u
-	c.RawQuery = ""
-	c.User = nil
-	return c.String()
+	return b, nil
 }
 
 // Write implements sink.Sink: rows are encoded into the spool at once; the

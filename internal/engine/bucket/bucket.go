@@ -1,0 +1,61 @@
+// Package bucket opens the gocloud.dev/blob buckets the engine writes to
+// (storage sinks, the checkpoint store) and checks that they can be used
+// before anything relies on them. It registers every driver the project
+// supports: file://, s3://, gs://, azblob:// and mem://.
+//
+// It imports gocloud.dev/blob only.
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	_ "gocloud.dev/blob/fileblob"  // file://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/memblob"   // mem://
+	_ "gocloud.dev/blob/s3blob"    // s3://
+)
+
+// Open opens a bucket URL and checks that the bucket is there and can be
+// reached. A file:// directory is created if missing. Errors name the
+// URL without its credentials or query; callers add what to do.
+func Open(ctx context.Context, rawURL string) (*blob.Bucket, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a URL: %v", rawURL, err)
+	}
+	if u.Scheme == "file" {
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("directory %s: %w", u.Path, err)
+		}
+	}
+	b, err := blob.OpenBucket(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s: %w", Redact(u), err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ok, err := b.IsAccessible(cctx)
+	if err != nil || !ok {
+		b.Close()
+		if err == nil {
+			err = errors.New("bucket does not exist")
+		}
+		return nil, fmt.Errorf("%s is not accessible: %v", Redact(u), err)
+	}
+	return b, nil
+}
+
+// Redact is a bucket URL fit for messages: no credentials, no query.
+func Redact(u *url.URL) string {
+	c := *u
+	c.RawQuery = ""
+	c.User = nil
+	return c.String()
+}
