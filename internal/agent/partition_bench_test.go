@@ -38,7 +38,7 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 	for round := range rounds {
 		hops = append(hops, watchHop(t, tc))
 		// Split the widest partition of a table, then move its upper half.
-		table := g.Tables()[round%len(g.Tables())]
+		table := g.TableNames()[round%len(g.TableNames())]
 		var victim model.RouteEntry
 		width := -1
 		for _, r := range tc.state().SortedPartitions("demo") {

@@ -242,7 +242,7 @@ func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 	history := map[string]string{} // partition → what its history must say
 	for round := range rounds {
 		// A partition of a different table each round.
-		table := g.Tables()[round%len(g.Tables())]
+		table := g.TableNames()[round%len(g.TableNames())]
 		var victim model.RouteEntry
 		for _, r := range tc.state().SortedPartitions("demo") {
 			if r.Route.Span.Table == table && r.Route.Status == model.PartitionActive {

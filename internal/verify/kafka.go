@@ -6,18 +6,18 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Kafka checks a Kafka sink's topic against the generator up to a
+// Kafka checks a Kafka sink's topic against a deterministic source up to a
 // checkpoint, partition by partition in offset order.
-func Kafka(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (Report, error) {
+func Kafka(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
 	cfg, err := kafka.ParseURI(sinkURI)
 	if err != nil {
 		return Report{}, err
 	}
-	c := NewChecker(g, upTo)
+	c := NewChecker(want, upTo)
 	// In every Kafka partition, a table's DDL must come after every row
 	// committed before it and before every row committed after it, once.
 	type pt struct {
@@ -35,7 +35,7 @@ func Kafka(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts)
 			lastDDL[k] = max(lastDDL[k], ts)
 		case codec.MessageRow:
 			k := pt{p, r.Table}
-			if need := g.TableVersion(g.SchemaAt(r.CommitTs.Millis())); need.Logical() != 0 && lastDDL[k] < need {
+			if need := want.SchemaSince(r.CommitTs); need != 0 && lastDDL[k] < need {
 				c.Misplaced(fmt.Sprintf("partition %d: %s/%s version %d arrived before the DDL at %d it was written after", p, r.Table, r.Key, r.Version, need))
 			} else if lastDDL[k] > r.CommitTs {
 				c.Misplaced(fmt.Sprintf("partition %d: %s/%s version %d arrived after the DDL at %d it was written before", p, r.Table, r.Key, r.Version, lastDDL[k]))

@@ -5,15 +5,15 @@ import (
 	"fmt"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Storage checks a storage sink's bucket against the generator up to a
+// Storage checks a storage sink's bucket against a deterministic source up to a
 // checkpoint. Each dispatcher's stream is read in file order; streams are
 // taken oldest first, so a key moved between dispatchers is seen in the
 // order it was written, and a replay after a crash counts as duplicates.
-func Storage(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (Report, error) {
+func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
 	cfg, err := storage.ParseURI(sinkURI)
 	if err != nil {
 		return Report{}, err
@@ -27,7 +27,7 @@ func Storage(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.T
 	if err != nil {
 		return Report{}, fmt.Errorf("read the sink: %w", err)
 	}
-	c := NewChecker(g, upTo)
+	c := NewChecker(want, upTo)
 	for _, st := range streams {
 		for _, r := range st.Rows {
 			c.Observe(Row{Table: r.Table, Key: r.Key, Version: r.Version, CommitTs: r.CommitTs, Value: r.Value})

@@ -1,17 +1,19 @@
 // Package verify proves that a sink holds what the source produced: for
 // every key of every table, every version up to the changefeed's
-// checkpoint, in per-key order. Because the gen source is deterministic,
-// the expected content is computed, not recorded.
+// checkpoint, in per-key order. For a deterministic source (one that
+// meets source.Expectation, like gen) the expected content is computed,
+// not recorded.
 //
 // This file is the checker; readers of each sink's output feed it rows in
-// the order the sink delivers them per key. It imports model and the gen
-// source; it never imports the engine's control path.
+// the order the sink delivers them per key. It imports model and source's
+// interfaces; it never imports the engine's control path or a concrete
+// source.
 package verify
 
 import (
 	"fmt"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -58,20 +60,26 @@ type keyState struct {
 
 // Checker accumulates rows and reports.
 type Checker struct {
-	g      *gen.Generator
+	want   source.Expectation
 	upTo   model.Ts
-	keys   []keyState // [table*Keys + key]
+	keys   []keyState // by key ref
+	tables map[string]bool
 	report Report
 }
 
-// NewChecker checks a sink against a generator up to a checkpoint: every
-// version committed at or before upTo must be present.
-func NewChecker(g *gen.Generator, upTo model.Ts) *Checker {
-	cfg := g.Config()
-	return &Checker{
-		g: g, upTo: upTo, keys: make([]keyState, cfg.Tables*cfg.Keys),
-		report: Report{Version: 1, Tables: cfg.Tables, Keys: cfg.Tables * cfg.Keys, CheckedUpToTs: uint64(upTo)},
+// NewChecker checks a sink against a deterministic source up to a
+// checkpoint: every version committed at or before upTo must be present.
+func NewChecker(want source.Expectation, upTo model.Ts) *Checker {
+	c := &Checker{
+		want: want, upTo: upTo, keys: make([]keyState, want.Keys()), tables: map[string]bool{},
+		report: Report{Version: 1, Keys: want.Keys(), CheckedUpToTs: uint64(upTo)},
 	}
+	for ref := 0; ref < want.Keys(); ref++ {
+		t, _ := want.KeyOf(ref)
+		c.tables[t] = true
+	}
+	c.report.Tables = len(c.tables)
+	return c
 }
 
 func (c *Checker) example(format string, args ...any) {
@@ -89,24 +97,23 @@ func (c *Checker) Misplaced(example string) {
 // Observe takes the next row of a key in the order the sink delivers it.
 func (c *Checker) Observe(r Row) {
 	c.report.Events++
-	ti, ok := c.g.TableIndex(r.Table)
-	ki, kok := c.g.KeyIndex(r.Key)
-	if !ok || !kok || r.Version == 0 {
+	ref, ok := c.want.KeyRef(r.Table, r.Key)
+	if !ok || r.Version == 0 {
 		c.report.Unknown++
 		c.example("unknown row %s/%s version %d", r.Table, r.Key, r.Version)
 		return
 	}
-	if want := c.g.CommitTs(ti, ki, r.Version); want != r.CommitTs {
+	if want := c.want.VersionCommitTs(ref, r.Version); want != r.CommitTs {
 		c.report.Corrupt++
 		c.example("%s/%s version %d has commit ts %d, the source committed it at %d", r.Table, r.Key, r.Version, r.CommitTs, want)
 		return
 	}
-	if r.Value != "" && r.Value != gen.RowValue(c.g.Config().Seed, ti, ki, r.Version) {
+	if r.Value != "" && r.Value != c.want.Payload(ref, r.Version) {
 		c.report.Corrupt++
 		c.example("%s/%s version %d has a payload the source did not write", r.Table, r.Key, r.Version)
 		return
 	}
-	st := &c.keys[ti*c.g.Config().Keys+ki]
+	st := &c.keys[ref]
 	for uint64(len(st.counts)) < r.Version {
 		st.counts = append(st.counts, 0)
 	}
@@ -128,18 +135,16 @@ func (c *Checker) Observe(r Row) {
 // caller to judge (zero is expected of graceful operations).
 func (c *Checker) Report() Report {
 	rep := c.report
-	cfg := c.g.Config()
-	for t := 0; t < cfg.Tables; t++ {
-		for k := 0; k < cfg.Keys; k++ {
-			want := c.g.CountIndex(t, k, c.upTo)
-			rep.Expected += want
-			st := &c.keys[t*cfg.Keys+k]
-			for v := uint64(1); v <= want; v++ {
-				if v > uint64(len(st.counts)) || st.counts[v-1] == 0 {
-					rep.Lost++
-					if len(rep.Examples) < maxExamples {
-						rep.Examples = append(rep.Examples, fmt.Sprintf("lost %s/%s version %d", gen.TableName(t), c.g.Key(k), v))
-					}
+	for ref := range c.keys {
+		want := c.want.Versions(ref, c.upTo)
+		rep.Expected += want
+		st := &c.keys[ref]
+		for v := uint64(1); v <= want; v++ {
+			if v > uint64(len(st.counts)) || st.counts[v-1] == 0 {
+				rep.Lost++
+				if len(rep.Examples) < maxExamples {
+					table, key := c.want.KeyOf(ref)
+					rep.Examples = append(rep.Examples, fmt.Sprintf("lost %s/%s version %d", table, key, v))
 				}
 			}
 		}

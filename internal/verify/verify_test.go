@@ -13,7 +13,7 @@ const start = int64(1_800_000_000_000)
 
 func events(t *testing.T, g *gen.Generator, upTo model.Ts) []source.Event {
 	var out []source.Event
-	for _, tbl := range g.Tables() {
+	for _, tbl := range g.TableNames() {
 		r, err := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
 		if err != nil {
 			t.Fatal(err)
@@ -24,7 +24,7 @@ func events(t *testing.T, g *gen.Generator, upTo model.Ts) []source.Event {
 }
 
 func rowOf(e source.Event) Row {
-	return Row{Table: e.Table, Key: e.Key, Version: e.Version, CommitTs: e.CommitTs, Value: e.Columns[2].Value}
+	return Row{Table: e.Table, Key: e.Key, Version: gen.Version(&e), CommitTs: e.CommitTs, Value: e.Image()[2].Text}
 }
 
 // Each case feeds the checker a doctored copy of the true stream and

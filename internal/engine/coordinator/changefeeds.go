@@ -9,7 +9,8 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -42,19 +43,16 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if req.PartitionsPerTable < 1 || req.PartitionsPerTable > MaxPartitionsPerTable {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: partitions per table must be between 1 and %d, got %d", ErrInvalid, MaxPartitionsPerTable, req.PartitionsPerTable)
 	}
-	cfg, err := gen.ParseURI(req.Source)
-	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
 	now := time.Now()
-	if cfg.StartMillis == 0 {
-		// Pin the stream: every node, and verify, must read the same one.
-		cfg.StartMillis = now.UnixMilli()
-	}
-	g, err := gen.New(cfg)
+	pinned, err := sources.Pin(ctx, req.Source, now)
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	src, err := sources.Open(ctx, pinned)
+	if err != nil {
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	defer src.Close()
 	if err := registry.Validate(req.Sink); err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -67,19 +65,36 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	_ = sk.Close()
 	info := model.ChangefeedInfo{
-		ID: model.ChangefeedID(req.ID), SourceURI: cfg.URI(), SinkURI: req.Sink,
-		PartitionsPerTable: req.PartitionsPerTable, StartTs: g.TableVersion(0), CreatedAt: now.UTC(),
+		ID: model.ChangefeedID(req.ID), SourceURI: pinned, SinkURI: req.Sink,
+		PartitionsPerTable: req.PartitionsPerTable, StartTs: src.Start(), CreatedAt: now.UTC(),
 	}
-	var spans []model.Span
-	bounds := g.Boundaries(req.PartitionsPerTable)
-	for _, t := range g.Tables() {
-		spans = append(spans, model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })...)
+	spans, err := initialSpans(ctx, src, req.PartitionsPerTable)
+	if err != nil {
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if _, err := c.store.CreateChangefeed(ctx, term.Fence, info, spans); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
 	c.log.Info("coordinator: changefeed created", "changefeed", info.ID, "partitions", len(spans), "sink", info.SinkURI)
 	return info, nil
+}
+
+// initialSpans cuts every table of a new changefeed where its source says
+// the data divides evenly.
+func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model.Span, error) {
+	tables, err := src.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var spans []model.Span
+	for _, t := range tables {
+		bounds, err := src.Boundaries(ctx, t, perTable)
+		if err != nil {
+			return nil, err
+		}
+		spans = append(spans, model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })...)
+	}
+	return spans, nil
 }
 
 // RemoveChangefeed deletes a changefeed; its dispatchers stop.

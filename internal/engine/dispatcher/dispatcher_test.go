@@ -67,7 +67,7 @@ func openSink(t *testing.T, uri string) *storage.Sink {
 }
 
 func spans(g *gen.Generator, table string, n int) []model.Span {
-	b := g.Boundaries(n)
+	b := g.KeyBoundaries(n)
 	return model.SplitEvenly(table, n, func(i int) string { return b[i-1] })
 }
 

@@ -14,7 +14,8 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -91,8 +92,14 @@ func (r *managed) stop(timeout time.Duration) (model.Ts, error) {
 // feed is what the dispatchers of one changefeed share on this node.
 type feed struct {
 	info model.ChangefeedInfo
-	src  *gen.Generator
+	src  source.Source
 	sink sink.Sink
+}
+
+// close releases the feed's sink and source.
+func (f *feed) close() {
+	_ = f.sink.Close()
+	_ = f.src.Close()
 }
 
 // NewManager returns a manager for this node.
@@ -295,16 +302,13 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if f != nil && f.info.CreatedAt.Equal(e.Info.CreatedAt) {
 		return f, nil
 	}
-	cfg, err := gen.ParseURI(e.Info.SourceURI)
-	if err != nil {
-		return nil, err
-	}
-	src, err := gen.New(cfg)
+	src, err := sources.Open(ctx, e.Info.SourceURI)
 	if err != nil {
 		return nil, err
 	}
 	sk, err := registry.Open(ctx, e.Info.SinkURI, m.log)
 	if err != nil {
+		_ = src.Close()
 		return nil, err
 	}
 	if m.Observe != nil {
@@ -318,7 +322,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if f != nil {
 		// A changefeed of the same name was removed and created again; the
 		// old one's dispatchers were stopped earlier in this pass.
-		_ = f.sink.Close()
+		f.close()
 	}
 	return nf, nil
 }
@@ -377,7 +381,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	k := key(r.Route.Changefeed, r.Route.ID)
 	d, err := New(Config{
 		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from,
-		Source: f.src, Sink: f.sink, Now: func() model.Ts { return model.TsFromTime(time.Now()) },
+		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
 		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
 	})
 	if err != nil {
@@ -510,11 +514,11 @@ func (m *Manager) stopAll() {
 	m.feeds = map[model.ChangefeedID]*feed{}
 	m.mu.Unlock()
 	for _, f := range feeds {
-		_ = f.sink.Close()
+		f.close()
 	}
 }
 
-// closeUnusedFeeds closes the sinks of changefeeds with nothing running here.
+// closeUnusedFeeds closes the sinks and sources of changefeeds with nothing running here.
 func (m *Manager) closeUnusedFeeds(st *meta.State) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -525,7 +529,7 @@ func (m *Manager) closeUnusedFeeds(st *meta.State) {
 	for id, f := range m.feeds {
 		e, exists := st.Changefeeds[id]
 		if !inUse[id] && (!exists || !e.Info.CreatedAt.Equal(f.info.CreatedAt)) {
-			_ = f.sink.Close()
+			f.close()
 			delete(m.feeds, id)
 		}
 	}

@@ -5,29 +5,58 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-func (h *Host) source(e *meta.ChangefeedEntry) (*gen.Generator, error) {
+// openSource is a changefeed's source as this host opened it; a
+// changefeed removed and created again under its name has another
+// creation time.
+type openSource struct {
+	created time.Time
+	src     source.Source
+}
+
+// source returns the changefeed's source, opened once per incarnation.
+func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Source, error) {
 	h.mu.Lock()
-	g, ok := h.sources[e.Info.ID]
+	o, ok := h.sources[e.Info.ID]
 	h.mu.Unlock()
-	if ok && g.Config().StartMillis == e.Info.StartTs.Millis() {
-		return g, nil
+	if ok && o.created.Equal(e.Info.CreatedAt) {
+		return o.src, nil
 	}
-	cfg, err := gen.ParseURI(e.Info.SourceURI)
+	src, err := sources.Open(ctx, e.Info.SourceURI)
 	if err != nil {
 		return nil, err
 	}
-	g, err = gen.New(cfg)
-	if err != nil {
-		return nil, err
-	}
 	h.mu.Lock()
-	h.sources[e.Info.ID] = g
+	h.sources[e.Info.ID] = openSource{created: e.Info.CreatedAt, src: src}
 	h.mu.Unlock()
-	return g, nil
+	if ok {
+		_ = o.src.Close()
+	}
+	return src, nil
+}
+
+// closeSources closes the sources of changefeeds no longer in st (nil:
+// all of them).
+func (h *Host) closeSources(st *meta.State) {
+	h.mu.Lock()
+	var closing []source.Source
+	for id, o := range h.sources {
+		if st != nil {
+			if e, ok := st.Changefeeds[id]; ok && e.Info.CreatedAt.Equal(o.created) {
+				continue
+			}
+		}
+		closing = append(closing, o.src)
+		delete(h.sources, id)
+	}
+	h.mu.Unlock()
+	for _, src := range closing {
+		_ = src.Close()
+	}
 }
 
 // openBarriers opens a table's DDL barrier once every partition of the
@@ -35,7 +64,7 @@ func (h *Host) source(e *meta.ChangefeedEntry) (*gen.Generator, error) {
 // checkpoint is just below the DDL). The first partition of the table
 // writes the DDL; the others wait for it.
 func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
-	g, err := h.source(e)
+	src, err := h.source(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -56,7 +85,7 @@ func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.Changef
 				low = cp
 			}
 		}
-		next := g.DDLs(table, low, model.TsFromTime(time.Now()).WithLogical(1))
+		next := src.DDLs(table, low, model.TsFromTime(time.Now()).WithLogical(1))
 		if len(next) == 0 || low < next[0].CommitTs-1 {
 			continue // some partition has not reached the next DDL yet
 		}

@@ -27,7 +27,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -41,7 +40,7 @@ type Host struct {
 	tr    transport.Transport
 	log   *slog.Logger
 
-	sources map[model.ChangefeedID]*gen.Generator // for the DDL schedule
+	sources map[model.ChangefeedID]openSource // for the DDL schedule
 
 	// MoveTimeout: a move or split whose source, alive, has not stopped
 	// the partition at a final position within it is returned to Active
@@ -66,7 +65,7 @@ type Host struct {
 
 // NewHost returns the maintainer host of a node.
 func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
-	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]*gen.Generator{},
+	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]openSource{},
 		MoveTimeout: 30 * time.Second, MaxStartFailures: 3,
 		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
@@ -77,12 +76,14 @@ func (h *Host) Run(ctx context.Context) error {
 	defer h.tr.Handle(transport.TopicHeartbeat, nil)
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	defer h.closeSources(nil)
 	for ctx.Err() == nil {
 		ch := h.view.Changed()
 		st := h.view.State()
 		began := time.Now()
 		h.pass(ctx, st)
 		h.forget(st)
+		h.closeSources(st)
 		// Rest after a long pass, but a final position (a hand-over, a
 		// split's pause running) ends the rest at once.
 		rest := time.NewTimer(restFor(time.Since(began)))

@@ -29,11 +29,8 @@ type observed struct {
 
 func (o *observed) Write(ctx context.Context, b *Batch) error {
 	size := 0
-	for _, ev := range b.Events {
-		size += len(ev.Key)
-		for _, c := range ev.Columns {
-			size += len(c.Value)
-		}
+	for i := range b.Events {
+		size += b.Events[i].Size()
 	}
 	began, events, done := time.Now(), len(b.Events), b.OnFlushed
 	wrapped := *b

@@ -1,63 +1,51 @@
-// Package source defines where row changes come from: the event a source
-// yields and the reader one partition uses. Implementations live in
-// subpackages (gen: the deterministic generator).
+// Package source defines where row changes come from: the contract every
+// source meets (Source), the reader one partition uses (Reader) and the
+// row-change model every sink encodes (Event, in event.go). Concrete
+// sources live in subpackages (gen: the deterministic generator) and are
+// named only by source/registry and by tests: the engine, the CLI and
+// verify see this package's interfaces.
 //
 // It imports model only.
 package source
 
-import "github.com/cdcctl/cdcctl/internal/model"
+import (
+	"context"
 
-// Kind says what an event is.
-type Kind uint8
-
-const (
-	KindDML Kind = iota + 1 // a row change of one key
-	KindDDL                 // a schema change of one table
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-func (k Kind) String() string {
-	switch k {
-	case KindDML:
-		return "DML"
-	case KindDDL:
-		return "DDL"
-	}
-	return "Kind(?)"
+// Source is one changefeed's upstream, opened from its URI (see
+// source/registry). One value serves every dispatcher of the changefeed
+// on a node; it must be safe for concurrent use.
+type Source interface {
+	// Tables are the tables the changefeed replicates, in a stable order,
+	// as partitions name them.
+	Tables(ctx context.Context) ([]string, error)
+	// Boundaries returns at most n-1 keys, ascending, that cut a table
+	// into ranges of about the same amount of data.
+	Boundaries(ctx context.Context, table string, n int) ([]string, error)
+	// Start is the position the changefeed begins at: events after it are
+	// replicated.
+	Start() model.Ts
+	// Open returns a reader of a span's DML after a position.
+	Open(span model.Span, from model.Ts) (Reader, error)
+	// DDLs returns the schema changes of a table with commit position in
+	// (from, upTo], oldest first.
+	DDLs(table string, from, upTo model.Ts) []Event
+	// Resolved is the position up to which the source is final: no event
+	// at or below it appears later.
+	Resolved() model.Ts
+	// Close releases what the source holds (connections); readers it
+	// opened stop working.
+	Close() error
 }
 
-// Column is one column of a row.
-type Column struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// Event is one change.
-type Event struct {
-	Kind     Kind
-	Table    string
-	CommitTs model.Ts
-	// Schema is the table's schema version the event belongs to: for a DML
-	// the version the row was written under, for a DDL the version it
-	// creates.
-	Schema uint64
-	// TableVersion is when that schema version began: the commit ts of
-	// the DDL that created it, or the source's start for the first one.
-	// Storage sinks name directories after it.
-	TableVersion model.Ts
-	// DML only.
-	Key     string
-	Version uint64 // per-key version, 1 for the first change of a key
-	Columns []Column
-	// DDL only.
-	Statement string
-}
-
-// Reader reads one partition's key range in commit-ts order.
+// Reader reads one partition's key range in commit order.
 type Reader interface {
 	// Read returns the DML events with commit ts in (Position(), upTo],
 	// oldest first, stopping after about max events; it never splits the
-	// events of one commit ts, so Position() afterwards is exact. It
-	// returns nil when nothing is left up to upTo.
+	// events of one commit ts (one transaction), so Position() afterwards
+	// is exact. It returns nil when nothing is left up to upTo.
 	Read(upTo model.Ts, max int) []Event
 	// Position is the commit ts up to which every event has been returned.
 	Position() model.Ts
@@ -78,4 +66,27 @@ type DDLSchedule interface {
 	// NextDDL is the commit ts of the table's first DDL after ts; false
 	// if there will be none.
 	NextDDL(table string, after model.Ts) (model.Ts, bool)
+}
+
+// Expectation is what a deterministic source can say about what a sink
+// must hold, so verify computes the expected content instead of reading
+// an upstream. Keys are numbered densely from 0 to Keys()-1 over every
+// table; each key's changes are versions 1, 2, ... carried in the row's
+// "version" column, with a payload in its "value" column.
+type Expectation interface {
+	// Keys is the number of keys over all tables.
+	Keys() int
+	// KeyRef numbers a table's key; false when the source never writes it.
+	KeyRef(table, key string) (int, bool)
+	// KeyOf names a key number.
+	KeyOf(ref int) (table, key string)
+	// Versions is how many versions of a key commit at or before upTo.
+	Versions(ref int, upTo model.Ts) uint64
+	// VersionCommitTs is when version v of a key commits.
+	VersionCommitTs(ref int, v uint64) model.Ts
+	// Payload is the "value" column of version v of a key.
+	Payload(ref int, v uint64) string
+	// SchemaSince is the commit ts of the DDL that created the schema a
+	// row committed at ts is written under; 0 for the first schema.
+	SchemaSince(ts model.Ts) model.Ts
 }

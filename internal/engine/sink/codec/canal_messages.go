@@ -31,8 +31,9 @@ const (
 // EncodeCanalDDL returns the canal-json message of a DDL.
 func EncodeCanalDDL(schema string, e *source.Event) ([]byte, error) {
 	ms := e.CommitTs.Millis()
+	db, table := Names(schema, e)
 	return json.Marshal(map[string]any{
-		"id": 0, "database": schema, "table": e.Table, "pkNames": nil, "isDdl": true, "type": "ALTER",
+		"id": 0, "database": db, "table": table, "pkNames": nil, "isDdl": true, "type": "ALTER",
 		"es": ms, "ts": ms, "sql": e.Statement, "sqlType": nil, "mysqlType": nil, "data": nil, "old": nil,
 		"_tidb": map[string]uint64{"commitTs": uint64(e.CommitTs)},
 	})

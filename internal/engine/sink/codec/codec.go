@@ -19,49 +19,88 @@ import (
 )
 
 // canalRow is TiCDC's canal-json message with its TiDB extension (the
-// commit ts), one per line.
+// commit ts), one per line. Values are the upstream's text form; SQL NULL
+// is JSON null.
 type canalRow struct {
-	ID        int                 `json:"id"`
-	Database  string              `json:"database"`
-	Table     string              `json:"table"`
-	PkNames   []string            `json:"pkNames"`
-	IsDdl     bool                `json:"isDdl"`
-	Type      string              `json:"type"`
-	Es        int64               `json:"es"`
-	Ts        int64               `json:"ts"`
-	SQL       string              `json:"sql"`
-	SQLType   map[string]int      `json:"sqlType"`
-	MySQLType map[string]string   `json:"mysqlType"`
-	Data      []map[string]string `json:"data"`
-	Old       []map[string]string `json:"old"`
-	TiDB      canalTiDB           `json:"_tidb"`
+	ID        int                  `json:"id"`
+	Database  string               `json:"database"`
+	Table     string               `json:"table"`
+	PkNames   []string             `json:"pkNames"`
+	IsDdl     bool                 `json:"isDdl"`
+	Type      string               `json:"type"`
+	Es        int64                `json:"es"`
+	Ts        int64                `json:"ts"`
+	SQL       string               `json:"sql"`
+	SQLType   map[string]int       `json:"sqlType"`
+	MySQLType map[string]string    `json:"mysqlType"`
+	Data      []map[string]*string `json:"data"`
+	Old       []map[string]*string `json:"old"`
+	TiDB      canalTiDB            `json:"_tidb"`
 }
 
 type canalTiDB struct {
 	CommitTs uint64 `json:"commitTs"`
 }
 
-// java.sql.Types codes canal-json carries.
-const sqlTypeVarchar, sqlTypeInt = 12, 4
+// csvNull is how TiCDC's CSV writes SQL NULL.
+const csvNull = `\N`
 
-func rowType(e *source.Event) string {
-	if e.Version == 1 {
-		return "INSERT"
+// csvOp is TiCDC's CSV operation column.
+func csvOp(op source.Op) string {
+	switch op {
+	case source.OpInsert:
+		return "I"
+	case source.OpDelete:
+		return "D"
 	}
-	return "UPDATE"
+	return "U"
 }
 
-// EncodeRow appends one row in the protocol's format.
+// Names returns the database and table a sink shows for an event: the
+// upstream's schema, or the sink's configured one when the source has
+// none.
+func Names(sinkSchema string, e *source.Event) (string, string) {
+	if e.Def == nil {
+		return sinkSchema, e.Table
+	}
+	db := e.Def.Schema
+	if db == "" {
+		db = sinkSchema
+	}
+	return db, e.Def.Name
+}
+
+func textOrNull(v source.Value) *string {
+	if v.Null {
+		return nil
+	}
+	s := v.Text
+	return &s
+}
+
+// EncodeRow appends one row in the protocol's format. Everything about
+// the columns (names, types, key) comes from the event's table
+// definition.
 func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) error {
+	if e.Def == nil {
+		return fmt.Errorf("codec: a DML of %s has no table definition", e.Table)
+	}
+	db, table := Names(schema, e)
+	img := e.Image()
+	if len(img) != len(e.Def.Columns) {
+		return fmt.Errorf("codec: a row of %s has %d values for %d columns", e.Table, len(img), len(e.Def.Columns))
+	}
 	if p == ProtocolCSV {
 		// TiCDC's CSV: operation, table, schema, commit ts, then columns.
 		w := csv.NewWriter(buf)
-		rec := []string{"I", e.Table, schema, strconv.FormatUint(uint64(e.CommitTs), 10)}
-		if e.Version > 1 {
-			rec[0] = "U"
-		}
-		for _, c := range e.Columns {
-			rec = append(rec, c.Value)
+		rec := make([]string, 0, 4+len(img))
+		rec = append(rec, csvOp(e.Op), table, db, strconv.FormatUint(uint64(e.CommitTs), 10))
+		for _, v := range img {
+			if v.Null {
+				rec = append(rec, csvNull)
+			} else {
+				rec = append(rec, v.Text)
+			}
 		}
 		if err := w.Write(rec); err != nil {
 			return err
@@ -69,21 +108,36 @@ func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) er
 		w.Flush()
 		return w.Error()
 	}
-	data := make(map[string]string, len(e.Columns))
-	sqlType := make(map[string]int, len(e.Columns))
-	mysqlType := make(map[string]string, len(e.Columns))
-	for _, c := range e.Columns {
-		data[c.Name] = c.Value
-		if c.Name == "id" || c.Name == "value" {
-			sqlType[c.Name], mysqlType[c.Name] = sqlTypeVarchar, "varchar"
-		} else {
-			sqlType[c.Name], mysqlType[c.Name] = sqlTypeInt, "int"
+	data := make(map[string]*string, len(img))
+	sqlType := make(map[string]int, len(img))
+	mysqlType := make(map[string]string, len(img))
+	for i, c := range e.Def.Columns {
+		if img[i].Unchanged {
+			continue
 		}
+		data[c.Name] = textOrNull(img[i])
+		t := typeOf(c.Type)
+		sqlType[c.Name], mysqlType[c.Name] = t.sqlType, t.mysqlType
+	}
+	var old []map[string]*string
+	if e.Op == source.OpUpdate && len(e.Old) == len(img) {
+		// canal-json's old holds the columns an update changed, as they
+		// were.
+		changed := map[string]*string{}
+		for i, c := range e.Def.Columns {
+			o, n := e.Old[i], img[i]
+			if o.Unchanged || n.Unchanged || (o.Null == n.Null && o.Text == n.Text) {
+				continue
+			}
+			changed[c.Name] = textOrNull(o)
+		}
+		old = []map[string]*string{changed}
 	}
 	ms := e.CommitTs.Millis()
 	b, err := json.Marshal(canalRow{
-		Database: schema, Table: e.Table, PkNames: []string{"id"}, Type: rowType(e), Es: ms, Ts: ms,
-		SQLType: sqlType, MySQLType: mysqlType, Data: []map[string]string{data}, TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)},
+		Database: db, Table: table, PkNames: e.Def.KeyNames(), Type: e.Op.String(), Es: ms, Ts: ms,
+		SQLType: sqlType, MySQLType: mysqlType, Data: []map[string]*string{data}, Old: old,
+		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)},
 	})
 	if err != nil {
 		return err
@@ -109,13 +163,36 @@ func (p Protocol) Ext() string {
 	return "json"
 }
 
-// Row is one decoded row, as verify needs it.
+// Row is one decoded row of a gen table, as verify needs it: the key's
+// change number (its "version" column; a delete carries the row it
+// deleted, so its change is one more) and payload.
 type Row struct {
 	Table    string
+	Op       string // INSERT, UPDATE or DELETE
 	Key      string
 	Version  uint64
 	CommitTs model.Ts
 	Value    string
+}
+
+// genRow finishes a decoded row: a delete is the change after the row it
+// carries.
+func genRow(table, op, key, version, value string, ts model.Ts) (Row, error) {
+	v, err := strconv.ParseUint(version, 10, 64)
+	if err != nil {
+		return Row{}, fmt.Errorf("bad version %q", version)
+	}
+	if op == "DELETE" {
+		v++
+	}
+	return Row{Table: table, Op: op, Key: key, Version: v, CommitTs: ts, Value: value}, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // DecodeRows reads every row of one file or message, in order.
@@ -128,16 +205,24 @@ func DecodeRows(p Protocol, data []byte) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
+		ops := map[string]string{"I": "INSERT", "U": "UPDATE", "D": "DELETE"}
 		for i, rec := range recs {
 			if len(rec) < 7 {
 				return nil, fmt.Errorf("csv record %d has %d fields, want at least 7", i+1, len(rec))
 			}
-			ts, err1 := strconv.ParseUint(rec[3], 10, 64)
-			v, err2 := strconv.ParseUint(rec[5], 10, 64)
-			if err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("csv record %d: bad commit ts or version", i+1)
+			ts, err := strconv.ParseUint(rec[3], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("csv record %d: bad commit ts %q", i+1, rec[3])
 			}
-			out = append(out, Row{Table: rec[1], CommitTs: model.Ts(ts), Key: rec[4], Version: v, Value: rec[6]})
+			op, ok := ops[rec[0]]
+			if !ok {
+				return nil, fmt.Errorf("csv record %d: bad operation %q", i+1, rec[0])
+			}
+			row, err := genRow(rec[1], op, rec[4], rec[5], rec[6], model.Ts(ts))
+			if err != nil {
+				return nil, fmt.Errorf("csv record %d: %v", i+1, err)
+			}
+			out = append(out, row)
 		}
 		return out, nil
 	}
@@ -154,11 +239,12 @@ func DecodeRows(p Protocol, data []byte) ([]Row, error) {
 		if m.IsDdl || len(m.Data) != 1 {
 			return nil, fmt.Errorf("line %d: not a single-row DML message", line)
 		}
-		v, err := strconv.ParseUint(m.Data[0]["version"], 10, 64)
+		d := m.Data[0]
+		row, err := genRow(m.Table, m.Type, deref(d["id"]), deref(d["version"]), deref(d["value"]), model.Ts(m.TiDB.CommitTs))
 		if err != nil {
-			return nil, fmt.Errorf("line %d: bad version %q", line, m.Data[0]["version"])
+			return nil, fmt.Errorf("line %d: %v", line, err)
 		}
-		out = append(out, Row{Table: m.Table, Key: m.Data[0]["id"], Version: v, CommitTs: model.Ts(m.TiDB.CommitTs), Value: m.Data[0]["value"]})
+		out = append(out, row)
 	}
 	return out, sc.Err()
 }

@@ -34,7 +34,7 @@ func BenchmarkKafkaSink(b *testing.B) {
 	const start = int64(1_800_000_000_000)
 	g, _ := gen.New(gen.Config{Tables: 4, Keys: 5000, Rate: 20000, Seed: 1, StartMillis: start})
 	var evs []source.Event
-	for _, tbl := range g.Tables() {
+	for _, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
 		evs = append(evs, r.Read(model.TsFromMillis(start+3000), 12_500)...)
 	}

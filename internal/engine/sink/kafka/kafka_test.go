@@ -90,7 +90,7 @@ func TestKafkaSinkUnderLoadWithAHandOver(t *testing.T) {
 	// barrier (tested in internal/agent), each partition would write its
 	// table's DDLs itself, and verify would count the repeats.
 	var runs []run
-	for _, table := range g.Tables() {
+	for _, table := range g.TableNames() {
 		runs = append(runs, startDispatcher(t, g, s, table+"-p0.1", 1, model.Span{Table: table}, g.TableVersion(0)))
 	}
 	time.Sleep(600 * time.Millisecond)

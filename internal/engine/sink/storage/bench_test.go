@@ -25,7 +25,7 @@ func benchRows(b *testing.B, n int) [][]source.Event {
 	}
 	per := make([][]source.Event, 8)
 	secs := int64(n/20000 + 1)
-	for i, tbl := range g.Tables() {
+	for i, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
 		per[i] = r.Read(model.TsFromMillis(start+secs*1000), n/8)
 	}

@@ -7,7 +7,9 @@ import (
 	"path"
 	"regexp"
 	"strconv"
+	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -49,16 +51,20 @@ type tableColumn struct {
 }
 
 // schemaFile returns the path and content of a table version's schema
-// file. schemaVersion is the number of DDLs applied (gen adds a column c<i>
-// per DDL); statement is the DDL that created it, if any.
-func schemaFile(schema, table string, version model.Ts, schemaVersion uint64, statement string) (string, []byte) {
-	cols := []tableColumn{
-		{ColumnName: "id", ColumnType: "VARCHAR", ColumnPrecision: "16", ColumnIsPk: "true"},
-		{ColumnName: "version", ColumnType: "BIGINT"},
-		{ColumnName: "value", ColumnType: "VARCHAR", ColumnPrecision: "32"},
-	}
-	for c := uint64(1); c <= schemaVersion; c++ {
-		cols = append(cols, tableColumn{ColumnName: fmt.Sprintf("c%d", c), ColumnType: "INT"})
+// file, its columns from the table's definition; statement is the DDL
+// that created the version, if any.
+func schemaFile(schema, table string, version model.Ts, def *source.TableDef, statement string) (string, []byte) {
+	cols := make([]tableColumn, 0, len(def.Columns))
+	for _, c := range def.Columns {
+		typ, prec := columnTypeOf(c.Type)
+		tc := tableColumn{ColumnName: c.Name, ColumnType: typ, ColumnPrecision: prec}
+		if c.Nullable {
+			tc.ColumnNullable = "true"
+		}
+		if c.KeyPos > 0 {
+			tc.ColumnIsPk = "true"
+		}
+		cols = append(cols, tc)
 	}
 	body, _ := json.MarshalIndent(tableSchema{
 		Table: table, Schema: schema, Version: 1, TableVersion: uint64(version), Query: statement,
@@ -68,8 +74,23 @@ func schemaFile(schema, table string, version model.Ts, schemaVersion uint64, st
 	return path.Join(schema, table, "meta", fmt.Sprintf("schema_%d_%010d.json", uint64(version), sum)), body
 }
 
-func schemaFileFor(schema string, e *source.Event) (string, []byte) {
-	return schemaFile(schema, e.Table, e.TableVersion, e.Schema, e.Statement)
+// columnTypeOf splits TiCDC's schema-file type ("VARCHAR") from its
+// precision ("16").
+func columnTypeOf(upstream string) (string, string) {
+	t := codec.MySQLType(upstream)
+	base, prec, _ := strings.Cut(t, "(")
+	return strings.ToUpper(base), strings.TrimSuffix(prec, ")")
+}
+
+func schemaFileFor(sinkSchema string, e *source.Event) (string, []byte) {
+	db, table := codec.Names(sinkSchema, e)
+	return schemaFile(db, table, e.TableVersion, e.Def, e.Statement)
+}
+
+// dirOf is the directory of an event's table version.
+func dirOf(sinkSchema string, e *source.Event) string {
+	db, table := codec.Names(sinkSchema, e)
+	return versionDir(db, table, e.TableVersion)
 }
 
 // metadataFile is the root checkpoint file.

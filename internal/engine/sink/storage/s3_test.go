@@ -50,7 +50,7 @@ func roundTrip(t *testing.T, uri string, seed uint64) {
 	upTo := model.TsFromMillis(start + 2000)
 	var a acks
 	total := 0
-	for _, table := range g.Tables() {
+	for _, table := range g.TableNames() {
 		total += feed(t, s, g, model.Span{Table: table}, table+"-p1.1", upTo, &a)
 		if err := s.Flush(context.Background(), table+"-p1.1"); err != nil {
 			t.Fatal(err)

@@ -119,7 +119,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		if e.Kind != source.KindDML {
 			return fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
 		}
-		dir := versionDir(s.cfg.Schema, e.Table, e.TableVersion)
+		dir := dirOf(s.cfg.Schema, e)
 		db := enc[dir]
 		if db == nil {
 			db = &dirBuffer{dir: dir, first: *e}
@@ -207,8 +207,8 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 
 // WriteDDL writes the schema file of the version a DDL creates.
 func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
-	if ddl.Kind != source.KindDDL {
-		return fmt.Errorf("storage sink: WriteDDL takes a DDL")
+	if ddl.Kind != source.KindDDL || ddl.Def == nil {
+		return fmt.Errorf("storage sink: WriteDDL takes a DDL with the table definition it creates")
 	}
 	p, body := schemaFileFor(s.cfg.Schema, &ddl)
 	return s.writeSchema(ctx, p, body)
@@ -356,7 +356,7 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		// Every later version is created by a DDL, whose schema file the
 		// barrier writes before any row of that version; the first version
 		// has no DDL, so its rows bring it.
-		if db.first.Schema == 0 {
+		if db.first.SchemaVersion == 0 {
 			p, body := schemaFileFor(s.cfg.Schema, &db.first)
 			if err := s.writeSchema(ctx, p, body); err != nil {
 				return err

@@ -100,8 +100,8 @@ func TestStorageSinkHoldsExactlyTheSource(t *testing.T) {
 			var a acks
 			total := 0
 			dispatchers := []string{}
-			for _, table := range g.Tables() {
-				b := g.Boundaries(2)
+			for _, table := range g.TableNames() {
+				b := g.KeyBoundaries(2)
 				for i, sp := range model.SplitEvenly(table, 2, func(i int) string { return b[i-1] }) {
 					d := table + "-p" + string(rune('0'+i)) + "-1"
 					dispatchers = append(dispatchers, d)

@@ -16,7 +16,7 @@ import (
 func BenchmarkReadSpan(b *testing.B) {
 	g := newGen(b, "gen://?tables=8&keys=20000&rate=16000")
 	whole := model.Span{Table: "t0003"}
-	bounds := g.Boundaries(8)
+	bounds := g.KeyBoundaries(8)
 	eighth := model.Span{Table: "t0003", Start: bounds[3], End: bounds[4]}
 	upTo := at(10)
 	measure := func(span model.Span) (time.Duration, int) {

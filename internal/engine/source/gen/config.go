@@ -25,7 +25,10 @@ type Config struct {
 	Rate float64
 	// DDLEvery puts a DDL on every table this often; 0 means none.
 	DDLEvery time.Duration
-	Seed     uint64
+	// Deletes makes every Deletes-th change of a key a delete (the next
+	// one inserts it again); 0 means none.
+	Deletes int
+	Seed    uint64
 	// StartMillis is the source's epoch: the first changes come just after
 	// it. A changefeed pins it when created, so the stream is the same
 	// wherever and whenever it is read.
@@ -41,7 +44,7 @@ const (
 
 var defaults = Config{Tables: 8, Keys: 10000, Rate: 2000, Seed: 1}
 
-// ParseURI parses gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&seed=1&start=<unix-ms>.
+// ParseURI parses gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&deletes=10&seed=1&start=<unix-ms>.
 // Unknown parameters are refused, so a typo never silently uses a default.
 func ParseURI(raw string) (Config, error) {
 	u, err := url.Parse(raw)
@@ -78,6 +81,11 @@ func ParseURI(raw string) (Config, error) {
 			if perr == nil && c.DDLEvery != 0 && c.DDLEvery < time.Millisecond {
 				perr = fmt.Errorf("must be 0 (no DDL) or at least 1ms")
 			}
+		case "deletes":
+			c.Deletes, perr = parseInt(v, 0, MaxKeys)
+			if perr == nil && c.Deletes == 1 {
+				perr = fmt.Errorf("must be 0 (no deletes) or at least 2 (a key is inserted before it is deleted)")
+			}
 		case "seed":
 			c.Seed, perr = strconv.ParseUint(v, 10, 64)
 		case "start":
@@ -95,7 +103,7 @@ func ParseURI(raw string) (Config, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return Config{}, fmt.Errorf("source URI: unknown parameter(s) %s; gen takes tables, keys, rate, ddl_every, seed, start", strings.Join(unknown, ", "))
+		return Config{}, fmt.Errorf("source URI: unknown parameter(s) %s; gen takes tables, keys, rate, ddl_every, deletes, seed, start", strings.Join(unknown, ", "))
 	}
 	return c, nil
 }
@@ -119,6 +127,9 @@ func (c Config) URI() string {
 	q.Set("rate", strconv.FormatFloat(c.Rate, 'g', -1, 64))
 	if c.DDLEvery > 0 {
 		q.Set("ddl_every", c.DDLEvery.String())
+	}
+	if c.Deletes > 0 {
+		q.Set("deletes", strconv.Itoa(c.Deletes))
 	}
 	q.Set("seed", strconv.FormatUint(c.Seed, 10))
 	if c.StartMillis > 0 {

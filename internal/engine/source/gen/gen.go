@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -19,6 +20,14 @@ type Generator struct {
 	space    int64 // 26^width
 	meanMs   float64
 	ddlEvery int64 // ms, 0 = none
+
+	defsMu sync.Mutex
+	defs   map[defKey]*source.TableDef // by table and schema version
+}
+
+type defKey struct {
+	table  int
+	schema uint64
 }
 
 // New returns a generator. A config without a start time starts now; a
@@ -30,7 +39,7 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.StartMillis <= 0 {
 		return nil, fmt.Errorf("gen: the start time must be set (start=<unix ms>)")
 	}
-	g := &Generator{cfg: cfg, width: 4, space: 26 * 26 * 26 * 26}
+	g := &Generator{cfg: cfg, width: 4, space: 26 * 26 * 26 * 26, defs: map[defKey]*source.TableDef{}}
 	for g.space < int64(cfg.Keys) {
 		g.width++
 		g.space *= 26
@@ -43,8 +52,8 @@ func New(cfg Config) (*Generator, error) {
 // Config returns the generator's configuration.
 func (g *Generator) Config() Config { return g.cfg }
 
-// Tables returns t0001..tNNNN.
-func (g *Generator) Tables() []string {
+// TableNames returns t0001..tNNNN.
+func (g *Generator) TableNames() []string {
 	out := make([]string, g.cfg.Tables)
 	for i := range out {
 		out[i] = TableName(i)
@@ -105,9 +114,9 @@ func (g *Generator) keyRange(span model.Span) (int, int) {
 	return lo, max(lo, hi)
 }
 
-// Boundaries returns the n-1 keys that cut a table into n ranges holding
-// about the same number of keys.
-func (g *Generator) Boundaries(n int) []string {
+// KeyBoundaries returns the n-1 keys that cut a table into n ranges
+// holding about the same number of keys.
+func (g *Generator) KeyBoundaries(n int) []string {
 	var out []string
 	for i := 1; i < n; i++ {
 		idx := i * g.cfg.Keys / n
@@ -187,25 +196,86 @@ func (g *Generator) SchemaAt(ms int64) uint64 {
 	return uint64((ms - g.cfg.StartMillis - 1) / g.ddlEvery)
 }
 
-// Row builds the DML event of version n of a key.
+// Def is a table's definition at a schema version: id (the key),
+// version and value, then a column c<i> per DDL. One value per table and
+// version is shared by its events.
+func (g *Generator) Def(table int, schema uint64) *source.TableDef {
+	k := defKey{table, schema}
+	g.defsMu.Lock()
+	defer g.defsMu.Unlock()
+	if d, ok := g.defs[k]; ok {
+		return d
+	}
+	cols := make([]source.ColumnDef, 0, 3+schema)
+	cols = append(cols,
+		source.ColumnDef{Name: "id", Type: "varchar(16)", KeyPos: 1},
+		source.ColumnDef{Name: "version", Type: "int8"},
+		source.ColumnDef{Name: "value", Type: "varchar(32)"},
+	)
+	for c := uint64(1); c <= schema; c++ {
+		cols = append(cols, source.ColumnDef{Name: fmt.Sprintf("c%d", c), Type: "int4"})
+	}
+	d := &source.TableDef{Name: TableName(table), Columns: cols}
+	g.defs[k] = d
+	return d
+}
+
+// isDelete says whether change n of a key deletes it: every Deletes-th
+// change, when deletes are on. The change after a delete inserts the key
+// again.
+func (g *Generator) isDelete(n uint64) bool {
+	return g.cfg.Deletes > 0 && n%uint64(g.cfg.Deletes) == 0
+}
+
+// image is the row as version n of a key left it, under a schema.
+func (g *Generator) image(table, key int, n uint64, schema uint64) []source.Value {
+	vals := make([]source.Value, 0, 3+schema)
+	vals = append(vals,
+		source.Text(g.Key(key)),
+		source.Text(strconv.FormatUint(n, 10)),
+		source.Text(RowValue(g.cfg.Seed, table, key, n)),
+	)
+	for c := uint64(1); c <= schema; c++ {
+		vals = append(vals, source.Text(strconv.FormatUint(c, 10)))
+	}
+	return vals
+}
+
+// Row builds the DML event of change n of a key: an insert for the first
+// change and the change after a delete, a delete every Deletes-th change,
+// an update otherwise. Its "version" column is n (a delete carries the
+// row it deleted, version n-1).
 func (g *Generator) Row(table, key int, n uint64) source.Event {
 	s := g.schedule(table, key)
 	ms := s.at(n)
 	schema := g.SchemaAt(ms)
-	k := g.Key(key)
-	cols := make([]source.Column, 0, 3+schema)
-	cols = append(cols,
-		source.Column{Name: "id", Value: k},
-		source.Column{Name: "version", Value: strconv.FormatUint(n, 10)},
-		source.Column{Name: "value", Value: RowValue(g.cfg.Seed, table, key, n)},
-	)
-	for c := uint64(1); c <= schema; c++ {
-		cols = append(cols, source.Column{Name: fmt.Sprintf("c%d", c), Value: strconv.FormatUint(c, 10)})
+	e := source.Event{
+		Kind: source.KindDML, Table: TableName(table), CommitTs: model.TsFromMillis(ms), Def: g.Def(table, schema),
+		SchemaVersion: schema, TableVersion: g.TableVersion(schema), Key: g.Key(key),
 	}
-	return source.Event{
-		Kind: source.KindDML, Table: TableName(table), CommitTs: model.TsFromMillis(ms),
-		Schema: schema, TableVersion: g.TableVersion(schema), Key: k, Version: n, Columns: cols,
+	switch {
+	case g.isDelete(n):
+		e.Op, e.Old = source.OpDelete, g.image(table, key, n-1, schema)
+	case n == 1 || g.isDelete(n-1):
+		e.Op, e.New = source.OpInsert, g.image(table, key, n, schema)
+	default:
+		e.Op, e.New, e.Old = source.OpUpdate, g.image(table, key, n, schema), g.image(table, key, n-1, schema)
 	}
+	return e
+}
+
+// Version is the change number of a gen DML: its "version" column, plus
+// one for a delete (which carries the row it deleted).
+func Version(e *source.Event) uint64 {
+	img := e.Image()
+	if len(img) < 2 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(img[1].Text, 10, 64)
+	if e.Op == source.OpDelete {
+		v++
+	}
+	return v
 }
 
 // TableVersion is the commit ts at which a schema version began: the
@@ -239,7 +309,7 @@ func (g *Generator) DDLs(table string, from, upTo model.Ts) []source.Event {
 		}
 		if ts > from {
 			out = append(out, source.Event{
-				Kind: source.KindDDL, Table: table, CommitTs: ts, Schema: uint64(m), TableVersion: ts,
+				Kind: source.KindDDL, Table: table, CommitTs: ts, Def: g.Def(ti, uint64(m)), SchemaVersion: uint64(m), TableVersion: ts,
 				Statement: fmt.Sprintf("ALTER TABLE `%s` ADD COLUMN `c%d` INT NOT NULL DEFAULT %d", table, m, m),
 			})
 		}

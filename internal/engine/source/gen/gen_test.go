@@ -3,6 +3,7 @@ package gen
 import (
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestKeysSortAndSplitNearTheMiddle(t *testing.T) {
 	if _, ok := g.KeyIndex("aaab"); ok {
 		t.Fatal(`"aaab" is not a generated key but KeyIndex found it`)
 	}
-	b := g.Boundaries(4)
+	b := g.KeyBoundaries(4)
 	if len(b) != 3 || !sort.StringsAreSorted(b) {
 		t.Fatalf("boundaries %v", b)
 	}
@@ -171,7 +172,7 @@ func TestPartitionsTogetherAreTheWholeTable(t *testing.T) {
 	g := newGen(t, "gen://?tables=1&keys=300&rate=600")
 	whole := readAll(t, g, model.Span{Table: "t0001"}, at(0), at(4), 50)
 	var parts []source.Event
-	for _, sp := range model.SplitEvenly("t0001", 4, func(i int) string { return g.Boundaries(4)[i-1] }) {
+	for _, sp := range model.SplitEvenly("t0001", 4, func(i int) string { return g.KeyBoundaries(4)[i-1] }) {
 		parts = append(parts, readAll(t, g, sp, at(0), at(4), 50)...)
 	}
 	sort.SliceStable(parts, func(i, j int) bool {
@@ -193,8 +194,8 @@ func TestVersionsAreConsecutiveAndMatchCount(t *testing.T) {
 	total := 0
 	for _, e := range evs {
 		p, seen := last[e.Key]
-		if (!seen && e.Version != 1) || (seen && (e.Version != p.Version+1 || e.CommitTs <= p.CommitTs)) {
-			t.Fatalf("key %s: version %d at %v after %d at %v", e.Key, e.Version, e.CommitTs, p.Version, p.CommitTs)
+		if (!seen && Version(&e) != 1) || (seen && (Version(&e) != Version(&p)+1 || e.CommitTs <= p.CommitTs)) {
+			t.Fatalf("key %s: version %d at %v after %d at %v", e.Key, Version(&e), e.CommitTs, Version(&p), p.CommitTs)
 		}
 		if e.CommitTs <= at(0) || e.CommitTs > upTo {
 			t.Fatalf("event at %v outside (start, upTo]", e.CommitTs)
@@ -205,8 +206,8 @@ func TestVersionsAreConsecutiveAndMatchCount(t *testing.T) {
 	sum := uint64(0)
 	for i := 0; i < 100; i++ {
 		n, ok := g.Count("t0001", g.Key(i), upTo)
-		if !ok || n != last[g.Key(i)].Version {
-			t.Fatalf("Count(%s) = %d, read %d", g.Key(i), n, last[g.Key(i)].Version)
+		if !ok || n != Version(ptr(last[g.Key(i)])) {
+			t.Fatalf("Count(%s) = %d, read %d", g.Key(i), n, Version(ptr(last[g.Key(i)])))
 		}
 		sum += n
 	}
@@ -222,7 +223,7 @@ func TestVersionsAreConsecutiveAndMatchCount(t *testing.T) {
 func TestDDLAndSchemaVersions(t *testing.T) {
 	g := newGen(t, "gen://?tables=1&keys=50&rate=1000&ddl_every=1s")
 	ddls := g.DDLs("t0001", 0, at(3.5))
-	if len(ddls) != 3 || ddls[0].Schema != 1 || ddls[2].Schema != 3 || !strings.Contains(ddls[1].Statement, "c2") {
+	if len(ddls) != 3 || ddls[0].SchemaVersion != 1 || ddls[2].SchemaVersion != 3 || !strings.Contains(ddls[1].Statement, "c2") {
 		t.Fatalf("ddls %+v", ddls)
 	}
 	if again := g.DDLs("t0001", ddls[0].CommitTs, at(3.5)); len(again) != 2 {
@@ -233,11 +234,11 @@ func TestDDLAndSchemaVersions(t *testing.T) {
 		want := uint64(0)
 		for _, d := range ddls {
 			if d.CommitTs < e.CommitTs {
-				want = d.Schema
+				want = d.SchemaVersion
 			}
 		}
-		if e.Schema != want || len(e.Columns) != 3+int(want) {
-			t.Fatalf("row at %v: schema %d with %d columns, want schema %d", e.CommitTs, e.Schema, len(e.Columns), want)
+		if e.SchemaVersion != want || len(e.New) != 3+int(want) || len(e.Def.Columns) != len(e.New) {
+			t.Fatalf("row at %v: schema %d with %d columns, want schema %d", e.CommitTs, e.SchemaVersion, len(e.New), want)
 		}
 	}
 }
@@ -248,5 +249,45 @@ func TestOpenRefusesUnknownTables(t *testing.T) {
 		if _, err := g.Open(model.Span{Table: tbl}, 0); err == nil {
 			t.Errorf("Open(%s) accepted", tbl)
 		}
+	}
+}
+
+func ptr(e source.Event) *source.Event { return &e }
+
+func TestDeletesAndReinserts(t *testing.T) {
+	g := newGen(t, "gen://?tables=1&keys=20&rate=400&deletes=3")
+	evs := readAll(t, g, model.Span{Table: "t0001"}, 0, at(3), 64)
+	ops := map[source.Op]int{}
+	for i := range evs {
+		e := &evs[i]
+		n := Version(e)
+		want := source.OpUpdate
+		switch {
+		case n%3 == 0:
+			want = source.OpDelete
+		case n == 1 || (n-1)%3 == 0:
+			want = source.OpInsert
+		}
+		if e.Op != want {
+			t.Fatalf("%s change %d is %v, want %v", e.Key, n, e.Op, want)
+		}
+		switch e.Op {
+		case source.OpDelete:
+			if e.New != nil || e.Old[1].Text != strconv.FormatUint(n-1, 10) {
+				t.Fatalf("delete %s/%d: new %v old %v", e.Key, n, e.New, e.Old)
+			}
+		case source.OpUpdate:
+			if e.Old[1].Text != strconv.FormatUint(n-1, 10) || e.New[1].Text != strconv.FormatUint(n, 10) {
+				t.Fatalf("update %s/%d: new %v old %v", e.Key, n, e.New, e.Old)
+			}
+		case source.OpInsert:
+			if e.Old != nil {
+				t.Fatalf("insert %s/%d has an old row", e.Key, n)
+			}
+		}
+		ops[e.Op]++
+	}
+	if ops[source.OpInsert] == 0 || ops[source.OpUpdate] == 0 || ops[source.OpDelete] == 0 {
+		t.Fatalf("ops %v: want all three", ops)
 	}
 }

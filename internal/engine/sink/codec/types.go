@@ -1,0 +1,96 @@
+package codec
+
+import "strings"
+
+// columnType is how canal-json describes a column: the java.sql.Types
+// code (sqlType) and the MySQL type name (mysqlType) that consumers of
+// TiCDC's and Canal's output expect.
+type columnType struct {
+	sqlType   int
+	mysqlType string
+}
+
+// java.sql.Types codes.
+const (
+	sqlBit         = -7
+	sqlTinyInt     = -6
+	sqlSmallInt    = 5
+	sqlInteger     = 4
+	sqlBigInt      = -5
+	sqlReal        = 7
+	sqlDouble      = 8
+	sqlDecimal     = 3
+	sqlChar        = 1
+	sqlVarchar     = 12
+	sqlDate        = 91
+	sqlTime        = 92
+	sqlTimestamp   = 93
+	sqlBinary      = -2
+	sqlBlob        = 2004
+	sqlClob        = 2005
+	sqlBoolean     = 16
+	sqlArray       = 2003
+	sqlOther       = 1111
+	sqlTimestampTZ = 2014
+)
+
+// typeOf maps an upstream type name (PostgreSQL's, with modifiers, as
+// source.ColumnDef carries it) to canal-json's description. Types it does
+// not know are described as text: their values are the upstream's text
+// form anyway.
+func typeOf(t string) columnType {
+	base, mods, _ := strings.Cut(t, "(")
+	if mods != "" {
+		mods = "(" + mods
+	}
+	if strings.HasPrefix(base, "_") || strings.HasSuffix(base, "[]") {
+		return columnType{sqlArray, "text"}
+	}
+	switch base {
+	case "int2", "smallint", "smallserial":
+		return columnType{sqlSmallInt, "smallint"}
+	case "int4", "integer", "int", "serial":
+		return columnType{sqlInteger, "int"}
+	case "int8", "bigint", "bigserial":
+		return columnType{sqlBigInt, "bigint"}
+	case "numeric", "decimal":
+		return columnType{sqlDecimal, "decimal" + mods}
+	case "float4", "real":
+		return columnType{sqlReal, "float"}
+	case "float8", "double precision":
+		return columnType{sqlDouble, "double"}
+	case "bool", "boolean":
+		return columnType{sqlBoolean, "tinyint(1)"}
+	case "varchar", "character varying":
+		return columnType{sqlVarchar, "varchar" + mods}
+	case "bpchar", "char", "character":
+		return columnType{sqlChar, "char" + mods}
+	case "text", "name", "citext":
+		return columnType{sqlClob, "text"}
+	case "bytea":
+		return columnType{sqlBlob, "blob"}
+	case "date":
+		return columnType{sqlDate, "date"}
+	case "time", "timetz":
+		return columnType{sqlTime, "time"}
+	case "timestamp":
+		return columnType{sqlTimestamp, "datetime"}
+	case "timestamptz":
+		return columnType{sqlTimestampTZ, "timestamp"}
+	case "json", "jsonb":
+		return columnType{sqlVarchar, "json"}
+	case "uuid":
+		return columnType{sqlChar, "char(36)"}
+	case "bit", "varbit":
+		return columnType{sqlBit, "bit" + mods}
+	case "tinyint":
+		return columnType{sqlTinyInt, "tinyint"}
+	case "binary", "varbinary":
+		return columnType{sqlBinary, base + mods}
+	}
+	return columnType{sqlOther, "text"}
+}
+
+// MySQLType is the MySQL type name an upstream type is shown as, with
+// its modifiers: "varchar(16)", "decimal(10,2)", "bigint".
+func MySQLType(t string) string { return typeOf(t).mysqlType }

@@ -1,0 +1,191 @@
+package source
+
+import (
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Kind says what an event is.
+type Kind uint8
+
+const (
+	KindDML Kind = iota + 1 // a row change of one key
+	KindDDL                 // a schema change of one table
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindDML:
+		return "DML"
+	case KindDDL:
+		return "DDL"
+	}
+	return "Kind(?)"
+}
+
+// Op is what a DML did to its row.
+type Op uint8
+
+const (
+	OpInsert Op = iota + 1
+	OpUpdate
+	OpDelete
+)
+
+// String is the operation as canal-json names it.
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "INSERT"
+	case OpUpdate:
+		return "UPDATE"
+	case OpDelete:
+		return "DELETE"
+	}
+	return "Op(?)"
+}
+
+// ColumnDef is one column of a table version, as the upstream defines it.
+type ColumnDef struct {
+	Name string `json:"name"`
+	// Type is the upstream's type name with its modifiers, e.g. "int8",
+	// "numeric(10,2)", "varchar(16)", "_int4" (an int4 array).
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable"`
+	// KeyPos is the column's 1-based position in the primary key; 0 when
+	// it is not part of it.
+	KeyPos int `json:"key_pos,omitempty"`
+}
+
+// TableDef is one version of a table's definition. Events of one version
+// share one value: it must not be changed once an event carries it.
+type TableDef struct {
+	// Schema is the upstream schema (PostgreSQL's namespace); empty when
+	// the source has none, and sinks then use their configured one.
+	Schema  string      `json:"schema,omitempty"`
+	Name    string      `json:"name"`
+	Columns []ColumnDef `json:"columns"`
+}
+
+// KeyNames are the primary key's columns in key order.
+func (d *TableDef) KeyNames() []string {
+	var out []string
+	for pos := 1; ; pos++ {
+		found := false
+		for _, c := range d.Columns {
+			if c.KeyPos == pos {
+				out = append(out, c.Name)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return out
+		}
+	}
+}
+
+// Index is the position of a column by name, or -1.
+func (d *TableDef) Index(name string) int {
+	for i, c := range d.Columns {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Value is one column's value in the upstream's text form (PostgreSQL's
+// output format: "t" for true, "\x0a" for bytea, "{1,2}" for an array).
+type Value struct {
+	Text string
+	// Null is SQL NULL; Text is then empty.
+	Null bool
+	// Unchanged marks a value the upstream did not send because it did
+	// not change and is stored out of line (a PostgreSQL TOAST value);
+	// sinks leave it out of the row image.
+	Unchanged bool
+}
+
+// Text returns a non-null value.
+func Text(s string) Value { return Value{Text: s} }
+
+// Null is SQL NULL.
+var Null = Value{Null: true}
+
+// Event is one change: a DML of one row, or a DDL of one table. The
+// events of one transaction share a CommitTs, which totally orders a
+// changefeed's commits; its physical part is the commit time (for lag).
+type Event struct {
+	Kind Kind
+	// Table is the table as the changefeed's partitions name it (gen:
+	// "t0001"; a database: "schema.table").
+	Table    string
+	CommitTs model.Ts
+	// Def is the table's definition the event belongs to: for a DML the
+	// version the row was written under, for a DDL the version it
+	// creates. Values in New and Old are in its column order.
+	Def *TableDef
+	// SchemaVersion counts the table's schema changes before Def: 0 for
+	// the version the changefeed started with.
+	SchemaVersion uint64
+	// TableVersion is when that schema version began: the commit ts of
+	// the DDL that created it, or the source's start for the first one.
+	// Storage sinks name directories after it.
+	TableVersion model.Ts
+
+	// DML only.
+	Op Op
+	// Key is the row's primary key in text form (composite keys joined by
+	// commas); partitions route on it and Kafka keys messages by it.
+	Key string
+	// New is the row after an insert or update; nil for a delete.
+	New []Value
+	// Old is the row before an update or delete, as far as the upstream
+	// tells it (at least the key of a delete); nil when unknown.
+	Old []Value
+
+	// DDL only.
+	Statement string
+}
+
+// Image is the row a sink shows for a DML: the new row, or for a delete
+// the old one.
+func (e *Event) Image() []Value {
+	if e.Op == OpDelete {
+		return e.Old
+	}
+	return e.New
+}
+
+// Size is about how many bytes the event's values take, for metrics and
+// buffers.
+func (e *Event) Size() int {
+	n := len(e.Key) + len(e.Statement)
+	for _, v := range e.New {
+		n += len(v.Text)
+	}
+	for _, v := range e.Old {
+		n += len(v.Text)
+	}
+	return n
+}
+
+// QualifiedName joins schema and table as partitions name a database
+// table: "public.orders".
+func QualifiedName(schema, table string) string {
+	if schema == "" {
+		return table
+	}
+	return schema + "." + table
+}
+
+// SplitQualifiedName is QualifiedName's inverse; a name without a dot has
+// no schema.
+func SplitQualifiedName(name string) (schema, table string) {
+	if i := strings.IndexByte(name, '.'); i >= 0 {
+		return name[:i], name[i+1:]
+	}
+	return "", name
+}
