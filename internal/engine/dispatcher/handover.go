@@ -1,0 +1,131 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// This file is the manager's side of a hand-over (seed 003's MigrateOut
+// and PreparePartition): stopping dispatchers at an exact position,
+// saving their state, and starting a partition only from the state its
+// previous owner saved.
+
+// ownFinal is the highest position where this node stopped the partition,
+// under this placement or an earlier one: it wrote exactly up to there
+// (0 if it never stopped it). A move that was reverted, say, leaves one.
+func (m *Manager) ownFinal(r model.RouteEntry) model.Ts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var at model.Ts
+	for _, f := range m.finals {
+		if f.cf == r.Changefeed && f.pid == r.ID && f.p.Epoch <= r.Epoch {
+			at = max(at, f.p.Checkpoint)
+		}
+	}
+	return at
+}
+
+// saveState is seed 003's MigrateOut: the partition's state, stopped at
+// pos, goes to the CheckpointStore before the hand-over is reported. If
+// it cannot be saved the hand-over is not reported (the move waits, and
+// is reverted after the maintainer's move timeout).
+func (m *Manager) saveState(r model.RouteEntry, pos model.Ts) bool {
+	if m.Checkpoints == nil {
+		return true
+	}
+	state, err := actor.NewReplication(r.Span, pos).Snapshot()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = m.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch, state)
+		cancel()
+	}
+	if err != nil {
+		m.log.Warn("cannot save the partition's state; its hand-over waits", "partition", r.ID, "changefeed", r.Changefeed, "err", err)
+		return false
+	}
+	return true
+}
+
+// prepare is seed 003's PreparePartition: a partition handed over
+// gracefully starts only from the state its previous owner saved, for
+// exactly the key range and position the routing table gives.
+func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
+	if m.Checkpoints == nil || r.Start == 0 {
+		return nil // not a graceful hand-over: it resumes from its persisted position
+	}
+	a, err := checkpoint.LoadActor(ctx, m.Checkpoints, r.Changefeed, r.ID)
+	if err != nil {
+		return err
+	}
+	// The position may be below Start: the maintainer may have heard a
+	// later durable position than the one its owner handed over at (a
+	// restart of the owner). Start is durable; above it, nothing is.
+	if a.Span() != r.Span || a.Position() > r.Start {
+		return fmt.Errorf("the saved state of %s is %s at %s; the routing table gives %s at %s", r.ID, a.Span(), a.Position(), r.Span, r.Start)
+	}
+	return nil
+}
+
+// stopAndReport stops dispatchers in parallel (gracefully, unless the
+// manager was aborted) and keeps where each ended as a final position.
+func (m *Manager) stopAndReport(runs []*managed) {
+	m.mu.Lock()
+	aborted := m.aborted
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if aborted {
+				r.abort()
+				<-r.done
+				return
+			}
+			at, err := r.stop(30 * time.Second)
+			rt := r.route.Route
+			if err != nil {
+				m.log.Warn("dispatcher did not stop cleanly; its next owner resumes from its checkpoint", "dispatcher", r.d.ID(), "checkpoint", at, "err", err)
+			}
+			// A stop that had to be aborted knows only its checkpoint: not final.
+			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil}
+			p.Handover = p.Final && rt.Status == model.PartitionDraining && m.saveState(rt, at)
+			m.mu.Lock()
+			m.finals[finalKey(rt)] = &final{cf: rt.Changefeed, pid: rt.ID, p: p}
+			m.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// stopAll stops every dispatcher and reports where each stopped, so
+// whoever takes the partitions over starts exactly there; then it closes
+// the sinks.
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	runs := make([]*managed, 0, len(m.running))
+	for _, r := range m.running {
+		runs = append(runs, r)
+	}
+	m.running = map[string]*managed{}
+	aborted := m.aborted
+	m.mu.Unlock()
+	m.stopAndReport(runs)
+	m.wg.Wait()
+	if !aborted {
+		m.awaitHandover()
+	}
+	m.mu.Lock()
+	feeds := m.feeds
+	m.feeds = map[model.ChangefeedID]*feed{}
+	m.mu.Unlock()
+	for _, f := range feeds {
+		f.close()
+	}
+}
