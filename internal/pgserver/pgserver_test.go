@@ -1,0 +1,24 @@
+package pgserver
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestStartsALogicalReplicationServerOnLoopback(t *testing.T) {
+	ctx := context.Background()
+	s, err := Start(ctx, filepath.Join(t.TempDir(), "pg"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	out, err := s.Psql(ctx, "postgres", "SHOW wal_level; SHOW listen_addresses;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(out); len(got) != 2 || got[0] != "logical" || got[1] != "127.0.0.1" {
+		t.Fatalf("settings %q", out)
+	}
+}
