@@ -27,8 +27,9 @@ type Server struct {
 	Dir  string // data directory; the socket and the log are in it too
 	Port int
 	// asUser is the OS user the server runs as ("" for this process's).
-	asUser string
-	binDir string
+	asUser   string
+	binDir   string
+	settings []string
 }
 
 // ErrNotInstalled means no PostgreSQL binaries were found.
@@ -54,7 +55,9 @@ func findBin() (string, error) {
 
 // Start initialises dir (which must not exist or be empty) and starts a
 // server on port (0 picks a free one). It is ready when Start returns.
-func Start(ctx context.Context, dir string, port int) (*Server, error) {
+// Settings ("name=value") are passed to the server after its defaults,
+// so they override them.
+func Start(ctx context.Context, dir string, port int, settings ...string) (*Server, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -64,7 +67,7 @@ func Start(ctx context.Context, dir string, port int) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{Dir: dir, Port: port, binDir: bin}
+	s := &Server{Dir: dir, Port: port, binDir: bin, settings: settings}
 	if os.Geteuid() == 0 {
 		s.asUser = "postgres"
 	}
@@ -82,6 +85,9 @@ func Start(ctx context.Context, dir string, port int) (*Server, error) {
 		}
 	}
 	opts := fmt.Sprintf("-p %d -c wal_level=logical -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off -c max_wal_senders=20 -c max_replication_slots=20", port, dir)
+	for _, kv := range settings {
+		opts += " -c " + kv
+	}
 	if out, err := s.run(ctx, "pg_ctl", "-D", dir, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start", "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		return nil, fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, tail(string(log), 2000))
@@ -110,7 +116,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.Stop(); err != nil {
 		return err
 	}
-	_, err := Start(ctx, s.Dir, s.Port)
+	_, err := Start(ctx, s.Dir, s.Port, s.settings...)
 	return err
 }
 

@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+)
+
+// catalog reads table definitions and type names from the upstream's
+// system catalogs over an ordinary (not replication) connection.
+type catalog struct {
+	conn *pgx.Conn
+
+	mu    sync.Mutex
+	types map[uint32]string // type oid -> typname
+}
+
+func openCatalog(ctx context.Context, connString string) (*catalog, error) {
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return nil, err
+	}
+	return &catalog{conn: conn, types: map[uint32]string{}}, nil
+}
+
+func (c *catalog) Close() { _ = c.conn.Close(context.Background()) }
+
+// typeName is the catalog name of a type with its modifiers, as
+// source.ColumnDef carries it: "int4", "varchar(16)", "numeric(10,2)",
+// "_text" for a text array.
+func (c *catalog) typeName(ctx context.Context, oid uint32, typmod int32) (string, error) {
+	c.mu.Lock()
+	name, ok := c.types[oid]
+	c.mu.Unlock()
+	if !ok {
+		if err := c.conn.QueryRow(ctx, `SELECT typname FROM pg_type WHERE oid = $1`, oid).Scan(&name); err != nil {
+			return "", fmt.Errorf("look up type %d: %w", oid, err)
+		}
+		c.mu.Lock()
+		c.types[oid] = name
+		c.mu.Unlock()
+	}
+	return withModifier(name, typmod), nil
+}
+
+// withModifier renders a type modifier the way PostgreSQL's format_type
+// does, on the catalog name.
+func withModifier(name string, typmod int32) string {
+	if typmod < 0 {
+		return name
+	}
+	switch name {
+	case "varchar", "bpchar":
+		if typmod >= 4 {
+			return fmt.Sprintf("%s(%d)", name, typmod-4)
+		}
+	case "numeric":
+		if typmod >= 4 {
+			m := typmod - 4
+			return fmt.Sprintf("numeric(%d,%d)", (m>>16)&0xffff, m&0xffff)
+		}
+	case "timestamp", "timestamptz", "time", "timetz", "bit", "varbit":
+		return fmt.Sprintf("%s(%d)", name, typmod)
+	}
+	return name
+}
+
+// tableDef reads a table's current definition: columns in order, their
+// types, nullability and primary-key positions.
+func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.TableDef, error) {
+	schema, table := source.SplitQualifiedName(qualified)
+	rows, err := c.conn.Query(ctx, `
+SELECT a.attname, t.typname, a.atttypmod, NOT a.attnotnull,
+       COALESCE(array_position(string_to_array(i.indkey::text, ' ')::int2[], a.attnum), 0)
+FROM pg_attribute a
+JOIN pg_class r ON r.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = r.relnamespace
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	def := &source.TableDef{Schema: schema, Name: table}
+	for rows.Next() {
+		var (
+			col, typ string
+			typmod   int32
+			nullable bool
+			keyPos   int32
+		)
+		if err := rows.Scan(&col, &typ, &typmod, &nullable, &keyPos); err != nil {
+			return nil, err
+		}
+		def.Columns = append(def.Columns, source.ColumnDef{Name: col, Type: withModifier(typ, typmod), Nullable: nullable, KeyPos: int(keyPos)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(def.Columns) == 0 {
+		return nil, fmt.Errorf("table %s does not exist in database %s (check the name and the tables= parameter)", qualified, c.conn.Config().Database)
+	}
+	return def, nil
+}

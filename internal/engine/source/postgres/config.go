@@ -1,0 +1,162 @@
+// Package postgres is the PostgreSQL source: logical replication through
+// one slot and one publication per changefeed, decoded from pgoutput into
+// the row-change model of package source (typed columns, insert, update,
+// delete, old rows, schema versions from Relation messages).
+//
+// It imports model and source; the engine reaches it only through
+// source/registry.
+package postgres
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+)
+
+// Config is a postgres:// source URI's meaning.
+type Config struct {
+	// ConnString is the URI without this package's parameters: what pgx
+	// connects with (user, password, host, port, database, sslmode, ...).
+	ConnString string
+	// Tables are the replicated tables, "schema.table", in the order
+	// given; a name without a schema is in public.
+	Tables []string
+	// Publication and Slot name the upstream objects; empty means the
+	// default named after the changefeed.
+	Publication string
+	Slot        string
+}
+
+// ours are the query parameters this package reads; every other one is
+// the driver's (sslmode, connect_timeout, ...).
+var ours = map[string]bool{"tables": true, "publication": true, "slot": true}
+
+var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+
+// ParseURI parses postgres://user[:password]@host:port/db?tables=s.t1,s.t2&publication=NAME&slot=NAME&sslmode=...
+func ParseURI(raw string) (Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Config{}, fmt.Errorf("source URI: %v", redactErr(err, raw))
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return Config{}, fmt.Errorf("source URI %s: scheme must be postgres://", Redact(raw))
+	}
+	if u.Host == "" {
+		return Config{}, fmt.Errorf("source URI %s: name the server, e.g. postgres://user@127.0.0.1:5432/db?tables=public.orders", Redact(raw))
+	}
+	if strings.Trim(u.Path, "/") == "" {
+		return Config{}, fmt.Errorf("source URI %s: name the database in the path, e.g. postgres://user@host:5432/shop?tables=public.orders", Redact(raw))
+	}
+	q := u.Query()
+	var c Config
+	for k, vs := range q {
+		if ours[k] && len(vs) != 1 {
+			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
+		}
+	}
+	for _, t := range strings.Split(q.Get("tables"), ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		schema, table := source.SplitQualifiedName(t)
+		if schema == "" {
+			schema = "public"
+		}
+		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
+			return Config{}, fmt.Errorf("source URI: table %q: use schema.table with lowercase unquoted PostgreSQL names", t)
+		}
+		c.Tables = append(c.Tables, schema+"."+table)
+	}
+	if len(c.Tables) == 0 {
+		return Config{}, fmt.Errorf("source URI %s: name the tables to replicate, e.g. ?tables=public.orders,public.customers", Redact(raw))
+	}
+	if dup := firstDuplicate(c.Tables); dup != "" {
+		return Config{}, fmt.Errorf("source URI: table %s is named twice", dup)
+	}
+	c.Publication, c.Slot = q.Get("publication"), q.Get("slot")
+	for name, v := range map[string]string{"publication": c.Publication, "slot": c.Slot} {
+		if v != "" && !identPattern.MatchString(v) {
+			return Config{}, fmt.Errorf("source URI: %s=%q: use 1-63 lowercase letters, digits and '_'", name, v)
+		}
+	}
+	for k := range ours {
+		q.Del(k)
+	}
+	u.RawQuery = q.Encode()
+	c.ConnString = u.String()
+	return c, nil
+}
+
+// WithNames fills the publication and slot names a changefeed gets by
+// default: cdcctl_<changefeed>.
+func (c Config) WithNames(changefeed string) Config {
+	def := "cdcctl_" + strings.ReplaceAll(changefeed, "-", "_")
+	if len(def) > 63 {
+		def = def[:63]
+	}
+	if c.Publication == "" {
+		c.Publication = def
+	}
+	if c.Slot == "" {
+		c.Slot = def
+	}
+	return c
+}
+
+// URI renders the config back; ParseURI(c.URI()) == c.
+func (c Config) URI() string {
+	u, _ := url.Parse(c.ConnString)
+	q := u.Query()
+	q.Set("tables", strings.Join(c.Tables, ","))
+	if c.Publication != "" {
+		q.Set("publication", c.Publication)
+	}
+	if c.Slot != "" {
+		q.Set("slot", c.Slot)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Redact is a source URI fit for messages and logs: the password masked.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "postgres://(unparsable URI)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// redactErr keeps a parse error from echoing a password.
+func redactErr(err error, raw string) error {
+	u, perr := url.Parse(raw)
+	if perr == nil {
+		if p, has := u.User.Password(); has && p != "" {
+			return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), p, "xxxxx"))
+		}
+	}
+	if strings.Contains(raw, "@") {
+		return fmt.Errorf("the URI does not parse (check that special characters in the password are percent-encoded)")
+	}
+	return err
+}
+
+func firstDuplicate(xs []string) string {
+	s := append([]string(nil), xs...)
+	sort.Strings(s)
+	for i := 1; i < len(s); i++ {
+		if s[i] == s[i-1] {
+			return s[i]
+		}
+	}
+	return ""
+}

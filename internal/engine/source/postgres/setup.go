@@ -1,0 +1,228 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+)
+
+// Upstream is what Prepare found and made ready on the upstream.
+type Upstream struct {
+	// StartLSN is where the slot begins: the changefeed replicates every
+	// transaction that commits after it.
+	StartLSN pglogrepl.LSN
+	// Defs are the replicated tables' definitions, by "schema.table".
+	Defs map[string]*source.TableDef
+	// CreatedSlot is true when this call created the slot.
+	CreatedSlot bool
+}
+
+// Prepare checks that the upstream can be replicated as configured and
+// creates the publication and the slot when they are missing. Every
+// refusal carries PostgreSQL's reason and what to do; nothing is created
+// when a check fails.
+func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
+	cat, err := openCatalog(ctx, cfg.ConnString)
+	if err != nil {
+		return Upstream{}, explain(cfg, err)
+	}
+	defer cat.Close()
+	if err := preflight(ctx, cat, cfg); err != nil {
+		return Upstream{}, err
+	}
+	up := Upstream{Defs: map[string]*source.TableDef{}}
+	for _, t := range cfg.Tables {
+		def, err := cat.tableDef(ctx, t)
+		if err != nil {
+			return Upstream{}, explain(cfg, err)
+		}
+		if len(def.KeyNames()) == 0 {
+			return Upstream{}, fmt.Errorf("table %s has no primary key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)): partitions are ranges of the primary key", t, t)
+		}
+		up.Defs[t] = def
+	}
+	if err := ensurePublication(ctx, cat.conn, cfg); err != nil {
+		return Upstream{}, err
+	}
+	lsn, created, err := ensureSlot(ctx, cat.conn, cfg)
+	if err != nil {
+		return Upstream{}, err
+	}
+	up.StartLSN, up.CreatedSlot = lsn, created
+	return up, nil
+}
+
+// preflight checks the server settings and the user's rights.
+func preflight(ctx context.Context, cat *catalog, cfg Config) error {
+	var walLevel string
+	if err := cat.conn.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
+		return explain(cfg, err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("PostgreSQL's wal_level is %q; logical replication needs wal_level = logical: set it in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel)
+	}
+	var user string
+	var mayReplicate bool
+	if err := cat.conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&user, &mayReplicate); err != nil {
+		return explain(cfg, err)
+	}
+	if !mayReplicate {
+		return fmt.Errorf("PostgreSQL user %q may not replicate: grant it with ALTER ROLE %s REPLICATION (or connect as a superuser)", user, user)
+	}
+	return nil
+}
+
+// ensurePublication creates the publication for the tables, or checks
+// that an existing one publishes all of them.
+func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
+		return explain(cfg, err)
+	}
+	if !exists {
+		quoted := make([]string, len(cfg.Tables))
+		for i, t := range cfg.Tables {
+			quoted[i] = quoteQualified(t)
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(quoted, ", ")))
+		if err != nil {
+			return fmt.Errorf("create publication %s: %w; the user must own the tables (or be a superuser), or create it yourself: CREATE PUBLICATION %s FOR TABLE %s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "))
+		}
+		return nil
+	}
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	if err != nil {
+		return explain(cfg, err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return explain(cfg, err)
+	}
+	has := map[string]bool{}
+	for _, t := range published {
+		has[t] = true
+	}
+	var missing []string
+	for _, t := range cfg.Tables {
+		if !has[t] {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("publication %s exists but does not publish %s: ALTER PUBLICATION %s ADD TABLE %s, or name another publication with publication=", cfg.Publication, strings.Join(missing, ", "), cfg.Publication, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// ensureSlot creates the logical slot, or checks that an existing one is
+// free and decodes pgoutput; it returns where the slot begins.
+func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config) (pglogrepl.LSN, bool, error) {
+	var (
+		plugin    string
+		activePID *int32
+		confirmed *string
+	)
+	err := conn.QueryRow(ctx, `SELECT plugin, active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &activePID, &confirmed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		var lsn string
+		if err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, cfg.Slot).Scan(&lsn); err != nil {
+			return 0, false, fmt.Errorf("create replication slot %s: %w", cfg.Slot, explain(cfg, err))
+		}
+		l, err := pglogrepl.ParseLSN(lsn)
+		return l, true, err
+	case err != nil:
+		return 0, false, explain(cfg, err)
+	}
+	if plugin != "pgoutput" {
+		return 0, false, fmt.Errorf("replication slot %s exists with plugin %s; cdcctl reads pgoutput: name another slot with slot=, or drop it (SELECT pg_drop_replication_slot('%s'))", cfg.Slot, plugin, cfg.Slot)
+	}
+	if activePID != nil {
+		return 0, false, fmt.Errorf("replication slot %s is in use by another consumer (PostgreSQL backend pid %d): stop that consumer, or name another slot with slot=", cfg.Slot, *activePID)
+	}
+	if confirmed == nil {
+		return 0, false, fmt.Errorf("replication slot %s has no confirmed position; drop it (SELECT pg_drop_replication_slot('%s')) and try again", cfg.Slot, cfg.Slot)
+	}
+	l, err := pglogrepl.ParseLSN(*confirmed)
+	return l, false, err
+}
+
+// Remove drops the changefeed's slot, and its publication when it is
+// one cdcctl named (a publication the operator named may serve others).
+func Remove(ctx context.Context, cfg Config) error {
+	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	if err != nil {
+		return explain(cfg, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot); err != nil {
+		return fmt.Errorf("drop replication slot %s: %w", cfg.Slot, explain(cfg, err))
+	}
+	if strings.HasPrefix(cfg.Publication, "cdcctl_") {
+		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
+			return fmt.Errorf("drop publication %s: %w", cfg.Publication, explain(cfg, err))
+		}
+	}
+	return nil
+}
+
+func quoteQualified(t string) string {
+	schema, table := source.SplitQualifiedName(t)
+	return pgx.Identifier{schema, table}.Sanitize()
+}
+
+// explain turns a connection or server error into one that says what to
+// check, keeping PostgreSQL's own words.
+func explain(cfg Config, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+			return fmt.Errorf("PostgreSQL refused the login: %s; check the user and password in the source URI, and pg_hba.conf", pgErr.Message)
+		case pgErr.Code == "3D000":
+			return fmt.Errorf("PostgreSQL: %s; check the database name in the source URI", pgErr.Message)
+		case pgErr.Code == "42501":
+			return fmt.Errorf("PostgreSQL: %s (permission denied); grant the user the rights it needs, or connect as the tables' owner", pgErr.Message)
+		case pgErr.Code == "53400" || pgErr.Code == "55000" && strings.Contains(pgErr.Message, "replication slot"):
+			return fmt.Errorf("PostgreSQL: %s; raise max_replication_slots / max_wal_senders, or drop unused slots", pgErr.Message)
+		}
+		hint := ""
+		if pgErr.Hint != "" {
+			hint = " (" + pgErr.Hint + ")"
+		}
+		return fmt.Errorf("PostgreSQL: %s%s [SQLSTATE %s]", pgErr.Message, hint, pgErr.Code)
+	}
+	var netErr *net.OpError
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &netErr) || errors.As(err, &connErr) {
+		host := "the server"
+		if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
+			host = fmt.Sprintf("%s:%d", c.Host, c.Port)
+		}
+		if errors.As(err, &pgErr) {
+			return explain(cfg, pgErr)
+		}
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err))
+	}
+	return err
+}
+
+// unwrapConnect keeps the innermost reason of a connection failure,
+// without the connection string pgx puts in front of it.
+func unwrapConnect(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}

@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/pgserver"
+)
+
+func TestParseURI(t *testing.T) {
+	for _, tc := range []struct {
+		uri, err string
+		tables   []string
+	}{
+		{uri: "postgres://u:secret@127.0.0.1:5432/shop?tables=orders,crm.customers&sslmode=disable", tables: []string{"public.orders", "crm.customers"}},
+		{uri: "postgresql://u@h/shop?tables=public.orders&slot=s1&publication=p1", tables: []string{"public.orders"}},
+		{uri: "postgres://u@h/shop", err: "name the tables"},
+		{uri: "postgres://u@h/?tables=t", err: "name the database"},
+		{uri: "postgres:///shop?tables=t", err: "name the server"},
+		{uri: "postgres://u@h/shop?tables=Orders", err: "lowercase unquoted"},
+		{uri: "postgres://u@h/shop?tables=t,public.t", err: "named twice"},
+		{uri: "postgres://u@h/shop?tables=t&slot=Bad-Name", err: "slot="},
+		{uri: "mysql://u@h/shop?tables=t", err: "scheme must be postgres://"},
+	} {
+		c, err := ParseURI(tc.uri)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want %q", tc.uri, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(c.Tables, ",") != strings.Join(tc.tables, ",") {
+			t.Errorf("%s: %+v %v", tc.uri, c, err)
+			continue
+		}
+		if strings.Contains(c.ConnString, "tables=") || strings.Contains(c.ConnString, "slot=") {
+			t.Errorf("%s: our parameters reach the driver: %s", tc.uri, c.ConnString)
+		}
+		again, err := ParseURI(c.URI())
+		if err != nil || again.ConnString != c.ConnString || strings.Join(again.Tables, ",") != strings.Join(c.Tables, ",") || again.Slot != c.Slot {
+			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
+		}
+	}
+	if r := Redact("postgres://u:secret@h/db?tables=t"); strings.Contains(r, "secret") {
+		t.Errorf("Redact kept the password: %s", r)
+	}
+	if _, err := ParseURI("postgres://u:se%zzcret@h/db?tables=t"); err == nil || strings.Contains(err.Error(), "se%zzcret") {
+		t.Errorf("a bad URI's error echoes the password: %v", err)
+	}
+}
+
+func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE keyless (v text);
+		CREATE ROLE reader LOGIN; GRANT SELECT ON keyed TO reader`)
+	ctx := context.Background()
+	prepare := func(uri string) error {
+		cfg, err := ParseURI(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Prepare(ctx, cfg.WithNames("refusals"))
+		return err
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := l.Addr().String()
+	l.Close()
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	for _, tc := range []struct{ name, uri, want string }{
+		{"unknown table", dsn + "&tables=nosuch", "table public.nosuch does not exist"},
+		{"no primary key", dsn + "&tables=keyless", "has no primary key; add one"},
+		{"unknown database", strings.Replace(dsn, "/"+db+"?", "/nosuchdb?", 1) + "&tables=keyed", "check the database name"},
+		{"no replication privilege", strings.Replace(dsn, "postgres@", "reader@", 1) + "&tables=keyed", "may not replicate: grant it with ALTER ROLE reader REPLICATION"},
+		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},
+	} {
+		err := prepare(tc.uri)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Nothing was created by the refusals.
+	out, err := srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	if err != nil || strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" {
+		t.Fatalf("refusals left publications/slots: %q %v", out, err)
+	}
+
+	// A slot another consumer reads is refused, naming it.
+	st, cfg, _ := open(t, dsn+"&tables=keyed")
+	_ = st
+	_, err = Prepare(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "is in use by another consumer") {
+		t.Fatalf("a slot in use: %v", err)
+	}
+	// Remove drops what Prepare made.
+	_ = st.Close()
+	if err := Remove(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	if f := strings.Fields(out); f[0] != "0" || f[1] != "0" {
+		t.Fatalf("after Remove: %q", out)
+	}
+}
+
+func TestPrepareRefusesWithoutLogicalWALOrWithAWrongPassword(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cdcctl-pg-replica-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	srv, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0, "wal_level=replica", "password_encryption=scram-sha-256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if _, err := srv.Psql(ctx, "postgres", "CREATE TABLE t (id int PRIMARY KEY); CREATE ROLE pw LOGIN PASSWORD 'right'"); err != nil {
+		t.Fatal(err)
+	}
+	// Password logins for pw only; everything else stays trusted.
+	hba := filepath.Join(srv.Dir, "pg_hba.conf")
+	old, _ := os.ReadFile(hba)
+	if err := os.WriteFile(hba, append([]byte("host all pw 127.0.0.1/32 scram-sha-256\n"), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "postgres", "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	try := func(uri string) error {
+		cfg, err := ParseURI(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Prepare(ctx, cfg.WithNames("x"))
+		return err
+	}
+	base := srv.DSN("postgres") + "&tables=t"
+	if err := try(base); err == nil || !strings.Contains(err.Error(), "set it in postgresql.conf") || !strings.Contains(err.Error(), "restart PostgreSQL") {
+		t.Errorf("wal_level=replica: %v", err)
+	}
+	err = try(strings.Replace(base, "postgres@", "pw:wrong@", 1))
+	if err == nil || !strings.Contains(err.Error(), "refused the login") || strings.Contains(err.Error(), "wrong") {
+		t.Errorf("a wrong password: %v (it must say so without echoing the password)", err)
+	}
+}

@@ -1,0 +1,503 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// TableState is where a table's schema stands in the stream: its
+// definition, how many schema changes came before it, and since when.
+type TableState struct {
+	Def     *source.TableDef
+	Version uint64
+	Since   model.Ts
+}
+
+// Txn is one committed upstream transaction, decoded: its schema changes
+// (DDL events, each at its own commit position) and then its rows, all
+// rows at Ts.
+type Txn struct {
+	Ts         model.Ts
+	CommitTime time.Time
+	CommitLSN  pglogrepl.LSN
+	// EndLSN is where the slot may be confirmed once this transaction is
+	// durable downstream.
+	EndLSN pglogrepl.LSN
+	Events []source.Event
+}
+
+// Item is what Next returns: a transaction, or (Txn nil) a resolved
+// position: no transaction commits at or below Resolved later.
+type Item struct {
+	Txn      *Txn
+	Resolved model.Ts
+}
+
+// Stream reads one slot's pgoutput stream. It is not safe for concurrent
+// use: one goroutine calls Next and Confirm.
+type Stream struct {
+	cfg  Config
+	conn *pgconn.PgConn
+	cat  *catalog
+
+	tables map[string]*TableState // by "schema.table"
+	rels   map[uint32]*relation   // by relation id, for this session
+	last   model.Ts               // the last position handed out
+
+	received, confirmed pglogrepl.LSN
+	nextStatus          time.Time
+
+	// The transaction being received.
+	open     bool
+	begin    *pglogrepl.BeginMessage
+	ddls     []source.Event
+	rows     []source.Event
+	ddlCount int
+}
+
+// relation is a relation id's columns as its last Relation message gave
+// them, mapped onto the table's definition.
+type relation struct {
+	table string
+	cols  []*pglogrepl.RelationMessageColumn
+}
+
+// statusInterval is how often the stream tells PostgreSQL where it is;
+// well under wal_sender_timeout's default of 60s.
+const statusInterval = 5 * time.Second
+
+// resolvedMargin keeps a resolved position behind the server's clock: a
+// transaction's commit time is taken just before its commit record is
+// written, so one committing at the moment of a keepalive can carry a
+// slightly earlier time. Commit positions then never need clamping
+// against a resolved one, which keeps them the same when a stream is
+// read again from a checkpoint.
+const resolvedMargin = 50 * time.Millisecond
+
+// OpenStream starts reading the slot after a position: from is the
+// confirmed LSN to resume at (the slot starts at the later of it and its
+// own confirmed position), last is the commit position handed out for
+// it, and tables where every table's schema stands there.
+func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.Ts, tables map[string]TableState) (*Stream, error) {
+	cat, err := openCatalog(ctx, cfg.ConnString)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		cat.Close()
+		return nil, explain(cfg, err)
+	}
+	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, from, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", cfg.Publication)},
+	})
+	if err != nil {
+		_ = conn.Close(context.Background())
+		cat.Close()
+		if strings.Contains(err.Error(), "is active for PID") {
+			return nil, fmt.Errorf("replication slot %s is in use by another consumer: %v; stop it, or name another slot", cfg.Slot, err)
+		}
+		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
+	}
+	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
+		last: last, received: from, confirmed: from}
+	for t, st := range tables {
+		st := st
+		s.tables[t] = &st
+	}
+	return s, nil
+}
+
+// Close ends the replication connection; the slot stays.
+func (s *Stream) Close() error {
+	s.cat.Close()
+	return s.conn.Close(context.Background())
+}
+
+// Confirm tells the stream that everything up to lsn is durable
+// downstream; the slot's confirmed position follows on the next status
+// update, and PostgreSQL may then recycle the WAL before it.
+func (s *Stream) Confirm(lsn pglogrepl.LSN) {
+	if lsn > s.confirmed {
+		s.confirmed = lsn
+	}
+}
+
+// Tables returns where every table's schema stands after the last item.
+func (s *Stream) Tables() map[string]TableState {
+	out := make(map[string]TableState, len(s.tables))
+	for t, st := range s.tables {
+		out[t] = *st
+	}
+	return out
+}
+
+// Next returns the next committed transaction or resolved position. It
+// waits until there is one or ctx ends.
+func (s *Stream) Next(ctx context.Context) (Item, error) {
+	for {
+		if err := s.maybeSendStatus(ctx, false); err != nil {
+			return Item{}, err
+		}
+		rctx, cancel := context.WithDeadline(ctx, s.nextStatus)
+		raw, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Item{}, ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return Item{}, fmt.Errorf("replication stream of slot %s: %w", s.cfg.Slot, explain(s.cfg, err))
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return Item{}, fmt.Errorf("replication stream of slot %s: PostgreSQL: %s [SQLSTATE %s]", s.cfg.Slot, msg.Message, msg.Code)
+		case *pgproto3.CopyData:
+			item, ok, err := s.handle(ctx, msg.Data)
+			if err != nil || ok {
+				return item, err
+			}
+		}
+	}
+}
+
+func (s *Stream) maybeSendStatus(ctx context.Context, now bool) error {
+	if !now && time.Now().Before(s.nextStatus) {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: max(s.received, s.confirmed), WALFlushPosition: s.confirmed, WALApplyPosition: s.confirmed,
+	})
+	if err != nil {
+		return fmt.Errorf("replication status to slot %s: %w", s.cfg.Slot, err)
+	}
+	s.nextStatus = time.Now().Add(statusInterval)
+	return nil
+}
+
+// handle takes one CopyData message; ok when it completes an item.
+func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
+	if len(data) == 0 {
+		return Item{}, false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return Item{}, false, err
+		}
+		if ka.ReplyRequested {
+			if err := s.maybeSendStatus(ctx, true); err != nil {
+				return Item{}, false, err
+			}
+		}
+		if s.open {
+			return Item{}, false, nil
+		}
+		s.received = max(s.received, ka.ServerWALEnd)
+		res := model.TsFromTime(ka.ServerTime.Add(-resolvedMargin))
+		if res <= s.last {
+			return Item{}, false, nil
+		}
+		s.last = res
+		return Item{Resolved: res}, true, nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return Item{}, false, err
+		}
+		msg, err := pglogrepl.Parse(x.WALData)
+		if err != nil {
+			return Item{}, false, fmt.Errorf("decode pgoutput message: %w", err)
+		}
+		return s.decode(ctx, msg)
+	}
+	return Item{}, false, nil
+}
+
+// decode applies one pgoutput message to the open transaction.
+func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		s.open, s.begin, s.ddls, s.rows = true, m, nil, nil
+	case *pglogrepl.RelationMessage:
+		return Item{}, false, s.relation(ctx, m)
+	case *pglogrepl.InsertMessage:
+		return Item{}, false, s.row(m.RelationID, source.OpInsert, m.Tuple, nil)
+	case *pglogrepl.UpdateMessage:
+		return Item{}, false, s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple)
+	case *pglogrepl.DeleteMessage:
+		return Item{}, false, s.row(m.RelationID, source.OpDelete, nil, m.OldTuple)
+	case *pglogrepl.TruncateMessage:
+		return Item{}, false, fmt.Errorf("a TRUNCATE of a replicated table is not supported: the sink cannot express it; recreate the changefeed after truncating")
+	case *pglogrepl.CommitMessage:
+		return s.commit(m), true, nil
+	}
+	return Item{}, false, nil
+}
+
+// commit hands out the transaction's positions: each schema change its
+// own, then the rows one shared position after them. Positions follow the
+// commit time at microsecond grain and never go back.
+func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
+	tx := &Txn{CommitTime: m.CommitTime, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN}
+	for i := range s.ddls {
+		s.last = s.next(m.CommitTime)
+		d := &s.ddls[i]
+		d.CommitTs, d.TableVersion = s.last, s.last
+		st := s.tables[d.Table]
+		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, s.last
+		tx.Events = append(tx.Events, *d)
+	}
+	s.last = s.next(m.CommitTime)
+	tx.Ts = s.last
+	for i := range s.rows {
+		r := &s.rows[i]
+		st := s.tables[r.Table]
+		r.CommitTs, r.SchemaVersion, r.TableVersion = s.last, st.Version, st.Since
+	}
+	tx.Events = append(tx.Events, s.rows...)
+	s.received = max(s.received, m.TransactionEndLSN)
+	s.open, s.begin, s.ddls, s.rows = false, nil, nil, nil
+	return Item{Txn: tx}
+}
+
+// next is the position after the last one for a commit at t: the commit
+// time with microseconds in the logical bits, or one more than the last.
+func (s *Stream) next(t time.Time) model.Ts {
+	us := t.UnixMicro()
+	ts := model.TsFromMillis(us / 1000).WithLogical(uint64(us%1000) << 8)
+	return max(ts, s.last+1)
+}
+
+// relation records a relation's columns; when they differ from the
+// table's definition it is a schema change, written before the
+// transaction's rows.
+func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	name := m.Namespace + "." + m.RelationName
+	st, ok := s.tables[name]
+	if !ok {
+		return fmt.Errorf("the publication sends table %s, which the changefeed does not replicate; publish only its tables", name)
+	}
+	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
+	cur := st.Def
+	if pending := s.pendingDef(name); pending != nil {
+		cur = pending
+	}
+	def, err := s.defOf(ctx, name, m.Columns, cur)
+	if err != nil {
+		return err
+	}
+	if sameColumns(def, cur) {
+		return nil
+	}
+	version := st.Version + 1
+	for _, d := range s.ddls {
+		if d.Table == name {
+			version = d.SchemaVersion + 1
+		}
+	}
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def)})
+	return nil
+}
+
+// pendingDef is the definition a schema change earlier in the open
+// transaction gave a table, or nil.
+func (s *Stream) pendingDef(table string) *source.TableDef {
+	var def *source.TableDef
+	for _, d := range s.ddls {
+		if d.Table == table {
+			def = d.Def
+		}
+	}
+	return def
+}
+
+// defOf builds a definition from a Relation message. Nullability and the
+// order of a composite key are not in the message: they come from the
+// previous definition where the column is the same, else from the
+// catalog.
+func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, prev *source.TableDef) (*source.TableDef, error) {
+	schema, name := source.SplitQualifiedName(table)
+	def := &source.TableDef{Schema: schema, Name: name}
+	var keyCols []int
+	for i, c := range cols {
+		typ, err := s.cat.typeName(ctx, c.DataType, c.TypeModifier)
+		if err != nil {
+			return nil, err
+		}
+		cd := source.ColumnDef{Name: c.Name, Type: typ, Nullable: c.Flags&1 == 0}
+		if prev != nil {
+			if j := prev.Index(c.Name); j >= 0 && prev.Columns[j].Type == typ {
+				cd.Nullable = prev.Columns[j].Nullable
+			}
+		}
+		if c.Flags&1 != 0 {
+			keyCols = append(keyCols, i)
+		}
+		def.Columns = append(def.Columns, cd)
+	}
+	// Key order: the previous definition's, else column order.
+	slices.SortStableFunc(keyCols, func(a, b int) int {
+		pa, pb := 0, 0
+		if prev != nil {
+			if j := prev.Index(def.Columns[a].Name); j >= 0 {
+				pa = prev.Columns[j].KeyPos
+			}
+			if j := prev.Index(def.Columns[b].Name); j >= 0 {
+				pb = prev.Columns[j].KeyPos
+			}
+		}
+		if pa == 0 || pb == 0 {
+			return a - b
+		}
+		return pa - pb
+	})
+	for pos, i := range keyCols {
+		def.Columns[i].KeyPos = pos + 1
+	}
+	return def, nil
+}
+
+func sameColumns(a, b *source.TableDef) bool {
+	if len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		x, y := a.Columns[i], b.Columns[i]
+		if x.Name != y.Name || x.Type != y.Type || x.KeyPos != y.KeyPos {
+			return false
+		}
+	}
+	return true
+}
+
+// describeChange writes a schema change as the ALTER TABLE that makes it:
+// pgoutput carries the new columns, not the statement.
+func describeChange(table string, from, to *source.TableDef) string {
+	var parts []string
+	for _, c := range from.Columns {
+		if to.Index(c.Name) < 0 {
+			parts = append(parts, "DROP COLUMN "+quoteIdent(c.Name))
+		}
+	}
+	for _, c := range to.Columns {
+		j := from.Index(c.Name)
+		switch {
+		case j < 0:
+			parts = append(parts, fmt.Sprintf("ADD COLUMN %s %s", quoteIdent(c.Name), c.Type))
+		case from.Columns[j].Type != c.Type:
+			parts = append(parts, fmt.Sprintf("ALTER COLUMN %s TYPE %s", quoteIdent(c.Name), c.Type))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "-- primary key changed")
+	}
+	return fmt.Sprintf("ALTER TABLE %s %s", quoteQualified(table), strings.Join(parts, ", "))
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// row decodes one row change into the open transaction.
+func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.TupleData) error {
+	rel, ok := s.rels[relID]
+	if !ok {
+		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
+	}
+	def := s.pendingDef(rel.table)
+	if def == nil {
+		def = s.tables[rel.table].Def
+	}
+	e := source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: op}
+	var err error
+	if newTuple != nil {
+		if e.New, err = values(newTuple, len(def.Columns)); err != nil {
+			return err
+		}
+	}
+	if oldTuple != nil {
+		if e.Old, err = values(oldTuple, len(def.Columns)); err != nil {
+			return err
+		}
+	}
+	if op == source.OpDelete && e.Old == nil {
+		return fmt.Errorf("a delete of %s came without its key; the table needs a primary key or REPLICA IDENTITY FULL", rel.table)
+	}
+	key, err := keyOf(def, e.Image())
+	if err != nil {
+		return fmt.Errorf("row of %s: %w", rel.table, err)
+	}
+	e.Key = key
+	if op == source.OpUpdate && e.Old != nil {
+		// PostgreSQL sends the old key of an update only when the key
+		// changed. The row then moves to another key, maybe another
+		// partition: it is a delete of the old key and an insert of the
+		// new one, so each key's history stays whole in its partition.
+		oldKey, err := keyOf(def, e.Old)
+		if err == nil && oldKey != key {
+			s.rows = append(s.rows,
+				source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: source.OpDelete, Key: oldKey, Old: e.Old},
+				source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: source.OpInsert, Key: key, New: e.New})
+			return nil
+		}
+	}
+	s.rows = append(s.rows, e)
+	return nil
+}
+
+// values turns a tuple into values in column order. An old tuple of an
+// update or delete under the default replica identity holds only the key
+// columns: the others are sent as NULL, which is all the upstream told.
+func values(t *pglogrepl.TupleData, n int) ([]source.Value, error) {
+	if len(t.Columns) != n {
+		return nil, fmt.Errorf("a row has %d columns, its table definition %d", len(t.Columns), n)
+	}
+	out := make([]source.Value, n)
+	for i, c := range t.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+			out[i] = source.Null
+		case pglogrepl.TupleDataTypeToast:
+			out[i] = source.Value{Unchanged: true}
+		case pglogrepl.TupleDataTypeText:
+			out[i] = source.Text(string(c.Data))
+		default:
+			return nil, errors.New("pgoutput sent a binary value; the stream is requested in text")
+		}
+	}
+	return out, nil
+}
+
+// keyOf is a row's primary key in text form: the key columns' values in
+// key order, joined by commas.
+func keyOf(def *source.TableDef, row []source.Value) (string, error) {
+	names := def.KeyNames()
+	parts := make([]string, len(names))
+	for i, n := range names {
+		v := row[def.Index(n)]
+		if v.Null || v.Unchanged {
+			return "", fmt.Errorf("key column %s has no value", n)
+		}
+		parts[i] = v.Text
+	}
+	return strings.Join(parts, ","), nil
+}

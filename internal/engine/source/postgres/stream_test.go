@@ -1,0 +1,252 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
+)
+
+// One server for the package's tests; each test has its own database.
+var (
+	serverOnce sync.Once
+	server     *pgserver.Server
+	serverErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		_ = server.Stop()
+		_ = os.RemoveAll(filepath.Dir(server.Dir))
+	}
+	os.Exit(code)
+}
+
+// newDB starts the package's server if needed and creates a database
+// with the given schema; it returns the server and a source URI base.
+func newDB(t *testing.T, schema string) (*pgserver.Server, string) {
+	t.Helper()
+	serverOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cdcctl-pg-")
+		if err != nil {
+			serverErr = err
+			return
+		}
+		server, serverErr = pgserver.Start(context.Background(), filepath.Join(dir, "data"), 0)
+	})
+	if serverErr != nil {
+		t.Fatalf("start PostgreSQL: %v", serverErr)
+	}
+	ctx := context.Background()
+	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	if len(db) > 60 {
+		db = db[:60]
+	}
+	if _, err := server.Psql(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = server.Psql(context.Background(), "postgres", fmt.Sprintf("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '%s' AND NOT active", db))
+	})
+	if schema != "" {
+		if _, err := server.Psql(ctx, db, schema); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return server, server.DSN(db)
+}
+
+func psql(t *testing.T, s *pgserver.Server, dsn, sql string) {
+	t.Helper()
+	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
+	if _, err := s.Psql(context.Background(), db, sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// open prepares the upstream and opens a stream at the slot's start.
+func open(t *testing.T, uri string) (*Stream, Config, Upstream) {
+	t.Helper()
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithNames("test")
+	ctx := context.Background()
+	up, err := Prepare(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]TableState{}
+	for name, def := range up.Defs {
+		tables[name] = TableState{Def: def}
+	}
+	st, err := OpenStream(ctx, cfg, up.StartLSN, 0, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st, cfg, up
+}
+
+// txns reads until n transactions have come.
+func txns(t *testing.T, st *Stream, n int) []*Txn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out []*Txn
+	var last model.Ts
+	for len(out) < n {
+		it, err := st.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d transactions: %v", len(out), err)
+		}
+		if it.Txn == nil {
+			if it.Resolved <= last {
+				t.Fatalf("resolved %v after %v", it.Resolved, last)
+			}
+			last = it.Resolved
+			continue
+		}
+		if it.Txn.Ts <= last {
+			t.Fatalf("transaction at %v after position %v", it.Txn.Ts, last)
+		}
+		last = it.Txn.Ts
+		out = append(out, it.Txn)
+	}
+	return out
+}
+
+const everything = `CREATE TABLE public.everything (
+	id int8 PRIMARY KEY, i2 int2, i4 int4 NOT NULL DEFAULT 0, n numeric(10,2), t text, vc varchar(16), b bool,
+	ts timestamp, tstz timestamptz, d date, by bytea, j json, jb jsonb, u uuid, ai int4[], at text[], f8 float8)`
+
+func TestEveryCommonTypeArrivesInItsTextForm(t *testing.T) {
+	srv, dsn := newDB(t, everything+"; SET TIME ZONE 'UTC'")
+	st, _, up := open(t, dsn+"&tables=everything")
+	def := up.Defs["public.everything"]
+	wantTypes := "id:int8 i2:int2 i4:int4 n:numeric(10,2) t:text vc:varchar(16) b:bool ts:timestamp tstz:timestamptz d:date by:bytea j:json jb:jsonb u:uuid ai:_int4 at:_text f8:float8"
+	var got []string
+	for _, c := range def.Columns {
+		got = append(got, c.Name+":"+c.Type)
+	}
+	if strings.Join(got, " ") != wantTypes {
+		t.Fatalf("types:\n%s\nwant\n%s", strings.Join(got, " "), wantTypes)
+	}
+	if def.Columns[0].KeyPos != 1 || def.Columns[0].Nullable || def.Columns[2].Nullable || !def.Columns[1].Nullable {
+		t.Fatalf("key and nullability: %+v", def.Columns[:3])
+	}
+	psql(t, srv, dsn, `SET TIME ZONE 'UTC';
+INSERT INTO everything VALUES (1, -2, 3, 12.5, 'it''s', 'v', true, '2024-01-02 03:04:05.123456', '2024-01-02 03:04:05+02', '2024-02-29',
+	'\x00ff', '{"a": [1, 2]}', '{"b":1,  "a":2}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,2,3}', '{x,"y z",NULL}', 1.5);
+INSERT INTO everything (id) VALUES (2);`)
+	// psql -c runs its statements as one transaction.
+	tx := txns(t, st, 1)
+	if len(tx[0].Events) != 2 {
+		t.Fatalf("%d rows, want 2", len(tx[0].Events))
+	}
+	row := tx[0].Events[0]
+	want := []string{"1", "-2", "3", "12.50", "it's", "v", "t", "2024-01-02 03:04:05.123456", "2024-01-02 01:04:05+00", "2024-02-29",
+		`\x00ff`, `{"a": [1, 2]}`, `{"a": 2, "b": 1}`, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "{1,2,3}", `{x,"y z",NULL}`, "1.5"}
+	if row.Op != source.OpInsert || row.Key != "1" || row.Def != def || len(row.New) != len(want) {
+		t.Fatalf("row %+v", row)
+	}
+	for i, w := range want {
+		if row.New[i].Null || row.New[i].Text != w {
+			t.Errorf("%s = %q (null %v), want %q", def.Columns[i].Name, row.New[i].Text, row.New[i].Null, w)
+		}
+	}
+	nulls := tx[0].Events[1]
+	for i, v := range nulls.New {
+		if name := def.Columns[i].Name; (name == "id" || name == "i4") == v.Null {
+			t.Errorf("row 2: %s null=%v", name, v.Null)
+		}
+	}
+}
+
+func TestUpdatesDeletesRollbacksAndKeyChanges(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE orders (region text, id int4, amount numeric, note text, PRIMARY KEY (id, region))`)
+	st, _, up := open(t, dsn+"&tables=public.orders")
+	if got := strings.Join(up.Defs["public.orders"].KeyNames(), ","); got != "id,region" {
+		t.Fatalf("key %s, want the primary key's order id,region", got)
+	}
+	psql(t, srv, dsn, `INSERT INTO orders VALUES ('eu', 1, 10, 'a'), ('us', 2, 20, 'b')`)
+	psql(t, srv, dsn, `BEGIN; INSERT INTO orders VALUES ('eu', 3, 30, 'never'); ROLLBACK`)
+	psql(t, srv, dsn, `UPDATE orders SET amount = 11 WHERE id = 1`)
+	psql(t, srv, dsn, `DELETE FROM orders WHERE id = 2`)
+	psql(t, srv, dsn, `UPDATE orders SET id = 5 WHERE id = 1`)
+	tx := txns(t, st, 4)
+	var seen []string
+	for _, x := range tx {
+		var evs []string
+		for _, e := range x.Events {
+			if e.CommitTs != x.Ts || e.Kind != source.KindDML {
+				t.Fatalf("event %+v in transaction at %v", e, x.Ts)
+			}
+			evs = append(evs, e.Op.String()+" "+e.Key)
+		}
+		seen = append(seen, strings.Join(evs, "; "))
+	}
+	want := []string{"INSERT 1,eu; INSERT 2,us", "UPDATE 1,eu", "DELETE 2,us", "DELETE 1,eu; INSERT 5,eu"}
+	if strings.Join(seen, " | ") != strings.Join(want, " | ") {
+		t.Fatalf("transactions:\n%s\nwant\n%s (the rolled-back insert must not appear)", strings.Join(seen, " | "), strings.Join(want, " | "))
+	}
+	upd := tx[1].Events[0]
+	if upd.New[2].Text != "11" || upd.New[3].Text != "a" {
+		t.Fatalf("update's new row %+v", upd.New)
+	}
+	del := tx[2].Events[0]
+	if del.New != nil || del.Old[1].Text != "2" || del.Old[0].Text != "us" {
+		t.Fatalf("delete's old row %+v", del.Old)
+	}
+}
+
+func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text)`)
+	st, _, _ := open(t, dsn+"&tables=t")
+	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a')`)
+	psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN extra int8 DEFAULT 7`)
+	psql(t, srv, dsn, `INSERT INTO t VALUES (2, 'b', 8)`)
+	psql(t, srv, dsn, `UPDATE t SET v = 'c' WHERE id = 1`)
+	tx := txns(t, st, 3)
+	if len(tx[0].Events) != 1 || tx[0].Events[0].SchemaVersion != 0 || len(tx[0].Events[0].New) != 2 {
+		t.Fatalf("first row %+v", tx[0].Events)
+	}
+	ddl, row := tx[1].Events[0], tx[1].Events[1]
+	if ddl.Kind != source.KindDDL || ddl.SchemaVersion != 1 || ddl.CommitTs >= row.CommitTs || ddl.CommitTs <= tx[0].Ts {
+		t.Fatalf("schema change %+v before row at %v", ddl, row.CommitTs)
+	}
+	if ddl.Statement != `ALTER TABLE "public"."t" ADD COLUMN "extra" int8` || len(ddl.Def.Columns) != 3 {
+		t.Fatalf("statement %q, columns %d", ddl.Statement, len(ddl.Def.Columns))
+	}
+	if row.Def != ddl.Def || row.SchemaVersion != 1 || row.TableVersion != ddl.CommitTs || row.New[2].Text != "8" {
+		t.Fatalf("row under the new version: %+v", row)
+	}
+	if later := tx[2].Events; len(later) != 1 || later[0].Def != ddl.Def || later[0].New[2].Text != "7" {
+		t.Fatalf("a later row: %+v", later)
+	}
+}
+
+func TestALargeTransactionArrivesWhole(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE big (id int8 PRIMARY KEY, v text)`)
+	st, _, _ := open(t, dsn+"&tables=big")
+	psql(t, srv, dsn, `INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 100000) g`)
+	tx := txns(t, st, 1)[0]
+	if len(tx.Events) != 100000 {
+		t.Fatalf("%d rows, want 100000", len(tx.Events))
+	}
+	for i, e := range tx.Events {
+		if e.Key != fmt.Sprint(i+1) || e.CommitTs != tx.Ts {
+			t.Fatalf("row %d: key %s at %v", i, e.Key, e.CommitTs)
+		}
+	}
+}
