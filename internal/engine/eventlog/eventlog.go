@@ -1,0 +1,375 @@
+// Package eventlog is a database source's event log (TiCDC's event store
+// is the model): one upstream reader per changefeed appends committed
+// transactions to it, and every partition's dispatcher reads its key
+// range from any position at or after the checkpoint. Rows live in an
+// embedded pebble store, so a large transaction or a slow partition costs
+// disk, not memory; table definitions and schema changes, which are few,
+// are kept in memory.
+//
+// A log lives as long as its reader: a reader started elsewhere (its
+// changefeed's maintainer moved) rebuilds its log from the checkpoint.
+//
+// It imports model and source only.
+package eventlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Log is one changefeed's event log. It is safe for concurrent use: one
+// writer appends while any number of readers read.
+type Log struct {
+	db *pebble.DB
+
+	mu       sync.RWMutex
+	resolved model.Ts
+	trimmed  model.Ts // events at or below it are gone
+	defs     []*source.TableDef
+	defIDs   map[*source.TableDef]uint32
+	ddls     map[string][]source.Event // by table, in order
+	tables   map[string]bool           // tables with rows
+	changed  chan struct{}             // closed and replaced on every append
+	closed   bool
+}
+
+// ErrTrimmed means a read asked for positions the log no longer holds.
+var ErrTrimmed = errors.New("event log: positions below the checkpoint were trimmed")
+
+// Open opens an empty log in dir; "" keeps it in memory.
+func Open(dir string, start model.Ts) (*Log, error) {
+	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
+	if dir == "" {
+		opts.FS = vfs.NewMem()
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("event log: %w", err)
+	}
+	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
+		ddls: map[string][]source.Event{}, tables: map[string]bool{}, changed: make(chan struct{})}, nil
+}
+
+// Close releases the store; reads after it return nothing.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	close(l.changed)
+	return l.db.Close()
+}
+
+// Resolved is the position up to which the log is complete.
+func (l *Log) Resolved() model.Ts {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.resolved
+}
+
+// Changed is closed at the next append or resolve: readers waiting for
+// more take it before they read.
+func (l *Log) Changed() <-chan struct{} {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.changed
+}
+
+// Append adds one committed transaction's events (schema changes first,
+// each at its own position, then rows) and resolves the log up to its
+// last position. Positions must grow from one append to the next.
+func (l *Log) Append(events []source.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("event log: closed")
+	}
+	if events[0].CommitTs <= l.resolved {
+		return fmt.Errorf("event log: appending at %v, already resolved to %v", events[0].CommitTs, l.resolved)
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	var seq uint32
+	var val []byte
+	for i := range events {
+		e := &events[i]
+		if e.Kind == source.KindDDL {
+			l.ddls[e.Table] = append(l.ddls[e.Table], *e)
+			continue
+		}
+		l.tables[e.Table] = true
+		val = l.encode(val[:0], e)
+		if err := b.Set(rowKey(e.Table, e.CommitTs, seq), val, nil); err != nil {
+			return err
+		}
+		seq++
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	}
+	l.resolved = events[len(events)-1].CommitTs
+	l.wake()
+	return nil
+}
+
+// Resolve moves the resolved position: nothing commits at or below ts
+// later.
+func (l *Log) Resolve(ts model.Ts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ts > l.resolved && !l.closed {
+		l.resolved = ts
+		l.wake()
+	}
+}
+
+func (l *Log) wake() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// DDLs returns a table's schema changes in (from, upTo], up to the
+// resolved position.
+func (l *Log) DDLs(table string, from, upTo model.Ts) []source.Event {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	upTo = min(upTo, l.resolved)
+	var out []source.Event
+	for _, d := range l.ddls[table] {
+		if d.CommitTs > from && d.CommitTs <= upTo {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Read returns a span's rows with positions in (from, upTo], oldest
+// first, stopping after about max rows but never inside one position; and
+// the position up to which it has returned everything. It never reads
+// past the resolved position, nor past the table's next schema change
+// (the caller meets that change through DDLs first).
+func (l *Log) Read(span model.Span, from, upTo model.Ts, maxRows int) ([]source.Event, model.Ts, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, from, errors.New("event log: closed")
+	}
+	if from < l.trimmed {
+		return nil, from, fmt.Errorf("%w (asked from %v, the log starts at %v)", ErrTrimmed, from, l.trimmed)
+	}
+	upTo = min(upTo, l.resolved)
+	for _, d := range l.ddls[span.Table] {
+		if d.CommitTs > from {
+			upTo = min(upTo, d.CommitTs-1)
+			break
+		}
+	}
+	if upTo <= from {
+		return nil, from, nil
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: rowKey(span.Table, from+1, 0),
+		UpperBound: rowKey(span.Table, upTo+1, 0),
+	})
+	if err != nil {
+		return nil, from, err
+	}
+	defer it.Close()
+	var out []source.Event
+	for it.First(); it.Valid(); it.Next() {
+		ts := tsOfKey(it.Key())
+		if len(out) >= maxRows && ts != out[len(out)-1].CommitTs {
+			return out, out[len(out)-1].CommitTs, nil
+		}
+		e, err := l.decode(span.Table, ts, it.Value())
+		if err != nil {
+			return nil, from, err
+		}
+		if span.Contains(e.Key) {
+			out = append(out, e)
+		}
+	}
+	return out, upTo, it.Error()
+}
+
+// Trim drops rows at or below ts (the changefeed's checkpoint: no
+// partition reads below it again).
+func (l *Log) Trim(ts model.Ts) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ts <= l.trimmed || l.closed {
+		return nil
+	}
+	for t := range l.tables {
+		if err := l.db.DeleteRange(rowKey(t, 0, 0), rowKey(t, ts+1, 0), pebble.NoSync); err != nil {
+			return err
+		}
+	}
+	l.trimmed = ts
+	return nil
+}
+
+// rowKey is table, 0, position (big-endian), sequence: a table's rows in
+// commit order, the rows of one transaction in their order.
+func rowKey(table string, ts model.Ts, seq uint32) []byte {
+	k := make([]byte, 0, len(table)+13)
+	k = append(k, table...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, uint64(ts))
+	return binary.BigEndian.AppendUint32(k, seq)
+}
+
+func tsOfKey(k []byte) model.Ts { return model.Ts(binary.BigEndian.Uint64(k[len(k)-12:])) }
+
+// The row encoding: definition id, operation, schema version, table
+// version, key, then the new and old values, each a count and per value
+// a flag and the text.
+const (
+	valText byte = iota
+	valNull
+	valUnchanged
+)
+
+func (l *Log) defID(d *source.TableDef) uint32 {
+	if id, ok := l.defIDs[d]; ok {
+		return id
+	}
+	id := uint32(len(l.defs))
+	l.defs = append(l.defs, d)
+	l.defIDs[d] = id
+	return id
+}
+
+func (l *Log) encode(b []byte, e *source.Event) []byte {
+	b = binary.AppendUvarint(b, uint64(l.defID(e.Def)))
+	b = append(b, byte(e.Op))
+	b = binary.AppendUvarint(b, e.SchemaVersion)
+	b = binary.AppendUvarint(b, uint64(e.TableVersion))
+	b = appendString(b, e.Key)
+	b = appendValues(b, e.New)
+	return appendValues(b, e.Old)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendValues(b []byte, vs []source.Value) []byte {
+	if vs == nil {
+		return binary.AppendUvarint(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(vs))+1)
+	for _, v := range vs {
+		switch {
+		case v.Null:
+			b = append(b, valNull)
+		case v.Unchanged:
+			b = append(b, valUnchanged)
+		default:
+			b = append(b, valText)
+			b = appendString(b, v.Text)
+		}
+	}
+	return b
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("event log: corrupt row")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = errors.New("event log: corrupt row")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil || uint64(len(d.b)) < n {
+		d.err = errors.New("event log: corrupt row")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) values() []source.Value {
+	n := d.uvarint()
+	if n == 0 {
+		return nil
+	}
+	out := make([]source.Value, n-1)
+	for i := range out {
+		switch d.byte() {
+		case valNull:
+			out[i] = source.Null
+		case valUnchanged:
+			out[i] = source.Value{Unchanged: true}
+		default:
+			out[i] = source.Text(d.string())
+		}
+	}
+	return out
+}
+
+func (l *Log) decode(table string, ts model.Ts, b []byte) (source.Event, error) {
+	d := &decoder{b: b}
+	id := d.uvarint()
+	e := source.Event{Kind: source.KindDML, Table: table, CommitTs: ts}
+	e.Op = source.Op(d.byte())
+	e.SchemaVersion = d.uvarint()
+	e.TableVersion = model.Ts(d.uvarint())
+	e.Key = d.string()
+	e.New = d.values()
+	e.Old = d.values()
+	if d.err != nil {
+		return source.Event{}, d.err
+	}
+	if id >= uint64(len(l.defs)) {
+		return source.Event{}, errors.New("event log: a row names an unknown table definition")
+	}
+	e.Def = l.defs[id]
+	return e, nil
+}
+
+// quietLogger keeps pebble's informational logs out of the agent's.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}

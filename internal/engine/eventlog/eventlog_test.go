@@ -1,0 +1,122 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+var v1 = &source.TableDef{Schema: "public", Name: "t", Columns: []source.ColumnDef{{Name: "id", Type: "text", KeyPos: 1}, {Name: "v", Type: "text", Nullable: true}}}
+var v2 = &source.TableDef{Schema: "public", Name: "t", Columns: append(append([]source.ColumnDef{}, v1.Columns...), source.ColumnDef{Name: "w", Type: "int4"})}
+
+func row(ts model.Ts, key string, op source.Op, def *source.TableDef) source.Event {
+	e := source.Event{Kind: source.KindDML, Table: "public.t", CommitTs: ts, Def: def, Op: op, Key: key}
+	vals := []source.Value{source.Text(key), source.Null}
+	if def == v2 {
+		vals = append(vals, source.Text(fmt.Sprint(uint64(ts))))
+		e.SchemaVersion, e.TableVersion = 1, 25
+	}
+	if op == source.OpDelete {
+		e.Old = vals
+	} else {
+		e.New = vals
+	}
+	if op == source.OpUpdate {
+		e.Old = []source.Value{source.Text(key), {Unchanged: true}}
+		if def == v2 {
+			e.Old = append(e.Old, source.Null)
+		}
+	}
+	return e
+}
+
+func keys(evs []source.Event) string {
+	s := ""
+	for _, e := range evs {
+		s += fmt.Sprintf("%s@%d ", e.Key, e.CommitTs)
+	}
+	return s
+}
+
+func TestReadsASpanInCommitOrderUpToResolvedAndTheNextSchemaChange(t *testing.T) {
+	l, err := Open(t.TempDir(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append([]source.Event{row(10, "a", source.OpInsert, v1), row(10, "m", source.OpInsert, v1), row(10, "b", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{row(20, "b", source.OpUpdate, v1), row(20, "z", source.OpDelete, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	ddl := source.Event{Kind: source.KindDDL, Table: "public.t", CommitTs: 25, Def: v2, SchemaVersion: 1, TableVersion: 25, Statement: "ALTER"}
+	if err := l.Append([]source.Event{ddl, row(26, "c", source.OpInsert, v2)}); err != nil {
+		t.Fatal(err)
+	}
+	l.Resolve(40)
+
+	lower := model.Span{Table: "public.t", End: "m"}
+	evs, pos, err := l.Read(lower, 5, 100, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(evs); got != "a@10 b@10 b@20 " || pos != 24 {
+		t.Fatalf("read %q up to %v; want the lower half up to just before the schema change at 25", got, pos)
+	}
+	if !reflect.DeepEqual(evs[2], row(20, "b", source.OpUpdate, v1)) {
+		t.Fatalf("a row changed on the way: %+v", evs[2])
+	}
+	if d := l.DDLs("public.t", pos, 100); len(d) != 1 || d[0].Def != v2 {
+		t.Fatalf("DDLs %+v", d)
+	}
+	evs, pos, _ = l.Read(lower, 25, 100, 100)
+	if got := keys(evs); got != "c@26 " || pos != 40 || evs[0].Def != v2 || evs[0].New[2].Text != "26" {
+		t.Fatalf("after the change: %q up to %v (%+v)", got, pos, evs)
+	}
+	// A small batch stops between positions, never inside one.
+	evs, pos, _ = l.Read(model.Span{Table: "public.t"}, 5, 100, 1)
+	if got := keys(evs); got != "a@10 m@10 b@10 " || pos != 10 {
+		t.Fatalf("batch of 1: %q up to %v", got, pos)
+	}
+	// Other tables are not mixed in.
+	if evs, pos, _ := l.Read(model.Span{Table: "public.u"}, 5, 100, 10); len(evs) != 0 || pos != 40 {
+		t.Fatalf("another table: %v up to %v", evs, pos)
+	}
+	// Positions must grow.
+	if err := l.Append([]source.Event{row(30, "q", source.OpInsert, v2)}); err == nil {
+		t.Fatal("an append below the resolved position was accepted")
+	}
+	// Trimmed positions are refused, later ones still read.
+	if err := l.Trim(20); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Read(lower, 10, 100, 10); !errors.Is(err, ErrTrimmed) {
+		t.Fatalf("read below the trim: %v", err)
+	}
+	if evs, _, _ := l.Read(lower, 25, 100, 10); keys(evs) != "c@26 " {
+		t.Fatalf("after trim: %q", keys(evs))
+	}
+}
+
+func TestChangedWakesReaders(t *testing.T) {
+	l, err := Open("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := l.Changed()
+	l.Resolve(7)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Resolve did not wake")
+	}
+	if l.Resolved() != 7 {
+		t.Fatalf("resolved %v", l.Resolved())
+	}
+}
