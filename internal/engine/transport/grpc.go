@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -22,6 +23,7 @@ import (
 const (
 	serviceName  = "cdcctl.transport.v1.Transport"
 	deliverPath  = "/" + serviceName + "/Deliver"
+	callPath     = "/" + serviceName + "/Call"
 	jsonCodecTag = "json"
 )
 
@@ -36,6 +38,14 @@ type ack struct{}
 // deliverer is what the service descriptor requires of its implementation.
 type deliverer interface {
 	deliver(ctx context.Context, m Message) error
+	respond(ctx context.Context, m Message) (json.RawMessage, error)
+}
+
+// reply is a call's answer on the wire: the body, or the responder's
+// error.
+type reply struct {
+	Body  json.RawMessage `json:"body,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -52,6 +62,23 @@ var serviceDesc = grpc.ServiceDesc{
 				return nil, status.Error(codes.Unavailable, err.Error())
 			}
 			return &ack{}, nil
+		},
+	}, {
+		MethodName: "Call",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var m Message
+			if err := dec(&m); err != nil {
+				return nil, err
+			}
+			body, err := srv.(deliverer).respond(ctx, m)
+			var remote *ErrRemote
+			switch {
+			case errors.As(err, &remote):
+				return &reply{Error: remote.Msg}, nil
+			case err != nil:
+				return nil, status.Error(codes.Unavailable, err.Error())
+			}
+			return &reply{Body: body}, nil
 		},
 	}},
 	Metadata: "transport.go",
@@ -107,6 +134,33 @@ func (g *GRPC) Send(ctx context.Context, m Message) error {
 	}
 	return nil
 }
+
+// Call implements Transport.
+func (g *GRPC) Call(ctx context.Context, m Message) (json.RawMessage, error) {
+	if g.isClosed() {
+		return nil, ErrClosed
+	}
+	m.From = g.self
+	addr, ok := g.resolve(m.To)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has no known address", ErrUnreachable, m.To)
+	}
+	conn, err := g.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	var r reply
+	if err := conn.Invoke(ctx, callPath, &m, &r, grpc.ForceCodec(jsonCodec{})); err != nil {
+		return nil, fmt.Errorf("%w: %s at %s: %v", ErrUnreachable, m.To, addr, err)
+	}
+	if r.Error != "" {
+		return nil, &ErrRemote{Msg: r.Error}
+	}
+	return r.Body, nil
+}
+
+// Respond implements Transport.
+func (g *GRPC) Respond(topic string, r Responder) { g.setResponder(topic, r) }
 
 // conn returns the client connection to an address; gRPC reconnects it
 // by itself after failures.

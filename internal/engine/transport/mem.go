@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -92,6 +93,33 @@ func (m *Mem) Send(ctx context.Context, msg Message) error {
 
 // Handle implements Transport.
 func (m *Mem) Handle(topic string, h Handler) { m.set(topic, h) }
+
+// Call implements Transport.
+func (m *Mem) Call(ctx context.Context, msg Message) (json.RawMessage, error) {
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	msg.From = m.self
+	dst, err := m.hub.route(m.self, msg.To)
+	if err != nil {
+		return nil, err
+	}
+	msg.Body = slices.Clone(msg.Body)
+	reply, err := dst.respond(ctx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.hub.route(msg.To, m.self); err != nil {
+		return nil, err // the reply is lost on a cut link
+	}
+	return reply, nil
+}
+
+// Respond implements Transport.
+func (m *Mem) Respond(topic string, r Responder) { m.setResponder(topic, r) }
 
 // Close implements Transport.
 func (m *Mem) Close() error {

@@ -59,6 +59,11 @@ type Transport interface {
 	// Handle sets the handler of a topic, replacing any earlier one; nil
 	// removes it. Messages of a topic without a handler are refused.
 	Handle(topic string, h Handler)
+	// Call sends a request to m.To and waits for its responder's reply.
+	// An error the responder returned comes back as *ErrRemote.
+	Call(ctx context.Context, m Message) (json.RawMessage, error)
+	// Respond sets the responder of a topic; nil removes it.
+	Respond(topic string, r Responder)
 	// Close stops sending and receiving.
 	Close() error
 }
@@ -74,14 +79,15 @@ var ErrClosed = errors.New("transport closed")
 
 // handlers is the topic table both implementations deliver through.
 type handlers struct {
-	self   model.NodeID
-	mu     sync.RWMutex
-	byName map[string]Handler
-	closed bool
+	self       model.NodeID
+	mu         sync.RWMutex
+	byName     map[string]Handler
+	responders map[string]Responder
+	closed     bool
 }
 
 func newHandlers(self model.NodeID) *handlers {
-	return &handlers{self: self, byName: map[string]Handler{}}
+	return &handlers{self: self, byName: map[string]Handler{}, responders: map[string]Responder{}}
 }
 
 func (h *handlers) set(topic string, fn Handler) {

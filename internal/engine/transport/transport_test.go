@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -71,6 +72,34 @@ func exercise(t *testing.T, a, b Transport) {
 	m.Topic, m.To = "ping", "capture-9"
 	if err := a.Send(ctx, m); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("send to an unknown node: %v, want ErrUnreachable", err)
+	}
+
+	// A call waits for the responder's reply; its error comes back as
+	// ErrRemote, a topic without a responder as an error of its own.
+	b.Respond("double", func(_ context.Context, m Message) (any, error) {
+		var p ping
+		if err := m.Decode(&p); err != nil {
+			return nil, err
+		}
+		if p.Seq < 0 {
+			return nil, errors.New("negative sequence")
+		}
+		return ping{Seq: 2 * p.Seq, Epoch: p.Epoch}, nil
+	})
+	call, _ := NewMessage("", "capture-2", "double", ping{Seq: 21, Epoch: 4})
+	body, err := a.Call(ctx, call)
+	var doubled ping
+	if err != nil || json.Unmarshal(body, &doubled) != nil || doubled != (ping{42, 4}) {
+		t.Fatalf("call: %s %v", body, err)
+	}
+	call, _ = NewMessage("", "capture-2", "double", ping{Seq: -1})
+	var remote *ErrRemote
+	if _, err := a.Call(ctx, call); !errors.As(err, &remote) || remote.Msg != "negative sequence" {
+		t.Fatalf("a responder's error: %v", err)
+	}
+	call.Topic = "nobody"
+	if _, err := a.Call(ctx, call); err == nil || errors.As(err, &remote) {
+		t.Fatalf("a call nobody answers: %v", err)
 	}
 
 	b.Handle("ping", nil)
