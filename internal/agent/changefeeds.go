@@ -10,6 +10,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -21,8 +22,8 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 	return api.Changefeed{
 		ID: string(e.Info.ID), State: string(e.Status.State), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
-		Source: e.Info.SourceURI, Sink: e.Info.SinkURI, PartitionsPerTable: e.Info.PartitionsPerTable,
-		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt,
+		Source: sources.Redact(e.Info.SourceURI), Sink: e.Info.SinkURI, PartitionsPerTable: e.Info.PartitionsPerTable,
+		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, Error: e.Status.Error,
 	}
 }
 
@@ -51,7 +52,17 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	if !ok {
 		return nil, notFound(id)
 	}
-	return &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e)}, nil
+	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e)}
+	// The upstream's side (a slot's retained WAL); an upstream that does
+	// not answer quickly is reported, not waited for.
+	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if ss, err := sources.Inspect(ictx, e.Info.SourceURI); err != nil {
+		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
+	} else if ss != nil {
+		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes}
+	}
+	return out, nil
 }
 
 func (b backend) Partitions(ctx context.Context, changefeed, node string) (*api.PartitionList, error) {

@@ -28,6 +28,9 @@ type Changefeed struct {
 	PartitionsPerTable int       `json:"partitions_per_table"`
 	StartTs            uint64    `json:"start_ts"`
 	CreatedAt          time.Time `json:"created_at"`
+	// Error says why the changefeed does not advance, e.g. its source is
+	// unreachable and being retried; empty when it does.
+	Error string `json:"error,omitempty"`
 }
 
 // ChangefeedList is GET /api/v2/changefeeds.
@@ -40,6 +43,24 @@ type ChangefeedList struct {
 type ChangefeedResponse struct {
 	Version int `json:"version"`
 	Changefeed
+	// SourceStatus is the upstream's side of a database changefeed.
+	SourceStatus *SourceStatus `json:"source_status,omitempty"`
+}
+
+// SourceStatus is what the upstream says of a changefeed: its slot and
+// the log it retains, or why it could not be asked.
+type SourceStatus struct {
+	Kind string `json:"kind,omitempty"`
+	// Slot is the replication slot (PostgreSQL); Active whether a reader
+	// streams from it now.
+	Slot   string `json:"slot,omitempty"`
+	Active bool   `json:"active"`
+	// Position is the upstream position confirmed as stored downstream.
+	Position string `json:"position,omitempty"`
+	// RetainedBytes is the upstream log kept for the changefeed
+	// (PostgreSQL: WAL the slot holds back).
+	RetainedBytes int64  `json:"retained_bytes"`
+	Error         string `json:"error,omitempty"`
 }
 
 // Partition is one entry of the routing table.

@@ -103,6 +103,20 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				fmt.Fprintf(tw, "Maintainer:\t%s (epoch %d)\n", orNone(cf.Maintainer), cf.MaintainerEpoch)
 				fmt.Fprintf(tw, "Partitions:\t%d (%d per table)\n", cf.Partitions, cf.PartitionsPerTable)
 				fmt.Fprintf(tw, "Source:\t%s\nSink:\t%s\nCreated:\t%s\n", cf.Source, cf.Sink, cf.CreatedAt.Format(time.RFC3339))
+				if cf.Error != "" {
+					fmt.Fprintf(tw, "Error:\t%s\n", cf.Error)
+				}
+				if ss := cf.SourceStatus; ss != nil {
+					if ss.Error != "" {
+						fmt.Fprintf(tw, "Upstream:\tcannot inspect: %s\n", ss.Error)
+					} else {
+						active := "idle (no reader streams from it)"
+						if ss.Active {
+							active = "streaming"
+						}
+						fmt.Fprintf(tw, "Slot:\t%s, %s, confirmed %s, retaining %s of WAL\n", ss.Slot, active, orNone(ss.Position), humanBytes(ss.RetainedBytes))
+					}
+				}
 			})
 		},
 	}
@@ -199,4 +213,18 @@ does not exist yet is waited for. Exit 3 on --timeout.`,
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit code 3)")
 	return cmd
+}
+
+// humanBytes is a byte count for people: 1.5 MiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -21,7 +21,12 @@ func newPlaygroundCommand(o *options) *cobra.Command {
 		Long: `Run a local cluster in the foreground: an embedded etcd in this process on
 --port-base, and --nodes cdc-agent processes capture-1..capture-N with their
 APIs on --port-base+1.., all on 127.0.0.1, and a demo changefeed (gen source,
-8 tables, into files under DIR/sink) unless --no-demo. It writes DIR/playground.json
+8 tables, into files under DIR/sink) unless --no-demo. With --postgres it also
+starts a private PostgreSQL (initdb in DIR/postgres, wal_level=logical,
+loopback only, as the postgres user when run as root) on --port-base+10 with
+a live workload, and changefeed demo-pg replicating it into DIR/sink-pg; it
+needs the PostgreSQL server binaries (initdb, pg_ctl) on the PATH (Debian:
+apt-get install postgresql). It writes DIR/playground.json
 (etcd endpoint, each capture's address and pid) and each agent's log to
 DIR/capture-N.log. It restarts nothing by itself, so you can kill a capture
 and watch the cluster react. Ctrl-C stops everything.
@@ -29,6 +34,7 @@ and watch the cluster react. Ctrl-C stops everything.
 Agents are started from the cdc-agent binary next to cdcctl if there is one,
 otherwise by running cdcctl itself as the agent.`,
 		Example: `  cdcctl playground
+  cdcctl playground --postgres
   cdcctl playground --nodes 5 --port-base 9300 --dir /tmp/pg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,5 +58,6 @@ otherwise by running cdcctl itself as the agent.`,
 	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
+	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
 	return cmd
 }

@@ -45,15 +45,16 @@ func TestRunbooks(t *testing.T) {
 }
 
 // setupRunbook gives every script its own free ports: PORT_BASE (also
-// PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures, and
-// CDCCTL_SERVER pointing at them.
+// PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures,
+// PORT_10 for its PostgreSQL (--postgres) and PORT_11 free for a script
+// to find nothing listening; and CDCCTL_SERVER pointing at the captures.
 func setupRunbook(env *testscript.Env) error {
-	base, err := freePortRange(6)
+	base, err := freePortRange(12)
 	if err != nil {
 		return err
 	}
 	env.Setenv("PORT_BASE", strconv.Itoa(base))
-	for i := 0; i < 6; i++ {
+	for i := 0; i < 12; i++ {
 		env.Setenv("PORT_"+strconv.Itoa(i), strconv.Itoa(base+i))
 	}
 	var servers []string

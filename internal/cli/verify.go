@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -13,7 +16,11 @@ import (
 )
 
 func newVerifyCommand(o *options) *cobra.Command {
-	var changefeed string
+	var (
+		changefeed     string
+		sourcePassword string
+		waitTimeout    time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "verify --changefeed NAME",
 		Short: "Prove that a changefeed's sink holds every event up to its checkpoint, in per-key order",
@@ -21,6 +28,14 @@ func newVerifyCommand(o *options) *cobra.Command {
 check, for every key of every table, that every version the source produced
 up to the changefeed's checkpoint is there, in per-key order. The gen source
 is deterministic, so the expected content is computed.
+
+For a database source (postgres://), verify rebuilds every table from the
+sink's canal-json files and compares it with the upstream's rows read at
+one consistent point, once the checkpoint has passed that point: rows
+missing, extra and different, per table. Rows that differ are read again
+(up to three rounds), so rows written during the check are not reported
+lost. The upstream's password, which the API does not show, comes from
+--source-password or PGPASSWORD.
 
 Exit 0 when nothing is lost, out of order, corrupt or unknown; 1 otherwise.
 Duplicates are reported, not judged: after a crash they are expected
@@ -38,18 +53,32 @@ Duplicates are reported, not judged: after a crash they are expected
 			if err != nil {
 				return err
 			}
-			src, err := sources.Open(cmd.Context(), cf.Source)
+			src, err := sources.Open(cmd.Context(), cf.Source, source.Env{Changefeed: model.ChangefeedID(changefeed)})
 			if err != nil {
 				return fmt.Errorf("changefeed %s: %w", changefeed, err)
 			}
 			defer src.Close()
-			want, ok := src.(source.Expectation)
-			if !ok {
-				return fmt.Errorf("cannot verify changefeed %s yet: its %s:// source is not deterministic, and comparing a sink with a database upstream is not built yet", changefeed, schemeOf(cf.Source))
-			}
 			upTo := model.Ts(cf.CheckpointTs)
 			u, _ := url.Parse(cf.Sink)
 			var rep verify.Report
+			want, deterministic := src.(source.Expectation)
+			if !deterministic {
+				up, tables, err := sources.Upstream(cf.Source, sourcePassword)
+				if err != nil {
+					return fmt.Errorf("changefeed %s: %w", changefeed, err)
+				}
+				if up == nil || (u.Scheme != "file" && u.Scheme != "s3") {
+					return fmt.Errorf("cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://), and this one writes to %s://", changefeed, schemeOf(cf.Source), u.Scheme)
+				}
+				wait := func(ctx context.Context, ts model.Ts) (model.Ts, error) {
+					return waitCheckpoint(ctx, c, changefeed, ts, waitTimeout)
+				}
+				rep, err = verify.Database(cmd.Context(), cf.Sink, up, tables, wait)
+				if err != nil {
+					return err
+				}
+				return renderVerify(o, changefeed, model.Ts(rep.CheckedUpToTs), rep)
+			}
 			switch u.Scheme {
 			case "kafka":
 				rep, err = verify.Kafka(cmd.Context(), want, cf.Sink, upTo)
@@ -61,29 +90,12 @@ Duplicates are reported, not judged: after a crash they are expected
 			if err != nil {
 				return err
 			}
-			if rerr := o.render(rep, func(tw tableWriter) {
-				verdict := "OK"
-				if !rep.OK {
-					verdict = "FAILED"
-				}
-				fmt.Fprintf(tw, "Verify %s:\t%s\n", changefeed, verdict)
-				fmt.Fprintf(tw, "Checked up to:\t%s\n", upTo.Time().Format("2006-01-02 15:04:05.000Z07:00"))
-				fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
-				fmt.Fprintf(tw, "Events expected / read:\t%d / %d\n", rep.Expected, rep.Events)
-				fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
-				for _, ex := range rep.Examples {
-					fmt.Fprintf(tw, "  %s\n", ex)
-				}
-			}); rerr != nil {
-				return rerr
-			}
-			if !rep.OK {
-				return withExit(ExitError, fmt.Errorf("verify found %d lost, %d out of order, %d corrupt, %d unknown events and %d misplaced DDLs", rep.Lost, rep.OutOfOrder, rep.Corrupt, rep.Unknown, rep.Misplaced))
-			}
-			return nil
+			return renderVerify(o, changefeed, upTo, rep)
 		},
 	}
 	cmd.Flags().StringVar(&changefeed, "changefeed", "", "the changefeed to verify")
+	cmd.Flags().StringVar(&sourcePassword, "source-password", "", "the database source's password (the API does not show it; default PGPASSWORD)")
+	cmd.Flags().DurationVar(&waitTimeout, "wait", time.Minute, "how long to wait for the checkpoint to pass the upstream's read (database sources)")
 	return cmd
 }
 
@@ -95,4 +107,57 @@ func schemeOf(uri string) string {
 		return "unknown"
 	}
 	return u.Scheme
+}
+
+// renderVerify prints a report and returns the verdict as an exit code.
+func renderVerify(o *options, changefeed string, upTo model.Ts, rep verify.Report) error {
+	if rerr := o.render(rep, func(tw tableWriter) {
+		verdict := "OK"
+		if !rep.OK {
+			verdict = "FAILED"
+		}
+		fmt.Fprintf(tw, "Verify %s:\t%s\n", changefeed, verdict)
+		fmt.Fprintf(tw, "Checked up to:\t%s\n", upTo.Time().Format("2006-01-02 15:04:05.000Z07:00"))
+		if len(rep.TableReports) > 0 {
+			fmt.Fprintf(tw, "Changes applied:\t%d\n", rep.Events)
+			for _, t := range rep.TableReports {
+				fmt.Fprintf(tw, "%s:\t%d rows upstream, %d in the sink; %d missing, %d extra, %d different\n", t.Table, t.UpstreamRows, t.SinkRows, t.Missing, t.Extra, t.Different)
+			}
+		} else {
+			fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
+			fmt.Fprintf(tw, "Events expected / read:\t%d / %d\n", rep.Expected, rep.Events)
+			fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
+		}
+		for _, ex := range rep.Examples {
+			fmt.Fprintf(tw, "  %s\n", ex)
+		}
+	}); rerr != nil {
+		return rerr
+	}
+	if !rep.OK {
+		if len(rep.TableReports) > 0 {
+			return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different", rep.Lost, rep.Unknown, rep.Corrupt))
+		}
+		return withExit(ExitError, fmt.Errorf("verify found %d lost, %d out of order, %d corrupt, %d unknown events and %d misplaced DDLs", rep.Lost, rep.OutOfOrder, rep.Corrupt, rep.Unknown, rep.Misplaced))
+	}
+	return nil
+}
+
+// waitCheckpoint polls a changefeed until its checkpoint reaches ts.
+func waitCheckpoint(ctx context.Context, c *api.Client, cf string, ts model.Ts, timeout time.Duration) (model.Ts, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		got, err := c.Changefeed(ctx, cf)
+		if err == nil && model.Ts(got.CheckpointTs) >= ts {
+			return model.Ts(got.CheckpointTs), nil
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("the checkpoint of %s did not reach %s within %s; is it running? ('cdcctl changefeed get %s' shows its state and any error)", cf, ts.Time().Format(time.RFC3339Nano), timeout, cf)
+		case <-t.C:
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"time"
@@ -46,6 +47,10 @@ type ChangefeedStatus struct {
 	State        ChangefeedState `json:"state"`
 	CheckpointTs Ts              `json:"checkpoint_ts"`
 	Error        string          `json:"error,omitempty"`
+	// SourcePosition is where a database source's reader resumes: a
+	// point at or below the checkpoint, written with it. It is the
+	// source's own encoding.
+	SourcePosition json.RawMessage `json:"source_position,omitempty"`
 }
 
 // MaintainerPlacement says which node runs a changefeed's maintainer.

@@ -18,6 +18,13 @@ func TsFromTime(t time.Time) Ts { return TsFromMillis(t.UnixMilli()) }
 // TsFromMillis returns the Ts of a physical millisecond with logical 0.
 func TsFromMillis(ms int64) Ts { return Ts(uint64(ms) << logicalBits) }
 
+// TsFromMicros is a commit time at microsecond grain: the microseconds
+// within the millisecond in the logical bits, above 8 bits left for
+// commits that share a microsecond. Database sources give commits these
+// positions, so a position is also a time another reader of the
+// upstream's clock can compare with.
+func TsFromMicros(us int64) Ts { return TsFromMillis(us / 1000).WithLogical(uint64(us%1000) << 8) }
+
 // Millis is the physical part.
 func (t Ts) Millis() int64 { return int64(uint64(t) >> logicalBits) }
 

@@ -110,12 +110,9 @@ func (s *Server) Stop() error {
 	return nil
 }
 
-// Restart stops the server and starts it again with the same settings
-// (an outage, for tests).
-func (s *Server) Restart(ctx context.Context) error {
-	if err := s.Stop(); err != nil {
-		return err
-	}
+// StartAgain starts a stopped server with the same settings (the end of
+// an outage, for tests).
+func (s *Server) StartAgain(ctx context.Context) error {
 	_, err := Start(ctx, s.Dir, s.Port, s.settings...)
 	return err
 }

@@ -37,7 +37,10 @@ type Config struct {
 	Agent AgentCommand
 	// NoDemo skips the demo changefeed.
 	NoDemo bool
-	Out    io.Writer // the operator's terminal
+	// Postgres also starts a private PostgreSQL on PortBase+10 with a
+	// live workload, and changefeed demo-pg replicating it.
+	Postgres bool
+	Out      io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
@@ -71,6 +74,10 @@ type State struct {
 	Captures []Capture `json:"captures"`
 	// Demo is the demo changefeed's sink, if one was created.
 	Demo string `json:"demo_sink,omitempty"`
+	// Postgres is the playground's PostgreSQL (--postgres), demo-pg's
+	// source, and DemoPG its sink.
+	Postgres string `json:"postgres,omitempty"`
+	DemoPG   string `json:"demo_pg_sink,omitempty"`
 }
 
 // Capture is one agent process of the playground.
@@ -109,6 +116,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("port %d is taken (%v); stop whatever uses it, or pick other ports with --port-base", cfg.PortBase+i, err)
 		}
 	}
+	var db *demoDB
+	if cfg.Postgres {
+		// Started first so it stops last: the agents' readers stop
+		// before the server they read.
+		if err := portFree(cfg.PortBase + 10); err != nil {
+			return fmt.Errorf("port %d (the playground's PostgreSQL) is taken (%v); pick other ports with --port-base", cfg.PortBase+10, err)
+		}
+		fmt.Fprintln(cfg.Out, "starting PostgreSQL for demo-pg...")
+		if db, err = startDemoDB(ctx, dir, cfg.PortBase+10); err != nil {
+			return err
+		}
+		defer db.stop()
+	}
 	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: addr(cfg.PortBase), Name: "playground"})
 	if err != nil {
 		return err
@@ -144,6 +164,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		st.Demo = sink
+	}
+	if db != nil {
+		sink, err := createDemoPG(ctx, servers, dir, db)
+		if err != nil {
+			return err
+		}
+		st.Postgres, st.DemoPG = db.srv.DSN("demo"), sink
 	}
 	if err := writeState(filepath.Join(dir, "playground.json"), st); err != nil {
 		return err
@@ -362,6 +389,10 @@ func printBanner(w io.Writer, st State) {
 		fmt.Fprintln(w, "  cdcctl changefeed list           # the demo changefeed replicates into "+strings.TrimPrefix(strings.Split(st.Demo, "?")[0], "file://"))
 		fmt.Fprintln(w, "  cdcctl partition list --changefeed demo")
 		fmt.Fprintln(w, "  cdcctl verify --changefeed demo  # prove nothing was lost")
+	}
+	if st.DemoPG != "" {
+		fmt.Fprintln(w, "  cdcctl changefeed get demo-pg    # PostgreSQL ("+st.Postgres+") into "+strings.TrimPrefix(strings.Split(st.DemoPG, "?")[0], "file://"))
+		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-pg  # the tables rebuilt from the sink equal PostgreSQL's")
 	}
 	fmt.Fprintln(w, "  cdcctl coordinator resign")
 	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1; after the session TTL another capture leads\n\n", st.Captures[0].PID)

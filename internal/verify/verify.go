@@ -49,6 +49,10 @@ type Report struct {
 	Misplaced     uint64   `json:"misplaced_ddl"`
 	CheckedUpToTs uint64   `json:"checked_up_to_ts"`
 	Examples      []string `json:"examples,omitempty"`
+	// TableReports, for a database source, compare each table rebuilt
+	// from the sink with the upstream's (Lost counts missing rows,
+	// Unknown extra ones, Corrupt different ones).
+	TableReports []TableReport `json:"table_reports,omitempty"`
 }
 
 const maxExamples = 10

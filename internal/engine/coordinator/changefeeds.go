@@ -43,20 +43,9 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if req.PartitionsPerTable < 1 || req.PartitionsPerTable > MaxPartitionsPerTable {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: partitions per table must be between 1 and %d, got %d", ErrInvalid, MaxPartitionsPerTable, req.PartitionsPerTable)
 	}
-	now := time.Now()
-	pinned, err := sources.Pin(ctx, req.Source, now)
-	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	src, err := sources.Open(ctx, pinned)
-	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	defer src.Close()
 	if err := registry.Validate(req.Sink); err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	sk, err := registry.Open(octx, req.Sink, c.log)
 	cancel()
@@ -64,17 +53,47 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	_ = sk.Close()
+	// The name is checked before the source is pinned: pinning a database
+	// source creates its slot, and a taken name must not touch the slot
+	// of the changefeed that holds it.
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return model.ChangefeedInfo{}, err
+	}
+	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %s", meta.ErrChangefeedExists, req.ID)
+	}
+
+	now := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	pinned, err := sources.Pin(pctx, req.Source, model.ChangefeedID(req.ID), now)
+	cancel()
+	if err != nil {
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	created := false
+	defer func() {
+		if !created {
+			c.releaseSource(pinned.URI)
+		}
+	}()
+	src, err := sources.Open(ctx, pinned.URI, source.Env{Changefeed: model.ChangefeedID(req.ID), Log: c.log})
+	if err != nil {
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	defer src.Close()
 	info := model.ChangefeedInfo{
-		ID: model.ChangefeedID(req.ID), SourceURI: pinned, SinkURI: req.Sink,
+		ID: model.ChangefeedID(req.ID), SourceURI: pinned.URI, SinkURI: req.Sink,
 		PartitionsPerTable: req.PartitionsPerTable, StartTs: src.Start(), CreatedAt: now.UTC(),
 	}
 	spans, err := initialSpans(ctx, src, req.PartitionsPerTable)
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if _, err := c.store.CreateChangefeed(ctx, term.Fence, info, spans); err != nil {
+	if _, err := c.store.CreateChangefeed(ctx, term.Fence, info, pinned.Position, spans); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
+	created = true
 	c.log.Info("coordinator: changefeed created", "changefeed", info.ID, "partitions", len(spans), "sink", info.SinkURI)
 	return info, nil
 }
@@ -97,9 +116,47 @@ func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model
 	return spans, nil
 }
 
-// RemoveChangefeed deletes a changefeed; its dispatchers stop.
+// RemoveChangefeed deletes a changefeed; its dispatchers and its reader
+// stop, then what its source holds upstream (a replication slot) is
+// released.
 func (c *Coordinator) RemoveChangefeed(ctx context.Context, term election.Term, id model.ChangefeedID) error {
-	return c.store.RemoveChangefeed(ctx, term.Fence, id)
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	e, ok := st.Changefeeds[id]
+	if err := c.store.RemoveChangefeed(ctx, term.Fence, id); err != nil {
+		return err
+	}
+	if ok {
+		c.releaseSource(e.Info.SourceURI)
+	}
+	return nil
+}
+
+// releaseWait bounds how long a removal waits for the changefeed's reader
+// to let go of its slot (it stops when its node sees the removal).
+const releaseWait = 20 * time.Second
+
+// releaseSource releases what a source holds upstream, retrying while
+// its reader still holds it; if that does not happen in time it says
+// what is left for the operator to drop.
+func (c *Coordinator) releaseSource(uri string) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseWait)
+	defer cancel()
+	var err error
+	for ctx.Err() == nil {
+		if err = sources.Remove(ctx, uri); err == nil {
+			return
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.log.Warn("coordinator: could not release the removed changefeed's source; drop its replication slot and publication yourself", "source", sources.Redact(uri), "err", err)
 }
 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
@@ -47,6 +48,10 @@ type Manager struct {
 	// fails the start (fault injection: seed 003's failed
 	// PreparePartition).
 	FailStart func(model.RouteEntry) error
+
+	// reads reads database changefeeds' event logs on the nodes
+	// maintaining them.
+	reads *eventlog.Client
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
@@ -104,6 +109,7 @@ func (f *feed) close() {
 // NewManager returns a manager for this node.
 func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Manager {
 	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
+		reads:   eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }),
 		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{}}
 }
 
@@ -301,7 +307,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if f != nil && f.info.CreatedAt.Equal(e.Info.CreatedAt) {
 		return f, nil
 	}
-	src, err := sources.Open(ctx, e.Info.SourceURI)
+	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID, Logs: m.reads, Log: m.log})
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Sour
 	if ok && o.created.Equal(e.Info.CreatedAt) {
 		return o.src, nil
 	}
-	src, err := sources.Open(ctx, e.Info.SourceURI)
+	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID, Logs: h.reads, Log: h.log})
 	if err != nil {
 		return nil, err
 	}

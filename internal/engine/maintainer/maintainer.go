@@ -26,6 +26,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/actor"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -40,7 +41,12 @@ type Host struct {
 	tr    transport.Transport
 	log   *slog.Logger
 
-	sources map[model.ChangefeedID]openSource // for the DDL schedule
+	sources map[model.ChangefeedID]openSource // for the DDL schedule and readers
+	// logs serves the event logs of the readers running here; reads
+	// reads any node's.
+	logs    *eventlog.Server
+	reads   *eventlog.Client
+	pullers map[model.ChangefeedID]*pulling
 
 	// MoveTimeout: a move or split whose source, alive, has not stopped
 	// the partition at a final position within it is returned to Active
@@ -66,6 +72,7 @@ type Host struct {
 // NewHost returns the maintainer host of a node.
 func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
 	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]openSource{},
+		logs: eventlog.NewServer(), reads: eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }), pullers: map[model.ChangefeedID]*pulling{},
 		MoveTimeout: 30 * time.Second, MaxStartFailures: 3,
 		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
@@ -74,13 +81,17 @@ func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transp
 func (h *Host) Run(ctx context.Context) error {
 	h.tr.Handle(transport.TopicHeartbeat, h.onHeartbeat)
 	defer h.tr.Handle(transport.TopicHeartbeat, nil)
+	h.logs.Register(h.tr)
+	defer h.logs.Unregister(h.tr)
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	defer h.closeSources(nil)
+	defer h.stopPullers()
 	for ctx.Err() == nil {
 		ch := h.view.Changed()
 		st := h.view.State()
 		began := time.Now()
+		h.runPullers(ctx, st)
 		h.pass(ctx, st)
 		h.forget(st)
 		h.closeSources(st)

@@ -144,8 +144,12 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	if recent && !urgent {
 		return nil
 	}
-	if err := h.store.SaveProgress(ctx, mf, e, cp, pos); err != nil {
+	resume := h.resumePoint(e.Info.ID, cp)
+	if err := h.store.SaveProgress(ctx, mf, e, cp, resume, pos); err != nil {
 		return err
+	}
+	if cp > e.Status.CheckpointTs {
+		h.persisted(e.Info.ID, cp, resume)
 	}
 	h.mu.Lock()
 	if rep := h.heard[e.Info.ID]; rep != nil {

@@ -53,7 +53,7 @@ func (s *Store) commit(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3
 
 // CreateChangefeed writes a new changefeed and its routing table in one
 // coordinator transaction. Partition ids come from the cluster counter.
-func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.ChangefeedInfo, spans []model.Span) ([]model.RouteEntry, error) {
+func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.ChangefeedInfo, sourcePosition json.RawMessage, spans []model.Span) ([]model.RouteEntry, error) {
 	if !fence.valid() {
 		return nil, ErrFenced
 	}
@@ -70,7 +70,7 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 		routes := make([]model.RouteEntry, len(spans))
 		ops := []clientv3.Op{
 			clientv3.OpPut(s.keys.ChangefeedInfo(info.ID), mustJSON(info)),
-			clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs})),
+			clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs, SourcePosition: sourcePosition})),
 		}
 		for i, sp := range spans {
 			next++
@@ -249,18 +249,36 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 // SaveProgress records a changefeed's partition positions and, if it
 // moved forward, its checkpoint, in one maintainer write. The progress
 // record has one writer, the maintainer, so only the placement fences it;
-// the status is compared, because the coordinator writes it too.
-func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, checkpoint model.Ts, table model.ProgressTable) error {
+// the status is compared, because the coordinator writes it too. A
+// source position (a database reader's resume point at or below the
+// checkpoint) goes with the checkpoint it belongs to.
+func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, checkpoint model.Ts, sourcePosition json.RawMessage, table model.ProgressTable) error {
 	cmps := []clientv3.Cmp{mf.cmp()}
 	ops := []clientv3.Op{clientv3.OpPut(s.keys.ChangefeedProgress(e.Info.ID), mustJSON(table))}
 	if checkpoint > e.Status.CheckpointTs {
 		st := e.Status
 		st.CheckpointTs = checkpoint
+		st.Error = "" // progress: whatever held the changefeed back is over
+		if sourcePosition != nil {
+			st.SourcePosition = sourcePosition
+		}
 		key := s.keys.ChangefeedStatus(e.Info.ID)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
 		ops = append(ops, clientv3.OpPut(key, mustJSON(st)))
 	}
 	return s.commit(ctx, cmps, ops...)
+}
+
+// SetChangefeedError records why a changefeed does not advance (maintainer
+// write; "" clears it). The next checkpoint advance clears it too.
+func (s *Store) SetChangefeedError(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, msg string) error {
+	if e.Status.Error == msg {
+		return nil
+	}
+	st := e.Status
+	st.Error = msg
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
 }
 
 // SetBarrier opens a table's DDL barrier (maintainer write), replacing the

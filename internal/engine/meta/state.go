@@ -162,6 +162,16 @@ func (s *State) NodeIDs() []model.NodeID {
 }
 
 // SchedulableNodeIDs returns the registered nodes that may receive new
+// MaintainerNode is the node maintaining a changefeed (where its
+// reader, if it has one, runs); false when it has none now.
+func (s *State) MaintainerNode(cf model.ChangefeedID) (model.NodeID, bool) {
+	e := s.Changefeeds[cf]
+	if e == nil || e.Maintainer.Node == "" {
+		return "", false
+	}
+	return e.Maintainer.Node, true
+}
+
 // work (Alive), sorted.
 func (s *State) SchedulableNodeIDs() []model.NodeID {
 	return s.NodesWhere(model.Liveness.IsSchedulable)

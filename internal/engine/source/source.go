@@ -10,6 +10,9 @@ package source
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -89,4 +92,79 @@ type Expectation interface {
 	// SchemaSince is the commit ts of the DDL that created the schema a
 	// row committed at ts is written under; 0 for the first schema.
 	SchemaSince(ts model.Ts) model.Ts
+}
+
+// Env is what a source opened on a node may use of it.
+type Env struct {
+	// Changefeed is the changefeed the source serves.
+	Changefeed model.ChangefeedID
+	// Logs reads event logs wherever their readers run (sources whose
+	// changes one reader per changefeed pulls into a log).
+	Logs LogReader
+	// Log receives the source's warnings.
+	Log *slog.Logger
+}
+
+// LogReader reads a changefeed's event log, on whichever node its reader
+// runs.
+type LogReader interface {
+	// Read returns a span's rows in (from, upTo] and the position read up
+	// to, as eventlog.Log.Read does.
+	Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from, upTo model.Ts, max int) ([]Event, model.Ts, error)
+	// DDLs returns a table's schema changes in (from, upTo].
+	DDLs(ctx context.Context, cf model.ChangefeedID, table string, from, upTo model.Ts) ([]Event, error)
+}
+
+// LogWriter is the event log as a puller fills it.
+type LogWriter interface {
+	// Append adds one committed transaction's events.
+	Append(events []Event) error
+	// Resolve says nothing commits at or below ts later.
+	Resolve(ts model.Ts)
+}
+
+// Position is a puller's resume point, opaque to the engine: what it
+// needs to read on from a checkpoint exactly as it read before. The
+// maintainer stores it with the checkpoint.
+type Position = json.RawMessage
+
+// Puller is a source whose changes one upstream reader per changefeed
+// pulls (one replication slot, one binlog connection), run on the node
+// that maintains the changefeed; dispatchers everywhere read its log
+// through Env.Logs.
+type Puller interface {
+	// Pull reads the upstream from a resume point into w until ctx ends
+	// or the upstream fails; it returns why it stopped.
+	Pull(ctx context.Context, from Position, w LogWriter) error
+	// ResumePoint is the resume point at or below a checkpoint that
+	// this puller has passed; false when it has none yet.
+	ResumePoint(checkpoint model.Ts) (Position, bool)
+	// Confirm tells the upstream that everything up to a resume point is
+	// stored downstream, so it may free what it kept for it (PostgreSQL:
+	// the slot's confirmed position). Only a persisted point may be
+	// confirmed.
+	Confirm(p Position)
+}
+
+// Status is what a source says about its upstream side of a changefeed,
+// for 'changefeed get'.
+type Status struct {
+	Kind string `json:"kind"`
+	// Slot is the replication slot (PostgreSQL); Active whether a reader
+	// streams from it now.
+	Slot   string `json:"slot,omitempty"`
+	Active bool   `json:"active"`
+	// Position is the upstream position confirmed as stored downstream.
+	Position string `json:"position,omitempty"`
+	// RetainedBytes is how much upstream log is kept for the changefeed
+	// (PostgreSQL: WAL the slot holds back).
+	RetainedBytes int64 `json:"retained_bytes"`
+}
+
+// Snapshotter reads a database source's tables at one consistent point,
+// for verify: rows by primary key (the key columns' text joined by
+// commas), column name to text (nil for NULL), and the upstream's clock
+// at that point.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, tables []string) (time.Time, map[string]map[string]map[string]*string, error)
 }

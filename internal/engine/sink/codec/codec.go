@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -245,6 +246,56 @@ func DecodeRows(p Protocol, data []byte) ([]Row, error) {
 			return nil, fmt.Errorf("line %d: %v", line, err)
 		}
 		out = append(out, row)
+	}
+	return out, sc.Err()
+}
+
+// Change is one decoded row change of any table, as a consumer rebuilding
+// the upstream's tables needs it.
+type Change struct {
+	Database string
+	Table    string
+	Op       string // INSERT, UPDATE or DELETE
+	PkNames  []string
+	// Data is the row image: the row after an insert or update, the
+	// deleted row of a delete. A column left out did not change (an
+	// unchanged PostgreSQL TOAST value); nil is SQL NULL.
+	Data     map[string]*string
+	CommitTs model.Ts
+}
+
+// Key is the change's primary key: the key columns' values joined by
+// commas, in key order.
+func (c *Change) Key() string {
+	parts := make([]string, len(c.PkNames))
+	for i, n := range c.PkNames {
+		parts[i] = deref(c.Data[n])
+	}
+	return strings.Join(parts, ",")
+}
+
+// DecodeChanges reads every row change of one canal-json file, in order.
+// CSV carries no column names, so it cannot be decoded without the
+// table's schema file; consumers that rebuild tables read canal-json.
+func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
+	if p != ProtocolCanalJSON {
+		return nil, fmt.Errorf("rebuilding tables reads canal-json output; this sink writes %s", p)
+	}
+	var out []Change
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var m canalRow
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return nil, fmt.Errorf("line %d: %v", line, err)
+		}
+		if m.IsDdl || len(m.Data) != 1 {
+			return nil, fmt.Errorf("line %d: not a single-row DML message", line)
+		}
+		out = append(out, Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs)})
 	}
 	return out, sc.Err()
 }

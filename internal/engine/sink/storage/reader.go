@@ -25,20 +25,23 @@ type Stream struct {
 	Rows       []codec.Row
 }
 
-// Scan reads every data file of a sink's bucket and returns one stream
-// per (table version, dispatcher), each in file-index order.
-func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error) {
-	type key struct {
-		table      string
-		version    uint64
-		dispatcher string
-	}
-	type file struct {
-		path  string
-		index uint64
-	}
-	files := map[key][]file{}
-	it := bucket.List(&blob.ListOptions{Prefix: cfg.Schema + "/"})
+// streamKey names what one dispatcher wrote into one table version.
+type streamKey struct {
+	database, table string
+	version         uint64
+	dispatcher      string
+}
+
+type dataFileRef struct {
+	path  string
+	index uint64
+}
+
+// listDataFiles lists the data files under a prefix by stream, each in
+// file-index order.
+func listDataFiles(ctx context.Context, bucket *blob.Bucket, prefix string) (map[streamKey][]dataFileRef, error) {
+	files := map[streamKey][]dataFileRef{}
+	it := bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -49,7 +52,7 @@ func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error
 		}
 		parts := strings.Split(obj.Key, "/")
 		if len(parts) != 4 {
-			continue // schema files, index files
+			continue // schema files, index files, the metadata file
 		}
 		m := dataFileName.FindStringSubmatch(parts[3])
 		if m == nil {
@@ -60,12 +63,24 @@ func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error
 			continue
 		}
 		idx, _ := strconv.ParseUint(m[2], 10, 64)
-		k := key{table: parts[1], version: version, dispatcher: m[1]}
-		files[k] = append(files[k], file{path: obj.Key, index: idx})
+		k := streamKey{database: parts[0], table: parts[1], version: version, dispatcher: m[1]}
+		files[k] = append(files[k], dataFileRef{path: obj.Key, index: idx})
+	}
+	for _, fs := range files {
+		sort.Slice(fs, func(i, j int) bool { return fs[i].index < fs[j].index })
+	}
+	return files, nil
+}
+
+// Scan reads every data file of a sink's bucket and returns one stream
+// per (table version, dispatcher), each in file-index order.
+func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error) {
+	files, err := listDataFiles(ctx, bucket, cfg.Schema+"/")
+	if err != nil {
+		return nil, err
 	}
 	var out []Stream
 	for k, fs := range files {
-		sort.Slice(fs, func(i, j int) bool { return fs[i].index < fs[j].index })
 		st := Stream{Dispatcher: k.dispatcher, Table: k.table, Version: k.version}
 		for _, f := range fs {
 			body, err := bucket.ReadAll(ctx, f.path)
@@ -86,6 +101,49 @@ func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error
 		a, b := firstTs(out[i]), firstTs(out[j])
 		if a != b {
 			return a < b
+		}
+		return out[i].Dispatcher < out[j].Dispatcher
+	})
+	return out, nil
+}
+
+// ChangeStream is what one dispatcher wrote into one table version of
+// any database, decoded for rebuilding tables.
+type ChangeStream struct {
+	Dispatcher string
+	Database   string
+	Table      string
+	Version    uint64
+	Changes    []codec.Change
+}
+
+// ScanChanges reads every data file of a sink's bucket, whatever its
+// database directory, as row changes: one stream per (table version,
+// dispatcher), each in file order.
+func ScanChanges(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]ChangeStream, error) {
+	files, err := listDataFiles(ctx, bucket, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []ChangeStream
+	for k, fs := range files {
+		st := ChangeStream{Dispatcher: k.dispatcher, Database: k.database, Table: k.table, Version: k.version}
+		for _, f := range fs {
+			body, err := bucket.ReadAll(ctx, f.path)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", f.path, err)
+			}
+			chs, err := codec.DecodeChanges(cfg.Protocol, body)
+			if err != nil {
+				return nil, fmt.Errorf("decode %s: %w", f.path, err)
+			}
+			st.Changes = append(st.Changes, chs...)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Version != out[j].Version {
+			return out[i].Version < out[j].Version
 		}
 		return out[i].Dispatcher < out[j].Dispatcher
 	})

@@ -322,6 +322,16 @@ func (s *Sink) flushRound() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			err := s.writeFiles(j.d, j.bufs)
+			if err != nil {
+				s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
+			}
+			// The batches are acked before Flush can see them flushed: a
+			// Flush that returns has every batch before it acked.
+			for _, b := range j.batches {
+				if b.OnFlushed != nil {
+					b.OnFlushed(err)
+				}
+			}
 			s.mu.Lock()
 			j.d.flushing = false
 			j.d.flushedSeq = j.seq
@@ -334,14 +344,6 @@ func (s *Sink) flushRound() {
 			s.spooled -= j.bytes
 			s.cond.Broadcast()
 			s.mu.Unlock()
-			if err != nil {
-				s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
-			}
-			for _, b := range j.batches {
-				if b.OnFlushed != nil {
-					b.OnFlushed(err)
-				}
-			}
 		}()
 	}
 	wg.Wait()

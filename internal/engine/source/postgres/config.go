@@ -12,9 +12,11 @@ import (
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Config is a postgres:// source URI's meaning.
@@ -29,11 +31,14 @@ type Config struct {
 	// default named after the changefeed.
 	Publication string
 	Slot        string
+	// Start is the changefeed's first position, fixed when it is created
+	// (start=).
+	Start model.Ts
 }
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "publication": true, "slot": true}
+var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -85,6 +90,13 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: %s=%q: use 1-63 lowercase letters, digits and '_'", name, v)
 		}
 	}
+	if v := q.Get("start"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return Config{}, fmt.Errorf("source URI: start=%q: must be a position (set by cdcctl when the changefeed is created)", v)
+		}
+		c.Start = model.Ts(n)
+	}
 	for k := range ours {
 		q.Del(k)
 	}
@@ -120,6 +132,9 @@ func (c Config) URI() string {
 	if c.Slot != "" {
 		q.Set("slot", c.Slot)
 	}
+	if c.Start != 0 {
+		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -132,6 +147,23 @@ func Redact(raw string) string {
 	}
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// WithPassword puts a password into a URI, replacing the one Redact
+// masked; an empty password removes a masked one (the driver then uses
+// PGPASSWORD or ~/.pgpass).
+func WithPassword(raw, password string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	switch p, has := u.User.Password(); {
+	case password != "":
+		u.User = url.UserPassword(u.User.Username(), password)
+	case has && p == "xxxxx":
+		u.User = url.User(u.User.Username())
 	}
 	return u.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -174,6 +175,36 @@ func Remove(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// terminateHolder ends the backend streaming from the slot and waits
+// until the slot is free.
+func terminateHolder(ctx context.Context, cfg Config) error {
+	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	if err != nil {
+		return explain(cfg, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, cfg.Slot); err != nil {
+		return explain(cfg, err)
+	}
+	for i := 0; i < 50; i++ {
+		var active bool
+		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&active); err != nil {
+			return explain(cfg, err)
+		}
+		if !active {
+			return nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return fmt.Errorf("the slot is still held after its holder was terminated")
+}
+
 func quoteQualified(t string) string {
 	schema, table := source.SplitQualifiedName(t)
 	return pgx.Identifier{schema, table}.Sanitize()
@@ -225,4 +256,34 @@ func unwrapConnect(err error) error {
 		}
 		err = next
 	}
+}
+
+// Inspect reads the slot's state for 'changefeed get'.
+func Inspect(ctx context.Context, uri string) (*source.Status, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	defer conn.Close(context.Background())
+	st := &source.Status{Kind: "postgres", Slot: cfg.Slot}
+	var confirmed *string
+	var retained *int64
+	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("replication slot %s does not exist: it was dropped outside cdcctl; recreate the changefeed", cfg.Slot)
+	}
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	if confirmed != nil {
+		st.Position = *confirmed
+	}
+	if retained != nil {
+		st.RetainedBytes = *retained
+	}
+	return st, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -19,9 +20,9 @@ import (
 // TableState is where a table's schema stands in the stream: its
 // definition, how many schema changes came before it, and since when.
 type TableState struct {
-	Def     *source.TableDef
-	Version uint64
-	Since   model.Ts
+	Def     *source.TableDef `json:"def"`
+	Version uint64           `json:"version,omitempty"`
+	Since   model.Ts         `json:"since"`
 }
 
 // Txn is one committed upstream transaction, decoded: its schema changes
@@ -55,8 +56,9 @@ type Stream struct {
 	rels   map[uint32]*relation   // by relation id, for this session
 	last   model.Ts               // the last position handed out
 
-	received, confirmed pglogrepl.LSN
-	nextStatus          time.Time
+	received   pglogrepl.LSN
+	confirmed  atomic.Uint64 // pglogrepl.LSN; Confirm may come from any goroutine
+	nextStatus time.Time
 
 	// The transaction being received.
 	open     bool
@@ -73,9 +75,13 @@ type relation struct {
 	cols  []*pglogrepl.RelationMessageColumn
 }
 
-// statusInterval is how often the stream tells PostgreSQL where it is;
-// well under wal_sender_timeout's default of 60s.
-const statusInterval = 5 * time.Second
+// errSlotInUse means another connection streams from the slot.
+var errSlotInUse = errors.New("the replication slot is in use by another consumer")
+
+// statusInterval is how often the stream tells PostgreSQL where it is
+// (well under wal_sender_timeout's default of 60s) and asks for a
+// keepalive, which resolves an idle stream.
+const statusInterval = time.Second
 
 // resolvedMargin keeps a resolved position behind the server's clock: a
 // transaction's commit time is taken just before its commit record is
@@ -112,12 +118,13 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		_ = conn.Close(context.Background())
 		cat.Close()
 		if strings.Contains(err.Error(), "is active for PID") {
-			return nil, fmt.Errorf("replication slot %s is in use by another consumer: %v; stop it, or name another slot", cfg.Slot, err)
+			return nil, fmt.Errorf("%w: replication slot %s: %v; stop that consumer, or name another slot", errSlotInUse, cfg.Slot, err)
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
 	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
-		last: last, received: from, confirmed: from}
+		last: last, received: from}
+	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
 		st := st
 		s.tables[t] = &st
@@ -133,10 +140,14 @@ func (s *Stream) Close() error {
 
 // Confirm tells the stream that everything up to lsn is durable
 // downstream; the slot's confirmed position follows on the next status
-// update, and PostgreSQL may then recycle the WAL before it.
+// update, and PostgreSQL may then recycle the WAL before it. It is safe
+// to call from any goroutine.
 func (s *Stream) Confirm(lsn pglogrepl.LSN) {
-	if lsn > s.confirmed {
-		s.confirmed = lsn
+	for {
+		cur := s.confirmed.Load()
+		if uint64(lsn) <= cur || s.confirmed.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
 	}
 }
 
@@ -184,8 +195,11 @@ func (s *Stream) maybeSendStatus(ctx context.Context, now bool) error {
 	if !now && time.Now().Before(s.nextStatus) {
 		return nil
 	}
+	confirmed := pglogrepl.LSN(s.confirmed.Load())
+	// Asking for a reply makes the server answer with a keepalive: the
+	// resolved position of an idle upstream moves every interval.
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: max(s.received, s.confirmed), WALFlushPosition: s.confirmed, WALApplyPosition: s.confirmed,
+		WALWritePosition: max(s.received, confirmed), WALFlushPosition: confirmed, WALApplyPosition: confirmed, ReplyRequested: true,
 	})
 	if err != nil {
 		return fmt.Errorf("replication status to slot %s: %w", s.cfg.Slot, err)
@@ -284,9 +298,7 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 // next is the position after the last one for a commit at t: the commit
 // time with microseconds in the logical bits, or one more than the last.
 func (s *Stream) next(t time.Time) model.Ts {
-	us := t.UnixMicro()
-	ts := model.TsFromMillis(us / 1000).WithLogical(uint64(us%1000) << 8)
-	return max(ts, s.last+1)
+	return max(model.TsFromMicros(t.UnixMicro()), s.last+1)
 }
 
 // relation records a relation's columns; when they differ from the

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -249,4 +251,52 @@ func TestALargeTransactionArrivesWhole(t *testing.T) {
 			t.Fatalf("row %d: key %s at %v", i, e.Key, e.CommitTs)
 		}
 	}
+}
+
+// A reader that died without closing its connection leaves the slot held
+// until PostgreSQL notices; the changefeed's next reader takes it over.
+func TestAPullerTakesOverASlotStillHeld(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	_, cfg, up := open(t, dsn+"&tables=t") // streaming, as a dead node's reader would seem to be
+	cfg.Start = model.TsFromTime(time.Now())
+	src, err := Open(cfg.URI(), source.Env{Changefeed: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := json.Marshal(position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{"public.t": {Def: up.Defs["public.t"], Since: cfg.Start}}})
+	log := &memLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Pull(ctx, start, log) }()
+	psql(t, srv, dsn, `INSERT INTO t VALUES (1)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for log.count() == 0 {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the new reader got nothing: %v", <-done)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
+type memLog struct {
+	mu  sync.Mutex
+	evs []source.Event
+}
+
+func (l *memLog) Append(evs []source.Event) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evs = append(l.evs, evs...)
+	return nil
+}
+func (l *memLog) Resolve(model.Ts) {}
+func (l *memLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.evs)
 }

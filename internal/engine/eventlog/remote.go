@@ -1,0 +1,265 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// The transport topics of remote reads.
+const (
+	TopicRead = "eventlog.read"
+	TopicDDLs = "eventlog.ddls"
+)
+
+// Server answers other nodes' reads of the logs whose readers run here.
+type Server struct {
+	mu   sync.RWMutex
+	logs map[model.ChangefeedID]*Log
+}
+
+// NewServer returns a server holding no logs.
+func NewServer() *Server { return &Server{logs: map[model.ChangefeedID]*Log{}} }
+
+// Put serves a changefeed's log (replacing an earlier one).
+func (s *Server) Put(cf model.ChangefeedID, l *Log) {
+	s.mu.Lock()
+	s.logs[cf] = l
+	s.mu.Unlock()
+}
+
+// Remove stops serving a changefeed's log if it is l.
+func (s *Server) Remove(cf model.ChangefeedID, l *Log) {
+	s.mu.Lock()
+	if s.logs[cf] == l {
+		delete(s.logs, cf)
+	}
+	s.mu.Unlock()
+}
+
+// Get returns the log served for a changefeed, or nil.
+func (s *Server) Get(cf model.ChangefeedID) *Log {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.logs[cf]
+}
+
+func (s *Server) log(cf model.ChangefeedID) (*Log, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l, ok := s.logs[cf]
+	if !ok {
+		return nil, fmt.Errorf("the reader of changefeed %s does not run on this node (yet)", cf)
+	}
+	return l, nil
+}
+
+// Register answers the topics on a transport; Unregister stops.
+func (s *Server) Register(tr transport.Transport) {
+	tr.Respond(TopicRead, s.onRead)
+	tr.Respond(TopicDDLs, s.onDDLs)
+}
+
+// Unregister stops answering on a transport.
+func (s *Server) Unregister(tr transport.Transport) {
+	tr.Respond(TopicRead, nil)
+	tr.Respond(TopicDDLs, nil)
+}
+
+type readRequest struct {
+	Changefeed model.ChangefeedID `json:"changefeed"`
+	Span       model.Span         `json:"span"`
+	From       model.Ts           `json:"from"`
+	UpTo       model.Ts           `json:"up_to"`
+	Max        int                `json:"max"`
+}
+
+type readReply struct {
+	Batch
+	Position model.Ts `json:"position"`
+}
+
+// maxWireRows bounds one reply, whatever the reader asked.
+const maxWireRows = 4096
+
+func (s *Server) onRead(_ context.Context, m transport.Message) (any, error) {
+	var req readRequest
+	if err := m.Decode(&req); err != nil {
+		return nil, err
+	}
+	l, err := s.log(req.Changefeed)
+	if err != nil {
+		return nil, err
+	}
+	evs, pos, err := l.Read(req.Span, req.From, req.UpTo, min(max(req.Max, 1), maxWireRows))
+	if err != nil {
+		return nil, err
+	}
+	return readReply{Batch: encodeBatch(evs), Position: pos}, nil
+}
+
+func (s *Server) onDDLs(_ context.Context, m transport.Message) (any, error) {
+	var req readRequest
+	if err := m.Decode(&req); err != nil {
+		return nil, err
+	}
+	l, err := s.log(req.Changefeed)
+	if err != nil {
+		return nil, err
+	}
+	return encodeBatch(l.DDLs(req.Span.Table, req.From, req.UpTo)), nil
+}
+
+// Client reads logs wherever their readers run: on the node maintaining
+// the changefeed. It implements source.LogReader.
+type Client struct {
+	tr transport.Transport
+	// locate names the node whose reader serves a changefeed's log.
+	locate func(model.ChangefeedID) (model.NodeID, bool)
+
+	mu   sync.Mutex
+	defs map[string]*source.TableDef // by their JSON, so equal definitions share one value
+}
+
+// NewClient returns a client sending through tr.
+func NewClient(tr transport.Transport, locate func(model.ChangefeedID) (model.NodeID, bool)) *Client {
+	return &Client{tr: tr, locate: locate, defs: map[string]*source.TableDef{}}
+}
+
+func (c *Client) call(ctx context.Context, topic string, req readRequest, reply any) error {
+	node, ok := c.locate(req.Changefeed)
+	if !ok {
+		return fmt.Errorf("changefeed %s has no maintainer, so no reader, right now", req.Changefeed)
+	}
+	m, err := transport.NewMessage("", node, topic, req)
+	if err != nil {
+		return err
+	}
+	body, err := c.tr.Call(ctx, m)
+	if err != nil {
+		return fmt.Errorf("read the event log of %s on %s: %w", req.Changefeed, node, err)
+	}
+	return json.Unmarshal(body, reply)
+}
+
+// Read implements source.LogReader.
+func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from, upTo model.Ts, maxRows int) ([]source.Event, model.Ts, error) {
+	var r readReply
+	if err := c.call(ctx, TopicRead, readRequest{Changefeed: cf, Span: span, From: from, UpTo: upTo, Max: maxRows}, &r); err != nil {
+		return nil, from, err
+	}
+	evs, err := c.decodeBatch(span.Table, r.Batch)
+	if err != nil {
+		return nil, from, err
+	}
+	return evs, r.Position, nil
+}
+
+// DDLs implements source.LogReader.
+func (c *Client) DDLs(ctx context.Context, cf model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
+	var b Batch
+	if err := c.call(ctx, TopicDDLs, readRequest{Changefeed: cf, Span: model.Span{Table: table}, From: from, UpTo: upTo}, &b); err != nil {
+		return nil, err
+	}
+	return c.decodeBatch(table, b)
+}
+
+// Batch is events of one table on the wire: their table definitions once,
+// then each event naming its definition by index.
+type Batch struct {
+	Defs   []*source.TableDef `json:"defs,omitempty"`
+	Events []wireEvent        `json:"events,omitempty"`
+}
+
+type wireEvent struct {
+	Kind          source.Kind `json:"k"`
+	Def           int         `json:"d"`
+	CommitTs      model.Ts    `json:"ts"`
+	SchemaVersion uint64      `json:"sv,omitempty"`
+	TableVersion  model.Ts    `json:"tv,omitempty"`
+	Op            source.Op   `json:"op,omitempty"`
+	Key           string      `json:"key,omitempty"`
+	New           []wireValue `json:"new,omitempty"`
+	Old           []wireValue `json:"old,omitempty"`
+	HasNew        bool        `json:"hn,omitempty"`
+	HasOld        bool        `json:"ho,omitempty"`
+	Statement     string      `json:"sql,omitempty"`
+}
+
+type wireValue struct {
+	T string `json:"t,omitempty"`
+	N bool   `json:"n,omitempty"`
+	U bool   `json:"u,omitempty"`
+}
+
+func encodeBatch(evs []source.Event) Batch {
+	var b Batch
+	idx := map[*source.TableDef]int{}
+	for i := range evs {
+		e := &evs[i]
+		d, ok := idx[e.Def]
+		if !ok {
+			d = len(b.Defs)
+			idx[e.Def] = d
+			b.Defs = append(b.Defs, e.Def)
+		}
+		b.Events = append(b.Events, wireEvent{
+			Kind: e.Kind, Def: d, CommitTs: e.CommitTs, SchemaVersion: e.SchemaVersion, TableVersion: e.TableVersion,
+			Op: e.Op, Key: e.Key, New: toWire(e.New), Old: toWire(e.Old), HasNew: e.New != nil, HasOld: e.Old != nil, Statement: e.Statement,
+		})
+	}
+	return b
+}
+
+func toWire(vs []source.Value) []wireValue {
+	if vs == nil {
+		return nil
+	}
+	out := make([]wireValue, len(vs))
+	for i, v := range vs {
+		out[i] = wireValue{T: v.Text, N: v.Null, U: v.Unchanged}
+	}
+	return out
+}
+
+func fromWire(vs []wireValue, has bool) []source.Value {
+	if !has {
+		return nil
+	}
+	out := make([]source.Value, len(vs))
+	for i, v := range vs {
+		out[i] = source.Value{Text: v.T, Null: v.N, Unchanged: v.U}
+	}
+	return out
+}
+
+func (c *Client) decodeBatch(table string, b Batch) ([]source.Event, error) {
+	defs := make([]*source.TableDef, len(b.Defs))
+	c.mu.Lock()
+	for i, d := range b.Defs {
+		k, _ := json.Marshal(d)
+		if have, ok := c.defs[string(k)]; ok {
+			defs[i] = have
+		} else {
+			c.defs[string(k)] = d
+			defs[i] = d
+		}
+	}
+	c.mu.Unlock()
+	out := make([]source.Event, len(b.Events))
+	for i, w := range b.Events {
+		if w.Def < 0 || w.Def >= len(defs) {
+			return nil, fmt.Errorf("event log reply: an event names table definition %d of %d", w.Def, len(defs))
+		}
+		out[i] = source.Event{
+			Kind: w.Kind, Table: table, CommitTs: w.CommitTs, Def: defs[w.Def], SchemaVersion: w.SchemaVersion, TableVersion: w.TableVersion,
+			Op: w.Op, Key: w.Key, New: fromWire(w.New, w.HasNew), Old: fromWire(w.Old, w.HasOld), Statement: w.Statement,
+		}
+	}
+	return out, nil
+}

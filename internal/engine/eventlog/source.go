@@ -1,0 +1,134 @@
+package eventlog
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Source is a database changefeed's source as its dispatchers see it:
+// they read its event log, wherever the changefeed's reader runs. The
+// database source embeds it and adds the reader (source.Puller).
+type Source struct {
+	cf     model.ChangefeedID
+	tables []string
+	start  model.Ts
+	logs   source.LogReader
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	lastErr time.Time // of the last warning about DDLs
+}
+
+// warnable says whether a warning about an unreachable log may be
+// logged now: at most one every few seconds, so an outage shows without
+// flooding the log (every partition polls).
+func warnable(last *time.Time) bool {
+	if time.Since(*last) < 5*time.Second {
+		return false
+	}
+	*last = time.Now()
+	return true
+}
+
+// NewSource returns the log-reading side of a database source.
+func NewSource(env source.Env, tables []string, start model.Ts) *Source {
+	log := env.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{cf: env.Changefeed, tables: tables, start: start, logs: env.Logs, log: log}
+}
+
+// readTimeout bounds one remote read: a dispatcher retries on its next
+// pass.
+const readTimeout = 10 * time.Second
+
+// Tables implements source.Source.
+func (s *Source) Tables(context.Context) ([]string, error) { return s.tables, nil }
+
+// Boundaries implements source.Source: a table starts as one partition;
+// operators split it at keys of their choice.
+func (s *Source) Boundaries(context.Context, string, int) ([]string, error) { return nil, nil }
+
+// Start implements source.Source.
+func (s *Source) Start() model.Ts { return s.start }
+
+// Resolved implements source.Source: readers stop at the log's resolved
+// position themselves, so dispatchers may ask for everything.
+func (s *Source) Resolved() model.Ts { return model.Ts(math.MaxInt64) }
+
+// Close implements source.Source.
+func (s *Source) Close() error { return nil }
+
+// DDLs implements source.Source. When the log cannot be reached it
+// returns none: reads stop before the table's next schema change anyway,
+// so the dispatcher meets it on a later pass.
+func (s *Source) DDLs(table string, from, upTo model.Ts) []source.Event {
+	if s.logs == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	evs, err := s.logs.DDLs(ctx, s.cf, table, from, upTo)
+	if err != nil {
+		s.mu.Lock()
+		warn := warnable(&s.lastErr)
+		s.mu.Unlock()
+		if warn {
+			s.log.Warn("cannot read schema changes from the event log; will retry", "changefeed", s.cf, "table", table, "err", err)
+		}
+		return nil
+	}
+	return evs
+}
+
+// Open implements source.Source.
+func (s *Source) Open(span model.Span, from model.Ts) (source.Reader, error) {
+	return &reader{s: s, span: span, pos: from}, nil
+}
+
+type reader struct {
+	s    *Source
+	span model.Span
+
+	mu      sync.Mutex
+	pos     model.Ts
+	lastErr time.Time
+}
+
+func (r *reader) Position() model.Ts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pos
+}
+
+// Read implements source.Reader. A failed read returns nothing and keeps
+// the position: the dispatcher polls again, and warns at most every few
+// seconds so an outage is visible without flooding the log.
+func (r *reader) Read(upTo model.Ts, maxRows int) []source.Event {
+	if r.s.logs == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	pos := r.Position()
+	evs, next, err := r.s.logs.Read(ctx, r.s.cf, r.span, pos, upTo, maxRows)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if warnable(&r.lastErr) {
+			r.s.log.Warn("cannot read the event log; will retry", "changefeed", r.s.cf, "span", r.span.String(), "err", err)
+		}
+		return nil
+	}
+	if next > r.pos {
+		r.pos = next
+	}
+	return evs
+}

@@ -1,0 +1,173 @@
+package maintainer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A database changefeed has one upstream reader (source.Puller), placed
+// and fenced like its maintainer: it runs on the maintainer's node under
+// the maintainer's placement, fills an event log that dispatchers
+// everywhere read, and resumes from the position persisted with the
+// checkpoint when the maintainer moves or its node dies.
+
+// pulling is one changefeed's reader on this host.
+type pulling struct {
+	created time.Time
+	epoch   uint64
+	puller  source.Puller
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// runPullers starts the readers of the database changefeeds this node
+// maintains (and that are not paused) and stops the others.
+func (h *Host) runPullers(ctx context.Context, st *meta.State) {
+	want := map[model.ChangefeedID]*meta.ChangefeedEntry{}
+	for _, cf := range st.ChangefeedIDs() {
+		e := st.Changefeeds[cf]
+		if e.Maintainer.Node == h.self && e.MaintainerRevision > 0 && e.Status.State == model.ChangefeedNormal && len(e.Status.SourcePosition) > 0 {
+			want[cf] = e
+		}
+	}
+	h.mu.Lock()
+	var stopping []*pulling
+	for cf, p := range h.pullers {
+		e, ok := want[cf]
+		if !ok || !e.Info.CreatedAt.Equal(p.created) || e.Maintainer.Epoch != p.epoch {
+			stopping = append(stopping, p)
+			delete(h.pullers, cf)
+		}
+	}
+	h.mu.Unlock()
+	for _, p := range stopping {
+		p.cancel()
+		<-p.done
+	}
+	for cf, e := range want {
+		h.mu.Lock()
+		_, running := h.pullers[cf]
+		h.mu.Unlock()
+		if running {
+			continue
+		}
+		src, err := h.source(ctx, e)
+		if err != nil {
+			h.log.Warn("maintainer: cannot open the source to start its reader; will retry", "changefeed", cf, "err", err)
+			continue
+		}
+		pl, ok := src.(source.Puller)
+		if !ok {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p := &pulling{created: e.Info.CreatedAt, epoch: e.Maintainer.Epoch, puller: pl, cancel: cancel, done: make(chan struct{})}
+		h.mu.Lock()
+		h.pullers[cf] = p
+		h.mu.Unlock()
+		go h.pull(pctx, cf, p)
+	}
+}
+
+// stopPullers stops every reader (the host is stopping).
+func (h *Host) stopPullers() {
+	h.mu.Lock()
+	all := h.pullers
+	h.pullers = map[model.ChangefeedID]*pulling{}
+	h.mu.Unlock()
+	for _, p := range all {
+		p.cancel()
+		<-p.done
+	}
+}
+
+// pull runs one changefeed's reader until ctx ends: each run fills a new
+// log from the last persisted resume point; a failed run (the upstream is
+// down, the slot still held by a reader that died) is retried with a
+// growing pause, and its reason is logged.
+func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
+	defer close(p.done)
+	backoff := time.Second
+	var failing time.Time // since when the reader has not run for long
+	for ctx.Err() == nil {
+		e := h.view.State().Changefeeds[cf]
+		if e == nil {
+			return
+		}
+		log, err := eventlog.Open("", 0)
+		if err != nil {
+			h.log.Warn("maintainer: cannot open an event log", "changefeed", cf, "err", err)
+			return
+		}
+		h.logs.Put(cf, log)
+		began := time.Now()
+		err = p.puller.Pull(ctx, e.Status.SourcePosition, log)
+		h.logs.Remove(cf, log)
+		_ = log.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > time.Minute {
+			backoff, failing = time.Second, time.Time{}
+		}
+		if failing.IsZero() {
+			failing = time.Now()
+		}
+		h.log.Warn("maintainer: the changefeed's reader stopped; restarting from the checkpoint", "changefeed", cf, "err", err, "retry_in", backoff)
+		// Operators see why in 'changefeed get'; the next checkpoint
+		// advance clears it.
+		if e := h.view.State().Changefeeds[cf]; e != nil && e.Maintainer.Epoch == p.epoch {
+			msg := fmt.Sprintf("source unavailable, retrying (since %s): %v", failing.UTC().Format(time.RFC3339), err)
+			if werr := h.store.SetChangefeedError(ctx, e.FenceOf(h.store.Keys()), e, msg); werr != nil && ctx.Err() == nil {
+				h.log.Warn("maintainer: cannot record the source's error", "changefeed", cf, "err", werr)
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// resumePoint is the resume point to persist with a checkpoint, if the
+// changefeed's reader runs here.
+func (h *Host) resumePoint(cf model.ChangefeedID, checkpoint model.Ts) source.Position {
+	h.mu.Lock()
+	p := h.pullers[cf]
+	h.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	pos, ok := p.puller.ResumePoint(checkpoint)
+	if !ok {
+		return nil
+	}
+	return pos
+}
+
+// persisted tells the changefeed's reader that a checkpoint and its resume
+// point are stored: the upstream may forget what precedes the point, and
+// the log what precedes the checkpoint.
+func (h *Host) persisted(cf model.ChangefeedID, checkpoint model.Ts, pos source.Position) {
+	h.mu.Lock()
+	p := h.pullers[cf]
+	h.mu.Unlock()
+	if p == nil || pos == nil {
+		return
+	}
+	p.puller.Confirm(pos)
+	if l := h.logs.Get(cf); l != nil {
+		if err := l.Trim(checkpoint); err != nil {
+			h.log.Warn("maintainer: cannot trim the event log", "changefeed", cf, "err", err)
+		}
+	}
+}

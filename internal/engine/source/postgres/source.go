@@ -1,0 +1,174 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// position is the puller's resume point: the end of a transaction, the
+// commit position it was given, and every table's schema there. Reading
+// on from it gives every later transaction the position it had before.
+type position struct {
+	LSN    string                `json:"lsn"`
+	Ts     model.Ts              `json:"ts"`
+	Tables map[string]TableState `json:"tables"`
+}
+
+// Pin prepares the upstream of a new changefeed (checks, publication,
+// slot) and fixes its start; it returns the URI to store with the
+// changefeed and the puller's first resume point.
+func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg = cfg.WithNames(string(cf))
+	up, err := Prepare(ctx, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg.Start = model.TsFromTime(now)
+	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
+	for t, def := range up.Defs {
+		p.Tables[t] = TableState{Def: def, Since: cfg.Start}
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", nil, err
+	}
+	return cfg.URI(), b, nil
+}
+
+// RemoveURI drops what Pin created for a stored URI.
+func RemoveURI(ctx context.Context, uri string) error {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return err
+	}
+	return Remove(ctx, cfg)
+}
+
+// Source is a PostgreSQL changefeed's source: dispatchers read its event
+// log (the embedded eventlog.Source), and the node maintaining the
+// changefeed runs its puller, which fills the log from the slot.
+type Source struct {
+	*eventlog.Source
+	cfg Config
+
+	mu     sync.Mutex
+	stream *Stream    // while Pull runs
+	points []position // resume points passed, oldest first
+}
+
+// Open opens a stored (pinned) URI.
+func Open(uri string, env source.Env) (*Source, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Slot == "" || cfg.Publication == "" || cfg.Start == 0 {
+		return nil, fmt.Errorf("source URI %s: not a changefeed's stored URI (slot, publication and start are set when it is created)", Redact(uri))
+	}
+	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg}, nil
+}
+
+// Pull implements source.Puller.
+func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
+	var p position
+	if err := json.Unmarshal(from, &p); err != nil {
+		return fmt.Errorf("postgres source: the stored resume point does not decode: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(p.LSN)
+	if err != nil {
+		return fmt.Errorf("postgres source: resume point: %w", err)
+	}
+	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables)
+	if errors.Is(err, errSlotInUse) {
+		// This node maintains the changefeed now (the maintainer's
+		// placement fences it); a reader that held the slot before was
+		// on a node that died or lost its place, and PostgreSQL may not
+		// notice for a minute. Take the slot over.
+		if terr := terminateHolder(ctx, s.cfg); terr != nil {
+			return fmt.Errorf("%w; taking it over failed: %v", err, terr)
+		}
+		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables)
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.stream, s.points = st, []position{p}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.stream = nil
+		s.mu.Unlock()
+		_ = st.Close()
+	}()
+	tables := p.Tables
+	for {
+		it, err := st.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if it.Txn == nil {
+			w.Resolve(it.Resolved)
+			continue
+		}
+		if err := w.Append(it.Txn.Events); err != nil {
+			return err
+		}
+		if it.Txn.Events[0].Kind == source.KindDDL {
+			tables = st.Tables()
+		}
+		s.mu.Lock()
+		s.points = append(s.points, position{LSN: it.Txn.EndLSN.String(), Ts: it.Txn.Ts, Tables: tables})
+		s.mu.Unlock()
+	}
+}
+
+// ResumePoint implements source.Puller: the last transaction end at or
+// below the checkpoint. Points before it are dropped: checkpoints only
+// grow.
+func (s *Source) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
+	s.mu.Lock()
+	i := sort.Search(len(s.points), func(i int) bool { return s.points[i].Ts > checkpoint }) - 1
+	if i < 0 {
+		s.mu.Unlock()
+		return nil, false
+	}
+	p := s.points[i]
+	s.points = s.points[i:]
+	s.mu.Unlock()
+	b, err := json.Marshal(p)
+	return b, err == nil
+}
+
+// Confirm implements source.Puller: the slot's confirmed position moves
+// to a persisted resume point.
+func (s *Source) Confirm(pos source.Position) {
+	var p position
+	if json.Unmarshal(pos, &p) != nil {
+		return
+	}
+	lsn, err := pglogrepl.ParseLSN(p.LSN)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	if s.stream != nil {
+		s.stream.Confirm(lsn)
+	}
+	s.mu.Unlock()
+}
