@@ -53,11 +53,7 @@ type TableReport struct {
 // written during the check are never reported lost; a row that differs
 // every round is reported (missing, extra or different).
 func Database(ctx context.Context, sinkURI string, up Upstream, tables []string, wait WaitFunc) (Report, error) {
-	cfg, err := storage.ParseURI(sinkURI)
-	if err != nil {
-		return Report{}, err
-	}
-	bucket, err := storage.OpenBucket(ctx, cfg)
+	cfg, bucket, err := openSink(ctx, sinkURI)
 	if err != nil {
 		return Report{}, err
 	}

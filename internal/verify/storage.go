@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"gocloud.dev/blob"
+
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -14,11 +16,7 @@ import (
 // taken oldest first, so a key moved between dispatchers is seen in the
 // order it was written, and a replay after a crash counts as duplicates.
 func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
-	cfg, err := storage.ParseURI(sinkURI)
-	if err != nil {
-		return Report{}, err
-	}
-	bucket, err := storage.OpenBucket(ctx, cfg)
+	cfg, bucket, err := openSink(ctx, sinkURI)
 	if err != nil {
 		return Report{}, err
 	}
@@ -34,4 +32,14 @@ func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo 
 		}
 	}
 	return c.Report(), nil
+}
+
+// openSink opens a storage sink's bucket for reading.
+func openSink(ctx context.Context, sinkURI string) (storage.Config, *blob.Bucket, error) {
+	cfg, err := storage.ParseURI(sinkURI)
+	if err != nil {
+		return cfg, nil, err
+	}
+	bucket, err := storage.OpenBucket(ctx, cfg)
+	return cfg, bucket, err
 }

@@ -90,6 +90,9 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	// A source may cut fewer ranges than asked (a database table starts
+	// as one partition): record what it did.
+	info.PartitionsPerTable = mostPerTable(spans)
 	if _, err := c.store.CreateChangefeed(ctx, term.Fence, info, pinned.Position, spans); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
@@ -114,6 +117,15 @@ func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model
 		spans = append(spans, model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })...)
 	}
 	return spans, nil
+}
+
+func mostPerTable(spans []model.Span) int {
+	per, most := map[string]int{}, 0
+	for _, sp := range spans {
+		per[sp.Table]++
+		most = max(most, per[sp.Table])
+	}
+	return most
 }
 
 // RemoveChangefeed deletes a changefeed; its dispatchers and its reader

@@ -87,12 +87,18 @@ type readReply struct {
 // maxWireRows bounds one reply, whatever the reader asked.
 const maxWireRows = 4096
 
-func (s *Server) onRead(_ context.Context, m transport.Message) (any, error) {
+// request decodes a read and finds the log it asks for.
+func (s *Server) request(m transport.Message) (readRequest, *Log, error) {
 	var req readRequest
 	if err := m.Decode(&req); err != nil {
-		return nil, err
+		return req, nil, err
 	}
 	l, err := s.log(req.Changefeed)
+	return req, l, err
+}
+
+func (s *Server) onRead(_ context.Context, m transport.Message) (any, error) {
+	req, l, err := s.request(m)
 	if err != nil {
 		return nil, err
 	}
@@ -104,11 +110,7 @@ func (s *Server) onRead(_ context.Context, m transport.Message) (any, error) {
 }
 
 func (s *Server) onDDLs(_ context.Context, m transport.Message) (any, error) {
-	var req readRequest
-	if err := m.Decode(&req); err != nil {
-		return nil, err
-	}
-	l, err := s.log(req.Changefeed)
+	req, l, err := s.request(m)
 	if err != nil {
 		return nil, err
 	}

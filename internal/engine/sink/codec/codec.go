@@ -227,27 +227,36 @@ func DecodeRows(p Protocol, data []byte) ([]Row, error) {
 		}
 		return out, nil
 	}
+	err := eachCanalRow(data, func(m *canalRow) error {
+		d := m.Data[0]
+		row, err := genRow(m.Table, m.Type, deref(d["id"]), deref(d["version"]), deref(d["value"]), model.Ts(m.TiDB.CommitTs))
+		out = append(out, row)
+		return err
+	})
+	return out, err
+}
+
+// eachCanalRow decodes the single-row DML messages of a canal-json file,
+// one a line, in order.
+func eachCanalRow(data []byte, fn func(m *canalRow) error) error {
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	for line := 1; sc.Scan(); line++ {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		var m canalRow
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return nil, fmt.Errorf("line %d: %v", line, err)
+			return fmt.Errorf("line %d: %v", line, err)
 		}
 		if m.IsDdl || len(m.Data) != 1 {
-			return nil, fmt.Errorf("line %d: not a single-row DML message", line)
+			return fmt.Errorf("line %d: not a single-row DML message", line)
 		}
-		d := m.Data[0]
-		row, err := genRow(m.Table, m.Type, deref(d["id"]), deref(d["version"]), deref(d["value"]), model.Ts(m.TiDB.CommitTs))
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", line, err)
+		if err := fn(&m); err != nil {
+			return fmt.Errorf("line %d: %v", line, err)
 		}
-		out = append(out, row)
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // Change is one decoded row change of any table, as a consumer rebuilding
@@ -282,20 +291,9 @@ func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
 		return nil, fmt.Errorf("rebuilding tables reads canal-json output; this sink writes %s", p)
 	}
 	var out []Change
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-	for line := 1; sc.Scan(); line++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		var m canalRow
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return nil, fmt.Errorf("line %d: %v", line, err)
-		}
-		if m.IsDdl || len(m.Data) != 1 {
-			return nil, fmt.Errorf("line %d: not a single-row DML message", line)
-		}
+	err := eachCanalRow(data, func(m *canalRow) error {
 		out = append(out, Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs)})
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }

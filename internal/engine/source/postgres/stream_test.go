@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 
 // newDB starts the package's server if needed and creates a database
 // with the given schema; it returns the server and a source URI base.
-func newDB(t *testing.T, schema string) (*pgserver.Server, string) {
+func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 	t.Helper()
 	serverOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cdcctl-pg-")
@@ -67,7 +67,7 @@ func newDB(t *testing.T, schema string) (*pgserver.Server, string) {
 	return server, server.DSN(db)
 }
 
-func psql(t *testing.T, s *pgserver.Server, dsn, sql string) {
+func psql(t testing.TB, s *pgserver.Server, dsn, sql string) {
 	t.Helper()
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
 	if _, err := s.Psql(context.Background(), db, sql); err != nil {
@@ -76,7 +76,7 @@ func psql(t *testing.T, s *pgserver.Server, dsn, sql string) {
 }
 
 // open prepares the upstream and opens a stream at the slot's start.
-func open(t *testing.T, uri string) (*Stream, Config, Upstream) {
+func open(t testing.TB, uri string) (*Stream, Config, Upstream) {
 	t.Helper()
 	cfg, err := ParseURI(uri)
 	if err != nil {

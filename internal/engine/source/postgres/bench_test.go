@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// BenchmarkSourceAgainstBareReader measures rows/s from PostgreSQL to a
+// file sink through this source — the pgoutput stream decoded into typed
+// rows, appended to the event log, read back by key range, encoded as
+// canal-json and written to files — against, as the baseline, a bare
+// pglogrepl reader that only decodes the same WAL (a second slot with
+// the same publication). It reports both and their ratio.
+//
+//	go test -run '^$' -bench SourceAgainstBareReader -benchtime 1x ./internal/engine/source/postgres
+func BenchmarkSourceAgainstBareReader(b *testing.B) {
+	const rows, perTxn = 200_000, 1000
+	srv, dsn := newDB(b, `CREATE TABLE bench (id int8 PRIMARY KEY, v text, n numeric(12,2), at timestamptz, flag bool)`)
+	ctx := context.Background()
+	var ours, bare time.Duration
+	for i := 0; i < b.N; i++ {
+		cfg, err := ParseURI(dsn + "&tables=bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg = cfg.WithNames(fmt.Sprintf("bench_%d", i))
+		up, err := Prepare(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The baseline's slot, created at the same point of the WAL.
+		base := cfg
+		base.Slot = fmt.Sprintf("bare_%d", i)
+		bup, err := Prepare(ctx, base)
+		if err != nil {
+			b.Fatal(err)
+		}
+		first := i * rows
+		psql(b, srv, dsn, fmt.Sprintf(`DO $$ BEGIN FOR t IN 0..%d LOOP
+			INSERT INTO bench SELECT g, md5(g::text), g / 7.0, now(), g %% 2 = 0 FROM generate_series(%d + t * %d + 1, %d + (t + 1) * %d) g;
+			COMMIT; END LOOP; END $$`, rows/perTxn-1, first, perTxn, first, perTxn))
+		st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}})
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		began := time.Now()
+		if got := bareRead(b, base, bup.StartLSN, rows); got != rows {
+			b.Fatalf("the bare reader decoded %d rows, want %d", got, rows)
+		}
+		bare += time.Since(began)
+
+		began = time.Now()
+		if got := throughTheSource(b, st, b.TempDir(), rows); got != rows {
+			b.Fatalf("the source delivered %d rows, want %d", got, rows)
+		}
+		ours += time.Since(began)
+		_ = st.Close()
+		_ = Remove(ctx, base)
+		_ = Remove(ctx, cfg)
+	}
+	n := float64(rows * b.N)
+	b.ReportMetric(n/ours.Seconds(), "rows/s")
+	b.ReportMetric(n/bare.Seconds(), "bare-rows/s")
+	b.ReportMetric(bare.Seconds()/ours.Seconds(), "ratio")
+}
+
+// bareRead streams a slot and decodes every message with pglogrepl,
+// counting inserts: the least any pgoutput consumer does.
+func bareRead(b *testing.B, cfg Config, from pglogrepl.LSN, want int) int {
+	ctx := context.Background()
+	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, from, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", cfg.Publication)},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for n < want {
+		raw, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cd, ok := raw.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 || cd.Data[0] != pglogrepl.XLogDataByteID {
+			continue
+		}
+		x, err := pglogrepl.ParseXLogData(cd.Data[1:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := pglogrepl.Parse(x.WALData)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, ok := m.(*pglogrepl.InsertMessage); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// throughTheSource runs the data path: stream, event log, key-range read,
+// storage sink.
+func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
+	ctx := context.Background()
+	log, err := eventlog.Open("", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	s, err := storage.Open(ctx, "file://"+dir+"?file-size=4194304&flush-interval=1s", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	span := model.Span{Table: "public.bench"}
+	pos, got := model.Ts(0), 0
+	for got < want {
+		it, err := st.Next(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if it.Txn == nil {
+			continue
+		}
+		if err := log.Append(it.Txn.Events); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			evs, next, err := log.Read(span, pos, it.Txn.Ts, 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pos = next
+			if len(evs) == 0 {
+				break
+			}
+			got += len(evs)
+			if err := s.Write(ctx, &sink.Batch{Dispatcher: "p1.1", Events: evs}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := s.Flush(ctx, "p1.1"); err != nil {
+		b.Fatal(err)
+	}
+	return got
+}
