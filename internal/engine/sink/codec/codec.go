@@ -71,14 +71,6 @@ func Names(sinkSchema string, e *source.Event) (string, string) {
 	return db, e.Def.Name
 }
 
-func textOrNull(v source.Value) *string {
-	if v.Null {
-		return nil
-	}
-	s := v.Text
-	return &s
-}
-
 // EncodeRow appends one row in the protocol's format. Everything about
 // the columns (names, types, key) comes from the event's table
 // definition.
@@ -109,41 +101,7 @@ func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) er
 		w.Flush()
 		return w.Error()
 	}
-	data := make(map[string]*string, len(img))
-	sqlType := make(map[string]int, len(img))
-	mysqlType := make(map[string]string, len(img))
-	for i, c := range e.Def.Columns {
-		if img[i].Unchanged {
-			continue
-		}
-		data[c.Name] = textOrNull(img[i])
-		t := typeOf(c.Type)
-		sqlType[c.Name], mysqlType[c.Name] = t.sqlType, t.mysqlType
-	}
-	var old []map[string]*string
-	if e.Op == source.OpUpdate && len(e.Old) == len(img) {
-		// canal-json's old holds the columns an update changed, as they
-		// were.
-		changed := map[string]*string{}
-		for i, c := range e.Def.Columns {
-			o, n := e.Old[i], img[i]
-			if o.Unchanged || n.Unchanged || (o.Null == n.Null && o.Text == n.Text) {
-				continue
-			}
-			changed[c.Name] = textOrNull(o)
-		}
-		old = []map[string]*string{changed}
-	}
-	ms := e.CommitTs.Millis()
-	b, err := json.Marshal(canalRow{
-		Database: db, Table: table, PkNames: e.Def.KeyNames(), Type: e.Op.String(), Es: ms, Ts: ms,
-		SQLType: sqlType, MySQLType: mysqlType, Data: []map[string]*string{data}, Old: old,
-		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)},
-	})
-	if err != nil {
-		return err
-	}
-	buf.Write(b)
+	buf.Write(appendCanalRow(buf.AvailableBuffer(), db, table, e, img))
 	buf.WriteByte('\n')
 	return nil
 }

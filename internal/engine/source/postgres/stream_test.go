@@ -22,6 +22,7 @@ var (
 	serverOnce sync.Once
 	server     *pgserver.Server
 	serverErr  error
+	dbs        int // databases created
 )
 
 func TestMain(m *testing.M) {
@@ -49,10 +50,9 @@ func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 		t.Fatalf("start PostgreSQL: %v", serverErr)
 	}
 	ctx := context.Background()
+	dbs++ // a benchmark runs its function more than once
 	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-	if len(db) > 60 {
-		db = db[:60]
-	}
+	db = fmt.Sprintf("%.50s_%d", db, dbs)
 	if _, err := server.Psql(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
 		t.Fatal(err)
 	}
