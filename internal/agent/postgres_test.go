@@ -34,7 +34,10 @@ func startPostgres(t *testing.T) (*pgserver.Server, string) {
 	}
 	if _, err := srv.Psql(ctx, "shop", `
 CREATE TABLE orders (id int8 PRIMARY KEY, region text NOT NULL, amount numeric(10,2), note text, paid bool, at timestamptz);
-CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));`); err != nil {
+CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));
+-- Rows that exist before any changefeed: the initial snapshot copies them.
+INSERT INTO orders SELECT g, (ARRAY['eu','us','ap'])[g % 3 + 1], g / 10.0, NULL, g % 2 = 0, now() FROM generate_series(1, 6000) g;
+INSERT INTO items SELECT 'sku-' || (g % 50), g, g % 9 + 1, ARRAY['a', 'b c'] FROM generate_series(1, 6000) g;`); err != nil {
 		t.Fatal(err)
 	}
 	return srv, srv.DSN("shop")
@@ -88,7 +91,16 @@ func (w *workload) session() error {
 	if err := conn.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM orders`).Scan(&w.next); err != nil {
 		return err
 	}
-	var live []int64 // order ids committed and not deleted
+	// Order ids committed and not deleted: the rows already there too, so
+	// that the workload changes rows the snapshot is copying.
+	rows, err := conn.Query(ctx, `SELECT id FROM orders`)
+	if err != nil {
+		return err
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-w.stop:

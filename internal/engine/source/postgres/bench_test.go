@@ -52,7 +52,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 		psql(b, srv, dsn, fmt.Sprintf(`DO $$ BEGIN FOR t IN 0..%d LOOP
 			INSERT INTO bench SELECT g, md5(g::text), g / 7.0, now(), g %% 2 = 0 FROM generate_series(%d + t * %d + 1, %d + (t + 1) * %d) g;
 			COMMIT; END LOOP; END $$`, rows/perTxn-1, first, perTxn, first, perTxn))
-		st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}})
+		st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}}, false)
 		if err != nil {
 			b.Fatal(err)
 		}

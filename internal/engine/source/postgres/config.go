@@ -34,11 +34,14 @@ type Config struct {
 	// Start is the changefeed's first position, fixed when it is created
 	// (start=).
 	Start model.Ts
+	// Snapshot is "initial" (the default: existing rows are copied first)
+	// or "never" (only changes after the changefeed's creation).
+	Snapshot string
 }
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true}
+var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true, "snapshot": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -90,6 +93,13 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: %s=%q: use 1-63 lowercase letters, digits and '_'", name, v)
 		}
 	}
+	switch c.Snapshot = q.Get("snapshot"); c.Snapshot {
+	case "":
+		c.Snapshot = "initial"
+	case "initial", "never":
+	default:
+		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
+	}
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
@@ -134,6 +144,9 @@ func (c Config) URI() string {
 	}
 	if c.Start != 0 {
 		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))
+	}
+	if c.Snapshot != "" && c.Snapshot != "initial" {
+		q.Set("snapshot", c.Snapshot)
 	}
 	u.RawQuery = q.Encode()
 	return u.String()

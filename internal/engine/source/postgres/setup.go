@@ -67,6 +67,15 @@ func preflight(ctx context.Context, cat *catalog, cfg Config) error {
 	if err := cat.conn.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
 		return explain(cfg, err)
 	}
+	if cfg.Snapshot == "initial" {
+		var version int
+		if err := cat.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+			return explain(cfg, err)
+		}
+		if version < 140000 {
+			return fmt.Errorf("the initial snapshot needs PostgreSQL 14 or later (this is %d.%d): upgrade, or add snapshot=never to the source URI to replicate only changes from now on", version/10000, version%10000)
+		}
+	}
 	if walLevel != "logical" {
 		return fmt.Errorf("PostgreSQL's wal_level is %q; logical replication needs wal_level = logical: set it in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel)
 	}

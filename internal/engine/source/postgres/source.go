@@ -23,6 +23,9 @@ type position struct {
 	LSN    string                `json:"lsn"`
 	Ts     model.Ts              `json:"ts"`
 	Tables map[string]TableState `json:"tables"`
+	// Snapshot is the initial snapshot's progress; nil once done (or
+	// never asked for).
+	Snapshot *snapshotProgress `json:"snapshot,omitempty"`
 }
 
 // Pin prepares the upstream of a new changefeed (checks, publication,
@@ -42,6 +45,9 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start}
+	}
+	if cfg.Snapshot == "initial" {
+		p.Snapshot = &snapshotProgress{Tables: cfg.Tables}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -93,7 +99,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err != nil {
 		return fmt.Errorf("postgres source: resume point: %w", err)
 	}
-	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables)
+	snap := p.Snapshot
+	if snap.done() {
+		snap = nil
+	}
+	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, snap != nil)
 	if errors.Is(err, errSlotInUse) {
 		// This node maintains the changefeed now (the maintainer's
 		// placement fences it); a reader that held the slot before was
@@ -102,7 +112,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if terr := terminateHolder(ctx, s.cfg); terr != nil {
 			return fmt.Errorf("%w; taking it over failed: %v", err, terr)
 		}
-		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables)
+		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, snap != nil)
 	}
 	if err != nil {
 		return err
@@ -117,7 +127,14 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
+	var ch *chunk // the snapshot's chunk in flight
 	for {
+		if ch == nil && snap != nil {
+			state := st.Tables()[snap.Tables[0]]
+			if ch, err = startChunk(ctx, s.cfg, snap, state.Def); err != nil {
+				return err
+			}
+		}
 		it, err := st.Next(ctx)
 		if err != nil {
 			return err
@@ -126,14 +143,27 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(it.Resolved)
 			continue
 		}
-		if err := w.Append(it.Txn.Events); err != nil {
-			return err
-		}
-		if it.Txn.Events[0].Kind == source.KindDDL {
+		tx := it.Txn
+		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
+		if ch != nil && ch.observe(tx) {
+			rows := ch.emit(tx, st.Tables()[ch.table])
+			tx.Events = append(tx.Events, rows...)
+			if snap = snap.advance(ch, len(rows)); snap.done() {
+				snap = nil
+			}
+			ch = nil
+		}
+		if len(tx.Events) > 0 {
+			if err := w.Append(tx.Events); err != nil {
+				return err
+			}
+		} else {
+			w.Resolve(tx.Ts) // a watermark's transaction: nothing to write
+		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: it.Txn.EndLSN.String(), Ts: it.Txn.Ts, Tables: tables})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Snapshot: snap})
 		s.mu.Unlock()
 	}
 }

@@ -36,7 +36,13 @@ type Txn struct {
 	// durable downstream.
 	EndLSN pglogrepl.LSN
 	Events []source.Event
+	// Marks are the contents of the transaction's logical decoding
+	// messages with prefix "cdcctl" (the snapshot's watermarks).
+	Marks [][]byte
 }
+
+// markPrefix names this program's logical decoding messages.
+const markPrefix = "cdcctl"
 
 // Item is what Next returns: a transaction, or (Txn nil) a resolved
 // position: no transaction commits at or below Resolved later.
@@ -65,6 +71,7 @@ type Stream struct {
 	begin    *pglogrepl.BeginMessage
 	ddls     []source.Event
 	rows     []source.Event
+	marks    [][]byte
 	ddlCount int
 }
 
@@ -95,7 +102,10 @@ const resolvedMargin = 50 * time.Millisecond
 // confirmed LSN to resume at (the slot starts at the later of it and its
 // own confirmed position), last is the commit position handed out for
 // it, and tables where every table's schema stands there.
-func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.Ts, tables map[string]TableState) (*Stream, error) {
+//
+// With marks, the stream also carries this program's logical decoding
+// messages (the snapshot's watermarks; PostgreSQL 14 or later).
+func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.Ts, tables map[string]TableState, marks bool) (*Stream, error) {
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return nil, explain(cfg, err)
@@ -112,7 +122,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, explain(cfg, err)
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, from, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", cfg.Publication)},
+		PluginArgs: pluginArgs(cfg, marks),
 	})
 	if err != nil {
 		_ = conn.Close(context.Background())
@@ -130,6 +140,14 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		s.tables[t] = &st
 	}
 	return s, nil
+}
+
+func pluginArgs(cfg Config, marks bool) []string {
+	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", cfg.Publication)}
+	if marks {
+		args = append(args, "messages 'true'")
+	}
+	return args
 }
 
 // Close ends the replication connection; the slot stays.
@@ -252,7 +270,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.begin, s.ddls, s.rows = true, m, nil, nil
+		s.open, s.begin, s.ddls, s.rows, s.marks = true, m, nil, nil, nil
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
@@ -263,6 +281,10 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		return Item{}, false, s.row(m.RelationID, source.OpDelete, nil, m.OldTuple)
 	case *pglogrepl.TruncateMessage:
 		return Item{}, false, fmt.Errorf("a TRUNCATE of a replicated table is not supported: the sink cannot express it; recreate the changefeed after truncating")
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix == markPrefix && m.Transactional && s.open {
+			s.marks = append(s.marks, append([]byte(nil), m.Content...))
+		}
 	case *pglogrepl.CommitMessage:
 		return s.commit(m), true, nil
 	}
@@ -290,8 +312,9 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 		r.CommitTs, r.SchemaVersion, r.TableVersion = s.last, st.Version, st.Since
 	}
 	tx.Events = append(tx.Events, s.rows...)
+	tx.Marks = s.marks
 	s.received = max(s.received, m.TransactionEndLSN)
-	s.open, s.begin, s.ddls, s.rows = false, nil, nil, nil
+	s.open, s.begin, s.ddls, s.rows, s.marks = false, nil, nil, nil, nil
 	return Item{Txn: tx}
 }
 

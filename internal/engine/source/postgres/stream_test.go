@@ -92,7 +92,7 @@ func open(t testing.TB, uri string) (*Stream, Config, Upstream) {
 	for name, def := range up.Defs {
 		tables[name] = TableState{Def: def}
 	}
-	st, err := OpenStream(ctx, cfg, up.StartLSN, 0, tables)
+	st, err := OpenStream(ctx, cfg, up.StartLSN, 0, tables, false)
 	if err != nil {
 		t.Fatal(err)
 	}
