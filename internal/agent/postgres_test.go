@@ -210,6 +210,12 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 			w.finish(t)
 		}
 	}()
+	// The existing rows are copied while the workload runs; changefeed
+	// get says when that is done.
+	tc.eventually("the initial snapshot to finish", 60*time.Second, func() bool {
+		cf, err := c.Changefeed(ctx, "pg")
+		return err == nil && cf.SourceStatus != nil && cf.SourceStatus.Snapshot == "done"
+	})
 	tc.waitCheckpoint(c, "pg", model.Ts(created.StartTs)+model.TsFromMillis(1500))
 
 	// Move the orders partition to another capture.

@@ -59,8 +59,10 @@ type SourceStatus struct {
 	Position string `json:"position,omitempty"`
 	// RetainedBytes is the upstream log kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
-	RetainedBytes int64  `json:"retained_bytes"`
-	Error         string `json:"error,omitempty"`
+	RetainedBytes int64 `json:"retained_bytes"`
+	// Snapshot is the initial snapshot's progress: "copying … ", "done".
+	Snapshot string `json:"snapshot,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Partition is one entry of the routing table.

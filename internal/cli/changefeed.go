@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,17 +31,26 @@ func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
 
 func newChangefeedCreateCommand(o *options) *cobra.Command {
 	var req api.ChangefeedCreateRequest
+	var snapshot string
 	cmd := &cobra.Command{
 		Use:   "create NAME --source URI --sink URI",
 		Short: "Create a changefeed; each table is cut into --partitions-per-table key ranges",
 		Example: `  cdcctl changefeed create demo --source 'gen://?tables=8&keys=10000&rate=2000' --sink 'file:///tmp/demo-sink'
-  cdcctl changefeed create orders --source 'gen://?tables=2' --sink 'kafka://127.0.0.1:9092/orders?protocol=canal-json'`,
+  cdcctl changefeed create orders --source 'gen://?tables=2' --sink 'kafka://127.0.0.1:9092/orders?protocol=canal-json'
+  cdcctl changefeed create shop --source 'postgres://cdc@db:5432/shop?tables=public.orders' --sink 'file:///var/lib/cdc/shop' --snapshot never`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Source == "" || req.Sink == "" {
 				return usageErr(errors.New("--source and --sink are required"))
 			}
 			req.ID = args[0]
+			if snapshot != "" {
+				src, err := withSnapshot(req.Source, snapshot)
+				if err != nil {
+					return usageErr(err)
+				}
+				req.Source = src
+			}
 			c, err := o.client()
 			if err != nil {
 				return err
@@ -58,7 +68,28 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 	f.StringVar(&req.Source, "source", "", "source URI: gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&seed=1")
 	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, gs://bucket/prefix, azblob://container/prefix, mem://, kafka://host:port/topic, blackhole://")
 	f.IntVar(&req.PartitionsPerTable, "partitions-per-table", 4, "key ranges each table is cut into")
+	f.StringVar(&snapshot, "snapshot", "", "database sources: initial (copy the existing rows first; the default) or never (only changes from now on)")
+	_ = cmd.RegisterFlagCompletionFunc("snapshot", cobra.FixedCompletions([]string{"initial\tcopy the existing rows first", "never\tonly changes from now on"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// withSnapshot puts --snapshot into a database source's URI, where the
+// source reads it (snapshot=).
+func withSnapshot(source, mode string) (string, error) {
+	if mode != "initial" && mode != "never" {
+		return "", fmt.Errorf("--snapshot %q: use initial or never", mode)
+	}
+	u, err := url.Parse(source)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("--snapshot applies to database sources (postgres://); this source has nothing to copy")
+	}
+	q := u.Query()
+	if have := q.Get("snapshot"); have != "" && have != mode {
+		return "", fmt.Errorf("--snapshot %s contradicts snapshot=%s in the source URI; give one", mode, have)
+	}
+	q.Set("snapshot", mode)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 func orNone(s string) string {
@@ -115,6 +146,9 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 							active = "streaming"
 						}
 						fmt.Fprintf(tw, "Slot:\t%s, %s, confirmed %s, retaining %s of WAL\n", ss.Slot, active, orNone(ss.Position), humanBytes(ss.RetainedBytes))
+						if ss.Snapshot != "" {
+							fmt.Fprintf(tw, "Snapshot:\t%s\n", ss.Snapshot)
+						}
 					}
 				}
 			})

@@ -159,6 +159,9 @@ type Status struct {
 	// RetainedBytes is how much upstream log is kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
 	RetainedBytes int64 `json:"retained_bytes"`
+	// Snapshot says how far the initial snapshot is, as of the last
+	// persisted resume point.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Snapshotter reads a database source's tables at one consistent point,

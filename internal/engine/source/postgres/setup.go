@@ -267,8 +267,9 @@ func unwrapConnect(err error) error {
 	}
 }
 
-// Inspect reads the slot's state for 'changefeed get'.
-func Inspect(ctx context.Context, uri string) (*source.Status, error) {
+// Inspect reads the slot's state for 'changefeed get', and the initial
+// snapshot's progress from the persisted resume point.
+func Inspect(ctx context.Context, uri string, persisted source.Position) (*source.Status, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
@@ -278,7 +279,7 @@ func Inspect(ctx context.Context, uri string) (*source.Status, error) {
 		return nil, explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
-	st := &source.Status{Kind: "postgres", Slot: cfg.Slot}
+	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: snapshotStatus(cfg, persisted)}
 	var confirmed *string
 	var retained *int64
 	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained)

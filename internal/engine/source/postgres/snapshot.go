@@ -194,3 +194,22 @@ func (p *snapshotProgress) advance(c *chunk, emitted int) *snapshotProgress {
 	}
 	return next
 }
+
+// snapshotStatus describes the snapshot's progress for operators.
+func snapshotStatus(cfg Config, persisted source.Position) string {
+	if cfg.Snapshot == "never" {
+		return "none (snapshot=never: only changes after creation)"
+	}
+	var p position
+	if json.Unmarshal(persisted, &p) != nil {
+		return ""
+	}
+	if p.Snapshot.done() {
+		return "done"
+	}
+	at := "starting"
+	if len(p.Snapshot.After) > 0 {
+		at = "after key (" + strings.Join(p.Snapshot.After, ",") + ")"
+	}
+	return fmt.Sprintf("copying %s %s; %d of %d tables left; %d rows copied", p.Snapshot.Tables[0], at, len(p.Snapshot.Tables), len(cfg.Tables), p.Snapshot.Rows)
+}
