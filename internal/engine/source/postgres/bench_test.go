@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -180,4 +182,87 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 		b.Fatal(err)
 	}
 	return got
+}
+
+// BenchmarkSnapshotAgainstCopy measures the initial snapshot's rows/s
+// (key-ordered chunks between watermarks, delivered through the reader)
+// against, as the baseline, COPY ... TO STDOUT of the same table, which
+// is the fastest way to read it out of PostgreSQL. It reports both and
+// their ratio.
+//
+//	go test -run '^$' -bench SnapshotAgainstCopy -benchtime 3x ./internal/engine/source/postgres
+func BenchmarkSnapshotAgainstCopy(b *testing.B) {
+	const rows = 200_000
+	srv, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE snap (id int8 PRIMARY KEY, v text, n numeric(12,2), at timestamptz, flag bool);
+		INSERT INTO snap SELECT g, md5(g::text), g / 7.0, now(), g %% 2 = 0 FROM generate_series(1, %d) g`, rows))
+	_ = srv
+	ctx := context.Background()
+	var ours, copyTime time.Duration
+	for i := 0; i < b.N; i++ {
+		began := time.Now()
+		cfg, err := ParseURI(dsn + "&tables=snap")
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn, err := pgconn.Connect(ctx, cfg.ConnString)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.CopyTo(ctx, io.Discard, "COPY public.snap TO STDOUT"); err != nil {
+			b.Fatal(err)
+		}
+		_ = conn.Close(ctx)
+		copyTime += time.Since(began)
+
+		name := model.ChangefeedID(fmt.Sprintf("snapbench_%d", i))
+		uri, pos, err := Pin(ctx, dsn+"&tables=snap", name, time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		src, err := Open(uri, source.Env{Changefeed: name})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := &countLog{}
+		// Timed from the reader's start: creating the slot is not reading.
+		began = time.Now()
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- src.Pull(pctx, pos, w) }()
+		for w.rows() < rows {
+			select {
+			case err := <-done:
+				b.Fatalf("the reader stopped after %d rows: %v", w.rows(), err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		ours += time.Since(began)
+		cancel()
+		<-done
+		pc, _ := ParseURI(uri)
+		_ = Remove(ctx, pc)
+	}
+	n := float64(rows * b.N)
+	b.ReportMetric(n/ours.Seconds(), "rows/s")
+	b.ReportMetric(n/copyTime.Seconds(), "copy-rows/s")
+	b.ReportMetric(copyTime.Seconds()/ours.Seconds(), "ratio")
+}
+
+// countLog counts the rows appended.
+type countLog struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (l *countLog) Append(evs []source.Event) error {
+	l.mu.Lock()
+	l.n += len(evs)
+	l.mu.Unlock()
+	return nil
+}
+func (l *countLog) Resolve(model.Ts) {}
+func (l *countLog) rows() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }

@@ -40,8 +40,12 @@ type snapshotProgress struct {
 
 func (p *snapshotProgress) done() bool { return p == nil || len(p.Tables) == 0 }
 
-// chunkRows is how many rows one chunk reads.
-const chunkRows = 4096
+// chunkRows is how many rows one chunk reads, and chunksInFlight how many
+// chunks are read ahead of the stream's watermarks: the reader does not
+// wait for one chunk's high watermark to read the next.
+var chunkRows = 16384 // a variable: tests read many small chunks
+
+const chunksInFlight = 3
 
 // mark is a watermark's content.
 type mark struct {
@@ -53,6 +57,7 @@ type mark struct {
 type chunk struct {
 	id    string
 	table string
+	after []string                // the key it reads after
 	rows  map[string]source.Event // by key; dropped when the stream changes the key
 	order []string                // keys in key order
 	last  []string                // the chunk's last key
@@ -60,21 +65,25 @@ type chunk struct {
 	open  bool                    // the low watermark was seen
 }
 
-// startChunk writes the low watermark, reads the next chunk of the
-// snapshot's current table and writes the high watermark.
-func startChunk(ctx context.Context, cfg Config, prog *snapshotProgress, def *source.TableDef) (*chunk, error) {
+// snapshotConn opens the connection chunks are read on. The simple
+// protocol returns values in their text form, as pgoutput sends them.
+func snapshotConn(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	pc, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
 		return nil, err
 	}
-	// The simple protocol: values come back in their text form.
 	pc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	conn, err := pgx.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
-	defer conn.Close(context.Background())
-	c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: prog.Tables[0], rows: map[string]source.Event{}}
+	return conn, nil
+}
+
+// startChunk writes the low watermark, reads the chunk of table after a
+// key (nil: from the start) and writes the high watermark.
+func startChunk(ctx context.Context, conn *pgx.Conn, cfg Config, table string, after []string, def *source.TableDef) (*chunk, error) {
+	c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: table, after: after, rows: map[string]source.Event{}}
 	emit := func(kind string) error {
 		b, _ := json.Marshal(mark{Kind: kind, ID: c.id})
 		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
@@ -94,9 +103,9 @@ func startChunk(ctx context.Context, cfg Config, prog *snapshotProgress, def *so
 	}
 	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(c.table))
 	var args []any
-	if len(prog.After) == len(keys) {
+	if len(after) == len(keys) {
 		ph := make([]string, len(keys))
-		for i, v := range prog.After {
+		for i, v := range after {
 			ph[i] = fmt.Sprintf("$%d", i+1)
 			args = append(args, v)
 		}
@@ -184,7 +193,8 @@ func (c *chunk) emit(tx *Txn, st TableState) []source.Event {
 	return out
 }
 
-// advance moves the progress past a chunk that has been emitted.
+// advance moves the progress past a chunk that has been emitted (chunks
+// are emitted in the order they were read).
 func (p *snapshotProgress) advance(c *chunk, emitted int) *snapshotProgress {
 	next := &snapshotProgress{Tables: p.Tables, After: p.After, Rows: p.Rows + int64(emitted)}
 	if c.full {
@@ -193,6 +203,27 @@ func (p *snapshotProgress) advance(c *chunk, emitted int) *snapshotProgress {
 		next.Tables, next.After = p.Tables[1:], nil
 	}
 	return next
+}
+
+// nextChunk says what the chunk after the ones in flight reads: a table
+// and the key after which; false when the snapshot has nothing more to
+// read beyond them.
+func nextChunk(p *snapshotProgress, inFlight []*chunk) (string, []string, bool) {
+	if p.done() {
+		return "", nil, false
+	}
+	tables, after := p.Tables, p.After
+	for _, c := range inFlight {
+		if c.full {
+			after = c.last
+		} else {
+			tables, after = tables[1:], nil
+		}
+	}
+	if len(tables) == 0 {
+		return "", nil, false
+	}
+	return tables[0], after, true
 }
 
 // snapshotStatus describes the snapshot's progress for operators.

@@ -17,7 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// The initial snapshot under writes: 10,000 rows exist (several chunks),
+// The initial snapshot under writes: 10,000 rows exist (15 chunks),
 // a workload updates, deletes and inserts rows of every chunk while the
 // snapshot runs, and the rows the reader delivered, applied in order,
 // equal the table afterwards; the snapshot's progress reaches the end.
@@ -26,6 +26,8 @@ func TestTheInitialSnapshotIsConsistentWithTheStream(t *testing.T) {
 		INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, 10000) g;
 		CREATE TABLE empty (k text PRIMARY KEY)`)
 	ctx := context.Background()
+	defer func(n int) { chunkRows = n }(chunkRows)
+	chunkRows = 700 // 15 chunks, three in flight at a time
 	uri, pos, err := Pin(ctx, dsn+"&tables=t,empty", "snap", time.Now())
 	if err != nil {
 		t.Fatal(err)

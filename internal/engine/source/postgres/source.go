@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -127,13 +128,29 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
-	var ch *chunk // the snapshot's chunk in flight
+	var chunks []*chunk // the snapshot's chunks in flight, in read order
+	var snapConn *pgx.Conn
+	defer func() {
+		if snapConn != nil {
+			_ = snapConn.Close(context.Background())
+		}
+	}()
 	for {
-		if ch == nil && snap != nil {
-			state := st.Tables()[snap.Tables[0]]
-			if ch, err = startChunk(ctx, s.cfg, snap, state.Def); err != nil {
+		for snap != nil && len(chunks) < chunksInFlight {
+			table, after, more := nextChunk(snap, chunks)
+			if !more {
+				break
+			}
+			if snapConn == nil {
+				if snapConn, err = snapshotConn(ctx, s.cfg); err != nil {
+					return err
+				}
+			}
+			c, err := startChunk(ctx, snapConn, s.cfg, table, after, st.Tables()[table].Def)
+			if err != nil {
 				return err
 			}
+			chunks = append(chunks, c)
 		}
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -147,13 +164,26 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
-		if ch != nil && ch.observe(tx) {
-			rows := ch.emit(tx, st.Tables()[ch.table])
+		// Every chunk in flight sees the transaction's rows; the oldest may
+		// reach its high watermark (watermarks arrive in the order they
+		// were written, one a transaction).
+		high := false
+		for i, c := range chunks {
+			if c.observe(tx) {
+				if i != 0 {
+					return fmt.Errorf("snapshot: the high watermark of chunk %s arrived before an older chunk's", c.id)
+				}
+				high = true
+			}
+		}
+		if high {
+			c := chunks[0]
+			rows := c.emit(tx, st.Tables()[c.table])
 			tx.Events = append(tx.Events, rows...)
-			if snap = snap.advance(ch, len(rows)); snap.done() {
+			if snap = snap.advance(c, len(rows)); snap.done() {
 				snap = nil
 			}
-			ch = nil
+			chunks = chunks[1:]
 		}
 		if len(tx.Events) > 0 {
 			if err := w.Append(tx.Events); err != nil {
