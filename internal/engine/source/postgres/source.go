@@ -158,6 +158,13 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if it.Txn == nil {
 			w.Resolve(it.Resolved)
+			// A resolved position is a resume point too: confirming it lets
+			// PostgreSQL recycle WAL, and shut down, while no transaction
+			// of ours commits (a walsender waits for its client to confirm
+			// everything sent before it stops).
+			s.mu.Lock()
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Snapshot: snap})
+			s.mu.Unlock()
 			continue
 		}
 		tx := it.Txn

@@ -45,10 +45,15 @@ type Txn struct {
 const markPrefix = "cdcctl"
 
 // Item is what Next returns: a transaction, or (Txn nil) a resolved
-// position: no transaction commits at or below Resolved later.
+// position: no transaction commits at or below Resolved later, and the
+// server has sent everything before ResolvedLSN. A resolved position is
+// a resume point like a transaction's end: reading on from ResolvedLSN
+// with Resolved as the last position gives later transactions the same
+// positions.
 type Item struct {
-	Txn      *Txn
-	Resolved model.Ts
+	Txn         *Txn
+	Resolved    model.Ts
+	ResolvedLSN pglogrepl.LSN
 }
 
 // Stream reads one slot's pgoutput stream. It is not safe for concurrent
@@ -251,7 +256,9 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 			return Item{}, false, nil
 		}
 		s.last = res
-		return Item{Resolved: res}, true, nil
+		// The keepalive's WAL end is what the server has decoded and
+		// sent: every transaction committed before it has arrived.
+		return Item{Resolved: res, ResolvedLSN: ka.ServerWALEnd}, true, nil
 	case pglogrepl.XLogDataByteID:
 		x, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
