@@ -91,12 +91,14 @@ func (b backend) Partitions(ctx context.Context, changefeed, node string) (*api.
 }
 
 func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
+	// Bounds in text form: a database table's keys are encoded for routing.
+	start, end := r.Route.Span.Bounds()
 	p := api.Partition{
-		ID: r.Route.ID, Changefeed: string(r.Route.Changefeed), Table: r.Route.Span.Table, Start: r.Route.Span.Start, End: r.Route.Span.End,
+		ID: r.Route.ID, Changefeed: string(r.Route.Changefeed), Table: r.Route.Span.Table, Start: start, End: end,
 		Node: string(r.Route.Node), Status: string(r.Route.Status), Epoch: r.Route.Epoch, Pinned: r.Route.Pinned,
 	}
 	if r.Route.Status == model.PartitionDraining {
-		p.Target, p.SplitKey = string(r.Route.Target), r.Route.SplitKey
+		p.Target, p.SplitKey = string(r.Route.Target), model.DecodeKey(r.Route.Span.Key, r.Route.SplitKey)
 		if t := r.Route.BusySince; !t.IsZero() {
 			p.BusySince = &t
 		}

@@ -182,8 +182,9 @@ func (w *workload) finish(t *testing.T) time.Time {
 	return time.Now()
 }
 
-// A PostgreSQL changefeed replicates a live workload of inserts, updates,
-// deletes, key changes and rollbacks through a partition move, a drain of
+// A PostgreSQL changefeed copies the existing rows and replicates a live
+// workload of inserts, updates, deletes, key changes and rollbacks
+// through a split at an integer key, a move of the upper half, a drain of
 // the capture running its reader, and a kill -9 of the capture the reader
 // moved to; the tables rebuilt from the sink then equal the upstream's.
 func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
@@ -218,15 +219,39 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	})
 	tc.waitCheckpoint(c, "pg", model.Ts(created.StartTs)+model.TsFromMillis(1500))
 
-	// Move the orders partition to another capture.
+	// Split the orders table at integer key 3000 (keys compare as
+	// numbers: 10000 is above it), then move the upper half to another
+	// capture.
 	var orders model.RouteEntry
 	for _, r := range tc.state().Partitions["pg"] {
 		if r.Route.Span.Table == "public.orders" {
 			orders = r.Route
 		}
 	}
-	to := tc.followerOf(orders.Node)
-	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, orders.ID, to, plan.DefaultCosts) })
+	if _, err := plan.Split(tc.snapshot(c), orders.ID, "three thousand", plan.DefaultCosts); err == nil || !strings.Contains(err.Error(), `key "three thousand" does not parse for the key columns (int8)`) {
+		t.Fatalf("a key that is not an integer: %v", err)
+	}
+	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) {
+		return plan.Split(s, orders.ID, "3000", plan.DefaultCosts)
+	})
+	parts, err := c.Partitions(ctx, "pg", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upper api.Partition
+	for _, p := range parts.Partitions {
+		if p.Table == "public.orders" && p.Start == "3000" {
+			upper = p
+		}
+		if p.ID == orders.ID && (p.Start != "" || p.End != "3000") {
+			t.Fatalf("the lower half shows [%q, %q), want [\"\", \"3000\")", p.Start, p.End)
+		}
+	}
+	if upper.ID == "" || upper.End != "" {
+		t.Fatalf("no upper half [3000, ∞) of %s in %+v", orders.ID, parts.Partitions)
+	}
+	to := tc.followerOf(model.NodeID(upper.Node))
+	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, upper.ID, to, plan.DefaultCosts) })
 	tc.waitCheckpoint(c, "pg", model.TsFromTime(time.Now()))
 
 	// Drain the capture running the reader: the maintainer, and with it
@@ -370,4 +395,14 @@ func TestPostgresOutageIsRetriedAndLosesNothing(t *testing.T) {
 	if err != nil || !rep.OK || rep.Keys == 0 {
 		t.Fatalf("after the outage: %+v %v", rep, err)
 	}
+}
+
+// snapshot is the cluster's snapshot as cdcctl reads it.
+func (tc *testCluster) snapshot(c *api.Client) *model.Snapshot {
+	tc.t.Helper()
+	s, err := c.Snapshot(context.Background())
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return &s.Snapshot
 }

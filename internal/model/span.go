@@ -11,6 +11,9 @@ type Span struct {
 	Table string `json:"table"`
 	Start string `json:"start"`
 	End   string `json:"end"`
+	// Key names the key's column types when Start and End are encoded
+	// keys (a database table; see keys.go); empty for plain text keys.
+	Key string `json:"key,omitempty"`
 }
 
 // Contains reports whether key falls in the span.
@@ -22,20 +25,23 @@ func (s Span) Contains(key string) bool {
 // halves (seed 003: Start < key < End, or Start < key when End is open).
 func (s Span) ValidSplitKey(key string) error {
 	if key <= s.Start {
-		return fmt.Errorf("split key %q must be greater than the partition's start %q", key, s.Start)
+		return fmt.Errorf("split key %q must be greater than the partition's start %q", DecodeKey(s.Key, key), DecodeKey(s.Key, s.Start))
 	}
 	if s.End != "" && key >= s.End {
-		return fmt.Errorf("split key %q must be less than the partition's end %q", key, s.End)
+		return fmt.Errorf("split key %q must be less than the partition's end %q", DecodeKey(s.Key, key), DecodeKey(s.Key, s.End))
 	}
 	return nil
 }
 
+// Bounds are the span's start and end in text form (keys decoded).
+func (s Span) Bounds() (string, string) { return DecodeKey(s.Key, s.Start), DecodeKey(s.Key, s.End) }
+
 func (s Span) String() string {
-	end := s.End
+	start, end := s.Bounds()
 	if end == "" {
 		end = "∞"
 	}
-	return fmt.Sprintf("%s[%q,%q)", s.Table, s.Start, end)
+	return fmt.Sprintf("%s[%q,%q)", s.Table, start, end)
 }
 
 // SplitEvenly cuts a table's whole key space into n spans at the given

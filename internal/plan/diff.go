@@ -140,7 +140,11 @@ func StepText(st Step) string {
 	case StepMovePartition:
 		return fmt.Sprintf("partition %s/%s (%s) %s → %s", st.Changefeed, st.Partition, st.Table, st.From, st.To)
 	case StepSplitPartition:
-		return fmt.Sprintf("split partition %s/%s (%s) at %q on %s", st.Changefeed, st.Partition, st.Table, st.Key, st.From)
+		key := st.Key
+		if st.KeyText != "" {
+			key = st.KeyText
+		}
+		return fmt.Sprintf("split partition %s/%s (%s) at %q on %s", st.Changefeed, st.Partition, st.Table, key, st.From)
 	case StepMovePartitions:
 		nodes := make([]string, 0, len(st.Spread))
 		for n := range st.Spread {

@@ -31,7 +31,7 @@ func (e *BusyError) Error() string {
 func busy(r model.RouteEntry) *BusyError {
 	doing := fmt.Sprintf("moving %s → %s", r.Node, r.Target)
 	if r.SplitKey != "" {
-		doing = fmt.Sprintf("being split at %q on %s", r.SplitKey, r.Node)
+		doing = fmt.Sprintf("being split at %q on %s", model.DecodeKey(r.Span.Key, r.SplitKey), r.Node)
 	}
 	return &BusyError{Partition: r.ID, Doing: doing, Since: r.BusySince}
 }
@@ -95,13 +95,18 @@ func Move(s *model.Snapshot, id string, to model.NodeID, costs Costs) (*Plan, er
 	return out, nil
 }
 
-// ValidateSplit applies seed 003's split rules.
+// ValidateSplit applies seed 003's split rules to a key as an operator
+// typed it (its text form).
 func ValidateSplit(s *model.Snapshot, id, key string) (model.PartitionState, error) {
 	p, err := findPartition(s, id)
 	if err != nil {
 		return p, err
 	}
-	if err := p.Route.Span.ValidSplitKey(key); err != nil {
+	enc, err := model.EncodeKey(p.Route.Span.Key, key)
+	if err != nil {
+		return p, &Refusal{RefuseInvalid, fmt.Sprintf("cannot split %s: %v", id, err), "give the key as text, e.g. --key 1500 for an integer key ('cdcctl partition get " + id + "' shows the range)"}
+	}
+	if err := p.Route.Span.ValidSplitKey(enc); err != nil {
 		return p, &Refusal{RefuseInvalid, fmt.Sprintf("cannot split %s %s: %v", id, p.Route.Span, err), "choose a key inside the partition's range ('cdcctl partition get " + id + "')"}
 	}
 	if p.Route.Status == model.PartitionDraining {
@@ -124,10 +129,17 @@ func Split(s *model.Snapshot, id, key string, costs Costs) (*Plan, error) {
 		return nil, err
 	}
 	r := p.Route
+	// The step carries the key as the routing table compares it (encoded
+	// for a database table's typed key) and as the operator typed it.
+	enc, _ := model.EncodeKey(r.Span.Key, key)
 	out := &Plan{Version: 1, Kind: KindSplit, Target: model.NodeID(id), BatchSize: 1,
 		Fingerprint: fingerprintOf(s, partitionObject(r.Changefeed, r.ID), nodeObject(r.Node), livenessObject(r.Node))}
-	out.Batches = []Batch{{Steps: []Step{{Kind: StepSplitPartition, Changefeed: string(r.Changefeed), Partition: r.ID, Table: r.Span.Table,
-		From: r.Node, To: r.Node, Key: key, Reason: "requested by an operator; the upper half gets a new id"}}}}
+	step := Step{Kind: StepSplitPartition, Changefeed: string(r.Changefeed), Partition: r.ID, Table: r.Span.Table,
+		From: r.Node, To: r.Node, Key: enc, Reason: "requested by an operator; the upper half gets a new id"}
+	if enc != key {
+		step.KeyText = key
+	}
+	out.Batches = []Batch{{Steps: []Step{step}}}
 	out.PredictedMillis = predict(out.Batches, costs).Milliseconds()
 	return out, nil
 }

@@ -31,8 +31,10 @@ type Step struct {
 	From       model.NodeID `json:"from,omitempty"`
 	To         model.NodeID `json:"to,omitempty"`
 	Liveness   string       `json:"liveness,omitempty"`
-	// Key: where a split cuts.
-	Key string `json:"key,omitempty"`
+	// Key: where a split cuts, as the routing table compares keys;
+	// KeyText, for a database table's typed key, as the operator typed it.
+	Key     string `json:"key,omitempty"`
+	KeyText string `json:"key_text,omitempty"`
 	// Count and Spread: with move-partitions, how many and where to.
 	Count  int                  `json:"count,omitempty"`
 	Spread map[model.NodeID]int `json:"spread,omitempty"`

@@ -114,7 +114,17 @@ func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model
 		if err != nil {
 			return nil, err
 		}
-		spans = append(spans, model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })...)
+		cut := model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })
+		if kt, ok := src.(source.KeyTyped); ok {
+			types, err := kt.KeyTypes(ctx, t)
+			if err != nil {
+				return nil, err
+			}
+			for i := range cut {
+				cut[i].Key = types
+			}
+		}
+		spans = append(spans, cut...)
 	}
 	return spans, nil
 }

@@ -39,8 +39,18 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 					}
 				}
 			case plan.StepSplitPartition:
-				if _, err := plan.ValidateSplit(&snap, s.Partition, s.Key); err != nil {
+				// The operator's text is validated; the encoded key the
+				// routing table gets must be its encoding.
+				text := s.Key
+				if s.KeyText != "" {
+					text = s.KeyText
+				}
+				pp, err := plan.ValidateSplit(&snap, s.Partition, text)
+				if err != nil {
 					return nil, err
+				}
+				if enc, _ := model.EncodeKey(pp.Route.Span.Key, text); enc != s.Key {
+					return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("the split step of %s cuts at %q, which is not the encoding of %q", s.Partition, s.Key, text), Hint: "compute the plan with cdcctl"}
 				}
 			default:
 				return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("a %s plan cannot have %s steps", p.Kind, s.Kind), Hint: "compute the plan with cdcctl"}
@@ -142,7 +152,7 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 			return exec.Outcome{}, nil
 		}
 		if route.Span.End != s.Key {
-			return exec.Outcome{Failed: fmt.Sprintf("the partition is Active again but was not cut at %q", s.Key)}, nil
+			return exec.Outcome{Failed: fmt.Sprintf("the partition is Active again but was not cut at %q", model.DecodeKey(route.Span.Key, s.Key))}, nil
 		}
 		note := "split"
 		if n := len(route.History); n > 0 && route.History[n-1].Kind == "split" {

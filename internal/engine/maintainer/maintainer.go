@@ -382,7 +382,9 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 		if lower, err = actor.NewReplication(lowerSpan, start).Snapshot(); err != nil {
 			return err
 		}
-		if upper, err = actor.NewReplication(model.Span{Table: r.Span.Table, Start: r.SplitKey, End: r.Span.End}, start).Snapshot(); err != nil {
+		upperSpan := r.Span
+		upperSpan.Start = r.SplitKey
+		if upper, err = actor.NewReplication(upperSpan, start).Snapshot(); err != nil {
 			return err
 		}
 	default:

@@ -82,8 +82,10 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	lower.Span.End = key
 	lower.Node, lower.Status, lower.Epoch, lower.Target, lower.Start, lower.SplitKey, lower.BusySince = node, model.PartitionActive, r.Route.Epoch+1, "", start, "", time.Time{}
 	upper := lower
-	upper.ID, upper.Span, upper.Epoch, upper.History = upperID, model.Span{Table: r.Route.Span.Table, Start: key, End: r.Route.Span.End}, 1, nil
-	detail := fmt.Sprintf("at %q: upper half %s", key, upperID)
+	upperSpan := r.Route.Span
+	upperSpan.Start = key
+	upper.ID, upper.Span, upper.Epoch, upper.History = upperID, upperSpan, 1, nil
+	detail := fmt.Sprintf("at %q: upper half %s", model.DecodeKey(r.Route.Span.Key, key), upperID)
 	var pause time.Duration
 	if !r.Route.BusySince.IsZero() {
 		// The pause: from the moment the partition went busy (its node
@@ -92,7 +94,7 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 		detail += fmt.Sprintf("; paused %s", pause.Round(time.Millisecond))
 	}
 	lower.Remember(model.PartitionEvent{Time: now, Kind: "split", From: from, To: node, Detail: detail, Graceful: start != 0, Busy: pause})
-	upper.Remember(model.PartitionEvent{Time: now, Kind: "split-from", From: from, To: node, Detail: fmt.Sprintf("upper half of %s, cut at %q", r.Route.ID, key), Graceful: start != 0})
+	upper.Remember(model.PartitionEvent{Time: now, Kind: "split-from", From: from, To: node, Detail: fmt.Sprintf("upper half of %s, cut at %q", r.Route.ID, model.DecodeKey(r.Route.Span.Key, key)), Graceful: start != 0})
 	table := make(model.ProgressTable, len(progress)+1)
 	for pid, p := range progress {
 		table[pid] = p

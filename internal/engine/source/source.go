@@ -71,6 +71,14 @@ type DDLSchedule interface {
 	NextDDL(table string, after model.Ts) (model.Ts, bool)
 }
 
+// KeyTyped is a source whose tables' keys are encoded for routing
+// (model.EncodeKey): it names a table's key column types, which the
+// changefeed's spans carry so that operators' keys can be encoded and
+// bounds shown as text.
+type KeyTyped interface {
+	KeyTypes(ctx context.Context, table string) (string, error)
+}
+
 // Expectation is what a deterministic source can say about what a sink
 // must hold, so verify computes the expected content instead of reading
 // an upstream. Keys are numbered densely from 0 to Keys()-1 over every

@@ -108,14 +108,14 @@ func TestTheInitialSnapshotIsConsistentWithTheStream(t *testing.T) {
 	inserts := 0
 	log.mu.Lock()
 	for _, e := range log.evs {
-		switch e.Op {
+		switch k := textKey(&e); e.Op {
 		case source.OpDelete:
-			delete(rows, e.Key)
+			delete(rows, k)
 		default:
 			if e.Op == source.OpInsert {
 				inserts++
 			}
-			rows[e.Key] = e.New[1].Text + "/" + e.New[2].Text
+			rows[k] = e.New[1].Text + "/" + e.New[2].Text
 		}
 	}
 	log.mu.Unlock()
@@ -172,8 +172,8 @@ func splitLines(s string) []string {
 func (l *memLog) has(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, e := range l.evs {
-		if e.Key == key {
+	for i := range l.evs {
+		if textKey(&l.evs[i]) == key {
 			return true
 		}
 	}

@@ -90,6 +90,20 @@ func Open(uri string, env source.Env) (*Source, error) {
 	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg}, nil
 }
 
+// KeyTypes implements source.KeyTyped, from the catalog.
+func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {
+	cat, err := openCatalog(ctx, s.cfg.ConnString)
+	if err != nil {
+		return "", explain(s.cfg, err)
+	}
+	defer cat.Close()
+	def, err := cat.tableDef(ctx, table)
+	if err != nil {
+		return "", err
+	}
+	return keyTypes(def), nil
+}
+
 // Pull implements source.Puller.
 func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
 	var p position

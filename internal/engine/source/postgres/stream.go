@@ -529,8 +529,9 @@ func values(t *pglogrepl.TupleData, n int) ([]source.Value, error) {
 	return out, nil
 }
 
-// keyOf is a row's primary key in text form: the key columns' values in
-// key order, joined by commas.
+// keyOf is a row's primary key as partitions route it: the key columns'
+// values in key order, encoded so that keys compare in their natural
+// order (model.EncodeKeyValues).
 func keyOf(def *source.TableDef, row []source.Value) (string, error) {
 	names := def.KeyNames()
 	parts := make([]string, len(names))
@@ -541,5 +542,20 @@ func keyOf(def *source.TableDef, row []source.Value) (string, error) {
 		}
 		parts[i] = v.Text
 	}
-	return strings.Join(parts, ","), nil
+	return model.EncodeKeyValues(keyTypes(def), parts)
+}
+
+// keyTypes names a table's key column types, without modifiers, as
+// spans carry them ("int8", "text,int4").
+func keyTypes(def *source.TableDef) string {
+	names := def.KeyNames()
+	types := make([]string, len(names))
+	for i, n := range names {
+		t := def.Columns[def.Index(n)].Type
+		if j := strings.IndexByte(t, '('); j >= 0 {
+			t = t[:j]
+		}
+		types[i] = t
+	}
+	return strings.Join(types, ",")
 }
