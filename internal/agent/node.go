@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +36,8 @@ type Node struct {
 	log     *slog.Logger
 	metrics *metrics
 	started time.Time
+	// drainsSeen are the drain plans whose duration the metrics observed.
+	drainsSeen map[string]bool
 
 	ready     atomic.Bool
 	listening chan struct{} // closed once addr is known
@@ -116,7 +120,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -487,8 +491,11 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 }
 
 // drainMetrics keeps seed 000's drain metrics in step with the drain
-// record; the duration is observed when a record goes away.
+// record. The duration is observed from the drain plans that ended (each
+// once per node), not from seeing the record go: a drain shorter than
+// this loop's pace would be missed.
 func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.DrainRecord {
+	n.observeFinishedDrains(st)
 	if st.Drain != nil {
 		target := string(st.Drain.Target)
 		maint, disp := coordinator.DrainProgress(st, st.Drain.Target)
@@ -506,9 +513,40 @@ func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.Drai
 		n.metrics.drainStatus.WithLabelValues(target).Set(0)
 		n.metrics.drainMaintainers.WithLabelValues(target).Set(0)
 		n.metrics.drainDispatchers.WithLabelValues(target).Set(0)
-		n.metrics.drainDuration.WithLabelValues(target).Observe(time.Since(last.StartTime).Seconds())
 	}
 	return nil
+}
+
+// drainPlan is the part of a plan record the drain metrics read.
+type drainPlan struct {
+	Plan struct {
+		Kind   string `json:"kind"`
+		Target string `json:"target"`
+	} `json:"plan"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// observeFinishedDrains observes the duration of every drain plan that
+// ended since this node started, once, and shows its target not draining.
+func (n *Node) observeFinishedDrains(st *meta.State) {
+	for id, raw := range st.Plans {
+		if n.drainsSeen[id] || !bytes.Contains(raw.Value, []byte(`"kind":"drain"`)) {
+			continue
+		}
+		var p drainPlan
+		if json.Unmarshal(raw.Value, &p) != nil || p.Plan.Kind != "drain" || p.FinishedAt == nil {
+			continue
+		}
+		n.drainsSeen[id] = true
+		if p.FinishedAt.Before(n.started) {
+			continue // ended before this node was here to see it
+		}
+		if st.Drain == nil || string(st.Drain.Target) != p.Plan.Target {
+			n.metrics.drainStatus.WithLabelValues(p.Plan.Target).Set(0)
+		}
+		n.metrics.drainDuration.WithLabelValues(p.Plan.Target).Observe(p.FinishedAt.Sub(p.SubmittedAt).Seconds())
+	}
 }
 
 func (n *Node) current() (*meta.Store, *incarnation) {

@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
@@ -144,5 +147,48 @@ func TestPrepareRefusesWithoutLogicalWALOrWithAWrongPassword(t *testing.T) {
 	err = try(strings.Replace(base, "postgres@", "pw:wrong@", 1))
 	if err == nil || !strings.Contains(err.Error(), "refused the login") || strings.Contains(err.Error(), "wrong") {
 		t.Errorf("a wrong password: %v (it must say so without echoing the password)", err)
+	}
+}
+
+// A new changefeed's tables are cut at the quantiles of their keys, in
+// the keys' natural order; an empty table is not cut.
+func TestBoundariesAreKeyQuantiles(t *testing.T) {
+	_, dsn := newDB(t, `CREATE TABLE n (id int8 PRIMARY KEY); INSERT INTO n SELECT g FROM generate_series(1, 1000) g;
+		CREATE TABLE c (region text, id int4, PRIMARY KEY (region, id)); INSERT INTO c SELECT r, g FROM unnest(ARRAY['ap','eu','us']) r, generate_series(1, 4) g;
+		CREATE TABLE e (id int4 PRIMARY KEY)`)
+	ctx := context.Background()
+	uri, _, err := Pin(ctx, dsn+"&tables=n,c,e", "cuts", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open(uri, source.Env{Changefeed: "cuts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		table string
+		n     int
+		want  string
+	}{
+		{"public.n", 4, "251 501 751"},
+		{"public.c", 3, "eu,1 us,1"},
+		{"public.e", 4, ""},
+		{"public.n", 1, ""},
+	} {
+		bounds, err := src.Boundaries(ctx, tc.table, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types, err := src.KeyTypes(ctx, tc.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, b := range bounds {
+			got = append(got, model.DecodeKey(types, b))
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s in %d: cut at %v, want %q", tc.table, tc.n, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -252,4 +253,81 @@ func (s *Source) Confirm(pos source.Position) {
 		s.stream.Confirm(lsn)
 	}
 	s.mu.Unlock()
+}
+
+// sampleRows bounds how many keys Boundaries reads to find quantiles: a
+// table estimated larger is sampled (TABLESAMPLE SYSTEM) to about this
+// many rows.
+const sampleRows = 100_000
+
+// Boundaries implements source.Source: n-1 keys that cut the table's
+// current rows into n ranges of about the same number of rows, at the
+// quantiles of its keys (all of them for a small table, a block sample
+// of a large one). An empty table, or one with fewer keys than ranges,
+// is cut less or not at all.
+func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string, error) {
+	if n < 2 {
+		return nil, nil
+	}
+	cat, err := openCatalog(ctx, s.cfg.ConnString)
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	defer cat.Close()
+	def, err := cat.tableDef(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	var estimate float64
+	if err := cat.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&estimate); err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	keys := def.KeyNames()
+	cols := make([]string, len(keys))
+	for i, k := range keys {
+		cols[i] = pgx.Identifier{k}.Sanitize() + "::text"
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(table))
+	if estimate > sampleRows {
+		q += fmt.Sprintf(" TABLESAMPLE SYSTEM (%f)", 100*sampleRows/estimate)
+	}
+	rows, err := cat.conn.Query(ctx, q)
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	types := keyTypes(def)
+	var all []string
+	for rows.Next() {
+		vals := make([]string, len(keys))
+		ptrs := make([]any, len(keys))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		enc, err := model.EncodeKeyValues(types, vals)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		all = append(all, enc)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	sort.Strings(all)
+	var out []string
+	for i := 1; i < n; i++ {
+		idx := i * len(all) / n
+		if idx <= 0 || idx >= len(all) {
+			continue
+		}
+		if k := all[idx]; len(out) == 0 || out[len(out)-1] < k {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
