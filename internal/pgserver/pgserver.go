@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -178,6 +177,3 @@ func tail(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
-
-// Quote makes an SQL identifier of a name.
-func Quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }

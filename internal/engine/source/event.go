@@ -172,17 +172,9 @@ func (e *Event) Size() int {
 	return n
 }
 
-// QualifiedName joins schema and table as partitions name a database
-// table: "public.orders".
-func QualifiedName(schema, table string) string {
-	if schema == "" {
-		return table
-	}
-	return schema + "." + table
-}
-
-// SplitQualifiedName is QualifiedName's inverse; a name without a dot has
-// no schema.
+// SplitQualifiedName splits a database table's name as partitions name it
+// ("public.orders") into schema and table; a name without a dot has no
+// schema.
 func SplitQualifiedName(name string) (schema, table string) {
 	if i := strings.IndexByte(name, '.'); i >= 0 {
 		return name[:i], name[i+1:]

@@ -247,9 +247,6 @@ func explain(cfg Config, err error) error {
 		if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
 			host = fmt.Sprintf("%s:%d", c.Host, c.Port)
 		}
-		if errors.As(err, &pgErr) {
-			return explain(cfg, pgErr)
-		}
 		return fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err))
 	}
 	return err

@@ -72,12 +72,11 @@ type Stream struct {
 	nextStatus time.Time
 
 	// The transaction being received.
-	open     bool
-	begin    *pglogrepl.BeginMessage
-	ddls     []source.Event
-	rows     []source.Event
-	marks    [][]byte
-	ddlCount int
+	open  bool
+	begin *pglogrepl.BeginMessage
+	ddls  []source.Event
+	rows  []source.Event
+	marks [][]byte
 }
 
 // relation is a relation id's columns as its last Relation message gave
