@@ -140,3 +140,6 @@ func defaultNodeID(addr string) string {
 }
 
 func (c *Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }
+
+// eventLogDir holds the event logs of the database readers this node runs.
+func (c *Config) eventLogDir() string { return filepath.Join(c.DataDir, "eventlog") }

@@ -325,7 +325,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.Observe = n.metrics.observeSink
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
-	host.MoveTimeout, host.FailPlace = n.cfg.MoveTimeout, n.faults.FailPlace
+	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {
 		states = n.blobStates

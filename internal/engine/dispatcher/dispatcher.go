@@ -208,6 +208,14 @@ func (d *Dispatcher) Stop(ctx context.Context) (model.Ts, error) {
 	}
 }
 
+// inside says the reader stands inside a large transaction it returns in
+// parts: stopping there would leave its position before rows already
+// written, which the next owner would write again.
+func (d *Dispatcher) inside() bool {
+	p, ok := d.reader.(source.Parted)
+	return ok && p.Inside()
+}
+
 func (d *Dispatcher) stopping() bool {
 	select {
 	case <-d.stopReq:
@@ -228,7 +236,7 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 	// its time here). The first event brings the pause back to Idle.
 	idle := d.cfg.Idle
 	for {
-		if d.stopping() {
+		if d.stopping() && !d.inside() {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {

@@ -39,6 +39,8 @@ type Log struct {
 	tables   map[string]bool           // tables with rows
 	changed  chan struct{}             // closed and replaced on every append
 	closed   bool
+	seqTs    model.Ts // the position rows are being numbered at
+	seq      uint32   // the next row's number there
 }
 
 // ErrTrimmed means a read asked for positions the log no longer holds.
@@ -85,10 +87,22 @@ func (l *Log) Changed() <-chan struct{} {
 	return l.changed
 }
 
-// Append adds one committed transaction's events (schema changes first,
-// each at its own position, then rows) and resolves the log up to its
-// last position. Positions must grow from one append to the next.
+// Append adds the rest of one committed transaction (schema changes
+// first, each at its own position, then rows; AppendPart may have added
+// rows before) and resolves the log up to its last position. Positions
+// must grow from one transaction to the next.
 func (l *Log) Append(events []source.Event) error {
+	return l.append(events, true)
+}
+
+// AppendPart adds rows of a transaction still being received, at the
+// position its commit will have. They stay invisible until a later
+// Append or Resolve passes that position.
+func (l *Log) AppendPart(rows []source.Event) error {
+	return l.append(rows, false)
+}
+
+func (l *Log) append(events []source.Event, resolve bool) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -102,26 +116,34 @@ func (l *Log) Append(events []source.Event) error {
 	}
 	b := l.db.NewBatch()
 	defer b.Close()
-	var seq uint32
 	var val []byte
 	for i := range events {
 		e := &events[i]
 		if e.Kind == source.KindDDL {
+			if !resolve {
+				return errors.New("event log: a schema change comes with its transaction's commit, not in a part")
+			}
 			l.ddls[e.Table] = append(l.ddls[e.Table], *e)
 			continue
 		}
+		// A transaction's rows, in parts or not, are numbered in order.
+		if e.CommitTs != l.seqTs {
+			l.seqTs, l.seq = e.CommitTs, 0
+		}
 		l.tables[e.Table] = true
 		val = l.encode(val[:0], e)
-		if err := b.Set(rowKey(e.Table, e.CommitTs, seq), val, nil); err != nil {
+		if err := b.Set(rowKey(e.Table, e.CommitTs, l.seq), val, nil); err != nil {
 			return err
 		}
-		seq++
+		l.seq++
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("event log: %w", err)
 	}
-	l.resolved = events[len(events)-1].CommitTs
-	l.wake()
+	if resolve {
+		l.resolved = events[len(events)-1].CommitTs
+		l.wake()
+	}
 	return nil
 }
 
@@ -156,53 +178,65 @@ func (l *Log) DDLs(table string, from, upTo model.Ts) []source.Event {
 	return out
 }
 
-// Read returns a span's rows with positions in (from, upTo], oldest
-// first, stopping after about max rows but never inside one position; and
-// the position up to which it has returned everything. It never reads
-// past the resolved position, nor past the table's next schema change
-// (the caller meets that change through DDLs first).
-func (l *Log) Read(span model.Span, from, upTo model.Ts, maxRows int) ([]source.Event, model.Ts, error) {
+// Read returns a span's rows after a cursor and up to upTo, oldest first,
+// and the cursor after them. It stops after about max rows, at the end of
+// a position, except inside a transaction that alone has max rows of the
+// span: that one it returns in parts, the cursor inside it. It never
+// reads past the resolved position, nor past the table's next schema
+// change (the caller meets that change through DDLs first).
+func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
 		return nil, from, errors.New("event log: closed")
 	}
-	if from < l.trimmed {
-		return nil, from, fmt.Errorf("%w (asked from %v, the log starts at %v)", ErrTrimmed, from, l.trimmed)
+	if from.Done < l.trimmed {
+		return nil, from, fmt.Errorf("%w (asked from %v, the log starts at %v)", ErrTrimmed, from.Done, l.trimmed)
 	}
 	upTo = min(upTo, l.resolved)
 	for _, d := range l.ddls[span.Table] {
-		if d.CommitTs > from {
+		if d.CommitTs > from.Done {
 			upTo = min(upTo, d.CommitTs-1)
 			break
 		}
 	}
-	if upTo <= from {
+	if upTo <= from.Done || from.Inside() && upTo < from.At {
 		return nil, from, nil
 	}
-	it, err := l.db.NewIter(&pebble.IterOptions{
-		LowerBound: rowKey(span.Table, from+1, 0),
-		UpperBound: rowKey(span.Table, upTo+1, 0),
-	})
+	lower := rowKey(span.Table, from.Done+1, 0)
+	if from.Inside() {
+		lower = rowKey(span.Table, from.At, from.Seq)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: rowKey(span.Table, upTo+1, 0)})
 	if err != nil {
 		return nil, from, err
 	}
 	defer it.Close()
 	var out []source.Event
+	same := 0 // rows of the span at the last row's position
 	for it.First(); it.Valid(); it.Next() {
-		ts := tsOfKey(it.Key())
-		if len(out) >= maxRows && ts != out[len(out)-1].CommitTs {
-			return out, out[len(out)-1].CommitTs, nil
+		ts, seq := posOfKey(it.Key())
+		if n := len(out); n >= maxRows {
+			if last := out[n-1].CommitTs; ts != last {
+				return out, source.Cursor{Done: last}, nil
+			}
+			if same >= maxRows {
+				return out, source.Cursor{Done: ts - 1, At: ts, Seq: seq}, nil
+			}
 		}
 		e, err := l.decode(span.Table, ts, it.Value())
 		if err != nil {
 			return nil, from, err
 		}
 		if span.Contains(e.Key) {
+			if n := len(out); n == 0 || out[n-1].CommitTs != ts {
+				same = 0
+			}
 			out = append(out, e)
+			same++
 		}
 	}
-	return out, upTo, it.Error()
+	return out, source.Cursor{Done: upTo}, it.Error()
 }
 
 // Trim drops rows at or below ts (the changefeed's checkpoint: no
@@ -232,7 +266,9 @@ func rowKey(table string, ts model.Ts, seq uint32) []byte {
 	return binary.BigEndian.AppendUint32(k, seq)
 }
 
-func tsOfKey(k []byte) model.Ts { return model.Ts(binary.BigEndian.Uint64(k[len(k)-12:])) }
+func posOfKey(k []byte) (model.Ts, uint32) {
+	return model.Ts(binary.BigEndian.Uint64(k[len(k)-12:])), binary.BigEndian.Uint32(k[len(k)-4:])
+}
 
 // The row encoding: definition id, operation, schema version, table
 // version, key, then the new and old values, each a count and per value

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -61,7 +62,8 @@ func TestReadsASpanInCommitOrderUpToResolvedAndTheNextSchemaChange(t *testing.T)
 	l.Resolve(40)
 
 	lower := model.Span{Table: "public.t", End: "m"}
-	evs, pos, err := l.Read(lower, 5, 100, 100)
+	evs, cur, err := l.Read(lower, after(5), 100, 100)
+	pos := cur.Done
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,17 +76,19 @@ func TestReadsASpanInCommitOrderUpToResolvedAndTheNextSchemaChange(t *testing.T)
 	if d := l.DDLs("public.t", pos, 100); len(d) != 1 || d[0].Def != v2 {
 		t.Fatalf("DDLs %+v", d)
 	}
-	evs, pos, _ = l.Read(lower, 25, 100, 100)
+	evs, cur, _ = l.Read(lower, after(25), 100, 100)
+	pos = cur.Done
 	if got := keys(evs); got != "c@26 " || pos != 40 || evs[0].Def != v2 || evs[0].New[2].Text != "26" {
 		t.Fatalf("after the change: %q up to %v (%+v)", got, pos, evs)
 	}
-	// A small batch stops between positions, never inside one.
-	evs, pos, _ = l.Read(model.Span{Table: "public.t"}, 5, 100, 1)
-	if got := keys(evs); got != "a@10 m@10 b@10 " || pos != 10 {
-		t.Fatalf("batch of 1: %q up to %v", got, pos)
+	// A batch stops between positions, never inside one that is not
+	// larger than a batch.
+	evs, cur, _ = l.Read(model.Span{Table: "public.t"}, after(5), 100, 3)
+	if got := keys(evs); got != "a@10 m@10 b@10 " || cur != after(10) {
+		t.Fatalf("batch of 3: %q up to %+v", got, cur)
 	}
 	// Other tables are not mixed in.
-	if evs, pos, _ := l.Read(model.Span{Table: "public.u"}, 5, 100, 10); len(evs) != 0 || pos != 40 {
+	if evs, cur, _ := l.Read(model.Span{Table: "public.u"}, after(5), 100, 10); len(evs) != 0 || cur.Done != 40 {
 		t.Fatalf("another table: %v up to %v", evs, pos)
 	}
 	// Positions must grow.
@@ -95,11 +99,77 @@ func TestReadsASpanInCommitOrderUpToResolvedAndTheNextSchemaChange(t *testing.T)
 	if err := l.Trim(20); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Read(lower, 10, 100, 10); !errors.Is(err, ErrTrimmed) {
+	if _, _, err := l.Read(lower, after(10), 100, 10); !errors.Is(err, ErrTrimmed) {
 		t.Fatalf("read below the trim: %v", err)
 	}
-	if evs, _, _ := l.Read(lower, 25, 100, 10); keys(evs) != "c@26 " {
+	if evs, _, _ := l.Read(lower, after(25), 100, 10); keys(evs) != "c@26 " {
 		t.Fatalf("after trim: %q", keys(evs))
+	}
+}
+
+func after(ts model.Ts) source.Cursor { return source.Cursor{Done: ts} }
+
+// A large transaction goes to the log in parts as it arrives, stays
+// invisible until it commits, and is read back in parts whose cursor
+// says where the read stands inside it.
+func TestLargeTransactionInParts(t *testing.T) {
+	l, err := Open(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	def := v1
+	span := model.Span{Table: "public.t"}
+	var want []string
+	for part := 0; part < 3; part++ {
+		var rows []source.Event
+		for i := 0; i < 4; i++ {
+			k := fmt.Sprintf("k%d%d", part, i)
+			rows = append(rows, row(50, k, source.OpInsert, def))
+			want = append(want, k+"@50")
+		}
+		if err := l.AppendPart(rows); err != nil {
+			t.Fatal(err)
+		}
+		if evs, cur, _ := l.Read(span, after(0), 100, 100); len(evs) != 0 || cur != after(0) {
+			t.Fatalf("rows of an uncommitted transaction were read: %q up to %+v", keys(evs), cur)
+		}
+	}
+	// The commit brings the last rows; the transaction is whole.
+	if err := l.Append([]source.Event{row(50, "z", source.OpInsert, def)}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "z@50")
+	if evs, _, _ := l.Read(span, after(0), 100, 100); keys(evs) != strings.Join(want, " ")+" " {
+		t.Fatalf("the whole transaction: %q", keys(evs))
+	}
+	// Read 5 at a time, it comes in parts, in order, each once.
+	var got []string
+	cur := after(0)
+	for reads := 0; ; reads++ {
+		evs, next, err := l.Read(span, cur, 100, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		if next.Inside() != (len(got)+len(evs) < len(want)) || next.Inside() && next.Done != 49 {
+			t.Fatalf("after %d rows the cursor is %+v", len(got)+len(evs), next)
+		}
+		for _, e := range evs {
+			got = append(got, fmt.Sprintf("%s@%d", e.Key, e.CommitTs))
+		}
+		cur = next
+		if reads > 10 {
+			t.Fatal("the read does not end")
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") || cur != after(50) {
+		t.Fatalf("read in parts: %v up to %+v; want %v", got, cur, want)
+	}
+	if err := l.AppendPart([]source.Event{{Kind: source.KindDDL, Table: "public.t", CommitTs: 60, Def: def}}); err == nil {
+		t.Fatal("a schema change was taken in a part")
 	}
 }
 

@@ -75,13 +75,18 @@ type readRequest struct {
 	Changefeed model.ChangefeedID `json:"changefeed"`
 	Span       model.Span         `json:"span"`
 	From       model.Ts           `json:"from"`
-	UpTo       model.Ts           `json:"up_to"`
-	Max        int                `json:"max"`
+	// At and Seq continue a transaction returned in parts.
+	At   model.Ts `json:"at,omitempty"`
+	Seq  uint32   `json:"seq,omitempty"`
+	UpTo model.Ts `json:"up_to"`
+	Max  int      `json:"max"`
 }
 
 type readReply struct {
 	Batch
 	Position model.Ts `json:"position"`
+	At       model.Ts `json:"at,omitempty"`
+	Seq      uint32   `json:"seq,omitempty"`
 }
 
 // maxWireRows bounds one reply, whatever the reader asked.
@@ -102,11 +107,12 @@ func (s *Server) onRead(_ context.Context, m transport.Message) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, pos, err := l.Read(req.Span, req.From, req.UpTo, min(max(req.Max, 1), maxWireRows))
+	from := source.Cursor{Done: req.From, At: req.At, Seq: req.Seq}
+	evs, cur, err := l.Read(req.Span, from, req.UpTo, min(max(req.Max, 1), maxWireRows))
 	if err != nil {
 		return nil, err
 	}
-	return readReply{Batch: encodeBatch(evs), Position: pos}, nil
+	return readReply{Batch: encodeBatch(evs), Position: cur.Done, At: cur.At, Seq: cur.Seq}, nil
 }
 
 func (s *Server) onDDLs(_ context.Context, m transport.Message) (any, error) {
@@ -150,16 +156,17 @@ func (c *Client) call(ctx context.Context, topic string, req readRequest, reply 
 }
 
 // Read implements source.LogReader.
-func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from, upTo model.Ts, maxRows int) ([]source.Event, model.Ts, error) {
+func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
 	var r readReply
-	if err := c.call(ctx, TopicRead, readRequest{Changefeed: cf, Span: span, From: from, UpTo: upTo, Max: maxRows}, &r); err != nil {
+	req := readRequest{Changefeed: cf, Span: span, From: from.Done, At: from.At, Seq: from.Seq, UpTo: upTo, Max: maxRows}
+	if err := c.call(ctx, TopicRead, req, &r); err != nil {
 		return nil, from, err
 	}
 	evs, err := c.decodeBatch(span.Table, r.Batch)
 	if err != nil {
 		return nil, from, err
 	}
-	return evs, r.Position, nil
+	return evs, source.Cursor{Done: r.Position, At: r.At, Seq: r.Seq}, nil
 }
 
 // DDLs implements source.LogReader.

@@ -90,7 +90,7 @@ func (s *Source) DDLs(table string, from, upTo model.Ts) []source.Event {
 
 // Open implements source.Source.
 func (s *Source) Open(span model.Span, from model.Ts) (source.Reader, error) {
-	return &reader{s: s, span: span, pos: from}, nil
+	return &reader{s: s, span: span, pos: source.Cursor{Done: from}}, nil
 }
 
 type reader struct {
@@ -98,14 +98,21 @@ type reader struct {
 	span model.Span
 
 	mu      sync.Mutex
-	pos     model.Ts
+	pos     source.Cursor
 	lastErr time.Time
 }
 
 func (r *reader) Position() model.Ts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pos
+	return r.pos.Done
+}
+
+// Inside implements source.Parted.
+func (r *reader) Inside() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pos.Inside()
 }
 
 // Read implements source.Reader. A failed read returns nothing and keeps
@@ -117,7 +124,9 @@ func (r *reader) Read(upTo model.Ts, maxRows int) []source.Event {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	pos := r.Position()
+	r.mu.Lock()
+	pos := r.pos
+	r.mu.Unlock()
 	evs, next, err := r.s.logs.Read(ctx, r.s.cf, r.span, pos, upTo, maxRows)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -127,7 +136,7 @@ func (r *reader) Read(upTo model.Ts, maxRows int) []source.Event {
 		}
 		return nil
 	}
-	if next > r.pos {
+	if r.pos.Before(next) {
 		r.pos = next
 	}
 	return evs

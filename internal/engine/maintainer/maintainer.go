@@ -59,6 +59,11 @@ type Host struct {
 	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
 	// the state saved there.
 	Checkpoints checkpoint.Store
+	// LogDir, if set, is where the event logs of the readers running
+	// here live (one directory per changefeed, emptied when a reader
+	// starts): on disk, a large transaction costs disk, not memory. Empty
+	// keeps them in memory (tests).
+	LogDir string
 	// FailPlace, if set, is asked before a move's placement is written;
 	// an error fails that write (fault injection: seed 003's failed etcd
 	// save after PreparePartition).

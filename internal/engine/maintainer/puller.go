@@ -3,6 +3,9 @@ package maintainer
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
@@ -100,7 +103,12 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		if e == nil {
 			return
 		}
-		log, err := eventlog.Open("", 0)
+		dir, err := h.logDir(cf)
+		if err != nil {
+			h.log.Warn("maintainer: cannot prepare the event log's directory", "changefeed", cf, "err", err)
+			return
+		}
+		log, err := eventlog.Open(dir, 0)
 		if err != nil {
 			h.log.Warn("maintainer: cannot open an event log", "changefeed", cf, "err", err)
 			return
@@ -110,6 +118,9 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		err = p.puller.Pull(ctx, e.Status.SourcePosition, log)
 		h.logs.Remove(cf, log)
 		_ = log.Close()
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -136,6 +147,20 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		t.Stop()
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// logDir is an empty directory for a changefeed's event log, or "" to
+// keep it in memory. A log lives as long as its reader: what an earlier
+// run left is stale.
+func (h *Host) logDir(cf model.ChangefeedID) (string, error) {
+	if h.LogDir == "" {
+		return "", nil
+	}
+	dir := filepath.Join(h.LogDir, url.PathEscape(string(cf)))
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	return dir, os.MkdirAll(dir, 0o700)
 }
 
 // resumePoint is the resume point to persist with a checkpoint, if the

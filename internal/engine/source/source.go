@@ -46,12 +46,22 @@ type Source interface {
 // Reader reads one partition's key range in commit order.
 type Reader interface {
 	// Read returns the DML events with commit ts in (Position(), upTo],
-	// oldest first, stopping after about max events; it never splits the
-	// events of one commit ts (one transaction), so Position() afterwards
-	// is exact. It returns nil when nothing is left up to upTo.
+	// oldest first, stopping after about max events. It does not split
+	// the events of one commit ts (one transaction), except those of a
+	// transaction larger than max, which a Parted reader returns over
+	// several reads; Position() counts a commit ts only once all of it
+	// has been returned. It returns nil when nothing is left up to upTo.
 	Read(upTo model.Ts, max int) []Event
 	// Position is the commit ts up to which every event has been returned.
 	Position() model.Ts
+}
+
+// Parted is a Reader that may return one large transaction over several
+// reads. While it is inside one, a dispatcher does not stop: its position
+// (before the transaction) could not say which of its rows were written,
+// and the next owner would write them again.
+type Parted interface {
+	Inside() bool
 }
 
 // Lookahead is a Reader that knows when its next event commits. A
@@ -116,17 +126,49 @@ type Env struct {
 // LogReader reads a changefeed's event log, on whichever node its reader
 // runs.
 type LogReader interface {
-	// Read returns a span's rows in (from, upTo] and the position read up
-	// to, as eventlog.Log.Read does.
-	Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from, upTo model.Ts, max int) ([]Event, model.Ts, error)
+	// Read returns a span's rows after a cursor up to upTo, and the cursor
+	// after them, as eventlog.Log.Read does.
+	Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from Cursor, upTo model.Ts, max int) ([]Event, Cursor, error)
 	// DDLs returns a table's schema changes in (from, upTo].
 	DDLs(ctx context.Context, cf model.ChangefeedID, table string, from, upTo model.Ts) ([]Event, error)
 }
 
+// Cursor is where a read of an event log stands: every row at or below
+// Done has been returned, and, inside a transaction returned in parts
+// (At > Done), its rows from sequence Seq on are still to come.
+type Cursor struct {
+	Done model.Ts `json:"done"`
+	At   model.Ts `json:"at,omitempty"`
+	Seq  uint32   `json:"seq,omitempty"`
+}
+
+// Inside says the cursor stands inside a transaction.
+func (c Cursor) Inside() bool { return c.At != 0 }
+
+// Before says c is behind d: the next row c would read comes first.
+func (c Cursor) Before(d Cursor) bool {
+	next := func(c Cursor) (model.Ts, uint32) {
+		if c.Inside() {
+			return c.At, c.Seq
+		}
+		return c.Done + 1, 0
+	}
+	ct, cs := next(c)
+	dt, ds := next(d)
+	return ct < dt || ct == dt && cs < ds
+}
+
 // LogWriter is the event log as a puller fills it.
 type LogWriter interface {
-	// Append adds one committed transaction's events.
+	// Append adds the rest of one committed transaction's events (schema
+	// changes, each at its own position, then its rows) and resolves up
+	// to its position.
 	Append(events []Event) error
+	// AppendPart adds rows of a transaction that has not committed yet,
+	// all at the position its commit will have: a large transaction goes
+	// to the log, on disk, as it arrives. Readers see them only once
+	// Append (or Resolve) passes their position.
+	AppendPart(rows []Event) error
 	// Resolve says nothing commits at or below ts later.
 	Resolve(ts model.Ts)
 }

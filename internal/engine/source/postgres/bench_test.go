@@ -151,11 +151,17 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 	}
 	defer s.Close()
 	span := model.Span{Table: "public.bench"}
-	pos, got := model.Ts(0), 0
+	pos, got := source.Cursor{}, 0
 	for got < want {
 		it, err := st.Next(ctx)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if it.Part != nil {
+			if err := log.AppendPart(it.Part); err != nil {
+				b.Fatal(err)
+			}
+			continue
 		}
 		if it.Txn == nil {
 			continue
@@ -163,6 +169,7 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 		if err := log.Append(it.Txn.Events); err != nil {
 			b.Fatal(err)
 		}
+		log.Resolve(it.Txn.Ts)
 		for {
 			evs, next, err := log.Read(span, pos, it.Txn.Ts, 4096)
 			if err != nil {
@@ -260,7 +267,8 @@ func (l *countLog) Append(evs []source.Event) error {
 	l.mu.Unlock()
 	return nil
 }
-func (l *countLog) Resolve(model.Ts) {}
+func (l *countLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
+func (l *countLog) Resolve(model.Ts)                    {}
 func (l *countLog) rows() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -168,14 +168,21 @@ func (c *chunk) observe(tx *Txn) bool {
 			high = true
 		}
 	}
-	if c.open {
-		for i := range tx.Events {
-			if e := &tx.Events[i]; e.Kind == source.KindDML && e.Table == c.table {
-				delete(c.rows, e.Key)
-			}
+	c.observeRows(tx.Events)
+	return high
+}
+
+// observeRows drops from the chunk the keys that rows committed after its
+// low watermark change: the stream carries the newer row.
+func (c *chunk) observeRows(events []source.Event) {
+	if !c.open {
+		return
+	}
+	for i := range events {
+		if e := &events[i]; e.Kind == source.KindDML && e.Table == c.table {
+			delete(c.rows, e.Key)
 		}
 	}
-	return high
 }
 
 // emit turns what is left of the chunk into inserts at the high

@@ -171,6 +171,17 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if err != nil {
 			return err
 		}
+		if it.Part != nil {
+			// Rows of a large transaction, to disk as they arrive. Chunks
+			// in flight drop the keys it changes, as for any transaction.
+			for _, c := range chunks {
+				c.observeRows(it.Part)
+			}
+			if err := w.AppendPart(it.Part); err != nil {
+				return err
+			}
+			continue
+		}
 		if it.Txn == nil {
 			w.Resolve(it.Resolved)
 			// A resolved position is a resume point too: confirming it lets
@@ -212,7 +223,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 				return err
 			}
 		} else {
-			w.Resolve(tx.Ts) // a watermark's transaction: nothing to write
+			// A watermark's transaction (nothing to write), or one whose
+			// rows all came as parts: its commit makes them readable.
+			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
 		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Snapshot: snap})

@@ -36,6 +36,8 @@ type Txn struct {
 	// durable downstream.
 	EndLSN pglogrepl.LSN
 	Events []source.Event
+	// Parted says rows of it came before, as parts.
+	Parted bool
 	// Marks are the contents of the transaction's logical decoding
 	// messages with prefix "cdcctl" (the snapshot's watermarks).
 	Marks [][]byte
@@ -44,14 +46,16 @@ type Txn struct {
 // markPrefix names this program's logical decoding messages.
 const markPrefix = "cdcctl"
 
-// Item is what Next returns: a transaction, or (Txn nil) a resolved
-// position: no transaction commits at or below Resolved later, and the
+// Item is what Next returns: a transaction; or Part, rows of a large
+// transaction still being received (at the position its commit will
+// have: the commit follows, with the rest); or a resolved position: no transaction commits at or below Resolved later, and the
 // server has sent everything before ResolvedLSN. A resolved position is
 // a resume point like a transaction's end: reading on from ResolvedLSN
 // with Resolved as the last position gives later transactions the same
 // positions.
 type Item struct {
 	Txn         *Txn
+	Part        []source.Event
 	Resolved    model.Ts
 	ResolvedLSN pglogrepl.LSN
 }
@@ -71,13 +75,30 @@ type Stream struct {
 	confirmed  atomic.Uint64 // pglogrepl.LSN; Confirm may come from any goroutine
 	nextStatus time.Time
 
-	// The transaction being received.
-	open  bool
-	begin *pglogrepl.BeginMessage
-	ddls  []source.Event
-	rows  []source.Event
-	marks [][]byte
+	// The transaction being received: its positions are fixed at its
+	// begin, which carries the commit time; schema changes take base,
+	// base+1, ... and rows base+ddlSlots.
+	open   bool
+	base   model.Ts
+	ddls   []source.Event
+	rows   []source.Event
+	size   int // bytes in rows
+	parted bool
+	marks  [][]byte
 }
+
+// ddlSlots is how many schema changes of replicated tables one
+// transaction may carry: its rows' position is fixed before they arrive,
+// after that many positions for the changes.
+const ddlSlots = 64
+
+// partRows and partBytes bound the rows of one transaction held in
+// memory: beyond either, they go to the event log (on disk) as a part.
+// Variables: tests use small parts.
+var (
+	partRows  = 4096
+	partBytes = 4 << 20
+)
 
 // relation is a relation id's columns as its last Relation message gave
 // them, mapped onto the table's definition.
@@ -276,15 +297,15 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.begin, s.ddls, s.rows, s.marks = true, m, nil, nil, nil
+		s.open, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, s.next(m.CommitTime), nil, nil, 0, false, nil
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
-		return Item{}, false, s.row(m.RelationID, source.OpInsert, m.Tuple, nil)
+		return s.part(s.row(m.RelationID, source.OpInsert, m.Tuple, nil))
 	case *pglogrepl.UpdateMessage:
-		return Item{}, false, s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple)
+		return s.part(s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple))
 	case *pglogrepl.DeleteMessage:
-		return Item{}, false, s.row(m.RelationID, source.OpDelete, nil, m.OldTuple)
+		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple))
 	case *pglogrepl.TruncateMessage:
 		return Item{}, false, fmt.Errorf("a TRUNCATE of a replicated table is not supported: the sink cannot express it; recreate the changefeed after truncating")
 	case *pglogrepl.LogicalDecodingMessage:
@@ -297,32 +318,36 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	return Item{}, false, nil
 }
 
-// commit hands out the transaction's positions: each schema change its
-// own, then the rows one shared position after them. Positions follow the
-// commit time at microsecond grain and never go back.
-func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
-	tx := &Txn{CommitTime: m.CommitTime, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN}
-	for i := range s.ddls {
-		s.last = s.next(m.CommitTime)
-		d := &s.ddls[i]
-		d.CommitTs, d.TableVersion = s.last, s.last
-		st := s.tables[d.Table]
-		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, s.last
-		tx.Events = append(tx.Events, *d)
+// part hands out the open transaction's rows as a part once they pass
+// the bounds of memory.
+func (s *Stream) part(err error) (Item, bool, error) {
+	if err != nil || len(s.rows) < partRows && s.size < partBytes {
+		return Item{}, false, err
 	}
-	s.last = s.next(m.CommitTime)
-	tx.Ts = s.last
-	for i := range s.rows {
-		r := &s.rows[i]
-		st := s.tables[r.Table]
-		r.CommitTs, r.SchemaVersion, r.TableVersion = s.last, st.Version, st.Since
+	rows := s.rows
+	s.rows, s.size, s.parted = nil, 0, true
+	return Item{Part: rows}, true, nil
+}
+
+// commit completes the transaction: its schema changes become the
+// tables' schemas, and the rows not handed out in parts go with it.
+func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
+	tx := &Txn{Ts: s.rowsTs(), CommitTime: m.CommitTime, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN, Parted: s.parted}
+	for _, d := range s.ddls {
+		st := s.tables[d.Table]
+		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, d.CommitTs
+		tx.Events = append(tx.Events, d)
 	}
 	tx.Events = append(tx.Events, s.rows...)
 	tx.Marks = s.marks
+	s.last = tx.Ts
 	s.received = max(s.received, m.TransactionEndLSN)
-	s.open, s.begin, s.ddls, s.rows, s.marks = false, nil, nil, nil, nil
+	s.open, s.ddls, s.rows, s.size, s.parted, s.marks = false, nil, nil, 0, false, nil
 	return Item{Txn: tx}
 }
+
+// rowsTs is the open transaction's rows' position.
+func (s *Stream) rowsTs() model.Ts { return s.base + ddlSlots }
 
 // next is the position after the last one for a commit at t: the commit
 // time with microseconds in the logical bits, or one more than the last.
@@ -357,20 +382,33 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 			version = d.SchemaVersion + 1
 		}
 	}
-	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def)})
+	if len(s.ddls) == ddlSlots {
+		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
+	}
+	at := s.base + model.Ts(len(s.ddls))
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def)})
 	return nil
 }
 
 // pendingDef is the definition a schema change earlier in the open
 // transaction gave a table, or nil.
 func (s *Stream) pendingDef(table string) *source.TableDef {
-	var def *source.TableDef
-	for _, d := range s.ddls {
-		if d.Table == table {
-			def = d.Def
+	if d := s.pendingDDL(table); d != nil {
+		return d.Def
+	}
+	return nil
+}
+
+// pendingDDL is the last schema change of a table in the open
+// transaction, or nil.
+func (s *Stream) pendingDDL(table string) *source.Event {
+	var last *source.Event
+	for i := range s.ddls {
+		if s.ddls[i].Table == table {
+			last = &s.ddls[i]
 		}
 	}
-	return def
+	return last
 }
 
 // defOf builds a definition from a Relation message. Nullability and the
@@ -464,11 +502,14 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	if !ok {
 		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
 	}
-	def := s.pendingDef(rel.table)
-	if def == nil {
-		def = s.tables[rel.table].Def
+	// A row is written under the schema it was decoded with: the
+	// table's, or a change earlier in the transaction.
+	st := s.tables[rel.table]
+	def, version, since := st.Def, st.Version, st.Since
+	if d := s.pendingDDL(rel.table); d != nil {
+		def, version, since = d.Def, d.SchemaVersion, d.CommitTs
 	}
-	e := source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: op}
+	e := source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: op, CommitTs: s.rowsTs(), SchemaVersion: version, TableVersion: since}
 	var err error
 	if newTuple != nil {
 		if e.New, err = values(newTuple, len(def.Columns)); err != nil {
@@ -495,14 +536,21 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 		// new one, so each key's history stays whole in its partition.
 		oldKey, err := keyOf(def, e.Old)
 		if err == nil && oldKey != key {
-			s.rows = append(s.rows,
-				source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: source.OpDelete, Key: oldKey, Old: e.Old},
-				source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: source.OpInsert, Key: key, New: e.New})
+			del, ins := e, e
+			del.Op, del.Key, del.New = source.OpDelete, oldKey, nil
+			ins.Op, ins.Old = source.OpInsert, nil
+			s.add(del)
+			s.add(ins)
 			return nil
 		}
 	}
-	s.rows = append(s.rows, e)
+	s.add(e)
 	return nil
+}
+
+func (s *Stream) add(e source.Event) {
+	s.rows = append(s.rows, e)
+	s.size += e.Size()
 }
 
 // values turns a tuple into values in column order. An old tuple of an

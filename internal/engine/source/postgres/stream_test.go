@@ -107,12 +107,23 @@ func txns(t *testing.T, st *Stream, n int) []*Txn {
 	defer cancel()
 	var out []*Txn
 	var last model.Ts
+	var parts []source.Event // of the open transaction
 	for len(out) < n {
 		it, err := st.Next(ctx)
 		if err != nil {
 			t.Fatalf("after %d transactions: %v", len(out), err)
 		}
+		if it.Part != nil {
+			if len(it.Part) > partRows {
+				t.Fatalf("a part of %d rows: more than %d held in memory", len(it.Part), partRows)
+			}
+			parts = append(parts, it.Part...)
+			continue
+		}
 		if it.Txn == nil {
+			if len(parts) > 0 {
+				t.Fatalf("a resolved position inside a transaction")
+			}
 			if it.Resolved <= last {
 				t.Fatalf("resolved %v after %v", it.Resolved, last)
 			}
@@ -123,6 +134,21 @@ func txns(t *testing.T, st *Stream, n int) []*Txn {
 			t.Fatalf("transaction at %v after position %v", it.Txn.Ts, last)
 		}
 		last = it.Txn.Ts
+		if it.Txn.Parted != (len(parts) > 0) {
+			t.Fatalf("a transaction parted %v came after %d rows in parts", it.Txn.Parted, len(parts))
+		}
+		// Put the transaction together as the log holds it: schema
+		// changes, then the rows in their order.
+		var ddls, rows []source.Event
+		for _, e := range it.Txn.Events {
+			if e.Kind == source.KindDDL {
+				ddls = append(ddls, e)
+			} else {
+				rows = append(rows, e)
+			}
+		}
+		it.Txn.Events = append(append(ddls, parts...), rows...)
+		parts = nil
 		out = append(out, it.Txn)
 	}
 	return out
@@ -238,17 +264,31 @@ func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
 	}
 }
 
-func TestALargeTransactionArrivesWhole(t *testing.T) {
+// A large transaction is not held in memory: its rows come out of the
+// stream in parts as they arrive, at the position its commit gives them,
+// under the schema each was written with.
+func TestALargeTransactionComesInParts(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE big (id int8 PRIMARY KEY, v text)`)
 	st, _, _ := open(t, dsn+"&tables=big")
-	psql(t, srv, dsn, `INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 100000) g`)
+	psql(t, srv, dsn, `BEGIN;
+		INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 100000) g;
+		ALTER TABLE big ADD COLUMN w int4;
+		INSERT INTO big SELECT g, 'x', 1 FROM generate_series(100001, 110000) g;
+		COMMIT`)
 	tx := txns(t, st, 1)[0]
-	if len(tx.Events) != 100000 {
-		t.Fatalf("%d rows, want 100000", len(tx.Events))
+	if !tx.Parted || len(tx.Events) != 110001 {
+		t.Fatalf("parted %v, %d events; want parts and a schema change with 110000 rows", tx.Parted, len(tx.Events))
 	}
-	for i, e := range tx.Events {
+	ddl := tx.Events[0]
+	if ddl.Kind != source.KindDDL || ddl.CommitTs >= tx.Ts || ddl.SchemaVersion != 1 {
+		t.Fatalf("the schema change %+v, rows at %v", ddl, tx.Ts)
+	}
+	for i, e := range tx.Events[1:] {
 		if textKey(&e) != fmt.Sprint(i+1) || e.CommitTs != tx.Ts {
 			t.Fatalf("row %d: key %s at %v", i, textKey(&e), e.CommitTs)
+		}
+		if after := i >= 100000; after != (e.Def == ddl.Def) || after != (len(e.New) == 3) || after != (e.TableVersion == ddl.CommitTs) {
+			t.Fatalf("row %d is under schema version %d (%d columns)", i, e.SchemaVersion, len(e.New))
 		}
 	}
 }
@@ -294,7 +334,8 @@ func (l *memLog) Append(evs []source.Event) error {
 	l.evs = append(l.evs, evs...)
 	return nil
 }
-func (l *memLog) Resolve(model.Ts) {}
+func (l *memLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
+func (l *memLog) Resolve(model.Ts)                    {}
 func (l *memLog) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
