@@ -38,15 +38,23 @@ type Sink struct {
 	schemas map[string]bool // schema files known to exist
 	spooled int64
 	closed  bool
+	// pressure: a write waits for spool space; the next flush round
+	// writes every dispatcher with rows, due or not.
+	pressure bool
 
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
 }
 
+// dirBuffer is a directory's next data file: the encoded rows of the
+// batches written since the last flush, kept as the batches' own buffers
+// (chunks). Appending them into one buffer would copy every row again
+// and, as the buffer doubles, hold up to twice the spool.
 type dirBuffer struct {
-	dir string
-	buf bytes.Buffer
+	dir    string
+	buf    bytes.Buffer // the batch being encoded
+	chunks [][]byte
 	// the first event of the directory, for its schema file
 	first source.Event
 }
@@ -137,7 +145,11 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	defer s.mu.Unlock()
 	err := sink.WaitCond(ctx, s.cond, func() bool {
 		if s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
-			s.wakeFlusher() // backpressure: wait for a flush to free the spool
+			// Backpressure: wait for a flush to free the spool, and have
+			// the flusher write what it holds now rather than when files
+			// fill or the interval ends.
+			s.pressure = true
+			s.wakeFlusher()
 			return false
 		}
 		return true
@@ -171,10 +183,16 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 }
 
 func (d *dispatcherState) appendDir(db *dirBuffer) {
+	chunk := db.buf.Bytes()
+	if cap(chunk) > 2*len(chunk)+4096 {
+		chunk = bytes.Clone(chunk) // the spool counts bytes: hold no more
+	}
+	db.buf = bytes.Buffer{}
 	if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
-		d.bufs[n-1].buf.Write(db.buf.Bytes())
+		d.bufs[n-1].chunks = append(d.bufs[n-1].chunks, chunk)
 		return
 	}
+	db.chunks = [][]byte{chunk}
 	d.bufs = append(d.bufs, db)
 }
 
@@ -301,7 +319,7 @@ func (s *Sink) flushRound() {
 			delete(s.disp, id) // its file numbering is read back from the index if it returns
 			continue
 		}
-		due := d.flushWanted || d.bytes >= s.cfg.FileSize || (len(d.pending) > 0 && now.Sub(d.since) >= s.cfg.FlushInterval)
+		due := d.flushWanted || d.bytes >= s.cfg.FileSize || s.pressure || (len(d.pending) > 0 && now.Sub(d.since) >= s.cfg.FlushInterval)
 		if d.flushing || !due || len(d.pending) == 0 {
 			if len(d.pending) == 0 && d.flushWanted && !d.flushing {
 				d.flushWanted = false
@@ -311,6 +329,7 @@ func (s *Sink) flushRound() {
 		jobs = append(jobs, job{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq})
 		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
 	}
+	s.pressure = false
 	s.mu.Unlock()
 
 	sem := make(chan struct{}, maxParallelFlushes)
@@ -369,7 +388,7 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 			return err
 		}
 		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
-		if err := s.bucket.WriteAll(ctx, name, db.buf.Bytes(), nil); err != nil {
+		if err := s.writeChunks(ctx, name, db.chunks); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		base := name[strings.LastIndex(name, "/")+1:]
@@ -381,6 +400,28 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// writeChunks writes one object from its chunks, in order. An object
+// whose write fails is not created.
+func (s *Sink) writeChunks(ctx context.Context, name string, chunks [][]byte) error {
+	if len(chunks) == 1 {
+		return s.bucket.WriteAll(ctx, name, chunks[0], nil)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.bucket.NewWriter(wctx, name, nil)
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if _, err := w.Write(c); err != nil {
+			cancel() // abandons the object
+			_ = w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 // nextIndex continues a dispatcher's file numbering in a directory, from

@@ -174,21 +174,25 @@ func TestFullSpoolMakesWriteWait(t *testing.T) {
 		first = append(first, evs...)
 		size += 330 * len(evs)
 	}
-	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: first}); err != nil {
+	var flushed atomic.Bool
+	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: first, OnFlushed: func(error) { flushed.Store(true) }}); err != nil {
 		t.Fatal(err)
 	}
+	// The next write waits for the spool to be freed, and the flusher
+	// frees it at once: no file is full and the interval is ten minutes
+	// away, but a writer waits.
 	second := r.Read(model.TsFromMillis(start+60_000), 2000)
 	returned := make(chan error, 1)
 	go func() { returned <- s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: second}) }()
 	select {
 	case err := <-returned:
-		t.Fatalf("Write past the spool limit returned at once (%v)", err)
-	case <-time.After(100 * time.Millisecond):
+		if err != nil || !flushed.Load() {
+			t.Fatalf("Write past the spool limit returned (%v) before the spool was flushed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write waiting for spool space did not make the flusher write")
 	}
 	if err := s.Flush(context.Background(), "d1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-returned; err != nil {
 		t.Fatal(err)
 	}
 	// A cancelled context frees a waiting writer too.
