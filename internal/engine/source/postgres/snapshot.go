@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // The initial snapshot copies the rows that exist when a changefeed is
@@ -40,12 +42,28 @@ type snapshotProgress struct {
 
 func (p *snapshotProgress) done() bool { return p == nil || len(p.Tables) == 0 }
 
-// chunkRows is how many rows one chunk reads, and chunksInFlight how many
-// chunks are read ahead of the stream's watermarks: the reader does not
-// wait for one chunk's high watermark to read the next.
-var chunkRows = 16384 // a variable: tests read many small chunks
+// A chunk reads at most chunkRows rows, and about chunkBytes of them in
+// memory: the first chunk of a table reads firstChunkRows, and the rows'
+// size sets how many the next read. Larger chunks cost PostgreSQL fewer
+// index descents and watermarks. chunksInFlight chunks are read ahead of
+// the stream's watermarks: the fetcher reads the next chunks while the
+// reader waits for one chunk's high watermark.
+var chunkRows = 65536 // a variable: tests read many small chunks
 
-const chunksInFlight = 3
+const (
+	firstChunkRows = 4096
+	chunkBytes     = 16 << 20
+	chunksInFlight = 3
+)
+
+// nextChunkRows is how many rows the chunk after c reads.
+func nextChunkRows(c *chunk) int {
+	if len(c.rows) == 0 || c.bytes == 0 {
+		return min(firstChunkRows, chunkRows)
+	}
+	perRow := max(c.bytes/len(c.rows), 1)
+	return max(min(chunkBytes/perRow, chunkRows), min(1024, chunkRows))
+}
 
 // mark is a watermark's content.
 type mark struct {
@@ -53,16 +71,68 @@ type mark struct {
 	ID   string `json:"id"`
 }
 
-// chunk is a chunk in flight between its watermarks.
+// chunk is a chunk in flight between its watermarks. The fetcher fills
+// rows, last and full, then closes loaded before it writes the high
+// watermark; open and dropped belong to the reader.
 type chunk struct {
-	id    string
-	table string
-	after []string                // the key it reads after
-	rows  map[string]source.Event // by key; dropped when the stream changes the key
-	order []string                // keys in key order
-	last  []string                // the chunk's last key
-	full  bool                    // as many rows as asked: the table may hold more
-	open  bool                    // the low watermark was seen
+	id     string
+	table  string
+	def    *source.TableDef // the table's definition the rows were read under
+	rows   []source.Event   // in key order
+	last   []string         // the chunk's last key
+	full   bool             // as many rows as asked: the table may hold more
+	limit  int              // rows asked
+	bytes  int              // the rows' size in memory, about
+	loaded chan struct{}
+
+	open    bool            // the low watermark was seen
+	dropped map[string]bool // keys the stream changed in the window
+}
+
+// chunkQueue holds the chunks in flight, oldest first. The fetcher adds a
+// chunk before it writes its low watermark, so the reader knows it when
+// the watermark arrives; the reader removes it once emitted.
+type chunkQueue struct {
+	mu     sync.Mutex
+	chunks []*chunk
+	freed  chan struct{}
+}
+
+func newChunkQueue() *chunkQueue { return &chunkQueue{freed: make(chan struct{}, 1)} }
+
+func (q *chunkQueue) list() []*chunk {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]*chunk(nil), q.chunks...)
+}
+
+// add waits for a free slot, then adds c.
+func (q *chunkQueue) add(ctx context.Context, c *chunk) error {
+	for {
+		q.mu.Lock()
+		if len(q.chunks) < chunksInFlight {
+			q.chunks = append(q.chunks, c)
+			q.mu.Unlock()
+			return nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.freed:
+		}
+	}
+}
+
+// pop removes the oldest chunk.
+func (q *chunkQueue) pop() {
+	q.mu.Lock()
+	q.chunks = q.chunks[1:]
+	q.mu.Unlock()
+	select {
+	case q.freed <- struct{}{}:
+	default:
+	}
 }
 
 // snapshotConn opens the connection chunks are read on. The simple
@@ -80,26 +150,65 @@ func snapshotConn(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// startChunk writes the low watermark, reads the chunk of table after a
-// key (nil: from the start) and writes the high watermark.
-func startChunk(ctx context.Context, conn *pgx.Conn, cfg Config, table string, after []string, def *source.TableDef) (*chunk, error) {
-	c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: table, after: after, rows: map[string]source.Event{}}
+// fetchChunks reads the snapshot's chunks from where p stands, in order,
+// each between its watermarks, at most chunksInFlight ahead of the
+// reader. It runs beside the reader, so reading a chunk overlaps with
+// streaming the ones before it.
+func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQueue) error {
+	conn, err := snapshotConn(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	cat := &catalog{conn: conn, types: map[uint32]string{}}
+	tables, after := p.Tables, p.After
+	limit := min(firstChunkRows, chunkRows)
+	for len(tables) > 0 {
+		// The definition the SELECT reads under is the catalog's now; the
+		// reader checks it is still the stream's at the high watermark.
+		def, err := cat.tableDef(ctx, tables[0])
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", tables[0], explain(cfg, err))
+		}
+		c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: tables[0], def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
+		if err := q.add(ctx, c); err != nil {
+			return err
+		}
+		if err := readChunk(ctx, conn, cfg, c, after); err != nil {
+			return err
+		}
+		if c.full {
+			after, limit = c.last, nextChunkRows(c)
+		} else {
+			tables, after, limit = tables[1:], nil, min(firstChunkRows, chunkRows)
+		}
+	}
+	return nil
+}
+
+// readChunk writes the low watermark, reads the chunk (the next rows of
+// its table in key order after a key; nil: from the start) and writes
+// the high watermark.
+func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after []string) error {
 	emit := func(kind string) error {
 		b, _ := json.Marshal(mark{Kind: kind, ID: c.id})
 		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
 		return err
 	}
 	if err := emit("low"); err != nil {
-		return nil, fmt.Errorf("snapshot of %s: write the low watermark: %w", c.table, explain(cfg, err))
+		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.table, explain(cfg, err))
 	}
+	def := c.def
 	keys := def.KeyNames()
 	cols := make([]string, len(def.Columns))
 	for i, col := range def.Columns {
 		cols[i] = pgx.Identifier{col.Name}.Sanitize()
 	}
 	keyCols := make([]string, len(keys))
+	keyIdx := make([]int, len(keys))
 	for i, k := range keys {
 		keyCols[i] = pgx.Identifier{k}.Sanitize()
+		keyIdx[i] = def.Index(k)
 	}
 	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(c.table))
 	var args []any
@@ -111,44 +220,52 @@ func startChunk(ctx context.Context, conn *pgx.Conn, cfg Config, table string, a
 		}
 		q += fmt.Sprintf(" WHERE (%s) > (%s)", strings.Join(keyCols, ", "), strings.Join(ph, ", "))
 	}
-	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(keyCols, ", "), chunkRows)
+	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(keyCols, ", "), c.limit)
 	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
+		return fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
 	}
-	n := 0
+	types := keyTypes(def)
+	keyVals := make([]string, len(keys))
+	c.rows = make([]source.Event, 0, c.limit)
 	for rows.Next() {
 		raw := rows.RawValues()
 		vals := make([]source.Value, len(raw))
+		c.bytes += 128 + 40*len(raw) // the event and its values
 		for i, v := range raw {
 			if v == nil {
 				vals[i] = source.Null
 			} else {
 				vals[i] = source.Text(string(v))
+				c.bytes += len(v)
 			}
 		}
-		key, err := keyOf(def, vals)
+		for i, j := range keyIdx {
+			keyVals[i] = vals[j].Text
+		}
+		key, err := model.EncodeKeyValues(types, keyVals)
 		if err != nil {
 			rows.Close()
-			return nil, err
+			return fmt.Errorf("snapshot of %s: %w", c.table, err)
 		}
-		c.rows[key] = source.Event{Kind: source.KindDML, Table: c.table, Def: def, Op: source.OpInsert, Key: key, New: vals}
-		c.order = append(c.order, key)
-		c.last = c.last[:0]
-		for _, k := range keys {
-			c.last = append(c.last, vals[def.Index(k)].Text)
-		}
-		n++
+		c.rows = append(c.rows, source.Event{Kind: source.KindDML, Table: c.table, Def: def, Op: source.OpInsert, Key: key, New: vals})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
+		return fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
 	}
-	c.full = n == chunkRows
+	if n := len(c.rows); n > 0 {
+		last := c.rows[n-1].New
+		for _, j := range keyIdx {
+			c.last = append(c.last, last[j].Text)
+		}
+	}
+	c.full = len(c.rows) == c.limit
+	close(c.loaded)
 	if err := emit("high"); err != nil {
-		return nil, fmt.Errorf("snapshot of %s: write the high watermark: %w", c.table, explain(cfg, err))
+		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.table, explain(cfg, err))
 	}
-	return c, nil
+	return nil
 }
 
 // observe applies a committed transaction to the chunk in flight: its
@@ -172,29 +289,29 @@ func (c *chunk) observe(tx *Txn) bool {
 	return high
 }
 
-// observeRows drops from the chunk the keys that rows committed after its
-// low watermark change: the stream carries the newer row.
+// observeRows notes the keys of the chunk's table that rows committed
+// after its low watermark change: the stream carries the newer row.
 func (c *chunk) observeRows(events []source.Event) {
 	if !c.open {
 		return
 	}
 	for i := range events {
 		if e := &events[i]; e.Kind == source.KindDML && e.Table == c.table {
-			delete(c.rows, e.Key)
+			c.dropped[e.Key] = true
 		}
 	}
 }
 
-// emit turns what is left of the chunk into inserts at the high
-// watermark's position, under the table's current schema version.
+// emit turns the chunk's rows the stream did not change into inserts at
+// the high watermark's position, under the table's current schema, which
+// the caller has checked is the one they were read under.
 func (c *chunk) emit(tx *Txn, st TableState) []source.Event {
-	out := make([]source.Event, 0, len(c.rows))
-	for _, k := range c.order {
-		e, ok := c.rows[k]
-		if !ok {
+	out := make([]source.Event, 0, len(c.rows)-len(c.dropped))
+	for _, e := range c.rows {
+		if c.dropped[e.Key] {
 			continue
 		}
-		e.CommitTs, e.SchemaVersion, e.TableVersion = tx.Ts, st.Version, st.Since
+		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = st.Def, tx.Ts, st.Version, st.Since
 		out = append(out, e)
 	}
 	return out
@@ -210,27 +327,6 @@ func (p *snapshotProgress) advance(c *chunk, emitted int) *snapshotProgress {
 		next.Tables, next.After = p.Tables[1:], nil
 	}
 	return next
-}
-
-// nextChunk says what the chunk after the ones in flight reads: a table
-// and the key after which; false when the snapshot has nothing more to
-// read beyond them.
-func nextChunk(p *snapshotProgress, inFlight []*chunk) (string, []string, bool) {
-	if p.done() {
-		return "", nil, false
-	}
-	tables, after := p.Tables, p.After
-	for _, c := range inFlight {
-		if c.full {
-			after = c.last
-		} else {
-			tables, after = tables[1:], nil
-		}
-	}
-	if len(tables) == 0 {
-		return "", nil, false
-	}
-	return tables[0], after, true
 }
 
 // snapshotStatus describes the snapshot's progress for operators.

@@ -143,38 +143,35 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
-	var chunks []*chunk // the snapshot's chunks in flight, in read order
-	var snapConn *pgx.Conn
+	// The snapshot's chunks are read beside the stream; a failed read
+	// ends the pull with its reason.
+	chunks := newChunkQueue()
+	sctx, stopFetch := context.WithCancelCause(ctx)
+	fetched := make(chan struct{})
 	defer func() {
-		if snapConn != nil {
-			_ = snapConn.Close(context.Background())
+		stopFetch(nil)
+		<-fetched
+	}()
+	go func() {
+		defer close(fetched)
+		if snap != nil {
+			if err := fetchChunks(sctx, s.cfg, snap, chunks); err != nil {
+				stopFetch(err)
+			}
 		}
 	}()
 	for {
-		for snap != nil && len(chunks) < chunksInFlight {
-			table, after, more := nextChunk(snap, chunks)
-			if !more {
-				break
-			}
-			if snapConn == nil {
-				if snapConn, err = snapshotConn(ctx, s.cfg); err != nil {
-					return err
-				}
-			}
-			c, err := startChunk(ctx, snapConn, s.cfg, table, after, st.Tables()[table].Def)
-			if err != nil {
-				return err
-			}
-			chunks = append(chunks, c)
-		}
-		it, err := st.Next(ctx)
+		it, err := st.Next(sctx)
 		if err != nil {
+			if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
+				return cause
+			}
 			return err
 		}
 		if it.Part != nil {
 			// Rows of a large transaction, to disk as they arrive. Chunks
 			// in flight drop the keys it changes, as for any transaction.
-			for _, c := range chunks {
+			for _, c := range chunks.list() {
 				c.observeRows(it.Part)
 			}
 			if err := w.AppendPart(it.Part); err != nil {
@@ -200,8 +197,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		// Every chunk in flight sees the transaction's rows; the oldest may
 		// reach its high watermark (watermarks arrive in the order they
 		// were written, one a transaction).
+		inFlight := chunks.list()
 		high := false
-		for i, c := range chunks {
+		for i, c := range inFlight {
 			if c.observe(tx) {
 				if i != 0 {
 					return fmt.Errorf("snapshot: the high watermark of chunk %s arrived before an older chunk's", c.id)
@@ -210,13 +208,22 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 		}
 		if high {
-			c := chunks[0]
-			rows := c.emit(tx, st.Tables()[c.table])
+			c := inFlight[0]
+			<-c.loaded // closed before the high watermark was written
+			cur := st.Tables()[c.table]
+			if !sameColumns(c.def, cur.Def) {
+				// A schema change committed between the chunk's read and
+				// its high watermark: its rows have the old columns. The
+				// reader starts again from the checkpoint and reads the
+				// chunk under the new schema.
+				return fmt.Errorf("snapshot: the columns of %s changed while a chunk was read; reading it again", c.table)
+			}
+			rows := c.emit(tx, cur)
 			tx.Events = append(tx.Events, rows...)
 			if snap = snap.advance(c, len(rows)); snap.done() {
 				snap = nil
 			}
-			chunks = chunks[1:]
+			chunks.pop()
 		}
 		if len(tx.Events) > 0 {
 			if err := w.Append(tx.Events); err != nil {
