@@ -36,6 +36,11 @@ func startPostgres(t *testing.T) (*pgserver.Server, string) {
 	if _, err := srv.Psql(ctx, "shop", `
 CREATE TABLE orders (id int8 PRIMARY KEY, region text NOT NULL, amount numeric(10,2), note text, paid bool, at timestamptz);
 CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));
+-- No primary key, and equal rows: one partition, rows told apart by
+-- their whole image.
+CREATE TABLE events (kind text, payload text, n int4);
+ALTER TABLE events REPLICA IDENTITY FULL;
+INSERT INTO events SELECT (ARRAY['a','b'])[g % 2 + 1], 'p' || (g % 100), 0 FROM generate_series(1, 2000) g;
 -- Rows that exist before any changefeed: the initial snapshot copies them.
 INSERT INTO orders SELECT g, (ARRAY['eu','us','ap'])[g % 3 + 1], g / 10.0, NULL, g % 2 = 0, now() FROM generate_series(1, 6000) g;
 INSERT INTO items SELECT 'sku-' || (g % 50), g, g % 9 + 1, ARRAY['a', 'b c'] FROM generate_series(1, 6000) g;`); err != nil {
@@ -55,6 +60,7 @@ type workload struct {
 	err      error
 	n        int   // committed transactions
 	next     int64 // the next order id
+	events   bool  // also change the keyless events table
 }
 
 func startWorkload(t *testing.T, dsn string) *workload {
@@ -146,6 +152,9 @@ func (w *workload) session() error {
 					added = append(added, nid)
 				}
 			}
+			if err == nil && w.events {
+				err = w.eventsChange(ctx, tx, rng)
+			}
 			if err != nil {
 				_ = tx.Rollback(ctx)
 				return err
@@ -172,6 +181,22 @@ func (w *workload) session() error {
 	}
 }
 
+// eventsChange inserts, updates or deletes one row of the keyless events
+// table, often one of several equal rows.
+func (w *workload) eventsChange(ctx context.Context, tx pgx.Tx, rng *rand.Rand) error {
+	payload := fmt.Sprintf("p%d", rng.Intn(100))
+	var err error
+	switch rng.Intn(3) {
+	case 0:
+		_, err = tx.Exec(ctx, `INSERT INTO events VALUES ($1, $2, 0)`, []string{"a", "b"}[rng.Intn(2)], payload)
+	case 1:
+		_, err = tx.Exec(ctx, `UPDATE events SET n = n + 1 WHERE ctid = (SELECT ctid FROM events WHERE payload = $1 LIMIT 1)`, payload)
+	default:
+		_, err = tx.Exec(ctx, `DELETE FROM events WHERE ctid = (SELECT ctid FROM events WHERE payload = $1 LIMIT 1)`, payload)
+	}
+	return err
+}
+
 // finish stops the workload and returns when its last transaction ended.
 func (w *workload) finish(t *testing.T) time.Time {
 	t.Helper()
@@ -196,7 +221,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	source := dsn + "&tables=public.orders,public.items"
+	source := dsn + "&tables=public.orders,public.items,public.events"
 	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "pg", Source: source, Sink: sink})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +245,8 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	if strings.Join(bounds, " ") != "1501 3001 4501" {
 		t.Fatalf("orders cut at %v, want the quantiles 1501 3001 4501", bounds)
 	}
-	w := startWorkload(t, dsn)
+	w := &workload{dsn: dsn, events: true, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
 	defer func() {
 		select {
 		case <-w.done:
@@ -243,6 +269,13 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	for _, r := range tc.state().Partitions["pg"] {
 		if start, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "public.orders" && start == "1501" {
 			orders = r.Route // [1501, 3001)
+		}
+	}
+	for _, r := range tc.state().Partitions["pg"] {
+		if r.Route.Span.Table == "public.events" {
+			if _, err := plan.Split(tc.snapshot(c), r.Route.ID, "x", plan.DefaultCosts); err == nil || !strings.Contains(err.Error(), "has no primary key, so it is one partition that cannot be split") {
+				t.Fatalf("a split of the keyless table: %v", err)
+			}
 		}
 	}
 	if _, err := plan.Split(tc.snapshot(c), orders.ID, "three thousand", plan.DefaultCosts); err == nil || !strings.Contains(err.Error(), `key "three thousand" does not parse for the key columns (int8)`) {
@@ -296,7 +329,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := []string{"public.orders", "public.items"}
+	tables := []string{"public.orders", "public.items", "public.events"}
 	wait := func(_ context.Context, ts model.Ts) (model.Ts, error) { return tc.waitCheckpoint(c, "pg", ts), nil }
 	if rep, err := verify.Database(ctx, sink, up, tables, wait); err != nil || !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after a move and a drain, under load: %+v %v", rep, err)

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,6 +22,14 @@ import (
 // A span's Key names the key's column types ("int8", "text,int4"); empty
 // means the keys are plain text (the gen source) and are not encoded.
 
+// NoKey is the key types of a table without a primary key: its rows have
+// no key to route by (every row's key is ""), so it is one partition that
+// cannot be split.
+const NoKey = "-"
+
+// ErrNoKey refuses a key for a table without a primary key.
+var ErrNoKey = errors.New("the table has no primary key, so it is one partition that cannot be split")
+
 // keySep joins the columns of a composite key.
 const keySep = "\x00"
 
@@ -36,6 +46,12 @@ func isIntType(t string) bool {
 func EncodeKeyValues(keyTypes string, values []string) (string, error) {
 	if keyTypes == "" {
 		return strings.Join(values, ","), nil
+	}
+	if keyTypes == NoKey {
+		if len(values) > 0 {
+			return "", ErrNoKey
+		}
+		return "", nil
 	}
 	if n := strings.Count(keyTypes, ",") + 1; len(values) != n {
 		return "", fmt.Errorf("the key has %d columns (%s), got %d values", n, keyTypes, len(values))
@@ -84,6 +100,9 @@ func EncodeKey(keyTypes, text string) (string, error) {
 	if keyTypes == "" {
 		return text, nil
 	}
+	if keyTypes == NoKey {
+		return "", ErrNoKey
+	}
 	values := []string{text}
 	if n := len(strings.Split(keyTypes, ",")); n > 1 {
 		values = strings.SplitN(text, ",", n)
@@ -98,7 +117,7 @@ func EncodeKey(keyTypes, text string) (string, error) {
 // DecodeKey turns an encoded key back into its text form ("1500",
 // "eu,42"); "" stays "" (an open bound).
 func DecodeKey(keyTypes, enc string) string {
-	if keyTypes == "" || enc == "" {
+	if keyTypes == "" || keyTypes == NoKey || enc == "" {
 		return enc
 	}
 	types := strings.Split(keyTypes, ",")
@@ -111,4 +130,13 @@ func DecodeKey(keyTypes, enc string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// ImageKey names one row of a table without a primary key, where only the
+// whole row tells rows apart: its image (column to text, nil for NULL) as
+// JSON with the columns in name order, then '#' and which copy of that
+// image it is (1, 2, ...), since such a table may hold equal rows.
+func ImageKey(row map[string]*string, copyNo int) string {
+	b, _ := json.Marshal(row) // maps marshal in key order
+	return string(b) + "#" + strconv.Itoa(copyNo)
 }

@@ -102,6 +102,10 @@ func ValidateSplit(s *model.Snapshot, id, key string) (model.PartitionState, err
 	if err != nil {
 		return p, err
 	}
+	if p.Route.Span.Key == model.NoKey {
+		return p, &Refusal{RefuseInvalid, fmt.Sprintf("cannot split %s: table %s has no primary key, so it is one partition that cannot be split", id, p.Route.Span.Table),
+			"add a primary key to the table (ALTER TABLE ... ADD PRIMARY KEY) and create the changefeed again to split it; a move still works"}
+	}
 	enc, err := model.EncodeKey(p.Route.Span.Key, key)
 	if err != nil {
 		return p, &Refusal{RefuseInvalid, fmt.Sprintf("cannot split %s: %v", id, err), "give the key as text, e.g. --key 1500 for an integer key ('cdcctl partition get " + id + "' shows the range)"}

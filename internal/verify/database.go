@@ -139,6 +139,12 @@ func rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows,
 		}
 		all = append(all, st.Changes...)
 	}
+	if len(all) > 0 && len(all[0].PkNames) == 0 {
+		all = onceEach(streams, table, upTo)
+		sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
+		rows, n := rebuildKeyless(all, upTo)
+		return rows, n, dups
+	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
 	rows := Rows{}
 	var n uint64
@@ -229,4 +235,134 @@ func addExample(rep *Report, s string) {
 	if len(rep.Examples) < maxExamples {
 		rep.Examples = append(rep.Examples, s)
 	}
+}
+
+// onceEach is a table's changes with the replays left out. Applying a
+// change again is harmless for a keyed table (the row is set again) but
+// not for a table without a key, where a replayed insert is one more
+// equal row. A replay after a crash writes a transaction's changes again
+// from another dispatcher: the same position, operation and rows. So
+// each such change is taken as many times as the one stream holding it
+// most often holds it.
+func onceEach(streams []storage.ChangeStream, table string, upTo model.Ts) []codec.Change {
+	taken := map[string]int{}
+	var out []codec.Change
+	for _, st := range streams {
+		if st.Database+"."+st.Table != table {
+			continue
+		}
+		here := map[string]int{}
+		for _, c := range st.Changes {
+			if c.CommitTs > upTo {
+				continue
+			}
+			data, _ := json.Marshal(c.Data)
+			old, _ := json.Marshal(c.Old)
+			id := fmt.Sprintf("%d %s %s %s", c.CommitTs, c.Op, data, old)
+			here[id]++
+			if here[id] > taken[id] {
+				taken[id] = here[id]
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// rebuildKeyless rebuilds a table without a primary key: a multiset of
+// rows, keyed as the upstream keys them (model.ImageKey). A delete
+// removes one row equal to the row it carries; an update changes one row
+// equal to its old image (its row with the old values of the columns it
+// changed). A change of a row that is not there adds its new row, or
+// does nothing for a delete.
+func rebuildKeyless(all []codec.Change, upTo model.Ts) (Rows, uint64) {
+	var live []map[string]*string // nil once removed
+	byImage := map[string][]int{} // image -> indexes in live
+	image := func(r map[string]*string) string { return model.ImageKey(r, 0) }
+	add := func(r map[string]*string) {
+		byImage[image(r)] = append(byImage[image(r)], len(live))
+		live = append(live, r)
+	}
+	// take removes and returns one row equal to r on r's columns (an
+	// unchanged TOAST value is left out of a change).
+	take := func(r map[string]*string) map[string]*string {
+		if ids := byImage[image(r)]; len(ids) > 0 {
+			i := ids[len(ids)-1]
+			byImage[image(r)] = ids[:len(ids)-1]
+			row := live[i]
+			live[i] = nil
+			return row
+		}
+		for i, row := range live {
+			if row == nil || !agrees(row, r) {
+				continue
+			}
+			img := image(row)
+			ids := byImage[img]
+			for j, id := range ids {
+				if id == i {
+					byImage[img] = append(ids[:j], ids[j+1:]...)
+					break
+				}
+			}
+			live[i] = nil
+			return row
+		}
+		return nil
+	}
+	var n uint64
+	for i := range all {
+		c := &all[i]
+		if c.CommitTs > upTo {
+			break
+		}
+		n++
+		switch c.Op {
+		case "DELETE":
+			take(c.Data)
+		case "UPDATE":
+			old := map[string]*string{}
+			for col, v := range c.Data {
+				old[col] = v
+			}
+			for col, v := range c.Old {
+				old[col] = v
+			}
+			row := take(old)
+			if row == nil {
+				row = map[string]*string{}
+			}
+			next := map[string]*string{}
+			for col, v := range row {
+				next[col] = v
+			}
+			for col, v := range c.Data {
+				next[col] = v
+			}
+			add(next)
+		default:
+			add(c.Data)
+		}
+	}
+	rows := Rows{}
+	copies := map[string]int{}
+	for _, row := range live {
+		if row != nil {
+			img := image(row)
+			copies[img]++
+			rows[model.ImageKey(row, copies[img])] = row
+		}
+	}
+	return rows, n
+}
+
+// agrees says row has r's values in r's columns.
+func agrees(row, r map[string]*string) bool {
+	for col, v := range r {
+		w, ok := row[col]
+		if !ok || (v == nil) != (w == nil) || v != nil && *v != *w {
+			return false
+		}
+	}
+	return true
 }

@@ -227,7 +227,9 @@ type Change struct {
 	// Data is the row image: the row after an insert or update, the
 	// deleted row of a delete. A column left out did not change (an
 	// unchanged PostgreSQL TOAST value); nil is SQL NULL.
-	Data     map[string]*string
+	Data map[string]*string
+	// Old holds the old values of the columns an update changed.
+	Old      map[string]*string
 	CommitTs model.Ts
 }
 
@@ -250,7 +252,11 @@ func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
 	}
 	var out []Change
 	err := eachCanalRow(data, func(m *canalRow) error {
-		out = append(out, Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs)})
+		c := Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs)}
+		if len(m.Old) > 0 {
+			c.Old = m.Old[0]
+		}
+		out = append(out, c)
 		return nil
 	})
 	return out, err

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // TableReader reads upstream tables whole, in PostgreSQL's text form, for
 // verify: rows by primary key (key columns' text joined by commas, as
-// sinks key them), column name to text, nil for NULL.
+// sinks key them; model.ImageKey for a table without one), column name
+// to text, nil for NULL.
 type TableReader struct {
 	ConnString string
 }
@@ -78,6 +81,7 @@ func readRows(ctx context.Context, tx pgx.Tx, table string, keys []string) (map[
 	}
 	defer rows.Close()
 	out := map[string]map[string]*string{}
+	copies := map[string]int{}
 	fields := rows.FieldDescriptions()
 	for rows.Next() {
 		raw := rows.RawValues()
@@ -89,6 +93,13 @@ func readRows(ctx context.Context, tx pgx.Tx, table string, keys []string) (map[
 			} else {
 				row[fields[i].Name] = nil
 			}
+		}
+		if len(keys) == 0 {
+			// No primary key: rows are told apart by their whole image.
+			img := model.ImageKey(row, 0)
+			copies[img]++
+			out[model.ImageKey(row, copies[img])] = row
+			continue
 		}
 		parts := make([]string, len(keys))
 		for i, k := range keys {

@@ -46,7 +46,17 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 			return Upstream{}, explain(cfg, err)
 		}
 		if len(def.KeyNames()) == 0 {
-			return Upstream{}, fmt.Errorf("table %s has no primary key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)): partitions are ranges of the primary key", t, t)
+			// A keyless table is replicated as one partition; its updates
+			// and deletes must carry the whole old row to say which row
+			// they change (and PostgreSQL refuses them on a published
+			// table without a replica identity).
+			var ident string
+			if err := cat.conn.QueryRow(ctx, `SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass`, quoteQualified(t)).Scan(&ident); err != nil {
+				return Upstream{}, explain(cfg, err)
+			}
+			if ident != "f" {
+				return Upstream{}, fmt.Errorf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) so it can be split into key ranges, or replicate it as one partition with ALTER TABLE %s REPLICA IDENTITY FULL", t, t, t)
+			}
 		}
 		up.Defs[t] = def
 	}

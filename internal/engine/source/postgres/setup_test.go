@@ -74,7 +74,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 	db := dsn[strings.LastIndex(dsn, "/")+1 : strings.Index(dsn, "?")]
 	for _, tc := range []struct{ name, uri, want string }{
 		{"unknown table", dsn + "&tables=nosuch", "table public.nosuch does not exist"},
-		{"no primary key", dsn + "&tables=keyless", "has no primary key; add one"},
+		{"no primary key", dsn + "&tables=keyless", "has no primary key: add one (ALTER TABLE public.keyless ADD PRIMARY KEY (...)) so it can be split into key ranges, or replicate it as one partition with ALTER TABLE public.keyless REPLICA IDENTITY FULL"},
 		{"unknown database", strings.Replace(dsn, "/"+db+"?", "/nosuchdb?", 1) + "&tables=keyed", "check the database name"},
 		{"no replication privilege", strings.Replace(dsn, "postgres@", "reader@", 1) + "&tables=keyed", "may not replicate: grant it with ALTER ROLE reader REPLICATION"},
 		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},

@@ -170,6 +170,13 @@ func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQ
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", tables[0], explain(cfg, err))
 		}
+		if len(def.KeyNames()) == 0 {
+			if err := copyKeyless(ctx, cfg, conn, tables[0], def, limit, q); err != nil {
+				return err
+			}
+			tables, after, limit = tables[1:], nil, min(firstChunkRows, chunkRows)
+			continue
+		}
 		c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: tables[0], def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
 		if err := q.add(ctx, c); err != nil {
 			return err
@@ -186,10 +193,67 @@ func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQ
 	return nil
 }
 
-// readChunk writes the low watermark, reads the chunk (the next rows of
-// its table in key order after a key; nil: from the start) and writes
-// the high watermark.
-func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after []string) error {
+// copyKeyless copies a table without a primary key. Its rows cannot be
+// told apart, so the window of a chunk (drop the rows the stream changed)
+// cannot apply: the table is read under a SHARE lock instead, which holds
+// off its writers while it is read, so no change to it commits between
+// any of its chunks' watermarks. The chunks are read from one cursor in
+// the locked transaction; the watermarks go through marks, another
+// connection, so they commit while the lock is held.
+func copyKeyless(ctx context.Context, cfg Config, marks *pgx.Conn, table string, def *source.TableDef, limit int, q *chunkQueue) error {
+	conn, err := snapshotConn(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	fail := func(what string, err error) error {
+		return fmt.Errorf("snapshot of %s (no primary key: read under a SHARE lock): %s: %w", table, what, explain(cfg, err))
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fail("begin", err)
+	}
+	defer tx.Rollback(context.Background())
+	cols := make([]string, len(def.Columns))
+	for i, col := range def.Columns {
+		cols[i] = pgx.Identifier{col.Name}.Sanitize()
+	}
+	for _, stmt := range []string{
+		// A writer holding the table for long makes the lock wait; the
+		// reader then fails with this reason and tries again.
+		`SET LOCAL lock_timeout = '30s'`,
+		"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
+		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(table)),
+	} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fail(stmt, err)
+		}
+	}
+	for {
+		c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: table, def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
+		if err := q.add(ctx, c); err != nil {
+			return err
+		}
+		err := withWatermarks(ctx, marks, cfg, c, func() error {
+			rows, err := tx.Query(ctx, fmt.Sprintf("FETCH %d FROM cdcctl_snapshot", c.limit))
+			if err != nil {
+				return fail("fetch", err)
+			}
+			return c.load(rows, nil)
+		})
+		if err != nil {
+			return err
+		}
+		if !c.full {
+			return tx.Commit(ctx)
+		}
+		limit = nextChunkRows(c)
+	}
+}
+
+// withWatermarks writes a chunk's low watermark, reads it, and writes
+// its high watermark.
+func withWatermarks(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, read func() error) error {
 	emit := func(kind string) error {
 		b, _ := json.Marshal(mark{Kind: kind, ID: c.id})
 		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
@@ -198,6 +262,60 @@ func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after 
 	if err := emit("low"); err != nil {
 		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.table, explain(cfg, err))
 	}
+	if err := read(); err != nil {
+		return err
+	}
+	close(c.loaded)
+	if err := emit("high"); err != nil {
+		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.table, explain(cfg, err))
+	}
+	return nil
+}
+
+// load reads a chunk's rows from a query; keyIdx are the key columns'
+// positions (none for a table without a key).
+func (c *chunk) load(rows pgx.Rows, keyIdx []int) error {
+	defer rows.Close()
+	types := keyTypes(c.def)
+	keyVals := make([]string, len(keyIdx))
+	c.rows = make([]source.Event, 0, c.limit)
+	for rows.Next() {
+		raw := rows.RawValues()
+		vals := make([]source.Value, len(raw))
+		c.bytes += 128 + 40*len(raw) // the event and its values
+		for i, v := range raw {
+			if v == nil {
+				vals[i] = source.Null
+			} else {
+				vals[i] = source.Text(string(v))
+				c.bytes += len(v)
+			}
+		}
+		for i, j := range keyIdx {
+			keyVals[i] = vals[j].Text
+		}
+		key, err := model.EncodeKeyValues(types, keyVals)
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", c.table, err)
+		}
+		c.rows = append(c.rows, source.Event{Kind: source.KindDML, Table: c.table, Def: c.def, Op: source.OpInsert, Key: key, New: vals})
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("snapshot of %s: %w", c.table, err)
+	}
+	if n := len(c.rows); n > 0 {
+		last := c.rows[n-1].New
+		for _, j := range keyIdx {
+			c.last = append(c.last, last[j].Text)
+		}
+	}
+	c.full = len(c.rows) == c.limit
+	return nil
+}
+
+// readChunk reads a chunk, the next rows of its table in key order after
+// a key (nil: from the start), between its watermarks.
+func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after []string) error {
 	def := c.def
 	keys := def.KeyNames()
 	cols := make([]string, len(def.Columns))
@@ -221,51 +339,13 @@ func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after 
 		q += fmt.Sprintf(" WHERE (%s) > (%s)", strings.Join(keyCols, ", "), strings.Join(ph, ", "))
 	}
 	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(keyCols, ", "), c.limit)
-	rows, err := conn.Query(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
-	}
-	types := keyTypes(def)
-	keyVals := make([]string, len(keys))
-	c.rows = make([]source.Event, 0, c.limit)
-	for rows.Next() {
-		raw := rows.RawValues()
-		vals := make([]source.Value, len(raw))
-		c.bytes += 128 + 40*len(raw) // the event and its values
-		for i, v := range raw {
-			if v == nil {
-				vals[i] = source.Null
-			} else {
-				vals[i] = source.Text(string(v))
-				c.bytes += len(v)
-			}
-		}
-		for i, j := range keyIdx {
-			keyVals[i] = vals[j].Text
-		}
-		key, err := model.EncodeKeyValues(types, keyVals)
+	return withWatermarks(ctx, conn, cfg, c, func() error {
+		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
-			rows.Close()
-			return fmt.Errorf("snapshot of %s: %w", c.table, err)
+			return fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
 		}
-		c.rows = append(c.rows, source.Event{Kind: source.KindDML, Table: c.table, Def: def, Op: source.OpInsert, Key: key, New: vals})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("snapshot of %s: %w", c.table, explain(cfg, err))
-	}
-	if n := len(c.rows); n > 0 {
-		last := c.rows[n-1].New
-		for _, j := range keyIdx {
-			c.last = append(c.last, last[j].Text)
-		}
-	}
-	c.full = len(c.rows) == c.limit
-	close(c.loaded)
-	if err := emit("high"); err != nil {
-		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.table, explain(cfg, err))
-	}
-	return nil
+		return c.load(rows, keyIdx)
+	})
 }
 
 // observe applies a committed transaction to the chunk in flight: its
@@ -292,8 +372,8 @@ func (c *chunk) observe(tx *Txn) bool {
 // observeRows notes the keys of the chunk's table that rows committed
 // after its low watermark change: the stream carries the newer row.
 func (c *chunk) observeRows(events []source.Event) {
-	if !c.open {
-		return
+	if !c.open || keyTypes(c.def) == model.NoKey {
+		return // a keyless table is read under a lock: nothing changes it
 	}
 	for i := range events {
 		if e := &events[i]; e.Kind == source.KindDML && e.Table == c.table {

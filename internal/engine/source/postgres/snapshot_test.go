@@ -248,3 +248,104 @@ func (l *memLog) has(key string) bool {
 	}
 	return false
 }
+
+// A table without a primary key is copied under a SHARE lock, in chunks
+// from one cursor, while a workload writes to it (its writes wait for the
+// copy): the rows delivered, applied in order as a multiset, equal the
+// table afterwards, equal rows counted.
+func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4);
+		ALTER TABLE k REPLICA IDENTITY FULL;
+		INSERT INTO k SELECT 'k' || (g % 50), 0 FROM generate_series(1, 3000) g`)
+	ctx := context.Background()
+	defer func(n int) { chunkRows = n }(chunkRows)
+	chunkRows = 700 // five chunks under one lock
+	uri, pos, err := Pin(ctx, dsn+"&tables=k", "keyless", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open(uri, source.Env{Changefeed: "keyless"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &memLog{}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- src.Pull(pctx, pos, log) }()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewSource(5))
+	for i := 0; i < 300; i++ {
+		kind := fmt.Sprintf("k%d", rng.Intn(50))
+		var err error
+		switch rng.Intn(3) {
+		case 0:
+			_, err = conn.Exec(ctx, `INSERT INTO k VALUES ($1, 0)`, kind)
+		case 1:
+			_, err = conn.Exec(ctx, `UPDATE k SET n = n + 1 WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
+		default:
+			_, err = conn.Exec(ctx, `DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	psql(t, srv, dsn, `INSERT INTO k VALUES ('last', -1)`)
+	image := func(vs []source.Value) string { return vs[0].Text + "/" + vs[1].Text }
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		log.mu.Lock()
+		n := len(log.evs)
+		last := n > 0 && log.evs[n-1].New != nil && image(log.evs[n-1].New) == "last/-1"
+		log.mu.Unlock()
+		if last {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the reader stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last change did not arrive (%d events)", n)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	log.mu.Lock()
+	for _, e := range log.evs {
+		switch e.Op {
+		case source.OpInsert:
+			got[image(e.New)]++
+		case source.OpUpdate:
+			got[image(e.Old)]--
+			got[image(e.New)]++
+		case source.OpDelete:
+			got[image(e.Old)]--
+		}
+	}
+	log.mu.Unlock()
+	want := map[string]int{}
+	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT kind || '/' || n FROM k`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range splitLines(out) {
+		want[line]++
+	}
+	for img, n := range want {
+		if got[img] != n {
+			t.Errorf("row %s: %d copies delivered, %d upstream", img, got[img], n)
+		}
+	}
+	for img, n := range got {
+		if _, ok := want[img]; !ok && n != 0 {
+			t.Errorf("row %s: %d copies delivered, none upstream", img, n)
+		}
+	}
+}

@@ -143,6 +143,10 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
+	keyless := map[string]bool{}
+	for t, ts := range p.Tables {
+		keyless[t] = ts.Def != nil && keyTypes(ts.Def) == model.NoKey
+	}
 	// The snapshot's chunks are read beside the stream; a failed read
 	// ends the pull with its reason.
 	chunks := newChunkQueue()
@@ -174,7 +178,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			for _, c := range chunks.list() {
 				c.observeRows(it.Part)
 			}
-			if err := w.AppendPart(it.Part); err != nil {
+			if err := w.AppendPart(notCopiedYet(it.Part, snap, keyless)); err != nil {
 				return err
 			}
 			continue
@@ -194,6 +198,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
+		tx.Events = notCopiedYet(tx.Events, snap, keyless)
 		// Every chunk in flight sees the transaction's rows; the oldest may
 		// reach its high watermark (watermarks arrive in the order they
 		// were written, one a transaction).
@@ -238,6 +243,33 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Snapshot: snap})
 		s.mu.Unlock()
 	}
+}
+
+// notCopiedYet drops the rows of keyless tables the snapshot has still to
+// copy. Such a table is copied whole under a lock, so its copy holds every
+// change committed before it; the stream's rows of it from before then
+// would count twice, and nothing tells equal rows apart downstream.
+func notCopiedYet(events []source.Event, snap *snapshotProgress, keyless map[string]bool) []source.Event {
+	if snap == nil {
+		return events
+	}
+	pending := map[string]bool{}
+	for _, t := range snap.Tables {
+		if keyless[t] {
+			pending[t] = true
+		}
+	}
+	if len(pending) == 0 {
+		return events
+	}
+	out := events[:0:0]
+	for _, e := range events {
+		if e.Kind == source.KindDML && pending[e.Table] {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // ResumePoint implements source.Puller: the last transaction end at or
@@ -297,6 +329,9 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	def, err := cat.tableDef(ctx, table)
 	if err != nil {
 		return nil, err
+	}
+	if len(def.KeyNames()) == 0 {
+		return nil, nil // one partition: no key to cut at
 	}
 	var estimate float64
 	if err := cat.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&estimate); err != nil {

@@ -71,7 +71,11 @@ type Stream struct {
 	rels   map[uint32]*relation   // by relation id, for this session
 	last   model.Ts               // the last position handed out
 
-	received   pglogrepl.LSN
+	received pglogrepl.LSN
+	// A probe of the upstream: its WAL insert position and clock at one
+	// instant; 0 when none is pending.
+	probeLSN   pglogrepl.LSN
+	probeAt    time.Time
 	confirmed  atomic.Uint64 // pglogrepl.LSN; Confirm may come from any goroutine
 	nextStatus time.Time
 
@@ -115,12 +119,13 @@ var errSlotInUse = errors.New("the replication slot is in use by another consume
 // keepalive, which resolves an idle stream.
 const statusInterval = time.Second
 
-// resolvedMargin keeps a resolved position behind the server's clock: a
-// transaction's commit time is taken just before its commit record is
-// written, so one committing at the moment of a keepalive can carry a
-// slightly earlier time. Commit positions then never need clamping
-// against a resolved one, which keeps them the same when a stream is
-// read again from a checkpoint.
+// resolvedMargin keeps a resolved position behind the clock of the probe
+// it comes from: a transaction's commit time is taken just before its
+// commit record is written, so one committing at the moment of the probe
+// can carry a slightly earlier time and a record after the probe's
+// position. Commit positions then never need clamping against a resolved
+// one, which keeps them the same when a stream is read again from a
+// checkpoint: a dispatcher's position means the same transactions.
 const resolvedMargin = 50 * time.Millisecond
 
 // OpenStream starts reading the slot after a position: from is the
@@ -238,6 +243,20 @@ func (s *Stream) maybeSendStatus(ctx context.Context, now bool) error {
 	if !now && time.Now().Before(s.nextStatus) {
 		return nil
 	}
+	if s.probeLSN == 0 {
+		// Where the WAL ends now, by the server's clock: a resolved
+		// position once the stream has passed it.
+		var lsn string
+		var at time.Time
+		if err := s.cat.conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, clock_timestamp()`).Scan(&lsn, &at); err != nil {
+			return fmt.Errorf("read the upstream's WAL position: %w", explain(s.cfg, err))
+		}
+		p, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return err
+		}
+		s.probeLSN, s.probeAt = p, at
+	}
 	confirmed := pglogrepl.LSN(s.confirmed.Load())
 	// Asking for a reply makes the server answer with a keepalive: the
 	// resolved position of an idle upstream moves every interval.
@@ -271,13 +290,20 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 			return Item{}, false, nil
 		}
 		s.received = max(s.received, ka.ServerWALEnd)
-		res := model.TsFromTime(ka.ServerTime.Add(-resolvedMargin))
+		// The keepalive's WAL end is what the server has decoded and
+		// sent. Once it passes the WAL position a probe read, every
+		// transaction that committed before the probe's clock has
+		// arrived. (The keepalive's own clock says nothing of the kind:
+		// a walsender behind on decoding answers with the time now.)
+		if s.probeLSN == 0 || s.received < s.probeLSN {
+			return Item{}, false, nil
+		}
+		res := model.TsFromTime(s.probeAt.Add(-resolvedMargin))
+		s.probeLSN = 0
 		if res <= s.last {
 			return Item{}, false, nil
 		}
 		s.last = res
-		// The keepalive's WAL end is what the server has decoded and
-		// sent: every transaction committed before it has arrived.
 		return Item{Resolved: res, ResolvedLSN: ka.ServerWALEnd}, true, nil
 	case pglogrepl.XLogDataByteID:
 		x, err := pglogrepl.ParseXLogData(data[1:])
@@ -369,7 +395,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
 	}
-	def, err := s.defOf(ctx, name, m.Columns, cur)
+	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
 	if err != nil {
 		return err
 	}
@@ -415,7 +441,10 @@ func (s *Stream) pendingDDL(table string) *source.Event {
 // order of a composite key are not in the message: they come from the
 // previous definition where the column is the same, else from the
 // catalog.
-func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, prev *source.TableDef) (*source.TableDef, error) {
+//
+// Under REPLICA IDENTITY FULL every column is flagged as part of the
+// identity: the primary key is then the previous definition's.
+func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef) (*source.TableDef, error) {
 	schema, name := source.SplitQualifiedName(table)
 	def := &source.TableDef{Schema: schema, Name: name}
 	var keyCols []int
@@ -430,7 +459,15 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 				cd.Nullable = prev.Columns[j].Nullable
 			}
 		}
-		if c.Flags&1 != 0 {
+		inKey := c.Flags&1 != 0
+		if full {
+			j := -1
+			if prev != nil {
+				j = prev.Index(c.Name)
+			}
+			inKey = j >= 0 && prev.Columns[j].KeyPos > 0
+		}
+		if inKey {
 			keyCols = append(keyCols, i)
 		}
 		def.Columns = append(def.Columns, cd)
@@ -596,6 +633,9 @@ func keyOf(def *source.TableDef, row []source.Value) (string, error) {
 // spans carry them ("int8", "text,int4").
 func keyTypes(def *source.TableDef) string {
 	names := def.KeyNames()
+	if len(names) == 0 {
+		return model.NoKey
+	}
 	types := make([]string, len(names))
 	for i, n := range names {
 		t := def.Columns[def.Index(n)].Type

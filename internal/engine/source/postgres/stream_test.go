@@ -264,6 +264,31 @@ func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
 	}
 }
 
+// A table without a primary key, with REPLICA IDENTITY FULL: every row
+// has the one empty key (one partition), and updates and deletes carry
+// the whole old row, which is what tells equal rows apart downstream.
+func TestAKeylessTableCarriesWholeRows(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4); ALTER TABLE k REPLICA IDENTITY FULL`)
+	st, _, up := open(t, dsn+"&tables=k")
+	if kt := keyTypes(up.Defs["public.k"]); kt != model.NoKey {
+		t.Fatalf("key types %q, want %q", kt, model.NoKey)
+	}
+	psql(t, srv, dsn, `INSERT INTO k VALUES ('a', 1), ('a', 1)`)
+	psql(t, srv, dsn, `UPDATE k SET n = 2 WHERE ctid = (SELECT ctid FROM k LIMIT 1)`)
+	psql(t, srv, dsn, `DELETE FROM k WHERE n = 1`)
+	tx := txns(t, st, 3)
+	ins, upd, del := tx[0].Events, tx[1].Events, tx[2].Events
+	if len(ins) != 2 || ins[0].Key != "" || ins[1].Key != "" {
+		t.Fatalf("inserts %+v", ins)
+	}
+	if len(upd) != 1 || upd[0].Op != source.OpUpdate || upd[0].Key != "" || upd[0].Old[1].Text != "1" || upd[0].New[1].Text != "2" {
+		t.Fatalf("update %+v", upd)
+	}
+	if len(del) != 1 || del[0].Op != source.OpDelete || del[0].Old[0].Text != "a" || del[0].Old[1].Text != "1" {
+		t.Fatalf("delete %+v", del)
+	}
+}
+
 // A large transaction is not held in memory: its rows come out of the
 // stream in parts as they arrive, at the position its commit gives them,
 // under the schema each was written with.
