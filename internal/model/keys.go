@@ -95,7 +95,8 @@ func appendHex16(b []byte, u uint64) []byte {
 }
 
 // EncodeKey encodes a key an operator typed: its columns' values separated
-// by commas ("1500", "eu,42").
+// by commas ("1500", "eu,42"); a value holding a comma or a double quote
+// is quoted as in CSV (`"a,b",42`), as DecodeKey writes it.
 func EncodeKey(keyTypes, text string) (string, error) {
 	if keyTypes == "" {
 		return text, nil
@@ -104,14 +105,62 @@ func EncodeKey(keyTypes, text string) (string, error) {
 		return "", ErrNoKey
 	}
 	values := []string{text}
-	if n := len(strings.Split(keyTypes, ",")); n > 1 {
+	if n := strings.Count(keyTypes, ",") + 1; n > 1 {
 		values = strings.SplitN(text, ",", n)
+		if strings.Contains(text, `"`) {
+			if quoted, ok := splitQuoted(text); ok && len(quoted) == n {
+				values = quoted
+			}
+		}
 	}
 	enc, err := EncodeKeyValues(keyTypes, values)
 	if err != nil {
-		return "", fmt.Errorf("key %q does not parse for the key columns (%s): %v; give one value per key column, separated by commas", text, keyTypes, err)
+		return "", fmt.Errorf("key %q does not parse for the key columns (%s): %v; give one value per key column, separated by commas (quote a value that holds a comma: \"a,b\",42)", text, keyTypes, err)
 	}
 	return enc, nil
+}
+
+// splitQuoted splits comma-separated values where a value may be quoted
+// with double quotes ("" inside for one quote), exactly: unlike
+// encoding/csv it keeps every byte, carriage returns included.
+func splitQuoted(text string) ([]string, bool) {
+	var out []string
+	for {
+		if !strings.HasPrefix(text, `"`) {
+			v, rest, more := strings.Cut(text, ",")
+			out = append(out, v)
+			if !more {
+				return out, true
+			}
+			text = rest
+			continue
+		}
+		var b strings.Builder
+		i := 1
+		for {
+			j := strings.IndexByte(text[i:], '"')
+			if j < 0 {
+				return nil, false // no closing quote
+			}
+			b.WriteString(text[i : i+j])
+			i += j + 1
+			if strings.HasPrefix(text[i:], `"`) {
+				b.WriteByte('"')
+				i++
+				continue
+			}
+			break
+		}
+		out = append(out, b.String())
+		switch {
+		case i == len(text):
+			return out, true
+		case text[i] == ',':
+			text = text[i+1:]
+		default:
+			return nil, false // text after a closing quote
+		}
+	}
 }
 
 // DecodeKey turns an encoded key back into its text form ("1500",
@@ -127,6 +176,11 @@ func DecodeKey(keyTypes, enc string) string {
 			if u, err := strconv.ParseUint(p, 16, 64); err == nil && len(p) == 16 {
 				parts[i] = strconv.FormatInt(int64(u^(1<<63)), 10)
 			}
+			continue
+		}
+		if len(types) > 1 && strings.ContainsAny(p, `,"`) {
+			// Quoted as in CSV, so that the text typed back is this key.
+			parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
 		}
 	}
 	return strings.Join(parts, ",")

@@ -41,6 +41,22 @@ func TestKeysEncodeInTheirNaturalOrderAndDecodeBack(t *testing.T) {
 			t.Errorf("%q for (%s): %v", bad.key, bad.types, err)
 		}
 	}
+	// A text column holding commas or quotes is quoted as in CSV, both
+	// ways; a plain comma list still splits as before.
+	for _, k := range [][]string{{"a,b", "5"}, {`say "hi"`, "7"}, {`x,"y"`, "-1"}} {
+		enc, err := EncodeKeyValues("text,int4", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typed := DecodeKey("text,int4", enc)
+		back, err := EncodeKey("text,int4", typed)
+		if err != nil || back != enc {
+			t.Fatalf("%q shows as %s, which types back to %q (%v)", k, typed, back, err)
+		}
+	}
+	if enc, err := EncodeKey("text,text", "eu,a,b"); err != nil || DecodeKey("text,text", enc) != `eu,"a,b"` {
+		t.Fatalf("eu,a,b: %q %v", DecodeKey("text,text", enc), err)
+	}
 	// Plain text keys (gen) are not encoded.
 	if enc, _ := EncodeKey("", "naaa"); enc != "naaa" || DecodeKey("", "naaa") != "naaa" {
 		t.Fatal("plain keys changed")
@@ -74,6 +90,28 @@ func FuzzKeyOrder(f *testing.F) {
 		}
 		if got := strings.Compare(a, b); got != want {
 			t.Fatalf("(%q,%d) vs (%q,%d): encoded compare %d, values %d", s, x, u, y, got, want)
+		}
+	})
+}
+
+// FuzzKeyText: a composite key shown by DecodeKey, typed back through
+// EncodeKey, is the same key.
+func FuzzKeyText(f *testing.F) {
+	f.Add("a,b", int64(5))
+	f.Add(`"q"`, int64(-1))
+	f.Add("", int64(0))
+	f.Fuzz(func(t *testing.T, s string, x int64) {
+		if strings.Contains(s, "\x00") {
+			return
+		}
+		enc, err := EncodeKeyValues("text,int8", []string{s, itoa(x)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		typed := DecodeKey("text,int8", enc)
+		back, err := EncodeKey("text,int8", typed)
+		if err != nil || back != enc {
+			t.Fatalf("(%q,%d) shows as %q, types back to %q (%v)", s, x, typed, back, err)
 		}
 	})
 }

@@ -24,7 +24,8 @@ type demoDB struct {
 }
 
 // demoTables are the tables demo-pg replicates.
-const demoTables = "public.accounts,public.transfers"
+// audit has no primary key: it is one partition that cannot be split.
+const demoTables = "public.accounts,public.transfers,public.audit"
 
 // startDemoDB starts the server (initialising it on first use) and the
 // workload.
@@ -40,7 +41,9 @@ func startDemoDB(ctx context.Context, dir string, port int) (*demoDB, error) {
 	if err == nil {
 		_, err = srv.Psql(ctx, "demo", `
 CREATE TABLE IF NOT EXISTS accounts (id int8 PRIMARY KEY, owner text NOT NULL, balance numeric(12,2) NOT NULL, updated_at timestamptz);
-CREATE TABLE IF NOT EXISTS transfers (id int8 PRIMARY KEY, from_id int8, to_id int8, amount numeric(12,2), at timestamptz);`)
+CREATE TABLE IF NOT EXISTS transfers (id int8 PRIMARY KEY, from_id int8, to_id int8, amount numeric(12,2), at timestamptz);
+CREATE TABLE IF NOT EXISTS audit (event text NOT NULL, amount numeric(12,2));
+ALTER TABLE audit REPLICA IDENTITY FULL;`)
 	}
 	if err != nil {
 		_ = srv.Stop()
@@ -120,7 +123,13 @@ FROM t WHERE accounts.id IN (t.from_id, t.to_id) AND t.from_id <> t.to_id`, amou
 	if err != nil {
 		return err
 	}
+	if _, err := tx.Exec(ctx, `INSERT INTO audit VALUES ('transfer', $1::numeric)`, amount); err != nil {
+		return err
+	}
 	if rng.Intn(10) == 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM audit WHERE ctid IN (SELECT ctid FROM audit LIMIT 5) AND (SELECT count(*) FROM audit) > 200`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM transfers WHERE id IN (SELECT id FROM transfers ORDER BY id LIMIT 5) AND (SELECT count(*) FROM transfers) > 200`); err != nil {
 			return err
 		}
