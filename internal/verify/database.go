@@ -45,19 +45,20 @@ type TableReport struct {
 	Different int `json:"different"`
 }
 
-// Database compares each table rebuilt from a storage sink's canal-json
-// files with the upstream's, at the same position: it reads the upstream
+// Database compares each table rebuilt from a sink (a storage sink's
+// canal-json files, or a Kafka topic's canal-json messages) with the
+// upstream's, at the same position: it reads the upstream
 // at a consistent point, waits until the changefeed's checkpoint has
 // passed that point, and rebuilds the sink's rows up to it. Rows that
 // differ are compared again at a later point, up to three rounds, so rows
 // written during the check are never reported lost; a row that differs
 // every round is reported (missing, extra or different).
 func Database(ctx context.Context, sinkURI string, up Upstream, tables []string, wait WaitFunc) (Report, error) {
-	cfg, bucket, err := openSink(ctx, sinkURI)
+	changes, release, err := openChanges(ctx, sinkURI)
 	if err != nil {
 		return Report{}, err
 	}
-	defer bucket.Close()
+	defer release()
 	var suspects map[string]map[string]bool // table -> keys that differed
 	var rep Report
 	for round := 0; round < rounds; round++ {
@@ -69,7 +70,7 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 		if _, err := wait(ctx, upTo); err != nil {
 			return Report{}, fmt.Errorf("wait for the checkpoint to pass the upstream's read at %s: %w", at.Format(time.RFC3339Nano), err)
 		}
-		streams, err := storage.ScanChanges(ctx, bucket, cfg)
+		streams, err := changes(ctx)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the sink: %w", err)
 		}

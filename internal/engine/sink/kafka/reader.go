@@ -15,6 +15,19 @@ import (
 // Every version of a key lives in one partition, so offset order is the
 // key's delivery order.
 func Scan(ctx context.Context, cfg Config, visit func(partition int32, kind codec.MessageKind, row codec.Row, ts model.Ts) error) error {
+	return ScanMessages(ctx, cfg, func(p int32, offset int64, value []byte) error {
+		kind, row, ts, err := codec.DecodeCanalMessage(value)
+		if err != nil {
+			return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
+		}
+		return visit(p, kind, row, ts)
+	})
+}
+
+// ScanMessages reads every partition of the sink's topic from the oldest
+// offset up to its current end, in offset order, and passes each
+// message's value on as it is.
+func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, offset int64, value []byte) error) error {
 	sc := saramaConfig(cfg)
 	sc.Consumer.Return.Errors = true
 	client, err := sarama.NewClient(cfg.Brokers, sc)
@@ -56,11 +69,7 @@ func Scan(ctx context.Context, cfg Config, visit func(partition int32, kind code
 				case cerr := <-pc.Errors():
 					return fmt.Errorf("partition %d: %w", p, cerr)
 				case m := <-pc.Messages():
-					kind, row, ts, derr := codec.DecodeCanalMessage(m.Value)
-					if derr != nil {
-						return fmt.Errorf("partition %d offset %d: %w", p, m.Offset, derr)
-					}
-					if err := visit(p, kind, row, ts); err != nil {
+					if err := visit(p, m.Offset, m.Value); err != nil {
 						return err
 					}
 					if m.Offset+1 >= end {
