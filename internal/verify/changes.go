@@ -30,7 +30,9 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(ctx context.Context) ([]storage.ChangeStream, error) { return storage.ScanChanges(ctx, bucket, cfg) },
+	return func(ctx context.Context) ([]storage.ChangeStream, error) {
+			return storage.ScanChanges(ctx, bucket, cfg)
+		},
 		func() { bucket.Close() }, nil
 }
 
