@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,12 @@ type Txn struct {
 	Marks [][]byte
 }
 
-// markPrefix names this program's logical decoding messages.
-const markPrefix = "cdcctl"
+// markPrefix names this program's logical decoding messages (the
+// snapshot's watermarks), tickPrefix its ticks (resolved positions).
+const (
+	markPrefix = "cdcctl"
+	tickPrefix = "cdcctl.tick"
+)
 
 // Item is what Next returns: a transaction; or Part, rows of a large
 // transaction still being received (at the position its commit will
@@ -72,8 +77,11 @@ type Stream struct {
 	last   model.Ts               // the last position handed out
 
 	received pglogrepl.LSN
-	// A probe of the upstream: its WAL insert position and clock at one
-	// instant; 0 when none is pending.
+	// ticks: resolved positions come from ticks this stream writes into
+	// the WAL (PostgreSQL 14 or later). Otherwise from a probe of the
+	// upstream: its WAL insert position and clock at one instant (0 when
+	// none is pending).
+	ticks      bool
 	probeLSN   pglogrepl.LSN
 	probeAt    time.Time
 	confirmed  atomic.Uint64 // pglogrepl.LSN; Confirm may come from any goroutine
@@ -140,6 +148,12 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
+	var version int
+	if err := cat.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		cat.Close()
+		return nil, explain(cfg, err)
+	}
+	ticks := version >= 140000 // pgoutput sends logical decoding messages from 14 on
 	pc, err := pgconn.ParseConfig(cfg.ConnString)
 	if err != nil {
 		cat.Close()
@@ -152,7 +166,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, explain(cfg, err)
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, from, pglogrepl.StartReplicationOptions{
-		PluginArgs: pluginArgs(cfg, marks),
+		PluginArgs: pluginArgs(cfg, marks || ticks),
 	})
 	if err != nil {
 		_ = conn.Close(context.Background())
@@ -163,7 +177,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
 	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
-		last: last, received: from}
+		last: last, received: from, ticks: ticks}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
 		st := st
@@ -243,7 +257,17 @@ func (s *Stream) maybeSendStatus(ctx context.Context, now bool) error {
 	if !now && time.Now().Before(s.nextStatus) {
 		return nil
 	}
-	if s.probeLSN == 0 {
+	if s.ticks {
+		// A tick: the server's clock, written into the WAL as a
+		// non-transactional message. When the stream reaches it, every
+		// transaction whose commit record is before it has arrived; and
+		// since it is in the WAL, reading the stream again from a resume
+		// point meets the same ticks at the same places, so every
+		// position comes out the same.
+		if _, err := s.cat.conn.Exec(ctx, `SELECT pg_logical_emit_message(false, $1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text)`, tickPrefix); err != nil {
+			return fmt.Errorf("write a tick into the upstream's WAL: %w", explain(s.cfg, err))
+		}
+	} else if s.probeLSN == 0 {
 		// Where the WAL ends now, by the server's clock: a resolved
 		// position once the stream has passed it.
 		var lsn string
@@ -295,7 +319,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 		// transaction that committed before the probe's clock has
 		// arrived. (The keepalive's own clock says nothing of the kind:
 		// a walsender behind on decoding answers with the time now.)
-		if s.probeLSN == 0 || s.received < s.probeLSN {
+		if s.ticks || s.probeLSN == 0 || s.received < s.probeLSN {
 			return Item{}, false, nil
 		}
 		res := model.TsFromTime(s.probeAt.Add(-resolvedMargin))
@@ -338,6 +362,9 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		if m.Prefix == markPrefix && m.Transactional && s.open {
 			s.marks = append(s.marks, append([]byte(nil), m.Content...))
 		}
+		if m.Prefix == tickPrefix && !m.Transactional && !s.open && s.ticks {
+			return s.tick(m)
+		}
 	case *pglogrepl.CommitMessage:
 		return s.commit(m), true, nil
 	}
@@ -353,6 +380,22 @@ func (s *Stream) part(err error) (Item, bool, error) {
 	rows := s.rows
 	s.rows, s.size, s.parted = nil, 0, true
 	return Item{Part: rows}, true, nil
+}
+
+// tick resolves the stream up to the clock a tick carries, less the
+// margin. Any reader's tick will do: they are all in the WAL.
+func (s *Stream) tick(m *pglogrepl.LogicalDecodingMessage) (Item, bool, error) {
+	us, err := strconv.ParseInt(string(m.Content), 10, 64)
+	if err != nil {
+		return Item{}, false, nil // not one of ours after all
+	}
+	s.received = max(s.received, m.LSN)
+	res := model.TsFromTime(time.UnixMicro(us).Add(-resolvedMargin))
+	if res <= s.last {
+		return Item{}, false, nil
+	}
+	s.last = res
+	return Item{Resolved: res, ResolvedLSN: m.LSN}, true, nil
 }
 
 // commit completes the transaction: its schema changes become the
