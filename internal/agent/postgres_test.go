@@ -301,6 +301,15 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	}
 	to := tc.followerOf(model.NodeID(upper.Node))
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, upper.ID, to, plan.DefaultCosts) })
+	// Schema changes under the workload, each through the DDL barrier of
+	// all the table's partitions: an added column (orders is cut in five
+	// now), and a TRUNCATE, the rows before it gone.
+	if _, err := srv.Psql(ctx, "shop", "ALTER TABLE orders ADD COLUMN extra int4"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", "TRUNCATE items"); err != nil {
+		t.Fatal(err)
+	}
 	tc.waitCheckpoint(c, "pg", model.TsFromTime(time.Now()))
 
 	// Drain the capture running the reader: the maintainer, and with it

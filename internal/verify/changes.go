@@ -9,11 +9,12 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // changeReader reads every row change a sink holds, grouped in streams
-// as one writer wrote them.
-type changeReader func(ctx context.Context) ([]storage.ChangeStream, error)
+// as one writer wrote them, and the TRUNCATEs it holds.
+type changeReader func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error)
 
 // openChanges opens a database changefeed's sink for rebuilding tables:
 // a storage sink's canal-json files, or a Kafka topic's canal-json
@@ -24,16 +25,23 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context) ([]storage.ChangeStream, error) { return kafkaChanges(ctx, cfg) }, func() {}, nil
+		return func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error) {
+			return kafkaChanges(ctx, cfg)
+		}, func() {}, nil
 	}
 	cfg, bucket, err := openSink(ctx, sinkURI)
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(ctx context.Context) ([]storage.ChangeStream, error) {
-			return storage.ScanChanges(ctx, bucket, cfg)
-		},
-		func() { bucket.Close() }, nil
+	read := func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error) {
+		streams, err := storage.ScanChanges(ctx, bucket, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		truncs, err := storage.ScanTruncations(ctx, bucket)
+		return streams, truncs, err
+	}
+	return read, func() { bucket.Close() }, nil
 }
 
 // kafkaChanges reads a topic's row messages (schema changes and
@@ -42,20 +50,30 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 // so a position going back is a replay after a crash (or another
 // partition of the table interleaving, which is harmless to cut); a
 // stream each, the rebuild takes a replayed change once.
-func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream, error) {
+func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream, []storage.Truncation, error) {
 	type at struct {
 		partition int32
 		table     string
 	}
 	current := map[at]int{} // -> index in out
 	var out []storage.ChangeStream
+	truncs := map[storage.Truncation]bool{} // once, whatever the partitions it was written to
 	err := kafka.ScanMessages(ctx, cfg, func(p int32, offset int64, value []byte) error {
 		var env struct {
-			Type  string `json:"type"`
-			IsDdl bool   `json:"isDdl"`
+			Type     string `json:"type"`
+			IsDdl    bool   `json:"isDdl"`
+			Database string `json:"database"`
+			Table    string `json:"table"`
+			SQL      string `json:"sql"`
+			TiDB     struct {
+				CommitTs uint64 `json:"commitTs"`
+			} `json:"_tidb"`
 		}
 		if err := json.Unmarshal(value, &env); err != nil {
 			return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
+		}
+		if env.IsDdl && strings.HasPrefix(env.SQL, source.TruncatePrefix) {
+			truncs[storage.Truncation{Database: env.Database, Table: env.Table, At: env.TiDB.CommitTs}] = true
 		}
 		if env.IsDdl || env.Type == "TIDB_WATERMARK" {
 			return nil
@@ -81,5 +99,9 @@ func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream
 		}
 		return nil
 	})
-	return out, err
+	var ts []storage.Truncation
+	for t := range truncs {
+		ts = append(ts, t)
+	}
+	return out, ts, err
 }

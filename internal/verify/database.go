@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -70,14 +71,14 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 		if _, err := wait(ctx, upTo); err != nil {
 			return Report{}, fmt.Errorf("wait for the checkpoint to pass the upstream's read at %s: %w", at.Format(time.RFC3339Nano), err)
 		}
-		streams, err := changes(ctx)
+		streams, truncs, err := changes(ctx)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the sink: %w", err)
 		}
 		rep = Report{Version: 1, Tables: len(tables), CheckedUpToTs: uint64(upTo)}
 		next := map[string]map[string]bool{}
 		for _, table := range tables {
-			built, events, dups := rebuild(streams, table, upTo)
+			built, events, dups := rebuild(streams, truncationsOf(truncs, table), table, upTo)
 			rep.Events += events
 			rep.Duplicates += dups
 			tr, bad := compare(table, upstream[table], built, suspects[table], suspects != nil, &rep)
@@ -106,14 +107,42 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 // again to the same effect. It returns the rows and how many changes it
 // applied.
 func Rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows, uint64) {
-	rows, n, _ := rebuild(streams, table, upTo)
+	rows, n, _ := rebuild(streams, nil, table, upTo)
 	return rows, n
+}
+
+// truncationsOf is where a table was emptied, in order.
+func truncationsOf(all []storage.Truncation, table string) []model.Ts {
+	var out []model.Ts
+	for _, t := range all {
+		if t.Database+"."+t.Table == table {
+			out = append(out, model.Ts(t.At))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// emptier empties a rebuilt table at each TRUNCATE (a position below
+// every row of its transaction) as the changes pass it.
+type emptier struct {
+	at    []model.Ts
+	upTo  model.Ts
+	empty func()
+}
+
+// before empties for every TRUNCATE before ts.
+func (e *emptier) before(ts model.Ts) {
+	for len(e.at) > 0 && e.at[0] < ts && e.at[0] <= e.upTo {
+		e.empty()
+		e.at = e.at[1:]
+	}
 }
 
 // rebuild is Rebuild that also counts duplicates: a change that more
 // than one stream holds (the same position, key, operation and row), as a
 // replay after a crash writes.
-func rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows, uint64, uint64) {
+func rebuild(streams []storage.ChangeStream, truncs []model.Ts, table string, upTo model.Ts) (Rows, uint64, uint64) {
 	type change struct {
 		ts       model.Ts
 		key, img string
@@ -143,17 +172,19 @@ func rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows,
 	if len(all) > 0 && len(all[0].PkNames) == 0 {
 		all = onceEach(streams, table, upTo)
 		sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
-		rows, n := rebuildKeyless(all, upTo)
+		rows, n := rebuildKeyless(all, truncs, upTo)
 		return rows, n, dups
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
 	rows := Rows{}
+	cut := &emptier{at: truncs, upTo: upTo, empty: func() { rows = Rows{} }}
 	var n uint64
 	for i := range all {
 		c := &all[i]
 		if c.CommitTs > upTo {
 			break
 		}
+		cut.before(c.CommitTs)
 		n++
 		k := c.Key()
 		switch c.Op {
@@ -170,6 +201,7 @@ func rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows,
 			rows[k] = row
 		}
 	}
+	cut.before(upTo + 1)
 	return rows, n, dups
 }
 
@@ -276,9 +308,10 @@ func onceEach(streams []storage.ChangeStream, table string, upTo model.Ts) []cod
 // equal to its old image (its row with the old values of the columns it
 // changed). A change of a row that is not there adds its new row, or
 // does nothing for a delete.
-func rebuildKeyless(all []codec.Change, upTo model.Ts) (Rows, uint64) {
+func rebuildKeyless(all []codec.Change, truncs []model.Ts, upTo model.Ts) (Rows, uint64) {
 	var live []map[string]*string // nil once removed
 	byImage := map[string][]int{} // image -> indexes in live
+	cut := &emptier{at: truncs, upTo: upTo, empty: func() { live, byImage = nil, map[string][]int{} }}
 	image := func(r map[string]*string) string { return model.ImageKey(r, 0) }
 	add := func(r map[string]*string) {
 		byImage[image(r)] = append(byImage[image(r)], len(live))
@@ -317,6 +350,7 @@ func rebuildKeyless(all []codec.Change, upTo model.Ts) (Rows, uint64) {
 		if c.CommitTs > upTo {
 			break
 		}
+		cut.before(c.CommitTs)
 		n++
 		switch c.Op {
 		case "DELETE":
@@ -345,6 +379,7 @@ func rebuildKeyless(all []codec.Change, upTo model.Ts) (Rows, uint64) {
 			add(c.Data)
 		}
 	}
+	cut.before(upTo + 1)
 	rows := Rows{}
 	copies := map[string]int{}
 	for _, row := range live {

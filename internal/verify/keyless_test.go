@@ -31,7 +31,7 @@ func TestAKeylessTableIsRebuiltAsAMultiset(t *testing.T) {
 		keylessChange(30, "INSERT", "a", "1", nil),
 	}}
 	streams := []storage.ChangeStream{first, replay}
-	rows, _, dups := rebuild(streams, "public.k", 100)
+	rows, _, dups := rebuild(streams, nil, "public.k", 100)
 	a0 := map[string]*string{"kind": str("a"), "n": str("0")}
 	a1 := map[string]*string{"kind": str("a"), "n": str("1")}
 	want := Rows{model.ImageKey(a0, 1): a0, model.ImageKey(a1, 1): a1, model.ImageKey(a1, 2): a1}
@@ -47,7 +47,7 @@ func TestAKeylessTableIsRebuiltAsAMultiset(t *testing.T) {
 		t.Fatalf("%d duplicates counted, want the one replayed update", dups)
 	}
 	// Up to 20 only: the b row is still there.
-	if rows, _, _ := rebuild(streams, "public.k", 20); len(rows) != 3 {
+	if rows, _, _ := rebuild(streams, nil, "public.k", 20); len(rows) != 3 {
 		t.Fatalf("up to 20: %v", keysOf(rows))
 	}
 	// Compared with an upstream that lost an equal row, the sink has
@@ -65,4 +65,26 @@ func keysOf(r Rows) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A TRUNCATE empties the rebuilt table at its position: rows before it
+// are gone, rows of its own transaction (after it) and later stay.
+func TestATruncateEmptiesTheRebuiltTable(t *testing.T) {
+	row := func(ts model.Ts, op, id string) codec.Change {
+		return codec.Change{Database: "public", Table: "t", Op: op, PkNames: []string{"id"}, Data: map[string]*string{"id": str(id)}, CommitTs: ts}
+	}
+	streams := []storage.ChangeStream{{Dispatcher: "p1.1", Database: "public", Table: "t", Changes: []codec.Change{
+		row(10, "INSERT", "1"), row(10, "INSERT", "2"), row(30, "INSERT", "3"), row(40, "UPDATE", "1"),
+	}}}
+	// The TRUNCATE at 29, its transaction's rows at 30.
+	rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 100)
+	if len(rows) != 2 || rows["3"] == nil || rows["1"] == nil {
+		t.Fatalf("after the TRUNCATE: %v", keysOf(rows))
+	}
+	if rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 20); len(rows) != 2 || rows["2"] == nil {
+		t.Fatalf("before the TRUNCATE: %v", keysOf(rows))
+	}
+	if rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 29); len(rows) != 0 {
+		t.Fatalf("at the TRUNCATE: %v", keysOf(rows))
+	}
 }

@@ -271,6 +271,9 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 				return err
 			}
 			// Step over the DDL itself (no DML shares its ts).
+			if st, ok := d.reader.(source.DDLStepper); ok {
+				st.StepOver(ddl.CommitTs)
+			}
 			if err := d.write(ctx, d.reader.Read(ddl.CommitTs, d.cfg.BatchSize)); err != nil {
 				return err
 			}

@@ -108,6 +108,15 @@ func (r *reader) Position() model.Ts {
 	return r.pos.Done
 }
 
+// StepOver implements source.DDLStepper.
+func (r *reader) StepOver(ddl model.Ts) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.pos.Inside() && r.pos.Done < ddl {
+		r.pos = source.Cursor{Done: ddl}
+	}
+}
+
 // Inside implements source.Parted.
 func (r *reader) Inside() bool {
 	r.mu.Lock()

@@ -172,6 +172,16 @@ func (e *Event) Size() int {
 	return n
 }
 
+// TruncatePrefix starts the statement of a schema change that empties its
+// table (TRUNCATE): a new table version with the same columns, and no row
+// before it survives.
+const TruncatePrefix = "TRUNCATE TABLE "
+
+// IsTruncate says a DDL event empties its table.
+func IsTruncate(e *Event) bool {
+	return e.Kind == KindDDL && strings.HasPrefix(e.Statement, TruncatePrefix)
+}
+
 // SplitQualifiedName splits a database table's name as partitions name it
 // ("public.orders") into schema and table; a name without a dot has no
 // schema.

@@ -64,6 +64,14 @@ type Parted interface {
 	Inside() bool
 }
 
+// DDLStepper is a Reader that does not read past a schema change by
+// itself (a read stops just before it): once the dispatcher has passed
+// the change through the DDL barrier, StepOver moves the reader onto the
+// change's position (no row shares it).
+type DDLStepper interface {
+	StepOver(ddl model.Ts)
+}
+
 // Lookahead is a Reader that knows when its next event commits. A
 // dispatcher with nothing to read sleeps until then instead of polling,
 // and meanwhile reports its position as reaching it: nothing of its span

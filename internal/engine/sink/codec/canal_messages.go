@@ -33,7 +33,7 @@ func EncodeCanalDDL(schema string, e *source.Event) ([]byte, error) {
 	ms := e.CommitTs.Millis()
 	db, table := Names(schema, e)
 	return json.Marshal(map[string]any{
-		"id": 0, "database": db, "table": table, "pkNames": nil, "isDdl": true, "type": "ALTER",
+		"id": 0, "database": db, "table": table, "pkNames": nil, "isDdl": true, "type": ddlType(e),
 		"es": ms, "ts": ms, "sql": e.Statement, "sqlType": nil, "mysqlType": nil, "data": nil, "old": nil,
 		"_tidb": map[string]uint64{"commitTs": uint64(e.CommitTs)},
 	})
@@ -71,4 +71,12 @@ func DecodeCanalMessage(data []byte) (MessageKind, Row, model.Ts, error) {
 		return 0, Row{}, 0, fmt.Errorf("a message holds %d rows, want 1", len(rows))
 	}
 	return MessageRow, rows[0], rows[0].CommitTs, nil
+}
+
+// ddlType is canal's event type of a DDL message.
+func ddlType(e *source.Event) string {
+	if source.IsTruncate(e) {
+		return "TRUNCATE"
+	}
+	return "ALTER"
 }

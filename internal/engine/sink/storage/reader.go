@@ -13,6 +13,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // Stream is what one dispatcher wrote into one table-version directory,
@@ -171,4 +172,44 @@ func ReadCheckpoint(ctx context.Context, bucket *blob.Bucket) (uint64, error) {
 		return 0, fmt.Errorf("metadata file: %w", err)
 	}
 	return m.CheckpointTs, nil
+}
+
+// Truncation is a TRUNCATE a sink holds: the table version it created, at
+// the position of the TRUNCATE, before which no row of the table
+// survives.
+type Truncation struct {
+	Database, Table string
+	At              uint64
+}
+
+// ScanTruncations reads the sink's schema files and returns the table
+// versions a TRUNCATE created (their Query says so).
+func ScanTruncations(ctx context.Context, bucket *blob.Bucket) ([]Truncation, error) {
+	var out []Truncation
+	it := bucket.List(&blob.ListOptions{})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the sink's files: %w", err)
+		}
+		parts := strings.Split(obj.Key, "/")
+		if len(parts) != 4 || parts[2] != "meta" || !strings.HasPrefix(parts[3], "schema_") {
+			continue
+		}
+		body, err := bucket.ReadAll(ctx, obj.Key)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", obj.Key, err)
+		}
+		var sch tableSchema
+		if err := json.Unmarshal(body, &sch); err != nil {
+			return nil, fmt.Errorf("%s: %w", obj.Key, err)
+		}
+		if strings.HasPrefix(sch.Query, source.TruncatePrefix) {
+			out = append(out, Truncation{Database: parts[0], Table: parts[1], At: sch.TableVersion})
+		}
+	}
+	return out, nil
 }

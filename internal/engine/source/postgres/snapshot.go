@@ -87,6 +87,7 @@ type chunk struct {
 
 	open    bool            // the low watermark was seen
 	dropped map[string]bool // keys the stream changed in the window
+	emptied bool            // a TRUNCATE of the table in the window
 }
 
 // chunkQueue holds the chunks in flight, oldest first. The fetcher adds a
@@ -376,7 +377,15 @@ func (c *chunk) observeRows(events []source.Event) {
 		return // a keyless table is read under a lock: nothing changes it
 	}
 	for i := range events {
-		if e := &events[i]; e.Kind == source.KindDML && e.Table == c.table {
+		e := &events[i]
+		if e.Table != c.table {
+			continue
+		}
+		if source.IsTruncate(e) {
+			c.emptied = true // in the window: the stream has what is left
+			continue
+		}
+		if e.Kind == source.KindDML {
 			c.dropped[e.Key] = true
 		}
 	}
@@ -386,7 +395,10 @@ func (c *chunk) observeRows(events []source.Event) {
 // the high watermark's position, under the table's current schema, which
 // the caller has checked is the one they were read under.
 func (c *chunk) emit(tx *Txn, st TableState) []source.Event {
-	out := make([]source.Event, 0, len(c.rows)-len(c.dropped))
+	if c.emptied {
+		return nil
+	}
+	out := make([]source.Event, 0, max(len(c.rows)-len(c.dropped), 0))
 	for _, e := range c.rows {
 		if c.dropped[e.Key] {
 			continue

@@ -97,6 +97,8 @@ type Stream struct {
 	size   int // bytes in rows
 	parted bool
 	marks  [][]byte
+	// partedTables have rows in the parts handed out.
+	partedTables map[string]bool
 }
 
 // ddlSlots is how many schema changes of replicated tables one
@@ -177,7 +179,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
 	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
-		last: last, received: from, ticks: ticks}
+		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
 		st := st
@@ -348,6 +350,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		s.open, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, s.next(m.CommitTime), nil, nil, 0, false, nil
+		clear(s.partedTables)
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
@@ -357,7 +360,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	case *pglogrepl.DeleteMessage:
 		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple))
 	case *pglogrepl.TruncateMessage:
-		return Item{}, false, fmt.Errorf("a TRUNCATE of a replicated table is not supported: the sink cannot express it; recreate the changefeed after truncating")
+		return Item{}, false, s.truncate(m)
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
 			s.marks = append(s.marks, append([]byte(nil), m.Content...))
@@ -378,6 +381,9 @@ func (s *Stream) part(err error) (Item, bool, error) {
 		return Item{}, false, err
 	}
 	rows := s.rows
+	for _, e := range rows {
+		s.partedTables[e.Table] = true
+	}
 	s.rows, s.size, s.parted = nil, 0, true
 	return Item{Part: rows}, true, nil
 }
@@ -456,6 +462,42 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	at := s.base + model.Ts(len(s.ddls))
 	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def)})
+	return nil
+}
+
+// truncate turns a TRUNCATE into a schema change of each table it empties:
+// a new table version, same columns, whose statement says TRUNCATE. The
+// transaction's rows of those tables before it are dropped (the TRUNCATE
+// erases them; its rows all share one position after its schema
+// changes).
+func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
+	for _, id := range m.RelationIDs {
+		rel, ok := s.rels[id]
+		if !ok {
+			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
+		}
+		if s.partedTables[rel.table] {
+			return fmt.Errorf("a transaction wrote more than %d rows of %s and then truncated it; its rows were already sent on, so the TRUNCATE cannot erase them: truncate in a transaction of its own", partRows, rel.table)
+		}
+		st := s.tables[rel.table]
+		def, version := st.Def, st.Version+1
+		if d := s.pendingDDL(rel.table); d != nil {
+			def, version = d.Def, d.SchemaVersion+1
+		}
+		if len(s.ddls) == ddlSlots {
+			return fmt.Errorf("a transaction changed replicated tables' schemas more than %d times; split it", ddlSlots)
+		}
+		at := s.base + model.Ts(len(s.ddls))
+		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: rel.table, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version,
+			Statement: source.TruncatePrefix + quoteQualified(rel.table)})
+		kept := s.rows[:0]
+		for _, e := range s.rows {
+			if e.Table != rel.table {
+				kept = append(kept, e)
+			}
+		}
+		s.rows = kept
+	}
 	return nil
 }
 

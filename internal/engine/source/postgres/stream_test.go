@@ -370,3 +370,25 @@ func (l *memLog) count() int {
 // textKey is an event's key in text form ("1,eu"): events carry it
 // encoded for routing.
 func textKey(e *source.Event) string { return model.DecodeKey(keyTypes(e.Def), e.Key) }
+
+// A TRUNCATE is a schema change of the tables it empties (same columns, a
+// new version, its statement saying TRUNCATE), before the rows written
+// after it; rows its transaction wrote before it are gone.
+func TestATruncateIsASchemaChangeThatEmptiesTheTable(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text)`)
+	st, _, _ := open(t, dsn+"&tables=t")
+	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a')`)
+	psql(t, srv, dsn, `BEGIN; INSERT INTO t VALUES (2, 'b'); TRUNCATE t; INSERT INTO t VALUES (3, 'c'); COMMIT`)
+	tx := txns(t, st, 2)
+	evs := tx[1].Events
+	if len(evs) != 2 || !source.IsTruncate(&evs[0]) || evs[0].Statement != `TRUNCATE TABLE "public"."t"` {
+		t.Fatalf("the TRUNCATE's transaction: %+v", evs)
+	}
+	ddl, row := evs[0], evs[1]
+	if ddl.SchemaVersion != 1 || len(ddl.Def.Columns) != 2 || ddl.CommitTs >= row.CommitTs {
+		t.Fatalf("the TRUNCATE %+v, then a row at %v", ddl, row.CommitTs)
+	}
+	if textKey(&row) != "3" || row.SchemaVersion != 1 || row.TableVersion != ddl.CommitTs {
+		t.Fatalf("the row after it: %+v", row)
+	}
+}
