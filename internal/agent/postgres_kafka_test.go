@@ -35,19 +35,8 @@ func TestPostgresIntoKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &workload{dsn: dsn, events: true, stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	defer func() {
-		select {
-		case <-w.done:
-		default:
-			w.finish(t)
-		}
-	}()
-	tc.eventually("the initial snapshot to finish", 60*time.Second, func() bool {
-		cf, err := c.Changefeed(ctx, "pg")
-		return err == nil && cf.SourceStatus != nil && cf.SourceStatus.Snapshot == "done"
-	})
+	w := startFullWorkload(t, dsn)
+	tc.waitSnapshot(c, "pg")
 	tc.waitCheckpoint(c, "pg", model.Ts(created.StartTs)+model.TsFromMillis(1000))
 
 	// Split the lower half of orders at 1000 and move its upper part.

@@ -197,6 +197,31 @@ func (w *workload) eventsChange(ctx context.Context, tx pgx.Tx, rng *rand.Rand) 
 	return err
 }
 
+// startFullWorkload starts the workload on every table, the keyless
+// events too; the test's end finishes it if the test did not.
+func startFullWorkload(t *testing.T, dsn string) *workload {
+	w := &workload{dsn: dsn, events: true, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	t.Cleanup(func() {
+		select {
+		case <-w.done:
+		default:
+			w.finish(t)
+		}
+	})
+	return w
+}
+
+// waitSnapshot waits until changefeed get says the initial snapshot is
+// done.
+func (tc *testCluster) waitSnapshot(c *api.Client, cf string) {
+	tc.t.Helper()
+	tc.eventually("the initial snapshot to finish", 60*time.Second, func() bool {
+		got, err := c.Changefeed(context.Background(), cf)
+		return err == nil && got.SourceStatus != nil && got.SourceStatus.Snapshot == "done"
+	})
+}
+
 // finish stops the workload and returns when its last transaction ended.
 func (w *workload) finish(t *testing.T) time.Time {
 	t.Helper()
@@ -245,21 +270,10 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	if strings.Join(bounds, " ") != "1501 3001 4501" {
 		t.Fatalf("orders cut at %v, want the quantiles 1501 3001 4501", bounds)
 	}
-	w := &workload{dsn: dsn, events: true, stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	defer func() {
-		select {
-		case <-w.done:
-		default:
-			w.finish(t)
-		}
-	}()
+	w := startFullWorkload(t, dsn)
 	// The existing rows are copied while the workload runs; changefeed
 	// get says when that is done.
-	tc.eventually("the initial snapshot to finish", 60*time.Second, func() bool {
-		cf, err := c.Changefeed(ctx, "pg")
-		return err == nil && cf.SourceStatus != nil && cf.SourceStatus.Snapshot == "done"
-	})
+	tc.waitSnapshot(c, "pg")
 	tc.waitCheckpoint(c, "pg", model.Ts(created.StartTs)+model.TsFromMillis(1500))
 
 	// Split the orders table at integer key 3000 (keys compare as

@@ -42,30 +42,25 @@ type dataFileRef struct {
 // file-index order.
 func listDataFiles(ctx context.Context, bucket *blob.Bucket, prefix string) (map[streamKey][]dataFileRef, error) {
 	files := map[streamKey][]dataFileRef{}
-	it := bucket.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list the sink's files: %w", err)
-		}
-		parts := strings.Split(obj.Key, "/")
+	err := eachObject(ctx, bucket, prefix, func(key string, parts []string) error {
 		if len(parts) != 4 {
-			continue // schema files, index files, the metadata file
+			return nil // schema files, index files, the metadata file
 		}
 		m := dataFileName.FindStringSubmatch(parts[3])
 		if m == nil {
-			continue
+			return nil
 		}
 		version, err := strconv.ParseUint(parts[2], 10, 64)
 		if err != nil {
-			continue
+			return nil
 		}
 		idx, _ := strconv.ParseUint(m[2], 10, 64)
 		k := streamKey{database: parts[0], table: parts[1], version: version, dispatcher: m[1]}
-		files[k] = append(files[k], dataFileRef{path: obj.Key, index: idx})
+		files[k] = append(files[k], dataFileRef{path: key, index: idx})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, fs := range files {
 		sort.Slice(fs, func(i, j int) bool { return fs[i].index < fs[j].index })
@@ -186,30 +181,40 @@ type Truncation struct {
 // versions a TRUNCATE created (their Query says so).
 func ScanTruncations(ctx context.Context, bucket *blob.Bucket) ([]Truncation, error) {
 	var out []Truncation
-	it := bucket.List(&blob.ListOptions{})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list the sink's files: %w", err)
-		}
-		parts := strings.Split(obj.Key, "/")
+	err := eachObject(ctx, bucket, "", func(key string, parts []string) error {
 		if len(parts) != 4 || parts[2] != "meta" || !strings.HasPrefix(parts[3], "schema_") {
-			continue
+			return nil
 		}
-		body, err := bucket.ReadAll(ctx, obj.Key)
+		body, err := bucket.ReadAll(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", obj.Key, err)
+			return fmt.Errorf("read %s: %w", key, err)
 		}
 		var sch tableSchema
 		if err := json.Unmarshal(body, &sch); err != nil {
-			return nil, fmt.Errorf("%s: %w", obj.Key, err)
+			return fmt.Errorf("%s: %w", key, err)
 		}
 		if strings.HasPrefix(sch.Query, source.TruncatePrefix) {
 			out = append(out, Truncation{Database: parts[0], Table: parts[1], At: sch.TableVersion})
 		}
+		return nil
+	})
+	return out, err
+}
+
+// eachObject passes every object under a prefix on, its key and the key's
+// path elements.
+func eachObject(ctx context.Context, bucket *blob.Bucket, prefix string, fn func(key string, parts []string) error) error {
+	it := bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list the sink's files: %w", err)
+		}
+		if err := fn(obj.Key, strings.Split(obj.Key, "/")); err != nil {
+			return err
+		}
 	}
-	return out, nil
 }
