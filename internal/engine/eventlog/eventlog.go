@@ -102,6 +102,18 @@ func (l *Log) AppendPart(rows []source.Event) error {
 	return l.append(rows, false)
 }
 
+// ErasePart drops a table's rows at ts, a position not resolved yet:
+// rows of a transaction still being received that a TRUNCATE in it
+// erased.
+func (l *Log) ErasePart(table string, ts model.Ts) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ts <= l.resolved {
+		return fmt.Errorf("event log: erasing rows at %v, already resolved to %v", ts, l.resolved)
+	}
+	return l.db.DeleteRange(rowKey(table, ts, 0), rowKey(table, ts+1, 0), pebble.NoSync)
+}
+
 func (l *Log) append(events []source.Event, resolve bool) error {
 	if len(events) == 0 {
 		return nil

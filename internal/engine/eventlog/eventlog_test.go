@@ -168,7 +168,23 @@ func TestLargeTransactionInParts(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") || cur != after(50) {
 		t.Fatalf("read in parts: %v up to %+v; want %v", got, cur, want)
 	}
-	if err := l.AppendPart([]source.Event{{Kind: source.KindDDL, Table: "public.t", CommitTs: 60, Def: def}}); err == nil {
+	// A TRUNCATE later in a transaction erases its rows sent as parts.
+	if err := l.AppendPart([]source.Event{row(60, "gone", source.OpInsert, def)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ErasePart("public.t", 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{row(60, "kept", source.OpInsert, def)}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _, _ := l.Read(span, after(50), 100, 100); keys(evs) != "kept@60 " {
+		t.Fatalf("after an erase: %q", keys(evs))
+	}
+	if err := l.ErasePart("public.t", 60); err == nil {
+		t.Fatal("an erase of resolved rows was accepted")
+	}
+	if err := l.AppendPart([]source.Event{{Kind: source.KindDDL, Table: "public.t", CommitTs: 70, Def: def}}); err == nil {
 		t.Fatal("a schema change was taken in a part")
 	}
 }

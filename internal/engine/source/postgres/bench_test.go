@@ -157,7 +157,7 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if it.Part != nil {
+		if it.Part != nil || it.Erase != nil {
 			if err := log.AppendPart(it.Part); err != nil {
 				b.Fatal(err)
 			}
@@ -268,6 +268,7 @@ func (l *countLog) Append(evs []source.Event) error {
 	return nil
 }
 func (l *countLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
+func (l *countLog) ErasePart(string, model.Ts) error    { return nil }
 func (l *countLog) Resolve(model.Ts)                    {}
 func (l *countLog) rows() int {
 	l.mu.Lock()

@@ -172,6 +172,14 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			return err
 		}
+		if it.Erase != nil {
+			for _, t := range it.Erase {
+				if err := w.ErasePart(t, it.Resolved); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if it.Part != nil {
 			// Rows of a large transaction, to disk as they arrive. Chunks
 			// in flight drop the keys it changes, as for any transaction.

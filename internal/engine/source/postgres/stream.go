@@ -53,14 +53,18 @@ const (
 
 // Item is what Next returns: a transaction; or Part, rows of a large
 // transaction still being received (at the position its commit will
-// have: the commit follows, with the rest); or a resolved position: no transaction commits at or below Resolved later, and the
+// have: the commit follows, with the rest), or Erase, tables whose rows
+// in those parts a TRUNCATE erased; or a resolved position: no transaction commits at or below Resolved later, and the
 // server has sent everything before ResolvedLSN. A resolved position is
 // a resume point like a transaction's end: reading on from ResolvedLSN
 // with Resolved as the last position gives later transactions the same
 // positions.
 type Item struct {
-	Txn         *Txn
-	Part        []source.Event
+	Txn  *Txn
+	Part []source.Event
+	// Erase names tables whose rows in the open transaction's parts a
+	// TRUNCATE erased; Resolved is then the parts' position.
+	Erase       []string
 	Resolved    model.Ts
 	ResolvedLSN pglogrepl.LSN
 }
@@ -97,8 +101,10 @@ type Stream struct {
 	size   int // bytes in rows
 	parted bool
 	marks  [][]byte
-	// partedTables have rows in the parts handed out.
+	// partedTables have rows in the parts handed out; erase, those a
+	// TRUNCATE erased since.
 	partedTables map[string]bool
+	erase        []string
 }
 
 // ddlSlots is how many schema changes of replicated tables one
@@ -360,7 +366,12 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	case *pglogrepl.DeleteMessage:
 		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple))
 	case *pglogrepl.TruncateMessage:
-		return Item{}, false, s.truncate(m)
+		if err := s.truncate(m); err != nil || len(s.erase) == 0 {
+			return Item{}, false, err
+		}
+		erase := s.erase
+		s.erase = nil
+		return Item{Erase: erase, Resolved: s.rowsTs()}, true, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
 			s.marks = append(s.marks, append([]byte(nil), m.Content...))
@@ -477,7 +488,10 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
 		}
 		if s.partedTables[rel.table] {
-			return fmt.Errorf("a transaction wrote more than %d rows of %s and then truncated it; its rows were already sent on, so the TRUNCATE cannot erase them: truncate in a transaction of its own", partRows, rel.table)
+			// Rows of it already went to the log as parts: they are
+			// erased there (unseen yet, they were never read).
+			s.erase = append(s.erase, rel.table)
+			delete(s.partedTables, rel.table)
 		}
 		st := s.tables[rel.table]
 		def, version := st.Def, st.Version+1

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +113,16 @@ func txns(t *testing.T, st *Stream, n int) []*Txn {
 		it, err := st.Next(ctx)
 		if err != nil {
 			t.Fatalf("after %d transactions: %v", len(out), err)
+		}
+		if it.Erase != nil {
+			kept := parts[:0]
+			for _, e := range parts {
+				if !slices.Contains(it.Erase, e.Table) {
+					kept = append(kept, e)
+				}
+			}
+			parts = kept
+			continue
 		}
 		if it.Part != nil {
 			if len(it.Part) > partRows {
@@ -360,7 +371,19 @@ func (l *memLog) Append(evs []source.Event) error {
 	return nil
 }
 func (l *memLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
-func (l *memLog) Resolve(model.Ts)                    {}
+func (l *memLog) ErasePart(table string, ts model.Ts) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept := l.evs[:0]
+	for _, e := range l.evs {
+		if e.Table != table || e.CommitTs != ts || e.Kind != source.KindDML {
+			kept = append(kept, e)
+		}
+	}
+	l.evs = kept
+	return nil
+}
+func (l *memLog) Resolve(model.Ts) {}
 func (l *memLog) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -390,5 +413,29 @@ func TestATruncateIsASchemaChangeThatEmptiesTheTable(t *testing.T) {
 	}
 	if textKey(&row) != "3" || row.SchemaVersion != 1 || row.TableVersion != ddl.CommitTs {
 		t.Fatalf("the row after it: %+v", row)
+	}
+}
+
+// A transaction that sent rows of a table on as parts and then truncates
+// it: the stream says to erase them, and the rows after the TRUNCATE stay.
+func TestATruncateAfterPartsErasesThem(t *testing.T) {
+	defer func(n int) { partRows = n }(partRows)
+	partRows = 10
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); CREATE TABLE u (id int4 PRIMARY KEY)`)
+	st, _, _ := open(t, dsn+"&tables=t,u")
+	psql(t, srv, dsn, `BEGIN;
+		INSERT INTO t SELECT g, 'old' FROM generate_series(1, 50) g;
+		INSERT INTO u SELECT g FROM generate_series(1, 30) g;
+		TRUNCATE t;
+		INSERT INTO t SELECT g, 'new' FROM generate_series(100, 104) g;
+		COMMIT`)
+	tx := txns(t, st, 1)[0]
+	if !tx.Parted || len(tx.Events) != 1+30+5 || !source.IsTruncate(&tx.Events[0]) {
+		t.Fatalf("parted %v, %d events; want the TRUNCATE, u's 30 rows and t's 5 after it", tx.Parted, len(tx.Events))
+	}
+	for _, e := range tx.Events[1:] {
+		if e.Table == "public.t" && e.New[1].Text != "new" {
+			t.Fatalf("a row the TRUNCATE erased: %+v", e)
+		}
 	}
 }
