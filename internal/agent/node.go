@@ -171,6 +171,11 @@ func (n *Node) Run(ctx context.Context) error {
 		n.addr = ln.Addr().String()
 	}
 	close(n.listening)
+	// Event logs an earlier run left (a crash) are stale: a reader
+	// rebuilds its log from the checkpoint.
+	if err := os.RemoveAll(n.cfg.eventLogDir()); err != nil {
+		n.log.Warn("cannot clear the event logs of an earlier run", "dir", n.cfg.eventLogDir(), "err", err)
+	}
 
 	if n.cfg.CheckpointStore != "" && n.cfg.CheckpointStore != "etcd" {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
