@@ -318,7 +318,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	// Schema changes under the workload, each through the DDL barrier of
 	// all the table's partitions: an added column (orders is cut in five
 	// now), and a TRUNCATE, the rows before it gone.
-	if _, err := srv.Psql(ctx, "shop", "ALTER TABLE orders ADD COLUMN extra int4"); err != nil {
+	if _, err := srv.Psql(ctx, "shop", "ALTER TABLE orders ADD COLUMN extra int4 DEFAULT 7"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := srv.Psql(ctx, "shop", "TRUNCATE items"); err != nil {

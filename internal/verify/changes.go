@@ -9,12 +9,11 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // changeReader reads every row change a sink holds, grouped in streams
-// as one writer wrote them, and the TRUNCATEs it holds.
-type changeReader func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error)
+// as one writer wrote them, and the schema changes it holds.
+type changeReader func(ctx context.Context) ([]storage.ChangeStream, []storage.SchemaChange, error)
 
 // openChanges opens a database changefeed's sink for rebuilding tables:
 // a storage sink's canal-json files, or a Kafka topic's canal-json
@@ -25,7 +24,7 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error) {
+		return func(ctx context.Context) ([]storage.ChangeStream, []storage.SchemaChange, error) {
 			return kafkaChanges(ctx, cfg)
 		}, func() {}, nil
 	}
@@ -33,13 +32,13 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	read := func(ctx context.Context) ([]storage.ChangeStream, []storage.Truncation, error) {
+	read := func(ctx context.Context) ([]storage.ChangeStream, []storage.SchemaChange, error) {
 		streams, err := storage.ScanChanges(ctx, bucket, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
-		truncs, err := storage.ScanTruncations(ctx, bucket)
-		return streams, truncs, err
+		schemas, err := storage.ScanSchemaChanges(ctx, bucket)
+		return streams, schemas, err
 	}
 	return read, func() { bucket.Close() }, nil
 }
@@ -50,14 +49,14 @@ func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), err
 // so a position going back is a replay after a crash (or another
 // partition of the table interleaving, which is harmless to cut); a
 // stream each, the rebuild takes a replayed change once.
-func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream, []storage.Truncation, error) {
+func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream, []storage.SchemaChange, error) {
 	type at struct {
 		partition int32
 		table     string
 	}
 	current := map[at]int{} // -> index in out
 	var out []storage.ChangeStream
-	truncs := map[storage.Truncation]bool{} // once, whatever the partitions it was written to
+	schemas := map[storage.SchemaChange]bool{} // once, whatever the partitions it was written to
 	err := kafka.ScanMessages(ctx, cfg, func(p int32, offset int64, value []byte) error {
 		var env struct {
 			Type     string `json:"type"`
@@ -72,8 +71,8 @@ func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream
 		if err := json.Unmarshal(value, &env); err != nil {
 			return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
 		}
-		if env.IsDdl && strings.HasPrefix(env.SQL, source.TruncatePrefix) {
-			truncs[storage.Truncation{Database: env.Database, Table: env.Table, At: env.TiDB.CommitTs}] = true
+		if env.IsDdl && env.SQL != "" {
+			schemas[storage.SchemaChange{Database: env.Database, Table: env.Table, At: env.TiDB.CommitTs, Query: env.SQL}] = true
 		}
 		if env.IsDdl || env.Type == "TIDB_WATERMARK" {
 			return nil
@@ -99,9 +98,9 @@ func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream
 		}
 		return nil
 	})
-	var ts []storage.Truncation
-	for t := range truncs {
-		ts = append(ts, t)
+	var all []storage.SchemaChange
+	for sc := range schemas {
+		all = append(all, sc)
 	}
-	return out, ts, err
+	return out, all, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -71,14 +70,14 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 		if _, err := wait(ctx, upTo); err != nil {
 			return Report{}, fmt.Errorf("wait for the checkpoint to pass the upstream's read at %s: %w", at.Format(time.RFC3339Nano), err)
 		}
-		streams, truncs, err := changes(ctx)
+		streams, schemas, err := changes(ctx)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the sink: %w", err)
 		}
 		rep = Report{Version: 1, Tables: len(tables), CheckedUpToTs: uint64(upTo)}
 		next := map[string]map[string]bool{}
 		for _, table := range tables {
-			built, events, dups := rebuild(streams, truncationsOf(truncs, table), table, upTo)
+			built, events, dups := rebuild(streams, stepsOf(schemas, table), table, upTo)
 			rep.Events += events
 			rep.Duplicates += dups
 			tr, bad := compare(table, upstream[table], built, suspects[table], suspects != nil, &rep)
@@ -111,38 +110,10 @@ func Rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows,
 	return rows, n
 }
 
-// truncationsOf is where a table was emptied, in order.
-func truncationsOf(all []storage.Truncation, table string) []model.Ts {
-	var out []model.Ts
-	for _, t := range all {
-		if t.Database+"."+t.Table == table {
-			out = append(out, model.Ts(t.At))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// emptier empties a rebuilt table at each TRUNCATE (a position below
-// every row of its transaction) as the changes pass it.
-type emptier struct {
-	at    []model.Ts
-	upTo  model.Ts
-	empty func()
-}
-
-// before empties for every TRUNCATE before ts.
-func (e *emptier) before(ts model.Ts) {
-	for len(e.at) > 0 && e.at[0] < ts && e.at[0] <= e.upTo {
-		e.empty()
-		e.at = e.at[1:]
-	}
-}
-
 // rebuild is Rebuild that also counts duplicates: a change that more
 // than one stream holds (the same position, key, operation and row), as a
 // replay after a crash writes.
-func rebuild(streams []storage.ChangeStream, truncs []model.Ts, table string, upTo model.Ts) (Rows, uint64, uint64) {
+func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, upTo model.Ts) (Rows, uint64, uint64) {
 	type change struct {
 		ts       model.Ts
 		key, img string
@@ -172,12 +143,20 @@ func rebuild(streams []storage.ChangeStream, truncs []model.Ts, table string, up
 	if len(all) > 0 && len(all[0].PkNames) == 0 {
 		all = onceEach(streams, table, upTo)
 		sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
-		rows, n := rebuildKeyless(all, truncs, upTo)
+		rows, n := rebuildKeyless(all, steps, upTo)
 		return rows, n, dups
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
 	rows := Rows{}
-	cut := &emptier{at: truncs, upTo: upTo, empty: func() { rows = Rows{} }}
+	cut := &stepper{steps: steps, upTo: upTo, apply: func(st schemaStep) {
+		if st.truncate {
+			rows = Rows{}
+			return
+		}
+		for _, row := range rows {
+			st.fill(row)
+		}
+	}}
 	var n uint64
 	for i := range all {
 		c := &all[i]
@@ -308,11 +287,24 @@ func onceEach(streams []storage.ChangeStream, table string, upTo model.Ts) []cod
 // equal to its old image (its row with the old values of the columns it
 // changed). A change of a row that is not there adds its new row, or
 // does nothing for a delete.
-func rebuildKeyless(all []codec.Change, truncs []model.Ts, upTo model.Ts) (Rows, uint64) {
+func rebuildKeyless(all []codec.Change, steps []schemaStep, upTo model.Ts) (Rows, uint64) {
 	var live []map[string]*string // nil once removed
 	byImage := map[string][]int{} // image -> indexes in live
-	cut := &emptier{at: truncs, upTo: upTo, empty: func() { live, byImage = nil, map[string][]int{} }}
 	image := func(r map[string]*string) string { return model.ImageKey(r, 0) }
+	cut := &stepper{steps: steps, upTo: upTo, apply: func(st schemaStep) {
+		if st.truncate {
+			live, byImage = nil, map[string][]int{}
+			return
+		}
+		// Filled rows have new images: index them again.
+		byImage = map[string][]int{}
+		for i, row := range live {
+			if row != nil {
+				st.fill(row)
+				byImage[image(row)] = append(byImage[image(row)], i)
+			}
+		}
+	}}
 	add := func(r map[string]*string) {
 		byImage[image(r)] = append(byImage[image(r)], len(live))
 		live = append(live, r)

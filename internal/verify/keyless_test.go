@@ -77,14 +77,40 @@ func TestATruncateEmptiesTheRebuiltTable(t *testing.T) {
 		row(10, "INSERT", "1"), row(10, "INSERT", "2"), row(30, "INSERT", "3"), row(40, "UPDATE", "1"),
 	}}}
 	// The TRUNCATE at 29, its transaction's rows at 30.
-	rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 100)
+	rows, _, _ := rebuild(streams, []schemaStep{{at: 29, truncate: true}}, "public.t", 100)
 	if len(rows) != 2 || rows["3"] == nil || rows["1"] == nil {
 		t.Fatalf("after the TRUNCATE: %v", keysOf(rows))
 	}
-	if rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 20); len(rows) != 2 || rows["2"] == nil {
+	if rows, _, _ := rebuild(streams, []schemaStep{{at: 29, truncate: true}}, "public.t", 20); len(rows) != 2 || rows["2"] == nil {
 		t.Fatalf("before the TRUNCATE: %v", keysOf(rows))
 	}
-	if rows, _, _ := rebuild(streams, []model.Ts{29}, "public.t", 29); len(rows) != 0 {
+	if rows, _, _ := rebuild(streams, []schemaStep{{at: 29, truncate: true}}, "public.t", 29); len(rows) != 0 {
 		t.Fatalf("at the TRUNCATE: %v", keysOf(rows))
+	}
+}
+
+// A column added with a DEFAULT gives the rows already there its value,
+// as PostgreSQL does; rows written after it carry their own.
+func TestAnAddedColumnsDefaultFillsOlderRows(t *testing.T) {
+	row := func(ts model.Ts, id string, extra *string) codec.Change {
+		data := map[string]*string{"id": str(id)}
+		if extra != nil {
+			data["extra"] = extra
+		}
+		return codec.Change{Database: "public", Table: "t", Op: "INSERT", PkNames: []string{"id"}, Data: data, CommitTs: ts}
+	}
+	streams := []storage.ChangeStream{{Dispatcher: "p1.1", Database: "public", Table: "t", Changes: []codec.Change{
+		row(10, "1", nil), row(30, "2", str("8")),
+	}}}
+	steps := stepsOf([]storage.SchemaChange{{Database: "public", Table: "t", At: 20, Query: `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7', ADD COLUMN "n" numeric(10,2)`}}, "public.t")
+	rows, _, _ := rebuild(streams, steps, "public.t", 100)
+	if v := rows["1"]["extra"]; v == nil || *v != "7" {
+		t.Fatalf("the older row's added column: %v", v)
+	}
+	if v := rows["2"]["extra"]; v == nil || *v != "8" {
+		t.Fatalf("the newer row's own value: %v", v)
+	}
+	if _, ok := rows["1"]["n"]; ok {
+		t.Fatal("a column added without a DEFAULT was filled")
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // Stream is what one dispatcher wrote into one table-version directory,
@@ -169,18 +168,18 @@ func ReadCheckpoint(ctx context.Context, bucket *blob.Bucket) (uint64, error) {
 	return m.CheckpointTs, nil
 }
 
-// Truncation is a TRUNCATE a sink holds: the table version it created, at
-// the position of the TRUNCATE, before which no row of the table
-// survives.
-type Truncation struct {
+// SchemaChange is a schema change a sink holds: the statement that
+// created a table version (its schema file's Query), at its position.
+type SchemaChange struct {
 	Database, Table string
 	At              uint64
+	Query           string
 }
 
-// ScanTruncations reads the sink's schema files and returns the table
-// versions a TRUNCATE created (their Query says so).
-func ScanTruncations(ctx context.Context, bucket *blob.Bucket) ([]Truncation, error) {
-	var out []Truncation
+// ScanSchemaChanges reads the sink's schema files and returns those that
+// a schema change created (a table's first version has no statement).
+func ScanSchemaChanges(ctx context.Context, bucket *blob.Bucket) ([]SchemaChange, error) {
+	var out []SchemaChange
 	err := eachObject(ctx, bucket, "", func(key string, parts []string) error {
 		if len(parts) != 4 || parts[2] != "meta" || !strings.HasPrefix(parts[3], "schema_") {
 			return nil
@@ -193,8 +192,8 @@ func ScanTruncations(ctx context.Context, bucket *blob.Bucket) ([]Truncation, er
 		if err := json.Unmarshal(body, &sch); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		if strings.HasPrefix(sch.Query, source.TruncatePrefix) {
-			out = append(out, Truncation{Database: parts[0], Table: parts[1], At: sch.TableVersion})
+		if sch.Query != "" {
+			out = append(out, SchemaChange{Database: parts[0], Table: parts[1], At: sch.TableVersion, Query: sch.Query})
 		}
 		return nil
 	})

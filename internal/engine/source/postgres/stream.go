@@ -472,7 +472,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
 	}
 	at := s.base + model.Ts(len(s.ddls))
-	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def)})
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, s.missingValues(ctx, name, cur, def))})
 	return nil
 }
 
@@ -608,7 +608,7 @@ func sameColumns(a, b *source.TableDef) bool {
 
 // describeChange writes a schema change as the ALTER TABLE that makes it:
 // pgoutput carries the new columns, not the statement.
-func describeChange(table string, from, to *source.TableDef) string {
+func describeChange(table string, from, to *source.TableDef, defaults map[string]string) string {
 	var parts []string
 	for _, c := range from.Columns {
 		if to.Index(c.Name) < 0 {
@@ -619,7 +619,11 @@ func describeChange(table string, from, to *source.TableDef) string {
 		j := from.Index(c.Name)
 		switch {
 		case j < 0:
-			parts = append(parts, fmt.Sprintf("ADD COLUMN %s %s", quoteIdent(c.Name), c.Type))
+			add := fmt.Sprintf("ADD COLUMN %s %s", quoteIdent(c.Name), c.Type)
+			if v, ok := defaults[c.Name]; ok {
+				add += " DEFAULT " + quoteLiteral(v)
+			}
+			parts = append(parts, add)
 		case from.Columns[j].Type != c.Type:
 			parts = append(parts, fmt.Sprintf("ALTER COLUMN %s TYPE %s", quoteIdent(c.Name), c.Type))
 		}
@@ -629,6 +633,29 @@ func describeChange(table string, from, to *source.TableDef) string {
 	}
 	return fmt.Sprintf("ALTER TABLE %s %s", quoteQualified(table), strings.Join(parts, ", "))
 }
+
+// missingValues are the values rows that existed before a column was
+// added have in it (PostgreSQL's attmissingval: the constant DEFAULT of
+// the ADD COLUMN), by column, for the columns to adds. A consumer that
+// applies the change gives them to its older rows, as PostgreSQL did.
+// Best effort: a column dropped or changed since has none.
+func (s *Stream) missingValues(ctx context.Context, table string, from, to *source.TableDef) map[string]string {
+	out := map[string]string{}
+	for _, c := range to.Columns {
+		if from.Index(c.Name) >= 0 {
+			continue
+		}
+		var v *string
+		err := s.cat.conn.QueryRow(ctx, `SELECT (attmissingval::text::text[])[1] FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = $2 AND atthasmissing AND NOT attisdropped`, quoteQualified(table), c.Name).Scan(&v)
+		if err == nil && v != nil {
+			out[c.Name] = *v
+		}
+	}
+	return out
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 

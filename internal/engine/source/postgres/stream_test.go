@@ -264,7 +264,7 @@ func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
 	if ddl.Kind != source.KindDDL || ddl.SchemaVersion != 1 || ddl.CommitTs >= row.CommitTs || ddl.CommitTs <= tx[0].Ts {
 		t.Fatalf("schema change %+v before row at %v", ddl, row.CommitTs)
 	}
-	if ddl.Statement != `ALTER TABLE "public"."t" ADD COLUMN "extra" int8` || len(ddl.Def.Columns) != 3 {
+	if ddl.Statement != `ALTER TABLE "public"."t" ADD COLUMN "extra" int8 DEFAULT '7'` || len(ddl.Def.Columns) != 3 {
 		t.Fatalf("statement %q, columns %d", ddl.Statement, len(ddl.Def.Columns))
 	}
 	if row.Def != ddl.Def || row.SchemaVersion != 1 || row.TableVersion != ddl.CommitTs || row.New[2].Text != "8" {
