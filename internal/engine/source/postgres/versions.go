@@ -1,0 +1,235 @@
+package postgres
+
+// Schema changes in the stream: Relation messages whose columns differ,
+// and TRUNCATEs, become new table versions, each at its own position
+// before the rows written under it.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// relation records a relation's columns; when they differ from the
+// table's definition it is a schema change, written before the
+// transaction's rows.
+func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	name := m.Namespace + "." + m.RelationName
+	st, ok := s.tables[name]
+	if !ok {
+		return fmt.Errorf("the publication sends table %s, which the changefeed does not replicate; publish only its tables", name)
+	}
+	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
+	cur := st.Def
+	if pending := s.pendingDef(name); pending != nil {
+		cur = pending
+	}
+	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
+	if err != nil {
+		return err
+	}
+	if sameColumns(def, cur) {
+		return nil
+	}
+	version := st.Version + 1
+	for _, d := range s.ddls {
+		if d.Table == name {
+			version = d.SchemaVersion + 1
+		}
+	}
+	if len(s.ddls) == ddlSlots {
+		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
+	}
+	at := s.base + model.Ts(len(s.ddls))
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, s.missingValues(ctx, name, cur, def))})
+	return nil
+}
+
+// truncate turns a TRUNCATE into a schema change of each table it empties:
+// a new table version, same columns, whose statement says TRUNCATE. The
+// transaction's rows of those tables before it are dropped (the TRUNCATE
+// erases them; its rows all share one position after its schema
+// changes).
+func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
+	for _, id := range m.RelationIDs {
+		rel, ok := s.rels[id]
+		if !ok {
+			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
+		}
+		if s.partedTables[rel.table] {
+			// Rows of it already went to the log as parts: they are
+			// erased there (unseen yet, they were never read).
+			s.erase = append(s.erase, rel.table)
+			delete(s.partedTables, rel.table)
+		}
+		st := s.tables[rel.table]
+		def, version := st.Def, st.Version+1
+		if d := s.pendingDDL(rel.table); d != nil {
+			def, version = d.Def, d.SchemaVersion+1
+		}
+		if len(s.ddls) == ddlSlots {
+			return fmt.Errorf("a transaction changed replicated tables' schemas more than %d times; split it", ddlSlots)
+		}
+		at := s.base + model.Ts(len(s.ddls))
+		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: rel.table, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version,
+			Statement: source.TruncatePrefix + quoteQualified(rel.table)})
+		kept := s.rows[:0]
+		for _, e := range s.rows {
+			if e.Table != rel.table {
+				kept = append(kept, e)
+			}
+		}
+		s.rows = kept
+	}
+	return nil
+}
+
+// pendingDef is the definition a schema change earlier in the open
+// transaction gave a table, or nil.
+func (s *Stream) pendingDef(table string) *source.TableDef {
+	if d := s.pendingDDL(table); d != nil {
+		return d.Def
+	}
+	return nil
+}
+
+// pendingDDL is the last schema change of a table in the open
+// transaction, or nil.
+func (s *Stream) pendingDDL(table string) *source.Event {
+	var last *source.Event
+	for i := range s.ddls {
+		if s.ddls[i].Table == table {
+			last = &s.ddls[i]
+		}
+	}
+	return last
+}
+
+// defOf builds a definition from a Relation message. Nullability and the
+// order of a composite key are not in the message: they come from the
+// previous definition where the column is the same, else from the
+// catalog.
+//
+// Under REPLICA IDENTITY FULL every column is flagged as part of the
+// identity: the primary key is then the previous definition's.
+func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef) (*source.TableDef, error) {
+	schema, name := source.SplitQualifiedName(table)
+	def := &source.TableDef{Schema: schema, Name: name}
+	var keyCols []int
+	for i, c := range cols {
+		typ, err := s.cat.typeName(ctx, c.DataType, c.TypeModifier)
+		if err != nil {
+			return nil, err
+		}
+		cd := source.ColumnDef{Name: c.Name, Type: typ, Nullable: c.Flags&1 == 0}
+		if prev != nil {
+			if j := prev.Index(c.Name); j >= 0 && prev.Columns[j].Type == typ {
+				cd.Nullable = prev.Columns[j].Nullable
+			}
+		}
+		inKey := c.Flags&1 != 0
+		if full {
+			j := -1
+			if prev != nil {
+				j = prev.Index(c.Name)
+			}
+			inKey = j >= 0 && prev.Columns[j].KeyPos > 0
+		}
+		if inKey {
+			keyCols = append(keyCols, i)
+		}
+		def.Columns = append(def.Columns, cd)
+	}
+	// Key order: the previous definition's, else column order.
+	slices.SortStableFunc(keyCols, func(a, b int) int {
+		pa, pb := 0, 0
+		if prev != nil {
+			if j := prev.Index(def.Columns[a].Name); j >= 0 {
+				pa = prev.Columns[j].KeyPos
+			}
+			if j := prev.Index(def.Columns[b].Name); j >= 0 {
+				pb = prev.Columns[j].KeyPos
+			}
+		}
+		if pa == 0 || pb == 0 {
+			return a - b
+		}
+		return pa - pb
+	})
+	for pos, i := range keyCols {
+		def.Columns[i].KeyPos = pos + 1
+	}
+	return def, nil
+}
+
+func sameColumns(a, b *source.TableDef) bool {
+	if len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		x, y := a.Columns[i], b.Columns[i]
+		if x.Name != y.Name || x.Type != y.Type || x.KeyPos != y.KeyPos {
+			return false
+		}
+	}
+	return true
+}
+
+// describeChange writes a schema change as the ALTER TABLE that makes it:
+// pgoutput carries the new columns, not the statement.
+func describeChange(table string, from, to *source.TableDef, defaults map[string]string) string {
+	var parts []string
+	for _, c := range from.Columns {
+		if to.Index(c.Name) < 0 {
+			parts = append(parts, "DROP COLUMN "+quoteIdent(c.Name))
+		}
+	}
+	for _, c := range to.Columns {
+		j := from.Index(c.Name)
+		switch {
+		case j < 0:
+			add := fmt.Sprintf("ADD COLUMN %s %s", quoteIdent(c.Name), c.Type)
+			if v, ok := defaults[c.Name]; ok {
+				add += " DEFAULT " + quoteLiteral(v)
+			}
+			parts = append(parts, add)
+		case from.Columns[j].Type != c.Type:
+			parts = append(parts, fmt.Sprintf("ALTER COLUMN %s TYPE %s", quoteIdent(c.Name), c.Type))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "-- primary key changed")
+	}
+	return fmt.Sprintf("ALTER TABLE %s %s", quoteQualified(table), strings.Join(parts, ", "))
+}
+
+// missingValues are the values rows that existed before a column was
+// added have in it (PostgreSQL's attmissingval: the constant DEFAULT of
+// the ADD COLUMN), by column, for the columns to adds. A consumer that
+// applies the change gives them to its older rows, as PostgreSQL did.
+// Best effort: a column dropped or changed since has none.
+func (s *Stream) missingValues(ctx context.Context, table string, from, to *source.TableDef) map[string]string {
+	out := map[string]string{}
+	for _, c := range to.Columns {
+		if from.Index(c.Name) >= 0 {
+			continue
+		}
+		var v *string
+		err := s.cat.conn.QueryRow(ctx, `SELECT (attmissingval::text::text[])[1] FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = $2 AND atthasmissing AND NOT attisdropped`, quoteQualified(table), c.Name).Scan(&v)
+		if err == nil && v != nil {
+			out[c.Name] = *v
+		}
+	}
+	return out
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
