@@ -114,7 +114,7 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(quoted, ", ")))
 		if err != nil {
-			return fmt.Errorf("create publication %s: %w; the user must own the tables (or be a superuser), or create it yourself: CREATE PUBLICATION %s FOR TABLE %s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "))
+			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "))
 		}
 		return nil
 	}
