@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,7 +62,8 @@ func Start(ctx context.Context, dir string, port int, settings ...string) (*Serv
 	if err != nil {
 		return nil, err
 	}
-	if port == 0 {
+	pick := port == 0
+	if pick {
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
@@ -83,15 +85,26 @@ func Start(ctx context.Context, dir string, port int, settings ...string) (*Serv
 			return nil, fmt.Errorf("initdb: %v: %s", err, out)
 		}
 	}
-	opts := fmt.Sprintf("-p %d -c wal_level=logical -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off -c max_wal_senders=20 -c max_replication_slots=20", port, dir)
-	for _, kv := range settings {
-		opts += " -c " + kv
-	}
-	if out, err := s.run(ctx, "pg_ctl", "-D", dir, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start", "-o", opts); err != nil {
+	for attempt := 1; ; attempt++ {
+		opts := fmt.Sprintf("-p %d -c wal_level=logical -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off -c max_wal_senders=20 -c max_replication_slots=20", s.Port, dir)
+		for _, kv := range settings {
+			opts += " -c " + kv
+		}
+		out, err := s.run(ctx, "pg_ctl", "-D", dir, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start", "-o", opts)
+		if err == nil {
+			return s, nil
+		}
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		// A port picked free can be taken by another process before the
+		// server binds it (tests start servers in parallel): pick again.
+		if pick && attempt < 3 && strings.Contains(string(log), "could not bind") {
+			if s.Port, err = freePort(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		return nil, fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, tail(string(log), 2000))
 	}
-	return s, nil
 }
 
 // DSN is a connection string for the superuser postgres to a database.
