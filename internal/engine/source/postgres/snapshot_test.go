@@ -260,18 +260,8 @@ func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
 	ctx := context.Background()
 	defer func(n int) { chunkRows = n }(chunkRows)
 	chunkRows = 700 // five chunks under one lock
-	uri, pos, err := Pin(ctx, dsn+"&tables=k", "keyless", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := Open(uri, source.Env{Changefeed: "keyless"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &memLog{}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- src.Pull(pctx, pos, log) }()
+	r := startPulling(t, dsn+"&tables=k", "keyless")
+	log := r.log
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -303,19 +293,12 @@ func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
 		if last {
 			break
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("the reader stopped: %v", err)
-		default:
-		}
+		r.running(t)
 		if time.Now().After(deadline) {
 			t.Fatalf("the last change did not arrive (%d events)", n)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	r.stop(t)
 	got := map[string]int{}
 	log.mu.Lock()
 	for _, e := range log.evs {
@@ -347,5 +330,50 @@ func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
 		if _, ok := want[img]; !ok && n != 0 {
 			t.Errorf("row %s: %d copies delivered, none upstream", img, n)
 		}
+	}
+}
+
+// pulling is a changefeed's reader running into a memLog.
+type pulling struct {
+	src    *Source
+	log    *memLog
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startPulling creates a changefeed on uri and runs its reader.
+func startPulling(t *testing.T, uri string, cf model.ChangefeedID) *pulling {
+	t.Helper()
+	ctx := context.Background()
+	stored, pos, err := Pin(ctx, uri, cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open(stored, source.Env{Changefeed: cf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	r := &pulling{src: src, log: &memLog{}, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- src.Pull(pctx, pos, r.log) }()
+	return r
+}
+
+// running fails the test if the reader has stopped.
+func (r *pulling) running(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		t.Fatalf("the reader stopped: %v", err)
+	default:
+	}
+}
+
+// stop stops the reader; it must have run until then.
+func (r *pulling) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }
