@@ -148,7 +148,7 @@ func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, u
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
 	rows := Rows{}
-	cut := &stepper{steps: steps, upTo: upTo, apply: func(st schemaStep) {
+	cut := &stepper{steps: steps, upTo: upTo, step: func(st schemaStep) {
 		if st.truncate {
 			rows = Rows{}
 			return
@@ -157,30 +157,21 @@ func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, u
 			st.fill(row)
 		}
 	}}
-	var n uint64
-	for i := range all {
-		c := &all[i]
-		if c.CommitTs > upTo {
-			break
-		}
-		cut.before(c.CommitTs)
-		n++
+	n := cut.replay(all, func(c *codec.Change) {
 		k := c.Key()
-		switch c.Op {
-		case "DELETE":
+		if c.Op == "DELETE" {
 			delete(rows, k)
-		default:
-			row := map[string]*string{}
-			for col, v := range rows[k] {
-				row[col] = v // a column left out kept its value
-			}
-			for col, v := range c.Data {
-				row[col] = v
-			}
-			rows[k] = row
+			return
 		}
-	}
-	cut.before(upTo + 1)
+		row := map[string]*string{}
+		for col, v := range rows[k] {
+			row[col] = v // a column left out kept its value
+		}
+		for col, v := range c.Data {
+			row[col] = v
+		}
+		rows[k] = row
+	})
 	return rows, n, dups
 }
 
@@ -291,7 +282,7 @@ func rebuildKeyless(all []codec.Change, steps []schemaStep, upTo model.Ts) (Rows
 	var live []map[string]*string // nil once removed
 	byImage := map[string][]int{} // image -> indexes in live
 	image := func(r map[string]*string) string { return model.ImageKey(r, 0) }
-	cut := &stepper{steps: steps, upTo: upTo, apply: func(st schemaStep) {
+	cut := &stepper{steps: steps, upTo: upTo, step: func(st schemaStep) {
 		if st.truncate {
 			live, byImage = nil, map[string][]int{}
 			return
@@ -336,14 +327,7 @@ func rebuildKeyless(all []codec.Change, steps []schemaStep, upTo model.Ts) (Rows
 		}
 		return nil
 	}
-	var n uint64
-	for i := range all {
-		c := &all[i]
-		if c.CommitTs > upTo {
-			break
-		}
-		cut.before(c.CommitTs)
-		n++
+	n := cut.replay(all, func(c *codec.Change) {
 		switch c.Op {
 		case "DELETE":
 			take(c.Data)
@@ -370,8 +354,7 @@ func rebuildKeyless(all []codec.Change, steps []schemaStep, upTo model.Ts) (Rows
 		default:
 			add(c.Data)
 		}
-	}
-	cut.before(upTo + 1)
+	})
 	rows := Rows{}
 	copies := map[string]int{}
 	for _, row := range live {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -73,13 +74,31 @@ func (s schemaStep) fill(row map[string]*string) {
 type stepper struct {
 	steps []schemaStep
 	upTo  model.Ts
-	apply func(schemaStep)
+	step  func(schemaStep)
 }
 
 // before applies every step before ts.
 func (s *stepper) before(ts model.Ts) {
 	for len(s.steps) > 0 && s.steps[0].at < ts && s.steps[0].at <= s.upTo {
-		s.apply(s.steps[0])
+		s.step(s.steps[0])
 		s.steps = s.steps[1:]
 	}
+}
+
+// replay applies the changes up to upTo in order (sorted by position),
+// each after the schema steps before it, then the steps left up to upTo;
+// it returns how many changes it applied.
+func (s *stepper) replay(all []codec.Change, apply func(c *codec.Change)) uint64 {
+	var n uint64
+	for i := range all {
+		c := &all[i]
+		if c.CommitTs > s.upTo {
+			break
+		}
+		s.before(c.CommitTs)
+		apply(c)
+		n++
+	}
+	s.before(s.upTo + 1)
+	return n
 }

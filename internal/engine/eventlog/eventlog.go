@@ -102,14 +102,15 @@ func (l *Log) AppendPart(rows []source.Event) error {
 	return l.append(rows, false)
 }
 
-// ErasePart drops a table's rows at ts, a position not resolved yet:
-// rows of a transaction still being received that a TRUNCATE in it
-// erased.
-func (l *Log) ErasePart(table string, ts model.Ts) error {
+// ErasePart drops a table's rows that parts added at the position being
+// filled, not resolved yet: rows of a transaction still being received
+// that a TRUNCATE in it erased.
+func (l *Log) ErasePart(table string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ts := l.seqTs
 	if ts <= l.resolved {
-		return fmt.Errorf("event log: erasing rows at %v, already resolved to %v", ts, l.resolved)
+		return fmt.Errorf("event log: no open transaction to erase rows of (resolved to %v)", l.resolved)
 	}
 	return l.db.DeleteRange(rowKey(table, ts, 0), rowKey(table, ts+1, 0), pebble.NoSync)
 }

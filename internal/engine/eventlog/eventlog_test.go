@@ -172,7 +172,7 @@ func TestLargeTransactionInParts(t *testing.T) {
 	if err := l.AppendPart([]source.Event{row(60, "gone", source.OpInsert, def)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ErasePart("public.t", 60); err != nil {
+	if err := l.ErasePart("public.t"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Append([]source.Event{row(60, "kept", source.OpInsert, def)}); err != nil {
@@ -181,7 +181,7 @@ func TestLargeTransactionInParts(t *testing.T) {
 	if evs, _, _ := l.Read(span, after(50), 100, 100); keys(evs) != "kept@60 " {
 		t.Fatalf("after an erase: %q", keys(evs))
 	}
-	if err := l.ErasePart("public.t", 60); err == nil {
+	if err := l.ErasePart("public.t"); err == nil {
 		t.Fatal("an erase of resolved rows was accepted")
 	}
 	if err := l.AppendPart([]source.Event{{Kind: source.KindDDL, Table: "public.t", CommitTs: 70, Def: def}}); err == nil {

@@ -177,9 +177,9 @@ type LogWriter interface {
 	// to the log, on disk, as it arrives. Readers see them only once
 	// Append (or Resolve) passes their position.
 	AppendPart(rows []Event) error
-	// ErasePart drops a table's rows that parts put at position ts (a
-	// TRUNCATE later in their transaction erased them).
-	ErasePart(table string, ts model.Ts) error
+	// ErasePart drops a table's rows that the open transaction's parts
+	// added (a TRUNCATE later in the transaction erased them).
+	ErasePart(table string) error
 	// Resolve says nothing commits at or below ts later.
 	Resolve(ts model.Ts)
 }

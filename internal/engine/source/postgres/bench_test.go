@@ -268,7 +268,7 @@ func (l *countLog) Append(evs []source.Event) error {
 	return nil
 }
 func (l *countLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
-func (l *countLog) ErasePart(string, model.Ts) error    { return nil }
+func (l *countLog) ErasePart(string) error              { return nil }
 func (l *countLog) Resolve(model.Ts)                    {}
 func (l *countLog) rows() int {
 	l.mu.Lock()

@@ -37,7 +37,6 @@ func BenchmarkLargeTransactionRSS(b *testing.B) {
 	// Rows of 992 characters of text: about a thousand a MiB.
 	const rowText = 992
 	srv, dsn := newDB(b, `CREATE TABLE big (id int8 PRIMARY KEY, v text)`)
-	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		small := runLargeTransaction(b, srv, dsn, fmt.Sprintf("small_%d", i), 0, max(mb*1024/100, 1), rowText)
 		big := runLargeTransaction(b, srv, dsn, fmt.Sprintf("big_%d", i), 10_000_000*(i+1), mb*1024, rowText)
@@ -46,7 +45,6 @@ func BenchmarkLargeTransactionRSS(b *testing.B) {
 		b.ReportMetric(float64(mb), "txn-MiB")
 		b.ReportMetric(float64(big)/float64(small), "ratio")
 	}
-	_ = ctx
 }
 
 // runLargeTransaction creates a changefeed's slot, commits one

@@ -56,10 +56,13 @@ const (
 	chunksInFlight = 3
 )
 
+// firstChunkLimit is how many rows a table's first chunk reads.
+func firstChunkLimit() int { return min(firstChunkRows, chunkRows) }
+
 // nextChunkRows is how many rows the chunk after c reads.
 func nextChunkRows(c *chunk) int {
 	if len(c.rows) == 0 || c.bytes == 0 {
-		return min(firstChunkRows, chunkRows)
+		return firstChunkLimit()
 	}
 	perRow := max(c.bytes/len(c.rows), 1)
 	return max(min(chunkBytes/perRow, chunkRows), min(1024, chunkRows))
@@ -88,6 +91,20 @@ type chunk struct {
 	open    bool            // the low watermark was seen
 	dropped map[string]bool // keys the stream changed in the window
 	emptied bool            // a TRUNCATE of the table in the window
+}
+
+// newChunk is a chunk of a table to read, under a fresh id.
+func newChunk(table string, def *source.TableDef, limit int) *chunk {
+	return &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: table, def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
+}
+
+// columnList is a table's columns, quoted, in order, for a SELECT.
+func columnList(def *source.TableDef) string {
+	cols := make([]string, len(def.Columns))
+	for i, col := range def.Columns {
+		cols[i] = pgx.Identifier{col.Name}.Sanitize()
+	}
+	return strings.Join(cols, ", ")
 }
 
 // chunkQueue holds the chunks in flight, oldest first. The fetcher adds a
@@ -163,7 +180,7 @@ func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQ
 	defer conn.Close(context.Background())
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
 	tables, after := p.Tables, p.After
-	limit := min(firstChunkRows, chunkRows)
+	limit := firstChunkLimit()
 	for len(tables) > 0 {
 		// The definition the SELECT reads under is the catalog's now; the
 		// reader checks it is still the stream's at the high watermark.
@@ -175,10 +192,10 @@ func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQ
 			if err := copyKeyless(ctx, cfg, conn, tables[0], def, limit, q); err != nil {
 				return err
 			}
-			tables, after, limit = tables[1:], nil, min(firstChunkRows, chunkRows)
+			tables, after, limit = tables[1:], nil, firstChunkLimit()
 			continue
 		}
-		c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: tables[0], def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
+		c := newChunk(tables[0], def, limit)
 		if err := q.add(ctx, c); err != nil {
 			return err
 		}
@@ -188,7 +205,7 @@ func fetchChunks(ctx context.Context, cfg Config, p *snapshotProgress, q *chunkQ
 		if c.full {
 			after, limit = c.last, nextChunkRows(c)
 		} else {
-			tables, after, limit = tables[1:], nil, min(firstChunkRows, chunkRows)
+			tables, after, limit = tables[1:], nil, firstChunkLimit()
 		}
 	}
 	return nil
@@ -215,23 +232,20 @@ func copyKeyless(ctx context.Context, cfg Config, marks *pgx.Conn, table string,
 		return fail("begin", err)
 	}
 	defer tx.Rollback(context.Background())
-	cols := make([]string, len(def.Columns))
-	for i, col := range def.Columns {
-		cols[i] = pgx.Identifier{col.Name}.Sanitize()
-	}
+	cols := columnList(def)
 	for _, stmt := range []string{
 		// A writer holding the table for long makes the lock wait; the
 		// reader then fails with this reason and tries again.
 		`SET LOCAL lock_timeout = '30s'`,
 		"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
-		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(table)),
+		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", cols, quoteQualified(table)),
 	} {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fail(stmt, err)
 		}
 	}
 	for {
-		c := &chunk{id: fmt.Sprint(time.Now().UnixNano()), table: table, def: def, limit: limit, loaded: make(chan struct{}), dropped: map[string]bool{}}
+		c := newChunk(table, def, limit)
 		if err := q.add(ctx, c); err != nil {
 			return err
 		}
@@ -319,17 +333,14 @@ func (c *chunk) load(rows pgx.Rows, keyIdx []int) error {
 func readChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, after []string) error {
 	def := c.def
 	keys := def.KeyNames()
-	cols := make([]string, len(def.Columns))
-	for i, col := range def.Columns {
-		cols[i] = pgx.Identifier{col.Name}.Sanitize()
-	}
+	cols := columnList(def)
 	keyCols := make([]string, len(keys))
 	keyIdx := make([]int, len(keys))
 	for i, k := range keys {
 		keyCols[i] = pgx.Identifier{k}.Sanitize()
 		keyIdx[i] = def.Index(k)
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(c.table))
+	q := fmt.Sprintf("SELECT %s FROM %s", cols, quoteQualified(c.table))
 	var args []any
 	if len(after) == len(keys) {
 		ph := make([]string, len(keys))

@@ -143,9 +143,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
-	keyless := map[string]bool{}
+	keyless := map[string]bool{} // only the keyless tables
 	for t, ts := range p.Tables {
-		keyless[t] = ts.Def != nil && keyTypes(ts.Def) == model.NoKey
+		if ts.Def != nil && keyTypes(ts.Def) == model.NoKey {
+			keyless[t] = true
+		}
 	}
 	// The snapshot's chunks are read beside the stream; a failed read
 	// ends the pull with its reason.
@@ -174,7 +176,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if it.Erase != nil {
 			for _, t := range it.Erase {
-				if err := w.ErasePart(t, it.Resolved); err != nil {
+				if err := w.ErasePart(t); err != nil {
 					return err
 				}
 			}
@@ -258,7 +260,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 // change committed before it; the stream's rows of it from before then
 // would count twice, and nothing tells equal rows apart downstream.
 func notCopiedYet(events []source.Event, snap *snapshotProgress, keyless map[string]bool) []source.Event {
-	if snap == nil {
+	if snap == nil || len(keyless) == 0 {
 		return events
 	}
 	pending := map[string]bool{}

@@ -63,7 +63,7 @@ type Item struct {
 	Txn  *Txn
 	Part []source.Event
 	// Erase names tables whose rows in the open transaction's parts a
-	// TRUNCATE erased; Resolved is then the parts' position.
+	// TRUNCATE erased.
 	Erase       []string
 	Resolved    model.Ts
 	ResolvedLSN pglogrepl.LSN
@@ -371,7 +371,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		}
 		erase := s.erase
 		s.erase = nil
-		return Item{Erase: erase, Resolved: s.rowsTs()}, true, nil
+		return Item{Erase: erase}, true, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
 			s.marks = append(s.marks, append([]byte(nil), m.Content...))

@@ -371,9 +371,16 @@ func (l *memLog) Append(evs []source.Event) error {
 	return nil
 }
 func (l *memLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
-func (l *memLog) ErasePart(table string, ts model.Ts) error {
+
+// ErasePart drops the table's rows at the last position appended (the
+// open transaction's parts).
+func (l *memLog) ErasePart(table string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.evs) == 0 {
+		return nil
+	}
+	ts := l.evs[len(l.evs)-1].CommitTs
 	kept := l.evs[:0]
 	for _, e := range l.evs {
 		if e.Table != table || e.CommitTs != ts || e.Kind != source.KindDML {
