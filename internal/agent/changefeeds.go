@@ -61,6 +61,14 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
 	} else if ss != nil {
 		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, Snapshot: ss.Snapshot}
+		if ss.Snapshot == "" && ss.Kind != "" {
+			// Every partition copies its own range: their progress says how far.
+			pt := model.ProgressTable{}
+			for pid := range st.Partitions[e.Info.ID] {
+				pt[pid] = st.Progress[e.Info.ID][pid].Progress
+			}
+			out.SourceStatus.Snapshot = model.CopySummary(pt)
+		}
 	}
 	return out, nil
 }

@@ -140,6 +140,9 @@ type Progress struct {
 	// entry was Draining when the dispatcher stopped), so the move's
 	// target may start there.
 	Handover bool `json:"handover,omitempty"`
+	// Copy is how far the partition's share of the initial snapshot was
+	// as of Checkpoint (database sources with snapshot=initial).
+	Copy CopyProgress `json:"copy,omitzero"`
 }
 
 // ProgressTable is a changefeed's persisted partition positions, by

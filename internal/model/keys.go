@@ -194,3 +194,31 @@ func ImageKey(row map[string]*string, copyNo int) string {
 	b, _ := json.Marshal(row) // maps marshal in key order
 	return string(b) + "#" + strconv.Itoa(copyNo)
 }
+
+// DecodeKeyValues turns an encoded key back into its columns' values
+// (their text form), the inverse of EncodeKeyValues.
+func DecodeKeyValues(keyTypes, enc string) ([]string, error) {
+	if keyTypes == "" || keyTypes == NoKey {
+		return nil, fmt.Errorf("keys of types %q are not encoded", keyTypes)
+	}
+	types := strings.Split(keyTypes, ",")
+	parts := strings.Split(enc, keySep)
+	if len(parts) != len(types) {
+		return nil, fmt.Errorf("encoded key %q has %d columns, the key %d (%s)", enc, len(parts), len(types), keyTypes)
+	}
+	for i, p := range parts {
+		if !isIntType(types[i]) {
+			continue
+		}
+		u, err := strconv.ParseUint(p, 16, 64)
+		if err != nil || len(p) != 16 {
+			return nil, fmt.Errorf("encoded key %q: column %d is not an encoded %s", enc, i+1, types[i])
+		}
+		parts[i] = strconv.FormatInt(int64(u^(1<<63)), 10)
+	}
+	return parts, nil
+}
+
+// IsIntKeyType says a key column of this type is encoded as an integer
+// (numeric order); any other is ordered by the bytes of its text.
+func IsIntKeyType(t string) bool { return isIntType(t) }

@@ -115,3 +115,51 @@ func FuzzKeyText(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeKeyValuesInvertsTheEncoding(t *testing.T) {
+	for _, c := range []struct {
+		types string
+		vals  []string
+	}{
+		{"int8", []string{"-42"}},
+		{"text,int4", []string{"eu,x", "7"}},
+		{"text,text", []string{"", "b"}},
+	} {
+		enc, err := EncodeKeyValues(c.types, c.vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeKeyValues(c.types, enc)
+		if err != nil || strings.Join(got, "|") != strings.Join(c.vals, "|") {
+			t.Fatalf("%s %q: decoded %q, %v", c.types, c.vals, got, err)
+		}
+	}
+	if _, err := DecodeKeyValues("int8", "zz"); err == nil {
+		t.Fatal("a key that is not an encoded int8 decoded")
+	}
+}
+
+func TestCopyProgressIsCutLikeItsSpan(t *testing.T) {
+	c := CopyProgress{Rows: 10}.CopiedThrough("m")
+	lo, up := c.Cut("g")
+	if !lo.Done || lo.Rows != 10 || up.To != "m\x00" || up.Done {
+		t.Fatalf("cut below the copied key: %+v %+v", lo, up)
+	}
+	lo, up = c.Cut("t")
+	if lo != c || up != (CopyProgress{}) {
+		t.Fatalf("cut above the copied key: %+v %+v", lo, up)
+	}
+	lo, up = c.Cut("m\x00")
+	if !lo.Done || up != (CopyProgress{}) {
+		t.Fatalf("cut just after the copied key: %+v %+v", lo, up)
+	}
+	if after, ok := up.After(); ok {
+		t.Fatalf("nothing copied, yet after %q", after)
+	}
+	if after, _ := c.After(); after != "m" {
+		t.Fatalf("after %q", after)
+	}
+	if !(CopyProgress{Done: true}).Beyond(c) || c.Beyond(CopyProgress{Done: true}) || !c.Beyond(CopyProgress{}) {
+		t.Fatal("Beyond orders progress wrongly")
+	}
+}

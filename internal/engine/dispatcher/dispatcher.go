@@ -47,7 +47,10 @@ type Config struct {
 	Epoch uint64
 	Span  model.Span
 	// Start is the checkpoint to resume from: events after it are read.
-	Start  model.Ts
+	Start model.Ts
+	// Copied is how far the partition's share of the initial snapshot was
+	// at Start (a source.Copier's readers copy the rest).
+	Copied model.CopyProgress
 	Source Source
 	Sink   sink.Sink
 	// Barrier coordinates DDLs; nil means this dispatcher is the table's
@@ -69,6 +72,7 @@ type Dispatcher struct {
 	mu         sync.Mutex
 	inflight   []*inflightBatch // written, not yet flush-acked, in order
 	checkpoint model.Ts
+	copied     model.CopyProgress // as of checkpoint
 	failure    error
 	acked      chan struct{} // signalled on every ack
 
@@ -86,8 +90,9 @@ type Dispatcher struct {
 }
 
 type inflightBatch struct {
-	end  model.Ts // reader position after the batch
-	done bool
+	end    model.Ts           // reader position after the batch
+	copied model.CopyProgress // the reader's copy progress there
+	done   bool
 }
 
 // New opens the dispatcher's reader at its start position.
@@ -101,12 +106,18 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Idle <= 0 {
 		cfg.Idle = 20 * time.Millisecond
 	}
-	r, err := cfg.Source.Open(cfg.Span, cfg.Start)
+	var r source.Reader
+	var err error
+	if c, ok := cfg.Source.(source.Copier); ok {
+		r, err = c.OpenCopying(cfg.Span, cfg.Start, cfg.Copied)
+	} else {
+		r, err = cfg.Source.Open(cfg.Span, cfg.Start)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher %s: %w", cfg.ID, err)
 	}
 	return &Dispatcher{
-		cfg: cfg, reader: r, checkpoint: cfg.Start, acked: make(chan struct{}, 1),
+		cfg: cfg, reader: r, checkpoint: cfg.Start, copied: cfg.Copied, acked: make(chan struct{}, 1),
 		stopReq: make(chan struct{}), finished: make(chan struct{}),
 	}, nil
 }
@@ -123,6 +134,23 @@ func (d *Dispatcher) Checkpoint() model.Ts {
 	defer d.mu.Unlock()
 	d.foldQuiet()
 	return d.checkpoint
+}
+
+// Copied is how far the partition's copy is as of Checkpoint(): with the
+// checkpoint, it is the partition's progress.
+func (d *Dispatcher) Copied() model.CopyProgress {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.copied
+}
+
+// Progress is the checkpoint and the copy's progress there, read
+// together.
+func (d *Dispatcher) Progress() (model.Ts, model.CopyProgress) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.foldQuiet()
+	return d.checkpoint, d.copied
 }
 
 // foldQuiet moves the checkpoint over a quiet stretch the loop sleeps
@@ -171,6 +199,9 @@ func (d *Dispatcher) quietFor() (time.Duration, model.Ts, bool) {
 // flushed), Stop is called (graceful), or the sink fails. It returns nil
 // after a graceful stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	if c, ok := d.reader.(source.Closer); ok {
+		defer c.Close()
+	}
 	err := d.loop(ctx)
 	if err != nil && ctx.Err() == nil {
 		// Before reporting a sink failure, let every message still in
@@ -310,7 +341,10 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 // write sends a batch (possibly empty, to move the checkpoint over a
 // quiet stretch) and records it as in flight until its flush ack.
 func (d *Dispatcher) write(ctx context.Context, evs []source.Event) error {
-	b := &inflightBatch{end: d.reader.Position()}
+	b := &inflightBatch{end: d.reader.Position(), copied: d.cfg.Copied}
+	if c, ok := d.reader.(source.Copying); ok {
+		b.copied = c.Copied()
+	}
 	d.mu.Lock()
 	d.inflight = append(d.inflight, b)
 	d.mu.Unlock()
@@ -338,6 +372,7 @@ func (d *Dispatcher) ack(b *inflightBatch, err error) {
 			// max: a quiet stretch may have reported past a batch's end
 			// (never past an event: the batch holds none before it).
 			d.checkpoint = max(d.checkpoint, d.inflight[0].end)
+			d.copied = d.inflight[0].copied
 			d.inflight = d.inflight[1:]
 		}
 	}

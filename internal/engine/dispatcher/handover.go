@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/actor"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -17,18 +18,32 @@ import (
 // previous owner saved.
 
 // ownFinal is the highest position where this node stopped the partition,
-// under this placement or an earlier one: it wrote exactly up to there
-// (0 if it never stopped it). A move that was reverted, say, leaves one.
-func (m *Manager) ownFinal(r model.RouteEntry) model.Ts {
+// under this placement or an earlier one, with the copy's progress there:
+// it wrote exactly up to there (0 if it never stopped it). A move that was
+// reverted, say, leaves one.
+func (m *Manager) ownFinal(r model.RouteEntry) (model.Ts, model.CopyProgress) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var at model.Ts
+	var copied model.CopyProgress
 	for _, f := range m.finals {
-		if f.cf == r.Changefeed && f.pid == r.ID && f.p.Epoch <= r.Epoch {
-			at = max(at, f.p.Checkpoint)
+		if f.cf == r.Changefeed && f.pid == r.ID && f.p.Epoch <= r.Epoch && f.p.Checkpoint >= at {
+			at, copied = f.p.Checkpoint, f.p.Copy
 		}
 	}
-	return at
+	return at, copied
+}
+
+// resumeFrom is where a partition starts when it is not handed over
+// exactly: the highest durable position known, persisted or where it
+// stopped here, and the copy's progress there.
+func (m *Manager) resumeFrom(st *meta.State, r model.RouteEntry) (model.Ts, model.CopyProgress) {
+	p := st.Progress[r.Changefeed][r.ID].Progress
+	from, copied := max(st.Changefeeds[r.Changefeed].Info.StartTs, r.Start, p.Checkpoint), p.Copy
+	if own, ownCopy := m.ownFinal(r); own > from || own == from && ownCopy.Beyond(copied) {
+		from, copied = own, ownCopy
+	}
+	return from, copied
 }
 
 // saveState is seed 003's MigrateOut: the partition's state, stopped at
@@ -94,7 +109,7 @@ func (m *Manager) stopAndReport(runs []*managed) {
 				m.log.Warn("dispatcher did not stop cleanly; its next owner resumes from its checkpoint", "dispatcher", r.d.ID(), "checkpoint", at, "err", err)
 			}
 			// A stop that had to be aborted knows only its checkpoint: not final.
-			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil}
+			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil, Copy: r.d.Copied()}
 			p.Handover = p.Final && rt.Status == model.PartitionDraining && m.saveState(rt, at)
 			m.mu.Lock()
 			m.finals[finalKey(rt)] = &final{cf: rt.Changefeed, pid: rt.ID, p: p}

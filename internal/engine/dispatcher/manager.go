@@ -197,7 +197,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			// Ended by itself (sink failure): start again from its checkpoint.
 			m.log.Warn("dispatcher ended; restarting it from its checkpoint", "dispatcher", r.d.ID(), "err", r.err)
 			m.finals[finalKey(r.route.Route)] = &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
-				p: model.Progress{Checkpoint: r.d.Checkpoint(), Node: m.self, Epoch: r.route.Route.Epoch}}
+				p: progressOf(r.d, m.self, r.route.Route.Epoch)}
 			delete(m.running, k)
 			continue
 		default:
@@ -251,13 +251,13 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			if ok && p.Progress.Epoch == d.Route.Epoch && p.Progress.Final && p.Progress.Handover {
 				break // already handed over
 			}
-			from := max(st.Changefeeds[d.Route.Changefeed].Info.StartTs, d.Route.Start, p.Progress.Checkpoint, m.ownFinal(d.Route))
+			from, copied := m.resumeFrom(st, d.Route)
 			if !m.saveState(d.Route, from) {
 				break // tried again on the next pass
 			}
 			m.mu.Lock()
 			m.finals[fk] = &final{cf: d.Route.Changefeed, pid: d.Route.ID,
-				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true}}
+				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true, Copy: copied}}
 			m.mu.Unlock()
 			newFinals = true
 		}
@@ -377,15 +377,14 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	// durable position known (persisted, or where it stopped here: this
 	// node wrote exactly up to its own final positions, whatever their
 	// placement, for instance before a move that was reverted).
-	from := max(e.Info.StartTs, r.Route.Start, st.Progress[r.Route.Changefeed][r.Route.ID].Progress.Checkpoint)
-	from = max(from, m.ownFinal(r.Route))
+	from, copied := m.resumeFrom(st, r.Route)
 	m.mu.Lock()
 	// Running again under the same placement: no longer final.
 	delete(m.finals, finalKey(r.Route))
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
 	d, err := New(Config{
-		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from,
+		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
 		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
 		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
 	})

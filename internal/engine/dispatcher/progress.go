@@ -18,6 +18,13 @@ type final struct {
 	p   model.Progress
 }
 
+// progressOf is a running dispatcher's progress as its heartbeat reports
+// it.
+func progressOf(d *Dispatcher, node model.NodeID, epoch uint64) model.Progress {
+	cp, copied := d.Progress()
+	return model.Progress{Checkpoint: cp, Node: node, Epoch: epoch, Copy: copied}
+}
+
 // acked tells whether the maintainer has persisted a final position, or
 // the partition has moved on (placed again, or removed).
 func (f *final) acked(st *meta.State) bool {
@@ -47,7 +54,7 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 	for _, r := range m.running {
 		rt := r.route.Route
 		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID,
-			Progress: model.Progress{Checkpoint: r.d.Checkpoint(), Node: m.self, Epoch: rt.Epoch}})
+			Progress: progressOf(r.d, m.self, rt.Epoch)})
 	}
 	for k, f := range m.finals {
 		if f.acked(st) {

@@ -36,6 +36,7 @@ type Log struct {
 	defs     []*source.TableDef
 	defIDs   map[*source.TableDef]uint32
 	ddls     map[string][]source.Event // by table, in order
+	marks    map[string][]source.Event // the snapshot's watermarks, by table, in order
 	tables   map[string]bool           // tables with rows
 	changed  chan struct{}             // closed and replaced on every append
 	closed   bool
@@ -57,7 +58,7 @@ func Open(dir string, start model.Ts) (*Log, error) {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
 	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
-		ddls: map[string][]source.Event{}, tables: map[string]bool{}, changed: make(chan struct{})}, nil
+		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, changed: make(chan struct{})}, nil
 }
 
 // Close releases the store; reads after it return nothing.
@@ -139,6 +140,13 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 			l.ddls[e.Table] = append(l.ddls[e.Table], *e)
 			continue
 		}
+		if e.Kind == source.KindMark {
+			if !resolve {
+				return errors.New("event log: a watermark comes with its transaction's commit, not in a part")
+			}
+			l.marks[e.Table] = append(l.marks[e.Table], *e)
+			continue
+		}
 		// A transaction's rows, in parts or not, are numbered in order.
 		if e.CommitTs != l.seqTs {
 			l.seqTs, l.seq = e.CommitTs, 0
@@ -196,7 +204,8 @@ func (l *Log) DDLs(table string, from, upTo model.Ts) []source.Event {
 // a position, except inside a transaction that alone has max rows of the
 // span: that one it returns in parts, the cursor inside it. It never
 // reads past the resolved position, nor past the table's next schema
-// change (the caller meets that change through DDLs first).
+// change (the caller meets that change through DDLs first). A watermark
+// of the table (KindMark) ends a read: it is its last event.
 func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -210,6 +219,15 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 	for _, d := range l.ddls[span.Table] {
 		if d.CommitTs > from.Done {
 			upTo = min(upTo, d.CommitTs-1)
+			break
+		}
+	}
+	var mark *source.Event
+	for i, m := range l.marks[span.Table] {
+		if m.CommitTs > from.Done {
+			if m.CommitTs <= upTo {
+				mark, upTo = &l.marks[span.Table][i], m.CommitTs
+			}
 			break
 		}
 	}
@@ -249,6 +267,11 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 			same++
 		}
 	}
+	if mark != nil {
+		// No row shares a watermark's position: every row before it has
+		// been returned.
+		out = append(out, *mark)
+	}
 	return out, source.Cursor{Done: upTo}, it.Error()
 }
 
@@ -264,6 +287,13 @@ func (l *Log) Trim(ts model.Ts) error {
 		if err := l.db.DeleteRange(rowKey(t, 0, 0), rowKey(t, ts+1, 0), pebble.NoSync); err != nil {
 			return err
 		}
+	}
+	for t, ms := range l.marks {
+		i := 0
+		for i < len(ms) && ms[i].CommitTs <= ts {
+			i++
+		}
+		l.marks[t] = ms[i:]
 	}
 	l.trimmed = ts
 	return nil

@@ -90,26 +90,35 @@ func (s *Source) DDLs(table string, from, upTo model.Ts) []source.Event {
 
 // Open implements source.Source.
 func (s *Source) Open(span model.Span, from model.Ts) (source.Reader, error) {
-	return &reader{s: s, span: span, pos: source.Cursor{Done: from}}, nil
+	return &Reader{s: s, span: span, pos: source.Cursor{Done: from}}, nil
 }
 
-type reader struct {
-	s    *Source
-	span model.Span
+// OpenMarked opens a reader that also returns the snapshot's watermarks
+// of its table (KindMark events), each ending a read: for readers that
+// copy rows between them.
+func (s *Source) OpenMarked(span model.Span, from model.Ts) *Reader {
+	return &Reader{s: s, span: span, pos: source.Cursor{Done: from}, marks: true}
+}
+
+// Reader reads one span from the log.
+type Reader struct {
+	s     *Source
+	span  model.Span
+	marks bool // return watermarks
 
 	mu      sync.Mutex
 	pos     source.Cursor
 	lastErr time.Time
 }
 
-func (r *reader) Position() model.Ts {
+func (r *Reader) Position() model.Ts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pos.Done
 }
 
 // StepOver implements source.DDLStepper.
-func (r *reader) StepOver(ddl model.Ts) {
+func (r *Reader) StepOver(ddl model.Ts) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.pos.Inside() && r.pos.Done < ddl {
@@ -118,7 +127,7 @@ func (r *reader) StepOver(ddl model.Ts) {
 }
 
 // Inside implements source.Parted.
-func (r *reader) Inside() bool {
+func (r *Reader) Inside() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pos.Inside()
@@ -127,7 +136,7 @@ func (r *reader) Inside() bool {
 // Read implements source.Reader. A failed read returns nothing and keeps
 // the position: the dispatcher polls again, and warns at most every few
 // seconds so an outage is visible without flooding the log.
-func (r *reader) Read(upTo model.Ts, maxRows int) []source.Event {
+func (r *Reader) Read(upTo model.Ts, maxRows int) []source.Event {
 	if r.s.logs == nil {
 		return nil
 	}
@@ -147,6 +156,15 @@ func (r *reader) Read(upTo model.Ts, maxRows int) []source.Event {
 	}
 	if r.pos.Before(next) {
 		r.pos = next
+	}
+	if !r.marks {
+		kept := evs[:0]
+		for _, e := range evs {
+			if e.Kind != source.KindMark {
+				kept = append(kept, e)
+			}
+		}
+		evs = kept
 	}
 	return evs
 }

@@ -89,8 +89,12 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 		got, hasH := parts[pid]
 		pos := p.Progress
 		if hasH && (!hasP || got.Epoch >= pos.Epoch) {
-			cp := max(pos.Checkpoint, got.Checkpoint)
-			pos, pos.Checkpoint = got, cp
+			cp, copied := max(pos.Checkpoint, got.Checkpoint), got.Copy
+			if hasP && pos.Epoch == got.Epoch && pos.Copy.Beyond(copied) {
+				// Durable with the persisted checkpoint, which is kept.
+				copied = pos.Copy
+			}
+			pos, pos.Checkpoint, pos.Copy = got, cp, copied
 		} else if hasH {
 			pos.Checkpoint = max(pos.Checkpoint, got.Checkpoint)
 		}

@@ -105,8 +105,11 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	if at == 0 {
 		at = progress[r.Route.ID].Checkpoint
 	}
-	table[lower.ID] = model.Progress{Checkpoint: at, Node: node, Epoch: lower.Epoch}
-	table[upperID] = model.Progress{Checkpoint: at, Node: node, Epoch: upper.Epoch}
+	// The copy of the initial snapshot is cut like the span: each half
+	// goes on with what is left of its own range.
+	lowerCopy, upperCopy := progress[r.Route.ID].Copy.Cut(key)
+	table[lower.ID] = model.Progress{Checkpoint: at, Node: node, Epoch: lower.Epoch, Copy: lowerCopy}
+	table[upperID] = model.Progress{Checkpoint: at, Node: node, Epoch: upper.Epoch, Copy: upperCopy}
 	k := s.keys.Partition(r.Route.Changefeed, r.Route.ID)
 	cmps := []clientv3.Cmp{mf.cmp(), ctrCmp, clientv3.Compare(clientv3.ModRevision(k), "=", r.Revision)}
 	err = s.commit(ctx, cmps,

@@ -12,6 +12,10 @@ type Kind uint8
 const (
 	KindDML Kind = iota + 1 // a row change of one key
 	KindDDL                 // a schema change of one table
+	// KindMark is a watermark of a database source's snapshot in its
+	// event log (Statement holds it): readers that copy rows stop at it;
+	// dispatchers never see one.
+	KindMark
 )
 
 func (k Kind) String() string {
@@ -20,6 +24,8 @@ func (k Kind) String() string {
 		return "DML"
 	case KindDDL:
 		return "DDL"
+	case KindMark:
+		return "Mark"
 	}
 	return "Kind(?)"
 }

@@ -72,6 +72,26 @@ type DDLStepper interface {
 	StepOver(ddl model.Ts)
 }
 
+// Copier is a source whose readers copy the rows their span held when
+// the changefeed was created (the initial snapshot) while they read its
+// changes. A dispatcher opens its reader with the copy's progress as of
+// its start position.
+type Copier interface {
+	OpenCopying(span model.Span, from model.Ts, copied model.CopyProgress) (Reader, error)
+}
+
+// Copying is a reader opened by a Copier: Copied is how far its copy is
+// as of Position() (rows copied at or below it have all been returned).
+type Copying interface {
+	Copied() model.CopyProgress
+}
+
+// Closer is a reader that holds something (a connection, a lock) until
+// its dispatcher ends.
+type Closer interface {
+	Close() error
+}
+
 // Lookahead is a Reader that knows when its next event commits. A
 // dispatcher with nothing to read sleeps until then instead of polling,
 // and meanwhile reports its position as reaching it: nothing of its span

@@ -19,17 +19,21 @@ func TestAReplicationUserThatIsNotASuperuserReplicates(t *testing.T) {
 		ALTER TABLE t OWNER TO cdc;
 		DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO cdc', current_database()); END $$;
 		INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g`)
-	r := startPulling(t, strings.Replace(dsn, "postgres@", "cdc@", 1)+"&tables=t", "role")
+	rig := startCopyRig(t, strings.Replace(dsn, "postgres@", "cdc@", 1)+"&tables=t", "role")
+	p := rig.run(model.Span{Table: "public.t", Key: "int4"}, rig.start, model.CopyProgress{})
 	psql(t, srv, dsn, `INSERT INTO t VALUES (1000, 'after')`)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		r.running(t)
-		_, resolved := r.src.ResumePoint(model.Ts(1<<62 - 1))
-		if r.log.count() == 101 && r.log.has("1000") && resolved {
-			break
-		}
+	p.waitDone(t)
+	for deadline := time.Now().Add(30 * time.Second); !p.has("1000"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d rows arrived", r.log.count())
+			t.Fatal("the row written after the changefeed began did not arrive")
 		}
 	}
-	r.stop(t)
+	keys := map[string]bool{}
+	for _, e := range p.stopped(t) {
+		keys[e.Key] = true
+	}
+	if len(keys) != 101 {
+		t.Fatalf("%d rows arrived, want 101", len(keys))
+	}
+	rig.stop(t)
 }

@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,78 +15,50 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// The initial snapshot under writes: 10,000 rows exist (15 chunks),
-// a workload updates, deletes and inserts rows of every chunk while the
-// snapshot runs, and the rows the reader delivered, applied in order,
-// equal the table afterwards; the snapshot's progress reaches the end.
-func TestTheInitialSnapshotIsConsistentWithTheStream(t *testing.T) {
+// The initial snapshot under writes, copied by partitions: 10,000 rows
+// exist, the table is cut into three partitions that copy their own
+// ranges (about five chunks each), a workload updates, deletes and
+// inserts rows of every chunk meanwhile, one partition is moved (stopped
+// and started again from where it stood) and one is split while they
+// copy. The rows the partitions delivered, applied in order, equal the
+// table afterwards; no row was copied twice; every partition's copy ends
+// done.
+func TestPartitionsCopyTheirRangesConsistentWithTheStream(t *testing.T) {
 	snapshotUnderWrites(t, false)
 }
 
-// A column added while the snapshot runs: chunks read before it are
-// emitted under the old schema, or, when the change lands between a
-// chunk's read and its high watermark, the reader stops and starts again
-// from its resume point (as the maintainer restarts it) and reads the
-// chunk again. The rows still equal the table.
+// A column added while the partitions copy: chunks whose window the
+// change falls in are read again under the new schema. The rows still
+// equal the table, and the last carry the new column.
 func TestASchemaChangeDuringTheSnapshot(t *testing.T) {
 	snapshotUnderWrites(t, true)
 }
 
 func snapshotUnderWrites(t *testing.T, ddl bool) {
 	srv, dsn := newDB(t, `CREATE TABLE t (id int8 PRIMARY KEY, v text, n int4);
-		INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, 10000) g;
-		CREATE TABLE empty (k text PRIMARY KEY)`)
+		INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, 10000) g`)
 	ctx := context.Background()
 	defer func(n int) { chunkRows = n }(chunkRows)
-	chunkRows = 700 // 15 chunks, three in flight at a time
-	uri, pos, err := Pin(ctx, dsn+"&tables=t,empty", "snap", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := Open(uri, source.Env{Changefeed: "snap"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &memLog{}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	restarts := 0
-	go func() {
-		for {
-			err := src.Pull(pctx, pos, log)
-			if pctx.Err() != nil || !strings.Contains(fmt.Sprint(err), "changed while a chunk was read") {
-				done <- err
-				return
-			}
-			// As the maintainer does: a new log from the last resume
-			// point, which the test takes as the checkpoint.
-			restarts++
-			p, ok := src.ResumePoint(model.Ts(1<<62 - 1))
-			if !ok {
-				done <- fmt.Errorf("no resume point after %v", err)
-				return
-			}
-			var at position
-			_ = json.Unmarshal(p, &at)
-			log.truncate(at.Ts)
-			pos = p
+	chunkRows = 700
+	rig := startCopyRig(t, dsn+"&tables=t", "snap")
+	key := func(id string) string {
+		k, err := model.EncodeKeyValues("int8", []string{id})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	if ddl {
-		// Once a third of the table is copied, add a column.
-		for deadline := time.Now().Add(60 * time.Second); log.count() < 3000; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the snapshot did not start")
-			}
-		}
-		psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN w int4 DEFAULT 5`)
+		return k
 	}
+	start := rig.start
+	a := rig.run(model.Span{Table: "public.t", End: key("3000"), Key: "int8"}, start, model.CopyProgress{})
+	b := rig.run(model.Span{Table: "public.t", Start: key("3000"), End: key("7000"), Key: "int8"}, start, model.CopyProgress{})
+	c := rig.run(model.Span{Table: "public.t", Start: key("7000"), Key: "int8"}, start, model.CopyProgress{})
 
-	// The workload, while the snapshot runs.
+	// The workload, while the partitions copy.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -121,36 +95,47 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		p, ok := src.ResumePoint(model.Ts(1<<62 - 1))
-		var got position
-		if ok && json.Unmarshal(p, &got) == nil && got.Snapshot == nil && log.count() > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the snapshot did not finish: %s", p)
-		}
-		time.Sleep(50 * time.Millisecond)
+
+	// A move of a while copying: stopped where it stands, started again
+	// from there. A split of b while copying: its progress cut at 5000.
+	parts := []*partition{c}
+	moved := rig.whenCopying(a)
+	movedAt, copied := moved.stopAt(t)
+	parts = append(parts, moved, rig.run(moved.span, movedAt, copied))
+	if ddl {
+		psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN w int4 DEFAULT 5`)
+	}
+	split := rig.whenCopying(b)
+	at, copied := split.stopAt(t)
+	lowCopy, upCopy := copied.Cut(key("5000"))
+	low, up := split.span, split.span
+	low.End, up.Start = key("5000"), key("5000")
+	parts = append(parts, split, rig.run(low, at, lowCopy), rig.run(up, at, upCopy))
+	t.Logf("moved at %v after copying %d rows; split at %v after copying %d rows (%+v, %+v)", movedAt, moved.copiedRows(), at, split.copiedRows(), lowCopy, upCopy)
+
+	for _, p := range parts {
+		p.waitDone(t)
 	}
 	close(stop)
 	wg.Wait()
 	// A last change, to know when the stream has delivered everything.
 	psql(t, srv, dsn, `INSERT INTO t VALUES (999999, 'last', 0)`)
-	for deadline := time.Now().Add(30 * time.Second); !log.has("999999"); time.Sleep(20 * time.Millisecond) {
+	last := c // the partition of key 999999
+	for deadline := time.Now().Add(30 * time.Second); !last.has("999999"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the last change did not arrive")
 		}
 	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
+	var evs []source.Event
+	for _, p := range parts {
+		evs = append(evs, p.stopped(t)...)
 	}
+	rig.stop(t)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].CommitTs < evs[j].CommitTs })
 
 	rows := map[string]string{}
-	inserts := 0
-	log.mu.Lock()
-	for _, e := range log.evs {
+	copies := map[string]int{}
+	for _, e := range evs {
 		if e.Kind != source.KindDML {
 			continue
 		}
@@ -158,13 +143,15 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 		case source.OpDelete:
 			delete(rows, k)
 		default:
-			if e.Op == source.OpInsert {
-				inserts++
+			if id, _ := strconv.Atoi(k); e.Op == source.OpInsert && id <= 10000 {
+				// Only the copy inserts the keys that existed before
+				// (the workload inserts new ones, which a chunk read
+				// after them copies again, as DBLog does): once each.
+				copies[k]++
 			}
 			rows[k] = e.New[1].Text + "/" + e.New[2].Text
 		}
 	}
-	log.mu.Unlock()
 	want := map[string]string{}
 	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT id || ' ' || v || '/' || n FROM t`)
 	if err != nil {
@@ -178,7 +165,7 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	if len(want) < 5000 {
 		t.Fatalf("only %d rows upstream", len(want))
 	}
-	missing, extra, different := 0, 0, 0
+	missing, extra, different, twice := 0, 0, 0, 0
 	for k, v := range want {
 		g, ok := rows[k]
 		switch {
@@ -193,19 +180,308 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 			extra++
 		}
 	}
-	if missing+extra+different > 0 {
-		t.Fatalf("rebuilt from the reader: %d missing, %d extra, %d different of %d rows", missing, extra, different, len(want))
-	}
-	if ddl {
-		// Rows read after the change carry the new column.
-		log.mu.Lock()
-		last := log.evs[len(log.evs)-1]
-		log.mu.Unlock()
-		if len(last.New) != 4 || last.New[3].Text != "5" {
-			t.Fatalf("the last row %+v does not carry the added column", last.New)
+	for _, n := range copies {
+		if n > 1 {
+			twice++
 		}
 	}
-	t.Logf("%d rows equal after a snapshot under writes (%d inserts delivered, %d restarts of the reader)", len(want), inserts, restarts)
+	if missing+extra+different+twice > 0 {
+		t.Fatalf("rebuilt from the partitions: %d missing, %d extra, %d different of %d rows; %d inserted twice", missing, extra, different, len(want), twice)
+	}
+	if ddl {
+		// Rows copied or written after the change carry the new column.
+		e := evs[len(evs)-1]
+		if len(e.New) != 4 || e.New[3].Text != "0" && e.New[3].Text != "5" {
+			t.Fatalf("the last row %+v does not carry the added column", e.New)
+		}
+	}
+	var total int64
+	for _, p := range parts[len(parts)-4:] {
+		total += p.copiedRows()
+	}
+	t.Logf("%d rows equal after a snapshot by partitions under writes; the last four partitions' progress counts %d rows", len(want), total)
+}
+
+// A table without a primary key is copied under a SHARE lock, in chunks
+// from one cursor, by its one partition, while a workload writes to it
+// (its writes wait for the copy): the rows delivered, applied in order
+// as a multiset, equal the table afterwards, equal rows counted.
+func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4);
+		ALTER TABLE k REPLICA IDENTITY FULL;
+		INSERT INTO k SELECT 'k' || (g % 50), 0 FROM generate_series(1, 3000) g`)
+	ctx := context.Background()
+	defer func(n int) { chunkRows = n }(chunkRows)
+	chunkRows = 700 // five chunks under one lock
+	rig := startCopyRig(t, dsn+"&tables=k", "keyless")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewSource(5))
+	// Changes before the partition starts are in the copy: the stream's
+	// rows of them are dropped.
+	write := func(n int) {
+		for i := 0; i < n; i++ {
+			kind := fmt.Sprintf("k%d", rng.Intn(50))
+			var err error
+			switch rng.Intn(3) {
+			case 0:
+				_, err = conn.Exec(ctx, `INSERT INTO k VALUES ($1, 0)`, kind)
+			case 1:
+				_, err = conn.Exec(ctx, `UPDATE k SET n = n + 1 WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
+			default:
+				_, err = conn.Exec(ctx, `DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(100)
+	p := rig.run(model.Span{Table: "public.k", Key: model.NoKey}, rig.start, model.CopyProgress{})
+	write(300)
+	p.waitDone(t)
+	psql(t, srv, dsn, `INSERT INTO k VALUES ('last', -1)`)
+	image := func(vs []source.Value) string { return vs[0].Text + "/" + vs[1].Text }
+	arrived := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := len(p.evs)
+		return n > 0 && p.evs[n-1].New != nil && image(p.evs[n-1].New) == "last/-1"
+	}
+	for deadline := time.Now().Add(60 * time.Second); !arrived(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last change did not arrive")
+		}
+	}
+	evs := p.stopped(t)
+	rig.stop(t)
+	got := map[string]int{}
+	for _, e := range evs {
+		switch e.Op {
+		case source.OpInsert:
+			got[image(e.New)]++
+		case source.OpUpdate:
+			got[image(e.Old)]--
+			got[image(e.New)]++
+		case source.OpDelete:
+			got[image(e.Old)]--
+		}
+	}
+	want := map[string]int{}
+	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT kind || '/' || n FROM k`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range splitLines(out) {
+		want[line]++
+	}
+	if want["last/-1"] != 1 || got["last/-1"] != 1 {
+		t.Fatalf("the last row: %d upstream, %d delivered", want["last/-1"], got["last/-1"])
+	}
+	for img, n := range want {
+		if got[img] != n {
+			t.Errorf("row %s: %d copies delivered, %d upstream", img, got[img], n)
+		}
+	}
+	for img, n := range got {
+		if _, ok := want[img]; !ok && n != 0 {
+			t.Errorf("row %s: %d copies delivered, none upstream", img, n)
+		}
+	}
+}
+
+// localLogs serves the rig's event log to its source's readers, as the
+// agent serves a log on the node its reader runs on.
+type localLogs struct{ l *eventlog.Log }
+
+func (x localLogs) Read(_ context.Context, _ model.ChangefeedID, span model.Span, from source.Cursor, upTo model.Ts, max int) ([]source.Event, source.Cursor, error) {
+	return x.l.Read(span, from, upTo, max)
+}
+
+func (x localLogs) DDLs(_ context.Context, _ model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
+	return x.l.DDLs(table, from, upTo), nil
+}
+
+// copyRig is a changefeed's reader pulling into an event log, and
+// partitions reading it as dispatchers do.
+type copyRig struct {
+	src    *Source
+	log    *eventlog.Log
+	start  model.Ts
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startCopyRig(t *testing.T, uri string, cf model.ChangefeedID) *copyRig {
+	t.Helper()
+	ctx := context.Background()
+	stored, pos, err := Pin(ctx, uri, cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseURI(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := eventlog.Open("", cfg.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open(stored, source.Env{Changefeed: cf, Logs: localLogs{log}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	rig := &copyRig{src: src, log: log, start: cfg.Start, cancel: cancel, done: make(chan error, 1)}
+	go func() { rig.done <- src.Pull(pctx, pos, log) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = src.Close()
+		_ = log.Close()
+	})
+	return rig
+}
+
+func (rig *copyRig) stop(t *testing.T) {
+	t.Helper()
+	rig.cancel()
+	if err := <-rig.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
+// partition reads a span as a dispatcher does: up to the table's next
+// schema change, which it passes, steps over and keeps with its rows.
+type partition struct {
+	span   model.Span
+	r      source.Reader
+	mu     sync.Mutex
+	evs    []source.Event
+	copied model.CopyProgress
+	quit   chan struct{}
+	done   chan struct{}
+}
+
+func (rig *copyRig) run(span model.Span, from model.Ts, copied model.CopyProgress) *partition {
+	r, err := rig.src.OpenCopying(span, from, copied)
+	if err != nil {
+		panic(err)
+	}
+	p := &partition{span: span, r: r, copied: copied, quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if c, ok := r.(source.Closer); ok {
+			defer c.Close()
+		}
+		for {
+			select {
+			case <-p.quit:
+				if pt, ok := r.(source.Parted); !ok || !pt.Inside() {
+					return
+				}
+			default:
+			}
+			upTo := model.Ts(math.MaxInt64 >> 1)
+			ddls := rig.src.DDLs(span.Table, r.Position(), upTo)
+			if len(ddls) > 0 {
+				upTo = ddls[0].CommitTs - 1
+			}
+			evs := r.Read(upTo, 256)
+			p.mu.Lock()
+			p.evs = append(p.evs, evs...)
+			if c, ok := r.(source.Copying); ok {
+				p.copied = c.Copied()
+			}
+			p.mu.Unlock()
+			if len(ddls) > 0 && r.Position() >= upTo {
+				p.mu.Lock()
+				p.evs = append(p.evs, ddls[0])
+				p.mu.Unlock()
+				r.(source.DDLStepper).StepOver(ddls[0].CommitTs)
+				continue
+			}
+			if len(evs) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	return p
+}
+
+// whenCopying returns p once it has copied some of its range, not all.
+func (rig *copyRig) whenCopying(p *partition) *partition {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		c := p.copied
+		p.mu.Unlock()
+		if c.To != "" && !c.Done {
+			return p
+		}
+	}
+	panic("the partition did not start copying")
+}
+
+// stopAt stops the partition gracefully: where it stands, and its copy's
+// progress there.
+func (p *partition) stopAt(t *testing.T) (model.Ts, model.CopyProgress) {
+	close(p.quit)
+	<-p.done
+	return p.r.Position(), p.r.(source.Copying).Copied()
+}
+
+// stopped stops the partition (if it runs) and returns what it read.
+func (p *partition) stopped(t *testing.T) []source.Event {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evs
+}
+
+func (p *partition) copiedRows() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.copied.Rows
+}
+
+// waitDone waits until the partition's copy is done, or it was stopped.
+func (p *partition) waitDone(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		p.mu.Lock()
+		c := p.copied
+		p.mu.Unlock()
+		if c.Done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copy of %s did not finish: %+v", p.span, c)
+		}
+	}
+}
+
+// has says a row with this key (text form) was read.
+func (p *partition) has(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.evs {
+		if p.evs[i].Kind == source.KindDML && textKey(&p.evs[i]) == key {
+			return true
+		}
+	}
+	return false
 }
 
 func dbOf(dsn string) string {
@@ -224,20 +500,6 @@ func splitLines(s string) []string {
 	return out
 }
 
-// truncate drops the events after ts: a log rebuilt from a checkpoint.
-func (l *memLog) truncate(ts model.Ts) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.evs {
-		if e.CommitTs <= ts {
-			l.evs[n] = e
-			n++
-		}
-	}
-	l.evs = l.evs[:n]
-}
-
 func (l *memLog) has(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -247,133 +509,4 @@ func (l *memLog) has(key string) bool {
 		}
 	}
 	return false
-}
-
-// A table without a primary key is copied under a SHARE lock, in chunks
-// from one cursor, while a workload writes to it (its writes wait for the
-// copy): the rows delivered, applied in order as a multiset, equal the
-// table afterwards, equal rows counted.
-func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
-	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4);
-		ALTER TABLE k REPLICA IDENTITY FULL;
-		INSERT INTO k SELECT 'k' || (g % 50), 0 FROM generate_series(1, 3000) g`)
-	ctx := context.Background()
-	defer func(n int) { chunkRows = n }(chunkRows)
-	chunkRows = 700 // five chunks under one lock
-	r := startPulling(t, dsn+"&tables=k", "keyless")
-	log := r.log
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rng := rand.New(rand.NewSource(5))
-	for i := 0; i < 300; i++ {
-		kind := fmt.Sprintf("k%d", rng.Intn(50))
-		var err error
-		switch rng.Intn(3) {
-		case 0:
-			_, err = conn.Exec(ctx, `INSERT INTO k VALUES ($1, 0)`, kind)
-		case 1:
-			_, err = conn.Exec(ctx, `UPDATE k SET n = n + 1 WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
-		default:
-			_, err = conn.Exec(ctx, `DELETE FROM k WHERE ctid = (SELECT ctid FROM k WHERE kind = $1 LIMIT 1)`, kind)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	psql(t, srv, dsn, `INSERT INTO k VALUES ('last', -1)`)
-	image := func(vs []source.Value) string { return vs[0].Text + "/" + vs[1].Text }
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		log.mu.Lock()
-		n := len(log.evs)
-		last := n > 0 && log.evs[n-1].New != nil && image(log.evs[n-1].New) == "last/-1"
-		log.mu.Unlock()
-		if last {
-			break
-		}
-		r.running(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("the last change did not arrive (%d events)", n)
-		}
-	}
-	r.stop(t)
-	got := map[string]int{}
-	log.mu.Lock()
-	for _, e := range log.evs {
-		switch e.Op {
-		case source.OpInsert:
-			got[image(e.New)]++
-		case source.OpUpdate:
-			got[image(e.Old)]--
-			got[image(e.New)]++
-		case source.OpDelete:
-			got[image(e.Old)]--
-		}
-	}
-	log.mu.Unlock()
-	want := map[string]int{}
-	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT kind || '/' || n FROM k`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range splitLines(out) {
-		want[line]++
-	}
-	for img, n := range want {
-		if got[img] != n {
-			t.Errorf("row %s: %d copies delivered, %d upstream", img, got[img], n)
-		}
-	}
-	for img, n := range got {
-		if _, ok := want[img]; !ok && n != 0 {
-			t.Errorf("row %s: %d copies delivered, none upstream", img, n)
-		}
-	}
-}
-
-// pulling is a changefeed's reader running into a memLog.
-type pulling struct {
-	src    *Source
-	log    *memLog
-	cancel context.CancelFunc
-	done   chan error
-}
-
-// startPulling creates a changefeed on uri and runs its reader.
-func startPulling(t *testing.T, uri string, cf model.ChangefeedID) *pulling {
-	t.Helper()
-	ctx := context.Background()
-	stored, pos, err := Pin(ctx, uri, cf, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := Open(stored, source.Env{Changefeed: cf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	r := &pulling{src: src, log: &memLog{}, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- src.Pull(pctx, pos, r.log) }()
-	return r
-}
-
-// running fails the test if the reader has stopped.
-func (r *pulling) running(t *testing.T) {
-	t.Helper()
-	select {
-	case err := <-r.done:
-		t.Fatalf("the reader stopped: %v", err)
-	default:
-	}
-}
-
-// stop stops the reader; it must have run until then.
-func (r *pulling) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
 }

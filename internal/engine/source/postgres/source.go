@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -25,9 +26,6 @@ type position struct {
 	LSN    string                `json:"lsn"`
 	Ts     model.Ts              `json:"ts"`
 	Tables map[string]TableState `json:"tables"`
-	// Snapshot is the initial snapshot's progress; nil once done (or
-	// never asked for).
-	Snapshot *snapshotProgress `json:"snapshot,omitempty"`
 }
 
 // Pin prepares the upstream of a new changefeed (checks, publication,
@@ -47,9 +45,6 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start}
-	}
-	if cfg.Snapshot == "initial" {
-		p.Snapshot = &snapshotProgress{Tables: cfg.Tables}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -72,7 +67,9 @@ func RemoveURI(ctx context.Context, uri string) error {
 // changefeed runs its puller, which fills the log from the slot.
 type Source struct {
 	*eventlog.Source
-	cfg Config
+	cfg  Config
+	log  *slog.Logger
+	pool *copyPool // the initial snapshot's connections on this node
 
 	mu     sync.Mutex
 	stream *Stream    // while Pull runs
@@ -88,7 +85,17 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if cfg.Slot == "" || cfg.Publication == "" || cfg.Start == 0 {
 		return nil, fmt.Errorf("source URI %s: not a changefeed's stored URI (slot, publication and start are set when it is created)", Redact(uri))
 	}
-	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg}, nil
+	log := env.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}}, nil
+}
+
+// Close implements source.Source: the snapshot's idle connections close.
+func (s *Source) Close() error {
+	s.pool.close()
+	return s.Source.Close()
 }
 
 // KeyTypes implements source.KeyTyped, from the catalog.
@@ -115,11 +122,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err != nil {
 		return fmt.Errorf("postgres source: resume point: %w", err)
 	}
-	snap := p.Snapshot
-	if snap.done() {
-		snap = nil
-	}
-	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, snap != nil)
+	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never")
 	if errors.Is(err, errSlotInUse) {
 		// This node maintains the changefeed now (the maintainer's
 		// placement fences it); a reader that held the slot before was
@@ -128,7 +131,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if terr := terminateHolder(ctx, s.cfg); terr != nil {
 			return fmt.Errorf("%w; taking it over failed: %v", err, terr)
 		}
-		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, snap != nil)
+		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never")
 	}
 	if err != nil {
 		return err
@@ -143,35 +146,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
-	keyless := map[string]bool{} // only the keyless tables
-	for t, ts := range p.Tables {
-		if ts.Def != nil && keyTypes(ts.Def) == model.NoKey {
-			keyless[t] = true
-		}
-	}
-	// The snapshot's chunks are read beside the stream; a failed read
-	// ends the pull with its reason.
-	chunks := newChunkQueue()
-	sctx, stopFetch := context.WithCancelCause(ctx)
-	fetched := make(chan struct{})
-	defer func() {
-		stopFetch(nil)
-		<-fetched
-	}()
-	go func() {
-		defer close(fetched)
-		if snap != nil {
-			if err := fetchChunks(sctx, s.cfg, snap, chunks); err != nil {
-				stopFetch(err)
-			}
-		}
-	}()
 	for {
-		it, err := st.Next(sctx)
+		it, err := st.Next(ctx)
 		if err != nil {
-			if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
-				return cause
-			}
 			return err
 		}
 		if it.Erase != nil {
@@ -183,12 +160,8 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			continue
 		}
 		if it.Part != nil {
-			// Rows of a large transaction, to disk as they arrive. Chunks
-			// in flight drop the keys it changes, as for any transaction.
-			for _, c := range chunks.list() {
-				c.observeRows(it.Part)
-			}
-			if err := w.AppendPart(notCopiedYet(it.Part, snap, keyless)); err != nil {
+			// Rows of a large transaction, to disk as they arrive.
+			if err := w.AppendPart(it.Part); err != nil {
 				return err
 			}
 			continue
@@ -200,7 +173,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Snapshot: snap})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables})
 			s.mu.Unlock()
 			continue
 		}
@@ -208,76 +181,39 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
-		tx.Events = notCopiedYet(tx.Events, snap, keyless)
-		// Every chunk in flight sees the transaction's rows; the oldest may
-		// reach its high watermark (watermarks arrive in the order they
-		// were written, one a transaction).
-		inFlight := chunks.list()
-		high := false
-		for i, c := range inFlight {
-			if c.observe(tx) {
-				if i != 0 {
-					return fmt.Errorf("snapshot: the high watermark of chunk %s arrived before an older chunk's", c.id)
-				}
-				high = true
-			}
-		}
-		if high {
-			c := inFlight[0]
-			<-c.loaded // closed before the high watermark was written
-			cur := st.Tables()[c.table]
-			if !sameColumns(c.def, cur.Def) {
-				// A schema change committed between the chunk's read and
-				// its high watermark: its rows have the old columns. The
-				// reader starts again from the checkpoint and reads the
-				// chunk under the new schema.
-				return fmt.Errorf("snapshot: the columns of %s changed while a chunk was read; reading it again", c.table)
-			}
-			rows := c.emit(tx, cur)
-			tx.Events = append(tx.Events, rows...)
-			if snap = snap.advance(c, len(rows)); snap.done() {
-				snap = nil
-			}
-			chunks.pop()
-		}
+		// The snapshot's watermarks go into the log, where the partitions
+		// of their table meet them in order with its rows.
+		tx.Events = append(tx.Events, marksOf(tx, tables)...)
 		if len(tx.Events) > 0 {
 			if err := w.Append(tx.Events); err != nil {
 				return err
 			}
 		} else {
-			// A watermark's transaction (nothing to write), or one whose
-			// rows all came as parts: its commit makes them readable.
+			// A transaction whose rows all came as parts, or none of ours:
+			// its commit makes them readable.
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Snapshot: snap})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables})
 		s.mu.Unlock()
 	}
 }
 
-// notCopiedYet drops the rows of keyless tables the snapshot has still to
-// copy. Such a table is copied whole under a lock, so its copy holds every
-// change committed before it; the stream's rows of it from before then
-// would count twice, and nothing tells equal rows apart downstream.
-func notCopiedYet(events []source.Event, snap *snapshotProgress, keyless map[string]bool) []source.Event {
-	if snap == nil || len(keyless) == 0 {
-		return events
-	}
-	pending := map[string]bool{}
-	for _, t := range snap.Tables {
-		if keyless[t] {
-			pending[t] = true
-		}
-	}
-	if len(pending) == 0 {
-		return events
-	}
-	out := events[:0:0]
-	for _, e := range events {
-		if e.Kind == source.KindDML && pending[e.Table] {
+// marksOf turns a transaction's watermarks into the log's mark events of
+// their tables, at its position, each with its table's schema there.
+func marksOf(tx *Txn, tables map[string]TableState) []source.Event {
+	var out []source.Event
+	for _, m := range tx.Marks {
+		var mk mark
+		if json.Unmarshal(m, &mk) != nil {
 			continue
 		}
-		out = append(out, e)
+		st, ok := tables[mk.Table]
+		if !ok {
+			continue // not a table of this changefeed
+		}
+		out = append(out, source.Event{Kind: source.KindMark, Table: mk.Table, CommitTs: tx.Ts, Def: st.Def,
+			SchemaVersion: st.Version, TableVersion: st.Since, Statement: string(m)})
 	}
 	return out
 }

@@ -1,0 +1,80 @@
+package model
+
+import (
+	"strconv"
+	"strings"
+)
+
+// CopyProgress is how far a partition's share of a database source's
+// initial snapshot is, as of its checkpoint: the rows with keys in
+// [span.Start, To) have been copied (To is the successor of the last key
+// copied: that key and a NUL byte), or all of them when Done. The zero
+// value is "nothing copied yet". It rides in the partition's progress, so
+// a partition moved, drained or restarted goes on where its copy stood,
+// and a split cuts it.
+type CopyProgress struct {
+	To   string `json:"to,omitempty"`
+	Done bool   `json:"done,omitempty"`
+	// Rows counts the rows this partition (and, before a split, the whole
+	// it was cut from) copied.
+	Rows int64 `json:"rows,omitempty"`
+}
+
+// After is the last key copied; false when nothing is.
+func (c CopyProgress) After() (string, bool) {
+	if c.To == "" {
+		return "", false
+	}
+	return strings.TrimSuffix(c.To, "\x00"), true
+}
+
+// CopiedThrough is the progress once key has been copied.
+func (c CopyProgress) CopiedThrough(key string) CopyProgress {
+	c.To = key + "\x00"
+	return c
+}
+
+// Cut splits the progress of a span at key, as a split cuts the span:
+// the lower half [start, key) and the upper half [key, end).
+func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
+	if c.Done {
+		return CopyProgress{Done: true, Rows: c.Rows}, CopyProgress{Done: true}
+	}
+	if c.To != "" && c.To >= key {
+		// The lower half is copied whole; the upper half up to To.
+		lower = CopyProgress{Done: true, Rows: c.Rows}
+		if c.To > key {
+			upper = CopyProgress{To: c.To}
+		}
+		return lower, upper
+	}
+	return c, CopyProgress{}
+}
+
+// Beyond says c has copied more than o (of the same span).
+func (c CopyProgress) Beyond(o CopyProgress) bool {
+	switch {
+	case c.Done || o.Done:
+		return c.Done && !o.Done
+	default:
+		return c.To > o.To
+	}
+}
+
+// CopySummary sums the copy progress of a changefeed's partitions for
+// operators: "done", or how many partitions have finished and how many
+// rows were copied.
+func CopySummary(pt ProgressTable) string {
+	done := 0
+	var rows int64
+	for _, p := range pt {
+		if p.Copy.Done {
+			done++
+		}
+		rows += p.Copy.Rows
+	}
+	if done == len(pt) {
+		return "done (" + strconv.FormatInt(rows, 10) + " rows copied)"
+	}
+	return "copying: " + strconv.Itoa(done) + " of " + strconv.Itoa(len(pt)) + " partitions done, " + strconv.FormatInt(rows, 10) + " rows copied"
+}
