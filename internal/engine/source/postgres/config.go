@@ -37,11 +37,14 @@ type Config struct {
 	// Snapshot is "initial" (the default: existing rows are copied first)
 	// or "never" (only changes after the changefeed's creation).
 	Snapshot string
+	// ChunkRows bounds the rows of one chunk of the snapshot (chunk-rows=,
+	// Debezium's incremental.snapshot.chunk.size); 0 is the default.
+	ChunkRows int
 }
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true, "snapshot": true}
+var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -100,6 +103,13 @@ func ParseURI(raw string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
 	}
+	if v := q.Get("chunk-rows"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, defaultChunkRows)
+		}
+		c.ChunkRows = n
+	}
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
@@ -147,6 +157,9 @@ func (c Config) URI() string {
 	}
 	if c.Snapshot != "" && c.Snapshot != "initial" {
 		q.Set("snapshot", c.Snapshot)
+	}
+	if c.ChunkRows != 0 {
+		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
 	}
 	u.RawQuery = q.Encode()
 	return u.String()

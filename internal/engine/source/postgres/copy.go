@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -34,8 +36,9 @@ type copyReader struct {
 	out   []source.Event
 	outAt model.Ts
 	next  model.CopyProgress
-	// locked is the copy of a table without a key, under its lock.
-	locked *keylessCopy
+	// whole is the copy of a table without a key: one snapshot, all of
+	// its rows at one position, fetched chunk by chunk as they go out.
+	whole *keylessCopy
 
 	fails    int
 	retryAt  time.Time // no chunk before (after a failure)
@@ -53,7 +56,7 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 		return s.Source.Open(span, from)
 	}
 	return &copyReader{s: s, inner: s.Source.OpenMarked(span, from), span: span, keyless: span.Key == model.NoKey,
-		copied: copied, limit: firstChunkLimit()}, nil
+		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg))}, nil
 }
 
 // Position implements source.Reader: inside a chunk's rows, just before
@@ -61,10 +64,15 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 func (r *copyReader) Position() model.Ts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.out) > 0 {
+	if r.emitting() {
 		return r.outAt - 1
 	}
 	return r.inner.Position()
+}
+
+// emitting says rows at outAt are still to be returned.
+func (r *copyReader) emitting() bool {
+	return len(r.out) > 0 || r.whole != nil && r.whole.emitting
 }
 
 // Copied implements source.Copying.
@@ -74,13 +82,12 @@ func (r *copyReader) Copied() model.CopyProgress {
 	return r.copied
 }
 
-// Inside implements source.Parted: a chunk's rows are one position, and
-// a table without a key is copied whole once begun (its rows cannot say
-// which were copied).
+// Inside implements source.Parted: a chunk's rows are one position (all
+// of a table without a key are).
 func (r *copyReader) Inside() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.out) > 0 || r.inner.Inside() || r.locked != nil && r.locked.emitted
+	return r.emitting() || r.inner.Inside()
 }
 
 // StepOver implements source.DDLStepper. A schema change (or TRUNCATE)
@@ -94,12 +101,12 @@ func (r *copyReader) StepOver(ddl model.Ts) {
 	r.mu.Unlock()
 }
 
-// Close implements source.Closer: a table without a key being copied is
-// unlocked.
+// Close implements source.Closer: the copy of a table without a key
+// ends its snapshot.
 func (r *copyReader) Close() error {
 	r.mu.Lock()
-	lc := r.locked
-	r.locked = nil
+	lc := r.whole
+	r.whole = nil
 	r.mu.Unlock()
 	if lc != nil {
 		lc.close()
@@ -110,7 +117,12 @@ func (r *copyReader) Close() error {
 // Read implements source.Reader.
 func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 	r.mu.Lock()
-	if len(r.out) > 0 {
+	if len(r.out) == 0 && r.whole != nil && r.whole.emitting {
+		r.mu.Unlock()
+		r.fetchWhole()
+		r.mu.Lock()
+	}
+	if r.emitting() {
 		defer r.mu.Unlock()
 		return r.take(max)
 	}
@@ -130,8 +142,8 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 			continue
 		}
 		if r.keyless && !r.copied.Done {
-			// Copied whole under a lock: every change before the copy
-			// is in it, none commits during it.
+			// Copied whole from one snapshot: every change before it is
+			// in it.
 			continue
 		}
 		if r.chunk != nil {
@@ -152,9 +164,47 @@ func (r *copyReader) take(n int) []source.Event {
 	out := r.out[:n:n]
 	r.out = r.out[n:]
 	if len(r.out) == 0 {
-		r.out, r.copied = nil, r.next
+		r.out = nil
+		if !r.emitting() {
+			r.copied = r.next
+		}
 	}
 	return out
+}
+
+// fetchWhole reads the next rows of a table without a key from its
+// snapshot, to go out at the same position as the first. A failure there
+// cannot resume (the rows cannot say which went out): the copy starts
+// over, and the rows that went out are written twice.
+func (r *copyReader) fetchWhole() {
+	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
+	defer cancel()
+	r.mu.Lock()
+	lc, limit := r.whole, r.limit
+	r.mu.Unlock()
+	c := newChunk(r.span.Table, lc.def, limit)
+	err := lc.fetch(ctx, c)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.failed(fmt.Errorf("%w; the rows of it already written will be written again", err))
+		return
+	}
+	for i := range c.rows {
+		e := &c.rows[i]
+		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = lc.at.Def, lc.at.CommitTs, lc.at.SchemaVersion, lc.at.TableVersion
+	}
+	r.next.Rows += int64(len(c.rows))
+	r.out, r.limit = c.rows, nextChunkRows(c, chunkRowsOf(r.s.cfg))
+	if !c.full {
+		r.next.Done = true
+		lc.emitting = false
+		lc.close()
+		r.whole = nil
+		if len(r.out) == 0 {
+			r.copied = r.next
+		}
+	}
 }
 
 // onMark handles a watermark; only this reader's chunk's count.
@@ -179,24 +229,27 @@ func (r *copyReader) onMark(e *source.Event) {
 	rows := c.emit(e)
 	next := r.copied
 	next.Rows += int64(len(rows))
-	switch {
-	case !c.full:
-		next.Done, next.To = true, ""
-	case !r.keyless:
+	if c.full {
 		next = next.CopiedThrough(c.last)
+	} else {
+		next.Done, next.To = true, ""
 	}
-	if r.locked != nil && len(rows) > 0 {
-		r.locked.emitted = true
+	if r.keyless {
+		// One snapshot: the rest of the table goes out at this position
+		// too, fetched as the rows before it have gone.
+		next.To = ""
+		if c.full && r.whole != nil {
+			r.whole.emitting, r.whole.at = true, *e
+		} else if r.whole != nil {
+			r.whole.close()
+			r.whole = nil
+		}
 	}
-	if !c.full && r.keyless {
-		r.locked = nil // unlocked when its last high watermark was written
-	}
-	r.fails, r.limit = 0, nextChunkRows(c)
-	if len(rows) == 0 {
-		r.copied = next
-		return
-	}
+	r.fails, r.limit = 0, nextChunkRows(c, chunkRowsOf(r.s.cfg))
 	r.out, r.outAt, r.next = rows, e.CommitTs, next
+	if len(rows) == 0 && !r.emitting() {
+		r.out, r.copied = nil, next
+	}
 }
 
 // failed gives up the chunk in flight and waits a while before the next
@@ -205,10 +258,10 @@ func (r *copyReader) onMark(e *source.Event) {
 func (r *copyReader) failed(err error) {
 	r.fails++
 	r.retryAt = time.Now().Add(min(time.Duration(1<<min(r.fails-1, 5))*time.Second, 30*time.Second))
-	if r.locked != nil {
-		go r.locked.close()
-		r.locked = nil
-		r.limit = firstChunkLimit()
+	if r.whole != nil {
+		go r.whole.close()
+		r.whole = nil
+		r.limit = firstChunkLimit(chunkRowsOf(r.s.cfg))
 	}
 	if time.Since(r.lastWarn) >= 30*time.Second {
 		r.lastWarn = time.Now()
@@ -223,15 +276,14 @@ func (r *copyReader) startChunk() {
 	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
 	defer cancel()
 	r.mu.Lock()
-	limit, copied, locked := r.limit, r.copied, r.locked
+	limit, copied := r.limit, r.copied
 	r.mu.Unlock()
 	if r.keyless {
-		c, lc, err := r.keylessChunk(ctx, locked, limit)
+		c, lc, err := wholeTable(ctx, r.s.cfg, r.span.Table, limit)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.chunk, r.locked = c, lc
+		r.chunk, r.whole = c, lc
 		if err != nil {
-			r.limit = firstChunkLimit()
 			r.failed(err)
 		}
 		return
@@ -299,109 +351,124 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 }
 
 // keylessCopy is the copy of a table without a primary key. Its rows
-// cannot be told apart, so the window of a chunk (drop the rows the stream
-// changed) cannot apply: the table is read under a SHARE lock instead,
-// which holds off its writers while it is read, so no change to it
-// commits between any of its chunks' watermarks. The chunks come from one
-// cursor in the locked transaction (tx); the watermarks go through marks,
-// another connection, so they commit while the lock is held.
+// cannot be told apart, so the window of a chunk (drop the rows the
+// stream changed) cannot apply, nor can a copy resume after some rows:
+// every row goes out at one position, from one snapshot of the table
+// taken while no change to it could commit. A SHARE lock, held only for
+// a moment, holds off its writers while the snapshot is taken (exported,
+// and used by the cursor's connection) and until the high watermark
+// commits with the lock's transaction; the cursor then reads that
+// snapshot at leisure while writers go on.
 type keylessCopy struct {
-	conn, marks *pgx.Conn
-	tx          pgx.Tx
-	declared    bool // the cursor
-	emitted     bool // rows of it have been returned
+	conn     *pgx.Conn // the cursor's, in a REPEATABLE READ transaction
+	tx       pgx.Tx
+	def      *source.TableDef
+	at       source.Event // the high watermark: where the rows go out
+	emitting bool         // rows after the first chunk are still to go
 }
 
-// close ends the copy; the lock goes with its transaction. Closing twice
-// is harmless.
+// close ends the snapshot. Closing twice is harmless.
 func (lc *keylessCopy) close() {
 	ctx := context.Background()
 	if lc.tx != nil {
 		_ = lc.tx.Rollback(ctx)
 		lc.tx = nil
 	}
-	for _, c := range []*pgx.Conn{lc.conn, lc.marks} {
-		if c != nil {
-			_ = c.Close(ctx)
-		}
+	if lc.conn != nil {
+		_ = lc.conn.Close(ctx)
 	}
 }
 
-// keylessChunk reads the next chunk of a table without a key, locking it
-// first (lc nil); after the last chunk's high watermark the lock is
-// released. It returns the copy with the chunk; on failure the copy is
-// closed.
-func (r *copyReader) keylessChunk(ctx context.Context, lc *keylessCopy, limit int) (*chunk, *keylessCopy, error) {
-	cfg, table := r.s.cfg, r.span.Table
-	fail := func(what string, err error) error {
-		return fmt.Errorf("snapshot of %s (no primary key: read under a SHARE lock): %s: %w", table, what, explain(cfg, err))
+// fetch reads the cursor's next rows into c.
+func (lc *keylessCopy) fetch(ctx context.Context, c *chunk) error {
+	rows, err := lc.tx.Query(ctx, fmt.Sprintf("FETCH %d FROM cdcctl_snapshot", c.limit))
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: fetch: %w", c.table, err)
 	}
-	if lc == nil {
-		var err error
-		lc = &keylessCopy{}
-		if lc.conn, err = snapshotConn(ctx, cfg); err == nil {
-			lc.marks, err = snapshotConn(ctx, cfg)
-		}
-		if err != nil {
+	return c.load(rows, nil)
+}
+
+// wholeTable takes the snapshot of a table without a key between its
+// watermarks and reads its first chunk; the copy goes on from it.
+func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chunk, *keylessCopy, error) {
+	fail := func(what string, err error) error {
+		return fmt.Errorf("snapshot of %s (no primary key: read from one snapshot taken under a SHARE lock): %s: %w", table, what, explain(cfg, err))
+	}
+	lock, err := snapshotConn(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lock.Close(context.Background())
+	lc := &keylessCopy{}
+	if lc.conn, err = snapshotConn(ctx, cfg); err != nil {
+		return nil, nil, err
+	}
+	ltx, err := lock.Begin(ctx)
+	if err != nil {
+		lc.close()
+		return nil, nil, fail("begin", err)
+	}
+	defer ltx.Rollback(context.Background())
+	for _, stmt := range []string{
+		// A writer holding the table for long makes the lock wait; the
+		// chunk then fails with this reason and is tried again.
+		`SET LOCAL lock_timeout = '30s'`,
+		"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
+	} {
+		if _, err := ltx.Exec(ctx, stmt); err != nil {
 			lc.close()
-			return nil, nil, err
+			return nil, nil, fail(stmt, err)
 		}
-		if lc.tx, err = lc.conn.Begin(ctx); err != nil {
-			lc.close()
-			return nil, nil, fail("begin", err)
-		}
-		for _, stmt := range []string{
-			// A writer holding the table for long makes the lock wait; the
-			// chunk then fails with this reason and is tried again. A
-			// reader that dies holding the lock loses it with its session.
-			`SET LOCAL lock_timeout = '30s'`,
-			`SET LOCAL idle_in_transaction_session_timeout = '10min'`,
-			"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
-		} {
-			if _, err := lc.tx.Exec(ctx, stmt); err != nil {
-				lc.close()
-				return nil, nil, fail(stmt, err)
-			}
-		}
+	}
+	var snapshot string
+	if err := ltx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil || strings.ContainsAny(snapshot, `'\`) {
+		lc.close()
+		return nil, nil, fail("export the snapshot", fmt.Errorf("%q: %v", snapshot, err))
 	}
 	// The definition under the lock: no schema change can commit now.
-	cat := &catalog{conn: lc.marks, types: map[uint32]string{}}
-	def, err := cat.tableDef(ctx, table)
-	if err != nil {
+	cat := &catalog{conn: lock, types: map[uint32]string{}}
+	if lc.def, err = cat.tableDef(ctx, table); err != nil {
 		lc.close()
 		return nil, nil, fail("read its definition", err)
 	}
-	if !lc.declared {
-		stmt := fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", columnList(def), quoteQualified(table))
+	c := newChunk(table, lc.def, limit)
+	emit := func(conn interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, kind string) error { // a connection's, or the lock's transaction's
+		b, _ := json.Marshal(mark{Kind: kind, ID: c.id, Table: table})
+		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
+		return err
+	}
+	if err := emit(lc.conn, "low"); err != nil {
+		lc.close()
+		return nil, nil, fail("write the low watermark", err)
+	}
+	if lc.tx, err = lc.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}); err != nil {
+		lc.close()
+		return nil, nil, fail("begin the snapshot's transaction", err)
+	}
+	for _, stmt := range []string{
+		"SET TRANSACTION SNAPSHOT '" + snapshot + "'",
+		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", columnList(lc.def), quoteQualified(table)),
+	} {
 		if _, err := lc.tx.Exec(ctx, stmt); err != nil {
 			lc.close()
 			return nil, nil, fail(stmt, err)
 		}
-		lc.declared = true
 	}
-	c := newChunk(table, def, limit)
-	err = withWatermarks(ctx, lc.marks, cfg, c, func() error {
-		rows, err := lc.tx.Query(ctx, fmt.Sprintf("FETCH %d FROM cdcctl_snapshot", c.limit))
-		if err != nil {
-			return fail("fetch", err)
-		}
-		return c.load(rows, nil)
-	})
-	if err == nil && !c.full {
-		// The last chunk's high watermark is written: writers may go on,
-		// their changes come after it.
-		err = lc.tx.Commit(ctx)
-		lc.tx = nil
-		if err != nil {
-			err = fail("commit", err)
-		}
-	}
-	if err != nil {
+	if err := lc.fetch(ctx, c); err != nil {
 		lc.close()
 		return nil, nil, err
 	}
-	if !c.full {
+	// The high watermark commits with the lock's transaction: writers
+	// waiting for the lock commit after it.
+	if err := emit(ltx, "high"); err != nil {
 		lc.close()
+		return nil, nil, fail("write the high watermark", err)
+	}
+	if err := ltx.Commit(ctx); err != nil {
+		lc.close()
+		return nil, nil, fail("commit the lock's transaction", err)
 	}
 	return c, lc, nil
 }

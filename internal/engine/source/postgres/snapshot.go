@@ -35,27 +35,36 @@ import (
 // the chunk saw it. No row is applied twice over a newer one. How far the
 // copy is rides in the partition's progress (model.CopyProgress).
 
-// A chunk reads at most chunkRows rows, and about chunkBytes of them in
-// memory: a partition's first chunk reads firstChunkRows, and the rows'
-// size sets how many the next read. Larger chunks cost PostgreSQL fewer
-// index descents and watermarks.
-var chunkRows = 65536 // a variable: tests read many small chunks
+// A chunk reads at most chunk-rows rows (defaultChunkRows unless the URI
+// says), and about chunkBytes of them in memory: a partition's first
+// chunk reads firstChunkRows, and the rows' size sets how many the next
+// read. Larger chunks cost PostgreSQL fewer index descents and
+// watermarks.
+var defaultChunkRows = 65536 // a variable: tests read many small chunks
 
 const (
 	firstChunkRows = 4096
 	chunkBytes     = 16 << 20
 )
 
+// chunkRowsOf is the most rows a chunk of this source reads.
+func chunkRowsOf(cfg Config) int {
+	if cfg.ChunkRows > 0 {
+		return cfg.ChunkRows
+	}
+	return defaultChunkRows
+}
+
 // firstChunkLimit is how many rows a partition's first chunk reads.
-func firstChunkLimit() int { return min(firstChunkRows, chunkRows) }
+func firstChunkLimit(most int) int { return min(firstChunkRows, most) }
 
 // nextChunkRows is how many rows the chunk after c reads.
-func nextChunkRows(c *chunk) int {
+func nextChunkRows(c *chunk, most int) int {
 	if len(c.rows) == 0 || c.bytes == 0 {
-		return firstChunkLimit()
+		return firstChunkLimit(most)
 	}
 	perRow := max(c.bytes/len(c.rows), 1)
-	return max(min(chunkBytes/perRow, chunkRows), min(1024, chunkRows))
+	return max(min(chunkBytes/perRow, most), min(1024, most))
 }
 
 // mark is a watermark's content.

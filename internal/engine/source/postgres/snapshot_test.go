@@ -43,8 +43,8 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	srv, dsn := newDB(t, `CREATE TABLE t (id int8 PRIMARY KEY, v text, n int4);
 		INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, 10000) g`)
 	ctx := context.Background()
-	defer func(n int) { chunkRows = n }(chunkRows)
-	chunkRows = 700
+	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
+	defaultChunkRows = 700
 	rig := startCopyRig(t, dsn+"&tables=t", "snap")
 	key := func(id string) string {
 		k, err := model.EncodeKeyValues("int8", []string{id})
@@ -206,13 +206,13 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 // from one cursor, by its one partition, while a workload writes to it
 // (its writes wait for the copy): the rows delivered, applied in order
 // as a multiset, equal the table afterwards, equal rows counted.
-func TestAKeylessTableIsCopiedUnderALock(t *testing.T) {
+func TestAKeylessTableIsCopiedFromOneSnapshot(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4);
 		ALTER TABLE k REPLICA IDENTITY FULL;
 		INSERT INTO k SELECT 'k' || (g % 50), 0 FROM generate_series(1, 3000) g`)
 	ctx := context.Background()
-	defer func(n int) { chunkRows = n }(chunkRows)
-	chunkRows = 700 // five chunks under one lock
+	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
+	defaultChunkRows = 700 // five chunks under one lock
 	rig := startCopyRig(t, dsn+"&tables=k", "keyless")
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
