@@ -84,6 +84,10 @@ type RouteEntry struct {
 	// gracefully: the previous owner's final position. Zero after an
 	// ungraceful placement, which starts from the persisted progress.
 	Start Ts `json:"start,omitempty"`
+	// StartCopy is how far the partition's share of the initial snapshot
+	// was at Start (the previous owner's final progress), so the new owner
+	// copies on from there even before that progress is persisted.
+	StartCopy CopyProgress `json:"start_copy,omitzero"`
 	// SplitKey: the Draining partition is being split at this key (seed
 	// 003's split); both halves stay on Target.
 	SplitKey string `json:"split_key,omitempty"`

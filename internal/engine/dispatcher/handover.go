@@ -38,11 +38,20 @@ func (m *Manager) ownFinal(r model.RouteEntry) (model.Ts, model.CopyProgress) {
 // exactly: the highest durable position known, persisted or where it
 // stopped here, and the copy's progress there.
 func (m *Manager) resumeFrom(st *meta.State, r model.RouteEntry) (model.Ts, model.CopyProgress) {
-	p := st.Progress[r.Changefeed][r.ID].Progress
-	from, copied := max(st.Changefeeds[r.Changefeed].Info.StartTs, r.Start, p.Checkpoint), p.Copy
-	if own, ownCopy := m.ownFinal(r); own > from || own == from && ownCopy.Beyond(copied) {
-		from, copied = own, ownCopy
+	from, copied := st.Changefeeds[r.Changefeed].Info.StartTs, model.CopyProgress{}
+	consider := func(at model.Ts, c model.CopyProgress) {
+		if at > from || at == from && c.Beyond(copied) {
+			from, copied = at, c
+		}
 	}
+	p := st.Progress[r.Changefeed][r.ID].Progress
+	consider(p.Checkpoint, p.Copy)
+	// A hand-over's position and copy progress come with the placement:
+	// the persisted progress may not have caught up with them yet.
+	if r.Start != 0 {
+		consider(r.Start, r.StartCopy)
+	}
+	consider(m.ownFinal(r))
 	return from, copied
 }
 

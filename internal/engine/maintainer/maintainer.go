@@ -298,7 +298,7 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 			return err
 		}
 	}
-	if err := h.store.PlacePartition(ctx, mf, r, target, start); err != nil {
+	if err := h.store.PlacePartition(ctx, mf, r, target, start, pos.Copy); err != nil {
 		return err
 	}
 	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)

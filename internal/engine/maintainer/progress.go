@@ -98,7 +98,11 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 		} else if hasH {
 			pos.Checkpoint = max(pos.Checkpoint, got.Checkpoint)
 		}
-		pos.Checkpoint = max(pos.Checkpoint, r.Route.Start, e.Info.StartTs)
+		if st := r.Route.Start; st != 0 && (st > pos.Checkpoint || st == pos.Checkpoint && r.Route.StartCopy.Beyond(pos.Copy)) {
+			// The hand-over's position, with its copy progress.
+			pos.Checkpoint, pos.Copy = st, r.Route.StartCopy
+		}
+		pos.Checkpoint = max(pos.Checkpoint, e.Info.StartTs)
 		if pos.Epoch != r.Route.Epoch {
 			// Final and Handover speak of a placement that is over.
 			pos.Final, pos.Handover = false, false

@@ -172,16 +172,17 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 //
 // start is the previous owner's final position after a graceful hand-over
 // (0 otherwise): the new owner starts exactly there.
-func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts) error {
-	return s.PlacePartitions(ctx, mf, []Placement{{Route: r, Node: node, Start: start}})
+func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, copied model.CopyProgress) error {
+	return s.PlacePartitions(ctx, mf, []Placement{{Route: r, Node: node, Start: start, Copy: copied}})
 }
 
 // Placement is one partition to place: on Node, from Start (0: from its
-// persisted position).
+// persisted position), where its copy's progress was Copy.
 type Placement struct {
 	Route RouteRecord
 	Node  model.NodeID
 	Start model.Ts
+	Copy  model.CopyProgress
 }
 
 // maxPlacementsPerTxn keeps a transaction under etcd's default limit of
@@ -202,7 +203,7 @@ func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Pl
 		var ops []clientv3.Op
 		now := time.Now().UTC()
 		for _, p := range chunk {
-			next := placed(p.Route.Route, p.Node, p.Start, now)
+			next := placed(p.Route.Route, p.Node, p.Start, p.Copy, now)
 			key := s.keys.Partition(next.Changefeed, next.ID)
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", p.Route.Revision))
 			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
@@ -216,9 +217,13 @@ func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Pl
 
 // placed is a routing entry Active on node from start, at the next epoch,
 // with what happened in its history.
-func placed(r model.RouteEntry, node model.NodeID, start model.Ts, now time.Time) model.RouteEntry {
+func placed(r model.RouteEntry, node model.NodeID, start model.Ts, copied model.CopyProgress, now time.Time) model.RouteEntry {
 	next := r
 	next.Node, next.Status, next.Epoch, next.Target, next.Start, next.BusySince = node, model.PartitionActive, r.Epoch+1, "", start, time.Time{}
+	next.StartCopy = model.CopyProgress{}
+	if start != 0 {
+		next.StartCopy = copied
+	}
 	switch {
 	case r.Node == "":
 	case start != 0:

@@ -81,10 +81,20 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	lower := r.Route
 	lower.Span.End = key
 	lower.Node, lower.Status, lower.Epoch, lower.Target, lower.Start, lower.SplitKey, lower.BusySince = node, model.PartitionActive, r.Route.Epoch+1, "", start, "", time.Time{}
+	// The copy of the initial snapshot is cut like the span: each half
+	// goes on with what is left of its own range.
+	lowerCopy, upperCopy := progress[r.Route.ID].Copy.Cut(key)
+	lower.StartCopy = model.CopyProgress{}
+	if start != 0 {
+		lower.StartCopy = lowerCopy
+	}
 	upper := lower
 	upperSpan := r.Route.Span
 	upperSpan.Start = key
 	upper.ID, upper.Span, upper.Epoch, upper.History = upperID, upperSpan, 1, nil
+	if start != 0 {
+		upper.StartCopy = upperCopy
+	}
 	detail := fmt.Sprintf("at %q: upper half %s", model.DecodeKey(r.Route.Span.Key, key), upperID)
 	var pause time.Duration
 	if !r.Route.BusySince.IsZero() {
@@ -105,9 +115,6 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	if at == 0 {
 		at = progress[r.Route.ID].Checkpoint
 	}
-	// The copy of the initial snapshot is cut like the span: each half
-	// goes on with what is left of its own range.
-	lowerCopy, upperCopy := progress[r.Route.ID].Copy.Cut(key)
 	table[lower.ID] = model.Progress{Checkpoint: at, Node: node, Epoch: lower.Epoch, Copy: lowerCopy}
 	table[upperID] = model.Progress{Checkpoint: at, Node: node, Epoch: upper.Epoch, Copy: upperCopy}
 	k := s.keys.Partition(r.Route.Changefeed, r.Route.ID)
@@ -130,6 +137,9 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 func (s *Store) ReturnPartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, why string, now time.Time) error {
 	next := r.Route
 	next.Node, next.Status, next.Epoch, next.Start = node, model.PartitionActive, r.Route.Epoch+1, start
+	if start == 0 {
+		next.StartCopy = model.CopyProgress{}
+	}
 	next.Target, next.SplitKey, next.BusySince, next.Pinned = "", "", time.Time{}, false
 	next.Remember(model.PartitionEvent{Time: now, Kind: "returned", From: r.Route.Node, To: node, Detail: why})
 	key := s.keys.Partition(next.Changefeed, next.ID)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -192,19 +191,53 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 }
 
 // BenchmarkSnapshotAgainstCopy measures the initial snapshot's rows/s
-// (key-ordered chunks between watermarks, delivered through the reader)
-// against, as the baseline, COPY ... TO STDOUT of the same table, which
-// is the fastest way to read it out of PostgreSQL. It reports both and
-// their ratio.
+// (key-ordered chunks between watermarks, through the event log, into
+// partitions reading as dispatchers do), copied by one partition and by
+// four at once, against, as the baseline, COPY ... TO STDOUT of the same
+// table, the fastest way to read it out of PostgreSQL. It reports each
+// and their ratios.
 //
 //	go test -run '^$' -bench SnapshotAgainstCopy -benchtime 3x ./internal/engine/source/postgres
 func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 	const rows = 200_000
-	srv, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE snap (id int8 PRIMARY KEY, v text, n numeric(12,2), at timestamptz, flag bool);
+	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE snap (id int8 PRIMARY KEY, v text, n numeric(12,2), at timestamptz, flag bool);
 		INSERT INTO snap SELECT g, md5(g::text), g / 7.0, now(), g %% 2 = 0 FROM generate_series(1, %d) g`, rows))
-	_ = srv
 	ctx := context.Background()
-	var ours, copyTime time.Duration
+	var one, four, copyTime time.Duration
+	snapshot := func(i, parts int) time.Duration {
+		name := model.ChangefeedID(fmt.Sprintf("snapbench_%d_%d", i, parts))
+		rig := startCopyRig(b, dsn+"&tables=snap", name)
+		rig.count = true
+		// Timed from the partitions' start: creating the slot is not reading.
+		began := time.Now()
+		var ps []*partition
+		for k := 0; k < parts; k++ {
+			span := model.Span{Table: "public.snap", Key: "int8"}
+			if k > 0 {
+				span.Start, _ = model.EncodeKey("int8", fmt.Sprint(k*rows/parts+1))
+			}
+			if k < parts-1 {
+				span.End, _ = model.EncodeKey("int8", fmt.Sprint((k+1)*rows/parts+1))
+			}
+			ps = append(ps, rig.run(span, rig.start, model.CopyProgress{}))
+		}
+		for _, p := range ps {
+			p.waitDone(b)
+		}
+		took := time.Since(began)
+		n := 0
+		for _, p := range ps {
+			p.stopped(b)
+			n += p.n
+		}
+		if n < rows {
+			b.Fatalf("%d partitions read %d rows of %d", parts, n, rows)
+		}
+		rig.stop(b)
+		pc, _ := ParseURI(dsn + "&tables=snap")
+		_ = Remove(ctx, pc.WithNames(string(name)))
+		return took
+	}
 	for i := 0; i < b.N; i++ {
 		began := time.Now()
 		cfg, err := ParseURI(dsn + "&tables=snap")
@@ -220,58 +253,13 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 		}
 		_ = conn.Close(ctx)
 		copyTime += time.Since(began)
-
-		name := model.ChangefeedID(fmt.Sprintf("snapbench_%d", i))
-		uri, pos, err := Pin(ctx, dsn+"&tables=snap", name, time.Now())
-		if err != nil {
-			b.Fatal(err)
-		}
-		src, err := Open(uri, source.Env{Changefeed: name})
-		if err != nil {
-			b.Fatal(err)
-		}
-		w := &countLog{}
-		// Timed from the reader's start: creating the slot is not reading.
-		began = time.Now()
-		pctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- src.Pull(pctx, pos, w) }()
-		for w.rows() < rows {
-			select {
-			case err := <-done:
-				b.Fatalf("the reader stopped after %d rows: %v", w.rows(), err)
-			case <-time.After(time.Millisecond):
-			}
-		}
-		ours += time.Since(began)
-		cancel()
-		<-done
-		pc, _ := ParseURI(uri)
-		_ = Remove(ctx, pc)
+		one += snapshot(i, 1)
+		four += snapshot(i, 4)
 	}
 	n := float64(rows * b.N)
-	b.ReportMetric(n/ours.Seconds(), "rows/s")
+	b.ReportMetric(n/one.Seconds(), "rows/s-1-partition")
+	b.ReportMetric(n/four.Seconds(), "rows/s-4-partitions")
 	b.ReportMetric(n/copyTime.Seconds(), "copy-rows/s")
-	b.ReportMetric(copyTime.Seconds()/ours.Seconds(), "ratio")
-}
-
-// countLog counts the rows appended.
-type countLog struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (l *countLog) Append(evs []source.Event) error {
-	l.mu.Lock()
-	l.n += len(evs)
-	l.mu.Unlock()
-	return nil
-}
-func (l *countLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
-func (l *countLog) ErasePart(string) error              { return nil }
-func (l *countLog) Resolve(model.Ts)                    {}
-func (l *countLog) rows() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
+	b.ReportMetric(copyTime.Seconds()/one.Seconds(), "ratio-1")
+	b.ReportMetric(copyTime.Seconds()/four.Seconds(), "ratio-4")
 }

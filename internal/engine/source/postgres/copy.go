@@ -45,8 +45,13 @@ type copyReader struct {
 	lastWarn time.Time
 }
 
-// chunkTimeout bounds one chunk's watermarks and read.
-const chunkTimeout = 2 * time.Minute
+// chunkTimeout bounds one chunk's watermarks and read; markWait, how
+// long its reader waits for the watermarks to come through the stream
+// before it reads the chunk again.
+const (
+	chunkTimeout = 2 * time.Minute
+	markWait     = 10 * time.Minute
+)
 
 // OpenCopying implements source.Copier: a partition whose share of the
 // initial snapshot is not done copies it as it reads; any other reads the
@@ -125,6 +130,12 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 	if r.emitting() {
 		defer r.mu.Unlock()
 		return r.take(max)
+	}
+	if r.chunk != nil && time.Since(r.chunk.began) > markWait {
+		// Its watermarks should have come long ago (the changefeed's
+		// reader was down that long?): read it again.
+		r.chunk = nil
+		r.failed(fmt.Errorf("the watermarks of a chunk of %s did not arrive within %s", r.span.Table, markWait))
 	}
 	start := r.chunk == nil && !r.copied.Done && time.Now().After(r.retryAt)
 	r.mu.Unlock()
@@ -219,11 +230,19 @@ func (r *copyReader) onMark(e *source.Event) {
 	}
 	c := r.chunk
 	r.chunk = nil
-	if c.stale || !sameColumns(c.def, e.Def) {
+	if c.stale {
 		// The table's schema changed between the read and the high
-		// watermark (or pgoutput has not sent the new columns yet): the
-		// rows' columns are not the stream's there. Read it again.
+		// watermark: the rows' columns are not the stream's there.
 		r.failed(fmt.Errorf("the schema of %s changed while a chunk was read; reading it again", c.table))
+		return
+	}
+	if !sameColumns(c.def, e.Def) && !c.projectOnto(e.Def) {
+		// The catalog is ahead of the stream: pgoutput describes a
+		// table's new columns only with its next row. Added columns are
+		// left out (the stream's schema change, when it comes, gives
+		// them to the rows before it); any other change waits for that
+		// row.
+		r.failed(fmt.Errorf("the columns of %s in the catalog (%s) are not those of the stream (%s) yet; reading the chunk again", c.table, columnNames(c.def), columnNames(e.Def)))
 		return
 	}
 	rows := c.emit(e)
@@ -471,4 +490,39 @@ func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chun
 		return nil, nil, fail("commit the lock's transaction", err)
 	}
 	return c, lc, nil
+}
+
+// projectOnto keeps of the chunk's rows only the columns of def, an
+// earlier version of the table with columns the chunk's definition has
+// too (of the same type); false when def has another.
+func (c *chunk) projectOnto(def *source.TableDef) bool {
+	idx := make([]int, len(def.Columns))
+	for i, col := range def.Columns {
+		j := c.def.Index(col.Name)
+		if j < 0 || c.def.Columns[j].Type != col.Type {
+			return false
+		}
+		idx[i] = j
+	}
+	for k := range c.rows {
+		vals := make([]source.Value, len(idx))
+		for i, j := range idx {
+			vals[i] = c.rows[k].New[j]
+		}
+		c.rows[k].New = vals
+	}
+	c.def = def
+	return true
+}
+
+// columnNames lists a definition's columns for messages.
+func columnNames(def *source.TableDef) string {
+	if def == nil {
+		return "none"
+	}
+	names := make([]string, len(def.Columns))
+	for i, col := range def.Columns {
+		names[i] = col.Name
+	}
+	return strings.Join(names, ", ")
 }

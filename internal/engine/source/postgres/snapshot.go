@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -84,6 +85,7 @@ type chunk struct {
 	full  bool             // as many rows as asked: the range may hold more
 	limit int              // rows asked
 	bytes int              // the rows' size in memory, about
+	began time.Time
 
 	open    bool            // the low watermark was met
 	dropped map[string]bool // keys the stream changed in the window
@@ -94,7 +96,7 @@ type chunk struct {
 func newChunk(table string, def *source.TableDef, limit int) *chunk {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &chunk{id: hex.EncodeToString(b[:]), table: table, def: def, limit: limit, dropped: map[string]bool{}}
+	return &chunk{id: hex.EncodeToString(b[:]), table: table, def: def, limit: limit, dropped: map[string]bool{}, began: time.Now()}
 }
 
 // columnList is a table's columns, quoted, in order, for a SELECT.
