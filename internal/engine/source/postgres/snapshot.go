@@ -150,17 +150,26 @@ func (c *chunk) load(rows pgx.Rows, keyIdx []int) error {
 	types := keyTypes(c.def)
 	keyVals := make([]string, len(keyIdx))
 	c.rows = make([]source.Event, 0, min(c.limit, firstChunkRows))
+	var text []byte
 	for rows.Next() {
 		raw := rows.RawValues()
+		// One string per row, its values slices of it: a chunk of 65,536
+		// rows is then 65,536 allocations for the text, not one per value.
+		text = text[:0]
+		for _, v := range raw {
+			text = append(text, v...)
+		}
+		all := string(text)
 		vals := make([]source.Value, len(raw))
-		c.bytes += 128 + 40*len(raw) // the event and its values
+		c.bytes += 128 + 40*len(raw) + len(all) // the event, its values and their text
+		off := 0
 		for i, v := range raw {
 			if v == nil {
 				vals[i] = source.Null
-			} else {
-				vals[i] = source.Text(string(v))
-				c.bytes += len(v)
+				continue
 			}
+			vals[i] = source.Text(all[off : off+len(v)])
+			off += len(v)
 		}
 		for i, j := range keyIdx {
 			keyVals[i] = vals[j].Text
@@ -255,7 +264,7 @@ func (c *chunk) observe(e *source.Event) {
 // the high watermark's position, under the table's schema there (hw), which
 // the caller has checked is the one they were read under.
 func (c *chunk) emit(hw *source.Event) []source.Event {
-	out := make([]source.Event, 0, max(len(c.rows)-len(c.dropped), 0))
+	out := c.rows[:0] // in place: the chunk is done with them
 	for _, e := range c.rows {
 		if c.dropped[e.Key] {
 			continue
@@ -263,7 +272,7 @@ func (c *chunk) emit(hw *source.Event) []source.Event {
 		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = hw.Def, hw.CommitTs, hw.SchemaVersion, hw.TableVersion
 		out = append(out, e)
 	}
-	return out
+	return out // c.rows keeps its length: the next chunk's size comes from it
 }
 
 // snapshotStatus says what 'changefeed get' shows of the snapshot when
