@@ -18,9 +18,11 @@ import (
 
 // copyReader is a partition's reader while its share of the initial
 // snapshot is not copied: it reads the span's changes from the event log
-// and, between them, copies the span's rows chunk by chunk (snapshot.go),
-// one chunk in flight at a time. It is used by one dispatcher goroutine;
-// the lock guards what others may ask (Position, Copied, Inside).
+// and, between them, copies the span's rows chunk by chunk (snapshot.go).
+// The next chunk is read in the background while the one before waits for
+// its high watermark and goes out (at most chunksInFlight in flight), so
+// PostgreSQL reads while the rows before are written. It is used by one
+// dispatcher goroutine; the lock guards what the fetcher and others share.
 type copyReader struct {
 	s       *Source
 	inner   *eventlog.Reader
@@ -29,8 +31,14 @@ type copyReader struct {
 
 	mu     sync.Mutex
 	copied model.CopyProgress // as of Position()
-	chunk  *chunk             // in flight: its high watermark not met yet
-	limit  int                // rows the next chunk asks for
+	// chunks are in flight, oldest first: their watermarks written (or
+	// being written), the high one not met yet.
+	chunks   []*chunk
+	fetching bool // a fetch runs
+	limit    int  // rows the next chunk asks for
+	ctx      context.Context
+	cancel   context.CancelFunc
+	fetches  sync.WaitGroup
 	// out are a chunk's rows at its high watermark (outAt) still to
 	// return; copied becomes next once they are.
 	out   []source.Event
@@ -47,10 +55,12 @@ type copyReader struct {
 
 // chunkTimeout bounds one chunk's watermarks and read; markWait, how
 // long its reader waits for the watermarks to come through the stream
-// before it reads the chunk again.
+// before it reads the chunk again. chunksInFlight chunks of a partition
+// are read ahead of their high watermarks.
 const (
-	chunkTimeout = 2 * time.Minute
-	markWait     = 10 * time.Minute
+	chunkTimeout   = 2 * time.Minute
+	markWait       = 10 * time.Minute
+	chunksInFlight = 2
 )
 
 // OpenCopying implements source.Copier: a partition whose share of the
@@ -60,8 +70,9 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 	if s.cfg.Snapshot == "never" || copied.Done {
 		return s.Source.Open(span, from)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &copyReader{s: s, inner: s.Source.OpenMarked(span, from), span: span, keyless: span.Key == model.NoKey,
-		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg))}, nil
+		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg)), ctx: ctx, cancel: cancel}, nil
 }
 
 // Position implements source.Reader: inside a chunk's rows, just before
@@ -100,8 +111,10 @@ func (r *copyReader) Inside() bool {
 func (r *copyReader) StepOver(ddl model.Ts) {
 	r.inner.StepOver(ddl)
 	r.mu.Lock()
-	if r.chunk != nil && r.chunk.open {
-		r.chunk.stale = true
+	for _, c := range r.chunks {
+		if c.open {
+			c.stale = true
+		}
 	}
 	r.mu.Unlock()
 }
@@ -109,7 +122,13 @@ func (r *copyReader) StepOver(ddl model.Ts) {
 // Close implements source.Closer: the copy of a table without a key
 // ends its snapshot.
 func (r *copyReader) Close() error {
+	r.cancel()
+	r.fetches.Wait()
 	r.mu.Lock()
+	for _, c := range r.chunks {
+		r.release(c)
+	}
+	r.chunks = nil
 	lc := r.whole
 	r.whole = nil
 	r.mu.Unlock()
@@ -131,18 +150,29 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 		defer r.mu.Unlock()
 		return r.take(max)
 	}
-	if r.chunk != nil && time.Since(r.chunk.began) > markWait {
+	if len(r.chunks) > 0 && time.Since(r.chunks[0].began) > markWait {
 		// Its watermarks should have come long ago (the changefeed's
 		// reader was down that long?): read it again.
-		r.chunk = nil
 		r.failed(fmt.Errorf("the watermarks of a chunk of %s did not arrive within %s", r.span.Table, markWait))
 	}
-	start := r.chunk == nil && !r.copied.Done && time.Now().After(r.retryAt)
-	r.mu.Unlock()
-	if start {
-		r.startChunk()
+	if r.keyless {
+		start := len(r.chunks) == 0 && !r.copied.Done && time.Now().After(r.retryAt)
+		r.mu.Unlock()
+		if start {
+			r.startWhole()
+		}
+	} else {
+		r.maybeFetch()
+		r.mu.Unlock()
 	}
 	evs := r.inner.Read(upTo, max)
+	for try := 0; len(evs) == 0 && try < markPolls && r.awaitingMarks(); try++ {
+		// A chunk's watermarks are on their way through the stream: wait
+		// for them here, briefly, rather than let the dispatcher back off
+		// (up to 160 ms) once per chunk.
+		time.Sleep(2 * time.Millisecond)
+		evs = r.inner.Read(upTo, max)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kept := evs[:0]
@@ -157,8 +187,8 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 			// in it.
 			continue
 		}
-		if r.chunk != nil {
-			r.chunk.observe(e)
+		for _, c := range r.chunks {
+			c.observe(e)
 		}
 		kept = append(kept, *e)
 	}
@@ -166,6 +196,17 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 		kept = append(kept, r.take(max-len(kept))...)
 	}
 	return kept
+}
+
+// markPolls bounds the short waits of one read for a chunk's watermarks.
+const markPolls = 10
+
+// awaitingMarks says a chunk has been read and its watermarks written,
+// so they will come through the stream.
+func (r *copyReader) awaitingMarks() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.chunks) > 0 && r.chunks[0].loaded
 }
 
 // take returns up to n of a chunk's rows; after the last, the copy's
@@ -218,21 +259,40 @@ func (r *copyReader) fetchWhole() {
 	}
 }
 
-// onMark handles a watermark; only this reader's chunk's count.
+// onMark handles a watermark; only this reader's chunks' count.
 func (r *copyReader) onMark(e *source.Event) {
 	var mk mark
-	if json.Unmarshal([]byte(e.Statement), &mk) != nil || r.chunk == nil || mk.ID != r.chunk.id {
-		return // another partition's chunk, or an earlier run's
-	}
-	if mk.Kind == "low" {
-		r.chunk.open = true
+	if json.Unmarshal([]byte(e.Statement), &mk) != nil {
 		return
 	}
-	c := r.chunk
-	r.chunk = nil
+	i := 0
+	for i < len(r.chunks) && r.chunks[i].id != mk.ID {
+		i++
+	}
+	if i == len(r.chunks) {
+		return // another partition's chunk, or an earlier run's
+	}
+	c := r.chunks[i]
+	if mk.Kind == "low" {
+		c.open = true
+		return
+	}
+	if i != 0 {
+		// Watermarks come in the order they were written, one chunk after
+		// the other: an older chunk's high watermark went missing.
+		r.failed(fmt.Errorf("the high watermark of a chunk of %s came before an older chunk's", c.table))
+		return
+	}
+	r.chunks = r.chunks[1:]
+	r.release(c)
+	if !c.loaded {
+		r.failed(fmt.Errorf("the high watermark of a chunk of %s came before its rows were read", c.table))
+		return
+	}
 	if c.stale {
 		// The table's schema changed between the read and the high
-		// watermark: the rows' columns are not the stream's there.
+		// watermark: the rows' columns are not the stream's there. The
+		// chunks after it were read after its rows: read them again too.
 		r.failed(fmt.Errorf("the schema of %s changed while a chunk was read; reading it again", c.table))
 		return
 	}
@@ -277,6 +337,12 @@ func (r *copyReader) onMark(e *source.Event) {
 func (r *copyReader) failed(err error) {
 	r.fails++
 	r.retryAt = time.Now().Add(min(time.Duration(1<<min(r.fails-1, 5))*time.Second, 30*time.Second))
+	// The chunks in flight go on from one another: all are read again.
+	// A fetch still running drops its chunk when it ends.
+	for _, c := range r.chunks {
+		r.release(c)
+	}
+	r.chunks = nil
 	if r.whole != nil {
 		go r.whole.close()
 		r.whole = nil
@@ -288,53 +354,115 @@ func (r *copyReader) failed(err error) {
 	}
 }
 
-// startChunk reads the next chunk of the span between its watermarks.
-// With every copy connection of this node in use, it waits for a later
-// read.
-func (r *copyReader) startChunk() {
-	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
+// maybeFetch starts reading the next chunk in the background when fewer
+// than chunksInFlight are in flight and the range may hold more: the
+// rows after the last chunk in flight, or after what is copied. r.mu is
+// held.
+func (r *copyReader) maybeFetch() {
+	if r.fetching || r.copied.Done || len(r.chunks) >= chunksInFlight || len(r.out) > 0 || time.Now().Before(r.retryAt) {
+		return
+	}
+	from, ok := r.nextFrom()
+	if !ok || !r.s.slots.take() {
+		return // the range ends with the last chunk; or this node holds enough chunks
+	}
+	r.fetching = true
+	r.fetches.Add(1)
+	go r.fetch(from, r.limit)
+}
+
+// nextFrom is where the next chunk starts: after the last chunk in
+// flight, or after what is copied; false when the last chunk ends the
+// range. r.mu is held.
+func (r *copyReader) nextFrom() (model.CopyProgress, bool) {
+	from := r.copied
+	if n := len(r.chunks); n > 0 {
+		last := r.chunks[n-1]
+		if !last.full {
+			return from, false
+		}
+		from = from.CopiedThrough(last.last)
+	}
+	return from, true
+}
+
+// fetch reads a chunk of the span after from between its watermarks; it
+// joins the chunks in flight before its low watermark is written, so the
+// reader knows it when the watermark comes.
+func (r *copyReader) fetch(from model.CopyProgress, limit int) {
+	defer r.fetches.Done()
+	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
+	defer cancel()
+	var c, registered *chunk
+	conn, ok, err := r.s.pool.tryGet(ctx)
+	if ok {
+		c, err = readRange(ctx, conn, r.s.cfg, r.span, from, limit, func(c *chunk) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Done {
+				return false // the chunks before were given up meanwhile
+			}
+			c.slot, registered = true, c
+			r.chunks = append(r.chunks, c)
+			return true
+		}, func(c *chunk) {
+			// Before the high watermark is written: the reader meets it
+			// only after this.
+			r.mu.Lock()
+			c.loaded = true
+			r.mu.Unlock()
+		})
+		if err != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
+		}
+		r.s.pool.put(conn)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fetching = false
+	if registered == nil {
+		r.s.slots.give() // nothing went in flight
+	}
+	if err != nil && r.ctx.Err() == nil {
+		r.failed(err)
+	}
+	if c != nil && c.limit > 0 {
+		r.limit = nextChunkRows(c, chunkRowsOf(r.s.cfg))
+	}
+}
+
+// release gives back the slot a chunk in flight held on this node.
+func (r *copyReader) release(c *chunk) {
+	if c.slot {
+		c.slot = false
+		r.s.slots.give()
+	}
+}
+
+// startWhole starts the copy of a table without a key: its snapshot and
+// first chunk, between watermarks.
+func (r *copyReader) startWhole() {
+	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
 	defer cancel()
 	r.mu.Lock()
-	limit, copied := r.limit, r.copied
+	limit := r.limit
 	r.mu.Unlock()
-	if r.keyless {
-		c, lc, err := wholeTable(ctx, r.s.cfg, r.span.Table, limit)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.chunk, r.whole = c, lc
-		if err != nil {
-			r.failed(err)
-		}
-		return
-	}
-	conn, ok, err := r.s.pool.tryGet(ctx)
-	if !ok {
-		if err != nil {
-			r.mu.Lock()
-			r.failed(err)
-			r.mu.Unlock()
-		}
-		return
-	}
-	c, err := readRange(ctx, conn, r.s.cfg, r.span, copied, limit)
-	if err != nil {
-		_ = conn.Close(context.Background())
-		conn = nil
-	}
-	r.s.pool.put(conn)
+	c, lc, err := wholeTable(ctx, r.s.cfg, r.span.Table, limit)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.failed(err)
 		return
 	}
-	r.chunk = c
+	c.loaded = true
+	r.chunks, r.whole = []*chunk{c}, lc
 }
 
 // readRange reads a chunk of a span, the next rows after what is copied,
 // between its watermarks, under the table's definition in the catalog now
 // (checked against the stream's at the high watermark).
-func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, limit int) (*chunk, error) {
+func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, limit int, register func(*chunk) bool, loaded func(*chunk)) (*chunk, error) {
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
 	def, err := cat.tableDef(ctx, span.Table)
 	if err != nil {
@@ -348,24 +476,31 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, err
 	}
 	c := newChunk(span.Table, def, limit)
+	if !register(c) {
+		return nil, nil
+	}
 	err = withWatermarks(ctx, conn, cfg, c, func() error {
 		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
-		return c.load(rows, keyIdx)
+		if err := c.load(rows, keyIdx); err != nil {
+			return err
+		}
+		// The query reads the span only; routing decides, to be sure.
+		kept := c.rows[:0]
+		for _, e := range c.rows {
+			if span.Contains(e.Key) {
+				kept = append(kept, e)
+			}
+		}
+		c.rows = kept
+		loaded(c)
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The query reads the span only; routing decides, to be sure.
-	kept := c.rows[:0]
-	for _, e := range c.rows {
-		if span.Contains(e.Key) {
-			kept = append(kept, e)
-		}
-	}
-	c.rows = kept
 	return c, nil
 }
 
@@ -525,4 +660,30 @@ func columnNames(def *source.TableDef) string {
 		names[i] = col.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// chunkSlots bounds the chunks one node holds in memory per changefeed
+// (read, their rows not gone out yet): about chunkBytes each.
+type chunkSlots struct {
+	mu   sync.Mutex
+	used int
+}
+
+// maxChunksHeld is how many: 16 MiB each at most.
+const maxChunksHeld = 8
+
+func (s *chunkSlots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used >= maxChunksHeld {
+		return false
+	}
+	s.used++
+	return true
+}
+
+func (s *chunkSlots) give() {
+	s.mu.Lock()
+	s.used--
+	s.mu.Unlock()
 }

@@ -77,15 +77,17 @@ type mark struct {
 
 // chunk is a chunk in flight between its watermarks.
 type chunk struct {
-	id    string
-	table string
-	def   *source.TableDef // the table's definition the rows were read under
-	rows  []source.Event   // in key order
-	last  string           // the last key read (encoded)
-	full  bool             // as many rows as asked: the range may hold more
-	limit int              // rows asked
-	bytes int              // the rows' size in memory, about
-	began time.Time
+	id     string
+	table  string
+	def    *source.TableDef // the table's definition the rows were read under
+	rows   []source.Event   // in key order
+	last   string           // the last key read (encoded)
+	full   bool             // as many rows as asked: the range may hold more
+	limit  int              // rows asked
+	bytes  int              // the rows' size in memory, about
+	began  time.Time
+	slot   bool // holds one of its node's chunk slots
+	loaded bool // its rows are read (set under its reader's lock)
 
 	open    bool            // the low watermark was met
 	dropped map[string]bool // keys the stream changed in the window
@@ -149,7 +151,7 @@ func (c *chunk) load(rows pgx.Rows, keyIdx []int) error {
 	defer rows.Close()
 	types := keyTypes(c.def)
 	keyVals := make([]string, len(keyIdx))
-	c.rows = make([]source.Event, 0, min(c.limit, firstChunkRows))
+	c.rows = make([]source.Event, 0, c.limit) // sized for the chunk: no copies as it grows
 	var text []byte
 	for rows.Next() {
 		raw := rows.RawValues()

@@ -67,9 +67,10 @@ func RemoveURI(ctx context.Context, uri string) error {
 // changefeed runs its puller, which fills the log from the slot.
 type Source struct {
 	*eventlog.Source
-	cfg  Config
-	log  *slog.Logger
-	pool *copyPool // the initial snapshot's connections on this node
+	cfg   Config
+	log   *slog.Logger
+	pool  *copyPool  // the initial snapshot's connections on this node
+	slots chunkSlots // and the chunks it holds
 
 	mu     sync.Mutex
 	stream *Stream    // while Pull runs
