@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -113,6 +114,13 @@ func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
 	}
 	if pr, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok {
 		p.CheckpointTs = uint64(pr.Progress.Checkpoint)
+		switch c := pr.Progress.Copy; {
+		case c.Done:
+			p.Snapshot = fmt.Sprintf("done (%d rows)", c.Rows)
+		case c.To != "":
+			after, _ := c.After()
+			p.Snapshot = fmt.Sprintf("copied up to key %s (%d rows)", model.DecodeKey(r.Route.Span.Key, after), c.Rows)
+		}
 	}
 	return p
 }

@@ -85,15 +85,7 @@ func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	})
 	// Drain the capture running the reader (not the coordinator's).
 	reader := tc.state().Changefeeds["pg"].Maintainer.Node
-	if l, _ := tc.leader(); l.Node == reader {
-		if _, err := c.ResignCoordinator(ctx, api.ResignRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		tc.eventually("another coordinator", 20*time.Second, func() bool {
-			l, ok := tc.leader()
-			return ok && l.Node != reader
-		})
-	}
+	tc.notCoordinator(c, reader)
 	copying("before the drain")
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
 

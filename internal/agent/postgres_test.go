@@ -329,16 +329,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	// Drain the capture running the reader: the maintainer, and with it
 	// the reader, moves; the reader resumes from the checkpoint.
 	reader := tc.state().Changefeeds["pg"].Maintainer.Node
-	if l, _ := tc.leader(); l.Node == reader {
-		// The coordinator is not drained; hand its role on first.
-		if _, err := c.ResignCoordinator(ctx, api.ResignRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		tc.eventually("another coordinator", 20*time.Second, func() bool {
-			l, ok := tc.leader()
-			return ok && l.Node != reader
-		})
-	}
+	tc.notCoordinator(c, reader)
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
 	moved := tc.state().Changefeeds["pg"].Maintainer.Node
 	if moved == reader {
@@ -483,6 +474,22 @@ func TestPostgresOutageIsRetriedAndLosesNothing(t *testing.T) {
 	if err != nil || !rep.OK || rep.Keys == 0 {
 		t.Fatalf("after the outage: %+v %v", rep, err)
 	}
+}
+
+// notCoordinator hands the coordinator's role on if node holds it: the
+// coordinator is not drained.
+func (tc *testCluster) notCoordinator(c *api.Client, node model.NodeID) {
+	tc.t.Helper()
+	if l, _ := tc.leader(); l.Node != node {
+		return
+	}
+	if _, err := c.ResignCoordinator(context.Background(), api.ResignRequest{}); err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.eventually("another coordinator", 20*time.Second, func() bool {
+		l, ok := tc.leader()
+		return ok && l.Node != node
+	})
 }
 
 // snapshot is the cluster's snapshot as cdcctl reads it.

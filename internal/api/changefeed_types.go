@@ -83,6 +83,11 @@ type Partition struct {
 	BusySince *time.Time `json:"busy_since,omitempty"`
 	// Pinned: an operator placed it; the balance scheduler leaves it.
 	Pinned bool `json:"pinned,omitempty"`
+	// Snapshot is how far the partition's share of a database source's
+	// initial snapshot is, as of its checkpoint ("done (N rows)",
+	// "copied up to key K (N rows)"); empty before it copied anything,
+	// and for sources without one.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // PartitionResponse is GET /api/v2/partitions/{id}: one partition and

@@ -204,6 +204,9 @@ func newPartitionGetCommand(o *options) *cobra.Command {
 					fmt.Fprintf(tw, "Pinned:\tyes (placed by an operator; the balance scheduler leaves it)\n")
 				}
 				fmt.Fprintf(tw, "Checkpoint:\t%s\n", model.Ts(p.CheckpointTs))
+				if p.Snapshot != "" {
+					fmt.Fprintf(tw, "Snapshot:\t%s\n", p.Snapshot)
+				}
 				fmt.Fprintf(tw, "History:\t%s\n", historyText(p.History))
 			})
 		},

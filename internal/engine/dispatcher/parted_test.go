@@ -15,18 +15,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// localLogs reads one event log in this process, as the maintainer's
-// server would answer.
-type localLogs struct{ l *eventlog.Log }
-
-func (x localLogs) Read(_ context.Context, _ model.ChangefeedID, span model.Span, from source.Cursor, upTo model.Ts, max int) ([]source.Event, source.Cursor, error) {
-	return x.l.Read(span, from, upTo, max)
-}
-
-func (x localLogs) DDLs(_ context.Context, _ model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
-	return x.l.DDLs(table, from, upTo), nil
-}
-
 // firstWrite signals the first batch written, and slows every write so
 // that a stop asked then finds the dispatcher inside the transaction.
 type firstWrite struct {
@@ -70,7 +58,7 @@ func TestAStopInsideALargeTransactionWaitsForItsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Resolve(ts + 10)
-	src := eventlog.NewSource(source.Env{Changefeed: "cf", Logs: localLogs{log}}, []string{"public.t"}, 0)
+	src := eventlog.NewSource(source.Env{Changefeed: "cf", Logs: eventlog.Local{Log: log}}, []string{"public.t"}, 0)
 
 	uri := "file://" + t.TempDir() + "?flush-interval=10ms"
 	s := openSink(t, uri)

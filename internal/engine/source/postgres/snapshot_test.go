@@ -293,18 +293,6 @@ func TestAKeylessTableIsCopiedFromOneSnapshot(t *testing.T) {
 	}
 }
 
-// localLogs serves the rig's event log to its source's readers, as the
-// agent serves a log on the node its reader runs on.
-type localLogs struct{ l *eventlog.Log }
-
-func (x localLogs) Read(_ context.Context, _ model.ChangefeedID, span model.Span, from source.Cursor, upTo model.Ts, max int) ([]source.Event, source.Cursor, error) {
-	return x.l.Read(span, from, upTo, max)
-}
-
-func (x localLogs) DDLs(_ context.Context, _ model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
-	return x.l.DDLs(table, from, upTo), nil
-}
-
 // copyRig is a changefeed's reader pulling into an event log, and
 // partitions reading it as dispatchers do.
 type copyRig struct {
@@ -333,7 +321,7 @@ func startCopyRig(t testing.TB, uri string, cf model.ChangefeedID) *copyRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Open(stored, source.Env{Changefeed: cf, Logs: localLogs{log}})
+	src, err := Open(stored, source.Env{Changefeed: cf, Logs: eventlog.Local{Log: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
