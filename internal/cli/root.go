@@ -48,6 +48,10 @@ func Execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		// cobra's own, for the root: bad arguments, like any usage error.
+		err = usageErr(err)
+	}
 	code := exitCodeOf(err)
 	if code != ExitDryRunChanges {
 		o.printError(err, code)
@@ -171,7 +175,29 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newPlaygroundCommand(o),
 	)
 	root.InitDefaultCompletionCmd()
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes a command group given an unknown
+// subcommand ("cdcctl partition frobnicate") a usage error (exit 64),
+// as the root is: cobra would print the group's help and exit 0, and a
+// script with a typo would go on as if it had run. A group alone still
+// prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if cmd.Runnable() || !cmd.HasSubCommands() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageErr(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+		}
+		return cmd.Help()
+	}
 }
 
 func usageErrOrNil(err error) error {
