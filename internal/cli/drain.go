@@ -28,7 +28,7 @@ func newDrainCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drain CAPTURE",
 		Short: "Move all work off a capture, then stop it (plan, show, approve, execute, watch)",
-		Long: `Drain a capture for maintenance (seed 000): it goes Draining (no new work, never
+		Long: `Drain a capture for maintenance: it goes Draining (no new work, never
 coordinator); its maintainers move in batches of at most --batch to the
 least-loaded captures; their partitions follow, gracefully (exactly-once);
 when nothing is left it goes Stopping.

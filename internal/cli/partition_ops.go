@@ -77,7 +77,7 @@ func newPartitionMoveCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "move PARTITION --to CAPTURE",
 		Short: "Move a partition to a capture, gracefully (a plan: show, approve, execute, watch)",
-		Long: `Move one partition (seed 003's migration): it goes Draining (busy: other
+		Long: `Move one partition, gracefully: it goes Draining (busy: other
 operations on it are refused with exit 7), its capture stops it at a final
 position, and the target starts exactly there: nothing lost, nothing
 written twice. It stays pinned on the target: the balance scheduler leaves
@@ -109,7 +109,7 @@ func newPartitionSplitCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "split PARTITION --key KEY",
 		Short: "Split a partition's key range in two at KEY (a plan: show, approve, execute, watch)",
-		Long: `Split one partition (seed 003's split): its capture stops it at a final
+		Long: `Split one partition: its capture stops it at a final
 position; the routing table is cut at KEY in one etcd transaction (the lower
 half keeps the id, the upper half gets a new one); both halves start on the
 same capture exactly where it stopped. KEY must lie strictly inside the

@@ -263,7 +263,7 @@ func (a *drainActuator) Abandoned(ctx context.Context, r *exec.Record) (string, 
 	// back to Alive and its drain record was cleared.
 	started := len(r.Steps) > 0 && r.Steps[0].State == exec.StepDone
 	if started && st.Drain == nil && st.LivenessOf(r.Plan.Target) == model.LivenessAlive {
-		return fmt.Sprintf("%s is Alive again and its drain record is gone: it was the only capture left (seed 000's exception)", r.Plan.Target), nil
+		return fmt.Sprintf("%s is Alive again and its drain record is gone: it was the only capture left, so it took its work back", r.Plan.Target), nil
 	}
 	return "", nil
 }
