@@ -396,9 +396,9 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	var prev *exec.Record
+	var stream exec.Stream
 	for {
-		for _, ev := range exec.Delta(prev, &cur.Record) {
+		for _, ev := range stream.Next(&cur.Record) {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
 		}
@@ -406,8 +406,6 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 		if cur.State.Terminal() {
 			return
 		}
-		rec := cur.Record
-		prev = &rec
 		select {
 		case <-r.Context().Done():
 			return

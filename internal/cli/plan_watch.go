@@ -22,10 +22,11 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var prev *exec.Record
+	var stream exec.Stream
 	for {
 		cur, err := c.Plan(wctx, id)
 		if err == nil {
-			for _, ev := range exec.Delta(prev, &cur.Record) {
+			for _, ev := range stream.Next(&cur.Record) {
 				printEvent(o.out, o.output(), ev)
 			}
 			rec := cur.Record

@@ -28,11 +28,13 @@ func (t EventType) Terminal() bool { return t == EventDone || t == EventFailed |
 // Event is one thing that happened to a plan. The terminal UI, the plain
 // lines and NDJSON all render the same events.
 type Event struct {
-	Version int       `json:"version"`
-	Seq     uint64    `json:"seq"`
-	Time    time.Time `json:"time"`
-	Plan    string    `json:"plan"`
-	Type    EventType `json:"type"`
+	Version int `json:"version"`
+	// Seq numbers the events of one stream (an SSE stream, a watch's
+	// NDJSON) from 1, without gaps or repeats (Stream.Next).
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Plan string    `json:"plan"`
+	Type EventType `json:"type"`
 	// Batch, Index and Step: for step and replanned events.
 	Batch   int        `json:"batch,omitempty"`
 	Index   int        `json:"index,omitempty"`
@@ -41,6 +43,31 @@ type Event struct {
 	Message string     `json:"message,omitempty"`
 	// Progress: steps done (or skipped), running, and in all, after it.
 	Progress *Progress `json:"progress,omitempty"`
+
+	from StepState // a step event's state before it, as the watcher saw it
+}
+
+// Stream is a watcher's numbering of the events it sends: a record's own
+// sequence counts events it logs and some it does not, and a step event
+// derived from a state change has none of its own, so a stream numbers
+// what it sends.
+type Stream struct {
+	prev *Record
+	n    uint64
+}
+
+// Next returns the events that take the stream from the record it saw
+// last to cur (Delta), numbered after the ones it sent.
+func (s *Stream) Next(cur *Record) []Event {
+	evs := Delta(s.prev, cur)
+	for i := range evs {
+		s.n++
+		evs[i].Seq = s.n
+	}
+	rec := *cur
+	rec.Steps = append(rec.Steps[:0:0], cur.Steps...) // the caller's record may change in place
+	s.prev = &rec
+	return evs
 }
 
 // Progress counts a plan's steps.
@@ -71,8 +98,12 @@ func Delta(prev, cur *Record) []Event {
 			continue // not begun: nothing to tell yet
 		}
 		st := cur.Step(s)
+		from := StepPending
+		if i < len(prev.Steps) {
+			from = prev.Steps[i].State
+		}
 		out = append(out, Event{Version: 1, Seq: cur.Seq, Time: s.Since, Plan: cur.ID, Type: EventStep, Batch: s.Batch, Index: s.Index,
-			Step: &st, State: s.State, Message: s.Note})
+			Step: &st, State: s.State, Message: s.Note, from: from})
 	}
 	for _, ev := range cur.Log {
 		if ev.Seq > lastSeq {
@@ -87,9 +118,17 @@ func Delta(prev, cur *Record) []Event {
 			break
 		}
 	}
-	c := cur.Counts()
+	// Each step event counts the steps as they stood after it, from what
+	// the watcher saw before: a watcher that missed several changes gets
+	// the counts growing line by line, not the latest on every line.
+	c := prev.Counts()
+	if len(prev.Steps) < len(cur.Steps) {
+		c[StepPending] += len(cur.Steps) - len(prev.Steps)
+	}
 	for i := range out {
 		if out[i].Type == EventStep {
+			c[out[i].from]--
+			c[out[i].State]++
 			out[i].Progress = &Progress{Done: c[StepDone] + c[StepSkipped], Running: c[StepRunning], Total: len(cur.Steps)}
 		}
 	}

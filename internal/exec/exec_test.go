@@ -249,7 +249,7 @@ func TestDeltaReplaysWhatAWatcherMissed(t *testing.T) {
 	x := &Executor{Act: w, Now: c.now}
 	r := New("plan-1", drainPlan(), "ops", c.t)
 	var seen []Event
-	var prev *Record
+	var stream Stream
 	for i := 0; i < 10 && !r.State.Terminal(); i++ {
 		run(t, x, r, RequestNone)
 		w.finish()
@@ -258,13 +258,33 @@ func TestDeltaReplaysWhatAWatcherMissed(t *testing.T) {
 			b, _ := json.Marshal(r)
 			var snap Record
 			_ = json.Unmarshal(b, &snap)
-			seen = append(seen, Delta(prev, &snap)...)
-			prev = &snap
+			seen = append(seen, stream.Next(&snap)...)
 		}
 	}
-	seen = append(seen, Delta(prev, r)...)
+	seen = append(seen, stream.Next(r)...)
 	if len(seen) == 0 || seen[0].Type != EventSubmitted || seen[len(seen)-1].Type != EventDone {
 		t.Fatalf("first %+v, last %+v", seen[0], seen[len(seen)-1])
+	}
+	// The stream numbers what it sent: 1, 2, 3, ... (the record's own
+	// sequence repeats for derived step events and skips unlogged ones).
+	for i, ev := range seen {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d of the stream has seq %d: %+v", i+1, ev.Seq, ev)
+		}
+	}
+	// Step events count the steps as they stood after each: the done
+	// count grows line by line, never shows the final count early.
+	doneEvents := 0
+	for _, ev := range seen {
+		if ev.Type != EventStep {
+			continue
+		}
+		if ev.State == StepDone {
+			doneEvents++
+		}
+		if ev.Progress.Done != doneEvents {
+			t.Fatalf("after %d step events done, a line says %d/%d done", doneEvents, ev.Progress.Done, ev.Progress.Total)
+		}
 	}
 	doneSteps := map[string]bool{}
 	for _, ev := range seen {

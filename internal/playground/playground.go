@@ -395,6 +395,10 @@ func printBanner(w io.Writer, st State) {
 		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-pg  # the tables rebuilt from the sink equal PostgreSQL's")
 	}
 	fmt.Fprintln(w, "  cdcctl coordinator resign")
-	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1; after the session TTL another capture leads\n\n", st.Captures[0].PID)
+	// Which capture leads is not known here (and resign moves it): the
+	// operator picks the coordinator's pid from capture list.
+	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1: its partitions move after the session TTL;\n", st.Captures[0].PID)
+	fmt.Fprintln(w, "                   # kill the coordinator's PID (capture list, marked *) and another capture takes over")
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")
 }
