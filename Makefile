@@ -1,4 +1,4 @@
-# The README's test command is `go test -race -count=1 ./...`; `make test`
+# The README's test command is `go test -race -count=1 -timeout 20m ./...`; `make test`
 # runs exactly that; .ci/run runs the same lint as `make lint`, then it.
 
 GO      ?= go
@@ -12,7 +12,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cdc-agent ./cmd/cdc-agent
 
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Benchmarks report ratios against a baseline measured in the same run.
 bench:

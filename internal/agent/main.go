@@ -12,8 +12,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/cdcctl/cdcctl/internal/configfile"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -70,7 +72,7 @@ from a YAML/TOML/JSON file given with --config.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := configFrom(v)
+			cfg, err := configFrom(v, cmd.Flags())
 			if err != nil {
 				return usageError{err}
 			}
@@ -114,8 +116,11 @@ from a YAML/TOML/JSON file given with --config.`,
 	return cmd, res
 }
 
-func configFrom(v *viper.Viper) (Config, error) {
+func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 	if path := v.GetString("config"); path != "" {
+		if err := configfile.Check(path, flags); err != nil {
+			return Config{}, fmt.Errorf("read --config %s: %w", path, err)
+		}
 		v.SetConfigFile(path)
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("read --config %s: %w", path, err)

@@ -115,7 +115,7 @@ func firstArg(f cobra.CompletionFunc) cobra.CompletionFunc {
 // when no agent answers.
 func completeFrom(o *options, list func(context.Context, *api.Client) ([]string, error)) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
-		if o.loadConfig() != nil {
+		if o.loadConfig(cmd.Root().PersistentFlags()) != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		c, err := o.client()

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/cdcctl/cdcctl/internal/agent"
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/configfile"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -142,7 +144,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.loadConfig(); err != nil {
+			if err := o.loadConfig(cmd.Root().PersistentFlags()); err != nil {
 				return usageErr(err)
 			}
 			return usageErrOrNil(validFormat(o.output()))
@@ -209,7 +211,7 @@ func usageErrOrNil(err error) error {
 
 // loadConfig reads the config file: the one named, or the default one if
 // it exists. A named file that cannot be read is an error.
-func (o *options) loadConfig() error {
+func (o *options) loadConfig(keys *pflag.FlagSet) error {
 	path := o.v.GetString("config")
 	if path == "" {
 		dir, err := os.UserConfigDir()
@@ -221,6 +223,9 @@ func (o *options) loadConfig() error {
 			return nil
 		}
 		path = def
+	}
+	if err := configfile.Check(path, keys); err != nil {
+		return fmt.Errorf("read config file %s: %w", path, err)
 	}
 	o.v.SetConfigFile(path)
 	if err := o.v.ReadInConfig(); err != nil {
