@@ -58,7 +58,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	// not answer quickly is reported, not waited for.
 	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
+	if ss, err := sources.Inspect(ictx, e.Info.SourceURI); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
 	} else if ss != nil {
 		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, Snapshot: ss.Snapshot}

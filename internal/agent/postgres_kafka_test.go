@@ -40,12 +40,7 @@ func TestPostgresIntoKafka(t *testing.T) {
 	tc.waitCheckpoint(c, "pg", model.Ts(created.StartTs)+model.TsFromMillis(1000))
 
 	// Split the lower half of orders at 1000 and move its upper part.
-	var lower model.RouteEntry
-	for _, r := range tc.state().Partitions["pg"] {
-		if start, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "public.orders" && start == "" {
-			lower = r.Route
-		}
-	}
+	lower := tc.partitionFrom("pg", "public.orders", "")
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, lower.ID, "1000", plan.DefaultCosts) })
 	parts, err := c.Partitions(ctx, "pg", "")
 	if err != nil {

@@ -53,12 +53,7 @@ func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 
 	// Split orders [1501, 3001) at 2200 while its partition copies; each
 	// half goes on with what is left of its range.
-	var orders model.RouteEntry
-	for _, r := range tc.state().Partitions["pg"] {
-		if start, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "public.orders" && start == "1501" {
-			orders = r.Route
-		}
-	}
+	orders := tc.partitionFrom("pg", "public.orders", "1501")
 	tc.eventually("the partition to copy some of its range", 30*time.Second, func() bool {
 		return tc.state().Progress["pg"][orders.ID].Progress.Copy.To != ""
 	})
@@ -67,12 +62,7 @@ func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 		return plan.Split(s, orders.ID, "2200", plan.DefaultCosts)
 	})
 	copying("after the split")
-	var upper model.RouteEntry
-	for _, r := range tc.state().Partitions["pg"] {
-		if start, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "public.orders" && start == "2200" {
-			upper = r.Route
-		}
-	}
+	upper := tc.partitionFrom("pg", "public.orders", "2200")
 	if upper.ID == "" {
 		t.Fatal("no upper half starting at 2200")
 	}

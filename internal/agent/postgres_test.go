@@ -279,12 +279,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	// Split the orders table at integer key 3000 (keys compare as
 	// numbers: 10000 is above it), then move the upper half to another
 	// capture.
-	var orders model.RouteEntry
-	for _, r := range tc.state().Partitions["pg"] {
-		if start, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "public.orders" && start == "1501" {
-			orders = r.Route // [1501, 3001)
-		}
-	}
+	orders := tc.partitionFrom("pg", "public.orders", "1501") // [1501, 3001)
 	for _, r := range tc.state().Partitions["pg"] {
 		if r.Route.Span.Table == "public.events" {
 			if _, err := plan.Split(tc.snapshot(c), r.Route.ID, "x", plan.DefaultCosts); err == nil || !strings.Contains(err.Error(), "has no primary key, so it is one partition that cannot be split") {
@@ -474,6 +469,17 @@ func TestPostgresOutageIsRetriedAndLosesNothing(t *testing.T) {
 	if err != nil || !rep.OK || rep.Keys == 0 {
 		t.Fatalf("after the outage: %+v %v", rep, err)
 	}
+}
+
+// partitionFrom is the routing entry of a table's partition whose range
+// starts at start (text form; "" for the first); empty when none does.
+func (tc *testCluster) partitionFrom(cf model.ChangefeedID, table, start string) model.RouteEntry {
+	for _, r := range tc.state().Partitions[cf] {
+		if s, _ := r.Route.Span.Bounds(); r.Route.Span.Table == table && s == start {
+			return r.Route
+		}
+	}
+	return model.RouteEntry{}
 }
 
 // notCoordinator hands the coordinator's role on if node holds it: the

@@ -274,9 +274,9 @@ func unwrapConnect(err error) error {
 	}
 }
 
-// Inspect reads the slot's state for 'changefeed get', and the initial
-// snapshot's progress from the persisted resume point.
-func Inspect(ctx context.Context, uri string, persisted source.Position) (*source.Status, error) {
+// Inspect reads the slot's state for 'changefeed get' (the snapshot's
+// progress is the partitions': the caller sums it).
+func Inspect(ctx context.Context, uri string) (*source.Status, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err

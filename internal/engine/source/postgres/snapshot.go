@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -125,21 +126,30 @@ func snapshotConn(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// execer runs a statement: a connection, or a transaction.
+type execer interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}
+
+// writeMark writes a chunk's watermark (kind low or high) into the WAL, as
+// a transactional logical decoding message of its own (or of the
+// transaction it is written in).
+func writeMark(ctx context.Context, conn execer, c *chunk, kind string) error {
+	b, _ := json.Marshal(mark{Kind: kind, ID: c.id, Table: c.table})
+	_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
+	return err
+}
+
 // withWatermarks writes a chunk's low watermark, reads it, and writes its
 // high watermark.
 func withWatermarks(ctx context.Context, conn *pgx.Conn, cfg Config, c *chunk, read func() error) error {
-	emit := func(kind string) error {
-		b, _ := json.Marshal(mark{Kind: kind, ID: c.id, Table: c.table})
-		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
-		return err
-	}
-	if err := emit("low"); err != nil {
+	if err := writeMark(ctx, conn, c, "low"); err != nil {
 		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.table, explain(cfg, err))
 	}
 	if err := read(); err != nil {
 		return err
 	}
-	if err := emit("high"); err != nil {
+	if err := writeMark(ctx, conn, c, "high"); err != nil {
 		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.table, explain(cfg, err))
 	}
 	return nil
@@ -343,4 +353,65 @@ func (p *copyPool) close() {
 	for _, c := range idle {
 		_ = c.Close(context.Background())
 	}
+}
+
+// projectOnto keeps of the chunk's rows only the columns of def, an
+// earlier version of the table with columns the chunk's definition has
+// too (of the same type); false when def has another.
+func (c *chunk) projectOnto(def *source.TableDef) bool {
+	idx := make([]int, len(def.Columns))
+	for i, col := range def.Columns {
+		j := c.def.Index(col.Name)
+		if j < 0 || c.def.Columns[j].Type != col.Type {
+			return false
+		}
+		idx[i] = j
+	}
+	for k := range c.rows {
+		vals := make([]source.Value, len(idx))
+		for i, j := range idx {
+			vals[i] = c.rows[k].New[j]
+		}
+		c.rows[k].New = vals
+	}
+	c.def = def
+	return true
+}
+
+// columnNames lists a definition's columns for messages.
+func columnNames(def *source.TableDef) string {
+	if def == nil {
+		return "none"
+	}
+	names := make([]string, len(def.Columns))
+	for i, col := range def.Columns {
+		names[i] = col.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// chunkSlots bounds the chunks one node holds in memory per changefeed
+// (read, their rows not gone out yet): about chunkBytes each.
+type chunkSlots struct {
+	mu   sync.Mutex
+	used int
+}
+
+// maxChunksHeld is how many: 16 MiB each at most.
+const maxChunksHeld = 8
+
+func (s *chunkSlots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used >= maxChunksHeld {
+		return false
+	}
+	s.used++
+	return true
+}
+
+func (s *chunkSlots) give() {
+	s.mu.Lock()
+	s.used--
+	s.mu.Unlock()
 }

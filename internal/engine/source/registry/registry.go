@@ -94,15 +94,14 @@ func Remove(ctx context.Context, uri string) error {
 	return nil
 }
 
-// Inspect reports on the upstream side of a changefeed, and on progress
-// the persisted resume point records; nil for sources with nothing to
-// say (gen).
-func Inspect(ctx context.Context, uri string, persisted source.Position) (*source.Status, error) {
+// Inspect reports on the upstream side of a changefeed; nil for sources
+// with nothing to say (gen).
+func Inspect(ctx context.Context, uri string) (*source.Status, error) {
 	s, err := scheme(uri)
 	if err != nil || s != "postgres" {
 		return nil, err
 	}
-	return postgres.Inspect(ctx, uri, persisted)
+	return postgres.Inspect(ctx, uri)
 }
 
 // Upstream reads a database source's tables for verify, and names them;
