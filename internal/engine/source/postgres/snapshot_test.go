@@ -54,8 +54,10 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 		return k
 	}
 	start := rig.start
-	a := rig.run(model.Span{Table: "public.t", End: key("3000"), Key: "int8"}, start, model.CopyProgress{})
-	b := rig.run(model.Span{Table: "public.t", Start: key("3000"), End: key("7000"), Key: "int8"}, start, model.CopyProgress{})
+	// a and b pause mid-copy (after two chunks) until they are moved and
+	// split; c copies on.
+	a := rig.runHeld(model.Span{Table: "public.t", End: key("3000"), Key: "int8"}, start, model.CopyProgress{}, 1000)
+	b := rig.runHeld(model.Span{Table: "public.t", Start: key("3000"), End: key("7000"), Key: "int8"}, start, model.CopyProgress{}, 1000)
 	c := rig.run(model.Span{Table: "public.t", Start: key("7000"), Key: "int8"}, start, model.CopyProgress{})
 
 	// The workload, while the partitions copy.
@@ -353,16 +355,25 @@ type partition struct {
 	evs    []source.Event
 	copied model.CopyProgress
 	n      int // events read
+	// holdAt, when above 0, pauses the reads once that many rows are
+	// copied (between chunks), so a test can act while the copy is
+	// surely under way however fast the machine copies; release resumes.
+	holdAt int64
 	quit   chan struct{}
 	done   chan struct{}
 }
 
 func (rig *copyRig) run(span model.Span, from model.Ts, copied model.CopyProgress) *partition {
+	return rig.runHeld(span, from, copied, 0)
+}
+
+// runHeld runs a partition that pauses once holdAt rows are copied.
+func (rig *copyRig) runHeld(span model.Span, from model.Ts, copied model.CopyProgress, holdAt int64) *partition {
 	r, err := rig.src.OpenCopying(span, from, copied)
 	if err != nil {
 		panic(err)
 	}
-	p := &partition{span: span, r: r, copied: copied, quit: make(chan struct{}), done: make(chan struct{})}
+	p := &partition{span: span, r: r, copied: copied, holdAt: holdAt, quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		if c, ok := r.(source.Closer); ok {
@@ -375,6 +386,10 @@ func (rig *copyRig) run(span model.Span, from model.Ts, copied model.CopyProgres
 					return
 				}
 			default:
+			}
+			if p.held() {
+				time.Sleep(5 * time.Millisecond)
+				continue
 			}
 			upTo := model.Ts(math.MaxInt64 >> 1)
 			ddls := rig.src.DDLs(span.Table, r.Position(), upTo)
@@ -404,6 +419,25 @@ func (rig *copyRig) run(span model.Span, from model.Ts, copied model.CopyProgres
 		}
 	}()
 	return p
+}
+
+// held says the partition pauses: it copied holdAt rows, not all, and
+// no chunk's rows are half returned.
+func (p *partition) held() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holdAt <= 0 || p.copied.Done || p.copied.Rows < p.holdAt {
+		return false
+	}
+	pt, ok := p.r.(source.Parted)
+	return !ok || !pt.Inside()
+}
+
+// release resumes a held partition.
+func (p *partition) release() {
+	p.mu.Lock()
+	p.holdAt = 0
+	p.mu.Unlock()
 }
 
 // whenCopying returns p once it has copied some of its range, not all.
@@ -517,9 +551,10 @@ func TestACopyDoesNotWaitForAQuietTablesNewColumns(t *testing.T) {
 	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
 	defaultChunkRows = 500
 	rig := startCopyRig(t, dsn+"&tables=q", "quiet")
-	p := rig.run(model.Span{Table: "public.q", Key: "int4"}, rig.start, model.CopyProgress{})
+	p := rig.runHeld(model.Span{Table: "public.q", Key: "int4"}, rig.start, model.CopyProgress{}, 1000)
 	rig.whenCopying(p)
 	psql(t, srv, dsn, `ALTER TABLE q ADD COLUMN w int4 DEFAULT 5`)
+	p.release()
 	p.waitDone(t) // within seconds: no chunk is read again and again
 	psql(t, srv, dsn, `INSERT INTO q VALUES (5000, 'y', 6)`)
 	for deadline := time.Now().Add(30 * time.Second); !p.has("5000"); time.Sleep(20 * time.Millisecond) {
