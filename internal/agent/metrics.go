@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -33,6 +34,47 @@ type metrics struct {
 	sinkBytes    *prometheus.CounterVec
 	sinkErrors   *prometheus.CounterVec
 	sinkFlushDur *prometheus.HistogramVec
+	// Seed 002's dispatcher recovery, without per-dispatcher labels.
+	recoveries       prometheus.Counter
+	recoverPending   prometheus.Gauge
+	recoverResponses *prometheus.CounterVec
+	restarts         *prometheus.CounterVec
+}
+
+// recoveryMetrics is the dispatcher manager's view of the node's metrics.
+type recoveryMetrics struct{ m *metrics }
+
+func (r recoveryMetrics) Recovered()    { r.m.recoveries.Inc() }
+func (r recoveryMetrics) Pending(n int) { r.m.recoverPending.Set(float64(n)) }
+func (r recoveryMetrics) Answered(s transport.RecoverState) {
+	r.m.recoverResponses.WithLabelValues(string(s)).Inc()
+}
+func (r recoveryMetrics) Restarted(reason string) { r.m.restarts.WithLabelValues(reason).Inc() }
+
+func (m *metrics) newRecoveryMetrics() {
+	m.recoveries = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "recoveries_total",
+		Help: "Dispatchers recovered on this node (re-created after their sink failed, and running healthy again).",
+	})
+	m.recoverPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "recover_pending",
+		Help: "Dispatcher recoveries in progress on this node.",
+	})
+	m.recoverResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "recover_responses_total",
+		Help: "Maintainers' answers to this node's recovery requests, by state (ACCEPTED, RUNNING, SUPERSEDED, FAILED).",
+	}, []string{"state"})
+	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "cdcctl", Subsystem: "changefeed", Name: "restarts_total",
+		Help: "Changefeed restarts on this node, by reason (recover_timeout: a recovery did not finish in time; recover_failed: the maintainer could not recover a dispatcher).",
+	}, []string{"reason"})
+	for _, s := range []transport.RecoverState{transport.RecoverAccepted, transport.RecoverRunning, transport.RecoverSuperseded, transport.RecoverFailed} {
+		m.recoverResponses.WithLabelValues(string(s))
+	}
+	for _, r := range []string{"recover_timeout", "recover_failed"} {
+		m.restarts.WithLabelValues(r)
+	}
+	m.reg.MustRegister(m.recoveries, m.recoverPending, m.recoverResponses, m.restarts)
 }
 
 func newMetrics() *metrics {
@@ -114,6 +156,7 @@ func newMetrics() *metrics {
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
 		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
+	m.newRecoveryMetrics()
 	return m
 }
 

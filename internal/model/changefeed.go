@@ -51,6 +51,34 @@ type ChangefeedStatus struct {
 	// point at or below the checkpoint, written with it. It is the
 	// source's own encoding.
 	SourcePosition json.RawMessage `json:"source_position,omitempty"`
+	// Incidents are the changefeed's recent recoveries and restarts,
+	// oldest first (at most MaxIncidents).
+	Incidents []Incident `json:"incidents,omitempty"`
+}
+
+// Incident is a recovery or a restart of a changefeed (seed 002).
+type Incident struct {
+	Time time.Time `json:"time"`
+	// Kind: recovered (a dispatcher re-created after its sink failed),
+	// restart (the changefeed restarted on a node; Reason says why),
+	// failed (a permanent error).
+	Kind      string `json:"kind"`
+	Partition string `json:"partition,omitempty"`
+	Node      NodeID `json:"node,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Err       string `json:"err,omitempty"`
+}
+
+// MaxIncidents bounds a changefeed's incidents.
+const MaxIncidents = 8
+
+// Record appends incidents, keeping the newest MaxIncidents.
+func (s *ChangefeedStatus) Record(in ...Incident) {
+	h := append(append([]Incident(nil), s.Incidents...), in...)
+	if len(h) > MaxIncidents {
+		h = h[len(h)-MaxIncidents:]
+	}
+	s.Incidents = h
 }
 
 // MaintainerPlacement says which node runs a changefeed's maintainer.
@@ -109,8 +137,11 @@ const MaxPartitionHistory = 8
 type PartitionEvent struct {
 	Time time.Time `json:"time"`
 	// Kind: split (this partition gave its upper half away), split-from
-	// (it is that upper half), moved, placed (after its node died).
-	Kind     string `json:"kind"`
+	// (it is that upper half), moved, placed (after its node died),
+	// returned, recovered (its dispatcher failed and was re-created).
+	Kind string `json:"kind"`
+	// Epoch: for recovered, the epoch of the dispatcher that failed.
+	Epoch    uint64 `json:"epoch,omitempty"`
 	From     NodeID `json:"from,omitempty"`
 	To       NodeID `json:"to,omitempty"`
 	Detail   string `json:"detail,omitempty"`

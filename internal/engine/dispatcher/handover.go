@@ -99,6 +99,11 @@ func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
 // stopAndReport stops dispatchers in parallel (gracefully, unless the
 // manager was aborted) and keeps where each ended as a final position.
 func (m *Manager) stopAndReport(runs []*managed) {
+	m.stopAndReportWithin(runs, 30*time.Second)
+}
+
+// stopAndReportWithin is stopAndReport with a bound on each graceful stop.
+func (m *Manager) stopAndReportWithin(runs []*managed, timeout time.Duration) {
 	m.mu.Lock()
 	aborted := m.aborted
 	m.mu.Unlock()
@@ -112,7 +117,7 @@ func (m *Manager) stopAndReport(runs []*managed) {
 				<-r.done
 				return
 			}
-			at, err := r.stop(30 * time.Second)
+			at, err := r.stop(timeout)
 			rt := r.route.Route
 			if err != nil {
 				m.log.Warn("dispatcher did not stop cleanly; its next owner resumes from its checkpoint", "dispatcher", r.d.ID(), "checkpoint", at, "err", err)

@@ -48,6 +48,8 @@ type Manager struct {
 	// fails the start (fault injection: seed 003's failed
 	// PreparePartition).
 	FailStart func(model.RouteEntry) error
+	// Metrics, if set, counts recoveries and restarts (recover.go).
+	Metrics RecoveryMetrics
 
 	// reads reads database changefeeds' event logs on the nodes
 	// maintaining them.
@@ -65,6 +67,16 @@ type Manager struct {
 	aborted  bool
 	lastBeat time.Time
 	wg       sync.WaitGroup
+
+	// recovering are the partitions whose dispatcher failed, until they
+	// run healthy again (recover.go); flaps count their recent failures.
+	recovering map[string]*recovery
+	flaps      map[string]*flap
+	// restartFeeds are changefeeds to restart here (a FAILED answer);
+	// restarts, the restarts still reported in heartbeats.
+	restartFeeds map[model.ChangefeedID]transport.Restart
+	restarts     map[model.ChangefeedID][]transport.Restart
+	wake         chan struct{}
 }
 
 type managed struct {
@@ -110,7 +122,9 @@ func (f *feed) close() {
 func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Manager {
 	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
 		reads:   eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }),
-		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{}}
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
+		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
+		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1)}
 }
 
 type failedStart struct {
@@ -133,6 +147,8 @@ func (m *Manager) Abort() {
 // Run reconciles until ctx ends, then stops every dispatcher gracefully,
 // reports their final positions and closes the sinks.
 func (m *Manager) Run(ctx context.Context) error {
+	m.tr.Handle(transport.TopicRecoverAnswer, m.onRecoverAnswer)
+	defer m.tr.Handle(transport.TopicRecoverAnswer, nil)
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
@@ -151,6 +167,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-t.C:
+		case <-m.wake:
 		case <-ctx.Done():
 		}
 	}
@@ -194,11 +211,12 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		w, ok := want[k]
 		select {
 		case <-r.done:
-			// Ended by itself (sink failure): start again from its checkpoint.
-			m.log.Warn("dispatcher ended; restarting it from its checkpoint", "dispatcher", r.d.ID(), "err", r.err)
+			// Ended by itself (its sink failed): it is recovered from its
+			// checkpoint, by its maintainer (recover.go).
 			m.finals[finalKey(r.route.Route)] = &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
 				p: progressOf(r.d, m.self, r.route.Route.Epoch)}
 			delete(m.running, k)
+			m.failedRun(r, r.err)
 			continue
 		default:
 		}
@@ -217,11 +235,19 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			r.route = w
 		}
 	}
+	restart := m.checkRecoveries(st, recoverTimeout(st))
+	for cf, why := range m.restartFeeds {
+		restart[cf] = why
+		delete(m.restartFeeds, cf)
+	}
 	m.mu.Unlock()
 	// Stop what no longer belongs here, all at once, and keep where each
 	// stopped: a paused changefeed resumes exactly there, and a partition
 	// being moved away is handed over there.
 	m.stopAndReport(stale)
+	for cf, why := range restart {
+		m.restartFeed(cf, why)
+	}
 	newFinals := len(stale) > 0
 	// A partition being moved away that nothing runs here (this process
 	// started after it was placed, or its changefeed is paused) is handed
@@ -270,7 +296,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	}
 	var toStart []meta.RouteRecord
 	for k, r := range want {
-		if _, runs := m.running[k]; !runs {
+		if _, runs := m.running[k]; !runs && !m.waitsForRecovery(r.Route) {
 			toStart = append(toStart, r)
 		}
 	}
@@ -395,6 +421,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort}
 	m.mu.Lock()
 	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
+	m.started(r.Route)
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go func() {
@@ -402,6 +429,9 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		defer abort()
 		// The run ends by Stop (graceful), by abort, or by a sink failure.
 		run.err = d.Run(runCtx)
+		// Its messages have settled (or it was aborted): the sink may
+		// forget it.
+		sink.Forget(f.sink, d.ID())
 		close(run.done)
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)

@@ -63,6 +63,17 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 		}
 		byFeed[f.cf] = append(byFeed[f.cf], transport.PartitionProgress{ID: f.pid, Progress: f.p})
 	}
+	recover, restarts := m.requests(st), m.restartsToReport()
+	for cf := range recover {
+		if _, ok := byFeed[cf]; !ok {
+			byFeed[cf] = nil
+		}
+	}
+	for cf := range restarts {
+		if _, ok := byFeed[cf]; !ok {
+			byFeed[cf] = nil
+		}
+	}
 	m.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -73,7 +84,8 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 			continue // no maintainer yet; the next heartbeat will do
 		}
 		msg, err := transport.NewMessage(m.self, e.Maintainer.Node, transport.TopicHeartbeat,
-			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts, Failed: failed[cf]})
+			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts, Failed: failed[cf],
+				Recover: recover[cf], Restarts: restarts[cf]})
 		if err != nil {
 			m.log.Error("cannot encode a heartbeat", "changefeed", cf, "err", err)
 			continue

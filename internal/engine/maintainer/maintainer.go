@@ -193,6 +193,9 @@ var errSplit = errors.New("split: the next pass goes on")
 func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) error {
 	mf := e.FenceOf(h.store.Keys())
 	pos := h.positions(st, e)
+	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
+		return err // after a write, the next pass reads again
+	}
 	if e.Status.State == model.ChangefeedNormal {
 		if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
 			return nil

@@ -17,6 +17,13 @@ type heard struct {
 	// failed: partitions their node reported it could not start.
 	failed map[string]transport.FailedStart
 	saved  time.Time // when the progress record was last written
+	// recover: accepted recovery requests, by partition (recover.go);
+	// failure: a permanent error to fail the changefeed with; incidents
+	// to record in its status; restarts already recorded.
+	recover   map[string]acceptedRecovery
+	failure   string
+	incidents []model.Incident
+	restarts  map[string]bool
 }
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
@@ -37,7 +44,8 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	h.mu.Lock()
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
-		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{}}
+		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{},
+			recover: map[string]acceptedRecovery{}, restarts: map[string]bool{}}
 		h.heard[hb.Changefeed] = rep
 	}
 	for _, pp := range hb.Partitions {
@@ -65,7 +73,12 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			wake = true
 		}
 	}
+	replies := h.onRecover(st, e, rep, m.From, &hb)
+	wake = wake || len(rep.recover) > 0 || rep.failure != "" || len(rep.incidents) > 0
 	h.mu.Unlock()
+	if len(replies) > 0 {
+		h.sendAnswers(m.From, hb.Changefeed, hb.MaintainerEpoch, replies)
+	}
 	if wake {
 		select {
 		case h.wake <- struct{}{}:

@@ -137,6 +137,9 @@ func (s *Store) whyNot(ctx context.Context, fence Fence, id model.ChangefeedID) 
 func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState) error {
 	st := e.Status
 	st.State = state
+	if state == model.ChangefeedNormal {
+		st.Error = "" // resumed: the operator fixed what failed it
+	}
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).
 		Then(clientv3.OpPut(key, mustJSON(st))).Commit()
@@ -263,7 +266,9 @@ func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *Changef
 	if checkpoint > e.Status.CheckpointTs {
 		st := e.Status
 		st.CheckpointTs = checkpoint
-		st.Error = "" // progress: whatever held the changefeed back is over
+		if st.State != model.ChangefeedFailed {
+			st.Error = "" // progress: whatever held the changefeed back is over
+		}
 		if sourcePosition != nil {
 			st.SourcePosition = sourcePosition
 		}
@@ -282,6 +287,26 @@ func (s *Store) SetChangefeedError(ctx context.Context, mf MaintainerFence, e *C
 	}
 	st := e.Status
 	st.Error = msg
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
+}
+
+// FailChangefeed stops a changefeed for an error an operator must fix
+// (maintainer write): its dispatchers stop where they are, and it waits
+// for `changefeed resume`.
+func (s *Store) FailChangefeed(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, msg string, in ...model.Incident) error {
+	st := e.Status
+	st.State, st.Error = model.ChangefeedFailed, msg
+	st.Record(in...)
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
+}
+
+// RecordIncidents adds recoveries and restarts to a changefeed's status
+// (maintainer write).
+func (s *Store) RecordIncidents(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, in []model.Incident) error {
+	st := e.Status
+	st.Record(in...)
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
 }

@@ -145,3 +145,15 @@ func (s *Store) ReturnPartition(ctx context.Context, mf MaintainerFence, r Route
 	key := s.keys.Partition(next.Changefeed, next.ID)
 	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
+
+// RecoverPartition re-creates a partition's dispatcher on the node it
+// runs on (seed 002's dispatcher recovery): Active, the next epoch, from
+// its persisted position (its node knows where it stopped), with why in
+// its history. A maintainer write.
+func (s *Store) RecoverPartition(ctx context.Context, mf MaintainerFence, r RouteRecord, why string, now time.Time) error {
+	next := r.Route
+	next.Epoch, next.Start, next.StartCopy = r.Route.Epoch+1, 0, model.CopyProgress{}
+	next.Remember(model.PartitionEvent{Time: now, Kind: "recovered", From: r.Route.Node, To: r.Route.Node, Detail: why, Epoch: r.Route.Epoch})
+	key := s.keys.Partition(next.Changefeed, next.ID)
+	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
+}

@@ -40,3 +40,19 @@ func (o *observed) Write(ctx context.Context, b *Batch) error {
 	}
 	return o.Sink.Write(ctx, &wrapped)
 }
+
+// Forget tells the sink, if it keeps state per dispatcher, that the
+// dispatcher is gone.
+func Forget(s Sink, dispatcher string) {
+	if f, ok := s.(Forgetter); ok {
+		f.Forget(dispatcher)
+	}
+}
+
+// Forgetter is a sink that keeps state per dispatcher.
+type Forgetter interface {
+	Forget(dispatcher string)
+}
+
+// Forget implements Forgetter for the sink it wraps.
+func (o *observed) Forget(dispatcher string) { Forget(o.Sink, dispatcher) }

@@ -12,6 +12,8 @@ package sink
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -48,3 +50,29 @@ type Sink interface {
 	// Close flushes nothing: callers flush what they need first.
 	Close() error
 }
+
+// Classified is a sink error that says whether it passes by itself
+// (seed 002): a transient one is remedied by recovering the dispatcher
+// from its checkpoint; a permanent one needs an operator, and Remedy
+// says what to do.
+type Classified interface {
+	error
+	Permanent() bool
+	Remedy() string
+}
+
+// IsPermanent reports whether err, or an error it wraps, is a permanent
+// sink error, and what to do about it. Unclassified errors are transient:
+// recovering is tried first, and a recovery that never finishes ends in
+// a changefeed restart, never a hang.
+func IsPermanent(err error) (bool, string) {
+	var c Classified
+	if errors.As(err, &c) && c.Permanent() {
+		return true, c.Remedy()
+	}
+	return false, ""
+}
+
+// DefaultRecoverTimeout bounds a dispatcher's recovery when the sink
+// does not say otherwise.
+const DefaultRecoverTimeout = 60 * time.Second

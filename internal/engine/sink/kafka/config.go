@@ -32,10 +32,19 @@ type Config struct {
 	MaxMessageBytes   int
 	Schema            string
 	DialTimeout       time.Duration
+	// RetryTimeout is how long a message may be retried by the producer
+	// (a broker answering with a retriable error, or not at all) before
+	// its dispatcher gives up and is recovered from its checkpoint.
+	RetryTimeout time.Duration
+	// RecoverTimeout bounds a dispatcher's recovery (seed 002, R10): if
+	// the dispatcher does not run healthy again within it, the
+	// changefeed restarts on that node.
+	RecoverTimeout time.Duration
 }
 
 // Defaults of the URI's parameters.
-var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, Schema: "gen", DialTimeout: 5 * time.Second}
+var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
+	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second}
 
 // ParseURI parses kafka://host:port[,host:port]/topic?protocol=canal-json&partition=key.
 func ParseURI(raw string) (Config, error) {
@@ -90,16 +99,29 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("must be at least 1024")
 			}
 		case "dial-timeout":
-			c.DialTimeout, perr = time.ParseDuration(v)
-			if perr == nil && c.DialTimeout <= 0 {
-				perr = fmt.Errorf("must be positive")
-			}
+			c.DialTimeout, perr = duration(v, time.Millisecond, time.Hour)
+		case "retry-timeout":
+			c.RetryTimeout, perr = duration(v, 100*time.Millisecond, time.Hour)
+		case "recover-timeout":
+			c.RecoverTimeout, perr = duration(v, time.Second, 24*time.Hour)
 		default:
-			perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout")
+			perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout, retry-timeout, recover-timeout")
 		}
 		if perr != nil {
 			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, v, perr)
 		}
 	}
 	return c, nil
+}
+
+// duration parses a duration parameter between lo and hi.
+func duration(v string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("not a duration; write it like 30s or 2m")
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("must be between %s and %s", lo, hi)
+	}
+	return d, nil
 }

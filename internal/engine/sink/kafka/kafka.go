@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -18,14 +19,18 @@ import (
 )
 
 // DispatcherError attributes a failed delivery to the dispatcher (and its
-// epoch) that sent the message, so only that dispatcher restarts.
+// epoch) that sent the message, so only that dispatcher is recovered
+// (seed 002, R1).
 type DispatcherError struct {
 	Dispatcher string
 	Epoch      uint64
 	Err        error
 	// Transient errors (a leader moving, too few in-sync replicas) are
-	// expected to pass: restarting the dispatcher is the remedy.
+	// expected to pass: recovering the dispatcher is the remedy. Any
+	// other error fails the changefeed until an operator fixes it.
 	Transient bool
+	// Hint says what to do about a permanent error.
+	Hint string
 }
 
 func (e *DispatcherError) Error() string {
@@ -38,21 +43,11 @@ func (e *DispatcherError) Error() string {
 
 func (e *DispatcherError) Unwrap() error { return e.Err }
 
-var transientErrors = []error{
-	sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrLeaderNotAvailable,
-	sarama.ErrNotLeaderForPartition, sarama.ErrRequestTimedOut, sarama.ErrOutOfBrokers,
-	sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException,
-}
+// Permanent implements sink.Classified.
+func (e *DispatcherError) Permanent() bool { return !e.Transient }
 
-// IsTransient reports whether a delivery error is worth a retry.
-func IsTransient(err error) bool {
-	for _, t := range transientErrors {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}
+// Remedy implements sink.Classified.
+func (e *DispatcherError) Remedy() string { return e.Hint }
 
 // Sink is the Kafka sink of one changefeed on one node.
 type Sink struct {
@@ -65,8 +60,11 @@ type Sink struct {
 	mu          sync.Mutex
 	cond        *sync.Cond
 	outstanding map[string]int
-	closed      bool
-	handled     chan struct{}
+	// fences are the delivery states of the dispatchers with messages
+	// outstanding or a failure (fence.go).
+	fences  map[string]*fence
+	closed  bool
+	handled chan struct{}
 }
 
 // batchState counts a batch's messages down to its flush ack.
@@ -99,6 +97,7 @@ type meta struct {
 	epoch      uint64
 	partition  int32      // ≥ 0: this partition (DDL, watermark); -1: by key
 	sync       chan error // for messages the caller waits on
+	fence      *fence     // the dispatcher's delivery state (rows)
 }
 
 // Open connects to the brokers and makes sure the topic exists.
@@ -122,7 +121,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
 		client.Close()
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, handled: make(chan struct{})}
+	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, fences: map[string]*fence{}, handled: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	go s.handleResults()
 	return s, nil
@@ -141,7 +140,13 @@ func saramaConfig(cfg Config) *sarama.Config {
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
-	sc.Producer.Retry.Max = 3
+	// The producer retries a partition's messages in order; the sink's
+	// retry timeout, not this count, decides when to give up (fence.go).
+	// The count only bounds the retry bookkeeping (a slot per level).
+	sc.Producer.Retry.Max = 1000
+	sc.Producer.Retry.BackoffFunc = func(retries, _ int) time.Duration {
+		return min(50*time.Millisecond<<min(retries, 5), time.Second)
+	}
 	sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
 	sc.Producer.Partitioner = func(string) sarama.Partitioner { return partitioner{} }
 	return sc
@@ -208,34 +213,52 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		bs.settle(0, nil)
 		return nil
 	}
+	// The fence is taken and the messages counted in one step: a fence
+	// is let go only with nothing of its dispatcher outstanding.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("kafka sink is closed")
+	}
+	f := s.fences[b.Dispatcher]
+	if f == nil {
+		s.sweepFences()
+		f = &fence{}
+		s.fences[b.Dispatcher] = f
+	}
+	if f.closed.Load() {
+		s.mu.Unlock()
+		// An earlier batch failed: nothing more of this dispatcher goes
+		// out; its successor replays from the checkpoint.
+		bs.settle(len(b.Events), s.dispatcherError(b.Dispatcher, b.Epoch, errFenced))
+		return nil
+	}
+	s.outstanding[b.Dispatcher] += len(b.Events)
+	s.mu.Unlock()
 	msgs := make([]*sarama.ProducerMessage, 0, len(b.Events))
 	var buf bytes.Buffer
 	for i := range b.Events {
 		e := &b.Events[i]
 		buf.Reset()
 		if err := codec.EncodeRow(&buf, codec.ProtocolCanalJSON, s.cfg.Schema, e); err != nil {
+			s.release(b.Dispatcher, len(b.Events))
 			return err
 		}
 		value := bytes.TrimRight(buf.Bytes(), "\n")
 		msgs = append(msgs, &sarama.ProducerMessage{
-			Topic: s.cfg.Topic, Key: sarama.StringEncoder(s.messageKey(e)), Value: sarama.ByteEncoder(append([]byte(nil), value...)),
-			Metadata: &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1},
+			Topic: s.cfg.Topic, Key: sarama.StringEncoder(s.messageKey(e)), Value: &payload{b: append([]byte(nil), value...), f: f, limit: s.cfg.RetryTimeout},
+			Metadata: &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1, fence: f},
 		})
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errors.New("kafka sink is closed")
-	}
-	s.outstanding[b.Dispatcher] += len(msgs)
-	s.mu.Unlock()
 	for i, m := range msgs {
 		select {
 		case s.producer.Input() <- m:
 		case <-ctx.Done():
-			// The rest never left: count them off and fail the batch.
+			// The rest never left: count them off and fail the batch;
+			// nothing of the dispatcher may go out after the gap.
+			f.shut(ctx.Err())
 			s.release(b.Dispatcher, len(msgs)-i)
-			bs.settle(len(msgs)-i, &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: ctx.Err()})
+			bs.settle(len(msgs)-i, &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: ctx.Err(), Transient: true})
 			return ctx.Err()
 		}
 	}
@@ -247,6 +270,11 @@ func (s *Sink) release(dispatcher string, n int) {
 	s.outstanding[dispatcher] -= n
 	if s.outstanding[dispatcher] <= 0 {
 		delete(s.outstanding, dispatcher)
+		if f := s.fences[dispatcher]; f != nil && !f.closed.Load() {
+			// Nothing in flight: a new batch makes a new one. A fenced
+			// dispatcher keeps its fence: every later batch of it fails.
+			delete(s.fences, dispatcher)
+		}
 	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
@@ -285,15 +313,56 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 		return
 	}
 	if err != nil {
-		transient := IsTransient(err)
-		s.log.Warn("kafka sink: delivery failed; the dispatcher restarts from its checkpoint",
-			"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", transient, "err", err)
-		err = &DispatcherError{Dispatcher: md.dispatcher, Epoch: md.epoch, Err: err, Transient: transient}
+		if md.fence != nil && md.fence.shut(err) {
+			// One line per dispatcher and epoch, not one per message.
+			s.log.Warn("kafka sink: delivery failed; the dispatcher's other messages are held back and it is recovered from its checkpoint",
+				"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", IsTransient(err), "err", err)
+		}
+		err = s.dispatcherError(md.dispatcher, md.epoch, err)
 	}
 	// The batch's ack first: Flush returning means every callback ran.
 	md.batch.settle(1, err)
 	s.release(md.dispatcher, 1)
 }
+
+// dispatcherError classifies a delivery error of a dispatcher.
+func (s *Sink) dispatcherError(dispatcher string, epoch uint64, err error) *DispatcherError {
+	de := &DispatcherError{Dispatcher: dispatcher, Epoch: epoch, Err: err, Transient: IsTransient(err)}
+	if !de.Transient {
+		de.Hint = hint(err, s.cfg)
+	}
+	return de
+}
+
+// Forget implements sink.Forgetter: a dispatcher that is gone with
+// nothing outstanding needs no fence (the same id may run again, after a
+// pause say, and must not inherit a failure).
+func (s *Sink) Forget(dispatcher string) {
+	s.mu.Lock()
+	if s.outstanding[dispatcher] <= 0 {
+		delete(s.fences, dispatcher)
+	}
+	s.mu.Unlock()
+}
+
+// maxFences bounds the fences kept of dispatchers that failed; their
+// dispatchers are gone long before hundreds more have failed. s.mu is
+// held.
+const maxFences = 1024
+
+func (s *Sink) sweepFences() {
+	if len(s.fences) < maxFences {
+		return
+	}
+	for d, f := range s.fences {
+		if f.closed.Load() && s.outstanding[d] <= 0 {
+			delete(s.fences, d)
+		}
+	}
+}
+
+// RecoverTimeout bounds a dispatcher's recovery (seed 002, R10).
+func (s *Sink) RecoverTimeout() time.Duration { return s.cfg.RecoverTimeout }
 
 // Flush implements sink.Sink: it waits until Kafka acknowledged (or
 // refused) everything the dispatcher sent.

@@ -7,17 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -143,29 +142,12 @@ func mustParse(t *testing.T, uri string) kafka.Config {
 // the message, with its epoch; that dispatcher restarts from its
 // checkpoint and nothing is lost.
 func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
-	c := broker(t, "cdc")
-	var failing atomic.Bool
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if !failing.Load() {
-			return nil, nil, false
-		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-	uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
+	c, err := kafkatest.Start(1, "cdc", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
 	s, err := kafka.Open(context.Background(), uri, quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +157,7 @@ func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
 	span := model.Span{Table: "t0001"}
 	r := startDispatcher(t, g, s, "p1.7", 7, span, g.TableVersion(0))
 	time.Sleep(300 * time.Millisecond)
-	failing.Store(true)
+	c.Fail(kerr.NotEnoughReplicas.Code)
 	var runErr error
 	select {
 	case runErr = <-r.done:
@@ -188,7 +170,7 @@ func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
 	}
 	// The outage ends only after the failed dispatcher is gone (Run
 	// returned once its messages had settled), as in a sustained outage.
-	failing.Store(false)
+	c.Heal()
 	// The remedy: the same partition again from its checkpoint, new epoch.
 	heir := startDispatcher(t, g, s, "p1.8", 8, span, r.d.Checkpoint())
 	time.Sleep(300 * time.Millisecond)

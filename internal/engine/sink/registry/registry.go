@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/blackhole"
@@ -46,4 +47,14 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (sink.Sink, error) 
 		return blackhole.New(), nil
 	}
 	return storage.Open(ctx, uri, log)
+}
+
+// RecoverTimeout is how long a dispatcher of a sink's URI may take to
+// recover (seed 002, R10): the Kafka sink's recover-timeout parameter,
+// or the default.
+func RecoverTimeout(uri string) time.Duration {
+	if cfg, err := kafka.ParseURI(uri); err == nil {
+		return cfg.RecoverTimeout
+	}
+	return sink.DefaultRecoverTimeout
 }

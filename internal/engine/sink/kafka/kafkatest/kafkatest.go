@@ -1,0 +1,85 @@
+// Package kafkatest runs a real-protocol Kafka cluster in process
+// (kfake) whose one broker can be made to fail, for the tests of the
+// Kafka sink and of dispatcher recovery (seed 002), and for runbooks.
+package kafkatest
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Cluster is kfake brokers on loopback; Faulty is the broker that fails
+// on demand (the leader of the topic's partition 0).
+type Cluster struct {
+	*kfake.Cluster
+	Topic      string
+	Partitions int32
+	Faulty     int32
+	code       atomic.Int32 // 0: healthy
+}
+
+// Start starts brokers with topic seeded with partitions.
+func Start(brokers int, topic string, partitions int32) (*Cluster, error) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(partitions, topic))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Cluster: kc, Topic: topic, Partitions: partitions, Faulty: kc.LeaderFor(topic, 0)}
+	kc.ControlKey(int16(kmsg.Produce), c.produce)
+	return c, nil
+}
+
+// produce answers a produce request to the faulty broker with the fault's
+// error code for every partition, while there is a fault.
+func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
+	c.KeepControl()
+	code := int16(c.code.Load())
+	if code == 0 || c.CurrentNode() != c.Faulty {
+		return nil, nil, false
+	}
+	req := kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, nil, true
+}
+
+// Fail makes the faulty broker answer every produce request with code
+// (a Kafka error code, kerr.NotEnoughReplicas.Code say) until Heal.
+func (c *Cluster) Fail(code int16) { c.code.Store(int32(code)) }
+
+// Heal ends the fault.
+func (c *Cluster) Heal() { c.code.Store(0) }
+
+// Addrs is the brokers' addresses, comma-separated, as a sink URI names
+// them.
+func (c *Cluster) Addrs() string { return strings.Join(c.ListenAddrs(), ",") }
+
+// FaultyPartitions are the topic's partitions the faulty broker leads.
+func (c *Cluster) FaultyPartitions() map[int32]bool {
+	out := map[int32]bool{}
+	for p := int32(0); p < c.Partitions; p++ {
+		if c.LeaderFor(c.Topic, p) == c.Faulty {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// String describes the cluster for logs.
+func (c *Cluster) String() string {
+	return fmt.Sprintf("kfake %s (topic %s, %d partitions, broker %d fails on demand)", c.Addrs(), c.Topic, c.Partitions, c.Faulty)
+}
