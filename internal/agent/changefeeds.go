@@ -53,7 +53,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	if !ok {
 		return nil, notFound(id)
 	}
-	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e)}
+	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e), Incidents: e.Status.Incidents}
 	// The upstream's side (a slot's retained WAL); an upstream that does
 	// not answer quickly is reported, not waited for.
 	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)

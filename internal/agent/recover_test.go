@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,11 +120,7 @@ func (rig *recoverRig) metric(series string) float64 {
 func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 	rig := newRecoverRig(t, "")
 	tc, c := rig.tc, rig.c
-	created, err := c.Changefeed(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.waitCheckpoint(c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
+	rig.warm()
 
 	before, _ := rig.checkpoints()
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
@@ -152,12 +149,109 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 	if got, err := c.Changefeed(context.Background(), "demo"); err != nil || got.State != "normal" {
 		t.Fatalf("changefeed after the fault: %+v %v", got, err)
 	}
-	rep := tc.pauseAndVerify(c, "demo", rig.sink, func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
-		return verify.Kafka(ctx, g, sinkURI, upTo)
-	})
+	rep := rig.verify()
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
 		t.Fatalf("verify after the fault: %+v", rep)
 	}
 	t.Logf("%d dispatcher re-creations (all on the faulty broker); verified %d events: %d lost, %d out of order, %d duplicates (replays)",
 		faulty, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
+}
+
+// nodeMetric is a series on each node.
+func (rig *recoverRig) nodeMetric(series string) map[model.NodeID]float64 {
+	out := map[model.NodeID]float64{}
+	for id, rn := range rig.tc.nodes {
+		out[id] = max(metricValue(rig.tc.get(rn.addr, "/metrics"), series), 0)
+	}
+	return out
+}
+
+// warm waits until the changefeed replicates.
+func (rig *recoverRig) warm() {
+	created, err := rig.c.Changefeed(context.Background(), "demo")
+	if err != nil {
+		rig.tc.t.Fatal(err)
+	}
+	rig.tc.waitCheckpoint(rig.c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
+}
+
+func (rig *recoverRig) verify() verify.Report {
+	return rig.tc.pauseAndVerify(rig.c, "demo", rig.sink, func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+		return verify.Kafka(ctx, g, sinkURI, upTo)
+	})
+}
+
+// Seed 002, acceptance 5 (R10) under load: a fault that outlasts the
+// recover timeout (3 s) ends in the fallback, a changefeed restart on
+// each node whose dispatchers were hit, once, with its reason in the
+// metrics and the changefeed's incidents; then it catches up, nothing
+// lost, nothing out of order.
+func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
+	rig := newRecoverRig(t, "&recover-timeout=3s")
+	rig.warm()
+	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
+	const restarts = `cdcctl_changefeed_restarts_total{reason="recover_timeout"}`
+	rig.tc.eventually("a recovery times out and the changefeed restarts", 40*time.Second, func() bool {
+		return rig.metric(restarts) >= 1
+	})
+	rig.kafka.Heal()
+	healed := model.TsFromTime(time.Now())
+	rig.tc.waitCheckpoint(rig.c, "demo", healed+model.TsFromMillis(1000))
+	for node, n := range rig.nodeMetric(restarts) {
+		if n > 1 {
+			t.Fatalf("%s restarted the changefeed %v times for one fault; want at most once", node, n)
+		}
+	}
+	got, err := rig.c.Changefeed(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, in := range got.Incidents {
+		found = found || in.Kind == "restart" && in.Reason == "recover_timeout" && in.Err != ""
+	}
+	if !found || got.State != "normal" {
+		t.Fatalf("the changefeed (%s) does not show the restart: %+v", got.State, got.Incidents)
+	}
+	rep := rig.verify()
+	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("verify after the restart: %+v", rep)
+	}
+	t.Logf("%v restarts; verified %d events: %d lost, %d out of order, %d duplicates", rig.metric(restarts), rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
+}
+
+// A permanent error (the broker refuses the messages as too large) does
+// not loop: the changefeed goes failed with the error and what to do;
+// after the fix, resume replicates everything, nothing lost.
+func TestAPermanentKafkaErrorFailsTheChangefeedUntilResumed(t *testing.T) {
+	rig := newRecoverRig(t, "")
+	rig.warm()
+	rig.kafka.Fail(kerr.MessageTooLarge.Code)
+	var got *api.ChangefeedResponse
+	rig.tc.eventually("the changefeed fails", 30*time.Second, func() bool {
+		var err error
+		got, err = rig.c.Changefeed(context.Background(), "demo")
+		return err == nil && got.State == "failed"
+	})
+	if !strings.Contains(got.Error, "changefeed resume") || !strings.Contains(got.Error, "MESSAGE_TOO_LARGE") && !strings.Contains(got.Error, "too large") {
+		t.Fatalf("failed with %q; want the error and what to do", got.Error)
+	}
+	// It stays failed: nothing retries by itself.
+	time.Sleep(2 * time.Second)
+	if again, err := rig.c.Changefeed(context.Background(), "demo"); err != nil || again.State != "failed" {
+		t.Fatalf("a failed changefeed changed by itself: %+v %v", again, err)
+	}
+	rig.kafka.Heal()
+	if _, err := rig.c.ResumeChangefeed(context.Background(), "demo"); err != nil {
+		t.Fatal(err)
+	}
+	rig.tc.waitCheckpoint(rig.c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
+	if now, err := rig.c.Changefeed(context.Background(), "demo"); err != nil || now.State != "normal" || now.Error != "" {
+		t.Fatalf("after resume: %+v %v", now, err)
+	}
+	rep := rig.verify()
+	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("verify after resume: %+v", rep)
+	}
+	t.Logf("failed with %q; after resume verified %d events: %d lost, %d duplicates", got.Error, rep.Expected, rep.Lost, rep.Duplicates)
 }

@@ -45,6 +45,9 @@ type ChangefeedResponse struct {
 	Changefeed
 	// SourceStatus is the upstream's side of a database changefeed.
 	SourceStatus *SourceStatus `json:"source_status,omitempty"`
+	// Incidents are its recent dispatcher recoveries, restarts and
+	// failures, oldest first, with their errors.
+	Incidents []model.Incident `json:"incidents,omitempty"`
 }
 
 // SourceStatus is what the upstream says of a changefeed: its slot and

@@ -27,6 +27,13 @@ func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", cf.ID, cf.State, model.Ts(cf.CheckpointTs).Time().Format("15:04:05.000"),
 			(time.Duration(cf.CheckpointLagMs) * time.Millisecond).Round(time.Millisecond), cf.Maintainer, cf.Partitions, cf.Sink)
 	}
+	// Why a changefeed is failed or held back, and what to do, under the
+	// table: one line each.
+	for _, cf := range cfs {
+		if cf.Error != "" {
+			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, cf.Error)
+		}
+	}
 }
 
 func newChangefeedCreateCommand(o *options) *cobra.Command {
@@ -151,6 +158,13 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 						}
 					}
 				}
+				for i, in := range cf.Incidents {
+					label := ""
+					if i == 0 {
+						label = "Incidents:"
+					}
+					fmt.Fprintf(tw, "%s\t%s\n", label, incidentLine(in))
+				}
 			})
 		},
 	}
@@ -200,14 +214,22 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 
 func newChangefeedWaitCommand(o *options) *cobra.Command {
 	var advance, timeout time.Duration
+	var state string
 	cmd := &cobra.Command{
-		Use:   "wait NAME --advance D",
-		Short: "Wait until a changefeed's checkpoint has advanced by D (for scripts)",
+		Use:   "wait NAME [--advance D | --state STATE]",
+		Short: "Wait until a changefeed's checkpoint has advanced by D, or it is in a state (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
-the command started: proof that replication is moving. A changefeed that
-does not exist yet is waited for. Exit 3 on --timeout.`,
+the command started: proof that replication is moving. With --state, wait
+until the changefeed is in that state (normal, paused, failed) instead. A
+changefeed that does not exist yet is waited for. Exit 3 on --timeout;
+exit 1 at once if the changefeed fails while its checkpoint is waited for.`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch state {
+			case "", string(model.ChangefeedNormal), string(model.ChangefeedPaused), string(model.ChangefeedFailed):
+			default:
+				return usageErr(fmt.Errorf("--state %q: use normal, paused or failed", state))
+			}
 			c, err := o.client()
 			if err != nil {
 				return err
@@ -231,13 +253,22 @@ does not exist yet is waited for. Exit 3 on --timeout.`,
 			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
 			for {
 				cf, err := c.Changefeed(ctx, args[0])
-				if err == nil && model.Ts(cf.CheckpointTs) >= target {
+				if err == nil && state != "" && cf.State == state {
+					return o.render(cf, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State) })
+				}
+				if err == nil && state == "" && cf.State == string(model.ChangefeedFailed) {
+					return fmt.Errorf("changefeed %s failed: %s", cf.ID, cf.Error)
+				}
+				if err == nil && state == "" && model.Ts(cf.CheckpointTs) >= target {
 					return o.render(cf, func(tw tableWriter) {
 						fmt.Fprintf(tw, "Checkpoint of %s advanced by %s (lag %s).\n", cf.ID, model.Ts(cf.CheckpointTs).Time().Sub(model.Ts(first.CheckpointTs).Time()), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
 					})
 				}
 				select {
 				case <-ctx.Done():
+					if state != "" {
+						return withExit(ExitTimeout, fmt.Errorf("timed out after %s: changefeed %s is not %s", timeout, args[0], state))
+					}
 					return withExit(ExitTimeout, fmt.Errorf("timed out after %s: the checkpoint of %s did not advance by %s", timeout, args[0], advance))
 				case <-time.After(200 * time.Millisecond):
 				}
@@ -245,6 +276,7 @@ does not exist yet is waited for. Exit 3 on --timeout.`,
 		},
 	}
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
+	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, paused or failed")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit code 3)")
 	return cmd
 }
@@ -261,4 +293,23 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// incidentLine is one recovery, restart or failure of a changefeed.
+func incidentLine(in model.Incident) string {
+	var what string
+	switch in.Kind {
+	case "recovered":
+		what = fmt.Sprintf("dispatcher of %s on %s recovered", in.Partition, in.Node)
+	case "restart":
+		what = fmt.Sprintf("restarted on %s (%s)", in.Node, in.Reason)
+	case "failed":
+		what = fmt.Sprintf("failed: partition %s on %s", in.Partition, in.Node)
+	default:
+		what = in.Kind
+	}
+	if in.Err != "" {
+		what += ": " + in.Err
+	}
+	return in.Time.Format(time.RFC3339) + "  " + what
 }

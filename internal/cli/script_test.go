@@ -14,8 +14,10 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdcctl/cdcctl/internal/agent"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
@@ -40,6 +42,7 @@ func TestRunbooks(t *testing.T) {
 			"pgpid":    cmdPlaygroundPID,
 			"follower": cmdFollower,
 			"match":    cmdMatch,
+			"kafka":    cmdKafka,
 		},
 	})
 }
@@ -64,6 +67,7 @@ func setupRunbook(env *testscript.Env) error {
 	env.Setenv("CDCCTL_SERVER", strings.Join(servers, ","))
 	// Keep the operator's own config out of the runbooks.
 	env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, ".config"))
+	env.Values[kafkaKey{}] = &kafkaHolder{}
 	return nil
 }
 
@@ -86,6 +90,48 @@ func freePortRange(n int) (int, error) {
 	}
 	return 0, errors.New("no free port range found")
 }
+
+// kafka start | fail CODE | heal runs a three-broker Kafka cluster in
+// this process (kfake, topic "demo", 6 partitions) for the script, and
+// sets KAFKA to its brokers; fail makes one broker answer every produce
+// request with a Kafka error (NOT_ENOUGH_REPLICAS, MESSAGE_TOO_LARGE)
+// until heal.
+func cmdKafka(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: kafka start | fail CODE | heal")
+	}
+	h := ts.Value(kafkaKey{}).(*kafkaHolder)
+	c := h.c
+	switch args[0] {
+	case "start":
+		kc, err := kafkatest.Start(3, "demo", 6)
+		ts.Check(err)
+		ts.Defer(kc.Close)
+		ts.Setenv("KAFKA", kc.Addrs())
+		h.c = kc
+	case "fail", "heal":
+		if c == nil {
+			ts.Fatalf("kafka %s: no cluster; kafka start first", args[0])
+		}
+		if args[0] == "heal" {
+			c.Heal()
+			return
+		}
+		codes := map[string]int16{"NOT_ENOUGH_REPLICAS": kerr.NotEnoughReplicas.Code, "MESSAGE_TOO_LARGE": kerr.MessageTooLarge.Code}
+		code, ok := codes[strings.Join(args[1:], "")]
+		if !ok {
+			ts.Fatalf("kafka fail: name NOT_ENOUGH_REPLICAS or MESSAGE_TOO_LARGE")
+		}
+		c.Fail(code)
+	default:
+		ts.Fatalf("usage: kafka start | fail CODE | heal")
+	}
+}
+
+type kafkaKey struct{}
+
+// kafkaHolder keeps a script's Kafka cluster between its commands.
+type kafkaHolder struct{ c *kafkatest.Cluster }
 
 // exits CODE PROGRAM [ARGS...] runs a program and requires that exit code;
 // its stdout and stderr are kept for stdout/stderr assertions.

@@ -180,3 +180,14 @@ func Rest(ctx context.Context, took time.Duration) {
 	case <-time.After(min(took, MaxRest)):
 	}
 }
+
+// Fixed returns a view that holds st until Set replaces it: for tests
+// of what reads the view, without etcd.
+func Fixed(st *meta.State) *View {
+	v := NewView(nil, nil)
+	v.publish(st)
+	return v
+}
+
+// Set publishes st to a view made by Fixed.
+func (v *View) Set(st *meta.State) { v.publish(st) }

@@ -54,6 +54,8 @@ type recovery struct {
 	// recreated is the epoch the dispatcher was re-created under (the
 	// request is over); 0 while it waits.
 	recreated uint64
+	// answered is when the last answer came.
+	answered time.Time
 }
 
 // flap counts a partition's recent failures, for the back-off.
@@ -68,6 +70,9 @@ type flap struct {
 const (
 	flapWindow        = time.Minute
 	maxRecoverBackoff = 30 * time.Second
+	// permanentWait is how long a partition whose error is permanent
+	// waits for its changefeed to fail before it starts again.
+	permanentWait = 10 * time.Second
 	// restartReport is how long a changefeed restart is reported in
 	// heartbeats (the maintainer keeps each once, by its time).
 	restartReport = 10 * time.Second
@@ -166,8 +171,18 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 				continue
 			}
 		}
-		if e.Status.State != model.ChangefeedNormal && (rec.recreated != 0 || rec.state == transport.RecoverFailed) {
-			delete(m.recovering, k) // paused or failed: nothing runs
+		if e.Status.State != model.ChangefeedNormal {
+			// Paused or failed: nothing runs, and a resume starts every
+			// dispatcher afresh. A request from before must not fail
+			// the resumed changefeed.
+			delete(m.recovering, k)
+			continue
+		}
+		if rec.state == transport.RecoverFailed && time.Since(rec.answered) > permanentWait {
+			// The changefeed should have failed by now; it has not (or it
+			// failed and was resumed before this node saw it): start the
+			// dispatcher again, and a lasting error reports itself again.
+			delete(m.recovering, k)
 			continue
 		}
 		if time.Since(rec.since) > timeout(rec.cf) {
@@ -252,7 +267,7 @@ func (m *Manager) onRecoverAnswer(_ context.Context, msg transport.Message) {
 		if rec.state != a.State {
 			m.log.Info("recovery answered", "changefeed", ans.Changefeed, "partition", a.ID, "epoch", a.Epoch, "maintainer_epoch", ans.MaintainerEpoch, "state", a.State, "reason", a.Reason)
 		}
-		rec.state = a.State
+		rec.state, rec.answered = a.State, time.Now()
 		switch a.State {
 		case transport.RecoverSuperseded:
 			delete(m.recovering, k)

@@ -84,10 +84,12 @@ func answer(st *meta.State, e *meta.ChangefeedEntry, from model.NodeID, req tran
 			}
 		}
 		return transport.RecoverSuperseded, fmt.Sprintf("placed again since: epoch %d on %s", r.Route.Epoch, r.Route.Node)
+	case e.Status.State != model.ChangefeedNormal:
+		// Failed already (by another partition's error) or paused: its
+		// dispatchers stop; a resume starts them afresh.
+		return transport.RecoverSuperseded, fmt.Sprintf("the changefeed is %s", e.Status.State)
 	case req.Permanent:
 		return transport.RecoverFailed, "a permanent error: the changefeed fails until an operator resumes it"
-	case e.Status.State != model.ChangefeedNormal:
-		return transport.RecoverSuperseded, fmt.Sprintf("the changefeed is %s", e.Status.State)
 	case r.Route.Node != from:
 		return transport.RecoverSuperseded, fmt.Sprintf("the partition runs on %s", r.Route.Node)
 	case r.Route.Status == model.PartitionDraining:

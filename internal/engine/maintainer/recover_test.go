@@ -1,0 +1,66 @@
+package maintainer
+
+import (
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Seed 002, acceptance 4 (R5, R6), the maintainer's side: whatever
+// happened to a partition since its dispatcher failed — split, moved by a
+// drain or the balance scheduler, being moved, re-created for the request,
+// its changefeed paused — the request gets the answer that clears it or
+// keeps it, from the routing table alone (so a maintainer that has just
+// been placed answers the same).
+func TestRecoveryAnswersFollowTheRoutingTable(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	failed := transport.RecoverRequest{ID: "p1", Epoch: 5, Err: "NOT_ENOUGH_REPLICAS"}
+	active := model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 5, Status: model.PartitionActive}
+	recovered := active
+	recovered.Epoch = 6
+	recovered.Remember(model.PartitionEvent{Kind: "recovered", From: "n1", To: "n1", Epoch: 5})
+	moved := active
+	moved.Node, moved.Epoch = "n2", 6
+	moved.Remember(model.PartitionEvent{Kind: "moved", From: "n1", To: "n2"})
+	movedAfterRecovery := recovered
+	movedAfterRecovery.Node, movedAfterRecovery.Epoch = "n3", 7
+	draining := active
+	draining.Status, draining.Target = model.PartitionDraining, "n2"
+	splitLower := active
+	splitLower.Epoch = 6
+	splitLower.Remember(model.PartitionEvent{Kind: "split", From: "n1", To: "n1"})
+
+	for _, tc := range []struct {
+		name  string
+		route *model.RouteEntry // nil: gone
+		state model.ChangefeedState
+		req   transport.RecoverRequest
+		want  transport.RecoverState
+	}{
+		{"still there under the failed epoch", &active, model.ChangefeedNormal, failed, transport.RecoverAccepted},
+		{"re-created for this request", &recovered, model.ChangefeedNormal, failed, transport.RecoverRunning},
+		{"moved (a drain, the balance scheduler)", &moved, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
+		{"re-created, then moved", &movedAfterRecovery, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
+		{"being moved or split", &draining, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
+		{"split: the lower half keeps the id", &splitLower, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
+		{"merged away or removed", nil, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
+		{"the changefeed is paused", &active, model.ChangefeedPaused, failed, transport.RecoverSuperseded},
+		{"a permanent error", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true}, transport.RecoverFailed},
+		{"a permanent error after the changefeed failed", &active, model.ChangefeedFailed, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true}, transport.RecoverSuperseded},
+		{"an epoch this maintainer has not seen yet", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 6}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: cf}, Status: model.ChangefeedStatus{State: tc.state}}
+			st := &meta.State{Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {}}}
+			if tc.route != nil {
+				st.Partitions[cf]["p1"] = meta.RouteRecord{Route: *tc.route}
+			}
+			got, reason := answer(st, e, "n1", tc.req)
+			if got != tc.want {
+				t.Fatalf("answer %q (%s), want %q", got, reason, tc.want)
+			}
+		})
+	}
+}
