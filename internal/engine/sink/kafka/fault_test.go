@@ -22,7 +22,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
-func faultyCluster(t *testing.T, partitions int32) *kafkatest.Cluster {
+func faultyCluster(t testing.TB, partitions int32) *kafkatest.Cluster {
 	t.Helper()
 	c, err := kafkatest.Start(3, "cdc", partitions)
 	if err != nil {

@@ -34,7 +34,7 @@ func broker(t *testing.T, topics ...string) *kfake.Cluster {
 	return c
 }
 
-func live(t *testing.T, uri string) *gen.Generator {
+func live(t testing.TB, uri string) *gen.Generator {
 	t.Helper()
 	cfg, err := gen.ParseURI(uri)
 	if err != nil {

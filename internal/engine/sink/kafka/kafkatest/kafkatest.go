@@ -13,7 +13,8 @@ import (
 )
 
 // Cluster is kfake brokers on loopback; Faulty is the broker that fails
-// on demand (the leader of the topic's partition 0).
+// on demand (node 0, the leader of the topic's partitions 0, n, 2n … for
+// n brokers).
 type Cluster struct {
 	*kfake.Cluster
 	Topic      string
@@ -28,7 +29,16 @@ func Start(brokers int, topic string, partitions int32) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Cluster: kc, Topic: topic, Partitions: partitions, Faulty: kc.LeaderFor(topic, 0)}
+	// Leaders spread round robin (kfake may put them anywhere), so the
+	// faulty broker (node 0) leads partitions 0, n, 2n …, the same in
+	// every run.
+	for p := int32(0); p < partitions; p++ {
+		if err := kc.MoveTopicPartition(topic, p, p%int32(brokers)); err != nil {
+			kc.Close()
+			return nil, fmt.Errorf("spread the leaders of %s: %w", topic, err)
+		}
+	}
+	c := &Cluster{Cluster: kc, Topic: topic, Partitions: partitions, Faulty: 0}
 	kc.ControlKey(int16(kmsg.Produce), c.produce)
 	return c, nil
 }
