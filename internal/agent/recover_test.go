@@ -290,7 +290,9 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, hit[1].ID, to, plan.DefaultCosts) })
 	if snap, err := c.Snapshot(context.Background()); err == nil {
 		if p, err := plan.Rebalance(&snap.Snapshot, "demo", 2, false, plan.DefaultCosts); err == nil && len(p.Batches) > 0 {
-			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Rebalance(s, "demo", 2, false, plan.DefaultCosts) })
+			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Rebalance(s, "demo", 2, false, plan.DefaultCosts)
+			})
 		}
 	}
 	rig.kafka.Heal()
