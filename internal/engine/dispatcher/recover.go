@@ -166,8 +166,10 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 				}
 				continue
 			}
-			if !placed || r.Route.Node != m.self || r.Route.Epoch > rec.recreated {
-				delete(m.recovering, k) // moved, split or placed again since: its new owner starts afresh
+			if !placed || r.Route.Node != m.self || r.Route.Epoch > rec.recreated || r.Route.Status == model.PartitionDraining {
+				// Moved, split or placed again since, or being moved
+				// away: its new owner starts afresh.
+				delete(m.recovering, k)
 				continue
 			}
 		}

@@ -87,6 +87,18 @@ func supervise(t *testing.T, g *gen.Generator, s sink.Sink, table string, from m
 // behind a failed one landed when the broker came back: 89 rows out of
 // order in the run that found it.)
 func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
+	orderThroughAFault(t, func(c *kafkatest.Cluster) { c.Fail(kerr.NotEnoughReplicas.Code) })
+}
+
+// The same when the broker drops its connections (a broker restarting):
+// the producer resends those batches itself and, when it gives up,
+// returns the connection's error; that is transient too (a recovery, not
+// a failed changefeed).
+func TestPerKeyOrderIsKeptThroughDroppedConnections(t *testing.T) {
+	orderThroughAFault(t, func(c *kafkatest.Cluster) { c.Drop() })
+}
+
+func orderThroughAFault(t *testing.T, fault func(*kafkatest.Cluster)) {
 	c := faultyCluster(t, 6)
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
 	s, err := kafka.Open(context.Background(), uri, quiet())
@@ -100,7 +112,7 @@ func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
 		runs = append(runs, supervise(t, g, s, fmt.Sprintf("t%04d", i+1), g.TableVersion(0)))
 	}
 	time.Sleep(500 * time.Millisecond)
-	c.Fail(kerr.NotEnoughReplicas.Code)
+	fault(c)
 	time.Sleep(2500 * time.Millisecond)
 	c.Heal()
 	time.Sleep(1500 * time.Millisecond)
@@ -115,13 +127,16 @@ func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
 		t.Fatal("no dispatcher failed: the fault did not happen")
 	}
 	for _, sv := range runs {
-		select {
-		case err := <-sv.errs:
-			var de *kafka.DispatcherError
-			if !errors.As(err, &de) || !de.Transient {
-				t.Fatalf("a dispatcher failed with %v, want a transient DispatcherError", err)
+		for drained := false; !drained; {
+			select {
+			case err := <-sv.errs:
+				var de *kafka.DispatcherError
+				if !errors.As(err, &de) || !de.Transient {
+					t.Fatalf("a dispatcher failed with %v, want a transient DispatcherError", err)
+				}
+			default:
+				drained = true
 			}
-		default:
 		}
 	}
 	rep, err := verify.Kafka(context.Background(), g, uri, upTo)

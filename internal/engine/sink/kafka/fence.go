@@ -26,17 +26,33 @@ import (
 // for longer than the retry timeout is refused at its next attempt, in the
 // producer's own goroutine, before anything behind it can be sent. The
 // producer's retry limit is set far beyond that, so it does not give up
-// first. (Errors the producer returns on its own, such as a message too
-// large, fence the dispatcher when they reach the sink; the producer sends
-// nothing of that partition for at least a retry back-off after such an
-// error, which is the margin.)
+// first. Errors the producer returns on its own fence the dispatcher only
+// when they reach the sink: a dropped connection whose batch the producer
+// resends without encoding it again and then gives up on, a leader it
+// cannot find, an error code it does not retry. Between that error and
+// the fence, a message behind the failed one may already have been
+// encoded and go out: a known window (docs/recovery.md), which the
+// retry timeout, the common path, does not have.
 
 // fence is the delivery state of one dispatcher (one epoch).
 type fence struct {
-	closed  atomic.Bool
-	mu      sync.Mutex
-	err     error // the first failure
-	refused int   // messages refused since
+	closed atomic.Bool
+	mu     sync.Mutex
+	err    error // the first failure
+	// forgotten: the dispatcher is gone; the fence goes when its last
+	// message settles.
+	forgotten bool
+}
+
+// cause is the first failure (err if none yet): refused messages and
+// batches report it, so a permanent error stays permanent.
+func (f *fence) cause(err error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	return err
 }
 
 // shut fences the dispatcher; it returns true for the first failure.
@@ -93,27 +109,32 @@ func (p *payload) Encode() ([]byte, error) {
 // Length implements sarama.Encoder.
 func (p *payload) Length() int { return len(p.b) }
 
-// transientErrors pass by themselves: a leader moving, too few in-sync
-// replicas, a broker restarting. Recovering the dispatcher is the remedy.
-var transientErrors = []error{
-	sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrLeaderNotAvailable,
-	sarama.ErrNotLeaderForPartition, sarama.ErrRequestTimedOut, sarama.ErrOutOfBrokers,
-	sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException, sarama.ErrKafkaStorageError,
-	sarama.ErrNotController, sarama.ErrShuttingDown, errFenced,
+// permanentErrors need an operator: a message too large, a topic that
+// does not exist, a refusal to authorize, a record or configuration the
+// broker will never take. Every other error (a leader moving, too few
+// in-sync replicas, a connection dropped by a broker restarting, a
+// timeout) is transient: recovering the dispatcher is the remedy, and a
+// recovery that never ends becomes a changefeed restart, never a hang.
+var permanentErrors = []error{
+	sarama.ErrMessageSizeTooLarge, sarama.ErrMessageTooLarge, sarama.ErrUnknownTopicOrPartition,
+	sarama.ErrTopicAuthorizationFailed, sarama.ErrClusterAuthorizationFailed, sarama.ErrSASLAuthenticationFailed,
+	sarama.ErrInvalidTopic, sarama.ErrInvalidRecord, sarama.ErrPolicyViolation,
+	sarama.ErrInvalidRequiredAcks, sarama.ErrUnsupportedVersion, sarama.ErrUnsupportedForMessageFormat,
+	sarama.ErrInvalidConfig, sarama.ErrTransactionalIDAuthorizationFailed,
 }
 
 // IsTransient reports whether a delivery error is worth a retry.
 func IsTransient(err error) bool {
-	var rt errRetriedTooLong
-	if errors.As(err, &rt) {
-		return true
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) {
+		return false // the producer refused the message itself (too large)
 	}
-	for _, t := range transientErrors {
-		if errors.Is(err, t) {
-			return true
+	for _, p := range permanentErrors {
+		if errors.Is(err, p) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // hint says what an operator does about a permanent delivery error.
@@ -129,4 +150,16 @@ func hint(err error, cfg Config) string {
 		return fmt.Sprintf("the broker refuses writes to topic %q: grant this client WRITE on it, then run `cdcctl changefeed resume`", cfg.Topic)
 	}
 	return "fix the cause named in the error, then run `cdcctl changefeed resume`"
+}
+
+func (f *fence) forget() {
+	f.mu.Lock()
+	f.forgotten = true
+	f.mu.Unlock()
+}
+
+func (f *fence) isForgotten() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.forgotten
 }

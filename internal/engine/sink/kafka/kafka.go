@@ -230,7 +230,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		s.mu.Unlock()
 		// An earlier batch failed: nothing more of this dispatcher goes
 		// out; its successor replays from the checkpoint.
-		bs.settle(len(b.Events), s.dispatcherError(b.Dispatcher, b.Epoch, errFenced))
+		bs.settle(len(b.Events), s.dispatcherError(b.Dispatcher, b.Epoch, f.cause(errFenced)))
 		return nil
 	}
 	s.outstanding[b.Dispatcher] += len(b.Events)
@@ -242,7 +242,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		buf.Reset()
 		if err := codec.EncodeRow(&buf, codec.ProtocolCanalJSON, s.cfg.Schema, e); err != nil {
 			s.release(b.Dispatcher, len(b.Events))
-			return err
+			// The same row fails the same way again: permanent.
+			return &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: fmt.Errorf("encode a row of %s as canal-json: %w", e.Table, err),
+				Hint: "the row cannot be written as canal-json; report it with the error, then run `cdcctl changefeed resume` after the fix"}
 		}
 		value := bytes.TrimRight(buf.Bytes(), "\n")
 		msgs = append(msgs, &sarama.ProducerMessage{
@@ -270,9 +272,10 @@ func (s *Sink) release(dispatcher string, n int) {
 	s.outstanding[dispatcher] -= n
 	if s.outstanding[dispatcher] <= 0 {
 		delete(s.outstanding, dispatcher)
-		if f := s.fences[dispatcher]; f != nil && !f.closed.Load() {
+		if f := s.fences[dispatcher]; f != nil && (!f.closed.Load() || f.isForgotten()) {
 			// Nothing in flight: a new batch makes a new one. A fenced
-			// dispatcher keeps its fence: every later batch of it fails.
+			// dispatcher keeps its fence (every later batch of it fails)
+			// until it is gone.
 			delete(s.fences, dispatcher)
 		}
 	}
@@ -318,6 +321,9 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 			s.log.Warn("kafka sink: delivery failed; the dispatcher's other messages are held back and it is recovered from its checkpoint",
 				"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", IsTransient(err), "err", err)
 		}
+		if md.fence != nil && errors.Is(err, errFenced) {
+			err = md.fence.cause(err)
+		}
 		err = s.dispatcherError(md.dispatcher, md.epoch, err)
 	}
 	// The batch's ack first: Flush returning means every callback ran.
@@ -341,6 +347,8 @@ func (s *Sink) Forget(dispatcher string) {
 	s.mu.Lock()
 	if s.outstanding[dispatcher] <= 0 {
 		delete(s.fences, dispatcher)
+	} else if f := s.fences[dispatcher]; f != nil {
+		f.forget() // its last message to settle lets it go
 	}
 	s.mu.Unlock()
 }

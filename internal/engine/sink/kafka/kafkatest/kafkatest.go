@@ -4,6 +4,7 @@
 package kafkatest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -51,6 +52,10 @@ func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	if code == 0 || c.CurrentNode() != c.Faulty {
 		return nil, nil, false
 	}
+	if code == dropCode {
+		// A broker restarting: the connection closes unanswered.
+		return nil, errors.New("kafkatest: connection dropped"), true
+	}
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, rt := range req.Topics {
@@ -70,6 +75,14 @@ func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 // Fail makes the faulty broker answer every produce request with code
 // (a Kafka error code, kerr.NotEnoughReplicas.Code say) until Heal.
 func (c *Cluster) Fail(code int16) { c.code.Store(int32(code)) }
+
+// dropCode stands for Drop among the error codes (none is negative
+// but -1, UNKNOWN_SERVER_ERROR, which Fail never needs).
+const dropCode = -1
+
+// Drop makes the faulty broker close the connection of every produce
+// request, unanswered, until Heal: a broker restarting.
+func (c *Cluster) Drop() { c.code.Store(dropCode) }
 
 // Heal ends the fault.
 func (c *Cluster) Heal() { c.code.Store(0) }
