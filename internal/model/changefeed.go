@@ -51,6 +51,9 @@ type ChangefeedStatus struct {
 	// point at or below the checkpoint, written with it. It is the
 	// source's own encoding.
 	SourcePosition json.RawMessage `json:"source_position,omitempty"`
+	// Run counts the times the changefeed was resumed: a recovery request
+	// made before a resume must not fail the resumed changefeed.
+	Run uint64 `json:"run,omitempty"`
 	// Incidents are the changefeed's recent recoveries and restarts,
 	// oldest first (at most MaxIncidents).
 	Incidents []Incident `json:"incidents,omitempty"`

@@ -113,7 +113,11 @@ func (m *Manager) failedRun(r *managed, err error) {
 		m.recovering[k] = rec
 	}
 	rec.epoch, rec.state, rec.recreated, rec.failedAt = rt.Epoch, "", 0, r.d.Checkpoint()
-	rec.req = transport.RecoverRequest{ID: rt.ID, Epoch: rt.Epoch, Err: msg, Permanent: permanent, Remedy: remedy}
+	run := uint64(0)
+	if e := m.view.State().Changefeeds[rt.Changefeed]; e != nil {
+		run = e.Status.Run
+	}
+	rec.req = transport.RecoverRequest{ID: rt.ID, Epoch: rt.Epoch, Err: msg, Permanent: permanent, Remedy: remedy, Run: run}
 	rec.sendAfter = now.Add(backoff(fl.n))
 	m.log.Warn("dispatcher failed; asking its maintainer to recover it", "changefeed", rt.Changefeed, "partition", rt.ID,
 		"epoch", rt.Epoch, "permanent", permanent, "failures", fl.n, "retry_in", backoff(fl.n), "err", msg)

@@ -20,10 +20,11 @@ type heard struct {
 	// recover: accepted recovery requests, by partition (recover.go);
 	// failure: a permanent error to fail the changefeed with; incidents
 	// to record in its status; restarts already recorded.
-	recover   map[string]acceptedRecovery
-	failure   string
-	incidents []model.Incident
-	restarts  map[string]bool
+	recover    map[string]acceptedRecovery
+	failure    string
+	failureRun uint64 // the changefeed's run the failure belongs to
+	incidents  []model.Incident
+	restarts   map[string]bool
 }
 
 // onHeartbeat records a node's heartbeat for a changefeed this node

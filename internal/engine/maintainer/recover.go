@@ -49,6 +49,7 @@ func (h *Host) onRecover(st *meta.State, e *meta.ChangefeedEntry, rep *heard, fr
 			rep.recover[req.ID] = acceptedRecovery{req: req, from: from}
 		case transport.RecoverFailed:
 			if rep.failure == "" {
+				rep.failureRun = req.Run
 				rep.failure = fmt.Sprintf("partition %s on %s: %s; %s", req.ID, from, req.Err, req.Remedy)
 				rep.incidents = append(rep.incidents, model.Incident{Time: time.Now().UTC(), Kind: "failed", Partition: req.ID, Node: from, Err: req.Err, Reason: req.Remedy})
 				h.log.Warn("maintainer: a dispatcher failed for good; the changefeed fails", "changefeed", e.Info.ID, "partition", req.ID, "epoch", req.Epoch, "node", from, "err", req.Err)
@@ -88,6 +89,8 @@ func answer(st *meta.State, e *meta.ChangefeedEntry, from model.NodeID, req tran
 		// Failed already (by another partition's error) or paused: its
 		// dispatchers stop; a resume starts them afresh.
 		return transport.RecoverSuperseded, fmt.Sprintf("the changefeed is %s", e.Status.State)
+	case req.Permanent && req.Run != e.Status.Run:
+		return transport.RecoverSuperseded, "the error is from before the changefeed was resumed"
 	case req.Permanent:
 		return transport.RecoverFailed, "a permanent error: the changefeed fails until an operator resumes it"
 	case r.Route.Node != from:
@@ -131,6 +134,10 @@ func (h *Host) recover(ctx context.Context, st *meta.State, e *meta.ChangefeedEn
 		accepted = append(accepted, a)
 	}
 	failure := rep.failure
+	if failure != "" && rep.failureRun != e.Status.Run {
+		// Heard in a run that is over (the changefeed was resumed since).
+		rep.failure, failure = "", ""
+	}
 	h.mu.Unlock()
 
 	for _, a := range accepted {

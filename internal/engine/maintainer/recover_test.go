@@ -47,12 +47,14 @@ func TestRecoveryAnswersFollowTheRoutingTable(t *testing.T) {
 		{"split: the lower half keeps the id", &splitLower, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
 		{"merged away or removed", nil, model.ChangefeedNormal, failed, transport.RecoverSuperseded},
 		{"the changefeed is paused", &active, model.ChangefeedPaused, failed, transport.RecoverSuperseded},
-		{"a permanent error", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true}, transport.RecoverFailed},
+		{"a permanent error", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true, Run: 1}, transport.RecoverFailed},
+		{"a permanent error from before a resume", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true, Run: 0}, transport.RecoverSuperseded},
 		{"a permanent error after the changefeed failed", &active, model.ChangefeedFailed, transport.RecoverRequest{ID: "p1", Epoch: 5, Permanent: true}, transport.RecoverSuperseded},
 		{"an epoch this maintainer has not seen yet", &active, model.ChangefeedNormal, transport.RecoverRequest{ID: "p1", Epoch: 6}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: cf}, Status: model.ChangefeedStatus{State: tc.state}}
+			// Resumed once: run 1.
+			e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: cf}, Status: model.ChangefeedStatus{State: tc.state, Run: 1}}
 			st := &meta.State{Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {}}}
 			if tc.route != nil {
 				st.Partitions[cf]["p1"] = meta.RouteRecord{Route: *tc.route}

@@ -139,6 +139,7 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 	st.State = state
 	if state == model.ChangefeedNormal {
 		st.Error = "" // resumed: the operator fixed what failed it
+		st.Run++
 	}
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).

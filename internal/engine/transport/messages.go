@@ -47,6 +47,10 @@ type RecoverRequest struct {
 	// changefeed with the error and Remedy.
 	Permanent bool   `json:"permanent,omitempty"`
 	Remedy    string `json:"remedy,omitempty"`
+	// Run is the changefeed's run (model.ChangefeedStatus.Run) the
+	// dispatcher failed in: a permanent error of an earlier run does not
+	// fail a resumed changefeed.
+	Run uint64 `json:"run,omitempty"`
 }
 
 // Restart is a changefeed restart on one node (seed 002, R10).
