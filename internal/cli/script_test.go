@@ -74,7 +74,10 @@ func setupRunbook(env *testscript.Env) error {
 // freePortRange finds n consecutive free loopback ports.
 func freePortRange(n int) (int, error) {
 	for attempt := 0; attempt < 100; attempt++ {
-		base := 20000 + rand.IntN(40000)
+		// Below the kernel's ephemeral range (32768 and up): a port the
+		// OS hands out meanwhile (a kfake broker, a client connection) can
+		// never land on a port this script counts on.
+		base := 20000 + rand.IntN(12000)
 		ok := true
 		for i := 0; i < n && ok; i++ {
 			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))

@@ -183,8 +183,25 @@ func Remove(ctx context.Context, cfg Config) error {
 		return explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot); err != nil {
-		return fmt.Errorf("drop replication slot %s: %w", cfg.Slot, explain(cfg, err))
+	// The changefeed's reader stops as it is removed: its walsender may
+	// hold the slot a moment longer (object in use); wait for it.
+	for attempt := 0; ; attempt++ {
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot)
+		var pgErr *pgconn.PgError
+		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 50 {
+			t := time.NewTimer(200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("drop replication slot %s: %w", cfg.Slot, explain(cfg, err))
+		}
+		break
 	}
 	if strings.HasPrefix(cfg.Publication, "cdcctl_") {
 		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
