@@ -101,11 +101,7 @@ func TestPerKeyOrderIsKeptThroughDroppedConnections(t *testing.T) {
 func orderThroughAFault(t *testing.T, fault func(*kafkatest.Cluster)) {
 	c := faultyCluster(t, 6)
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
-	s, err := kafka.Open(context.Background(), uri, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t, uri)
 	g := live(t, "gen://?tables=4&keys=40&rate=4000")
 	var runs []*supervised
 	for i := range 4 {
@@ -154,11 +150,7 @@ func orderThroughAFault(t *testing.T, fault func(*kafkatest.Cluster)) {
 func TestAPermanentErrorSaysWhatToDo(t *testing.T) {
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?max-message-bytes=1024", c.ListenAddrs()[0])
-	s, err := kafka.Open(context.Background(), uri, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t, uri)
 	def := &source.TableDef{Schema: "shop", Name: "notes", Columns: []source.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}, {Name: "body", Type: "text"}}}
 	ev := []source.Event{{Kind: source.KindDML, Op: source.OpInsert, Table: "shop.notes", Key: "1", Def: def, CommitTs: 1,
 		New: []source.Value{source.Text("1"), source.Text(strings.Repeat("x", 4096))}}}

@@ -48,6 +48,17 @@ func live(t testing.TB, uri string) *gen.Generator {
 	return g
 }
 
+// open opens the Kafka sink of uri, closed when the test ends.
+func open(t testing.TB, uri string) *kafka.Sink {
+	t.Helper()
+	s, err := kafka.Open(context.Background(), uri, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func now() model.Ts { return model.TsFromTime(time.Now()) }
 
 type run struct {
@@ -79,11 +90,7 @@ func stop(t *testing.T, r run) model.Ts {
 func TestKafkaSinkUnderLoadWithAHandOver(t *testing.T) {
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?protocol=canal-json", strings.Join(c.ListenAddrs(), ","))
-	s, err := kafka.Open(context.Background(), uri, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t, uri)
 	g := live(t, "gen://?tables=2&keys=150&rate=3000&ddl_every=400ms")
 	// One partition per table: without the maintainer's table-wide
 	// barrier (tested in internal/agent), each partition would write its
@@ -146,13 +153,9 @@ func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close) // after the sink's close
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
-	s, err := kafka.Open(context.Background(), uri, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t, uri)
 	g := live(t, "gen://?tables=1&keys=100&rate=2000")
 	span := model.Span{Table: "t0001"}
 	r := startDispatcher(t, g, s, "p1.7", 7, span, g.TableVersion(0))

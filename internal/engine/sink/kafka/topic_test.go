@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -19,11 +17,7 @@ import (
 func TestADeletedTopicIsPermanent(t *testing.T) {
 	c := faultyCluster(t, 3)
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
-	s, err := kafka.Open(context.Background(), uri, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t, uri)
 	g := live(t, "gen://?tables=1&keys=100&rate=2000")
 	r := startDispatcher(t, g, s, "p1.1", 1, model.Span{Table: "t0001"}, g.TableVersion(0))
 	time.Sleep(300 * time.Millisecond)

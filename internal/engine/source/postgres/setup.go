@@ -189,12 +189,8 @@ func Remove(ctx context.Context, cfg Config) error {
 		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot)
 		var pgErr *pgconn.PgError
 		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 50 {
-			t := time.NewTimer(200 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return err
 			}
 			continue
 		}
@@ -230,15 +226,23 @@ func terminateHolder(ctx context.Context, cfg Config) error {
 		if !active {
 			return nil
 		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	return fmt.Errorf("the slot is still held after its holder was terminated")
+}
+
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func quoteQualified(t string) string {
