@@ -136,7 +136,9 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 	tc.t.Helper()
 	ctx := context.Background()
 	// A partition the balance scheduler is moving is busy: wait and
-	// compute again, as seed 003's clients do with ErrPartitionBusy.
+	// compute again, as seed 003's clients do with ErrPartitionBusy. A
+	// plan that went stale (the scheduler moved something it read) is
+	// computed again too, as the refusal tells an operator to.
 	var sub *api.PlanResponse
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		snap, err := c.Snapshot(ctx)
@@ -150,9 +152,11 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 		if err == nil {
 			break
 		}
-		if !api.IsCode(apiErr(err), api.CodePartitionBusy) || time.Now().After(deadline) {
+		retry := api.IsCode(apiErr(err), api.CodePartitionBusy) || api.IsCode(apiErr(err), api.CodeStalePlan)
+		if !retry || time.Now().After(deadline) {
 			tc.t.Fatalf("plan: %v", err)
 		}
+		tc.t.Logf("plan refused, computing it again: %v", err)
 	}
 	rec := tc.planEnd(c, sub.ID, 30*time.Second)
 	if rec.State != exec.Done {

@@ -74,6 +74,7 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 	}
 	p := &Plan{Version: 1, Kind: "drain", Target: target, BatchSize: batch,
 		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
+	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
 	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessDraining.String(),
 		Reason: "no new work goes to a Draining capture, and it never becomes coordinator"}}})
 

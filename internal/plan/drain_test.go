@@ -156,6 +156,7 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 	// joined.
 	moved := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
 	moved.Partitions[1].Revision = 999
+	moved.Partitions[1].Route.Node = "capture-1"
 	moved.Nodes[1].Liveness, moved.Nodes[1].LivenessRevision = model.LivenessDraining, 998
 	moved.Nodes = append(moved.Nodes, model.NodeState{Info: model.NodeInfo{ID: "capture-4"}, NodeRevision: 1000, LivenessRevision: 1000})
 	ch := Check(p, moved)
@@ -167,5 +168,24 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("changes %s lack %q", text, want)
 		}
+	}
+	// A partition recovered in place (a new epoch on the same capture,
+	// a line in its history) still holds what the plan decided on.
+	recovered := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
+	for i := range recovered.Partitions {
+		r := &recovered.Partitions[i]
+		r.Revision += 100
+		r.Route.Epoch++
+		r.Route.Remember(model.PartitionEvent{Kind: "recovered", Epoch: r.Route.Epoch - 1})
+	}
+	if ch := Check(p, recovered); ch != nil {
+		t.Fatalf("recoveries in place made the plan stale: %v", ch)
+	}
+	// A plan computed before placements were fingerprinted still goes
+	// by revisions alone.
+	old := *p
+	old.Fingerprint.Placements = nil
+	if ch := Check(&old, recovered); len(ch) != len(recovered.Partitions) {
+		t.Fatalf("a plan without placements: changes %v", ch)
 	}
 }

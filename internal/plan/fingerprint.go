@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 
@@ -18,6 +20,12 @@ type Fingerprint struct {
 	// AllNodes: the plan chose among all captures, so a capture that
 	// joined since would have changed it.
 	AllNodes bool `json:"all_nodes,omitempty"`
+	// Placements: for each partition read, a digest of where it is and
+	// what it covers. A partition whose revision moved but whose
+	// placement did not (its dispatcher was recovered in place, its
+	// progress was handed over) leaves the plan valid: without this,
+	// every recovery during a sink fault made every plan stale.
+	Placements map[string]string `json:"placements,omitempty"`
 }
 
 // fingerprintOf records only the objects a plan read.
@@ -27,7 +35,37 @@ func fingerprintOf(s *model.Snapshot, objects ...string) Fingerprint {
 	for _, o := range objects {
 		f.Objects[o] = all[o]
 	}
+	f.Placements = placementsOf(s, f.Objects)
 	return f
+}
+
+// placementsOf digests the placement of each partition among objects.
+func placementsOf(s *model.Snapshot, objects map[string]model.Revision) map[string]string {
+	out := map[string]string{}
+	for _, p := range s.Partitions {
+		obj := partitionObject(p.Route.Changefeed, p.Route.ID)
+		if _, read := objects[obj]; read {
+			out[obj] = placementDigest(p.Route)
+		}
+	}
+	return out
+}
+
+// placementDigest covers what a plan decides on: the span, the owner,
+// the status and an operation under way. The epoch, the handed-over
+// start and the history are left out; they change with a recovery.
+func placementDigest(r model.RouteEntry) string {
+	b, _ := json.Marshal(struct {
+		Span     model.Span
+		Node     model.NodeID
+		Status   model.PartitionStatus
+		Target   model.NodeID
+		SplitKey string
+		Pinned   bool
+	}{r.Span, r.Node, r.Status, r.Target, r.SplitKey, r.Pinned})
+	h := fnv.New64a()
+	h.Write(b)
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // Object names, stable across versions.
@@ -76,11 +114,17 @@ func (c Change) String() string {
 // would have been a candidate destination). Nil means the plan still holds.
 func Check(p *Plan, now *model.Snapshot) []Change {
 	cur := snapshotObjects(now)
+	placed := placementsOf(now, p.Fingerprint.Objects)
 	var out []Change
 	for obj, was := range p.Fingerprint.Objects {
-		if got := cur[obj]; got != was {
-			out = append(out, Change{Object: obj, Was: was, Now: got})
+		got := cur[obj]
+		if got == was {
+			continue
 		}
+		if d, ok := p.Fingerprint.Placements[obj]; ok && got != 0 && placed[obj] == d {
+			continue
+		}
+		out = append(out, Change{Object: obj, Was: was, Now: got})
 	}
 	for _, n := range now.Nodes {
 		if !p.Fingerprint.AllNodes {

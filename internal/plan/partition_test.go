@@ -72,6 +72,10 @@ func TestSplitAndMoveFollowSeed003sRules(t *testing.T) {
 		t.Fatalf("an unrelated partition made it stale: %v", ch)
 	}
 	later.Partitions[2].Revision += 100
+	if ch := Check(p, later); len(ch) != 0 {
+		t.Fatalf("a write that left its placement as it was made it stale: %v", ch)
+	}
+	later.Partitions[2].Route.Node = "capture-2"
 	if ch := Check(p, later); len(ch) != 1 || ch[0].Object != "partition/a/p3" {
 		t.Fatalf("stale: %v", ch)
 	}
