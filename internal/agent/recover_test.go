@@ -321,3 +321,69 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 		rig.metric(`cdcctl_dispatcher_recover_responses_total{state="SUPERSEDED"}`), rig.metric(`cdcctl_dispatcher_recover_responses_total{state="RUNNING"}`),
 		rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
+
+// Seed 002, acceptance 2 (R7) under kfake faults: the changefeed's
+// maintainer moves while recoveries are pending (its capture stops). The
+// recoveries on the other captures are not dropped: they follow the new
+// maintainer, which goes on re-creating their dispatchers while the fault
+// lasts; when it ends nothing is left pending, nothing restarted, and
+// verify finds nothing lost and nothing out of order.
+func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
+	rig := newRecoverRig(t, "")
+	tc, c := rig.tc, rig.c
+	rig.warm()
+	old := tc.state().Changefeeds["demo"].Maintainer
+	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
+	const pending = "cdcctl_dispatcher_recover_pending"
+	tc.eventually("a capture other than the maintainer's waits for a recovery", 20*time.Second, func() bool {
+		for node, n := range rig.nodeMetric(pending) {
+			if node != old.Node && n >= 1 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := tc.stop(old.Node); err != nil {
+		t.Fatalf("stopping %s: %v", old.Node, err)
+	}
+	var moved time.Time
+	tc.eventually("the maintainer moves", 30*time.Second, func() bool {
+		now := tc.state().Changefeeds["demo"].Maintainer
+		if now.Node != "" && now.Node != old.Node && now.Epoch > old.Epoch {
+			moved = time.Now()
+			return true
+		}
+		return false
+	})
+	// The fault goes on: dispatchers re-created by the old maintainer
+	// fail again and their requests must reach the new one.
+	tc.eventually("the new maintainer recovers a dispatcher", 30*time.Second, func() bool {
+		for _, r := range tc.state().Partitions["demo"] {
+			for _, ev := range r.Route.History {
+				if ev.Kind == "recovered" && ev.Time.After(moved) {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if n := rig.metric(pending); n < 1 {
+		t.Fatalf("%v recoveries pending during the fault after the maintainer moved; want some still waiting", n)
+	}
+	rig.kafka.Heal()
+	tc.waitCheckpoint(c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
+	tc.eventually("no recovery is left pending", 15*time.Second, func() bool {
+		return rig.metric(pending) == 0
+	})
+	for _, reason := range []string{"recover_timeout", "recover_failed"} {
+		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
+			t.Fatalf("%v changefeed restarts (%s) after the maintainer moved", n, reason)
+		}
+	}
+	rep := rig.verify()
+	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("verify: %+v", rep)
+	}
+	t.Logf("maintainer %s → %s; verified %d events: %d lost, %d out of order, %d duplicates",
+		old.Node, tc.state().Changefeeds["demo"].Maintainer.Node, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
+}

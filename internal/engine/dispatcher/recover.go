@@ -198,6 +198,14 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 	for cf := range restart {
 		m.forgetRecoveries(cf)
 	}
+	// A partition that has not failed for a flap window starts its
+	// back-off afresh anyway; forgetting it keeps the map to the
+	// partitions failing now, not every one that ever failed here.
+	for k, fl := range m.flaps {
+		if time.Since(fl.last) > flapWindow {
+			delete(m.flaps, k)
+		}
+	}
 	m.pendingChanged()
 	return restart
 }

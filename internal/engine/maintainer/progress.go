@@ -24,7 +24,7 @@ type heard struct {
 	failure    string
 	failureRun uint64 // the changefeed's run the failure belongs to
 	incidents  []model.Incident
-	restarts   map[string]bool
+	restarts   map[string]time.Time // by node@time, when it was heard
 }
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
@@ -46,7 +46,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
 		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{},
-			recover: map[string]acceptedRecovery{}, restarts: map[string]bool{}}
+			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}}
 		h.heard[hb.Changefeed] = rep
 	}
 	for _, pp := range hb.Partitions {

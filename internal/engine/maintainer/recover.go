@@ -57,12 +57,20 @@ func (h *Host) onRecover(st *meta.State, e *meta.ChangefeedEntry, rep *heard, fr
 		}
 		replies = append(replies, transport.RecoverReply{ID: req.ID, Epoch: req.Epoch, State: state, Reason: reason})
 	}
+	now := time.Now()
+	for k, heard := range rep.restarts {
+		// A node reports a restart for a few seconds (the dispatcher
+		// manager's restartReport); after that it cannot come again.
+		if now.Sub(heard) > time.Minute {
+			delete(rep.restarts, k)
+		}
+	}
 	for _, r := range hb.Restarts {
 		k := fmt.Sprintf("%s@%d", from, r.Time)
-		if rep.restarts[k] {
+		if _, seen := rep.restarts[k]; seen {
 			continue
 		}
-		rep.restarts[k] = true
+		rep.restarts[k] = now
 		rep.incidents = append(rep.incidents, model.Incident{Time: time.UnixMilli(r.Time).UTC(), Kind: "restart", Node: from, Reason: r.Reason, Err: r.Err})
 	}
 	return replies

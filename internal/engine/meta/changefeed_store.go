@@ -51,12 +51,28 @@ func (s *Store) commit(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3
 	return nil
 }
 
-// CreateChangefeed writes a new changefeed and its routing table in one
-// coordinator transaction. Partition ids come from the cluster counter.
+// maxOpsPerTxn keeps every transaction under etcd's --max-txn-ops (128
+// by default), with room for its comparisons.
+const maxOpsPerTxn = 100
+
+// CreateChangefeed writes a new changefeed and its routing table.
+// Partition ids come from the cluster counter. A changefeed whose routing
+// table fits in one transaction is written in one; a larger one is
+// written in steps that stay atomic where it matters: its ids are
+// reserved first, its partitions written in chunks, and its info and
+// status last. Nothing reads partitions of a changefeed without info, so
+// until that last write the changefeed does not exist; an interrupted
+// create leaves partitions that the next create of that id removes.
 func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.ChangefeedInfo, sourcePosition json.RawMessage, spans []model.Span) ([]model.RouteEntry, error) {
 	if !fence.valid() {
 		return nil, ErrFenced
 	}
+	absent := clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(info.ID)), "=", 0)
+	head := []clientv3.Op{
+		clientv3.OpPut(s.keys.ChangefeedInfo(info.ID), mustJSON(info)),
+		clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs, SourcePosition: sourcePosition})),
+	}
+	oneTxn := len(spans)+len(head)+2 <= maxOpsPerTxn
 	for attempt := 0; attempt < 5; attempt++ {
 		ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
 		if err != nil {
@@ -68,23 +84,31 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 			ctrCmp = clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision)
 		}
 		routes := make([]model.RouteEntry, len(spans))
-		ops := []clientv3.Op{
-			clientv3.OpPut(s.keys.ChangefeedInfo(info.ID), mustJSON(info)),
-			clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs, SourcePosition: sourcePosition})),
-		}
+		var puts []clientv3.Op
 		for i, sp := range spans {
 			next++
 			routes[i] = model.RouteEntry{ID: "p" + strconv.FormatUint(next, 10), Changefeed: info.ID, Span: sp, Status: model.PartitionActive}
-			ops = append(ops, clientv3.OpPut(s.keys.Partition(info.ID, routes[i].ID), mustJSON(routes[i])))
+			puts = append(puts, clientv3.OpPut(s.keys.Partition(info.ID, routes[i].ID), mustJSON(routes[i])))
 		}
-		ops = append(ops, clientv3.OpPut(s.keys.PartitionIDs(), strconv.FormatUint(next, 10)))
-		cmps := append(fence.cmps(), ctrCmp, clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(info.ID)), "=", 0))
+		reserve := clientv3.OpPut(s.keys.PartitionIDs(), strconv.FormatUint(next, 10))
+		cmps := append(fence.cmps(), ctrCmp, absent)
+		var ops []clientv3.Op
+		if oneTxn {
+			ops = append(append(append(ops, head...), puts...), reserve)
+		} else {
+			// Reserve the ids, and clear what an interrupted create of
+			// this id left.
+			ops = []clientv3.Op{reserve, clientv3.OpDelete(s.keys.Partitions(info.ID), clientv3.WithPrefix())}
+		}
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("create changefeed %s: %w", info.ID, err)
 		}
 		if tr.Succeeded {
-			return routes, nil
+			if oneTxn {
+				return routes, nil
+			}
+			return routes, s.createInSteps(ctx, fence, info.ID, absent, puts, head)
 		}
 		if holds, err := s.fenceHolds(ctx, fence); err != nil {
 			return nil, err
@@ -97,6 +121,33 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 		// The id counter moved (another changefeed was created): again.
 	}
 	return nil, errors.New("create changefeed: the partition id counter kept changing; try again")
+}
+
+// createInSteps writes a large changefeed's partitions in chunks, then
+// its info and status, each step fenced and only while the changefeed
+// does not exist. A failed step removes the partitions written.
+func (s *Store) createInSteps(ctx context.Context, fence Fence, id model.ChangefeedID, absent clientv3.Cmp, puts, head []clientv3.Op) error {
+	cmps := append(fence.cmps(), absent)
+	var err error
+	for len(puts) > 0 && err == nil {
+		chunk := puts[:min(len(puts), maxOpsPerTxn)]
+		puts = puts[len(chunk):]
+		err = s.commit(ctx, cmps, chunk...)
+	}
+	if err == nil {
+		err = s.commit(ctx, cmps, head...)
+	}
+	if err == nil {
+		return nil
+	}
+	_ = s.commit(context.WithoutCancel(ctx), cmps, clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()))
+	if errors.Is(err, ErrStale) {
+		if holds, ferr := s.fenceHolds(ctx, fence); ferr == nil && !holds {
+			return ErrFenced
+		}
+		return fmt.Errorf("%w: %s", ErrChangefeedExists, id)
+	}
+	return fmt.Errorf("create changefeed %s: %w", id, err)
 }
 
 // RemoveChangefeed deletes a changefeed (its progress record is under its
