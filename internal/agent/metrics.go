@@ -39,6 +39,8 @@ type metrics struct {
 	recoverPending   prometheus.Gauge
 	recoverResponses *prometheus.CounterVec
 	restarts         *prometheus.CounterVec
+	// Seed 004's storage sink series.
+	storage *storageMetrics
 }
 
 // recoveryMetrics is the dispatcher manager's view of the node's metrics.
@@ -157,6 +159,7 @@ func newMetrics() *metrics {
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
 		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
+	m.storage = newStorageMetrics(m.reg)
 	return m
 }
 

@@ -329,6 +329,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
 	manager.Observe = n.metrics.observeSink
 	manager.Metrics = recoveryMetrics{n.metrics}
+	manager.StorageMetrics = n.metrics.storage
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()

@@ -54,6 +54,20 @@ func TestAChangefeedLargerThanAnEtcdTransaction(t *testing.T) {
 		return len(tc.state().Partitions["big"]) == tables
 	})
 	tc.waitCheckpoint(c, "big", model.Ts(created.StartTs)+model.TsFromMillis(2000))
+	// Seed 004's series, summed over the captures: one-row tables whose
+	// files never fill are flushed by max-flush-delay (200 ms) before
+	// flush-interval (500 ms) comes.
+	sum := func(series string) float64 {
+		total := 0.0
+		for _, rn := range tc.nodes {
+			total += max(metricValue(tc.get(rn.addr, "/metrics"), series), 0)
+		}
+		return total
+	}
+	delayed, dataWrites := sum(`cdcctl_storage_flush_tasks_total{reason="delay"}`), sum("cdcctl_storage_data_write_duration_seconds_count")
+	if delayed == 0 || dataWrites == 0 || sum("cdcctl_storage_active_tables") < 0 {
+		t.Fatalf("storage metrics: %v flushes for delay, %v data writes; want some of each", delayed, dataWrites)
+	}
 	rep := tc.pauseAndVerify(c, "big", sinkURI, verifyStorage)
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Expected == 0 {
 		t.Fatalf("verify: %+v", rep)
@@ -64,5 +78,6 @@ func TestAChangefeedLargerThanAnEtcdTransaction(t *testing.T) {
 	if n := partitions(); n != 0 {
 		t.Fatalf("%d partitions left in etcd after removing the changefeed", n)
 	}
-	t.Logf("%d partitions created, placed and verified: %d events, %d lost, %d duplicates", tables, rep.Expected, rep.Lost, rep.Duplicates)
+	t.Logf("%d partitions created, placed and verified: %d events, %d lost, %d duplicates; %v flushes for delay, %v data writes",
+		tables, rep.Expected, rep.Lost, rep.Duplicates, delayed, dataWrites)
 }

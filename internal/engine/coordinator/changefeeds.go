@@ -47,7 +47,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	sk, err := registry.Open(octx, req.Sink, c.log)
+	sk, err := registry.Open(octx, req.Sink, registry.Env{Log: c.log})
 	cancel()
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -48,6 +49,8 @@ type Manager struct {
 	// fails the start (fault injection: seed 003's failed
 	// PreparePartition).
 	FailStart func(model.RouteEntry) error
+	// StorageMetrics, if set, receives the storage sinks' metrics.
+	StorageMetrics storage.Metrics
 	// Metrics, if set, counts recoveries and restarts (recover.go).
 	Metrics RecoveryMetrics
 
@@ -337,7 +340,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if err != nil {
 		return nil, err
 	}
-	sk, err := registry.Open(ctx, e.Info.SinkURI, m.log)
+	sk, err := registry.Open(ctx, e.Info.SinkURI, registry.Env{Log: m.log, Storage: m.StorageMetrics})
 	if err != nil {
 		_ = src.Close()
 		return nil, err

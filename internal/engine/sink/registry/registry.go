@@ -34,8 +34,16 @@ func Validate(uri string) error {
 	return err
 }
 
+// Env is what a sink gets from the node that opens it.
+type Env struct {
+	Log *slog.Logger
+	// Storage receives the storage sinks' metrics; nil is fine.
+	Storage storage.Metrics
+}
+
 // Open connects a sink.
-func Open(ctx context.Context, uri string, log *slog.Logger) (sink.Sink, error) {
+func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
+	log := env.Log
 	if err := Validate(uri); err != nil {
 		return nil, err
 	}
@@ -46,7 +54,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (sink.Sink, error) 
 	case "blackhole":
 		return blackhole.New(), nil
 	}
-	return storage.Open(ctx, uri, log)
+	return storage.OpenWith(ctx, uri, log, env.Storage)
 }
 
 // RecoverTimeout is how long a dispatcher of a sink's URI may take to

@@ -42,6 +42,14 @@ type Config struct {
 	Protocol      Protocol
 	FileSize      int64
 	FlushInterval time.Duration
+	// MaxFlushDelay: a dispatcher's oldest buffered row forces a flush
+	// after at most this long (seed 004), so acks are not locked to
+	// FlushInterval when files never fill. 0 turns it off.
+	MaxFlushDelay time.Duration
+	// WriteTimeout bounds one flush's writes; a hung bucket fails the
+	// flush (the dispatcher resumes from its checkpoint) instead of
+	// holding its slot.
+	WriteTimeout time.Duration
 	// SpoolMaxBytes bounds encoded rows held before they are written; a
 	// full spool makes Write wait (backpressure).
 	SpoolMaxBytes int64
@@ -50,7 +58,7 @@ type Config struct {
 }
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, SpoolMaxBytes: 256 << 20, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, SpoolMaxBytes: 256 << 20, Schema: "gen"}
 
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
@@ -98,6 +106,16 @@ func ParseURI(raw string) (Config, error) {
 			c.FlushInterval, perr = time.ParseDuration(v)
 			if perr == nil && (c.FlushInterval < 10*time.Millisecond || c.FlushInterval > 10*time.Minute) {
 				perr = fmt.Errorf("must be between 10ms and 10m")
+			}
+		case "max-flush-delay":
+			c.MaxFlushDelay, perr = time.ParseDuration(v)
+			if perr == nil && (c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Minute) {
+				perr = fmt.Errorf("must be between 0s (off) and 10m")
+			}
+		case "write-timeout":
+			c.WriteTimeout, perr = time.ParseDuration(v)
+			if perr == nil && (c.WriteTimeout < 100*time.Millisecond || c.WriteTimeout > time.Hour) {
+				perr = fmt.Errorf("must be between 100ms and 1h")
 			}
 		case "spool-max-bytes":
 			c.SpoolMaxBytes, perr = strconv.ParseInt(v, 10, 64)

@@ -22,15 +22,29 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// maxParallelFlushes bounds concurrent writes to the bucket.
+// maxParallelFlushes bounds concurrent writes to the bucket. A flush
+// takes a slot and gives it back when it ends; the flusher does not wait
+// for it, so a slow or hung write holds its slot only, never the other
+// dispatchers' flushes.
 const maxParallelFlushes = 8
+
+// closeGrace is how long Close lets flushes under way finish before it
+// cancels them (their batches fail; their dispatchers resume from their
+// checkpoints).
+const closeGrace = 5 * time.Second
 
 // Sink is the storage sink of one changefeed on one node.
 type Sink struct {
-	cfg    Config
-	bucket *blob.Bucket
-	log    *slog.Logger
-	now    func() time.Time
+	cfg     Config
+	bucket  *blob.Bucket
+	log     *slog.Logger
+	now     func() time.Time
+	metrics Metrics
+	// ctx ends writes under way when Close gives up waiting for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // a flush under way holds one
+	jobs   sync.WaitGroup
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -73,6 +87,9 @@ type dispatcherState struct {
 	flushing    bool
 	nextIndex   map[string]uint64 // per directory, once known
 	lastWrite   time.Time
+	// active: counted in Metrics.ActiveTables (rows buffered or being
+	// written).
+	active bool
 }
 
 // idleForget is how long a dispatcher with nothing pending is remembered;
@@ -81,22 +98,32 @@ const idleForget = time.Minute
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
 func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
+	return OpenWith(ctx, uri, log, nil)
+}
+
+// OpenWith is Open reporting to m (nil: nowhere).
+func OpenWith(ctx context.Context, uri string, log *slog.Logger, m Metrics) (*Sink, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return OpenConfig(ctx, cfg, log)
+	return OpenConfig(ctx, cfg, log, m)
 }
 
-// OpenConfig is Open with a parsed configuration.
-func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger) (*Sink, error) {
+// OpenConfig is OpenWith with a parsed configuration.
+func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, m Metrics) (*Sink, error) {
 	bucket, err := OpenBucket(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	if m == nil {
+		m = noMetrics{}
+	}
+	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
-		cfg: cfg, bucket: bucket, log: log, now: time.Now,
-		disp: map[string]*dispatcherState{}, schemas: map[string]bool{},
+		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, ctx: wctx, cancel: cancel,
+		slots: make(chan struct{}, maxParallelFlushes),
+		disp:  map[string]*dispatcherState{}, schemas: map[string]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.cond = sync.NewCond(&s.mu)
@@ -176,6 +203,11 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	d.pending = append(d.pending, b)
 	d.seq++
 	s.spooled += size
+	s.metrics.Backlog(size, 0)
+	if !d.active {
+		d.active = true
+		s.metrics.ActiveTables(1)
+	}
 	if d.bytes >= s.cfg.FileSize {
 		s.wakeFlusher()
 	}
@@ -269,12 +301,27 @@ func (s *Sink) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
+	ended := make(chan struct{})
+	go func() { s.jobs.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(closeGrace):
+		s.cancel()
+		<-ended
+	}
+	s.cancel()
 	s.mu.Lock()
 	var failed []*sink.Batch
 	for _, d := range s.disp {
 		failed = append(failed, d.pending...)
 		d.pending = nil
+		if d.active {
+			d.active = false
+			s.metrics.ActiveTables(-1)
+		}
 	}
+	s.metrics.Backlog(-s.spooled, 0)
+	s.spooled = 0
 	s.mu.Unlock()
 	for _, b := range failed {
 		if b.OnFlushed != nil {
@@ -286,8 +333,11 @@ func (s *Sink) Close() error {
 
 func (s *Sink) runFlusher() {
 	defer close(s.done)
-	tick := s.cfg.FlushInterval / 4
-	tick = max(5*time.Millisecond, min(tick, 100*time.Millisecond))
+	due := s.cfg.FlushInterval
+	if s.cfg.MaxFlushDelay > 0 {
+		due = min(due, s.cfg.MaxFlushDelay)
+	}
+	tick := max(5*time.Millisecond, min(due/4, 100*time.Millisecond))
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -301,77 +351,112 @@ func (s *Sink) runFlusher() {
 	}
 }
 
-// flushRound writes every dispatcher that is due, up to
-// maxParallelFlushes at a time.
+// flushJob is one dispatcher's flush: its buffered rows and batches.
+type flushJob struct {
+	d       *dispatcherState
+	bufs    []*dirBuffer
+	batches []*sink.Batch
+	bytes   int64
+	seq     uint64
+}
+
+// flushRound starts the flush of every dispatcher that is due, as long
+// as a slot is free; what finds none is due again on the next round,
+// which the end of any flush triggers.
 func (s *Sink) flushRound() {
 	now := s.now()
-	type job struct {
-		d       *dispatcherState
-		bufs    []*dirBuffer
-		batches []*sink.Batch
-		bytes   int64
-		seq     uint64
-	}
-	var jobs []job
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	pressure := s.pressure
+	s.pressure = false
 	for id, d := range s.disp {
 		if len(d.pending) == 0 && !d.flushing && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > idleForget {
 			delete(s.disp, id) // its file numbering is read back from the index if it returns
 			continue
 		}
-		due := d.flushWanted || d.bytes >= s.cfg.FileSize || s.pressure || (len(d.pending) > 0 && now.Sub(d.since) >= s.cfg.FlushInterval)
-		if d.flushing || !due || len(d.pending) == 0 {
+		if d.flushing || len(d.pending) == 0 {
 			if len(d.pending) == 0 && d.flushWanted && !d.flushing {
 				d.flushWanted = false
 			}
 			continue
 		}
-		jobs = append(jobs, job{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq})
+		reason := s.dueReason(d, now, pressure)
+		if reason == "" {
+			continue
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.pressure = s.pressure || pressure
+			return
+		}
+		j := flushJob{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq}
 		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
+		s.metrics.FlushTask(reason)
+		s.metrics.Backlog(-j.bytes, j.bytes)
+		s.jobs.Add(1)
+		go s.flush(j)
 	}
-	s.pressure = false
-	s.mu.Unlock()
+}
 
-	sem := make(chan struct{}, maxParallelFlushes)
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			err := s.writeFiles(j.d, j.bufs)
-			if err != nil {
-				s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
-			}
-			// The batches are acked before Flush can see them flushed: a
-			// Flush that returns has every batch before it acked.
-			for _, b := range j.batches {
-				if b.OnFlushed != nil {
-					b.OnFlushed(err)
-				}
-			}
-			s.mu.Lock()
-			j.d.flushing = false
-			j.d.flushedSeq = j.seq
-			if err != nil {
-				j.d.failedSeq, j.d.failure = j.seq, err
-				// The directory indexes are unknown after a failed write:
-				// read them again before the next file.
-				j.d.nextIndex = map[string]uint64{}
-			}
-			s.spooled -= j.bytes
-			s.cond.Broadcast()
-			s.mu.Unlock()
-		}()
+// dueReason says why a dispatcher with rows must be flushed now; "" if
+// it need not be yet.
+func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) string {
+	age := now.Sub(d.since)
+	switch {
+	case d.bytes >= s.cfg.FileSize:
+		return ReasonSize
+	case d.flushWanted:
+		return ReasonForced
+	case pressure:
+		return ReasonBytesCap
+	case age >= s.cfg.FlushInterval:
+		return ReasonInterval
+	case s.cfg.MaxFlushDelay > 0 && age >= s.cfg.MaxFlushDelay:
+		return ReasonDelay
 	}
-	wg.Wait()
+	return ""
+}
+
+// flush writes one job's files and acks its batches.
+func (s *Sink) flush(j flushJob) {
+	defer s.jobs.Done()
+	err := s.writeFiles(j.d, j.bufs)
+	if err != nil {
+		s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
+	}
+	// The batches are acked before Flush can see them flushed: a Flush
+	// that returns has every batch before it acked.
+	for _, b := range j.batches {
+		if b.OnFlushed != nil {
+			b.OnFlushed(err)
+		}
+	}
+	s.mu.Lock()
+	j.d.flushing = false
+	j.d.flushedSeq = j.seq
+	if err != nil {
+		j.d.failedSeq, j.d.failure = j.seq, err
+		// The directory indexes are unknown after a failed write: read
+		// them again before the next file.
+		j.d.nextIndex = map[string]uint64{}
+	}
+	s.spooled -= j.bytes
+	s.metrics.Backlog(0, -j.bytes)
+	if j.d.active && len(j.d.pending) == 0 {
+		j.d.active = false
+		s.metrics.ActiveTables(-1)
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	<-s.slots
+	s.wakeFlusher()
 }
 
 // writeFiles writes one data file per directory, then that directory's
 // index naming it. A batch is durable only when both exist.
 func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	for _, db := range bufs {
 		// Every later version is created by a DDL, whose schema file the
@@ -379,22 +464,28 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		// has no DDL, so its rows bring it.
 		if db.first.SchemaVersion == 0 {
 			p, body := schemaFileFor(s.cfg.Schema, &db.first)
+			began := time.Now()
 			if err := s.writeSchema(ctx, p, body); err != nil {
 				return err
 			}
+			s.metrics.WriteDuration("schema", time.Since(began))
 		}
 		idx, err := s.nextIndex(ctx, d, db.dir)
 		if err != nil {
 			return err
 		}
 		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
+		began := time.Now()
 		if err := s.writeChunks(ctx, name, db.chunks); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
+		s.metrics.WriteDuration("data", time.Since(began))
 		base := name[strings.LastIndex(name, "/")+1:]
+		began = time.Now()
 		if err := s.bucket.WriteAll(ctx, indexFile(db.dir, d.id), []byte(base+"\n"), nil); err != nil {
 			return fmt.Errorf("write the index of %s: %w", name, err)
 		}
+		s.metrics.WriteDuration("index", time.Since(began))
 		s.mu.Lock()
 		d.nextIndex[db.dir] = idx + 1
 		s.mu.Unlock()

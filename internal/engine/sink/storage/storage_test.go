@@ -137,7 +137,7 @@ func TestStorageSinkHoldsExactlyTheSource(t *testing.T) {
 }
 
 func TestWriteWakesAtOnceButAcksOnlyWhenDurable(t *testing.T) {
-	s := open(t, "file://"+t.TempDir()+"?flush-interval=10m")
+	s := open(t, "file://"+t.TempDir()+"?flush-interval=10m&max-flush-delay=0s")
 	g := newGen(t, gen.Config{Tables: 1, Keys: 10, Rate: 100})
 	r, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
 	evs := r.Read(model.TsFromMillis(start+2000), 1000)
@@ -164,7 +164,7 @@ func TestWriteWakesAtOnceButAcksOnlyWhenDurable(t *testing.T) {
 }
 
 func TestFullSpoolMakesWriteWait(t *testing.T) {
-	s := open(t, "file://"+t.TempDir()+"?flush-interval=10m&spool-max-bytes=1048576")
+	s := open(t, "file://"+t.TempDir()+"?flush-interval=10m&max-flush-delay=0s&spool-max-bytes=1048576")
 	g := newGen(t, gen.Config{Tables: 1, Keys: 2000, Rate: 20000})
 	r, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
 	// About 0.9 MiB of canal-json rows, then more.
@@ -297,6 +297,9 @@ func TestBadSinkURIs(t *testing.T) {
 		"file:///tmp/x?file-size=10":         "file-size",
 		"file:///tmp/x?flush-interval=1ns":   "flush-interval",
 		"file:///tmp/x?flush-interval=often": "flush-interval",
+		"file:///tmp/x?max-flush-delay=-1s":  "max-flush-delay",
+		"file:///tmp/x?max-flush-delay=soon": "max-flush-delay",
+		"file:///tmp/x?write-timeout=1ms":    "write-timeout",
 		"s3:///prefix":                       "name the bucket",
 		"gs:///prefix":                       "name the bucket",
 		"azblob:///prefix":                   "name the container",

@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+)
+
+// storageMetrics are seed 004's storage sink series, summed over every
+// storage sink on this node, with no table, dispatcher or changefeed
+// label (a million tables must not make a million series).
+type storageMetrics struct {
+	flushTasks   *prometheus.CounterVec
+	writeDur     map[string]prometheus.Histogram
+	backlog      *prometheus.GaugeVec
+	activeTables prometheus.Gauge
+}
+
+func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
+	sm := &storageMetrics{
+		flushTasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: "flush_tasks_total",
+			Help: "Storage sink flushes (one dispatcher's buffered rows written as files) by what made them due: size (file-size reached), interval (flush-interval), delay (max-flush-delay), bytes_cap (the spool was full), forced (a DDL barrier, a hand-over or a stop).",
+		}, []string{"reason"}),
+		writeDur: map[string]prometheus.Histogram{},
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: "backlog_bytes",
+			Help: "Encoded bytes held by the storage sinks: spooled (waiting for their flush) and flushing (being written).",
+		}, []string{"stage"}),
+		activeTables: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: "active_tables",
+			Help: "Table partitions with rows buffered or being written by the storage sinks.",
+		}),
+	}
+	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonBytesCap, storage.ReasonForced} {
+		sm.flushTasks.WithLabelValues(r)
+	}
+	for _, stage := range []string{"spooled", "flushing"} {
+		sm.backlog.WithLabelValues(stage)
+	}
+	reg.MustRegister(sm.flushTasks, sm.backlog, sm.activeTables)
+	for _, object := range []string{"data", "index", "schema"} {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: object + "_write_duration_seconds",
+			Help:    "Time to write one " + object + " object of the storage sink (for schema: its check and write).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		})
+		sm.writeDur[object] = h
+		reg.MustRegister(h)
+	}
+	return sm
+}
+
+func (sm *storageMetrics) FlushTask(reason string) { sm.flushTasks.WithLabelValues(reason).Inc() }
+
+func (sm *storageMetrics) WriteDuration(object string, d time.Duration) {
+	if h := sm.writeDur[object]; h != nil {
+		h.Observe(d.Seconds())
+	}
+}
+
+func (sm *storageMetrics) Backlog(spooled, flushing int64) {
+	if spooled != 0 {
+		sm.backlog.WithLabelValues("spooled").Add(float64(spooled))
+	}
+	if flushing != 0 {
+		sm.backlog.WithLabelValues("flushing").Add(float64(flushing))
+	}
+}
+
+func (sm *storageMetrics) ActiveTables(delta int) { sm.activeTables.Add(float64(delta)) }
+
+var _ storage.Metrics = (*storageMetrics)(nil)

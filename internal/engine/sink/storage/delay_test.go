@@ -1,0 +1,192 @@
+package storage_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// counts is a storage.Metrics that keeps what it is told.
+type counts struct {
+	mu       sync.Mutex
+	reasons  map[string]int
+	writes   map[string]int
+	spooled  int64
+	flushing int64
+	active   int
+}
+
+func newCounts() *counts { return &counts{reasons: map[string]int{}, writes: map[string]int{}} }
+
+func (c *counts) FlushTask(reason string) { c.mu.Lock(); c.reasons[reason]++; c.mu.Unlock() }
+func (c *counts) WriteDuration(object string, _ time.Duration) {
+	c.mu.Lock()
+	c.writes[object]++
+	c.mu.Unlock()
+}
+func (c *counts) Backlog(spooled, flushing int64) {
+	c.mu.Lock()
+	c.spooled += spooled
+	c.flushing += flushing
+	c.mu.Unlock()
+}
+func (c *counts) ActiveTables(d int) { c.mu.Lock(); c.active += d; c.mu.Unlock() }
+
+func (c *counts) reason(r string) int { c.mu.Lock(); defer c.mu.Unlock(); return c.reasons[r] }
+
+// oneRowPerTable writes one row of each of n tables, each table its own
+// dispatcher, and returns a channel that gets every ack.
+func oneRowPerTable(t *testing.T, s *storage.Sink, n int) <-chan error {
+	t.Helper()
+	g := newGen(t, gen.Config{Tables: n, Keys: 1, Rate: float64(n)})
+	acked := make(chan error, n)
+	for _, table := range g.TableNames() {
+		writeOneRow(t, s, g, table, acked)
+	}
+	return acked
+}
+
+// writeOneRow writes one row of a table as its dispatcher; its ack goes
+// to acked.
+func writeOneRow(t *testing.T, s *storage.Sink, g *gen.Generator, table string, acked chan<- error) {
+	t.Helper()
+	r, err := g.Open(model.Span{Table: table}, model.TsFromMillis(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := r.Read(model.TsFromMillis(start+2000), 1)
+	if len(evs) != 1 {
+		t.Fatalf("%s: %d rows", table, len(evs))
+	}
+	b := &sink.Batch{Dispatcher: table + "-p1.1", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Seed 004 §4.2.1: thousands of tables with one row each, no file
+// anywhere near full and the flush interval ten minutes away, are all
+// acked long before it: each table's oldest row forces its flush after
+// max-flush-delay. Without the delay nothing is acked (the baseline: acks
+// locked to the interval).
+func TestManyTablesWithOneRowAreAckedLongBeforeTheInterval(t *testing.T) {
+	const tables = 5000
+	m := newCounts()
+	s, err := storage.OpenWith(context.Background(), "mem://?flush-interval=10m&max-flush-delay=100ms", quiet(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	acked := oneRowPerTable(t, s, tables)
+	deadline := time.After(2 * time.Minute)
+	for i := 0; i < tables; i++ {
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatalf("ack %d: %v", i, err)
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d tables acked within 2 minutes (the interval is 10)", i, tables)
+		}
+	}
+	if got := m.reason(storage.ReasonDelay); got != tables {
+		t.Fatalf("%d flushes counted with reason delay; want one per table (%d): %v", got, tables, m.reasons)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.spooled != 0 || m.flushing != 0 || m.active != 0 || m.writes["data"] != tables || m.writes["index"] != tables {
+		t.Fatalf("after every ack: spooled %d, flushing %d, active %d, writes %v; want nothing held and one data and index write per table", m.spooled, m.flushing, m.active, m.writes)
+	}
+
+	off := open(t, "mem://?flush-interval=10m&max-flush-delay=0s")
+	acked = oneRowPerTable(t, off, 100)
+	select {
+	case <-acked:
+		t.Fatal("a table was acked without the delay, its file not full and its interval not reached")
+	case <-time.After(time.Second):
+	}
+}
+
+// Seed 004: a slow or hung write of one table never holds back the
+// others. Every request for one table's objects hangs (an S3 server,
+// gofakes3, behind a gate); every other table is acked meanwhile, and
+// the hung table is acked once its writes go through.
+func TestASlowTableDoesNotHoldBackTheOthers(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("cdc"); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var held atomic.Int64
+	s3 := gofakes3.New(backend).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/t0001/") {
+			held.Add(1)
+			<-gate
+		}
+		s3.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	uri := "s3://cdc/slow?endpoint=" + srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1&flush-interval=10m&max-flush-delay=50ms"
+	s := open(t, uri)
+	const tables = 40
+	g := newGen(t, gen.Config{Tables: tables, Keys: 1, Rate: tables})
+	acked := make(chan error, tables)
+	// The slow table first: its flush hangs before the others are
+	// even written.
+	writeOneRow(t, s, g, "t0001", acked)
+	for deadline := time.Now().Add(time.Minute); held.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow table's flush never reached the bucket")
+		}
+	}
+	for _, table := range g.TableNames()[1:] {
+		writeOneRow(t, s, g, table, acked)
+	}
+	for i := 0; i < tables-1; i++ {
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of the %d other tables acked while one table's writes hang", i, tables-1)
+		}
+	}
+	select {
+	case <-acked:
+		t.Fatal("the hung table was acked before its writes went through")
+	default:
+	}
+	close(gate)
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("the slow table, once its writes went through: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the slow table was never acked")
+	}
+}

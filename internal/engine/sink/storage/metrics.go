@@ -1,0 +1,38 @@
+package storage
+
+import "time"
+
+// Metrics receives what the storage sink does, with no table or
+// dispatcher in it (seed 004's low cardinality). Its methods must be
+// cheap and must not block. Nil is fine.
+type Metrics interface {
+	// FlushTask counts one dispatcher's flush by what made it due:
+	// size, interval, delay, bytes_cap or forced (a Flush call: a DDL
+	// barrier, a hand-over, a stop).
+	FlushTask(reason string)
+	// WriteDuration is how long one object write took: data, index or
+	// schema (the schema check and write).
+	WriteDuration(object string, d time.Duration)
+	// Backlog moves the bytes held: spooled (encoded, waiting for their
+	// flush) and flushing (being written).
+	Backlog(spooled, flushing int64)
+	// ActiveTables moves the number of table partitions with rows
+	// buffered or being written.
+	ActiveTables(delta int)
+}
+
+// Flush reasons.
+const (
+	ReasonSize     = "size"
+	ReasonInterval = "interval"
+	ReasonDelay    = "delay"
+	ReasonBytesCap = "bytes_cap"
+	ReasonForced   = "forced"
+)
+
+type noMetrics struct{}
+
+func (noMetrics) FlushTask(string)                    {}
+func (noMetrics) WriteDuration(string, time.Duration) {}
+func (noMetrics) Backlog(int64, int64)                {}
+func (noMetrics) ActiveTables(int)                    {}
