@@ -25,6 +25,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
@@ -333,6 +334,8 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
+	metadata := storage.NewPublisher(n.log)
+	host.Checkpointed = metadata.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {
 		states = n.blobStates
@@ -341,7 +344,8 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	inc := &incarnation{member: member, view: view, runner: runner, coord: coord, manager: manager}
 
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view, manager); return nil }} {
+	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view, manager); return nil },
+		func(c context.Context) error { metadata.Run(c); return nil }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -68,6 +68,10 @@ type Host struct {
 	// an error fails that write (fault injection: seed 003's failed etcd
 	// save after PreparePartition).
 	FailPlace func(model.RouteEntry) error
+	// Checkpointed, if set, is told each checkpoint the host persists
+	// with its changefeed's sink (the storage sink's metadata file). It
+	// must not block.
+	Checkpointed func(sinkURI string, ts model.Ts)
 
 	mu    sync.Mutex
 	heard map[model.ChangefeedID]*heard

@@ -172,6 +172,9 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	if cp > e.Status.CheckpointTs {
 		h.persisted(e.Info.ID, cp, resume)
+		if h.Checkpointed != nil {
+			h.Checkpointed(e.Info.SinkURI, cp)
+		}
 	}
 	h.mu.Lock()
 	if rep := h.heard[e.Info.ID]; rep != nil {

@@ -46,6 +46,10 @@ type Config struct {
 	// after at most this long (seed 004), so acks are not locked to
 	// FlushInterval when files never fill. 0 turns it off.
 	MaxFlushDelay time.Duration
+	// StateTTL is how long a partition's file numbering and a table's
+	// known schema files are kept unused; after that they are read back
+	// from the bucket when needed (seed 004's per-table state TTL).
+	StateTTL time.Duration
 	// WriteTimeout bounds one flush's writes; a hung bucket fails the
 	// flush (the dispatcher resumes from its checkpoint) instead of
 	// holding its slot.
@@ -58,7 +62,7 @@ type Config struct {
 }
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, SpoolMaxBytes: 256 << 20, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 256 << 20, Schema: "gen"}
 
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
@@ -111,6 +115,11 @@ func ParseURI(raw string) (Config, error) {
 			c.MaxFlushDelay, perr = time.ParseDuration(v)
 			if perr == nil && (c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Minute) {
 				perr = fmt.Errorf("must be between 0s (off) and 10m")
+			}
+		case "state-ttl":
+			c.StateTTL, perr = time.ParseDuration(v)
+			if perr == nil && (c.StateTTL < 100*time.Millisecond || c.StateTTL > 24*time.Hour) {
+				perr = fmt.Errorf("must be between 100ms and 24h")
 			}
 		case "write-timeout":
 			c.WriteTimeout, perr = time.ParseDuration(v)

@@ -190,3 +190,92 @@ func TestASlowTableDoesNotHoldBackTheOthers(t *testing.T) {
 		t.Fatal("the slow table was never acked")
 	}
 }
+
+// s3Recorder is gofakes3 behind a recorder of the requests it serves.
+type s3Recorder struct {
+	mu   sync.Mutex
+	seen []string // "METHOD path"
+}
+
+func (r *s3Recorder) count(method, suffix string) (n int, paths []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.seen {
+		if strings.HasPrefix(s, method+" ") && strings.HasSuffix(s, suffix) {
+			n++
+			paths = append(paths, strings.TrimPrefix(s, method+" "))
+		}
+	}
+	return n, paths
+}
+
+func startRecordedS3(t *testing.T) (*s3Recorder, string) {
+	t.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("cdc"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &s3Recorder{}
+	s3 := gofakes3.New(backend).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.seen = append(rec.seen, r.Method+" "+r.URL.Path)
+		rec.mu.Unlock()
+		s3.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	return rec, "s3://cdc/ttl?endpoint=" + srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1"
+}
+
+// Seed 004 §4.3.2: a partition's file numbering is forgotten after
+// state-ttl unused, and its next file reads the numbering back from the
+// index in the bucket: it neither reuses nor goes back on an index.
+// While remembered, no index is read.
+func TestAfterTheStateTTLTheFileNumberingIsReadBack(t *testing.T) {
+	rec, base := startRecordedS3(t)
+	s := open(t, base+"&flush-interval=10m&max-flush-delay=20ms&state-ttl=300ms")
+	g := newGen(t, gen.Config{Tables: 1, Keys: 50, Rate: 50})
+	r, err := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAndWait := func() {
+		t.Helper()
+		evs := r.Read(model.TsFromMillis(start+60_000), 1)
+		acked := make(chan error, 1)
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "t0001-p1.1", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("not acked")
+		}
+	}
+	writeAndWait()
+	writeAndWait()
+	if n, _ := rec.count("GET", ".index"); n != 1 {
+		t.Fatalf("%d index reads for two files in a row; want 1 (the first file's, then remembered)", n)
+	}
+	time.Sleep(time.Second) // past the TTL and a sweep
+	writeAndWait()
+	if n, _ := rec.count("GET", ".index"); n != 2 {
+		t.Fatalf("%d index reads; want 2: the numbering forgotten after state-ttl is read back", n)
+	}
+	_, puts := rec.count("PUT", ".json")
+	var data []string
+	for _, p := range puts {
+		if strings.Contains(p, "/CDC_") {
+			data = append(data, p[strings.LastIndex(p, "/")+1:])
+		}
+	}
+	want := []string{"CDC_t0001-p1.1_000001.json", "CDC_t0001-p1.1_000002.json", "CDC_t0001-p1.1_000003.json"}
+	if strings.Join(data, " ") != strings.Join(want, " ") {
+		t.Fatalf("data files written %v; want %v (never reused, never back)", data, want)
+	}
+}

@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,7 +48,9 @@ type Sink struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	disp    map[string]*dispatcherState
-	schemas map[string]bool // schema files known to exist
+	schemas map[string]time.Time // schema files known to exist, by last use
+	// swept is when schemas was last swept of entries past StateTTL.
+	swept   time.Time
 	spooled int64
 	closed  bool
 	// pressure: a write waits for spool space; the next flush round
@@ -92,10 +93,6 @@ type dispatcherState struct {
 	active bool
 }
 
-// idleForget is how long a dispatcher with nothing pending is remembered;
-// every placement epoch is a new dispatcher, so the old ones must go.
-const idleForget = time.Minute
-
 // Open opens the bucket of a sink URI and starts the sink's flusher.
 func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
 	return OpenWith(ctx, uri, log, nil)
@@ -123,7 +120,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, m Metrics) (*
 	s := &Sink{
 		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
-		disp:  map[string]*dispatcherState{}, schemas: map[string]bool{},
+		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.cond = sync.NewCond(&s.mu)
@@ -266,7 +263,10 @@ func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
 
 func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 	s.mu.Lock()
-	known := s.schemas[p]
+	_, known := s.schemas[p]
+	if known {
+		s.schemas[p] = s.now()
+	}
 	s.mu.Unlock()
 	if known {
 		return nil
@@ -276,7 +276,7 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 		return fmt.Errorf("write schema file %s: %w", p, err)
 	}
 	s.mu.Lock()
-	s.schemas[p] = true
+	s.schemas[p] = s.now()
 	s.mu.Unlock()
 	return nil
 }
@@ -284,8 +284,7 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 // WriteCheckpoint writes the root metadata file with the changefeed's
 // checkpoint: everything up to it is in the bucket.
 func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
-	body, _ := json.Marshal(metadata{CheckpointTs: uint64(ts)})
-	return s.bucket.WriteAll(ctx, metadataFile, body, &blob.WriterOptions{ContentType: "application/json"})
+	return writeMetadata(ctx, s.bucket, ts)
 }
 
 // Close stops the flusher. Batches not yet flushed are failed: their
@@ -369,9 +368,20 @@ func (s *Sink) flushRound() {
 	defer s.mu.Unlock()
 	pressure := s.pressure
 	s.pressure = false
+	if now.Sub(s.swept) > s.cfg.StateTTL/4 {
+		s.swept = now
+		for p, used := range s.schemas {
+			if now.Sub(used) > s.cfg.StateTTL {
+				delete(s.schemas, p) // checked against the bucket again on its next use
+			}
+		}
+	}
 	for id, d := range s.disp {
-		if len(d.pending) == 0 && !d.flushing && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > idleForget {
-			delete(s.disp, id) // its file numbering is read back from the index if it returns
+		if len(d.pending) == 0 && !d.flushing && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > s.cfg.StateTTL {
+			// Every placement epoch is a new dispatcher, so the old ones
+			// must go; one that returns reads its numbering back from its
+			// index files.
+			delete(s.disp, id)
 			continue
 		}
 		if d.flushing || len(d.pending) == 0 {

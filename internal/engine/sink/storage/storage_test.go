@@ -300,6 +300,7 @@ func TestBadSinkURIs(t *testing.T) {
 		"file:///tmp/x?max-flush-delay=-1s":  "max-flush-delay",
 		"file:///tmp/x?max-flush-delay=soon": "max-flush-delay",
 		"file:///tmp/x?write-timeout=1ms":    "write-timeout",
+		"file:///tmp/x?state-ttl=1ms":        "state-ttl",
 		"s3:///prefix":                       "name the bucket",
 		"gs:///prefix":                       "name the bucket",
 		"azblob:///prefix":                   "name the container",

@@ -37,7 +37,7 @@ type Config struct {
 
 // Limits keep one generator's state and verify's memory bounded.
 const (
-	MaxTables = 10000
+	MaxTables = 1000000
 	MaxKeys   = 1000000
 	MaxRate   = 10000000
 )
