@@ -25,7 +25,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
@@ -334,8 +334,10 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
-	metadata := storage.NewPublisher(n.log)
-	host.Checkpointed = metadata.Publish
+	// Consumers learn the checkpoint from the sink (seed 004): opened
+	// here, on the maintainer's node, apart from the dispatchers' sinks.
+	marks := registry.NewPublisher(registry.Env{Log: n.log, Storage: n.metrics.storage})
+	host.Checkpointed = marks.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {
 		states = n.blobStates
@@ -345,7 +347,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view, manager); return nil },
-		func(c context.Context) error { metadata.Run(c); return nil }} {
+		func(c context.Context) error { marks.Run(c); return nil }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

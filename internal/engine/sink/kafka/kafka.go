@@ -390,7 +390,12 @@ func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
 	waits := make([]chan error, s.partitions)
 	for p := int32(0); p < s.partitions; p++ {
 		waits[p] = make(chan error, 1)
-		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value), Metadata: &meta{partition: p, sync: waits[p]}}
+		// Retried no longer than a row: a DDL or watermark to a partition
+		// whose broker is down fails after retry-timeout instead of
+		// being retried for as long as the producer would (Close waits
+		// for every message).
+		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: &payload{b: value, f: &fence{}, limit: s.cfg.RetryTimeout},
+			Metadata: &meta{partition: p, sync: waits[p]}}
 		select {
 		case s.producer.Input() <- m:
 		case <-ctx.Done():

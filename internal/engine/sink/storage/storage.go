@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -284,7 +285,8 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 // WriteCheckpoint writes the root metadata file with the changefeed's
 // checkpoint: everything up to it is in the bucket.
 func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
-	return writeMetadata(ctx, s.bucket, ts)
+	body, _ := json.Marshal(metadata{CheckpointTs: uint64(ts)})
+	return s.bucket.WriteAll(ctx, metadataFile, body, &blob.WriterOptions{ContentType: "application/json"})
 }
 
 // Close stops the flusher. Batches not yet flushed are failed: their
