@@ -34,6 +34,9 @@ type Config struct {
 	// CheckpointStore is where partition states go between nodes (seed
 	// 003's CheckpointStore): "etcd", or a bucket URL for large states.
 	CheckpointStore string
+	// SinkMemoryMiB bounds the encoded rows all storage sinks of the node
+	// hold together, whatever the number of changefeeds (seed 004).
+	SinkMemoryMiB int
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string
@@ -49,6 +52,7 @@ var Defaults = Config{
 	SessionTTL:      10 * time.Second,
 	MoveTimeout:     30 * time.Second,
 	CheckpointStore: "etcd",
+	SinkMemoryMiB:   1024,
 	EmbedEtcdAddr:   "127.0.0.1:2379",
 	LogLevel:        "info",
 	LogFormat:       "text",
@@ -93,6 +97,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MoveTimeout < time.Second {
 		return fmt.Errorf("--move-timeout %s is too short: a move needs its source to stop and report; use at least 1s (default 30s)", c.MoveTimeout)
+	}
+	if c.SinkMemoryMiB == 0 {
+		c.SinkMemoryMiB = Defaults.SinkMemoryMiB
+	}
+	if c.SinkMemoryMiB < 16 {
+		return fmt.Errorf("--sink-memory-mib %d is too small: the storage sinks of this capture share it; use at least 16 (default 1024)", c.SinkMemoryMiB)
 	}
 	if c.SessionTTL < time.Second {
 		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)

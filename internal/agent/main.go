@@ -105,6 +105,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("data-dir", d.DataDir, "directory for the embedded etcd and local state")
 	f.Duration("session-ttl", d.SessionTTL, "lease TTL of this node's registration; a crashed node is noticed after this long")
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
+	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
 	f.String("log-level", d.LogLevel, "debug, info, warn or error")
@@ -135,6 +136,7 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		DataDir:         v.GetString("data-dir"),
 		SessionTTL:      v.GetDuration("session-ttl"),
 		MoveTimeout:     v.GetDuration("move-timeout"),
+		SinkMemoryMiB:   v.GetInt("sink-memory-mib"),
 		CheckpointStore: v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:   v.GetString("embed-etcd-addr"),
 		LogLevel:        v.GetString("log-level"),

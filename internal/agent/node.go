@@ -26,6 +26,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/version"
@@ -36,7 +37,10 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	started time.Time
+	// sinkBudget bounds what every storage sink of this node holds
+	// together (--sink-memory-mib).
+	sinkBudget *storage.Budget
+	started    time.Time
 	// drainsSeen are the drain plans whose duration the metrics observed.
 	drainsSeen map[string]bool
 
@@ -121,7 +125,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: storage.NewBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -330,13 +334,13 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
 	manager.Observe = n.metrics.observeSink
 	manager.Metrics = recoveryMetrics{n.metrics}
-	manager.StorageMetrics = n.metrics.storage
+	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, StorageBudget: n.sinkBudget}
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
 	// Consumers learn the checkpoint from the sink (seed 004): opened
 	// here, on the maintainer's node, apart from the dispatchers' sinks.
-	marks := registry.NewPublisher(registry.Env{Log: n.log, Storage: n.metrics.storage})
+	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage})
 	host.Checkpointed = marks.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -49,8 +48,9 @@ type Manager struct {
 	// fails the start (fault injection: seed 003's failed
 	// PreparePartition).
 	FailStart func(model.RouteEntry) error
-	// StorageMetrics, if set, receives the storage sinks' metrics.
-	StorageMetrics storage.Metrics
+	// Sinks is what the sinks opened here share with the node (metrics,
+	// the storage memory budget); its Log is the manager's.
+	Sinks registry.Env
 	// Metrics, if set, counts recoveries and restarts (recover.go).
 	Metrics RecoveryMetrics
 
@@ -340,7 +340,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if err != nil {
 		return nil, err
 	}
-	sk, err := registry.Open(ctx, e.Info.SinkURI, registry.Env{Log: m.log, Storage: m.StorageMetrics})
+	sk, err := registry.Open(ctx, e.Info.SinkURI, m.sinkEnv())
 	if err != nil {
 		_ = src.Close()
 		return nil, err
@@ -439,6 +439,12 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
 	return nil
+}
+
+func (m *Manager) sinkEnv() registry.Env {
+	env := m.Sinks
+	env.Log = m.log
+	return env
 }
 
 // closeUnusedFeeds closes the sinks and sources of changefeeds with nothing running here.

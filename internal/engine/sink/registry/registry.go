@@ -37,8 +37,11 @@ func Validate(uri string) error {
 // Env is what a sink gets from the node that opens it.
 type Env struct {
 	Log *slog.Logger
-	// Storage receives the storage sinks' metrics; nil is fine.
-	Storage storage.Metrics
+	// StorageMetrics receives the storage sinks' metrics; nil is fine.
+	StorageMetrics storage.Metrics
+	// StorageBudget, if set, bounds the bytes all storage sinks opened
+	// with it hold together (one cap per node).
+	StorageBudget *storage.Budget
 }
 
 // Open connects a sink.
@@ -54,7 +57,7 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	case "blackhole":
 		return blackhole.New(), nil
 	}
-	return storage.OpenWith(ctx, uri, log, env.Storage)
+	return storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget})
 }
 
 // RecoverTimeout is how long a dispatcher of a sink's URI may take to

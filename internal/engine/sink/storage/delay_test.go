@@ -85,7 +85,7 @@ func writeOneRow(t *testing.T, s *storage.Sink, g *gen.Generator, table string, 
 func TestManyTablesWithOneRowAreAckedLongBeforeTheInterval(t *testing.T) {
 	const tables = 5000
 	m := newCounts()
-	s, err := storage.OpenWith(context.Background(), "mem://?flush-interval=10m&max-flush-delay=100ms", quiet(), m)
+	s, err := storage.OpenWith(context.Background(), "mem://?flush-interval=10m&max-flush-delay=100ms", quiet(), storage.Env{Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -40,6 +41,8 @@ type Sink struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics Metrics
+	budget  *Budget     // nil: only SpoolMaxBytes bounds the spool
+	shut    atomic.Bool // closed, for waiters that do not hold mu
 	// ctx ends writes under way when Close gives up waiting for them.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -94,37 +97,49 @@ type dispatcherState struct {
 	active bool
 }
 
-// Open opens the bucket of a sink URI and starts the sink's flusher.
-func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
-	return OpenWith(ctx, uri, log, nil)
+// Env is what a storage sink shares with the node that opens it.
+type Env struct {
+	// Metrics receives its counts; nil: nowhere.
+	Metrics Metrics
+	// Budget, if set, bounds the bytes every sink sharing it holds.
+	Budget *Budget
 }
 
-// OpenWith is Open reporting to m (nil: nowhere).
-func OpenWith(ctx context.Context, uri string, log *slog.Logger, m Metrics) (*Sink, error) {
+// Open opens the bucket of a sink URI and starts the sink's flusher.
+func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
+	return OpenWith(ctx, uri, log, Env{})
+}
+
+// OpenWith is Open with what the node shares.
+func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
-	return OpenConfig(ctx, cfg, log, m)
+	return OpenConfig(ctx, cfg, log, env)
 }
 
 // OpenConfig is OpenWith with a parsed configuration.
-func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, m Metrics) (*Sink, error) {
+func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Sink, error) {
 	bucket, err := OpenBucket(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	m := env.Metrics
 	if m == nil {
 		m = noMetrics{}
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
-		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, ctx: wctx, cancel: cancel,
+		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.cond = sync.NewCond(&s.mu)
+	if s.budget != nil {
+		s.budget.join(s)
+	}
 	go s.runFlusher()
 	return s, nil
 }
@@ -166,6 +181,11 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		size += int64(db.buf.Len() - before)
 	}
 
+	if s.budget != nil {
+		if err := s.budget.acquire(ctx, size, s.closedNow); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := sink.WaitCond(ctx, s.cond, func() bool {
@@ -183,6 +203,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		err = s.closedErr()
 	}
 	if err != nil {
+		if s.budget != nil {
+			s.budget.release(size)
+		}
 		return err
 	}
 	d := s.disp[b.Dispatcher]
@@ -298,8 +321,13 @@ func (s *Sink) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.shut.Store(true)
 	s.cond.Broadcast()
 	s.mu.Unlock()
+	if s.budget != nil {
+		s.budget.leave(s)
+		s.budget.wakeAll()
+	}
 	close(s.stop)
 	<-s.done
 	ended := make(chan struct{})
@@ -322,8 +350,12 @@ func (s *Sink) Close() error {
 		}
 	}
 	s.metrics.Backlog(-s.spooled, 0)
+	held := s.spooled
 	s.spooled = 0
 	s.mu.Unlock()
+	if s.budget != nil {
+		s.budget.release(held)
+	}
 	for _, b := range failed {
 		if b.OnFlushed != nil {
 			b.OnFlushed(errors.New("storage sink closed before the batch was flushed"))
@@ -461,6 +493,9 @@ func (s *Sink) flush(j flushJob) {
 	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
+	if s.budget != nil {
+		s.budget.release(j.bytes)
+	}
 	<-s.slots
 	s.wakeFlusher()
 }
@@ -553,6 +588,25 @@ func (s *Sink) nextIndex(ctx context.Context, d *dispatcherState, dir string) (u
 }
 
 var _ sink.Sink = (*Sink)(nil)
+
+// urge has the flusher write everything held now (a node budget is
+// short).
+func (s *Sink) urge() {
+	s.mu.Lock()
+	if s.spooled > 0 {
+		s.pressure = true
+		s.wakeFlusher()
+	}
+	s.mu.Unlock()
+}
+
+// closedNow is closedErr for a caller that does not hold s.mu.
+func (s *Sink) closedNow() error {
+	if s.shut.Load() {
+		return errors.New("storage sink is closed")
+	}
+	return nil
+}
 
 // closedErr tells a waiting caller the sink closed; the caller holds s.mu.
 func (s *Sink) closedErr() error {

@@ -1,0 +1,77 @@
+package storage_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Seed 004: one memory cap per node across all its changefeeds. Two
+// sinks (two changefeeds) share a 1 MiB budget, each with a spool far
+// larger. The first holds about 0.9 MiB that nothing would flush for ten
+// minutes; the second's write waits for the budget, and the wait urges
+// the first to write what it holds, so the second goes on at once after.
+// Nothing is held once both are flushed.
+func TestSinksShareOneNodeBudget(t *testing.T) {
+	budget := storage.NewBudget(1 << 20)
+	opts := "?flush-interval=10m&max-flush-delay=0s&spool-max-bytes=268435456"
+	open2 := func() *storage.Sink {
+		s, err := storage.OpenWith(context.Background(), "file://"+t.TempDir()+opts, quiet(), storage.Env{Budget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open2(), open2()
+	g := newGen(t, gen.Config{Tables: 2, Keys: 2000, Rate: 20000})
+	ra, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
+	rb, _ := g.Open(model.Span{Table: "t0002"}, model.TsFromMillis(start))
+	var first []source.Event
+	for size := 0; size < 900<<10; {
+		evs := ra.Read(model.TsFromMillis(start+60_000), 100)
+		first = append(first, evs...)
+		size += 330 * len(evs)
+	}
+	var flushed atomic.Bool
+	if err := a.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: first, OnFlushed: func(err error) { flushed.Store(err == nil) }}); err != nil {
+		t.Fatal(err)
+	}
+	if used := budget.Used(); used < 800<<10 {
+		t.Fatalf("the budget counts %d bytes after the first write; want about 0.9 MiB", used)
+	}
+	second := rb.Read(model.TsFromMillis(start+60_000), 1000)
+	returned := make(chan error, 1)
+	go func() { returned <- b.Write(context.Background(), &sink.Batch{Dispatcher: "d2", Events: second}) }()
+	select {
+	case err := <-returned:
+		if err != nil || !flushed.Load() {
+			t.Fatalf("the second sink's write returned (%v) before the first sink freed the budget", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write waiting for the node's budget did not make the other sink write what it holds")
+	}
+	if err := b.Flush(context.Background(), "d2"); err != nil {
+		t.Fatal(err)
+	}
+	if used := budget.Used(); used != 0 {
+		t.Fatalf("%d bytes still counted after every flush", used)
+	}
+	// A writer waiting on the budget is freed by its context.
+	if err := a.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: ra.Read(model.TsFromMillis(start+120_000), 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	big := rb.Read(model.TsFromMillis(start+120_000), 3000)
+	if err := b.Write(ctx, &sink.Batch{Dispatcher: "d2", Events: big}); err != nil && ctx.Err() == nil {
+		t.Fatalf("a waiting write failed without its context ending: %v", err)
+	}
+}
