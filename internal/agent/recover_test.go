@@ -166,6 +166,29 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 		faulty, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
+// healAndVerify ends the fault and checks what every fault shorter than
+// the recover timeout must leave: the changefeed caught up, no recovery
+// pending, no changefeed restarted, nothing lost or out of order.
+func (rig *recoverRig) healAndVerify() verify.Report {
+	tc, t := rig.tc, rig.tc.t
+	t.Helper()
+	rig.kafka.Heal()
+	tc.waitCheckpoint(rig.c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
+	tc.eventually("no recovery is left pending", 15*time.Second, func() bool {
+		return rig.metric("cdcctl_dispatcher_recover_pending") == 0
+	})
+	for _, reason := range []string{"recover_timeout", "recover_failed"} {
+		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
+			t.Fatalf("%v changefeed restarts (%s) for a fault shorter than the recover timeout", n, reason)
+		}
+	}
+	rep := rig.verify()
+	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("verify: %+v", rep)
+	}
+	return rep
+}
+
 // nodeMetric is a series on each node.
 func (rig *recoverRig) nodeMetric(series string) map[model.NodeID]float64 {
 	out := map[model.NodeID]float64{}
@@ -303,20 +326,7 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 			})
 		}
 	}
-	rig.kafka.Heal()
-	tc.waitCheckpoint(c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
-	tc.eventually("no recovery is left pending", 15*time.Second, func() bool {
-		return rig.metric("cdcctl_dispatcher_recover_pending") == 0
-	})
-	for _, reason := range []string{"recover_timeout", "recover_failed"} {
-		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
-			t.Fatalf("%v changefeed restarts (%s)", n, reason)
-		}
-	}
-	rep := rig.verify()
-	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
-		t.Fatalf("verify: %+v", rep)
-	}
+	rep := rig.healAndVerify()
 	t.Logf("answers: %v SUPERSEDED, %v RUNNING; verified %d events: %d lost, %d out of order, %d duplicates",
 		rig.metric(`cdcctl_dispatcher_recover_responses_total{state="SUPERSEDED"}`), rig.metric(`cdcctl_dispatcher_recover_responses_total{state="RUNNING"}`),
 		rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
@@ -330,7 +340,7 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 // verify finds nothing lost and nothing out of order.
 func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 	rig := newRecoverRig(t, "")
-	tc, c := rig.tc, rig.c
+	tc := rig.tc
 	rig.warm()
 	old := tc.state().Changefeeds["demo"].Maintainer
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
@@ -370,20 +380,7 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 	if n := rig.metric(pending); n < 1 {
 		t.Fatalf("%v recoveries pending during the fault after the maintainer moved; want some still waiting", n)
 	}
-	rig.kafka.Heal()
-	tc.waitCheckpoint(c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
-	tc.eventually("no recovery is left pending", 15*time.Second, func() bool {
-		return rig.metric(pending) == 0
-	})
-	for _, reason := range []string{"recover_timeout", "recover_failed"} {
-		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
-			t.Fatalf("%v changefeed restarts (%s) after the maintainer moved", n, reason)
-		}
-	}
-	rep := rig.verify()
-	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
-		t.Fatalf("verify: %+v", rep)
-	}
+	rep := rig.healAndVerify()
 	t.Logf("maintainer %s → %s; verified %d events: %d lost, %d out of order, %d duplicates",
 		old.Node, tc.state().Changefeeds["demo"].Maintainer.Node, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }

@@ -107,25 +107,13 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("must be between 1024 and %d bytes", int64(1)<<32)
 			}
 		case "flush-interval":
-			c.FlushInterval, perr = time.ParseDuration(v)
-			if perr == nil && (c.FlushInterval < 10*time.Millisecond || c.FlushInterval > 10*time.Minute) {
-				perr = fmt.Errorf("must be between 10ms and 10m")
-			}
+			c.FlushInterval, perr = durationBetween(v, 10*time.Millisecond, 10*time.Minute, "10ms and 10m")
 		case "max-flush-delay":
-			c.MaxFlushDelay, perr = time.ParseDuration(v)
-			if perr == nil && (c.MaxFlushDelay < 0 || c.MaxFlushDelay > 10*time.Minute) {
-				perr = fmt.Errorf("must be between 0s (off) and 10m")
-			}
+			c.MaxFlushDelay, perr = durationBetween(v, 0, 10*time.Minute, "0s (off) and 10m")
 		case "state-ttl":
-			c.StateTTL, perr = time.ParseDuration(v)
-			if perr == nil && (c.StateTTL < 100*time.Millisecond || c.StateTTL > 24*time.Hour) {
-				perr = fmt.Errorf("must be between 100ms and 24h")
-			}
+			c.StateTTL, perr = durationBetween(v, 100*time.Millisecond, 24*time.Hour, "100ms and 24h")
 		case "write-timeout":
-			c.WriteTimeout, perr = time.ParseDuration(v)
-			if perr == nil && (c.WriteTimeout < 100*time.Millisecond || c.WriteTimeout > time.Hour) {
-				perr = fmt.Errorf("must be between 100ms and 1h")
-			}
+			c.WriteTimeout, perr = durationBetween(v, 100*time.Millisecond, time.Hour, "100ms and 1h")
 		case "spool-max-bytes":
 			c.SpoolMaxBytes, perr = strconv.ParseInt(v, 10, 64)
 			if perr == nil && c.SpoolMaxBytes < 1<<20 {
@@ -155,4 +143,17 @@ func ParseURI(raw string) (Config, error) {
 	u.RawQuery = q.Encode()
 	c.BucketURL = u.String()
 	return c, nil
+}
+
+// durationBetween parses a duration and refuses one outside [lo, hi],
+// naming the bounds as given.
+func durationBetween(v string, lo, hi time.Duration, bounds string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, err
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("must be between %s", bounds)
+	}
+	return d, nil
 }
