@@ -50,17 +50,45 @@ type backend struct{ n *Node }
 
 var errNotJoined = api.Errorf(api.CodeUnavailable, "the agent is starting or rejoining; try again in a moment", "this capture is not a member of the cluster right now")
 
+// load is the cluster's state for a read: the watched view, once it has
+// caught up with etcd's current revision (one key's count), so a reader
+// sees every write acknowledged before it asked. A full read of the
+// prefix per request cost a live view at 20,000 partitions about 8 full
+// reads a second. A view that does not catch up in time (a broken watch
+// being replaced) is bypassed by a full read.
 func (b backend) load(ctx context.Context) (*meta.State, error) {
-	store, _ := b.n.current()
-	if store == nil {
+	store, inc := b.n.current()
+	if store == nil || inc == nil {
 		return nil, errNotJoined
 	}
+	unavailable := func(err error) error {
+		return api.Errorf(api.CodeUnavailable, "check that etcd is reachable from this agent", "%v", err)
+	}
+	rev, err := store.Revision(ctx)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if st := inc.view.State(); st.Revision >= rev {
+		return st, nil
+	}
+	_ = store.RequestProgress(ctx)
+	wctx, cancel := context.WithTimeout(ctx, viewCatchUp)
+	err = inc.view.WaitRevision(wctx, rev)
+	cancel()
+	if err == nil {
+		return inc.view.State(), nil
+	}
+	b.n.metrics.fullReads.Inc()
 	st, err := store.Load(ctx)
 	if err != nil {
-		return nil, api.Errorf(api.CodeUnavailable, "check that etcd is reachable from this agent", "%v", err)
+		return nil, unavailable(err)
 	}
 	return st, nil
 }
+
+// viewCatchUp is how long a read waits for the view before it reads etcd
+// in full.
+const viewCatchUp = 2 * time.Second
 
 func (b backend) Status(ctx context.Context) (*api.Status, error) {
 	st, err := b.load(ctx)

@@ -41,6 +41,8 @@ type metrics struct {
 	restarts         *prometheus.CounterVec
 	// Seed 004's storage sink series.
 	storage *storageMetrics
+	// fullReads counts API reads that could not wait for the view.
+	fullReads prometheus.Counter
 }
 
 // recoveryMetrics is the dispatcher manager's view of the node's metrics.
@@ -160,6 +162,11 @@ func newMetrics() *metrics {
 		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
+	m.fullReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "cdcctl", Subsystem: "api", Name: "full_reads_total",
+		Help: "API reads served by reading the whole cluster state from etcd because this capture's watched view did not catch up in time (normally 0).",
+	})
+	m.reg.MustRegister(m.fullReads)
 	return m
 }
 

@@ -159,6 +159,11 @@ func (v *View) WaitFor(ctx context.Context, cond func(*meta.State) bool) error {
 	}
 }
 
+// WaitRevision blocks until the view has seen etcd at rev or later.
+func (v *View) WaitRevision(ctx context.Context, rev int64) error {
+	return v.WaitFor(ctx, func(st *meta.State) bool { return st.Revision >= rev })
+}
+
 // MaxRest bounds Rest.
 const MaxRest = 250 * time.Millisecond
 

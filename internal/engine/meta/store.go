@@ -62,6 +62,26 @@ func (s *Store) clusterID() string {
 }
 
 // Watch streams every change under the cluster's root from a revision on.
+// Revision is etcd's current revision, read linearizably at the cost of
+// one key's count: a reader that waits until its watched view reaches it
+// sees every write acknowledged before it asked.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.keys.PartitionIDs(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// RequestProgress asks etcd to tell Watch's channels its current
+// revision: writes elsewhere in etcd (another cluster id) move the
+// revision without an event under this cluster's prefix.
+func (s *Store) RequestProgress(ctx context.Context) error {
+	// The same metadata as Watch's context: the request goes to that
+	// watch stream.
+	return s.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+}
+
 func (s *Store) Watch(ctx context.Context, fromRevision int64) clientv3.WatchChan {
 	// RequireLeader: behind a partitioned etcd member the watch fails
 	// instead of going quiet, and the view reloads elsewhere.
