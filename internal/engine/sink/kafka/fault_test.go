@@ -166,3 +166,10 @@ func TestAPermanentErrorSaysWhatToDo(t *testing.T) {
 		t.Fatalf("a message too large: %v (permanent %v, remedy %q)", got, permanent, remedy)
 	}
 }
+
+// An error code the producer does not retry by itself (NETWORK_EXCEPTION)
+// makes it give up on a batch on its own, with the batches behind it in
+// the partition already built: the window docs/recovery.md describes.
+func TestPerKeyOrderIsKeptWhenTheProducerGivesUpByItself(t *testing.T) {
+	orderThroughAFault(t, func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) })
+}

@@ -27,12 +27,9 @@ import (
 // producer's own goroutine, before anything behind it can be sent. The
 // producer's retry limit is set far beyond that, so it does not give up
 // first. Errors the producer returns on its own fence the dispatcher only
-// when they reach the sink: a dropped connection whose batch the producer
-// resends without encoding it again and then gives up on, a leader it
-// cannot find, an error code it does not retry. Between that error and
-// the fence, a message behind the failed one may already have been
-// encoded and go out: a known window (docs/recovery.md), which the
-// retry timeout, the common path, does not have.
+// when they reach the sink, with batches behind the failed message
+// already built: order.go keeps those from holding a newer change of a
+// row whose older change failed.
 
 // fence is the delivery state of one dispatcher (one epoch).
 type fence struct {

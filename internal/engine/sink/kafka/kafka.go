@@ -62,8 +62,18 @@ type Sink struct {
 	outstanding map[string]int
 	// fences are the delivery states of the dispatchers with messages
 	// outstanding or a failure (fence.go).
-	fences  map[string]*fence
+	fences map[string]*fence
+	// inFlight has the rows with a message in the producer, and ready
+	// the messages free to go after theirs settled (order.go).
+	inFlight map[string]*keyQueue
+	ready    []*sarama.ProducerMessage
+	// sendMu is read-held while messages are handed to the producer,
+	// and held by Close to stop that.
+	sendMu  sync.RWMutex
+	kick    chan struct{} // sendReady has work
 	closed  bool
+	drained bool // Close has seen every result
+	sent    chan struct{}
 	handled chan struct{}
 }
 
@@ -98,6 +108,8 @@ type meta struct {
 	partition  int32      // ≥ 0: this partition (DDL, watermark); -1: by key
 	sync       chan error // for messages the caller waits on
 	fence      *fence     // the dispatcher's delivery state (rows)
+	keys       []string   // its rows (order.go)
+	pending    int        // how many of them an earlier message holds; s.mu
 }
 
 // Open connects to the brokers and makes sure the topic exists.
@@ -121,9 +133,10 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
 		client.Close()
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, fences: map[string]*fence{}, handled: make(chan struct{})}
+	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[string]*keyQueue{}, handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	go s.handleResults()
+	go s.sendReady()
 	return s, nil
 }
 
@@ -249,26 +262,55 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		value := bytes.TrimRight(buf.Bytes(), "\n")
 		msgs = append(msgs, &sarama.ProducerMessage{
 			Topic: s.cfg.Topic, Key: sarama.StringEncoder(s.messageKey(e)), Value: &payload{b: append([]byte(nil), value...), f: f, limit: s.cfg.RetryTimeout},
-			Metadata: &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1, fence: f},
+			Metadata: &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1, fence: f, keys: orderKeys(e)},
 		})
 	}
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	// Every message takes its rows (order.go) in one step; those whose
+	// rows are free go now, the others when sendReady frees them.
+	now := make([]bool, len(msgs))
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.release(b.Dispatcher, len(msgs))
+		bs.settle(len(msgs), errors.New("kafka sink is closed"))
+		return errors.New("kafka sink is closed")
+	}
 	for i, m := range msgs {
+		now[i] = s.claimKeys(m)
+	}
+	s.mu.Unlock()
+	var cancelled error
+	for i, m := range msgs {
+		if !now[i] {
+			continue
+		}
+		if f.closed.Load() {
+			// A message of this dispatcher failed: nothing behind it
+			// goes (settling it passes its rows on).
+			s.settle(m, errFenced)
+			continue
+		}
 		select {
 		case s.producer.Input() <- m:
 		case <-ctx.Done():
-			// The rest never left: count them off and fail the batch;
-			// nothing of the dispatcher may go out after the gap.
-			f.shut(ctx.Err())
-			s.release(b.Dispatcher, len(msgs)-i)
-			bs.settle(len(msgs)-i, &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: ctx.Err(), Transient: true})
-			return ctx.Err()
+			// Nothing of the dispatcher may go out after the gap.
+			cancelled = ctx.Err()
+			f.shut(cancelled)
+			s.settle(m, cancelled)
 		}
 	}
-	return nil
+	return cancelled
 }
 
 func (s *Sink) release(dispatcher string, n int) {
 	s.mu.Lock()
+	s.releaseLocked(dispatcher, n)
+	s.mu.Unlock()
+}
+
+func (s *Sink) releaseLocked(dispatcher string, n int) {
 	s.outstanding[dispatcher] -= n
 	if s.outstanding[dispatcher] <= 0 {
 		delete(s.outstanding, dispatcher)
@@ -278,9 +320,8 @@ func (s *Sink) release(dispatcher string, n int) {
 			// until it is gone.
 			delete(s.fences, dispatcher)
 		}
+		s.cond.Broadcast() // Flush waits for this
 	}
-	s.cond.Broadcast()
-	s.mu.Unlock()
 }
 
 // handleResults turns the producer's acks into flush acks, and its errors
@@ -328,7 +369,11 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 	}
 	// The batch's ack first: Flush returning means every callback ran.
 	md.batch.settle(1, err)
-	s.release(md.dispatcher, 1)
+	s.mu.Lock()
+	// After the fence: the row's next message sees the failure.
+	s.passKeys(md)
+	s.releaseLocked(md.dispatcher, 1)
+	s.mu.Unlock()
 }
 
 // dispatcherError classifies a delivery error of a dispatcher.
@@ -440,8 +485,16 @@ func (s *Sink) Close() error {
 	s.closed = true
 	s.cond.Broadcast()
 	s.mu.Unlock()
+	// Wait out a hand-over in progress; later ones see closed.
+	s.sendMu.Lock()
+	s.sendMu.Unlock()
 	s.producer.AsyncClose()
 	<-s.handled
+	s.mu.Lock()
+	s.drained = true
+	s.mu.Unlock()
+	s.wake()
+	<-s.sent
 	return s.client.Close()
 }
 
