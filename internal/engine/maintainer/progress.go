@@ -167,7 +167,7 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 		return nil
 	}
 	resume := h.resumePoint(e.Info.ID, cp)
-	if err := h.store.SaveProgress(ctx, mf, e, cp, resume, pos); err != nil {
+	if err := h.store.SaveProgress(ctx, mf, st, e, cp, resume, pos); err != nil {
 		return err
 	}
 	if cp > e.Status.CheckpointTs {

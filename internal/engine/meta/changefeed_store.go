@@ -312,23 +312,29 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 // the status is compared, because the coordinator writes it too. A
 // source position (a database reader's resume point at or below the
 // checkpoint) goes with the checkpoint it belongs to.
-func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, checkpoint model.Ts, sourcePosition json.RawMessage, table model.ProgressTable) error {
+//
+// Only the shards of the positions that differ from st's are written
+// (progress.go), in as many transactions as their size needs; the
+// checkpoint goes in the last, after every position it rests on.
+func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, st *State, e *ChangefeedEntry, checkpoint model.Ts, sourcePosition json.RawMessage, table model.ProgressTable) error {
 	cmps := []clientv3.Cmp{mf.cmp()}
-	ops := []clientv3.Op{clientv3.OpPut(s.keys.ChangefeedProgress(e.Info.ID), mustJSON(table))}
+	ops := s.progressOps(st, e.Info.ID, table)
+	var statusCmps []clientv3.Cmp
+	var status []clientv3.Op
 	if checkpoint > e.Status.CheckpointTs {
-		st := e.Status
-		st.CheckpointTs = checkpoint
-		if st.State != model.ChangefeedFailed {
-			st.Error = "" // progress: whatever held the changefeed back is over
+		cs := e.Status
+		cs.CheckpointTs = checkpoint
+		if cs.State != model.ChangefeedFailed {
+			cs.Error = "" // progress: whatever held the changefeed back is over
 		}
 		if sourcePosition != nil {
-			st.SourcePosition = sourcePosition
+			cs.SourcePosition = sourcePosition
 		}
 		key := s.keys.ChangefeedStatus(e.Info.ID)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
-		ops = append(ops, clientv3.OpPut(key, mustJSON(st)))
+		statusCmps = append(statusCmps, clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))
+		status = append(status, clientv3.OpPut(key, mustJSON(cs)))
 	}
-	return s.commit(ctx, cmps, ops...)
+	return s.commitInChunks(ctx, cmps, ops, statusCmps, status...)
 }
 
 // SetChangefeedError records why a changefeed does not advance (maintainer

@@ -88,7 +88,9 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 	id := model.ChangefeedID(cf)
 	switch {
 	case kind == kindChangefeed && leaf == "progress":
-		s.applyProgress(id, kv, deleted)
+		s.applyProgress(id, legacyShard, kv, deleted)
+	case kind == kindChangefeed && strings.HasPrefix(leaf, "progress/"):
+		s.applyProgress(id, strings.TrimPrefix(leaf, "progress/"), kv, deleted)
 	case kind == kindChangefeed:
 		e := s.Changefeeds[id]
 		if e == nil {
@@ -123,38 +125,23 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 		}
 		s.Changefeeds[id] = e
 	case kind == kindPartition:
-		s.Partitions[id] = applyRecord(s.Partitions[id], leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
+		s.Partitions[id] = applyRecord(s.Partitions[id], s.mine(kind, id, 0), leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
 			return RouteRecord{Route: r, Revision: rev}
 		})
 	case kind == kindBarrier:
-		s.Barriers[id] = applyRecord(s.Barriers[id], leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
+		s.Barriers[id] = applyRecord(s.Barriers[id], s.mine(kind, id, 0), leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
 			return BarrierRecord{Barrier: b, Revision: rev}
 		})
 	}
 }
 
-// applyProgress replaces a changefeed's partition positions with its
-// progress record; a record that does not decode leaves them as they were.
-func (s *State) applyProgress(id model.ChangefeedID, kv *mvccpb.KeyValue, deleted bool) {
-	if deleted {
-		delete(s.Progress, id)
-		return
+// applyRecord returns one changefeed's map with one record put or
+// deleted, copied first unless the state already owns it (State.mine); a
+// value that does not decode leaves the record as it was.
+func applyRecord[T, R any](m map[string]R, owned bool, leaf string, kv *mvccpb.KeyValue, deleted bool, wrap func(T, int64) R) map[string]R {
+	if !owned || m == nil {
+		m = cloneMap(m)
 	}
-	var table model.ProgressTable
-	if json.Unmarshal(kv.Value, &table) != nil {
-		return
-	}
-	m := make(map[string]ProgressRecord, len(table))
-	for pid, p := range table {
-		m[pid] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
-	}
-	s.Progress[id] = m
-}
-
-// applyRecord returns a copy of one changefeed's map with one record put
-// or deleted; a value that does not decode leaves the record as it was.
-func applyRecord[T, R any](m map[string]R, leaf string, kv *mvccpb.KeyValue, deleted bool, wrap func(T, int64) R) map[string]R {
-	m = cloneMap(m)
 	if deleted {
 		delete(m, leaf)
 		return m

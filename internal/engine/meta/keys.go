@@ -50,11 +50,17 @@ func (k Keys) ChangefeedStatus(cf model.ChangefeedID) string {
 func (k Keys) Maintainer(cf model.ChangefeedID) string { return k.ChangefeedPrefix(cf) + "maintainer" }
 
 // ChangefeedProgress is the maintainer's record of every partition's
-// position (one key per changefeed, written with the checkpoint), apart
+// position (written with the checkpoint; in shards since progress.go,
+// this one key before), apart
 // from the routing table so that progress never makes a plan that read
 // the routing table stale.
 func (k Keys) ChangefeedProgress(cf model.ChangefeedID) string {
 	return k.ChangefeedPrefix(cf) + "progress"
+}
+
+// ChangefeedProgressShard is one shard of the positions (progress.go).
+func (k Keys) ChangefeedProgressShard(cf model.ChangefeedID, shard string) string {
+	return k.ChangefeedPrefix(cf) + "progress/" + shard
 }
 
 // Partition keys: the routing table, partitions/<cf>/<pid>.

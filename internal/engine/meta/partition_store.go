@@ -119,11 +119,13 @@ func (s *Store) SplitPartition(ctx context.Context, mf MaintainerFence, r RouteR
 	table[upperID] = model.Progress{Checkpoint: at, Node: node, Epoch: upper.Epoch, Copy: upperCopy}
 	k := s.keys.Partition(r.Route.Changefeed, r.Route.ID)
 	cmps := []clientv3.Cmp{mf.cmp(), ctrCmp, clientv3.Compare(clientv3.ModRevision(k), "=", r.Revision)}
-	err = s.commit(ctx, cmps,
+	// The halves' positions go with them: the shards that hold them.
+	ops := append([]clientv3.Op{
 		clientv3.OpPut(k, mustJSON(lower)),
 		clientv3.OpPut(s.keys.Partition(upper.Changefeed, upperID), mustJSON(upper)),
 		clientv3.OpPut(s.keys.PartitionIDs(), strconv.FormatUint(next, 10)),
-		clientv3.OpPut(s.keys.ChangefeedProgress(r.Route.Changefeed), mustJSON(table)))
+	}, s.progressOps(nil, r.Route.Changefeed, table, lower.ID, upperID)...)
+	err = s.commit(ctx, cmps, ops...)
 	if err != nil {
 		return "", err
 	}

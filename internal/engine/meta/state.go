@@ -47,7 +47,10 @@ type State struct {
 	Changefeeds map[model.ChangefeedID]*ChangefeedEntry
 	Partitions  map[model.ChangefeedID]map[string]RouteRecord
 	Progress    map[model.ChangefeedID]map[string]ProgressRecord
-	Barriers    map[model.ChangefeedID]map[string]BarrierRecord // by table
+	// progressShards are the stored records Progress merges, by shard
+	// (progress.go).
+	progressShards map[model.ChangefeedID]map[string]map[string]ProgressRecord
+	Barriers       map[model.ChangefeedID]map[string]BarrierRecord // by table
 	// Drain is the drain in progress, if any, and its revision.
 	Drain         *model.DrainRecord
 	DrainRevision int64
@@ -55,6 +58,10 @@ type State struct {
 	// does not know its shape), and the operators' requests, by plan id.
 	Plans        map[string]RawRecord
 	PlanRequests map[string]string
+
+	// owned are the inner maps this state copied since it was cloned:
+	// no published state shares them, so they change in place (mine).
+	owned map[ownedMap]bool
 }
 
 // RawRecord is a stored value this package does not decode.
@@ -70,10 +77,12 @@ func newState(clusterID string) *State {
 		Liveness:  map[model.NodeID]LivenessEntry{},
 		elections: map[string]electionEntry{},
 
-		Changefeeds: map[model.ChangefeedID]*ChangefeedEntry{},
-		Partitions:  map[model.ChangefeedID]map[string]RouteRecord{},
-		Progress:    map[model.ChangefeedID]map[string]ProgressRecord{},
-		Barriers:    map[model.ChangefeedID]map[string]BarrierRecord{},
+		Changefeeds:    map[model.ChangefeedID]*ChangefeedEntry{},
+		Partitions:     map[model.ChangefeedID]map[string]RouteRecord{},
+		Progress:       map[model.ChangefeedID]map[string]ProgressRecord{},
+		progressShards: map[model.ChangefeedID]map[string]map[string]ProgressRecord{},
+		owned:          map[ownedMap]bool{},
+		Barriers:       map[model.ChangefeedID]map[string]BarrierRecord{},
 
 		Plans:        map[string]RawRecord{},
 		PlanRequests: map[string]string{},
@@ -103,6 +112,9 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.Progress {
 		c.Progress[k] = v
+	}
+	for k, v := range s.progressShards {
+		c.progressShards[k] = v
 	}
 	for k, v := range s.Barriers {
 		c.Barriers[k] = v

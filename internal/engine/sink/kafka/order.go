@@ -37,10 +37,11 @@ import (
 // orderKeys are the rows an event changes, as the gate knows them: its
 // table and key columns, in the image before and after (an update may
 // change the key). A table without a primary key is not held back (nil):
-// its rows have no identity to order by, and holding them by their whole
-// content broke the rebuild of such tables in TestPostgresIntoKafka (a
-// row lost or doubled); their changes keep the fence's order only
-// (docs/recovery.md, "A known window").
+// a consumer of such a table tells a replay from new changes by commit
+// position going back in a partition (docs/postgres.md), and a held-back
+// change would go back too (TestPostgresIntoKafka counted a row lost or
+// doubled when they were held by their content). Their changes keep the
+// fence's order only (docs/recovery.md, "A known window").
 func orderKeys(e *source.Event) []string {
 	if e.Def == nil {
 		return []string{e.Table + "\x00" + e.Key}

@@ -1,0 +1,227 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A changefeed's partition positions are stored in shards: one key per
+// group of partition ids (progress/<shard>), so that a changefeed of
+// 100,000 partitions does not write one 7 MB value a second (etcd refuses
+// a request over 1.5 MiB by default: one key stopped the checkpoint at
+// about 20,000 partitions), and a save writes only the shards that
+// changed. A changefeed saved before shards has one key (progress); it
+// is read until its maintainer's next save rewrites it as shards.
+
+// progressShards is how many shards the partition ids hash into: at
+// 1,000,000 partitions a shard holds about 4,000 (~300 KB).
+const progressShards = 256
+
+// ProgressShard is the shard that holds a partition's position.
+func ProgressShard(pid string) string {
+	h := fnv.New32a()
+	h.Write([]byte(pid))
+	return fmt.Sprintf("%02x", h.Sum32()%progressShards)
+}
+
+// legacyShard stands for the record from before shards.
+const legacyShard = ""
+
+// ownedMap names a map a state may change in place (see State.owned).
+type ownedMap struct {
+	kind keyKind
+	cf   model.ChangefeedID
+	sub  int
+}
+
+const (
+	ownProgress = iota
+	ownProgressShards
+)
+
+// mine reports whether the state already made its own copy of a map since
+// it was cloned, and from now on takes it as its own: the caller copies it
+// once (when this returns false), then changes it in place. A watch
+// response of a hundred partitions, or a load of all of them, copies each
+// changefeed's map once, not once per key.
+func (s *State) mine(kind keyKind, cf model.ChangefeedID, sub int) bool {
+	k := ownedMap{kind, cf, sub}
+	if s.owned[k] {
+		return true
+	}
+	s.owned[k] = true
+	return false
+}
+
+// applyProgress puts or deletes one shard of a changefeed's positions
+// (legacyShard: the record from before shards). Progress merges them: a
+// partition's position in its own shard wins over the legacy record's.
+// A record that does not decode leaves the positions as they were.
+func (s *State) applyProgress(id model.ChangefeedID, shard string, kv *mvccpb.KeyValue, deleted bool) {
+	var fresh map[string]ProgressRecord
+	if !deleted {
+		var table model.ProgressTable
+		if json.Unmarshal(kv.Value, &table) != nil {
+			return
+		}
+		fresh = make(map[string]ProgressRecord, len(table))
+		for pid, p := range table {
+			fresh[pid] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
+		}
+	}
+	merged, shards := s.Progress[id], s.progressShards[id]
+	if !s.mine(kindChangefeed, id, ownProgress) || merged == nil {
+		merged = cloneMap(merged)
+	}
+	if !s.mine(kindChangefeed, id, ownProgressShards) || shards == nil {
+		shards = cloneShards(shards)
+	}
+	old := shards[shard]
+	if deleted {
+		delete(shards, shard)
+	} else {
+		shards[shard] = fresh
+	}
+	for pid := range old {
+		if _, again := fresh[pid]; again {
+			continue
+		}
+		// Gone from this record: the other record's word, if any.
+		if r, ok := shards[otherShard(shard, pid)][pid]; ok {
+			merged[pid] = r
+		} else {
+			delete(merged, pid)
+		}
+	}
+	for pid, r := range fresh {
+		if shard == legacyShard {
+			if _, own := shards[ProgressShard(pid)][pid]; own {
+				continue
+			}
+		}
+		merged[pid] = r
+	}
+	if len(shards) == 0 {
+		delete(s.Progress, id)
+		delete(s.progressShards, id)
+		return
+	}
+	s.Progress[id], s.progressShards[id] = merged, shards
+}
+
+// otherShard is where else a partition's position may be: its own shard
+// for the legacy record, the legacy record for its own shard.
+func otherShard(shard, pid string) string {
+	if shard == legacyShard {
+		return ProgressShard(pid)
+	}
+	return legacyShard
+}
+
+func cloneShards(m map[string]map[string]ProgressRecord) map[string]map[string]ProgressRecord {
+	c := make(map[string]map[string]ProgressRecord, len(m)+1)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// progressOps are the writes that make a changefeed's stored positions
+// table, given what st holds: the shards whose content changed, the
+// deletion of shards left empty, and, the first time, the rewrite of a
+// record from before shards (every shard, then its deletion). only, if
+// set, limits the shards written to those holding these partitions.
+func (s *Store) progressOps(st *State, cf model.ChangefeedID, table model.ProgressTable, only ...string) []clientv3.Op {
+	next := map[string]model.ProgressTable{}
+	for pid, p := range table {
+		sh := ProgressShard(pid)
+		if next[sh] == nil {
+			next[sh] = model.ProgressTable{}
+		}
+		next[sh][pid] = p
+	}
+	var prev map[string]map[string]ProgressRecord
+	if st != nil {
+		prev = st.progressShards[cf]
+	}
+	_, legacy := prev[legacyShard]
+	var wanted map[string]bool
+	if len(only) > 0 && !legacy {
+		wanted = map[string]bool{}
+		for _, pid := range only {
+			wanted[ProgressShard(pid)] = true
+		}
+	}
+	var ops []clientv3.Op
+	for sh, t := range next {
+		if wanted != nil && !wanted[sh] {
+			continue
+		}
+		if legacy || !sameShard(prev[sh], t) {
+			ops = append(ops, clientv3.OpPut(s.keys.ChangefeedProgressShard(cf, sh), mustJSON(t)))
+		}
+	}
+	for sh := range prev {
+		if sh != legacyShard && next[sh] == nil && (wanted == nil || wanted[sh]) {
+			ops = append(ops, clientv3.OpDelete(s.keys.ChangefeedProgressShard(cf, sh)))
+		}
+	}
+	if legacy {
+		ops = append(ops, clientv3.OpDelete(s.keys.ChangefeedProgress(cf)))
+	}
+	return ops
+}
+
+func sameShard(stored map[string]ProgressRecord, t model.ProgressTable) bool {
+	if len(stored) != len(t) {
+		return false
+	}
+	for pid, p := range t {
+		if r, ok := stored[pid]; !ok || r.Progress != p {
+			return false
+		}
+	}
+	return true
+}
+
+// maxTxnBytes keeps a transaction's values well under etcd's default
+// request limit (1.5 MiB).
+const maxTxnBytes = 1 << 20
+
+// commitInChunks commits ops in transactions of at most
+// maxOpsPerTxn operations and maxTxnBytes, each under cmps; last
+// goes into the final one with its own comparisons. A later chunk that
+// fails leaves the earlier ones written: callers write only what is
+// safe to land alone (positions never go back).
+func (s *Store) commitInChunks(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, lastCmps []clientv3.Cmp, last ...clientv3.Op) error {
+	var chunk []clientv3.Op
+	size := 0
+	for _, op := range ops {
+		n := len(op.KeyBytes()) + len(op.ValueBytes())
+		if len(chunk) > 0 && (len(chunk) >= maxOpsPerTxn || size+n > maxTxnBytes) {
+			if err := s.commit(ctx, cmps, chunk...); err != nil {
+				return err
+			}
+			chunk, size = nil, 0
+		}
+		chunk, size = append(chunk, op), size+n
+	}
+	if len(chunk)+len(last) > maxOpsPerTxn {
+		if err := s.commit(ctx, cmps, chunk...); err != nil {
+			return err
+		}
+		chunk = nil
+	}
+	chunk = append(chunk, last...)
+	if len(chunk) == 0 {
+		return nil
+	}
+	return s.commit(ctx, append(append([]clientv3.Cmp(nil), cmps...), lastCmps...), chunk...)
+}

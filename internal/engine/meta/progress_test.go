@@ -1,0 +1,214 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// bigFeed is a changefeed with its maintainer placed, against an embedded
+// etcd, and a watched copy of the state that follows every write.
+type bigFeed struct {
+	t       *testing.T
+	ctx     context.Context
+	cli     *clientv3.Client
+	store   *Store
+	fence   Fence
+	watched *State
+	events  int // watch events applied so far
+	watch   clientv3.WatchChan
+}
+
+func newBigFeed(t *testing.T, tables int) (*bigFeed, []model.RouteEntry) {
+	t.Helper()
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store := NewStore(cli, "big")
+	put, err := cli.Put(ctx, "/term", "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &bigFeed{t: t, ctx: ctx, cli: cli, store: store, fence: Fence{Key: "/term", CreateRevision: put.Header.Revision}}
+	spans := make([]model.Span, tables)
+	for i := range spans {
+		spans[i] = model.Span{Table: fmt.Sprintf("t%06d", i)}
+	}
+	routes, err := store.CreateChangefeed(ctx, f.fence, model.ChangefeedInfo{ID: "big", StartTs: 1}, nil, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.load()
+	if err := store.PlaceMaintainer(ctx, f.fence, st.Changefeeds["big"], "n1"); err != nil {
+		t.Fatal(err)
+	}
+	f.watched = f.load()
+	f.watch = store.Watch(ctx, f.watched.Revision+1)
+	return f, routes
+}
+
+func (f *bigFeed) load() *State {
+	f.t.Helper()
+	st, err := f.store.Load(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+// follow applies watch responses until the watched state reaches what a
+// fresh load reads, and checks that both are the same.
+func (f *bigFeed) follow() *State {
+	f.t.Helper()
+	loaded := f.load()
+	for f.watched.Revision < loaded.Revision {
+		resp := <-f.watch
+		if err := resp.Err(); err != nil {
+			f.t.Fatal(err)
+		}
+		f.events += len(resp.Events)
+		f.watched = f.watched.Clone()
+		f.watched.Apply(f.store.Keys(), resp)
+	}
+	if !reflect.DeepEqual(f.watched.Progress["big"], loaded.Progress["big"]) {
+		f.t.Fatalf("the watched positions (%d) differ from a fresh load (%d)", len(f.watched.Progress["big"]), len(loaded.Progress["big"]))
+	}
+	return loaded
+}
+
+func (f *bigFeed) save(st *State, cp model.Ts, table model.ProgressTable) {
+	f.t.Helper()
+	e := st.Changefeeds["big"]
+	if err := f.store.SaveProgress(f.ctx, e.FenceOf(f.store.Keys()), st, e, cp, nil, table); err != nil {
+		f.t.Fatalf("save the positions of %d partitions: %v", len(table), err)
+	}
+}
+
+// A changefeed of 30,000 partitions saves its positions and checkpoint:
+// as one key they were over etcd's request limit (the checkpoint stopped
+// at about 20,000 partitions). A save after a few partitions moved writes
+// only their shards, and every node's watched state equals a fresh load.
+func TestThePositionsOfManyPartitionsAreSavedInShards(t *testing.T) {
+	f, routes := newBigFeed(t, 30_000)
+	table := model.ProgressTable{}
+	for _, r := range routes {
+		table[r.ID] = model.Progress{Checkpoint: 100, Node: "n1", Epoch: 1}
+	}
+	st := f.follow()
+	f.save(st, 100, table)
+	st = f.follow()
+	if got := st.Changefeeds["big"].Status.CheckpointTs; got != 100 {
+		t.Fatalf("checkpoint %d after the save, want 100", got)
+	}
+	if len(st.Progress["big"]) != len(routes) {
+		t.Fatalf("%d positions stored, want %d", len(st.Progress["big"]), len(routes))
+	}
+
+	// Five partitions move on: their shards (at most five) and the status.
+	before := f.events
+	for _, r := range routes[:5] {
+		table[r.ID] = model.Progress{Checkpoint: 200, Node: "n1", Epoch: 1}
+	}
+	f.save(st, 100, table)
+	st = f.follow()
+	if n := f.events - before; n < 1 || n > 5 {
+		t.Fatalf("%d keys written for 5 moved partitions, want 1 to 5 shards", n)
+	}
+	for _, r := range routes[:5] {
+		if got := st.Progress["big"][r.ID].Progress.Checkpoint; got != 200 {
+			t.Fatalf("%s at %d, want 200", r.ID, got)
+		}
+	}
+
+	// The same positions again: nothing to write.
+	before = f.events
+	f.save(st, 100, table)
+	if st = f.follow(); f.events != before {
+		t.Fatalf("%d keys written when nothing moved", f.events-before)
+	}
+
+	// A split writes the halves' shards with the routes.
+	r := st.Partitions["big"][routes[7].ID]
+	r.Route.SplitKey = "m"
+	upper, err := f.store.SplitPartition(f.ctx, st.Changefeeds["big"].FenceOf(f.store.Keys()), r, "n1", 300, table, time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = f.follow()
+	for _, id := range []string{r.Route.ID, upper} {
+		if p := st.Progress["big"][id].Progress; p.Checkpoint != 300 || p.Epoch == 0 {
+			t.Fatalf("%s after the split: %+v", id, p)
+		}
+	}
+	if len(st.Progress["big"]) != len(routes)+1 {
+		t.Fatalf("%d positions after a split, want %d", len(st.Progress["big"]), len(routes)+1)
+	}
+}
+
+// A changefeed saved before shards (one progress key) is read as it is,
+// and its maintainer's next save rewrites it as shards and deletes it.
+func TestPositionsSavedBeforeShardsAreReadAndRewritten(t *testing.T) {
+	f, routes := newBigFeed(t, 300)
+	old := model.ProgressTable{}
+	for _, r := range routes {
+		old[r.ID] = model.Progress{Checkpoint: 50, Node: "n1", Epoch: 1}
+	}
+	if _, err := f.cli.Put(f.ctx, f.store.Keys().ChangefeedProgress("big"), string(mustJSON(old))); err != nil {
+		t.Fatal(err)
+	}
+	st := f.follow()
+	if len(st.Progress["big"]) != len(routes) || st.Progress["big"][routes[0].ID].Progress.Checkpoint != 50 {
+		t.Fatalf("the old record is not read: %d positions", len(st.Progress["big"]))
+	}
+	// Nothing moved, but the old record goes: every shard is written.
+	f.save(st, 50, old)
+	st = f.follow()
+	legacy, err := f.cli.Get(f.ctx, f.store.Keys().ChangefeedProgress("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(legacy.Kvs) != 0 {
+		t.Fatal("the record from before shards is still there")
+	}
+	if len(st.Progress["big"]) != len(routes) || st.Progress["big"][routes[0].ID].Progress.Checkpoint != 50 {
+		t.Fatalf("after the rewrite: %d positions", len(st.Progress["big"]))
+	}
+}
+
+// Applying a watch response copies each changefeed's maps once and never
+// changes a state already published.
+func TestApplyingChangesNoPublishedState(t *testing.T) {
+	f, routes := newBigFeed(t, 500)
+	published := f.follow()
+	routesBefore := len(published.Partitions["big"])
+	table := model.ProgressTable{}
+	for _, r := range routes {
+		table[r.ID] = model.Progress{Checkpoint: 70, Node: "n1", Epoch: 1}
+	}
+	f.watched = published
+	f.save(published, 70, table)
+	f.follow()
+	if len(published.Progress["big"]) != 0 || len(published.Partitions["big"]) != routesBefore {
+		t.Fatalf("a published state changed: %d positions", len(published.Progress["big"]))
+	}
+	if len(f.watched.Progress["big"]) != len(routes) {
+		t.Fatalf("the next state has %d positions, want %d", len(f.watched.Progress["big"]), len(routes))
+	}
+}
