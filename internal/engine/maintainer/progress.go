@@ -16,7 +16,9 @@ type heard struct {
 	parts map[string]model.Progress
 	// failed: partitions their node reported it could not start.
 	failed map[string]transport.FailedStart
-	saved  time.Time // when the progress record was last written
+	saved  time.Time // when the checkpoint was last written
+	// positionsSaved is when every changed position was last written.
+	positionsSaved time.Time
 	// recover: accepted recovery requests, by partition (recover.go);
 	// failure: a permanent error to fail the changefeed with; incidents
 	// to record in its status; restarts already recorded.
@@ -131,6 +133,17 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 // progress record and checkpoint while nothing final waits to be written.
 const PersistInterval = time.Second
 
+// positionsEvery is how often the positions that only moved forward are
+// written: every PersistInterval up to 10,000 partitions, then one more
+// second per 10,000 (a changefeed of 100,000 writes its 7 MB of
+// positions every 10 s, not every second). The checkpoint is still
+// written every PersistInterval; a partition restarted after a crash
+// starts from its last written position (more duplicates, nothing lost),
+// and a final position, a new placement's first one, is written at once.
+func positionsEvery(partitions int) time.Duration {
+	return PersistInterval * time.Duration(max(1, (partitions+9_999)/10_000))
+}
+
 // advanceCheckpoint sets the changefeed's checkpoint to the minimum of its
 // partitions' positions (everything up to it is durable everywhere) and
 // persists the positions, so that a partition whose node dies resumes from
@@ -140,7 +153,8 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 		return nil
 	}
 	cp, first := model.Ts(0), true
-	urgent, changed := false, len(pos) != len(st.Progress[e.Info.ID])
+	changed := len(pos) != len(st.Progress[e.Info.ID])
+	var urgent []string
 	for pid, p := range pos {
 		if first || p.Checkpoint < cp {
 			cp, first = p.Checkpoint, false
@@ -150,10 +164,12 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 			changed = true
 			// A final position waits for this write: the node that stopped
 			// re-sends it until it sees it here, and a node that is leaving
-			// waits for that.
-			urgent = urgent || (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover))
-			// A new placement's first position confirms its move.
-			urgent = urgent || (p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch))
+			// waits for that. A new placement's first position confirms
+			// its move.
+			if (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover)) ||
+				(p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch)) {
+				urgent = append(urgent, pid)
+			}
 		}
 	}
 	if !changed && cp <= e.Status.CheckpointTs {
@@ -162,12 +178,18 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	h.mu.Lock()
 	rep := h.heard[e.Info.ID]
 	recent := rep != nil && time.Since(rep.saved) < PersistInterval
+	allDue := rep == nil || time.Since(rep.positionsSaved) >= positionsEvery(len(pos))
 	h.mu.Unlock()
-	if recent && !urgent {
+	if recent && len(urgent) == 0 {
 		return nil
 	}
+	var only []string
+	if !allDue {
+		// Only the urgent positions' shards (none: the checkpoint alone).
+		only = append(urgent, "")
+	}
 	resume := h.resumePoint(e.Info.ID, cp)
-	if err := h.store.SaveProgress(ctx, mf, st, e, cp, resume, pos); err != nil {
+	if err := h.store.SaveProgress(ctx, mf, st, e, cp, resume, pos, only...); err != nil {
 		return err
 	}
 	if cp > e.Status.CheckpointTs {
@@ -179,6 +201,9 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	h.mu.Lock()
 	if rep := h.heard[e.Info.ID]; rep != nil {
 		rep.saved = time.Now()
+		if allDue {
+			rep.positionsSaved = rep.saved
+		}
 	}
 	h.mu.Unlock()
 	return nil

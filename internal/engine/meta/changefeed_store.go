@@ -314,11 +314,12 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 // checkpoint) goes with the checkpoint it belongs to.
 //
 // Only the shards of the positions that differ from st's are written
-// (progress.go), in as many transactions as their size needs; the
-// checkpoint goes in the last, after every position it rests on.
-func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, st *State, e *ChangefeedEntry, checkpoint model.Ts, sourcePosition json.RawMessage, table model.ProgressTable) error {
+// (progress.go), in as many transactions as their size needs, the
+// checkpoint in the last; only, if given, limits them to the shards of
+// those partitions ("" names none: the checkpoint alone).
+func (s *Store) SaveProgress(ctx context.Context, mf MaintainerFence, st *State, e *ChangefeedEntry, checkpoint model.Ts, sourcePosition json.RawMessage, table model.ProgressTable, only ...string) error {
 	cmps := []clientv3.Cmp{mf.cmp()}
-	ops := s.progressOps(st, e.Info.ID, table)
+	ops := s.progressOps(st, e.Info.ID, table, only...)
 	var statusCmps []clientv3.Cmp
 	var status []clientv3.Op
 	if checkpoint > e.Status.CheckpointTs {

@@ -137,7 +137,8 @@ func cloneShards(m map[string]map[string]ProgressRecord) map[string]map[string]P
 // table, given what st holds: the shards whose content changed, the
 // deletion of shards left empty, and, the first time, the rewrite of a
 // record from before shards (every shard, then its deletion). only, if
-// set, limits the shards written to those holding these partitions.
+// set, limits the shards written to those holding these partitions (""
+// holds none).
 func (s *Store) progressOps(st *State, cf model.ChangefeedID, table model.ProgressTable, only ...string) []clientv3.Op {
 	next := map[string]model.ProgressTable{}
 	for pid, p := range table {
@@ -156,7 +157,9 @@ func (s *Store) progressOps(st *State, cf model.ChangefeedID, table model.Progre
 	if len(only) > 0 && !legacy {
 		wanted = map[string]bool{}
 		for _, pid := range only {
-			wanted[ProgressShard(pid)] = true
+			if pid != "" {
+				wanted[ProgressShard(pid)] = true
+			}
 		}
 	}
 	var ops []clientv3.Op

@@ -212,3 +212,41 @@ func TestApplyingChangesNoPublishedState(t *testing.T) {
 		t.Fatalf("the next state has %d positions, want %d", len(f.watched.Progress["big"]), len(routes))
 	}
 }
+
+// A save limited to some partitions writes their shards only, and the
+// checkpoint.
+func TestASaveLimitedToSomePartitionsWritesTheirShards(t *testing.T) {
+	f, routes := newBigFeed(t, 2_000)
+	table := model.ProgressTable{}
+	for _, r := range routes {
+		table[r.ID] = model.Progress{Checkpoint: 10, Node: "n1", Epoch: 1}
+	}
+	st := f.follow()
+	f.save(st, 10, table)
+	st = f.follow()
+	for _, r := range routes {
+		table[r.ID] = model.Progress{Checkpoint: 20, Node: "n1", Epoch: 1}
+	}
+	table[routes[3].ID] = model.Progress{Checkpoint: 20, Node: "n2", Epoch: 2}
+	before := f.events
+	e := st.Changefeeds["big"]
+	if err := f.store.SaveProgress(f.ctx, e.FenceOf(f.store.Keys()), st, e, 20, nil, table, routes[3].ID); err != nil {
+		t.Fatal(err)
+	}
+	st = f.follow()
+	if n := f.events - before; n != 2 {
+		t.Fatalf("%d keys written, want 2 (one shard and the status)", n)
+	}
+	if got := st.Progress["big"][routes[3].ID].Progress; got.Node != "n2" || st.Changefeeds["big"].Status.CheckpointTs != 20 {
+		t.Fatalf("after a limited save: %+v, checkpoint %d", got, st.Changefeeds["big"].Status.CheckpointTs)
+	}
+	// The checkpoint alone.
+	before = f.events
+	e = st.Changefeeds["big"]
+	if err := f.store.SaveProgress(f.ctx, e.FenceOf(f.store.Keys()), st, e, 25, nil, table, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st = f.follow(); f.events-before != 1 || st.Changefeeds["big"].Status.CheckpointTs != 25 {
+		t.Fatalf("%d keys written for the checkpoint alone (at %d)", f.events-before, st.Changefeeds["big"].Status.CheckpointTs)
+	}
+}
