@@ -56,6 +56,7 @@ type Sink struct {
 	producer   sarama.AsyncProducer
 	partitions int32
 	log        *slog.Logger
+	failures   *failureLog
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -133,7 +134,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
 		client.Close()
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[string]*keyQueue{}, handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
+	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval), outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[string]*keyQueue{}, handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	go s.handleResults()
 	go s.sendReady()
@@ -358,9 +359,9 @@ func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
 	}
 	if err != nil {
 		if md.fence != nil && md.fence.shut(err) {
-			// One line per dispatcher and epoch, not one per message.
-			s.log.Warn("kafka sink: delivery failed; the dispatcher's other messages are held back and it is recovered from its checkpoint",
-				"dispatcher", md.dispatcher, "epoch", md.epoch, "transient", IsTransient(err), "err", err)
+			// Once per dispatcher and epoch, not per message, and
+			// aggregated per interval (faillog.go).
+			s.failures.failed(md.dispatcher, md.epoch, IsTransient(err), err)
 		}
 		if md.fence != nil && errors.Is(err, errFenced) {
 			err = md.fence.cause(err)
@@ -495,6 +496,7 @@ func (s *Sink) Close() error {
 	s.mu.Unlock()
 	s.wake()
 	<-s.sent
+	s.failures.close()
 	return s.client.Close()
 }
 
