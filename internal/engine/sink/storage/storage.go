@@ -469,8 +469,25 @@ func (s *Sink) flush(j flushJob) {
 	if err != nil {
 		s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
 	}
-	// The batches are acked before Flush can see them flushed: a Flush
-	// that returns has every batch before it acked.
+	// What the job held is given back before its batches are acked, so
+	// that an ack means its bytes are no longer counted (the gauges, the
+	// spool, the node's budget)...
+	s.mu.Lock()
+	s.spooled -= j.bytes
+	s.metrics.Backlog(0, -j.bytes)
+	if j.d.active && len(j.d.pending) == 0 {
+		j.d.active = false
+		s.metrics.ActiveTables(-1)
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if s.budget != nil {
+		// Not under s.mu: a wait for the budget urges the sinks under
+		// the budget's lock.
+		s.budget.release(j.bytes)
+	}
+	// ...and the batches are acked before Flush can see them flushed: a
+	// Flush that returns has every batch before it acked.
 	for _, b := range j.batches {
 		if b.OnFlushed != nil {
 			b.OnFlushed(err)
@@ -485,17 +502,8 @@ func (s *Sink) flush(j flushJob) {
 		// them again before the next file.
 		j.d.nextIndex = map[string]uint64{}
 	}
-	s.spooled -= j.bytes
-	s.metrics.Backlog(0, -j.bytes)
-	if j.d.active && len(j.d.pending) == 0 {
-		j.d.active = false
-		s.metrics.ActiveTables(-1)
-	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	if s.budget != nil {
-		s.budget.release(j.bytes)
-	}
 	<-s.slots
 	s.wakeFlusher()
 }
