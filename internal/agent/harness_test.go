@@ -11,10 +11,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/cdcctl/cdcctl/internal/api"
-	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -64,17 +63,8 @@ type runningNode struct {
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	tc := &testCluster{t: t, log: testLogger(t), endpoint: srv.Endpoint(), cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: calmTTL}
+	endpoint, cli := etcdtest.Start(t)
+	tc := &testCluster{t: t, log: testLogger(t), endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: calmTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
 }

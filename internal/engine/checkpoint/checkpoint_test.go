@@ -6,14 +6,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 )
 
@@ -59,16 +56,7 @@ func exercise(t *testing.T, s Store) {
 }
 
 func TestEtcdStore(t *testing.T) {
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	_, cli := etcdtest.Start(t)
 	store := meta.NewStore(cli, "test")
 	exercise(t, Etcd{Store: store})
 	// Outside the cluster's root: the watched view never loads states.

@@ -8,9 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -29,16 +28,7 @@ type bigFeed struct {
 
 func newBigFeed(t *testing.T, tables int) (*bigFeed, []model.RouteEntry) {
 	t.Helper()
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	_, cli := etcdtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	store := NewStore(cli, "big")
@@ -93,6 +83,15 @@ func (f *bigFeed) follow() *State {
 	return loaded
 }
 
+// at is every route's position at cp, on n1.
+func at(routes []model.RouteEntry, cp model.Ts) model.ProgressTable {
+	table := model.ProgressTable{}
+	for _, r := range routes {
+		table[r.ID] = model.Progress{Checkpoint: cp, Node: "n1", Epoch: 1}
+	}
+	return table
+}
+
 func (f *bigFeed) save(st *State, cp model.Ts, table model.ProgressTable) {
 	f.t.Helper()
 	e := st.Changefeeds["big"]
@@ -107,10 +106,7 @@ func (f *bigFeed) save(st *State, cp model.Ts, table model.ProgressTable) {
 // only their shards, and every node's watched state equals a fresh load.
 func TestThePositionsOfManyPartitionsAreSavedInShards(t *testing.T) {
 	f, routes := newBigFeed(t, 30_000)
-	table := model.ProgressTable{}
-	for _, r := range routes {
-		table[r.ID] = model.Progress{Checkpoint: 100, Node: "n1", Epoch: 1}
-	}
+	table := at(routes, 100)
 	st := f.follow()
 	f.save(st, 100, table)
 	st = f.follow()
@@ -166,10 +162,7 @@ func TestThePositionsOfManyPartitionsAreSavedInShards(t *testing.T) {
 // and its maintainer's next save rewrites it as shards and deletes it.
 func TestPositionsSavedBeforeShardsAreReadAndRewritten(t *testing.T) {
 	f, routes := newBigFeed(t, 300)
-	old := model.ProgressTable{}
-	for _, r := range routes {
-		old[r.ID] = model.Progress{Checkpoint: 50, Node: "n1", Epoch: 1}
-	}
+	old := at(routes, 50)
 	if _, err := f.cli.Put(f.ctx, f.store.Keys().ChangefeedProgress("big"), string(mustJSON(old))); err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +191,7 @@ func TestApplyingChangesNoPublishedState(t *testing.T) {
 	f, routes := newBigFeed(t, 500)
 	published := f.follow()
 	routesBefore := len(published.Partitions["big"])
-	table := model.ProgressTable{}
-	for _, r := range routes {
-		table[r.ID] = model.Progress{Checkpoint: 70, Node: "n1", Epoch: 1}
-	}
+	table := at(routes, 70)
 	f.watched = published
 	f.save(published, 70, table)
 	f.follow()
@@ -217,10 +207,7 @@ func TestApplyingChangesNoPublishedState(t *testing.T) {
 // checkpoint.
 func TestASaveLimitedToSomePartitionsWritesTheirShards(t *testing.T) {
 	f, routes := newBigFeed(t, 2_000)
-	table := model.ProgressTable{}
-	for _, r := range routes {
-		table[r.ID] = model.Progress{Checkpoint: 10, Node: "n1", Epoch: 1}
-	}
+	table := at(routes, 10)
 	st := f.follow()
 	f.save(st, 10, table)
 	st = f.follow()
