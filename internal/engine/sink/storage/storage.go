@@ -393,15 +393,20 @@ type flushJob struct {
 	seq     uint64
 }
 
-// flushRound starts the flush of every dispatcher that is due, as long
-// as a slot is free; what finds none is due again on the next round,
-// which the end of any flush triggers.
+// flushRound starts the flush of the dispatchers that are due, as many as
+// slots are free, those that must go now (forced, a full file) first,
+// then the oldest rows first; what finds no slot is due again on the next
+// round, which the end of any flush triggers. Oldest first matters when
+// the bucket is slower than the tables' flushes (tens of thousands of
+// tables on a local disk): picked in map order, some tables waited
+// unboundedly and held the checkpoint back for good.
 func (s *Sink) flushRound() {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pressure := s.pressure
 	s.pressure = false
+	picks := flushPicks{n: cap(s.slots) - len(s.slots)}
 	if now.Sub(s.swept) > s.cfg.StateTTL/4 {
 		s.swept = now
 		for p, used := range s.schemas {
@@ -428,19 +433,63 @@ func (s *Sink) flushRound() {
 		if reason == "" {
 			continue
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
-			s.pressure = s.pressure || pressure
-			return
+		if !picks.offer(dueFlush{d: d, reason: reason}) {
+			s.pressure = s.pressure || pressure // more due than slots
 		}
+	}
+	for _, p := range picks.best {
+		s.slots <- struct{}{} // free: counted above, and only rounds take slots
+		d := p.d
 		j := flushJob{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq}
 		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
-		s.metrics.FlushTask(reason)
+		s.metrics.FlushTask(p.reason)
 		s.metrics.Backlog(-j.bytes, j.bytes)
 		s.jobs.Add(1)
 		go s.flush(j)
 	}
+}
+
+// dueFlush is a dispatcher due for a flush and why.
+type dueFlush struct {
+	d      *dispatcherState
+	reason string
+}
+
+// before says whether a goes before b: forced and full-file flushes
+// first, then the oldest rows.
+func (a dueFlush) before(b dueFlush) bool {
+	ua, ub := a.reason == ReasonForced || a.reason == ReasonSize, b.reason == ReasonForced || b.reason == ReasonSize
+	if ua != ub {
+		return ua
+	}
+	return a.d.since.Before(b.d.since)
+}
+
+// flushPicks keeps the first n due flushes by before: a round looks at
+// every dispatcher once and keeps as many as slots are free.
+type flushPicks struct {
+	n    int
+	best []dueFlush // sorted by before
+}
+
+// offer keeps f if it is among the first n; it returns false when some
+// due flush (f or one it pushed out) is left for a later round.
+func (p *flushPicks) offer(f dueFlush) bool {
+	i := len(p.best)
+	for i > 0 && f.before(p.best[i-1]) {
+		i--
+	}
+	if i >= p.n {
+		return false
+	}
+	p.best = append(p.best, dueFlush{})
+	copy(p.best[i+1:], p.best[i:])
+	p.best[i] = f
+	if len(p.best) > p.n {
+		p.best = p.best[:p.n]
+		return false
+	}
+	return true
 }
 
 // dueReason says why a dispatcher with rows must be flushed now; "" if
