@@ -232,7 +232,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errors.New("kafka sink is closed")
+		return errSinkClosed
 	}
 	f := s.fences[b.Dispatcher]
 	if f == nil {
@@ -275,8 +275,8 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	if s.closed {
 		s.mu.Unlock()
 		s.release(b.Dispatcher, len(msgs))
-		bs.settle(len(msgs), errors.New("kafka sink is closed"))
-		return errors.New("kafka sink is closed")
+		bs.settle(len(msgs), errSinkClosed)
+		return errSinkClosed
 	}
 	for i, m := range msgs {
 		now[i] = s.claimKeys(m)
@@ -425,7 +425,7 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	defer s.mu.Unlock()
 	return sink.WaitCond(ctx, s.cond, func() bool { return s.outstanding[dispatcher] <= 0 }, func() error {
 		if s.closed {
-			return errors.New("kafka sink is closed")
+			return errSinkClosed
 		}
 		return nil
 	})
@@ -501,3 +501,6 @@ func (s *Sink) Close() error {
 }
 
 var _ sink.Sink = (*Sink)(nil)
+
+// errSinkClosed refuses what comes after Close.
+var errSinkClosed = errors.New("kafka sink is closed")

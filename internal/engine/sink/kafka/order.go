@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"errors"
 	"strings"
 
 	"github.com/IBM/sarama"
@@ -165,7 +164,7 @@ func (s *Sink) sendReady() {
 		for _, m := range refused {
 			err := errFenced
 			if closed {
-				err = errors.New("kafka sink is closed")
+				err = errSinkClosed
 			}
 			s.settle(m, err)
 		}
