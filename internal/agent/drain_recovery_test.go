@@ -20,7 +20,6 @@ import (
 // drain finishes and nothing is lost.
 func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(4)
 	c := tc.client()
 	ctx := context.Background()
@@ -110,7 +109,6 @@ func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactly
 // ends saying why, and the changefeeds run on it without loss.
 func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()

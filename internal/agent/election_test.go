@@ -118,7 +118,6 @@ func TestResignWithNoOtherCandidateIsRefused(t *testing.T) {
 // it returns to Alive, the drain record is cleared, and it leads.
 func TestOnlyNodeLeftReturnsToAliveAndLeads(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(2)
 	survivor := tc.followerOf(leader.Node)
 	// The coordinator had just started a drain when it crashed: the record

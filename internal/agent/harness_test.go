@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cdcctl/cdcctl/internal/api"
@@ -19,17 +21,19 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// testTTL is the session TTL of tests that crash a capture: its death is
-// noticed after this long.
-const testTTL = 2 * time.Second
+// sessionTTL is every agent test's session TTL, the agent's default. A
+// test that proves a graceful operation wrote nothing twice must not lose
+// a session to a CPU stall: under -race on two busy cores a 2s lease ran
+// out (CI saw a drain's target drop out mid-drain), the capture's
+// partitions then resume elsewhere from their last checkpoint, and that
+// correct at-least-once replay, or the lost target, fails the test. A
+// test that crashes a capture does not wait for this TTL: crash revokes
+// the dead capture's lease, as if it had just run out.
+const sessionTTL = 10 * time.Second
 
-// calmTTL is every other test's session TTL, the agent's default. A test
-// that proves a graceful operation wrote nothing twice must not lose a
-// session to a CPU stall: under -race on two busy cores a 2s lease can
-// run out, the capture's partitions then resume elsewhere from their
-// last checkpoint, and that (correct) at-least-once replay would fail the
-// test.
-const calmTTL = 10 * time.Second
+// testTTL is the TTL of the bare memberships the election tests join
+// (not agents): short, so that their expiry is quick to wait for.
+const testTTL = 2 * time.Second
 
 // testCluster is real etcd in process plus agents that talk to it over
 // loopback, exactly as separate processes would.
@@ -43,8 +47,7 @@ type testCluster struct {
 	// hub connects the nodes in memory; nil makes them talk gRPC over
 	// loopback, as separate processes do.
 	hub *transport.Hub
-	// ttl is the agents' session TTL: calmTTL, or testTTL in a test that
-	// crashes captures.
+	// ttl is the agents' session TTL.
 	ttl time.Duration
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
@@ -64,7 +67,7 @@ type runningNode struct {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	endpoint, cli := etcdtest.Start(t)
-	tc := &testCluster{t: t, log: testLogger(t), endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: calmTTL}
+	tc := &testCluster{t: t, log: testLogger(t), endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: sessionTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
 }
@@ -130,12 +133,13 @@ func (tc *testCluster) stop(id model.NodeID) error {
 	}
 }
 
-// crash kills one agent as kill -9 would, as far as the cluster can tell.
+// crash kills one agent as kill -9 would, as far as the cluster can tell,
+// and then expires its lease at once: what the cluster sees is the TTL
+// running out just after the death, without a test waiting for it or
+// running every agent on a TTL short enough to lose under load. (The
+// runbooks kill real processes and wait for the real TTL.)
 func (tc *testCluster) crash(id model.NodeID) {
 	tc.t.Helper()
-	if tc.ttl > testTTL {
-		tc.t.Fatalf("set tc.ttl = testTTL before starting captures in a test that crashes one (it is %s: the crash would be noticed that late)", tc.ttl)
-	}
 	rn := tc.nodes[id]
 	delete(tc.nodes, id)
 	rn.node.crash()
@@ -144,6 +148,12 @@ func (tc *testCluster) crash(id model.NodeID) {
 	case <-rn.done:
 	case <-time.After(30 * time.Second):
 		tc.t.Fatalf("%s did not go down within 30s", id)
+	}
+	if e, ok := tc.state().Nodes[id]; ok {
+		// Revoking takes its registration, and all it held under that lease, with it.
+		if _, err := tc.cli.Revoke(context.Background(), clientv3.LeaseID(e.Info.Incarnation)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			tc.t.Fatalf("expiring the lease of the crashed %s: %v", id, err)
+		}
 	}
 }
 

@@ -102,7 +102,6 @@ func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
 // more than the batch at once; nothing is lost.
 func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(4)
 	c := tc.client()
 	ctx := context.Background()

@@ -26,7 +26,6 @@ func TestPostgresIntoKafka(t *testing.T) {
 	t.Cleanup(broker.Close)
 	srv, dsn := startPostgres(t)
 	tc := newTestCluster(t)
-	tc.ttl = testTTL
 	tc.startCaptures(2)
 	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()

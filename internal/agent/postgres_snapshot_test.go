@@ -27,7 +27,6 @@ import (
 func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	_, dsn := startPostgres(t)
 	tc := newTestCluster(t)
-	tc.ttl = testTTL
 	tc.startCaptures(3)
 	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()

@@ -241,7 +241,6 @@ func (w *workload) finish(t *testing.T) time.Time {
 func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	srv, dsn := startPostgres(t)
 	tc := newTestCluster(t)
-	tc.ttl = testTTL
 	tc.startCaptures(3)
 	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()

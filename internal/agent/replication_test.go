@@ -212,7 +212,6 @@ func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
 // the last report are written again and counted as duplicates.
 func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
@@ -277,7 +276,6 @@ func verifyStorage(ctx context.Context, g *gen.Generator, sinkURI string, upTo m
 // again; nothing is lost.
 func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.ttl = testTTL // the crash is noticed after it
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
