@@ -55,14 +55,23 @@ type Config struct {
 	// holding its slot.
 	WriteTimeout time.Duration
 	// SpoolMaxBytes bounds encoded rows held before they are written; a
-	// full spool makes Write wait (backpressure).
+	// full spool makes Write wait (backpressure). A partition's file is
+	// written once it reaches FileSize or a quarter of the spool, which
+	// is smaller: a hot table then has one file being written while the
+	// next fills, instead of a full spool waiting for one big write.
 	SpoolMaxBytes int64
 	// Schema is the database name directories start with.
 	Schema string
 }
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 256 << 20, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Schema: "gen"}
+
+// fileTarget is the buffered size at which a partition's rows are
+// written as a file: file-size, or a quarter of the spool if smaller.
+func (c Config) fileTarget() int64 {
+	return max(1, min(c.FileSize, c.SpoolMaxBytes/4))
+}
 
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}

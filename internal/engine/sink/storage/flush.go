@@ -143,7 +143,7 @@ func (p *flushPicks) offer(f dueFlush) bool {
 func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) string {
 	age := now.Sub(d.since)
 	switch {
-	case d.bytes >= s.cfg.FileSize:
+	case d.bytes >= s.cfg.fileTarget():
 		return ReasonSize
 	case d.flushWanted:
 		return ReasonForced

@@ -229,7 +229,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		d.active = true
 		s.metrics.ActiveTables(1)
 	}
-	if d.bytes >= s.cfg.FileSize {
+	if d.bytes >= s.cfg.fileTarget() {
 		s.wakeFlusher()
 	}
 	return nil
