@@ -43,7 +43,12 @@ func startDemoDB(ctx context.Context, dir string, port int) (*demoDB, error) {
 CREATE TABLE IF NOT EXISTS accounts (id int8 PRIMARY KEY, owner text NOT NULL, balance numeric(12,2) NOT NULL, updated_at timestamptz);
 CREATE TABLE IF NOT EXISTS transfers (id int8 PRIMARY KEY, from_id int8, to_id int8, amount numeric(12,2), at timestamptz);
 CREATE TABLE IF NOT EXISTS audit (event text NOT NULL, amount numeric(12,2));
-ALTER TABLE audit REPLICA IDENTITY FULL;`)
+ALTER TABLE audit REPLICA IDENTITY FULL;
+-- Rows that exist before demo-pg, so that its initial snapshot copies
+-- something (only on the database's first start).
+INSERT INTO accounts SELECT g, 'owner-' || g, 1000, now() FROM generate_series(1, 1000) g WHERE NOT EXISTS (SELECT 1 FROM accounts);
+INSERT INTO transfers SELECT g, 1 + g % 1000, 1 + (g * 7) % 1000, 1 + g % 50, now() - g * interval '1 second' FROM generate_series(1, 5000) g WHERE NOT EXISTS (SELECT 1 FROM transfers);
+INSERT INTO audit SELECT 'seed', g % 50 FROM generate_series(1, 500) g WHERE NOT EXISTS (SELECT 1 FROM audit);`)
 	}
 	if err != nil {
 		_ = srv.Stop()
@@ -148,8 +153,8 @@ func createDemoPG(ctx context.Context, servers []string, dir string, db *demoDB)
 	if _, err := client.Changefeed(ctx, "demo-pg"); err == nil {
 		return sink, nil
 	}
-	// One partition per table: the demo's tables start nearly empty, and
-	// an operator splits them as they grow.
+	// One partition per table: the demo's tables are small (a few
+	// thousand rows), and an operator splits them as they grow.
 	if _, err := client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo-pg", Source: db.sourceURI(), Sink: sink, PartitionsPerTable: 1}); err != nil {
 		return "", fmt.Errorf("create the demo-pg changefeed: %w", err)
 	}
