@@ -58,16 +58,21 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	// not answer quickly is reported, not waited for.
 	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
+	// Every partition copies its own range: their progress, in etcd,
+	// says how far the snapshot is, also while the upstream is down.
+	pt, copying := model.ProgressTable{}, false
+	for pid := range st.Partitions[e.Info.ID] {
+		pt[pid] = st.Progress[e.Info.ID][pid].Progress
+		copying = copying || pt[pid].Copy != (model.CopyProgress{})
+	}
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
+		if copying {
+			out.SourceStatus.Snapshot = model.CopySummary(pt)
+		}
 	} else if ss != nil {
 		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, Snapshot: ss.Snapshot}
 		if ss.Snapshot == "" && ss.Kind != "" {
-			// Every partition copies its own range: their progress says how far.
-			pt := model.ProgressTable{}
-			for pid := range st.Partitions[e.Info.ID] {
-				pt[pid] = st.Progress[e.Info.ID][pid].Progress
-			}
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
 	}

@@ -153,9 +153,9 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 							active = "streaming"
 						}
 						fmt.Fprintf(tw, "Slot:\t%s, %s, confirmed %s, retaining %s of WAL\n", ss.Slot, active, orNone(ss.Position), humanBytes(ss.RetainedBytes))
-						if ss.Snapshot != "" {
-							fmt.Fprintf(tw, "Snapshot:\t%s\n", ss.Snapshot)
-						}
+					}
+					if ss.Snapshot != "" {
+						fmt.Fprintf(tw, "Snapshot:\t%s\n", ss.Snapshot)
 					}
 				}
 				for i, in := range cf.Incidents {
