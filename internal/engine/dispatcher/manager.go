@@ -87,6 +87,9 @@ type managed struct {
 	d     *Dispatcher
 	done  chan struct{}
 	err   error
+	// began is when the run started: a recovery's back-off counts from
+	// it (a run that failed after retrying for a while has waited).
+	began time.Time
 	// abort ends the dispatcher's run without a final flush, when a
 	// graceful stop does not finish (its sink is unreachable, say).
 	abort context.CancelFunc
@@ -421,7 +424,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		return err
 	}
 	runCtx, abort := context.WithCancel(context.Background())
-	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort}
+	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort, began: time.Now()}
 	m.mu.Lock()
 	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
 	m.started(r.Route)

@@ -65,8 +65,13 @@ type flap struct {
 }
 
 // Recovery back-off: the first request goes at once; repeated failures
-// of one partition within flapWindow of each other wait 0.5 s, 1 s, 2 s …
-// up to maxRecoverBackoff before asking again.
+// of one partition within flapWindow of each other are spaced 0.5 s,
+// 1 s, 2 s … up to maxRecoverBackoff apart, counted from the start of
+// the run that failed: a dispatcher that failed after retrying for its
+// retry timeout has waited that long already, and one that fails at
+// once waits the whole back-off. A recovery that completes releases the
+// others of its changefeed on this node from their back-off: the sink
+// took its writes, so whatever was failing is likely back.
 const (
 	flapWindow        = time.Minute
 	maxRecoverBackoff = 30 * time.Second
@@ -118,9 +123,10 @@ func (m *Manager) failedRun(r *managed, err error) {
 		run = e.Status.Run
 	}
 	rec.req = transport.RecoverRequest{ID: rt.ID, Epoch: rt.Epoch, Err: msg, Permanent: permanent, Remedy: remedy, Run: run}
-	rec.sendAfter = now.Add(backoff(fl.n))
+	rec.sendAfter = r.began.Add(backoff(fl.n))
+	wait := max(0, rec.sendAfter.Sub(now))
 	m.log.Warn("dispatcher failed; asking its maintainer to recover it", "changefeed", rt.Changefeed, "partition", rt.ID,
-		"epoch", rt.Epoch, "permanent", permanent, "failures", fl.n, "retry_in", backoff(fl.n), "err", msg)
+		"epoch", rt.Epoch, "permanent", permanent, "failures", fl.n, "retry_in", wait.Round(time.Millisecond), "err", msg)
 	m.pendingChanged()
 }
 
@@ -168,6 +174,7 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 				if m.Metrics != nil {
 					m.Metrics.Recovered()
 				}
+				m.releaseBackoffs(rec.cf)
 				continue
 			}
 			if !placed || r.Route.Node != m.self || r.Route.Epoch > rec.recreated || r.Route.Status == model.PartitionDraining {
@@ -208,6 +215,20 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 	}
 	m.pendingChanged()
 	return restart
+}
+
+// releaseBackoffs lets a changefeed's recoveries waiting out a back-off
+// ask now: one of them has just recovered, so the sink takes writes
+// again. A partition still failing fails again, and its back-off (its
+// failure count is kept) spaces the next attempt. m.mu is held.
+func (m *Manager) releaseBackoffs(cf model.ChangefeedID) {
+	now := time.Now()
+	for _, rec := range m.recovering {
+		if rec.cf == cf && rec.recreated == 0 && rec.sendAfter.After(now) {
+			rec.sendAfter = now
+			m.log.Info("recovery released from its back-off: another partition of the changefeed recovered", "changefeed", cf, "partition", rec.pid, "epoch", rec.epoch)
+		}
+	}
 }
 
 // forgetRecoveries drops a changefeed's recoveries (it restarts). m.mu

@@ -73,20 +73,30 @@ func newRecoverRig(t *testing.T) *recoverRig {
 	return rig
 }
 
-// fail makes p1's dispatcher of epoch fail as a sink failure would.
-func (rig *recoverRig) fail(epoch uint64) {
+// fail makes p1's dispatcher of epoch fail at once, as a sink failure
+// would.
+func (rig *recoverRig) fail(epoch uint64) { rig.failAfter("p1", epoch, 0) }
+
+// failAfter makes a partition's dispatcher of epoch fail after it ran for
+// ran.
+func (rig *recoverRig) failAfter(pid string, epoch uint64, ran time.Duration) {
+	r := &managed{route: meta.RouteRecord{Route: model.RouteEntry{ID: pid, Changefeed: cf, Node: "n1", Epoch: epoch}}, d: rig.dispatcher(pid, epoch, 0), began: time.Now().Add(-ran)}
+	rig.m.mu.Lock()
+	rig.m.failedRun(r, errors.New("kafka: NOT_ENOUGH_REPLICAS"))
+	rig.m.mu.Unlock()
+}
+
+// dispatcher is a partition's dispatcher of epoch with checkpoint from.
+func (rig *recoverRig) dispatcher(pid string, epoch uint64, from model.Ts) *Dispatcher {
 	g, err := gen.New(gen.Config{Tables: 1, Keys: 10, Rate: 10, StartMillis: time.Now().UnixMilli()})
 	if err != nil {
 		rig.t.Fatal(err)
 	}
-	d, err := New(Config{ID: "p1.x", Epoch: epoch, Span: model.Span{Table: "t0001"}, Source: g, Sink: blackhole.New(), Now: g.Resolved})
+	d, err := New(Config{ID: pid + ".x", Epoch: epoch, Span: model.Span{Table: "t0001"}, Start: from, Source: g, Sink: blackhole.New(), Now: g.Resolved})
 	if err != nil {
 		rig.t.Fatal(err)
 	}
-	r := &managed{route: meta.RouteRecord{Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: epoch}}, d: d}
-	rig.m.mu.Lock()
-	rig.m.failedRun(r, errors.New("kafka: NOT_ENOUGH_REPLICAS"))
-	rig.m.mu.Unlock()
+	return d
 }
 
 // beat sends one round of heartbeats and returns the requests the
@@ -245,5 +255,69 @@ func TestAPermanentErrorWaitsForTheOperator(t *testing.T) {
 	rig.m.mu.Unlock()
 	if restarts || !waits || len(rig.beat()) != 0 {
 		t.Fatalf("a permanent error: restart %v, waits %v", restarts, waits)
+	}
+}
+
+// The back-off spaces a partition's attempts, counted from the start of
+// the run that failed: a dispatcher that fails at once waits it out, one
+// that ran (retried) longer than its back-off asks again at once. And a
+// partition that recovers releases the others of its changefeed from
+// their back-off: the sink takes writes again (without this, a partition
+// that failed near a fault's end sat out its back-off after the broker
+// was back, and the changefeed caught up later than with a restart).
+func TestTheBackOffCountsFromTheFailedRunAndEndsWhenAPartitionRecovers(t *testing.T) {
+	rig := newRecoverRig(t)
+	recreate := func(pid string, epoch uint64) {
+		rig.m.mu.Lock()
+		rig.m.started(model.RouteEntry{ID: pid, Changefeed: cf, Epoch: epoch})
+		rig.m.mu.Unlock()
+	}
+	waits := func(pid string) bool {
+		rig.m.mu.Lock()
+		defer rig.m.mu.Unlock()
+		rec := rig.m.recovering[key(cf, pid)]
+		return rec != nil && rec.sendAfter.After(time.Now())
+	}
+	// Failing at once, twice in a row: the second waits.
+	rig.failAfter("p1", 5, 0)
+	recreate("p1", 6)
+	rig.failAfter("p1", 6, 0)
+	if !waits("p1") {
+		t.Fatal("a dispatcher failing at once, a second time: want a back-off")
+	}
+	// Failing after a run longer than its back-off (1 s for a third
+	// failure): it has waited, and asks at once.
+	recreate("p1", 7)
+	rig.failAfter("p1", 7, 3*time.Second)
+	if waits("p1") {
+		t.Fatal("a dispatcher that ran 3 s before it failed waits again; want it to ask at once")
+	}
+
+	// p2 fails at once twice and waits; p1 is re-created and runs
+	// healthy (its checkpoint passes where it failed): p2 asks at once.
+	st := rig.st.Clone()
+	st.Partitions[cf]["p2"] = meta.RouteRecord{Route: model.RouteEntry{ID: "p2", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive, Span: model.Span{Table: "t0001"}}}
+	rig.st = st
+	rig.view.Set(st)
+	rig.failAfter("p2", 3, 0)
+	recreate("p2", 4)
+	rig.failAfter("p2", 4, 0)
+	if !waits("p2") {
+		t.Fatal("p2 failing at once a second time: want a back-off")
+	}
+	recreate("p1", 8)
+	rig.m.mu.Lock()
+	rig.m.running[key(cf, "p1")] = &managed{route: meta.RouteRecord{Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 8}}, d: rig.dispatcher("p1", 8, 1)}
+	rig.m.checkRecoveries(rig.view.State(), recoverTimeout(rig.view.State()))
+	_, p1 := rig.m.recovering[key(cf, "p1")]
+	rig.m.mu.Unlock()
+	if p1 || rig.cnt.recovered != 1 {
+		t.Fatalf("p1 runs healthy again: still pending %v, recovered %d", p1, rig.cnt.recovered)
+	}
+	if waits("p2") {
+		t.Fatal("p1 recovered, but p2 still waits out its back-off")
+	}
+	if got := rig.beat(); len(got) != 1 || got[0].ID != "p2" || got[0].Epoch != 4 {
+		t.Fatalf("the next heartbeat carried %+v, want p2's request", got)
 	}
 }
