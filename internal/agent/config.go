@@ -17,6 +17,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
 )
 
 // Config is everything a node needs to start.
@@ -28,6 +30,12 @@ type Config struct {
 	ClusterID     string
 	DataDir       string
 	SessionTTL    time.Duration
+	// Election is the coordinator election's backend: etcd, or mysql (a
+	// lock row in ElectionDSN's database); ElectionTTL is the MySQL
+	// lock's TTL (default: SessionTTL).
+	Election    string
+	ElectionDSN string
+	ElectionTTL time.Duration
 	// MoveTimeout: a partition move or split whose source has not stopped
 	// the partition within it is reverted (seed 003's failure table).
 	MoveTimeout time.Duration
@@ -50,6 +58,7 @@ var Defaults = Config{
 	ClusterID:       "default",
 	DataDir:         "cdc-agent-data",
 	SessionTTL:      10 * time.Second,
+	Election:        "etcd",
 	MoveTimeout:     30 * time.Second,
 	CheckpointStore: "etcd",
 	SinkMemoryMiB:   1024,
@@ -107,6 +116,9 @@ func (c *Config) Validate() error {
 	if c.SessionTTL < time.Second {
 		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)
 	}
+	if err := c.validateElection(); err != nil {
+		return err
+	}
 	var eps []string
 	for _, e := range c.Etcd {
 		for _, part := range strings.Split(e, ",") {
@@ -153,3 +165,33 @@ func (c *Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }
 
 // eventLogDir holds the event logs of the database readers this node runs.
 func (c *Config) eventLogDir() string { return filepath.Join(c.DataDir, "eventlog") }
+
+// validateElection checks the election flags: --election-dsn alone means
+// mysql, and mysql needs a DSN that parses.
+func (c *Config) validateElection() error {
+	if c.Election == "" {
+		c.Election = Defaults.Election
+	}
+	if c.ElectionDSN != "" && c.Election == "etcd" {
+		c.Election = "mysql" // a DSN names the backend
+	}
+	switch c.Election {
+	case "etcd":
+	case "mysql":
+		if c.ElectionDSN == "" {
+			return errors.New("--election mysql needs --election-dsn user:password@tcp(host:3306)/database")
+		}
+		if _, err := election.ParseMySQLDSN(c.ElectionDSN); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--election %q: use etcd (default) or mysql", c.Election)
+	}
+	if c.ElectionTTL == 0 {
+		c.ElectionTTL = c.SessionTTL
+	}
+	if c.ElectionTTL < time.Second {
+		return fmt.Errorf("--election-ttl %s is too short: a leader renews every third of it; use at least 1s (default: --session-ttl)", c.ElectionTTL)
+	}
+	return nil
+}

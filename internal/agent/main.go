@@ -104,6 +104,9 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("cluster-id", d.ClusterID, "cluster id; clusters sharing an etcd are kept apart by it")
 	f.String("data-dir", d.DataDir, "directory for the embedded etcd and local state")
 	f.Duration("session-ttl", d.SessionTTL, "lease TTL of this node's registration; a crashed node is noticed after this long")
+	f.String("election", d.Election, "coordinator election backend: etcd, or mysql (a lock row in --election-dsn's database)")
+	f.String("election-dsn", "", "MySQL/MariaDB DSN of the election database, user:password@tcp(host:3306)/database (implies --election mysql)")
+	f.Duration("election-ttl", 0, "TTL of the MySQL election lock; the leader renews every third of it (default: --session-ttl)")
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
@@ -135,6 +138,9 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		ClusterID:       v.GetString("cluster-id"),
 		DataDir:         v.GetString("data-dir"),
 		SessionTTL:      v.GetDuration("session-ttl"),
+		Election:        v.GetString("election"),
+		ElectionDSN:     v.GetString("election-dsn"),
+		ElectionTTL:     v.GetDuration("election-ttl"),
 		MoveTimeout:     v.GetDuration("move-timeout"),
 		SinkMemoryMiB:   v.GetInt("sink-memory-mib"),
 		CheckpointStore: v.GetString("checkpoint-store"),

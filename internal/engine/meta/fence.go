@@ -26,6 +26,10 @@ var ErrFenced = errors.New("write refused: this node is no longer the coordinato
 type Fence struct {
 	Key            string `json:"key"`
 	CreateRevision int64  `json:"create_revision"`
+	// ModRevision, when set, is what the fence compares instead: the term
+	// key of a backend outside etcd is written (not created) by each new
+	// leader, and its mod-revision changes with every new term.
+	ModRevision int64 `json:"mod_revision,omitempty"`
 	// LivenessKey and LivenessRevision are the leader's liveness record
 	// and its mod-revision at the start of the term; empty for fences
 	// made without one (tests of the election alone).
@@ -33,18 +37,34 @@ type Fence struct {
 	LivenessRevision int64  `json:"liveness_revision,omitempty"`
 }
 
-// Epoch is the term's number: create revisions only grow, so a later term
-// always has a larger epoch.
-func (f Fence) Epoch() uint64 { return uint64(f.CreateRevision) }
+// Epoch is the term's number: create and mod revisions only grow, so a
+// later term always has a larger epoch, whichever backend elected it.
+func (f Fence) Epoch() uint64 {
+	if f.ModRevision != 0 {
+		return uint64(f.ModRevision)
+	}
+	return uint64(f.CreateRevision)
+}
 
 func (f Fence) cmps() []clientv3.Cmp {
 	c := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision)}
+	if f.ModRevision != 0 {
+		c = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.ModRevision)}
+	}
 	if f.LivenessKey != "" {
 		c = append(c, clientv3.Compare(clientv3.ModRevision(f.LivenessKey), "=", f.LivenessRevision))
 	}
 	return c
 }
 
-func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Key, f.CreateRevision) }
+func (f Fence) String() string { return fmt.Sprintf("%s@%d", f.Key, f.Epoch()) }
 
-func (f Fence) valid() bool { return f.Key != "" && f.CreateRevision > 0 }
+// holds tells whether the term key, as read, is still this fence's.
+func (f Fence) holds(createRevision, modRevision int64) bool {
+	if f.ModRevision != 0 {
+		return modRevision == f.ModRevision
+	}
+	return createRevision == f.CreateRevision
+}
+
+func (f Fence) valid() bool { return f.Key != "" && (f.CreateRevision > 0 || f.ModRevision > 0) }

@@ -37,6 +37,14 @@ func (k Keys) Liveness(id model.NodeID) string { return k.LivenessPrefix() + str
 // campaigning node; the key with the lowest create revision leads.
 func (k Keys) ElectionPrefix() string { return k.root + "election/" }
 
+// ElectionTerm is the term key of an election backend outside etcd (the
+// MySQL lock): it holds the leader's id, on the leader's lease, and its
+// mod-revision is the term's fence. ElectionTermMax holds the highest
+// backend epoch ever raised there, so that a leader of an older epoch
+// can never raise the term again.
+func (k Keys) ElectionTerm() string    { return k.root + "term" }
+func (k Keys) ElectionTermMax() string { return k.root + "term-max" }
+
 // Changefeed keys: info (config), status (state, checkpoint) and
 // maintainer (placement), under changefeeds/<cf>/.
 func (k Keys) ChangefeedsPrefix() string { return k.root + "changefeeds/" }
@@ -103,12 +111,16 @@ const (
 	kindDrain
 	kindPlan
 	kindPlanRequest
+	kindTerm
 )
 
 // classify tells which object a key under the root is.
 func (k Keys) classify(key string) (keyKind, string) {
 	if key == k.Drain() {
 		return kindDrain, "drain"
+	}
+	if key == k.ElectionTerm() {
+		return kindTerm, "term"
 	}
 	for _, c := range []struct {
 		prefix string

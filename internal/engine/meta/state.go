@@ -27,6 +27,13 @@ type electionEntry struct {
 	createRevision int64
 }
 
+// termEntry is the term key of a backend outside etcd: its leader and the
+// key's mod-revision.
+type termEntry struct {
+	node        model.NodeID
+	modRevision int64
+}
+
 // Leader is the current coordinator according to the election keys.
 type Leader struct {
 	Node  model.NodeID
@@ -42,6 +49,8 @@ type State struct {
 	Nodes     map[model.NodeID]NodeEntry
 	Liveness  map[model.NodeID]LivenessEntry
 	elections map[string]electionEntry
+	term      *termEntry // nil unless a backend outside etcd elected someone
+	termKey   string
 	// Changefeeds, the routing table and progress, by changefeed. The
 	// inner maps are replaced, never changed, when a state moves on.
 	Changefeeds map[model.ChangefeedID]*ChangefeedEntry
@@ -102,6 +111,7 @@ func (s *State) Clone() *State {
 	for k, v := range s.elections {
 		c.elections[k] = v
 	}
+	c.term, c.termKey = s.term, s.termKey
 	// Entries and inner maps are copied on write (applyChangefeed), so a
 	// shallow copy of the outer maps is enough here.
 	for k, v := range s.Changefeeds {
@@ -133,6 +143,9 @@ func (s *State) Clone() *State {
 func (s *State) Leader() (Leader, bool) {
 	var best Leader
 	found := false
+	if s.term != nil && len(s.elections) == 0 {
+		return Leader{Node: s.term.node, Fence: Fence{Key: s.termKey, ModRevision: s.term.modRevision}}, true
+	}
 	for key, e := range s.elections {
 		if !found || e.createRevision < best.Fence.CreateRevision {
 			best = Leader{Node: e.node, Fence: Fence{Key: key, CreateRevision: e.createRevision}}
@@ -145,6 +158,9 @@ func (s *State) Leader() (Leader, bool) {
 // IsCandidate reports whether a node has a key in the election: it is
 // campaigning or leading.
 func (s *State) IsCandidate(id model.NodeID) bool {
+	if s.term != nil && s.term.node == id {
+		return true
+	}
 	for _, e := range s.elections {
 		if e.node == id {
 			return true
@@ -290,6 +306,13 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		s.elections[key] = electionEntry{node: model.NodeID(kv.Value), createRevision: kv.CreateRevision}
+	case kindTerm:
+		s.termKey = string(kv.Key)
+		if deleted {
+			s.term = nil
+			return
+		}
+		s.term = &termEntry{node: model.NodeID(kv.Value), modRevision: kv.ModRevision}
 	case kindDrain:
 		if deleted {
 			s.Drain, s.DrainRevision = nil, 0

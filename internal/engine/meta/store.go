@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -266,7 +267,7 @@ func (s *Store) fenceHolds(ctx context.Context, f Fence) (bool, error) {
 		return false, fmt.Errorf("check the coordinator term: %w", err)
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 || kvs[0].CreateRevision != f.CreateRevision {
+	if len(kvs) != 1 || !f.holds(kvs[0].CreateRevision, kvs[0].ModRevision) {
 		return false, nil
 	}
 	if f.LivenessKey != "" {
@@ -370,4 +371,47 @@ func (s *Store) ResetOnlyNodeLeft(ctx context.Context, self model.NodeID) (bool,
 		return false, fmt.Errorf("reset liveness of %s: %w", self, err)
 	}
 	return tr.Succeeded, nil
+}
+
+// ErrStaleEpoch means an election backend outside etcd tried to raise the
+// term to an epoch not above the highest one raised before: a newer
+// leader was elected meanwhile.
+var ErrStaleEpoch = errors.New("a newer coordinator term was raised in etcd")
+
+// RaiseTerm starts a term won in a backend outside etcd (the MySQL lock)
+// with that backend's epoch: the term key names self, on self's lease (it
+// goes when self's session does), and the highest epoch raised is kept,
+// so that no leader of an older epoch, however late it wakes, raises the
+// term again. The returned fence compares the term key's mod-revision:
+// the next leader's raise changes it, and this term's writes fail.
+func (s *Store) RaiseTerm(ctx context.Context, epoch uint64, self model.NodeID, lease clientv3.LeaseID) (Fence, error) {
+	maxKey, termKey := s.keys.ElectionTermMax(), s.keys.ElectionTerm()
+	for {
+		resp, err := s.cli.Get(ctx, maxKey)
+		if err != nil {
+			return Fence{}, fmt.Errorf("read the coordinator term: %w", err)
+		}
+		var rev int64
+		if len(resp.Kvs) == 1 {
+			rev = resp.Kvs[0].ModRevision
+			if prev, _ := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64); prev >= epoch {
+				return Fence{}, fmt.Errorf("%w: epoch %d, asked to raise %d", ErrStaleEpoch, prev, epoch)
+			}
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(maxKey), "=", rev)).
+			Then(clientv3.OpPut(maxKey, strconv.FormatUint(epoch, 10)), clientv3.OpPut(termKey, string(self), clientv3.WithLease(lease))).Commit()
+		if err != nil {
+			return Fence{}, fmt.Errorf("raise the coordinator term: %w", err)
+		}
+		if tr.Succeeded {
+			return Fence{Key: termKey, ModRevision: tr.Header.Revision}, nil
+		}
+	}
+}
+
+// EndTerm deletes the term key if it is still this fence's (a leader
+// stepping down), so that nobody reads it as the coordinator.
+func (s *Store) EndTerm(ctx context.Context, f Fence) error {
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.ModRevision)).Then(clientv3.OpDelete(f.Key)).Commit()
+	return err
 }

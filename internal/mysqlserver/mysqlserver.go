@@ -1,0 +1,193 @@
+// Package mysqlserver starts a private MariaDB (or MySQL) server for tests
+// and the playground: mariadb-install-db in a directory of its own, then
+// mariadbd listening on loopback only, with its socket in that directory.
+//
+// It uses the server binaries on the PATH (Debian: package mariadb-server)
+// and imports nothing of this module.
+package mysqlserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Server is a running MariaDB.
+type Server struct {
+	Dir  string // data directory; the socket and the log are beside it
+	Port int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// ErrNotInstalled means no server binaries were found.
+var ErrNotInstalled = errors.New("MariaDB is not installed: install it (Debian: apt-get install -y mariadb-server) so that mariadbd and mariadb-install-db are on the PATH")
+
+func findBin(names ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+		for _, d := range []string{"/usr/sbin", "/usr/bin", "/usr/local/bin"} {
+			if p := filepath.Join(d, n); fileExists(p) {
+				return p, nil
+			}
+		}
+	}
+	return "", ErrNotInstalled
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Start initialises dir on first use and starts a server on port (0
+// picks a free one). It is ready when Start returns.
+func Start(ctx context.Context, dir string, port int) (*Server, error) {
+	install, err := findBin("mariadb-install-db", "mysql_install_db")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if !fileExists(filepath.Join(data, "mysql")) {
+		args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		cmd := exec.CommandContext(ctx, install, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("mariadb-install-db: %v: %s", err, tail(string(out), 2000))
+		}
+	}
+	pick := port == 0
+	s := &Server{Dir: dir, Port: port}
+	for attempt := 1; ; attempt++ {
+		if pick {
+			if s.Port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		err = s.start(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if !pick || attempt >= 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return nil, err
+		}
+	}
+}
+
+// start runs mariadbd and waits until it accepts connections.
+func (s *Server) start(ctx context.Context) error {
+	bin, err := findBin("mariadbd", "mysqld")
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(s.Dir, "server.log")
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(s.Dir, "data"), "--port=" + strconv.Itoa(s.Port),
+		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(s.Dir, "mysqld.sock"), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
+		"--log-error=" + logPath, "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start mariadbd: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("mariadbd exited at start: %s", tail(string(log), 2000))
+		case <-ctx.Done():
+			s.kill()
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("mariadbd did not listen on %s within 60s: %s", s.Addr(), tail(string(log), 2000))
+		}
+	}
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// DSN is a go-sql-driver DSN for root to database db ("" for none).
+func (s *Server) DSN(db string) string {
+	return fmt.Sprintf("root@tcp(%s)/%s", s.Addr(), db)
+}
+
+// Stop shuts the server down (SIGTERM) and waits for it.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(60 * time.Second):
+		s.kill()
+		return errors.New("mariadbd did not stop within 60s; killed it")
+	}
+}
+
+// StartAgain starts a stopped server on the same port and data (the end
+// of an outage, for tests).
+func (s *Server) StartAgain(ctx context.Context) error { return s.start(ctx) }
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
