@@ -98,6 +98,7 @@ func (b backend) Status(ctx context.Context) (*api.Status, error) {
 	out := &api.Status{
 		Version: api.SchemaVersion, ClusterID: b.n.cfg.ClusterID, Captures: len(st.Nodes),
 		ServedBy: b.n.cfg.NodeID, ServerVersion: version.Version, Revision: st.Revision,
+		Election: b.n.cfg.Election, ElectionEpoch: st.TermEpoch,
 	}
 	if l, ok := st.Leader(); ok {
 		out.Coordinator = string(l.Node)

@@ -53,6 +53,10 @@ type testCluster struct {
 	moveTimeout time.Duration
 	// checkpointStore, if set, is the agents' --checkpoint-store.
 	checkpointStore string
+	// electionDSN, if set, elects through MySQL (--election-dsn), with
+	// electionTTL as the lock's TTL.
+	electionDSN string
+	electionTTL time.Duration
 	// faults are fault-injection hooks, by node.
 	faults map[model.NodeID]Faults
 }
@@ -86,7 +90,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
-		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
+		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
 	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)

@@ -21,10 +21,10 @@ func ExampleCaptureList() {
 
 func ExampleStatus() {
 	b, _ := json.Marshal(api.Status{Version: api.SchemaVersion, ClusterID: "default", Coordinator: "capture-1", CoordinatorEpoch: 7,
-		CoordinatorAddress: "127.0.0.1:8301", Captures: 3, Alive: 3, ServedBy: "capture-2", ServerVersion: "v0.1.0", Revision: 42})
+		CoordinatorAddress: "127.0.0.1:8301", Election: "etcd", Captures: 3, Alive: 3, ServedBy: "capture-2", ServerVersion: "v0.1.0", Revision: 42})
 	fmt.Println(string(b))
 	// Output:
-	// {"version":1,"cluster_id":"default","coordinator":"capture-1","coordinator_epoch":7,"coordinator_address":"127.0.0.1:8301","captures":3,"alive":3,"draining":0,"stopping":0,"served_by":"capture-2","server_version":"v0.1.0","revision":42}
+	// {"version":1,"cluster_id":"default","coordinator":"capture-1","coordinator_epoch":7,"coordinator_address":"127.0.0.1:8301","election":"etcd","captures":3,"alive":3,"draining":0,"stopping":0,"served_by":"capture-2","server_version":"v0.1.0","revision":42}
 }
 
 func ExampleError() {

@@ -41,10 +41,14 @@ type Status struct {
 	Coordinator        string `json:"coordinator"`
 	CoordinatorEpoch   uint64 `json:"coordinator_epoch"`
 	CoordinatorAddress string `json:"coordinator_address,omitempty"`
-	Captures           int    `json:"captures"`
-	Alive              int    `json:"alive"`
-	Draining           int    `json:"draining"`
-	Stopping           int    `json:"stopping"`
+	// Election is the election backend of the capture that answered:
+	// etcd, or mysql with the lock's epoch (ElectionEpoch).
+	Election      string `json:"election"`
+	ElectionEpoch uint64 `json:"election_epoch,omitempty"`
+	Captures      int    `json:"captures"`
+	Alive         int    `json:"alive"`
+	Draining      int    `json:"draining"`
+	Stopping      int    `json:"stopping"`
 	// ServedBy is the capture that answered, so an operator knows which
 	// of the --server addresses was used.
 	ServedBy      string `json:"served_by"`

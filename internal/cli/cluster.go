@@ -46,6 +46,11 @@ func statusTable(tw tableWriter, st *api.Status) {
 	}
 	fmt.Fprintf(tw, "Cluster:\t%s\n", st.ClusterID)
 	fmt.Fprintf(tw, "Coordinator:\t%s\n", coord)
+	if st.Election == "mysql" {
+		fmt.Fprintf(tw, "Election:\tmysql (lock epoch %d)\n", st.ElectionEpoch)
+	} else if st.Election != "" {
+		fmt.Fprintf(tw, "Election:\t%s\n", st.Election)
+	}
 	fmt.Fprintf(tw, "Captures:\t%d (%d Alive, %d Draining, %d Stopping)\n", st.Captures, st.Alive, st.Draining, st.Stopping)
 	fmt.Fprintf(tw, "Answered by:\t%s (agent %s)\n", st.ServedBy, st.ServerVersion)
 }

@@ -112,6 +112,7 @@ const (
 	kindPlan
 	kindPlanRequest
 	kindTerm
+	kindTermMax
 )
 
 // classify tells which object a key under the root is.
@@ -121,6 +122,9 @@ func (k Keys) classify(key string) (keyKind, string) {
 	}
 	if key == k.ElectionTerm() {
 		return kindTerm, "term"
+	}
+	if key == k.ElectionTermMax() {
+		return kindTermMax, "term-max"
 	}
 	for _, c := range []struct {
 		prefix string

@@ -3,6 +3,7 @@ package meta
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,6 +51,9 @@ type State struct {
 	Liveness  map[model.NodeID]LivenessEntry
 	elections map[string]electionEntry
 	term      *termEntry // nil unless a backend outside etcd elected someone
+	// TermEpoch is the highest epoch a backend outside etcd (the MySQL
+	// lock) raised; 0 with the etcd backend.
+	TermEpoch uint64
 	termKey   string
 	// Changefeeds, the routing table and progress, by changefeed. The
 	// inner maps are replaced, never changed, when a state moves on.
@@ -111,7 +115,7 @@ func (s *State) Clone() *State {
 	for k, v := range s.elections {
 		c.elections[k] = v
 	}
-	c.term, c.termKey = s.term, s.termKey
+	c.term, c.termKey, c.TermEpoch = s.term, s.termKey, s.TermEpoch
 	// Entries and inner maps are copied on write (applyChangefeed), so a
 	// shallow copy of the outer maps is enough here.
 	for k, v := range s.Changefeeds {
@@ -313,6 +317,11 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			return
 		}
 		s.term = &termEntry{node: model.NodeID(kv.Value), modRevision: kv.ModRevision}
+	case kindTermMax:
+		s.TermEpoch = 0
+		if !deleted {
+			s.TermEpoch, _ = strconv.ParseUint(string(kv.Value), 10, 64)
+		}
 	case kindDrain:
 		if deleted {
 			s.Drain, s.DrainRevision = nil, 0
