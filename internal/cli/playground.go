@@ -26,7 +26,10 @@ starts a private PostgreSQL (initdb in DIR/postgres, wal_level=logical,
 loopback only, as the postgres user when run as root) on --port-base+10 with
 a live workload, and changefeed demo-pg replicating it into DIR/sink-pg; it
 needs the PostgreSQL server binaries (initdb, pg_ctl) on the PATH (Debian:
-apt-get install postgresql). It writes DIR/playground.json
+apt-get install postgresql). With --election mysql the captures elect their
+coordinator through a lock row in MariaDB: a private one (mariadb-install-db
+in DIR/mariadb, loopback only) on --port-base+11, or the server that
+--election-dsn names. It writes DIR/playground.json
 (etcd endpoint, each capture's address and pid) and each agent's log to
 DIR/capture-N.log. It restarts nothing by itself, so you can kill a capture
 and watch the cluster react. Ctrl-C stops everything.
@@ -35,6 +38,7 @@ Agents are started from the cdc-agent binary next to cdcctl if there is one,
 otherwise by running cdcctl itself as the agent.`,
 		Example: `  cdcctl playground
   cdcctl playground --postgres
+  cdcctl playground --election mysql
   cdcctl playground --nodes 5 --port-base 9300 --dir /tmp/pg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -58,6 +62,8 @@ otherwise by running cdcctl itself as the agent.`,
 	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
+	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")
+	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
 	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
 	return cmd
 }

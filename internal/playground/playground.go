@@ -40,7 +40,12 @@ type Config struct {
 	// Postgres also starts a private PostgreSQL on PortBase+10 with a
 	// live workload, and changefeed demo-pg replicating it.
 	Postgres bool
-	Out      io.Writer // the operator's terminal
+	// Election is the agents' election backend: "" or etcd, or mysql.
+	// With mysql and no ElectionDSN, a private MariaDB is started on
+	// PortBase+11 for it.
+	Election    string
+	ElectionDSN string
+	Out         io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
@@ -78,6 +83,10 @@ type State struct {
 	// source, and DemoPG its sink.
 	Postgres string `json:"postgres,omitempty"`
 	DemoPG   string `json:"demo_pg_sink,omitempty"`
+	// ElectionDSN is the MySQL election's database (--election mysql),
+	// without its password; ElectionPID the private MariaDB's pid.
+	ElectionDSN string `json:"election_dsn,omitempty"`
+	ElectionPID int    `json:"election_pid,omitempty"`
 }
 
 // Capture is one agent process of the playground.
@@ -129,6 +138,34 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer db.stop()
 	}
+	electionPID := 0
+	if cfg.ElectionDSN != "" && cfg.Election == "" {
+		cfg.Election = "mysql"
+	}
+	switch cfg.Election {
+	case "", "etcd":
+		if cfg.ElectionDSN != "" {
+			return errors.New("--election-dsn is for --election mysql")
+		}
+	case "mysql":
+		if cfg.ElectionDSN != "" {
+			if err := checkElectionDB(ctx, cfg.ElectionDSN); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("--election %q: use etcd (default) or mysql", cfg.Election)
+	}
+	if cfg.Election == "mysql" && cfg.ElectionDSN == "" {
+		// Started before the agents so it stops after them.
+		fmt.Fprintln(cfg.Out, "starting MariaDB for the coordinator election...")
+		edb, err := startElectionDB(ctx, dir, cfg.PortBase+11)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = edb.Stop() }()
+		cfg.ElectionDSN, electionPID = edb.DSN("cdcctl"), edb.PID()
+	}
 	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: addr(cfg.PortBase), Name: "playground"})
 	if err != nil {
 		return err
@@ -151,7 +188,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid()}
+	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid(), ElectionPID: electionPID}
+	if cfg.ElectionDSN != "" {
+		st.ElectionDSN = redactPassword(cfg.ElectionDSN)
+	}
 	var servers []string
 	for _, c := range children {
 		st.Captures = append(st.Captures, c.Capture)
@@ -243,6 +283,10 @@ func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
 	cmd.Args[0] = cfg.Agent.Argv0
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = agentEnv()
+	if cfg.ElectionDSN != "" {
+		// In the environment, not argv: ps shows argv to everyone.
+		cmd.Env = append(cmd.Env, "CDC_AGENT_ELECTION=mysql", "CDC_AGENT_ELECTION_DSN="+cfg.ElectionDSN)
+	}
 	setParentDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -379,6 +423,13 @@ func printBanner(w io.Writer, st State) {
 	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), st.Etcd)
 	for _, c := range st.Captures {
 		fmt.Fprintf(w, "  %-10s %-16s pid %-7d log %s\n", c.ID, c.Address, c.PID, c.Log)
+	}
+	if st.ElectionDSN != "" {
+		db := st.ElectionDSN
+		if st.ElectionPID != 0 {
+			db += fmt.Sprintf(" (the playground's MariaDB, pid %d)", st.ElectionPID)
+		}
+		fmt.Fprintf(w, "coordinator election: mysql lock in %s\n", db)
 	}
 	fmt.Fprintf(w, "state: %s\n\n", filepath.Join(st.Dir, "playground.json"))
 	fmt.Fprintln(w, "Next, in another terminal:")
