@@ -45,6 +45,12 @@ otherwise by running cdcctl itself as the agent.`,
 			if cfg.Dir == "" {
 				cfg.Dir = filepath.Join(os.TempDir(), "cdcctl-playground-"+strconv.Itoa(cfg.PortBase))
 			}
+			if cfg.ElectionDSN != "" && cfg.Election == "" {
+				cfg.Election = "mysql"
+			}
+			if err := playground.CheckElectionFlags(cfg); err != nil {
+				return usageErr(err)
+			}
 			agentCmd, err := playground.FindAgent()
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package playground
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -11,6 +12,26 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
 )
+
+// CheckElectionFlags refuses an --election that is not a backend, or an
+// --election-dsn that does not parse (usage errors).
+func CheckElectionFlags(cfg Config) error {
+	switch cfg.Election {
+	case "", "etcd":
+		if cfg.ElectionDSN != "" {
+			return errors.New("--election-dsn is for --election mysql")
+		}
+	case "mysql":
+		if cfg.ElectionDSN != "" {
+			if _, err := election.ParseMySQLDSN(cfg.ElectionDSN); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("--election %q: use etcd (default) or mysql", cfg.Election)
+	}
+	return nil
+}
 
 // checkElectionDB refuses a bad --election-dsn, or a server that does not
 // answer, before any agent starts.

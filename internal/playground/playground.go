@@ -142,19 +142,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ElectionDSN != "" && cfg.Election == "" {
 		cfg.Election = "mysql"
 	}
-	switch cfg.Election {
-	case "", "etcd":
-		if cfg.ElectionDSN != "" {
-			return errors.New("--election-dsn is for --election mysql")
+	if err := CheckElectionFlags(cfg); err != nil {
+		return err
+	}
+	if cfg.ElectionDSN != "" {
+		if err := checkElectionDB(ctx, cfg.ElectionDSN); err != nil {
+			return err
 		}
-	case "mysql":
-		if cfg.ElectionDSN != "" {
-			if err := checkElectionDB(ctx, cfg.ElectionDSN); err != nil {
-				return err
-			}
-		}
-	default:
-		return fmt.Errorf("--election %q: use etcd (default) or mysql", cfg.Election)
 	}
 	if cfg.Election == "mysql" && cfg.ElectionDSN == "" {
 		// Started before the agents so it stops after them.
