@@ -2,38 +2,13 @@ package agent
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
-
-// startMariaDB starts a private MariaDB with an empty database cdc and
-// returns the server and the DSN of that database.
-func startMariaDB(t *testing.T) (*mysqlserver.Server, string) {
-	t.Helper()
-	srv, err := mysqlserver.Start(context.Background(), t.TempDir(), 0)
-	if errors.Is(err, mysqlserver.ErrNotInstalled) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	db, err := sql.Open("mysql", srv.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec("CREATE DATABASE cdc"); err != nil {
-		t.Fatal(err)
-	}
-	return srv, srv.DSN("cdc")
-}
 
 // A cluster electing through MariaDB replicates under load through a
 // kill of its coordinator (another capture takes the lock once it expires
@@ -42,7 +17,7 @@ func startMariaDB(t *testing.T) (*mysqlserver.Server, string) {
 // replicating; when it is back a coordinator is elected again. At every
 // look there is at most one coordinator; nothing is lost.
 func TestMySQLElectedClusterFailsOverAndOutlivesADatabaseRestart(t *testing.T) {
-	srv, dsn := startMariaDB(t)
+	srv, dsn := mysqltest.Start(t, "cdc")
 	tc := newTestCluster(t)
 	tc.electionDSN, tc.electionTTL = dsn, 3*time.Second
 	first := tc.startCaptures(3)

@@ -25,18 +25,8 @@ import (
 // upstream's, no change is written twice, and no row that existed before
 // the changefeed was copied twice.
 func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
-	_, dsn := startPostgres(t)
-	tc := newTestCluster(t)
-	tc.startCaptures(3)
-	c := tc.clientWithTimeout(time.Minute)
+	tc, c, dsn, sink, created := startSlowSnapshot(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	sink := "file://" + dir + "?flush-interval=100ms"
-	source := dsn + "&tables=public.orders,public.items,public.events&chunk-rows=25"
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "pg", Source: source, Sink: sink})
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := startFullWorkload(t, dsn)
 	copying := func(when string) {
 		t.Helper()
@@ -116,6 +106,24 @@ func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	t.Logf("%d transactions; %d existing orders copied once each; since %v: %+v", w.n, len(inserts), created.StartTs, rep.TableReports)
 }
 
+// startSlowSnapshot starts PostgreSQL, three captures and changefeed pg
+// (orders, items, events into files), whose snapshot copies in chunks of
+// 25 rows: slow enough to act on partitions while they copy.
+func startSlowSnapshot(t *testing.T) (*testCluster, *api.Client, string, string, *api.ChangefeedResponse) {
+	t.Helper()
+	_, dsn := startPostgres(t)
+	tc := newTestCluster(t)
+	tc.startCaptures(3)
+	c := tc.clientWithTimeout(time.Minute)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	source := dsn + "&tables=public.orders,public.items,public.events&chunk-rows=25"
+	created, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "pg", Source: source, Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, c, dsn, sink, created
+}
+
 // existingOrderInserts reads the sink's inserts of the orders that
 // existed before the changefeed (ids up to 6,000; the workload inserts
 // new ids): by id, which dispatcher wrote each and at what position.
@@ -159,17 +167,8 @@ func (tc *testCluster) existingOrderInserts(sink string) map[int][]string {
 // progress and before the crash may arrive twice (at-least-once, as for
 // any change after a crash); the test counts them.
 func TestPostgresSnapshotResumesAfterACrash(t *testing.T) {
-	_, dsn := startPostgres(t)
-	tc := newTestCluster(t)
-	tc.startCaptures(3)
-	c := tc.clientWithTimeout(time.Minute)
+	tc, c, dsn, sink, _ := startSlowSnapshot(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	sink := "file://" + dir + "?flush-interval=100ms"
-	source := dsn + "&tables=public.orders,public.items,public.events&chunk-rows=25"
-	if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "pg", Source: source, Sink: sink}); err != nil {
-		t.Fatal(err)
-	}
 	w := startFullWorkload(t, dsn)
 
 	// The victim runs the reader and the orders partition [1501, 3001).

@@ -3,11 +3,12 @@
 // mariadbd listening on loopback only, with its socket in that directory.
 //
 // It uses the server binaries on the PATH (Debian: package mariadb-server)
-// and imports nothing of this module.
+// and imports nothing of this module (only the MySQL driver).
 package mysqlserver
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	_ "github.com/go-sql-driver/mysql" // CreateDatabase
 )
 
 // Server is a running MariaDB.
@@ -134,6 +137,20 @@ func (s *Server) start(ctx context.Context) error {
 			return fmt.Errorf("mariadbd did not listen on %s within 60s: %s", s.Addr(), tail(string(log), 2000))
 		}
 	}
+}
+
+// CreateDatabase creates database name if it does not exist, as root,
+// and returns its DSN.
+func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(name, "`", "``")+"`"); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return s.DSN(name), nil
 }
 
 // PID is the server process's id (0 when stopped).

@@ -2,7 +2,6 @@ package playground
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -55,12 +54,7 @@ func startElectionDB(ctx context.Context, dir string, port int) (*mysqlserver.Se
 	if err != nil {
 		return nil, fmt.Errorf("start the playground's MariaDB: %w", err)
 	}
-	db, err := sql.Open("mysql", srv.DSN(""))
-	if err == nil {
-		_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS cdcctl")
-		_ = db.Close()
-	}
-	if err != nil {
+	if _, err := srv.CreateDatabase(ctx, "cdcctl"); err != nil {
 		_ = srv.Stop()
 		return nil, fmt.Errorf("prepare the playground's election database: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // mysqlRig is a private MariaDB and an embedded etcd with three
@@ -28,23 +29,8 @@ type mysqlRig struct {
 
 func newMySQLRig(t *testing.T) *mysqlRig {
 	t.Helper()
-	srv, err := mysqlserver.Start(context.Background(), t.TempDir(), 0)
-	if errors.Is(err, mysqlserver.ErrNotInstalled) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	root, err := sql.Open("mysql", srv.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	if _, err := root.Exec("CREATE DATABASE IF NOT EXISTS cdc"); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("mysql", srv.DSN("cdc"))
+	srv, dsn := mysqltest.Start(t, "cdc")
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

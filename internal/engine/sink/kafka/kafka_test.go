@@ -190,17 +190,23 @@ func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
 
 func TestBadKafkaInput(t *testing.T) {
 	for uri, mention := range map[string]string{
-		"kafka://host/topic":                "not host:port",
-		"kafka://h:9092":                    "name one topic",
-		"kafka://h:9092/t?protocol=avro":    "writes canal-json",
-		"kafka://h:9092/t?partition=random": "use key or table",
-		"kafka://h:9092/t?bogus=1":          "unknown parameter",
-		"kafka://h:9092/t?partition-num=0":  "partition-num",
-		"http://h:9092/t":                   "kafka://host:port/topic",
+		"kafka://host/topic":                    "not host:port",
+		"kafka://h:9092":                        "name one topic",
+		"kafka://h:9092/t?protocol=avro":        "writes canal-json",
+		"kafka://h:9092/t?partition=random":     "use key or table",
+		"kafka://h:9092/t?bogus=1":              "unknown parameter",
+		"kafka://h:9092/t?partition-num=0":      "partition-num",
+		"kafka://h:9092/t?recover-timeout=soon": `recover-timeout="soon": not a duration; write it like 30s or 2m`,
+		"kafka://h:9092/t?recover-timeout=10ms": `recover-timeout="10ms": must be between 1s and 24h0m0s`,
+		"kafka://h:9092/t?retry-timeout=-1s":    `retry-timeout="-1s": must be between`,
+		"http://h:9092/t":                       "kafka://host:port/topic",
 	} {
 		if _, err := kafka.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
 			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)
 		}
+	}
+	if c, err := kafka.ParseURI("kafka://h:9092/t?recover-timeout=90s"); err != nil || c.RecoverTimeout != 90*time.Second {
+		t.Errorf("recover-timeout=90s: %+v, %v", c.RecoverTimeout, err)
 	}
 	begin := time.Now()
 	_, err := kafka.Open(context.Background(), "kafka://127.0.0.1:1/t?dial-timeout=500ms", quiet())
