@@ -40,6 +40,7 @@ const testTTL = 2 * time.Second
 type testCluster struct {
 	t        *testing.T
 	log      *slog.Logger
+	tail     *logTail // what the agents logged (empty with CDCCTL_TEST_LOG)
 	endpoint string
 	cli      *clientv3.Client
 	store    *meta.Store
@@ -71,7 +72,8 @@ type runningNode struct {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	endpoint, cli := etcdtest.Start(t)
-	tc := &testCluster{t: t, log: testLogger(t), endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: sessionTTL}
+	log, tail := testLogger(t)
+	tc := &testCluster{t: t, log: log, tail: tail, endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: sessionTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,35 @@ type logTail struct {
 	lines []string // a ring of the last maxTail lines
 	next  int
 	total int
+	// once counts the events that must happen at most once per
+	// identity (countedEvents), so a test can check they did.
+	once map[string]int
 }
+
+// countedEvents are log messages that seed 002 allows once per identity:
+// a dispatcher (partition and routing epoch) starts once, and its failure
+// asks for one recovery.
+var countedEvents = []struct {
+	msg string
+	id  *regexp.Regexp
+}{
+	{`msg="dispatcher started"`, regexp.MustCompile(` dispatcher=(\S+)`)},
+	{`msg="dispatcher failed; asking its maintainer to recover it"`, regexp.MustCompile(` changefeed=(\S+) partition=(\S+) epoch=(\S+)`)},
+}
+
+// counted returns how often each identity of an event was logged, by
+// "node event identity".
+func (l *logTail) counted() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range l.once {
+		out[k] = v
+	}
+	return out
+}
+
+var nodeField = regexp.MustCompile(` node=(\S+)`)
 
 const (
 	maxTail  = 300
@@ -28,6 +57,21 @@ func (l *logTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		for _, ev := range countedEvents {
+			if !strings.Contains(line, ev.msg) {
+				continue
+			}
+			if m := ev.id.FindStringSubmatch(line); m != nil {
+				node := ""
+				if n := nodeField.FindStringSubmatch(line); n != nil {
+					node = n[1]
+				}
+				if l.once == nil {
+					l.once = map[string]int{}
+				}
+				l.once[node+" "+ev.msg+" "+strings.Join(m[1:], " ")]++
+			}
+		}
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 			if len(l.warns) < maxWarns {
 				l.warns = append(l.warns, line)
@@ -67,15 +111,15 @@ func (l *logTail) dump(t testing.TB) {
 // testLogger logs the agents of one test at info level into a tail that
 // is printed if the test fails, or everything to stderr with
 // CDCCTL_TEST_LOG set.
-func testLogger(t testing.TB) *slog.Logger {
-	if l := verboseLogger(); l != nil {
-		return l
-	}
+func testLogger(t testing.TB) (*slog.Logger, *logTail) {
 	tail := &logTail{}
+	if l := verboseLogger(); l != nil {
+		return l, tail
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			tail.dump(t)
 		}
 	})
-	return slog.New(slog.NewTextHandler(tail, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(slog.NewTextHandler(tail, &slog.HandlerOptions{Level: slog.LevelInfo})), tail
 }

@@ -109,6 +109,27 @@ func (rig *recoverRig) recovered() (healthy, faulty int) {
 	return healthy, faulty
 }
 
+// onceEach checks seed 002's acceptance 1 through the engine, from what
+// the agents logged: every dispatcher (partition and routing epoch)
+// started once on its capture, and asked once for its recovery, however
+// many of its messages failed; it returns how many recoveries were asked
+// for. (A manager that restarted a failed dispatcher under its old epoch,
+// or asked again for the same one, fails it.) Only for tests without a
+// changefeed restart or pause, which start dispatchers again under their
+// epoch.
+func (rig *recoverRig) onceEach() (asked int) {
+	rig.tc.t.Helper()
+	for id, n := range rig.tc.tail.counted() {
+		if n != 1 {
+			rig.tc.t.Errorf("logged %d times, want once: %s", n, id)
+		}
+		if strings.Contains(id, "asking its maintainer") {
+			asked++
+		}
+	}
+	return asked
+}
+
 // metric sums a series over the nodes.
 func (rig *recoverRig) metric(series string) float64 {
 	sum := 0.0
@@ -146,6 +167,9 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 	healthy, faulty := rig.recovered()
 	if healthy != 0 || faulty == 0 {
 		t.Fatalf("recoveries: %d of healthy tables' partitions, %d of the faulty broker's; want 0 and some", healthy, faulty)
+	}
+	if asked := rig.onceEach(); asked < faulty {
+		t.Fatalf("%d recoveries asked for, %d partitions re-created", asked, faulty)
 	}
 	tc.eventually("the recoveries are counted and none is pending", 10*time.Second, func() bool {
 		return rig.metric("cdcctl_dispatcher_recoveries_total") >= 1 && rig.metric("cdcctl_dispatcher_recover_pending") == 0
@@ -381,6 +405,8 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 		t.Fatalf("%v recoveries pending during the fault after the maintainer moved; want some still waiting", n)
 	}
 	rep := rig.healAndVerify()
+	// Still every dispatcher started once and asked once (acceptance 2).
+	rig.onceEach()
 	t.Logf("maintainer %s → %s; verified %d events: %d lost, %d out of order, %d duplicates",
 		old.Node, tc.state().Changefeeds["demo"].Maintainer.Node, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
