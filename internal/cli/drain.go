@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/charmbracelet/x/term"
 	"os"
 	"strings"
 	"time"
@@ -144,12 +145,11 @@ func submitter() string {
 	return u + "@" + h
 }
 
-// isTerminal reports whether r is an interactive terminal.
+// isTerminal reports whether r is an interactive terminal: a TTY, asked
+// of the terminal driver. A character device is not enough: /dev/null is
+// one, and a script run with </dev/null was taken for an operator (a
+// drain prompted and read no answer; a --watch started the live view).
 func isTerminal(r any) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(f.Fd())
 }
