@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // Backend is what the API serves. The agent wires it to the engine; tests
@@ -183,8 +184,8 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if req.Batch < 0 || req.Batch > 1000 {
-		writeError(w, Errorf(CodeBadRequest, "use a batch between 1 and 1000", "batch %d is out of range", req.Batch))
+	if req.Batch < 0 || req.Batch > plan.MaxBatch {
+		writeError(w, Errorf(CodeBadRequest, fmt.Sprintf("use a batch between 1 and %d", plan.MaxBatch), "batch %d is out of range", req.Batch))
 		return
 	}
 	v, err := s.b.Drain(r.Context(), r.PathValue("id"), req)
@@ -209,6 +210,10 @@ func (s *server) submitPlan(w http.ResponseWriter, r *http.Request) {
 		// Without its fingerprint a plan cannot be checked against what
 		// it read: it would run on a cluster it was not computed for.
 		writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit that file", "the plan has version %d and %d fingerprinted objects; want version 1 and its fingerprint", req.Plan.Version, len(req.Plan.Fingerprint.Objects)))
+		return
+	}
+	if err := req.Plan.Check(); err != nil {
+		writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit it unchanged", "%v", err))
 		return
 	}
 	v, err := s.b.SubmitPlan(r.Context(), req)

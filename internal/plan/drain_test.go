@@ -189,3 +189,27 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 		t.Fatalf("a plan without placements: changes %v", ch)
 	}
 }
+
+// A plan file edited by hand is checked like the API's own requests.
+func TestCheckRefusesPlansNoPlannerMakes(t *testing.T) {
+	good := Plan{Version: 1, Kind: "drain", BatchSize: 2, Fingerprint: Fingerprint{Objects: map[string]model.Revision{"nodes/a": 1}}}
+	if err := good.Check(); err != nil {
+		t.Fatalf("a planner's plan: %v", err)
+	}
+	for _, c := range []struct {
+		edit func(*Plan)
+		want string
+	}{
+		{func(p *Plan) { p.BatchSize = -7 }, "batch_size -7 is out of range: use a batch between 1 and 1000"},
+		{func(p *Plan) { p.BatchSize = 1001 }, "batch_size 1001 is out of range"},
+		{func(p *Plan) { p.Kind = "explode" }, `plan kind "explode"`},
+		{func(p *Plan) { p.Version = 2 }, "plan version 2"},
+		{func(p *Plan) { p.Fingerprint.Objects = nil }, "no fingerprint"},
+	} {
+		p := good
+		c.edit(&p)
+		if err := p.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check() = %v, want %q", err, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -61,6 +62,28 @@ type Plan struct {
 	Fingerprint Fingerprint  `json:"fingerprint"`
 	// PredictedMillis is the expected duration under the Costs used.
 	PredictedMillis int64 `json:"predicted_ms"`
+}
+
+// MaxBatch bounds a plan's batch size, the same for every way a plan is
+// made or submitted.
+const MaxBatch = 1000
+
+// Check refuses a plan that no planner makes: an unknown version or kind,
+// a batch size outside 1..MaxBatch, or no fingerprint (without it a plan
+// cannot be checked against what it read). A plan file edited by hand is
+// checked like the API's own requests.
+func (p *Plan) Check() error {
+	switch {
+	case p.Version != 1:
+		return fmt.Errorf("plan version %d: want 1 (compute the plan again with --dry-run --plan-out FILE)", p.Version)
+	case p.Kind != "drain" && p.Kind != KindMove && p.Kind != KindSplit && p.Kind != KindRebalance:
+		return fmt.Errorf("plan kind %q: want drain, move, split or rebalance", p.Kind)
+	case p.BatchSize < 1 || p.BatchSize > MaxBatch:
+		return fmt.Errorf("batch_size %d is out of range: use a batch between 1 and %d", p.BatchSize, MaxBatch)
+	case len(p.Fingerprint.Objects) == 0:
+		return fmt.Errorf("the plan has no fingerprint: compute it with --dry-run --plan-out FILE and submit that file")
+	}
+	return nil
 }
 
 // Steps counts the plan's steps of one kind.
