@@ -118,6 +118,12 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 				if p.Kind == plan.KindMove {
 					return exec.Outcome{Failed: fmt.Sprintf("%s can no longer take work", s.To)}, nil
 				}
+				if to, ok := leastLoaded(st, s.Changefeed); !ok || to == s.From {
+					// Nowhere better to go: the partition staying where
+					// it is is the rebalance's answer, not a step to wait
+					// on for ever.
+					return exec.Outcome{Done: true, Note: fmt.Sprintf("skipped: %s can no longer take work, and no other capture has fewer of the changefeed's partitions than %s; it stays there", s.To, s.From)}, nil
+				}
 				return exec.Outcome{Impossible: string(s.To) + " can no longer take work"}, nil
 			}
 			return exec.Outcome{}, nil
@@ -237,17 +243,22 @@ func (a *partitionActuator) Replan(ctx context.Context, p *plan.Plan, s plan.Ste
 	if p.Kind != plan.KindRebalance || s.Kind != plan.StepMovePartition {
 		return s, false, nil
 	}
-	st := a.c.view.State()
-	dest := plan.NewDestinations(st.SchedulableNodeIDs())
-	for _, r := range st.Partitions[model.ChangefeedID(s.Changefeed)] {
-		dest.Count(r.Route.Node)
-	}
-	to, ok := dest.Next()
+	to, ok := leastLoaded(a.c.view.State(), s.Changefeed)
 	if !ok || to == s.From {
 		return s, false, nil
 	}
 	s.To, s.Reason = to, "re-planned: the capture with the fewest of its partitions now"
 	return s, true, nil
+}
+
+// leastLoaded is the schedulable capture with the fewest of a
+// changefeed's partitions: where a rebalance move goes instead.
+func leastLoaded(st *meta.State, cf string) (model.NodeID, bool) {
+	dest := plan.NewDestinations(st.SchedulableNodeIDs())
+	for _, r := range st.Partitions[model.ChangefeedID(cf)] {
+		dest.Count(r.Route.Node)
+	}
+	return dest.Next()
 }
 
 func (a *partitionActuator) Abandoned(context.Context, *exec.Record) (string, error) { return "", nil }
