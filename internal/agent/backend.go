@@ -33,15 +33,17 @@ func (n *Node) handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	// Before the mux, which would redirect an unclean path with a bare 301.
+	clean := api.CanonicalPaths(mux)
 	if n.grpc == nil {
-		return mux
+		return clean
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if transport.IsGRPC(r) {
 			n.grpc.ServeHTTP(w, r)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		clean.ServeHTTP(w, r)
 	})
 }
 

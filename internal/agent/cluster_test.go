@@ -161,8 +161,12 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"GET", "/api/v2/partitions?changefeed=nope", "", 404, api.CodeNotFound, "nope"},
 		{"POST", "/api/v2/plans", "{}", 400, api.CodeBadRequest, "carries no plan"},
 		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2"}}`, 400, api.CodeBadRequest, "0 fingerprinted objects"},
-		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"teleport","target":"capture-2","fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, `cannot run "teleport" plans`},
-		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","fingerprint":{"objects":{"node/capture-2":1}}}}`, 409, api.CodeStalePlan, "stale"},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"teleport","target":"capture-2","batch_size":1,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, `plan kind "teleport"`},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","batch_size":-7,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, "batch_size -7 is out of range"},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","batch_size":2,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 409, api.CodeStalePlan, "stale"},
+		{"POST", "/api/v2/coordinator/resign", `{"wait":"` + strings.Repeat("x", 1<<20) + `"}`, 413, api.CodeTooLarge, "larger than 1048576 bytes"},
+		{"GET", "/api/v2//status", "", 404, api.CodeNotFound, "not a clean path"},
+		{"GET", "/api/v2/captures/", "", 404, api.CodeNotFound, "not a clean path"},
 		{"POST", "/api/v2/plans/nope/pause", "", 404, api.CodeNotFound, "nope"},
 	} {
 		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))

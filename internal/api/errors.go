@@ -19,7 +19,9 @@ const (
 	CodeBadRequest Code = "bad_request"
 	CodeMethod     Code = "method_not_allowed"
 	CodeNotFound   Code = "not_found"
-	CodeConflict   Code = "conflict"
+	// CodeTooLarge: the request body is over the API's limit.
+	CodeTooLarge Code = "too_large"
+	CodeConflict Code = "conflict"
 	// CodeStalePlan: a submitted plan read objects that changed since;
 	// Changed lists them. Compute the plan again.
 	CodeStalePlan Code = "stale_plan"
@@ -43,6 +45,8 @@ func statusOf(c Code) int {
 		return http.StatusMethodNotAllowed
 	case CodeNotFound:
 		return http.StatusNotFound
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
 	case CodeConflict, CodeStalePlan, CodePartitionBusy:
 		return http.StatusConflict
 	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
@@ -59,6 +63,8 @@ func codeOfStatus(status int) Code {
 		return CodeBadRequest
 	case http.StatusNotFound:
 		return CodeNotFound
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
 	case http.StatusConflict:
 		return CodeConflict
 	case http.StatusServiceUnavailable:

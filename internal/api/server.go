@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -118,6 +119,25 @@ func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
 		writeError(w, Errorf(CodeNotFound, "see docs/api.md for the endpoints", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// tooLarge is the error of a request body over maxBody.
+func tooLarge() *Error {
+	return Errorf(CodeTooLarge, "send the JSON object described in docs/api.md; no request needs more", "request body is larger than %d bytes", maxBody)
+}
+
+// CanonicalPaths answers a path that is not in its clean form (double
+// slashes, dot segments) with the JSON error model, where the mux would
+// redirect with a bare 301 or 307 that a client following it might send
+// to another path than it meant.
+func CanonicalPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "/" && p != path.Clean(p) {
+			writeError(w, Errorf(CodeNotFound, "use the path "+path.Clean(p), "no such endpoint: %s %s (not a clean path)", r.Method, p))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // allowedMethods lists the methods some route accepts for r's path; the
@@ -261,7 +281,7 @@ func decodeOptional(r *http.Request, v any) error {
 		return Errorf(CodeBadRequest, "", "could not read the request body: %v", err)
 	}
 	if len(body) > maxBody {
-		return Errorf(CodeBadRequest, "", "request body is larger than %d bytes", maxBody)
+		return tooLarge()
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
@@ -284,8 +304,12 @@ func decodeOptional(r *http.Request, v any) error {
 func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-		if err != nil || len(body) > maxBody {
-			writeError(w, Errorf(CodeBadRequest, "", "could not read the request body (at most %d bytes)", maxBody))
+		if err != nil {
+			writeError(w, Errorf(CodeBadRequest, "", "could not read the request body: %v", err))
+			return
+		}
+		if len(body) > maxBody {
+			writeError(w, tooLarge())
 			return
 		}
 		forwardedBy := r.Header.Get(ForwardedHeader)
