@@ -69,18 +69,7 @@ func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
 
 	tc.waitSnapshot(c, "pg")
-	end := w.finish(t)
-	tc.waitCheckpoint(c, "pg", model.TsFromTime(end.Add(100*time.Millisecond)))
-	up, err := postgres.NewTableReader(dsn + "&tables=public.orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables := []string{"public.orders", "public.items", "public.events"}
-	wait := func(_ context.Context, ts model.Ts) (model.Ts, error) { return tc.waitCheckpoint(c, "pg", ts), nil }
-	rep, err := verify.Database(ctx, sink, up, tables, wait)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := tc.verifyPG(c, dsn, sink, w.finish(t))
 	if !rep.OK || rep.Duplicates != 0 || w.n < 20 {
 		t.Fatalf("after %d transactions: %+v", w.n, rep)
 	}
@@ -122,6 +111,24 @@ func startSlowSnapshot(t *testing.T) (*testCluster, *api.Client, string, string,
 		t.Fatal(err)
 	}
 	return tc, c, dsn, sink, created
+}
+
+// verifyPG waits until changefeed pg's checkpoint passes end (the
+// workload's last commit) and rebuilds orders, items and events from its
+// sink against the upstream's.
+func (tc *testCluster) verifyPG(c *api.Client, dsn, sink string, end time.Time) verify.Report {
+	tc.t.Helper()
+	tc.waitCheckpoint(c, "pg", model.TsFromTime(end.Add(100*time.Millisecond)))
+	up, err := postgres.NewTableReader(dsn + "&tables=public.orders")
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	wait := func(_ context.Context, ts model.Ts) (model.Ts, error) { return tc.waitCheckpoint(c, "pg", ts), nil }
+	rep, err := verify.Database(context.Background(), sink, up, []string{"public.orders", "public.items", "public.events"}, wait)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return rep
 }
 
 // existingOrderInserts reads the sink's inserts of the orders that
@@ -200,17 +207,7 @@ func TestPostgresSnapshotResumesAfterACrash(t *testing.T) {
 	t.Logf("killed %s, running the reader and %s, copied through order %d", victim, orders.ID, savedThrough)
 
 	tc.waitSnapshot(c, "pg")
-	end := w.finish(t)
-	tc.waitCheckpoint(c, "pg", model.TsFromTime(end.Add(100*time.Millisecond)))
-	up, err := postgres.NewTableReader(dsn + "&tables=public.orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := func(_ context.Context, ts model.Ts) (model.Ts, error) { return tc.waitCheckpoint(c, "pg", ts), nil }
-	rep, err := verify.Database(ctx, sink, up, []string{"public.orders", "public.items", "public.events"}, wait)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := tc.verifyPG(c, dsn, sink, w.finish(t))
 	if !rep.OK || w.n < 20 {
 		t.Fatalf("after %d transactions and a crash mid-copy: %+v", w.n, rep)
 	}
