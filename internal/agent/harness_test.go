@@ -146,6 +146,20 @@ func (tc *testCluster) stop(id model.NodeID) error {
 // runbooks kill real processes and wait for the real TTL.)
 func (tc *testCluster) crash(id model.NodeID) {
 	tc.t.Helper()
+	tc.kill(id)
+	if e, ok := tc.state().Nodes[id]; ok {
+		// Revoking takes its registration, and all it held under that lease, with it.
+		if _, err := tc.cli.Revoke(context.Background(), clientv3.LeaseID(e.Info.Incarnation)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			tc.t.Fatalf("expiring the lease of the crashed %s: %v", id, err)
+		}
+	}
+}
+
+// kill kills one agent as kill -9 would and leaves its lease to run out
+// by itself: meanwhile the cluster still sees it registered (and leading,
+// if it led), but nothing answers at its address.
+func (tc *testCluster) kill(id model.NodeID) {
+	tc.t.Helper()
 	rn := tc.nodes[id]
 	delete(tc.nodes, id)
 	rn.node.crash()
@@ -154,12 +168,6 @@ func (tc *testCluster) crash(id model.NodeID) {
 	case <-rn.done:
 	case <-time.After(30 * time.Second):
 		tc.t.Fatalf("%s did not go down within 30s", id)
-	}
-	if e, ok := tc.state().Nodes[id]; ok {
-		// Revoking takes its registration, and all it held under that lease, with it.
-		if _, err := tc.cli.Revoke(context.Background(), clientv3.LeaseID(e.Info.Incarnation)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			tc.t.Fatalf("expiring the lease of the crashed %s: %v", id, err)
-		}
 	}
 }
 

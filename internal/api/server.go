@@ -313,6 +313,7 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		forwardedBy := r.Header.Get(ForwardedHeader)
+		began := time.Now()
 		for attempt := 0; ; attempt++ {
 			self, addr, ok := s.waitForCoordinator(r.Context())
 			if self {
@@ -321,6 +322,11 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 			if !ok {
+				if r.Context().Err() == nil && time.Since(began) < maxForwardWait && attempt > 0 {
+					// The coordinator this write was on its way to died;
+					// its successor is being elected.
+					continue
+				}
 				writeError(w, Errorf(CodeNoCoordinator, "wait until one is elected ('cdcctl cluster wait') and try again", "no coordinator is elected right now"))
 				return
 			}
@@ -331,6 +337,15 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 			}
 			resp, err := s.forward(r, addr, body)
 			if err != nil {
+				// A coordinator that cannot be dialled never saw the
+				// write: it has likely died, and stays in the view until
+				// its lease runs out. Look again until another is elected
+				// (the caller's timeout bounds the wait). Any other error
+				// may have delivered it: say so rather than send it twice.
+				if isDialError(err) && r.Context().Err() == nil && time.Since(began) < maxForwardWait {
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
 				writeError(w, Errorf(CodeUnavailable, "the coordinator may be failing over; try again in a few seconds", "could not forward to the coordinator at %s: %v", addr, err))
 				return
 			}
@@ -349,6 +364,12 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 		}
 	}
 }
+
+// maxForwardWait bounds how long a write waits for a dead coordinator to
+// be replaced: longer than a default session TTL (10s) plus an election,
+// shorter than cdcctl's default request timeout (30s), so the caller
+// hears why.
+const maxForwardWait = 20 * time.Second
 
 // waitForCoordinator gives a hand-over up to 3s to become visible.
 func (s *server) waitForCoordinator(ctx context.Context) (self bool, addr string, ok bool) {
