@@ -249,3 +249,64 @@ func apiErr(err error) error {
 	}
 	return err
 }
+
+// A capture that cannot start any partition of a changefeed (as when it
+// cannot open the sink) is kept out of that changefeed's placements, with
+// a back-off, instead of being handed partitions and giving them back for
+// ever: its partitions go to the other captures, the placement epochs
+// stop climbing, `changefeed get` says why, and nothing is lost.
+func TestACaptureThatCannotStartPartitionsIsExcluded(t *testing.T) {
+	const bad = model.NodeID("capture-3")
+	faults := map[model.NodeID]Faults{bad: {FailStart: func(r model.RouteEntry) error {
+		if r.Changefeed == "demo" {
+			return errors.New("injected: cannot open the sink")
+		}
+		return nil
+	}}}
+	tc := newTestCluster(t)
+	tc.faults = faults
+	tc.startCaptures(3)
+	c := tc.client()
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "demo", Source: "gen://?tables=4&keys=100&rate=500", Sink: sink, PartitionsPerTable: 3}); err != nil {
+		t.Fatal(err)
+	}
+	epochs := func() (sum uint64, onBad int) {
+		for _, r := range tc.state().Partitions["demo"] {
+			sum += r.Route.Epoch
+			if r.Route.Node == bad {
+				onBad++
+			}
+		}
+		return sum, onBad
+	}
+	last, since := uint64(0), time.Now()
+	tc.eventually("demo's placements to settle off "+string(bad), 90*time.Second, func() bool {
+		sum, n := epochs()
+		if sum != last || n != 0 {
+			last, since = sum, time.Now()
+		}
+		return n == 0 && time.Since(since) > 3*time.Second
+	})
+	settled, _ := epochs()
+	time.Sleep(10 * time.Second) // the balance scheduler runs every pass
+	if now, n := epochs(); now != settled || n != 0 {
+		t.Fatalf("placements went on changing: epochs %d → %d, %d partitions on %s", settled, now, n, bad)
+	}
+	got, err := c.Changefeed(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := false
+	for _, in := range got.Incidents {
+		shown = shown || in.Kind == "excluded" && in.Node == bad && strings.Contains(in.Err, "cannot open the sink")
+	}
+	if !shown {
+		t.Fatalf("changefeed get does not say %s was excluded: %+v", bad, got.Incidents)
+	}
+	rep := tc.pauseAndVerify(c, "demo", sink, verifyStorage)
+	if !rep.OK || rep.Lost != 0 {
+		t.Fatalf("after the exclusion: %+v", rep)
+	}
+	t.Logf("placement epochs settled at %d; incidents %+v; %d events verified", settled, got.Incidents, rep.Expected)
+}

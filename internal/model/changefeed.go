@@ -64,7 +64,8 @@ type Incident struct {
 	Time time.Time `json:"time"`
 	// Kind: recovered (a dispatcher re-created after its sink failed),
 	// restart (the changefeed restarted on a node; Reason says why),
-	// failed (a permanent error).
+	// failed (a permanent error), excluded (a capture that could not start
+	// the changefeed's partitions, kept out of its placements for a while).
 	Kind      string `json:"kind"`
 	Partition string `json:"partition,omitempty"`
 	Node      NodeID `json:"node,omitempty"`

@@ -75,7 +75,10 @@ type Host struct {
 
 	mu    sync.Mutex
 	heard map[model.ChangefeedID]*heard
-	wake  chan struct{} // a final position arrived
+	// excluded are the captures kept out of a changefeed's placements
+	// (exclude.go).
+	excluded map[model.ChangefeedID]map[model.NodeID]*exclusion
+	wake     chan struct{} // a final position arrived
 }
 
 // NewHost returns the maintainer host of a node.
@@ -227,7 +230,7 @@ const MaxMovesInFlight = 4
 //     most-loaded nodes give partitions to the least-loaded, at most
 //     MaxMovesInFlight at a time.
 func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
-	dest := plan.NewDestinations(st.SchedulableNodeIDs())
+	dest := h.destinations(st, e.Info.ID, time.Now())
 	routes := st.SortedPartitions(e.Info.ID)
 	inFlight := 0
 	for _, r := range routes {
@@ -247,7 +250,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 				return err
 			}
 		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.MaxStartFailures:
-			if err := h.giveBack(ctx, st, e, mf, r); err != nil {
+			if err := h.giveBack(ctx, st, e, mf, r, dest); err != nil {
 				return err
 			}
 		case r.Route.Node == "" || !sourceAlive:
@@ -310,36 +313,6 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	}
 	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
 	return nil
-}
-
-// giveBack returns a partition its node cannot start, right after it was
-// moved there, to the node it was moved from (exactly where the move
-// handed it over: the new node wrote nothing), or, if that one can no
-// longer take it, to another node.
-func (h *Host) giveBack(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord) error {
-	// Only a partition just moved here is given back, once: a partition
-	// that ran here before, or came back here already, is retried where
-	// it is (a sink down everywhere must not make it bounce for ever).
-	n := len(r.Route.History)
-	if n == 0 || r.Route.History[n-1].Kind != "moved" || r.Route.History[n-1].To != r.Route.Node {
-		return nil
-	}
-	to := r.Route.History[n-1].From
-	if !st.IsSchedulable(to) {
-		to = ""
-		for _, n := range st.SchedulableNodeIDs() {
-			if n != r.Route.Node {
-				to = n
-				break
-			}
-		}
-	}
-	if to == "" {
-		return nil // nowhere else to go; its node keeps trying
-	}
-	why := fmt.Sprintf("%s could not start it %d times (%s)", r.Route.Node, h.startFailures(e.Info.ID, r.Route), h.startError(e.Info.ID, r.Route.ID))
-	h.log.Warn("maintainer: partition given back", "partition", r.Route.ID, "from", r.Route.Node, "to", to, "why", why)
-	return h.store.ReturnPartition(ctx, mf, r, to, r.Route.Start, why, time.Now().UTC())
 }
 
 // split cuts a partition whose node stopped it (or died): both halves
