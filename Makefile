@@ -22,6 +22,18 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# Every parser of operator input, FUZZTIME each (before a release:
+# make fuzz FUZZTIME=10m). Findings land in testdata/fuzz as regression seeds.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeOptional -fuzztime 30s ./internal/api
-	$(GO) test -run '^$$' -fuzz FuzzLivenessJSON -fuzztime 30s ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzDecodeOptional -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz FuzzLivenessJSON -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzKeyOrder -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzKeyText -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz FuzzPlanJSON -fuzztime $(FUZZTIME) ./internal/plan
+	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/gen
+	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/postgres
+	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
+	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/kafka
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRows -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
+	$(GO) test -run '^$$' -fuzz FuzzJSONString -fuzztime $(FUZZTIME) ./internal/engine/sink/codec

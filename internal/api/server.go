@@ -232,7 +232,7 @@ func (s *server) submitPlan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit that file", "the plan has version %d and %d fingerprinted objects; want version 1 and its fingerprint", req.Plan.Version, len(req.Plan.Fingerprint.Objects)))
 		return
 	}
-	if err := req.Plan.Check(); err != nil {
+	if err := req.Plan.Validate(); err != nil {
 		writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit it unchanged", "%v", err))
 		return
 	}

@@ -51,7 +51,7 @@ func readPlanFile(path string) (*plan.Plan, error) {
 	if p.Version != 1 || p.Kind == "" || len(p.Fingerprint.Objects) == 0 {
 		return nil, usageErr(fmt.Errorf("%s is not a plan from --plan-out: version %d, kind %q, %d fingerprinted objects", path, p.Version, p.Kind, len(p.Fingerprint.Objects)))
 	}
-	if err := p.Check(); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, usageErr(fmt.Errorf("%s: %w", path, err))
 	}
 	return &p, nil

@@ -193,7 +193,7 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 // A plan file edited by hand is checked like the API's own requests.
 func TestCheckRefusesPlansNoPlannerMakes(t *testing.T) {
 	good := Plan{Version: 1, Kind: "drain", BatchSize: 2, Fingerprint: Fingerprint{Objects: map[string]model.Revision{"nodes/a": 1}}}
-	if err := good.Check(); err != nil {
+	if err := good.Validate(); err != nil {
 		t.Fatalf("a planner's plan: %v", err)
 	}
 	for _, c := range []struct {
@@ -208,8 +208,8 @@ func TestCheckRefusesPlansNoPlannerMakes(t *testing.T) {
 	} {
 		p := good
 		c.edit(&p)
-		if err := p.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Check() = %v, want %q", err, c.want)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate() = %v, want %q", err, c.want)
 		}
 	}
 }

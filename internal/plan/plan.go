@@ -68,11 +68,11 @@ type Plan struct {
 // made or submitted.
 const MaxBatch = 1000
 
-// Check refuses a plan that no planner makes: an unknown version or kind,
+// Validate refuses a plan that no planner makes: an unknown version or kind,
 // a batch size outside 1..MaxBatch, or no fingerprint (without it a plan
 // cannot be checked against what it read). A plan file edited by hand is
 // checked like the API's own requests.
-func (p *Plan) Check() error {
+func (p *Plan) Validate() error {
 	switch {
 	case p.Version != 1:
 		return fmt.Errorf("plan version %d: want 1 (compute the plan again with --dry-run --plan-out FILE)", p.Version)

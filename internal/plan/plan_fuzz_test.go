@@ -31,6 +31,7 @@ func FuzzPlanJSON(f *testing.F) {
 		if json.Unmarshal(b, &p) != nil {
 			return
 		}
+		_ = p.Validate()
 		_ = Check(&p, s)
 		_ = Diff(s, &p)
 		_ = Render(io.Discard, s, &p)

@@ -174,6 +174,11 @@ func Redact(raw string) string {
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
+	if at := strings.LastIndex(raw, "@"); u.User == nil && at >= 0 {
+		// Not parsed as user info (no "//", say): whatever stands before
+		// the @ may be a password.
+		return "xxxxx" + raw[at:]
+	}
 	return u.String()
 }
 
