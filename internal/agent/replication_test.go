@@ -11,6 +11,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -273,7 +274,8 @@ func verifyStorage(ctx context.Context, g *gen.Generator, sinkURI string, upTo m
 // Seed 000, recovery scenario 4: the capture being drained crashes while
 // its partitions are moving. Moves whose source died resume on their
 // target from the last checkpoint; partitions not yet moving are placed
-// again; nothing is lost.
+// again; the drain ends by itself (its plan ends saying why, and the
+// drain record is cleared); nothing is lost.
 func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
@@ -286,7 +288,10 @@ func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc.setLiveness(victim, model.LivenessDraining)
+	res, err := c.Drain(ctx, string(victim), api.DrainRequest{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Crash as soon as the first move starts: a partition of the victim
 	// is Draining, or (the moves are quick, and a poll may fall between
 	// them) it has fewer than it had.
@@ -316,11 +321,17 @@ func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 		}
 		return true
 	})
+	rec := tc.planEnd(c, res.PlanID, 30*time.Second)
+	if rec.State != exec.Done && !strings.Contains(rec.Message, string(victim)+" is gone") {
+		t.Fatalf("the drain plan of the crashed %s: %s (%s); want it ended, saying why", victim, rec.State, rec.Message)
+	}
+	tc.eventually("the drain record is cleared", 30*time.Second, func() bool { return tc.state().Drain == nil })
 	tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1500))
 	rep := tc.pauseAndVerify(c, "demo", sinkURI, verifyStorage)
 	if !rep.OK || rep.Lost != 0 {
 		t.Fatalf("verify after a crash mid-drain: %+v", rep)
 	}
+	t.Logf("drain plan: %s (%s)", rec.State, rec.Message)
 	t.Logf("verified %d events after a crash mid-drain: %d lost, %d duplicates (at-least-once)", rep.Expected, rep.Lost, rep.Duplicates)
 }
 

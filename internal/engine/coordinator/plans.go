@@ -262,6 +262,11 @@ func (a *drainActuator) Abandoned(ctx context.Context, r *exec.Record) (string, 
 	// Seed 000's only-node-left case: the last capture, Draining, went
 	// back to Alive and its drain record was cleared.
 	started := len(r.Steps) > 0 && r.Steps[0].State == exec.StepDone
+	if _, registered := st.Nodes[r.Plan.Target]; started && st.Drain == nil && !registered {
+		// Seed 000's scenario 4: the draining capture died; its work was
+		// placed on the others, and the drain ended with it.
+		return fmt.Sprintf("%s is gone (it crashed or left while draining): the drain ended with it, and its work was placed on the other captures", r.Plan.Target), nil
+	}
 	if started && st.Drain == nil && st.LivenessOf(r.Plan.Target) == model.LivenessAlive {
 		return fmt.Sprintf("%s is Alive again and its drain record is gone: it was the only capture left, so it took its work back", r.Plan.Target), nil
 	}
