@@ -2,6 +2,9 @@ package storage_test
 
 import (
 	"context"
+	"io/fs"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,15 +25,17 @@ import (
 func TestSinksShareOneNodeBudget(t *testing.T) {
 	budget := storage.NewBudget(1 << 20)
 	opts := "?flush-interval=10m&max-flush-delay=0s&spool-max-bytes=268435456"
-	open2 := func() *storage.Sink {
-		s, err := storage.OpenWith(context.Background(), "file://"+t.TempDir()+opts, quiet(), storage.Env{Budget: budget})
+	open2 := func() (*storage.Sink, string) {
+		dir := t.TempDir()
+		s, err := storage.OpenWith(context.Background(), "file://"+dir+opts, quiet(), storage.Env{Budget: budget})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s
+		return s, dir
 	}
-	a, b := open2(), open2()
+	a, aDir := open2()
+	b, _ := open2()
 	g := newGen(t, gen.Config{Tables: 2, Keys: 2000, Rate: 20000})
 	ra, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
 	rb, _ := g.Open(model.Span{Table: "t0002"}, model.TsFromMillis(start))
@@ -52,8 +57,18 @@ func TestSinksShareOneNodeBudget(t *testing.T) {
 	go func() { returned <- b.Write(context.Background(), &sink.Batch{Dispatcher: "d2", Events: second}) }()
 	select {
 	case err := <-returned:
-		if err != nil || !flushed.Load() {
-			t.Fatalf("the second sink's write returned (%v) before the first sink freed the budget", err)
+		// The first sink's flush writes its file, gives its bytes back
+		// (which lets the second write in), then acks: the file is there
+		// by now, the ack follows at once.
+		if err != nil || dataFiles(t, aDir) == 0 {
+			t.Fatalf("the second sink's write returned (%v) before the first sink wrote what it held", err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !flushed.Load() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !flushed.Load() {
+			t.Fatal("the first sink's batch was never acked after its flush")
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a write waiting for the node's budget did not make the other sink write what it holds")
@@ -74,4 +89,20 @@ func TestSinksShareOneNodeBudget(t *testing.T) {
 	if err := b.Write(ctx, &sink.Batch{Dispatcher: "d2", Events: big}); err != nil && ctx.Err() == nil {
 		t.Fatalf("a waiting write failed without its context ending: %v", err)
 	}
+}
+
+// dataFiles counts the data files (CDC<index>.<ext>) under dir.
+func dataFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), "CDC") {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
