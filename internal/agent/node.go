@@ -194,17 +194,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.blobStates = b
 	}
 
-	if n.cfg.Election == "mysql" {
-		// Refused at start, not found out at the first campaign.
-		probe, err := election.NewMySQL(election.MySQLConfig{DSN: n.cfg.ElectionDSN})
-		if err == nil {
-			err = probe.Prepare(ctx)
-			_ = probe.Close()
-		}
-		if err != nil {
-			ln.Close()
-			return err
-		}
+	if err := n.checkElection(ctx); err != nil {
+		ln.Close()
+		return err
 	}
 
 	endpoints := n.cfg.Etcd
@@ -431,24 +423,6 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 		member.Abandon()
 		return false
 	}
-}
-
-// elector is this incarnation's election backend: etcd's election on the
-// member's session, or the MySQL lock, whose terms are raised in etcd on
-// the member's lease (so that they fence, and go with the member).
-func (n *Node) elector(store *meta.Store, member *cluster.Member) (election.Elector, error) {
-	if n.cfg.Election != "mysql" {
-		return election.NewEtcd(member.Session(), store.Keys(), n.ID()), nil
-	}
-	lease := member.Session().Lease()
-	return election.NewMySQL(election.MySQLConfig{
-		DSN: n.cfg.ElectionDSN, ClusterID: n.cfg.ClusterID, Self: n.ID(), Incarnation: member.Info().Incarnation, TTL: n.cfg.ElectionTTL,
-		Raise: func(ctx context.Context, epoch uint64) (meta.Fence, error) {
-			return store.RaiseTerm(ctx, epoch, n.ID(), lease)
-		},
-		End: store.EndTerm,
-		Log: n.log,
-	})
 }
 
 // stopGracefully moves this node to Stopping and waits for the runner to
