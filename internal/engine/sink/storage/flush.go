@@ -191,14 +191,17 @@ func (s *Sink) flush(j flushJob) {
 	s.mu.Lock()
 	j.d.flushing = false
 	j.d.flushedSeq = j.seq
+	var dropped fenced
 	if err != nil {
 		j.d.failedSeq, j.d.failure = j.seq, err
 		// The directory indexes are unknown after a failed write: read
 		// them again before the next file.
 		j.d.nextIndex = map[string]uint64{}
+		dropped = s.fenceLocked(j.d)
 	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
+	s.refuse(dropped, err)
 	<-s.slots
 	s.wakeFlusher()
 }

@@ -159,6 +159,12 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	if strings.ContainsAny(b.Dispatcher, "/_\\") || b.Dispatcher == "" {
 		return fmt.Errorf("storage sink: dispatcher id %q must be non-empty without '/', '\\' or '_'", b.Dispatcher)
 	}
+	s.mu.Lock()
+	err := s.fencedErr(b.Dispatcher)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	enc := map[string]*dirBuffer{}
 	var order []*dirBuffer
 	var size int64
@@ -188,7 +194,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := sink.WaitCond(ctx, s.cond, func() bool {
+	err = sink.WaitCond(ctx, s.cond, func() bool {
 		if s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
 			// Backpressure: wait for a flush to free the spool, and have
 			// the flusher write what it holds now rather than when files
@@ -201,6 +207,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}, s.closedErr)
 	if err == nil {
 		err = s.closedErr()
+	}
+	if err == nil {
+		err = s.fencedErr(b.Dispatcher) // failed while this one waited
 	}
 	if err != nil {
 		if s.budget != nil {
@@ -263,6 +272,9 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	d := s.disp[dispatcher]
 	if d == nil {
 		return nil
+	}
+	if err := s.fencedErr(dispatcher); err != nil {
+		return err
 	}
 	target, from := d.seq, d.flushedSeq+1
 	d.flushWanted = true
