@@ -347,13 +347,15 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
 	manager.Observe = n.metrics.observeSink
 	manager.Metrics = recoveryMetrics{n.metrics}
-	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, StorageBudget: n.sinkBudget}
+	// Sinks ask the member's tenure before each write: a node frozen past
+	// its lease must not write once it wakes (cluster.Tenure).
+	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, StorageBudget: n.sinkBudget, Tenure: member.Tenure()}
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
 	// Consumers learn the checkpoint from the sink (seed 004): opened
 	// here, on the maintainer's node, apart from the dispatchers' sinks.
-	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage})
+	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage, Tenure: member.Tenure()})
 	host.Checkpointed = marks.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {

@@ -231,17 +231,35 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	for i := range c.servers {
 		idx := (start + i) % len(c.servers)
 		server := c.servers[idx]
-		req, err := http.NewRequestWithContext(ctx, method, server+path, bytes.NewReader(payload))
+		// A read has another agent to ask: one that accepts the
+		// connection but does not answer (a stopped process, a stall) is
+		// given up on after readAttempt instead of the whole timeout.
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if method == http.MethodGet && i < len(c.servers)-1 {
+			actx, cancel = context.WithTimeout(ctx, readAttempt)
+		}
+		req, err := http.NewRequestWithContext(actx, method, server+path, bytes.NewReader(payload))
 		if err != nil {
+			cancel()
 			return err
 		}
 		if payload != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		resp, err := c.hc.Do(req)
-		if err != nil {
+		if err == nil {
+			err = decode(resp, out)
+			if err != nil && actx.Err() != nil {
+				resp = nil // the body did not come in time: as unreachable
+			}
+		}
+		cancel()
+		if resp == nil && err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if actx.Err() != nil {
+				err = fmt.Errorf("no answer within %s (is the agent stopped or overloaded?)", readAttempt)
 			}
 			unreach.Tried = append(unreach.Tried, strings.TrimPrefix(server, "http://"))
 			unreach.Errs = append(unreach.Errs, err)
@@ -250,7 +268,6 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 			}
 			continue
 		}
-		err = decode(resp, out)
 		// A read that an agent could not serve (starting, rejoining, cut
 		// off from etcd) goes to the next agent; it changed nothing.
 		if method == http.MethodGet && IsCode(err, CodeUnavailable) {
@@ -265,6 +282,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	return unreach
 }
+
+// readAttempt is how long a read waits for one agent when another is
+// left to ask.
+const readAttempt = 5 * time.Second
 
 func isDialError(err error) bool {
 	var oe *net.OpError

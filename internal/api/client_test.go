@@ -120,3 +120,43 @@ func TestReadsMoveOnFromAnAgentThatCannotServe(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 }
+
+// An agent that accepts the connection but never answers (stopped with
+// SIGSTOP, stalled) does not hold a read for the whole request timeout:
+// the read moves on to the next agent, and later reads start there.
+func TestReadsMoveOnFromAnAgentThatDoesNotAnswer(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			conn, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn // held open, never answered
+		}
+	}()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, &Status{Version: 1, ClusterID: "c", ServedBy: "capture-2"})
+	}))
+	defer srv.Close()
+	c, err := NewClient([]string{hung.Addr().String(), srv.URL}, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		st, err := c.Status(ctx)
+		if err != nil || st.ServedBy != "capture-2" {
+			t.Fatalf("status %d: %+v %v", i, st, err)
+		}
+	}
+	if n := len(accepted); n != 1 {
+		t.Fatalf("the agent that does not answer was asked %d times; want once, then the answering one first", n)
+	}
+}

@@ -76,3 +76,17 @@ func IsPermanent(err error) (bool, string) {
 // DefaultRecoverTimeout bounds a dispatcher's recovery when the sink
 // does not say otherwise.
 const DefaultRecoverTimeout = 60 * time.Second
+
+// Tenure is the node's hold on the work it was given (its session
+// lease). A sink asks it before each irreversible write: a node frozen
+// past its lease wakes with its partitions already running elsewhere, and
+// what it held must not land after the new owner's writes.
+type Tenure interface {
+	// Valid reports, without waiting, that the hold is certain for a
+	// while yet.
+	Valid() bool
+	// Hold returns nil when it is, waiting for a renewal while that is
+	// unsure; an error once the hold may be lost. It waits at most until
+	// the hold's end.
+	Hold(ctx context.Context) error
+}

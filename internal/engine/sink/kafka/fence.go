@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 )
 
 // This file keeps a dispatcher's rows in order through Kafka faults (seed
@@ -34,6 +37,9 @@ import (
 // fence is the delivery state of one dispatcher (one epoch).
 type fence struct {
 	closed atomic.Bool
+	// tenure, if set, is the node's hold on its partitions: a message is
+	// not sent once it may be lost (a node frozen past its lease).
+	tenure sink.Tenure
 	mu     sync.Mutex
 	err    error // the first failure
 	// forgotten: the dispatcher is gone; the fence goes when its last
@@ -91,6 +97,14 @@ type payload struct {
 func (p *payload) Encode() ([]byte, error) {
 	if p.f.closed.Load() {
 		return nil, errFenced
+	}
+	if t := p.f.tenure; t != nil && !t.Valid() {
+		// Waits at most until the lease's end, and only while a renewal
+		// is late.
+		if err := t.Hold(context.Background()); err != nil {
+			p.f.shut(err)
+			return nil, err
+		}
 	}
 	now := time.Now().UnixNano()
 	if !p.first.CompareAndSwap(0, now) {

@@ -52,6 +52,7 @@ func (e *DispatcherError) Remedy() string { return e.Hint }
 // Sink is the Kafka sink of one changefeed on one node.
 type Sink struct {
 	cfg        Config
+	tenure     sink.Tenure // nil: no session to lose
 	client     sarama.Client
 	producer   sarama.AsyncProducer
 	partitions int32
@@ -115,6 +116,12 @@ type meta struct {
 
 // Open connects to the brokers and makes sure the topic exists.
 func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
+	return OpenWith(ctx, uri, log, nil)
+}
+
+// OpenWith is Open for a node whose tenure is asked before a message
+// goes on the wire (nil: never).
+func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Tenure) (*Sink, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
@@ -134,7 +141,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
 		client.Close()
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	s := &Sink{cfg: cfg, client: client, producer: producer, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval), outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[string]*keyQueue{}, handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
+	s := &Sink{cfg: cfg, tenure: tenure, client: client, producer: producer, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval), outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[string]*keyQueue{}, handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	go s.handleResults()
 	go s.sendReady()
@@ -237,7 +244,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	f := s.fences[b.Dispatcher]
 	if f == nil {
 		s.sweepFences()
-		f = &fence{}
+		f = &fence{tenure: s.tenure}
 		s.fences[b.Dispatcher] = f
 	}
 	if f.closed.Load() {
@@ -440,7 +447,7 @@ func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
 		// whose broker is down fails after retry-timeout instead of
 		// being retried for as long as the producer would (Close waits
 		// for every message).
-		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: &payload{b: value, f: &fence{}, limit: s.cfg.RetryTimeout},
+		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: &payload{b: value, f: &fence{tenure: s.tenure}, limit: s.cfg.RetryTimeout},
 			Metadata: &meta{partition: p, sync: waits[p]}}
 		select {
 		case s.producer.Input() <- m:

@@ -42,6 +42,10 @@ type Env struct {
 	// StorageBudget, if set, bounds the bytes all storage sinks opened
 	// with it hold together (one cap per node).
 	StorageBudget *storage.Budget
+	// Tenure, if set, is asked before every write that cannot be taken
+	// back (a data file, a Kafka message): a node that may have lost its
+	// session writes nothing more.
+	Tenure sink.Tenure
 }
 
 // Open connects a sink.
@@ -53,11 +57,11 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	u, _ := url.Parse(uri)
 	switch u.Scheme {
 	case "kafka":
-		return kafka.Open(ctx, uri, log)
+		return kafka.OpenWith(ctx, uri, log, env.Tenure)
 	case "blackhole":
 		return blackhole.New(), nil
 	}
-	return storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget})
+	return storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure})
 }
 
 // RecoverTimeout is how long a dispatcher of a sink's URI may take to

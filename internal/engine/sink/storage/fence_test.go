@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,8 +12,14 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -144,5 +151,60 @@ func TestAFailedFlushFencesItsDispatcher(t *testing.T) {
 	}
 	if !rep.OK || rep.OutOfOrder != 0 || rep.Lost != 0 {
 		t.Fatalf("after the replay: %+v", rep)
+	}
+}
+
+// A node frozen past its lease wakes with rows still spooled and its
+// dispatchers running; its partitions already run elsewhere. Its sink
+// asks the member's tenure (a real etcd lease here) before the file, and
+// writes nothing: the rows would land after the new owner's.
+func TestASinkWritesNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	m, err := cluster.Join(context.Background(), meta.NewStore(cli, "test"), model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Abandon()
+	dir := t.TempDir()
+	s, err := storage.OpenWith(context.Background(), "file://"+dir+"?flush-interval=10m&max-flush-delay=10m", quiet(), storage.Env{Tenure: m.Tenure()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := newGen(t, gen.Config{Tables: 1, Keys: 4, Rate: 200})
+	r, err := g.Open(model.Span{Table: g.TableNames()[0]}, model.TsFromMillis(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := r.Read(model.TsFromMillis(start+2000), 1<<20)
+	write := func(from, to int) {
+		t.Helper()
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "t-p1.1", Epoch: 1, Events: evs[from:to], OnFlushed: func(error) {}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := func() int {
+		matches, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", "CDC_*.json"))
+		return len(matches)
+	}
+	write(0, 50)
+	if err := s.Flush(context.Background(), "t-p1.1"); err != nil || files() != 1 {
+		t.Fatalf("while the lease is held: %v, %d data files", err, files())
+	}
+	write(50, 100)
+	// The lease ends (the cluster gave up on the node) while the process
+	// is stopped for longer than the TTL; then it flushes what it held.
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(m.Info().Incarnation)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Flush(ctx, "t-p1.1")
+	if err == nil || !strings.Contains(err.Error(), "writes nothing more") {
+		t.Fatalf("flush after the lease ended: %v; want it refused by the tenure", err)
+	}
+	if n := files(); n != 1 {
+		t.Fatalf("%d data files after the lease ended; want 1 (the spooled rows not written)", n)
 	}
 }

@@ -42,6 +42,7 @@ type Sink struct {
 	now     func() time.Time
 	metrics Metrics
 	budget  *Budget     // nil: only SpoolMaxBytes bounds the spool
+	tenure  sink.Tenure // nil: no session to lose (tests, tools)
 	shut    atomic.Bool // closed, for waiters that do not hold mu
 	// ctx ends writes under way when Close gives up waiting for them.
 	ctx    context.Context
@@ -103,6 +104,8 @@ type Env struct {
 	Metrics Metrics
 	// Budget, if set, bounds the bytes every sink sharing it holds.
 	Budget *Budget
+	// Tenure, if set, is asked before every data file.
+	Tenure sink.Tenure
 }
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
@@ -131,7 +134,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
-		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, ctx: wctx, cancel: cancel,
+		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -321,6 +324,12 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 // checkpoint: everything up to it is in the bucket.
 func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 	body, _ := json.Marshal(metadata{CheckpointTs: uint64(ts)})
+	if s.tenure != nil {
+		// A deposed maintainer's late checkpoint would move it back.
+		if err := s.tenure.Hold(ctx); err != nil {
+			return fmt.Errorf("not writing the checkpoint: %w", err)
+		}
+	}
 	return s.bucket.WriteAll(ctx, metadataFile, body, &blob.WriterOptions{ContentType: "application/json"})
 }
 
@@ -398,6 +407,11 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 			return err
 		}
 		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
+		if s.tenure != nil {
+			if err := s.tenure.Hold(ctx); err != nil {
+				return fmt.Errorf("not writing %s: %w", name, err)
+			}
+		}
 		began := time.Now()
 		if err := s.writeChunks(ctx, name, db.chunks); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
