@@ -1,8 +1,6 @@
 package kafka
 
 import (
-	"strings"
-
 	"github.com/IBM/sarama"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -33,49 +31,76 @@ import (
 // is still in flight (BenchmarkKafkaSink measures it against the bare
 // producer).
 
-// orderKeys are the rows an event changes, as the gate knows them: its
-// table and key columns, in the image before and after (an update may
-// change the key). A table without a primary key is not held back (nil):
-// a consumer of such a table tells a replay from new changes by commit
-// position going back in a partition (docs/postgres.md), and a held-back
-// change would go back too (TestPostgresIntoKafka counted a row lost or
-// doubled when they were held by their content). Their changes keep the
-// fence's order only (docs/recovery.md, "A known window").
-func orderKeys(e *source.Event) []string {
+// rowKeys are the rows an event changes, as the gate knows them: a hash
+// of its table and key columns, in the image before and after (an update
+// may change the key). Hashes keep the gate's bookkeeping free of
+// allocations (it runs for every message); two rows whose hashes collide
+// only wait for each other, which costs a round trip and never order.
+type rowKeys struct {
+	n int8 // 0: not held back (a table without a primary key)
+	h [2]uint64
+}
+
+func (k rowKeys) all() []uint64 { return k.h[:k.n] }
+
+// fnv-64a, inline: hash/fnv would allocate per message.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func hashString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func hashByte(h uint64, b byte) uint64 { return (h ^ uint64(b)) * fnvPrime }
+
+// orderKeys are an event's rows for the gate. A table without a primary
+// key is not held back: a consumer of such a table tells a replay from
+// new changes by commit position going back in a partition
+// (docs/postgres.md), and a held-back change would go back too
+// (TestPostgresIntoKafka counted a row lost or doubled when they were
+// held by their content). Their changes keep the fence's order only
+// (docs/recovery.md, "A known window").
+func orderKeys(e *source.Event) rowKeys {
 	if e.Def == nil {
-		return []string{e.Table + "\x00" + e.Key}
+		return rowKeys{n: 1, h: [2]uint64{hashString(hashByte(hashString(fnvOffset, e.Table), 0), e.Key)}}
 	}
 	idx := keyColumns(e.Def)
 	if idx == nil {
-		return nil
+		return rowKeys{}
 	}
-	keys := make([]string, 0, 2)
+	var keys rowKeys
 	for _, row := range [][]source.Value{e.Old, e.New} {
 		if row == nil {
 			continue
 		}
-		var b strings.Builder
-		b.WriteString(e.Table)
+		h := hashString(fnvOffset, e.Table)
 		for _, i := range idx {
-			b.WriteByte(0)
+			h = hashByte(h, 0)
 			if i < len(row) {
 				v := row[i]
 				switch {
 				case v.Null:
-					b.WriteString("\x01null")
+					h = hashString(hashByte(h, 1), "null")
 				case v.Unchanged:
-					b.WriteString("\x01unchanged")
+					h = hashString(hashByte(h, 1), "unchanged")
 				default:
-					b.WriteString(v.Text)
+					h = hashString(h, v.Text)
 				}
 			}
 		}
-		if k := b.String(); len(keys) == 0 || keys[0] != k {
-			keys = append(keys, k)
+		if keys.n == 0 || keys.h[0] != h {
+			keys.h[keys.n] = h
+			keys.n++
 		}
 	}
-	if len(keys) == 0 {
-		return []string{e.Table + "\x00" + e.Key}
+	if keys.n == 0 {
+		return rowKeys{n: 1, h: [2]uint64{hashString(hashByte(hashString(fnvOffset, e.Table), 0), e.Key)}}
 	}
 	return keys
 }
@@ -90,8 +115,9 @@ func keyColumns(d *source.TableDef) []int {
 	return idx
 }
 
-// keyQueue is a row with a message in the producer (or about to be
-// handed to it) and the messages of the row waiting behind it.
+// keyQueue is the messages waiting behind a row's message in the
+// producer. A row in flight with none waiting has a nil queue in
+// inFlight: a queue is made only when one is needed.
 type keyQueue struct{ waiting []*sarama.ProducerMessage }
 
 // claimKeys registers a message's rows; it returns true when none had an
@@ -101,13 +127,18 @@ type keyQueue struct{ waiting []*sarama.ProducerMessage }
 // earlier messages only, so waits never form a cycle. s.mu is held.
 func (s *Sink) claimKeys(m *sarama.ProducerMessage) bool {
 	md := m.Metadata.(*meta)
-	for _, k := range md.keys {
-		if q, busy := s.inFlight[k]; busy {
-			q.waiting = append(q.waiting, m)
-			md.pending++
-		} else {
-			s.inFlight[k] = &keyQueue{}
+	for _, k := range md.keys.all() {
+		q, busy := s.inFlight[k]
+		if !busy {
+			s.inFlight[k] = nil
+			continue
 		}
+		if q == nil {
+			q = &keyQueue{}
+			s.inFlight[k] = q
+		}
+		q.waiting = append(q.waiting, m)
+		md.pending++
 	}
 	return md.pending == 0
 }
@@ -117,12 +148,12 @@ func (s *Sink) claimKeys(m *sarama.ProducerMessage) bool {
 // after a failure has fenced the dispatcher, so they see the fence. s.mu
 // is held.
 func (s *Sink) passKeys(md *meta) {
-	for _, k := range md.keys {
-		q := s.inFlight[k]
-		if q == nil {
+	for _, k := range md.keys.all() {
+		q, busy := s.inFlight[k]
+		if !busy {
 			continue
 		}
-		if len(q.waiting) == 0 {
+		if q == nil || len(q.waiting) == 0 {
 			delete(s.inFlight, k)
 			continue
 		}
