@@ -27,6 +27,9 @@ type heard struct {
 	failureRun uint64 // the changefeed's run the failure belongs to
 	incidents  []model.Incident
 	restarts   map[string]time.Time // by node@time, when it was heard
+	// unseen: requests about an epoch the routing table does not have
+	// yet, by identity, when first heard (recover.go).
+	unseen map[string]time.Time
 }
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
@@ -48,7 +51,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
 		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{},
-			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}}
+			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}}
 		h.heard[hb.Changefeed] = rep
 	}
 	for _, pp := range hb.Partitions {

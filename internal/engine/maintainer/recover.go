@@ -36,10 +36,27 @@ type acceptedRecovery struct {
 // next pass must do. h.mu is held; rep is the changefeed's record.
 func (h *Host) onRecover(st *meta.State, e *meta.ChangefeedEntry, rep *heard, from model.NodeID, hb *transport.Heartbeat) []transport.RecoverReply {
 	var replies []transport.RecoverReply
+	now := time.Now()
 	for _, req := range hb.Recover {
 		state, reason := answer(st, e, from, req)
 		if state == "" {
-			continue
+			// An epoch the routing table does not have: this maintainer's
+			// view lags, and the node asks again with its next heartbeat.
+			// One that never appears was never placed (a request from
+			// before the changefeed was re-created, or forged): R5 wants
+			// an answer for every identity, so it is superseded.
+			id := fmt.Sprintf("%s/%s@%d", from, req.ID, req.Epoch)
+			first, seen := rep.unseen[id]
+			if !seen {
+				rep.unseen[id] = now
+				continue
+			}
+			if now.Sub(first) < unseenEpochWait {
+				continue
+			}
+			delete(rep.unseen, id)
+			state, reason = transport.RecoverSuperseded, fmt.Sprintf("epoch %d of %s was never placed", req.Epoch, req.ID)
+			h.log.Warn("maintainer: a recovery request names an epoch that was never placed", "changefeed", e.Info.ID, "partition", req.ID, "epoch", req.Epoch, "node", from)
 		}
 		switch state {
 		case transport.RecoverAccepted:
@@ -57,7 +74,11 @@ func (h *Host) onRecover(st *meta.State, e *meta.ChangefeedEntry, rep *heard, fr
 		}
 		replies = append(replies, transport.RecoverReply{ID: req.ID, Epoch: req.Epoch, State: state, Reason: reason})
 	}
-	now := time.Now()
+	for k, first := range rep.unseen {
+		if now.Sub(first) > 10*unseenEpochWait {
+			delete(rep.unseen, k) // no longer asked about
+		}
+	}
 	for k, heard := range rep.restarts {
 		// A node reports a restart for a few seconds (the dispatcher
 		// manager's restartReport); after that it cannot come again.
@@ -75,6 +96,11 @@ func (h *Host) onRecover(st *meta.State, e *meta.ChangefeedEntry, rep *heard, fr
 	}
 	return replies
 }
+
+// unseenEpochWait is how long a request about an epoch the routing table
+// does not have waits for the maintainer's view to catch up before it is
+// answered SUPERSEDED: far longer than a view lags.
+const unseenEpochWait = 10 * time.Second
 
 // answer is the state of a request as the routing table stands; "" for
 // a request about an epoch this maintainer has not seen yet (its view

@@ -1,7 +1,10 @@
 package maintainer
 
 import (
+	"io"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -64,5 +67,33 @@ func TestRecoveryAnswersFollowTheRoutingTable(t *testing.T) {
 				t.Fatalf("answer %q (%s), want %q", got, reason, tc.want)
 			}
 		})
+	}
+}
+
+// R5: every request is answered. One about an epoch the routing table
+// does not have waits for the maintainer's view to catch up (no answer
+// yet: the node asks again); one whose epoch never appears was never
+// placed, and is answered SUPERSEDED.
+func TestARequestAboutAnEpochNeverPlacedIsAnswered(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: cf}, Status: model.ChangefeedStatus{State: model.ChangefeedNormal}}
+	st := &meta.State{Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 5, Status: model.PartitionActive}},
+	}}}
+	rep := &heard{recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}}
+	hb := &transport.Heartbeat{Recover: []transport.RecoverRequest{{ID: "p1", Epoch: 9, Err: "NOT_ENOUGH_REPLICAS"}}}
+	if got := h.onRecover(st, e, rep, "n1", hb); len(got) != 0 {
+		t.Fatalf("first heard: %+v; want no answer while the view may lag", got)
+	}
+	if got := h.onRecover(st, e, rep, "n1", hb); len(got) != 0 {
+		t.Fatalf("asked again at once: %+v; want no answer yet", got)
+	}
+	for id := range rep.unseen {
+		rep.unseen[id] = time.Now().Add(-unseenEpochWait - time.Second)
+	}
+	got := h.onRecover(st, e, rep, "n1", hb)
+	if len(got) != 1 || got[0].State != transport.RecoverSuperseded || got[0].Epoch != 9 || len(rep.recover) != 0 {
+		t.Fatalf("after the wait: %+v (accepted %v); want SUPERSEDED for epoch 9", got, rep.recover)
 	}
 }
