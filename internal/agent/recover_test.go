@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -356,7 +357,7 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 		rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
-// Seed 002, acceptance 2 (R7) under kfake faults: the changefeed's
+// Seed 002, acceptance 2 (R7) and 3 (R8) under kfake faults: the changefeed's
 // maintainer moves while recoveries are pending (its capture stops). The
 // recoveries on the other captures are not dropped: they follow the new
 // maintainer, which goes on re-creating their dispatchers while the fault
@@ -389,6 +390,26 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 		}
 		return false
 	})
+	// Acceptance 3 (R8): the deposed maintainer's late answers change
+	// nothing. FAILED for every partition under its current epoch, sent
+	// as the old maintainer under its epoch, would restart the changefeed
+	// on every capture with a pending recovery (healAndVerify counts the
+	// restarts: none).
+	// Sent every 50 ms for 3 s, with the routing epochs of the moment:
+	// a pending request's identity holds only until its partition is
+	// re-created.
+	stale := tc.hub.Join(old.Node)
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, r := range tc.state().Partitions["demo"] {
+			msg, err := transport.NewMessage(old.Node, r.Route.Node, transport.TopicRecoverAnswer, transport.RecoverAnswer{Changefeed: "demo", MaintainerEpoch: old.Epoch,
+				Answers: []transport.RecoverReply{{ID: r.Route.ID, Epoch: r.Route.Epoch, State: transport.RecoverFailed, Reason: "a deposed maintainer's late answer"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = stale.Send(context.Background(), msg) // a node may be cut off: the answer is lost, as on a wire
+		}
+	}
+	stale.Close()
 	// The fault goes on: dispatchers re-created by the old maintainer
 	// fail again and their requests must reach the new one.
 	tc.eventually("the new maintainer recovers a dispatcher", 30*time.Second, func() bool {
