@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
@@ -23,7 +24,7 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 	return api.Changefeed{
 		ID: string(e.Info.ID), State: string(e.Status.State), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
-		Source: sources.Redact(e.Info.SourceURI), Sink: e.Info.SinkURI, PartitionsPerTable: e.Info.PartitionsPerTable,
+		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
 		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, Error: e.Status.Error,
 	}
 }

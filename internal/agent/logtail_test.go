@@ -21,6 +21,24 @@ type logTail struct {
 	// once counts the events that must happen at most once per
 	// identity (countedEvents), so a test can check they did.
 	once map[string]int
+	// secret, if set, must appear in no line; leaks are the lines that
+	// showed it.
+	secret string
+	leaks  []string
+}
+
+// forbid makes every later line that shows secret a leak.
+func (l *logTail) forbid(secret string) {
+	l.mu.Lock()
+	l.secret = secret
+	l.mu.Unlock()
+}
+
+// leaked are the lines that showed the forbidden secret.
+func (l *logTail) leaked() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.leaks...)
 }
 
 // countedEvents are log messages that seed 002 allows once per identity:
@@ -57,6 +75,9 @@ func (l *logTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if l.secret != "" && strings.Contains(line, l.secret) {
+			l.leaks = append(l.leaks, line)
+		}
 		for _, ev := range countedEvents {
 			if !strings.Contains(line, ev.msg) {
 				continue

@@ -13,6 +13,7 @@ import (
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // ErrInvalid marks a request that cannot work as given; the message says
@@ -97,7 +98,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, err
 	}
 	created = true
-	c.log.Info("coordinator: changefeed created", "changefeed", info.ID, "partitions", len(spans), "sink", info.SinkURI)
+	c.log.Info("coordinator: changefeed created", "changefeed", info.ID, "partitions", len(spans), "sink", redact.URI(info.SinkURI))
 	return info, nil
 }
 

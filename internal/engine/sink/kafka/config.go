@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Config is a kafka:// sink URI.
@@ -50,21 +51,21 @@ var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1,
 func ParseURI(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Config{}, fmt.Errorf("sink URI %q: %v", raw, err)
+		return Config{}, fmt.Errorf("sink URI %s: %v", redact.URI(raw), redact.ParseError(err))
 	}
 	if u.Scheme != "kafka" {
-		return Config{}, fmt.Errorf("sink URI %q: the Kafka sink takes kafka://host:port/topic", raw)
+		return Config{}, fmt.Errorf("sink URI %s: the Kafka sink takes kafka://host:port/topic", redact.URI(raw))
 	}
 	c := Defaults
 	for _, b := range strings.Split(u.Host, ",") {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			return Config{}, fmt.Errorf("sink URI %q: broker %q is not host:port", raw, b)
+			return Config{}, fmt.Errorf("sink URI %s: broker %q is not host:port", redact.URI(raw), b)
 		}
 		c.Brokers = append(c.Brokers, b)
 	}
 	c.Topic = strings.Trim(u.Path, "/")
 	if c.Topic == "" || strings.Contains(c.Topic, "/") {
-		return Config{}, fmt.Errorf("sink URI %q: name one topic, kafka://host:port/topic", raw)
+		return Config{}, fmt.Errorf("sink URI %s: name one topic, kafka://host:port/topic", redact.URI(raw))
 	}
 	for key, vs := range u.Query() {
 		v := vs[len(vs)-1]
@@ -108,7 +109,7 @@ func ParseURI(raw string) (Config, error) {
 			perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout, retry-timeout, recover-timeout")
 		}
 		if perr != nil {
-			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, v, perr)
+			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, redact.Value(key, v), perr)
 		}
 	}
 	return c, nil

@@ -14,13 +14,14 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/blackhole"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Validate parses a sink URI without connecting.
 func Validate(uri string) error {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return fmt.Errorf("sink URI %q: %v", uri, err)
+		return fmt.Errorf("sink URI %s: %v", redact.URI(uri), redact.ParseError(err))
 	}
 	switch u.Scheme {
 	case "kafka":
@@ -29,7 +30,7 @@ func Validate(uri string) error {
 	case "file", "mem", "s3", "gs", "azblob":
 		_, err = storage.ParseURI(uri)
 	default:
-		err = fmt.Errorf("sink URI %q: unknown scheme %q; use kafka://, file://, s3://, gs://, azblob://, mem:// or blackhole://", uri, u.Scheme)
+		err = fmt.Errorf("sink URI %s: unknown scheme %q; use kafka://, file://, s3://, gs://, azblob://, mem:// or blackhole://", redact.URI(uri), u.Scheme)
 	}
 	return err
 }

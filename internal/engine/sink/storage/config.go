@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Protocol is the file encoding.
@@ -81,21 +82,21 @@ var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
 func ParseURI(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Config{}, fmt.Errorf("sink URI %q: %v", raw, err)
+		return Config{}, fmt.Errorf("sink URI %s: %v", redact.URI(raw), redact.ParseError(err))
 	}
 	known := false
 	for _, s := range Schemes {
 		known = known || u.Scheme == s
 	}
 	if !known {
-		return Config{}, fmt.Errorf("sink URI %q: storage sinks take %s://", raw, strings.Join(Schemes, "://, "))
+		return Config{}, fmt.Errorf("sink URI %s: storage sinks take %s://", redact.URI(raw), strings.Join(Schemes, "://, "))
 	}
 	if u.Scheme == "file" && (u.Path == "" || u.Host != "") {
-		return Config{}, fmt.Errorf("sink URI %q: use an absolute path, file:///path/to/dir", raw)
+		return Config{}, fmt.Errorf("sink URI %s: use an absolute path, file:///path/to/dir", redact.URI(raw))
 	}
 	if u.Scheme != "file" && u.Scheme != "mem" && u.Host == "" {
 		what := map[string]string{"s3": "bucket", "gs": "bucket", "azblob": "container"}[u.Scheme]
-		return Config{}, fmt.Errorf("sink URI %q: name the %s, %s://%s/prefix", raw, what, u.Scheme, what)
+		return Config{}, fmt.Errorf("sink URI %s: name the %s, %s://%s/prefix", redact.URI(raw), what, u.Scheme, what)
 	}
 	c := Defaults
 	q := u.Query()
@@ -137,7 +138,7 @@ func ParseURI(raw string) (Config, error) {
 			continue // the bucket's own parameters (region, endpoint, ...)
 		}
 		if perr != nil {
-			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, v, perr)
+			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, redact.Value(key, v), perr)
 		}
 		q.Del(key)
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Config is a gen:// URI's parameters.
@@ -98,7 +100,7 @@ func ParseURI(raw string) (Config, error) {
 			continue
 		}
 		if perr != nil {
-			return Config{}, fmt.Errorf("source URI: %s=%q: %v", k, v, perr)
+			return Config{}, fmt.Errorf("source URI: %s=%q: %v", k, redact.Value(k, v), perr)
 		}
 	}
 	if len(unknown) > 0 {

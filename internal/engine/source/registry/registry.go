@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // schemes lists what Open accepts, for error messages.
@@ -124,5 +125,5 @@ func Redact(uri string) string {
 	if s, err := scheme(uri); err == nil && s == "postgres" {
 		return postgres.Redact(uri)
 	}
-	return uri
+	return redact.URI(uri)
 }
