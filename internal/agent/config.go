@@ -45,6 +45,9 @@ type Config struct {
 	// SinkMemoryMiB bounds the encoded rows all storage sinks of the node
 	// hold together, whatever the number of changefeeds (seed 004).
 	SinkMemoryMiB int
+	// SinkRoot is the directory every file:// sink must be under; ""
+	// means DataDir/sinks.
+	SinkRoot string
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string
@@ -162,6 +165,18 @@ func defaultNodeID(addr string) string {
 }
 
 func (c *Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }
+
+// sinkRoot is the directory file:// sinks must be under, absolute.
+func (c *Config) sinkRoot() string {
+	root := c.SinkRoot
+	if root == "" {
+		root = filepath.Join(c.DataDir, "sinks")
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		return abs
+	}
+	return root
+}
 
 // eventLogDir holds the event logs of the database readers this node runs.
 func (c *Config) eventLogDir() string { return filepath.Join(c.DataDir, "eventlog") }

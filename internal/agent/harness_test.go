@@ -92,7 +92,8 @@ func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
-		DataDir: tc.t.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
+		// The tests' file sinks are their own temporary directories.
+		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
 	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)

@@ -109,6 +109,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.Duration("election-ttl", 0, "TTL of the MySQL election lock; the leader renews every third of it (default: --session-ttl)")
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
+	f.String("sink-root", "", "directory every file:// sink must be under; a changefeed whose sink is elsewhere is refused (default: <data-dir>/sinks)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
 	f.String("log-level", d.LogLevel, "debug, info, warn or error")
@@ -143,6 +144,7 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		ElectionTTL:     v.GetDuration("election-ttl"),
 		MoveTimeout:     v.GetDuration("move-timeout"),
 		SinkMemoryMiB:   v.GetInt("sink-memory-mib"),
+		SinkRoot:        v.GetString("sink-root"),
 		CheckpointStore: v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:   v.GetString("embed-etcd-addr"),
 		LogLevel:        v.GetString("log-level"),

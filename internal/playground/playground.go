@@ -45,7 +45,10 @@ type Config struct {
 	// PortBase+11 for it.
 	Election    string
 	ElectionDSN string
-	Out         io.Writer // the operator's terminal
+	// SinkRoot is the captures' --sink-root: file:// sinks of
+	// changefeeds must be under it (default Dir).
+	SinkRoot string
+	Out      io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
@@ -259,6 +262,14 @@ func portFree(port int) error {
 	return l.Close()
 }
 
+// sinkRoot is the directory the captures' file:// sinks must be under.
+func sinkRoot(cfg Config, dir string) string {
+	if cfg.SinkRoot != "" {
+		return cfg.SinkRoot
+	}
+	return dir
+}
+
 func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
 	id := fmt.Sprintf("capture-%d", i)
 	logPath := filepath.Join(dir, id+".log")
@@ -273,6 +284,7 @@ func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
 		"--etcd", etcdEndpoint,
 		"--data-dir", filepath.Join(dir, id),
 		"--session-ttl", cfg.SessionTTL.String(),
+		"--sink-root", sinkRoot(cfg, dir),
 	)
 	cmd.Args[0] = cfg.Agent.Argv0
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -48,7 +48,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	sk, err := registry.Open(octx, req.Sink, registry.Env{Log: c.log})
+	sk, err := registry.Open(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot})
 	cancel()
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)

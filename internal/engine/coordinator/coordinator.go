@@ -33,6 +33,9 @@ type Coordinator struct {
 	StallAfter time.Duration
 	// Retention bounds the finished plans kept in etcd.
 	Retention Retention
+	// SinkRoot is the directory file:// sinks of new changefeeds must be
+	// under (this agent's --sink-root); "" allows any.
+	SinkRoot string
 
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.

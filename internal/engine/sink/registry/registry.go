@@ -43,6 +43,9 @@ type Env struct {
 	// StorageBudget, if set, bounds the bytes all storage sinks opened
 	// with it hold together (one cap per node).
 	StorageBudget *storage.Budget
+	// FileRoot, if set, is the directory file:// sinks must be under
+	// (the agent's --sink-root); one outside is refused.
+	FileRoot string
 	// Tenure, if set, is asked before every write that cannot be taken
 	// back (a data file, a Kafka message): a node that may have lost its
 	// session writes nothing more.
@@ -54,6 +57,11 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	log := env.Log
 	if err := Validate(uri); err != nil {
 		return nil, err
+	}
+	if env.FileRoot != "" {
+		if err := storage.CheckRoot(uri, env.FileRoot); err != nil {
+			return nil, err
+		}
 	}
 	u, _ := url.Parse(uri)
 	switch u.Scheme {
