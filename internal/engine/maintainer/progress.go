@@ -30,7 +30,13 @@ type heard struct {
 	// unseen: requests about an epoch the routing table does not have
 	// yet, by identity, when first heard (recover.go).
 	unseen map[string]time.Time
+	// refusedLogged: when a refused position was last logged.
+	refusedLogged time.Time
 }
+
+// MaxAhead is how far beyond this node's clock a reported position may
+// be: the clocks of the captures may disagree by this much, no more.
+const MaxAhead = 10 * time.Second
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
 // maintains. Reports for another maintainer placement, or of a partition
@@ -54,9 +60,21 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}}
 		h.heard[hb.Changefeed] = rep
 	}
+	ahead := model.TsFromTime(time.Now().Add(MaxAhead))
 	for _, pp := range hb.Partitions {
 		r, ok := st.Partitions[hb.Changefeed][pp.ID]
 		if !ok || r.Route.Epoch != pp.Epoch || r.Route.Node != m.From {
+			continue
+		}
+		if pp.Progress.Checkpoint > ahead {
+			// No source has produced it yet: a forged or corrupt
+			// report. Kept, it would be where the partition resumes
+			// after a move, and everything before it would be skipped.
+			if time.Since(rep.refusedLogged) > time.Minute {
+				rep.refusedLogged = time.Now()
+				h.log.Warn("maintainer: refused a position beyond the clock; no source could have produced it (a forged or corrupt heartbeat?)",
+					"changefeed", hb.Changefeed, "partition", pp.ID, "from", m.From, "position", pp.Progress.Checkpoint, "ahead_by", pp.Progress.Checkpoint.Time().Sub(time.Now()).Round(time.Second))
+			}
 			continue
 		}
 		next := pp.Progress

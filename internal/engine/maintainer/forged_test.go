@@ -1,0 +1,64 @@
+package maintainer
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Issue 14's forged heartbeat: a report that a partition's checkpoint is
+// 30 s in the future was kept (the highest heard wins), and a move then
+// resumed the partition there, skipping 975 rows. No source produces a
+// position beyond the clock: such a report is refused, and the position
+// stays where the real reports put it.
+func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	st := &meta.State{
+		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {
+			Info:       model.ChangefeedInfo{ID: cf},
+			Status:     model.ChangefeedStatus{State: model.ChangefeedNormal},
+			Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1},
+		}},
+		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {
+			"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
+		}},
+	}
+	hub := transport.NewHub()
+	h := NewHost("n2", nil, cluster.Fixed(st), hub.Join("n2"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	report := func(at time.Time) {
+		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
+			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: model.TsFromTime(at), Epoch: 3}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.onHeartbeat(context.Background(), msg)
+	}
+	heard := func() model.Ts {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.heard[cf].parts["p1"].Checkpoint
+	}
+	now := time.Now()
+	report(now)
+	if got := heard(); got != model.TsFromTime(now) {
+		t.Fatalf("a real report: heard %v, want %v", got, model.TsFromTime(now))
+	}
+	report(now.Add(30 * time.Second))
+	if got := heard(); got != model.TsFromTime(now) {
+		t.Fatalf("a report 30 s ahead of the clock moved the position to %v", got)
+	}
+	if got := h.positions(st, st.Changefeeds[cf])["p1"].Checkpoint; got != model.TsFromTime(now) {
+		t.Fatalf("the position persisted would be %v, want %v", got, model.TsFromTime(now))
+	}
+	report(now.Add(time.Second)) // within the clocks' disagreement
+	if got := heard(); got != model.TsFromTime(now.Add(time.Second)) {
+		t.Fatalf("a report 1 s ahead (clock skew) was refused: %v", got)
+	}
+}
