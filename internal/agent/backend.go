@@ -35,6 +35,9 @@ func (n *Node) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	// Before the mux, which would redirect an unclean path with a bare 301.
 	clean := api.CanonicalPaths(mux)
+	if n.tokens != nil {
+		clean = api.Authenticate(n.tokens, n.cfg.MetricsNeedToken, clean)
+	}
 	if n.grpc == nil {
 		return clean
 	}

@@ -48,6 +48,11 @@ type Config struct {
 	// SinkRoot is the directory every file:// sink must be under; ""
 	// means DataDir/sinks.
 	SinkRoot string
+	// TokenAuthFile, if set, is the static token file (token,user,role
+	// lines): every API request then needs a bearer token of a role
+	// that may make it. MetricsNeedToken puts /metrics behind it too.
+	TokenAuthFile    string
+	MetricsNeedToken bool
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string

@@ -50,6 +50,8 @@ type testCluster struct {
 	hub *transport.Hub
 	// ttl is the agents' session TTL.
 	ttl time.Duration
+	// tokenFile, if set, is the agents' --token-auth-file.
+	tokenFile string
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
 	// checkpointStore, if set, is the agents' --checkpoint-store.
@@ -93,7 +95,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		// The tests' file sinks are their own temporary directories.
-		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, LogLevel: "info", LogFormat: "text",
+		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, LogLevel: "info", LogFormat: "text",
 	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)

@@ -110,6 +110,8 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
 	f.String("sink-root", "", "directory every file:// sink must be under; a changefeed whose sink is elsewhere is refused (default: <data-dir>/sinks)")
+	f.String("token-auth-file", "", "static token file, one token,user,role per line (roles: viewer, operator, admin); every API request then needs a bearer token (docs/security.md)")
+	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
 	f.String("log-level", d.LogLevel, "debug, info, warn or error")
@@ -132,23 +134,25 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		}
 	}
 	cfg := Config{
-		NodeID:          v.GetString("node-id"),
-		Addr:            v.GetString("addr"),
-		AdvertiseAddr:   v.GetString("advertise-addr"),
-		Etcd:            v.GetStringSlice("etcd"),
-		ClusterID:       v.GetString("cluster-id"),
-		DataDir:         v.GetString("data-dir"),
-		SessionTTL:      v.GetDuration("session-ttl"),
-		Election:        v.GetString("election"),
-		ElectionDSN:     v.GetString("election-dsn"),
-		ElectionTTL:     v.GetDuration("election-ttl"),
-		MoveTimeout:     v.GetDuration("move-timeout"),
-		SinkMemoryMiB:   v.GetInt("sink-memory-mib"),
-		SinkRoot:        v.GetString("sink-root"),
-		CheckpointStore: v.GetString("checkpoint-store"),
-		EmbedEtcdAddr:   v.GetString("embed-etcd-addr"),
-		LogLevel:        v.GetString("log-level"),
-		LogFormat:       v.GetString("log-format"),
+		NodeID:           v.GetString("node-id"),
+		Addr:             v.GetString("addr"),
+		AdvertiseAddr:    v.GetString("advertise-addr"),
+		Etcd:             v.GetStringSlice("etcd"),
+		ClusterID:        v.GetString("cluster-id"),
+		DataDir:          v.GetString("data-dir"),
+		SessionTTL:       v.GetDuration("session-ttl"),
+		Election:         v.GetString("election"),
+		ElectionDSN:      v.GetString("election-dsn"),
+		ElectionTTL:      v.GetDuration("election-ttl"),
+		MoveTimeout:      v.GetDuration("move-timeout"),
+		SinkMemoryMiB:    v.GetInt("sink-memory-mib"),
+		SinkRoot:         v.GetString("sink-root"),
+		TokenAuthFile:    v.GetString("token-auth-file"),
+		MetricsNeedToken: v.GetBool("metrics-need-token"),
+		CheckpointStore:  v.GetString("checkpoint-store"),
+		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),
+		LogLevel:         v.GetString("log-level"),
+		LogFormat:        v.GetString("log-format"),
 	}
 	return cfg, cfg.Validate()
 }

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
@@ -37,6 +38,9 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	// tokens, if set, are the bearer tokens the API accepts
+	// (--token-auth-file).
+	tokens *api.Tokens
 	// sinkBudget bounds what every storage sink of this node holds
 	// together (--sink-memory-mib).
 	sinkBudget *storage.Budget
@@ -128,6 +132,13 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: storage.NewBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)
+	}
+	if cfg.TokenAuthFile != "" {
+		tokens, err := api.LoadTokens(cfg.TokenAuthFile)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		n.tokens = tokens
 	}
 	if n.hub == nil {
 		n.grpc = transport.NewGRPC(n.ID(), n.resolve)

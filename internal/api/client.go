@@ -23,6 +23,7 @@ import (
 type Client struct {
 	servers []string
 	hc      *http.Client
+	token   string // bearer token; "" sends none
 
 	mu   sync.Mutex
 	next int
@@ -90,6 +91,9 @@ func NewClient(servers []string, timeout time.Duration) (*Client, error) {
 	}
 	return &Client{servers: clean, hc: &http.Client{Timeout: timeout}}, nil
 }
+
+// SetToken makes every request carry token as its bearer token.
+func (c *Client) SetToken(token string) { c.token = token }
 
 // Servers returns the addresses the client tries.
 func (c *Client) Servers() []string { return append([]string(nil), c.servers...) }
@@ -245,6 +249,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 		if payload != nil {
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
 		resp, err := c.hc.Do(req)
 		if err == nil {

@@ -34,6 +34,10 @@ const (
 	CodeNotCoordinator Code = "not_coordinator"
 	CodeUnavailable    Code = "unavailable"
 	CodeInternal       Code = "internal"
+	// CodeUnauthenticated: no valid bearer token (the agent checks
+	// tokens); CodeForbidden: the token's role may not do this.
+	CodeUnauthenticated Code = "unauthenticated"
+	CodeForbidden       Code = "forbidden"
 )
 
 // statusOf is the one place where error codes meet HTTP statuses.
@@ -51,6 +55,10 @@ func statusOf(c Code) int {
 		return http.StatusConflict
 	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }
@@ -69,6 +77,10 @@ func codeOfStatus(status int) Code {
 		return CodeConflict
 	case http.StatusServiceUnavailable:
 		return CodeUnavailable
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodeForbidden
 	}
 	return CodeInternal
 }

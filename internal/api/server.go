@@ -204,6 +204,7 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	req.SubmittedBy = submitter(r, req.SubmittedBy)
 	if req.Batch < 0 || req.Batch > plan.MaxBatch {
 		writeError(w, Errorf(CodeBadRequest, fmt.Sprintf("use a batch between 1 and %d", plan.MaxBatch), "batch %d is out of range", req.Batch))
 		return
@@ -222,6 +223,7 @@ func (s *server) submitPlan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	req.SubmittedBy = submitter(r, req.SubmittedBy)
 	if req.Plan == nil || req.Plan.Kind == "" {
 		writeError(w, Errorf(CodeBadRequest, "send {\"plan\": <the JSON of 'cdcctl ... --dry-run --plan-out FILE'>}", "the request carries no plan"))
 		return
@@ -390,6 +392,10 @@ func (s *server) forward(r *http.Request, addr string, body []byte) (*http.Respo
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		// The coordinator checks the caller's token again.
+		req.Header.Set("Authorization", a)
+	}
 	req.Header.Set(ForwardedHeader, s.self)
 	return http.DefaultClient.Do(req)
 }
@@ -403,6 +409,16 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// submitter is who a plan's record names: the user the token
+// authenticated when the agent checks tokens (what the client claims is
+// not taken), else what the client says.
+func submitter(r *http.Request, claimed string) string {
+	if p, ok := PrincipalOf(r.Context()); ok {
+		return p.User
+	}
+	return claimed
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

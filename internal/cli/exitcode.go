@@ -27,6 +27,9 @@ const (
 	// ExitBusy: the partition is being moved or split; retry when it is
 	// Active again.
 	ExitBusy = 7
+	// ExitDenied: the agent checks tokens and the request had none, an
+	// invalid one, or one whose role may not do this (HTTP 401 or 403).
+	ExitDenied = 8
 	// ExitUsage: bad flags or arguments (sysexits' EX_USAGE).
 	ExitUsage = 64
 )
@@ -60,6 +63,9 @@ func exitCodeOf(err error) int {
 	}
 	if api.IsCode(err, api.CodeStalePlan) {
 		return ExitStalePlan
+	}
+	if api.IsCode(err, api.CodeUnauthenticated) || api.IsCode(err, api.CodeForbidden) {
+		return ExitDenied
 	}
 	var busy *plan.BusyError
 	if api.IsCode(err, api.CodePartitionBusy) || errors.As(err, &busy) {

@@ -85,7 +85,30 @@ func (o *options) clientWithTimeout(d time.Duration) (*api.Client, error) {
 	if err != nil {
 		return nil, usageErr(err)
 	}
+	token, err := o.token()
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	c.SetToken(token)
 	return c, nil
+}
+
+// token is the bearer token for agents that check them: --token-file
+// (or token-file in the config file), else CDCCTL_TOKEN. A token is never
+// a flag's value: ps shows arguments to everyone.
+func (o *options) token() (string, error) {
+	if path := o.v.GetString("token-file"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return "", fmt.Errorf("--token-file %s: want one token on one line", path)
+		}
+		return tok, nil
+	}
+	return strings.TrimSpace(o.v.GetString("token")), nil
 }
 
 func (o *options) render(v any, table func(tw tableWriter)) error {
@@ -156,7 +179,8 @@ CDCCTL_OUTPUT), then the config file (--config, default
 	pf.StringP("output", "o", formatTable, "output format: table, json or yaml")
 	pf.String("config", "", "config file (default ~/.config/cdcctl/config.yaml if it exists)")
 	pf.Duration("request-timeout", 30*time.Second, "timeout of one API request")
-	for _, name := range []string{"server", "output", "config", "request-timeout"} {
+	pf.String("token-file", "", "file holding the bearer token for agents that check tokens (or CDCCTL_TOKEN)")
+	for _, name := range []string{"server", "output", "config", "request-timeout", "token-file"} {
 		_ = o.v.BindPFlag(name, pf.Lookup(name))
 	}
 	o.v.SetEnvPrefix("CDCCTL")
