@@ -19,7 +19,11 @@ import (
 // handler serves the API, health and metrics.
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/api/", api.NewHandler(backend{n}, n.cfg.NodeID, n.log))
+	var opts []api.HandlerOption
+	if n.clientTLS != nil {
+		opts = append(opts, api.ForwardOverTLS(n.clientTLS))
+	}
+	mux.Handle("/api/", api.NewHandler(backend{n}, n.cfg.NodeID, n.log, opts...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))

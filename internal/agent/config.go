@@ -53,6 +53,9 @@ type Config struct {
 	// that may make it. MetricsNeedToken puts /metrics behind it too.
 	TokenAuthFile    string
 	MetricsNeedToken bool
+	// TLSCertFile, TLSKeyFile and TLSCAFile serve the API and the
+	// transport over TLS; agents verify each other with the CA (tls.go).
+	TLSCertFile, TLSKeyFile, TLSCAFile string
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/certs"
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -52,6 +53,8 @@ type testCluster struct {
 	ttl time.Duration
 	// tokenFile, if set, is the agents' --token-auth-file.
 	tokenFile string
+	// tls, if set, gives each agent its --tls-* files.
+	tls func(id string) certs.Files
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
 	// checkpointStore, if set, is the agents' --checkpoint-store.
@@ -92,10 +95,15 @@ func verboseLogger() *slog.Logger {
 // start runs one agent and waits until it listens.
 func (tc *testCluster) start(id string) *runningNode {
 	tc.t.Helper()
+	var tlsFiles certs.Files
+	if tc.tls != nil {
+		tlsFiles = tc.tls(id)
+	}
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		// The tests' file sinks are their own temporary directories.
-		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, LogLevel: "info", LogFormat: "text",
+		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile,
+		TLSCertFile: tlsFiles.Cert, TLSKeyFile: tlsFiles.Key, TLSCAFile: tlsFiles.CA, LogLevel: "info", LogFormat: "text",
 	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {
 		tc.t.Fatal(err)

@@ -110,6 +110,9 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
 	f.String("sink-root", "", "directory every file:// sink must be under; a changefeed whose sink is elsewhere is refused (default: <data-dir>/sinks)")
+	f.String("tls-cert-file", "", "certificate (PEM) this agent serves its API and transport with, and presents to other agents; its common name is the node id")
+	f.String("tls-key-file", "", "private key (PEM) of --tls-cert-file")
+	f.String("tls-ca-file", "", "CA certificates (PEM) that sign every agent's certificate: agents verify each other with it")
 	f.String("token-auth-file", "", "static token file, one token,user,role per line (roles: viewer, operator, admin); every API request then needs a bearer token (docs/security.md)")
 	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
@@ -148,6 +151,9 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		SinkMemoryMiB:    v.GetInt("sink-memory-mib"),
 		SinkRoot:         v.GetString("sink-root"),
 		TokenAuthFile:    v.GetString("token-auth-file"),
+		TLSCertFile:      v.GetString("tls-cert-file"),
+		TLSKeyFile:       v.GetString("tls-key-file"),
+		TLSCAFile:        v.GetString("tls-ca-file"),
 		MetricsNeedToken: v.GetBool("metrics-need-token"),
 		CheckpointStore:  v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),

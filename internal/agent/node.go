@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,9 @@ type Node struct {
 	// tokens, if set, are the bearer tokens the API accepts
 	// (--token-auth-file).
 	tokens *api.Tokens
+	// serverTLS and clientTLS, if set, are --tls-*: what the API and
+	// transport serve with, and what this agent dials others with.
+	serverTLS, clientTLS *tls.Config
 	// sinkBudget bounds what every storage sink of this node holds
 	// together (--sink-memory-mib).
 	sinkBudget *storage.Budget
@@ -133,6 +137,11 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	for _, o := range opts {
 		o(n)
 	}
+	serverTLS, clientTLS, err := cfg.tlsConfigs()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	n.serverTLS, n.clientTLS = serverTLS, clientTLS
 	if cfg.TokenAuthFile != "" {
 		tokens, err := api.LoadTokens(cfg.TokenAuthFile)
 		if err != nil {
@@ -142,6 +151,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	}
 	if n.hub == nil {
 		n.grpc = transport.NewGRPC(n.ID(), n.resolve)
+		if clientTLS != nil {
+			n.grpc.UseTLS(clientTLS)
+		}
 	}
 	return n, nil
 }
@@ -238,12 +250,19 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Unlock()
 
 	// One port: the API over HTTP/1, and the node-to-node transport over
-	// unencrypted HTTP/2 (gRPC) beside it.
+	// HTTP/2 (gRPC) beside it; both over TLS with --tls-*, else both in
+	// the clear (HTTP/2 without TLS).
 	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	httpSrv.Protocols.SetHTTP1(true)
-	httpSrv.Protocols.SetUnencryptedHTTP2(true)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
+	if n.serverTLS != nil {
+		httpSrv.Protocols.SetHTTP2(true)
+		httpSrv.TLSConfig = n.serverTLS
+		go func() { serveErr <- httpSrv.ServeTLS(ln, "", "") }()
+	} else {
+		httpSrv.Protocols.SetUnencryptedHTTP2(true)
+		go func() { serveErr <- httpSrv.Serve(ln) }()
+	}
 	n.log.Info("API listening", "addr", ln.Addr().String(), "advertise", n.addr, "etcd", endpoints, "cluster", n.cfg.ClusterID)
 
 	runErr := n.runIncarnations(ctx, store)

@@ -1,10 +1,9 @@
 package api
 
 import (
-	"github.com/cdcctl/cdcctl/internal/exec"
-
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/exec"
 )
 
 // Client is the typed client of the API. It is given every address an
@@ -90,6 +91,12 @@ func NewClient(servers []string, timeout time.Duration) (*Client, error) {
 		timeout = 30 * time.Second
 	}
 	return &Client{servers: clean, hc: &http.Client{Timeout: timeout}}, nil
+}
+
+// SetTLS makes https:// addresses trust what cfg trusts (its RootCAs:
+// the cluster's CA).
+func (c *Client) SetTLS(cfg *tls.Config) {
+	c.hc.Transport = &http.Transport{TLSClientConfig: cfg.Clone(), ForceAttemptHTTP2: true, Proxy: http.ProxyFromEnvironment}
 }
 
 // SetToken makes every request carry token as its bearer token.

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,12 +59,30 @@ type server struct {
 	b    Backend
 	self string
 	log  *slog.Logger
+	// scheme and client forward writes to the coordinator.
+	scheme string
+	client *http.Client
+}
+
+// HandlerOption configures NewHandler.
+type HandlerOption func(*server)
+
+// ForwardOverTLS forwards writes to the coordinator over https with tls
+// (the agent's own certificate and the cluster's CA).
+func ForwardOverTLS(tls *tls.Config) HandlerOption {
+	return func(s *server) {
+		s.scheme = "https"
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: tls.Clone(), ForceAttemptHTTP2: true}}
+	}
 }
 
 // NewHandler serves the API for a backend. self names this node in
 // forwarding headers.
-func NewHandler(b Backend, self string, log *slog.Logger) http.Handler {
-	s := &server{b: b, self: self, log: log}
+func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption) http.Handler {
+	s := &server{b: b, self: self, log: log, scheme: "http", client: http.DefaultClient}
+	for _, o := range opts {
+		o(s)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v2/status", s.status)
 	mux.HandleFunc("GET /api/v2/captures", s.captures)
@@ -385,7 +404,7 @@ func (s *server) waitForCoordinator(ctx context.Context) (self bool, addr string
 }
 
 func (s *server) forward(r *http.Request, addr string, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, s.scheme+"://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +416,7 @@ func (s *server) forward(r *http.Request, addr string, body []byte) (*http.Respo
 		req.Header.Set("Authorization", a)
 	}
 	req.Header.Set(ForwardedHeader, s.self)
-	return http.DefaultClient.Do(req)
+	return s.client.Do(req)
 }
 
 func copyResponse(w http.ResponseWriter, resp *http.Response) {

@@ -69,6 +69,7 @@ otherwise by running cdcctl itself as the agent.`,
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
 	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")
+	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
 	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir)")
 	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
 	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")

@@ -4,6 +4,8 @@
 package cli
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +92,17 @@ func (o *options) clientWithTimeout(d time.Duration) (*api.Client, error) {
 		return nil, usageErr(err)
 	}
 	c.SetToken(token)
+	if path := o.v.GetString("ca-file"); path != "" {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("--ca-file: %w", err))
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageErr(fmt.Errorf("--ca-file %s holds no PEM certificate", path))
+		}
+		c.SetTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool})
+	}
 	return c, nil
 }
 
@@ -180,7 +193,8 @@ CDCCTL_OUTPUT), then the config file (--config, default
 	pf.String("config", "", "config file (default ~/.config/cdcctl/config.yaml if it exists)")
 	pf.Duration("request-timeout", 30*time.Second, "timeout of one API request")
 	pf.String("token-file", "", "file holding the bearer token for agents that check tokens (or CDCCTL_TOKEN)")
-	for _, name := range []string{"server", "output", "config", "request-timeout", "token-file"} {
+	pf.String("ca-file", "", "CA certificates (PEM) to trust for https:// agent addresses (or CDCCTL_CA_FILE)")
+	for _, name := range []string{"server", "output", "config", "request-timeout", "token-file", "ca-file"} {
 		_ = o.v.BindPFlag(name, pf.Lookup(name))
 	}
 	o.v.SetEnvPrefix("CDCCTL")

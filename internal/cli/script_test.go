@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -43,6 +45,7 @@ func TestRunbooks(t *testing.T) {
 			"follower": cmdFollower,
 			"match":    cmdMatch,
 			"kafka":    cmdKafka,
+			"waitfile": cmdWaitFile,
 		},
 	})
 }
@@ -221,6 +224,21 @@ func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
 // follower VAR [EXCEPT...] sets VAR to a capture that is not the
 // coordinator (nor one of EXCEPT), from the 'capture list -o json' the
 // last command printed.
+// waitfile PATH waits up to 90 s for a file to exist (the playground's
+// state file, written once its captures are ready).
+func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile PATH")
+	}
+	path := ts.MkAbs(args[0])
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	ts.Fatalf("waitfile: %s did not appear within 90s", path)
+}
+
 func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: follower VAR [EXCEPT...]")

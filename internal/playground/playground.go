@@ -48,6 +48,9 @@ type Config struct {
 	// SinkRoot is the captures' --sink-root: file:// sinks of
 	// changefeeds must be under it (default Dir).
 	SinkRoot string
+	// Secure gives the captures TLS (a private CA in Dir/secure) and
+	// tokens (an admin and a viewer token there).
+	Secure bool
 	Out      io.Writer // the operator's terminal
 }
 
@@ -90,6 +93,11 @@ type State struct {
 	// without its password; ElectionPID the private MariaDB's pid.
 	ElectionDSN string `json:"election_dsn,omitempty"`
 	ElectionPID int    `json:"election_pid,omitempty"`
+	// With --secure: the CA to trust (CDCCTL_CA_FILE) and the tokens'
+	// files (cdcctl --token-file).
+	CAFile          string `json:"ca_file,omitempty"`
+	AdminTokenFile  string `json:"admin_token_file,omitempty"`
+	ViewerTokenFile string `json:"viewer_token_file,omitempty"`
 }
 
 // Capture is one agent process of the playground.
@@ -169,16 +177,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer etcd.Close()
 
+	var sec *secure
+	if cfg.Secure {
+		if sec, err = newSecure(dir, cfg.Nodes); err != nil {
+			return fmt.Errorf("make the playground's certificates and tokens: %w", err)
+		}
+	}
 	var children []*child
 	defer func() { stopAll(children, cfg.Out) }()
 	for i := 1; i <= cfg.Nodes; i++ {
-		c, err := startAgent(cfg, dir, etcd.Endpoint(), i)
+		c, err := startAgent(cfg, dir, etcd.Endpoint(), i, sec)
 		if err != nil {
 			return err
 		}
 		children = append(children, c)
 	}
-	if err := waitReady(ctx, children, 60*time.Second); err != nil {
+	if err := waitReady(ctx, children, 60*time.Second, sec); err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(cfg.Out, "\ninterrupted while starting; stopping the playground...")
 			return nil
@@ -194,16 +208,19 @@ func Run(ctx context.Context, cfg Config) error {
 		st.Captures = append(st.Captures, c.Capture)
 		servers = append(servers, c.Address)
 	}
-	st.Server = strings.Join(servers, ",")
+	st.Server = strings.Join(sec.servers(servers), ",")
+	if sec != nil {
+		st.CAFile, st.AdminTokenFile, st.ViewerTokenFile = sec.caFile, sec.adminTokenFile, sec.viewerTokenFile
+	}
 	if !cfg.NoDemo {
-		sink, err := createDemo(ctx, servers, dir)
+		sink, err := createDemo(ctx, servers, dir, sec)
 		if err != nil {
 			return err
 		}
 		st.Demo = sink
 	}
 	if db != nil {
-		sink, err := createDemoPG(ctx, servers, dir, db)
+		sink, err := createDemoPG(ctx, servers, dir, db, sec)
 		if err != nil {
 			return err
 		}
@@ -236,8 +253,8 @@ func Run(ctx context.Context, cfg Config) error {
 // DDL every 30s, into files under the playground's directory.
 const demoSource = "gen://?tables=8&keys=1000&rate=1000&ddl_every=30s"
 
-func createDemo(ctx context.Context, servers []string, dir string) (string, error) {
-	client, err := api.NewClient(servers, 30*time.Second)
+func createDemo(ctx context.Context, servers []string, dir string, sec *secure) (string, error) {
+	client, err := newClient(sec, servers, 30*time.Second)
 	if err != nil {
 		return "", err
 	}
@@ -270,7 +287,7 @@ func sinkRoot(cfg Config, dir string) string {
 	return dir
 }
 
-func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
+func startAgent(cfg Config, dir, etcdEndpoint string, i int, sec *secure) (*child, error) {
 	id := fmt.Sprintf("capture-%d", i)
 	logPath := filepath.Join(dir, id+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -286,6 +303,9 @@ func startAgent(cfg Config, dir, etcdEndpoint string, i int) (*child, error) {
 		"--session-ttl", cfg.SessionTTL.String(),
 		"--sink-root", sinkRoot(cfg, dir),
 	)
+	if sec != nil {
+		cmd.Args = append(cmd.Args, sec.agentArgs(id)...)
+	}
 	cmd.Args[0] = cfg.Agent.Argv0
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = agentEnv()
@@ -321,12 +341,12 @@ func agentEnv() []string {
 
 // waitReady waits until every agent answers and the cluster has a
 // coordinator; an agent that dies first fails the start with its log.
-func waitReady(ctx context.Context, children []*child, timeout time.Duration) error {
+func waitReady(ctx context.Context, children []*child, timeout time.Duration, sec *secure) error {
 	var addrs []string
 	for _, c := range children {
 		addrs = append(addrs, c.Address)
 	}
-	client, err := api.NewClient(addrs, 2*time.Second)
+	client, err := newClient(sec, addrs, 2*time.Second)
 	if err != nil {
 		return err
 	}
@@ -440,6 +460,10 @@ func printBanner(w io.Writer, st State) {
 	fmt.Fprintf(w, "state: %s\n\n", filepath.Join(st.Dir, "playground.json"))
 	fmt.Fprintln(w, "Next, in another terminal:")
 	fmt.Fprintf(w, "  export CDCCTL_SERVER=%s\n", st.Server)
+	if st.CAFile != "" {
+		fmt.Fprintf(w, "  export CDCCTL_CA_FILE=%s\n", st.CAFile)
+		fmt.Fprintf(w, "  export CDCCTL_TOKEN_FILE=%s   # or %s: reads only\n", st.AdminTokenFile, st.ViewerTokenFile)
+	}
 	fmt.Fprintln(w, "  cdcctl capture list")
 	fmt.Fprintln(w, "  cdcctl cluster status")
 	if st.Demo != "" {

@@ -144,8 +144,8 @@ FROM t WHERE accounts.id IN (t.from_id, t.to_id) AND t.from_id <> t.to_id`, amou
 
 // createDemoPG creates changefeed demo-pg (unless an earlier run in the
 // same directory did) and returns its sink.
-func createDemoPG(ctx context.Context, servers []string, dir string, db *demoDB) (string, error) {
-	client, err := api.NewClient(servers, time.Minute)
+func createDemoPG(ctx context.Context, servers []string, dir string, db *demoDB, sec *secure) (string, error) {
+	client, err := newClient(sec, servers, time.Minute)
 	if err != nil {
 		return "", err
 	}

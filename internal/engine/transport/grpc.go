@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -94,6 +97,9 @@ type GRPC struct {
 	*handlers
 	resolve Resolver
 	srv     *grpc.Server
+	// tls, if set, is how this node dials others (UseTLS); a message
+	// then counts as from the node its client certificate names.
+	tls *tls.Config
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -103,8 +109,55 @@ type GRPC struct {
 func NewGRPC(self model.NodeID, resolve Resolver) *GRPC {
 	g := &GRPC{handlers: newHandlers(self), resolve: resolve, conns: map[string]*grpc.ClientConn{}}
 	g.srv = grpc.NewServer(grpc.ForceServerCodec(jsonCodec{}))
-	g.srv.RegisterService(&serviceDesc, g.handlers)
+	g.srv.RegisterService(&serviceDesc, g)
 	return g
+}
+
+// UseTLS makes the transport dial other nodes over TLS with cfg (its own
+// certificate and the cluster's CA) and take a message as from the node
+// its sender's verified client certificate names (its common name), not
+// the node the message says: with TLS, one node cannot speak for
+// another. Call it before the first message.
+func (g *GRPC) UseTLS(cfg *tls.Config) { g.tls = cfg }
+
+// deliver checks the sender, then delivers.
+func (g *GRPC) deliver(ctx context.Context, m Message) error {
+	if err := g.checkSender(ctx, m.From); err != nil {
+		return err
+	}
+	return g.handlers.deliver(ctx, m)
+}
+
+// respond checks the sender, then responds.
+func (g *GRPC) respond(ctx context.Context, m Message) (json.RawMessage, error) {
+	if err := g.checkSender(ctx, m.From); err != nil {
+		return nil, err
+	}
+	return g.handlers.respond(ctx, m)
+}
+
+// ErrSender is the error of a message whose sender is not the node its
+// certificate names.
+var ErrSender = errors.New("sender not proven")
+
+// checkSender requires, with TLS, a verified client certificate whose
+// common name is the message's sender.
+func (g *GRPC) checkSender(ctx context.Context, from model.NodeID) error {
+	if g.tls == nil {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return fmt.Errorf("%w: no peer", ErrSender)
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return fmt.Errorf("%w: a node-to-node message needs a client certificate signed by the cluster's CA", ErrSender)
+	}
+	if cn := info.State.VerifiedChains[0][0].Subject.CommonName; cn != string(from) {
+		return fmt.Errorf("%w: the message says it is from %q, its certificate names %q", ErrSender, from, cn)
+	}
+	return nil
 }
 
 // IsGRPC tells whether an HTTP request is a gRPC call for ServeHTTP.
@@ -170,7 +223,11 @@ func (g *GRPC) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := g.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if g.tls != nil {
+		creds = credentials.NewTLS(g.tls.Clone())
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

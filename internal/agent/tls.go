@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// tlsConfigs loads --tls-cert-file, --tls-key-file and --tls-ca-file:
+// the server side serves the API and the transport over TLS and verifies
+// a client certificate when one is presented (agents present theirs;
+// cdcctl need not); the client side is what this agent dials other
+// agents with (the transport, forwarded writes), presenting its own
+// certificate and trusting only the CA. Without them both are nil.
+func (c *Config) tlsConfigs() (server, client *tls.Config, err error) {
+	if c.TLSCertFile == "" && c.TLSKeyFile == "" && c.TLSCAFile == "" {
+		return nil, nil, nil
+	}
+	if c.TLSCertFile == "" || c.TLSKeyFile == "" || c.TLSCAFile == "" {
+		return nil, nil, errors.New("TLS needs --tls-cert-file, --tls-key-file and --tls-ca-file together (agents verify each other with the CA)")
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+	}
+	pool, err := loadCA(c.TLSCAFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	server = &tls.Config{
+		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
+		ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven,
+		NextProtos: []string{"h2", "http/1.1"},
+	}
+	client = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}
+	return server, client, nil
+}
+
+// loadCA reads a PEM file of CA certificates.
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca-file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
