@@ -51,7 +51,7 @@ type Config struct {
 	// Secure gives the captures TLS (a private CA in Dir/secure) and
 	// tokens (an admin and a viewer token there).
 	Secure bool
-	Out      io.Writer // the operator's terminal
+	Out    io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
