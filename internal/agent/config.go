@@ -56,6 +56,9 @@ type Config struct {
 	// TLSCertFile, TLSKeyFile and TLSCAFile serve the API and the
 	// transport over TLS; agents verify each other with the CA (tls.go).
 	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// Insecure lets the agent listen beyond loopback without TLS and
+	// tokens (a trusted network).
+	Insecure bool
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string
@@ -130,6 +133,9 @@ func (c *Config) Validate() error {
 	if err := c.validateElection(); err != nil {
 		return err
 	}
+	if err := c.validateExposure(); err != nil {
+		return err
+	}
 	var eps []string
 	for _, e := range c.Etcd {
 		for _, part := range strings.Split(e, ",") {
@@ -158,6 +164,30 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
 	}
 	return nil
+}
+
+// validateExposure refuses to serve beyond loopback without TLS and
+// tokens: anyone who can reach the port could drain every capture and
+// remove changefeeds. --insecure says the network itself is trusted.
+func (c *Config) validateExposure() error {
+	if c.Insecure || (c.TLSCertFile != "" && c.TokenAuthFile != "") {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return nil // --addr's own check says what is wrong
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	var missing []string
+	if c.TLSCertFile == "" {
+		missing = append(missing, "TLS (--tls-cert-file, --tls-key-file, --tls-ca-file)")
+	}
+	if c.TokenAuthFile == "" {
+		missing = append(missing, "tokens (--token-auth-file)")
+	}
+	return fmt.Errorf("--addr %s is reachable beyond this host, and the agent has no %s: anyone who reaches it could drain captures and remove changefeeds. Give it those (docs/security.md), listen on 127.0.0.1, or pass --insecure if the network is trusted", c.Addr, strings.Join(missing, " and no "))
 }
 
 // defaultNodeID is "<host>-<port>", stable across restarts on the same

@@ -113,6 +113,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("tls-cert-file", "", "certificate (PEM) this agent serves its API and transport with, and presents to other agents; its common name is the node id")
 	f.String("tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	f.String("tls-ca-file", "", "CA certificates (PEM) that sign every agent's certificate: agents verify each other with it")
+	f.Bool("insecure", false, "listen on a non-loopback --addr without TLS and tokens (only on a network you trust)")
 	f.String("token-auth-file", "", "static token file, one token,user,role per line (roles: viewer, operator, admin); every API request then needs a bearer token (docs/security.md)")
 	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
@@ -154,6 +155,7 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		TLSCertFile:      v.GetString("tls-cert-file"),
 		TLSKeyFile:       v.GetString("tls-key-file"),
 		TLSCAFile:        v.GetString("tls-ca-file"),
+		Insecure:         v.GetBool("insecure"),
 		MetricsNeedToken: v.GetBool("metrics-need-token"),
 		CheckpointStore:  v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),
