@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,13 +13,34 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
+
+// withSinkPassword puts the Kafka sink's SASL password back into a sink
+// URI the API showed masked.
+func withSinkPassword(uri, password string) (string, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	if q.Get("sasl-password") != redact.Mask {
+		return uri, nil
+	}
+	if password == "" {
+		return "", fmt.Errorf("the sink's sasl-password is not shown by the API: pass --sink-password or set CDCCTL_SINK_PASSWORD")
+	}
+	q.Set("sasl-password", password)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
 
 func newVerifyCommand(o *options) *cobra.Command {
 	var (
 		changefeed     string
 		sourcePassword string
+		sinkPassword   string
 		waitTimeout    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -81,7 +103,11 @@ Duplicates are reported, not judged: after a crash they are expected
 			}
 			switch u.Scheme {
 			case "kafka":
-				rep, err = verify.Kafka(cmd.Context(), want, cf.Sink, upTo)
+				var sinkURI string
+				if sinkURI, err = withSinkPassword(cf.Sink, sinkPassword); err != nil {
+					return fmt.Errorf("changefeed %s: %w", changefeed, err)
+				}
+				rep, err = verify.Kafka(cmd.Context(), want, sinkURI, upTo)
 			case "file", "s3":
 				rep, err = verify.Storage(cmd.Context(), want, cf.Sink, upTo)
 			default:
@@ -95,6 +121,7 @@ Duplicates are reported, not judged: after a crash they are expected
 	}
 	cmd.Flags().StringVar(&changefeed, "changefeed", "", "the changefeed to verify")
 	cmd.Flags().StringVar(&sourcePassword, "source-password", "", "the database source's password (the API does not show it; default PGPASSWORD)")
+	cmd.Flags().StringVar(&sinkPassword, "sink-password", os.Getenv("CDCCTL_SINK_PASSWORD"), "the Kafka sink's sasl-password (the API does not show it; default CDCCTL_SINK_PASSWORD)")
 	cmd.Flags().DurationVar(&waitTimeout, "wait", time.Minute, "how long to wait for the checkpoint to pass the upstream's read (database sources)")
 	return cmd
 }

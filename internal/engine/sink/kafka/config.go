@@ -41,6 +41,8 @@ type Config struct {
 	// the dispatcher does not run healthy again within it, the
 	// changefeed restarts on that node.
 	RecoverTimeout time.Duration
+	// Security is SASL and TLS (security.go).
+	Security Security
 }
 
 // Defaults of the URI's parameters.
@@ -106,11 +108,17 @@ func ParseURI(raw string) (Config, error) {
 		case "recover-timeout":
 			c.RecoverTimeout, perr = duration(v, time.Second, 24*time.Hour)
 		default:
-			perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout, retry-timeout, recover-timeout")
+			var ok bool
+			if ok, perr = c.Security.param(key, v); !ok {
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout, retry-timeout, recover-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+			}
 		}
 		if perr != nil {
 			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, redact.Value(key, v), perr)
 		}
+	}
+	if err := c.Security.check(); err != nil {
+		return Config{}, fmt.Errorf("sink URI %s: %v", redact.URI(raw), err)
 	}
 	return c, nil
 }

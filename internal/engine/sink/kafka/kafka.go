@@ -138,9 +138,12 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Ten
 		return nil, err
 	}
 	sc := saramaConfig(cfg)
+	if err := cfg.Security.apply(sc); err != nil {
+		return nil, err
+	}
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach Kafka at %v: %v; check the brokers in the sink URI and that they are up", cfg.Brokers, err)
+		return nil, fmt.Errorf("cannot reach Kafka at %v: %v; %s", cfg.Brokers, err, connectHint(err, cfg.Security))
 	}
 	parts, err := ensureTopic(client, cfg)
 	if err != nil {

@@ -29,6 +29,9 @@ func Scan(ctx context.Context, cfg Config, visit func(partition int32, kind code
 // message's value on as it is.
 func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, offset int64, value []byte) error) error {
 	sc := saramaConfig(cfg)
+	if err := cfg.Security.apply(sc); err != nil {
+		return err
+	}
 	sc.Consumer.Return.Errors = true
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
