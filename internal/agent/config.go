@@ -59,6 +59,10 @@ type Config struct {
 	// Insecure lets the agent listen beyond loopback without TLS and
 	// tokens (a trusted network).
 	Insecure bool
+	// EtcdCACert, EtcdCert and EtcdKey reach etcd over TLS; EtcdUser and
+	// EtcdPassword log in to etcd's own authentication (etcdctl's names).
+	EtcdCACert, EtcdCert, EtcdKey string
+	EtcdUser, EtcdPassword        string
 	// EmbedEtcdAddr is the client address of the embedded etcd used when
 	// Etcd is empty.
 	EmbedEtcdAddr string

@@ -113,6 +113,11 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("tls-cert-file", "", "certificate (PEM) this agent serves its API and transport with, and presents to other agents; its common name is the node id")
 	f.String("tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	f.String("tls-ca-file", "", "CA certificates (PEM) that sign every agent's certificate: agents verify each other with it")
+	f.String("etcd-cacert", "", "CA certificates (PEM) of an etcd served over TLS (https:// endpoints)")
+	f.String("etcd-cert", "", "client certificate (PEM) for an etcd that requires one")
+	f.String("etcd-key", "", "private key (PEM) of --etcd-cert")
+	f.String("etcd-user", "", "etcd user, for an etcd with authentication enabled")
+	f.String("etcd-password", "", "password of --etcd-user (better: the environment, CDC_AGENT_ETCD_PASSWORD; ps shows flags)")
 	f.Bool("insecure", false, "listen on a non-loopback --addr without TLS and tokens (only on a network you trust)")
 	f.String("token-auth-file", "", "static token file, one token,user,role per line (roles: viewer, operator, admin); every API request then needs a bearer token (docs/security.md)")
 	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
@@ -156,6 +161,11 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		TLSKeyFile:       v.GetString("tls-key-file"),
 		TLSCAFile:        v.GetString("tls-ca-file"),
 		Insecure:         v.GetBool("insecure"),
+		EtcdCACert:       v.GetString("etcd-cacert"),
+		EtcdCert:         v.GetString("etcd-cert"),
+		EtcdKey:          v.GetString("etcd-key"),
+		EtcdUser:         v.GetString("etcd-user"),
+		EtcdPassword:     v.GetString("etcd-password"),
 		MetricsNeedToken: v.GetBool("metrics-need-token"),
 		CheckpointStore:  v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),

@@ -50,3 +50,33 @@ func loadCA(path string) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// etcdTLS loads --etcd-cacert, --etcd-cert and --etcd-key (etcdctl's
+// names): nil without them.
+func (c *Config) etcdTLS() (*tls.Config, error) {
+	if c.EtcdCACert == "" && c.EtcdCert == "" && c.EtcdKey == "" {
+		return nil, nil
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.EtcdCACert != "" {
+		pem, err := os.ReadFile(c.EtcdCACert)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cacert: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cacert %s holds no PEM certificate", c.EtcdCACert)
+		}
+	}
+	if c.EtcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.EtcdCert, c.EtcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

@@ -27,6 +27,10 @@ type Config struct {
 	NoFsync bool
 	// Logger receives etcd's logs; nil silences them.
 	Logger *zap.Logger
+	// CertFile, KeyFile and TrustedCAFile, if set, serve clients over
+	// TLS and require a client certificate signed by the CA (etcd's
+	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
+	CertFile, KeyFile, TrustedCAFile string
 }
 
 // Server is a running embedded etcd.
@@ -44,6 +48,9 @@ func Start(cfg Config) (*Server, error) {
 		cfg.Name = "cdcctl"
 	}
 	clientURL, err := listenURL(cfg.ClientAddr)
+	if err == nil && cfg.CertFile != "" {
+		clientURL.Scheme = "https"
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd client address: %w", err)
 	}
@@ -60,6 +67,10 @@ func Start(cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = cfg.Name + "=" + peerURL.String()
 	ec.UnsafeNoFsync = cfg.NoFsync
+	if cfg.CertFile != "" {
+		ec.ClientTLSInfo.CertFile, ec.ClientTLSInfo.KeyFile = cfg.CertFile, cfg.KeyFile
+		ec.ClientTLSInfo.TrustedCAFile, ec.ClientTLSInfo.ClientCertAuth = cfg.TrustedCAFile, cfg.TrustedCAFile != ""
+	}
 	// Keep a minute of history, as a production etcd should be set up to
 	// (--auto-compaction-retention). Without it every rewrite of a
 	// changefeed's progress record stays in the database: a
@@ -85,7 +96,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, errors.New("embedded etcd did not become ready in 30s; is the data directory on a very slow disk?")
 	}
-	return &Server{etcd: e, endpoint: "http://" + e.Clients[0].Addr().String()}, nil
+	return &Server{etcd: e, endpoint: clientURL.Scheme + "://" + e.Clients[0].Addr().String()}, nil
 }
 
 // listenURL resolves port 0 to a free port now, because etcd must advertise
