@@ -97,6 +97,27 @@ func TestTokensAndRolesGuardEveryEndpoint(t *testing.T) {
 	if _, err := as(adminToken).CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: "gen://?tables=2&keys=10&rate=50", Sink: "blackhole://", PartitionsPerTable: 2}); err != nil {
 		t.Fatalf("an admin creates a changefeed: %v", err)
 	}
+	if cf, err := as(viewerToken).Changefeed(ctx, "demo"); err != nil || cf.CreatedBy != "ada" {
+		t.Fatalf("the changefeed names its creator %q (%v); want the admin's user ada", cf.CreatedBy, err)
+	}
+	// An operator pauses and resumes it; its incidents say who.
+	if _, err := as(operatorToken).PauseChangefeed(ctx, "demo"); err != nil {
+		t.Fatalf("an operator pauses a changefeed: %v", err)
+	}
+	if _, err := as(operatorToken).ResumeChangefeed(ctx, "demo"); err != nil {
+		t.Fatalf("an operator resumes a changefeed: %v", err)
+	}
+	cf, err := as(viewerToken).Changefeed(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who []string
+	for _, in := range cf.Incidents {
+		who = append(who, in.Kind+" "+in.Reason)
+	}
+	if got := strings.Join(who, ", "); !strings.Contains(got, "paused by otto") || !strings.Contains(got, "resumed by otto") {
+		t.Fatalf("the changefeed's incidents: %q; want who paused and resumed it", got)
+	}
 	_, err = as(operatorToken).ResignCoordinator(ctx, api.ResignRequest{})
 	denied("an operator makes the coordinator resign", err, api.CodeForbidden)
 

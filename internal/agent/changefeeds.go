@@ -25,7 +25,7 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 		ID: string(e.Info.ID), State: string(e.Status.State), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
 		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
-		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, Error: e.Status.Error,
+		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: e.Status.Error,
 	}
 }
 
@@ -177,12 +177,21 @@ func engineError(err error, id string) error {
 	return err
 }
 
+// userOf is the authenticated user of a request, "" when the agent does
+// not check tokens.
+func userOf(ctx context.Context) string {
+	if p, ok := api.PrincipalOf(ctx); ok {
+		return p.User
+	}
+	return ""
+}
+
 func (b backend) CreateChangefeed(ctx context.Context, req api.ChangefeedCreateRequest) (*api.ChangefeedResponse, error) {
 	coord, term, err := b.leading()
 	if err != nil {
 		return nil, err
 	}
-	info, err := coord.CreateChangefeed(ctx, term, coordinator.CreateRequest{ID: req.ID, Source: req.Source, Sink: req.Sink, PartitionsPerTable: req.PartitionsPerTable})
+	info, err := coord.CreateChangefeed(ctx, term, coordinator.CreateRequest{ID: req.ID, Source: req.Source, Sink: req.Sink, PartitionsPerTable: req.PartitionsPerTable, By: userOf(ctx)})
 	if err != nil {
 		return nil, engineError(err, req.ID)
 	}
@@ -198,7 +207,7 @@ func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool
 	if paused {
 		state = model.ChangefeedPaused
 	}
-	if err := coord.SetChangefeedState(ctx, term, model.ChangefeedID(id), state); err != nil {
+	if err := coord.SetChangefeedState(ctx, term, model.ChangefeedID(id), state, userOf(ctx)); err != nil {
 		return nil, engineError(err, id)
 	}
 	return b.Changefeed(ctx, id)

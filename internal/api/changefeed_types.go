@@ -28,6 +28,9 @@ type Changefeed struct {
 	PartitionsPerTable int       `json:"partitions_per_table"`
 	StartTs            uint64    `json:"start_ts"`
 	CreatedAt          time.Time `json:"created_at"`
+	// CreatedBy is the user whose token created it, when the agents
+	// check tokens.
+	CreatedBy string `json:"created_by,omitempty"`
 	// Error says why the changefeed does not advance, e.g. its source is
 	// unreachable and being retried; empty when it does.
 	Error string `json:"error,omitempty"`

@@ -140,7 +140,11 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				fmt.Fprintf(tw, "Checkpoint:\t%d (%s, lag %s)\n", cf.CheckpointTs, model.Ts(cf.CheckpointTs).Time().Format(time.RFC3339Nano), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
 				fmt.Fprintf(tw, "Maintainer:\t%s (epoch %d)\n", orNone(cf.Maintainer), cf.MaintainerEpoch)
 				fmt.Fprintf(tw, "Partitions:\t%d (%d per table)\n", cf.Partitions, cf.PartitionsPerTable)
-				fmt.Fprintf(tw, "Source:\t%s\nSink:\t%s\nCreated:\t%s\n", cf.Source, cf.Sink, cf.CreatedAt.Format(time.RFC3339))
+				created := cf.CreatedAt.Format(time.RFC3339)
+				if cf.CreatedBy != "" {
+					created += " by " + cf.CreatedBy
+				}
+				fmt.Fprintf(tw, "Source:\t%s\nSink:\t%s\nCreated:\t%s\n", cf.Source, cf.Sink, created)
 				if cf.Error != "" {
 					fmt.Fprintf(tw, "Error:\t%s\n", cf.Error)
 				}

@@ -31,6 +31,9 @@ type ChangefeedInfo struct {
 	PartitionsPerTable int       `json:"partitions_per_table"`
 	StartTs            Ts        `json:"start_ts"`
 	CreatedAt          time.Time `json:"created_at"`
+	// CreatedBy is the user whose token created it (agents that check
+	// tokens).
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 // ChangefeedState is a changefeed's lifecycle state.

@@ -26,6 +26,8 @@ type CreateRequest struct {
 	Source             string
 	Sink               string
 	PartitionsPerTable int
+	// By is the user who asks (an authenticated token's), if known.
+	By string
 }
 
 // MaxPartitionsPerTable bounds the routing table of one table.
@@ -84,7 +86,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	defer src.Close()
 	info := model.ChangefeedInfo{
-		ID: model.ChangefeedID(req.ID), SourceURI: pinned.URI, SinkURI: req.Sink,
+		ID: model.ChangefeedID(req.ID), SourceURI: pinned.URI, SinkURI: req.Sink, CreatedBy: req.By,
 		PartitionsPerTable: req.PartitionsPerTable, StartTs: src.Start(), CreatedAt: now.UTC(),
 	}
 	spans, err := initialSpans(ctx, src, req.PartitionsPerTable)
@@ -184,7 +186,7 @@ func (c *Coordinator) releaseSource(uri string) {
 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint
 // stays exact) or resumes a changefeed.
-func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState) error {
+func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string) error {
 	// The maintainer writes the status (checkpoint) often; read again and
 	// retry when it moved under us.
 	for attempt := 0; ; attempt++ {
@@ -199,7 +201,7 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 		if e.Status.State == state {
 			return nil
 		}
-		err = c.store.SetChangefeedState(ctx, term.Fence, e, state)
+		err = c.store.SetChangefeedState(ctx, term.Fence, e, state, by)
 		if !errors.Is(err, meta.ErrStale) || attempt >= 20 {
 			return err
 		}

@@ -185,9 +185,17 @@ func (s *Store) whyNot(ctx context.Context, fence Fence, id model.ChangefeedID) 
 }
 
 // SetChangefeedState pauses or resumes a changefeed (coordinator write).
-func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState) error {
+func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState, by string) error {
 	st := e.Status
 	st.State = state
+	if by != "" {
+		// Who paused or resumed it, among the changefeed's incidents.
+		kind := "resumed"
+		if state == model.ChangefeedPaused {
+			kind = "paused"
+		}
+		st.Record(model.Incident{Time: time.Now().UTC(), Kind: kind, Reason: "by " + by})
+	}
 	if state == model.ChangefeedNormal {
 		st.Error = "" // resumed: the operator fixed what failed it
 		st.Run++
