@@ -27,6 +27,8 @@ lint:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeOptional -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz FuzzLoadTokens -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz FuzzURINeverShowsAPassword -fuzztime $(FUZZTIME) ./internal/redact
 	$(GO) test -run '^$$' -fuzz FuzzLivenessJSON -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzKeyOrder -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz FuzzKeyText -fuzztime $(FUZZTIME) ./internal/model

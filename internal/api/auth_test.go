@@ -56,3 +56,27 @@ func TestEveryEndpointHasItsRole(t *testing.T) {
 		}
 	}
 }
+
+// A token file never makes LoadTokens panic, and its errors never show a
+// token (the first field of a line).
+func FuzzLoadTokens(f *testing.F) {
+	f.Add("tok-0123456789abcdef,ada,admin\n")
+	f.Add("tok-0123456789abcdef,ada,root\nx,y\n")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, body string) {
+		path := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadTokens(path)
+		if err == nil {
+			return
+		}
+		for _, line := range strings.Split(body, "\n") {
+			tok, _, _ := strings.Cut(strings.TrimSpace(line), ",")
+			if len(tok) >= 16 && strings.Contains(err.Error(), tok) {
+				t.Fatalf("the error shows a token: %v", err)
+			}
+		}
+	})
+}
