@@ -42,6 +42,7 @@ func (n *Node) handler() http.Handler {
 	if n.tokens != nil {
 		clean = api.Authenticate(n.tokens, n.cfg.MetricsNeedToken, clean)
 	}
+	clean = api.HeaderLimit(clean)
 	if n.grpc == nil {
 		return clean
 	}

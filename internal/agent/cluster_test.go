@@ -181,6 +181,20 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 			t.Errorf("%s %s %q: status %d, body %+v (%v); want %d %s mentioning %q", tt.method, tt.path, tt.body, resp.StatusCode, e, derr, tt.status, tt.code, tt.mention)
 		}
 	}
+	// Headers over the limit: 431 in the error model (Go's server would
+	// answer a bare text 431 past its own limit).
+	req, _ := http.NewRequest("GET", base+"/api/v2/status", nil)
+	req.Header.Set("X-Junk", strings.Repeat("j", 100<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	derr := json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || derr != nil || e.Code != api.CodeHeadersTooLarge || e.Hint == "" {
+		t.Errorf("100 KiB of headers: status %d, body %+v (%v); want 431 headers_too_large with a hint", resp.StatusCode, e, derr)
+	}
 	// Nothing was resigned or created by the refused requests.
 	if l, _ := tc.leader(); l.Node == "" {
 		t.Fatal("no coordinator after refused requests")

@@ -262,7 +262,7 @@ func (n *Node) Run(ctx context.Context) error {
 	// One port: the API over HTTP/1, and the node-to-node transport over
 	// HTTP/2 (gRPC) beside it; both over TLS with --tls-*, else both in
 	// the clear (HTTP/2 without TLS).
-	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: api.ServerMaxHeaderBytes, Protocols: new(http.Protocols)}
 	httpSrv.Protocols.SetHTTP1(true)
 	serveErr := make(chan error, 1)
 	if n.serverTLS != nil {

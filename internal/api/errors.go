@@ -38,6 +38,9 @@ const (
 	// tokens); CodeForbidden: the token's role may not do this.
 	CodeUnauthenticated Code = "unauthenticated"
 	CodeForbidden       Code = "forbidden"
+	// CodeHeadersTooLarge: the request's headers are over the API's
+	// limit (MaxHeaderBytes).
+	CodeHeadersTooLarge Code = "headers_too_large"
 )
 
 // statusOf is the one place where error codes meet HTTP statuses.
@@ -55,6 +58,8 @@ func statusOf(c Code) int {
 		return http.StatusConflict
 	case CodeNoCoordinator, CodeNotCoordinator, CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeHeadersTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
 	case CodeUnauthenticated:
 		return http.StatusUnauthorized
 	case CodeForbidden:
@@ -77,6 +82,8 @@ func codeOfStatus(status int) Code {
 		return CodeConflict
 	case http.StatusServiceUnavailable:
 		return CodeUnavailable
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return CodeHeadersTooLarge
 	case http.StatusUnauthorized:
 		return CodeUnauthenticated
 	case http.StatusForbidden:

@@ -159,6 +159,33 @@ func CanonicalPaths(next http.Handler) http.Handler {
 	})
 }
 
+// MaxHeaderBytes bounds a request's headers. Past it the API answers 431
+// in its error model; Go's server answers a bare 431 on its own only past
+// its own, larger limit (ServerMaxHeaderBytes), which the agent sets.
+const (
+	MaxHeaderBytes       = 64 << 10
+	ServerMaxHeaderBytes = 1 << 20
+)
+
+// HeaderLimit answers a request whose headers are over MaxHeaderBytes
+// with 431 in the error model.
+func HeaderLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > MaxHeaderBytes {
+			writeError(w, Errorf(CodeHeadersTooLarge, fmt.Sprintf("send fewer or shorter headers (at most %d bytes); the API needs none but Content-Type and Authorization", MaxHeaderBytes),
+				"request headers are %d bytes, over the limit", n))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // allowedMethods lists the methods some route accepts for r's path; the
 // catch-all route would otherwise answer a wrong method with 404.
 func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
