@@ -28,7 +28,8 @@ import (
 //
 // CI runs CDCCTL_CHAOS_RUNS (default 2) runs from CDCCTL_CHAOS_SEED
 // (default: the day); a failing run prints its seed, and
-// CDCCTL_CHAOS_SEED=<seed> CDCCTL_CHAOS_RUNS=1 replays it. With
+// CDCCTL_CHAOS_SEED=<seed> CDCCTL_CHAOS_RUNS=1 replays it;
+// CDCCTL_CHAOS_OP=rebalance (say) runs one operation only. With
 // CDCCTL_CHAOS_REPORT=FILE each run appends a row of docs/reliability.md's
 // table.
 //
@@ -59,6 +60,9 @@ var (
 func chaosRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	op, fault := chaosOps[rng.IntN(len(chaosOps))], chaosFaults[rng.IntN(len(chaosFaults))]
+	if forced := os.Getenv("CDCCTL_CHAOS_OP"); forced != "" {
+		op = forced // one operation under every fault (the draws stay the seed's)
+	}
 	delay := time.Duration(rng.IntN(800)) * time.Millisecond
 	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/agent)", seed, op, delay, fault, seed)
 	began := time.Now()
@@ -235,12 +239,17 @@ func chaosStart(t *testing.T, tc *testCluster, c *api.Client, rng *rand.Rand, op
 			return plan.Split(s, r.ID, key, plan.DefaultCosts)
 		})
 	case "rebalance":
+		// Unbalance it first: the target's partitions moved to one
+		// other capture (pinned there), then rebalanced, pins and all.
+		to := tc.followerOf(target)
 		snap, err := c.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p, err := plan.Rebalance(&snap.Snapshot, cf, 2, true, plan.DefaultCosts); err != nil || len(p.Batches) == 0 {
-			return nil // already balanced: nothing to run
+		for _, p := range snap.Snapshot.Partitions {
+			if p.Route.Changefeed == cf && p.Route.Node == target {
+				tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, p.Route.ID, to, plan.DefaultCosts) })
+			}
 		}
 		return submit(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Rebalance(s, cf, 2, true, plan.DefaultCosts) })
 	case "pause-resume":
