@@ -67,7 +67,7 @@ func Secret(name string) bool {
 		}
 	}
 	switch strings.NewReplacer("-", "", "_", "").Replace(n) {
-	case "sig", "sas", "key", "accesskey", "apikey", "accountkey", "pwd":
+	case "sig", "sas", "accesskey", "apikey", "accountkey", "pwd":
 		return true
 	}
 	return false

@@ -14,6 +14,8 @@ func TestURIMasksSecretsAndKeepsTheRest(t *testing.T) {
 		{"postgres://repl:SECRET@db:5432/shop?tables=public.orders", "postgres://repl:xxxxx@db:5432/shop?tables=public.orders"},
 		{"mysql:root:SECRET@0", "mysql:xxxxx@0"},
 		{"gen://?tables=8&keys=50", "gen://?tables=8&keys=50"},
+		// A client key's file path is no secret, and verify needs it.
+		{"kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem", "kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem"},
 		{"file:///tmp/sink?flush-interval=1s", "file:///tmp/sink?flush-interval=1s"},
 		{"kafka://u:SE%zzCRET@h/t", "kafka://(unparsable URI, not shown)"},
 	} {
