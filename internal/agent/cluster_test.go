@@ -170,30 +170,17 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/plans/nope/pause", "", 404, api.CodeNotFound, "nope"},
 	} {
 		req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e api.Error
-		derr := json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
-		if resp.StatusCode != tt.status || derr != nil || e.Code != tt.code || !strings.Contains(e.Message, tt.mention) {
-			t.Errorf("%s %s %q: status %d, body %+v (%v); want %d %s mentioning %q", tt.method, tt.path, tt.body, resp.StatusCode, e, derr, tt.status, tt.code, tt.mention)
+		status, e, derr := errorOf(t, req)
+		if status != tt.status || derr != nil || e.Code != tt.code || !strings.Contains(e.Message, tt.mention) {
+			t.Errorf("%s %s %q: status %d, body %+v (%v); want %d %s mentioning %q", tt.method, tt.path, tt.body, status, e, derr, tt.status, tt.code, tt.mention)
 		}
 	}
 	// Headers over the limit: 431 in the error model (Go's server would
 	// answer a bare text 431 past its own limit).
 	req, _ := http.NewRequest("GET", base+"/api/v2/status", nil)
 	req.Header.Set("X-Junk", strings.Repeat("j", 100<<10))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e api.Error
-	derr := json.NewDecoder(resp.Body).Decode(&e)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || derr != nil || e.Code != api.CodeHeadersTooLarge || e.Hint == "" {
-		t.Errorf("100 KiB of headers: status %d, body %+v (%v); want 431 headers_too_large with a hint", resp.StatusCode, e, derr)
+	if status, e, derr := errorOf(t, req); status != http.StatusRequestHeaderFieldsTooLarge || derr != nil || e.Code != api.CodeHeadersTooLarge || e.Hint == "" {
+		t.Errorf("100 KiB of headers: status %d, body %+v (%v); want 431 headers_too_large with a hint", status, e, derr)
 	}
 	// Nothing was resigned or created by the refused requests.
 	if l, _ := tc.leader(); l.Node == "" {
@@ -202,6 +189,19 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 	if ids := tc.state().ChangefeedIDs(); len(ids) != 1 || ids[0] != "taken" {
 		t.Fatalf("changefeeds after refused requests: %v", ids)
 	}
+}
+
+// errorOf sends req and decodes the error model from its answer.
+func errorOf(t *testing.T, req *http.Request) (int, api.Error, error) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e api.Error
+	derr := json.NewDecoder(resp.Body).Decode(&e)
+	return resp.StatusCode, e, derr
 }
 
 func TestHealthReadyAndMetrics(t *testing.T) {
