@@ -148,12 +148,12 @@ func chaosRun(t *testing.T, seed uint64) {
 		time.Sleep(3 * time.Second)
 		tc.hub.Heal(target, bystander)
 	}
+	c = tc.client() // the captures left: a write to a dead one may or may not have landed
 	if op == "pause-resume" {
 		if _, err := c.ResumeChangefeed(ctx, cf); err != nil {
 			t.Fatalf("resume: %v", err)
 		}
 	}
-	c = tc.client() // the captures left
 
 	// Every plan ends within the bound.
 	for _, id := range started {
