@@ -11,13 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
@@ -234,19 +232,10 @@ func (n *Node) Run(ctx context.Context) error {
 		endpoints = []string{srv.Endpoint()}
 		n.log.Info("started embedded etcd", "endpoint", srv.Endpoint(), "dir", n.cfg.etcdDir())
 	}
-	etcdTLS, err := n.cfg.etcdTLS()
+	cli, err := n.cfg.etcdClient(endpoints)
 	if err != nil {
 		ln.Close()
-		return usageError{err}
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: etcdTLS,
-		Username: n.cfg.EtcdUser, Password: n.cfg.EtcdPassword})
-	if err != nil {
-		ln.Close()
-		if n.cfg.EtcdUser != "" && strings.Contains(err.Error(), "authentication failed") {
-			return fmt.Errorf("etcd at %v refused the login of --etcd-user %s: check --etcd-user and --etcd-password (or CDC_AGENT_ETCD_PASSWORD)", endpoints, n.cfg.EtcdUser)
-		}
-		return fmt.Errorf("etcd client for %v: %w", endpoints, err)
+		return err
 	}
 	defer cli.Close()
 	store := meta.NewStore(cli, n.cfg.ClusterID)

@@ -6,6 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // tlsConfigs loads --tls-cert-file, --tls-key-file and --tls-ca-file:
@@ -79,4 +84,22 @@ func (c *Config) etcdTLS() (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// etcdClient connects to etcd with --etcd-cacert/--etcd-cert/--etcd-key
+// and --etcd-user/--etcd-password; a refused login names the flags.
+func (c *Config) etcdClient(endpoints []string) (*clientv3.Client, error) {
+	etcdTLS, err := c.etcdTLS()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: etcdTLS,
+		Username: c.EtcdUser, Password: c.EtcdPassword})
+	if err != nil {
+		if c.EtcdUser != "" && strings.Contains(err.Error(), "authentication failed") {
+			return nil, fmt.Errorf("etcd at %v refused the login of --etcd-user %s: check --etcd-user and --etcd-password (or CDC_AGENT_ETCD_PASSWORD)", endpoints, c.EtcdUser)
+		}
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	return cli, nil
 }

@@ -40,7 +40,7 @@ var mechanisms = map[string]sarama.SASLMechanism{
 	"PLAIN": sarama.SASLTypePlaintext, "SCRAM-SHA-256": sarama.SASLTypeSCRAMSHA256, "SCRAM-SHA-512": sarama.SASLTypeSCRAMSHA512,
 }
 
-// securityParam parses one of the security parameters into s; ok is
+// param parses one of the security parameters into s; ok is
 // false when key is not one of them.
 func (s *Security) param(key, v string) (ok bool, err error) {
 	switch key {
