@@ -76,6 +76,23 @@ func TestTokensAndRolesGuardEveryEndpoint(t *testing.T) {
 		}
 	}
 
+	// The profiler needs the admin role: profiles show memory contents.
+	for token, want := range map[string]int{"": http.StatusUnauthorized, viewerToken: http.StatusForbidden, adminToken: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/pprof/", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusOK && !strings.Contains(string(body), "goroutine")) {
+			t.Fatalf("GET /debug/pprof/ with token %q: %d %.80q; want %d and the profile index", token, resp.StatusCode, body, want)
+		}
+	}
+
 	// A viewer reads everything and changes nothing.
 	if _, err := as(viewerToken).Captures(ctx); err != nil {
 		t.Fatalf("a viewer lists captures: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -37,6 +38,14 @@ func (n *Node) handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	if n.cfg.Pprof {
+		// Index serves the named profiles (heap, goroutine, ...) too.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	// Before the mux, which would redirect an unclean path with a bare 301.
 	clean := api.CanonicalPaths(mux)
 	if n.tokens != nil {

@@ -53,6 +53,9 @@ type Config struct {
 	// that may make it. MetricsNeedToken puts /metrics behind it too.
 	TokenAuthFile    string
 	MetricsNeedToken bool
+	// Pprof serves Go's profiler under /debug/pprof/: what an operator
+	// attaches to a capture that is slow or growing, without a restart.
+	Pprof bool
 	// TLSCertFile, TLSKeyFile and TLSCAFile serve the API and the
 	// transport over TLS; agents verify each other with the CA (tls.go).
 	TLSCertFile, TLSKeyFile, TLSCAFile string

@@ -102,7 +102,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		// The tests' file sinks are their own temporary directories.
-		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile,
+		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, Pprof: true,
 		TLSCertFile: tlsFiles.Cert, TLSKeyFile: tlsFiles.Key, TLSCAFile: tlsFiles.CA, LogLevel: "info", LogFormat: "text",
 	}, tc.log, append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))...)
 	if err != nil {

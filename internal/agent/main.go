@@ -120,6 +120,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.String("etcd-password", "", "password of --etcd-user (better: the environment, CDC_AGENT_ETCD_PASSWORD; ps shows flags)")
 	f.Bool("insecure", false, "listen on a non-loopback --addr without TLS and tokens (only on a network you trust)")
 	f.String("token-auth-file", "", "static token file, one token,user,role per line (roles: viewer, operator, admin); every API request then needs a bearer token (docs/security.md)")
+	f.Bool("pprof", true, "serve Go's profiler under /debug/pprof/ (admin role with --token-auth-file); --pprof=false turns it off")
 	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
@@ -167,6 +168,7 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		EtcdUser:         v.GetString("etcd-user"),
 		EtcdPassword:     v.GetString("etcd-password"),
 		MetricsNeedToken: v.GetBool("metrics-need-token"),
+		Pprof:            v.GetBool("pprof"),
 		CheckpointStore:  v.GetString("checkpoint-store"),
 		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),
 		LogLevel:         v.GetString("log-level"),

@@ -50,6 +50,7 @@ func TestEveryEndpointHasItsRole(t *testing.T) {
 		{http.MethodDelete, "/api/v2/changefeeds/demo", RoleAdmin},
 		{http.MethodPost, "/api/v2/coordinator/resign", RoleAdmin},
 		{http.MethodPatch, "/api/v2/anything", RoleAdmin},
+		{http.MethodGet, "/debug/pprof/heap", RoleAdmin},
 	} {
 		if got := RoleFor(tc.method, tc.path); got != tc.want {
 			t.Errorf("%s %s needs %s; want %s", tc.method, tc.path, got, tc.want)

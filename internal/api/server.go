@@ -151,8 +151,13 @@ func tooLarge() *Error {
 // to another path than it meant.
 func CanonicalPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p != "/" && p != path.Clean(p) {
-			writeError(w, Errorf(CodeNotFound, "use the path "+path.Clean(p), "no such endpoint: %s %s (not a clean path)", r.Method, p))
+		p := r.URL.Path
+		clean := path.Clean(p)
+		if strings.HasSuffix(p, "/") && clean != "/" {
+			clean += "/" // a trailing slash names a subtree (/debug/pprof/)
+		}
+		if p != clean {
+			writeError(w, Errorf(CodeNotFound, "use the path "+clean, "no such endpoint: %s %s (not a clean path)", r.Method, p))
 			return
 		}
 		next.ServeHTTP(w, r)
