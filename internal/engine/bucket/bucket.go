@@ -34,6 +34,14 @@ func Open(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 		if err := os.MkdirAll(u.Path, 0o755); err != nil {
 			return nil, fmt.Errorf("directory %s: %w", u.Path, err)
 		}
+		// No .attrs sidecar beside every file: it doubled the files a
+		// consumer sees and the sink writes, and nothing reads the
+		// attributes it keeps (a content type).
+		if q := u.Query(); !q.Has("metadata") {
+			q.Set("metadata", "skip")
+			u.RawQuery = q.Encode()
+			rawURL = u.String()
+		}
 	}
 	b, err := blob.OpenBucket(ctx, rawURL)
 	if err != nil {

@@ -132,6 +132,13 @@ func TestStorageSinkHoldsExactlyTheSource(t *testing.T) {
 			if len(schemas) != 1 || len(datas) < 2 || err != nil || strings.TrimSpace(string(index)) != filepath.Base(datas[len(datas)-1]) {
 				t.Fatalf("layout: schemas %v, %d data files, index %q (%v)", schemas, len(datas), index, err)
 			}
+			// Only the layout's files: no gocloud .attrs sidecar beside each.
+			_ = filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error {
+				if strings.HasSuffix(p, ".attrs") {
+					t.Fatalf("a sidecar file in the sink: %s", p)
+				}
+				return nil
+			})
 		})
 	}
 }
