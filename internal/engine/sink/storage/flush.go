@@ -40,25 +40,47 @@ type flushJob struct {
 }
 
 // flushRound starts the flush of the dispatchers that are due, as many as
-// slots are free, those that must go now (forced, a full file) first,
-// then the oldest rows first; what finds no slot is due again on the next
-// round, which the end of any flush triggers. Oldest first matters when
-// the bucket is slower than the tables' flushes (tens of thousands of
-// tables on a local disk): picked in map order, some tables waited
-// unboundedly and held the checkpoint back for good.
+// slots are free: those that must go now (forced, a full file) first,
+// then the oldest rows first (dueQueue); what finds no slot is due again
+// on the next round, which the end of any flush triggers. Oldest first
+// matters when the bucket is slower than the tables' flushes (tens of
+// thousands of tables on a local disk): picked in map order, some tables
+// waited unboundedly and held the checkpoint back for good.
 func (s *Sink) flushRound() {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pressure := s.pressure
 	s.pressure = false
-	picks := flushPicks{n: cap(s.slots) - len(s.slots)}
 	if now.Sub(s.swept) > s.cfg.StateTTL/4 {
 		s.swept = now
-		for p, used := range s.schemas {
-			if now.Sub(used) > s.cfg.StateTTL {
-				delete(s.schemas, p) // checked against the bucket again on its next use
-			}
+		s.sweepLocked(now)
+	}
+	due := func(d *dispatcherState) string { return s.dueReason(d, now, pressure) }
+	for len(s.slots) < cap(s.slots) {
+		d, reason := s.due.next(due)
+		if d == nil {
+			return
+		}
+		s.slots <- struct{}{} // free: checked above, and only rounds take slots
+		j := flushJob{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq}
+		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
+		s.metrics.FlushTask(reason)
+		s.metrics.Backlog(-j.bytes, j.bytes)
+		s.jobs.Add(1)
+		go s.flush(j)
+	}
+	if pressure && !s.due.empty() {
+		s.pressure = true // more due than slots
+	}
+}
+
+// sweepLocked forgets the state of tables and dispatchers unused for
+// StateTTL; s.mu is held.
+func (s *Sink) sweepLocked(now time.Time) {
+	for p, used := range s.schemas {
+		if now.Sub(used) > s.cfg.StateTTL {
+			delete(s.schemas, p) // checked against the bucket again on its next use
 		}
 	}
 	for id, d := range s.disp {
@@ -67,75 +89,8 @@ func (s *Sink) flushRound() {
 			// must go; one that returns reads its numbering back from its
 			// index files.
 			delete(s.disp, id)
-			continue
-		}
-		if d.flushing || len(d.pending) == 0 {
-			if len(d.pending) == 0 && d.flushWanted && !d.flushing {
-				d.flushWanted = false
-			}
-			continue
-		}
-		reason := s.dueReason(d, now, pressure)
-		if reason == "" {
-			continue
-		}
-		if !picks.offer(dueFlush{d: d, reason: reason}) {
-			s.pressure = s.pressure || pressure // more due than slots
 		}
 	}
-	for _, p := range picks.best {
-		s.slots <- struct{}{} // free: counted above, and only rounds take slots
-		d := p.d
-		j := flushJob{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq}
-		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
-		s.metrics.FlushTask(p.reason)
-		s.metrics.Backlog(-j.bytes, j.bytes)
-		s.jobs.Add(1)
-		go s.flush(j)
-	}
-}
-
-// dueFlush is a dispatcher due for a flush and why.
-type dueFlush struct {
-	d      *dispatcherState
-	reason string
-}
-
-// before says whether a goes before b: forced and full-file flushes
-// first, then the oldest rows.
-func (a dueFlush) before(b dueFlush) bool {
-	ua, ub := a.reason == ReasonForced || a.reason == ReasonSize, b.reason == ReasonForced || b.reason == ReasonSize
-	if ua != ub {
-		return ua
-	}
-	return a.d.since.Before(b.d.since)
-}
-
-// flushPicks keeps the first n due flushes by before: a round looks at
-// every dispatcher once and keeps as many as slots are free.
-type flushPicks struct {
-	n    int
-	best []dueFlush // sorted by before
-}
-
-// offer keeps f if it is among the first n; it returns false when some
-// due flush (f or one it pushed out) is left for a later round.
-func (p *flushPicks) offer(f dueFlush) bool {
-	i := len(p.best)
-	for i > 0 && f.before(p.best[i-1]) {
-		i--
-	}
-	if i >= p.n {
-		return false
-	}
-	p.best = append(p.best, dueFlush{})
-	copy(p.best[i+1:], p.best[i:])
-	p.best[i] = f
-	if len(p.best) > p.n {
-		p.best = p.best[:p.n]
-		return false
-	}
-	return true
 }
 
 // dueReason says why a dispatcher with rows must be flushed now; "" if
@@ -198,6 +153,14 @@ func (s *Sink) flush(j flushJob) {
 		// them again before the next file.
 		j.d.nextIndex = map[string]uint64{}
 		dropped = s.fenceLocked(j.d)
+	} else if j.d.waits() {
+		// Rows that came during the flush wait for the next one.
+		s.due.add(j.d)
+		if j.d.flushWanted || j.d.bytes >= s.cfg.fileTarget() {
+			s.due.urge(j.d)
+		}
+	} else {
+		j.d.flushWanted = false
 	}
 	s.cond.Broadcast()
 	s.mu.Unlock()

@@ -3,31 +3,60 @@ package storage
 import (
 	"testing"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 )
 
-// A round with fewer free slots than due tables takes the forced ones and
-// then the oldest, whatever the order it meets them in.
+// A round takes the forced flushes first and then the oldest rows,
+// whatever order the tables were queued in; it stops at the first table
+// not yet due, and skips what is flushing or was flushed already.
 func TestAFlushRoundTakesTheOldestFirst(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	at := func(sec int, reason string) dueFlush {
-		return dueFlush{d: &dispatcherState{id: reason + time.Duration(sec).String(), since: t0.Add(time.Duration(sec) * time.Second)}, reason: reason}
+	var q dueQueue
+	at := func(sec int) *dispatcherState {
+		d := &dispatcherState{id: time.Duration(sec).String(), since: t0.Add(time.Duration(sec) * time.Second), pending: []*sink.Batch{{}}}
+		q.add(d)
+		return d
 	}
-	offers := []dueFlush{at(5, ReasonDelay), at(1, ReasonDelay), at(9, ReasonForced), at(3, ReasonInterval), at(0, ReasonDelay), at(7, ReasonDelay)}
-	p := flushPicks{n: 3}
-	kept := 0
-	for _, f := range offers {
-		if p.offer(f) {
-			kept++
+	for _, sec := range []int{5, 1, 3, 0, 7} {
+		at(sec)
+	}
+	forced := at(9)
+	forced.flushWanted = true
+	q.urge(forced)
+	flushing := at(-1)
+	flushing.flushing = true
+	flushed := at(-2)
+	flushed.pending = nil
+	now := t0.Add(6 * time.Second) // 7 is not due yet
+	due := func(d *dispatcherState) string {
+		switch {
+		case d.flushWanted:
+			return ReasonForced
+		case now.Sub(d.since) >= time.Second:
+			return ReasonDelay
+		}
+		return ""
+	}
+	var got []int
+	for {
+		d, _ := q.next(due)
+		if d == nil {
+			break
+		}
+		got = append(got, int(d.since.Sub(t0)/time.Second))
+		d.flushing = true
+	}
+	want := []int{9, 0, 1, 3, 5}
+	if len(got) != len(want) {
+		t.Fatalf("picked %v (seconds); want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("picked %v (seconds); want %v", got, want)
 		}
 	}
-	var got []time.Duration
-	for _, f := range p.best {
-		got = append(got, f.d.since.Sub(t0)/time.Second)
-	}
-	if len(got) != 3 || got[0] != 9 || got[1] != 0 || got[2] != 1 {
-		t.Fatalf("picked %v (seconds), want the forced one (9), then 0 and 1", got)
-	}
-	if kept == len(offers) {
-		t.Fatal("no offer was reported left for a later round")
+	if q.empty() {
+		t.Fatal("the table not yet due left the queue")
 	}
 }

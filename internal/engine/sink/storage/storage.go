@@ -53,6 +53,8 @@ type Sink struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	disp    map[string]*dispatcherState
+	// due are the dispatchers whose rows wait for a flush (queue.go).
+	due dueQueue
 	schemas map[string]time.Time // schema files known to exist, by last use
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
@@ -230,6 +232,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	if d.bytes == 0 && size > 0 || d.since.IsZero() {
 		d.since = s.now()
+		s.due.add(d)
 	}
 	d.bytes += size
 	d.lastWrite = s.now()
@@ -242,6 +245,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		s.metrics.ActiveTables(1)
 	}
 	if d.bytes >= s.cfg.fileTarget() {
+		if d.bytes-size < s.cfg.fileTarget() {
+			s.due.urge(d) // once, as it fills
+		}
 		s.wakeFlusher()
 	}
 	return nil
@@ -281,6 +287,7 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	}
 	target, from := d.seq, d.flushedSeq+1
 	d.flushWanted = true
+	s.due.urge(d)
 	s.wakeFlusher()
 	if err := sink.WaitCond(ctx, s.cond, func() bool { return d.flushedSeq >= target }, s.closedErr); err != nil {
 		return err
