@@ -50,11 +50,11 @@ type Sink struct {
 	slots  chan struct{} // a flush under way holds one
 	jobs   sync.WaitGroup
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	disp    map[string]*dispatcherState
+	mu   sync.Mutex
+	cond *sync.Cond
+	disp map[string]*dispatcherState
 	// due are the dispatchers whose rows wait for a flush (queue.go).
-	due dueQueue
+	due     dueQueue
 	schemas map[string]time.Time // schema files known to exist, by last use
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
