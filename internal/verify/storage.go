@@ -40,6 +40,9 @@ func openSink(ctx context.Context, sinkURI string) (storage.Config, *blob.Bucket
 	if err != nil {
 		return cfg, nil, err
 	}
-	bucket, err := storage.OpenBucket(ctx, cfg)
-	return cfg, bucket, err
+	b, err := storage.OpenBucket(ctx, cfg)
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, b.Bucket, nil
 }

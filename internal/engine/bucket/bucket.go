@@ -25,7 +25,7 @@ import (
 // Open opens a bucket URL and checks that the bucket is there and can be
 // reached. A file:// directory is created if missing. Errors name the
 // URL without its credentials or query; callers add what to do.
-func Open(ctx context.Context, rawURL string) (*blob.Bucket, error) {
+func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a URL: %v", rawURL, err)
@@ -57,7 +57,11 @@ func Open(ctx context.Context, rawURL string) (*blob.Bucket, error) {
 		}
 		return nil, fmt.Errorf("%s is not accessible: %v", Redact(u), err)
 	}
-	return b, nil
+	out := &Bucket{Bucket: b}
+	if u.Scheme == "file" {
+		out.dir = newDirWrites(u.Path)
+	}
+	return out, nil
 }
 
 // Redact is a bucket URL fit for messages: no credentials, no query.

@@ -81,7 +81,7 @@ func (Etcd) Close() error { return nil }
 
 // Blob keeps states as objects <cluster>/<cf>/<pid>.json in a bucket.
 type Blob struct {
-	bucket  *blob.Bucket
+	bucket  *bucket.Bucket
 	cluster string
 }
 
@@ -108,7 +108,7 @@ func (b *Blob) Save(ctx context.Context, cf model.ChangefeedID, pid string, epoc
 	if err != nil {
 		return err
 	}
-	if err := b.bucket.WriteAll(ctx, b.key(cf, pid), body, nil); err != nil {
+	if err := b.bucket.Put(ctx, b.key(cf, pid), [][]byte{body}, false); err != nil {
 		return fmt.Errorf("save the state of %s/%s: %w", cf, pid, err)
 	}
 	return nil

@@ -203,6 +203,9 @@ func ScanSchemaChanges(ctx context.Context, bucket *blob.Bucket) ([]SchemaChange
 // eachObject passes every object under a prefix on, its key and the key's
 // path elements.
 func eachObject(ctx context.Context, bucket *blob.Bucket, prefix string, fn func(key string, parts []string) error) error {
+	if prefix == "" {
+		return eachTopLevel(ctx, bucket, fn)
+	}
 	it := bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
@@ -214,6 +217,34 @@ func eachObject(ctx context.Context, bucket *blob.Bucket, prefix string, fn func
 		}
 		if err := fn(obj.Key, strings.Split(obj.Key, "/")); err != nil {
 			return err
+		}
+	}
+}
+
+// eachTopLevel is eachObject over the whole bucket, one top-level
+// directory at a time, without the directories whose names begin with a
+// dot: the writers' temporary files (bucket.TempDir) come and go there,
+// and a listing that meets one as it vanishes fails.
+func eachTopLevel(ctx context.Context, bucket *blob.Bucket, fn func(key string, parts []string) error) error {
+	it := bucket.List(&blob.ListOptions{Delimiter: "/"})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list the sink's files: %w", err)
+		}
+		switch {
+		case strings.HasPrefix(obj.Key, "."):
+		case obj.IsDir:
+			if err := eachObject(ctx, bucket, obj.Key, fn); err != nil {
+				return err
+			}
+		default:
+			if err := fn(obj.Key, strings.Split(obj.Key, "/")); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/bucket"
@@ -37,7 +36,7 @@ const closeGrace = 5 * time.Second
 // Sink is the storage sink of one changefeed on one node.
 type Sink struct {
 	cfg     Config
-	bucket  *blob.Bucket
+	bucket  *bucket.Bucket
 	log     *slog.Logger
 	now     func() time.Time
 	metrics Metrics
@@ -150,7 +149,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 }
 
 // OpenBucket opens a sink's bucket and checks that it can be used.
-func OpenBucket(ctx context.Context, cfg Config) (*blob.Bucket, error) {
+func OpenBucket(ctx context.Context, cfg Config) (*bucket.Bucket, error) {
 	b, err := bucket.Open(ctx, cfg.BucketURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage sink: %w; check the bucket name, endpoint and credentials", err)
@@ -317,8 +316,8 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 	if known {
 		return nil
 	}
-	err := s.bucket.WriteAll(ctx, p, body, &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"})
-	if err != nil && gcerrors.Code(err) != gcerrors.FailedPrecondition {
+	err := s.bucket.Put(ctx, p, [][]byte{body}, true)
+	if err != nil && !errors.Is(err, bucket.ErrExists) {
 		return fmt.Errorf("write schema file %s: %w", p, err)
 	}
 	s.mu.Lock()
@@ -337,7 +336,7 @@ func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 			return fmt.Errorf("not writing the checkpoint: %w", err)
 		}
 	}
-	return s.bucket.WriteAll(ctx, metadataFile, body, &blob.WriterOptions{ContentType: "application/json"})
+	return s.bucket.Put(ctx, metadataFile, [][]byte{body}, false)
 }
 
 // Close stops the flusher. Batches not yet flushed are failed: their
@@ -420,13 +419,13 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 			}
 		}
 		began := time.Now()
-		if err := s.writeChunks(ctx, name, db.chunks); err != nil {
+		if err := s.bucket.Put(ctx, name, db.chunks, false); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("data", time.Since(began))
 		base := name[strings.LastIndex(name, "/")+1:]
 		began = time.Now()
-		if err := s.bucket.WriteAll(ctx, indexFile(db.dir, d.id), []byte(base+"\n"), nil); err != nil {
+		if err := s.bucket.Put(ctx, indexFile(db.dir, d.id), [][]byte{[]byte(base + "\n")}, false); err != nil {
 			return fmt.Errorf("write the index of %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("index", time.Since(began))
@@ -435,28 +434,6 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		s.mu.Unlock()
 	}
 	return nil
-}
-
-// writeChunks writes one object from its chunks, in order. An object
-// whose write fails is not created.
-func (s *Sink) writeChunks(ctx context.Context, name string, chunks [][]byte) error {
-	if len(chunks) == 1 {
-		return s.bucket.WriteAll(ctx, name, chunks[0], nil)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := s.bucket.NewWriter(wctx, name, nil)
-	if err != nil {
-		return err
-	}
-	for _, c := range chunks {
-		if _, err := w.Write(c); err != nil {
-			cancel() // abandons the object
-			_ = w.Close()
-			return err
-		}
-	}
-	return w.Close()
 }
 
 // nextIndex continues a dispatcher's file numbering in a directory, from

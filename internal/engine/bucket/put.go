@@ -1,0 +1,175 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// Bucket is an opened bucket that also writes whole objects (Put).
+type Bucket struct {
+	*blob.Bucket
+	// dir is set for file:// buckets, which Put writes itself.
+	dir *dirWrites
+}
+
+// ErrExists is Put's answer when ifNotExist finds the object there.
+var ErrExists = errors.New("the object already exists")
+
+// TempDir is the directory, under a file:// bucket's root, where objects
+// are written before they are renamed into place. Readers that list the
+// whole bucket skip it.
+const TempDir = ".cdcctl-tmp"
+
+// Put writes an object whole from its chunks, in order: readers see all
+// of it or nothing. With ifNotExist an existing object is left as it is
+// and ErrExists returned.
+func (b *Bucket) Put(ctx context.Context, key string, chunks [][]byte, ifNotExist bool) error {
+	if b.dir != nil {
+		if !plainKey(key) {
+			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
+		}
+		return b.dir.put(ctx, key, chunks, ifNotExist)
+	}
+	opts := &blob.WriterOptions{IfNotExist: ifNotExist}
+	var err error
+	if len(chunks) == 1 {
+		err = b.WriteAll(ctx, key, chunks[0], opts)
+	} else {
+		err = b.writeChunks(ctx, key, chunks, opts)
+	}
+	if ifNotExist && gcerrors.Code(err) == gcerrors.FailedPrecondition {
+		return ErrExists
+	}
+	return err
+}
+
+func (b *Bucket) writeChunks(ctx context.Context, key string, chunks [][]byte, opts *blob.WriterOptions) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.NewWriter(wctx, key, opts)
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if _, err := w.Write(c); err != nil {
+			cancel() // abandons the object
+			_ = w.Close()
+			return err
+		}
+	}
+	return w.Close()
+}
+
+// dirWrites writes a file:// bucket's objects: each into a temporary file
+// under the root's TempDir, then renamed into place.
+//
+// gocloud's fileblob writes its temporary files into the process's
+// $TMPDIR instead. A rename from there fails when the bucket is on
+// another filesystem (a mounted volume: every write failed with "invalid
+// cross-device link"), and every sink of every process on the machine
+// then creates and renames its files through one directory, whose lock
+// held a capture at about 270 files a second (30,000 tables). Temporary
+// files in the target's own directory would be seen, and vanish, in the
+// middle of a listing, which fileblob's List then fails.
+type dirWrites struct {
+	root  string
+	token string // tells this process's temporary files apart
+	seq   atomic.Uint64
+}
+
+// tempShards spreads the temporary files over directories: creating
+// and renaming files in one directory serializes on its lock.
+const tempShards = 64
+
+func newDirWrites(root string) *dirWrites {
+	return &dirWrites{root: root, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
+}
+
+func (d *dirWrites) put(ctx context.Context, key string, chunks [][]byte, ifNotExist bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	final := filepath.Join(d.root, filepath.FromSlash(key))
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	shard := filepath.Join(d.root, TempDir, fmt.Sprintf("%02x", h.Sum32()%tempShards))
+	tmp := filepath.Join(shard, fmt.Sprintf("%s-%d.tmp", d.token, d.seq.Add(1)))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(shard, 0o755); err == nil {
+			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range chunks {
+		if _, err = f.Write(c); err != nil {
+			break
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = ctx.Err() // a write that outlived its deadline is abandoned
+	}
+	if err == nil {
+		err = d.place(tmp, final, ifNotExist)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// plainKey says whether a key is its file's path as it is, which is
+// what fileblob reads back for it: it escapes the others (control
+// characters, "//", "../", a trailing slash). The engine makes none.
+func plainKey(key string) bool {
+	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") || strings.Contains(key, "//") ||
+		strings.Contains(key, "../") || key == ".." || strings.HasSuffix(key, "/..") || strings.HasPrefix(key, TempDir+"/") {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 32 {
+			return false
+		}
+	}
+	return true
+}
+
+// place moves a written temporary file to its object's path.
+func (d *dirWrites) place(tmp, final string, ifNotExist bool) error {
+	move := os.Rename
+	if ifNotExist {
+		// A link fails if the object exists; a rename would replace it.
+		move = func(tmp, final string) error {
+			err := os.Link(tmp, final)
+			if errors.Is(err, os.ErrExist) {
+				return ErrExists
+			}
+			if err == nil {
+				_ = os.Remove(tmp)
+			}
+			return err
+		}
+	}
+	err := move(tmp, final)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(final), 0o755); err == nil {
+			err = move(tmp, final)
+		}
+	}
+	return err
+}

@@ -1,0 +1,87 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// A file:// bucket's objects are written whole, through temporary files
+// on the bucket's own filesystem: with $TMPDIR on another filesystem (a
+// tmpfs here), fileblob's own writer failed every write with "invalid
+// cross-device link".
+func TestPutWritesFilesOnTheBucketsOwnFilesystem(t *testing.T) {
+	root := t.TempDir()
+	if shm, err := os.Stat("/dev/shm"); err == nil {
+		var a, b syscall.Stat_t
+		if syscall.Stat(root, &a) == nil && syscall.Stat("/dev/shm", &b) == nil && a.Dev != b.Dev && shm.IsDir() {
+			tmp, err := os.MkdirTemp("/dev/shm", "cdcctl-put-")
+			if err == nil {
+				t.Cleanup(func() { os.RemoveAll(tmp) })
+				t.Setenv("TMPDIR", tmp) // another filesystem than the bucket's
+			}
+		}
+	}
+	ctx := context.Background()
+	b, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Put(ctx, "db/t1/1/CDC_d_000001.json", [][]byte{[]byte("a\n"), []byte("b\n")}, false); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if got, err := b.ReadAll(ctx, "db/t1/1/CDC_d_000001.json"); err != nil || string(got) != "a\nb\n" {
+		t.Fatalf("read back %q (%v); want the chunks in order", got, err)
+	}
+	// ifNotExist keeps what is there.
+	if err := b.Put(ctx, "db/t1/meta/schema_1.json", [][]byte{[]byte("first")}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Put(ctx, "db/t1/meta/schema_1.json", [][]byte{[]byte("second")}, true); !errors.Is(err, ErrExists) {
+		t.Fatalf("a second put if-not-exist: %v; want ErrExists", err)
+	}
+	if got, _ := b.ReadAll(ctx, "db/t1/meta/schema_1.json"); string(got) != "first" {
+		t.Fatalf("the object was replaced: %q", got)
+	}
+	// Without it, an object is replaced whole.
+	if err := b.Put(ctx, "db/t1/1/CDC_d_000001.json", [][]byte{[]byte("c\n")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.ReadAll(ctx, "db/t1/1/CDC_d_000001.json"); string(got) != "c\n" {
+		t.Fatalf("replaced object reads %q", got)
+	}
+	// A key fileblob would escape is refused, not written elsewhere.
+	if err := b.Put(ctx, "odd//key", [][]byte{[]byte("x")}, false); err == nil || !strings.Contains(err.Error(), "plain relative path") {
+		t.Fatalf("an odd key: %v; want it refused", err)
+	}
+	// Nothing but the objects: no temporary file left anywhere, no
+	// .attrs sidecar.
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, _ error) error {
+		if d != nil && !d.IsDir() && (strings.HasSuffix(p, ".tmp") || strings.HasSuffix(p, ".attrs")) {
+			t.Errorf("left in the bucket: %s", p)
+		}
+		return nil
+	})
+}
+
+func TestPutRefusesAWriteWhoseDeadlinePassed(t *testing.T) {
+	root := t.TempDir()
+	b, err := Open(context.Background(), "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Put(ctx, "a/b", [][]byte{[]byte("x")}, false); err == nil {
+		t.Fatal("a cancelled put wrote")
+	}
+	if _, err := os.Stat(filepath.Join(root, "a", "b")); !os.IsNotExist(err) {
+		t.Fatalf("the object exists after a cancelled put: %v", err)
+	}
+}
