@@ -41,7 +41,7 @@ func TestAConsumerOfTheMetadataFileSeesCompleteTables(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the metadata file advanced %d times in 90 s; want it to follow the checkpoint", checks)
 		}
-		ts, err := storage.ReadCheckpoint(ctx, b.Bucket)
+		ts, err := storage.ReadCheckpoint(ctx, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestAConsumerOfTheMetadataFileSeesCompleteTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.eventually("the metadata file reaches the changefeed's checkpoint", 60*time.Second, func() bool {
-		ts, err := storage.ReadCheckpoint(ctx, b.Bucket)
+		ts, err := storage.ReadCheckpoint(ctx, b)
 		if err == nil && ts > last {
 			last = ts
 		}

@@ -146,7 +146,7 @@ func (tc *testCluster) existingOrderInserts(sink string) map[int][]string {
 		tc.t.Fatal(err)
 	}
 	defer bucket.Close()
-	streams, err := storage.ScanChanges(ctx, bucket.Bucket, cfg)
+	streams, err := storage.ScanChanges(ctx, bucket, cfg)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

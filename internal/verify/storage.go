@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"gocloud.dev/blob"
-
+	objects "github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -35,7 +34,7 @@ func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo 
 }
 
 // openSink opens a storage sink's bucket for reading.
-func openSink(ctx context.Context, sinkURI string) (storage.Config, *blob.Bucket, error) {
+func openSink(ctx context.Context, sinkURI string) (storage.Config, *objects.Bucket, error) {
 	cfg, err := storage.ParseURI(sinkURI)
 	if err != nil {
 		return cfg, nil, err
@@ -44,5 +43,5 @@ func openSink(ctx context.Context, sinkURI string) (storage.Config, *blob.Bucket
 	if err != nil {
 		return cfg, nil, err
 	}
-	return cfg, b.Bucket, nil
+	return cfg, b, nil
 }

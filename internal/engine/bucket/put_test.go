@@ -85,3 +85,38 @@ func TestPutRefusesAWriteWhoseDeadlinePassed(t *testing.T) {
 		t.Fatalf("the object exists after a cancelled put: %v", err)
 	}
 }
+
+// Walk lists a file:// bucket's objects under a prefix, whole keys, and
+// leaves out the writers' temporary directory and old .attrs sidecars.
+func TestWalkListsObjectsUnderAPrefix(t *testing.T) {
+	root := t.TempDir()
+	ctx := context.Background()
+	b, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, k := range []string{"gen/t1/1/a.json", "gen/t1/meta/x.index", "gen/t2/1/b.json", "general/c", "metadata"} {
+		if err := b.Put(ctx, k, [][]byte{[]byte(k)}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = os.MkdirAll(filepath.Join(root, TempDir, "00"), 0o755)
+	_ = os.WriteFile(filepath.Join(root, TempDir, "00", "stale.tmp"), nil, 0o644)
+	_ = os.WriteFile(filepath.Join(root, "gen", "t1", "1", "a.json.attrs"), nil, 0o644)
+	for prefix, want := range map[string]string{
+		"":        "gen/t1/1/a.json gen/t1/meta/x.index gen/t2/1/b.json general/c metadata",
+		"gen/":    "gen/t1/1/a.json gen/t1/meta/x.index gen/t2/1/b.json",
+		"gen":     "gen/t1/1/a.json gen/t1/meta/x.index gen/t2/1/b.json general/c",
+		"gen/t1/": "gen/t1/1/a.json gen/t1/meta/x.index",
+		"nope/":   "",
+	} {
+		var got []string
+		if err := b.Walk(ctx, prefix, func(key string) error { got = append(got, key); return nil }); err != nil {
+			t.Fatalf("walk %q: %v", prefix, err)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("walk %q: %q; want %q", prefix, got, want)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func TestAStopInsideALargeTransactionWaitsForItsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bucket.Close()
-	streams, err := storage.ScanChanges(context.Background(), bucket.Bucket, cfg)
+	streams, err := storage.ScanChanges(context.Background(), bucket, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,12 @@ package storage
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
 
-	"gocloud.dev/blob"
-
+	objects "github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 )
 
@@ -39,7 +36,7 @@ type dataFileRef struct {
 
 // listDataFiles lists the data files under a prefix by stream, each in
 // file-index order.
-func listDataFiles(ctx context.Context, bucket *blob.Bucket, prefix string) (map[streamKey][]dataFileRef, error) {
+func listDataFiles(ctx context.Context, bucket *objects.Bucket, prefix string) (map[streamKey][]dataFileRef, error) {
 	files := map[streamKey][]dataFileRef{}
 	err := eachObject(ctx, bucket, prefix, func(key string, parts []string) error {
 		if len(parts) != 4 {
@@ -69,7 +66,7 @@ func listDataFiles(ctx context.Context, bucket *blob.Bucket, prefix string) (map
 
 // Scan reads every data file of a sink's bucket and returns one stream
 // per (table version, dispatcher), each in file-index order.
-func Scan(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]Stream, error) {
+func Scan(ctx context.Context, bucket *objects.Bucket, cfg Config) ([]Stream, error) {
 	files, err := listDataFiles(ctx, bucket, cfg.Schema+"/")
 	if err != nil {
 		return nil, err
@@ -115,7 +112,7 @@ type ChangeStream struct {
 // ScanChanges reads every data file of a sink's bucket, whatever its
 // database directory, as row changes: one stream per (table version,
 // dispatcher), each in file order.
-func ScanChanges(ctx context.Context, bucket *blob.Bucket, cfg Config) ([]ChangeStream, error) {
+func ScanChanges(ctx context.Context, bucket *objects.Bucket, cfg Config) ([]ChangeStream, error) {
 	files, err := listDataFiles(ctx, bucket, "")
 	if err != nil {
 		return nil, err
@@ -153,7 +150,7 @@ func firstTs(s Stream) uint64 {
 }
 
 // ReadCheckpoint reads the metadata file's checkpoint, 0 if there is none.
-func ReadCheckpoint(ctx context.Context, bucket *blob.Bucket) (uint64, error) {
+func ReadCheckpoint(ctx context.Context, bucket *objects.Bucket) (uint64, error) {
 	body, err := bucket.ReadAll(ctx, metadataFile)
 	if err != nil {
 		if isNotFound(err) {
@@ -178,7 +175,7 @@ type SchemaChange struct {
 
 // ScanSchemaChanges reads the sink's schema files and returns those that
 // a schema change created (a table's first version has no statement).
-func ScanSchemaChanges(ctx context.Context, bucket *blob.Bucket) ([]SchemaChange, error) {
+func ScanSchemaChanges(ctx context.Context, bucket *objects.Bucket) ([]SchemaChange, error) {
 	var out []SchemaChange
 	err := eachObject(ctx, bucket, "", func(key string, parts []string) error {
 		if len(parts) != 4 || parts[2] != "meta" || !strings.HasPrefix(parts[3], "schema_") {
@@ -202,49 +199,14 @@ func ScanSchemaChanges(ctx context.Context, bucket *blob.Bucket) ([]SchemaChange
 
 // eachObject passes every object under a prefix on, its key and the key's
 // path elements.
-func eachObject(ctx context.Context, bucket *blob.Bucket, prefix string, fn func(key string, parts []string) error) error {
-	if prefix == "" {
-		return eachTopLevel(ctx, bucket, fn)
+func eachObject(ctx context.Context, b *objects.Bucket, prefix string, fn func(key string, parts []string) error) error {
+	var fnErr error
+	err := b.Walk(ctx, prefix, func(key string) error {
+		fnErr = fn(key, strings.Split(key, "/"))
+		return fnErr
+	})
+	if err != nil && err != fnErr {
+		return fmt.Errorf("list the sink's files: %w", err)
 	}
-	it := bucket.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("list the sink's files: %w", err)
-		}
-		if err := fn(obj.Key, strings.Split(obj.Key, "/")); err != nil {
-			return err
-		}
-	}
-}
-
-// eachTopLevel is eachObject over the whole bucket, one top-level
-// directory at a time, without the directories whose names begin with a
-// dot: the writers' temporary files (bucket.TempDir) come and go there,
-// and a listing that meets one as it vanishes fails.
-func eachTopLevel(ctx context.Context, bucket *blob.Bucket, fn func(key string, parts []string) error) error {
-	it := bucket.List(&blob.ListOptions{Delimiter: "/"})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("list the sink's files: %w", err)
-		}
-		switch {
-		case strings.HasPrefix(obj.Key, "."):
-		case obj.IsDir:
-			if err := eachObject(ctx, bucket, obj.Key, fn); err != nil {
-				return err
-			}
-		default:
-			if err := fn(obj.Key, strings.Split(obj.Key, "/")); err != nil {
-				return err
-			}
-		}
-	}
+	return err
 }
