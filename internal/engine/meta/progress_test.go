@@ -237,3 +237,30 @@ func TestASaveLimitedToSomePartitionsWritesTheirShards(t *testing.T) {
 		t.Fatalf("%d keys written for the checkpoint alone (at %d)", f.events-before, st.Changefeeds["big"].Status.CheckpointTs)
 	}
 }
+
+// The routing table in order is kept per state and follows every change
+// of the table: a placement written and applied from the watch shows in
+// the next state's order, and the state it was cloned from keeps its own.
+func TestSortedPartitionsFollowTheRoutingTable(t *testing.T) {
+	f, _ := newBigFeed(t, 50)
+	before := f.watched
+	first := before.SortedPartitions("big")
+	if len(first) != 50 || first[0].Route.Span.Table != "t000000" || first[49].Route.Span.Table != "t000049" {
+		t.Fatalf("sorted: %d routes, first %v", len(first), first[0].Route.Span)
+	}
+	if again := before.SortedPartitions("big"); &again[0] != &first[0] {
+		t.Fatal("the order was computed again for an unchanged routing table")
+	}
+	e := before.Changefeeds["big"]
+	if err := f.store.PlacePartitions(f.ctx, e.FenceOf(f.store.Keys()), []Placement{{Route: first[7], Node: "n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.follow()
+	after := f.watched.SortedPartitions("big")
+	if after[7].Route.Node != "n2" || first[7].Route.Node == "n2" {
+		t.Fatalf("after the placement: %q in the new state, %q in the old; want n2 and unchanged", after[7].Route.Node, first[7].Route.Node)
+	}
+	if got := before.SortedPartitions("big"); got[7].Route.Node == "n2" {
+		t.Fatal("the earlier state's order changed")
+	}
+}

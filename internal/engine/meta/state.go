@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -72,6 +73,10 @@ type State struct {
 	Plans        map[string]RawRecord
 	PlanRequests map[string]string
 
+	// sorted caches SortedPartitions, per changefeed (changefeeds.go).
+	sortedMu *sync.Mutex
+	sorted   map[model.ChangefeedID]sortedRoutes
+
 	// owned are the inner maps this state copied since it was cloned:
 	// no published state shares them, so they change in place (mine).
 	owned map[ownedMap]bool
@@ -99,6 +104,9 @@ func newState(clusterID string) *State {
 
 		Plans:        map[string]RawRecord{},
 		PlanRequests: map[string]string{},
+
+		sortedMu: &sync.Mutex{},
+		sorted:   map[model.ChangefeedID]sortedRoutes{},
 	}
 }
 
@@ -123,6 +131,14 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.Partitions {
 		c.Partitions[k] = v
+	}
+	if s.sortedMu != nil {
+		// Checked against the map at use: valid while the map is shared.
+		s.sortedMu.Lock()
+		for k, v := range s.sorted {
+			c.sorted[k] = v
+		}
+		s.sortedMu.Unlock()
 	}
 	for k, v := range s.Progress {
 		c.Progress[k] = v
