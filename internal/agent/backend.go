@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -62,6 +64,36 @@ func (n *Node) handler() http.Handler {
 		}
 		clean.ServeHTTP(w, r)
 	})
+}
+
+// serve serves the handler on ln until the returned stop is called;
+// stop shuts the server down (5 s for requests under way) and returns
+// why serving ended, if not by stop.
+//
+// One port: the API over HTTP/1, and the node-to-node transport over
+// HTTP/2 (gRPC) beside it; both over TLS with --tls-*, else both in the
+// clear (HTTP/2 without TLS).
+func (n *Node) serve(ln net.Listener) (stop func() error) {
+	srv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: api.ServerMaxHeaderBytes, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	served := make(chan error, 1)
+	if n.serverTLS != nil {
+		srv.Protocols.SetHTTP2(true)
+		srv.TLSConfig = n.serverTLS
+		go func() { served <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+		go func() { served <- srv.Serve(ln) }()
+	}
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
 }
 
 // backend adapts the node to api.Backend.

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -193,4 +197,63 @@ func (o *sinkObserver) Flushed(events, bytes int, d time.Duration, err error) {
 	o.events.Add(float64(events))
 	o.bytes.Add(float64(bytes))
 	o.flush.Observe(d.Seconds())
+}
+
+// drainMetrics keeps seed 000's drain metrics in step with the drain
+// record. The duration is observed from the drain plans that ended (each
+// once per node), not from seeing the record go: a drain shorter than
+// this loop's pace would be missed.
+func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.DrainRecord {
+	n.observeFinishedDrains(st)
+	if st.Drain != nil {
+		target := string(st.Drain.Target)
+		maint, disp := coordinator.DrainProgress(st, st.Drain.Target)
+		total := 0
+		for _, c := range disp {
+			total += c
+		}
+		n.metrics.drainStatus.WithLabelValues(target).Set(1)
+		n.metrics.drainMaintainers.WithLabelValues(target).Set(float64(maint))
+		n.metrics.drainDispatchers.WithLabelValues(target).Set(float64(total))
+		return st.Drain
+	}
+	if last != nil {
+		target := string(last.Target)
+		n.metrics.drainStatus.WithLabelValues(target).Set(0)
+		n.metrics.drainMaintainers.WithLabelValues(target).Set(0)
+		n.metrics.drainDispatchers.WithLabelValues(target).Set(0)
+	}
+	return nil
+}
+
+// drainPlan is the part of a plan record the drain metrics read.
+type drainPlan struct {
+	Plan struct {
+		Kind   string `json:"kind"`
+		Target string `json:"target"`
+	} `json:"plan"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// observeFinishedDrains observes the duration of every drain plan that
+// ended since this node started, once, and shows its target not draining.
+func (n *Node) observeFinishedDrains(st *meta.State) {
+	for id, raw := range st.Plans {
+		if n.drainsSeen[id] || !bytes.Contains(raw.Value, []byte(`"kind":"drain"`)) {
+			continue
+		}
+		var p drainPlan
+		if json.Unmarshal(raw.Value, &p) != nil || p.Plan.Kind != "drain" || p.FinishedAt == nil {
+			continue
+		}
+		n.drainsSeen[id] = true
+		if p.FinishedAt.Before(n.started) {
+			continue // ended before this node was here to see it
+		}
+		if st.Drain == nil || string(st.Drain.Target) != p.Plan.Target {
+			n.metrics.drainStatus.WithLabelValues(p.Plan.Target).Set(0)
+		}
+		n.metrics.drainDuration.WithLabelValues(p.Plan.Target).Observe(p.FinishedAt.Sub(p.SubmittedAt).Seconds())
+	}
 }

@@ -1,15 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -248,28 +245,11 @@ func (n *Node) Run(ctx context.Context) error {
 	n.store, n.cli, n.tr = store, cli, tr
 	n.mu.Unlock()
 
-	// One port: the API over HTTP/1, and the node-to-node transport over
-	// HTTP/2 (gRPC) beside it; both over TLS with --tls-*, else both in
-	// the clear (HTTP/2 without TLS).
-	httpSrv := &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: api.ServerMaxHeaderBytes, Protocols: new(http.Protocols)}
-	httpSrv.Protocols.SetHTTP1(true)
-	serveErr := make(chan error, 1)
-	if n.serverTLS != nil {
-		httpSrv.Protocols.SetHTTP2(true)
-		httpSrv.TLSConfig = n.serverTLS
-		go func() { serveErr <- httpSrv.ServeTLS(ln, "", "") }()
-	} else {
-		httpSrv.Protocols.SetUnencryptedHTTP2(true)
-		go func() { serveErr <- httpSrv.Serve(ln) }()
-	}
+	stopServing := n.serve(ln)
 	n.log.Info("API listening", "addr", ln.Addr().String(), "advertise", n.addr, "etcd", endpoints, "cluster", n.cfg.ClusterID)
 
 	runErr := n.runIncarnations(ctx, store)
-
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = httpSrv.Shutdown(sctx)
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && runErr == nil {
+	if err := stopServing(); err != nil && runErr == nil {
 		runErr = err
 	}
 	return runErr
@@ -549,65 +529,6 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 		case <-tick.C:
 		case <-ctx.Done():
 		}
-	}
-}
-
-// drainMetrics keeps seed 000's drain metrics in step with the drain
-// record. The duration is observed from the drain plans that ended (each
-// once per node), not from seeing the record go: a drain shorter than
-// this loop's pace would be missed.
-func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.DrainRecord {
-	n.observeFinishedDrains(st)
-	if st.Drain != nil {
-		target := string(st.Drain.Target)
-		maint, disp := coordinator.DrainProgress(st, st.Drain.Target)
-		total := 0
-		for _, c := range disp {
-			total += c
-		}
-		n.metrics.drainStatus.WithLabelValues(target).Set(1)
-		n.metrics.drainMaintainers.WithLabelValues(target).Set(float64(maint))
-		n.metrics.drainDispatchers.WithLabelValues(target).Set(float64(total))
-		return st.Drain
-	}
-	if last != nil {
-		target := string(last.Target)
-		n.metrics.drainStatus.WithLabelValues(target).Set(0)
-		n.metrics.drainMaintainers.WithLabelValues(target).Set(0)
-		n.metrics.drainDispatchers.WithLabelValues(target).Set(0)
-	}
-	return nil
-}
-
-// drainPlan is the part of a plan record the drain metrics read.
-type drainPlan struct {
-	Plan struct {
-		Kind   string `json:"kind"`
-		Target string `json:"target"`
-	} `json:"plan"`
-	SubmittedAt time.Time  `json:"submitted_at"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
-}
-
-// observeFinishedDrains observes the duration of every drain plan that
-// ended since this node started, once, and shows its target not draining.
-func (n *Node) observeFinishedDrains(st *meta.State) {
-	for id, raw := range st.Plans {
-		if n.drainsSeen[id] || !bytes.Contains(raw.Value, []byte(`"kind":"drain"`)) {
-			continue
-		}
-		var p drainPlan
-		if json.Unmarshal(raw.Value, &p) != nil || p.Plan.Kind != "drain" || p.FinishedAt == nil {
-			continue
-		}
-		n.drainsSeen[id] = true
-		if p.FinishedAt.Before(n.started) {
-			continue // ended before this node was here to see it
-		}
-		if st.Drain == nil || string(st.Drain.Target) != p.Plan.Target {
-			n.metrics.drainStatus.WithLabelValues(p.Plan.Target).Set(0)
-		}
-		n.metrics.drainDuration.WithLabelValues(p.Plan.Target).Observe(p.FinishedAt.Sub(p.SubmittedAt).Seconds())
 	}
 }
 
