@@ -31,6 +31,7 @@ func (s *Sink) fenceLocked(d *dispatcherState) fenced {
 	// Flush waits for flushedSeq: everything written is settled (failed).
 	d.flushedSeq, d.failedSeq = d.seq, d.seq
 	s.spooled -= f.bytes
+	s.spool.give(f.bytes)
 	s.metrics.Backlog(-f.bytes, 0)
 	if d.active {
 		d.active = false

@@ -124,6 +124,7 @@ func (s *Sink) flush(j flushJob) {
 	// spool, the node's budget)...
 	s.mu.Lock()
 	s.spooled -= j.bytes
+	s.spool.give(j.bytes)
 	s.metrics.Backlog(0, -j.bytes)
 	if j.d.active && len(j.d.pending) == 0 {
 		j.d.active = false

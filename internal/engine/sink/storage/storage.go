@@ -58,7 +58,9 @@ type Sink struct {
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
 	spooled int64
-	closed  bool
+	// spool admits writes while spooled fits under SpoolMaxBytes (room.go).
+	spool  *room
+	closed bool
 	// pressure: a write waits for spool space; the next flush round
 	// writes every dispatcher with rows, due or not.
 	pressure bool
@@ -141,6 +143,12 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.spool = newRoom(cfg.SpoolMaxBytes, func() {
+		s.mu.Lock()
+		s.pressure = true
+		s.mu.Unlock()
+		s.wakeFlusher()
+	})
 	if s.budget != nil {
 		s.budget.join(s)
 	}
@@ -192,30 +200,26 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 
 	if s.budget != nil {
-		if err := s.budget.acquire(ctx, size, s.closedNow); err != nil {
+		if err := s.budget.acquire(ctx, size, s.stop); err != nil {
 			return err
 		}
 	}
+	// Backpressure: a full spool makes the write wait for a flush
+	// (spool.onWait has the flusher write what it holds now).
+	if err := s.spool.take(ctx, size, s.stop); err != nil {
+		if s.budget != nil {
+			s.budget.release(size)
+		}
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err = sink.WaitCond(ctx, s.cond, func() bool {
-		if s.spooled > 0 && s.spooled+size > s.cfg.SpoolMaxBytes {
-			// Backpressure: wait for a flush to free the spool, and have
-			// the flusher write what it holds now rather than when files
-			// fill or the interval ends.
-			s.pressure = true
-			s.wakeFlusher()
-			return false
-		}
-		return true
-	}, s.closedErr)
-	if err == nil {
-		err = s.closedErr()
-	}
+	err = s.closedErr()
 	if err == nil {
 		err = s.fencedErr(b.Dispatcher) // failed while this one waited
 	}
 	if err != nil {
+		s.spool.give(size)
 		if s.budget != nil {
 			s.budget.release(size)
 		}
@@ -353,9 +357,8 @@ func (s *Sink) Close() error {
 	s.mu.Unlock()
 	if s.budget != nil {
 		s.budget.leave(s)
-		s.budget.wakeAll()
 	}
-	close(s.stop)
+	close(s.stop) // writers waiting for room give up
 	<-s.done
 	ended := make(chan struct{})
 	go func() { s.jobs.Wait(); close(ended) }()
@@ -380,6 +383,7 @@ func (s *Sink) Close() error {
 	held := s.spooled
 	s.spooled = 0
 	s.mu.Unlock()
+	s.spool.give(held)
 	if s.budget != nil {
 		s.budget.release(held)
 	}
@@ -477,15 +481,18 @@ func (s *Sink) urge() {
 // closedNow is closedErr for a caller that does not hold s.mu.
 func (s *Sink) closedNow() error {
 	if s.shut.Load() {
-		return errors.New("storage sink is closed")
+		return errSinkClosed
 	}
 	return nil
 }
 
+// errSinkClosed fails what a closed sink is asked.
+var errSinkClosed = errors.New("storage sink is closed")
+
 // closedErr tells a waiting caller the sink closed; the caller holds s.mu.
 func (s *Sink) closedErr() error {
 	if s.closed {
-		return errors.New("storage sink is closed")
+		return errSinkClosed
 	}
 	return nil
 }
