@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,13 +27,19 @@ import (
 // same in-process kfake broker. It reports messages/s and the ratio.
 //
 //	go test -run '^$' -bench KafkaSink -benchtime 3x ./internal/engine/sink/kafka
+//
+// CDCCTL_BENCH_SECONDS (3) is how many seconds of the generator's 20,000
+// changes a second are handed over at once, and CDCCTL_BENCH_KEYS (5,000)
+// the keys per table: together they set how often one key changes again
+// while its previous change is in flight (the per-row gate's cost).
 func BenchmarkKafkaSink(b *testing.B) {
 	const start = int64(1_800_000_000_000)
-	g, _ := gen.New(gen.Config{Tables: 4, Keys: 5000, Rate: 20000, Seed: 1, StartMillis: start})
+	seconds, keys := benchEnv("CDCCTL_BENCH_SECONDS", 3), benchEnv("CDCCTL_BENCH_KEYS", 5000)
+	g, _ := gen.New(gen.Config{Tables: 4, Keys: keys, Rate: 20000, Seed: 1, StartMillis: start})
 	var evs []source.Event
 	for _, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
-		evs = append(evs, r.Read(model.TsFromMillis(start+3000), 12_500)...)
+		evs = append(evs, r.Read(model.TsFromMillis(start+int64(seconds)*1000), 12_500*seconds/3)...)
 	}
 	var sinkTime, rawTime time.Duration
 	for i := 0; i < b.N; i++ {
@@ -116,4 +124,12 @@ func benchRaw(b *testing.B, addr string, evs []source.Event) time.Duration {
 	}
 	<-acked
 	return time.Since(begin)
+}
+
+// benchEnv is a positive integer from the environment, or def.
+func benchEnv(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
