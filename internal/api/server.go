@@ -153,8 +153,8 @@ func CanonicalPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
 		clean := path.Clean(p)
-		if strings.HasSuffix(p, "/") && clean != "/" {
-			clean += "/" // a trailing slash names a subtree (/debug/pprof/)
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(p, "/debug/") {
+			clean += "/" // the profiler's index; API paths never end in one
 		}
 		if p != clean {
 			writeError(w, Errorf(CodeNotFound, "use the path "+clean, "no such endpoint: %s %s (not a clean path)", r.Method, p))

@@ -64,13 +64,25 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 		}
 	}
 	u, _ := url.Parse(uri)
+	var s sink.Sink
+	var err error
+	// Each opener returns a typed pointer: a failed open must give back
+	// a nil interface, not a nil *Sink in one (which is not == nil, and
+	// a caller keeping "the sink it got" then calls a method on nil).
 	switch u.Scheme {
 	case "kafka":
-		return kafka.OpenWith(ctx, uri, log, env.Tenure)
+		k, kerr := kafka.OpenWith(ctx, uri, log, env.Tenure)
+		s, err = k, kerr
 	case "blackhole":
 		return blackhole.New(), nil
+	default:
+		st, serr := storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure})
+		s, err = st, serr
 	}
-	return storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // RecoverTimeout is how long a dispatcher of a sink's URI may take to
