@@ -16,9 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
-	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/actor"
@@ -132,19 +130,18 @@ func (b *Blob) Load(ctx context.Context, cf model.ChangefeedID, pid string) ([]b
 // Forget implements Store: it deletes the objects under <cluster>/<cf>/.
 func (b *Blob) Forget(ctx context.Context, cf model.ChangefeedID) error {
 	prefix := b.Prefix(cf)
-	it := b.bucket.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
+	var deleteErr error
+	err := b.bucket.Walk(ctx, prefix, func(key string) error {
+		if err := b.bucket.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			deleteErr = fmt.Errorf("delete %s: %w", key, err)
+			return deleteErr
 		}
-		if err != nil {
-			return fmt.Errorf("list the states under %s: %w", prefix, err)
-		}
-		if err := b.bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return fmt.Errorf("delete %s: %w", obj.Key, err)
-		}
+		return nil
+	})
+	if err != nil && err != deleteErr {
+		return fmt.Errorf("list the states under %s: %w", prefix, err)
 	}
+	return err
 }
 
 // Prefix is where a changefeed's states are in the bucket.

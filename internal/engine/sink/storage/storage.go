@@ -58,7 +58,10 @@ type Sink struct {
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
 	spooled int64
-	// spool admits writes while spooled fits under SpoolMaxBytes (room.go).
+	// spool admits writes while what they hold fits under SpoolMaxBytes
+	// (room.go). It counts a write from its admission, spooled from when
+	// its rows are added under s.mu: Close gives back spooled, and a
+	// write admitted but refused (closed, fenced) gives back its own.
 	spool  *room
 	closed bool
 	// pressure: a write waits for spool space; the next flush round
