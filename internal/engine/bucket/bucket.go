@@ -47,9 +47,7 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open %s: %w", Redact(u), err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ok, err := b.IsAccessible(cctx)
+	ok, err := accessible(ctx, b, u)
 	if err != nil || !ok {
 		b.Close()
 		if err == nil {
@@ -62,6 +60,28 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 		out.dir = newDirWrites(u.Path)
 	}
 	return out, nil
+}
+
+// accessible says whether the bucket is there. A file:// bucket is its
+// directory: gocloud's IsAccessible lists it, and fileblob's listing walks
+// the tree and fails with "not found" when a file vanishes during the walk
+// — which the sink's own temporary files under .cdcctl-tmp/ (walked
+// first) do all the time while it writes. So a verify or a second sink
+// opening a busy directory was told the bucket did not exist.
+func accessible(ctx context.Context, b *blob.Bucket, u *url.URL) (bool, error) {
+	if u.Scheme == "file" {
+		fi, err := os.Stat(u.Path)
+		if err != nil {
+			return false, err
+		}
+		if !fi.IsDir() {
+			return false, fmt.Errorf("%s is not a directory", u.Path)
+		}
+		return true, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return b.IsAccessible(cctx)
 }
 
 // Redact is a bucket URL fit for messages: no credentials, no query.

@@ -120,3 +120,50 @@ func TestWalkListsObjectsUnderAPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A directory a sink is writing to can be opened by another process (a
+// verify, a second sink) at any moment. fileblob's accessibility check
+// walked the tree, met a temporary file that was renamed away mid-walk
+// and answered "bucket does not exist" (a CI run's verify failed so).
+func TestABusyDirectoryOpens(t *testing.T) {
+	root := t.TempDir()
+	ctx := context.Background()
+	w, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := w.Put(ctx, "db/t/1/f.json", [][]byte{make([]byte, 64)}, false); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := 0; i < 300; i++ {
+		b, err := Open(ctx, "file://"+root)
+		if err != nil {
+			close(stop)
+			t.Fatalf("open %d of a directory being written: %v", i, err)
+		}
+		b.Close()
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A path that is a file is not a bucket.
+	f := filepath.Join(root, "db", "t", "1", "f.json")
+	if _, err := Open(ctx, "file://"+f); err == nil {
+		t.Fatal("a file opened as a bucket")
+	}
+}
