@@ -22,7 +22,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 	sm := &storageMetrics{
 		flushTasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cdcctl", Subsystem: "storage", Name: "flush_tasks_total",
-			Help: "Storage sink flushes (one dispatcher's buffered rows written as files) by what made them due: size (file-size reached), interval (flush-interval), delay (max-flush-delay), bytes_cap (the spool was full), forced (a DDL barrier, a hand-over or a stop).",
+			Help: "Storage sink flushes (one dispatcher's buffered rows written as files) by what made them due: size (file-size reached), interval (flush-interval), delay (max-flush-delay), fanout (more partitions waiting than max-active-tables), bytes_cap (more bytes waiting than max-buffered-bytes, or the spool was full), forced (a DDL barrier, a hand-over or a stop).",
 		}, []string{"reason"}),
 		writeDur: map[string]prometheus.Histogram{},
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -34,7 +34,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 			Help: "Table partitions with rows buffered or being written by the storage sinks.",
 		}),
 	}
-	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonBytesCap, storage.ReasonForced} {
+	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced} {
 		sm.flushTasks.WithLabelValues(r)
 	}
 	for _, stage := range []string{"spooled", "flushing"} {

@@ -40,7 +40,7 @@ func (b *Bucket) Put(ctx context.Context, key string, chunks [][]byte, ifNotExis
 		if !plainKey(key) {
 			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
 		}
-		return b.dir.put(ctx, key, chunks, ifNotExist)
+		return b.dir.put(ctx, key, &chunkReader{chunks: chunks}, ifNotExist)
 	}
 	opts := &blob.WriterOptions{IfNotExist: ifNotExist}
 	var err error
@@ -56,20 +56,69 @@ func (b *Bucket) Put(ctx context.Context, key string, chunks [][]byte, ifNotExis
 }
 
 func (b *Bucket) writeChunks(ctx context.Context, key string, chunks [][]byte, opts *blob.WriterOptions) error {
+	return b.writeFrom(ctx, key, &chunkReader{chunks: chunks}, opts)
+}
+
+// PutFrom is Put with the object's bytes read from r (a disk spool's
+// segments): the object is written as it is read, not held in memory.
+func (b *Bucket) PutFrom(ctx context.Context, key string, r io.Reader, ifNotExist bool) error {
+	if b.dir != nil {
+		if !plainKey(key) {
+			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
+		}
+		return b.dir.put(ctx, key, r, ifNotExist)
+	}
+	err := b.writeFrom(ctx, key, r, &blob.WriterOptions{IfNotExist: ifNotExist})
+	if ifNotExist && gcerrors.Code(err) == gcerrors.FailedPrecondition {
+		return ErrExists
+	}
+	return err
+}
+
+func (b *Bucket) writeFrom(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := b.NewWriter(wctx, key, opts)
 	if err != nil {
 		return err
 	}
-	for _, c := range chunks {
-		if _, err := w.Write(c); err != nil {
-			cancel() // abandons the object
-			_ = w.Close()
-			return err
-		}
+	if _, err := io.Copy(w, r); err != nil {
+		cancel() // abandons the object
+		_ = w.Close()
+		return err
 	}
 	return w.Close()
+}
+
+// chunkReader reads chunks in order, leaving them as they are; io.Copy
+// writes them whole (WriteTo), without copying them through a buffer.
+type chunkReader struct {
+	chunks [][]byte
+	off    int // read of chunks[0]
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.chunks) > 0 && c.off == len(c.chunks[0]) {
+		c.chunks, c.off = c.chunks[1:], 0
+	}
+	if len(c.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.chunks[0][c.off:])
+	c.off += n
+	return n, nil
+}
+
+func (c *chunkReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for ; len(c.chunks) > 0; c.chunks, c.off = c.chunks[1:], 0 {
+		n, err := w.Write(c.chunks[0][c.off:])
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // dirWrites writes a file:// bucket's objects: each into a temporary file
@@ -97,7 +146,7 @@ func newDirWrites(root string) *dirWrites {
 	return &dirWrites{root: root, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
 }
 
-func (d *dirWrites) put(ctx context.Context, key string, chunks [][]byte, ifNotExist bool) error {
+func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -115,11 +164,7 @@ func (d *dirWrites) put(ctx context.Context, key string, chunks [][]byte, ifNotE
 	if err != nil {
 		return err
 	}
-	for _, c := range chunks {
-		if _, err = f.Write(c); err != nil {
-			break
-		}
-	}
+	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

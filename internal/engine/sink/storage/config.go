@@ -19,6 +19,8 @@ package storage
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -61,17 +63,48 @@ type Config struct {
 	// is smaller: a hot table then has one file being written while the
 	// next fills, instead of a full spool waiting for one big write.
 	SpoolMaxBytes int64
+	// Spool is where encoded rows wait for their flush: SpoolMemory, or
+	// SpoolDisk (segment files under SpoolDir; disk.go).
+	Spool    string
+	SpoolDir string
+	// MaxActiveTables and MaxBufferedBytes are seed 004's fanout caps:
+	// while more partitions than MaxActiveTables hold rows no flush has
+	// taken, or those rows exceed MaxBufferedBytes (0: half the spool),
+	// the oldest are flushed at once instead of waiting for their delay
+	// or interval. They keep the rows waiting for a flush, and the files
+	// one tick would start, bounded when very many tables change at once.
+	MaxActiveTables  int
+	MaxBufferedBytes int64
 	// Schema is the database name directories start with.
 	Schema string
 }
 
+// Spool kinds.
+const (
+	SpoolMemory = "memory"
+	SpoolDisk   = "disk"
+)
+
+// diskSpoolDefault is spool-max-bytes of a disk spool unless set: a disk
+// holds far more than the memory a sink should take.
+const diskSpoolDefault = 1 << 30
+
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, MaxActiveTables: 10000, Schema: "gen"}
 
 // fileTarget is the buffered size at which a partition's rows are
 // written as a file: file-size, or a quarter of the spool if smaller.
 func (c Config) fileTarget() int64 {
 	return max(1, min(c.FileSize, c.SpoolMaxBytes/4))
+}
+
+// bufferedCap is the soft cap on rows waiting for a flush: the fanout
+// cap's bytes, half the spool unless set.
+func (c Config) bufferedCap() int64 {
+	if c.MaxBufferedBytes > 0 {
+		return min(c.MaxBufferedBytes, c.SpoolMaxBytes)
+	}
+	return c.SpoolMaxBytes / 2
 }
 
 // Schemes the sink opens.
@@ -129,6 +162,26 @@ func ParseURI(raw string) (Config, error) {
 			if perr == nil && c.SpoolMaxBytes < 1<<20 {
 				perr = fmt.Errorf("must be at least 1MiB")
 			}
+		case "max-active-tables":
+			c.MaxActiveTables, perr = strconv.Atoi(v)
+			if perr == nil && (c.MaxActiveTables < 1 || c.MaxActiveTables > 10_000_000) {
+				perr = fmt.Errorf("must be between 1 and 10000000 partitions")
+			}
+		case "max-buffered-bytes":
+			c.MaxBufferedBytes, perr = strconv.ParseInt(v, 10, 64)
+			if perr == nil && c.MaxBufferedBytes < 64<<10 {
+				perr = fmt.Errorf("must be at least 65536 bytes (it is capped at spool-max-bytes)")
+			}
+		case "spool":
+			c.Spool = v
+			if v != SpoolMemory && v != SpoolDisk {
+				perr = fmt.Errorf("use memory (the default) or disk")
+			}
+		case "spool-dir":
+			c.SpoolDir = v
+			if !filepath.IsAbs(v) {
+				perr = fmt.Errorf("must be an absolute directory on the capture's machine")
+			}
 		case "schema":
 			c.Schema = v
 			if v == "" || strings.ContainsAny(v, "/\\") {
@@ -141,6 +194,16 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, redact.Value(key, v), perr)
 		}
 		q.Del(key)
+	}
+	if c.Spool == SpoolDisk {
+		if c.SpoolDir == "" {
+			c.SpoolDir = os.TempDir()
+		}
+		if !u.Query().Has("spool-max-bytes") {
+			c.SpoolMaxBytes = diskSpoolDefault
+		}
+	} else if c.SpoolDir != "" {
+		return Config{}, fmt.Errorf("sink URI %s: spool-dir is the disk spool's directory: add spool=disk, or leave spool-dir out", redact.URI(raw))
 	}
 	if u.Scheme != "file" {
 		// In object stores the path is a prefix inside the bucket, which

@@ -9,6 +9,7 @@ func FuzzParseURI(f *testing.F) {
 		"file:///tmp/x?protocol=csv&file-size=1048576&flush-interval=5s",
 		"s3://bucket/prefix?region=us-east-1&max-flush-delay=0s&state-ttl=1h",
 		"file:///d?spool-max-bytes=67108864&write-timeout=1m&schema=gen",
+		"file:///d?spool=disk&spool-dir=/var/spool/cdc&max-active-tables=5000&max-buffered-bytes=1048576",
 		"mem://", "file:///d?file-size=-1", "gs://b?flush-interval=soon", "file:///d?%zz",
 	} {
 		f.Add(s)
@@ -18,7 +19,8 @@ func FuzzParseURI(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.FileSize <= 0 || c.SpoolMaxBytes <= 0 || c.FlushInterval <= 0 || c.fileTarget() <= 0 {
+		if c.FileSize <= 0 || c.SpoolMaxBytes <= 0 || c.FlushInterval <= 0 || c.fileTarget() <= 0 ||
+			c.MaxActiveTables < 1 || c.bufferedCap() <= 0 || (c.Spool == SpoolDisk) != (c.SpoolDir != "") {
 			t.Fatalf("accepted %q as %+v", raw, c)
 		}
 	})

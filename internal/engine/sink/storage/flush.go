@@ -64,6 +64,7 @@ func (s *Sink) flushRound() {
 		}
 		s.slots <- struct{}{} // free: checked above, and only rounds take slots
 		j := flushJob{d: d, bufs: d.bufs, batches: d.pending, bytes: d.bytes, seq: d.seq}
+		s.notWaiting(d)
 		d.bufs, d.pending, d.bytes, d.since, d.flushWanted, d.flushing = nil, nil, 0, time.Time{}, false, true
 		s.metrics.FlushTask(reason)
 		s.metrics.Backlog(-j.bytes, j.bytes)
@@ -72,6 +73,15 @@ func (s *Sink) flushRound() {
 	}
 	if pressure && !s.due.empty() {
 		s.pressure = true // more due than slots
+	}
+}
+
+// notWaiting takes d's rows out of the fanout caps' counts (a flush took
+// them, or a fence dropped them); s.mu is held.
+func (s *Sink) notWaiting(d *dispatcherState) {
+	if !d.since.IsZero() {
+		s.waiting--
+		s.queued -= d.bytes
 	}
 }
 
@@ -102,8 +112,10 @@ func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) strin
 		return ReasonSize
 	case d.flushWanted:
 		return ReasonForced
-	case pressure:
+	case pressure, s.queued > s.cfg.bufferedCap():
 		return ReasonBytesCap
+	case s.waiting > s.cfg.MaxActiveTables:
+		return ReasonFanout
 	case age >= s.cfg.FlushInterval:
 		return ReasonInterval
 	case s.cfg.MaxFlushDelay > 0 && age >= s.cfg.MaxFlushDelay:
@@ -116,6 +128,7 @@ func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) strin
 func (s *Sink) flush(j flushJob) {
 	defer s.jobs.Done()
 	err := s.writeFiles(j.d, j.bufs)
+	s.freeDisk(j.bufs) // written or failed: the disk spool's room is free
 	if err != nil {
 		s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
 	}

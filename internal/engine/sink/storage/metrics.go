@@ -7,8 +7,9 @@ import "time"
 // cheap and must not block. Nil is fine.
 type Metrics interface {
 	// FlushTask counts one dispatcher's flush by what made it due:
-	// size, interval, delay, bytes_cap or forced (a Flush call: a DDL
-	// barrier, a hand-over, a stop).
+	// size, interval, delay, fanout (max-active-tables), bytes_cap
+	// (max-buffered-bytes, or a write waits for spool room) or forced (a
+	// Flush call: a DDL barrier, a hand-over, a stop).
 	FlushTask(reason string)
 	// WriteDuration is how long one object write took: data, index or
 	// schema (the schema check and write).
@@ -26,6 +27,7 @@ const (
 	ReasonSize     = "size"
 	ReasonInterval = "interval"
 	ReasonDelay    = "delay"
+	ReasonFanout   = "fanout"
 	ReasonBytesCap = "bytes_cap"
 	ReasonForced   = "forced"
 )

@@ -41,6 +41,7 @@ type Sink struct {
 	now     func() time.Time
 	metrics Metrics
 	budget  *Budget     // nil: only SpoolMaxBytes bounds the spool
+	disk    *diskSpool  // spool=disk; nil: rows wait in memory
 	tenure  sink.Tenure // nil: no session to lose (tests, tools)
 	shut    atomic.Bool // closed, for waiters that do not hold mu
 	// ctx ends writes under way when Close gives up waiting for them.
@@ -58,6 +59,10 @@ type Sink struct {
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
 	spooled int64
+	// waiting and queued are the dispatchers whose rows wait for a flush
+	// (since set) and those rows' bytes: the fanout caps.
+	waiting int
+	queued  int64
 	// spool admits writes while what they hold fits under SpoolMaxBytes
 	// (room.go). It counts a write from its admission, spooled from when
 	// its rows are added under s.mu: Close gives back spooled, and a
@@ -81,6 +86,8 @@ type dirBuffer struct {
 	dir    string
 	buf    bytes.Buffer // the batch being encoded
 	chunks [][]byte
+	// extents replace chunks in a disk spool.
+	extents []extent
 	// the first event of the directory, for its schema file
 	first source.Event
 }
@@ -138,9 +145,20 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	if m == nil {
 		m = noMetrics{}
 	}
+	var disk *diskSpool
+	if cfg.Spool == SpoolDisk {
+		disk, err = openDiskSpool(cfg.SpoolDir, max(1<<20, min(64<<20, cfg.SpoolMaxBytes/16)))
+		if err != nil {
+			bucket.Close()
+			return nil, fmt.Errorf("storage sink: %w", err)
+		}
+		// The node's budget is memory; these rows are on disk.
+		env.Budget = nil
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
-		cfg: cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
+		disk: disk,
+		cfg:  cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -215,6 +233,14 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		}
 		return err
 	}
+	if s.disk != nil {
+		// A write into the page cache, outside s.mu; the rows leave
+		// memory here.
+		if err := s.toDisk(order); err != nil {
+			s.spool.give(size)
+			return fmt.Errorf("storage sink: %w", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err = s.closedErr()
@@ -226,6 +252,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		if s.budget != nil {
 			s.budget.release(size)
 		}
+		s.freeDisk(order)
 		return err
 	}
 	d := s.disp[b.Dispatcher]
@@ -236,11 +263,15 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	for _, db := range order {
 		d.appendDir(db)
 	}
+	if d.since.IsZero() {
+		s.waiting++
+	}
 	if d.bytes == 0 && size > 0 || d.since.IsZero() {
 		d.since = s.now()
 		s.due.add(d)
 	}
 	d.bytes += size
+	s.queued += size
 	d.lastWrite = s.now()
 	d.pending = append(d.pending, b)
 	d.seq++
@@ -260,6 +291,14 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 }
 
 func (d *dispatcherState) appendDir(db *dirBuffer) {
+	if db.extents != nil {
+		if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
+			d.bufs[n-1].extents = append(d.bufs[n-1].extents, db.extents...)
+			return
+		}
+		d.bufs = append(d.bufs, db)
+		return
+	}
 	chunk := db.buf.Bytes()
 	if cap(chunk) > 2*len(chunk)+4096 {
 		chunk = bytes.Clone(chunk) // the spool counts bytes: hold no more
@@ -271,6 +310,30 @@ func (d *dispatcherState) appendDir(db *dirBuffer) {
 	}
 	db.chunks = [][]byte{chunk}
 	d.bufs = append(d.bufs, db)
+}
+
+// toDisk moves encoded rows into the disk spool, in order.
+func (s *Sink) toDisk(order []*dirBuffer) error {
+	for i, db := range order {
+		e, err := s.disk.append(db.buf.Bytes())
+		if err != nil {
+			s.freeDisk(order[:i])
+			return err
+		}
+		db.extents, db.buf = []extent{e}, bytes.Buffer{}
+	}
+	return nil
+}
+
+// freeDisk gives back the disk spool's room of rows written or dropped.
+func (s *Sink) freeDisk(bufs []*dirBuffer) {
+	if s.disk == nil {
+		return
+	}
+	for _, db := range bufs {
+		s.disk.release(db.extents)
+		db.extents = nil
+	}
 }
 
 func (s *Sink) wakeFlusher() {
@@ -386,6 +449,11 @@ func (s *Sink) Close() error {
 	held := s.spooled
 	s.spooled = 0
 	s.mu.Unlock()
+	if s.disk != nil {
+		if err := s.disk.close(); err != nil {
+			s.log.Warn("storage sink: "+err.Error(), "err", err)
+		}
+	}
 	s.spool.give(held)
 	if s.budget != nil {
 		s.budget.release(held)
@@ -426,7 +494,11 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 			}
 		}
 		began := time.Now()
-		if err := s.bucket.Put(ctx, name, db.chunks, false); err != nil {
+		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
+		if db.extents != nil {
+			put = func() error { return s.bucket.PutFrom(ctx, name, s.disk.reader(db.extents), false) }
+		}
+		if err := put(); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("data", time.Since(began))

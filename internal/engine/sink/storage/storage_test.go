@@ -298,19 +298,24 @@ func TestDDLStartsANewTableVersion(t *testing.T) {
 
 func TestBadSinkURIs(t *testing.T) {
 	for uri, mention := range map[string]string{
-		"ftp://x/y":                          "storage sinks take file://",
-		"file://relative/dir":                "absolute path",
-		"file:///tmp/x?protocol=avro":        "unknown protocol",
-		"file:///tmp/x?file-size=10":         "file-size",
-		"file:///tmp/x?flush-interval=1ns":   "flush-interval",
-		"file:///tmp/x?flush-interval=often": "flush-interval",
-		"file:///tmp/x?max-flush-delay=-1s":  "max-flush-delay",
-		"file:///tmp/x?max-flush-delay=soon": "max-flush-delay",
-		"file:///tmp/x?write-timeout=1ms":    "write-timeout",
-		"file:///tmp/x?state-ttl=1ms":        "state-ttl",
-		"s3:///prefix":                       "name the bucket",
-		"gs:///prefix":                       "name the bucket",
-		"azblob:///prefix":                   "name the container",
+		"ftp://x/y":                              "storage sinks take file://",
+		"file://relative/dir":                    "absolute path",
+		"file:///tmp/x?protocol=avro":            "unknown protocol",
+		"file:///tmp/x?file-size=10":             "file-size",
+		"file:///tmp/x?flush-interval=1ns":       "flush-interval",
+		"file:///tmp/x?flush-interval=often":     "flush-interval",
+		"file:///tmp/x?max-flush-delay=-1s":      "max-flush-delay",
+		"file:///tmp/x?max-flush-delay=soon":     "max-flush-delay",
+		"file:///tmp/x?write-timeout=1ms":        "write-timeout",
+		"file:///tmp/x?state-ttl=1ms":            "state-ttl",
+		"file:///tmp/x?spool=tape":               "memory (the default) or disk",
+		"file:///tmp/x?spool=disk&spool-dir=rel": "absolute directory",
+		"file:///tmp/x?spool-dir=/var/spool":     "add spool=disk",
+		"file:///tmp/x?max-active-tables=0":      "max-active-tables",
+		"file:///tmp/x?max-buffered-bytes=10":    "max-buffered-bytes",
+		"s3:///prefix":                           "name the bucket",
+		"gs:///prefix":                           "name the bucket",
+		"azblob:///prefix":                       "name the container",
 	} {
 		if _, err := storage.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
 			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)
