@@ -3,11 +3,9 @@ package storage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +17,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // maxParallelFlushes bounds concurrent writes to the bucket. A flush
@@ -367,48 +364,6 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	return nil
 }
 
-// WriteDDL writes the schema file of the version a DDL creates.
-func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
-	if ddl.Kind != source.KindDDL || ddl.Def == nil {
-		return fmt.Errorf("storage sink: WriteDDL takes a DDL with the table definition it creates")
-	}
-	p, body := schemaFileFor(s.cfg.Schema, &ddl)
-	return s.writeSchema(ctx, p, body)
-}
-
-func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
-	s.mu.Lock()
-	_, known := s.schemas[p]
-	if known {
-		s.schemas[p] = s.now()
-	}
-	s.mu.Unlock()
-	if known {
-		return nil
-	}
-	err := s.bucket.Put(ctx, p, [][]byte{body}, true)
-	if err != nil && !errors.Is(err, bucket.ErrExists) {
-		return fmt.Errorf("write schema file %s: %w", p, err)
-	}
-	s.mu.Lock()
-	s.schemas[p] = s.now()
-	s.mu.Unlock()
-	return nil
-}
-
-// WriteCheckpoint writes the root metadata file with the changefeed's
-// checkpoint: everything up to it is in the bucket.
-func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
-	body, _ := json.Marshal(metadata{CheckpointTs: uint64(ts)})
-	if s.tenure != nil {
-		// A deposed maintainer's late checkpoint would move it back.
-		if err := s.tenure.Hold(ctx); err != nil {
-			return fmt.Errorf("not writing the checkpoint: %w", err)
-		}
-	}
-	return s.bucket.Put(ctx, metadataFile, [][]byte{body}, false)
-}
-
 // Close stops the flusher. Batches not yet flushed are failed: their
 // dispatchers resume from their checkpoints.
 func (s *Sink) Close() error {
@@ -464,80 +419,6 @@ func (s *Sink) Close() error {
 		}
 	}
 	return s.bucket.Close()
-}
-
-// writeFiles writes one data file per directory, then that directory's
-// index naming it. A batch is durable only when both exist.
-func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	for _, db := range bufs {
-		// Every later version is created by a DDL, whose schema file the
-		// barrier writes before any row of that version; the first version
-		// has no DDL, so its rows bring it.
-		if db.first.SchemaVersion == 0 {
-			p, body := schemaFileFor(s.cfg.Schema, &db.first)
-			began := time.Now()
-			if err := s.writeSchema(ctx, p, body); err != nil {
-				return err
-			}
-			s.metrics.WriteDuration("schema", time.Since(began))
-		}
-		idx, err := s.nextIndex(ctx, d, db.dir)
-		if err != nil {
-			return err
-		}
-		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
-		if s.tenure != nil {
-			if err := s.tenure.Hold(ctx); err != nil {
-				return fmt.Errorf("not writing %s: %w", name, err)
-			}
-		}
-		began := time.Now()
-		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
-		if db.extents != nil {
-			put = func() error { return s.bucket.PutFrom(ctx, name, s.disk.reader(db.extents), false) }
-		}
-		if err := put(); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		s.metrics.WriteDuration("data", time.Since(began))
-		base := name[strings.LastIndex(name, "/")+1:]
-		began = time.Now()
-		if err := s.bucket.Put(ctx, indexFile(db.dir, d.id), [][]byte{[]byte(base + "\n")}, false); err != nil {
-			return fmt.Errorf("write the index of %s: %w", name, err)
-		}
-		s.metrics.WriteDuration("index", time.Since(began))
-		s.mu.Lock()
-		d.nextIndex[db.dir] = idx + 1
-		s.mu.Unlock()
-	}
-	return nil
-}
-
-// nextIndex continues a dispatcher's file numbering in a directory, from
-// its index file if this process has not written there yet, so a
-// re-created dispatcher never overwrites a file.
-func (s *Sink) nextIndex(ctx context.Context, d *dispatcherState, dir string) (uint64, error) {
-	s.mu.Lock()
-	n, ok := d.nextIndex[dir]
-	s.mu.Unlock()
-	if ok {
-		return n, nil
-	}
-	body, err := s.bucket.ReadAll(ctx, indexFile(dir, d.id))
-	if gcerrors.Code(err) == gcerrors.NotFound {
-		return 1, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the index of %s: %w", dir, err)
-	}
-	m := dataFileName.FindStringSubmatch(strings.TrimSpace(string(body)))
-	if m == nil {
-		return 0, fmt.Errorf("index file of %s in %s is not a data file name: %q", d.id, dir, body)
-	}
-	last, _ := strconv.ParseUint(m[2], 10, 64)
-	return last + 1, nil
 }
 
 var _ sink.Sink = (*Sink)(nil)
