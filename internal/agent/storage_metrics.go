@@ -16,6 +16,7 @@ type storageMetrics struct {
 	writeDur     map[string]prometheus.Histogram
 	backlog      *prometheus.GaugeVec
 	activeTables prometheus.Gauge
+	spoolDisk    prometheus.Gauge
 }
 
 func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
@@ -33,6 +34,10 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 			Namespace: "cdcctl", Subsystem: "storage", Name: "active_tables",
 			Help: "Table partitions with rows buffered or being written by the storage sinks.",
 		}),
+		spoolDisk: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: "spool_disk_bytes",
+			Help: "Size of the storage sinks' disk spool files (spool=disk): rows waiting for their flush, plus flushed rows a segment file keeps until its last row is flushed.",
+		}),
 	}
 	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced} {
 		sm.flushTasks.WithLabelValues(r)
@@ -40,7 +45,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 	for _, stage := range []string{"spooled", "flushing"} {
 		sm.backlog.WithLabelValues(stage)
 	}
-	reg.MustRegister(sm.flushTasks, sm.backlog, sm.activeTables)
+	reg.MustRegister(sm.flushTasks, sm.backlog, sm.activeTables, sm.spoolDisk)
 	for _, object := range []string{"data", "index", "schema"} {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "cdcctl", Subsystem: "storage", Name: object + "_write_duration_seconds",
@@ -71,5 +76,7 @@ func (sm *storageMetrics) Backlog(spooled, flushing int64) {
 }
 
 func (sm *storageMetrics) ActiveTables(delta int) { sm.activeTables.Add(float64(delta)) }
+
+func (sm *storageMetrics) SpoolDisk(delta int64) { sm.spoolDisk.Add(float64(delta)) }
 
 var _ storage.Metrics = (*storageMetrics)(nil)

@@ -27,6 +27,7 @@ type counts struct {
 	spooled  int64
 	flushing int64
 	active   int
+	disk     int64
 }
 
 func newCounts() *counts { return &counts{reasons: map[string]int{}, writes: map[string]int{}} }
@@ -44,6 +45,7 @@ func (c *counts) Backlog(spooled, flushing int64) {
 	c.mu.Unlock()
 }
 func (c *counts) ActiveTables(d int) { c.mu.Lock(); c.active += d; c.mu.Unlock() }
+func (c *counts) SpoolDisk(d int64)  { c.mu.Lock(); c.disk += d; c.mu.Unlock() }
 
 func (c *counts) reason(r string) int { c.mu.Lock(); defer c.mu.Unlock(); return c.reasons[r] }
 

@@ -37,6 +37,8 @@ type diskSpool struct {
 	open map[*segment]struct{} // segments whose file exists
 	seq  int
 	disk int64 // bytes in segment files that exist
+	// metrics hears of disk's changes.
+	metrics Metrics
 }
 
 // segment is one append-only file of the spool.
@@ -58,7 +60,7 @@ const spoolPrefix = "cdcctl-spool-"
 
 // openDiskSpool makes this sink's directory under dir and removes the
 // spools of sinks that are gone (no process holds their lock).
-func openDiskSpool(dir string, segMax int64) (*diskSpool, error) {
+func openDiskSpool(dir string, segMax int64, m Metrics) (*diskSpool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool-dir %s: %w; create it or point spool-dir at a writable directory", dir, err)
 	}
@@ -75,7 +77,7 @@ func openDiskSpool(dir string, segMax int64) (*diskSpool, error) {
 		_ = os.RemoveAll(own)
 		return nil, fmt.Errorf("spool-dir %s: cannot lock the sink's spool: %w", dir, err)
 	}
-	return &diskSpool{dir: own, lock: lock, segMax: segMax, open: map[*segment]struct{}{}}, nil
+	return &diskSpool{dir: own, lock: lock, segMax: segMax, open: map[*segment]struct{}{}, metrics: m}, nil
 }
 
 // removeDeadSpools removes the spool directories under dir whose lock
@@ -118,7 +120,7 @@ func (p *diskSpool) append(b []byte) (extent, error) {
 	e := extent{seg: s, off: s.size, n: n}
 	s.size += n
 	s.live += n
-	p.disk += n
+	p.grow(n)
 	return e, nil
 }
 
@@ -150,7 +152,7 @@ func (p *diskSpool) sealLocked(s *segment) {
 func (p *diskSpool) removeLocked(s *segment) {
 	_ = os.Remove(s.f.Name())
 	_ = s.f.Close()
-	p.disk -= s.size
+	p.grow(-s.size)
 	s.f = nil
 	delete(p.open, s)
 }
@@ -180,7 +182,7 @@ func (p *diskSpool) release(es []extent) {
 			if e.seg == p.cur {
 				// Nothing lives in the current segment: start it over
 				// rather than grow a file of dead rows.
-				p.disk -= e.seg.size
+				p.grow(-e.seg.size)
 				e.seg.size = 0
 				_ = e.seg.f.Truncate(0)
 			} else if e.seg.sealed {
@@ -188,6 +190,12 @@ func (p *diskSpool) release(es []extent) {
 			}
 		}
 	}
+}
+
+// grow moves the size of the segment files; p.mu is held.
+func (p *diskSpool) grow(n int64) {
+	p.disk += n
+	p.metrics.SpoolDisk(n)
 }
 
 // onDisk is the size of the spool's segment files.
@@ -206,7 +214,8 @@ func (p *diskSpool) close() error {
 		_ = s.f.Close()
 		s.f = nil
 	}
-	p.open, p.cur, p.disk = map[*segment]struct{}{}, nil, 0
+	p.grow(-p.disk)
+	p.open, p.cur = map[*segment]struct{}{}, nil
 	err := os.RemoveAll(p.dir)
 	_ = p.lock.Close()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -39,7 +40,12 @@ func spoolBytes(t *testing.T, dir string) (bytes int64, files int) {
 func TestTheDiskSpoolHoldsRowsOnDiskUntilTheirFlush(t *testing.T) {
 	spoolDir := t.TempDir()
 	uri := "file://" + t.TempDir() + "?spool=disk&spool-dir=" + spoolDir + "&flush-interval=10m&max-flush-delay=0s"
-	s := open(t, uri)
+	m := newCounts()
+	s, err := storage.OpenWith(context.Background(), uri, quiet(), storage.Env{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	g := newGen(t, gen.Config{Tables: 3, Keys: 50, Rate: 600, Seed: 7})
 	upTo := model.TsFromMillis(start + 3000)
 	var a acks
@@ -51,6 +57,10 @@ func TestTheDiskSpoolHoldsRowsOnDiskUntilTheirFlush(t *testing.T) {
 	if held < int64(total)*100 || files == 0 {
 		t.Fatalf("%d rows wait for their flush, and the spool holds %d bytes in %d files; want them on disk", total, held, files)
 	}
+	if m.mu.Lock(); m.disk != held {
+		t.Errorf("the spool's gauge says %d bytes, its files hold %d", m.disk, held)
+	}
+	m.mu.Unlock()
 	if a.ok.Load() != 0 {
 		t.Fatalf("%d batches acked before any flush", a.ok.Load())
 	}
@@ -65,6 +75,10 @@ func TestTheDiskSpoolHoldsRowsOnDiskUntilTheirFlush(t *testing.T) {
 	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
 		t.Fatal(err)
 	}
+	if m.mu.Lock(); m.disk != 0 {
+		t.Errorf("every row flushed, and the spool's gauge says %d bytes", m.disk)
+	}
+	m.mu.Unlock()
 	rep, err := verify.Storage(context.Background(), g, uri, upTo)
 	if err != nil {
 		t.Fatal(err)

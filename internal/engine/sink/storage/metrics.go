@@ -20,6 +20,10 @@ type Metrics interface {
 	// ActiveTables moves the number of table partitions with rows
 	// buffered or being written.
 	ActiveTables(delta int)
+	// SpoolDisk moves the size of the disk spools' segment files (with
+	// spool=disk): the backlog's spooled bytes, plus the flushed rows a
+	// segment keeps until its last row is flushed.
+	SpoolDisk(delta int64)
 }
 
 // Flush reasons.
@@ -38,3 +42,4 @@ func (noMetrics) FlushTask(string)                    {}
 func (noMetrics) WriteDuration(string, time.Duration) {}
 func (noMetrics) Backlog(int64, int64)                {}
 func (noMetrics) ActiveTables(int)                    {}
+func (noMetrics) SpoolDisk(int64)                     {}

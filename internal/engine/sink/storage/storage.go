@@ -144,7 +144,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	}
 	var disk *diskSpool
 	if cfg.Spool == SpoolDisk {
-		disk, err = openDiskSpool(cfg.SpoolDir, max(1<<20, min(64<<20, cfg.SpoolMaxBytes/16)))
+		disk, err = openDiskSpool(cfg.SpoolDir, max(1<<20, min(64<<20, cfg.SpoolMaxBytes/16)), m)
 		if err != nil {
 			bucket.Close()
 			return nil, fmt.Errorf("storage sink: %w", err)
