@@ -35,12 +35,17 @@ func benchRows(b *testing.B, n int) [][]source.Event {
 // BenchmarkStorageSink writes the same rows (canal-json, 8 dispatchers,
 // 4 MiB files) through the storage sink and, as the baseline, encodes
 // them and writes files of the same size straight to the same disk. It
-// reports rows/s of both and their ratio.
+// reports rows/s of both and their ratio, with the rows waiting in
+// memory (the default spool) and on disk (spool=disk).
 //
 //	go test -run '^$' -bench StorageSink -benchtime 3x ./internal/engine/sink/storage
 func BenchmarkStorageSink(b *testing.B) {
-	const rows = 200_000
-	per := benchRows(b, rows)
+	per := benchRows(b, 200_000)
+	b.Run("spool=memory", func(b *testing.B) { storageSinkRun(b, per, "") })
+	b.Run("spool=disk", func(b *testing.B) { storageSinkRun(b, per, "&spool=disk&spool-dir="+b.TempDir()) })
+}
+
+func storageSinkRun(b *testing.B, per [][]source.Event, params string) {
 	total := 0
 	for _, p := range per {
 		total += len(p)
@@ -49,7 +54,7 @@ func BenchmarkStorageSink(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
 		begin := time.Now()
-		s, err := storage.Open(context.Background(), "file://"+dir+"?file-size=4194304&flush-interval=1s", quiet())
+		s, err := storage.Open(context.Background(), "file://"+dir+"?file-size=4194304&flush-interval=1s"+params, quiet())
 		if err != nil {
 			b.Fatal(err)
 		}
