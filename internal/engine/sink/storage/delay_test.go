@@ -211,7 +211,7 @@ func (r *s3Recorder) count(method, suffix string) (n int, paths []string) {
 	return n, paths
 }
 
-func startRecordedS3(t *testing.T) (*s3Recorder, string) {
+func startRecordedS3(t testing.TB) (*s3Recorder, string) {
 	t.Helper()
 	backend := s3mem.New()
 	if err := backend.CreateBucket("cdc"); err != nil {

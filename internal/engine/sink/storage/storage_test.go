@@ -25,7 +25,7 @@ const start = int64(1_800_000_000_000)
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newGen(t *testing.T, cfg gen.Config) *gen.Generator {
+func newGen(t testing.TB, cfg gen.Config) *gen.Generator {
 	t.Helper()
 	cfg.StartMillis = start
 	g, err := gen.New(cfg)
