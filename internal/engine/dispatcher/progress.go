@@ -83,8 +83,9 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 		if e == nil || e.MaintainerRevision == 0 || e.Maintainer.Node == "" {
 			continue // no maintainer yet; the next heartbeat will do
 		}
+		compact, rest := transport.CompactPositions(parts)
 		msg, err := transport.NewMessage(m.self, e.Maintainer.Node, transport.TopicHeartbeat,
-			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: parts, Failed: failed[cf],
+			transport.Heartbeat{Changefeed: cf, MaintainerEpoch: e.Maintainer.Epoch, Partitions: rest, Compact: compact, Failed: failed[cf],
 				Recover: recover[cf], Restarts: restarts[cf]})
 		if err != nil {
 			m.log.Error("cannot encode a heartbeat", "changefeed", cf, "err", err)

@@ -52,6 +52,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	if e == nil || e.Maintainer.Node != h.self || e.Maintainer.Epoch != hb.MaintainerEpoch {
 		return
 	}
+	positions, err := hb.Positions()
+	if err != nil {
+		h.log.Warn("maintainer: dropped a heartbeat whose positions do not decode", "from", m.From, "err", err)
+		return
+	}
 	wake := false
 	h.mu.Lock()
 	rep := h.heard[hb.Changefeed]
@@ -61,7 +66,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		h.heard[hb.Changefeed] = rep
 	}
 	ahead := model.TsFromTime(time.Now().Add(MaxAhead))
-	for _, pp := range hb.Partitions {
+	for _, pp := range positions {
 		r, ok := st.Partitions[hb.Changefeed][pp.ID]
 		if !ok || r.Route.Epoch != pp.Epoch || r.Route.Node != m.From {
 			continue

@@ -22,8 +22,10 @@ type Heartbeat struct {
 	// of another epoch drops the heartbeat.
 	MaintainerEpoch uint64 `json:"maintainer_epoch"`
 	// Partitions: each one's position under the routing-table epoch it
-	// runs as; a report of an older epoch is dropped.
+	// runs as; a report of an older epoch is dropped. The plain ones ride
+	// in Compact instead (compact.go); Positions gives both.
 	Partitions []PartitionProgress `json:"partitions"`
+	Compact    string              `json:"compact,omitempty"`
 	// Failed: partitions placed on the sender that it could not start
 	// (seed 003's failed PreparePartition); after MaxStartFailures the
 	// maintainer gives the partition back to where it came from.
