@@ -208,10 +208,10 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	tc := newTestCluster(t)
 	rn := tc.start("capture-1")
 	tc.waitLeader()
-	for path, want := range map[string]string{
-		"/healthz": "ok",
-		"/readyz":  `"ready":true`,
-		"/metrics": "cdcctl_election_is_coordinator 1",
+	for path, wants := range map[string][]string{
+		"/healthz": {"ok"},
+		"/readyz":  {`"ready":true`},
+		"/metrics": {"cdcctl_election_is_coordinator 1", `cdcctl_build_info{goversion="go1.`},
 	} {
 		resp, err := http.Get("http://" + rn.addr + path)
 		if err != nil {
@@ -219,8 +219,10 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 		}
 		var b strings.Builder
 		_, _ = ioCopy(&b, resp)
-		if resp.StatusCode != 200 || !strings.Contains(b.String(), want) {
-			t.Errorf("GET %s: %d, body lacks %q:\n%s", path, resp.StatusCode, want, b.String())
+		for _, want := range wants {
+			if resp.StatusCode != 200 || !strings.Contains(b.String(), want) {
+				t.Errorf("GET %s: %d, body lacks %q:\n%s", path, resp.StatusCode, want, b.String())
+			}
 		}
 	}
 }

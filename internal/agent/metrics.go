@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +14,15 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/version"
 )
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
 
 // metrics are the node's own series. They live in a registry the node owns,
 // so two nodes in one test process never share a global.
@@ -88,6 +97,14 @@ func (m *metrics) newRecoveryMetrics() {
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Which build answers: dashboards join on it to tell a rolling
+	// upgrade's old and new agents apart.
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Name: "build_info",
+		Help: "Always 1; its labels are the agent's version, source revision and Go version.",
+	}, []string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(version.Version, orUnknown(version.Commit), runtime.Version()).Set(1)
+	reg.MustRegister(buildInfo)
 	m := &metrics{
 		reg: reg,
 		isCoordinator: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -121,7 +138,7 @@ func newMetrics() *metrics {
 	}, []string{"changefeed"})
 	m.checkpointTs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_ts",
-		Help: "Each changefeed's checkpoint (TSO: physical ms << 18).",
+		Help: "Each changefeed's checkpoint as Unix milliseconds (TiCDC's convention: a float64 cannot hold the TSO itself exactly).",
 	}, []string{"changefeed"})
 	m.dispatchers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "running",

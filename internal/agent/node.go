@@ -506,7 +506,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			n.metrics.checkpointTs.Reset()
 			for _, id := range st.ChangefeedIDs() {
 				cp := st.Changefeeds[id].Status.CheckpointTs
-				n.metrics.checkpointTs.WithLabelValues(string(id)).Set(float64(cp))
+				n.metrics.checkpointTs.WithLabelValues(string(id)).Set(float64(cp.Time().UnixMilli()))
 				n.metrics.checkpointLag.WithLabelValues(string(id)).Set(time.Since(cp.Time()).Seconds())
 			}
 			n.metrics.dispatchers.Reset()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -224,6 +225,12 @@ func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	// The checkpoint as Unix milliseconds: a float64 holds it exactly, and
+	// it is within a minute of now (a TSO, ms << 18, would be 2^18 times
+	// that).
+	if ms := metricValue(body, `cdcctl_changefeed_checkpoint_ts{changefeed="demo"}`); math.Abs(ms-float64(time.Now().UnixMilli())) > 60_000 {
+		t.Errorf("cdcctl_changefeed_checkpoint_ts is %.0f; want the checkpoint in Unix ms, near %d", ms, time.Now().UnixMilli())
 	}
 	victim := tc.followerOf(leader.Node)
 	tc.crash(victim)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,13 +34,21 @@ func newCaptureListCommand(o *options) *cobra.Command {
 			}
 			now := o.now()
 			return o.render(list, func(tw tableWriter) {
-				fmt.Fprintln(tw, "ID\tADDRESS\tLIVENESS\tCOORDINATOR\tPID\tUPTIME\tVERSION")
+				if tw.wide {
+					tw.header("ID\tADDRESS\tLIVENESS\tCOORDINATOR\tPID\tUPTIME\tVERSION\tSTARTED")
+				} else {
+					tw.header("ID\tADDRESS\tLIVENESS\tCOORDINATOR\tPID\tUPTIME\tVERSION")
+				}
 				for _, cp := range list.Captures {
 					mark := ""
 					if cp.Coordinator {
 						mark = "*"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", cp.ID, cp.Address, cp.Liveness, mark, cp.PID, age(now, cp.StartedAt), cp.AgentVersion)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s", cp.ID, cp.Address, cp.Liveness, mark, cp.PID, age(now, cp.StartedAt), cp.AgentVersion)
+					if tw.wide {
+						fmt.Fprintf(tw, "\t%s", cp.StartedAt.UTC().Format(time.RFC3339))
+					}
+					fmt.Fprintln(tw)
 				}
 			})
 		},

@@ -22,10 +22,18 @@ func newChangefeedCommand(o *options) *cobra.Command {
 }
 
 func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
-	fmt.Fprintln(tw, "ID\tSTATE\tCHECKPOINT\tLAG\tMAINTAINER\tPARTITIONS\tSINK")
+	if tw.wide {
+		tw.header("ID\tSTATE\tCHECKPOINT\tLAG\tMAINTAINER\tPARTITIONS\tSINK\tSOURCE\tPER TABLE\tCREATED\tBY")
+	} else {
+		tw.header("ID\tSTATE\tCHECKPOINT\tLAG\tMAINTAINER\tPARTITIONS\tSINK")
+	}
 	for _, cf := range cfs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", cf.ID, cf.State, model.Ts(cf.CheckpointTs).Time().Format("15:04:05.000"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s", cf.ID, cf.State, model.Ts(cf.CheckpointTs).Time().Format("15:04:05.000"),
 			(time.Duration(cf.CheckpointLagMs) * time.Millisecond).Round(time.Millisecond), cf.Maintainer, cf.Partitions, cf.Sink)
+		if tw.wide {
+			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s", cf.Source, cf.PartitionsPerTable, cf.CreatedAt.UTC().Format(time.RFC3339), orDash(cf.CreatedBy))
+		}
+		fmt.Fprintln(tw)
 	}
 	// Why a changefeed is failed or held back, and what to do, under the
 	// table: one line each.
@@ -102,6 +110,14 @@ func withSnapshot(source, mode string) (string, error) {
 func orNone(s string) string {
 	if s == "" {
 		return "(not placed yet)"
+	}
+	return s
+}
+
+// orDash is s, or "-" for an empty table cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
 	return s
 }

@@ -65,7 +65,7 @@ func (s liveSource) Request(ctx context.Context, req exec.Request) error {
 // timestamped lines or NDJSON elsewhere. Exit codes as watchPlan's; q in
 // the live view detaches with 0 and leaves the plan running.
 func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration) (*exec.Record, error) {
-	if o.output() != formatTable || !isTerminal(o.out) || !isTerminal(o.in) {
+	if o.output() != formatTable && o.output() != formatWide || !isTerminal(o.out) || !isTerminal(o.in) {
 		return watchPlan(ctx, o, c, id, timeout)
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)

@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 
+	"github.com/cdcctl/cdcctl/internal/model"
+
 	"github.com/spf13/cobra"
 )
 
@@ -21,13 +23,25 @@ func newPartitionCommand(o *options) *cobra.Command {
 				return err
 			}
 			return o.render(ps, func(tw tableWriter) {
-				fmt.Fprintln(tw, "ID\tCHANGEFEED\tTABLE\tSTART\tEND\tNODE\tSTATUS\tEPOCH")
+				if tw.wide {
+					tw.header("ID\tCHANGEFEED\tTABLE\tSTART\tEND\tNODE\tSTATUS\tEPOCH\tCHECKPOINT\tTARGET\tPINNED\tSNAPSHOT")
+				} else {
+					tw.header("ID\tCHANGEFEED\tTABLE\tSTART\tEND\tNODE\tSTATUS\tEPOCH")
+				}
 				for _, p := range ps.Partitions {
 					end := p.End
 					if end == "" {
 						end = "∞"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%q\t%s\t%s\t%s\t%d\n", p.ID, p.Changefeed, p.Table, p.Start, end, orNone(p.Node), p.Status, p.Epoch)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%q\t%s\t%s\t%s\t%d", p.ID, p.Changefeed, p.Table, p.Start, end, orNone(p.Node), p.Status, p.Epoch)
+					if tw.wide {
+						cp := "-"
+						if p.CheckpointTs != 0 {
+							cp = model.Ts(p.CheckpointTs).Time().Format("15:04:05.000")
+						}
+						fmt.Fprintf(tw, "\t%s\t%s\t%t\t%s", cp, orDash(p.Target), p.Pinned, orDash(p.Snapshot))
+					}
+					fmt.Fprintln(tw)
 				}
 			})
 		},

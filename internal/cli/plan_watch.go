@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -63,6 +64,10 @@ func printEvent(w io.Writer, format string, ev exec.Event) {
 		fmt.Fprintln(w, string(b))
 		return
 	}
+	if tmpl, ok := strings.CutPrefix(format, formatJSONPath); ok {
+		_ = writeJSONPath(w, tmpl, ev) // the template was checked before the watch
+		return
+	}
 	at := ev.Time.Local().Format("15:04:05")
 	progress := ""
 	if ev.Progress != nil {
@@ -94,14 +99,22 @@ func newPlanListCommand(o *options) *cobra.Command {
 				return err
 			}
 			return o.render(l, func(tw tableWriter) {
-				fmt.Fprintln(tw, "ID\tKIND\tTARGET\tSTATE\tSTEPS DONE\tSUBMITTED\tBY")
+				if tw.wide {
+					tw.header("ID\tKIND\tTARGET\tSTATE\tSTEPS DONE\tSUBMITTED\tBY\tFAILED\tMESSAGE")
+				} else {
+					tw.header("ID\tKIND\tTARGET\tSTATE\tSTEPS DONE\tSUBMITTED\tBY")
+				}
 				for _, p := range l.Plans {
 					total := 0
 					for _, n := range p.Steps {
 						total += n
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", p.ID, p.Kind, p.Target, p.State,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s", p.ID, p.Kind, p.Target, p.State,
 						p.Steps[exec.StepDone]+p.Steps[exec.StepSkipped], total, p.SubmittedAt, p.SubmittedBy)
+					if tw.wide {
+						fmt.Fprintf(tw, "\t%d\t%s", p.Steps[exec.StepFailed], orDash(p.Message))
+					}
+					fmt.Fprintln(tw)
 				}
 			})
 		},

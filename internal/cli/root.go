@@ -125,7 +125,7 @@ func (o *options) token() (string, error) {
 }
 
 func (o *options) render(v any, table func(tw tableWriter)) error {
-	return render(o.out, o.output(), v, table)
+	return render(o.out, o.output(), o.v.GetBool("no-headers"), v, table)
 }
 
 // printError writes the error for a human, or as JSON on stderr with -o
@@ -181,7 +181,10 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.loadConfig(cmd.Root().PersistentFlags()); err != nil {
-				return usageErr(err)
+				var ce contextError
+				if !errors.As(err, &ce) || cmd.Parent() == nil || cmd.Parent().Name() != "config" {
+					return usageErr(err)
+				}
 			}
 			return usageErrOrNil(validFormat(o.output()))
 		},
@@ -189,18 +192,20 @@ CDCCTL_OUTPUT), then the config file (--config, default
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	pf := root.PersistentFlags()
 	pf.String("server", DefaultServers, "agent API addresses, comma-separated; cdcctl fails over between them")
-	pf.StringP("output", "o", formatTable, "output format: table, json or yaml")
+	pf.StringP("output", "o", formatTable, "output format: table, wide (more columns), json, yaml or jsonpath=TEMPLATE (kubectl's templates over the JSON form)")
+	pf.Bool("no-headers", false, "leave out the header line of lists (table and wide)")
 	pf.String("config", "", "config file (default ~/.config/cdcctl/config.yaml if it exists)")
+	pf.String("context", "", "the config file's context (named cluster) to use instead of its current-context")
 	pf.Duration("request-timeout", 30*time.Second, "timeout of one API request")
 	pf.String("token-file", "", "file holding the bearer token for agents that check tokens (or CDCCTL_TOKEN)")
 	pf.String("ca-file", "", "CA certificates (PEM) to trust for https:// agent addresses (or CDCCTL_CA_FILE)")
-	for _, name := range []string{"server", "output", "config", "request-timeout", "token-file", "ca-file"} {
+	for _, name := range []string{"server", "output", "no-headers", "config", "context", "request-timeout", "token-file", "ca-file"} {
 		_ = o.v.BindPFlag(name, pf.Lookup(name))
 	}
 	o.v.SetEnvPrefix("CDCCTL")
 	o.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	o.v.AutomaticEnv()
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatWide, formatJSON, formatYAML, formatJSONPath}, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
 
 	root.AddCommand(
 		newVersionCommand(o),
@@ -213,7 +218,11 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newDrainCommand(o),
 		newPlanCommand(o),
 		newPlaygroundCommand(o),
+		newConfigCommand(o),
 	)
+	_ = root.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return o.contextNames(), cobra.ShellCompDirectiveNoFileComp
+	})
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
 	return root
@@ -254,20 +263,20 @@ func (o *options) loadConfig(keys *pflag.FlagSet) error {
 	if path == "" {
 		dir, err := os.UserConfigDir()
 		if err != nil {
-			return nil
+			return o.applyContext("")
 		}
 		def := filepath.Join(dir, "cdcctl", "config.yaml")
 		if _, err := os.Stat(def); err != nil {
-			return nil
+			return o.applyContext("")
 		}
 		path = def
 	}
-	if err := configfile.Check(path, keys); err != nil {
+	if err := configfile.CheckSections(path, configExtraKeys, configSections, keys); err != nil {
 		return fmt.Errorf("read config file %s: %w", path, err)
 	}
 	o.v.SetConfigFile(path)
 	if err := o.v.ReadInConfig(); err != nil {
 		return fmt.Errorf("read config file %s: %w", path, err)
 	}
-	return nil
+	return o.applyContext(path)
 }
