@@ -54,6 +54,7 @@ type metrics struct {
 	restarts         *prometheus.CounterVec
 	// Seed 004's storage sink series.
 	storage *storageMetrics
+	plans   *planMetrics
 	// fullReads counts API reads that could not wait for the view.
 	fullReads prometheus.Counter
 }
@@ -183,6 +184,7 @@ func newMetrics() *metrics {
 		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
+	m.plans = newPlanMetrics(m.reg)
 	m.fullReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "cdcctl", Subsystem: "api", Name: "full_reads_total",
 		Help: "API reads served by reading the whole cluster state from etcd because this capture's watched view did not catch up in time (normally 0).",

@@ -465,8 +465,10 @@ func (n *Node) stopGracefully(member *cluster.Member, runner *election.Runner) {
 func (n *Node) lead(coord *coordinator.Coordinator) election.LeadFunc {
 	return func(ctx context.Context, term election.Term) {
 		n.metrics.isCoordinator.Set(1)
+		n.metrics.plans.leading.Store(true)
 		n.metrics.termsWon.Inc()
 		defer n.metrics.isCoordinator.Set(0)
+		defer n.metrics.plans.leading.Store(false)
 		coord.Lead(ctx, term)
 	}
 }
@@ -514,6 +516,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 				n.metrics.dispatchers.WithLabelValues(string(id)).Set(float64(count))
 			}
 			lastDrain = n.drainMetrics(st, lastDrain)
+			n.metrics.plans.update(st)
 		default:
 		}
 		// Counting a drain's progress reads every partition: at 20,000
