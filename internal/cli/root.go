@@ -224,6 +224,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		return o.contextNames(), cobra.ShellCompDirectiveNoFileComp
 	})
 	root.InitDefaultCompletionCmd()
+	completeArgsAndFlags(o, root)
 	refuseUnknownSubcommands(root)
 	return root
 }

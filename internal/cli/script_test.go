@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,12 +77,21 @@ func setupRunbook(env *testscript.Env) error {
 
 // freePortRange finds n consecutive free loopback ports.
 func freePortRange(n int) (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for attempt := 0; attempt < 100; attempt++ {
 		// Below the kernel's ephemeral range (32768 and up): a port the
 		// OS hands out meanwhile (a kfake broker, a client connection) can
 		// never land on a port this script counts on.
 		base := 20000 + rand.IntN(12000)
+		// Nor on another script's: they start at once, and each range is
+		// only checked free, not held, until its agents bind it.
 		ok := true
+		for b, m := range portsGiven {
+			if base < b+m && b < base+n {
+				ok = false
+			}
+		}
 		for i := 0; i < n && ok; i++ {
 			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
 			if err != nil {
@@ -91,11 +101,19 @@ func freePortRange(n int) (int, error) {
 			l.Close()
 		}
 		if ok {
+			portsGiven[base] = n
 			return base, nil
 		}
 	}
 	return 0, errors.New("no free port range found")
 }
+
+// portsGiven are the port ranges handed to this process's scripts, by
+// base.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]int{}
+)
 
 // kafka start | fail CODE | heal runs a three-broker Kafka cluster in
 // this process (kfake, topic "demo", 6 partitions) for the script, and

@@ -191,6 +191,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		children = append(children, c)
+		if i == 1 && cfg.Nodes > 1 {
+			// capture-1 first, alone, so that it is the coordinator: the
+			// README's examples (drain capture-3, kill the coordinator)
+			// then work as written on every start.
+			if err := waitReady(ctx, children, 60*time.Second, sec); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
 	}
 	if err := waitReady(ctx, children, 60*time.Second, sec); err != nil {
 		if ctx.Err() != nil {
@@ -250,7 +261,9 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // The demo changefeed: 8 tables of 1,000 keys, 1,000 changes a second, a
-// DDL every 30s, into files under the playground's directory.
+// DDL every 30s, into files under the playground's directory. Two
+// partitions per table (16 in all): p7 is t0004 ["", "naaa"), so the
+// README's `cdcctl partition split p7 --key m` cuts it as written.
 const demoSource = "gen://?tables=8&keys=1000&rate=1000&ddl_every=30s"
 
 func createDemo(ctx context.Context, servers []string, dir string, sec *secure) (string, error) {
@@ -262,7 +275,7 @@ func createDemo(ctx context.Context, servers []string, dir string, sec *secure) 
 	if _, err := client.Changefeed(ctx, "demo"); err == nil {
 		return sink, nil // kept from an earlier run in the same directory
 	}
-	_, err = client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: demoSource, Sink: sink, PartitionsPerTable: 4})
+	_, err = client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: demoSource, Sink: sink, PartitionsPerTable: 2})
 	if err != nil {
 		return "", fmt.Errorf("create the demo changefeed: %w", err)
 	}
@@ -475,11 +488,14 @@ func printBanner(w io.Writer, st State) {
 		fmt.Fprintln(w, "  cdcctl changefeed get demo-pg    # PostgreSQL ("+st.Postgres+") into "+strings.TrimPrefix(strings.Split(st.DemoPG, "?")[0], "file://"))
 		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-pg  # the tables rebuilt from the sink equal PostgreSQL's")
 	}
-	fmt.Fprintln(w, "  cdcctl coordinator resign")
-	// Which capture leads is not known here (and resign moves it): the
-	// operator picks the coordinator's pid from capture list.
-	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1: its partitions move after the session TTL;\n", st.Captures[0].PID)
-	fmt.Fprintln(w, "                   # kill the coordinator's PID (capture list, marked *) and another capture takes over")
+	if len(st.Captures) > 2 {
+		fmt.Fprintf(w, "  cdcctl drain %s --batch 2 --watch  # move everything off it, then it is Stopping\n", st.Captures[2].ID)
+	}
+	fmt.Fprintln(w, "  cdcctl coordinator resign        # capture-1 leads at start; this hands the role over")
+	// Who leads after a resign is for capture list to say: the operator
+	// picks the coordinator's pid there (marked *).
+	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1 (the coordinator unless resigned): another capture takes over,\n", st.Captures[0].PID)
+	fmt.Fprintln(w, "                   # and its partitions move after the session TTL; after a resign, kill the PID capture list marks *")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")
 }
