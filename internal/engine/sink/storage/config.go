@@ -75,9 +75,25 @@ type Config struct {
 	// one tick would start, bounded when very many tables change at once.
 	MaxActiveTables  int
 	MaxBufferedBytes int64
+	// DateSeparator adds a date directory under each table version, as
+	// TiCDC's date-separator does: DateNone (the default), DateYear
+	// (2026), DateMonth (2026-11) or DateDay (2026-11-25), the UTC date
+	// the rows reached the sink.
+	DateSeparator string
 	// Schema is the database name directories start with.
 	Schema string
 }
+
+// Date separators.
+const (
+	DateNone  = "none"
+	DateYear  = "year"
+	DateMonth = "month"
+	DateDay   = "day"
+)
+
+// dateLayouts are the date directories' forms, by separator.
+var dateLayouts = map[string]string{DateYear: "2006", DateMonth: "2006-01", DateDay: "2006-01-02"}
 
 // Spool kinds.
 const (
@@ -90,7 +106,7 @@ const (
 const diskSpoolDefault = 1 << 30
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, MaxActiveTables: 10000, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, DateSeparator: DateNone, MaxActiveTables: 10000, Schema: "gen"}
 
 // fileTarget is the buffered size at which a partition's rows are
 // written as a file: file-size, or a quarter of the spool if smaller.
@@ -181,6 +197,11 @@ func ParseURI(raw string) (Config, error) {
 			c.SpoolDir = v
 			if !filepath.IsAbs(v) {
 				perr = fmt.Errorf("must be an absolute directory on the capture's machine")
+			}
+		case "date-separator":
+			c.DateSeparator = v
+			if _, ok := dateLayouts[v]; !ok && v != DateNone {
+				perr = fmt.Errorf("use none (the default), year, month or day")
 			}
 		case "schema":
 			c.Schema = v

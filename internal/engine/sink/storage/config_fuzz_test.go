@@ -10,6 +10,7 @@ func FuzzParseURI(f *testing.F) {
 		"s3://bucket/prefix?region=us-east-1&max-flush-delay=0s&state-ttl=1h",
 		"file:///d?spool-max-bytes=67108864&write-timeout=1m&schema=gen",
 		"file:///d?spool=disk&spool-dir=/var/spool/cdc&max-active-tables=5000&max-buffered-bytes=1048576",
+		"file:///d?date-separator=day", "gs://b/p?date-separator=month",
 		"mem://", "file:///d?file-size=-1", "gs://b?flush-interval=soon", "file:///d?%zz",
 	} {
 		f.Add(s)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	objects "github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
@@ -31,6 +32,7 @@ type streamKey struct {
 
 type dataFileRef struct {
 	path  string
+	date  string // the date directory (date-separator), "" without
 	index uint64
 }
 
@@ -39,10 +41,16 @@ type dataFileRef struct {
 func listDataFiles(ctx context.Context, bucket *objects.Bucket, prefix string) (map[streamKey][]dataFileRef, error) {
 	files := map[streamKey][]dataFileRef{}
 	err := eachObject(ctx, bucket, prefix, func(key string, parts []string) error {
-		if len(parts) != 4 {
-			return nil // schema files, index files, the metadata file
+		// <db>/<table>/<version>/[<date>/]CDC_<dispatcher>_<index>.<ext>;
+		// schema files, index files and the metadata file are not.
+		date := ""
+		switch {
+		case len(parts) == 5 && isDateDir(parts[3]):
+			date = parts[3]
+		case len(parts) != 4:
+			return nil
 		}
-		m := dataFileName.FindStringSubmatch(parts[3])
+		m := dataFileName.FindStringSubmatch(parts[len(parts)-1])
 		if m == nil {
 			return nil
 		}
@@ -52,14 +60,21 @@ func listDataFiles(ctx context.Context, bucket *objects.Bucket, prefix string) (
 		}
 		idx, _ := strconv.ParseUint(m[2], 10, 64)
 		k := streamKey{database: parts[0], table: parts[1], version: version, dispatcher: m[1]}
-		files[k] = append(files[k], dataFileRef{path: key, index: idx})
+		files[k] = append(files[k], dataFileRef{path: key, date: date, index: idx})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	for _, fs := range files {
-		sort.Slice(fs, func(i, j int) bool { return fs[i].index < fs[j].index })
+		// Dates sort as they come (2026 < 2026-11 < 2026-11-25), and a
+		// date directory numbers its files from 1 again.
+		sort.Slice(fs, func(i, j int) bool {
+			if fs[i].date != fs[j].date {
+				return fs[i].date < fs[j].date
+			}
+			return fs[i].index < fs[j].index
+		})
 	}
 	return files, nil
 }
@@ -209,4 +224,17 @@ func eachObject(ctx context.Context, b *objects.Bucket, prefix string, fn func(k
 		return fmt.Errorf("list the sink's files: %w", err)
 	}
 	return err
+}
+
+// isDateDir says whether a path element is a date directory: 2026,
+// 2026-11 or 2026-11-25.
+func isDateDir(s string) bool {
+	for _, layout := range dateLayouts {
+		if len(s) == len(layout) {
+			if _, err := time.Parse(layout, s); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

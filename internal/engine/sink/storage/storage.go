@@ -116,6 +116,9 @@ type Env struct {
 	Budget *Budget
 	// Tenure, if set, is asked before every data file.
 	Tenure sink.Tenure
+	// Now is the sink's clock (flush ages, date directories); nil:
+	// time.Now.
+	Now func() time.Time
 }
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
@@ -142,6 +145,9 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	if m == nil {
 		m = noMetrics{}
 	}
+	if env.Now == nil {
+		env.Now = time.Now
+	}
 	var disk *diskSpool
 	if cfg.Spool == SpoolDisk {
 		disk, err = openDiskSpool(cfg.SpoolDir, max(1<<20, min(64<<20, cfg.SpoolMaxBytes/16)), m)
@@ -155,7 +161,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
 		disk: disk,
-		cfg:  cfg, bucket: bucket, log: log, now: time.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
+		cfg:  cfg, bucket: bucket, log: log, now: env.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -197,6 +203,10 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	enc := map[string]*dirBuffer{}
 	var order []*dirBuffer
+	date := ""
+	if layout, ok := dateLayouts[s.cfg.DateSeparator]; ok {
+		date = s.now().UTC().Format(layout)
+	}
 	var size int64
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -204,6 +214,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 			return fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
 		}
 		dir := dirOf(s.cfg.Schema, e)
+		if date != "" {
+			dir += "/" + date
+		}
 		db := enc[dir]
 		if db == nil {
 			db = &dirBuffer{dir: dir, first: *e}
