@@ -3,9 +3,11 @@
 // consumers can read it:
 //
 //	<schema>/<table>/meta/schema_<table-version>_<checksum>.json
-//	<schema>/<table>/<table-version>/CDC_<dispatcher>_<index>.<ext>
-//	<schema>/<table>/<table-version>/meta/CDC_<dispatcher>.index
+//	<schema>/<table>/<table-version>/[<date>/]CDC_<dispatcher>_<index>.<ext>
+//	<schema>/<table>/<table-version>/[<date>/]meta/CDC_<dispatcher>.index
 //	metadata                                  {"checkpoint-ts": N}
+//
+// (<date> with date-separator: 2026, 2026-11 or 2026-11-25.)
 //
 // Data and index files carry the dispatcher id (TiCDC's layout for tables
 // split across nodes), so dispatchers never write the same file. It keeps
