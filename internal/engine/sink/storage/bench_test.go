@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -60,14 +61,7 @@ func storageSinkRun(b *testing.B, per [][]source.Event, params string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for d, evs := range per {
-			id := fmt.Sprintf("d%d", d)
-			for off := 0; off < len(evs); off += 256 {
-				if err := s.Write(context.Background(), &sink.Batch{Dispatcher: id, Events: evs[off:min(off+256, len(evs))]}); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
+		writeAll(b, s, per)
 		for d := range per {
 			if err := s.Flush(context.Background(), fmt.Sprintf("d%d", d)); err != nil {
 				b.Fatal(err)
@@ -126,4 +120,24 @@ func storageSinkRun(b *testing.B, per [][]source.Event, params string) {
 	b.ReportMetric(sinkRate, "sink-rows/s")
 	b.ReportMetric(rawRate, "raw-rows/s")
 	b.ReportMetric(sinkRate/rawRate, "sink/raw")
+}
+
+// writeAll writes each dispatcher's rows (d0, d1, ...) in batches of 256.
+func writeAll(b *testing.B, s *storage.Sink, per [][]source.Event) {
+	for d, evs := range per {
+		id := fmt.Sprintf("d%d", d)
+		for off := 0; off < len(evs); off += 256 {
+			if err := s.Write(context.Background(), &sink.Batch{Dispatcher: id, Events: evs[off:min(off+256, len(evs))]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// envInt is a positive integer from the environment, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
@@ -61,14 +60,7 @@ func spoolRun(b *testing.B, per [][]source.Event, uri string) (time.Duration, ui
 	if err != nil {
 		b.Fatal(err)
 	}
-	for d, evs := range per {
-		id := fmt.Sprintf("d%d", d)
-		for off := 0; off < len(evs); off += 256 {
-			if err := s.Write(context.Background(), &sink.Batch{Dispatcher: id, Events: evs[off:min(off+256, len(evs))]}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	writeAll(b, s, per)
 	paused := time.Now()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)

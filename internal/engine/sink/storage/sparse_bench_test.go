@@ -35,13 +35,7 @@ import (
 //
 //	go test -run '^$' -bench SparseTables -benchtime 1x ./internal/engine/sink/storage
 func BenchmarkSparseTables(b *testing.B) {
-	tables, rate := 100_000, 5000
-	if v, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_TABLES")); err == nil && v > 0 {
-		tables = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_RATE")); err == nil && v > 0 {
-		rate = v
-	}
+	tables, rate := envInt("CDCCTL_BENCH_TABLES", 100_000), envInt("CDCCTL_BENCH_RATE", 5000)
 	g, err := gen.New(gen.Config{Tables: tables, Keys: 1, Rate: float64(tables), Seed: 1, StartMillis: start})
 	if err != nil {
 		b.Fatal(err)

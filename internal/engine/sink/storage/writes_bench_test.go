@@ -3,9 +3,7 @@ package storage_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,13 +29,7 @@ import (
 //
 //	go test -run '^$' -bench ObjectWrites -benchtime 1x ./internal/engine/sink/storage
 func BenchmarkObjectWrites(b *testing.B) {
-	tables, perTable := 200, 10
-	if v, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_TABLES")); err == nil && v > 0 {
-		tables = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_TABLE_RATE")); err == nil && v > 0 {
-		perTable = v
-	}
+	tables, perTable := envInt("CDCCTL_BENCH_TABLES", 200), envInt("CDCCTL_BENCH_TABLE_RATE", 10)
 	const seconds = 10
 	g := newGen(b, gen.Config{Tables: tables, Keys: 50, Rate: float64(tables * perTable), Seed: 3})
 	rows := make([][]source.Event, tables)
