@@ -49,11 +49,11 @@ func (n *Node) handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	// Before the mux, which would redirect an unclean path with a bare 301.
-	clean := api.CanonicalPaths(mux)
+	clean := api.CanonicalPaths(api.RecordRoute(mux))
 	if n.tokens != nil {
 		clean = api.Authenticate(n.tokens, n.cfg.MetricsNeedToken, clean)
 	}
-	clean = api.HeaderLimit(clean)
+	clean = n.metrics.http.observe(api.HeaderLimit(clean))
 	if n.grpc == nil {
 		return clean
 	}

@@ -225,4 +225,24 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 			}
 		}
 	}
+	// Requests are counted by route, never by path: an id is not a label.
+	for _, path := range []string{"/api/v2/captures/capture-1", "/api/v2/captures/capture-9", "/nope"} {
+		if resp, err := http.Get("http://" + rn.addr + path); err == nil {
+			resp.Body.Close()
+		}
+	}
+	body := tc.get(rn.addr, "/metrics")
+	for _, want := range []string{
+		`cdcctl_http_requests_total{code="200",method="GET",route="GET /api/v2/captures/{id}"} 1`,
+		`cdcctl_http_requests_total{code="404",method="GET",route="GET /api/v2/captures/{id}"} 1`,
+		`cdcctl_http_requests_total{code="200",method="GET",route="GET /healthz"} 1`,
+		`cdcctl_http_requests_total{code="404",method="GET",route="other"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `route="GET /api/v2/captures/capture-1"`) || strings.Contains(body, "capture-9") {
+		t.Errorf("a request's path became a label value")
+	}
 }

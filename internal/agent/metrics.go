@@ -55,6 +55,9 @@ type metrics struct {
 	// Seed 004's storage sink series.
 	storage *storageMetrics
 	plans   *planMetrics
+	http    *httpMetrics
+	// transport: only with the gRPC transport (not the tests' hub).
+	transport *transportMetrics
 	// fullReads counts API reads that could not wait for the view.
 	fullReads prometheus.Counter
 }
@@ -185,6 +188,8 @@ func newMetrics() *metrics {
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
 	m.plans = newPlanMetrics(m.reg)
+	m.http = newHTTPMetrics(m.reg)
+	m.transport = newTransportMetrics(m.reg)
 	m.fullReads = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "cdcctl", Subsystem: "api", Name: "full_reads_total",
 		Help: "API reads served by reading the whole cluster state from etcd because this capture's watched view did not catch up in time (normally 0).",

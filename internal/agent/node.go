@@ -147,6 +147,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	}
 	if n.hub == nil {
 		n.grpc = transport.NewGRPC(n.ID(), n.resolve)
+		n.grpc.Observe(n.metrics.transport)
 		if clientTLS != nil {
 			n.grpc.UseTLS(clientTLS)
 		}

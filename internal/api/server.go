@@ -137,7 +137,7 @@ func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption)
 		}
 		writeError(w, Errorf(CodeNotFound, "see docs/api.md for the endpoints", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return RecordRoute(mux)
 }
 
 // tooLarge is the error of a request body over maxBody.

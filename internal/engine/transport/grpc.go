@@ -101,8 +101,34 @@ type GRPC struct {
 	// then counts as from the node its client certificate names.
 	tls *tls.Config
 
+	// observer hears of every message sent and received; nil: nobody.
+	observer Observer
+
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
+}
+
+// Observer hears of the messages a node's transport sends (Send and
+// Call) and receives (delivered or answered), with their topic, body
+// size and outcome. Its methods must be cheap and must not block.
+type Observer interface {
+	Sent(topic string, bytes int, err error)
+	Received(topic string, bytes int, err error)
+}
+
+// Observe sets the observer; call it before the first message.
+func (g *GRPC) Observe(o Observer) { g.observer = o }
+
+func (g *GRPC) sent(m *Message, err error) {
+	if g.observer != nil {
+		g.observer.Sent(m.Topic, len(m.Body), err)
+	}
+}
+
+func (g *GRPC) received(m *Message, err error) {
+	if g.observer != nil {
+		g.observer.Received(m.Topic, len(m.Body), err)
+	}
 }
 
 // NewGRPC returns the transport of node self; resolve finds other nodes.
@@ -121,7 +147,8 @@ func NewGRPC(self model.NodeID, resolve Resolver) *GRPC {
 func (g *GRPC) UseTLS(cfg *tls.Config) { g.tls = cfg }
 
 // deliver checks the sender, then delivers.
-func (g *GRPC) deliver(ctx context.Context, m Message) error {
+func (g *GRPC) deliver(ctx context.Context, m Message) (err error) {
+	defer func() { g.received(&m, err) }()
 	if err := g.checkSender(ctx, m.From); err != nil {
 		return err
 	}
@@ -129,7 +156,8 @@ func (g *GRPC) deliver(ctx context.Context, m Message) error {
 }
 
 // respond checks the sender, then responds.
-func (g *GRPC) respond(ctx context.Context, m Message) (json.RawMessage, error) {
+func (g *GRPC) respond(ctx context.Context, m Message) (body json.RawMessage, err error) {
+	defer func() { g.received(&m, err) }()
 	if err := g.checkSender(ctx, m.From); err != nil {
 		return nil, err
 	}
@@ -182,7 +210,9 @@ func (g *GRPC) Send(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	if err := conn.Invoke(ctx, deliverPath, &m, &ack{}, grpc.ForceCodec(jsonCodec{})); err != nil {
+	err = conn.Invoke(ctx, deliverPath, &m, &ack{}, grpc.ForceCodec(jsonCodec{}))
+	g.sent(&m, err)
+	if err != nil {
 		return fmt.Errorf("%w: %s at %s: %v", ErrUnreachable, m.To, addr, err)
 	}
 	return nil
@@ -203,7 +233,9 @@ func (g *GRPC) Call(ctx context.Context, m Message) (json.RawMessage, error) {
 		return nil, err
 	}
 	var r reply
-	if err := conn.Invoke(ctx, callPath, &m, &r, grpc.ForceCodec(jsonCodec{})); err != nil {
+	err = conn.Invoke(ctx, callPath, &m, &r, grpc.ForceCodec(jsonCodec{}))
+	g.sent(&m, err)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s at %s: %v", ErrUnreachable, m.To, addr, err)
 	}
 	if r.Error != "" {

@@ -192,6 +192,9 @@ func TestGRPC(t *testing.T) {
 		return a, ok
 	}
 	a, b := NewGRPC("capture-1", resolve), NewGRPC("capture-2", resolve)
+	seenA, seenB := &seen{}, &seen{}
+	a.Observe(seenA)
+	b.Observe(seenB)
 	defer a.Close()
 	mu.Lock()
 	addrs["capture-1"], addrs["capture-2"] = serve(t, a), serve(t, b)
@@ -216,5 +219,39 @@ func TestGRPC(t *testing.T) {
 	if err := a.Send(context.Background(), m); err == nil {
 		t.Fatal("capture-2 accepted a message for capture-3")
 	}
+	// The observers heard of it: sent and refused, one error each side.
+	if got := seenA.get("sent ping error"); got != 1 {
+		t.Errorf("capture-1's observer counted %d failed pings sent; want 1: %v", got, seenA.counts)
+	}
+	if got := seenB.get("received ping error"); got != 1 {
+		t.Errorf("capture-2's observer counted %d refused pings; want 1: %v", got, seenB.counts)
+	}
 	exercise(t, a, b)
+	if seenA.get("sent ping ok") == 0 || seenB.get("received ping ok") == 0 {
+		t.Errorf("the observers missed the delivered messages: %v / %v", seenA.counts, seenB.counts)
+	}
 }
+
+// seen counts what an Observer hears, by "direction topic result".
+type seen struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (s *seen) add(dir, topic string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.counts == nil {
+		s.counts = map[string]int{}
+	}
+	r := "ok"
+	if err != nil {
+		r = "error"
+	}
+	s.counts[dir+" "+topic+" "+r]++
+}
+
+func (s *seen) get(k string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.counts[k] }
+
+func (s *seen) Sent(topic string, _ int, err error)     { s.add("sent", topic, err) }
+func (s *seen) Received(topic string, _ int, err error) { s.add("received", topic, err) }
