@@ -39,3 +39,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/kafka
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRows -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
 	$(GO) test -run '^$$' -fuzz FuzzJSONString -fuzztime $(FUZZTIME) ./internal/engine/sink/codec
+	$(GO) test -run '^$$' -fuzz FuzzHeartbeatPositions -fuzztime $(FUZZTIME) ./internal/engine/transport

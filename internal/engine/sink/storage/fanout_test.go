@@ -2,9 +2,11 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 )
 
@@ -74,5 +76,39 @@ func TestTheFanoutCapsFlushTheOldestAndLoseNoCallback(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 		})
+	}
+}
+
+// Batches without rows (a dispatcher's position moved, nothing changed)
+// hold nothing: they do not count towards max-active-tables. Counted,
+// the idle dispatchers of a 100,000-table changefeed kept the cap
+// exceeded for good, and every empty batch was flushed on its own.
+func TestEmptyBatchesDoNotCountTowardsTheFanoutCap(t *testing.T) {
+	const dispatchers = 1000
+	m := newCounts()
+	s, err := storage.OpenWith(context.Background(), "mem://?flush-interval=10m&max-flush-delay=200ms&max-active-tables=100", quiet(), storage.Env{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	acked := make(chan error, dispatchers)
+	for i := 0; i < dispatchers; i++ {
+		b := &sink.Batch{Dispatcher: fmt.Sprintf("d%d", i), Epoch: 1, OnFlushed: func(err error) { acked <- err }}
+		if err := s.Write(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < dispatchers; i++ {
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d empty batches acked", i, dispatchers)
+		}
+	}
+	if n := m.reason(storage.ReasonFanout); n != 0 {
+		t.Fatalf("%d flushes counted as fanout for batches without rows: %v", n, m.reasons)
 	}
 }

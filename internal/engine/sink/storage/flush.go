@@ -79,7 +79,7 @@ func (s *Sink) flushRound() {
 // notWaiting takes d's rows out of the fanout caps' counts (a flush took
 // them, or a fence dropped them); s.mu is held.
 func (s *Sink) notWaiting(d *dispatcherState) {
-	if !d.since.IsZero() {
+	if d.bytes > 0 {
 		s.waiting--
 		s.queued -= d.bytes
 	}

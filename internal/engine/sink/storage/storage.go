@@ -56,8 +56,8 @@ type Sink struct {
 	// swept is when schemas was last swept of entries past StateTTL.
 	swept   time.Time
 	spooled int64
-	// waiting and queued are the dispatchers whose rows wait for a flush
-	// (since set) and those rows' bytes: the fanout caps.
+	// waiting and queued are the dispatchers with rows waiting for a
+	// flush (bytes > 0) and those rows' bytes: the fanout caps.
 	waiting int
 	queued  int64
 	// spool admits writes while what they hold fits under SpoolMaxBytes
@@ -273,7 +273,12 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	for _, db := range order {
 		d.appendDir(db)
 	}
-	if d.since.IsZero() {
+	if d.bytes == 0 && size > 0 {
+		// Only rows count towards max-active-tables: a dispatcher whose
+		// batches are empty (its position moved, no row) holds nothing,
+		// and counting the 33,000 idle ones of a capture kept the cap
+		// exceeded for good, so that every empty batch was flushed on
+		// its own at once instead of with the next 200 ms of them.
 		s.waiting++
 	}
 	if d.bytes == 0 && size > 0 || d.since.IsZero() {
