@@ -36,27 +36,11 @@ const TempDir = ".cdcctl-tmp"
 // of it or nothing. With ifNotExist an existing object is left as it is
 // and ErrExists returned.
 func (b *Bucket) Put(ctx context.Context, key string, chunks [][]byte, ifNotExist bool) error {
-	if b.dir != nil {
-		if !plainKey(key) {
-			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
-		}
-		return b.dir.put(ctx, key, &chunkReader{chunks: chunks}, ifNotExist)
+	if b.dir == nil && len(chunks) == 1 {
+		// One request to an object store, not a streamed upload.
+		return existed(b.WriteAll(ctx, key, chunks[0], &blob.WriterOptions{IfNotExist: ifNotExist}), ifNotExist)
 	}
-	opts := &blob.WriterOptions{IfNotExist: ifNotExist}
-	var err error
-	if len(chunks) == 1 {
-		err = b.WriteAll(ctx, key, chunks[0], opts)
-	} else {
-		err = b.writeChunks(ctx, key, chunks, opts)
-	}
-	if ifNotExist && gcerrors.Code(err) == gcerrors.FailedPrecondition {
-		return ErrExists
-	}
-	return err
-}
-
-func (b *Bucket) writeChunks(ctx context.Context, key string, chunks [][]byte, opts *blob.WriterOptions) error {
-	return b.writeFrom(ctx, key, &chunkReader{chunks: chunks}, opts)
+	return b.PutFrom(ctx, key, &chunkReader{chunks: chunks}, ifNotExist)
 }
 
 // PutFrom is Put with the object's bytes read from r (a disk spool's
@@ -68,7 +52,12 @@ func (b *Bucket) PutFrom(ctx context.Context, key string, r io.Reader, ifNotExis
 		}
 		return b.dir.put(ctx, key, r, ifNotExist)
 	}
-	err := b.writeFrom(ctx, key, r, &blob.WriterOptions{IfNotExist: ifNotExist})
+	return existed(b.writeFrom(ctx, key, r, &blob.WriterOptions{IfNotExist: ifNotExist}), ifNotExist)
+}
+
+// existed is ErrExists for an object store's refusal of an if-not-exist
+// write, else err.
+func existed(err error, ifNotExist bool) error {
 	if ifNotExist && gcerrors.Code(err) == gcerrors.FailedPrecondition {
 		return ErrExists
 	}

@@ -198,13 +198,6 @@ func (p *diskSpool) grow(n int64) {
 	p.metrics.SpoolDisk(n)
 }
 
-// onDisk is the size of the spool's segment files.
-func (p *diskSpool) onDisk() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.disk
-}
-
 // close removes the spool; its rows are the sink's unflushed batches,
 // which Close has failed.
 func (p *diskSpool) close() error {
