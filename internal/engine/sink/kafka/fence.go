@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,36 +9,19 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/cdcctl/cdcctl/internal/engine/sink"
 )
 
 // This file keeps a dispatcher's rows in order through Kafka faults (seed
-// 002's order kept). The producer retries a partition's messages in order
-// for as long as it retries them; the danger is the moment it gives up on
-// one: a message behind it in the same partition may still land, and the
-// replay from the dispatcher's checkpoint then writes the failed row after
-// a newer version of its key. So a dispatcher is fenced the moment one of
-// its messages fails: every message of it still inside the producer is
-// refused when the producer next tries to send it (its Encode fails, so
-// it never goes out), and the dispatcher's successor starts only once
-// they have all settled (the dispatcher's Run waits for that).
-//
-// The moment of giving up is ours, not the producer's: a message retried
-// for longer than the retry timeout is refused at its next attempt, in the
-// producer's own goroutine, before anything behind it can be sent. The
-// producer's retry limit is set far beyond that, so it does not give up
-// first. Errors the producer returns on its own fence the dispatcher only
-// when they reach the sink, with batches behind the failed message
-// already built: order.go keeps those from holding a newer change of a
-// row whose older change failed.
+// 002's order kept): the moment one of a dispatcher's records fails for
+// good, the dispatcher is fenced. Its records still waiting in the sink
+// are refused, never sent, and so is every later batch of it, until its
+// successor (the next epoch) replays from the checkpoint once they have
+// all settled (the dispatcher's Run waits for that). producer.go fences
+// before it builds the next batch of the failed record's partition.
 
 // fence is the delivery state of one dispatcher (one epoch).
 type fence struct {
 	closed atomic.Bool
-	// tenure, if set, is the node's hold on its partitions: a message is
-	// not sent once it may be lost (a node frozen past its lease).
-	tenure sink.Tenure
 	mu     sync.Mutex
 	err    error // the first failure
 	// forgotten: the dispatcher is gone; the fence goes when its last
@@ -74,51 +56,19 @@ func (f *fence) shut(err error) bool {
 // of its dispatcher failed.
 var errFenced = errors.New("not sent: an earlier message of its dispatcher failed")
 
-// errRetriedTooLong is the error of a message retried past the retry
-// timeout.
-type errRetriedTooLong struct{ after time.Duration }
+// errRetriedTooLong is the error of a record retried past the retry
+// timeout; it wraps the last attempt's error (a topic that never
+// appeared stays permanent).
+type errRetriedTooLong struct {
+	after time.Duration
+	last  error
+}
 
 func (e errRetriedTooLong) Error() string {
-	return fmt.Sprintf("Kafka did not accept the message within the retry timeout (%s); a broker or partition leader is unavailable", e.after.Round(time.Millisecond))
+	return fmt.Sprintf("Kafka did not accept the message within the retry timeout (%s; last: %v); a broker or partition leader is unavailable", e.after.Round(time.Millisecond), e.last)
 }
 
-// payload is a message's value: its encoding, and the check that the
-// producer may (still) send it.
-type payload struct {
-	b     []byte
-	f     *fence
-	limit time.Duration
-	first atomic.Int64 // unix nanoseconds of the first attempt
-}
-
-// Encode implements sarama.Encoder. The producer calls it once per
-// attempt to send the message, in its own goroutine, before the messages
-// behind it in the partition: refusing here keeps them out too.
-func (p *payload) Encode() ([]byte, error) {
-	if p.f.closed.Load() {
-		return nil, errFenced
-	}
-	if t := p.f.tenure; t != nil && !t.Valid() {
-		// Waits at most until the lease's end, and only while a renewal
-		// is late.
-		if err := t.Hold(context.Background()); err != nil {
-			p.f.shut(err)
-			return nil, err
-		}
-	}
-	now := time.Now().UnixNano()
-	if !p.first.CompareAndSwap(0, now) {
-		if d := time.Duration(now - p.first.Load()); d > p.limit {
-			err := errRetriedTooLong{after: d}
-			p.f.shut(err)
-			return nil, err
-		}
-	}
-	return p.b, nil
-}
-
-// Length implements sarama.Encoder.
-func (p *payload) Length() int { return len(p.b) }
+func (e errRetriedTooLong) Unwrap() error { return e.last }
 
 // permanentErrors need an operator: a message too large, a topic that
 // does not exist, a refusal to authorize, a record or configuration the

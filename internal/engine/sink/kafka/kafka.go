@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -52,35 +51,42 @@ func (e *DispatcherError) Remedy() string { return e.Hint }
 // Sink is the Kafka sink of one changefeed on one node.
 type Sink struct {
 	cfg        Config
+	sc         *sarama.Config
 	tenure     sink.Tenure // nil: no session to lose
 	client     sarama.Client
-	producer   sarama.AsyncProducer
 	partitions int32
 	log        *slog.Logger
 	failures   *failureLog
+	// life ends with Close: a wait for the tenure gives up then.
+	life context.Context
+	stop context.CancelFunc
 
 	mu          sync.Mutex
-	cond        *sync.Cond
+	cond        *sync.Cond // Flush waits for a dispatcher's outstanding to reach 0
+	room        *sync.Cond // Write waits for buffered to fall below maxBuffered
 	outstanding map[string]int
+	// buffered is the bytes of records handed over and not yet settled.
+	buffered int
 	// fences are the delivery states of the dispatchers with messages
 	// outstanding or a failure (fence.go).
 	fences map[string]*fence
-	// inFlight has the rows with a message in the producer, and ready
-	// the messages free to go after theirs settled (order.go).
-	inFlight map[uint64]*keyQueue
-	// acked and ackedMeta are handleResults' scratch space.
-	acked     []*sarama.ProducerMessage
-	ackedMeta []*meta
-	ready     []*sarama.ProducerMessage
-	// sendMu is read-held while messages are handed to the producer,
-	// and held by Close to stop that.
-	sendMu  sync.RWMutex
-	kick    chan struct{} // sendReady has work
-	closed  bool
-	drained bool // Close has seen every result
-	sent    chan struct{}
-	handled chan struct{}
+	// parts are the topic's partitions' queues, and ready the ones the
+	// pump should look at (producer.go).
+	parts  []partState
+	ready  []int32
+	closed bool
+
+	kick      chan struct{} // the pump has work
+	results   chan *produceCall
+	refresh   chan struct{}
+	pumped    chan struct{}
+	refreshed chan struct{}
 }
+
+// maxBuffered bounds the bytes a sink holds for Kafka (handed over and
+// not yet acknowledged): above it Write waits, so a slow or failing
+// broker makes dispatchers wait instead of memory grow.
+const maxBuffered = 64 << 20
 
 // batchState counts a batch's messages down to its flush ack.
 type batchState struct {
@@ -105,24 +111,13 @@ func (bs *batchState) settle(n int, err error) {
 	}
 }
 
-// rowMessage is a row's message with what rides on it, allocated
-// together per batch.
-type rowMessage struct {
-	msg sarama.ProducerMessage
-	val payload
-	md  meta
-}
-
-// meta rides on every message.
+// meta is what a record carries besides its bytes.
 type meta struct {
 	batch      *batchState
 	dispatcher string
 	epoch      uint64
-	partition  int32      // ≥ 0: this partition (DDL, watermark); -1: by key
-	sync       chan error // for messages the caller waits on
+	sync       chan error // for records the caller waits on (DDL, watermark)
 	fence      *fence     // the dispatcher's delivery state (rows)
-	keys       rowKeys    // its rows (order.go)
-	pending    int        // how many of them an earlier message holds; s.mu
 }
 
 // Open connects to the brokers and makes sure the topic exists.
@@ -150,15 +145,14 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Ten
 		client.Close()
 		return nil, err
 	}
-	producer, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("kafka producer: %w", err)
-	}
-	s := &Sink{cfg: cfg, tenure: tenure, client: client, producer: producer, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval), outstanding: map[string]int{}, fences: map[string]*fence{}, inFlight: map[uint64]*keyQueue{}, acked: make([]*sarama.ProducerMessage, 0, 512), handled: make(chan struct{}), sent: make(chan struct{}), kick: make(chan struct{}, 1)}
+	life, stop := context.WithCancel(context.Background())
+	s := &Sink{cfg: cfg, sc: sc, tenure: tenure, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
+		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts),
+		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
-	go s.handleResults()
-	go s.sendReady()
+	s.room = sync.NewCond(&s.mu)
+	go s.pump()
+	go s.refresher()
 	return s, nil
 }
 
@@ -169,21 +163,11 @@ func saramaConfig(cfg Config) *sarama.Config {
 	sc.Net.DialTimeout = cfg.DialTimeout
 	sc.Net.ReadTimeout = 3 * cfg.DialTimeout
 	sc.Net.WriteTimeout = 3 * cfg.DialTimeout
-	// One request in flight per broker keeps retries from reordering a key.
+	// The sink sends one request per broker at a time (producer.go).
 	sc.Net.MaxOpenRequests = 1
 	sc.Metadata.Retry.Max = 2
 	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Producer.Return.Successes = true
-	sc.Producer.Return.Errors = true
-	// The producer retries a partition's messages in order; the sink's
-	// retry timeout, not this count, decides when to give up (fence.go).
-	// The count only bounds the retry bookkeeping (a slot per level).
-	sc.Producer.Retry.Max = 1000
-	sc.Producer.Retry.BackoffFunc = func(retries, _ int) time.Duration {
-		return min(50*time.Millisecond<<min(retries, 5), time.Second)
-	}
 	sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
-	sc.Producer.Partitioner = func(string) sarama.Partitioner { return partitioner{} }
 	return sc
 }
 
@@ -213,53 +197,80 @@ func ensureTopic(client sarama.Client, cfg Config) (int32, error) {
 	return int32(len(parts)), nil
 }
 
-// partitioner sends DDLs and watermarks where they are addressed and rows
-// by the hash of their key.
-type partitioner struct{}
-
-func (partitioner) Partition(msg *sarama.ProducerMessage, n int32) (int32, error) {
-	if m, ok := msg.Metadata.(*meta); ok && m.partition >= 0 {
-		return m.partition, nil
+// keyPartition is a row's partition: the FNV-1a hash of its message key
+// modulo the partition count (consumers, and rows already in a topic,
+// rely on a key staying in its partition).
+func keyPartition(key []byte, n int32) int32 {
+	h := uint32(2166136261)
+	for _, c := range key {
+		h = (h ^ uint32(c)) * 16777619
 	}
-	if k, ok := msg.Key.(sarama.StringEncoder); ok {
-		// The same hash without the copy and the hasher that Encode and
-		// hash/fnv allocate for every message.
-		h := uint32(2166136261)
-		for i := 0; i < len(k); i++ {
-			h = (h ^ uint32(k[i])) * 16777619
-		}
-		return int32(h % uint32(n)), nil
-	}
-	key, err := msg.Key.Encode()
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New32a()
-	h.Write(key)
-	return int32(h.Sum32() % uint32(n)), nil
+	return int32(h % uint32(n))
 }
 
-func (partitioner) RequiresConsistency() bool { return true }
-
-func (s *Sink) messageKey(e *source.Event) string {
+// appendKey appends a row's message key.
+func (s *Sink) appendKey(b []byte, e *source.Event) []byte {
+	b = append(b, e.Table...)
 	if s.cfg.PartitionBy == "table" {
-		return e.Table
+		return b
 	}
-	return e.Table + "/" + e.Key
+	return append(append(b, '/'), e.Key...)
 }
 
-// Write implements sink.Sink: messages are handed to the producer (which
-// blocks when its buffer is full); the flush ack comes when Kafka has
-// acknowledged every one of them.
+// Write implements sink.Sink: the batch's records are queued for their
+// partitions (Write waits while the sink holds maxBuffered bytes); the
+// flush ack comes when Kafka has acknowledged every one of them.
 func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	bs := &batchState{b: b, remaining: len(b.Events)}
 	if len(b.Events) == 0 {
 		bs.settle(0, nil)
 		return nil
 	}
-	// The fence is taken and the messages counted in one step: a fence
-	// is let go only with nothing of its dispatcher outstanding.
+	// Every value and key of the batch in one buffer each, and its
+	// records in one slice: the sink must cost little next to a bare
+	// producer (BenchmarkKafkaSink).
+	recs := make([]record, len(b.Events))
+	ends := make([]int, len(b.Events))
+	var vals bytes.Buffer
+	var keys []byte
+	for i := range b.Events {
+		e := &b.Events[i]
+		if err := codec.EncodeRow(&vals, codec.ProtocolCanalJSON, s.cfg.Schema, e); err != nil {
+			// The same row fails the same way again: permanent.
+			return &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: fmt.Errorf("encode a row of %s as canal-json: %w", e.Table, err),
+				Hint: "the row cannot be written as canal-json; report it with the error, then run `cdcctl changefeed resume` after the fix"}
+		}
+		if v := vals.Bytes(); len(v) > 0 && v[len(v)-1] == '\n' {
+			vals.Truncate(len(v) - 1)
+		}
+		ends[i] = vals.Len()
+		keys = s.appendKey(keys, e)
+		recs[i].part = int32(len(keys)) // the key's end, until below
+	}
+	now := time.Now()
+	v, start, kstart, size := vals.Bytes(), 0, 0, 0
+	var tooLarge error
+	for i := range recs {
+		r := &recs[i]
+		kend := int(r.part)
+		r.rec.Key, r.rec.Value = keys[kstart:kend:kend], v[start:ends[i]:ends[i]]
+		r.part = keyPartition(r.rec.Key, s.partitions)
+		r.ts = now
+		start, kstart = ends[i], kend
+		if n := r.size(); n > s.cfg.MaxMessageBytes && tooLarge == nil {
+			tooLarge = sarama.ConfigurationError(fmt.Sprintf("Attempt to produce message larger than configured Producer.MaxMessageBytes: %d > %d", n, s.cfg.MaxMessageBytes))
+		}
+		size += r.size()
+	}
+
 	s.mu.Lock()
+	if s.buffered >= maxBuffered {
+		err := sink.WaitCond(ctx, s.room, func() bool { return s.buffered < maxBuffered }, s.closedErr)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
 	if s.closed {
 		s.mu.Unlock()
 		return errSinkClosed
@@ -267,80 +278,101 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	f := s.fences[b.Dispatcher]
 	if f == nil {
 		s.sweepFences()
-		f = &fence{tenure: s.tenure}
+		f = &fence{}
 		s.fences[b.Dispatcher] = f
 	}
-	if f.closed.Load() {
+	if f.closed.Load() || tooLarge != nil {
 		s.mu.Unlock()
 		// An earlier batch failed: nothing more of this dispatcher goes
-		// out; its successor replays from the checkpoint.
-		bs.settle(len(b.Events), s.dispatcherError(b.Dispatcher, b.Epoch, f.cause(errFenced)))
+		// out; its successor replays from the checkpoint. A row too
+		// large fails the same way each time: its dispatcher stops here.
+		err := f.cause(errFenced)
+		if tooLarge != nil && f.shut(tooLarge) {
+			err = tooLarge
+			s.failures.failed(b.Dispatcher, b.Epoch, false, err)
+		}
+		bs.settle(len(b.Events), s.dispatcherError(b.Dispatcher, b.Epoch, err))
 		return nil
 	}
-	s.outstanding[b.Dispatcher] += len(b.Events)
-	s.mu.Unlock()
-	// A row's message and what rides on it are one allocation (per
-	// batch), not three per row: the sink must cost little next to the
-	// producer (BenchmarkKafkaSink).
-	rows := make([]rowMessage, len(b.Events))
-	msgs := make([]*sarama.ProducerMessage, len(b.Events))
-	var buf bytes.Buffer
-	for i := range b.Events {
-		e, r := &b.Events[i], &rows[i]
-		buf.Reset()
-		if err := codec.EncodeRow(&buf, codec.ProtocolCanalJSON, s.cfg.Schema, e); err != nil {
-			s.release(b.Dispatcher, len(b.Events))
-			// The same row fails the same way again: permanent.
-			return &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: fmt.Errorf("encode a row of %s as canal-json: %w", e.Table, err),
-				Hint: "the row cannot be written as canal-json; report it with the error, then run `cdcctl changefeed resume` after the fix"}
-		}
-		r.val = payload{b: bytes.Clone(bytes.TrimRight(buf.Bytes(), "\n")), f: f, limit: s.cfg.RetryTimeout}
-		r.md = meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, partition: -1, fence: f, keys: orderKeys(e)}
-		r.msg = sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(s.messageKey(e)), Value: &r.val, Metadata: &r.md}
-		msgs[i] = &r.msg
-	}
-	s.sendMu.RLock()
-	defer s.sendMu.RUnlock()
-	// Every message takes its rows (order.go) in one step; those whose
-	// rows are free go now, the others when sendReady frees them.
-	now := make([]bool, len(msgs))
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.release(b.Dispatcher, len(msgs))
-		bs.settle(len(msgs), errSinkClosed)
-		return errSinkClosed
-	}
-	for i, m := range msgs {
-		now[i] = s.claimKeys(m)
+	s.outstanding[b.Dispatcher] += len(recs)
+	s.buffered += size
+	md := &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch, fence: f}
+	for i := range recs {
+		r := &recs[i]
+		r.md = md
+		p := &s.parts[r.part]
+		p.queue = append(p.queue, r)
+		s.listLocked(r.part)
 	}
 	s.mu.Unlock()
-	var cancelled error
-	for i, m := range msgs {
-		if !now[i] {
-			continue
-		}
-		if f.closed.Load() {
-			// A message of this dispatcher failed: nothing behind it
-			// goes (settling it passes its rows on).
-			s.settle(m, errFenced)
-			continue
-		}
-		select {
-		case s.producer.Input() <- m:
-		case <-ctx.Done():
-			// Nothing of the dispatcher may go out after the gap.
-			cancelled = ctx.Err()
-			f.shut(cancelled)
-			s.settle(m, cancelled)
-		}
-	}
-	return cancelled
+	s.wake()
+	return nil
 }
 
-func (s *Sink) release(dispatcher string, n int) {
+func (s *Sink) closedErr() error {
+	if s.closed {
+		return errSinkClosed
+	}
+	return nil
+}
+
+// finish settles records: their sync waiters, their batches' flush acks,
+// their dispatchers' outstanding counts. A failure fences the record's
+// dispatcher first, so nothing of it is sent afterwards. Runs without
+// s.mu (a flush ack may call back into the sink).
+func (s *Sink) finish(recs []*record, err error) {
+	if len(recs) == 0 {
+		return
+	}
+	size := 0
+	for i := 0; i < len(recs); {
+		r := recs[i]
+		size += r.size()
+		md := r.md
+		if md.sync != nil {
+			md.sync <- err
+			i++
+			continue
+		}
+		// A run of records of one batch settles together.
+		n := 1
+		for i+n < len(recs) && recs[i+n].md == md {
+			size += recs[i+n].size()
+			n++
+		}
+		i += n
+		derr := err
+		if derr != nil {
+			if md.fence.shut(derr) {
+				// Once per dispatcher and epoch, not per message, and
+				// aggregated per interval (faillog.go).
+				s.failures.failed(md.dispatcher, md.epoch, IsTransient(derr), derr)
+			}
+			if errors.Is(derr, errFenced) || errors.Is(derr, errSinkClosed) {
+				derr = md.fence.cause(derr)
+			}
+			derr = s.dispatcherError(md.dispatcher, md.epoch, derr)
+		}
+		// The batch's ack first: Flush returning means every callback ran.
+		md.batch.settle(n, derr)
+	}
 	s.mu.Lock()
-	s.releaseLocked(dispatcher, n)
+	for i := 0; i < len(recs); {
+		md := recs[i].md
+		n := 1
+		for i+n < len(recs) && recs[i+n].md == md {
+			n++
+		}
+		i += n
+		if md.sync == nil {
+			s.releaseLocked(md.dispatcher, n)
+		}
+	}
+	before := s.buffered
+	s.buffered -= size
+	if before >= maxBuffered && s.buffered < maxBuffered {
+		s.room.Broadcast()
+	}
 	s.mu.Unlock()
 }
 
@@ -356,102 +388,6 @@ func (s *Sink) releaseLocked(dispatcher string, n int) {
 		}
 		s.cond.Broadcast() // Flush waits for this
 	}
-}
-
-// handleResults turns the producer's acks into flush acks, and its errors
-// into failures of the dispatcher that sent the message.
-func (s *Sink) handleResults() {
-	defer close(s.handled)
-	successes, errs := s.producer.Successes(), s.producer.Errors()
-	for successes != nil || errs != nil {
-		select {
-		case m, ok := <-successes:
-			if !ok {
-				successes = nil
-				continue
-			}
-			// Acks come in bursts (a produce response acks a batch):
-			// settle what is there together, under one lock.
-			acked := append(s.acked[:0], m)
-		more:
-			for len(acked) < cap(s.acked) {
-				select {
-				case m, ok := <-successes:
-					if !ok {
-						successes = nil
-						break more
-					}
-					acked = append(acked, m)
-				default:
-					break more
-				}
-			}
-			s.settleAcked(acked)
-			clear(acked)
-			s.acked = acked[:0]
-		case pe, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			s.settle(pe.Msg, pe.Err)
-		}
-	}
-}
-
-func (s *Sink) settle(m *sarama.ProducerMessage, err error) {
-	md, ok := m.Metadata.(*meta)
-	if !ok {
-		return
-	}
-	if md.sync != nil {
-		md.sync <- err
-		return
-	}
-	if err != nil {
-		if md.fence != nil && md.fence.shut(err) {
-			// Once per dispatcher and epoch, not per message, and
-			// aggregated per interval (faillog.go).
-			s.failures.failed(md.dispatcher, md.epoch, IsTransient(err), err)
-		}
-		if md.fence != nil && errors.Is(err, errFenced) {
-			err = md.fence.cause(err)
-		}
-		err = s.dispatcherError(md.dispatcher, md.epoch, err)
-	}
-	// The batch's ack first: Flush returning means every callback ran.
-	md.batch.settle(1, err)
-	s.mu.Lock()
-	// After the fence: the row's next message sees the failure.
-	s.passKeys(md)
-	s.releaseLocked(md.dispatcher, 1)
-	s.mu.Unlock()
-}
-
-// settleAcked is settle for messages Kafka acknowledged.
-func (s *Sink) settleAcked(ms []*sarama.ProducerMessage) {
-	mds := s.ackedMeta[:0]
-	for _, m := range ms {
-		md, ok := m.Metadata.(*meta)
-		if !ok {
-			continue
-		}
-		if md.sync != nil {
-			md.sync <- nil
-			continue
-		}
-		// The batch's ack first: Flush returning means every callback ran.
-		md.batch.settle(1, nil)
-		mds = append(mds, md)
-	}
-	s.mu.Lock()
-	for _, md := range mds {
-		s.passKeys(md)
-		s.releaseLocked(md.dispatcher, 1)
-	}
-	s.mu.Unlock()
-	clear(mds)
-	s.ackedMeta = mds[:0]
 }
 
 // dispatcherError classifies a delivery error of a dispatcher.
@@ -509,22 +445,25 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 }
 
 // broadcast sends one message to every partition and waits for the acks.
+// Such a message is retried no longer than a row: a DDL or watermark to
+// a partition whose broker is down fails after retry-timeout.
 func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
 	waits := make([]chan error, s.partitions)
+	now := time.Now()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errSinkClosed
+	}
 	for p := int32(0); p < s.partitions; p++ {
 		waits[p] = make(chan error, 1)
-		// Retried no longer than a row: a DDL or watermark to a partition
-		// whose broker is down fails after retry-timeout instead of
-		// being retried for as long as the producer would (Close waits
-		// for every message).
-		m := &sarama.ProducerMessage{Topic: s.cfg.Topic, Key: sarama.StringEncoder(key), Value: &payload{b: value, f: &fence{tenure: s.tenure}, limit: s.cfg.RetryTimeout},
-			Metadata: &meta{partition: p, sync: waits[p]}}
-		select {
-		case s.producer.Input() <- m:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		r := &record{rec: sarama.Record{Key: []byte(key), Value: value}, md: &meta{sync: waits[p]}, part: p, ts: now}
+		s.buffered += r.size()
+		s.parts[p].queue = append(s.parts[p].queue, r)
+		s.listLocked(p)
 	}
+	s.mu.Unlock()
+	s.wake()
 	for _, w := range waits {
 		select {
 		case err := <-w:
@@ -553,7 +492,8 @@ func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 	return s.broadcast(ctx, "", codec.EncodeWatermark(ts))
 }
 
-// Close stops the producer; deliveries still pending are failed.
+// Close stops the sink: what waits is failed, what is on the wire is
+// waited for.
 func (s *Sink) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -562,17 +502,12 @@ func (s *Sink) Close() error {
 	}
 	s.closed = true
 	s.cond.Broadcast()
-	s.mu.Unlock()
-	// Wait out a hand-over in progress; later ones see closed.
-	s.sendMu.Lock()
-	s.sendMu.Unlock()
-	s.producer.AsyncClose()
-	<-s.handled
-	s.mu.Lock()
-	s.drained = true
+	s.room.Broadcast()
 	s.mu.Unlock()
 	s.wake()
-	<-s.sent
+	s.stop() // a send waiting for the tenure gives up
+	<-s.pumped
+	<-s.refreshed
 	s.failures.close()
 	return s.client.Close()
 }
