@@ -31,7 +31,12 @@ type Config struct {
 	PartitionNum      int32
 	ReplicationFactor int16
 	MaxMessageBytes   int
-	Schema            string
+	// BufferMemory bounds the bytes of messages the sink holds (handed
+	// over and not yet acknowledged): above it Write waits, so a slow or
+	// failing broker makes dispatchers wait instead of memory grow
+	// (Kafka's own producers call it buffer.memory).
+	BufferMemory int
+	Schema       string
 	DialTimeout       time.Duration
 	// RetryTimeout is how long a message may be retried by the producer
 	// (a broker answering with a retriable error, or not at all) before
@@ -46,7 +51,7 @@ type Config struct {
 }
 
 // Defaults of the URI's parameters.
-var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
+var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
 	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second}
 
 // ParseURI parses kafka://host:port[,host:port]/topic?protocol=canal-json&partition=key.
@@ -97,10 +102,9 @@ func ParseURI(raw string) (Config, error) {
 			}
 			c.ReplicationFactor = int16(n)
 		case "max-message-bytes":
-			c.MaxMessageBytes, perr = strconv.Atoi(v)
-			if perr == nil && c.MaxMessageBytes < 1024 {
-				perr = fmt.Errorf("must be at least 1024")
-			}
+			c.MaxMessageBytes, perr = byteCount(v, 1024, 1<<30)
+		case "buffer-memory":
+			c.BufferMemory, perr = byteCount(v, 64<<10, 16<<30)
 		case "dial-timeout":
 			c.DialTimeout, perr = duration(v, time.Millisecond, time.Hour)
 		case "retry-timeout":
@@ -110,7 +114,7 @@ func ParseURI(raw string) (Config, error) {
 		default:
 			var ok bool
 			if ok, perr = c.Security.param(key, v); !ok {
-				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, dial-timeout, retry-timeout, recover-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
 			}
 		}
 		if perr != nil {
@@ -121,6 +125,18 @@ func ParseURI(raw string) (Config, error) {
 		return Config{}, fmt.Errorf("sink URI %s: %v", redact.URI(raw), err)
 	}
 	return c, nil
+}
+
+// byteCount parses a size parameter in bytes between lo and hi.
+func byteCount(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("not a number of bytes; write it like %d", lo*16)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("must be between %d and %d bytes", lo, hi)
+	}
+	return n, nil
 }
 
 // duration parses a duration parameter between lo and hi.

@@ -10,6 +10,7 @@ func FuzzParseURI(f *testing.F) {
 		"kafka://a:1,b:2/t?partition=table&partition-num=6&replication-factor=3&max-message-bytes=1048576",
 		"kafka://h:9092/t?dial-timeout=1s&retry-timeout=3s&recover-timeout=60s",
 		"kafka://h:9092/t?recover-timeout=10ms",
+		"kafka://h:9092/t?buffer-memory=67108864",
 		"kafka://h/t", "kafka:///t", "kafka://h:1/%zz",
 	} {
 		f.Add(s)

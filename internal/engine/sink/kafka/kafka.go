@@ -63,7 +63,7 @@ type Sink struct {
 
 	mu          sync.Mutex
 	cond        *sync.Cond // Flush waits for a dispatcher's outstanding to reach 0
-	room        *sync.Cond // Write waits for buffered to fall below maxBuffered
+	room        *sync.Cond // Write waits for buffered to fall below cfg.BufferMemory
 	outstanding map[string]int
 	// buffered is the bytes of records handed over and not yet settled.
 	buffered int
@@ -82,11 +82,6 @@ type Sink struct {
 	pumped    chan struct{}
 	refreshed chan struct{}
 }
-
-// maxBuffered bounds the bytes a sink holds for Kafka (handed over and
-// not yet acknowledged): above it Write waits, so a slow or failing
-// broker makes dispatchers wait instead of memory grow.
-const maxBuffered = 64 << 20
 
 // batchState counts a batch's messages down to its flush ack.
 type batchState struct {
@@ -218,7 +213,7 @@ func (s *Sink) appendKey(b []byte, e *source.Event) []byte {
 }
 
 // Write implements sink.Sink: the batch's records are queued for their
-// partitions (Write waits while the sink holds maxBuffered bytes); the
+// partitions (Write waits while the sink holds buffer-memory bytes); the
 // flush ack comes when Kafka has acknowledged every one of them.
 func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	bs := &batchState{b: b, remaining: len(b.Events)}
@@ -264,8 +259,8 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 
 	s.mu.Lock()
-	if s.buffered >= maxBuffered {
-		err := sink.WaitCond(ctx, s.room, func() bool { return s.buffered < maxBuffered }, s.closedErr)
+	if s.buffered >= s.cfg.BufferMemory {
+		err := sink.WaitCond(ctx, s.room, func() bool { return s.buffered < s.cfg.BufferMemory }, s.closedErr)
 		if err != nil {
 			s.mu.Unlock()
 			return err
@@ -370,7 +365,7 @@ func (s *Sink) finish(recs []*record, err error) {
 	}
 	before := s.buffered
 	s.buffered -= size
-	if before >= maxBuffered && s.buffered < maxBuffered {
+	if before >= s.cfg.BufferMemory && s.buffered < s.cfg.BufferMemory {
 		s.room.Broadcast()
 	}
 	s.mu.Unlock()
