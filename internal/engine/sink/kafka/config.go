@@ -37,7 +37,7 @@ type Config struct {
 	// (Kafka's own producers call it buffer.memory).
 	BufferMemory int
 	Schema       string
-	DialTimeout       time.Duration
+	DialTimeout  time.Duration
 	// RetryTimeout is how long a message may be retried by the producer
 	// (a broker answering with a retriable error, or not at all) before
 	// its dispatcher gives up and is recovered from its checkpoint.
