@@ -502,9 +502,11 @@ func (s *Sink) Close() error {
 	s.wake()
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
-	<-s.refreshed
 	s.failures.close()
-	return s.client.Close()
+	// A metadata refresh under way ends with the client.
+	err := s.client.Close()
+	<-s.refreshed
+	return err
 }
 
 var _ sink.Sink = (*Sink)(nil)
