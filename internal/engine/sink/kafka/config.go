@@ -102,7 +102,7 @@ func ParseURI(raw string) (Config, error) {
 			}
 			c.ReplicationFactor = int16(n)
 		case "max-message-bytes":
-			c.MaxMessageBytes, perr = byteCount(v, 1024, 1<<30)
+			c.MaxMessageBytes, perr = byteCount(v, 1024, 64<<20)
 		case "buffer-memory":
 			c.BufferMemory, perr = byteCount(v, 64<<10, 16<<30)
 		case "dial-timeout":

@@ -82,6 +82,7 @@ var permanentErrors = []error{
 	sarama.ErrInvalidTopic, sarama.ErrInvalidRecord, sarama.ErrPolicyViolation,
 	sarama.ErrInvalidRequiredAcks, sarama.ErrUnsupportedVersion, sarama.ErrUnsupportedForMessageFormat,
 	sarama.ErrInvalidConfig, sarama.ErrTransactionalIDAuthorizationFailed,
+	sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidTimestamp,
 }
 
 // IsTransient reports whether a delivery error is worth a retry.
@@ -89,6 +90,10 @@ func IsTransient(err error) bool {
 	var ce sarama.ConfigurationError
 	if errors.As(err, &ce) {
 		return false // the producer refused the message itself (too large)
+	}
+	var pe sarama.PacketEncodingError
+	if errors.As(err, &pe) {
+		return false // a request that cannot be encoded fails the same way again
 	}
 	for _, p := range permanentErrors {
 		if errors.Is(err, p) {

@@ -72,9 +72,13 @@ type Sink struct {
 	fences map[string]*fence
 	// parts are the topic's partitions' queues, and ready the ones the
 	// pump should look at (producer.go).
-	parts  []partState
-	ready  []int32
-	closed bool
+	parts []partState
+	ready []int32
+	// leaders are the partitions' leaders as the refresher last found
+	// them (nil: unknown).
+	leaders  []*sarama.Broker
+	noLeader error // why a partition without one has none
+	closed   bool
 
 	kick      chan struct{} // the pump has work
 	results   chan *produceCall
@@ -146,6 +150,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Ten
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	s.room = sync.NewCond(&s.mu)
+	s.lookUpLeaders()
 	go s.pump()
 	go s.refresher()
 	return s, nil
@@ -242,7 +247,8 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		keys = s.appendKey(keys, e)
 		recs[i].part = int32(len(keys)) // the key's end, until below
 	}
-	now := time.Now()
+	// Wall time only: the batch's timestamps are deltas of wall times.
+	now := time.Now().Round(0)
 	v, start, kstart, size := vals.Bytes(), 0, 0, 0
 	var tooLarge error
 	for i := range recs {
@@ -444,7 +450,7 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 // a partition whose broker is down fails after retry-timeout.
 func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
 	waits := make([]chan error, s.partitions)
-	now := time.Now()
+	now := time.Now().Round(0)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -503,7 +509,8 @@ func (s *Sink) Close() error {
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
 	s.failures.close()
-	// A metadata refresh under way ends with the client.
+	// A metadata refresh under way is waited for (its network timeouts
+	// bound it); none starts after this.
 	err := s.client.Close()
 	<-s.refreshed
 	return err

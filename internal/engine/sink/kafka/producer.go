@@ -32,11 +32,10 @@ import (
 
 // record is one message waiting for, or on, the wire.
 type record struct {
-	rec   sarama.Record // key and value; deltas are set per attempt
-	md    *meta
-	part  int32
-	ts    time.Time // when it was handed over (the record's timestamp)
-	first time.Time // its first attempt (zero: not sent yet)
+	rec  sarama.Record // key and value; deltas are set per attempt
+	md   *meta
+	part int32
+	ts   time.Time // when it was handed over (the record's timestamp)
 }
 
 // recordOverhead is what a record adds to its key and value on the wire
@@ -46,9 +45,11 @@ const recordOverhead = 5*5 + 10 + 1
 // recordBatchOverhead is a record batch's header.
 const recordBatchOverhead = 61
 
-// maxRequestBytes bounds one produce request (the broker's default
-// socket.request.max.bytes is 100 MiB).
-const maxRequestBytes = 32 << 20
+// maxRequestBytes bounds one produce request: a request takes another
+// partition's batch only while a whole batch (max-message-bytes, at most
+// 64 MiB) still fits below it. sarama refuses to encode a request over
+// 100 MiB, and so does a broker's default socket.request.max.bytes.
+const maxRequestBytes = 96 << 20
 
 func (r *record) size() int { return len(r.rec.Key) + len(r.rec.Value) + recordOverhead }
 
@@ -58,8 +59,14 @@ type partState struct {
 	inflight []*record // the batch on the wire
 	retryAt  time.Time // no attempt before (back-off after a failure)
 	attempt  int
-	leader   *sarama.Broker // nil: look it up
-	listed   bool           // in s.ready
+	// failingSince is the first failed attempt since the last success
+	// (zero: healthy). Once it is retry-timeout old, a batch fails at its
+	// first failed attempt: a dead partition's backlog drains at one
+	// attempt per batch, and a short blip is ridden out however long the
+	// backlog.
+	failingSince time.Time
+	lastErr      error // of the last failed attempt on the wire
+	listed       bool  // in s.ready
 }
 
 // produceCall is one produce request to one broker and its outcome.
@@ -165,40 +172,46 @@ func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produce
 			keep = append(keep, pid)
 			continue
 		}
-		if p.leader == nil {
-			b, err := s.client.Leader(s.cfg.Topic, pid)
-			if err != nil {
-				// An attempt that failed before the wire: the metadata
-				// refresh will tell, and a partition whose leader stays
-				// unknown fails after retry-timeout like any other.
-				batch, fenced := s.takeLocked(p, now)
-				if len(fenced) > 0 {
-					drop = append(drop, dropped{recs: fenced, err: errFenced})
-				}
-				if f := s.retryLocked(p, batch, now, err); f != nil {
-					drop = append(drop, *f)
-				}
-				if len(p.queue) == 0 {
-					p.listed = false
-					continue
-				}
-				next = earliest(next, p.retryAt)
-				keep = append(keep, pid)
+		leader := s.leaders[pid]
+		if leader == nil {
+			// An attempt that failed before the wire: the refresher
+			// looks the leader up (off the pump and s.mu: a lookup may
+			// wait on the network), and a partition whose leader stays
+			// unknown fails after retry-timeout like any other.
+			batch, fenced := s.takeLocked(p)
+			if len(fenced) > 0 {
+				drop = append(drop, dropped{recs: fenced, err: errFenced})
+			}
+			why := s.noLeader
+			if p.lastErr != nil {
+				why = p.lastErr // what made the leader unknown says more
+			}
+			if f := s.retryLocked(p, batch, now, why); f != nil {
+				// Fenced now, not when the pump settles them: partitions
+				// later in this round must not take their dispatchers'
+				// records.
+				s.shutLocked(f.recs, f.err)
+				drop = append(drop, *f)
+			}
+			if len(p.queue) == 0 {
+				p.listed = false
 				continue
 			}
-			p.leader = b
+			next = earliest(next, p.retryAt)
+			keep = append(keep, pid)
+			continue
 		}
-		id := p.leader.ID()
+		id := leader.ID()
 		c := byBroker[id]
-		if busy[id] || (c != nil && c.bytes >= maxRequestBytes) {
+		if busy[id] || (c != nil && c.bytes+s.cfg.MaxMessageBytes > maxRequestBytes) {
 			keep = append(keep, pid) // next round
 			continue
 		}
 		if c == nil {
-			c = &produceCall{broker: p.leader, id: id, req: s.newRequest()}
+			c = &produceCall{broker: leader, id: id, req: s.newRequest()}
 			byBroker[id] = c
 		}
-		batch, fenced := s.takeLocked(p, now)
+		batch, fenced := s.takeLocked(p)
 		if len(fenced) > 0 {
 			drop = append(drop, dropped{recs: fenced, err: errFenced})
 		}
@@ -223,7 +236,7 @@ func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produce
 // takeLocked takes a partition's next batch: its oldest records up to
 // max-message-bytes (at least one), leaving out those of fenced
 // dispatchers. s.mu is held.
-func (s *Sink) takeLocked(p *partState, now time.Time) (batch, fenced []*record) {
+func (s *Sink) takeLocked(p *partState) (batch, fenced []*record) {
 	bytes, n := recordBatchOverhead, 0
 	for n < len(p.queue) {
 		r := p.queue[n]
@@ -236,9 +249,6 @@ func (s *Sink) takeLocked(p *partState, now time.Time) (batch, fenced []*record)
 			break
 		}
 		bytes += r.size()
-		if r.first.IsZero() {
-			r.first = now
-		}
 		batch = append(batch, r)
 		n++
 	}
@@ -280,7 +290,11 @@ func batchBytes(batch []*record) int {
 // newRequest is a produce request as sarama's producer makes it for the
 // configured protocol version.
 func (s *Sink) newRequest() *sarama.ProduceRequest {
-	req := &sarama.ProduceRequest{RequiredAcks: sarama.WaitForAll, Timeout: int32(s.sc.Producer.Timeout / time.Millisecond), Version: 3}
+	// The broker answers within the request's timeout; the connection's
+	// read timeout must not give up first (an unknown outcome is a
+	// duplicate on retry).
+	timeout := max(min(s.sc.Producer.Timeout, s.sc.Net.ReadTimeout/2), time.Millisecond)
+	req := &sarama.ProduceRequest{RequiredAcks: sarama.WaitForAll, Timeout: int32(timeout / time.Millisecond), Version: 3}
 	for _, v := range []struct {
 		at  sarama.KafkaVersion
 		req int16
@@ -306,6 +320,9 @@ func (s *Sink) send(calls chan *produceCall) {
 				continue
 			}
 		}
+		// A connection closed after an error dials again (no-op when
+		// open).
+		_ = c.broker.Open(s.sc)
 		c.res, c.err = c.broker.Produce(c.req)
 		if c.err != nil {
 			_ = c.broker.Close()
@@ -341,14 +358,17 @@ func (s *Sink) handle(c *produceCall) {
 		switch {
 		case err == nil:
 			ok = append(ok, batch...)
-			p.attempt, p.retryAt = 0, time.Time{}
+			p.attempt, p.retryAt, p.failingSince, p.lastErr = 0, time.Time{}, time.Time{}, nil
 		case !retry:
 			fail = append(fail, dropped{recs: batch, err: err})
 			p.attempt, p.retryAt = 0, time.Time{}
 		default:
-			// The leader may have moved or the connection broke: look it
-			// up again after a metadata refresh.
-			p.leader = nil
+			// The leader may have moved: look it up again after a
+			// metadata refresh (retryLocked asks for one).
+			if errors.Is(err, sarama.ErrNotLeaderForPartition) || errors.Is(err, sarama.ErrLeaderNotAvailable) || errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+				s.leaders[pid] = nil
+			}
+			p.lastErr = err
 			if f := s.retryLocked(p, batch, now, err); f != nil {
 				fail = append(fail, *f)
 			}
@@ -366,25 +386,41 @@ func (s *Sink) handle(c *produceCall) {
 
 // retryLocked puts a batch whose attempt failed with err back at the head
 // of its partition's queue, to go again after a back-off, and asks for
-// the topic's metadata (the leader may have moved). A batch first tried
-// longer than retry-timeout ago is returned instead, to fail. s.mu is
-// held.
+// the topic's metadata (the leader may have moved). Once the partition
+// has been failing for longer than retry-timeout the batch is returned
+// instead, to fail. s.mu is held.
 func (s *Sink) retryLocked(p *partState, batch []*record, now time.Time, err error) *dropped {
 	s.refreshSoon()
-	p.retryAt = now.Add(backoff(p.attempt))
-	p.attempt++
-	if len(batch) == 0 {
-		return nil
+	if p.failingSince.IsZero() {
+		p.failingSince = now
 	}
-	if after := now.Sub(batch[0].first); after > s.cfg.RetryTimeout {
+	if after := now.Sub(p.failingSince); after > s.cfg.RetryTimeout && len(batch) > 0 {
+		// The next batch goes at once, to fail as fast unless the
+		// partition is back.
 		p.attempt, p.retryAt = 0, time.Time{}
 		return &dropped{recs: batch, err: errRetriedTooLong{after: after, last: err}}
 	}
+	p.retryAt = now.Add(backoff(p.attempt))
+	p.attempt++
 	p.queue = append(batch, p.queue...)
 	return nil
 }
 
+// shutLocked fences the dispatchers of records about to fail, logging
+// each dispatcher's first failure as finish would. s.mu is held.
+func (s *Sink) shutLocked(recs []*record, err error) {
+	for _, r := range recs {
+		if md := r.md; md.fence != nil && md.fence.shut(err) {
+			s.failures.failed(md.dispatcher, md.epoch, IsTransient(err), err)
+		}
+	}
+}
+
+// earliest is the earlier of two times, zero meaning none.
 func earliest(a, b time.Time) time.Time {
+	if b.IsZero() {
+		return a
+	}
 	if a.IsZero() || b.Before(a) {
 		return b
 	}
@@ -412,19 +448,46 @@ func (s *Sink) refreshSoon() {
 	}
 }
 
-// refresher refreshes the topic's metadata when asked, off the pump (a
-// refresh waits on the network), and wakes the pump afterwards.
+// refresher refreshes the topic's metadata and looks up every
+// partition's leader when asked, off the pump and s.mu (both may wait on
+// the network), and wakes the pump afterwards.
 func (s *Sink) refresher() {
 	defer close(s.refreshed)
 	for {
 		select {
 		case <-s.refresh:
 			_ = s.client.RefreshMetadata(s.cfg.Topic)
+			s.lookUpLeaders()
 			s.wake()
 		case <-s.life.Done():
 			return
 		}
 	}
+}
+
+// lookUpLeaders sets every partition's leader from the client's metadata.
+// Only partitions the metadata gives a leader are asked (asking for one
+// without a leader refreshes the metadata again, at length).
+func (s *Sink) lookUpLeaders() {
+	leaders := make([]*sarama.Broker, s.partitions)
+	// Why a partition has none: the topic gone says more than a leader
+	// being elected.
+	noLeader := error(sarama.ErrLeaderNotAvailable)
+	if writable, err := s.client.WritablePartitions(s.cfg.Topic); err != nil {
+		noLeader = err
+	} else {
+		for _, p := range writable {
+			if p < 0 || p >= s.partitions {
+				continue
+			}
+			if b, err := s.client.Leader(s.cfg.Topic, p); err == nil {
+				leaders[p] = b
+			}
+		}
+	}
+	s.mu.Lock()
+	s.leaders, s.noLeader = leaders, noLeader
+	s.mu.Unlock()
 }
 
 // wake makes the pump look at the listed partitions.
