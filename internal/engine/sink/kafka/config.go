@@ -1,4 +1,5 @@
-// Package kafka is the Kafka sink: sarama's AsyncProducer, canal-json
+// Package kafka is the Kafka sink: its own producer on sarama's client
+// and broker connections (producer.go), canal-json
 // messages, key-hash partitioning (every version of a key goes to one
 // partition, so per-key order holds). Every message carries its
 // dispatcher and epoch as metadata, so a failure is attributed to the

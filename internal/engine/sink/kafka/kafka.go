@@ -437,12 +437,7 @@ func (s *Sink) RecoverTimeout() time.Duration { return s.cfg.RecoverTimeout }
 func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return sink.WaitCond(ctx, s.cond, func() bool { return s.outstanding[dispatcher] <= 0 }, func() error {
-		if s.closed {
-			return errSinkClosed
-		}
-		return nil
-	})
+	return sink.WaitCond(ctx, s.cond, func() bool { return s.outstanding[dispatcher] <= 0 }, s.closedErr)
 }
 
 // broadcast sends one message to every partition and waits for the acks.
