@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/gen
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/postgres
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
+	$(GO) test -run '^$$' -fuzz FuzzParseBytes -fuzztime $(FUZZTIME) ./internal/engine/sink
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/kafka
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRows -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
 	$(GO) test -run '^$$' -fuzz FuzzJSONString -fuzztime $(FUZZTIME) ./internal/engine/sink/codec

@@ -108,6 +108,16 @@ func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI st
 				metricValue(body, `cdcctl_sink_flush_duration_seconds_count{sink="`+scheme+`"}`) > 0
 		})
 	}
+	if scheme == "file" && strings.Contains(sourceURI, "ddl_every") {
+		// The DDL barrier's flushes are counted as such, not as forced.
+		tc.eventually("flushes for DDLs counted", 10*time.Second, func() bool {
+			ddl := 0.0
+			for _, rn := range tc.nodes {
+				ddl += metricValue(tc.get(rn.addr, "/metrics"), `cdcctl_storage_flush_tasks_total{reason="ddl"}`)
+			}
+			return ddl > 0
+		})
+	}
 
 	// Stop the capture that runs the maintainer, under load: the
 	// maintainer moves, its dispatchers' partitions move, nothing stops.

@@ -23,7 +23,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 	sm := &storageMetrics{
 		flushTasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cdcctl", Subsystem: "storage", Name: "flush_tasks_total",
-			Help: "Storage sink flushes (one dispatcher's buffered rows written as files) by what made them due: size (file-size reached), interval (flush-interval), delay (max-flush-delay), fanout (more partitions waiting than max-active-tables), bytes_cap (more bytes waiting than max-buffered-bytes, or the spool was full), forced (a DDL barrier, a hand-over or a stop).",
+			Help: "Storage sink flushes (one dispatcher's buffered rows written as files) by what made them due: size (file-size reached), interval (flush-interval), delay (max-flush-delay), fanout (more partitions waiting than max-active-tables), bytes_cap (more bytes waiting than max-buffered-bytes, or the spool was full), ddl (the rows before a DDL, by the DDL barrier), forced (a hand-over, a stop, a failed dispatcher settling).",
 		}, []string{"reason"}),
 		writeDur: map[string]prometheus.Histogram{},
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -39,7 +39,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 			Help: "Size of the storage sinks' disk spool files (spool=disk): rows waiting for their flush, plus flushed rows a segment file keeps until its last row is flushed.",
 		}),
 	}
-	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced} {
+	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced, storage.ReasonDDL} {
 		sm.flushTasks.WithLabelValues(r)
 	}
 	for _, stage := range []string{"spooled", "flushing"} {

@@ -215,7 +215,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		// Graceful: everything read must be durable before the position
 		// is handed over.
 		var final model.Ts
-		final, err = d.drain(ctx)
+		final, err = d.drain(ctx, false)
 		d.final = final
 	}
 	d.runErr = err
@@ -389,9 +389,14 @@ func (d *Dispatcher) failed() error {
 	return d.failure
 }
 
-// drain flushes everything written and waits for the acks.
-func (d *Dispatcher) drain(ctx context.Context) (model.Ts, error) {
-	if err := d.cfg.Sink.Flush(ctx, d.cfg.ID); err != nil {
+// drain flushes everything written and waits for the acks. forDDL: the
+// flush is a DDL barrier's (the sink may count it apart).
+func (d *Dispatcher) drain(ctx context.Context, forDDL bool) (model.Ts, error) {
+	flush := d.cfg.Sink.Flush
+	if forDDL {
+		flush = func(ctx context.Context, id string) error { return sink.FlushForDDL(ctx, d.cfg.Sink, id) }
+	}
+	if err := flush(ctx, d.cfg.ID); err != nil {
 		return d.Checkpoint(), fmt.Errorf("dispatcher %s: final flush: %w", d.cfg.ID, err)
 	}
 	for {
@@ -416,7 +421,7 @@ func (d *Dispatcher) drain(ctx context.Context) (model.Ts, error) {
 // before the DDL durable, then let the barrier (or, alone, this
 // dispatcher) write it.
 func (d *Dispatcher) passDDL(ctx context.Context, ddl source.Event) error {
-	if _, err := d.drain(ctx); err != nil {
+	if _, err := d.drain(ctx, true); err != nil {
 		return err
 	}
 	if d.cfg.Barrier != nil {

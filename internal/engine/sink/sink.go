@@ -51,6 +51,22 @@ type Sink interface {
 	Close() error
 }
 
+// BarrierFlusher is a Sink that tells the DDL barrier's flush apart from
+// the others, to count it (the storage sink's flush reason "ddl"). It
+// does what Flush does.
+type BarrierFlusher interface {
+	FlushForDDL(ctx context.Context, dispatcher string) error
+}
+
+// FlushForDDL flushes a dispatcher's rows ahead of a DDL: through
+// FlushForDDL where the sink has it, else Flush.
+func FlushForDDL(ctx context.Context, s Sink, dispatcher string) error {
+	if b, ok := s.(BarrierFlusher); ok {
+		return b.FlushForDDL(ctx, dispatcher)
+	}
+	return s.Flush(ctx, dispatcher)
+}
+
 // Classified is a sink error that says whether it passes by itself
 // (seed 002): a transient one is remedied by recovering the dispatcher
 // from its checkpoint; a permanent one needs an operator, and Remedy

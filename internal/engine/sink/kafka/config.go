@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
@@ -128,16 +129,10 @@ func ParseURI(raw string) (Config, error) {
 	return c, nil
 }
 
-// byteCount parses a size parameter in bytes between lo and hi.
+// byteCount parses a size parameter between lo and hi bytes.
 func byteCount(v string, lo, hi int) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("not a number of bytes; write it like %d", lo*16)
-	}
-	if n < lo || n > hi {
-		return 0, fmt.Errorf("must be between %d and %d bytes", lo, hi)
-	}
-	return n, nil
+	n, err := sink.ParseBytes(v, int64(lo), int64(hi))
+	return int(n), err
 }
 
 // duration parses a duration parameter between lo and hi.

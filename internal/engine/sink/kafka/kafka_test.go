@@ -199,7 +199,7 @@ func TestBadKafkaInput(t *testing.T) {
 		"kafka://h:9092/t?recover-timeout=soon": `recover-timeout="soon": not a duration; write it like 30s or 2m`,
 		"kafka://h:9092/t?recover-timeout=10ms": `recover-timeout="10ms": must be between 1s and 24h0m0s`,
 		"kafka://h:9092/t?buffer-memory=1k":     `buffer-memory="1k": not a number of bytes; write it like 1048576`,
-		"kafka://h:9092/t?buffer-memory=1024":   `buffer-memory="1024": must be between 65536 and 17179869184 bytes`,
+		"kafka://h:9092/t?buffer-memory=1024":   `buffer-memory="1024": must be between 64KiB and 16GiB`,
 		"kafka://h:9092/t?retry-timeout=-1s":    `retry-timeout="-1s": must be between`,
 		"http://h:9092/t":                       "kafka://host:port/topic",
 	} {

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
@@ -163,10 +164,7 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("unknown protocol: use canal-json or csv")
 			}
 		case "file-size":
-			c.FileSize, perr = strconv.ParseInt(v, 10, 64)
-			if perr == nil && (c.FileSize < 1024 || c.FileSize > 1<<32) {
-				perr = fmt.Errorf("must be between 1024 and %d bytes", int64(1)<<32)
-			}
+			c.FileSize, perr = sink.ParseBytes(v, 1024, 1<<32)
 		case "flush-interval":
 			c.FlushInterval, perr = durationBetween(v, 10*time.Millisecond, 10*time.Minute, "10ms and 10m")
 		case "max-flush-delay":
@@ -176,20 +174,14 @@ func ParseURI(raw string) (Config, error) {
 		case "write-timeout":
 			c.WriteTimeout, perr = durationBetween(v, 100*time.Millisecond, time.Hour, "100ms and 1h")
 		case "spool-max-bytes":
-			c.SpoolMaxBytes, perr = strconv.ParseInt(v, 10, 64)
-			if perr == nil && c.SpoolMaxBytes < 1<<20 {
-				perr = fmt.Errorf("must be at least 1MiB")
-			}
+			c.SpoolMaxBytes, perr = sink.ParseBytes(v, 1<<20, 1<<50)
 		case "max-active-tables":
 			c.MaxActiveTables, perr = strconv.Atoi(v)
-			if perr == nil && (c.MaxActiveTables < 1 || c.MaxActiveTables > 10_000_000) {
-				perr = fmt.Errorf("must be between 1 and 10000000 partitions")
+			if perr != nil || c.MaxActiveTables < 1 || c.MaxActiveTables > 10_000_000 {
+				perr = fmt.Errorf("must be a number of partitions between 1 and 10000000")
 			}
 		case "max-buffered-bytes":
-			c.MaxBufferedBytes, perr = strconv.ParseInt(v, 10, 64)
-			if perr == nil && c.MaxBufferedBytes < 64<<10 {
-				perr = fmt.Errorf("must be at least 65536 bytes (it is capped at spool-max-bytes)")
-			}
+			c.MaxBufferedBytes, perr = sink.ParseBytes(v, 64<<10, 1<<50)
 		case "spool":
 			c.Spool = v
 			if v != SpoolMemory && v != SpoolDisk {

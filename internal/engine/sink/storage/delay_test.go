@@ -281,3 +281,33 @@ func TestAfterTheStateTTLTheFileNumberingIsReadBack(t *testing.T) {
 		t.Fatalf("data files written %v; want %v (never reused, never back)", data, want)
 	}
 }
+
+// The DDL barrier's flush is counted as reason "ddl", any other Flush as
+// "forced", so an operator sees how many small files DDLs cost.
+func TestTheDDLBarriersFlushIsCountedApart(t *testing.T) {
+	m := newCounts()
+	s, err := storage.OpenWith(context.Background(), "mem://?flush-interval=10m&max-flush-delay=0s", quiet(), storage.Env{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g := newGen(t, gen.Config{Tables: 2, Keys: 1, Rate: 2})
+	acked := make(chan error, 2)
+	writeOneRow(t, s, g, "t0001", acked)
+	writeOneRow(t, s, g, "t0002", acked)
+	ctx := context.Background()
+	if err := sink.FlushForDDL(ctx, s, "t0001-p1.1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, "t0002-p1.1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-acked; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.reason(storage.ReasonDDL) != 1 || m.reason(storage.ReasonForced) != 1 {
+		t.Fatalf("flush reasons %v; want one ddl and one forced", m.reasons)
+	}
+}

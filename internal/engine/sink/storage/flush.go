@@ -111,7 +111,7 @@ func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) strin
 	case d.bytes >= s.cfg.fileTarget():
 		return ReasonSize
 	case d.flushWanted:
-		return ReasonForced
+		return d.flushReason
 	case pressure, s.queued > s.cfg.bufferedCap():
 		return ReasonBytesCap
 	case s.waiting > s.cfg.MaxActiveTables:

@@ -8,8 +8,9 @@ import "time"
 type Metrics interface {
 	// FlushTask counts one dispatcher's flush by what made it due:
 	// size, interval, delay, fanout (max-active-tables), bytes_cap
-	// (max-buffered-bytes, or a write waits for spool room) or forced (a
-	// Flush call: a DDL barrier, a hand-over, a stop).
+	// (max-buffered-bytes, or a write waits for spool room), ddl (the
+	// DDL barrier's flush of the rows before a DDL) or forced (any other
+	// Flush: a hand-over, a stop, a failed dispatcher settling).
 	FlushTask(reason string)
 	// WriteDuration is how long one object write took: data, index or
 	// schema (the schema check and write).
@@ -34,6 +35,7 @@ const (
 	ReasonFanout   = "fanout"
 	ReasonBytesCap = "bytes_cap"
 	ReasonForced   = "forced"
+	ReasonDDL      = "ddl"
 )
 
 type noMetrics struct{}

@@ -66,7 +66,7 @@ func (q *dueQueue) next(due func(*dispatcherState) string) (*dispatcherState, st
 			}
 			continue
 		}
-		if r := due(d); r == ReasonForced || r == ReasonSize {
+		if r := due(d); r == ReasonForced || r == ReasonDDL || r == ReasonSize {
 			return d, r
 		}
 	}

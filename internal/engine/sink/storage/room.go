@@ -69,6 +69,14 @@ func (r *room) take(ctx context.Context, n int64, abort <-chan struct{}) error {
 	return err
 }
 
+// force takes n bytes without waiting, fitting or not (an admitted
+// write's rows turned out larger than estimated).
+func (r *room) force(n int64) {
+	r.mu.Lock()
+	r.used += n
+	r.mu.Unlock()
+}
+
 // give returns n bytes and lets in the writers that now fit.
 func (r *room) give(n int64) {
 	if n == 0 {

@@ -64,8 +64,10 @@ type Sink struct {
 	// (room.go). It counts a write from its admission, spooled from when
 	// its rows are added under s.mu: Close gives back spooled, and a
 	// write admitted but refused (closed, fenced) gives back its own.
-	spool  *room
-	closed bool
+	spool *room
+	// rowBytes estimates a batch's encoded size before it is admitted.
+	rowBytes rowSize
+	closed   bool
 	// pressure: a write waits for spool space; the next flush round
 	// writes every dispatcher with rows, due or not.
 	pressure bool
@@ -100,6 +102,7 @@ type dispatcherState struct {
 	failedSeq   uint64    // last batch whose flush failed
 	failure     error
 	flushWanted bool
+	flushReason string // why flushWanted: forced or ddl
 	flushing    bool
 	nextIndex   map[string]uint64 // per directory, once known
 	lastWrite   time.Time
@@ -201,53 +204,26 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	if err != nil {
 		return err
 	}
-	enc := map[string]*dirBuffer{}
-	var order []*dirBuffer
-	date := ""
-	if layout, ok := dateLayouts[s.cfg.DateSeparator]; ok {
-		date = s.now().UTC().Format(layout)
-	}
-	var size int64
-	for i := range b.Events {
-		e := &b.Events[i]
-		if e.Kind != source.KindDML {
-			return fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
-		}
-		dir := dirOf(s.cfg.Schema, e)
-		if date != "" {
-			dir += "/" + date
-		}
-		db := enc[dir]
-		if db == nil {
-			db = &dirBuffer{dir: dir, first: *e}
-			enc[dir] = db
-			order = append(order, db)
-		}
-		before := db.buf.Len()
-		if err := codec.EncodeRow(&db.buf, s.cfg.Protocol, s.cfg.Schema, e); err != nil {
-			return err
-		}
-		size += int64(db.buf.Len() - before)
-	}
-
-	if s.budget != nil {
-		if err := s.budget.acquire(ctx, size, s.stop); err != nil {
-			return err
-		}
-	}
-	// Backpressure: a full spool makes the write wait for a flush
-	// (spool.onWait has the flusher write what it holds now).
-	if err := s.spool.take(ctx, size, s.stop); err != nil {
-		if s.budget != nil {
-			s.budget.release(size)
-		}
+	// Admission comes before encoding, so that a writer waiting for room
+	// holds its batch only, not its encoded rows as well: it takes an
+	// estimate (the sink's recent bytes per row), and the exact size once
+	// encoded.
+	held := s.rowBytes.estimate(len(b.Events))
+	if err := s.admit(ctx, held); err != nil {
 		return err
 	}
+	order, size, err := s.encode(b)
+	if err != nil {
+		s.release(held)
+		return err
+	}
+	s.rowBytes.learn(len(b.Events), size)
+	s.resize(held, size)
 	if s.disk != nil {
 		// A write into the page cache, outside s.mu; the rows leave
 		// memory here.
 		if err := s.toDisk(order); err != nil {
-			s.spool.give(size)
+			s.release(size)
 			return fmt.Errorf("storage sink: %w", err)
 		}
 	}
@@ -258,10 +234,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		err = s.fencedErr(b.Dispatcher) // failed while this one waited
 	}
 	if err != nil {
-		s.spool.give(size)
-		if s.budget != nil {
-			s.budget.release(size)
-		}
+		s.release(size)
 		s.freeDisk(order)
 		return err
 	}
@@ -303,6 +276,40 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		s.wakeFlusher()
 	}
 	return nil
+}
+
+// encode encodes a batch's rows by directory, in order, and returns the
+// directories' buffers and their bytes.
+func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
+	enc := map[string]*dirBuffer{}
+	var order []*dirBuffer
+	date := ""
+	if layout, ok := dateLayouts[s.cfg.DateSeparator]; ok {
+		date = s.now().UTC().Format(layout)
+	}
+	var size int64
+	for i := range b.Events {
+		e := &b.Events[i]
+		if e.Kind != source.KindDML {
+			return nil, 0, fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
+		}
+		dir := dirOf(s.cfg.Schema, e)
+		if date != "" {
+			dir += "/" + date
+		}
+		db := enc[dir]
+		if db == nil {
+			db = &dirBuffer{dir: dir, first: *e}
+			enc[dir] = db
+			order = append(order, db)
+		}
+		before := db.buf.Len()
+		if err := codec.EncodeRow(&db.buf, s.cfg.Protocol, s.cfg.Schema, e); err != nil {
+			return nil, 0, err
+		}
+		size += int64(db.buf.Len() - before)
+	}
+	return order, size, nil
 }
 
 func (d *dispatcherState) appendDir(db *dirBuffer) {
@@ -360,6 +367,17 @@ func (s *Sink) wakeFlusher() {
 
 // Flush implements sink.Sink.
 func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
+	return s.flushNow(ctx, dispatcher, ReasonForced)
+}
+
+// FlushForDDL implements sink.BarrierFlusher: a Flush counted as "ddl".
+func (s *Sink) FlushForDDL(ctx context.Context, dispatcher string) error {
+	return s.flushNow(ctx, dispatcher, ReasonDDL)
+}
+
+// flushNow writes a dispatcher's rows at once and waits for them; reason
+// is what the flush is counted as.
+func (s *Sink) flushNow(ctx context.Context, dispatcher, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.disp[dispatcher]
@@ -370,6 +388,9 @@ func (s *Sink) Flush(ctx context.Context, dispatcher string) error {
 		return err
 	}
 	target, from := d.seq, d.flushedSeq+1
+	if !d.flushWanted || reason == ReasonDDL {
+		d.flushReason = reason
+	}
 	d.flushWanted = true
 	s.due.urge(d)
 	s.wakeFlusher()
@@ -439,7 +460,10 @@ func (s *Sink) Close() error {
 	return s.bucket.Close()
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var (
+	_ sink.Sink           = (*Sink)(nil)
+	_ sink.BarrierFlusher = (*Sink)(nil)
+)
 
 // urge has the flusher write everything held now (a node budget is
 // short).

@@ -64,7 +64,7 @@ func BenchmarkObjectWrites(b *testing.B) {
 			b.ReportMetric(float64(index)*1000/float64(total), run.name+"-index-writes/1000rows")
 			b.ReportMetric(pct(lat, 50).Seconds(), run.name+"-ack-p50-s")
 			b.ReportMetric(pct(lat, 99).Seconds(), run.name+"-ack-p99-s")
-			for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced} {
+			for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced, storage.ReasonDDL} {
 				if n := m.reason(r); n > 0 {
 					b.ReportMetric(float64(n), run.name+"-flushes-"+r)
 				}
