@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
@@ -57,6 +58,15 @@ type Manager struct {
 	// reads reads database changefeeds' event logs on the nodes
 	// maintaining them.
 	reads *eventlog.Client
+
+	// share is this node's part of the routing table, and reconciled
+	// the build of it the last full reconcile worked from (reconcile's
+	// goroutine only).
+	share      share
+	reconciled uint64
+	// ended: a dispatcher's run ended by itself since the last full
+	// reconcile.
+	ended atomic.Bool
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
@@ -195,23 +205,16 @@ func (m *Manager) Running() map[model.ChangefeedID]int {
 // reconcile starts and stops dispatchers to match the routing table; it
 // returns true when it has new final positions to send.
 func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
-	want := map[string]meta.RouteRecord{}
-	drainingHere := map[string]meta.RouteRecord{}
-	for _, cf := range st.ChangefeedIDs() {
-		e := st.Changefeeds[cf]
-		for pid, r := range st.Partitions[cf] {
-			if r.Route.Node != m.self {
-				continue
-			}
-			switch {
-			case r.Route.Status == model.PartitionDraining:
-				drainingHere[key(cf, pid)] = r
-			case e.Status.State == model.ChangefeedNormal:
-				want[key(cf, pid)] = r
-			}
-		}
-	}
+	want, drainingHere := m.share.of(st, m.self)
 	m.mu.Lock()
+	if m.settledLocked(m.reconciled) {
+		m.mu.Unlock()
+		return false
+	}
+	m.reconciled = m.share.built
+	// Cleared before the running dispatchers are looked at: one that
+	// ends from here on marks it again, for the next reconcile.
+	m.ended.Store(false)
 	var stale []*managed
 	for k, r := range m.running {
 		w, ok := want[k]
@@ -439,6 +442,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		// forget it.
 		sink.Forget(f.sink, d.ID())
 		close(run.done)
+		m.ended.Store(true)
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
 	return nil

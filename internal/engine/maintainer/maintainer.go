@@ -79,6 +79,10 @@ type Host struct {
 	// (exclude.go).
 	excluded map[model.ChangefeedID]map[model.NodeID]*exclusion
 	wake     chan struct{} // a final position arrived
+	// passes: each changefeed's last pass; placed: its last placement
+	// that found nothing to do (cadence.go).
+	passes map[model.ChangefeedID]passMark
+	placed map[model.ChangefeedID]placeMark
 }
 
 // NewHost returns the maintainer host of a node.
@@ -138,8 +142,9 @@ const passWorkers = 16
 // pass runs one pass of every maintainer placed on this node.
 func (h *Host) pass(ctx context.Context, st *meta.State) {
 	var mine []*meta.ChangefeedEntry
+	now := time.Now()
 	for _, cf := range st.ChangefeedIDs() {
-		if e := st.Changefeeds[cf]; e.Maintainer.Node == h.self && e.MaintainerRevision > 0 {
+		if e := st.Changefeeds[cf]; e.Maintainer.Node == h.self && e.MaintainerRevision > 0 && h.duePass(st, e, now) {
 			mine = append(mine, e)
 		}
 	}
@@ -173,6 +178,12 @@ func (h *Host) forget(st *meta.State) {
 			delete(h.heard, cf)
 		}
 	}
+	for cf := range h.passes {
+		if e := st.Changefeeds[cf]; e == nil || e.Maintainer.Node != h.self {
+			delete(h.passes, cf)
+			delete(h.placed, cf)
+		}
+	}
 }
 
 // maintain is one pass of one changefeed's maintainer.
@@ -203,7 +214,7 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
 		return err // after a write, the next pass reads again
 	}
-	if e.Status.State == model.ChangefeedNormal {
+	if e.Status.State == model.ChangefeedNormal && !h.placedAlready(st, e) {
 		if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
 			return nil
 		} else if err != nil {
@@ -268,7 +279,11 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		// Placed together; balancing waits for the next pass, which sees them.
 		return h.store.PlacePartitions(ctx, mf, toPlace)
 	}
-	return h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
+	moved, err := h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
+	if err == nil && !moved && inFlight == 0 {
+		h.placeSettled(st, e)
+	}
+	return err
 }
 
 func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, table model.ProgressTable, sourceAlive bool, dest *plan.Destinations) error {
@@ -384,9 +399,9 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 // rebalance starts graceful moves: first off nodes that may not keep work
 // (Draining), then from the most- to the least-loaded node while they
 // differ by more than one.
-func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, routes []meta.RouteRecord, dest *plan.Destinations, inFlight int) error {
+func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, routes []meta.RouteRecord, dest *plan.Destinations, inFlight int) (moved bool, err error) {
 	if inFlight >= MaxMovesInFlight {
-		return nil
+		return false, nil
 	}
 	var movable []meta.RouteRecord
 	perNode := map[model.NodeID][]meta.RouteRecord{}
@@ -406,27 +421,29 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 	for len(movable) > 0 && inFlight < MaxMovesInFlight {
 		target, ok := dest.Next()
 		if !ok {
-			return nil
+			return moved, nil
 		}
 		if err := h.store.StartMove(ctx, mf, movable[0], target); err != nil {
-			return err
+			return moved, err
 		}
+		moved = true
 		h.log.Info("maintainer: moving a partition off a Draining node", "partition", movable[0].Route.ID, "from", movable[0].Route.Node, "to", target)
 		movable, inFlight = movable[1:], inFlight+1
 	}
 	for inFlight < MaxMovesInFlight {
 		from, fromLoad, to, toLoad := dest.Extremes()
 		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
-			return nil
+			return moved, nil
 		}
 		r := perNode[from][len(perNode[from])-1]
 		perNode[from] = perNode[from][:len(perNode[from])-1]
 		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
-			return err
+			return moved, err
 		}
+		moved = true
 		dest.Move(from, to)
 		inFlight++
 		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
 	}
-	return nil
+	return moved, nil
 }

@@ -32,6 +32,9 @@ type heard struct {
 	unseen map[string]time.Time
 	// refusedLogged: when a refused position was last logged.
 	refusedLogged time.Time
+	// urgent: a heartbeat brought something the next pass must act on
+	// at once (cadence.go).
+	urgent bool
 }
 
 // MaxAhead is how far beyond this node's clock a reported position may
@@ -66,8 +69,9 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		h.heard[hb.Changefeed] = rep
 	}
 	ahead := model.TsFromTime(time.Now().Add(MaxAhead))
+	routes := st.Partitions[hb.Changefeed]
 	for _, pp := range positions {
-		r, ok := st.Partitions[hb.Changefeed][pp.ID]
+		r, ok := routes[pp.ID]
 		if !ok || r.Route.Epoch != pp.Epoch || r.Route.Node != m.From {
 			continue
 		}
@@ -84,17 +88,22 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		}
 		next := pp.Progress
 		next.Node = m.From
-		if cur, seen := rep.parts[pp.ID]; seen && cur.Checkpoint > next.Checkpoint {
+		if len(rep.failed) > 0 {
+			delete(rep.failed, pp.ID) // it runs
+		}
+		cur, seen := rep.parts[pp.ID]
+		if seen && cur == next {
+			continue // nothing new (a quiet partition between its beats)
+		}
+		if seen && cur.Checkpoint > next.Checkpoint {
 			// Everything up to the higher one is durable, whichever
 			// placement wrote it: a restarted placement replays below it.
 			next.Checkpoint = cur.Checkpoint
 		}
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
-		cur, seen := rep.parts[pp.ID]
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
 		rep.parts[pp.ID] = next
-		delete(rep.failed, pp.ID)
 	}
 	for _, f := range hb.Failed {
 		if r, ok := st.Partitions[hb.Changefeed][f.ID]; ok && r.Route.Epoch == f.Epoch && r.Route.Node == m.From {
@@ -104,6 +113,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	}
 	replies := h.onRecover(st, e, rep, m.From, &hb)
 	wake = wake || len(rep.recover) > 0 || rep.failure != "" || len(rep.incidents) > 0
+	rep.urgent = rep.urgent || wake
 	h.mu.Unlock()
 	if len(replies) > 0 {
 		h.sendAnswers(m.From, hb.Changefeed, hb.MaintainerEpoch, replies)

@@ -57,7 +57,7 @@ func (e *ChangefeedEntry) FenceOf(k Keys) MaintainerFence {
 // SortedPartitions returns a changefeed's routing table by table and start.
 func (s *State) SortedPartitions(cf model.ChangefeedID) []RouteRecord {
 	m := s.Partitions[cf]
-	id := reflect.ValueOf(m).UnsafePointer()
+	id := s.RoutesID(cf)
 	if s.sortedMu != nil {
 		s.sortedMu.Lock()
 		c, ok := s.sorted[cf]
@@ -83,6 +83,19 @@ func (s *State) SortedPartitions(cf model.ChangefeedID) []RouteRecord {
 		s.sortedMu.Unlock()
 	}
 	return out
+}
+
+// RoutesID identifies a changefeed's routing table as of this state: two
+// published states with the same id for it have the same table (inner
+// maps are replaced, never changed, once a state is published). A caller
+// that keeps an id keeps the table alive, so the id is never reused.
+func (s *State) RoutesID(cf model.ChangefeedID) unsafe.Pointer {
+	return reflect.ValueOf(s.Partitions[cf]).UnsafePointer()
+}
+
+// BarriersID is RoutesID for a changefeed's DDL barriers.
+func (s *State) BarriersID(cf model.ChangefeedID) unsafe.Pointer {
+	return reflect.ValueOf(s.Barriers[cf]).UnsafePointer()
 }
 
 // sortedRoutes is a changefeed's routing table in order, for the inner

@@ -1,0 +1,79 @@
+package dispatcher
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A node's share of the routing table is built again whenever a
+// changefeed's routing table or state changes, and only then: the same
+// maps come back for a state whose routing tables are the ones it was
+// built from.
+func TestTheShareFollowsTheRoutingTable(t *testing.T) {
+	const a, b = model.ChangefeedID("a"), model.ChangefeedID("b")
+	route := func(c model.ChangefeedID, pid string, node model.NodeID, status model.PartitionStatus) meta.RouteRecord {
+		return meta.RouteRecord{Route: model.RouteEntry{ID: pid, Changefeed: c, Node: node, Epoch: 1, Status: status}}
+	}
+	entry := func(c model.ChangefeedID, state model.ChangefeedState) *meta.ChangefeedEntry {
+		return &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: c}, Status: model.ChangefeedStatus{State: state}}
+	}
+	routesA := map[string]meta.RouteRecord{
+		"p1": route(a, "p1", "n1", model.PartitionActive),
+		"p2": route(a, "p2", "n2", model.PartitionActive),
+		"p3": route(a, "p3", "n1", model.PartitionDraining),
+	}
+	routesB := map[string]meta.RouteRecord{"q1": route(b, "q1", "n1", model.PartitionActive)}
+	st := &meta.State{
+		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{a: entry(a, model.ChangefeedNormal), b: entry(b, model.ChangefeedNormal)},
+		Partitions:  map[model.ChangefeedID]map[string]meta.RouteRecord{a: routesA, b: routesB},
+	}
+	keys := func(m map[string]meta.RouteRecord) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	var s share
+	want, moving := s.of(st, "n1")
+	if got := keys(want); !reflect.DeepEqual(got, []string{"a/p1", "b/q1"}) {
+		t.Fatalf("want %v", got)
+	}
+	if got := keys(moving); !reflect.DeepEqual(got, []string{"a/p3"}) {
+		t.Fatalf("moving %v", got)
+	}
+
+	// The same tables (another state, progress moved): the same maps.
+	again := *st
+	if w, _ := s.of(&again, "n1"); reflect.ValueOf(w).UnsafePointer() != reflect.ValueOf(want).UnsafePointer() {
+		t.Fatal("built again although no routing table changed")
+	}
+
+	// A routing table replaced: built again, and right.
+	moved := map[string]meta.RouteRecord{"q1": route(b, "q1", "n2", model.PartitionActive), "q2": route(b, "q2", "n1", model.PartitionActive)}
+	next := *st
+	next.Partitions = map[model.ChangefeedID]map[string]meta.RouteRecord{a: routesA, b: moved}
+	if w, _ := s.of(&next, "n1"); !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q2"}) {
+		t.Fatalf("after b's table changed: want %v", keys(w))
+	}
+
+	// A changefeed paused: its partitions are no longer wanted here.
+	paused := next
+	paused.Changefeeds = map[model.ChangefeedID]*meta.ChangefeedEntry{a: entry(a, model.ChangefeedPaused), b: st.Changefeeds[b]}
+	if w, m := s.of(&paused, "n1"); !reflect.DeepEqual(keys(w), []string{"b/q2"}) || !reflect.DeepEqual(keys(m), []string{"a/p3"}) {
+		t.Fatalf("after pausing a: want %v, moving %v", keys(w), keys(m))
+	}
+
+	// A changefeed removed.
+	gone := paused
+	gone.Changefeeds = map[model.ChangefeedID]*meta.ChangefeedEntry{b: st.Changefeeds[b]}
+	gone.Partitions = map[model.ChangefeedID]map[string]meta.RouteRecord{b: moved}
+	if w, m := s.of(&gone, "n1"); !reflect.DeepEqual(keys(w), []string{"b/q2"}) || len(m) != 0 {
+		t.Fatalf("after removing a: want %v, moving %v", keys(w), keys(m))
+	}
+}
