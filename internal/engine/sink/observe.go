@@ -56,3 +56,9 @@ type Forgetter interface {
 
 // Forget implements Forgetter for the sink it wraps.
 func (o *observed) Forget(dispatcher string) { Forget(o.Sink, dispatcher) }
+
+// FlushForDDL passes the barrier's flush on, so that the wrapped sink
+// still tells it apart.
+func (o *observed) FlushForDDL(ctx context.Context, dispatcher string) error {
+	return FlushForDDL(ctx, o.Sink, dispatcher)
+}
