@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,5 +159,138 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 		}
 		tc.waitCheckpoint(c, name, model.Ts(got.CheckpointTs))
 	}
+	tc.verifyAll(c, sinks, false)
+}
+
+// Seed 000 recovery scenario 6: a drain moves maintainers onto a capture
+// where they cannot start (they cannot open their changefeed's source
+// there). Each says so in its changefeed's status; the coordinator places
+// it on another capture and keeps it off that one; the drain finishes,
+// `changefeed get` names the capture and the error, and nothing is lost
+// or written twice.
+func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
+	var bad atomic.Value // model.NodeID: where maintainers cannot start
+	faults := map[model.NodeID]Faults{}
+	for i := 1; i <= 4; i++ {
+		id := model.NodeID(fmt.Sprintf("capture-%d", i))
+		faults[id] = Faults{FailBootstrap: func(model.ChangefeedID) error {
+			if b, _ := bad.Load().(model.NodeID); b == id {
+				return errors.New("injected: the source is unreachable from " + string(id))
+			}
+			return nil
+		}}
+	}
+	tc := newTestCluster(t)
+	tc.faults = faults
+	leader := tc.startCaptures(4)
+	c := tc.client()
+	ctx := context.Background()
+	sinks := tc.createFeeds(c, 12)
+	target, res := tc.pausedDrain(c, leader.Node, 3)
+
+	// The bad capture: a destination (not the coordinator) of a step
+	// not begun.
+	rec := tc.plan(c, res.PlanID)
+	var victim model.NodeID
+	for _, s := range rec.Steps {
+		step := rec.Step(s)
+		if step.Kind == plan.StepMoveMaintainer && s.State == exec.StepPending && step.To != leader.Node {
+			victim = step.To
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no pending maintainer move to a capture other than the coordinator %s in %+v", leader.Node, rec.Steps)
+	}
+	bad.Store(victim)
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
+		t.Fatal(err)
+	}
+	rec = tc.planEnd(c, res.PlanID, 3*time.Minute)
+	if rec.State != exec.Done {
+		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
+	}
+	tc.eventually("no maintainer on "+string(victim)+" or "+string(target), time.Minute, func() bool {
+		return tc.maintainersOn(victim) == 0 && tc.maintainersOn(target) == 0
+	})
+	named := 0
+	for name := range sinks {
+		got, err := c.Changefeed(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Maintainer == string(victim) {
+			t.Fatalf("%s: maintainer back on %s", name, victim)
+		}
+		for _, in := range got.Incidents {
+			if in.Kind == model.IncidentMaintainerFailed && in.Node == victim && strings.Contains(in.Err, "injected") {
+				named++
+			}
+		}
+	}
+	if named == 0 {
+		t.Fatalf("no changefeed's status says its maintainer could not start on %s", victim)
+	}
+	t.Logf("%d maintainers could not start on %s and were placed elsewhere", named, victim)
+	tc.verifyAll(c, sinks, true)
+}
+
+// Seed 000 recovery scenario 2, with the move in flight: the drain has
+// just placed a maintainer on its destination (the step runs) when that
+// destination dies. The basic scheduler places the maintainer again on a
+// live capture, the step ends, the drain finishes, and nothing is lost.
+func TestDrainDestinationDiesWithAMoveInFlight(t *testing.T) {
+	tc := newTestCluster(t)
+	leader := tc.startCaptures(4)
+	c := tc.client()
+	ctx := context.Background()
+	sinks := tc.createFeeds(c, 12)
+	target, res := tc.pausedDrain(c, leader.Node, 3)
+	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for a maintainer step to a capture other than the coordinator
+	// to run: its maintainer is on the destination, the step not done.
+	var victim model.NodeID
+	var cf string
+	tc.eventually("a maintainer move in flight to a capture other than the coordinator", time.Minute, func() bool {
+		rec, err := c.Plan(ctx, res.PlanID)
+		if err != nil {
+			return false
+		}
+		for _, s := range rec.Steps {
+			step := rec.Step(s)
+			if step.Kind == plan.StepMoveMaintainer && s.State == exec.StepRunning && step.To != leader.Node && step.To != target {
+				if e := tc.state().Changefeeds[model.ChangefeedID(step.Changefeed)]; e != nil && e.Maintainer.Node == step.To {
+					victim, cf = step.To, step.Changefeed
+					return true
+				}
+			}
+		}
+		return false
+	})
+	tc.crash(victim)
+	t.Logf("crashed %s while %s's maintainer was moving onto it", victim, cf)
+	c = tc.client()
+	rec := tc.planEnd(c, res.PlanID, 2*time.Minute)
+	if rec.State != exec.Done {
+		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
+	}
+	tc.eventually("no maintainer or partition on "+string(victim)+" or "+string(target), time.Minute, func() bool {
+		st := tc.state()
+		for _, id := range st.ChangefeedIDs() {
+			if n := st.Changefeeds[id].Maintainer.Node; n == target || n == victim {
+				return false
+			}
+			for _, r := range st.Partitions[id] {
+				if r.Route.Node == target || r.Route.Node == victim {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// A crash may have written some rows twice (at-least-once); none may
+	// be missing.
 	tc.verifyAll(c, sinks, false)
 }

@@ -82,6 +82,9 @@ type Faults struct {
 	FailStart func(model.RouteEntry) error
 	// FailPlace: a maintainer on this node writing a move's placement.
 	FailPlace func(model.RouteEntry) error
+	// FailBootstrap: a maintainer on this node opening its changefeed's
+	// source.
+	FailBootstrap func(model.ChangefeedID) error
 }
 
 // WithFaults installs fault-injection hooks.
@@ -364,6 +367,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
+	host.FailBootstrap = n.faults.FailBootstrap
 	// Consumers learn the checkpoint from the sink (seed 004): opened
 	// here, on the maintainer's node, apart from the dispatchers' sinks.
 	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot()})

@@ -68,13 +68,20 @@ type Incident struct {
 	// Kind: recovered (a dispatcher re-created after its sink failed),
 	// restart (the changefeed restarted on a node; Reason says why),
 	// failed (a permanent error), excluded (a capture that could not start
-	// the changefeed's partitions, kept out of its placements for a while).
+	// the changefeed's partitions, kept out of its placements for a while),
+	// maintainer-failed (the changefeed's maintainer could not start on
+	// Node under placement Epoch: it is placed elsewhere).
 	Kind      string `json:"kind"`
 	Partition string `json:"partition,omitempty"`
 	Node      NodeID `json:"node,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	Err       string `json:"err,omitempty"`
 }
+
+// IncidentMaintainerFailed is the kind of incident a maintainer records
+// when it cannot start on its node.
+const IncidentMaintainerFailed = "maintainer-failed"
 
 // MaxIncidents bounds a changefeed's incidents.
 const MaxIncidents = 8

@@ -57,6 +57,23 @@ func (d *Destinations) Next() (model.NodeID, bool) {
 	return best, true
 }
 
+// NextExcept is Next among the candidates skip does not rule out.
+func (d *Destinations) NextExcept(skip func(model.NodeID) bool) (model.NodeID, bool) {
+	best, found := model.NodeID(""), false
+	for _, c := range d.candidates {
+		if skip(c) {
+			continue
+		}
+		if !found || d.load[c] < d.load[best] {
+			best, found = c, true
+		}
+	}
+	if found {
+		d.load[best]++
+	}
+	return best, found
+}
+
 // Extremes returns the most- and the least-loaded candidates with their
 // loads (the first in order on a tie); empty when there are none.
 func (d *Destinations) Extremes() (most model.NodeID, mostLoad int, least model.NodeID, leastLoad int) {

@@ -33,3 +33,22 @@ func TestDestinationsSpreadAndCountInFlight(t *testing.T) {
 		t.Fatal("a destination out of no candidates")
 	}
 }
+
+func TestNextExceptSkipsWhatItIsTold(t *testing.T) {
+	d := NewDestinations([]model.NodeID{"capture-1", "capture-2", "capture-3"})
+	d.Count("capture-2")
+	skip3 := func(n model.NodeID) bool { return n == "capture-3" }
+	// Loads 0,1,0: capture-1 (capture-3 is as light, but skipped), then
+	// capture-1 and capture-2 tie at 1: the first in order.
+	for i, want := range []model.NodeID{"capture-1", "capture-1", "capture-2"} {
+		if got, ok := d.NextExcept(skip3); !ok || got != want {
+			t.Fatalf("pick %d: %s, %v; want %s", i, got, ok, want)
+		}
+	}
+	if n, _ := d.Next(); n != "capture-3" {
+		t.Fatalf("Next after NextExcept: %s; the skipped capture-3 is the least loaded", n)
+	}
+	if _, ok := d.NextExcept(func(model.NodeID) bool { return true }); ok {
+		t.Fatal("a destination although every candidate is skipped")
+	}
+}

@@ -219,12 +219,16 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	byNode := map[model.NodeID][]*meta.ChangefeedEntry{}
 	var orphans, leaving []*meta.ChangefeedEntry
+	now := time.Now()
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
 		_, registered := st.Nodes[e.Maintainer.Node]
 		switch {
 		case e.Maintainer.Node == "" || !registered:
 			orphans = append(orphans, e)
+		case failedHere(e, now) != nil:
+			// Seed 000 scenario 6: it could not start there.
+			leaving = append(leaving, e)
 		case st.Drain != nil && e.Maintainer.Node == st.Drain.Target:
 			// The drain moves these, in its batches.
 		case !dest.IsCandidate(e.Maintainer.Node):
@@ -248,12 +252,14 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 		return nil
 	}
 	for _, e := range append(orphans, leaving...) {
-		node, ok := dest.Next()
+		node, ok := dest.NextExcept(func(n model.NodeID) bool { return maintainerExcluded(e, n, now) })
 		if !ok {
-			return firstErr // no schedulable node; placed when one appears
+			continue // no schedulable node it may go to; placed when one appears
 		}
 		why := "its node is gone"
-		if e.Maintainer.Node != "" && e.MaintainerRevision > 0 {
+		if in := failedHere(e, now); in != nil {
+			why = "it could not start on " + string(e.Maintainer.Node) + ": " + in.Err
+		} else if e.Maintainer.Node != "" && e.MaintainerRevision > 0 {
 			if _, alive := st.Nodes[e.Maintainer.Node]; alive {
 				why = "its node is " + st.LivenessOf(e.Maintainer.Node).String()
 			}
@@ -268,9 +274,41 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 	most, mostLoad, least, leastLoad := dest.Extremes()
 	if most != "" && mostLoad-leastLoad > 1 && len(byNode[most]) > 0 {
 		e := byNode[most][len(byNode[most])-1]
+		if maintainerExcluded(e, least, now) {
+			return firstErr // not back where it could not start
+		}
 		if err := place(e, least, "balance"); err != nil {
 			return err
 		}
 	}
 	return firstErr
+}
+
+// MaintainerExclusion is how long a capture on which a changefeed's
+// maintainer could not start is kept out of that changefeed's maintainer
+// placements (seed 000 scenario 6). The record is the changefeed's own
+// status, so a new coordinator keeps it too.
+const MaintainerExclusion = 5 * time.Minute
+
+// failedHere is the incident in which e's maintainer said it could not
+// start under its current placement, if it did.
+func failedHere(e *meta.ChangefeedEntry, now time.Time) *model.Incident {
+	for i := len(e.Status.Incidents) - 1; i >= 0; i-- {
+		in := &e.Status.Incidents[i]
+		if in.Kind == model.IncidentMaintainerFailed && in.Node == e.Maintainer.Node && in.Epoch == e.Maintainer.Epoch && now.Sub(in.Time) < MaintainerExclusion {
+			return in
+		}
+	}
+	return nil
+}
+
+// maintainerExcluded says whether e's maintainer recently could not start
+// on node.
+func maintainerExcluded(e *meta.ChangefeedEntry, node model.NodeID, now time.Time) bool {
+	for _, in := range e.Status.Incidents {
+		if in.Kind == model.IncidentMaintainerFailed && in.Node == node && now.Sub(in.Time) < MaintainerExclusion {
+			return true
+		}
+	}
+	return false
 }

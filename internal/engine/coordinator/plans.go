@@ -225,12 +225,25 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 		if e == nil || e.Maintainer.Node != s.From {
 			return nil
 		}
-		err := a.c.store.PlaceMaintainer(ctx, a.term.Fence, e, s.To)
+		to := s.To
+		if now := time.Now(); maintainerExcluded(e, to, now) {
+			// Its maintainer could not start there lately (scenario 6):
+			// the least-loaded capture it may go to instead.
+			dest := plan.NewDestinations(st.SchedulableNodeIDs())
+			for _, id := range st.ChangefeedIDs() {
+				dest.Count(st.Changefeeds[id].Maintainer.Node)
+			}
+			if other, ok := dest.NextExcept(func(n model.NodeID) bool { return n == s.From || maintainerExcluded(e, n, now) }); ok {
+				a.c.log.Info("coordinator: drain moves a maintainer elsewhere; it could not start on the planned capture lately", "changefeed", s.Changefeed, "planned", to, "to", other)
+				to = other
+			}
+		}
+		err := a.c.store.PlaceMaintainer(ctx, a.term.Fence, e, to)
 		if errors.Is(err, meta.ErrStale) {
 			return nil // it moved meanwhile; Check will see
 		}
 		if err == nil {
-			a.c.log.Info("coordinator: drain moved a maintainer", "changefeed", s.Changefeed, "from", s.From, "to", s.To)
+			a.c.log.Info("coordinator: drain moved a maintainer", "changefeed", s.Changefeed, "from", s.From, "to", to)
 		}
 		return err
 	}

@@ -20,6 +20,11 @@ type openSource struct {
 
 // source returns the changefeed's source, opened once per incarnation.
 func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Source, error) {
+	if h.FailBootstrap != nil {
+		if err := h.FailBootstrap(e.Info.ID); err != nil {
+			return nil, bootstrapError{err}
+		}
+	}
 	h.mu.Lock()
 	o, ok := h.sources[e.Info.ID]
 	h.mu.Unlock()
@@ -28,7 +33,7 @@ func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Sour
 	}
 	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID, Logs: h.reads, Log: h.log})
 	if err != nil {
-		return nil, err
+		return nil, bootstrapError{err}
 	}
 	h.mu.Lock()
 	h.sources[e.Info.ID] = openSource{created: e.Info.CreatedAt, src: src}
@@ -70,11 +75,7 @@ func (h *Host) closeSources(st *meta.State) {
 // partition's position) is passed over without looking at its partitions
 // (a pass over 100,000 tables grouped them in a map and looked up every
 // position: a tenth of the maintainer's capture's CPU).
-func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
-	src, err := h.source(ctx, e)
-	if err != nil {
-		return err
-	}
+func (h *Host) openBarriers(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable, src source.Source) error {
 	now := model.TsFromTime(time.Now()).WithLogical(1)
 	floor := max(e.Status.CheckpointTs, e.Info.StartTs)
 	routes := st.SortedPartitions(e.Info.ID)

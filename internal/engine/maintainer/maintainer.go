@@ -68,6 +68,14 @@ type Host struct {
 	// an error fails that write (fault injection: seed 003's failed etcd
 	// save after PreparePartition).
 	FailPlace func(model.RouteEntry) error
+	// FailBootstrap, if set, is asked before a maintainer here opens its
+	// changefeed's source; an error fails the opening (fault injection:
+	// seed 000's failed maintainer bootstrap).
+	FailBootstrap func(model.ChangefeedID) error
+	// GiveUpAfter is how long a maintainer here may fail to start (open
+	// its changefeed's source) before it says so in the changefeed's
+	// status, for the coordinator to place it elsewhere (bootstrap.go).
+	GiveUpAfter time.Duration
 	// Checkpointed, if set, is told each checkpoint the host persists
 	// with its changefeed's sink (the storage sink's metadata file). It
 	// must not block.
@@ -83,13 +91,16 @@ type Host struct {
 	// that found nothing to do (cadence.go).
 	passes map[model.ChangefeedID]passMark
 	placed map[model.ChangefeedID]placeMark
+	// booting: changefeeds whose maintainer here has failed to start
+	// since (bootstrap.go).
+	booting map[model.ChangefeedID]*bootFailure
 }
 
 // NewHost returns the maintainer host of a node.
 func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
 	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]openSource{},
 		logs: eventlog.NewServer(), reads: eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }), pullers: map[model.ChangefeedID]*pulling{},
-		MoveTimeout: 30 * time.Second, MaxStartFailures: 3,
+		MoveTimeout: 30 * time.Second, MaxStartFailures: 3, GiveUpAfter: 10 * time.Second,
 		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
 
@@ -155,7 +166,9 @@ func (h *Host) pass(ctx context.Context, st *meta.State) {
 		go func() {
 			defer wg.Done()
 			for e := range work {
-				if err := h.maintain(ctx, st, e); err != nil && !errors.Is(err, meta.ErrStale) && ctx.Err() == nil {
+				err := h.maintain(ctx, st, e)
+				h.bootstrapped(ctx, e, err)
+				if err != nil && !errors.Is(err, meta.ErrStale) && ctx.Err() == nil {
 					h.log.Warn("maintainer: will retry", "changefeed", e.Info.ID, "err", err)
 				}
 			}
@@ -182,6 +195,7 @@ func (h *Host) forget(st *meta.State) {
 		if e := st.Changefeeds[cf]; e == nil || e.Maintainer.Node != h.self {
 			delete(h.passes, cf)
 			delete(h.placed, cf)
+			delete(h.booting, cf)
 		}
 	}
 }
@@ -209,6 +223,12 @@ func (h *Host) wakeAgain() {
 var errSplit = errors.New("split: the next pass goes on")
 
 func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) error {
+	// Its start on this node: without its source a maintainer can do
+	// nothing right (bootstrap.go).
+	src, err := h.source(ctx, e)
+	if err != nil {
+		return err
+	}
 	mf := e.FenceOf(h.store.Keys())
 	pos := h.positions(st, e)
 	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
@@ -220,7 +240,7 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 		} else if err != nil {
 			return err
 		}
-		if err := h.openBarriers(ctx, st, e, mf, pos); err != nil {
+		if err := h.openBarriers(ctx, st, e, mf, pos, src); err != nil {
 			return err
 		}
 	}
