@@ -211,7 +211,11 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	for path, wants := range map[string][]string{
 		"/healthz": {"ok"},
 		"/readyz":  {`"ready":true`},
-		"/metrics": {"cdcctl_election_is_coordinator 1", `cdcctl_build_info{goversion="go1.`},
+		"/metrics": {"cdcctl_election_is_coordinator 1", `cdcctl_build_info{goversion="go1.`,
+			// The etcd client's requests: transactions and the watch.
+			`cdcctl_etcd_grpc_client_handled_total{grpc_code="OK",grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary"}`,
+			`cdcctl_etcd_grpc_client_started_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}`,
+			`cdcctl_etcd_grpc_client_handling_seconds_bucket{grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary",le="0.001"}`},
 	} {
 		resp, err := http.Get("http://" + rn.addr + path)
 		if err != nil {

@@ -30,18 +30,7 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	target, res := tc.pausedDrain(c, leader.Node, 3)
 
 	// The victim: a destination (not the coordinator) of a step not begun.
-	rec := tc.plan(c, res.PlanID)
-	var victim model.NodeID
-	for _, s := range rec.Steps {
-		step := rec.Step(s)
-		if step.Kind == plan.StepMoveMaintainer && s.State == exec.StepPending && step.To != leader.Node {
-			victim = step.To
-			break
-		}
-	}
-	if victim == "" {
-		t.Fatalf("no pending maintainer move to a capture other than the coordinator %s in %+v", leader.Node, rec.Steps)
-	}
+	victim := tc.pendingDestination(c, res.PlanID, leader.Node)
 	tc.crash(victim)
 	diedAt := time.Now()
 	tc.eventually(string(victim)+" is gone from etcd", 20*time.Second, func() bool {
@@ -52,7 +41,7 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
 		t.Fatal(err)
 	}
-	rec = tc.planEnd(c, res.PlanID, 60*time.Second)
+	rec := tc.planEnd(c, res.PlanID, 60*time.Second)
 	if rec.State != exec.Done {
 		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}
@@ -83,6 +72,21 @@ func TestDrainDestinationDiesMidDrain(t *testing.T) {
 	}
 	t.Logf("replanned: %s", replanned)
 	tc.verifyAll(c, sinks, false)
+}
+
+// pendingDestination is the destination of a maintainer move of a drain
+// plan that has not begun, other than the coordinator.
+func (tc *testCluster) pendingDestination(c *api.Client, planID string, coordinator model.NodeID) model.NodeID {
+	tc.t.Helper()
+	rec := tc.plan(c, planID)
+	for _, s := range rec.Steps {
+		step := rec.Step(s)
+		if step.Kind == plan.StepMoveMaintainer && s.State == exec.StepPending && step.To != coordinator {
+			return step.To
+		}
+	}
+	tc.t.Fatalf("no pending maintainer move to a capture other than the coordinator %s in %+v", coordinator, rec.Steps)
+	return ""
 }
 
 // verifyAll pauses every changefeed and proves each sink holds every
@@ -190,23 +194,12 @@ func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
 
 	// The bad capture: a destination (not the coordinator) of a step
 	// not begun.
-	rec := tc.plan(c, res.PlanID)
-	var victim model.NodeID
-	for _, s := range rec.Steps {
-		step := rec.Step(s)
-		if step.Kind == plan.StepMoveMaintainer && s.State == exec.StepPending && step.To != leader.Node {
-			victim = step.To
-			break
-		}
-	}
-	if victim == "" {
-		t.Fatalf("no pending maintainer move to a capture other than the coordinator %s in %+v", leader.Node, rec.Steps)
-	}
+	victim := tc.pendingDestination(c, res.PlanID, leader.Node)
 	bad.Store(victim)
 	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
 		t.Fatal(err)
 	}
-	rec = tc.planEnd(c, res.PlanID, 3*time.Minute)
+	rec := tc.planEnd(c, res.PlanID, 3*time.Minute)
 	if rec.State != exec.Done {
 		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -27,7 +28,10 @@ func orUnknown(s string) string {
 // metrics are the node's own series. They live in a registry the node owns,
 // so two nodes in one test process never share a global.
 type metrics struct {
-	reg              *prometheus.Registry
+	reg *prometheus.Registry
+	// etcd: the etcd client's requests, by gRPC service, method and code
+	// (a slow or failing etcd shows here before it shows as lag).
+	etcd             *grpcprom.ClientMetrics
 	isCoordinator    prometheus.Gauge
 	coordinatorEpoch prometheus.Gauge
 	termsWon         prometheus.Counter
@@ -109,8 +113,15 @@ func newMetrics() *metrics {
 	}, []string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(version.Version, orUnknown(version.Commit), runtime.Version()).Set(1)
 	reg.MustRegister(buildInfo)
+	etcd := grpcprom.NewClientMetrics(
+		grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("cdcctl"), grpcprom.WithSubsystem("etcd")),
+		grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramNamespace("cdcctl"), grpcprom.WithHistogramSubsystem("etcd"),
+			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0005, 2, 16))),
+	)
+	reg.MustRegister(etcd)
 	m := &metrics{
-		reg: reg,
+		reg:  reg,
+		etcd: etcd,
 		isCoordinator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "cdcctl", Subsystem: "election", Name: "is_coordinator",
 			Help: "1 while this node holds the coordinator term.",

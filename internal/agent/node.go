@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
@@ -233,7 +234,9 @@ func (n *Node) Run(ctx context.Context) error {
 		endpoints = []string{srv.Endpoint()}
 		n.log.Info("started embedded etcd", "endpoint", srv.Endpoint(), "dir", n.cfg.etcdDir())
 	}
-	cli, err := n.cfg.etcdClient(endpoints)
+	cli, err := n.cfg.etcdClient(endpoints,
+		grpc.WithChainUnaryInterceptor(n.metrics.etcd.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(n.metrics.etcd.StreamClientInterceptor()))
 	if err != nil {
 		ln.Close()
 		return err

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // tlsConfigs loads --tls-cert-file, --tls-key-file and --tls-ca-file:
@@ -88,13 +89,13 @@ func (c *Config) etcdTLS() (*tls.Config, error) {
 
 // etcdClient connects to etcd with --etcd-cacert/--etcd-cert/--etcd-key
 // and --etcd-user/--etcd-password; a refused login names the flags.
-func (c *Config) etcdClient(endpoints []string) (*clientv3.Client, error) {
+func (c *Config) etcdClient(endpoints []string, dial ...grpc.DialOption) (*clientv3.Client, error) {
 	etcdTLS, err := c.etcdTLS()
 	if err != nil {
 		return nil, usageError{err}
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: etcdTLS,
-		Username: c.EtcdUser, Password: c.EtcdPassword})
+		Username: c.EtcdUser, Password: c.EtcdPassword, DialOptions: dial})
 	if err != nil {
 		if c.EtcdUser != "" && strings.Contains(err.Error(), "authentication failed") {
 			return nil, fmt.Errorf("etcd at %v refused the login of --etcd-user %s: check --etcd-user and --etcd-password (or CDC_AGENT_ETCD_PASSWORD)", endpoints, c.EtcdUser)
