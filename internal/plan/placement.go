@@ -6,7 +6,12 @@
 // It imports model only.
 package plan
 
-import "github.com/cdcctl/cdcctl/internal/model"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
 
 // Destinations tracks the load of candidate nodes while a scheduler places
 // several things in one pass, so that one pass does not pile everything
@@ -86,6 +91,19 @@ func (d *Destinations) Extremes() (most model.NodeID, mostLoad int, least model.
 		}
 	}
 	return most, mostLoad, least, leastLoad
+}
+
+// String lists the candidates with their loads, in order
+// ("capture-1=3 capture-2=4"), for logs that explain a choice.
+func (d *Destinations) String() string {
+	var b strings.Builder
+	for i, c := range d.candidates {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", c, d.load[c])
+	}
+	return b.String()
 }
 
 // Move shifts one unit of load, for a move just planned.

@@ -52,3 +52,12 @@ func TestNextExceptSkipsWhatItIsTold(t *testing.T) {
 		t.Fatal("a destination although every candidate is skipped")
 	}
 }
+
+func TestDestinationsSayTheirLoads(t *testing.T) {
+	d := NewDestinations([]model.NodeID{"capture-1", "capture-2"})
+	d.Count("capture-2")
+	d.Count("capture-2")
+	if got := d.String(); got != "capture-1=0 capture-2=2" {
+		t.Fatalf("String() = %q", got)
+	}
+}

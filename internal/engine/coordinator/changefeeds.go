@@ -254,8 +254,10 @@ func (c *Coordinator) placeMaintainers(ctx context.Context, term election.Term, 
 	for _, e := range append(orphans, leaving...) {
 		node, ok := dest.NextExcept(func(n model.NodeID) bool { return maintainerExcluded(e, n, now) })
 		if !ok {
+			c.log.Debug("coordinator: no capture can take this maintainer now", "changefeed", e.Info.ID, "maintainers_per_capture", dest.String())
 			continue // no schedulable node it may go to; placed when one appears
 		}
+		c.log.Debug("coordinator: maintainer to the capture with the fewest maintainers", "changefeed", e.Info.ID, "to", node, "maintainers_per_capture_after", dest.String())
 		why := "its node is gone"
 		if in := failedHere(e, now); in != nil {
 			why = "it could not start on " + string(e.Maintainer.Node) + ": " + in.Err

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ type mysqlRig struct {
 	db      *sql.DB
 	store   *meta.Store
 	members map[model.NodeID]*cluster.Member
+	log     testLog
 }
 
 func newMySQLRig(t *testing.T) *mysqlRig {
@@ -36,9 +39,12 @@ func newMySQLRig(t *testing.T) *mysqlRig {
 	}
 	t.Cleanup(func() { db.Close() })
 	_, cli := etcdtest.Start(t)
-	rig := &mysqlRig{t: t, srv: srv, db: db, store: meta.NewStore(cli, "test"), members: map[model.NodeID]*cluster.Member{}}
+	rig := &mysqlRig{t: t, srv: srv, db: db, store: meta.NewStore(cli, "test"), members: map[model.NodeID]*cluster.Member{}, log: newTestLog(t)}
 	for _, id := range []model.NodeID{"n1", "n2", "n3"} {
-		m, err := cluster.Join(context.Background(), rig.store, model.NodeInfo{ID: id, Address: string(id)}, 10*time.Second, 0)
+		// A session outlives a starved machine: a CI run once lost n2's
+		// lease while other packages' tests held both cores, and n2's
+		// every raise of the term failed from then on.
+		m, err := cluster.Join(context.Background(), rig.store, model.NodeInfo{ID: id, Address: string(id)}, 30*time.Second, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,6 +52,31 @@ func newMySQLRig(t *testing.T) *mysqlRig {
 		rig.members[id] = m
 	}
 	return rig
+}
+
+// testLog writes a logger's lines to the test's log until the test ends
+// (a goroutine may still log as the rig closes; the test's log is closed
+// by then).
+type testLog struct {
+	t    *testing.T
+	mu   *sync.Mutex
+	done *bool
+}
+
+func newTestLog(t *testing.T) testLog {
+	l := testLog{t: t, mu: &sync.Mutex{}, done: new(bool)}
+	// Registered before the electors' cleanups, so it runs after them.
+	t.Cleanup(func() { l.mu.Lock(); *l.done = true; l.mu.Unlock() })
+	return l
+}
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !*l.done {
+		l.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }
 
 // elector is node id's MySQL elector, with a clock shifted by skew.
@@ -59,6 +90,9 @@ func (rig *mysqlRig) elector(id model.NodeID, ttl, skew time.Duration) *MySQL {
 		},
 		End: rig.store.EndTerm,
 		Now: func() time.Time { return time.Now().Add(skew) },
+		// Its warnings (a failed raise, a database that does not
+		// answer) go to the test's log: a failing run says why.
+		Log: slog.New(slog.NewTextHandler(rig.log, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id),
 	})
 	if err != nil {
 		rig.t.Fatal(err)
@@ -187,7 +221,13 @@ func TestATakeoverBumpsTheEpochAndFencesTheOldLeader(t *testing.T) {
 	if _, err := rig.db.Exec(`UPDATE helix_locks SET expires_at = NOW(6) WHERE status = 1`); err != nil {
 		t.Fatal(err)
 	}
-	tb := <-won
+	var tb Term
+	select {
+	case tb = <-won:
+	case <-time.After(time.Minute):
+		owner, e := rig.lock()
+		t.Fatalf("n2 did not take the expired lock within a minute; the lock is %s@%d (see n2's warnings above)", owner, e)
+	}
 	if owner, e := rig.lock(); e != epoch+1 || owner != b.owner {
 		t.Fatalf("after the takeover the lock is %s@%d; want %s@%d", owner, e, b.owner, epoch+1)
 	}

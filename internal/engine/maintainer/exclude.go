@@ -8,6 +8,7 @@ package maintainer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
@@ -65,6 +66,21 @@ func (h *Host) isExcluded(cf model.ChangefeedID, node model.NodeID, now time.Tim
 	defer h.mu.Unlock()
 	x := h.excluded[cf][node]
 	return x != nil && now.Before(x.until)
+}
+
+// excludedNodes lists the captures kept out of cf's placements now, for
+// logs.
+func (h *Host) excludedNodes(cf model.ChangefeedID, now time.Time) []model.NodeID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []model.NodeID
+	for n, x := range h.excluded[cf] {
+		if now.Before(x.until) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // destinations are the captures cf's partitions may be placed on: the

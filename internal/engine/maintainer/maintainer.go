@@ -297,6 +297,8 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 	}
 	if len(toPlace) > 0 {
 		// Placed together; balancing waits for the next pass, which sees them.
+		h.log.Debug("maintainer: placing partitions on the least-loaded captures", "changefeed", e.Info.ID, "partitions", len(toPlace),
+			"loads_after", dest.String(), "excluded", h.excludedNodes(e.Info.ID, time.Now()))
 		return h.store.PlacePartitions(ctx, mf, toPlace)
 	}
 	moved, err := h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
@@ -457,6 +459,8 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 		}
 		r := perNode[from][len(perNode[from])-1]
 		perNode[from] = perNode[from][:len(perNode[from])-1]
+		h.log.Debug("maintainer: balance: the most-loaded capture gives a partition to the least-loaded", "changefeed", e.Info.ID,
+			"from", from, "from_load", fromLoad, "to", to, "to_load", toLoad, "loads", dest.String(), "moves_in_flight", inFlight)
 		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
 			return moved, err
 		}

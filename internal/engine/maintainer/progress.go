@@ -93,7 +93,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		}
 		cur, seen := rep.parts[pp.ID]
 		if seen && cur == next {
-			continue // nothing new (a quiet partition between its beats)
+			// Nothing new (a quiet partition between its beats). A final
+			// position is re-sent until it is persisted: each one wakes
+			// the pass that persists it, as on its first arrival.
+			wake = wake || next.Final
+			continue
 		}
 		if seen && cur.Checkpoint > next.Checkpoint {
 			// Everything up to the higher one is durable, whichever
