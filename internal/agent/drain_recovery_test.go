@@ -22,12 +22,9 @@ import (
 // least-loaded capture left, with a replanned event that says so. The
 // drain finishes and nothing is lost.
 func TestDrainDestinationDiesMidDrain(t *testing.T) {
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(4)
-	c := tc.client()
+	d := startDrainOfTwelve(t, nil)
+	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 12)
-	target, res := tc.pausedDrain(c, leader.Node, 3)
 
 	// The victim: a destination (not the coordinator) of a step not begun.
 	victim := tc.pendingDestination(c, res.PlanID, leader.Node)
@@ -184,13 +181,9 @@ func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
 			return nil
 		}}
 	}
-	tc := newTestCluster(t)
-	tc.faults = faults
-	leader := tc.startCaptures(4)
-	c := tc.client()
+	d := startDrainOfTwelve(t, faults)
+	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 12)
-	target, res := tc.pausedDrain(c, leader.Node, 3)
 
 	// The bad capture: a destination (not the coordinator) of a step
 	// not begun.
@@ -233,12 +226,9 @@ func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
 // destination dies. The basic scheduler places the maintainer again on a
 // live capture, the step ends, the drain finishes, and nothing is lost.
 func TestDrainDestinationDiesWithAMoveInFlight(t *testing.T) {
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(4)
-	c := tc.client()
+	d := startDrainOfTwelve(t, nil)
+	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 12)
-	target, res := tc.pausedDrain(c, leader.Node, 3)
 	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -74,6 +75,29 @@ func (tc *testCluster) pausedDrain(c *api.Client, leader model.NodeID, min int) 
 	return target, res
 }
 
+// drainOfTwelve is the start of the drain scenarios: four captures (with
+// faults, if any), 12 changefeeds under load, and a drain, paused, of a
+// follower that holds at least 3 maintainers.
+type drainOfTwelve struct {
+	tc     *testCluster
+	leader meta.Leader
+	c      *api.Client
+	sinks  map[string]string
+	target model.NodeID
+	res    *api.DrainCaptureResponse
+}
+
+func startDrainOfTwelve(t *testing.T, faults map[model.NodeID]Faults) drainOfTwelve {
+	t.Helper()
+	d := drainOfTwelve{tc: newTestCluster(t)}
+	d.tc.faults = faults
+	d.leader = d.tc.startCaptures(4)
+	d.c = d.tc.client()
+	d.sinks = d.tc.createFeeds(d.c, 12)
+	d.target, d.res = d.tc.pausedDrain(d.c, d.leader.Node, 3)
+	return d
+}
+
 // planEnd waits for a plan to end and returns its record.
 func (tc *testCluster) planEnd(c *api.Client, id string, timeout time.Duration) *api.PlanResponse {
 	tc.t.Helper()
@@ -101,12 +125,9 @@ func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
 // the new coordinator resumes the plan from etcd and finishes it, never
 // more than the batch at once; nothing is lost.
 func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(4)
-	c := tc.client()
+	d := startDrainOfTwelve(t, nil)
+	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 12)
-	target, res := tc.pausedDrain(c, leader.Node, 3)
 	began := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer)
 	time.Sleep(2 * time.Second)
 	if now := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer); now != began {
