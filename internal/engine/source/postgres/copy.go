@@ -49,6 +49,19 @@ type copyReader struct {
 	fails    int
 	retryAt  time.Time // no chunk before (after a failure)
 	lastWarn time.Time
+
+	// seen are the span's rows read while chunks are in flight: every
+	// one after seenFrom, with its position, for the keys of
+	// transactions a chunk's read did not see though they came before
+	// its low watermark (visible.go).
+	seen     []seenRow
+	seenFrom model.Ts
+}
+
+// seenRow is a row's key and position.
+type seenRow struct {
+	ts  model.Ts
+	key string
 }
 
 // chunkTimeout bounds one chunk's watermarks and read; markWait, how
@@ -70,7 +83,7 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &copyReader{s: s, inner: s.Source.OpenMarked(span, from), span: span, keyless: span.Key == model.NoKey,
-		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg)), ctx: ctx, cancel: cancel}, nil
+		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg)), ctx: ctx, cancel: cancel, seenFrom: from}, nil
 }
 
 // Position implements source.Reader: inside a chunk's rows, just before
@@ -188,7 +201,13 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 		for _, c := range r.chunks {
 			c.observe(e)
 		}
+		if len(r.chunks) > 0 && e.Kind == source.KindDML && !r.keyless {
+			r.seen = append(r.seen, seenRow{ts: e.CommitTs, key: e.Key})
+		}
 		kept = append(kept, *e)
+	}
+	if len(r.chunks) == 0 {
+		r.seen, r.seenFrom = r.seen[:0], r.inner.Position()
 	}
 	if len(r.out) > 0 && len(kept) < max {
 		kept = append(kept, r.take(max-len(kept))...)
@@ -252,6 +271,10 @@ func (r *copyReader) onMark(e *source.Event) {
 		r.failed(fmt.Errorf("the high watermark of a chunk of %s came before its rows were read", c.table))
 		return
 	}
+	if mk.Unsure || !r.dropUnseen(c, mk.Racy) {
+		r.failed(fmt.Errorf("a chunk of %s cannot tell which changes before its low watermark its read saw; reading it again", c.table))
+		return
+	}
 	if c.stale {
 		// The table's schema changed between the read and the high
 		// watermark: the rows' columns are not the stream's there. The
@@ -292,6 +315,40 @@ func (r *copyReader) onMark(e *source.Event) {
 	if len(rows) == 0 && !r.emitting() {
 		r.out, r.copied = nil, next
 	}
+}
+
+// dropUnseen drops from the chunk the keys of rows at the positions
+// given (transactions before its low watermark its read did not see)
+// and forgets the rows no chunk in flight needs; false when a position
+// is before what the reader remembers. r.mu is held; c is out of
+// r.chunks.
+func (r *copyReader) dropUnseen(c *chunk, racy []model.Ts) bool {
+	ok := true
+	for _, ts := range racy {
+		if ts <= r.seenFrom {
+			ok = false
+			continue
+		}
+		for _, s := range r.seen {
+			if s.ts == ts {
+				c.dropped[s.key] = true
+			}
+		}
+	}
+	if len(r.chunks) > 0 {
+		from := r.chunks[0].regAt
+		for _, o := range r.chunks[1:] {
+			from = min(from, o.regAt)
+		}
+		if from > r.seenFrom {
+			i := 0
+			for i < len(r.seen) && r.seen[i].ts <= from {
+				i++
+			}
+			r.seen, r.seenFrom = append(r.seen[:0], r.seen[i:]...), from
+		}
+	}
+	return ok
 }
 
 // failed gives up the chunk in flight and waits a while before the next
@@ -365,7 +422,7 @@ func (r *copyReader) fetch(from model.CopyProgress, limit int) {
 			if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Done {
 				return false // the chunks before were given up meanwhile
 			}
-			c.slot, registered = true, c
+			c.slot, registered, c.regAt = true, c, r.inner.Position()
 			r.chunks = append(r.chunks, c)
 			return true
 		}, func(c *chunk) {
@@ -424,12 +481,24 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, nil
 	}
 	err = withWatermarks(ctx, conn, cfg, c, func() error {
-		rows, err := conn.Query(ctx, q, args...)
+		// One snapshot for the rows and for what it saw (visible.go).
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
+		if err := tx.QueryRow(ctx, `SELECT txid_current_snapshot()::text`).Scan(&c.snap); err != nil {
+			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		}
+		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
 		if err := c.load(rows, keyIdx); err != nil {
 			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
 		// The query reads the span only; routing decides, to be sure.
 		kept := c.rows[:0]

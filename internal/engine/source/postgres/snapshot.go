@@ -74,12 +74,21 @@ type mark struct {
 	Kind  string `json:"kind"` // low or high
 	ID    string `json:"id"`
 	Table string `json:"table"`
+	// Snap is the read's snapshot (a high watermark's; visible.go), Racy
+	// the positions of transactions before the low watermark it did not
+	// see and Unsure that the puller could not tell (both set by the
+	// puller).
+	Snap   string     `json:"snap,omitempty"`
+	Racy   []model.Ts `json:"racy,omitempty"`
+	Unsure bool       `json:"unsure,omitempty"`
 }
 
 // chunk is a chunk in flight between its watermarks.
 type chunk struct {
 	id     string
 	table  string
+	snap   string           // the read's snapshot (txid_current_snapshot)
+	regAt  model.Ts         // its reader's position when it went in flight
 	def    *source.TableDef // the table's definition the rows were read under
 	rows   []source.Event   // in key order
 	last   string           // the last key read (encoded)
@@ -135,7 +144,11 @@ type execer interface {
 // a transactional logical decoding message of its own (or of the
 // transaction it is written in).
 func writeMark(ctx context.Context, conn execer, c *chunk, kind string) error {
-	b, _ := json.Marshal(mark{Kind: kind, ID: c.id, Table: c.table})
+	mk := mark{Kind: kind, ID: c.id, Table: c.table}
+	if kind == "high" {
+		mk.Snap = c.snap
+	}
+	b, _ := json.Marshal(mk)
 	_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
 	return err
 }

@@ -129,11 +129,26 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 		}
 	}
 	var evs []source.Event
-	for _, p := range parts {
-		evs = append(evs, p.stopped(t)...)
+	var from []int // which partition read each event, for a failure's story
+	for i, p := range parts {
+		read := p.stopped(t)
+		evs = append(evs, read...)
+		for range read {
+			from = append(from, i)
+		}
 	}
 	rig.stop(t)
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].CommitTs < evs[j].CommitTs })
+	order := make([]int, len(evs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return evs[order[i]].CommitTs < evs[order[j]].CommitTs })
+	sorted := make([]source.Event, len(evs))
+	parted := make([]int, len(evs))
+	for i, j := range order {
+		sorted[i], parted[i] = evs[j], from[j]
+	}
+	evs = sorted
 
 	rows := map[string]string{}
 	copies := map[string]int{}
@@ -168,18 +183,37 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 		t.Fatalf("only %d rows upstream", len(want))
 	}
 	missing, extra, different, twice := 0, 0, 0, 0
+	var wrong []string
 	for k, v := range want {
 		g, ok := rows[k]
 		switch {
 		case !ok:
 			missing++
+			wrong = append(wrong, k)
 		case g != v:
 			different++
+			wrong = append(wrong, k)
 		}
 	}
 	for k := range rows {
 		if _, ok := want[k]; !ok {
 			extra++
+			wrong = append(wrong, k)
+		}
+	}
+	// A wrong row's story: every event of its key, with the partition
+	// that read it (0 is c; 1, 2 the moved partition before and after;
+	// 3, 4, 5 the split one and its halves).
+	sort.Strings(wrong)
+	for _, k := range wrong[:min(len(wrong), 3)] {
+		t.Logf("row %s: upstream %q", k, want[k])
+		for i := range evs {
+			e := &evs[i]
+			if e.Kind == source.KindDDL {
+				t.Logf("  partition %d: DDL at %v", parted[i], e.CommitTs)
+			} else if textKey(e) == k {
+				t.Logf("  partition %d: %v at %v: %v", parted[i], e.Op, e.CommitTs, e.New)
+			}
 		}
 	}
 	for _, n := range copies {
@@ -188,6 +222,7 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 		}
 	}
 	if missing+extra+different+twice > 0 {
+		t.Logf("%d transactions a chunk's read missed before its low watermark", rig.src.missed.Load())
 		t.Fatalf("rebuilt from the partitions: %d missing, %d extra, %d different of %d rows; %d inserted twice", missing, extra, different, len(want), twice)
 	}
 	if ddl {
@@ -201,7 +236,7 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	for _, p := range parts[len(parts)-4:] {
 		total += p.copiedRows()
 	}
-	t.Logf("%d rows equal after a snapshot by partitions under writes; the last four partitions' progress counts %d rows", len(want), total)
+	t.Logf("%d rows equal after a snapshot by partitions under writes; the last four partitions' progress counts %d rows; %d transactions a chunk's read missed", len(want), total, rig.src.missed.Load())
 }
 
 // A table without a primary key is copied under a SHARE lock, in chunks

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -71,6 +72,10 @@ type Source struct {
 	log   *slog.Logger
 	pool  *copyPool  // the initial snapshot's connections on this node
 	slots chunkSlots // and the chunks it holds
+
+	// missed counts transactions a chunk's read did not see though they
+	// committed before its low watermark (visible.go).
+	missed atomic.Int64
 
 	mu     sync.Mutex
 	stream *Stream    // while Pull runs
@@ -147,6 +152,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		_ = st.Close()
 	}()
 	tables := p.Tables
+	order := newCommitOrder()
 	for {
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -184,6 +190,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		// The snapshot's watermarks go into the log, where the partitions
 		// of their table meet them in order with its rows.
+		var missed int
+		if tx.Marks, missed = order.pass(tx); missed > 0 {
+			s.missed.Add(int64(missed))
+			s.log.Debug("initial snapshot: a chunk's read missed transactions that committed just before its low watermark; their keys are dropped from it", "transactions", missed)
+		}
 		tx.Events = append(tx.Events, marksOf(tx, tables)...)
 		if len(tx.Events) > 0 {
 			if err := w.Append(tx.Events); err != nil {

@@ -30,6 +30,7 @@ type TableState struct {
 // rows at Ts.
 type Txn struct {
 	Ts         model.Ts
+	Xid        uint32 // its transaction id (visible.go)
 	CommitTime time.Time
 	CommitLSN  pglogrepl.LSN
 	// EndLSN is where the slot may be confirmed once this transaction is
@@ -95,6 +96,7 @@ type Stream struct {
 	// begin, which carries the commit time; schema changes take base,
 	// base+1, ... and rows base+ddlSlots.
 	open   bool
+	xid    uint32
 	base   model.Ts
 	ddls   []source.Event
 	rows   []source.Event
@@ -355,7 +357,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, s.next(m.CommitTime), nil, nil, 0, false, nil
+		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil
 		clear(s.partedTables)
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
@@ -418,7 +420,7 @@ func (s *Stream) tick(m *pglogrepl.LogicalDecodingMessage) (Item, bool, error) {
 // commit completes the transaction: its schema changes become the
 // tables' schemas, and the rows not handed out in parts go with it.
 func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
-	tx := &Txn{Ts: s.rowsTs(), CommitTime: m.CommitTime, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN, Parted: s.parted}
+	tx := &Txn{Ts: s.rowsTs(), Xid: s.xid, CommitTime: m.CommitTime, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN, Parted: s.parted}
 	for _, d := range s.ddls {
 		st := s.tables[d.Table]
 		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, d.CommitTs
