@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,20 +22,26 @@ import (
 // random moment later, injects a random fault (a crash of the
 // coordinator, of the operation's target or of a bystander; a kill whose
 // lease runs out by itself; a graceful stop; the transport cut between
-// two captures for 3 s; or none). The checker: every plan ends (done,
-// failed or cancelled) within 2 minutes, the changefeed's checkpoint
-// never moves back, and verify finds 0 lost and 0 out of order (and 0
-// duplicates when nothing crashed).
+// two captures for 3 s; every agent's link to etcd frozen, or the target
+// cut off from etcd and the others, for 4 s or past the session TTL; or
+// none). The checker: every plan ends (done, failed or cancelled) within
+// 2 minutes, the changefeed's checkpoint never moves back, the
+// coordinator's fenced writes never come from two agents in one term nor
+// from an older term after a newer one, and verify finds 0 lost and 0
+// out of order (and 0 duplicates when nothing crashed and no session
+// expired).
 //
 // CI runs CDCCTL_CHAOS_RUNS (default 2) runs from CDCCTL_CHAOS_SEED
 // (default 20261125); a failing run prints its seed, and
 // CDCCTL_CHAOS_SEED=<seed> CDCCTL_CHAOS_RUNS=1 replays it;
-// CDCCTL_CHAOS_OP=rebalance (say) runs one operation only. With
+// CDCCTL_CHAOS_OP=rebalance (say) runs one operation only,
+// CDCCTL_CHAOS_FAULT=freeze-etcd one fault. With
 // CDCCTL_CHAOS_REPORT=FILE each run appends a row of docs/reliability.md's
 // table.
 //
-// In process, so not here: freezing an agent or etcd (SIGSTOP: the
-// runbooks do it), a full disk, a Kafka broker fault (recover_test.go).
+// In process, so not here: a real SIGSTOP of an agent (the runbooks do
+// it; here its links freeze, but it runs on), a full disk, a Kafka broker
+// fault (recover_test.go).
 func TestChaos(t *testing.T) {
 	runs := envInt("CDCCTL_CHAOS_RUNS", 2)
 	// A fixed seed by default: CI's short set is the same every time
@@ -56,7 +63,7 @@ func envInt(name string, def int) int {
 // chaosOps and chaosFaults are what a run draws from.
 var (
 	chaosOps    = []string{"drain", "move", "split", "rebalance", "pause-resume"}
-	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut"}
+	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target"}
 )
 
 func chaosRun(t *testing.T, seed uint64) {
@@ -65,7 +72,19 @@ func chaosRun(t *testing.T, seed uint64) {
 	if forced := os.Getenv("CDCCTL_CHAOS_OP"); forced != "" {
 		op = forced // one operation under every fault (the draws stay the seed's)
 	}
+	if forced := os.Getenv("CDCCTL_CHAOS_FAULT"); forced != "" {
+		fault = forced // one fault under every operation
+	}
 	delay := time.Duration(rng.IntN(800)) * time.Millisecond
+	// A freeze lasts less than the session TTL or outlives it.
+	freezeFor := 4 * time.Second
+	if fault == "freeze-etcd" || fault == "isolate-target" {
+		if rng.IntN(2) == 1 {
+			freezeFor = sessionTTL + 4*time.Second
+		}
+		fault += fmt.Sprintf(" %s", freezeFor)
+	}
+
 	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/agent)", seed, op, delay, fault, seed)
 	began := time.Now()
 	plans := "no plan"
@@ -78,6 +97,9 @@ func chaosRun(t *testing.T, seed uint64) {
 	}()
 
 	tc := newTestCluster(t)
+	keys := tc.store.Keys()
+	tc.links = map[model.NodeID]*etcdLink{}
+	tc.audit = &writeAudit{electionPrefix: keys.ElectionPrefix(), guarded: []string{keys.PlansPrefix(), keys.Drain()}}
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
@@ -126,6 +148,7 @@ func chaosRun(t *testing.T, seed uint64) {
 	time.Sleep(delay)
 	crashed := false
 	switch fault {
+	case "none":
 	case "crash-coordinator":
 		l, _ := tc.leader()
 		tc.crash(l.Node)
@@ -147,6 +170,38 @@ func chaosRun(t *testing.T, seed uint64) {
 		tc.hub.Cut(target, bystander)
 		time.Sleep(3 * time.Second)
 		tc.hub.Heal(target, bystander)
+	default:
+		// freeze-etcd: every agent's link to etcd frozen, as a SIGSTOPped
+		// etcd looks to them; isolate-target: the target cut off from
+		// etcd and from the other agents (a frozen or partitioned
+		// agent, as the cluster sees it). Past the TTL, sessions expire:
+		// what follows may repeat events, as after a crash.
+		frozen := []model.NodeID{target}
+		if strings.HasPrefix(fault, "freeze-etcd") {
+			frozen = frozen[:0]
+			for id := range tc.nodes {
+				frozen = append(frozen, id)
+			}
+		} else {
+			for id := range tc.nodes {
+				if id != target {
+					tc.hub.Cut(target, id)
+				}
+			}
+		}
+		for _, id := range frozen {
+			tc.links[id].freeze()
+		}
+		time.Sleep(freezeFor)
+		for _, id := range frozen {
+			tc.links[id].thaw()
+		}
+		for id := range tc.nodes {
+			if id != target {
+				tc.hub.Heal(target, id)
+			}
+		}
+		crashed = freezeFor > sessionTTL
 	}
 	c = tc.client() // the captures left: a write to a dead one may or may not have landed
 	if op == "pause-resume" {
@@ -166,6 +221,14 @@ func chaosRun(t *testing.T, seed uint64) {
 	<-sampled
 	if len(backwards) > 0 {
 		t.Fatalf("the checkpoint moved back: %v", backwards)
+	}
+	// Never two coordinators writing in one term: the fenced writes, in
+	// the order etcd took them, go from term to later term, each term
+	// one agent's.
+	terms, writes, problems := tc.audit.check()
+	t.Logf("audit: %d coordinator writes under %d terms", writes, terms)
+	if len(problems) > 0 || writes == 0 {
+		t.Fatalf("the coordinator writes' audit (%d writes, %d terms): %v", writes, terms, problems)
 	}
 	tc.verifyAll(c, sinks, !crashed)
 }

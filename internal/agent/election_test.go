@@ -189,7 +189,7 @@ func TestDeposedCoordinatorWritesAreFenced(t *testing.T) {
 	}
 	join := func(cli *clientv3.Client, id model.NodeID) (*meta.Store, *cluster.Member) {
 		store := meta.NewStore(cli, "test")
-		m, err := cluster.Join(ctx, store, model.NodeInfo{ID: id, Address: string(id)}, testTTL, 0)
+		m, err := cluster.Join(ctx, store, model.NodeInfo{ID: id, Address: string(id)}, testTTL, meta.Previous{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestLivenessTransitionsInEtcd(t *testing.T) {
 	} {
 		t.Run(tt.from.String()+"→"+tt.to.String(), func(t *testing.T) {
 			id := model.NodeID("n-" + tt.from.String() + "-" + tt.to.String())
-			m, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: id}, testTTL, 0)
+			m, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: id}, testTTL, meta.Previous{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,7 +320,7 @@ func TestLivenessTransitionsInEtcd(t *testing.T) {
 func TestRejoinKeepsLivenessAndNewProcessStartsAlive(t *testing.T) {
 	tc := newTestCluster(t)
 	ctx := context.Background()
-	first, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, 0)
+	first, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, meta.Previous{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestRejoinKeepsLivenessAndNewProcessStartsAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Leave() // the session is gone; the process lives on
-	again, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, first.Info().Incarnation)
+	again, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, meta.Previous{Incarnation: first.Info().Incarnation})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestRejoinKeepsLivenessAndNewProcessStartsAlive(t *testing.T) {
 		t.Fatalf("write with the old incarnation: %v", err)
 	}
 	again.Leave()
-	fresh, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, 0)
+	fresh, err := cluster.Join(ctx, tc.store, model.NodeInfo{ID: "n1", Address: "a"}, testTTL, meta.Previous{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,11 +60,15 @@ type Node struct {
 	// crashing makes the next stop abrupt (tests of crash recovery): see crash.
 	crashing atomic.Bool
 	cli      *clientv3.Client
+	// ownLiveness is this node's liveness as its view last saw it while
+	// registered (a model.Liveness): it outlives a lost session.
+	ownLiveness atomic.Int32
 
 	// hub, when set, connects this node to others in the same process
 	// (engine tests); otherwise nodes talk gRPC on the API listener.
-	hub    *transport.Hub
-	faults Faults
+	hub           *transport.Hub
+	faults        Faults
+	etcdIntercept grpc.UnaryClientInterceptor
 	// blobStates is the bucket partition states go to, when
 	// --checkpoint-store is a bucket URL (else etcd).
 	blobStates *checkpoint.Blob
@@ -90,6 +94,12 @@ type Faults struct {
 
 // WithFaults installs fault-injection hooks.
 func WithFaults(f Faults) Option { return func(n *Node) { n.faults = f } }
+
+// WithEtcdInterceptor adds a view of every unary etcd request the node
+// makes (tests audit the coordinator's fenced writes with it).
+func WithEtcdInterceptor(i grpc.UnaryClientInterceptor) Option {
+	return func(n *Node) { n.etcdIntercept = i }
+}
 
 // WithHub makes the node talk to the other nodes of this process through
 // an in-memory transport instead of gRPC.
@@ -234,9 +244,14 @@ func (n *Node) Run(ctx context.Context) error {
 		endpoints = []string{srv.Endpoint()}
 		n.log.Info("started embedded etcd", "endpoint", srv.Endpoint(), "dir", n.cfg.etcdDir())
 	}
-	cli, err := n.cfg.etcdClient(endpoints,
+	dial := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(n.metrics.etcd.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(n.metrics.etcd.StreamClientInterceptor()))
+		grpc.WithChainStreamInterceptor(n.metrics.etcd.StreamClientInterceptor()),
+	}
+	if n.etcdIntercept != nil {
+		dial = append(dial, grpc.WithChainUnaryInterceptor(n.etcdIntercept))
+	}
+	cli, err := n.cfg.etcdClient(endpoints, dial...)
 	if err != nil {
 		ln.Close()
 		return err
@@ -265,7 +280,7 @@ func (n *Node) Run(ctx context.Context) error {
 // runIncarnations joins, serves, and joins again whenever the session is
 // lost, until ctx ends.
 func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
-	var previous int64
+	var previous meta.Previous
 	for {
 		member, err := n.join(ctx, store, previous)
 		if err != nil {
@@ -274,14 +289,23 @@ func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
 			}
 			return err
 		}
-		previous = member.Info().Incarnation
+		n.ownLiveness.Store(int32(model.LivenessAlive))
+		previous = meta.Previous{Incarnation: member.Info().Incarnation}
 		n.metrics.incarnations.Inc()
 		began := time.Now()
 		graceful := n.serveIncarnation(ctx, store, member)
 		if graceful {
 			return nil
 		}
-		n.log.Warn("lost the etcd session (lease expired or etcd unreachable); joining again as a new incarnation")
+		// A drained (or stopping) capture comes back Stopping: its
+		// operator took it out of service, and a lapsed session does not
+		// put it back.
+		if l := model.Liveness(n.ownLiveness.Load()); l == model.LivenessDraining || l == model.LivenessStopping {
+			previous.Stopping = true
+			n.log.Warn("lost the etcd session (lease expired or etcd unreachable); joining again as a new incarnation, Stopping as it was " + l.String())
+		} else {
+			n.log.Warn("lost the etcd session (lease expired or etcd unreachable); joining again as a new incarnation")
+		}
 		if time.Since(began) < time.Second {
 			// Do not spin against an etcd that keeps dropping us.
 			select {
@@ -297,7 +321,7 @@ func (n *Node) runIncarnations(ctx context.Context, store *meta.Store) error {
 // registration left by this node's own previous process (same address,
 // which this process now holds) is revoked at once instead of waiting for
 // its lease to run out.
-func (n *Node) join(ctx context.Context, store *meta.Store, previous int64) (*cluster.Member, error) {
+func (n *Node) join(ctx context.Context, store *meta.Store, previous meta.Previous) (*cluster.Member, error) {
 	hostname, _ := os.Hostname()
 	info := model.NodeInfo{ID: n.ID(), Address: n.addr, Hostname: hostname, Version: version.Version, PID: os.Getpid(), StartedAt: n.started}
 	backoff := 200 * time.Millisecond
@@ -496,6 +520,9 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 		case <-view.Loaded():
 			st := view.State()
 			_, registered := st.Nodes[n.ID()]
+			if registered {
+				n.ownLiveness.Store(int32(st.LivenessOf(n.ID())))
+			}
 			leader, hasLeader := st.Leader()
 			n.ready.Store(registered && hasLeader)
 			n.metrics.nodes.Set(float64(len(st.Nodes)))

@@ -25,9 +25,10 @@ type Member struct {
 
 // Join opens a session with the given TTL and registers the node under it.
 //
-// previousIncarnation is the incarnation this same process had before it
-// lost its session (0 for a fresh start); see meta.Store.RegisterNode.
-func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.Duration, previousIncarnation int64) (*Member, error) {
+// previous is what this same process knows of the incarnation it had
+// before it lost its session (zero for a fresh start); see
+// meta.Store.RegisterNode.
+func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.Duration, previous meta.Previous) (*Member, error) {
 	secs := int(ttl.Round(time.Second) / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -64,7 +65,7 @@ func Join(ctx context.Context, store *meta.Store, info model.NodeInfo, ttl time.
 		tenure.end()
 	}()
 	info.Incarnation = int64(session.Lease())
-	if err := store.RegisterNode(ctx, info, session.Lease(), previousIncarnation); err != nil {
+	if err := store.RegisterNode(ctx, info, session.Lease(), previous); err != nil {
 		stopTenure()
 		session.Close()
 		return nil, err

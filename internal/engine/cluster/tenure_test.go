@@ -67,7 +67,7 @@ func TestTenureAnswersFromTheClock(t *testing.T) {
 func TestAMembersTenureFollowsItsLease(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	store := meta.NewStore(cli, "test")
-	m, err := Join(context.Background(), store, model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, 0)
+	m, err := Join(context.Background(), store, model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, meta.Previous{})
 	if err != nil {
 		t.Fatal(err)
 	}

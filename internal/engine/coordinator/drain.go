@@ -2,11 +2,13 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -32,6 +34,13 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 		// whichever came second finds the plan's own record.
 		if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID {
 			return *now.Drain, nil
+		} else if lerr == nil && now.Drain == nil && drainStepTaken(now, p.ID) {
+			// The executor took the step and the drain is already over (a
+			// capture with little on it): the record is gone again.
+			if epoch, eerr := c.store.DrainEpoch(ctx); eerr == nil {
+				rec.Epoch = epoch
+				return rec, nil
+			}
 		}
 	}
 	if err != nil {
@@ -40,6 +49,20 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 	c.log.Info("coordinator: drain started", "target", target, "plan", p.ID, "epoch", rec.Epoch, "batch", p.BatchSize,
 		"maintainers", rec.InitialMaintainerCount, "dispatchers", rec.InitialDispatcherCount)
 	return rec, nil
+}
+
+// drainStepTaken says a drain plan's first step (the drain record) has
+// run: the plan is done or its first step started.
+func drainStepTaken(st *meta.State, planID string) bool {
+	raw, ok := st.Plans[planID]
+	if !ok {
+		return false
+	}
+	var r exec.Record
+	if json.Unmarshal(raw.Value, &r) != nil {
+		return false
+	}
+	return r.State == exec.Done || len(r.Steps) > 0 && r.Steps[0].Started != nil
 }
 
 // DrainProgress counts what is left on the drain's target.

@@ -44,7 +44,7 @@ func newMySQLRig(t *testing.T) *mysqlRig {
 		// A session outlives a starved machine: a CI run once lost n2's
 		// lease while other packages' tests held both cores, and n2's
 		// every raise of the term failed from then on.
-		m, err := cluster.Join(context.Background(), rig.store, model.NodeInfo{ID: id, Address: string(id)}, 30*time.Second, 0)
+		m, err := cluster.Join(context.Background(), rig.store, model.NodeInfo{ID: id, Address: string(id)}, 30*time.Second, meta.Previous{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -396,6 +396,15 @@ func (s *Store) MarkBarrierWritten(ctx context.Context, cf model.ChangefeedID, b
 	return s.casPut(ctx, key, b, clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision))
 }
 
+// DrainEpoch is the epoch of the last drain begun (0: none yet).
+func (s *Store) DrainEpoch(ctx context.Context) (uint64, error) {
+	resp, err := s.cli.Get(ctx, s.keys.Drain()+"-epoch")
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, err
+	}
+	return strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+}
+
 // ErrDrainInProgress means the cluster already has a drain record.
 var ErrDrainInProgress = errors.New("another drain operation is in progress")
 

@@ -93,11 +93,15 @@ func (s *Store) Watch(ctx context.Context, fromRevision int64) clientv3.WatchCha
 // one transaction that fails if the id is held by a live process.
 //
 // A process that lost its session and joins again passes the incarnation
-// it had (previousIncarnation); if the liveness record is still that
-// incarnation's, its state carries over, so a Draining node stays
-// Draining. Any other record belongs to a process that is gone: the new
-// one starts Alive.
-func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease clientv3.LeaseID, previousIncarnation int64) error {
+// it had (previous); if the liveness record is still that incarnation's,
+// its state carries over, so a Draining node stays Draining. A record
+// gone with the session (the coordinator removes a departed node's)
+// cannot tell: a node that was drained or stopping says so
+// (previous.Stopping) and comes back Stopping, so a drained capture whose
+// session lapsed does not take work again. Any other record belongs to a
+// process that is gone: the new one starts Alive.
+func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease clientv3.LeaseID, previous Previous) error {
+	previousIncarnation := previous.Incarnation
 	info.Incarnation = int64(lease)
 	nodeVal, err := json.Marshal(info)
 	if err != nil {
@@ -110,6 +114,9 @@ func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease cli
 			return fmt.Errorf("register node %s in etcd: %w", info.ID, err)
 		}
 		rec := model.LivenessRecord{State: model.LivenessAlive}
+		if previousIncarnation != 0 && previous.Stopping {
+			rec.State = model.LivenessStopping
+		}
 		livenessCmp := clientv3.Compare(clientv3.CreateRevision(lkey), "=", 0)
 		if len(cur.Kvs) == 1 {
 			livenessCmp = clientv3.Compare(clientv3.ModRevision(lkey), "=", cur.Kvs[0].ModRevision)
@@ -143,6 +150,14 @@ func (s *Store) RegisterNode(ctx context.Context, info model.NodeInfo, lease cli
 		// Only the liveness record moved under us: read it again.
 	}
 	return fmt.Errorf("register node %s: its liveness record kept changing; try again", info.ID)
+}
+
+// Previous is what a process that lost its session knows of the
+// incarnation it had: its id (0 for a fresh start) and whether it was
+// drained or stopping (Draining or Stopping when last seen).
+type Previous struct {
+	Incarnation int64
+	Stopping    bool
 }
 
 // ErrNotOwnRecord means a node tried to change a liveness record that

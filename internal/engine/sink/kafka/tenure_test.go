@@ -26,7 +26,7 @@ import (
 // after the new owner's newer rows.
 func TestAProducerSendsNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
 	_, cli := etcdtest.Start(t)
-	m, err := cluster.Join(context.Background(), meta.NewStore(cli, "test"), model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, 0)
+	m, err := cluster.Join(context.Background(), meta.NewStore(cli, "test"), model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, meta.Previous{})
 	if err != nil {
 		t.Fatal(err)
 	}

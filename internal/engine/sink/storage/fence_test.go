@@ -160,7 +160,7 @@ func TestAFailedFlushFencesItsDispatcher(t *testing.T) {
 // writes nothing: the rows would land after the new owner's.
 func TestASinkWritesNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
 	_, cli := etcdtest.Start(t)
-	m, err := cluster.Join(context.Background(), meta.NewStore(cli, "test"), model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, 0)
+	m, err := cluster.Join(context.Background(), meta.NewStore(cli, "test"), model.NodeInfo{ID: "capture-1", Address: "capture-1"}, 2*time.Second, meta.Previous{})
 	if err != nil {
 		t.Fatal(err)
 	}
