@@ -23,13 +23,13 @@ import (
 // coordinator, of the operation's target or of a bystander; a kill whose
 // lease runs out by itself; a graceful stop; the transport cut between
 // two captures for 3 s; every agent's link to etcd frozen, or the target
-// cut off from etcd and the others, for 4 s or past the session TTL; or
-// none). The checker: every plan ends (done, failed or cancelled) within
+// cut off from etcd and the others, for 4 s or past the session TTL; the
+// sink's S3 bucket full (uploads refused, 507) for 5 s; or none). The checker: every plan ends (done, failed or cancelled) within
 // 2 minutes, the changefeed's checkpoint never moves back, the
 // coordinator's fenced writes never come from two agents in one term nor
 // from an older term after a newer one, and verify finds 0 lost and 0
-// out of order (and 0 duplicates when nothing crashed and no session
-// expired).
+// out of order (and 0 duplicates when nothing crashed, no session
+// expired and no write failed).
 //
 // CI runs CDCCTL_CHAOS_RUNS (default 2) runs from CDCCTL_CHAOS_SEED
 // (default 20261125); a failing run prints its seed, and
@@ -40,8 +40,8 @@ import (
 // table.
 //
 // In process, so not here: a real SIGSTOP of an agent (the runbooks do
-// it; here its links freeze, but it runs on), a full disk, a Kafka broker
-// fault (recover_test.go).
+// it; here its links freeze, but it runs on), a Kafka broker fault
+// (recover_test.go).
 func TestChaos(t *testing.T) {
 	runs := envInt("CDCCTL_CHAOS_RUNS", 2)
 	// A fixed seed by default: CI's short set is the same every time
@@ -63,7 +63,7 @@ func envInt(name string, def int) int {
 // chaosOps and chaosFaults are what a run draws from.
 var (
 	chaosOps    = []string{"drain", "move", "split", "rebalance", "pause-resume"}
-	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target"}
+	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target", "sink-full"}
 )
 
 func chaosRun(t *testing.T, seed uint64) {
@@ -103,7 +103,15 @@ func chaosRun(t *testing.T, seed uint64) {
 	leader := tc.startCaptures(3)
 	c := tc.client()
 	ctx := context.Background()
-	sinks := tc.createFeeds(c, 1)
+	var sinks map[string]string
+	var bucket *fullBucket
+	if fault == "sink-full" {
+		// An S3 bucket whose storage fills up for 5 s.
+		bucket = newFullBucket(t)
+		sinks = tc.createFeedsInto(c, 1, bucket.uri)
+	} else {
+		sinks = tc.createFeeds(c, 1)
+	}
 	const cf = "cf00"
 	tc.waitCheckpoint(c, cf, model.TsFromTime(time.Now().Add(time.Second)))
 
@@ -166,6 +174,14 @@ func chaosRun(t *testing.T, seed uint64) {
 		if err := tc.stop(bystander); err != nil {
 			t.Fatalf("stopping %s: %v", bystander, err)
 		}
+	case "sink-full":
+		bucket.full.Store(true)
+		time.Sleep(5 * time.Second)
+		bucket.full.Store(false)
+		t.Logf("the full bucket refused %d uploads", bucket.refused.Load())
+		// A failed flush resumes its partition from the checkpoint
+		// (recovery.md): what the files already held is written again.
+		crashed = true
 	case "cut":
 		tc.hub.Cut(target, bystander)
 		time.Sleep(3 * time.Second)

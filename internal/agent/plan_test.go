@@ -18,10 +18,16 @@ import (
 func (tc *testCluster) createFeeds(c *api.Client, n int) map[string]string {
 	tc.t.Helper()
 	dir := tc.t.TempDir()
+	return tc.createFeedsInto(c, n, func(name string) string { return "file://" + dir + "/" + name + "?flush-interval=100ms" })
+}
+
+// createFeedsInto is createFeeds with each changefeed's sink URI given.
+func (tc *testCluster) createFeedsInto(c *api.Client, n int, sinkOf func(name string) string) map[string]string {
+	tc.t.Helper()
 	sinks := map[string]string{}
 	for i := range n {
 		name := fmt.Sprintf("cf%02d", i)
-		sinks[name] = "file://" + dir + "/" + name + "?flush-interval=100ms"
+		sinks[name] = sinkOf(name)
 		if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=2&keys=50&rate=200", Sink: sinks[name], PartitionsPerTable: 2}); err != nil {
 			tc.t.Fatal(err)
 		}
