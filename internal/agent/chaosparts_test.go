@@ -5,17 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
@@ -291,45 +286,4 @@ func partitionsOn(st *meta.State, node model.NodeID) int {
 		}
 	}
 	return n
-}
-
-// fullBucket is an S3 endpoint (gofakes3, the real protocol) whose
-// storage can fill up: while full, every upload is refused the way
-// MinIO refuses one when its drives are at their free-space threshold
-// (507, XMinioStorageFull); reads go on. It is the chaos suite's full
-// disk: the sink must hold what it has not written and write it once
-// there is room again.
-type fullBucket struct {
-	srv     *httptest.Server
-	full    atomic.Bool
-	refused atomic.Int64
-}
-
-func newFullBucket(t *testing.T) *fullBucket {
-	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("cdc"); err != nil {
-		t.Fatal(err)
-	}
-	b := &fullBucket{}
-	s3 := gofakes3.New(backend).Server()
-	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b.full.Load() && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
-			b.refused.Add(1)
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusInsufficientStorage)
-			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>XMinioStorageFull</Code><Message>Storage backend has reached its minimum free drive threshold. Please delete a few objects to proceed.</Message></Error>`)
-			return
-		}
-		s3.ServeHTTP(w, r)
-	}))
-	t.Cleanup(b.srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	return b
-}
-
-// uri is a sink URI of a changefeed in the bucket.
-func (b *fullBucket) uri(name string) string {
-	return "s3://cdc/" + name + "?endpoint=" + b.srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1&flush-interval=100ms"
 }

@@ -17,6 +17,7 @@ type storageMetrics struct {
 	backlog      *prometheus.GaugeVec
 	activeTables prometheus.Gauge
 	spoolDisk    prometheus.Gauge
+	retries      prometheus.Counter
 }
 
 func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
@@ -38,6 +39,10 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 			Namespace: "cdcctl", Subsystem: "storage", Name: "spool_disk_bytes",
 			Help: "Size of the storage sinks' disk spool files (spool=disk): rows waiting for their flush, plus flushed rows a segment file keeps until its last row is flushed.",
 		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cdcctl", Subsystem: "storage", Name: "write_retries_total",
+			Help: "Uploads of the storage sinks tried again because the bucket refused them (full, throttling, failing); past the sink's retry-timeout the flush fails and its partition resumes from its checkpoint.",
+		}),
 	}
 	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced, storage.ReasonDDL} {
 		sm.flushTasks.WithLabelValues(r)
@@ -45,7 +50,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 	for _, stage := range []string{"spooled", "flushing"} {
 		sm.backlog.WithLabelValues(stage)
 	}
-	reg.MustRegister(sm.flushTasks, sm.backlog, sm.activeTables, sm.spoolDisk)
+	reg.MustRegister(sm.flushTasks, sm.backlog, sm.activeTables, sm.spoolDisk, sm.retries)
 	for _, object := range []string{"data", "index", "schema"} {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "cdcctl", Subsystem: "storage", Name: object + "_write_duration_seconds",
@@ -78,5 +83,7 @@ func (sm *storageMetrics) Backlog(spooled, flushing int64) {
 func (sm *storageMetrics) ActiveTables(delta int) { sm.activeTables.Add(float64(delta)) }
 
 func (sm *storageMetrics) SpoolDisk(delta int64) { sm.spoolDisk.Add(float64(delta)) }
+
+func (sm *storageMetrics) Retry() { sm.retries.Inc() }
 
 var _ storage.Metrics = (*storageMetrics)(nil)

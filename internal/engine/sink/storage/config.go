@@ -60,6 +60,11 @@ type Config struct {
 	// flush (the dispatcher resumes from its checkpoint) instead of
 	// holding its slot.
 	WriteTimeout time.Duration
+	// RetryTimeout is how long a refused upload (a full or throttling
+	// bucket, a failing disk) is tried again, under the same name, before
+	// the flush fails and the dispatcher resumes from its checkpoint,
+	// which writes again what its files already held. 0: not retried.
+	RetryTimeout time.Duration
 	// SpoolMaxBytes bounds encoded rows held before they are written; a
 	// full spool makes Write wait (backpressure). A partition's file is
 	// written once it reaches FileSize or a quarter of the spool, which
@@ -109,7 +114,7 @@ const (
 const diskSpoolDefault = 1 << 30
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, DateSeparator: DateNone, MaxActiveTables: 10000, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, RetryTimeout: 10 * time.Second, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, DateSeparator: DateNone, MaxActiveTables: 10000, Schema: "gen"}
 
 // fileTarget is the buffered size at which a partition's rows are
 // written as a file: file-size, or a quarter of the spool if smaller.
@@ -173,6 +178,8 @@ func ParseURI(raw string) (Config, error) {
 			c.StateTTL, perr = durationBetween(v, 100*time.Millisecond, 24*time.Hour, "100ms and 24h")
 		case "write-timeout":
 			c.WriteTimeout, perr = durationBetween(v, 100*time.Millisecond, time.Hour, "100ms and 1h")
+		case "retry-timeout":
+			c.RetryTimeout, perr = durationBetween(v, 0, time.Hour, "0s (off) and 1h")
 		case "spool-max-bytes":
 			c.SpoolMaxBytes, perr = sink.ParseBytes(v, 1<<20, 1<<50)
 		case "max-active-tables":

@@ -46,6 +46,7 @@ func (c *counts) Backlog(spooled, flushing int64) {
 }
 func (c *counts) ActiveTables(d int) { c.mu.Lock(); c.active += d; c.mu.Unlock() }
 func (c *counts) SpoolDisk(d int64)  { c.mu.Lock(); c.disk += d; c.mu.Unlock() }
+func (c *counts) Retry()             {}
 
 func (c *counts) reason(r string) int { c.mu.Lock(); defer c.mu.Unlock(); return c.reasons[r] }
 

@@ -38,7 +38,7 @@ func (s *Sink) writeSchema(ctx context.Context, p string, body []byte) error {
 	if known {
 		return nil
 	}
-	err := s.bucket.Put(ctx, p, [][]byte{body}, true)
+	err := s.retried(ctx, p, func() error { return s.bucket.Put(ctx, p, [][]byte{body}, true) })
 	if err != nil && !errors.Is(err, bucket.ErrExists) {
 		return fmt.Errorf("write schema file %s: %w", p, err)
 	}
@@ -83,23 +83,20 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 			return err
 		}
 		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
-		if s.tenure != nil {
-			if err := s.tenure.Hold(ctx); err != nil {
-				return fmt.Errorf("not writing %s: %w", name, err)
-			}
-		}
 		began := time.Now()
 		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
 		if db.extents != nil {
 			put = func() error { return s.bucket.PutFrom(ctx, name, s.disk.reader(db.extents), false) }
 		}
-		if err := put(); err != nil {
+		if err := s.retried(ctx, name, put); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("data", time.Since(began))
 		base := name[strings.LastIndex(name, "/")+1:]
 		began = time.Now()
-		if err := s.bucket.Put(ctx, indexFile(db.dir, d.id), [][]byte{[]byte(base + "\n")}, false); err != nil {
+		if err := s.retried(ctx, name, func() error {
+			return s.bucket.Put(ctx, indexFile(db.dir, d.id), [][]byte{[]byte(base + "\n")}, false)
+		}); err != nil {
 			return fmt.Errorf("write the index of %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("index", time.Since(began))
@@ -108,6 +105,50 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// retried runs an upload (a data file, its index, a schema file) until it
+// succeeds, tried again under the same name while the bucket refuses it
+// for at most RetryTimeout: a bucket full or throttling for a few seconds
+// then costs a delay, not a resumed partition writing its rows twice.
+// The node's hold is asked before every attempt; errors that will not
+// pass (no permission, no bucket) are not retried.
+func (s *Sink) retried(ctx context.Context, name string, put func() error) error {
+	deadline := time.Now().Add(s.cfg.RetryTimeout)
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if s.tenure != nil {
+			if err := s.tenure.Hold(ctx); err != nil {
+				return fmt.Errorf("not writing %s: %w", name, err)
+			}
+		}
+		err := put()
+		if err == nil || ctx.Err() != nil || !retryable(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		s.metrics.Retry()
+		if attempt == 1 {
+			s.log.Warn("storage sink: the bucket refused a write; trying again", "object", name, "retry_timeout", s.cfg.RetryTimeout, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// retryable says an upload's error may pass by itself.
+func retryable(err error) bool {
+	if errors.Is(err, bucket.ErrExists) {
+		return false // an answer, not a failure
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.PermissionDenied, gcerrors.NotFound, gcerrors.InvalidArgument, gcerrors.Unimplemented, gcerrors.FailedPrecondition:
+		return false
+	}
+	return true
 }
 
 // nextIndex continues a dispatcher's file numbering in a directory, from

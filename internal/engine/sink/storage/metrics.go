@@ -25,6 +25,9 @@ type Metrics interface {
 	// spool=disk): the backlog's spooled bytes, plus the flushed rows a
 	// segment keeps until its last row is flushed.
 	SpoolDisk(delta int64)
+	// Retry counts an upload tried again because the bucket refused it
+	// (retry-timeout).
+	Retry()
 }
 
 // Flush reasons.
@@ -45,3 +48,4 @@ func (noMetrics) WriteDuration(string, time.Duration) {}
 func (noMetrics) Backlog(int64, int64)                {}
 func (noMetrics) ActiveTables(int)                    {}
 func (noMetrics) SpoolDisk(int64)                     {}
+func (noMetrics) Retry()                              {}

@@ -1,0 +1,59 @@
+// Package buckettest serves an S3 bucket for tests that can fill up.
+package buckettest
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// FullS3 is an S3 endpoint (gofakes3, the real protocol) with one bucket,
+// "cdc", whose storage can fill up: while Full, every upload is refused
+// the way MinIO refuses one when its drives reach their free-space
+// threshold (507, XMinioStorageFull); reads go on.
+type FullS3 struct {
+	Full    atomic.Bool
+	Refused atomic.Int64 // uploads refused
+	srv     *httptest.Server
+}
+
+// Start serves a FullS3 until the test ends, with the credentials the
+// S3 client reads from the environment set.
+func Start(t *testing.T) *FullS3 {
+	t.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("cdc"); err != nil {
+		t.Fatal(err)
+	}
+	b := &FullS3{}
+	s3 := gofakes3.New(backend).Server()
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.Full.Load() && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
+			b.Refused.Add(1)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusInsufficientStorage)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>XMinioStorageFull</Code><Message>Storage backend has reached its minimum free drive threshold. Please delete a few objects to proceed.</Message></Error>`)
+			return
+		}
+		s3.ServeHTTP(w, r)
+	}))
+	t.Cleanup(b.srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	return b
+}
+
+// URI is a storage sink URI under prefix in the bucket; params are the
+// sink's own (without a leading &).
+func (b *FullS3) URI(prefix, params string) string {
+	u := "s3://cdc/" + prefix + "?endpoint=" + b.srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1"
+	if params != "" {
+		u += "&" + params
+	}
+	return u
+}
