@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/bucket/buckettest"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -25,7 +28,9 @@ import (
 // lease runs out by itself; a graceful stop; the transport cut between
 // two captures for 3 s; every agent's link to etcd frozen, or the target
 // cut off from etcd and the others, for 4 s or past the session TTL; the
-// sink's S3 bucket full (uploads refused, 507) for 5 s; or none). The checker: every plan ends (done, failed or cancelled) within
+// sink's S3 bucket full (uploads refused, 507) for 5 s; a Kafka broker
+// (kfake) refusing produce requests or dropping connections for 4 s; or
+// none). The checker: every plan ends (done, failed or cancelled) within
 // 2 minutes, the changefeed's checkpoint never moves back, the
 // coordinator's fenced writes never come from two agents in one term nor
 // from an older term after a newer one, and verify finds 0 lost and 0
@@ -41,8 +46,7 @@ import (
 // table.
 //
 // In process, so not here: a real SIGSTOP of an agent (the runbooks do
-// it; here its links freeze, but it runs on), a Kafka broker fault
-// (recover_test.go).
+// it; here its links freeze, but it runs on).
 func TestChaos(t *testing.T) {
 	runs := envInt("CDCCTL_CHAOS_RUNS", 2)
 	// A fixed seed by default: CI's short set is the same every time
@@ -64,7 +68,7 @@ func envInt(name string, def int) int {
 // chaosOps and chaosFaults are what a run draws from.
 var (
 	chaosOps    = []string{"drain", "move", "split", "rebalance", "pause-resume"}
-	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target", "sink-full"}
+	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target", "sink-full", "kafka-broker"}
 )
 
 func chaosRun(t *testing.T, seed uint64) {
@@ -106,11 +110,25 @@ func chaosRun(t *testing.T, seed uint64) {
 	ctx := context.Background()
 	var sinks map[string]string
 	var bucket *buckettest.FullS3
-	if fault == "sink-full" {
+	var brokers *kafkatest.Cluster
+	switch fault {
+	case "sink-full":
 		// An S3 bucket whose storage fills up for 5 s.
 		bucket = buckettest.Start(t)
 		sinks = tc.createFeedsInto(c, 1, func(name string) string { return bucket.URI(name, "flush-interval=100ms") })
-	} else {
+	case "kafka-broker":
+		// Three kfake brokers; the one leading a third of the topic's
+		// partitions fails for 4 s. Rows go by key: every partition
+		// sees some.
+		var err error
+		if brokers, err = kafkatest.Start(3, "chaos", 6); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(brokers.Close)
+		sinks = tc.createFeedsInto(c, 1, func(string) string {
+			return fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s", brokers.Addrs())
+		})
+	default:
 		sinks = tc.createFeeds(c, 1)
 	}
 	const cf = "cf00"
@@ -182,6 +200,20 @@ func chaosRun(t *testing.T, seed uint64) {
 		// Shorter than the sink's retry-timeout (10 s): the refused
 		// uploads are tried again, nothing is written twice.
 		t.Logf("the full bucket refused %d uploads", bucket.Refused.Load())
+	case "kafka-broker":
+		// A broker refusing produce requests (not enough replicas), or
+		// restarting (connections closed unanswered): the partitions it
+		// leads are recovered from their checkpoints, at least once.
+		if rng.IntN(2) == 0 {
+			brokers.Fail(kerr.NotEnoughReplicas.Code)
+			t.Logf("%s: refusing produce requests (NOT_ENOUGH_REPLICAS) for 4s", brokers)
+		} else {
+			brokers.Drop()
+			t.Logf("%s: closing produce connections unanswered for 4s", brokers)
+		}
+		time.Sleep(4 * time.Second)
+		brokers.Heal()
+		crashed = true
 	case "cut":
 		tc.hub.Cut(target, bystander)
 		time.Sleep(3 * time.Second)

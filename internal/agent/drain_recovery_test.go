@@ -100,7 +100,11 @@ func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactly
 	// Paused dispatchers stop gracefully and leave an exact checkpoint.
 	time.Sleep(2 * time.Second)
 	for name, sink := range sinks {
-		rep := tc.verifyPaused(c, name, sink, verifyStorage)
+		check := verifyStorage
+		if strings.HasPrefix(sink, "kafka://") {
+			check = verifyKafka
+		}
+		rep := tc.verifyPaused(c, name, sink, check)
 		if !rep.OK || rep.Lost != 0 || (exactlyOnce && rep.Duplicates != 0) {
 			tc.t.Fatalf("%s: %+v", name, rep)
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -234,9 +233,7 @@ func (rig *recoverRig) warm() *api.ChangefeedResponse {
 }
 
 func (rig *recoverRig) verify() verify.Report {
-	return rig.tc.pauseAndVerify(rig.c, "demo", rig.sink, func(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
-		return verify.Kafka(ctx, g, sinkURI, upTo)
-	})
+	return rig.tc.pauseAndVerify(rig.c, "demo", rig.sink, verifyKafka)
 }
 
 // Seed 002, acceptance 5 (R10) under load: a fault that outlasts the

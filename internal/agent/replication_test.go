@@ -288,6 +288,10 @@ func verifyStorage(ctx context.Context, g *gen.Generator, sinkURI string, upTo m
 	return verify.Storage(ctx, g, sinkURI, upTo)
 }
 
+func verifyKafka(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
+	return verify.Kafka(ctx, g, sinkURI, upTo)
+}
+
 // Seed 000, recovery scenario 4: the capture being drained crashes while
 // its partitions are moving. Moves whose source died resume on their
 // target from the last checkpoint; partitions not yet moving are placed
