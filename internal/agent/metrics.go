@@ -58,6 +58,7 @@ type metrics struct {
 	restarts         *prometheus.CounterVec
 	// Seed 004's storage sink series.
 	storage *storageMetrics
+	kafka   *kafkaMetrics
 	plans   *planMetrics
 	http    *httpMetrics
 	// transport: only with the gRPC transport (not the tests' hub).
@@ -198,6 +199,7 @@ func newMetrics() *metrics {
 		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
+	m.kafka = newKafkaMetrics(m.reg)
 	m.plans = newPlanMetrics(m.reg)
 	m.http = newHTTPMetrics(m.reg)
 	m.transport = newTransportMetrics(m.reg)

@@ -179,6 +179,15 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 			t.Fatalf("%v changefeed restarts (%s) for a fault shorter than the recover timeout", n, reason)
 		}
 	}
+	// The producer's metrics name the broker: the faulty one (0)
+	// refused, the others answered; bytes and round trips are counted.
+	faultyRefused := rig.metric(`cdcctl_kafka_produce_requests_total{broker="0",result="refused"}`)
+	healthyOK := rig.metric(`cdcctl_kafka_produce_requests_total{broker="1",result="ok"}`) + rig.metric(`cdcctl_kafka_produce_requests_total{broker="2",result="ok"}`)
+	healthyRefused := rig.metric(`cdcctl_kafka_produce_requests_total{broker="1",result="refused"}`) + rig.metric(`cdcctl_kafka_produce_requests_total{broker="2",result="refused"}`)
+	if faultyRefused == 0 || healthyOK == 0 || healthyRefused != 0 || rig.metric(`cdcctl_kafka_produce_bytes_total{broker="1"}`) == 0 ||
+		rig.metric(`cdcctl_kafka_produce_request_duration_seconds_count{broker="0"}`) == 0 {
+		t.Fatalf("produce requests: broker 0 refused %v; brokers 1 and 2 answered %v, refused %v", faultyRefused, healthyOK, healthyRefused)
+	}
 	if got, err := c.Changefeed(context.Background(), "demo"); err != nil || got.State != "normal" {
 		t.Fatalf("changefeed after the fault: %+v %v", got, err)
 	}

@@ -24,7 +24,10 @@ type FullS3 struct {
 
 // Start serves a FullS3 until the test ends, with the credentials the
 // S3 client reads from the environment set.
-func Start(t *testing.T) *FullS3 {
+func Start(t testing.TB) *FullS3 { return StartObserved(t, nil) }
+
+// StartObserved is Start with every request shown to observe first.
+func StartObserved(t testing.TB, observe func(*http.Request)) *FullS3 {
 	t.Helper()
 	backend := s3mem.New()
 	if err := backend.CreateBucket("cdc"); err != nil {
@@ -33,6 +36,9 @@ func Start(t *testing.T) *FullS3 {
 	b := &FullS3{}
 	s3 := gofakes3.New(backend).Server()
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if observe != nil {
+			observe(r)
+		}
 		if b.Full.Load() && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
 			b.Refused.Add(1)
 			w.Header().Set("Content-Type", "application/xml")

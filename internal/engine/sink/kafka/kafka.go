@@ -53,6 +53,7 @@ type Sink struct {
 	cfg        Config
 	sc         *sarama.Config
 	tenure     sink.Tenure // nil: no session to lose
+	metrics    Metrics
 	client     sarama.Client
 	partitions int32
 	log        *slog.Logger
@@ -121,12 +122,12 @@ type meta struct {
 
 // Open connects to the brokers and makes sure the topic exists.
 func Open(ctx context.Context, uri string, log *slog.Logger) (*Sink, error) {
-	return OpenWith(ctx, uri, log, nil)
+	return OpenWith(ctx, uri, log, Env{})
 }
 
-// OpenWith is Open for a node whose tenure is asked before a message
-// goes on the wire (nil: never).
-func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Tenure) (*Sink, error) {
+// OpenWith is Open for a node: its tenure is asked before a message goes
+// on the wire, its metrics hear of every produce request.
+func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
@@ -145,7 +146,11 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, tenure sink.Ten
 		return nil, err
 	}
 	life, stop := context.WithCancel(context.Background())
-	s := &Sink{cfg: cfg, sc: sc, tenure: tenure, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
+	metrics := env.Metrics
+	if metrics == nil {
+		metrics = noMetrics{}
+	}
+	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
 		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts),
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)

@@ -323,7 +323,9 @@ func (s *Sink) send(calls chan *produceCall) {
 		// A connection closed after an error dials again (no-op when
 		// open).
 		_ = c.broker.Open(s.sc)
+		began := time.Now()
 		c.res, c.err = c.broker.Produce(c.req)
+		s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
 		if c.err != nil {
 			_ = c.broker.Close()
 		}

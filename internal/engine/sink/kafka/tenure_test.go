@@ -33,7 +33,7 @@ func TestAProducerSendsNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
 	defer m.Abandon()
 	c := faultyCluster(t, 1) // its one partition is on the broker that fails
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=1m", c.Addrs())
-	s, err := kafka.OpenWith(context.Background(), uri, quiet(), m.Tenure())
+	s, err := kafka.OpenWith(context.Background(), uri, quiet(), kafka.Env{Tenure: m.Tenure()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,9 @@ type Env struct {
 	Log *slog.Logger
 	// StorageMetrics receives the storage sinks' metrics; nil is fine.
 	StorageMetrics storage.Metrics
+	// KafkaMetrics receives the Kafka sinks' produce requests; nil is
+	// fine.
+	KafkaMetrics kafka.Metrics
 	// StorageBudget, if set, bounds the bytes all storage sinks opened
 	// with it hold together (one cap per node).
 	StorageBudget *storage.Budget
@@ -71,7 +74,7 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	// a caller keeping "the sink it got" then calls a method on nil).
 	switch u.Scheme {
 	case "kafka":
-		k, kerr := kafka.OpenWith(ctx, uri, log, env.Tenure)
+		k, kerr := kafka.OpenWith(ctx, uri, log, kafka.Env{Tenure: env.Tenure, Metrics: env.KafkaMetrics})
 		s, err = k, kerr
 	case "blackhole":
 		return blackhole.New(), nil

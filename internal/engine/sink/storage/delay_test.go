@@ -3,16 +3,13 @@ package storage_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
+	"github.com/cdcctl/cdcctl/internal/engine/bucket/buckettest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
@@ -128,21 +125,14 @@ func TestManyTablesWithOneRowAreAckedLongBeforeTheInterval(t *testing.T) {
 // gofakes3, behind a gate); every other table is acked meanwhile, and
 // the hung table is acked once its writes go through.
 func TestASlowTableDoesNotHoldBackTheOthers(t *testing.T) {
-	backend := s3mem.New()
-	if err := backend.CreateBucket("cdc"); err != nil {
-		t.Fatal(err)
-	}
 	gate := make(chan struct{})
 	var held atomic.Int64
-	s3 := gofakes3.New(backend).Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := buckettest.StartObserved(t, func(r *http.Request) {
 		if strings.Contains(r.URL.Path, "/t0001/") {
 			held.Add(1)
 			<-gate
 		}
-		s3.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	})
 	defer func() {
 		select {
 		case <-gate:
@@ -150,9 +140,7 @@ func TestASlowTableDoesNotHoldBackTheOthers(t *testing.T) {
 			close(gate)
 		}
 	}()
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	uri := "s3://cdc/slow?endpoint=" + srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1&flush-interval=10m&max-flush-delay=50ms"
+	uri := b.URI("slow", "flush-interval=10m&max-flush-delay=50ms")
 	s := open(t, uri)
 	const tables = 40
 	g := newGen(t, gen.Config{Tables: tables, Keys: 1, Rate: tables})
@@ -214,22 +202,13 @@ func (r *s3Recorder) count(method, suffix string) (n int, paths []string) {
 
 func startRecordedS3(t testing.TB) (*s3Recorder, string) {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("cdc"); err != nil {
-		t.Fatal(err)
-	}
 	rec := &s3Recorder{}
-	s3 := gofakes3.New(backend).Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := buckettest.StartObserved(t, func(r *http.Request) {
 		rec.mu.Lock()
 		rec.seen = append(rec.seen, r.Method+" "+r.URL.Path)
 		rec.mu.Unlock()
-		s3.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	return rec, "s3://cdc/ttl?endpoint=" + srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1"
+	})
+	return rec, b.URI("ttl", "")
 }
 
 // Seed 004 §4.3.2: a partition's file numbering is forgotten after
