@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"unicode"
 )
 
 // Role is what a token may do. Each role may do everything the roles
@@ -43,6 +44,11 @@ func ParseRole(s string) (Role, error) {
 		if s == r.String() {
 			return r, nil
 		}
+	}
+	if len(s) > 12 || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
+		// Not shown: a token written in the role's column (fields out of
+		// order) would land in logs.
+		return 0, fmt.Errorf("unknown role (%d characters, not shown: is a token in the role's column? the fields are token,user,role); use viewer, operator or admin", len(s))
 	}
 	return 0, fmt.Errorf("unknown role %q; use viewer, operator or admin", s)
 }

@@ -14,6 +14,9 @@ func TestTokenFilesAreCheckedLineByLine(t *testing.T) {
 		{"# comment\n\ntok-0123456789abcdef, ada , viewer\n", ""},
 		{"tok-0123456789abcdef,ada\n", "line 1: want token,user,role"},
 		{"tok-0123456789abcdef,ada,root\n", `line 1: unknown role "root"`},
+		// Fields out of order put the token where the role goes: the
+		// error does not show it (found by FuzzLoadTokens).
+		{"ada,admin,tok-0123456789abcdef\n", "unknown role (20 characters, not shown"},
 		{"short,ada,admin\n", "at least 16 characters"},
 		{"tok-0123456789abcdef,ada,admin\ntok-0123456789abcdef,bob,viewer\n", "line 2: the token is given twice"},
 		{"# nothing\n", "has no tokens"},
