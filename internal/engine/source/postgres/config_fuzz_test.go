@@ -21,10 +21,14 @@ func FuzzParseURI(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		_, err := ParseURI(raw)
 		const pw = "secret"
-		if err != nil && strings.Contains(raw, ":"+pw+"@") && strings.Contains(err.Error(), pw) {
+		// Only where "secret" is nothing but the password: a host or a
+		// table of that name may be shown (the fuzzer found
+		// "A:secret@secret").
+		hasPW := strings.Contains(raw, ":"+pw+"@") && strings.Count(raw, pw) == 1
+		if err != nil && hasPW && strings.Contains(err.Error(), pw) {
 			t.Fatalf("the error shows the password: %v", err)
 		}
-		if strings.Contains(raw, ":"+pw+"@") && strings.Contains(Redact(raw), pw) {
+		if hasPW && strings.Contains(Redact(raw), pw) {
 			t.Fatalf("Redact(%q) = %q shows the password", raw, Redact(raw))
 		}
 	})
