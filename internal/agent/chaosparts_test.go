@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sort"
 	"strings"
@@ -89,10 +88,7 @@ func (l *etcdLink) pipe(from, to net.Conn) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			return
+			return // EOF or a closed link: the deferred closes end the other side
 		}
 	}
 }

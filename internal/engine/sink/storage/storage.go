@@ -117,7 +117,8 @@ type Env struct {
 	Metrics Metrics
 	// Budget, if set, bounds the bytes every sink sharing it holds.
 	Budget *Budget
-	// Tenure, if set, is asked before every data file.
+	// Tenure, if set, is asked before every upload attempt (a data file,
+	// its index, a schema file).
 	Tenure sink.Tenure
 	// Now is the sink's clock (flush ages, date directories); nil:
 	// time.Now.
