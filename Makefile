@@ -5,11 +5,24 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/cdcctl/cdcctl/internal/version.Version=$(VERSION)
 
-.PHONY: build test bench lint fuzz
+.PHONY: build test bench lint fuzz release image
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cdcctl ./cmd/cdcctl
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/cdc-agent ./cmd/cdc-agent
+
+# Release artifacts into dist/ for linux/amd64 and linux/arm64: static
+# binaries, the container image archive (docker/podman load), deb and rpm
+# packages, SPDX SBOMs and checksums.txt (docs/deploy.md). No container
+# engine or network is needed. RELEASE_VERSION defaults to the git tag.
+RELEASE_VERSION ?=
+ARCHES ?= amd64,arm64
+release:
+	$(GO) run ./internal/release/mkrelease -out dist -arch $(ARCHES) -version '$(RELEASE_VERSION)'
+
+# The same for this machine's architecture only.
+image:
+	$(GO) run ./internal/release/mkrelease -out dist -arch $$($(GO) env GOARCH) -version '$(RELEASE_VERSION)'
 
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...

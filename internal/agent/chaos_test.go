@@ -48,6 +48,7 @@ import (
 // In process, so not here: a real SIGSTOP of an agent (the runbooks do
 // it; here its links freeze, but it runs on).
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	runs := envInt("CDCCTL_CHAOS_RUNS", 2)
 	// A fixed seed by default: CI's short set is the same every time
 	// (new seeds are for long runs, docs/reliability.md).

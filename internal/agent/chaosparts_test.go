@@ -238,6 +238,7 @@ func (a *writeAudit) check() (terms int, writes int, problems []string) {
 // and the balancer moved partitions onto the capture its operator had
 // taken out of service (found by the chaos suite's isolate-target).
 func TestADrainedCaptureWhoseSessionLapsesStaysOutOfService(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	tc.links = map[model.NodeID]*etcdLink{}
 	leader := tc.startCaptures(3)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/configfile"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 )
 
 // The files in deploy/ are what an operator installs as they are: the
@@ -20,6 +23,7 @@ import (
 // the example config must start an agent, the systemd unit must run it
 // as a non-root user and stop it gracefully.
 func TestDeployFilesReadRealMetrics(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..", "deploy")
 	var dash struct {
 		Panels []struct {
@@ -76,16 +80,29 @@ func TestDeployFilesReadRealMetrics(t *testing.T) {
 		t.Fatalf("%d panels and %d alerts", len(dash.Panels), len(alerts))
 	}
 
-	// A cluster replicating into a storage sink has every series the
-	// files read (the coordinator exports the plan series).
+	// A cluster replicating into a storage sink and into Kafka has every
+	// series the files read, between its agents (the coordinator exports
+	// the plan series, the agents whose dispatchers wrote to Kafka the
+	// Kafka client's).
+	kc, err := kafkatest.Start(1, "deploy", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
 	tc := newTestCluster(t)
-	leader := tc.startCaptures(2)
+	tc.startCaptures(2)
 	c := tc.client()
 	tc.runDemo(c, demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", time.Second)
+	if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "to-kafka", Source: "gen://?tables=2&keys=10&rate=50", Sink: "kafka://" + kc.Addrs() + "/deploy"}); err != nil {
+		t.Fatal(err)
+	}
 	var exposition string
-	tc.eventually("the coordinator exports the plan series", 10*time.Second, func() bool {
-		exposition = tc.get(tc.nodes[leader.Node].addr, "/metrics")
-		return strings.Contains(exposition, "# HELP cdcctl_plans ")
+	tc.eventually("the coordinator exports the plan series and an agent the Kafka client's", 20*time.Second, func() bool {
+		exposition = ""
+		for _, n := range tc.nodes {
+			exposition += tc.get(n.addr, "/metrics") + "\n"
+		}
+		return strings.Contains(exposition, "# HELP cdcctl_plans ") && strings.Contains(exposition, "# HELP cdcctl_kafka_produce_requests_total ")
 	})
 	exported := map[string]bool{}
 	for _, line := range strings.Split(exposition, "\n") {
@@ -125,7 +142,7 @@ func TestDeployFilesReadRealMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"\nExecStart=/usr/local/bin/cdc-agent --config /etc/cdcctl/cdc-agent.yaml\n", "\nUser=cdc-agent\n", "\nKillSignal=SIGINT\n", "\nRestart=on-failure\n", "\nWantedBy=multi-user.target\n"} {
+	for _, want := range []string{"\nExecStart=/usr/bin/cdc-agent --config /etc/cdcctl/cdc-agent.yaml\n", "\nUser=cdc-agent\n", "\nKillSignal=SIGINT\n", "\nRestart=on-failure\n", "\nWantedBy=multi-user.target\n"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("the systemd unit lacks %q", strings.TrimSpace(want))
 		}

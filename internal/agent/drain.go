@@ -27,7 +27,7 @@ func (b backend) Drain(ctx context.Context, id string, req api.DrainRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	p, rec, err := coord.SubmitDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan, req.SubmittedBy)
+	p, rec, err := coord.SubmitDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused})
 	if err != nil {
 		return nil, refusalError(err)
 	}

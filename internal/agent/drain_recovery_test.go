@@ -22,6 +22,7 @@ import (
 // least-loaded capture left, with a replanned event that says so. The
 // drain finishes and nothing is lost.
 func TestDrainDestinationDiesMidDrain(t *testing.T) {
+	t.Parallel()
 	d := startDrainOfTwelve(t, nil)
 	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()
@@ -116,6 +117,7 @@ func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactly
 // Alive, becomes the coordinator, the drain record is cleared, the plan
 // ends saying why, and the changefeeds run on it without loss.
 func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()
@@ -174,6 +176,7 @@ func TestOnlyTheDrainingCaptureLeft(t *testing.T) {
 // `changefeed get` names the capture and the error, and nothing is lost
 // or written twice.
 func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
+	t.Parallel()
 	var bad atomic.Value // model.NodeID: where maintainers cannot start
 	faults := map[model.NodeID]Faults{}
 	for i := 1; i <= 4; i++ {
@@ -230,6 +233,7 @@ func TestAMaintainerThatCannotStartIsPlacedElsewhere(t *testing.T) {
 // destination dies. The basic scheduler places the maintainer again on a
 // live capture, the step ends, the drain finishes, and nothing is lost.
 func TestDrainDestinationDiesWithAMoveInFlight(t *testing.T) {
+	t.Parallel()
 	d := startDrainOfTwelve(t, nil)
 	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
 	ctx := context.Background()

@@ -30,6 +30,7 @@ import (
 // It reports the checkpoint lag during the drain against the lag of the
 // same cluster just before it (the baseline), as a ratio.
 func TestDrainAtScale(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("scale test")
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 // then its dispatchers leave; it ends Stopping with the record cleared;
 // the sink holds everything once.
 func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()
@@ -67,9 +69,26 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	}
 	// The plan's events as server-sent events, from an agent that is not
 	// the coordinator, until the plan is over.
-	events := tc.planEvents(tc.nodes[target].addr, res.PlanID, 60*time.Second)
+	events := tc.planEvents(tc.nodes[target].addr, res.PlanID, 60*time.Second, "")
 	if len(events) < 3 || events[0].Type != exec.EventSubmitted || events[len(events)-1].Type != exec.EventDone {
 		t.Fatalf("plan events: %+v", events)
+	}
+	// The stream's ids are 1, 2, 3, ... and each event's seq is its id.
+	for i, ev := range events {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d of the stream has seq %d: %+v", i+1, ev.Seq, events)
+		}
+	}
+	// A client that reconnects with Last-Event-ID gets ids after it, and
+	// the plan as it stands, to its end.
+	again := tc.planEvents(tc.nodes[leader.Node].addr, res.PlanID, 10*time.Second, "2")
+	if len(again) == 0 || again[len(again)-1].Type != exec.EventDone {
+		t.Fatalf("after a reconnect: %+v", again)
+	}
+	for i, ev := range again {
+		if ev.Seq != uint64(3+i) {
+			t.Fatalf("after Last-Event-ID 2, event %d has seq %d", i+1, ev.Seq)
+		}
 	}
 	steps := 0
 	for _, ev := range events {
@@ -102,12 +121,16 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 }
 
 // planEvents reads GET /api/v2/plans/{id}/events (server-sent events)
-// until the server ends the stream.
-func (tc *testCluster) planEvents(addr, id string, timeout time.Duration) []exec.Event {
+// until the server ends the stream, sending Last-Event-ID if lastID is
+// given, and checks that each event's SSE id is its seq.
+func (tc *testCluster) planEvents(addr, id string, timeout time.Duration, lastID string) []exec.Event {
 	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v2/plans/"+id+"/events", nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tc.t.Fatal(err)
@@ -119,7 +142,11 @@ func (tc *testCluster) planEvents(addr, id string, timeout time.Duration) []exec
 	var out []exec.Event
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sseID := ""
 	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+			sseID = v
+		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue
@@ -127,6 +154,9 @@ func (tc *testCluster) planEvents(addr, id string, timeout time.Duration) []exec
 		var ev exec.Event
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			tc.t.Fatalf("event %q: %v", data, err)
+		}
+		if sseID != strconv.FormatUint(ev.Seq, 10) {
+			tc.t.Fatalf("SSE id %q for an event of seq %d", sseID, ev.Seq)
 		}
 		out = append(out, ev)
 	}

@@ -17,6 +17,7 @@ import (
 // replicating; when it is back a coordinator is elected again. At every
 // look there is at most one coordinator; nothing is lost.
 func TestMySQLElectedClusterFailsOverAndOutlivesADatabaseRestart(t *testing.T) {
+	t.Parallel()
 	srv, dsn := mysqltest.Start(t, "cdc")
 	tc := newTestCluster(t)
 	tc.electionDSN, tc.electionTTL = dsn, 3*time.Second

@@ -118,6 +118,7 @@ func TestResignWithNoOtherCandidateIsRefused(t *testing.T) {
 // coordinator's lease expires, the Draining capture is the only node left:
 // it returns to Alive, the drain record is cleared, and it leads.
 func TestOnlyNodeLeftReturnsToAliveAndLeads(t *testing.T) {
+	t.Parallel()
 	var tc *testCluster
 	var survivor model.NodeID
 	for attempt := 1; ; attempt++ {

@@ -19,6 +19,7 @@ import (
 // the move resumed the partition there and verify found 975 rows lost;
 // now it finds none, and no duplicates (the move is graceful).
 func TestAForgedHeartbeatDoesNotMakeAMoveSkipRows(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	tc.hub = nil // the real gRPC transport, without TLS
 	tc.startCaptures(3)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,6 +78,23 @@ type runningNode struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
+}
+
+// TestMain runs up to 4 of the tests that call t.Parallel at once, unless
+// -parallel says otherwise: a cluster test mostly waits (on sessions,
+// moves, a source's rate), about a fifth of a core each, so the
+// default of one per core left the machine idle most of the package's
+// run.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", "4"); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
 }
 
 func newTestCluster(t *testing.T) *testCluster {

@@ -17,6 +17,7 @@ import (
 // table complete up to it, at any moment while the changefeed runs, and
 // the file follows the checkpoint as it advances.
 func TestAConsumerOfTheMetadataFileSeesCompleteTables(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	tc.startCaptures(3)
 	c := tc.client()

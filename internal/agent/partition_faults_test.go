@@ -105,6 +105,7 @@ func (fc *faultCase) route() model.RouteEntry {
 // --move-timeout the routing entry goes back to Active on the source,
 // which resumes exactly where it stopped; the plan fails saying so.
 func TestMoveRevertedWhenTheSourceNeverHandsOver(t *testing.T) {
+	t.Parallel()
 	fc := newFaultCase(t, 2*time.Second, nil)
 	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
 	rec := fc.move()
@@ -122,6 +123,7 @@ func TestMoveRevertedWhenTheSourceNeverHandsOver(t *testing.T) {
 // After MaxStartFailures reports the partition goes back to its source,
 // exactly where the source handed it over (the target wrote nothing).
 func TestMoveGivenBackWhenTheTargetCannotStartIt(t *testing.T) {
+	t.Parallel()
 	// victim is "partition@node": only the move's target fails it (the
 	// source's restart must succeed).
 	var victim atomic.Value
@@ -150,6 +152,7 @@ func TestMoveGivenBackWhenTheTargetCannotStartIt(t *testing.T) {
 // Row 3, the etcd write of the new placement fails: it is retried until
 // it lands; the move completes exactly once.
 func TestMovePlacementWriteIsRetried(t *testing.T) {
+	t.Parallel()
 	var failures atomic.Int32
 	var victim atomic.Value
 	victim.Store("")
@@ -180,6 +183,7 @@ func TestMovePlacementWriteIsRetried(t *testing.T) {
 // changes. (The move is held up by cutting its source off the
 // maintainer.)
 func TestBusyPartitionIsRefused(t *testing.T) {
+	t.Parallel()
 	fc := newFaultCase(t, 0, nil)
 	ctx := context.Background()
 	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
@@ -256,6 +260,7 @@ func apiErr(err error) error {
 // ever: its partitions go to the other captures, the placement epochs
 // stop climbing, `changefeed get` says why, and nothing is lost.
 func TestACaptureThatCannotStartPartitionsIsExcluded(t *testing.T) {
+	t.Parallel()
 	const bad = model.NodeID("capture-3")
 	faults := map[model.NodeID]Faults{bad: {FailStart: func(r model.RouteEntry) error {
 		if r.Changefeed == "demo" {

@@ -171,6 +171,7 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 // look, and the sink ends up with every event exactly once, in per-key
 // order.
 func TestSplitsAndMovesUnderLoadAreExactlyOnce(t *testing.T) {
+	t.Parallel()
 	rounds := 6
 	if raceEnabled {
 		rounds = 4
@@ -181,6 +182,7 @@ func TestSplitsAndMovesUnderLoadAreExactlyOnce(t *testing.T) {
 // The same with the partitions' states in a bucket (--checkpoint-store
 // file://…) instead of etcd: the halves' states are there, cut at the key.
 func TestSplitsAndMovesWithStatesInABucket(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	dir := t.TempDir()
 	tc.checkpointStore = "file://" + dir
@@ -313,6 +315,7 @@ func splitsAndMoves(t *testing.T, tc *testCluster, rounds int) {
 // rebalance, leave alone) are evened out by a rebalance plan, in batches,
 // exactly once.
 func TestRebalanceUnderLoadIsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	tc.startCaptures(3)
 	c := tc.client()

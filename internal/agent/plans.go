@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 )
@@ -78,7 +79,7 @@ func (b backend) SubmitPlan(ctx context.Context, req api.SubmitPlanRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
-	rec, err := coord.Submit(ctx, term, req.Plan, req.SubmittedBy)
+	rec, err := coord.Submit(ctx, term, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused})
 	if err != nil {
 		return nil, refusalError(err)
 	}

@@ -19,6 +19,7 @@ import (
 // the upper half and a TRUNCATE; the tables rebuilt from the topic's
 // canal-json messages equal the upstream's, nothing twice.
 func TestPostgresIntoKafka(t *testing.T) {
+	t.Parallel()
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "pg"))
 	if err != nil {
 		t.Fatal(err)

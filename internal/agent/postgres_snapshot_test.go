@@ -25,6 +25,7 @@ import (
 // upstream's, no change is written twice, and no row that existed before
 // the changefeed was copied twice.
 func TestPostgresSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
+	t.Parallel()
 	tc, c, dsn, sink, created := startSlowSnapshot(t)
 	ctx := context.Background()
 	w := startFullWorkload(t, dsn)
@@ -174,6 +175,7 @@ func (tc *testCluster) existingOrderInserts(sink string) map[int][]string {
 // progress and before the crash may arrive twice (at-least-once, as for
 // any change after a crash); the test counts them.
 func TestPostgresSnapshotResumesAfterACrash(t *testing.T) {
+	t.Parallel()
 	tc, c, dsn, sink, _ := startSlowSnapshot(t)
 	ctx := context.Background()
 	w := startFullWorkload(t, dsn)

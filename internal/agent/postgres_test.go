@@ -239,6 +239,7 @@ func (w *workload) finish(t *testing.T) time.Time {
 // the capture running its reader, and a kill -9 of the capture the reader
 // moved to; the tables rebuilt from the sink then equal the upstream's.
 func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
+	t.Parallel()
 	srv, dsn := startPostgres(t)
 	tc := newTestCluster(t)
 	tc.startCaptures(3)
@@ -399,6 +400,7 @@ func (a atPosition) Snapshot(ctx context.Context, tables []string) (time.Time, m
 // itself. Then a pause (the slot idle, retaining WAL) and a resume.
 // Nothing is lost.
 func TestPostgresOutageIsRetriedAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	srv, dsn := startPostgres(t)
 	tc := newTestCluster(t)
 	tc.startCaptures(2)

@@ -19,6 +19,7 @@ import (
 // least loaded depends on how far the plan got when the destination
 // died: about half of the runs here; without the fix those hang.)
 func TestARebalanceWhoseDestinationDiesEnds(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()

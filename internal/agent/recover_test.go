@@ -148,6 +148,7 @@ func (rig *recoverRig) metric(series string) float64 {
 // advance during the fault; the changefeed never restarts. Afterwards
 // verify finds nothing lost and nothing out of order.
 func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
+	t.Parallel()
 	rig := newRecoverRig(t, "")
 	tc, c := rig.tc, rig.c
 	rig.warm()
@@ -251,6 +252,7 @@ func (rig *recoverRig) verify() verify.Report {
 // metrics and the changefeed's incidents; then it catches up, nothing
 // lost, nothing out of order.
 func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
+	t.Parallel()
 	rig := newRecoverRig(t, "&recover-timeout=3s")
 	rig.warm()
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
@@ -288,6 +290,7 @@ func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
 // not loop: the changefeed goes failed with the error and what to do;
 // after the fix, resume replicates everything, nothing lost.
 func TestAPermanentKafkaErrorFailsTheChangefeedUntilResumed(t *testing.T) {
+	t.Parallel()
 	rig := newRecoverRig(t, "")
 	rig.warm()
 	rig.kafka.Fail(kerr.MessageTooLarge.Code)
@@ -327,6 +330,7 @@ func TestAPermanentKafkaErrorFailsTheChangefeedUntilResumed(t *testing.T) {
 // nothing restarted the changefeed, and verify finds nothing lost and
 // nothing out of order.
 func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
+	t.Parallel()
 	rig := newRecoverRig(t, "")
 	tc, c := rig.tc, rig.c
 	g := tc.generator(rig.warm().Source)
@@ -370,6 +374,7 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 // lasts; when it ends nothing is left pending, nothing restarted, and
 // verify finds nothing lost and nothing out of order.
 func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
+	t.Parallel()
 	rig := newRecoverRig(t, "")
 	tc := rig.tc
 	rig.warm()

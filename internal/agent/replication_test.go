@@ -52,12 +52,14 @@ func (tc *testCluster) waitCheckpoint(c *api.Client, cf string, ts model.Ts) mod
 // its partitions continue elsewhere from exactly where they stopped; the
 // sink then holds every event once, in per-key order.
 func TestChangefeedSurvivesAGracefulNodeStopWithoutLossOrDuplicates(t *testing.T) {
+	t.Parallel()
 	replicateThroughANodeStop(t, false, demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", verifyStorage)
 }
 
 // The same through the Kafka sink, on a real-protocol broker in process,
 // with the nodes talking gRPC over loopback as separate processes do.
 func TestChangefeedIntoKafkaSurvivesAGracefulNodeStop(t *testing.T) {
+	t.Parallel()
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "demo"))
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +168,7 @@ func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI st
 // marked Draining and every partition leaves it. Under load, with DDLs,
 // nothing is lost and nothing is written twice.
 func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(2)
 	c := tc.client()
@@ -223,6 +226,7 @@ func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
 // the last reported checkpoints. Nothing is lost; the rows written after
 // the last report are written again and counted as duplicates.
 func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()
@@ -298,6 +302,7 @@ func verifyKafka(ctx context.Context, g *gen.Generator, sinkURI string, upTo mod
 // again; the drain ends by itself (its plan ends saying why, and the
 // drain record is cleared); nothing is lost.
 func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(3)
 	c := tc.client()

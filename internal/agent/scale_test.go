@@ -18,6 +18,7 @@ import (
 // create left behind is cleared by the next create of that id, and
 // removing the changefeed leaves no partition in etcd.
 func TestAChangefeedLargerThanAnEtcdTransaction(t *testing.T) {
+	t.Parallel()
 	const tables = 600
 	tc := newTestCluster(t)
 	tc.startCaptures(3)

@@ -25,6 +25,7 @@ import (
 // and plain http, are refused. And one agent cannot speak for another: a
 // message sent with capture-3's certificate as capture-1 is refused.
 func TestAgentsSpeakTLSAndProveWhoSends(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.NewCA("test-cluster")
 	if err != nil {

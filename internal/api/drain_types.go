@@ -16,6 +16,10 @@ type DrainRequest struct {
 	Plan *plan.Plan `json:"plan,omitempty"`
 	// SubmittedBy names who submits it, for the plan's audit record.
 	SubmittedBy string `json:"submitted_by,omitempty"`
+	// Paused submits the plan paused: the capture turns Draining (the
+	// drain's first step is always taken at once), and the plan's own
+	// steps (maintainer moves, Stopping) wait until it is resumed.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // DrainCaptureResponse is seed 000's answer to a drain request (202).

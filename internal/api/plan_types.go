@@ -11,6 +11,8 @@ import (
 type SubmitPlanRequest struct {
 	Plan        *plan.Plan `json:"plan"`
 	SubmittedBy string     `json:"submitted_by,omitempty"`
+	// Paused submits the plan paused: no step begins until it is resumed.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // PlanList is GET /api/v2/plans: every stored plan, newest first, with

@@ -495,7 +495,7 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // planEvents streams a plan's events as server-sent events: everything so
-// far, then each change, until the plan is over (the last event is done,
+// far (after a reconnect: the plan as it stands), then each change, until the plan is over (the last event is done,
 // failed or cancelled) or the client goes away. Any agent serves it: it
 // reads the plan's record, which the coordinator keeps in etcd.
 func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
@@ -514,6 +514,12 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	var stream exec.Stream
+	// A client that reconnects (EventSource does by itself) says the last
+	// id it got: the ids go on after it, so no id repeats, and the stream
+	// starts again from the plan as it stands.
+	if last, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
+		stream.After(last)
+	}
 	for {
 		for _, ev := range stream.Next(&cur.Record) {
 			b, _ := json.Marshal(ev)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -91,30 +92,43 @@ func drainLine(target string, st *api.DrainStatusResponse) string {
 // applyDrain asks for approval (unless yes), submits the drain plan
 // exactly as shown (the cluster refuses it, exit 5, if anything it read
 // changed since) and, with watch, follows it to its end.
-func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error {
+func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error {
 	target := p.Target
-	if err := approve(o, snap, p, "Drain "+string(target), yes); err != nil {
+	if err := approve(o, snap, p, "Drain "+string(target), f.yes); err != nil {
 		return err
 	}
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter()})
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter(), Paused: f.paused})
 	if err != nil {
 		return err
 	}
-	if !watch {
+	if !f.watch {
 		return o.render(res, func(tw tableWriter) {
+			if f.paused {
+				fmt.Fprintf(tw, "Drain of %s submitted paused (epoch %d, plan %s): it is Draining; its maintainers move when you run 'cdcctl plan resume %s'.\n", target, res.Epoch, res.PlanID, res.PlanID)
+				return
+			}
 			fmt.Fprintf(tw, "Drain of %s started (epoch %d, plan %s): %d maintainers and %d dispatchers to move.\n", target, res.Epoch, res.PlanID, res.CurrentMaintainerCount, res.CurrentDispatcherCount)
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.PlanID)
 		})
 	}
-	if _, err := followPlan(ctx, o, c, res.PlanID, timeout); err != nil {
+	rec, err := followPlan(ctx, o, c, res.PlanID, f.timeout)
+	if err != nil {
 		return err
 	}
-	if o.output() != formatJSON {
-		if st, err := c.DrainStatus(ctx, string(target)); err == nil {
-			fmt.Fprintf(o.out, "drain complete: %s is %s\n", target, st.Liveness)
-		}
-	}
+	printDrainEnd(ctx, o, c, rec, target)
 	return nil
+}
+
+// printDrainEnd says where a drain the command followed to its end left
+// the capture. Nothing after a detach (the drain goes on) or in
+// structured output, whose last line is the plan's last event.
+func printDrainEnd(ctx context.Context, o *options, c *api.Client, rec *exec.Record, target model.NodeID) {
+	if rec == nil || rec.State != exec.Done || (o.output() != formatTable && o.output() != formatWide) {
+		return
+	}
+	if st, err := c.DrainStatus(ctx, string(target)); err == nil {
+		fmt.Fprintf(o.out, "drain complete: %s is %s\n", target, st.Liveness)
+	}
 }
 
 // approve asks the operator to approve a plan (shown first) on a

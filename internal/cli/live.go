@@ -84,6 +84,6 @@ func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeo
 	case rec == nil:
 		return nil, fmt.Errorf("plan %s: nothing was read", id)
 	}
-	fmt.Fprint(o.out, m.Render())
+	// The program left its last frame, the plan's end, on the screen.
 	return rec, planOutcome(rec)
 }

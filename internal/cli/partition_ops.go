@@ -20,6 +20,7 @@ type planFlags struct {
 	dryRun  bool
 	yes     bool
 	watch   bool
+	paused  bool
 	timeout time.Duration
 	planOut string
 }
@@ -28,13 +29,21 @@ func (f *planFlags) register(cmd *cobra.Command, timeout time.Duration) {
 	fl := cmd.Flags()
 	fl.BoolVar(&f.dryRun, "dry-run", false, "show the plan and exit: 2 if anything would change, 0 if not")
 	fl.BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
-	fl.BoolVar(&f.watch, "watch", false, "follow the plan to its end")
-	fl.DurationVar(&f.timeout, "timeout", timeout, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	f.registerSubmit(cmd, timeout)
 	fl.StringVar(&f.planOut, "plan-out", "", "also write the plan as JSON to this file (apply it later with 'cdcctl plan apply')")
 }
 
+// registerSubmit: the flags of submitting a plan, which plan apply
+// shares.
+func (f *planFlags) registerSubmit(cmd *cobra.Command, timeout time.Duration) {
+	fl := cmd.Flags()
+	fl.BoolVar(&f.watch, "watch", false, "follow the plan to its end")
+	fl.BoolVar(&f.paused, "paused", false, "submit the plan paused: its steps wait for 'cdcctl plan resume ID' (a drain's capture turns Draining at once)")
+	fl.DurationVar(&f.timeout, "timeout", timeout, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+}
+
 // planSubmit submits an approved plan: applyPlan, or a drain's own path.
-type planSubmit func(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error
+type planSubmit func(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error
 
 // runPlan computes a plan from the cluster's snapshot, then shows it
 // (--dry-run), saves it (--plan-out), or submits it after approval.
@@ -66,7 +75,7 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		}
 		return errDryRunChanges
 	}
-	return submit(ctx, o, c, &snap.Snapshot, p, f.yes, f.watch, f.timeout)
+	return submit(ctx, o, c, &snap.Snapshot, p, f)
 }
 
 func newPartitionMoveCommand(o *options) *cobra.Command {

@@ -112,38 +112,33 @@ func newPlanShowCommand(o *options) *cobra.Command {
 
 // applyPlan submits a plan of any kind exactly as computed (POST
 // /api/v2/plans), after approval, and follows it with --watch.
-func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, yes, watch bool, timeout time.Duration) error {
+func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error {
 	what := fmt.Sprintf("Apply the %s plan of %s", p.Kind, p.Target)
-	if err := approve(o, snap, p, what, yes); err != nil {
+	if err := approve(o, snap, p, what, f.yes); err != nil {
 		return err
 	}
-	res, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: submitter()})
+	res, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: submitter(), Paused: f.paused})
 	if err != nil {
 		return err
 	}
-	if !watch {
+	if !f.watch {
 		return o.render(res, func(tw tableWriter) {
 			fmt.Fprintf(tw, "Plan %s submitted: %s of %s, %d steps.\n", res.ID, p.Kind, p.Target, len(res.Steps))
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.ID)
 		})
 	}
-	if _, err := followPlan(ctx, o, c, res.ID, timeout); err != nil {
+	rec, err := followPlan(ctx, o, c, res.ID, f.timeout)
+	if err != nil {
 		return err
 	}
-	if p.Kind == "drain" && o.output() != formatJSON {
-		if st, err := c.DrainStatus(ctx, string(p.Target)); err == nil {
-			fmt.Fprintf(o.out, "drain complete: %s is %s\n", p.Target, st.Liveness)
-		}
+	if p.Kind == "drain" {
+		printDrainEnd(ctx, o, c, rec, p.Target)
 	}
 	return nil
 }
 
 func newPlanApplyCommand(o *options) *cobra.Command {
-	var (
-		yes     bool
-		watch   bool
-		timeout time.Duration
-	)
+	var f planFlags
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Submit a saved plan exactly as computed (refused with exit 5 if stale)",
@@ -163,12 +158,10 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return applyPlan(cmd.Context(), o, c, &snap.Snapshot, p, yes, watch, timeout)
+			return applyPlan(cmd.Context(), o, c, &snap.Snapshot, p, &f)
 		},
 	}
-	f := cmd.Flags()
-	f.BoolVar(&yes, "yes", false, "approve without asking (scripts)")
-	f.BoolVar(&watch, "watch", false, "follow the plan to its end")
-	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	cmd.Flags().BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
+	f.registerSubmit(cmd, 30*time.Minute)
 	return cmd
 }

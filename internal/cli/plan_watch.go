@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -35,8 +36,10 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 			if rec.State.Terminal() {
 				return prev, planOutcome(prev)
 			}
-		} else if api.IsCode(err, api.CodeNotFound) {
-			return nil, err
+		} else if !transient(err) {
+			// A missing plan, a refused token or a bad request does not
+			// get better by waiting: say so now, not at --timeout.
+			return prev, err
 		}
 		select {
 		case <-wctx.Done():
@@ -44,6 +47,21 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// transient tells the errors a watch rides out: agents unreachable or
+// between coordinators, and answers that did not come (other errors are
+// the API's refusals, which it returns).
+func transient(err error) bool {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		return true // no answer: the client already tried every server
+	}
+	switch e.Code {
+	case api.CodeUnavailable, api.CodeNoCoordinator, api.CodeNotCoordinator, api.CodeInternal:
+		return true
+	}
+	return false
 }
 
 // planOutcome is a finished plan's exit: 0 done, 1 failed, 4 cancelled.
@@ -66,6 +84,12 @@ func printEvent(w io.Writer, format string, ev exec.Event) {
 	}
 	if tmpl, ok := strings.CutPrefix(format, formatJSONPath); ok {
 		_ = writeJSONPath(w, tmpl, ev) // the template was checked before the watch
+		return
+	}
+	if format == formatYAML {
+		// One YAML document per event, as kubectl's watches print.
+		fmt.Fprintln(w, "---")
+		_ = writeYAML(w, ev)
 		return
 	}
 	at := ev.Time.Local().Format("15:04:05")

@@ -45,6 +45,7 @@ func TestRunbooks(t *testing.T) {
 			"pgpid":    cmdPlaygroundPID,
 			"follower": cmdFollower,
 			"match":    cmdMatch,
+			"ndjson":   cmdNDJSON,
 			"kafka":    cmdKafka,
 			"waitfile": cmdWaitFile,
 		},
@@ -220,6 +221,42 @@ func cmdMatch(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("match: %q (with a group) not found in stdout", args[1])
 	}
 	ts.Setenv(args[0], m[1])
+}
+
+// ndjson checks that stdout is a watch's NDJSON: one event per line,
+// numbered 1, 2, 3, ... without gaps or repeats, the last one ending the
+// plan, and each line's counters never going back.
+func cmdNDJSON(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: ndjson")
+	}
+	lines := strings.Split(strings.TrimSpace(ts.ReadFile("stdout")), "\n")
+	done := 0
+	for i, line := range lines {
+		var ev struct {
+			Seq      uint64 `json:"seq"`
+			Type     string `json:"type"`
+			Progress *struct {
+				Done int `json:"done"`
+			} `json:"progress"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			ts.Fatalf("line %d is not an event: %v: %s", i+1, err, line)
+		}
+		if ev.Seq != uint64(i+1) {
+			ts.Fatalf("line %d has seq %d", i+1, ev.Seq)
+		}
+		if ev.Progress != nil {
+			if ev.Progress.Done < done {
+				ts.Fatalf("line %d: %d steps done, after %d on an earlier line", i+1, ev.Progress.Done, done)
+			}
+			done = ev.Progress.Done
+		}
+		if last := i == len(lines)-1; last != (ev.Type == "done" || ev.Type == "failed" || ev.Type == "cancelled") {
+			ts.Fatalf("line %d of %d is a %q event", i+1, len(lines), ev.Type)
+		}
+	}
+	ts.Logf("ndjson: %d events, seq 1..%d", len(lines), len(lines))
 }
 
 // pgpid CAPTURE VAR sets VAR to the pid of a playground capture, read from

@@ -56,6 +56,12 @@ type Stream struct {
 	n    uint64
 }
 
+// After makes a new stream number its events after n: a client that
+// reconnects gets ids after the last it got. What it sends first is the
+// record as it stands (its steps' states and logged events), since what
+// the client saw is not known here.
+func (s *Stream) After(n uint64) { s.n = n }
+
 // Next returns the events that take the stream from the record it saw
 // last to cur (Delta), numbered after the ones it sent.
 func (s *Stream) Next(cur *Record) []Event {
@@ -133,4 +139,33 @@ func Delta(prev, cur *Record) []Event {
 		}
 	}
 	return out
+}
+
+// PausedFor is how long the plan has been paused in all, up to now, from
+// its logged pause and resume events: the time that does not count
+// towards its pace. A pause older than the log's window is not counted.
+func (r *Record) PausedFor(now time.Time) time.Duration {
+	var total time.Duration
+	var since time.Time
+	for _, ev := range r.Log {
+		switch ev.Type {
+		case EventPaused:
+			if since.IsZero() {
+				since = ev.Time
+			}
+		case EventResumed:
+			if !since.IsZero() {
+				total += ev.Time.Sub(since)
+				since = time.Time{}
+			}
+		}
+	}
+	if !since.IsZero() {
+		end := now
+		if r.FinishedAt != nil {
+			end = *r.FinishedAt
+		}
+		total += end.Sub(since)
+	}
+	return max(total, 0)
 }

@@ -129,6 +129,15 @@ func New(id string, p *plan.Plan, by string, now time.Time) *Record {
 	return r
 }
 
+// Hold pauses a plan just submitted, before any step begins: the
+// operator resumes it when it may run (a maintenance window).
+func (r *Record) Hold(now time.Time) {
+	if r.State == Running {
+		r.State = Paused
+		r.emit(now, Event{Type: EventPaused, Message: fmt.Sprintf("submitted paused: no step begins until it is resumed ('cdcctl plan resume %s')", r.ID)}, true)
+	}
+}
+
 func nonEmpty(s, or string) string {
 	if s == "" {
 		return or

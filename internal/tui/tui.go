@@ -174,18 +174,10 @@ func (m *Model) Render() string {
 	fmt.Fprintf(&b, "Plan %s · %s %s · %s · elapsed %s · ETA %s\n\n", r.ID, r.Plan.Kind, r.Plan.Target, strings.ToUpper(string(r.State)),
 		elapsed.Round(time.Second), m.eta(r, elapsed))
 
+	// Both bars count the steps' states, as the step list below shows
+	// them: a bar never says moved while its step says pending.
 	mDone, mAll := stepsDone(r, plan.StepMoveMaintainer)
-	pAll := r.Plan.PartitionMoves()
-	pLeft := 0
-	for _, n := range m.frame.Nodes {
-		if n.Node == string(r.Plan.Target) {
-			pLeft = n.Partitions
-		}
-	}
-	pDone := max(0, pAll-pLeft)
-	if r.State == exec.Done {
-		pDone = pAll
-	}
+	pDone, pAll := partitionsMoved(r)
 	fmt.Fprintf(&b, "maintainers %s %d/%d moved\n", bar(mDone, mAll, 30), mDone, mAll)
 	fmt.Fprintf(&b, "partitions  %s %d/%d moved\n\n", bar(pDone, pAll, 30), pDone, pAll)
 
@@ -232,19 +224,46 @@ func (m *Model) Render() string {
 	return b.String()
 }
 
-// eta: from the pace so far once a step is done, else the plan's
-// prediction.
+// eta: from the pace so far once a step is done, else what is left of the
+// plan's prediction. Time paused does not count, so the ETA stands still
+// while the plan is paused.
 func (m *Model) eta(r *exec.Record, elapsed time.Duration) string {
 	if r.State.Terminal() {
 		return "-"
 	}
+	working := elapsed - r.PausedFor(m.now())
 	c := r.Counts()
 	done, total := c[exec.StepDone]+c[exec.StepSkipped], len(r.Steps)
-	if done == 0 || elapsed <= 0 {
-		return (time.Duration(r.Plan.PredictedMillis) * time.Millisecond).Round(time.Second).String()
+	var left time.Duration
+	if done == 0 || working <= 0 {
+		left = max(0, time.Duration(r.Plan.PredictedMillis)*time.Millisecond-max(working, 0))
+	} else {
+		left = time.Duration(float64(working) * float64(total-done) / float64(done))
 	}
-	left := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
-	return left.Round(time.Second).String()
+	s := left.Round(time.Second).String()
+	if r.State == exec.Paused {
+		s += " once resumed"
+	}
+	return s
+}
+
+// partitionsMoved counts the partitions of the plan's partition steps
+// that are done (or skipped), and of all of them.
+func partitionsMoved(r *exec.Record) (done, all int) {
+	for _, s := range r.Steps {
+		n := 0
+		switch st := r.Step(s); st.Kind {
+		case plan.StepMovePartition:
+			n = 1
+		case plan.StepMovePartitions:
+			n = st.Count
+		}
+		all += n
+		if s.State == exec.StepDone || s.State == exec.StepSkipped {
+			done += n
+		}
+	}
+	return done, all
 }
 
 func stepsDone(r *exec.Record, kind plan.StepKind) (done, all int) {

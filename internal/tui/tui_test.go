@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -159,3 +160,90 @@ func TestLiveViewKeys(t *testing.T) {
 }
 
 type nodeID = model.NodeID
+
+// screenAt renders the view after one frame, at a given time.
+func screenAt(f Frame, now time.Time) string {
+	m := New(nil, func() time.Time { return now }, time.Second)
+	m.Update(frameMsg{f: f})
+	return m.Render()
+}
+
+// At every frame of a drain, each bar counts what the steps say is done:
+// never "all moved" while a step of its kind is pending or running. The frames' capture table lags and
+// leads the steps on purpose (nodes(...)): the bars must not read it.
+func TestTheBarsAgreeWithTheSteps(t *testing.T) {
+	for i, r := range executed() {
+		for _, left := range []int{0, 6} {
+			screen := screenAt(Frame{Record: r, Nodes: nodes(left)}, r.UpdatedAt)
+			var mDone, mAll, pDone, pAll int
+			for _, line := range strings.Split(screen, "\n") {
+				f := strings.Fields(line)
+				if len(f) == 4 && f[3] == "moved" {
+					var done, all int
+					if _, err := fmt.Sscanf(f[2], "%d/%d", &done, &all); err != nil {
+						t.Fatalf("frame %d: bar %q: %v", i, line, err)
+					}
+					if f[0] == "maintainers" {
+						mDone, mAll = done, all
+					} else {
+						pDone, pAll = done, all
+					}
+				}
+			}
+			var mSteps, pSteps int
+			for _, st := range r.Steps {
+				if st.State != exec.StepDone && st.State != exec.StepSkipped {
+					continue
+				}
+				switch r.Step(st).Kind {
+				case plan.StepMoveMaintainer:
+					mSteps++
+				case plan.StepMovePartitions:
+					pSteps += r.Step(st).Count
+				}
+			}
+			if mDone != mSteps || pDone != pSteps || mAll != 2 || pAll != 6 {
+				t.Fatalf("frame %d (capture table says %d left): bars %d/%d and %d/%d moved, steps done say %d and %d:\n%s",
+					i, left, mDone, mAll, pDone, pAll, mSteps, pSteps, screen)
+			}
+		}
+	}
+}
+
+// While a plan is paused its ETA stands still, and says it waits for the
+// resume; once resumed it counts down from where it stood.
+func TestTheETAStandsStillWhilePaused(t *testing.T) {
+	recs := executed()
+	r := *recs[1] // maintainer moves running, nothing but the first step done
+	r.Steps = append([]exec.StepStatus(nil), r.Steps...)
+	x := &exec.Executor{Act: &world{begun: map[string]bool{}}}
+	at := r.UpdatedAt
+	x.Now = func() time.Time { return at }
+	if _, err := x.Advance(context.Background(), &r, exec.RequestPause); err != nil {
+		t.Fatal(err)
+	}
+	if r.State != exec.Paused {
+		t.Fatalf("state %s", r.State)
+	}
+	eta := func(now time.Time) string {
+		line := strings.SplitN(screenAt(Frame{Record: &r}, now), "\n", 2)[0]
+		return line[strings.Index(line, "ETA ")+4:]
+	}
+	first, later := eta(at.Add(time.Second)), eta(at.Add(10*time.Minute))
+	if first != later || !strings.HasSuffix(first, " once resumed") {
+		t.Fatalf("paused: ETA %q after 1 s, %q after 10 min", first, later)
+	}
+	at = at.Add(10 * time.Minute)
+	if _, err := x.Advance(context.Background(), &r, exec.RequestResume); err != nil {
+		t.Fatal(err)
+	}
+	resumed := eta(at)
+	if resumed == first || strings.Contains(resumed, "resumed") {
+		t.Fatalf("resumed: ETA %q (paused it was %q)", resumed, first)
+	}
+	d1, _ := time.ParseDuration(strings.TrimSuffix(first, " once resumed"))
+	d2, _ := time.ParseDuration(resumed)
+	if d2 > d1 {
+		t.Fatalf("the ETA grew across a 10-minute pause: %s, then %s", d1, d2)
+	}
+}

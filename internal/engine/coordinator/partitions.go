@@ -17,7 +17,7 @@ import (
 // submitPartitionPlan takes a move, split or rebalance plan: refused if
 // stale, if seed 003's rules no longer hold, or if another plan that is
 // not over works on one of its partitions.
-func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Term, p *plan.Plan, by string) (*exec.Record, error) {
+func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
 	c.submitting.Lock()
 	defer c.submitting.Unlock()
 	st, err := c.store.Load(ctx)
@@ -71,11 +71,14 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 		}
 	}
 	now := time.Now().UTC()
-	rec := exec.New(newPlanID(p, now), p, by, now)
+	rec := exec.New(newPlanID(p, now), p, sub.By, now)
+	if sub.Paused {
+		rec.Hold(now)
+	}
 	if _, err := c.store.SavePlan(ctx, term.Fence, rec.ID, rec, 0); err != nil {
 		return nil, err
 	}
-	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", by)
+	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)
 	return rec, nil
 }
 

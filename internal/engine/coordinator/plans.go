@@ -23,15 +23,21 @@ func newPlanID(p *plan.Plan, now time.Time) string {
 	return fmt.Sprintf("%s-%s-%d%03d", p.Kind, p.Target, now.UnixMilli(), planSeq.Add(1)%1000)
 }
 
+// Submission is who submits a plan, and whether it starts paused.
+type Submission struct {
+	By     string
+	Paused bool
+}
+
 // Submit takes a plan exactly as an operator approved it, whatever its
 // kind, and refuses it if it is stale.
-func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Plan, by string) (*exec.Record, error) {
+func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
 	switch p.Kind {
 	case "drain":
-		rec, _, err := c.SubmitDrain(ctx, term, p.Target, p.BatchSize, p, by)
+		rec, _, err := c.SubmitDrain(ctx, term, p.Target, p.BatchSize, p, sub)
 		return rec, err
 	case plan.KindMove, plan.KindSplit, plan.KindRebalance:
-		return c.submitPartitionPlan(ctx, term, p, by)
+		return c.submitPartitionPlan(ctx, term, p, sub)
 	}
 	return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("this cluster cannot run %q plans", p.Kind),
 		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split)"}
@@ -44,8 +50,9 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 //
 // The plan's first step (the drain record and Draining) is taken at once,
 // so the answer carries the drain's epoch, and a concurrent drain is
-// refused by etcd.
-func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, target model.NodeID, batch int, approved *plan.Plan, by string) (*exec.Record, model.DrainRecord, error) {
+// refused by etcd. Submitted paused, the first step is taken all the
+// same: the capture is Draining, and the plan's own steps wait.
+func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, target model.NodeID, batch int, approved *plan.Plan, sub Submission) (*exec.Record, model.DrainRecord, error) {
 	c.submitting.Lock()
 	defer c.submitting.Unlock()
 	st, err := c.store.Load(ctx)
@@ -77,11 +84,14 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 		}
 	}
 	now := time.Now().UTC()
-	rec := exec.New(newPlanID(p, now), p, by, now)
+	rec := exec.New(newPlanID(p, now), p, sub.By, now)
+	if sub.Paused {
+		rec.Hold(now)
+	}
 	if _, err := c.store.SavePlan(ctx, term.Fence, rec.ID, rec, 0); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", by)
+	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)
 	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan)
 	if err != nil {
 		// The executor would fail the plan at its first step; say why now.
