@@ -2,8 +2,6 @@ package release
 
 import (
 	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -121,26 +119,7 @@ func TestTheImageRunsBothBinariesAsANonRootUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	files := map[string]*tar.Header{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[strings.TrimSuffix(h.Name, "/")] = h
-		if h.Typeflag == tar.TypeReg {
-			p := filepath.Join(root, h.Name)
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			body, _ := io.ReadAll(tr)
-			if err := os.WriteFile(p, body, os.FileMode(h.Mode)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	files := untarTo(t, rc, root)
 	rc.Close()
 	for _, bin := range Binaries {
 		h := files["usr/local/bin/"+bin]
@@ -323,30 +302,35 @@ func untar(t *testing.T, archive, dir string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(archive, ".gz") {
-		if r, err = gzip.NewReader(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	untarTo(t, f, dir)
+}
+
+// untarTo writes a tar's files under dir, with their modes, and returns
+// its headers by name (without a trailing slash).
+func untarTo(t *testing.T, r io.Reader, dir string) map[string]*tar.Header {
+	t.Helper()
+	headers := map[string]*tar.Header{}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return
+			return headers
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		headers[strings.TrimSuffix(h.Name, "/")] = h
 		p := filepath.Join(dir, h.Name)
 		if h.Typeflag == tar.TypeDir {
 			os.MkdirAll(p, 0o755)
 			continue
 		}
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		var buf bytes.Buffer
-		io.Copy(&buf, tr)
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, body, os.FileMode(h.Mode)|0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -58,7 +58,20 @@ func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = server.Psql(context.Background(), "postgres", fmt.Sprintf("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '%s' AND NOT active", db))
+		// Slots are the server's, not the database's, and the next test
+		// takes the same name: drop this database's, ending a walsender
+		// that still holds one (on a loaded machine it outlives the test's
+		// connection by a moment).
+		ctx := context.Background()
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			_, _ = server.Psql(ctx, "postgres", fmt.Sprintf("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = '%s' AND active", db))
+			_, _ = server.Psql(ctx, "postgres", fmt.Sprintf("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '%s' AND NOT active", db))
+			out, err := server.Psql(ctx, "postgres", fmt.Sprintf("SELECT count(*) FROM pg_replication_slots WHERE database = '%s'", db))
+			if err == nil && strings.TrimSpace(out) == "0" {
+				return
+			}
+		}
+		t.Errorf("replication slots of %s still there after 15 s", db)
 	})
 	if schema != "" {
 		if _, err := server.Psql(ctx, db, schema); err != nil {
