@@ -96,41 +96,43 @@ func TestDeployFilesReadRealMetrics(t *testing.T) {
 	if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "to-kafka", Source: "gen://?tables=2&keys=10&rate=50", Sink: "kafka://" + kc.Addrs() + "/deploy"}); err != nil {
 		t.Fatal(err)
 	}
-	var exposition string
-	tc.eventually("the coordinator exports the plan series and an agent the Kafka client's", 20*time.Second, func() bool {
-		exposition = ""
-		for _, n := range tc.nodes {
-			exposition += tc.get(n.addr, "/metrics") + "\n"
-		}
-		return strings.Contains(exposition, "# HELP cdcctl_plans ") && strings.Contains(exposition, "# HELP cdcctl_kafka_produce_requests_total ")
-	})
-	exported := map[string]bool{}
-	for _, line := range strings.Split(exposition, "\n") {
-		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			f := strings.Fields(name)
-			exported[f[0]] = true
-			if len(f) > 1 && f[1] == "histogram" {
-				for _, s := range []string{"_bucket", "_sum", "_count"} {
-					exported[f[0]+s] = true
-				}
-			}
-		}
-	}
 	names := map[string]bool{}
 	for _, e := range exprs {
 		for _, n := range regexp.MustCompile(`\b(cdcctl_[a-z0-9_]+|process_[a-z_]+)`).FindAllString(e, -1) {
 			names[n] = true
 		}
 	}
+	// A series appears once its first sample is taken (a broker's bytes
+	// after its first answered request): wait for all of them, a while.
 	var missing []string
-	for n := range names {
-		if !exported[n] {
-			missing = append(missing, n)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		exported := map[string]bool{}
+		for _, n := range tc.nodes {
+			for _, line := range strings.Split(tc.get(n.addr, "/metrics"), "\n") {
+				if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+					f := strings.Fields(name)
+					exported[f[0]] = true
+					if len(f) > 1 && f[1] == "histogram" {
+						for _, s := range []string{"_bucket", "_sum", "_count"} {
+							exported[f[0]+s] = true
+						}
+					}
+				}
+			}
+		}
+		missing = missing[:0]
+		for n := range names {
+			if !exported[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
-		t.Errorf("the dashboard or alerts read series no agent exports: %s", strings.Join(missing, ", "))
+		t.Errorf("the dashboard or alerts read series no agent exports (after 30 s of replication into storage and Kafka): %s", strings.Join(missing, ", "))
 	}
 
 	// The example config is one the agent accepts, key by key.
