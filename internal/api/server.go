@@ -495,9 +495,10 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // planEvents streams a plan's events as server-sent events: everything so
-// far (after a reconnect: the plan as it stands), then each change, until the plan is over (the last event is done,
-// failed or cancelled) or the client goes away. Any agent serves it: it
-// reads the plan's record, which the coordinator keeps in etcd.
+// far (after a reconnect: the plan as it stands), then each change, until
+// the plan is over (the last event is done, failed or cancelled) or the
+// client goes away. Any agent serves it: it reads the plan's record,
+// which the coordinator keeps in etcd.
 func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	cur, err := s.b.Plan(r.Context(), id)

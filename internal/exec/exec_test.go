@@ -148,6 +148,36 @@ func TestPauseResumeCancel(t *testing.T) {
 	}
 }
 
+// A plan submitted paused begins nothing until it is resumed, and the
+// time it waited does not count towards its pace.
+func TestAPlanHeldAtSubmissionWaitsForTheResume(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Hold(c.t)
+	if r.State != Paused || r.Log[len(r.Log)-1].Type != EventPaused {
+		t.Fatalf("held: %s, log %+v", r.State, r.Log)
+	}
+	for i := 0; i < 3; i++ {
+		c.t = c.t.Add(time.Minute)
+		run(t, x, r, RequestNone)
+	}
+	if len(w.begun) != 0 {
+		t.Fatalf("a held plan began %v", w.begun)
+	}
+	if got := r.PausedFor(c.t); got != 3*time.Minute {
+		t.Fatalf("paused for %s, want 3m", got)
+	}
+	run(t, x, r, RequestResume)
+	if r.State != Running || len(w.begun) != 1 {
+		t.Fatalf("after resume: %s, begun %v", r.State, w.begun)
+	}
+	c.t = c.t.Add(time.Minute)
+	if got := r.PausedFor(c.t); got != 3*time.Minute {
+		t.Fatalf("paused for %s after the resume, want 3m", got)
+	}
+}
+
 func TestImpossibleStepsAreReplannedOrReportedStalled(t *testing.T) {
 	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
 	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second}
