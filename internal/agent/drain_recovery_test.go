@@ -92,11 +92,8 @@ func (tc *testCluster) pendingDestination(c *api.Client, planID string, coordina
 // crashed capture may legitimately have written some twice).
 func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactlyOnce bool) {
 	tc.t.Helper()
-	ctx := context.Background()
 	for name := range sinks {
-		if _, err := c.PauseChangefeed(ctx, name); err != nil {
-			tc.t.Fatal(err)
-		}
+		tc.pause(c, name)
 	}
 	// Paused dispatchers stop gracefully and leave an exact checkpoint.
 	time.Sleep(2 * time.Second)

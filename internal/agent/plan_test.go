@@ -164,11 +164,8 @@ func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
 		st, err := c.DrainStatus(ctx, string(target))
 		return err == nil && st.Liveness == "Stopping" && st.RemainingMaintainerCount == 0 && len(st.RemainingDispatcherCount) == 0
 	})
-	for name, sink := range sinks {
-		if _, err := c.PauseChangefeed(ctx, name); err != nil {
-			t.Fatal(err)
-		}
-		_ = sink
+	for name := range sinks {
+		tc.pause(c, name)
 	}
 	time.Sleep(2 * time.Second)
 	dups := uint64(0)

@@ -261,14 +261,31 @@ func TestCrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 	t.Logf("verified %d events after a crash: %d lost, %d duplicates (at-least-once), %d out of order", rep.Expected, rep.Lost, rep.Duplicates, rep.OutOfOrder)
 }
 
+// pause pauses a changefeed. A write that got no answer in time (a
+// loaded machine) may or may not have landed: as the client's error
+// says, it reads before it tries again, for up to a minute.
+func (tc *testCluster) pause(c *api.Client, cf string) {
+	tc.t.Helper()
+	ctx := context.Background()
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if _, err = c.PauseChangefeed(ctx, cf); err == nil || api.AsError(err).Code != api.CodeInternal && api.AsError(err).Status() < 500 {
+			break
+		}
+		if got, rerr := c.Changefeed(ctx, cf); rerr == nil && got.State == "paused" {
+			return
+		}
+	}
+	if err != nil {
+		tc.t.Fatalf("pause %s: %v", cf, err)
+	}
+}
+
 // pauseAndVerify pauses a changefeed (every dispatcher stops gracefully,
 // the checkpoint is exact) and checks its sink up to the checkpoint.
 func (tc *testCluster) pauseAndVerify(c *api.Client, cf, sinkURI string, check verifier) verify.Report {
 	tc.t.Helper()
-	ctx := context.Background()
-	if _, err := c.PauseChangefeed(ctx, cf); err != nil {
-		tc.t.Fatal(err)
-	}
+	tc.pause(c, cf)
 	time.Sleep(2 * time.Second)
 	return tc.verifyPaused(c, cf, sinkURI, check)
 }
