@@ -11,8 +11,9 @@ import (
 )
 
 // httpMetrics count the API's requests by route (the ServeMux pattern,
-// never the path: ids are not label values), method and status code,
-// and time them by route.
+// never the path: ids are not label values), method (HTTP's own, else
+// "other") and status code, and time them by route. No label takes a
+// value a caller chose.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -41,12 +42,27 @@ func (hm *httpMetrics) observe(next http.Handler) http.Handler {
 		var route string
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		next.ServeHTTP(sw, r.WithContext(api.WithRouteHolder(r.Context(), &route)))
-		if route == "" {
+		if route == "" || sw.code == http.StatusUnauthorized {
+			// No series of its own for what a caller without a token
+			// asks: every label here is from a small, fixed set.
 			route = "other"
 		}
-		hm.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.code)).Inc()
+		hm.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(sw.code)).Inc()
 		hm.duration.WithLabelValues(route).Observe(time.Since(began).Seconds())
 	})
+}
+
+// methodLabel is a request's method as a label value: one of HTTP's own,
+// else "other". The method is whatever the caller sent (any token
+// character, any length); as a label, each new one would be a series
+// kept for ever.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 // statusWriter remembers the status code a handler wrote; it passes

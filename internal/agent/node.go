@@ -28,6 +28,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -143,6 +144,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Every line this node logs is masked (redact.Handler), whoever
+	// wrote it and whatever error it quotes.
+	log = slog.New(redact.Handler(log.Handler()))
 	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: storage.NewBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)

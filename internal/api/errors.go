@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Code names a class of error. Clients branch on it, never on messages.
@@ -128,6 +130,20 @@ func AsError(err error) *Error {
 		return e
 	}
 	return &Error{Code: CodeInternal, Message: "internal server error: " + err.Error(), Hint: "see the agent's log for details"}
+}
+
+// Redacted is a copy of e with the secrets of every URI, DSN and
+// name=value pair in its texts masked (redact.Text).
+func Redacted(e *Error) *Error {
+	c := *e
+	c.Message, c.Hint = redact.Text(e.Message), redact.Text(e.Hint)
+	if len(e.Changed) > 0 {
+		c.Changed = make([]string, len(e.Changed))
+		for i, s := range e.Changed {
+			c.Changed[i] = redact.Text(s)
+		}
+	}
+	return &c
 }
 
 // IsCode reports whether err is an API error with the given code.

@@ -458,6 +458,18 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 			w.Header().Add(k, v)
 		}
 	}
+	if resp.StatusCode >= 400 {
+		// An error leaves this agent masked too, whichever agent wrote
+		// it (one of another version may not mask).
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		var e Error
+		if json.Unmarshal(data, &e) != nil || e.Code == "" {
+			e = Error{Code: codeOfStatus(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+		}
+		w.Header().Del("Content-Length")
+		writeJSON(w, resp.StatusCode, Redacted(&e))
+		return
+	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
 }
@@ -483,8 +495,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // WriteError writes any error in the error model, with its status.
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
+// writeError is the one door every failed request's body leaves by, so
+// it is where secrets are masked: an opener, a driver or a library may
+// quote back the URI or DSN it refused, whoever wrapped its error.
 func writeError(w http.ResponseWriter, err error) {
-	e := AsError(err)
+	e := Redacted(AsError(err))
 	if errors.Is(err, context.Canceled) {
 		e = Errorf(CodeUnavailable, "try again", "request cancelled")
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/agent"
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/configfile"
+	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -137,18 +138,23 @@ func (o *options) printError(err error, code int) {
 		// shown exactly as the cluster would have refused it.
 		err = pe
 	}
+	// What the agent sent is masked already; what failed here (a URI
+	// this command refused, a library's error) is masked the same way.
+	if errors.As(err, &ae) {
+		ae = api.Redacted(ae)
+	}
 	if o.v.GetString("output") == formatJSON {
 		body := map[string]any{"version": api.SchemaVersion, "exit_code": code}
-		if errors.As(err, &ae) {
+		if ae != nil {
 			body["error"] = ae
 		} else {
-			body["error"] = map[string]string{"code": clientErrorCode(code), "message": err.Error()}
+			body["error"] = map[string]string{"code": clientErrorCode(code), "message": redact.Text(err.Error())}
 		}
 		b, _ := json.Marshal(body)
 		fmt.Fprintln(o.errOut, string(b))
 		return
 	}
-	if errors.As(err, &ae) {
+	if ae != nil {
 		fmt.Fprintf(o.errOut, "Error: %s\n", ae.Message)
 		for _, c := range ae.Changed {
 			fmt.Fprintf(o.errOut, "  changed: %s\n", c)
@@ -158,7 +164,7 @@ func (o *options) printError(err error, code int) {
 		}
 		return
 	}
-	fmt.Fprintf(o.errOut, "Error: %s\n", err)
+	fmt.Fprintf(o.errOut, "Error: %s\n", redact.Text(err.Error()))
 	if code == ExitUsage {
 		fmt.Fprintln(o.errOut, "Run 'cdcctl --help' (or the command with --help) for usage.")
 	}

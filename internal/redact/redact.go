@@ -7,6 +7,7 @@ package redact
 import (
 	"errors"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -53,9 +54,11 @@ func URI(raw string) string {
 		}
 	}
 	if !changed {
-		return raw // as given: url.String would change a URI with no host
+		// As given (url.String would change a URI with no host), but a
+		// pair the query parser skipped (one with a ';') is masked too.
+		return maskPairs(raw)
 	}
-	return u.String()
+	return maskPairs(u.String())
 }
 
 // Secret reports whether a parameter's name says its value is a secret.
@@ -90,4 +93,52 @@ func Value(name, v string) string {
 		return Mask
 	}
 	return v
+}
+
+// uriInText finds the URIs in free text: a scheme, "://" and everything
+// up to a space or a quote. What a message quotes of a URI (an opener's
+// error quoting the URL it refused) is found by its shape, wherever it
+// stands.
+var uriInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.\\-]{0,15}://[^\\s\"'<>`]+")
+
+// pairInText finds name=value pairs outside URIs (a PostgreSQL keyword
+// DSN's password=..., a query string quoted without its URI); a quoted
+// value counts as one, up to its closing quote or the end.
+var pairInText = regexp.MustCompile(`([A-Za-z0-9_.\-]+)=("[^"]*"?|'[^']*'?|[^\s&;,"')?=]*)`)
+
+// dsnInText finds a MySQL driver DSN's user:password@tcp(...) or
+// @unix(...).
+var dsnInText = regexp.MustCompile(`([^\s:/@"'(]+):([^\s@/"']+)@(tcp|unix)\(`)
+
+// Text is a message (an error, a log line) with the secrets of every URI,
+// DSN and name=value pair in it masked. Every error an API serves and
+// every line an agent logs passes through it, so a secret an opener or a
+// driver quotes back is not shown, whoever wrote the message.
+func Text(s string) string {
+	if !strings.Contains(s, "=") && !strings.Contains(s, "@") {
+		return s // nothing that can hold a secret: the common case, cheap
+	}
+	s = uriInText.ReplaceAllStringFunc(s, func(u string) string {
+		// Punctuation after a URI is the sentence's ("…?a=b: invalid").
+		trimmed := strings.TrimRight(u, ".,:;)]}")
+		return URI(trimmed) + u[len(trimmed):]
+	})
+	s = dsnInText.ReplaceAllString(s, "$1:"+Mask+"@$3(")
+	return maskPairs(s)
+}
+
+// maskPairs masks the values of the name=value pairs whose name says
+// they are secret.
+func maskPairs(s string) string {
+	if !strings.Contains(s, "=") {
+		return s
+	}
+	return pairInText.ReplaceAllStringFunc(s, func(pair string) string {
+		name, value, _ := strings.Cut(pair, "=")
+		if !Secret(name) {
+			return pair
+		}
+		// A sentence's punctuation after the value stays.
+		return name + "=" + Mask + value[len(strings.TrimRight(value, ".,:")):]
+	})
 }

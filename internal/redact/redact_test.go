@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -39,4 +41,82 @@ func FuzzURINeverShowsAPassword(f *testing.F) {
 			t.Fatalf("URI(URI(%q)) = %q, not %q", raw, URI(got), got)
 		}
 	})
+}
+
+// Messages quote URIs and DSNs in every shape: an opener's error with
+// the whole URL, a quoted parameter, a keyword DSN, a MySQL DSN.
+func TestTextMasksEverySecretInAMessage(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`storage sink: cannot open file:///d: open bucket file:///d?metadata=skip&password=SECRET: invalid query parameter "password"`,
+			`storage sink: cannot open file:///d: open bucket file:///d?metadata=skip&password=xxxxx: invalid query parameter "password"`},
+		{`open bucket gs://bkt?access_key=SECRET: invalid`, `open bucket gs://bkt?access_key=xxxxx: invalid`},
+		{`s3://b?region=x&secret_access_key=SECRET: unknown query parameter`, `s3://b?region=x&secret_access_key=xxxxx: unknown query parameter`},
+		{`dial "kafka://u:SECRET@h:9092/t": refused`, `dial "kafka://u:xxxxx@h:9092/t": refused`},
+		{`connect host=db user=repl password=SECRET dbname=shop failed`, `connect host=db user=repl password=xxxxx dbname=shop failed`},
+		{`sink URI: sasl-password="SECRET": too long`, `sink URI: sasl-password=xxxxx: too long`},
+		{`election: repl:SECRET@tcp(127.0.0.1:3306)/helix refused`, `election: repl:xxxxx@tcp(127.0.0.1:3306)/helix refused`},
+		{`file:///d?token=SECRET;x`, `file:///d?token=xxxxx;x`},
+		{`no secrets here: 3 partitions on capture-2`, `no secrets here: 3 partitions on capture-2`},
+		{`file:///tmp/sink?flush-interval=1s is fine`, `file:///tmp/sink?flush-interval=1s is fine`},
+	} {
+		got := Text(tc.in)
+		if got != tc.want {
+			t.Errorf("Text(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(got, "SECRET") {
+			t.Errorf("Text(%q) shows the secret: %q", tc.in, got)
+		}
+	}
+}
+
+// secretNames are parameter names of every scheme we accept or echo.
+var secretNames = []string{"password", "sasl-password", "token", "sas_token", "secret", "secret_access_key", "access_key", "sig", "api_key", "account_key", "credential", "private_key", "pwd", "passwd"}
+
+// FuzzTextNeverShowsASecret puts a secret (letters and digits, 8 or more)
+// in a URI's query, its user info, a keyword pair or a DSN, in a message
+// of any shape; the message shown never holds it.
+func FuzzTextNeverShowsASecret(f *testing.F) {
+	f.Add("cannot open ", "file:///tmp/d", uint8(0), "SUPERSECRETB", ": invalid query parameter", uint8(0))
+	f.Add("open bucket ", "s3://b/p?region=x", uint8(5), "AKIAABCDEFGH", "", uint8(1))
+	f.Add("", "kafka://h:9092/t", uint8(1), "hunter22hunter", " refused", uint8(2))
+	f.Add("dsn ", "", uint8(0), "pa55word99", "", uint8(3))
+	f.Fuzz(func(t *testing.T, before, base string, name uint8, secret, after string, shape uint8) {
+		if len(secret) < 8 || strings.Trim(secret, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" ||
+			strings.Contains(before+base+after, secret) || strings.Contains(Mask, secret) {
+			return
+		}
+		n := secretNames[int(name)%len(secretNames)]
+		var msg string
+		switch shape % 4 {
+		case 0: // a URI's query, quoted whole by an opener
+			sep := "?"
+			if strings.Contains(base, "?") {
+				sep = "&"
+			}
+			msg = before + base + sep + n + "=" + secret + after
+		case 1: // a user info password
+			msg = before + "kafka://user:" + secret + "@h:9092/t" + after
+		case 2: // a keyword pair, quoted or not
+			msg = before + " " + n + "=\"" + secret + "\" " + after
+		case 3: // a MySQL DSN
+			msg = before + " root:" + secret + "@tcp(127.0.0.1:3306)/db" + after
+		}
+		if got := Text(msg); strings.Contains(got, secret) {
+			t.Fatalf("Text(%q) = %q shows the secret %q", msg, got, secret)
+		}
+	})
+}
+
+// Every line a Handler passes on is masked: its message, its values,
+// an error's text, the attributes a logger carries and a group's.
+func TestHandlerMasksEveryLine(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(Handler(slog.NewTextHandler(&b, nil))).With("sink", "kafka://u:SECRET@h/t")
+	log.WithGroup("g").Warn("open bucket file:///d?token=SECRET: refused",
+		"err", errors.New("dial postgres://repl:SECRET@db/shop: refused"),
+		slog.Group("source", "dsn", "host=db password=SECRET"), "n", 3)
+	out := b.String()
+	if strings.Contains(out, "SECRET") || !strings.Contains(out, "n=3") || strings.Count(out, Mask) != 4 {
+		t.Fatalf("logged %q; want every secret masked (4) and the rest kept", out)
+	}
 }
