@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -88,6 +89,18 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	for i, ev := range again {
 		if ev.Seq != uint64(3+i) {
 			t.Fatalf("after Last-Event-ID 2, event %d has seq %d", i+1, ev.Seq)
+		}
+	}
+	// An id no stream sends (the uint64 maximum wrapped to 0) is refused.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+tc.nodes[leader.Node].addr+"/api/v2/plans/"+res.PlanID+"/events", nil)
+	req.Header.Set("Last-Event-ID", "18446744073709551615")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "Last-Event-ID") {
+			t.Fatalf("Last-Event-ID at the uint64 maximum: %s %s", resp.Status, body)
 		}
 	}
 	steps := 0

@@ -206,6 +206,10 @@ func TestCancelledDrainPlan(t *testing.T) {
 		t.Fatalf("steps after cancel: %v", counts)
 	}
 	tc.eventually("the drain record is gone", 10*time.Second, func() bool { return tc.state().Drain == nil })
+	tc.eventually("the cancel request is deleted from etcd", 10*time.Second, func() bool {
+		resp, err := tc.cli.Get(ctx, tc.store.Keys().PlanRequest(res.PlanID))
+		return err == nil && resp.Count == 0
+	})
 	if l := tc.state().LivenessOf(target); l != model.LivenessDraining {
 		t.Fatalf("%s is %s after the cancel, want Draining", target, l)
 	}

@@ -161,7 +161,9 @@ func Authenticate(tokens *Tokens, metricsNeedToken bool, next http.Handler) http
 				return
 			}
 		}
-		token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme's case does not matter (RFC 7235, 2.1).
+		scheme, token, found := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		found = found && strings.EqualFold(scheme, "Bearer")
 		p, ok := tokens.lookup(strings.TrimSpace(token))
 		if !found || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cdcctl"`)

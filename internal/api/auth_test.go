@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,4 +84,36 @@ func FuzzLoadTokens(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The scheme of an Authorization header is case-insensitive (RFC 7235):
+// bearer, BEARER and Bearer all carry the token; another scheme, a
+// missing token or a wrong one is 401.
+func TestTheBearerSchemeIsCaseInsensitive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte("tok-0123456789abcdef,ada,admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Authenticate(tokens, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := PrincipalOf(r.Context()); !ok || p.User != "ada" {
+			t.Errorf("authenticated as %+v", p)
+		}
+	}))
+	for header, want := range map[string]int{
+		"Bearer tok-0123456789abcdef": http.StatusOK, "bearer tok-0123456789abcdef": http.StatusOK,
+		"BEARER  tok-0123456789abcdef ": http.StatusOK, "Basic tok-0123456789abcdef": http.StatusUnauthorized,
+		"Bearer": http.StatusUnauthorized, "Bearer tok-0123456789abcdeX": http.StatusUnauthorized, "tok-0123456789abcdef": http.StatusUnauthorized,
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/api/v2/captures", nil)
+		r.Header.Set("Authorization", header)
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("Authorization %q: %d, want %d", header, w.Code, want)
+		}
+	}
 }

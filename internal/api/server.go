@@ -526,16 +526,25 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(CodeInternal, "poll GET /api/v2/plans/{id} instead", "this server cannot stream"))
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	var stream exec.Stream
 	// A client that reconnects (EventSource does by itself) says the last
 	// id it got: the ids go on after it, so no id repeats, and the stream
-	// starts again from the plan as it stands.
-	if last, err := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
-		stream.After(last)
+	// starts again from the plan as it stands. An id no stream sends is
+	// refused before the stream begins.
+	if h := r.Header.Get("Last-Event-ID"); h != "" {
+		last, err := strconv.ParseUint(h, 10, 64)
+		if err == nil {
+			err = stream.After(last)
+		}
+		if err != nil {
+			writeError(w, Errorf(CodeBadRequest, "reconnect with the last id this stream sent, or without Last-Event-ID to start again",
+				"Last-Event-ID %.40q: %v", h, exec.ErrEventID))
+			return
+		}
 	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
 	for {
 		for _, ev := range stream.Next(&cur.Record) {
 			b, _ := json.Marshal(ev)

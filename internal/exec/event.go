@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -56,11 +57,26 @@ type Stream struct {
 	n    uint64
 }
 
+// MaxEventID is the highest id a stream numbers an event with: the
+// largest integer a JavaScript client (EventSource) holds exactly. A
+// stream never gets near it by itself; a client's Last-Event-ID can.
+const MaxEventID = 1<<53 - 1
+
+// ErrEventID refuses a Last-Event-ID that no stream could have sent.
+var ErrEventID = fmt.Errorf("an event id is a number from 0 to %d", uint64(MaxEventID))
+
 // After makes a new stream number its events after n: a client that
 // reconnects gets ids after the last it got. What it sends first is the
 // record as it stands (its steps' states and logged events), since what
-// the client saw is not known here.
-func (s *Stream) After(n uint64) { s.n = n }
+// the client saw is not known here. An n beyond MaxEventID is refused:
+// the ids after it would wrap to 0, repeating ids the client has seen.
+func (s *Stream) After(n uint64) error {
+	if n > MaxEventID {
+		return ErrEventID
+	}
+	s.n = n
+	return nil
+}
 
 // Next returns the events that take the stream from the record it saw
 // last to cur (Delta), numbered after the ones it sent.

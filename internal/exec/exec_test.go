@@ -3,6 +3,8 @@ package exec
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -346,5 +348,24 @@ func TestAFailedStepFailsThePlan(t *testing.T) {
 	}
 	if last := evs[len(evs)-1]; last.Type != EventFailed {
 		t.Fatalf("last event %+v", last)
+	}
+}
+
+// A Last-Event-ID no stream could have sent is refused: at the uint64
+// maximum the next id would wrap to 0 and repeat ids the client saw.
+func TestAStreamRefusesToGoOnAfterAnIDItCannotExceed(t *testing.T) {
+	var s Stream
+	for _, n := range []uint64{MaxEventID + 1, math.MaxUint64} {
+		if err := s.After(n); !errors.Is(err, ErrEventID) {
+			t.Fatalf("After(%d) = %v; want ErrEventID", n, err)
+		}
+	}
+	if err := s.After(MaxEventID - 1); err != nil {
+		t.Fatal(err)
+	}
+	rec := &Record{State: Running, Log: []Event{{Seq: 1, Type: EventSubmitted}}}
+	evs := s.Next(rec)
+	if len(evs) == 0 || evs[0].Seq != MaxEventID {
+		t.Fatalf("after MaxEventID-1 the stream sent %+v; want the id MaxEventID first", evs)
 	}
 }

@@ -133,6 +133,7 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: drain.Now, StallAfter: c.StallAfter}
 	for id, raw := range st.Plans {
 		if mine.over[id] == raw.Revision {
+			c.forgetPlanRequest(ctx, term, st, id)
 			continue
 		}
 		var rec exec.Record
@@ -146,6 +147,7 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			if revision == raw.Revision {
 				mine.over[id] = raw.Revision
 			}
+			c.forgetPlanRequest(ctx, term, st, id)
 			continue
 		}
 		active = true
@@ -174,6 +176,18 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 		}
 	}
 	return active, err
+}
+
+// forgetPlanRequest deletes the request left for a plan that is over (a
+// cancel that ended it), so that nothing of it stays in etcd for ever;
+// a failed delete is tried again on the next pass.
+func (c *Coordinator) forgetPlanRequest(ctx context.Context, term election.Term, st *meta.State, id string) {
+	if _, asked := st.PlanRequests[id]; !asked {
+		return
+	}
+	if err := c.store.ForgetPlanRequest(ctx, term.Fence, id); err != nil {
+		c.log.Debug("coordinator: could not delete a finished plan's request; next pass", "plan", id, "err", err)
+	}
 }
 
 // drainActuator carries out a drain plan's steps on the cluster.

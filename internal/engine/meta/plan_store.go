@@ -57,6 +57,13 @@ func (s *Store) RequestPlan(ctx context.Context, fence Fence, id, request string
 	return nil
 }
 
+// ForgetPlanRequest deletes the request for a plan that is over: it has
+// been acted on (a cancel ended the plan) or can no longer be. A
+// coordinator write.
+func (s *Store) ForgetPlanRequest(ctx context.Context, fence Fence, id string) error {
+	return s.commit(ctx, fence.cmps(), clientv3.OpDelete(s.keys.PlanRequest(id)))
+}
+
 // ClearDrain deletes the drain record, leaving the target's liveness as
 // it is (a cancelled drain). A coordinator write.
 func (s *Store) ClearDrain(ctx context.Context, fence Fence, st *State) error {
