@@ -223,6 +223,10 @@ func (c *Config) sinkRoot() string {
 	return root
 }
 
+// spoolDir holds the disk spools of storage sinks whose URI names no
+// spool-dir: the agent's own disk, not a tmpfs /tmp may be.
+func (c *Config) spoolDir() string { return filepath.Join(c.DataDir, "spool") }
+
 // eventLogDir holds the event logs of the database readers this node runs.
 func (c *Config) eventLogDir() string { return filepath.Join(c.DataDir, "eventlog") }
 

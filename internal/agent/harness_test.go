@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -71,6 +72,9 @@ type testCluster struct {
 	// writes.
 	links map[model.NodeID]*etcdLink
 	audit *writeAudit
+	// sinkRoot, if set, is the agents' --sink-root (else the system's
+	// temporary directory, which holds every test's own).
+	sinkRoot string
 }
 
 type runningNode struct {
@@ -140,7 +144,7 @@ func (tc *testCluster) start(id string) *runningNode {
 	n, err := New(Config{
 		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{etcd}, ClusterID: "test",
 		// The tests' file sinks are their own temporary directories.
-		DataDir: tc.t.TempDir(), SinkRoot: os.TempDir(), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, Pprof: true,
+		DataDir: tc.t.TempDir(), SinkRoot: cmp.Or(tc.sinkRoot, os.TempDir()), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, Pprof: true,
 		TLSCertFile: tlsFiles.Cert, TLSKeyFile: tlsFiles.Key, TLSCAFile: tlsFiles.CA, LogLevel: "info", LogFormat: "text",
 	}, tc.log, opts...)
 	if err != nil {

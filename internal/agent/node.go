@@ -377,7 +377,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	defer cancel()
 	view := cluster.NewView(store, n.log)
 	coord := coordinator.New(store, view, n.log)
-	coord.SinkRoot = n.cfg.sinkRoot()
+	coord.SinkRoot, coord.SpoolDir = n.cfg.sinkRoot(), n.cfg.spoolDir()
 	elector, err := n.elector(store, member)
 	if err != nil {
 		n.log.Error("cannot set up the election; joining again", "err", err)
@@ -394,14 +394,14 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	manager.Metrics = recoveryMetrics{n.metrics}
 	// Sinks ask the member's tenure before each write: a node frozen past
 	// its lease must not write once it wakes (cluster.Tenure).
-	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, StorageBudget: n.sinkBudget, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot()}
+	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, StorageBudget: n.sinkBudget, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot(), SpoolDir: n.cfg.spoolDir()}
 	manager.FailStart = n.faults.FailStart
 	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
 	host.FailBootstrap = n.faults.FailBootstrap
 	// Consumers learn the checkpoint from the sink (seed 004): opened
 	// here, on the maintainer's node, apart from the dispatchers' sinks.
-	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot()})
+	marks := registry.NewPublisher(registry.Env{Log: n.log, StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot(), SpoolDir: n.cfg.spoolDir()})
 	host.Checkpointed = marks.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: store}
 	if n.blobStates != nil {

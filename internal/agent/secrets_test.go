@@ -1,14 +1,22 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // A credential in a sink URI is kept (the sink needs it) but never shown:
@@ -58,6 +66,86 @@ func TestSinkCredentialsAreNeverShown(t *testing.T) {
 		t.Fatalf("the sink is not shown with its password masked:\n%s", body)
 	}
 	time.Sleep(time.Second) // the changefeed starts: its logs too
+	if leaks := tc.tail.leaked(); len(leaks) > 0 {
+		t.Fatalf("%d log lines show the secret, e.g.:\n%s", len(leaks), leaks[0])
+	}
+}
+
+// Issue 33: a sink URI the bucket opener refuses was echoed whole in the
+// 400 body, with every secret in it. Each secret-like parameter of each
+// scheme, through a refused create at the coordinator and through a
+// follower (which forwards it): the body, the error the client shows
+// and the agents' logs never hold the secret, and nothing is created on
+// disk. A spool-dir outside the sink root, or through a link that leads
+// out of it, is refused the same way.
+func TestRefusedCreatesShowNoSecretAndLeaveNothingOnDisk(t *testing.T) {
+	t.Parallel()
+	const secret = "SUPERSECRETB7"
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	tc := newTestCluster(t)
+	tc.sinkRoot = root
+	tc.tail.forbid(secret)
+	leader := tc.startCaptures(2)
+	addrs := map[string]string{"coordinator": tc.nodes[leader.Node].addr, "follower": tc.nodes[tc.followerOf(leader.Node)].addr}
+
+	var refused []string
+	for _, param := range []string{"password", "token", "secret", "access_key", "secret_access_key", "sas_token", "sig", "account_key", "api_key", "credential"} {
+		refused = append(refused,
+			"file://"+root+"/cf-"+param+"/deep?"+param+"="+secret,
+			"s3://bucket/p?region=us-east-1&endpoint=http://127.0.0.1:1&"+param+"="+secret,
+			"mem://?"+param+"="+secret,
+			"kafka://127.0.0.1:1/t?"+param+"="+secret)
+	}
+	refused = append(refused,
+		"kafka://cdc:"+secret+"@127.0.0.1:1/t?dial-timeout=200ms",
+		"file://"+root+"/spooled?spool=disk&spool-dir="+base+"/anywhere/deep/er&password="+secret,
+		"file://"+root+"/spooled?spool=disk&spool-dir="+root+"/link/deep&token="+secret,
+		"file://"+outside+"/cf?password="+secret)
+	for _, sinkURI := range refused {
+		for where, addr := range addrs {
+			body, _ := json.Marshal(api.ChangefeedCreateRequest{ID: "refused", Source: "gen://?tables=1", Sink: sinkURI})
+			resp, err := http.Post("http://"+addr+"/api/v2/changefeeds", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			shown := redact.URI(sinkURI)
+			if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(got), secret) {
+				t.Fatalf("create with %s at the %s: %s\n%s", shown, where, resp.Status, got)
+			}
+		}
+	}
+	// The client's error, as cdcctl prints it.
+	_, err := tc.client().CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "x", Source: "gen://", Sink: refused[0]})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "password=xxxxx") {
+		t.Fatalf("the client's error: %v; want the parameter shown masked", err)
+	}
+	// Nothing was created: not the sinks' directories, not the spools'.
+	for _, dir := range []string{root, outside} {
+		entries, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range entries {
+			if e.Name() != "link" {
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) > 0 {
+			t.Errorf("refused creates left %v in %s", names, dir)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "anywhere")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a spool-dir outside the root was created: %v", err)
+	}
 	if leaks := tc.tail.leaked(); len(leaks) > 0 {
 		t.Fatalf("%d log lines show the secret, e.g.:\n%s", len(leaks), leaks[0])
 	}

@@ -50,12 +50,17 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	sk, err := registry.Open(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot})
+	undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	cancel()
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	_ = sk.Close()
+	created := false
+	defer func() {
+		if !created {
+			undoSink() // a refused create leaves nothing on disk
+		}
+	}()
 	// The name is checked before the source is pinned: pinning a database
 	// source creates its slot, and a taken name must not touch the slot
 	// of the changefeed that holds it.
@@ -74,7 +79,6 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	created := false
 	defer func() {
 		if !created {
 			c.releaseSource(pinned.URI)

@@ -36,6 +36,9 @@ type Coordinator struct {
 	// SinkRoot is the directory file:// sinks of new changefeeds must be
 	// under (this agent's --sink-root); "" allows any.
 	SinkRoot string
+	// SpoolDir is where a new changefeed's disk spool is tried when its
+	// sink URI names no spool-dir (the agent's data directory).
+	SpoolDir string
 
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.

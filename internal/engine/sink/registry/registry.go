@@ -53,11 +53,17 @@ type Env struct {
 	// back (a data file, a Kafka message): a node that may have lost its
 	// session writes nothing more.
 	Tenure sink.Tenure
+	// SpoolDir is where a storage sink's disk spool goes when its URI
+	// names no spool-dir ("": the system's temporary directory).
+	SpoolDir string
 }
 
-// Open connects a sink.
-func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
-	log := env.Log
+func (env Env) storage() storage.Env {
+	return storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure, SpoolDir: env.SpoolDir}
+}
+
+// check validates a URI and holds its local directories under the root.
+func check(uri string, env Env) (*url.URL, error) {
 	if err := Validate(uri); err != nil {
 		return nil, err
 	}
@@ -66,9 +72,37 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 			return nil, err
 		}
 	}
-	u, _ := url.Parse(uri)
+	return url.Parse(uri)
+}
+
+// Probe opens a sink and closes it again, to prove that a new
+// changefeed's sink can be reached. A failed probe leaves nothing on the
+// local disk; undo removes what one that passed created there (a
+// file:// sink's new directory), for a create refused after it.
+func Probe(ctx context.Context, uri string, env Env) (undo func(), err error) {
+	u, err := check(uri, env)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "kafka", "blackhole":
+		s, err := Open(ctx, uri, env)
+		if err != nil {
+			return nil, err
+		}
+		return func() {}, s.Close()
+	}
+	return storage.Probe(ctx, uri, env.Log, env.storage())
+}
+
+// Open connects a sink.
+func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
+	log := env.Log
+	u, err := check(uri, env)
+	if err != nil {
+		return nil, err
+	}
 	var s sink.Sink
-	var err error
 	// Each opener returns a typed pointer: a failed open must give back
 	// a nil interface, not a nil *Sink in one (which is not == nil, and
 	// a caller keeping "the sink it got" then calls a method on nil).
@@ -79,7 +113,7 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	case "blackhole":
 		return blackhole.New(), nil
 	default:
-		st, serr := storage.OpenWith(ctx, uri, log, storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure})
+		st, serr := storage.OpenWith(ctx, uri, log, env.storage())
 		s, err = st, serr
 	}
 	if err != nil {

@@ -21,7 +21,6 @@ package storage
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -218,9 +217,8 @@ func ParseURI(raw string) (Config, error) {
 		q.Del(key)
 	}
 	if c.Spool == SpoolDisk {
-		if c.SpoolDir == "" {
-			c.SpoolDir = os.TempDir()
-		}
+		// No spool-dir: the agent's own (Env.SpoolDir), chosen when
+		// the sink opens.
 		if !u.Query().Has("spool-max-bytes") {
 			c.SpoolMaxBytes = diskSpoolDefault
 		}

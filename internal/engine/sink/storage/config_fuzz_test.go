@@ -21,7 +21,7 @@ func FuzzParseURI(f *testing.F) {
 			return
 		}
 		if c.FileSize <= 0 || c.SpoolMaxBytes <= 0 || c.FlushInterval <= 0 || c.fileTarget() <= 0 ||
-			c.MaxActiveTables < 1 || c.bufferedCap() <= 0 || (c.Spool == SpoolDisk) != (c.SpoolDir != "") {
+			c.MaxActiveTables < 1 || c.bufferedCap() <= 0 || (c.Spool != SpoolDisk && c.SpoolDir != "") {
 			t.Fatalf("accepted %q as %+v", raw, c)
 		}
 	})

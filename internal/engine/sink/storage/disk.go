@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,9 +29,12 @@ import (
 // segment lives as long as its slowest row (at most the flush interval,
 // or until a full spool makes every dispatcher flush).
 type diskSpool struct {
-	dir    string
-	lock   *os.File // flock held while the sink is open
-	segMax int64
+	dir string
+	// created: the spool-dir directories this spool created, deepest
+	// first, removed on close if nothing else is in them.
+	created []string
+	lock    *os.File // flock held while the sink is open
+	segMax  int64
 
 	mu   sync.Mutex
 	cur  *segment
@@ -60,14 +64,16 @@ const spoolPrefix = "cdcctl-spool-"
 
 // openDiskSpool makes this sink's directory under dir and removes the
 // spools of sinks that are gone (no process holds their lock).
+//
+// The directories it creates for spool-dir (and its missing parents) are
+// removed again when it closes, once empty: a removed changefeed leaves
+// nothing of its spool behind.
 func openDiskSpool(dir string, segMax int64, m Metrics) (*diskSpool, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("spool-dir %s: %w; create it or point spool-dir at a writable directory", dir, err)
-	}
-	removeDeadSpools(dir)
-	own, err := os.MkdirTemp(dir, spoolPrefix)
+	created := missingDirs(dir)
+	own, err := makeOwnSpool(dir)
 	if err != nil {
-		return nil, fmt.Errorf("spool-dir %s: %w; point spool-dir at a writable directory", dir, err)
+		removeDirs(created)
+		return nil, err
 	}
 	lock, err := os.Create(filepath.Join(own, "lock"))
 	if err == nil {
@@ -75,9 +81,30 @@ func openDiskSpool(dir string, segMax int64, m Metrics) (*diskSpool, error) {
 	}
 	if err != nil {
 		_ = os.RemoveAll(own)
+		removeDirs(created)
 		return nil, fmt.Errorf("spool-dir %s: cannot lock the sink's spool: %w", dir, err)
 	}
-	return &diskSpool{dir: own, lock: lock, segMax: segMax, open: map[*segment]struct{}{}, metrics: m}, nil
+	return &diskSpool{dir: own, created: created, lock: lock, segMax: segMax, open: map[*segment]struct{}{}, metrics: m}, nil
+}
+
+// makeOwnSpool creates dir if needed and this sink's directory in it. A
+// sink of another changefeed closing at the same moment may remove dir
+// (it created it, and found it empty) between the two: that is tried
+// again.
+func makeOwnSpool(dir string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("spool-dir %s: %w; create it or point spool-dir at a writable directory", dir, err)
+		}
+		removeDeadSpools(dir)
+		own, err := os.MkdirTemp(dir, spoolPrefix)
+		if err == nil {
+			return own, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return "", fmt.Errorf("spool-dir %s: %w; point spool-dir at a writable directory", dir, err)
+		}
+	}
 }
 
 // removeDeadSpools removes the spool directories under dir whose lock
@@ -211,6 +238,7 @@ func (p *diskSpool) close() error {
 	p.open, p.cur = map[*segment]struct{}{}, nil
 	err := os.RemoveAll(p.dir)
 	_ = p.lock.Close()
+	removeDirs(p.created)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the disk spool %s: %w", p.dir, err)
 	}

@@ -2,10 +2,13 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,6 +126,10 @@ type Env struct {
 	// Now is the sink's clock (flush ages, date directories); nil:
 	// time.Now.
 	Now func() time.Time
+	// SpoolDir is where a disk spool goes when its URI names no
+	// spool-dir (the agent's data directory); "": the system's
+	// temporary directory.
+	SpoolDir string
 }
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
@@ -154,6 +161,9 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	}
 	var disk *diskSpool
 	if cfg.Spool == SpoolDisk {
+		if cfg.SpoolDir == "" {
+			cfg.SpoolDir = cmp.Or(env.SpoolDir, os.TempDir())
+		}
 		disk, err = openDiskSpool(cfg.SpoolDir, max(1<<20, min(64<<20, cfg.SpoolMaxBytes/16)), m)
 		if err != nil {
 			bucket.Close()
@@ -182,6 +192,29 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	}
 	go s.runFlusher()
 	return s, nil
+}
+
+// Probe opens a sink as a new changefeed's would and closes it again, to
+// prove that its bucket can be reached. A failed probe leaves nothing on
+// the local disk; after one that passed, undo removes what it created
+// there (a file:// sink's directory and its missing parents, if still
+// empty), for a create refused later on.
+func Probe(ctx context.Context, uri string, log *slog.Logger, env Env) (undo func(), err error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	if u, err := url.Parse(cfg.BucketURL); err == nil && u.Scheme == "file" {
+		created = missingDirs(u.Path)
+	}
+	s, err := OpenConfig(ctx, cfg, log, env)
+	if err != nil {
+		removeDirs(created)
+		return nil, err
+	}
+	_ = s.Close()
+	return func() { removeDirs(created) }, nil
 }
 
 // OpenBucket opens a sink's bucket and checks that it can be used.
