@@ -22,7 +22,7 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 		lag = time.Since(e.Status.CheckpointTs.Time()).Milliseconds()
 	}
 	return api.Changefeed{
-		ID: string(e.Info.ID), State: string(e.Status.State), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
+		ID: string(e.Info.ID), State: string(e.Status.Shown()), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
 		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
 		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: e.Status.Error,

@@ -39,6 +39,7 @@ type metrics struct {
 	nodes            prometheus.Gauge
 	incarnations     prometheus.Counter
 	checkpointLag    *prometheus.GaugeVec
+	changefeedState  *prometheus.GaugeVec
 	checkpointTs     *prometheus.GaugeVec
 	dispatchers      *prometheus.GaugeVec
 	// Seed 000's drain metrics.
@@ -152,6 +153,10 @@ func newMetrics() *metrics {
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_lag_seconds",
 		Help: "How far each changefeed's checkpoint is behind now (as this node sees etcd).",
 	}, []string{"changefeed"})
+	m.changefeedState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "changefeed", Name: "state",
+		Help: "1 for the state each changefeed is in (normal, warning, paused, failed), as this node sees etcd; warning: normal but not advancing, its error says why.",
+	}, []string{"changefeed", "state"})
 	m.checkpointTs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_ts",
 		Help: "Each changefeed's checkpoint as Unix milliseconds (TiCDC's convention: a float64 cannot hold the TSO itself exactly).",
@@ -196,7 +201,7 @@ func newMetrics() *metrics {
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
-		m.checkpointLag, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
+		m.checkpointLag, m.changefeedState, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
 	m.kafka = newKafkaMetrics(m.reg)
@@ -293,4 +298,12 @@ func (n *Node) observeFinishedDrains(st *meta.State) {
 		}
 		n.metrics.drainDuration.WithLabelValues(p.Plan.Target).Observe(p.FinishedAt.Sub(p.SubmittedAt).Seconds())
 	}
+}
+
+// b2f is 1 for true: a gauge of the state something is in.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -533,11 +533,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			n.metrics.liveness.Reset()
 			for id := range st.Nodes {
 				for _, l := range []model.Liveness{model.LivenessAlive, model.LivenessDraining, model.LivenessStopping} {
-					v := 0.0
-					if st.LivenessOf(id) == l {
-						v = 1
-					}
-					n.metrics.liveness.WithLabelValues(string(id), l.String()).Set(v)
+					n.metrics.liveness.WithLabelValues(string(id), l.String()).Set(b2f(st.LivenessOf(id) == l))
 				}
 			}
 			if hasLeader {
@@ -545,7 +541,12 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			}
 			n.metrics.checkpointLag.Reset()
 			n.metrics.checkpointTs.Reset()
+			n.metrics.changefeedState.Reset()
 			for _, id := range st.ChangefeedIDs() {
+				shown := st.Changefeeds[id].Status.Shown()
+				for _, s := range []model.ChangefeedState{model.ChangefeedNormal, model.ChangefeedWarning, model.ChangefeedPaused, model.ChangefeedFailed} {
+					n.metrics.changefeedState.WithLabelValues(string(id), string(s)).Set(b2f(s == shown))
+				}
 				cp := st.Changefeeds[id].Status.CheckpointTs
 				n.metrics.checkpointTs.WithLabelValues(string(id)).Set(float64(cp.Time().UnixMilli()))
 				n.metrics.checkpointLag.WithLabelValues(string(id)).Set(time.Since(cp.Time()).Seconds())

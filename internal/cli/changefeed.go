@@ -240,15 +240,16 @@ func newChangefeedWaitCommand(o *options) *cobra.Command {
 		Short: "Wait until a changefeed's checkpoint has advanced by D, or it is in a state (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
 the command started: proof that replication is moving. With --state, wait
-until the changefeed is in that state (normal, paused, failed) instead. A
+until the changefeed is in that state (normal, warning, paused, failed)
+instead (warning: normal, but not advancing; its error says why). A
 changefeed that does not exist yet is waited for. Exit 3 on --timeout;
 exit 1 at once if the changefeed fails while its checkpoint is waited for.`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch state {
-			case "", string(model.ChangefeedNormal), string(model.ChangefeedPaused), string(model.ChangefeedFailed):
+			case "", string(model.ChangefeedNormal), string(model.ChangefeedWarning), string(model.ChangefeedPaused), string(model.ChangefeedFailed):
 			default:
-				return usageErr(fmt.Errorf("--state %q: use normal, paused or failed", state))
+				return usageErr(fmt.Errorf("--state %q: use normal, warning, paused or failed", state))
 			}
 			c, err := o.client()
 			if err != nil {

@@ -43,7 +43,21 @@ const (
 	ChangefeedNormal ChangefeedState = "normal"
 	ChangefeedPaused ChangefeedState = "paused"
 	ChangefeedFailed ChangefeedState = "failed"
+	// ChangefeedWarning is how a normal changefeed that does not advance
+	// is shown (its Error says why: a source that cannot be read, a sink
+	// that keeps failing); it is never stored, and it clears itself with
+	// the next checkpoint advance. TiCDC's "warning" state.
+	ChangefeedWarning ChangefeedState = "warning"
 )
+
+// Shown is the state operators see: Warning for a normal changefeed with
+// an error.
+func (s ChangefeedStatus) Shown() ChangefeedState {
+	if s.State == ChangefeedNormal && s.Error != "" {
+		return ChangefeedWarning
+	}
+	return s.State
+}
 
 // ChangefeedStatus is what the cluster reports about a changefeed.
 type ChangefeedStatus struct {

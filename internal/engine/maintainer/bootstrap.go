@@ -67,7 +67,7 @@ func (h *Host) bootstrapped(ctx context.Context, e *meta.ChangefeedEntry, err er
 	in := model.Incident{Time: time.Now().UTC(), Kind: model.IncidentMaintainerFailed, Node: h.self, Epoch: e.Maintainer.Epoch,
 		Reason: "the maintainer could not start on " + string(h.self) + " for " + time.Since(f.since).Round(time.Second).String() + "; the coordinator places it elsewhere",
 		Err:    be.Error()}
-	if werr := h.store.RecordIncidents(ctx, e.FenceOf(h.store.Keys()), e, []model.Incident{in}); werr != nil {
+	if werr := h.store.RecordIncidents(ctx, e.FenceOf(h.store.Keys()), e, []model.Incident{in}, ""); werr != nil {
 		h.log.Warn("maintainer: could not record that it cannot start; will try again", "changefeed", cf, "err", werr)
 		return
 	}

@@ -143,7 +143,7 @@ func (h *Host) giveBack(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 func (h *Host) recordExclusion(ctx context.Context, mf meta.MaintainerFence, e *meta.ChangefeedEntry, pid string, node model.NodeID, until time.Time, why string, now time.Time) {
 	in := model.Incident{Time: now.UTC(), Kind: "excluded", Partition: pid, Node: node,
 		Reason: fmt.Sprintf("kept out of this changefeed's placements until %s (%s)", until.UTC().Format(time.TimeOnly), until.Sub(now).Round(time.Second)), Err: why}
-	if err := h.store.RecordIncidents(ctx, mf, e, []model.Incident{in}); err != nil {
+	if err := h.store.RecordIncidents(ctx, mf, e, []model.Incident{in}, ""); err != nil {
 		h.log.Info("maintainer: could not record an exclusion in the changefeed's status", "changefeed", e.Info.ID, "node", node, "err", err)
 	}
 }

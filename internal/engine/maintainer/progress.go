@@ -35,6 +35,9 @@ type heard struct {
 	// urgent: a heartbeat brought something the next pass must act on
 	// at once (cadence.go).
 	urgent bool
+	// stall: failures that may keep the checkpoint from advancing
+	// (recover.go).
+	stall stall
 }
 
 // MaxAhead is how far beyond this node's clock a reported position may
@@ -65,7 +68,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
 		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{},
-			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}}
+			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}, stall: stall{advanced: time.Now()}}
 		h.heard[hb.Changefeed] = rep
 	}
 	ahead := model.TsFromTime(time.Now().Add(MaxAhead))
@@ -243,6 +246,9 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 		rep.saved = time.Now()
 		if allDue {
 			rep.positionsSaved = rep.saved
+		}
+		if cp > e.Status.CheckpointTs {
+			rep.stall.advance(rep.saved) // SaveProgress cleared the error
 		}
 	}
 	h.mu.Unlock()

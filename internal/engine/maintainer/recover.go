@@ -198,18 +198,29 @@ func (h *Host) recover(ctx context.Context, st *meta.State, e *meta.ChangefeedEn
 
 	h.mu.Lock()
 	incidents := append([]model.Incident(nil), rep.incidents...)
+	for _, in := range incidents {
+		if in.Err != "" && (in.Kind == "recovered" || in.Kind == "restart") {
+			rep.stall.heard(in)
+		}
+	}
+	stalled := rep.stall.reason(time.Now())
 	h.mu.Unlock()
+	if e.Status.State != model.ChangefeedNormal || e.Status.Error == stalled {
+		stalled = ""
+	}
 	var err error
 	switch {
 	case failure != "" && e.Status.State == model.ChangefeedNormal:
 		err = h.store.FailChangefeed(ctx, mf, e, failure, incidents...)
 	case len(incidents) > 0:
-		err = h.store.RecordIncidents(ctx, mf, e, incidents)
+		err = h.store.RecordIncidents(ctx, mf, e, incidents, stalled)
+	case stalled != "":
+		err = h.store.SetChangefeedError(ctx, mf, e, stalled)
 	}
 	if err != nil {
 		return wrote, err // the next pass tries again
 	}
-	wrote = wrote || failure != "" || len(incidents) > 0
+	wrote = wrote || failure != "" || len(incidents) > 0 || stalled != ""
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rep.incidents = rep.incidents[len(incidents):] // more may have come meanwhile
@@ -217,4 +228,49 @@ func (h *Host) recover(ctx context.Context, st *meta.State, e *meta.ChangefeedEn
 		rep.failure = "" // written, or the changefeed no longer runs
 	}
 	return wrote, nil
+}
+
+// stall is what a maintainer knows of a changefeed that may not advance
+// because its dispatchers keep failing (a full disk, a bucket or broker
+// that refuses writes): each failure is recovered, from its checkpoint,
+// and fails again, while the changefeed's state said normal and nothing
+// said why (issue 33). It becomes the changefeed's error once the
+// checkpoint has not advanced for StallAfter since the failures began;
+// the next advance clears both.
+type stall struct {
+	// advanced: when the checkpoint last advanced (or the maintainer was
+	// placed).
+	advanced time.Time
+	// since: the first failure heard after that advance; last: the
+	// newest, which the error names.
+	since time.Time
+	last  model.Incident
+}
+
+// StallAfter is how long a changefeed whose dispatchers fail may go
+// without a checkpoint advance before its error says so: longer than a
+// storage sink's flush interval, the longest a healthy checkpoint waits.
+const StallAfter = 10 * time.Second
+
+func (s *stall) heard(in model.Incident) {
+	if s.since.IsZero() {
+		s.since = in.Time
+	}
+	s.last = in
+}
+
+// advance is a checkpoint advance: whatever failed is over.
+func (s *stall) advance(now time.Time) { *s = stall{advanced: now} }
+
+// reason is the changefeed's error while it stalls, else "".
+func (s *stall) reason(now time.Time) string {
+	if s.since.IsZero() || now.Sub(s.advanced) < StallAfter {
+		return ""
+	}
+	what := fmt.Sprintf("partition %s on %s", s.last.Partition, s.last.Node)
+	if s.last.Kind == "restart" {
+		what = fmt.Sprintf("the changefeed restarted on %s (%s)", s.last.Node, s.last.Reason)
+	}
+	return fmt.Sprintf("not advancing: its dispatchers keep failing and are recovered from their checkpoints (since %s); last, %s: %s",
+		s.since.UTC().Format(time.RFC3339), what, s.last.Err)
 }

@@ -3,6 +3,7 @@ package maintainer
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +96,32 @@ func TestARequestAboutAnEpochNeverPlacedIsAnswered(t *testing.T) {
 	got := h.onRecover(st, e, rep, "n1", hb)
 	if len(got) != 1 || got[0].State != transport.RecoverSuperseded || got[0].Epoch != 9 || len(rep.recover) != 0 {
 		t.Fatalf("after the wait: %+v (accepted %v); want SUPERSEDED for epoch 9", got, rep.recover)
+	}
+}
+
+// A changefeed whose dispatchers keep failing says so once its checkpoint
+// has stood still for StallAfter since the last advance, naming the
+// newest failure and when they began; failures while it still advances
+// say nothing, and an advance clears it.
+func TestAStallIsNamedOnlyWhenTheCheckpointStandsStill(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	s := stall{advanced: t0}
+	if r := s.reason(t0.Add(time.Hour)); r != "" {
+		t.Fatalf("no failure heard, yet %q", r)
+	}
+	s.heard(model.Incident{Time: t0.Add(time.Second), Kind: "recovered", Partition: "p1", Node: "n1", Err: "disk full"})
+	if r := s.reason(t0.Add(StallAfter - time.Millisecond)); r != "" {
+		t.Fatalf("before StallAfter: %q", r)
+	}
+	s.heard(model.Incident{Time: t0.Add(5 * time.Second), Kind: "restart", Node: "n2", Reason: "recover_timeout", Err: "no space left on device"})
+	r := s.reason(t0.Add(StallAfter))
+	for _, want := range []string{"not advancing", "since 2026-11-27T12:00:01Z", "restarted on n2 (recover_timeout)", "no space left on device"} {
+		if !strings.Contains(r, want) {
+			t.Fatalf("reason %q lacks %q", r, want)
+		}
+	}
+	s.advance(t0.Add(StallAfter + time.Second))
+	if r := s.reason(t0.Add(time.Hour)); r != "" {
+		t.Fatalf("after an advance: %q", r)
 	}
 }

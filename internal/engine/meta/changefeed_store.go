@@ -370,10 +370,14 @@ func (s *Store) FailChangefeed(ctx context.Context, mf MaintainerFence, e *Chang
 }
 
 // RecordIncidents adds recoveries and restarts to a changefeed's status
-// (maintainer write).
-func (s *Store) RecordIncidents(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, in []model.Incident) error {
+// (maintainer write), and, if stalled is not "", records it as why the
+// changefeed does not advance (SetChangefeedError), in the same write.
+func (s *Store) RecordIncidents(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, in []model.Incident, stalled string) error {
 	st := e.Status
 	st.Record(in...)
+	if stalled != "" {
+		st.Error = stalled
+	}
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
 }

@@ -22,8 +22,7 @@ type FullS3 struct {
 	srv     *httptest.Server
 }
 
-// Start serves a FullS3 until the test ends, with the credentials the
-// S3 client reads from the environment set.
+// Start serves a FullS3 until the test ends.
 func Start(t testing.TB) *FullS3 { return StartObserved(t, nil) }
 
 // StartObserved is Start with every request shown to observe first.
@@ -49,15 +48,15 @@ func StartObserved(t testing.TB, observe func(*http.Request)) *FullS3 {
 		s3.ServeHTTP(w, r)
 	}))
 	t.Cleanup(b.srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	return b
 }
 
 // URI is a storage sink URI under prefix in the bucket; params are the
-// sink's own (without a leading &).
+// sink's own (without a leading &). Its requests are not signed
+// (anonymous: gofakes3 checks no signature), so a test need not set
+// credentials in the environment, and may run in parallel.
 func (b *FullS3) URI(prefix, params string) string {
-	u := "s3://cdc/" + prefix + "?endpoint=" + b.srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1"
+	u := "s3://cdc/" + prefix + "?endpoint=" + b.srv.URL + "&use_path_style=true&disable_https=true&region=us-east-1&anonymous=true"
 	if params != "" {
 		u += "&" + params
 	}
