@@ -21,10 +21,10 @@ func newPlaygroundCommand(o *options) *cobra.Command {
 		Long: `Run a local cluster in the foreground: an embedded etcd in this process on
 --port-base, and --nodes cdc-agent processes capture-1..capture-N with their
 APIs on --port-base+1.., all on 127.0.0.1, and a demo changefeed (gen source,
-8 tables, into files under DIR/sink) unless --no-demo. With --postgres it also
+8 tables, into files under DIR/sinks/demo) unless --no-demo. With --postgres it also
 starts a private PostgreSQL (initdb in DIR/postgres, wal_level=logical,
 loopback only, as the postgres user when run as root) on --port-base+10 with
-a live workload, and changefeed demo-pg replicating it into DIR/sink-pg; it
+a live workload, and changefeed demo-pg replicating it into DIR/sinks/demo-pg; it
 needs the PostgreSQL server binaries (initdb, pg_ctl) on the PATH (Debian:
 apt-get install postgresql). With --election mysql the captures elect their
 coordinator through a lock row in MariaDB: a private one (mariadb-install-db
@@ -69,8 +69,8 @@ otherwise by running cdcctl itself as the agent.`,
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
 	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")
-	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
-	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir)")
+	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture; etcd on TLS asking for them) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
+	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir/sinks; never --dir itself, which holds the keys and etcd's data)")
 	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
 	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
 	return cmd

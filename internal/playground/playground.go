@@ -46,7 +46,7 @@ type Config struct {
 	Election    string
 	ElectionDSN string
 	// SinkRoot is the captures' --sink-root: file:// sinks of
-	// changefeeds must be under it (default Dir).
+	// changefeeds must be under it (default Dir/sinks).
 	SinkRoot string
 	// Secure gives the captures TLS (a private CA in Dir/secure) and
 	// tokens (an admin and a viewer token there).
@@ -171,17 +171,22 @@ func Run(ctx context.Context, cfg Config) error {
 		defer func() { _ = edb.Stop() }()
 		cfg.ElectionDSN, electionPID = edb.DSN("cdcctl"), edb.PID()
 	}
-	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: addr(cfg.PortBase), Name: "playground"})
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
-
 	var sec *secure
 	if cfg.Secure {
 		if sec, err = newSecure(dir, cfg.Nodes); err != nil {
 			return fmt.Errorf("make the playground's certificates and tokens: %w", err)
 		}
+	}
+	etcd, err := embedetcd.Start(sec.etcdConfig(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientAddr: addr(cfg.PortBase), Name: "playground"}))
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	// The sinks' own directory, apart from the keys (secure/) and etcd's
+	// data: a file:// sink may not write beside them.
+	root := sinkRoot(cfg, dir)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("create the sink root: %w", err)
 	}
 	var children []*child
 	defer func() { stopAll(children, cfg.Out) }()
@@ -224,14 +229,14 @@ func Run(ctx context.Context, cfg Config) error {
 		st.CAFile, st.AdminTokenFile, st.ViewerTokenFile = sec.caFile, sec.adminTokenFile, sec.viewerTokenFile
 	}
 	if !cfg.NoDemo {
-		sink, err := createDemo(ctx, servers, dir, sec)
+		sink, err := createDemo(ctx, servers, root, sec)
 		if err != nil {
 			return err
 		}
 		st.Demo = sink
 	}
 	if db != nil {
-		sink, err := createDemoPG(ctx, servers, dir, db, sec)
+		sink, err := createDemoPG(ctx, servers, root, db, sec)
 		if err != nil {
 			return err
 		}
@@ -266,12 +271,12 @@ func Run(ctx context.Context, cfg Config) error {
 // README's `cdcctl partition split p7 --key m` cuts it as written.
 const demoSource = "gen://?tables=8&keys=1000&rate=1000&ddl_every=30s"
 
-func createDemo(ctx context.Context, servers []string, dir string, sec *secure) (string, error) {
+func createDemo(ctx context.Context, servers []string, root string, sec *secure) (string, error) {
 	client, err := newClient(sec, servers, 30*time.Second)
 	if err != nil {
 		return "", err
 	}
-	sink := "file://" + filepath.Join(dir, "sink") + "?flush-interval=1s"
+	sink := "file://" + filepath.Join(root, "demo") + "?flush-interval=1s"
 	if _, err := client.Changefeed(ctx, "demo"); err == nil {
 		return sink, nil // kept from an earlier run in the same directory
 	}
@@ -292,12 +297,16 @@ func portFree(port int) error {
 	return l.Close()
 }
 
-// sinkRoot is the directory the captures' file:// sinks must be under.
+// sinkRoot is the directory the captures' file:// sinks must be under:
+// DIR/sinks unless given, never DIR itself (it holds secure/ and etcd/).
 func sinkRoot(cfg Config, dir string) string {
 	if cfg.SinkRoot != "" {
+		if abs, err := filepath.Abs(cfg.SinkRoot); err == nil {
+			return abs
+		}
 		return cfg.SinkRoot
 	}
-	return dir
+	return filepath.Join(dir, "sinks")
 }
 
 func startAgent(cfg Config, dir, etcdEndpoint string, i int, sec *secure) (*child, error) {
@@ -459,7 +468,11 @@ func ReadState(path string) (State, error) {
 }
 
 func printBanner(w io.Writer, st State) {
-	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), st.Etcd)
+	etcd := st.Etcd
+	if strings.HasPrefix(etcd, "https://") {
+		etcd += " (TLS; it asks for a client certificate of the CA)"
+	}
+	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), etcd)
 	for _, c := range st.Captures {
 		fmt.Fprintf(w, "  %-10s %-16s pid %-7d log %s\n", c.ID, c.Address, c.PID, c.Log)
 	}

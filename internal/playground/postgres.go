@@ -144,12 +144,12 @@ FROM t WHERE accounts.id IN (t.from_id, t.to_id) AND t.from_id <> t.to_id`, amou
 
 // createDemoPG creates changefeed demo-pg (unless an earlier run in the
 // same directory did) and returns its sink.
-func createDemoPG(ctx context.Context, servers []string, dir string, db *demoDB, sec *secure) (string, error) {
+func createDemoPG(ctx context.Context, servers []string, root string, db *demoDB, sec *secure) (string, error) {
 	client, err := newClient(sec, servers, time.Minute)
 	if err != nil {
 		return "", err
 	}
-	sink := "file://" + filepath.Join(dir, "sink-pg") + "?flush-interval=1s"
+	sink := "file://" + filepath.Join(root, "demo-pg") + "?flush-interval=1s"
 	if _, err := client.Changefeed(ctx, "demo-pg"); err == nil {
 		return sink, nil
 	}

@@ -12,14 +12,19 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/certs"
+	"github.com/cdcctl/cdcctl/internal/embedetcd"
 )
 
 // secure is what --secure gives the playground: a private CA and a
 // certificate per capture (TLS on the API and the transport, agents
-// verifying each other), and a token file with an admin and a viewer
-// token. Everything lives in DIR/secure.
+// verifying each other), etcd on TLS asking for the captures'
+// certificates, and a token file with an admin and a viewer token.
+// Everything lives in DIR/secure.
 type secure struct {
-	files                           map[string]certs.Files
+	files map[string]certs.Files
+	// etcd is the embedded etcd's server certificate: it serves TLS and
+	// asks every client for a certificate of the CA (the captures').
+	etcd                            certs.Files
 	caFile, tokensFile              string
 	adminTokenFile, viewerTokenFile string
 	adminToken                      string
@@ -47,6 +52,9 @@ func newSecure(dir string, nodes int) (*secure, error) {
 			return nil, err
 		}
 	}
+	if s.etcd, err = ca.WriteAgent(sdir, "etcd", "127.0.0.1", "localhost"); err != nil {
+		return nil, err
+	}
 	admin, viewer := newToken(), newToken()
 	s.adminToken = admin
 	for _, w := range []struct{ path, body string }{
@@ -67,10 +75,21 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-// agentArgs are a capture's TLS and token flags.
+// agentArgs are a capture's TLS and token flags, and its certificate as
+// etcd's client.
 func (s *secure) agentArgs(id string) []string {
 	f := s.files[id]
-	return []string{"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-file", f.CA, "--token-auth-file", s.tokensFile}
+	return []string{"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-file", f.CA, "--token-auth-file", s.tokensFile,
+		"--etcd-cacert", f.CA, "--etcd-cert", f.Cert, "--etcd-key", f.Key}
+}
+
+// etcdConfig serves the embedded etcd over TLS with client
+// certificates when secure.
+func (s *secure) etcdConfig(cfg embedetcd.Config) embedetcd.Config {
+	if s != nil {
+		cfg.CertFile, cfg.KeyFile, cfg.TrustedCAFile = s.etcd.Cert, s.etcd.Key, s.etcd.CA
+	}
+	return cfg
 }
 
 // newClient is the playground's own API client: over TLS with the admin
