@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -47,6 +48,25 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Name == "" {
 		cfg.Name = "cdcctl"
 	}
+	// A port picked for "port 0" is free when picked but not held until
+	// etcd binds it: another process's connection can take it meanwhile.
+	// Such a start is tried again on other picked ports; a port the
+	// caller named is never replaced.
+	for attempt := 1; ; attempt++ {
+		s, err := start(cfg)
+		if err == nil || attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) || !(picks(cfg.ClientAddr) || picks(cfg.PeerAddr)) {
+			return s, err
+		}
+	}
+}
+
+// picks reports whether addr leaves the port to Start.
+func picks(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return addr == "" || (err == nil && port == "0")
+}
+
+func start(cfg Config) (*Server, error) {
 	clientURL, err := listenURL(cfg.ClientAddr)
 	if err == nil && cfg.CertFile != "" {
 		clientURL.Scheme = "https"
