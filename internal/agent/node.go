@@ -22,6 +22,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
@@ -389,14 +390,17 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	}
 	runner := election.NewRunner(n.ID(), elector, view, store, n.lead(coord), n.log)
 	tr := n.transport()
-	manager := dispatcher.NewManager(n.ID(), store, view, tr, n.log)
+	// The node's event logs: served to other nodes by the maintainer
+	// host, read directly by this node's dispatchers.
+	logs := eventlog.NewServer()
+	manager := dispatcher.NewManager(n.ID(), store, view, tr, logs, n.log)
 	manager.Observe = n.metrics.observeSink
 	manager.Metrics = recoveryMetrics{n.metrics}
 	// Sinks ask the member's tenure before each write: a node frozen past
 	// its lease must not write once it wakes (cluster.Tenure).
 	manager.Sinks = registry.Env{StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, StorageBudget: n.sinkBudget, Tenure: member.Tenure(), FileRoot: n.cfg.sinkRoot(), SpoolDir: n.cfg.spoolDir()}
 	manager.FailStart = n.faults.FailStart
-	host := maintainer.NewHost(n.ID(), store, view, tr, n.log)
+	host := maintainer.NewHost(n.ID(), store, view, tr, logs, n.log)
 	host.MoveTimeout, host.FailPlace, host.LogDir = n.cfg.MoveTimeout, n.faults.FailPlace, n.cfg.eventLogDir()
 	host.FailBootstrap = n.faults.FailBootstrap
 	// Consumers learn the checkpoint from the sink (seed 004): opened

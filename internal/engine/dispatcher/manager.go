@@ -135,9 +135,12 @@ func (f *feed) close() {
 }
 
 // NewManager returns a manager for this node.
-func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Manager {
+// logs is the node's event-log server (the maintainer host's): the
+// partitions of a changefeed whose reader runs here read its log
+// directly. Nil: every read goes through tr.
+func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, logs *eventlog.Server, log *slog.Logger) *Manager {
 	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
-		reads:   eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }),
+		reads:   eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, self, logs),
 		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
 		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
 		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1)}

@@ -58,7 +58,7 @@ func newRecoverRig(t *testing.T) *recoverRig {
 	hub := transport.NewHub()
 	view := cluster.Fixed(st)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := NewManager("n1", nil, view, hub.Join("n1"), quiet)
+	m := NewManager("n1", nil, view, hub.Join("n1"), nil, quiet)
 	cnt := &countMetrics{answers: map[transport.RecoverState]int{}, restarts: map[string]int{}}
 	m.Metrics = cnt
 	rig := &recoverRig{t: t, m: m, view: view, st: st, hub: hub, cnt: cnt}

@@ -46,7 +46,7 @@ func TestARestartStopsTheChangefeedAndStartsItAgainWhereItStopped(t *testing.T) 
 		},
 	}
 	hub := transport.NewHub()
-	m := NewManager("n1", nil, cluster.Fixed(st), hub.Join("n1"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := NewManager("n1", nil, cluster.Fixed(st), hub.Join("n1"), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	cnt := &countMetrics{answers: map[transport.RecoverState]int{}, restarts: map[string]int{}}
 	m.Metrics = cnt
 	m.HandoverTimeout = 100 * time.Millisecond // no maintainer here acknowledges stops

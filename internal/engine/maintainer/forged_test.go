@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -31,7 +32,7 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 		}},
 	}
 	hub := transport.NewHub()
-	h := NewHost("n2", nil, cluster.Fixed(st), hub.Join("n2"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewHost("n2", nil, cluster.Fixed(st), hub.Join("n2"), eventlog.NewServer(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	report := func(at time.Time) {
 		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
 			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: model.TsFromTime(at), Epoch: 3}}}})

@@ -97,9 +97,11 @@ type Host struct {
 }
 
 // NewHost returns the maintainer host of a node.
-func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, log *slog.Logger) *Host {
+// logs serves the event logs of the readers this host runs (to the
+// node's dispatchers directly, to other nodes' through tr).
+func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, logs *eventlog.Server, log *slog.Logger) *Host {
 	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]openSource{},
-		logs: eventlog.NewServer(), reads: eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }), pullers: map[model.ChangefeedID]*pulling{},
+		logs: logs, reads: eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, self, logs), pullers: map[model.ChangefeedID]*pulling{},
 		MoveTimeout: 30 * time.Second, MaxStartFailures: 3, GiveUpAfter: 10 * time.Second,
 		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }

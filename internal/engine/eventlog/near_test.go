@@ -1,0 +1,72 @@
+package eventlog
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A log whose reader runs on the reading node is read from the node's own
+// server, without the transport (the near client here has none: a call
+// through it would panic), and the rows and cursors are the ones another
+// node reads through the transport.
+func TestALogOnThisNodeIsReadWithoutTheTransport(t *testing.T) {
+	l, err := Open(t.TempDir(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.AppendPart([]source.Event{row(10, "a", source.OpInsert, v1), row(10, "b", source.OpInsert, v1), row(10, "c", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	ddl := source.Event{Kind: source.KindDDL, Table: "public.t", CommitTs: 25, Def: v2, SchemaVersion: 1, TableVersion: 25, Statement: "ALTER"}
+	if err := l.Append([]source.Event{row(10, "d", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{ddl, row(26, "e", source.OpInsert, v2)}); err != nil {
+		t.Fatal(err)
+	}
+	const cf = model.ChangefeedID("cf")
+	srv := NewServer()
+	srv.Put(cf, l)
+	hub := transport.NewHub()
+	srv.Register(hub.Join("n1"))
+	at := func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }
+	near := NewClient(nil, at, "n1", srv)
+	far := NewClient(hub.Join("n2"), at, "n2", NewServer())
+
+	ctx := context.Background()
+	span := model.Span{Table: "public.t"}
+	for _, c := range []struct {
+		from source.Cursor
+		upTo model.Ts
+		max  int
+	}{{after(5), 100, 2}, {source.Cursor{Done: 9, At: 10, Seq: 2}, 100, 2}, {after(10), 24, 10}, {after(25), 100, 10}} {
+		got, gotNext, err := near.Read(ctx, cf, span, c.from, c.upTo, c.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantNext, err := far.Read(ctx, cf, span, c.from, c.upTo, c.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys(got) != keys(want) || gotNext != wantNext || len(got) == 0 && c.upTo == 100 && c.from.Done < 25 {
+			t.Errorf("read from %+v: near %s → %+v, through the transport %s → %+v", c.from, keys(got), gotNext, keys(want), wantNext)
+		}
+	}
+	got, err := near.DDLs(ctx, cf, "public.t", 5, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := far.DDLs(ctx, cf, "public.t", 5, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(got[0].Def, want[0].Def) || got[0].CommitTs != 25 {
+		t.Errorf("DDLs: near %+v, through the transport %+v", got, want)
+	}
+}
