@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"time"
 
@@ -107,16 +108,36 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Publication).Scan(&exists); err != nil {
 		return explain(cfg, err)
 	}
+	roots, err := partitionRoots(ctx, conn, cfg)
+	if err != nil {
+		return err
+	}
 	if !exists {
 		quoted := make([]string, len(cfg.Tables))
 		for i, t := range cfg.Tables {
 			quoted[i] = quoteQualified(t)
 		}
-		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(quoted, ", ")))
+		// A partitioned table's children, present and future, publish
+		// their rows as the root's (PostgreSQL 13 and later): the
+		// changefeed replicates the table the operator named.
+		with := ""
+		if len(roots) > 0 {
+			with = " WITH (publish_via_partition_root = true)"
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s%s", pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(quoted, ", "), with))
 		if err != nil {
-			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "))
+			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s%s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "), with)
 		}
 		return nil
+	}
+	if len(roots) > 0 {
+		var viaRoot bool
+		if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
+			return explain(cfg, err)
+		}
+		if !viaRoot {
+			return fmt.Errorf("publication %s publishes the rows of partitioned table %s under its children's names, which the changefeed does not replicate: ALTER PUBLICATION %s SET (publish_via_partition_root = true), or name another publication with publication=", cfg.Publication, roots[0], cfg.Publication)
+		}
 	}
 	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
 	if err != nil {
@@ -140,6 +161,64 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return fmt.Errorf("publication %s exists but does not publish %s: ALTER PUBLICATION %s ADD TABLE %s, or name another publication with publication=", cfg.Publication, strings.Join(missing, ", "), cfg.Publication, strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// partitionRoots returns the partitioned tables among the changefeed's
+// tables. It refuses a table that is a partition of another one of them
+// (its rows arrive as the root's, never its own), and a partitioned
+// table on a PostgreSQL older than 13 (which cannot publish a child's
+// rows as its root's).
+func partitionRoots(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
+	rows, err := conn.Query(ctx, `
+SELECT n.nspname || '.' || c.relname, c.relkind = 'p',
+       COALESCE((SELECT string_agg(an.nspname || '.' || a.relname, ',')
+                 FROM pg_partition_ancestors(c.oid) p
+                 JOIN pg_class a ON a.oid = p.relid AND a.oid <> c.oid
+                 JOIN pg_namespace an ON an.oid = a.relnamespace), '')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname || '.' || c.relname = ANY($1)`, cfg.Tables)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	listed := map[string]bool{}
+	for _, t := range cfg.Tables {
+		listed[t] = true
+	}
+	var roots []string
+	for rows.Next() {
+		var (
+			name, ancestors string
+			partitioned     bool
+		)
+		if err := rows.Scan(&name, &partitioned, &ancestors); err != nil {
+			rows.Close()
+			return nil, explain(cfg, err)
+		}
+		if partitioned {
+			roots = append(roots, name)
+		}
+		for _, a := range strings.Split(ancestors, ",") {
+			if listed[a] {
+				rows.Close()
+				return nil, fmt.Errorf("table %s is a partition of %s, which the changefeed replicates too: its rows arrive as %s's; leave %s out of tables=", name, a, a, name)
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, explain(cfg, err)
+	}
+	if len(roots) > 0 {
+		var version int
+		if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+			return nil, explain(cfg, err)
+		}
+		if version < 130000 {
+			return nil, fmt.Errorf("table %s is partitioned; replicating it needs PostgreSQL 13 or later (publish_via_partition_root): upgrade, or name its partitions in tables= instead", roots[0])
+		}
+	}
+	sort.Strings(roots)
+	return roots, nil
 }
 
 // ensureSlot creates the logical slot, or checks that an existing one is

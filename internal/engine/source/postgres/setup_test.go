@@ -58,7 +58,10 @@ func TestParseURI(t *testing.T) {
 
 func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE keyless (v text);
-		CREATE ROLE reader LOGIN; GRANT SELECT ON keyed TO reader`)
+		CREATE ROLE reader LOGIN; GRANT SELECT ON keyed TO reader;
+		CREATE TABLE m (id int8, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE PUBLICATION children FOR TABLE m`)
 	ctx := context.Background()
 	prepare := func(uri string) error {
 		cfg, err := ParseURI(uri)
@@ -78,6 +81,8 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		{"unknown database", strings.Replace(dsn, "/"+db+"?", "/nosuchdb?", 1) + "&tables=keyed", "check the database name"},
 		{"no replication privilege", strings.Replace(dsn, "postgres@", "reader@", 1) + "&tables=keyed", "may not replicate: grant it with ALTER ROLE reader REPLICATION"},
 		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},
+		{"a partition and its root", dsn + "&tables=m,m_2024", "table public.m_2024 is a partition of public.m, which the changefeed replicates too: its rows arrive as public.m's; leave public.m_2024 out of tables="},
+		{"a root published under its children's names", dsn + "&tables=m&publication=children", "ALTER PUBLICATION children SET (publish_via_partition_root = true)"},
 	} {
 		err := prepare(tc.uri)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -85,7 +90,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		}
 	}
 	// Nothing was created by the refusals.
-	out, err := srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	out, err := srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname <> 'children'; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
 	if err != nil || strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" {
 		t.Fatalf("refusals left publications/slots: %q %v", out, err)
 	}
@@ -102,7 +107,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 	if err := Remove(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	out, _ = srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	out, _ = srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname <> 'children'; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
 	if f := strings.Fields(out); f[0] != "0" || f[1] != "0" {
 		t.Fatalf("after Remove: %q", out)
 	}

@@ -127,6 +127,14 @@ var (
 type relation struct {
 	table string
 	cols  []*pglogrepl.RelationMessageColumn
+	// foreign: a table the changefeed does not replicate (a partition
+	// described before its root).
+	foreign bool
+}
+
+// notReplicated is the error of a change of a foreign relation.
+func (r *relation) notReplicated() error {
+	return fmt.Errorf("the publication sends changes of table %s, which the changefeed does not replicate; publish only its tables", r.table)
 }
 
 // errSlotInUse means another connection streams from the slot.

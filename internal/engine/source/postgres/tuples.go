@@ -20,6 +20,9 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	if !ok {
 		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
 	}
+	if rel.foreign {
+		return rel.notReplicated()
+	}
 	// A row is written under the schema it was decoded with: the
 	// table's, or a change earlier in the transaction.
 	st := s.tables[rel.table]

@@ -23,7 +23,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	name := m.Namespace + "." + m.RelationName
 	st, ok := s.tables[name]
 	if !ok {
-		return fmt.Errorf("the publication sends table %s, which the changefeed does not replicate; publish only its tables", name)
+		// Not ours. pgoutput describes a partition before the root it
+		// publishes the partition's rows as (publish_via_partition_root):
+		// only a row of it is an error (row, truncate).
+		s.rels[m.RelationID] = &relation{table: name, foreign: true}
+		return nil
 	}
 	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
 	cur := st.Def
@@ -61,6 +65,9 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 		rel, ok := s.rels[id]
 		if !ok {
 			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
+		}
+		if rel.foreign {
+			return rel.notReplicated()
 		}
 		if s.partedTables[rel.table] {
 			// Rows of it already went to the log as parts: they are
