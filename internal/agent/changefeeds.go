@@ -167,6 +167,9 @@ func engineError(err error, id string) error {
 			strings.TrimPrefix(err.Error(), coordinator.ErrInvalid.Error()+": "))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
+	case errors.Is(err, coordinator.ErrCleanupPending):
+		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
+			strings.TrimPrefix(err.Error(), coordinator.ErrCleanupPending.Error()+": "))
 	case errors.Is(err, meta.ErrChangefeedNotFound):
 		return notFound(id)
 	case errors.Is(err, meta.ErrFenced):
@@ -213,13 +216,17 @@ func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool
 	return b.Changefeed(ctx, id)
 }
 
-func (b backend) RemoveChangefeed(ctx context.Context, id string) error {
+func (b backend) RemoveChangefeed(ctx context.Context, id string) (*api.RemoveResponse, error) {
 	coord, term, err := b.leading()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := coord.RemoveChangefeed(ctx, term, model.ChangefeedID(id)); err != nil {
-		return engineError(err, id)
+	out := &api.RemoveResponse{Version: api.SchemaVersion, Removed: id}
+	var pending *coordinator.CleanupPendingError
+	if err := coord.RemoveChangefeed(ctx, term, model.ChangefeedID(id)); errors.As(err, &pending) {
+		out.CleanupPending, out.CleanupError = true, pending.Err.Error()
+	} else if err != nil {
+		return nil, engineError(err, id)
 	}
 	// Its partitions' states in a bucket go too (in etcd they went with
 	// the changefeed). The changefeed is removed whatever happens here: a
@@ -234,5 +241,5 @@ func (b backend) RemoveChangefeed(ctx context.Context, id string) error {
 				"changefeed", id, "prefix", b.n.blobStates.Prefix(model.ChangefeedID(id)), "err", err)
 		}
 	}
-	return nil
+	return out, nil
 }

@@ -37,6 +37,7 @@ type metrics struct {
 	termsWon         prometheus.Counter
 	liveness         *prometheus.GaugeVec
 	nodes            prometheus.Gauge
+	cleanupsPending  prometheus.Gauge
 	incarnations     prometheus.Counter
 	checkpointLag    *prometheus.GaugeVec
 	changefeedState  *prometheus.GaugeVec
@@ -144,6 +145,10 @@ func newMetrics() *metrics {
 			Namespace: "cdcctl", Subsystem: "cluster", Name: "nodes",
 			Help: "Registered nodes as this node sees them.",
 		}),
+		cleanupsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "source", Name: "cleanups_pending",
+			Help: "Removed changefeeds whose replication slot the coordinator has not dropped yet (the database was unreachable); each holds WAL upstream.",
+		}),
 		incarnations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cdcctl", Subsystem: "cluster", Name: "joins_total",
 			Help: "Times this process joined the cluster (more than 1 means its session was lost and renewed).",
@@ -200,7 +205,7 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
-	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.incarnations,
+	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.incarnations,
 		m.checkpointLag, m.changefeedState, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)

@@ -534,6 +534,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			leader, hasLeader := st.Leader()
 			n.ready.Store(registered && hasLeader)
 			n.metrics.nodes.Set(float64(len(st.Nodes)))
+			n.metrics.cleanupsPending.Set(float64(len(st.Cleanups)))
 			n.metrics.liveness.Reset()
 			for id := range st.Nodes {
 				for _, l := range []model.Liveness{model.LivenessAlive, model.LivenessDraining, model.LivenessStopping} {

@@ -210,7 +210,7 @@ func TestSplitsAndMovesWithStatesInABucket(t *testing.T) {
 	if n := countFiles(t, statesDir); n == 0 {
 		t.Fatalf("no states in %s before the removal", statesDir)
 	}
-	if err := tc.client().RemoveChangefeed(context.Background(), "demo"); err != nil {
+	if _, err := tc.client().RemoveChangefeed(context.Background(), "demo"); err != nil {
 		t.Fatal(err)
 	}
 	if n := countFiles(t, statesDir); n != 0 {

@@ -374,7 +374,7 @@ func TestPostgresChangefeedThroughAMoveADrainAndAReaderCrash(t *testing.T) {
 	}
 
 	// Removing the changefeed releases the slot and the publication.
-	if err := c.RemoveChangefeed(ctx, "pg"); err != nil {
+	if _, err := c.RemoveChangefeed(ctx, "pg"); err != nil {
 		t.Fatal(err)
 	}
 	out, err := srv.Psql(ctx, "shop", "SELECT count(*) FROM pg_replication_slots; SELECT count(*) FROM pg_publication")

@@ -80,7 +80,7 @@ func TestAChangefeedLargerThanAnEtcdTransaction(t *testing.T) {
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Expected == 0 {
 		t.Fatalf("verify: %+v", rep)
 	}
-	if err := c.RemoveChangefeed(ctx, "big"); err != nil {
+	if _, err := c.RemoveChangefeed(ctx, "big"); err != nil {
 		t.Fatal(err)
 	}
 	if n := partitions(); n != 0 {

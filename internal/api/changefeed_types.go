@@ -109,3 +109,14 @@ type PartitionList struct {
 	Version    int         `json:"version"`
 	Partitions []Partition `json:"partitions"`
 }
+
+// RemoveResponse answers DELETE /api/v2/changefeeds/{id}: the changefeed
+// is removed; a database source's replication slot and publication are
+// dropped too, or, when the database cannot be reached, CleanupPending
+// says so and why, and the coordinator retries until they are dropped.
+type RemoveResponse struct {
+	Version        int    `json:"version"`
+	Removed        string `json:"removed"`
+	CleanupPending bool   `json:"cleanup_pending,omitempty"`
+	CleanupError   string `json:"cleanup_error,omitempty"`
+}

@@ -165,8 +165,9 @@ func (c *Client) ResumeChangefeed(ctx context.Context, id string) (*ChangefeedRe
 }
 
 // RemoveChangefeed is DELETE /api/v2/changefeeds/{id}.
-func (c *Client) RemoveChangefeed(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/api/v2/changefeeds/"+url.PathEscape(id), nil, nil)
+func (c *Client) RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error) {
+	out := RemoveResponse{Version: SchemaVersion, Removed: id} // an agent answering 204
+	return &out, c.do(ctx, http.MethodDelete, "/api/v2/changefeeds/"+url.PathEscape(id), nil, &out)
 }
 
 // Partitions is GET /api/v2/partitions, optionally filtered.

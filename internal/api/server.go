@@ -17,6 +17,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/plan"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Backend is what the API serves. The agent wires it to the engine; tests
@@ -32,7 +33,7 @@ type Backend interface {
 	// The changefeed writes below run on the coordinator.
 	CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error)
 	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
-	RemoveChangefeed(ctx context.Context, id string) error
+	RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error)
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
 	Partition(ctx context.Context, id string) (*PartitionResponse, error)
 	// Drain starts draining a capture (on the coordinator).
@@ -307,11 +308,13 @@ func (s *server) pauseChangefeed(paused bool) http.HandlerFunc {
 }
 
 func (s *server) removeChangefeed(w http.ResponseWriter, r *http.Request) {
-	if err := s.b.RemoveChangefeed(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	reply(w, func(ctx context.Context) (*RemoveResponse, error) {
+		out, err := s.b.RemoveChangefeed(ctx, r.PathValue("id"))
+		if out != nil {
+			out.CleanupError = redact.Text(out.CleanupError)
+		}
+		return out, err
+	})(r.Context())
 }
 
 // reply runs a backend call and writes its result or its error.

@@ -223,11 +223,16 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.RemoveChangefeed(cmd.Context(), args[0]); err != nil {
+			out, err := c.RemoveChangefeed(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			out := map[string]any{"version": api.SchemaVersion, "removed": args[0]}
-			return o.render(out, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s removed.\n", args[0]) })
+			return o.render(out, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Changefeed %s removed.\n", args[0])
+				if out.CleanupPending {
+					fmt.Fprintf(tw, "Its replication slot and publication are not dropped yet (%s); the coordinator retries until the database can be reached. Until then the slot holds WAL on the database's disk.\n", out.CleanupError)
+				}
+			})
 		},
 	}
 }

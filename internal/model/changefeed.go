@@ -221,3 +221,19 @@ type Barrier struct {
 	Writer  string `json:"writer"`
 	Written bool   `json:"written"`
 }
+
+// SourceCleanup is what a removed changefeed left upstream to release (a
+// PostgreSQL replication slot, which holds WAL until it is dropped, and
+// the publication cdcctl created): it is written with the removal and
+// deleted once the source is released, so a removal while the database
+// is unreachable is retried until it succeeds.
+type SourceCleanup struct {
+	Changefeed ChangefeedID `json:"changefeed"`
+	// Source is the changefeed's stored source URI (it names the slot
+	// and the publication).
+	Source    string    `json:"source"`
+	Since     time.Time `json:"since"`
+	Attempts  int       `json:"attempts,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	LastTry   time.Time `json:"last_try,omitzero"`
+}

@@ -71,6 +71,11 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
 		return model.ChangefeedInfo{}, fmt.Errorf("%w: %s", meta.ErrChangefeedExists, req.ID)
 	}
+	if cl, pending := st.Cleanups[model.ChangefeedID(req.ID)]; pending {
+		// The new changefeed's slot would have the same name as the one
+		// the cleanup is to drop.
+		return model.ChangefeedInfo{}, fmt.Errorf("%w: %s", ErrCleanupPending, cleanupText(cl.Record))
+	}
 
 	now := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -81,7 +86,9 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	defer func() {
 		if !created {
-			c.releaseSource(pinned.URI)
+			if err := c.releaseSource(pinned.URI); err != nil {
+				c.log.Warn("coordinator: a refused create could not release the source it pinned; drop its replication slot and publication yourself", "source", sources.Redact(pinned.URI), "err", err)
+			}
 		}
 	}()
 	src, err := sources.Open(ctx, pinned.URI, source.Env{Changefeed: model.ChangefeedID(req.ID), Log: c.log})
@@ -148,35 +155,60 @@ func mostPerTable(spans []model.Span) int {
 // RemoveChangefeed deletes a changefeed; its dispatchers and its reader
 // stop, then what its source holds upstream (a replication slot) is
 // released.
+//
+// A source that holds something upstream (a PostgreSQL slot) is recorded
+// as a cleanup in the same write as the removal, and released now if it
+// can be; if not (the database is unreachable), the error says so and
+// the coordinator retries until it is released (cleanups.go). The
+// changefeed is removed either way.
 func (c *Coordinator) RemoveChangefeed(ctx context.Context, term election.Term, id model.ChangefeedID) error {
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return err
 	}
 	e, ok := st.Changefeeds[id]
-	if err := c.store.RemoveChangefeed(ctx, term.Fence, id); err != nil {
+	var cleanup *model.SourceCleanup
+	if ok && sources.HoldsUpstream(e.Info.SourceURI) {
+		cleanup = &model.SourceCleanup{Changefeed: id, Source: e.Info.SourceURI, Since: time.Now().UTC()}
+	}
+	if err := c.store.RemoveChangefeed(ctx, term.Fence, id, cleanup); err != nil {
 		return err
 	}
-	if ok {
-		c.releaseSource(e.Info.SourceURI)
+	if cleanup == nil {
+		return nil
+	}
+	if err := c.releaseSource(cleanup.Source); err != nil {
+		c.log.Warn("coordinator: the removed changefeed's source is not released yet; retrying until it is", "changefeed", id, "source", sources.Redact(cleanup.Source), "err", err)
+		return &CleanupPendingError{Changefeed: id, Err: err}
+	}
+	if err := c.store.ForgetCleanup(ctx, term.Fence, id); err != nil {
+		c.log.Warn("coordinator: the removed changefeed's source is released, but its cleanup record stays until the next retry", "changefeed", id, "err", err)
 	}
 	return nil
 }
 
-// releaseWait bounds how long a removal waits for the changefeed's reader
-// to let go of its slot (it stops when its node sees the removal).
-const releaseWait = 20 * time.Second
+// CleanupPendingError says a changefeed was removed but what its source
+// holds upstream is not released yet: the coordinator retries.
+type CleanupPendingError struct {
+	Changefeed model.ChangefeedID
+	Err        error
+}
+
+func (e *CleanupPendingError) Error() string {
+	return fmt.Sprintf("changefeed %s removed, but its replication slot and publication are not dropped yet: %v", e.Changefeed, e.Err)
+}
+
+func (e *CleanupPendingError) Unwrap() error { return e.Err }
 
 // releaseSource releases what a source holds upstream, retrying while
-// its reader still holds it; if that does not happen in time it says
-// what is left for the operator to drop.
-func (c *Coordinator) releaseSource(uri string) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseWait)
+// its reader still holds it, for up to ReleaseWait.
+func (c *Coordinator) releaseSource(uri string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.ReleaseWait)
 	defer cancel()
 	var err error
 	for ctx.Err() == nil {
 		if err = sources.Remove(ctx, uri); err == nil {
-			return
+			return nil
 		}
 		t := time.NewTimer(500 * time.Millisecond)
 		select {
@@ -185,7 +217,7 @@ func (c *Coordinator) releaseSource(uri string) {
 		}
 		t.Stop()
 	}
-	c.log.Warn("coordinator: could not release the removed changefeed's source; drop its replication slot and publication yourself", "source", sources.Redact(uri), "err", err)
+	return err
 }
 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint

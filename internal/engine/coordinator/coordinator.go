@@ -40,6 +40,12 @@ type Coordinator struct {
 	// sink URI names no spool-dir (the agent's data directory).
 	SpoolDir string
 
+	// ReleaseWait bounds how long a removal waits to release what the
+	// changefeed's source holds upstream (its reader, stopping as its
+	// node sees the removal, may hold the slot a moment); CleanupEvery
+	// is how often a release that did not happen then is tried again.
+	ReleaseWait, CleanupEvery time.Duration
+
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.
 	submitting sync.Mutex
@@ -47,12 +53,22 @@ type Coordinator struct {
 
 // New returns a coordinator over a store and this node's view.
 func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
-	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second, Retention: DefaultRetention}
+	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second, Retention: DefaultRetention,
+		ReleaseWait: 20 * time.Second, CleanupEvery: 15 * time.Second}
 }
 
 // Lead runs for one term, until ctx ends or a write finds the term over.
 func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	mine := newSaved()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cctx, stopCleanups := context.WithCancel(ctx)
+	defer stopCleanups()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.retryCleanups(cctx, term)
+	}()
 	var pruned time.Time
 	for ctx.Err() == nil {
 		ch := c.view.Changed()

@@ -153,15 +153,27 @@ func (s *Store) createInSteps(ctx context.Context, fence Fence, id model.Changef
 // RemoveChangefeed deletes a changefeed (its progress record is under its
 // prefix), its routing table, its barriers and its partitions' states in
 // the etcd CheckpointStore.
-func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.ChangefeedID) error {
+//
+// cleanup, if not nil, is written in the same transaction: what the
+// changefeed's source holds upstream is then never forgotten, whatever
+// happens to the coordinator before it is released.
+func (s *Store) RemoveChangefeed(ctx context.Context, fence Fence, id model.ChangefeedID, cleanup *model.SourceCleanup) error {
+	ops := []clientv3.Op{
+		clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.keys.BarriersPrefix()+string(id)+"/", clientv3.WithPrefix()),
+		clientv3.OpDelete(s.keys.Checkpoint(id, ""), clientv3.WithPrefix()),
+	}
+	if cleanup != nil {
+		b, err := json.Marshal(cleanup)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(s.keys.Cleanup(id), string(b)))
+	}
 	tr, err := s.cli.Txn(ctx).
 		If(append(fence.cmps(), clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(id)), ">", 0))...).
-		Then(
-			clientv3.OpDelete(s.keys.ChangefeedPrefix(id), clientv3.WithPrefix()),
-			clientv3.OpDelete(s.keys.Partitions(id), clientv3.WithPrefix()),
-			clientv3.OpDelete(s.keys.BarriersPrefix()+string(id)+"/", clientv3.WithPrefix()),
-			clientv3.OpDelete(s.keys.Checkpoint(id, ""), clientv3.WithPrefix()),
-		).Commit()
+		Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("remove changefeed %s: %w", id, err)
 	}
@@ -498,4 +510,21 @@ func (s *Store) FinishDrain(ctx context.Context, fence Fence, st *State) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(lkey), "=", l.Revision))
 	}
 	return s.commit(ctx, cmps, ops...)
+}
+
+// SaveCleanup records another failed attempt at a source cleanup, if the
+// record is still at revision. A coordinator write.
+func (s *Store) SaveCleanup(ctx context.Context, fence Fence, c model.SourceCleanup, revision int64) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Cleanup(c.Changefeed)), "=", revision))
+	return s.commit(ctx, cmps, clientv3.OpPut(s.keys.Cleanup(c.Changefeed), string(b)))
+}
+
+// ForgetCleanup deletes a source cleanup that is done. A coordinator
+// write.
+func (s *Store) ForgetCleanup(ctx context.Context, fence Fence, id model.ChangefeedID) error {
+	return s.commit(ctx, fence.cmps(), clientv3.OpDelete(s.keys.Cleanup(id)))
 }

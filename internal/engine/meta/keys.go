@@ -98,6 +98,11 @@ func (k Keys) PartitionIDs() string { return k.root + "ids/partition" }
 // Drain holds the cluster's single DrainRecord (seed 000).
 func (k Keys) Drain() string { return k.root + "drain" }
 
+// CleanupsPrefix holds the sources removed changefeeds left to release
+// (model.SourceCleanup), by changefeed.
+func (k Keys) CleanupsPrefix() string               { return k.root + "cleanups/" }
+func (k Keys) Cleanup(cf model.ChangefeedID) string { return k.CleanupsPrefix() + string(cf) }
+
 type keyKind int
 
 const (
@@ -111,6 +116,7 @@ const (
 	kindDrain
 	kindPlan
 	kindPlanRequest
+	kindCleanup
 	kindTerm
 	kindTermMax
 )
@@ -138,6 +144,7 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.BarriersPrefix(), kindBarrier},
 		{k.PlansPrefix(), kindPlan},
 		{k.PlanRequestsPrefix(), kindPlanRequest},
+		{k.CleanupsPrefix(), kindCleanup},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {
 			return c.kind, rest

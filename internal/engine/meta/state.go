@@ -72,6 +72,8 @@ type State struct {
 	// does not know its shape), and the operators' requests, by plan id.
 	Plans        map[string]RawRecord
 	PlanRequests map[string]string
+	// Cleanups are the sources removed changefeeds have yet to release.
+	Cleanups map[model.ChangefeedID]CleanupEntry
 
 	// sorted caches SortedPartitions, per changefeed (changefeeds.go).
 	sortedMu *sync.Mutex
@@ -80,6 +82,12 @@ type State struct {
 	// owned are the inner maps this state copied since it was cloned:
 	// no published state shares them, so they change in place (mine).
 	owned map[ownedMap]bool
+}
+
+// CleanupEntry is a stored source cleanup and its revision.
+type CleanupEntry struct {
+	Record   model.SourceCleanup
+	Revision int64
 }
 
 // RawRecord is a stored value this package does not decode.
@@ -104,6 +112,7 @@ func newState(clusterID string) *State {
 
 		Plans:        map[string]RawRecord{},
 		PlanRequests: map[string]string{},
+		Cleanups:     map[model.ChangefeedID]CleanupEntry{},
 
 		sortedMu: &sync.Mutex{},
 		sorted:   map[model.ChangefeedID]sortedRoutes{},
@@ -155,6 +164,9 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.PlanRequests {
 		c.PlanRequests[k] = v
+	}
+	for k, v := range s.Cleanups {
+		c.Cleanups[k] = v
 	}
 	return c
 }
@@ -360,6 +372,13 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			delete(s.PlanRequests, rest)
 		} else {
 			s.PlanRequests[rest] = string(kv.Value)
+		}
+	case kindCleanup:
+		var c model.SourceCleanup
+		if deleted || json.Unmarshal(kv.Value, &c) != nil {
+			delete(s.Cleanups, model.ChangefeedID(rest))
+		} else {
+			s.Cleanups[model.ChangefeedID(rest)] = CleanupEntry{Record: c, Revision: kv.ModRevision}
 		}
 	}
 }

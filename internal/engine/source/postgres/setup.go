@@ -258,6 +258,12 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config) (pglogrepl.LSN,
 // one cdcctl named (a publication the operator named may serve others).
 func Remove(ctx context.Context, cfg Config) error {
 	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	var gone *pgconn.PgError
+	if errors.As(err, &gone) && gone.Code == "3D000" {
+		// The database was dropped, and with it its slots (PostgreSQL
+		// refuses to drop a database a slot is on) and publications.
+		return nil
+	}
 	if err != nil {
 		return explain(cfg, err)
 	}

@@ -95,6 +95,13 @@ func Remove(ctx context.Context, uri string) error {
 	return nil
 }
 
+// HoldsUpstream says whether a changefeed of this source keeps something
+// upstream that its removal must release (Remove).
+func HoldsUpstream(uri string) bool {
+	s, err := scheme(uri)
+	return err == nil && s == "postgres"
+}
+
 // Inspect reports on the upstream side of a changefeed; nil for sources
 // with nothing to say (gen).
 func Inspect(ctx context.Context, uri string) (*source.Status, error) {

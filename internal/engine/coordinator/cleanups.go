@@ -1,0 +1,85 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// ErrCleanupPending refuses a changefeed whose name a removed one still
+// has a source cleanup under.
+var ErrCleanupPending = errors.New("a removed changefeed of this name still holds its replication slot")
+
+// cleanupTry bounds one attempt at one source.
+const cleanupTry = 10 * time.Second
+
+// retryCleanups releases, every c.CleanupEvery for the term, the sources
+// removed changefeeds left behind (a PostgreSQL that was unreachable at
+// the removal): a slot not dropped holds WAL on the database's disk for
+// ever. Each attempt is recorded (attempts, the last error), and a
+// release deletes the record. It runs beside the term's loop: an
+// unreachable database costs its attempt's timeout there, not here.
+func (c *Coordinator) retryCleanups(ctx context.Context, term election.Term) {
+	t := time.NewTicker(c.CleanupEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := c.view.State()
+		var wg sync.WaitGroup
+		for id, e := range st.Cleanups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.retryCleanup(ctx, term, id, e)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id model.ChangefeedID, e meta.CleanupEntry) {
+	rec := e.Record
+	tctx, cancel := context.WithTimeout(ctx, cleanupTry)
+	err := sources.Remove(tctx, rec.Source)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		if ferr := c.store.ForgetCleanup(ctx, term.Fence, id); ferr == nil {
+			c.log.Info("coordinator: a removed changefeed's replication slot and publication are released", "changefeed", id, "attempts", rec.Attempts+1, "pending_for", time.Since(rec.Since).Round(time.Second))
+		}
+		return
+	}
+	rec.Attempts++
+	rec.LastError, rec.LastTry = err.Error(), time.Now().UTC()
+	if serr := c.store.SaveCleanup(ctx, term.Fence, rec, e.Revision); serr != nil && !errors.Is(serr, meta.ErrStale) {
+		c.log.Warn("coordinator: could not record a source cleanup's attempt", "changefeed", id, "err", serr)
+	}
+	// Every attempt for the first few, then one in twenty (every five
+	// minutes by default): a database down for a day must not fill the
+	// log.
+	if rec.Attempts <= 3 || rec.Attempts%20 == 0 {
+		c.log.Warn("coordinator: a removed changefeed's replication slot is not released yet; retrying", "changefeed", id, "source", sources.Redact(rec.Source), "attempts", rec.Attempts, "err", err)
+	}
+}
+
+// cleanupText describes a pending cleanup for an error.
+func cleanupText(rec model.SourceCleanup) string {
+	s := fmt.Sprintf("changefeed %s was removed at %s and its source %s is not released yet", rec.Changefeed, rec.Since.Format(time.RFC3339), sources.Redact(rec.Source))
+	if rec.LastError != "" {
+		s += fmt.Sprintf(" (%d attempts; last: %s)", rec.Attempts, rec.LastError)
+	}
+	return s + "; the coordinator retries until the database can be reached: wait, or choose another name"
+}
