@@ -317,6 +317,12 @@ func decode(resp *http.Response, out any) error {
 		e := &Error{}
 		if json.Unmarshal(data, e) != nil || e.Code == "" {
 			e = &Error{Code: codeOfStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))}
+			if resp.StatusCode == http.StatusBadRequest && strings.Contains(string(data), "HTTP request to an HTTPS server") {
+				// Go's TLS listener answers plain HTTP so, before our
+				// handler sees the request.
+				e.Message = fmt.Sprintf("%s serves HTTPS (its agents run with TLS), and this request was plain HTTP", resp.Request.URL.Host)
+				e.Hint = fmt.Sprintf("use https://%s in --server or CDCCTL_SERVER, with --ca-file (or CDCCTL_CA_FILE) naming the CA that signed its certificate", resp.Request.URL.Host)
+			}
 		}
 		return e
 	}

@@ -160,3 +160,22 @@ func TestReadsMoveOnFromAnAgentThatDoesNotAnswer(t *testing.T) {
 		t.Fatalf("the agent that does not answer was asked %d times; want once, then the answering one first", n)
 	}
 }
+
+// Plain HTTP to an agent serving HTTPS: Go's TLS listener answers 400
+// before any handler; the client says what to change.
+func TestPlainHTTPToATLSAgentSaysUseHTTPS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, &Status{Version: 1})
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	c, err := NewClient([]string{"http://" + host}, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Status(context.Background())
+	var ae *Error
+	if !errors.As(err, &ae) || !strings.Contains(ae.Message, host+" serves HTTPS") || !strings.Contains(ae.Hint, "use https://"+host) || !strings.Contains(ae.Hint, "--ca-file") {
+		t.Fatalf("plain HTTP to a TLS agent: %#v", err)
+	}
+}

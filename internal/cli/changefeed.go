@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -151,11 +153,28 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// How many tables the partitions cover: the count asked per
+			// table at creation is a starting point (an empty table is one
+			// partition; splits add more).
+			tables := 0
+			if o.output() == formatTable || o.output() == formatWide {
+				if parts, err := c.Partitions(cmd.Context(), cf.ID, ""); err == nil {
+					seen := map[string]bool{}
+					for _, p := range parts.Partitions {
+						seen[p.Table] = true
+					}
+					tables = len(seen)
+				}
+			}
 			return o.render(cf, func(tw tableWriter) {
 				fmt.Fprintf(tw, "ID:\t%s\nState:\t%s\n", cf.ID, cf.State)
 				fmt.Fprintf(tw, "Checkpoint:\t%d (%s, lag %s)\n", cf.CheckpointTs, model.Ts(cf.CheckpointTs).Time().Format(time.RFC3339Nano), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
 				fmt.Fprintf(tw, "Maintainer:\t%s (epoch %d)\n", orNone(cf.Maintainer), cf.MaintainerEpoch)
-				fmt.Fprintf(tw, "Partitions:\t%d (%d per table)\n", cf.Partitions, cf.PartitionsPerTable)
+				if tables > 0 {
+					fmt.Fprintf(tw, "Partitions:\t%d in %d %s (created with %d per table)\n", cf.Partitions, tables, plural(tables, "table", "tables"), cf.PartitionsPerTable)
+				} else {
+					fmt.Fprintf(tw, "Partitions:\t%d (created with %d per table)\n", cf.Partitions, cf.PartitionsPerTable)
+				}
 				created := cf.CreatedAt.Format(time.RFC3339)
 				if cf.CreatedBy != "" {
 					created += " by " + cf.CreatedBy
@@ -216,12 +235,33 @@ func newChangefeedStateCommand(o *options, verb string) *cobra.Command {
 }
 
 func newChangefeedRemoveCommand(o *options) *cobra.Command {
-	return &cobra.Command{
-		Use: "remove NAME", Aliases: []string{"rm"}, Short: "Remove a changefeed (its sink's data stays)", Args: exactArgs(1, "the changefeed's name"),
+	var yes bool
+	cmd := &cobra.Command{
+		Use: "remove NAME [--yes]", Aliases: []string{"rm"}, Short: "Remove a changefeed (its sink's data stays; a database source's slot and publication are dropped)", Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
+			}
+			if !yes {
+				// Like every destructive command: asked on a terminal,
+				// --yes in scripts. What goes is named first.
+				if !isTerminal(o.in) {
+					return withExit(ExitError, fmt.Errorf("refusing to remove changefeed %s without --yes: stdin is not a terminal; run again with --yes", args[0]))
+				}
+				cf, err := c.Changefeed(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.out, "Changefeed %s: %s into %s, %d partitions, lag %s.\n", cf.ID, cf.Source, cf.Sink, cf.Partitions, time.Duration(cf.CheckpointLagMs)*time.Millisecond)
+				if cf.SourceStatus != nil && cf.SourceStatus.Slot != "" {
+					fmt.Fprintf(o.out, "Its replication slot %s is dropped: a changefeed created again starts from scratch.\n", cf.SourceStatus.Slot)
+				}
+				fmt.Fprintf(o.out, "Remove it (the sink's data stays)? [y/N] ")
+				answer, _ := bufio.NewReader(o.in).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+					return withExit(ExitCancelled, fmt.Errorf("remove changefeed %s: not approved; nothing changed", args[0]))
+				}
 			}
 			out, err := c.RemoveChangefeed(cmd.Context(), args[0])
 			if err != nil {
@@ -235,6 +275,8 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "remove without asking (scripts)")
+	return cmd
 }
 
 func newChangefeedWaitCommand(o *options) *cobra.Command {
@@ -338,4 +380,12 @@ func incidentLine(in model.Incident) string {
 		what += ": " + in.Err
 	}
 	return in.Time.Format(time.RFC3339) + "  " + what
+}
+
+// plural picks a noun's form for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

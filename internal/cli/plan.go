@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,6 +78,11 @@ func newPlanShowCommand(o *options) *cobra.Command {
 				return err
 			}
 			if _, serr := os.Stat(args[0]); serr != nil {
+				if looksLikeFile(args[0]) {
+					// A plan id has no '/' and no extension: the
+					// agent would only say it has no such endpoint.
+					return usageErr(fmt.Errorf("read the plan: %w (a file from --plan-out; a submitted plan is shown by its id: cdcctl plan list)", serr))
+				}
 				rec, err := c.Plan(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -164,4 +171,10 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 	cmd.Flags().BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
 	f.registerSubmit(cmd, 30*time.Minute)
 	return cmd
+}
+
+// looksLikeFile says an argument names a file rather than a plan id.
+func looksLikeFile(arg string) bool {
+	ext := strings.ToLower(filepath.Ext(arg))
+	return strings.ContainsAny(arg, `/\`) || ext == ".json" || ext == ".yaml" || ext == ".yml"
 }

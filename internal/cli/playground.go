@@ -68,6 +68,7 @@ otherwise by running cdcctl itself as the agent.`,
 	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
+	f.BoolVar(&cfg.Fresh, "fresh", false, "start anew: remove what an earlier run left in --dir (etcd's data with its changefeeds and plans, the agents' data and logs, the demo databases, keys, and the sinks under the default --sink-root)")
 	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")
 	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture; etcd on TLS asking for them) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
 	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir/sinks; never --dir itself, which holds the keys and etcd's data)")

@@ -152,7 +152,7 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep verify.Repor
 			}
 		} else {
 			fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
-			fmt.Fprintf(tw, "Events expected / read:\t%d / %d\n", rep.Expected, rep.Events)
+			fmt.Fprintf(tw, "Events expected / read:\t%d / %d (%d committed after the checked point, %d duplicates)\n", rep.Expected, rep.Events, rep.Beyond, rep.Duplicates)
 			fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
 		}
 		for _, ex := range rep.Examples {

@@ -51,7 +51,11 @@ type Config struct {
 	// Secure gives the captures TLS (a private CA in Dir/secure) and
 	// tokens (an admin and a viewer token there).
 	Secure bool
-	Out    io.Writer // the operator's terminal
+	// Fresh clears what an earlier run left in Dir (etcd's data with
+	// its changefeeds and plans, the agents' data, the demo databases,
+	// keys, sinks under the default root) before starting.
+	Fresh bool
+	Out   io.Writer // the operator's terminal
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
@@ -98,6 +102,8 @@ type State struct {
 	CAFile          string `json:"ca_file,omitempty"`
 	AdminTokenFile  string `json:"admin_token_file,omitempty"`
 	ViewerTokenFile string `json:"viewer_token_file,omitempty"`
+	// Reused: the cluster state is an earlier run's in the same Dir.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // Capture is one agent process of the playground.
@@ -128,9 +134,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Fresh {
+		if err := clearEarlierRun(dir, cfg); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create playground directory: %w", err)
 	}
+	// An earlier run's etcd is kept: its changefeeds, plans and drained
+	// captures come back. Said in the banner, with the way out.
+	_, statErr := os.Stat(filepath.Join(dir, "etcd"))
+	reused := statErr == nil
 	for i := 0; i <= cfg.Nodes; i++ {
 		if err := portFree(cfg.PortBase + i); err != nil {
 			return fmt.Errorf("port %d is taken (%v); stop whatever uses it, or pick other ports with --port-base", cfg.PortBase+i, err)
@@ -215,7 +230,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid(), ElectionPID: electionPID}
+	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid(), ElectionPID: electionPID, Reused: reused}
 	if cfg.ElectionDSN != "" {
 		st.ElectionDSN = redactPassword(cfg.ElectionDSN)
 	}
@@ -473,6 +488,9 @@ func printBanner(w io.Writer, st State) {
 		etcd += " (TLS; it asks for a client certificate of the CA)"
 	}
 	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), etcd)
+	if st.Reused {
+		fmt.Fprintf(w, "  (the cluster state of an earlier run in %s: its changefeeds and plans are back; --fresh starts anew)\n", st.Dir)
+	}
 	for _, c := range st.Captures {
 		fmt.Fprintf(w, "  %-10s %-16s pid %-7d log %s\n", c.ID, c.Address, c.PID, c.Log)
 	}
@@ -511,4 +529,22 @@ func printBanner(w io.Writer, st State) {
 	fmt.Fprintln(w, "                   # and its partitions move after the session TTL; after a resign, kill the PID capture list marks *")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")
+}
+
+// clearEarlierRun removes what a playground writes in dir, and nothing
+// else: dir may be one the operator named, holding other files.
+func clearEarlierRun(dir string, cfg Config) error {
+	names := []string{"etcd", "postgres", "mariadb", "secure", "playground.json"}
+	if cfg.SinkRoot == "" {
+		names = append(names, "sinks")
+	}
+	for i := 1; i <= 9; i++ {
+		names = append(names, fmt.Sprintf("capture-%d", i), fmt.Sprintf("capture-%d.log", i))
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("--fresh: %w", err)
+		}
+	}
+	return nil
 }

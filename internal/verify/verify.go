@@ -36,7 +36,11 @@ type Report struct {
 	// Events is the number of rows read from the sink.
 	Events uint64 `json:"events"`
 	// Expected is the number of versions that must be present.
-	Expected   uint64 `json:"expected"`
+	Expected uint64 `json:"expected"`
+	// Beyond counts the rows read that committed after the checked
+	// point (the sink runs ahead of it): read = expected + beyond +
+	// duplicates (+ unknown) when nothing is lost.
+	Beyond     uint64 `json:"beyond"`
 	Lost       uint64 `json:"lost"`
 	Duplicates uint64 `json:"duplicates"`
 	OutOfOrder uint64 `json:"out_of_order"`
@@ -122,6 +126,9 @@ func (c *Checker) Observe(r Row) {
 		st.counts = append(st.counts, 0)
 	}
 	n := &st.counts[r.Version-1]
+	if *n == 0 && r.CommitTs > c.upTo {
+		c.report.Beyond++ // a first copy: a later one is a duplicate
+	}
 	if *n > 0 {
 		c.report.Duplicates++
 	} else if r.Version < st.maxSeen {

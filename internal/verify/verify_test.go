@@ -105,6 +105,13 @@ func TestRowsAfterTheCheckpointAreAllowedNotRequired(t *testing.T) {
 	if rep := c.Report(); !rep.OK || rep.Events != uint64(len(all)) || rep.Expected >= rep.Events {
 		t.Fatalf("%+v", rep)
 	}
+	// What was read beyond what was expected is accounted for: the rows
+	// after the checkpoint, and duplicates (a row read twice is a
+	// duplicate, not a second row beyond).
+	c.Observe(rowOf(all[len(all)-1]))
+	if rep := c.Report(); rep.Events != rep.Expected+rep.Beyond+rep.Duplicates || rep.Beyond == 0 || rep.Duplicates != 1 {
+		t.Fatalf("read %d = expected %d + beyond %d + duplicates %d?", rep.Events, rep.Expected, rep.Beyond, rep.Duplicates)
+	}
 	// Only up to the checkpoint: still complete.
 	c = NewChecker(g, model.TsFromMillis(start+2000))
 	for _, e := range all {
