@@ -46,6 +46,12 @@ type canalTiDB struct {
 // csvNull is how TiCDC's CSV writes SQL NULL.
 const csvNull = `\N`
 
+// CSVUnchanged is what the CSV protocol writes for a value the upstream
+// did not send because an update left it unchanged (PostgreSQL's TOASTed
+// columns under the default replica identity). An empty field would be a
+// real empty string; a consumer keeps the value it has (docs/sinks.md).
+const CSVUnchanged = "__cdcctl_unchanged_toast__"
+
 // csvOp is TiCDC's CSV operation column.
 func csvOp(op source.Op) string {
 	switch op {
@@ -91,6 +97,8 @@ func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) er
 		for _, v := range img {
 			if v.Null {
 				rec = append(rec, csvNull)
+			} else if v.Unchanged {
+				rec = append(rec, CSVUnchanged)
 			} else {
 				rec = append(rec, v.Text)
 			}

@@ -113,6 +113,20 @@ func TestCSVOperationsAndNulls(t *testing.T) {
 	if buf.String() != want {
 		t.Fatalf("csv:\n%s\nwant:\n%s", buf.String(), want)
 	}
+	// An unchanged TOASTed value is the marker, never an empty string
+	// (which the next row's real '' is).
+	buf.Reset()
+	for _, last := range []source.Value{{Unchanged: true}, source.Text("")} {
+		e := source.Event{Kind: source.KindDML, Op: source.OpUpdate, Table: "shop.orders", Def: orders, CommitTs: 8,
+			New: []source.Value{source.Text("eu"), source.Text("42"), source.Null, source.Text("t"), last}}
+		if err := EncodeRow(&buf, ProtocolCSV, "sinkdb", &e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = "U,orders,shop,8,eu,42,\\N,t," + CSVUnchanged + "\nU,orders,shop,8,eu,42,\\N,t,\n"
+	if buf.String() != want {
+		t.Fatalf("csv with an unchanged value:\n%s\nwant:\n%s", buf.String(), want)
+	}
 }
 
 func TestARowWithoutItsDefinitionIsRefused(t *testing.T) {

@@ -370,11 +370,11 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
-		return s.part(s.row(m.RelationID, source.OpInsert, m.Tuple, nil))
+		return s.part(s.row(m.RelationID, source.OpInsert, m.Tuple, nil, false))
 	case *pglogrepl.UpdateMessage:
-		return s.part(s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple))
+		return s.part(s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple, m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld))
 	case *pglogrepl.DeleteMessage:
-		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple))
+		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple, m.OldTupleType == pglogrepl.DeleteMessageTupleTypeOld))
 	case *pglogrepl.TruncateMessage:
 		if err := s.truncate(m); err != nil || len(s.erase) == 0 {
 			return Item{}, false, err

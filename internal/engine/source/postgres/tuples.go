@@ -14,8 +14,10 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// row decodes one row change into the open transaction.
-func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.TupleData) error {
+// row decodes one row change into the open transaction. wholeOld says
+// the old tuple is the whole old row (REPLICA IDENTITY FULL), not only
+// its key.
+func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.TupleData, wholeOld bool) error {
 	rel, ok := s.rels[relID]
 	if !ok {
 		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
@@ -40,6 +42,18 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	if oldTuple != nil {
 		if e.Old, err = values(oldTuple, len(def.Columns)); err != nil {
 			return err
+		}
+	}
+	if op == source.OpUpdate && wholeOld && e.Old != nil && e.New != nil {
+		// An unchanged TOASTed column is not in the new tuple; under
+		// REPLICA IDENTITY FULL the old tuple is the whole old row
+		// (PostgreSQL flattens its TOASTed values), so it has the value,
+		// which is the new one too. (A key-only old tuple sends its other
+		// columns as NULL: nothing to take from it.)
+		for i := range e.New {
+			if e.New[i].Unchanged && !e.Old[i].Unchanged {
+				e.New[i] = e.Old[i]
+			}
 		}
 	}
 	if op == source.OpDelete && e.Old == nil {
