@@ -15,8 +15,26 @@ import (
 type catalog struct {
 	conn *pgx.Conn
 
-	mu    sync.Mutex
-	types map[uint32]string // type oid -> typname
+	mu      sync.Mutex
+	types   map[uint32]string // type oid -> typname
+	version int               // server_version_num, once read
+}
+
+// serverVersion is the server's server_version_num.
+func (c *catalog) serverVersion(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	v := c.version
+	c.mu.Unlock()
+	if v != 0 {
+		return v, nil
+	}
+	if err := c.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	c.version = v
+	c.mu.Unlock()
+	return v, nil
 }
 
 func openCatalog(ctx context.Context, connString string) (*catalog, error) {
@@ -70,9 +88,20 @@ func withModifier(name string, typmod int32) string {
 }
 
 // tableDef reads a table's current definition: columns in order, their
-// types, nullability and primary-key positions.
+// types, nullability and primary-key positions. Stored generated columns
+// are not among them: pgoutput does not send them (before PostgreSQL 18,
+// and not by default after), so the replicated table has none; counting
+// them made every row look like a schema change that dropped them.
 func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.TableDef, error) {
 	schema, table := source.SplitQualifiedName(qualified)
+	version, err := c.serverVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	notGenerated := ""
+	if version >= 120000 {
+		notGenerated = " AND a.attgenerated = ''"
+	}
 	rows, err := c.conn.Query(ctx, `
 SELECT a.attname, t.typname, a.atttypmod, NOT a.attnotnull,
        COALESCE(array_position(string_to_array(i.indkey::text, ' ')::int2[], a.attnum), 0)
@@ -81,7 +110,7 @@ JOIN pg_class r ON r.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = r.relnamespace
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
-WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped`+notGenerated+`
 ORDER BY a.attnum`, schema, table)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -45,13 +46,13 @@ func (r *TableReader) Snapshot(ctx context.Context, tables []string) (time.Time,
 	}
 	defer conn.Close(context.Background())
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
-	defs := map[string][]string{}
+	defs := map[string]*source.TableDef{}
 	for _, t := range tables {
 		def, err := cat.tableDef(ctx, t)
 		if err != nil {
 			return time.Time{}, nil, err
 		}
-		defs[t] = def.KeyNames()
+		defs[t] = def
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -74,8 +75,11 @@ func (r *TableReader) Snapshot(ctx context.Context, tables []string) (time.Time,
 	return at, out, nil
 }
 
-func readRows(ctx context.Context, tx pgx.Tx, table string, keys []string) (map[string]map[string]*string, error) {
-	rows, err := tx.Query(ctx, "SELECT * FROM "+quoteQualified(table))
+// readRows reads a table's replicated columns (not its generated ones,
+// which the sink never has).
+func readRows(ctx context.Context, tx pgx.Tx, table string, def *source.TableDef) (map[string]map[string]*string, error) {
+	keys := def.KeyNames()
+	rows, err := tx.Query(ctx, "SELECT "+columnList(def)+" FROM "+quoteQualified(table))
 	if err != nil {
 		return nil, err
 	}
