@@ -122,6 +122,11 @@ func TestDeployFilesReadRealMetrics(t *testing.T) {
 		}
 		missing = missing[:0]
 		for n := range names {
+			// A database changefeed's slot series needs a database: this
+			// cluster replicates the generator.
+			if n == "cdcctl_source_retained_bytes" {
+				continue
+			}
 			if !exported[n] {
 				missing = append(missing, n)
 			}

@@ -38,6 +38,7 @@ type metrics struct {
 	liveness         *prometheus.GaugeVec
 	nodes            prometheus.Gauge
 	cleanupsPending  prometheus.Gauge
+	slotRetained     *prometheus.GaugeVec
 	incarnations     prometheus.Counter
 	checkpointLag    *prometheus.GaugeVec
 	changefeedState  *prometheus.GaugeVec
@@ -149,6 +150,10 @@ func newMetrics() *metrics {
 			Namespace: "cdcctl", Subsystem: "source", Name: "cleanups_pending",
 			Help: "Removed changefeeds whose replication slot the coordinator has not dropped yet (the database was unreachable); each holds WAL upstream.",
 		}),
+		slotRetained: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "source", Name: "retained_bytes",
+			Help: "WAL the replication slot of a database changefeed retains upstream (PostgreSQL), in bytes; read every 30 s by the capture maintaining it.",
+		}, []string{"changefeed"}),
 		incarnations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cdcctl", Subsystem: "cluster", Name: "joins_total",
 			Help: "Times this process joined the cluster (more than 1 means its session was lost and renewed).",
@@ -205,7 +210,7 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
-	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.incarnations,
+	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.slotRetained, m.incarnations,
 		m.checkpointLag, m.changefeedState, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)

@@ -416,7 +416,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{view.Run, runner.Run, host.Run, func(c context.Context) error { n.followView(c, view, manager); return nil },
-		func(c context.Context) error { marks.Run(c); return nil }} {
+		func(c context.Context) error { marks.Run(c); return nil }, func(c context.Context) error { n.watchSlots(c, view); return nil }} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
