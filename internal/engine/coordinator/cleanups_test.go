@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
@@ -47,12 +50,7 @@ func TestARemovalWhilePostgresIsDownDropsTheSlotOnceItIsBack(t *testing.T) {
 
 	_, cli := etcdtest.Start(t)
 	store := meta.NewStore(cli, "test")
-	key := store.Keys().ElectionPrefix() + "capture-1"
-	put, err := cli.Put(ctx, key, "capture-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	term := election.Term{Leader: "capture-1", Fence: meta.Fence{Key: key, CreateRevision: put.Header.Revision}}
+	term := leaderTerm(t, cli, store, "capture-1")
 	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
 	vctx, stopView := context.WithCancel(ctx)
 	defer stopView()
@@ -123,4 +121,16 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 			t.Fatalf("%s: not within %s", what, d)
 		}
 	}
+}
+
+// leaderTerm makes node the coordinator as its election would: its
+// election key, and the term fenced on it.
+func leaderTerm(t *testing.T, cli *clientv3.Client, store *meta.Store, node model.NodeID) election.Term {
+	t.Helper()
+	key := store.Keys().ElectionPrefix() + string(node)
+	put, err := cli.Put(context.Background(), key, string(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return election.Term{Leader: node, Fence: meta.Fence{Key: key, CreateRevision: put.Header.Revision}}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
-	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -32,12 +31,7 @@ func TestADrainThatFinishedBeforeItsRequestAnsweredIsNotRefused(t *testing.T) {
 	if err := store.RegisterNode(ctx, model.NodeInfo{ID: "capture-2", Address: "capture-2"}, lease.ID, meta.Previous{}); err != nil {
 		t.Fatal(err)
 	}
-	key := store.Keys().ElectionPrefix() + "capture-1"
-	put, err := cli.Put(ctx, key, "capture-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	term := election.Term{Leader: "capture-1", Fence: meta.Fence{Key: key, CreateRevision: put.Header.Revision}}
+	term := leaderTerm(t, cli, store, "capture-1")
 	c := New(store, cluster.NewView(store, slog.New(slog.DiscardHandler)), slog.New(slog.DiscardHandler))
 
 	before, err := store.Load(ctx) // what the request read
