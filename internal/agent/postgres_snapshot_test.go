@@ -189,6 +189,19 @@ func TestPostgresSnapshotResumesAfterACrash(t *testing.T) {
 			return plan.Move(s, orders.ID, victim, plan.DefaultCosts)
 		})
 	}
+	// The keyless table's partition runs elsewhere: a crash in the middle
+	// of its copy copies it again whole (at-least-once, docs/postgres.md),
+	// which is not what this test is about; where it ran was chance.
+	if events := tc.partitionFrom("pg", "public.events", ""); events.Node == victim {
+		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) {
+			for _, n := range s.Nodes {
+				if n.Info.ID != victim && n.Liveness == model.LivenessAlive {
+					return plan.Move(s, events.ID, n.Info.ID, plan.DefaultCosts)
+				}
+			}
+			return nil, fmt.Errorf("no other capture for %s", events.ID)
+		})
+	}
 	var saved model.CopyProgress
 	tc.eventually("the partition to save some of its copy", 30*time.Second, func() bool {
 		saved = tc.state().Progress["pg"][orders.ID].Progress.Copy
