@@ -18,34 +18,32 @@ const slotsEvery = 30 * time.Second
 // that a slot holding back more and more WAL (a changefeed paused, failing
 // or far behind) raises an alert before the database's disk fills.
 func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
-	shown := map[model.ChangefeedID]bool{}
+	var shown map[model.ChangefeedID]bool // the changefeeds of the last round
 	t := time.NewTicker(slotsEvery)
 	defer t.Stop()
 	for {
 		st := view.State()
-		now := map[model.ChangefeedID]bool{}
+		mine := map[model.ChangefeedID]bool{}
 		for id, e := range st.Changefeeds {
 			if e.Maintainer.Node != n.ID() || !sources.HoldsUpstream(e.Info.SourceURI) {
 				continue
 			}
+			mine[id] = true
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			ss, err := sources.Inspect(ictx, e.Info.SourceURI)
 			cancel()
-			if err != nil || ss == nil {
-				continue // unreachable: the last value stays, the changefeed's error says why
+			// Unreachable: the last value stays, and the changefeed's
+			// error says why.
+			if err == nil && ss != nil {
+				n.metrics.slotRetained.WithLabelValues(string(id)).Set(float64(ss.RetainedBytes))
 			}
-			n.metrics.slotRetained.WithLabelValues(string(id)).Set(float64(ss.RetainedBytes))
-			now[id] = true
 		}
 		for id := range shown {
-			if _, still := st.Changefeeds[id]; !still || st.Changefeeds[id].Maintainer.Node != n.ID() {
+			if !mine[id] { // removed, or maintained elsewhere now
 				n.metrics.slotRetained.DeleteLabelValues(string(id))
-				delete(shown, id)
 			}
 		}
-		for id := range now {
-			shown[id] = true
-		}
+		shown = mine
 		select {
 		case <-ctx.Done():
 			return
