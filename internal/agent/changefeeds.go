@@ -170,6 +170,9 @@ func engineError(err error, id string) error {
 	case errors.Is(err, coordinator.ErrCleanupPending):
 		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
 			strings.TrimPrefix(err.Error(), coordinator.ErrCleanupPending.Error()+": "))
+	case errors.Is(err, coordinator.ErrNotPaused):
+		return api.Errorf(api.CodeConflict, "cdcctl changefeed pause "+id+"; then update; then cdcctl changefeed resume "+id, "%s",
+			strings.TrimPrefix(err.Error(), coordinator.ErrNotPaused.Error()+": "))
 	case errors.Is(err, meta.ErrChangefeedNotFound):
 		return notFound(id)
 	case errors.Is(err, meta.ErrFenced):
@@ -199,6 +202,28 @@ func (b backend) CreateChangefeed(ctx context.Context, req api.ChangefeedCreateR
 		return nil, engineError(err, req.ID)
 	}
 	return b.Changefeed(ctx, string(info.ID))
+}
+
+func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.ChangefeedUpdateRequest) (*api.ChangefeedUpdateResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, DryRun: req.DryRun, By: userOf(ctx)})
+	if err != nil {
+		return nil, engineError(err, id)
+	}
+	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: req.DryRun, Tables: res.Tables,
+		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At)}
+	for i, sp := range res.AddedSpans {
+		start, end := sp.Bounds()
+		p := api.Partition{Changefeed: id, Table: sp.Table, Start: start, End: end, Status: string(model.PartitionActive)}
+		if i < len(res.AddedPartitions) {
+			p.ID = res.AddedPartitions[i]
+		}
+		out.AddedPartitions = append(out.AddedPartitions, p)
+	}
+	return out, nil
 }
 
 func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool) (*api.ChangefeedResponse, error) {

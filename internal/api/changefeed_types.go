@@ -14,6 +14,30 @@ type ChangefeedCreateRequest struct {
 	PartitionsPerTable int    `json:"partitions_per_table,omitempty"`
 }
 
+// ChangefeedUpdateRequest is the body of PATCH /api/v2/changefeeds/{id}:
+// the tables the paused changefeed replicates from now on.
+type ChangefeedUpdateRequest struct {
+	Tables []string `json:"tables"`
+	// DryRun checks and computes the change and writes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// ChangefeedUpdateResponse says what an update did, or would do.
+type ChangefeedUpdateResponse struct {
+	Version    int      `json:"version"`
+	Changefeed string   `json:"changefeed"`
+	DryRun     bool     `json:"dry_run,omitempty"`
+	Tables     []string `json:"tables"`
+	Added      []string `json:"added,omitempty"`
+	Removed    []string `json:"removed,omitempty"`
+	// AddedPartitions are the added tables' partitions (no ids in a dry
+	// run); RemovedPartitions, the ids of the removed tables'.
+	AddedPartitions   []Partition `json:"added_partitions,omitempty"`
+	RemovedPartitions []string    `json:"removed_partitions,omitempty"`
+	// At is the changefeed's checkpoint, where the added tables begin.
+	At uint64 `json:"at"`
+}
+
 // Changefeed is one changefeed as operators see it.
 type Changefeed struct {
 	ID                 string    `json:"id"`

@@ -170,6 +170,12 @@ func (c *Client) RemoveChangefeed(ctx context.Context, id string) (*RemoveRespon
 	return &out, c.do(ctx, http.MethodDelete, "/api/v2/changefeeds/"+url.PathEscape(id), nil, &out)
 }
 
+// UpdateChangefeed is PATCH /api/v2/changefeeds/{id}.
+func (c *Client) UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error) {
+	var out ChangefeedUpdateResponse
+	return &out, c.do(ctx, http.MethodPatch, "/api/v2/changefeeds/"+url.PathEscape(id), req, &out)
+}
+
 // Partitions is GET /api/v2/partitions, optionally filtered.
 func (c *Client) Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error) {
 	q := url.Values{}

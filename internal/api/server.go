@@ -34,6 +34,7 @@ type Backend interface {
 	CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error)
 	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error)
+	UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error)
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
 	Partition(ctx context.Context, id string) (*PartitionResponse, error)
 	// Drain starts draining a capture (on the coordinator).
@@ -122,6 +123,7 @@ func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption)
 	mux.HandleFunc("POST /api/v2/changefeeds/{id}/pause", s.onCoordinator(s.pauseChangefeed(true)))
 	mux.HandleFunc("POST /api/v2/changefeeds/{id}/resume", s.onCoordinator(s.pauseChangefeed(false)))
 	mux.HandleFunc("DELETE /api/v2/changefeeds/{id}", s.onCoordinator(s.removeChangefeed))
+	mux.HandleFunc("PATCH /api/v2/changefeeds/{id}", s.onCoordinator(s.updateChangefeed))
 	mux.HandleFunc("GET /api/v2/partitions", func(w http.ResponseWriter, r *http.Request) {
 		cf, node := r.URL.Query().Get("changefeed"), r.URL.Query().Get("node")
 		reply(w, func(ctx context.Context) (*PartitionList, error) { return s.b.Partitions(ctx, cf, node) })(r.Context())
@@ -305,6 +307,20 @@ func (s *server) pauseChangefeed(paused bool) http.HandlerFunc {
 			return s.b.SetChangefeedPaused(ctx, id, paused)
 		})(r.Context())
 	}
+}
+
+func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
+	var req ChangefeedUpdateRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(req.Tables) == 0 {
+		writeError(w, Errorf(CodeBadRequest, `send {"tables": ["public.orders", ...]}, every table the changefeed replicates from now on`, "an update names the changefeed's tables"))
+		return
+	}
+	id := r.PathValue("id")
+	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) { return s.b.UpdateChangefeed(ctx, id, req) })(r.Context())
 }
 
 func (s *server) removeChangefeed(w http.ResponseWriter, r *http.Request) {

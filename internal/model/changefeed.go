@@ -21,7 +21,8 @@ func ValidateChangefeedID(id string) error {
 }
 
 // ChangefeedInfo is a changefeed's configuration; it does not change
-// while the changefeed runs.
+// while the changefeed runs (changefeed update changes its tables while
+// it is paused).
 type ChangefeedInfo struct {
 	ID        ChangefeedID `json:"id"`
 	SourceURI string       `json:"source"` // with its start pinned
@@ -34,6 +35,15 @@ type ChangefeedInfo struct {
 	// CreatedBy is the user whose token created it (agents that check
 	// tokens).
 	CreatedBy string `json:"created_by,omitempty"`
+	// UpdatedAt is when its tables last changed (changefeed update); the
+	// nodes open its source again.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// SameIncarnation says whether two infos describe the changefeed as it
+// was opened: created together and not updated since.
+func (i ChangefeedInfo) SameIncarnation(o ChangefeedInfo) bool {
+	return i.ID == o.ID && i.CreatedAt.Equal(o.CreatedAt) && i.UpdatedAt.Equal(o.UpdatedAt)
 }
 
 // ChangefeedState is a changefeed's lifecycle state.
@@ -144,6 +154,10 @@ type RouteEntry struct {
 	// was at Start (the previous owner's final progress), so the new owner
 	// copies on from there even before that progress is persisted.
 	StartCopy CopyProgress `json:"start_copy,omitzero"`
+	// Since is the changefeed's position when the partition's table
+	// joined it (changefeed update): nothing of it is read at or below.
+	// Zero: a table of the changefeed's start.
+	Since Ts `json:"since,omitempty"`
 	// SplitKey: the Draining partition is being split at this key (seed
 	// 003's split); both halves stay on Target.
 	SplitKey string `json:"split_key,omitempty"`

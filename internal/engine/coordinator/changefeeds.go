@@ -122,6 +122,12 @@ func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model
 	if err != nil {
 		return nil, err
 	}
+	return spansOf(ctx, src, tables, perTable)
+}
+
+// spansOf cuts tables of a changefeed where its source says the data
+// divides evenly.
+func spansOf(ctx context.Context, src source.Source, tables []string, perTable int) ([]model.Span, error) {
 	var spans []model.Span
 	for _, t := range tables {
 		bounds, err := src.Boundaries(ctx, t, perTable)

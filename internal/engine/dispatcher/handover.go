@@ -38,7 +38,8 @@ func (m *Manager) ownFinal(r model.RouteEntry) (model.Ts, model.CopyProgress) {
 // exactly: the highest durable position known, persisted or where it
 // stopped here, and the copy's progress there.
 func (m *Manager) resumeFrom(st *meta.State, r model.RouteEntry) (model.Ts, model.CopyProgress) {
-	from, copied := st.Changefeeds[r.Changefeed].Info.StartTs, model.CopyProgress{}
+	// A table that joined the changefeed later starts where it joined.
+	from, copied := max(st.Changefeeds[r.Changefeed].Info.StartTs, r.Since), model.CopyProgress{}
 	consider := func(at model.Ts, c model.CopyProgress) {
 		if at > from || at == from && c.Beyond(copied) {
 			from, copied = at, c

@@ -342,7 +342,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	m.mu.Lock()
 	f := m.feeds[e.Info.ID]
 	m.mu.Unlock()
-	if f != nil && f.info.CreatedAt.Equal(e.Info.CreatedAt) {
+	if f != nil && f.info.SameIncarnation(e.Info) {
 		return f, nil
 	}
 	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID, Logs: m.reads, Log: m.log})
@@ -363,8 +363,9 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	m.feeds[e.Info.ID] = nf
 	m.mu.Unlock()
 	if f != nil {
-		// A changefeed of the same name was removed and created again; the
-		// old one's dispatchers were stopped earlier in this pass.
+		// A changefeed of the same name was removed and created again, or
+		// its tables changed while it was paused; the old one's
+		// dispatchers were stopped earlier in this pass.
 		f.close()
 	}
 	return nf, nil
@@ -467,7 +468,7 @@ func (m *Manager) closeUnusedFeeds(st *meta.State) {
 	}
 	for id, f := range m.feeds {
 		e, exists := st.Changefeeds[id]
-		if !inUse[id] && (!exists || !e.Info.CreatedAt.Equal(f.info.CreatedAt)) {
+		if !inUse[id] && (!exists || !e.Info.SameIncarnation(f.info)) {
 			f.close()
 			delete(m.feeds, id)
 		}

@@ -14,8 +14,8 @@ import (
 // changefeed removed and created again under its name has another
 // creation time.
 type openSource struct {
-	created time.Time
-	src     source.Source
+	info model.ChangefeedInfo // the incarnation it was opened for
+	src  source.Source
 }
 
 // source returns the changefeed's source, opened once per incarnation.
@@ -28,7 +28,7 @@ func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Sour
 	h.mu.Lock()
 	o, ok := h.sources[e.Info.ID]
 	h.mu.Unlock()
-	if ok && o.created.Equal(e.Info.CreatedAt) {
+	if ok && o.info.SameIncarnation(e.Info) {
 		return o.src, nil
 	}
 	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID, Logs: h.reads, Log: h.log})
@@ -36,7 +36,7 @@ func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Sour
 		return nil, bootstrapError{err}
 	}
 	h.mu.Lock()
-	h.sources[e.Info.ID] = openSource{created: e.Info.CreatedAt, src: src}
+	h.sources[e.Info.ID] = openSource{info: e.Info, src: src}
 	h.mu.Unlock()
 	if ok {
 		_ = o.src.Close()
@@ -51,7 +51,7 @@ func (h *Host) closeSources(st *meta.State) {
 	var closing []source.Source
 	for id, o := range h.sources {
 		if st != nil {
-			if e, ok := st.Changefeeds[id]; ok && e.Info.CreatedAt.Equal(o.created) {
+			if e, ok := st.Changefeeds[id]; ok && e.Info.SameIncarnation(o.info) {
 				continue
 			}
 		}

@@ -161,7 +161,7 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 			// The hand-over's position, with its copy progress.
 			pos.Checkpoint, pos.Copy = st, r.Route.StartCopy
 		}
-		pos.Checkpoint = max(pos.Checkpoint, e.Info.StartTs)
+		pos.Checkpoint = max(pos.Checkpoint, e.Info.StartTs, r.Route.Since)
 		if pos.Epoch != r.Route.Epoch {
 			// Final and Handover speak of a placement that is over.
 			pos.Final, pos.Handover = false, false

@@ -22,7 +22,7 @@ import (
 
 // pulling is one changefeed's reader on this host.
 type pulling struct {
-	created time.Time
+	info    model.ChangefeedInfo // the incarnation it reads for
 	epoch   uint64
 	puller  source.Puller
 	cancel  context.CancelFunc
@@ -43,7 +43,7 @@ func (h *Host) runPullers(ctx context.Context, st *meta.State) {
 	var stopping []*pulling
 	for cf, p := range h.pullers {
 		e, ok := want[cf]
-		if !ok || !e.Info.CreatedAt.Equal(p.created) || e.Maintainer.Epoch != p.epoch {
+		if !ok || !e.Info.SameIncarnation(p.info) || e.Maintainer.Epoch != p.epoch {
 			stopping = append(stopping, p)
 			delete(h.pullers, cf)
 		}
@@ -70,7 +70,7 @@ func (h *Host) runPullers(ctx context.Context, st *meta.State) {
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		p := &pulling{created: e.Info.CreatedAt, epoch: e.Maintainer.Epoch, puller: pl, cancel: cancel, done: make(chan struct{})}
+		p := &pulling{info: e.Info, epoch: e.Maintainer.Epoch, puller: pl, cancel: cancel, done: make(chan struct{})}
 		h.mu.Lock()
 		h.pullers[cf] = p
 		h.mu.Unlock()

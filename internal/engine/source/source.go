@@ -252,3 +252,14 @@ type Status struct {
 type Snapshotter interface {
 	Snapshot(ctx context.Context, tables []string) (time.Time, map[string]map[string]map[string]*string, error)
 }
+
+// Retabled is a change of a running changefeed's tables (changefeed
+// update), as its source computes it: the URI and the reader's resume
+// point to store, and which tables come and go.
+type Retabled struct {
+	URI      string
+	Position Position
+	// Tables are the changefeed's tables after the change, in order.
+	Tables         []string
+	Added, Removed []string
+}

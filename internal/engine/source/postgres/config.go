@@ -70,25 +70,11 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
 		}
 	}
-	for _, t := range strings.Split(q.Get("tables"), ",") {
-		t = strings.TrimSpace(t)
-		if t == "" {
-			continue
-		}
-		schema, table := source.SplitQualifiedName(t)
-		if schema == "" {
-			schema = "public"
-		}
-		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
-			return Config{}, fmt.Errorf("source URI: table %q: use schema.table with lowercase unquoted PostgreSQL names", t)
-		}
-		c.Tables = append(c.Tables, schema+"."+table)
+	if c.Tables, err = ParseTables(strings.Split(q.Get("tables"), ",")); err != nil {
+		return Config{}, fmt.Errorf("source URI: %w", err)
 	}
 	if len(c.Tables) == 0 {
 		return Config{}, fmt.Errorf("source URI %s: name the tables to replicate, e.g. ?tables=public.orders,public.customers", Redact(raw))
-	}
-	if dup := firstDuplicate(c.Tables); dup != "" {
-		return Config{}, fmt.Errorf("source URI: table %s is named twice", dup)
 	}
 	c.Publication, c.Slot = q.Get("publication"), q.Get("slot")
 	for name, v := range map[string]string{"publication": c.Publication, "slot": c.Slot} {
@@ -123,6 +109,31 @@ func ParseURI(raw string) (Config, error) {
 	u.RawQuery = q.Encode()
 	c.ConnString = u.String()
 	return c, nil
+}
+
+// ParseTables reads table names as tables= gives them: "schema.table",
+// or "table" in public; empty names are skipped, and a name given twice
+// is refused.
+func ParseTables(names []string) ([]string, error) {
+	var out []string
+	for _, t := range names {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		schema, table := source.SplitQualifiedName(t)
+		if schema == "" {
+			schema = "public"
+		}
+		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
+			return nil, fmt.Errorf("table %q: use schema.table with lowercase unquoted PostgreSQL names", t)
+		}
+		out = append(out, schema+"."+table)
+	}
+	if dup := firstDuplicate(out); dup != "" {
+		return nil, fmt.Errorf("table %s is named twice", dup)
+	}
+	return out, nil
 }
 
 // WithNames fills the publication and slot names a changefeed gets by

@@ -42,22 +42,9 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	}
 	up := Upstream{Defs: map[string]*source.TableDef{}}
 	for _, t := range cfg.Tables {
-		def, err := cat.tableDef(ctx, t)
+		def, err := checkTable(ctx, cat, cfg, t)
 		if err != nil {
-			return Upstream{}, explain(cfg, err)
-		}
-		if len(def.KeyNames()) == 0 {
-			// A keyless table is replicated as one partition; its updates
-			// and deletes must carry the whole old row to say which row
-			// they change (and PostgreSQL refuses them on a published
-			// table without a replica identity).
-			var ident string
-			if err := cat.conn.QueryRow(ctx, `SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass`, quoteQualified(t)).Scan(&ident); err != nil {
-				return Upstream{}, explain(cfg, err)
-			}
-			if ident != "f" {
-				return Upstream{}, fmt.Errorf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) so it can be split into key ranges, or replicate it as one partition with ALTER TABLE %s REPLICA IDENTITY FULL", t, t, t)
-			}
+			return Upstream{}, err
 		}
 		up.Defs[t] = def
 	}
@@ -70,6 +57,29 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	}
 	up.StartLSN, up.CreatedSlot = lsn, created
 	return up, nil
+}
+
+// checkTable reads a table's definition and checks that it can be
+// replicated: one without a primary key needs REPLICA IDENTITY FULL.
+func checkTable(ctx context.Context, cat *catalog, cfg Config, t string) (*source.TableDef, error) {
+	def, err := cat.tableDef(ctx, t)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	if len(def.KeyNames()) == 0 {
+		// A keyless table is replicated as one partition; its updates
+		// and deletes must carry the whole old row to say which row
+		// they change (and PostgreSQL refuses them on a published
+		// table without a replica identity).
+		var ident string
+		if err := cat.conn.QueryRow(ctx, `SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass`, quoteQualified(t)).Scan(&ident); err != nil {
+			return nil, explain(cfg, err)
+		}
+		if ident != "f" {
+			return nil, fmt.Errorf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) so it can be split into key ranges, or replicate it as one partition with ALTER TABLE %s REPLICA IDENTITY FULL", t, t, t)
+		}
+	}
+	return def, nil
 }
 
 // preflight checks the server settings and the user's rights.

@@ -27,6 +27,10 @@ type position struct {
 	LSN    string                `json:"lsn"`
 	Ts     model.Ts              `json:"ts"`
 	Tables map[string]TableState `json:"tables"`
+	// Gone are the tables removed from the changefeed (changefeed
+	// update), each with the changefeed's position then: the WAL read
+	// again from before it still holds their rows, which are dropped.
+	Gone map[string]model.Ts `json:"gone,omitempty"`
 }
 
 // Pin prepares the upstream of a new changefeed (checks, publication,
@@ -142,6 +146,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err != nil {
 		return err
 	}
+	st.Ignore(p.Gone)
 	s.mu.Lock()
 	s.stream, s.points = st, []position{p}
 	s.mu.Unlock()
@@ -180,7 +185,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone})
 			s.mu.Unlock()
 			continue
 		}
@@ -206,7 +211,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone})
 		s.mu.Unlock()
 	}
 }

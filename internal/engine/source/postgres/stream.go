@@ -107,6 +107,8 @@ type Stream struct {
 	// TRUNCATE erased since.
 	partedTables map[string]bool
 	erase        []string
+	// gone are the tables removed from the changefeed.
+	gone map[string]model.Ts
 }
 
 // ddlSlots is how many schema changes of replicated tables one
@@ -130,6 +132,9 @@ type relation struct {
 	// foreign: a table the changefeed does not replicate (a partition
 	// described before its root).
 	foreign bool
+	// gone: a table removed from the changefeed (changefeed update); its
+	// changes still in the WAL before the removal are dropped.
+	gone bool
 }
 
 // notReplicated is the error of a change of a foreign relation.
@@ -211,6 +216,11 @@ func pluginArgs(cfg Config, marks bool) []string {
 	}
 	return args
 }
+
+// Ignore names tables removed from the changefeed: the WAL read again
+// from before their removal still holds their changes, which are
+// dropped, not an error.
+func (s *Stream) Ignore(gone map[string]model.Ts) { s.gone = gone }
 
 // Close ends the replication connection; the slot stays.
 func (s *Stream) Close() error {

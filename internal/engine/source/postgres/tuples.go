@@ -22,6 +22,9 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	if !ok {
 		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
 	}
+	if rel.gone {
+		return nil
+	}
 	if rel.foreign {
 		return rel.notReplicated()
 	}

@@ -26,7 +26,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// Not ours. pgoutput describes a partition before the root it
 		// publishes the partition's rows as (publish_via_partition_root):
 		// only a row of it is an error (row, truncate).
-		s.rels[m.RelationID] = &relation{table: name, foreign: true}
+		_, gone := s.gone[name]
+		s.rels[m.RelationID] = &relation{table: name, foreign: true, gone: gone}
 		return nil
 	}
 	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
@@ -65,6 +66,9 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 		rel, ok := s.rels[id]
 		if !ok {
 			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
+		}
+		if rel.gone {
+			continue
 		}
 		if rel.foreign {
 			return rel.notReplicated()

@@ -95,6 +95,21 @@ func Remove(ctx context.Context, uri string) error {
 	return nil
 }
 
+// Retable computes, and with apply makes, the change of a changefeed's
+// tables (changefeed update): the URI and reader's resume point to store.
+// at is the changefeed's checkpoint, where added tables begin. Only
+// database sources' tables change; the generator's are fixed.
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error) {
+	s, err := scheme(uri)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	if s != "postgres" {
+		return source.Retabled{}, fmt.Errorf("the tables of a %s:// changefeed are fixed; changefeed update changes a database source's tables (create another changefeed instead)", s)
+	}
+	return postgres.Retable(ctx, uri, pos, tables, at, apply)
+}
+
 // HoldsUpstream says whether a changefeed of this source keeps something
 // upstream that its removal must release (Remove).
 func HoldsUpstream(uri string) bool {

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// changefeed update changes a paused database changefeed's tables: the
+// change is computed by the coordinator and shown first (a dry run),
+// approved on a terminal or with --yes, then written.
+func newChangefeedUpdateCommand(o *options) *cobra.Command {
+	var (
+		tables, add, remove []string
+		dryRun, yes         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2) [--dry-run] [--yes]",
+		Short: "Change a paused database changefeed's tables: added tables are snapshotted, removed ones end",
+		Long: `Change the tables a paused database changefeed replicates. Added tables
+begin at the changefeed's checkpoint: when it resumes, their existing
+rows are copied (their own initial snapshot) while their changes stream.
+Removed tables' partitions end where the changefeed was paused; the sink
+keeps what it holds of them, and the publication stops sending them.
+
+Pause the changefeed first (cdcctl changefeed pause NAME); resume it
+after the update. --dry-run shows the change and exits 2 (0 when there is
+none).`,
+		Example: `  cdcctl changefeed pause shop
+  cdcctl changefeed update shop --add-table public.invoices --dry-run
+  cdcctl changefeed update shop --add-table public.invoices --remove-table public.audit --yes
+  cdcctl changefeed resume shop`,
+		Args: exactArgs(1, "the changefeed's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if len(tables) > 0 && len(add)+len(remove) > 0 {
+				return usageErr(errors.New("give --tables (the whole list), or --add-table/--remove-table, not both"))
+			}
+			if len(tables)+len(add)+len(remove) == 0 {
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, or --tables T1,T2 (the whole list)"))
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			cf, err := c.Changefeed(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			current := sourceTables(cf.Source)
+			next, err := nextTables(current, tables, add, remove)
+			if err != nil {
+				return usageErr(err)
+			}
+			if slices.Equal(next, current) {
+				return o.render(&api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: current}, func(tw tableWriter) {
+					fmt.Fprintf(tw, "Changefeed %s replicates exactly these tables already (%s); nothing to change.\n", id, strings.Join(current, ", "))
+				})
+			}
+			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, DryRun: true})
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				if err := o.render(preview, func(tw tableWriter) { updateText(tw, preview) }); err != nil {
+					return err
+				}
+				return withExit(ExitDryRunChanges, errors.New("the update has changes"))
+			}
+			if !yes {
+				if !isTerminal(o.in) {
+					return withExit(ExitError, fmt.Errorf("refusing to update changefeed %s without --yes: stdin is not a terminal; review the change with --dry-run, then run again with --yes", id))
+				}
+				if err := o.render(preview, func(tw tableWriter) { updateText(tw, preview) }); err != nil {
+					return err
+				}
+				fmt.Fprintf(o.out, "Apply this change? [y/N] ")
+				answer, _ := bufio.NewReader(o.in).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+					return withExit(ExitCancelled, fmt.Errorf("update changefeed %s: not approved; nothing changed", id))
+				}
+			}
+			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next})
+			if err != nil {
+				return err
+			}
+			return o.render(out, func(tw tableWriter) {
+				updateText(tw, out)
+				fmt.Fprintf(tw, "Changefeed %s updated; resume it to go on: cdcctl changefeed resume %s\n", id, id)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&tables, "tables", nil, "every table the changefeed replicates from now on (schema.table, comma-separated)")
+	f.StringSliceVar(&add, "add-table", nil, "a table to add (repeatable)")
+	f.StringSliceVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable)")
+	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
+	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
+	return cmd
+}
+
+// sourceTables are the tables= of a (redacted) source URI.
+func sourceTables(source string) []string {
+	u, err := url.Parse(source)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, t := range strings.Split(u.Query().Get("tables"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// nextTables is the table list an update asks for, in the current order
+// with added tables last; names without a schema are in public.
+func nextTables(current, tables, add, remove []string) ([]string, error) {
+	qualify := func(t string) string {
+		t = strings.TrimSpace(t)
+		if t != "" && !strings.Contains(t, ".") {
+			return "public." + t
+		}
+		return t
+	}
+	if len(tables) > 0 {
+		var out []string
+		for _, t := range tables {
+			if t = qualify(t); t != "" {
+				out = append(out, t)
+			}
+		}
+		return out, nil
+	}
+	out := slices.Clone(current)
+	for _, t := range remove {
+		t = qualify(t)
+		i := slices.Index(out, t)
+		if i < 0 {
+			return nil, fmt.Errorf("--remove-table %s: the changefeed does not replicate it (it replicates %s)", t, strings.Join(current, ", "))
+		}
+		out = slices.Delete(out, i, i+1)
+	}
+	for _, t := range add {
+		t = qualify(t)
+		if slices.Contains(out, t) {
+			return nil, fmt.Errorf("--add-table %s: the changefeed replicates it already", t)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// updateText shows an update: each table added or removed with its
+// partitions, and the tables after it.
+func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
+	verb := "change"
+	if u.DryRun {
+		verb = "would change"
+	}
+	fmt.Fprintf(tw, "Changefeed %s: tables %s at its checkpoint %s.\n", u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
+	for _, t := range u.Added {
+		n := 0
+		for _, p := range u.AddedPartitions {
+			if p.Table == t {
+				n++
+			}
+		}
+		fmt.Fprintf(tw, "  + %s\t%d %s, its existing rows copied when the changefeed resumes\n", t, n, plural(n, "partition", "partitions"))
+	}
+	for _, t := range u.Removed {
+		fmt.Fprintf(tw, "  - %s\tits partitions end; the sink keeps what it has\n", t)
+	}
+	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))
+}

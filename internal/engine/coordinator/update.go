@@ -1,0 +1,134 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// ErrNotPaused refuses a change that needs the changefeed paused.
+var ErrNotPaused = errors.New("the changefeed is not paused")
+
+// UpdateRequest changes a paused changefeed's tables (TiCDC's changefeed
+// update, which also needs the changefeed paused).
+type UpdateRequest struct {
+	ID     model.ChangefeedID
+	Tables []string
+	// DryRun checks and computes the change and writes nothing.
+	DryRun bool
+	By     string
+}
+
+// UpdateResult is what an update did, or would do.
+type UpdateResult struct {
+	Tables, Added, Removed []string
+	// AddedSpans are the added tables' partitions (their ids once
+	// written); RemovedPartitions, the ids of the removed tables'.
+	AddedSpans        []model.Span
+	AddedPartitions   []string
+	RemovedPartitions []string
+	// At is the changefeed's checkpoint, where the added tables begin.
+	At model.Ts
+}
+
+// UpdateChangefeed changes a paused changefeed's tables. Added tables are
+// checked as a create checks them, cut into partitions as a create cuts
+// them, and begin at the changefeed's checkpoint: their existing rows
+// come from their own initial snapshot when the changefeed resumes, and
+// every change after it from the stream. Removed tables' partitions end
+// where the changefeed was paused; what the sink holds of them stays.
+//
+// The upstream (the publication) changes first; if the change cannot be
+// written to etcd afterwards it is undone, so the publication never
+// sends tables the changefeed does not know.
+func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	e, ok := st.Changefeeds[req.ID]
+	if !ok {
+		return UpdateResult{}, fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, req.ID)
+	}
+	if e.Status.State != model.ChangefeedPaused {
+		return UpdateResult{}, fmt.Errorf("%w: changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", ErrNotPaused, req.ID, e.Status.State, req.ID)
+	}
+	at := max(e.Status.CheckpointTs, e.Info.StartTs)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false)
+	if err != nil {
+		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	res := UpdateResult{Tables: ch.Tables, Added: ch.Added, Removed: ch.Removed, At: at}
+	var removeIDs []string
+	for _, r := range st.SortedPartitions(req.ID) {
+		if !slices.Contains(ch.Removed, r.Route.Span.Table) {
+			continue
+		}
+		if r.Route.Status != model.PartitionActive {
+			return UpdateResult{}, fmt.Errorf("%w: partition %s of table %s is being moved or split; wait for its plan to end (cdcctl plan list), then update", ErrInvalid, r.Route.ID, r.Route.Span.Table)
+		}
+		removeIDs = append(removeIDs, r.Route.ID)
+	}
+	res.RemovedPartitions = removeIDs
+	if len(ch.Added) > 0 {
+		src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
+		if err != nil {
+			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		res.AddedSpans, err = spansOf(octx, src, ch.Added, e.Info.PartitionsPerTable)
+		_ = src.Close()
+		if err != nil {
+			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	if req.DryRun {
+		return res, nil
+	}
+
+	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true)
+	if err != nil {
+		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	info := e.Info
+	info.SourceURI, info.UpdatedAt = applied.URI, time.Now().UTC()
+	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
+		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
+		Remove: removeIDs, RemoveTables: applied.Removed,
+	})
+	if err != nil {
+		// Undo the publication's change: the stored URI still names the
+		// old tables.
+		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, applied.Position, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
+			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
+		}
+		return UpdateResult{}, err
+	}
+	for _, r := range routes {
+		res.AddedPartitions = append(res.AddedPartitions, r.ID)
+	}
+	c.log.Info("coordinator: changefeed tables updated", "changefeed", req.ID, "added", ch.Added, "removed", ch.Removed,
+		"partitions_added", len(routes), "partitions_removed", len(removeIDs), "at", at, "by", req.By)
+	return res, nil
+}
+
+// tablesOf names a stored source URI's tables (empty if it does not
+// open).
+func tablesOf(uri string) []string {
+	src, err := sources.Open(context.Background(), uri, source.Env{})
+	if err != nil {
+		return nil
+	}
+	defer src.Close()
+	t, _ := src.Tables(context.Background())
+	return t
+}

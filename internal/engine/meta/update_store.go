@@ -1,0 +1,98 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// TablesUpdate is a change of a paused changefeed's tables: its info
+// (the source URI) and reader's resume point after it, the partitions
+// of the added tables, and those of the removed tables.
+type TablesUpdate struct {
+	Info           model.ChangefeedInfo
+	SourcePosition json.RawMessage
+	Add            []model.Span
+	Since          model.Ts // where the added partitions start
+	Remove         []string // partition ids
+	// Barriers of the removed tables, dropped with them.
+	RemoveTables []string
+}
+
+// UpdateTables writes a TablesUpdate in one transaction, only while the
+// changefeed's status and info are as e read them (paused: nothing else
+// writes them then). It returns the added partitions.
+func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntry, u TablesUpdate) ([]model.RouteEntry, error) {
+	if !fence.valid() {
+		return nil, ErrFenced
+	}
+	id := e.Info.ID
+	status := e.Status
+	status.SourcePosition = u.SourcePosition
+	fixed := 4 + 2*len(u.Remove) + len(u.RemoveTables)
+	if fixed+len(u.Add) > maxOpsPerTxn {
+		return nil, fmt.Errorf("the update adds %d and removes %d partitions, more than one etcd transaction holds (%d): add or remove fewer tables at once", len(u.Add), len(u.Remove), maxOpsPerTxn-4)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
+		if err != nil {
+			return nil, fmt.Errorf("read the partition id counter: %w", err)
+		}
+		next, ctrCmp := uint64(0), clientv3.Compare(clientv3.CreateRevision(s.keys.PartitionIDs()), "=", 0)
+		if len(ctr.Kvs) == 1 {
+			next, _ = strconv.ParseUint(string(ctr.Kvs[0].Value), 10, 64)
+			ctrCmp = clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision)
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.keys.ChangefeedInfo(id), mustJSON(u.Info)),
+			clientv3.OpPut(s.keys.ChangefeedStatus(id), mustJSON(status)),
+		}
+		routes := make([]model.RouteEntry, len(u.Add))
+		for i, sp := range u.Add {
+			next++
+			routes[i] = model.RouteEntry{ID: "p" + strconv.FormatUint(next, 10), Changefeed: id, Span: sp, Status: model.PartitionActive, Since: u.Since}
+			ops = append(ops, clientv3.OpPut(s.keys.Partition(id, routes[i].ID), mustJSON(routes[i])))
+		}
+		if len(u.Add) > 0 {
+			ops = append(ops, clientv3.OpPut(s.keys.PartitionIDs(), strconv.FormatUint(next, 10)))
+		}
+		for _, pid := range u.Remove {
+			ops = append(ops, clientv3.OpDelete(s.keys.Partition(id, pid)), clientv3.OpDelete(s.keys.Checkpoint(id, pid)))
+		}
+		for _, t := range u.RemoveTables {
+			ops = append(ops, clientv3.OpDelete(s.keys.Barrier(id, t)))
+		}
+		cmps := append(fence.cmps(),
+			clientv3.Compare(clientv3.ModRevision(s.keys.ChangefeedStatus(id)), "=", e.StatusRevision),
+			clientv3.Compare(clientv3.ModRevision(s.keys.ChangefeedInfo(id)), "=", e.InfoRevision))
+		if len(u.Add) > 0 {
+			cmps = append(cmps, ctrCmp)
+		}
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("update changefeed %s: %w", id, err)
+		}
+		if tr.Succeeded {
+			return routes, nil
+		}
+		if err := s.whyNot(ctx, fence, id); !errors.Is(err, ErrStale) {
+			return nil, err
+		}
+		got, err := s.cli.Get(ctx, s.keys.ChangefeedStatus(id))
+		if err != nil {
+			return nil, err
+		}
+		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != e.StatusRevision {
+			return nil, ErrStale // the changefeed changed (resumed?) meanwhile
+		}
+		// Only the id counter moved (another changefeed was created or
+		// split): again.
+	}
+	return nil, errors.New("update changefeed: the partition id counter kept changing; try again")
+}

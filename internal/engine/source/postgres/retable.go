@@ -1,0 +1,169 @@
+package postgres
+
+// A running changefeed's tables change (changefeed update): the
+// publication gains and loses them, and the reader's resume point learns
+// the added tables' schemas and forgets the removed ones. The changefeed
+// is paused meanwhile, so no reader holds the resume point.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Retable computes, and with apply makes, the change of a stored URI's
+// tables to tables. Added tables are checked as a create checks them;
+// the publication cdcctl named gains and loses them (one the operator
+// named must publish the added tables already: cdcctl does not change
+// it). at is the changefeed's checkpoint: the added tables' schemas
+// start there, as their partitions do, and their rows come from the
+// initial snapshot (snapshot=initial) and the changes after it.
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	next, err := ParseTables(tables)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	if len(next) == 0 {
+		return source.Retabled{}, fmt.Errorf("a changefeed needs at least one table; to stop replicating all of them, remove the changefeed")
+	}
+	var p position
+	if err := json.Unmarshal(pos, &p); err != nil {
+		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+	}
+	out := source.Retabled{Tables: next}
+	for _, t := range next {
+		if !slices.Contains(cfg.Tables, t) {
+			out.Added = append(out.Added, t)
+		}
+	}
+	for _, t := range cfg.Tables {
+		if !slices.Contains(next, t) {
+			out.Removed = append(out.Removed, t)
+		}
+	}
+	if len(out.Added)+len(out.Removed) == 0 {
+		return source.Retabled{}, fmt.Errorf("the changefeed replicates exactly these tables already (%s)", strings.Join(cfg.Tables, ", "))
+	}
+	for _, t := range out.Added {
+		if _, was := p.Gone[t]; was {
+			// Its rows deleted while it was out would stay in the sink: a
+			// second snapshot only brings the rows there now, and the sink
+			// has no way to say "forget what you had" yet.
+			return source.Retabled{}, fmt.Errorf("table %s was removed from this changefeed before; it cannot be added back (the sink would keep rows deleted meanwhile): replicate it with a new changefeed into another sink location", t)
+		}
+	}
+	to := cfg
+	to.Tables = next
+
+	cat, err := openCatalog(ctx, cfg.ConnString)
+	if err != nil {
+		return source.Retabled{}, explain(cfg, err)
+	}
+	defer cat.Close()
+	defs := map[string]*source.TableDef{}
+	for _, t := range out.Added {
+		if defs[t], err = checkTable(ctx, cat, to, t); err != nil {
+			return source.Retabled{}, err
+		}
+	}
+	roots, err := partitionRoots(ctx, cat.conn, to)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	ours := strings.HasPrefix(cfg.Publication, "cdcctl_")
+	if !ours {
+		// The operator's publication: it must publish the new tables
+		// already, and it may publish the removed ones still.
+		if err := ensurePublication(ctx, cat.conn, to); err != nil {
+			return source.Retabled{}, err
+		}
+	}
+	if apply && ours {
+		if err := alterPublication(ctx, cat.conn, to, out, len(roots) > 0); err != nil {
+			return source.Retabled{}, err
+		}
+	}
+
+	if p.Tables == nil {
+		p.Tables = map[string]TableState{}
+	}
+	for _, t := range out.Added {
+		p.Tables[t] = TableState{Def: defs[t], Since: at}
+	}
+	for _, t := range out.Removed {
+		delete(p.Tables, t)
+		if p.Gone == nil {
+			p.Gone = map[string]model.Ts{}
+		}
+		p.Gone[t] = at
+	}
+	if out.Position, err = json.Marshal(p); err != nil {
+		return source.Retabled{}, err
+	}
+	out.URI = to.URI()
+	return out, nil
+}
+
+// alterPublication adds and drops the tables of a change in one
+// transaction; a partitioned table added makes the publication publish
+// its children's rows as its own.
+func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, ch source.Retabled, viaRoot bool) error {
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	var stmts []string
+	if viaRoot {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)")
+	}
+	if len(ch.Added) > 0 {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(ch.Added))
+	}
+	if len(ch.Removed) > 0 {
+		// A table dropped upstream left the publication with it.
+		var still []string
+		rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+		if err != nil {
+			return explain(cfg, err)
+		}
+		published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return explain(cfg, err)
+		}
+		for _, t := range ch.Removed {
+			if slices.Contains(published, t) {
+				still = append(still, t)
+			}
+		}
+		if len(still) > 0 {
+			stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(still))
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return explain(cfg, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, q := range stmts {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w; the user must own the tables, or be a superuser", q, explain(cfg, err))
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func quotedList(tables []string) string {
+	q := make([]string, len(tables))
+	for i, t := range tables {
+		q[i] = quoteQualified(t)
+	}
+	return strings.Join(q, ", ")
+}
