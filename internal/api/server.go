@@ -320,7 +320,9 @@ func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) { return s.b.UpdateChangefeed(ctx, id, req) })(r.Context())
+	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) {
+		return s.b.UpdateChangefeed(ctx, id, req)
+	})(r.Context())
 }
 
 func (s *server) removeChangefeed(w http.ResponseWriter, r *http.Request) {

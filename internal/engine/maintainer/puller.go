@@ -22,11 +22,11 @@ import (
 
 // pulling is one changefeed's reader on this host.
 type pulling struct {
-	info    model.ChangefeedInfo // the incarnation it reads for
-	epoch   uint64
-	puller  source.Puller
-	cancel  context.CancelFunc
-	done    chan struct{}
+	info   model.ChangefeedInfo // the incarnation it reads for
+	epoch  uint64
+	puller source.Puller
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // runPullers starts the readers of the database changefeeds this node
