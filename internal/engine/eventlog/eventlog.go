@@ -38,6 +38,11 @@ type Log struct {
 	ddls     map[string][]source.Event // by table, in order
 	marks    map[string][]source.Event // the snapshot's watermarks, by table, in order
 	tables   map[string]bool           // tables with rows
+	// held are tables that cannot go on (a rename, a row that does not
+	// decode): nothing of theirs at or above the position is read, so
+	// their partitions' checkpoints stay below it while the others'
+	// advance.
+	held map[string]model.Ts
 	changed  chan struct{}             // closed and replaced on every append
 	closed   bool
 	seqTs    model.Ts // the position rows are being numbered at
@@ -58,7 +63,7 @@ func Open(dir string, start model.Ts) (*Log, error) {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
 	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
-		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, changed: make(chan struct{})}, nil
+		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, held: map[string]model.Ts{}, changed: make(chan struct{})}, nil
 }
 
 // Close releases the store; reads after it return nothing.
@@ -168,6 +173,26 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	return nil
 }
 
+// Hold stops a table at a position: reads of it end just below it (and
+// below its first hold if it has one already). Only a new log (a new
+// run of the reader) lets it go on.
+func (l *Log) Hold(table string, at model.Ts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h, ok := l.held[table]; !ok || at < h {
+		l.held[table] = at
+	}
+	l.wake()
+}
+
+// upToFor caps a read of a table at its hold.
+func (l *Log) upToFor(table string, upTo model.Ts) model.Ts {
+	if h, ok := l.held[table]; ok {
+		return min(upTo, h-1)
+	}
+	return upTo
+}
+
 // Resolve moves the resolved position: nothing commits at or below ts
 // later.
 func (l *Log) Resolve(ts model.Ts) {
@@ -189,7 +214,7 @@ func (l *Log) wake() {
 func (l *Log) DDLs(table string, from, upTo model.Ts) []source.Event {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	upTo = min(upTo, l.resolved)
+	upTo = l.upToFor(table, min(upTo, l.resolved))
 	var out []source.Event
 	for _, d := range l.ddls[table] {
 		if d.CommitTs > from && d.CommitTs <= upTo {
@@ -215,7 +240,7 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 	if from.Done < l.trimmed {
 		return nil, from, fmt.Errorf("%w (asked from %v, the log starts at %v)", ErrTrimmed, from.Done, l.trimmed)
 	}
-	upTo = min(upTo, l.resolved)
+	upTo = l.upToFor(span.Table, min(upTo, l.resolved))
 	for _, d := range l.ddls[span.Table] {
 		if d.CommitTs > from.Done {
 			upTo = min(upTo, d.CommitTs-1)

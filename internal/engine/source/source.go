@@ -202,6 +202,10 @@ type LogWriter interface {
 	ErasePart(table string) error
 	// Resolve says nothing commits at or below ts later.
 	Resolve(ts model.Ts)
+	// Hold stops one table at a position (it cannot go on: renamed, a row
+	// that does not decode): its partitions read nothing at or above it,
+	// so their checkpoints stay below it while other tables advance.
+	Hold(table string, at model.Ts)
 }
 
 // Position is a puller's resume point, opaque to the engine: what it
@@ -262,4 +266,31 @@ type Retabled struct {
 	// Tables are the changefeed's tables after the change, in order.
 	Tables         []string
 	Added, Removed []string
+}
+
+// TableIssue is a table of a changefeed that does not replicate as it
+// should, as its reader found: held (it cannot go on; its partitions stop
+// at At while the other tables advance) or dropped (nothing more of it
+// comes).
+type TableIssue struct {
+	Table string `json:"table"`
+	// State is TableHeld or TableDropped.
+	State string   `json:"state"`
+	At    model.Ts `json:"at,omitempty"`
+	// Since is when the reader found it.
+	Since time.Time `json:"since"`
+	// Reason says what happened and what to do.
+	Reason string `json:"reason"`
+}
+
+// Table issue states.
+const (
+	TableHeld    = "held"
+	TableDropped = "dropped"
+)
+
+// IssueReporter is a puller that reports its tables' issues: those of
+// its current run (a new run finds them again, or not).
+type IssueReporter interface {
+	TableIssues() []TableIssue
 }

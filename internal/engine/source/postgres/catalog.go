@@ -137,3 +137,10 @@ ORDER BY a.attnum`, schema, table)
 	}
 	return def, nil
 }
+
+// oidOf is a table's relation.
+func (c *catalog) oidOf(ctx context.Context, table string) (uint32, error) {
+	var oid int64
+	err := c.conn.QueryRow(ctx, `SELECT $1::regclass::oid::int8`, quoteQualified(table)).Scan(&oid)
+	return uint32(oid), err
+}

@@ -71,10 +71,13 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, explain(cfg, err)
 	}
 	defer cat.Close()
-	defs := map[string]*source.TableDef{}
+	defs, oids := map[string]*source.TableDef{}, map[string]uint32{}
 	for _, t := range out.Added {
 		if defs[t], err = checkTable(ctx, cat, to, t); err != nil {
 			return source.Retabled{}, err
+		}
+		if oids[t], err = cat.oidOf(ctx, t); err != nil {
+			return source.Retabled{}, explain(cfg, err)
 		}
 	}
 	roots, err := partitionRoots(ctx, cat.conn, to)
@@ -99,7 +102,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		p.Tables = map[string]TableState{}
 	}
 	for _, t := range out.Added {
-		p.Tables[t] = TableState{Def: defs[t], Since: at}
+		p.Tables[t] = TableState{Def: defs[t], Since: at, OID: oids[t]}
 	}
 	for _, t := range out.Removed {
 		delete(p.Tables, t)

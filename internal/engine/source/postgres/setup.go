@@ -21,8 +21,10 @@ type Upstream struct {
 	// StartLSN is where the slot begins: the changefeed replicates every
 	// transaction that commits after it.
 	StartLSN pglogrepl.LSN
-	// Defs are the replicated tables' definitions, by "schema.table".
+	// Defs are the replicated tables' definitions, by "schema.table";
+	// OIDs, their relations.
 	Defs map[string]*source.TableDef
+	OIDs map[string]uint32
 	// CreatedSlot is true when this call created the slot.
 	CreatedSlot bool
 }
@@ -40,13 +42,16 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	if err := preflight(ctx, cat, cfg); err != nil {
 		return Upstream{}, err
 	}
-	up := Upstream{Defs: map[string]*source.TableDef{}}
+	up := Upstream{Defs: map[string]*source.TableDef{}, OIDs: map[string]uint32{}}
 	for _, t := range cfg.Tables {
 		def, err := checkTable(ctx, cat, cfg, t)
 		if err != nil {
 			return Upstream{}, err
 		}
 		up.Defs[t] = def
+		if up.OIDs[t], err = cat.oidOf(ctx, t); err != nil {
+			return Upstream{}, explain(cfg, err)
+		}
 	}
 	if err := ensurePublication(ctx, cat.conn, cfg); err != nil {
 		return Upstream{}, err

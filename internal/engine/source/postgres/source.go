@@ -49,7 +49,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	cfg.Start = model.TsFromTime(now)
 	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
 	for t, def := range up.Defs {
-		p.Tables[t] = TableState{Def: def, Since: cfg.Start}
+		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t]}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -81,9 +81,11 @@ type Source struct {
 	// committed before its low watermark (visible.go).
 	missed atomic.Int64
 
+	cf     model.ChangefeedID
 	mu     sync.Mutex
 	stream *Stream    // while Pull runs
 	points []position // resume points passed, oldest first
+	issues issues     // of the current run (holds.go)
 }
 
 // Open opens a stored (pinned) URI.
@@ -99,7 +101,7 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}}, nil
+	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed}, nil
 }
 
 // Close implements source.Source: the snapshot's idle connections close.
@@ -147,8 +149,12 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		return err
 	}
 	st.Ignore(p.Gone)
+	st.cf = string(s.cf)
+	for _, t := range st.unresolved {
+		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))
+	}
 	s.mu.Lock()
-	s.stream, s.points = st, []position{p}
+	s.stream, s.points, s.issues = st, []position{p}, issues{lastCheck: time.Now()}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -162,6 +168,13 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		it, err := st.Next(ctx)
 		if err != nil {
 			return err
+		}
+		// A table held in what Next read is held in the log before any
+		// of it is written or resolved.
+		for _, h := range st.TakeHolds() {
+			w.Hold(h.Table, h.At)
+			s.log.Warn("postgres source: a table is held; the others go on", "changefeed", s.cf, "table", h.Table, "at", h.At, "reason", h.Reason)
+			s.report(source.TableIssue{Table: h.Table, State: source.TableHeld, At: h.At, Since: time.Now().UTC(), Reason: h.Reason})
 		}
 		if it.Erase != nil {
 			for _, t := range it.Erase {
@@ -179,6 +192,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			continue
 		}
 		if it.Txn == nil {
+			if err := s.checkDropped(ctx, st); err != nil {
+				return err
+			}
 			w.Resolve(it.Resolved)
 			// A resolved position is a resume point too: confirming it lets
 			// PostgreSQL recycle WAL, and shut down, while no transaction
@@ -214,6 +230,45 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone})
 		s.mu.Unlock()
 	}
+}
+
+// dropCheckEvery is how often the reader looks for tables dropped
+// upstream (pgoutput says nothing of a DROP TABLE).
+const dropCheckEvery = 10 * time.Second
+
+// checkDropped reports the tables dropped upstream, every dropCheckEvery.
+func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
+	s.mu.Lock()
+	due := time.Since(s.issues.lastCheck) >= dropCheckEvery
+	if due {
+		s.issues.lastCheck = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
+		return nil
+	}
+	missing, err := st.missingTables(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range missing {
+		s.report(source.TableIssue{Table: t, State: source.TableDropped, Since: time.Now().UTC(), Reason: droppedReason(string(s.cf), t)})
+	}
+	return nil
+}
+
+// report records a table's issue for the changefeed's status.
+func (s *Source) report(i source.TableIssue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.issues.add(i)
+}
+
+// TableIssues implements source.IssueReporter.
+func (s *Source) TableIssues() []source.TableIssue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]source.TableIssue(nil), s.issues.list...)
 }
 
 // marksOf turns a transaction's watermarks into the log's mark events of

@@ -23,6 +23,8 @@ type TableState struct {
 	Def     *source.TableDef `json:"def"`
 	Version uint64           `json:"version,omitempty"`
 	Since   model.Ts         `json:"since"`
+	// OID is the table's relation: a rename keeps it, a drop ends it.
+	OID uint32 `json:"oid,omitempty"`
 }
 
 // Txn is one committed upstream transaction, decoded: its schema changes
@@ -109,6 +111,15 @@ type Stream struct {
 	erase        []string
 	// gone are the tables removed from the changefeed.
 	gone map[string]model.Ts
+	// held are the tables held in this run (holds.go); holds, those
+	// held since the last TakeHolds.
+	held  map[string]Hold
+	holds []Hold
+	// cf names the changefeed in what a hold says to do.
+	cf string
+	// unresolved are tables whose relation was not found by name when
+	// the stream opened.
+	unresolved []string
 }
 
 // ddlSlots is how many schema changes of replicated tables one
@@ -130,16 +141,14 @@ type relation struct {
 	table string
 	cols  []*pglogrepl.RelationMessageColumn
 	// foreign: a table the changefeed does not replicate (a partition
-	// described before its root).
+	// described before its root, a table the operator's publication
+	// serves others); its rows are not ours.
 	foreign bool
 	// gone: a table removed from the changefeed (changefeed update); its
 	// changes still in the WAL before the removal are dropped.
 	gone bool
-}
-
-// notReplicated is the error of a change of a foreign relation.
-func (r *relation) notReplicated() error {
-	return fmt.Errorf("the publication sends changes of table %s, which the changefeed does not replicate; publish only its tables", r.table)
+	// held: a table held in this run (holds.go); its rows are dropped.
+	held bool
 }
 
 // errSlotInUse means another connection streams from the slot.
@@ -200,11 +209,15 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
 	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
-		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}}
+		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
 		st := st
 		s.tables[t] = &st
+	}
+	if err := s.fillOIDs(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -215,6 +228,14 @@ func pluginArgs(cfg Config, marks bool) []string {
 		args = append(args, "messages 'true'")
 	}
 	return args
+}
+
+// changefeed is the changefeed's name for messages.
+func (s *Stream) changefeed() string {
+	if s.cf == "" {
+		return "NAME"
+	}
+	return s.cf
 }
 
 // Ignore names tables removed from the changefeed: the WAL read again

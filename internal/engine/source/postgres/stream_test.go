@@ -373,8 +373,21 @@ func TestAPullerTakesOverASlotStillHeld(t *testing.T) {
 }
 
 type memLog struct {
-	mu  sync.Mutex
-	evs []source.Event
+	mu    sync.Mutex
+	evs   []source.Event
+	holds map[string]model.Ts
+}
+
+// Hold records a table's hold; rows of it at or above are not read.
+func (l *memLog) Hold(table string, at model.Ts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holds == nil {
+		l.holds = map[string]model.Ts{}
+	}
+	if h, ok := l.holds[table]; !ok || at < h {
+		l.holds[table] = at
+	}
 }
 
 func (l *memLog) Append(evs []source.Event) error {

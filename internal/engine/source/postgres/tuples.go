@@ -22,12 +22,20 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	if !ok {
 		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
 	}
-	if rel.gone {
+	if rel.gone || rel.held || rel.foreign {
+		// A foreign table: the publication (one the operator named) serves
+		// others too.
 		return nil
 	}
-	if rel.foreign {
-		return rel.notReplicated()
+	if err := s.decodeRow(rel, op, newTuple, oldTuple, wholeOld); err != nil {
+		rel.held = true
+		s.hold(rel.table, fmt.Sprintf("a row cannot be decoded: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
 	}
+	return nil
+}
+
+// decodeRow adds a row of a replicated table to the open transaction.
+func (s *Stream) decodeRow(rel *relation, op source.Op, newTuple, oldTuple *pglogrepl.TupleData, wholeOld bool) error {
 	// A row is written under the schema it was decoded with: the
 	// table's, or a change earlier in the transaction.
 	st := s.tables[rel.table]

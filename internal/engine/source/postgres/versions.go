@@ -21,6 +21,15 @@ import (
 // transaction's rows.
 func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	name := m.Namespace + "." + m.RelationName
+	if from := s.renamedFrom(m.RelationID, name); from != "" {
+		s.rels[m.RelationID] = &relation{table: from, held: true}
+		s.hold(from, renameHold(s.changefeed(), from, name))
+		return nil
+	}
+	if _, held := s.held[name]; held {
+		s.rels[m.RelationID] = &relation{table: name, held: true}
+		return nil
+	}
 	st, ok := s.tables[name]
 	if !ok {
 		// Not ours. pgoutput describes a partition before the root it
@@ -31,13 +40,21 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		return nil
 	}
 	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
+	if st.OID == 0 {
+		st.OID = m.RelationID
+	}
 	cur := st.Def
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
 	}
 	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		s.rels[m.RelationID].held = true
+		s.hold(name, fmt.Sprintf("its new columns cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
+		return nil
 	}
 	if sameColumns(def, cur) {
 		return nil
@@ -67,11 +84,8 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 		if !ok {
 			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
 		}
-		if rel.gone {
+		if rel.gone || rel.held || rel.foreign {
 			continue
-		}
-		if rel.foreign {
-			return rel.notReplicated()
 		}
 		if s.partedTables[rel.table] {
 			// Rows of it already went to the log as parts: they are

@@ -1,0 +1,151 @@
+package postgres
+
+// One table's trouble never stops the others. A table that cannot go on
+// in this run of the reader (renamed upstream, a row or a schema that
+// does not decode) is held: nothing of it at or above the transaction
+// where it failed is read, so its partitions' checkpoints stay just
+// below while the other tables advance; a new run (a resume, or a
+// pause, an update and a resume) reads it again from there. A table
+// dropped upstream is not held (nothing of it comes any more): it is
+// reported, so the operator can remove it from the changefeed.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Hold is a table held at a position, and why.
+type Hold struct {
+	Table  string
+	At     model.Ts
+	Reason string
+}
+
+// hold holds a table at the open transaction (or after the last
+// position handed out), once.
+func (s *Stream) hold(table, reason string) {
+	if _, done := s.held[table]; done {
+		return
+	}
+	at := s.last + 1
+	if s.open {
+		at = s.base
+	}
+	h := Hold{Table: table, At: at, Reason: reason}
+	s.held[table] = h
+	s.holds = append(s.holds, h)
+}
+
+// TakeHolds returns the tables held since the last call. The caller
+// holds them in the log before it writes the item Next returned.
+func (s *Stream) TakeHolds() []Hold {
+	h := s.holds
+	s.holds = nil
+	return h
+}
+
+// renamedFrom is the changefeed's table a relation was known as, if the
+// relation now has another name.
+func (s *Stream) renamedFrom(id uint32, name string) string {
+	if r, ok := s.rels[id]; ok && !r.foreign && !r.gone && r.table != name {
+		return r.table
+	}
+	for t, st := range s.tables {
+		if st.OID == id && t != name {
+			return t
+		}
+	}
+	return ""
+}
+
+// renameHold is why a renamed table is held, and the way on.
+func renameHold(cf, from, to string) string {
+	return fmt.Sprintf("renamed upstream to %s; its changes from then on are held: replicate it under its new name with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s' (its rows are copied again under the new name), 'cdcctl changefeed resume %s'; or rename it back and 'cdcctl changefeed resume %s'",
+		to, cf, cf, from, to, cf, cf)
+}
+
+// missingTables are the changefeed's tables whose relation no longer
+// exists upstream (dropped; a rename keeps the relation).
+func (s *Stream) missingTables(ctx context.Context) ([]string, error) {
+	var oids []uint32
+	byOID := map[uint32]string{}
+	for t, st := range s.tables {
+		if st.OID != 0 {
+			oids = append(oids, st.OID)
+			byOID[st.OID] = t
+		}
+	}
+	if len(oids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.cat.conn.Query(ctx, `SELECT oid::int8 FROM pg_class WHERE oid = ANY($1::oid[])`, oids)
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var oid int64
+		if err := rows.Scan(&oid); err != nil {
+			return nil, err
+		}
+		delete(byOID, uint32(oid))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	var out []string
+	for _, t := range byOID {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// fillOIDs looks up the relation of tables whose resume point does not
+// know it (written before it was kept) by name; those without one are
+// unresolved (the reader holds them).
+func (s *Stream) fillOIDs(ctx context.Context) error {
+	for t, st := range s.tables {
+		if st.OID != 0 {
+			continue
+		}
+		var oid *int64
+		if err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1)::oid::int8`, quoteQualified(t)).Scan(&oid); err != nil {
+			return explain(s.cfg, err)
+		}
+		if oid != nil {
+			st.OID = uint32(*oid)
+		} else {
+			s.unresolved = append(s.unresolved, t)
+		}
+	}
+	sort.Strings(s.unresolved)
+	return nil
+}
+
+// issues tracks what the reader reports of its tables, for the
+// changefeed's status: held tables, and dropped ones.
+type issues struct {
+	list      []source.TableIssue
+	lastCheck time.Time
+}
+
+func (is *issues) add(i source.TableIssue) {
+	for _, have := range is.list {
+		if have.Table == i.Table && have.State == i.State {
+			return
+		}
+	}
+	is.list = append(is.list, i)
+	sort.Slice(is.list, func(a, b int) bool { return is.list[a].Table < is.list[b].Table })
+}
+
+// droppedReason is what a dropped table's report says to do.
+func droppedReason(cf, table string) string {
+	return fmt.Sprintf("dropped upstream; every change before the drop was replicated and nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name is a new table, not replicated by this changefeed", cf, cf, table, cf)
+}
