@@ -26,6 +26,7 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
 		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
 		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: e.Status.Error,
+		TableIssues: e.Status.Tables,
 	}
 }
 

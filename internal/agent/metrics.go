@@ -42,6 +42,7 @@ type metrics struct {
 	incarnations     prometheus.Counter
 	checkpointLag    *prometheus.GaugeVec
 	changefeedState  *prometheus.GaugeVec
+	tableIssues      *prometheus.GaugeVec
 	checkpointTs     *prometheus.GaugeVec
 	dispatchers      *prometheus.GaugeVec
 	// Seed 000's drain metrics.
@@ -167,6 +168,10 @@ func newMetrics() *metrics {
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "state",
 		Help: "1 for the state each changefeed is in (normal, warning, paused, failed), as this node sees etcd; warning: normal but not advancing, its error says why.",
 	}, []string{"changefeed", "state"})
+	m.tableIssues = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "changefeed", Name: "tables",
+		Help: "Tables of each changefeed that do not replicate as they should, by state: held (its partitions stop while the other tables advance) or dropped (upstream); 'cdcctl changefeed get' says why and what to do.",
+	}, []string{"changefeed", "state"})
 	m.checkpointTs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_ts",
 		Help: "Each changefeed's checkpoint as Unix milliseconds (TiCDC's convention: a float64 cannot hold the TSO itself exactly).",
@@ -211,7 +216,7 @@ func newMetrics() *metrics {
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.slotRetained, m.incarnations,
-		m.checkpointLag, m.changefeedState, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
+		m.checkpointLag, m.changefeedState, m.tableIssues, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
 	m.kafka = newKafkaMetrics(m.reg)

@@ -547,8 +547,16 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			n.metrics.checkpointLag.Reset()
 			n.metrics.checkpointTs.Reset()
 			n.metrics.changefeedState.Reset()
+			n.metrics.tableIssues.Reset()
 			for _, id := range st.ChangefeedIDs() {
 				shown := st.Changefeeds[id].Status.Shown()
+				issues := map[string]int{model.TableHeld: 0, model.TableDropped: 0}
+				for _, ti := range st.Changefeeds[id].Status.Tables {
+					issues[ti.State]++
+				}
+				for state, count := range issues {
+					n.metrics.tableIssues.WithLabelValues(string(id), state).Set(float64(count))
+				}
 				for _, s := range []model.ChangefeedState{model.ChangefeedNormal, model.ChangefeedWarning, model.ChangefeedPaused, model.ChangefeedFailed} {
 					n.metrics.changefeedState.WithLabelValues(string(id), string(s)).Set(b2f(s == shown))
 				}

@@ -58,6 +58,10 @@ type Changefeed struct {
 	// Error says why the changefeed does not advance, e.g. its source is
 	// unreachable and being retried; empty when it does.
 	Error string `json:"error,omitempty"`
+	// TableIssues are its tables that do not replicate as they should:
+	// held (their partitions stop, the other tables advance) or dropped
+	// upstream, each with what to do.
+	TableIssues []model.TableIssue `json:"table_issues,omitempty"`
 }
 
 // ChangefeedList is GET /api/v2/changefeeds.

@@ -43,7 +43,18 @@ func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
 		if cf.Error != "" {
 			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, cf.Error)
 		}
+		for _, ti := range cf.TableIssues {
+			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, tableIssueLine(ti))
+		}
 	}
+}
+
+// tableIssueLine is a table's issue on one line.
+func tableIssueLine(ti model.TableIssue) string {
+	if ti.State == model.TableHeld {
+		return fmt.Sprintf("%s HELD at %s (since %s): %s", ti.Table, ti.At.Time().UTC().Format("15:04:05.000"), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
+	}
+	return fmt.Sprintf("%s %s (found %s): %s", ti.Table, strings.ToUpper(ti.State), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
 }
 
 func newChangefeedCreateCommand(o *options) *cobra.Command {
@@ -183,6 +194,13 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				if cf.Error != "" {
 					fmt.Fprintf(tw, "Error:\t%s\n", cf.Error)
 				}
+				for i, ti := range cf.TableIssues {
+					label := ""
+					if i == 0 {
+						label = "Tables:"
+					}
+					fmt.Fprintf(tw, "%s\t%s\n", label, tableIssueLine(ti))
+				}
 				if ss := cf.SourceStatus; ss != nil {
 					if ss.Error != "" {
 						fmt.Fprintf(tw, "Upstream:\tcannot inspect: %s\n", ss.Error)
@@ -212,7 +230,7 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 func newChangefeedStateCommand(o *options, verb string) *cobra.Command {
 	short := "Pause a changefeed: dispatchers stop gracefully, the checkpoint stays exact"
 	if verb == "resume" {
-		short = "Resume a paused changefeed from its checkpoint"
+		short = "Resume a paused changefeed from its checkpoint (a running one with held tables: read them again)"
 	}
 	return &cobra.Command{
 		Use: verb + " NAME", Short: short, Args: exactArgs(1, "the changefeed's name"),

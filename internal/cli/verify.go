@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -89,6 +91,22 @@ Duplicates are reported, not judged: after a crash they are expected
 				if err != nil {
 					return fmt.Errorf("changefeed %s: %w", changefeed, err)
 				}
+				// A held table holds the checkpoint below it: nothing after
+				// the hold can be compared. A dropped one has no upstream.
+				var held, notVerified []string
+				for _, ti := range cf.TableIssues {
+					switch ti.State {
+					case model.TableHeld:
+						held = append(held, tableIssueLine(ti))
+					case model.TableDropped:
+						tables = slices.DeleteFunc(tables, func(t string) bool { return t == ti.Table })
+						notVerified = append(notVerified, ti.Table+": dropped upstream, not verified")
+					}
+				}
+				if len(held) > 0 {
+					return fmt.Errorf("cannot verify changefeed %s: it holds %d %s, and its checkpoint stays below the hold, so the sink cannot be compared at a point after it; resolve the hold first:\n  %s",
+						changefeed, len(held), plural(len(held), "table", "tables"), strings.Join(held, "\n  "))
+				}
 				if up == nil || (u.Scheme != "file" && u.Scheme != "s3") {
 					return fmt.Errorf("cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://), and this one writes to %s://", changefeed, schemeOf(cf.Source), u.Scheme)
 				}
@@ -99,6 +117,7 @@ Duplicates are reported, not judged: after a crash they are expected
 				if err != nil {
 					return err
 				}
+				rep.NotVerified = notVerified
 				return renderVerify(o, changefeed, model.Ts(rep.CheckedUpToTs), rep)
 			}
 			switch u.Scheme {
@@ -154,6 +173,9 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep verify.Repor
 			fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
 			fmt.Fprintf(tw, "Events expected / read:\t%d / %d (%d committed after the checked point, %d duplicates)\n", rep.Expected, rep.Events, rep.Beyond, rep.Duplicates)
 			fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
+		}
+		for _, nv := range rep.NotVerified {
+			fmt.Fprintf(tw, "%s\n", nv)
 		}
 		for _, ex := range rep.Examples {
 			fmt.Fprintf(tw, "  %s\n", ex)

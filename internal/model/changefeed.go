@@ -63,7 +63,7 @@ const (
 // Shown is the state operators see: Warning for a normal changefeed with
 // an error.
 func (s ChangefeedStatus) Shown() ChangefeedState {
-	if s.State == ChangefeedNormal && s.Error != "" {
+	if s.State == ChangefeedNormal && (s.Error != "" || len(s.Tables) > 0) {
 		return ChangefeedWarning
 	}
 	return s.State
@@ -84,6 +84,45 @@ type ChangefeedStatus struct {
 	// Incidents are the changefeed's recent recoveries and restarts,
 	// oldest first (at most MaxIncidents).
 	Incidents []Incident `json:"incidents,omitempty"`
+	// Tables are the tables that do not replicate as they should (held,
+	// dropped upstream), as the changefeed's reader last reported them.
+	Tables []TableIssue `json:"tables,omitempty"`
+}
+
+// TableIssue is a table of a changefeed that does not replicate as it
+// should, as its reader found: held (it cannot go on; its partitions stop
+// below At while the other tables advance) or dropped upstream (nothing
+// more of it comes).
+type TableIssue struct {
+	Table string `json:"table"`
+	// State is TableHeld or TableDropped.
+	State string `json:"state"`
+	At    Ts     `json:"at,omitempty"`
+	// Since is when the reader found it.
+	Since time.Time `json:"since"`
+	// Reason says what happened and what to do.
+	Reason string `json:"reason"`
+}
+
+// Table issue states.
+const (
+	TableHeld    = "held"
+	TableDropped = "dropped"
+)
+
+// SameIssues says whether two reports say the same (when each was found
+// aside).
+func SameIssues(a, b []TableIssue) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Table != y.Table || x.State != y.State || x.At != y.At || x.Reason != y.Reason {
+			return false
+		}
+	}
+	return true
 }
 
 // Incident is a recovery or a restart of a changefeed (seed 002).

@@ -31,6 +31,8 @@ type Row struct {
 type Report struct {
 	Version int  `json:"version"`
 	OK      bool `json:"ok"`
+	// NotVerified are tables left out, each with why (dropped upstream).
+	NotVerified []string `json:"not_verified,omitempty"`
 	Tables  int  `json:"tables"`
 	Keys    int  `json:"keys"`
 	// Events is the number of rows read from the sink.

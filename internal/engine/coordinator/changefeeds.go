@@ -240,7 +240,9 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 		if !ok {
 			return fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, id)
 		}
-		if e.Status.State == state {
+		if e.Status.State == state && !(state == model.ChangefeedNormal && heldTables(e.Status.Tables)) {
+			// A resume of a running changefeed with held tables starts its
+			// reader again, which reads them again from where they stopped.
 			return nil
 		}
 		err = c.store.SetChangefeedState(ctx, term.Fence, e, state, by)
@@ -248,6 +250,16 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 			return err
 		}
 	}
+}
+
+// heldTables says whether any table is held.
+func heldTables(issues []model.TableIssue) bool {
+	for _, i := range issues {
+		if i.State == model.TableHeld {
+			return true
+		}
+	}
+	return false
 }
 
 // placeMaintainers keeps every changefeed's maintainer on a schedulable

@@ -246,6 +246,9 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 			return err
 		}
 	}
+	if wrote, err := h.reportIssues(ctx, e, mf); err != nil || wrote {
+		return err
+	}
 	return h.advanceCheckpoint(ctx, st, e, mf, pos)
 }
 

@@ -24,6 +24,7 @@ import (
 type pulling struct {
 	info   model.ChangefeedInfo // the incarnation it reads for
 	epoch  uint64
+	run    uint64 // the changefeed's resumes: each starts a new run
 	puller source.Puller
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -43,7 +44,7 @@ func (h *Host) runPullers(ctx context.Context, st *meta.State) {
 	var stopping []*pulling
 	for cf, p := range h.pullers {
 		e, ok := want[cf]
-		if !ok || !e.Info.SameIncarnation(p.info) || e.Maintainer.Epoch != p.epoch {
+		if !ok || !e.Info.SameIncarnation(p.info) || e.Maintainer.Epoch != p.epoch || e.Status.Run != p.run {
 			stopping = append(stopping, p)
 			delete(h.pullers, cf)
 		}
@@ -70,7 +71,7 @@ func (h *Host) runPullers(ctx context.Context, st *meta.State) {
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		p := &pulling{info: e.Info, epoch: e.Maintainer.Epoch, puller: pl, cancel: cancel, done: make(chan struct{})}
+		p := &pulling{info: e.Info, epoch: e.Maintainer.Epoch, run: e.Status.Run, puller: pl, cancel: cancel, done: make(chan struct{})}
 		h.mu.Lock()
 		h.pullers[cf] = p
 		h.mu.Unlock()
@@ -195,4 +196,29 @@ func (h *Host) persisted(cf model.ChangefeedID, checkpoint model.Ts, pos source.
 			h.log.Warn("maintainer: cannot trim the event log", "changefeed", cf, "err", err)
 		}
 	}
+}
+
+// reportIssues writes what the changefeed's reader, running here for this
+// placement, reports of its tables into the changefeed's status when it
+// differs from what is there.
+func (h *Host) reportIssues(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence) (bool, error) {
+	h.mu.Lock()
+	p := h.pullers[e.Info.ID]
+	h.mu.Unlock()
+	if p == nil || p.epoch != e.Maintainer.Epoch || !p.info.SameIncarnation(e.Info) {
+		return false, nil
+	}
+	r, ok := p.puller.(source.IssueReporter)
+	if !ok {
+		return false, nil
+	}
+	issues := r.TableIssues()
+	if model.SameIssues(issues, e.Status.Tables) {
+		return false, nil
+	}
+	if err := h.store.SetTableIssues(ctx, mf, e, issues); err != nil {
+		return false, err
+	}
+	h.log.Info("maintainer: the changefeed's tables' issues changed", "changefeed", e.Info.ID, "issues", len(issues))
+	return true, nil
 }

@@ -210,7 +210,8 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 	}
 	if state == model.ChangefeedNormal {
 		st.Error = "" // resumed: the operator fixed what failed it
-		st.Run++
+		st.Run++      // its reader starts again, and reads held tables again
+		st.Tables = nil
 	}
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).
@@ -366,6 +367,15 @@ func (s *Store) SetChangefeedError(ctx context.Context, mf MaintainerFence, e *C
 	}
 	st := e.Status
 	st.Error = msg
+	key := s.keys.ChangefeedStatus(e.Info.ID)
+	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
+}
+
+// SetTableIssues records what the changefeed's reader reports of its
+// tables (maintainer write).
+func (s *Store) SetTableIssues(ctx context.Context, mf MaintainerFence, e *ChangefeedEntry, issues []model.TableIssue) error {
+	st := e.Status
+	st.Tables = issues
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	return s.commit(ctx, []clientv3.Cmp{mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision)}, clientv3.OpPut(key, mustJSON(st)))
 }

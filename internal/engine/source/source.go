@@ -268,25 +268,13 @@ type Retabled struct {
 	Added, Removed []string
 }
 
-// TableIssue is a table of a changefeed that does not replicate as it
-// should, as its reader found: held (it cannot go on; its partitions stop
-// at At while the other tables advance) or dropped (nothing more of it
-// comes).
-type TableIssue struct {
-	Table string `json:"table"`
-	// State is TableHeld or TableDropped.
-	State string   `json:"state"`
-	At    model.Ts `json:"at,omitempty"`
-	// Since is when the reader found it.
-	Since time.Time `json:"since"`
-	// Reason says what happened and what to do.
-	Reason string `json:"reason"`
-}
+// TableIssue is a table's issue as its reader found it (model.TableIssue).
+type TableIssue = model.TableIssue
 
 // Table issue states.
 const (
-	TableHeld    = "held"
-	TableDropped = "dropped"
+	TableHeld    = model.TableHeld
+	TableDropped = model.TableDropped
 )
 
 // IssueReporter is a puller that reports its tables' issues: those of

@@ -123,32 +123,36 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 // its children's rows as its own.
 func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, ch source.Retabled, viaRoot bool) error {
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	if err != nil {
+		return explain(cfg, err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return explain(cfg, err)
+	}
+	// A table renamed upstream is published under its new name already
+	// (the publication holds the relation), and its old name is not.
+	var add, drop []string
+	for _, t := range ch.Added {
+		if !slices.Contains(published, t) {
+			add = append(add, t)
+		}
+	}
+	for _, t := range ch.Removed {
+		if slices.Contains(published, t) {
+			drop = append(drop, t)
+		}
+	}
 	var stmts []string
 	if viaRoot {
 		stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)")
 	}
-	if len(ch.Added) > 0 {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(ch.Added))
+	if len(add) > 0 {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(add))
 	}
-	if len(ch.Removed) > 0 {
-		// A table dropped upstream left the publication with it.
-		var still []string
-		rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
-		if err != nil {
-			return explain(cfg, err)
-		}
-		published, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return explain(cfg, err)
-		}
-		for _, t := range ch.Removed {
-			if slices.Contains(published, t) {
-				still = append(still, t)
-			}
-		}
-		if len(still) > 0 {
-			stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(still))
-		}
+	if len(drop) > 0 {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(drop))
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {

@@ -191,10 +191,12 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			continue
 		}
+		// Every few seconds, whatever comes: under a steady workload
+		// transactions resolve the stream, not ticks.
+		if err := s.checkDropped(ctx, st); err != nil {
+			return err
+		}
 		if it.Txn == nil {
-			if err := s.checkDropped(ctx, st); err != nil {
-				return err
-			}
 			w.Resolve(it.Resolved)
 			// A resolved position is a resume point too: confirming it lets
 			// PostgreSQL recycle WAL, and shut down, while no transaction
@@ -234,7 +236,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 
 // dropCheckEvery is how often the reader looks for tables dropped
 // upstream (pgoutput says nothing of a DROP TABLE).
-const dropCheckEvery = 10 * time.Second
+var dropCheckEvery = 10 * time.Second
 
 // checkDropped reports the tables dropped upstream, every dropCheckEvery.
 func (s *Source) checkDropped(ctx context.Context, st *Stream) error {

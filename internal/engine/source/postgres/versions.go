@@ -21,6 +21,13 @@ import (
 // transaction's rows.
 func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	name := m.Namespace + "." + m.RelationName
+	if _, gone := s.gone[name]; gone {
+		// Removed from the changefeed: its rows still in the WAL are not
+		// read (a table renamed upstream and updated under its new name
+		// comes under its old name until the rename).
+		s.rels[m.RelationID] = &relation{table: name, foreign: true, gone: true}
+		return nil
+	}
 	if from := s.renamedFrom(m.RelationID, name); from != "" {
 		s.rels[m.RelationID] = &relation{table: from, held: true}
 		s.hold(from, renameHold(s.changefeed(), from, name))
@@ -32,11 +39,10 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	st, ok := s.tables[name]
 	if !ok {
-		// Not ours. pgoutput describes a partition before the root it
-		// publishes the partition's rows as (publish_via_partition_root):
-		// only a row of it is an error (row, truncate).
-		_, gone := s.gone[name]
-		s.rels[m.RelationID] = &relation{table: name, foreign: true, gone: gone}
+		// Not ours: a partition pgoutput describes before the root it
+		// publishes the partition's rows as (publish_via_partition_root),
+		// or a table the operator's publication serves to others.
+		s.rels[m.RelationID] = &relation{table: name, foreign: true}
 		return nil
 	}
 	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
