@@ -67,13 +67,14 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		pt[pid] = st.Progress[e.Info.ID][pid].Progress
 		copying = copying || pt[pid].Copy != (model.CopyProgress{})
 	}
-	if ss, err := sources.Inspect(ictx, e.Info.SourceURI); err != nil {
+	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
 		if copying {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
 	} else if ss != nil {
-		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, Snapshot: ss.Snapshot}
+		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, Snapshot: ss.Snapshot,
+			Filter: ss.Filter, Unreplicated: ss.Unreplicated}
 		if ss.Snapshot == "" && ss.Kind != "" {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
@@ -214,7 +215,7 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	if err != nil {
 		return nil, engineError(err, id)
 	}
-	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: req.DryRun, Tables: res.Tables,
+	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: req.DryRun, Tables: res.Tables, Rules: res.Rules,
 		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At)}
 	for i, sp := range res.AddedSpans {
 		start, end := sp.Bounds()

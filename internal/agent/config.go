@@ -39,6 +39,10 @@ type Config struct {
 	// MoveTimeout: a partition move or split whose source has not stopped
 	// the partition within it is reverted (seed 003's failure table).
 	MoveTimeout time.Duration
+	// FollowTablesEvery is how often changefeeds with table rules
+	// (tables=public.*) match them again, picking up new tables and
+	// dropping removed ones.
+	FollowTablesEvery time.Duration
 	// CheckpointStore is where partition states go between nodes (seed
 	// 003's CheckpointStore): "etcd", or a bucket URL for large states.
 	CheckpointStore string
@@ -75,17 +79,18 @@ type Config struct {
 
 // Defaults are the values of every flag that has one.
 var Defaults = Config{
-	Addr:            "127.0.0.1:8301",
-	ClusterID:       "default",
-	DataDir:         "cdc-agent-data",
-	SessionTTL:      10 * time.Second,
-	Election:        "etcd",
-	MoveTimeout:     30 * time.Second,
-	CheckpointStore: "etcd",
-	SinkMemoryMiB:   1024,
-	EmbedEtcdAddr:   "127.0.0.1:2379",
-	LogLevel:        "info",
-	LogFormat:       "text",
+	Addr:              "127.0.0.1:8301",
+	ClusterID:         "default",
+	DataDir:           "cdc-agent-data",
+	SessionTTL:        10 * time.Second,
+	Election:          "etcd",
+	MoveTimeout:       30 * time.Second,
+	FollowTablesEvery: 30 * time.Second,
+	CheckpointStore:   "etcd",
+	SinkMemoryMiB:     1024,
+	EmbedEtcdAddr:     "127.0.0.1:2379",
+	LogLevel:          "info",
+	LogFormat:         "text",
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -124,6 +129,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MoveTimeout == 0 {
 		c.MoveTimeout = Defaults.MoveTimeout
+	}
+	if c.FollowTablesEvery == 0 {
+		c.FollowTablesEvery = Defaults.FollowTablesEvery
+	}
+	if c.FollowTablesEvery < time.Second {
+		return fmt.Errorf("--follow-tables-every %s is too short: each round reads the database's catalog for every changefeed with table rules; use at least 1s (default 30s)", c.FollowTablesEvery)
 	}
 	if c.MoveTimeout < time.Second {
 		return fmt.Errorf("--move-timeout %s is too short: a move needs its source to stop and report; use at least 1s (default 30s)", c.MoveTimeout)

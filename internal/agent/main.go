@@ -123,6 +123,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.Bool("pprof", true, "serve Go's profiler under /debug/pprof/ (admin role with --token-auth-file); --pprof=false turns it off")
 	f.Bool("metrics-need-token", false, "with --token-auth-file, /metrics needs a viewer token too (default: open, like /healthz and /readyz)")
 	f.Duration("move-timeout", d.MoveTimeout, "a partition move or split whose source has not stopped the partition within this long is reverted")
+	f.Duration("follow-tables-every", d.FollowTablesEvery, "how often changefeeds with table rules (tables=public.*) look for tables created, dropped or renamed upstream")
 	f.String("embed-etcd-addr", d.EmbedEtcdAddr, "client address of the embedded etcd (only without --etcd)")
 	f.String("log-level", d.LogLevel, "debug, info, warn or error")
 	f.String("log-format", d.LogFormat, "text or json")
@@ -144,35 +145,36 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		}
 	}
 	cfg := Config{
-		NodeID:           v.GetString("node-id"),
-		Addr:             v.GetString("addr"),
-		AdvertiseAddr:    v.GetString("advertise-addr"),
-		Etcd:             v.GetStringSlice("etcd"),
-		ClusterID:        v.GetString("cluster-id"),
-		DataDir:          v.GetString("data-dir"),
-		SessionTTL:       v.GetDuration("session-ttl"),
-		Election:         v.GetString("election"),
-		ElectionDSN:      v.GetString("election-dsn"),
-		ElectionTTL:      v.GetDuration("election-ttl"),
-		MoveTimeout:      v.GetDuration("move-timeout"),
-		SinkMemoryMiB:    v.GetInt("sink-memory-mib"),
-		SinkRoot:         v.GetString("sink-root"),
-		TokenAuthFile:    v.GetString("token-auth-file"),
-		TLSCertFile:      v.GetString("tls-cert-file"),
-		TLSKeyFile:       v.GetString("tls-key-file"),
-		TLSCAFile:        v.GetString("tls-ca-file"),
-		Insecure:         v.GetBool("insecure"),
-		EtcdCACert:       v.GetString("etcd-cacert"),
-		EtcdCert:         v.GetString("etcd-cert"),
-		EtcdKey:          v.GetString("etcd-key"),
-		EtcdUser:         v.GetString("etcd-user"),
-		EtcdPassword:     v.GetString("etcd-password"),
-		MetricsNeedToken: v.GetBool("metrics-need-token"),
-		Pprof:            v.GetBool("pprof"),
-		CheckpointStore:  v.GetString("checkpoint-store"),
-		EmbedEtcdAddr:    v.GetString("embed-etcd-addr"),
-		LogLevel:         v.GetString("log-level"),
-		LogFormat:        v.GetString("log-format"),
+		NodeID:            v.GetString("node-id"),
+		Addr:              v.GetString("addr"),
+		AdvertiseAddr:     v.GetString("advertise-addr"),
+		Etcd:              v.GetStringSlice("etcd"),
+		ClusterID:         v.GetString("cluster-id"),
+		DataDir:           v.GetString("data-dir"),
+		SessionTTL:        v.GetDuration("session-ttl"),
+		Election:          v.GetString("election"),
+		ElectionDSN:       v.GetString("election-dsn"),
+		ElectionTTL:       v.GetDuration("election-ttl"),
+		MoveTimeout:       v.GetDuration("move-timeout"),
+		FollowTablesEvery: v.GetDuration("follow-tables-every"),
+		SinkMemoryMiB:     v.GetInt("sink-memory-mib"),
+		SinkRoot:          v.GetString("sink-root"),
+		TokenAuthFile:     v.GetString("token-auth-file"),
+		TLSCertFile:       v.GetString("tls-cert-file"),
+		TLSKeyFile:        v.GetString("tls-key-file"),
+		TLSCAFile:         v.GetString("tls-ca-file"),
+		Insecure:          v.GetBool("insecure"),
+		EtcdCACert:        v.GetString("etcd-cacert"),
+		EtcdCert:          v.GetString("etcd-cert"),
+		EtcdKey:           v.GetString("etcd-key"),
+		EtcdUser:          v.GetString("etcd-user"),
+		EtcdPassword:      v.GetString("etcd-password"),
+		MetricsNeedToken:  v.GetBool("metrics-need-token"),
+		Pprof:             v.GetBool("pprof"),
+		CheckpointStore:   v.GetString("checkpoint-store"),
+		EmbedEtcdAddr:     v.GetString("embed-etcd-addr"),
+		LogLevel:          v.GetString("log-level"),
+		LogFormat:         v.GetString("log-format"),
 	}
 	return cfg, cfg.Validate()
 }

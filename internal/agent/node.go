@@ -379,6 +379,7 @@ func (n *Node) serveIncarnation(ctx context.Context, store *meta.Store, member *
 	view := cluster.NewView(store, n.log)
 	coord := coordinator.New(store, view, n.log)
 	coord.SinkRoot, coord.SpoolDir = n.cfg.sinkRoot(), n.cfg.spoolDir()
+	coord.FollowEvery = n.cfg.FollowTablesEvery
 	elector, err := n.elector(store, member)
 	if err != nil {
 		n.log.Error("cannot set up the election; joining again", "err", err)

@@ -30,7 +30,7 @@ func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 			}
 			mine[id] = true
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			ss, err := sources.Inspect(ictx, e.Info.SourceURI)
+			ss, err := sources.Inspect(ictx, e.Info.SourceURI, nil) // the slot only
 			cancel()
 			// Unreachable: the last value stays, and the changefeed's
 			// error says why.

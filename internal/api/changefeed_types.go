@@ -15,7 +15,8 @@ type ChangefeedCreateRequest struct {
 }
 
 // ChangefeedUpdateRequest is the body of PATCH /api/v2/changefeeds/{id}:
-// the tables the paused changefeed replicates from now on.
+// the tables the paused changefeed replicates from now on, or its new
+// table rules (patterns: public.*, !public.audit).
 type ChangefeedUpdateRequest struct {
 	Tables []string `json:"tables"`
 	// DryRun checks and computes the change and writes nothing.
@@ -28,8 +29,10 @@ type ChangefeedUpdateResponse struct {
 	Changefeed string   `json:"changefeed"`
 	DryRun     bool     `json:"dry_run,omitempty"`
 	Tables     []string `json:"tables"`
-	Added      []string `json:"added,omitempty"`
-	Removed    []string `json:"removed,omitempty"`
+	// Rules are the table rules after the update (tables= with patterns).
+	Rules   []string `json:"rules,omitempty"`
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
 	// AddedPartitions are the added tables' partitions (no ids in a dry
 	// run); RemovedPartitions, the ids of the removed tables'.
 	AddedPartitions   []Partition `json:"added_partitions,omitempty"`
@@ -96,7 +99,12 @@ type SourceStatus struct {
 	RetainedBytes int64 `json:"retained_bytes"`
 	// Snapshot is the initial snapshot's progress: "copying … ", "done".
 	Snapshot string `json:"snapshot,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Filter is the changefeed's table rules (tables= with patterns);
+	// Unreplicated, the tables they match that it does not replicate (yet),
+	// each with why.
+	Filter       string   `json:"filter,omitempty"`
+	Unreplicated []string `json:"unreplicated,omitempty"`
+	Error        string   `json:"error,omitempty"`
 }
 
 // Partition is one entry of the routing table.

@@ -214,6 +214,16 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 					if ss.Snapshot != "" {
 						fmt.Fprintf(tw, "Snapshot:\t%s\n", ss.Snapshot)
 					}
+					if ss.Filter != "" {
+						fmt.Fprintf(tw, "Table rules:\t%s (followed every 30 s by default)\n", ss.Filter)
+					}
+					for i, u := range ss.Unreplicated {
+						label := ""
+						if i == 0 {
+							label = "Not replicated:"
+						}
+						fmt.Fprintf(tw, "%s\t%s\n", label, u)
+					}
 				}
 				for i, in := range cf.Incidents {
 					label := ""
@@ -393,6 +403,9 @@ func incidentLine(in model.Incident) string {
 		what = fmt.Sprintf("failed: partition %s on %s", in.Partition, in.Node)
 	default:
 		what = in.Kind
+		if in.Reason != "" {
+			what += " " + in.Reason // paused by alice, resumed by its table rules
+		}
 	}
 	if in.Err != "" {
 		what += ": " + in.Err

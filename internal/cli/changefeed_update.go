@@ -99,7 +99,7 @@ none).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&tables, "tables", nil, "every table the changefeed replicates from now on (schema.table, comma-separated)")
+	f.StringSliceVar(&tables, "tables", nil, "every table the changefeed replicates from now on (schema.table, comma-separated), or its table rules (public.*,!public.audit)")
 	f.StringSliceVar(&add, "add-table", nil, "a table to add (repeatable)")
 	f.StringSliceVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable)")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
@@ -127,8 +127,13 @@ func sourceTables(source string) []string {
 func nextTables(current, tables, add, remove []string) ([]string, error) {
 	qualify := func(t string) string {
 		t = strings.TrimSpace(t)
+		neg := strings.HasPrefix(t, "!")
+		t = strings.TrimPrefix(t, "!")
 		if t != "" && !strings.Contains(t, ".") {
-			return "public." + t
+			t = "public." + t
+		}
+		if neg {
+			t = "!" + t
 		}
 		return t
 	}
@@ -181,4 +186,7 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 		fmt.Fprintf(tw, "  - %s\tits partitions end; the sink keeps what it has\n", t)
 	}
 	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))
+	if len(u.Rules) > 0 {
+		fmt.Fprintf(tw, "Table rules: %s (tables that match later are added, tables dropped are removed, by themselves)\n", strings.Join(u.Rules, ","))
+	}
 }

@@ -67,6 +67,7 @@ otherwise by running cdcctl itself as the agent.`,
 	f.StringVar(&cfg.Dir, "dir", "", "directory for etcd data, agent data and logs (default $TMPDIR/cdcctl-playground-<port-base>)")
 	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
 	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
+	f.DurationVar(&cfg.FollowTablesEvery, "follow-tables-every", 0, "agents' --follow-tables-every: how often changefeeds with table rules look for new, dropped or renamed tables (default: theirs, 30s)")
 	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
 	f.BoolVar(&cfg.Fresh, "fresh", false, "start anew: remove what an earlier run left in --dir (etcd's data with its changefeeds and plans, the agents' data and logs, the demo databases, keys, and the sinks under the default --sink-root)")
 	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")

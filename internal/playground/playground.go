@@ -33,6 +33,8 @@ type Config struct {
 	// PortBase: etcd listens on PortBase, capture-i's API on PortBase+i.
 	PortBase   int
 	SessionTTL time.Duration
+	// FollowTablesEvery is the agents' --follow-tables-every (0: theirs).
+	FollowTablesEvery time.Duration
 	// Agent is the command that starts an agent; see AgentCommand.
 	Agent AgentCommand
 	// NoDemo skips the demo changefeed.
@@ -342,6 +344,9 @@ func startAgent(cfg Config, dir, etcdEndpoint string, i int, sec *secure) (*chil
 	)
 	if sec != nil {
 		cmd.Args = append(cmd.Args, sec.agentArgs(id)...)
+	}
+	if cfg.FollowTablesEvery > 0 {
+		cmd.Args = append(cmd.Args, "--follow-tables-every", cfg.FollowTablesEvery.String())
 	}
 	cmd.Args[0] = cfg.Agent.Argv0
 	cmd.Stdout, cmd.Stderr = logFile, logFile

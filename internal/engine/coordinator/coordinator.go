@@ -45,6 +45,10 @@ type Coordinator struct {
 	// node sees the removal, may hold the slot a moment); CleanupEvery
 	// is how often a release that did not happen then is tried again.
 	ReleaseWait, CleanupEvery time.Duration
+	// FollowEvery is how often changefeeds with table rules match them
+	// again (follow.go; 0: never); FollowWait bounds the wait for their
+	// dispatchers to stop when their tables change.
+	FollowEvery, FollowWait time.Duration
 
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.
@@ -54,7 +58,7 @@ type Coordinator struct {
 // New returns a coordinator over a store and this node's view.
 func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
 	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second, Retention: DefaultRetention,
-		ReleaseWait: 20 * time.Second, CleanupEvery: 15 * time.Second}
+		ReleaseWait: 20 * time.Second, CleanupEvery: 15 * time.Second, FollowEvery: 30 * time.Second, FollowWait: 30 * time.Second}
 }
 
 // Lead runs for one term, until ctx ends or a write finds the term over.
@@ -68,6 +72,11 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 	go func() {
 		defer wg.Done()
 		c.retryCleanups(cctx, term)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.followFilters(cctx, term)
 	}()
 	var pruned time.Time
 	for ctx.Err() == nil {

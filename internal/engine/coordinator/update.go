@@ -30,6 +30,8 @@ type UpdateRequest struct {
 // UpdateResult is what an update did, or would do.
 type UpdateResult struct {
 	Tables, Added, Removed []string
+	// Rules are the table rules after the update, if it has them.
+	Rules []string
 	// AddedSpans are the added tables' partitions (their ids once
 	// written); RemovedPartitions, the ids of the removed tables'.
 	AddedSpans        []model.Span
@@ -68,7 +70,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	res := UpdateResult{Tables: ch.Tables, Added: ch.Added, Removed: ch.Removed, At: at}
+	res := UpdateResult{Tables: ch.Tables, Added: ch.Added, Removed: ch.Removed, Rules: ch.Rules, At: at}
 	var removeIDs []string
 	for _, r := range st.SortedPartitions(req.ID) {
 		if !slices.Contains(ch.Removed, r.Route.Span.Table) {

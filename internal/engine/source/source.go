@@ -247,6 +247,18 @@ type Status struct {
 	// Snapshot says how far the initial snapshot is, as of the last
 	// persisted resume point.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Filter is the changefeed's table rules, if it has patterns;
+	// Unreplicated, the tables they match that it does not replicate, each
+	// with why.
+	Filter       string   `json:"filter,omitempty"`
+	Unreplicated []string `json:"unreplicated,omitempty"`
+}
+
+// Followed is what a changefeed's table rules match now: the tables to
+// replicate, and those matched that cannot be, each with why.
+type Followed struct {
+	Tables  []string
+	Refused []string
 }
 
 // Snapshotter reads a database source's tables at one consistent point,
@@ -266,6 +278,8 @@ type Retabled struct {
 	// Tables are the changefeed's tables after the change, in order.
 	Tables         []string
 	Added, Removed []string
+	// Rules are the table rules after the change, if it has them.
+	Rules []string
 }
 
 // TableIssue is a table's issue as its reader found it (model.TableIssue).

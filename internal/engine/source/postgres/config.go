@@ -25,8 +25,15 @@ type Config struct {
 	// connects with (user, password, host, port, database, sslmode, ...).
 	ConnString string
 	// Tables are the replicated tables, "schema.table", in the order
-	// given; a name without a schema is in public.
+	// given; a name without a schema is in public. With a Filter, they
+	// are what it matched when the changefeed was created or last
+	// followed it (filter.go).
 	Tables []string
+	// Filter are tables= given with patterns: "schema.table" globs
+	// (public.*, sales.order_?) and exclusions (!public.audit). The
+	// changefeed replicates every table they match, and follows them as
+	// tables come and go.
+	Filter []string
 	// Publication and Slot name the upstream objects; empty means the
 	// default named after the changefeed.
 	Publication string
@@ -44,7 +51,7 @@ type Config struct {
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true}
+var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -70,10 +77,26 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
 		}
 	}
-	if c.Tables, err = ParseTables(strings.Split(q.Get("tables"), ",")); err != nil {
-		return Config{}, fmt.Errorf("source URI: %w", err)
+	tables := strings.Split(q.Get("tables"), ",")
+	switch {
+	case q.Has("filter"):
+		// A stored URI: the filter, and what it matched.
+		if c.Filter, err = ParseFilter(strings.Split(q.Get("filter"), ",")); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+		if c.Tables, err = ParseTables(tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+	case isFilter(tables):
+		if c.Filter, err = ParseFilter(tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+	default:
+		if c.Tables, err = ParseTables(tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
 	}
-	if len(c.Tables) == 0 {
+	if len(c.Tables) == 0 && len(c.Filter) == 0 {
 		return Config{}, fmt.Errorf("source URI %s: name the tables to replicate, e.g. ?tables=public.orders,public.customers", Redact(raw))
 	}
 	c.Publication, c.Slot = q.Get("publication"), q.Get("slot")
@@ -157,6 +180,9 @@ func (c Config) URI() string {
 	u, _ := url.Parse(c.ConnString)
 	q := u.Query()
 	q.Set("tables", strings.Join(c.Tables, ","))
+	if len(c.Filter) > 0 {
+		q.Set("filter", strings.Join(c.Filter, ","))
+	}
 	if c.Publication != "" {
 		q.Set("publication", c.Publication)
 	}

@@ -30,16 +30,37 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if err != nil {
 		return source.Retabled{}, err
 	}
-	next, err := ParseTables(tables)
-	if err != nil {
+	var p position
+	if err := json.Unmarshal(pos, &p); err != nil {
+		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+	}
+	rules := cfg.Filter
+	var next []string
+	if isFilter(tables) {
+		// New rules: the tables they match now.
+		if rules, err = ParseFilter(tables); err != nil {
+			return source.Retabled{}, err
+		}
+		f, err := follow(ctx, Config{ConnString: cfg.ConnString, Filter: rules, Snapshot: cfg.Snapshot}, p.Gone)
+		if err != nil {
+			return source.Retabled{}, err
+		}
+		if len(f.Refused) > 0 {
+			return source.Retabled{}, fmt.Errorf("the table rules match tables that cannot be replicated:\n  %s", strings.Join(f.Refused, "\n  "))
+		}
+		next = f.Tables
+	} else if next, err = ParseTables(tables); err != nil {
 		return source.Retabled{}, err
 	}
 	if len(next) == 0 {
 		return source.Retabled{}, fmt.Errorf("a changefeed needs at least one table; to stop replicating all of them, remove the changefeed")
 	}
-	var p position
-	if err := json.Unmarshal(pos, &p); err != nil {
-		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+	if len(rules) > 0 {
+		for _, t := range next {
+			if !matches(rules, t) {
+				return source.Retabled{}, fmt.Errorf("table %s does not match the changefeed's table rules (%s), which decide its tables: change the rules instead (changefeed update --tables 'RULES')", t, strings.Join(rules, ","))
+			}
+		}
 	}
 	out := source.Retabled{Tables: next}
 	for _, t := range next {
@@ -52,7 +73,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			out.Removed = append(out.Removed, t)
 		}
 	}
-	if len(out.Added)+len(out.Removed) == 0 {
+	if len(out.Added)+len(out.Removed) == 0 && slices.Equal(rules, cfg.Filter) {
 		return source.Retabled{}, fmt.Errorf("the changefeed replicates exactly these tables already (%s)", strings.Join(cfg.Tables, ", "))
 	}
 	for _, t := range out.Added {
@@ -64,7 +85,8 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	to := cfg
-	to.Tables = next
+	to.Tables, to.Filter = next, rules
+	out.Rules = rules
 
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -396,8 +398,10 @@ func unwrapConnect(err error) error {
 }
 
 // Inspect reads the slot's state for 'changefeed get' (the snapshot's
-// progress is the partitions': the caller sums it).
-func Inspect(ctx context.Context, uri string) (*source.Status, error) {
+// progress is the partitions': the caller sums it); given the
+// changefeed's resume point, also what its table rules match that it
+// does not replicate.
+func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
@@ -422,6 +426,21 @@ func Inspect(ctx context.Context, uri string) (*source.Status, error) {
 	}
 	if retained != nil {
 		st.RetainedBytes = *retained
+	}
+	if len(cfg.Filter) > 0 && pos != nil {
+		st.Filter = strings.Join(cfg.Filter, ",")
+		var p position
+		if len(pos) > 0 {
+			_ = json.Unmarshal(pos, &p)
+		}
+		if f, err := follow(ctx, cfg, p.Gone); err == nil {
+			st.Unreplicated = f.Refused
+			for _, t := range f.Tables {
+				if !slices.Contains(cfg.Tables, t) {
+					st.Unreplicated = append(st.Unreplicated, t+": matched since the changefeed last followed its rules; added within a minute")
+				}
+			}
+		}
 	}
 	return st, nil
 }

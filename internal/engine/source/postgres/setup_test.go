@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +196,44 @@ func TestBoundariesAreKeyQuantiles(t *testing.T) {
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("%s in %d: cut at %v, want %q", tc.table, tc.n, got, tc.want)
 		}
+	}
+}
+
+// Table rules: globs over schema.table, ! to exclude, the order of no
+// account; a stored URI keeps the rules and what they matched.
+func TestTableRules(t *testing.T) {
+	rules, err := ParseFilter([]string{"public.*", "sales.order_?", "!audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"public.*", "sales.order_?", "!public.audit"}; !slices.Equal(rules, want) {
+		t.Fatalf("rules %v, want %v", rules, want)
+	}
+	for table, want := range map[string]bool{
+		"public.orders": true, "public.audit": false, "sales.order_1": true, "sales.order_12": false, "sales.orders": false, "other.orders": false,
+	} {
+		if got := matches(rules, table); got != want {
+			t.Errorf("%s: matched %v, want %v", table, got, want)
+		}
+	}
+	for _, bad := range [][]string{{"!public.audit"}, {"Public.*"}, {"public.[a"}, {"a.b.c"}, {"public.*", "public.*"}} {
+		if _, err := ParseFilter(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	cfg, err := ParseURI("postgres://u@h:5432/db?tables=public.*,!public.audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tables) != 0 || !slices.Equal(cfg.Filter, []string{"public.*", "!public.audit"}) {
+		t.Fatalf("parsed: tables %v, filter %v", cfg.Tables, cfg.Filter)
+	}
+	cfg.Tables = []string{"public.a", "public.b"}
+	again, err := ParseURI(cfg.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again.Tables, cfg.Tables) || !slices.Equal(again.Filter, cfg.Filter) {
+		t.Fatalf("round trip: tables %v, filter %v", again.Tables, again.Filter)
 	}
 }

@@ -42,6 +42,19 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 		return "", nil, err
 	}
 	cfg = cfg.WithNames(string(cf))
+	if len(cfg.Filter) > 0 {
+		f, err := follow(ctx, cfg, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(f.Refused) > 0 {
+			return "", nil, fmt.Errorf("the table rules match tables that cannot be replicated:\n  %s", strings.Join(f.Refused, "\n  "))
+		}
+		if len(f.Tables) == 0 {
+			return "", nil, fmt.Errorf("the table rules %s match no table in the database: check them (a rule is schema.table with * and ?; ! excludes)", strings.Join(cfg.Filter, ","))
+		}
+		cfg.Tables = f.Tables
+	}
 	up, err := Prepare(ctx, cfg)
 	if err != nil {
 		return "", nil, err

@@ -119,12 +119,22 @@ func HoldsUpstream(uri string) bool {
 
 // Inspect reports on the upstream side of a changefeed; nil for sources
 // with nothing to say (gen).
-func Inspect(ctx context.Context, uri string) (*source.Status, error) {
+func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
 	s, err := scheme(uri)
 	if err != nil || s != "postgres" {
 		return nil, err
 	}
-	return postgres.Inspect(ctx, uri)
+	return postgres.Inspect(ctx, uri, pos)
+}
+
+// Follow is what a changefeed's table rules match now (changefeeds with
+// patterns in tables=); ok is false for one without rules.
+func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
+	s, err := scheme(uri)
+	if err != nil || s != "postgres" {
+		return source.Followed{}, false, err
+	}
+	return postgres.Follow(ctx, uri, pos)
 }
 
 // Upstream reads a database source's tables for verify, and names them;

@@ -1,0 +1,135 @@
+package coordinator
+
+// Changefeeds with table rules (tables=public.*,!public.audit) follow
+// them: every FollowEvery the coordinator matches the rules against the
+// database again, and when the tables differ, it pauses the changefeed,
+// updates its tables (UpdateChangefeed: a new table is copied and
+// streamed, a dropped one's partitions end, a renamed one is replicated
+// under its new name) and resumes it. The pause is graceful: nothing is
+// lost or written twice, the lag grows by the few seconds it takes.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// followBy names the table rules in the incidents of the pauses and
+// resumes they make.
+const followBy = "its table rules"
+
+// followFilters matches every changefeed's table rules again, every
+// FollowEvery, until ctx ends.
+func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
+	if c.FollowEvery <= 0 {
+		return
+	}
+	t := time.NewTicker(c.FollowEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := c.view.State()
+		for _, id := range st.ChangefeedIDs() {
+			e := st.Changefeeds[id]
+			if e.Status.State != model.ChangefeedNormal {
+				continue
+			}
+			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
+			cancel()
+			if !ok {
+				continue
+			}
+			if err != nil {
+				c.log.Warn("coordinator: cannot match the changefeed's table rules; trying again later", "changefeed", id, "err", err)
+				continue
+			}
+			current := tablesOf(e.Info.SourceURI)
+			if sameTables(current, f.Tables) {
+				continue
+			}
+			if len(f.Tables) == 0 {
+				c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
+				continue
+			}
+			if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
+				c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
+			}
+		}
+	}
+}
+
+// refollow pauses a changefeed, waits for its dispatchers to stop, sets
+// its tables and resumes it (also when the update fails).
+func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, tables []string) error {
+	if err := c.SetChangefeedState(ctx, term, id, model.ChangefeedPaused, followBy); err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, followBy); err != nil {
+			c.log.Warn("coordinator: could not resume the changefeed after following its table rules; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", err)
+		}
+	}()
+	if err := c.waitStopped(ctx, id); err != nil {
+		return err
+	}
+	res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: followBy})
+	if err != nil {
+		return err
+	}
+	c.log.Info("coordinator: the changefeed follows its table rules", "changefeed", id, "added", res.Added, "removed", res.Removed)
+	return nil
+}
+
+// waitStopped waits until every placed partition of a paused changefeed
+// has stopped: its final position is persisted for its placement.
+func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) error {
+	wctx, cancel := context.WithTimeout(ctx, c.FollowWait)
+	defer cancel()
+	for {
+		ch := c.view.Changed()
+		st := c.view.State()
+		stopped := true
+		for pid, r := range st.Partitions[id] {
+			if r.Route.Node == "" {
+				continue
+			}
+			p, ok := st.Progress[id][pid]
+			if !ok || !p.Progress.Final || p.Progress.Epoch != r.Route.Epoch {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("its dispatchers did not all stop within %s", c.FollowWait)
+		case <-ch:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// sameTables says whether two table lists hold the same tables.
+func sameTables(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, t := range a {
+		if !slices.Contains(b, t) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,189 @@
+package postgres
+
+// Table filters: tables= with patterns. A rule is "schema.table" where
+// either part may hold * (any run of characters) and ? (one character),
+// or such a rule after ! to exclude what it matches; a name without a
+// schema is in public. A table is replicated when some rule includes it
+// and none excludes it (the order of the rules does not matter). The
+// system schemas are never matched, nor a partition whose root is.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// isFilter says whether tables= holds a pattern or an exclusion.
+func isFilter(items []string) bool {
+	for _, t := range items {
+		if t = strings.TrimSpace(t); strings.HasPrefix(t, "!") || strings.ContainsAny(t, "*?") {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseFilter checks and normalizes filter rules.
+func ParseFilter(items []string) ([]string, error) {
+	var out []string
+	includes := 0
+	for _, t := range items {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		neg := strings.HasPrefix(t, "!")
+		rule := strings.TrimPrefix(t, "!")
+		if !strings.Contains(rule, ".") {
+			rule = "public." + rule
+		}
+		schema, table, _ := strings.Cut(rule, ".")
+		for _, part := range []string{schema, table} {
+			if part == "" || strings.Trim(part, "abcdefghijklmnopqrstuvwxyz0123456789_$*?") != "" {
+				return nil, fmt.Errorf("table rule %q: use schema.table with lowercase unquoted names, * and ? as wildcards, ! before a rule to exclude (e.g. tables=public.*,!public.audit)", t)
+			}
+		}
+		if _, err := path.Match(rule, ""); err != nil {
+			return nil, fmt.Errorf("table rule %q: %v", t, err)
+		}
+		if neg {
+			rule = "!" + rule
+		} else {
+			includes++
+		}
+		out = append(out, rule)
+	}
+	if includes == 0 {
+		return nil, fmt.Errorf("the table rules exclude but include nothing: add what to replicate, e.g. tables=public.*,!public.audit")
+	}
+	if dup := firstDuplicate(out); dup != "" {
+		return nil, fmt.Errorf("table rule %s is given twice", dup)
+	}
+	return out, nil
+}
+
+// matches says whether the rules replicate a table.
+func matches(rules []string, table string) bool {
+	in := false
+	for _, r := range rules {
+		neg := strings.HasPrefix(r, "!")
+		if ok, _ := path.Match(strings.TrimPrefix(r, "!"), table); ok {
+			if neg {
+				return false
+			}
+			in = true
+		}
+	}
+	return in
+}
+
+// Refused is a table a filter matches that cannot be replicated, and why.
+type Refused struct {
+	Table, Why string
+}
+
+// resolveFilter lists the tables the rules match now, in name order,
+// and those they match that cannot be replicated (a name that is not
+// lowercase, no primary key nor REPLICA IDENTITY FULL).
+func resolveFilter(ctx context.Context, cat *catalog, cfg Config) ([]string, []Refused, error) {
+	rows, err := cat.conn.Query(ctx, `
+SELECT n.nspname, c.relname,
+       COALESCE((SELECT rn.nspname || '.' || r.relname FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
+                 WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)), '')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp%'
+ORDER BY 1, 2`)
+	if err != nil {
+		return nil, nil, explain(cfg, err)
+	}
+	type candidate struct{ name, root string }
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
+		var schema, table, root string
+		err := r.Scan(&schema, &table, &root)
+		return candidate{schema + "." + table, root}, err
+	})
+	if err != nil {
+		return nil, nil, explain(cfg, err)
+	}
+	var matched []string
+	var refused []Refused
+	for _, c := range all {
+		if !matches(cfg.Filter, c.name) || c.root != "" && matches(cfg.Filter, c.root) {
+			continue // a partition of a matched root comes as the root's rows
+		}
+		schema, table, _ := strings.Cut(c.name, ".")
+		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
+			refused = append(refused, Refused{c.name, "its name is not lowercase and unquoted, which cdcctl does not replicate yet; exclude it with !" + c.name})
+			continue
+		}
+		if _, err := checkTable(ctx, cat, cfg, c.name); err != nil {
+			refused = append(refused, Refused{c.name, err.Error() + "; or exclude it with !" + c.name})
+			continue
+		}
+		matched = append(matched, c.name)
+	}
+	sort.Strings(matched)
+	return matched, refused, nil
+}
+
+// Follow is what a stored URI's table rules match now, leaving out the
+// tables removed from the changefeed before (a table dropped and created
+// again: its sink keeps the old one's rows); ok is false for a URI
+// without rules.
+func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil || len(cfg.Filter) == 0 {
+		return source.Followed{}, false, err
+	}
+	var gone map[string]model.Ts
+	if len(pos) > 0 {
+		var p position
+		if err := json.Unmarshal(pos, &p); err != nil {
+			return source.Followed{}, true, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+		}
+		gone = p.Gone
+	}
+	f, err := follow(ctx, cfg, gone)
+	return f, true, err
+}
+
+// follow resolves the rules against the catalog.
+func follow(ctx context.Context, cfg Config, gone map[string]model.Ts) (source.Followed, error) {
+	cat, err := openCatalog(ctx, cfg.ConnString)
+	if err != nil {
+		return source.Followed{}, explain(cfg, err)
+	}
+	defer cat.Close()
+	matched, refused, err := resolveFilter(ctx, cat, cfg)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	var f source.Followed
+	for _, t := range matched {
+		if _, was := gone[t]; was {
+			f.Refused = append(f.Refused, t+": it was removed from this changefeed before (dropped, or renamed away, and created again?); its sink keeps the old table's rows, so it is not replicated again: replicate it with a new changefeed")
+			continue
+		}
+		f.Tables = append(f.Tables, t)
+	}
+	for _, r := range refused {
+		f.Refused = append(f.Refused, r.Table+": "+r.Why)
+	}
+	return f, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
