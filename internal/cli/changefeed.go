@@ -309,16 +309,19 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 
 func newChangefeedWaitCommand(o *options) *cobra.Command {
 	var advance, timeout time.Duration
-	var state string
+	var state, table, noTable string
 	cmd := &cobra.Command{
-		Use:   "wait NAME [--advance D | --state STATE]",
+		Use:   "wait NAME [--advance D | --state STATE | --table T | --no-table T]",
 		Short: "Wait until a changefeed's checkpoint has advanced by D, or it is in a state (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
 the command started: proof that replication is moving. With --state, wait
 until the changefeed is in that state (normal, warning, paused, failed)
-instead (warning: normal, but not advancing; its error says why). A
-changefeed that does not exist yet is waited for. Exit 3 on --timeout;
-exit 1 at once if the changefeed fails while its checkpoint is waited for.`,
+instead (warning: normal, but not advancing; its error says why). With
+--table or --no-table, wait until the changefeed replicates a table, or
+no longer does (a changefeed with table rules picks tables up and drops
+them by itself). A changefeed that does not exist yet is waited for.
+Exit 3 on --timeout; exit 1 at once if the changefeed fails while its
+checkpoint is waited for.`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch state {
@@ -345,6 +348,9 @@ exit 1 at once if the changefeed fails while its checkpoint is waited for.`,
 			}
 			if err != nil {
 				return err
+			}
+			if table != "" || noTable != "" {
+				return waitTable(ctx, o, c, args[0], table, noTable, timeout)
 			}
 			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
 			for {
@@ -373,6 +379,8 @@ exit 1 at once if the changefeed fails while its checkpoint is waited for.`,
 	}
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
 	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, paused or failed")
+	cmd.Flags().StringVar(&table, "table", "", "wait until the changefeed replicates this table (schema.table)")
+	cmd.Flags().StringVar(&noTable, "no-table", "", "wait until the changefeed no longer replicates this table")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit code 3)")
 	return cmd
 }
@@ -419,4 +427,44 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// waitTable waits until a changefeed has partitions of a table (want), or
+// none of another (gone).
+func waitTable(ctx context.Context, o *options, c *api.Client, id, want, gone string, timeout time.Duration) error {
+	qualify := func(t string) string {
+		if t != "" && !strings.Contains(t, ".") {
+			return "public." + t
+		}
+		return t
+	}
+	want, gone = qualify(want), qualify(gone)
+	for {
+		parts, err := c.Partitions(ctx, id, "")
+		if err == nil {
+			has := map[string]bool{}
+			for _, p := range parts.Partitions {
+				has[p.Table] = true
+			}
+			if (want == "" || has[want]) && (gone == "" || !has[gone]) {
+				return o.render(parts, func(tw tableWriter) {
+					if want != "" {
+						fmt.Fprintf(tw, "Changefeed %s replicates %s.\n", id, want)
+					}
+					if gone != "" {
+						fmt.Fprintf(tw, "Changefeed %s does not replicate %s.\n", id, gone)
+					}
+				})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			what := "still replicates " + gone
+			if want != "" {
+				what = "does not replicate " + want
+			}
+			return withExit(ExitTimeout, fmt.Errorf("timed out after %s: changefeed %s %s", timeout, id, what))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -33,8 +33,8 @@ type Report struct {
 	OK      bool `json:"ok"`
 	// NotVerified are tables left out, each with why (dropped upstream).
 	NotVerified []string `json:"not_verified,omitempty"`
-	Tables  int  `json:"tables"`
-	Keys    int  `json:"keys"`
+	Tables      int      `json:"tables"`
+	Keys        int      `json:"keys"`
 	// Events is the number of rows read from the sink.
 	Events uint64 `json:"events"`
 	// Expected is the number of versions that must be present.

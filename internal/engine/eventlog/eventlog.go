@@ -42,11 +42,11 @@ type Log struct {
 	// decode): nothing of theirs at or above the position is read, so
 	// their partitions' checkpoints stay below it while the others'
 	// advance.
-	held map[string]model.Ts
-	changed  chan struct{}             // closed and replaced on every append
-	closed   bool
-	seqTs    model.Ts // the position rows are being numbered at
-	seq      uint32   // the next row's number there
+	held    map[string]model.Ts
+	changed chan struct{} // closed and replaced on every append
+	closed  bool
+	seqTs   model.Ts // the position rows are being numbered at
+	seq     uint32   // the next row's number there
 }
 
 // ErrTrimmed means a read asked for positions the log no longer holds.
