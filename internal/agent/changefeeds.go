@@ -228,6 +228,18 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	return out, nil
 }
 
+func (b backend) PreviewChangefeed(ctx context.Context, req api.ChangefeedCreateRequest) (*api.ChangefeedPreview, error) {
+	coord, _, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	p, err := coord.PreviewChangefeed(ctx, coordinator.CreateRequest{ID: req.ID, Source: req.Source, Sink: req.Sink, PartitionsPerTable: req.PartitionsPerTable, By: userOf(ctx)})
+	if err != nil {
+		return nil, engineError(err, req.ID)
+	}
+	return &api.ChangefeedPreview{Version: api.SchemaVersion, Changefeed: req.ID, DryRun: true, Tables: p.Tables, Refused: p.Refused}, nil
+}
+
 func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool) (*api.ChangefeedResponse, error) {
 	coord, term, err := b.leading()
 	if err != nil {

@@ -12,6 +12,19 @@ type ChangefeedCreateRequest struct {
 	Source             string `json:"source"`
 	Sink               string `json:"sink"`
 	PartitionsPerTable int    `json:"partitions_per_table,omitempty"`
+	// DryRun checks the request and says what the changefeed would
+	// replicate (ChangefeedPreview), creating nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// ChangefeedPreview answers a create with dry_run: the tables the
+// changefeed would replicate, and those it refuses, each with why.
+type ChangefeedPreview struct {
+	Version    int      `json:"version"`
+	Changefeed string   `json:"changefeed"`
+	DryRun     bool     `json:"dry_run"`
+	Tables     []string `json:"tables"`
+	Refused    []string `json:"refused,omitempty"`
 }
 
 // ChangefeedUpdateRequest is the body of PATCH /api/v2/changefeeds/{id}:

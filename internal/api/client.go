@@ -153,6 +153,13 @@ func (c *Client) CreateChangefeed(ctx context.Context, req ChangefeedCreateReque
 	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds", req, &out)
 }
 
+// PreviewChangefeed is POST /api/v2/changefeeds with dry_run.
+func (c *Client) PreviewChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedPreview, error) {
+	req.DryRun = true
+	var out ChangefeedPreview
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds", req, &out)
+}
+
 // PauseChangefeed and ResumeChangefeed are POST .../pause and .../resume.
 func (c *Client) PauseChangefeed(ctx context.Context, id string) (*ChangefeedResponse, error) {
 	var out ChangefeedResponse

@@ -32,6 +32,7 @@ type Backend interface {
 	Changefeed(ctx context.Context, id string) (*ChangefeedResponse, error)
 	// The changefeed writes below run on the coordinator.
 	CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error)
+	PreviewChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedPreview, error)
 	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error)
 	UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error)
@@ -242,6 +243,10 @@ func (s *server) createChangefeed(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.ID == "" || req.Source == "" || req.Sink == "" {
 		writeError(w, Errorf(CodeBadRequest, `send {"id": "...", "source": "gen://...", "sink": "..."}`, "a changefeed needs an id, a source and a sink"))
+		return
+	}
+	if req.DryRun {
+		reply(w, func(ctx context.Context) (*ChangefeedPreview, error) { return s.b.PreviewChangefeed(ctx, req) })(r.Context())
 		return
 	}
 	v, err := s.b.CreateChangefeed(r.Context(), req)

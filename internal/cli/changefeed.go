@@ -60,6 +60,7 @@ func tableIssueLine(ti model.TableIssue) string {
 func newChangefeedCreateCommand(o *options) *cobra.Command {
 	var req api.ChangefeedCreateRequest
 	var snapshot string
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "create NAME --source URI --sink URI",
 		Short: "Create a changefeed; each table is cut into --partitions-per-table key ranges",
@@ -83,6 +84,9 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return previewCreate(cmd.Context(), o, c, req)
+			}
 			cf, err := c.CreateChangefeed(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -97,8 +101,38 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, gs://bucket/prefix, azblob://container/prefix, mem://, kafka://host:port/topic, blackhole://")
 	f.IntVar(&req.PartitionsPerTable, "partitions-per-table", 4, "key ranges each table is cut into")
 	f.StringVar(&snapshot, "snapshot", "", "database sources: initial (copy the existing rows first; the default) or never (only changes from now on)")
+	f.BoolVar(&dryRun, "dry-run", false, "say which tables it would replicate and which it refuses, and why; create nothing (exit 2, or 1 when a table is refused)")
 	_ = cmd.RegisterFlagCompletionFunc("snapshot", cobra.FixedCompletions([]string{"initial\tcopy the existing rows first", "never\tonly changes from now on"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// previewCreate shows what a create would replicate.
+func previewCreate(ctx context.Context, o *options, c *api.Client, req api.ChangefeedCreateRequest) error {
+	p, err := c.PreviewChangefeed(ctx, req)
+	if err != nil {
+		return err
+	}
+	if err := o.render(p, func(tw tableWriter) {
+		fmt.Fprintf(tw, "Changefeed %s would replicate %d %s:\n", req.ID, len(p.Tables), plural(len(p.Tables), "table", "tables"))
+		for _, t := range p.Tables {
+			fmt.Fprintf(tw, "  %s\n", t)
+		}
+		if len(p.Refused) > 0 {
+			fmt.Fprintf(tw, "Refused:\n")
+			for _, r := range p.Refused {
+				fmt.Fprintf(tw, "  %s\n", r)
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if len(p.Refused) > 0 {
+		return withExit(ExitError, fmt.Errorf("the create would be refused: %d %s cannot be replicated", len(p.Refused), plural(len(p.Refused), "table", "tables")))
+	}
+	if len(p.Tables) == 0 {
+		return withExit(ExitError, errors.New("the create would be refused: it names no table"))
+	}
+	return withExit(ExitDryRunChanges, errors.New("the changefeed would be created"))
 }
 
 // withSnapshot puts --snapshot into a database source's URI, where the

@@ -115,6 +115,38 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	return info, nil
 }
 
+// Preview is what a create would replicate: the tables, and those it
+// refuses with why.
+type Preview struct {
+	Tables, Refused []string
+}
+
+// PreviewChangefeed checks a create request as CreateChangefeed does,
+// without creating anything (the sink is not probed): what it would
+// replicate, and what it refuses.
+func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) (Preview, error) {
+	if err := model.ValidateChangefeedID(req.ID); err != nil {
+		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := registry.Validate(req.Sink); err != nil {
+		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return Preview{}, err
+	}
+	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
+		return Preview{}, fmt.Errorf("%w: %s", meta.ErrChangefeedExists, req.ID)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	f, err := sources.Preview(pctx, req.Source)
+	if err != nil {
+		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return Preview{Tables: f.Tables, Refused: f.Refused}, nil
+}
+
 // initialSpans cuts every table of a new changefeed where its source says
 // the data divides evenly.
 func initialSpans(ctx context.Context, src source.Source, perTable int) ([]model.Span, error) {

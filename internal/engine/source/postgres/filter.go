@@ -187,3 +187,36 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// Preview says what a new changefeed's source URI would replicate, and
+// what it refuses, without creating anything upstream: the server's
+// settings and the user's rights are checked as a create checks them.
+func Preview(ctx context.Context, uri string) (source.Followed, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	cat, err := openCatalog(ctx, cfg.ConnString)
+	if err != nil {
+		return source.Followed{}, explain(cfg, err)
+	}
+	defer cat.Close()
+	if err := preflight(ctx, cat, cfg); err != nil {
+		return source.Followed{}, err
+	}
+	if len(cfg.Filter) > 0 {
+		return follow(ctx, cfg, nil)
+	}
+	var f source.Followed
+	for _, t := range cfg.Tables {
+		if _, err := checkTable(ctx, cat, cfg, t); err != nil {
+			f.Refused = append(f.Refused, t+": "+err.Error())
+			continue
+		}
+		f.Tables = append(f.Tables, t)
+	}
+	if _, err := partitionRoots(ctx, cat.conn, Config{ConnString: cfg.ConnString, Tables: f.Tables}); err != nil {
+		f.Refused = append(f.Refused, err.Error())
+	}
+	return f, nil
+}

@@ -127,6 +127,29 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	return postgres.Inspect(ctx, uri, pos)
 }
 
+// Preview says what a new changefeed's source would replicate and what
+// it refuses, creating nothing.
+func Preview(ctx context.Context, uri string) (source.Followed, error) {
+	s, err := scheme(uri)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	if s == "postgres" {
+		return postgres.Preview(ctx, uri)
+	}
+	pinned, err := gen.Pin(uri, time.Now())
+	if err != nil {
+		return source.Followed{}, err
+	}
+	src, err := gen.Open(pinned)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	defer src.Close()
+	tables, err := src.Tables(ctx)
+	return source.Followed{Tables: tables}, err
+}
+
 // Follow is what a changefeed's table rules match now (changefeeds with
 // patterns in tables=); ok is false for one without rules.
 func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
