@@ -74,14 +74,9 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 	}
 	oneTxn := len(spans)+len(head)+2 <= maxOpsPerTxn
 	for attempt := 0; attempt < 5; attempt++ {
-		ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
+		next, ctrCmp, err := s.partitionCounter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read the partition id counter: %w", err)
-		}
-		next, ctrCmp := uint64(0), clientv3.Compare(clientv3.CreateRevision(s.keys.PartitionIDs()), "=", 0)
-		if len(ctr.Kvs) == 1 {
-			next, _ = strconv.ParseUint(string(ctr.Kvs[0].Value), 10, 64)
-			ctrCmp = clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision)
+			return nil, err
 		}
 		routes := make([]model.RouteEntry, len(spans))
 		var puts []clientv3.Op
@@ -121,6 +116,20 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 		// The id counter moved (another changefeed was created): again.
 	}
 	return nil, errors.New("create changefeed: the partition id counter kept changing; try again")
+}
+
+// partitionCounter reads the last partition id given out, and the
+// comparison that holds while no one gives out another.
+func (s *Store) partitionCounter(ctx context.Context) (uint64, clientv3.Cmp, error) {
+	ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
+	if err != nil {
+		return 0, clientv3.Cmp{}, fmt.Errorf("read the partition id counter: %w", err)
+	}
+	if len(ctr.Kvs) == 0 {
+		return 0, clientv3.Compare(clientv3.CreateRevision(s.keys.PartitionIDs()), "=", 0), nil
+	}
+	next, _ := strconv.ParseUint(string(ctr.Kvs[0].Value), 10, 64)
+	return next, clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision), nil
 }
 
 // createInSteps writes a large changefeed's partitions in chunks, then

@@ -40,14 +40,9 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 		return nil, fmt.Errorf("the update adds %d and removes %d partitions, more than one etcd transaction holds (%d): add or remove fewer tables at once", len(u.Add), len(u.Remove), maxOpsPerTxn-4)
 	}
 	for attempt := 0; attempt < 5; attempt++ {
-		ctr, err := s.cli.Get(ctx, s.keys.PartitionIDs())
+		next, ctrCmp, err := s.partitionCounter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read the partition id counter: %w", err)
-		}
-		next, ctrCmp := uint64(0), clientv3.Compare(clientv3.CreateRevision(s.keys.PartitionIDs()), "=", 0)
-		if len(ctr.Kvs) == 1 {
-			next, _ = strconv.ParseUint(string(ctr.Kvs[0].Value), 10, 64)
-			ctrCmp = clientv3.Compare(clientv3.ModRevision(s.keys.PartitionIDs()), "=", ctr.Kvs[0].ModRevision)
+			return nil, err
 		}
 		ops := []clientv3.Op{
 			clientv3.OpPut(s.keys.ChangefeedInfo(id), mustJSON(u.Info)),

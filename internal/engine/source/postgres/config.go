@@ -79,6 +79,9 @@ func ParseURI(raw string) (Config, error) {
 	}
 	tables := strings.Split(q.Get("tables"), ",")
 	switch {
+	case !q.Has("tables") && !q.Has("filter"):
+		// No tables named: every table the user may read (allTables).
+		c.Filter = []string{allTables}
 	case q.Has("filter"):
 		// A stored URI: the filter, and what it matched.
 		if c.Filter, err = ParseFilter(strings.Split(q.Get("filter"), ",")); err != nil {

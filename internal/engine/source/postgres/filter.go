@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,6 +21,11 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
+
+// allTables is the rule of a source URI without tables=: every table
+// outside the system schemas that the user may read (those it may not
+// read are left out; other rules refuse them).
+const allTables = "*.*"
 
 // isFilter says whether tables= holds a pattern or an exclusion.
 func isFilter(items []string) bool {
@@ -97,7 +103,8 @@ func resolveFilter(ctx context.Context, cat *catalog, cfg Config) ([]string, []R
 	rows, err := cat.conn.Query(ctx, `
 SELECT n.nspname, c.relname,
        COALESCE((SELECT rn.nspname || '.' || r.relname FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
-                 WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)), '')
+                 WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)), ''),
+       has_table_privilege(c.oid, 'SELECT')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
   AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp%'
@@ -105,11 +112,16 @@ ORDER BY 1, 2`)
 	if err != nil {
 		return nil, nil, explain(cfg, err)
 	}
-	type candidate struct{ name, root string }
+	type candidate struct {
+		name, root string
+		readable   bool
+	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
-		var schema, table, root string
-		err := r.Scan(&schema, &table, &root)
-		return candidate{schema + "." + table, root}, err
+		var c candidate
+		var schema, table string
+		err := r.Scan(&schema, &table, &c.root, &c.readable)
+		c.name = schema + "." + table
+		return c, err
 	})
 	if err != nil {
 		return nil, nil, explain(cfg, err)
@@ -121,6 +133,13 @@ ORDER BY 1, 2`)
 			continue // a partition of a matched root comes as the root's rows
 		}
 		schema, table, _ := strings.Cut(c.name, ".")
+		if !c.readable {
+			if slices.Equal(cfg.Filter, []string{allTables}) {
+				continue
+			}
+			refused = append(refused, Refused{c.name, "the user may not read it: GRANT SELECT ON " + c.name + " to the user, or exclude it with !" + c.name})
+			continue
+		}
 		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
 			refused = append(refused, Refused{c.name, "its name is not lowercase and unquoted, which cdcctl does not replicate yet; exclude it with !" + c.name})
 			continue

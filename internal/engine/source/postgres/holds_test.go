@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // A renamed table is held where its rows under the new name begin, and
@@ -26,22 +27,7 @@ func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Open(uri, source.Env{Changefeed: "held"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	log := &memLog{}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- src.Pull(pctx, pos, log) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("the reader stopped: %v", err)
-		}
-	}()
-
+	run := startReading(t, uri, "held", pos)
 	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1'); INSERT INTO c VALUES (1, 'c1')`)
 	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b2`)
 	psql(t, srv, dsn, `INSERT INTO b2 VALUES (2, 'b2'); INSERT INTO a VALUES (2, 'a2')`)
@@ -49,82 +35,97 @@ func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.
 	psql(t, srv, dsn, `INSERT INTO a VALUES (3, 'a3')`)
 
 	issue := func(table, state string) *source.TableIssue {
-		for _, i := range src.TableIssues() {
+		for _, i := range run.src.TableIssues() {
 			if i.Table == table && i.State == state {
 				return &i
 			}
 		}
 		return nil
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for issue("public.c", source.TableDropped) == nil || issue("public.b", source.TableHeld) == nil || !logHas(log, "public.a", "a3") {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("the reader stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: issues %+v, a3 arrived %v", src.TableIssues(), logHas(log, "public.a", "a3"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	run.until(t, "b held, c dropped and a3 read", func() bool {
+		return issue("public.c", source.TableDropped) != nil && issue("public.b", source.TableHeld) != nil && logHas(run.log, "public.a", "a3")
+	})
 	held := issue("public.b", source.TableHeld)
 	if !strings.Contains(held.Reason, "renamed upstream to public.b2") || !strings.Contains(held.Reason, "changefeed update held --remove-table public.b --add-table public.b2") {
 		t.Fatalf("the hold says: %s", held.Reason)
 	}
-	log.mu.Lock()
-	at, ok := log.holds["public.b"]
-	var b1At, b2Seen = time.Duration(0), false
-	for _, e := range log.evs {
-		if e.Table == "public.b" && e.Kind == source.KindDML {
-			if e.New[1].Text == "b2" {
-				b2Seen = true
-			}
-			if e.CommitTs >= at {
-				b1At = 1
-			}
+	run.log.mu.Lock()
+	at, ok := run.log.holds["public.b"]
+	held2 := false // a row of b at or after its hold reached the log
+	for _, e := range run.log.evs {
+		if e.Table == "public.b" && e.Kind == source.KindDML && (e.New[1].Text == "b2" || e.CommitTs >= at) {
+			held2 = true
 		}
 	}
-	log.mu.Unlock()
+	run.log.mu.Unlock()
 	if !ok || at != held.At {
 		t.Fatalf("the log holds public.b at %v (%v), the issue says %v", at, ok, held.At)
 	}
-	if b2Seen || b1At != 0 {
+	if held2 {
 		t.Fatal("a row of the renamed table at or after its hold reached the log")
 	}
-	if !logHas(log, "public.b", "b1") || !logHas(log, "public.c", "c1") {
+	if !logHas(run.log, "public.b", "b1") || !logHas(run.log, "public.c", "c1") {
 		t.Fatal("rows written before the rename and the drop are missing")
 	}
+	run.stop(t)
 
-	// A new run: the table is not found under its name.
-	cancel()
-	<-done
-	done <- nil
-	again, err := Open(uri, source.Env{Changefeed: "held"})
+	// A new run from the same resume point holds the table again.
+	again := startReading(t, uri, "held", pos)
+	again.until(t, "the second run reads a3", func() bool { return logHas(again.log, "public.a", "a3") })
+	again.stop(t)
+	again.log.mu.Lock()
+	_, heldAgain := again.log.holds["public.b"]
+	again.log.mu.Unlock()
+	if !heldAgain {
+		t.Fatal("the second run did not hold the renamed table")
+	}
+}
+
+// reading is a source's reader running into a memory log.
+type reading struct {
+	src    *Source
+	log    *memLog
+	done   chan error
+	cancel context.CancelFunc
+}
+
+// startReading opens a stored URI and runs its reader from pos.
+func startReading(t *testing.T, uri string, cf model.ChangefeedID, pos source.Position) *reading {
+	t.Helper()
+	src, err := Open(uri, source.Env{Changefeed: cf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer again.Close()
-	log2 := &memLog{}
-	ctx2, cancel2 := context.WithCancel(ctx)
-	done2 := make(chan error, 1)
-	go func() { done2 <- again.Pull(ctx2, pos, log2) }()
-	for deadline := time.Now().Add(30 * time.Second); !logHas(log2, "public.a", "a3"); time.Sleep(50 * time.Millisecond) {
+	t.Cleanup(func() { _ = src.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &reading{src: src, log: &memLog{}, done: make(chan error, 1), cancel: cancel}
+	go func() { r.done <- src.Pull(ctx, pos, r.log) }()
+	t.Cleanup(cancel)
+	return r
+}
+
+// until waits up to 30 s for cond, failing if the reader stops first.
+func (r *reading) until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("the reader stopped before %s: %v", what, err)
+		default:
+		}
 		if time.Now().After(deadline) {
-			cancel2()
-			t.Fatalf("the second run did not reach a3: %v", <-done2)
+			t.Fatalf("after 30 s: %s", what)
 		}
 	}
-	cancel2()
-	if err := <-done2; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
-	log2.mu.Lock()
-	_, heldAgain := log2.holds["public.b"]
-	log2.mu.Unlock()
-	if !heldAgain {
-		t.Fatal("the second run did not hold the renamed table")
+}
+
+// stop stops the reader, which must not have failed.
+func (r *reading) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the reader stopped: %v", err)
 	}
 }
 

@@ -145,13 +145,9 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 // its children's rows as its own.
 func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, ch source.Retabled, viaRoot bool) error {
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
-	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	published, err := publishedTables(ctx, conn, cfg)
 	if err != nil {
-		return explain(cfg, err)
-	}
-	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return explain(cfg, err)
+		return err
 	}
 	// A table renamed upstream is published under its new name already
 	// (the publication holds the relation), and its old name is not.

@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -62,41 +60,11 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	}
 	psql(t, srv, dsn, `INSERT INTO a VALUES (2, 'a2'); INSERT INTO b VALUES (2, 'b2'); INSERT INTO c VALUES (11, 'c11'); INSERT INTO a VALUES (3, 'last')`)
 
-	src, err := Open(ch.URI, source.Env{Changefeed: "retable"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	log := &memLog{}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- src.Pull(pctx, ch.Position, log) }()
-	has := func(table, v string) bool {
-		log.mu.Lock()
-		defer log.mu.Unlock()
-		for _, e := range log.evs {
-			if e.Kind == source.KindDML && e.Table == table && len(e.New) > 1 && e.New[1].Text == v {
-				return true
-			}
-		}
-		return false
-	}
-	for deadline := time.Now().Add(30 * time.Second); !has("public.a", "last"); time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("the reader stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatal("the reader did not reach the last row")
-		}
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	run := startReading(t, ch.URI, "retable", ch.Position)
+	has := func(table, v string) bool { return logHas(run.log, table, v) }
+	run.until(t, "the last row", func() bool { return has("public.a", "last") })
+	run.stop(t)
+	log := run.log
 	if !has("public.c", "c11") || !has("public.a", "a1") || !has("public.a", "a2") {
 		t.Fatal("rows of the tables replicated after the update are missing")
 	}

@@ -156,13 +156,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 			return fmt.Errorf("publication %s publishes the rows of partitioned table %s under its children's names, which the changefeed does not replicate: ALTER PUBLICATION %s SET (publish_via_partition_root = true), or name another publication with publication=", cfg.Publication, roots[0], cfg.Publication)
 		}
 	}
-	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	published, err := publishedTables(ctx, conn, cfg)
 	if err != nil {
-		return explain(cfg, err)
-	}
-	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return explain(cfg, err)
+		return err
 	}
 	has := map[string]bool{}
 	for _, t := range published {
@@ -178,6 +174,20 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return fmt.Errorf("publication %s exists but does not publish %s: ALTER PUBLICATION %s ADD TABLE %s, or name another publication with publication=", cfg.Publication, strings.Join(missing, ", "), cfg.Publication, strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// publishedTables are the tables the publication publishes, by their
+// names now.
+func publishedTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	return published, nil
 }
 
 // partitionRoots returns the partitioned tables among the changefeed's

@@ -22,7 +22,7 @@ func TestParseURI(t *testing.T) {
 	}{
 		{uri: "postgres://u:secret@127.0.0.1:5432/shop?tables=orders,crm.customers&sslmode=disable", tables: []string{"public.orders", "crm.customers"}},
 		{uri: "postgresql://u@h/shop?tables=public.orders&slot=s1&publication=p1", tables: []string{"public.orders"}},
-		{uri: "postgres://u@h/shop", err: "name the tables"},
+		{uri: "postgres://u@h/shop?tables=", err: "name the tables"},
 		{uri: "postgres://u@h/?tables=t", err: "name the database"},
 		{uri: "postgres:///shop?tables=t", err: "name the server"},
 		{uri: "postgres://u@h/shop?tables=Orders", err: "lowercase unquoted"},
@@ -220,6 +220,9 @@ func TestTableRules(t *testing.T) {
 		if _, err := ParseFilter(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+	if all, err := ParseURI("postgres://u@h:5432/db"); err != nil || !slices.Equal(all.Filter, []string{"*.*"}) {
+		t.Fatalf("no tables named: filter %v, %v; want every table (*.*)", all.Filter, err)
 	}
 	cfg, err := ParseURI("postgres://u@h:5432/db?tables=public.*,!public.audit")
 	if err != nil {
