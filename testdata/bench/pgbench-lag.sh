@@ -37,6 +37,12 @@ cdcctl changefeed create bench --partitions-per-table 2 \
   --source 'postgres://postgres@127.0.0.1:9610/bench?sslmode=disable&tables=public.pgbench_*' \
   --sink "file://$D/sink?flush-interval=1s" > "$D/create.out" || exit 1
 cdcctl changefeed wait bench --advance 3s --timeout 600s > /dev/null || exit 1
+# The initial snapshot (1,000,000 accounts at scale 10) must be done
+# before the idle baseline: a copy in flight is load.
+for _ in $(seq 600); do
+  cdcctl changefeed get bench -o jsonpath='{.source_status.snapshot}' | grep -q '^done' && break
+  sleep 1
+done
 sample() { # seconds → lag samples (ms), one a line
   local end=$(( $(date +%s) + $1 ))
   while [ "$(date +%s)" -lt "$end" ]; do
