@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,12 @@ func (b backend) Changefeeds(ctx context.Context) (*api.ChangefeedList, error) {
 	for _, id := range st.ChangefeedIDs() {
 		out.Changefeeds = append(out.Changefeeds, changefeedOf(st, st.Changefeeds[id]))
 	}
+	for _, c := range st.Cleanups {
+		r := c.Record
+		out.PendingCleanups = append(out.PendingCleanups, api.PendingCleanup{Changefeed: string(r.Changefeed), Source: sources.Redact(r.Source),
+			Since: r.Since, Attempts: r.Attempts, LastError: redact.Text(r.LastError)})
+	}
+	slices.SortFunc(out.PendingCleanups, func(a, b api.PendingCleanup) int { return strings.Compare(a.Changefeed, b.Changefeed) })
 	return out, nil
 }
 

@@ -84,6 +84,19 @@ type Changefeed struct {
 type ChangefeedList struct {
 	Version     int          `json:"version"`
 	Changefeeds []Changefeed `json:"changefeeds"`
+	// PendingCleanups are removed changefeeds whose replication slot and
+	// publication are not dropped yet (the database was unreachable; the
+	// coordinator retries).
+	PendingCleanups []PendingCleanup `json:"pending_cleanups,omitempty"`
+}
+
+// PendingCleanup is a removed changefeed's source not released yet.
+type PendingCleanup struct {
+	Changefeed string    `json:"changefeed"`
+	Source     string    `json:"source"` // redacted
+	Since      time.Time `json:"since"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error,omitempty"`
 }
 
 // ChangefeedResponse is one changefeed.

@@ -181,7 +181,15 @@ func newChangefeedListCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.render(list, func(tw tableWriter) { changefeedTable(tw, list.Changefeeds) })
+			return o.render(list, func(tw tableWriter) {
+				changefeedTable(tw, list.Changefeeds)
+				// What removed changefeeds still hold upstream: a slot keeps
+				// WAL on the database's disk until it is dropped.
+				for _, pc := range list.PendingCleanups {
+					fmt.Fprintf(tw, "removed %s: its replication slot is not dropped yet (since %s, %d %s; %s); the coordinator retries\n",
+						pc.Changefeed, pc.Since.UTC().Format(time.RFC3339), pc.Attempts, plural(pc.Attempts, "attempt", "attempts"), orDash(pc.LastError))
+				}
+			})
 		},
 	}
 }
