@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -40,8 +41,8 @@ func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
 		st := c.view.State()
 		for _, id := range st.ChangefeedIDs() {
 			e := st.Changefeeds[id]
-			if e.Status.State != model.ChangefeedNormal {
-				continue
+			if e.Status.State != model.ChangefeedNormal || busy(st.Partitions[id]) {
+				continue // a plan moving or splitting its partitions goes first
 			}
 			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
@@ -119,6 +120,16 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) er
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// busy says whether any partition is being moved or split.
+func busy(routes map[string]meta.RouteRecord) bool {
+	for _, r := range routes {
+		if r.Route.Status != model.PartitionActive {
+			return true
+		}
+	}
+	return false
 }
 
 // sameTables says whether two table lists hold the same tables.
