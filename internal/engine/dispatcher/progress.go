@@ -118,6 +118,12 @@ func (m *Manager) awaitHandover() {
 		if left == 0 {
 			return
 		}
+		if m.noOneToAcknowledge(m.view.State()) {
+			// The whole cluster is stopping (a playground's Ctrl-C, every
+			// agent stopped at once): waiting changes nothing.
+			m.log.Info("no capture is left to persist the final positions; their partitions will resume from their last persisted positions", "partitions", left)
+			return
+		}
 		select {
 		case <-ch:
 		case <-time.After(100 * time.Millisecond):
@@ -126,4 +132,27 @@ func (m *Manager) awaitHandover() {
 			return
 		}
 	}
+}
+
+// noOneToAcknowledge says that no capture can persist the final
+// positions still waiting: the maintainers of their changefeeds have left
+// the cluster, and no capture is Alive to be given their maintainers.
+// A maintainer still registered (this node's own included: it persists
+// as it stops) may yet acknowledge.
+func (m *Manager) noOneToAcknowledge(st *meta.State) bool {
+	for id := range st.Nodes {
+		if st.LivenessOf(id) == model.LivenessAlive {
+			return false
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range m.finals {
+		if e := st.Changefeeds[f.cf]; e != nil {
+			if _, registered := st.Nodes[e.Maintainer.Node]; registered {
+				return false
+			}
+		}
+	}
+	return true
 }
