@@ -48,6 +48,7 @@ func TestRunbooks(t *testing.T) {
 			"ndjson":   cmdNDJSON,
 			"kafka":    cmdKafka,
 			"waitfile": cmdWaitFile,
+			"numgt":    cmdNumGreater,
 		},
 	})
 }
@@ -208,6 +209,21 @@ func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Setenv(args[0], fmt.Sprint(v))
+}
+
+// numgt A B succeeds when number A is greater than B (! numgt: when it
+// is not): positions setjson read, compared.
+func cmdNumGreater(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: numgt A B")
+	}
+	a, err := strconv.ParseFloat(args[0], 64)
+	ts.Check(err)
+	b, err := strconv.ParseFloat(args[1], 64)
+	ts.Check(err)
+	if (a > b) == neg {
+		ts.Fatalf("numgt %s %s: %v", args[0], args[1], a > b)
+	}
 }
 
 // match VAR REGEXP sets VAR to the first group of REGEXP's first match in
