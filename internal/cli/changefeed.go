@@ -49,6 +49,16 @@ func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
 	}
 }
 
+// labelled writes lines under a label given on the first only.
+func labelled(tw tableWriter, label string, lines []string) {
+	for i, l := range lines {
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, l)
+	}
+}
+
 // tableIssueLine is a table's issue on one line.
 func tableIssueLine(ti model.TableIssue) string {
 	if ti.State == model.TableHeld {
@@ -236,13 +246,11 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				if cf.Error != "" {
 					fmt.Fprintf(tw, "Error:\t%s\n", cf.Error)
 				}
-				for i, ti := range cf.TableIssues {
-					label := ""
-					if i == 0 {
-						label = "Tables:"
-					}
-					fmt.Fprintf(tw, "%s\t%s\n", label, tableIssueLine(ti))
+				var issues []string
+				for _, ti := range cf.TableIssues {
+					issues = append(issues, tableIssueLine(ti))
 				}
+				labelled(tw, "Tables:", issues)
 				if ss := cf.SourceStatus; ss != nil {
 					if ss.Error != "" {
 						fmt.Fprintf(tw, "Upstream:\tcannot inspect: %s\n", ss.Error)
@@ -259,21 +267,13 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 					if ss.Filter != "" {
 						fmt.Fprintf(tw, "Table rules:\t%s (followed every 30 s by default)\n", ss.Filter)
 					}
-					for i, u := range ss.Unreplicated {
-						label := ""
-						if i == 0 {
-							label = "Not replicated:"
-						}
-						fmt.Fprintf(tw, "%s\t%s\n", label, u)
-					}
+					labelled(tw, "Not replicated:", ss.Unreplicated)
 				}
-				for i, in := range cf.Incidents {
-					label := ""
-					if i == 0 {
-						label = "Incidents:"
-					}
-					fmt.Fprintf(tw, "%s\t%s\n", label, incidentLine(in))
+				var incidents []string
+				for _, in := range cf.Incidents {
+					incidents = append(incidents, incidentLine(in))
 				}
+				labelled(tw, "Incidents:", incidents)
 			})
 		},
 	}

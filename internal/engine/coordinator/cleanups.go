@@ -27,14 +27,7 @@ const cleanupTry = 10 * time.Second
 // release deletes the record. It runs beside the term's loop: an
 // unreachable database costs its attempt's timeout there, not here.
 func (c *Coordinator) retryCleanups(ctx context.Context, term election.Term) {
-	t := time.NewTicker(c.CleanupEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, c.CleanupEvery, func() {
 		st := c.view.State()
 		var wg sync.WaitGroup
 		for id, e := range st.Cleanups {
@@ -45,6 +38,23 @@ func (c *Coordinator) retryCleanups(ctx context.Context, term election.Term) {
 			}()
 		}
 		wg.Wait()
+	})
+}
+
+// every runs f every d until ctx ends (d <= 0: never).
+func every(ctx context.Context, d time.Duration, f func()) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
 	}
 }
 

@@ -27,44 +27,37 @@ const followBy = "its table rules"
 // followFilters matches every changefeed's table rules again, every
 // FollowEvery, until ctx ends.
 func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
-	if c.FollowEvery <= 0 {
-		return
-	}
-	t := time.NewTicker(c.FollowEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term) })
+}
+
+// followOnce matches every normal changefeed's table rules once.
+func (c *Coordinator) followOnce(ctx context.Context, term election.Term) {
+	st := c.view.State()
+	for _, id := range st.ChangefeedIDs() {
+		e := st.Changefeeds[id]
+		if e.Status.State != model.ChangefeedNormal || busy(st.Partitions[id]) {
+			continue // a plan moving or splitting its partitions goes first
 		}
-		st := c.view.State()
-		for _, id := range st.ChangefeedIDs() {
-			e := st.Changefeeds[id]
-			if e.Status.State != model.ChangefeedNormal || busy(st.Partitions[id]) {
-				continue // a plan moving or splitting its partitions goes first
-			}
-			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
-			cancel()
-			if !ok {
-				continue
-			}
-			if err != nil {
-				c.log.Warn("coordinator: cannot match the changefeed's table rules; trying again later", "changefeed", id, "err", err)
-				continue
-			}
-			current := tablesOf(e.Info.SourceURI)
-			if sameTables(current, f.Tables) {
-				continue
-			}
-			if len(f.Tables) == 0 {
-				c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
-				continue
-			}
-			if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
-				c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
-			}
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
+		cancel()
+		if !ok {
+			continue
+		}
+		if err != nil {
+			c.log.Warn("coordinator: cannot match the changefeed's table rules; trying again later", "changefeed", id, "err", err)
+			continue
+		}
+		current := tablesOf(e.Info.SourceURI)
+		if sameTables(current, f.Tables) {
+			continue
+		}
+		if len(f.Tables) == 0 {
+			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
+			continue
+		}
+		if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
+			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
 	}
 }

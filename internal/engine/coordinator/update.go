@@ -110,7 +110,9 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
 		// old tables.
-		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, applied.Position, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
+		// From the resume point as it was: the one applied lists the
+		// removed tables as gone, which may not come back.
+		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
 			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
 		}
 		return UpdateResult{}, err
