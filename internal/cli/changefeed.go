@@ -474,13 +474,7 @@ func plural(n int, one, many string) string {
 // waitTable waits until a changefeed has partitions of a table (want), or
 // none of another (gone).
 func waitTable(ctx context.Context, o *options, c *api.Client, id, want, gone string, timeout time.Duration) error {
-	qualify := func(t string) string {
-		if t != "" && !strings.Contains(t, ".") {
-			return "public." + t
-		}
-		return t
-	}
-	want, gone = qualify(want), qualify(gone)
+	want, gone = qualifyTable(want), qualifyTable(gone)
 	for {
 		parts, err := c.Partitions(ctx, id, "")
 		if err == nil {

@@ -125,22 +125,10 @@ func sourceTables(source string) []string {
 // nextTables is the table list an update asks for, in the current order
 // with added tables last; names without a schema are in public.
 func nextTables(current, tables, add, remove []string) ([]string, error) {
-	qualify := func(t string) string {
-		t = strings.TrimSpace(t)
-		neg := strings.HasPrefix(t, "!")
-		t = strings.TrimPrefix(t, "!")
-		if t != "" && !strings.Contains(t, ".") {
-			t = "public." + t
-		}
-		if neg {
-			t = "!" + t
-		}
-		return t
-	}
 	if len(tables) > 0 {
 		var out []string
 		for _, t := range tables {
-			if t = qualify(t); t != "" {
+			if t = qualifyTable(t); t != "" {
 				out = append(out, t)
 			}
 		}
@@ -148,7 +136,7 @@ func nextTables(current, tables, add, remove []string) ([]string, error) {
 	}
 	out := slices.Clone(current)
 	for _, t := range remove {
-		t = qualify(t)
+		t = qualifyTable(t)
 		i := slices.Index(out, t)
 		if i < 0 {
 			return nil, fmt.Errorf("--remove-table %s: the changefeed does not replicate it (it replicates %s)", t, strings.Join(current, ", "))
@@ -156,7 +144,7 @@ func nextTables(current, tables, add, remove []string) ([]string, error) {
 		out = slices.Delete(out, i, i+1)
 	}
 	for _, t := range add {
-		t = qualify(t)
+		t = qualifyTable(t)
 		if slices.Contains(out, t) {
 			return nil, fmt.Errorf("--add-table %s: the changefeed replicates it already", t)
 		}
@@ -189,4 +177,19 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	if len(u.Rules) > 0 {
 		fmt.Fprintf(tw, "Table rules: %s (tables that match later are added, tables dropped are removed, by themselves)\n", strings.Join(u.Rules, ","))
 	}
+}
+
+// qualifyTable puts a table name (or an excluding rule, !name) without a
+// schema in public, as the source does.
+func qualifyTable(t string) string {
+	t = strings.TrimSpace(t)
+	neg := strings.HasPrefix(t, "!")
+	t = strings.TrimPrefix(t, "!")
+	if t != "" && !strings.Contains(t, ".") {
+		t = "public." + t
+	}
+	if neg {
+		t = "!" + t
+	}
+	return t
 }

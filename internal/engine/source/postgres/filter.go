@@ -200,13 +200,6 @@ func follow(ctx context.Context, cfg Config, gone map[string]model.Ts) (source.F
 	return f, nil
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 // Preview says what a new changefeed's source URI would replicate, and
 // what it refuses, without creating anything upstream: the server's
 // settings and the user's rights are checked as a create checks them.

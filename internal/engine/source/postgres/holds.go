@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -131,8 +130,7 @@ func (s *Stream) fillOIDs(ctx context.Context) error {
 // issues tracks what the reader reports of its tables, for the
 // changefeed's status: held tables, and dropped ones.
 type issues struct {
-	list      []source.TableIssue
-	lastCheck time.Time
+	list []source.TableIssue
 }
 
 func (is *issues) add(i source.TableIssue) {

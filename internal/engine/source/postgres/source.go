@@ -167,7 +167,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))
 	}
 	s.mu.Lock()
-	s.stream, s.points, s.issues = st, []position{p}, issues{lastCheck: time.Now()}
+	s.stream, s.points, s.issues = st, []position{p}, issues{}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -177,6 +177,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}()
 	tables := p.Tables
 	order := newCommitOrder()
+	checked := time.Now() // the last look for dropped tables
 	for {
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -206,8 +207,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		// Every few seconds, whatever comes: under a steady workload
 		// transactions resolve the stream, not ticks.
-		if err := s.checkDropped(ctx, st); err != nil {
-			return err
+		if time.Since(checked) >= dropCheckEvery {
+			checked = time.Now()
+			if err := s.checkDropped(ctx, st); err != nil {
+				return err
+			}
 		}
 		if it.Txn == nil {
 			w.Resolve(it.Resolved)
@@ -251,17 +255,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 // upstream (pgoutput says nothing of a DROP TABLE).
 var dropCheckEvery = 10 * time.Second
 
-// checkDropped reports the tables dropped upstream, every dropCheckEvery.
+// checkDropped reports the tables dropped upstream (Pull calls it every
+// dropCheckEvery).
 func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
-	s.mu.Lock()
-	due := time.Since(s.issues.lastCheck) >= dropCheckEvery
-	if due {
-		s.issues.lastCheck = time.Now()
-	}
-	s.mu.Unlock()
-	if !due {
-		return nil
-	}
 	missing, err := st.missingTables(ctx)
 	if err != nil {
 		return err
