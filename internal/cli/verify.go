@@ -54,7 +54,8 @@ up to the changefeed's checkpoint is there, in per-key order. The gen source
 is deterministic, so the expected content is computed.
 
 For a database source (postgres://), verify rebuilds every table from the
-sink's canal-json files and compares it with the upstream's rows read at
+sink (a storage sink's canal-json or CSV files, or a Kafka topic's
+canal-json messages) and compares it with the upstream's rows read at
 one consistent point, once the checkpoint has passed that point: rows
 missing, extra and different, per table. Rows that differ are read again
 (up to three rounds), so rows written during the check are not reported
@@ -107,17 +108,23 @@ Duplicates are reported, not judged: after a crash they are expected
 					return fmt.Errorf("cannot verify changefeed %s: it holds %d %s, and its checkpoint stays below the hold, so the sink cannot be compared at a point after it; resolve the hold first:\n  %s",
 						changefeed, len(held), plural(len(held), "table", "tables"), strings.Join(held, "\n  "))
 				}
-				if up == nil || (u.Scheme != "file" && u.Scheme != "s3") {
-					return fmt.Errorf("cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://), and this one writes to %s://", changefeed, schemeOf(cf.Source), u.Scheme)
+				sinkURI := cf.Sink
+				switch {
+				case up == nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "kafka"):
+					return fmt.Errorf("cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://) or a Kafka topic, and this one writes to %s://", changefeed, schemeOf(cf.Source), u.Scheme)
+				case u.Scheme == "kafka":
+					if sinkURI, err = withSinkPassword(cf.Sink, sinkPassword); err != nil {
+						return fmt.Errorf("changefeed %s: %w", changefeed, err)
+					}
 				}
 				wait := func(ctx context.Context, ts model.Ts) (model.Ts, error) {
 					return waitCheckpoint(ctx, c, changefeed, ts, waitTimeout)
 				}
-				rep, err = verify.Database(cmd.Context(), cf.Sink, up, tables, wait)
+				rep, err = verify.Database(cmd.Context(), sinkURI, up, tables, wait)
 				if err != nil {
 					return err
 				}
-				rep.NotVerified = notVerified
+				rep.NotVerified = append(notVerified, rep.NotVerified...)
 				return renderVerify(o, changefeed, model.Ts(rep.CheckedUpToTs), rep)
 			}
 			switch u.Scheme {

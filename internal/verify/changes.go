@@ -16,8 +16,8 @@ import (
 type changeReader func(ctx context.Context) ([]storage.ChangeStream, []storage.SchemaChange, error)
 
 // openChanges opens a database changefeed's sink for rebuilding tables:
-// a storage sink's canal-json files, or a Kafka topic's canal-json
-// messages. The returned func releases it.
+// a storage sink's canal-json or CSV files, or a Kafka topic's
+// canal-json messages. The returned func releases it.
 func openChanges(ctx context.Context, sinkURI string) (changeReader, func(), error) {
 	if strings.HasPrefix(sinkURI, "kafka://") {
 		cfg, err := kafka.ParseURI(sinkURI)

@@ -12,6 +12,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -49,7 +50,7 @@ const csvNull = `\N`
 // CSVUnchanged is what the CSV protocol writes for a value the upstream
 // did not send because an update left it unchanged (PostgreSQL's TOASTed
 // columns under the default replica identity). An empty field would be a
-// real empty string; a consumer keeps the value it has (docs/sinks.md).
+// real empty string; a consumer keeps the value it has (docs/postgres.md).
 const CSVUnchanged = "__cdcctl_unchanged_toast__"
 
 // csvOp is TiCDC's CSV operation column.
@@ -239,6 +240,9 @@ type Change struct {
 	// Old holds the old values of the columns an update changed.
 	Old      map[string]*string
 	CommitTs model.Ts
+	// NoOld says the format carries no old values (CSV): an update of a
+	// table without a key cannot be matched to the row it changed.
+	NoOld bool
 }
 
 // Key is the change's primary key: the key columns' values joined by
@@ -252,11 +256,11 @@ func (c *Change) Key() string {
 }
 
 // DecodeChanges reads every row change of one canal-json file, in order.
-// CSV carries no column names, so it cannot be decoded without the
-// table's schema file; consumers that rebuild tables read canal-json.
+// CSV carries no column names: DecodeCSVChanges reads it with the
+// columns of its table version's schema file.
 func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
 	if p != ProtocolCanalJSON {
-		return nil, fmt.Errorf("rebuilding tables reads canal-json output; this sink writes %s", p)
+		return nil, fmt.Errorf("DecodeChanges reads canal-json; %s needs its table version's columns (DecodeCSVChanges)", p)
 	}
 	var out []Change
 	err := eachCanalRow(data, func(m *canalRow) error {
@@ -268,4 +272,58 @@ func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
 		return nil
 	})
 	return out, err
+}
+
+// CSVColumns names a CSV data file's values (the fields after the
+// operation, table, schema and commit position): its table version's
+// columns in order, and the key's columns in key order.
+type CSVColumns struct {
+	Names   []string
+	PkNames []string
+}
+
+// csvOps are TiCDC's CSV operations.
+var csvOps = map[string]string{"I": "INSERT", "U": "UPDATE", "D": "DELETE"}
+
+// DecodeCSVChanges reads every row change of one CSV data file, in
+// order, naming its values with its table version's columns. \N is SQL
+// NULL; a CSVUnchanged field is left out of the change's data, as
+// canal-json leaves an unchanged value out (the consumer keeps the value
+// it has). CSV carries no old values, so every change has NoOld set.
+func DecodeCSVChanges(data []byte, cols CSVColumns) ([]Change, error) {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.FieldsPerRecord = -1
+	r.ReuseRecord = true
+	var out []Change
+	for n := 1; ; n++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(rec) != 4+len(cols.Names) {
+			return nil, fmt.Errorf("csv record %d has %d fields; its table version has %d columns, so want %d", n, len(rec), len(cols.Names), 4+len(cols.Names))
+		}
+		op, ok := csvOps[rec[0]]
+		if !ok {
+			return nil, fmt.Errorf("csv record %d: bad operation %q (want I, U or D)", n, rec[0])
+		}
+		ts, err := strconv.ParseUint(rec[3], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("csv record %d: bad commit ts %q", n, rec[3])
+		}
+		c := Change{Database: rec[2], Table: rec[1], Op: op, PkNames: cols.PkNames, Data: make(map[string]*string, len(cols.Names)), CommitTs: model.Ts(ts), NoOld: true}
+		for i, name := range cols.Names {
+			switch v := rec[4+i]; v {
+			case csvNull:
+				c.Data[name] = nil
+			case CSVUnchanged:
+			default:
+				c.Data[name] = &v
+			}
+		}
+		out = append(out, c)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"path"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,10 @@ type tableColumn struct {
 	ColumnPrecision string `json:"ColumnPrecision,omitempty"`
 	ColumnNullable  string `json:"ColumnNullable,omitempty"`
 	ColumnIsPk      string `json:"ColumnIsPk,omitempty"`
+	// ColumnKeyPos is cdcctl's addition: the column's place in the key,
+	// written only when the key's order is not the columns' (a key
+	// declared (b, a)), so TiCDC's files stay as they were otherwise.
+	ColumnKeyPos int `json:"ColumnKeyPos,omitempty"`
 }
 
 // schemaFile returns the path and content of a table version's schema
@@ -55,6 +60,13 @@ type tableColumn struct {
 // that created the version, if any.
 func schemaFile(schema, table string, version model.Ts, def *source.TableDef, statement string) (string, []byte) {
 	cols := make([]tableColumn, 0, len(def.Columns))
+	keyOutOfOrder, last := false, 0
+	for _, c := range def.Columns {
+		if c.KeyPos > 0 {
+			keyOutOfOrder = keyOutOfOrder || c.KeyPos < last
+			last = c.KeyPos
+		}
+	}
 	for _, c := range def.Columns {
 		typ, prec := columnTypeOf(c.Type)
 		tc := tableColumn{ColumnName: c.Name, ColumnType: typ, ColumnPrecision: prec}
@@ -63,6 +75,9 @@ func schemaFile(schema, table string, version model.Ts, def *source.TableDef, st
 		}
 		if c.KeyPos > 0 {
 			tc.ColumnIsPk = "true"
+			if keyOutOfOrder {
+				tc.ColumnKeyPos = c.KeyPos
+			}
 		}
 		cols = append(cols, tc)
 	}
@@ -72,6 +87,25 @@ func schemaFile(schema, table string, version model.Ts, def *source.TableDef, st
 	}, "", "    ")
 	sum := crc32.ChecksumIEEE(body)
 	return path.Join(schema, table, "meta", fmt.Sprintf("schema_%d_%010d.json", uint64(version), sum)), body
+}
+
+// csvColumns names a table version's CSV values: its columns, and its
+// key's in key order.
+func (s *tableSchema) csvColumns() codec.CSVColumns {
+	var cc codec.CSVColumns
+	var key []tableColumn
+	for _, c := range s.TableColumns {
+		cc.Names = append(cc.Names, c.ColumnName)
+		if c.ColumnIsPk == "true" {
+			key = append(key, c)
+		}
+	}
+	// Stable: without ColumnKeyPos the key is in column order.
+	sort.SliceStable(key, func(i, j int) bool { return key[i].ColumnKeyPos < key[j].ColumnKeyPos })
+	for _, c := range key {
+		cc.PkNames = append(cc.PkNames, c.ColumnName)
+	}
+	return cc
 }
 
 // columnTypeOf splits TiCDC's schema-file type ("VARCHAR") from its

@@ -126,21 +126,37 @@ type ChangeStream struct {
 
 // ScanChanges reads every data file of a sink's bucket, whatever its
 // database directory, as row changes: one stream per (table version,
-// dispatcher), each in file order.
+// dispatcher), each in file order. CSV values are named by the columns
+// of their table version's schema file.
 func ScanChanges(ctx context.Context, bucket *objects.Bucket, cfg Config) ([]ChangeStream, error) {
 	files, err := listDataFiles(ctx, bucket, "")
 	if err != nil {
 		return nil, err
 	}
+	var schemas map[versionKey]*tableSchema
+	if cfg.Protocol == codec.ProtocolCSV {
+		if schemas, err = scanSchemas(ctx, bucket); err != nil {
+			return nil, err
+		}
+	}
 	var out []ChangeStream
 	for k, fs := range files {
 		st := ChangeStream{Dispatcher: k.dispatcher, Database: k.database, Table: k.table, Version: k.version}
+		decode := func(body []byte) ([]codec.Change, error) { return codec.DecodeChanges(cfg.Protocol, body) }
+		if schemas != nil {
+			sch := schemas[versionKey{k.database, k.table, k.version}]
+			if sch == nil {
+				return nil, fmt.Errorf("%s/%s/%d has CSV data files and no schema file (%s/%s/meta/schema_%d_*.json) to name their columns", k.database, k.table, k.version, k.database, k.table, k.version)
+			}
+			cols := sch.csvColumns()
+			decode = func(body []byte) ([]codec.Change, error) { return codec.DecodeCSVChanges(body, cols) }
+		}
 		for _, f := range fs {
 			body, err := bucket.ReadAll(ctx, f.path)
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", f.path, err)
 			}
-			chs, err := codec.DecodeChanges(cfg.Protocol, body)
+			chs, err := decode(body)
 			if err != nil {
 				return nil, fmt.Errorf("decode %s: %w", f.path, err)
 			}
@@ -191,7 +207,29 @@ type SchemaChange struct {
 // ScanSchemaChanges reads the sink's schema files and returns those that
 // a schema change created (a table's first version has no statement).
 func ScanSchemaChanges(ctx context.Context, bucket *objects.Bucket) ([]SchemaChange, error) {
+	all, err := scanSchemas(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
 	var out []SchemaChange
+	for k, sch := range all {
+		if sch.Query != "" {
+			out = append(out, SchemaChange{Database: k.database, Table: k.table, At: sch.TableVersion, Query: sch.Query})
+		}
+	}
+	return out, nil
+}
+
+// versionKey names a table version of a sink.
+type versionKey struct {
+	database, table string
+	version         uint64
+}
+
+// scanSchemas reads every schema file of a sink: one per table version
+// (a version's files written again after a restart are equal).
+func scanSchemas(ctx context.Context, bucket *objects.Bucket) (map[versionKey]*tableSchema, error) {
+	out := map[versionKey]*tableSchema{}
 	err := eachObject(ctx, bucket, "", func(key string, parts []string) error {
 		if len(parts) != 4 || parts[2] != "meta" || !strings.HasPrefix(parts[3], "schema_") {
 			return nil
@@ -204,9 +242,7 @@ func ScanSchemaChanges(ctx context.Context, bucket *objects.Bucket) ([]SchemaCha
 		if err := json.Unmarshal(body, &sch); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		if sch.Query != "" {
-			out = append(out, SchemaChange{Database: parts[0], Table: parts[1], At: sch.TableVersion, Query: sch.Query})
-		}
+		out[versionKey{parts[0], parts[1], sch.TableVersion}] = &sch
 		return nil
 	})
 	return out, err
