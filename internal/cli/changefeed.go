@@ -474,7 +474,17 @@ func plural(n int, one, many string) string {
 // waitTable waits until a changefeed has partitions of a table (want), or
 // none of another (gone).
 func waitTable(ctx context.Context, o *options, c *api.Client, id, want, gone string, timeout time.Duration) error {
-	want, gone = qualifyTable(want), qualifyTable(gone)
+	var err error
+	if want != "" {
+		if want, err = qualifyTable(want); err != nil {
+			return usageErr(fmt.Errorf("--table: %w", err))
+		}
+	}
+	if gone != "" {
+		if gone, err = qualifyTable(gone); err != nil {
+			return usageErr(fmt.Errorf("--no-table: %w", err))
+		}
+	}
 	for {
 		parts, err := c.Partitions(ctx, id, "")
 		if err == nil {

@@ -99,9 +99,10 @@ none).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&tables, "tables", nil, "every table the changefeed replicates from now on (schema.table, comma-separated), or its table rules (public.*,!public.audit)")
-	f.StringSliceVar(&add, "add-table", nil, "a table to add (repeatable)")
-	f.StringSliceVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable)")
+	// StringArray, not StringSlice: a quoted name ("Orders") is not CSV.
+	f.StringArrayVar(&tables, "tables", nil, `every table the changefeed replicates from now on (schema.table, comma-separated; public."Orders" for a name with capitals), or its table rules (public.*,!public.audit)`)
+	f.StringArrayVar(&add, "add-table", nil, "a table to add (repeatable, or comma-separated)")
+	f.StringArrayVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable, or comma-separated)")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
 	return cmd
@@ -113,13 +114,7 @@ func sourceTables(source string) []string {
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for _, t := range strings.Split(u.Query().Get("tables"), ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			out = append(out, t)
-		}
-	}
-	return out
+	return model.SplitTableList(u.Query().Get("tables"))
 }
 
 // nextTables is the table list an update asks for, in the current order
@@ -127,24 +122,32 @@ func sourceTables(source string) []string {
 func nextTables(current, tables, add, remove []string) ([]string, error) {
 	if len(tables) > 0 {
 		var out []string
-		for _, t := range tables {
-			if t = qualifyTable(t); t != "" {
-				out = append(out, t)
+		for _, t := range splitLists(tables) {
+			t, err := qualifyTable(t)
+			if err != nil {
+				return nil, fmt.Errorf("--tables: %w", err)
 			}
+			out = append(out, t)
 		}
 		return out, nil
 	}
 	out := slices.Clone(current)
-	for _, t := range remove {
-		t = qualifyTable(t)
+	for _, t := range splitLists(remove) {
+		t, err := qualifyTable(t)
+		if err != nil {
+			return nil, fmt.Errorf("--remove-table: %w", err)
+		}
 		i := slices.Index(out, t)
 		if i < 0 {
 			return nil, fmt.Errorf("--remove-table %s: the changefeed does not replicate it (it replicates %s)", t, strings.Join(current, ", "))
 		}
 		out = slices.Delete(out, i, i+1)
 	}
-	for _, t := range add {
-		t = qualifyTable(t)
+	for _, t := range splitLists(add) {
+		t, err := qualifyTable(t)
+		if err != nil {
+			return nil, fmt.Errorf("--add-table: %w", err)
+		}
 		if slices.Contains(out, t) {
 			return nil, fmt.Errorf("--add-table %s: the changefeed replicates it already", t)
 		}
@@ -179,17 +182,29 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	}
 }
 
-// qualifyTable puts a table name (or an excluding rule, !name) without a
-// schema in public, as the source does.
-func qualifyTable(t string) string {
+// splitLists splits each flag value at its commas outside quotes.
+func splitLists(values []string) []string {
+	var out []string
+	for _, v := range values {
+		out = append(out, model.SplitTableList(v)...)
+	}
+	return out
+}
+
+// qualifyTable writes a table name as the changefeed names it
+// (model.TableName), in public when it has no schema, as the source
+// does; a rule (public.*, !public.audit) is left to the source to read.
+func qualifyTable(t string) (string, error) {
 	t = strings.TrimSpace(t)
-	neg := strings.HasPrefix(t, "!")
-	t = strings.TrimPrefix(t, "!")
-	if t != "" && !strings.Contains(t, ".") {
-		t = "public." + t
+	if strings.HasPrefix(t, "!") || strings.ContainsAny(t, "*?") {
+		return t, nil
 	}
-	if neg {
-		t = "!" + t
+	schema, table, err := model.ParseTableName(t)
+	if err != nil {
+		return "", err
 	}
-	return t
+	if schema == "" {
+		schema = "public"
+	}
+	return model.TableName(schema, table), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // changeReader reads every row change a sink holds, grouped in streams
@@ -82,7 +83,7 @@ func kafkaChanges(ctx context.Context, cfg kafka.Config) ([]storage.ChangeStream
 			return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
 		}
 		for _, c := range chs {
-			k := at{p, c.Database + "." + c.Table}
+			k := at{p, model.TableName(c.Database, c.Table)}
 			i, ok := current[k]
 			if ok {
 				if n := len(out[i].Changes); n > 0 && c.CommitTs < out[i].Changes[n-1].CommitTs {

@@ -126,7 +126,7 @@ func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, u
 	var dups uint64
 	var all []codec.Change
 	for _, st := range streams {
-		if st.Database+"."+st.Table != table {
+		if model.TableName(st.Database, st.Table) != table {
 			continue
 		}
 		for i := range st.Changes {
@@ -184,7 +184,7 @@ func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, u
 // row is found by its old values, which CSV does not carry.
 func unrebuildable(streams []storage.ChangeStream, table string) string {
 	for _, st := range streams {
-		if st.Database+"."+st.Table != table {
+		if model.TableName(st.Database, st.Table) != table {
 			continue
 		}
 		for _, c := range st.Changes {
@@ -272,7 +272,7 @@ func onceEach(streams []storage.ChangeStream, table string, upTo model.Ts) []cod
 	taken := map[string]int{}
 	var out []codec.Change
 	for _, st := range streams {
-		if st.Database+"."+st.Table != table {
+		if model.TableName(st.Database, st.Table) != table {
 			continue
 		}
 		here := map[string]int{}

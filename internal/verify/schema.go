@@ -28,7 +28,7 @@ var addDefault = regexp.MustCompile(`ADD COLUMN "((?:[^"]|"")*)" [^']*? DEFAULT 
 func stepsOf(all []storage.SchemaChange, table string) []schemaStep {
 	var out []schemaStep
 	for _, sc := range all {
-		if sc.Database+"."+sc.Table != table {
+		if model.TableName(sc.Database, sc.Table) != table {
 			continue
 		}
 		st := schemaStep{at: model.Ts(sc.At)}

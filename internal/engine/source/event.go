@@ -187,13 +187,3 @@ const TruncatePrefix = "TRUNCATE TABLE "
 func IsTruncate(e *Event) bool {
 	return e.Kind == KindDDL && strings.HasPrefix(e.Statement, TruncatePrefix)
 }
-
-// SplitQualifiedName splits a database table's name as partitions name it
-// ("public.orders") into schema and table; a name without a dot has no
-// schema.
-func SplitQualifiedName(name string) (schema, table string) {
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		return name[:i], name[i+1:]
-	}
-	return "", name
-}

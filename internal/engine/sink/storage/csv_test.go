@@ -18,7 +18,7 @@ import (
 // A CSV sink is read back by naming its values with the columns of their
 // table version's schema file: the key in key order (written in the
 // schema file only when it is not the columns' order), NULL apart from
-// '' and from a value with commas, quotes and newlines, and an unchanged
+// ” and from a value with commas, quotes and newlines, and an unchanged
 // TOAST value keeping the value the row had.
 func TestCSVRowsAreRebuiltWithTheirSchemaFile(t *testing.T) {
 	dir := t.TempDir()

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // catalog reads table definitions and type names from the upstream's
@@ -93,7 +94,7 @@ func withModifier(name string, typmod int32) string {
 // and not by default after), so the replicated table has none; counting
 // them made every row look like a schema change that dropped them.
 func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.TableDef, error) {
-	schema, table := source.SplitQualifiedName(qualified)
+	schema, table := model.SplitTableName(qualified)
 	version, err := c.serverVersion(ctx)
 	if err != nil {
 		return nil, err

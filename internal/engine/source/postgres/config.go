@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -77,14 +76,14 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
 		}
 	}
-	tables := strings.Split(q.Get("tables"), ",")
+	tables := model.SplitTableList(q.Get("tables"))
 	switch {
 	case !q.Has("tables") && !q.Has("filter"):
 		// No tables named: every table the user may read (allTables).
 		c.Filter = []string{allTables}
 	case q.Has("filter"):
 		// A stored URI: the filter, and what it matched.
-		if c.Filter, err = ParseFilter(strings.Split(q.Get("filter"), ",")); err != nil {
+		if c.Filter, err = ParseFilter(model.SplitTableList(q.Get("filter"))); err != nil {
 			return Config{}, fmt.Errorf("source URI: %w", err)
 		}
 		if c.Tables, err = ParseTables(tables); err != nil {
@@ -138,8 +137,10 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ParseTables reads table names as tables= gives them: "schema.table",
-// or "table" in public; empty names are skipped, and a name given twice
-// is refused.
+// or "table" in public, a name with capitals or other characters in
+// double quotes (public."Orders"); empty names are skipped, and a name
+// given twice is refused. It returns the names as model.TableName writes
+// them.
 func ParseTables(names []string) ([]string, error) {
 	var out []string
 	for _, t := range names {
@@ -147,14 +148,17 @@ func ParseTables(names []string) ([]string, error) {
 		if t == "" {
 			continue
 		}
-		schema, table := source.SplitQualifiedName(t)
+		schema, table, err := model.ParseTableName(t)
+		if err != nil {
+			return nil, err
+		}
 		if schema == "" {
 			schema = "public"
 		}
-		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
-			return nil, fmt.Errorf("table %q: use schema.table with lowercase unquoted PostgreSQL names", t)
+		if why := unfit(schema, table); why != "" {
+			return nil, fmt.Errorf("table %s: %s", model.TableName(schema, table), why)
 		}
-		out = append(out, schema+"."+table)
+		out = append(out, model.TableName(schema, table))
 	}
 	if dup := firstDuplicate(out); dup != "" {
 		return nil, fmt.Errorf("table %s is named twice", dup)
@@ -259,6 +263,18 @@ func firstDuplicate(xs []string) string {
 	for i := 1; i < len(s); i++ {
 		if s[i] == s[i-1] {
 			return s[i]
+		}
+	}
+	return ""
+}
+
+// unfit says why a schema and table name cannot be replicated, "" when
+// they can: each is a directory of a storage sink (<schema>/<table>/...),
+// so neither may hold a slash or be "." or "..".
+func unfit(schema, table string) string {
+	for _, n := range []string{schema, table} {
+		if strings.ContainsRune(n, '/') || n == "." || n == ".." {
+			return fmt.Sprintf("the name %q cannot be a storage sink's directory (it holds a slash or is . or ..): rename it upstream, or leave it out", n)
 		}
 	}
 	return ""

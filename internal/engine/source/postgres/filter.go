@@ -47,15 +47,9 @@ func ParseFilter(items []string) ([]string, error) {
 			continue
 		}
 		neg := strings.HasPrefix(t, "!")
-		rule := strings.TrimPrefix(t, "!")
-		if !strings.Contains(rule, ".") {
-			rule = "public." + rule
-		}
-		schema, table, _ := strings.Cut(rule, ".")
-		for _, part := range []string{schema, table} {
-			if part == "" || strings.Trim(part, "abcdefghijklmnopqrstuvwxyz0123456789_$*?") != "" {
-				return nil, fmt.Errorf("table rule %q: use schema.table with lowercase unquoted names, * and ? as wildcards, ! before a rule to exclude (e.g. tables=public.*,!public.audit)", t)
-			}
+		rule, err := ruleName(strings.TrimPrefix(t, "!"))
+		if err != nil {
+			return nil, fmt.Errorf("table rule %q: %v", t, err)
 		}
 		if _, err := path.Match(rule, ""); err != nil {
 			return nil, fmt.Errorf("table rule %q: %v", t, err)
@@ -79,9 +73,12 @@ func ParseFilter(items []string) ([]string, error) {
 // matches says whether the rules replicate a table.
 func matches(rules []string, table string) bool {
 	in := false
+	// path.Match's * stops at a slash, which a quoted name may hold: such
+	// a table is matched like any other, to be refused with why.
+	table = strings.ReplaceAll(table, "/", "\x00")
 	for _, r := range rules {
 		neg := strings.HasPrefix(r, "!")
-		if ok, _ := path.Match(strings.TrimPrefix(r, "!"), table); ok {
+		if ok, _ := path.Match(strings.ReplaceAll(strings.TrimPrefix(r, "!"), "/", "\x00"), table); ok {
 			if neg {
 				return false
 			}
@@ -97,13 +94,14 @@ type Refused struct {
 }
 
 // resolveFilter lists the tables the rules match now, in name order,
-// and those they match that cannot be replicated (a name that is not
-// lowercase, no primary key nor REPLICA IDENTITY FULL).
+// and those they match that cannot be replicated (a name with a slash,
+// no primary key nor REPLICA IDENTITY FULL).
 func resolveFilter(ctx context.Context, cat *catalog, cfg Config) ([]string, []Refused, error) {
 	rows, err := cat.conn.Query(ctx, `
 SELECT n.nspname, c.relname,
-       COALESCE((SELECT rn.nspname || '.' || r.relname FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
-                 WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)), ''),
+       (SELECT rn.nspname FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
+         WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)),
+       (SELECT r.relname FROM pg_class r WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)),
        has_table_privilege(c.oid, 'SELECT')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
@@ -115,12 +113,18 @@ ORDER BY 1, 2`)
 	type candidate struct {
 		name, root string
 		readable   bool
+		unfit      string // why its name cannot be replicated
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
 		var schema, table string
-		err := r.Scan(&schema, &table, &c.root, &c.readable)
-		c.name = schema + "." + table
+		var rootSchema, rootTable *string
+		err := r.Scan(&schema, &table, &rootSchema, &rootTable, &c.readable)
+		c.name = model.TableName(schema, table)
+		if rootSchema != nil && rootTable != nil {
+			c.root = model.TableName(*rootSchema, *rootTable)
+		}
+		c.unfit = unfit(schema, table)
 		return c, err
 	})
 	if err != nil {
@@ -132,7 +136,6 @@ ORDER BY 1, 2`)
 		if !matches(cfg.Filter, c.name) || c.root != "" && matches(cfg.Filter, c.root) {
 			continue // a partition of a matched root comes as the root's rows
 		}
-		schema, table, _ := strings.Cut(c.name, ".")
 		if !c.readable {
 			if slices.Equal(cfg.Filter, []string{allTables}) {
 				continue
@@ -140,8 +143,8 @@ ORDER BY 1, 2`)
 			refused = append(refused, Refused{c.name, "the user may not read it: GRANT SELECT ON " + c.name + " to the user, or exclude it with !" + c.name})
 			continue
 		}
-		if !identPattern.MatchString(schema) || !identPattern.MatchString(table) {
-			refused = append(refused, Refused{c.name, "its name is not lowercase and unquoted, which cdcctl does not replicate yet; exclude it with !" + c.name})
+		if c.unfit != "" {
+			refused = append(refused, Refused{c.name, c.unfit + "; or exclude it with !" + c.name})
 			continue
 		}
 		if _, err := checkTable(ctx, cat, cfg, c.name); err != nil {
@@ -231,4 +234,42 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 		f.Refused = append(f.Refused, err.Error())
 	}
 	return f, nil
+}
+
+// ruleName reads one rule (without its !) as model.TableName writes
+// names, so that it matches them: a part in double quotes is taken as it
+// is (a name with capitals: public."Orders"), an unquoted one is
+// lowercase with * and ? as wildcards; a rule without a schema is in
+// public.
+func ruleName(rule string) (string, error) {
+	how := fmt.Errorf("use schema.table with lowercase names or double-quoted ones (public.\"Orders\"), * and ? as wildcards, ! before a rule to exclude (e.g. tables=public.*,!public.audit)")
+	var parts []string
+	quoted, start := false, 0
+	for i := 0; i <= len(rule); i++ {
+		if i < len(rule) && rule[i] == '"' {
+			quoted = !quoted
+		}
+		if i == len(rule) || rule[i] == '.' && !quoted {
+			parts = append(parts, rule[start:i])
+			start = i + 1
+		}
+	}
+	if len(parts) > 2 {
+		return "", how
+	}
+	for i, raw := range parts {
+		if strings.HasPrefix(raw, `"`) {
+			_, name, err := model.ParseTableName(raw)
+			if err != nil {
+				return "", how
+			}
+			parts[i] = model.TableName("", name)
+		} else if raw == "" || strings.Trim(raw, "abcdefghijklmnopqrstuvwxyz0123456789_$*?") != "" {
+			return "", how
+		}
+	}
+	if len(parts) == 1 {
+		return "public." + parts[0], nil
+	}
+	return parts[0] + "." + parts[1], nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Upstream is what Prepare found and made ready on the upstream.
@@ -179,11 +180,15 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 // publishedTables are the tables the publication publishes, by their
 // names now.
 func publishedTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
-	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
+	rows, err := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, cfg.Publication)
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
-	published, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	published, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var schema, table string
+		err := r.Scan(&schema, &table)
+		return model.TableName(schema, table), err
+	})
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
@@ -196,14 +201,21 @@ func publishedTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string,
 // table on a PostgreSQL older than 13 (which cannot publish a child's
 // rows as its root's).
 func partitionRoots(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
+	schemas, names := make([]string, len(cfg.Tables)), make([]string, len(cfg.Tables))
+	for i, t := range cfg.Tables {
+		schemas[i], names[i] = model.SplitTableName(t)
+	}
 	rows, err := conn.Query(ctx, `
-SELECT n.nspname || '.' || c.relname, c.relkind = 'p',
-       COALESCE((SELECT string_agg(an.nspname || '.' || a.relname, ',')
+SELECT n.nspname::text, c.relname::text, c.relkind = 'p',
+       COALESCE((SELECT array_agg(an.nspname::text ORDER BY a.oid)
                  FROM pg_partition_ancestors(c.oid) p
                  JOIN pg_class a ON a.oid = p.relid AND a.oid <> c.oid
-                 JOIN pg_namespace an ON an.oid = a.relnamespace), '')
+                 JOIN pg_namespace an ON an.oid = a.relnamespace), '{}'),
+       COALESCE((SELECT array_agg(a.relname::text ORDER BY a.oid)
+                 FROM pg_partition_ancestors(c.oid) p
+                 JOIN pg_class a ON a.oid = p.relid AND a.oid <> c.oid), '{}')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname || '.' || c.relname = ANY($1)`, cfg.Tables)
+WHERE (n.nspname::text, c.relname::text) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, schemas, names)
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
@@ -214,18 +226,21 @@ WHERE n.nspname || '.' || c.relname = ANY($1)`, cfg.Tables)
 	var roots []string
 	for rows.Next() {
 		var (
-			name, ancestors string
-			partitioned     bool
+			schema, table string
+			partitioned   bool
+			aSchemas      []string
+			aNames        []string
 		)
-		if err := rows.Scan(&name, &partitioned, &ancestors); err != nil {
+		if err := rows.Scan(&schema, &table, &partitioned, &aSchemas, &aNames); err != nil {
 			rows.Close()
 			return nil, explain(cfg, err)
 		}
+		name := model.TableName(schema, table)
 		if partitioned {
 			roots = append(roots, name)
 		}
-		for _, a := range strings.Split(ancestors, ",") {
-			if listed[a] {
+		for i := range min(len(aSchemas), len(aNames)) {
+			if a := model.TableName(aSchemas[i], aNames[i]); listed[a] {
 				rows.Close()
 				return nil, fmt.Errorf("table %s is a partition of %s, which the changefeed replicates too: its rows arrive as %s's; leave %s out of tables=", name, a, a, name)
 			}
@@ -358,7 +373,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func quoteQualified(t string) string {
-	schema, table := source.SplitQualifiedName(t)
+	schema, table := model.SplitTableName(t)
 	return pgx.Identifier{schema, table}.Sanitize()
 }
 

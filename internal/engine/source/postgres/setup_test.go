@@ -25,7 +25,10 @@ func TestParseURI(t *testing.T) {
 		{uri: "postgres://u@h/shop?tables=", err: "name the tables"},
 		{uri: "postgres://u@h/?tables=t", err: "name the database"},
 		{uri: "postgres:///shop?tables=t", err: "name the server"},
-		{uri: "postgres://u@h/shop?tables=Orders", err: "lowercase unquoted"},
+		{uri: "postgres://u@h/shop?tables=Orders", err: `write "Orders" for the name as it is, or orders`},
+		{uri: `postgres://u@h/shop?tables="Orders",%22My%20Schema%22."a,b"`, tables: []string{`public."Orders"`, `"My Schema"."a,b"`}},
+		{uri: `postgres://u@h/shop?tables=public."a/b"`, err: "cannot be a storage sink's directory"},
+		{uri: `postgres://u@h/shop?tables=public.*,!public."Audit"`},
 		{uri: "postgres://u@h/shop?tables=t,public.t", err: "named twice"},
 		{uri: "postgres://u@h/shop?tables=t&slot=Bad-Name", err: "slot="},
 		{uri: "mysql://u@h/shop?tables=t", err: "scheme must be postgres://"},
@@ -37,7 +40,7 @@ func TestParseURI(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || strings.Join(c.Tables, ",") != strings.Join(tc.tables, ",") {
+		if err != nil || strings.Join(c.Tables, "|") != strings.Join(tc.tables, "|") {
 			t.Errorf("%s: %+v %v", tc.uri, c, err)
 			continue
 		}
@@ -216,7 +219,22 @@ func TestTableRules(t *testing.T) {
 			t.Errorf("%s: matched %v, want %v", table, got, want)
 		}
 	}
-	for _, bad := range [][]string{{"!public.audit"}, {"Public.*"}, {"public.[a"}, {"a.b.c"}, {"public.*", "public.*"}} {
+	// Quoted parts are names as they are; unquoted ones are lowercase.
+	quoted, err := ParseFilter([]string{`"Sales".*`, `!public."Audit Log"`, `"public"."orders"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`"Sales".*`, `!public."Audit Log"`, "public.orders"}; !slices.Equal(quoted, want) {
+		t.Fatalf("quoted rules %v, want %v", quoted, want)
+	}
+	for table, want := range map[string]bool{
+		`"Sales"."Q1"`: true, "sales.q1": false, `public."Audit Log"`: false, "public.orders": true,
+	} {
+		if got := matches(quoted, table); got != want {
+			t.Errorf("%s: matched %v, want %v", table, got, want)
+		}
+	}
+	for _, bad := range [][]string{{"!public.audit"}, {"Public.*"}, {"public.[a"}, {"a.b.c"}, {"public.*", "public.*"}, {`public."unterminated`}} {
 		if _, err := ParseFilter(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

@@ -20,7 +20,7 @@ import (
 // table's definition it is a schema change, written before the
 // transaction's rows.
 func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
-	name := m.Namespace + "." + m.RelationName
+	name := model.TableName(m.Namespace, m.RelationName)
 	if _, gone := s.gone[name]; gone {
 		// Removed from the changefeed: its rows still in the WAL are not
 		// read (a table renamed upstream and updated under its new name
@@ -150,7 +150,7 @@ func (s *Stream) pendingDDL(table string) *source.Event {
 // Under REPLICA IDENTITY FULL every column is flagged as part of the
 // identity: the primary key is then the previous definition's.
 func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef) (*source.TableDef, error) {
-	schema, name := source.SplitQualifiedName(table)
+	schema, name := model.SplitTableName(table)
 	def := &source.TableDef{Schema: schema, Name: name}
 	var keyCols []int
 	for i, c := range cols {
