@@ -108,8 +108,9 @@ type Value struct {
 	Text string
 	// Null is SQL NULL; Text is then empty.
 	Null bool
-	// Unchanged marks a value the upstream did not send because it did
-	// not change and is stored out of line (a PostgreSQL TOAST value);
+	// Unchanged marks a value the upstream did not send: it did not
+	// change and is stored out of line (a PostgreSQL TOAST value), or it
+	// is a non-key column of a delete under the default replica identity;
 	// sinks leave it out of the row image.
 	Unchanged bool
 }

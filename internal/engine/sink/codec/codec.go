@@ -48,9 +48,10 @@ type canalTiDB struct {
 const csvNull = `\N`
 
 // CSVUnchanged is what the CSV protocol writes for a value the upstream
-// did not send because an update left it unchanged (PostgreSQL's TOASTed
-// columns under the default replica identity). An empty field would be a
-// real empty string; a consumer keeps the value it has (docs/postgres.md).
+// did not send: an update left it unchanged (PostgreSQL's TOASTed
+// columns under the default replica identity; a consumer keeps the value
+// it has), or a delete sent only its key. An empty field would be a real
+// empty string, \N NULL (docs/postgres.md).
 const CSVUnchanged = "__cdcctl_unchanged_toast__"
 
 // csvOp is TiCDC's CSV operation column.
@@ -234,8 +235,9 @@ type Change struct {
 	Op       string // INSERT, UPDATE or DELETE
 	PkNames  []string
 	// Data is the row image: the row after an insert or update, the
-	// deleted row of a delete. A column left out did not change (an
-	// unchanged PostgreSQL TOAST value); nil is SQL NULL.
+	// deleted row of a delete. A column left out was not sent (an
+	// unchanged PostgreSQL TOAST value; a delete's non-key column under
+	// the default replica identity); nil is SQL NULL.
 	Data map[string]*string
 	// Old holds the old values of the columns an update changed.
 	Old      map[string]*string

@@ -47,3 +47,34 @@ func TestAnUnchangedToastedValueIsCarriedOrMarkedNeverMadeUp(t *testing.T) {
 		}
 	}
 }
+
+// A delete under the default replica identity sends only the key:
+// PostgreSQL fills the other columns with NULL, so they are marked
+// unknown, never NULL. Under REPLICA IDENTITY FULL the delete carries
+// the whole row.
+func TestADeleteUnderTheDefaultIdentityCarriesOnlyItsKey(t *testing.T) {
+	srv, dsn := newDB(t, `CREATE TABLE docs (id int4 PRIMARY KEY, n int4, body text);
+		CREATE TABLE fulls (id int4 PRIMARY KEY, n int4, body text);
+		ALTER TABLE fulls REPLICA IDENTITY FULL`)
+	st, _, _ := open(t, dsn+"&tables=public.docs,public.fulls")
+	psql(t, srv, dsn, `INSERT INTO docs VALUES (1, 5, 'x'); INSERT INTO fulls VALUES (1, 5, 'x')`)
+	psql(t, srv, dsn, `DELETE FROM docs; DELETE FROM fulls`)
+	tx := txns(t, st, 2)
+	seen := 0
+	for _, e := range tx[1].Events {
+		seen++
+		switch e.Table {
+		case "public.docs":
+			if e.Old[0].Text != "1" || !e.Old[1].Unchanged || !e.Old[2].Unchanged || e.Old[1].Null {
+				t.Fatalf("a default-identity delete: %+v; want the key and the rest unknown", e.Old)
+			}
+		case "public.fulls":
+			if e.Old[1].Text != "5" || e.Old[2].Text != "x" {
+				t.Fatalf("a REPLICA IDENTITY FULL delete: %+v; want the whole row", e.Old)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("%d deletes", seen)
+	}
+}

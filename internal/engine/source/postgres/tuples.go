@@ -54,6 +54,16 @@ func (s *Stream) decodeRow(rel *relation, op source.Op, newTuple, oldTuple *pglo
 		if e.Old, err = values(oldTuple, len(def.Columns)); err != nil {
 			return err
 		}
+		if !wholeOld {
+			// Only the key (the replica identity) was sent; PostgreSQL
+			// fills the other columns with NULL, which they may not be.
+			// They are not known: marked so, never written as NULL.
+			for i, c := range def.Columns {
+				if c.KeyPos == 0 {
+					e.Old[i] = source.Value{Unchanged: true}
+				}
+			}
+		}
 	}
 	if op == source.OpUpdate && wholeOld && e.Old != nil && e.New != nil {
 		// An unchanged TOASTed column is not in the new tuple; under
@@ -101,7 +111,7 @@ func (s *Stream) add(e source.Event) {
 
 // values turns a tuple into values in column order. An old tuple of an
 // update or delete under the default replica identity holds only the key
-// columns: the others are sent as NULL, which is all the upstream told.
+// columns: the others are sent as NULL (decodeRow marks them unknown).
 func values(t *pglogrepl.TupleData, n int) ([]source.Value, error) {
 	if len(t.Columns) != n {
 		return nil, fmt.Errorf("a row has %d columns, its table definition %d", len(t.Columns), n)
