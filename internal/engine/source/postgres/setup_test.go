@@ -164,9 +164,14 @@ func TestPrepareRefusesWithoutLogicalWALOrWithAWrongPassword(t *testing.T) {
 func TestBoundariesAreKeyQuantiles(t *testing.T) {
 	_, dsn := newDB(t, `CREATE TABLE n (id int8 PRIMARY KEY); INSERT INTO n SELECT g FROM generate_series(1, 1000) g;
 		CREATE TABLE c (region text, id int4, PRIMARY KEY (region, id)); INSERT INTO c SELECT r, g FROM unnest(ARRAY['ap','eu','us']) r, generate_series(1, 4) g;
-		CREATE TABLE e (id int4 PRIMARY KEY)`)
+		CREATE TABLE e (id int4 PRIMARY KEY);
+		CREATE TABLE m (id int8, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE m_2025 PARTITION OF m FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+		INSERT INTO m SELECT g, date '2024-01-01' + g % 700 FROM generate_series(1, 3000) g;
+		ANALYZE m_2024, m_2025`)
 	ctx := context.Background()
-	uri, _, err := Pin(ctx, dsn+"&tables=n,c,e", "cuts", time.Now())
+	uri, _, err := Pin(ctx, dsn+"&tables=n,c,e,m", "cuts", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +188,8 @@ func TestBoundariesAreKeyQuantiles(t *testing.T) {
 		{"public.c", 3, "eu,1 us,1"},
 		{"public.e", 4, ""},
 		{"public.n", 1, ""},
+		// A partitioned root: its children's keys.
+		{"public.m", 3, "1001,2024-10-28 2001,2025-08-24"},
 	} {
 		bounds, err := src.Boundaries(ctx, tc.table, tc.n)
 		if err != nil {
@@ -199,6 +206,16 @@ func TestBoundariesAreKeyQuantiles(t *testing.T) {
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("%s in %d: cut at %v, want %q", tc.table, tc.n, got, tc.want)
 		}
+	}
+	// The estimate that decides whether a table is sampled counts a
+	// partitioned root's children (the root itself holds no rows).
+	cat, err := openCatalog(ctx, src.cfg.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if n, err := rowEstimate(ctx, cat, "public.m"); err != nil || n < 2900 || n > 3100 {
+		t.Fatalf("public.m is estimated at %v rows (%v), want about 3000", n, err)
 	}
 }
 

@@ -341,6 +341,28 @@ func (s *Source) Confirm(pos source.Position) {
 // many rows.
 const sampleRows = 100_000
 
+// rowEstimate is about how many rows a table holds, from the planner's
+// statistics: a partitioned root's are its leaves' (it holds none
+// itself), and a table never analyzed (-1) is estimated from its size at
+// 64 bytes a row, more rows than it likely has, so it is sampled rather
+// than read whole.
+func rowEstimate(ctx context.Context, cat *catalog, table string) (float64, error) {
+	const estimate = `COALESCE(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples::float8 ELSE pg_relation_size(c.oid) / 64.0 END), 0)`
+	var kind string
+	if err := cat.conn.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&kind); err != nil {
+		return 0, err
+	}
+	q := `SELECT ` + estimate + ` FROM pg_class c WHERE c.oid = $1::regclass`
+	if kind == "p" {
+		// pg_partition_tree is PostgreSQL 12's; a partitioned root is
+		// replicated from 13 on.
+		q = `SELECT ` + estimate + ` FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`
+	}
+	var n float64
+	err := cat.conn.QueryRow(ctx, q, quoteQualified(table)).Scan(&n)
+	return n, err
+}
+
 // Boundaries implements source.Source: n-1 keys that cut the table's
 // current rows into n ranges of about the same number of rows, at the
 // quantiles of its keys (all of them for a small table, a block sample
@@ -362,8 +384,8 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	if len(def.KeyNames()) == 0 {
 		return nil, nil // one partition: no key to cut at
 	}
-	var estimate float64
-	if err := cat.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&estimate); err != nil {
+	estimate, err := rowEstimate(ctx, cat, table)
+	if err != nil {
 		return nil, explain(s.cfg, err)
 	}
 	keys := def.KeyNames()
