@@ -88,6 +88,16 @@ func matches(rules []string, table string) bool {
 	return in
 }
 
+// candidate is a table the rules may match: its name, its relation, the
+// partitioned table it is a partition of, whether the user may read it,
+// and why its name cannot be replicated ("" when it can).
+type candidate struct {
+	name, root string
+	oid        uint32
+	readable   bool
+	unfit      string
+}
+
 // Refused is a table a filter matches that cannot be replicated, and why.
 type Refused struct {
 	Table, Why string
@@ -96,9 +106,9 @@ type Refused struct {
 // resolveFilter lists the tables the rules match now, in name order,
 // and those they match that cannot be replicated (a name with a slash,
 // no primary key nor REPLICA IDENTITY FULL).
-func resolveFilter(ctx context.Context, cat *catalog, cfg Config) ([]string, []Refused, error) {
+func resolveFilter(ctx context.Context, cat *catalog, cfg Config) ([]candidate, []Refused, error) {
 	rows, err := cat.conn.Query(ctx, `
-SELECT n.nspname, c.relname,
+SELECT c.oid::int8, n.nspname, c.relname,
        (SELECT rn.nspname FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace
          WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)),
        (SELECT r.relname FROM pg_class r WHERE c.relispartition AND r.oid = pg_partition_root(c.oid)),
@@ -110,16 +120,13 @@ ORDER BY 1, 2`)
 	if err != nil {
 		return nil, nil, explain(cfg, err)
 	}
-	type candidate struct {
-		name, root string
-		readable   bool
-		unfit      string // why its name cannot be replicated
-	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (candidate, error) {
 		var c candidate
 		var schema, table string
 		var rootSchema, rootTable *string
-		err := r.Scan(&schema, &table, &rootSchema, &rootTable, &c.readable)
+		var oid int64
+		err := r.Scan(&oid, &schema, &table, &rootSchema, &rootTable, &c.readable)
+		c.oid = uint32(oid)
 		c.name = model.TableName(schema, table)
 		if rootSchema != nil && rootTable != nil {
 			c.root = model.TableName(*rootSchema, *rootTable)
@@ -130,7 +137,7 @@ ORDER BY 1, 2`)
 	if err != nil {
 		return nil, nil, explain(cfg, err)
 	}
-	var matched []string
+	var matched []candidate
 	var refused []Refused
 	for _, c := range all {
 		if !matches(cfg.Filter, c.name) || c.root != "" && matches(cfg.Filter, c.root) {
@@ -151,35 +158,36 @@ ORDER BY 1, 2`)
 			refused = append(refused, Refused{c.name, err.Error() + "; or exclude it with !" + c.name})
 			continue
 		}
-		matched = append(matched, c.name)
+		matched = append(matched, c)
 	}
-	sort.Strings(matched)
+	sort.Slice(matched, func(i, j int) bool { return matched[i].name < matched[j].name })
 	return matched, refused, nil
 }
 
-// Follow is what a stored URI's table rules match now, leaving out the
-// tables removed from the changefeed before (a table dropped and created
-// again: its sink keeps the old one's rows); ok is false for a URI
-// without rules.
+// Follow is what a stored URI's table rules match now; ok is false for a
+// URI without rules. A table dropped and created again under its name
+// since the changefeed last followed its rules is left out this time, so
+// that the changefeed ends the old table, and matched the next time, so
+// that it takes the new one as a table come back (its rows copied, the
+// sink's old rows truncated).
 func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil || len(cfg.Filter) == 0 {
 		return source.Followed{}, false, err
 	}
-	var gone map[string]model.Ts
+	var p position
 	if len(pos) > 0 {
-		var p position
 		if err := json.Unmarshal(pos, &p); err != nil {
 			return source.Followed{}, true, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 		}
-		gone = p.Gone
 	}
-	f, err := follow(ctx, cfg, gone)
+	f, err := follow(ctx, cfg, p.oids())
 	return f, true, err
 }
 
-// follow resolves the rules against the catalog.
-func follow(ctx context.Context, cfg Config, gone map[string]model.Ts) (source.Followed, error) {
+// follow resolves the rules against the catalog; a table whose relation
+// is not the one known under its name (known: name -> OID) is left out.
+func follow(ctx context.Context, cfg Config, known map[string]uint32) (source.Followed, error) {
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return source.Followed{}, explain(cfg, err)
@@ -191,11 +199,10 @@ func follow(ctx context.Context, cfg Config, gone map[string]model.Ts) (source.F
 	}
 	var f source.Followed
 	for _, t := range matched {
-		if _, was := gone[t]; was {
-			f.Refused = append(f.Refused, t+": it was removed from this changefeed before (dropped, or renamed away, and created again?); its sink keeps the old table's rows, so it is not replicated again: replicate it with a new changefeed")
+		if oid := known[t.name]; oid != 0 && oid != t.oid {
 			continue
 		}
-		f.Tables = append(f.Tables, t)
+		f.Tables = append(f.Tables, t.name)
 	}
 	for _, r := range refused {
 		f.Refused = append(f.Refused, r.Table+": "+r.Why)

@@ -41,7 +41,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		if rules, err = ParseFilter(tables); err != nil {
 			return source.Retabled{}, err
 		}
-		f, err := follow(ctx, Config{ConnString: cfg.ConnString, Filter: rules, Snapshot: cfg.Snapshot}, p.Gone)
+		f, err := follow(ctx, Config{ConnString: cfg.ConnString, Filter: rules, Snapshot: cfg.Snapshot}, p.oids())
 		if err != nil {
 			return source.Retabled{}, err
 		}
@@ -75,14 +75,6 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	}
 	if len(out.Added)+len(out.Removed) == 0 && slices.Equal(rules, cfg.Filter) {
 		return source.Retabled{}, fmt.Errorf("the changefeed replicates exactly these tables already (%s)", strings.Join(cfg.Tables, ", "))
-	}
-	for _, t := range out.Added {
-		if _, was := p.Gone[t]; was {
-			// Its rows deleted while it was out would stay in the sink: a
-			// second snapshot only brings the rows there now, and the sink
-			// has no way to say "forget what you had" yet.
-			return source.Retabled{}, fmt.Errorf("table %s was removed from this changefeed before; it cannot be added back (the sink would keep rows deleted meanwhile): replicate it with a new changefeed into another sink location", t)
-		}
 	}
 	to := cfg
 	to.Tables, to.Filter = next, rules
@@ -124,7 +116,15 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		p.Tables = map[string]TableState{}
 	}
 	for _, t := range out.Added {
-		p.Tables[t] = TableState{Def: defs[t], Since: at, OID: oids[t]}
+		st := TableState{Def: defs[t], Since: at, OID: oids[t]}
+		if _, was := p.Gone[t]; was {
+			// Back after it was removed: the sink still has the rows it
+			// had then, some deleted since. The stream truncates it in the
+			// sink after at, then its snapshot copies it again.
+			st.ResetAt = at
+			delete(p.Gone, t)
+		}
+		p.Tables[t] = st
 	}
 	for _, t := range out.Removed {
 		delete(p.Tables, t)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -14,7 +15,8 @@ import (
 // the added table and loses the removed one (a dry run changes nothing);
 // the reader, resuming from before the change, reads the added table's
 // changes and drops the removed table's rows still in the WAL instead of
-// stopping on them; a removed table cannot come back; an operator's own
+// stopping on them; a removed table comes back, its sink truncated
+// first; an operator's own
 // publication is never altered.
 func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
@@ -76,8 +78,41 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	}
 	log.mu.Unlock()
 
-	if _, err := Retable(ctx, ch.URI, ch.Position, []string{"a", "c", "b"}, at, false); err == nil || !strings.Contains(err.Error(), "cannot be added back") {
-		t.Fatalf("adding back a removed table: %v", err)
+	// The removed table comes back, dropped and created again meanwhile:
+	// the reader, reading the WAL again from before, drops the old
+	// table's rows and the rows before the return, and begins the table
+	// with a TRUNCATE (the sink forgets what it had) before its new rows.
+	psql(t, srv, dsn, `DROP TABLE b; CREATE TABLE b (id int4 PRIMARY KEY, w text); INSERT INTO b VALUES (5, 'new b before')`)
+	at2 := model.TsFromTime(time.Now())
+	back, err := Retable(ctx, ch.URI, ch.Position, []string{"a", "c", "b"}, at2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Added, []string{"public.b"}) || published() != "a,b,c" {
+		t.Fatalf("added back %v, published %s", back.Added, published())
+	}
+	psql(t, srv, dsn, `INSERT INTO b VALUES (6, 'new b after'); INSERT INTO a VALUES (4, 'end')`)
+	again := startReading(t, back.URI, "retable", back.Position)
+	again.until(t, "the end row", func() bool { return logHas(again.log, "public.a", "end") })
+	again.stop(t)
+	var ofB []string
+	again.log.mu.Lock()
+	for _, e := range again.log.evs {
+		if e.Table != "public.b" {
+			continue
+		}
+		if e.CommitTs <= at2 {
+			t.Errorf("an event of public.b before it came back: %+v", e)
+		}
+		if e.Kind == source.KindDDL {
+			ofB = append(ofB, e.Statement)
+		} else {
+			ofB = append(ofB, e.Op.String()+" "+e.New[1].Text)
+		}
+	}
+	again.log.mu.Unlock()
+	if want := []string{source.TruncatePrefix + `"public"."b"`, "INSERT new b after"}; !slices.Equal(ofB, want) {
+		t.Fatalf("public.b after it came back: %q, want %q", ofB, want)
 	}
 	if _, err := Retable(ctx, ch.URI, ch.Position, []string{"a", "nosuch"}, at, false); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("adding a table that does not exist: %v", err)

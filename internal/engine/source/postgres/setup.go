@@ -458,7 +458,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		if len(pos) > 0 {
 			_ = json.Unmarshal(pos, &p)
 		}
-		if f, err := follow(ctx, cfg, p.Gone); err == nil {
+		if f, err := follow(ctx, cfg, p.oids()); err == nil {
 			st.Unreplicated = f.Refused
 			for _, t := range f.Tables {
 				if !slices.Contains(cfg.Tables, t) {

@@ -33,6 +33,15 @@ type position struct {
 	Gone map[string]model.Ts `json:"gone,omitempty"`
 }
 
+// oids are the relations the position knows its tables by.
+func (p position) oids() map[string]uint32 {
+	out := make(map[string]uint32, len(p.Tables))
+	for t, st := range p.Tables {
+		out[t] = st.OID
+	}
+	return out
+}
+
 // Pin prepares the upstream of a new changefeed (checks, publication,
 // slot) and fixes its start; it returns the URI to store with the
 // changefeed and the puller's first resume point.

@@ -25,6 +25,12 @@ type TableState struct {
 	Since   model.Ts         `json:"since"`
 	// OID is the table's relation: a rename keeps it, a drop ends it.
 	OID uint32 `json:"oid,omitempty"`
+	// ResetAt is where the table came back to the changefeed after it
+	// was removed (changefeed update, or rules following a drop and a
+	// create): its rows up to there are an earlier table's, or were
+	// written while it was out, and are not read. The sink forgets what
+	// it had: the first transaction after begins with a TRUNCATE of it.
+	ResetAt model.Ts `json:"reset_at,omitempty"`
 }
 
 // Txn is one committed upstream transaction, decoded: its schema changes
@@ -111,6 +117,9 @@ type Stream struct {
 	erase        []string
 	// gone are the tables removed from the changefeed.
 	gone map[string]model.Ts
+	// resets are the tables whose TRUNCATE after their ResetAt is still
+	// ahead of the stream.
+	resets map[string]bool
 	// held are the tables held in this run (holds.go); holds, those
 	// held since the last TakeHolds.
 	held  map[string]Hold
@@ -214,6 +223,12 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 	for t, st := range tables {
 		st := st
 		s.tables[t] = &st
+		if st.ResetAt != 0 && last <= st.ResetAt {
+			if s.resets == nil {
+				s.resets = map[string]bool{}
+			}
+			s.resets[t] = true
+		}
 	}
 	if err := s.fillOIDs(ctx); err != nil {
 		_ = s.Close()
@@ -398,6 +413,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	case *pglogrepl.BeginMessage:
 		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil
 		clear(s.partedTables)
+		s.resetTables()
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:

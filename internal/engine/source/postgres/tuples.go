@@ -27,6 +27,9 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 		// others too.
 		return nil
 	}
+	if st := s.tables[rel.table]; st != nil && st.ResetAt != 0 && s.base <= st.ResetAt {
+		return nil // written before the table came back (ResetAt)
+	}
 	if err := s.decodeRow(rel, op, newTuple, oldTuple, wholeOld); err != nil {
 		rel.held = true
 		s.hold(rel.table, fmt.Sprintf("a row cannot be decoded: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))

@@ -45,6 +45,12 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.rels[m.RelationID] = &relation{table: name, foreign: true}
 		return nil
 	}
+	if st.ResetAt != 0 && st.OID != 0 && st.OID != m.RelationID {
+		// The table this name had before it came back (dropped, then
+		// created again): its rows are not this table's.
+		s.rels[m.RelationID] = &relation{table: name, foreign: true, gone: true}
+		return nil
+	}
 	s.rels[m.RelationID] = &relation{table: name, cols: m.Columns}
 	if st.OID == 0 {
 		st.OID = m.RelationID
@@ -264,3 +270,31 @@ func (s *Stream) missingValues(ctx context.Context, table string, from, to *sour
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// resetTables begins the open transaction with a TRUNCATE of each table
+// that came back to the changefeed (ResetAt) before it: the first
+// transaction after that position, whatever it holds, so that the
+// TRUNCATE's position is the same however often the WAL is read again.
+// The sink then forgets the rows it had of the table, and its snapshot
+// and changes from then on rebuild it.
+func (s *Stream) resetTables() {
+	var due []string
+	for t := range s.resets {
+		if st := s.tables[t]; st == nil {
+			delete(s.resets, t)
+		} else if s.base > st.ResetAt {
+			due = append(due, t)
+		}
+	}
+	slices.Sort(due)
+	for _, t := range due {
+		if len(s.ddls) == ddlSlots {
+			return // the next transaction does the rest
+		}
+		delete(s.resets, t)
+		st := s.tables[t]
+		at := s.base + model.Ts(len(s.ddls))
+		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: t, CommitTs: at, TableVersion: at, Def: st.Def, SchemaVersion: st.Version + 1,
+			Statement: source.TruncatePrefix + quoteQualified(t)})
+	}
+}
