@@ -218,12 +218,13 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	if err != nil {
 		return nil, err
 	}
-	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, DryRun: req.DryRun, By: userOf(ctx)})
+	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, SinkOptions: req.SinkOptions, DryRun: req.DryRun, By: userOf(ctx)})
 	if err != nil {
 		return nil, engineError(err, id)
 	}
 	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: req.DryRun, Tables: res.Tables, Rules: res.Rules,
-		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At)}
+		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
+		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges}
 	for i, sp := range res.AddedSpans {
 		start, end := sp.Bounds()
 		p := api.Partition{Changefeed: id, Table: sp.Table, Start: start, End: end, Status: string(model.PartitionActive)}

@@ -31,7 +31,11 @@ type ChangefeedPreview struct {
 // the tables the paused changefeed replicates from now on, or its new
 // table rules (patterns: public.*, !public.audit).
 type ChangefeedUpdateRequest struct {
-	Tables []string `json:"tables"`
+	Tables []string `json:"tables,omitempty"`
+	// SinkOptions change the sink URI's parameters ("" for the default);
+	// only those a sink can change on a paused changefeed (how it writes:
+	// sizes, timeouts, credentials), never where nor in which form.
+	SinkOptions map[string]string `json:"sink_options,omitempty"`
 	// DryRun checks and computes the change and writes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 }
@@ -52,6 +56,10 @@ type ChangefeedUpdateResponse struct {
 	RemovedPartitions []string    `json:"removed_partitions,omitempty"`
 	// At is the changefeed's checkpoint, where the added tables begin.
 	At uint64 `json:"at"`
+	// Sink is the sink URI after the update (secrets masked);
+	// SinkChanges, one line per option changed.
+	Sink        string   `json:"sink,omitempty"`
+	SinkChanges []string `json:"sink_changes,omitempty"`
 }
 
 // Changefeed is one changefeed as operators see it.

@@ -320,8 +320,8 @@ func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if len(req.Tables) == 0 {
-		writeError(w, Errorf(CodeBadRequest, `send {"tables": ["public.orders", ...]}, every table the changefeed replicates from now on`, "an update names the changefeed's tables"))
+	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
+		writeError(w, Errorf(CodeBadRequest, `send {"tables": ["public.orders", ...]} (every table the changefeed replicates from now on), {"sink_options": {"flush-interval": "1s"}}, or both`, "an update names the changefeed's tables or sink options"))
 		return
 	}
 	id := r.PathValue("id")

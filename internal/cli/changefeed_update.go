@@ -14,22 +14,33 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// changefeed update changes a paused database changefeed's tables: the
-// change is computed by the coordinator and shown first (a dry run),
-// approved on a terminal or with --yes, then written.
+// changefeed update changes a paused changefeed's tables or sink
+// options: the change is computed by the coordinator and shown first (a
+// dry run), approved on a terminal or with --yes, then written.
 func newChangefeedUpdateCommand(o *options) *cobra.Command {
 	var (
-		tables, add, remove []string
-		dryRun, yes         bool
+		tables, add, remove, sinkOpts []string
+		dryRun, yes                   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2) [--dry-run] [--yes]",
-		Short: "Change a paused database changefeed's tables: added tables are snapshotted, removed ones end",
-		Long: `Change the tables a paused database changefeed replicates. Added tables
-begin at the changefeed's checkpoint: when it resumes, their existing
-rows are copied (their own initial snapshot) while their changes stream.
-Removed tables' partitions end where the changefeed was paused; the sink
-keeps what it holds of them, and the publication stops sending them.
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --sink-option K=V) [--dry-run] [--yes]",
+		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end) or its sink's options",
+		Long: `Change the tables a paused database changefeed replicates, or how its
+sink writes. Added tables begin at the changefeed's checkpoint: when it
+resumes, their existing rows are copied (their own initial snapshot)
+while their changes stream. Removed tables' partitions end where the
+changefeed was paused; the sink keeps what it holds of them, and the
+publication stops sending them. A table removed before can be added
+back: the sink gets a TRUNCATE of it first, then its rows again.
+
+--sink-option K=V changes one parameter of the sink URI (K= puts back
+its default): how the sink writes (storage: file-size, flush-interval,
+max-flush-delay, write-timeout, retry-timeout, state-ttl,
+spool-max-bytes, max-active-tables, max-buffered-bytes; Kafka: timeouts,
+buffer-memory, max-message-bytes and the SASL/TLS credentials), never
+where nor in which form (the location, protocol, partitioning): a sink
+holding rows written two ways is refused; create a new changefeed for
+that. Every node opens the sink again when the changefeed resumes.
 
 Pause the changefeed first (cdcctl changefeed pause NAME); resume it
 after the update. --dry-run shows the change and exits 2 (0 when there is
@@ -37,6 +48,7 @@ none).`,
 		Example: `  cdcctl changefeed pause shop
   cdcctl changefeed update shop --add-table public.invoices --dry-run
   cdcctl changefeed update shop --add-table public.invoices --remove-table public.audit --yes
+  cdcctl changefeed update shop --sink-option flush-interval=1s --sink-option file-size= --yes
   cdcctl changefeed resume shop`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,8 +56,12 @@ none).`,
 			if len(tables) > 0 && len(add)+len(remove) > 0 {
 				return usageErr(errors.New("give --tables (the whole list), or --add-table/--remove-table, not both"))
 			}
-			if len(tables)+len(add)+len(remove) == 0 {
-				return usageErr(errors.New("name the change: --add-table T, --remove-table T, or --tables T1,T2 (the whole list)"))
+			opts, err := parseSinkOptions(sinkOpts)
+			if err != nil {
+				return usageErr(err)
+			}
+			if len(tables)+len(add)+len(remove)+len(opts) == 0 {
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), or --sink-option K=V"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -56,16 +72,21 @@ none).`,
 				return err
 			}
 			current := sourceTables(cf.Source)
-			next, err := nextTables(current, tables, add, remove)
-			if err != nil {
-				return usageErr(err)
+			var next []string
+			if len(tables)+len(add)+len(remove) > 0 {
+				if next, err = nextTables(current, tables, add, remove); err != nil {
+					return usageErr(err)
+				}
+				if slices.Equal(next, current) {
+					if len(opts) == 0 {
+						return o.render(&api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: current}, func(tw tableWriter) {
+							fmt.Fprintf(tw, "Changefeed %s replicates exactly these tables already (%s); nothing to change.\n", id, strings.Join(current, ", "))
+						})
+					}
+					next = nil // the sink's options only
+				}
 			}
-			if slices.Equal(next, current) {
-				return o.render(&api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: current}, func(tw tableWriter) {
-					fmt.Fprintf(tw, "Changefeed %s replicates exactly these tables already (%s); nothing to change.\n", id, strings.Join(current, ", "))
-				})
-			}
-			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, DryRun: true})
+			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, DryRun: true})
 			if err != nil {
 				return err
 			}
@@ -88,7 +109,7 @@ none).`,
 					return withExit(ExitCancelled, fmt.Errorf("update changefeed %s: not approved; nothing changed", id))
 				}
 			}
-			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next})
+			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts})
 			if err != nil {
 				return err
 			}
@@ -103,6 +124,7 @@ none).`,
 	f.StringArrayVar(&tables, "tables", nil, `every table the changefeed replicates from now on (schema.table, comma-separated; public."Orders" for a name with capitals), or its table rules (public.*,!public.audit)`)
 	f.StringArrayVar(&add, "add-table", nil, "a table to add (repeatable, or comma-separated)")
 	f.StringArrayVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable, or comma-separated)")
+	f.StringArrayVar(&sinkOpts, "sink-option", nil, "change a sink URI parameter, K=V (K= for its default; repeatable): how the sink writes, not where nor in which form")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
 	return cmd
@@ -156,12 +178,41 @@ func nextTables(current, tables, add, remove []string) ([]string, error) {
 	return out, nil
 }
 
+// parseSinkOptions reads --sink-option K=V values.
+func parseSinkOptions(values []string) (map[string]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, v := range values {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("--sink-option %q: write K=V (e.g. flush-interval=1s), or K= for the default", v)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("--sink-option %s is given twice", k)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
 // updateText shows an update: each table added or removed with its
-// partitions, and the tables after it.
+// partitions, the sink options changed, and the tables after it.
 func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	verb := "change"
 	if u.DryRun {
 		verb = "would change"
+	}
+	if len(u.SinkChanges) > 0 {
+		fmt.Fprintf(tw, "Changefeed %s: sink options %s:\n", u.Changefeed, verb)
+		for _, c := range u.SinkChanges {
+			fmt.Fprintf(tw, "  %s\n", c)
+		}
+		fmt.Fprintf(tw, "Sink after: %s\n", u.Sink)
+	}
+	if len(u.Added)+len(u.Removed) == 0 && len(u.SinkChanges) > 0 && len(u.Rules) == 0 {
+		return // the sink's options only
 	}
 	fmt.Fprintf(tw, "Changefeed %s: tables %s at its checkpoint %s.\n", u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
 	for _, t := range u.Added {

@@ -10,6 +10,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sinks "github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -17,11 +18,17 @@ import (
 // ErrNotPaused refuses a change that needs the changefeed paused.
 var ErrNotPaused = errors.New("the changefeed is not paused")
 
-// UpdateRequest changes a paused changefeed's tables (TiCDC's changefeed
-// update, which also needs the changefeed paused).
+// UpdateRequest changes a paused changefeed's tables, its sink's options,
+// or both (TiCDC's changefeed update, which also needs the changefeed
+// paused).
 type UpdateRequest struct {
-	ID     model.ChangefeedID
+	ID model.ChangefeedID
+	// Tables are the tables (or rules) from now on; none leaves them.
 	Tables []string
+	// SinkOptions change the sink URI's parameters ("" for the default);
+	// only those the sink can change on a running sink
+	// (sinks.SetOptions).
+	SinkOptions map[string]string
 	// DryRun checks and computes the change and writes nothing.
 	DryRun bool
 	By     string
@@ -39,6 +46,10 @@ type UpdateResult struct {
 	RemovedPartitions []string
 	// At is the changefeed's checkpoint, where the added tables begin.
 	At model.Ts
+	// Sink is the sink URI after the update; SinkChanges, one line per
+	// option changed.
+	Sink        string
+	SinkChanges []string
 }
 
 // UpdateChangefeed changes a paused changefeed's tables. Added tables are
@@ -63,14 +74,26 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	if e.Status.State != model.ChangefeedPaused {
 		return UpdateResult{}, fmt.Errorf("%w: changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", ErrNotPaused, req.ID, e.Status.State, req.ID)
 	}
+	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
+		return UpdateResult{}, fmt.Errorf("%w: name the change: the tables, or sink options", ErrInvalid)
+	}
 	at := max(e.Status.CheckpointTs, e.Info.StartTs)
+	res := UpdateResult{At: at, Sink: e.Info.SinkURI}
+	if len(req.SinkOptions) > 0 {
+		if res.Sink, res.SinkChanges, err = sinks.SetOptions(e.Info.SinkURI, req.SinkOptions); err != nil {
+			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	if len(req.Tables) == 0 {
+		return c.updateSink(ctx, term, e, req, res)
+	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false)
 	if err != nil {
 		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	res := UpdateResult{Tables: ch.Tables, Added: ch.Added, Removed: ch.Removed, Rules: ch.Rules, At: at}
+	res.Tables, res.Added, res.Removed, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Rules
 	var removeIDs []string
 	for _, r := range st.SortedPartitions(req.ID) {
 		if !slices.Contains(ch.Removed, r.Route.Span.Table) {
@@ -102,7 +125,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	info := e.Info
-	info.SourceURI, info.UpdatedAt = applied.URI, time.Now().UTC()
+	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
 		Remove: removeIDs, RemoveTables: applied.Removed,
@@ -121,7 +144,27 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 		res.AddedPartitions = append(res.AddedPartitions, r.ID)
 	}
 	c.log.Info("coordinator: changefeed tables updated", "changefeed", req.ID, "added", ch.Added, "removed", ch.Removed,
-		"partitions_added", len(routes), "partitions_removed", len(removeIDs), "at", at, "by", req.By)
+		"partitions_added", len(routes), "partitions_removed", len(removeIDs), "sink_changes", res.SinkChanges, "at", at, "by", req.By)
+	return res, nil
+}
+
+// updateSink changes only a paused changefeed's sink options: the new
+// URI, and a new incarnation so that every node opens the sink again
+// when the changefeed resumes.
+func (c *Coordinator) updateSink(ctx context.Context, term election.Term, e *meta.ChangefeedEntry, req UpdateRequest, res UpdateResult) (UpdateResult, error) {
+	res.Tables = tablesOf(e.Info.SourceURI)
+	if len(res.SinkChanges) == 0 {
+		return UpdateResult{}, fmt.Errorf("%w: the sink has these options already; nothing to change", ErrInvalid)
+	}
+	if req.DryRun {
+		return res, nil
+	}
+	info := e.Info
+	info.SinkURI, info.UpdatedAt = res.Sink, time.Now().UTC()
+	if _, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{Info: info, SourcePosition: e.Status.SourcePosition}); err != nil {
+		return UpdateResult{}, err
+	}
+	c.log.Info("coordinator: changefeed sink options updated", "changefeed", req.ID, "changes", res.SinkChanges, "by", req.By)
 	return res, nil
 }
 

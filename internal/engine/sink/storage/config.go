@@ -130,6 +130,13 @@ func (c Config) bufferedCap() int64 {
 	return c.SpoolMaxBytes / 2
 }
 
+// ChangeableOptions are the parameters a paused changefeed's storage
+// sink may change (changefeed update --sink-option): how it writes, not
+// where nor in which form (protocol, schema, date-separator) nor where
+// it spools (spool, spool-dir: checked against the capture's sink root
+// at creation).
+var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes"}
+
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
 

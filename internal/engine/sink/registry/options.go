@@ -1,0 +1,79 @@
+package registry
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/redact"
+)
+
+// SetOptions changes parameters of an existing changefeed's sink URI:
+// opts maps a parameter to its new value, "" to its default. Only the
+// parameters the sink lists as changeable (how it writes: sizes, timeouts,
+// credentials) are taken; what decides where and in which form the rows
+// are (the location, protocol, partitioning, layout) would leave the sink
+// holding two shapes of data, and is refused. It returns the new URI and
+// one line per change ("flush-interval: 5s → 1s"; secrets shown as
+// changed, never their values).
+func SetOptions(uri string, opts map[string]string) (string, []string, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", nil, fmt.Errorf("sink URI %s: %v", redact.URI(uri), redact.ParseError(err))
+	}
+	var safe []string
+	switch u.Scheme {
+	case "kafka":
+		safe = kafka.ChangeableOptions
+	case "file", "mem", "s3", "gs", "azblob":
+		safe = storage.ChangeableOptions
+	default:
+		return "", nil, fmt.Errorf("a %s:// sink has no options to change", u.Scheme)
+	}
+	names := make([]string, 0, len(opts))
+	for k := range opts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	q := u.Query()
+	var changes []string
+	for _, k := range names {
+		if !slices.Contains(safe, k) {
+			return "", nil, fmt.Errorf("sink option %s cannot change on a changefeed: its sink would hold rows written both ways; create a new changefeed into another location instead (changeable: %s)", k, strings.Join(safe, ", "))
+		}
+		before, had := q.Get(k), q.Has(k)
+		v := opts[k]
+		if v == "" {
+			q.Del(k)
+		} else {
+			q.Set(k, v)
+		}
+		if v == before && had == (v != "") {
+			continue
+		}
+		show := func(v string, set bool) string {
+			switch {
+			case !set:
+				return "(default)"
+			case redact.Secret(k):
+				return redact.Mask
+			}
+			return v
+		}
+		line := fmt.Sprintf("%s: %s → %s", k, show(before, had), show(v, v != ""))
+		if redact.Secret(k) && had && v != "" {
+			line = k + ": changed"
+		}
+		changes = append(changes, line)
+	}
+	u.RawQuery = q.Encode()
+	next := u.String()
+	if err := Validate(next); err != nil {
+		return "", nil, err
+	}
+	return next, changes, nil
+}

@@ -1,0 +1,42 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+)
+
+// A changefeed's sink changes how it writes, never where nor in which
+// form; a secret's value is never shown; a bad value is refused as a
+// create refuses it.
+func TestSetOptionsChangesOnlyWhatIsSafe(t *testing.T) {
+	next, changes, err := SetOptions("file:///data/shop?flush-interval=5s&protocol=csv", map[string]string{"flush-interval": "1s", "file-size": "1048576", "protocol": "canal-json"})
+	if err == nil || !strings.Contains(err.Error(), "sink option protocol cannot change on a changefeed") || !strings.Contains(err.Error(), "changeable: file-size, flush-interval") {
+		t.Fatalf("protocol: %v %v", next, err)
+	}
+	next, changes, err = SetOptions("file:///data/shop?flush-interval=5s&protocol=csv", map[string]string{"flush-interval": "1s", "file-size": "1048576", "state-ttl": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != "file:///data/shop?file-size=1048576&flush-interval=1s&protocol=csv" {
+		t.Fatalf("next %s", next)
+	}
+	if got := strings.Join(changes, "; "); got != "file-size: (default) → 1048576; flush-interval: 5s → 1s" {
+		t.Fatalf("changes %q", got)
+	}
+	if _, _, err := SetOptions("file:///data/shop", map[string]string{"flush-interval": "forever"}); err == nil || !strings.Contains(err.Error(), "flush-interval") {
+		t.Fatalf("a bad value: %v", err)
+	}
+	next, changes, err = SetOptions("kafka://127.0.0.1:9092/t?sasl-user=u&sasl-password=old", map[string]string{"sasl-password": "new", "retry-timeout": "10s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(next, "sasl-password=new") || strings.Contains(strings.Join(changes, " "), "new") || strings.Join(changes, "; ") != "retry-timeout: (default) → 10s; sasl-password: changed" {
+		t.Fatalf("kafka: %s %q", next, changes)
+	}
+	if _, _, err := SetOptions("kafka://127.0.0.1:9092/t", map[string]string{"partition": "table"}); err == nil || !strings.Contains(err.Error(), "partition cannot change") {
+		t.Fatalf("kafka partitioning: %v", err)
+	}
+	if _, _, err := SetOptions("blackhole://", map[string]string{"x": "1"}); err == nil {
+		t.Fatal("a blackhole sink's options changed")
+	}
+}
