@@ -12,7 +12,7 @@ import (
 )
 
 // schemaStep is what a rebuild does to a table's rows at a schema change:
-// empty them (a TRUNCATE), or give the rows already there the value of a
+// empty them (a TRUNCATE, a DROP), or give the rows already there the value of a
 // column added with a DEFAULT, as the upstream did.
 type schemaStep struct {
 	at       model.Ts
@@ -32,7 +32,9 @@ func stepsOf(all []storage.SchemaChange, table string) []schemaStep {
 			continue
 		}
 		st := schemaStep{at: model.Ts(sc.At)}
-		if strings.HasPrefix(sc.Query, source.TruncatePrefix) {
+		if strings.HasPrefix(sc.Query, source.TruncatePrefix) || strings.HasPrefix(sc.Query, source.DropPrefix) {
+			// A dropped table has no rows; one created again later starts
+			// empty too.
 			st.truncate = true
 		} else {
 			for _, m := range addDefault.FindAllStringSubmatch(sc.Query, -1) {

@@ -124,6 +124,17 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	undo := func() {
+		// From the resume point as it was: the one applied lists the
+		// removed tables as gone, which may not come back.
+		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
+			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
+		}
+	}
+	if err := c.writeDrops(octx, e.Info.SinkURI, applied.Dropped); err != nil {
+		undo()
+		return UpdateResult{}, fmt.Errorf("%w; nothing changed: update again once the sink can be written", err)
+	}
 	info := e.Info
 	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
@@ -132,12 +143,9 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	})
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
-		// old tables.
-		// From the resume point as it was: the one applied lists the
-		// removed tables as gone, which may not come back.
-		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
-			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
-		}
+		// old tables. (A DROP written to the sink stays: those tables
+		// are gone upstream, nothing of them comes after it.)
+		undo()
 		return UpdateResult{}, err
 	}
 	for _, r := range routes {
@@ -178,4 +186,36 @@ func tablesOf(uri string) []string {
 	defer src.Close()
 	t, _ := src.Tables(context.Background())
 	return t
+}
+
+// writeDrops tells the sink that removed tables were dropped upstream: a
+// DROP TABLE schema change of each (a storage sink's schema file, a DDL
+// message on every Kafka partition), as TiCDC writes one. It is placed
+// now, after every row the table ever had (they all committed before the
+// drop), including rows the sink holds beyond the checkpoint. Writing it
+// again (an update tried again) writes the same.
+func (c *Coordinator) writeDrops(ctx context.Context, sinkURI string, dropped map[string]*source.TableDef) error {
+	if len(dropped) == 0 {
+		return nil
+	}
+	sk, err := sinks.Open(ctx, sinkURI, sinks.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
+	if err != nil {
+		return fmt.Errorf("cannot open the sink to write the DROP TABLE of the dropped tables: %w", err)
+	}
+	defer sk.Close()
+	at := model.TsFromTime(time.Now())
+	names := make([]string, 0, len(dropped))
+	for t := range dropped {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	for _, t := range names {
+		def := dropped[t]
+		ddl := source.Event{Kind: source.KindDDL, Table: t, Def: def, CommitTs: at, TableVersion: at,
+			Statement: source.DropPrefix + model.TableName(def.Schema, def.Name)}
+		if err := sk.WriteDDL(ctx, ddl); err != nil {
+			return fmt.Errorf("cannot write the DROP TABLE of %s to the sink: %w", t, err)
+		}
+	}
+	return nil
 }

@@ -184,6 +184,10 @@ func (e *Event) Size() int {
 // before it survives.
 const TruncatePrefix = "TRUNCATE TABLE "
 
+// DropPrefix begins the statement of a DDL event that ends a table: it
+// was dropped upstream, and nothing of it comes after.
+const DropPrefix = "DROP TABLE "
+
 // IsTruncate says a DDL event empties its table.
 func IsTruncate(e *Event) bool {
 	return e.Kind == KindDDL && strings.HasPrefix(e.Statement, TruncatePrefix)

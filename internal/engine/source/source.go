@@ -280,6 +280,9 @@ type Retabled struct {
 	Added, Removed []string
 	// Rules are the table rules after the change, if it has them.
 	Rules []string
+	// Dropped are the removed tables that no longer exist upstream, each
+	// with its last definition: the sink is told they were dropped.
+	Dropped map[string]*TableDef
 }
 
 // TableIssue is a table's issue as its reader found it (model.TableIssue).

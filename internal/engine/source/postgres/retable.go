@@ -127,6 +127,16 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		p.Tables[t] = st
 	}
 	for _, t := range out.Removed {
+		if st, ok := p.Tables[t]; ok && st.Def != nil {
+			if gone, err := droppedUpstream(ctx, cat, t, st.OID); err != nil {
+				return source.Retabled{}, explain(cfg, err)
+			} else if gone {
+				if out.Dropped == nil {
+					out.Dropped = map[string]*source.TableDef{}
+				}
+				out.Dropped[t] = st.Def
+			}
+		}
 		delete(p.Tables, t)
 		if p.Gone == nil {
 			p.Gone = map[string]model.Ts{}
@@ -191,4 +201,18 @@ func quotedList(tables []string) string {
 		q[i] = quoteQualified(t)
 	}
 	return strings.Join(q, ", ")
+}
+
+// droppedUpstream says whether a table no longer exists: its relation is
+// gone (a rename keeps it), or, for a table whose relation is not known,
+// its name resolves to none.
+func droppedUpstream(ctx context.Context, cat *catalog, table string, oid uint32) (bool, error) {
+	var exists bool
+	var err error
+	if oid != 0 {
+		err = cat.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid::int8 = $1)`, int64(oid)).Scan(&exists)
+	} else {
+		err = cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(table)).Scan(&exists)
+	}
+	return !exists, err
 }
