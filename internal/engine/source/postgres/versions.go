@@ -55,6 +55,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if st.OID == 0 {
 		st.OID = m.RelationID
 	}
+	if st.ResetAt != 0 && s.base <= st.ResetAt {
+		// Before the table came back: its rows here are not read, and its
+		// definition is the one it came back with, not this older one.
+		return nil
+	}
 	cur := st.Def
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
@@ -80,9 +85,22 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if len(s.ddls) == ddlSlots {
 		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
 	}
+	missing, unknown := s.missingValues(ctx, name, cur, def)
+	if len(unknown) > 0 {
+		s.rels[m.RelationID].held = true
+		s.hold(name, unknownValuesHold(s.changefeed(), name, unknown))
+		return nil
+	}
 	at := s.base + model.Ts(len(s.ddls))
-	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, s.missingValues(ctx, name, cur, def))})
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, missing)})
 	return nil
+}
+
+// unknownValuesHold says why a table is held when the values its older
+// rows have in added columns cannot be known, and how to copy it again.
+func unknownValuesHold(cf, table string, cols []string) string {
+	return fmt.Sprintf("the rows it had before column %s was added have values in it the changefeed cannot know (PostgreSQL rewrote the table since the ADD COLUMN: ALTER COLUMN ... TYPE, VACUUM FULL, CLUSTER, or a volatile DEFAULT), so its changes from here are held rather than written without them: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+		strings.Join(cols, ", "), cf, cf, table, cf, table, cf)
 }
 
 // truncate turns a TRUNCATE into a schema change of each table it empties:
@@ -250,21 +268,36 @@ func describeChange(table string, from, to *source.TableDef, defaults map[string
 // added have in it (PostgreSQL's attmissingval: the constant DEFAULT of
 // the ADD COLUMN), by column, for the columns to adds. A consumer that
 // applies the change gives them to its older rows, as PostgreSQL did.
-// Best effort: a column dropped or changed since has none.
-func (s *Stream) missingValues(ctx context.Context, table string, from, to *source.TableDef) map[string]string {
+//
+// unknown are the added columns whose older rows' value cannot be told:
+// PostgreSQL no longer keeps it apart (a rewrite of the table since the
+// ADD COLUMN, as ALTER COLUMN ... TYPE, VACUUM FULL or CLUSTER do, or a
+// volatile DEFAULT), yet the column has a DEFAULT or is NOT NULL, so
+// those rows may not be NULL in it. A column without either added
+// without a kept value was added without a DEFAULT: NULL. A column
+// dropped since is not asked about.
+func (s *Stream) missingValues(ctx context.Context, table string, from, to *source.TableDef) (map[string]string, []string) {
 	out := map[string]string{}
+	var unknown []string
 	for _, c := range to.Columns {
 		if from.Index(c.Name) >= 0 {
 			continue
 		}
-		var v *string
-		err := s.cat.conn.QueryRow(ctx, `SELECT (attmissingval::text::text[])[1] FROM pg_attribute
-			WHERE attrelid = $1::regclass AND attname = $2 AND atthasmissing AND NOT attisdropped`, quoteQualified(table), c.Name).Scan(&v)
-		if err == nil && v != nil {
-			out[c.Name] = *v
+		var (
+			kept            *string
+			notNull, hasDef bool
+		)
+		err := s.cat.conn.QueryRow(ctx, `SELECT CASE WHEN atthasmissing THEN (attmissingval::text::text[])[1] END, attnotnull, atthasdef
+			FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, quoteQualified(table), c.Name).Scan(&kept, &notNull, &hasDef)
+		switch {
+		case err != nil:
+		case kept != nil:
+			out[c.Name] = *kept
+		case notNull || hasDef:
+			unknown = append(unknown, c.Name)
 		}
 	}
-	return out
+	return out, unknown
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
