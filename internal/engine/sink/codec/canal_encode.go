@@ -122,7 +122,24 @@ func appendCanalRow(b []byte, db, table string, e *source.Event, img []source.Va
 	}
 	b = append(b, `,"_tidb":{"commitTs":`...)
 	b = strconv.AppendUint(b, uint64(e.CommitTs), 10)
-	return append(b, `}}`...)
+	b = append(b, '}')
+	first = true
+	for i := range img {
+		if !img[i].Unchanged {
+			continue
+		}
+		if first {
+			b = append(b, `,"_cdcctl":{"absent":[`...)
+		} else {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, l.names[i]...)
+	}
+	if !first {
+		b = append(b, `]}`...)
+	}
+	return append(b, '}')
 }
 
 func appendKey(b []byte, first *bool, quoted string) []byte {

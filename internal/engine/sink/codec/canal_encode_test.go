@@ -36,10 +36,19 @@ func reference(t testing.TB, db, table string, e *source.Event, img []source.Val
 		old = []map[string]*string{changed}
 	}
 	ms := e.CommitTs.Millis()
+	var cdc *canalCDC
+	for i, c := range e.Def.Columns {
+		if img[i].Unchanged {
+			if cdc == nil {
+				cdc = &canalCDC{}
+			}
+			cdc.Absent = append(cdc.Absent, c.Name)
+		}
+	}
 	b, err := json.Marshal(canalRow{
 		Database: db, Table: table, PkNames: e.Def.KeyNames(), Type: e.Op.String(), Es: ms, Ts: ms,
 		SQLType: sqlType, MySQLType: mysqlType, Data: []map[string]*string{data}, Old: old,
-		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)},
+		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)}, CDC: cdc,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -38,10 +38,17 @@ type canalRow struct {
 	Data      []map[string]*string `json:"data"`
 	Old       []map[string]*string `json:"old"`
 	TiDB      canalTiDB            `json:"_tidb"`
+	// CDC is cdcctl's addition, only when a row has columns the upstream
+	// did not send (left out of data): their names, in column order.
+	CDC *canalCDC `json:"_cdcctl,omitempty"`
 }
 
 type canalTiDB struct {
 	CommitTs uint64 `json:"commitTs"`
+}
+
+type canalCDC struct {
+	Absent []string `json:"absent"`
 }
 
 // csvNull is how TiCDC's CSV writes SQL NULL.

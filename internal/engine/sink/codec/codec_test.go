@@ -94,6 +94,10 @@ func TestUnchangedToastValuesAreLeftOut(t *testing.T) {
 	if _, has := m["data"].([]any)[0].(map[string]any)["tags"]; has {
 		t.Fatalf("an unchanged TOAST value was written: %s", jsonOf(m["data"]))
 	}
+	// The consumer is told, in the message, which columns were not sent.
+	if got := jsonOf(m["_cdcctl"]); got != `{"absent":["tags"]}` {
+		t.Fatalf("_cdcctl: %s", got)
+	}
 }
 
 func TestCSVOperationsAndNulls(t *testing.T) {
