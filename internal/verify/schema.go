@@ -32,9 +32,9 @@ func stepsOf(all []storage.SchemaChange, table string) []schemaStep {
 			continue
 		}
 		st := schemaStep{at: model.Ts(sc.At)}
-		if strings.HasPrefix(sc.Query, source.TruncatePrefix) || strings.HasPrefix(sc.Query, source.DropPrefix) {
-			// A dropped table has no rows; one created again later starts
-			// empty too.
+		if strings.HasPrefix(sc.Query, source.TruncatePrefix) || source.EndsTable(sc.Query) {
+			// A table dropped or renamed away has no rows under its name;
+			// one created again under it later starts empty too.
 			st.truncate = true
 		} else {
 			for _, m := range addDefault.FindAllStringSubmatch(sc.Query, -1) {

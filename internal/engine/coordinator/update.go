@@ -131,7 +131,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
 		}
 	}
-	if err := c.writeDrops(octx, e.Info.SinkURI, applied.Dropped); err != nil {
+	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended); err != nil {
 		undo()
 		return UpdateResult{}, fmt.Errorf("%w; nothing changed: update again once the sink can be written", err)
 	}
@@ -143,8 +143,9 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	})
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
-		// old tables. (A DROP written to the sink stays: those tables
-		// are gone upstream, nothing of them comes after it.)
+		// old tables. (A DROP or rename written to the sink stays: those
+		// tables are gone upstream under that name, nothing of them comes
+		// after it.)
 		undo()
 		return UpdateResult{}, err
 	}
@@ -188,33 +189,37 @@ func tablesOf(uri string) []string {
 	return t
 }
 
-// writeDrops tells the sink that removed tables were dropped upstream: a
-// DROP TABLE schema change of each (a storage sink's schema file, a DDL
-// message on every Kafka partition), as TiCDC writes one. It is placed
-// now, after every row the table ever had (they all committed before the
-// drop), including rows the sink holds beyond the checkpoint. Writing it
-// again (an update tried again) writes the same.
-func (c *Coordinator) writeDrops(ctx context.Context, sinkURI string, dropped map[string]*source.TableDef) error {
-	if len(dropped) == 0 {
+// writeEnds tells the sink that removed tables were dropped or renamed
+// upstream: a schema change of each under its old name (DROP TABLE, or
+// ALTER TABLE ... RENAME TO; a storage sink's schema file, a DDL message
+// on every Kafka partition), as TiCDC writes them. It is placed now,
+// after every row the table had under that name (all committed before
+// the drop or rename), including rows the sink holds beyond the
+// checkpoint. Writing it again (an update tried again) writes the same.
+func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[string]source.EndedTable) error {
+	if len(ended) == 0 {
 		return nil
 	}
 	sk, err := sinks.Open(ctx, sinkURI, sinks.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	if err != nil {
-		return fmt.Errorf("cannot open the sink to write the DROP TABLE of the dropped tables: %w", err)
+		return fmt.Errorf("cannot open the sink to tell it of the tables dropped or renamed upstream: %w", err)
 	}
 	defer sk.Close()
 	at := model.TsFromTime(time.Now())
-	names := make([]string, 0, len(dropped))
-	for t := range dropped {
+	names := make([]string, 0, len(ended))
+	for t := range ended {
 		names = append(names, t)
 	}
 	slices.Sort(names)
 	for _, t := range names {
-		def := dropped[t]
-		ddl := source.Event{Kind: source.KindDDL, Table: t, Def: def, CommitTs: at, TableVersion: at,
-			Statement: source.DropPrefix + model.TableName(def.Schema, def.Name)}
+		end := ended[t]
+		stmt := source.DropPrefix + t
+		if end.RenamedTo != "" {
+			stmt = source.RenameStatement(t, end.RenamedTo)
+		}
+		ddl := source.Event{Kind: source.KindDDL, Table: t, Def: end.Def, CommitTs: at, TableVersion: at, Statement: stmt}
 		if err := sk.WriteDDL(ctx, ddl); err != nil {
-			return fmt.Errorf("cannot write the DROP TABLE of %s to the sink: %w", t, err)
+			return fmt.Errorf("cannot write %q to the sink: %w", stmt, err)
 		}
 	}
 	return nil

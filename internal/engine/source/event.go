@@ -188,6 +188,24 @@ const TruncatePrefix = "TRUNCATE TABLE "
 // was dropped upstream, and nothing of it comes after.
 const DropPrefix = "DROP TABLE "
 
+// RenameStatement is the statement of a DDL event that ends a table's
+// name: renamed upstream to another (schema.table names, as
+// model.TableName writes them).
+func RenameStatement(from, to string) string {
+	fs, ft := model.SplitTableName(from)
+	ts, tt := model.SplitTableName(to)
+	if fs == ts {
+		return "ALTER TABLE " + from + " RENAME TO " + model.TableName("", tt)
+	}
+	return "ALTER TABLE " + from + " SET SCHEMA " + model.TableName("", ts) + "; ALTER TABLE " + model.TableName(ts, ft) + " RENAME TO " + model.TableName("", tt)
+}
+
+// EndsTable says a DDL statement ends its table under this name: a
+// DROP, or a rename (RenameStatement); the rows it had are gone from it.
+func EndsTable(stmt string) bool {
+	return strings.HasPrefix(stmt, DropPrefix) || strings.HasPrefix(stmt, "ALTER TABLE ") && (strings.Contains(stmt, " RENAME TO ") || strings.Contains(stmt, " SET SCHEMA "))
+}
+
 // IsTruncate says a DDL event empties its table.
 func IsTruncate(e *Event) bool {
 	return e.Kind == KindDDL && strings.HasPrefix(e.Statement, TruncatePrefix)

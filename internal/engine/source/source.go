@@ -280,9 +280,18 @@ type Retabled struct {
 	Added, Removed []string
 	// Rules are the table rules after the change, if it has them.
 	Rules []string
-	// Dropped are the removed tables that no longer exist upstream, each
-	// with its last definition: the sink is told they were dropped.
-	Dropped map[string]*TableDef
+	// Ended are the removed tables that no longer exist upstream under
+	// their name, each with its last definition and, when it was renamed,
+	// its new name: the sink is told (a DROP TABLE, or a rename).
+	Ended map[string]EndedTable
+}
+
+// EndedTable is a table removed from a changefeed because it was dropped
+// or renamed upstream.
+type EndedTable struct {
+	Def *TableDef
+	// RenamedTo is its name now (model.TableName); "" when dropped.
+	RenamedTo string
 }
 
 // TableIssue is a table's issue as its reader found it (model.TableIssue).

@@ -7,6 +7,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -128,13 +129,15 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	}
 	for _, t := range out.Removed {
 		if st, ok := p.Tables[t]; ok && st.Def != nil {
-			if gone, err := droppedUpstream(ctx, cat, t, st.OID); err != nil {
+			now, exists, err := nameNow(ctx, cat, t, st.OID)
+			if err != nil {
 				return source.Retabled{}, explain(cfg, err)
-			} else if gone {
-				if out.Dropped == nil {
-					out.Dropped = map[string]*source.TableDef{}
+			}
+			if !exists || now != t {
+				if out.Ended == nil {
+					out.Ended = map[string]source.EndedTable{}
 				}
-				out.Dropped[t] = st.Def
+				out.Ended[t] = source.EndedTable{Def: st.Def, RenamedTo: now}
 			}
 		}
 		delete(p.Tables, t)
@@ -203,16 +206,19 @@ func quotedList(tables []string) string {
 	return strings.Join(q, ", ")
 }
 
-// droppedUpstream says whether a table no longer exists: its relation is
-// gone (a rename keeps it), or, for a table whose relation is not known,
-// its name resolves to none.
-func droppedUpstream(ctx context.Context, cat *catalog, table string, oid uint32) (bool, error) {
-	var exists bool
-	var err error
-	if oid != 0 {
-		err = cat.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid::int8 = $1)`, int64(oid)).Scan(&exists)
-	} else {
-		err = cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(table)).Scan(&exists)
+// nameNow is a table's name now, found by its relation (a rename keeps
+// it), and whether it exists at all; a table whose relation is not known
+// is looked up by its name.
+func nameNow(ctx context.Context, cat *catalog, table string, oid uint32) (string, bool, error) {
+	if oid == 0 {
+		var exists bool
+		err := cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(table)).Scan(&exists)
+		return table, exists, err
 	}
-	return !exists, err
+	var schema, name string
+	err := cat.conn.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid::int8 = $1`, int64(oid)).Scan(&schema, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return model.TableName(schema, name), err == nil, err
 }
