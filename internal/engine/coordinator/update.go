@@ -9,8 +9,8 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sinks "github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )

@@ -15,7 +15,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -25,7 +25,7 @@ type Batch struct {
 	// dispatcher's output apart and attribute failures to it.
 	Dispatcher string
 	Epoch      uint64
-	Events     []source.Event
+	Events     []row.Event
 	// OnFlushed is called exactly once: with nil when every event is
 	// durable, or with the error that prevented it. It may run on a sink
 	// goroutine and must not block.
@@ -43,7 +43,7 @@ type Sink interface {
 	Flush(ctx context.Context, dispatcher string) error
 	// WriteDDL writes a schema change durably. The caller (the DDL
 	// barrier) has flushed every DML before it.
-	WriteDDL(ctx context.Context, ddl source.Event) error
+	WriteDDL(ctx context.Context, ddl row.Event) error
 	// WriteCheckpoint records the changefeed's checkpoint where consumers
 	// can see it (the storage sink's metadata file).
 	WriteCheckpoint(ctx context.Context, ts model.Ts) error

@@ -5,8 +5,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -28,7 +28,7 @@ func (s *Sink) Write(_ context.Context, b *sink.Batch) error {
 
 func (s *Sink) Flush(context.Context, string) error { return nil }
 
-func (s *Sink) WriteDDL(context.Context, source.Event) error {
+func (s *Sink) WriteDDL(context.Context, row.Event) error {
 	s.ddls.Add(1)
 	return nil
 }

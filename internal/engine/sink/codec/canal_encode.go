@@ -5,7 +5,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 )
 
 // The canal-json row encoder, without reflection: encoding/json spent a
@@ -24,9 +24,9 @@ type defLayout struct {
 	pkNames []byte   // the encoded pkNames array
 }
 
-var layouts sync.Map // *source.TableDef -> *defLayout
+var layouts sync.Map // *row.TableDef -> *defLayout
 
-func layoutOf(def *source.TableDef) *defLayout {
+func layoutOf(def *row.TableDef) *defLayout {
 	if l, ok := layouts.Load(def); ok {
 		return l.(*defLayout)
 	}
@@ -61,7 +61,7 @@ func layoutOf(def *source.TableDef) *defLayout {
 }
 
 // appendCanalRow appends the canal-json message of a DML (no newline).
-func appendCanalRow(b []byte, db, table string, e *source.Event, img []source.Value) []byte {
+func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) []byte {
 	l := layoutOf(e.Def)
 	ms := strconv.FormatInt(e.CommitTs.Millis(), 10)
 	b = append(b, `{"id":0,"database":`...)
@@ -104,7 +104,7 @@ func appendCanalRow(b []byte, db, table string, e *source.Event, img []source.Va
 		b = appendValue(b, img[i])
 	}
 	b = append(b, `}],"old":`...)
-	if e.Op == source.OpUpdate && len(e.Old) == len(img) {
+	if e.Op == row.OpUpdate && len(e.Old) == len(img) {
 		// The columns an update changed, as they were.
 		b = append(b, `[{`...)
 		first = true
@@ -151,7 +151,7 @@ func appendKey(b []byte, first *bool, quoted string) []byte {
 	return append(b, ':')
 }
 
-func appendValue(b []byte, v source.Value) []byte {
+func appendValue(b []byte, v row.Value) []byte {
 	if v.Null {
 		return append(b, `null`...)
 	}

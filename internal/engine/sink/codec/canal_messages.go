@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -29,7 +29,7 @@ const (
 )
 
 // EncodeCanalDDL returns the canal-json message of a DDL.
-func EncodeCanalDDL(schema string, e *source.Event) ([]byte, error) {
+func EncodeCanalDDL(schema string, e *row.Event) ([]byte, error) {
 	ms := e.CommitTs.Millis()
 	db, table := Names(schema, e)
 	return json.Marshal(map[string]any{
@@ -74,8 +74,8 @@ func DecodeCanalMessage(data []byte) (MessageKind, Row, model.Ts, error) {
 }
 
 // ddlType is canal's event type of a DDL message.
-func ddlType(e *source.Event) string {
-	if source.IsTruncate(e) {
+func ddlType(e *row.Event) string {
+	if row.IsTruncate(e) {
 		return "TRUNCATE"
 	}
 	return "ALTER"

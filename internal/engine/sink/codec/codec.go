@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -62,11 +62,11 @@ const csvNull = `\N`
 const CSVUnchanged = "__cdcctl_unchanged_toast__"
 
 // csvOp is TiCDC's CSV operation column.
-func csvOp(op source.Op) string {
+func csvOp(op row.Op) string {
 	switch op {
-	case source.OpInsert:
+	case row.OpInsert:
 		return "I"
-	case source.OpDelete:
+	case row.OpDelete:
 		return "D"
 	}
 	return "U"
@@ -75,7 +75,7 @@ func csvOp(op source.Op) string {
 // Names returns the database and table a sink shows for an event: the
 // upstream's schema, or the sink's configured one when the source has
 // none.
-func Names(sinkSchema string, e *source.Event) (string, string) {
+func Names(sinkSchema string, e *row.Event) (string, string) {
 	if e.Def == nil {
 		return sinkSchema, e.Table
 	}
@@ -89,7 +89,7 @@ func Names(sinkSchema string, e *source.Event) (string, string) {
 // EncodeRow appends one row in the protocol's format. Everything about
 // the columns (names, types, key) comes from the event's table
 // definition.
-func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *source.Event) error {
+func EncodeRow(buf *bytes.Buffer, p Protocol, schema string, e *row.Event) error {
 	if e.Def == nil {
 		return fmt.Errorf("codec: a DML of %s has no table definition", e.Table)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -214,7 +214,7 @@ func keyPartition(key []byte, n int32) int32 {
 }
 
 // appendKey appends a row's message key.
-func (s *Sink) appendKey(b []byte, e *source.Event) []byte {
+func (s *Sink) appendKey(b []byte, e *row.Event) []byte {
 	b = append(b, e.Table...)
 	if s.cfg.PartitionBy == "table" {
 		return b
@@ -480,7 +480,7 @@ func (s *Sink) broadcast(ctx context.Context, key string, value []byte) error {
 
 // WriteDDL sends the DDL to every partition (each partition's consumer
 // must see it between the rows before and after it) and waits.
-func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
+func (s *Sink) WriteDDL(ctx context.Context, ddl row.Event) error {
 	b, err := codec.EncodeCanalDDL(s.cfg.Schema, &ddl)
 	if err != nil {
 		return err

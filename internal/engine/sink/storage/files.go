@@ -15,13 +15,13 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/bucket"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // WriteDDL writes the schema file of the version a DDL creates.
-func (s *Sink) WriteDDL(ctx context.Context, ddl source.Event) error {
-	if ddl.Kind != source.KindDDL || ddl.Def == nil {
+func (s *Sink) WriteDDL(ctx context.Context, ddl row.Event) error {
+	if ddl.Kind != row.KindDDL || ddl.Def == nil {
 		return fmt.Errorf("storage sink: WriteDDL takes a DDL with the table definition it creates")
 	}
 	p, body := schemaFileFor(s.cfg.Schema, &ddl)

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -58,7 +58,7 @@ type tableColumn struct {
 // schemaFile returns the path and content of a table version's schema
 // file, its columns from the table's definition; statement is the DDL
 // that created the version, if any.
-func schemaFile(schema, table string, version model.Ts, def *source.TableDef, statement string) (string, []byte) {
+func schemaFile(schema, table string, version model.Ts, def *row.TableDef, statement string) (string, []byte) {
 	cols := make([]tableColumn, 0, len(def.Columns))
 	keyOutOfOrder, last := false, 0
 	for _, c := range def.Columns {
@@ -116,13 +116,13 @@ func columnTypeOf(upstream string) (string, string) {
 	return strings.ToUpper(base), strings.TrimSuffix(prec, ")")
 }
 
-func schemaFileFor(sinkSchema string, e *source.Event) (string, []byte) {
+func schemaFileFor(sinkSchema string, e *row.Event) (string, []byte) {
 	db, table := codec.Names(sinkSchema, e)
 	return schemaFile(db, table, e.TableVersion, e.Def, e.Statement)
 }
 
 // dirOf is the directory of an event's table version.
-func dirOf(sinkSchema string, e *source.Event) string {
+func dirOf(sinkSchema string, e *row.Event) string {
 	db, table := codec.Names(sinkSchema, e)
 	return versionDir(db, table, e.TableVersion)
 }

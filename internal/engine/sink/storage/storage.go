@@ -17,9 +17,9 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/cdcctl/cdcctl/internal/engine/bucket"
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // maxParallelFlushes bounds concurrent writes to the bucket. A flush
@@ -91,7 +91,7 @@ type dirBuffer struct {
 	// extents replace chunks in a disk spool.
 	extents []extent
 	// the first event of the directory, for its schema file
-	first source.Event
+	first row.Event
 }
 
 type dispatcherState struct {
@@ -324,7 +324,7 @@ func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
 	var size int64
 	for i := range b.Events {
 		e := &b.Events[i]
-		if e.Kind != source.KindDML {
+		if e.Kind != row.KindDML {
 			return nil, 0, fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
 		}
 		dir := dirOf(s.cfg.Schema, e)

@@ -7,8 +7,8 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"

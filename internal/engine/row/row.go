@@ -1,4 +1,8 @@
-package source
+// Package row is the row-change model every source produces and every
+// sink writes: events (row changes, schema changes), their values and the
+// table definitions they are read with. It knows only model, so sinks and
+// sources share it without knowing each other.
+package row
 
 import (
 	"strings"
