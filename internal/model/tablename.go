@@ -76,15 +76,25 @@ func ParseTableName(s string) (schema, table string, err error) {
 // out.
 func SplitTableList(s string) []string {
 	var out []string
+	for _, item := range SplitOutsideQuotes(s, ',') {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// SplitOutsideQuotes splits s at each sep outside double quotes, keeping
+// every piece as it is (empty ones too).
+func SplitOutsideQuotes(s string, sep byte) []string {
+	var out []string
 	quoted, start := false, 0
 	for i := 0; i <= len(s); i++ {
 		if i < len(s) && s[i] == '"' {
 			quoted = !quoted
 		}
-		if i == len(s) || s[i] == ',' && !quoted {
-			if item := strings.TrimSpace(s[start:i]); item != "" {
-				out = append(out, item)
-			}
+		if i == len(s) || s[i] == sep && !quoted {
+			out = append(out, s[start:i])
 			start = i + 1
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -206,12 +207,7 @@ func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[s
 	}
 	defer sk.Close()
 	at := model.TsFromTime(time.Now())
-	names := make([]string, 0, len(ended))
-	for t := range ended {
-		names = append(names, t)
-	}
-	slices.Sort(names)
-	for _, t := range names {
+	for _, t := range slices.Sorted(maps.Keys(ended)) {
 		end := ended[t]
 		stmt := source.DropPrefix + t
 		if end.RenamedTo != "" {

@@ -250,17 +250,7 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 // public.
 func ruleName(rule string) (string, error) {
 	how := fmt.Errorf("use schema.table with lowercase names or double-quoted ones (public.\"Orders\"), * and ? as wildcards, ! before a rule to exclude (e.g. tables=public.*,!public.audit)")
-	var parts []string
-	quoted, start := false, 0
-	for i := 0; i <= len(rule); i++ {
-		if i < len(rule) && rule[i] == '"' {
-			quoted = !quoted
-		}
-		if i == len(rule) || rule[i] == '.' && !quoted {
-			parts = append(parts, rule[start:i])
-			start = i + 1
-		}
-	}
+	parts := model.SplitOutsideQuotes(rule, '.')
 	if len(parts) > 2 {
 		return "", how
 	}
