@@ -62,10 +62,12 @@ func (s *Stream) renamedFrom(id uint32, name string) string {
 	return ""
 }
 
-// renameHold is why a renamed table is held, and the way on.
+// renameHold is why a renamed table is held, and the way on. Renaming it
+// back is not one: the reader, reading again from before the hold, meets
+// the change written under the new name again.
 func renameHold(cf, from, to string) string {
-	return fmt.Sprintf("renamed upstream to %s; its changes from then on are held: replicate it under its new name with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s' (its rows are copied again under the new name), 'cdcctl changefeed resume %s'; or rename it back and 'cdcctl changefeed resume %s'",
-		to, cf, cf, from, to, cf, cf)
+	return fmt.Sprintf("renamed upstream to %s; its changes from then on are held: replicate it under its new name with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s' (its rows are copied again under the new name), 'cdcctl changefeed resume %s'",
+		to, cf, cf, from, to, cf)
 }
 
 // missingTables are the changefeed's tables whose relation no longer
