@@ -248,7 +248,7 @@ func (b backend) PreviewChangefeed(ctx context.Context, req api.ChangefeedCreate
 	return &api.ChangefeedPreview{Version: api.SchemaVersion, Changefeed: req.ID, DryRun: true, Tables: p.Tables, Refused: p.Refused}, nil
 }
 
-func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool) (*api.ChangefeedResponse, error) {
+func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool, tables []string) (*api.ChangefeedResponse, error) {
 	coord, term, err := b.leading()
 	if err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func (b backend) SetChangefeedPaused(ctx context.Context, id string, paused bool
 	if paused {
 		state = model.ChangefeedPaused
 	}
-	if err := coord.SetChangefeedState(ctx, term, model.ChangefeedID(id), state, userOf(ctx)); err != nil {
+	if err := coord.SetChangefeedState(ctx, term, model.ChangefeedID(id), state, userOf(ctx), tables...); err != nil {
 		return nil, engineError(err, id)
 	}
 	return b.Changefeed(ctx, id)

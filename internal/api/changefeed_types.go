@@ -27,6 +27,12 @@ type ChangefeedPreview struct {
 	Refused    []string `json:"refused,omitempty"`
 }
 
+// ResumeRequest is the optional body of POST .../resume: the held tables
+// to read again; without it, all of them.
+type ResumeRequest struct {
+	Tables []string `json:"tables,omitempty"`
+}
+
 // ChangefeedUpdateRequest is the body of PATCH /api/v2/changefeeds/{id}:
 // the tables the paused changefeed replicates from now on, or its new
 // table rules (patterns: public.*, !public.audit).

@@ -166,9 +166,15 @@ func (c *Client) PauseChangefeed(ctx context.Context, id string) (*ChangefeedRes
 	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/pause", nil, &out)
 }
 
-func (c *Client) ResumeChangefeed(ctx context.Context, id string) (*ChangefeedResponse, error) {
+// ResumeChangefeed resumes a changefeed; tables, if given, are the held
+// tables to read again (the others stay held).
+func (c *Client) ResumeChangefeed(ctx context.Context, id string, tables ...string) (*ChangefeedResponse, error) {
 	var out ChangefeedResponse
-	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/resume", nil, &out)
+	var body any
+	if len(tables) > 0 {
+		body = ResumeRequest{Tables: tables}
+	}
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/resume", body, &out)
 }
 
 // RemoveChangefeed is DELETE /api/v2/changefeeds/{id}.

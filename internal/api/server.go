@@ -33,7 +33,9 @@ type Backend interface {
 	// The changefeed writes below run on the coordinator.
 	CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error)
 	PreviewChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedPreview, error)
-	SetChangefeedPaused(ctx context.Context, id string, paused bool) (*ChangefeedResponse, error)
+	// SetChangefeedPaused pauses or resumes a changefeed; a resume may
+	// name the held tables to read again (none: all of them).
+	SetChangefeedPaused(ctx context.Context, id string, paused bool, tables []string) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error)
 	UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error)
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
@@ -308,8 +310,15 @@ func (s *server) submitPlan(w http.ResponseWriter, r *http.Request) {
 func (s *server) pauseChangefeed(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
+		var req ResumeRequest
+		if !paused {
+			if err := decodeOptional(r, &req); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
 		reply(w, func(ctx context.Context) (*ChangefeedResponse, error) {
-			return s.b.SetChangefeedPaused(ctx, id, paused)
+			return s.b.SetChangefeedPaused(ctx, id, paused, req.Tables)
 		})(r.Context())
 	}
 }

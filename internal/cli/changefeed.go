@@ -284,24 +284,60 @@ func newChangefeedStateCommand(o *options, verb string) *cobra.Command {
 	if verb == "resume" {
 		short = "Resume a paused changefeed from its checkpoint (a running one with held tables: read them again)"
 	}
-	return &cobra.Command{
+	var tables []string
+	cmd := &cobra.Command{
 		Use: verb + " NAME", Short: short, Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			call := c.PauseChangefeed
-			if verb == "resume" {
-				call = c.ResumeChangefeed
+			var named []string
+			for _, t := range splitLists(tables) {
+				q, err := qualifyTable(t)
+				if err != nil {
+					return usageErr(fmt.Errorf("--table: %w", err))
+				}
+				named = append(named, q)
 			}
-			cf, err := call(cmd.Context(), args[0])
+			var cf *api.ChangefeedResponse
+			if verb == "resume" {
+				cf, err = c.ResumeChangefeed(cmd.Context(), args[0], named...)
+			} else {
+				cf, err = c.PauseChangefeed(cmd.Context(), args[0])
+			}
 			if err != nil {
 				return err
 			}
-			return o.render(cf, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State) })
+			return o.render(cf, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State)
+				if len(named) > 0 {
+					fmt.Fprintf(tw, "Read again: %s; tables still held: %d.\n", strings.Join(named, ", "), heldCount(cf.TableIssues))
+				}
+			})
 		},
 	}
+	if verb == "resume" {
+		cmd.Use = "resume NAME [--table T]"
+		cmd.Long = `Resume a paused changefeed from its checkpoint. A running changefeed with
+held tables (changefeed get lists them, with why) reads them again from
+where they stopped: all of them, or with --table only those named, the
+others staying held. A table whose cause is still there is held again at
+once.`
+		cmd.Flags().StringArrayVar(&tables, "table", nil, `a held table to read again (repeatable; public."Orders" for a name with capitals); the others stay held`)
+	}
+	return cmd
+}
+
+// heldCount counts the held tables among a changefeed's issues.
+func heldCount(issues []model.TableIssue) int {
+	n := 0
+	for _, i := range issues {
+		if i.State == model.TableHeld {
+			n++
+		}
+	}
+	return n
 }
 
 func newChangefeedRemoveCommand(o *options) *cobra.Command {

@@ -94,8 +94,12 @@ func writeJSONPath(w io.Writer, tmpl string, v any) error {
 	if err != nil {
 		return err
 	}
+	// Numbers stay as written: a position (checkpoint_ts) is a uint64
+	// that a float64 would round and print as 4.7e+17.
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
 	var doc any
-	if err := json.Unmarshal(body, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
 		return err
 	}
 	var out bytes.Buffer

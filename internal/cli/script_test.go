@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -190,7 +191,9 @@ func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: setjson VAR FIELD")
 	}
 	var v any
-	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &v))
+	dec := json.NewDecoder(strings.NewReader(ts.ReadFile("stdout")))
+	dec.UseNumber() // positions are uint64s a float64 would round
+	ts.Check(dec.Decode(&v))
 	for _, f := range strings.Split(args[1], ".") {
 		if a, isArray := v.([]any); isArray {
 			i, err := strconv.Atoi(f)
@@ -217,12 +220,17 @@ func cmdNumGreater(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 2 {
 		ts.Fatalf("usage: numgt A B")
 	}
-	a, err := strconv.ParseFloat(args[0], 64)
-	ts.Check(err)
-	b, err := strconv.ParseFloat(args[1], 64)
-	ts.Check(err)
-	if (a > b) == neg {
-		ts.Fatalf("numgt %s %s: %v", args[0], args[1], a > b)
+	// Exact: positions differ in their low bits, which a float64 loses.
+	a, ok := new(big.Float).SetPrec(200).SetString(args[0])
+	if !ok {
+		ts.Fatalf("numgt: %q is not a number", args[0])
+	}
+	b, ok := new(big.Float).SetPrec(200).SetString(args[1])
+	if !ok {
+		ts.Fatalf("numgt: %q is not a number", args[1])
+	}
+	if gt := a.Cmp(b) > 0; gt == neg {
+		ts.Fatalf("numgt %s %s: %v", args[0], args[1], gt)
 	}
 }
 

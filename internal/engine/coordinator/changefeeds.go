@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -259,8 +261,10 @@ func (c *Coordinator) releaseSource(uri string) error {
 }
 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint
-// stays exact) or resumes a changefeed.
-func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string) error {
+// stays exact) or resumes a changefeed. A resume reads every held table
+// again, or only the tables named (each must have an issue; the others
+// stay held).
+func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string, tables ...string) error {
 	// The maintainer writes the status (checkpoint) often; read again and
 	// retry when it moved under us.
 	for attempt := 0; ; attempt++ {
@@ -272,16 +276,38 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 		if !ok {
 			return fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, id)
 		}
+		if len(tables) > 0 {
+			if state != model.ChangefeedNormal {
+				return fmt.Errorf("%w: only a resume names tables", ErrInvalid)
+			}
+			for _, t := range tables {
+				if !slices.ContainsFunc(e.Status.Tables, func(i model.TableIssue) bool { return i.Table == t }) {
+					return fmt.Errorf("%w: changefeed %s has no issue with table %s (its tables with issues: %s); 'cdcctl changefeed get %s' lists them", ErrInvalid, id, t, issueTables(e.Status.Tables), id)
+				}
+			}
+		}
 		if e.Status.State == state && !(state == model.ChangefeedNormal && heldTables(e.Status.Tables)) {
 			// A resume of a running changefeed with held tables starts its
 			// reader again, which reads them again from where they stopped.
 			return nil
 		}
-		err = c.store.SetChangefeedState(ctx, term.Fence, e, state, by)
+		err = c.store.SetChangefeedState(ctx, term.Fence, e, state, by, tables...)
 		if !errors.Is(err, meta.ErrStale) || attempt >= 20 {
 			return err
 		}
 	}
+}
+
+// issueTables names the tables with issues, or says there are none.
+func issueTables(issues []model.TableIssue) string {
+	if len(issues) == 0 {
+		return "none"
+	}
+	names := make([]string, len(issues))
+	for i, ti := range issues {
+		names[i] = ti.Table
+	}
+	return strings.Join(names, ", ")
 }
 
 // heldTables says whether any table is held.

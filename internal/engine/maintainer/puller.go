@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
@@ -28,6 +31,16 @@ type pulling struct {
 	puller source.Puller
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// kept are the table issues the status held when the reader's log
+	// was opened: a resume that named other tables left them (the held
+	// ones are held in the log from the start), and they stay reported
+	// beside what this run finds.
+	mu   sync.Mutex
+	kept []model.TableIssue
+	// reading is set while a run of the reader reads: only then is what
+	// it reports its own (before, kept is not known yet).
+	reading bool
 }
 
 // runPullers starts the readers of the database changefeeds this node
@@ -114,9 +127,21 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 			h.log.Warn("maintainer: cannot open an event log", "changefeed", cf, "err", err)
 			return
 		}
+		kept := slices.Clone(e.Status.Tables)
+		for _, ti := range kept {
+			if ti.State == model.TableHeld {
+				log.Hold(ti.Table, ti.At)
+			}
+		}
+		p.mu.Lock()
+		p.kept, p.reading = kept, true
+		p.mu.Unlock()
 		h.logs.Put(cf, log)
 		began := time.Now()
 		err = p.puller.Pull(ctx, e.Status.SourcePosition, log)
+		p.mu.Lock()
+		p.reading = false
+		p.mu.Unlock()
 		h.logs.Remove(cf, log)
 		_ = log.Close()
 		if dir != "" {
@@ -205,14 +230,28 @@ func (h *Host) reportIssues(ctx context.Context, e *meta.ChangefeedEntry, mf met
 	h.mu.Lock()
 	p := h.pullers[e.Info.ID]
 	h.mu.Unlock()
-	if p == nil || p.epoch != e.Maintainer.Epoch || !p.info.SameIncarnation(e.Info) {
+	if p == nil || p.epoch != e.Maintainer.Epoch || !p.info.SameIncarnation(e.Info) || p.run != e.Status.Run {
+		// A run a resume ended must not write back the issues the resume
+		// cleared.
 		return false, nil
 	}
 	r, ok := p.puller.(source.IssueReporter)
 	if !ok {
 		return false, nil
 	}
-	issues := r.TableIssues()
+	p.mu.Lock()
+	if !p.reading {
+		p.mu.Unlock()
+		return false, nil
+	}
+	issues := slices.Clone(r.TableIssues()) // its own: merged and sorted here
+	for _, k := range p.kept {
+		if !slices.ContainsFunc(issues, func(i model.TableIssue) bool { return i.Table == k.Table }) {
+			issues = append(issues, k)
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(issues, func(a, b model.TableIssue) int { return strings.Compare(a.Table, b.Table) })
 	if model.SameIssues(issues, e.Status.Tables) {
 		return false, nil
 	}

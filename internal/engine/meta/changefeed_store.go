@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -206,7 +207,10 @@ func (s *Store) whyNot(ctx context.Context, fence Fence, id model.ChangefeedID) 
 }
 
 // SetChangefeedState pauses or resumes a changefeed (coordinator write).
-func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState, by string) error {
+// A resume starts its reader again, which reads its held tables again:
+// all of them, or only those named (the others stay held, their issues
+// kept).
+func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *ChangefeedEntry, state model.ChangefeedState, by string, tables ...string) error {
 	st := e.Status
 	st.State = state
 	if by != "" {
@@ -220,7 +224,11 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 	if state == model.ChangefeedNormal {
 		st.Error = "" // resumed: the operator fixed what failed it
 		st.Run++      // its reader starts again, and reads held tables again
-		st.Tables = nil
+		if len(tables) == 0 {
+			st.Tables = nil
+		} else {
+			st.Tables = slices.DeleteFunc(slices.Clone(st.Tables), func(i model.TableIssue) bool { return slices.Contains(tables, i.Table) })
+		}
 	}
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).

@@ -156,6 +156,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err != nil {
 		return fmt.Errorf("postgres source: resume point: %w", err)
 	}
+	// What an earlier run found is not this run's: a resume cleared it,
+	// or this run finds it again where it reads.
+	s.mu.Lock()
+	s.issues = issues{}
+	s.mu.Unlock()
 	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never")
 	if errors.Is(err, errSlotInUse) {
 		// This node maintains the changefeed now (the maintainer's
@@ -180,7 +185,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.stream = nil
+		s.stream, s.issues = nil, issues{}
 		s.mu.Unlock()
 		_ = st.Close()
 	}()

@@ -6,11 +6,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -85,7 +87,16 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if len(s.ddls) == ddlSlots {
 		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
 	}
-	missing, unknown := s.missingValues(ctx, name, cur, def)
+	missing, unknown, err := s.missingValues(ctx, m.RelationID, cur, def)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// Not knowing them is not taking them as NULL.
+		s.rels[m.RelationID].held = true
+		s.hold(name, fmt.Sprintf("the values its older rows have in its added columns cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
+		return nil
+	}
 	if len(unknown) > 0 {
 		s.rels[m.RelationID].held = true
 		s.hold(name, unknownValuesHold(s.changefeed(), name, unknown))
@@ -276,7 +287,7 @@ func describeChange(table string, from, to *source.TableDef, defaults map[string
 // those rows may not be NULL in it. A column without either added
 // without a kept value was added without a DEFAULT: NULL. A column
 // dropped since is not asked about.
-func (s *Stream) missingValues(ctx context.Context, table string, from, to *source.TableDef) (map[string]string, []string) {
+func (s *Stream) missingValues(ctx context.Context, rel uint32, from, to *source.TableDef) (map[string]string, []string, error) {
 	out := map[string]string{}
 	var unknown []string
 	for _, c := range to.Columns {
@@ -288,16 +299,19 @@ func (s *Stream) missingValues(ctx context.Context, table string, from, to *sour
 			notNull, hasDef bool
 		)
 		err := s.cat.conn.QueryRow(ctx, `SELECT CASE WHEN atthasmissing THEN (attmissingval::text::text[])[1] END, attnotnull, atthasdef
-			FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, quoteQualified(table), c.Name).Scan(&kept, &notNull, &hasDef)
+			FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND NOT attisdropped`, rel, c.Name).Scan(&kept, &notNull, &hasDef)
 		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Dropped since: no row of it is ever sent with it.
 		case err != nil:
+			return nil, nil, fmt.Errorf("read column %s's values for older rows: %w", c.Name, err)
 		case kept != nil:
 			out[c.Name] = *kept
 		case notNull || hasDef:
 			unknown = append(unknown, c.Name)
 		}
 	}
-	return out, unknown
+	return out, unknown, nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
