@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"runtime"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -286,8 +286,8 @@ func (n *Node) drainMetrics(st *meta.State, last *model.DrainRecord) *model.Drai
 // drainPlan is the part of a plan record the drain metrics read.
 type drainPlan struct {
 	Plan struct {
-		Kind   string `json:"kind"`
-		Target string `json:"target"`
+		Kind   plan.Kind `json:"kind"`
+		Target string    `json:"target"`
 	} `json:"plan"`
 	SubmittedAt time.Time  `json:"submitted_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
@@ -296,12 +296,21 @@ type drainPlan struct {
 // observeFinishedDrains observes the duration of every drain plan that
 // ended since this node started, once, and shows its target not draining.
 func (n *Node) observeFinishedDrains(st *meta.State) {
+	for id := range n.drainsSeen {
+		if _, ok := st.Plans[id]; !ok {
+			delete(n.drainsSeen, id) // pruned from etcd: never seen again
+		}
+	}
 	for id, raw := range st.Plans {
-		if n.drainsSeen[id] || !bytes.Contains(raw.Value, []byte(`"kind":"drain"`)) {
+		if n.drainsSeen[id] {
 			continue
 		}
 		var p drainPlan
-		if json.Unmarshal(raw.Value, &p) != nil || p.Plan.Kind != "drain" || p.FinishedAt == nil {
+		if json.Unmarshal(raw.Value, &p) != nil || p.Plan.Kind != plan.KindDrain {
+			n.drainsSeen[id] = true // a plan's kind never changes: not read again
+			continue
+		}
+		if p.FinishedAt == nil {
 			continue
 		}
 		n.drainsSeen[id] = true

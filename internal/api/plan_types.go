@@ -25,7 +25,7 @@ type PlanList struct {
 // PlanSummary is one plan in a list.
 type PlanSummary struct {
 	ID          string                 `json:"id"`
-	Kind        string                 `json:"kind"`
+	Kind        plan.Kind              `json:"kind"`
 	Target      string                 `json:"target,omitempty"`
 	State       exec.State             `json:"state"`
 	Steps       map[exec.StepState]int `json:"steps"`

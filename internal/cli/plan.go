@@ -138,7 +138,7 @@ func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snaps
 	if err != nil {
 		return err
 	}
-	if p.Kind == "drain" {
+	if p.Kind == plan.KindDrain {
 		printDrainEnd(ctx, o, c, rec, p.Target)
 	}
 	return nil

@@ -91,7 +91,7 @@ func change(before, after int) string {
 func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
 	switch p.Kind {
-	case "drain":
+	case KindDrain:
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
 		fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
 			p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))

@@ -6,26 +6,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// RefusalReason classifies why a plan cannot be made; the API maps each
-// to an HTTP status, the CLI to an exit code.
-type RefusalReason string
-
-const (
-	RefuseNotFound      RefusalReason = "not_found"      // 404
-	RefuseInvalid       RefusalReason = "invalid"        // 400
-	RefuseInProgress    RefusalReason = "in_progress"    // 409
-	RefuseNoDestination RefusalReason = "no_destination" // 400: nowhere to put the work
-)
-
-// Refusal is a plan that cannot be made, with what to do instead.
-type Refusal struct {
-	Reason  RefusalReason
-	Message string
-	Hint    string
-}
-
-func (r *Refusal) Error() string { return r.Message + "; " + r.Hint }
-
 // ValidateDrain applies seed 000's error table.
 func ValidateDrain(s *model.Snapshot, target model.NodeID) error {
 	n, ok := s.Node(target)
@@ -72,7 +52,7 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 			schedulable = append(schedulable, n.Info.ID)
 		}
 	}
-	p := &Plan{Version: 1, Kind: "drain", Target: target, BatchSize: batch,
+	p := &Plan{Version: 1, Kind: KindDrain, Target: target, BatchSize: batch,
 		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
 	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
 	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessDraining.String(),

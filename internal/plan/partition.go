@@ -8,14 +8,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Plan kinds for partitions (seed 003). Their Target is the partition id
-// (move, split) or the changefeed (rebalance).
-const (
-	KindMove      = "move"
-	KindSplit     = "split"
-	KindRebalance = "rebalance"
-)
-
 // BusyError refuses an operation on a partition that is being moved or
 // split (seed 003's ErrPartitionBusy): retry when it is Active again.
 type BusyError struct {

@@ -55,7 +55,7 @@ type Plan struct {
 	Version int `json:"version"`
 	// ID is given when the plan is submitted.
 	ID          string       `json:"id,omitempty"`
-	Kind        string       `json:"kind"`
+	Kind        Kind         `json:"kind"`
 	Target      model.NodeID `json:"target,omitempty"`
 	BatchSize   int          `json:"batch_size"`
 	Batches     []Batch      `json:"batches"`
@@ -76,7 +76,7 @@ func (p *Plan) Validate() error {
 	switch {
 	case p.Version != 1:
 		return fmt.Errorf("plan version %d: want 1 (compute the plan again with --dry-run --plan-out FILE)", p.Version)
-	case p.Kind != "drain" && p.Kind != KindMove && p.Kind != KindSplit && p.Kind != KindRebalance:
+	case !p.Kind.Known():
 		return fmt.Errorf("plan kind %q: want drain, move, split or rebalance", p.Kind)
 	case p.BatchSize < 1 || p.BatchSize > MaxBatch:
 		return fmt.Errorf("batch_size %d is out of range: use a batch between 1 and %d", p.BatchSize, MaxBatch)
