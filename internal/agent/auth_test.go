@@ -135,6 +135,17 @@ func TestTokensAndRolesGuardEveryEndpoint(t *testing.T) {
 	if got := strings.Join(who, ", "); !strings.Contains(got, "paused by otto") || !strings.Contains(got, "resumed by otto") {
 		t.Fatalf("the changefeed's incidents: %q; want who paused and resumed it", got)
 	}
+	// verify reads the upstream with the changefeed's credentials: an
+	// operator's, not a viewer's. A sink that keeps nothing is refused.
+	_, err = as(viewerToken).Verify(ctx, "demo", api.VerifyRequest{})
+	denied("a viewer verifies", err, api.CodeForbidden)
+	_, err = as(operatorToken).Verify(ctx, "demo", api.VerifyRequest{})
+	denied("an operator verifies a blackhole sink", err, api.CodeBadRequest)
+	if !strings.Contains(err.Error(), "blackhole:// sink: it keeps nothing to read back") {
+		t.Fatalf("verify of a blackhole sink: %v; want why", err)
+	}
+	_, err = as(operatorToken).Verify(ctx, "nope", api.VerifyRequest{})
+	denied("verify of an unknown changefeed", err, api.CodeNotFound)
 	_, err = as(operatorToken).ResignCoordinator(ctx, api.ResignRequest{})
 	denied("an operator makes the coordinator resign", err, api.CodeForbidden)
 

@@ -123,8 +123,8 @@ func PrincipalOf(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
-// RoleFor is the role a request needs. Reads need a viewer; plans and
-// pausing need an operator; everything else (creating and removing
+// RoleFor is the role a request needs. Reads need a viewer; plans,
+// pausing and verify need an operator; everything else (creating and removing
 // changefeeds, resigning the coordinator, what is not listed) an admin.
 func RoleFor(method, path string) Role {
 	if strings.HasPrefix(path, "/debug/") {
@@ -138,7 +138,10 @@ func RoleFor(method, path string) Role {
 	case method == http.MethodPost && path == "/api/v2/plans",
 		method == http.MethodPost && strings.HasPrefix(path, "/api/v2/plans/"),
 		method == http.MethodPut && strings.HasPrefix(path, "/api/v2/captures/") && strings.HasSuffix(path, "/drain"),
-		method == http.MethodPost && strings.HasPrefix(path, "/api/v2/changefeeds/") && (strings.HasSuffix(path, "/pause") || strings.HasSuffix(path, "/resume")):
+		method == http.MethodPost && strings.HasPrefix(path, "/api/v2/changefeeds/") && (strings.HasSuffix(path, "/pause") || strings.HasSuffix(path, "/resume")),
+		// verify reads the upstream's rows with the changefeed's
+		// credentials: more than a viewer sees.
+		method == http.MethodPost && strings.HasPrefix(path, "/api/v2/changefeeds/") && strings.HasSuffix(path, "/verify"):
 		return RoleOperator
 	}
 	return RoleAdmin

@@ -50,6 +50,8 @@ func TestEveryEndpointHasItsRole(t *testing.T) {
 		{http.MethodPut, "/api/v2/captures/capture-2/drain", RoleOperator},
 		{http.MethodPost, "/api/v2/changefeeds/demo/pause", RoleOperator},
 		{http.MethodPost, "/api/v2/changefeeds/demo/resume", RoleOperator},
+		{http.MethodPost, "/api/v2/changefeeds/demo/verify", RoleOperator},
+		{http.MethodGet, "/api/v2/changefeeds/demo/verify", RoleViewer}, // 405, not a verify
 		{http.MethodPost, "/api/v2/changefeeds", RoleAdmin},
 		{http.MethodDelete, "/api/v2/changefeeds/demo", RoleAdmin},
 		{http.MethodPost, "/api/v2/coordinator/resign", RoleAdmin},

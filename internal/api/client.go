@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Client is the typed client of the API. It is given every address an
@@ -177,6 +178,15 @@ func (c *Client) ResumeChangefeed(ctx context.Context, id string, tables ...stri
 	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/resume", body, &out)
 }
 
+// Verify is POST /api/v2/changefeeds/{id}/verify: the agent reads the
+// sink (and a database source's upstream) and reports. It can take
+// minutes, so it is bounded by ctx, not by the client's request timeout.
+func (c *Client) Verify(ctx context.Context, id string, req VerifyRequest) (*model.VerifyReport, error) {
+	var out model.VerifyReport
+	long := &http.Client{Transport: c.hc.Transport}
+	return &out, c.doWith(long, ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/verify", req, &out)
+}
+
 // RemoveChangefeed is DELETE /api/v2/changefeeds/{id}.
 func (c *Client) RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error) {
 	out := RemoveResponse{Version: SchemaVersion, Removed: id} // an agent answering 204
@@ -248,6 +258,12 @@ func (c *Client) RequestPlan(ctx context.Context, id string, req exec.Request) (
 // error; writes only when the connection was never made, so a write is
 // never sent twice.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doWith(c.hc, ctx, method, path, body, out)
+}
+
+// doWith is do over hc: a long call (verify) goes without the client's
+// per-request timeout, bounded by its context instead.
+func (c *Client) doWith(hc *http.Client, ctx context.Context, method, path string, body, out any) error {
 	var payload []byte
 	if body != nil {
 		var err error
@@ -280,7 +296,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
-		resp, err := c.hc.Do(req)
+		resp, err := hc.Do(req)
 		if err == nil {
 			err = decode(resp, out)
 			if err != nil && actx.Err() != nil {

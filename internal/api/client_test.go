@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // deadAddr returns a loopback address nothing listens on.
@@ -177,5 +179,31 @@ func TestPlainHTTPToATLSAgentSaysUseHTTPS(t *testing.T) {
 	var ae *Error
 	if !errors.As(err, &ae) || !strings.Contains(ae.Message, host+" serves HTTPS") || !strings.Contains(ae.Hint, "use https://"+host) || !strings.Contains(ae.Hint, "--ca-file") {
 		t.Fatalf("plain HTTP to a TLS agent: %#v", err)
+	}
+}
+
+// A verify reads whole tables: it outlives the client's per-request
+// timeout (which bounds every other call), and is bounded by its context.
+func TestVerifyIsBoundedByItsContextNotTheRequestTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		writeJSON(w, 200, &model.VerifyReport{Version: 1, OK: true, Keys: 7})
+	}))
+	defer srv.Close()
+	c, err := NewClient([]string{srv.URL}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Status(context.Background()); err == nil {
+		t.Fatal("a status call outlived the 100ms request timeout")
+	}
+	rep, err := c.Verify(context.Background(), "demo", VerifyRequest{})
+	if err != nil || !rep.OK || rep.Keys != 7 {
+		t.Fatalf("verify: %+v %v; want the report", rep, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Verify(ctx, "demo", VerifyRequest{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("verify past its context's deadline: %v; want the deadline", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
@@ -40,6 +41,9 @@ type Backend interface {
 	UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error)
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
 	Partition(ctx context.Context, id string) (*PartitionResponse, error)
+	// Verify reads what the changefeed's sink holds and reports whether
+	// it is what the source produced (on any agent).
+	Verify(ctx context.Context, id string, req VerifyRequest) (*model.VerifyReport, error)
 	// Drain starts draining a capture (on the coordinator).
 	Drain(ctx context.Context, id string, req DrainRequest) (*DrainCaptureResponse, error)
 	DrainStatus(ctx context.Context, id string) (*DrainStatusResponse, error)
@@ -127,6 +131,7 @@ func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption)
 	mux.HandleFunc("POST /api/v2/changefeeds/{id}/resume", s.onCoordinator(s.pauseChangefeed(false)))
 	mux.HandleFunc("DELETE /api/v2/changefeeds/{id}", s.onCoordinator(s.removeChangefeed))
 	mux.HandleFunc("PATCH /api/v2/changefeeds/{id}", s.onCoordinator(s.updateChangefeed))
+	mux.HandleFunc("POST /api/v2/changefeeds/{id}/verify", s.verify)
 	mux.HandleFunc("GET /api/v2/partitions", func(w http.ResponseWriter, r *http.Request) {
 		cf, node := r.URL.Query().Get("changefeed"), r.URL.Query().Get("node")
 		reply(w, func(ctx context.Context) (*PartitionList, error) { return s.b.Partitions(ctx, cf, node) })(r.Context())
@@ -336,6 +341,22 @@ func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) {
 		return s.b.UpdateChangefeed(ctx, id, req)
+	})(r.Context())
+}
+
+func (s *server) verify(w http.ResponseWriter, r *http.Request) {
+	var req VerifyRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.WaitMs < 0 {
+		writeError(w, Errorf(CodeBadRequest, `send {"wait_ms": N} with N >= 0, or no body`, "wait_ms %d is negative", req.WaitMs))
+		return
+	}
+	id := r.PathValue("id")
+	reply(w, func(ctx context.Context) (*model.VerifyReport, error) {
+		return s.b.Verify(ctx, id, req)
 	})(r.Context())
 }
 

@@ -44,7 +44,7 @@ func changefeedTable(tw tableWriter, cfs []api.Changefeed) {
 			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, cf.Error)
 		}
 		for _, ti := range cf.TableIssues {
-			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, tableIssueLine(ti))
+			fmt.Fprintf(tw, "%s %s: %s\n", cf.ID, cf.State, ti.Line())
 		}
 	}
 }
@@ -57,14 +57,6 @@ func labelled(tw tableWriter, label string, lines []string) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", label, l)
 	}
-}
-
-// tableIssueLine is a table's issue on one line.
-func tableIssueLine(ti model.TableIssue) string {
-	if ti.State == model.TableHeld {
-		return fmt.Sprintf("%s HELD at %s (since %s): %s", ti.Table, ti.At.Time().UTC().Format("15:04:05.000"), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
-	}
-	return fmt.Sprintf("%s %s (found %s): %s", ti.Table, strings.ToUpper(ti.State), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
 }
 
 func newChangefeedCreateCommand(o *options) *cobra.Command {
@@ -248,7 +240,7 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				}
 				var issues []string
 				for _, ti := range cf.TableIssues {
-					issues = append(issues, tableIssueLine(ti))
+					issues = append(issues, ti.Line())
 				}
 				labelled(tw, "Tables:", issues)
 				if ss := cf.SourceStatus; ss != nil {

@@ -82,11 +82,8 @@ var debts = []string{
 	// verify names concrete sinks instead of the registry.
 	"internal/verify -> internal/engine/sink/kafka",
 	"internal/verify -> internal/engine/sink/storage",
-	// The CLI runs verify and the playground's agents in its own process.
+	// The CLI runs the playground's agents in its own process.
 	"internal/cli -> internal/agent",
-	"internal/cli -> internal/engine/source",
-	"internal/cli -> internal/engine/source/registry",
-	"internal/cli -> internal/verify",
 	"internal/playground -> internal/engine/election",
 	// So the cdcctl binary links the engine's heavy dependencies.
 	"cmd/cdcctl links github.com/cockroachdb/pebble",

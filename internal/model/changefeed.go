@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -102,6 +103,15 @@ type TableIssue struct {
 	Since time.Time `json:"since"`
 	// Reason says what happened and what to do.
 	Reason string `json:"reason"`
+}
+
+// Line is the issue on one line, as 'changefeed get' and a refused
+// verify show it.
+func (ti TableIssue) Line() string {
+	if ti.State == TableHeld {
+		return fmt.Sprintf("%s HELD at %s (since %s): %s", ti.Table, ti.At.Time().UTC().Format("15:04:05.000"), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
+	}
+	return fmt.Sprintf("%s %s (found %s): %s", ti.Table, strings.ToUpper(ti.State), ti.Since.UTC().Format(time.RFC3339), ti.Reason)
 }
 
 // Table issue states.

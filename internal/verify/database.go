@@ -34,16 +34,7 @@ type WaitFunc func(ctx context.Context, ts model.Ts) (model.Ts, error)
 const rounds = 3
 
 // TableReport is one table's comparison of the sink with the upstream.
-type TableReport struct {
-	Table        string `json:"table"`
-	UpstreamRows int    `json:"upstream_rows"`
-	SinkRows     int    `json:"sink_rows"`
-	// Missing rows are upstream and not in the sink; extra rows are in
-	// the sink and not upstream; different rows are in both, unequal.
-	Missing   int `json:"missing"`
-	Extra     int `json:"extra"`
-	Different int `json:"different"`
-}
+type TableReport = model.TableVerifyReport
 
 // Database compares each table rebuilt from a sink (a storage sink's
 // canal-json or CSV files, or a Kafka topic's canal-json messages) with the

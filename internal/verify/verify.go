@@ -27,39 +27,9 @@ type Row struct {
 	Value string
 }
 
-// Report is the outcome, also `cdcctl verify -o json`.
-type Report struct {
-	Version int  `json:"version"`
-	OK      bool `json:"ok"`
-	// NotVerified are tables left out, each with why (dropped upstream).
-	NotVerified []string `json:"not_verified,omitempty"`
-	Tables      int      `json:"tables"`
-	Keys        int      `json:"keys"`
-	// Events is the number of rows read from the sink.
-	Events uint64 `json:"events"`
-	// Expected is the number of versions that must be present.
-	Expected uint64 `json:"expected"`
-	// Beyond counts the rows read that committed after the checked
-	// point (the sink runs ahead of it): read = expected + beyond +
-	// duplicates (+ unknown) when nothing is lost.
-	Beyond     uint64 `json:"beyond"`
-	Lost       uint64 `json:"lost"`
-	Duplicates uint64 `json:"duplicates"`
-	OutOfOrder uint64 `json:"out_of_order"`
-	// Corrupt rows have a commit ts or payload other than the source's.
-	Corrupt uint64 `json:"corrupt"`
-	// Unknown rows name a table, key or version the source never produced.
-	Unknown uint64 `json:"unknown"`
-	// Misplaced counts schema changes out of place: a row delivered on the
-	// wrong side of its table's DDL, or a DDL repeated (Kafka).
-	Misplaced     uint64   `json:"misplaced_ddl"`
-	CheckedUpToTs uint64   `json:"checked_up_to_ts"`
-	Examples      []string `json:"examples,omitempty"`
-	// TableReports, for a database source, compare each table rebuilt
-	// from the sink with the upstream's (Lost counts missing rows,
-	// Unknown extra ones, Corrupt different ones).
-	TableReports []TableReport `json:"table_reports,omitempty"`
-}
+// Report is the outcome, also `cdcctl verify -o json` (the agent runs it
+// for the API: the type lives in model, which both know).
+type Report = model.VerifyReport
 
 const maxExamples = 10
 

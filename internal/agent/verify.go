@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// Verify reads what a changefeed's sink holds and proves it against its
+// source: computed for a deterministic source (gen), compared with the
+// upstream's tables for a database. It runs here, on whichever agent was
+// asked, with the changefeed's own credentials, so the operator's tool
+// links no sink or database client.
+func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (*model.VerifyReport, error) {
+	st, err := b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := st.Changefeeds[model.ChangefeedID(id)]
+	if !ok {
+		return nil, notFound(id)
+	}
+	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID})
+	if err != nil {
+		return nil, fmt.Errorf("changefeed %s: %w", id, err)
+	}
+	defer src.Close()
+	sinkURI := e.Info.SinkURI
+	u, err := url.Parse(sinkURI)
+	if err != nil {
+		return nil, fmt.Errorf("changefeed %s: its sink URI does not parse: %w", id, err)
+	}
+	want, deterministic := src.(source.Expectation)
+	if deterministic {
+		upTo := e.Status.CheckpointTs
+		var rep verify.Report
+		switch u.Scheme {
+		case "kafka":
+			rep, err = verify.Kafka(ctx, want, sinkURI, upTo)
+		case "file", "s3":
+			rep, err = verify.Storage(ctx, want, sinkURI, upTo)
+		default:
+			return nil, api.Errorf(api.CodeBadRequest, "verify a changefeed whose sink keeps what it wrote", "cannot verify a %s:// sink: it keeps nothing to read back (verify reads file://, s3://, gs://, azblob:// and kafka:// sinks)", u.Scheme)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &rep, nil
+	}
+	up, tables, err := sources.Upstream(e.Info.SourceURI, "")
+	if err != nil {
+		return nil, fmt.Errorf("changefeed %s: %w", id, err)
+	}
+	// A held table holds the checkpoint below it: nothing after the hold
+	// can be compared. A dropped one has no upstream.
+	var held, notVerified []string
+	for _, ti := range e.Status.Tables {
+		switch ti.State {
+		case model.TableHeld:
+			held = append(held, ti.Line())
+		case model.TableDropped:
+			tables = slices.DeleteFunc(tables, func(t string) bool { return t == ti.Table })
+			notVerified = append(notVerified, ti.Table+": dropped upstream, not verified")
+		}
+	}
+	if len(held) > 0 {
+		noun := "tables"
+		if len(held) == 1 {
+			noun = "table"
+		}
+		return nil, api.Errorf(api.CodeConflict, "resolve the hold first ('cdcctl changefeed get "+id+"' says how)",
+			"cannot verify changefeed %s: it holds %d %s, and its checkpoint stays below the hold, so the sink cannot be compared at a point after it:\n  %s",
+			id, len(held), noun, strings.Join(held, "\n  "))
+	}
+	if up == nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "kafka") {
+		return nil, api.Errorf(api.CodeBadRequest, "verify a changefeed that writes to a storage sink or a Kafka topic",
+			"cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://) or a Kafka topic, and this one writes to %s://",
+			id, schemeOf(e.Info.SourceURI), u.Scheme)
+	}
+	timeout := time.Minute
+	if req.WaitMs > 0 {
+		timeout = time.Duration(req.WaitMs) * time.Millisecond
+	}
+	wait := func(ctx context.Context, ts model.Ts) (model.Ts, error) {
+		return b.waitCheckpoint(ctx, e.Info.ID, ts, timeout)
+	}
+	rep, err := verify.Database(ctx, sinkURI, up, tables, wait)
+	if err != nil {
+		return nil, err
+	}
+	rep.NotVerified = append(notVerified, rep.NotVerified...)
+	return &rep, nil
+}
+
+// waitCheckpoint waits until a changefeed's checkpoint reaches ts.
+func (b backend) waitCheckpoint(ctx context.Context, cf model.ChangefeedID, ts model.Ts, timeout time.Duration) (model.Ts, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if st, err := b.load(ctx); err == nil {
+			if e, ok := st.Changefeeds[cf]; ok && e.Status.CheckpointTs >= ts {
+				return e.Status.CheckpointTs, nil
+			}
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("the checkpoint of %s did not reach %s within %s; is it running? ('cdcctl changefeed get %s' shows its state and any error)", cf, ts.Time().Format(time.RFC3339Nano), timeout, cf)
+		case <-t.C:
+		}
+	}
+}
+
+// schemeOf names a URI's scheme without anything else of it (a DSN may
+// hold a password).
+func schemeOf(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "unknown"
+	}
+	return u.Scheme
+}
