@@ -16,12 +16,11 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/cdcctl/cdcctl/internal/configfile"
+	"github.com/cdcctl/cdcctl/internal/playground"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
-// Main is the cdc-agent program. cmd/cdc-agent calls it, and so does
-// cdcctl when it is started under the name cdc-agent (the playground's
-// fallback on a machine with only cdcctl).
+// Main is the cdc-agent program. cmd/cdc-agent calls it.
 func Main() {
 	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -37,7 +36,8 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(stderr, "cdc-agent:", err)
 		var ue usageError
-		if errors.As(err, &ue) {
+		var pe playground.UsageError
+		if errors.As(err, &ue) || errors.As(err, &pe) {
 			return 64
 		}
 		return 1
@@ -94,6 +94,11 @@ from a YAML/TOML/JSON file given with --config.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// The playground runs here, not in cdcctl: it runs etcd and these
+	// agents, which the operator's tool does not link.
+	pg := playground.NewCommand()
+	pg.SilenceUsage, pg.SilenceErrors = true, true
+	cmd.AddCommand(pg)
 	f := cmd.Flags()
 	d := Defaults
 	f.String("config", "", "configuration file (YAML, TOML or JSON)")

@@ -1,79 +1,94 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
-	"os/signal"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
+// newPlaygroundCommand starts 'cdc-agent playground' in this process's
+// place: the playground runs etcd and agents, which this tool does not
+// link. Its flags are cdc-agent's ('cdcctl playground --help' shows
+// them), completed by asking cdc-agent.
 func newPlaygroundCommand(o *options) *cobra.Command {
-	cfg := playground.Config{}
-	cmd := &cobra.Command{
-		Use:   "playground",
-		Short: "Run a local cluster: embedded etcd and N cdc-agent processes on loopback",
-		Long: `Run a local cluster in the foreground: an embedded etcd in this process on
---port-base, and --nodes cdc-agent processes capture-1..capture-N with their
-APIs on --port-base+1.., all on 127.0.0.1, and a demo changefeed (gen source,
-8 tables, into files under DIR/sinks/demo) unless --no-demo. With --postgres it also
-starts a private PostgreSQL (initdb in DIR/postgres, wal_level=logical,
-loopback only, as the postgres user when run as root) on --port-base+10 with
-a live workload, and changefeed demo-pg replicating it into DIR/sinks/demo-pg; it
-needs the PostgreSQL server binaries (initdb, pg_ctl) on the PATH (Debian:
-apt-get install postgresql). With --election mysql the captures elect their
-coordinator through a lock row in MariaDB: a private one (mariadb-install-db
-in DIR/mariadb, loopback only) on --port-base+11, or the server that
---election-dsn names. It writes DIR/playground.json
-(etcd endpoint, each capture's address and pid) and each agent's log to
-DIR/capture-N.log. It restarts nothing by itself, so you can kill a capture
-and watch the cluster react. Ctrl-C stops everything.
-
-Agents are started from the cdc-agent binary next to cdcctl if there is one,
-otherwise by running cdcctl itself as the agent.`,
+	return &cobra.Command{
+		Use:   "playground [flags]",
+		Short: "Run a local cluster: embedded etcd and N cdc-agent processes on loopback (runs 'cdc-agent playground')",
+		Long: `Run a local cluster in the foreground: 'cdc-agent playground' with these
+arguments, from the cdc-agent next to cdcctl or on the PATH (build both with
+'go build -o bin/ ./cmd/...'; from a clone, 'go run ./cmd/cdc-agent playground'
+does the same). 'cdcctl playground --help' shows its flags.`,
 		Example: `  cdcctl playground
   cdcctl playground --postgres
-  cdcctl playground --election mysql
   cdcctl playground --nodes 5 --port-base 9300 --dir /tmp/pg`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Dir == "" {
-				cfg.Dir = filepath.Join(os.TempDir(), "cdcctl-playground-"+strconv.Itoa(cfg.PortBase))
-			}
-			if cfg.ElectionDSN != "" && cfg.Election == "" {
-				cfg.Election = "mysql"
-			}
-			if err := playground.CheckElectionFlags(cfg); err != nil {
-				return usageErr(err)
-			}
-			agentCmd, err := playground.FindAgent()
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := findAgentBinary()
 			if err != nil {
 				return err
 			}
-			cfg.Agent = agentCmd
-			cfg.Out = o.out
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			return playground.Run(ctx, cfg)
+			// In its place: the same process id, terminal and signals
+			// (Ctrl-C stops the playground; scripts kill the pid that
+			// playground.json names).
+			err = syscall.Exec(path, append([]string{"cdc-agent", "playground"}, args...), os.Environ())
+			return fmt.Errorf("start %s playground: %w", path, err)
+		},
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			path, err := findAgentBinary()
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return agentCompletions(path, append(append([]string{"playground"}, args...), toComplete))
 		},
 	}
-	f := cmd.Flags()
-	f.IntVar(&cfg.Nodes, "nodes", 3, "number of captures (1-9)")
-	f.StringVar(&cfg.Dir, "dir", "", "directory for etcd data, agent data and logs (default $TMPDIR/cdcctl-playground-<port-base>)")
-	f.IntVar(&cfg.PortBase, "port-base", 8300, "etcd listens on this port, capture-i's API on port-base+i")
-	f.DurationVar(&cfg.SessionTTL, "session-ttl", 10*time.Second, "agents' session TTL: how long a killed capture takes to be noticed")
-	f.DurationVar(&cfg.FollowTablesEvery, "follow-tables-every", 0, "agents' --follow-tables-every: how often changefeeds with table rules look for new, dropped or renamed tables (default: theirs, 30s)")
-	f.BoolVar(&cfg.NoDemo, "no-demo", false, "do not create the demo changefeed")
-	f.BoolVar(&cfg.Fresh, "fresh", false, "start anew: remove what an earlier run left in --dir (etcd's data with its changefeeds and plans, the agents' data and logs, the demo databases, keys, and the sinks under the default --sink-root)")
-	f.StringVar(&cfg.Election, "election", "", "the agents' coordinator election: etcd (default), or mysql (a private MariaDB on port base+11 unless --election-dsn names a server)")
-	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture; etcd on TLS asking for them) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
-	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir/sinks; never --dir itself, which holds the keys and etcd's data)")
-	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
-	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
-	return cmd
+}
+
+// findAgentBinary is the cdc-agent next to this executable, or the first
+// on the PATH.
+func findAgentBinary() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "cdc-agent")
+		if fi, err := os.Stat(beside); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return beside, nil
+		}
+	}
+	path, err := exec.LookPath("cdc-agent")
+	if err != nil {
+		return "", errors.New("cdcctl playground runs 'cdc-agent playground', and no cdc-agent is next to cdcctl or on the PATH: build both with 'go build -o bin/ ./cmd/...' and run bin/cdcctl playground, or run 'go run ./cmd/cdc-agent playground' from a clone")
+	}
+	return path, nil
+}
+
+// agentCompletions asks cdc-agent's own completion (cobra's hidden
+// __complete command) and passes its answer on.
+func agentCompletions(path string, args []string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	cmd := exec.Command(path, append([]string{cobra.ShellCompRequestCmd}, args...)...)
+	cmd.Args[0] = "cdc-agent"
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if cmd.Run() != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var comps []cobra.Completion
+	directive := cobra.ShellCompDirectiveDefault
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if d, ok := strings.CutPrefix(line, ":"); ok {
+			if n, err := strconv.Atoi(d); err == nil {
+				directive = cobra.ShellCompDirective(n)
+			}
+			continue
+		}
+		if line != "" && !strings.HasPrefix(line, "Completion ended") {
+			comps = append(comps, line)
+		}
+	}
+	return comps, directive
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/cdcctl/cdcctl/internal/agent"
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/configfile"
 	"github.com/cdcctl/cdcctl/internal/redact"
@@ -30,14 +29,8 @@ import (
 // fresh playground needs no configuration and survives losing capture-1.
 const DefaultServers = "127.0.0.1:8301,127.0.0.1:8302,127.0.0.1:8303"
 
-// Main is the cdcctl program. Started under the name cdc-agent it is the
-// agent instead: the playground uses that when no cdc-agent binary sits
-// next to cdcctl (for example under 'go run').
+// Main is the cdcctl program.
 func Main() {
-	if strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe") == "cdc-agent" {
-		agent.Main()
-		return
-	}
 	os.Exit(Execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -1,9 +1,12 @@
 // Package playground runs a local cluster for trying cdcctl: an embedded
 // etcd inside this process and N cdc-agent processes on loopback, each a
-// separate OS process so that an operator can kill one.
+// separate OS process so that an operator can kill one. It runs in
+// cdc-agent ('cdc-agent playground'; 'cdcctl playground' starts that), so
+// the operator's tool links neither etcd's server nor a database driver.
 //
-// It imports api (to wait for readiness) and embedetcd; it starts agents
-// only as processes and never imports the engine.
+// It imports api (to wait for readiness), embedetcd, and the MySQL
+// election's DSN check; it starts agents only as processes and never
+// imports the rest of the engine.
 package playground
 
 import (
@@ -61,22 +64,19 @@ type Config struct {
 }
 
 // AgentCommand says how to start cdc-agent: Path run with Argv0 as its
-// argv[0] (cdcctl doubles as the agent when started as "cdc-agent").
+// argv[0].
 type AgentCommand struct {
 	Path  string
 	Argv0 string
 }
 
-// FindAgent prefers a cdc-agent binary next to this executable, and
-// otherwise re-executes this executable under the name cdc-agent.
+// FindAgent is this executable, under the name cdc-agent: the playground
+// runs in cdc-agent (a test binary that doubles as cdc-agent when started
+// under that name, too).
 func FindAgent() (AgentCommand, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return AgentCommand{}, fmt.Errorf("cannot find this executable to start agents: %w", err)
-	}
-	beside := filepath.Join(filepath.Dir(self), "cdc-agent")
-	if fi, err := os.Stat(beside); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-		return AgentCommand{Path: beside, Argv0: beside}, nil
 	}
 	return AgentCommand{Path: self, Argv0: "cdc-agent"}, nil
 }

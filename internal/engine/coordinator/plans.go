@@ -42,7 +42,6 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split)"}
 }
 
-
 // RequestPlan records an operator's pause, resume or cancel of a plan.
 func (c *Coordinator) RequestPlan(ctx context.Context, term election.Term, id string, req exec.Request) error {
 	return c.store.RequestPlan(ctx, term.Fence, id, string(req))
