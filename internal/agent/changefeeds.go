@@ -173,15 +173,15 @@ func engineError(err error, id string) error {
 	switch {
 	case errors.Is(err, coordinator.ErrInvalid):
 		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s",
-			strings.TrimPrefix(err.Error(), coordinator.ErrInvalid.Error()+": "))
+			coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
 	case errors.Is(err, coordinator.ErrCleanupPending):
 		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
-			strings.TrimPrefix(err.Error(), coordinator.ErrCleanupPending.Error()+": "))
+			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrNotPaused):
 		return api.Errorf(api.CodeConflict, "cdcctl changefeed pause "+id+"; then update; then cdcctl changefeed resume "+id, "%s",
-			strings.TrimPrefix(err.Error(), coordinator.ErrNotPaused.Error()+": "))
+			coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedNotFound):
 		return notFound(id)
 	case errors.Is(err, meta.ErrFenced):

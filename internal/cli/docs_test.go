@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+
+	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
 // The docs' commands are the program's: every cdcctl command line in
@@ -202,6 +204,10 @@ func checkCommandLine(line string) error {
 	if len(rest) > 0 && cmd.HasSubCommands() && len(strings.Fields(cmd.Use)) == 1 {
 		return &docError{"no command " + rest[0] + " under " + cmd.CommandPath()}
 	}
+	if cmd.Name() == "playground" {
+		// cdcctl playground passes its flags to cdc-agent playground.
+		cmd = playground.NewCommand()
+	}
 	for name := range flags {
 		if cmd.Flags().Lookup(name) == nil && cmd.InheritedFlags().Lookup(name) == nil && root.PersistentFlags().Lookup(name) == nil {
 			return &docError{cmd.CommandPath() + " has no flag --" + name}
@@ -229,6 +235,9 @@ func takesValue(root *cobra.Command, args []string, name string) bool {
 	cmd, _, err := root.Find(words)
 	if err != nil {
 		cmd = root
+	}
+	if cmd.Name() == "playground" {
+		cmd = playground.NewCommand()
 	}
 	f := cmd.Flags().Lookup(name)
 	if f == nil {

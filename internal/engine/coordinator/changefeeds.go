@@ -40,22 +40,22 @@ const MaxPartitionsPerTable = 64
 // written when anything is wrong.
 func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, req CreateRequest) (model.ChangefeedInfo, error) {
 	if err := model.ValidateChangefeedID(req.ID); err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	if req.PartitionsPerTable == 0 {
 		req.PartitionsPerTable = 4
 	}
 	if req.PartitionsPerTable < 1 || req.PartitionsPerTable > MaxPartitionsPerTable {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: partitions per table must be between 1 and %d, got %d", ErrInvalid, MaxPartitionsPerTable, req.PartitionsPerTable)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "partitions per table must be between 1 and %d, got %d", MaxPartitionsPerTable, req.PartitionsPerTable)
 	}
 	if err := registry.Validate(req.Sink); err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	cancel()
 	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	created := false
 	defer func() {
@@ -71,12 +71,12 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, err
 	}
 	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %s", meta.ErrChangefeedExists, req.ID)
+		return model.ChangefeedInfo{}, refuse(meta.ErrChangefeedExists, "%s", req.ID)
 	}
 	if cl, pending := st.Cleanups[model.ChangefeedID(req.ID)]; pending {
 		// The new changefeed's slot would have the same name as the one
 		// the cleanup is to drop.
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %s", ErrCleanupPending, cleanupText(cl.Record))
+		return model.ChangefeedInfo{}, refuse(ErrCleanupPending, "%s", cleanupText(cl.Record))
 	}
 
 	now := time.Now()
@@ -84,7 +84,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	pinned, err := sources.Pin(pctx, req.Source, model.ChangefeedID(req.ID), now)
 	cancel()
 	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	defer func() {
 		if !created {
@@ -95,7 +95,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}()
 	src, err := sources.Open(ctx, pinned.URI, source.Env{Changefeed: model.ChangefeedID(req.ID), Log: c.log})
 	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	defer src.Close()
 	info := model.ChangefeedInfo{
@@ -104,7 +104,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	spans, err := initialSpans(ctx, src, req.PartitionsPerTable)
 	if err != nil {
-		return model.ChangefeedInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
 	// A source may cut fewer ranges than asked (a database table starts
 	// as one partition): record what it did.
@@ -128,23 +128,23 @@ type Preview struct {
 // replicate, and what it refuses.
 func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) (Preview, error) {
 	if err := model.ValidateChangefeedID(req.ID); err != nil {
-		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Preview{}, refuse(ErrInvalid, "%v", err)
 	}
 	if err := registry.Validate(req.Sink); err != nil {
-		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Preview{}, refuse(ErrInvalid, "%v", err)
 	}
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return Preview{}, err
 	}
 	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
-		return Preview{}, fmt.Errorf("%w: %s", meta.ErrChangefeedExists, req.ID)
+		return Preview{}, refuse(meta.ErrChangefeedExists, "%s", req.ID)
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	f, err := sources.Preview(pctx, req.Source)
 	if err != nil {
-		return Preview{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Preview{}, refuse(ErrInvalid, "%v", err)
 	}
 	return Preview{Tables: f.Tables, Refused: f.Refused}, nil
 }
@@ -274,15 +274,15 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 		}
 		e, ok := st.Changefeeds[id]
 		if !ok {
-			return fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, id)
+			return refuse(meta.ErrChangefeedNotFound, "%s", id)
 		}
 		if len(tables) > 0 {
 			if state != model.ChangefeedNormal {
-				return fmt.Errorf("%w: only a resume names tables", ErrInvalid)
+				return refuse(ErrInvalid, "only a resume names tables")
 			}
 			for _, t := range tables {
 				if !slices.ContainsFunc(e.Status.Tables, func(i model.TableIssue) bool { return i.Table == t }) {
-					return fmt.Errorf("%w: changefeed %s has no issue with table %s (its tables with issues: %s); 'cdcctl changefeed get %s' lists them", ErrInvalid, id, t, issueTables(e.Status.Tables), id)
+					return refuse(ErrInvalid, "changefeed %s has no issue with table %s (its tables with issues: %s); 'cdcctl changefeed get %s' lists them", id, t, issueTables(e.Status.Tables), id)
 				}
 			}
 		}

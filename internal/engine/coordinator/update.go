@@ -70,19 +70,19 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	}
 	e, ok := st.Changefeeds[req.ID]
 	if !ok {
-		return UpdateResult{}, fmt.Errorf("%w: %s", meta.ErrChangefeedNotFound, req.ID)
+		return UpdateResult{}, refuse(meta.ErrChangefeedNotFound, "%s", req.ID)
 	}
 	if e.Status.State != model.ChangefeedPaused {
-		return UpdateResult{}, fmt.Errorf("%w: changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", ErrNotPaused, req.ID, e.Status.State, req.ID)
+		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", req.ID, e.Status.State, req.ID)
 	}
 	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
-		return UpdateResult{}, fmt.Errorf("%w: name the change: the tables, or sink options", ErrInvalid)
+		return UpdateResult{}, refuse(ErrInvalid, "name the change: the tables, or sink options")
 	}
 	at := max(e.Status.CheckpointTs, e.Info.StartTs)
 	res := UpdateResult{At: at, Sink: e.Info.SinkURI}
 	if len(req.SinkOptions) > 0 {
 		if res.Sink, res.SinkChanges, err = sinks.SetOptions(e.Info.SinkURI, req.SinkOptions); err != nil {
-			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 		}
 	}
 	if len(req.Tables) == 0 {
@@ -92,7 +92,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	defer cancel()
 	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false)
 	if err != nil {
-		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 	}
 	res.Tables, res.Added, res.Removed, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Rules
 	var removeIDs []string
@@ -101,7 +101,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 			continue
 		}
 		if r.Route.Status != model.PartitionActive {
-			return UpdateResult{}, fmt.Errorf("%w: partition %s of table %s is being moved or split; wait for its plan to end (cdcctl plan list), then update", ErrInvalid, r.Route.ID, r.Route.Span.Table)
+			return UpdateResult{}, refuse(ErrInvalid, "partition %s of table %s is being moved or split; wait for its plan to end (cdcctl plan list), then update", r.Route.ID, r.Route.Span.Table)
 		}
 		removeIDs = append(removeIDs, r.Route.ID)
 	}
@@ -109,12 +109,12 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 	if len(ch.Added) > 0 {
 		src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
 		if err != nil {
-			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 		}
 		res.AddedSpans, err = spansOf(octx, src, ch.Added, e.Info.PartitionsPerTable)
 		_ = src.Close()
 		if err != nil {
-			return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 		}
 	}
 	if req.DryRun {
@@ -123,7 +123,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 
 	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true)
 	if err != nil {
-		return UpdateResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 	}
 	undo := func() {
 		// From the resume point as it was: the one applied lists the
@@ -164,7 +164,7 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 func (c *Coordinator) updateSink(ctx context.Context, term election.Term, e *meta.ChangefeedEntry, req UpdateRequest, res UpdateResult) (UpdateResult, error) {
 	res.Tables = tablesOf(e.Info.SourceURI)
 	if len(res.SinkChanges) == 0 {
-		return UpdateResult{}, fmt.Errorf("%w: the sink has these options already; nothing to change", ErrInvalid)
+		return UpdateResult{}, refuse(ErrInvalid, "the sink has these options already; nothing to change")
 	}
 	if req.DryRun {
 		return res, nil
