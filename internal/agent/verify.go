@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -101,24 +102,27 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 	return &rep, nil
 }
 
-// waitCheckpoint waits until a changefeed's checkpoint reaches ts.
+// waitCheckpoint waits until a changefeed's checkpoint reaches ts, on
+// this node's view of the cluster (woken by each change, not polled).
 func (b backend) waitCheckpoint(ctx context.Context, cf model.ChangefeedID, ts model.Ts, timeout time.Duration) (model.Ts, error) {
+	_, inc := b.n.current()
+	if inc == nil {
+		return 0, errNotJoined
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		if st, err := b.load(ctx); err == nil {
-			if e, ok := st.Changefeeds[cf]; ok && e.Status.CheckpointTs >= ts {
-				return e.Status.CheckpointTs, nil
-			}
+	var at model.Ts
+	err := inc.view.WaitFor(ctx, func(st *meta.State) bool {
+		e, ok := st.Changefeeds[cf]
+		if ok {
+			at = e.Status.CheckpointTs
 		}
-		t := time.NewTimer(200 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, fmt.Errorf("the checkpoint of %s did not reach %s within %s; is it running? ('cdcctl changefeed get %s' shows its state and any error)", cf, ts.Time().Format(time.RFC3339Nano), timeout, cf)
-		case <-t.C:
-		}
+		return ok && at >= ts
+	})
+	if err != nil {
+		return 0, fmt.Errorf("the checkpoint of %s did not reach %s within %s; is it running? ('cdcctl changefeed get %s' shows its state and any error)", cf, ts.Time().Format(time.RFC3339Nano), timeout, cf)
 	}
+	return at, nil
 }
 
 // schemeOf names a URI's scheme without anything else of it (a DSN may
