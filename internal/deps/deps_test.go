@@ -82,9 +82,6 @@ var debts = []string{
 	// The PostgreSQL reader writes the event log directly, not through
 	// the seam in source.
 	"internal/engine/source/postgres -> internal/engine/eventlog",
-	// verify names concrete sinks instead of the registry.
-	"internal/verify -> internal/engine/sink/kafka",
-	"internal/verify -> internal/engine/sink/storage",
 }
 
 // heavy are what the cdcctl binary must not link (DESIGN §3).

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	sinks "github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -45,11 +45,11 @@ type TableReport = model.TableVerifyReport
 // written during the check are never reported lost; a row that differs
 // every round is reported (missing, extra or different).
 func Database(ctx context.Context, sinkURI string, up Upstream, tables []string, wait WaitFunc) (Report, error) {
-	changes, release, err := openChanges(ctx, sinkURI)
+	sink, err := sinks.ReadBack(ctx, sinkURI)
 	if err != nil {
 		return Report{}, err
 	}
-	defer release()
+	defer sink.Close()
 	var suspects map[string]map[string]bool // table -> keys that differed
 	var rep Report
 	for round := 0; round < rounds; round++ {
@@ -61,7 +61,7 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 		if _, err := wait(ctx, upTo); err != nil {
 			return Report{}, fmt.Errorf("wait for the checkpoint to pass the upstream's read at %s: %w", at.Format(time.RFC3339Nano), err)
 		}
-		streams, schemas, err := changes(ctx)
+		streams, schemas, err := sink.Changes(ctx)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the sink: %w", err)
 		}
@@ -100,7 +100,7 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 // streams by position), up to a position. A replayed change applies
 // again to the same effect. It returns the rows and how many changes it
 // applied.
-func Rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows, uint64) {
+func Rebuild(streams []codec.ChangeStream, table string, upTo model.Ts) (Rows, uint64) {
 	rows, n, _ := rebuild(streams, nil, table, upTo)
 	return rows, n
 }
@@ -108,7 +108,7 @@ func Rebuild(streams []storage.ChangeStream, table string, upTo model.Ts) (Rows,
 // rebuild is Rebuild that also counts duplicates: a change that more
 // than one stream holds (the same position, key, operation and row), as a
 // replay after a crash writes.
-func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, upTo model.Ts) (Rows, uint64, uint64) {
+func rebuild(streams []codec.ChangeStream, steps []schemaStep, table string, upTo model.Ts) (Rows, uint64, uint64) {
 	type change struct {
 		ts       model.Ts
 		key, img string
@@ -173,7 +173,7 @@ func rebuild(streams []storage.ChangeStream, steps []schemaStep, table string, u
 // unrebuildable says why a table cannot be rebuilt from a sink, "" when
 // it can: a table without a key is matched row by row, and an update's
 // row is found by its old values, which CSV does not carry.
-func unrebuildable(streams []storage.ChangeStream, table string) string {
+func unrebuildable(streams []codec.ChangeStream, table string) string {
 	for _, st := range streams {
 		if model.TableName(st.Database, st.Table) != table {
 			continue
@@ -259,7 +259,7 @@ func addExample(rep *Report, s string) {
 // from another dispatcher: the same position, operation and rows. So
 // each such change is taken as many times as the one stream holding it
 // most often holds it.
-func onceEach(streams []storage.ChangeStream, table string, upTo model.Ts) []codec.Change {
+func onceEach(streams []codec.ChangeStream, table string, upTo model.Ts) []codec.Change {
 	taken := map[string]int{}
 	var out []codec.Change
 	for _, st := range streams {

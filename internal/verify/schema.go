@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -25,7 +24,7 @@ type schemaStep struct {
 var addDefault = regexp.MustCompile(`ADD COLUMN "((?:[^"]|"")*)" [^']*? DEFAULT '((?:[^']|'')*)'`)
 
 // stepsOf is what a table's schema changes do to its rows, in order.
-func stepsOf(all []storage.SchemaChange, table string) []schemaStep {
+func stepsOf(all []codec.SchemaChange, table string) []schemaStep {
 	var out []schemaStep
 	for _, sc := range all {
 		if model.TableName(sc.Database, sc.Table) != table {

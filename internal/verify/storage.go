@@ -4,44 +4,59 @@ import (
 	"context"
 	"fmt"
 
-	objects "github.com/cdcctl/cdcctl/internal/engine/bucket"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
+	sinks "github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Storage checks a storage sink's bucket against a deterministic source up to a
-// checkpoint. Each dispatcher's stream is read in file order; streams are
-// taken oldest first, so a key moved between dispatchers is seen in the
-// order it was written, and a replay after a crash counts as duplicates.
-func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
-	cfg, bucket, err := openSink(ctx, sinkURI)
+// Sink reads what a sink holds (a storage sink's files, a Kafka topic)
+// and checks it against a deterministic source up to upTo. A sink that
+// carries schema changes among its rows (Kafka) has their placement
+// checked too: every row of a table on the right side of its DDLs, and
+// no DDL repeated or out of order, per stream.
+func Sink(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
+	sink, err := sinks.ReadBack(ctx, sinkURI)
 	if err != nil {
 		return Report{}, err
 	}
-	defer bucket.Close()
-	streams, err := storage.Scan(ctx, bucket, cfg)
-	if err != nil {
-		return Report{}, fmt.Errorf("read the sink: %w", err)
-	}
+	defer sink.Close()
 	c := NewChecker(want, upTo)
-	for _, st := range streams {
-		for _, r := range st.Rows {
+	inline := sink.DDLInline()
+	type at struct{ stream, table string }
+	lastDDL := map[at]model.Ts{}
+	err = sink.Rows(ctx, func(stream string, kind codec.MessageKind, r codec.Row, ts model.Ts) error {
+		k := at{stream, r.Table}
+		switch {
+		case kind == codec.MessageDDL && inline:
+			if ts <= lastDDL[k] {
+				c.Misplaced(fmt.Sprintf("%s: DDL of %s at %d repeated or out of order", stream, r.Table, ts))
+			}
+			lastDDL[k] = max(lastDDL[k], ts)
+		case kind == codec.MessageRow:
+			if inline {
+				if need := want.SchemaSince(r.CommitTs); need != 0 && lastDDL[k] < need {
+					c.Misplaced(fmt.Sprintf("%s: %s/%s version %d arrived before the DDL at %d it was written after", stream, r.Table, r.Key, r.Version, need))
+				} else if lastDDL[k] > r.CommitTs {
+					c.Misplaced(fmt.Sprintf("%s: %s/%s version %d arrived after the DDL at %d it was written before", stream, r.Table, r.Key, r.Version, lastDDL[k]))
+				}
+			}
 			c.Observe(Row{Table: r.Table, Key: r.Key, Version: r.Version, CommitTs: r.CommitTs, Value: r.Value})
 		}
+		return nil
+	})
+	if err != nil {
+		return Report{}, err
 	}
 	return c.Report(), nil
 }
 
-// openSink opens a storage sink's bucket for reading.
-func openSink(ctx context.Context, sinkURI string) (storage.Config, *objects.Bucket, error) {
-	cfg, err := storage.ParseURI(sinkURI)
-	if err != nil {
-		return cfg, nil, err
-	}
-	b, err := storage.OpenBucket(ctx, cfg)
-	if err != nil {
-		return cfg, nil, err
-	}
-	return cfg, b, nil
+// Storage checks a storage sink (file://, s3://, ...): Sink.
+func Storage(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
+	return Sink(ctx, want, sinkURI, upTo)
+}
+
+// Kafka checks a Kafka sink's topic: Sink.
+func Kafka(ctx context.Context, want source.Expectation, sinkURI string, upTo model.Ts) (Report, error) {
+	return Sink(ctx, want, sinkURI, upTo)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/blackhole"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/redact"
@@ -121,6 +122,22 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ReadBack opens what a sink holds for reading back (verify): a storage
+// sink's bucket or a Kafka topic. A sink that keeps nothing is refused.
+func ReadBack(ctx context.Context, uri string) (codec.ReadBack, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("sink URI %s: %v", redact.URI(uri), redact.ParseError(err))
+	}
+	switch u.Scheme {
+	case "kafka":
+		return kafka.OpenReadBack(uri)
+	case "file", "mem", "s3", "gs", "azblob":
+		return storage.OpenReadBack(ctx, uri)
+	}
+	return nil, fmt.Errorf("cannot read back a %s:// sink: it keeps nothing to read back (verify reads file://, s3://, gs://, azblob:// and kafka:// sinks)", u.Scheme)
 }
 
 // RecoverTimeout is how long a dispatcher of a sink's URI may take to

@@ -116,13 +116,7 @@ func Scan(ctx context.Context, bucket *objects.Bucket, cfg Config) ([]Stream, er
 
 // ChangeStream is what one dispatcher wrote into one table version of
 // any database, decoded for rebuilding tables.
-type ChangeStream struct {
-	Dispatcher string
-	Database   string
-	Table      string
-	Version    uint64
-	Changes    []codec.Change
-}
+type ChangeStream = codec.ChangeStream
 
 // ScanChanges reads every data file of a sink's bucket, whatever its
 // database directory, as row changes: one stream per (table version,
@@ -198,11 +192,7 @@ func ReadCheckpoint(ctx context.Context, bucket *objects.Bucket) (uint64, error)
 
 // SchemaChange is a schema change a sink holds: the statement that
 // created a table version (its schema file's Query), at its position.
-type SchemaChange struct {
-	Database, Table string
-	At              uint64
-	Query           string
-}
+type SchemaChange = codec.SchemaChange
 
 // ScanSchemaChanges reads the sink's schema files and returns those that
 // a schema change created (a table's first version has no statement).
