@@ -58,7 +58,7 @@ func TestAStopInsideALargeTransactionWaitsForItsEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.Resolve(ts + 10)
-	src := eventlog.NewSource(source.Env{Changefeed: "cf", Logs: eventlog.Local{Log: log}}, []string{"public.t"}, 0)
+	src := source.NewLogSource(source.Env{Changefeed: "cf", Logs: eventlog.Local{Log: log}}, []string{"public.t"}, 0)
 
 	uri := "file://" + t.TempDir() + "?flush-interval=10ms"
 	s := openSink(t, uri)

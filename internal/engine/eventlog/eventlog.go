@@ -9,7 +9,9 @@
 // A log lives as long as its reader: a reader started elsewhere (its
 // changefeed's maintainer moved) rebuilds its log from the checkpoint.
 //
-// It imports model and source only.
+// It imports model, source and transport (remote reads). Database
+// sources read it through source.LogSource and the Env's Logs, and write
+// it through source.LogWriter; none imports this package.
 package eventlog
 
 import (

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -23,7 +22,7 @@ import (
 // dispatcher goroutine; the lock guards what the fetcher and others share.
 type copyReader struct {
 	s       *Source
-	inner   *eventlog.Reader
+	inner   *source.LogSpanReader
 	span    model.Span
 	keyless bool
 
@@ -79,10 +78,10 @@ const (
 // log.
 func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyProgress) (source.Reader, error) {
 	if s.cfg.Snapshot == "never" || copied.Done {
-		return s.Source.Open(span, from)
+		return s.LogSource.Open(span, from)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &copyReader{s: s, inner: s.Source.OpenMarked(span, from), span: span, keyless: span.Key == model.NoKey,
+	return &copyReader{s: s, inner: s.LogSource.OpenMarked(span, from), span: span, keyless: span.Key == model.NoKey,
 		copied: copied, limit: firstChunkLimit(chunkRowsOf(s.cfg)), ctx: ctx, cancel: cancel, seenFrom: from}, nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -90,10 +89,10 @@ func RemoveURI(ctx context.Context, uri string) error {
 }
 
 // Source is a PostgreSQL changefeed's source: dispatchers read its event
-// log (the embedded eventlog.Source), and the node maintaining the
+// log (the embedded source.LogSource), and the node maintaining the
 // changefeed runs its puller, which fills the log from the slot.
 type Source struct {
-	*eventlog.Source
+	*source.LogSource
 	cfg   Config
 	log   *slog.Logger
 	pool  *copyPool  // the initial snapshot's connections on this node
@@ -123,13 +122,13 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{Source: eventlog.NewSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed}, nil
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed}, nil
 }
 
 // Close implements source.Source: the snapshot's idle connections close.
 func (s *Source) Close() error {
 	s.pool.close()
-	return s.Source.Close()
+	return s.LogSource.Close()
 }
 
 // KeyTypes implements source.KeyTyped, from the catalog.

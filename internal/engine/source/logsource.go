@@ -1,4 +1,4 @@
-package eventlog
+package source
 
 import (
 	"context"
@@ -7,18 +7,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// Source is a database changefeed's source as its dispatchers see it:
-// they read its event log, wherever the changefeed's reader runs. The
-// database source embeds it and adds the reader (source.Puller).
-type Source struct {
+// LogSource is a database changefeed's source as its dispatchers see it:
+// they read its event log (through Env.Logs: the node's log, or the
+// node's that runs the changefeed's reader), wherever that runs. A
+// database source embeds it and adds the reader (Puller); it is the seam
+// through which database sources read their log, so none of them
+// imports the event log itself.
+type LogSource struct {
 	cf     model.ChangefeedID
 	tables []string
 	start  model.Ts
-	logs   source.LogReader
+	logs   LogReader
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -36,40 +38,40 @@ func warnable(last *time.Time) bool {
 	return true
 }
 
-// NewSource returns the log-reading side of a database source.
-func NewSource(env source.Env, tables []string, start model.Ts) *Source {
+// NewLogSource returns the log-reading side of a database source.
+func NewLogSource(env Env, tables []string, start model.Ts) *LogSource {
 	log := env.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cf: env.Changefeed, tables: tables, start: start, logs: env.Logs, log: log}
+	return &LogSource{cf: env.Changefeed, tables: tables, start: start, logs: env.Logs, log: log}
 }
 
 // readTimeout bounds one remote read: a dispatcher retries on its next
 // pass.
 const readTimeout = 10 * time.Second
 
-// Tables implements source.Source.
-func (s *Source) Tables(context.Context) ([]string, error) { return s.tables, nil }
+// Tables implements Source.
+func (s *LogSource) Tables(context.Context) ([]string, error) { return s.tables, nil }
 
-// Boundaries implements source.Source: a table starts as one partition;
+// Boundaries implements Source: a table starts as one partition;
 // operators split it at keys of their choice.
-func (s *Source) Boundaries(context.Context, string, int) ([]string, error) { return nil, nil }
+func (s *LogSource) Boundaries(context.Context, string, int) ([]string, error) { return nil, nil }
 
-// Start implements source.Source.
-func (s *Source) Start() model.Ts { return s.start }
+// Start implements Source.
+func (s *LogSource) Start() model.Ts { return s.start }
 
-// Resolved implements source.Source: readers stop at the log's resolved
+// Resolved implements Source: readers stop at the log's resolved
 // position themselves, so dispatchers may ask for everything.
-func (s *Source) Resolved() model.Ts { return model.Ts(math.MaxInt64) }
+func (s *LogSource) Resolved() model.Ts { return model.Ts(math.MaxInt64) }
 
-// Close implements source.Source.
-func (s *Source) Close() error { return nil }
+// Close implements Source.
+func (s *LogSource) Close() error { return nil }
 
-// DDLs implements source.Source. When the log cannot be reached it
+// DDLs implements Source. When the log cannot be reached it
 // returns none: reads stop before the table's next schema change anyway,
 // so the dispatcher meets it on a later pass.
-func (s *Source) DDLs(table string, from, upTo model.Ts) []source.Event {
+func (s *LogSource) DDLs(table string, from, upTo model.Ts) []Event {
 	if s.logs == nil {
 		return nil
 	}
@@ -88,55 +90,55 @@ func (s *Source) DDLs(table string, from, upTo model.Ts) []source.Event {
 	return evs
 }
 
-// Open implements source.Source.
-func (s *Source) Open(span model.Span, from model.Ts) (source.Reader, error) {
-	return &Reader{s: s, span: span, pos: source.Cursor{Done: from}}, nil
+// Open implements Source.
+func (s *LogSource) Open(span model.Span, from model.Ts) (Reader, error) {
+	return &LogSpanReader{s: s, span: span, pos: Cursor{Done: from}}, nil
 }
 
 // OpenMarked opens a reader that also returns the snapshot's watermarks
 // of its table (KindMark events), each ending a read: for readers that
 // copy rows between them.
-func (s *Source) OpenMarked(span model.Span, from model.Ts) *Reader {
-	return &Reader{s: s, span: span, pos: source.Cursor{Done: from}, marks: true}
+func (s *LogSource) OpenMarked(span model.Span, from model.Ts) *LogSpanReader {
+	return &LogSpanReader{s: s, span: span, pos: Cursor{Done: from}, marks: true}
 }
 
-// Reader reads one span from the log.
-type Reader struct {
-	s     *Source
+// LogSpanReader reads one span from the log.
+type LogSpanReader struct {
+	s     *LogSource
 	span  model.Span
 	marks bool // return watermarks
 
 	mu      sync.Mutex
-	pos     source.Cursor
+	pos     Cursor
 	lastErr time.Time
 }
 
-func (r *Reader) Position() model.Ts {
+func (r *LogSpanReader) Position() model.Ts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pos.Done
 }
 
-// StepOver implements source.DDLStepper.
-func (r *Reader) StepOver(ddl model.Ts) {
+// StepOver implements DDLStepper.
+func (r *LogSpanReader) StepOver(ddl model.Ts) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.pos.Inside() && r.pos.Done < ddl {
-		r.pos = source.Cursor{Done: ddl}
+		r.pos = Cursor{Done: ddl}
 	}
 }
 
-// Inside implements source.Parted.
-func (r *Reader) Inside() bool {
+// Inside implements Parted.
+func (r *LogSpanReader) Inside() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pos.Inside()
 }
 
-// Read implements source.Reader. A failed read returns nothing and keeps
+// Read implements Reader. A failed read returns nothing and keeps
 // the position: the dispatcher polls again, and warns at most every few
 // seconds so an outage is visible without flooding the log.
-func (r *Reader) Read(upTo model.Ts, maxRows int) []source.Event {
+func (r *LogSpanReader) Read(upTo model.Ts, maxRows int) []Event {
 	if r.s.logs == nil {
 		return nil
 	}
@@ -160,7 +162,7 @@ func (r *Reader) Read(upTo model.Ts, maxRows int) []source.Event {
 	if !r.marks {
 		kept := evs[:0]
 		for _, e := range evs {
-			if e.Kind != source.KindMark {
+			if e.Kind != KindMark {
 				kept = append(kept, e)
 			}
 		}
