@@ -53,14 +53,24 @@ func (b backend) Changefeeds(ctx context.Context) (*api.ChangefeedList, error) {
 	return out, nil
 }
 
-func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResponse, error) {
+// changefeed is the state a read sees and a changefeed in it; 404 if
+// there is no such changefeed.
+func (b backend) changefeed(ctx context.Context, id string) (*meta.State, *meta.ChangefeedEntry, error) {
 	st, err := b.load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	e, ok := st.Changefeeds[model.ChangefeedID(id)]
 	if !ok {
-		return nil, notFound(id)
+		return nil, nil, notFound(id)
+	}
+	return st, e, nil
+}
+
+func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResponse, error) {
+	st, e, err := b.changefeed(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e), Incidents: e.Status.Incidents}
 	// The upstream's side (a slot's retained WAL); an upstream that does

@@ -22,13 +22,9 @@ import (
 // asked, with the changefeed's own credentials, so the operator's tool
 // links no sink or database client.
 func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (*model.VerifyReport, error) {
-	st, err := b.load(ctx)
+	_, e, err := b.changefeed(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	e, ok := st.Changefeeds[model.ChangefeedID(id)]
-	if !ok {
-		return nil, notFound(id)
 	}
 	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID})
 	if err != nil {

@@ -32,7 +32,7 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 	}
 	if err := s.decodeRow(rel, op, newTuple, oldTuple, wholeOld); err != nil {
 		rel.held = true
-		s.hold(rel.table, fmt.Sprintf("a row cannot be decoded: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
+		s.hold(rel.table, fmt.Sprintf("a row cannot be decoded: %v; fix the cause, then 'cdcctl changefeed resume %s --table %s' reads it again from here", err, s.changefeed(), rel.table))
 	}
 	return nil
 }

@@ -66,14 +66,19 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
 	}
-	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
-	if err != nil {
+	// What cannot be read about the table holds it (not the changefeed),
+	// until the operator has fixed the cause.
+	unreadable := func(what string, err error) error {
 		if ctx.Err() != nil {
 			return err
 		}
 		s.rels[m.RelationID].held = true
-		s.hold(name, fmt.Sprintf("its new columns cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
+		s.hold(name, fmt.Sprintf("%s cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s --table %s' reads it again from here", what, err, s.changefeed(), name))
 		return nil
+	}
+	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
+	if err != nil {
+		return unreadable("its new columns", err)
 	}
 	if sameColumns(def, cur) {
 		return nil
@@ -89,13 +94,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	missing, unknown, err := s.missingValues(ctx, m.RelationID, cur, def)
 	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
 		// Not knowing them is not taking them as NULL.
-		s.rels[m.RelationID].held = true
-		s.hold(name, fmt.Sprintf("the values its older rows have in its added columns cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s' reads it again from here", err, s.changefeed()))
-		return nil
+		return unreadable("the values its older rows have in its added columns", err)
 	}
 	if len(unknown) > 0 {
 		s.rels[m.RelationID].held = true
