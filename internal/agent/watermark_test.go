@@ -45,7 +45,10 @@ func TestAKafkaConsumerOfTheWatermarksSeesCompleteTables(t *testing.T) {
 	var last model.Ts
 	// Three advances, each checked; the deadline is for a machine that is
 	// slow, not a measure of the pace.
-	for deadline := time.Now().Add(90 * time.Second); checks < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
+	// The bound is generous: what is proven is what the watermarks
+	// promise, not how fast they come (a starved CI machine has taken
+	// 90 s for two advances).
+	for deadline := time.Now().Add(4 * time.Minute); checks < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
 		// Per partition: the rows before its last watermark, and that
 		// watermark.
 		pending := map[int32][]verify.Row{}
@@ -92,7 +95,7 @@ func TestAKafkaConsumerOfTheWatermarksSeesCompleteTables(t *testing.T) {
 		checks++
 	}
 	if checks < 3 {
-		t.Fatalf("the watermarks advanced %d times in 90 s; want them to follow the checkpoint (about once a second)", checks)
+		t.Fatalf("the watermarks advanced %d times in 4 minutes; want them to follow the checkpoint", checks)
 	}
 	t.Logf("%d checks against the watermarks while running; the lowest ended at %v", checks, last)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -20,7 +21,7 @@ func events(t *testing.T, g *gen.Generator, upTo model.Ts) []source.Event {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, r.Read(upTo, 1<<30)...)
+		out = append(out, sourcetest.Read(t, r, upTo, 1<<30)...)
 	}
 	return out
 }

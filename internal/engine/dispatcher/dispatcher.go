@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -62,6 +63,8 @@ type Config struct {
 	// nothing new to read.
 	BatchSize int
 	Idle      time.Duration
+	// Log receives the warnings of reads that fail; nil discards them.
+	Log *slog.Logger
 }
 
 // Dispatcher is one running partition.
@@ -82,6 +85,8 @@ type Dispatcher struct {
 	// source's clock permitting). 0 when not sleeping so.
 	quiet model.Ts
 
+	lastReadWarn time.Time // of the last warning about a failed read
+
 	stopReq  chan struct{}
 	stopOnce sync.Once
 	finished chan struct{}
@@ -97,6 +102,9 @@ type inflightBatch struct {
 
 // New opens the dispatcher's reader at its start position.
 func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
 	if cfg.ID == "" || cfg.Source == nil || cfg.Sink == nil || cfg.Now == nil {
 		return nil, errors.New("dispatcher: ID, Source, Sink and Now are required")
 	}
@@ -286,7 +294,7 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			ddl = &ddls[0]
 			upTo = ddl.CommitTs - 1
 		}
-		evs := d.reader.Read(upTo, d.cfg.BatchSize)
+		evs := d.read(ctx, upTo)
 		if len(evs) > 0 || d.reader.Position() > pos {
 			if err := d.write(ctx, evs); err != nil {
 				return err
@@ -305,7 +313,7 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			if st, ok := d.reader.(source.DDLStepper); ok {
 				st.StepOver(ddl.CommitTs)
 			}
-			if err := d.write(ctx, d.reader.Read(ddl.CommitTs, d.cfg.BatchSize)); err != nil {
+			if err := d.write(ctx, d.read(ctx, ddl.CommitTs)); err != nil {
 				return err
 			}
 			continue
@@ -336,6 +344,28 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			d.setQuiet(0)
 		}
 	}
+}
+
+// readAttempt bounds one read: a read that gets no answer (the event log
+// of a reader on another node) neither holds a graceful stop nor keeps
+// the loop from its other work; the next pass reads again.
+const readAttempt = 10 * time.Second
+
+// read reads the next events up to upTo. A failed read reads nothing and
+// keeps the position: the loop polls again, and warns at most every few
+// seconds, so an outage shows without flooding the log.
+func (d *Dispatcher) read(ctx context.Context, upTo model.Ts) []source.Event {
+	rctx, cancel := context.WithTimeout(ctx, readAttempt)
+	defer cancel()
+	evs, err := d.reader.Read(rctx, upTo, d.cfg.BatchSize)
+	if err == nil {
+		return evs
+	}
+	if ctx.Err() == nil && time.Since(d.lastReadWarn) >= 5*time.Second {
+		d.lastReadWarn = time.Now()
+		d.cfg.Log.Warn("cannot read the event log; will retry", "dispatcher", d.cfg.ID, "err", err)
+	}
+	return nil
 }
 
 // write sends a batch (possibly empty, to move the checkpoint over a

@@ -219,11 +219,11 @@ func (c *countingSource) Open(span model.Span, from model.Ts) (source.Reader, er
 	return &countingReader{Reader: r, s: c}, nil
 }
 
-func (r *countingReader) Read(upTo model.Ts, max int) []source.Event {
+func (r *countingReader) Read(ctx context.Context, upTo model.Ts, max int) ([]source.Event, error) {
 	r.s.mu.Lock()
 	r.s.reads++
 	r.s.mu.Unlock()
-	return r.Reader.Read(upTo, max)
+	return r.Reader.Read(ctx, upTo, max)
 }
 
 func (r *countingReader) NextAt() (model.Ts, bool) { return r.Reader.(source.Lookahead).NextAt() }
@@ -278,3 +278,93 @@ func TestAQuietPartitionSleepsUntilItsNextEvent(t *testing.T) {
 	}
 	t.Logf("%d reads, %d events verified up to %v", reads, rep.Expected, final)
 }
+
+// flakySource's readers fail their first reads, as a read of an event
+// log on an unreachable node does.
+type flakySource struct {
+	*gen.Generator
+	mu    sync.Mutex
+	fails int // reads left to fail, across its readers
+}
+
+type flakyReader struct {
+	source.Reader
+	s *flakySource
+}
+
+func (f *flakySource) Open(span model.Span, from model.Ts) (source.Reader, error) {
+	r, err := f.Generator.Open(span, from)
+	if err != nil {
+		return nil, err
+	}
+	return &flakyReader{Reader: r, s: f}, nil
+}
+
+func (r *flakyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]source.Event, error) {
+	r.s.mu.Lock()
+	fail := r.s.fails > 0
+	if fail {
+		r.s.fails--
+	}
+	r.s.mu.Unlock()
+	if fail {
+		return nil, errors.New("injected: the event log's node does not answer")
+	}
+	return r.Reader.Read(ctx, upTo, max)
+}
+
+// A read that fails reads nothing and keeps the position: the dispatcher
+// reads again, warns about it at most every few seconds, and loses and
+// repeats nothing.
+func TestAFailedReadIsReadAgainWithoutLoss(t *testing.T) {
+	g := live(t, "gen://?tables=1&keys=100&rate=2000")
+	src := &flakySource{Generator: g, fails: 10}
+	uri := "file://" + t.TempDir() + "?flush-interval=40ms"
+	s := openSink(t, uri)
+	var logged strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	d, err := dispatcher.New(dispatcher.Config{ID: "p0.1", Span: model.Span{Table: "t0001"}, Start: g.TableVersion(0), Source: src, Sink: s, Now: now,
+		BatchSize: 64, Idle: 5 * time.Millisecond, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	time.Sleep(time.Second)
+	final, err := d.Stop(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	left := src.fails
+	src.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d injected failures were never met", left)
+	}
+	rep, err := verify.Storage(context.Background(), g, uri, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Expected == 0 {
+		t.Fatalf("after 10 failed reads: %+v", rep)
+	}
+	logMu.Lock()
+	warnings := strings.Count(logged.String(), "cannot read the event log; will retry")
+	logMu.Unlock()
+	if warnings < 1 || warnings > 2 {
+		t.Fatalf("%d warnings for 10 failed reads in a second; want 1 (at most one every few seconds)", warnings)
+	}
+	t.Logf("verified %d events after 10 failed reads: 0 lost, 0 duplicates, %d warning", rep.Expected, warnings)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

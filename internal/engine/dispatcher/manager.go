@@ -426,6 +426,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
 		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
 		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
+		Log:     m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -47,8 +48,8 @@ func NewLogSource(env Env, tables []string, start model.Ts) *LogSource {
 	return &LogSource{cf: env.Changefeed, tables: tables, start: start, logs: env.Logs, log: log}
 }
 
-// readTimeout bounds one remote read: a dispatcher retries on its next
-// pass.
+// readTimeout bounds one remote read of schema changes (DDLs takes no
+// context): a dispatcher asks again on its next pass.
 const readTimeout = 10 * time.Second
 
 // Tables implements Source.
@@ -108,9 +109,8 @@ type LogSpanReader struct {
 	span  model.Span
 	marks bool // return watermarks
 
-	mu      sync.Mutex
-	pos     Cursor
-	lastErr time.Time
+	mu  sync.Mutex
+	pos Cursor
 }
 
 func (r *LogSpanReader) Position() model.Ts {
@@ -135,27 +135,21 @@ func (r *LogSpanReader) Inside() bool {
 	return r.pos.Inside()
 }
 
-// Read implements Reader. A failed read returns nothing and keeps
-// the position: the dispatcher polls again, and warns at most every few
-// seconds so an outage is visible without flooding the log.
-func (r *LogSpanReader) Read(upTo model.Ts, maxRows int) []Event {
+// Read implements Reader: a failed read returns its error and keeps
+// the position (the caller reads again on its next pass).
+func (r *LogSpanReader) Read(ctx context.Context, upTo model.Ts, maxRows int) ([]Event, error) {
 	if r.s.logs == nil {
-		return nil
+		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
 	r.mu.Lock()
 	pos := r.pos
 	r.mu.Unlock()
 	evs, next, err := r.s.logs.Read(ctx, r.s.cf, r.span, pos, upTo, maxRows)
+	if err != nil {
+		return nil, fmt.Errorf("read the event log of %s: %w", r.span.String(), err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		if warnable(&r.lastErr) {
-			r.s.log.Warn("cannot read the event log; will retry", "changefeed", r.s.cf, "span", r.span.String(), "err", err)
-		}
-		return nil
-	}
 	if r.pos.Before(next) {
 		r.pos = next
 	}
@@ -168,5 +162,5 @@ func (r *LogSpanReader) Read(upTo model.Ts, maxRows int) []Event {
 		}
 		evs = kept
 	}
-	return evs
+	return evs, nil
 }

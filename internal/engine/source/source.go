@@ -51,7 +51,9 @@ type Reader interface {
 	// transaction larger than max, which a Parted reader returns over
 	// several reads; Position() counts a commit ts only once all of it
 	// has been returned. It returns nil when nothing is left up to upTo.
-	Read(upTo model.Ts, max int) []Event
+	// An error (the event log unreachable, ctx done) returns nothing and
+	// keeps the position: the caller reads again later.
+	Read(ctx context.Context, upTo model.Ts, max int) ([]Event, error)
 	// Position is the commit ts up to which every event has been returned.
 	Position() model.Ts
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkKafkaSink(b *testing.B) {
 	var evs []source.Event
 	for _, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
-		evs = append(evs, r.Read(model.TsFromMillis(start+int64(seconds)*1000), 12_500*seconds/3)...)
+		evs = append(evs, sourcetest.Read(b, r, model.TsFromMillis(start+int64(seconds)*1000), 12_500*seconds/3)...)
 	}
 	var sinkTime, rawTime time.Duration
 	for i := 0; i < b.N; i++ {

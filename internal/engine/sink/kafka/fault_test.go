@@ -19,6 +19,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -250,7 +251,7 @@ func TestAFullBufferMakesWriteWait(t *testing.T) {
 	var failed atomic.Int32
 	accepted, blocked := 0, false
 	for i := 0; i < 200 && !blocked; i++ {
-		evs := r.Read(now(), 64)
+		evs := sourcetest.Read(t, r, now(), 64)
 		if len(evs) == 0 {
 			time.Sleep(10 * time.Millisecond)
 			continue

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -76,7 +77,7 @@ func someEvents(t *testing.T) []source.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.Read(model.TsFromMillis(start+1000), 100)
+	return sourcetest.Read(t, r, model.TsFromMillis(start+1000), 100)
 }
 
 func TestSecurityParametersAreCheckedTogether(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -46,7 +47,7 @@ func TestAProducerSendsNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := r.Read(model.TsFromMillis(1_800_000_002_000), 100)
+	evs := sourcetest.Read(t, r, model.TsFromMillis(1_800_000_002_000), 100)
 
 	c.Fail(kerr.NotEnoughReplicas.Code)
 	acked := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -55,7 +56,7 @@ func TestWritersWaitingForRoomHoldNoEncodedRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs := r.Read(model.TsFromMillis(start+10_000), rows)
+		evs := sourcetest.Read(t, r, model.TsFromMillis(start+10_000), rows)
 		if len(evs) < rows {
 			t.Fatalf("%s: %d rows", table, len(evs))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -30,7 +31,7 @@ func benchRows(b *testing.B, n int) [][]source.Event {
 	secs := int64(n/20000 + 1)
 	for i, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
-		per[i] = r.Read(model.TsFromMillis(start+secs*1000), n/8)
+		per[i] = sourcetest.Read(b, r, model.TsFromMillis(start+secs*1000), n/8)
 	}
 	return per
 }

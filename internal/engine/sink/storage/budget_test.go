@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -41,7 +42,7 @@ func TestSinksShareOneNodeBudget(t *testing.T) {
 	rb, _ := g.Open(model.Span{Table: "t0002"}, model.TsFromMillis(start))
 	var first []source.Event
 	for size := 0; size < 900<<10; {
-		evs := ra.Read(model.TsFromMillis(start+60_000), 100)
+		evs := sourcetest.Read(t, ra, model.TsFromMillis(start+60_000), 100)
 		first = append(first, evs...)
 		size += 330 * len(evs)
 	}
@@ -52,7 +53,7 @@ func TestSinksShareOneNodeBudget(t *testing.T) {
 	if used := budget.Used(); used < 800<<10 {
 		t.Fatalf("the budget counts %d bytes after the first write; want about 0.9 MiB", used)
 	}
-	second := rb.Read(model.TsFromMillis(start+60_000), 1000)
+	second := sourcetest.Read(t, rb, model.TsFromMillis(start+60_000), 1000)
 	returned := make(chan error, 1)
 	go func() { returned <- b.Write(context.Background(), &sink.Batch{Dispatcher: "d2", Events: second}) }()
 	select {
@@ -80,12 +81,12 @@ func TestSinksShareOneNodeBudget(t *testing.T) {
 		t.Fatalf("%d bytes still counted after every flush", used)
 	}
 	// A writer waiting on the budget is freed by its context.
-	if err := a.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: ra.Read(model.TsFromMillis(start+120_000), 3000)}); err != nil {
+	if err := a.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: sourcetest.Read(t, ra, model.TsFromMillis(start+120_000), 3000)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	big := rb.Read(model.TsFromMillis(start+120_000), 3000)
+	big := sourcetest.Read(t, rb, model.TsFromMillis(start+120_000), 3000)
 	if err := b.Write(ctx, &sink.Batch{Dispatcher: "d2", Events: big}); err != nil && ctx.Err() == nil {
 		t.Fatalf("a waiting write failed without its context ending: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -47,7 +48,7 @@ func TestDateSeparatorPutsFilesUnderTheirDate(t *testing.T) {
 			upTo := model.TsFromMillis(start + 3000)
 			total, batches := 0, 0
 			for {
-				evs := r.Read(upTo, 50)
+				evs := sourcetest.Read(t, r, upTo, 50)
 				if len(evs) == 0 {
 					break
 				}

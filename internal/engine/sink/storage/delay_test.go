@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -67,7 +68,7 @@ func writeOneRow(t *testing.T, s *storage.Sink, g *gen.Generator, table string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := r.Read(model.TsFromMillis(start+2000), 1)
+	evs := sourcetest.Read(t, r, model.TsFromMillis(start+2000), 1)
 	if len(evs) != 1 {
 		t.Fatalf("%s: %d rows", table, len(evs))
 	}
@@ -225,7 +226,7 @@ func TestAfterTheStateTTLTheFileNumberingIsReadBack(t *testing.T) {
 	}
 	writeAndWait := func() {
 		t.Helper()
-		evs := r.Read(model.TsFromMillis(start+60_000), 1)
+		evs := sourcetest.Read(t, r, model.TsFromMillis(start+60_000), 1)
 		acked := make(chan error, 1)
 		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "t0001-p1.1", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
 			t.Fatal(err)

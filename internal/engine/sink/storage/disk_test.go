@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -103,7 +104,7 @@ func TestAFullDiskSpoolMakesWriteWait(t *testing.T) {
 	r, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
 	var flushed atomic.Int32
 	for i := 0; i < 12; i++ { // about 330 KiB each: four times the spool
-		evs := r.Read(model.TsFromMillis(start+60_000), 1000)
+		evs := sourcetest.Read(t, r, model.TsFromMillis(start+60_000), 1000)
 		done := make(chan error, 1)
 		go func() {
 			done <- s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: evs, OnFlushed: func(err error) {

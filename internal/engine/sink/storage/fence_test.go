@@ -21,6 +21,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -83,7 +84,7 @@ func TestAFailedFlushFencesItsDispatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := r.Read(upTo, 1<<20)
+	evs := sourcetest.Read(t, r, upTo, 1<<20)
 	if len(evs) < 500 {
 		t.Fatalf("the generator gave %d events; want 500 or more", len(evs))
 	}
@@ -176,7 +177,7 @@ func TestASinkWritesNothingOnceItsLeaseMayHaveEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := r.Read(model.TsFromMillis(start+2000), 1<<20)
+	evs := sourcetest.Read(t, r, model.TsFromMillis(start+2000), 1<<20)
 	write := func(from, to int) {
 		t.Helper()
 		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "t-p1.1", Epoch: 1, Events: evs[from:to], OnFlushed: func(error) {}}); err != nil {

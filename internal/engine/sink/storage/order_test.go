@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -67,7 +68,7 @@ func TestTablesKeepTheirOrderAndProgressTogetherUnderRandomDelays(t *testing.T) 
 			pause := rand.New(rand.NewPCG(uint64(i), 3))
 			d := table + "-p1.1"
 			for {
-				evs := r.Read(upTo, 10)
+				evs := sourcetest.Read(t, r, upTo, 10)
 				if len(evs) == 0 {
 					break
 				}

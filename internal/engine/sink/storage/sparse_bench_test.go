@@ -18,6 +18,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkSparseTables(b *testing.B) {
 	rows := make([][]source.Event, tables)
 	for i, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
-		rows[i] = r.Read(model.TsFromMillis(start+2000), 1)
+		rows[i] = sourcetest.Read(b, r, model.TsFromMillis(start+2000), 1)
 	}
 	for i := 0; i < b.N; i++ {
 		on, peakOn, after := sparseRun(b, rows, rate, "max-flush-delay=200ms&state-ttl=2s", true)

@@ -17,6 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -66,7 +67,7 @@ func feedFlushing(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, 
 	}
 	n, batches := 0, 0
 	for {
-		evs := r.Read(upTo, 25)
+		evs := sourcetest.Read(t, r, upTo, 25)
 		if len(evs) == 0 {
 			return n
 		}
@@ -147,7 +148,7 @@ func TestWriteWakesAtOnceButAcksOnlyWhenDurable(t *testing.T) {
 	s := open(t, "file://"+t.TempDir()+"?flush-interval=10m&max-flush-delay=0s")
 	g := newGen(t, gen.Config{Tables: 1, Keys: 10, Rate: 100})
 	r, _ := g.Open(model.Span{Table: "t0001"}, model.TsFromMillis(start))
-	evs := r.Read(model.TsFromMillis(start+2000), 1000)
+	evs := sourcetest.Read(t, r, model.TsFromMillis(start+2000), 1000)
 	flushed := make(chan error, 1)
 	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: evs, OnFlushed: func(err error) { flushed <- err }}); err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func TestFullSpoolMakesWriteWait(t *testing.T) {
 	// About 0.9 MiB of canal-json rows, then more.
 	var first []source.Event
 	for size := 0; size < 900<<10; {
-		evs := r.Read(model.TsFromMillis(start+60_000), 100)
+		evs := sourcetest.Read(t, r, model.TsFromMillis(start+60_000), 100)
 		first = append(first, evs...)
 		size += 330 * len(evs)
 	}
@@ -188,7 +189,7 @@ func TestFullSpoolMakesWriteWait(t *testing.T) {
 	// The next write waits for the spool to be freed, and the flusher
 	// frees it at once: no file is full and the interval is ten minutes
 	// away, but a writer waits.
-	second := r.Read(model.TsFromMillis(start+60_000), 2000)
+	second := sourcetest.Read(t, r, model.TsFromMillis(start+60_000), 2000)
 	returned := make(chan error, 1)
 	go func() { returned <- s.Write(context.Background(), &sink.Batch{Dispatcher: "d1", Events: second}) }()
 	select {
@@ -204,7 +205,7 @@ func TestFullSpoolMakesWriteWait(t *testing.T) {
 	}
 	// A cancelled context frees a waiting writer too.
 	ctx, cancel := context.WithCancel(context.Background())
-	third := r.Read(model.TsFromMillis(start+60_000), 3000)
+	third := sourcetest.Read(t, r, model.TsFromMillis(start+60_000), 3000)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var werr error
@@ -261,7 +262,7 @@ func TestDDLStartsANewTableVersion(t *testing.T) {
 	r, _ := g.Open(model.Span{Table: "t0001"}, pos)
 	for _, stop := range append(ddls, source.Event{CommitTs: upTo}) {
 		for {
-			evs := r.Read(stop.CommitTs, 50)
+			evs := sourcetest.Read(t, r, stop.CommitTs, 50)
 			if len(evs) == 0 {
 				break
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkObjectWrites(b *testing.B) {
 	rows := make([][]source.Event, tables)
 	for i, tbl := range g.TableNames() {
 		r, _ := g.Open(model.Span{Table: tbl}, model.TsFromMillis(start))
-		rows[i] = r.Read(model.TsFromMillis(start+seconds*1000), perTable*seconds)
+		rows[i] = sourcetest.Read(b, r, model.TsFromMillis(start+seconds*1000), perTable*seconds)
 	}
 	files := map[string]float64{}
 	for i := 0; i < b.N; i++ {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkReadSpan(b *testing.B) {
 		}
 		n := 0
 		for {
-			evs := r.Read(upTo, 4096)
+			evs := sourcetest.Read(b, r, upTo, 4096)
 			if len(evs) == 0 {
 				break
 			}

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -366,7 +367,12 @@ func (r *reader) NextAt() (model.Ts, bool) {
 	return model.TsFromMillis(r.heap[0].ms), true
 }
 
-func (r *reader) Read(upTo model.Ts, maxEvents int) []source.Event {
+// Read implements source.Reader: generated, it never fails.
+func (r *reader) Read(_ context.Context, upTo model.Ts, maxEvents int) ([]source.Event, error) {
+	return r.read(upTo, maxEvents), nil
+}
+
+func (r *reader) read(upTo model.Ts, maxEvents int) []source.Event {
 	var out []source.Event
 	upMs := upTo.Millis()
 	for len(r.heap) > 0 {

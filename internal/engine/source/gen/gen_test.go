@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -38,7 +39,7 @@ func readAll(t testing.TB, g *Generator, span model.Span, from, upTo model.Ts, b
 	}
 	var out []source.Event
 	for {
-		evs := r.Read(upTo, batch)
+		evs := sourcetest.Read(t, r, upTo, batch)
 		if len(evs) == 0 {
 			break
 		}
@@ -151,7 +152,7 @@ func TestReadingIsDeterministicAndResumable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs := r.Read(at(5), 7)
+		evs := sourcetest.Read(t, r, at(5), 7)
 		if len(evs) == 0 {
 			break
 		}

@@ -149,7 +149,7 @@ func (r *copyReader) Close() error {
 }
 
 // Read implements source.Reader.
-func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
+func (r *copyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]source.Event, error) {
 	r.mu.Lock()
 	if len(r.out) == 0 && r.whole != nil && r.whole.emitting {
 		r.mu.Unlock()
@@ -158,7 +158,7 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 	}
 	if r.emitting() {
 		defer r.mu.Unlock()
-		return r.take(max)
+		return r.take(max), nil
 	}
 	if len(r.chunks) > 0 && time.Since(r.chunks[0].began) > markWait {
 		// Its watermarks should have come long ago (the changefeed's
@@ -175,13 +175,16 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 		r.maybeFetch()
 		r.mu.Unlock()
 	}
-	evs := r.inner.Read(upTo, max)
-	for try := 0; len(evs) == 0 && try < markPolls && r.awaitingMarks(); try++ {
+	evs, err := r.inner.Read(ctx, upTo, max)
+	for try := 0; err == nil && len(evs) == 0 && try < markPolls && r.awaitingMarks(); try++ {
 		// A chunk's watermarks are on their way through the stream: wait
 		// for them here, briefly, rather than let the dispatcher back off
 		// (up to 160 ms) once per chunk.
 		time.Sleep(2 * time.Millisecond)
-		evs = r.inner.Read(upTo, max)
+		evs, err = r.inner.Read(ctx, upTo, max)
+	}
+	if err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -211,7 +214,7 @@ func (r *copyReader) Read(upTo model.Ts, max int) []source.Event {
 	if len(r.out) > 0 && len(kept) < max {
 		kept = append(kept, r.take(max-len(kept))...)
 	}
-	return kept
+	return kept, nil
 }
 
 // markPolls bounds the short waits of one read for a chunk's watermarks.

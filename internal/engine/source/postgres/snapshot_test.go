@@ -431,7 +431,10 @@ func (rig *copyRig) runHeld(span model.Span, from model.Ts, copied model.CopyPro
 			if len(ddls) > 0 {
 				upTo = ddls[0].CommitTs - 1
 			}
-			evs := r.Read(upTo, 256)
+			evs, err := r.Read(context.Background(), upTo, 256)
+			if err != nil {
+				panic(err) // the log is local: a read cannot fail
+			}
 			p.mu.Lock()
 			p.n += len(evs)
 			if !rig.count {
