@@ -290,7 +290,9 @@ func (tc *testCluster) leader() (meta.Leader, bool) { return tc.state().Leader()
 func (tc *testCluster) waitLeader() meta.Leader {
 	tc.t.Helper()
 	var l meta.Leader
-	tc.eventually("a coordinator and every node ready", 15*time.Second, func() bool {
+	// Generous: on a starved machine (CI runs every package at once on
+	// two cores) registering in etcd has taken over 15 s.
+	tc.eventually("a coordinator and every node ready", time.Minute, func() bool {
 		var ok bool
 		l, ok = tc.leader()
 		if !ok || tc.nodes[l.Node] == nil {
