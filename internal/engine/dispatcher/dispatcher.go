@@ -346,13 +346,18 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 	}
 }
 
+// readAttempt bounds one read: a read that gets no answer (the event log
+// of a reader on another node) neither holds a graceful stop nor keeps
+// the loop from its other work; the next pass reads again.
+const readAttempt = 10 * time.Second
+
 // read reads the next events up to upTo. A failed read reads nothing and
 // keeps the position: the loop polls again, and warns at most every few
-// seconds, so an outage shows without flooding the log. The read is
-// bounded where it crosses the network (the event log's client), not
-// here: a timer per poll costs thousands of dispatchers real CPU.
+// seconds, so an outage shows without flooding the log.
 func (d *Dispatcher) read(ctx context.Context, upTo model.Ts) []source.Event {
-	evs, err := d.reader.Read(ctx, upTo, d.cfg.BatchSize)
+	rctx, cancel := context.WithTimeout(ctx, readAttempt)
+	defer cancel()
+	evs, err := d.reader.Read(rctx, upTo, d.cfg.BatchSize)
 	if err == nil {
 		return evs
 	}

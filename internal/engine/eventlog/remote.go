@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -160,12 +159,6 @@ func (c *Client) nearLog(cf model.ChangefeedID) *Log {
 }
 
 func (c *Client) call(ctx context.Context, topic string, req readRequest, reply any) error {
-	// A call to another node that gets no answer is given up after
-	// callTimeout: its dispatcher reads again on its next pass, and a
-	// graceful stop is not held by it. Reads of a log on this node need
-	// no bound.
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
 	node, ok := c.locate(req.Changefeed)
 	if !ok {
 		return fmt.Errorf("changefeed %s has no maintainer, so no reader, right now", req.Changefeed)
@@ -180,9 +173,6 @@ func (c *Client) call(ctx context.Context, topic string, req readRequest, reply 
 	}
 	return json.Unmarshal(body, reply)
 }
-
-// callTimeout bounds one call to the node running a changefeed's reader.
-const callTimeout = 10 * time.Second
 
 // Read implements source.LogReader.
 func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
