@@ -70,10 +70,11 @@ func measureFailover(b *testing.B, ttl time.Duration, sig syscall.Signal, electi
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	agentCmd, err := playground.FindAgent()
+	bin, err := programs()
 	if err != nil {
 		b.Fatal(err)
 	}
+	agentCmd := playground.AgentCommand{Path: filepath.Join(bin, "cdc-agent"), Argv0: "cdc-agent"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,18 +21,52 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cdcctl/cdcctl/internal/agent"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
-// TestMain makes this test binary double as cdcctl and cdc-agent, so the
-// runbooks run the real programs as separate processes.
+// TestMain removes the programs the runbooks built.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
-		"cdcctl":    Main,
-		"cdc-agent": agent.Main,
-	})
+	code := m.Run()
+	if dir, err := programs(); err == nil {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// programs builds cdcctl and cdc-agent once per test binary, the way an
+// operator builds them (go build ./cmd/..., without -race), into a
+// directory that every runbook puts first on its PATH: the runbooks test
+// the programs as shipped, as separate processes. The engine's races are
+// the in-process tests' to find (they run under -race); a race-built
+// agent for every playground of every runbook cost most of this
+// package's time on two cores. CDCCTL_RUNBOOK_RACE=1 builds them with
+// -race too.
+var programs = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "cdcctl-runbook-bin-")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if os.Getenv("CDCCTL_RUNBOOK_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool(), append(args, "./cmd/cdcctl", "./cmd/cdc-agent")...)
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
+	}
+	return dir, nil
+})
+
+// goTool is the go command that runs this test: the one on the PATH, or
+// the one of the toolchain that built it.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // TestRunbooks runs testdata/script/*.txtar: what an operator types,
@@ -59,6 +94,11 @@ func TestRunbooks(t *testing.T) {
 // PORT_10 for its PostgreSQL (--postgres) and PORT_11 free for a script
 // to find nothing listening; and CDCCTL_SERVER pointing at the captures.
 func setupRunbook(env *testscript.Env) error {
+	bin, err := programs()
+	if err != nil {
+		return err
+	}
+	env.Setenv("PATH", bin+string(filepath.ListSeparator)+env.Getenv("PATH"))
 	base, err := freePortRange(12)
 	if err != nil {
 		return err
@@ -284,12 +324,16 @@ func cmdNDJSON(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // pgpid CAPTURE VAR sets VAR to the pid of a playground capture, read from
-// $WORK/pg/playground.json.
+// $WORK/pg/playground.json (waited for).
 func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: pgpid CAPTURE VAR")
 	}
-	st, err := playground.ReadState(ts.MkAbs(filepath.Join("pg", "playground.json")))
+	// The playground writes its state once every capture is ready,
+	// which may be a moment after the cluster answers.
+	path := filepath.Join("pg", "playground.json")
+	cmdWaitFile(ts, false, []string{path})
+	st, err := playground.ReadState(ts.MkAbs(path))
 	ts.Check(err)
 	for _, c := range st.Captures {
 		if c.ID == args[0] {
