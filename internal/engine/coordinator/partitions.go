@@ -14,7 +14,8 @@ import (
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
-// submitPartitionPlan takes a move, split or rebalance plan: refused if
+// submitPartitionPlan takes a move, split or rebalance plan (each step
+// validated by its operation: move.go, split.go): refused if
 // stale, if seed 003's rules no longer hold, or if another plan that is
 // not over works on one of its partitions.
 func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
@@ -31,29 +32,8 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	mine := map[string]bool{}
 	for _, b := range p.Batches {
 		for _, s := range b.Steps {
-			switch s.Kind {
-			case plan.StepMovePartition:
-				if p.Kind == plan.KindMove {
-					if _, err := plan.ValidateMove(&snap, s.Partition, s.To); err != nil {
-						return nil, err
-					}
-				}
-			case plan.StepSplitPartition:
-				// The operator's text is validated; the encoded key the
-				// routing table gets must be its encoding.
-				text := s.Key
-				if s.KeyText != "" {
-					text = s.KeyText
-				}
-				pp, err := plan.ValidateSplit(&snap, s.Partition, text)
-				if err != nil {
-					return nil, err
-				}
-				if enc, _ := model.EncodeKey(pp.Route.Span.Key, text); enc != s.Key {
-					return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("the split step of %s cuts at %q, which is not the encoding of %q", s.Partition, s.Key, text), Hint: "compute the plan with cdcctl"}
-				}
-			default:
-				return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("a %s plan cannot have %s steps", p.Kind, s.Kind), Hint: "compute the plan with cdcctl"}
+			if err := validateStep(&snap, p.Kind, s); err != nil {
+				return nil, err
 			}
 			mine[s.Partition] = true
 		}
@@ -84,7 +64,9 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 
 // partitionActuator carries out move, split and rebalance plans: the
 // coordinator begins each step with one write to the routing entry; the
-// changefeed's maintainer carries it through (seed 003's flows).
+// changefeed's maintainer carries it through (seed 003's flows). What is
+// particular to each operation is in its own file: move.go, split.go,
+// rebalance.go.
 type partitionActuator struct {
 	c    *Coordinator
 	term election.Term
@@ -104,70 +86,9 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 	route := r.Route
 	switch s.Kind {
 	case plan.StepMovePartition:
-		if state == exec.StepPending {
-			switch {
-			case route.Node == s.To && route.Status == model.PartitionActive:
-				return exec.Outcome{Done: true, Note: "already there"}, nil
-			case route.Node != s.From:
-				if p.Kind == plan.KindMove {
-					return exec.Outcome{Failed: fmt.Sprintf("it moved to %s meanwhile", route.Node)}, nil
-				}
-				return exec.Outcome{Done: true, Note: fmt.Sprintf("skipped: the scheduler moved it to %s meanwhile", route.Node)}, nil
-			case begun(route, s):
-				return exec.Outcome{}, nil
-			case route.Status == model.PartitionDraining:
-				return exec.Outcome{Waiting: fmt.Sprintf("busy: moving %s → %s", route.Node, route.Target)}, nil
-			case !st.IsSchedulable(s.To):
-				if p.Kind == plan.KindMove {
-					return exec.Outcome{Failed: fmt.Sprintf("%s can no longer take work", s.To)}, nil
-				}
-				if to, ok := leastLoaded(st, s.Changefeed); !ok || to == s.From {
-					// Nowhere better to go: the partition staying where
-					// it is is the rebalance's answer, not a step to wait
-					// on for ever.
-					return exec.Outcome{Done: true, Note: fmt.Sprintf("skipped: %s can no longer take work, and no other capture has fewer of the changefeed's partitions than %s; it stays there", s.To, s.From)}, nil
-				}
-				return exec.Outcome{Impossible: string(s.To) + " can no longer take work"}, nil
-			}
-			return exec.Outcome{}, nil
-		}
-		if route.Status != model.PartitionActive {
-			return exec.Outcome{}, nil
-		}
-		if route.Node != s.To {
-			why := "it went to " + string(route.Node) + " instead"
-			if n := len(route.History); n > 0 && route.History[n-1].Kind == "returned" {
-				why = "returned to " + string(route.Node) + ": " + route.History[n-1].Detail
-			}
-			if p.Kind == plan.KindMove {
-				return exec.Outcome{Failed: "the move did not complete; " + why}, nil
-			}
-			return exec.Outcome{Done: true, Note: why}, nil
-		}
-		// Placed; done once the target runs it (seed 003's
-		// PreparePartition succeeded): its first position is persisted.
-		if pr := st.Progress[route.Changefeed][route.ID].Progress; pr.Node != s.To || pr.Epoch != route.Epoch {
-			return exec.Outcome{}, nil
-		}
-		return exec.Outcome{Done: true, Note: fmt.Sprintf("running on %s after %s", s.To, time.Since(since).Round(time.Millisecond))}, nil
+		return checkMove(p, s, state, since, route, st), nil
 	case plan.StepSplitPartition:
-		if state == exec.StepPending {
-			if route.Status == model.PartitionDraining && !begun(route, s) {
-				return exec.Outcome{Waiting: "busy: another operation is in progress"}, nil
-			}
-			return exec.Outcome{}, nil
-		}
-		if route.Status != model.PartitionActive {
-			return exec.Outcome{}, nil
-		}
-		if route.Span.End != s.Key {
-			return exec.Outcome{Failed: fmt.Sprintf("the partition is Active again but was not cut at %q", model.DecodeKey(route.Span.Key, s.Key))}, nil
-		}
-		note := "split"
-		if n := len(route.History); n > 0 && route.History[n-1].Kind == "split" {
-			note = "split " + route.History[n-1].Detail
-		}
-		return exec.Outcome{Done: true, Note: note}, nil
+		return checkSplit(s, state, route), nil
 	}
 	return exec.Outcome{}, fmt.Errorf("a %s plan has no %s steps", p.Kind, s.Kind)
 }
@@ -196,9 +117,9 @@ func (a *partitionActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step
 		var err error
 		switch s.Kind {
 		case plan.StepMovePartition:
-			err = a.c.store.RequestMove(ctx, a.term.Fence, r, s.To, p.Kind == plan.KindMove, now)
+			err = a.requestMove(ctx, p, s, r, now)
 		case plan.StepSplitPartition:
-			err = a.c.store.RequestSplit(ctx, a.term.Fence, r, s.Key, now)
+			err = a.requestSplit(ctx, s, r, now)
 		default:
 			return fmt.Errorf("a %s plan has no %s steps", p.Kind, s.Kind)
 		}
@@ -229,39 +150,15 @@ func begun(r model.RouteEntry, s plan.Step) bool {
 // judge it from the entry as it was before (Active on its source would
 // look like a move that ended elsewhere).
 func (a *partitionActuator) awaitView(ctx context.Context, s plan.Step, replaced int64) {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if r, ok := a.route(s); !ok || r.Revision > replaced {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := a.c.view.WaitFor(wctx, func(st *meta.State) bool {
+		r, ok := st.Partitions[model.ChangefeedID(s.Changefeed)][s.Partition]
+		return !ok || r.Revision > replaced
+	})
+	if err != nil && ctx.Err() == nil {
+		a.c.log.Warn("coordinator: the view did not show a partition write within 5s", "partition", s.Partition)
 	}
-	a.c.log.Warn("coordinator: the view did not show a partition write within 5s", "partition", s.Partition)
-}
-
-// Replan sends a rebalance move whose destination left to the capture
-// with the fewest of the changefeed's partitions; an operator's move is
-// not second-guessed (Check fails it instead).
-func (a *partitionActuator) Replan(ctx context.Context, p *plan.Plan, s plan.Step) (plan.Step, bool, error) {
-	if p.Kind != plan.KindRebalance || s.Kind != plan.StepMovePartition {
-		return s, false, nil
-	}
-	to, ok := leastLoaded(a.c.view.State(), s.Changefeed)
-	if !ok || to == s.From {
-		return s, false, nil
-	}
-	s.To, s.Reason = to, "re-planned: the capture with the fewest of its partitions now"
-	return s, true, nil
-}
-
-// leastLoaded is the schedulable capture with the fewest of a
-// changefeed's partitions: where a rebalance move goes instead.
-func leastLoaded(st *meta.State, cf string) (model.NodeID, bool) {
-	dest := plan.NewDestinations(st.SchedulableNodeIDs())
-	for _, r := range st.Partitions[model.ChangefeedID(cf)] {
-		dest.Count(r.Route.Node)
-	}
-	return dest.Next()
 }
 
 func (a *partitionActuator) Abandoned(context.Context, *exec.Record) (string, error) { return "", nil }
@@ -269,3 +166,15 @@ func (a *partitionActuator) Abandoned(context.Context, *exec.Record) (string, er
 // Cancel has nothing to undo: a move or split that has begun finishes
 // (stopping it halfway would be a second handover); the rest is skipped.
 func (a *partitionActuator) Cancel(context.Context, *plan.Plan) error { return nil }
+
+// validateStep checks one step of a partition plan against the state it
+// is submitted to, by the rules of its operation.
+func validateStep(snap *model.Snapshot, kind plan.Kind, s plan.Step) error {
+	switch s.Kind {
+	case plan.StepMovePartition:
+		return validateMoveStep(snap, kind, s)
+	case plan.StepSplitPartition:
+		return validateSplitStep(snap, s)
+	}
+	return &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("a %s plan cannot have %s steps", kind, s.Kind), Hint: "compute the plan with cdcctl"}
+}

@@ -18,19 +18,16 @@ package maintainer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/actor"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // Host runs the maintainers placed on one node.
@@ -311,168 +308,4 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		h.placeSettled(st, e)
 	}
 	return err
-}
-
-func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, table model.ProgressTable, sourceAlive bool, dest *plan.Destinations) error {
-	target, pos := r.Route.Target, table[r.Route.ID]
-	if !dest.IsCandidate(target) {
-		next, ok := dest.Next()
-		if !ok {
-			return nil
-		}
-		h.log.Info("maintainer: move target can no longer take the partition; re-planned", "partition", r.Route.ID, "was", target, "now", next)
-		return h.store.StartMove(ctx, mf, r, next)
-	}
-	final := pos.Final && pos.Handover && pos.Epoch == r.Route.Epoch
-	if !final && sourceAlive {
-		if busy := time.Since(r.Route.BusySince); h.MoveTimeout > 0 && !r.Route.BusySince.IsZero() && busy > h.MoveTimeout {
-			// Seed 003, failure before MigrateOut: the source never gave
-			// the partition up. It stays there (and resumes exactly where
-			// it stopped, if it did: it knows its own final position).
-			why := fmt.Sprintf("reverted: %s gave no final position within %s", r.Route.Node, h.MoveTimeout)
-			h.log.Warn("maintainer: move or split reverted", "partition", r.Route.ID, "source", r.Route.Node, "target", target, "busy", busy.Round(time.Millisecond))
-			return h.store.ReturnPartition(ctx, mf, r, r.Route.Node, 0, why, time.Now().UTC())
-		}
-		return nil // the source is still draining it
-	}
-	if !final {
-		h.log.Info("maintainer: source of a move died; the target resumes from the last checkpoint", "partition", r.Route.ID, "from", r.Route.Node, "to", target)
-	}
-	start := model.Ts(0)
-	if final {
-		start = pos.Checkpoint
-	}
-	if r.Route.SplitKey != "" {
-		return h.split(ctx, e, mf, r, target, start, table)
-	}
-	if h.FailPlace != nil {
-		if err := h.FailPlace(r.Route); err != nil {
-			return err
-		}
-	}
-	if err := h.store.PlacePartition(ctx, mf, r, target, start, pos.Copy); err != nil {
-		return err
-	}
-	h.log.Info("maintainer: partition moved", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", target, "epoch", r.Route.Epoch+1, "graceful", final)
-	return nil
-}
-
-// split cuts a partition whose node stopped it (or died): both halves
-// start where the whole stopped, on the split's target.
-func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, node model.NodeID, start model.Ts, table model.ProgressTable) error {
-	now := time.Now().UTC()
-	upper, err := h.store.SplitPartition(ctx, mf, r, node, start, table, now, func(upperID string) error {
-		return h.splitState(ctx, r.Route, upperID, start)
-	})
-	if err != nil {
-		return err
-	}
-	h.log.Info("maintainer: partition split", "changefeed", e.Info.ID, "partition", r.Route.ID, "key", r.Route.SplitKey, "upper", upper,
-		"node", node, "graceful", start != 0, "paused", now.Sub(r.Route.BusySince).Round(time.Millisecond))
-	return errSplit
-}
-
-// splitState is seed 003's Actor.Split on the state the partition's node
-// saved when it stopped: the lower half's state under the partition's id
-// (next epoch), the upper half's under its new id. Without a graceful
-// stop (start 0: the node died) there is no exact state to cut; both
-// halves resume from the persisted position.
-func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID string, start model.Ts) error {
-	if h.Checkpoints == nil || start == 0 {
-		return nil
-	}
-	a, err := checkpoint.LoadActor(ctx, h.Checkpoints, r.Changefeed, r.ID)
-	if err != nil {
-		return err
-	}
-	// The saved position may be below start (the node restarted and
-	// handed over at its persisted position, while the maintainer had
-	// heard a later one): start is durable, and both halves begin there.
-	if a.Position() > start {
-		return fmt.Errorf("the saved state of %s is at %s, past the hand-over at %s", r.ID, a.Position(), start)
-	}
-	lowerSpan := r.Span
-	lowerSpan.End = r.SplitKey
-	var upper, lower []byte
-	switch a.Span() {
-	case r.Span:
-		a = actor.NewReplication(r.Span, start)
-		if upper, err = a.Split(r.SplitKey); err != nil {
-			return err
-		}
-		if lower, err = a.Snapshot(); err != nil {
-			return err
-		}
-	case lowerSpan:
-		// Cut already by an attempt whose routing transaction failed:
-		// the upper half's state is made again, at the same position.
-		if lower, err = actor.NewReplication(lowerSpan, start).Snapshot(); err != nil {
-			return err
-		}
-		upperSpan := r.Span
-		upperSpan.Start = r.SplitKey
-		if upper, err = actor.NewReplication(upperSpan, start).Snapshot(); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("the saved state of %s is for %s, not %s", r.ID, a.Span(), r.Span)
-	}
-	if err := h.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
-		return err
-	}
-	return h.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch+1, lower)
-}
-
-// rebalance starts graceful moves: first off nodes that may not keep work
-// (Draining), then from the most- to the least-loaded node while they
-// differ by more than one.
-func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, routes []meta.RouteRecord, dest *plan.Destinations, inFlight int) (moved bool, err error) {
-	if inFlight >= MaxMovesInFlight {
-		return false, nil
-	}
-	var movable []meta.RouteRecord
-	perNode := map[model.NodeID][]meta.RouteRecord{}
-	for _, r := range routes {
-		if r.Route.Status != model.PartitionActive || r.Route.Node == "" {
-			continue
-		}
-		if _, alive := st.Nodes[r.Route.Node]; !alive {
-			continue
-		}
-		if st.LivenessOf(r.Route.Node) == model.LivenessDraining {
-			movable = append(movable, r)
-		} else if dest.IsCandidate(r.Route.Node) && !r.Route.Pinned {
-			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)
-		}
-	}
-	for len(movable) > 0 && inFlight < MaxMovesInFlight {
-		target, ok := dest.Next()
-		if !ok {
-			return moved, nil
-		}
-		if err := h.store.StartMove(ctx, mf, movable[0], target); err != nil {
-			return moved, err
-		}
-		moved = true
-		h.log.Info("maintainer: moving a partition off a Draining node", "partition", movable[0].Route.ID, "from", movable[0].Route.Node, "to", target)
-		movable, inFlight = movable[1:], inFlight+1
-	}
-	for inFlight < MaxMovesInFlight {
-		from, fromLoad, to, toLoad := dest.Extremes()
-		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
-			return moved, nil
-		}
-		r := perNode[from][len(perNode[from])-1]
-		perNode[from] = perNode[from][:len(perNode[from])-1]
-		h.log.Debug("maintainer: balance: the most-loaded capture gives a partition to the least-loaded", "changefeed", e.Info.ID,
-			"from", from, "from_load", fromLoad, "to", to, "to_load", toLoad, "loads", dest.String(), "moves_in_flight", inFlight)
-		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
-			return moved, err
-		}
-		moved = true
-		dest.Move(from, to)
-		inFlight++
-		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
-	}
-	return moved, nil
 }

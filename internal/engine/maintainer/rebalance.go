@@ -1,0 +1,66 @@
+package maintainer
+
+import (
+	"context"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// The balance scheduler (DESIGN §6); the moves it starts are carried
+// through by move.go.
+
+// rebalance starts graceful moves: first off nodes that may not keep work
+// (Draining), then from the most- to the least-loaded node while they
+// differ by more than one.
+func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, routes []meta.RouteRecord, dest *plan.Destinations, inFlight int) (moved bool, err error) {
+	if inFlight >= MaxMovesInFlight {
+		return false, nil
+	}
+	var movable []meta.RouteRecord
+	perNode := map[model.NodeID][]meta.RouteRecord{}
+	for _, r := range routes {
+		if r.Route.Status != model.PartitionActive || r.Route.Node == "" {
+			continue
+		}
+		if _, alive := st.Nodes[r.Route.Node]; !alive {
+			continue
+		}
+		if st.LivenessOf(r.Route.Node) == model.LivenessDraining {
+			movable = append(movable, r)
+		} else if dest.IsCandidate(r.Route.Node) && !r.Route.Pinned {
+			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)
+		}
+	}
+	for len(movable) > 0 && inFlight < MaxMovesInFlight {
+		target, ok := dest.Next()
+		if !ok {
+			return moved, nil
+		}
+		if err := h.store.StartMove(ctx, mf, movable[0], target); err != nil {
+			return moved, err
+		}
+		moved = true
+		h.log.Info("maintainer: moving a partition off a Draining node", "partition", movable[0].Route.ID, "from", movable[0].Route.Node, "to", target)
+		movable, inFlight = movable[1:], inFlight+1
+	}
+	for inFlight < MaxMovesInFlight {
+		from, fromLoad, to, toLoad := dest.Extremes()
+		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
+			return moved, nil
+		}
+		r := perNode[from][len(perNode[from])-1]
+		perNode[from] = perNode[from][:len(perNode[from])-1]
+		h.log.Debug("maintainer: balance: the most-loaded capture gives a partition to the least-loaded", "changefeed", e.Info.ID,
+			"from", from, "from_load", fromLoad, "to", to, "to_load", toLoad, "loads", dest.String(), "moves_in_flight", inFlight)
+		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
+			return moved, err
+		}
+		moved = true
+		dest.Move(from, to)
+		inFlight++
+		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
+	}
+	return moved, nil
+}

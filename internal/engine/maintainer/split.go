@@ -1,0 +1,82 @@
+package maintainer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/actor"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A partition's split at a key (seed 003's Actor.Split): the
+// coordinator's step (coordinator/split.go) marks its entry Draining with
+// the key; once its node has stopped it, the halves are written here.
+
+// split cuts a partition whose node stopped it (or died): both halves
+// start where the whole stopped, on the split's target.
+func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.MaintainerFence, r meta.RouteRecord, node model.NodeID, start model.Ts, table model.ProgressTable) error {
+	now := time.Now().UTC()
+	upper, err := h.store.SplitPartition(ctx, mf, r, node, start, table, now, func(upperID string) error {
+		return h.splitState(ctx, r.Route, upperID, start)
+	})
+	if err != nil {
+		return err
+	}
+	h.log.Info("maintainer: partition split", "changefeed", e.Info.ID, "partition", r.Route.ID, "key", r.Route.SplitKey, "upper", upper,
+		"node", node, "graceful", start != 0, "paused", now.Sub(r.Route.BusySince).Round(time.Millisecond))
+	return errSplit
+}
+
+// splitState is seed 003's Actor.Split on the state the partition's node
+// saved when it stopped: the lower half's state under the partition's id
+// (next epoch), the upper half's under its new id. Without a graceful
+// stop (start 0: the node died) there is no exact state to cut; both
+// halves resume from the persisted position.
+func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID string, start model.Ts) error {
+	if h.Checkpoints == nil || start == 0 {
+		return nil
+	}
+	a, err := checkpoint.LoadActor(ctx, h.Checkpoints, r.Changefeed, r.ID)
+	if err != nil {
+		return err
+	}
+	// The saved position may be below start (the node restarted and
+	// handed over at its persisted position, while the maintainer had
+	// heard a later one): start is durable, and both halves begin there.
+	if a.Position() > start {
+		return fmt.Errorf("the saved state of %s is at %s, past the hand-over at %s", r.ID, a.Position(), start)
+	}
+	lowerSpan := r.Span
+	lowerSpan.End = r.SplitKey
+	var upper, lower []byte
+	switch a.Span() {
+	case r.Span:
+		a = actor.NewReplication(r.Span, start)
+		if upper, err = a.Split(r.SplitKey); err != nil {
+			return err
+		}
+		if lower, err = a.Snapshot(); err != nil {
+			return err
+		}
+	case lowerSpan:
+		// Cut already by an attempt whose routing transaction failed:
+		// the upper half's state is made again, at the same position.
+		if lower, err = actor.NewReplication(lowerSpan, start).Snapshot(); err != nil {
+			return err
+		}
+		upperSpan := r.Span
+		upperSpan.Start = r.SplitKey
+		if upper, err = actor.NewReplication(upperSpan, start).Snapshot(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("the saved state of %s is for %s, not %s", r.ID, a.Span(), r.Span)
+	}
+	if err := h.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
+		return err
+	}
+	return h.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch+1, lower)
+}
