@@ -34,8 +34,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// programs builds cdcctl and cdc-agent once per test binary, the way an
-// operator builds them (go build ./cmd/..., without -race), into a
+// programs builds cdcctl and cdc-agent once per test binary, the way
+// they are released (static, -trimpath, without -race), into a
 // directory that every runbook puts first on its PATH: the runbooks test
 // the programs as shipped, as separate processes. The engine's races are
 // the in-process tests' to find (they run under -race); a race-built
@@ -47,12 +47,18 @@ var programs = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	args := []string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}
+	env := os.Environ()
 	if os.Getenv("CDCCTL_RUNBOOK_RACE") == "1" {
 		args = append(args, "-race")
+	} else {
+		// Static, as released (internal/release builds the same way,
+		// and CI's vet compiles with these flags): the three share one
+		// compilation of the tree.
+		env = append(env, "CGO_ENABLED=0")
 	}
 	cmd := exec.Command(goTool(), append(args, "./cmd/cdcctl", "./cmd/cdc-agent")...)
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir, cmd.Env = filepath.Join("..", ".."), env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
