@@ -63,7 +63,34 @@ type UpdateResult struct {
 // The upstream (the publication) changes first; if the change cannot be
 // written to etcd afterwards it is undone, so the publication never
 // sends tables the changefeed does not know.
+//
+// A paused changefeed's status still moves for a moment after the pause
+// (its dispatchers stop and report where they stopped): an update whose
+// write meets such a change is computed again from the new state, a few
+// times, instead of answering the operator with a conflict. Each try
+// undoes its upstream change before the next; a DROP or rename it wrote
+// to the sink is written again, which says the same.
 func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	for attempt := 1; ; attempt++ {
+		changed := c.view.Changed()
+		res, err := c.updateOnce(ctx, term, req)
+		if !errors.Is(err, meta.ErrStale) || attempt == updateAttempts {
+			return res, err
+		}
+		c.log.Info("coordinator: the changefeed changed while it was being updated; updating again from its new state", "changefeed", req.ID, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return UpdateResult{}, err
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// updateAttempts bounds UpdateChangefeed's tries.
+const updateAttempts = 5
+
+func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return UpdateResult{}, err
