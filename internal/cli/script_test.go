@@ -25,14 +25,18 @@ import (
 	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
-// TestMain removes the programs the runbooks built.
+// TestMain removes the programs the runbooks built, if any ran.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dir, err := programs(); err == nil {
-		os.RemoveAll(dir)
+	if programsDir != "" {
+		os.RemoveAll(programsDir)
 	}
 	os.Exit(code)
 }
+
+// programsDir is where programs built them ("" until then), so that a
+// run without runbooks does not build them only to remove them.
+var programsDir string
 
 // programs builds cdcctl and cdc-agent once per test binary, the way
 // they are released (static, -trimpath, without -race), into a
@@ -63,6 +67,7 @@ var programs = sync.OnceValues(func() (string, error) {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
 	}
+	programsDir = dir
 	return dir, nil
 })
 

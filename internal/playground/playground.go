@@ -71,8 +71,7 @@ type AgentCommand struct {
 }
 
 // FindAgent is this executable, under the name cdc-agent: the playground
-// runs in cdc-agent (a test binary that doubles as cdc-agent when started
-// under that name, too).
+// runs in cdc-agent.
 func FindAgent() (AgentCommand, error) {
 	self, err := os.Executable()
 	if err != nil {
