@@ -119,15 +119,15 @@ func (b backend) load(ctx context.Context) (*meta.State, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if st := inc.view.State(); st.Revision >= rev {
+	if st := inc.View.State(); st.Revision >= rev {
 		return st, nil
 	}
 	_ = store.RequestProgress(ctx)
 	wctx, cancel := context.WithTimeout(ctx, viewCatchUp)
-	err = inc.view.WaitRevision(wctx, rev)
+	err = inc.View.WaitRevision(wctx, rev)
 	cancel()
 	if err == nil {
-		return inc.view.State(), nil
+		return inc.View.State(), nil
 	}
 	b.n.metrics.fullReads.Inc()
 	st, err := store.Load(ctx)
@@ -220,10 +220,10 @@ func (b backend) Coordinator() (self bool, addr string, ok bool) {
 	if inc == nil {
 		return false, "", false
 	}
-	if _, leading := inc.runner.Current(); leading {
+	if _, leading := inc.Runner.Current(); leading {
 		return true, b.n.addr, true
 	}
-	st := inc.view.State()
+	st := inc.View.State()
 	l, found := st.Leader()
 	if !found {
 		return false, "", false
@@ -253,7 +253,7 @@ func (b backend) ResignCoordinator(ctx context.Context, req api.ResignRequest) (
 	if inc == nil {
 		return nil, errNotJoined
 	}
-	term, leading := inc.runner.Current()
+	term, leading := inc.Runner.Current()
 	if !leading {
 		return nil, api.Errorf(api.CodeUnavailable, "try again; the request will be forwarded to the new coordinator", "%s stopped being the coordinator while the request was in flight", b.n.cfg.NodeID)
 	}
@@ -273,13 +273,13 @@ func (b backend) ResignCoordinator(ctx context.Context, req api.ResignRequest) (
 		return nil, api.Errorf(api.CodeConflict, "start another capture (or wait for a Draining one to finish) and try again",
 			"no other capture can become the coordinator: every other capture is missing, Draining or Stopping")
 	}
-	if err := inc.runner.Resign(ctx); err != nil {
+	if err := inc.Runner.Resign(ctx); err != nil {
 		return nil, api.Errorf(api.CodeUnavailable, "try again", "resign failed: %v", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var next meta.Leader
-	err = inc.view.WaitFor(wctx, func(st *meta.State) bool {
+	err = inc.View.WaitFor(wctx, func(st *meta.State) bool {
 		l, ok := st.Leader()
 		if ok && l.Fence.Epoch() > term.Epoch() {
 			next = l

@@ -171,11 +171,11 @@ func (b backend) leading() (*coordinator.Coordinator, election.Term, error) {
 	if inc == nil {
 		return nil, election.Term{}, errNotJoined
 	}
-	term, ok := inc.runner.Current()
+	term, ok := inc.Runner.Current()
 	if !ok {
 		return nil, election.Term{}, api.Errorf(api.CodeNotCoordinator, "try again", "%s is no longer the coordinator", b.n.cfg.NodeID)
 	}
-	return inc.coord, term, nil
+	return inc.Coordinator, term, nil
 }
 
 // engineError maps the engine's errors to the API's, in one place.

@@ -232,7 +232,7 @@ func (tc *testCluster) handoverCensus(target model.NodeID) string {
 			continue
 		}
 		if _, inc := rn.node.current(); inc != nil {
-			for _, n := range inc.manager.Running() {
+			for _, n := range inc.Manager.Running() {
 				running += n
 			}
 		}

@@ -23,13 +23,10 @@ func (n *Node) checkElection(ctx context.Context) error {
 	return probe.Prepare(ctx)
 }
 
-// elector is this incarnation's election backend: etcd's election on the
-// member's session, or the MySQL lock, whose terms are raised in etcd on
-// the member's lease (so that they fence, and go with the member).
-func (n *Node) elector(store *meta.Store, member *cluster.Member) (election.Elector, error) {
-	if n.cfg.Election != "mysql" {
-		return election.NewEtcd(member.Session(), store.Keys(), n.ID()), nil
-	}
+// mysqlElector is an incarnation's election backend under --election
+// mysql: the MySQL lock, whose terms are raised in etcd on the member's
+// lease (so that they fence, and go with the member).
+func (n *Node) mysqlElector(store *meta.Store, member *cluster.Member) (election.Elector, error) {
 	lease := member.Session().Lease()
 	return election.NewMySQL(election.MySQLConfig{
 		DSN: n.cfg.ElectionDSN, ClusterID: n.cfg.ClusterID, Self: n.ID(), Incarnation: member.Info().Incarnation, TTL: n.cfg.ElectionTTL,

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/certs"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
 )
@@ -70,7 +71,7 @@ func TestAnAgentUsesAnEtcdWithTLSAndAuth(t *testing.T) {
 		return Config{NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{srv.Endpoint()}, ClusterID: "secure", DataDir: t.TempDir(), SessionTTL: sessionTTL,
 			EtcdCACert: client.CA, EtcdCert: client.Cert, EtcdKey: client.Key, EtcdUser: "root", EtcdPassword: password, LogLevel: "info", LogFormat: "text"}
 	}
-	log, _ := testLogger(t)
+	log, _ := enginetest.Logger(t)
 	n, err := New(cfg("capture-1", "Etcd-pa55"), log)
 	if err != nil {
 		t.Fatal(err)

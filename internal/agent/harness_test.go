@@ -19,6 +19,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/certs"
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -43,7 +44,7 @@ const testTTL = 2 * time.Second
 type testCluster struct {
 	t        *testing.T
 	log      *slog.Logger
-	tail     *logTail // what the agents logged (empty with CDCCTL_TEST_LOG)
+	tail     *enginetest.LogTail // what the agents logged (empty with CDCCTL_TEST_LOG)
 	endpoint string
 	cli      *clientv3.Client
 	store    *meta.Store
@@ -106,19 +107,10 @@ func TestMain(m *testing.M) {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	endpoint, cli := etcdtest.Start(t)
-	log, tail := testLogger(t)
+	log, tail := enginetest.Logger(t)
 	tc := &testCluster{t: t, log: log, tail: tail, endpoint: endpoint, cli: cli, store: meta.NewStore(cli, "test"), nodes: map[model.NodeID]*runningNode{}, hub: transport.NewHub(), ttl: sessionTTL}
 	t.Cleanup(tc.stopAll)
 	return tc
-}
-
-// verboseLogger logs everything to stderr when CDCCTL_TEST_LOG is set
-// (to debug a test); else it is nil.
-func verboseLogger() *slog.Logger {
-	if os.Getenv("CDCCTL_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return nil
 }
 
 // start runs one agent and waits until it listens.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
-	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -55,57 +54,6 @@ func (tc *testCluster) plan(c *api.Client, id string) *api.PlanResponse {
 	return p
 }
 
-// pausedDrain drains a follower holding at least min maintainers, batch
-// 1, and pauses the plan at once (so that it holds where it is).
-func (tc *testCluster) pausedDrain(c *api.Client, leader model.NodeID, min int) (model.NodeID, *api.DrainCaptureResponse) {
-	tc.t.Helper()
-	ctx := context.Background()
-	var target model.NodeID
-	tc.eventually(fmt.Sprintf("a follower holds at least %d maintainers", min), 20*time.Second, func() bool {
-		for id := range tc.nodes {
-			if id != leader && tc.maintainersOn(id) >= min {
-				target = id
-				return true
-			}
-		}
-		return false
-	})
-	// Submitted paused, so no maintainer move has begun when the test
-	// picks one (a pause requested after the submission came too late
-	// on a loaded machine).
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1, Paused: true})
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	if rec := tc.plan(c, res.PlanID); rec.State != exec.Paused || startedSteps(rec, plan.StepMoveMaintainer) != 0 {
-		tc.t.Fatalf("a drain submitted paused is %s with %d maintainer moves begun", rec.State, startedSteps(rec, plan.StepMoveMaintainer))
-	}
-	return target, res
-}
-
-// drainOfTwelve is the start of the drain scenarios: four captures (with
-// faults, if any), 12 changefeeds under load, and a drain, paused, of a
-// follower that holds at least 3 maintainers.
-type drainOfTwelve struct {
-	tc     *testCluster
-	leader meta.Leader
-	c      *api.Client
-	sinks  map[string]string
-	target model.NodeID
-	res    *api.DrainCaptureResponse
-}
-
-func startDrainOfTwelve(t *testing.T, faults map[model.NodeID]Faults) drainOfTwelve {
-	t.Helper()
-	d := drainOfTwelve{tc: newTestCluster(t)}
-	d.tc.faults = faults
-	d.leader = d.tc.startCaptures(4)
-	d.c = d.tc.client()
-	d.sinks = d.tc.createFeeds(d.c, 12)
-	d.target, d.res = d.tc.pausedDrain(d.c, d.leader.Node, 3)
-	return d
-}
-
 // planEnd waits for a plan to end and returns its record.
 func (tc *testCluster) planEnd(c *api.Client, id string, timeout time.Duration) *api.PlanResponse {
 	tc.t.Helper()
@@ -126,57 +74,6 @@ func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
 		}
 	}
 	return n
-}
-
-// Seed 000 recovery scenario 1, with pause and resume: a drain plan is
-// paused (no new step begins), resumed, and its coordinator is killed;
-// the new coordinator resumes the plan from etcd and finishes it, never
-// more than the batch at once; nothing is lost.
-func TestDrainPlanPausesResumesAndSurvivesCoordinatorCrash(t *testing.T) {
-	t.Parallel()
-	d := startDrainOfTwelve(t, nil)
-	tc, leader, c, sinks, target, res := d.tc, d.leader, d.c, d.sinks, d.target, d.res
-	ctx := context.Background()
-	began := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer)
-	time.Sleep(2 * time.Second)
-	if now := startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer); now != began {
-		t.Fatalf("a paused plan began %d more maintainer moves", now-began)
-	}
-	if _, err := c.RequestPlan(ctx, res.PlanID, exec.RequestResume); err != nil {
-		t.Fatal(err)
-	}
-	tc.eventually("the resumed plan moves a maintainer", 10*time.Second, func() bool {
-		return startedSteps(tc.plan(c, res.PlanID), plan.StepMoveMaintainer) > began
-	})
-
-	// Kill the coordinator mid-plan.
-	tc.crash(leader.Node)
-	c = tc.client()
-	next := tc.waitLeader()
-	if next.Node == leader.Node {
-		t.Fatalf("the crashed coordinator still leads")
-	}
-	rec := tc.planEnd(c, res.PlanID, 60*time.Second)
-	if rec.State != exec.Done || rec.MaxConcurrent(plan.StepMoveMaintainer) != 1 {
-		t.Fatalf("plan %s: %s (%s), at most %d maintainer moves at once", rec.ID, rec.State, rec.Message, rec.MaxConcurrent(plan.StepMoveMaintainer))
-	}
-	tc.eventually(string(target)+" is Stopping and empty", 30*time.Second, func() bool {
-		st, err := c.DrainStatus(ctx, string(target))
-		return err == nil && st.Liveness == "Stopping" && st.RemainingMaintainerCount == 0 && len(st.RemainingDispatcherCount) == 0
-	})
-	for name := range sinks {
-		tc.pause(c, name)
-	}
-	time.Sleep(2 * time.Second)
-	dups := uint64(0)
-	for name, sink := range sinks {
-		rep := tc.verifyPaused(c, name, sink, verifyStorage)
-		if !rep.OK || rep.Lost != 0 {
-			t.Fatalf("%s: %+v", name, rep)
-		}
-		dups += rep.Duplicates
-	}
-	t.Logf("plan %s finished by %s after %s crashed: %d steps; 0 lost, %d duplicates (the crashed coordinator also ran dispatchers)", rec.ID, next.Node, leader.Node, len(rec.Steps), dups)
 }
 
 // Cancelling a drain plan skips what is left and clears the drain

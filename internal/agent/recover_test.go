@@ -119,7 +119,7 @@ func (rig *recoverRig) recovered() (healthy, faulty int) {
 // epoch.
 func (rig *recoverRig) onceEach() (asked int) {
 	rig.tc.t.Helper()
-	for id, n := range rig.tc.tail.counted() {
+	for id, n := range rig.tc.tail.Counted() {
 		if n != 1 {
 			rig.tc.t.Errorf("logged %d times, want once: %s", n, id)
 		}

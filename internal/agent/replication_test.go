@@ -394,3 +394,25 @@ func metricValue(body, series string) float64 {
 	}
 	return -1
 }
+// verifyAll pauses every changefeed and proves each sink holds every
+// event in per-key order; exactlyOnce also demands no duplicates (a
+// crashed capture may legitimately have written some twice).
+func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactlyOnce bool) {
+	tc.t.Helper()
+	for name := range sinks {
+		tc.pause(c, name)
+	}
+	// Paused dispatchers stop gracefully and leave an exact checkpoint.
+	time.Sleep(2 * time.Second)
+	for name, sink := range sinks {
+		check := verifyStorage
+		if strings.HasPrefix(sink, "kafka://") {
+			check = verifyKafka
+		}
+		rep := tc.verifyPaused(c, name, sink, check)
+		if !rep.OK || rep.Lost != 0 || (exactlyOnce && rep.Duplicates != 0) {
+			tc.t.Fatalf("%s: %+v", name, rep)
+		}
+	}
+}
+

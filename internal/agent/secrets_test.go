@@ -29,7 +29,7 @@ func TestSinkCredentialsAreNeverShown(t *testing.T) {
 	}
 	t.Cleanup(kc.Close)
 	tc := newTestCluster(t)
-	tc.tail.forbid(secret)
+	tc.tail.Forbid(secret)
 	tc.startCaptures(1)
 	c := tc.client()
 	ctx := context.Background()
@@ -66,7 +66,7 @@ func TestSinkCredentialsAreNeverShown(t *testing.T) {
 		t.Fatalf("the sink is not shown with its password masked:\n%s", body)
 	}
 	time.Sleep(time.Second) // the changefeed starts: its logs too
-	if leaks := tc.tail.leaked(); len(leaks) > 0 {
+	if leaks := tc.tail.Leaked(); len(leaks) > 0 {
 		t.Fatalf("%d log lines show the secret, e.g.:\n%s", len(leaks), leaks[0])
 	}
 }
@@ -93,7 +93,7 @@ func TestRefusedCreatesShowNoSecretAndLeaveNothingOnDisk(t *testing.T) {
 	}
 	tc := newTestCluster(t)
 	tc.sinkRoot = root
-	tc.tail.forbid(secret)
+	tc.tail.Forbid(secret)
 	leader := tc.startCaptures(2)
 	addrs := map[string]string{"coordinator": tc.nodes[leader.Node].addr, "follower": tc.nodes[tc.followerOf(leader.Node)].addr}
 
@@ -146,7 +146,7 @@ func TestRefusedCreatesShowNoSecretAndLeaveNothingOnDisk(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, "anywhere")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a spool-dir outside the root was created: %v", err)
 	}
-	if leaks := tc.tail.leaked(); len(leaks) > 0 {
+	if leaks := tc.tail.Leaked(); len(leaks) > 0 {
 		t.Fatalf("%d log lines show the secret, e.g.:\n%s", len(leaks), leaks[0])
 	}
 }

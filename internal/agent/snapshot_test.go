@@ -68,7 +68,7 @@ func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
 			if inc == nil {
 				return false
 			}
-			sched, cand := inc.view.SchedulableNodes(), inc.view.CoordinatorCandidates()
+			sched, cand := inc.View.SchedulableNodes(), inc.View.CoordinatorCandidates()
 			if len(sched) != 2 || len(cand) != 2 {
 				return false
 			}

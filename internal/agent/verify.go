@@ -108,7 +108,7 @@ func (b backend) waitCheckpoint(ctx context.Context, cf model.ChangefeedID, ts m
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var at model.Ts
-	err := inc.view.WaitFor(ctx, func(st *meta.State) bool {
+	err := inc.View.WaitFor(ctx, func(st *meta.State) bool {
 		e, ok := st.Changefeeds[cf]
 		if ok {
 			at = e.Status.CheckpointTs

@@ -60,6 +60,15 @@ var allowed = map[string][]string{
 		"internal/engine/meta", "internal/engine/sink", "internal/engine/sink/registry", "internal/engine/source", "internal/engine/source/registry",
 		"internal/engine/transport", "internal/model"},
 
+	// One capture's engine, assembled (the agent's and enginetest's).
+	"internal/engine/capture": {"internal/engine/checkpoint", "internal/engine/cluster", "internal/engine/coordinator", "internal/engine/dispatcher",
+		"internal/engine/election", "internal/engine/eventlog", "internal/engine/maintainer", "internal/engine/meta", "internal/engine/sink",
+		"internal/engine/sink/registry", "internal/engine/transport", "internal/model"},
+
+	// The in-process cluster harness the engine's packages test on.
+	"internal/engine/enginetest": {"internal/embedetcd/etcdtest", "internal/engine/capture", "internal/engine/coordinator", "internal/engine/election",
+		"internal/engine/meta", "internal/engine/source/gen", "internal/engine/transport", "internal/exec", "internal/plan", "internal/model", "internal/verify"},
+
 	"internal/verify": {"internal/engine/bucket", "internal/engine/sink/codec", "internal/engine/sink/registry", "internal/engine/source", "internal/model"},
 	"internal/api":    {"internal/model", "internal/plan", "internal/exec", "internal/redact"},
 	"internal/tui":    {"internal/exec", "internal/plan", "internal/model"},

@@ -1,18 +1,19 @@
-package agent
+package enginetest
 
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 )
 
-// logTail keeps what a test's agents logged, so that a failing test (in
+// LogTail keeps what a test's captures logged, so that a failing test (in
 // CI above all, where nothing else survives) prints why: every warning,
 // and the last lines of everything else.
-type logTail struct {
+type LogTail struct {
 	mu    sync.Mutex
 	warns []string
 	lines []string // a ring of the last maxTail lines
@@ -27,18 +28,30 @@ type logTail struct {
 	leaks  []string
 }
 
-// forbid makes every later line that shows secret a leak.
-func (l *logTail) forbid(secret string) {
+// Forbid makes every later line that shows secret a leak.
+func (l *LogTail) Forbid(secret string) {
 	l.mu.Lock()
 	l.secret = secret
 	l.mu.Unlock()
 }
 
-// leaked are the lines that showed the forbidden secret.
-func (l *logTail) leaked() []string {
+// Leaked are the lines that showed the forbidden secret.
+func (l *LogTail) Leaked() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.leaks...)
+}
+
+// Warned reports whether a warning or error logged so far says text.
+func (l *LogTail) Warned(text string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.warns {
+		if strings.Contains(w, text) {
+			return true
+		}
+	}
+	return false
 }
 
 // countedEvents are log messages that seed 002 allows once per identity:
@@ -52,9 +65,9 @@ var countedEvents = []struct {
 	{`msg="dispatcher failed; asking its maintainer to recover it"`, regexp.MustCompile(` changefeed=(\S+) partition=(\S+) epoch=(\S+)`)},
 }
 
-// counted returns how often each identity of an event was logged, by
+// Counted returns how often each identity of an event was logged, by
 // "node event identity".
-func (l *logTail) counted() map[string]int {
+func (l *LogTail) Counted() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]int{}
@@ -71,7 +84,7 @@ const (
 	maxWarns = 200
 )
 
-func (l *logTail) Write(p []byte) (int, error) {
+func (l *LogTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
@@ -110,15 +123,15 @@ func (l *logTail) Write(p []byte) (int, error) {
 }
 
 // dump writes the tail to the test's log.
-func (l *logTail) dump(t testing.TB) {
+func (l *LogTail) dump(t testing.TB) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b bytes.Buffer
-	b.WriteString("the agents' warnings:\n")
+	b.WriteString("the captures' warnings:\n")
 	for _, w := range l.warns {
 		b.WriteString(w + "\n")
 	}
-	b.WriteString("the agents' last log lines:\n")
+	b.WriteString("the captures' last log lines:\n")
 	start := 0
 	if len(l.lines) == maxTail {
 		start = l.next
@@ -129,12 +142,12 @@ func (l *logTail) dump(t testing.TB) {
 	t.Logf("%s(%d lines logged in all; CDCCTL_TEST_LOG=1 prints them all)", b.String(), l.total)
 }
 
-// testLogger logs the agents of one test at info level into a tail that
-// is printed if the test fails, or everything to stderr with
-// CDCCTL_TEST_LOG set.
-func testLogger(t testing.TB) (*slog.Logger, *logTail) {
-	tail := &logTail{}
-	if l := verboseLogger(); l != nil {
+// Logger logs the captures of one test at info level into a tail that is
+// printed if the test fails, or everything to stderr with CDCCTL_TEST_LOG
+// set.
+func Logger(t testing.TB) (*slog.Logger, *LogTail) {
+	tail := &LogTail{}
+	if l := VerboseLogger(); l != nil {
 		return l, tail
 	}
 	t.Cleanup(func() {
@@ -143,4 +156,13 @@ func testLogger(t testing.TB) (*slog.Logger, *logTail) {
 		}
 	})
 	return slog.New(slog.NewTextHandler(tail, &slog.HandlerOptions{Level: slog.LevelInfo})), tail
+}
+
+// VerboseLogger logs everything to stderr when CDCCTL_TEST_LOG is set (to
+// debug a test); else it is nil.
+func VerboseLogger() *slog.Logger {
+	if os.Getenv("CDCCTL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
 }

@@ -1,0 +1,278 @@
+// Package enginetest is an in-process cluster any package's tests can
+// start: a real etcd (embedded, on loopback), captures assembled as the
+// agent assembles them (package capture) talking through the in-memory
+// transport, and the operations an operator runs (create a changefeed,
+// submit a plan, pause, verify) called on the elected coordinator
+// directly. It has no API server, no gRPC, no metrics: a test of the
+// engine's decisions pays only for the engine.
+//
+// The agent's own tests (internal/agent) prove what is about assembling
+// a node and serving its API; the engine's scenarios live beside the
+// code they prove (coordinator, maintainer, dispatcher), on this harness.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	"github.com/cdcctl/cdcctl/internal/engine/capture"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// SessionTTL is every capture's session TTL, the agent's default. A test
+// that proves a graceful operation wrote nothing twice must not lose a
+// session to a CPU stall: under -race on two busy cores a 2 s lease ran
+// out (CI saw a drain's target drop out mid-drain). A test that crashes a
+// capture does not wait for this TTL: Crash revokes the dead capture's
+// lease, as if it had just run out.
+const SessionTTL = 10 * time.Second
+
+// Options shape a cluster; the zero value is the usual one.
+type Options struct {
+	// TTL is the captures' session TTL (zero: SessionTTL).
+	TTL time.Duration
+	// MoveTimeout is the captures' --move-timeout (zero: the default).
+	MoveTimeout time.Duration
+	// Faults are fault-injection hooks, by capture.
+	Faults map[model.NodeID]capture.Faults
+}
+
+// Cluster is etcd and the captures of one test.
+type Cluster struct {
+	T testing.TB
+	// Log is what every capture logs to; Tail keeps it for a failure.
+	Log  *slog.Logger
+	Tail *LogTail
+	// Endpoint and Client reach the cluster's etcd; Store reads it as
+	// the engine does.
+	Endpoint string
+	Client   *clientv3.Client
+	Store    *meta.Store
+	Hub      *transport.Hub
+	Opts     Options
+	captures map[model.NodeID]*running
+}
+
+type running struct {
+	capture *capture.Capture
+	cli     *clientv3.Client
+	tr      transport.Transport
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// ClusterID is the cluster id every harness cluster uses in etcd.
+const ClusterID = "test"
+
+// New starts etcd; captures are started with Start or StartCaptures.
+// Everything stops when the test ends.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	endpoint, cli := etcdtest.Start(t)
+	log, tail := Logger(t)
+	if opts.TTL == 0 {
+		opts.TTL = SessionTTL
+	}
+	c := &Cluster{T: t, Log: log, Tail: tail, Endpoint: endpoint, Client: cli, Store: meta.NewStore(cli, ClusterID),
+		Hub: transport.NewHub(), Opts: opts, captures: map[model.NodeID]*running{}}
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+// Start runs one capture. Each has its own etcd client, as a process
+// does, so that a crash closes only its own.
+func (c *Cluster) Start(id string) {
+	c.T.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	nid := model.NodeID(id)
+	tr := c.Hub.Join(nid)
+	dir := c.T.TempDir()
+	cp := capture.New(capture.Config{
+		ID: nid, Address: "engine-test/" + id, Version: "test", SessionTTL: c.Opts.TTL, MoveTimeout: c.Opts.MoveTimeout,
+		// The tests' file sinks are their own temporary directories.
+		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid],
+	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{capture: cp, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- cp.Run(ctx) }()
+	c.captures[nid] = r
+}
+
+// StartCaptures starts capture-1..capture-n and waits for a coordinator.
+func (c *Cluster) StartCaptures(n int) meta.Leader {
+	c.T.Helper()
+	for i := 1; i <= n; i++ {
+		c.Start(fmt.Sprintf("capture-%d", i))
+	}
+	return c.WaitLeader()
+}
+
+// IDs are the running captures, sorted.
+func (c *Cluster) IDs() []model.NodeID {
+	var out []model.NodeID
+	for id := range c.captures {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Capture is a running capture (nil if it is not running).
+func (c *Cluster) Capture(id model.NodeID) *capture.Capture {
+	if r, ok := c.captures[id]; ok {
+		return r.capture
+	}
+	return nil
+}
+
+// Stop stops one capture gracefully and returns what Run returned.
+func (c *Cluster) Stop(id model.NodeID) error {
+	c.T.Helper()
+	r := c.captures[id]
+	delete(c.captures, id)
+	r.cancel()
+	defer r.tr.Close()
+	defer r.cli.Close()
+	select {
+	case err := <-r.done:
+		return err
+	// The capture's own bounds add up to about 25 s on a loaded machine:
+	// 10 s to give up the coordinator term, 10 s for the final positions'
+	// handover, and the sinks' last writes.
+	case <-time.After(60 * time.Second):
+		c.T.Fatalf("%s did not stop within 60s", id)
+		return nil
+	}
+}
+
+// Crash kills one capture as kill -9 would, as far as the cluster can
+// tell, and then expires its lease at once: what the cluster sees is the
+// TTL running out just after the death, without a test waiting for it.
+// (The runbooks kill real processes and wait for the real TTL.)
+func (c *Cluster) Crash(id model.NodeID) {
+	c.T.Helper()
+	c.Kill(id)
+	if e, ok := c.State().Nodes[id]; ok {
+		// Revoking takes its registration, and all it held under that
+		// lease, with it.
+		if _, err := c.Client.Revoke(context.Background(), clientv3.LeaseID(e.Info.Incarnation)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.T.Fatalf("expiring the lease of the crashed %s: %v", id, err)
+		}
+	}
+}
+
+// Kill kills one capture as kill -9 would and leaves its lease to run
+// out by itself: meanwhile the cluster still sees it registered (and
+// leading, if it led), but nothing answers for it.
+func (c *Cluster) Kill(id model.NodeID) {
+	c.T.Helper()
+	r := c.captures[id]
+	delete(c.captures, id)
+	r.capture.Crash()
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		c.T.Fatalf("%s did not go down within 30s", id)
+	}
+}
+
+func (c *Cluster) stopAll() {
+	for id := range c.captures {
+		_ = c.Stop(id)
+	}
+}
+
+// Eventually polls cond until it holds or the deadline passes.
+func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() bool) {
+	c.T.Helper()
+	c.EventuallyEvery(what, timeout, 20*time.Millisecond, cond)
+}
+
+// EventuallyEvery polls at a given pace: reading 20,000 partitions every
+// 20 ms would load the cluster it measures.
+func (c *Cluster) EventuallyEvery(what string, timeout, every time.Duration, cond func() bool) {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.T.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(every)
+	}
+}
+
+// State reads what etcd holds right now.
+func (c *Cluster) State() *meta.State {
+	c.T.Helper()
+	st, err := c.Store.Load(context.Background())
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return st
+}
+
+// Leader is the coordinator according to etcd.
+func (c *Cluster) Leader() (meta.Leader, bool) { return c.State().Leader() }
+
+// WaitLeader waits for a coordinator among the running captures, every
+// one of them ready.
+func (c *Cluster) WaitLeader() meta.Leader {
+	c.T.Helper()
+	var l meta.Leader
+	// Generous: on a starved machine (CI runs every package at once on
+	// two cores) registering in etcd has taken over 15 s.
+	c.Eventually("a coordinator and every capture ready", time.Minute, func() bool {
+		var ok bool
+		l, ok = c.Leader()
+		if !ok || c.captures[l.Node] == nil {
+			return false
+		}
+		for _, r := range c.captures {
+			if !r.capture.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+	return l
+}
+
+// FollowerOf is a running capture other than leader.
+func (c *Cluster) FollowerOf(leader model.NodeID) model.NodeID {
+	c.T.Helper()
+	for _, id := range c.IDs() {
+		if id != leader {
+			return id
+		}
+	}
+	c.T.Fatal("no follower")
+	return ""
+}
+
+// MaintainersOn counts the changefeeds whose maintainer is on a capture.
+func (c *Cluster) MaintainersOn(node model.NodeID) int {
+	n := 0
+	for _, e := range c.State().Changefeeds {
+		if e.Maintainer.Node == node {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,280 @@
+package enginetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// The operations below are what an operator asks through the API, called
+// on the elected coordinator the way the agent's API backend calls it.
+
+// opTimeout bounds one operation, as cdcctl's default request timeout
+// does: a write on a loaded machine can take more than 10 s.
+const opTimeout = 30 * time.Second
+
+// Coordinate runs op with the coordinator that leads now and its term,
+// and runs it again with the next one if the term ended under it (the
+// API client retries a request that reached a former coordinator).
+func (c *Cluster) Coordinate(op func(context.Context, *coordinator.Coordinator, election.Term) error) error {
+	c.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for {
+		coord, term := c.leading(ctx)
+		err := op(ctx, coord, term)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if now, ok := c.currentTerm(); ok && now == term {
+			return err // the term held: the refusal is the answer
+		}
+	}
+}
+
+// leading waits for a running capture that leads.
+func (c *Cluster) leading(ctx context.Context) (*coordinator.Coordinator, election.Term) {
+	c.T.Helper()
+	for {
+		for _, r := range c.captures {
+			if inc := r.capture.Current(); inc != nil {
+				if term, ok := inc.Runner.Current(); ok {
+					return inc.Coordinator, term
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			c.T.Fatalf("no capture leads: %v", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) currentTerm() (election.Term, bool) {
+	for _, r := range c.captures {
+		if inc := r.capture.Current(); inc != nil {
+			if term, ok := inc.Runner.Current(); ok {
+				return term, true
+			}
+		}
+	}
+	return election.Term{}, false
+}
+
+// CreateChangefeed creates a changefeed, failing the test if it is
+// refused.
+func (c *Cluster) CreateChangefeed(id, source, sink string, partitionsPerTable int) model.ChangefeedInfo {
+	c.T.Helper()
+	var info model.ChangefeedInfo
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		var err error
+		info, err = coord.CreateChangefeed(ctx, term, coordinator.CreateRequest{ID: id, Source: source, Sink: sink, PartitionsPerTable: partitionsPerTable})
+		return err
+	})
+	if err != nil {
+		c.T.Fatalf("create changefeed %s: %v", id, err)
+	}
+	return info
+}
+
+// Changefeed is a changefeed as etcd holds it now.
+func (c *Cluster) Changefeed(id model.ChangefeedID) *meta.ChangefeedEntry {
+	c.T.Helper()
+	e, ok := c.State().Changefeeds[id]
+	if !ok {
+		c.T.Fatalf("changefeed %s not found", id)
+	}
+	return e
+}
+
+// WaitCheckpoint waits until a changefeed's checkpoint passes ts and
+// returns it.
+func (c *Cluster) WaitCheckpoint(cf model.ChangefeedID, ts model.Ts) model.Ts {
+	c.T.Helper()
+	var cp model.Ts
+	// 60 s: for a machine running this package beside the others; the
+	// pace itself is measured by benchmarks, not here.
+	c.Eventually("checkpoint of "+string(cf)+" passes "+ts.String(), 60*time.Second, func() bool {
+		e, ok := c.State().Changefeeds[cf]
+		if ok {
+			cp = e.Status.CheckpointTs
+		}
+		return ok && cp > ts
+	})
+	return cp
+}
+
+// Warm waits until a changefeed's checkpoint is d past its start.
+func (c *Cluster) Warm(cf model.ChangefeedID, d time.Duration) model.Ts {
+	c.T.Helper()
+	return c.WaitCheckpoint(cf, c.Changefeed(cf).Info.StartTs+model.TsFromMillis(d.Milliseconds()))
+}
+
+// SetState pauses or resumes a changefeed.
+func (c *Cluster) SetState(cf model.ChangefeedID, state model.ChangefeedState) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		return coord.SetChangefeedState(ctx, term, cf, state, "test")
+	})
+	if err != nil {
+		c.T.Fatalf("set %s %s: %v", cf, state, err)
+	}
+}
+
+// Drain submits a drain of target, as 'cdcctl drain' does.
+func (c *Cluster) Drain(target model.NodeID, batch int, paused bool) (*exec.Record, error) {
+	c.T.Helper()
+	var rec *exec.Record
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		var err error
+		rec, _, err = coord.SubmitDrain(ctx, term, target, batch, nil, coordinator.Submission{By: "test", Paused: paused})
+		return err
+	})
+	return rec, err
+}
+
+// Submit submits an approved plan, as 'cdcctl plan apply' does.
+func (c *Cluster) Submit(p *plan.Plan, paused bool) (*exec.Record, error) {
+	c.T.Helper()
+	var rec *exec.Record
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		var err error
+		rec, err = coord.Submit(ctx, term, p, coordinator.Submission{By: "test", Paused: paused})
+		return err
+	})
+	return rec, err
+}
+
+// RequestPlan asks a running plan to pause, resume or cancel.
+func (c *Cluster) RequestPlan(id string, req exec.Request) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		return coord.RequestPlan(ctx, term, id, req)
+	})
+	if err != nil {
+		c.T.Fatalf("%s plan %s: %v", req, id, err)
+	}
+}
+
+// Plan is a plan's record as etcd holds it now.
+func (c *Cluster) Plan(id string) *exec.Record {
+	c.T.Helper()
+	raw, ok := c.State().Plans[id]
+	if !ok {
+		c.T.Fatalf("plan %s not found", id)
+	}
+	var rec exec.Record
+	if err := json.Unmarshal(raw.Value, &rec); err != nil {
+		c.T.Fatalf("plan %s does not decode: %v", id, err)
+	}
+	return &rec
+}
+
+// PlanEnd waits for a plan to end and returns its record.
+func (c *Cluster) PlanEnd(id string, timeout time.Duration) *exec.Record {
+	c.T.Helper()
+	var rec *exec.Record
+	c.Eventually("plan "+id+" ends", timeout, func() bool {
+		rec = c.Plan(id)
+		return rec.State.Terminal()
+	})
+	return rec
+}
+
+// StartedSteps counts the steps of a kind that have begun.
+func StartedSteps(rec *exec.Record, kind plan.StepKind) int {
+	n := 0
+	for _, s := range rec.Steps {
+		if s.Started != nil && rec.Step(s).Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Generator is the generator behind a gen:// source URI: what the
+// changefeed reads, to pick keys from or to verify against.
+func (c *Cluster) Generator(source string) *gen.Generator {
+	c.T.Helper()
+	cfg, err := gen.ParseURI(source)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	g, err := gen.New(cfg)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return g
+}
+
+// PauseAndVerify pauses a changefeed (every dispatcher stops gracefully,
+// the checkpoint is exact) and proves its sink holds every event of its
+// generator up to the checkpoint, in per-key order.
+func (c *Cluster) PauseAndVerify(cf model.ChangefeedID) verify.Report {
+	c.T.Helper()
+	c.SetState(cf, model.ChangefeedPaused)
+	// Paused dispatchers stop gracefully and leave an exact checkpoint.
+	time.Sleep(2 * time.Second)
+	return c.VerifyPaused(cf)
+}
+
+// VerifyPaused verifies a paused changefeed's sink up to its checkpoint.
+func (c *Cluster) VerifyPaused(cf model.ChangefeedID) verify.Report {
+	c.T.Helper()
+	e := c.Changefeed(cf)
+	ctx := context.Background()
+	check := verify.Storage
+	if strings.HasPrefix(e.Info.SinkURI, "kafka://") {
+		check = verify.Kafka
+	}
+	rep, err := check(ctx, c.Generator(e.Info.SourceURI), e.Info.SinkURI, e.Status.CheckpointTs)
+	if err != nil {
+		c.T.Fatalf("verify %s: %v", cf, err)
+	}
+	return rep
+}
+
+// VerifyAll pauses every changefeed and proves each sink holds every
+// event in per-key order; exactlyOnce also demands no duplicates (a
+// crashed capture may legitimately have written some twice).
+func (c *Cluster) VerifyAll(exactlyOnce bool) {
+	c.T.Helper()
+	ids := c.State().ChangefeedIDs()
+	for _, id := range ids {
+		c.SetState(id, model.ChangefeedPaused)
+	}
+	time.Sleep(2 * time.Second)
+	for _, id := range ids {
+		rep := c.VerifyPaused(id)
+		if !rep.OK || rep.Lost != 0 || (exactlyOnce && rep.Duplicates != 0) {
+			c.T.Fatalf("%s: %+v", id, rep)
+		}
+	}
+}
+
+// Feeds creates n changefeeds cf00.. of a light load (2 tables of 50
+// keys, 200 changes a second, 2 partitions a table), each into its own
+// file sink.
+func (c *Cluster) Feeds(n int) []model.ChangefeedID {
+	c.T.Helper()
+	dir := c.T.TempDir()
+	var out []model.ChangefeedID
+	for i := range n {
+		name := fmt.Sprintf("cf%02d", i)
+		c.CreateChangefeed(name, "gen://?tables=2&keys=50&rate=200", "file://"+dir+"/"+name+"?flush-interval=100ms", 2)
+		out = append(out, model.ChangefeedID(name))
+	}
+	return out
+}
