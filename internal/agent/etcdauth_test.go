@@ -11,9 +11,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/certs"
 	"github.com/cdcctl/cdcctl/internal/embedetcd"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 )
 
 // Issue 14: an agent reaches an etcd that serves clients over TLS only

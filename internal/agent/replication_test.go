@@ -394,6 +394,7 @@ func metricValue(body, series string) float64 {
 	}
 	return -1
 }
+
 // verifyAll pauses every changefeed and proves each sink holds every
 // event in per-key order; exactlyOnce also demands no duplicates (a
 // crashed capture may legitimately have written some twice).
@@ -415,4 +416,3 @@ func (tc *testCluster) verifyAll(c *api.Client, sinks map[string]string, exactly
 		}
 	}
 }
-
