@@ -15,6 +15,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/bucket/buckettest"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -346,7 +347,7 @@ func chaosStart(t *testing.T, tc *testCluster, c *api.Client, rng *rand.Rand, op
 			if !ok {
 				return nil, fmt.Errorf("no partition on %s", target)
 			}
-			key, ok := middleKey(g, r.Span)
+			key, ok := enginetest.MiddleKey(g, r.Span)
 			if !ok {
 				return nil, fmt.Errorf("%s has fewer than 2 keys", r.ID)
 			}

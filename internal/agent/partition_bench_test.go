@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -46,7 +47,7 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 				victim, width = r.Route, n
 			}
 		}
-		key, _ := middleKey(g, victim.Span)
+		key, _ := enginetest.MiddleKey(g, victim.Span)
 		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, victim.ID, key, plan.DefaultCosts) })
 		pauses = append(pauses, tc.lastBusy(victim.ID, "split"))
 		var upper model.RouteEntry

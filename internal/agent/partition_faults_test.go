@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -28,7 +29,7 @@ type faultCase struct {
 	tc         *testCluster
 	c          *api.Client
 	sink       string
-	cov        *coverageWatch
+	cov        *enginetest.Coverage
 	p          model.RouteEntry // the partition
 	maintainer model.NodeID     // demo's maintainer
 	to         model.NodeID     // where the move goes
@@ -43,7 +44,7 @@ func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.Node
 	tc.startCaptures(3)
 	fc := &faultCase{tc: tc, c: tc.client(), sink: "file://" + t.TempDir() + "?flush-interval=100ms"}
 	tc.runDemo(fc.c, demoSource, fc.sink, time.Second)
-	fc.cov = tc.watchCoverage("demo")
+	fc.cov = enginetest.WatchCoverage(t, tc.store, "demo")
 	st := tc.state()
 	fc.maintainer = st.Changefeeds["demo"].Maintainer.Node
 	for _, r := range st.SortedPartitions("demo") {
@@ -86,14 +87,14 @@ func (fc *faultCase) move() *api.PlanResponse {
 // finish checks the routing table and the sink.
 func (fc *faultCase) finish() {
 	fc.tc.t.Helper()
-	if err := fc.cov.err(); err != nil {
+	if err := fc.cov.Err(); err != nil {
 		fc.tc.t.Fatal(err)
 	}
 	rep := fc.tc.pauseAndVerify(fc.c, "demo", fc.sink, verifyStorage)
 	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
 		fc.tc.t.Fatalf("after the fault: %+v", rep)
 	}
-	fc.tc.t.Logf("%d events verified: 0 lost, 0 duplicates; coverage held in %d checks", rep.Expected, fc.cov.count())
+	fc.tc.t.Logf("%d events verified: 0 lost, 0 duplicates; coverage held in %d checks", rep.Expected, fc.cov.Count())
 }
 
 func (fc *faultCase) route() model.RouteEntry {

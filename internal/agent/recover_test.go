@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -347,7 +348,7 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 	tc.eventually("some dispatchers wait for recovery", 20*time.Second, func() bool {
 		return rig.metric("cdcctl_dispatcher_recover_pending") >= 1
 	})
-	key, ok := middleKey(g, hit[0].Span)
+	key, ok := enginetest.MiddleKey(g, hit[0].Span)
 	if !ok {
 		t.Fatalf("%s has fewer than 2 keys", hit[0].ID)
 	}

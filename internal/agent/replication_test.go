@@ -12,7 +12,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
-	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -166,64 +165,6 @@ func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI st
 		rep.Expected, rep.Keys, rep.Lost, rep.Duplicates, rep.OutOfOrder, rep.Misplaced)
 }
 
-// Graceful partition moves (seed 003's migration through the routing
-// table): a third capture joins and receives its share; then a capture is
-// marked Draining and every partition leaves it. Under load, with DDLs,
-// nothing is lost and nothing is written twice.
-func TestGracefulPartitionMovesAreExactlyOnce(t *testing.T) {
-	t.Parallel()
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(2)
-	c := tc.client()
-	ctx := context.Background()
-	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
-	_, cp := tc.runDemo(c, demoSource, sinkURI, 1000*time.Millisecond)
-
-	countOn := func(node string) (on, draining int) {
-		ps, err := c.Partitions(ctx, "demo", "")
-		if err != nil {
-			return -1, -1
-		}
-		for _, p := range ps.Partitions {
-			if p.Node == node {
-				on++
-			}
-			if p.Status == "Draining" {
-				draining++
-			}
-		}
-		return on, draining
-	}
-	tc.start("capture-3")
-	c = tc.client()
-	tc.eventually("the new capture gets its share, moves finished", 30*time.Second, func() bool {
-		on, draining := countOn("capture-3")
-		return on >= 10 && draining == 0
-	})
-	cp = tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1000))
-
-	victim := tc.followerOf(leader.Node)
-	if victim == "capture-3" {
-		victim = "capture-1"
-		if leader.Node == "capture-1" {
-			victim = "capture-2"
-		}
-	}
-	tc.setLiveness(victim, model.LivenessDraining)
-	tc.eventually("every partition and the maintainer leave the Draining capture", 30*time.Second, func() bool {
-		on, draining := countOn(string(victim))
-		cf, err := c.Changefeed(ctx, "demo")
-		return on == 0 && draining == 0 && err == nil && cf.Maintainer != string(victim) && cf.Maintainer != ""
-	})
-	tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1000))
-
-	rep := tc.pauseAndVerify(c, "demo", sinkURI, verifyStorage)
-	if !rep.OK || rep.Duplicates != 0 || rep.Expected < 5000 {
-		t.Fatalf("verify after graceful moves: %+v", rep)
-	}
-	t.Logf("verified %d events after balancing and draining: %d lost, %d duplicates, %d out of order", rep.Expected, rep.Lost, rep.Duplicates, rep.OutOfOrder)
-}
-
 // A capture crashes mid-stream: after its lease expires its partitions
 // and (if it had one) its maintainer are placed elsewhere and resume from
 // the last reported checkpoints. Nothing is lost; the rows written after
@@ -314,71 +255,6 @@ func verifyStorage(ctx context.Context, g *gen.Generator, sinkURI string, upTo m
 
 func verifyKafka(ctx context.Context, g *gen.Generator, sinkURI string, upTo model.Ts) (verify.Report, error) {
 	return verify.Kafka(ctx, g, sinkURI, upTo)
-}
-
-// Seed 000, recovery scenario 4: the capture being drained crashes while
-// its partitions are moving. Moves whose source died resume on their
-// target from the last checkpoint; partitions not yet moving are placed
-// again; the drain ends by itself (its plan ends saying why, and the
-// drain record is cleared); nothing is lost.
-func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
-	t.Parallel()
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(3)
-	c := tc.client()
-	ctx := context.Background()
-	sinkURI := "file://" + t.TempDir() + "?flush-interval=100ms"
-	_, cp := tc.runDemo(c, demoSource, sinkURI, 1500*time.Millisecond)
-	victim := tc.followerOf(leader.Node)
-	before, err := c.Partitions(ctx, "demo", string(victim))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Drain(ctx, string(victim), api.DrainRequest{Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Crash as soon as the first move starts: a partition of the victim
-	// is Draining, or (the moves are quick, and a poll may fall between
-	// them) it has fewer than it had.
-	tc.eventually("a move off the Draining capture starts", 10*time.Second, func() bool {
-		ps, err := c.Partitions(ctx, "demo", string(victim))
-		if err != nil {
-			return false
-		}
-		for _, p := range ps.Partitions {
-			if p.Status == "Draining" {
-				return true
-			}
-		}
-		return len(ps.Partitions) < len(before.Partitions)
-	})
-	tc.crash(victim)
-	c = tc.client()
-	tc.eventually("every partition is Active on a live capture", 30*time.Second, func() bool {
-		ps, err := c.Partitions(ctx, "demo", "")
-		if err != nil {
-			return false
-		}
-		for _, p := range ps.Partitions {
-			if p.Node == string(victim) || p.Status != "Active" {
-				return false
-			}
-		}
-		return true
-	})
-	rec := tc.planEnd(c, res.PlanID, 30*time.Second)
-	if rec.State != exec.Done && !strings.Contains(rec.Message, string(victim)+" is gone") {
-		t.Fatalf("the drain plan of the crashed %s: %s (%s); want it ended, saying why", victim, rec.State, rec.Message)
-	}
-	tc.eventually("the drain record is cleared", 30*time.Second, func() bool { return tc.state().Drain == nil })
-	tc.waitCheckpoint(c, "demo", cp+model.TsFromMillis(1500))
-	rep := tc.pauseAndVerify(c, "demo", sinkURI, verifyStorage)
-	if !rep.OK || rep.Lost != 0 {
-		t.Fatalf("verify after a crash mid-drain: %+v", rep)
-	}
-	t.Logf("drain plan: %s (%s)", rec.State, rec.Message)
-	t.Logf("verified %d events after a crash mid-drain: %d lost, %d duplicates (at-least-once)", rep.Expected, rep.Lost, rep.Duplicates)
 }
 
 // metricValue returns a series' value in a Prometheus text exposition, or

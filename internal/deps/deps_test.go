@@ -66,7 +66,7 @@ var allowed = map[string][]string{
 		"internal/engine/sink/registry", "internal/engine/transport", "internal/model"},
 
 	// The in-process cluster harness the engine's packages test on.
-	"internal/engine/enginetest": {"internal/embedetcd/etcdtest", "internal/engine/capture", "internal/engine/coordinator", "internal/engine/election",
+	"internal/engine/enginetest": {"internal/embedetcd/etcdtest", "internal/engine/capture", "internal/engine/checkpoint", "internal/engine/coordinator", "internal/engine/election",
 		"internal/engine/meta", "internal/engine/source/gen", "internal/engine/transport", "internal/exec", "internal/plan", "internal/model", "internal/verify"},
 
 	"internal/verify": {"internal/engine/bucket", "internal/engine/sink/codec", "internal/engine/sink/registry", "internal/engine/source", "internal/model"},

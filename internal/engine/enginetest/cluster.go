@@ -27,6 +27,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -48,6 +49,9 @@ type Options struct {
 	MoveTimeout time.Duration
 	// Faults are fault-injection hooks, by capture.
 	Faults map[model.NodeID]capture.Faults
+	// Checkpoints is where partition states go (nil: etcd), as
+	// --checkpoint-store.
+	Checkpoints checkpoint.Store
 }
 
 // Cluster is etcd and the captures of one test.
@@ -106,7 +110,7 @@ func (c *Cluster) Start(id string) {
 	cp := capture.New(capture.Config{
 		ID: nid, Address: "engine-test/" + id, Version: "test", SessionTTL: c.Opts.TTL, MoveTimeout: c.Opts.MoveTimeout,
 		// The tests' file sinks are their own temporary directories.
-		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid],
+		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid], Checkpoints: c.Opts.Checkpoints,
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}
@@ -275,4 +279,31 @@ func (c *Cluster) MaintainersOn(node model.NodeID) int {
 		}
 	}
 	return n
+}
+
+// SetLiveness writes a liveness change as the coordinator would: fenced
+// with the current term.
+func (c *Cluster) SetLiveness(id model.NodeID, to model.Liveness) {
+	c.T.Helper()
+	l, ok := c.Leader()
+	if !ok {
+		c.T.Fatal("no leader to write with")
+	}
+	if _, err := c.Store.SetLiveness(context.Background(), id, to, model.ReasonNormal, l.Fence); err != nil {
+		c.T.Fatalf("set %s %s: %v", id, to, err)
+	}
+}
+
+// PartitionsOn counts a changefeed's partitions on a capture, and those
+// Draining anywhere.
+func (c *Cluster) PartitionsOn(cf model.ChangefeedID, node model.NodeID) (on, draining int) {
+	for _, r := range c.State().Partitions[cf] {
+		if r.Route.Node == node {
+			on++
+		}
+		if r.Route.Status == model.PartitionDraining {
+			draining++
+		}
+	}
+	return on, draining
 }

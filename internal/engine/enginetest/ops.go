@@ -3,10 +3,12 @@ package enginetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
@@ -277,4 +279,52 @@ func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 		out = append(out, model.ChangefeedID(name))
 	}
 	return out
+}
+
+// ApplyPlan submits a plan computed from the current snapshot and waits
+// for it to finish. A partition the balance scheduler is moving is busy:
+// it waits and computes again, as seed 003's clients do; a plan that
+// went stale (the scheduler moved something it read) is computed again
+// too, as the refusal tells an operator to.
+func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *exec.Record {
+	c.T.Helper()
+	var sub *exec.Record
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		snap := c.State().Snapshot()
+		p, err := compute(&snap)
+		if err == nil {
+			sub, err = c.Submit(p, false)
+		}
+		if err == nil {
+			break
+		}
+		var stale *plan.StaleError
+		var busy *plan.BusyError
+		if !errors.As(err, &stale) && !errors.As(err, &busy) || time.Now().After(deadline) {
+			c.T.Fatalf("plan: %v", err)
+		}
+		c.T.Logf("plan refused, computing it again: %v", err)
+	}
+	rec := c.PlanEnd(sub.ID, 30*time.Second)
+	if rec.State != exec.Done {
+		c.T.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
+	}
+	return rec
+}
+
+// RemoveChangefeed removes a changefeed, and its partitions' states from
+// the checkpoint store if that is a bucket, as the agent does.
+func (c *Cluster) RemoveChangefeed(cf model.ChangefeedID) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		return coord.RemoveChangefeed(ctx, term, cf)
+	})
+	if err != nil {
+		c.T.Fatalf("remove %s: %v", cf, err)
+	}
+	if b, ok := c.Opts.Checkpoints.(*checkpoint.Blob); ok {
+		if err := b.Forget(context.Background(), cf); err != nil {
+			c.T.Fatalf("forget the states of %s: %v", cf, err)
+		}
+	}
 }

@@ -1,0 +1,6 @@
+//go:build !race
+
+package enginetest
+
+// Race: see race.go.
+const Race = false
