@@ -68,3 +68,11 @@ func (tc *testCluster) applyPlan(c *api.Client, compute func(*model.Snapshot) (*
 	}
 	return rec
 }
+
+// apiErr is a planner's refusal as the API would answer it.
+func apiErr(err error) error {
+	if e, ok := api.PlanError(err); ok {
+		return e
+	}
+	return err
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // deadAddr returns a loopback address nothing listens on.
@@ -205,5 +207,26 @@ func TestVerifyIsBoundedByItsContextNotTheRequestTimeout(t *testing.T) {
 	defer cancel()
 	if _, err := c.Verify(ctx, "demo", VerifyRequest{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("verify past its context's deadline: %v; want the deadline", err)
+	}
+}
+
+// Seed 003's ErrPartitionBusy through the API: a plan refused because a
+// partition it touches is moving is answered 409 partition_busy with
+// Retry-After: 1, saying what is in progress and for how long.
+func TestAPartitionBusyIsAConflictToRetry(t *testing.T) {
+	busy := &plan.BusyError{Partition: "p7", Doing: "moving capture-1 → capture-2", Since: time.Now().Add(-3 * time.Second)}
+	e, ok := PlanError(busy)
+	if !ok {
+		t.Fatalf("PlanError(%v) is not a plan error", busy)
+	}
+	rec := httptest.NewRecorder()
+	writeError(rec, e)
+	var got Error
+	if err := json.NewDecoder(rec.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusConflict || got.Code != CodePartitionBusy || rec.Header().Get("Retry-After") != "1" ||
+		!strings.Contains(got.Message, "partition p7 is busy: moving capture-1 → capture-2") || !strings.Contains(got.Message, "(for 3") {
+		t.Fatalf("%d %q %+v", rec.Code, rec.Header().Get("Retry-After"), got)
 	}
 }

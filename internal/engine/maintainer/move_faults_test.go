@@ -1,18 +1,14 @@
-package agent
+package maintainer_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -26,9 +22,7 @@ import (
 
 // faultCase is a running demo changefeed and the partition to move.
 type faultCase struct {
-	tc         *testCluster
-	c          *api.Client
-	sink       string
+	c          *enginetest.Cluster
 	cov        *enginetest.Coverage
 	p          model.RouteEntry // the partition
 	maintainer model.NodeID     // demo's maintainer
@@ -37,15 +31,14 @@ type faultCase struct {
 
 // newFaultCase starts 3 captures with the given faults and the demo
 // changefeed under load, and picks a partition that is not on demo's
-// maintainer's node and a target that is neither.
-func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.NodeID]Faults) *faultCase {
-	tc := newTestCluster(t)
-	tc.moveTimeout, tc.faults = moveTimeout, faults
-	tc.startCaptures(3)
-	fc := &faultCase{tc: tc, c: tc.client(), sink: "file://" + t.TempDir() + "?flush-interval=100ms"}
-	tc.runDemo(fc.c, demoSource, fc.sink, time.Second)
-	fc.cov = enginetest.WatchCoverage(t, tc.store, "demo")
-	st := tc.state()
+// maintainer's capture and a target that is neither.
+func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.NodeID]capture.Faults) *faultCase {
+	c := enginetest.New(t, enginetest.Options{MoveTimeout: moveTimeout, Faults: faults})
+	c.StartCaptures(3)
+	c.CreateChangefeed("demo", demoSource, "file://"+t.TempDir()+"?flush-interval=100ms", 4)
+	c.Warm("demo", time.Second)
+	fc := &faultCase{c: c, cov: enginetest.WatchCoverage(t, c.Store, "demo")}
+	st := c.State()
 	fc.maintainer = st.Changefeeds["demo"].Maintainer.Node
 	for _, r := range st.SortedPartitions("demo") {
 		if r.Route.Node != fc.maintainer && r.Route.Status == model.PartitionActive {
@@ -53,7 +46,7 @@ func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.Node
 			break
 		}
 	}
-	for id := range tc.nodes {
+	for _, id := range c.IDs() {
 		if id != fc.maintainer && id != fc.p.Node {
 			fc.to = id
 		}
@@ -64,41 +57,42 @@ func newFaultCase(t *testing.T, moveTimeout time.Duration, faults map[model.Node
 	return fc
 }
 
-// move submits the move and waits for the plan's end.
-func (fc *faultCase) move() *api.PlanResponse {
-	fc.tc.t.Helper()
-	ctx := context.Background()
-	snap, err := fc.c.Snapshot(ctx)
+// submitMove submits the move.
+func (fc *faultCase) submitMove() *exec.Record {
+	fc.c.T.Helper()
+	snap := fc.c.State().Snapshot()
+	p, err := plan.Move(&snap, fc.p.ID, fc.to, plan.DefaultCosts)
 	if err != nil {
-		fc.tc.t.Fatal(err)
+		fc.c.T.Fatal(err)
 	}
-	p, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.to, plan.DefaultCosts)
+	rec, err := fc.c.Submit(p, false)
 	if err != nil {
-		fc.tc.t.Fatal(err)
+		fc.c.T.Fatal(err)
 	}
-	sub, err := fc.c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p})
-	if err != nil {
-		fc.tc.t.Fatal(err)
-	}
-	rec := fc.tc.planEnd(fc.c, sub.ID, 30*time.Second)
 	return rec
+}
+
+// move submits the move and waits for the plan's end.
+func (fc *faultCase) move() *exec.Record {
+	fc.c.T.Helper()
+	return fc.c.PlanEnd(fc.submitMove().ID, 30*time.Second)
 }
 
 // finish checks the routing table and the sink.
 func (fc *faultCase) finish() {
-	fc.tc.t.Helper()
+	fc.c.T.Helper()
 	if err := fc.cov.Err(); err != nil {
-		fc.tc.t.Fatal(err)
+		fc.c.T.Fatal(err)
 	}
-	rep := fc.tc.pauseAndVerify(fc.c, "demo", fc.sink, verifyStorage)
+	rep := fc.c.PauseAndVerify("demo")
 	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
-		fc.tc.t.Fatalf("after the fault: %+v", rep)
+		fc.c.T.Fatalf("after the fault: %+v", rep)
 	}
-	fc.tc.t.Logf("%d events verified: 0 lost, 0 duplicates; coverage held in %d checks", rep.Expected, fc.cov.Count())
+	fc.c.T.Logf("%d events verified: 0 lost, 0 duplicates; coverage held in %d checks", rep.Expected, fc.cov.Count())
 }
 
 func (fc *faultCase) route() model.RouteEntry {
-	return fc.tc.state().Partitions["demo"][fc.p.ID].Route
+	return fc.c.State().Partitions["demo"][fc.p.ID].Route
 }
 
 // Row 1, failure before ExecuteMigrateOut: the source never reports that
@@ -108,9 +102,9 @@ func (fc *faultCase) route() model.RouteEntry {
 func TestMoveRevertedWhenTheSourceNeverHandsOver(t *testing.T) {
 	t.Parallel()
 	fc := newFaultCase(t, 2*time.Second, nil)
-	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
+	fc.c.Hub.Cut(fc.p.Node, fc.maintainer)
 	rec := fc.move()
-	fc.tc.hub.Heal(fc.p.Node, fc.maintainer)
+	fc.c.Hub.Heal(fc.p.Node, fc.maintainer)
 	if rec.State != exec.Failed || !strings.Contains(rec.Message, "returned to "+string(fc.p.Node)) || !strings.Contains(rec.Message, "gave no final position within 2s") {
 		t.Fatalf("plan %s: %s (%s), want failed: returned to %s", rec.ID, rec.State, rec.Message, fc.p.Node)
 	}
@@ -125,13 +119,13 @@ func TestMoveRevertedWhenTheSourceNeverHandsOver(t *testing.T) {
 // exactly where the source handed it over (the target wrote nothing).
 func TestMoveGivenBackWhenTheTargetCannotStartIt(t *testing.T) {
 	t.Parallel()
-	// victim is "partition@node": only the move's target fails it (the
+	// victim is "partition@capture": only the move's target fails it (the
 	// source's restart must succeed).
 	var victim atomic.Value
 	victim.Store("")
-	faults := map[model.NodeID]Faults{}
+	faults := map[model.NodeID]capture.Faults{}
 	for _, id := range []model.NodeID{"capture-1", "capture-2", "capture-3"} {
-		faults[id] = Faults{FailStart: func(r model.RouteEntry) error {
+		faults[id] = capture.Faults{FailStart: func(r model.RouteEntry) error {
 			if r.ID+"@"+string(id) == victim.Load().(string) {
 				return errors.New("injected: cannot open the partition")
 			}
@@ -157,13 +151,13 @@ func TestMovePlacementWriteIsRetried(t *testing.T) {
 	var failures atomic.Int32
 	var victim atomic.Value
 	victim.Store("")
-	fail := Faults{FailPlace: func(r model.RouteEntry) error {
+	fail := capture.Faults{FailPlace: func(r model.RouteEntry) error {
 		if r.ID == victim.Load().(string) && failures.Add(1) <= 3 {
 			return errors.New("injected: etcd write failed")
 		}
 		return nil
 	}}
-	fc := newFaultCase(t, 0, map[model.NodeID]Faults{"capture-1": fail, "capture-2": fail, "capture-3": fail})
+	fc := newFaultCase(t, 0, map[model.NodeID]capture.Faults{"capture-1": fail, "capture-2": fail, "capture-3": fail})
 	victim.Store(fc.p.ID)
 	rec := fc.move()
 	if rec.State != exec.Done {
@@ -179,106 +173,75 @@ func TestMovePlacementWriteIsRetried(t *testing.T) {
 }
 
 // Seed 003's ErrPartitionBusy: while a partition is being moved, another
-// move or a split of it is refused with 409 partition_busy, Retry-After,
-// and a message saying what is in progress and for how long; nothing
+// move or a split of it is refused with a BusyError saying what is in
+// progress and for how long (the API answers it 409 partition_busy with
+// Retry-After: api's TestAPartitionBusyIsAConflictToRetry); nothing
 // changes. (The move is held up by cutting its source off the
 // maintainer.)
 func TestBusyPartitionIsRefused(t *testing.T) {
 	t.Parallel()
 	fc := newFaultCase(t, 0, nil)
-	ctx := context.Background()
-	fc.tc.hub.Cut(fc.p.Node, fc.maintainer)
-	snap, err := fc.c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.to, plan.DefaultCosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fc.c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: first})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc.tc.eventually(fc.p.ID+" is Draining", 10*time.Second, func() bool { return fc.route().Status == model.PartitionDraining })
+	fc.c.Hub.Cut(fc.p.Node, fc.maintainer)
+	sub := fc.submitMove()
+	fc.c.Eventually(fc.p.ID+" is Draining", 10*time.Second, func() bool { return fc.route().Status == model.PartitionDraining })
 
 	// Plans computed as if it were Active (their fingerprint is current):
 	// the cluster's own check refuses them.
-	snap, err = fc.c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range snap.Snapshot.Partitions {
-		if snap.Snapshot.Partitions[i].Route.ID == fc.p.ID {
-			snap.Snapshot.Partitions[i].Route.Status = model.PartitionActive
+	snap := fc.c.State().Snapshot()
+	for i := range snap.Partitions {
+		if snap.Partitions[i].Route.ID == fc.p.ID {
+			snap.Partitions[i].Route.Status = model.PartitionActive
 		}
 	}
-	split, err := plan.Split(&snap.Snapshot, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts)
+	split, err := plan.Split(&snap, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := plan.Move(&snap.Snapshot, fc.p.ID, fc.maintainer, plan.DefaultCosts)
+	back, err := plan.Move(&snap, fc.p.ID, fc.maintainer, plan.DefaultCosts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []*plan.Plan{split, back} {
-		body, _ := json.Marshal(api.SubmitPlanRequest{Plan: p})
-		resp, err := http.Post("http://"+fc.tc.nodes[fc.maintainer].addr+"/api/v2/plans", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e api.Error
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusConflict || e.Code != api.CodePartitionBusy || resp.Header.Get("Retry-After") != "1" ||
-			!strings.Contains(e.Message, "partition "+fc.p.ID+" is busy: moving "+string(fc.p.Node)+" → "+string(fc.to)) || !strings.Contains(e.Message, "(for ") {
-			t.Fatalf("%s plan while busy: %d %s %+v", p.Kind, resp.StatusCode, resp.Header.Get("Retry-After"), e)
+		_, err := fc.c.Submit(p, false)
+		var busy *plan.BusyError
+		if !errors.As(err, &busy) || busy.Since.IsZero() ||
+			!strings.Contains(err.Error(), "partition "+fc.p.ID+" is busy: moving "+string(fc.p.Node)+" → "+string(fc.to)) {
+			t.Fatalf("%s plan while busy: %v", p.Kind, err)
 		}
 	}
 	// The planner in cdcctl refuses it the same way, before asking.
-	real, _ := fc.c.Snapshot(ctx)
-	if _, err := plan.Split(&real.Snapshot, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts); !api.IsCode(apiErr(err), api.CodePartitionBusy) {
+	real := fc.c.State().Snapshot()
+	var busy *plan.BusyError
+	if _, err := plan.Split(&real, fc.p.ID, fc.p.Span.Start+"a", plan.DefaultCosts); !errors.As(err, &busy) {
 		t.Fatalf("local planning of a busy partition: %v", err)
 	}
-	fc.tc.hub.Heal(fc.p.Node, fc.maintainer)
-	rec := fc.tc.planEnd(fc.c, sub.ID, 30*time.Second)
+	fc.c.Hub.Heal(fc.p.Node, fc.maintainer)
+	rec := fc.c.PlanEnd(sub.ID, 30*time.Second)
 	if rec.State != exec.Done || fc.route().Node != fc.to {
 		t.Fatalf("the first move: %s (%s); %s is on %s", rec.State, rec.Message, fc.p.ID, fc.route().Node)
 	}
 	fc.finish()
 }
 
-func apiErr(err error) error {
-	if e, ok := api.PlanError(err); ok {
-		return e
-	}
-	return err
-}
-
 // A capture that cannot start any partition of a changefeed (as when it
 // cannot open the sink) is kept out of that changefeed's placements, with
 // a back-off, instead of being handed partitions and giving them back for
 // ever: its partitions go to the other captures, the placement epochs
-// stop climbing, `changefeed get` says why, and nothing is lost.
+// stop climbing, the changefeed's incidents say why, and nothing is lost.
 func TestACaptureThatCannotStartPartitionsIsExcluded(t *testing.T) {
 	t.Parallel()
 	const bad = model.NodeID("capture-3")
-	faults := map[model.NodeID]Faults{bad: {FailStart: func(r model.RouteEntry) error {
+	faults := map[model.NodeID]capture.Faults{bad: {FailStart: func(r model.RouteEntry) error {
 		if r.Changefeed == "demo" {
 			return errors.New("injected: cannot open the sink")
 		}
 		return nil
 	}}}
-	tc := newTestCluster(t)
-	tc.faults = faults
-	tc.startCaptures(3)
-	c := tc.client()
-	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "demo", Source: "gen://?tables=4&keys=100&rate=500", Sink: sink, PartitionsPerTable: 3}); err != nil {
-		t.Fatal(err)
-	}
+	c := enginetest.New(t, enginetest.Options{Faults: faults})
+	c.StartCaptures(3)
+	c.CreateChangefeed("demo", "gen://?tables=4&keys=100&rate=500", "file://"+t.TempDir()+"?flush-interval=100ms", 3)
 	epochs := func() (sum uint64, onBad int) {
-		for _, r := range tc.state().Partitions["demo"] {
+		for _, r := range c.State().Partitions["demo"] {
 			sum += r.Route.Epoch
 			if r.Route.Node == bad {
 				onBad++
@@ -287,7 +250,7 @@ func TestACaptureThatCannotStartPartitionsIsExcluded(t *testing.T) {
 		return sum, onBad
 	}
 	last, since := uint64(0), time.Now()
-	tc.eventually("demo's placements to settle off "+string(bad), 90*time.Second, func() bool {
+	c.Eventually("demo's placements to settle off "+string(bad), 90*time.Second, func() bool {
 		sum, n := epochs()
 		if sum != last || n != 0 {
 			last, since = sum, time.Now()
@@ -299,20 +262,17 @@ func TestACaptureThatCannotStartPartitionsIsExcluded(t *testing.T) {
 	if now, n := epochs(); now != settled || n != 0 {
 		t.Fatalf("placements went on changing: epochs %d → %d, %d partitions on %s", settled, now, n, bad)
 	}
-	got, err := c.Changefeed(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	incidents := c.Changefeed("demo").Status.Incidents
 	shown := false
-	for _, in := range got.Incidents {
+	for _, in := range incidents {
 		shown = shown || in.Kind == "excluded" && in.Node == bad && strings.Contains(in.Err, "cannot open the sink")
 	}
 	if !shown {
-		t.Fatalf("changefeed get does not say %s was excluded: %+v", bad, got.Incidents)
+		t.Fatalf("the changefeed's incidents do not say %s was excluded: %+v", bad, incidents)
 	}
-	rep := tc.pauseAndVerify(c, "demo", sink, verifyStorage)
+	rep := c.PauseAndVerify("demo")
 	if !rep.OK || rep.Lost != 0 {
 		t.Fatalf("after the exclusion: %+v", rep)
 	}
-	t.Logf("placement epochs settled at %d; incidents %+v; %d events verified", settled, got.Incidents, rep.Expected)
+	t.Logf("placement epochs settled at %d; incidents %+v; %d events verified", settled, incidents, rep.Expected)
 }
