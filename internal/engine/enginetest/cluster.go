@@ -92,7 +92,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{T: t, Log: log, Tail: tail, Endpoint: endpoint, Client: cli, Store: meta.NewStore(cli, ClusterID),
 		Hub: transport.NewHub(), Opts: opts, captures: map[model.NodeID]*running{}}
-	t.Cleanup(c.stopAll)
+	t.Cleanup(c.StopAll)
 	return c
 }
 
@@ -197,7 +197,9 @@ func (c *Cluster) Kill(id model.NodeID) {
 	}
 }
 
-func (c *Cluster) stopAll() {
+// StopAll stops every running capture gracefully (also done when the
+// test ends).
+func (c *Cluster) StopAll() {
 	for id := range c.captures {
 		_ = c.Stop(id)
 	}
@@ -306,4 +308,19 @@ func (c *Cluster) PartitionsOn(cf model.ChangefeedID, node model.NodeID) (on, dr
 		}
 	}
 	return on, draining
+}
+
+// ElectionHolders lists the captures that have a key under the election
+// prefix: every capture that is campaigning or leading.
+func (c *Cluster) ElectionHolders() map[model.NodeID]bool {
+	c.T.Helper()
+	resp, err := c.Client.Get(context.Background(), c.Store.Keys().ElectionPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	out := map[model.NodeID]bool{}
+	for _, kv := range resp.Kvs {
+		out[model.NodeID(kv.Value)] = true
+	}
+	return out
 }
