@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"time"
@@ -24,8 +23,8 @@ func (b backend) Plans(ctx context.Context) (*api.PlanList, error) {
 	}
 	out := &api.PlanList{Version: api.SchemaVersion, Plans: []api.PlanSummary{}}
 	for id, raw := range st.Plans {
-		var r exec.Record
-		if json.Unmarshal(raw.Value, &r) != nil {
+		r, err := exec.Decode(raw.Value)
+		if err != nil {
 			b.n.log.Warn("a stored plan does not decode; skipped", "plan", id)
 			continue
 		}
@@ -46,9 +45,11 @@ func (b backend) Plan(ctx context.Context, id string) (*api.PlanResponse, error)
 		return nil, planNotFound(id)
 	}
 	out := &api.PlanResponse{Version: api.SchemaVersion, Request: exec.Request(st.PlanRequests[id])}
-	if err := json.Unmarshal(raw.Value, &out.Record); err != nil {
-		return nil, api.Errorf(api.CodeInternal, "see the agent's log", "plan %s does not decode: %v", id, err)
+	rec, err := exec.Decode(raw.Value)
+	if err != nil {
+		return nil, api.Errorf(api.CodeInternal, "see the agent's log", "plan %s: %v", id, err)
 	}
+	out.Record = *rec
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -33,22 +34,34 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 	}
 	ictx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg sync.WaitGroup
-	runners := []func(context.Context){
-		func(ctx context.Context) { _ = inc.View.Run(ctx) },
-		func(ctx context.Context) { _ = inc.Runner.Run(ctx) },
-		func(ctx context.Context) { _ = inc.Host.Run(ctx) },
-		func(ctx context.Context) { c.followSelf(ctx, inc.View) },
-		inc.marks,
+	// The supervisor: every runner lives as long as the incarnation. One
+	// that ends before it (none does by design: each retries what fails)
+	// ends the incarnation with its name and error, and the capture joins
+	// again, rather than run on without it.
+	type runner struct {
+		name string
+		run  func(context.Context) error
+	}
+	runners := []runner{
+		{"the cluster view", inc.View.Run},
+		{"the election runner", inc.Runner.Run},
+		{"the maintainer host", inc.Host.Run},
+		{"the readiness follower", func(ctx context.Context) error { c.followSelf(ctx, inc.View); return nil }},
+		{"the checkpoint publisher", func(ctx context.Context) error { inc.marks(ctx); return nil }},
 	}
 	for _, b := range c.cfg.Beside {
-		runners = append(runners, func(ctx context.Context) { b(ctx, &inc.Incarnation) })
+		runners = append(runners, runner{"a node runner", func(ctx context.Context) error { b(ctx, &inc.Incarnation); return nil }})
 	}
-	for _, run := range runners {
+	var wg sync.WaitGroup
+	ended := make(chan string, len(runners))
+	for _, r := range runners {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(ictx)
+			err := r.run(ictx)
+			if ictx.Err() == nil {
+				ended <- fmt.Sprintf("%s stopped by itself (%v)", r.name, err)
+			}
 		}()
 	}
 	// The dispatchers stop on their own signal, after the election has
@@ -76,6 +89,9 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 		c.ready.Store(false)
 		graceful = !c.crashing.Load()
 	case <-member.Lost():
+		lost = true
+	case why := <-ended:
+		c.log.Error(why + "; leaving this incarnation and joining again")
 		lost = true
 	}
 	if graceful {

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -55,12 +54,8 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 // drainStepTaken says a drain plan's first step (the drain record) has
 // run: the plan is done or its first step started.
 func drainStepTaken(st *meta.State, planID string) bool {
-	raw, ok := st.Plans[planID]
+	r, ok := Plan(st, planID)
 	if !ok {
-		return false
-	}
-	var r exec.Record
-	if json.Unmarshal(raw.Value, &r) != nil {
 		return false
 	}
 	return r.State == exec.Done || len(r.Steps) > 0 && r.Steps[0].Started != nil
@@ -144,9 +139,8 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	} else if p, err = plan.Drain(&snap, target, batch, plan.DefaultCosts); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	for id, raw := range st.Plans {
-		var other exec.Record
-		if json.Unmarshal(raw.Value, &other) == nil && other.Plan.Kind == plan.KindDrain && !other.State.Terminal() {
+	for id := range st.Plans {
+		if other, ok := Plan(st, id); ok && other.Plan.Kind == plan.KindDrain && !other.State.Terminal() {
 			return nil, model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot drain %s: drain plan %s of %s is still %s", target, id, other.Plan.Target, other.State),
 				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
 		}
@@ -156,7 +150,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	if sub.Paused {
 		rec.Hold(now)
 	}
-	if _, err := c.store.SavePlan(ctx, term.Fence, rec.ID, rec, 0); err != nil {
+	if _, err := (PlanStore{c.store, term}).Save(ctx, rec, 0); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)

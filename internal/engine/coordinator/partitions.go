@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -38,9 +37,9 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 			mine[s.Partition] = true
 		}
 	}
-	for id, raw := range st.Plans {
-		var other exec.Record
-		if json.Unmarshal(raw.Value, &other) != nil || other.State.Terminal() {
+	for id := range st.Plans {
+		other, ok := Plan(st, id)
+		if !ok || other.State.Terminal() {
 			continue
 		}
 		for _, s := range other.Steps {
@@ -55,7 +54,7 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	if sub.Paused {
 		rec.Hold(now)
 	}
-	if _, err := c.store.SavePlan(ctx, term.Fence, rec.ID, rec, 0); err != nil {
+	if _, err := (PlanStore{c.store, term}).Save(ctx, rec, 0); err != nil {
 		return nil, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -70,6 +69,7 @@ type savedPlan struct {
 
 // runPlans advances every plan that is not over, and stores what changed.
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
+	plans := PlanStore{c.store, term}
 	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
 	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: drain.Now, StallAfter: c.StallAfter}
 	for id, raw := range st.Plans {
@@ -81,7 +81,9 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 		revision := raw.Revision
 		if s, ok := mine.plans[id]; ok && s.revision > raw.Revision {
 			rec, revision = s.rec, s.revision
-		} else if jerr := json.Unmarshal(raw.Value, &rec); jerr != nil {
+		} else if stored, derr := exec.Decode(raw.Value); derr == nil {
+			rec = *stored
+		} else {
 			continue
 		}
 		if rec.State.Terminal() {
@@ -98,7 +100,7 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 		}
 		evs, aerr := x.Advance(ctx, &rec, exec.Request(st.PlanRequests[id]))
 		if len(evs) > 0 {
-			if rev, serr := c.store.SavePlan(ctx, term.Fence, id, &rec, revision); serr != nil {
+			if rev, serr := plans.Save(ctx, &rec, revision); serr != nil {
 				aerr = errors.Join(aerr, serr)
 			} else {
 				mine.plans[id] = savedPlan{rec: rec, revision: rev}

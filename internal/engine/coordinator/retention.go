@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"time"
@@ -48,8 +47,8 @@ func (c *Coordinator) prunePlans(ctx context.Context, term election.Term, st *me
 			}
 			continue
 		}
-		var rec exec.Record
-		if json.Unmarshal(raw.Value, &rec) != nil || !rec.State.Terminal() {
+		rec, err := exec.Decode(raw.Value)
+		if err != nil || !rec.State.Terminal() {
 			continue
 		}
 		done = append(done, finished{id, rec.SubmittedAt, raw.Revision})

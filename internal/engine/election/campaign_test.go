@@ -159,7 +159,7 @@ func TestUnreadableLivenessIsNeverSchedulable(t *testing.T) {
 	if got := c.State().LivenessOf(other); got != model.LivenessUnknown || got.IsSchedulable() || got.MayCampaign() {
 		t.Fatalf("unreadable record reads as %s", got)
 	}
-	c.Eventually("the node with an unreadable record withdraws from the election", 10*time.Second, func() bool {
+	c.Eventually("the node with an unreadable record withdraws from the election", 30*time.Second, func() bool {
 		return !c.ElectionHolders()[other]
 	})
 }

@@ -2,7 +2,6 @@ package enginetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -173,15 +172,11 @@ func (c *Cluster) RequestPlan(id string, req exec.Request) {
 // Plan is a plan's record as etcd holds it now.
 func (c *Cluster) Plan(id string) *exec.Record {
 	c.T.Helper()
-	raw, ok := c.State().Plans[id]
+	rec, ok := coordinator.Plan(c.State(), id)
 	if !ok {
-		c.T.Fatalf("plan %s not found", id)
+		c.T.Fatalf("plan %s not found, or it does not decode", id)
 	}
-	var rec exec.Record
-	if err := json.Unmarshal(raw.Value, &rec); err != nil {
-		c.T.Fatalf("plan %s does not decode: %v", id, err)
-	}
-	return &rec
+	return rec
 }
 
 // PlanEnd waits for a plan to end and returns its record.

@@ -3,6 +3,7 @@ package codec
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/cdcctl/cdcctl/internal/engine/row"
@@ -24,7 +25,16 @@ type defLayout struct {
 	pkNames []byte   // the encoded pkNames array
 }
 
-var layouts sync.Map // *row.TableDef -> *defLayout
+// layouts caches each table definition's layout. A definition is a new
+// pointer after every DDL, so the cache is bounded: past maxLayouts it is
+// emptied and refilled by the definitions in use (a miss costs one sort
+// of a table's columns).
+var (
+	layouts     sync.Map // *row.TableDef -> *defLayout
+	layoutCount atomic.Int64
+)
+
+const maxLayouts = 4096
 
 func layoutOf(def *row.TableDef) *defLayout {
 	if l, ok := layouts.Load(def); ok {
@@ -55,6 +65,10 @@ func layoutOf(def *row.TableDef) *defLayout {
 			l.pkNames = appendJSONString(l.pkNames, k)
 		}
 		l.pkNames = append(l.pkNames, ']')
+	}
+	if layoutCount.Add(1) > maxLayouts {
+		layouts.Clear()
+		layoutCount.Store(1)
 	}
 	actual, _ := layouts.LoadOrStore(def, l)
 	return actual.(*defLayout)

@@ -2,9 +2,11 @@ package codec
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand"
 	"testing"
 
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -124,4 +126,20 @@ func textOrNull(v source.Value) *string {
 	}
 	s := v.Text
 	return &s
+}
+
+// Every DDL makes a new table definition: the layouts cached for the
+// canal encoder stay bounded however many there have been.
+func TestCanalLayoutsStayBounded(t *testing.T) {
+	for i := range maxLayouts + 100 {
+		def := &row.TableDef{Name: "t", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}, {Name: fmt.Sprint("c", i), Type: "text"}}}
+		if l := layoutOf(def); len(l.order) != 2 {
+			t.Fatalf("layout of %d columns: %+v", len(def.Columns), l)
+		}
+	}
+	n := 0
+	layouts.Range(func(any, any) bool { n++; return true })
+	if n > maxLayouts {
+		t.Fatalf("%d layouts cached after %d definitions; want at most %d", n, maxLayouts+100, maxLayouts)
+	}
 }

@@ -1,4 +1,4 @@
-package agent
+package maintainer_test
 
 import (
 	"context"
@@ -6,13 +6,77 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/bucket"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
+
+// The maintainer publishes each checkpoint it persists to its
+// changefeed's sink (seed 004): a consumer that trusts only what is
+// published finds every table complete up to it.
+
+// Seed 004's downstream completeness: a consumer that trusts only the
+// storage sink's root metadata file (TiCDC's checkpoint-ts) finds every
+// table complete up to it, at any moment while the changefeed runs, and
+// the file follows the checkpoint as it advances.
+func TestAConsumerOfTheMetadataFileSeesCompleteTables(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{})
+	c.StartCaptures(3)
+	ctx := context.Background()
+	dir := t.TempDir()
+	sinkURI := "file://" + dir + "?flush-interval=1s"
+	created := c.CreateChangefeed("demo", "gen://?tables=8&keys=100&rate=2000&ddl_every=2s", sinkURI, 2)
+	g := c.Generator(created.SourceURI)
+	b, err := bucket.Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var last uint64
+	checks := 0
+	// Count checks, not seconds: on a loaded machine the checkpoint may
+	// advance slowly, and a slow machine is not a failure of the file.
+	for deadline := time.Now().Add(90 * time.Second); checks < 4; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the metadata file advanced %d times in 90 s; want it to follow the checkpoint", checks)
+		}
+		ts, err := storage.ReadCheckpoint(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts == 0 || ts == last {
+			continue
+		}
+		if ts < last {
+			t.Fatalf("the metadata file went back from %v to %v", model.Ts(last), model.Ts(ts))
+		}
+		last = ts
+		rep, err := verify.Storage(ctx, g, sinkURI, model.Ts(ts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Misplaced != 0 || rep.Expected == 0 {
+			t.Fatalf("up to the metadata file's checkpoint %v, while running: %+v", model.Ts(ts), rep)
+		}
+		checks++
+	}
+	// The file follows the checkpoint: it reaches the one read now.
+	cp := c.Changefeed("demo").Status.CheckpointTs
+	c.Eventually("the metadata file reaches the changefeed's checkpoint", 60*time.Second, func() bool {
+		ts, err := storage.ReadCheckpoint(ctx, b)
+		if err == nil && ts > last {
+			last = ts
+		}
+		return err == nil && model.Ts(ts) >= cp
+	})
+	t.Logf("%d checks against the metadata file while running; it ended at %v", checks, model.Ts(last))
+}
 
 // Seed 004's downstream completeness on Kafka: the maintainer sends each
 // checkpoint it persists as a canal-json TIDB_WATERMARK to every
@@ -27,16 +91,12 @@ func TestAKafkaConsumerOfTheWatermarksSeesCompleteTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	tc := newTestCluster(t)
-	tc.startCaptures(3)
-	c := tc.client()
+	c := enginetest.New(t, enginetest.Options{})
+	c.StartCaptures(3)
 	ctx := context.Background()
 	sinkURI := fmt.Sprintf("kafka://%s/demo?partition-num=4", kc.Addrs())
-	created, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: "gen://?tables=6&keys=100&rate=1500&ddl_every=2s", Sink: sinkURI, PartitionsPerTable: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := tc.generator(created.Source)
+	created := c.CreateChangefeed("demo", "gen://?tables=6&keys=100&rate=1500&ddl_every=2s", sinkURI, 2)
+	g := c.Generator(created.SourceURI)
 	cfg, err := kafka.ParseURI(sinkURI)
 	if err != nil {
 		t.Fatal(err)

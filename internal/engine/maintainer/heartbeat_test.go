@@ -1,53 +1,54 @@
-package agent
+package maintainer_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Heartbeats that are stale (an older maintainer placement, an older
-// placement of the partition) or that come from a node the partition is
-// not on are dropped: the maintainer's progress record in etcd never
+// placement of the partition) or that come from a capture the partition
+// is not on are dropped: the maintainer's progress record in etcd never
 // shows them. A current one, sent right after them, lands: the maintainer
-// handles a node's messages in order, so by then it has seen the others.
+// handles a capture's messages in order, so by then it has seen the
+// others.
 func TestStaleHeartbeatsAreDropped(t *testing.T) {
-	tc := newTestCluster(t)
-	tc.startCaptures(2)
-	c := tc.client()
+	c := enginetest.New(t, enginetest.Options{})
+	c.StartCaptures(2)
 	ctx := context.Background()
-	tc.runDemo(c, "gen://?tables=2&keys=50&rate=200", "blackhole://", 300*time.Millisecond)
+	c.CreateChangefeed("demo", "gen://?tables=2&keys=50&rate=200", "blackhole://", 4)
+	c.Warm("demo", 300*time.Millisecond)
 
-	st := tc.state()
+	st := c.State()
 	e := st.Changefeeds["demo"]
 	byNode := map[model.NodeID][]string{}
 	for pid, r := range st.Partitions["demo"] {
 		byNode[r.Route.Node] = append(byNode[r.Route.Node], pid)
 	}
-	var node model.NodeID
-	var other model.NodeID
+	var node, other model.NodeID
 	for n, pids := range byNode {
 		if len(pids) >= 2 {
 			node = n
 		}
 	}
-	for n := range tc.nodes {
+	for _, n := range c.IDs() {
 		if n != node {
 			other = n
 		}
 	}
 	if node == "" || other == "" {
-		t.Fatalf("need a node with two partitions and another node: %v", byNode)
+		t.Fatalf("need a capture with two partitions and another capture: %v", byNode)
 	}
 	p, q := byNode[node][0], byNode[node][1]
 	routeEpoch := st.Partitions["demo"][p].Route.Epoch
 	// Ahead of what the dispatchers report for a few seconds, but within
 	// the clock's tolerance (a position beyond it is refused outright:
-	// TestAForgedHeartbeatDoesNotMakeAMoveSkipRows).
+	// the agent's TestAForgedHeartbeatDoesNotMakeAMoveSkipRows).
 	future := model.TsFromTime(time.Now().Add(maintainer.MaxAhead - 2*time.Second))
 
 	beat := func(from model.NodeID, maintainerEpoch uint64, pid string, epoch uint64, cp model.Ts) {
@@ -59,20 +60,20 @@ func TestStaleHeartbeatsAreDropped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tc.hub.Inject(ctx, m); err != nil {
+		if err := c.Hub.Inject(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	beat(node, e.Maintainer.Epoch-1, p, routeEpoch, future)                         // an older maintainer placement
 	beat(node, e.Maintainer.Epoch, p, routeEpoch-1, future)                         // an older placement of the partition
 	beat(node, e.Maintainer.Epoch, p, routeEpoch+1, future)                         // a placement etcd does not know
-	beat(other, e.Maintainer.Epoch, p, routeEpoch, future)                          // not the partition's node
+	beat(other, e.Maintainer.Epoch, p, routeEpoch, future)                          // not the partition's capture
 	beat(node, e.Maintainer.Epoch, q, st.Partitions["demo"][q].Route.Epoch, future) // current: lands
 
-	tc.eventually("the current heartbeat's position persisted", 10*time.Second, func() bool {
-		return tc.state().Progress["demo"][q].Progress.Checkpoint >= future
+	c.Eventually("the current heartbeat's position persisted", 10*time.Second, func() bool {
+		return c.State().Progress["demo"][q].Progress.Checkpoint >= future
 	})
-	if got := tc.state().Progress["demo"][p].Progress.Checkpoint; got >= future {
+	if got := c.State().Progress["demo"][p].Progress.Checkpoint; got >= future {
 		t.Fatalf("a stale or forged heartbeat was persisted: %s has checkpoint %s", p, got)
 	}
 }

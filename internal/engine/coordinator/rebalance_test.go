@@ -1,11 +1,10 @@
-package agent
+package coordinator_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -20,28 +19,23 @@ import (
 // died: about half of the runs here; without the fix those hang.)
 func TestARebalanceWhoseDestinationDiesEnds(t *testing.T) {
 	t.Parallel()
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(3)
-	c := tc.client()
-	ctx := context.Background()
-	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "hot", Source: "gen://?tables=4&keys=100&rate=500", Sink: sink, PartitionsPerTable: 4}); err != nil {
-		t.Fatal(err)
-	}
-	tc.waitCheckpoint(c, "hot", model.TsFromTime(time.Now()))
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3)
+	c.CreateChangefeed("hot", "gen://?tables=4&keys=100&rate=500", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
+	c.WaitCheckpoint("hot", model.TsFromTime(time.Now()))
 	// The 16 partitions pinned on the coordinator's capture.
 	hot := leader.Node
-	for _, r := range tc.state().SortedPartitions("hot") {
+	for _, r := range c.State().SortedPartitions("hot") {
 		if r.Route.Node != hot {
-			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, r.Route.ID, hot, plan.DefaultCosts) })
+			c.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, r.Route.ID, hot, plan.DefaultCosts) })
 		}
 	}
-	snap := tc.snapshot(c)
-	p, err := plan.Rebalance(snap, "hot", 2, true, plan.DefaultCosts)
+	snap := c.State().Snapshot()
+	p, err := plan.Rebalance(&snap, "hot", 2, true, plan.DefaultCosts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: "test"})
+	sub, err := c.Submit(p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +49,8 @@ func TestARebalanceWhoseDestinationDiesEnds(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
-	tc.crash(victim)
-	c = tc.client()
-	rec := tc.planEnd(c, sub.ID, 120*time.Second)
+	c.Crash(victim)
+	rec := c.PlanEnd(sub.ID, 120*time.Second)
 	if rec.State != exec.Done && rec.State != exec.Failed {
 		t.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}
@@ -68,7 +61,7 @@ func TestARebalanceWhoseDestinationDiesEnds(t *testing.T) {
 		}
 	}
 	t.Logf("plan %s: %s (%s); %d moves skipped; victim %s", rec.ID, rec.State, rec.Message, notes, victim)
-	rep := tc.pauseAndVerify(c, "hot", sink, verifyStorage)
+	rep := c.PauseAndVerify("hot")
 	if !rep.OK || rep.Lost != 0 {
 		t.Fatalf("after the rebalance and the crash of %s: %+v", victim, rep)
 	}

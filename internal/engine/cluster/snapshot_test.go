@@ -1,10 +1,11 @@
-package agent
+package cluster_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -12,24 +13,19 @@ import (
 // the objects it describes, so a write to one object changes only that
 // object's revision.
 func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
-	tc := newTestCluster(t)
-	leader := tc.startCaptures(3)
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3)
 	ctx := context.Background()
-	c := tc.client()
-	before, err := c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := before.Snapshot
+	snap := c.State().Snapshot()
 	if snap.ClusterID != "test" || len(snap.Nodes) != 3 || snap.Coordinator != leader.Node || snap.CoordinatorEpoch != leader.Fence.Epoch() {
 		t.Fatalf("snapshot %+v, leader %+v", snap, leader)
 	}
 	for _, n := range snap.Nodes {
 		for key, rev := range map[string]model.Revision{
-			tc.store.Keys().Node(n.Info.ID):     n.NodeRevision,
-			tc.store.Keys().Liveness(n.Info.ID): n.LivenessRevision,
+			c.Store.Keys().Node(n.Info.ID):     n.NodeRevision,
+			c.Store.Keys().Liveness(n.Info.ID): n.LivenessRevision,
 		} {
-			resp, err := tc.cli.Get(ctx, key)
+			resp, err := c.Client.Get(ctx, key)
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("get %s: %v", key, err)
 			}
@@ -45,26 +41,23 @@ func TestSnapshotCarriesEtcdRevisions(t *testing.T) {
 		t.Fatalf("%d schedulable nodes, want 3", got)
 	}
 
-	target := tc.followerOf(leader.Node)
-	tc.setLiveness(target, model.LivenessDraining)
-	after, err := c.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range after.Snapshot.Nodes {
+	target := c.FollowerOf(leader.Node)
+	c.SetLiveness(target, model.LivenessDraining)
+	after := c.State().Snapshot()
+	for _, n := range after.Nodes {
 		old, _ := snap.Node(n.Info.ID)
 		changed := n.LivenessRevision != old.LivenessRevision || n.NodeRevision != old.NodeRevision
 		if changed != (n.Info.ID == target) {
 			t.Errorf("%s: revisions changed=%v after a write to %s only", n.Info.ID, changed, target)
 		}
 	}
-	if got := len(after.Snapshot.SchedulableNodes()); got != 2 {
+	if got := len(after.SchedulableNodes()); got != 2 {
 		t.Fatalf("%d schedulable nodes with one Draining, want 2", got)
 	}
-	// Every node's watched view agrees.
-	tc.eventually("every view sees the Draining node as unschedulable", 15*time.Second, func() bool {
-		for _, rn := range tc.nodes {
-			_, inc := rn.node.current()
+	// Every capture's watched view agrees.
+	c.Eventually("every view sees the Draining node as unschedulable", 15*time.Second, func() bool {
+		for _, id := range c.IDs() {
+			inc := c.Capture(id).Current()
 			if inc == nil {
 				return false
 			}
