@@ -57,10 +57,30 @@ func (v *View) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v.publish(st)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watch := v.store.Watch(wctx, st.Revision+1)
+	// The state is published once the watch exists, so a view that says
+	// it is loaded is following etcd: a read that asks etcd for the
+	// watch's progress (the API's, after a write elsewhere) is answered.
+	// Before, a read right after the first load could ask before the
+	// watch was there, hear nothing, and fall back to a full read.
+	select {
+	case created, ok := <-watch:
+		if !ok {
+			return errors.New("watch channel closed before it was created")
+		}
+		if err := created.Err(); err != nil {
+			return err
+		}
+		if !created.Created {
+			st = st.Clone()
+			st.Apply(v.store.Keys(), created)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	v.publish(st)
 	for resp := range watch {
 		if err := resp.Err(); err != nil {
 			return err // compacted or broken: Run reloads

@@ -85,8 +85,10 @@ func (s *Store) RequestProgress(ctx context.Context) error {
 
 func (s *Store) Watch(ctx context.Context, fromRevision int64) clientv3.WatchChan {
 	// RequireLeader: behind a partitioned etcd member the watch fails
-	// instead of going quiet, and the view reloads elsewhere.
-	return s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.Root(), clientv3.WithPrefix(), clientv3.WithRev(fromRevision))
+	// instead of going quiet, and the view reloads elsewhere. The first
+	// response says the watch exists (Created): from then on a progress
+	// request reaches it.
+	return s.cli.Watch(clientv3.WithRequireLeader(ctx), s.keys.Root(), clientv3.WithPrefix(), clientv3.WithRev(fromRevision), clientv3.WithCreatedNotify())
 }
 
 // RegisterNode writes a node's info under its lease and its liveness, in
