@@ -255,13 +255,7 @@ func (tc *testCluster) eventually(what string, timeout time.Duration, cond func(
 // 20ms would load the cluster it measures.
 func (tc *testCluster) eventuallyEvery(what string, timeout, every time.Duration, cond func() bool) {
 	tc.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(every)
-	}
+	enginetest.Eventually(tc.t, what, timeout, every, cond)
 }
 
 // state reads what etcd holds right now.
@@ -304,15 +298,7 @@ func (tc *testCluster) waitLeader() meta.Leader {
 // prefix: every node that is campaigning or leading.
 func (tc *testCluster) electionHolders() map[model.NodeID]bool {
 	tc.t.Helper()
-	resp, err := tc.cli.Get(context.Background(), tc.store.Keys().ElectionPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	out := map[model.NodeID]bool{}
-	for _, kv := range resp.Kvs {
-		out[model.NodeID(kv.Value)] = true
-	}
-	return out
+	return enginetest.ElectionHolders(tc.t, tc.store)
 }
 
 // get returns the body of an HTTP GET on an agent.

@@ -36,13 +36,7 @@ func (tc *testCluster) createFeedsInto(c *api.Client, n int, sinkOf func(name st
 
 // maintainersOn counts the changefeeds whose maintainer is on a node.
 func (tc *testCluster) maintainersOn(node model.NodeID) int {
-	n := 0
-	for _, e := range tc.state().Changefeeds {
-		if e.Maintainer.Node == node {
-			n++
-		}
-	}
-	return n
+	return tc.state().MaintainersOn(node)
 }
 
 func (tc *testCluster) plan(c *api.Client, id string) *api.PlanResponse {

@@ -215,10 +215,17 @@ func (c *Cluster) Eventually(what string, timeout time.Duration, cond func() boo
 // 20 ms would load the cluster it measures.
 func (c *Cluster) EventuallyEvery(what string, timeout, every time.Duration, cond func() bool) {
 	c.T.Helper()
+	Eventually(c.T, what, timeout, every, cond)
+}
+
+// Eventually polls cond every so often until it holds, and fails t if it
+// does not within timeout.
+func Eventually(t testing.TB, what string, timeout, every time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			c.T.Fatalf("timed out after %s waiting for: %s", timeout, what)
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
 		}
 		time.Sleep(every)
 	}
@@ -273,15 +280,7 @@ func (c *Cluster) FollowerOf(leader model.NodeID) model.NodeID {
 }
 
 // MaintainersOn counts the changefeeds whose maintainer is on a capture.
-func (c *Cluster) MaintainersOn(node model.NodeID) int {
-	n := 0
-	for _, e := range c.State().Changefeeds {
-		if e.Maintainer.Node == node {
-			n++
-		}
-	}
-	return n
-}
+func (c *Cluster) MaintainersOn(node model.NodeID) int { return c.State().MaintainersOn(node) }
 
 // SetLiveness writes a liveness change as the coordinator would: fenced
 // with the current term.
@@ -314,9 +313,16 @@ func (c *Cluster) PartitionsOn(cf model.ChangefeedID, node model.NodeID) (on, dr
 // prefix: every capture that is campaigning or leading.
 func (c *Cluster) ElectionHolders() map[model.NodeID]bool {
 	c.T.Helper()
-	resp, err := c.Client.Get(context.Background(), c.Store.Keys().ElectionPrefix(), clientv3.WithPrefix())
+	return ElectionHolders(c.T, c.Store)
+}
+
+// ElectionHolders lists the nodes that have a key under a cluster's
+// election prefix in etcd.
+func ElectionHolders(t testing.TB, store *meta.Store) map[model.NodeID]bool {
+	t.Helper()
+	resp, err := store.Client().Get(context.Background(), store.Keys().ElectionPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		c.T.Fatal(err)
+		t.Fatal(err)
 	}
 	out := map[model.NodeID]bool{}
 	for _, kv := range resp.Kvs {

@@ -221,7 +221,17 @@ func (s *State) NodeIDs() []model.NodeID {
 	return ids
 }
 
-// SchedulableNodeIDs returns the registered nodes that may receive new
+// MaintainersOn counts the changefeeds whose maintainer is on a node.
+func (s *State) MaintainersOn(node model.NodeID) int {
+	n := 0
+	for _, e := range s.Changefeeds {
+		if e.Maintainer.Node == node {
+			n++
+		}
+	}
+	return n
+}
+
 // MaintainerNode is the node maintaining a changefeed (where its
 // reader, if it has one, runs); false when it has none now.
 func (s *State) MaintainerNode(cf model.ChangefeedID) (model.NodeID, bool) {
@@ -232,6 +242,7 @@ func (s *State) MaintainerNode(cf model.ChangefeedID) (model.NodeID, bool) {
 	return e.Maintainer.Node, true
 }
 
+// SchedulableNodeIDs returns the registered nodes that may receive new
 // work (Alive), sorted.
 func (s *State) SchedulableNodeIDs() []model.NodeID {
 	return s.NodesWhere(model.Liveness.IsSchedulable)
