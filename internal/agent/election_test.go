@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -24,13 +25,7 @@ func (tc *testCluster) followerOf(leader model.NodeID) model.NodeID {
 // with the current term.
 func (tc *testCluster) setLiveness(id model.NodeID, to model.Liveness) {
 	tc.t.Helper()
-	l, ok := tc.leader()
-	if !ok {
-		tc.t.Fatal("no leader to write with")
-	}
-	if _, err := tc.store.SetLiveness(context.Background(), id, to, model.ReasonNormal, l.Fence); err != nil {
-		tc.t.Fatalf("set %s %s: %v", id, to, err)
-	}
+	enginetest.SetLiveness(tc.t, tc.store, id, to)
 }
 
 func TestDrainingAndStoppingNodesNeverCampaign(t *testing.T) {

@@ -286,12 +286,23 @@ func (c *Cluster) MaintainersOn(node model.NodeID) int { return c.State().Mainta
 // with the current term.
 func (c *Cluster) SetLiveness(id model.NodeID, to model.Liveness) {
 	c.T.Helper()
-	l, ok := c.Leader()
-	if !ok {
-		c.T.Fatal("no leader to write with")
+	SetLiveness(c.T, c.Store, id, to)
+}
+
+// SetLiveness writes a liveness change into a cluster's etcd as its
+// coordinator would: fenced with the current term.
+func SetLiveness(t testing.TB, store *meta.Store, id model.NodeID, to model.Liveness) {
+	t.Helper()
+	st, err := store.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := c.Store.SetLiveness(context.Background(), id, to, model.ReasonNormal, l.Fence); err != nil {
-		c.T.Fatalf("set %s %s: %v", id, to, err)
+	l, ok := st.Leader()
+	if !ok {
+		t.Fatal("no leader to write with")
+	}
+	if _, err := store.SetLiveness(context.Background(), id, to, model.ReasonNormal, l.Fence); err != nil {
+		t.Fatalf("set %s %s: %v", id, to, err)
 	}
 }
 
