@@ -279,8 +279,9 @@ func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 // ApplyPlan submits a plan computed from the current snapshot and waits
 // for it to finish. A partition the balance scheduler is moving is busy:
 // it waits and computes again, as seed 003's clients do; a plan that
-// went stale (the scheduler moved something it read) is computed again
-// too, as the refusal tells an operator to.
+// went stale (the scheduler moved something it read), or refused as in
+// progress (a partition not placed yet), is computed again too, as the
+// refusal tells an operator to.
 func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *exec.Record {
 	c.T.Helper()
 	var sub *exec.Record
@@ -295,7 +296,9 @@ func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *
 		}
 		var stale *plan.StaleError
 		var busy *plan.BusyError
-		if !errors.As(err, &stale) && !errors.As(err, &busy) || time.Now().After(deadline) {
+		var refused *plan.Refusal
+		inProgress := errors.As(err, &refused) && refused.Reason == plan.RefuseInProgress
+		if !errors.As(err, &stale) && !errors.As(err, &busy) && !inProgress || time.Now().After(deadline) {
 			c.T.Fatalf("plan: %v", err)
 		}
 		c.T.Logf("plan refused, computing it again: %v", err)

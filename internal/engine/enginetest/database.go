@@ -1,0 +1,103 @@
+package enginetest
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// Helpers for changefeeds whose source is a database: its partitions are
+// key ranges of tables, each copies its range (the snapshot), and its
+// sink is proved by rebuilding the tables and comparing them with the
+// upstream's.
+
+// PartitionFrom is the routing entry of a table's partition whose range
+// starts at start (in text form; "" for the first), or the zero entry
+// when none does.
+func (c *Cluster) PartitionFrom(cf model.ChangefeedID, table, start string) model.RouteEntry {
+	c.T.Helper()
+	for _, r := range c.State().Partitions[cf] {
+		if s, _ := r.Route.Span.Bounds(); r.Route.Span.Table == table && s == start {
+			return r.Route
+		}
+	}
+	return model.RouteEntry{}
+}
+
+// CopySummary says how far a changefeed's snapshot is, from its
+// partitions' copy progress in etcd, as 'cdcctl changefeed get' shows it.
+func (c *Cluster) CopySummary(cf model.ChangefeedID) string {
+	c.T.Helper()
+	st := c.State()
+	pt := model.ProgressTable{}
+	for pid := range st.Partitions[cf] {
+		pt[pid] = st.Progress[cf][pid].Progress
+	}
+	return model.CopySummary(pt)
+}
+
+// WaitSnapshot waits until every partition of a changefeed has copied
+// its range.
+func (c *Cluster) WaitSnapshot(cf model.ChangefeedID) {
+	c.T.Helper()
+	c.Eventually("the initial snapshot of "+string(cf)+" to finish", 60*time.Second, func() bool {
+		return strings.HasPrefix(c.CopySummary(cf), "done")
+	})
+}
+
+// VerifyDatabase waits until a changefeed's checkpoint passes end (the
+// workload's last commit, or now) and rebuilds tables from its sink to
+// compare them with the upstream's.
+func (c *Cluster) VerifyDatabase(cf model.ChangefeedID, up verify.Upstream, tables []string, end time.Time) verify.Report {
+	c.T.Helper()
+	c.WaitCheckpoint(cf, model.TsFromTime(end.Add(100*time.Millisecond)))
+	wait := func(_ context.Context, ts model.Ts) (model.Ts, error) { return c.WaitCheckpoint(cf, ts), nil }
+	rep, err := verify.Database(context.Background(), c.Changefeed(cf).Info.SinkURI, up, tables, wait)
+	if err != nil {
+		c.T.Fatalf("verify %s against its upstream: %v", cf, err)
+	}
+	return rep
+}
+
+// NotCoordinator hands the coordinator's role on if node holds it, as
+// 'cdcctl coordinator resign' does: a drain does not drain the
+// coordinator.
+func (c *Cluster) NotCoordinator(node model.NodeID) {
+	c.T.Helper()
+	c.Eventually("a coordinator other than "+string(node), 30*time.Second, func() bool {
+		l, ok := c.Leader()
+		if ok && l.Node != node {
+			return true
+		}
+		if r := c.captures[node]; ok && r != nil {
+			if inc := r.capture.Current(); inc != nil {
+				if _, leading := inc.Runner.Current(); leading {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					if err := inc.Runner.Resign(ctx); err != nil {
+						c.T.Logf("resign %s: %v", node, err)
+					}
+					time.Sleep(200 * time.Millisecond) // another campaigner's turn
+				}
+			}
+		}
+		return false
+	})
+}
+
+// MaintainerOf waits until a changefeed's maintainer (and with it a
+// database changefeed's reader) is placed, and names its capture.
+func (c *Cluster) MaintainerOf(cf model.ChangefeedID) model.NodeID {
+	c.T.Helper()
+	var node model.NodeID
+	c.Eventually("the maintainer of "+string(cf)+" to be placed", 30*time.Second, func() bool {
+		if e, ok := c.State().Changefeeds[cf]; ok {
+			node = e.Maintainer.Node
+		}
+		return node != ""
+	})
+	return node
+}
