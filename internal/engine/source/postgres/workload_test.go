@@ -227,7 +227,6 @@ func (w *workload) finish(t *testing.T) time.Time {
 	return time.Now()
 }
 
-
 // shopTables are the tables every scenario replicates.
 var shopTables = []string{"public.orders", "public.items", "public.events"}
 
