@@ -68,11 +68,6 @@ type testCluster struct {
 	electionTTL time.Duration
 	// faults are fault-injection hooks, by node.
 	faults map[model.NodeID]Faults
-	// links, if set, carry each agent's etcd traffic through the test
-	// (which can freeze them); audit, if set, sees every agent's etcd
-	// writes.
-	links map[model.NodeID]*etcdLink
-	audit *writeAudit
 	// sinkRoot, if set, is the agents' --sink-root (else the system's
 	// temporary directory, which holds every test's own).
 	sinkRoot string
@@ -120,21 +115,9 @@ func (tc *testCluster) start(id string) *runningNode {
 	if tc.tls != nil {
 		tlsFiles = tc.tls(id)
 	}
-	etcd := tc.endpoint
-	if tc.links != nil {
-		l, ok := tc.links[model.NodeID(id)]
-		if !ok {
-			l = newEtcdLink(tc.t, tc.endpoint)
-			tc.links[model.NodeID(id)] = l
-		}
-		etcd = l.endpoint()
-	}
 	opts := append(tc.options(), WithFaults(tc.faults[model.NodeID(id)]))
-	if tc.audit != nil {
-		opts = append(opts, WithEtcdInterceptor(tc.audit.interceptor(model.NodeID(id))))
-	}
 	n, err := New(Config{
-		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{etcd}, ClusterID: "test",
+		NodeID: id, Addr: "127.0.0.1:0", Etcd: []string{tc.endpoint}, ClusterID: "test",
 		// The tests' file sinks are their own temporary directories.
 		DataDir: tc.t.TempDir(), SinkRoot: cmp.Or(tc.sinkRoot, os.TempDir()), SessionTTL: tc.ttl, ElectionDSN: tc.electionDSN, ElectionTTL: tc.electionTTL, MoveTimeout: tc.moveTimeout, CheckpointStore: tc.checkpointStore, TokenAuthFile: tc.tokenFile, Pprof: true,
 		TLSCertFile: tlsFiles.Cert, TLSKeyFile: tlsFiles.Key, TLSCAFile: tlsFiles.CA, LogLevel: "info", LogFormat: "text",
@@ -222,9 +205,6 @@ func (tc *testCluster) kill(id model.NodeID) {
 func (tc *testCluster) stopAll() {
 	for id := range tc.nodes {
 		_ = tc.stop(id)
-	}
-	for _, l := range tc.links {
-		l.close()
 	}
 }
 

@@ -56,9 +56,8 @@ type Node struct {
 
 	// hub, when set, connects this node to others in the same process
 	// (engine tests); otherwise nodes talk gRPC on the API listener.
-	hub           *transport.Hub
-	faults        Faults
-	etcdIntercept grpc.UnaryClientInterceptor
+	hub    *transport.Hub
+	faults Faults
 	// blobStates is the bucket partition states go to, when
 	// --checkpoint-store is a bucket URL (else etcd).
 	blobStates *checkpoint.Blob
@@ -73,12 +72,6 @@ type Faults = capture.Faults
 
 // WithFaults installs fault-injection hooks.
 func WithFaults(f Faults) Option { return func(n *Node) { n.faults = f } }
-
-// WithEtcdInterceptor adds a view of every unary etcd request the node
-// makes (tests audit the coordinator's fenced writes with it).
-func WithEtcdInterceptor(i grpc.UnaryClientInterceptor) Option {
-	return func(n *Node) { n.etcdIntercept = i }
-}
 
 // WithHub makes the node talk to the other nodes of this process through
 // an in-memory transport instead of gRPC.
@@ -213,9 +206,6 @@ func (n *Node) Run(ctx context.Context) error {
 	dial := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(n.metrics.etcd.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(n.metrics.etcd.StreamClientInterceptor()),
-	}
-	if n.etcdIntercept != nil {
-		dial = append(dial, grpc.WithChainUnaryInterceptor(n.etcdIntercept))
 	}
 	cli, err := n.cfg.etcdClient(endpoints, dial...)
 	if err != nil {

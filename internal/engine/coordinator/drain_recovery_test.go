@@ -428,3 +428,42 @@ func TestOnlyNodeLeftReturnsToAliveAndLeads(t *testing.T) {
 		t.Fatalf("drain record still in etcd: %+v", st.Drain)
 	}
 }
+
+// A drained capture whose etcd session lapses (its link to etcd froze
+// past the TTL: a long GC pause, a SIGSTOP, a network fault) joins again
+// Stopping, as it was, and is given no work: before, it came back Alive,
+// and the balancer moved partitions onto the capture its operator had
+// taken out of service (found by the chaos suite's isolate-target).
+func TestADrainedCaptureWhoseSessionLapsesStaysOutOfService(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{EtcdLinks: true})
+	leader := c.StartCaptures(3)
+	c.Feeds(2)
+	target := c.FollowerOf(leader.Node)
+	onTarget := func() int { return c.State().PartitionsOn(target) }
+	c.Eventually("partitions on the target", 20*time.Second, func() bool { return onTarget() > 0 })
+	rec, err := c.Drain(target, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec = c.PlanEnd(rec.ID, time.Minute); rec.State != exec.Done {
+		t.Fatalf("the drain ended %s: %s", rec.State, rec.Message)
+	}
+	before := c.State().Nodes[target].Info.Incarnation
+	c.Link(target).Freeze()
+	time.Sleep(enginetest.SessionTTL + 3*time.Second)
+	c.Link(target).Thaw()
+	c.Eventually("the target joins again", 30*time.Second, func() bool {
+		n, ok := c.State().Nodes[target]
+		return ok && n.Info.Incarnation != before
+	})
+	if l := c.State().LivenessOf(target); l != model.LivenessStopping {
+		t.Fatalf("the drained capture joined again %s, want Stopping", l)
+	}
+	// Long enough for a balancing pass to have moved work onto it.
+	time.Sleep(5 * time.Second)
+	if on := onTarget(); on > 0 {
+		t.Fatalf("the drained capture was given %d partitions after its session lapsed", on)
+	}
+	c.VerifyAll(true)
+}

@@ -24,6 +24,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
@@ -52,6 +53,11 @@ type Options struct {
 	// Checkpoints is where partition states go (nil: etcd), as
 	// --checkpoint-store.
 	Checkpoints checkpoint.Store
+	// EtcdLinks carries each capture's etcd traffic through a link the
+	// test can freeze (Link).
+	EtcdLinks bool
+	// Audit, if set, sees every capture's etcd requests.
+	Audit *WriteAudit
 }
 
 // Cluster is etcd and the captures of one test.
@@ -68,6 +74,7 @@ type Cluster struct {
 	Hub      *transport.Hub
 	Opts     Options
 	captures map[model.NodeID]*running
+	links    map[model.NodeID]*EtcdLink
 }
 
 type running struct {
@@ -91,8 +98,13 @@ func New(t testing.TB, opts Options) *Cluster {
 		opts.TTL = SessionTTL
 	}
 	c := &Cluster{T: t, Log: log, Tail: tail, Endpoint: endpoint, Client: cli, Store: meta.NewStore(cli, ClusterID),
-		Hub: transport.NewHub(), Opts: opts, captures: map[model.NodeID]*running{}}
-	t.Cleanup(c.StopAll)
+		Hub: transport.NewHub(), Opts: opts, captures: map[model.NodeID]*running{}, links: map[model.NodeID]*EtcdLink{}}
+	t.Cleanup(func() {
+		c.StopAll()
+		for _, l := range c.links {
+			l.Close()
+		}
+	})
 	return c
 }
 
@@ -100,11 +112,23 @@ func New(t testing.TB, opts Options) *Cluster {
 // does, so that a crash closes only its own.
 func (c *Cluster) Start(id string) {
 	c.T.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	nid := model.NodeID(id)
+	cfg := clientv3.Config{Endpoints: []string{c.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if c.Opts.EtcdLinks {
+		l, ok := c.links[nid]
+		if !ok { // a capture started again keeps its link
+			l = NewEtcdLink(c.T, c.Endpoint)
+			c.links[nid] = l
+		}
+		cfg.Endpoints = []string{l.Endpoint()}
+	}
+	if c.Opts.Audit != nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.Opts.Audit.Interceptor(nid))}
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	nid := model.NodeID(id)
 	tr := c.Hub.Join(nid)
 	dir := c.T.TempDir()
 	cp := capture.New(capture.Config{
@@ -135,6 +159,16 @@ func (c *Cluster) IDs() []model.NodeID {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// Link is a capture's link to etcd (Options.EtcdLinks).
+func (c *Cluster) Link(id model.NodeID) *EtcdLink {
+	c.T.Helper()
+	l, ok := c.links[id]
+	if !ok {
+		c.T.Fatalf("%s has no etcd link: set Options.EtcdLinks", id)
+	}
+	return l
 }
 
 // Capture is a running capture (nil if it is not running).

@@ -232,6 +232,20 @@ func (s *State) MaintainersOn(node model.NodeID) int {
 	return n
 }
 
+// PartitionsOn counts the partitions of every changefeed routed to a
+// node.
+func (s *State) PartitionsOn(node model.NodeID) int {
+	n := 0
+	for _, ps := range s.Partitions {
+		for _, r := range ps {
+			if r.Route.Node == node {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // MaintainerNode is the node maintaining a changefeed (where its
 // reader, if it has one, runs); false when it has none now.
 func (s *State) MaintainerNode(cf model.ChangefeedID) (model.NodeID, bool) {

@@ -1,7 +1,8 @@
-package agent
+package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,10 +14,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/bucket/buckettest"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
@@ -46,8 +47,8 @@ import (
 // CDCCTL_CHAOS_REPORT=FILE each run appends a row of docs/reliability.md's
 // table.
 //
-// In process, so not here: a real SIGSTOP of an agent (the runbooks do
-// it; here its links freeze, but it runs on).
+// In process, on enginetest, so not here: a real SIGSTOP of an agent
+// (the runbooks do it; here its links freeze, but it runs on).
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	runs := envInt("CDCCTL_CHAOS_RUNS", 2)
@@ -87,12 +88,12 @@ func chaosRun(t *testing.T, seed uint64) {
 	freezeFor := 4 * time.Second
 	if fault == "freeze-etcd" || fault == "isolate-target" {
 		if rng.IntN(2) == 1 {
-			freezeFor = sessionTTL + 4*time.Second
+			freezeFor = enginetest.SessionTTL + 4*time.Second
 		}
 		fault += fmt.Sprintf(" %s", freezeFor)
 	}
 
-	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/agent)", seed, op, delay, fault, seed)
+	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/engine/coordinator)", seed, op, delay, fault, seed)
 	began := time.Now()
 	plans := "no plan"
 	defer func() {
@@ -103,21 +104,19 @@ func chaosRun(t *testing.T, seed uint64) {
 		chaosReport(seed, op, fault, delay, plans, outcome, time.Since(began))
 	}()
 
-	tc := newTestCluster(t)
-	keys := tc.store.Keys()
-	tc.links = map[model.NodeID]*etcdLink{}
-	tc.audit = &writeAudit{electionPrefix: keys.ElectionPrefix(), guarded: []string{keys.PlansPrefix(), keys.Drain()}}
-	leader := tc.startCaptures(3)
-	c := tc.client()
+	audit := enginetest.NewWriteAudit()
+	tc := enginetest.New(t, enginetest.Options{EtcdLinks: true, Audit: audit})
+	leader := tc.StartCaptures(3)
 	ctx := context.Background()
-	var sinks map[string]string
+	const cf = "cf00"
+	sink := ""
 	var bucket *buckettest.FullS3
 	var brokers *kafkatest.Cluster
 	switch fault {
 	case "sink-full":
 		// An S3 bucket whose storage fills up for 5 s.
 		bucket = buckettest.Start(t)
-		sinks = tc.createFeedsInto(c, 1, func(name string) string { return bucket.URI(name, "flush-interval=100ms") })
+		sink = bucket.URI(cf, "flush-interval=100ms")
 	case "kafka-broker":
 		// Three kfake brokers; the one leading a third of the topic's
 		// partitions fails for 4 s. Rows go by key: every partition
@@ -127,72 +126,74 @@ func chaosRun(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		t.Cleanup(brokers.Close)
-		sinks = tc.createFeedsInto(c, 1, func(string) string {
-			return fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s", brokers.Addrs())
-		})
+		sink = fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s", brokers.Addrs())
 	default:
-		sinks = tc.createFeeds(c, 1)
+		sink = "file://" + t.TempDir() + "/" + cf + "?flush-interval=100ms"
 	}
-	const cf = "cf00"
-	tc.waitCheckpoint(c, cf, model.TsFromTime(time.Now().Add(time.Second)))
+	tc.CreateChangefeed(cf, "gen://?tables=2&keys=50&rate=200", sink, 2)
+	tc.WaitCheckpoint(cf, model.TsFromTime(time.Now().Add(time.Second)))
 
 	// The checkpoint, sampled throughout: it never moves back.
 	var backwards []string
 	var mu sync.Mutex
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
-	sampler := tc.clientWithTimeout(2 * time.Second) // every capture's address, made before any goes
 	go func() {
 		defer close(sampled)
-		var last uint64
+		var last model.Ts
 		for {
 			select {
 			case <-stopSampling:
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			got, err := sampler.Changefeed(ctx, cf)
+			// Straight from etcd: the captures' links may be frozen.
+			st, err := tc.Store.Load(ctx)
 			if err != nil {
 				continue
 			}
-			if got.CheckpointTs < last {
+			e, ok := st.Changefeeds[cf]
+			if !ok {
+				continue
+			}
+			if got := e.Status.CheckpointTs; got < last {
 				mu.Lock()
-				backwards = append(backwards, fmt.Sprintf("%d after %d", got.CheckpointTs, last))
+				backwards = append(backwards, fmt.Sprintf("%d after %d", got, last))
 				mu.Unlock()
 			}
-			last = max(last, got.CheckpointTs)
+			last = max(last, e.Status.CheckpointTs)
 		}
 	}()
 
 	// The operation's target: a capture that is not the coordinator.
-	target := tc.followerOf(leader.Node)
+	target := tc.FollowerOf(leader.Node)
 	bystander := model.NodeID("")
-	for id := range tc.nodes {
+	for _, id := range tc.IDs() {
 		if id != leader.Node && id != target {
 			bystander = id
 		}
 	}
-	started := chaosStart(t, tc, c, rng, op, target)
+	started := chaosStart(t, tc, rng, op, target)
 
 	time.Sleep(delay)
 	crashed := false
 	switch fault {
 	case "none":
 	case "crash-coordinator":
-		l, _ := tc.leader()
-		tc.crash(l.Node)
+		l, _ := tc.Leader()
+		tc.Crash(l.Node)
 		crashed = true
 	case "crash-target":
-		tc.crash(target)
+		tc.Crash(target)
 		crashed = true
 	case "crash-bystander":
-		tc.crash(bystander)
+		tc.Crash(bystander)
 		crashed = true
 	case "kill-target":
-		tc.kill(target) // its lease runs out by itself
+		tc.Kill(target) // its lease runs out by itself
 		crashed = true
 	case "stop-bystander":
-		if err := tc.stop(bystander); err != nil {
+		if err := tc.Stop(bystander); err != nil {
 			t.Fatalf("stopping %s: %v", bystander, err)
 		}
 	case "sink-full":
@@ -217,9 +218,9 @@ func chaosRun(t *testing.T, seed uint64) {
 		brokers.Heal()
 		crashed = true
 	case "cut":
-		tc.hub.Cut(target, bystander)
+		tc.Hub.Cut(target, bystander)
 		time.Sleep(3 * time.Second)
-		tc.hub.Heal(target, bystander)
+		tc.Hub.Heal(target, bystander)
 	default:
 		// freeze-etcd: every agent's link to etcd frozen, as a SIGSTOPped
 		// etcd looks to them; isolate-target: the target cut off from
@@ -229,44 +230,39 @@ func chaosRun(t *testing.T, seed uint64) {
 		frozen := []model.NodeID{target}
 		if strings.HasPrefix(fault, "freeze-etcd") {
 			frozen = frozen[:0]
-			for id := range tc.nodes {
-				frozen = append(frozen, id)
-			}
+			frozen = tc.IDs()
 		} else {
-			for id := range tc.nodes {
+			for _, id := range tc.IDs() {
 				if id != target {
-					tc.hub.Cut(target, id)
+					tc.Hub.Cut(target, id)
 				}
 			}
 		}
 		for _, id := range frozen {
-			tc.links[id].freeze()
+			tc.Link(id).Freeze()
 		}
 		time.Sleep(freezeFor)
 		for _, id := range frozen {
-			tc.links[id].thaw()
+			tc.Link(id).Thaw()
 		}
-		for id := range tc.nodes {
+		for _, id := range tc.IDs() {
 			if id != target {
-				tc.hub.Heal(target, id)
+				tc.Hub.Heal(target, id)
 			}
 		}
-		crashed = freezeFor > sessionTTL
+		crashed = freezeFor > enginetest.SessionTTL
 	}
-	c = tc.client() // the captures left: a write to a dead one may or may not have landed
 	if op == "pause-resume" {
-		if _, err := c.ResumeChangefeed(ctx, cf); err != nil {
-			t.Fatalf("resume: %v", err)
-		}
+		tc.SetState(cf, model.ChangefeedNormal)
 	}
 
 	// Every plan ends within the bound.
 	for _, id := range started {
-		rec := tc.planEnd(c, id, 2*time.Minute)
+		rec := tc.PlanEnd(id, 2*time.Minute)
 		t.Logf("plan %s (%s): %s %s", id, op, rec.State, rec.Message)
 		plans = string(rec.State)
 	}
-	tc.waitCheckpoint(c, cf, model.TsFromTime(time.Now().Add(time.Second)))
+	tc.WaitCheckpoint(cf, model.TsFromTime(time.Now().Add(time.Second)))
 	close(stopSampling)
 	<-sampled
 	if len(backwards) > 0 {
@@ -275,34 +271,31 @@ func chaosRun(t *testing.T, seed uint64) {
 	// Never two coordinators writing in one term: the fenced writes, in
 	// the order etcd took them, go from term to later term, each term
 	// one agent's.
-	terms, writes, problems := tc.audit.check()
+	terms, writes, problems := audit.Check()
 	t.Logf("audit: %d coordinator writes under %d terms", writes, terms)
 	if len(problems) > 0 || writes == 0 {
 		t.Fatalf("the coordinator writes' audit (%d writes, %d terms): %v", writes, terms, problems)
 	}
-	tc.verifyAll(c, sinks, !crashed)
+	tc.VerifyAll(!crashed)
 }
 
 // chaosStart starts op and returns the ids of the plans it submitted.
-func chaosStart(t *testing.T, tc *testCluster, c *api.Client, rng *rand.Rand, op string, target model.NodeID) []string {
+func chaosStart(t *testing.T, tc *enginetest.Cluster, rng *rand.Rand, op string, target model.NodeID) []string {
 	t.Helper()
-	ctx := context.Background()
 	const cf = "cf00"
 	submit := func(compute func(*model.Snapshot) (*plan.Plan, error)) []string {
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			snap, err := c.Snapshot(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := compute(&snap.Snapshot)
+			snap := tc.State().Snapshot()
+			p, err := compute(&snap)
 			if err == nil {
-				var sub *api.PlanResponse
-				if sub, err = c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: "chaos"}); err == nil {
+				var sub *exec.Record
+				if sub, err = tc.Submit(p, false); err == nil {
 					return []string{sub.ID}
 				}
 			}
-			retry := api.IsCode(apiErr(err), api.CodePartitionBusy) || api.IsCode(apiErr(err), api.CodeStalePlan)
-			if !retry || time.Now().After(deadline) {
+			var busy *plan.BusyError
+			var stale *plan.StaleError
+			if !errors.As(err, &busy) && !errors.As(err, &stale) || time.Now().After(deadline) {
 				t.Fatalf("%s: %v", op, err)
 			}
 		}
@@ -322,26 +315,21 @@ func chaosStart(t *testing.T, tc *testCluster, c *api.Client, rng *rand.Rand, op
 	}
 	switch op {
 	case "drain":
-		res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: 1 + rng.IntN(2), SubmittedBy: "chaos"})
+		rec, err := tc.Drain(target, 1+rng.IntN(2), false)
 		if err != nil {
 			t.Fatalf("drain %s: %v", target, err)
 		}
-		return []string{res.PlanID}
+		return []string{rec.ID}
 	case "move":
 		return submit(func(s *model.Snapshot) (*plan.Plan, error) {
 			r, ok := pick(s)
 			if !ok {
 				return nil, fmt.Errorf("no partition on %s", target)
 			}
-			to := tc.followerOf(target)
-			return plan.Move(s, r.ID, to, plan.DefaultCosts)
+			return plan.Move(s, r.ID, tc.FollowerOf(target), plan.DefaultCosts)
 		})
 	case "split":
-		created, err := c.Changefeed(ctx, cf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := tc.generator(created.Source)
+		g := tc.Generator(tc.Changefeed(cf).Info.SourceURI)
 		return submit(func(s *model.Snapshot) (*plan.Plan, error) {
 			r, ok := pick(s)
 			if !ok {
@@ -356,21 +344,15 @@ func chaosStart(t *testing.T, tc *testCluster, c *api.Client, rng *rand.Rand, op
 	case "rebalance":
 		// Unbalance it first: the target's partitions moved to one
 		// other capture (pinned there), then rebalanced, pins and all.
-		to := tc.followerOf(target)
-		snap, err := c.Snapshot(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range snap.Snapshot.Partitions {
-			if p.Route.Changefeed == cf && p.Route.Node == target {
-				tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, p.Route.ID, to, plan.DefaultCosts) })
+		to := tc.FollowerOf(target)
+		for _, p := range tc.State().Partitions[cf] {
+			if p.Route.Node == target {
+				tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, p.Route.ID, to, plan.DefaultCosts) })
 			}
 		}
 		return submit(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Rebalance(s, cf, 2, true, plan.DefaultCosts) })
 	case "pause-resume":
-		if _, err := c.PauseChangefeed(ctx, cf); err != nil {
-			t.Fatalf("pause: %v", err)
-		}
+		tc.SetState(cf, model.ChangefeedPaused)
 	}
 	return nil
 }
