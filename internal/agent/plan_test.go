@@ -17,16 +17,10 @@ import (
 func (tc *testCluster) createFeeds(c *api.Client, n int) map[string]string {
 	tc.t.Helper()
 	dir := tc.t.TempDir()
-	return tc.createFeedsInto(c, n, func(name string) string { return "file://" + dir + "/" + name + "?flush-interval=100ms" })
-}
-
-// createFeedsInto is createFeeds with each changefeed's sink URI given.
-func (tc *testCluster) createFeedsInto(c *api.Client, n int, sinkOf func(name string) string) map[string]string {
-	tc.t.Helper()
 	sinks := map[string]string{}
 	for i := range n {
 		name := fmt.Sprintf("cf%02d", i)
-		sinks[name] = sinkOf(name)
+		sinks[name] = "file://" + dir + "/" + name + "?flush-interval=100ms"
 		if _, err := c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=2&keys=50&rate=200", Sink: sinks[name], PartitionsPerTable: 2}); err != nil {
 			tc.t.Fatal(err)
 		}
@@ -58,16 +52,6 @@ func (tc *testCluster) planEnd(c *api.Client, id string, timeout time.Duration) 
 		return err == nil && rec.State.Terminal()
 	})
 	return rec
-}
-
-func startedSteps(p *api.PlanResponse, kind plan.StepKind) int {
-	n := 0
-	for _, s := range p.Steps {
-		if s.Started != nil && p.Step(s).Kind == kind {
-			n++
-		}
-	}
-	return n
 }
 
 // Cancelling a drain plan skips what is left and clears the drain

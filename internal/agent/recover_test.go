@@ -287,43 +287,6 @@ func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
 	t.Logf("%v restarts; verified %d events: %d lost, %d out of order, %d duplicates", rig.metric(restarts), rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
-// A permanent error (the broker refuses the messages as too large) does
-// not loop: the changefeed goes failed with the error and what to do;
-// after the fix, resume replicates everything, nothing lost.
-func TestAPermanentKafkaErrorFailsTheChangefeedUntilResumed(t *testing.T) {
-	t.Parallel()
-	rig := newRecoverRig(t, "")
-	rig.warm()
-	rig.kafka.Fail(kerr.MessageTooLarge.Code)
-	var got *api.ChangefeedResponse
-	rig.tc.eventually("the changefeed fails", 30*time.Second, func() bool {
-		var err error
-		got, err = rig.c.Changefeed(context.Background(), "demo")
-		return err == nil && got.State == "failed"
-	})
-	if !strings.Contains(got.Error, "changefeed resume") || !strings.Contains(got.Error, "MESSAGE_TOO_LARGE") && !strings.Contains(got.Error, "too large") {
-		t.Fatalf("failed with %q; want the error and what to do", got.Error)
-	}
-	// It stays failed: nothing retries by itself.
-	time.Sleep(2 * time.Second)
-	if again, err := rig.c.Changefeed(context.Background(), "demo"); err != nil || again.State != "failed" {
-		t.Fatalf("a failed changefeed changed by itself: %+v %v", again, err)
-	}
-	rig.kafka.Heal()
-	if _, err := rig.c.ResumeChangefeed(context.Background(), "demo"); err != nil {
-		t.Fatal(err)
-	}
-	rig.tc.waitCheckpoint(rig.c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
-	if now, err := rig.c.Changefeed(context.Background(), "demo"); err != nil || now.State != "normal" || now.Error != "" {
-		t.Fatalf("after resume: %+v %v", now, err)
-	}
-	rep := rig.verify()
-	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
-		t.Fatalf("verify after resume: %+v", rep)
-	}
-	t.Logf("failed with %q; after resume verified %d events: %d lost, %d duplicates", got.Error, rep.Expected, rep.Lost, rep.Duplicates)
-}
-
 // Seed 002, acceptance 4 under load: while a broker fault makes the
 // dispatchers of some tables fail and wait for recovery, one of their
 // partitions is split and another moved to another capture, and a
