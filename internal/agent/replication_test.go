@@ -125,6 +125,16 @@ func replicateThroughANodeStop(t *testing.T, viaGRPC bool, sourceURI, sinkURI st
 	if ms := metricValue(body, `cdcctl_changefeed_checkpoint_ts{changefeed="demo"}`); math.Abs(ms-float64(time.Now().UnixMilli())) > 60_000 {
 		t.Errorf("cdcctl_changefeed_checkpoint_ts is %.0f; want the checkpoint in Unix ms, near %d", ms, time.Now().UnixMilli())
 	}
+	if scheme == "kafka" {
+		// The producer's series name the broker (kfake's one is 0); the
+		// sink's own test proves what it reports through a broker fault.
+		for id, rn := range tc.nodes {
+			body := tc.get(rn.addr, "/metrics")
+			if metricValue(body, `cdcctl_kafka_produce_requests_total{broker="0",result="ok"}`) <= 0 || metricValue(body, `cdcctl_kafka_produce_bytes_total{broker="0"}`) <= 0 {
+				t.Errorf("%s: no produce requests or bytes counted for broker 0", id)
+			}
+		}
+	}
 	if scheme == "file" {
 		// Seed 004's storage series: data writes timed, and the
 		// active-tables gauge exported by every capture (it may read 0

@@ -78,11 +78,12 @@ type Cluster struct {
 }
 
 type running struct {
-	capture *capture.Capture
-	cli     *clientv3.Client
-	tr      transport.Transport
-	cancel  context.CancelFunc
-	done    chan error
+	capture    *capture.Capture
+	recoveries *recoveries
+	cli        *clientv3.Client
+	tr         transport.Transport
+	cancel     context.CancelFunc
+	done       chan error
 }
 
 // ClusterID is the cluster id every harness cluster uses in etcd.
@@ -131,13 +132,15 @@ func (c *Cluster) Start(id string) {
 	}
 	tr := c.Hub.Join(nid)
 	dir := c.T.TempDir()
+	rec := newRecoveries()
 	cp := capture.New(capture.Config{
 		ID: nid, Address: "engine-test/" + id, Version: "test", SessionTTL: c.Opts.TTL, MoveTimeout: c.Opts.MoveTimeout,
 		// The tests' file sinks are their own temporary directories.
 		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid], Checkpoints: c.Opts.Checkpoints,
+		Recoveries: rec,
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{capture: cp, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}
+	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- cp.Run(ctx) }()
 	c.captures[nid] = r
 }

@@ -88,8 +88,36 @@ func supervise(t *testing.T, g *gen.Generator, s sink.Sink, table string, from m
 // finds nothing lost and nothing out of order. (Before the fence, rows
 // behind a failed one landed when the broker came back: 89 rows out of
 // order in the run that found it.)
+//
+// The producer's metrics name the broker: the faulty one (0) refused,
+// the others answered and refused nothing; bytes and round trips are
+// counted.
 func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
-	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NotEnoughReplicas.Code) })
+	m := &produced{n: map[string]int{}}
+	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NotEnoughReplicas.Code) }, m)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	refused0, ok12, refused12 := m.n["0 refused"], m.n["1 ok"]+m.n["2 ok"], m.n["1 refused"]+m.n["2 refused"]
+	if refused0 == 0 || ok12 == 0 || refused12 != 0 || m.bytes == 0 || m.took == 0 {
+		t.Fatalf("produce requests: broker 0 refused %d; brokers 1 and 2 answered %d, refused %d; %d bytes in %s: %v", refused0, ok12, refused12, m.bytes, m.took, m.n)
+	}
+}
+
+// produced records what a sink's producer reports (kafka.Metrics), as
+// the agent's metrics do.
+type produced struct {
+	mu    sync.Mutex
+	n     map[string]int // "broker result"
+	bytes int
+	took  time.Duration
+}
+
+func (p *produced) Produce(broker int32, bytes int, took time.Duration, result string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n[fmt.Sprintf("%d %s", broker, result)]++
+	p.bytes += bytes
+	p.took += took
 }
 
 // The same when the broker drops its connections (a broker restarting):
@@ -97,17 +125,27 @@ func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
 // returns the connection's error; that is transient too (a recovery, not
 // a failed changefeed).
 func TestPerKeyOrderIsKeptThroughDroppedConnections(t *testing.T) {
-	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Drop() })
+	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Drop() }, nil)
 }
 
 // orderThroughAFault runs four tables' dispatchers into a sink (URI
 // parameters params) through a fault of one broker of three, and proves
-// with verify that nothing was lost or reordered. It returns the sink's
-// URI and the checkpoint everything up to which is in the topic.
-func orderThroughAFault(t *testing.T, params string, fault func(*kafkatest.Cluster)) (string, model.Ts) {
+// with verify that nothing was lost or reordered; the sink's producer
+// reports to metrics, if given. It returns the sink's URI and the
+// checkpoint everything up to which is in the topic.
+func orderThroughAFault(t *testing.T, params string, fault func(*kafkatest.Cluster), metrics kafka.Metrics) (string, model.Ts) {
 	c := faultyCluster(t, 6)
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms%s", c.Addrs(), params)
-	s := open(t, uri)
+	var s *kafka.Sink
+	if metrics == nil {
+		s = open(t, uri)
+	} else {
+		var err error
+		if s, err = kafka.OpenWith(context.Background(), uri, quiet(), kafka.Env{Metrics: metrics}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+	}
 	g := live(t, "gen://?tables=4&keys=40&rate=4000")
 	var runs []*supervised
 	for i := range 4 {
@@ -178,7 +216,7 @@ func TestAPermanentErrorSaysWhatToDo(t *testing.T) {
 // makes it give up on a batch on its own, with the batches behind it in
 // the partition already built: the window docs/recovery.md describes.
 func TestPerKeyOrderIsKeptWhenTheProducerGivesUpByItself(t *testing.T) {
-	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) })
+	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) }, nil)
 }
 
 // Nothing of a dispatcher lands behind a row of it that failed, whatever
@@ -193,7 +231,7 @@ func TestPerKeyOrderIsKeptWhenTheProducerGivesUpByItself(t *testing.T) {
 // before this sink had its own producer left rows of other keys free to
 // land behind a failed one: this check failed on it.)
 func TestNoRowLandsBehindAFailedOneInItsPartition(t *testing.T) {
-	uri, upTo := orderThroughAFault(t, "&partition=table", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) })
+	uri, upTo := orderThroughAFault(t, "&partition=table", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) }, nil)
 	cfg, err := kafka.ParseURI(uri)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package agent
+package dispatcher_test
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ import (
 // verifies every run (0 lost, 0 out of order). Not part of the README's
 // test command:
 //
-//	CDCCTL_BENCH_RECOVER=3 go test -count=1 -run TestCatchUpThroughTheEngine -v ./internal/agent
+//	CDCCTL_BENCH_RECOVER=3 go test -count=1 -run TestCatchUpThroughTheEngine -v ./internal/engine/dispatcher
 func TestCatchUpThroughTheEngine(t *testing.T) {
 	runs, _ := strconv.Atoi(os.Getenv("CDCCTL_BENCH_RECOVER"))
 	if runs <= 0 {
@@ -36,7 +36,7 @@ func TestCatchUpThroughTheEngine(t *testing.T) {
 	}
 	type result struct {
 		catchUp              time.Duration
-		restarts, recoveries float64
+		restarts, recoveries int
 		events, lost, ooo    uint64
 	}
 	modes := []struct{ name, params string }{{"dispatcher", "&recover-timeout=60s"}, {"changefeed", "&recover-timeout=1s"}}
@@ -50,10 +50,9 @@ func TestCatchUpThroughTheEngine(t *testing.T) {
 				time.Sleep(4 * time.Second)
 				rig.kafka.Heal()
 				healedAt := time.Now()
-				rig.tc.waitCheckpoint(rig.c, "demo", model.TsFromTime(healedAt))
-				r := result{catchUp: time.Since(healedAt),
-					restarts:   rig.metric(`cdcctl_changefeed_restarts_total{reason="recover_timeout"}`),
-					recoveries: rig.metric("cdcctl_dispatcher_recoveries_total")}
+				rig.tc.WaitCheckpoint("demo", model.TsFromTime(healedAt))
+				counts := rig.tc.RecoveriesTotal()
+				r := result{catchUp: time.Since(healedAt), restarts: counts.Restarted["recover_timeout"], recoveries: counts.Recovered}
 				rep := rig.verify()
 				if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
 					t.Fatalf("verify after the %s remedy: %+v", m.name, rep)
@@ -68,8 +67,8 @@ func TestCatchUpThroughTheEngine(t *testing.T) {
 	mean := func(rs []result) (catchUp, restarts, recoveries float64) {
 		for _, r := range rs {
 			catchUp += r.catchUp.Seconds()
-			restarts += r.restarts
-			recoveries += r.recoveries
+			restarts += float64(r.restarts)
+			recoveries += float64(r.recoveries)
 		}
 		n := float64(len(rs))
 		return catchUp / n, restarts / n, recoveries / n

@@ -1,4 +1,4 @@
-package agent
+package dispatcher_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -27,8 +26,8 @@ const recoverSource = "gen://?tables=8&keys=100&rate=1000"
 // table (partition=table), so that some tables live on the faulty broker
 // and the others do not.
 type recoverRig struct {
-	tc     *testCluster
-	c      *api.Client
+	t      *testing.T
+	tc     *enginetest.Cluster
 	kafka  *kafkatest.Cluster
 	sink   string
 	faulty map[string]bool // tables whose Kafka partition the faulty broker leads
@@ -40,9 +39,9 @@ func newRecoverRig(t *testing.T, sinkParams string) *recoverRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	tc := newTestCluster(t)
-	tc.startCaptures(3)
-	rig := &recoverRig{tc: tc, c: tc.client(), kafka: kc, faulty: map[string]bool{},
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(3)
+	rig := &recoverRig{t: t, tc: tc, kafka: kc, faulty: map[string]bool{},
 		sink: fmt.Sprintf("kafka://%s/demo?partition=table&retry-timeout=1s%s", kc.Addrs(), sinkParams)}
 	// The sink's partitioner: FNV-1a of the table, modulo the partitions.
 	onFaulty := kc.FaultyPartitions()
@@ -55,9 +54,7 @@ func newRecoverRig(t *testing.T, sinkParams string) *recoverRig {
 	if n := len(trueKeys(rig.faulty)); n == 0 || n == 8 {
 		t.Fatalf("%d of 8 tables on the faulty broker: the test needs some on each side", n)
 	}
-	if _, err := rig.c.CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "demo", Source: recoverSource, Sink: rig.sink, PartitionsPerTable: 2}); err != nil {
-		t.Fatal(err)
-	}
+	tc.CreateChangefeed("demo", recoverSource, rig.sink, 2)
 	return rig
 }
 
@@ -73,7 +70,7 @@ func trueKeys(m map[string]bool) []string {
 
 // checkpoints are the partitions' persisted positions, by table side.
 func (rig *recoverRig) checkpoints() (healthy, faulty map[string]model.Ts) {
-	st := rig.tc.state()
+	st := rig.tc.State()
 	healthy, faulty = map[string]model.Ts{}, map[string]model.Ts{}
 	for pid, r := range st.Partitions["demo"] {
 		side := healthy
@@ -90,14 +87,14 @@ func (rig *recoverRig) checkpoints() (healthy, faulty map[string]model.Ts) {
 // is recovered once, however many of its messages failed, so the failed
 // epochs in a partition's history are distinct and rising.
 func (rig *recoverRig) recovered() (healthy, faulty int) {
-	for pid, r := range rig.tc.state().Partitions["demo"] {
+	for pid, r := range rig.tc.State().Partitions["demo"] {
 		last := uint64(0)
 		for _, ev := range r.Route.History {
 			if ev.Kind != "recovered" {
 				continue
 			}
 			if ev.Epoch <= last {
-				rig.tc.t.Fatalf("%s: epoch %d recovered after epoch %d: %+v", pid, ev.Epoch, last, r.Route.History)
+				rig.t.Fatalf("%s: epoch %d recovered after epoch %d: %+v", pid, ev.Epoch, last, r.Route.History)
 			}
 			last = ev.Epoch
 			if rig.faulty[r.Route.Span.Table] {
@@ -119,27 +116,16 @@ func (rig *recoverRig) recovered() (healthy, faulty int) {
 // changefeed restart or pause, which start dispatchers again under their
 // epoch.
 func (rig *recoverRig) onceEach() (asked int) {
-	rig.tc.t.Helper()
-	for id, n := range rig.tc.tail.Counted() {
+	rig.t.Helper()
+	for id, n := range rig.tc.Tail.Counted() {
 		if n != 1 {
-			rig.tc.t.Errorf("logged %d times, want once: %s", n, id)
+			rig.t.Errorf("logged %d times, want once: %s", n, id)
 		}
 		if strings.Contains(id, "asking its maintainer") {
 			asked++
 		}
 	}
 	return asked
-}
-
-// metric sums a series over the nodes.
-func (rig *recoverRig) metric(series string) float64 {
-	sum := 0.0
-	for _, rn := range rig.tc.nodes {
-		if v := metricValue(rig.tc.get(rn.addr, "/metrics"), series); v > 0 {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // Seed 002 under load: one broker of three refuses every produce request
@@ -151,7 +137,7 @@ func (rig *recoverRig) metric(series string) float64 {
 func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 	t.Parallel()
 	rig := newRecoverRig(t, "")
-	tc, c := rig.tc, rig.c
+	tc := rig.tc
 	rig.warm()
 
 	before, _ := rig.checkpoints()
@@ -165,7 +151,7 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 			t.Errorf("partition %s of a healthy table did not advance during the fault (%v → %v)", pid, before[pid], cp)
 		}
 	}
-	tc.waitCheckpoint(c, "demo", healed+model.TsFromMillis(1000))
+	tc.WaitCheckpoint("demo", healed+model.TsFromMillis(1000))
 	healthy, faulty := rig.recovered()
 	if healthy != 0 || faulty == 0 {
 		t.Fatalf("recoveries: %d of healthy tables' partitions, %d of the faulty broker's; want 0 and some", healthy, faulty)
@@ -173,25 +159,13 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 	if asked := rig.onceEach(); asked < faulty {
 		t.Fatalf("%d recoveries asked for, %d partitions re-created", asked, faulty)
 	}
-	tc.eventually("the recoveries are counted and none is pending", 10*time.Second, func() bool {
-		return rig.metric("cdcctl_dispatcher_recoveries_total") >= 1 && rig.metric("cdcctl_dispatcher_recover_pending") == 0
+	tc.Eventually("the recoveries are counted and none is pending", 10*time.Second, func() bool {
+		n := tc.RecoveriesTotal()
+		return n.Recovered >= 1 && n.Pending == 0
 	})
-	for _, reason := range []string{"recover_timeout", "recover_failed"} {
-		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
-			t.Fatalf("%v changefeed restarts (%s) for a fault shorter than the recover timeout", n, reason)
-		}
-	}
-	// The producer's metrics name the broker: the faulty one (0)
-	// refused, the others answered; bytes and round trips are counted.
-	faultyRefused := rig.metric(`cdcctl_kafka_produce_requests_total{broker="0",result="refused"}`)
-	healthyOK := rig.metric(`cdcctl_kafka_produce_requests_total{broker="1",result="ok"}`) + rig.metric(`cdcctl_kafka_produce_requests_total{broker="2",result="ok"}`)
-	healthyRefused := rig.metric(`cdcctl_kafka_produce_requests_total{broker="1",result="refused"}`) + rig.metric(`cdcctl_kafka_produce_requests_total{broker="2",result="refused"}`)
-	if faultyRefused == 0 || healthyOK == 0 || healthyRefused != 0 || rig.metric(`cdcctl_kafka_produce_bytes_total{broker="1"}`) == 0 ||
-		rig.metric(`cdcctl_kafka_produce_request_duration_seconds_count{broker="0"}`) == 0 {
-		t.Fatalf("produce requests: broker 0 refused %v; brokers 1 and 2 answered %v, refused %v", faultyRefused, healthyOK, healthyRefused)
-	}
-	if got, err := c.Changefeed(context.Background(), "demo"); err != nil || got.State != "normal" {
-		t.Fatalf("changefeed after the fault: %+v %v", got, err)
+	rig.noRestarts()
+	if st := tc.Changefeed("demo").Status; st.State != model.ChangefeedNormal {
+		t.Fatalf("changefeed after the fault: %+v", st)
 	}
 	rep := rig.verify()
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
@@ -205,18 +179,12 @@ func TestAKafkaFaultRecoversOnlyTheDispatchersItHits(t *testing.T) {
 // the recover timeout must leave: the changefeed caught up, no recovery
 // pending, no changefeed restarted, nothing lost or out of order.
 func (rig *recoverRig) healAndVerify() verify.Report {
-	tc, t := rig.tc, rig.tc.t
+	tc, t := rig.tc, rig.t
 	t.Helper()
 	rig.kafka.Heal()
-	tc.waitCheckpoint(rig.c, "demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
-	tc.eventually("no recovery is left pending", 15*time.Second, func() bool {
-		return rig.metric("cdcctl_dispatcher_recover_pending") == 0
-	})
-	for _, reason := range []string{"recover_timeout", "recover_failed"} {
-		if n := rig.metric(`cdcctl_changefeed_restarts_total{reason="` + reason + `"}`); n != 0 {
-			t.Fatalf("%v changefeed restarts (%s) for a fault shorter than the recover timeout", n, reason)
-		}
-	}
+	tc.WaitCheckpoint("demo", model.TsFromTime(time.Now())+model.TsFromMillis(1000))
+	tc.Eventually("no recovery is left pending", 15*time.Second, func() bool { return tc.RecoveriesTotal().Pending == 0 })
+	rig.noRestarts()
 	rep := rig.verify()
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
 		t.Fatalf("verify: %+v", rep)
@@ -224,28 +192,19 @@ func (rig *recoverRig) healAndVerify() verify.Report {
 	return rep
 }
 
-// nodeMetric is a series on each node.
-func (rig *recoverRig) nodeMetric(series string) map[model.NodeID]float64 {
-	out := map[model.NodeID]float64{}
-	for id, rn := range rig.tc.nodes {
-		out[id] = max(metricValue(rig.tc.get(rn.addr, "/metrics"), series), 0)
+// noRestarts fails the test if any capture restarted the changefeed (the
+// fallback): a fault shorter than the recover timeout never needs it.
+func (rig *recoverRig) noRestarts() {
+	rig.t.Helper()
+	if n := rig.tc.RecoveriesTotal().Restarted; len(n) != 0 {
+		rig.t.Fatalf("changefeed restarts %v for a fault shorter than the recover timeout", n)
 	}
-	return out
 }
 
-// warm waits until the changefeed replicates; it returns the changefeed.
-func (rig *recoverRig) warm() *api.ChangefeedResponse {
-	created, err := rig.c.Changefeed(context.Background(), "demo")
-	if err != nil {
-		rig.tc.t.Fatal(err)
-	}
-	rig.tc.waitCheckpoint(rig.c, "demo", model.Ts(created.StartTs)+model.TsFromMillis(1500))
-	return created
-}
+// warm waits until the changefeed replicates.
+func (rig *recoverRig) warm() { rig.tc.Warm("demo", 1500*time.Millisecond) }
 
-func (rig *recoverRig) verify() verify.Report {
-	return rig.tc.pauseAndVerify(rig.c, "demo", rig.sink, verifyKafka)
-}
+func (rig *recoverRig) verify() verify.Report { return rig.tc.PauseAndVerify("demo") }
 
 // Seed 002, acceptance 5 (R10) under load: a fault that outlasts the
 // recover timeout (3 s) ends in the fallback, a changefeed restart on
@@ -257,34 +216,29 @@ func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
 	rig := newRecoverRig(t, "&recover-timeout=3s")
 	rig.warm()
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
-	const restarts = `cdcctl_changefeed_restarts_total{reason="recover_timeout"}`
-	rig.tc.eventually("a recovery times out and the changefeed restarts", 40*time.Second, func() bool {
-		return rig.metric(restarts) >= 1
-	})
+	restarts := func() int { return rig.tc.RecoveriesTotal().Restarted["recover_timeout"] }
+	rig.tc.Eventually("a recovery times out and the changefeed restarts", 40*time.Second, func() bool { return restarts() >= 1 })
 	rig.kafka.Heal()
 	healed := model.TsFromTime(time.Now())
-	rig.tc.waitCheckpoint(rig.c, "demo", healed+model.TsFromMillis(1000))
-	for node, n := range rig.nodeMetric(restarts) {
-		if n > 1 {
-			t.Fatalf("%s restarted the changefeed %v times for one fault; want at most once", node, n)
+	rig.tc.WaitCheckpoint("demo", healed+model.TsFromMillis(1000))
+	for node, n := range rig.tc.Recoveries() {
+		if n.Restarted["recover_timeout"] > 1 {
+			t.Fatalf("%s restarted the changefeed %v times for one fault; want at most once", node, n.Restarted)
 		}
 	}
-	got, err := rig.c.Changefeed(context.Background(), "demo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := rig.tc.Changefeed("demo").Status
 	found := false
-	for _, in := range got.Incidents {
+	for _, in := range st.Incidents {
 		found = found || in.Kind == "restart" && in.Reason == "recover_timeout" && in.Err != ""
 	}
-	if !found || got.State != "normal" {
-		t.Fatalf("the changefeed (%s) does not show the restart: %+v", got.State, got.Incidents)
+	if !found || st.State != model.ChangefeedNormal {
+		t.Fatalf("the changefeed (%s) does not show the restart: %+v", st.State, st.Incidents)
 	}
 	rep := rig.verify()
 	if !rep.OK || rep.Lost != 0 || rep.OutOfOrder != 0 {
 		t.Fatalf("verify after the restart: %+v", rep)
 	}
-	t.Logf("%v restarts; verified %d events: %d lost, %d out of order, %d duplicates", rig.metric(restarts), rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
+	t.Logf("%v restarts; verified %d events: %d lost, %d out of order, %d duplicates", restarts(), rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
 // Seed 002, acceptance 4 under load: while a broker fault makes the
@@ -296,10 +250,11 @@ func TestAFaultLongerThanTheRecoverTimeoutRestartsTheChangefeed(t *testing.T) {
 func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 	t.Parallel()
 	rig := newRecoverRig(t, "")
-	tc, c := rig.tc, rig.c
-	g := tc.generator(rig.warm().Source)
+	tc := rig.tc
+	rig.warm()
+	g := tc.Generator(tc.Changefeed("demo").Info.SourceURI)
 	var hit []model.RouteEntry
-	for _, r := range tc.state().SortedPartitions("demo") {
+	for _, r := range tc.State().SortedPartitions("demo") {
 		if rig.faulty[r.Route.Span.Table] {
 			hit = append(hit, r.Route)
 		}
@@ -308,26 +263,24 @@ func TestRecoveriesClearThroughSplitsAndMovesDuringAFault(t *testing.T) {
 		t.Fatalf("%d partitions on the faulty broker; want 2", len(hit))
 	}
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
-	tc.eventually("some dispatchers wait for recovery", 20*time.Second, func() bool {
-		return rig.metric("cdcctl_dispatcher_recover_pending") >= 1
-	})
+	tc.Eventually("some dispatchers wait for recovery", 20*time.Second, func() bool { return tc.RecoveriesTotal().Pending >= 1 })
 	key, ok := enginetest.MiddleKey(g, hit[0].Span)
 	if !ok {
 		t.Fatalf("%s has fewer than 2 keys", hit[0].ID)
 	}
-	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, hit[0].ID, key, plan.DefaultCosts) })
-	to := tc.followerOf(tc.state().Partitions["demo"][hit[1].ID].Route.Node)
-	tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, hit[1].ID, to, plan.DefaultCosts) })
-	if snap, err := c.Snapshot(context.Background()); err == nil {
-		if p, err := plan.Rebalance(&snap.Snapshot, "demo", 2, false, plan.DefaultCosts); err == nil && len(p.Batches) > 0 {
-			tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) {
-				return plan.Rebalance(s, "demo", 2, false, plan.DefaultCosts)
-			})
-		}
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, hit[0].ID, key, plan.DefaultCosts) })
+	to := tc.FollowerOf(tc.State().Partitions["demo"][hit[1].ID].Route.Node)
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, hit[1].ID, to, plan.DefaultCosts) })
+	snap := tc.State().Snapshot()
+	if p, err := plan.Rebalance(&snap, "demo", 2, false, plan.DefaultCosts); err == nil && len(p.Batches) > 0 {
+		tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
+			return plan.Rebalance(s, "demo", 2, false, plan.DefaultCosts)
+		})
 	}
 	rep := rig.healAndVerify()
+	answered := tc.RecoveriesTotal().Answered
 	t.Logf("answers: %v SUPERSEDED, %v RUNNING; verified %d events: %d lost, %d out of order, %d duplicates",
-		rig.metric(`cdcctl_dispatcher_recover_responses_total{state="SUPERSEDED"}`), rig.metric(`cdcctl_dispatcher_recover_responses_total{state="RUNNING"}`),
+		answered[transport.RecoverSuperseded], answered[transport.RecoverRunning],
 		rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
@@ -342,23 +295,23 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 	rig := newRecoverRig(t, "")
 	tc := rig.tc
 	rig.warm()
-	old := tc.state().Changefeeds["demo"].Maintainer
+	tc.MaintainerOf("demo")
+	old := tc.State().Changefeeds["demo"].Maintainer
 	rig.kafka.Fail(kerr.NotEnoughReplicas.Code)
-	const pending = "cdcctl_dispatcher_recover_pending"
-	tc.eventually("a capture other than the maintainer's waits for a recovery", 20*time.Second, func() bool {
-		for node, n := range rig.nodeMetric(pending) {
-			if node != old.Node && n >= 1 {
+	tc.Eventually("a capture other than the maintainer's waits for a recovery", 20*time.Second, func() bool {
+		for node, n := range tc.Recoveries() {
+			if node != old.Node && n.Pending >= 1 {
 				return true
 			}
 		}
 		return false
 	})
-	if err := tc.stop(old.Node); err != nil {
+	if err := tc.Stop(old.Node); err != nil {
 		t.Fatalf("stopping %s: %v", old.Node, err)
 	}
 	var moved time.Time
-	tc.eventually("the maintainer moves", 30*time.Second, func() bool {
-		now := tc.state().Changefeeds["demo"].Maintainer
+	tc.Eventually("the maintainer moves", 30*time.Second, func() bool {
+		now := tc.State().Changefeeds["demo"].Maintainer
 		if now.Node != "" && now.Node != old.Node && now.Epoch > old.Epoch {
 			moved = time.Now()
 			return true
@@ -373,9 +326,9 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 	// Sent every 50 ms for 3 s, with the routing epochs of the moment:
 	// a pending request's identity holds only until its partition is
 	// re-created.
-	stale := tc.hub.Join(old.Node)
+	stale := tc.Hub.Join(old.Node)
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		for _, r := range tc.state().Partitions["demo"] {
+		for _, r := range tc.State().Partitions["demo"] {
 			msg, err := transport.NewMessage(old.Node, r.Route.Node, transport.TopicRecoverAnswer, transport.RecoverAnswer{Changefeed: "demo", MaintainerEpoch: old.Epoch,
 				Answers: []transport.RecoverReply{{ID: r.Route.ID, Epoch: r.Route.Epoch, State: transport.RecoverFailed, Reason: "a deposed maintainer's late answer"}}})
 			if err != nil {
@@ -387,8 +340,8 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 	stale.Close()
 	// The fault goes on: dispatchers re-created by the old maintainer
 	// fail again and their requests must reach the new one.
-	tc.eventually("the new maintainer recovers a dispatcher", 30*time.Second, func() bool {
-		for _, r := range tc.state().Partitions["demo"] {
+	tc.Eventually("the new maintainer recovers a dispatcher", 30*time.Second, func() bool {
+		for _, r := range tc.State().Partitions["demo"] {
 			for _, ev := range r.Route.History {
 				if ev.Kind == "recovered" && ev.Time.After(moved) {
 					return true
@@ -397,12 +350,12 @@ func TestRecoveriesFollowAMaintainerThatMovesDuringAFault(t *testing.T) {
 		}
 		return false
 	})
-	if n := rig.metric(pending); n < 1 {
+	if n := tc.RecoveriesTotal().Pending; n < 1 {
 		t.Fatalf("%v recoveries pending during the fault after the maintainer moved; want some still waiting", n)
 	}
 	rep := rig.healAndVerify()
 	// Still every dispatcher started once and asked once (acceptance 2).
 	rig.onceEach()
 	t.Logf("maintainer %s → %s; verified %d events: %d lost, %d out of order, %d duplicates",
-		old.Node, tc.state().Changefeeds["demo"].Maintainer.Node, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
+		old.Node, tc.State().Changefeeds["demo"].Maintainer.Node, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
