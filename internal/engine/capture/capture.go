@@ -87,6 +87,22 @@ type Faults struct {
 	FailBootstrap func(model.ChangefeedID) error
 }
 
+// The engine's parts take their faults as interfaces (dispatcher.Faults,
+// maintainer.Faults); Faults answers for both, nil hooks failing nothing.
+
+func (f Faults) BeforeStart(r model.RouteEntry) error { return call(f.FailStart, r) }
+func (f Faults) BeforePlace(r model.RouteEntry) error { return call(f.FailPlace, r) }
+func (f Faults) BeforeBootstrap(cf model.ChangefeedID) error {
+	return call(f.FailBootstrap, cf)
+}
+
+func call[T any](hook func(T) error, v T) error {
+	if hook == nil {
+		return nil
+	}
+	return hook(v)
+}
+
 // Capture is one node's engine.
 type Capture struct {
 	cfg   Config

@@ -147,30 +147,22 @@ func (c *Capture) assemble(member *cluster.Member) (*assembled, error) {
 	// The capture's event logs: served to other captures by the
 	// maintainer host, read directly by this capture's dispatchers.
 	logs := eventlog.NewServer()
-	manager := dispatcher.NewManager(c.cfg.ID, c.store, view, c.tr, logs, c.log)
-	manager.Observe, manager.Metrics = c.cfg.ObserveSink, c.cfg.Recoveries
 	// Sinks ask the member's tenure before each write: a capture frozen
 	// past its lease must not write once it wakes (cluster.Tenure).
 	sinks := c.cfg.Sinks
 	sinks.Tenure, sinks.FileRoot, sinks.SpoolDir = member.Tenure(), c.cfg.SinkRoot, c.cfg.SpoolDir
-	manager.Sinks = sinks
-	manager.FailStart = c.cfg.Faults.FailStart
-	host := maintainer.NewHost(c.cfg.ID, c.store, view, c.tr, logs, c.log)
-	if c.cfg.MoveTimeout > 0 {
-		host.MoveTimeout = c.cfg.MoveTimeout
-	}
-	host.LogDir = c.cfg.EventLogDir
-	host.FailPlace, host.FailBootstrap = c.cfg.Faults.FailPlace, c.cfg.Faults.FailBootstrap
-	// Consumers learn the checkpoint from the sink (seed 004): opened
-	// here, on the maintainer's capture, apart from the dispatchers' sinks.
-	marks := registry.NewPublisher(registry.Env{Log: c.log, StorageMetrics: sinks.StorageMetrics, KafkaMetrics: sinks.KafkaMetrics,
-		Tenure: sinks.Tenure, FileRoot: sinks.FileRoot, SpoolDir: sinks.SpoolDir})
-	host.Checkpointed = marks.Publish
 	var states checkpoint.Store = checkpoint.Etcd{Store: c.store}
 	if c.cfg.Checkpoints != nil {
 		states = c.cfg.Checkpoints
 	}
-	manager.Checkpoints, host.Checkpoints = states, states
+	manager := dispatcher.NewManager(dispatcher.ManagerConfig{Self: c.cfg.ID, Store: c.store, View: view, Transport: c.tr, Logs: logs, Log: c.log,
+		Observe: c.cfg.ObserveSink, Metrics: c.cfg.Recoveries, Sinks: sinks, Checkpoints: states, Faults: c.cfg.Faults})
+	// Consumers learn the checkpoint from the sink (seed 004): opened
+	// here, on the maintainer's capture, apart from the dispatchers' sinks.
+	marks := registry.NewPublisher(registry.Env{Log: c.log, StorageMetrics: sinks.StorageMetrics, KafkaMetrics: sinks.KafkaMetrics,
+		Tenure: sinks.Tenure, FileRoot: sinks.FileRoot, SpoolDir: sinks.SpoolDir})
+	host := maintainer.NewHost(maintainer.HostConfig{Self: c.cfg.ID, Store: c.store, View: view, Transport: c.tr, Logs: logs, Log: c.log,
+		MoveTimeout: c.cfg.MoveTimeout, LogDir: c.cfg.EventLogDir, Checkpoints: states, Checkpointed: marks.Publish, Faults: c.cfg.Faults})
 	return &assembled{Incarnation: Incarnation{Member: member, View: view, Runner: runner, Coordinator: coord, Manager: manager, Host: host},
 		elector: elector, marks: marks.Run}, nil
 }

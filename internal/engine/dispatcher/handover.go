@@ -61,13 +61,13 @@ func (m *Manager) resumeFrom(st *meta.State, r model.RouteEntry) (model.Ts, mode
 // it cannot be saved the hand-over is not reported (the move waits, and
 // is reverted after the maintainer's move timeout).
 func (m *Manager) saveState(r model.RouteEntry, pos model.Ts) bool {
-	if m.Checkpoints == nil {
+	if m.cfg.Checkpoints == nil {
 		return true
 	}
 	state, err := actor.NewReplication(r.Span, pos).Snapshot()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = m.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch, state)
+		err = m.cfg.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch, state)
 		cancel()
 	}
 	if err != nil {
@@ -81,10 +81,10 @@ func (m *Manager) saveState(r model.RouteEntry, pos model.Ts) bool {
 // gracefully starts only from the state its previous owner saved, for
 // exactly the key range and position the routing table gives.
 func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
-	if m.Checkpoints == nil || r.Start == 0 {
+	if m.cfg.Checkpoints == nil || r.Start == 0 {
 		return nil // not a graceful hand-over: it resumes from its persisted position
 	}
-	a, err := checkpoint.LoadActor(ctx, m.Checkpoints, r.Changefeed, r.ID)
+	a, err := checkpoint.LoadActor(ctx, m.cfg.Checkpoints, r.Changefeed, r.ID)
 	if err != nil {
 		return err
 	}

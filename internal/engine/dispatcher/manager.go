@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -33,27 +34,7 @@ type Manager struct {
 	view  *cluster.View
 	tr    transport.Transport
 	log   *slog.Logger
-	// Interval between heartbeats.
-	Interval time.Duration
-	// Observe, if set, returns the metrics observer of a changefeed's sink.
-	Observe func(cf model.ChangefeedID, scheme string) sink.Observer
-	// HandoverTimeout bounds how long a graceful stop waits for the final
-	// positions to be persisted before it leaves anyway (the partitions
-	// then resume from their last persisted position: duplicates, no loss).
-	HandoverTimeout time.Duration
-	// Checkpoints, if set, is seed 003's CheckpointStore: a partition
-	// handed over saves its state there, and its next owner restores and
-	// checks it before it starts.
-	Checkpoints checkpoint.Store
-	// FailStart, if set, is asked before each dispatcher starts; an error
-	// fails the start (fault injection: seed 003's failed
-	// PreparePartition).
-	FailStart func(model.RouteEntry) error
-	// Sinks is what the sinks opened here share with the node (metrics,
-	// the storage memory budget); its Log is the manager's.
-	Sinks registry.Env
-	// Metrics, if set, counts recoveries and restarts (recover.go).
-	Metrics RecoveryMetrics
+	cfg   ManagerConfig
 
 	// reads reads database changefeeds' event logs on the nodes
 	// maintaining them.
@@ -134,13 +115,53 @@ func (f *feed) close() {
 	_ = f.src.Close()
 }
 
+// ManagerConfig is what a manager is built from; nothing is set after.
+type ManagerConfig struct {
+	Self      model.NodeID
+	Store     *meta.Store
+	View      *cluster.View
+	Transport transport.Transport
+	// Logs is the node's event-log server (the maintainer host's): the
+	// partitions of a changefeed whose reader runs here read its log
+	// directly. Nil: every read goes through the transport.
+	Logs *eventlog.Server
+	Log  *slog.Logger
+	// Interval between heartbeats (zero: 500 ms).
+	Interval time.Duration
+	// HandoverTimeout bounds how long a graceful stop waits for the final
+	// positions to be persisted before it leaves anyway (the partitions
+	// then resume from their last persisted position: duplicates, no
+	// loss). Zero: 10 s.
+	HandoverTimeout time.Duration
+	// Observe, if set, returns the metrics observer of a changefeed's sink.
+	Observe func(cf model.ChangefeedID, scheme string) sink.Observer
+	// Checkpoints, if set, is seed 003's CheckpointStore: a partition
+	// handed over saves its state there, and its next owner restores and
+	// checks it before it starts.
+	Checkpoints checkpoint.Store
+	// Sinks is what the sinks opened here share with the node (metrics,
+	// the storage memory budget); its Log is the manager's.
+	Sinks registry.Env
+	// Metrics, if set, counts recoveries and restarts (recover.go).
+	Metrics RecoveryMetrics
+	// Faults, if set, injects failures (tests).
+	Faults Faults
+}
+
+// Faults are the failures a test injects into a manager.
+type Faults interface {
+	// BeforeStart is asked before each dispatcher starts; an error fails
+	// the start (seed 003's failed PreparePartition).
+	BeforeStart(model.RouteEntry) error
+}
+
 // NewManager returns a manager for this node.
-// logs is the node's event-log server (the maintainer host's): the
-// partitions of a changefeed whose reader runs here read its log
-// directly. Nil: every read goes through tr.
-func NewManager(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, logs *eventlog.Server, log *slog.Logger) *Manager {
-	return &Manager{self: self, store: store, view: view, tr: tr, log: log, Interval: 500 * time.Millisecond, HandoverTimeout: 10 * time.Second,
-		reads:   eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, self, logs),
+func NewManager(cfg ManagerConfig) *Manager {
+	cfg.Interval = cmp.Or(cfg.Interval, 500*time.Millisecond)
+	cfg.HandoverTimeout = cmp.Or(cfg.HandoverTimeout, 10*time.Second)
+	view := cfg.View
+	return &Manager{self: cfg.Self, store: cfg.Store, view: view, tr: cfg.Transport, log: cfg.Log, cfg: cfg,
+		reads:   eventlog.NewClient(cfg.Transport, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, cfg.Self, cfg.Logs),
 		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
 		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
 		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1)}
@@ -168,7 +189,7 @@ func (m *Manager) Abort() {
 func (m *Manager) Run(ctx context.Context) error {
 	m.tr.Handle(transport.TopicRecoverAnswer, m.onRecoverAnswer)
 	defer m.tr.Handle(transport.TopicRecoverAnswer, nil)
-	t := time.NewTicker(m.Interval)
+	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
 		ch := m.view.Changed()
@@ -179,7 +200,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// waits on the network, not the CPU, and resting for it would
 		// delay the next hand-over (a split's pause).
 		took := time.Since(began)
-		if finals || time.Since(m.lastBeat) >= m.Interval {
+		if finals || time.Since(m.lastBeat) >= m.cfg.Interval {
 			m.heartbeat(ctx, st)
 		}
 		cluster.Rest(ctx, took)
@@ -354,9 +375,9 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 		_ = src.Close()
 		return nil, err
 	}
-	if m.Observe != nil {
+	if m.cfg.Observe != nil {
 		scheme, _, _ := strings.Cut(e.Info.SinkURI, ":")
-		sk = sink.Observe(sk, m.Observe(e.Info.ID, scheme))
+		sk = sink.Observe(sk, m.cfg.Observe(e.Info.ID, scheme))
 	}
 	nf := &feed{info: e.Info, src: src, sink: sk}
 	m.mu.Lock()
@@ -404,8 +425,8 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	if err != nil {
 		return err
 	}
-	if m.FailStart != nil {
-		if err := m.FailStart(r.Route); err != nil {
+	if m.cfg.Faults != nil {
+		if err := m.cfg.Faults.BeforeStart(r.Route); err != nil {
 			return err
 		}
 	}
@@ -454,7 +475,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 }
 
 func (m *Manager) sinkEnv() registry.Env {
-	env := m.Sinks
+	env := m.cfg.Sinks
 	env.Log = m.log
 	return env
 }

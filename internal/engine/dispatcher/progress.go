@@ -107,7 +107,7 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 // stopped; after HandoverTimeout it gives up (they resume from their last
 // persisted position instead: duplicates, never loss).
 func (m *Manager) awaitHandover() {
-	ctx, cancel := context.WithTimeout(context.Background(), m.HandoverTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.HandoverTimeout)
 	defer cancel()
 	for {
 		ch := m.view.Changed()

@@ -132,8 +132,8 @@ func (m *Manager) failedRun(r *managed, err error) {
 
 // pendingChanged reports the number of recoveries. m.mu is held.
 func (m *Manager) pendingChanged() {
-	if m.Metrics != nil {
-		m.Metrics.Pending(len(m.recovering))
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.Pending(len(m.recovering))
 	}
 }
 
@@ -171,8 +171,8 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 			if run != nil && run.route.Route.Epoch == rec.recreated && run.d.Checkpoint() > rec.failedAt {
 				delete(m.recovering, k)
 				m.log.Info("dispatcher recovered", "changefeed", rec.cf, "partition", rec.pid, "epoch", rec.recreated, "took", time.Since(rec.since).Round(time.Millisecond))
-				if m.Metrics != nil {
-					m.Metrics.Recovered()
+				if m.cfg.Metrics != nil {
+					m.cfg.Metrics.Recovered()
 				}
 				m.releaseBackoffs(rec.cf)
 				continue
@@ -296,8 +296,8 @@ func (m *Manager) onRecoverAnswer(_ context.Context, msg transport.Message) {
 		if rec == nil || rec.epoch != a.Epoch || rec.maintainerEpoch != ans.MaintainerEpoch || rec.recreated != 0 || rec.state.Final() {
 			continue // not the request in flight
 		}
-		if m.Metrics != nil {
-			m.Metrics.Answered(a.State)
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.Answered(a.State)
 		}
 		if rec.state != a.State {
 			m.log.Info("recovery answered", "changefeed", ans.Changefeed, "partition", a.ID, "epoch", a.Epoch, "maintainer_epoch", ans.MaintainerEpoch, "state", a.State, "reason", a.Reason)
@@ -357,8 +357,8 @@ func (m *Manager) restartFeed(cf model.ChangefeedID, why transport.Restart) {
 	if f != nil {
 		f.close()
 	}
-	if m.Metrics != nil {
-		m.Metrics.Restarted(why.Reason)
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.Restarted(why.Reason)
 	}
 }
 

@@ -58,9 +58,8 @@ func newRecoverRig(t *testing.T) *recoverRig {
 	hub := transport.NewHub()
 	view := cluster.Fixed(st)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := NewManager("n1", nil, view, hub.Join("n1"), nil, quiet)
 	cnt := &countMetrics{answers: map[transport.RecoverState]int{}, restarts: map[string]int{}}
-	m.Metrics = cnt
+	m := NewManager(ManagerConfig{Self: "n1", View: view, Transport: hub.Join("n1"), Log: quiet, Metrics: cnt})
 	rig := &recoverRig{t: t, m: m, view: view, st: st, hub: hub, cnt: cnt}
 	for _, n := range []model.NodeID{"n2", "n3"} {
 		hub.Join(n).Handle(transport.TopicHeartbeat, func(_ context.Context, msg transport.Message) {

@@ -46,10 +46,9 @@ func TestARestartStopsTheChangefeedAndStartsItAgainWhereItStopped(t *testing.T) 
 		},
 	}
 	hub := transport.NewHub()
-	m := NewManager("n1", nil, cluster.Fixed(st), hub.Join("n1"), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	cnt := &countMetrics{answers: map[transport.RecoverState]int{}, restarts: map[string]int{}}
-	m.Metrics = cnt
-	m.HandoverTimeout = 100 * time.Millisecond // no maintainer here acknowledges stops
+	m := NewManager(ManagerConfig{Self: "n1", View: cluster.Fixed(st), Transport: hub.Join("n1"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: cnt,
+		HandoverTimeout: 100 * time.Millisecond}) // no maintainer here acknowledges stops
 	defer m.stopAll()
 	ctx := context.Background()
 

@@ -20,8 +20,8 @@ type openSource struct {
 
 // source returns the changefeed's source, opened once per incarnation.
 func (h *Host) source(ctx context.Context, e *meta.ChangefeedEntry) (source.Source, error) {
-	if h.FailBootstrap != nil {
-		if err := h.FailBootstrap(e.Info.ID); err != nil {
+	if h.cfg.Faults != nil {
+		if err := h.cfg.Faults.BeforeBootstrap(e.Info.ID); err != nil {
 			return nil, bootstrapError{err}
 		}
 	}

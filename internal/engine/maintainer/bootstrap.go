@@ -59,7 +59,7 @@ func (h *Host) bootstrapped(ctx context.Context, e *meta.ChangefeedEntry, err er
 		h.booting[cf] = f
 	}
 	f.passes++
-	due := !f.recorded && f.passes >= minBootFailures && time.Since(f.since) >= h.GiveUpAfter
+	due := !f.recorded && f.passes >= minBootFailures && time.Since(f.since) >= h.cfg.GiveUpAfter
 	h.mu.Unlock()
 	if !due {
 		return

@@ -32,7 +32,7 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 		}},
 	}
 	hub := transport.NewHub()
-	h := NewHost("n2", nil, cluster.Fixed(st), hub.Join("n2"), eventlog.NewServer(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	report := func(at time.Time) {
 		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
 			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: model.TsFromTime(at), Epoch: 3}}}})

@@ -16,6 +16,7 @@
 package maintainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -45,38 +46,7 @@ type Host struct {
 	reads   *eventlog.Client
 	pullers map[model.ChangefeedID]*pulling
 
-	// MoveTimeout: a move or split whose source, alive, has not stopped
-	// the partition at a final position within it is returned to Active
-	// on the source (seed 003: failure before MigrateOut).
-	MoveTimeout time.Duration
-	// MaxStartFailures: a partition its new node failed to start this
-	// many times goes back where it came from (seed 003: PreparePartition
-	// failed N times).
-	MaxStartFailures int
-	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
-	// the state saved there.
-	Checkpoints checkpoint.Store
-	// LogDir, if set, is where the event logs of the readers running
-	// here live (one directory per changefeed, emptied when a reader
-	// starts): on disk, a large transaction costs disk, not memory. Empty
-	// keeps them in memory (tests).
-	LogDir string
-	// FailPlace, if set, is asked before a move's placement is written;
-	// an error fails that write (fault injection: seed 003's failed etcd
-	// save after PreparePartition).
-	FailPlace func(model.RouteEntry) error
-	// FailBootstrap, if set, is asked before a maintainer here opens its
-	// changefeed's source; an error fails the opening (fault injection:
-	// seed 000's failed maintainer bootstrap).
-	FailBootstrap func(model.ChangefeedID) error
-	// GiveUpAfter is how long a maintainer here may fail to start (open
-	// its changefeed's source) before it says so in the changefeed's
-	// status, for the coordinator to place it elsewhere (bootstrap.go).
-	GiveUpAfter time.Duration
-	// Checkpointed, if set, is told each checkpoint the host persists
-	// with its changefeed's sink (the storage sink's metadata file). It
-	// must not block.
-	Checkpointed func(sinkURI string, ts model.Ts)
+	cfg HostConfig
 
 	mu    sync.Mutex
 	heard map[model.ChangefeedID]*heard
@@ -93,14 +63,68 @@ type Host struct {
 	booting map[model.ChangefeedID]*bootFailure
 }
 
+// HostConfig is what a maintainer host is built from; nothing is set
+// after.
+type HostConfig struct {
+	Self      model.NodeID
+	Store     *meta.Store
+	View      *cluster.View
+	Transport transport.Transport
+	// Logs serves the event logs of the readers this host runs (to the
+	// node's dispatchers directly, to other nodes' through the
+	// transport).
+	Logs *eventlog.Server
+	Log  *slog.Logger
+	// MoveTimeout: a move or split whose source, alive, has not stopped
+	// the partition at a final position within it is returned to Active
+	// on the source (seed 003: failure before MigrateOut). Zero: 30 s.
+	MoveTimeout time.Duration
+	// MaxStartFailures: a partition its new node failed to start this
+	// many times goes back where it came from (seed 003:
+	// PreparePartition failed N times). Zero: 3.
+	MaxStartFailures int
+	// GiveUpAfter is how long a maintainer here may fail to start (open
+	// its changefeed's source) before it says so in the changefeed's
+	// status, for the coordinator to place it elsewhere (bootstrap.go).
+	// Zero: 10 s.
+	GiveUpAfter time.Duration
+	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
+	// the state saved there.
+	Checkpoints checkpoint.Store
+	// LogDir, if set, is where the event logs of the readers running
+	// here live (one directory per changefeed, emptied when a reader
+	// starts): on disk, a large transaction costs disk, not memory. Empty
+	// keeps them in memory (tests).
+	LogDir string
+	// Checkpointed, if set, is told each checkpoint the host persists
+	// with its changefeed's sink (the storage sink's metadata file). It
+	// must not block.
+	Checkpointed func(sinkURI string, ts model.Ts)
+	// Faults, if set, injects failures (tests).
+	Faults Faults
+}
+
+// Faults are the failures a test injects into a maintainer host.
+type Faults interface {
+	// BeforePlace is asked before a move's placement is written; an
+	// error fails that write (seed 003's failed etcd save after
+	// PreparePartition).
+	BeforePlace(model.RouteEntry) error
+	// BeforeBootstrap is asked before a maintainer here opens its
+	// changefeed's source; an error fails the opening (seed 000's failed
+	// maintainer bootstrap).
+	BeforeBootstrap(model.ChangefeedID) error
+}
+
 // NewHost returns the maintainer host of a node.
-// logs serves the event logs of the readers this host runs (to the
-// node's dispatchers directly, to other nodes' through tr).
-func NewHost(self model.NodeID, store *meta.Store, view *cluster.View, tr transport.Transport, logs *eventlog.Server, log *slog.Logger) *Host {
-	return &Host{self: self, store: store, view: view, tr: tr, log: log, sources: map[model.ChangefeedID]openSource{},
-		logs: logs, reads: eventlog.NewClient(tr, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, self, logs), pullers: map[model.ChangefeedID]*pulling{},
-		MoveTimeout: 30 * time.Second, MaxStartFailures: 3, GiveUpAfter: 10 * time.Second,
-		heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
+func NewHost(cfg HostConfig) *Host {
+	cfg.MoveTimeout = cmp.Or(cfg.MoveTimeout, 30*time.Second)
+	cfg.MaxStartFailures = cmp.Or(cfg.MaxStartFailures, 3)
+	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, 10*time.Second)
+	view := cfg.View
+	return &Host{self: cfg.Self, store: cfg.Store, view: view, tr: cfg.Transport, log: cfg.Log, cfg: cfg, sources: map[model.ChangefeedID]openSource{},
+		logs: cfg.Logs, reads: eventlog.NewClient(cfg.Transport, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, cfg.Self, cfg.Logs),
+		pullers: map[model.ChangefeedID]*pulling{}, heard: map[model.ChangefeedID]*heard{}, wake: make(chan struct{}, 1)}
 }
 
 // Run drives the node's maintainers until ctx ends.
@@ -282,7 +306,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			if err := h.advanceMove(ctx, e, mf, r, pos, sourceAlive, dest); err != nil {
 				return err
 			}
-		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.MaxStartFailures:
+		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.cfg.MaxStartFailures:
 			if err := h.giveBack(ctx, st, e, mf, r, dest); err != nil {
 				return err
 			}

@@ -27,11 +27,11 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	}
 	final := pos.Final && pos.Handover && pos.Epoch == r.Route.Epoch
 	if !final && sourceAlive {
-		if busy := time.Since(r.Route.BusySince); h.MoveTimeout > 0 && !r.Route.BusySince.IsZero() && busy > h.MoveTimeout {
+		if busy := time.Since(r.Route.BusySince); h.cfg.MoveTimeout > 0 && !r.Route.BusySince.IsZero() && busy > h.cfg.MoveTimeout {
 			// Seed 003, failure before MigrateOut: the source never gave
 			// the partition up. It stays there (and resumes exactly where
 			// it stopped, if it did: it knows its own final position).
-			why := fmt.Sprintf("reverted: %s gave no final position within %s", r.Route.Node, h.MoveTimeout)
+			why := fmt.Sprintf("reverted: %s gave no final position within %s", r.Route.Node, h.cfg.MoveTimeout)
 			h.log.Warn("maintainer: move or split reverted", "partition", r.Route.ID, "source", r.Route.Node, "target", target, "busy", busy.Round(time.Millisecond))
 			return h.store.ReturnPartition(ctx, mf, r, r.Route.Node, 0, why, time.Now().UTC())
 		}
@@ -47,8 +47,8 @@ func (h *Host) advanceMove(ctx context.Context, e *meta.ChangefeedEntry, mf meta
 	if r.Route.SplitKey != "" {
 		return h.split(ctx, e, mf, r, target, start, table)
 	}
-	if h.FailPlace != nil {
-		if err := h.FailPlace(r.Route); err != nil {
+	if h.cfg.Faults != nil {
+		if err := h.cfg.Faults.BeforePlace(r.Route); err != nil {
 			return err
 		}
 	}

@@ -237,8 +237,8 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	if cp > e.Status.CheckpointTs {
 		h.persisted(e.Info.ID, cp, resume)
-		if h.Checkpointed != nil {
-			h.Checkpointed(e.Info.SinkURI, cp)
+		if h.cfg.Checkpointed != nil {
+			h.cfg.Checkpointed(e.Info.SinkURI, cp)
 		}
 	}
 	h.mu.Lock()

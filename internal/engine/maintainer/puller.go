@@ -179,10 +179,10 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 // keep it in memory. A log lives as long as its reader: what an earlier
 // run left is stale.
 func (h *Host) logDir(cf model.ChangefeedID) (string, error) {
-	if h.LogDir == "" {
+	if h.cfg.LogDir == "" {
 		return "", nil
 	}
-	dir := filepath.Join(h.LogDir, url.PathEscape(string(cf)))
+	dir := filepath.Join(h.cfg.LogDir, url.PathEscape(string(cf)))
 	if err := os.RemoveAll(dir); err != nil {
 		return "", err
 	}

@@ -36,10 +36,10 @@ func (h *Host) split(ctx context.Context, e *meta.ChangefeedEntry, mf meta.Maint
 // stop (start 0: the node died) there is no exact state to cut; both
 // halves resume from the persisted position.
 func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID string, start model.Ts) error {
-	if h.Checkpoints == nil || start == 0 {
+	if h.cfg.Checkpoints == nil || start == 0 {
 		return nil
 	}
-	a, err := checkpoint.LoadActor(ctx, h.Checkpoints, r.Changefeed, r.ID)
+	a, err := checkpoint.LoadActor(ctx, h.cfg.Checkpoints, r.Changefeed, r.ID)
 	if err != nil {
 		return err
 	}
@@ -75,8 +75,8 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 	default:
 		return fmt.Errorf("the saved state of %s is for %s, not %s", r.ID, a.Span(), r.Span)
 	}
-	if err := h.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
+	if err := h.cfg.Checkpoints.Save(ctx, r.Changefeed, upperID, 1, upper); err != nil {
 		return err
 	}
-	return h.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch+1, lower)
+	return h.cfg.Checkpoints.Save(ctx, r.Changefeed, r.ID, r.Epoch+1, lower)
 }

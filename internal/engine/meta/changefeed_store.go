@@ -259,16 +259,6 @@ func (s *Store) PlaceMaintainer(ctx context.Context, fence Fence, e *ChangefeedE
 	return nil
 }
 
-// PlacePartition puts a partition on a node with the next epoch. It is a
-// maintainer write: it lands only while the maintainer's placement holds
-// and the entry is the one the maintainer read.
-//
-// start is the previous owner's final position after a graceful hand-over
-// (0 otherwise): the new owner starts exactly there.
-func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteRecord, node model.NodeID, start model.Ts, copied model.CopyProgress) error {
-	return s.PlacePartitions(ctx, mf, []Placement{{Route: r, Node: node, Start: start, Copy: copied}})
-}
-
 // Placement is one partition to place: on Node, from Start (0: from its
 // persisted position), where its copy's progress was Copy.
 type Placement struct {
@@ -281,32 +271,6 @@ type Placement struct {
 // maxPlacementsPerTxn keeps a transaction under etcd's default limit of
 // 128 operations (and comparisons) per transaction.
 const maxPlacementsPerTxn = 100
-
-// PlacePartitions places several partitions of one changefeed, up to
-// maxPlacementsPerTxn per maintainer transaction: a new changefeed's
-// thousands of partitions cost tens of writes, not thousands (each write
-// wakes every node's view). Each entry is still compared at the revision
-// it was read; one changed entry fails its whole transaction (ErrStale),
-// and the next pass reads again.
-func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Placement) error {
-	for len(ps) > 0 {
-		chunk := ps[:min(len(ps), maxPlacementsPerTxn)]
-		ps = ps[len(chunk):]
-		cmps := []clientv3.Cmp{mf.cmp()}
-		var ops []clientv3.Op
-		now := time.Now().UTC()
-		for _, p := range chunk {
-			next := placed(p.Route.Route, p.Node, p.Start, p.Copy, now)
-			key := s.keys.Partition(next.Changefeed, next.ID)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", p.Route.Revision))
-			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
-		}
-		if err := s.commit(ctx, cmps, ops...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // placed is a routing entry Active on node from start, at the next epoch,
 // with what happened in its history.
@@ -332,16 +296,6 @@ func placed(r model.RouteEntry, node model.NodeID, start model.Ts, copied model.
 		next.Remember(model.PartitionEvent{Time: now, Kind: "placed", From: r.Node, To: node, Detail: "from its last checkpoint"})
 	}
 	return next
-}
-
-// StartMove marks a partition Draining towards a target (seed 003's
-// migration, step 1). Its node keeps it until it reports a final position.
-func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord, target model.NodeID) error {
-	next := r.Route
-	// A scheduler's move ends an operator's placement.
-	next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, target, false, time.Now().UTC()
-	key := s.keys.Partition(next.Changefeed, next.ID)
-	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
 }
 
 // SaveProgress records a changefeed's partition positions and, if it
@@ -439,105 +393,8 @@ func (s *Store) MarkBarrierWritten(ctx context.Context, cf model.ChangefeedID, b
 	return s.casPut(ctx, key, b, clientv3.Compare(clientv3.ModRevision(key), "=", br.Revision))
 }
 
-// DrainEpoch is the epoch of the last drain begun (0: none yet).
-func (s *Store) DrainEpoch(ctx context.Context) (uint64, error) {
-	resp, err := s.cli.Get(ctx, s.keys.Drain()+"-epoch")
-	if err != nil || len(resp.Kvs) == 0 {
-		return 0, err
-	}
-	return strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
-}
-
 // ErrDrainInProgress means the cluster already has a drain record.
 var ErrDrainInProgress = errors.New("another drain operation is in progress")
-
-// StartDrain persists a drain record and moves the target to Draining in
-// one coordinator transaction (seed 000: persist DrainRecord, then
-// liveness; here both or neither). The record's epoch is the next one.
-func (s *Store) StartDrain(ctx context.Context, fence Fence, rec model.DrainRecord) (model.DrainRecord, error) {
-	if !fence.valid() {
-		return rec, ErrFenced
-	}
-	lkey := s.keys.Liveness(rec.Target)
-	cur, err := s.cli.Get(ctx, lkey)
-	if err != nil {
-		return rec, err
-	}
-	if len(cur.Kvs) == 0 {
-		return rec, fmt.Errorf("%w: %s", ErrNotRegistered, rec.Target)
-	}
-	var live model.LivenessRecord
-	if err := json.Unmarshal(cur.Kvs[0].Value, &live); err != nil {
-		return rec, err
-	}
-	if err := model.CheckTransition(live.State, model.LivenessDraining, model.ReasonNormal); err != nil {
-		return rec, fmt.Errorf("%s: %w", rec.Target, err)
-	}
-	// The epoch counts drains over the cluster's life.
-	epochs, err := s.cli.Get(ctx, s.keys.Drain()+"-epoch")
-	if err != nil {
-		return rec, err
-	}
-	epochCmp := clientv3.Compare(clientv3.CreateRevision(s.keys.Drain()+"-epoch"), "=", 0)
-	if len(epochs.Kvs) == 1 {
-		last, _ := strconv.ParseUint(string(epochs.Kvs[0].Value), 10, 64)
-		rec.Epoch = last + 1
-		epochCmp = clientv3.Compare(clientv3.ModRevision(s.keys.Drain()+"-epoch"), "=", epochs.Kvs[0].ModRevision)
-	} else {
-		rec.Epoch = 1
-	}
-	live.State, live.UpdatedAt = model.LivenessDraining, s.now().UTC()
-	cand, err := s.candidacies(ctx, rec.Target)
-	if err != nil {
-		return rec, err
-	}
-	ops := []clientv3.Op{
-		clientv3.OpPut(s.keys.Drain(), mustJSON(rec)),
-		clientv3.OpPut(s.keys.Drain()+"-epoch", strconv.FormatUint(rec.Epoch, 10)),
-		clientv3.OpPut(lkey, mustJSON(live)),
-	}
-	for _, k := range cand {
-		ops = append(ops, clientv3.OpDelete(k))
-	}
-	cmps := append(fence.cmps(), epochCmp,
-		clientv3.Compare(clientv3.CreateRevision(s.keys.Drain()), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(lkey), "=", cur.Kvs[0].ModRevision))
-	tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return rec, err
-	}
-	if !tr.Succeeded {
-		if holds, err := s.fenceHolds(ctx, fence); err != nil {
-			return rec, err
-		} else if !holds {
-			return rec, ErrFenced
-		}
-		if got, err := s.cli.Get(ctx, s.keys.Drain(), clientv3.WithCountOnly()); err == nil && got.Count > 0 {
-			return rec, ErrDrainInProgress
-		}
-		return rec, ErrStale
-	}
-	return rec, nil
-}
-
-// FinishDrain completes a drain: the target goes Stopping (if it is still
-// registered and Draining) and the record is cleared, in one coordinator
-// transaction.
-func (s *Store) FinishDrain(ctx context.Context, fence Fence, st *State) error {
-	if st.Drain == nil {
-		return nil
-	}
-	ops := []clientv3.Op{clientv3.OpDelete(s.keys.Drain())}
-	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
-	if l, ok := st.Liveness[st.Drain.Target]; ok && l.Record.State == model.LivenessDraining {
-		next := l.Record
-		next.State, next.UpdatedAt = model.LivenessStopping, s.now().UTC()
-		lkey := s.keys.Liveness(st.Drain.Target)
-		ops = append(ops, clientv3.OpPut(lkey, mustJSON(next)))
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(lkey), "=", l.Revision))
-	}
-	return s.commit(ctx, cmps, ops...)
-}
 
 // SaveCleanup records another failed attempt at a source cleanup, if the
 // record is still at revision. A coordinator write.

@@ -64,16 +64,6 @@ func (s *Store) ForgetPlanRequest(ctx context.Context, fence Fence, id string) e
 	return s.commit(ctx, fence.cmps(), clientv3.OpDelete(s.keys.PlanRequest(id)))
 }
 
-// ClearDrain deletes the drain record, leaving the target's liveness as
-// it is (a cancelled drain). A coordinator write.
-func (s *Store) ClearDrain(ctx context.Context, fence Fence, st *State) error {
-	if st.Drain == nil {
-		return nil
-	}
-	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
-	return s.commit(ctx, cmps, clientv3.OpDelete(s.keys.Drain()))
-}
-
 // DeletePlan deletes a finished plan's record and any request for it, if
 // the record is still at revision (no one wrote it since it was read). A
 // coordinator write.
