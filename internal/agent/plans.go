@@ -22,12 +22,11 @@ func (b backend) Plans(ctx context.Context) (*api.PlanList, error) {
 		return nil, err
 	}
 	out := &api.PlanList{Version: api.SchemaVersion, Plans: []api.PlanSummary{}}
-	for id, raw := range st.Plans {
-		r, err := exec.Decode(raw.Value)
-		if err != nil {
-			b.n.log.Warn("a stored plan does not decode; skipped", "plan", id)
-			continue
-		}
+	plans, err := coordinator.PlansIn(st).List(ctx)
+	if err != nil {
+		b.n.log.Warn("stored plans that do not decode are left out", "err", err)
+	}
+	for _, r := range plans {
 		out.Plans = append(out.Plans, api.PlanSummary{ID: r.ID, Kind: r.Plan.Kind, Target: string(r.Plan.Target), State: r.State,
 			Steps: r.Counts(), SubmittedBy: r.SubmittedBy, SubmittedAt: r.SubmittedAt.Format(time.RFC3339), Message: r.Message})
 	}
@@ -40,16 +39,15 @@ func (b backend) Plan(ctx context.Context, id string) (*api.PlanResponse, error)
 	if err != nil {
 		return nil, err
 	}
-	raw, ok := st.Plans[id]
+	rec, ok, err := coordinator.PlansIn(st).Load(ctx, id)
+	if err != nil {
+		return nil, api.Errorf(api.CodeInternal, "see the agent's log", "%v", err)
+	}
 	if !ok {
 		return nil, planNotFound(id)
 	}
 	out := &api.PlanResponse{Version: api.SchemaVersion, Request: exec.Request(st.PlanRequests[id])}
-	rec, err := exec.Decode(raw.Value)
-	if err != nil {
-		return nil, api.Errorf(api.CodeInternal, "see the agent's log", "plan %s: %v", id, err)
-	}
-	out.Record = *rec
+	out.Record = *rec.Record
 	return out, nil
 }
 

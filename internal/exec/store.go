@@ -6,11 +6,29 @@ import (
 	"fmt"
 )
 
+// Stored is a plan's record as a store holds it, with the revision it
+// was read at: the revision a save of it must name.
+type Stored struct {
+	*Record
+	Revision int64
+}
+
+// Plans reads plan records.
+type Plans interface {
+	// Load reads one plan's record; false when there is none.
+	Load(ctx context.Context, id string) (Stored, bool, error)
+	// List reads every plan's record, in no order. A record that does
+	// not decode is left out and named in the error; the others are
+	// returned with it.
+	List(ctx context.Context) ([]Stored, error)
+}
+
 // Store keeps plan records. The engine's is the coordinator's, over etcd
 // (coordinator.PlanStore): a save is fenced by the coordinator's term and
 // conditional on the revision the record was read at, so a record is
 // never written over by a writer that did not read the latest.
 type Store interface {
+	Plans
 	// Save writes rec over the revision it was read at (0: a new plan,
 	// which must not exist) and returns the new revision.
 	Save(ctx context.Context, rec *Record, revision int64) (int64, error)

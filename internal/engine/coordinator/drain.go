@@ -54,7 +54,7 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 // drainStepTaken says a drain plan's first step (the drain record) has
 // run: the plan is done or its first step started.
 func drainStepTaken(st *meta.State, planID string) bool {
-	r, ok := Plan(st, planID)
+	r, ok := planRecord(st, planID)
 	if !ok {
 		return false
 	}
@@ -139,8 +139,9 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	} else if p, err = plan.Drain(&snap, target, batch, plan.DefaultCosts); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	for id := range st.Plans {
-		if other, ok := Plan(st, id); ok && other.Plan.Kind == plan.KindDrain && !other.State.Terminal() {
+	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
+	for _, other := range others {
+		if id := other.ID; other.Plan.Kind == plan.KindDrain && !other.State.Terminal() {
 			return nil, model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot drain %s: drain plan %s of %s is still %s", target, id, other.Plan.Target, other.State),
 				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
 		}
@@ -150,7 +151,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	if sub.Paused {
 		rec.Hold(now)
 	}
-	if _, err := (PlanStore{c.store, term}).Save(ctx, rec, 0); err != nil {
+	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)

@@ -37,11 +37,12 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 			mine[s.Partition] = true
 		}
 	}
-	for id := range st.Plans {
-		other, ok := Plan(st, id)
-		if !ok || other.State.Terminal() {
+	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
+	for _, other := range others {
+		if other.State.Terminal() {
 			continue
 		}
+		id := other.ID
 		for _, s := range other.Steps {
 			step := other.Step(s)
 			if mine[step.Partition] && (s.State == exec.StepPending || s.State == exec.StepRunning) {
@@ -54,7 +55,7 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	if sub.Paused {
 		rec.Hold(now)
 	}
-	if _, err := (PlanStore{c.store, term}).Save(ctx, rec, 0); err != nil {
+	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
 		return nil, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)

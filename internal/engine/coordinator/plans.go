@@ -69,7 +69,7 @@ type savedPlan struct {
 
 // runPlans advances every plan that is not over, and stores what changed.
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
-	plans := PlanStore{c.store, term}
+	plans := NewPlanStore(c.store, term, st)
 	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
 	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: drain.Now, StallAfter: c.StallAfter}
 	for id, raw := range st.Plans {
@@ -81,8 +81,8 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 		revision := raw.Revision
 		if s, ok := mine.plans[id]; ok && s.revision > raw.Revision {
 			rec, revision = s.rec, s.revision
-		} else if stored, derr := exec.Decode(raw.Value); derr == nil {
-			rec = *stored
+		} else if stored, ok, lerr := plans.Load(ctx, id); ok && lerr == nil {
+			rec = *stored.Record
 		} else {
 			continue
 		}

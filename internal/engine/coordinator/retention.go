@@ -8,7 +8,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/exec"
 )
 
 // Retention bounds the history of finished plans in etcd: every record is
@@ -47,8 +46,8 @@ func (c *Coordinator) prunePlans(ctx context.Context, term election.Term, st *me
 			}
 			continue
 		}
-		rec, err := exec.Decode(raw.Value)
-		if err != nil || !rec.State.Terminal() {
+		rec, ok := planRecord(st, id)
+		if !ok || !rec.State.Terminal() {
 			continue
 		}
 		done = append(done, finished{id, rec.SubmittedAt, raw.Revision})

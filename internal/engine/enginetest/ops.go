@@ -172,7 +172,11 @@ func (c *Cluster) RequestPlan(id string, req exec.Request) {
 // Plan is a plan's record as etcd holds it now.
 func (c *Cluster) Plan(id string) *exec.Record {
 	c.T.Helper()
-	rec, ok := coordinator.Plan(c.State(), id)
+	s, ok, err := coordinator.PlansIn(c.State()).Load(context.Background(), id)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	rec := s.Record
 	if !ok {
 		c.T.Fatalf("plan %s not found, or it does not decode", id)
 	}
