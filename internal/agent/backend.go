@@ -215,7 +215,34 @@ func (b backend) Snapshot(ctx context.Context) (*api.SnapshotResponse, error) {
 	return &api.SnapshotResponse{Version: api.SchemaVersion, Snapshot: st.Snapshot()}, nil
 }
 
-func (b backend) Coordinator() (self bool, addr string, ok bool) {
+// Coordinator waits up to wait for a coordinator to be known, woken by
+// each change of this node's view (a node not joined yet has no view:
+// it looks again every 50 ms).
+func (b backend) Coordinator(ctx context.Context, wait time.Duration) (self bool, addr string, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		// The channel first: a change after the look wakes the wait.
+		var changed <-chan struct{}
+		var again <-chan time.Time
+		if _, inc := b.n.current(); inc != nil {
+			changed = inc.View.Changed()
+		} else {
+			again = time.After(50 * time.Millisecond)
+		}
+		if self, addr, ok = b.coordinator(); ok {
+			return self, addr, ok
+		}
+		select {
+		case <-changed:
+		case <-again:
+		case <-ctx.Done():
+			return b.coordinator()
+		}
+	}
+}
+
+func (b backend) coordinator() (self bool, addr string, ok bool) {
 	_, inc := b.n.current()
 	if inc == nil {
 		return false, "", false

@@ -51,6 +51,33 @@ func (b backend) Plan(ctx context.Context, id string) (*api.PlanResponse, error)
 	return out, nil
 }
 
+// WaitPlan waits on this node's view until plan id's record holds an
+// event after seq or has ended (or is gone), then reads it.
+func (b backend) WaitPlan(ctx context.Context, id string, seq uint64) (*api.PlanResponse, error) {
+	_, inc := b.n.current()
+	if inc == nil {
+		return nil, errNotJoined
+	}
+	// Bounded: a view replaced by a new membership (a lost session)
+	// changes no more, and the stream must not hang on it.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	checked := int64(-1) // the record's revision last decoded here
+	err := inc.View.WaitFor(wctx, func(st *meta.State) bool {
+		raw, ok := st.Plans[id]
+		if !ok || raw.Revision == checked {
+			return !ok
+		}
+		checked = raw.Revision
+		rec, found, err := coordinator.PlansIn(st).Load(ctx, id)
+		return err != nil || !found || rec.Seq > seq || rec.State.Terminal()
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	return b.Plan(ctx, id)
+}
+
 func (b backend) RequestPlan(ctx context.Context, id string, req exec.Request) (*api.PlanResponse, error) {
 	coord, term, err := b.leading()
 	if err != nil {

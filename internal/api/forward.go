@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -28,7 +27,8 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 		forwardedBy := r.Header.Get(ForwardedHeader)
 		began := time.Now()
 		for attempt := 0; ; attempt++ {
-			self, addr, ok := s.waitForCoordinator(r.Context())
+			// A hand-over gets up to 3 s to become visible.
+			self, addr, ok := s.b.Coordinator(r.Context(), 3*time.Second)
 			if self {
 				r.Body = io.NopCloser(bytes.NewReader(body))
 				h(w, r)
@@ -83,17 +83,6 @@ func (s *server) onCoordinator(h http.HandlerFunc) http.HandlerFunc {
 // shorter than cdcctl's default request timeout (30s), so the caller
 // hears why.
 const maxForwardWait = 20 * time.Second
-
-// waitForCoordinator gives a hand-over up to 3s to become visible.
-func (s *server) waitForCoordinator(ctx context.Context) (self bool, addr string, ok bool) {
-	for wait := 0; ; wait++ {
-		self, addr, ok = s.b.Coordinator()
-		if ok || wait >= 60 || ctx.Err() != nil {
-			return self, addr, ok
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 func (s *server) forward(r *http.Request, addr string, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, s.scheme+"://"+addr+r.URL.RequestURI(), bytes.NewReader(body))

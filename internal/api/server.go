@@ -51,9 +51,14 @@ type Backend interface {
 	Plans(ctx context.Context) (*PlanList, error)
 	Plan(ctx context.Context, id string) (*PlanResponse, error)
 	RequestPlan(ctx context.Context, id string, req exec.Request) (*PlanResponse, error)
+	// WaitPlan returns a plan's record once it holds an event after seq
+	// or has ended, woken by the node's view of etcd (not polled), or
+	// when ctx ends.
+	WaitPlan(ctx context.Context, id string, seq uint64) (*PlanResponse, error)
 	// Coordinator says whether this node is the coordinator, and if not,
-	// the API address of the one that is (ok=false: none elected).
-	Coordinator() (self bool, addr string, ok bool)
+	// the API address of the one that is (ok=false: none elected). It
+	// waits up to wait for one to be known, woken by the node's view.
+	Coordinator(ctx context.Context, wait time.Duration) (self bool, addr string, ok bool)
 }
 
 // ForwardedHeader marks a request a non-coordinator passed on, so that a
@@ -485,13 +490,16 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 		if cur.State.Terminal() {
 			return
 		}
-		select {
-		case <-r.Context().Done():
+		next, err := s.b.WaitPlan(r.Context(), id, cur.Seq)
+		if r.Context().Err() != nil {
 			return
-		case <-time.After(250 * time.Millisecond):
 		}
-		if next, err := s.b.Plan(r.Context(), id); err == nil {
-			cur = next
+		if err != nil {
+			// Gone (pruned) or not readable here any more: the client
+			// reconnects and hears why.
+			s.log.Warn("plan event stream ended", "plan", id, "err", err)
+			return
 		}
+		cur = next
 	}
 }
