@@ -25,7 +25,7 @@ image:
 	$(GO) run ./internal/release/mkrelease -out dist -arch $$($(GO) env GOARCH) -version '$(RELEASE_VERSION)'
 
 test:
-	$(GO) test -race -count=1 -p 3 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Benchmarks report ratios against a baseline measured in the same run.
 bench:
@@ -56,3 +56,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRows -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
 	$(GO) test -run '^$$' -fuzz FuzzJSONString -fuzztime $(FUZZTIME) ./internal/engine/sink/codec
 	$(GO) test -run '^$$' -fuzz FuzzHeartbeatPositions -fuzztime $(FUZZTIME) ./internal/engine/transport
+	$(GO) test -run '^$$' -fuzz '^FuzzTableName$$' -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz '^FuzzCSVRoundTrip$$' -fuzztime $(FUZZTIME) ./internal/engine/sink/codec
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCSVChanges$$' -fuzztime $(FUZZTIME) ./internal/engine/sink/codec
+	$(GO) test -run '^$$' -fuzz '^FuzzErrorBodiesHideSecrets$$' -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz '^FuzzTextNeverShowsASecret$$' -fuzztime $(FUZZTIME) ./internal/redact

@@ -1,10 +1,10 @@
-// Package agent assembles one cdc-agent node: etcd (embedded or remote),
-// membership, the election runner, the coordinator, the HTTP API,
-// /metrics, /healthz and /readyz, and the graceful shutdown.
+// Package agent assembles one cdc-agent node around a capture
+// (engine/capture, which runs membership, the election, the coordinator,
+// the maintainers and the dispatchers): etcd (embedded or remote), the
+// HTTP API, /metrics, /healthz and /readyz, TLS and tokens.
 //
-// It may import everything below it (engine, api, embedetcd); nothing
-// imports it except cmd/cdc-agent, the playground and the CLI's hidden
-// agent mode.
+// It may import everything below it (engine, api, embedetcd); only
+// cmd/cdc-agent imports it.
 package agent
 
 import (

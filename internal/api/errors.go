@@ -2,8 +2,8 @@
 // interface, the typed client the CLI uses, the JSON shapes (each with a
 // version), and the single error model with its HTTP statuses.
 //
-// It imports model (and, later, plan and exec event types); it must never
-// import the engine, agent or cli.
+// It imports model, plan, exec and redact; it must never import the
+// engine, agent or cli.
 package api
 
 import (

@@ -4,9 +4,10 @@
 // cdc-agent ('cdc-agent playground'; 'cdcctl playground' starts that), so
 // the operator's tool links neither etcd's server nor a database driver.
 //
-// It imports api (to wait for readiness), embedetcd, and the MySQL
-// election's DSN check; it starts agents only as processes and never
-// imports the rest of the engine.
+// It imports api (to wait for readiness), embedetcd, certs (--secure),
+// pgserver and mysqlserver (the demo databases) and the MySQL election's
+// DSN check; it starts agents only as processes and never imports the
+// rest of the engine.
 package playground
 
 import (

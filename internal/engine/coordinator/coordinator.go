@@ -1,14 +1,14 @@
 // Package coordinator holds the work of the elected node: keeping the
 // liveness records in step with membership, placing each changefeed's
 // maintainer, and the changefeed operations of the API (create, pause,
-// resume, remove), and running submitted plans through exec.
+// resume, update its tables, remove), and running submitted plans through
+// exec.
 //
-// It imports model, engine/meta, engine/cluster and engine/election; it must
-// never import api, agent or cli. Every write it makes is fenced with the
-// term it was elected with.
-//
-// It also imports the gen source and the sink registry, to validate a
-// changefeed before anything is written.
+// It imports model, plan, exec, engine/meta, engine/cluster and
+// engine/election, and the source and sink registries to validate a
+// changefeed before anything is written; it must never import api, agent
+// or cli. Every write it makes is fenced with the term it was elected
+// with.
 package coordinator
 
 import (

@@ -8,7 +8,9 @@
 // next owner starts: graceful moves are exactly-once. A crash leaves the
 // checkpoint where the last flush ack put it: at-least-once.
 //
-// It imports model, source and sink; never the maintainer or coordinator.
+// It imports model, actor, checkpoint, cluster, eventlog, meta,
+// transport, source and sink (and their registries); never the
+// maintainer or coordinator.
 package dispatcher
 
 import (

@@ -1,5 +1,6 @@
 // Package election decides which node is the coordinator. Elector is the
-// backend-neutral contract (etcd now; a MySQL lock table later); Runner is
+// backend-neutral contract (etcd's election, or a MySQL lock row in
+// mysql.go); Runner is
 // the loop every node runs: campaign only while its persisted liveness
 // allows it, lead until the term ends, step down when liveness leaves Alive.
 //

@@ -11,8 +11,9 @@
 // maintainer key's revision), so a maintainer that was moved away cannot
 // write.
 //
-// It imports model, plan, engine/meta, engine/cluster and
-// engine/transport.
+// It imports model, plan, engine/meta, engine/cluster, engine/transport,
+// actor, checkpoint, eventlog and source (and its registry); never the
+// dispatcher or coordinator.
 package maintainer
 
 import (

@@ -7,7 +7,7 @@
 //     flush ack): only then may the dispatcher's checkpoint pass it.
 //
 // Implementations live in subpackages (storage, kafka, blackhole). This
-// package imports model and source only.
+// package imports model and engine/row only.
 package sink
 
 import (

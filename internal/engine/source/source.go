@@ -1,11 +1,12 @@
 // Package source defines where row changes come from: the contract every
 // source meets (Source), the reader one partition uses (Reader) and the
-// row-change model every sink encodes (Event, in event.go). Concrete
-// sources live in subpackages (gen: the deterministic generator) and are
-// named only by source/registry and by tests: the engine, the CLI and
-// verify see this package's interfaces.
+// row-change model under the names sources use (aliases of engine/row,
+// in row.go). Concrete sources live in subpackages (gen: the
+// deterministic generator; postgres) and are named only by
+// source/registry and by tests: the engine, the CLI and verify see this
+// package's interfaces.
 //
-// It imports model only.
+// It imports model and engine/row only.
 package source
 
 import (

@@ -20,9 +20,10 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// The gRPC service has one unary method. Messages travel as JSON (a
-// registered codec), so there is no generated code and the bodies are the
-// same bytes the in-memory transport carries.
+// The gRPC service has two unary methods: Deliver (Send) and Call
+// (request and reply). Messages travel as JSON (a registered codec), so
+// there is no generated code and the bodies are the same bytes the
+// in-memory transport carries.
 const (
 	serviceName  = "cdcctl.transport.v1.Transport"
 	deliverPath  = "/" + serviceName + "/Deliver"

@@ -3,7 +3,7 @@
 // decodes them back for verify. Sinks and verify share it, so a format is
 // spelled in one place.
 //
-// It imports model and source only.
+// It imports model and engine/row only.
 package codec
 
 import (

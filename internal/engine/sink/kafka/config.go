@@ -6,7 +6,7 @@
 // dispatcher that sent it (seed 002, R1) instead of failing the whole
 // changefeed.
 //
-// It imports model, source, sink and sink/codec.
+// It imports model, engine/row, redact, sink and sink/codec.
 package kafka
 
 import (

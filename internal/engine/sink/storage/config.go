@@ -15,7 +15,7 @@
 // into the sink's bounded buffer; a batch is flushed-acked only after its
 // data file and the index file naming it are written.
 //
-// It imports model, source and sink.
+// It imports model, engine/row, bucket, redact, sink and sink/codec.
 package storage
 
 import (

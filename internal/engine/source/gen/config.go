@@ -5,7 +5,7 @@
 // from-ts) it yields the same events every time, which is what lets verify
 // know exactly what a sink must hold.
 //
-// It imports model and source only.
+// It imports model, source and redact only.
 package gen
 
 import (
