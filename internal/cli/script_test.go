@@ -96,6 +96,7 @@ func TestRunbooks(t *testing.T) {
 			"kafka":    cmdKafka,
 			"waitfile": cmdWaitFile,
 			"numgt":    cmdNumGreater,
+			"refused":  cmdRefused,
 		},
 	})
 }
@@ -371,6 +372,23 @@ func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("waitfile: %s did not appear within 90s", path)
+}
+
+// cmdRefused waits until nothing listens at ADDR any more (a dial is
+// refused): a process killed with kill -9 dies a moment after kill
+// returns, and a connection it accepted meanwhile is reset, not refused.
+func cmdRefused(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: refused HOST:PORT")
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", args[0], time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+	ts.Fatalf("refused: %s still accepts connections after 10s", args[0])
 }
 
 func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
