@@ -141,7 +141,7 @@ func TestDrainAtScale(t *testing.T) {
 		rec, err = c.Plan(ctx, res.PlanID)
 		return err == nil && rec.State == exec.Done
 	})
-	moves, most := rec.Plan.Steps(plan.StepMoveMaintainer), rec.MaxConcurrent(plan.StepMoveMaintainer)
+	moves, most := rec.Plan.Steps(plan.StepMoveMaintainer), rec.Record().MaxConcurrent(plan.StepMoveMaintainer)
 	if moves != res.CurrentMaintainerCount || most > batch || (moves >= batch && most != batch) {
 		t.Fatalf("plan %s: %d maintainer moves (drain started with %d), at most %d at once; want batches of %d", res.PlanID, moves, res.CurrentMaintainerCount, most, batch)
 	}

@@ -46,8 +46,7 @@ func (b backend) Plan(ctx context.Context, id string) (*api.PlanResponse, error)
 	if !ok {
 		return nil, planNotFound(id)
 	}
-	out := &api.PlanResponse{Version: api.SchemaVersion, Request: exec.Request(st.PlanRequests[id])}
-	out.Record = *rec.Record
+	out := api.PlanOf(rec.Record, exec.Request(st.PlanRequests[id]))
 	return out, nil
 }
 
@@ -109,5 +108,5 @@ func (b backend) SubmitPlan(ctx context.Context, req api.SubmitPlanRequest) (*ap
 	if err != nil {
 		return nil, refusalError(err)
 	}
-	return &api.PlanResponse{Version: api.SchemaVersion, Record: *rec}, nil
+	return api.PlanOf(rec, exec.RequestNone), nil
 }

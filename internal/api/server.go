@@ -482,7 +482,7 @@ func (s *server) planEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	for {
-		for _, ev := range stream.Next(&cur.Record) {
+		for _, ev := range stream.Next(cur.Record()) {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
 		}

@@ -29,7 +29,7 @@ func (s liveSource) Fetch(ctx context.Context) (tui.Frame, error) {
 	if err != nil {
 		return tui.Frame{}, err
 	}
-	rec := p.Record
+	rec := *p.Record()
 	moves := map[string]int{}
 	for _, st := range rec.Steps {
 		if st.State != exec.StepRunning {

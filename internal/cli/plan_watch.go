@@ -28,10 +28,10 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 	for {
 		cur, err := c.Plan(wctx, id)
 		if err == nil {
-			for _, ev := range stream.Next(&cur.Record) {
+			for _, ev := range stream.Next(cur.Record()) {
 				printEvent(o.out, o.output(), ev)
 			}
-			rec := cur.Record
+			rec := *cur.Record()
 			prev = &rec
 			if rec.State.Terminal() {
 				return prev, planOutcome(prev)
@@ -188,7 +188,8 @@ func newPlanRequestCommand(o *options, req exec.Request, short string) *cobra.Co
 // renderRecord shows a plan's execution: its state, then every batch and
 // the state of each step.
 func renderRecord(w io.Writer, p *api.PlanResponse) {
-	c := p.Counts()
+	rec := p.Record()
+	c := rec.Counts()
 	fmt.Fprintf(w, "Plan %s: %s %s, %s", p.ID, p.Plan.Kind, p.Plan.Target, p.State)
 	if p.Request != "" && !p.State.Terminal() {
 		fmt.Fprintf(w, " (%s requested)", p.Request)
@@ -200,7 +201,7 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 	}
 	fmt.Fprintln(w, "\nSteps:")
 	for _, s := range p.Steps {
-		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, plan.StepText(p.Step(s)))
+		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, plan.StepText(rec.Step(s)))
 	}
 	if len(p.Log) > 0 {
 		fmt.Fprintln(w, "\nEvents:")
