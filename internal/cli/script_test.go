@@ -97,6 +97,7 @@ func TestRunbooks(t *testing.T) {
 			"waitfile": cmdWaitFile,
 			"numgt":    cmdNumGreater,
 			"refused":  cmdRefused,
+			"gone":     cmdGone,
 		},
 	})
 }
@@ -389,6 +390,21 @@ func cmdRefused(ts *testscript.TestScript, neg bool, args []string) {
 		c.Close()
 	}
 	ts.Fatalf("refused: %s still accepts connections after 10s", args[0])
+}
+
+// cmdGone waits until capture ID is no longer registered ('cdcctl
+// capture list' does not show it): a stopped capture is Stopping, and no
+// longer Alive, a moment before it leaves.
+func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: gone CAPTURE")
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := ts.Exec("cdcctl", "capture", "list", "-o", "json"); err == nil && !strings.Contains(ts.ReadFile("stdout"), `"id": "`+args[0]+`"`) {
+			return
+		}
+	}
+	ts.Fatalf("gone: %s is still registered after 30s", args[0])
 }
 
 func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
