@@ -122,12 +122,23 @@ func (b backend) load(ctx context.Context) (*meta.State, error) {
 	if st := inc.View.State(); st.Revision >= rev {
 		return st, nil
 	}
-	_ = store.RequestProgress(ctx)
+	// A progress request tells the watch etcd's revision when nothing
+	// under this cluster's prefix moves it. etcd answers one only while
+	// the watch is synced, so one sent a moment early goes unanswered:
+	// ask again every 250 ms while waiting.
 	wctx, cancel := context.WithTimeout(ctx, viewCatchUp)
-	err = inc.View.WaitRevision(wctx, rev)
-	cancel()
-	if err == nil {
-		return inc.View.State(), nil
+	defer cancel()
+	for {
+		_ = store.RequestProgress(wctx)
+		rctx, rcancel := context.WithTimeout(wctx, 250*time.Millisecond)
+		err = inc.View.WaitRevision(rctx, rev)
+		rcancel()
+		if err == nil {
+			return inc.View.State(), nil
+		}
+		if wctx.Err() != nil {
+			break
+		}
 	}
 	b.n.metrics.fullReads.Inc()
 	st, err := store.Load(ctx)
