@@ -16,7 +16,7 @@ func TestACrashedCaptureIsRescheduledWithoutLoss(t *testing.T) {
 	t.Parallel()
 	tc := enginetest.New(t, enginetest.Options{})
 	leader := tc.StartCaptures(3)
-	tc.CreateChangefeed("demo", "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
+	tc.CreateChangefeed("demo", "gen://?tables=8&keys=200&rate=1500&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
 	cp := tc.Warm("demo", 1500*time.Millisecond)
 	victim := tc.FollowerOf(leader.Node)
 	if on, _ := tc.PartitionsOn("demo", victim); on == 0 {

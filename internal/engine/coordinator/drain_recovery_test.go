@@ -348,7 +348,7 @@ func TestDrainedCaptureCrashingMidDrainLosesNothing(t *testing.T) {
 	t.Parallel()
 	c := enginetest.New(t, enginetest.Options{})
 	leader := c.StartCaptures(3)
-	c.CreateChangefeed("demo", "gen://?tables=8&keys=200&rate=4000&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
+	c.CreateChangefeed("demo", "gen://?tables=8&keys=200&rate=1500&ddl_every=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
 	cp := c.Warm("demo", 1500*time.Millisecond)
 	victim := c.FollowerOf(leader.Node)
 	before, _ := c.PartitionsOn("demo", victim)

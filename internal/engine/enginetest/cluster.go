@@ -256,15 +256,20 @@ func (c *Cluster) EventuallyEvery(what string, timeout, every time.Duration, con
 }
 
 // Eventually polls cond every so often until it holds, and fails t if it
-// does not within timeout.
+// does not within timeout. A wait of seconds is logged: where a slow
+// test spends its time shows in its -v output.
 func Eventually(t testing.TB, what string, timeout, every time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	began := time.Now()
+	deadline := began.Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
 		}
 		time.Sleep(every)
+	}
+	if waited := time.Since(began); waited > 2*time.Second {
+		t.Logf("waited %s for: %s", waited.Round(100*time.Millisecond), what)
 	}
 }
 

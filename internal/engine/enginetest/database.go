@@ -15,16 +15,24 @@ import (
 // upstream's.
 
 // PartitionFrom is the routing entry of a table's partition whose range
-// starts at start (in text form; "" for the first), or the zero entry
-// when none does.
+// starts at start (in text form; "" for the first), once it is placed on
+// a capture: a plan computed from an unplaced partition is refused "not
+// placed yet", and one computed again after it was placed may find it
+// already where the test wanted it. It fails the test when no such
+// partition is placed within 30 s.
 func (c *Cluster) PartitionFrom(cf model.ChangefeedID, table, start string) model.RouteEntry {
 	c.T.Helper()
-	for _, r := range c.State().Partitions[cf] {
-		if s, _ := r.Route.Span.Bounds(); r.Route.Span.Table == table && s == start {
-			return r.Route
+	var found model.RouteEntry
+	c.Eventually("the partition of "+table+" from "+start+" placed", 30*time.Second, func() bool {
+		for _, r := range c.State().Partitions[cf] {
+			if s, _ := r.Route.Span.Bounds(); r.Route.Span.Table == table && s == start && r.Route.Node != "" {
+				found = r.Route
+				return true
+			}
 		}
-	}
-	return model.RouteEntry{}
+		return false
+	})
+	return found
 }
 
 // CopySummary says how far a changefeed's snapshot is, from its

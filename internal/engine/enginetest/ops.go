@@ -289,7 +289,8 @@ func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *exec.Record {
 	c.T.Helper()
 	var sub *exec.Record
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	began := time.Now()
+	for deadline := began.Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		snap := c.State().Snapshot()
 		p, err := compute(&snap)
 		if err == nil {
@@ -311,6 +312,7 @@ func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *
 	if rec.State != exec.Done {
 		c.T.Fatalf("plan %s: %s (%s)", rec.ID, rec.State, rec.Message)
 	}
+	c.T.Logf("plan %s (%s) done in %s", rec.ID, rec.Plan.Kind, time.Since(began).Round(100*time.Millisecond))
 	return rec
 }
 

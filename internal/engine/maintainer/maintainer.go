@@ -258,12 +258,18 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
 		return err // after a write, the next pass reads again
 	}
-	if e.Status.State == model.ChangefeedNormal && !h.placedAlready(st, e) {
-		if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
-			return nil
-		} else if err != nil {
-			return err
+	if e.Status.State == model.ChangefeedNormal {
+		if !h.placedAlready(st, e) {
+			if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
+				return nil
+			} else if err != nil {
+				return err
+			}
 		}
+		// Every pass, not only those that place: a settled placement is
+		// trusted for placeRecheck (10 s), and a DDL's barrier waited for
+		// the next placing pass, holding its table up to that long
+		// (a TRUNCATE under a PostgreSQL changefeed: 5 to 11 s).
 		if err := h.openBarriers(ctx, st, e, mf, pos, src); err != nil {
 			return err
 		}

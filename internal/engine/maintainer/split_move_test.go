@@ -18,8 +18,8 @@ import (
 )
 
 // demoSource is the load of the engine tests: 8 tables of 200 keys,
-// 4,000 changes a second, a DDL every second.
-const demoSource = "gen://?tables=8&keys=200&rate=4000&ddl_every=1s"
+// 1,500 changes a second, a DDL every second.
+const demoSource = "gen://?tables=8&keys=200&rate=1500&ddl_every=1s"
 
 // Seed 003 under load: partitions are split and their upper halves moved
 // to another capture, again and again, while the demo changefeed runs.

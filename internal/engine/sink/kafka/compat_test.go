@@ -21,6 +21,7 @@ import (
 // order within its partition, and the rows up to the checkpoint are
 // exactly the changes the source made up to it (verify's count).
 func TestAConsumerWrittenFromTheFormatDocsReadsTheTopic(t *testing.T) {
+	t.Parallel()
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?protocol=canal-json", strings.Join(c.ListenAddrs(), ","))
 	s := open(t, uri)

@@ -93,6 +93,7 @@ func supervise(t *testing.T, g *gen.Generator, s sink.Sink, table string, from m
 // the others answered and refused nothing; bytes and round trips are
 // counted.
 func TestPerKeyOrderIsKeptThroughABrokerFault(t *testing.T) {
+	t.Parallel()
 	m := &produced{n: map[string]int{}}
 	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NotEnoughReplicas.Code) }, m)
 	m.mu.Lock()
@@ -125,6 +126,7 @@ func (p *produced) Produce(broker int32, bytes int, took time.Duration, result s
 // returns the connection's error; that is transient too (a recovery, not
 // a failed changefeed).
 func TestPerKeyOrderIsKeptThroughDroppedConnections(t *testing.T) {
+	t.Parallel()
 	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Drop() }, nil)
 }
 
@@ -146,7 +148,7 @@ func orderThroughAFault(t *testing.T, params string, fault func(*kafkatest.Clust
 		}
 		t.Cleanup(func() { s.Close() })
 	}
-	g := live(t, "gen://?tables=4&keys=40&rate=4000")
+	g := live(t, "gen://?tables=4&keys=40&rate=2000")
 	var runs []*supervised
 	for i := range 4 {
 		runs = append(runs, supervise(t, g, s, fmt.Sprintf("t%04d", i+1), g.TableVersion(0)))
@@ -193,6 +195,7 @@ func orderThroughAFault(t *testing.T, params string, fault func(*kafkatest.Clust
 // A permanent error (a row larger than the sink allows) is classified
 // so, with what to do about it.
 func TestAPermanentErrorSaysWhatToDo(t *testing.T) {
+	t.Parallel()
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?max-message-bytes=1024", c.ListenAddrs()[0])
 	s := open(t, uri)
@@ -216,6 +219,7 @@ func TestAPermanentErrorSaysWhatToDo(t *testing.T) {
 // makes it give up on a batch on its own, with the batches behind it in
 // the partition already built: the window docs/recovery.md describes.
 func TestPerKeyOrderIsKeptWhenTheProducerGivesUpByItself(t *testing.T) {
+	t.Parallel()
 	orderThroughAFault(t, "", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) }, nil)
 }
 
@@ -231,6 +235,7 @@ func TestPerKeyOrderIsKeptWhenTheProducerGivesUpByItself(t *testing.T) {
 // before this sink had its own producer left rows of other keys free to
 // land behind a failed one: this check failed on it.)
 func TestNoRowLandsBehindAFailedOneInItsPartition(t *testing.T) {
+	t.Parallel()
 	uri, upTo := orderThroughAFault(t, "&partition=table", func(c *kafkatest.Cluster) { c.Fail(kerr.NetworkException.Code) }, nil)
 	cfg, err := kafka.ParseURI(uri)
 	if err != nil {

@@ -88,6 +88,7 @@ func stop(t *testing.T, r run) model.Ts {
 }
 
 func TestKafkaSinkUnderLoadWithAHandOver(t *testing.T) {
+	t.Parallel()
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?protocol=canal-json", strings.Join(c.ListenAddrs(), ","))
 	s := open(t, uri)
@@ -149,6 +150,7 @@ func mustParse(t *testing.T, uri string) kafka.Config {
 // the message, with its epoch; that dispatcher restarts from its
 // checkpoint and nothing is lost.
 func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
+	t.Parallel()
 	c, err := kafkatest.Start(1, "cdc", 4)
 	if err != nil {
 		t.Fatal(err)

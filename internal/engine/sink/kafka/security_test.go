@@ -23,6 +23,7 @@ import (
 // read back through the same URI; a wrong password is refused with what
 // to check, never showing the password.
 func TestTheSinkLogsInWithSASL(t *testing.T) {
+	t.Parallel()
 	evs := someEvents(t)
 	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
 		t.Run(mech, func(t *testing.T) {
@@ -99,6 +100,7 @@ func TestSecurityParametersAreCheckedTogether(t *testing.T) {
 // The sink speaks TLS to brokers that require it: trusting their CA
 // (ca=), it writes; without the CA it is refused with what to check.
 func TestTheSinkSpeaksTLSToTheBrokers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.NewCA("kafka CA")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // A topic deleted under a running changefeed (and not created again by
 // the broker) is a permanent error that says to create it.
 func TestADeletedTopicIsPermanent(t *testing.T) {
+	t.Parallel()
 	c := faultyCluster(t, 3)
 	uri := fmt.Sprintf("kafka://%s/cdc?retry-timeout=500ms", c.Addrs())
 	s := open(t, uri)
