@@ -14,7 +14,7 @@ import (
 
 // The initial snapshot runs in every partition, on every capture, and
 // goes on through the operations that move work: while the partitions
-// copy (in chunks of 25 rows) under a live workload, a partition of
+// copy (in chunks of 40 rows) under a live workload, a partition of
 // orders is split, its upper half moved, and the capture running the
 // changefeed's reader drained (the reader moves and starts again from the
 // checkpoint). Afterwards the tables rebuilt from the sink equal the
@@ -90,14 +90,14 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 
 // startSlowSnapshot starts PostgreSQL, three captures and changefeed pg
 // (orders, items, events into files), whose snapshot copies in chunks of
-// 25 rows: slow enough to act on partitions while they copy.
+// 40 rows: slow enough to act on partitions while they copy.
 func startSlowSnapshot(t *testing.T) (tc *enginetest.Cluster, dsn, sink string) {
 	t.Helper()
 	_, dsn = startShop(t)
 	tc = enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink = "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("pg", dsn+"&tables=public.orders,public.items,public.events&chunk-rows=25", sink, 0)
+	tc.CreateChangefeed("pg", dsn+"&tables=public.orders,public.items,public.events&chunk-rows=40", sink, 0)
 	return tc, dsn, sink
 }
 
