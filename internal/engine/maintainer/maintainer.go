@@ -62,6 +62,10 @@ type Host struct {
 	// booting: changefeeds whose maintainer here has failed to start
 	// since (bootstrap.go).
 	booting map[model.ChangefeedID]*bootFailure
+	// answering: recovery answers being sent (recover.go); Run waits for
+	// them, and once it has ended (ended) none is sent.
+	answering sync.WaitGroup
+	ended     bool
 }
 
 // HostConfig is what a maintainer host is built from; nothing is set
@@ -130,6 +134,12 @@ func NewHost(cfg HostConfig) *Host {
 
 // Run drives the node's maintainers until ctx ends.
 func (h *Host) Run(ctx context.Context) error {
+	defer func() {
+		h.mu.Lock()
+		h.ended = true
+		h.mu.Unlock()
+		h.answering.Wait()
+	}()
 	h.tr.Handle(transport.TopicHeartbeat, h.onHeartbeat)
 	defer h.tr.Handle(transport.TopicHeartbeat, nil)
 	h.logs.Register(h.tr)

@@ -143,7 +143,17 @@ func (h *Host) sendAnswers(to model.NodeID, cf model.ChangefeedID, epoch uint64,
 		h.log.Error("maintainer: cannot encode a recovery answer", "err", err)
 		return
 	}
+	// Sent beside the heartbeat's handler (which must not wait on the
+	// network), but owned by the host: Run waits for it.
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.answering.Add(1)
+	h.mu.Unlock()
 	go func() {
+		defer h.answering.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := h.tr.Send(ctx, msg); err != nil {

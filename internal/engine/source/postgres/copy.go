@@ -366,7 +366,14 @@ func (r *copyReader) failed(err error) {
 	}
 	r.chunks = nil
 	if r.whole != nil {
-		go r.whole.close()
+		// Closed beside the reader (it rolls back and disconnects, which
+		// may wait on the network), but owned by it: Close waits.
+		whole := r.whole
+		r.fetches.Add(1)
+		go func() {
+			defer r.fetches.Done()
+			whole.close()
+		}()
 		r.whole = nil
 		r.limit = firstChunkLimit(chunkRowsOf(r.s.cfg))
 	}
