@@ -58,6 +58,9 @@ type Options struct {
 	EtcdLinks bool
 	// Audit, if set, sees every capture's etcd requests.
 	Audit *WriteAudit
+	// Interceptor, if set, is each capture's etcd client's interceptor
+	// (after Audit's): a test acts between a capture's read and its write.
+	Interceptor func(model.NodeID) grpc.UnaryClientInterceptor
 }
 
 // Cluster is etcd and the captures of one test.
@@ -123,8 +126,15 @@ func (c *Cluster) Start(id string) {
 		}
 		cfg.Endpoints = []string{l.Endpoint()}
 	}
+	var chain []grpc.UnaryClientInterceptor
 	if c.Opts.Audit != nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.Opts.Audit.Interceptor(nid))}
+		chain = append(chain, c.Opts.Audit.Interceptor(nid))
+	}
+	if c.Opts.Interceptor != nil {
+		chain = append(chain, c.Opts.Interceptor(nid))
+	}
+	if len(chain) > 0 {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(chain...)}
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
