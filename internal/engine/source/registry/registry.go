@@ -17,21 +17,62 @@ import (
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
+// database is what the registry asks of a database source (one whose
+// changes a puller reads from the upstream's log), beyond the generator's
+// Pin and Open: each is one package's functions, so that adding a
+// database is one entry of databases.
+type database struct {
+	pin      func(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error)
+	open     func(uri string, env source.Env) (source.Source, error)
+	remove   func(ctx context.Context, uri string) error
+	retable  func(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error)
+	inspect  func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
+	preview  func(ctx context.Context, uri string) (source.Followed, error)
+	follow   func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
+	upstream func(uri, password string) (source.Snapshotter, []string, error)
+	redact   func(uri string) string
+}
+
+// databases are the database sources by the schemes of their URIs.
+var databases = map[string]*database{}
+
+func init() {
+	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
+		inspect: postgres.Inspect, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact,
+		open: func(uri string, env source.Env) (source.Source, error) {
+			src, err := postgres.Open(uri, env)
+			if err != nil {
+				return nil, err
+			}
+			return src, nil
+		},
+		upstream: func(uri, password string) (source.Snapshotter, []string, error) {
+			cfg, err := postgres.ParseURI(postgres.WithPassword(uri, password))
+			if err != nil {
+				return nil, nil, err
+			}
+			return &postgres.TableReader{ConnString: cfg.ConnString}, cfg.Tables, nil
+		}}
+	databases["postgres"], databases["postgresql"] = pg, pg
+}
+
 // schemes lists what Open accepts, for error messages.
 const schemes = "gen:// or postgres://"
 
-func scheme(uri string) (string, error) {
+// scheme checks a source URI's scheme: its database source, or nil for
+// the generator.
+func scheme(uri string) (*database, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return "", fmt.Errorf("source URI: %v; check its syntax (a password with special characters must be percent-encoded)", redacted(err))
+		return nil, fmt.Errorf("source URI: %v; check its syntax (a password with special characters must be percent-encoded)", redacted(err))
 	}
-	switch u.Scheme {
-	case "gen":
-		return "gen", nil
-	case "postgres", "postgresql":
-		return "postgres", nil
+	if u.Scheme == "gen" {
+		return nil, nil
 	}
-	return "", fmt.Errorf("source URI: unknown scheme %q; use %s", u.Scheme, schemes)
+	if db, ok := databases[u.Scheme]; ok {
+		return db, nil
+	}
+	return nil, fmt.Errorf("source URI: unknown scheme %q; use %s", u.Scheme, schemes)
 }
 
 // redacted keeps url's error from echoing the URI (it may hold a
@@ -56,13 +97,12 @@ type Pinned struct {
 // change over its life (gen: the stream's start; postgres: the slot and
 // publication, created now, and the start).
 func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (Pinned, error) {
-	s, err := scheme(uri)
+	db, err := scheme(uri)
 	if err != nil {
 		return Pinned{}, err
 	}
-	switch s {
-	case "postgres":
-		u, pos, err := postgres.Pin(ctx, uri, cf, now)
+	if db != nil {
+		u, pos, err := db.pin(ctx, uri, cf, now)
 		return Pinned{URI: u, Position: pos}, err
 	}
 	u, err := gen.Pin(uri, now)
@@ -71,13 +111,12 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 
 // Open opens a pinned source URI for a node.
 func Open(ctx context.Context, uri string, env source.Env) (source.Source, error) {
-	s, err := scheme(uri)
+	db, err := scheme(uri)
 	if err != nil {
 		return nil, err
 	}
-	switch s {
-	case "postgres":
-		return postgres.Open(uri, env)
+	if db != nil {
+		return db.open(uri, env)
 	}
 	return gen.Open(uri)
 }
@@ -85,14 +124,11 @@ func Open(ctx context.Context, uri string, env source.Env) (source.Source, error
 // Remove releases what Pin created upstream (postgres: the slot and the
 // publication cdcctl named). A source that created nothing does nothing.
 func Remove(ctx context.Context, uri string) error {
-	s, err := scheme(uri)
-	if err != nil {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
 		return err
 	}
-	if s == "postgres" {
-		return postgres.RemoveURI(ctx, uri)
-	}
-	return nil
+	return db.remove(ctx, uri)
 }
 
 // Retable computes, and with apply makes, the change of a changefeed's
@@ -100,42 +136,42 @@ func Remove(ctx context.Context, uri string) error {
 // at is the changefeed's checkpoint, where added tables begin. Only
 // database sources' tables change; the generator's are fixed.
 func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error) {
-	s, err := scheme(uri)
+	db, err := scheme(uri)
 	if err != nil {
 		return source.Retabled{}, err
 	}
-	if s != "postgres" {
-		return source.Retabled{}, fmt.Errorf("the tables of a %s:// changefeed are fixed; changefeed update changes a database source's tables (create another changefeed instead)", s)
+	if db == nil {
+		return source.Retabled{}, fmt.Errorf("the tables of a gen:// changefeed are fixed; changefeed update changes a database source's tables (create another changefeed instead)")
 	}
-	return postgres.Retable(ctx, uri, pos, tables, at, apply)
+	return db.retable(ctx, uri, pos, tables, at, apply)
 }
 
 // HoldsUpstream says whether a changefeed of this source keeps something
 // upstream that its removal must release (Remove).
 func HoldsUpstream(uri string) bool {
-	s, err := scheme(uri)
-	return err == nil && s == "postgres"
+	db, err := scheme(uri)
+	return err == nil && db != nil
 }
 
 // Inspect reports on the upstream side of a changefeed; nil for sources
 // with nothing to say (gen).
 func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
-	s, err := scheme(uri)
-	if err != nil || s != "postgres" {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
 		return nil, err
 	}
-	return postgres.Inspect(ctx, uri, pos)
+	return db.inspect(ctx, uri, pos)
 }
 
 // Preview says what a new changefeed's source would replicate and what
 // it refuses, creating nothing.
 func Preview(ctx context.Context, uri string) (source.Followed, error) {
-	s, err := scheme(uri)
+	db, err := scheme(uri)
 	if err != nil {
 		return source.Followed{}, err
 	}
-	if s == "postgres" {
-		return postgres.Preview(ctx, uri)
+	if db != nil {
+		return db.preview(ctx, uri)
 	}
 	pinned, err := gen.Pin(uri, time.Now())
 	if err != nil {
@@ -153,32 +189,29 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 // Follow is what a changefeed's table rules match now (changefeeds with
 // patterns in tables=); ok is false for one without rules.
 func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
-	s, err := scheme(uri)
-	if err != nil || s != "postgres" {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
 		return source.Followed{}, false, err
 	}
-	return postgres.Follow(ctx, uri, pos)
+	return db.follow(ctx, uri, pos)
 }
 
 // Upstream reads a database source's tables for verify, and names them;
 // nil for sources verify computes instead (gen). A password the API
-// redacted is given separately (empty: the URI's own, or PGPASSWORD).
+// redacted is given separately (empty: the URI's own, or the database's
+// own environment variable).
 func Upstream(uri, password string) (source.Snapshotter, []string, error) {
-	s, err := scheme(uri)
-	if err != nil || s != "postgres" {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
 		return nil, nil, err
 	}
-	cfg, err := postgres.ParseURI(postgres.WithPassword(uri, password))
-	if err != nil {
-		return nil, nil, err
-	}
-	return &postgres.TableReader{ConnString: cfg.ConnString}, cfg.Tables, nil
+	return db.upstream(uri, password)
 }
 
 // Redact is a source URI fit for messages and logs.
 func Redact(uri string) string {
-	if s, err := scheme(uri); err == nil && s == "postgres" {
-		return postgres.Redact(uri)
+	if db, err := scheme(uri); err == nil && db != nil {
+		return db.redact(uri)
 	}
 	return redact.URI(uri)
 }
