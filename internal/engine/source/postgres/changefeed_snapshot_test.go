@@ -22,7 +22,7 @@ import (
 // the changefeed was copied twice.
 func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	t.Parallel()
-	tc, dsn, sink := startSlowSnapshot(t)
+	tc, dsn, sink := startSlowSnapshot(t, 40)
 	w := startFullWorkload(t, dsn)
 	copying := func(when string) {
 		t.Helper()
@@ -90,14 +90,15 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 
 // startSlowSnapshot starts PostgreSQL, three captures and changefeed pg
 // (orders, items, events into files), whose snapshot copies in chunks of
-// 40 rows: slow enough to act on partitions while they copy.
-func startSlowSnapshot(t *testing.T) (tc *enginetest.Cluster, dsn, sink string) {
+// chunkRows rows: slow enough to act on partitions while they copy (40),
+// or to crash a capture in the middle of one (80).
+func startSlowSnapshot(t *testing.T, chunkRows int) (tc *enginetest.Cluster, dsn, sink string) {
 	t.Helper()
 	_, dsn = startShop(t)
 	tc = enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink = "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("pg", dsn+"&tables=public.orders,public.items,public.events&chunk-rows=40", sink, 0)
+	tc.CreateChangefeed("pg", dsn+"&tables=public.orders,public.items,public.events&chunk-rows="+strconv.Itoa(chunkRows), sink, 0)
 	return tc, dsn, sink
 }
 
@@ -112,7 +113,7 @@ func startSlowSnapshot(t *testing.T) (tc *enginetest.Cluster, dsn, sink string) 
 // any change after a crash); the test counts them.
 func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 	t.Parallel()
-	tc, dsn, sink := startSlowSnapshot(t)
+	tc, dsn, sink := startSlowSnapshot(t, 80)
 	w := startFullWorkload(t, dsn)
 
 	// The victim runs the reader and the orders partition [1501, 3001).

@@ -114,7 +114,9 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 		t.Fatalf("after %d transactions: %+v", w.n, rep)
 	}
 	t.Logf("%d transactions, %d changes applied, %d rows compared: %+v", w.n, rep.Events, rep.Keys, rep.TableReports)
-	if early := rebuiltEarly(t, tc, dsn, shopTables); early.OK || early.Lost == 0 {
+	// (One table shows it, items the smallest: emptied by the TRUNCATE,
+	// then filled by the workload.)
+	if early := rebuiltEarly(t, tc, dsn, []string{"public.items"}); early.OK || early.Lost == 0 {
 		t.Fatalf("rebuilt at one second in, the sink matches the final upstream: %+v", early)
 	}
 
