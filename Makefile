@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPlanJSON -fuzztime $(FUZZTIME) ./internal/plan
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/gen
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/postgres
+	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/source/mysql
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/storage
 	$(GO) test -run '^$$' -fuzz FuzzParseBytes -fuzztime $(FUZZTIME) ./internal/engine/sink
 	$(GO) test -run '^$$' -fuzz FuzzParseURI -fuzztime $(FUZZTIME) ./internal/engine/sink/kafka

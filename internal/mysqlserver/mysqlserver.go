@@ -28,6 +28,7 @@ import (
 type Server struct {
 	Dir  string // data directory; the socket and the log are beside it
 	Port int
+	opts Options
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -53,9 +54,27 @@ func findBin(names ...string) (string, error) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
+// Options shape a server beyond its directory and port.
+type Options struct {
+	// Binlog turns the binary log on as a change-data-capture source
+	// needs it: row format, full row images and metadata, server id 1,
+	// GTIDs (MariaDB's are always on). Without it the server keeps no
+	// binary log (the election backend needs none).
+	Binlog bool
+	// Args are more server options (--binlog-format=STATEMENT, say, to
+	// test what a source refuses).
+	Args []string
+}
+
 // Start initialises dir on first use and starts a server on port (0
-// picks a free one). It is ready when Start returns.
+// picks a free one), without a binary log. It is ready when Start
+// returns.
 func Start(ctx context.Context, dir string, port int) (*Server, error) {
+	return StartWith(ctx, dir, port, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, dir string, port int, opts Options) (*Server, error) {
 	install, err := findBin("mariadb-install-db", "mysql_install_db")
 	if err != nil {
 		return nil, err
@@ -64,8 +83,13 @@ func Start(ctx context.Context, dir string, port int) (*Server, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
+	// Each server's temporary files in its own directory: two servers
+	// initialised at once in the shared /tmp collided there.
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, err
+	}
 	if !fileExists(filepath.Join(data, "mysql")) {
-		args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + filepath.Join(dir, "tmp"), "--auth-root-authentication-method=normal", "--skip-test-db"}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
@@ -75,7 +99,7 @@ func Start(ctx context.Context, dir string, port int) (*Server, error) {
 		}
 	}
 	pick := port == 0
-	s := &Server{Dir: dir, Port: port}
+	s := &Server{Dir: dir, Port: port, opts: opts}
 	for attempt := 1; ; attempt++ {
 		if pick {
 			if s.Port, err = freePort(); err != nil {
@@ -100,8 +124,15 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	logPath := filepath.Join(s.Dir, "server.log")
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(s.Dir, "data"), "--port=" + strconv.Itoa(s.Port),
-		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(s.Dir, "mysqld.sock"), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
-		"--log-error=" + logPath, "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin"}
+		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(s.Dir, "mysqld.sock"), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"), "--tmpdir=" + filepath.Join(s.Dir, "tmp"),
+		"--log-error=" + logPath, "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0"}
+	if s.opts.Binlog {
+		args = append(args, "--log-bin="+filepath.Join(s.Dir, "binlog"), "--server-id=1", "--binlog-format=ROW",
+			"--binlog-row-image=FULL", "--binlog-row-metadata=FULL")
+	} else {
+		args = append(args, "--skip-log-bin")
+	}
+	args = append(args, s.opts.Args...)
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}

@@ -14,7 +14,13 @@ import (
 // Start returns the server and the DSN of an empty database db.
 func Start(t testing.TB, db string) (*mysqlserver.Server, string) {
 	t.Helper()
-	srv, err := mysqlserver.Start(context.Background(), t.TempDir(), 0)
+	return StartWith(t, db, mysqlserver.Options{})
+}
+
+// StartWith is Start with server options (a binary log, say).
+func StartWith(t testing.TB, db string, opts mysqlserver.Options) (*mysqlserver.Server, string) {
+	t.Helper()
+	srv, err := mysqlserver.StartWith(context.Background(), t.TempDir(), 0, opts)
 	if errors.Is(err, mysqlserver.ErrNotInstalled) {
 		t.Skip(err)
 	}

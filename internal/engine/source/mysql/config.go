@@ -1,0 +1,231 @@
+// Package mysql is the MySQL and MariaDB source: row changes read from
+// the server's binary log (one binlog connection per changefeed, through
+// go-mysql's replication package, which only parses: rows are decoded
+// here, with the schema this package keeps, never the live one).
+//
+// This first part holds the source URI, the preflight checks a
+// changefeed's creation runs against the server, and the catalog read of
+// the replicated tables. The source is not in source/registry yet: a
+// mysql:// changefeed is refused until it streams and snapshots end to
+// end (docs/mysql.md says what is done).
+//
+// It imports model and source only.
+package mysql
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Config is a mysql:// source URI's meaning.
+type Config struct {
+	User, Password string
+	// Host and Port are the server's (port 3306 when not given).
+	Host string
+	Port int
+	// Database is the URI's path: tables named without a database are in
+	// it.
+	Database string
+	// Tables are the replicated tables, "database.table" as
+	// model.TableName writes them, in the order given.
+	Tables []string
+	// ServerID is the id the binlog connection registers under
+	// (server-id=); it must differ from every server's and every other
+	// replica's. 0: derived from the changefeed when it is created.
+	ServerID uint32
+	// Start is the changefeed's first position, fixed when it is created
+	// (start=).
+	Start model.Ts
+	// Snapshot is "initial" (the default: existing rows are copied first)
+	// or "never" (only changes after the changefeed's creation).
+	Snapshot string
+}
+
+// ParseURI parses mysql://user[:password]@host[:port]/db?tables=db.t1,t2&server-id=N.
+// A password not in the URI is taken from MYSQL_PWD, as the mysql client
+// does. mariadb:// is the same.
+func ParseURI(raw string) (Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Config{}, fmt.Errorf("source URI: %v", redactErr(err, raw))
+	}
+	if u.Scheme != "mysql" && u.Scheme != "mariadb" {
+		return Config{}, fmt.Errorf("source URI %s: scheme must be mysql:// (or mariadb://)", Redact(raw))
+	}
+	if u.Host == "" {
+		return Config{}, fmt.Errorf("source URI %s: name the server, e.g. mysql://cdc@127.0.0.1:3306/shop?tables=shop.orders", Redact(raw))
+	}
+	c := Config{Host: u.Hostname(), Port: 3306, Database: strings.Trim(u.Path, "/")}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return Config{}, fmt.Errorf("source URI %s: port %q is not a port number", Redact(raw), p)
+		}
+		c.Port = n
+	}
+	if c.Database == "" || strings.Contains(c.Database, "/") {
+		return Config{}, fmt.Errorf("source URI %s: name one database in the path, e.g. mysql://cdc@host:3306/shop?tables=orders", Redact(raw))
+	}
+	if u.User != nil {
+		c.User = u.User.Username()
+		c.Password, _ = u.User.Password()
+	}
+	if c.User == "" {
+		return Config{}, fmt.Errorf("source URI %s: name the user, e.g. mysql://cdc@host:3306/shop (it needs REPLICATION SLAVE, REPLICATION CLIENT and SELECT; docs/mysql.md)", Redact(raw))
+	}
+	if c.Password == "" {
+		c.Password = os.Getenv("MYSQL_PWD")
+	}
+	q := u.Query()
+	for k, vs := range q {
+		if !ours[k] {
+			return Config{}, fmt.Errorf("source URI: unknown parameter %q; use %s", k, strings.Join(ourNames(), ", "))
+		}
+		if len(vs) != 1 {
+			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
+		}
+	}
+	if c.Tables, err = ParseTables(c.Database, model.SplitTableList(q.Get("tables"))); err != nil {
+		return Config{}, fmt.Errorf("source URI: %w", err)
+	}
+	if len(c.Tables) == 0 {
+		return Config{}, fmt.Errorf("source URI %s: name the tables to replicate, e.g. ?tables=%s.orders,%s.customers", Redact(raw), c.Database, c.Database)
+	}
+	if v := q.Get("server-id"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return Config{}, fmt.Errorf("source URI: server-id=%q: give a number from 1 to 4294967295 that no server or other replica uses", v)
+		}
+		c.ServerID = uint32(n)
+	}
+	switch c.Snapshot = q.Get("snapshot"); c.Snapshot {
+	case "":
+		c.Snapshot = "initial"
+	case "initial", "never":
+	default:
+		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
+	}
+	if v := q.Get("start"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return Config{}, fmt.Errorf("source URI: start=%q: must be a position (set by cdcctl when the changefeed is created)", v)
+		}
+		c.Start = model.Ts(n)
+	}
+	return c, nil
+}
+
+// ours are the query parameters a mysql:// URI takes.
+var ours = map[string]bool{"tables": true, "server-id": true, "snapshot": true, "start": true}
+
+func ourNames() []string {
+	var out []string
+	for k := range ours {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ParseTables reads table names as tables= gives them: "database.table",
+// or "table" in the URI's database; a name with capitals or other
+// characters in double quotes (shop."Orders"). A name given twice is
+// refused. It returns the names as model.TableName writes them.
+func ParseTables(database string, names []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range names {
+		db, table, err := model.ParseTableName(strings.TrimSpace(t))
+		if err != nil {
+			return nil, err
+		}
+		if db == "" {
+			db = database
+		}
+		for _, n := range []string{db, table} {
+			if strings.ContainsRune(n, '/') || n == "." || n == ".." {
+				return nil, fmt.Errorf("table %s: the name %q cannot be a storage sink's directory (it holds a slash or is . or ..): rename it upstream, or leave it out", model.TableName(db, table), n)
+			}
+		}
+		name := model.TableName(db, table)
+		if seen[name] {
+			return nil, fmt.Errorf("table %s is named twice", name)
+		}
+		seen[name] = true
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// DSN is what go-sql-driver/mysql connects with: the text protocol (rows
+// as the server writes them), the server's own time zone untouched.
+func (c Config) DSN() string {
+	user := c.User
+	if c.Password != "" {
+		user += ":" + c.Password
+	}
+	return fmt.Sprintf("%s@tcp(%s)/%s?interpolateParams=false&timeout=10s&readTimeout=60s&writeTimeout=60s", user, c.Addr(), url.PathEscape(c.Database))
+}
+
+// Addr is host:port.
+func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// URI renders the config back, with the password (a stored URI's is
+// kept apart by the API; Redact masks it); ParseURI(c.URI()) == c.
+func (c Config) URI() string {
+	u := url.URL{Scheme: "mysql", Host: c.Addr(), Path: "/" + c.Database}
+	switch {
+	case c.Password != "":
+		u.User = url.UserPassword(c.User, c.Password)
+	default:
+		u.User = url.User(c.User)
+	}
+	q := url.Values{}
+	q.Set("tables", strings.Join(c.Tables, ","))
+	if c.ServerID != 0 {
+		q.Set("server-id", strconv.FormatUint(uint64(c.ServerID), 10))
+	}
+	if c.Snapshot != "" && c.Snapshot != "initial" {
+		q.Set("snapshot", c.Snapshot)
+	}
+	if c.Start != 0 {
+		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Redact is a source URI fit for messages and logs: the password masked.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "mysql://(unparsable URI)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	if at := strings.LastIndex(raw, "@"); u.User == nil && at >= 0 {
+		return "xxxxx" + raw[at:]
+	}
+	return u.String()
+}
+
+// redactErr keeps a parse error from echoing a password.
+func redactErr(err error, raw string) error {
+	if u, perr := url.Parse(raw); perr == nil {
+		if p, has := u.User.Password(); has && p != "" {
+			return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), p, "xxxxx"))
+		}
+	}
+	if strings.Contains(raw, "@") {
+		return fmt.Errorf("the URI does not parse (check that special characters in the password are percent-encoded)")
+	}
+	return err
+}

@@ -1,0 +1,242 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Server is what the preflight read of a server.
+type Server struct {
+	// Flavor is "mariadb" or "mysql".
+	Flavor  string
+	Version string
+	// ServerID is the server's own server_id.
+	ServerID uint32
+	// GTID says positions can be GTID sets: always on MariaDB, gtid_mode
+	// ON on MySQL.
+	GTID bool
+	// RetentionSeconds is how long the server keeps binary logs (0: for
+	// ever, until purged by hand).
+	RetentionSeconds int64
+}
+
+// minRetention is the binary log retention below which a changefeed's
+// creation warns: a changefeed stopped longer than that (a weekend) finds
+// its position purged.
+const minRetention = 24 * 60 * 60
+
+// Preflight checks that the server can feed a changefeed of cfg's tables
+// and refuses with the server's own values and what to change: binary
+// logging off, a binlog format or row image other than ROW and FULL, the
+// user without the replication grants, a table missing or without a
+// primary key. What works but puts the changefeed at risk (a binary log
+// kept less than a day) comes back as warnings.
+func Preflight(ctx context.Context, cfg Config) (Server, []string, error) {
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return Server{}, nil, err
+	}
+	defer db.Close()
+	var srv Server
+	var logBin int
+	var format, image string
+	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id, @@log_bin, @@binlog_format, @@binlog_row_image").
+		Scan(&srv.Version, &srv.ServerID, &logBin, &format, &image); err != nil {
+		return Server{}, nil, explain(cfg, err)
+	}
+	srv.Flavor = "mysql"
+	if strings.Contains(strings.ToLower(srv.Version), "mariadb") {
+		srv.Flavor, srv.GTID = "mariadb", true
+	}
+	var problems []string
+	if logBin == 0 {
+		problems = append(problems, "binary logging is off (log_bin=OFF): start the server with log-bin, binlog-format=ROW, binlog-row-image=FULL and a server-id (docs/mysql.md)")
+	}
+	if !strings.EqualFold(format, "ROW") {
+		problems = append(problems, fmt.Sprintf("binlog_format is %s; a changefeed reads rows, so it needs ROW: SET GLOBAL binlog_format=ROW, and binlog-format=ROW in the server's configuration", format))
+	}
+	if !strings.EqualFold(image, "FULL") {
+		problems = append(problems, fmt.Sprintf("binlog_row_image is %s; a changefeed needs every column of every changed row: SET GLOBAL binlog_row_image=FULL, and binlog-row-image=FULL in the server's configuration", image))
+	}
+	if srv.Flavor == "mysql" {
+		var mode string
+		if db.QueryRowContext(ctx, "SELECT @@gtid_mode").Scan(&mode) == nil {
+			srv.GTID = strings.EqualFold(mode, "ON")
+		}
+	}
+	if why := grantsMissing(ctx, db, cfg); why != "" {
+		problems = append(problems, why)
+	}
+	for _, t := range cfg.Tables {
+		if why := tableUnfit(ctx, db, t); why != "" {
+			problems = append(problems, why)
+		}
+	}
+	if len(problems) > 0 {
+		return srv, nil, fmt.Errorf("%s cannot feed this changefeed:\n  %s", cfg.Addr(), strings.Join(problems, "\n  "))
+	}
+	srv.RetentionSeconds = retention(ctx, db)
+	var warnings []string
+	if srv.RetentionSeconds > 0 && srv.RetentionSeconds < minRetention {
+		warnings = append(warnings, fmt.Sprintf("the server keeps binary logs %s; a changefeed stopped longer than that cannot resume (its position purged): keep them at least a day (binlog_expire_logs_seconds=86400, or expire_logs_days=1)", seconds(srv.RetentionSeconds)))
+	}
+	return srv, warnings, nil
+}
+
+// open connects and checks the connection, explaining a failure.
+func open(ctx context.Context, cfg Config) (*sql.DB, error) {
+	db, err := sql.Open("mysql", cfg.DSN())
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, explain(cfg, err)
+	}
+	return db, nil
+}
+
+// explain turns a driver error into what the operator can do about it;
+// the password never appears.
+func explain(cfg Config, err error) error {
+	var me *driver.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1045: // ER_ACCESS_DENIED_ERROR
+			return fmt.Errorf("%s refused user %s: %s; check the user and password (a password not in the URI is read from MYSQL_PWD)", cfg.Addr(), cfg.User, redactIn(me.Message, cfg.Password))
+		case 1049: // ER_BAD_DB_ERROR
+			return fmt.Errorf("%s has no database %s: %s; name an existing database in the URI's path", cfg.Addr(), cfg.Database, me.Message)
+		}
+		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
+	}
+	msg := redactIn(err.Error(), cfg.Password)
+	if strings.Contains(msg, "connection refused") || strings.Contains(msg, "i/o timeout") || strings.Contains(msg, "no such host") {
+		return fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg)
+	}
+	return fmt.Errorf("%s: %s", cfg.Addr(), msg)
+}
+
+func redactIn(s, password string) string {
+	if password == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, password, "xxxxx")
+}
+
+// grantsMissing says which replication grants the user lacks ("" when
+// it has them): REPLICATION SLAVE to read the binary log, and REPLICATION
+// CLIENT (MariaDB 10.5+: BINLOG MONITOR) to read the server's position.
+func grantsMissing(ctx context.Context, db *sql.DB, cfg Config) string {
+	rows, err := db.QueryContext(ctx, "SHOW GRANTS")
+	if err != nil {
+		return fmt.Sprintf("cannot read the grants of %s: %v", cfg.User, err)
+	}
+	defer rows.Close()
+	var all []string
+	for rows.Next() {
+		var g string
+		if rows.Scan(&g) == nil {
+			all = append(all, strings.ToUpper(g))
+		}
+	}
+	global := ""
+	for _, g := range all {
+		if strings.Contains(g, " ON *.* ") {
+			global += g
+		}
+	}
+	has := func(names ...string) bool {
+		for _, n := range names {
+			if strings.Contains(global, n) {
+				return true
+			}
+		}
+		return false
+	}
+	if has("ALL PRIVILEGES") {
+		return ""
+	}
+	var missing []string
+	if !has("REPLICATION SLAVE", "REPLICATION REPLICA") {
+		missing = append(missing, "REPLICATION SLAVE")
+	}
+	if !has("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER") {
+		missing = append(missing, "REPLICATION CLIENT")
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("user %s lacks %s: GRANT %s ON *.* TO '%s'@'%%' (and SELECT on the replicated tables)", cfg.User, strings.Join(missing, " and "), strings.Join(missing, ", "), cfg.User)
+}
+
+// tableUnfit says why a table cannot be replicated ("" when it can): it
+// does not exist (or the user cannot see it), it is a view, or it has no
+// primary key (its rows could not be routed to partitions by key).
+func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
+	schema, name := model.SplitTableName(table)
+	var kind string
+	err := db.QueryRowContext(ctx, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", schema, name).Scan(&kind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Sprintf("table %s does not exist (or the user cannot read it: GRANT SELECT ON %s TO the user)", table, quoteTable(table))
+	}
+	if err != nil {
+		return fmt.Sprintf("table %s: %v", table, err)
+	}
+	if kind != "BASE TABLE" {
+		return fmt.Sprintf("%s is a %s, not a table: replicate the tables it reads", table, strings.ToLower(kind))
+	}
+	// SHOW KEYS, not information_schema.TABLE_CONSTRAINTS: MariaDB shows a
+	// user with only SELECT no constraints there.
+	rows, err := db.QueryContext(ctx, "SHOW KEYS FROM "+quoteTable(table)+" WHERE Key_name = 'PRIMARY'")
+	if err != nil {
+		return fmt.Sprintf("table %s: %v", table, err)
+	}
+	keys := 0
+	for rows.Next() {
+		keys++
+	}
+	rows.Close()
+	if keys == 0 {
+		return fmt.Sprintf("table %s has no primary key: its changes cannot be routed by key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or leave the table out", table, quoteTable(table))
+	}
+	return ""
+}
+
+// retention is how long the server keeps binary logs, in seconds (0: no
+// expiry). MySQL 8 and MariaDB 10.6+ have binlog_expire_logs_seconds;
+// older MariaDB only expire_logs_days.
+func retention(ctx context.Context, db *sql.DB) int64 {
+	var s int64
+	if db.QueryRowContext(ctx, "SELECT @@binlog_expire_logs_seconds").Scan(&s) == nil && s > 0 {
+		return s
+	}
+	var days float64
+	if db.QueryRowContext(ctx, "SELECT @@expire_logs_days").Scan(&days) == nil && days > 0 {
+		return int64(days * 86400)
+	}
+	return 0
+}
+
+func seconds(s int64) string {
+	if s%3600 == 0 {
+		return fmt.Sprintf("%d h", s/3600)
+	}
+	return fmt.Sprintf("%d s", s)
+}
+
+// quoteTable writes a table name as MySQL quotes it: `db`.`table`.
+func quoteTable(table string) string {
+	schema, name := model.SplitTableName(table)
+	q := func(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+	if schema == "" {
+		return q(name)
+	}
+	return q(schema) + "." + q(name)
+}

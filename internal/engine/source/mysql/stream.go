@@ -1,0 +1,429 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// position is the puller's resume point: the binary log coordinates just
+// after a transaction, the commit position that transaction was given,
+// and every table's schema there. Reading on from it gives every later
+// transaction the position it had before: positions come from the binary
+// log alone (its events' times and the ticks written into it).
+type position struct {
+	File   string                `json:"file"`
+	Pos    uint32                `json:"pos"`
+	Ts     model.Ts              `json:"ts"`
+	Tables map[string]tableState `json:"tables"`
+}
+
+// tableState is a table's schema at a resume point.
+type tableState struct {
+	Def     *source.TableDef `json:"def"`
+	Since   model.Ts         `json:"since"`
+	Version uint64           `json:"version,omitempty"`
+}
+
+// signalTable is where the puller writes its ticks: a row per
+// changefeed, updated with the server's clock. A transaction that only
+// changes it resolves the stream up to its position, so an idle
+// database's changefeed still advances.
+const signalTable = "cdcctl_signal"
+
+// tickEvery is how often the puller writes a tick.
+const tickEvery = 500 * time.Millisecond
+
+// Puller reads one changefeed's tables from the binary log into its
+// event log (source.Puller).
+type Puller struct {
+	cfg    Config
+	cf     model.ChangefeedID
+	flavor string
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	points []position // resume points passed, oldest first
+}
+
+// NewPuller returns the puller of changefeed cf; flavor is "mariadb" or
+// "mysql" (Preflight's Server.Flavor).
+func NewPuller(cfg Config, cf model.ChangefeedID, flavor string, log *slog.Logger) *Puller {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Puller{cfg: cfg, cf: cf, flavor: flavor, log: log}
+}
+
+// Begin fixes a new changefeed's first resume point: where the binary
+// log ends now, and each table's schema from the catalog. It creates the
+// signal table if it is missing.
+func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, error) {
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+quoteTable(model.TableName(cfg.Database, signalTable))+
+		" (changefeed VARCHAR(128) PRIMARY KEY, at BIGINT NOT NULL)"); err != nil {
+		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT and UPDATE on it): %w", cfg.Database, signalTable, explain(cfg, err))
+	}
+	p := position{Ts: start, Tables: map[string]tableState{}}
+	var ignored1, ignored2 sql.NullString
+	row := db.QueryRowContext(ctx, "SHOW MASTER STATUS")
+	if err := row.Scan(&p.File, &p.Pos, &ignored1, &ignored2); err != nil {
+		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
+	}
+	for _, t := range cfg.Tables {
+		def, err := tableDef(ctx, db, t)
+		if err != nil {
+			return nil, err
+		}
+		p.Tables[t] = tableState{Def: def, Since: start}
+	}
+	return json.Marshal(p)
+}
+
+// txn is the transaction the puller is reading.
+type txn struct {
+	events []source.Event
+	tickAt int64 // the server's clock in µs, when it wrote a tick
+	commit int64 // the commit's time in µs (MySQL) or seconds × 10^6
+}
+
+// Pull implements source.Puller: it reads the binary log from a resume
+// point into w until ctx ends or the server fails.
+func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
+	var at position
+	if err := json.Unmarshal(from, &at); err != nil {
+		return fmt.Errorf("mysql source: the stored resume point does not decode: %w", err)
+	}
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: p.serverID(), Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
+		TimestampStringLocation: time.UTC, HeartbeatPeriod: time.Second, ReadTimeout: 10 * time.Second, MaxReconnectAttempts: 1,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	defer syncer.Close()
+	stream, err := syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
+	if err != nil {
+		return fmt.Errorf("read the binary log of %s from %s:%d: %w", p.cfg.Addr(), at.File, at.Pos, err)
+	}
+	p.mu.Lock()
+	p.points = []position{at}
+	p.mu.Unlock()
+
+	tctx, stopTicks := context.WithCancel(ctx)
+	var ticking sync.WaitGroup
+	ticking.Add(1)
+	go func() {
+		defer ticking.Done()
+		p.tick(tctx)
+	}()
+	defer func() {
+		stopTicks()
+		ticking.Wait()
+	}()
+
+	cols := map[string][]column{}
+	columnsOf := func(table string) []column {
+		if c, ok := cols[table]; ok {
+			return c
+		}
+		def := at.Tables[table].Def
+		c := make([]column, len(def.Columns))
+		for i, cd := range def.Columns {
+			c[i] = parseColumn(cd.Type)
+		}
+		cols[table] = c
+		return c
+	}
+	signal := model.TableName(p.cfg.Database, signalTable)
+	var cur txn
+	file := at.File
+	for {
+		ev, err := stream.GetEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("binary log of %s: %w", p.cfg.Addr(), err)
+		}
+		switch e := ev.Event.(type) {
+		case *replication.RotateEvent:
+			file = string(e.NextLogName)
+			continue
+		case *replication.GTIDEvent:
+			cur = txn{commit: int64(e.ImmediateCommitTimestamp)}
+		case *replication.MariadbGTIDEvent:
+			cur = txn{}
+		case *replication.RowsEvent:
+			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
+			if table == signal {
+				cur.tickAt = tickOf(e, string(p.cf))
+				break
+			}
+			st, ok := at.Tables[table]
+			if !ok {
+				break
+			}
+			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table))
+			if err != nil {
+				w.Hold(table, at.Ts+1)
+				p.log.Warn("mysql source: a row does not decode; the table is held", "changefeed", p.cf, "table", table, "err", err)
+				break
+			}
+			cur.events = append(cur.events, evs...)
+		case *replication.QueryEvent:
+			q := strings.TrimSpace(string(e.Query))
+			switch {
+			case strings.EqualFold(q, "BEGIN"):
+				continue
+			case strings.EqualFold(q, "COMMIT"):
+			default:
+				// A schema change (its own transaction). Following it is
+				// the next step; until then its tables are held, never
+				// decoded with a schema that no longer holds.
+				for _, t := range namedTables(q, string(e.Schema), at.Tables) {
+					w.Hold(t, at.Ts+1)
+					p.log.Warn("mysql source: a schema change of a replicated table; the table is held until schema changes are followed", "changefeed", p.cf, "table", t, "statement", q)
+				}
+			}
+		case *replication.XIDEvent:
+		default:
+			continue
+		}
+		if !commits(ev) {
+			continue
+		}
+		if cur.commit == 0 {
+			cur.commit = int64(ev.Header.Timestamp) * 1_000_000
+		}
+		ts := max(at.Ts+1, model.TsFromMicros(max(cur.commit, cur.tickAt)))
+		for i := range cur.events {
+			cur.events[i].CommitTs = ts
+		}
+		if len(cur.events) > 0 {
+			if err := w.Append(cur.events); err != nil {
+				return err
+			}
+		} else {
+			w.Resolve(ts)
+		}
+		at = position{File: file, Pos: ev.Header.LogPos, Ts: ts, Tables: at.Tables}
+		p.mu.Lock()
+		p.points = append(p.points, at)
+		if len(p.points) > maxPoints {
+			p.points = append(p.points[:0], p.points[len(p.points)-maxPoints/2:]...)
+		}
+		p.mu.Unlock()
+		cur = txn{}
+	}
+}
+
+// maxPoints bounds the resume points a puller keeps; the checkpoint is
+// never far behind the newest.
+const maxPoints = 4096
+
+// commits says whether an event ends a transaction: an XID (InnoDB's
+// commit), a COMMIT statement, or a statement that is its own
+// transaction (a schema change).
+func commits(ev *replication.BinlogEvent) bool {
+	switch e := ev.Event.(type) {
+	case *replication.XIDEvent:
+		return true
+	case *replication.QueryEvent:
+		return !strings.EqualFold(strings.TrimSpace(string(e.Query)), "BEGIN")
+	}
+	return false
+}
+
+// tickOf reads this changefeed's tick from a change of the signal table:
+// the server's clock in µs; 0 when the change is not its tick.
+func tickOf(e *replication.RowsEvent, cf string) int64 {
+	var at int64
+	for _, r := range e.Rows {
+		if len(r) == 2 && fmt.Sprint(r[0]) == cf {
+			if v, ok := r[1].(int64); ok {
+				at = max(at, v)
+			}
+		}
+	}
+	return at
+}
+
+// rowEvents turns a rows event of a replicated table into row changes.
+func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string, st tableState, cols []column) ([]source.Event, error) {
+	def := st.Def
+	if int(e.ColumnCount) != len(def.Columns) {
+		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d: it changed in a way not followed yet", e.ColumnCount, table, len(def.Columns))
+	}
+	image := func(r []any) ([]source.Value, error) {
+		out := make([]source.Value, len(r))
+		for i, v := range r {
+			var err error
+			if out[i], err = cols[i].text(v); err != nil {
+				return nil, fmt.Errorf("column %s of %s: %w", def.Columns[i].Name, table, err)
+			}
+		}
+		return out, nil
+	}
+	keys := keyIndexes(def)
+	keyOf := func(vals []source.Value) string {
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = vals[k].Text
+		}
+		return strings.Join(parts, ",")
+	}
+	var out []source.Event
+	base := source.Event{Kind: source.KindDML, Table: table, Def: def, SchemaVersion: st.Version, TableVersion: st.Since}
+	switch typ {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:
+		for _, r := range e.Rows {
+			vals, err := image(r)
+			if err != nil {
+				return nil, err
+			}
+			ev := base
+			ev.Op, ev.New, ev.Key = source.OpInsert, vals, keyOf(vals)
+			out = append(out, ev)
+		}
+	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
+		for _, r := range e.Rows {
+			vals, err := image(r)
+			if err != nil {
+				return nil, err
+			}
+			ev := base
+			ev.Op, ev.Old, ev.Key = source.OpDelete, vals, keyOf(vals)
+			out = append(out, ev)
+		}
+	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
+		for i := 0; i+1 < len(e.Rows); i += 2 {
+			before, err := image(e.Rows[i])
+			if err != nil {
+				return nil, err
+			}
+			after, err := image(e.Rows[i+1])
+			if err != nil {
+				return nil, err
+			}
+			if oldKey, newKey := keyOf(before), keyOf(after); oldKey != newKey {
+				// A key change: the old key's row goes, the new key's
+				// comes (each routed by its own key).
+				del, ins := base, base
+				del.Op, del.Old, del.Key = source.OpDelete, before, oldKey
+				ins.Op, ins.New, ins.Key = source.OpInsert, after, newKey
+				out = append(out, del, ins)
+				continue
+			}
+			ev := base
+			ev.Op, ev.Old, ev.New, ev.Key = source.OpUpdate, before, after, keyOf(after)
+			out = append(out, ev)
+		}
+	default:
+		return nil, fmt.Errorf("a rows event of type %s is not decoded", typ)
+	}
+	return out, nil
+}
+
+// keyIndexes are the primary key's column indexes in key order.
+func keyIndexes(def *source.TableDef) []int {
+	var out []int
+	for _, n := range def.KeyNames() {
+		out = append(out, def.Index(n))
+	}
+	return out
+}
+
+// namedTables are the replicated tables a schema change's statement
+// names (the statement's default database is db). It errs towards
+// naming: a table held for nothing is seen and resumed; one decoded
+// with the wrong schema is not.
+func namedTables(stmt, db string, tables map[string]tableState) []string {
+	low := strings.ToLower(stmt)
+	var out []string
+	for t := range tables {
+		schema, name := model.SplitTableName(t)
+		n := regexp.QuoteMeta(strings.ToLower(name))
+		re := regexp.MustCompile("(^|[^a-z0-9_$])`?" + n + "`?($|[^a-z0-9_$])")
+		if !re.MatchString(low) {
+			continue
+		}
+		if schema != db && !strings.Contains(low, strings.ToLower(schema)) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// tick writes this changefeed's tick into the signal table every
+// tickEvery until ctx ends.
+func (p *Puller) tick(ctx context.Context) {
+	db, err := sql.Open("mysql", p.cfg.DSN())
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	stmt := "INSERT INTO " + quoteTable(model.TableName(p.cfg.Database, signalTable)) +
+		" (changefeed, at) VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)) ON DUPLICATE KEY UPDATE at = VALUES(at)"
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	var last time.Time
+	for {
+		if _, err := db.ExecContext(ctx, stmt, string(p.cf)); err != nil && ctx.Err() == nil && time.Since(last) > 30*time.Second {
+			last = time.Now()
+			p.log.Warn("mysql source: cannot write a tick; the changefeed advances only with other writes", "changefeed", p.cf, "err", explain(p.cfg, err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serverID is the id the binlog connection registers under.
+func (p *Puller) serverID() uint32 {
+	if p.cfg.ServerID != 0 {
+		return p.cfg.ServerID
+	}
+	// Derived from the changefeed, away from the small ids servers use.
+	var h uint32 = 2166136261
+	for _, c := range []byte(p.cf) {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return 1_000_000 + h%1_000_000_000
+}
+
+// ResumePoint implements source.Puller: the newest resume point at or
+// below the checkpoint.
+func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.points) - 1; i >= 0; i-- {
+		if p.points[i].Ts <= checkpoint {
+			b, err := json.Marshal(p.points[i])
+			return b, err == nil
+		}
+	}
+	return nil, false
+}
+
+// Confirm implements source.Puller: the server keeps its binary logs by
+// time, not for a reader, so there is nothing to release.
+func (p *Puller) Confirm(source.Position) {}
