@@ -380,8 +380,9 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 func newChangefeedWaitCommand(o *options) *cobra.Command {
 	var advance, timeout time.Duration
 	var state, table, noTable string
+	var snapshot bool
 	cmd := &cobra.Command{
-		Use:   "wait NAME [--advance D | --state STATE | --table T | --no-table T]",
+		Use:   "wait NAME [--advance D | --state STATE | --snapshot | --table T | --no-table T]",
 		Short: "Wait until a changefeed's checkpoint has advanced by D, or it is in a state (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
 the command started: proof that replication is moving. With --state, wait
@@ -389,7 +390,10 @@ until the changefeed is in that state (normal, warning, paused, failed)
 instead (warning: normal, but not advancing; its error says why). With
 --table or --no-table, wait until the changefeed replicates a table, or
 no longer does (a changefeed with table rules picks tables up and drops
-them by itself). A changefeed that does not exist yet is waited for.
+them by itself). With --snapshot, wait until a database changefeed's
+initial snapshot has copied every partition (its checkpoint moves while
+it copies, so --advance does not say the copy is over). A changefeed that
+does not exist yet is waited for.
 Exit 3 on --timeout; exit 1 at once if the changefeed fails while its
 checkpoint is waited for.`,
 		Args: exactArgs(1, "the changefeed's name"),
@@ -422,6 +426,9 @@ checkpoint is waited for.`,
 			if table != "" || noTable != "" {
 				return waitTable(ctx, o, c, args[0], table, noTable, timeout)
 			}
+			if snapshot {
+				return waitSnapshot(ctx, o, c, first, timeout)
+			}
 			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
 			for {
 				cf, err := c.Changefeed(ctx, args[0])
@@ -449,10 +456,39 @@ checkpoint is waited for.`,
 	}
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
 	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, paused or failed")
+	cmd.Flags().BoolVar(&snapshot, "snapshot", false, "wait until the initial snapshot has copied every partition (a database source)")
 	cmd.Flags().StringVar(&table, "table", "", "wait until the changefeed replicates this table (schema.table)")
 	cmd.Flags().StringVar(&noTable, "no-table", "", "wait until the changefeed no longer replicates this table")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long (exit code 3)")
 	return cmd
+}
+
+// waitSnapshot waits until a database changefeed's initial snapshot is
+// done ("done (N rows copied)" in its source status).
+func waitSnapshot(ctx context.Context, o *options, c *api.Client, cf *api.ChangefeedResponse, timeout time.Duration) error {
+	for {
+		if cf.SourceStatus == nil {
+			return fmt.Errorf("changefeed %s has no initial snapshot to wait for: its source is not a database", cf.ID)
+		}
+		if strings.HasPrefix(cf.SourceStatus.Snapshot, "done") {
+			return o.render(cf, func(tw tableWriter) {
+				fmt.Fprintf(tw, "The initial snapshot of %s is %s.\n", cf.ID, cf.SourceStatus.Snapshot)
+			})
+		}
+		select {
+		case <-ctx.Done():
+			progress := cf.SourceStatus.Snapshot
+			if progress == "" {
+				progress = "not begun, or the changefeed copies nothing (snapshot=never)"
+			}
+			return withExit(ExitTimeout, fmt.Errorf("timed out after %s: the initial snapshot of %s is not done: %s", timeout, cf.ID, progress))
+		case <-time.After(200 * time.Millisecond):
+		}
+		next, err := c.Changefeed(ctx, cf.ID)
+		if err == nil {
+			cf = next
+		}
+	}
 }
 
 // humanBytes is a byte count for people: 1.5 MiB.

@@ -35,6 +35,8 @@ type tableState struct {
 	Def     *source.TableDef `json:"def"`
 	Since   model.Ts         `json:"since"`
 	Version uint64           `json:"version,omitempty"`
+	// Charsets are the character columns not in UTF-8, by index.
+	Charsets map[int]string `json:"charsets,omitempty"`
 }
 
 // signalTable is where the puller writes its ticks: a row per
@@ -87,11 +89,11 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
 	}
 	for _, t := range cfg.Tables {
-		def, err := tableDef(ctx, db, t)
+		def, charsets, err := tableDef(ctx, db, t)
 		if err != nil {
 			return nil, err
 		}
-		p.Tables[t] = tableState{Def: def, Since: start}
+		p.Tables[t] = tableState{Def: def, Since: start, Charsets: charsets}
 	}
 	return json.Marshal(p)
 }
@@ -141,10 +143,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if c, ok := cols[table]; ok {
 			return c
 		}
-		def := at.Tables[table].Def
-		c := make([]column, len(def.Columns))
-		for i, cd := range def.Columns {
+		st := at.Tables[table]
+		c := make([]column, len(st.Def.Columns))
+		for i, cd := range st.Def.Columns {
 			c[i] = parseColumn(cd.Type)
+			c[i].charset = st.Charsets[i]
 		}
 		cols[table] = c
 		return c

@@ -14,8 +14,9 @@ import (
 type column struct {
 	base     string // "int", "bigint", "decimal", "enum", ...
 	unsigned bool
-	width    int      // BIT(n)'s bits
+	width    int      // BIT(n)'s bits, BINARY(n)'s bytes, TIME(n)'s digits of fraction
 	values   []string // ENUM's and SET's members, in order
+	charset  string   // a character column's, when not UTF-8
 }
 
 // parseColumn reads a catalog COLUMN_TYPE.
@@ -33,6 +34,13 @@ func parseColumn(typ string) column {
 		if c.width == 0 {
 			c.width = 1
 		}
+	case "binary":
+		c.width, _ = strconv.Atoi(args)
+		if c.width == 0 {
+			c.width = 1
+		}
+	case "time":
+		c.width, _ = strconv.Atoi(args)
 	}
 	return c
 }
@@ -118,11 +126,45 @@ func (c column) text(v any) (source.Value, error) {
 	case float64:
 		return source.Text(strconv.FormatFloat(x, 'g', -1, 64)), nil
 	case string:
-		return source.Text(x), nil
+		return source.Text(c.decode(x)), nil
 	case []byte:
-		return source.Text(string(x)), nil
+		return source.Text(c.decode(string(x))), nil
 	case fmt.Stringer:
 		return source.Text(x.String()), nil
 	}
 	return source.Value{}, fmt.Errorf("a %s value of Go type %T is not decoded", c.base, v)
 }
+
+// decode turns a string column's bytes into what the server sends for
+// them: latin1 is MySQL's cp1252, recoded to UTF-8; a BINARY(n) is
+// padded with zero bytes to n (the log leaves them off); a TIME(n) has
+// its n digits of fraction also when they are zero (the log's text
+// leaves them off); UTF-8 and other binary columns are as they are.
+func (c column) decode(s string) string {
+	switch {
+	case c.base == "binary" && len(s) < c.width:
+		return s + strings.Repeat("\x00", c.width-len(s))
+	case c.base == "time" && c.width > 0 && !strings.Contains(s, "."):
+		return s + "." + strings.Repeat("0", c.width)
+	case c.charset != "latin1":
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		b.WriteRune(cp1252[s[i]])
+	}
+	return b.String()
+}
+
+// cp1252 maps MySQL's latin1 (Windows-1252, with its five undefined
+// bytes kept as the C1 controls) to Unicode.
+var cp1252 = func() [256]rune {
+	var m [256]rune
+	for i := range m {
+		m[i] = rune(i)
+	}
+	for i, r := range []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ") {
+		m[0x80+i] = r
+	}
+	return m
+}()
