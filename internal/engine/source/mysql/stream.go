@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -114,13 +115,16 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: p.serverID(), Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
-		TimestampStringLocation: time.UTC, HeartbeatPeriod: time.Second, ReadTimeout: 10 * time.Second, MaxReconnectAttempts: 1,
-		Logger: slog.New(slog.DiscardHandler),
+		TimestampStringLocation: time.UTC, HeartbeatPeriod: time.Second, ReadTimeout: 10 * time.Second,
+		// A failed stream ends Pull: the maintainer starts it again from
+		// the checkpoint (go-mysql's own retry hid a purged position).
+		DisableRetrySync: true,
+		Logger:           slog.New(slog.DiscardHandler),
 	})
 	defer syncer.Close()
 	stream, err := syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
 	if err != nil {
-		return fmt.Errorf("read the binary log of %s from %s:%d: %w", p.cfg.Addr(), at.File, at.Pos, err)
+		return p.explainStream(err, at)
 	}
 	p.mu.Lock()
 	p.points = []position{at}
@@ -161,7 +165,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("binary log of %s: %w", p.cfg.Addr(), err)
+			return p.explainStream(err, at)
 		}
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
@@ -233,6 +237,31 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		p.mu.Unlock()
 		cur = txn{}
 	}
+}
+
+// ErrPurged means the binary log a changefeed resumes from is no longer
+// on the server: going on from anywhere else would lose changes.
+var ErrPurged = errors.New("the binary log the changefeed resumes from was purged")
+
+// explainStream says what a failure of the binary log stream means and
+// what to do: the position purged (the changefeed cannot go on), another
+// reader under the same server id, or the server's own words.
+func (p *Puller) explainStream(err error, at position) error {
+	var me *gomysql.MyError
+	if errors.As(err, &me) {
+		msg := strings.ToLower(me.Message)
+		switch {
+		case me.Code == 4052 || strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id"):
+			// The server keeps the newest connection under a server id
+			// and ends the older one: this reader was replaced.
+			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.serverID(), me.Message)
+		case me.Code == 1236 && (strings.Contains(msg, "could not find first log file") || strings.Contains(msg, "purged") || strings.Contains(msg, "could not open log file")):
+			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: remove it and create it again (its rows are copied again), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
+				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
+		}
+		return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
+	}
+	return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(err.Error(), p.cfg.Password))
 }
 
 // maxPoints bounds the resume points a puller keeps; the checkpoint is

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -256,4 +257,76 @@ func TestASchemaChangeHoldsItsTable(t *testing.T) {
 	if len(evs) != 2 || evs[0].Key != "1" || evs[1].Table != "shop.items" {
 		t.Fatalf("events: %+v", evs)
 	}
+}
+
+// A second reader under a changefeed's server id takes over (the server
+// ends the older connection, which says so); a changefeed whose binary
+// log was purged while its reader was stopped stops with that reason and
+// what to do, never going on from elsewhere.
+func TestAReaderTakesOverAndAPurgedPositionStopsIt(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+	cfg := parse(t, uri(srv, "root", "orders"))
+	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &collected{}
+	oldDone := make(chan error, 1)
+	go func() { oldDone <- mysql.NewPuller(cfg, "cf", "mariadb", nil).Pull(context.Background(), first, old) }()
+	waitResolved(t, old)
+	// The new one (the changefeed's reader placed elsewhere) takes over.
+	taken := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	select {
+	case err := <-oldDone:
+		if err == nil || !strings.Contains(err.Error(), "another reader connected under server id") || !strings.Contains(err.Error(), "took over") {
+			t.Fatalf("the replaced reader ended with: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the older reader still reads 30 s after another took over")
+	}
+	exec(t, dsn, "INSERT INTO orders VALUES (1)")
+	waitResolved(t, taken)
+	if evs, _, _ := taken.state(); len(evs) != 1 {
+		t.Fatalf("the reader that took over read %d rows, want 1", len(evs))
+	}
+
+	// The first binary log purged: a reader from the first position stops.
+	exec(t, dsn, "FLUSH BINARY LOGS", "INSERT INTO orders VALUES (2)")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var last string
+	var ignored sql.NullString
+	var pos uint32
+	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
+		t.Fatal(err)
+	}
+	// The server keeps a file a reader still has open (with a warning):
+	// purge until the first is gone.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := db.Exec("PURGE BINARY LOGS TO '" + last + "'"); err != nil {
+			t.Fatalf("purge: %v", err)
+		}
+		var name string
+		var size int64
+		if err := db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size); err == nil && name == last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first binary log is still on the server after 30 s of purging")
+		}
+	}
+	other := cfg
+	other.ServerID = 99
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = mysql.NewPuller(other, "cf", "mariadb", nil).Pull(ctx, first, &collected{})
+	if !errors.Is(err, mysql.ErrPurged) || !strings.Contains(err.Error(), "remove it and create it again") {
+		t.Fatalf("a reader from a purged position: %v", err)
+	}
+	t.Log(err)
 }
