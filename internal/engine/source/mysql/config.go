@@ -4,12 +4,12 @@
 // here, with the schema this package keeps, never the live one).
 //
 // This first part holds the source URI, the preflight checks a
-// changefeed's creation runs against the server, and the catalog read of
-// the replicated tables. The source is not in source/registry yet: a
-// mysql:// changefeed is refused until it streams and snapshots end to
-// end (docs/mysql.md says what is done).
+// changefeed's creation runs against the server, the catalog read of the
+// replicated tables and the binary log reader (stream.go). The source is
+// not in source/registry yet: a mysql:// changefeed is refused until it
+// streams and snapshots end to end (docs/mysql.md says what is done).
 //
-// It imports model and source only.
+// Of this module it imports model, source and redact only.
 package mysql
 
 import (
@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Config is a mysql:// source URI's meaning.
@@ -203,19 +204,7 @@ func (c Config) URI() string {
 }
 
 // Redact is a source URI fit for messages and logs: the password masked.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "mysql://(unparsable URI)"
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	if at := strings.LastIndex(raw, "@"); u.User == nil && at >= 0 {
-		return "xxxxx" + raw[at:]
-	}
-	return u.String()
-}
+func Redact(raw string) string { return redact.URI(raw) }
 
 // redactErr keeps a parse error from echoing a password.
 func redactErr(err error, raw string) error {
