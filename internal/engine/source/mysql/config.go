@@ -55,7 +55,7 @@ type Config struct {
 func ParseURI(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Config{}, fmt.Errorf("source URI: %v", redactErr(err, raw))
+		return Config{}, fmt.Errorf("source URI: %v; check its syntax (a password with special characters must be percent-encoded)", redact.ParseError(err))
 	}
 	if u.Scheme != "mysql" && u.Scheme != "mariadb" {
 		return Config{}, fmt.Errorf("source URI %s: scheme must be mysql:// (or mariadb://)", Redact(raw))
@@ -205,16 +205,3 @@ func (c Config) URI() string {
 
 // Redact is a source URI fit for messages and logs: the password masked.
 func Redact(raw string) string { return redact.URI(raw) }
-
-// redactErr keeps a parse error from echoing a password.
-func redactErr(err error, raw string) error {
-	if u, perr := url.Parse(raw); perr == nil {
-		if p, has := u.User.Password(); has && p != "" {
-			return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), p, "xxxxx"))
-		}
-	}
-	if strings.Contains(raw, "@") {
-		return fmt.Errorf("the URI does not parse (check that special characters in the password are percent-encoded)")
-	}
-	return err
-}
