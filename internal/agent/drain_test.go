@@ -28,7 +28,7 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	dir := t.TempDir()
 	sinkOf := func(name string) string { return "file://" + dir + "/" + name + "?flush-interval=100ms" }
 	for _, name := range []string{"one", "two", "three"} {
-		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=4&keys=100&rate=1500&ddl_every=1s", Sink: sinkOf(name), PartitionsPerTable: 2}); err != nil {
+		if _, err := c.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: name, Source: "gen://?tables=4&keys=100&rate=500&ddl_every=1s", Sink: sinkOf(name), PartitionsPerTable: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}

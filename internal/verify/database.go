@@ -52,12 +52,19 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 	defer sink.Close()
 	var suspects map[string]map[string]bool // table -> keys that differed
 	var rep Report
+	var last model.Ts
 	for round := 0; round < rounds; round++ {
 		at, upstream, err := up.Snapshot(ctx, tables)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the upstream: %w", err)
 		}
 		upTo := model.TsFromMicros(at.UnixMicro())
+		if round > 0 && upTo <= last {
+			// The upstream's point did not move: the same sink and
+			// upstream at the same point give the same answer again.
+			return rep, nil
+		}
+		last = upTo
 		if _, err := wait(ctx, upTo); err != nil {
 			return Report{}, fmt.Errorf("wait for the checkpoint to pass the upstream's read at %s: %w", at.Format(time.RFC3339Nano), err)
 		}

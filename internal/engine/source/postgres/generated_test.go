@@ -11,6 +11,7 @@ import (
 // it): the table's definition has no such column, its rows come with no
 // schema change, and verify's read of the table leaves it out too.
 func TestAGeneratedColumnIsNeitherSentNorMissed(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE lines (id int4 PRIMARY KEY, qty int4, total int4 GENERATED ALWAYS AS (qty * 2) STORED, note text)`)
 	st, _, up := open(t, dsn+"&tables=public.lines")
 	def := up.Defs["public.lines"]

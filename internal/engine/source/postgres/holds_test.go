@@ -16,6 +16,7 @@ import (
 // the reader never stops. A reader started again after the rename holds
 // the table from the start (it no longer exists under its name).
 func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.T) {
+	t.Parallel()
 	was := dropCheckEvery
 	dropCheckEvery = 200 * time.Millisecond
 	t.Cleanup(func() { dropCheckEvery = was })

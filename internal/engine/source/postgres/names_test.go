@@ -14,6 +14,7 @@ import (
 // them. A name that cannot be a storage sink's directory (a slash) is
 // refused, saying why.
 func TestQuotedMixedCaseNamesAreReplicated(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE SCHEMA "Sales Dept";
 		CREATE TABLE "Sales Dept"."Orders" ("Id" int4 PRIMARY KEY, "Amount" numeric, "a,b ""q""" text);
 		CREATE TABLE public."x/y" (id int4 PRIMARY KEY);

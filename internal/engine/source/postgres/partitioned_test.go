@@ -21,6 +21,7 @@ import (
 // (an UPDATE of the partition key), and a child created while it runs.
 // The rows rebuilt from what two partitions read equal the table's.
 func TestAPartitionedRootReplicatesEveryChildEvenNewOnes(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE m (id int8, day date, v text, n int4, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
 		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
 		CREATE TABLE m_2025 PARTITION OF m FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');

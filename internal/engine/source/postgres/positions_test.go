@@ -49,6 +49,7 @@ func readItems(t *testing.T, st *Stream, n int) []item {
 // the same places. A dispatcher's position therefore means the same
 // transactions after its changefeed's reader restarts.
 func TestPositionsAreTheSameWhenTheStreamIsReadAgain(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v int4)`)
 	st, cfg, up := open(t, dsn+"&tables=t")
 	if !st.ticks {

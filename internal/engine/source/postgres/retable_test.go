@@ -19,6 +19,7 @@ import (
 // first; an operator's own
 // publication is never altered.
 func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
 		CREATE TABLE c (id int4 PRIMARY KEY, v text);

@@ -14,6 +14,7 @@ import (
 // table between watermarks and resolves from ticks, both written with
 // pg_logical_emit_message.
 func TestAReplicationUserThatIsNotASuperuserReplicates(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE ROLE cdc LOGIN REPLICATION;
 		CREATE TABLE t (id int4 PRIMARY KEY, v text);
 		ALTER TABLE t OWNER TO cdc;

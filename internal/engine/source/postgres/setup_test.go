@@ -61,6 +61,7 @@ func TestParseURI(t *testing.T) {
 }
 
 func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE keyless (v text);
 		CREATE ROLE reader LOGIN; GRANT SELECT ON keyed TO reader;
 		CREATE TABLE m (id int8, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
@@ -118,6 +119,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 }
 
 func TestPrepareRefusesWithoutLogicalWALOrWithAWrongPassword(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "cdcctl-pg-replica-")
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +164,7 @@ func TestPrepareRefusesWithoutLogicalWALOrWithAWrongPassword(t *testing.T) {
 // A new changefeed's tables are cut at the quantiles of their keys, in
 // the keys' natural order; an empty table is not cut.
 func TestBoundariesAreKeyQuantiles(t *testing.T) {
+	t.Parallel()
 	_, dsn := newDB(t, `CREATE TABLE n (id int8 PRIMARY KEY); INSERT INTO n SELECT g FROM generate_series(1, 1000) g;
 		CREATE TABLE c (region text, id int4, PRIMARY KEY (region, id)); INSERT INTO c SELECT r, g FROM unnest(ARRAY['ap','eu','us']) r, generate_series(1, 4) g;
 		CREATE TABLE e (id int4 PRIMARY KEY);

@@ -42,11 +42,10 @@ import (
 // chunk reads firstChunkRows, and the rows' size sets how many the next
 // read. Larger chunks cost PostgreSQL fewer index descents and
 // watermarks.
-var defaultChunkRows = 65536 // a variable: tests read many small chunks
-
 const (
-	firstChunkRows = 4096
-	chunkBytes     = 16 << 20
+	defaultChunkRows = 65536
+	firstChunkRows   = 4096
+	chunkBytes       = 16 << 20
 )
 
 // chunkRowsOf is the most rows a chunk of this source reads.

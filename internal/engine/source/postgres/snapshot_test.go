@@ -29,6 +29,7 @@ import (
 // table afterwards; no row was copied twice; every partition's copy ends
 // done.
 func TestPartitionsCopyTheirRangesConsistentWithTheStream(t *testing.T) {
+	t.Parallel()
 	snapshotUnderWrites(t, false)
 }
 
@@ -36,6 +37,7 @@ func TestPartitionsCopyTheirRangesConsistentWithTheStream(t *testing.T) {
 // change falls in are read again under the new schema. The rows still
 // equal the table, and the last carry the new column.
 func TestASchemaChangeDuringTheSnapshot(t *testing.T) {
+	t.Parallel()
 	snapshotUnderWrites(t, true)
 }
 
@@ -43,9 +45,11 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	srv, dsn := newDB(t, `CREATE TABLE t (id int8 PRIMARY KEY, v text, n int4);
 		INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, 10000) g`)
 	ctx := context.Background()
-	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
-	defaultChunkRows = 700
-	rig := startCopyRig(t, dsn+"&tables=t", "snap")
+	cf := model.ChangefeedID("snap")
+	if ddl {
+		cf = "snap_ddl" // the tests run at once: a slot name of its own
+	}
+	rig := startCopyRig(t, dsn+"&tables=t&chunk-rows=700", cf)
 	key := func(id string) string {
 		k, err := model.EncodeKeyValues("int8", []string{id})
 		if err != nil {
@@ -244,13 +248,13 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 // (its writes wait for the copy): the rows delivered, applied in order
 // as a multiset, equal the table afterwards, equal rows counted.
 func TestAKeylessTableIsCopiedFromOneSnapshot(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4);
 		ALTER TABLE k REPLICA IDENTITY FULL;
 		INSERT INTO k SELECT 'k' || (g % 50), 0 FROM generate_series(1, 3000) g`)
 	ctx := context.Background()
-	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
-	defaultChunkRows = 700 // five chunks under one lock
-	rig := startCopyRig(t, dsn+"&tables=k", "keyless")
+	// Five chunks under one lock.
+	rig := startCopyRig(t, dsn+"&tables=k&chunk-rows=700", "keyless")
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -552,7 +556,10 @@ func (p *partition) has(key string) bool {
 }
 
 func dbOf(dsn string) string {
-	cfg, _ := ParseURI(dsn + "&tables=x")
+	if !strings.Contains(dsn, "tables=") {
+		dsn += "&tables=x"
+	}
+	cfg, _ := ParseURI(dsn)
 	c, _ := pgx.ParseConfig(cfg.ConnString)
 	return c.Database
 }
@@ -584,11 +591,10 @@ func (l *memLog) has(key string) bool {
 // for a row: chunks read after the change leave the column out, and the
 // schema change, when a row brings it, gives it to the rows before.
 func TestACopyDoesNotWaitForAQuietTablesNewColumns(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE q (id int4 PRIMARY KEY, v text);
 		INSERT INTO q SELECT g, 'x' FROM generate_series(1, 3000) g`)
-	defer func(n int) { defaultChunkRows = n }(defaultChunkRows)
-	defaultChunkRows = 500
-	rig := startCopyRig(t, dsn+"&tables=q", "quiet")
+	rig := startCopyRig(t, dsn+"&tables=q&chunk-rows=500", "quiet")
 	p := rig.runHeld(model.Span{Table: "public.q", Key: "int4"}, rig.start, model.CopyProgress{}, 1000)
 	rig.whenCopying(p)
 	psql(t, srv, dsn, `ALTER TABLE q ADD COLUMN w int4 DEFAULT 5`)

@@ -23,6 +23,7 @@ var (
 	serverOnce sync.Once
 	server     *pgserver.Server
 	serverErr  error
+	dbsMu      sync.Mutex
 	dbs        int // databases created
 )
 
@@ -51,17 +52,20 @@ func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 		t.Fatalf("start PostgreSQL: %v", serverErr)
 	}
 	ctx := context.Background()
+	dbsMu.Lock()
 	dbs++ // a benchmark runs its function more than once
+	n := dbs
+	dbsMu.Unlock()
 	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-	db = fmt.Sprintf("%.50s_%d", db, dbs)
+	db = fmt.Sprintf("%.50s_%d", db, n)
 	if _, err := server.Psql(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Slots are the server's, not the database's, and the next test
-		// takes the same name: drop this database's, ending a walsender
-		// that still holds one (on a loaded machine it outlives the test's
-		// connection by a moment).
+		// Slots are the server's, not the database's: drop this
+		// database's, ending a walsender that still holds one (on a
+		// loaded machine it outlives the test's connection by a moment),
+		// so that the server's slots do not run out.
 		ctx := context.Background()
 		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 			_, _ = server.Psql(ctx, "postgres", fmt.Sprintf("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = '%s' AND active", db))
@@ -96,7 +100,9 @@ func open(t testing.TB, uri string) (*Stream, Config, Upstream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = cfg.WithNames("test")
+	// The database's name is the test's own: tests run at once, and a
+	// slot's name is the server's.
+	cfg = cfg.WithNames(dbOf(uri))
 	ctx := context.Background()
 	up, err := Prepare(ctx, cfg)
 	if err != nil {
@@ -183,6 +189,7 @@ const everything = `CREATE TABLE public.everything (
 	ts timestamp, tstz timestamptz, d date, by bytea, j json, jb jsonb, u uuid, ai int4[], at text[], f8 float8)`
 
 func TestEveryCommonTypeArrivesInItsTextForm(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, everything+"; SET TIME ZONE 'UTC'")
 	st, _, up := open(t, dsn+"&tables=everything")
 	def := up.Defs["public.everything"]
@@ -226,6 +233,7 @@ INSERT INTO everything (id) VALUES (2);`)
 }
 
 func TestUpdatesDeletesRollbacksAndKeyChanges(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE orders (region text, id int4, amount numeric, note text, PRIMARY KEY (id, region))`)
 	st, _, up := open(t, dsn+"&tables=public.orders")
 	if got := strings.Join(up.Defs["public.orders"].KeyNames(), ","); got != "id,region" {
@@ -263,6 +271,7 @@ func TestUpdatesDeletesRollbacksAndKeyChanges(t *testing.T) {
 }
 
 func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text)`)
 	st, _, _ := open(t, dsn+"&tables=t")
 	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a')`)
@@ -292,6 +301,7 @@ func TestAnAddedColumnIsANewSchemaVersionBeforeTheRowsThatUseIt(t *testing.T) {
 // has the one empty key (one partition), and updates and deletes carry
 // the whole old row, which is what tells equal rows apart downstream.
 func TestAKeylessTableCarriesWholeRows(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE k (kind text, n int4); ALTER TABLE k REPLICA IDENTITY FULL`)
 	st, _, up := open(t, dsn+"&tables=k")
 	if kt := keyTypes(up.Defs["public.k"]); kt != model.NoKey {
@@ -317,6 +327,7 @@ func TestAKeylessTableCarriesWholeRows(t *testing.T) {
 // stream in parts as they arrive, at the position its commit gives them,
 // under the schema each was written with.
 func TestALargeTransactionComesInParts(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE big (id int8 PRIMARY KEY, v text)`)
 	st, _, _ := open(t, dsn+"&tables=big")
 	psql(t, srv, dsn, `BEGIN;
@@ -345,6 +356,7 @@ func TestALargeTransactionComesInParts(t *testing.T) {
 // A reader that died without closing its connection leaves the slot held
 // until PostgreSQL notices; the changefeed's next reader takes it over.
 func TestAPullerTakesOverASlotStillHeld(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
 	_, cfg, up := open(t, dsn+"&tables=t") // streaming, as a dead node's reader would seem to be
 	cfg.Start = model.TsFromTime(time.Now())
@@ -431,6 +443,7 @@ func textKey(e *source.Event) string { return model.DecodeKey(keyTypes(e.Def), e
 // new version, its statement saying TRUNCATE), before the rows written
 // after it; rows its transaction wrote before it are gone.
 func TestATruncateIsASchemaChangeThatEmptiesTheTable(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text)`)
 	st, _, _ := open(t, dsn+"&tables=t")
 	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a')`)
@@ -480,6 +493,7 @@ func TestATruncateAfterPartsErasesThem(t *testing.T) {
 // to copy it again; a column added without a DEFAULT is NULL in older
 // rows and goes on.
 func TestAnAddedColumnWhoseOlderValuesAreLostHoldsTheTable(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); CREATE TABLE u (id int4 PRIMARY KEY, v text)`)
 	st, _, _ := open(t, dsn+"&tables=t,u")
 	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a'); INSERT INTO u VALUES (1, 'a')`)

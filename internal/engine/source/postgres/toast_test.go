@@ -10,6 +10,7 @@ import (
 // empty or NULL value), also when the key changed and the old tuple holds
 // only the key.
 func TestAnUnchangedToastedValueIsCarriedOrMarkedNeverMadeUp(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE docs (id int4 PRIMARY KEY, n int4, body text);
 		CREATE TABLE fulls (id int4 PRIMARY KEY, n int4, body text);
 		ALTER TABLE fulls REPLICA IDENTITY FULL`)
@@ -53,6 +54,7 @@ func TestAnUnchangedToastedValueIsCarriedOrMarkedNeverMadeUp(t *testing.T) {
 // unknown, never NULL. Under REPLICA IDENTITY FULL the delete carries
 // the whole row.
 func TestADeleteUnderTheDefaultIdentityCarriesOnlyItsKey(t *testing.T) {
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE docs (id int4 PRIMARY KEY, n int4, body text);
 		CREATE TABLE fulls (id int4 PRIMARY KEY, n int4, body text);
 		ALTER TABLE fulls REPLICA IDENTITY FULL`)

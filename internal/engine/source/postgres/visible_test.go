@@ -10,6 +10,7 @@ import (
 )
 
 func TestASnapshotHidesWhatRanAndWhatCameAfter(t *testing.T) {
+	t.Parallel()
 	snap, err := parseSnapshot("100:105:101,103")
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,7 @@ func TestASnapshotHidesWhatRanAndWhatCameAfter(t *testing.T) {
 // before its low watermark that its read's snapshot did not see, and
 // says so when it cannot tell.
 func TestTheHighWatermarkNamesWhatTheReadMissed(t *testing.T) {
+	t.Parallel()
 	o := newCommitOrder()
 	row := []source.Event{{Kind: source.KindDML}}
 	markOf := func(mk mark) [][]byte {
@@ -75,6 +77,7 @@ func TestTheHighWatermarkNamesWhatTheReadMissed(t *testing.T) {
 // positions the puller named, and refuses a position it no longer
 // remembers.
 func TestAChunkDropsTheKeysOfWhatItsReadMissed(t *testing.T) {
+	t.Parallel()
 	r := &copyReader{seenFrom: 10, seen: []seenRow{{11, "a"}, {12, "b"}, {12, "c"}, {20, "d"}}}
 	c := &chunk{dropped: map[string]bool{}}
 	if !r.dropUnseen(c, []model.Ts{12}) {
