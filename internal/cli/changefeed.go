@@ -244,9 +244,15 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 				}
 				labelled(tw, "Tables:", issues)
 				if ss := cf.SourceStatus; ss != nil {
-					if ss.Error != "" {
+					switch {
+					case ss.Error != "":
 						fmt.Fprintf(tw, "Upstream:\tcannot inspect: %s\n", ss.Error)
-					} else {
+					case ss.Kind == "mysql":
+						// A binary log is kept by time, not for a reader:
+						// what matters is where the changefeed resumes and
+						// how much log the server still has from there.
+						fmt.Fprintf(tw, "Binlog:\tresumes at %s, the server keeps %s of binary log from there\n", orNone(ss.Position), humanBytes(ss.RetainedBytes))
+					default:
 						active := "idle (no reader streams from it)"
 						if ss.Active {
 							active = "streaming"

@@ -24,6 +24,23 @@ type Upstream interface {
 	Snapshot(ctx context.Context, tables []string) (time.Time, map[string]Rows, error)
 }
 
+// Positioned is an Upstream whose reads come with the changefeed's own
+// position of their point (a source whose positions are its reader's,
+// not a clock's: mysql).
+type Positioned interface {
+	SnapshotAt(ctx context.Context, tables []string) (model.Ts, map[string]Rows, error)
+}
+
+// read reads the upstream and the position to compare the sink at.
+func read(ctx context.Context, up Upstream, tables []string) (model.Ts, time.Time, map[string]Rows, error) {
+	if p, ok := up.(Positioned); ok {
+		ts, rows, err := p.SnapshotAt(ctx, tables)
+		return ts, ts.Time(), rows, err
+	}
+	at, rows, err := up.Snapshot(ctx, tables)
+	return model.TsFromMicros(at.UnixMicro()), at, rows, err
+}
+
 // WaitFunc waits until the changefeed's checkpoint reaches a position and
 // returns the checkpoint.
 type WaitFunc func(ctx context.Context, ts model.Ts) (model.Ts, error)
@@ -54,11 +71,10 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 	var rep Report
 	var last model.Ts
 	for round := 0; round < rounds; round++ {
-		at, upstream, err := up.Snapshot(ctx, tables)
+		upTo, at, upstream, err := read(ctx, up, tables)
 		if err != nil {
 			return Report{}, fmt.Errorf("read the upstream: %w", err)
 		}
-		upTo := model.TsFromMicros(at.UnixMicro())
 		if round > 0 && upTo <= last {
 			// The upstream's point did not move: the same sink and
 			// upstream at the same point give the same answer again.

@@ -217,7 +217,12 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 			_, err := a.c.startDrainRecord(ctx, a.term, st, p)
 			return err
 		}
-		return nil // completed by driveDrain once nothing is left
+		// Completed by driveDrain once nothing is left. A maintainer
+		// placed on the target after the plan was computed and before
+		// the target went Draining (a changefeed created meanwhile) has
+		// no step of the plan: it moves now, or the drain would wait for
+		// it for ever.
+		return a.moveUnplanned(ctx, p)
 	case plan.StepMoveMaintainer:
 		e := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
 		if e == nil || e.Maintainer.Node != s.From {
@@ -246,6 +251,39 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 		return err
 	}
 	return nil // partitions: their maintainers move them
+}
+
+// moveUnplanned moves the maintainers still on a drain's target once its
+// planned maintainer moves are done, each to the least-loaded capture it
+// may go to.
+func (a *drainActuator) moveUnplanned(ctx context.Context, p *plan.Plan) error {
+	st := a.c.view.State()
+	dest := plan.NewDestinations(st.SchedulableNodeIDs())
+	var left []*meta.ChangefeedEntry
+	for _, id := range st.ChangefeedIDs() {
+		e := st.Changefeeds[id]
+		if e.Maintainer.Node == p.Target {
+			left = append(left, e)
+		} else {
+			dest.Count(e.Maintainer.Node)
+		}
+	}
+	now := time.Now()
+	for _, e := range left {
+		to, ok := dest.NextExcept(func(n model.NodeID) bool { return n == p.Target || maintainerExcluded(e, n, now) })
+		if !ok {
+			return nil // nowhere to go: the drain waits, as its stall event says
+		}
+		err := a.c.store.PlaceMaintainer(ctx, a.term.Fence, e, to)
+		if errors.Is(err, meta.ErrStale) {
+			continue // it moved meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		a.c.log.Info("coordinator: drain moved a maintainer its plan did not list (placed on the target after the plan was computed)", "changefeed", e.Info.ID, "from", p.Target, "to", to)
+	}
+	return nil
 }
 
 func (a *drainActuator) Replan(ctx context.Context, p *plan.Plan, s plan.Step) (plan.Step, bool, error) {

@@ -75,3 +75,55 @@ func TestADrainThatFinishedBeforeItsRequestAnsweredIsNotRefused(t *testing.T) {
 		t.Fatal("a second drain of a Stopping capture was accepted")
 	}
 }
+
+// A drain plan computed before a changefeed's maintainer was placed on
+// the target (the changefeed created while the drain was being
+// submitted; ci15 saw it) has no step for that maintainer. Its last step
+// moves it off, to a capture that may take it; otherwise the drain
+// waited for it for ever.
+func TestADrainMovesAMaintainerItsPlanDidNotList(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	store := meta.NewStore(cli, "test")
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []model.NodeID{"capture-1", "capture-2", "capture-3"} {
+		if err := store.RegisterNode(ctx, model.NodeInfo{ID: id, Address: string(id)}, lease.ID, meta.Previous{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term := leaderTerm(t, cli, store, "capture-1")
+	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
+	c := New(store, view, slog.New(slog.DiscardHandler))
+	if _, err := store.CreateChangefeed(ctx, term.Fence, model.ChangefeedInfo{ID: "late", SourceURI: "gen://?tables=1", SinkURI: "blackhole://"}, nil,
+		[]model.Span{{Table: "t0001"}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PlaceMaintainer(ctx, term.Fence, st.Changefeeds["late"], "capture-2"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = store.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	view.Set(st)
+
+	// The plan's last step, its maintainer moves done (it had none).
+	p := &plan.Plan{Kind: plan.KindDrain, Target: "capture-2", BatchSize: 1}
+	a := &drainActuator{c: c, term: term}
+	if err := a.Begin(ctx, p, plan.Step{Kind: plan.StepSetLiveness, To: "capture-2", Liveness: model.LivenessStopping.String()}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to := after.Changefeeds["late"].Maintainer.Node; to == "capture-2" || to == "" {
+		t.Fatalf("the maintainer the plan did not list is on %q after the drain's last step began; want it moved off capture-2", to)
+	}
+}

@@ -41,10 +41,14 @@ type tableState struct {
 }
 
 // signalTable is where the puller writes its ticks: a row per
-// changefeed, updated with the server's clock. A transaction that only
-// changes it resolves the stream up to its position, so an idle
-// database's changefeed still advances.
+// changefeed (named by its start, fixed in its URI: tickName), updated with the
+// server's clock. A transaction that only changes it resolves the stream
+// up to its position, so an idle database's changefeed still advances.
+// Verify asks for a cut there too (cut.go).
 const signalTable = "cdcctl_signal"
+
+// tickName is the signal table's row of a changefeed's ticks.
+func tickName(cfg Config) string { return fmt.Sprintf("tick/%d", cfg.Start) }
 
 // tickEvery is how often the puller writes a tick.
 const tickEvery = 500 * time.Millisecond
@@ -57,6 +61,10 @@ type Puller struct {
 	flavor string
 	log    *slog.Logger
 
+	// answers are the cuts verify asked for, answered by the tick
+	// writer (cut.go).
+	answers chan cutAnswer
+
 	mu     sync.Mutex
 	points []position // resume points passed, oldest first
 }
@@ -67,7 +75,10 @@ func NewPuller(cfg Config, cf model.ChangefeedID, flavor string, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Puller{cfg: cfg, cf: cf, flavor: flavor, log: log}
+	if cfg.ServerID == 0 {
+		cfg.ServerID = derivedServerID(cf)
+	}
+	return &Puller{cfg: cfg, cf: cf, flavor: flavor, log: log, answers: make(chan cutAnswer, 16)}
 }
 
 // Begin fixes a new changefeed's first resume point: where the binary
@@ -81,7 +92,7 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+quoteTable(model.TableName(cfg.Database, signalTable))+
 		" (changefeed VARCHAR(128) PRIMARY KEY, at BIGINT NOT NULL)"); err != nil {
-		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT and UPDATE on it): %w", cfg.Database, signalTable, explain(cfg, err))
+		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT, UPDATE and DELETE on it): %w", cfg.Database, signalTable, explain(cfg, err))
 	}
 	p := position{Ts: start, Tables: map[string]tableState{}}
 	var ignored1, ignored2 sql.NullString
@@ -113,8 +124,15 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err := json.Unmarshal(from, &at); err != nil {
 		return fmt.Errorf("mysql source: the stored resume point does not decode: %w", err)
 	}
+	if p.flavor == "" {
+		srv, err := serverOf(ctx, p.cfg)
+		if err != nil {
+			return err
+		}
+		p.flavor = srv.Flavor
+	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: p.serverID(), Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
+		ServerID: p.cfg.ServerID, Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
 		TimestampStringLocation: time.UTC, HeartbeatPeriod: time.Second, ReadTimeout: 10 * time.Second,
 		// A failed stream ends Pull: the maintainer starts it again from
 		// the checkpoint (go-mysql's own retry hid a purged position).
@@ -143,6 +161,15 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}()
 
 	cols := map[string][]column{}
+	keyTypesByTable := map[string]string{}
+	keyTypesOf := func(table string) string {
+		if k, ok := keyTypesByTable[table]; ok {
+			return k
+		}
+		k := keyTypes(at.Tables[table].Def)
+		keyTypesByTable[table] = k
+		return k
+	}
 	columnsOf := func(table string) []column {
 		if c, ok := cols[table]; ok {
 			return c
@@ -178,14 +205,19 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		case *replication.RowsEvent:
 			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
 			if table == signal {
-				cur.tickAt = tickOf(e, string(p.cf))
+				cur.tickAt = max(cur.tickAt, tickOf(e, tickName(p.cfg)))
+				if isInsert(ev.Header.EventType) {
+					// A cut request is an insert; its answer, an
+					// update, is not asked again.
+					p.answerCuts(e)
+				}
 				break
 			}
 			st, ok := at.Tables[table]
 			if !ok {
 				break
 			}
-			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table))
+			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
 			if err != nil {
 				w.Hold(table, at.Ts+1)
 				p.log.Warn("mysql source: a row does not decode; the table is held", "changefeed", p.cf, "table", table, "err", err)
@@ -254,7 +286,7 @@ func (p *Puller) explainStream(err error, at position) error {
 		case me.Code == 4052 || strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id"):
 			// The server keeps the newest connection under a server id
 			// and ends the older one: this reader was replaced.
-			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.serverID(), me.Message)
+			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.cfg.ServerID, me.Message)
 		case me.Code == 1236 && (strings.Contains(msg, "could not find first log file") || strings.Contains(msg, "purged") || strings.Contains(msg, "could not open log file")):
 			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: remove it and create it again (its rows are copied again), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
 				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
@@ -283,10 +315,10 @@ func commits(ev *replication.BinlogEvent) bool {
 
 // tickOf reads this changefeed's tick from a change of the signal table:
 // the server's clock in µs; 0 when the change is not its tick.
-func tickOf(e *replication.RowsEvent, cf string) int64 {
+func tickOf(e *replication.RowsEvent, name string) int64 {
 	var at int64
 	for _, r := range e.Rows {
-		if len(r) == 2 && fmt.Sprint(r[0]) == cf {
+		if len(r) == 2 && signalName(r[0]) == name {
 			if v, ok := r[1].(int64); ok {
 				at = max(at, v)
 			}
@@ -296,7 +328,7 @@ func tickOf(e *replication.RowsEvent, cf string) int64 {
 }
 
 // rowEvents turns a rows event of a replicated table into row changes.
-func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string, st tableState, cols []column) ([]source.Event, error) {
+func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string, st tableState, cols []column, keyTypes string) ([]source.Event, error) {
 	def := st.Def
 	if int(e.ColumnCount) != len(def.Columns) {
 		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d: it changed in a way not followed yet", e.ColumnCount, table, len(def.Columns))
@@ -312,12 +344,19 @@ func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string
 		return out, nil
 	}
 	keys := keyIndexes(def)
+	// Keys are routed encoded (model.EncodeKeyValues), as partitions'
+	// bounds are.
+	var keyErr error
 	keyOf := func(vals []source.Value) string {
 		parts := make([]string, len(keys))
 		for i, k := range keys {
 			parts[i] = vals[k].Text
 		}
-		return strings.Join(parts, ",")
+		k, err := model.EncodeKeyValues(keyTypes, parts)
+		if err != nil && keyErr == nil {
+			keyErr = fmt.Errorf("the key of a row of %s: %w", table, err)
+		}
+		return k
 	}
 	var out []source.Event
 	base := source.Event{Kind: source.KindDML, Table: table, Def: def, SchemaVersion: st.Version, TableVersion: st.Since}
@@ -368,7 +407,15 @@ func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string
 	default:
 		return nil, fmt.Errorf("a rows event of type %s is not decoded", typ)
 	}
+	if keyErr != nil {
+		return nil, keyErr
+	}
 	return out, nil
+}
+
+// isInsert says whether a rows event inserts.
+func isInsert(t replication.EventType) bool {
+	return t == replication.WRITE_ROWS_EVENTv0 || t == replication.WRITE_ROWS_EVENTv1 || t == replication.WRITE_ROWS_EVENTv2
 }
 
 // keyIndexes are the primary key's column indexes in key order.
@@ -411,13 +458,14 @@ func (p *Puller) tick(ctx context.Context) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	stmt := "INSERT INTO " + quoteTable(model.TableName(p.cfg.Database, signalTable)) +
-		" (changefeed, at) VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)) ON DUPLICATE KEY UPDATE at = VALUES(at)"
+	signal := quoteTable(model.TableName(p.cfg.Database, signalTable))
+	stmt := "INSERT INTO " + signal + " (changefeed, at) VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)) ON DUPLICATE KEY UPDATE at = VALUES(at)"
+	answer := "UPDATE " + signal + " SET at = ? WHERE changefeed = ? AND at = 0"
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
 	var last time.Time
 	for {
-		if _, err := db.ExecContext(ctx, stmt, string(p.cf)); err != nil && ctx.Err() == nil && time.Since(last) > 30*time.Second {
+		if _, err := db.ExecContext(ctx, stmt, tickName(p.cfg)); err != nil && ctx.Err() == nil && time.Since(last) > 30*time.Second {
 			last = time.Now()
 			p.log.Warn("mysql source: cannot write a tick; the changefeed advances only with other writes", "changefeed", p.cf, "err", explain(p.cfg, err))
 		}
@@ -425,21 +473,12 @@ func (p *Puller) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case a := <-p.answers:
+			if _, err := db.ExecContext(ctx, answer, a.at, a.name); err != nil && ctx.Err() == nil {
+				p.log.Warn("mysql source: cannot answer verify's cut; verify will ask again", "changefeed", p.cf, "err", explain(p.cfg, err))
+			}
 		}
 	}
-}
-
-// serverID is the id the binlog connection registers under.
-func (p *Puller) serverID() uint32 {
-	if p.cfg.ServerID != 0 {
-		return p.cfg.ServerID
-	}
-	// Derived from the changefeed, away from the small ids servers use.
-	var h uint32 = 2166136261
-	for _, c := range []byte(p.cf) {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return 1_000_000 + h%1_000_000_000
 }
 
 // ResumePoint implements source.Puller: the newest resume point at or

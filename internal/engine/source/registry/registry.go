@@ -1,5 +1,6 @@
 // Package registry opens the source a URI names: gen:// (the built-in
-// generator) and postgres:// (logical replication). It is the one place
+// generator), postgres:// (logical replication) and mysql:// (the binary
+// log of MySQL or MariaDB). It is the one place
 // that knows every source, so the engine, the CLI and verify name a URI
 // and see only source's interfaces.
 package registry
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/redact"
@@ -54,10 +56,27 @@ func init() {
 			return &postgres.TableReader{ConnString: cfg.ConnString}, cfg.Tables, nil
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
+	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable,
+		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact,
+		open: func(uri string, env source.Env) (source.Source, error) {
+			src, err := mysql.Open(uri, env)
+			if err != nil {
+				return nil, err
+			}
+			return src, nil
+		},
+		upstream: func(uri, password string) (source.Snapshotter, []string, error) {
+			r, tables, err := mysql.NewTableReader(uri, password)
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, tables, nil
+		}}
+	databases["mysql"], databases["mariadb"] = my, my
 }
 
 // schemes lists what Open accepts, for error messages.
-const schemes = "gen:// or postgres://"
+const schemes = "gen://, postgres:// or mysql://"
 
 // scheme checks a source URI's scheme: its database source, or nil for
 // the generator.
@@ -71,9 +90,6 @@ func scheme(uri string) (*database, error) {
 	}
 	if db, ok := databases[u.Scheme]; ok {
 		return db, nil
-	}
-	if u.Scheme == "mysql" || u.Scheme == "mariadb" {
-		return nil, fmt.Errorf("source URI: the MySQL and MariaDB source is not ready yet (its binary log reader is built, its snapshot and engine side are not; docs/mysql.md); use %s", schemes)
 	}
 	return nil, fmt.Errorf("source URI: unknown scheme %q; use %s", u.Scheme, schemes)
 }

@@ -1,0 +1,307 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// errNoSnapshot refuses a changefeed that would copy existing rows: the
+// initial snapshot of a MySQL table is not built yet.
+const errNoSnapshot = "the initial snapshot of MySQL and MariaDB tables is not built yet: add snapshot=never to the source URI (the changefeed then replicates the changes from its creation on; rows that exist before are not copied, and verify reports them missing); docs/mysql.md"
+
+// Pin checks the server for a new changefeed (Preflight), fixes its
+// start, and the server id its binary log connection registers under, in
+// the URI, and returns the URI to store and the reader's first resume
+// point: where the binary log ends now.
+func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return "", nil, err
+	}
+	if cfg.Snapshot != "never" {
+		return "", nil, fmt.Errorf("source URI %s: %s", Redact(uri), errNoSnapshot)
+	}
+	srv, _, err := Preflight(ctx, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	if cfg.ServerID == 0 {
+		cfg.ServerID = derivedServerID(cf)
+	}
+	if cfg.ServerID == srv.ServerID {
+		return "", nil, fmt.Errorf("source URI: server-id=%d is the server's own server_id: give the changefeed another (server-id=N, an id no server or replica uses)", cfg.ServerID)
+	}
+	cfg.Start = model.TsFromTime(now)
+	pos, err := Begin(ctx, cfg, cfg.Start)
+	if err != nil {
+		return "", nil, err
+	}
+	return cfg.URI(), pos, nil
+}
+
+// derivedServerID is a changefeed's server id when its URI gives none:
+// from its name, away from the small ids servers use.
+func derivedServerID(cf model.ChangefeedID) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(cf))
+	return 1_000_000 + h.Sum32()%1_000_000_000
+}
+
+// RemoveURI forgets a removed changefeed upstream: its row of the signal
+// table. The server keeps nothing else for it (binary logs are kept by
+// time, not for readers).
+func RemoveURI(ctx context.Context, uri string) error {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return err
+	}
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "DELETE FROM "+quoteTable(model.TableName(cfg.Database, signalTable))+" WHERE changefeed = ? OR changefeed LIKE ?",
+		string(tickName(cfg)), cutPrefix(cfg)+"%")
+	if err != nil && !strings.Contains(err.Error(), "1146") { // no signal table: nothing to forget
+		return explain(cfg, err)
+	}
+	return nil
+}
+
+// Preview checks what a new changefeed would replicate, creating
+// nothing.
+func Preview(ctx context.Context, uri string) (source.Followed, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	if cfg.Snapshot != "never" {
+		return source.Followed{}, fmt.Errorf("source URI %s: %s", Redact(uri), errNoSnapshot)
+	}
+	if _, _, err := Preflight(ctx, cfg); err != nil {
+		return source.Followed{}, err
+	}
+	return source.Followed{Tables: cfg.Tables}, nil
+}
+
+// Retable refuses: changing a MySQL changefeed's tables is not built yet.
+func Retable(context.Context, string, source.Position, []string, model.Ts, bool) (source.Retabled, error) {
+	return source.Retabled{}, fmt.Errorf("changing the tables of a MySQL or MariaDB changefeed is not built yet: create another changefeed for the other tables (docs/mysql.md)")
+}
+
+// Follow implements the registry's table rules: a MySQL changefeed has
+// none yet.
+func Follow(context.Context, string, source.Position) (source.Followed, bool, error) {
+	return source.Followed{}, false, nil
+}
+
+// Inspect reports the binary log position a changefeed resumes from and
+// how much binary log the server keeps from it on.
+func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	st := &source.Status{Kind: "mysql"}
+	var p position
+	if len(pos) > 0 && json.Unmarshal(pos, &p) == nil && p.File != "" {
+		st.Position = fmt.Sprintf("%s:%d", p.File, p.Pos)
+	}
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return st, nil // the status says what it knows; the server is unreachable now
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return st, nil
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		var name string
+		var size int64
+		dest := []any{&name, &size}
+		for len(dest) < len(cols) {
+			dest = append(dest, new(sql.RawBytes))
+		}
+		if rows.Scan(dest...) != nil {
+			continue
+		}
+		if p.File != "" && binlogAtOrAfter(name, p.File) {
+			st.RetainedBytes += size
+		}
+	}
+	return st, nil
+}
+
+// binlogAtOrAfter compares binary log file names (base.000012): by their
+// numbers, then by name.
+func binlogAtOrAfter(name, from string) bool {
+	if len(name) != len(from) {
+		return len(name) > len(from)
+	}
+	return name >= from
+}
+
+// Source is a MySQL changefeed's source: dispatchers read its event log
+// (the embedded source.LogSource), and the node maintaining the
+// changefeed runs its puller, which fills the log from the binary log.
+type Source struct {
+	*source.LogSource
+	*Puller
+	cfg Config
+}
+
+// Open opens a stored (pinned) URI.
+func Open(uri string, env source.Env) (*Source, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Start == 0 || cfg.ServerID == 0 {
+		return nil, fmt.Errorf("source URI %s: not a changefeed's stored URI (start and server-id are set when it is created)", Redact(uri))
+	}
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), Puller: NewPuller(cfg, env.Changefeed, "", env.Log), cfg: cfg}, nil
+}
+
+// Close implements source.Source.
+func (s *Source) Close() error { return s.LogSource.Close() }
+
+// KeyTypes implements source.KeyTyped, from the catalog.
+func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {
+	db, err := open(ctx, s.cfg)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	def, _, err := tableDef(ctx, db, table)
+	if err != nil {
+		return "", err
+	}
+	return keyTypes(def), nil
+}
+
+// keyTypes names a table's key column types as routing encodes them
+// (model.EncodeKeyValues): integers that fit 64 bits signed are "int8"
+// (numeric order); every other type, BIGINT UNSIGNED included, is
+// routed by its text ("text": byte order, which is not the column's
+// collation; ranges still cover every key once).
+func keyTypes(def *source.TableDef) string {
+	names := def.KeyNames()
+	if len(names) == 0 {
+		return model.NoKey
+	}
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = keyType(def.Columns[def.Index(n)].Type)
+	}
+	return strings.Join(out, ",")
+}
+
+func keyType(colType string) string {
+	t := strings.ToLower(colType)
+	base, _, _ := strings.Cut(t, "(")
+	base, _, _ = strings.Cut(base, " ")
+	switch base {
+	case "tinyint", "smallint", "mediumint", "int", "integer":
+		return "int8"
+	case "bigint":
+		if !strings.Contains(t, "unsigned") {
+			return "int8"
+		}
+	}
+	return "text"
+}
+
+// boundarySample bounds the keys Boundaries reads of a large table: it
+// reads every step-th key of the primary key's order instead.
+const boundarySample = 100_000
+
+// Boundaries implements source.Source: n-1 keys that cut the table's
+// rows into n ranges of about the same number of rows (an empty table,
+// or one with fewer keys, is cut less or not at all).
+func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string, error) {
+	if n < 2 {
+		return nil, nil
+	}
+	db, err := open(ctx, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	def, _, err := tableDef(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	keys := def.KeyNames()
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	cols := make([]string, len(keys))
+	for i, k := range keys {
+		cols[i] = quoteIdent(k)
+	}
+	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT %d", strings.Join(cols, ", "), quoteTable(table), strings.Join(cols, ", "), boundarySample))
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	defer rows.Close()
+	types := keyTypes(def)
+	var all []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(keys))
+		ptrs := make([]any, len(keys))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		texts := make([]string, len(keys))
+		for i, v := range vals {
+			texts[i] = v.String
+		}
+		enc, err := model.EncodeKeyValues(types, texts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, enc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	sort.Strings(all)
+	var out []string
+	for i := 1; i < n; i++ {
+		idx := i * len(all) / n
+		if idx <= 0 || idx >= len(all) {
+			continue
+		}
+		if k := all[idx]; len(out) == 0 || out[len(out)-1] < k {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// quoteIdent quotes a column name as MySQL does.
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// logger is the source's logger, or one that drops everything.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
