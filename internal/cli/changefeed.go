@@ -144,8 +144,10 @@ func withSnapshot(source, mode string) (string, error) {
 		return "", fmt.Errorf("--snapshot %q: use initial or never", mode)
 	}
 	u, err := url.Parse(source)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("--snapshot applies to database sources (postgres://); this source has nothing to copy")
+	if err != nil || u.Scheme == "gen" || u.Scheme == "" {
+		// The agent's source says what it makes of it: the CLI knows
+		// only that the generator has nothing to copy.
+		return "", fmt.Errorf("--snapshot applies to database sources (postgres://, mysql://); this source has nothing to copy")
 	}
 	q := u.Query()
 	if have := q.Get("snapshot"); have != "" && have != mode {

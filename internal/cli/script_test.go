@@ -104,20 +104,21 @@ func TestRunbooks(t *testing.T) {
 
 // setupRunbook gives every script its own free ports: PORT_BASE (also
 // PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures,
-// PORT_10 for its PostgreSQL (--postgres) and PORT_11 free for a script
-// to find nothing listening; and CDCCTL_SERVER pointing at the captures.
+// PORT_10 for its PostgreSQL (--postgres), PORT_11 free for a script to
+// find nothing listening (or the election's MariaDB), PORT_12 for the
+// MariaDB of --mysql; and CDCCTL_SERVER pointing at the captures.
 func setupRunbook(env *testscript.Env) error {
 	bin, err := programs()
 	if err != nil {
 		return err
 	}
 	env.Setenv("PATH", bin+string(filepath.ListSeparator)+env.Getenv("PATH"))
-	base, err := freePortRange(12)
+	base, err := freePortRange(13)
 	if err != nil {
 		return err
 	}
 	env.Setenv("PORT_BASE", strconv.Itoa(base))
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 13; i++ {
 		env.Setenv("PORT_"+strconv.Itoa(i), strconv.Itoa(base+i))
 	}
 	var servers []string

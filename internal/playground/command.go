@@ -31,7 +31,11 @@ starts a private PostgreSQL (initdb in DIR/postgres, wal_level=logical,
 loopback only, as the postgres user when run as root) on --port-base+10 with
 a live workload, and changefeed demo-pg replicating it into DIR/sinks/demo-pg; it
 needs the PostgreSQL server binaries (initdb, pg_ctl) on the PATH (Debian:
-apt-get install postgresql). With --election mysql the captures elect their
+apt-get install postgresql). With --mysql it starts a private MariaDB with
+its binary log on (DIR/mariadb-demo, loopback only) on --port-base+12 with a
+live workload, and changefeed demo-mysql replicating it into
+DIR/sinks/demo-mysql (changes from its creation on: docs/mysql.md); it needs
+MariaDB (Debian: apt-get install mariadb-server). With --election mysql the captures elect their
 coordinator through a lock row in MariaDB: a private one (mariadb-install-db
 in DIR/mariadb, loopback only) on --port-base+11, or the server that
 --election-dsn names. It writes DIR/playground.json
@@ -44,6 +48,7 @@ from a clone), which also runs the agents; ` + "`cdcctl playground`" + ` starts 
 the cdc-agent next to cdcctl or on the PATH.`,
 		Example: `  cdc-agent playground
   cdcctl playground --postgres
+  cdcctl playground --mysql
   cdcctl playground --election mysql
   cdcctl playground --nodes 5 --port-base 9300 --dir /tmp/pg`,
 		Args: cobra.NoArgs,
@@ -80,6 +85,7 @@ the cdc-agent next to cdcctl or on the PATH.`,
 	f.BoolVar(&cfg.Secure, "secure", false, "TLS (a private CA and a certificate per capture; etcd on TLS asking for them) and tokens (an admin and a viewer token) under --dir/secure; the banner says how to use them")
 	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir/sinks; never --dir itself, which holds the keys and etcd's data)")
 	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
+	f.BoolVar(&cfg.MySQL, "mysql", false, "also start a private MariaDB with its binary log on (port base+12, MariaDB installed) with a live workload, and changefeed demo-mysql replicating it")
 	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
 	return cmd
 }

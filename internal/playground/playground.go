@@ -46,6 +46,10 @@ type Config struct {
 	// Postgres also starts a private PostgreSQL on PortBase+10 with a
 	// live workload, and changefeed demo-pg replicating it.
 	Postgres bool
+	// MySQL also starts a private MariaDB with its binary log on
+	// PortBase+12, a live workload, and changefeed demo-mysql
+	// replicating it.
+	MySQL bool
 	// Election is the agents' election backend: "" or etcd, or mysql.
 	// With mysql and no ElectionDSN, a private MariaDB is started on
 	// PortBase+11 for it.
@@ -95,6 +99,10 @@ type State struct {
 	// source, and DemoPG its sink.
 	Postgres string `json:"postgres,omitempty"`
 	DemoPG   string `json:"demo_pg_sink,omitempty"`
+	// MySQL is the playground's MariaDB for demo-mysql (--mysql),
+	// demo-mysql's source, and DemoMySQL its sink.
+	MySQL     string `json:"mysql,omitempty"`
+	DemoMySQL string `json:"demo_mysql_sink,omitempty"`
 	// ElectionDSN is the MySQL election's database (--election mysql),
 	// without its password; ElectionPID the private MariaDB's pid.
 	ElectionDSN string `json:"election_dsn,omitempty"`
@@ -165,6 +173,15 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer db.stop()
+	}
+	var my *demoMySQL
+	if cfg.MySQL {
+		// Started before the agents so it stops after them.
+		fmt.Fprintln(cfg.Out, "starting MariaDB for demo-mysql...")
+		if my, err = startDemoMySQL(ctx, dir, cfg.PortBase+12); err != nil {
+			return err
+		}
+		defer my.stop()
 	}
 	electionPID := 0
 	if cfg.ElectionDSN != "" && cfg.Election == "" {
@@ -258,6 +275,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		st.Postgres, st.DemoPG = db.srv.DSN("demo"), sink
+	}
+	if my != nil {
+		sink, err := createDemoMySQL(ctx, servers, root, my, sec)
+		if err != nil {
+			return err
+		}
+		st.MySQL, st.DemoMySQL = my.sourceURI(), sink
+		my.run()
 	}
 	if err := writeState(filepath.Join(dir, "playground.json"), st); err != nil {
 		return err
@@ -524,6 +549,10 @@ func printBanner(w io.Writer, st State) {
 		fmt.Fprintln(w, "  cdcctl changefeed get demo-pg    # PostgreSQL ("+st.Postgres+") into "+strings.TrimPrefix(strings.Split(st.DemoPG, "?")[0], "file://"))
 		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-pg  # the tables rebuilt from the sink equal PostgreSQL's")
 	}
+	if st.DemoMySQL != "" {
+		fmt.Fprintln(w, mysqlBanner(st.MySQL, st.DemoMySQL))
+		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-mysql  # the tables rebuilt from the sink equal MariaDB's")
+	}
 	if len(st.Captures) > 2 {
 		fmt.Fprintf(w, "  cdcctl drain %s --batch 2 --watch  # move everything off it, then it is Stopping\n", st.Captures[2].ID)
 	}
@@ -539,7 +568,7 @@ func printBanner(w io.Writer, st State) {
 // clearEarlierRun removes what a playground writes in dir, and nothing
 // else: dir may be one the operator named, holding other files.
 func clearEarlierRun(dir string, cfg Config) error {
-	names := []string{"etcd", "postgres", "mariadb", "secure", "playground.json"}
+	names := []string{"etcd", "postgres", "mariadb", "mariadb-demo", "secure", "playground.json"}
 	if cfg.SinkRoot == "" {
 		names = append(names, "sinks")
 	}
