@@ -112,6 +112,7 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 
 // txn is the transaction the puller is reading.
 type txn struct {
+	ddls   []*source.Event // schema changes its rows follow (schema.go)
 	events []source.Event
 	tickAt int64 // the server's clock in µs, when it wrote a tick
 	commit int64 // the commit's time in µs (MySQL) or seconds × 10^6
@@ -184,6 +185,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		return c
 	}
 	signal := model.TableName(p.cfg.Database, signalTable)
+	pending := map[string]string{} // tables an ALTER named since: its statement
+	held := map[string]bool{}
+	var catalog *sql.DB // read when a schema changes
+	defer func() {
+		if catalog != nil {
+			catalog.Close()
+		}
+	}()
 	var cur txn
 	file := at.File
 	for {
@@ -214,8 +223,30 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				break
 			}
 			st, ok := at.Tables[table]
-			if !ok {
+			if !ok || held[table] {
 				break
+			}
+			if stmt, altered := pending[table]; altered || !mapMatches(e.Table, st.Def) {
+				delete(pending, table)
+				if catalog == nil {
+					if catalog, err = open(ctx, p.cfg); err != nil {
+						return err
+					}
+				}
+				next, ddl, why := followSchema(ctx, catalog, table, st, e.Table, stmt)
+				if why != "" {
+					held[table] = true
+					w.Hold(table, at.Ts+1)
+					p.log.Warn("mysql source: a table is held; the others go on", "changefeed", p.cf, "table", table, "reason", why)
+					break
+				}
+				if ddl != nil {
+					cur.ddls = append(cur.ddls, ddl)
+					at.Tables = withTable(at.Tables, table, next)
+					st = next
+					delete(cols, table)
+					delete(keyTypesByTable, table)
+				}
 			}
 			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
 			if err != nil {
@@ -231,12 +262,18 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				continue
 			case strings.EqualFold(q, "COMMIT"):
 			default:
-				// A schema change (its own transaction). Following it is
-				// the next step; until then its tables are held, never
-				// decoded with a schema that no longer holds.
+				// A schema change (its own transaction). An ALTER is
+				// followed at the table's next row (schema.go); a rename,
+				// a drop, a TRUNCATE hold the table, never decoded with a
+				// schema that no longer holds.
 				for _, t := range namedTables(q, string(e.Schema), at.Tables) {
+					if followable(q) {
+						pending[t] = q
+						continue
+					}
+					held[t] = true
 					w.Hold(t, at.Ts+1)
-					p.log.Warn("mysql source: a schema change of a replicated table; the table is held until schema changes are followed", "changefeed", p.cf, "table", t, "statement", q)
+					p.log.Warn("mysql source: a replicated table was renamed, dropped or truncated; the table is held, the others go on", "changefeed", p.cf, "table", t, "statement", q)
 				}
 			}
 		case *replication.XIDEvent:
@@ -250,11 +287,33 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.commit = int64(ev.Header.Timestamp) * 1_000_000
 		}
 		ts := max(at.Ts+1, model.TsFromMicros(max(cur.commit, cur.tickAt)))
+		// Each schema change at its own position, then the rows: a
+		// table's rows after its change carry the change's position as
+		// their table version.
+		since := map[string]model.Ts{}
+		for i, d := range cur.ddls {
+			d.CommitTs, d.TableVersion = ts, ts
+			since[d.Table] = ts
+			st := at.Tables[d.Table]
+			st.Since = ts
+			at.Tables = withTable(at.Tables, d.Table, st)
+			if i < len(cur.ddls)-1 || len(cur.events) > 0 {
+				ts++
+			}
+		}
 		for i := range cur.events {
 			cur.events[i].CommitTs = ts
+			if v, ok := since[cur.events[i].Table]; ok {
+				cur.events[i].TableVersion = v
+			}
 		}
-		if len(cur.events) > 0 {
-			if err := w.Append(cur.events); err != nil {
+		out := make([]source.Event, 0, len(cur.ddls)+len(cur.events))
+		for _, d := range cur.ddls {
+			out = append(out, *d)
+		}
+		out = append(out, cur.events...)
+		if len(out) > 0 {
+			if err := w.Append(out); err != nil {
 				return err
 			}
 		} else {
@@ -331,7 +390,7 @@ func tickOf(e *replication.RowsEvent, name string) int64 {
 func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string, st tableState, cols []column, keyTypes string) ([]source.Event, error) {
 	def := st.Def
 	if int(e.ColumnCount) != len(def.Columns) {
-		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d: it changed in a way not followed yet", e.ColumnCount, table, len(def.Columns))
+		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d", e.ColumnCount, table, len(def.Columns))
 	}
 	image := func(r []any) ([]source.Value, error) {
 		out := make([]source.Value, len(r))

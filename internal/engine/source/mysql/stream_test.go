@@ -249,9 +249,15 @@ func TestRowsArriveFromTheBinaryLogAsTheServerShowsThem(t *testing.T) {
 	}
 }
 
-// A schema change of a replicated table holds it (its rows are never
-// decoded with a schema that no longer holds); other tables go on.
-func TestASchemaChangeHoldsItsTable(t *testing.T) {
+// Schema changes of a replicated table are followed by a reader that
+// keeps up: an added column, a dropped one and a changed type each come
+// as a schema change event at its own position before the first row that
+// has the new schema, and every row is decoded with its own. A rename holds its table; the others
+// go on. Read again from the first resume point, after all the changes,
+// the reader cannot know the schemas between (the catalog shows only the
+// last): it holds the table, never decoding a row with a schema that was
+// not its own.
+func TestSchemaChangesAreFollowedAndARenameHoldsItsTable(t *testing.T) {
 	t.Parallel()
 	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
 	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note TEXT)", "CREATE TABLE items (id BIGINT PRIMARY KEY)")
@@ -261,14 +267,69 @@ func TestASchemaChangeHoldsItsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
-	exec(t, dsn, "INSERT INTO orders VALUES (1, 'a')", "ALTER TABLE orders ADD COLUMN extra INT", "INSERT INTO items VALUES (7)")
-	waitResolved(t, log)
-	evs, _, held := log.state()
-	if _, ok := held["shop.orders"]; !ok || len(held) != 1 {
-		t.Fatalf("held: %v", held)
+	// Each change read before the next is made: the reader keeps up.
+	for _, step := range [][]string{
+		{"INSERT INTO orders VALUES (1, 'a')", "ALTER TABLE orders ADD COLUMN extra INT", "INSERT INTO orders VALUES (2, 'b', 5)", "UPDATE orders SET extra = 7 WHERE id = 1"},
+		{"ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders VALUES (3, 9)"},
+		{"ALTER TABLE orders MODIFY extra BIGINT", "INSERT INTO orders VALUES (4, 9000000000)"},
+		{"INSERT INTO items VALUES (7)", "RENAME TABLE items TO items_v2", "INSERT INTO items_v2 VALUES (8)"},
+	} {
+		exec(t, dsn, step...)
+		waitResolved(t, log)
 	}
-	if len(evs) != 2 || keyText(evs[0]) != "1" || evs[1].Table != "shop.items" {
-		t.Fatalf("events: %+v", evs)
+	evs, _, held := log.state()
+	if _, ok := held["shop.items"]; !ok || len(held) != 1 {
+		t.Fatalf("held: %v, want shop.items (renamed) only", held)
+	}
+	var got []string
+	var last model.Ts
+	for _, e := range evs {
+		if e.CommitTs < last || (e.Kind == source.KindDDL && e.CommitTs == last) {
+			t.Fatalf("%s of %s at %s after %s: a schema change needs a position of its own", e.Kind, e.Table, e.CommitTs, last)
+		}
+		last = e.CommitTs
+		if e.Kind == source.KindDDL {
+			var cols []string
+			for _, c := range e.Def.Columns {
+				cols = append(cols, c.Name+" "+c.Type)
+			}
+			got = append(got, fmt.Sprintf("DDL v%d (%s)", e.SchemaVersion, strings.Join(cols, ", ")))
+			continue
+		}
+		var vals []string
+		for _, v := range e.Image() {
+			vals = append(vals, v.Text)
+		}
+		got = append(got, fmt.Sprintf("%s %s v%d [%s]", e.Op, e.Table, e.SchemaVersion, strings.Join(vals, " ")))
+	}
+	want := []string{
+		"INSERT shop.orders v0 [1 a]",
+		"DDL v1 (id bigint(20), note text, extra int(11))",
+		"INSERT shop.orders v1 [2 b 5]",
+		"UPDATE shop.orders v1 [1 a 7]",
+		"DDL v2 (id bigint(20), extra int(11))",
+		"INSERT shop.orders v2 [3 9]",
+		"DDL v3 (id bigint(20), extra bigint(20))",
+		"INSERT shop.orders v3 [4 9000000000]",
+		"INSERT shop.items v0 [7]",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Behind all the changes, the rows' schemas cannot be known: held.
+	other := cfg
+	other.ServerID = 78
+	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
+	waitResolved(t, again)
+	evs2, _, held2 := again.state()
+	if _, ok := held2["shop.orders"]; !ok {
+		t.Fatalf("read behind its schema changes, orders is not held: %v", held2)
+	}
+	for _, e := range evs2 {
+		if e.Table == "shop.orders" && e.Kind != source.KindDDL && len(e.Image()) != 2 {
+			t.Fatalf("a row decoded with a schema not its own: %+v", e)
+		}
 	}
 }
 
