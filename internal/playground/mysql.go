@@ -146,18 +146,9 @@ func mysqlTransfer(ctx context.Context, db *sql.DB, rng *rand.Rand) error {
 // createDemoMySQL creates changefeed demo-mysql (unless an earlier run in
 // the same directory did) and returns its sink.
 func createDemoMySQL(ctx context.Context, servers []string, root string, d *demoMySQL, sec *secure) (string, error) {
-	client, err := newClient(sec, servers, time.Minute)
-	if err != nil {
-		return "", err
-	}
-	sink := "file://" + filepath.Join(root, "demo-mysql") + "?flush-interval=1s"
-	if _, err := client.Changefeed(ctx, "demo-mysql"); err == nil {
-		return sink, nil
-	}
-	if _, err := client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo-mysql", Source: d.sourceURI(), Sink: sink, PartitionsPerTable: 1}); err != nil {
-		return "", fmt.Errorf("create the demo-mysql changefeed: %w", err)
-	}
-	return sink, nil
+	// One partition per table: the demo's tables are small, and an
+	// operator splits them as they grow.
+	return createFeed(ctx, servers, sec, api.ChangefeedCreateRequest{ID: "demo-mysql", Source: d.sourceURI(), PartitionsPerTable: 1}, root)
 }
 
 // mysqlBanner is demo-mysql's line of the banner.

@@ -314,19 +314,25 @@ func Run(ctx context.Context, cfg Config) error {
 const demoSource = "gen://?tables=8&keys=1000&rate=1000&ddl_every=30s"
 
 func createDemo(ctx context.Context, servers []string, root string, sec *secure) (string, error) {
-	client, err := newClient(sec, servers, 30*time.Second)
+	return createFeed(ctx, servers, sec, api.ChangefeedCreateRequest{ID: "demo", Source: demoSource, PartitionsPerTable: 2}, root)
+}
+
+// createFeed creates one of the playground's changefeeds, its sink a
+// directory named after it under root, unless an earlier run in the same
+// directory did; it returns the sink.
+func createFeed(ctx context.Context, servers []string, sec *secure, req api.ChangefeedCreateRequest, root string) (string, error) {
+	client, err := newClient(sec, servers, time.Minute)
 	if err != nil {
 		return "", err
 	}
-	sink := "file://" + filepath.Join(root, "demo") + "?flush-interval=1s"
-	if _, err := client.Changefeed(ctx, "demo"); err == nil {
-		return sink, nil // kept from an earlier run in the same directory
+	req.Sink = "file://" + filepath.Join(root, req.ID) + "?flush-interval=1s"
+	if _, err := client.Changefeed(ctx, req.ID); err == nil {
+		return req.Sink, nil // kept from an earlier run in the same directory
 	}
-	_, err = client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo", Source: demoSource, Sink: sink, PartitionsPerTable: 2})
-	if err != nil {
-		return "", fmt.Errorf("create the demo changefeed: %w", err)
+	if _, err := client.CreateChangefeed(ctx, req); err != nil {
+		return "", fmt.Errorf("create the %s changefeed: %w", req.ID, err)
 	}
-	return sink, nil
+	return req.Sink, nil
 }
 
 func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -145,18 +145,7 @@ FROM t WHERE accounts.id IN (t.from_id, t.to_id) AND t.from_id <> t.to_id`, amou
 // createDemoPG creates changefeed demo-pg (unless an earlier run in the
 // same directory did) and returns its sink.
 func createDemoPG(ctx context.Context, servers []string, root string, db *demoDB, sec *secure) (string, error) {
-	client, err := newClient(sec, servers, time.Minute)
-	if err != nil {
-		return "", err
-	}
-	sink := "file://" + filepath.Join(root, "demo-pg") + "?flush-interval=1s"
-	if _, err := client.Changefeed(ctx, "demo-pg"); err == nil {
-		return sink, nil
-	}
-	// One partition per table: the demo's tables are small (a few
-	// thousand rows), and an operator splits them as they grow.
-	if _, err := client.CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "demo-pg", Source: db.sourceURI(), Sink: sink, PartitionsPerTable: 1}); err != nil {
-		return "", fmt.Errorf("create the demo-pg changefeed: %w", err)
-	}
-	return sink, nil
+	// One partition per table: the demo's tables are small, and an
+	// operator splits them as they grow.
+	return createFeed(ctx, servers, sec, api.ChangefeedCreateRequest{ID: "demo-pg", Source: db.sourceURI(), PartitionsPerTable: 1}, root)
 }

@@ -286,13 +286,14 @@ func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 // went stale (the scheduler moved something it read), or refused as in
 // progress (a partition not placed yet), is computed again too, as the
 // refusal tells an operator to; so is a move that failed because the
-// scheduler moved its partition elsewhere just before it began.
+// scheduler began moving its partition elsewhere just before it began.
 func (c *Cluster) ApplyPlan(compute func(*model.Snapshot) (*plan.Plan, error)) *exec.Record {
 	c.T.Helper()
 	began := time.Now()
 	for {
 		rec := c.applyOnce(compute)
-		if rec.State == exec.Failed && strings.Contains(rec.Message, "meanwhile") && time.Since(began) < 30*time.Second {
+		raced := strings.Contains(rec.Message, "meanwhile") || strings.Contains(rec.Message, "changed since the plan was checked")
+		if rec.State == exec.Failed && raced && time.Since(began) < 30*time.Second {
 			c.T.Logf("plan %s failed, computing it again: %s", rec.ID, rec.Message)
 			continue
 		}

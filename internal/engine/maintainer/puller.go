@@ -2,6 +2,7 @@ package maintainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -150,6 +151,13 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, source.ErrUnresumable) {
+			// Retrying cannot help and going on from elsewhere would lose
+			// changes: the changefeed fails, saying why, until the
+			// operator chooses.
+			h.failUnresumable(ctx, cf, p.epoch, err)
+			return
+		}
 		if time.Since(began) > time.Minute {
 			backoff, failing = time.Second, time.Time{}
 		}
@@ -172,6 +180,28 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		}
 		t.Stop()
 		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// failUnresumable fails a changefeed whose reader cannot resume (the
+// upstream purged what it resumes from), with the reader's reason.
+func (h *Host) failUnresumable(ctx context.Context, cf model.ChangefeedID, epoch uint64, err error) {
+	h.log.Error("maintainer: the changefeed's reader cannot resume; the changefeed fails", "changefeed", cf, "err", err)
+	for ctx.Err() == nil {
+		e := h.view.State().Changefeeds[cf]
+		if e == nil || e.Maintainer.Epoch != epoch || e.Status.State == model.ChangefeedFailed {
+			return
+		}
+		in := model.Incident{Time: time.Now().UTC(), Kind: "failed", Node: h.self, Reason: err.Error()}
+		werr := h.store.FailChangefeed(ctx, e.FenceOf(h.store.Keys()), e, err.Error(), in)
+		if werr == nil {
+			return
+		}
+		h.log.Warn("maintainer: cannot record the changefeed's failure; trying again", "changefeed", cf, "err", werr)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -12,7 +12,9 @@ package source
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -210,6 +212,32 @@ type LogWriter interface {
 	// so their checkpoints stay below it while other tables advance.
 	Hold(table string, at model.Ts)
 }
+
+// Quantiles returns at most n-1 keys that cut encoded keys into n ranges
+// of about as many keys each, ascending and distinct (Boundaries of the
+// database sources, from the keys they read or sampled).
+func Quantiles(keys []string, n int) []string {
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	var out []string
+	for i := 1; i < n; i++ {
+		idx := i * len(keys) / n
+		if idx <= 0 || idx >= len(keys) {
+			continue
+		}
+		if k := keys[idx]; len(out) == 0 || out[len(out)-1] < k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ErrUnresumable is what a puller's error wraps when the upstream no
+// longer holds what the changefeed resumes from (MySQL: its binary log
+// purged): going on from anywhere else would lose changes, so the
+// changefeed fails with the reason instead of retrying, and the operator
+// chooses (docs: remove it and create it again).
+var ErrUnresumable = errors.New("the upstream no longer holds what the changefeed resumes from")
 
 // Position is a puller's resume point, opaque to the engine: what it
 // needs to read on from a checkpoint exactly as it read before. The

@@ -11,6 +11,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Schema changes are followed at the first row written after them: its
@@ -21,9 +22,11 @@ import (
 // with the table map (same columns, same names, compatible types), it is
 // the row's schema, and a schema change event goes before the row. If it
 // does not (the reader is behind several schema changes, and the
-// catalog already shows a later one), the table is held, never decoded
-// with a schema that is not its rows': following schema history through
-// such a gap comes next (docs/mysql.md).
+// catalog already shows a later one), the row's own schema is built from
+// its table map, and without the metadata for that the table is held,
+// never decoded with a schema that is not its rows'. (Then, when the table map carries
+// the columns' names, signedness, values and key, binlog_row_metadata=FULL,
+// the row's schema is built from it: defFromMap.)
 
 // followable says whether a statement naming a replicated table changes
 // what its rows look like in a way the next row's table map shows: ALTER
@@ -131,7 +134,13 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 		return st, nil, fmt.Sprintf("its schema changed and the catalog cannot be read: %v; fix the cause, then resume the changefeed", err)
 	}
 	if !mapMatches(tm, def) {
-		return st, nil, "its schema changed more than once since the rows the reader reads now were written (the catalog shows a later schema than theirs): following schema history through such a gap is not built yet; remove the changefeed and create it again (docs/mysql.md)"
+		// The catalog shows a later schema than the row's (the reader is
+		// behind a second change): the row's own, from its table map.
+		mdef, mcharsets, ok := defFromMap(tm, table)
+		if !ok {
+			return st, nil, "its schema changed more than once since the rows the reader reads now were written (the catalog shows a later schema than theirs), and the binary log does not describe the rows' columns (binlog_row_metadata is not FULL): set binlog_row_metadata=FULL, then remove the changefeed and create it again (docs/mysql.md)"
+		}
+		def, charsets = mdef, mcharsets
 	}
 	if sameColumns(st.Def, def) {
 		return st, nil, ""
@@ -168,4 +177,148 @@ func withTable(tables map[string]tableState, table string, st tableState) map[st
 	out := maps.Clone(tables)
 	out[table] = st
 	return out
+}
+
+// defFromMap builds a table's definition from a row's table map, when
+// the binary log carries the columns' names, signedness, values and
+// primary key (binlog_row_metadata=FULL): the schema the row was
+// written with, whatever the catalog shows now. Types are written
+// without display widths ("int", "int unsigned", "decimal(10,2)").
+func defFromMap(tm *replication.TableMapEvent, table string) (*source.TableDef, map[int]string, bool) {
+	names := tm.ColumnNameString()
+	if len(names) != int(tm.ColumnCount) || len(tm.PrimaryKey) == 0 && len(tm.PrimaryKeyPrefix) == 0 {
+		return nil, nil, false
+	}
+	schema, name := model.SplitTableName(table)
+	def := &source.TableDef{Schema: schema, Name: name}
+	unsigned := tm.UnsignedMap()
+	collations := tm.CollationMap()
+	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
+	var charsets map[int]string
+	for i, n := range names {
+		typ, ok := mapType(tm, i, unsigned[i], collations[i], enums[i], sets[i])
+		if !ok {
+			return nil, nil, false
+		}
+		_, nullable := tm.Nullable(i)
+		def.Columns = append(def.Columns, source.ColumnDef{Name: n, Type: typ, Nullable: nullable})
+		if cs := charsetOf(collations[i]); cs == "latin1" {
+			if charsets == nil {
+				charsets = map[int]string{}
+			}
+			charsets[i] = cs
+		}
+	}
+	key := tm.PrimaryKey
+	if len(key) == 0 {
+		for i := 0; i+1 < len(tm.PrimaryKeyPrefix); i += 2 {
+			key = append(key, tm.PrimaryKeyPrefix[i])
+		}
+	}
+	for pos, idx := range key {
+		if int(idx) >= len(def.Columns) {
+			return nil, nil, false
+		}
+		def.Columns[idx].KeyPos = pos + 1
+	}
+	return def, charsets, true
+}
+
+// mapType writes column i's type from its table map.
+func mapType(tm *replication.TableMapEvent, i int, unsigned bool, collation uint64, enum, set []string) (string, bool) {
+	t, meta := tm.ColumnType[i], uint16(0)
+	if i < len(tm.ColumnMeta) {
+		meta = tm.ColumnMeta[i]
+	}
+	sign := ""
+	if unsigned {
+		sign = " unsigned"
+	}
+	binary := collation == 63
+	switch t {
+	case gomysql.MYSQL_TYPE_TINY:
+		return "tinyint" + sign, true
+	case gomysql.MYSQL_TYPE_SHORT:
+		return "smallint" + sign, true
+	case gomysql.MYSQL_TYPE_INT24:
+		return "mediumint" + sign, true
+	case gomysql.MYSQL_TYPE_LONG:
+		return "int" + sign, true
+	case gomysql.MYSQL_TYPE_LONGLONG:
+		return "bigint" + sign, true
+	case gomysql.MYSQL_TYPE_NEWDECIMAL:
+		return fmt.Sprintf("decimal(%d,%d)%s", meta>>8, meta&0xff, sign), true
+	case gomysql.MYSQL_TYPE_FLOAT:
+		return "float" + sign, true
+	case gomysql.MYSQL_TYPE_DOUBLE:
+		return "double" + sign, true
+	case gomysql.MYSQL_TYPE_BIT:
+		return fmt.Sprintf("bit(%d)", (meta>>8)*8+meta&0xff), true
+	case gomysql.MYSQL_TYPE_YEAR:
+		return "year", true
+	case gomysql.MYSQL_TYPE_DATE, gomysql.MYSQL_TYPE_NEWDATE:
+		return "date", true
+	case gomysql.MYSQL_TYPE_TIME2:
+		return withFraction("time", meta), true
+	case gomysql.MYSQL_TYPE_DATETIME2:
+		return withFraction("datetime", meta), true
+	case gomysql.MYSQL_TYPE_TIMESTAMP2:
+		return withFraction("timestamp", meta), true
+	case gomysql.MYSQL_TYPE_JSON:
+		return "json", true
+	case gomysql.MYSQL_TYPE_GEOMETRY:
+		return "geometry", true
+	case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_VAR_STRING:
+		if binary {
+			return fmt.Sprintf("varbinary(%d)", meta), true
+		}
+		return fmt.Sprintf("varchar(%d)", meta), true
+	case gomysql.MYSQL_TYPE_BLOB:
+		if binary {
+			return "blob", true
+		}
+		return "text", true
+	case gomysql.MYSQL_TYPE_STRING:
+		switch byte(meta >> 8) {
+		case gomysql.MYSQL_TYPE_ENUM:
+			return "enum(" + quoteMembers(enum) + ")", len(enum) > 0
+		case gomysql.MYSQL_TYPE_SET:
+			return "set(" + quoteMembers(set) + ")", len(set) > 0
+		}
+		// CHAR and BINARY: the length's high bits ride in the real type.
+		n := int((meta>>4)&0x300^0x300) + int(meta&0xff)
+		if binary {
+			return fmt.Sprintf("binary(%d)", n), true
+		}
+		return fmt.Sprintf("char(%d)", n), true
+	}
+	return "", false
+}
+
+func withFraction(base string, fsp uint16) string {
+	if fsp == 0 {
+		return base
+	}
+	return fmt.Sprintf("%s(%d)", base, fsp)
+}
+
+// quoteMembers writes ENUM or SET members as the catalog does: 'a','b”c'.
+func quoteMembers(members []string) string {
+	q := make([]string, len(members))
+	for i, m := range members {
+		q[i] = "'" + strings.ReplaceAll(m, "'", "''") + "'"
+	}
+	return strings.Join(q, ",")
+}
+
+// charsetOf names the character set of a collation id, for the sets the
+// values are recoded from (latin1); others are UTF-8 or binary.
+func charsetOf(collation uint64) string {
+	switch collation {
+	case 5, 8, 15, 31, 47, 48, 49, 94:
+		return "latin1"
+	case 63:
+		return "binary"
+	}
+	return ""
 }

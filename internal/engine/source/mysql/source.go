@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
@@ -281,18 +280,7 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	if err := rows.Err(); err != nil {
 		return nil, explain(s.cfg, err)
 	}
-	sort.Strings(all)
-	var out []string
-	for i := 1; i < n; i++ {
-		idx := i * len(all) / n
-		if idx <= 0 || idx >= len(all) {
-			continue
-		}
-		if k := all[idx]; len(out) == 0 || out[len(out)-1] < k {
-			out = append(out, k)
-		}
-	}
-	return out, nil
+	return source.Quantiles(all, n), nil
 }
 
 // quoteIdent quotes a column name as MySQL does.

@@ -332,7 +332,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 
 // ErrPurged means the binary log a changefeed resumes from is no longer
 // on the server: going on from anywhere else would lose changes.
-var ErrPurged = errors.New("the binary log the changefeed resumes from was purged")
+var ErrPurged = fmt.Errorf("the binary log the changefeed resumes from was purged (%w)", source.ErrUnresumable)
 
 // explainStream says what a failure of the binary log stream means and
 // what to do: the position purged (the changefeed cannot go on), another
@@ -347,7 +347,7 @@ func (p *Puller) explainStream(err error, at position) error {
 			// and ends the older one: this reader was replaced.
 			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.cfg.ServerID, me.Message)
 		case me.Code == 1236 && (strings.Contains(msg, "could not find first log file") || strings.Contains(msg, "purged") || strings.Contains(msg, "could not open log file")):
-			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: remove it and create it again (its rows are copied again), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
+			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: remove it and create it again (docs/mysql.md), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
 				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
 		}
 		return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
