@@ -3,11 +3,14 @@
 // go-mysql's replication package, which only parses: rows are decoded
 // here, with the schema this package keeps, never the live one).
 //
-// This first part holds the source URI, the preflight checks a
-// changefeed's creation runs against the server, the catalog read of the
-// replicated tables and the binary log reader (stream.go). The source is
-// not in source/registry yet: a mysql:// changefeed is refused until it
-// streams and snapshots end to end (docs/mysql.md says what is done).
+// It holds the source URI (config.go), the preflight checks a
+// changefeed's creation runs against the server (preflight.go), the
+// catalog read of the replicated tables (catalog.go), the source the
+// registry opens (source.go), the binary log reader (stream.go), schema
+// changes followed at the next row (schema.go) and verify's exact cut
+// (cut.go). It replicates the changes after a changefeed's creation
+// (snapshot=never): the initial snapshot is not built (docs/mysql.md says
+// what is done and what is left).
 //
 // Of this module it imports model, source and redact only.
 package mysql
