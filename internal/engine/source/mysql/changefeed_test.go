@@ -28,12 +28,7 @@ import (
 // reader moved to: the reader resumes on the last one, nothing lost.
 func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	srv, db := startShopDB(t)
 	if _, err := db.Exec(`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`); err != nil {
 		t.Fatal(err)
 	}
@@ -255,12 +250,7 @@ func (w *shopWorkload) run() {
 // paused is not in its sink, and nothing after it either.
 func TestAPurgedBinaryLogFailsTheChangefeedWithTheReason(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	srv, db := startShopDB(t)
 	if _, err := db.Exec(`CREATE TABLE orders (id BIGINT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -315,4 +305,17 @@ func TestAPurgedBinaryLogFailsTheChangefeedWithTheReason(t *testing.T) {
 		t.Fatalf("the failed changefeed's checkpoint moved from %s to %s: it went on from elsewhere", paused, cp)
 	}
 	t.Logf("created at %s, failed with: %s", created.StartTs, st.Error)
+}
+
+// startShopDB starts a MariaDB with its binary log on and opens its
+// database shop.
+func startShopDB(t *testing.T) (*mysqlserver.Server, *sql.DB) {
+	t.Helper()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return srv, db
 }

@@ -187,7 +187,8 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
 	held := map[string]bool{}
-	var catalog *sql.DB // read when a schema changes
+	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
+	var catalog *sql.DB                                   // read when a schema changes
 	defer func() {
 		if catalog != nil {
 			catalog.Close()
@@ -226,7 +227,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			if !ok || held[table] {
 				break
 			}
-			if stmt, altered := pending[table]; altered || !mapMatches(e.Table, st.Def) {
+			// A table map comes once per transaction and table: checked
+			// once, not at every rows event under it.
+			stmt, altered := pending[table]
+			if altered || checkedMap[table] != e.Table && !mapMatches(e.Table, st.Def) {
 				delete(pending, table)
 				if catalog == nil {
 					if catalog, err = open(ctx, p.cfg); err != nil {
@@ -248,6 +252,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					delete(keyTypesByTable, table)
 				}
 			}
+			checkedMap[table] = e.Table
 			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
 			if err != nil {
 				w.Hold(table, at.Ts+1)
