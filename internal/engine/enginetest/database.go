@@ -109,3 +109,14 @@ func (c *Cluster) MaintainerOf(cf model.ChangefeedID) model.NodeID {
 	})
 	return node
 }
+
+// Inserts lists every insert of a table's keys in a changefeed's sink
+// (verify.Inserts): by key, each writer and position.
+func (c *Cluster) Inserts(cf model.ChangefeedID, table string) map[string][]string {
+	c.T.Helper()
+	out, err := verify.Inserts(context.Background(), c.Changefeed(cf).Info.SinkURI, table)
+	if err != nil {
+		c.T.Fatalf("read the inserts of %s from the sink of %s: %v", table, cf, err)
+	}
+	return out
+}

@@ -9,6 +9,11 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
+// queryer is a pool or one of its connections.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // tableDef reads a table's definition from the catalog: its columns in
 // order with their full types ("int(10) unsigned", "decimal(65,30)",
 // "enum('a','b')"), nullability and primary key positions. The binary
@@ -17,7 +22,7 @@ import (
 //
 // charsets are the character columns' character sets, by column index
 // (latin1 bytes in the log are not the UTF-8 the server sends for them).
-func tableDef(ctx context.Context, db *sql.DB, table string) (def *source.TableDef, charsets map[int]string, err error) {
+func tableDef(ctx context.Context, db queryer, table string) (def *source.TableDef, charsets map[int]string, err error) {
 	schema, name := model.SplitTableName(table)
 	rows, err := db.QueryContext(ctx, `SELECT c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, COALESCE(k.ORDINAL_POSITION, 0), COALESCE(c.CHARACTER_SET_NAME, '')
 FROM information_schema.COLUMNS c

@@ -39,7 +39,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	tc.StartCaptures(3)
 	uri := "mysql://root@" + srv.Addr() + "/shop?tables=orders,items&snapshot=never"
 	created := tc.CreateChangefeed("my", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
-	w := startShopWorkload(t, db)
+	w := startShopWorkload(t, db, 0)
 	tc.WaitCheckpoint("my", created.StartTs+model.TsFromMillis(1000))
 	for w.nextID() < 200 {
 		time.Sleep(100 * time.Millisecond)
@@ -133,10 +133,17 @@ type shopWorkload struct {
 	next chan int64 // the next order id, read by the test
 }
 
-func startShopWorkload(t *testing.T, db *sql.DB) *shopWorkload {
+// startShopWorkload starts the workload on orders whose ids 1 to
+// existing exist already (the workload updates, deletes and re-keys them
+// too); its new orders take the ids after.
+func startShopWorkload(t *testing.T, db *sql.DB, existing int64) *shopWorkload {
 	w := &shopWorkload{db: db, stop: make(chan struct{}), done: make(chan struct{}), next: make(chan int64, 1)}
-	w.next <- 1
-	go w.run()
+	w.next <- existing + 1
+	live := make([]int64, 0, existing)
+	for id := int64(1); id <= existing; id++ {
+		live = append(live, id)
+	}
+	go w.run(live)
 	t.Cleanup(func() {
 		select {
 		case <-w.done:
@@ -163,11 +170,10 @@ func (w *shopWorkload) finish(t *testing.T) time.Time {
 	return time.Now()
 }
 
-func (w *shopWorkload) run() {
+func (w *shopWorkload) run(live []int64) {
 	defer close(w.done)
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	var live []int64
 	for {
 		select {
 		case <-w.stop:

@@ -7,10 +7,10 @@
 // changefeed's creation runs against the server (preflight.go), the
 // catalog read of the replicated tables (catalog.go), the source the
 // registry opens (source.go), the binary log reader (stream.go), schema
-// changes followed at the next row (schema.go) and verify's exact cut
-// (cut.go). It replicates the changes after a changefeed's creation
-// (snapshot=never): the initial snapshot is not built (docs/mysql.md says
-// what is done and what is left).
+// changes followed at the next row (schema.go), the initial snapshot's
+// chunks (snapshot.go: source.CopyReader's watermarks as signal-table
+// rows) and verify's exact cut (cut.go). docs/mysql.md says what is done
+// and what is left.
 //
 // Of this module it imports model, source and redact only.
 package mysql
@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
@@ -50,6 +51,9 @@ type Config struct {
 	// Snapshot is "initial" (the default: existing rows are copied first)
 	// or "never" (only changes after the changefeed's creation).
 	Snapshot string
+	// ChunkRows bounds the rows of one chunk of the initial snapshot
+	// (chunk-rows=); 0 is the default.
+	ChunkRows int
 }
 
 // ParseURI parses mysql://user[:password]@host[:port]/db?tables=db.t1,t2&server-id=N.
@@ -116,6 +120,13 @@ func ParseURI(raw string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
 	}
+	if v := q.Get("chunk-rows"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, source.DefaultChunkRows)
+		}
+		c.ChunkRows = n
+	}
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
@@ -127,7 +138,7 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ours are the query parameters a mysql:// URI takes.
-var ours = map[string]bool{"tables": true, "server-id": true, "snapshot": true, "start": true}
+var ours = map[string]bool{"tables": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true}
 
 func ourNames() []string {
 	var out []string
@@ -198,6 +209,9 @@ func (c Config) URI() string {
 	}
 	if c.Snapshot != "" && c.Snapshot != "initial" {
 		q.Set("snapshot", c.Snapshot)
+	}
+	if c.ChunkRows != 0 {
+		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
 	}
 	if c.Start != 0 {
 		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))

@@ -8,15 +8,12 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
-
-// errNoSnapshot refuses a changefeed that would copy existing rows: the
-// initial snapshot of a MySQL table is not built yet.
-const errNoSnapshot = "the initial snapshot of MySQL and MariaDB tables is not built yet: add snapshot=never to the source URI (the changefeed then replicates the changes from its creation on; rows that exist before are not copied, and verify reports them missing); docs/mysql.md"
 
 // Pin checks the server for a new changefeed (Preflight), fixes its
 // start, and the server id its binary log connection registers under, in
@@ -26,9 +23,6 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return "", nil, err
-	}
-	if cfg.Snapshot != "never" {
-		return "", nil, fmt.Errorf("source URI %s: %s", Redact(uri), errNoSnapshot)
 	}
 	srv, _, err := Preflight(ctx, cfg)
 	if err != nil {
@@ -69,8 +63,8 @@ func RemoveURI(ctx context.Context, uri string) error {
 		return err
 	}
 	defer db.Close()
-	_, err = db.ExecContext(ctx, "DELETE FROM "+quoteTable(model.TableName(cfg.Database, signalTable))+" WHERE changefeed = ? OR changefeed LIKE ?",
-		string(tickName(cfg)), cutPrefix(cfg)+"%")
+	_, err = db.ExecContext(ctx, "DELETE FROM "+quoteTable(model.TableName(cfg.Database, signalTable))+" WHERE changefeed = ? OR changefeed LIKE ? OR changefeed LIKE ?",
+		string(tickName(cfg)), cutPrefix(cfg)+"%", markPrefix(cfg)+"%")
 	if err != nil && !strings.Contains(err.Error(), "1146") { // no signal table: nothing to forget
 		return explain(cfg, err)
 	}
@@ -83,9 +77,6 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return source.Followed{}, err
-	}
-	if cfg.Snapshot != "never" {
-		return source.Followed{}, fmt.Errorf("source URI %s: %s", Redact(uri), errNoSnapshot)
 	}
 	if _, _, err := Preflight(ctx, cfg); err != nil {
 		return source.Followed{}, err
@@ -111,7 +102,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if err != nil {
 		return nil, err
 	}
-	st := &source.Status{Kind: "mysql"}
+	st := &source.Status{Kind: "mysql", Snapshot: source.SnapshotStatus(cfg.Snapshot)}
 	var p position
 	if len(pos) > 0 && json.Unmarshal(pos, &p) == nil && p.File != "" {
 		st.Position = fmt.Sprintf("%s:%d", p.File, p.Pos)
@@ -159,7 +150,11 @@ func binlogAtOrAfter(name, from string) bool {
 type Source struct {
 	*source.LogSource
 	*Puller
-	cfg Config
+	cfg   Config
+	slots source.ChunkSlots // the initial snapshot's chunks held on this node
+
+	dbMu sync.Mutex
+	db   *sql.DB // the initial snapshot's connections (snapshotDB)
 }
 
 // Open opens a stored (pinned) URI.
@@ -175,7 +170,15 @@ func Open(uri string, env source.Env) (*Source, error) {
 }
 
 // Close implements source.Source.
-func (s *Source) Close() error { return s.LogSource.Close() }
+func (s *Source) Close() error {
+	s.dbMu.Lock()
+	if s.db != nil {
+		s.db.Close()
+		s.db = nil
+	}
+	s.dbMu.Unlock()
+	return s.LogSource.Close()
+}
 
 // KeyTypes implements source.KeyTyped, from the catalog.
 func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {

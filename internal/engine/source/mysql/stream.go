@@ -218,8 +218,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				cur.tickAt = max(cur.tickAt, tickOf(e, tickName(p.cfg)))
 				if isInsert(ev.Header.EventType) {
 					// A cut request is an insert; its answer, an
-					// update, is not asked again.
+					// update, is not asked again. A snapshot's
+					// watermark is an insert too (snapshot.go).
 					p.answerCuts(e)
+					cur.events = append(cur.events, p.marksIn(e, at.Tables, held)...)
 				}
 				break
 			}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -117,7 +118,7 @@ func ParseURI(raw string) (Config, error) {
 	if v := q.Get("chunk-rows"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1_000_000 {
-			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, defaultChunkRows)
+			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, source.DefaultChunkRows)
 		}
 		c.ChunkRows = n
 	}

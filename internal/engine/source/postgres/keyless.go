@@ -13,60 +13,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
-// startWhole starts the copy of a table without a key: its snapshot and
-// first chunk, between watermarks.
-func (r *copyReader) startWhole() {
-	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
-	defer cancel()
-	r.mu.Lock()
-	limit := r.limit
-	r.mu.Unlock()
-	c, lc, err := wholeTable(ctx, r.s.cfg, r.span.Table, limit)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		r.failed(err)
-		return
-	}
-	c.loaded = true
-	r.chunks, r.whole = []*chunk{c}, lc
-}
-
-// fetchWhole reads the next rows of a table without a key from its
-// snapshot, to go out at the same position as the first. A failure there
-// cannot resume (the rows cannot say which went out): the copy starts
-// over, and the rows that went out are written twice.
-func (r *copyReader) fetchWhole() {
-	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
-	defer cancel()
-	r.mu.Lock()
-	lc, limit := r.whole, r.limit
-	r.mu.Unlock()
-	c := newChunk(r.span.Table, lc.def, limit)
-	err := lc.fetch(ctx, c)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err != nil {
-		r.failed(fmt.Errorf("%w; the rows of it already written will be written again", err))
-		return
-	}
-	for i := range c.rows {
-		e := &c.rows[i]
-		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = lc.at.Def, lc.at.CommitTs, lc.at.SchemaVersion, lc.at.TableVersion
-	}
-	r.next.Rows += int64(len(c.rows))
-	r.out, r.limit = c.rows, nextChunkRows(c, chunkRowsOf(r.s.cfg))
-	if !c.full {
-		r.next.Done = true
-		lc.emitting = false
-		lc.close()
-		r.whole = nil
-		if len(r.out) == 0 {
-			r.copied = r.next
-		}
-	}
-}
-
 // keylessCopy is the copy of a table without a primary key. Its rows
 // cannot be told apart, so the window of a chunk (drop the rows the
 // stream changed) cannot apply, nor can a copy resume after some rows:
@@ -77,15 +23,16 @@ func (r *copyReader) fetchWhole() {
 // commits with the lock's transaction; the cursor then reads that
 // snapshot at leisure while writers go on.
 type keylessCopy struct {
-	conn     *pgx.Conn // the cursor's, in a REPEATABLE READ transaction
-	tx       pgx.Tx
-	def      *source.TableDef
-	at       source.Event // the high watermark: where the rows go out
-	emitting bool         // rows after the first chunk are still to go
+	conn *pgx.Conn // the cursor's, in a REPEATABLE READ transaction
+	tx   pgx.Tx
+	def  *source.TableDef
 }
 
-// close ends the snapshot. Closing twice is harmless.
-func (lc *keylessCopy) close() {
+// Def implements source.WholeCopy.
+func (lc *keylessCopy) Def() *source.TableDef { return lc.def }
+
+// Close implements source.WholeCopy.
+func (lc *keylessCopy) Close() {
 	ctx := context.Background()
 	if lc.tx != nil {
 		_ = lc.tx.Rollback(ctx)
@@ -96,18 +43,19 @@ func (lc *keylessCopy) close() {
 	}
 }
 
-// fetch reads the cursor's next rows into c.
-func (lc *keylessCopy) fetch(ctx context.Context, c *chunk) error {
-	rows, err := lc.tx.Query(ctx, fmt.Sprintf("FETCH %d FROM cdcctl_snapshot", c.limit))
+// Fetch implements source.WholeCopy: the cursor's next rows.
+func (lc *keylessCopy) Fetch(ctx context.Context, c *source.Chunk) error {
+	rows, err := lc.tx.Query(ctx, fmt.Sprintf("FETCH %d FROM cdcctl_snapshot", c.Limit))
 	if err != nil {
-		return fmt.Errorf("snapshot of %s: fetch: %w", c.table, err)
+		return fmt.Errorf("snapshot of %s: fetch: %w", c.Table, err)
 	}
-	return c.load(rows, nil)
+	return load(c, rows, nil)
 }
 
 // wholeTable takes the snapshot of a table without a key between its
 // watermarks and reads its first chunk; the copy goes on from it.
-func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chunk, *keylessCopy, error) {
+func (s *Source) wholeTable(ctx context.Context, table string, limit int) (*source.Chunk, source.WholeCopy, error) {
+	cfg := s.cfg
 	fail := func(what string, err error) error {
 		return fmt.Errorf("snapshot of %s (no primary key: read from one snapshot taken under a SHARE lock): %s: %w", table, what, explain(cfg, err))
 	}
@@ -122,7 +70,7 @@ func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chun
 	}
 	ltx, err := lock.Begin(ctx)
 	if err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("begin", err)
 	}
 	defer ltx.Rollback(context.Background())
@@ -133,28 +81,28 @@ func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chun
 		"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
 	} {
 		if _, err := ltx.Exec(ctx, stmt); err != nil {
-			lc.close()
+			lc.Close()
 			return nil, nil, fail(stmt, err)
 		}
 	}
 	var snapshot string
 	if err := ltx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot); err != nil || strings.ContainsAny(snapshot, `'\`) {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("export the snapshot", fmt.Errorf("%q: %v", snapshot, err))
 	}
 	// The definition under the lock: no schema change can commit now.
 	cat := &catalog{conn: lock, types: map[uint32]string{}}
 	if lc.def, err = cat.tableDef(ctx, table); err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("read its definition", err)
 	}
-	c := newChunk(table, lc.def, limit)
+	c := source.NewChunk(table, lc.def, limit)
 	if err := writeMark(ctx, lc.conn, c, "low"); err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("write the low watermark", err)
 	}
 	if lc.tx, err = lc.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}); err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("begin the snapshot's transaction", err)
 	}
 	for _, stmt := range []string{
@@ -162,22 +110,22 @@ func wholeTable(ctx context.Context, cfg Config, table string, limit int) (*chun
 		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", columnList(lc.def), quoteQualified(table)),
 	} {
 		if _, err := lc.tx.Exec(ctx, stmt); err != nil {
-			lc.close()
+			lc.Close()
 			return nil, nil, fail(stmt, err)
 		}
 	}
-	if err := lc.fetch(ctx, c); err != nil {
-		lc.close()
+	if err := lc.Fetch(ctx, c); err != nil {
+		lc.Close()
 		return nil, nil, err
 	}
 	// The high watermark commits with the lock's transaction: writers
 	// waiting for the lock commit after it.
 	if err := writeMark(ctx, ltx, c, "high"); err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("write the high watermark", err)
 	}
 	if err := ltx.Commit(ctx); err != nil {
-		lc.close()
+		lc.Close()
 		return nil, nil, fail("commit the lock's transaction", err)
 	}
 	return c, lc, nil

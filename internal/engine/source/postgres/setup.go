@@ -436,7 +436,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return nil, explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
-	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: snapshotStatus(cfg)}
+	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: source.SnapshotStatus(cfg.Snapshot)}
 	var confirmed *string
 	var retained *int64
 	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained)

@@ -95,8 +95,8 @@ type Source struct {
 	*source.LogSource
 	cfg   Config
 	log   *slog.Logger
-	pool  *copyPool  // the initial snapshot's connections on this node
-	slots chunkSlots // and the chunks it holds
+	pool  *copyPool         // the initial snapshot's connections on this node
+	slots source.ChunkSlots // and the chunks it holds
 
 	// missed counts transactions a chunk's read did not see though they
 	// committed before its low watermark (visible.go).
@@ -300,7 +300,7 @@ func (s *Source) TableIssues() []source.TableIssue {
 func marksOf(tx *Txn, tables map[string]TableState) []source.Event {
 	var out []source.Event
 	for _, m := range tx.Marks {
-		var mk mark
+		var mk source.Mark
 		if json.Unmarshal(m, &mk) != nil {
 			continue
 		}

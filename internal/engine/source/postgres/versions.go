@@ -80,7 +80,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if err != nil {
 		return unreadable("its new columns", err)
 	}
-	if sameColumns(def, cur) {
+	if source.SameColumns(def, cur) {
 		return nil
 	}
 	version := st.Version + 1
@@ -232,19 +232,6 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 		def.Columns[i].KeyPos = pos + 1
 	}
 	return def, nil
-}
-
-func sameColumns(a, b *source.TableDef) bool {
-	if len(a.Columns) != len(b.Columns) {
-		return false
-	}
-	for i := range a.Columns {
-		x, y := a.Columns[i], b.Columns[i]
-		if x.Name != y.Name || x.Type != y.Type || x.KeyPos != y.KeyPos {
-			return false
-		}
-	}
-	return true
 }
 
 // describeChange writes a schema change as the ALTER TABLE that makes it:

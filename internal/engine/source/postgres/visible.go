@@ -109,7 +109,7 @@ func newCommitOrder() *commitOrder {
 func (o *commitOrder) pass(tx *Txn) (marks [][]byte, missed int) {
 	marks = tx.Marks
 	for i, m := range marks {
-		var mk mark
+		var mk source.Mark
 		if json.Unmarshal(m, &mk) != nil {
 			continue
 		}

@@ -42,16 +42,16 @@ func TestTheHighWatermarkNamesWhatTheReadMissed(t *testing.T) {
 	t.Parallel()
 	o := newCommitOrder()
 	row := []source.Event{{Kind: source.KindDML}}
-	markOf := func(mk mark) [][]byte {
+	markOf := func(mk source.Mark) [][]byte {
 		b, _ := json.Marshal(mk)
 		return [][]byte{b}
 	}
-	o.pass(&Txn{Ts: 10, Xid: 500, Events: row})                                // seen by the read
-	o.pass(&Txn{Ts: 11, Xid: 502, Events: row})                                // committed, not yet visible
-	o.pass(&Txn{Ts: 12, Xid: 503, Marks: markOf(mark{Kind: "low", ID: "c1"})}) // the low watermark
-	o.pass(&Txn{Ts: 13, Xid: 504, Events: row})                                // in the window: dropped anyway
-	high, missed := o.pass(&Txn{Ts: 14, Xid: 505, Marks: markOf(mark{Kind: "high", ID: "c1", Snap: "501:505:502,504"})})
-	var got mark
+	o.pass(&Txn{Ts: 10, Xid: 500, Events: row})                                       // seen by the read
+	o.pass(&Txn{Ts: 11, Xid: 502, Events: row})                                       // committed, not yet visible
+	o.pass(&Txn{Ts: 12, Xid: 503, Marks: markOf(source.Mark{Kind: "low", ID: "c1"})}) // the low watermark
+	o.pass(&Txn{Ts: 13, Xid: 504, Events: row})                                       // in the window: dropped anyway
+	high, missed := o.pass(&Txn{Ts: 14, Xid: 505, Marks: markOf(source.Mark{Kind: "high", ID: "c1", Snap: "501:505:502,504"})})
+	var got source.Mark
 	if err := json.Unmarshal(high[0], &got); err != nil {
 		t.Fatal(err)
 	}
@@ -59,40 +59,16 @@ func TestTheHighWatermarkNamesWhatTheReadMissed(t *testing.T) {
 		t.Fatalf("racy %v unsure %v, want [11] false", got.Racy, got.Unsure)
 	}
 	// A high watermark whose low one the puller never saw (it restarted).
-	got = mark{}
-	high, _ = o.pass(&Txn{Ts: 15, Xid: 506, Marks: markOf(mark{Kind: "high", ID: "c2", Snap: "501:505:"})})
+	got = source.Mark{}
+	high, _ = o.pass(&Txn{Ts: 15, Xid: 506, Marks: markOf(source.Mark{Kind: "high", ID: "c2", Snap: "501:505:"})})
 	if err := json.Unmarshal(high[0], &got); err != nil || !got.Unsure {
 		t.Fatalf("an unknown low watermark: %+v %v", got, err)
 	}
 	// A table without a key is read under a lock: no snapshot, no verdict.
-	o.pass(&Txn{Ts: 16, Marks: markOf(mark{Kind: "low", ID: "k"})})
-	got = mark{}
-	high, _ = o.pass(&Txn{Ts: 17, Marks: markOf(mark{Kind: "high", ID: "k"})})
+	o.pass(&Txn{Ts: 16, Marks: markOf(source.Mark{Kind: "low", ID: "k"})})
+	got = source.Mark{}
+	high, _ = o.pass(&Txn{Ts: 17, Marks: markOf(source.Mark{Kind: "high", ID: "k"})})
 	if err := json.Unmarshal(high[0], &got); err != nil || got.Unsure || got.Racy != nil {
 		t.Fatalf("a keyless chunk: %+v %v", got, err)
-	}
-}
-
-// The partition drops from a chunk the keys its span had at the
-// positions the puller named, and refuses a position it no longer
-// remembers.
-func TestAChunkDropsTheKeysOfWhatItsReadMissed(t *testing.T) {
-	t.Parallel()
-	r := &copyReader{seenFrom: 10, seen: []seenRow{{11, "a"}, {12, "b"}, {12, "c"}, {20, "d"}}}
-	c := &chunk{dropped: map[string]bool{}}
-	if !r.dropUnseen(c, []model.Ts{12}) {
-		t.Fatal("a remembered position refused")
-	}
-	if !reflect.DeepEqual(c.dropped, map[string]bool{"b": true, "c": true}) {
-		t.Fatalf("dropped %v", c.dropped)
-	}
-	if r.dropUnseen(&chunk{dropped: map[string]bool{}}, []model.Ts{9}) {
-		t.Fatal("a position before what the reader remembers was accepted")
-	}
-	// Rows no chunk in flight needs are forgotten.
-	r.chunks = []*chunk{{regAt: 15}, {regAt: 19}}
-	r.dropUnseen(&chunk{dropped: map[string]bool{}}, nil)
-	if r.seenFrom != 15 || len(r.seen) != 1 || r.seen[0].key != "d" {
-		t.Fatalf("after trimming: from %v, %v", r.seenFrom, r.seen)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
@@ -281,29 +280,14 @@ func rebuiltEarly(t *testing.T, tc *enginetest.Cluster, dsn string, tables []str
 // new ids): by id, which dispatcher wrote each and at what position.
 func existingOrderInserts(t *testing.T, sink string) map[int][]string {
 	t.Helper()
-	ctx := context.Background()
-	cfg, err := storage.ParseURI(sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := storage.OpenBucket(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
-	streams, err := storage.ScanChanges(ctx, bucket, cfg)
+	all, err := verify.Inserts(context.Background(), sink, "public.orders")
 	if err != nil {
 		t.Fatal(err)
 	}
 	inserts := map[int][]string{}
-	for _, st := range streams {
-		if st.Table != "orders" {
-			continue
-		}
-		for _, ch := range st.Changes {
-			if id, _ := strconv.Atoi(ch.Key()); ch.Op == "INSERT" && id <= 6000 {
-				inserts[id] = append(inserts[id], fmt.Sprintf("%s at %v", st.Dispatcher, model.Ts(ch.CommitTs)))
-			}
+	for k, by := range all {
+		if id, _ := strconv.Atoi(k); id <= 6000 {
+			inserts[id] = by
 		}
 	}
 	return inserts

@@ -1,0 +1,235 @@
+package source
+
+// The initial snapshot of a database source copies the rows that exist
+// when a changefeed is created, consistent with the stream, in key-ordered
+// chunks: Netflix's DBLog watermark algorithm, run by every partition for
+// its own key range on whichever capture runs it (CopyReader). For each
+// chunk the partition
+//
+//  1. writes a low watermark into the database's log (PostgreSQL: a
+//     logical decoding message; MySQL: a row of the signal table),
+//  2. selects the chunk (the next rows of its range in key order),
+//  3. writes a high watermark;
+//
+// the changefeed's reader puts the watermarks into the event log (KindMark
+// events, their Statement a Mark), where every partition of the table
+// meets them in order with the rows. The partition drops from its chunk
+// every key that a row between the two watermarks changed (the stream
+// carries the newer row), and at the high watermark returns the rest as
+// inserts at its position. No row is missed: a row the chunk does not hold
+// was changed in the stream after the chunk saw it. No row is applied
+// twice over a newer one. How far the copy is rides in the partition's
+// progress (model.CopyProgress). What is the database's own (writing a
+// watermark, the SELECT of a range) is behind ChunkReader.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A chunk reads at most the source's chunk rows (DefaultChunkRows unless
+// its URI says), and about chunkBytes of them in memory: a partition's
+// first chunk reads firstChunkRows, and the rows' size sets how many the
+// next read. Larger chunks cost the database fewer index descents and
+// watermarks.
+const (
+	DefaultChunkRows = 65536
+	firstChunkRows   = 4096
+	chunkBytes       = 16 << 20
+)
+
+// firstChunkLimit is how many rows a partition's first chunk reads.
+func firstChunkLimit(most int) int { return min(firstChunkRows, most) }
+
+// nextChunkRows is how many rows the chunk after c reads.
+func nextChunkRows(c *Chunk, most int) int {
+	if len(c.Rows) == 0 || c.Bytes == 0 {
+		return firstChunkLimit(most)
+	}
+	perRow := max(c.Bytes/len(c.Rows), 1)
+	return max(min(chunkBytes/perRow, most), min(1024, most))
+}
+
+// Mark is a watermark's content: the Statement of a KindMark event.
+type Mark struct {
+	Kind  string `json:"kind"` // low or high
+	ID    string `json:"id"`
+	Table string `json:"table"`
+	// Snap is the read's snapshot where the database needs it (a high
+	// watermark's: PostgreSQL's txid snapshot); Racy the positions of
+	// transactions before the low watermark the read did not see and
+	// Unsure that the reader could not tell (both set by the database's
+	// reader; MySQL's reads see exactly what is before their watermark).
+	Snap   string     `json:"snap,omitempty"`
+	Racy   []model.Ts `json:"racy,omitempty"`
+	Unsure bool       `json:"unsure,omitempty"`
+}
+
+// Chunk is a chunk in flight between its watermarks.
+type Chunk struct {
+	ID    string
+	Table string
+	Snap  string    // the read's snapshot, where the database has one (Mark.Snap)
+	Def   *TableDef // the table's definition the rows were read under
+	Rows  []Event   // in key order
+	Last  string    // the last key read (encoded)
+	Full  bool      // as many rows as asked: the range may hold more
+	Limit int       // rows asked
+	Bytes int       // the rows' size in memory, about
+
+	regAt  model.Ts // its reader's position when it went in flight
+	began  time.Time
+	slot   bool // holds one of its node's chunk slots
+	loaded bool // its rows are read (set under its reader's lock)
+
+	open    bool            // the low watermark was met
+	dropped map[string]bool // keys the stream changed in the window
+	stale   bool            // a schema change (or TRUNCATE) in the window
+}
+
+// NewChunk is a chunk of a table to read, under a fresh id.
+func NewChunk(table string, def *TableDef, limit int) *Chunk {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Chunk{ID: hex.EncodeToString(b[:]), Table: table, Def: def, Limit: limit, dropped: map[string]bool{}, began: time.Now()}
+}
+
+// Loaded ends a chunk's read: its last key and whether the range may
+// hold more.
+func (c *Chunk) Loaded() {
+	if n := len(c.Rows); n > 0 {
+		c.Last = c.Rows[n-1].Key
+	}
+	c.Full = len(c.Rows) == c.Limit
+}
+
+// Within keeps of the chunk's rows those of the span: a database's query
+// reads the span only; routing decides, to be sure.
+func (c *Chunk) Within(contains func(key string) bool) {
+	kept := c.Rows[:0]
+	for _, e := range c.Rows {
+		if contains(e.Key) {
+			kept = append(kept, e)
+		}
+	}
+	c.Rows = kept
+}
+
+// observe notes the keys that rows met after the chunk's low watermark
+// change: the stream carries the newer row.
+func (c *Chunk) observe(e *Event) {
+	if c.open && e.Kind == KindDML {
+		c.dropped[e.Key] = true
+	}
+}
+
+// emit turns the chunk's rows the stream did not change into inserts at
+// the high watermark's position, under the table's schema there (hw),
+// which the caller has checked is the one they were read under.
+func (c *Chunk) emit(hw *Event) []Event {
+	out := c.Rows[:0] // in place: the chunk is done with them
+	for _, e := range c.Rows {
+		if c.dropped[e.Key] {
+			continue
+		}
+		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = hw.Def, hw.CommitTs, hw.SchemaVersion, hw.TableVersion
+		out = append(out, e)
+	}
+	return out // c.Rows keeps its length: the next chunk's size comes from it
+}
+
+// projectOnto keeps of the chunk's rows only the columns of def, an
+// earlier version of the table with columns the chunk's definition has
+// too (of the same type); false when def has another.
+func (c *Chunk) projectOnto(def *TableDef) bool {
+	if def == nil {
+		return false
+	}
+	idx := make([]int, len(def.Columns))
+	for i, col := range def.Columns {
+		j := c.Def.Index(col.Name)
+		if j < 0 || c.Def.Columns[j].Type != col.Type {
+			return false
+		}
+		idx[i] = j
+	}
+	for k := range c.Rows {
+		vals := make([]Value, len(idx))
+		for i, j := range idx {
+			vals[i] = c.Rows[k].New[j]
+		}
+		c.Rows[k].New = vals
+	}
+	c.Def = def
+	return true
+}
+
+// SameColumns says two definitions have the same columns, in order, of
+// the same types and key positions (nullability aside: PostgreSQL's
+// stream does not carry it).
+func SameColumns(a, b *TableDef) bool {
+	if a == nil || b == nil || len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		x, y := a.Columns[i], b.Columns[i]
+		if x.Name != y.Name || x.Type != y.Type || x.KeyPos != y.KeyPos {
+			return false
+		}
+	}
+	return true
+}
+
+// ColumnNames lists a definition's columns for messages.
+func ColumnNames(def *TableDef) string {
+	if def == nil {
+		return "none"
+	}
+	names := make([]string, len(def.Columns))
+	for i, col := range def.Columns {
+		names[i] = col.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// SnapshotStatus says what 'changefeed get' shows of a database
+// source's snapshot when the partitions' progress does not tell: empty
+// when it does.
+func SnapshotStatus(snapshot string) string {
+	if snapshot == "never" {
+		return "none (snapshot=never: only changes after creation)"
+	}
+	return ""
+}
+
+// ChunkSlots bounds the chunks one node holds in memory per changefeed
+// (read, their rows not gone out yet): about chunkBytes each. A source
+// gives all its copy readers one.
+type ChunkSlots struct {
+	mu   sync.Mutex
+	used int
+}
+
+// maxChunksHeld is how many: 16 MiB each at most.
+const maxChunksHeld = 8
+
+func (s *ChunkSlots) take() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used >= maxChunksHeld {
+		return false
+	}
+	s.used++
+	return true
+}
+
+func (s *ChunkSlots) give() {
+	s.mu.Lock()
+	s.used--
+	s.mu.Unlock()
+}

@@ -1,0 +1,307 @@
+package mysql
+
+// The initial snapshot: source.CopyReader's watermark algorithm
+// (source/chunk.go) with MySQL's chunks. A chunk's watermarks are rows of
+// the signal table, mark/<start>/<table>/<chunk>/<low|high>, inserted in
+// transactions of their own; the puller turns each into a mark event of
+// the table at its transaction's position (marksIn). The chunk is read
+// between them in a consistent snapshot: InnoDB commits in binary log
+// order, so the read sees every transaction before the low watermark and
+// none after the high one — unlike PostgreSQL, no transaction before the
+// low watermark can be missed, and no global read lock is taken.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// markPrefix begins the names of a changefeed's watermark rows.
+func markPrefix(cfg Config) string { return fmt.Sprintf("mark/%d/", cfg.Start) }
+
+// tableTag names a table in a watermark row: the signal table's names
+// are short (VARCHAR(128)), a table's name need not be.
+func tableTag(table string) string {
+	h := fnv.New32a()
+	h.Write([]byte(table))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// OpenCopying implements source.Copier: a partition whose share of the
+// initial snapshot is not done copies it as it reads; any other reads the
+// log.
+func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyProgress) (source.Reader, error) {
+	if s.cfg.Snapshot == "never" || copied.Done {
+		return s.LogSource.Open(span, from)
+	}
+	return s.LogSource.NewCopyReader(span, from, copied, source.CopyOptions{
+		Chunks: s, ChunkRows: s.cfg.ChunkRows, Slots: &s.slots, Log: s.log,
+	}), nil
+}
+
+// ReadChunk implements source.ChunkReader: the next rows of a span after
+// what is copied, between the chunk's watermarks.
+func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, limit int, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (*source.Chunk, error) {
+	db, err := s.snapshotDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(s.cfg, err))
+	}
+	defer conn.Close()
+	def, _, err := tableDef(ctx, conn, span.Table)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(s.cfg, err))
+	}
+	if len(def.KeyNames()) == 0 {
+		return nil, fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
+	}
+	q, err := rangeQuery(def, span, copied, limit)
+	if err != nil {
+		return nil, err
+	}
+	c := source.NewChunk(span.Table, def, limit)
+	if !register(c) {
+		return nil, nil
+	}
+	signal := quoteTable(model.TableName(s.cfg.Database, signalTable))
+	name := func(kind string) string {
+		return markPrefix(s.cfg) + tableTag(span.Table) + "/" + c.ID + "/" + kind
+	}
+	fail := func(what string, err error) error {
+		return fmt.Errorf("snapshot of %s: %s: %w", span.Table, what, explain(s.cfg, err))
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO "+signal+" (changefeed, at) VALUES (?, 0)", name("low")); err != nil {
+		return nil, fail("write the low watermark (the user needs INSERT and DELETE on "+s.cfg.Database+"."+signalTable+")", err)
+	}
+	if err := readChunk(ctx, conn, c, q); err != nil {
+		return nil, fail("read", err)
+	}
+	c.Within(span.Contains)
+	loaded(c)
+	// The high watermark, and both rows gone, in one transaction: the
+	// puller meets the insert; the deletes are nothing to it.
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fail("write the high watermark", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+signal+" (changefeed, at) VALUES (?, 0)", name("high")); err != nil {
+		return nil, fail("write the high watermark", err)
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+signal+" WHERE changefeed IN (?, ?)", name("low"), name("high")); err != nil {
+		return nil, fail("write the high watermark", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fail("write the high watermark", err)
+	}
+	return c, nil
+}
+
+// snapshotDB is the node's connection pool for chunks: at most
+// copyConns connections at once per changefeed.
+func (s *Source) snapshotDB(ctx context.Context) (*sql.DB, error) {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.db != nil {
+		return s.db, nil
+	}
+	db, err := open(ctx, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(copyConns)
+	db.SetMaxIdleConns(copyConns)
+	s.db = db
+	return db, nil
+}
+
+// copyConns bounds the chunks one node reads at once per changefeed.
+const copyConns = 4
+
+// readChunk reads a chunk's rows in a consistent snapshot. The server
+// sends them in UTF-8 (a latin1 column's too), as the stream renders
+// them.
+func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) error {
+	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck // a read-only transaction
+	rows, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	keyIdx := keyIndexes(c.Def)
+	types := keyTypes(c.Def)
+	keyVals := make([]string, len(keyIdx))
+	raw := make([]sql.RawBytes, len(c.Def.Columns))
+	ptrs := make([]any, len(raw))
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	c.Rows = make([]source.Event, 0, c.Limit)
+	var text []byte
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		// One string per row, its values slices of it (as PostgreSQL's
+		// chunks): one allocation for the text of a row.
+		text = text[:0]
+		for _, v := range raw {
+			text = append(text, v...)
+		}
+		all := string(text)
+		vals := make([]source.Value, len(raw))
+		c.Bytes += 128 + 40*len(raw) + len(all)
+		off := 0
+		for i, v := range raw {
+			if v == nil {
+				vals[i] = source.Null
+				continue
+			}
+			vals[i] = source.Text(all[off : off+len(v)])
+			off += len(v)
+		}
+		for i, j := range keyIdx {
+			keyVals[i] = vals[j].Text
+		}
+		key, err := model.EncodeKeyValues(types, keyVals)
+		if err != nil {
+			return err
+		}
+		c.Rows = append(c.Rows, source.Event{Kind: source.KindDML, Table: c.Table, Def: c.Def, Op: source.OpInsert, Key: key, New: vals})
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	c.Loaded()
+	return nil
+}
+
+// keyOrder is the key columns as a row the way keys are routed: integer
+// keys by value, any other by the bytes of its text (UTF-8; the
+// column's collation would fold case and ignore trailing spaces), so
+// the chunks of a partition are exactly its key range. Only an integer
+// key's order follows the primary key's index.
+func keyOrder(def *source.TableDef) []string {
+	var exprs []string
+	for _, k := range def.KeyNames() {
+		col := def.Columns[def.Index(k)]
+		expr := quoteIdent(k)
+		if keyType(col.Type) != "int8" {
+			expr = "CAST(CONVERT(" + expr + " USING utf8mb4) AS BINARY)"
+			if binaryType(col.Type) {
+				expr = "CAST(" + quoteIdent(k) + " AS BINARY)"
+			}
+		}
+		exprs = append(exprs, expr)
+	}
+	return exprs
+}
+
+// binaryType says a column holds bytes, not characters: its text is its
+// bytes as they are.
+func binaryType(colType string) bool {
+	t := strings.ToLower(colType)
+	return strings.HasPrefix(t, "binary") || strings.HasPrefix(t, "varbinary") || strings.HasSuffix(t, "blob") || strings.HasPrefix(t, "bit")
+}
+
+// rangeQuery is the SELECT of a chunk: the next rows of a span in key
+// order after the last key copied (or from the span's start).
+func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, error) {
+	exprs := keyOrder(def)
+	keys := def.KeyNames()
+	row := "(" + strings.Join(exprs, ", ") + ")"
+	var conds []string
+	bound := func(op, enc string) error {
+		vals, err := model.DecodeKeyValues(span.Key, enc)
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
+		}
+		ph := make([]string, len(vals))
+		for i, v := range vals {
+			// Literals, not parameters: a query without them is sent as
+			// text and answered in the text protocol, the form the stream
+			// renders values in (values.go).
+			if i < len(keys) && keyType(def.Columns[def.Index(keys[i])].Type) == "int8" {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return fmt.Errorf("snapshot of %s: key %q is not an integer", span.Table, v)
+				}
+				ph[i] = strconv.FormatInt(n, 10)
+			} else {
+				ph[i] = "X'" + hex.EncodeToString([]byte(v)) + "'"
+			}
+		}
+		conds = append(conds, fmt.Sprintf("%s %s (%s)", row, op, strings.Join(ph, ", ")))
+		return nil
+	}
+	if after, ok := copied.After(); ok {
+		if err := bound(">", after); err != nil {
+			return "", err
+		}
+	} else if span.Start != "" {
+		if err := bound(">=", span.Start); err != nil {
+			return "", err
+		}
+	}
+	if span.End != "" {
+		if err := bound("<", span.End); err != nil {
+			return "", err
+		}
+	}
+	cols := make([]string, len(def.Columns))
+	for i, c := range def.Columns {
+		cols[i] = quoteIdent(c.Name)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteTable(span.Table))
+	if len(conds) > 0 {
+		q += " WHERE " + strings.Join(conds, " AND ")
+	}
+	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(exprs, ", "), limit)
+	return q, nil
+}
+
+// marksIn turns the watermark rows a change of the signal table inserts
+// for this changefeed into mark events of their tables, each with its
+// table's schema at the reader's position (held tables have none).
+func (p *Puller) marksIn(e *replication.RowsEvent, tables map[string]tableState, held map[string]bool) []source.Event {
+	prefix := markPrefix(p.cfg)
+	var out []source.Event
+	for _, r := range e.Rows {
+		if len(r) != 2 {
+			continue
+		}
+		rest, ok := strings.CutPrefix(signalName(r[0]), prefix)
+		if !ok {
+			continue
+		}
+		parts := strings.Split(rest, "/")
+		if len(parts) != 3 {
+			continue
+		}
+		for table, st := range tables {
+			if tableTag(table) != parts[0] || held[table] {
+				continue
+			}
+			b, _ := json.Marshal(source.Mark{Kind: parts[2], ID: parts[1], Table: table})
+			out = append(out, source.Event{Kind: source.KindMark, Table: table, Def: st.Def,
+				SchemaVersion: st.Version, TableVersion: st.Since, Statement: string(b)})
+		}
+	}
+	return out
+}

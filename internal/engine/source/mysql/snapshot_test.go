@@ -1,0 +1,137 @@
+package mysql_test
+
+import (
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// existingOrders is how many orders (and items) exist when the
+// snapshot's changefeed is created: with chunks of 40 rows, enough for
+// the partitions to still be copying while plans run.
+const existingOrders = 6000
+
+// The initial snapshot of a MariaDB changefeed copies the rows that exist
+// when it is created, chunk by chunk between watermarks in the signal
+// table, and goes on through the operations that move work: while the
+// partitions copy (chunks of 40 rows) under a live workload that also
+// updates, deletes and re-keys the existing rows, a partition of orders
+// is split, its upper half moved, and the capture running the binary log
+// reader drained (the reader resumes elsewhere from the checkpoint).
+// Afterwards the tables rebuilt from the sink equal MariaDB's, no change
+// is written twice, no existing order was copied twice, and the items,
+// whose text keys sort otherwise in the column's collation (case
+// folded) than in routing's byte order, are all there.
+func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
+	t.Parallel()
+	tc, db := startExistingShop(t, 40)
+	w := startShopWorkload(t, db, existingOrders)
+	copying := func(when string) {
+		t.Helper()
+		if s := tc.CopySummary("my"); !strings.HasPrefix(s, "copying: ") {
+			t.Fatalf("%s, the snapshot is %q: it should still be copying (make the tables larger)", when, s)
+		} else {
+			t.Logf("%s: %s", when, s)
+		}
+	}
+
+	// The upper partition of orders (cut at a quantile of the key).
+	var orders model.RouteEntry
+	tc.Eventually("a partition of orders with a start key copying", 30*time.Second, func() bool {
+		for _, r := range tc.State().Partitions["my"] {
+			if s, _ := r.Route.Span.Bounds(); r.Route.Span.Table == "shop.orders" && s != "" && r.Route.Node != "" &&
+				tc.State().Progress["my"][r.Route.ID].Progress.Copy.To != "" {
+				orders = r.Route
+				return true
+			}
+		}
+		return false
+	})
+	from, _ := orders.Span.Bounds()
+	lo, err := strconv.Atoi(from)
+	if err != nil {
+		t.Fatalf("the partition of orders starts at %q", from)
+	}
+	at := strconv.Itoa(lo + (existingOrders-lo)/2)
+	copying("before the split")
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, orders.ID, at, plan.DefaultCosts) })
+	copying("after the split")
+	upper := tc.PartitionFrom("my", "shop.orders", at)
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
+		return plan.Move(s, upper.ID, tc.FollowerOf(upper.Node), plan.DefaultCosts)
+	})
+	reader := tc.MaintainerOf("my")
+	tc.NotCoordinator(reader)
+	copying("before the drain")
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
+
+	tc.WaitSnapshot("my")
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := w.finish(t)
+	rep := tc.VerifyDatabase("my", up, []string{"shop.orders", "shop.items"}, end)
+	if !rep.OK || rep.Duplicates != 0 || w.n < 20 {
+		t.Fatalf("after %d transactions: %+v", w.n, rep)
+	}
+	copied := 0
+	for k, by := range tc.Inserts("my", "shop.orders") {
+		id, _ := strconv.Atoi(k)
+		if id > existingOrders {
+			continue // the workload's
+		}
+		copied++
+		if len(by) > 1 {
+			t.Errorf("order %d was copied %d times: by %v", id, len(by), by)
+		}
+	}
+	if copied < existingOrders/2 {
+		t.Fatalf("only %d of the %d existing orders copied", copied, existingOrders)
+	}
+	t.Logf("%d transactions; %d existing orders copied once each; %s; %+v", w.n, copied, tc.CopySummary("my"), rep.TableReports)
+}
+
+// startExistingShop starts MariaDB with existingOrders orders and items
+// in it, three captures and changefeed my (orders and items, two
+// partitions each, into files), whose snapshot copies in chunks of
+// chunkRows rows.
+func startExistingShop(t *testing.T, chunkRows int) (*enginetest.Cluster, *sql.DB) {
+	t.Helper()
+	srv, db := startShopDB(t)
+	for _, q := range []string{
+		`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`,
+		// The default collation folds case: 'SKU-7' sorts among 'sku-…'
+		// there, before 'Sku-…' in bytes.
+		`CREATE TABLE items (sku VARCHAR(32), line INT, qty INT NOT NULL, PRIMARY KEY (sku, line))`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for base := 1; base <= existingOrders; base += 500 {
+		var orders, items []string
+		for id := base; id < base+500 && id <= existingOrders; id++ {
+			orders = append(orders, fmt.Sprintf("(%d, '%s', %d.%02d, 'café %d  ', NOW(6))", id, []string{"eu", "us", "ap"}[id%3], id%1000, id%100, id))
+			items = append(items, fmt.Sprintf("('%s-%d', %d, %d)", []string{"sku", "SKU", "Sku"}[id%3], id%50, id, id%9+1))
+		}
+		for _, q := range []string{"INSERT INTO orders VALUES " + strings.Join(orders, ", "), "INSERT INTO items VALUES " + strings.Join(items, ", ")} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(3)
+	uri := "mysql://root@" + srv.Addr() + "/shop?tables=orders,items&chunk-rows=" + strconv.Itoa(chunkRows)
+	tc.CreateChangefeed("my", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	return tc, db
+}
