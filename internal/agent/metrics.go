@@ -39,6 +39,7 @@ type metrics struct {
 	nodes            prometheus.Gauge
 	cleanupsPending  prometheus.Gauge
 	slotRetained     *prometheus.GaugeVec
+	headroom         *prometheus.GaugeVec
 	incarnations     prometheus.Counter
 	checkpointLag    *prometheus.GaugeVec
 	changefeedState  *prometheus.GaugeVec
@@ -155,6 +156,10 @@ func newMetrics() *metrics {
 			Namespace: "cdcctl", Subsystem: "source", Name: "retained_bytes",
 			Help: "WAL the replication slot of a database changefeed retains upstream (PostgreSQL), in bytes; read every 30 s by the capture maintaining it.",
 		}, []string{"changefeed"}),
+		headroom: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "cdcctl", Subsystem: "source", Name: "retention_headroom_seconds",
+			Help: "How long a database changefeed may fall further behind before the upstream purges its position (MySQL: binary log expiry minus the checkpoint lag); negative once it is behind that. Only for upstreams that purge by age; read every 30 s by the capture maintaining it.",
+		}, []string{"changefeed"}),
 		incarnations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cdcctl", Subsystem: "cluster", Name: "joins_total",
 			Help: "Times this process joined the cluster (more than 1 means its session was lost and renewed).",
@@ -215,7 +220,7 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
-	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.slotRetained, m.incarnations,
+	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.slotRetained, m.headroom, m.incarnations,
 		m.checkpointLag, m.changefeedState, m.tableIssues, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)

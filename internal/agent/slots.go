@@ -16,7 +16,10 @@ const slotsEvery = 30 * time.Second
 // watchSlots keeps cdcctl_source_retained_bytes{changefeed} for the
 // database changefeeds this node maintains (their readers run here), so
 // that a slot holding back more and more WAL (a changefeed paused, failing
-// or far behind) raises an alert before the database's disk fills.
+// or far behind) raises an alert before the database's disk fills; and
+// cdcctl_source_retention_headroom_seconds{changefeed} for upstreams
+// that purge their log by age whatever readers need (MySQL), so that a
+// changefeed falling behind raises an alert before its position is gone.
 func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 	var shown map[model.ChangefeedID]bool // the changefeeds of the last round
 	t := time.NewTicker(slotsEvery)
@@ -36,11 +39,18 @@ func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 			// error says why.
 			if err == nil && ss != nil {
 				n.metrics.slotRetained.WithLabelValues(string(id)).Set(float64(ss.RetainedBytes))
+				if ss.RetentionSeconds > 0 {
+					lag := time.Since(e.Status.CheckpointTs.Time())
+					n.metrics.headroom.WithLabelValues(string(id)).Set(float64(ss.RetentionSeconds) - lag.Seconds())
+				} else {
+					n.metrics.headroom.DeleteLabelValues(string(id))
+				}
 			}
 		}
 		for id := range shown {
 			if !mine[id] { // removed, or maintained elsewhere now
 				n.metrics.slotRetained.DeleteLabelValues(string(id))
+				n.metrics.headroom.DeleteLabelValues(string(id))
 			}
 		}
 		shown = mine

@@ -137,6 +137,10 @@ type SourceStatus struct {
 	// RetainedBytes is the upstream log kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
 	RetainedBytes int64 `json:"retained_bytes"`
+	// RetentionSeconds is how long the upstream keeps its log whatever
+	// the changefeed needs (MySQL's binary log expiry); 0 when not
+	// bounded by time.
+	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
 	// Snapshot is the initial snapshot's progress: "copying … ", "done".
 	Snapshot string `json:"snapshot,omitempty"`
 	// Filter is the changefeed's table rules (tables= with patterns);

@@ -254,6 +254,17 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 						// what matters is where the changefeed resumes and
 						// how much log the server still has from there.
 						fmt.Fprintf(tw, "Binlog:\tresumes at %s, the server keeps %s of binary log from there\n", orNone(ss.Position), humanBytes(ss.RetainedBytes))
+						if ss.RetentionSeconds > 0 {
+							// The server purges by age: the changefeed's lag
+							// eats into that.
+							kept := time.Duration(ss.RetentionSeconds) * time.Second
+							headroom := kept - time.Duration(cf.CheckpointLagMs)*time.Millisecond
+							if headroom > 0 {
+								fmt.Fprintf(tw, "Retention:\tbinary logs are kept %s; at the current lag the changefeed has %s before its position is purged\n", kept, headroom.Round(time.Second))
+							} else {
+								fmt.Fprintf(tw, "Retention:\tbinary logs are kept %s, less than the changefeed's lag: its position is purged or about to be; keep binary logs longer (binlog_expire_logs_seconds)\n", kept)
+							}
+						}
 					default:
 						active := "idle (no reader streams from it)"
 						if ss.Active {

@@ -347,3 +347,18 @@ func (c *Cluster) RemoveChangefeed(cf model.ChangefeedID) {
 		}
 	}
 }
+
+// MoveElsewhere moves a partition off the capture it is on when the plan
+// is computed, to another: the scheduler may have moved it since the
+// test looked (a node the test read then would be where it already is).
+func (c *Cluster) MoveElsewhere(pid string) *exec.Record {
+	c.T.Helper()
+	return c.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
+		for _, p := range s.Partitions {
+			if p.Route.ID == pid {
+				return plan.Move(s, pid, c.FollowerOf(p.Route.Node), plan.DefaultCosts)
+			}
+		}
+		return nil, fmt.Errorf("no partition %s", pid)
+	})
+}

@@ -87,6 +87,9 @@ type Chunk struct {
 	slot   bool // holds one of its node's chunk slots
 	loaded bool // its rows are read (set under its reader's lock)
 
+	text    []byte   // AddRow's buffer
+	keyVals []string // and its key's values
+
 	open    bool            // the low watermark was met
 	dropped map[string]bool // keys the stream changed in the window
 	stale   bool            // a schema change (or TRUNCATE) in the window
@@ -97,6 +100,41 @@ func NewChunk(table string, def *TableDef, limit int) *Chunk {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Chunk{ID: hex.EncodeToString(b[:]), Table: table, Def: def, Limit: limit, dropped: map[string]bool{}, began: time.Now()}
+}
+
+// AddRow appends a row read in the database's text form: its values'
+// bytes in column order (nil is NULL), keyIdx the key columns' positions
+// (none for a table without a key) and types the key's column types as
+// routing encodes them. The row's text is one string, its values slices
+// of it: a chunk of 65,536 rows is then 65,536 allocations for the text,
+// not one per value.
+func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
+	c.text = c.text[:0]
+	for _, v := range raw {
+		c.text = append(c.text, v...)
+	}
+	all := string(c.text)
+	vals := make([]Value, len(raw))
+	c.Bytes += 128 + 40*len(raw) + len(all) // the event, its values and their text
+	off := 0
+	for i, v := range raw {
+		if v == nil {
+			vals[i] = Null
+			continue
+		}
+		vals[i] = Text(all[off : off+len(v)])
+		off += len(v)
+	}
+	c.keyVals = c.keyVals[:0]
+	for _, j := range keyIdx {
+		c.keyVals = append(c.keyVals, vals[j].Text)
+	}
+	key, err := model.EncodeKeyValues(types, c.keyVals)
+	if err != nil {
+		return err
+	}
+	c.Rows = append(c.Rows, Event{Kind: KindDML, Table: c.Table, Def: c.Def, Op: OpInsert, Key: key, New: vals})
+	return nil
 }
 
 // Loaded ends a chunk's read: its last key and whether the range may

@@ -275,6 +275,11 @@ type Status struct {
 	// RetainedBytes is how much upstream log is kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
 	RetainedBytes int64 `json:"retained_bytes"`
+	// RetentionSeconds is how long the upstream keeps its log whatever
+	// its readers need (MySQL: binlog_expire_logs_seconds); 0 when that
+	// is not bounded by time (PostgreSQL's slots hold what they need).
+	// A changefeed further behind than that finds its position purged.
+	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
 	// Snapshot says how far the initial snapshot is, as of the last
 	// persisted resume point.
 	Snapshot string `json:"snapshot,omitempty"`

@@ -51,9 +51,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	if upper.ID == "" {
 		t.Fatalf("no partition starting at 100 in %+v", tc.State().Partitions["my"])
 	}
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
-		return plan.Move(s, upper.ID, tc.FollowerOf(upper.Node), plan.DefaultCosts)
-	})
+	tc.MoveElsewhere(upper.ID)
 	reader := tc.MaintainerOf("my")
 	tc.NotCoordinator(reader)
 	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
@@ -315,7 +313,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedWithTheReason(t *testing.T) {
 
 // startShopDB starts a MariaDB with its binary log on and opens its
 // database shop.
-func startShopDB(t *testing.T) (*mysqlserver.Server, *sql.DB) {
+func startShopDB(t testing.TB) (*mysqlserver.Server, *sql.DB) {
 	t.Helper()
 	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
 	db, err := sql.Open("mysql", dsn)

@@ -30,9 +30,8 @@ import (
 
 // followable says whether a statement naming a replicated table changes
 // what its rows look like in a way the next row's table map shows: ALTER
-// TABLE other than a rename, and index changes. A rename, a drop, a
-// TRUNCATE (rows removed without row events) and anything else hold the
-// table.
+// TABLE other than a rename, and index changes. A rename, a drop and
+// anything else hold the table (a TRUNCATE is passed on: truncated).
 func followable(stmt string) bool {
 	low := strings.ToLower(strings.Join(strings.Fields(stmt), " "))
 	switch {
@@ -43,6 +42,46 @@ func followable(stmt string) bool {
 		return true
 	}
 	return false
+}
+
+// truncated names the table a TRUNCATE statement empties (db is the
+// statement's default database); false for any other statement, or one
+// whose table it cannot read exactly (which holds what it names instead:
+// emptying the wrong table in the sink would lose rows).
+func truncated(stmt, db string) (string, bool) {
+	f := strings.Fields(stmt)
+	if len(f) < 2 || !strings.EqualFold(f[0], "truncate") {
+		return "", false
+	}
+	name := f[1]
+	if strings.EqualFold(name, "table") {
+		if len(f) != 3 {
+			return "", false
+		}
+		name = f[2]
+	} else if len(f) != 2 {
+		return "", false
+	}
+	name = strings.TrimSuffix(name, ";")
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", false
+	}
+	for i, p := range parts {
+		if strings.HasPrefix(p, "`") {
+			if len(p) < 3 || !strings.HasSuffix(p, "`") || strings.Contains(p[1:len(p)-1], "`") {
+				return "", false
+			}
+			p = p[1 : len(p)-1]
+		} else if p == "" || strings.ContainsAny(p, "`\"'") {
+			return "", false
+		}
+		parts[i] = p
+	}
+	if len(parts) == 1 {
+		return model.TableName(db, parts[0]), true
+	}
+	return model.TableName(parts[0], parts[1]), true
 }
 
 // mapMatches says whether a row's table map describes the schema the

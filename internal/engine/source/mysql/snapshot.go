@@ -146,44 +146,23 @@ func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) e
 	defer rows.Close()
 	keyIdx := keyIndexes(c.Def)
 	types := keyTypes(c.Def)
-	keyVals := make([]string, len(keyIdx))
 	raw := make([]sql.RawBytes, len(c.Def.Columns))
 	ptrs := make([]any, len(raw))
 	for i := range raw {
 		ptrs[i] = &raw[i]
 	}
+	vals := make([][]byte, len(raw))
 	c.Rows = make([]source.Event, 0, c.Limit)
-	var text []byte
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
 		}
-		// One string per row, its values slices of it (as PostgreSQL's
-		// chunks): one allocation for the text of a row.
-		text = text[:0]
-		for _, v := range raw {
-			text = append(text, v...)
-		}
-		all := string(text)
-		vals := make([]source.Value, len(raw))
-		c.Bytes += 128 + 40*len(raw) + len(all)
-		off := 0
 		for i, v := range raw {
-			if v == nil {
-				vals[i] = source.Null
-				continue
-			}
-			vals[i] = source.Text(all[off : off+len(v)])
-			off += len(v)
+			vals[i] = v
 		}
-		for i, j := range keyIdx {
-			keyVals[i] = vals[j].Text
-		}
-		key, err := model.EncodeKeyValues(types, keyVals)
-		if err != nil {
+		if err := c.AddRow(vals, keyIdx, types); err != nil {
 			return err
 		}
-		c.Rows = append(c.Rows, source.Event{Kind: source.KindDML, Table: c.Table, Def: c.Def, Op: source.OpInsert, Key: key, New: vals})
 	}
 	if err := rows.Err(); err != nil {
 		return err

@@ -95,8 +95,9 @@ func Follow(context.Context, string, source.Position) (source.Followed, bool, er
 	return source.Followed{}, false, nil
 }
 
-// Inspect reports the binary log position a changefeed resumes from and
-// how much binary log the server keeps from it on.
+// Inspect reports the binary log position a changefeed resumes from, how
+// much binary log the server keeps from it on, and for how long the
+// server keeps binary logs.
 func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
@@ -112,6 +113,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return st, nil // the status says what it knows; the server is unreachable now
 	}
 	defer db.Close()
+	st.RetentionSeconds = retention(ctx, db)
 	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
 	if err != nil {
 		return st, nil
@@ -226,13 +228,16 @@ func keyType(colType string) string {
 	return "text"
 }
 
-// boundarySample bounds the keys Boundaries reads of a large table: it
-// reads every step-th key of the primary key's order instead.
+// boundarySample bounds the keys Boundaries reads of a table: a larger
+// one is cut by reading one key at each quantile instead.
 const boundarySample = 100_000
 
 // Boundaries implements source.Source: n-1 keys that cut the table's
 // rows into n ranges of about the same number of rows (an empty table,
-// or one with fewer keys, is cut less or not at all).
+// or one with fewer keys, is cut less or not at all). Keys are taken in
+// routing order (keyOrder): a small table's are all read; a larger
+// table's quantiles are each read at their offset (the server walks the
+// key; nothing but the n-1 keys comes back).
 func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string, error) {
 	if n < 2 {
 		return nil, nil
@@ -254,36 +259,61 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	for i, k := range keys {
 		cols[i] = quoteIdent(k)
 	}
-	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT %d", strings.Join(cols, ", "), quoteTable(table), strings.Join(cols, ", "), boundarySample))
-	if err != nil {
+	var count int64
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quoteTable(table)).Scan(&count); err != nil {
 		return nil, explain(s.cfg, err)
 	}
-	defer rows.Close()
+	q := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), quoteTable(table), strings.Join(keyOrder(def), ", "))
 	types := keyTypes(def)
-	var all []string
-	for rows.Next() {
-		vals := make([]sql.NullString, len(keys))
-		ptrs := make([]any, len(keys))
-		for i := range vals {
-			ptrs[i] = &vals[i]
+	read := func(q string) ([]string, error) {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			return nil, explain(s.cfg, err)
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			vals := make([]sql.NullString, len(keys))
+			ptrs := make([]any, len(keys))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return nil, err
+			}
+			texts := make([]string, len(keys))
+			for i, v := range vals {
+				texts[i] = v.String
+			}
+			enc, err := model.EncodeKeyValues(types, texts)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, enc)
 		}
-		texts := make([]string, len(keys))
-		for i, v := range vals {
-			texts[i] = v.String
+		if err := rows.Err(); err != nil {
+			return nil, explain(s.cfg, err)
 		}
-		enc, err := model.EncodeKeyValues(types, texts)
+		return out, nil
+	}
+	if count <= boundarySample {
+		all, err := read(q)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, enc)
+		return source.Quantiles(all, n), nil
 	}
-	if err := rows.Err(); err != nil {
-		return nil, explain(s.cfg, err)
+	var out []string
+	for i := 1; i < n; i++ {
+		k, err := read(fmt.Sprintf("%s LIMIT 1 OFFSET %d", q, int64(i)*count/int64(n)))
+		if err != nil {
+			return nil, err
+		}
+		if len(k) == 1 && (len(out) == 0 || out[len(out)-1] < k[0]) {
+			out = append(out, k[0])
+		}
 	}
-	return source.Quantiles(all, n), nil
+	return out, nil
 }
 
 // quoteIdent quotes a column name as MySQL does.

@@ -270,9 +270,24 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			case strings.EqualFold(q, "COMMIT"):
 			default:
 				// A schema change (its own transaction). An ALTER is
-				// followed at the table's next row (schema.go); a rename,
-				// a drop, a TRUNCATE hold the table, never decoded with a
-				// schema that no longer holds.
+				// followed at the table's next row (schema.go); a
+				// TRUNCATE goes to the sink as one (a new table version
+				// that no row before survives); a rename or a drop holds
+				// the table, never decoded with a schema that no longer
+				// holds.
+				if t, ok := truncated(q, string(e.Schema)); ok {
+					if st, replicated := at.Tables[t]; replicated {
+						if !held[t] {
+							st.Version++
+							at.Tables = withTable(at.Tables, t, st)
+							cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+								Statement: source.TruncatePrefix + quoteTable(t)})
+						}
+						break
+					}
+					// Another table, or one named otherwise than ours
+					// (letter case): what it names is held below.
+				}
 				for _, t := range namedTables(q, string(e.Schema), at.Tables) {
 					if followable(q) {
 						pending[t] = q
@@ -280,7 +295,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					}
 					held[t] = true
 					w.Hold(t, at.Ts+1)
-					p.log.Warn("mysql source: a replicated table was renamed, dropped or truncated; the table is held, the others go on", "changefeed", p.cf, "table", t, "statement", q)
+					p.log.Warn("mysql source: a replicated table was renamed or dropped; the table is held, the others go on", "changefeed", p.cf, "table", t, "statement", q)
 				}
 			}
 		case *replication.XIDEvent:

@@ -252,8 +252,9 @@ func TestRowsArriveFromTheBinaryLogAsTheServerShowsThem(t *testing.T) {
 // Schema changes of a replicated table are followed by a reader that
 // keeps up: an added column, a dropped one and a changed type each come
 // as a schema change event at its own position before the first row that
-// has the new schema, and every row is decoded with its own. A rename holds its table; the others
-// go on. Read again from the first resume point, after all the changes
+// has the new schema, and every row is decoded with its own. A TRUNCATE
+// goes on as one (a new table version no earlier row survives). A
+// rename holds its table; the others go on. Read again from the first resume point, after all the changes
 // (the catalog shows only the last schema), every row is decoded with its
 // own schema, from the binary log's description of it, at the same
 // positions.
@@ -272,6 +273,7 @@ func TestSchemaChangesAreFollowedAndARenameHoldsItsTable(t *testing.T) {
 		{"INSERT INTO orders VALUES (1, 'a')", "ALTER TABLE orders ADD COLUMN extra INT", "INSERT INTO orders VALUES (2, 'b', 5)", "UPDATE orders SET extra = 7 WHERE id = 1"},
 		{"ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders VALUES (3, 9)"},
 		{"ALTER TABLE orders MODIFY extra BIGINT", "INSERT INTO orders VALUES (4, 9000000000)"},
+		{"TRUNCATE TABLE `shop`.orders", "INSERT INTO orders VALUES (5, 1)"},
 		{"INSERT INTO items VALUES (7)", "RENAME TABLE items TO items_v2", "INSERT INTO items_v2 VALUES (8)"},
 	} {
 		exec(t, dsn, step...)
@@ -293,7 +295,11 @@ func TestSchemaChangesAreFollowedAndARenameHoldsItsTable(t *testing.T) {
 			for _, c := range e.Def.Columns {
 				cols = append(cols, c.Name+" "+c.Type)
 			}
-			got = append(got, fmt.Sprintf("DDL v%d (%s)", e.SchemaVersion, strings.Join(cols, ", ")))
+			what := "DDL"
+			if source.IsTruncate(&e) {
+				what = "TRUNCATE"
+			}
+			got = append(got, fmt.Sprintf("%s v%d (%s)", what, e.SchemaVersion, strings.Join(cols, ", ")))
 			continue
 		}
 		var vals []string
@@ -311,6 +317,8 @@ func TestSchemaChangesAreFollowedAndARenameHoldsItsTable(t *testing.T) {
 		"INSERT shop.orders v2 [3 9]",
 		"DDL v3 (id bigint(20), extra bigint(20))",
 		"INSERT shop.orders v3 [4 9000000000]",
+		"TRUNCATE v4 (id bigint(20), extra bigint(20))",
+		"INSERT shop.orders v4 [5 1]",
 		"INSERT shop.items v0 [7]",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

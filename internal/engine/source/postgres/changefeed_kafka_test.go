@@ -40,9 +40,7 @@ func TestAChangefeedIntoKafka(t *testing.T) {
 	if upper.ID == "" {
 		t.Fatalf("no partition starting at 1000 in %+v", tc.State().Partitions["pg"])
 	}
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
-		return plan.Move(s, upper.ID, tc.FollowerOf(upper.Node), plan.DefaultCosts)
-	})
+	tc.MoveElsewhere(upper.ID)
 	if _, err := srv.Psql(ctx, "shop", "TRUNCATE items"); err != nil {
 		t.Fatal(err)
 	}

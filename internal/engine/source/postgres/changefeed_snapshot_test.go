@@ -52,9 +52,7 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	if p := tc.State().Progress["pg"][orders.ID].Progress; p.Copy.Rows == 0 {
 		t.Fatalf("the lower half's progress after the split: %+v", p)
 	}
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
-		return plan.Move(s, upper.ID, tc.FollowerOf(upper.Node), plan.DefaultCosts)
-	})
+	tc.MoveElsewhere(upper.ID)
 	// Drain the capture running the reader (not the coordinator's).
 	reader := tc.MaintainerOf("pg")
 	tc.NotCoordinator(reader)

@@ -70,9 +70,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	if _, end := upper.Span.Bounds(); upper.ID == "" || end != "3001" {
 		t.Fatalf("no upper half [3000, 3001) of %s: %+v", orders.ID, upper)
 	}
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
-		return plan.Move(s, upper.ID, tc.FollowerOf(upper.Node), plan.DefaultCosts)
-	})
+	tc.MoveElsewhere(upper.ID)
 	// Schema changes under the workload, each through the DDL barrier of
 	// all the table's partitions: an added column (orders is cut in five
 	// now), and a TRUNCATE, the rows before it gone.

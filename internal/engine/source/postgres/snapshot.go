@@ -89,37 +89,11 @@ func withWatermarks(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.C
 func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 	defer rows.Close()
 	types := keyTypes(c.Def)
-	keyVals := make([]string, len(keyIdx))
 	c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk: no copies as it grows
-	var text []byte
 	for rows.Next() {
-		raw := rows.RawValues()
-		// One string per row, its values slices of it: a chunk of 65,536
-		// rows is then 65,536 allocations for the text, not one per value.
-		text = text[:0]
-		for _, v := range raw {
-			text = append(text, v...)
-		}
-		all := string(text)
-		vals := make([]source.Value, len(raw))
-		c.Bytes += 128 + 40*len(raw) + len(all) // the event, its values and their text
-		off := 0
-		for i, v := range raw {
-			if v == nil {
-				vals[i] = source.Null
-				continue
-			}
-			vals[i] = source.Text(all[off : off+len(v)])
-			off += len(v)
-		}
-		for i, j := range keyIdx {
-			keyVals[i] = vals[j].Text
-		}
-		key, err := model.EncodeKeyValues(types, keyVals)
-		if err != nil {
+		if err := c.AddRow(rows.RawValues(), keyIdx, types); err != nil {
 			return fmt.Errorf("snapshot of %s: %w", c.Table, err)
 		}
-		c.Rows = append(c.Rows, source.Event{Kind: source.KindDML, Table: c.Table, Def: c.Def, Op: source.OpInsert, Key: key, New: vals})
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("snapshot of %s: %w", c.Table, err)

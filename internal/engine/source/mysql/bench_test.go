@@ -1,0 +1,258 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// BenchmarkSourceAgainstBareReader measures rows/s from MariaDB's binary
+// log to a file sink through this source — the binary log decoded into
+// rows with the schema the source keeps, appended to the event log, read
+// back by key range, encoded as canal-json and written to files —
+// against, as the baseline, a bare go-mysql binlog reader that only
+// parses the same binary log (its rows events decoded, nothing else). It
+// reports both and their ratio; the two alternate which reads first.
+//
+//	go test -run '^$' -bench SourceAgainstBareReader -benchtime 4x ./internal/engine/source/mysql
+func BenchmarkSourceAgainstBareReader(b *testing.B) {
+	const rows, perTxn = 200_000, 1000
+	srv, db := startShopDB(b)
+	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := mysql.ParseURI("mysql://root@" + srv.Addr() + "/shop?tables=bench&snapshot=never&server-id=4242")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var ours, bare time.Duration
+	for i := 0; i < b.N; i++ {
+		cfg.Start = model.TsFromTime(time.Now())
+		from, err := mysql.Begin(ctx, cfg, cfg.Start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		insertRows(b, db, i*rows, rows, perTxn)
+		runBare := func() {
+			began := time.Now()
+			if got := bareRead(b, srv.Addr(), from, rows); got != rows {
+				b.Fatalf("the bare reader parsed %d rows, want %d", got, rows)
+			}
+			bare += time.Since(began)
+		}
+		runOurs := func() {
+			began := time.Now()
+			if got := throughTheSource(b, cfg, from, b.TempDir(), rows); got != rows {
+				b.Fatalf("the source delivered %d rows, want %d", got, rows)
+			}
+			ours += time.Since(began)
+		}
+		if i%2 == 0 {
+			runBare()
+			runOurs()
+		} else {
+			runOurs()
+			runBare()
+		}
+	}
+	n := float64(rows * b.N)
+	b.ReportMetric(n/ours.Seconds(), "rows/s")
+	b.ReportMetric(n/bare.Seconds(), "bare-rows/s")
+	b.ReportMetric(bare.Seconds()/ours.Seconds(), "ratio")
+}
+
+// insertRows inserts rows from first+1 on, perTxn to a transaction.
+func insertRows(b *testing.B, db *sql.DB, first, rows, perTxn int) {
+	b.Helper()
+	for t := 0; t < rows/perTxn; t++ {
+		vals := make([]string, 0, perTxn)
+		for id := first + t*perTxn + 1; id <= first+(t+1)*perTxn; id++ {
+			vals = append(vals, fmt.Sprintf("(%d, MD5(%d), %d / 7.0, NOW(6), %d)", id, id, id, id%2))
+		}
+		if _, err := db.Exec("INSERT INTO bench VALUES " + strings.Join(vals, ", ")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// bareRead streams the binary log from a resume point with go-mysql's
+// syncer and counts the rows its rows events decode: the least any
+// binary log consumer does.
+func bareRead(b *testing.B, addr string, from source.Position, want int) int {
+	var at struct {
+		File string `json:"file"`
+		Pos  uint32 `json:"pos"`
+	}
+	if err := json.Unmarshal(from, &at); err != nil {
+		b.Fatal(err)
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	var p uint16
+	fmt.Sscan(port, &p)
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{ServerID: 4343, Flavor: "mariadb", Host: host, Port: p, User: "root",
+		Logger: slog.New(slog.DiscardHandler)})
+	defer syncer.Close()
+	stream, err := syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for n < want {
+		ev, err := stream.GetEvent(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if re, ok := ev.Event.(*replication.RowsEvent); ok && string(re.Table.Table) == "bench" {
+			n += len(re.Rows)
+		}
+	}
+	return n
+}
+
+// throughTheSource runs the data path: the puller into the event log (on
+// disk, as the agent keeps it), the table's span read back and written to
+// a storage sink, until want rows are written.
+func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	s, err := storage.Open(ctx, "file://"+dir+"/sink?file-size=4194304&flush-interval=1s", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	w := &sinkingLog{Log: log, s: s, want: want, done: cancel}
+	p := mysql.NewPuller(cfg, "bench", "mariadb", nil)
+	if err := p.Pull(ctx, from, w); err != nil && ctx.Err() == nil {
+		b.Fatal(err)
+	}
+	if w.err != nil {
+		b.Fatal(w.err)
+	}
+	if err := s.Flush(context.Background(), "p1.1"); err != nil {
+		b.Fatal(err)
+	}
+	return w.got
+}
+
+// sinkingLog is the event log a benchmark's puller appends to: after each
+// transaction it reads the table's span up to it and writes it to the
+// sink, as a partition's dispatcher would, and ends the pull once want
+// rows are written.
+type sinkingLog struct {
+	*eventlog.Log
+	s    sink.Sink
+	span model.Span
+	pos  source.Cursor
+	got  int
+	want int
+	err  error
+	done context.CancelFunc
+}
+
+func (w *sinkingLog) Append(evs []source.Event) error {
+	if err := w.Log.Append(evs); err != nil {
+		return err
+	}
+	upTo := evs[len(evs)-1].CommitTs
+	w.Log.Resolve(upTo)
+	w.span.Table = "shop.bench"
+	for w.got < w.want {
+		rows, next, err := w.Log.Read(w.span, w.pos, upTo, 4096)
+		if err != nil {
+			return err
+		}
+		w.pos = next
+		if len(rows) == 0 {
+			break
+		}
+		w.got += len(rows)
+		if err := w.s.Write(context.Background(), &sink.Batch{Dispatcher: "p1.1", Events: rows}); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	if w.got >= w.want {
+		w.done()
+	}
+	return nil
+}
+
+// BenchmarkSnapshotAgainstSelect measures the initial snapshot's rows/s
+// through the engine — a changefeed of one table cut into four
+// partitions on two captures, each copying its key range in chunks
+// between watermarks, through the event log into a file sink — from the
+// changefeed's creation to every partition done, against, as the
+// baseline, SELECT * ... ORDER BY id of the same table read flat out by
+// one client. It reports both and their ratio.
+//
+//	go test -run '^$' -bench SnapshotAgainstSelect -benchtime 3x ./internal/engine/source/mysql
+func BenchmarkSnapshotAgainstSelect(b *testing.B) {
+	const rows = 200_000
+	srv, db := startShopDB(b)
+	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
+		b.Fatal(err)
+	}
+	insertRows(b, db, 0, rows, 5000)
+	tc := enginetest.New(b, enginetest.Options{})
+	tc.StartCaptures(2)
+	var ours, flat time.Duration
+	for i := 0; i < b.N; i++ {
+		began := time.Now()
+		r, err := db.Query("SELECT * FROM bench ORDER BY id")
+		if err != nil {
+			b.Fatal(err)
+		}
+		vals := make([]sql.RawBytes, 5)
+		ptrs := []any{&vals[0], &vals[1], &vals[2], &vals[3], &vals[4]}
+		n := 0
+		for r.Next() {
+			if err := r.Scan(ptrs...); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		r.Close()
+		if n != rows {
+			b.Fatalf("read %d rows, want %d", n, rows)
+		}
+		flat += time.Since(began)
+
+		id := model.ChangefeedID(fmt.Sprintf("snap-%d", i))
+		began = time.Now()
+		tc.CreateChangefeed(string(id), "mysql://root@"+srv.Addr()+"/shop?tables=bench", "file://"+b.TempDir(), 4)
+		tc.WaitSnapshot(id)
+		ours += time.Since(began)
+		if s := tc.CopySummary(id); !strings.Contains(s, fmt.Sprintf("(%d rows copied)", rows)) {
+			b.Fatalf("the snapshot says %q, want %d rows copied", s, rows)
+		}
+		tc.RemoveChangefeed(id)
+	}
+	n := float64(rows * b.N)
+	b.ReportMetric(n/ours.Seconds(), "rows/s")
+	b.ReportMetric(n/flat.Seconds(), "select-rows/s")
+	b.ReportMetric(flat.Seconds()/ours.Seconds(), "ratio")
+}

@@ -1,0 +1,109 @@
+package mysql_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// bigTxnRows is the size of the large transaction: far more than a
+// partition's batch, so it reaches the sink in parts.
+const bigTxnRows = 200_000
+
+// A transaction of 200,000 rows (the binary log's complaint of old:
+// readers timing out or running out of memory in the middle of one)
+// arrives whole, at one position: inserted in one transaction, then
+// a tenth of them updated in another, beside a small table's changes and its TRUNCATE
+// (which reaches the sink as one). The tables rebuilt from the sink
+// equal MariaDB's, nothing twice.
+func TestATransactionOf200000RowsArrivesWhole(t *testing.T) {
+	t.Parallel()
+	srv, db := startShopDB(t)
+	for _, q := range []string{
+		`CREATE TABLE biglines (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHAR(32))`,
+		`CREATE TABLE small (id INT PRIMARY KEY)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	created := tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=biglines,small&snapshot=never", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.WaitCheckpoint("my", created.StartTs+model.TsFromMillis(500))
+
+	began := time.Now()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for base := 0; base < bigTxnRows; base += 5000 {
+		vals := make([]string, 0, 5000)
+		for id := base; id < base+5000; id++ {
+			vals = append(vals, fmt.Sprintf("(%d, %d, 'line %d')", id, id%7, id))
+		}
+		if _, err := tx.Exec("INSERT INTO biglines VALUES " + strings.Join(vals, ", ")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"INSERT INTO small VALUES (1)", "UPDATE biglines SET qty = qty + 1, note = NULL WHERE id % 10 = 0", "INSERT INTO small VALUES (2)",
+		"TRUNCATE TABLE small", "INSERT INTO small VALUES (3)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Since(began)
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("my", up, []string{"shop.biglines", "shop.small"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 || rep.Keys != bigTxnRows+1 {
+		t.Fatalf("after a transaction of %d rows and one updating a tenth of them: %+v", bigTxnRows, rep)
+	}
+	// The inserts went out whole at the transaction's one position.
+	at := map[string]int{}
+	for _, by := range tc.Inserts("my", "shop.biglines") {
+		for _, w := range by {
+			_, pos, _ := strings.Cut(w, " at ")
+			at[pos]++
+		}
+	}
+	if len(at) != 1 {
+		t.Fatalf("the inserts of one transaction are at %d positions: %v", len(at), at)
+	}
+	for pos, n := range at {
+		if n != bigTxnRows {
+			t.Fatalf("%d inserts at %s, want %d", n, pos, bigTxnRows)
+		}
+	}
+	// A table of more than 100,000 rows is cut at its exact quantiles
+	// (each read at its offset), as a new changefeed's partitions are.
+	src, err := mysql.Open(tc.Changefeed("my").Info.SourceURI, source.Env{Changefeed: "my"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	cuts, err := src.Boundaries(context.Background(), "shop.biglines", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at4 []string
+	for _, c := range cuts {
+		at4 = append(at4, model.DecodeKey("int8", c))
+	}
+	if strings.Join(at4, ",") != "50000,100000,150000" {
+		t.Fatalf("the quantiles of 200,000 keys 0 to 199,999: %v", at4)
+	}
+	t.Logf("written in %s, in the sink and verified %s later: %d changes, %d rows equal", written.Round(time.Millisecond), (time.Since(began) - written).Round(time.Millisecond), rep.Events, rep.Keys)
+}
