@@ -128,9 +128,10 @@ func bareRead(b *testing.B, addr string, from source.Position, want int) int {
 	return n
 }
 
-// throughTheSource runs the data path: the puller into the event log (on
-// disk, as the agent keeps it), the table's span read back and written to
-// a storage sink, until want rows are written.
+// throughTheSource runs the data path as the engine does, on two
+// goroutines: the puller appends to the event log (on disk, as the agent
+// keeps it) while a partition's reader reads the table's span back and
+// writes it to a storage sink, until want rows are written.
 func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -144,60 +145,67 @@ func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir 
 		b.Fatal(err)
 	}
 	defer s.Close()
-	w := &sinkingLog{Log: log, s: s, want: want, done: cancel}
+	w := &notifyingLog{Log: log, appended: make(chan model.Ts, 1)}
+	got, done := 0, make(chan error, 1)
+	go func() {
+		// The partition: read what is resolved, write it, wait for more.
+		defer cancel()
+		span, pos := model.Span{Table: "shop.bench"}, source.Cursor{}
+		for got < want {
+			var upTo model.Ts
+			select {
+			case upTo = <-w.appended:
+			case <-ctx.Done():
+				done <- ctx.Err()
+				return
+			}
+			for got < want {
+				rows, next, err := log.Read(span, pos, upTo, 4096)
+				if err != nil {
+					done <- err
+					return
+				}
+				pos = next
+				if len(rows) == 0 {
+					break
+				}
+				got += len(rows)
+				if err := s.Write(ctx, &sink.Batch{Dispatcher: "p1.1", Events: rows}); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+		done <- s.Flush(ctx, "p1.1")
+	}()
 	p := mysql.NewPuller(cfg, "bench", "mariadb", nil)
 	if err := p.Pull(ctx, from, w); err != nil && ctx.Err() == nil {
 		b.Fatal(err)
 	}
-	if w.err != nil {
-		b.Fatal(w.err)
-	}
-	if err := s.Flush(context.Background(), "p1.1"); err != nil {
+	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	return w.got
+	return got
 }
 
-// sinkingLog is the event log a benchmark's puller appends to: after each
-// transaction it reads the table's span up to it and writes it to the
-// sink, as a partition's dispatcher would, and ends the pull once want
-// rows are written.
-type sinkingLog struct {
+// notifyingLog is the event log a benchmark's puller appends to; it
+// tells the reader the last position appended.
+type notifyingLog struct {
 	*eventlog.Log
-	s    sink.Sink
-	span model.Span
-	pos  source.Cursor
-	got  int
-	want int
-	err  error
-	done context.CancelFunc
+	appended chan model.Ts
 }
 
-func (w *sinkingLog) Append(evs []source.Event) error {
+func (w *notifyingLog) Append(evs []source.Event) error {
 	if err := w.Log.Append(evs); err != nil {
 		return err
 	}
-	upTo := evs[len(evs)-1].CommitTs
-	w.Log.Resolve(upTo)
-	w.span.Table = "shop.bench"
-	for w.got < w.want {
-		rows, next, err := w.Log.Read(w.span, w.pos, upTo, 4096)
-		if err != nil {
-			return err
-		}
-		w.pos = next
-		if len(rows) == 0 {
-			break
-		}
-		w.got += len(rows)
-		if err := w.s.Write(context.Background(), &sink.Batch{Dispatcher: "p1.1", Events: rows}); err != nil {
-			w.err = err
-			return err
-		}
+	at := evs[len(evs)-1].CommitTs
+	w.Log.Resolve(at)
+	select {
+	case <-w.appended: // the reader has not taken the older one: this one is later
+	default:
 	}
-	if w.got >= w.want {
-		w.done()
-	}
+	w.appended <- at
 	return nil
 }
 
@@ -211,7 +219,7 @@ func (w *sinkingLog) Append(evs []source.Event) error {
 //
 //	go test -run '^$' -bench SnapshotAgainstSelect -benchtime 3x ./internal/engine/source/mysql
 func BenchmarkSnapshotAgainstSelect(b *testing.B) {
-	const rows = 200_000
+	const rows = 1_000_000
 	srv, db := startShopDB(b)
 	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
 		b.Fatal(err)
@@ -243,7 +251,7 @@ func BenchmarkSnapshotAgainstSelect(b *testing.B) {
 
 		id := model.ChangefeedID(fmt.Sprintf("snap-%d", i))
 		began = time.Now()
-		tc.CreateChangefeed(string(id), "mysql://root@"+srv.Addr()+"/shop?tables=bench", "file://"+b.TempDir(), 4)
+		tc.CreateChangefeed(string(id), "mysql://root@"+srv.Addr()+"/shop?tables=bench", "file://"+b.TempDir()+"?flush-interval=100ms", 4)
 		tc.WaitSnapshot(id)
 		ours += time.Since(began)
 		if s := tc.CopySummary(id); !strings.Contains(s, fmt.Sprintf("(%d rows copied)", rows)) {
