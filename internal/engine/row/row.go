@@ -76,7 +76,14 @@ type TableDef struct {
 	Schema  string      `json:"schema,omitempty"`
 	Name    string      `json:"name"`
 	Columns []ColumnDef `json:"columns"`
+	// Dialect names whose type names Columns carry: "" for PostgreSQL's
+	// (and the generator's), DialectMySQL for MySQL's COLUMN_TYPE
+	// ("int(10) unsigned"), which canal-json passes on as they are.
+	Dialect string `json:"dialect,omitempty"`
 }
+
+// DialectMySQL is TableDef.Dialect for MySQL's and MariaDB's types.
+const DialectMySQL = "mysql"
 
 // KeyNames are the primary key's columns in key order.
 func (d *TableDef) KeyNames() []string {

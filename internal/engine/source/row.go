@@ -23,6 +23,8 @@ const (
 
 	TruncatePrefix = row.TruncatePrefix
 	DropPrefix     = row.DropPrefix
+
+	DialectMySQL = row.DialectMySQL
 )
 
 // Null is SQL NULL.

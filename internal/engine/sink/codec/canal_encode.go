@@ -43,7 +43,7 @@ func layoutOf(def *row.TableDef) *defLayout {
 	l := &defLayout{order: make([]int, len(def.Columns))}
 	for i, c := range def.Columns {
 		l.order[i] = i
-		t := typeOf(c.Type)
+		t := typeIn(def.Dialect, c.Type)
 		l.sqlType = append(l.sqlType, strconv.Itoa(t.sqlType))
 		l.myType = append(l.myType, string(appendJSONString(nil, t.mysqlType)))
 		l.names = append(l.names, string(appendJSONString(nil, c.Name)))

@@ -22,7 +22,7 @@ func reference(t testing.TB, db, table string, e *source.Event, img []source.Val
 			continue
 		}
 		data[c.Name] = textOrNull(img[i])
-		ty := typeOf(c.Type)
+		ty := typeIn(e.Def.Dialect, c.Type)
 		sqlType[c.Name], mysqlType[c.Name] = ty.sqlType, ty.mysqlType
 	}
 	var old []map[string]*string

@@ -87,6 +87,25 @@ func TestCanalJSONFromTheTableDefinition(t *testing.T) {
 	}
 }
 
+// A MySQL row's columns are described as Canal describes MySQL's: each
+// column's own type as the server shows it, and the java.sql.Types code
+// of its base type.
+func TestAMySQLRowKeepsItsColumnTypes(t *testing.T) {
+	def := &source.TableDef{Schema: "shop", Name: "items", Dialect: source.DialectMySQL, Columns: []source.ColumnDef{
+		{Name: "id", Type: "bigint(20) unsigned", KeyPos: 1}, {Name: "qty", Type: "int(11)"}, {Name: "at", Type: "timestamp(6)"},
+		{Name: "state", Type: "enum('new','paid')"}, {Name: "note", Type: "mediumtext"}, {Name: "raw", Type: "varbinary(8)"}, {Name: "pt", Type: "point"},
+	}}
+	vals := []source.Value{source.Text("1"), source.Text("2"), source.Text("2026-11-28 10:00:00.000001"), source.Text("paid"), source.Null, source.Text("x"), source.Null}
+	e := source.Event{Kind: source.KindDML, Op: source.OpInsert, Table: "shop.items", Def: def, CommitTs: 1, Key: "1", New: vals}
+	m := canal(t, &e)
+	if got := jsonOf(m["mysqlType"]); got != `{"at":"timestamp(6)","id":"bigint(20) unsigned","note":"mediumtext","pt":"point","qty":"int(11)","raw":"varbinary(8)","state":"enum('new','paid')"}` {
+		t.Fatalf("mysqlType %s", got)
+	}
+	if got := jsonOf(m["sqlType"]); got != `{"at":93,"id":-5,"note":2005,"pt":-2,"qty":4,"raw":-3,"state":4}` {
+		t.Fatalf("sqlType %s", got)
+	}
+}
+
 func TestUnchangedToastValuesAreLeftOut(t *testing.T) {
 	e := source.Event{Kind: source.KindDML, Op: source.OpUpdate, Table: "shop.orders", Def: orders,
 		New: []source.Value{source.Text("eu"), source.Text("1"), source.Text("2"), source.Text("f"), {Unchanged: true}}}

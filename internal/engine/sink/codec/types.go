@@ -1,6 +1,10 @@
 package codec
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/row"
+)
 
 // columnType is how canal-json describes a column: the java.sql.Types
 // code (sqlType) and the MySQL type name (mysqlType) that consumers of
@@ -26,6 +30,7 @@ const (
 	sqlTime        = 92
 	sqlTimestamp   = 93
 	sqlBinary      = -2
+	sqlVarBinary   = -3
 	sqlBlob        = 2004
 	sqlClob        = 2005
 	sqlBoolean     = 16
@@ -91,6 +96,68 @@ func typeOf(t string) columnType {
 	return columnType{sqlOther, "text"}
 }
 
-// MySQLType is the MySQL type name an upstream type is shown as, with
-// its modifiers: "varchar(16)", "decimal(10,2)", "bigint".
-func MySQLType(t string) string { return typeOf(t).mysqlType }
+// MySQLType is the MySQL type name an upstream type of a dialect
+// (row.TableDef.Dialect) is shown as, with its modifiers: "varchar(16)",
+// "decimal(10,2)", "bigint"; a MySQL column's own type as it is.
+func MySQLType(dialect, t string) string { return typeIn(dialect, t).mysqlType }
+
+// typeIn is typeOf for a column of a dialect.
+func typeIn(dialect, t string) columnType {
+	if dialect == row.DialectMySQL {
+		return mysqlTypeOf(t)
+	}
+	return typeOf(t)
+}
+
+// mysqlTypeOf describes a MySQL column as Canal does: its COLUMN_TYPE
+// as the server shows it ("int(10) unsigned", "enum('a','b')") and the
+// java.sql.Types code of its base type.
+func mysqlTypeOf(t string) columnType {
+	t = strings.ToLower(strings.TrimSpace(t))
+	base := t
+	if i := strings.IndexAny(base, "( "); i >= 0 {
+		base = base[:i]
+	}
+	code := sqlOther
+	switch base {
+	case "tinyint":
+		code = sqlTinyInt
+	case "smallint":
+		code = sqlSmallInt
+	case "mediumint", "int", "integer":
+		code = sqlInteger
+	case "bigint":
+		code = sqlBigInt
+	case "decimal", "numeric":
+		code = sqlDecimal
+	case "float":
+		code = sqlReal
+	case "double", "real":
+		code = sqlDouble
+	case "bit", "set":
+		code = sqlBit
+	case "enum":
+		code = sqlInteger
+	case "date":
+		code = sqlDate
+	case "datetime", "timestamp":
+		code = sqlTimestamp
+	case "time":
+		code = sqlTime
+	case "year", "varchar", "json":
+		code = sqlVarchar
+	case "char":
+		code = sqlChar
+	case "tinytext", "text", "mediumtext", "longtext":
+		code = sqlClob
+	case "binary":
+		code = sqlBinary
+	case "varbinary":
+		code = sqlVarBinary
+	case "tinyblob", "blob", "mediumblob", "longblob":
+		code = sqlBlob
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
+		code = sqlBinary
+	}
+	return columnType{code, t}
+}

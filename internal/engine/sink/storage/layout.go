@@ -68,7 +68,7 @@ func schemaFile(schema, table string, version model.Ts, def *row.TableDef, state
 		}
 	}
 	for _, c := range def.Columns {
-		typ, prec := columnTypeOf(c.Type)
+		typ, prec := columnTypeOf(def.Dialect, c.Type)
 		tc := tableColumn{ColumnName: c.Name, ColumnType: typ, ColumnPrecision: prec}
 		if c.Nullable {
 			tc.ColumnNullable = "true"
@@ -108,12 +108,20 @@ func (s *tableSchema) csvColumns() codec.CSVColumns {
 	return cc
 }
 
-// columnTypeOf splits TiCDC's schema-file type ("VARCHAR") from its
-// precision ("16").
-func columnTypeOf(upstream string) (string, string) {
-	t := codec.MySQLType(upstream)
-	base, prec, _ := strings.Cut(t, "(")
-	return strings.ToUpper(base), strings.TrimSuffix(prec, ")")
+// columnTypeOf splits TiCDC's schema-file type ("VARCHAR", "INT
+// UNSIGNED") from its precision ("16"); an ENUM's or SET's members are
+// not a precision.
+func columnTypeOf(dialect, upstream string) (string, string) {
+	t := codec.MySQLType(dialect, upstream)
+	base, rest, paren := strings.Cut(t, "(")
+	if b := strings.ToLower(strings.TrimSpace(base)); b == "enum" || b == "set" {
+		return strings.ToUpper(b), ""
+	}
+	if !paren {
+		return strings.ToUpper(strings.TrimSpace(t)), ""
+	}
+	prec, suffix, _ := strings.Cut(rest, ")")
+	return strings.ToUpper(strings.TrimSpace(base + suffix)), prec
 }
 
 func schemaFileFor(sinkSchema string, e *row.Event) (string, []byte) {

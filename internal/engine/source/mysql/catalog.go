@@ -34,7 +34,7 @@ ORDER BY c.ORDINAL_POSITION`, schema, name)
 		return nil, nil, fmt.Errorf("read the columns of %s: %w", table, err)
 	}
 	defer rows.Close()
-	def = &source.TableDef{Schema: schema, Name: name}
+	def = &source.TableDef{Schema: schema, Name: name, Dialect: source.DialectMySQL}
 	for rows.Next() {
 		var c source.ColumnDef
 		var nullable, charset string

@@ -229,7 +229,7 @@ func defFromMap(tm *replication.TableMapEvent, table string) (*source.TableDef, 
 		return nil, nil, false
 	}
 	schema, name := model.SplitTableName(table)
-	def := &source.TableDef{Schema: schema, Name: name}
+	def := &source.TableDef{Schema: schema, Name: name, Dialect: source.DialectMySQL}
 	unsigned := tm.UnsignedMap()
 	collations := tm.CollationMap()
 	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()

@@ -125,6 +125,15 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err := json.Unmarshal(from, &at); err != nil {
 		return fmt.Errorf("mysql source: the stored resume point does not decode: %w", err)
 	}
+	for t, st := range at.Tables {
+		// Resume points stored before definitions named their dialect.
+		if st.Def != nil && st.Def.Dialect == "" {
+			d := *st.Def
+			d.Dialect = source.DialectMySQL
+			st.Def = &d
+			at.Tables[t] = st
+		}
+	}
 	if p.flavor == "" {
 		srv, err := serverOf(ctx, p.cfg)
 		if err != nil {
