@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"regexp"
 	"strings"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -360,4 +361,26 @@ func charsetOf(collation uint64) string {
 		return "binary"
 	}
 	return ""
+}
+
+// namedTables are the replicated tables a schema change's statement
+// names (the statement's default database is db). It errs towards
+// naming: a table held for nothing is seen and resumed; one decoded
+// with the wrong schema is not.
+func namedTables(stmt, db string, tables map[string]tableState) []string {
+	low := strings.ToLower(stmt)
+	var out []string
+	for t := range tables {
+		schema, name := model.SplitTableName(t)
+		n := regexp.QuoteMeta(strings.ToLower(name))
+		re := regexp.MustCompile("(^|[^a-z0-9_$])`?" + n + "`?($|[^a-z0-9_$])")
+		if !re.MatchString(low) {
+			continue
+		}
+		if schema != db && !strings.Contains(low, strings.ToLower(schema)) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }

@@ -1,0 +1,114 @@
+package mysql
+
+// A rows event's rows as row changes: values in the server's text form
+// (values.go), keys encoded for routing.
+
+import (
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// rowEvents turns a rows event of a replicated table into row changes.
+func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string, st tableState, cols []column, keyTypes string) ([]source.Event, error) {
+	def := st.Def
+	if int(e.ColumnCount) != len(def.Columns) {
+		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d", e.ColumnCount, table, len(def.Columns))
+	}
+	image := func(r []any) ([]source.Value, error) {
+		out := make([]source.Value, len(r))
+		for i, v := range r {
+			var err error
+			if out[i], err = cols[i].text(v); err != nil {
+				return nil, fmt.Errorf("column %s of %s: %w", def.Columns[i].Name, table, err)
+			}
+		}
+		return out, nil
+	}
+	keys := keyIndexes(def)
+	// Keys are routed encoded (model.EncodeKeyValues), as partitions'
+	// bounds are.
+	var keyErr error
+	keyOf := func(vals []source.Value) string {
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = vals[k].Text
+		}
+		k, err := model.EncodeKeyValues(keyTypes, parts)
+		if err != nil && keyErr == nil {
+			keyErr = fmt.Errorf("the key of a row of %s: %w", table, err)
+		}
+		return k
+	}
+	var out []source.Event
+	base := source.Event{Kind: source.KindDML, Table: table, Def: def, SchemaVersion: st.Version, TableVersion: st.Since}
+	switch typ {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:
+		for _, r := range e.Rows {
+			vals, err := image(r)
+			if err != nil {
+				return nil, err
+			}
+			ev := base
+			ev.Op, ev.New, ev.Key = source.OpInsert, vals, keyOf(vals)
+			out = append(out, ev)
+		}
+	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
+		for _, r := range e.Rows {
+			vals, err := image(r)
+			if err != nil {
+				return nil, err
+			}
+			ev := base
+			ev.Op, ev.Old, ev.Key = source.OpDelete, vals, keyOf(vals)
+			out = append(out, ev)
+		}
+	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
+		for i := 0; i+1 < len(e.Rows); i += 2 {
+			before, err := image(e.Rows[i])
+			if err != nil {
+				return nil, err
+			}
+			after, err := image(e.Rows[i+1])
+			if err != nil {
+				return nil, err
+			}
+			if oldKey, newKey := keyOf(before), keyOf(after); oldKey != newKey {
+				// A key change: the old key's row goes, the new key's
+				// comes (each routed by its own key).
+				del, ins := base, base
+				del.Op, del.Old, del.Key = source.OpDelete, before, oldKey
+				ins.Op, ins.New, ins.Key = source.OpInsert, after, newKey
+				out = append(out, del, ins)
+				continue
+			}
+			ev := base
+			ev.Op, ev.Old, ev.New, ev.Key = source.OpUpdate, before, after, keyOf(after)
+			out = append(out, ev)
+		}
+	default:
+		return nil, fmt.Errorf("a rows event of type %s is not decoded", typ)
+	}
+	if keyErr != nil {
+		return nil, keyErr
+	}
+	return out, nil
+}
+
+// isInsert says whether a rows event inserts.
+func isInsert(t replication.EventType) bool {
+	return t == replication.WRITE_ROWS_EVENTv0 || t == replication.WRITE_ROWS_EVENTv1 || t == replication.WRITE_ROWS_EVENTv2
+}
+
+// keyIndexes are the primary key's column indexes in key order.
+func keyIndexes(def *source.TableDef) []int {
+	var out []int
+	for _, n := range def.KeyNames() {
+		out = append(out, def.Index(n))
+	}
+	return out
+}
+
