@@ -111,4 +111,3 @@ func keyIndexes(def *source.TableDef) []int {
 	}
 	return out
 }
-
