@@ -304,8 +304,17 @@ func newChangefeedStateCommand(o *options, verb string) *cobra.Command {
 				return err
 			}
 			var named []string
+			schema := "public"
+			if len(tables) > 0 {
+				// Names without a schema are in the source's default one.
+				now, err := c.Changefeed(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				schema = defaultSchema(now.Source)
+			}
 			for _, t := range splitLists(tables) {
-				q, err := qualifyTable(t)
+				q, err := qualifyTable(t, schema)
 				if err != nil {
 					return usageErr(fmt.Errorf("--table: %w", err))
 				}
@@ -557,14 +566,22 @@ func plural(n int, one, many string) string {
 // waitTable waits until a changefeed has partitions of a table (want), or
 // none of another (gone).
 func waitTable(ctx context.Context, o *options, c *api.Client, id, want, gone string, timeout time.Duration) error {
+	schema := "public"
+	if want+gone != "" {
+		// Names without a schema are in the source's default one (a
+		// changefeed not there yet: PostgreSQL's, as before).
+		if cf, err := c.Changefeed(ctx, id); err == nil {
+			schema = defaultSchema(cf.Source)
+		}
+	}
 	var err error
 	if want != "" {
-		if want, err = qualifyTable(want); err != nil {
+		if want, err = qualifyTable(want, schema); err != nil {
 			return usageErr(fmt.Errorf("--table: %w", err))
 		}
 	}
 	if gone != "" {
-		if gone, err = qualifyTable(gone); err != nil {
+		if gone, err = qualifyTable(gone, schema); err != nil {
 			return usageErr(fmt.Errorf("--no-table: %w", err))
 		}
 	}

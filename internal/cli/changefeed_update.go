@@ -74,7 +74,7 @@ none).`,
 			current := sourceTables(cf.Source)
 			var next []string
 			if len(tables)+len(add)+len(remove) > 0 {
-				if next, err = nextTables(current, tables, add, remove); err != nil {
+				if next, err = nextTables(current, tables, add, remove, defaultSchema(cf.Source)); err != nil {
 					return usageErr(err)
 				}
 				if slices.Equal(next, current) {
@@ -139,13 +139,23 @@ func sourceTables(source string) []string {
 	return model.SplitTableList(u.Query().Get("tables"))
 }
 
+// defaultSchema is where a (redacted) source URI's tables named without
+// a schema are, as the source reads them: a MySQL URI's database (its
+// path), PostgreSQL's public.
+func defaultSchema(source string) string {
+	if u, err := url.Parse(source); err == nil && (u.Scheme == "mysql" || u.Scheme == "mariadb") {
+		return strings.Trim(u.Path, "/")
+	}
+	return "public"
+}
+
 // nextTables is the table list an update asks for, in the current order
-// with added tables last; names without a schema are in public.
-func nextTables(current, tables, add, remove []string) ([]string, error) {
+// with added tables last; names without a schema are in schema.
+func nextTables(current, tables, add, remove []string, schema string) ([]string, error) {
 	if len(tables) > 0 {
 		var out []string
 		for _, t := range splitLists(tables) {
-			t, err := qualifyTable(t)
+			t, err := qualifyTable(t, schema)
 			if err != nil {
 				return nil, fmt.Errorf("--tables: %w", err)
 			}
@@ -155,7 +165,7 @@ func nextTables(current, tables, add, remove []string) ([]string, error) {
 	}
 	out := slices.Clone(current)
 	for _, t := range splitLists(remove) {
-		t, err := qualifyTable(t)
+		t, err := qualifyTable(t, schema)
 		if err != nil {
 			return nil, fmt.Errorf("--remove-table: %w", err)
 		}
@@ -166,7 +176,7 @@ func nextTables(current, tables, add, remove []string) ([]string, error) {
 		out = slices.Delete(out, i, i+1)
 	}
 	for _, t := range splitLists(add) {
-		t, err := qualifyTable(t)
+		t, err := qualifyTable(t, schema)
 		if err != nil {
 			return nil, fmt.Errorf("--add-table: %w", err)
 		}
@@ -243,9 +253,10 @@ func splitLists(values []string) []string {
 }
 
 // qualifyTable writes a table name as the changefeed names it
-// (model.TableName), in public when it has no schema, as the source
-// does; a rule (public.*, !public.audit) is left to the source to read.
-func qualifyTable(t string) (string, error) {
+// (model.TableName), in the source's default schema when it has none, as
+// the source does; a rule (public.*, !public.audit) is left to the source
+// to read.
+func qualifyTable(t, defaultSchema string) (string, error) {
 	t = strings.TrimSpace(t)
 	if strings.HasPrefix(t, "!") || strings.ContainsAny(t, "*?") {
 		return t, nil
@@ -255,7 +266,7 @@ func qualifyTable(t string) (string, error) {
 		return "", err
 	}
 	if schema == "" {
-		schema = "public"
+		schema = defaultSchema
 	}
 	return model.TableName(schema, table), nil
 }

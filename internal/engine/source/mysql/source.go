@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,9 +85,73 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 	return source.Followed{Tables: cfg.Tables}, nil
 }
 
-// Retable refuses: changing a MySQL changefeed's tables is not built yet.
-func Retable(context.Context, string, source.Position, []string, model.Ts, bool) (source.Retabled, error) {
-	return source.Retabled{}, fmt.Errorf("changing the tables of a MySQL or MariaDB changefeed is not built yet: create another changefeed for the other tables (docs/mysql.md)")
+// Retable computes, and with apply makes, the change of a stored URI's
+// tables to tables (changefeed update; the changefeed is paused, so no
+// reader holds the resume point). Added tables are checked as a create
+// checks them; the resume point learns their schemas from the catalog,
+// starting at at (the changefeed's checkpoint, where their partitions
+// start), and forgets the removed ones. The added tables' rows come from
+// their partitions' snapshot (snapshot=initial) and the changes after
+// at. Nothing upstream changes, so a dry run computes the same.
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, _ bool) (source.Retabled, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	var p position
+	if err := json.Unmarshal(pos, &p); err != nil {
+		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+	}
+	next, err := ParseTables(cfg.Database, tables)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	if len(next) == 0 {
+		return source.Retabled{}, fmt.Errorf("a changefeed needs at least one table; to stop replicating all of them, remove the changefeed")
+	}
+	var added, removed []string
+	for _, t := range next {
+		if !slices.Contains(cfg.Tables, t) {
+			added = append(added, t)
+		}
+	}
+	for _, t := range cfg.Tables {
+		if !slices.Contains(next, t) {
+			removed = append(removed, t)
+		}
+	}
+	tablesNow := make(map[string]tableState, len(next))
+	for _, t := range next {
+		if st, ok := p.Tables[t]; ok {
+			tablesNow[t] = st
+		}
+	}
+	if len(added) > 0 {
+		check := cfg
+		check.Tables = added
+		if _, _, err := Preflight(ctx, check); err != nil {
+			return source.Retabled{}, err
+		}
+		db, err := open(ctx, cfg)
+		if err != nil {
+			return source.Retabled{}, err
+		}
+		defer db.Close()
+		for _, t := range added {
+			def, charsets, err := tableDef(ctx, db, t)
+			if err != nil {
+				return source.Retabled{}, explain(cfg, err)
+			}
+			tablesNow[t] = tableState{Def: def, Since: at, Charsets: charsets}
+		}
+	}
+	p.Tables = tablesNow
+	b, err := json.Marshal(p)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	cfg.Tables = next
+	return source.Retabled{URI: cfg.URI(), Position: b, Tables: next, Added: added, Removed: removed}, nil
 }
 
 // Follow implements the registry's table rules: a MySQL changefeed has
