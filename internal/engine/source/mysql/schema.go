@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -383,4 +384,30 @@ func namedTables(stmt, db string, tables map[string]tableState) []string {
 		out = append(out, t)
 	}
 	return out
+}
+
+// resets are the TRUNCATEs of the tables added to the changefeed before
+// position ts (tableState.ResetAt), in name order, each a new table
+// version, to go before the transaction at ts; and the tables with them.
+func resets(tables map[string]tableState, held map[string]bool, ts model.Ts) (map[string]tableState, []*source.Event) {
+	due := false
+	for _, st := range tables { // every transaction: no sort, no allocation while none is due
+		due = due || st.ResetAt != 0 && st.ResetAt < ts
+	}
+	if !due {
+		return tables, nil
+	}
+	var out []*source.Event
+	for _, t := range slices.Sorted(maps.Keys(tables)) {
+		st := tables[t]
+		if st.ResetAt == 0 || st.ResetAt >= ts || held[t] {
+			continue
+		}
+		st.Version++
+		st.ResetAt = 0
+		tables = withTable(tables, t, st)
+		out = append(out, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+			Statement: source.TruncatePrefix + quoteTable(t)})
+	}
+	return tables, out
 }

@@ -142,7 +142,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			if err != nil {
 				return source.Retabled{}, explain(cfg, err)
 			}
-			tablesNow[t] = tableState{Def: def, Since: at, Charsets: charsets}
+			tablesNow[t] = tableState{Def: def, Since: at, Charsets: charsets, ResetAt: at}
 		}
 	}
 	p.Tables = tablesNow

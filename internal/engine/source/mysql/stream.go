@@ -37,6 +37,11 @@ type tableState struct {
 	Version uint64           `json:"version,omitempty"`
 	// Charsets are the character columns not in UTF-8, by index.
 	Charsets map[int]string `json:"charsets,omitempty"`
+	// ResetAt is where the table was added to the changefeed (changefeed
+	// update): the first transaction after it begins with a TRUNCATE of
+	// it, so the sink holds nothing of it from before (a table removed and
+	// added back) when its rows are copied again.
+	ResetAt model.Ts `json:"reset_at,omitempty"`
 }
 
 // signalTable is where the puller writes its ticks: a row per
@@ -317,6 +322,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.commit = int64(ev.Header.Timestamp) * 1_000_000
 		}
 		ts := max(at.Ts+1, model.TsFromMicros(max(cur.commit, cur.tickAt)))
+		var reset []*source.Event
+		if at.Tables, reset = resets(at.Tables, held, ts); len(reset) > 0 {
+			cur.ddls = append(reset, cur.ddls...)
+		}
 		// Each schema change at its own position, then the rows: a
 		// table's rows after its change carry the change's position as
 		// their table version.
