@@ -25,6 +25,7 @@ package source
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -270,4 +271,47 @@ func (s *ChunkSlots) give() {
 	s.mu.Lock()
 	s.used--
 	s.mu.Unlock()
+}
+
+// RangeQuery is the SELECT of a chunk: cols of table, the next rows of a
+// span in key order (exprs: the key columns as routing orders them)
+// after what is copied (or from the span's start), at most limit.
+// literal writes the i-th key value of a bound as the database takes it
+// (a parameter placeholder, or a literal).
+func RangeQuery(cols, table string, exprs []string, span model.Span, copied model.CopyProgress, limit int, literal func(i int, v string) (string, error)) (string, error) {
+	row := "(" + strings.Join(exprs, ", ") + ")"
+	var conds []string
+	bound := func(op, enc string) error {
+		vals, err := model.DecodeKeyValues(span.Key, enc)
+		if err != nil {
+			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
+		}
+		ph := make([]string, len(vals))
+		for i, v := range vals {
+			if ph[i], err = literal(i, v); err != nil {
+				return fmt.Errorf("snapshot of %s: %w", span.Table, err)
+			}
+		}
+		conds = append(conds, fmt.Sprintf("%s %s (%s)", row, op, strings.Join(ph, ", ")))
+		return nil
+	}
+	if after, ok := copied.After(); ok {
+		if err := bound(">", after); err != nil {
+			return "", err
+		}
+	} else if span.Start != "" {
+		if err := bound(">=", span.Start); err != nil {
+			return "", err
+		}
+	}
+	if span.End != "" {
+		if err := bound("<", span.End); err != nil {
+			return "", err
+		}
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s", cols, table)
+	if len(conds) > 0 {
+		q += " WHERE " + strings.Join(conds, " AND ")
+	}
+	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(exprs, ", "), limit), nil
 }

@@ -202,57 +202,24 @@ func binaryType(colType string) bool {
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
 func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, error) {
-	exprs := keyOrder(def)
 	keys := def.KeyNames()
-	row := "(" + strings.Join(exprs, ", ") + ")"
-	var conds []string
-	bound := func(op, enc string) error {
-		vals, err := model.DecodeKeyValues(span.Key, enc)
-		if err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
-		}
-		ph := make([]string, len(vals))
-		for i, v := range vals {
-			// Literals, not parameters: a query without them is sent as
-			// text and answered in the text protocol, the form the stream
-			// renders values in (values.go).
-			if i < len(keys) && keyType(def.Columns[def.Index(keys[i])].Type) == "int8" {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return fmt.Errorf("snapshot of %s: key %q is not an integer", span.Table, v)
-				}
-				ph[i] = strconv.FormatInt(n, 10)
-			} else {
-				ph[i] = "X'" + hex.EncodeToString([]byte(v)) + "'"
-			}
-		}
-		conds = append(conds, fmt.Sprintf("%s %s (%s)", row, op, strings.Join(ph, ", ")))
-		return nil
-	}
-	if after, ok := copied.After(); ok {
-		if err := bound(">", after); err != nil {
-			return "", err
-		}
-	} else if span.Start != "" {
-		if err := bound(">=", span.Start); err != nil {
-			return "", err
-		}
-	}
-	if span.End != "" {
-		if err := bound("<", span.End); err != nil {
-			return "", err
-		}
-	}
 	cols := make([]string, len(def.Columns))
 	for i, c := range def.Columns {
 		cols[i] = quoteIdent(c.Name)
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteTable(span.Table))
-	if len(conds) > 0 {
-		q += " WHERE " + strings.Join(conds, " AND ")
-	}
-	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(exprs, ", "), limit)
-	return q, nil
+	return source.RangeQuery(strings.Join(cols, ", "), quoteTable(span.Table), keyOrder(def), span, copied, limit, func(i int, v string) (string, error) {
+		// Literals, not parameters: a query without them is sent as text
+		// and answered in the text protocol, the form the stream renders
+		// values in (values.go).
+		if i < len(keys) && keyType(def.Columns[def.Index(keys[i])].Type) == "int8" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return "", fmt.Errorf("key %q is not an integer", v)
+			}
+			return strconv.FormatInt(n, 10), nil
+		}
+		return "X'" + hex.EncodeToString([]byte(v)) + "'", nil
+	})
 }
 
 // marksIn turns the watermark rows a change of the signal table inserts

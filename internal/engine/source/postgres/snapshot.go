@@ -126,42 +126,12 @@ func keyOrder(def *source.TableDef) (exprs []string, keyIdx []int) {
 // order after the last key copied (or from the span's start).
 func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def)
-	row := "(" + strings.Join(exprs, ", ") + ")"
-	var conds []string
 	var args []any
-	bound := func(op, enc string) error {
-		vals, err := model.DecodeKeyValues(span.Key, enc)
-		if err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
-		}
-		ph := make([]string, len(vals))
-		for i, v := range vals {
-			args = append(args, v)
-			ph[i] = fmt.Sprintf("$%d", len(args))
-		}
-		conds = append(conds, fmt.Sprintf("%s %s (%s)", row, op, strings.Join(ph, ", ")))
-		return nil
-	}
-	if after, ok := copied.After(); ok {
-		if err := bound(">", after); err != nil {
-			return "", nil, nil, err
-		}
-	} else if span.Start != "" {
-		if err := bound(">=", span.Start); err != nil {
-			return "", nil, nil, err
-		}
-	}
-	if span.End != "" {
-		if err := bound("<", span.End); err != nil {
-			return "", nil, nil, err
-		}
-	}
-	q := fmt.Sprintf("SELECT %s FROM %s", columnList(def), quoteQualified(span.Table))
-	if len(conds) > 0 {
-		q += " WHERE " + strings.Join(conds, " AND ")
-	}
-	q += fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(exprs, ", "), limit)
-	return q, args, keyIdx, nil
+	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(_ int, v string) (string, error) {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args)), nil
+	})
+	return q, args, keyIdx, err
 }
 
 // copyPool holds the connections one node's partitions of a changefeed
