@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"runtime"
+	"strings"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -335,4 +336,32 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// gaugeSet keeps a gauge vector's series in step with passes over the
+// cluster's state: the series set in a pass stay, those of the pass
+// before that were not set again are deleted. A Reset before each pass
+// would let a scrape in between see every series gone.
+type gaugeSet struct {
+	vec       *prometheus.GaugeVec
+	last, now map[string][]string // label values, by their joined form
+}
+
+// set sets a series in this pass.
+func (g *gaugeSet) set(v float64, labels ...string) {
+	if g.now == nil {
+		g.now = map[string][]string{}
+	}
+	g.now[strings.Join(labels, "\x00")] = labels
+	g.vec.WithLabelValues(labels...).Set(v)
+}
+
+// done ends a pass: the series it did not set are deleted.
+func (g *gaugeSet) done() {
+	for k, labels := range g.last {
+		if _, ok := g.now[k]; !ok {
+			g.vec.DeleteLabelValues(labels...)
+		}
+	}
+	g.last, g.now = g.now, nil
 }

@@ -277,6 +277,10 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastDrain *model.DrainRecord
+	// Series are replaced, never reset: a scrape between a Reset and the
+	// next Set saw every changefeed's series gone.
+	liveness, tableIssues, changefeedState := &gaugeSet{vec: n.metrics.liveness}, &gaugeSet{vec: n.metrics.tableIssues}, &gaugeSet{vec: n.metrics.changefeedState}
+	checkpointTs, checkpointLag, dispatchers := &gaugeSet{vec: n.metrics.checkpointTs}, &gaugeSet{vec: n.metrics.checkpointLag}, &gaugeSet{vec: n.metrics.dispatchers}
 	for ctx.Err() == nil {
 		began := time.Now()
 		ch := view.Changed()
@@ -286,19 +290,15 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 			leader, hasLeader := st.Leader()
 			n.metrics.nodes.Set(float64(len(st.Nodes)))
 			n.metrics.cleanupsPending.Set(float64(len(st.Cleanups)))
-			n.metrics.liveness.Reset()
 			for id := range st.Nodes {
 				for _, l := range []model.Liveness{model.LivenessAlive, model.LivenessDraining, model.LivenessStopping} {
-					n.metrics.liveness.WithLabelValues(string(id), l.String()).Set(b2f(st.LivenessOf(id) == l))
+					liveness.set(b2f(st.LivenessOf(id) == l), string(id), l.String())
 				}
 			}
+			liveness.done()
 			if hasLeader {
 				n.metrics.coordinatorEpoch.Set(float64(leader.Fence.Epoch()))
 			}
-			n.metrics.checkpointLag.Reset()
-			n.metrics.checkpointTs.Reset()
-			n.metrics.changefeedState.Reset()
-			n.metrics.tableIssues.Reset()
 			for _, id := range st.ChangefeedIDs() {
 				shown := st.Changefeeds[id].Status.Shown()
 				issues := map[string]int{model.TableHeld: 0, model.TableDropped: 0}
@@ -306,19 +306,22 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 					issues[ti.State]++
 				}
 				for state, count := range issues {
-					n.metrics.tableIssues.WithLabelValues(string(id), state).Set(float64(count))
+					tableIssues.set(float64(count), string(id), state)
 				}
 				for _, s := range []model.ChangefeedState{model.ChangefeedNormal, model.ChangefeedWarning, model.ChangefeedPaused, model.ChangefeedFailed} {
-					n.metrics.changefeedState.WithLabelValues(string(id), string(s)).Set(b2f(s == shown))
+					changefeedState.set(b2f(s == shown), string(id), string(s))
 				}
 				cp := st.Changefeeds[id].Status.CheckpointTs
-				n.metrics.checkpointTs.WithLabelValues(string(id)).Set(float64(cp.Time().UnixMilli()))
-				n.metrics.checkpointLag.WithLabelValues(string(id)).Set(time.Since(cp.Time()).Seconds())
+				checkpointTs.set(float64(cp.Time().UnixMilli()), string(id))
+				checkpointLag.set(time.Since(cp.Time()).Seconds(), string(id))
 			}
-			n.metrics.dispatchers.Reset()
+			for _, g := range []*gaugeSet{tableIssues, changefeedState, checkpointTs, checkpointLag} {
+				g.done()
+			}
 			for id, count := range manager.Running() {
-				n.metrics.dispatchers.WithLabelValues(string(id)).Set(float64(count))
+				dispatchers.set(float64(count), string(id))
 			}
+			dispatchers.done()
 			lastDrain = n.drainMetrics(st, lastDrain)
 			n.metrics.plans.update(st)
 		default:
