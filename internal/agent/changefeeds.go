@@ -232,7 +232,28 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	if err != nil {
 		return nil, engineError(err, id)
 	}
-	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: req.DryRun, Tables: res.Tables, Rules: res.Rules,
+	return updateResponse(id, req.DryRun, res), nil
+}
+
+// ResnapshotChangefeed copies a failed or paused changefeed's tables
+// again (coordinator.ResnapshotChangefeed).
+func (b backend) ResnapshotChangefeed(ctx context.Context, id string, req api.ResnapshotRequest) (*api.ChangefeedUpdateResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	res, err := coord.ResnapshotChangefeed(ctx, term, coordinator.ResnapshotRequest{ID: model.ChangefeedID(id), DryRun: req.DryRun, By: userOf(ctx)})
+	if err != nil {
+		return nil, engineError(err, id)
+	}
+	out := updateResponse(id, req.DryRun, res)
+	out.Resnapshot = true
+	return out, nil
+}
+
+// updateResponse is what an update or a re-snapshot did, or would do.
+func updateResponse(id string, dryRun bool, res coordinator.UpdateResult) *api.ChangefeedUpdateResponse {
+	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: res.Tables, Rules: res.Rules,
 		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
 		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges}
 	for i, sp := range res.AddedSpans {
@@ -243,7 +264,7 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 		}
 		out.AddedPartitions = append(out.AddedPartitions, p)
 	}
-	return out, nil
+	return out
 }
 
 func (b backend) PreviewChangefeed(ctx context.Context, req api.ChangefeedCreateRequest) (*api.ChangefeedPreview, error) {

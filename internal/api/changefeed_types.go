@@ -46,11 +46,23 @@ type ChangefeedUpdateRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-// ChangefeedUpdateResponse says what an update did, or would do.
+// ResnapshotRequest asks for a failed or paused changefeed's tables to
+// be copied again (POST /api/v2/changefeeds/{id}/resnapshot).
+type ResnapshotRequest struct {
+	// DryRun checks and computes the re-snapshot and writes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// ChangefeedUpdateResponse says what an update or a re-snapshot did, or
+// would do.
 type ChangefeedUpdateResponse struct {
-	Version    int      `json:"version"`
-	Changefeed string   `json:"changefeed"`
-	DryRun     bool     `json:"dry_run,omitempty"`
+	Version    int    `json:"version"`
+	Changefeed string `json:"changefeed"`
+	DryRun     bool   `json:"dry_run,omitempty"`
+	// Resnapshot: every table is copied again (Added), each partition
+	// replaced by one over the same range (AddedPartitions) beginning at
+	// At; the changefeed is left paused.
+	Resnapshot bool     `json:"resnapshot,omitempty"`
 	Tables     []string `json:"tables"`
 	// Rules are the table rules after the update (tables= with patterns).
 	Rules   []string `json:"rules,omitempty"`

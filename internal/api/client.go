@@ -199,6 +199,12 @@ func (c *Client) UpdateChangefeed(ctx context.Context, id string, req Changefeed
 	return &out, c.do(ctx, http.MethodPatch, "/api/v2/changefeeds/"+url.PathEscape(id), req, &out)
 }
 
+// ResnapshotChangefeed is POST /api/v2/changefeeds/{id}/resnapshot.
+func (c *Client) ResnapshotChangefeed(ctx context.Context, id string, req ResnapshotRequest) (*ChangefeedUpdateResponse, error) {
+	var out ChangefeedUpdateResponse
+	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds/"+url.PathEscape(id)+"/resnapshot", req, &out)
+}
+
 // Partitions is GET /api/v2/partitions, optionally filtered.
 func (c *Client) Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error) {
 	q := url.Values{}

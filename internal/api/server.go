@@ -38,6 +38,7 @@ type Backend interface {
 	SetChangefeedPaused(ctx context.Context, id string, paused bool, tables []string) (*ChangefeedResponse, error)
 	RemoveChangefeed(ctx context.Context, id string) (*RemoveResponse, error)
 	UpdateChangefeed(ctx context.Context, id string, req ChangefeedUpdateRequest) (*ChangefeedUpdateResponse, error)
+	ResnapshotChangefeed(ctx context.Context, id string, req ResnapshotRequest) (*ChangefeedUpdateResponse, error)
 	Partitions(ctx context.Context, changefeed, node string) (*PartitionList, error)
 	Partition(ctx context.Context, id string) (*PartitionResponse, error)
 	// Verify reads what the changefeed's sink holds and reports whether
@@ -135,6 +136,7 @@ func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption)
 	mux.HandleFunc("POST /api/v2/changefeeds/{id}/resume", s.onCoordinator(s.pauseChangefeed(false)))
 	mux.HandleFunc("DELETE /api/v2/changefeeds/{id}", s.onCoordinator(s.removeChangefeed))
 	mux.HandleFunc("PATCH /api/v2/changefeeds/{id}", s.onCoordinator(s.updateChangefeed))
+	mux.HandleFunc("POST /api/v2/changefeeds/{id}/resnapshot", s.onCoordinator(s.resnapshotChangefeed))
 	mux.HandleFunc("POST /api/v2/changefeeds/{id}/verify", s.verify)
 	mux.HandleFunc("GET /api/v2/partitions", func(w http.ResponseWriter, r *http.Request) {
 		cf, node := r.URL.Query().Get("changefeed"), r.URL.Query().Get("node")
@@ -345,6 +347,18 @@ func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) {
 		return s.b.UpdateChangefeed(ctx, id, req)
+	})(r.Context())
+}
+
+func (s *server) resnapshotChangefeed(w http.ResponseWriter, r *http.Request) {
+	var req ResnapshotRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	reply(w, func(ctx context.Context) (*ChangefeedUpdateResponse, error) {
+		return s.b.ResnapshotChangefeed(ctx, id, req)
 	})(r.Context())
 }
 

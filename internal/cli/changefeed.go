@@ -18,7 +18,7 @@ import (
 func newChangefeedCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{Use: "changefeed", Aliases: []string{"changefeeds", "cf"}, Short: "Changefeeds: replication tasks from a source to a sink"}
 	cmd.AddCommand(newChangefeedCreateCommand(o), newChangefeedListCommand(o), newChangefeedGetCommand(o),
-		newChangefeedStateCommand(o, "pause"), newChangefeedStateCommand(o, "resume"), newChangefeedUpdateCommand(o), newChangefeedRemoveCommand(o),
+		newChangefeedStateCommand(o, "pause"), newChangefeedStateCommand(o, "resume"), newChangefeedUpdateCommand(o), newChangefeedResnapshotCommand(o), newChangefeedRemoveCommand(o),
 		newChangefeedWaitCommand(o))
 	return cmd
 }

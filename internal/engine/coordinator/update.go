@@ -175,6 +175,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		// tables are gone upstream under that name, nothing of them comes
 		// after it.)
 		undo()
+		if errors.Is(err, meta.ErrTxnTooLarge) {
+			return UpdateResult{}, refuse(ErrInvalid, "%v: add or remove fewer tables at once", err)
+		}
 		return UpdateResult{}, err
 	}
 	for _, r := range routes {

@@ -23,7 +23,17 @@ type TablesUpdate struct {
 	Remove         []string // partition ids
 	// Barriers of the removed tables, dropped with them.
 	RemoveTables []string
+	// Resnapshot leaves a failed (or paused) changefeed paused, its error
+	// and table issues cleared, with Incident among its incidents: its
+	// tables are copied again from a new resume point (changefeed
+	// resnapshot), which answers what failed it.
+	Resnapshot bool
+	Incident   model.Incident
 }
+
+// ErrTxnTooLarge refuses a change of more partitions than one etcd
+// transaction can write: it is written whole or not at all.
+var ErrTxnTooLarge = errors.New("the change is larger than one etcd transaction holds")
 
 // UpdateTables writes a TablesUpdate in one transaction, only while the
 // changefeed's status and info are as e read them (paused: nothing else
@@ -35,9 +45,13 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 	id := e.Info.ID
 	status := e.Status
 	status.SourcePosition = u.SourcePosition
+	if u.Resnapshot {
+		status.State, status.Error, status.Tables = model.ChangefeedPaused, "", nil
+		status.Record(u.Incident)
+	}
 	fixed := 4 + 2*len(u.Remove) + len(u.RemoveTables)
 	if fixed+len(u.Add) > maxOpsPerTxn {
-		return nil, fmt.Errorf("the update adds %d and removes %d partitions, more than one etcd transaction holds (%d): add or remove fewer tables at once", len(u.Add), len(u.Remove), maxOpsPerTxn-4)
+		return nil, fmt.Errorf("%w: it adds %d and removes %d partitions (together at most %d)", ErrTxnTooLarge, len(u.Add), len(u.Remove), maxOpsPerTxn-4)
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		next, ctrCmp, err := s.partitionCounter(ctx)

@@ -236,7 +236,7 @@ func Quantiles(keys []string, n int) []string {
 // longer holds what the changefeed resumes from (MySQL: its binary log
 // purged): going on from anywhere else would lose changes, so the
 // changefeed fails with the reason instead of retrying, and the operator
-// chooses (docs: remove it and create it again).
+// chooses (docs: copy its tables again, changefeed resnapshot, or remove it).
 var ErrUnresumable = errors.New("the upstream no longer holds what the changefeed resumes from")
 
 // Position is a puller's resume point, opaque to the engine: what it

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand"
-	"strings"
 	"testing"
 	"time"
 
@@ -246,69 +245,6 @@ func (w *shopWorkload) run(live []int64) {
 		live = append(kept, added...)
 		time.Sleep(time.Duration(10+rng.Intn(10)) * time.Millisecond)
 	}
-}
-
-// A changefeed whose binary log was purged while it was paused fails on
-// resume, saying so and what to do (in 'changefeed get': its state and
-// error), and goes on from nowhere else: what was written while it was
-// paused is not in its sink, and nothing after it either.
-func TestAPurgedBinaryLogFailsTheChangefeedWithTheReason(t *testing.T) {
-	t.Parallel()
-	srv, db := startShopDB(t)
-	if _, err := db.Exec(`CREATE TABLE orders (id BIGINT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	tc := enginetest.New(t, enginetest.Options{})
-	tc.StartCaptures(2)
-	created := tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=orders&snapshot=never", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
-	if _, err := db.Exec(`INSERT INTO orders VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
-	tc.SetState("my", model.ChangefeedPaused)
-	time.Sleep(2 * time.Second) // its reader stops
-	paused := tc.Changefeed("my").Status.CheckpointTs
-
-	// Written while paused, then the binary logs holding it purged.
-	for _, q := range []string{"INSERT INTO orders VALUES (2)", "FLUSH BINARY LOGS"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var last string
-	var pos uint32
-	var ignored sql.NullString
-	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
-		t.Fatal(err)
-	}
-	// The server keeps a file a reader still has open (with a warning):
-	// purge until the older ones are gone.
-	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
-		if _, err := db.Exec("PURGE BINARY LOGS TO '" + last + "'"); err != nil {
-			t.Fatalf("purge: %v", err)
-		}
-		var name string
-		var size int64
-		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
-	})
-	tc.SetState("my", model.ChangefeedNormal)
-	tc.Eventually("the changefeed fails for its purged binary log", 60*time.Second, func() bool {
-		return tc.Changefeed("my").Status.State == model.ChangefeedFailed
-	})
-	st := tc.Changefeed("my").Status
-	for _, want := range []string{"purged", "cannot go on from its checkpoint without losing changes", "remove it and create it again"} {
-		if !strings.Contains(st.Error, want) {
-			t.Fatalf("the failed changefeed's error %q does not say %q", st.Error, want)
-		}
-	}
-	if _, err := db.Exec(`INSERT INTO orders VALUES (3)`); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if cp := tc.Changefeed("my").Status.CheckpointTs; cp != paused {
-		t.Fatalf("the failed changefeed's checkpoint moved from %s to %s: it went on from elsewhere", paused, cp)
-	}
-	t.Logf("created at %s, failed with: %s", created.StartTs, st.Error)
 }
 
 // startShopDB starts a MariaDB with its binary log on and opens its

@@ -104,6 +104,12 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 // chunkRows rows.
 func startExistingShop(t *testing.T, chunkRows int) (*enginetest.Cluster, *sql.DB) {
 	t.Helper()
+	return startShopOf(t, existingOrders, chunkRows)
+}
+
+// startShopOf is startExistingShop with existing orders and items.
+func startShopOf(t *testing.T, existing, chunkRows int) (*enginetest.Cluster, *sql.DB) {
+	t.Helper()
 	srv, db := startShopDB(t)
 	for _, q := range []string{
 		`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`,
@@ -115,9 +121,9 @@ func startExistingShop(t *testing.T, chunkRows int) (*enginetest.Cluster, *sql.D
 			t.Fatal(err)
 		}
 	}
-	for base := 1; base <= existingOrders; base += 500 {
+	for base := 1; base <= existing; base += 500 {
 		var orders, items []string
-		for id := base; id < base+500 && id <= existingOrders; id++ {
+		for id := base; id < base+500 && id <= existing; id++ {
 			orders = append(orders, fmt.Sprintf("(%d, '%s', %d.%02d, 'café %d  ', NOW(6))", id, []string{"eu", "us", "ap"}[id%3], id%1000, id%100, id))
 			items = append(items, fmt.Sprintf("('%s-%d', %d, %d)", []string{"sku", "SKU", "Sku"}[id%3], id%50, id, id%9+1))
 		}

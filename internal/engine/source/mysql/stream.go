@@ -386,7 +386,7 @@ func (p *Puller) explainStream(err error, at position) error {
 			// and ends the older one: this reader was replaced.
 			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.cfg.ServerID, me.Message)
 		case me.Code == 1236 && (strings.Contains(msg, "could not find first log file") || strings.Contains(msg, "purged") || strings.Contains(msg, "could not open log file")):
-			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: remove it and create it again (docs/mysql.md), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
+			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: copy its tables again (cdcctl changefeed resnapshot NAME) or remove it (docs/mysql.md), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
 				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
 		}
 		return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))

@@ -423,7 +423,7 @@ func TestAReaderTakesOverAndAPurgedPositionStopsIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = mysql.NewPuller(other, "cf", "mariadb", nil).Pull(ctx, first, &collected{})
-	if !errors.Is(err, mysql.ErrPurged) || !strings.Contains(err.Error(), "remove it and create it again") {
+	if !errors.Is(err, mysql.ErrPurged) || !strings.Contains(err.Error(), "cdcctl changefeed resnapshot") {
 		t.Fatalf("a reader from a purged position: %v", err)
 	}
 	t.Log(err)

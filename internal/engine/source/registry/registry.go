@@ -24,15 +24,18 @@ import (
 // Pin and Open: each is one package's functions, so that adding a
 // database is one entry of databases.
 type database struct {
-	pin      func(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error)
-	open     func(uri string, env source.Env) (source.Source, error)
-	remove   func(ctx context.Context, uri string) error
-	retable  func(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error)
-	inspect  func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
-	preview  func(ctx context.Context, uri string) (source.Followed, error)
-	follow   func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
-	upstream func(uri, password string) (source.Snapshotter, []string, error)
-	redact   func(uri string) string
+	pin     func(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error)
+	open    func(uri string, env source.Env) (source.Source, error)
+	remove  func(ctx context.Context, uri string) error
+	retable func(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error)
+	// resnapshot is nil for a source whose changefeeds cannot lose their
+	// position upstream (PostgreSQL's slot keeps its WAL).
+	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
+	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
+	preview    func(ctx context.Context, uri string) (source.Followed, error)
+	follow     func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
+	upstream   func(uri, password string) (source.Snapshotter, []string, error)
+	redact     func(uri string) string
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -56,7 +59,7 @@ func init() {
 			return &postgres.TableReader{ConnString: cfg.ConnString}, cfg.Tables, nil
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
-	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable,
+	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
 		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
@@ -163,6 +166,24 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, fmt.Errorf("the tables of a gen:// changefeed are fixed; changefeed update changes a database source's tables (create another changefeed instead)")
 	}
 	return db.retable(ctx, uri, pos, tables, at, apply)
+}
+
+// Resnapshot computes the URI and resume point of a changefeed that
+// copies all its tables again from its checkpoint on, reading on from
+// where the upstream's log ends now (changefeed resnapshot: its own
+// position was lost upstream). Only sources that can lose it have one.
+func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error) {
+	db, err := scheme(uri)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	if db == nil {
+		return source.Retabled{}, fmt.Errorf("a gen:// changefeed has nothing upstream to copy again")
+	}
+	if db.resnapshot == nil {
+		return source.Retabled{}, fmt.Errorf("a PostgreSQL changefeed is not re-snapshotted: its replication slot keeps the WAL it resumes from (if the slot was lost, remove the changefeed and create it again)")
+	}
+	return db.resnapshot(ctx, uri, pos, at)
 }
 
 // HoldsUpstream says whether a changefeed of this source keeps something

@@ -1,0 +1,110 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// ResnapshotRequest asks for a changefeed's tables to be copied again
+// (changefeed resnapshot).
+type ResnapshotRequest struct {
+	ID model.ChangefeedID
+	// DryRun checks and computes the re-snapshot and writes nothing.
+	DryRun bool
+	By     string
+}
+
+// IncidentResnapshot is the incident a re-snapshot leaves.
+const IncidentResnapshot = "resnapshot"
+
+// ResnapshotChangefeed is the operator's answer to a changefeed that
+// cannot go on from its position because the upstream no longer holds it
+// (a MySQL binary log purged while it was stopped): never done by
+// itself, since copying every table again is the operator's choice
+// (the other is removing the changefeed). The changefeed, failed or
+// paused, reads on from where the upstream's log ends now; each of its
+// partitions is replaced by a new one over the same key range that
+// begins at the changefeed's checkpoint and copies its range again; the
+// sink gets a TRUNCATE of every table first, so it ends up holding the
+// tables as they are, without the rows deleted while the log was lost.
+// The changefeed is left paused, its error cleared: resume it to go on.
+func (c *Coordinator) ResnapshotChangefeed(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
+	for attempt := 1; ; attempt++ {
+		changed := c.view.Changed()
+		res, err := c.resnapshotOnce(ctx, term, req)
+		if !errors.Is(err, meta.ErrStale) || attempt == updateAttempts {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return UpdateResult{}, err
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	e, ok := st.Changefeeds[req.ID]
+	if !ok {
+		return UpdateResult{}, refuse(meta.ErrChangefeedNotFound, "%s", req.ID)
+	}
+	if s := e.Status.State; s != model.ChangefeedFailed && s != model.ChangefeedPaused {
+		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; a re-snapshot copies every table again and is for a changefeed that cannot go on from its position (failed); to copy a running one's tables again, pause it first (cdcctl changefeed pause %s)", req.ID, s, req.ID)
+	}
+	at := max(e.Status.CheckpointTs, e.Info.StartTs)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ch, err := sources.Resnapshot(octx, e.Info.SourceURI, e.Status.SourcePosition, at)
+	if err != nil {
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+	}
+	res := UpdateResult{At: at, Sink: e.Info.SinkURI, Tables: ch.Tables, Added: ch.Tables}
+	// The same key ranges as now: a layout the operator split or moved
+	// stays; only where the partitions begin changes.
+	var remove []string
+	for _, r := range st.SortedPartitions(req.ID) {
+		if r.Route.Status != model.PartitionActive {
+			return UpdateResult{}, refuse(ErrInvalid, "partition %s is being moved or split; wait for its plan to end (cdcctl plan list), then re-snapshot", r.Route.ID)
+		}
+		remove = append(remove, r.Route.ID)
+		res.AddedSpans = append(res.AddedSpans, r.Route.Span)
+	}
+	res.RemovedPartitions = remove
+	if req.DryRun {
+		return res, nil
+	}
+	info := e.Info
+	info.UpdatedAt = time.Now().UTC()
+	why := "by " + req.By + ": every table copied again from the checkpoint, read on from where the upstream's log ends"
+	if e.Status.Error != "" {
+		why += "; it had failed: " + e.Status.Error
+	}
+	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
+		Info: info, SourcePosition: ch.Position, Add: res.AddedSpans, Since: at, Remove: remove,
+		Resnapshot: true, Incident: model.Incident{Time: time.Now().UTC(), Kind: IncidentResnapshot, Reason: why},
+	})
+	if err != nil {
+		if errors.Is(err, meta.ErrTxnTooLarge) {
+			// Written whole or not at all: a half-replaced changefeed
+			// resumed would miss the ranges not yet replaced.
+			return UpdateResult{}, refuse(ErrInvalid, "%v: a re-snapshot replaces the changefeed's %d partitions in one transaction; remove the changefeed and create it again", err, len(remove))
+		}
+		return UpdateResult{}, err
+	}
+	for _, r := range routes {
+		res.AddedPartitions = append(res.AddedPartitions, r.ID)
+	}
+	c.log.Info("coordinator: changefeed re-snapshotted", "changefeed", req.ID, "tables", ch.Tables, "partitions", len(routes), "at", at, "by", req.By)
+	return res, nil
+}

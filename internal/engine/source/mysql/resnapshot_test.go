@@ -1,0 +1,134 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A changefeed whose binary log was purged while it was paused fails on
+// resume, saying so and what to do, and goes on from nowhere else; it is
+// never re-snapshotted by itself. The operator's re-snapshot (a dry run
+// first, which writes nothing) leaves it paused with its error cleared
+// and its partitions replaced over the same ranges; resumed under the
+// same live workload, it copies the tables again, and the sink rebuilt
+// equals MariaDB's tables, although rows the sink held were deleted
+// while the binary log was lost (the TRUNCATE before the copy drops
+// them), with nothing written twice.
+func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) {
+	t.Parallel()
+	const existing = 600
+	tc, db := startShopOf(t, existing, 40)
+	w := startShopWorkload(t, db, existing)
+	tc.WaitSnapshot("my")
+	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+	tc.SetState("my", model.ChangefeedPaused)
+	time.Sleep(2 * time.Second) // its reader stops
+	paused := tc.Changefeed("my").Status.CheckpointTs
+
+	// While paused: the workload goes on, and items the sink holds are
+	// deleted; then the binary logs holding all that are purged.
+	execDB(t, db, "DELETE FROM items WHERE line <= 20", "FLUSH BINARY LOGS")
+	var last string
+	var pos uint32
+	var ignored sql.NullString
+	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
+		t.Fatal(err)
+	}
+	// The server keeps a file a reader still has open (with a warning):
+	// purge until the older ones are gone.
+	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
+		execDB(t, db, "PURGE BINARY LOGS TO '"+last+"'")
+		var name string
+		var size int64
+		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
+	})
+	tc.SetState("my", model.ChangefeedNormal)
+	tc.Eventually("the changefeed fails for its purged binary log", 60*time.Second, func() bool {
+		return tc.Changefeed("my").Status.State == model.ChangefeedFailed
+	})
+	failed := tc.Changefeed("my")
+	for _, want := range []string{"purged", "cannot go on from its checkpoint without losing changes", "cdcctl changefeed resnapshot NAME", "or remove it"} {
+		if !strings.Contains(failed.Status.Error, want) {
+			t.Fatalf("the failed changefeed's error %q does not say %q", failed.Status.Error, want)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if cp := tc.Changefeed("my").Status.CheckpointTs; cp != paused || tc.Changefeed("my").Status.State != model.ChangefeedFailed {
+		t.Fatalf("the failed changefeed moved from %s to %s (%s): it went on from elsewhere, or by itself", paused, cp, tc.Changefeed("my").Status.State)
+	}
+
+	before := tc.State().SortedPartitions("my")
+	resnapshot := func(dry bool) coordinator.UpdateResult {
+		t.Helper()
+		var res coordinator.UpdateResult
+		if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+			var err error
+			res, err = c.ResnapshotChangefeed(ctx, term, coordinator.ResnapshotRequest{ID: "my", DryRun: dry, By: "test"})
+			return err
+		}); err != nil {
+			t.Fatalf("re-snapshot (dry run %v): %v", dry, err)
+		}
+		return res
+	}
+	dry := resnapshot(true)
+	if !slices.Equal(dry.Added, []string{"shop.orders", "shop.items"}) || len(dry.AddedSpans) != len(before) || len(dry.RemovedPartitions) != len(before) || dry.At != paused {
+		t.Fatalf("the dry run: %+v (partitions before: %d, checkpoint %s)", dry, len(before), paused)
+	}
+	if st := tc.Changefeed("my").Status; st.State != model.ChangefeedFailed || st.Error == "" {
+		t.Fatalf("a dry run changed the changefeed: %+v", st)
+	}
+	res := resnapshot(false)
+	st := tc.Changefeed("my").Status
+	if st.State != model.ChangefeedPaused || st.Error != "" || st.Incidents[len(st.Incidents)-1].Kind != coordinator.IncidentResnapshot ||
+		!strings.Contains(st.Incidents[len(st.Incidents)-1].Reason, "purged") {
+		t.Fatalf("after the re-snapshot: %+v", st)
+	}
+	after := tc.State().SortedPartitions("my")
+	if len(after) != len(before) || len(res.AddedPartitions) != len(before) {
+		t.Fatalf("%d partitions before, %d after (%v)", len(before), len(after), res.AddedPartitions)
+	}
+	for i, r := range after {
+		if r.Route.ID == before[i].Route.ID || r.Route.Span.String() != before[i].Route.Span.String() || r.Route.Since != paused {
+			t.Fatalf("partition %s (%s, since %s) replaces %s (%s): want a new id over the same range from %s", r.Route.ID, r.Route.Span, r.Route.Since, before[i].Route.ID, before[i].Route.Span, paused)
+		}
+	}
+	// Refused again while it runs.
+	tc.SetState("my", model.ChangefeedNormal)
+	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		_, err := c.ResnapshotChangefeed(ctx, term, coordinator.ResnapshotRequest{ID: "my", By: "test"})
+		return err
+	}); !errors.Is(err, coordinator.ErrNotPaused) {
+		t.Fatalf("a re-snapshot of a running changefeed: %v", err)
+	}
+
+	tc.WaitSnapshot("my")
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("my", up, []string{"shop.orders", "shop.items"}, w.finish(t))
+	if !rep.OK || rep.Duplicates != 0 || w.n < 20 {
+		t.Fatalf("after %d transactions, a purge and a re-snapshot: %+v", w.n, rep)
+	}
+	t.Logf("%d transactions; failed with: %s; re-snapshotted at %s into %v; %+v", w.n, failed.Status.Error, res.At, res.AddedPartitions, rep.TableReports)
+}
+
+// execDB runs statements on db, failing the test at the first error.
+func execDB(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
