@@ -153,6 +153,9 @@ type SourceStatus struct {
 	// the changefeed needs (MySQL's binary log expiry); 0 when not
 	// bounded by time.
 	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
+	// Purged: the upstream no longer holds Position (MySQL: its binary
+	// log file was purged); the changefeed cannot resume from it.
+	Purged bool `json:"purged,omitempty"`
 	// Snapshot is the initial snapshot's progress: "copying … ", "done".
 	Snapshot string `json:"snapshot,omitempty"`
 	// Filter is the changefeed's table rules (tables= with patterns);

@@ -253,8 +253,12 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 						// A binary log is kept by time, not for a reader:
 						// what matters is where the changefeed resumes and
 						// how much log the server still has from there.
-						fmt.Fprintf(tw, "Binlog:\tresumes at %s, the server keeps %s of binary log from there\n", orNone(ss.Position), humanBytes(ss.RetainedBytes))
-						if ss.RetentionSeconds > 0 {
+						if ss.Purged {
+							fmt.Fprintf(tw, "Binlog:\tresumes at %s, which the server no longer has (purged): copy the tables again (cdcctl changefeed resnapshot %s) or remove the changefeed\n", orNone(ss.Position), cf.ID)
+						} else {
+							fmt.Fprintf(tw, "Binlog:\tresumes at %s, the server keeps %s of binary log from there\n", orNone(ss.Position), humanBytes(ss.RetainedBytes))
+						}
+						if ss.RetentionSeconds > 0 && !ss.Purged {
 							// The server purges by age: the changefeed's lag
 							// eats into that.
 							kept := time.Duration(ss.RetentionSeconds) * time.Second
@@ -428,6 +432,11 @@ func incidentLine(in model.Incident) string {
 	case "restart":
 		what = fmt.Sprintf("restarted on %s (%s)", in.Node, in.Reason)
 	case "failed":
+		if in.Partition == "" {
+			// The changefeed's reader: its reason is why it failed.
+			what = fmt.Sprintf("failed on %s: %s", in.Node, in.Reason)
+			break
+		}
 		what = fmt.Sprintf("failed: partition %s on %s", in.Partition, in.Node)
 	default:
 		what = in.Kind

@@ -280,6 +280,9 @@ type Status struct {
 	// is not bounded by time (PostgreSQL's slots hold what they need).
 	// A changefeed further behind than that finds its position purged.
 	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
+	// Purged says the upstream no longer holds the position (MySQL: its
+	// binary log file was purged): the changefeed cannot resume from it.
+	Purged bool `json:"purged,omitempty"`
 	// Snapshot says how far the initial snapshot is, as of the last
 	// persisted resume point.
 	Snapshot string `json:"snapshot,omitempty"`

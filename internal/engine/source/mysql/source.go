@@ -185,6 +185,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	defer rows.Close()
 	cols, _ := rows.Columns()
+	held, listed := false, false
 	for rows.Next() {
 		var name string
 		var size int64
@@ -195,9 +196,14 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		if rows.Scan(dest...) != nil {
 			continue
 		}
+		listed = true
+		held = held || name == p.File
 		if p.File != "" && binlogAtOrAfter(name, p.File) {
 			st.RetainedBytes += size
 		}
+	}
+	if p.File != "" && listed && !held && rows.Err() == nil {
+		st.Purged, st.RetainedBytes = true, 0
 	}
 	return st, nil
 }
