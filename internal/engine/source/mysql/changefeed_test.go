@@ -134,12 +134,18 @@ type shopWorkload struct {
 // existing exist already (the workload updates, deletes and re-keys them
 // too); its new orders take the ids after.
 func startShopWorkload(t *testing.T, db *sql.DB, existing int64) *shopWorkload {
-	w := &shopWorkload{db: db, stop: make(chan struct{}), done: make(chan struct{}), next: make(chan int64, 1)}
-	w.next <- existing + 1
 	live := make([]int64, 0, existing)
 	for id := int64(1); id <= existing; id++ {
 		live = append(live, id)
 	}
+	return startShopWorkloadOn(t, db, live, existing+1)
+}
+
+// startShopWorkloadOn starts the workload on the orders live; its new
+// orders take the ids from next on.
+func startShopWorkloadOn(t *testing.T, db *sql.DB, live []int64, next int64) *shopWorkload {
+	w := &shopWorkload{db: db, stop: make(chan struct{}), done: make(chan struct{}), next: make(chan int64, 1)}
+	w.next <- next
 	go w.run(live)
 	t.Cleanup(func() {
 		select {

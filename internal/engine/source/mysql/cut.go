@@ -120,10 +120,7 @@ func serverOf(ctx context.Context, cfg Config) (Server, error) {
 	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&srv.Version, &srv.ServerID); err != nil {
 		return Server{}, explain(cfg, err)
 	}
-	srv.Flavor = "mysql"
-	if strings.Contains(strings.ToLower(srv.Version), "mariadb") {
-		srv.Flavor = "mariadb"
-	}
+	srv.Flavor = flavorOf(srv.Version)
 	return srv, nil
 }
 

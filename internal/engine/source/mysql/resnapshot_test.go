@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -118,6 +120,12 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 	}
 	rep := tc.VerifyDatabase("my", up, []string{"shop.orders", "shop.items"}, w.finish(t))
 	if !rep.OK || rep.Duplicates != 0 || w.n < 20 {
+		root := strings.TrimPrefix(strings.SplitN(tc.Changefeed("my").Info.SinkURI, "?", 2)[0], "file://")
+		files, _ := filepath.Glob(filepath.Join(root, "shop", "*", "meta", "schema_*.json"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			t.Logf("%s: %s", filepath.Base(f), strings.Join(strings.Fields(string(b)), " "))
+		}
 		t.Fatalf("after %d transactions, a purge and a re-snapshot: %+v", w.n, rep)
 	}
 	t.Logf("%d transactions; failed with: %s; re-snapshotted at %s into %v; %+v", w.n, failed.Status.Error, res.At, res.AddedPartitions, rep.TableReports)

@@ -172,6 +172,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	var p position
 	if len(pos) > 0 && json.Unmarshal(pos, &p) == nil && p.File != "" {
 		st.Position = fmt.Sprintf("%s:%d", p.File, p.Pos)
+		if p.GTID != "" {
+			st.Position += ", GTID " + p.GTID
+		}
 	}
 	db, err := open(ctx, cfg)
 	if err != nil {
@@ -179,6 +182,13 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	defer db.Close()
 	st.RetentionSeconds = retention(ctx, db)
+	var serverID uint32
+	if db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&serverID) == nil && p.Server != 0 && serverID != p.Server {
+		// The file and offset are another server's (a failover): this
+		// one's files say nothing of them; the reader resumes by GTID.
+		st.Position += fmt.Sprintf(" (on server %d; this is server %d)", p.Server, serverID)
+		return st, nil
+	}
 	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
 	if err != nil {
 		return st, nil

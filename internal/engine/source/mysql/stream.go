@@ -24,8 +24,13 @@ import (
 // transaction the position it had before: positions come from the binary
 // log alone (its events' times and the ticks written into it).
 type position struct {
-	File   string                `json:"file"`
-	Pos    uint32                `json:"pos"`
+	File string `json:"file"`
+	Pos  uint32 `json:"pos"`
+	// GTID is the same point as the servers name it (gtid.go): the
+	// reader resumes from it when it is known, on any server fed from the
+	// one File and Pos belong to (Server, its server_id).
+	GTID   string                `json:"gtid,omitempty"`
+	Server uint32                `json:"server,omitempty"`
 	Ts     model.Ts              `json:"ts"`
 	Tables map[string]tableState `json:"tables"`
 }
@@ -99,10 +104,15 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT, UPDATE and DELETE on it): %w", cfg.Database, signalTable, explain(cfg, err))
 	}
 	p := position{Ts: start, Tables: map[string]tableState{}}
-	var ignored1, ignored2 sql.NullString
-	row := db.QueryRowContext(ctx, "SHOW MASTER STATUS")
-	if err := row.Scan(&p.File, &p.Pos, &ignored1, &ignored2); err != nil {
+	var version, executed string
+	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&version, &p.Server); err != nil {
+		return nil, explain(cfg, err)
+	}
+	if p.File, p.Pos, executed, err = masterStatus(ctx, db); err != nil {
 		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
+	}
+	if p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, executed); err != nil {
+		return nil, explain(cfg, err)
 	}
 	for _, t := range cfg.Tables {
 		def, charsets, err := tableDef(ctx, db, t)
@@ -138,12 +148,25 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			at.Tables[t] = st
 		}
 	}
-	if p.flavor == "" {
-		srv, err := serverOf(ctx, p.cfg)
-		if err != nil {
+	// The server the address leads to now: after a failover, another
+	// than the one the stored file and offset belong to.
+	srv, err := serverOf(ctx, p.cfg)
+	if err != nil {
+		return err
+	}
+	p.flavor = srv.Flavor
+	known := at.GTID != ""
+	if !known && (at.Server == srv.ServerID || at.Server == 0) {
+		// No transaction before the point, or a point stored before
+		// GTIDs were kept: its GTIDs from its file and offset, on the
+		// server they belong to.
+		if at.GTID, known, err = gtidsOf(ctx, p.cfg, srv.Flavor, at.File, at.Pos); err != nil {
 			return err
 		}
-		p.flavor = srv.Flavor
+	}
+	passed, err := parseGTIDs(p.flavor, at.GTID, known)
+	if err != nil {
+		return err
 	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID: p.cfg.ServerID, Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
@@ -154,9 +177,26 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		Logger:           slog.New(slog.DiscardHandler),
 	})
 	defer syncer.Close()
-	stream, err := syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
-	if err != nil {
-		return p.explainStream(err, at)
+	var stream *replication.BinlogStreamer
+	if at.GTID != "" {
+		// By GTID: the same transactions on any server of the
+		// replication topology.
+		set, err := passed.syncSet()
+		if err != nil {
+			return err
+		}
+		stream, err = syncer.StartSyncGTID(set)
+		if err != nil {
+			return p.explainStream(err, at)
+		}
+	} else {
+		if at.Server != 0 && srv.ServerID != at.Server {
+			return fmt.Errorf("%s is server %d, not server %d where the changefeed's binary log position %s:%d is, and the position has no GTIDs to resume by elsewhere (turn gtid_mode on in MySQL, or point the source at server %d again)", p.cfg.Addr(), srv.ServerID, at.Server, at.File, at.Pos, at.Server)
+		}
+		stream, err = syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
+		if err != nil {
+			return p.explainStream(err, at)
+		}
 	}
 	p.mu.Lock()
 	p.points = []position{at}
@@ -223,8 +263,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			continue
 		case *replication.GTIDEvent:
 			cur = txn{commit: int64(e.ImmediateCommitTimestamp)}
+			if passed != nil {
+				passed.add(ev)
+			}
 		case *replication.MariadbGTIDEvent:
 			cur = txn{}
+			if passed != nil {
+				passed.add(ev)
+			}
 		case *replication.RowsEvent:
 			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
 			if table == signal {
@@ -330,9 +376,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		// table's rows after its change carry the change's position as
 		// their table version.
 		since := map[string]model.Ts{}
+		versions := map[string]uint64{}
 		for i, d := range cur.ddls {
 			d.CommitTs, d.TableVersion = ts, ts
-			since[d.Table] = ts
+			since[d.Table], versions[d.Table] = ts, d.SchemaVersion
 			st := at.Tables[d.Table]
 			st.Since = ts
 			at.Tables = withTable(at.Tables, d.Table, st)
@@ -343,7 +390,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		for i := range cur.events {
 			cur.events[i].CommitTs = ts
 			if v, ok := since[cur.events[i].Table]; ok {
-				cur.events[i].TableVersion = v
+				// Rows read before the transaction's commit brought a
+				// reset (a TRUNCATE of a table added back) are of the
+				// version it begins: a row naming the version before
+				// would make the sink describe the new one without it.
+				cur.events[i].TableVersion, cur.events[i].SchemaVersion = v, versions[cur.events[i].Table]
 			}
 		}
 		out := make([]source.Event, 0, len(cur.ddls)+len(cur.events))
@@ -358,7 +409,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		} else {
 			w.Resolve(ts)
 		}
-		at = position{File: file, Pos: ev.Header.LogPos, Ts: ts, Tables: at.Tables}
+		at = position{File: file, Pos: ev.Header.LogPos, GTID: passed.String(), Server: srv.ServerID, Ts: ts, Tables: at.Tables}
 		p.mu.Lock()
 		p.points = append(p.points, at)
 		if len(p.points) > maxPoints {

@@ -1,0 +1,197 @@
+package mysql
+
+import (
+	"context"
+	"encoding/binary"
+	"database/sql"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+)
+
+// gtids are the transactions a position has passed, named as the servers
+// name them: the same on a primary and on every replica fed from it
+// (log_slave_updates), so a position holding them resumes on whichever
+// server the source's address leads to after a failover, where a binary
+// log file and offset mean nothing.
+//
+// MariaDB's position is the last GTID of each replication domain
+// (domain-server-seq; its gtid_slave_pos form, one per domain: a new
+// primary's server id replaces the old one's in the domain). MySQL's is
+// the set of every transaction executed (uuid:1-N), which exists only
+// with gtid_mode=ON.
+type gtids struct {
+	maria map[uint32]gomysql.MariadbGTID // by domain
+	mysql *gomysql.MysqlGTIDSet
+}
+
+// parseGTIDs reads a position's GTIDs for a server of flavor. known
+// says whether s is the whole position ("": no transaction before it);
+// when it is not, none are kept (nil).
+func parseGTIDs(flavor, s string, known bool) (*gtids, error) {
+	if !known {
+		return nil, nil
+	}
+	if flavor == "mariadb" {
+		g := &gtids{maria: map[uint32]gomysql.MariadbGTID{}}
+		for _, part := range strings.Split(s, ",") {
+			if strings.TrimSpace(part) == "" {
+				continue
+			}
+			one, err := gomysql.ParseMariadbGTID(strings.TrimSpace(part))
+			if err != nil {
+				return nil, fmt.Errorf("the stored GTID position %q: %w", s, err)
+			}
+			g.maria[one.DomainID] = *one
+		}
+		return g, nil
+	}
+	if s == "" {
+		return nil, nil // MySQL without gtid_mode
+	}
+	set, err := gomysql.ParseMysqlGTIDSet(s)
+	if err != nil {
+		return nil, fmt.Errorf("the stored GTID set %q: %w", s, err)
+	}
+	return &gtids{mysql: set.(*gomysql.MysqlGTIDSet)}, nil
+}
+
+// add counts a transaction's GTID event in; an anonymous one (MySQL
+// without gtid_mode) is none.
+func (g *gtids) add(ev *replication.BinlogEvent) {
+	switch e := ev.Event.(type) {
+	case *replication.MariadbGTIDEvent:
+		// Read from the event's bytes, not e.GTID: in GTID mode go-mysql's
+		// syncer keeps the first such event of each server in its own set
+		// and moves it forward in place as later ones arrive, on its own
+		// goroutine, so e.GTID may already name a later transaction.
+		body := ev.RawData[min(len(ev.RawData), replication.EventHeaderSize):]
+		if g.maria == nil || len(body) < 12 {
+			return
+		}
+		domain := binary.LittleEndian.Uint32(body[8:12])
+		g.maria[domain] = gomysql.MariadbGTID{DomainID: domain, ServerID: ev.Header.ServerID, SequenceNumber: binary.LittleEndian.Uint64(body[:8])}
+	case *replication.GTIDEvent:
+		if g.mysql == nil || len(e.SID) != 16 {
+			return
+		}
+		if id, err := uuid.FromBytes(e.SID); err == nil && id != uuid.Nil {
+			g.mysql.AddGTID(id, e.GNO)
+		}
+	}
+}
+
+// String is the position as the server's own variables write it.
+func (g *gtids) String() string {
+	if g == nil {
+		return ""
+	}
+	if g.maria != nil {
+		var b strings.Builder
+		for i, d := range slices.Sorted(maps.Keys(g.maria)) {
+			one := g.maria[d]
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatUint(uint64(one.DomainID), 10))
+			b.WriteByte('-')
+			b.WriteString(strconv.FormatUint(uint64(one.ServerID), 10))
+			b.WriteByte('-')
+			b.WriteString(strconv.FormatUint(one.SequenceNumber, 10))
+		}
+		return b.String()
+	}
+	return g.mysql.String()
+}
+
+// syncSet is the position for go-mysql's StartSyncGTID.
+func (g *gtids) syncSet() (gomysql.GTIDSet, error) {
+	if g.maria != nil {
+		return gomysql.ParseMariadbGTIDSet(g.String())
+	}
+	return g.mysql.Clone(), nil
+}
+
+// gtidsAt reads the GTID position of a binary log file and offset on the
+// server db is connected to: MariaDB computes it (BINLOG_GTID_POS; NULL
+// when the file is not there: not known); MySQL's executed set is read
+// with SHOW MASTER STATUS when the position is taken (executed), and a
+// MySQL server without gtid_mode has none.
+func gtidsAt(ctx context.Context, db *sql.DB, flavor, file string, pos uint32, executed string) (string, bool, error) {
+	if flavor != "mariadb" {
+		set := strings.ReplaceAll(strings.TrimSpace(executed), "\n", "")
+		return set, set != "", nil
+	}
+	var s sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", file, pos).Scan(&s); err != nil {
+		return "", false, fmt.Errorf("read the GTID position of %s:%d (BINLOG_GTID_POS): %w", file, pos, err)
+	}
+	return s.String, s.Valid, nil
+}
+
+// masterStatus reads where the binary log ends now (SHOW MASTER STATUS),
+// and MySQL's executed GTID set with it, whatever columns the server
+// version adds.
+func masterStatus(ctx context.Context, db *sql.DB) (file string, pos uint32, executed string, err error) {
+	rows, err := db.QueryContext(ctx, "SHOW MASTER STATUS")
+	if err != nil {
+		return "", 0, "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", 0, "", err
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", 0, "", err
+		}
+		return "", 0, "", fmt.Errorf("SHOW MASTER STATUS returned nothing: the binary log is off (log_bin)")
+	}
+	dest := make([]any, len(cols))
+	var gtidSet sql.NullString
+	for i, c := range cols {
+		switch strings.ToLower(c) {
+		case "file":
+			dest[i] = &file
+		case "position":
+			dest[i] = &pos
+		case "executed_gtid_set":
+			dest[i] = &gtidSet
+		default:
+			dest[i] = new(sql.RawBytes)
+		}
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return "", 0, "", err
+	}
+	return file, pos, gtidSet.String, rows.Err()
+}
+
+// gtidsOf reads the GTID position of a binary log file and offset on the
+// server cfg names (MariaDB; MySQL cannot say: not known).
+func gtidsOf(ctx context.Context, cfg Config, flavor, file string, pos uint32) (string, bool, error) {
+	if flavor != "mariadb" || file == "" {
+		return "", false, nil
+	}
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return "", false, err
+	}
+	defer db.Close()
+	return gtidsAt(ctx, db, flavor, file, pos, "")
+}
+
+// flavorOf names a server's flavor from its version.
+func flavorOf(version string) string {
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		return "mariadb"
+	}
+	return "mysql"
+}
