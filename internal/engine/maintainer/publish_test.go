@@ -103,18 +103,26 @@ func TestAKafkaConsumerOfTheWatermarksSeesCompleteTables(t *testing.T) {
 	}
 	checks := 0
 	var last model.Ts
+	// Read as a consumer follows the topic: each message once (reading
+	// it all again each second grew with the topic until a slow machine
+	// could not keep up).
+	next := map[int32]int64{}
+	// Per partition: the rows after its last watermark, and that
+	// watermark; the rows before each partition's last one.
+	pending := map[int32][]verify.Row{}
+	var confirmed []verify.Row
+	marks := map[int32]model.Ts{}
 	// Three advances, each checked; the deadline is for a machine that is
 	// slow, not a measure of the pace.
 	// The bound is generous: what is proven is what the watermarks
 	// promise, not how fast they come (a starved CI machine has taken
 	// 90 s for two advances).
 	for deadline := time.Now().Add(4 * time.Minute); checks < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
-		// Per partition: the rows before its last watermark, and that
-		// watermark.
-		pending := map[int32][]verify.Row{}
-		var confirmed []verify.Row
-		marks := map[int32]model.Ts{}
-		err := kafka.Scan(ctx, cfg, func(p int32, kind codec.MessageKind, r codec.Row, ts model.Ts) error {
+		err := kafka.ScanMessagesFrom(ctx, cfg, next, func(p int32, offset int64, value []byte) error {
+			kind, r, ts, err := codec.DecodeCanalMessage(value)
+			if err != nil {
+				return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
+			}
 			switch kind {
 			case codec.MessageWatermark:
 				if ts < marks[p] {

@@ -28,6 +28,14 @@ func Scan(ctx context.Context, cfg Config, visit func(partition int32, kind code
 // offset up to its current end, in offset order, and passes each
 // message's value on as it is.
 func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, offset int64, value []byte) error) error {
+	return ScanMessagesFrom(ctx, cfg, nil, visit)
+}
+
+// ScanMessagesFrom is ScanMessages from the offsets in from (a partition
+// not in it from its oldest). A non-nil from is moved past each message
+// passed on, so that calling again reads only what came since: a
+// follower of a growing topic reads each message once.
+func ScanMessagesFrom(ctx context.Context, cfg Config, from map[int32]int64, visit func(partition int32, offset int64, value []byte) error) error {
 	sc := saramaConfig(cfg)
 	if err := cfg.Security.apply(sc); err != nil {
 		return err
@@ -56,6 +64,9 @@ func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, o
 		if err != nil {
 			return fmt.Errorf("start offset of partition %d: %w", p, err)
 		}
+		if at, ok := from[p]; ok && at > begin {
+			begin = at
+		}
 		if begin >= end {
 			continue
 		}
@@ -74,6 +85,9 @@ func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, o
 				case m := <-pc.Messages():
 					if err := visit(p, m.Offset, m.Value); err != nil {
 						return err
+					}
+					if from != nil {
+						from[p] = m.Offset + 1
 					}
 					if m.Offset+1 >= end {
 						return nil

@@ -236,4 +236,3 @@ func (p *proxy) switchTo(target string) {
 	}
 	p.conns = map[net.Conn]bool{}
 }
-

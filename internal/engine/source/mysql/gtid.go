@@ -2,8 +2,8 @@ package mysql
 
 import (
 	"context"
-	"encoding/binary"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
