@@ -64,7 +64,43 @@ func truncated(stmt, db string) (string, bool) {
 	} else if len(f) != 2 {
 		return "", false
 	}
-	name = strings.TrimSuffix(name, ";")
+	return qualifiedName(strings.TrimSuffix(name, ";"), db)
+}
+
+// droppedTables names the tables a DROP TABLE statement drops (db is the
+// statement's default database; MariaDB logs the statement with a comment
+// after it); false for any other statement, or one whose names it cannot
+// read exactly (which holds what it names instead).
+func droppedTables(stmt, db string) ([]string, bool) {
+	if i := strings.Index(stmt, "/*"); i >= 0 {
+		stmt = stmt[:i]
+	}
+	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(stmt), ";"))
+	if len(f) < 3 || !strings.EqualFold(f[0], "drop") || !strings.EqualFold(f[1], "table") {
+		return nil, false
+	}
+	f = f[2:]
+	if len(f) > 2 && strings.EqualFold(f[0], "if") && strings.EqualFold(f[1], "exists") {
+		f = f[2:]
+	}
+	if n := len(f); n > 1 && (strings.EqualFold(f[n-1], "restrict") || strings.EqualFold(f[n-1], "cascade")) {
+		f = f[:n-1]
+	}
+	var out []string
+	for _, name := range strings.Split(strings.Join(f, ""), ",") {
+		t, ok := qualifiedName(name, db)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, t)
+	}
+	return out, len(out) > 0
+}
+
+// qualifiedName reads a table name as a statement writes it (t, db.t,
+// `t`, `db`.`t`) as the changefeed names tables; false when it cannot
+// read it exactly.
+func qualifiedName(name, db string) (string, bool) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
 		return "", false

@@ -42,6 +42,9 @@ type tableState struct {
 	Version uint64           `json:"version,omitempty"`
 	// Charsets are the character columns not in UTF-8, by index.
 	Charsets map[int]string `json:"charsets,omitempty"`
+	// Dropped: the table was dropped upstream (its DROP TABLE is in the
+	// sink); rows of a table created again under its name are not its.
+	Dropped bool `json:"dropped,omitempty"`
 	// ResetAt is where the table was added to the changefeed (changefeed
 	// update): the first transaction after it begins with a TRUNCATE of
 	// it, so the sink holds nothing of it from before (a table removed and
@@ -76,6 +79,7 @@ type Puller struct {
 
 	mu     sync.Mutex
 	points []position // resume points passed, oldest first
+	issues []source.TableIssue
 }
 
 // NewPuller returns the puller of changefeed cf; flavor is "mariadb" or
@@ -200,7 +204,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	p.mu.Lock()
 	p.points = []position{at}
+	p.issues = nil // this run finds them again
 	p.mu.Unlock()
+	for t, st := range at.Tables {
+		if st.Dropped {
+			p.report(t, source.TableDropped, st.Since, droppedReason(p.cf, t))
+		}
+	}
 
 	tctx, stopTicks := context.WithCancel(ctx)
 	var ticking sync.WaitGroup
@@ -240,6 +250,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
 	held := map[string]bool{}
+	hold := func(table, why string) {
+		held[table] = true
+		w.Hold(table, at.Ts+1)
+		p.report(table, source.TableHeld, at.Ts+1, heldReason(p.cf, table, why))
+		p.log.Warn("mysql source: a table is held; the others go on", "changefeed", p.cf, "table", table, "reason", why)
+	}
 	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
 	var catalog *sql.DB                                   // read when a schema changes
 	defer func() {
@@ -285,7 +301,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				break
 			}
 			st, ok := at.Tables[table]
-			if !ok || held[table] {
+			if !ok || held[table] || st.Dropped {
 				break
 			}
 			// A table map comes once per transaction and table: checked
@@ -300,9 +316,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				}
 				next, ddl, why := followSchema(ctx, catalog, table, st, e.Table, stmt)
 				if why != "" {
-					held[table] = true
-					w.Hold(table, at.Ts+1)
-					p.log.Warn("mysql source: a table is held; the others go on", "changefeed", p.cf, "table", table, "reason", why)
+					hold(table, why)
 					break
 				}
 				if ddl != nil {
@@ -316,8 +330,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			checkedMap[table] = e.Table
 			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
 			if err != nil {
-				w.Hold(table, at.Ts+1)
-				p.log.Warn("mysql source: a row does not decode; the table is held", "changefeed", p.cf, "table", table, "err", err)
+				hold(table, "a row does not decode: "+err.Error())
 				break
 			}
 			cur.events = append(cur.events, evs...)
@@ -331,9 +344,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				// A schema change (its own transaction). An ALTER is
 				// followed at the table's next row (schema.go); a
 				// TRUNCATE goes to the sink as one (a new table version
-				// that no row before survives); a rename or a drop holds
-				// the table, never decoded with a schema that no longer
-				// holds.
+				// that no row before survives), and a DROP TABLE too (the
+				// table ends; one created again under its name is
+				// another); a rename holds the table, never decoded with
+				// a schema that no longer holds.
 				if t, ok := truncated(q, string(e.Schema)); ok {
 					if st, replicated := at.Tables[t]; replicated {
 						if !held[t] {
@@ -347,14 +361,30 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// Another table, or one named otherwise than ours
 					// (letter case): what it names is held below.
 				}
+				if ts, ok := droppedTables(q, string(e.Schema)); ok {
+					for _, t := range ts {
+						st, replicated := at.Tables[t]
+						if !replicated || st.Dropped || held[t] {
+							continue
+						}
+						st.Version++
+						st.Dropped = true
+						at.Tables = withTable(at.Tables, t, st)
+						cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+							Statement: source.DropPrefix + quoteTable(t)})
+						p.report(t, source.TableDropped, at.Ts+1, droppedReason(p.cf, t))
+						p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", p.cf, "table", t)
+					}
+					break
+				}
 				for _, t := range namedTables(q, string(e.Schema), at.Tables) {
 					if followable(q) {
 						pending[t] = q
 						continue
 					}
-					held[t] = true
-					w.Hold(t, at.Ts+1)
-					p.log.Warn("mysql source: a replicated table was renamed or dropped; the table is held, the others go on", "changefeed", p.cf, "table", t, "statement", q)
+					if !held[t] && !at.Tables[t].Dropped {
+						hold(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
+					}
 				}
 			}
 		case *replication.XIDEvent:

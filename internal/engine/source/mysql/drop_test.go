@@ -1,0 +1,102 @@
+package mysql_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A table dropped upstream ends: the sink gets its DROP TABLE at the
+// drop's position, the changefeed's status lists it as dropped with what
+// to do, and the other tables go on; a table renamed upstream is held,
+// listed with the reason and the fix, never decoded under a schema that
+// no longer holds. The operator removes both ('changefeed update'), and
+// the changefeed goes on, the remaining table equal to MariaDB's.
+func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
+	t.Parallel()
+	srv, db := startShopDB(t)
+	execDB(t, db,
+		`CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`,
+		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16))`,
+		`CREATE TABLE moved (id BIGINT PRIMARY KEY, v INT)`,
+		`INSERT INTO orders VALUES (1, 1), (2, 2)`, `INSERT INTO audit VALUES (1, 'a')`, `INSERT INTO moved VALUES (1, 1)`)
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	sink := t.TempDir()
+	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=orders,audit,moved", "file://"+sink+"?flush-interval=100ms", 1)
+	tc.WaitSnapshot("my")
+	execDB(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
+	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+
+	execDB(t, db, `DROP TABLE audit`, `RENAME TABLE moved TO moved_old`, `INSERT INTO orders VALUES (4, 4)`,
+		// Created again under the dropped name: another table, not
+		// replicated until it is added back.
+		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16), extra INT)`, `INSERT INTO audit VALUES (9, 'new', 1)`)
+	var issues []model.TableIssue
+	tc.Eventually("the dropped and the renamed table listed", 60*time.Second, func() bool {
+		issues = tc.Changefeed("my").Status.Tables
+		return len(issues) == 2
+	})
+	want := map[string]struct{ state, says string }{
+		"shop.audit": {model.TableDropped, "cdcctl changefeed update my --remove-table shop.audit"},
+		"shop.moved": {model.TableHeld, "RENAME TABLE moved TO moved_old"},
+	}
+	for _, i := range issues {
+		w, ok := want[i.Table]
+		if !ok || i.State != w.state || !strings.Contains(i.Reason, w.says) {
+			t.Fatalf("issue %+v; want %s %s saying %q", i, i.Table, w.state, w.says)
+		}
+	}
+	// The DROP TABLE is in the sink, with audit's last rows before it.
+	tc.Eventually("the sink to hold the DROP TABLE of audit", 30*time.Second, func() bool {
+		files, _ := filepath.Glob(filepath.Join(sink, "shop", "audit", "meta", "schema_*.json"))
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "DROP TABLE `shop`.`audit`") {
+				return true
+			}
+		}
+		return false
+	})
+
+	// The operator's answer: both removed; the changefeed goes on.
+	tc.SetState("my", model.ChangefeedPaused)
+	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "my", Tables: []string{"shop.orders"}, By: "test"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tc.SetState("my", model.ChangefeedNormal)
+	execDB(t, db, `INSERT INTO orders VALUES (5, 5)`, `UPDATE orders SET v = 10 WHERE id = 1`)
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("my", up, []string{"shop.orders"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("orders after the drop, the rename and the update: %+v", rep)
+	}
+	if st := tc.Changefeed("my").Status; len(st.Tables) != 0 || st.State != model.ChangefeedNormal {
+		t.Fatalf("after the update: %+v", st)
+	}
+	if got := slices.Collect(func(yield func(string) bool) {
+		for k := range tc.Inserts("my", "shop.audit") {
+			if !yield(k) {
+				return
+			}
+		}
+	}); slices.Contains(got, "9") {
+		t.Fatalf("a row of the table created again under the dropped name reached the sink: %v", got)
+	}
+	t.Logf("issues: %+v; %+v", issues, rep.TableReports)
+}
