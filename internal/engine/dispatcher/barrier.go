@@ -31,6 +31,10 @@ func (b *tableBarrier) route() (meta.RouteRecord, bool) {
 	return r.route, true
 }
 
+// notPlacedWait bounds how long a dispatcher taken off this node waits
+// at a barrier for its stop request.
+const notPlacedWait = 10 * time.Second
+
 // Reached implements Barrier.
 func (b *tableBarrier) Reached(ctx context.Context, dispatcher string, ddl source.Event) error {
 	for {
@@ -38,7 +42,16 @@ func (b *tableBarrier) Reached(ctx context.Context, dispatcher string, ddl sourc
 		st := b.m.view.State()
 		r, ok := b.route()
 		if !ok {
-			return fmt.Errorf("dispatcher %s is no longer placed here", dispatcher)
+			// Taken off this node (a pause, a move): its stop request
+			// follows, and the stop is graceful; failing here made it
+			// unclean, without a final position, and a pause waiting for
+			// every final one (table rules followed) timed out.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(notPlacedWait):
+				return fmt.Errorf("dispatcher %s is no longer placed here", dispatcher)
+			}
 		}
 		rec, open := st.Barriers[r.Route.Changefeed][ddl.Table]
 		if open && rec.Barrier.DDLTs > ddl.CommitTs {

@@ -39,8 +39,12 @@ type Config struct {
 	// it.
 	Database string
 	// Tables are the replicated tables, "database.table" as
-	// model.TableName writes them, in the order given.
+	// model.TableName writes them, in the order given. With Filter, they
+	// are what its rules matched when it was last followed.
 	Tables []string
+	// Filter are tables= given with patterns (rules.go), stored as
+	// filter=: the changefeed follows them as tables come and go.
+	Filter []string
 	// ServerID is the id the binlog connection registers under
 	// (server-id=); it must differ from every server's and every other
 	// replica's. 0: derived from the changefeed when it is created.
@@ -100,10 +104,26 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: parameter %q given %d times", k, len(vs))
 		}
 	}
-	if c.Tables, err = ParseTables(c.Database, model.SplitTableList(q.Get("tables"))); err != nil {
-		return Config{}, fmt.Errorf("source URI: %w", err)
+	tables := model.SplitTableList(q.Get("tables"))
+	switch {
+	case q.Has("filter"):
+		// A stored URI: the rules, and what they matched.
+		if c.Filter, err = ParseRules(c.Database, model.SplitTableList(q.Get("filter"))); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+		if c.Tables, err = ParseTables(c.Database, tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+	case isRules(tables):
+		if c.Filter, err = ParseRules(c.Database, tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
+	default:
+		if c.Tables, err = ParseTables(c.Database, tables); err != nil {
+			return Config{}, fmt.Errorf("source URI: %w", err)
+		}
 	}
-	if len(c.Tables) == 0 {
+	if len(c.Tables) == 0 && len(c.Filter) == 0 {
 		return Config{}, fmt.Errorf("source URI %s: name the tables to replicate, e.g. ?tables=%s.orders,%s.customers", Redact(raw), c.Database, c.Database)
 	}
 	if v := q.Get("server-id"); v != "" {
@@ -138,7 +158,7 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ours are the query parameters a mysql:// URI takes.
-var ours = map[string]bool{"tables": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true}
+var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true}
 
 func ourNames() []string {
 	var out []string
@@ -204,6 +224,9 @@ func (c Config) URI() string {
 	}
 	q := url.Values{}
 	q.Set("tables", strings.Join(c.Tables, ","))
+	if len(c.Filter) > 0 {
+		q.Set("filter", strings.Join(c.Filter, ","))
+	}
 	if c.ServerID != 0 {
 		q.Set("server-id", strconv.FormatUint(uint64(c.ServerID), 10))
 	}

@@ -49,6 +49,10 @@ func TestBadSourceURIsSayWhatToWrite(t *testing.T) {
 		"mysql://cdc@host:99999/shop?tables=orders":              "is not a port number",
 		"postgres://cdc@host/shop?tables=orders":                 "scheme must be mysql://",
 		"mysql://cdc:secret@host/shop?tables=%22a/b%22":          "cannot be a storage sink's directory",
+		"mysql://cdc@host/shop?tables=!audit":                    "exclude but include nothing",
+		"mysql://cdc@host/shop?tables=a.b.*":                     "write database.table with * and ?",
+		"mysql://cdc@host/shop?tables=shop.[*":                   "syntax error in pattern",
+		"mysql://cdc@host/shop?tables=shop.*,shop.*":             "given twice",
 	} {
 		_, err := mysql.ParseURI(raw)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -63,6 +67,8 @@ func TestBadSourceURIsSayWhatToWrite(t *testing.T) {
 func FuzzParseURI(f *testing.F) {
 	f.Add("mysql://cdc:pw@127.0.0.1:3306/shop?tables=orders,shop.items&server-id=7")
 	f.Add("mariadb://u@h/d?tables=%22A%22&snapshot=never&start=1")
+	f.Add("mysql://u@h/shop?tables=shop.*,!shop.audit,arch?ve.*")
+	f.Add("mysql://u@h/shop?tables=shop.orders&filter=shop.*")
 	f.Fuzz(func(t *testing.T, raw string) {
 		c, err := mysql.ParseURI(raw)
 		if err != nil {
@@ -72,8 +78,25 @@ func FuzzParseURI(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q parsed, but its written form %q does not: %v", raw, c.URI(), err)
 		}
-		if !reflect.DeepEqual(again.Tables, c.Tables) || again.Database != c.Database || again.Addr() != c.Addr() {
+		if !reflect.DeepEqual(again.Tables, c.Tables) || !reflect.DeepEqual(again.Filter, c.Filter) || again.Database != c.Database || again.Addr() != c.Addr() {
 			t.Fatalf("%q: read back as %+v, want %+v", raw, again, c)
 		}
 	})
+}
+
+// Table rules: patterns in tables= are kept as rules (filter= in the
+// stored URI, beside the tables they matched), each in a database.
+func TestTableRulesAreReadAndWrittenBack(t *testing.T) {
+	c, err := mysql.ParseURI("mysql://cdc@host/shop?tables=*,!audit,arch?ve.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"shop.*", "!shop.audit", "arch?ve.*"}; !reflect.DeepEqual(c.Filter, want) || len(c.Tables) != 0 {
+		t.Fatalf("rules %v, tables %v; want %v and none", c.Filter, c.Tables, want)
+	}
+	c.Tables = []string{"shop.orders", "archive.items"}
+	again, err := mysql.ParseURI(c.URI())
+	if err != nil || !reflect.DeepEqual(again.Filter, c.Filter) || !reflect.DeepEqual(again.Tables, c.Tables) {
+		t.Fatalf("written back as %s, read again as %+v (%v)", c.URI(), again, err)
+	}
 }

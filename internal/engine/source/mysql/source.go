@@ -25,6 +25,16 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	if err != nil {
 		return "", nil, err
 	}
+	if len(cfg.Filter) > 0 && len(cfg.Tables) == 0 {
+		f, err := matchRules(ctx, cfg)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(f.Tables) == 0 {
+			return "", nil, fmt.Errorf("the table rules %s match no table that can be replicated (%s): check them (a rule is database.table with * and ?; ! excludes)", strings.Join(cfg.Filter, ","), orNone(f.Refused))
+		}
+		cfg.Tables = f.Tables
+	}
 	srv, _, err := Preflight(ctx, cfg)
 	if err != nil {
 		return "", nil, err
@@ -79,6 +89,18 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 	if err != nil {
 		return source.Followed{}, err
 	}
+	if len(cfg.Filter) > 0 {
+		f, err := matchRules(ctx, cfg)
+		if err != nil {
+			return source.Followed{}, err
+		}
+		if len(f.Tables) == 0 {
+			return f, nil
+		}
+		cfg.Tables = f.Tables
+		_, _, err = Preflight(ctx, cfg)
+		return f, err
+	}
 	if _, _, err := Preflight(ctx, cfg); err != nil {
 		return source.Followed{}, err
 	}
@@ -102,8 +124,18 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if err := json.Unmarshal(pos, &p); err != nil {
 		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 	}
-	next, err := ParseTables(cfg.Database, tables)
-	if err != nil {
+	var next []string
+	if isRules(tables) {
+		// New rules: the tables they match now.
+		if cfg.Filter, err = ParseRules(cfg.Database, tables); err != nil {
+			return source.Retabled{}, err
+		}
+		f, err := matchRules(ctx, cfg)
+		if err != nil {
+			return source.Retabled{}, err
+		}
+		next = f.Tables
+	} else if next, err = ParseTables(cfg.Database, tables); err != nil {
 		return source.Retabled{}, err
 	}
 	if len(next) == 0 {
@@ -145,19 +177,35 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			tablesNow[t] = tableState{Def: def, Since: at, Charsets: charsets, ResetAt: at}
 		}
 	}
+	// Removed tables that are gone upstream (dropped, or renamed: the
+	// name ends) are told to the sink as a DROP TABLE, as PostgreSQL's
+	// are: the reader may not have passed its own DROP before the pause
+	// (written twice, it says the same).
+	var ended map[string]source.EndedTable
+	if len(removed) > 0 {
+		db, err := open(ctx, cfg)
+		if err != nil {
+			return source.Retabled{}, err
+		}
+		defer db.Close()
+		for _, t := range removed {
+			st, known := p.Tables[t]
+			if !known || st.Def == nil || !st.Dropped && !strings.Contains(tableUnfit(ctx, db, t), "does not exist") {
+				continue
+			}
+			if ended == nil {
+				ended = map[string]source.EndedTable{}
+			}
+			ended[t] = source.EndedTable{Def: st.Def}
+		}
+	}
 	p.Tables = tablesNow
 	b, err := json.Marshal(p)
 	if err != nil {
 		return source.Retabled{}, err
 	}
 	cfg.Tables = next
-	return source.Retabled{URI: cfg.URI(), Position: b, Tables: next, Added: added, Removed: removed}, nil
-}
-
-// Follow implements the registry's table rules: a MySQL changefeed has
-// none yet.
-func Follow(context.Context, string, source.Position) (source.Followed, bool, error) {
-	return source.Followed{}, false, nil
+	return source.Retabled{URI: cfg.URI(), Position: b, Tables: next, Added: added, Removed: removed, Rules: cfg.Filter, Ended: ended}, nil
 }
 
 // Inspect reports the binary log position a changefeed resumes from, how
@@ -169,6 +217,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return nil, err
 	}
 	st := &source.Status{Kind: "mysql", Snapshot: source.SnapshotStatus(cfg.Snapshot)}
+	st.Filter = strings.Join(cfg.Filter, ",")
 	var p position
 	if len(pos) > 0 && json.Unmarshal(pos, &p) == nil && p.File != "" {
 		st.Position = fmt.Sprintf("%s:%d", p.File, p.Pos)

@@ -130,10 +130,13 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 
 // txn is the transaction the puller is reading.
 type txn struct {
-	ddls   []*source.Event // schema changes its rows follow (schema.go)
-	events []source.Event
-	tickAt int64 // the server's clock in µs, when it wrote a tick
-	commit int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	// stmt is its schema change statement, if it is one; stmtDB, the
+	// statement's default database.
+	stmt, stmtDB string
+	ddls         []*source.Event // schema changes its rows follow (schema.go)
+	events       []source.Event
+	tickAt       int64 // the server's clock in µs, when it wrote a tick
+	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
 }
 
 // Pull implements source.Puller: it reads the binary log from a resume
@@ -341,51 +344,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				continue
 			case strings.EqualFold(q, "COMMIT"):
 			default:
-				// A schema change (its own transaction). An ALTER is
-				// followed at the table's next row (schema.go); a
-				// TRUNCATE goes to the sink as one (a new table version
-				// that no row before survives), and a DROP TABLE too (the
-				// table ends; one created again under its name is
-				// another); a rename holds the table, never decoded with
-				// a schema that no longer holds.
-				if t, ok := truncated(q, string(e.Schema)); ok {
-					if st, replicated := at.Tables[t]; replicated {
-						if !held[t] {
-							st.Version++
-							at.Tables = withTable(at.Tables, t, st)
-							cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-								Statement: source.TruncatePrefix + quoteTable(t)})
-						}
-						break
-					}
-					// Another table, or one named otherwise than ours
-					// (letter case): what it names is held below.
-				}
-				if ts, ok := droppedTables(q, string(e.Schema)); ok {
-					for _, t := range ts {
-						st, replicated := at.Tables[t]
-						if !replicated || st.Dropped || held[t] {
-							continue
-						}
-						st.Version++
-						st.Dropped = true
-						at.Tables = withTable(at.Tables, t, st)
-						cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-							Statement: source.DropPrefix + quoteTable(t)})
-						p.report(t, source.TableDropped, at.Ts+1, droppedReason(p.cf, t))
-						p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", p.cf, "table", t)
-					}
-					break
-				}
-				for _, t := range namedTables(q, string(e.Schema), at.Tables) {
-					if followable(q) {
-						pending[t] = q
-						continue
-					}
-					if !held[t] && !at.Tables[t].Dropped {
-						hold(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
-					}
-				}
+				// A schema change, its own transaction: dealt with at its
+				// commit (below), where its position is known.
+				cur.stmt, cur.stmtDB = q, string(e.Schema)
 			}
 		case *replication.XIDEvent:
 		default:
@@ -398,6 +359,64 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.commit = int64(ev.Header.Timestamp) * 1_000_000
 		}
 		ts := max(at.Ts+1, model.TsFromMicros(max(cur.commit, cur.tickAt)))
+		if cur.stmt != "" {
+			q := cur.stmt
+			// A statement at or before where a table joined the
+			// changefeed (its Since: a table added, copied from there)
+			// is history the table's schema already holds.
+			joined := func(t string) bool { st, ok := at.Tables[t]; return ok && ts > st.Since }
+			switch {
+			default:
+				// A schema change (its own transaction). An ALTER is
+				// followed at the table's next row (schema.go); a
+				// TRUNCATE goes to the sink as one (a new table version
+				// that no row before survives), and a DROP TABLE too (the
+				// table ends; one created again under its name is
+				// another); a rename holds the table, never decoded with
+				// a schema that no longer holds.
+				if t, ok := truncated(q, cur.stmtDB); ok {
+					if st, replicated := at.Tables[t]; replicated {
+						if !held[t] && joined(t) {
+							st.Version++
+							at.Tables = withTable(at.Tables, t, st)
+							cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+								Statement: source.TruncatePrefix + quoteTable(t)})
+						}
+						break
+					}
+					// Another table, or one named otherwise than ours
+					// (letter case): what it names is held below.
+				}
+				if names, ok := droppedTables(q, cur.stmtDB); ok {
+					for _, t := range names {
+						st, replicated := at.Tables[t]
+						if !replicated || st.Dropped || held[t] || !joined(t) {
+							continue
+						}
+						st.Version++
+						st.Dropped = true
+						at.Tables = withTable(at.Tables, t, st)
+						cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+							Statement: source.DropPrefix + quoteTable(t)})
+						p.report(t, source.TableDropped, ts, droppedReason(p.cf, t))
+						p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", p.cf, "table", t)
+					}
+					break
+				}
+				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
+					if !joined(t) {
+						continue
+					}
+					if followable(q) {
+						pending[t] = q
+						continue
+					}
+					if !held[t] && !at.Tables[t].Dropped {
+						hold(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
+					}
+				}
+			}
+		}
 		var reset []*source.Event
 		if at.Tables, reset = resets(at.Tables, held, ts); len(reset) > 0 {
 			cur.ddls = append(reset, cur.ddls...)

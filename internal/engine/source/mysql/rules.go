@@ -1,0 +1,187 @@
+package mysql
+
+// Table rules: tables= with patterns. A rule is "database.table" where
+// either part may hold * (any run of characters) and ? (one character),
+// or such a rule after ! to exclude what it matches; a rule without a
+// database is in the URI's. A table is replicated when some rule
+// includes it and none excludes it (their order does not matter). The
+// system databases and the signal table are never matched. Names match as
+// the server stores them (case-sensitive, as table names are on Linux).
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// isRules says whether tables= holds a pattern or an exclusion.
+func isRules(items []string) bool {
+	for _, t := range items {
+		if t = strings.TrimSpace(t); strings.HasPrefix(t, "!") || strings.ContainsAny(t, "*?") {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseRules checks table rules and writes each as database.pattern
+// (!database.pattern to exclude).
+func ParseRules(database string, items []string) ([]string, error) {
+	how := "write database.table with * and ? as wildcards, ! before a rule to exclude (e.g. tables=shop.*,!shop.audit)"
+	var out []string
+	includes := 0
+	for _, raw := range items {
+		t := strings.TrimSpace(raw)
+		if t == "" {
+			continue
+		}
+		neg := strings.HasPrefix(t, "!")
+		db, table, ok := strings.Cut(strings.TrimPrefix(t, "!"), ".")
+		if !ok {
+			db, table = database, db
+		}
+		db, table = strings.Trim(db, "`"), strings.Trim(table, "`")
+		if db == "" || table == "" || strings.ContainsAny(db+table, "./`'\" ") {
+			return nil, fmt.Errorf("table rule %q: %s", t, how)
+		}
+		if _, err := path.Match(db, ""); err != nil {
+			return nil, fmt.Errorf("table rule %q: %v; %s", t, err, how)
+		}
+		if _, err := path.Match(table, ""); err != nil {
+			return nil, fmt.Errorf("table rule %q: %v; %s", t, err, how)
+		}
+		rule := db + "." + table
+		if neg {
+			rule = "!" + rule
+		} else {
+			includes++
+		}
+		if slices.Contains(out, rule) {
+			return nil, fmt.Errorf("table rule %s is given twice", rule)
+		}
+		out = append(out, rule)
+	}
+	if includes == 0 {
+		return nil, fmt.Errorf("the table rules exclude but include nothing: add what to replicate, e.g. tables=%s.*,!%s.audit", database, database)
+	}
+	return out, nil
+}
+
+// ruleMatches says whether the rules replicate database db's table.
+func ruleMatches(rules []string, db, table string) bool {
+	in := false
+	for _, r := range rules {
+		neg := strings.HasPrefix(r, "!")
+		rdb, rtable, _ := strings.Cut(strings.TrimPrefix(r, "!"), ".")
+		okDB, _ := path.Match(rdb, db)
+		okTable, _ := path.Match(rtable, table)
+		if okDB && okTable {
+			if neg {
+				return false
+			}
+			in = true
+		}
+	}
+	return in
+}
+
+// systemDatabases are never matched by a rule.
+var systemDatabases = []string{"mysql", "information_schema", "performance_schema", "sys"}
+
+// resolveRules lists the tables the config's rules match now, in name
+// order, and those they match that cannot be replicated, each with why.
+func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2")
+	if err != nil {
+		return nil, nil, explain(cfg, err)
+	}
+	var all [][2]string
+	for rows.Next() {
+		var d, t string
+		if err := rows.Scan(&d, &t); err != nil {
+			rows.Close()
+			return nil, nil, explain(cfg, err)
+		}
+		all = append(all, [2]string{d, t})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, explain(cfg, err)
+	}
+	var matched, refused []string
+	for _, dt := range all {
+		d, t := dt[0], dt[1]
+		if slices.Contains(systemDatabases, strings.ToLower(d)) || t == signalTable || !ruleMatches(cfg.Filter, d, t) {
+			continue
+		}
+		name := model.TableName(d, t)
+		if _, err := ParseTables(cfg.Database, []string{name}); err != nil {
+			refused = append(refused, name+": "+err.Error()+"; or exclude it with !"+d+"."+t)
+			continue
+		}
+		if why := tableUnfit(ctx, db, name); why != "" {
+			refused = append(refused, name+": "+why+"; or exclude it with !"+d+"."+t)
+			continue
+		}
+		matched = append(matched, name)
+	}
+	slices.Sort(matched)
+	return matched, refused, nil
+}
+
+// Follow is what a stored URI's table rules match now; ok is false for a
+// URI without rules. A table dropped upstream and created again under its
+// name since (its resume point says it was dropped) is left out this
+// time, so that the changefeed ends the old table, and matched the next
+// time, so that the new one comes as a table added (its rows copied, the
+// sink's old rows truncated).
+func Follow(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil || len(cfg.Filter) == 0 {
+		return source.Followed{}, false, err
+	}
+	var p position
+	if len(pos) > 0 {
+		if err := json.Unmarshal(pos, &p); err != nil {
+			return source.Followed{}, true, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
+		}
+	}
+	matched, err := matchRules(ctx, cfg)
+	if err != nil {
+		return source.Followed{}, true, err
+	}
+	f := source.Followed{Refused: matched.Refused}
+	for _, t := range matched.Tables {
+		if p.Tables[t].Dropped {
+			continue
+		}
+		f.Tables = append(f.Tables, t)
+	}
+	return f, true, nil
+}
+
+// matchRules is what the config's rules match now, and what they refuse.
+func matchRules(ctx context.Context, cfg Config) (source.Followed, error) {
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return source.Followed{}, err
+	}
+	defer db.Close()
+	matched, refused, err := resolveRules(ctx, db, cfg)
+	return source.Followed{Tables: matched, Refused: refused}, err
+}
+
+// orNone lists what a rule refused, or says nothing was.
+func orNone(refused []string) string {
+	if len(refused) == 0 {
+		return "none refused"
+	}
+	return "refused: " + strings.Join(refused, "; ")
+}
