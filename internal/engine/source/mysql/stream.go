@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,53 +16,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
-
-// position is the puller's resume point: the binary log coordinates just
-// after a transaction, the commit position that transaction was given,
-// and every table's schema there. Reading on from it gives every later
-// transaction the position it had before: positions come from the binary
-// log alone (its events' times and the ticks written into it).
-type position struct {
-	File string `json:"file"`
-	Pos  uint32 `json:"pos"`
-	// GTID is the same point as the servers name it (gtid.go): the
-	// reader resumes from it when it is known, on any server fed from the
-	// one File and Pos belong to (Server, its server_id).
-	GTID   string                `json:"gtid,omitempty"`
-	Server uint32                `json:"server,omitempty"`
-	Ts     model.Ts              `json:"ts"`
-	Tables map[string]tableState `json:"tables"`
-}
-
-// tableState is a table's schema at a resume point.
-type tableState struct {
-	Def     *source.TableDef `json:"def"`
-	Since   model.Ts         `json:"since"`
-	Version uint64           `json:"version,omitempty"`
-	// Charsets are the character columns not in UTF-8, by index.
-	Charsets map[int]string `json:"charsets,omitempty"`
-	// Dropped: the table was dropped upstream (its DROP TABLE is in the
-	// sink); rows of a table created again under its name are not its.
-	Dropped bool `json:"dropped,omitempty"`
-	// ResetAt is where the table was added to the changefeed (changefeed
-	// update): the first transaction after it begins with a TRUNCATE of
-	// it, so the sink holds nothing of it from before (a table removed and
-	// added back) when its rows are copied again.
-	ResetAt model.Ts `json:"reset_at,omitempty"`
-}
-
-// signalTable is where the puller writes its ticks: a row per
-// changefeed (named by its start, fixed in its URI: tickName), updated with the
-// server's clock. A transaction that only changes it resolves the stream
-// up to its position, so an idle database's changefeed still advances.
-// Verify asks for a cut there too (cut.go).
-const signalTable = "cdcctl_signal"
-
-// tickName is the signal table's row of a changefeed's ticks.
-func tickName(cfg Config) string { return fmt.Sprintf("tick/%d", cfg.Start) }
-
-// tickEvery is how often the puller writes a tick.
-const tickEvery = 500 * time.Millisecond
 
 // Puller reads one changefeed's tables from the binary log into its
 // event log (source.Puller).
@@ -469,35 +421,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 }
 
-// ErrPurged means the binary log a changefeed resumes from is no longer
-// on the server: going on from anywhere else would lose changes.
-var ErrPurged = fmt.Errorf("the binary log the changefeed resumes from was purged (%w)", source.ErrUnresumable)
-
-// explainStream says what a failure of the binary log stream means and
-// what to do: the position purged (the changefeed cannot go on), another
-// reader under the same server id, or the server's own words.
-func (p *Puller) explainStream(err error, at position) error {
-	var me *gomysql.MyError
-	if errors.As(err, &me) {
-		msg := strings.ToLower(me.Message)
-		switch {
-		case me.Code == 4052 || strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id"):
-			// The server keeps the newest connection under a server id
-			// and ends the older one: this reader was replaced.
-			return fmt.Errorf("binary log of %s: another reader connected under server id %d and took over (the changefeed's reader moved to another capture, or a replica uses this id; if no other capture reads this changefeed, give it a server-id= no replica uses): %s", p.cfg.Addr(), p.cfg.ServerID, me.Message)
-		case me.Code == 1236 && (strings.Contains(msg, "could not find first log file") || strings.Contains(msg, "purged") || strings.Contains(msg, "could not open log file")):
-			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: copy its tables again (cdcctl changefeed resnapshot NAME) or remove it (docs/mysql.md), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
-				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
-		}
-		return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
-	}
-	return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(err.Error(), p.cfg.Password))
-}
-
-// maxPoints bounds the resume points a puller keeps; the checkpoint is
-// never far behind the newest.
-const maxPoints = 4096
-
 // commits says whether an event ends a transaction: an XID (InnoDB's
 // commit), a COMMIT statement, or a statement that is its own
 // transaction (a schema change).
@@ -509,52 +432,6 @@ func commits(ev *replication.BinlogEvent) bool {
 		return !strings.EqualFold(strings.TrimSpace(string(e.Query)), "BEGIN")
 	}
 	return false
-}
-
-// tickOf reads this changefeed's tick from a change of the signal table:
-// the server's clock in µs; 0 when the change is not its tick.
-func tickOf(e *replication.RowsEvent, name string) int64 {
-	var at int64
-	for _, r := range e.Rows {
-		if len(r) == 2 && signalName(r[0]) == name {
-			if v, ok := r[1].(int64); ok {
-				at = max(at, v)
-			}
-		}
-	}
-	return at
-}
-
-// tick writes this changefeed's tick into the signal table every
-// tickEvery until ctx ends.
-func (p *Puller) tick(ctx context.Context) {
-	db, err := sql.Open("mysql", p.cfg.DSN())
-	if err != nil {
-		return
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	signal := quoteTable(model.TableName(p.cfg.Database, signalTable))
-	stmt := "INSERT INTO " + signal + " (changefeed, at) VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)) ON DUPLICATE KEY UPDATE at = VALUES(at)"
-	answer := "UPDATE " + signal + " SET at = ? WHERE changefeed = ? AND at = 0"
-	t := time.NewTicker(tickEvery)
-	defer t.Stop()
-	var last time.Time
-	for {
-		if _, err := db.ExecContext(ctx, stmt, tickName(p.cfg)); err != nil && ctx.Err() == nil && time.Since(last) > 30*time.Second {
-			last = time.Now()
-			p.log.Warn("mysql source: cannot write a tick; the changefeed advances only with other writes", "changefeed", p.cf, "err", explain(p.cfg, err))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case a := <-p.answers:
-			if _, err := db.ExecContext(ctx, answer, a.at, a.name); err != nil && ctx.Err() == nil {
-				p.log.Warn("mysql source: cannot answer verify's cut; verify will ask again", "changefeed", p.cf, "err", explain(p.cfg, err))
-			}
-		}
-	}
 }
 
 // ResumePoint implements source.Puller: the newest resume point at or
