@@ -35,19 +35,7 @@ const IncidentResnapshot = "resnapshot"
 // tables as they are, without the rows deleted while the log was lost.
 // The changefeed is left paused, its error cleared: resume it to go on.
 func (c *Coordinator) ResnapshotChangefeed(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
-	for attempt := 1; ; attempt++ {
-		changed := c.view.Changed()
-		res, err := c.resnapshotOnce(ctx, term, req)
-		if !errors.Is(err, meta.ErrStale) || attempt == updateAttempts {
-			return res, err
-		}
-		select {
-		case <-ctx.Done():
-			return UpdateResult{}, err
-		case <-changed:
-		case <-time.After(time.Second):
-		}
-	}
+	return c.whileStale(ctx, req.ID, "re-snapshot", func() (UpdateResult, error) { return c.resnapshotOnce(ctx, term, req) })
 }
 
 func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {

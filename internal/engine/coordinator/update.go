@@ -71,13 +71,23 @@ type UpdateResult struct {
 // undoes its upstream change before the next; a DROP or rename it wrote
 // to the sink is written again, which says the same.
 func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	return c.whileStale(ctx, req.ID, "update", func() (UpdateResult, error) { return c.updateOnce(ctx, term, req) })
+}
+
+// updateAttempts bounds the tries of an update or a re-snapshot.
+const updateAttempts = 5
+
+// whileStale runs a change of a paused changefeed again, from its new
+// state, while its write meets a status that moved (meta.ErrStale), up to
+// updateAttempts times; what names the change in the log.
+func (c *Coordinator) whileStale(ctx context.Context, id model.ChangefeedID, what string, once func() (UpdateResult, error)) (UpdateResult, error) {
 	for attempt := 1; ; attempt++ {
 		changed := c.view.Changed()
-		res, err := c.updateOnce(ctx, term, req)
+		res, err := once()
 		if !errors.Is(err, meta.ErrStale) || attempt == updateAttempts {
 			return res, err
 		}
-		c.log.Info("coordinator: the changefeed changed while it was being updated; updating again from its new state", "changefeed", req.ID, "attempt", attempt)
+		c.log.Info("coordinator: the changefeed changed during the change; computing it again from its new state", "change", what, "changefeed", id, "attempt", attempt)
 		select {
 		case <-ctx.Done():
 			return UpdateResult{}, err
@@ -86,9 +96,6 @@ func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, 
 		}
 	}
 }
-
-// updateAttempts bounds UpdateChangefeed's tries.
-const updateAttempts = 5
 
 func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
 	st, err := c.store.Load(ctx)
