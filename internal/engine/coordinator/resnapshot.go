@@ -39,13 +39,9 @@ func (c *Coordinator) ResnapshotChangefeed(ctx context.Context, term election.Te
 }
 
 func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
-	st, err := c.store.Load(ctx)
+	st, e, err := c.loadChangefeed(ctx, req.ID)
 	if err != nil {
 		return UpdateResult{}, err
-	}
-	e, ok := st.Changefeeds[req.ID]
-	if !ok {
-		return UpdateResult{}, refuse(meta.ErrChangefeedNotFound, "%s", req.ID)
 	}
 	if s := e.Status.State; s != model.ChangefeedFailed && s != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; a re-snapshot copies every table again and is for a changefeed that cannot go on from its position (failed); to copy a running one's tables again, pause it first (cdcctl changefeed pause %s)", req.ID, s, req.ID)

@@ -97,14 +97,24 @@ func (c *Coordinator) whileStale(ctx context.Context, id model.ChangefeedID, wha
 	}
 }
 
-func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+// loadChangefeed reads the cluster's state and a changefeed's entry in
+// it, refusing an unknown changefeed.
+func (c *Coordinator) loadChangefeed(ctx context.Context, id model.ChangefeedID) (*meta.State, *meta.ChangefeedEntry, error) {
 	st, err := c.store.Load(ctx)
 	if err != nil {
-		return UpdateResult{}, err
+		return nil, nil, err
 	}
-	e, ok := st.Changefeeds[req.ID]
+	e, ok := st.Changefeeds[id]
 	if !ok {
-		return UpdateResult{}, refuse(meta.ErrChangefeedNotFound, "%s", req.ID)
+		return nil, nil, refuse(meta.ErrChangefeedNotFound, "%s", id)
+	}
+	return st, e, nil
+}
+
+func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	st, e, err := c.loadChangefeed(ctx, req.ID)
+	if err != nil {
+		return UpdateResult{}, err
 	}
 	if e.Status.State != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", req.ID, e.Status.State, req.ID)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,14 +88,8 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 	if st := tc.Changefeed("my").Status; len(st.Tables) != 0 || st.State != model.ChangefeedNormal {
 		t.Fatalf("after the update: %+v", st)
 	}
-	if got := slices.Collect(func(yield func(string) bool) {
-		for k := range tc.Inserts("my", "shop.audit") {
-			if !yield(k) {
-				return
-			}
-		}
-	}); slices.Contains(got, "9") {
-		t.Fatalf("a row of the table created again under the dropped name reached the sink: %v", got)
+	if by, ok := tc.Inserts("my", "shop.audit")["9"]; ok {
+		t.Fatalf("a row of the table created again under the dropped name reached the sink: by %v", by)
 	}
 	t.Logf("issues: %+v; %+v", issues, rep.TableReports)
 }

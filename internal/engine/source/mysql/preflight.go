@@ -180,14 +180,12 @@ func grantsMissing(ctx context.Context, db *sql.DB, cfg Config) string {
 // does not exist (or the user cannot see it), it is a view, or it has no
 // primary key (its rows could not be routed to partitions by key).
 func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
-	schema, name := model.SplitTableName(table)
-	var kind string
-	err := db.QueryRowContext(ctx, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", schema, name).Scan(&kind)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Sprintf("table %s does not exist (or the user cannot read it: GRANT SELECT ON %s TO the user)", table, quoteTable(table))
-	}
+	kind, err := tableKind(ctx, db, table)
 	if err != nil {
 		return fmt.Sprintf("table %s: %v", table, err)
+	}
+	if kind == "" {
+		return fmt.Sprintf("table %s does not exist (or the user cannot read it: GRANT SELECT ON %s TO the user)", table, quoteTable(table))
 	}
 	if kind != "BASE TABLE" {
 		return fmt.Sprintf("%s is a %s, not a table: replicate the tables it reads", table, strings.ToLower(kind))
@@ -207,6 +205,18 @@ func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
 		return fmt.Sprintf("table %s has no primary key: its changes cannot be routed by key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or leave the table out", table, quoteTable(table))
 	}
 	return ""
+}
+
+// tableKind is a table's TABLE_TYPE (BASE TABLE, VIEW, ...), "" when it
+// does not exist or the user cannot see it.
+func tableKind(ctx context.Context, db *sql.DB, table string) (string, error) {
+	schema, name := model.SplitTableName(table)
+	var kind string
+	err := db.QueryRowContext(ctx, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", schema, name).Scan(&kind)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return kind, err
 }
 
 // retention is how long the server keeps binary logs, in seconds (0: no

@@ -158,17 +158,20 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			tablesNow[t] = st
 		}
 	}
+	if len(added)+len(removed) == 0 {
+		return retabled(cfg, p, tablesNow, next, nil, nil, nil)
+	}
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return source.Retabled{}, err
+	}
+	defer db.Close()
 	if len(added) > 0 {
 		check := cfg
 		check.Tables = added
 		if _, _, err := Preflight(ctx, check); err != nil {
 			return source.Retabled{}, err
 		}
-		db, err := open(ctx, cfg)
-		if err != nil {
-			return source.Retabled{}, err
-		}
-		defer db.Close()
 		for _, t := range added {
 			def, charsets, err := tableDef(ctx, db, t)
 			if err != nil {
@@ -182,24 +185,32 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	// are: the reader may not have passed its own DROP before the pause
 	// (written twice, it says the same).
 	var ended map[string]source.EndedTable
-	if len(removed) > 0 {
-		db, err := open(ctx, cfg)
-		if err != nil {
-			return source.Retabled{}, err
+	for _, t := range removed {
+		st, known := p.Tables[t]
+		if !known || st.Def == nil {
+			continue
 		}
-		defer db.Close()
-		for _, t := range removed {
-			st, known := p.Tables[t]
-			if !known || st.Def == nil || !st.Dropped && !strings.Contains(tableUnfit(ctx, db, t), "does not exist") {
-				continue
+		if !st.Dropped {
+			kind, err := tableKind(ctx, db, t)
+			if err != nil {
+				return source.Retabled{}, explain(cfg, err)
 			}
-			if ended == nil {
-				ended = map[string]source.EndedTable{}
+			if kind != "" {
+				continue // still there: it only leaves the changefeed
 			}
-			ended[t] = source.EndedTable{Def: st.Def}
 		}
+		if ended == nil {
+			ended = map[string]source.EndedTable{}
+		}
+		ended[t] = source.EndedTable{Def: st.Def}
 	}
-	p.Tables = tablesNow
+	return retabled(cfg, p, tablesNow, next, added, removed, ended)
+}
+
+// retabled is Retable's answer: the URI and resume point with the
+// tables after the change.
+func retabled(cfg Config, p position, tables map[string]tableState, next, added, removed []string, ended map[string]source.EndedTable) (source.Retabled, error) {
+	p.Tables = tables
 	b, err := json.Marshal(p)
 	if err != nil {
 		return source.Retabled{}, err
