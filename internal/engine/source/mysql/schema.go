@@ -222,9 +222,8 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 	if sameColumns(st.Def, def) {
 		return st, nil, ""
 	}
-	if strings.Join(st.Def.KeyNames(), ",") != strings.Join(def.KeyNames(), ",") || keyTypes(st.Def) != keyTypes(def) {
-		return st, nil, fmt.Sprintf("its primary key changed (%s to %s): its partitions are ranges of the old key; remove the changefeed and create it again (docs/mysql.md)",
-			strings.Join(st.Def.KeyNames(), ","), strings.Join(def.KeyNames(), ","))
+	if why := keyChanged(st.Def, def); why != "" {
+		return st, nil, why
 	}
 	if stmt == "" {
 		stmt = "ALTER TABLE " + quoteTable(table) + " -- columns changed"

@@ -213,6 +213,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
 	var catalog *sql.DB                                   // read when a schema changes
+	openCatalog := func() (*sql.DB, error) {
+		var err error
+		if catalog == nil {
+			catalog, err = open(ctx, p.cfg)
+		}
+		return catalog, err
+	}
 	defer func() {
 		if catalog != nil {
 			catalog.Close()
@@ -264,10 +271,8 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			stmt, altered := pending[table]
 			if altered || checkedMap[table] != e.Table && !mapMatches(e.Table, st.Def) {
 				delete(pending, table)
-				if catalog == nil {
-					if catalog, err = open(ctx, p.cfg); err != nil {
-						return err
-					}
+				if _, err := openCatalog(); err != nil {
+					return err
 				}
 				next, ddl, why := followSchema(ctx, catalog, table, st, e.Table, stmt)
 				if why != "" {
@@ -355,9 +360,35 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					}
 					break
 				}
+				alter, parsed := parseAlter(q, cur.stmtDB)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {
 						continue
+					}
+					if parsed && !held[t] && !at.Tables[t].Dropped {
+						if !strings.EqualFold(alter.table, t) {
+							continue // another table's, naming this one in passing
+						}
+						if alter.table == t {
+							// The schema history: applied here, at the
+							// statement's position (history.go).
+							next, ddl, why, ok := followAlter(ctx, openCatalog, t, at.Tables[t], alter, q, p.flavor)
+							if why != "" {
+								hold(t, why)
+								continue
+							}
+							if ok {
+								delete(pending, t)
+								if ddl != nil {
+									cur.ddls = append(cur.ddls, ddl)
+									at.Tables = withTable(at.Tables, t, next)
+									delete(cols, t)
+									delete(keyTypesByTable, t)
+									delete(checkedMap, t)
+								}
+								continue
+							}
+						}
 					}
 					if followable(q) {
 						pending[t] = q

@@ -1,0 +1,822 @@
+package mysql
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// The schema history: an ALTER TABLE read from the binary log is applied
+// to the schema the reader holds for its table, at the statement's own
+// position, so the rows after it are decoded with the columns they were
+// written with even when the reader is far behind and the catalog shows a
+// later schema (the binary log without binlog_row_metadata=FULL names no
+// columns; with it, this is checked against every row's table map). The
+// schema is kept in every resume point, so a reader restarted behind
+// several ALTERs replays them from the schema at its checkpoint.
+//
+// Only what changes the columns is read: ADD, DROP, MODIFY, CHANGE and
+// RENAME COLUMN, with FIRST and AFTER; index, constraint, partition and
+// table options change no column and are passed over. Anything else
+// (a clause this reader does not know, a generated column, CONVERT TO
+// CHARACTER SET, a conditional comment) is not followed here: the table
+// is then followed as before, by the catalog at its next row (schema.go).
+
+// alterTable is an ALTER TABLE statement read for its column changes.
+type alterTable struct {
+	table string // as the changefeed names tables (db.t)
+	specs []alterSpec
+	// key says the statement changes the primary key: the table is held
+	// (its partitions are ranges of the old key).
+	key bool
+	// renamed says the statement renames the table: held, as a RENAME.
+	renamed bool
+}
+
+// alterSpec is one column change.
+type alterSpec struct {
+	op    string // "add", "drop", "modify", "change", "rename"
+	name  string // the column it changes (the old name for change and rename)
+	col   colDef // the new definition (add, modify, change; rename: its name)
+	first bool
+	after string
+	// ifExists: IF EXISTS (drop, modify, change) or IF NOT EXISTS (add):
+	// no error when the column is (not) there, the clause does nothing.
+	ifExists bool
+}
+
+// colDef is a column definition as a statement writes it.
+type colDef struct {
+	name     string
+	typ      string // as the catalog writes COLUMN_TYPE, without integer display widths
+	nullable bool
+	charset  string // explicit CHARACTER SET or COLLATE; "" is the table's default
+	textual  bool   // a character type: its charset matters
+}
+
+// token is a word, a quoted identifier, a string literal or punctuation.
+type token struct {
+	text string
+	kind byte // 'w' word, 'q' `quoted`, 's' 'string', 'p' punctuation
+}
+
+// tokenize splits a statement into tokens, leaving out comments. A
+// conditional comment (/*! … */), whose text the server may run, is not
+// read: false.
+func tokenize(s string) ([]token, bool) {
+	var out []token
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case c == '#' || c == '-' && strings.HasPrefix(s[i:], "-- "):
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+		case strings.HasPrefix(s[i:], "/*"):
+			if strings.HasPrefix(s[i:], "/*!") || strings.HasPrefix(s[i:], "/*M!") {
+				return nil, false
+			}
+			end := strings.Index(s[i+2:], "*/")
+			if end < 0 {
+				return nil, false
+			}
+			i += end + 4
+		case c == '`':
+			var b strings.Builder
+			j := i + 1
+			for ; j < len(s); j++ {
+				if s[j] == '`' {
+					if j+1 < len(s) && s[j+1] == '`' {
+						b.WriteByte('`')
+						j++
+						continue
+					}
+					break
+				}
+				b.WriteByte(s[j])
+			}
+			if j >= len(s) {
+				return nil, false
+			}
+			out = append(out, token{b.String(), 'q'})
+			i = j + 1
+		case c == '\'' || c == '"':
+			var b strings.Builder
+			j := i + 1
+			for ; j < len(s); j++ {
+				if s[j] == '\\' && j+1 < len(s) {
+					b.WriteByte(s[j+1])
+					j++
+					continue
+				}
+				if s[j] == c {
+					if j+1 < len(s) && s[j+1] == c {
+						b.WriteByte(c)
+						j++
+						continue
+					}
+					break
+				}
+				b.WriteByte(s[j])
+			}
+			if j >= len(s) {
+				return nil, false
+			}
+			out = append(out, token{b.String(), 's'})
+			i = j + 1
+		case isWordByte(c):
+			j := i
+			for j < len(s) && isWordByte(s[j]) {
+				j++
+			}
+			out = append(out, token{s[i:j], 'w'})
+			i = j
+		default:
+			out = append(out, token{string(c), 'p'})
+			i++
+		}
+	}
+	return out, true
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+// alterReader reads tokens.
+type alterReader struct {
+	toks []token
+	i    int
+}
+
+func (r *alterReader) peek(n int) token {
+	if r.i+n < len(r.toks) {
+		return r.toks[r.i+n]
+	}
+	return token{}
+}
+
+// is says whether the next tokens are these words (any case).
+func (r *alterReader) is(words ...string) bool {
+	for n, w := range words {
+		t := r.peek(n)
+		if t.kind != 'w' || !strings.EqualFold(t.text, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// accept takes the words if they come next.
+func (r *alterReader) accept(words ...string) bool {
+	if r.is(words...) {
+		r.i += len(words)
+		return true
+	}
+	return false
+}
+
+// peekWord says whether the token n ahead is the word w.
+func (r *alterReader) peekWord(n int, w string) bool {
+	t := r.peek(n)
+	return t.kind == 'w' && strings.EqualFold(t.text, w)
+}
+
+func (r *alterReader) punct(p string) bool {
+	if t := r.peek(0); t.kind == 'p' && t.text == p {
+		r.i++
+		return true
+	}
+	return false
+}
+
+// name reads an identifier.
+func (r *alterReader) name() (string, bool) {
+	t := r.peek(0)
+	if t.kind != 'w' && t.kind != 'q' || t.text == "" {
+		return "", false
+	}
+	r.i++
+	return t.text, true
+}
+
+// atSpecEnd says whether a clause ends here: a comma at the top level,
+// or the statement's end.
+func (r *alterReader) atSpecEnd() bool {
+	t := r.peek(0)
+	return t.kind == 0 || t.kind == 'p' && (t.text == "," || t.text == ";")
+}
+
+// skipGroup passes a parenthesised group whose '(' was just read.
+func (r *alterReader) skipGroup() bool {
+	for depth := 1; r.i < len(r.toks); r.i++ {
+		if t := r.toks[r.i]; t.kind == 'p' {
+			switch t.text {
+			case "(":
+				depth++
+			case ")":
+				if depth--; depth == 0 {
+					r.i++
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// skipSpec passes the rest of a clause.
+func (r *alterReader) skipSpec() bool {
+	for !r.atSpecEnd() {
+		if r.punct("(") {
+			if !r.skipGroup() {
+				return false
+			}
+			continue
+		}
+		r.i++
+	}
+	return true
+}
+
+// parseAlter reads an ALTER TABLE statement (db is its default
+// database); false when it is not one or has something this reader does
+// not follow.
+func parseAlter(stmt, db string) (alterTable, bool) {
+	toks, ok := tokenize(stmt)
+	if !ok {
+		return alterTable{}, false
+	}
+	r := &alterReader{toks: toks}
+	if !r.accept("alter") {
+		return alterTable{}, false
+	}
+	_ = r.accept("online") || r.accept("offline")
+	r.accept("ignore")
+	if !r.accept("table") {
+		return alterTable{}, false
+	}
+	r.accept("if", "exists")
+	var a alterTable
+	first, ok := r.name()
+	if !ok {
+		return a, false
+	}
+	a.table = model.TableName(db, first)
+	if r.punct(".") {
+		second, ok := r.name()
+		if !ok {
+			return a, false
+		}
+		a.table = model.TableName(first, second)
+	}
+	if r.accept("wait") {
+		r.i++ // its seconds
+	} else {
+		r.accept("nowait")
+	}
+	if r.atSpecEnd() {
+		// No clause (the table rebuilt): no column changes.
+		r.punct(";")
+		return a, r.peek(0).kind == 0
+	}
+	for {
+		if !r.spec(&a) {
+			return a, false
+		}
+		if !r.punct(",") {
+			r.punct(";")
+			return a, r.peek(0).kind == 0
+		}
+	}
+}
+
+// spec reads one clause into a.
+func (r *alterReader) spec(a *alterTable) bool {
+	switch {
+	case r.accept("add"):
+		switch {
+		case r.is("primary"), r.is("constraint") && (r.peekWord(1, "primary") || r.peekWord(2, "primary")):
+			// [CONSTRAINT [name]] PRIMARY KEY
+			a.key = true
+			return r.skipSpec()
+		case r.is("index"), r.is("key"), r.is("unique"), r.is("fulltext"), r.is("spatial"), r.is("foreign"), r.is("check"),
+			r.is("constraint"), r.is("partition"), r.is("period"), r.is("system"), r.is("vector"):
+			return r.skipSpec()
+		}
+		r.accept("column")
+		ifNot := r.accept("if", "not", "exists")
+		if r.punct("(") {
+			// ADD (a INT, b INT): at the end, in order.
+			for {
+				col, ok := r.column(a)
+				if !ok {
+					return false
+				}
+				a.specs = append(a.specs, alterSpec{op: "add", name: col.name, col: col, ifExists: ifNot})
+				if r.punct(",") {
+					continue
+				}
+				return r.punct(")")
+			}
+		}
+		col, ok := r.column(a)
+		if !ok {
+			return false
+		}
+		s := alterSpec{op: "add", name: col.name, col: col, ifExists: ifNot}
+		return r.place(&s) && r.add(a, s)
+	case r.accept("drop"):
+		switch {
+		case r.is("primary"):
+			a.key = true
+			return r.skipSpec()
+		case r.is("index"), r.is("key"), r.is("foreign"), r.is("check"), r.is("constraint"), r.is("partition"), r.is("period"), r.is("system"):
+			return r.skipSpec()
+		}
+		r.accept("column")
+		s := alterSpec{op: "drop", ifExists: r.accept("if", "exists")}
+		var ok bool
+		if s.name, ok = r.name(); !ok {
+			return false
+		}
+		r.accept("restrict")
+		r.accept("cascade")
+		return r.atSpecEnd() && r.add(a, s)
+	case r.is("modify"), r.is("change"):
+		op := strings.ToLower(r.peek(0).text)
+		r.i++
+		r.accept("column")
+		s := alterSpec{op: op, ifExists: r.accept("if", "exists")}
+		var ok bool
+		if s.name, ok = r.name(); !ok {
+			return false
+		}
+		if op == "modify" {
+			r.i-- // the definition begins with the name
+		}
+		if s.col, ok = r.column(a); !ok {
+			return false
+		}
+		return r.place(&s) && r.add(a, s)
+	case r.accept("rename"):
+		switch {
+		case r.accept("column"):
+			s := alterSpec{op: "rename"}
+			var ok bool
+			if s.name, ok = r.name(); !ok || !r.accept("to") {
+				return false
+			}
+			if s.col.name, ok = r.name(); !ok {
+				return false
+			}
+			return r.atSpecEnd() && r.add(a, s)
+		case r.is("index"), r.is("key"):
+			return r.skipSpec()
+		}
+		a.renamed = true
+		return r.skipSpec()
+	case r.accept("alter"):
+		// ALTER [COLUMN] c SET DEFAULT / DROP DEFAULT / SET [IN]VISIBLE,
+		// ALTER INDEX, ALTER CHECK: no column's type or name.
+		return r.skipSpec()
+	case r.is("convert"), r.is("discard"), r.is("import"), r.is("exchange"):
+		return false
+	}
+	// Table options and the like (ENGINE=, COMMENT=, ALGORITHM=, FORCE,
+	// DEFAULT CHARSET=, PARTITION BY, ORDER BY, ENABLE KEYS, ...): no
+	// column changes. Only words known to be options are passed over.
+	t := r.peek(0)
+	if t.kind != 'w' || !tableOptions[strings.ToLower(t.text)] {
+		return false
+	}
+	return r.skipSpec()
+}
+
+// tableOptions begin the clauses that change no column.
+var tableOptions = map[string]bool{
+	"engine": true, "auto_increment": true, "comment": true, "row_format": true, "key_block_size": true,
+	"stats_auto_recalc": true, "stats_persistent": true, "stats_sample_pages": true, "avg_row_length": true,
+	"checksum": true, "table_checksum": true, "pack_keys": true, "max_rows": true, "min_rows": true,
+	"delay_key_write": true, "algorithm": true, "lock": true, "force": true, "order": true, "enable": true,
+	"disable": true, "default": true, "character": true, "charset": true, "collate": true, "partition": true,
+	"remove": true, "coalesce": true, "reorganize": true, "analyze": true, "check": true, "optimize": true,
+	"rebuild": true, "repair": true, "truncate": true, "truncate_partition": true, "page_checksum": true,
+	"page_compressed": true, "page_compression_level": true, "transactional": true, "encrypted": true,
+	"encryption_key_id": true, "ietf_quotes": true, "sequence": true, "with": true, "without": true,
+	"insert_method": true, "union": true, "data": true, "index": true, "connection": true, "compression": true,
+	"secondary_engine": true, "tablespace": true, "storage": true, "autoextend_size": true, "validation": true,
+}
+
+// place reads FIRST or AFTER c.
+func (r *alterReader) place(s *alterSpec) bool {
+	switch {
+	case r.accept("first"):
+		s.first = true
+	case r.accept("after"):
+		var ok bool
+		if s.after, ok = r.name(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *alterReader) add(a *alterTable, s alterSpec) bool {
+	a.specs = append(a.specs, s)
+	return r.atSpecEnd()
+}
+
+// column reads "name type attributes" up to the clause's end, a FIRST
+// or AFTER, or a ',' or ')' of an ADD (...) list.
+func (r *alterReader) column(a *alterTable) (colDef, bool) {
+	var c colDef
+	var ok bool
+	if c.name, ok = r.name(); !ok {
+		return c, false
+	}
+	if c.typ, c.textual, c.charset, ok = r.dataType(); !ok {
+		return c, false
+	}
+	c.nullable = true
+	for {
+		t := r.peek(0)
+		switch {
+		case t.kind == 0, t.kind == 'p' && (t.text == "," || t.text == ";" || t.text == ")"), r.is("first"), r.is("after"):
+			return c, true
+		case r.punct("("):
+			if !r.skipGroup() {
+				return c, false
+			}
+		case r.accept("not", "null"):
+			c.nullable = false
+		case r.accept("primary", "key"), r.accept("key"):
+			a.key = true
+			c.nullable = false
+		case r.accept("unique", "key"), r.accept("unique"):
+		case r.is("character", "set"), r.is("charset"), r.is("collate"):
+			if c.charset, ok = r.charset(); !ok {
+				return c, false
+			}
+		case r.is("as"), r.is("generated"):
+			// A generated column: whether the binary log carries it
+			// depends on the server and its kind; the catalog decides.
+			return c, false
+		case r.accept("default"):
+			// Its value: a group, or a literal, a signed number or a
+			// call; what follows is read as attributes again.
+			if r.punct("(") {
+				if !r.skipGroup() {
+					return c, false
+				}
+				continue
+			}
+			_ = r.punct("-") || r.punct("+")
+			if r.atSpecEnd() {
+				return c, false
+			}
+			r.i++
+		default:
+			r.i++
+		}
+	}
+}
+
+// charset reads CHARACTER SET x, CHARSET x or COLLATE x as the character
+// set it names.
+func (r *alterReader) charset() (string, bool) {
+	collate := r.accept("collate")
+	if !collate && !r.accept("character", "set") && !r.accept("charset") {
+		return "", false
+	}
+	r.punct("=")
+	name, ok := r.name()
+	if !ok {
+		return "", false
+	}
+	name = strings.ToLower(name)
+	if collate {
+		name, _, _ = strings.Cut(name, "_")
+	}
+	if name == "utf8" || name == "utf8mb3" {
+		name = "utf8mb4" // as the catalog's: none of them is recoded
+	}
+	return name, true
+}
+
+// dataType reads a column's type as the catalog writes it: the base
+// name in lower case with aliases resolved, its arguments, UNSIGNED and
+// ZEROFILL; integer display widths left out (MySQL 8 drops them too).
+func (r *alterReader) dataType() (typ string, textual bool, charset string, ok bool) {
+	t := r.peek(0)
+	if t.kind != 'w' {
+		return "", false, "", false
+	}
+	r.i++
+	base := strings.ToLower(t.text)
+	switch {
+	case base == "double" && r.accept("precision"):
+	case base == "character" && r.accept("varying"), base == "char" && r.accept("varying"):
+		base = "varchar"
+	case base == "national":
+		switch {
+		case r.accept("char", "varying"), r.accept("character", "varying"), r.accept("varchar"):
+			base = "varchar"
+		case r.accept("char"), r.accept("character"):
+			base = "char"
+		default:
+			return "", false, "", false
+		}
+		charset = "utf8mb4"
+	case base == "nchar" && r.accept("varying"), base == "nvarchar":
+		base, charset = "varchar", "utf8mb4"
+	case base == "nchar":
+		base, charset = "char", "utf8mb4"
+	case base == "long":
+		base = "mediumtext" // LONG and LONG VARCHAR
+		if r.accept("varbinary") {
+			base = "mediumblob"
+		} else {
+			r.accept("varchar")
+		}
+	}
+	var args []string
+	if r.punct("(") {
+		for {
+			a := r.peek(0)
+			switch a.kind {
+			case 's':
+				args = append(args, "'"+strings.ReplaceAll(a.text, "'", "''")+"'")
+			case 'w':
+				if _, err := strconv.Atoi(a.text); err != nil {
+					return "", false, "", false
+				}
+				args = append(args, a.text)
+			default:
+				return "", false, "", false
+			}
+			r.i++
+			if r.punct(")") {
+				break
+			}
+			if !r.punct(",") {
+				return "", false, "", false
+			}
+		}
+	}
+	withArgs := func(b string) string {
+		if len(args) == 0 {
+			return b
+		}
+		return b + "(" + strings.Join(args, ",") + ")"
+	}
+	switch base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint", "integer", "int1", "int2", "int3", "int4", "int8", "middleint":
+		if alias, ok := intAliases[base]; ok {
+			base = alias
+		}
+		typ = base
+	case "bool", "boolean":
+		typ = "tinyint"
+	case "serial":
+		return "", false, "", false // BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE: the catalog's word
+	case "decimal", "dec", "numeric", "fixed":
+		switch len(args) {
+		case 0:
+			args = []string{"10", "0"}
+		case 1:
+			args = append(args, "0")
+		}
+		typ = withArgs("decimal")
+	case "float":
+		switch len(args) {
+		case 1:
+			if p, _ := strconv.Atoi(args[0]); p > 24 {
+				typ = "double"
+			} else {
+				typ = "float"
+			}
+		default:
+			typ = withArgs("float")
+		}
+	case "double", "real", "float8":
+		typ = withArgs("double")
+	case "float4":
+		typ = withArgs("float")
+	case "bit", "char", "binary":
+		if len(args) == 0 {
+			args = []string{"1"}
+		}
+		typ = withArgs(base)
+		textual = base == "char"
+	case "varchar", "varbinary":
+		if len(args) != 1 {
+			return "", false, "", false
+		}
+		typ = withArgs(base)
+		textual = base == "varchar"
+	case "tinytext", "text", "mediumtext", "longtext":
+		typ, textual = base, true
+	case "tinyblob", "blob", "mediumblob", "longblob":
+		typ = base
+	case "enum", "set":
+		if len(args) == 0 {
+			return "", false, "", false
+		}
+		typ, textual = withArgs(base), true
+	case "date", "year":
+		typ = base
+	case "time", "datetime", "timestamp":
+		if len(args) == 1 && args[0] == "0" {
+			args = nil
+		}
+		typ = withArgs(base)
+	case "json":
+		typ = "json"
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
+		typ = base
+	default:
+		return "", false, "", false
+	}
+	for {
+		switch {
+		case r.accept("unsigned"):
+			if !strings.Contains(typ, " unsigned") {
+				typ += " unsigned"
+			}
+		case r.accept("signed"):
+		case r.accept("zerofill"):
+			if !strings.Contains(typ, " unsigned") {
+				typ += " unsigned"
+			}
+			typ += " zerofill"
+		case r.accept("binary"), r.accept("ascii"), r.accept("unicode"), r.accept("byte"):
+		case r.is("character", "set"), r.is("charset"), r.is("collate"):
+			cs, ok := r.charset()
+			if !ok {
+				return "", false, "", false
+			}
+			charset = cs
+		default:
+			return typ, textual, charset, true
+		}
+	}
+}
+
+// intAliases are the integer types' other names.
+var intAliases = map[string]string{"integer": "int", "int1": "tinyint", "int2": "smallint", "int3": "mediumint", "int4": "int", "int8": "bigint", "middleint": "mediumint"}
+
+// apply makes the statement's column changes to def (its character
+// columns' sets in charsets, by index); defaultCharset gives the table's
+// default character set for a character column that names none. It
+// returns false when a change does not fit the definition (a column that
+// is not there, one added twice), which the server would have refused:
+// the reader then does not know the table's schema from the statement.
+func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor string, defaultCharset func() (string, bool)) (*source.TableDef, map[int]string, bool) {
+	type col struct {
+		def     source.ColumnDef
+		charset string
+	}
+	cols := make([]col, len(def.Columns))
+	for i, c := range def.Columns {
+		cols[i] = col{c, charsets[i]}
+	}
+	find := func(name string) int {
+		return slices.IndexFunc(cols, func(c col) bool { return strings.EqualFold(c.def.Name, name) })
+	}
+	made := func(c colDef, keyPos int) (col, bool) {
+		typ := c.typ
+		if typ == "json" && flavor == "mariadb" {
+			typ = "longtext" // MariaDB's JSON is a LONGTEXT with a check
+		}
+		out := col{def: source.ColumnDef{Name: c.name, Type: typ, Nullable: c.nullable && keyPos == 0, KeyPos: keyPos}}
+		if c.textual {
+			cs := c.charset
+			if cs == "" {
+				var ok bool
+				if cs, ok = defaultCharset(); !ok {
+					return out, false
+				}
+			}
+			if cs != "utf8mb4" && cs != "binary" {
+				out.charset = cs
+			}
+		}
+		return out, true
+	}
+	insert := func(c col, s alterSpec) bool {
+		switch {
+		case s.first:
+			cols = slices.Insert(cols, 0, c)
+		case s.after != "":
+			at := find(s.after)
+			if at < 0 {
+				return false
+			}
+			cols = slices.Insert(cols, at+1, c)
+		default:
+			cols = append(cols, c)
+		}
+		return true
+	}
+	for _, s := range a.specs {
+		at := find(s.name)
+		switch s.op {
+		case "add":
+			if at >= 0 {
+				if s.ifExists {
+					continue
+				}
+				return nil, nil, false
+			}
+			c, ok := made(s.col, 0)
+			if !ok || !insert(c, s) {
+				return nil, nil, false
+			}
+		case "drop":
+			if at < 0 {
+				if s.ifExists {
+					continue
+				}
+				return nil, nil, false
+			}
+			cols = slices.Delete(cols, at, at+1)
+		case "modify", "change":
+			if at < 0 {
+				if s.ifExists {
+					continue
+				}
+				return nil, nil, false
+			}
+			c, ok := made(s.col, cols[at].def.KeyPos)
+			if !ok {
+				return nil, nil, false
+			}
+			if s.first || s.after != "" {
+				cols = slices.Delete(cols, at, at+1)
+				if !insert(c, s) {
+					return nil, nil, false
+				}
+			} else {
+				cols[at] = c
+			}
+		case "rename":
+			if at < 0 || find(s.col.name) >= 0 && !strings.EqualFold(s.name, s.col.name) {
+				return nil, nil, false
+			}
+			cols[at].def.Name = s.col.name
+		}
+	}
+	out := *def
+	out.Columns = make([]source.ColumnDef, len(cols))
+	var outCharsets map[int]string
+	for i, c := range cols {
+		out.Columns[i] = c.def
+		if c.charset != "" {
+			if outCharsets == nil {
+				outCharsets = map[int]string{}
+			}
+			outCharsets[i] = c.charset
+		}
+	}
+	return &out, outCharsets, true
+}
+
+// sameShape says whether the catalog's definition of a table is the one
+// a statement's was applied to give: the same names, types (integer
+// display widths aside), nullability, key and character sets. Then the
+// catalog's is used, as the server writes its types.
+func sameShape(a *source.TableDef, ac map[int]string, b *source.TableDef, bc map[int]string) bool {
+	if len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		x, y := a.Columns[i], b.Columns[i]
+		if x.Name != y.Name || x.Nullable != y.Nullable || x.KeyPos != y.KeyPos || ac[i] != bc[i] ||
+			withoutWidth(x.Type) != withoutWidth(y.Type) {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutWidth writes a type without an integer's display width, in
+// lower case: "int(11) unsigned" is "int unsigned".
+func withoutWidth(typ string) string {
+	t := strings.ToLower(typ)
+	base, rest, ok := strings.Cut(t, "(")
+	if !ok {
+		return t
+	}
+	switch base {
+	case "tinyint", "smallint", "mediumint", "int", "bigint":
+		_, after, _ := strings.Cut(rest, ")")
+		return base + after
+	}
+	return t
+}

@@ -1,0 +1,144 @@
+package mysql
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+)
+
+func shopOrders() *source.TableDef {
+	return &source.TableDef{Schema: "shop", Name: "orders", Dialect: source.DialectMySQL, Columns: []source.ColumnDef{
+		{Name: "id", Type: "bigint(20)", KeyPos: 1},
+		{Name: "note", Type: "varchar(20)", Nullable: true},
+		{Name: "qty", Type: "int(11)", Nullable: true},
+	}}
+}
+
+// describe writes a definition as the tests compare it: each column's
+// name, type, NOT NULL, KEY and character set when not UTF-8.
+func describe(def *source.TableDef, charsets map[int]string) string {
+	var out []string
+	for i, c := range def.Columns {
+		s := c.Name + " " + c.Type
+		if !c.Nullable {
+			s += " not null"
+		}
+		if c.KeyPos > 0 {
+			s += fmt.Sprintf(" key%d", c.KeyPos)
+		}
+		if cs := charsets[i]; cs != "" {
+			s += " " + cs
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
+}
+
+// Each ALTER TABLE is applied to the schema held as the server applies
+// it; a clause that changes no column changes nothing; one this reader
+// does not follow is refused (the catalog decides then), and one that
+// renames the table or changes its key says so.
+func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
+	latin1 := func() (string, bool) { return "latin1", true }
+	utf8 := func() (string, bool) { return "utf8mb4", true }
+	for _, c := range []struct {
+		stmt, want string
+		def        func() (string, bool)
+	}{
+		{stmt: "ALTER TABLE orders ADD COLUMN extra INT", want: "id bigint(20) not null key1, note varchar(20), qty int(11), extra int"},
+		{stmt: "alter table `shop`.`orders` add `when` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) AFTER id", want: "id bigint(20) not null key1, when datetime(6) not null, note varchar(20), qty int(11)"},
+		{stmt: "ALTER TABLE orders ADD COLUMN a TINYINT UNSIGNED FIRST, ADD b DECIMAL, ADD c FLOAT(30), ADD d BOOL DEFAULT -1 COMMENT 'x, y'", want: "a tinyint unsigned, id bigint(20) not null key1, note varchar(20), qty int(11), b decimal(10,0), c double, d tinyint"},
+		{stmt: "ALTER TABLE orders ADD (x INT NOT NULL, y ENUM('a','b''c') CHARACTER SET latin1)", want: "id bigint(20) not null key1, note varchar(20), qty int(11), x int not null, y enum('a','b''c') latin1"},
+		{stmt: "ALTER TABLE orders DROP COLUMN note, DROP IF EXISTS nothing", want: "id bigint(20) not null key1, qty int(11)"},
+		{stmt: "ALTER TABLE orders MODIFY note VARCHAR(60) NOT NULL", want: "id bigint(20) not null key1, note varchar(60) not null, qty int(11)", def: utf8},
+		{stmt: "ALTER TABLE orders MODIFY note VARCHAR(60)", want: "id bigint(20) not null key1, note varchar(60) latin1, qty int(11)", def: latin1},
+		{stmt: "ALTER TABLE orders CHANGE COLUMN qty amount DECIMAL(12,2) UNSIGNED ZEROFILL FIRST", want: "amount decimal(12,2) unsigned zerofill, id bigint(20) not null key1, note varchar(20)"},
+		{stmt: "ALTER TABLE orders RENAME COLUMN note TO memo, ALGORITHM=INPLACE, LOCK=NONE", want: "id bigint(20) not null key1, memo varchar(20), qty int(11)"},
+		{stmt: "ALTER TABLE orders ADD INDEX (qty), DROP INDEX i, ENGINE=InnoDB, ALTER COLUMN qty SET DEFAULT 3, COMMENT 'c'", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
+		{stmt: "ALTER TABLE orders /* a comment */ ADD COLUMN j JSON -- why\n", want: "id bigint(20) not null key1, note varchar(20), qty int(11), j longtext", def: utf8},
+		{stmt: "ALTER TABLE orders ADD COLUMN t TEXT COLLATE latin1_german1_ci, ADD COLUMN n NATIONAL VARCHAR(3), ADD COLUMN z TIME(0)", want: "id bigint(20) not null key1, note varchar(20), qty int(11), t text latin1, n varchar(3), z time"},
+		{stmt: "ALTER TABLE orders ADD COLUMN IF NOT EXISTS qty BIGINT", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
+		{stmt: "ALTER TABLE orders ADD COLUMN v VARCHAR(5)", want: "refused", def: func() (string, bool) { return "", false }},
+
+		{stmt: "ALTER TABLE orders ADD COLUMN qty INT", want: "refused"},
+		{stmt: "ALTER TABLE orders DROP COLUMN nothing", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN g INT AS (qty * 2) VIRTUAL", want: "refused"},
+		{stmt: "ALTER TABLE orders CONVERT TO CHARACTER SET latin1", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN s SERIAL", want: "refused"},
+		{stmt: "ALTER TABLE orders SOMETHING NEW", want: "refused"},
+		{stmt: "/*!40000 ALTER TABLE orders DISABLE KEYS */", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN x INT AFTER nothing", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN 'x' INT", want: "refused"},
+
+		{stmt: "ALTER TABLE orders ADD PRIMARY KEY (id, qty)", want: "key"},
+		{stmt: "ALTER TABLE orders DROP PRIMARY KEY, ADD CONSTRAINT pk PRIMARY KEY (qty)", want: "key"},
+		{stmt: "ALTER TABLE orders ADD COLUMN k INT KEY", want: "key"},
+		{stmt: "ALTER TABLE orders RENAME TO orders_v2", want: "renamed"},
+		{stmt: "ALTER TABLE orders RENAME INDEX a TO b", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
+	} {
+		a, ok := parseAlter(c.stmt, "shop")
+		got := "refused"
+		switch {
+		case !ok:
+		case a.table != "shop.orders":
+			got = "table " + a.table
+		case a.key:
+			got = "key"
+		case a.renamed:
+			got = "renamed"
+		default:
+			def := c.def
+			if def == nil {
+				def = func() (string, bool) { t.Fatalf("%s: the table's default character set asked", c.stmt); return "", false }
+			}
+			if d, cs, ok := a.apply(shopOrders(), nil, "mariadb", def); ok {
+				got = describe(d, cs)
+			}
+		}
+		if got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.stmt, got, c.want)
+		}
+	}
+}
+
+// The catalog's definition is used when it is the one a statement gave,
+// integer display widths aside.
+func TestTheCatalogsTypesAreUsedWhenTheyAgree(t *testing.T) {
+	a, _ := parseAlter("ALTER TABLE orders ADD COLUMN extra INT UNSIGNED, MODIFY qty BIGINT", "shop")
+	def, cs, ok := a.apply(shopOrders(), nil, "mariadb", nil)
+	if !ok {
+		t.Fatal("not applied")
+	}
+	cat := shopOrders()
+	cat.Columns[2].Type = "bigint(20)"
+	cat.Columns = append(cat.Columns, source.ColumnDef{Name: "extra", Type: "int(10) unsigned", Nullable: true})
+	if !sameShape(cat, nil, def, cs) {
+		t.Fatalf("%s and %s differ", describe(cat, nil), describe(def, cs))
+	}
+	cat.Columns[3].Name = "other"
+	if sameShape(cat, nil, def, cs) {
+		t.Fatal("a column of another name is the same shape")
+	}
+}
+
+// FuzzParseAlter: any statement is read or refused, never a panic; what
+// is read applies or is refused.
+func FuzzParseAlter(f *testing.F) {
+	for _, s := range []string{
+		"ALTER TABLE orders ADD COLUMN extra INT", "ALTER TABLE t ADD (a INT, b ENUM('x','y'))",
+		"ALTER TABLE `a``b`.c CHANGE x y VARCHAR(3) CHARSET latin1 AFTER z", "ALTER TABLE t DROP PRIMARY KEY",
+		"ALTER TABLE t MODIFY c DECIMAL(65,30) DEFAULT (1+2) NOT NULL FIRST", "ALTER TABLE t RENAME COLUMN a TO b",
+		"ALTER TABLE t ADD c INT /* x */, ALGORITHM=COPY;", "alter table t add column 'x",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, stmt string) {
+		a, ok := parseAlter(stmt, "shop")
+		if !ok {
+			return
+		}
+		_, _, _ = a.apply(shopOrders(), map[int]string{1: "latin1"}, "mysql", func() (string, bool) { return "latin1", true })
+	})
+}

@@ -1,0 +1,104 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// followAlter applies an ALTER TABLE of a replicated table to the schema
+// the reader holds for it (alter.go), at the statement's own position:
+// the table's new state and the schema change event for the sink (nil
+// when no column changed), or why the table is held. followed is false
+// when the statement cannot be applied to the schema held (the table is
+// then followed by the catalog at its next row, as before).
+//
+// When the catalog shows the very schema the statement gave (the reader
+// is not behind a later change), the catalog's is used: the types as the
+// server writes them ("int(11)"); otherwise the one the statement gave.
+func followAlter(ctx context.Context, catalog func() (*sql.DB, error), table string, st tableState, a alterTable, stmt, flavor string) (next tableState, ddl *source.Event, why string, followed bool) {
+	if a.renamed {
+		return st, nil, "renamed upstream (" + stmt + "): follow it under its new name by removing this table and adding that one (cdcctl changefeed update)", true
+	}
+	if a.key {
+		return st, nil, "its primary key changed (" + stmt + "): its partitions are ranges of the old key; remove the changefeed and create it again (docs/mysql.md)", true
+	}
+	var catDef *source.TableDef
+	var catCharsets map[int]string
+	read := false
+	readCatalog := func() {
+		if read {
+			return
+		}
+		read = true
+		db, err := catalog()
+		if err != nil {
+			return
+		}
+		catDef, catCharsets, _ = tableDef(ctx, db, table)
+	}
+	defaultCharset := func() (string, bool) {
+		db, err := catalog()
+		if err != nil {
+			return "", false
+		}
+		cs, err := tableCharset(ctx, db, table)
+		return cs, err == nil
+	}
+	def, charsets, ok := a.apply(st.Def, st.Charsets, flavor, defaultCharset)
+	if !ok {
+		return st, nil, "", false
+	}
+	if sameColumns(st.Def, def) && maps.Equal(st.Charsets, charsets) {
+		return st, nil, "", true
+	}
+	if why := keyChanged(st.Def, def); why != "" {
+		return st, nil, why, true
+	}
+	if readCatalog(); catDef != nil && sameShape(catDef, catCharsets, def, charsets) {
+		def, charsets = catDef, catCharsets
+	}
+	next = st
+	next.Def, next.Charsets, next.Version = def, charsets, st.Version+1
+	return next, &source.Event{Kind: source.KindDDL, Table: table, Def: def, SchemaVersion: next.Version, Statement: stmt}, "", true
+}
+
+// keyChanged says why a table whose definition changed from a to b is
+// held when its primary key changed: its partitions are ranges of the old
+// one.
+func keyChanged(a, b *source.TableDef) string {
+	if strings.Join(a.KeyNames(), ",") == strings.Join(b.KeyNames(), ",") && keyTypes(a) == keyTypes(b) {
+		return ""
+	}
+	return fmt.Sprintf("its primary key changed (%s to %s): its partitions are ranges of the old key; remove the changefeed and create it again (docs/mysql.md)",
+		strings.Join(a.KeyNames(), ","), strings.Join(b.KeyNames(), ","))
+}
+
+// tableCharset reads a table's default character set from the catalog:
+// the set of a character column a statement adds without naming one.
+func tableCharset(ctx context.Context, db queryer, table string) (string, error) {
+	schema, name := model.SplitTableName(table)
+	rows, err := db.QueryContext(ctx, `SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t
+JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION
+WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return "", fmt.Errorf("table %s has no default character set in the catalog", table)
+	}
+	var cs string
+	if err := rows.Scan(&cs); err != nil {
+		return "", err
+	}
+	if cs == "utf8" || cs == "utf8mb3" {
+		cs = "utf8mb4"
+	}
+	return cs, rows.Err()
+}
