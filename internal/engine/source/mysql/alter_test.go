@@ -91,7 +91,10 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		default:
 			def := c.def
 			if def == nil {
-				def = func() (string, bool) { t.Fatalf("%s: the table's default character set asked", c.stmt); return "", false }
+				def = func() (string, bool) {
+					t.Fatalf("%s: the table's default character set asked", c.stmt)
+					return "", false
+				}
 			}
 			if d, cs, ok := a.apply(shopOrders(), nil, "mariadb", def); ok {
 				got = describe(d, cs)
