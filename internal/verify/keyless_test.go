@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
@@ -112,5 +113,39 @@ func TestAnAddedColumnsDefaultFillsOlderRows(t *testing.T) {
 	}
 	if _, ok := rows["1"]["n"]; ok {
 		t.Fatal("a column added without a DEFAULT was filled")
+	}
+}
+
+// A column renamed upstream is renamed in the rows already rebuilt, as a
+// consumer applying the statement would: PostgreSQL's RENAME COLUMN, and
+// MySQL's RENAME COLUMN and CHANGE, quoted either way, several in order.
+func TestARenamedColumnIsRenamedInOlderRows(t *testing.T) {
+	row := func(ts model.Ts, id string, cols map[string]*string) codec.Change {
+		data := map[string]*string{"id": str(id)}
+		for c, v := range cols {
+			data[c] = v
+		}
+		return codec.Change{Database: "shop", Table: "t", Op: "INSERT", PkNames: []string{"id"}, Data: data, CommitTs: ts}
+	}
+	streams := []storage.ChangeStream{{Dispatcher: "p1.1", Database: "shop", Table: "t", Changes: []codec.Change{
+		row(10, "1", map[string]*string{"a": str("x"), "b": str("y"), "c": str("z")}),
+		row(30, "2", map[string]*string{"a2": str("x2"), "b2": str("y2"), "c": str("z2")}),
+		row(50, "3", map[string]*string{"a3": str("x3"), "b2": str("y3"), "c": str("z3")}),
+	}}}
+	steps := stepsOf([]storage.SchemaChange{
+		{Database: "shop", Table: "t", At: 20, Query: "ALTER TABLE t RENAME COLUMN a TO `a2`, CHANGE COLUMN b b2 VARCHAR(10), CHANGE c c INT"},
+		{Database: "shop", Table: "t", At: 40, Query: `ALTER TABLE "shop"."t" RENAME COLUMN "a2" TO "a3"`},
+	}, "shop.t")
+	rows, _, _ := rebuild(streams, steps, "shop.t", 100)
+	for id, want := range map[string]string{"1": "a3=x b2=y c=z", "2": "a3=x2 b2=y2 c=z2", "3": "a3=x3 b2=y3 c=z3"} {
+		var got []string
+		for _, c := range []string{"a3", "b2", "c", "a", "a2", "b"} {
+			if v, ok := rows[id][c]; ok {
+				got = append(got, c+"="+*v)
+			}
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("row %s: %s, want %s", id, strings.Join(got, " "), want)
+		}
 	}
 }

@@ -11,12 +11,56 @@ import (
 )
 
 // schemaStep is what a rebuild does to a table's rows at a schema change:
-// empty them (a TRUNCATE, a DROP), or give the rows already there the value of a
-// column added with a DEFAULT, as the upstream did.
+// empty them (a TRUNCATE, a DROP), or, as the upstream did to the rows
+// already there, rename columns and give them the value of a column added
+// with a DEFAULT.
 type schemaStep struct {
 	at       model.Ts
 	truncate bool
+	renames  [][2]string       // old, new: in the statement's order
 	defaults map[string]string // column -> value
+}
+
+// ident is a column name as either dialect writes it: "x", `x` or x.
+const ident = "(\"(?:[^\"]|\"\")*\"|`(?:[^`]|``)*`|[A-Za-z0-9_$]+)"
+
+// renameColumn finds a statement's column renames: RENAME COLUMN a TO b
+// (both dialects) and MySQL's CHANGE [COLUMN] a b type.
+var (
+	renameColumn = regexp.MustCompile(`(?i)\bRENAME\s+COLUMN\s+` + ident + `\s+TO\s+` + ident)
+	changeColumn = regexp.MustCompile(`(?i)\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?` + ident + `\s+` + ident + `\s`)
+)
+
+// unquote reads an ident's name.
+func unquote(s string) string {
+	if len(s) >= 2 && (s[0] == '"' || s[0] == '`') {
+		q := s[:1]
+		return strings.ReplaceAll(s[1:len(s)-1], q+q, q)
+	}
+	return s
+}
+
+// renamesIn are the column renames of a statement, in order.
+func renamesIn(query string) [][2]string {
+	type found struct {
+		at       int
+		old, new string
+	}
+	var all []found
+	for _, re := range []*regexp.Regexp{renameColumn, changeColumn} {
+		for _, m := range re.FindAllStringSubmatchIndex(query, -1) {
+			old, new := unquote(query[m[2]:m[3]]), unquote(query[m[4]:m[5]])
+			if old != new {
+				all = append(all, found{m[0], old, new})
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b found) int { return a.at - b.at })
+	var out [][2]string
+	for _, f := range all {
+		out = append(out, [2]string{f.old, f.new})
+	}
+	return out
 }
 
 // addDefault finds the columns a reconstructed ALTER TABLE adds with a
@@ -36,13 +80,14 @@ func stepsOf(all []codec.SchemaChange, table string) []schemaStep {
 			// one created again under it later starts empty too.
 			st.truncate = true
 		} else {
+			st.renames = renamesIn(sc.Query)
 			for _, m := range addDefault.FindAllStringSubmatch(sc.Query, -1) {
 				if st.defaults == nil {
 					st.defaults = map[string]string{}
 				}
 				st.defaults[strings.ReplaceAll(m[1], `""`, `"`)] = strings.ReplaceAll(m[2], "''", "'")
 			}
-			if st.defaults == nil {
+			if st.defaults == nil && st.renames == nil {
 				continue
 			}
 		}
@@ -60,8 +105,15 @@ func stepsOf(all []codec.SchemaChange, table string) []schemaStep {
 	return out
 }
 
-// fill gives a row the added columns' values it does not have.
+// fill renames a row's columns and gives it the added columns' values it
+// does not have.
 func (s schemaStep) fill(row map[string]*string) {
+	for _, r := range s.renames {
+		if v, ok := row[r[0]]; ok {
+			delete(row, r[0])
+			row[r[1]] = v
+		}
+	}
 	for col, v := range s.defaults {
 		if _, ok := row[col]; !ok {
 			v := v

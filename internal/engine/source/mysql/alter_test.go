@@ -145,3 +145,26 @@ func FuzzParseAlter(f *testing.F) {
 		_, _, _ = a.apply(shopOrders(), map[int]string{1: "latin1"}, "mysql", func() (string, bool) { return "latin1", true })
 	})
 }
+
+// RENAME TABLE is read exactly: every pair in order, in the statement's
+// default database unless named; anything else is not read.
+func TestRenameTableIsReadExactly(t *testing.T) {
+	for stmt, want := range map[string]string{
+		"RENAME TABLE items TO items_v2":                             "shop.items>shop.items_v2",
+		"rename table `shop`.a to b, other.c TO `other`.`d` /* x */": "shop.a>shop.b other.c>other.d",
+		"RENAME TABLE IF EXISTS a TO b WAIT 3":                       "",
+		"RENAME TABLE IF EXISTS a TO b":                              "shop.a>shop.b",
+		"RENAME TABLE a b":                                           "",
+		"RENAME USER a TO b":                                         "",
+		"ALTER TABLE a RENAME TO b":                                  "",
+	} {
+		pairs, ok := renamedTables(stmt, "shop")
+		var got []string
+		for _, p := range pairs {
+			got = append(got, p[0]+">"+p[1])
+		}
+		if g := strings.Join(got, " "); g != want || ok != (want != "") {
+			t.Errorf("%s: %q (%v), want %q", stmt, g, ok, want)
+		}
+	}
+}

@@ -97,6 +97,42 @@ func droppedTables(stmt, db string) ([]string, bool) {
 	return out, len(out) > 0
 }
 
+// renamedTables reads a RENAME TABLE statement (db is its default
+// database): each table renamed and its new name, in order; false for any
+// other statement, or one whose names it cannot read exactly.
+func renamedTables(stmt, db string) ([][2]string, bool) {
+	if i := strings.Index(stmt, "/*"); i >= 0 {
+		stmt = stmt[:i]
+	}
+	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(stmt), ";"))
+	if len(f) < 5 || !strings.EqualFold(f[0], "rename") || !strings.EqualFold(f[1], "table") && !strings.EqualFold(f[1], "tables") {
+		return nil, false
+	}
+	f = f[2:]
+	if len(f) > 2 && strings.EqualFold(f[0], "if") && strings.EqualFold(f[1], "exists") {
+		f = f[2:]
+	}
+	if len(f) > 0 && strings.EqualFold(f[0], "wait") && len(f) > 1 {
+		f = f[2:]
+	} else if len(f) > 0 && strings.EqualFold(f[0], "nowait") {
+		f = f[1:]
+	}
+	var out [][2]string
+	for _, pair := range strings.Split(strings.Join(f, " "), ",") {
+		p := strings.Fields(pair)
+		if len(p) != 3 || !strings.EqualFold(p[1], "to") {
+			return nil, false
+		}
+		from, ok1 := qualifiedName(p[0], db)
+		to, ok2 := qualifiedName(p[2], db)
+		if !ok1 || !ok2 {
+			return nil, false
+		}
+		out = append(out, [2]string{from, to})
+	}
+	return out, len(out) > 0
+}
+
 // qualifiedName reads a table name as a statement writes it (t, db.t,
 // `t`, `db`.`t`) as the changefeed names tables; false when it cannot
 // read it exactly.

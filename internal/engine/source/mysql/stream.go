@@ -360,6 +360,17 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					}
 					break
 				}
+				if pairs, ok := renamedTables(q, cur.stmtDB); ok {
+					// A table renamed is held (its rows go on under a
+					// name that is not its); one renamed to a replicated
+					// table's name comes into being, as a CREATE does.
+					for _, pr := range pairs {
+						if st, replicated := at.Tables[pr[0]]; replicated && joined(pr[0]) && !held[pr[0]] && !st.Dropped {
+							hold(pr[0], "renamed upstream to "+pr[1]+" ("+q+")")
+						}
+					}
+					break
+				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {
