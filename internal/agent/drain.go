@@ -27,7 +27,11 @@ func (b backend) Drain(ctx context.Context, id string, req api.DrainRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	p, rec, err := coord.SubmitDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused})
+	budget, err := req.Budget.Budget()
+	if err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "give the budget as durations, --resume-below under --max-lag ('cdcctl drain --help')", "%v", err)
+	}
+	p, rec, err := coord.SubmitDrain(ctx, term, model.NodeID(id), req.Batch, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused, Budget: budget})
 	if err != nil {
 		return nil, refusalError(err)
 	}

@@ -104,9 +104,34 @@ func (b backend) SubmitPlan(ctx context.Context, req api.SubmitPlanRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
-	rec, err := coord.Submit(ctx, term, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused})
+	budget, err := req.Budget.Budget()
+	if err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "give the budget as durations, --resume-below under --max-lag ('cdcctl plan apply --help')", "%v", err)
+	}
+	rec, err := coord.Submit(ctx, term, req.Plan, coordinator.Submission{By: req.SubmittedBy, Paused: req.Paused, Budget: budget})
 	if err != nil {
 		return nil, refusalError(err)
+	}
+	return api.PlanOf(rec, exec.RequestNone), nil
+}
+
+func (b backend) SetPlanBudget(ctx context.Context, id string, req api.SetBudgetRequest) (*api.PlanResponse, error) {
+	coord, term, err := b.leading()
+	if err != nil {
+		return nil, err
+	}
+	budget, err := req.Budget.Budget()
+	if err != nil {
+		return nil, api.Errorf(api.CodeBadRequest, "give the budget as durations, --resume-below under --max-lag ('cdcctl plan set --help')", "%v", err)
+	}
+	rec, err := coord.SetPlanBudget(ctx, term, id, budget, req.SubmittedBy)
+	switch {
+	case errors.Is(err, meta.ErrPlanNotFound):
+		return nil, planNotFound(id)
+	case errors.Is(err, coordinator.ErrPlanOver):
+		return nil, api.Errorf(api.CodeConflict, "see it with 'cdcctl plan show "+id+"'", "%v", err)
+	case err != nil:
+		return nil, engineError(err, id)
 	}
 	return api.PlanOf(rec, exec.RequestNone), nil
 }

@@ -20,6 +20,8 @@ type DrainRequest struct {
 	// drain's first step is always taken at once), and the plan's own
 	// steps (maintainer moves, Stopping) wait until it is resumed.
 	Paused bool `json:"paused,omitempty"`
+	// Budget is the drain plan's lag budget, if any.
+	Budget *LagBudget `json:"budget,omitempty"`
 }
 
 // DrainCaptureResponse is seed 000's answer to a drain request (202).

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/exec"
@@ -15,6 +16,60 @@ type SubmitPlanRequest struct {
 	SubmittedBy string     `json:"submitted_by,omitempty"`
 	// Paused submits the plan paused: no step begins until it is resumed.
 	Paused bool `json:"paused,omitempty"`
+	// Budget is the plan's lag budget, if any.
+	Budget *LagBudget `json:"budget,omitempty"`
+}
+
+// LagBudget is a plan's lag budget: while the checkpoint lag of a
+// changefeed the plan acts on is over MaxLag, no step of it begins (the
+// running ones finish); it goes on below ResumeBelow (half of MaxLag by
+// default) and fails when held longer than HoldTimeout (0: no limit).
+// Durations as Go writes them: "5s", "1m30s".
+type LagBudget struct {
+	MaxLag      string `json:"max_lag"`
+	ResumeBelow string `json:"resume_below,omitempty"`
+	HoldTimeout string `json:"hold_timeout,omitempty"`
+}
+
+// Budget reads a lag budget; nil is none. Errors say which field.
+func (b *LagBudget) Budget() (exec.Budget, error) {
+	var out exec.Budget
+	if b == nil {
+		return out, nil
+	}
+	for _, f := range []struct {
+		name, text string
+		to         *time.Duration
+	}{{"max_lag", b.MaxLag, &out.MaxLag}, {"resume_below", b.ResumeBelow, &out.ResumeBelow}, {"hold_timeout", b.HoldTimeout, &out.HoldTimeout}} {
+		if f.text == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.text)
+		if err != nil {
+			return out, fmt.Errorf("budget.%s %q is not a duration (write it as 5s, 1m30s)", f.name, f.text)
+		}
+		*f.to = d
+	}
+	return out, out.Check()
+}
+
+// LagBudgetOf writes a budget for the API; nil when there is none.
+func LagBudgetOf(b exec.Budget) *LagBudget {
+	if !b.On() {
+		return nil
+	}
+	out := &LagBudget{MaxLag: b.MaxLag.String(), ResumeBelow: b.Resume().String()}
+	if b.HoldTimeout > 0 {
+		out.HoldTimeout = b.HoldTimeout.String()
+	}
+	return out
+}
+
+// PlanHold is a plan held by its lag budget.
+type PlanHold struct {
+	Since      time.Time `json:"since"`
+	Changefeed string    `json:"changefeed"`
+	Lag        string    `json:"lag"`
 }
 
 // PlanList is GET /api/v2/plans: every stored plan, newest first, with
@@ -61,19 +116,38 @@ type PlanResponse struct {
 	StalledAt  *time.Time `json:"stalled_at,omitempty"`
 	// Request is an operator's pending request (pause, resume, cancel).
 	Request exec.Request `json:"request,omitempty"`
+	// Budget is the plan's lag budget; Held, while it holds the plan;
+	// Width, how many steps of a batch may run at once since a hold
+	// halved it (absent: the whole batch).
+	Budget *LagBudget `json:"budget,omitempty"`
+	Held   *PlanHold  `json:"held,omitempty"`
+	Width  int        `json:"width,omitempty"`
 }
 
 // PlanOf shows a record and the request pending on it.
 func PlanOf(rec *exec.Record, req exec.Request) *PlanResponse {
-	return &PlanResponse{Version: SchemaVersion, ID: rec.ID, Plan: rec.Plan, State: rec.State, Steps: rec.Steps,
+	out := &PlanResponse{Version: SchemaVersion, ID: rec.ID, Plan: rec.Plan, State: rec.State, Steps: rec.Steps,
 		SubmittedBy: rec.SubmittedBy, SubmittedAt: rec.SubmittedAt, UpdatedAt: rec.UpdatedAt, FinishedAt: rec.FinishedAt,
-		Message: rec.Message, Seq: rec.Seq, Log: rec.Log, ProgressAt: rec.ProgressAt, StalledAt: rec.StalledAt, Request: req}
+		Message: rec.Message, Seq: rec.Seq, Log: rec.Log, ProgressAt: rec.ProgressAt, StalledAt: rec.StalledAt, Request: req,
+		Budget: LagBudgetOf(rec.Budget), Width: rec.Width}
+	if h := rec.Held; h != nil {
+		out.Held = &PlanHold{Since: h.Since, Changefeed: h.Changefeed, Lag: h.Lag.Round(time.Millisecond).String()}
+	}
+	return out
 }
 
 // Record is the plan as the engine's record, for what renders and
 // follows records (exec.Stream, the TUI).
 func (p *PlanResponse) Record() *exec.Record {
-	return &exec.Record{Version: 1, ID: p.ID, Plan: p.Plan, State: p.State, Steps: p.Steps, SubmittedBy: p.SubmittedBy,
+	rec := &exec.Record{Version: 1, ID: p.ID, Plan: p.Plan, State: p.State, Steps: p.Steps, SubmittedBy: p.SubmittedBy,
 		SubmittedAt: p.SubmittedAt, UpdatedAt: p.UpdatedAt, FinishedAt: p.FinishedAt, Message: p.Message, Seq: p.Seq, Log: p.Log,
-		ProgressAt: p.ProgressAt, StalledAt: p.StalledAt}
+		ProgressAt: p.ProgressAt, StalledAt: p.StalledAt, Width: p.Width}
+	if b, err := p.Budget.Budget(); err == nil {
+		rec.Budget = b
+	}
+	if h := p.Held; h != nil {
+		lag, _ := time.ParseDuration(h.Lag)
+		rec.Held = &exec.Hold{Since: h.Since, Changefeed: h.Changefeed, Lag: lag}
+	}
+	return rec
 }

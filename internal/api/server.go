@@ -52,6 +52,9 @@ type Backend interface {
 	Plans(ctx context.Context) (*PlanList, error)
 	Plan(ctx context.Context, id string) (*PlanResponse, error)
 	RequestPlan(ctx context.Context, id string, req exec.Request) (*PlanResponse, error)
+	// SetPlanBudget changes a running plan's lag budget (on the
+	// coordinator).
+	SetPlanBudget(ctx context.Context, id string, req SetBudgetRequest) (*PlanResponse, error)
 	// WaitPlan returns a plan's record once it holds an event after seq
 	// or has ended, woken by the node's view of etcd (not polled), or
 	// when ctx ends.
@@ -126,6 +129,7 @@ func NewHandler(b Backend, self string, log *slog.Logger, opts ...HandlerOption)
 			writeJSON(w, http.StatusAccepted, v)
 		}))
 	}
+	mux.HandleFunc("POST /api/v2/plans/{id}/budget", s.onCoordinator(s.setPlanBudget))
 	mux.HandleFunc("GET /api/v2/changefeeds", func(w http.ResponseWriter, r *http.Request) { reply(w, s.b.Changefeeds)(r.Context()) })
 	mux.HandleFunc("GET /api/v2/changefeeds/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")

@@ -97,7 +97,11 @@ func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snap
 	if err := approve(o, snap, p, "Drain "+string(target), f.yes); err != nil {
 		return err
 	}
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter(), Paused: f.paused})
+	budget, err := f.budget()
+	if err != nil {
+		return err
+	}
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: p.BatchSize, Plan: p, SubmittedBy: submitter(), Paused: f.paused, Budget: budget})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ const (
 	// ExitDenied: the agent checks tokens and the request had none, an
 	// invalid one, or one whose role may not do this (HTTP 401 or 403).
 	ExitDenied = 8
+	// ExitHeld: a plan failed because its lag budget held it longer than
+	// its --hold-timeout: replication did not catch up.
+	ExitHeld = 9
 	// ExitUsage: bad flags or arguments (sysexits' EX_USAGE).
 	ExitUsage = 64
 )

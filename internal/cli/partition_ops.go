@@ -12,6 +12,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
@@ -23,6 +24,18 @@ type planFlags struct {
 	paused  bool
 	timeout time.Duration
 	planOut string
+	// The lag budget (exec.Budget).
+	maxLag, resumeBelow, holdTimeout time.Duration
+}
+
+// budget is the plan's lag budget from the flags, checked here so that a
+// bad one is a usage error before anything is submitted; nil is none.
+func (f *planFlags) budget() (*api.LagBudget, error) {
+	b := exec.Budget{MaxLag: f.maxLag, ResumeBelow: f.resumeBelow, HoldTimeout: f.holdTimeout}
+	if err := b.Check(); err != nil {
+		return nil, usageErr(err)
+	}
+	return api.LagBudgetOf(b), nil
 }
 
 func (f *planFlags) register(cmd *cobra.Command, timeout time.Duration) {
@@ -40,6 +53,9 @@ func (f *planFlags) registerSubmit(cmd *cobra.Command, timeout time.Duration) {
 	fl.BoolVar(&f.watch, "watch", false, "follow the plan to its end")
 	fl.BoolVar(&f.paused, "paused", false, "submit the plan paused: its steps wait for 'cdcctl plan resume ID' (a drain's capture turns Draining at once)")
 	fl.DurationVar(&f.timeout, "timeout", timeout, "with --watch: give up waiting after this long (exit 3; the plan goes on)")
+	fl.DurationVar(&f.maxLag, "max-lag", 0, "lag budget: while a changefeed the plan acts on lags more than this, no step begins (running ones finish); 0: no budget")
+	fl.DurationVar(&f.resumeBelow, "resume-below", 0, "with --max-lag: a held plan goes on once the lag is below this (default: half of --max-lag)")
+	fl.DurationVar(&f.holdTimeout, "hold-timeout", 0, "with --max-lag: a plan held longer than this fails (exit 9); 0: it waits as long as it takes")
 }
 
 // planSubmit submits an approved plan: applyPlan, or a drain's own path.
@@ -48,6 +64,9 @@ type planSubmit func(ctx context.Context, o *options, c *api.Client, snap *model
 // runPlan computes a plan from the cluster's snapshot, then shows it
 // (--dry-run), saves it (--plan-out), or submits it after approval.
 func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.Snapshot) (*plan.Plan, error), submit planSubmit) error {
+	if _, err := f.budget(); err != nil {
+		return err
+	}
 	c, err := o.client()
 	if err != nil {
 		return err

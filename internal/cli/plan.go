@@ -37,7 +37,8 @@ what is left.`,
 	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o), newPlanListCommand(o), newPlanWatchCommand(o),
 		newPlanRequestCommand(o, exec.RequestPause, "Pause a plan: running steps finish, no new step begins"),
 		newPlanRequestCommand(o, exec.RequestResume, "Resume a paused plan"),
-		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is skipped (a drained capture stays Draining)"))
+		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is skipped (a drained capture stays Draining)"),
+		newPlanSetCommand(o))
 	return cmd
 }
 
@@ -124,7 +125,11 @@ func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snaps
 	if err := approve(o, snap, p, what, f.yes); err != nil {
 		return err
 	}
-	res, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: submitter(), Paused: f.paused})
+	budget, err := f.budget()
+	if err != nil {
+		return err
+	}
+	res, err := c.SubmitPlan(ctx, api.SubmitPlanRequest{Plan: p, SubmittedBy: submitter(), Paused: f.paused, Budget: budget})
 	if err != nil {
 		return err
 	}

@@ -64,10 +64,14 @@ func transient(err error) bool {
 	return false
 }
 
-// planOutcome is a finished plan's exit: 0 done, 1 failed, 4 cancelled.
+// planOutcome is a finished plan's exit: 0 done, 1 failed, 4 cancelled,
+// 9 failed held by its lag budget past --hold-timeout.
 func planOutcome(rec *exec.Record) error {
 	switch rec.State {
 	case exec.Failed:
+		if strings.HasPrefix(rec.Message, exec.HoldTimeoutPrefix) {
+			return withExit(ExitHeld, fmt.Errorf("plan %s failed: %s", rec.ID, rec.Message))
+		}
 		return withExit(ExitError, fmt.Errorf("plan %s failed: %s", rec.ID, rec.Message))
 	case exec.Cancelled:
 		return withExit(ExitCancelled, fmt.Errorf("plan %s was cancelled: %s", rec.ID, rec.Message))
@@ -198,6 +202,19 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 		c[exec.StepDone]+c[exec.StepSkipped], len(p.Steps), c[exec.StepRunning])
 	if p.Message != "" {
 		fmt.Fprintf(w, "  %s\n", p.Message)
+	}
+	if b := p.Budget; b != nil {
+		fmt.Fprintf(w, "  lag budget: max %s, going on below %s", b.MaxLag, b.ResumeBelow)
+		if b.HoldTimeout != "" {
+			fmt.Fprintf(w, ", failing when held over %s", b.HoldTimeout)
+		}
+		if p.Width > 0 {
+			fmt.Fprintf(w, "; at most %d steps at once", p.Width)
+		}
+		fmt.Fprintln(w)
+	}
+	if h := p.Held; h != nil && !p.State.Terminal() {
+		fmt.Fprintf(w, "  HELD since %s: changefeed %s lags %s\n", h.Since.Local().Format("15:04:05"), h.Changefeed, h.Lag)
 	}
 	fmt.Fprintln(w, "\nSteps:")
 	for _, s := range p.Steps {

@@ -21,6 +21,11 @@ const (
 	EventDone      EventType = "done"
 	EventFailed    EventType = "failed"
 	EventCancelled EventType = "cancelled"
+	// EventHeld and EventUnheld: the lag budget held the plan before its
+	// next step, and let it go on; EventBudget: the budget was changed.
+	EventHeld   EventType = "held"
+	EventUnheld EventType = "unheld"
+	EventBudget EventType = "budget"
 )
 
 // Terminal tells whether an event ends its plan's stream.

@@ -111,6 +111,14 @@ type Record struct {
 	// stall was last reported.
 	ProgressAt time.Time  `json:"progress_at"`
 	StalledAt  *time.Time `json:"stalled_at,omitempty"`
+	// Budget is the plan's lag budget (budget.go); Held, while it holds
+	// the plan. Width is how many steps of a batch may run at once since
+	// a hold halved it (0: the whole batch); HeldBatch is the batch (plus
+	// one) a hold last came in.
+	Budget    Budget `json:"budget,omitzero"`
+	Held      *Hold  `json:"held,omitempty"`
+	Width     int    `json:"width,omitempty"`
+	HeldBatch int    `json:"held_batch,omitempty"`
 }
 
 // MaxLog bounds Record.Log.
@@ -252,6 +260,9 @@ type Executor struct {
 	Now func() time.Time
 	// StallAfter: no step changed for this long gives a stalled event.
 	StallAfter time.Duration
+	// Lag reads the lag a plan's budget bounds; nil: budgets bound
+	// nothing.
+	Lag LagFunc
 }
 
 // Advance moves a record as far as it can go now and returns the events
@@ -317,6 +328,16 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 		}
 		progressed := false
 		var waiting []string
+		// Whether steps may begin is asked once, when one could: the
+		// lag budget holds a plan before its next step, never a step
+		// already running.
+		gated, may := false, false
+		running := 0
+		for _, s := range r.Steps {
+			if s.Batch == cur && s.State == StepRunning {
+				running++
+			}
+		}
 		for i := range r.Steps {
 			s := r.Steps[i]
 			if s.Batch != cur || (s.State != StepPending && s.State != StepRunning) {
@@ -366,6 +387,17 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			case out.Waiting != "":
 				waiting = append(waiting, plan.StepText(step)+": "+out.Waiting)
 			case s.State == StepPending && r.State == Running:
+				if !gated {
+					gated = true
+					var failed bool
+					if may, failed, err = x.gate(ctx, r, now, add); err != nil || failed {
+						return evs, err
+					}
+				}
+				if !may || r.Width > 0 && running >= r.Width {
+					continue
+				}
+				running++
 				if err := x.Act.Begin(ctx, &r.Plan, step); err != nil {
 					ev, serr := r.setStep(i, StepFailed, err.Error(), now)
 					if serr != nil {
@@ -383,10 +415,14 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			}
 		}
 		if !progressed || r.CurrentBatch() == cur {
+			if r.Held != nil {
+				waiting = append(waiting, fmt.Sprintf("held by the lag budget (changefeed %s lags %s)", r.Held.Changefeed, r.Held.Lag.Round(time.Millisecond)))
+			}
 			x.stall(r, now, waiting, add)
 			return evs, nil
 		}
 		// The batch finished: the next one may begin at once.
+		r.widen(cur)
 	}
 }
 

@@ -148,6 +148,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	}
 	now := time.Now().UTC()
 	rec := exec.New(newPlanID(p, now), p, sub.By, now)
+	rec.Budget = sub.Budget
 	if sub.Paused {
 		rec.Hold(now)
 	}

@@ -52,6 +52,7 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	}
 	now := time.Now().UTC()
 	rec := exec.New(newPlanID(p, now), p, sub.By, now)
+	rec.Budget = sub.Budget
 	if sub.Paused {
 		rec.Hold(now)
 	}

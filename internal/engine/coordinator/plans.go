@@ -25,6 +25,9 @@ func newPlanID(p *plan.Plan, now time.Time) string {
 type Submission struct {
 	By     string
 	Paused bool
+	// Budget is the plan's lag budget (exec.Budget): checked here, held
+	// to by the executor.
+	Budget exec.Budget
 }
 
 // Submit takes a plan exactly as an operator approved it, whatever its
@@ -70,8 +73,9 @@ type savedPlan struct {
 // runPlans advances every plan that is not over, and stores what changed.
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
 	plans := NewPlanStore(c.store, term, st)
-	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: func() time.Time { return time.Now().UTC() }, StallAfter: c.StallAfter}
-	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: drain.Now, StallAfter: c.StallAfter}
+	now := func() time.Time { return time.Now().UTC() }
+	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now)}
+	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag}
 	for id, raw := range st.Plans {
 		if mine.over[id] == raw.Revision {
 			c.forgetPlanRequest(ctx, term, st, id)

@@ -137,13 +137,32 @@ func (c *Cluster) SetState(cf model.ChangefeedID, state model.ChangefeedState) {
 // Drain submits a drain of target, as 'cdcctl drain' does.
 func (c *Cluster) Drain(target model.NodeID, batch int, paused bool) (*exec.Record, error) {
 	c.T.Helper()
+	return c.DrainWith(target, batch, coordinator.Submission{By: "test", Paused: paused})
+}
+
+// DrainWith drains a capture as submitted (paused, under a lag budget).
+func (c *Cluster) DrainWith(target model.NodeID, batch int, sub coordinator.Submission) (*exec.Record, error) {
+	c.T.Helper()
 	var rec *exec.Record
 	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
 		var err error
-		rec, _, err = coord.SubmitDrain(ctx, term, target, batch, nil, coordinator.Submission{By: "test", Paused: paused})
+		rec, _, err = coord.SubmitDrain(ctx, term, target, batch, nil, sub)
 		return err
 	})
 	return rec, err
+}
+
+// SetPlanBudget changes a running plan's lag budget, as 'cdcctl plan
+// set' does.
+func (c *Cluster) SetPlanBudget(id string, b exec.Budget) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		_, err := coord.SetPlanBudget(ctx, term, id, b, "test")
+		return err
+	})
+	if err != nil {
+		c.T.Fatalf("set the budget of plan %s: %v", id, err)
+	}
 }
 
 // Submit submits an approved plan, as 'cdcctl plan apply' does.

@@ -1,0 +1,127 @@
+package exec
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// wideDrain is a drain whose middle batch moves four maintainers.
+func wideDrain() *plan.Plan {
+	p := drainPlan()
+	p.BatchSize = 4
+	var steps []plan.Step
+	for _, cf := range []string{"a", "b", "c", "d"} {
+		steps = append(steps, plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: "capture-1"})
+	}
+	p.Batches[1].Steps = steps
+	return p
+}
+
+// A plan over its budget holds before its next step (the running ones
+// finish), goes on by itself below the resume bound with half as many
+// steps at once, grows back after a calm batch, and ends done.
+func TestTheLagBudgetHoldsAndResumesAPlan(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	lag := 0 * time.Second
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+	r := New("plan-1", wideDrain(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 4 * time.Second}
+	run(t, x, r, RequestNone) // Draining begins
+	lag = 9 * time.Second
+	w.finish()
+	evs := run(t, x, r, RequestNone)
+	if r.Held == nil || len(w.begun) != 1 {
+		t.Fatalf("over the budget: held %+v, begun %v", r.Held, w.begun)
+	}
+	if last := evs[len(evs)-1]; last.Type != EventHeld || !strings.Contains(last.Message, "changefeed orders lags 9s, over --max-lag 4s") || !strings.Contains(last.Message, "less than 2s") {
+		t.Fatalf("the hold's event: %+v", last)
+	}
+	lag = 3 * time.Second // under the bound, not under the resume bound
+	run(t, x, r, RequestNone)
+	if r.Held == nil || len(w.begun) != 1 {
+		t.Fatalf("between the bounds a held plan went on: held %+v, begun %v", r.Held, w.begun)
+	}
+	lag = time.Second
+	evs = run(t, x, r, RequestNone)
+	if r.Held != nil || evs[0].Type != EventUnheld || len(w.begun) != 3 || w.inFlight != 2 {
+		t.Fatalf("below the resume bound: held %+v, events %+v, begun %v, in flight %d (want 2 of 4: halved)", r.Held, evs, w.begun, w.inFlight)
+	}
+	for i := 0; i < 10 && !r.State.Terminal(); i++ {
+		w.finish()
+		c.t = c.t.Add(time.Second)
+		run(t, x, r, RequestNone)
+	}
+	if r.State != Done || w.maxIn != 2 {
+		t.Fatalf("state %s, at most %d at once", r.State, w.maxIn)
+	}
+}
+
+// Held longer than its hold timeout, a plan fails saying so; steps not
+// begun are skipped, those done stay done.
+func TestAPlanHeldPastItsTimeoutFails(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", time.Minute, nil }}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+	run(t, x, r, RequestNone)
+	c.t = c.t.Add(20 * time.Second)
+	run(t, x, r, RequestNone)
+	if r.State != Running {
+		t.Fatalf("held 20s of 30: %s", r.State)
+	}
+	c.t = c.t.Add(20 * time.Second)
+	run(t, x, r, RequestNone)
+	if r.State != Failed || !strings.HasPrefix(r.Message, HoldTimeoutPrefix+"30s") || !strings.Contains(r.Message, "orders lags 1m0s") {
+		t.Fatalf("held 40s of 30: %s %q", r.State, r.Message)
+	}
+	if cnt := r.Counts(); cnt[StepSkipped] != len(r.Steps) || len(w.begun) != 0 {
+		t.Fatalf("steps: %v, begun %v", cnt, w.begun)
+	}
+}
+
+// A budget changed on a running plan applies at its next advance: off,
+// the held plan goes on.
+func TestABudgetChangedOnARunningPlanApplies(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", 8 * time.Second, nil }}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second}
+	run(t, x, r, RequestNone)
+	if r.Held == nil {
+		t.Fatal("not held")
+	}
+	ev := r.SetBudget(Budget{MaxLag: 10 * time.Second}, "ops", c.t)
+	if ev.Type != EventBudget || !strings.Contains(ev.Message, "max lag 10s, going on below 5s (was max lag 5s, going on below 2.5s)") {
+		t.Fatalf("event %+v", ev)
+	}
+	run(t, x, r, RequestNone) // held: 8s is not below 5s
+	if len(w.begun) != 0 {
+		t.Fatalf("began %v", w.begun)
+	}
+	r.SetBudget(Budget{}, "ops", c.t)
+	run(t, x, r, RequestNone)
+	if r.Held != nil || len(w.begun) != 1 {
+		t.Fatalf("without a budget: held %+v, begun %v", r.Held, w.begun)
+	}
+}
+
+func TestBudgetsAreChecked(t *testing.T) {
+	for _, c := range []struct {
+		b    Budget
+		want string
+	}{
+		{Budget{MaxLag: time.Second, ResumeBelow: 2 * time.Second}, "must be below --max-lag"},
+		{Budget{HoldTimeout: time.Second}, "give --max-lag too"},
+		{Budget{MaxLag: -1}, "0 or more"},
+		{Budget{MaxLag: time.Second, ResumeBelow: time.Millisecond, HoldTimeout: time.Minute}, ""},
+	} {
+		err := c.b.Check()
+		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.b, err, c.want)
+		}
+	}
+}
