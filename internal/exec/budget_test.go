@@ -87,7 +87,9 @@ func TestAPlanHeldPastItsTimeoutFails(t *testing.T) {
 // the held plan goes on.
 func TestABudgetChangedOnARunningPlanApplies(t *testing.T) {
 	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
-	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", 8 * time.Second, nil }}
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) {
+		return "orders", 8 * time.Second, nil
+	}}
 	r := New("plan-1", drainPlan(), "ops", c.t)
 	r.Budget = Budget{MaxLag: 5 * time.Second}
 	run(t, x, r, RequestNone)
