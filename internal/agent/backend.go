@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -223,7 +224,7 @@ func (b backend) Snapshot(ctx context.Context) (*api.SnapshotResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &api.SnapshotResponse{Version: api.SchemaVersion, Snapshot: st.Snapshot()}, nil
+	return &api.SnapshotResponse{Version: api.SchemaVersion, Snapshot: coordinator.Snapshot(st)}, nil
 }
 
 // Coordinator waits up to wait for a coordinator to be known, woken by

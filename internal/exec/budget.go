@@ -98,14 +98,14 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 			r.Width = max(1, r.Width/2)
 			r.HeldBatch = batch + 1
 		}
-		add(r.emit(now, Event{Type: EventHeld, Message: fmt.Sprintf("held: changefeed %s lags %s, over --max-lag %s; running steps finish, no step begins until it lags less than %s (then at most %d steps at once)",
-			cf, lag.Round(time.Millisecond), b.MaxLag, b.Resume(), r.Width)}, true))
+		add(r.emit(now, Event{Type: EventHeld, Message: fmt.Sprintf("changefeed %s lags %s, over --max-lag %s; running steps finish, no step begins until it lags less than %s (then %s)",
+			cf, lag.Round(time.Millisecond), b.MaxLag, b.Resume(), atOnce(r.Width))}, true))
 		return false, false, nil
 	}
 	if lag < b.Resume() {
 		held := now.Sub(r.Held.Since)
 		r.Held = nil
-		add(r.emit(now, Event{Type: EventUnheld, Message: fmt.Sprintf("going on: changefeed %s lags %s, below %s (held %s)",
+		add(r.emit(now, Event{Type: EventUnheld, Message: fmt.Sprintf("changefeed %s lags %s, below %s: going on (held %s)",
 			cf, lag.Round(time.Millisecond), b.Resume(), held.Round(time.Second))}, true))
 		return true, false, nil
 	}
@@ -150,4 +150,11 @@ func (r *Record) SetBudget(b Budget, by string, now time.Time) Event {
 	}
 	r.UpdatedAt = now
 	return r.emit(now, Event{Type: EventBudget, Message: fmt.Sprintf("lag budget changed by %s: %s (was %s)", nonEmpty(by, "unknown"), b, old)}, true)
+}
+
+func atOnce(width int) string {
+	if width == 1 {
+		return "one step at a time"
+	}
+	return fmt.Sprintf("at most %d steps at once", width)
 }

@@ -27,6 +27,10 @@ type Snapshot struct {
 	Partitions       []PartitionState      `json:"partitions"`
 	// Draining is the capture a drain is emptying, if any.
 	Draining NodeID `json:"draining,omitempty"`
+	// DrainEnded: the drain's plan ended without finishing it (it failed:
+	// held past its hold timeout, say); a drain of the same capture
+	// submitted again takes it over.
+	DrainEnded bool `json:"drain_ended,omitempty"`
 }
 
 // ChangefeedPlacement is one changefeed as the planner sees it: its

@@ -19,11 +19,12 @@ func ValidateDrain(s *model.Snapshot, target model.NodeID) error {
 	if len(s.Nodes) < 2 {
 		return &Refusal{RefuseInvalid, "cannot drain: at least 2 captures required for drain operation", "start another capture first"}
 	}
-	if s.Draining != "" {
+	again := s.Draining == target && s.DrainEnded && n.Liveness == model.LivenessDraining
+	if s.Draining != "" && !again {
 		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: another drain operation is in progress (%s)", target, s.Draining),
 			"wait for it to finish ('cdcctl plan list'), or cancel it"}
 	}
-	if n.Liveness != model.LivenessAlive {
+	if n.Liveness != model.LivenessAlive && !again {
 		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: it is %s", target, n.Liveness), "only an Alive capture can be drained"}
 	}
 	for _, o := range s.Nodes {

@@ -96,4 +96,17 @@ func TestAPlanHeldPastItsHoldTimeoutFails(t *testing.T) {
 	if n := enginetest.StartedSteps(failed, plan.StepMoveMaintainer); n != 0 {
 		t.Fatalf("%d maintainer moves begun", n)
 	}
+	// Submitted again without a budget, the drain runs to its end.
+	again, err := c.DrainWith(target, 1, coordinator.Submission{By: "test"})
+	if err != nil {
+		t.Fatalf("the drain submitted again after its hold timeout: %v", err)
+	}
+	if rec := c.PlanEnd(again.ID, 60*time.Second); rec.State != exec.Done {
+		t.Fatalf("the drain submitted again: %s (%s)", rec.State, rec.Message)
+	}
+	for _, id := range feeds {
+		if rep := c.PauseAndVerify(id); !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+			t.Fatalf("%s: %+v", id, rep)
+		}
+	}
 }

@@ -28,6 +28,20 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 	for _, n := range dispatchers {
 		rec.InitialDispatcherCount += n
 	}
+	if st.Drain != nil && st.Drain.Target == target {
+		if prev, ok := planRecord(st, st.Drain.PlanID); ok && prev.State.Terminal() {
+			// The drain's plan ended without finishing it (held past its
+			// hold timeout, say): the drain submitted again takes it over,
+			// its capture still Draining.
+			rec, err := c.store.TakeOverDrain(ctx, term.Fence, st, rec)
+			if err == nil {
+				c.log.Info("coordinator: drain taken over", "target", target, "plan", p.ID, "from", prev.ID, "was", prev.State, "epoch", rec.Epoch)
+			} else if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID {
+				return *now.Drain, nil // the executor and the request both take the step
+			}
+			return rec, err
+		}
+	}
 	rec, err := c.store.StartDrain(ctx, term.Fence, rec)
 	if err != nil && !errors.Is(err, meta.ErrFenced) {
 		// The executor and the submitting request both take this step;
@@ -122,7 +136,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	if err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	snap := st.Snapshot()
+	snap := Snapshot(st)
 	p := approved
 	if p != nil {
 		if p.Kind != plan.KindDrain || p.Target != target {
@@ -307,7 +321,11 @@ func (a *drainActuator) Replan(ctx context.Context, p *plan.Plan, s plan.Step) (
 func (a *drainActuator) Abandoned(ctx context.Context, r *exec.Record) (string, error) {
 	st := a.c.view.State()
 	if st.Drain != nil && st.Drain.PlanID != r.ID {
-		return fmt.Sprintf("another drain (%s) holds the drain record", st.Drain.PlanID), nil
+		// A drain whose plan ended is taken over by this plan's first
+		// step (startDrainRecord); any other holds the record.
+		if prev, ok := planRecord(st, st.Drain.PlanID); !ok || !prev.State.Terminal() || st.Drain.Target != r.Plan.Target {
+			return fmt.Sprintf("another drain (%s) holds the drain record", st.Drain.PlanID), nil
+		}
 	}
 	// Seed 000's only-node-left case: the last capture, Draining, went
 	// back to Alive and its drain record was cleared.

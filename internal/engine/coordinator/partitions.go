@@ -24,7 +24,7 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	if err != nil {
 		return nil, err
 	}
-	snap := st.Snapshot()
+	snap := Snapshot(st)
 	if changes := plan.Check(p, &snap); len(changes) > 0 {
 		return nil, &plan.StaleError{Changes: changes}
 	}

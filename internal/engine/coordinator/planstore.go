@@ -8,6 +8,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // PlansIn reads the plan records a state holds (exec.Plans): the
@@ -69,4 +70,17 @@ func (s PlanStore) Save(ctx context.Context, rec *exec.Record, revision int64) (
 func planRecord(st *meta.State, id string) (*exec.Record, bool) {
 	s, ok, err := PlansIn(st).Load(context.Background(), id)
 	return s.Record, ok && err == nil
+}
+
+// Snapshot is what the planner reads of st: its snapshot, and whether the
+// drain in progress has a plan still running (a drain whose plan failed is
+// taken over by the same drain submitted again).
+func Snapshot(st *meta.State) model.Snapshot {
+	snap := st.Snapshot()
+	if st.Drain != nil {
+		if rec, ok := planRecord(st, st.Drain.PlanID); ok && rec.State.Terminal() {
+			snap.DrainEnded = true
+		}
+	}
+	return snap
 }

@@ -330,7 +330,7 @@ func (c *Cluster) applyOnce(compute func(*model.Snapshot) (*plan.Plan, error)) *
 	c.T.Helper()
 	var sub *exec.Record
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		snap := c.State().Snapshot()
+		snap := coordinator.Snapshot(c.State())
 		p, err := compute(&snap)
 		if err == nil {
 			sub, err = c.Submit(p, false)

@@ -117,3 +117,44 @@ func (s *Store) ClearDrain(ctx context.Context, fence Fence, st *State) error {
 	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
 	return s.commit(ctx, cmps, clientv3.OpDelete(s.keys.Drain()))
 }
+
+// TakeOverDrain gives the drain in progress to a new plan of the same
+// target, whose liveness stays Draining: the record's plan ended without
+// finishing it (failed: held past its hold timeout, a step that failed),
+// and the operator submitted the drain again. It is written only over the
+// record st holds, with the next epoch.
+func (s *Store) TakeOverDrain(ctx context.Context, fence Fence, st *State, rec model.DrainRecord) (model.DrainRecord, error) {
+	if !fence.valid() {
+		return rec, ErrFenced
+	}
+	if st.Drain == nil || st.Drain.Target != rec.Target {
+		return rec, ErrStale
+	}
+	epochs, err := s.cli.Get(ctx, s.keys.Drain()+"-epoch")
+	if err != nil {
+		return rec, err
+	}
+	if len(epochs.Kvs) != 1 {
+		return rec, ErrStale
+	}
+	last, _ := strconv.ParseUint(string(epochs.Kvs[0].Value), 10, 64)
+	rec.Epoch = last + 1
+	cmps := append(fence.cmps(),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision),
+		clientv3.Compare(clientv3.ModRevision(s.keys.Drain()+"-epoch"), "=", epochs.Kvs[0].ModRevision))
+	tr, err := s.cli.Txn(ctx).If(cmps...).Then(
+		clientv3.OpPut(s.keys.Drain(), mustJSON(rec)),
+		clientv3.OpPut(s.keys.Drain()+"-epoch", strconv.FormatUint(rec.Epoch, 10))).Commit()
+	if err != nil {
+		return rec, err
+	}
+	if !tr.Succeeded {
+		if holds, err := s.fenceHolds(ctx, fence); err != nil {
+			return rec, err
+		} else if !holds {
+			return rec, ErrFenced
+		}
+		return rec, ErrStale
+	}
+	return rec, nil
+}
