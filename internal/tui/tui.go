@@ -171,8 +171,14 @@ func (m *Model) Render() string {
 	if r.FinishedAt != nil {
 		elapsed = r.FinishedAt.Sub(m.started)
 	}
-	fmt.Fprintf(&b, "Plan %s · %s %s · %s · elapsed %s · ETA %s\n\n", r.ID, r.Plan.Kind, r.Plan.Target, strings.ToUpper(string(r.State)),
+	fmt.Fprintf(&b, "Plan %s · %s %s · %s · elapsed %s · ETA %s\n", r.ID, r.Plan.Kind, r.Plan.Target, strings.ToUpper(string(r.State)),
 		elapsed.Round(time.Second), m.eta(r, elapsed))
+	if h := r.Held; h != nil && !r.State.Terminal() {
+		// Why nothing begins: the lag budget, and when it lets go.
+		fmt.Fprintf(&b, "HELD by the lag budget since %s: changefeed %s lags %s, over %s; goes on below %s\n",
+			h.Since.UTC().Format("15:04:05"), h.Changefeed, h.Lag.Round(time.Millisecond), r.Budget.MaxLag, r.Budget.Resume())
+	}
+	b.WriteString("\n")
 
 	// Both bars count the steps' states, as the step list below shows
 	// them: a bar never says moved while its step says pending.

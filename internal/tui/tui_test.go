@@ -247,3 +247,20 @@ func TestTheETAStandsStillWhilePaused(t *testing.T) {
 		t.Fatalf("the ETA grew across a 10-minute pause: %s, then %s", d1, d2)
 	}
 }
+
+// A plan held by its lag budget says so under its title: which changefeed
+// lags how much, and below what it goes on; once it goes on, the line is
+// gone.
+func TestTheLiveViewShowsAHold(t *testing.T) {
+	r := *executed()[1]
+	r.Budget = exec.Budget{MaxLag: 5 * time.Second}
+	r.Held = &exec.Hold{Since: t0.Add(time.Minute), Changefeed: "orders", Lag: 7200 * time.Millisecond}
+	screen := screenAt(Frame{Record: &r}, r.UpdatedAt)
+	if want := "HELD by the lag budget since 08:01:00: changefeed orders lags 7.2s, over 5s; goes on below 2.5s"; strings.Split(screen, "\n")[1] != want {
+		t.Fatalf("second line %q, want %q:\n%s", strings.Split(screen, "\n")[1], want, screen)
+	}
+	r.Held = nil
+	if screen := screenAt(Frame{Record: &r}, r.UpdatedAt); strings.Contains(screen, "HELD") {
+		t.Fatalf("not held, yet:\n%s", screen)
+	}
+}
