@@ -38,4 +38,10 @@ type DrainRecord struct {
 	InitialDispatcherCount int       `json:"initial_dispatcher_count"`
 	// PlanID is the plan that runs the drain.
 	PlanID string `json:"plan_id,omitempty"`
+	// Hold says why nothing more may move off the target now (its plan
+	// is paused, or held by its lag budget): while it is set, maintainers
+	// move no partition off it and the drain does not end (Stopping
+	// waits), so a held or paused drain begins nothing it cannot take
+	// back.
+	Hold string `json:"hold,omitempty"`
 }

@@ -34,7 +34,14 @@ func TestALagBudgetHoldsADrainUntilItIsMet(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Eventually("the drain is held by its budget", 20*time.Second, func() bool { return c.Plan(rec.ID).Held != nil })
+	on := partitionsOn(c, target)
 	time.Sleep(2 * time.Second)
+	if now := partitionsOn(c, target); now != on || on == 0 {
+		t.Fatalf("while the drain is held, the partitions on %s went from %d to %d", target, on, now)
+	}
+	if st := c.State(); st.Drain == nil || st.Drain.Hold == "" || st.LivenessOf(target) != model.LivenessDraining {
+		t.Fatalf("while held: drain record %+v, %s", st.Drain, st.LivenessOf(target))
+	}
 	held := c.Plan(rec.ID)
 	if n := enginetest.StartedSteps(held, plan.StepMoveMaintainer) + enginetest.StartedSteps(held, plan.StepMovePartitions); n != 0 || held.State != exec.Running {
 		t.Fatalf("a held drain is %s with %d moves begun", held.State, n)
@@ -96,6 +103,11 @@ func TestAPlanHeldPastItsHoldTimeoutFails(t *testing.T) {
 	if n := enginetest.StartedSteps(failed, plan.StepMoveMaintainer); n != 0 {
 		t.Fatalf("%d maintainer moves begun", n)
 	}
+	on := partitionsOn(c, target)
+	time.Sleep(2 * time.Second)
+	if now := partitionsOn(c, target); now != on || on == 0 {
+		t.Fatalf("after the drain failed held, the partitions on %s went from %d to %d", target, on, now)
+	}
 	// Submitted again without a budget, the drain runs to its end.
 	again, err := c.DrainWith(target, 1, coordinator.Submission{By: "test"})
 	if err != nil {
@@ -109,4 +121,9 @@ func TestAPlanHeldPastItsHoldTimeoutFails(t *testing.T) {
 			t.Fatalf("%s: %+v", id, rep)
 		}
 	}
+}
+
+// partitionsOn counts the partitions of every changefeed on a capture.
+func partitionsOn(c *enginetest.Cluster, node model.NodeID) int {
+	return c.State().PartitionsOn(node)
 }

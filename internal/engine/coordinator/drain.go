@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -17,12 +18,12 @@ import (
 // record, naming the plan, and the target's liveness Draining, in one
 // fenced transaction. If the plan's record is already there (a new
 // coordinator repeating the step), it does nothing.
-func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan) (model.DrainRecord, error) {
+func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan, hold string) (model.DrainRecord, error) {
 	if st.Drain != nil && st.Drain.PlanID == p.ID {
 		return *st.Drain, nil
 	}
 	target := p.Target
-	rec := model.DrainRecord{Target: target, BatchSize: p.BatchSize, StartTime: time.Now().UTC(), PlanID: p.ID}
+	rec := model.DrainRecord{Target: target, BatchSize: p.BatchSize, StartTime: time.Now().UTC(), PlanID: p.ID, Hold: hold}
 	maintainers, dispatchers := DrainProgress(st, target)
 	rec.InitialMaintainerCount = maintainers
 	for _, n := range dispatchers {
@@ -105,6 +106,9 @@ func (c *Coordinator) driveDrain(ctx context.Context, term election.Term, st *me
 		c.log.Warn("coordinator: the draining capture is gone; drain ends", "target", target)
 		return c.store.FinishDrain(ctx, term.Fence, st)
 	}
+	if st.Drain.Hold != "" {
+		return nil // Stopping waits for the plan to go on
+	}
 	maintainers, dispatchers := DrainProgress(st, target)
 	remaining := 0
 	for _, n := range dispatchers {
@@ -170,7 +174,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 		return nil, model.DrainRecord{}, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)
-	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan)
+	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan, initialHold(rec))
 	if err != nil {
 		// The executor would fail the plan at its first step; say why now.
 		_ = c.store.RequestPlan(ctx, term.Fence, rec.ID, string(exec.RequestCancel))
@@ -229,7 +233,11 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 	switch s.Kind {
 	case plan.StepSetLiveness:
 		if s.Liveness == model.LivenessDraining.String() {
-			_, err := a.c.startDrainRecord(ctx, a.term, st, p)
+			hold := ""
+			if r, ok := planRecord(st, p.ID); ok {
+				hold = initialHold(r)
+			}
+			_, err := a.c.startDrainRecord(ctx, a.term, st, p, hold)
 			return err
 		}
 		// Completed by driveDrain once nothing is left. A maintainer
@@ -350,4 +358,52 @@ func (a *drainActuator) Cancel(ctx context.Context, p *plan.Plan) error {
 		return nil
 	}
 	return a.c.store.ClearDrain(ctx, a.term.Fence, st)
+}
+
+// drainHold is why a drain's plan lets nothing more move off its target
+// (model.DrainRecord.Hold), "" when it runs: paused, held by its lag
+// budget (also before the budget was first checked, and after it failed
+// the plan: the drain submitted again takes over from there).
+func drainHold(r *exec.Record) string {
+	switch {
+	case r.State == exec.Paused:
+		return "its plan " + r.ID + " is paused"
+	case r.Held != nil:
+		return "its plan " + r.ID + " is held by its lag budget"
+	case r.State == exec.Failed && strings.HasPrefix(r.Message, exec.HoldTimeoutPrefix):
+		return "its plan " + r.ID + " failed, held by its lag budget past its hold timeout"
+	}
+	return ""
+}
+
+// initialHold is a drain record's hold when it is written: its plan's,
+// and with a lag budget not yet checked, held until the coordinator's
+// next pass over the plan checks it.
+func initialHold(r *exec.Record) string {
+	if h := drainHold(r); h != "" {
+		return h
+	}
+	if r.Budget.On() && r.State == exec.Running {
+		return "its plan " + r.ID + " checks its lag budget first"
+	}
+	return ""
+}
+
+// syncDrainHold keeps the drain record's hold as its plan's state says.
+func (c *Coordinator) syncDrainHold(ctx context.Context, term election.Term, st *meta.State, r *exec.Record) error {
+	if st.Drain == nil || st.Drain.PlanID != r.ID {
+		return nil
+	}
+	want := drainHold(r)
+	if st.Drain.Hold == want {
+		return nil
+	}
+	if err := c.store.SetDrainHold(ctx, term.Fence, st, want); err != nil {
+		if errors.Is(err, meta.ErrStale) {
+			return nil // written meanwhile: the next pass sees it
+		}
+		return err
+	}
+	c.log.Info("coordinator: drain hold", "target", st.Drain.Target, "plan", r.ID, "hold", want)
+	return nil
 }

@@ -103,6 +103,11 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			x = parts
 		}
 		evs, aerr := x.Advance(ctx, &rec, exec.Request(st.PlanRequests[id]))
+		if rec.Plan.Kind == plan.KindDrain {
+			// A paused or held drain lets nothing more move off its
+			// target (the maintainers read the drain record).
+			aerr = errors.Join(aerr, c.syncDrainHold(ctx, term, st, &rec))
+		}
 		if len(evs) > 0 {
 			if rev, serr := plans.Save(ctx, &rec, revision); serr != nil {
 				aerr = errors.Join(aerr, serr)

@@ -28,6 +28,9 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 			continue
 		}
 		if st.LivenessOf(r.Route.Node) == model.LivenessDraining {
+			if st.Drain != nil && st.Drain.Target == r.Route.Node && st.Drain.Hold != "" {
+				continue // the drain's plan is paused or held: nothing more moves off
+			}
 			movable = append(movable, r)
 		} else if dest.IsCandidate(r.Route.Node) && !r.Route.Pinned {
 			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)

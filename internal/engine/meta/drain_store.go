@@ -158,3 +158,15 @@ func (s *Store) TakeOverDrain(ctx context.Context, fence Fence, st *State, rec m
 	}
 	return rec, nil
 }
+
+// SetDrainHold sets or clears (hold "") why nothing more may move off the
+// drain's target (model.DrainRecord.Hold), over the record st holds.
+func (s *Store) SetDrainHold(ctx context.Context, fence Fence, st *State, hold string) error {
+	if st.Drain == nil {
+		return nil
+	}
+	rec := *st.Drain
+	rec.Hold = hold
+	cmps := append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(s.keys.Drain()), "=", st.DrainRevision))
+	return s.commit(ctx, cmps, clientv3.OpPut(s.keys.Drain(), mustJSON(rec)))
+}
