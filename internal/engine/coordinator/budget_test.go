@@ -21,14 +21,7 @@ import (
 // nothing begun.
 func TestALagBudgetHoldsADrainUntilItIsMet(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	leader := c.StartCaptures(3).Node
-	feeds := c.Feeds(4)
-	for _, id := range feeds {
-		c.Warm(id, time.Second)
-	}
-	target := c.FollowerOf(leader)
-	c.Eventually(string(target)+" holds a maintainer", 20*time.Second, func() bool { return c.MaintainersOn(target) > 0 })
+	c, feeds, target := loadedFollower(t, 3, 4)
 	rec, err := c.DrainWith(target, 2, coordinator.Submission{By: "test", Budget: exec.Budget{MaxLag: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -84,14 +77,7 @@ func TestALagBudgetHoldsADrainUntilItIsMet(t *testing.T) {
 // moves not begun.
 func TestAPlanHeldPastItsHoldTimeoutFails(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	leader := c.StartCaptures(2).Node
-	feeds := c.Feeds(2)
-	for _, id := range feeds {
-		c.Warm(id, time.Second)
-	}
-	target := c.FollowerOf(leader)
-	c.Eventually(string(target)+" holds a maintainer", 20*time.Second, func() bool { return c.MaintainersOn(target) > 0 })
+	c, feeds, target := loadedFollower(t, 2, 2)
 	rec, err := c.DrainWith(target, 1, coordinator.Submission{By: "test", Budget: exec.Budget{MaxLag: time.Millisecond, HoldTimeout: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,4 +112,19 @@ func TestAPlanHeldPastItsHoldTimeoutFails(t *testing.T) {
 // partitionsOn counts the partitions of every changefeed on a capture.
 func partitionsOn(c *enginetest.Cluster, node model.NodeID) int {
 	return c.State().PartitionsOn(node)
+}
+
+// loadedFollower starts a cluster of captures running feeds generator
+// changefeeds, and names a follower that holds a maintainer.
+func loadedFollower(t *testing.T, captures, feeds int) (*enginetest.Cluster, []model.ChangefeedID, model.NodeID) {
+	t.Helper()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(captures).Node
+	ids := c.Feeds(feeds)
+	for _, id := range ids {
+		c.Warm(id, time.Second)
+	}
+	target := c.FollowerOf(leader)
+	c.Eventually(string(target)+" holds a maintainer", 20*time.Second, func() bool { return c.MaintainersOn(target) > 0 })
+	return c, ids, target
 }

@@ -86,49 +86,20 @@ func tokenize(s string) ([]token, bool) {
 				return nil, false
 			}
 			i += end + 4
-		case c == '`':
-			var b strings.Builder
-			j := i + 1
-			for ; j < len(s); j++ {
-				if s[j] == '`' {
-					if j+1 < len(s) && s[j+1] == '`' {
-						b.WriteByte('`')
-						j++
-						continue
-					}
-					break
-				}
-				b.WriteByte(s[j])
-			}
-			if j >= len(s) {
+		case c == '`', c == '\'', c == '"':
+			// A quoted identifier (`x`) or a string ('x', "x"): the quote
+			// doubled stands for itself, and in a string a backslash
+			// escapes the next byte.
+			text, next, ok := quoted(s, i, c != '`')
+			if !ok {
 				return nil, false
 			}
-			out = append(out, token{b.String(), 'q'})
-			i = j + 1
-		case c == '\'' || c == '"':
-			var b strings.Builder
-			j := i + 1
-			for ; j < len(s); j++ {
-				if s[j] == '\\' && j+1 < len(s) {
-					b.WriteByte(s[j+1])
-					j++
-					continue
-				}
-				if s[j] == c {
-					if j+1 < len(s) && s[j+1] == c {
-						b.WriteByte(c)
-						j++
-						continue
-					}
-					break
-				}
-				b.WriteByte(s[j])
+			kind := byte('s')
+			if c == '`' {
+				kind = 'q'
 			}
-			if j >= len(s) {
-				return nil, false
-			}
-			out = append(out, token{b.String(), 's'})
-			i = j + 1
+			out = append(out, token{text, kind})
+			i = next
 		case isWordByte(c):
 			j := i
 			for j < len(s) && isWordByte(s[j]) {
@@ -142,6 +113,25 @@ func tokenize(s string) ([]token, bool) {
 		}
 	}
 	return out, true
+}
+
+// quoted reads the quoted text that begins at s[i] (its quote), and
+// where it ends; false when it does not end.
+func quoted(s string, i int, backslash bool) (string, int, bool) {
+	q := s[i]
+	var b strings.Builder
+	for j := i + 1; j < len(s); j++ {
+		switch {
+		case backslash && s[j] == '\\' && j+1 < len(s):
+			j++
+		case s[j] == q && j+1 < len(s) && s[j+1] == q:
+			j++
+		case s[j] == q:
+			return b.String(), j + 1, true
+		}
+		b.WriteByte(s[j])
+	}
+	return "", 0, false
 }
 
 func isWordByte(c byte) bool {
