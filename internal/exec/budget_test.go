@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,43 @@ func TestBudgetsAreChecked(t *testing.T) {
 		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.b, err, c.want)
 		}
+	}
+}
+
+// After a hold halved it, how many steps run at once grows back by one
+// after each batch that ran without a hold, up to the batch size.
+func TestTheWidthGrowsBackAfterCalmBatches(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	lag := 9 * time.Second
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+	p := &plan.Plan{Version: 1, Kind: "rebalance", Target: "orders", BatchSize: 4}
+	for b := 0; b < 4; b++ {
+		var steps []plan.Step
+		for i := 0; i < 4; i++ {
+			steps = append(steps, plan.Step{Kind: plan.StepMovePartition, Changefeed: "orders", Partition: fmt.Sprintf("p%d-%d", b, i), To: "capture-1"})
+		}
+		p.Batches = append(p.Batches, plan.Batch{Steps: steps})
+	}
+	r := New("plan-1", p, "ops", c.t)
+	r.Budget = Budget{MaxLag: 4 * time.Second}
+	run(t, x, r, RequestNone) // held before the first batch: width 4 → 2
+	lag = time.Second
+	most := make([]int, 4) // the most steps running at once in each batch
+	for i := 0; i < 40 && !r.State.Terminal(); i++ {
+		run(t, x, r, RequestNone)
+		running := make([]int, 4)
+		for _, st := range r.Steps {
+			if st.State == StepRunning {
+				running[st.Batch]++
+			}
+		}
+		for b := range most {
+			most[b] = max(most[b], running[b])
+		}
+		w.finish()
+		c.t = c.t.Add(time.Second)
+	}
+	if r.State != Done || fmt.Sprint(most) != "[2 2 3 4]" {
+		t.Fatalf("state %s; steps at once in each batch %v, want [2 2 3 4] (halved by the hold, then one more after each calm batch)", r.State, most)
 	}
 }
