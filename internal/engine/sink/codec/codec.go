@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -45,7 +44,9 @@ type canalRow struct {
 
 // canalChange is what reading a row change back needs of a canal-json
 // message: the rest (the type maps above all, two maps a row) is passed
-// over, 1.05–1.16 times as fast (BenchmarkDecodeChanges).
+// over, and lines as this codec writes them are read without
+// encoding/json (fastjson.go): 2.2–2.3 times as fast as decoding the
+// whole message (BenchmarkDecodeChanges).
 type canalChange struct {
 	Database string               `json:"database"`
 	Table    string               `json:"table"`
@@ -235,7 +236,7 @@ func eachCanalRow(data []byte, fn func(m *canalChange) error) error {
 			continue
 		}
 		var m canalChange
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+		if err := decodeCanalChange(sc.Bytes(), &m); err != nil {
 			return fmt.Errorf("line %d: %v", line, err)
 		}
 		if m.IsDdl || len(m.Data) != 1 {
