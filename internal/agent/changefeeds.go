@@ -90,7 +90,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
 	} else if ss != nil {
-		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, RetentionSeconds: ss.RetentionSeconds, Purged: ss.Purged, Snapshot: ss.Snapshot,
+		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, SafeBytes: ss.SafeBytes, WALStatus: ss.WALStatus, RetentionSeconds: ss.RetentionSeconds, Purged: ss.Purged, Snapshot: ss.Snapshot,
 			Filter: ss.Filter, Unreplicated: ss.Unreplicated}
 		if ss.Snapshot == "" && ss.Kind != "" {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)

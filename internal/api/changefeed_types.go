@@ -149,6 +149,12 @@ type SourceStatus struct {
 	// RetainedBytes is the upstream log kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
 	RetainedBytes int64 `json:"retained_bytes"`
+	// SafeBytes is how much more log may be written before the upstream
+	// gives up what the changefeed needs (PostgreSQL's safe_wal_size
+	// under max_slot_wal_keep_size); absent when unbounded. WALStatus is
+	// the slot's wal_status: reserved, extended, unreserved or lost.
+	SafeBytes *int64 `json:"safe_bytes,omitempty"`
+	WALStatus string `json:"wal_status,omitempty"`
 	// RetentionSeconds is how long the upstream keeps its log whatever
 	// the changefeed needs (MySQL's binary log expiry); 0 when not
 	// bounded by time.

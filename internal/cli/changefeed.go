@@ -275,6 +275,9 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 							active = "streaming"
 						}
 						fmt.Fprintf(tw, "Slot:\t%s, %s, confirmed %s, retaining %s of WAL\n", ss.Slot, active, orNone(ss.Position), humanBytes(ss.RetainedBytes))
+						if ss.SafeBytes != nil {
+							fmt.Fprintf(tw, "WAL limit:\t%s more before PostgreSQL gives the slot up (max_slot_wal_keep_size; wal_status %s)\n", humanBytes(*ss.SafeBytes), ss.WALStatus)
+						}
 					}
 					if ss.Snapshot != "" {
 						fmt.Fprintf(tw, "Snapshot:\t%s\n", ss.Snapshot)

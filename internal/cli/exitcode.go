@@ -33,6 +33,9 @@ const (
 	// ExitHeld: a plan failed because its lag budget held it longer than
 	// its --hold-timeout: replication did not catch up.
 	ExitHeld = 9
+	// ExitBlocked: the pre-checks refused the plan (a blocker, or under
+	// --checks=strict a warning); nothing was submitted.
+	ExitBlocked = 10
 	// ExitUsage: bad flags or arguments (sysexits' EX_USAGE).
 	ExitUsage = 64
 )
@@ -91,6 +94,8 @@ func clientErrorCode(exit int) string {
 		return "timeout"
 	case ExitBusy:
 		return "partition_busy"
+	case ExitBlocked:
+		return "blocked"
 	}
 	return "client"
 }

@@ -26,6 +26,20 @@ type planFlags struct {
 	planOut string
 	// The lag budget (exec.Budget).
 	maxLag, resumeBelow, holdTimeout time.Duration
+	// checks is --checks: strict, enabled or skip.
+	checks string
+}
+
+// checkMode is --checks, a usage error when it is none of its values.
+func (f *planFlags) checkMode() (plan.CheckMode, error) {
+	if f.checks == "" {
+		return plan.ChecksEnabled, nil
+	}
+	m, err := plan.ParseCheckMode(f.checks)
+	if err != nil {
+		return "", usageErr(err)
+	}
+	return m, nil
 }
 
 // budget is the plan's lag budget from the flags, checked here so that a
@@ -56,6 +70,12 @@ func (f *planFlags) registerSubmit(cmd *cobra.Command, timeout time.Duration) {
 	fl.DurationVar(&f.maxLag, "max-lag", 0, "lag budget: while a changefeed the plan acts on lags more than this, no step begins (running ones finish); 0: no budget")
 	fl.DurationVar(&f.resumeBelow, "resume-below", 0, "with --max-lag: a held plan goes on once the lag is below this (default: half of --max-lag)")
 	fl.DurationVar(&f.holdTimeout, "hold-timeout", 0, "with --max-lag: a plan held longer than this fails (exit 9); 0: it waits as long as it takes")
+	fl.StringVar(&f.checks, "checks", string(plan.ChecksEnabled), "pre-checks before submitting: enabled (blockers refuse, exit 10), strict (warnings refuse too) or skip")
+	_ = cmd.RegisterFlagCompletionFunc("checks", cobra.FixedCompletions([]string{
+		"enabled\tblockers refuse the plan, warnings are shown",
+		"strict\twarnings refuse the plan too",
+		"skip\tsubmit without pre-checks",
+	}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // planSubmit submits an approved plan: applyPlan, or a drain's own path.
@@ -65,6 +85,10 @@ type planSubmit func(ctx context.Context, o *options, c *api.Client, snap *model
 // (--dry-run), saves it (--plan-out), or submits it after approval.
 func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.Snapshot) (*plan.Plan, error), submit planSubmit) error {
 	if _, err := f.budget(); err != nil {
+		return err
+	}
+	mode, err := f.checkMode()
+	if err != nil {
 		return err
 	}
 	c, err := o.client()
@@ -89,10 +113,22 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		return o.render(p, func(tw tableWriter) { fmt.Fprintf(tw, "Nothing to do: %s %s changes nothing.\n", p.Kind, p.Target) })
 	}
 	if f.dryRun {
-		if err := o.render(p, func(tw tableWriter) { _ = plan.Render(tw, &snap.Snapshot, p) }); err != nil {
+		fs, err := preCheck(ctx, c, &snap.Snapshot, p, f)
+		if err != nil {
+			return err
+		}
+		shown := checkedPlan{Plan: p, Checks: append([]plan.Finding{}, fs...), ChecksMode: mode}
+		if err := o.render(shown, func(tw tableWriter) {
+			_ = plan.Render(tw, &snap.Snapshot, p)
+			fmt.Fprintln(tw)
+			plan.RenderFindings(tw, mode, fs)
+		}); err != nil {
 			return err
 		}
 		return errDryRunChanges
+	}
+	if err := gate(ctx, o, c, &snap.Snapshot, p, f); err != nil {
+		return err
 	}
 	return submit(ctx, o, c, &snap.Snapshot, p, f)
 }

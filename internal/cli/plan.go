@@ -170,6 +170,9 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := gate(cmd.Context(), o, c, &snap.Snapshot, p, &f); err != nil {
+				return err
+			}
 			return applyPlan(cmd.Context(), o, c, &snap.Snapshot, p, &f)
 		},
 	}

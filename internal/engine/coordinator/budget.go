@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -22,17 +21,9 @@ import (
 // every changefeed's.
 func planLag(st *meta.State, now func() time.Time) exec.LagFunc {
 	return func(_ context.Context, p *plan.Plan) (string, time.Duration, error) {
-		touched := map[model.ChangefeedID]bool{}
-		for _, b := range p.Batches {
-			for _, s := range b.Steps {
-				if s.Changefeed != "" {
-					touched[model.ChangefeedID(s.Changefeed)] = true
-				}
-			}
-		}
-		ids := st.ChangefeedIDs()
-		if len(touched) > 0 {
-			ids = slices.DeleteFunc(slices.Clone(ids), func(id model.ChangefeedID) bool { return !touched[id] })
+		ids := p.Changefeeds()
+		if len(ids) == 0 {
+			ids = st.ChangefeedIDs()
 		}
 		var worst model.ChangefeedID
 		var lag time.Duration

@@ -275,6 +275,13 @@ type Status struct {
 	// RetainedBytes is how much upstream log is kept for the changefeed
 	// (PostgreSQL: WAL the slot holds back).
 	RetainedBytes int64 `json:"retained_bytes"`
+	// SafeBytes is how much more log may be written before the upstream
+	// gives up what the changefeed still needs (PostgreSQL's
+	// safe_wal_size, under max_slot_wal_keep_size); nil when unbounded.
+	// WALStatus is PostgreSQL's wal_status of the slot (reserved,
+	// extended, unreserved, lost).
+	SafeBytes *int64 `json:"safe_bytes,omitempty"`
+	WALStatus string `json:"wal_status,omitempty"`
 	// RetentionSeconds is how long the upstream keeps its log whatever
 	// its readers need (MySQL: binlog_expire_logs_seconds); 0 when that
 	// is not bounded by time (PostgreSQL's slots hold what they need).

@@ -437,9 +437,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	defer conn.Close(context.Background())
 	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: source.SnapshotStatus(cfg.Snapshot)}
-	var confirmed *string
+	var confirmed, walStatus *string
 	var retained *int64
-	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained)
+	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained, &walStatus, &st.SafeBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("replication slot %s does not exist: it was dropped outside cdcctl; recreate the changefeed", cfg.Slot)
 	}
@@ -451,6 +451,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	if retained != nil {
 		st.RetainedBytes = *retained
+	}
+	if walStatus != nil {
+		st.WALStatus = *walStatus
 	}
 	if len(cfg.Filter) > 0 && pos != nil {
 		st.Filter = strings.Join(cfg.Filter, ",")
