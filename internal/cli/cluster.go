@@ -16,7 +16,7 @@ const shortTimeout = 10 * time.Second
 
 func newClusterCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Cluster-wide state"}
-	cmd.AddCommand(newClusterStatusCommand(o), newClusterWaitCommand(o))
+	cmd.AddCommand(newClusterStatusCommand(o), newClusterWaitCommand(o), newClusterSnapshotCommand(o))
 	return cmd
 }
 

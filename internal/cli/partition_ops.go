@@ -28,6 +28,9 @@ type planFlags struct {
 	maxLag, resumeBelow, holdTimeout time.Duration
 	// checks is --checks: strict, enabled or skip.
 	checks string
+	// fromSnapshot plans from a `cluster snapshot` file, asking no
+	// cluster (with --dry-run).
+	fromSnapshot string
 }
 
 // checkMode is --checks, a usage error when it is none of its values.
@@ -58,6 +61,7 @@ func (f *planFlags) register(cmd *cobra.Command, timeout time.Duration) {
 	fl.BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
 	f.registerSubmit(cmd, timeout)
 	fl.StringVar(&f.planOut, "plan-out", "", "also write the plan as JSON to this file (apply it later with 'cdcctl plan apply')")
+	fl.StringVar(&f.fromSnapshot, "from-snapshot", "", "with --dry-run: plan from this 'cdcctl cluster snapshot' file, asking no cluster")
 }
 
 // registerSubmit: the flags of submitting a plan, which plan apply
@@ -91,15 +95,32 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 	if err != nil {
 		return err
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
+	var (
+		c    *api.Client
+		snap *model.Snapshot
+		data checkSource
+	)
+	if f.fromSnapshot != "" {
+		if !f.dryRun {
+			return usageErr(fmt.Errorf("--from-snapshot plans offline: add --dry-run (and --plan-out FILE to submit it later with 'cdcctl plan apply', which refuses it if the cluster changed)"))
+		}
+		file, err := readSnapshotFile(f.fromSnapshot)
+		if err != nil {
+			return err
+		}
+		snap = &file.Snapshot
+		data = func(context.Context, []model.ChangefeedID) (*checkData, error) { return &file.checkData, nil }
+	} else {
+		if c, err = o.client(); err != nil {
+			return err
+		}
+		live, err := c.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		snap, data = &live.Snapshot, liveChecks(c)
 	}
-	snap, err := c.Snapshot(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := compute(&snap.Snapshot)
+	p, err := compute(snap)
 	if err != nil {
 		return err
 	}
@@ -113,13 +134,13 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		return o.render(p, func(tw tableWriter) { fmt.Fprintf(tw, "Nothing to do: %s %s changes nothing.\n", p.Kind, p.Target) })
 	}
 	if f.dryRun {
-		fs, err := preCheck(ctx, c, &snap.Snapshot, p, f)
+		fs, err := preCheck(ctx, data, snap, p, f)
 		if err != nil {
 			return err
 		}
 		shown := checkedPlan{Plan: p, Checks: append([]plan.Finding{}, fs...), ChecksMode: mode}
 		if err := o.render(shown, func(tw tableWriter) {
-			_ = plan.Render(tw, &snap.Snapshot, p)
+			_ = plan.Render(tw, snap, p)
 			fmt.Fprintln(tw)
 			plan.RenderFindings(tw, mode, fs)
 		}); err != nil {
@@ -127,10 +148,10 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		}
 		return errDryRunChanges
 	}
-	if err := gate(ctx, o, c, &snap.Snapshot, p, f); err != nil {
+	if err := gate(ctx, o, c, snap, p, f); err != nil {
 		return err
 	}
-	return submit(ctx, o, c, &snap.Snapshot, p, f)
+	return submit(ctx, o, c, snap, p, f)
 }
 
 func newPartitionGetCommand(o *options) *cobra.Command {

@@ -34,7 +34,7 @@ progress) leave it valid.
 it; pause lets running steps finish and begins no new one; cancel skips
 what is left.`,
 	}
-	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o), newPlanListCommand(o), newPlanWatchCommand(o),
+	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o), newPlanDiffCommand(o), newPlanListCommand(o), newPlanWatchCommand(o),
 		newPlanRequestCommand(o, exec.RequestPause, "Pause a plan: running steps finish, no new step begins"),
 		newPlanRequestCommand(o, exec.RequestResume, "Resume a paused plan"),
 		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is skipped (a drained capture stays Draining)"),

@@ -22,25 +22,54 @@ type checkedPlan struct {
 	ChecksMode plan.CheckMode `json:"checks_mode"`
 }
 
-// preCheck runs the pre-checks on p (none with --checks=skip): the
-// snapshot p was made from, the changefeeds' states and lags, and for
-// those with a database source what it keeps of its log.
-func preCheck(ctx context.Context, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) ([]plan.Finding, error) {
-	mode, err := f.checkMode()
-	if err != nil || mode == plan.ChecksSkip {
-		return nil, err
-	}
-	touched := p.Changefeeds()
-	if len(touched) == 0 {
-		return plan.PreCheck(plan.CheckInput{Snapshot: snap, MaxLag: f.maxLag}, p), nil
-	}
+// checkData is what the pre-checks read besides the snapshot: the
+// changefeeds as listed (state, lag, error) and, for those with a
+// database source, what the upstream said of its log (an error in
+// Error when it could not be asked). A snapshot file keeps it too.
+type checkData struct {
+	Changefeeds []api.Changefeed              `json:"changefeeds"`
+	Sources     map[string]*api.SourceStatus `json:"sources,omitempty"`
+}
+
+// fetchCheckData asks the cluster for the changefeeds' check data; only
+// (nil: all) limits the upstreams asked, which are asked a few at a
+// time: each answer is a query on the source database.
+func fetchCheckData(ctx context.Context, c *api.Client, only []model.ChangefeedID) (*checkData, error) {
 	list, err := c.Changefeeds(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pre-checks: %w (skip them with --checks=skip)", err)
+		return nil, err
 	}
-	health := map[model.ChangefeedID]plan.Health{}
-	var database []string
+	d := &checkData{Changefeeds: list.Changefeeds, Sources: map[string]*api.SourceStatus{}}
+	var mu sync.Mutex
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
 	for _, cf := range list.Changefeeds {
+		if !isDatabase(cf.Source) || only != nil && !slices.Contains(only, model.ChangefeedID(cf.ID)) {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer func() { <-sem; wg.Done() }()
+			ss := &api.SourceStatus{}
+			if r, err := c.Changefeed(ctx, id); err != nil {
+				ss.Error = err.Error()
+			} else if r.SourceStatus != nil {
+				ss = r.SourceStatus
+			}
+			mu.Lock()
+			d.Sources[id] = ss
+			mu.Unlock()
+		}(cf.ID)
+	}
+	wg.Wait()
+	return d, nil
+}
+
+// health is the pre-checks' view of the changefeeds in touched.
+func (d *checkData) health(touched []model.ChangefeedID) map[model.ChangefeedID]plan.Health {
+	out := map[model.ChangefeedID]plan.Health{}
+	for _, cf := range d.Changefeeds {
 		id := model.ChangefeedID(cf.ID)
 		if !slices.Contains(touched, id) {
 			continue
@@ -49,49 +78,47 @@ func preCheck(ctx context.Context, c *api.Client, snap *model.Snapshot, p *plan.
 		if state == model.ChangefeedWarning { // shown so: normal, with its Error
 			state = model.ChangefeedNormal
 		}
-		health[id] = plan.Health{State: state, Lag: time.Duration(cf.CheckpointLagMs) * time.Millisecond, Error: cf.Error}
-		if isDatabase(cf.Source) {
-			database = append(database, cf.ID)
+		h := plan.Health{State: state, Lag: time.Duration(cf.CheckpointLagMs) * time.Millisecond, Error: cf.Error}
+		if ss, ok := d.Sources[cf.ID]; ok && ss != nil {
+			h.Source = &plan.SourceHealth{Err: ss.Error, RetentionSeconds: ss.RetentionSeconds, RetainedBytes: ss.RetainedBytes, SafeBytes: ss.SafeBytes, WALStatus: ss.WALStatus}
 		}
+		out[id] = h
 	}
-	// The upstreams are asked a few at a time: each answer is a query on
-	// the source database.
-	var mu sync.Mutex
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for _, id := range database {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			src := &plan.SourceHealth{}
-			r, err := c.Changefeed(ctx, id)
-			switch {
-			case err != nil:
-				src.Err = err.Error()
-			case r.SourceStatus == nil:
-				src = nil
-			case r.SourceStatus.Error != "":
-				src.Err = r.SourceStatus.Error
-			default:
-				ss := r.SourceStatus
-				src.RetentionSeconds, src.RetainedBytes, src.SafeBytes, src.WALStatus = ss.RetentionSeconds, ss.RetainedBytes, ss.SafeBytes, ss.WALStatus
-			}
-			mu.Lock()
-			h := health[model.ChangefeedID(id)]
-			h.Source = src
-			health[model.ChangefeedID(id)] = h
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return plan.PreCheck(plan.CheckInput{Snapshot: snap, Health: health, MaxLag: f.maxLag}, p), nil
+	return out
 }
 
 // isDatabase says a changefeed's (redacted) source URI names a database
 // whose log retention matters.
 func isDatabase(uri string) bool {
 	return strings.HasPrefix(uri, "postgres") || strings.HasPrefix(uri, "mysql")
+}
+
+// preCheck runs the pre-checks on p (none with --checks=skip), reading
+// the check data from data.
+func preCheck(ctx context.Context, data checkSource, snap *model.Snapshot, p *plan.Plan, f *planFlags) ([]plan.Finding, error) {
+	mode, err := f.checkMode()
+	if err != nil || mode == plan.ChecksSkip {
+		return nil, err
+	}
+	in := plan.CheckInput{Snapshot: snap, MaxLag: f.maxLag}
+	if touched := p.Changefeeds(); len(touched) > 0 {
+		d, err := data(ctx, touched)
+		if err != nil {
+			return nil, fmt.Errorf("pre-checks: %w (skip them with --checks=skip)", err)
+		}
+		in.Health = d.health(touched)
+	}
+	return plan.PreCheck(in, p), nil
+}
+
+// checkSource gives the check data of the changefeeds a plan touches:
+// the cluster's, or a snapshot file's.
+type checkSource func(ctx context.Context, touched []model.ChangefeedID) (*checkData, error)
+
+func liveChecks(c *api.Client) checkSource {
+	return func(ctx context.Context, touched []model.ChangefeedID) (*checkData, error) {
+		return fetchCheckData(ctx, c, touched)
+	}
 }
 
 // errBlocked refuses a plan the pre-checks block: exit 10, the findings
@@ -122,7 +149,7 @@ func gate(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, 
 	if err != nil {
 		return err
 	}
-	fs, err := preCheck(ctx, c, snap, p, f)
+	fs, err := preCheck(ctx, liveChecks(c), snap, p, f)
 	if err != nil {
 		return err
 	}
