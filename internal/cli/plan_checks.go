@@ -27,7 +27,7 @@ type checkedPlan struct {
 // database source, what the upstream said of its log (an error in
 // Error when it could not be asked). A snapshot file keeps it too.
 type checkData struct {
-	Changefeeds []api.Changefeed              `json:"changefeeds"`
+	Changefeeds []api.Changefeed             `json:"changefeeds"`
 	Sources     map[string]*api.SourceStatus `json:"sources,omitempty"`
 }
 
