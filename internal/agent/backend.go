@@ -33,7 +33,13 @@ func (n *Node) handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !n.Ready() {
+		serving, l := n.Serving()
+		if !serving && l != model.LivenessUnknown {
+			api.WriteError(w, api.Errorf(api.CodeUnavailable, "it takes no new work until its agent restarts; its partitions move (or moved) to other captures",
+				"not ready: capture %s is %s", n.ID(), l))
+			return
+		}
+		if !serving {
 			api.WriteError(w, api.Errorf(api.CodeUnavailable, "wait; the agent is joining the cluster or no coordinator is elected yet", "not ready"))
 			return
 		}

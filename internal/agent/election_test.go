@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,13 @@ func TestDrainingAndStoppingNodesNeverCampaign(t *testing.T) {
 		if h[draining] || h[stopping] {
 			t.Fatalf("resign %d: a non-Alive node has an election key: %v", i, h)
 		}
+	}
+	// Their /readyz says they take no new work (Kubernetes takes them
+	// out of the Service); an Alive one's is ready.
+	for id, want := range map[model.NodeID]string{draining: "is Draining", stopping: "is Stopping", leader.Node: `"ready":true`} {
+		tc.eventually(string(id)+"'s /readyz says "+want, 10*time.Second, func() bool {
+			return strings.Contains(tc.get(tc.nodes[id].addr, "/readyz"), want)
+		})
 	}
 }
 

@@ -155,6 +155,18 @@ func (n *Node) Ready() bool {
 	return c != nil && c.Ready()
 }
 
+// Serving says whether this capture takes new work: ready, and neither
+// Draining nor Stopping (/readyz: a load balancer or Kubernetes sends
+// requests elsewhere while it drains).
+func (n *Node) Serving() (bool, model.Liveness) {
+	c := n.engineNow()
+	if c == nil || !c.Ready() {
+		return false, model.LivenessUnknown
+	}
+	l := c.Liveness()
+	return l == model.LivenessAlive, l
+}
+
 // Run serves until ctx ends, then leaves gracefully: liveness → Stopping,
 // resign if coordinator, revoke the lease, stop the API. It returns nil
 // after a graceful stop.

@@ -147,6 +147,10 @@ func (c *Capture) ID() model.NodeID { return c.cfg.ID }
 // knows a coordinator.
 func (c *Capture) Ready() bool { return c.ready.Load() }
 
+// Liveness is this capture's own liveness as its view last saw it:
+// Draining or Stopping once an operator drained it or it began to stop.
+func (c *Capture) Liveness() model.Liveness { return model.Liveness(c.ownLiveness.Load()) }
+
 // Current is the running incarnation, or nil between two.
 func (c *Capture) Current() *Incarnation {
 	c.mu.Lock()
