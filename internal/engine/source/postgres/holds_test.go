@@ -16,11 +16,7 @@ import (
 // the reader never stops. A reader started again after the rename holds
 // the table from the start (it no longer exists under its name).
 func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.T) {
-	// Not parallel: it shortens the package's dropCheckEvery, which every
-	// reader of the package's other tests reads (ci25's race).
-	was := dropCheckEvery
-	dropCheckEvery = 200 * time.Millisecond
-	t.Cleanup(func() { dropCheckEvery = was })
+	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
 		CREATE TABLE c (id int4 PRIMARY KEY, v text)`)
@@ -29,7 +25,8 @@ func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := startReading(t, uri, "held", pos)
+	// Its own reader looks for dropped tables every 200 ms, not 10 s.
+	run := startReading(t, uri, "held", pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
 	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1'); INSERT INTO c VALUES (1, 'c1')`)
 	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b2`)
 	psql(t, srv, dsn, `INSERT INTO b2 VALUES (2, 'b2'); INSERT INTO a VALUES (2, 'a2')`)
@@ -92,11 +89,14 @@ type reading struct {
 }
 
 // startReading opens a stored URI and runs its reader from pos.
-func startReading(t *testing.T, uri string, cf model.ChangefeedID, pos source.Position) *reading {
+func startReading(t *testing.T, uri string, cf model.ChangefeedID, pos source.Position, opts ...func(*Source)) *reading {
 	t.Helper()
 	src, err := Open(uri, source.Env{Changefeed: cf})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(src)
 	}
 	t.Cleanup(func() { _ = src.Close() })
 	ctx, cancel := context.WithCancel(context.Background())

@@ -102,7 +102,11 @@ type Source struct {
 	// committed before its low watermark (visible.go).
 	missed atomic.Int64
 
-	cf     model.ChangefeedID
+	cf model.ChangefeedID
+	// dropEvery is how often Pull looks for tables dropped upstream
+	// (dropCheckEvery; a test shortens its own source's).
+	dropEvery time.Duration
+
 	mu     sync.Mutex
 	stream *Stream    // while Pull runs
 	points []position // resume points passed, oldest first
@@ -122,7 +126,7 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed}, nil
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed, dropEvery: dropCheckEvery}, nil
 }
 
 // Close implements source.Source: the snapshot's idle connections close.
@@ -220,7 +224,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		// Every few seconds, whatever comes: under a steady workload
 		// transactions resolve the stream, not ticks.
-		if time.Since(checked) >= dropCheckEvery {
+		if time.Since(checked) >= s.dropEvery {
 			checked = time.Now()
 			if err := s.checkDropped(ctx, st); err != nil {
 				return err
@@ -266,7 +270,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 
 // dropCheckEvery is how often the reader looks for tables dropped
 // upstream (pgoutput says nothing of a DROP TABLE).
-var dropCheckEvery = 10 * time.Second
+const dropCheckEvery = 10 * time.Second
 
 // checkDropped reports the tables dropped upstream (Pull calls it every
 // dropCheckEvery).
