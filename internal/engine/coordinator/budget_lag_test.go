@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,46 +95,14 @@ func drainLag(c *enginetest.Cluster, feeds []model.ChangefeedID, target model.No
 	return rec, s.end()
 }
 
-// A drain under a lag budget its changefeeds' own lag trips (its max lag
-// the idle lag's 40th percentile: over it more than half the time) is
-// held, goes on by itself once the lag is under the resume bound (nobody
-// changes the budget), ends done, and the sinks hold every event once,
-// in order. The lag during the drain is reported beside the budget.
-func TestALagBudgetTrippedByTheChangefeedsOwnLagClearsByItself(t *testing.T) {
-	t.Parallel()
-	c, feeds, target := loadedFollower(t, 3, 4)
-	idle := sampleLag(c, feeds)
-	time.Sleep(3 * time.Second)
-	budget := budgetFromIdle(idle.end())
-	rec, during := drainLag(c, feeds, target, budget)
-	if rec.State != exec.Done {
-		t.Fatalf("the drain under %+v: %s (%s)", budget, rec.State, rec.Message)
-	}
-	held, unheld, narrowed := 0, 0, false
-	for _, ev := range rec.Log {
-		switch ev.Type {
-		case exec.EventHeld:
-			held++
-			// A hold halves how many steps of a batch may run at once:
-			// from the batch size, 2, to one.
-			narrowed = narrowed || strings.HasSuffix(ev.Message, "(then one step at a time)")
-		case exec.EventUnheld:
-			unheld++
-		case exec.EventBudget:
-			t.Fatalf("the budget was changed: %s", ev.Message)
-		}
-	}
-	if held == 0 || unheld == 0 || !narrowed {
-		t.Fatalf("under max lag %s (resume below %s) the drain was held %d times (narrowed to one step at a time: %v) and went on %d times: %+v", budget.MaxLag, budget.ResumeBelow, held, narrowed, unheld, rec.Log)
-	}
-	t.Logf("max lag %s, resume below %s: held %d times, went on by itself %d times; lag during the drain p50 %s, p99 %s (%d samples)",
-		budget.MaxLag, budget.ResumeBelow, held, unheld, quantile(during, 0.5), quantile(during, 0.99), len(during))
-	for _, id := range feeds {
-		if rep := c.PauseAndVerify(id); !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
-			t.Fatalf("%s after a drain held by its own lag: %+v", id, rep)
-		}
-	}
-}
+// A budget tripped by the changefeeds' own lag, going on by itself, is
+// not a CI test: with its max lag inside the idle lag's swing (about
+// 1.3 s here), the lag during a drain sits over it most of the time
+// (p50 1.5-1.7 s), so the budget holds the drain between most of its
+// steps, and the drain took from 10 s to over 2 minutes (5 runs, one
+// timed out). The mechanism is proven deterministically by
+// TestALagBudgetHoldsADrainUntilItIsMet and the exec package's tests;
+// the benchmark below measures what a budget does to the lag.
 
 // BenchmarkDrainLagUnderABudget measures what a lag budget does to the
 // lag during a drain: on one cluster of four captures running six
