@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,11 +39,12 @@ func fetchCheckData(ctx context.Context, c *api.Client, only []model.ChangefeedI
 		return nil, err
 	}
 	d := &checkData{Changefeeds: list.Changefeeds, Sources: map[string]*api.SourceStatus{}}
+	asked := idSet(only)
 	var mu sync.Mutex
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
 	for _, cf := range list.Changefeeds {
-		if !isDatabase(cf.Source) || only != nil && !slices.Contains(only, model.ChangefeedID(cf.ID)) {
+		if !isDatabase(cf.Source) || only != nil && !asked[model.ChangefeedID(cf.ID)] {
 			continue
 		}
 		wg.Add(1)
@@ -69,9 +69,10 @@ func fetchCheckData(ctx context.Context, c *api.Client, only []model.ChangefeedI
 // health is the pre-checks' view of the changefeeds in touched.
 func (d *checkData) health(touched []model.ChangefeedID) map[model.ChangefeedID]plan.Health {
 	out := map[model.ChangefeedID]plan.Health{}
+	want := idSet(touched)
 	for _, cf := range d.Changefeeds {
 		id := model.ChangefeedID(cf.ID)
-		if !slices.Contains(touched, id) {
+		if !want[id] {
 			continue
 		}
 		state := model.ChangefeedState(cf.State)
@@ -85,6 +86,15 @@ func (d *checkData) health(touched []model.ChangefeedID) map[model.ChangefeedID]
 		out[id] = h
 	}
 	return out
+}
+
+// idSet is ids as a set: a drain can touch thousands of changefeeds.
+func idSet(ids []model.ChangefeedID) map[model.ChangefeedID]bool {
+	set := make(map[model.ChangefeedID]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
 }
 
 // isDatabase says a changefeed's (redacted) source URI names a database
