@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/cdcctl/cdcctl/internal/configfile"
+	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/playground"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
@@ -25,9 +26,16 @@ func Main() {
 	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// ExitRestart is the agent's exit code after a graceful stop that a
+// rollout asked for ('cdcctl rollout restart'): its service manager
+// starts it again (systemd's unit lists it in RestartForceExitStatus;
+// compose and Kubernetes restart any exit; the playground restarts it).
+// EX_TEMPFAIL: try again.
+const ExitRestart = 75
+
 // Execute runs the agent with arguments and returns its exit code:
 // 0 after a graceful stop, 1 on a start-up or runtime error, 64 on bad
-// flags or configuration.
+// flags or configuration, ExitRestart when a rollout asked it to restart.
 func Execute(args []string, stdout, stderr io.Writer) int {
 	cmd, run := NewCommand()
 	cmd.SetArgs(args)
@@ -41,6 +49,10 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 			return 64
 		}
 		return 1
+	}
+	if errors.Is(run.err, capture.ErrRestartRequested) {
+		fmt.Fprintf(stderr, "cdc-agent: stopped gracefully to restart (%v); exit %d: the service manager starts it again\n", run.err, ExitRestart)
+		return ExitRestart
 	}
 	if run.err != nil {
 		fmt.Fprintln(stderr, "cdc-agent:", run.err)

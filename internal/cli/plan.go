@@ -122,6 +122,9 @@ func newPlanShowCommand(o *options) *cobra.Command {
 // /api/v2/plans), after approval, and follows it with --watch.
 func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error {
 	what := fmt.Sprintf("Apply the %s plan of %s", p.Kind, p.Target)
+	if p.Kind == plan.KindRollout {
+		what = fmt.Sprintf("Restart %d captures one at a time", len(p.RolloutCaptures()))
+	}
 	if err := approve(o, snap, p, what, f.yes); err != nil {
 		return err
 	}
@@ -135,7 +138,11 @@ func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snaps
 	}
 	if !f.watch {
 		return o.render(res, func(tw tableWriter) {
-			fmt.Fprintf(tw, "Plan %s submitted: %s of %s, %d steps.\n", res.ID, p.Kind, p.Target, len(res.Steps))
+			if p.Kind == plan.KindRollout {
+				fmt.Fprintf(tw, "Plan %s submitted: rollout restart of %s, %d steps.\n", res.ID, captureList(p.RolloutCaptures()), len(res.Steps))
+			} else {
+				fmt.Fprintf(tw, "Plan %s submitted: %s of %s, %d steps.\n", res.ID, p.Kind, p.Target, len(res.Steps))
+			}
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.ID)
 		})
 	}
@@ -185,4 +192,16 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 func looksLikeFile(arg string) bool {
 	ext := strings.ToLower(filepath.Ext(arg))
 	return strings.ContainsAny(arg, `/\`) || ext == ".json" || ext == ".yaml" || ext == ".yml"
+}
+
+// captureList names captures for people, in order.
+func captureList(ids []model.NodeID) string {
+	out := ""
+	for i, id := range ids {
+		if i > 0 {
+			out += ", "
+		}
+		out += string(id)
+	}
+	return out
 }

@@ -215,6 +215,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 		newPartitionCommand(o),
 		newVerifyCommand(o),
 		newDrainCommand(o),
+		newRolloutCommand(o),
 		newPlanCommand(o),
 		newPlaygroundCommand(o),
 		newConfigCommand(o),

@@ -133,7 +133,11 @@ func New(id string, p *plan.Plan, by string, now time.Time) *Record {
 			r.Steps = append(r.Steps, StepStatus{Batch: b, Index: i, State: StepPending, Since: now})
 		}
 	}
-	r.emit(now, Event{Type: EventSubmitted, Message: fmt.Sprintf("%s %s: %d batches, %d steps, submitted by %s", p.Kind, p.Target, len(p.Batches), len(r.Steps), nonEmpty(by, "unknown"))}, true)
+	what := string(p.Kind)
+	if p.Target != "" {
+		what += " " + string(p.Target)
+	}
+	r.emit(now, Event{Type: EventSubmitted, Message: fmt.Sprintf("%s: %d batches, %d steps, submitted by %s", what, len(p.Batches), len(r.Steps), nonEmpty(by, "unknown"))}, true)
 	return r
 }
 

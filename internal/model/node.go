@@ -45,3 +45,14 @@ type DrainRecord struct {
 	// back.
 	Hold string `json:"hold,omitempty"`
 }
+
+// RestartRequest asks one incarnation of a capture to exit gracefully so
+// that its service manager starts it again (a rollout's restart step).
+// It names the incarnation: the process that comes back is a new one and
+// does not take the request for itself.
+type RestartRequest struct {
+	Node        NodeID    `json:"node"`
+	Incarnation int64     `json:"incarnation"`
+	PlanID      string    `json:"plan_id"`
+	RequestedAt time.Time `json:"requested_at"`
+}

@@ -246,6 +246,11 @@ func checkCaptures(in CheckInput, p *Plan) []Finding {
 		}
 	}
 	var out []Finding
+	if p.Kind == KindRollout && len(left) == 2 {
+		out = append(out, Finding{Check: CheckLastCapture, Severity: Warning, Subject: string(left[0].Node) + ", " + string(left[1].Node),
+			Message: fmt.Sprintf("while %s or %s restarts, the other takes all work: if it fails meanwhile, every changefeed stops", left[0].Node, left[1].Node),
+			Hint:    "start a third capture first, or roll out in a maintenance window"})
+	}
 	if p.Kind == KindDrain && len(left) == 1 {
 		n := left[0]
 		out = append(out, Finding{Check: CheckLastCapture, Severity: Warning, Subject: string(n.Node),

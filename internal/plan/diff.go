@@ -43,6 +43,11 @@ func Diff(s *model.Snapshot, p *Plan) []NodeDiff {
 			out[i].PartitionsAfter++
 		}
 	}
+	if p.Kind == KindRollout {
+		// Each capture's work comes back to it once it has restarted:
+		// what moves meanwhile is not where the plan leaves it.
+		return out
+	}
 	for _, b := range p.Batches {
 		for _, st := range b.Steps {
 			from, fok := idx[st.From]
@@ -95,6 +100,8 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
 		fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
 			p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	case KindRollout:
+		return renderRollout(w, s, p)
 	default:
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d steps)\n", p.Kind, p.Target, p.BatchSize)
 		fmt.Fprintf(w, "  %d partitions move, %d split; %d batches; predicted %s\n\n",
@@ -112,6 +119,12 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	renderBatches(w, p)
+	return nil
+}
+
+// renderBatches lists a plan's batches, one line each.
+func renderBatches(w io.Writer, p *Plan) {
 	fmt.Fprintln(w, "\nBatches:")
 	for i, b := range p.Batches {
 		if len(b.Steps) > 1 && b.Steps[0].Kind == StepMovePartitions {
@@ -127,6 +140,40 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 		}
 		fmt.Fprintf(w, "  %2d. %s\n", i+1, strings.Join(parts, "; "))
 	}
+}
+
+// renderRollout: the captures in the order they restart, what each
+// holds now (it moves off and comes back), then the batches.
+func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
+	order := p.RolloutCaptures()
+	pred := time.Duration(p.PredictedMillis) * time.Millisecond
+	fmt.Fprintf(w, "Plan: rollout restart of %d captures, one at a time (each drained in batches of at most %d maintainers)\n", len(order), p.BatchSize)
+	fmt.Fprintf(w, "  %d maintainers and %d partitions move off a capture and back; %d batches; predicted %s\n\n",
+		p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ORDER\tCAPTURE\tROLE\tMAINTAINERS\tPARTITIONS")
+	for i, id := range order {
+		role := "-"
+		if id == s.Coordinator {
+			role = "coordinator (hands it over first)"
+		}
+		maint, parts := 0, 0
+		for _, cf := range s.Changefeeds {
+			if cf.Maintainer.Node == id {
+				maint++
+			}
+		}
+		for _, ps := range s.Partitions {
+			if ps.Route.Node == id {
+				parts++
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\n", i+1, id, role, maint, parts)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	renderBatches(w, p)
 	return nil
 }
 
@@ -135,6 +182,12 @@ func StepText(st Step) string {
 	switch st.Kind {
 	case StepSetLiveness:
 		return fmt.Sprintf("%s → %s", st.To, st.Liveness)
+	case StepResign:
+		return fmt.Sprintf("%s hands the coordinator role over", st.To)
+	case StepRestart:
+		return fmt.Sprintf("restart %s (it rejoins Alive)", st.To)
+	case StepAwaitWork:
+		return fmt.Sprintf("%s is given work again", st.To)
 	case StepMoveMaintainer:
 		return fmt.Sprintf("maintainer %s %s → %s", st.Changefeed, st.From, st.To)
 	case StepMovePartition:

@@ -47,15 +47,24 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 	if batch < 1 {
 		batch = 1
 	}
+	p := &Plan{Version: 1, Kind: KindDrain, Target: target, BatchSize: batch,
+		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
+	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
+	p.Batches = drainBatches(s, target, batch)
+	p.PredictedMillis = predict(p.Batches, costs).Milliseconds()
+	return p, nil
+}
+
+// drainBatches are the steps of a drain of target, as Drain describes
+// them; a rollout drains each capture with the same.
+func drainBatches(s *model.Snapshot, target model.NodeID, batch int) []Batch {
+	p := &Plan{}
 	var schedulable []model.NodeID
 	for _, n := range s.Nodes {
 		if n.Info.ID != target && n.Liveness.IsSchedulable() {
 			schedulable = append(schedulable, n.Info.ID)
 		}
 	}
-	p := &Plan{Version: 1, Kind: KindDrain, Target: target, BatchSize: batch,
-		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
-	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
 	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessDraining.String(),
 		Reason: "no new work goes to a Draining capture, and it never becomes coordinator"}}})
 
@@ -108,6 +117,5 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 	}
 	p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepSetLiveness, To: target, Liveness: model.LivenessStopping.String(),
 		Reason: "complete only when no maintainer and no partition is left on it"}}})
-	p.PredictedMillis = predict(p.Batches, costs).Milliseconds()
-	return p, nil
+	return p.Batches
 }

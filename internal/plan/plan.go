@@ -21,6 +21,13 @@ const (
 	// StepSplitPartition cuts one partition at Key; both halves stay on
 	// its capture (seed 003's split).
 	StepSplitPartition StepKind = "split-partition"
+	// A rollout's own steps, each naming its capture in To: hand the
+	// coordinator role over, restart (the capture exits when asked and
+	// its service manager starts it again; done when it is back Alive as
+	// a new incarnation), and wait until it is given work again.
+	StepResign    StepKind = "resign-coordinator"
+	StepRestart   StepKind = "restart-capture"
+	StepAwaitWork StepKind = "await-work"
 )
 
 // Step is one change a plan makes.
@@ -77,7 +84,7 @@ func (p *Plan) Validate() error {
 	case p.Version != 1:
 		return fmt.Errorf("plan version %d: want 1 (compute the plan again with --dry-run --plan-out FILE)", p.Version)
 	case !p.Kind.Known():
-		return fmt.Errorf("plan kind %q: want drain, move, split or rebalance", p.Kind)
+		return fmt.Errorf("plan kind %q: want drain, move, split, rebalance or rollout", p.Kind)
 	case p.BatchSize < 1 || p.BatchSize > MaxBatch:
 		return fmt.Errorf("batch_size %d is out of range: use a batch between 1 and %d", p.BatchSize, MaxBatch)
 	case len(p.Fingerprint.Objects) == 0:
@@ -124,10 +131,13 @@ type Costs struct {
 	PartitionMove  time.Duration
 	// PartitionsInFlight is how many partition moves run at once.
 	PartitionsInFlight int
+	// CaptureRestart: from a capture asked to restart to it back Alive
+	// (its process stops, its service manager starts it, it joins).
+	CaptureRestart time.Duration
 }
 
 // DefaultCosts are rough loopback values, good enough to order plans.
-var DefaultCosts = Costs{LivenessChange: 50 * time.Millisecond, MaintainerMove: 500 * time.Millisecond, PartitionMove: 300 * time.Millisecond, PartitionsInFlight: 4}
+var DefaultCosts = Costs{LivenessChange: 50 * time.Millisecond, MaintainerMove: 500 * time.Millisecond, PartitionMove: 300 * time.Millisecond, PartitionsInFlight: 4, CaptureRestart: 5 * time.Second}
 
 func (c Costs) of(s Step) time.Duration {
 	switch s.Kind {
@@ -138,6 +148,8 @@ func (c Costs) of(s Step) time.Duration {
 	case StepMovePartitions:
 		rounds := (s.Count + max(1, c.PartitionsInFlight) - 1) / max(1, c.PartitionsInFlight)
 		return time.Duration(rounds) * c.PartitionMove
+	case StepRestart:
+		return c.CaptureRestart
 	}
 	return c.LivenessChange
 }

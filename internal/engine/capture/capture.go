@@ -103,6 +103,11 @@ func call[T any](hook func(T) error, v T) error {
 	return hook(v)
 }
 
+// ErrRestartRequested ends Run after a graceful stop that a rollout asked
+// for (model.RestartRequest): the process exits so that its service
+// manager starts it again (cdc-agent exits with ExitRestart).
+var ErrRestartRequested = errors.New("a rollout asked this capture to restart")
+
 // Capture is one node's engine.
 type Capture struct {
 	cfg   Config
@@ -116,6 +121,9 @@ type Capture struct {
 	ready atomic.Bool
 	// crashing makes the incarnation's end abrupt (Crash).
 	crashing atomic.Bool
+	// restartAsked: the incarnation ended because a rollout asked this
+	// process to restart (Run returns ErrRestartRequested).
+	restartAsked atomic.Bool
 	// ownLiveness is this capture's liveness as its view last saw it while
 	// registered (a model.Liveness): it outlives a lost session.
 	ownLiveness atomic.Int32
@@ -174,6 +182,7 @@ func (c *Capture) Crash() {
 // revoked) unless Crash was called.
 func (c *Capture) Run(ctx context.Context) error {
 	c.started = time.Now().UTC()
+	c.restartAsked.Store(false)
 	var previous meta.Previous
 	for {
 		member, err := c.join(ctx, previous)
@@ -190,6 +199,9 @@ func (c *Capture) Run(ctx context.Context) error {
 		}
 		began := time.Now()
 		if c.serve(ctx, member) {
+			if c.restartAsked.Load() {
+				return ErrRestartRequested
+			}
 			return nil
 		}
 		// A drained (or stopping) capture comes back Stopping: its

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // serve runs one membership. It returns true after the capture stopped
@@ -34,6 +35,7 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 	}
 	ictx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	restart := make(chan model.RestartRequest, 1)
 	// The supervisor: every runner lives as long as the incarnation. One
 	// that ends before it (none does by design: each retries what fails)
 	// ends the incarnation with its name and error, and the capture joins
@@ -46,7 +48,10 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 		{"the cluster view", inc.View.Run},
 		{"the election runner", inc.Runner.Run},
 		{"the maintainer host", inc.Host.Run},
-		{"the readiness follower", func(ctx context.Context) error { c.followSelf(ctx, inc.View); return nil }},
+		{"the readiness follower", func(ctx context.Context) error {
+			c.followSelf(ctx, inc.View, member.Info().Incarnation, restart)
+			return nil
+		}},
 		{"the checkpoint publisher", func(ctx context.Context) error { inc.marks(ctx); return nil }},
 	}
 	for _, b := range c.cfg.Beside {
@@ -88,6 +93,14 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 	case <-ctx.Done():
 		c.ready.Store(false)
 		graceful = !c.crashing.Load()
+	case req := <-restart:
+		// A rollout asked this process to restart: it leaves as on
+		// SIGTERM, and Run tells its caller to exit so that the service
+		// manager starts it again.
+		c.log.Info("restarting: asked by plan "+req.PlanID, "requested_at", req.RequestedAt)
+		c.ready.Store(false)
+		c.restartAsked.Store(true)
+		graceful = true
 	case <-member.Lost():
 		lost = true
 	case why := <-ended:
@@ -199,8 +212,8 @@ func (c *Capture) stopGracefully(member *cluster.Member, runner *election.Runner
 }
 
 // followSelf keeps readiness and this capture's own liveness in step with
-// the view.
-func (c *Capture) followSelf(ctx context.Context, view *cluster.View) {
+// the view, and passes on a restart request for this incarnation.
+func (c *Capture) followSelf(ctx context.Context, view *cluster.View, incarnation int64, restart chan<- model.RestartRequest) {
 	select {
 	case <-view.Loaded():
 	case <-ctx.Done():
@@ -216,6 +229,12 @@ func (c *Capture) followSelf(ctx context.Context, view *cluster.View) {
 		_, hasLeader := st.Leader()
 		if ctx.Err() == nil {
 			c.ready.Store(registered && hasLeader)
+		}
+		if r, ok := st.Restarts[c.cfg.ID]; ok && r.Request.Incarnation == incarnation {
+			select {
+			case restart <- r.Request:
+			default: // passed on already
+			}
 		}
 		select {
 		case <-ch:

@@ -14,15 +14,15 @@ import (
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
-// startDrainRecord begins a drain plan (its first step): the drain
-// record, naming the plan, and the target's liveness Draining, in one
-// fenced transaction. If the plan's record is already there (a new
+// startDrainRecord begins the drain of target by plan p (a drain's
+// first step, or a rollout's for each capture): the drain record, naming
+// the plan, and the target's liveness Draining, in one fenced
+// transaction. If the plan's record for target is already there (a new
 // coordinator repeating the step), it does nothing.
-func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan, hold string) (model.DrainRecord, error) {
-	if st.Drain != nil && st.Drain.PlanID == p.ID {
+func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan, target model.NodeID, hold string) (model.DrainRecord, error) {
+	if st.Drain != nil && st.Drain.PlanID == p.ID && st.Drain.Target == target {
 		return *st.Drain, nil
 	}
-	target := p.Target
 	rec := model.DrainRecord{Target: target, BatchSize: p.BatchSize, StartTime: time.Now().UTC(), PlanID: p.ID, Hold: hold}
 	maintainers, dispatchers := DrainProgress(st, target)
 	rec.InitialMaintainerCount = maintainers
@@ -37,7 +37,7 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 			rec, err := c.store.TakeOverDrain(ctx, term.Fence, st, rec)
 			if err == nil {
 				c.log.Info("coordinator: drain taken over", "target", target, "plan", p.ID, "from", prev.ID, "was", prev.State, "epoch", rec.Epoch)
-			} else if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID {
+			} else if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID && now.Drain.Target == target {
 				return *now.Drain, nil // the executor and the request both take the step
 			}
 			return rec, err
@@ -47,9 +47,9 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 	if err != nil && !errors.Is(err, meta.ErrFenced) {
 		// The executor and the submitting request both take this step;
 		// whichever came second finds the plan's own record.
-		if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID {
+		if now, lerr := c.store.Load(ctx); lerr == nil && now.Drain != nil && now.Drain.PlanID == p.ID && now.Drain.Target == target {
 			return *now.Drain, nil
-		} else if lerr == nil && now.Drain == nil && drainStepTaken(now, p.ID) {
+		} else if lerr == nil && now.Drain == nil && drainStepTaken(now, p.ID, target) {
 			// The executor took the step and the drain is already over (a
 			// capture with little on it): the record is gone again.
 			if epoch, eerr := c.store.DrainEpoch(ctx); eerr == nil {
@@ -66,14 +66,22 @@ func (c *Coordinator) startDrainRecord(ctx context.Context, term election.Term, 
 	return rec, nil
 }
 
-// drainStepTaken says a drain plan's first step (the drain record) has
-// run: the plan is done or its first step started.
-func drainStepTaken(st *meta.State, planID string) bool {
+// drainStepTaken says a plan's step that drains target (the drain
+// record) has run: the plan is done or that step started.
+func drainStepTaken(st *meta.State, planID string, target model.NodeID) bool {
 	r, ok := planRecord(st, planID)
 	if !ok {
 		return false
 	}
-	return r.State == exec.Done || len(r.Steps) > 0 && r.Steps[0].Started != nil
+	if r.State == exec.Done {
+		return true
+	}
+	for _, s := range r.Steps {
+		if step := r.Step(s); step.Kind == plan.StepSetLiveness && step.To == target && step.Liveness == model.LivenessDraining.String() {
+			return s.Started != nil
+		}
+	}
+	return false
 }
 
 // DrainProgress counts what is left on the drain's target.
@@ -159,8 +167,8 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	}
 	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
 	for _, other := range others {
-		if id := other.ID; other.Plan.Kind == plan.KindDrain && !other.State.Terminal() {
-			return nil, model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot drain %s: drain plan %s of %s is still %s", target, id, other.Plan.Target, other.State),
+		if id := other.ID; drains(other.Plan.Kind) && !other.State.Terminal() {
+			return nil, model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot drain %s: %s plan %s is still %s", target, other.Plan.Kind, id, other.State),
 				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
 		}
 	}
@@ -174,7 +182,7 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 		return nil, model.DrainRecord{}, err
 	}
 	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)
-	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan, initialHold(rec))
+	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan, target, initialHold(rec))
 	if err != nil {
 		// The executor would fail the plan at its first step; say why now.
 		_ = c.store.RequestPlan(ctx, term.Fence, rec.ID, string(exec.RequestCancel))
@@ -196,17 +204,18 @@ const maintainerSettle = time.Second
 
 func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, state exec.StepState, since time.Time) (exec.Outcome, error) {
 	st := a.c.view.State()
-	target := p.Target
-	_, present := st.Nodes[target]
 	switch s.Kind {
 	case plan.StepSetLiveness:
+		// The step names its capture (a rollout drains several).
+		target := s.To
+		_, present := st.Nodes[target]
 		l := st.LivenessOf(target)
+		ours := st.Drain != nil && st.Drain.PlanID == p.ID && st.Drain.Target == target
 		if s.Liveness == model.LivenessDraining.String() {
-			ours := st.Drain != nil && st.Drain.PlanID == p.ID
 			return exec.Outcome{Done: (ours && l == model.LivenessDraining) || !present || (l == model.LivenessStopping && st.Drain == nil)}, nil
 		}
 		// Stopping: the drain completes when nothing is left on the target.
-		return exec.Outcome{Done: !present || (l == model.LivenessStopping && (st.Drain == nil || st.Drain.PlanID != p.ID))}, nil
+		return exec.Outcome{Done: !present || (l == model.LivenessStopping && !ours)}, nil
 	case plan.StepMoveMaintainer:
 		e := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
 		if e == nil || e.Maintainer.Node != s.From {
@@ -237,15 +246,15 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 			if r, ok := planRecord(st, p.ID); ok {
 				hold = initialHold(r)
 			}
-			_, err := a.c.startDrainRecord(ctx, a.term, st, p, hold)
+			_, err := a.c.startDrainRecord(ctx, a.term, st, p, s.To, hold)
 			return err
 		}
 		// Completed by driveDrain once nothing is left. A maintainer
 		// placed on the target after the plan was computed and before
-		// the target went Draining (a changefeed created meanwhile) has
-		// no step of the plan: it moves now, or the drain would wait for
-		// it for ever.
-		return a.moveUnplanned(ctx, p)
+		// the target went Draining (a changefeed created meanwhile, or a
+		// rollout's earlier drain) has no step of the plan: it moves now,
+		// or the drain would wait for it for ever.
+		return a.moveUnplanned(ctx, s.To)
 	case plan.StepMoveMaintainer:
 		e := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
 		if e == nil || e.Maintainer.Node != s.From {
@@ -279,13 +288,13 @@ func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) er
 // moveUnplanned moves the maintainers still on a drain's target once its
 // planned maintainer moves are done, each to the least-loaded capture it
 // may go to.
-func (a *drainActuator) moveUnplanned(ctx context.Context, p *plan.Plan) error {
+func (a *drainActuator) moveUnplanned(ctx context.Context, target model.NodeID) error {
 	st := a.c.view.State()
 	dest := plan.NewDestinations(st.SchedulableNodeIDs())
 	var left []*meta.ChangefeedEntry
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
-		if e.Maintainer.Node == p.Target {
+		if e.Maintainer.Node == target {
 			left = append(left, e)
 		} else {
 			dest.Count(e.Maintainer.Node)
@@ -293,7 +302,7 @@ func (a *drainActuator) moveUnplanned(ctx context.Context, p *plan.Plan) error {
 	}
 	now := time.Now()
 	for _, e := range left {
-		to, ok := dest.NextExcept(func(n model.NodeID) bool { return n == p.Target || maintainerExcluded(e, n, now) })
+		to, ok := dest.NextExcept(func(n model.NodeID) bool { return n == target || maintainerExcluded(e, n, now) })
 		if !ok {
 			return nil // nowhere to go: the drain waits, as its stall event says
 		}
@@ -304,7 +313,7 @@ func (a *drainActuator) moveUnplanned(ctx context.Context, p *plan.Plan) error {
 		if err != nil {
 			return err
 		}
-		a.c.log.Info("coordinator: drain moved a maintainer its plan did not list (placed on the target after the plan was computed)", "changefeed", e.Info.ID, "from", p.Target, "to", to)
+		a.c.log.Info("coordinator: drain moved a maintainer its plan did not list (placed on the target after the plan was computed)", "changefeed", e.Info.ID, "from", target, "to", to)
 	}
 	return nil
 }
@@ -359,6 +368,10 @@ func (a *drainActuator) Cancel(ctx context.Context, p *plan.Plan) error {
 	}
 	return a.c.store.ClearDrain(ctx, a.term.Fence, st)
 }
+
+// drains says a plan of this kind holds the cluster's one drain record
+// while it runs: a drain, and a rollout (each capture in turn).
+func drains(k plan.Kind) bool { return k == plan.KindDrain || k == plan.KindRollout }
 
 // drainHold is why a drain's plan lets nothing more move off its target
 // (model.DrainRecord.Hold), "" when it runs: paused, held by its lag

@@ -44,7 +44,7 @@ func TestADrainThatFinishedBeforeItsRequestAnsweredIsNotRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The executor: the drain begins, has nothing to move, and ends.
-	ran, err := c.startDrainRecord(ctx, term, before, &rec.Plan, "")
+	ran, err := c.startDrainRecord(ctx, term, before, &rec.Plan, "capture-2", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestADrainThatFinishedBeforeItsRequestAnsweredIsNotRefused(t *testing.T) {
 	}
 
 	// The request's step, late, on what it read before.
-	got, err := c.startDrainRecord(ctx, term, before, &rec.Plan, "")
+	got, err := c.startDrainRecord(ctx, term, before, &rec.Plan, "capture-2", "")
 	if err != nil {
 		t.Fatalf("the request's step: %v", err)
 	}
@@ -71,7 +71,7 @@ func TestADrainThatFinishedBeforeItsRequestAnsweredIsNotRefused(t *testing.T) {
 
 	// A drain of another plan still in progress is refused as before.
 	other := exec.New("drain-capture-2-2", p, "test", time.Now())
-	if _, err := c.startDrainRecord(ctx, term, before, &other.Plan, ""); err == nil {
+	if _, err := c.startDrainRecord(ctx, term, before, &other.Plan, "capture-2", ""); err == nil {
 		t.Fatal("a second drain of a Stopping capture was accepted")
 	}
 }

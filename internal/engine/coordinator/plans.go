@@ -18,6 +18,9 @@ var planSeq atomic.Uint64
 // newPlanID names a plan after its kind, target and submission time; a
 // counter keeps two submissions in one millisecond apart.
 func newPlanID(p *plan.Plan, now time.Time) string {
+	if p.Target == "" { // a rollout names no one target
+		return fmt.Sprintf("%s-%d%03d", p.Kind, now.UnixMilli(), planSeq.Add(1)%1000)
+	}
 	return fmt.Sprintf("%s-%s-%d%03d", p.Kind, p.Target, now.UnixMilli(), planSeq.Add(1)%1000)
 }
 
@@ -39,9 +42,11 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 		return rec, err
 	case plan.KindMove, plan.KindSplit, plan.KindRebalance:
 		return c.submitPartitionPlan(ctx, term, p, sub)
+	case plan.KindRollout:
+		return c.submitRollout(ctx, term, p, sub)
 	}
 	return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("this cluster cannot run %q plans", p.Kind),
-		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split)"}
+		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split, rollout restart)"}
 }
 
 // RequestPlan records an operator's pause, resume or cancel of a plan.
@@ -74,7 +79,12 @@ type savedPlan struct {
 func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta.State, mine saved) (active bool, err error) {
 	plans := NewPlanStore(c.store, term, st)
 	now := func() time.Time { return time.Now().UTC() }
-	drain := &exec.Executor{Act: &drainActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now)}
+	drainer := &drainActuator{c: c, term: term}
+	drain := &exec.Executor{Act: drainer, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now)}
+	executors := map[plan.Kind]*exec.Executor{
+		plan.KindDrain:   drain,
+		plan.KindRollout: {Act: &rolloutActuator{drain: drainer}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag},
+	}
 	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag}
 	for id, raw := range st.Plans {
 		if mine.over[id] == raw.Revision {
@@ -98,12 +108,12 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 			continue
 		}
 		active = true
-		x := drain
-		if rec.Plan.Kind != plan.KindDrain {
+		x, ok := executors[rec.Plan.Kind]
+		if !ok {
 			x = parts
 		}
 		evs, aerr := x.Advance(ctx, &rec, exec.Request(st.PlanRequests[id]))
-		if rec.Plan.Kind == plan.KindDrain {
+		if drains(rec.Plan.Kind) {
 			// A paused or held drain lets nothing more move off its
 			// target (the maintainers read the drain record).
 			aerr = errors.Join(aerr, c.syncDrainHold(ctx, term, st, &rec))

@@ -11,6 +11,7 @@ package election
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -27,6 +28,24 @@ type Term struct {
 	Fence meta.Fence
 	// Done is closed when the term ends: lease lost, key removed, or Resign.
 	Done <-chan struct{}
+	// stepDown, set by the runner, ends the term from inside it (a
+	// pointer, so that terms still compare).
+	stepDown *stepDown
+}
+
+type stepDown struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+// StepDown ends the term from within the coordinator's own work (a
+// rollout restarting this capture): it returns at once, the runner
+// resigns once the lead function has returned. Without a runner (a term
+// made by a test) it does nothing.
+func (t Term) StepDown() {
+	if t.stepDown != nil {
+		t.stepDown.once.Do(func() { close(t.stepDown.ch) })
+	}
 }
 
 // Epoch is the term's number.

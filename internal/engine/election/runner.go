@@ -204,6 +204,7 @@ func (r *Runner) serve(ctx context.Context, term Term) {
 	r.log.Info("election: this node is now the coordinator", "epoch", term.Epoch())
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	term.stepDown = &stepDown{ch: make(chan struct{})}
 	r.mu.Lock()
 	r.term = &term
 	r.mu.Unlock()
@@ -242,6 +243,8 @@ func (r *Runner) serve(ctx context.Context, term Term) {
 			reason = "shutting down"
 		case <-leadDone:
 			reason = "coordinator stopped"
+		case <-term.stepDown.ch:
+			reason = "the coordinator stepped down (a plan restarts its capture)"
 		}
 	}
 	cancel()

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,6 +88,7 @@ type running struct {
 	tr         transport.Transport
 	cancel     context.CancelFunc
 	done       chan error
+	restarts   atomic.Int64
 }
 
 // ClusterID is the cluster id every harness cluster uses in etcd.
@@ -151,8 +153,29 @@ func (c *Cluster) Start(id string) {
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- cp.Run(ctx) }()
+	go func() {
+		for {
+			err := cp.Run(ctx)
+			if errors.Is(err, capture.ErrRestartRequested) && ctx.Err() == nil {
+				// The harness is the service manager: a capture asked to
+				// restart (a rollout) runs again, as a new incarnation.
+				r.restarts.Add(1)
+				continue
+			}
+			r.done <- err
+			return
+		}
+	}()
 	c.captures[nid] = r
+}
+
+// Restarts counts the times a capture restarted because a rollout asked
+// it to.
+func (c *Cluster) Restarts(id model.NodeID) int {
+	if r, ok := c.captures[id]; ok {
+		return int(r.restarts.Load())
+	}
+	return 0
 }
 
 // StartCaptures starts capture-1..capture-n and waits for a coordinator.

@@ -103,6 +103,11 @@ func (k Keys) Drain() string { return k.root + "drain" }
 func (k Keys) CleanupsPrefix() string               { return k.root + "cleanups/" }
 func (k Keys) Cleanup(cf model.ChangefeedID) string { return k.CleanupsPrefix() + string(cf) }
 
+// RestartsPrefix holds the restart requests of a rollout
+// (model.RestartRequest), by capture: restarts/<node>.
+func (k Keys) RestartsPrefix() string         { return k.root + "restarts/" }
+func (k Keys) Restart(id model.NodeID) string { return k.RestartsPrefix() + string(id) }
+
 type keyKind int
 
 const (
@@ -117,6 +122,7 @@ const (
 	kindPlan
 	kindPlanRequest
 	kindCleanup
+	kindRestart
 	kindTerm
 	kindTermMax
 )
@@ -145,6 +151,7 @@ func (k Keys) classify(key string) (keyKind, string) {
 		{k.PlansPrefix(), kindPlan},
 		{k.PlanRequestsPrefix(), kindPlanRequest},
 		{k.CleanupsPrefix(), kindCleanup},
+		{k.RestartsPrefix(), kindRestart},
 	} {
 		if rest, ok := strings.CutPrefix(key, c.prefix); ok && rest != "" {
 			return c.kind, rest

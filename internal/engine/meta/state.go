@@ -74,6 +74,8 @@ type State struct {
 	PlanRequests map[string]string
 	// Cleanups are the sources removed changefeeds have yet to release.
 	Cleanups map[model.ChangefeedID]CleanupEntry
+	// Restarts are the captures a rollout asked to restart.
+	Restarts map[model.NodeID]RestartEntry
 
 	// sorted caches SortedPartitions, per changefeed (changefeeds.go).
 	sortedMu *sync.Mutex
@@ -87,6 +89,12 @@ type State struct {
 // CleanupEntry is a stored source cleanup and its revision.
 type CleanupEntry struct {
 	Record   model.SourceCleanup
+	Revision int64
+}
+
+// RestartEntry is a stored restart request and its revision.
+type RestartEntry struct {
+	Request  model.RestartRequest
 	Revision int64
 }
 
@@ -113,6 +121,7 @@ func newState(clusterID string) *State {
 		Plans:        map[string]RawRecord{},
 		PlanRequests: map[string]string{},
 		Cleanups:     map[model.ChangefeedID]CleanupEntry{},
+		Restarts:     map[model.NodeID]RestartEntry{},
 
 		sortedMu: &sync.Mutex{},
 		sorted:   map[model.ChangefeedID]sortedRoutes{},
@@ -167,6 +176,9 @@ func (s *State) Clone() *State {
 	}
 	for k, v := range s.Cleanups {
 		c.Cleanups[k] = v
+	}
+	for k, v := range s.Restarts {
+		c.Restarts[k] = v
 	}
 	return c
 }
@@ -404,6 +416,13 @@ func (s *State) apply(keys Keys, kv *mvccpb.KeyValue, deleted bool) {
 			delete(s.Cleanups, model.ChangefeedID(rest))
 		} else {
 			s.Cleanups[model.ChangefeedID(rest)] = CleanupEntry{Record: c, Revision: kv.ModRevision}
+		}
+	case kindRestart:
+		var r model.RestartRequest
+		if deleted || json.Unmarshal(kv.Value, &r) != nil {
+			delete(s.Restarts, model.NodeID(rest))
+		} else {
+			s.Restarts[model.NodeID(rest)] = RestartEntry{Request: r, Revision: kv.ModRevision}
 		}
 	}
 }
