@@ -137,7 +137,7 @@ func newPlanListCommand(o *options) *cobra.Command {
 					for _, n := range p.Steps {
 						total += n
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s", p.ID, p.Kind, p.Target, p.State,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s", p.ID, p.Kind, orDash(p.Target), p.State,
 						p.Steps[exec.StepDone]+p.Steps[exec.StepSkipped], total, p.SubmittedAt, p.SubmittedBy)
 					if tw.wide {
 						fmt.Fprintf(tw, "\t%d\t%s", p.Steps[exec.StepFailed], orDash(p.Message))
@@ -194,7 +194,11 @@ func newPlanRequestCommand(o *options, req exec.Request, short string) *cobra.Co
 func renderRecord(w io.Writer, p *api.PlanResponse) {
 	rec := p.Record()
 	c := rec.Counts()
-	fmt.Fprintf(w, "Plan %s: %s %s, %s", p.ID, p.Plan.Kind, p.Plan.Target, p.State)
+	what := string(p.Plan.Kind)
+	if p.Plan.Target != "" {
+		what += " " + string(p.Plan.Target)
+	}
+	fmt.Fprintf(w, "Plan %s: %s, %s", p.ID, what, p.State)
 	if p.Request != "" && !p.State.Terminal() {
 		fmt.Fprintf(w, " (%s requested)", p.Request)
 	}

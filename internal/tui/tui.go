@@ -171,7 +171,7 @@ func (m *Model) Render() string {
 	if r.FinishedAt != nil {
 		elapsed = r.FinishedAt.Sub(m.started)
 	}
-	fmt.Fprintf(&b, "Plan %s · %s %s · %s · elapsed %s · ETA %s\n", r.ID, r.Plan.Kind, r.Plan.Target, strings.ToUpper(string(r.State)),
+	fmt.Fprintf(&b, "Plan %s · %s · %s · elapsed %s · ETA %s\n", r.ID, strings.TrimSpace(string(r.Plan.Kind)+" "+string(r.Plan.Target)), strings.ToUpper(string(r.State)),
 		elapsed.Round(time.Second), m.eta(r, elapsed))
 	if h := r.Held; h != nil && !r.State.Terminal() {
 		// Why nothing begins: the lag budget, and when it lets go.

@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -76,7 +78,7 @@ func TestARolloutRestartsEveryCaptureOnceAndLosesNothing(t *testing.T) {
 
 // submitRollout computes a rollout of every capture and submits it,
 // computing it again while the balance scheduler makes it stale.
-func submitRollout(t *testing.T, c *enginetest.Cluster) *exec.Record {
+func submitRollout(t testing.TB, c *enginetest.Cluster) *exec.Record {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		snap := coordinator.Snapshot(c.State())
@@ -93,4 +95,101 @@ func submitRollout(t *testing.T, c *enginetest.Cluster) *exec.Record {
 			t.Fatalf("submit the rollout: %v", err)
 		}
 	}
+}
+
+// BenchmarkRolloutAgainstARestartLoop measures a rolling restart as a
+// plan against the hand loop it replaces (stop a capture gracefully,
+// start it, wait until it has its share of work again, the next; the
+// coordinator's last), on one cluster of three captures running four
+// changefeeds, the two in alternating order from one iteration to the
+// next. It reports each one's total time and the changefeeds' worst lag
+// p99 while it ran, and their ratios (rollout / loop); both must lose
+// nothing and write nothing twice. Run it with
+//
+//	go test -run '^$' -bench RolloutAgainstARestartLoop -benchtime 4x ./internal/engine/coordinator
+func BenchmarkRolloutAgainstARestartLoop(b *testing.B) {
+	var rolloutTook, loopTook, rolloutLag, loopLag []time.Duration
+	for i := 0; i < b.N; i++ {
+		c := enginetest.New(b, enginetest.Options{})
+		leader := c.StartCaptures(3).Node
+		feeds := c.Feeds(4)
+		for _, id := range feeds {
+			c.Warm(id, time.Second)
+		}
+		rollout := func() {
+			s := sampleLag(c, feeds)
+			began := time.Now()
+			rec := submitRollout(b, c)
+			if done := c.PlanEnd(rec.ID, 4*time.Minute); done.State != exec.Done {
+				s.end()
+				b.Fatalf("rollout: %s (%s)", done.State, done.Message)
+			}
+			rolloutTook = append(rolloutTook, time.Since(began))
+			rolloutLag = append(rolloutLag, quantile(s.end(), 0.99))
+		}
+		loop := func() {
+			s := sampleLag(c, feeds)
+			began := time.Now()
+			order := []model.NodeID{}
+			for _, id := range c.IDs() {
+				if id != leader {
+					order = append(order, id)
+				}
+			}
+			for _, id := range append(order, leader) {
+				if err := c.Stop(id); err != nil {
+					b.Fatalf("stop %s: %v", id, err)
+				}
+				c.Start(string(id))
+				c.Eventually(string(id)+" has its share of work again", 2*time.Minute, func() bool { return hasShare(c.State(), id) })
+			}
+			loopTook = append(loopTook, time.Since(began))
+			loopLag = append(loopLag, quantile(s.end(), 0.99))
+		}
+		if i%2 == 0 {
+			rollout()
+			leader = c.WaitLeader().Node
+			loop()
+		} else {
+			loop()
+			leader = c.WaitLeader().Node
+			rollout()
+		}
+		c.VerifyAll(true)
+		c.StopAll()
+	}
+	for _, d := range [][]time.Duration{rolloutTook, loopTook, rolloutLag, loopLag} {
+		slices.Sort(d)
+	}
+	rt, lt, rl, ll := quantile(rolloutTook, 0.5), quantile(loopTook, 0.5), quantile(rolloutLag, 0.5), quantile(loopLag, 0.5)
+	b.ReportMetric(rt.Seconds(), "rollout-s")
+	b.ReportMetric(lt.Seconds(), "loop-s")
+	b.ReportMetric(rt.Seconds()/lt.Seconds(), "time-ratio")
+	b.ReportMetric(rl.Seconds(), "p99-lag-rollout-s")
+	b.ReportMetric(ll.Seconds(), "p99-lag-loop-s")
+	b.ReportMetric(rl.Seconds()/ll.Seconds(), "lag-ratio")
+	b.Logf("took: rollout %v, loop %v; lag p99: rollout %v, loop %v", rolloutTook, loopTook, rolloutLag, loopLag)
+}
+
+// hasShare: no changefeed has a capture holding more than one more of
+// its partitions than id (the balance scheduler's rule), and id is
+// registered Alive.
+func hasShare(st *meta.State, id model.NodeID) bool {
+	if _, ok := st.Nodes[id]; !ok || st.LivenessOf(id) != model.LivenessAlive {
+		return false
+	}
+	for _, cf := range st.ChangefeedIDs() {
+		counts := map[model.NodeID]int{}
+		for _, r := range st.Partitions[cf] {
+			if r.Route.Status == model.PartitionActive {
+				counts[r.Route.Node]++
+			}
+		}
+		for _, n := range counts {
+			if n-counts[id] > 1 {
+				return false
+			}
+		}
+	}
+	return true
 }
