@@ -39,7 +39,7 @@ type passMark struct {
 }
 
 // nodesMark changes whenever a node registers, leaves, or changes
-// liveness (each write has a new revision).
+// liveness, or the drain record changes (each write has a new revision).
 func nodesMark(st *meta.State) int64 {
 	var sum int64
 	for _, n := range st.Nodes {
@@ -48,6 +48,11 @@ func nodesMark(st *meta.State) int64 {
 	for _, l := range st.Liveness {
 		sum += 3 * l.Revision
 	}
+	// The drain record too: its hold lifted (a drain's or a rollout's
+	// plan resumed, its lag budget met) lets partitions move off the
+	// Draining capture, and a settled placement waited for its recheck,
+	// up to 10 s, before moving them (every budgeted drain began so).
+	sum += 5 * st.DrainRevision
 	return sum + int64(len(st.Nodes))<<40 + int64(len(st.Liveness))<<50
 }
 
