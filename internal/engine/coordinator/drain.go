@@ -165,23 +165,13 @@ func (c *Coordinator) SubmitDrain(ctx context.Context, term election.Term, targe
 	} else if p, err = plan.Drain(&snap, target, batch, plan.DefaultCosts); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
-	for _, other := range others {
-		if id := other.ID; drains(other.Plan.Kind) && !other.State.Terminal() {
-			return nil, model.DrainRecord{}, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot drain %s: %s plan %s is still %s", target, other.Plan.Kind, id, other.State),
-				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
-		}
-	}
-	now := time.Now().UTC()
-	rec := exec.New(newPlanID(p, now), p, sub.By, now)
-	rec.Budget = sub.Budget
-	if sub.Paused {
-		rec.Hold(now)
-	}
-	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
+	if err := refuseWhileDraining(ctx, st, "drain "+string(target)); err != nil {
 		return nil, model.DrainRecord{}, err
 	}
-	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "batches", len(p.Batches), "by", sub.By, "paused", sub.Paused)
+	rec, err := c.saveSubmitted(ctx, term, st, p, sub)
+	if err != nil {
+		return nil, model.DrainRecord{}, err
+	}
 	drain, err := c.startDrainRecord(ctx, term, st, &rec.Plan, target, initialHold(rec))
 	if err != nil {
 		// The executor would fail the plan at its first step; say why now.

@@ -50,17 +50,7 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 			}
 		}
 	}
-	now := time.Now().UTC()
-	rec := exec.New(newPlanID(p, now), p, sub.By, now)
-	rec.Budget = sub.Budget
-	if sub.Paused {
-		rec.Hold(now)
-	}
-	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
-		return nil, err
-	}
-	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)
-	return rec, nil
+	return c.saveSubmitted(ctx, term, st, p, sub)
 }
 
 // partitionActuator carries out move, split and rebalance plans: the

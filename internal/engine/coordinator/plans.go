@@ -49,6 +49,35 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split, rollout restart)"}
 }
 
+// saveSubmitted stores a plan just checked as its first record (under
+// its lag budget, held if submitted paused); the submitting lock is held.
+func (c *Coordinator) saveSubmitted(ctx context.Context, term election.Term, st *meta.State, p *plan.Plan, sub Submission) (*exec.Record, error) {
+	now := time.Now().UTC()
+	rec := exec.New(newPlanID(p, now), p, sub.By, now)
+	rec.Budget = sub.Budget
+	if sub.Paused {
+		rec.Hold(now)
+	}
+	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
+		return nil, err
+	}
+	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "target", p.Target, "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)
+	return rec, nil
+}
+
+// refuseWhileDraining refuses a plan (what says which) while a drain or
+// a rollout is not over: both hold the cluster's one drain record.
+func refuseWhileDraining(ctx context.Context, st *meta.State, what string) error {
+	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
+	for _, other := range others {
+		if id := other.ID; drains(other.Plan.Kind) && !other.State.Terminal() {
+			return &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot %s: %s plan %s is still %s", what, other.Plan.Kind, id, other.State),
+				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
+		}
+	}
+	return nil
+}
+
 // RequestPlan records an operator's pause, resume or cancel of a plan.
 func (c *Coordinator) RequestPlan(ctx context.Context, term election.Term, id string, req exec.Request) error {
 	return c.store.RequestPlan(ctx, term.Fence, id, string(req))

@@ -30,24 +30,10 @@ func (c *Coordinator) submitRollout(ctx context.Context, term election.Term, p *
 	if _, err := plan.Rollout(&snap, p.RolloutCaptures(), p.BatchSize, plan.DefaultCosts); err != nil {
 		return nil, err
 	}
-	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
-	for _, other := range others {
-		if id := other.ID; drains(other.Plan.Kind) && !other.State.Terminal() {
-			return nil, &plan.Refusal{Reason: plan.RefuseInProgress, Message: fmt.Sprintf("cannot restart captures: %s plan %s is still %s", other.Plan.Kind, id, other.State),
-				Hint: fmt.Sprintf("wait for it ('cdcctl plan watch %s') or cancel it ('cdcctl plan cancel %s')", id, id)}
-		}
-	}
-	now := time.Now().UTC()
-	rec := exec.New(newPlanID(p, now), p, sub.By, now)
-	rec.Budget = sub.Budget
-	if sub.Paused {
-		rec.Hold(now)
-	}
-	if _, err := NewPlanStore(c.store, term, st).Save(ctx, rec, 0); err != nil {
+	if err := refuseWhileDraining(ctx, st, "restart captures"); err != nil {
 		return nil, err
 	}
-	c.log.Info("coordinator: plan submitted", "plan", rec.ID, "kind", p.Kind, "captures", p.RolloutCaptures(), "steps", len(rec.Steps), "by", sub.By, "paused", sub.Paused)
-	return rec, nil
+	return c.saveSubmitted(ctx, term, st, p, sub)
 }
 
 // rolloutActuator carries out a rolling restart: each capture's drain
