@@ -289,60 +289,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	printBanner(cfg.Out, st)
 
-	exits := make(chan int, len(children))
-	watch := func(i int) {
-		c := children[i]
-		go func() {
-			<-c.exited
-			exits <- i
-		}()
-	}
-	for i := range children {
-		watch(i)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(cfg.Out, "\nstopping the playground...")
-			return nil
-		case i := <-exits:
-			c := children[i]
-			if exitCode(c.err) != exitRestart {
-				fmt.Fprintf(cfg.Out, "%s (pid %d) exited: %v; the playground does not restart it (log: %s)\n", c.ID, c.PID, describeExit(c.err), c.Log)
-				continue
-			}
-			// A rollout asked it to restart: the playground is its
-			// service manager.
-			again, err := startAgent(cfg, dir, etcd.Endpoint(), i+1, sec)
-			if err != nil {
-				fmt.Fprintf(cfg.Out, "%s exited to restart, and could not be started again: %v\n", c.ID, err)
-				continue
-			}
-			children[i] = again
-			st.Captures[i] = again.Capture
-			if err := writeState(filepath.Join(dir, "playground.json"), st); err != nil {
-				fmt.Fprintf(cfg.Out, "cannot update playground.json: %v\n", err)
-			}
-			fmt.Fprintf(cfg.Out, "%s (pid %d) exited to restart; started again (pid %d)\n", c.ID, c.PID, again.PID)
-			watch(i)
-		}
-	}
-}
-
-// exitRestart is cdc-agent's exit code when a rollout asked it to restart
-// (agent.ExitRestart; the playground does not link the agent's package).
-const exitRestart = 75
-
-// exitCode is a child's exit code, -1 if it did not exit by itself.
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
+	return supervise(ctx, cfg, dir, etcd.Endpoint(), sec, children, st)
 }
 
 // The demo changefeed: 8 tables of 1,000 keys, 1,000 changes a second, a

@@ -20,13 +20,9 @@ import (
 func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
 	c.submitting.Lock()
 	defer c.submitting.Unlock()
-	st, err := c.store.Load(ctx)
+	st, snap, err := c.loadChecked(ctx, p)
 	if err != nil {
 		return nil, err
-	}
-	snap := Snapshot(st)
-	if changes := plan.Check(p, &snap); len(changes) > 0 {
-		return nil, &plan.StaleError{Changes: changes}
 	}
 	mine := map[string]bool{}
 	for _, b := range p.Batches {

@@ -10,6 +10,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
@@ -47,6 +48,20 @@ func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Pl
 	}
 	return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("this cluster cannot run %q plans", p.Kind),
 		Hint: "compute the plan with this version's cdcctl (drain, partition move, partition split, rollout restart)"}
+}
+
+// loadChecked reads the cluster for a submission (the submitting lock
+// held) and refuses p if anything it read has changed since.
+func (c *Coordinator) loadChecked(ctx context.Context, p *plan.Plan) (*meta.State, model.Snapshot, error) {
+	st, err := c.store.Load(ctx)
+	if err != nil {
+		return nil, model.Snapshot{}, err
+	}
+	snap := Snapshot(st)
+	if changes := plan.Check(p, &snap); len(changes) > 0 {
+		return nil, model.Snapshot{}, &plan.StaleError{Changes: changes}
+	}
+	return st, snap, nil
 }
 
 // saveSubmitted stores a plan just checked as its first record (under

@@ -19,13 +19,9 @@ import (
 func (c *Coordinator) submitRollout(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
 	c.submitting.Lock()
 	defer c.submitting.Unlock()
-	st, err := c.store.Load(ctx)
+	st, snap, err := c.loadChecked(ctx, p)
 	if err != nil {
 		return nil, err
-	}
-	snap := Snapshot(st)
-	if changes := plan.Check(p, &snap); len(changes) > 0 {
-		return nil, &plan.StaleError{Changes: changes}
 	}
 	if _, err := plan.Rollout(&snap, p.RolloutCaptures(), p.BatchSize, plan.DefaultCosts); err != nil {
 		return nil, err
