@@ -17,6 +17,7 @@ import (
 // them was a tenth of every capture's CPU.
 type share struct {
 	sig          []shareSig
+	registered   int64 // the revision of this node's registration it read
 	want, moving map[string]meta.RouteRecord
 	// built counts the builds: a reconcile that saw build n, and finds it
 	// again with nothing else to do, has nothing to change (settled).
@@ -38,7 +39,8 @@ func (s *share) of(st *meta.State, self model.NodeID) (want, moving map[string]m
 	for _, cf := range ids {
 		sig = append(sig, shareSig{cf: cf, routes: st.RoutesID(cf), state: st.Changefeeds[cf].Status.State})
 	}
-	if s.want != nil && slices.Equal(sig, s.sig) {
+	registered := st.Nodes[self].Revision
+	if s.want != nil && slices.Equal(sig, s.sig) && registered == s.registered {
 		return s.want, s.moving
 	}
 	want, moving = map[string]meta.RouteRecord{}, map[string]meta.RouteRecord{}
@@ -51,12 +53,16 @@ func (s *share) of(st *meta.State, self model.NodeID) (want, moving map[string]m
 			switch {
 			case r.Route.Status == model.PartitionDraining:
 				moving[key(cf, pid)] = r
-			case e.Status.State == model.ChangefeedNormal:
+			case e.Status.State == model.ChangefeedNormal && (registered == 0 || st.PlacedOnIncarnation(r)):
+				// A placement on an earlier process under this node's id
+				// is not run: its maintainer places it again
+				// (meta.State.PlacedOnIncarnation). A node not registered
+				// in st (a unit test's) goes by its id alone.
 				want[key(cf, pid)] = r
 			}
 		}
 	}
-	s.sig, s.want, s.moving = sig, want, moving
+	s.sig, s.registered, s.want, s.moving = sig, registered, want, moving
 	s.built++
 	return want, moving
 }

@@ -77,3 +77,40 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 		t.Fatalf("after removing a: want %v, moving %v", keys(w), keys(m))
 	}
 }
+
+// A process that registers under a node id another process used before
+// runs none of the partitions placed on that earlier process, even
+// while they still name the id: their maintainer places them again (it
+// may place them here, as a new placement), and running them meanwhile
+// wrote them twice. A partition being moved away is still handed over.
+func TestARestartedNodeRunsOnlyWhatWasPlacedOnIt(t *testing.T) {
+	const cf = model.ChangefeedID("a")
+	route := func(pid string, status model.PartitionStatus, rev int64) meta.RouteRecord {
+		return meta.RouteRecord{Route: model.RouteEntry{ID: pid, Changefeed: cf, Node: "n1", Epoch: 1, Status: status}, Revision: rev}
+	}
+	st := &meta.State{
+		Nodes:       map[model.NodeID]meta.NodeEntry{"n1": {Revision: 100}},
+		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {Info: model.ChangefeedInfo{ID: cf}, Status: model.ChangefeedStatus{State: model.ChangefeedNormal}}},
+		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {
+			"p1": route("p1", model.PartitionActive, 90),   // the previous process's
+			"p2": route("p2", model.PartitionActive, 120),  // placed on this one
+			"p3": route("p3", model.PartitionDraining, 80), // moved away from the previous one
+			"p4": route("p4", model.PartitionActive, 100),  // written with the registration
+		}},
+	}
+	var s share
+	want, moving := s.of(st, "n1")
+	if _, ok := want["a/p1"]; ok || len(want) != 2 {
+		t.Fatalf("a restarted node runs %v; want only p2 and p4, placed on it", want)
+	}
+	if _, ok := moving["a/p3"]; !ok {
+		t.Fatalf("moving %v: the partition moved away from the previous process must be handed over", moving)
+	}
+	// The same tables, the node registered again (another restart): the
+	// share is built again, and now runs none of them.
+	again := *st
+	again.Nodes = map[model.NodeID]meta.NodeEntry{"n1": {Revision: 130}}
+	if w, _ := s.of(&again, "n1"); len(w) != 0 {
+		t.Fatalf("after another restart the node runs %v; want none", w)
+	}
+}

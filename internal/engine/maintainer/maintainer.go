@@ -317,10 +317,15 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 	}
 	var toPlace []meta.Placement
 	for _, r := range routes {
-		_, sourceAlive := st.Nodes[r.Route.Node]
+		_, registered := st.Nodes[r.Route.Node]
+		// A move's source is asked for its final position under its id,
+		// whichever process holds it now (the dispatchers' manager hands
+		// over what it does not run); any other placement is the
+		// registered process's only if it was made for it.
+		sourceAlive := registered && st.PlacedOnIncarnation(r)
 		switch {
 		case r.Route.Status == model.PartitionDraining:
-			if err := h.advanceMove(ctx, e, mf, r, pos, sourceAlive, dest); err != nil {
+			if err := h.advanceMove(ctx, e, mf, r, pos, registered, dest); err != nil {
 				return err
 			}
 		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.cfg.MaxStartFailures:
@@ -333,7 +338,11 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 				continue // no schedulable node; placed when one appears
 			}
 			toPlace = append(toPlace, meta.Placement{Route: r, Node: node})
-			if r.Route.Node != "" {
+			switch {
+			case r.Route.Node == "":
+			case registered:
+				h.log.Info("maintainer: partition's node restarted; placing it again from where it stopped", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
+			default:
 				h.log.Info("maintainer: partition's node is gone; placing it again from its last checkpoint", "changefeed", e.Info.ID, "partition", r.Route.ID, "from", r.Route.Node, "to", node)
 			}
 		}
