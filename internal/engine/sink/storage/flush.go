@@ -129,6 +129,14 @@ func (s *Sink) flush(j flushJob) {
 	defer s.jobs.Done()
 	err := s.writeFiles(j.d, j.bufs)
 	s.freeDisk(j.bufs) // written or failed: the disk spool's room is free
+	for _, db := range j.bufs {
+		// Written or failed, the bucket holds no reference to them
+		// (Put copies or writes them before it returns).
+		for _, c := range db.chunks {
+			s.spare.put(c)
+		}
+		db.chunks = nil
+	}
 	if err != nil {
 		s.log.Warn("storage sink: flush failed; the dispatcher will resume from its checkpoint", "dispatcher", j.d.id, "err", err)
 	}

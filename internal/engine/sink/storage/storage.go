@@ -43,7 +43,10 @@ type Sink struct {
 	budget  *Budget     // nil: only SpoolMaxBytes bounds the spool
 	disk    *diskSpool  // spool=disk; nil: rows wait in memory
 	tenure  sink.Tenure // nil: no session to lose (tests, tools)
-	shut    atomic.Bool // closed, for waiters that do not hold mu
+	// spare holds the encoding buffers of data files already written,
+	// for the next batches (spare.go).
+	spare spareBuffers
+	shut  atomic.Bool // closed, for waiters that do not hold mu
 	// ctx ends writes under way when Close gives up waiting for them.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -278,7 +281,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		s.disp[b.Dispatcher] = d
 	}
 	for _, db := range order {
-		d.appendDir(db)
+		d.appendDir(db, &s.spare)
 	}
 	if d.bytes == 0 && size > 0 {
 		// Only rows count towards max-active-tables: a dispatcher whose
@@ -322,14 +325,21 @@ func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
 		date = s.now().UTC().Format(layout)
 	}
 	var size int64
+	// A batch's rows are mostly of one table version: its directory's
+	// name is made once for a run of them, not per row.
+	var last *row.Event
+	dir := ""
 	for i := range b.Events {
 		e := &b.Events[i]
 		if e.Kind != row.KindDML {
 			return nil, 0, fmt.Errorf("storage sink: Write takes DML only; DDL goes through WriteDDL")
 		}
-		dir := dirOf(s.cfg.Schema, e)
-		if date != "" {
-			dir += "/" + date
+		if last == nil || e.Def != last.Def || e.Table != last.Table || e.TableVersion != last.TableVersion {
+			dir = dirOf(s.cfg.Schema, e)
+			if date != "" {
+				dir += "/" + date
+			}
+			last = e
 		}
 		db := enc[dir]
 		if db == nil {
@@ -345,15 +355,17 @@ func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
 		if before == 0 {
 			// Room for the batch's rows like this one, at once: a buffer
 			// doubled row by row clears and copies its bytes again at
-			// every step (a tenth of the sink's CPU).
-			db.buf.Grow(n * (len(b.Events) - i - 1) * 9 / 8)
+			// every step (a tenth of the sink's CPU). A written file's
+			// buffer is taken if it is large enough: a new one of a
+			// megabyte is cleared first, and its pages faulted in.
+			s.spare.grow(&db.buf, n*(len(b.Events)-i-1)*9/8)
 		}
 		size += int64(n)
 	}
 	return order, size, nil
 }
 
-func (d *dispatcherState) appendDir(db *dirBuffer) {
+func (d *dispatcherState) appendDir(db *dirBuffer, spare *spareBuffers) {
 	if db.extents != nil {
 		if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
 			d.bufs[n-1].extents = append(d.bufs[n-1].extents, db.extents...)
@@ -365,6 +377,7 @@ func (d *dispatcherState) appendDir(db *dirBuffer) {
 	chunk := db.buf.Bytes()
 	if cap(chunk) > 2*len(chunk)+4096 {
 		chunk = bytes.Clone(chunk) // the spool counts bytes: hold no more
+		spare.put(db.buf.Bytes())
 	}
 	db.buf = bytes.Buffer{}
 	if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
@@ -383,6 +396,7 @@ func (s *Sink) toDisk(order []*dirBuffer) error {
 			s.freeDisk(order[:i])
 			return err
 		}
+		s.spare.put(db.buf.Bytes()) // in the page cache now
 		db.extents, db.buf = []extent{e}, bytes.Buffer{}
 	}
 	return nil

@@ -18,8 +18,15 @@ func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string
 	if int(e.ColumnCount) != len(def.Columns) {
 		return nil, fmt.Errorf("the binary log has %d columns of %s, its schema %d", e.ColumnCount, table, len(def.Columns))
 	}
+	// The images' values are cut from one slice for the whole event, at
+	// capacity, not allocated row by row.
+	var slab []source.Value
 	image := func(r []any) ([]source.Value, error) {
-		out := make([]source.Value, len(r))
+		if len(slab) < len(r) {
+			slab = make([]source.Value, len(r)*len(e.Rows))
+		}
+		out := slab[:len(r):len(r)]
+		slab = slab[len(r):]
 		for i, v := range r {
 			var err error
 			if out[i], err = cols[i].text(v); err != nil {
@@ -43,7 +50,7 @@ func rowEvents(e *replication.RowsEvent, typ replication.EventType, table string
 		}
 		return k
 	}
-	var out []source.Event
+	out := make([]source.Event, 0, len(e.Rows))
 	base := source.Event{Kind: source.KindDML, Table: table, Def: def, SchemaVersion: st.Version, TableVersion: st.Since}
 	switch typ {
 	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:

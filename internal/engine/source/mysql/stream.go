@@ -440,11 +440,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				cur.events[i].TableVersion, cur.events[i].SchemaVersion = v, versions[cur.events[i].Table]
 			}
 		}
-		out := make([]source.Event, 0, len(cur.ddls)+len(cur.events))
-		for _, d := range cur.ddls {
-			out = append(out, *d)
+		out := cur.events // most transactions change rows only: not copied
+		if len(cur.ddls) > 0 {
+			out = make([]source.Event, 0, len(cur.ddls)+len(cur.events))
+			for _, d := range cur.ddls {
+				out = append(out, *d)
+			}
+			out = append(out, cur.events...)
 		}
-		out = append(out, cur.events...)
 		if len(out) > 0 {
 			if err := w.Append(out); err != nil {
 				return err
