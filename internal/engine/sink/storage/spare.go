@@ -22,7 +22,6 @@ const (
 	spareMin   = 64 << 10
 	spareMax   = 16 << 20
 	spareBytes = 32 << 20
-	spareStep  = 256 << 10
 )
 
 // put gives a buffer no one reads any more.
@@ -39,12 +38,14 @@ func (p *spareBuffers) put(b []byte) {
 	}
 }
 
-// take returns a spare buffer of at least n bytes' capacity, or nil.
+// take returns a spare buffer of n to 2n bytes' capacity, or nil: a
+// larger one would be copied out again (appendDir keeps no buffer more
+// than twice its bytes, which the spool counts).
 func (p *spareBuffers) take(n int) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := len(p.bufs) - 1; i >= 0; i-- {
-		if b := p.bufs[i]; cap(b) >= n {
+		if b := p.bufs[i]; cap(b) >= n && cap(b) <= 2*n {
 			last := len(p.bufs) - 1
 			p.bufs[i], p.bufs[last] = p.bufs[last], nil
 			p.bufs = p.bufs[:last]
@@ -67,8 +68,8 @@ func (p *spareBuffers) grow(buf *bytes.Buffer, n int) {
 		*buf = *bytes.NewBuffer(append(b, buf.Bytes()...))
 		return
 	}
-	// Rounded up, so that the next batches' estimates, a little larger
-	// or smaller, fit the buffer when it comes back.
-	rounded := (want + spareStep - 1) / spareStep * spareStep
+	// An eighth more, so that the next batches' estimates, a little
+	// larger or smaller, fit the buffer when it comes back.
+	rounded := (want + want/8 + 4095) &^ 4095
 	*buf = *bytes.NewBuffer(append(make([]byte, 0, rounded), buf.Bytes()...))
 }
