@@ -45,6 +45,9 @@ type Checker struct {
 	keys   []keyState // by key ref
 	tables map[string]bool
 	report Report
+	// twice names the first keys and versions read more than once: they
+	// follow the report's other examples, which say more.
+	twice []string
 }
 
 // NewChecker checks a sink against a deterministic source up to a
@@ -103,6 +106,9 @@ func (c *Checker) Observe(r Row) {
 	}
 	if *n > 0 {
 		c.report.Duplicates++
+		if len(c.twice) < maxExamples {
+			c.twice = append(c.twice, fmt.Sprintf("written twice: %s/%s version %d", r.Table, r.Key, r.Version))
+		}
 	} else if r.Version < st.maxSeen {
 		c.report.OutOfOrder++
 		c.example("%s/%s version %d arrived after version %d", r.Table, r.Key, r.Version, st.maxSeen)
@@ -131,6 +137,12 @@ func (c *Checker) Report() Report {
 				}
 			}
 		}
+	}
+	for _, ex := range c.twice {
+		if len(rep.Examples) >= maxExamples {
+			break
+		}
+		rep.Examples = append(rep.Examples, ex)
 	}
 	rep.OK = rep.Lost == 0 && rep.OutOfOrder == 0 && rep.Corrupt == 0 && rep.Unknown == 0 && rep.Misplaced == 0
 	return rep

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -112,6 +113,11 @@ func TestRowsAfterTheCheckpointAreAllowedNotRequired(t *testing.T) {
 	c.Observe(rowOf(all[len(all)-1]))
 	if rep := c.Report(); rep.Events != rep.Expected+rep.Beyond+rep.Duplicates || rep.Beyond == 0 || rep.Duplicates != 1 {
 		t.Fatalf("read %d = expected %d + beyond %d + duplicates %d?", rep.Events, rep.Expected, rep.Beyond, rep.Duplicates)
+	}
+	// The duplicate is named, so that an operator can find it.
+	last := rowOf(all[len(all)-1])
+	if rep := c.Report(); len(rep.Examples) != 1 || rep.Examples[0] != fmt.Sprintf("written twice: %s/%s version %d", last.Table, last.Key, last.Version) {
+		t.Fatalf("examples %q; want the duplicate named", rep.Examples)
 	}
 	// Only up to the checkpoint: still complete.
 	c = NewChecker(g, model.TsFromMillis(start+2000))
