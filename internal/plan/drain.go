@@ -90,8 +90,11 @@ func drainBatches(s *model.Snapshot, target model.NodeID, batch int) []Batch {
 	// Then the partitions, per changefeed: each maintainer moves its own
 	// off the Draining capture, all changefeeds at once.
 	var moves []Step
-	byChangefeed := map[model.ChangefeedID][]model.PartitionState{}
-	for _, ps := range s.Partitions {
+	// By reference: a copy of each of a million routing entries was
+	// half of this function's time.
+	byChangefeed := make(map[model.ChangefeedID][]*model.PartitionState, len(s.Changefeeds))
+	for i := range s.Partitions {
+		ps := &s.Partitions[i]
 		byChangefeed[ps.Route.Changefeed] = append(byChangefeed[ps.Route.Changefeed], ps)
 	}
 	for _, cf := range s.Changefeeds {
