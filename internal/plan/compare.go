@@ -42,6 +42,16 @@ func Compare(a, b *Plan) Comparison {
 			c.Read = append(c.Read, Change{Object: obj, Now: now})
 		}
 	}
+	for cf, was := range a.Fingerprint.Partitions {
+		if now, ok := b.Fingerprint.Partitions[cf]; !ok || now.Digest != was.Digest {
+			c.Read = append(c.Read, Change{Object: partitionsObject(cf), Was: was.Revision, Now: now.Revision})
+		}
+	}
+	for cf, now := range b.Fingerprint.Partitions {
+		if _, ok := a.Fingerprint.Partitions[cf]; !ok {
+			c.Read = append(c.Read, Change{Object: partitionsObject(cf), Now: now.Revision})
+		}
+	}
 	sort.Slice(c.Read, func(i, j int) bool { return c.Read[i].Object < c.Read[j].Object })
 	c.OnlyA, c.OnlyB = onlyIn(a, b), onlyIn(b, a)
 	c.Same = c.What == "" && len(c.OnlyA) == 0 && len(c.OnlyB) == 0

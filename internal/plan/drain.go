@@ -48,8 +48,7 @@ func Drain(s *model.Snapshot, target model.NodeID, batch int, costs Costs) (*Pla
 		batch = 1
 	}
 	p := &Plan{Version: 1, Kind: KindDrain, Target: target, BatchSize: batch,
-		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
-	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
+		Fingerprint: fingerprintAll(s)}
 	p.Batches = drainBatches(s, target, batch)
 	p.PredictedMillis = predict(p.Batches, costs).Milliseconds()
 	return p, nil

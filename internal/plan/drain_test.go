@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,7 +165,9 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 		t.Fatalf("changes %v", ch)
 	}
 	text := fmt.Sprint(ch)
-	for _, want := range []string{"partition/a/p2 changed (revision", "liveness/capture-2 changed (revision", "node/capture-4 appeared"} {
+	// A drain read every partition: they are digested by changefeed, and
+	// the changefeed whose partition moved is named.
+	for _, want := range []string{"partitions/a changed (revision 11 → 999)", "liveness/capture-2 changed (revision", "node/capture-4 appeared"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("changes %s lack %q", text, want)
 		}
@@ -181,12 +184,31 @@ func TestStaleCheckNamesWhatChangedAndIgnoresTheRest(t *testing.T) {
 	if ch := Check(p, recovered); ch != nil {
 		t.Fatalf("recoveries in place made the plan stale: %v", ch)
 	}
-	// A plan computed before placements were fingerprinted still goes
-	// by revisions alone.
-	old := *p
-	old.Fingerprint.Placements = nil
-	if ch := Check(&old, recovered); len(ch) != len(recovered.Partitions) {
+	// A drain saved before partitions were digested by changefeed (an
+	// object and a placement per partition) is checked as it was: by
+	// placements, naming the partition that moved...
+	saved := *p
+	saved.Fingerprint = Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}
+	saved.Fingerprint.Placements = placementsOf(s, saved.Fingerprint.Objects)
+	if ch := Check(&saved, recovered); ch != nil {
+		t.Fatalf("a saved plan: recoveries in place made it stale: %v", ch)
+	}
+	if ch := fmt.Sprint(Check(&saved, moved)); !strings.Contains(ch, "partition/a/p2 changed (revision") {
+		t.Fatalf("a saved plan: changes %s lack the partition that moved", ch)
+	}
+	// ... and one computed before placements were fingerprinted by
+	// revisions alone.
+	saved.Fingerprint.Placements = nil
+	if ch := Check(&saved, recovered); len(ch) != len(recovered.Partitions) {
 		t.Fatalf("a plan without placements: changes %v", ch)
+	}
+	// A partition split (one more in the changefeed) or removed changes
+	// its changefeed's digest.
+	split := snapshot(3, map[string]string{"a": "capture-3", "b": "capture-2"}, 4)
+	split.Partitions = append(split.Partitions, model.PartitionState{Revision: 1001, Route: model.RouteEntry{ID: "p99", Changefeed: "b", Span: model.Span{Table: "t0001"}, Node: "capture-1", Status: model.PartitionActive}})
+	split.Partitions = slices.Delete(split.Partitions, 0, 1)
+	if ch := fmt.Sprint(Check(p, split)); !strings.Contains(ch, "partitions/a changed") || !strings.Contains(ch, "partitions/b changed") {
+		t.Fatalf("a partition added to b and one of a removed: changes %s", ch)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +28,82 @@ type Fingerprint struct {
 	// progress was handed over) leaves the plan valid: without this,
 	// every recovery during a sink fault made every plan stale.
 	Placements map[string]string `json:"placements,omitempty"`
+	// Partitions: for a plan that read every partition (a drain, a
+	// rollout), per changefeed a digest of its partitions' ids and
+	// placements, instead of an object and a placement per partition:
+	// a million of those made a drain's plan file 80 MiB and most of its
+	// planning and checking time. A recovery in place leaves the digest
+	// as it was, as it leaves a placement; a partition moved, split,
+	// added or removed changes it.
+	Partitions map[model.ChangefeedID]PartitionsDigest `json:"partitions,omitempty"`
+}
+
+// PartitionsDigest digests one changefeed's partitions: how many, a sum
+// of each one's hash of its id and placement (so that no order is
+// needed), and the highest revision among them (for the message when it
+// changed).
+type PartitionsDigest struct {
+	Digest   string         `json:"digest"`
+	Revision model.Revision `json:"revision"`
+}
+
+// fingerprintAll records every capture, liveness and maintainer of a
+// snapshot, and its partitions by changefeed: what a plan that reads the
+// whole cluster read.
+func fingerprintAll(s *model.Snapshot) Fingerprint {
+	objects := make(map[string]model.Revision, 2*len(s.Nodes)+len(s.Changefeeds))
+	addClusterObjects(objects, s)
+	return Fingerprint{Revision: s.Revision, Objects: objects, AllNodes: true, Partitions: partitionsDigests(s)}
+}
+
+// appendPartition appends a partition's id and what placementDigest
+// covers, each field after its length.
+func appendPartition(b []byte, r model.RouteEntry) []byte {
+	for _, f := range [...]string{r.ID, r.Span.Table, r.Span.Start, r.Span.End, r.Span.Key, string(r.Node), string(r.Status), string(r.Target), r.SplitKey} {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	if r.Pinned {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// fnv64a is FNV-1a of b (hash/fnv's, without its allocation per call).
+func fnv64a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// partitionsDigests digests every changefeed's partitions.
+func partitionsDigests(s *model.Snapshot) map[model.ChangefeedID]PartitionsDigest {
+	type acc struct {
+		n   int
+		sum uint64
+		rev model.Revision
+	}
+	by := make(map[model.ChangefeedID]*acc, len(s.Changefeeds))
+	b := make([]byte, 0, 128)
+	for i := range s.Partitions {
+		p := &s.Partitions[i]
+		a := by[p.Route.Changefeed]
+		if a == nil {
+			a = &acc{}
+			by[p.Route.Changefeed] = a
+		}
+		a.n++
+		a.sum += fnv64a(appendPartition(b[:0], p.Route))
+		a.rev = max(a.rev, p.Revision)
+	}
+	out := make(map[model.ChangefeedID]PartitionsDigest, len(by))
+	for cf, a := range by {
+		out[cf] = PartitionsDigest{Digest: fmt.Sprintf("%d:%016x", a.n, a.sum), Revision: a.rev}
+	}
+	return out
 }
 
 // fingerprintOf records only the objects a plan read.
@@ -65,7 +140,14 @@ func placementsOf(s *model.Snapshot, objects map[string]model.Revision) map[stri
 // without reflection: a million of them were most of a large drain's
 // planning and of its check.
 func placementDigest(r model.RouteEntry) string {
-	b := make([]byte, 0, 160)
+	b := appendPlacement(make([]byte, 0, 160), r)
+	var out [16]byte
+	hex.Encode(out[:], binary.BigEndian.AppendUint64(nil, fnv64a(b)))
+	return string(out[:])
+}
+
+// appendPlacement appends what placementDigest digests.
+func appendPlacement(b []byte, r model.RouteEntry) []byte {
 	b = append(b, `{"Span":{"table":`...)
 	b = appendJSONString(b, r.Span.Table)
 	b = append(b, `,"start":`...)
@@ -86,12 +168,7 @@ func placementDigest(r model.RouteEntry) string {
 	b = appendJSONString(b, r.SplitKey)
 	b = append(b, `,"Pinned":`...)
 	b = strconv.AppendBool(b, r.Pinned)
-	b = append(b, '}')
-	h := fnv.New64a()
-	h.Write(b)
-	var out [16]byte
-	hex.Encode(out[:], binary.BigEndian.AppendUint64(nil, h.Sum64()))
-	return string(out[:])
+	return append(b, '}')
 }
 
 // placementJSON is what placementDigest encodes, field for field.
@@ -130,6 +207,16 @@ func partitionObject(cf model.ChangefeedID, pid string) string {
 // snapshotObjects lists every object of a snapshot with its revision.
 func snapshotObjects(s *model.Snapshot) map[string]model.Revision {
 	out := make(map[string]model.Revision, 2*len(s.Nodes)+len(s.Changefeeds)+len(s.Partitions))
+	addClusterObjects(out, s)
+	for _, p := range s.Partitions {
+		out[partitionObject(p.Route.Changefeed, p.Route.ID)] = p.Revision
+	}
+	return out
+}
+
+// addClusterObjects adds the captures, their liveness and the
+// maintainers: every object but the partitions.
+func addClusterObjects(out map[string]model.Revision, s *model.Snapshot) {
 	for _, n := range s.Nodes {
 		out[nodeObject(n.Info.ID)] = n.NodeRevision
 		out[livenessObject(n.Info.ID)] = n.LivenessRevision
@@ -137,11 +224,11 @@ func snapshotObjects(s *model.Snapshot) map[string]model.Revision {
 	for _, cf := range s.Changefeeds {
 		out[maintainerObject(cf.ID)] = cf.MaintainerRevision
 	}
-	for _, p := range s.Partitions {
-		out[partitionObject(p.Route.Changefeed, p.Route.ID)] = p.Revision
-	}
-	return out
 }
+
+// partitionsObject names a changefeed's partitions as a whole, in a
+// plan that digested them together.
+func partitionsObject(cf model.ChangefeedID) string { return "partitions/" + string(cf) }
 
 // Change is one object that moved since a plan was computed.
 type Change struct {
@@ -156,6 +243,8 @@ func (c Change) String() string {
 		return c.Object + " appeared"
 	case c.Now == 0:
 		return c.Object + " is gone"
+	case c.Now == c.Was:
+		return c.Object + " changed" // a digest of several objects
 	}
 	return fmt.Sprintf("%s changed (revision %d → %d)", c.Object, c.Was, c.Now)
 }
@@ -164,9 +253,26 @@ func (c Change) String() string {
 // every object the plan read that changed, and every new capture (which
 // would have been a candidate destination). Nil means the plan still holds.
 func Check(p *Plan, now *model.Snapshot) []Change {
-	cur := snapshotObjects(now)
-	placed := placementsOf(now, p.Fingerprint.Objects)
+	var cur map[string]model.Revision
+	if p.Fingerprint.Partitions != nil {
+		cur = make(map[string]model.Revision, 2*len(now.Nodes)+len(now.Changefeeds))
+		addClusterObjects(cur, now) // its partitions are digested below
+	} else {
+		cur = snapshotObjects(now)
+	}
+	var placed map[string]string
+	if len(p.Fingerprint.Placements) > 0 {
+		placed = placementsOf(now, p.Fingerprint.Objects)
+	}
 	var out []Change
+	if p.Fingerprint.Partitions != nil {
+		digests := partitionsDigests(now)
+		for cf, was := range p.Fingerprint.Partitions {
+			if got, ok := digests[cf]; !ok || got.Digest != was.Digest {
+				out = append(out, Change{Object: partitionsObject(cf), Was: was.Revision, Now: got.Revision})
+			}
+		}
+	}
 	for obj, was := range p.Fingerprint.Objects {
 		got := cur[obj]
 		if got == was {

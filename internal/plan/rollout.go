@@ -27,8 +27,7 @@ func Rollout(s *model.Snapshot, captures []model.NodeID, batch int, costs Costs)
 		batch = 1
 	}
 	p := &Plan{Version: 1, Kind: KindRollout, BatchSize: batch,
-		Fingerprint: Fingerprint{Revision: s.Revision, Objects: snapshotObjects(s), AllNodes: true}}
-	p.Fingerprint.Placements = placementsOf(s, p.Fingerprint.Objects)
+		Fingerprint: fingerprintAll(s)}
 	for _, id := range order {
 		if id == s.Coordinator {
 			p.Batches = append(p.Batches, Batch{Steps: []Step{{Kind: StepResign, To: id,
