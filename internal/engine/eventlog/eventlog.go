@@ -275,9 +275,7 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 	// allocated one by one (decoding was most of a read's CPU); a block
 	// is never written again once cut from, so the strings stay valid.
 	var a arena
-	// Room for a first batch of rows at once: doubling from nothing
-	// copied every event again at each step (a quarter of a read).
-	out := make([]source.Event, 0, min(maxRows, 256))
+	var out []source.Event
 	same := 0 // rows of the span at the last row's position
 	for it.First(); it.Valid(); it.Next() {
 		ts, seq := posOfKey(it.Key())
@@ -299,6 +297,12 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 			}
 			if n := len(out); n == 0 || out[n-1].CommitTs != ts {
 				same = 0
+			}
+			if out == nil {
+				// Not from one: a read of thousands of rows copied them
+				// again at every doubling. Not of maxRows either: most
+				// reads of a changefeed of many tables find a row or two.
+				out = make([]source.Event, 0, min(maxRows, 32))
 			}
 			out = append(out, e)
 			same++
@@ -467,7 +471,8 @@ func (d *decoder) values() []source.Value {
 }
 
 // arena hands out the strings and value slices of one read's rows from
-// large blocks. A block is only ever appended to, so a string made over
+// blocks, each twice the last up to a limit (a read of one row takes a
+// small one). A block is only ever appended to, so a string made over
 // its bytes never changes; a value slice is cut with its capacity at its
 // length, so appending to it copies instead of reaching a neighbour.
 type arena struct {
@@ -488,7 +493,7 @@ func (a *arena) string(b []byte) string {
 		return string(b) // a large value: its own allocation
 	}
 	if cap(a.buf)-len(a.buf) < len(b) {
-		a.buf = make([]byte, 0, arenaBytes)
+		a.buf = make([]byte, 0, max(min(2*cap(a.buf), arenaBytes), 1024, len(b)))
 	}
 	at := len(a.buf)
 	a.buf = append(a.buf, b...)
@@ -500,7 +505,7 @@ func (a *arena) values(n int) []source.Value {
 		return make([]source.Value, n)
 	}
 	if cap(a.vals)-len(a.vals) < n {
-		a.vals = make([]source.Value, 0, arenaValues)
+		a.vals = make([]source.Value, 0, max(min(2*cap(a.vals), arenaValues), 16, n))
 	}
 	at := len(a.vals)
 	a.vals = a.vals[:at+n]
