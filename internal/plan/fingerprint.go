@@ -108,27 +108,56 @@ func partitionsDigests(s *model.Snapshot) map[model.ChangefeedID]PartitionsDiges
 
 // fingerprintOf records only the objects a plan read.
 func fingerprintOf(s *model.Snapshot, objects ...string) Fingerprint {
-	all := snapshotObjects(s)
-	f := Fingerprint{Revision: s.Revision, Objects: make(map[string]model.Revision, len(objects))}
+	names := make(map[string]model.Revision, len(objects))
 	for _, o := range objects {
-		f.Objects[o] = all[o]
+		names[o] = 0
 	}
-	f.Placements = placementsOf(s, f.Objects)
+	revs, placed := lookupObjects(s, names)
+	f := Fingerprint{Revision: s.Revision, Objects: names, Placements: placed}
+	for o := range names {
+		names[o] = revs[o] // 0: it does not exist
+	}
 	return f
 }
 
-// placementsOf digests the placement of each partition among objects.
-func placementsOf(s *model.Snapshot, objects map[string]model.Revision) map[string]string {
-	// Sized at once: a map of a million placements grown by doubling
-	// spent a third of a large drain's planning rehashing.
-	out := make(map[string]string, min(len(objects), len(s.Partitions)))
-	for _, p := range s.Partitions {
-		obj := partitionObject(p.Route.Changefeed, p.Route.ID)
-		if _, read := objects[obj]; read {
-			out[obj] = placementDigest(p.Route)
+// lookupObjects returns the revision of each named object that exists in
+// s, and the placement digest of each named partition, without listing
+// every object of s: a move's check at a million partitions built a map
+// of them all to read four.
+func lookupObjects(s *model.Snapshot, names map[string]model.Revision) (map[string]model.Revision, map[string]string) {
+	revs := make(map[string]model.Revision, len(names))
+	type key struct {
+		cf model.ChangefeedID
+		id string
+	}
+	parts := map[key]string{}
+	for o := range names {
+		if rest, ok := strings.CutPrefix(o, "partition/"); ok {
+			// A changefeed's name has no '/' (model.ValidateChangefeedID).
+			cf, id, _ := strings.Cut(rest, "/")
+			parts[key{model.ChangefeedID(cf), id}] = o
 		}
 	}
-	return out
+	look := func(o string, rev model.Revision) {
+		if _, ok := names[o]; ok {
+			revs[o] = rev
+		}
+	}
+	for _, n := range s.Nodes {
+		look(nodeObject(n.Info.ID), n.NodeRevision)
+		look(livenessObject(n.Info.ID), n.LivenessRevision)
+	}
+	for _, cf := range s.Changefeeds {
+		look(maintainerObject(cf.ID), cf.MaintainerRevision)
+	}
+	placed := make(map[string]string, len(parts))
+	for i := 0; i < len(s.Partitions) && len(parts) > 0; i++ {
+		p := &s.Partitions[i]
+		if o, ok := parts[key{p.Route.Changefeed, p.Route.ID}]; ok {
+			revs[o], placed[o] = p.Revision, placementDigest(p.Route)
+		}
+	}
+	return revs, placed
 }
 
 // placementDigest covers what a plan decides on: the span, the owner,
@@ -204,16 +233,6 @@ func partitionObject(cf model.ChangefeedID, pid string) string {
 	return "partition/" + string(cf) + "/" + pid
 }
 
-// snapshotObjects lists every object of a snapshot with its revision.
-func snapshotObjects(s *model.Snapshot) map[string]model.Revision {
-	out := make(map[string]model.Revision, 2*len(s.Nodes)+len(s.Changefeeds)+len(s.Partitions))
-	addClusterObjects(out, s)
-	for _, p := range s.Partitions {
-		out[partitionObject(p.Route.Changefeed, p.Route.ID)] = p.Revision
-	}
-	return out
-}
-
 // addClusterObjects adds the captures, their liveness and the
 // maintainers: every object but the partitions.
 func addClusterObjects(out map[string]model.Revision, s *model.Snapshot) {
@@ -253,17 +272,7 @@ func (c Change) String() string {
 // every object the plan read that changed, and every new capture (which
 // would have been a candidate destination). Nil means the plan still holds.
 func Check(p *Plan, now *model.Snapshot) []Change {
-	var cur map[string]model.Revision
-	if p.Fingerprint.Partitions != nil {
-		cur = make(map[string]model.Revision, 2*len(now.Nodes)+len(now.Changefeeds))
-		addClusterObjects(cur, now) // its partitions are digested below
-	} else {
-		cur = snapshotObjects(now)
-	}
-	var placed map[string]string
-	if len(p.Fingerprint.Placements) > 0 {
-		placed = placementsOf(now, p.Fingerprint.Objects)
-	}
+	cur, placed := lookupObjects(now, p.Fingerprint.Objects)
 	var out []Change
 	if p.Fingerprint.Partitions != nil {
 		digests := partitionsDigests(now)

@@ -51,13 +51,14 @@ func scaleSnapshot(nodes, feeds, per int) *model.Snapshot {
 // (plan.Check). The baseline is the least any drain plan does: one
 // pass over the snapshot counting the partitions per changefeed on the
 // capture. It reports the plan's and the check's time, their ratios to
-// the baseline, and the plan file's size.
+// the baseline, and the plan file's size; and the time to plan and check
+// a move of one partition in the same cluster.
 //
 //	go test -run '^$' -bench DrainPlanAtScale -benchtime 3x -benchmem ./internal/plan
 func BenchmarkDrainPlanAtScale(b *testing.B) {
 	s := scaleSnapshot(10, 10_000, 100)
 	target := model.NodeID("capture-3")
-	var planT, checkT, baseT time.Duration
+	var planT, checkT, baseT, moveT time.Duration
 	size := 0
 	for i := 0; i < b.N; i++ {
 		began := time.Now()
@@ -90,6 +91,18 @@ func BenchmarkDrainPlanAtScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		size = len(out)
+
+		// A move of one partition reads four objects: it plans and
+		// checks without listing the million others.
+		began = time.Now()
+		mv, err := Move(s, "p500000", "capture-1", DefaultCosts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if changes := Check(mv, s); len(changes) != 0 {
+			b.Fatalf("a move is stale against its own snapshot: %v", changes)
+		}
+		moveT += time.Since(began)
 	}
 	n := float64(b.N)
 	b.ReportMetric(planT.Seconds()/n, "plan-s")
@@ -98,4 +111,5 @@ func BenchmarkDrainPlanAtScale(b *testing.B) {
 	b.ReportMetric(planT.Seconds()/baseT.Seconds(), "plan/walk")
 	b.ReportMetric(checkT.Seconds()/baseT.Seconds(), "check/walk")
 	b.ReportMetric(float64(size)/(1<<20), "plan-MiB")
+	b.ReportMetric(moveT.Seconds()/n, "move-and-check-s")
 }
