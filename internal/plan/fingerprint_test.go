@@ -46,3 +46,29 @@ func FuzzPlacementDigest(f *testing.F) {
 		}
 	})
 }
+
+// The per-changefeed digest covers what the placement digest covers (the
+// two encodings list the same fields), and the partition's id: a change
+// of any of them changes both.
+func TestBothDigestsCoverTheSameFields(t *testing.T) {
+	base := model.RouteEntry{ID: "p1", Changefeed: "a", Span: model.Span{Table: "t", Start: "a", End: "b", Key: "int8"},
+		Node: "capture-1", Status: model.PartitionActive, Target: "capture-2", SplitKey: "m"}
+	for name, edit := range map[string]func(*model.RouteEntry){
+		"table": func(r *model.RouteEntry) { r.Span.Table = "u" }, "start": func(r *model.RouteEntry) { r.Span.Start = "0" },
+		"end": func(r *model.RouteEntry) { r.Span.End = "c" }, "key": func(r *model.RouteEntry) { r.Span.Key = "" },
+		"node": func(r *model.RouteEntry) { r.Node = "capture-3" }, "status": func(r *model.RouteEntry) { r.Status = model.PartitionDraining },
+		"target": func(r *model.RouteEntry) { r.Target = "" }, "split": func(r *model.RouteEntry) { r.SplitKey = "" },
+		"pinned": func(r *model.RouteEntry) { r.Pinned = true },
+	} {
+		r := base
+		edit(&r)
+		if placementDigest(r) == placementDigest(base) || string(appendPartition(nil, r)) == string(appendPartition(nil, base)) {
+			t.Errorf("a change of the %s is not in both digests", name)
+		}
+	}
+	r := base
+	r.ID, r.Epoch = "p2", 7
+	if string(appendPartition(nil, r)) == string(appendPartition(nil, base)) {
+		t.Error("a partition's id is not in the per-changefeed digest")
+	}
+}

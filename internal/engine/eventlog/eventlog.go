@@ -292,7 +292,7 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 			return nil, from, err
 		}
 		if span.Contains(e.Key) {
-			if err := decodeValues(&e, d); err != nil {
+			if err := decodeValues(&e, &d); err != nil {
 				return nil, from, err
 			}
 			if n := len(out); n == 0 || out[n-1].CommitTs != ts {
@@ -514,8 +514,8 @@ func (a *arena) values(n int) []source.Value {
 
 // decodeKey decodes a row's head up to its key: enough to tell whether
 // a span holds it before its values are decoded.
-func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.Event, *decoder, error) {
-	d := &decoder{b: b, a: a}
+func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.Event, decoder, error) {
+	d := decoder{b: b, a: a} // returned by value: a pointer was an allocation per row
 	id := d.uvarint()
 	e := source.Event{Kind: source.KindDML, Table: table, CommitTs: ts}
 	e.Op = source.Op(d.byte())
@@ -523,10 +523,10 @@ func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.E
 	e.TableVersion = model.Ts(d.uvarint())
 	e.Key = d.string()
 	if d.err != nil {
-		return source.Event{}, nil, d.err
+		return source.Event{}, d, d.err
 	}
 	if id >= uint64(len(l.defs)) {
-		return source.Event{}, nil, errors.New("event log: a row names an unknown table definition")
+		return source.Event{}, d, errors.New("event log: a row names an unknown table definition")
 	}
 	e.Def = l.defs[id]
 	return e, d, nil
