@@ -386,6 +386,7 @@ func (d *Dispatcher) write(ctx context.Context, evs []source.Event) error {
 	}
 	return d.cfg.Sink.Write(ctx, &sink.Batch{
 		Dispatcher: d.cfg.ID, Epoch: d.cfg.Epoch, Events: evs,
+		End: sink.Position{Ts: b.end, Copied: b.copied}, Inside: d.inside(),
 		OnFlushed: func(err error) { d.ack(b, err) },
 	})
 }

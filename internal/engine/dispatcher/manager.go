@@ -370,7 +370,9 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 	if err != nil {
 		return nil, err
 	}
-	sk, err := registry.Open(ctx, e.Info.SinkURI, m.sinkEnv())
+	env := m.sinkEnv()
+	env.Changefeed = string(e.Info.ID)
+	sk, err := registry.Open(ctx, e.Info.SinkURI, env)
 	if err != nil {
 		_ = src.Close()
 		return nil, err
@@ -443,8 +445,21 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	delete(m.finals, finalKey(r.Route))
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
+	id := fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch)
+	// An exactly-once sink fences the partition's earlier writers and
+	// says how far their durable writes reached: past the checkpoint
+	// when one crashed after a write became durable and before its
+	// checkpoint was persisted. Nothing durable is written again.
+	at, recorded, err := sink.Resume(ctx, f.sink, sink.Writer{Dispatcher: id, Partition: r.Route.ID, Epoch: r.Route.Epoch})
+	if err != nil {
+		return fmt.Errorf("resume %s in the sink: %w", r.Route.ID, err)
+	}
+	if recorded && at.Later(sink.Position{Ts: from, Copied: copied}) {
+		m.log.Info("the sink holds more of the partition than its checkpoint says; resuming after it", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "checkpoint", from, "sink", at.Ts)
+		from, copied = at.Ts, at.Copied
+	}
 	d, err := New(Config{
-		ID: fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch), Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
+		ID: id, Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
 		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
 		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
 		Log:     m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),

@@ -62,3 +62,8 @@ func (o *observed) Forget(dispatcher string) { Forget(o.Sink, dispatcher) }
 func (o *observed) FlushForDDL(ctx context.Context, dispatcher string) error {
 	return FlushForDDL(ctx, o.Sink, dispatcher)
 }
+
+// Resume passes a dispatcher's resume on (an exactly-once sink's).
+func (o *observed) Resume(ctx context.Context, w Writer) (Position, bool, error) {
+	return Resume(ctx, o.Sink, w)
+}

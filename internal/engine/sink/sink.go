@@ -26,6 +26,14 @@ type Batch struct {
 	Dispatcher string
 	Epoch      uint64
 	Events     []row.Event
+	// End is the dispatcher's position after the batch: every event up
+	// to it is in this batch or an earlier one. Inside marks a batch that
+	// ends inside a transaction returned in parts or inside a snapshot
+	// chunk: End does not count the rows it carries yet, so it is no
+	// place to resume from (an exactly-once sink commits only at a batch
+	// that is not Inside).
+	End    Position
+	Inside bool
 	// OnFlushed is called exactly once: with nil when every event is
 	// durable, or with the error that prevented it. It may run on a sink
 	// goroutine and must not block.
@@ -65,6 +73,48 @@ func FlushForDDL(ctx context.Context, s Sink, dispatcher string) error {
 		return b.FlushForDDL(ctx, dispatcher)
 	}
 	return s.Flush(ctx, dispatcher)
+}
+
+// Position is where a dispatcher stands in its partition's stream: the
+// commit ts up to which every event was read, and how far its share of
+// the initial snapshot was copied there (the pair a checkpoint is).
+type Position struct {
+	Ts     model.Ts           `json:"ts"`
+	Copied model.CopyProgress `json:"copied,omitzero"`
+}
+
+// Later reports whether p is further along than q.
+func (p Position) Later(q Position) bool {
+	return p.Ts > q.Ts || p.Ts == q.Ts && p.Copied.Beyond(q.Copied)
+}
+
+// Writer names a dispatcher to a sink that keeps its own record of what
+// each partition made durable.
+type Writer struct {
+	Dispatcher string // the dispatcher's id, as its batches carry it
+	Partition  string // the partition's id: the same in every epoch
+	Epoch      uint64
+}
+
+// Resumer is a sink that keeps, with the data, a record of how far each
+// partition's writes reached (an exactly-once sink). A dispatcher asks
+// it before it reads anything: Resume fences every earlier writer of the
+// partition (on any node: nothing of theirs can become durable
+// afterwards) and returns the position the partition's durable writes
+// reached, ok false when none is recorded. The dispatcher resumes from
+// the later of it and its checkpoint, so nothing durable is written
+// again.
+type Resumer interface {
+	Resume(ctx context.Context, w Writer) (at Position, ok bool, err error)
+}
+
+// Resume asks s where w's partition resumes, if s keeps such a record
+// (ok false otherwise).
+func Resume(ctx context.Context, s Sink, w Writer) (Position, bool, error) {
+	if r, ok := s.(Resumer); ok {
+		return r.Resume(ctx, w)
+	}
+	return Position{}, false, nil
 }
 
 // Classified is a sink error that says whether it passes by itself

@@ -50,6 +50,35 @@ type Config struct {
 	RecoverTimeout time.Duration
 	// Security is SASL and TLS (security.go).
 	Security Security
+	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce:
+	// each partition's rows then go in Kafka transactions, with a
+	// progress record of where they reached (txn.go).
+	Delivery string
+	// ProgressTopic holds the progress records of exactly-once delivery
+	// ("": the topic's name with -progress after it), compacted, with
+	// ProgressPartitions partitions when it must be created.
+	ProgressTopic      string
+	ProgressPartitions int32
+	// TransactionTimeout is how long the broker lets one of our
+	// transactions stay open before it aborts it.
+	TransactionTimeout time.Duration
+}
+
+// The deliveries a Kafka sink offers.
+const (
+	DeliveryAtLeastOnce = "at-least-once"
+	DeliveryExactlyOnce = "exactly-once"
+)
+
+// ExactlyOnce says whether rows go in transactions.
+func (c Config) ExactlyOnce() bool { return c.Delivery == DeliveryExactlyOnce }
+
+// progressTopic is the topic of the progress records.
+func (c Config) progressTopic() string {
+	if c.ProgressTopic != "" {
+		return c.ProgressTopic
+	}
+	return c.Topic + "-progress"
 }
 
 // ChangeableOptions are the parameters a paused changefeed's Kafka sink
@@ -60,7 +89,8 @@ var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-tim
 
 // Defaults of the URI's parameters.
 var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
-	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second}
+	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second,
+	Delivery: DeliveryAtLeastOnce, ProgressPartitions: 16, TransactionTimeout: time.Minute}
 
 // ParseURI parses kafka://host:port[,host:port]/topic?protocol=canal-json&partition=key.
 func ParseURI(raw string) (Config, error) {
@@ -119,10 +149,29 @@ func ParseURI(raw string) (Config, error) {
 			c.RetryTimeout, perr = duration(v, 100*time.Millisecond, time.Hour)
 		case "recover-timeout":
 			c.RecoverTimeout, perr = duration(v, time.Second, 24*time.Hour)
+		case "delivery":
+			if v != DeliveryAtLeastOnce && v != DeliveryExactlyOnce {
+				perr = fmt.Errorf("use %s (the default) or %s", DeliveryAtLeastOnce, DeliveryExactlyOnce)
+			}
+			c.Delivery = v
+		case "progress-topic":
+			if v == "" || strings.ContainsAny(v, "/ ") {
+				perr = fmt.Errorf("name one topic")
+			}
+			c.ProgressTopic = v
+		case "progress-partitions":
+			var n int
+			n, perr = strconv.Atoi(v)
+			if perr == nil && (n < 1 || n > 1000) {
+				perr = fmt.Errorf("must be between 1 and 1000")
+			}
+			c.ProgressPartitions = int32(n)
+		case "transaction-timeout":
+			c.TransactionTimeout, perr = duration(v, time.Second, time.Hour)
 		default:
 			var ok bool
 			if ok, perr = c.Security.param(key, v); !ok {
-				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
 			}
 		}
 		if perr != nil {

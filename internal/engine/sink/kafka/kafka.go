@@ -86,6 +86,14 @@ type Sink struct {
 	refresh   chan struct{}
 	pumped    chan struct{}
 	refreshed chan struct{}
+
+	// Exactly-once delivery (txn.go): the changefeed, the writers of the
+	// dispatchers resumed here, and the progress topic's partitions and
+	// what was read of them.
+	changefeed    string
+	txns          map[string]*txnWriter
+	progressParts int32
+	progress      progressReads
 }
 
 // batchState counts a batch's messages down to its flush ack.
@@ -145,6 +153,13 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		client.Close()
 		return nil, err
 	}
+	var progressParts int32
+	if cfg.ExactlyOnce() {
+		if progressParts, err = ensureProgressTopic(client, cfg); err != nil {
+			client.Close()
+			return nil, err
+		}
+	}
 	life, stop := context.WithCancel(context.Background())
 	metrics := env.Metrics
 	if metrics == nil {
@@ -152,7 +167,8 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	}
 	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
 		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts),
-		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{})}
+		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
+		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts}
 	s.cond = sync.NewCond(&s.mu)
 	s.room = sync.NewCond(&s.mu)
 	s.lookUpLeaders()
@@ -281,6 +297,9 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		s.mu.Unlock()
 		return errSinkClosed
 	}
+	if s.cfg.ExactlyOnce() {
+		return s.writeTxn(b, bs, recs, size, tooLarge)
+	}
 	f := s.fences[b.Dispatcher]
 	if f == nil {
 		s.sweepFences()
@@ -405,11 +424,44 @@ func (s *Sink) dispatcherError(dispatcher string, epoch uint64, err error) *Disp
 	return de
 }
 
+// writeTxn hands a batch to its dispatcher's transactional producer.
+// s.mu is held; writeTxn releases it.
+func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, size int, tooLarge error) error {
+	w := s.txns[b.Dispatcher]
+	if w == nil || tooLarge != nil {
+		s.mu.Unlock()
+		err := tooLarge
+		if err == nil {
+			err = fmt.Errorf("dispatcher %s wrote before it resumed: with delivery=exactly-once a partition must be resumed in the sink first", b.Dispatcher)
+		}
+		bs.settle(len(b.Events), &DispatcherError{Dispatcher: b.Dispatcher, Epoch: b.Epoch, Err: err, Hint: hint(err, s.cfg)})
+		return nil
+	}
+	s.outstanding[b.Dispatcher] += len(recs)
+	s.buffered += size
+	md := &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch}
+	tb := &txnBatch{recs: make([]*record, len(recs)), size: size, bs: bs, end: b.End, inside: b.Inside}
+	for i := range recs {
+		recs[i].md = md
+		tb.recs[i] = &recs[i]
+	}
+	s.mu.Unlock()
+	w.add(tb)
+	return nil
+}
+
 // Forget implements sink.Forgetter: a dispatcher that is gone with
 // nothing outstanding needs no fence (the same id may run again, after a
-// pause say, and must not inherit a failure).
+// pause say, and must not inherit a failure). Its transactional
+// producer, if it has one, ends: a transaction it left open is aborted.
 func (s *Sink) Forget(dispatcher string) {
 	s.mu.Lock()
+	if w := s.txns[dispatcher]; w != nil {
+		delete(s.txns, dispatcher)
+		s.mu.Unlock()
+		w.close()
+		s.mu.Lock()
+	}
 	if s.outstanding[dispatcher] <= 0 {
 		delete(s.fences, dispatcher)
 	} else if f := s.fences[dispatcher]; f != nil {
@@ -504,7 +556,12 @@ func (s *Sink) Close() error {
 	s.closed = true
 	s.cond.Broadcast()
 	s.room.Broadcast()
+	txns := s.txns
+	s.txns = map[string]*txnWriter{}
 	s.mu.Unlock()
+	for _, w := range txns {
+		w.close()
+	}
 	s.wake()
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped

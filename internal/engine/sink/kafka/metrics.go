@@ -15,6 +15,9 @@ type Env struct {
 	Tenure sink.Tenure
 	// Metrics receives the producer's requests; nil is fine.
 	Metrics Metrics
+	// Changefeed names the changefeed: with delivery=exactly-once, each
+	// partition's transactional id is made of it and the partition's id.
+	Changefeed string
 }
 
 // Metrics receives what the sink's producer does, by broker: a handful

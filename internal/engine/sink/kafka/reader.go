@@ -32,7 +32,9 @@ func ScanMessages(ctx context.Context, cfg Config, visit func(partition int32, o
 }
 
 // ScanMessagesFrom is ScanMessages from the offsets in from (a partition
-// not in it from its oldest). A non-nil from is moved past each message
+// not in it from its oldest). It reads as a read_committed consumer: what
+// an exactly-once sink wrote in a transaction that was aborted, or is
+// still open, is not passed on. A non-nil from is moved past each message
 // passed on, so that calling again reads only what came since: a
 // follower of a growing topic reads each message once.
 func ScanMessagesFrom(ctx context.Context, cfg Config, from map[int32]int64, visit func(partition int32, offset int64, value []byte) error) error {
@@ -50,53 +52,25 @@ func ScanMessagesFrom(ctx context.Context, cfg Config, from map[int32]int64, vis
 	if err != nil {
 		return fmt.Errorf("topic %q: %w", cfg.Topic, err)
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return err
-	}
-	defer consumer.Close()
 	for _, p := range parts {
-		end, err := client.GetOffset(cfg.Topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return fmt.Errorf("end offset of partition %d: %w", p, err)
-		}
-		begin, err := client.GetOffset(cfg.Topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return fmt.Errorf("start offset of partition %d: %w", p, err)
-		}
-		if at, ok := from[p]; ok && at > begin {
+		begin := sarama.OffsetOldest
+		if at, ok := from[p]; ok {
 			begin = at
 		}
-		if begin >= end {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(cfg.Topic, p, begin)
-		if err != nil {
-			return fmt.Errorf("consume partition %d: %w", p, err)
-		}
-		err = func() error {
-			defer pc.Close()
-			for {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case cerr := <-pc.Errors():
-					return fmt.Errorf("partition %d: %w", p, cerr)
-				case m := <-pc.Messages():
-					if err := visit(p, m.Offset, m.Value); err != nil {
-						return err
-					}
-					if from != nil {
-						from[p] = m.Offset + 1
-					}
-					if m.Offset+1 >= end {
-						return nil
-					}
-				}
+		next, err := readCommitted(ctx, client, cfg.Topic, p, begin, func(r committedRecord) error {
+			if err := visit(p, r.Offset, r.Value); err != nil {
+				return err
 			}
-		}()
+			if from != nil {
+				from[p] = r.Offset + 1
+			}
+			return nil
+		})
 		if err != nil {
 			return err
+		}
+		if from != nil {
+			from[p] = next // past markers and aborted records too
 		}
 	}
 	return nil

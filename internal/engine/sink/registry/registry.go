@@ -54,6 +54,9 @@ type Env struct {
 	// back (a data file, a Kafka message): a node that may have lost its
 	// session writes nothing more.
 	Tenure sink.Tenure
+	// Changefeed names the changefeed the sink is opened for: an
+	// exactly-once Kafka sink derives its transactional ids from it.
+	Changefeed string
 	// SpoolDir is where a storage sink's disk spool goes when its URI
 	// names no spool-dir ("": the system's temporary directory).
 	SpoolDir string
@@ -110,7 +113,7 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	// a caller keeping "the sink it got" then calls a method on nil).
 	switch u.Scheme {
 	case "kafka":
-		k, kerr := kafka.OpenWith(ctx, uri, log, kafka.Env{Tenure: env.Tenure, Metrics: env.KafkaMetrics})
+		k, kerr := kafka.OpenWith(ctx, uri, log, kafka.Env{Tenure: env.Tenure, Metrics: env.KafkaMetrics, Changefeed: env.Changefeed})
 		s, err = k, kerr
 	case "blackhole":
 		return blackhole.New(), nil
