@@ -184,8 +184,15 @@ func saramaConfig(cfg Config) *sarama.Config {
 	sc.Net.DialTimeout = cfg.DialTimeout
 	sc.Net.ReadTimeout = 3 * cfg.DialTimeout
 	sc.Net.WriteTimeout = 3 * cfg.DialTimeout
-	// The sink sends one request per broker at a time (producer.go).
+	// The sink's at-least-once producer sends one request per broker at
+	// a time (producer.go) by itself. Exactly-once writers each wait for
+	// their own request before the next, and share the connections: a
+	// connection carrying one request at a time would make them take
+	// turns.
 	sc.Net.MaxOpenRequests = 1
+	if cfg.ExactlyOnce() {
+		sc.Net.MaxOpenRequests = 8
+	}
 	sc.Metadata.Retry.Max = 2
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes
