@@ -93,15 +93,20 @@ func chaosRun(t *testing.T, seed uint64) {
 		fault += fmt.Sprintf(" %s", freezeFor)
 	}
 
+	// CDCCTL_CHAOS_SINK=kafka-exactly-once: every run writes to three
+	// kfake brokers with delivery=exactly-once, and must write nothing
+	// twice whatever the fault (issue 31).
+	exactlyOnce := os.Getenv("CDCCTL_CHAOS_SINK") == "kafka-exactly-once"
 	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/engine/coordinator)", seed, op, delay, fault, seed)
 	began := time.Now()
 	plans := "no plan"
+	dups := "-"
 	defer func() {
 		outcome := "ok"
 		if t.Failed() {
 			outcome = "FAILED"
 		}
-		chaosReport(seed, op, fault, delay, plans, outcome, time.Since(began))
+		chaosReport(seed, op, fault, delay, plans, outcome, dups, time.Since(began))
 	}()
 
 	audit := enginetest.NewWriteAudit()
@@ -112,12 +117,19 @@ func chaosRun(t *testing.T, seed uint64) {
 	sink := ""
 	var bucket *buckettest.FullS3
 	var brokers *kafkatest.Cluster
-	switch fault {
-	case "sink-full":
+	switch {
+	case exactlyOnce:
+		var err error
+		if brokers, err = kafkatest.Start(3, "chaos", 6); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(brokers.Close)
+		sink = fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s&delivery=exactly-once", brokers.Addrs())
+	case fault == "sink-full":
 		// An S3 bucket whose storage fills up for 5 s.
 		bucket = buckettest.Start(t)
 		sink = bucket.URI(cf, "flush-interval=100ms")
-	case "kafka-broker":
+	case fault == "kafka-broker":
 		// Three kfake brokers; the one leading a third of the topic's
 		// partitions fails for 4 s. Rows go by key: every partition
 		// sees some.
@@ -197,6 +209,10 @@ func chaosRun(t *testing.T, seed uint64) {
 			t.Fatalf("stopping %s: %v", bystander, err)
 		}
 	case "sink-full":
+		if bucket == nil {
+			t.Logf("no bucket to fill: the sink is Kafka")
+			break
+		}
 		bucket.Full.Store(true)
 		time.Sleep(5 * time.Second)
 		bucket.Full.Store(false)
@@ -276,7 +292,7 @@ func chaosRun(t *testing.T, seed uint64) {
 	if len(problems) > 0 || writes == 0 {
 		t.Fatalf("the coordinator writes' audit (%d writes, %d terms): %v", writes, terms, problems)
 	}
-	tc.VerifyAll(!crashed)
+	dups = strconv.FormatUint(tc.VerifyAll(!crashed || exactlyOnce), 10)
 }
 
 // chaosStart starts op and returns the ids of the plans it submitted.
@@ -358,7 +374,7 @@ func chaosStart(t *testing.T, tc *enginetest.Cluster, rng *rand.Rand, op string,
 }
 
 // chaosReport appends a run's row to CDCCTL_CHAOS_REPORT, if set.
-func chaosReport(seed uint64, op, fault string, delay time.Duration, plans, outcome string, took time.Duration) {
+func chaosReport(seed uint64, op, fault string, delay time.Duration, plans, outcome, dups string, took time.Duration) {
 	path := os.Getenv("CDCCTL_CHAOS_REPORT")
 	if path == "" {
 		return
@@ -368,5 +384,5 @@ func chaosReport(seed uint64, op, fault string, delay time.Duration, plans, outc
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "| %d | %s | %s after %s | %s | %s | %s |\n", seed, op, fault, delay, plans, outcome, took.Round(time.Second))
+	fmt.Fprintf(f, "| %d | %s | %s after %s | %s | %s | %s | %s |\n", seed, op, fault, delay, plans, outcome, dups, took.Round(time.Second))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,7 +372,7 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 		return nil, err
 	}
 	env := m.sinkEnv()
-	env.Changefeed = string(e.Info.ID)
+	env.Changefeed = incarnation(e.Info)
 	sk, err := registry.Open(ctx, e.Info.SinkURI, env)
 	if err != nil {
 		_ = src.Close()
@@ -510,4 +511,16 @@ func (m *Manager) closeUnusedFeeds(st *meta.State) {
 			delete(m.feeds, id)
 		}
 	}
+}
+
+// incarnation names one life of a changefeed: its id and when it was
+// created. An exactly-once sink keys its record of each partition's
+// progress by it, so a changefeed removed and created again under the
+// same name (or a cluster set up anew, whose partition ids start over)
+// never resumes after the progress of an earlier one.
+func incarnation(info model.ChangefeedInfo) string {
+	if info.CreatedAt.IsZero() {
+		return string(info.ID)
+	}
+	return string(info.ID) + "@" + strconv.FormatInt(info.CreatedAt.UnixMilli(), 10)
 }

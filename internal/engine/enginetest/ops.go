@@ -268,20 +268,24 @@ func (c *Cluster) VerifyPaused(cf model.ChangefeedID) verify.Report {
 
 // VerifyAll pauses every changefeed and proves each sink holds every
 // event in per-key order; exactlyOnce also demands no duplicates (a
-// crashed capture may legitimately have written some twice).
-func (c *Cluster) VerifyAll(exactlyOnce bool) {
+// crashed capture may legitimately have written some twice). It returns
+// the duplicates it counted.
+func (c *Cluster) VerifyAll(exactlyOnce bool) uint64 {
 	c.T.Helper()
 	ids := c.State().ChangefeedIDs()
 	for _, id := range ids {
 		c.SetState(id, model.ChangefeedPaused)
 	}
 	time.Sleep(2 * time.Second)
+	var dups uint64
 	for _, id := range ids {
 		rep := c.VerifyPaused(id)
 		if !rep.OK || rep.Lost != 0 || (exactlyOnce && rep.Duplicates != 0) {
 			c.T.Fatalf("%s: %+v", id, rep)
 		}
+		dups += uint64(rep.Duplicates)
 	}
+	return dups
 }
 
 // Feeds creates n changefeeds cf00.. of a light load (2 tables of 50

@@ -54,8 +54,9 @@ type Env struct {
 	// back (a data file, a Kafka message): a node that may have lost its
 	// session writes nothing more.
 	Tenure sink.Tenure
-	// Changefeed names the changefeed the sink is opened for: an
-	// exactly-once Kafka sink derives its transactional ids from it.
+	// Changefeed names the incarnation of the changefeed the sink is
+	// opened for (its id and creation time): an exactly-once Kafka sink
+	// derives its transactional ids from it.
 	Changefeed string
 	// SpoolDir is where a storage sink's disk spool goes when its URI
 	// names no spool-dir ("": the system's temporary directory).
