@@ -84,8 +84,10 @@ func (c Config) progressTopic() string {
 // ChangeableOptions are the parameters a paused changefeed's Kafka sink
 // may change (changefeed update --sink-option): timeouts, memory and
 // credentials, not the topic's shape nor how rows are routed to its
-// partitions (a key's order across the change would break).
-var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-timeout", "retry-timeout", "recover-timeout", "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
+// partitions (a key's order across the change would break). The
+// delivery may change: a paused changefeed's checkpoints are exact, so
+// it resumes where it stopped either way.
+var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
 
 // Defaults of the URI's parameters.
 var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Schema: "gen", DialTimeout: 5 * time.Second,

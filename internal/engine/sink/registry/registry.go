@@ -56,7 +56,8 @@ type Env struct {
 	Tenure sink.Tenure
 	// Changefeed names the incarnation of the changefeed the sink is
 	// opened for (its id and creation time): an exactly-once Kafka sink
-	// derives its transactional ids from it.
+	// derives its transactional ids from it, an exactly-once storage
+	// sink marks its progress objects with it.
 	Changefeed string
 	// SpoolDir is where a storage sink's disk spool goes when its URI
 	// names no spool-dir ("": the system's temporary directory).
@@ -64,7 +65,7 @@ type Env struct {
 }
 
 func (env Env) storage() storage.Env {
-	return storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure, SpoolDir: env.SpoolDir}
+	return storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure, SpoolDir: env.SpoolDir, Changefeed: env.Changefeed}
 }
 
 // check validates a URI and holds its local directories under the root.

@@ -89,7 +89,17 @@ type Config struct {
 	DateSeparator string
 	// Schema is the database name directories start with.
 	Schema string
+	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce:
+	// every flush of a partition then ends with a progress object, and a
+	// partition resumes after it (progress.go).
+	Delivery string
 }
+
+// The deliveries a storage sink offers.
+const (
+	DeliveryAtLeastOnce = "at-least-once"
+	DeliveryExactlyOnce = "exactly-once"
+)
 
 // Date separators.
 const (
@@ -113,7 +123,7 @@ const (
 const diskSpoolDefault = 1 << 30
 
 // Defaults follow TiCDC's storage sink where it has one.
-var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, RetryTimeout: 10 * time.Second, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, DateSeparator: DateNone, MaxActiveTables: 10000, Schema: "gen"}
+var Defaults = Config{Protocol: ProtocolCanalJSON, FileSize: 64 << 20, FlushInterval: 5 * time.Second, MaxFlushDelay: 200 * time.Millisecond, WriteTimeout: time.Minute, RetryTimeout: 10 * time.Second, StateTTL: time.Hour, SpoolMaxBytes: 64 << 20, Spool: SpoolMemory, DateSeparator: DateNone, MaxActiveTables: 10000, Schema: "gen", Delivery: DeliveryAtLeastOnce}
 
 // fileTarget is the buffered size at which a partition's rows are
 // written as a file: file-size, or a quarter of the spool if smaller.
@@ -135,7 +145,7 @@ func (c Config) bufferedCap() int64 {
 // where nor in which form (protocol, schema, date-separator) nor where
 // it spools (spool, spool-dir: checked against the capture's sink root
 // at creation).
-var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes"}
+var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery"}
 
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
@@ -209,6 +219,11 @@ func ParseURI(raw string) (Config, error) {
 			c.DateSeparator = v
 			if _, ok := dateLayouts[v]; !ok && v != DateNone {
 				perr = fmt.Errorf("use none (the default), year, month or day")
+			}
+		case "delivery":
+			c.Delivery = v
+			if v != DeliveryAtLeastOnce && v != DeliveryExactlyOnce {
+				perr = fmt.Errorf("use %s (the default) or %s", DeliveryAtLeastOnce, DeliveryExactlyOnce)
 			}
 		case "schema":
 			c.Schema = v

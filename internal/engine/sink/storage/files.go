@@ -16,6 +16,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/row"
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -62,11 +63,15 @@ func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 }
 
 // writeFiles writes one data file per directory, then that directory's
-// index naming it. A batch is durable only when both exist.
-func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
+// index naming it. A batch is durable only when both exist. With
+// exactly-once delivery the partition's progress object names the files
+// first (progress.go).
+func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink.Batch) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	for _, db := range bufs {
+	names := make([]string, len(bufs))
+	idxs := make([]uint64, len(bufs))
+	for i, db := range bufs {
 		// Every later version is created by a DDL, whose schema file the
 		// barrier writes before any row of that version; the first version
 		// has no DDL, so its rows bring it.
@@ -82,7 +87,13 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		if err != nil {
 			return err
 		}
-		name := dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
+		idxs[i], names[i] = idx, dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
+	}
+	if err := s.writeIntent(ctx, d, batches, names); err != nil {
+		return err
+	}
+	for i, db := range bufs {
+		name := names[i]
 		began := time.Now()
 		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
 		if db.extents != nil {
@@ -101,9 +112,10 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer) error {
 		}
 		s.metrics.WriteDuration("index", time.Since(began))
 		s.mu.Lock()
-		d.nextIndex[db.dir] = idx + 1
+		d.nextIndex[db.dir] = idxs[i] + 1
 		s.mu.Unlock()
 	}
+	s.flushed(d, batches)
 	return nil
 }
 

@@ -127,7 +127,7 @@ func (s *Sink) dueReason(d *dispatcherState, now time.Time, pressure bool) strin
 // flush writes one job's files and acks its batches.
 func (s *Sink) flush(j flushJob) {
 	defer s.jobs.Done()
-	err := s.writeFiles(j.d, j.bufs)
+	err := s.writeFiles(j.d, j.bufs, j.batches)
 	s.freeDisk(j.bufs) // written or failed: the disk spool's room is free
 	for _, db := range j.bufs {
 		// Written or failed, the bucket holds no reference to them

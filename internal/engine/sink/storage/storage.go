@@ -81,6 +81,11 @@ type Sink struct {
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
+
+	// Exactly-once delivery (progress.go): the changefeed's incarnation
+	// and the dispatchers resumed here.
+	changefeed string
+	resumed    map[string]*resumed
 }
 
 // dirBuffer is a directory's next data file: the encoded rows of the
@@ -115,6 +120,9 @@ type dispatcherState struct {
 	// active: counted in Metrics.ActiveTables (rows buffered or being
 	// written).
 	active bool
+	// resumed is set when the sink writes the dispatcher's progress
+	// (exactly once).
+	resumed *resumed
 }
 
 // Env is what a storage sink shares with the node that opens it.
@@ -133,6 +141,10 @@ type Env struct {
 	// spool-dir (the agent's data directory); "": the system's
 	// temporary directory.
 	SpoolDir string
+	// Changefeed names the changefeed's incarnation: progress objects
+	// of another one (a changefeed created again at the same place) are
+	// not resumed after.
+	Changefeed string
 }
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
@@ -182,6 +194,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		changefeed: env.Changefeed, resumed: map[string]*resumed{},
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.spool = newRoom(cfg.SpoolMaxBytes, func() {
@@ -277,7 +290,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	d := s.disp[b.Dispatcher]
 	if d == nil {
-		d = &dispatcherState{id: b.Dispatcher, nextIndex: map[string]uint64{}}
+		d = &dispatcherState{id: b.Dispatcher, nextIndex: map[string]uint64{}, resumed: s.resumed[b.Dispatcher]}
 		s.disp[b.Dispatcher] = d
 	}
 	for _, db := range order {

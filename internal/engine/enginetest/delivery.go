@@ -1,0 +1,76 @@
+package enginetest
+
+import (
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// CompareDelivery runs two changefeeds of the same load on three
+// captures, "once" into onceSink (exactly once) and "least" into
+// leastSink (at least once), lets fault hit the capture holding
+// partitions of both, and verifies both: 0 lost and 0 out of order for
+// both, 0 duplicates for "once". It returns both reports, so a test
+// counts the at-least-once duplicates beside the exactly-once ones.
+func CompareDelivery(c *Cluster, onceSink, leastSink string, fault func(victim model.NodeID)) (once, least verify.Report) {
+	c.T.Helper()
+	leader := c.StartCaptures(3)
+	const src = "gen://?tables=4&keys=100&rate=1000"
+	feeds := []model.ChangefeedID{"once", "least"}
+	c.CreateChangefeed("once", src, onceSink, 2)
+	c.CreateChangefeed("least", src, leastSink, 2)
+	for _, cf := range feeds {
+		c.Warm(cf, 1500*time.Millisecond)
+	}
+	victim := c.FollowerOf(leader.Node)
+	for _, cf := range feeds {
+		if on, _ := c.PartitionsOn(cf, victim); on == 0 {
+			c.T.Fatalf("%s runs no partition of %s: the fault would prove nothing", victim, cf)
+		}
+	}
+	fault(victim)
+	for _, cf := range feeds {
+		c.WaitCheckpoint(cf, model.TsFromTime(time.Now().Add(time.Second)))
+	}
+	once, least = c.PauseAndVerify("once"), c.PauseAndVerify("least")
+	if !once.OK || once.Duplicates != 0 || once.Expected < 3000 {
+		c.T.Fatalf("exactly once: %+v", once)
+	}
+	if !least.OK || least.Expected < 3000 {
+		c.T.Fatalf("at least once: %+v", least)
+	}
+	return once, least
+}
+
+// RunOff waits until no partition of any changefeed is placed on victim.
+func (c *Cluster) RunOff(victim model.NodeID) {
+	c.T.Helper()
+	for _, cf := range c.State().ChangefeedIDs() {
+		c.Eventually("the partitions of "+string(cf)+" run off "+string(victim), 60*time.Second, func() bool {
+			on, _ := c.PartitionsOn(cf, victim)
+			return on == 0
+		})
+	}
+}
+
+// Isolate cuts a capture off from etcd and from the other captures (as a
+// SIGSTOPped agent looks to the cluster; in process it runs on) until
+// its partitions run elsewhere, then lets it back: a zombie.
+func (c *Cluster) Isolate(victim model.NodeID) {
+	c.T.Helper()
+	for _, id := range c.IDs() {
+		if id != victim {
+			c.Hub.Cut(victim, id)
+		}
+	}
+	c.Link(victim).Freeze()
+	c.RunOff(victim)
+	time.Sleep(time.Second)
+	c.Link(victim).Thaw()
+	for _, id := range c.IDs() {
+		if id != victim {
+			c.Hub.Heal(victim, id)
+		}
+	}
+}

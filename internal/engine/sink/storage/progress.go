@@ -1,0 +1,218 @@
+package storage
+
+// This file is exactly-once delivery on a bucket (delivery=exactly-once).
+// A crash leaves a partition's checkpoint behind the data files its
+// capture wrote since the last one was persisted; the partition's next
+// owner would write those rows again. So each partition keeps a progress
+// object, cdcctl-progress/<partition>.json, and its next owner resumes
+// after what it records (sink.Resumer).
+//
+// A flush writes the object first, as an intent: the position its rows
+// reach and the data files it is about to write, beside the position of
+// the flush before (committed). Then the data files, then their indexes.
+// A data file appears whole or not at all, so the next owner reads the
+// object and checks the intent's files: all there, and the flush's rows
+// are durable (it resumes after the intent's position, and names the
+// files in their indexes if the crash came before); any missing, and
+// none of the flush's rows were acknowledged (it resumes after the
+// committed position; a file of a flush that wrote several directories
+// and crashed between them is then written again, a duplicate).
+//
+// A bucket cannot fence a writer, as Kafka's producer epochs do: what
+// stops a capture that lost its session from writing is the tenure check
+// before every upload. An upload it had started before it froze, and
+// that lands after its partition resumed elsewhere, is still a
+// duplicate.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	"gocloud.dev/gcerrors"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+)
+
+// progressDir holds the progress objects, at the root of the sink's
+// location: readers list data files under the schema's directory only.
+const progressDir = "cdcctl-progress"
+
+func progressFile(partition string) string {
+	return path.Join(progressDir, partition+".json")
+}
+
+// progressObject is a progress object's content.
+type progressObject struct {
+	// Changefeed is the incarnation that wrote it.
+	Changefeed string `json:"changefeed"`
+	Dispatcher string `json:"dispatcher"`
+	Epoch      uint64 `json:"epoch"`
+	// Committed is where the partition's acknowledged rows reached
+	// before the flush the intent describes; nil: nowhere recorded.
+	Committed *sink.Position `json:"committed,omitempty"`
+	Intent    *flushIntent   `json:"intent,omitempty"`
+}
+
+// flushIntent is a flush about to be written: where its rows reach, and
+// its data files.
+type flushIntent struct {
+	End   sink.Position `json:"end"`
+	Files []string      `json:"files"`
+}
+
+// resumed is what the sink knows of a dispatcher it writes progress for.
+type resumed struct {
+	partition string
+	// committed is the position its acknowledged rows reach (ok false:
+	// none recorded yet).
+	committed sink.Position
+	ok        bool
+}
+
+// ExactlyOnce says whether the sink writes progress objects.
+func (c Config) ExactlyOnce() bool { return c.Delivery == DeliveryExactlyOnce }
+
+// Resume implements sink.Resumer: with exactly-once delivery, where the
+// partition's durable rows reach according to its progress object, if
+// this changefeed wrote one.
+func (s *Sink) Resume(ctx context.Context, w sink.Writer) (sink.Position, bool, error) {
+	if !s.cfg.ExactlyOnce() {
+		return sink.Position{}, false, nil
+	}
+	if err := checkName(w.Partition); err != nil {
+		return sink.Position{}, false, err
+	}
+	at, ok, err := s.lastProgress(ctx, w.Partition)
+	if err != nil {
+		return sink.Position{}, false, err
+	}
+	s.mu.Lock()
+	r := &resumed{partition: w.Partition, committed: at, ok: ok}
+	s.resumed[w.Dispatcher] = r
+	if d := s.disp[w.Dispatcher]; d != nil {
+		d.resumed = r
+	}
+	s.mu.Unlock()
+	return at, ok, nil
+}
+
+// lastProgress reads a partition's progress object and decides where its
+// durable rows reach.
+func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Position, bool, error) {
+	name := progressFile(partition)
+	body, err := s.bucket.ReadAll(ctx, name)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return sink.Position{}, false, nil
+	}
+	if err != nil {
+		return sink.Position{}, false, fmt.Errorf("read the progress of %s: %w", partition, err)
+	}
+	var p progressObject
+	if err := json.Unmarshal(body, &p); err != nil {
+		return sink.Position{}, false, fmt.Errorf("%s is not a progress object cdcctl wrote (%v): remove it if it is not", name, err)
+	}
+	if p.Changefeed != s.changefeed {
+		// An earlier changefeed's at this place: its rows are not this
+		// one's.
+		return sink.Position{}, false, nil
+	}
+	if p.Intent != nil {
+		done := true
+		for _, f := range p.Intent.Files {
+			ok, err := s.bucket.Exists(ctx, f)
+			if err != nil {
+				return sink.Position{}, false, fmt.Errorf("look for %s: %w", f, err)
+			}
+			done = done && ok
+		}
+		if done {
+			// The flush's files are all there: its rows are durable. Its
+			// writer may have died before naming them in its indexes.
+			for _, f := range p.Intent.Files {
+				if err := s.indexFile(ctx, f, p.Dispatcher); err != nil {
+					return sink.Position{}, false, err
+				}
+			}
+			return p.Intent.End, true, nil
+		}
+	}
+	if p.Committed != nil {
+		return *p.Committed, true, nil
+	}
+	return sink.Position{}, false, nil
+}
+
+// indexFile makes the index of a data file's dispatcher in its
+// directory name it, unless it names it already.
+func (s *Sink) indexFile(ctx context.Context, file, dispatcher string) error {
+	dir, base := path.Split(file)
+	idx := indexFile(strings.TrimSuffix(dir, "/"), dispatcher)
+	body, err := s.bucket.ReadAll(ctx, idx)
+	if err == nil && strings.TrimSpace(string(body)) == base {
+		return nil
+	}
+	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("read %s: %w", idx, err)
+	}
+	if err := s.bucket.Put(ctx, idx, [][]byte{[]byte(base + "\n")}, false); err != nil {
+		return fmt.Errorf("write %s: %w", idx, err)
+	}
+	return nil
+}
+
+// checkName refuses a partition id that is not one path element.
+func checkName(partition string) error {
+	if partition == "" || path.Base(partition) != partition || partition == "." || partition == ".." {
+		return fmt.Errorf("storage sink: partition id %q cannot name a progress object", partition)
+	}
+	return nil
+}
+
+// writeIntent writes a dispatcher's progress object before its flush's
+// data files: the files and where their rows reach. A flush whose last
+// batch ends where one cannot resume (inside a transaction returned in
+// parts, or a snapshot chunk) writes none: the object stays at the
+// flush before, and a crash writes this flush's rows again.
+func (s *Sink) writeIntent(ctx context.Context, d *dispatcherState, batches []*sink.Batch, files []string) error {
+	s.mu.Lock()
+	r := d.resumed
+	s.mu.Unlock()
+	if r == nil || len(batches) == 0 || batches[len(batches)-1].Inside {
+		return nil
+	}
+	last := batches[len(batches)-1]
+	p := progressObject{Changefeed: s.changefeed, Dispatcher: d.id, Epoch: last.Epoch, Intent: &flushIntent{End: last.End, Files: files}}
+	if r.ok {
+		p.Committed = &r.committed
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	name := progressFile(r.partition)
+	if err := s.retried(ctx, name, func() error { return s.bucket.Put(ctx, name, [][]byte{body}, false) }); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// flushed records that a flush's rows are durable: the next intent's
+// committed position.
+func (s *Sink) flushed(d *dispatcherState, batches []*sink.Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := d.resumed; r != nil && len(batches) > 0 && !batches[len(batches)-1].Inside {
+		r.committed, r.ok = batches[len(batches)-1].End, true
+	}
+}
+
+// Forget implements sink.Forgetter: a dispatcher that is gone needs no
+// progress record here.
+func (s *Sink) Forget(dispatcher string) {
+	s.mu.Lock()
+	delete(s.resumed, dispatcher)
+	s.mu.Unlock()
+}
