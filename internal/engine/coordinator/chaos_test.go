@@ -94,9 +94,15 @@ func chaosRun(t *testing.T, seed uint64) {
 	}
 
 	// CDCCTL_CHAOS_SINK=kafka-exactly-once: every run writes to three
-	// kfake brokers with delivery=exactly-once, and must write nothing
-	// twice whatever the fault (issue 31).
-	exactlyOnce := os.Getenv("CDCCTL_CHAOS_SINK") == "kafka-exactly-once"
+	// kfake brokers with delivery=exactly-once; storage-exactly-once: to
+	// the storage sink (S3 for sink-full) with delivery=exactly-once.
+	// Either must write nothing twice whatever the fault (issue 31).
+	sinkKind := os.Getenv("CDCCTL_CHAOS_SINK")
+	exactlyOnce := sinkKind == "kafka-exactly-once" || sinkKind == "storage-exactly-once"
+	eoParam := ""
+	if sinkKind == "storage-exactly-once" {
+		eoParam = "&delivery=exactly-once"
+	}
 	t.Logf("chaos seed %d: %s, then after %s %s (replay: CDCCTL_CHAOS_SEED=%d CDCCTL_CHAOS_RUNS=1 go test -run TestChaos ./internal/engine/coordinator)", seed, op, delay, fault, seed)
 	began := time.Now()
 	plans := "no plan"
@@ -118,7 +124,7 @@ func chaosRun(t *testing.T, seed uint64) {
 	var bucket *buckettest.FullS3
 	var brokers *kafkatest.Cluster
 	switch {
-	case exactlyOnce:
+	case sinkKind == "kafka-exactly-once":
 		var err error
 		if brokers, err = kafkatest.Start(3, "chaos", 6); err != nil {
 			t.Fatal(err)
@@ -128,7 +134,7 @@ func chaosRun(t *testing.T, seed uint64) {
 	case fault == "sink-full":
 		// An S3 bucket whose storage fills up for 5 s.
 		bucket = buckettest.Start(t)
-		sink = bucket.URI(cf, "flush-interval=100ms")
+		sink = bucket.URI(cf, "flush-interval=100ms"+eoParam)
 	case fault == "kafka-broker":
 		// Three kfake brokers; the one leading a third of the topic's
 		// partitions fails for 4 s. Rows go by key: every partition
@@ -138,9 +144,9 @@ func chaosRun(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		t.Cleanup(brokers.Close)
-		sink = fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s", brokers.Addrs())
+		sink = fmt.Sprintf("kafka://%s/chaos?retry-timeout=1s%s", brokers.Addrs(), eoParam)
 	default:
-		sink = "file://" + t.TempDir() + "/" + cf + "?flush-interval=100ms"
+		sink = "file://" + t.TempDir() + "/" + cf + "?flush-interval=100ms" + eoParam
 	}
 	tc.CreateChangefeed(cf, "gen://?tables=2&keys=50&rate=200", sink, 2)
 	tc.WaitCheckpoint(cf, model.TsFromTime(time.Now().Add(time.Second)))

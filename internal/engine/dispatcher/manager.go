@@ -336,9 +336,10 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	}
 	m.mu.Unlock()
 	prepared := m.prepareAll(ctx, toStart)
+	resumes := m.resumeAll(ctx, st, toStart, prepared)
 	for i, r := range toStart {
 		k := key(r.Route.Changefeed, r.Route.ID)
-		err := m.start(ctx, st, r, prepared[i])
+		err := m.start(ctx, st, r, prepared[i], resumes[i])
 		m.mu.Lock()
 		if err == nil {
 			delete(m.failed, k)
@@ -420,9 +421,67 @@ func (m *Manager) prepareAll(ctx context.Context, rs []meta.RouteRecord) []error
 	return errs
 }
 
+// resumePoint is where a sink that keeps its own record of each
+// partition's progress (exactly once) says its durable writes reach.
+type resumePoint struct {
+	at  sink.Position
+	ok  bool
+	err error
+}
+
+// resumeAll asks the sinks where the partitions about to start resume,
+// in parallel (an exactly-once sink fences the partition's earlier
+// writers and reads its record: a round trip or two each, which one
+// after another would slow a capture taking over thousands). The i-th
+// answer is the i-th route's; none is asked for a route whose
+// preparation failed.
+func (m *Manager) resumeAll(ctx context.Context, st *meta.State, rs []meta.RouteRecord, prepared []error) []resumePoint {
+	out := make([]resumePoint, len(rs))
+	sinks := make([]sink.Sink, len(rs))
+	for i, r := range rs {
+		if prepared[i] != nil {
+			continue
+		}
+		// Opened one after another: feedFor opens a changefeed's source
+		// and sink once.
+		f, err := m.feedFor(ctx, st.Changefeeds[r.Route.Changefeed])
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		sinks[i] = f.sink
+	}
+	sem := make(chan struct{}, prepareWorkers)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		if sinks[i] == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w := sink.Writer{Dispatcher: dispatcherID(r.Route), Partition: r.Route.ID, Epoch: r.Route.Epoch}
+			at, ok, err := sink.Resume(ctx, sinks[i], w)
+			if err != nil {
+				err = fmt.Errorf("resume %s in the sink: %w", r.Route.ID, err)
+			}
+			out[i] = resumePoint{at: at, ok: ok, err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// dispatcherID names a placement's dispatcher: the partition and its
+// epoch, e.g. "p7.3".
+func dispatcherID(r model.RouteEntry) string { return fmt.Sprintf("%s.%d", r.ID, r.Epoch) }
+
 // start starts a partition's dispatcher; prepared is what preparing it
-// (prepareAll) returned.
-func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord, prepared error) error {
+// (prepareAll) returned, resumed where its sink says it resumes
+// (resumeAll).
+func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord, prepared error, resumed resumePoint) error {
 	e := st.Changefeeds[r.Route.Changefeed]
 	f, err := m.feedFor(ctx, e)
 	if err != nil {
@@ -446,16 +505,15 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	delete(m.finals, finalKey(r.Route))
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
-	id := fmt.Sprintf("%s.%d", r.Route.ID, r.Route.Epoch)
-	// An exactly-once sink fences the partition's earlier writers and
-	// says how far their durable writes reached: past the checkpoint
+	id := dispatcherID(r.Route)
+	// An exactly-once sink has fenced the partition's earlier writers
+	// and said how far their durable writes reached: past the checkpoint
 	// when one crashed after a write became durable and before its
 	// checkpoint was persisted. Nothing durable is written again.
-	at, recorded, err := sink.Resume(ctx, f.sink, sink.Writer{Dispatcher: id, Partition: r.Route.ID, Epoch: r.Route.Epoch})
-	if err != nil {
-		return fmt.Errorf("resume %s in the sink: %w", r.Route.ID, err)
+	if resumed.err != nil {
+		return resumed.err
 	}
-	if recorded && at.Later(sink.Position{Ts: from, Copied: copied}) {
+	if at := resumed.at; resumed.ok && at.Later(sink.Position{Ts: from, Copied: copied}) {
 		m.log.Info("the sink holds more of the partition than its checkpoint says; resuming after it", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "checkpoint", from, "sink", at.Ts)
 		from, copied = at.Ts, at.Copied
 	}
