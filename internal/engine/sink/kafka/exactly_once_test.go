@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -154,5 +157,60 @@ func TestExactlyOnceParameters(t *testing.T) {
 	cfg, err := kafka.ParseURI("kafka://h:9092/t?delivery=exactly-once")
 	if err != nil || !cfg.ExactlyOnce() || cfg.ProgressPartitions != 16 || cfg.TransactionTimeout != time.Minute {
 		t.Fatalf("delivery=exactly-once: %+v, %v", cfg, err)
+	}
+}
+
+// A broker refusing produce requests (NOT_ENOUGH_REPLICAS) for a moment
+// within retry-timeout: the transaction's batches are sent again with
+// their sequence numbers and the dispatcher runs on; past retry-timeout,
+// its transaction is aborted and it fails (seed 002: only it), and its
+// successor resumes after the last committed transaction. Either way
+// the topic holds every row once.
+func TestExactlyOnceThroughABrokerFault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fault time.Duration
+		fails bool
+	}{{"within retry-timeout", 300 * time.Millisecond, false}, {"past retry-timeout", 2 * time.Second, true}} {
+		c, err := kafkatest.Start(1, "cdc", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uri := fmt.Sprintf("kafka://%s/cdc?delivery=exactly-once&retry-timeout=1s", c.Addrs())
+		s := open(t, uri)
+		g := live(t, "gen://?tables=1&keys=100&rate=2000")
+		span := model.Span{Table: "t0001"}
+		first, _ := resume(t, g, s, "p0", 1, span, g.TableVersion(0))
+		time.Sleep(300 * time.Millisecond)
+		c.Fail(kerr.NotEnoughReplicas.Code)
+		time.Sleep(tc.fault)
+		c.Heal()
+		last := first.run
+		select {
+		case err := <-first.done:
+			var de *kafka.DispatcherError
+			if !tc.fails || !errors.As(err, &de) || !de.Transient {
+				t.Fatalf("%s: the dispatcher ended with %v", tc.name, err)
+			}
+			heir, _ := resume(t, g, s, "p0", 2, span, first.d.Checkpoint())
+			last = heir.run
+		case <-time.After(time.Second):
+			if tc.fails {
+				t.Fatalf("%s: the dispatcher ran on", tc.name)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		upTo := stop(t, last)
+		rep, err := verify.Kafka(context.Background(), g, uri, upTo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK || rep.Duplicates != 0 || rep.Expected < 1000 {
+			t.Fatalf("%s: %+v", tc.name, rep)
+		}
+		t.Logf("a broker fault %s: %d events, 0 lost, 0 duplicates", tc.name, rep.Expected)
+		s.Close()
+		c.Close()
 	}
 }

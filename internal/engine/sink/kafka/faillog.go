@@ -17,6 +17,9 @@ const failureLogInterval = 10 * time.Second
 type failureLog struct {
 	log   *slog.Logger
 	every time.Duration
+	// from is where a failed dispatcher's successor resumes, as the log
+	// says it.
+	from string
 
 	mu      sync.Mutex
 	open    bool // an interval is running
@@ -27,7 +30,13 @@ type failureLog struct {
 }
 
 func newFailureLog(log *slog.Logger, every time.Duration) *failureLog {
-	return &failureLog{log: log, every: every}
+	return &failureLog{log: log, every: every, from: "its checkpoint"}
+}
+
+// exactlyOnce makes the log say what happens with exactly-once delivery.
+func (l *failureLog) exactlyOnce() *failureLog {
+	l.from = "its last committed transaction (the open one is aborted)"
+	return l
 }
 
 // failed records the first failure of a dispatcher epoch.
@@ -44,7 +53,7 @@ func (l *failureLog) failed(dispatcher string, epoch uint64, transient bool, err
 		return
 	}
 	l.open = true
-	l.log.Warn("kafka sink: delivery failed; the dispatcher's other messages are held back and it is recovered from its checkpoint",
+	l.log.Warn("kafka sink: delivery failed; the dispatcher's other messages are held back and it is recovered from "+l.from,
 		"dispatcher", dispatcher, "epoch", epoch, "transient", transient, "err", err)
 	l.timer = time.AfterFunc(l.every, l.flush)
 }

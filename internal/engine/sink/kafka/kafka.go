@@ -171,6 +171,9 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts}
 	s.cond = sync.NewCond(&s.mu)
 	s.room = sync.NewCond(&s.mu)
+	if cfg.ExactlyOnce() {
+		s.failures.exactlyOnce()
+	}
 	s.lookUpLeaders()
 	go s.pump()
 	go s.refresher()

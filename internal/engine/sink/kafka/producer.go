@@ -79,8 +79,6 @@ type produceCall struct {
 	err    error
 	fatal  bool // err is not worth a retry (the node's tenure ended)
 	bytes  int  // of its batches
-	// progress: the call carries a transaction's progress record.
-	progress bool
 }
 
 // listLocked queues a partition for the next round. s.mu is held.

@@ -391,59 +391,42 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 	// Rounds of at most one record batch per partition, one request per
 	// leader, the leaders in parallel.
 	for len(order) > 0 || progress != nil {
-		calls := map[int32]*produceCall{}
-		s.mu.Lock()
-		leaders := s.leaders
-		s.mu.Unlock()
-		call := func(b *sarama.Broker) *produceCall {
-			c := calls[b.ID()]
-			if c == nil {
-				c = &produceCall{broker: b, id: b.ID(), req: s.newRequest()}
-				c.req.TransactionalID = &w.id
-				calls[b.ID()] = c
-			}
-			return c
-		}
+		var round []txnEntry
 		keep := order[:0]
 		for _, p := range order {
-			leader := leaders[p]
-			if leader == nil {
-				s.refreshSoon()
-				return fmt.Errorf("partition %d of %q: %w", p, s.cfg.Topic, s.noLeaderErr())
-			}
 			recs := byPart[p]
 			n, bytes := 0, recordBatchOverhead
 			for n < len(recs) && (n == 0 || bytes+recs[n].size() < s.cfg.MaxMessageBytes) {
 				bytes += recs[n].size()
 				n++
 			}
-			c := call(leader)
-			c.req.AddBatch(s.cfg.Topic, p, w.transactional(recordBatch(recs[:n]), &w.seq, p, n))
-			c.parts = append(c.parts, p)
-			c.bytes += bytes
+			round = append(round, txnEntry{topic: s.cfg.Topic, part: p, batch: w.transactional(recordBatch(recs[:n]), &w.seq, p, n), bytes: bytes})
 			if byPart[p] = recs[n:]; len(byPart[p]) > 0 {
 				keep = append(keep, p)
 			}
 		}
 		order = keep
 		if progress != nil {
-			leader, err := s.client.Leader(s.cfg.progressTopic(), progPart)
-			if err != nil {
-				return fmt.Errorf("the leader of the progress topic's partition %d: %w", progPart, err)
-			}
-			c := call(leader)
 			b := recordBatch([]*record{progress})
 			b.ProducerID, b.ProducerEpoch, b.FirstSequence, b.IsTransactional = w.producer, w.pepoch, w.progSeq, true
 			w.progSeq++
-			c.req.AddBatch(s.cfg.progressTopic(), progPart, b)
-			c.progress = true
+			round = append(round, txnEntry{topic: s.cfg.progressTopic(), part: progPart, batch: b, bytes: batchBytes([]*record{progress})})
 			progress = nil
 		}
-		if err := w.produce(calls, progPart); err != nil {
+		if err := w.produce(round); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// txnEntry is one record batch of a transaction, for one partition.
+type txnEntry struct {
+	topic string
+	part  int32
+	batch *sarama.RecordBatch
+	bytes int
+	err   error // of its last attempt
 }
 
 // transactional makes a record batch part of the writer's transaction,
@@ -455,47 +438,107 @@ func (w *txnWriter) transactional(b *sarama.RecordBatch, seq *map[int32]int32, p
 	return b
 }
 
-// produce sends one round's requests, one per leader, in parallel.
-func (w *txnWriter) produce(calls map[int32]*produceCall, progPart int32) error {
+// produce sends one round's record batches, one request per leader, the
+// leaders in parallel. A batch refused for a reason that passes (a
+// leader moving, too few in-sync replicas, a dropped connection) is sent
+// again, with its same sequence numbers, so the broker keeps it once,
+// until retry-timeout, as the at-least-once producer retries; then, or
+// at once for any other error (this producer fenced by a newer one, say),
+// the transaction fails.
+func (w *txnWriter) produce(round []txnEntry) error {
 	s := w.s
-	if err := s.hold(s.life); err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for _, c := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = c.broker.Open(s.sc)
-			began := time.Now()
-			c.res, c.err = c.broker.Produce(c.req)
-			s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
-			if c.err != nil {
-				_ = c.broker.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, c := range calls {
-		if c.err != nil {
-			return c.err
+	deadline := time.Now().Add(s.cfg.RetryTimeout)
+	for attempt := 0; ; attempt++ {
+		if err := s.hold(s.life); err != nil {
+			return err
 		}
-		parts := c.parts
-		for _, p := range parts {
-			if err := blockErr(c.res, s.cfg.Topic, p); err != nil {
-				if errors.Is(err, sarama.ErrNotLeaderForPartition) || errors.Is(err, sarama.ErrLeaderNotAvailable) {
-					s.refreshSoon()
+		calls := map[int32]*produceCall{}
+		byCall := map[*produceCall][]*txnEntry{}
+		var failed []txnEntry
+		for i := range round {
+			e := &round[i]
+			leader, err := w.leader(e.topic, e.part)
+			if err != nil {
+				e.err = err
+				failed = append(failed, *e)
+				continue
+			}
+			c := calls[leader.ID()]
+			if c == nil {
+				c = &produceCall{broker: leader, id: leader.ID(), req: s.newRequest()}
+				c.req.TransactionalID = &w.id
+				calls[leader.ID()] = c
+			}
+			c.req.AddBatch(e.topic, e.part, e.batch)
+			c.bytes += e.bytes
+			byCall[c] = append(byCall[c], e)
+		}
+		var wg sync.WaitGroup
+		for _, c := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.broker.Open(s.sc)
+				began := time.Now()
+				c.res, c.err = c.broker.Produce(c.req)
+				s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
+				if c.err != nil {
+					_ = c.broker.Close()
 				}
-				return fmt.Errorf("partition %d of %q: %w", p, s.cfg.Topic, err)
+			}()
+		}
+		wg.Wait()
+		for c, es := range byCall {
+			for _, e := range es {
+				e.err = c.err
+				if e.err == nil {
+					e.err = blockErr(c.res, e.topic, e.part)
+				}
+				if e.err != nil {
+					failed = append(failed, *e)
+				}
 			}
 		}
-		if c.progress {
-			if err := blockErr(c.res, s.cfg.progressTopic(), progPart); err != nil {
-				return fmt.Errorf("the progress record: %w", err)
-			}
+		if len(failed) == 0 {
+			return nil
+		}
+		err := failed[0].err
+		if !retryInTxn(err) || time.Now().Add(backoff(attempt)).After(deadline) {
+			return fmt.Errorf("partition %d of %q: %w", failed[0].part, failed[0].topic, err)
+		}
+		s.refreshSoon()
+		time.Sleep(backoff(attempt))
+		round = failed
+	}
+}
+
+// leader is a partition's leader: the topic's from the refresher's
+// lookups, the progress topic's from the client's metadata.
+func (w *txnWriter) leader(topic string, p int32) (*sarama.Broker, error) {
+	s := w.s
+	if topic != s.cfg.Topic {
+		return s.client.Leader(topic, p)
+	}
+	s.mu.Lock()
+	leader := s.leaders[p]
+	s.mu.Unlock()
+	if leader == nil {
+		return nil, s.noLeaderErr()
+	}
+	return leader, nil
+}
+
+// retryInTxn says whether a record batch refused with err may be sent
+// again in the same transaction: a transient error, unless it says the
+// producer's state is gone (fenced, out of sequence).
+func retryInTxn(err error) bool {
+	for _, e := range []error{sarama.ErrProducerFenced, sarama.ErrInvalidProducerEpoch, sarama.ErrOutOfOrderSequenceNumber,
+		sarama.ErrInvalidTxnState, sarama.ErrInvalidProducerIDMapping, sarama.ErrUnknownProducerID} {
+		if errors.Is(err, e) {
+			return false
 		}
 	}
-	return nil
+	return retryable(err)
 }
 
 // blockErr is a produce response's error for one partition.
