@@ -51,6 +51,12 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		if err != nil {
 			return nil, err
 		}
+		if u.Query().Get("delivery") == "exactly-once" && rep.Duplicates > 0 {
+			// Judged only where the sink promises it: after a crash an
+			// at-least-once sink writes rows again by design.
+			rep.OK = false
+			rep.Examples = append([]string{fmt.Sprintf("%d events written twice, into a sink that delivers exactly once (delivery=exactly-once)", rep.Duplicates)}, rep.Examples...)
+		}
 		return &rep, nil
 	}
 	up, tables, err := sources.Upstream(e.Info.SourceURI, "")

@@ -36,7 +36,8 @@ lost. The upstream's password, which the API does not show, comes from
 
 Exit 0 when nothing is lost, out of order, corrupt or unknown; 1 otherwise.
 Duplicates are reported, not judged: after a crash they are expected
-(at-least-once); after graceful operations there should be none.`,
+(at-least-once); after graceful operations there should be none. A sink
+with delivery=exactly-once is judged on them too: any fails the verify.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if changefeed == "" {
@@ -100,6 +101,9 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 	if !rep.OK {
 		if len(rep.TableReports) > 0 {
 			return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different", rep.Lost, rep.Unknown, rep.Corrupt))
+		}
+		if rep.Lost+rep.OutOfOrder+rep.Corrupt+rep.Unknown+rep.Misplaced == 0 && rep.Duplicates > 0 {
+			return withExit(ExitError, fmt.Errorf("verify found %d events written twice into a sink that delivers exactly once", rep.Duplicates))
 		}
 		return withExit(ExitError, fmt.Errorf("verify found %d lost, %d out of order, %d corrupt, %d unknown events and %d misplaced DDLs", rep.Lost, rep.OutOfOrder, rep.Corrupt, rep.Unknown, rep.Misplaced))
 	}

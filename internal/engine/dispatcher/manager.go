@@ -312,6 +312,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 				break // already handed over
 			}
 			from, copied := m.resumeFrom(st, d.Route)
+			from, copied = m.sinkHolds(ctx, st, d.Route, from, copied)
 			if !m.saveState(d.Route, from) {
 				break // tried again on the next pass
 			}
@@ -472,6 +473,39 @@ func (m *Manager) resumeAll(ctx context.Context, st *meta.State, rs []meta.Route
 	}
 	wg.Wait()
 	return out
+}
+
+// sinkHolds is the later of a position and where an exactly-once sink
+// says the partition's durable writes reach. A partition handed over
+// that nothing runs here (its dispatcher went with an earlier
+// incarnation of this node, before it could say where it stopped) is
+// otherwise handed over at its persisted position, which is behind what
+// its dispatcher wrote: its next owner would resume after that anyway,
+// but a split's new upper half has no record of its own, and would write
+// the rows in between again. Asking fences the partition's earlier
+// writers, as a resume does.
+func (m *Manager) sinkHolds(ctx context.Context, st *meta.State, r model.RouteEntry, from model.Ts, copied model.CopyProgress) (model.Ts, model.CopyProgress) {
+	e := st.Changefeeds[r.Changefeed]
+	if e == nil {
+		return from, copied
+	}
+	f, err := m.feedFor(ctx, e)
+	if err != nil {
+		return from, copied
+	}
+	// A writer of its own, forgotten at once: nothing is written.
+	w := sink.Writer{Dispatcher: dispatcherID(r) + "-handover", Partition: r.ID, Epoch: r.Epoch}
+	at, ok, err := sink.Resume(ctx, f.sink, w)
+	sink.Forget(f.sink, w.Dispatcher)
+	if err != nil {
+		m.log.Warn("cannot read where the sink holds a partition handed over; handing it over at its persisted position", "partition", r.ID, "changefeed", r.Changefeed, "err", err)
+		return from, copied
+	}
+	if ok && at.Later(sink.Position{Ts: from, Copied: copied}) {
+		m.log.Info("the sink holds more of a partition handed over than its checkpoint says; handing it over after it", "partition", r.ID, "changefeed", r.Changefeed, "checkpoint", from, "sink", at.Ts)
+		return at.Ts, at.Copied
+	}
+	return from, copied
 }
 
 // dispatcherID names a placement's dispatcher: the partition and its
