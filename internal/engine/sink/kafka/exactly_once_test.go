@@ -10,44 +10,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
-	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/sinktest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
-
-// crashable is a dispatcher whose run can be cut short like a crash.
-type crashable struct {
-	run
-	crash context.CancelFunc
-}
-
-// resume starts a partition's dispatcher as a node's manager does: the
-// sink is asked first where the partition resumes, and the dispatcher
-// starts from the later of that and its checkpoint.
-func resume(t *testing.T, g *gen.Generator, s *kafka.Sink, part string, epoch uint64, span model.Span, checkpoint model.Ts) (crashable, model.Ts) {
-	t.Helper()
-	id := fmt.Sprintf("%s.%d", part, epoch)
-	from := checkpoint
-	at, ok, err := s.Resume(context.Background(), sink.Writer{Dispatcher: id, Partition: part, Epoch: epoch})
-	if err != nil {
-		t.Fatalf("resume %s: %v", id, err)
-	}
-	if ok && at.Ts > from {
-		from = at.Ts
-	}
-	d, err := dispatcher.New(dispatcher.Config{ID: id, Epoch: epoch, Span: span, Start: from, Source: g, Sink: s, Now: now, BatchSize: 64, Idle: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := crashable{run: run{d: d, done: make(chan error, 1)}, crash: cancel}
-	go func() { r.done <- d.Run(ctx) }()
-	return r, from
-}
 
 // crashAndResume runs a partition under load on one node, crashes it
 // with its persisted checkpoint well behind what the sink holds (the
@@ -56,24 +24,24 @@ func resume(t *testing.T, g *gen.Generator, s *kafka.Sink, part string, epoch ui
 func crashAndResume(t *testing.T, query string) verify.Report {
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?%s", strings.Join(c.ListenAddrs(), ","), query)
-	g := live(t, "gen://?tables=1&keys=100&rate=3000")
+	g := sinktest.Live(t, "gen://?tables=1&keys=100&rate=3000")
 	span := model.Span{Table: "t0001"}
 	a := open(t, uri)
-	first, _ := resume(t, g, a, "p0", 1, span, g.TableVersion(0))
+	first, _ := sinktest.Resume(t, g, a, "p0", 1, span, g.TableVersion(0))
 	time.Sleep(300 * time.Millisecond)
-	persisted := first.d.Checkpoint()
+	persisted := first.D.Checkpoint()
 	time.Sleep(300 * time.Millisecond)
 	// kill -9: the dispatcher stops where it is; its node's sink is left
 	// as it was, with whatever transaction it had open.
-	first.crash()
-	<-first.done
-	if first.d.Checkpoint() <= persisted {
+	first.Crash()
+	<-first.Done
+	if first.D.Checkpoint() <= persisted {
 		t.Fatalf("the first owner made nothing durable after %s", persisted)
 	}
 	b := open(t, uri)
-	heir, from := resume(t, g, b, "p0", 2, span, persisted)
+	heir, from := sinktest.Resume(t, g, b, "p0", 2, span, persisted)
 	time.Sleep(300 * time.Millisecond)
-	upTo := stop(t, heir.run)
+	upTo := heir.Stop(t)
 	t.Logf("%s: resumed from %s (checkpoint %s)", query, from, persisted)
 	rep, err := verify.Kafka(context.Background(), g, uri, upTo)
 	if err != nil {
@@ -111,19 +79,19 @@ func TestExactlyOnceAZombieCannotCommit(t *testing.T) {
 	t.Parallel()
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?delivery=exactly-once", strings.Join(c.ListenAddrs(), ","))
-	g := live(t, "gen://?tables=1&keys=100&rate=3000")
+	g := sinktest.Live(t, "gen://?tables=1&keys=100&rate=3000")
 	span := model.Span{Table: "t0001"}
 	a := open(t, uri)
-	zombie, _ := resume(t, g, a, "p0", 1, span, g.TableVersion(0))
+	zombie, _ := sinktest.Resume(t, g, a, "p0", 1, span, g.TableVersion(0))
 	time.Sleep(300 * time.Millisecond)
 	b := open(t, uri)
-	heir, from := resume(t, g, b, "p0", 2, span, g.TableVersion(0))
+	heir, from := sinktest.Resume(t, g, b, "p0", 2, span, g.TableVersion(0))
 	if from <= g.TableVersion(0) {
 		t.Fatalf("the new owner resumes from %s: it did not read what the first one committed", from)
 	}
 	var zerr error
 	select {
-	case zerr = <-zombie.done:
+	case zerr = <-zombie.Done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the fenced owner kept running")
 	}
@@ -132,7 +100,7 @@ func TestExactlyOnceAZombieCannotCommit(t *testing.T) {
 		t.Fatalf("the fenced owner ended with %v, want its DispatcherError", zerr)
 	}
 	time.Sleep(300 * time.Millisecond)
-	upTo := stop(t, heir.run)
+	upTo := heir.Stop(t)
 	rep, err := verify.Kafka(context.Background(), g, uri, upTo)
 	if err != nil {
 		t.Fatal(err)
@@ -179,29 +147,29 @@ func TestExactlyOnceThroughABrokerFault(t *testing.T) {
 		}
 		uri := fmt.Sprintf("kafka://%s/cdc?delivery=exactly-once&retry-timeout=1s", c.Addrs())
 		s := open(t, uri)
-		g := live(t, "gen://?tables=1&keys=100&rate=2000")
+		g := sinktest.Live(t, "gen://?tables=1&keys=100&rate=2000")
 		span := model.Span{Table: "t0001"}
-		first, _ := resume(t, g, s, "p0", 1, span, g.TableVersion(0))
+		first, _ := sinktest.Resume(t, g, s, "p0", 1, span, g.TableVersion(0))
 		time.Sleep(300 * time.Millisecond)
 		c.Fail(kerr.NotEnoughReplicas.Code)
 		time.Sleep(tc.fault)
 		c.Heal()
-		last := first.run
+		last := first
 		select {
-		case err := <-first.done:
+		case err := <-first.Done:
 			var de *kafka.DispatcherError
 			if !tc.fails || !errors.As(err, &de) || !de.Transient {
 				t.Fatalf("%s: the dispatcher ended with %v", tc.name, err)
 			}
-			heir, _ := resume(t, g, s, "p0", 2, span, first.d.Checkpoint())
-			last = heir.run
+			heir, _ := sinktest.Resume(t, g, s, "p0", 2, span, first.D.Checkpoint())
+			last = heir
 		case <-time.After(time.Second):
 			if tc.fails {
 				t.Fatalf("%s: the dispatcher ran on", tc.name)
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		upTo := stop(t, last)
+		upTo := last.Stop(t)
 		rep, err := verify.Kafka(context.Background(), g, uri, upTo)
 		if err != nil {
 			t.Fatal(err)

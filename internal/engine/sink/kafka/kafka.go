@@ -403,12 +403,18 @@ func (s *Sink) finish(recs []*record, err error) {
 			s.releaseLocked(md.dispatcher, n)
 		}
 	}
+	s.unbufferLocked(size)
+	s.mu.Unlock()
+}
+
+// unbufferLocked gives back the buffer bytes of settled records, waking
+// writers waiting for room. s.mu is held.
+func (s *Sink) unbufferLocked(size int) {
 	before := s.buffered
 	s.buffered -= size
 	if before >= s.cfg.BufferMemory && s.buffered < s.cfg.BufferMemory {
 		s.room.Broadcast()
 	}
-	s.mu.Unlock()
 }
 
 func (s *Sink) releaseLocked(dispatcher string, n int) {

@@ -320,16 +320,20 @@ func (s *Sink) send(calls chan *produceCall) {
 				continue
 			}
 		}
-		// A connection closed after an error dials again (no-op when
-		// open).
-		_ = c.broker.Open(s.sc)
-		began := time.Now()
-		c.res, c.err = c.broker.Produce(c.req)
-		s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
-		if c.err != nil {
-			_ = c.broker.Close()
-		}
+		s.produce(c)
 		s.results <- c
+	}
+}
+
+// produce makes one produce call and counts it. A connection closed
+// after an error dials again (Open is a no-op on an open one).
+func (s *Sink) produce(c *produceCall) {
+	_ = c.broker.Open(s.sc)
+	began := time.Now()
+	c.res, c.err = c.broker.Produce(c.req)
+	s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
+	if c.err != nil {
+		_ = c.broker.Close()
 	}
 }
 

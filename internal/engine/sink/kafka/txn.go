@@ -478,13 +478,7 @@ func (w *txnWriter) produce(round []txnEntry) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_ = c.broker.Open(s.sc)
-				began := time.Now()
-				c.res, c.err = c.broker.Produce(c.req)
-				s.metrics.Produce(c.id, c.bytes, time.Since(began), s.produceResult(c))
-				if c.err != nil {
-					_ = c.broker.Close()
-				}
+				s.produce(c)
 			}()
 		}
 		wg.Wait()
@@ -581,11 +575,7 @@ func (s *Sink) settleTxn(w *txnWriter, batches []*txnBatch, err error) {
 	}
 	s.mu.Lock()
 	s.releaseLocked(w.dispatcher, n)
-	before := s.buffered
-	s.buffered -= size
-	if before >= s.cfg.BufferMemory && s.buffered < s.cfg.BufferMemory {
-		s.room.Broadcast()
-	}
+	s.unbufferLocked(size)
 	s.mu.Unlock()
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/bucket/buckettest"
-	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/sinktest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
@@ -19,70 +19,25 @@ import (
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
-// liveGen is a generator producing from now on.
-func liveGen(t *testing.T, uri string) *gen.Generator {
-	t.Helper()
-	cfg, err := gen.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.StartMillis = time.Now().UnixMilli()
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-type partitionRun struct {
-	d     *dispatcher.Dispatcher
-	done  chan error
-	crash context.CancelFunc
-}
-
-// resumeOn starts a partition's dispatcher on a sink as a node's manager
-// does: the sink is asked first where the partition resumes.
-func resumeOn(t *testing.T, g *gen.Generator, s *storage.Sink, part string, epoch uint64, span model.Span, checkpoint model.Ts) (partitionRun, model.Ts) {
-	t.Helper()
-	id := fmt.Sprintf("%s.%d", part, epoch)
-	from := checkpoint
-	at, ok, err := s.Resume(context.Background(), sink.Writer{Dispatcher: id, Partition: part, Epoch: epoch})
-	if err != nil {
-		t.Fatalf("resume %s: %v", id, err)
-	}
-	if ok && at.Ts > from {
-		from = at.Ts
-	}
-	now := func() model.Ts { return model.TsFromTime(time.Now()) }
-	d, err := dispatcher.New(dispatcher.Config{ID: id, Epoch: epoch, Span: span, Start: from, Source: g, Sink: s, Now: now, BatchSize: 64, Idle: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := partitionRun{d: d, done: make(chan error, 1), crash: cancel}
-	go func() { r.done <- d.Run(ctx) }()
-	return r, from
-}
-
 // storageCrash runs a partition under load into uri, crashes it with its
 // persisted checkpoint behind what the bucket holds (the process dies:
 // its sink is gone with it), resumes it through another sink on the same
 // place, and verifies.
 func storageCrash(t *testing.T, uri string) verify.Report {
-	g := liveGen(t, "gen://?tables=1&keys=100&rate=3000")
+	g := sinktest.Live(t, "gen://?tables=1&keys=100&rate=3000")
 	span := model.Span{Table: "t0001"}
 	a, err := storage.OpenWith(context.Background(), uri, quiet(), storage.Env{Changefeed: "demo@1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _ := resumeOn(t, g, a, "p0", 1, span, g.TableVersion(0))
+	first, _ := sinktest.Resume(t, g, a, "p0", 1, span, g.TableVersion(0))
 	time.Sleep(400 * time.Millisecond)
-	persisted := first.d.Checkpoint()
+	persisted := first.D.Checkpoint()
 	time.Sleep(400 * time.Millisecond)
-	first.crash()
-	<-first.done
+	first.Crash()
+	<-first.Done
 	a.Close() // the crashed process's sink: what it had not written is gone
-	if first.d.Checkpoint() <= persisted {
+	if first.D.Checkpoint() <= persisted {
 		t.Fatalf("the first owner made nothing durable after %s", persisted)
 	}
 	b, err := storage.OpenWith(context.Background(), uri, quiet(), storage.Env{Changefeed: "demo@1"})
@@ -90,13 +45,9 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	heir, from := resumeOn(t, g, b, "p0", 2, span, persisted)
+	heir, from := sinktest.Resume(t, g, b, "p0", 2, span, persisted)
 	time.Sleep(400 * time.Millisecond)
-	upTo, err := heir.d.Stop(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-heir.done
+	upTo := heir.Stop(t)
 	t.Logf("%s: resumed from %s (checkpoint %s)", uri, from, persisted)
 	rep, err := verify.Storage(context.Background(), g, uri, upTo)
 	if err != nil {
