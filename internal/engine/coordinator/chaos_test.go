@@ -57,7 +57,7 @@ func TestChaos(t *testing.T) {
 	seed := uint64(envInt("CDCCTL_CHAOS_SEED", 20261125))
 	for i := range runs {
 		s := seed + uint64(i)
-		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) { chaosRun(t, s) })
+		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) { chaosRun(t, s, os.Getenv("CDCCTL_CHAOS_SINK")) })
 	}
 }
 
@@ -74,7 +74,31 @@ var (
 	chaosFaults = []string{"none", "crash-coordinator", "crash-target", "crash-bystander", "kill-target", "stop-bystander", "cut", "freeze-etcd", "isolate-target", "sink-full", "kafka-broker"}
 )
 
-func chaosRun(t *testing.T, seed uint64) {
+// TestChaosFoundThese replays runs that found a defect, with the sink
+// they found it with, so the fix stays proven in CI.
+func TestChaosFoundThese(t *testing.T) {
+	t.Parallel()
+	for _, r := range []struct {
+		seed uint64
+		sink string
+		why  string
+	}{
+		// A split begun 12 ms before every capture's etcd link froze
+		// past the TTL: the partition was handed over at its persisted
+		// position, behind what its sink held, and the split's upper
+		// half wrote 2 rows twice.
+		{20263210, "storage-exactly-once", "a split's upper half after every session expired"},
+	} {
+		t.Run(fmt.Sprintf("seed-%d-%s", r.seed, r.sink), func(t *testing.T) {
+			t.Logf("found: %s", r.why)
+			chaosRun(t, r.seed, r.sink)
+		})
+	}
+}
+
+// chaosRun runs one seeded run; sinkKind is CDCCTL_CHAOS_SINK's value
+// ("": the fault's own sink, at least once).
+func chaosRun(t *testing.T, seed uint64, sinkKind string) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	op, fault := chaosOps[rng.IntN(len(chaosOps))], chaosFaults[rng.IntN(len(chaosFaults))]
 	if forced := os.Getenv("CDCCTL_CHAOS_OP"); forced != "" {
@@ -97,7 +121,6 @@ func chaosRun(t *testing.T, seed uint64) {
 	// kfake brokers with delivery=exactly-once; storage-exactly-once: to
 	// the storage sink (S3 for sink-full) with delivery=exactly-once.
 	// Either must write nothing twice whatever the fault (issue 31).
-	sinkKind := os.Getenv("CDCCTL_CHAOS_SINK")
 	exactlyOnce := sinkKind == "kafka-exactly-once" || sinkKind == "storage-exactly-once"
 	eoParam := ""
 	if sinkKind == "storage-exactly-once" {

@@ -114,6 +114,8 @@ func hint(err error, cfg Config) string {
 		return fmt.Sprintf("topic %q does not exist: create it (or let the broker auto-create topics), then run `cdcctl changefeed resume`", cfg.Topic)
 	case errors.Is(err, sarama.ErrTopicAuthorizationFailed), errors.Is(err, sarama.ErrClusterAuthorizationFailed):
 		return fmt.Sprintf("the broker refuses writes to topic %q: grant this client WRITE on it, then run `cdcctl changefeed resume`", cfg.Topic)
+	case errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed):
+		return "the broker refuses this client's transactions (delivery=exactly-once): grant it WRITE and DESCRIBE on the transactional ids with the prefix cdcctl/, then run `cdcctl changefeed resume`"
 	}
 	return "fix the cause named in the error, then run `cdcctl changefeed resume`"
 }
