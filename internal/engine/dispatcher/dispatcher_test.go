@@ -14,6 +14,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/sinktest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
@@ -24,19 +25,7 @@ import (
 func now() model.Ts { return model.TsFromTime(time.Now()) }
 
 // live is a generator that started just now, so reading it is live load.
-func live(t *testing.T, uri string) *gen.Generator {
-	t.Helper()
-	cfg, err := gen.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.StartMillis = time.Now().UnixMilli()
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
+var live = sinktest.Live
 
 type running struct {
 	d    *dispatcher.Dispatcher

@@ -17,6 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/sinktest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -34,19 +35,8 @@ func broker(t *testing.T, topics ...string) *kfake.Cluster {
 	return c
 }
 
-func live(t testing.TB, uri string) *gen.Generator {
-	t.Helper()
-	cfg, err := gen.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.StartMillis = time.Now().UnixMilli()
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
+// live is a generator that started just now, so reading it is live load.
+var live = sinktest.Live
 
 // open opens the Kafka sink of uri, closed when the test ends.
 func open(t testing.TB, uri string) *kafka.Sink {
