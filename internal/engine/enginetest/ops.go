@@ -297,7 +297,7 @@ func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 	var out []model.ChangefeedID
 	for i := range n {
 		name := fmt.Sprintf("cf%02d", i)
-		c.CreateChangefeed(name, "gen://?tables=2&keys=50&rate=200", "file://"+dir+"/"+name+"?flush-interval=100ms", 2)
+		c.CreateChangefeed(name, "gen://?tables=2&keys=50&rate=200", "file://"+dir+"/"+name+"?flush-interval=1s", 2)
 		out = append(out, model.ChangefeedID(name))
 	}
 	return out
