@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -30,9 +31,10 @@ type Server struct {
 	Port int
 	opts Options
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	sockDir string // the socket's own directory (socket), or ""
 }
 
 // ErrNotInstalled means no server binaries were found.
@@ -124,7 +126,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	logPath := filepath.Join(s.Dir, "server.log")
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(s.Dir, "data"), "--port=" + strconv.Itoa(s.Port),
-		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(s.Dir, "mysqld.sock"), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"), "--tmpdir=" + filepath.Join(s.Dir, "tmp"),
+		"--bind-address=127.0.0.1", "--socket=" + s.socket(), "--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"), "--tmpdir=" + filepath.Join(s.Dir, "tmp"),
 		"--log-error=" + logPath, "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0"}
 	if s.opts.Binlog {
 		args = append(args, "--log-bin="+filepath.Join(s.Dir, "binlog"), "--server-id=1", "--binlog-format=ROW",
@@ -148,9 +150,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
+		if greets(s.Addr()) {
 			return nil
 		}
 		select {
@@ -194,6 +194,29 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
+// socket is the path of mariadbd's Unix socket (it listens on one
+// whatever the options): beside its data, unless that path is longer than
+// a socket's path may be (108 bytes on Linux, 104 on macOS), as under a
+// long TMPDIR — mariadbd then aborts at start — and then in a short
+// directory of its own in /tmp, which Stop removes. Clients here connect
+// over TCP.
+func (s *Server) socket() string {
+	p := filepath.Join(s.Dir, "mysqld.sock")
+	if len(p) < 100 {
+		return p
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sockDir == "" {
+		d, err := os.MkdirTemp("/tmp", "mysqld")
+		if err != nil {
+			return p // mariadbd will say what is wrong
+		}
+		s.sockDir = d
+	}
+	return filepath.Join(s.sockDir, "mysqld.sock")
+}
+
 // Addr is host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
 
@@ -213,6 +236,12 @@ func (s *Server) Stop() error {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
+		s.mu.Lock()
+		if s.sockDir != "" {
+			_ = os.RemoveAll(s.sockDir)
+			s.sockDir = ""
+		}
+		s.mu.Unlock()
 		return nil
 	case <-time.After(60 * time.Second):
 		s.kill()
@@ -232,6 +261,24 @@ func (s *Server) kill() {
 		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// greets says a MariaDB or MySQL server answers at addr: it sends its
+// handshake (protocol version 10) first. A port that only accepts is not
+// enough: the port picked free may have been taken by another program
+// before mariadbd bound it (mariadbd then exits, "Address already in
+// use", and is started again on another), and CI once saw the first
+// query sent to such a listener, reset.
+func greets(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var head [5]byte // a packet's 3-byte length and sequence number, then the version
+	_, err = io.ReadFull(c, head[:])
+	return err == nil && head[4] == 10
 }
 
 func freePort() (int, error) {

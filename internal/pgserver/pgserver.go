@@ -85,8 +85,16 @@ func Start(ctx context.Context, dir string, port int, settings ...string) (*Serv
 			return nil, fmt.Errorf("initdb: %v: %s", err, out)
 		}
 	}
+	// The socket beside the data, unless its path would be longer than a
+	// socket's may be (108 bytes on Linux, 104 on macOS), as under a long
+	// TMPDIR: then none (the server would not start); clients here
+	// connect over TCP, and pg_ctl waits on postmaster.pid.
+	sockets := dir
+	if len(filepath.Join(dir, ".s.PGSQL.65535")) >= 100 {
+		sockets = "''"
+	}
 	for attempt := 1; ; attempt++ {
-		opts := fmt.Sprintf("-p %d -c wal_level=logical -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off -c max_wal_senders=20 -c max_replication_slots=20", s.Port, dir)
+		opts := fmt.Sprintf("-p %d -c wal_level=logical -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off -c max_wal_senders=20 -c max_replication_slots=20", s.Port, sockets)
 		for _, kv := range settings {
 			opts += " -c " + kv
 		}
