@@ -3,10 +3,13 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand"
 	"testing"
 	"time"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
@@ -227,6 +230,9 @@ func (w *shopWorkload) run(live []int64) {
 		w.next <- next
 		if err != nil {
 			_ = tx.Rollback()
+			if retryable(err) {
+				continue // as an application does: InnoDB undid all of it
+			}
 			w.err = err
 			return
 		}
@@ -251,6 +257,14 @@ func (w *shopWorkload) run(live []int64) {
 		live = append(kept, added...)
 		time.Sleep(time.Duration(10+rng.Intn(10)) * time.Millisecond)
 	}
+}
+
+// retryable says InnoDB chose the transaction as a deadlock's victim or
+// gave up its lock wait, and rolled it back: the application's part is to
+// run it again (CI saw one under the snapshot's and the workload's load).
+func retryable(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }
 
 // startShopDB starts a MariaDB with its binary log on and opens its

@@ -17,6 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -215,14 +216,7 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 		// Timed from the partitions' start: creating the slot is not reading.
 		began := time.Now()
 		var ps []*partition
-		for k := 0; k < parts; k++ {
-			span := model.Span{Table: "public.snap", Key: "int8"}
-			if k > 0 {
-				span.Start, _ = model.EncodeKey("int8", fmt.Sprint(k*rows/parts+1))
-			}
-			if k < parts-1 {
-				span.End, _ = model.EncodeKey("int8", fmt.Sprint((k+1)*rows/parts+1))
-			}
+		for _, span := range sourcetest.IntSpans("public.snap", rows, parts) {
 			ps = append(ps, rig.run(span, rig.start, model.CopyProgress{}))
 		}
 		for _, p := range ps {
@@ -260,10 +254,5 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 		one += snapshot(i, 1)
 		four += snapshot(i, 4)
 	}
-	n := float64(rows * b.N)
-	b.ReportMetric(n/one.Seconds(), "rows/s-1-partition")
-	b.ReportMetric(n/four.Seconds(), "rows/s-4-partitions")
-	b.ReportMetric(n/copyTime.Seconds(), "copy-rows/s")
-	b.ReportMetric(copyTime.Seconds()/one.Seconds(), "ratio-1")
-	b.ReportMetric(copyTime.Seconds()/four.Seconds(), "ratio-4")
+	sourcetest.ReportCopies(b, rows*b.N, one, four, copyTime, "copy")
 }

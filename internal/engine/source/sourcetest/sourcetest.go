@@ -1,10 +1,13 @@
 // Package sourcetest helps tests read sources: a read that fails fails
-// the test.
+// the test; spans copied as dispatchers copy them.
 package sourcetest
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -18,4 +21,77 @@ func Read(tb testing.TB, r source.Reader, upTo model.Ts, max int) []source.Event
 		tb.Fatalf("read up to %d: %v", upTo, err)
 	}
 	return evs
+}
+
+// CopySpans reads each span as a dispatcher does, one goroutine a span,
+// from a Copier's readers opened at from with nothing copied, until
+// every span's copy is done, and returns the rows each read (benchmarks
+// of a database's snapshot, which count and keep nothing). A table
+// without schema changes during the copy is assumed: a reader that stops
+// before one would never finish.
+func CopySpans(tb testing.TB, c source.Copier, from model.Ts, spans []model.Span) []int {
+	tb.Helper()
+	counts := make([]int, len(spans))
+	errs := make(chan error, len(spans))
+	for i, span := range spans {
+		r, err := c.OpenCopying(span, from, model.CopyProgress{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go func() {
+			if cl, ok := r.(source.Closer); ok {
+				defer cl.Close()
+			}
+			for {
+				evs, err := r.Read(context.Background(), model.Ts(math.MaxInt64>>1), 256)
+				if err != nil {
+					errs <- err
+					return
+				}
+				counts[i] += len(evs)
+				if cp, ok := r.(source.Copying); ok && cp.Copied().Done {
+					errs <- nil
+					return
+				}
+				if len(evs) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	for range spans {
+		if err := <-errs; err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return counts
+}
+
+// IntSpans cuts table, whose int8 key runs 1..rows, into parts spans of
+// equal key ranges, the first and last open.
+func IntSpans(table string, rows, parts int) []model.Span {
+	var spans []model.Span
+	for k := 0; k < parts; k++ {
+		span := model.Span{Table: table, Key: "int8"}
+		if k > 0 {
+			span.Start, _ = model.EncodeKey("int8", strconv.Itoa(k*rows/parts+1))
+		}
+		if k < parts-1 {
+			span.End, _ = model.EncodeKey("int8", strconv.Itoa((k+1)*rows/parts+1))
+		}
+		spans = append(spans, span)
+	}
+	return spans
+}
+
+// ReportCopies reports a snapshot benchmark's figures: rows/s copied by
+// one partition and by four, the baseline's rows/s (its metric named
+// baseline+"-rows/s") and the two ratios to it.
+func ReportCopies(b *testing.B, rows int, one, four, base time.Duration, baseline string) {
+	n := float64(rows)
+	b.ReportMetric(n/one.Seconds(), "rows/s-1-partition")
+	b.ReportMetric(n/four.Seconds(), "rows/s-4-partitions")
+	b.ReportMetric(n/base.Seconds(), baseline+"-rows/s")
+	b.ReportMetric(base.Seconds()/one.Seconds(), "ratio-1")
+	b.ReportMetric(base.Seconds()/four.Seconds(), "ratio-4")
 }
