@@ -236,12 +236,7 @@ func (s *Server) Stop() error {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
-		s.mu.Lock()
-		if s.sockDir != "" {
-			_ = os.RemoveAll(s.sockDir)
-			s.sockDir = ""
-		}
-		s.mu.Unlock()
+		s.removeSocketDir()
 		return nil
 	case <-time.After(60 * time.Second):
 		s.kill()
@@ -260,6 +255,18 @@ func (s *Server) kill() {
 	if cmd != nil {
 		_ = cmd.Process.Kill()
 		<-done
+	}
+	s.removeSocketDir()
+}
+
+// removeSocketDir removes the socket's own directory, if socket made one,
+// once the server is gone (stopped, or killed at a failed start).
+func (s *Server) removeSocketDir() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sockDir != "" {
+		_ = os.RemoveAll(s.sockDir)
+		s.sockDir = ""
 	}
 }
 
