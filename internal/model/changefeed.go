@@ -3,7 +3,9 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,6 +41,23 @@ type ChangefeedInfo struct {
 	// UpdatedAt is when its tables last changed (changefeed update); the
 	// nodes open its source again.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// TransactionMetaOption is the sink URI parameter that asks for source
+// transactions' boundaries (transaction-meta=true; docs/transactions.md).
+// The changefeed's event log numbers its rows within their transactions
+// only then, so both the sink and the log's owner read it.
+const TransactionMetaOption = "transaction-meta"
+
+// WantsTransactions says the changefeed's sink asks for transaction
+// boundaries.
+func (i ChangefeedInfo) WantsTransactions() bool {
+	u, err := url.Parse(i.SinkURI)
+	if err != nil {
+		return false
+	}
+	v, err := strconv.ParseBool(u.Query().Get(TransactionMetaOption))
+	return err == nil && v
 }
 
 // SameIncarnation says whether two infos describe the changefeed as it

@@ -384,11 +384,36 @@ func (d *Dispatcher) write(ctx context.Context, evs []source.Event) error {
 		d.ack(b, nil)
 		return nil
 	}
+	evs, txns := splitTxns(evs)
 	return d.cfg.Sink.Write(ctx, &sink.Batch{
-		Dispatcher: d.cfg.ID, Epoch: d.cfg.Epoch, Events: evs,
+		Dispatcher: d.cfg.ID, Epoch: d.cfg.Epoch, Events: evs, Txns: txns,
 		End: sink.Position{Ts: b.end, Copied: b.copied}, Inside: d.inside(),
 		OnFlushed: func(err error) { d.ack(b, err) },
 	})
+}
+
+// splitTxns takes the transactions' summaries (KindTxn: only a sink that
+// writes transaction boundaries has its log add them) out of a read's
+// rows. The rows stay in place and in order.
+func splitTxns(evs []source.Event) ([]source.Event, []source.Event) {
+	n := 0
+	for i := range evs {
+		if evs[i].Kind == source.KindTxn {
+			n++
+		}
+	}
+	if n == 0 {
+		return evs, nil
+	}
+	rows, txns := make([]source.Event, 0, len(evs)-n), make([]source.Event, 0, n)
+	for _, e := range evs {
+		if e.Kind == source.KindTxn {
+			txns = append(txns, e)
+		} else {
+			rows = append(rows, e)
+		}
+	}
+	return rows, txns
 }
 
 // ack marks a batch durable and moves the checkpoint over every durable

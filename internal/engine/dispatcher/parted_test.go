@@ -34,7 +34,7 @@ func (f *firstWrite) Write(ctx context.Context, b *sink.Batch) error {
 // next owner is after the whole transaction, and no row is written twice.
 func TestAStopInsideALargeTransactionWaitsForItsEnd(t *testing.T) {
 	const rows, ts = 2000, model.Ts(1000)
-	log, err := eventlog.Open(t.TempDir(), 0)
+	log, err := eventlog.Open(t.TempDir(), 0, eventlog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -50,13 +52,40 @@ type Log struct {
 	closed  bool
 	seqTs   model.Ts // the position rows are being numbered at
 	seq     uint32   // the next row's number there
+
+	// With Options.Transactions: the open transaction's rows by table, in
+	// the order it first wrote each (summed into its KindTxn summary at
+	// its commit).
+	txns   bool
+	counts []tableRows
 }
+
+// tableRows is how many rows the open transaction wrote into a table, and
+// the first one's key.
+type tableRows struct {
+	table, first string
+	def          *source.TableDef
+	n            uint32
+}
+
+// Options are how a log is kept.
+type Options struct {
+	// Transactions numbers each row within its transaction (TxnOrder,
+	// TxnTableOrder) and adds, at each commit, the transaction's summary
+	// (a KindTxn event, returned to the partition of its first row): for
+	// sinks that write transaction boundaries.
+	Transactions bool
+}
+
+// txnSeq is the sequence number a transaction's summary is stored at,
+// under its first row's table: after every row of the transaction.
+const txnSeq = math.MaxUint32
 
 // ErrTrimmed means a read asked for positions the log no longer holds.
 var ErrTrimmed = errors.New("event log: positions below the checkpoint were trimmed")
 
 // Open opens an empty log in dir; "" keeps it in memory.
-func Open(dir string, start model.Ts) (*Log, error) {
+func Open(dir string, start model.Ts, o Options) (*Log, error) {
 	opts := &pebble.Options{DisableWAL: true, Logger: quietLogger{}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
@@ -66,7 +95,7 @@ func Open(dir string, start model.Ts) (*Log, error) {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
 	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
-		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, held: map[string]model.Ts{}, changed: make(chan struct{})}, nil
+		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, held: map[string]model.Ts{}, changed: make(chan struct{}), txns: o.Transactions}, nil
 }
 
 // Close releases the store; reads after it return nothing.
@@ -121,6 +150,14 @@ func (l *Log) ErasePart(table string) error {
 	if ts <= l.resolved {
 		return fmt.Errorf("event log: no open transaction to erase rows of (resolved to %v)", l.resolved)
 	}
+	for i := range l.counts {
+		if l.counts[i].table == table {
+			// Its rows leave the summary; the others keep their numbers
+			// (total_order then has a gap where they were).
+			l.counts = slices.Delete(l.counts, i, i+1)
+			break
+		}
+	}
 	return l.db.DeleteRange(rowKey(table, ts, 0), rowKey(table, ts+1, 0), pebble.NoSync)
 }
 
@@ -157,14 +194,27 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		}
 		// A transaction's rows, in parts or not, are numbered in order.
 		if e.CommitTs != l.seqTs {
-			l.seqTs, l.seq = e.CommitTs, 0
+			l.seqTs, l.seq, l.counts = e.CommitTs, 0, l.counts[:0]
+		}
+		if l.seq == txnSeq {
+			return fmt.Errorf("event log: transaction at %v has more than %d rows", e.CommitTs, txnSeq-1)
 		}
 		l.tables[e.Table] = true
-		val = l.encode(val[:0], e)
+		tableOrder := uint32(0)
+		if l.txns {
+			tableOrder = l.countRow(e)
+		}
+		val = l.encode(val[:0], e, tableOrder)
 		if err := b.Set(rowKey(e.Table, e.CommitTs, l.seq), val, nil); err != nil {
 			return err
 		}
 		l.seq++
+	}
+	if resolve && l.txns && len(l.counts) > 0 && l.seqTs == events[len(events)-1].CommitTs {
+		if err := b.Set(rowKey(l.counts[0].table, l.seqTs, txnSeq), l.encodeSummary(val[:0]), nil); err != nil {
+			return err
+		}
+		l.counts = l.counts[:0]
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("event log: %w", err)
@@ -287,7 +337,7 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 				return out, source.Cursor{Done: ts - 1, At: ts, Seq: seq}, nil
 			}
 		}
-		e, d, err := l.decodeKey(&a, span.Table, ts, it.Value())
+		e, d, err := l.decodeKey(&a, span.Table, ts, seq, it.Value())
 		if err != nil {
 			return nil, from, err
 		}
@@ -373,14 +423,48 @@ func (l *Log) defID(d *source.TableDef) uint32 {
 	return id
 }
 
-func (l *Log) encode(b []byte, e *source.Event) []byte {
+func (l *Log) encode(b []byte, e *source.Event, tableOrder uint32) []byte {
 	b = binary.AppendUvarint(b, uint64(l.defID(e.Def)))
 	b = append(b, byte(e.Op))
 	b = binary.AppendUvarint(b, e.SchemaVersion)
 	b = binary.AppendUvarint(b, uint64(e.TableVersion))
 	b = appendString(b, e.Key)
+	b = binary.AppendUvarint(b, uint64(tableOrder))
 	b = appendValues(b, e.New)
 	return appendValues(b, e.Old)
+}
+
+// countRow counts a row into the open transaction's summary and returns
+// its place among the transaction's rows of its table, from 1.
+func (l *Log) countRow(e *source.Event) uint32 {
+	for i := range l.counts {
+		if c := &l.counts[i]; c.table == e.Table {
+			c.n++
+			return c.n
+		}
+	}
+	l.counts = append(l.counts, tableRows{table: e.Table, first: e.Key, def: e.Def, n: 1})
+	return 1
+}
+
+// encodeSummary encodes the open transaction's summary as a row of its
+// first table: a row's head with operation 0 (none is a real row's) and
+// its first row's key, so that a span's read finds it where it finds
+// that row; then the counts by table.
+func (l *Log) encodeSummary(b []byte) []byte {
+	first := l.counts[0]
+	b = binary.AppendUvarint(b, uint64(l.defID(first.def)))
+	b = append(b, 0)
+	b = binary.AppendUvarint(b, 0)
+	b = binary.AppendUvarint(b, 0)
+	b = appendString(b, first.first)
+	b = binary.AppendUvarint(b, 0)
+	b = binary.AppendUvarint(b, uint64(len(l.counts)))
+	for _, c := range l.counts {
+		b = appendString(b, c.table)
+		b = binary.AppendUvarint(b, uint64(c.n))
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -514,7 +598,7 @@ func (a *arena) values(n int) []source.Value {
 
 // decodeKey decodes a row's head up to its key: enough to tell whether
 // a span holds it before its values are decoded.
-func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.Event, decoder, error) {
+func (l *Log) decodeKey(a *arena, table string, ts model.Ts, seq uint32, b []byte) (source.Event, decoder, error) {
 	d := decoder{b: b, a: a} // returned by value: a pointer was an allocation per row
 	id := d.uvarint()
 	e := source.Event{Kind: source.KindDML, Table: table, CommitTs: ts}
@@ -522,6 +606,12 @@ func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.E
 	e.SchemaVersion = d.uvarint()
 	e.TableVersion = model.Ts(d.uvarint())
 	e.Key = d.string()
+	if e.Op == 0 {
+		e.Kind = source.KindTxn
+	}
+	if tableOrder := d.uvarint(); tableOrder > 0 {
+		e.TxnOrder, e.TxnTableOrder = seq+1, uint32(tableOrder)
+	}
 	if d.err != nil {
 		return source.Event{}, d, d.err
 	}
@@ -534,6 +624,20 @@ func (l *Log) decodeKey(a *arena, table string, ts model.Ts, b []byte) (source.E
 
 // decodeValues decodes the rest of a row decodeKey began.
 func decodeValues(e *source.Event, d *decoder) error {
+	if e.Kind == source.KindTxn {
+		t := &source.TxnSummary{}
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			return errors.New("event log: corrupt transaction summary")
+		}
+		for range n {
+			c := source.TableCount{Table: d.string(), Events: int(d.uvarint())}
+			t.Tables = append(t.Tables, c)
+			t.Events += c.Events
+		}
+		e.Txn = t
+		return d.err
+	}
 	e.New = d.values()
 	e.Old = d.values()
 	return d.err

@@ -44,7 +44,7 @@ func keys(evs []source.Event) string {
 }
 
 func TestReadsASpanInCommitOrderUpToResolvedAndTheNextSchemaChange(t *testing.T) {
-	l, err := Open(t.TempDir(), 5)
+	l, err := Open(t.TempDir(), 5, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func after(ts model.Ts) source.Cursor { return source.Cursor{Done: ts} }
 // invisible until it commits, and is read back in parts whose cursor
 // says where the read stands inside it.
 func TestLargeTransactionInParts(t *testing.T) {
-	l, err := Open(t.TempDir(), 0)
+	l, err := Open(t.TempDir(), 0, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestLargeTransactionInParts(t *testing.T) {
 }
 
 func TestChangedWakesReaders(t *testing.T) {
-	l, err := Open("", 0)
+	l, err := Open("", 0, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,5 +204,104 @@ func TestChangedWakesReaders(t *testing.T) {
 	}
 	if l.Resolved() != 7 {
 		t.Fatalf("resolved %v", l.Resolved())
+	}
+}
+
+func TestNumbersTransactionsAndSummarizesEachForThePartitionOfItsFirstRow(t *testing.T) {
+	l, err := Open(t.TempDir(), 0, Options{Transactions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other := func(ts model.Ts, key string) source.Event {
+		e := row(ts, key, source.OpInsert, v1)
+		e.Table = "public.u"
+		return e
+	}
+	// One transaction over two tables, received in two parts; one row of
+	// it erased again by a TRUNCATE of its table later in it.
+	if err := l.AppendPart([]source.Event{row(10, "m", source.OpInsert, v1), other(10, "x"), row(10, "b", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendPart([]source.Event{other(10, "y")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{row(10, "c", source.OpUpdate, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{other(20, "z")}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(table, lo, hi string) []source.Event {
+		t.Helper()
+		evs, _, err := l.Read(model.Span{Table: table, Start: lo, End: hi}, after(0), 100, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	show := func(evs []source.Event) string {
+		s := ""
+		for _, e := range evs {
+			if e.Kind == source.KindTxn {
+				s += fmt.Sprintf("txn@%d(%s %d", e.CommitTs, e.Key, e.Txn.Events)
+				for _, c := range e.Txn.Tables {
+					s += fmt.Sprintf(" %s=%d", c.Table, c.Events)
+				}
+				s += ") "
+				continue
+			}
+			s += fmt.Sprintf("%s@%d#%d/%d ", e.Key, e.CommitTs, e.TxnOrder, e.TxnTableOrder)
+		}
+		return s
+	}
+	// The summary goes to the span holding the transaction's first row
+	// ("m" of public.t), after that span's rows of it; no other span
+	// gets one.
+	if got, want := show(read("public.t", "", "k")), "b@10#3/2 c@10#5/3 "; got != want {
+		t.Fatalf("public.t [,k): %q, want %q", got, want)
+	}
+	if got, want := show(read("public.t", "k", "")), "m@10#1/1 txn@10(m 5 public.t=3 public.u=2) "; got != want {
+		t.Fatalf("public.t [k,): %q, want %q", got, want)
+	}
+	if got, want := show(read("public.u", "", "")), "x@10#2/1 y@10#4/2 z@20#1/1 txn@20(z 1 public.u=1) "; got != want {
+		t.Fatalf("public.u: %q, want %q", got, want)
+	}
+
+	// A TRUNCATE in the transaction erases the table's rows so far: they
+	// leave its summary too.
+	if err := l.AppendPart([]source.Event{row(30, "a", source.OpInsert, v1), other(30, "w")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ErasePart("public.t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{other(30, "v")}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := l.Read(model.Span{Table: "public.u"}, after(20), 100, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(evs), "w@30#2/1 v@30#3/2 txn@30(w 2 public.u=2) "; got != want {
+		t.Fatalf("after an erase: %q, want %q", got, want)
+	}
+}
+
+func TestNumbersNothingUnlessAsked(t *testing.T) {
+	l, err := Open("", 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append([]source.Event{row(10, "a", source.OpInsert, v1), row(10, "b", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := l.Read(model.Span{Table: "public.t"}, after(0), 100, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].TxnOrder != 0 || evs[1].Kind != source.KindDML {
+		t.Fatalf("rows %+v", evs)
 	}
 }

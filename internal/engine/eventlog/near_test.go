@@ -15,7 +15,7 @@ import (
 // through it would panic), and the rows and cursors are the ones another
 // node reads through the transport.
 func TestALogOnThisNodeIsReadWithoutTheTransport(t *testing.T) {
-	l, err := Open(t.TempDir(), 5)
+	l, err := Open(t.TempDir(), 5, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,18 +211,21 @@ type Batch struct {
 }
 
 type wireEvent struct {
-	Kind          source.Kind `json:"k"`
-	Def           int         `json:"d"`
-	CommitTs      model.Ts    `json:"ts"`
-	SchemaVersion uint64      `json:"sv,omitempty"`
-	TableVersion  model.Ts    `json:"tv,omitempty"`
-	Op            source.Op   `json:"op,omitempty"`
-	Key           string      `json:"key,omitempty"`
-	New           []wireValue `json:"new,omitempty"`
-	Old           []wireValue `json:"old,omitempty"`
-	HasNew        bool        `json:"hn,omitempty"`
-	HasOld        bool        `json:"ho,omitempty"`
-	Statement     string      `json:"sql,omitempty"`
+	Kind          source.Kind        `json:"k"`
+	Def           int                `json:"d"`
+	CommitTs      model.Ts           `json:"ts"`
+	SchemaVersion uint64             `json:"sv,omitempty"`
+	TableVersion  model.Ts           `json:"tv,omitempty"`
+	Op            source.Op          `json:"op,omitempty"`
+	Key           string             `json:"key,omitempty"`
+	New           []wireValue        `json:"new,omitempty"`
+	Old           []wireValue        `json:"old,omitempty"`
+	HasNew        bool               `json:"hn,omitempty"`
+	HasOld        bool               `json:"ho,omitempty"`
+	Statement     string             `json:"sql,omitempty"`
+	TxnOrder      uint32             `json:"to,omitempty"`
+	TxnTableOrder uint32             `json:"tto,omitempty"`
+	Txn           *source.TxnSummary `json:"txn,omitempty"`
 }
 
 type wireValue struct {
@@ -245,6 +248,7 @@ func encodeBatch(evs []source.Event) Batch {
 		b.Events = append(b.Events, wireEvent{
 			Kind: e.Kind, Def: d, CommitTs: e.CommitTs, SchemaVersion: e.SchemaVersion, TableVersion: e.TableVersion,
 			Op: e.Op, Key: e.Key, New: toWire(e.New), Old: toWire(e.Old), HasNew: e.New != nil, HasOld: e.Old != nil, Statement: e.Statement,
+			TxnOrder: e.TxnOrder, TxnTableOrder: e.TxnTableOrder, Txn: e.Txn,
 		})
 	}
 	return b
@@ -293,6 +297,7 @@ func (c *Client) decodeBatch(table string, b Batch) ([]source.Event, error) {
 		out[i] = source.Event{
 			Kind: w.Kind, Table: table, CommitTs: w.CommitTs, Def: defs[w.Def], SchemaVersion: w.SchemaVersion, TableVersion: w.TableVersion,
 			Op: w.Op, Key: w.Key, New: fromWire(w.New, w.HasNew), Old: fromWire(w.Old, w.HasOld), Statement: w.Statement,
+			TxnOrder: w.TxnOrder, TxnTableOrder: w.TxnTableOrder, Txn: w.Txn,
 		}
 	}
 	return out, nil

@@ -123,7 +123,10 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 			h.log.Warn("maintainer: cannot prepare the event log's directory", "changefeed", cf, "err", err)
 			return
 		}
-		log, err := eventlog.Open(dir, 0)
+		// Rows are numbered within their transactions only for a sink
+		// that writes transaction boundaries: the summaries cost a
+		// record per transaction.
+		log, err := eventlog.Open(dir, 0, eventlog.Options{Transactions: e.Info.WantsTransactions()})
 		if err != nil {
 			h.log.Warn("maintainer: cannot open an event log", "changefeed", cf, "err", err)
 			return

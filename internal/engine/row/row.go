@@ -5,6 +5,7 @@
 package row
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -20,6 +21,12 @@ const (
 	// event log (Statement holds it): readers that copy rows stop at it;
 	// dispatchers never see one.
 	KindMark
+	// KindTxn is a source transaction's summary (Txn holds it), for sinks
+	// that write transaction boundaries (a sink's transaction-meta): the
+	// event log adds one per transaction at its commit, routed like the
+	// transaction's first row (Table and Key are that row's), so exactly
+	// one partition gets it.
+	KindTxn
 )
 
 func (k Kind) String() string {
@@ -30,6 +37,8 @@ func (k Kind) String() string {
 		return "DDL"
 	case KindMark:
 		return "Mark"
+	case KindTxn:
+		return "Txn"
 	}
 	return "Kind(?)"
 }
@@ -163,10 +172,39 @@ type Event struct {
 	// Old is the row before an update or delete, as far as the upstream
 	// tells it (at least the key of a delete); nil when unknown.
 	Old []Value
+	// TxnOrder is the row's place in its source transaction, from 1, over
+	// every table (Debezium's total_order); TxnTableOrder its place among
+	// the transaction's rows of its table (data_collection_order). Both 0
+	// when the changefeed does not ask for transaction boundaries, and
+	// for rows of the initial snapshot, which belong to no transaction.
+	TxnOrder, TxnTableOrder uint32
+
+	// Txn is a KindTxn event's summary.
+	Txn *TxnSummary
 
 	// DDL only.
 	Statement string
 }
+
+// TxnSummary is what a sink writes at a source transaction's boundaries:
+// how many rows it has, in all and by table. Its id is its commit ts,
+// which the transaction's rows carry too (TxnID).
+type TxnSummary struct {
+	Events int
+	// Tables are the counts by table, in the order the transaction first
+	// wrote each table.
+	Tables []TableCount
+}
+
+// TableCount is how many rows of a transaction belong to one table.
+type TableCount struct {
+	Table  string
+	Events int
+}
+
+// TxnID is a source transaction's id as sinks write it: its commit ts in
+// decimal, unique within a changefeed and ordered as the commits are.
+func TxnID(ts model.Ts) string { return strconv.FormatUint(uint64(ts), 10) }
 
 // Image is the row a sink shows for a DML: the new row, or for a delete
 // the old one.

@@ -26,6 +26,11 @@ type Batch struct {
 	Dispatcher string
 	Epoch      uint64
 	Events     []row.Event
+	// Txns are the summaries (row.KindTxn) of the source transactions
+	// whose first row is in this partition, read with Events: a sink that
+	// writes transaction boundaries writes each as its BEGIN and END. Only
+	// a changefeed whose sink asks for them has any.
+	Txns []row.Event
 	// End is the dispatcher's position after the batch: every event up
 	// to it is in this batch or an earlier one. Inside marks a batch that
 	// ends inside a transaction returned in parts or inside a snapshot
@@ -156,3 +161,9 @@ type Tenure interface {
 	// the hold's end.
 	Hold(ctx context.Context) error
 }
+
+// TransactionMetaOption is the sink URI parameter that asks for source
+// transactions' boundaries: every row carries its transaction's id and
+// its place in it, and the sink writes a BEGIN and an END record per
+// transaction (docs/transactions.md).
+const TransactionMetaOption = model.TransactionMetaOption

@@ -223,7 +223,7 @@ func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event,
 			r.onMark(e) // the read's last event
 			continue
 		}
-		if r.keyless && !r.copied.Done {
+		if r.keyless && !r.copied.Done && e.Kind != KindTxn {
 			// Copied whole from one snapshot: every change before it is
 			// in it.
 			continue

@@ -11,12 +11,16 @@ type (
 	TableDef  = row.TableDef
 	Value     = row.Value
 	Event     = row.Event
+
+	TxnSummary = row.TxnSummary
+	TableCount = row.TableCount
 )
 
 const (
 	KindDML  = row.KindDML
 	KindDDL  = row.KindDDL
 	KindMark = row.KindMark
+	KindTxn  = row.KindTxn
 	OpInsert = row.OpInsert
 	OpUpdate = row.OpUpdate
 	OpDelete = row.OpDelete

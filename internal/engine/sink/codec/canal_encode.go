@@ -153,6 +153,9 @@ func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) [
 	if !first {
 		b = append(b, `]}`...)
 	}
+	if e.TxnOrder > 0 {
+		b = appendTxnPosition(b, e)
+	}
 	return append(b, '}')
 }
 

@@ -156,6 +156,8 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("use %s (the default) or %s", DeliveryAtLeastOnce, DeliveryExactlyOnce)
 			}
 			c.Delivery = v
+		case sink.TransactionMetaOption:
+			perr = fmt.Errorf("the Kafka sink does not write transaction boundaries yet: a storage sink does (docs/transactions.md); leave the parameter out")
 		case "progress-topic":
 			if v == "" || strings.ContainsAny(v, "/ ") {
 				perr = fmt.Errorf("name one topic")

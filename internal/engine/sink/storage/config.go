@@ -93,6 +93,11 @@ type Config struct {
 	// every flush of a partition then ends with a progress object, and a
 	// partition resumes after it (progress.go).
 	Delivery string
+	// TransactionMeta writes source transactions' boundaries: each
+	// canal-json row carries its transaction's id and place, and each
+	// transaction's BEGIN and END records go to files under
+	// cdcctl-transaction/ (docs/transactions.md).
+	TransactionMeta bool
 }
 
 // The deliveries a storage sink offers.
@@ -145,7 +150,7 @@ func (c Config) bufferedCap() int64 {
 // where nor in which form (protocol, schema, date-separator) nor where
 // it spools (spool, spool-dir: checked against the capture's sink root
 // at creation).
-var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery"}
+var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery", sink.TransactionMetaOption}
 
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
@@ -225,6 +230,11 @@ func ParseURI(raw string) (Config, error) {
 			if v != DeliveryAtLeastOnce && v != DeliveryExactlyOnce {
 				perr = fmt.Errorf("use %s (the default) or %s", DeliveryAtLeastOnce, DeliveryExactlyOnce)
 			}
+		case sink.TransactionMetaOption:
+			c.TransactionMeta, perr = strconv.ParseBool(v)
+			if perr != nil {
+				perr = fmt.Errorf("use true or false (the default)")
+			}
 		case "schema":
 			c.Schema = v
 			if v == "" || strings.ContainsAny(v, "/\\") {
@@ -237,6 +247,9 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("sink URI: %s=%q: %v", key, redact.Value(key, v), perr)
 		}
 		q.Del(key)
+	}
+	if c.TransactionMeta && c.Protocol != ProtocolCanalJSON {
+		return Config{}, fmt.Errorf("sink URI %s: transaction-meta=true needs protocol=canal-json: a CSV row has no place for its transaction's id and position", redact.URI(raw))
 	}
 	if c.Spool == SpoolDisk {
 		// No spool-dir: the agent's own (Env.SpoolDir), chosen when

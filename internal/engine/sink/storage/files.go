@@ -75,7 +75,7 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink
 		// Every later version is created by a DDL, whose schema file the
 		// barrier writes before any row of that version; the first version
 		// has no DDL, so its rows bring it.
-		if db.first.SchemaVersion == 0 {
+		if db.first.Kind == row.KindDML && db.first.SchemaVersion == 0 {
 			p, body := schemaFileFor(s.cfg.Schema, &db.first)
 			began := time.Now()
 			if err := s.writeSchema(ctx, p, body); err != nil {

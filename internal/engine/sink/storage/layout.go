@@ -135,6 +135,11 @@ func dirOf(sinkSchema string, e *row.Event) string {
 	return versionDir(db, table, e.TableVersion)
 }
 
+// txnDir holds the transactions' BEGIN and END records (transaction-meta),
+// one JSON object per line, in data files named as a table's; readers of
+// the tables' directories (<schema>/<table>/<version>/) pass it over.
+const txnDir = "cdcctl-transaction"
+
 // metadataFile is the root checkpoint file.
 const metadataFile = "metadata"
 

@@ -375,13 +375,43 @@ func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
 		}
 		size += int64(n)
 	}
+	if len(b.Txns) > 0 && s.cfg.TransactionMeta {
+		// The transactions' BEGIN and END records: files of their own in
+		// the partition's sequence, written and indexed as a table's.
+		dir := txnDir
+		if date != "" {
+			dir += "/" + date
+		}
+		db := &dirBuffer{dir: dir, first: b.Txns[0]}
+		var recs []byte
+		for i := range b.Txns {
+			recs = codec.AppendTxnRecords(recs, &b.Txns[i])
+		}
+		db.buf.Write(recs)
+		order = append(order, db)
+		size += int64(len(recs))
+	}
 	return order, size, nil
 }
 
+// appendDir adds a batch's rows of one directory to what the dispatcher
+// holds for the next flush: to the directory's buffer if it has one (a
+// flush writes one file per directory; two buffers of one directory would
+// take the same file name), else as a new one.
 func (d *dispatcherState) appendDir(db *dirBuffer, spare *spareBuffers) {
+	var have *dirBuffer
+	// From the end: a partition's rows are of one table version at a
+	// time, so its directory is the last one or, with transaction-meta,
+	// the one before the transactions' records.
+	for i := len(d.bufs) - 1; i >= 0; i-- {
+		if d.bufs[i].dir == db.dir {
+			have = d.bufs[i]
+			break
+		}
+	}
 	if db.extents != nil {
-		if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
-			d.bufs[n-1].extents = append(d.bufs[n-1].extents, db.extents...)
+		if have != nil {
+			have.extents = append(have.extents, db.extents...)
 			return
 		}
 		d.bufs = append(d.bufs, db)
@@ -393,8 +423,8 @@ func (d *dispatcherState) appendDir(db *dirBuffer, spare *spareBuffers) {
 		spare.put(db.buf.Bytes())
 	}
 	db.buf = bytes.Buffer{}
-	if n := len(d.bufs); n > 0 && d.bufs[n-1].dir == db.dir {
-		d.bufs[n-1].chunks = append(d.bufs[n-1].chunks, chunk)
+	if have != nil {
+		have.chunks = append(have.chunks, chunk)
 		return
 	}
 	db.chunks = [][]byte{chunk}

@@ -138,7 +138,7 @@ func bareRead(b *testing.B, addr string, from source.Position, want int) int {
 func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0)
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func copyThroughTheSource(b *testing.B, uri, cf string, parts, rows int) time.Du
 	if err != nil {
 		b.Fatal(err)
 	}
-	log, err := eventlog.Open("", cfg.Start)
+	log, err := eventlog.Open("", cfg.Start, eventlog.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

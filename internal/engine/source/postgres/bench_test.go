@@ -144,7 +144,7 @@ func bareRead(b *testing.B, cfg Config, from pglogrepl.LSN, want int) int {
 func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 	ctx := context.Background()
 	// On disk, as the agent keeps it (<data-dir>/eventlog/<changefeed>).
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0)
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -358,7 +358,7 @@ func startCopyRig(t testing.TB, uri string, cf model.ChangefeedID) *copyRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := eventlog.Open("", cfg.Start)
+	log, err := eventlog.Open("", cfg.Start, eventlog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

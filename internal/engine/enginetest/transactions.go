@@ -1,0 +1,172 @@
+package enginetest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Transactions is what a file sink written with transaction-meta=true
+// holds of its source transactions, as a consumer that applies each
+// transaction at once reads it: the BEGIN and END records, and the rows
+// that carry a transaction block.
+type Transactions struct {
+	// Ends and Begins count each transaction's records by id.
+	Ends   map[string][]TxnRecord
+	Begins map[string]int
+	// Rows counts each transaction's rows by table ("schema.table");
+	// Orders are their total_order values, TableOrders their
+	// data_collection_order values by table.
+	Rows        map[string]map[string]int
+	Orders      map[string][]int
+	TableOrders map[string]map[string][]int
+	// Untagged are rows without a transaction block (the initial
+	// snapshot's).
+	Untagged int
+}
+
+// TxnRecord is a BEGIN or END record as a consumer decodes it
+// (docs/transactions.md).
+type TxnRecord struct {
+	Status          string `json:"status"`
+	ID              string `json:"id"`
+	EventCount      *int   `json:"event_count"`
+	DataCollections []struct {
+		DataCollection string `json:"data_collection"`
+		EventCount     int    `json:"event_count"`
+	} `json:"data_collections"`
+}
+
+// ReadTransactions reads every data file of a file:// sink.
+func ReadTransactions(t testing.TB, sinkURI string) Transactions {
+	t.Helper()
+	u, err := url.Parse(sinkURI)
+	if err != nil || u.Scheme != "file" {
+		t.Fatalf("ReadTransactions reads a file:// sink, not %q", sinkURI)
+	}
+	tx := Transactions{Ends: map[string][]TxnRecord{}, Begins: map[string]int{}, Rows: map[string]map[string]int{},
+		Orders: map[string][]int{}, TableOrders: map[string]map[string][]int{}}
+	err = filepath.WalkDir(u.Path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasPrefix(d.Name(), "CDC_") || !strings.HasSuffix(d.Name(), ".json") {
+			return err
+		}
+		rel, _ := filepath.Rel(u.Path, p)
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(rel, "cdcctl-transaction"+string(filepath.Separator)) {
+				var r TxnRecord
+				if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+					return fmt.Errorf("%s: %w", rel, err)
+				}
+				if r.Status == "BEGIN" {
+					tx.Begins[r.ID]++
+				} else {
+					tx.Ends[r.ID] = append(tx.Ends[r.ID], r)
+				}
+				continue
+			}
+			var m struct {
+				Database, Table string
+				IsDdl           bool
+				Transaction     *struct {
+					ID                  string `json:"id"`
+					TotalOrder          int    `json:"total_order"`
+					DataCollectionOrder int    `json:"data_collection_order"`
+				}
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			if m.IsDdl {
+				continue
+			}
+			if m.Transaction == nil {
+				tx.Untagged++
+				continue
+			}
+			id, table := m.Transaction.ID, m.Database+"."+m.Table
+			if tx.Rows[id] == nil {
+				tx.Rows[id], tx.TableOrders[id] = map[string]int{}, map[string][]int{}
+			}
+			tx.Rows[id][table]++
+			tx.Orders[id] = append(tx.Orders[id], m.Transaction.TotalOrder)
+			tx.TableOrders[id][table] = append(tx.TableOrders[id][table], m.Transaction.DataCollectionOrder)
+		}
+		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// Check returns what a consumer applying transactions whole would find
+// wrong, at most a few lines: a transaction whose rows do not add up to
+// its END (in all, or for a table), rows with no END, a BEGIN or END
+// written more or less than once, orders that are not 1..n. gapless
+// false allows gaps in total_order (a TRUNCATE in a transaction erases
+// the rows it wrote before).
+func (tx Transactions) Check(gapless bool) []string {
+	var bad []string
+	add := func(format string, a ...any) {
+		if len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf(format, a...))
+		}
+	}
+	for id, ends := range tx.Ends {
+		if len(ends) != 1 || tx.Begins[id] != 1 {
+			add("transaction %s: %d BEGIN and %d END records, want one each", id, tx.Begins[id], len(ends))
+		}
+		end := ends[0]
+		rows := 0
+		for _, n := range tx.Rows[id] {
+			rows += n
+		}
+		if end.EventCount == nil || *end.EventCount != rows {
+			add("transaction %s: END counts %v rows, the sink holds %d", id, end.EventCount, rows)
+		}
+		for _, c := range end.DataCollections {
+			if got := tx.Rows[id][c.DataCollection]; got != c.EventCount {
+				add("transaction %s: END counts %d rows of %s, the sink holds %d", id, c.EventCount, c.DataCollection, got)
+			}
+			if orders := slices.Sorted(slices.Values(tx.TableOrders[id][c.DataCollection])); !isOneTo(orders, len(orders)) {
+				add("transaction %s: data_collection_order of %s is %v, want 1..%d", id, c.DataCollection, orders, len(orders))
+			}
+		}
+		orders := slices.Sorted(slices.Values(tx.Orders[id]))
+		if len(slices.Compact(slices.Clone(orders))) != len(orders) || gapless && !isOneTo(orders, rows) {
+			add("transaction %s: total_order is %v for %d rows", id, orders, rows)
+		}
+	}
+	for id := range tx.Rows {
+		if len(tx.Ends[id]) == 0 {
+			add("transaction %s: %v rows and no END record", id, tx.Rows[id])
+		}
+	}
+	return bad
+}
+
+func isOneTo(orders []int, n int) bool {
+	if len(orders) != n {
+		return false
+	}
+	for i, o := range orders {
+		if o != i+1 {
+			return false
+		}
+	}
+	return true
+}

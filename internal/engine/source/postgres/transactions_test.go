@@ -1,0 +1,60 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// With transaction-meta=true a file sink holds, for every transaction
+// of a live workload over two tables cut into several partitions (each
+// transaction's rows spread over them, and a partition moved while it
+// runs), one BEGIN and one END whose counts, in all and by table, are
+// the rows the sink holds with that transaction's id, each row's places
+// in it from 1 without gaps; the initial snapshot's rows carry none.
+// The tables rebuilt from the sink equal the upstream's.
+func TestTransactionBoundariesCountEveryRowOfEveryTransaction(t *testing.T) {
+	t.Parallel()
+	_, dsn := startShop(t)
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms&transaction-meta=true"
+	created := tc.CreateChangefeed("pg", dsn+"&tables=public.orders,public.items", sink, 0)
+	w := startWorkload(t, dsn)
+	tc.WaitSnapshot("pg")
+	tc.WaitCheckpoint("pg", created.StartTs+model.TsFromMillis(1000))
+	tc.MoveElsewhere(tc.PartitionFrom("pg", "public.orders", "4501").ID)
+	time.Sleep(500 * time.Millisecond)
+	end := w.finish(t)
+	rep := verifyShop(t, tc, dsn, []string{"public.orders", "public.items"}, end)
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after %d transactions: %+v", w.n, rep)
+	}
+
+	tx := enginetest.ReadTransactions(t, sink)
+	if bad := tx.Check(true); len(bad) > 0 {
+		t.Fatalf("%d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
+	}
+	spread, both := 0, 0
+	for id, end := range tx.Ends {
+		if len(end[0].DataCollections) == 2 {
+			both++
+		}
+		if len(tx.TableOrders[id]["public.orders"]) > 1 {
+			spread++
+		}
+	}
+	// Every committed transaction changed a row, so each has its records
+	// (a few the workload committed before the changefeed's start are
+	// in the snapshot instead).
+	if len(tx.Ends) < w.n-5 || len(tx.Ends) > w.n || both == 0 || spread == 0 {
+		t.Fatalf("%d transactions committed, %d with records (%d over both tables, %d with several orders)", w.n, len(tx.Ends), both, spread)
+	}
+	if tx.Untagged < 12000 {
+		t.Fatalf("%d rows without a transaction; the snapshot copied 12,000", tx.Untagged)
+	}
+	t.Logf("%d transactions, %d of them over both tables; %d snapshot rows", len(tx.Ends), both, tx.Untagged)
+}
