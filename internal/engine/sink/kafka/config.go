@@ -59,6 +59,12 @@ type Config struct {
 	// ProgressPartitions partitions when it must be created.
 	ProgressTopic      string
 	ProgressPartitions int32
+	// TransactionMeta writes source transactions' boundaries: each row
+	// carries its transaction's id and place, and each transaction's
+	// BEGIN and END records go to TransactionTopic ("": the topic's name
+	// with -transaction after it; one partition when it must be created).
+	TransactionMeta  bool
+	TransactionTopic string
 	// TransactionTimeout is how long the broker lets one of our
 	// transactions stay open before it aborts it.
 	TransactionTimeout time.Duration
@@ -74,6 +80,13 @@ const (
 func (c Config) ExactlyOnce() bool { return c.Delivery == DeliveryExactlyOnce }
 
 // progressTopic is the topic of the progress records.
+func (c Config) transactionTopic() string {
+	if c.TransactionTopic != "" {
+		return c.TransactionTopic
+	}
+	return c.Topic + "-transaction"
+}
+
 func (c Config) progressTopic() string {
 	if c.ProgressTopic != "" {
 		return c.ProgressTopic
@@ -87,7 +100,7 @@ func (c Config) progressTopic() string {
 // partitions (a key's order across the change would break). The
 // delivery may change: a paused changefeed's checkpoints are exact, so
 // it resumes where it stopped either way.
-var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
+var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
 
 // Defaults of the URI's parameters.
 var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
@@ -157,7 +170,15 @@ func ParseURI(raw string) (Config, error) {
 			}
 			c.Delivery = v
 		case sink.TransactionMetaOption:
-			perr = fmt.Errorf("the Kafka sink does not write transaction boundaries yet: a storage sink does (docs/transactions.md); leave the parameter out")
+			c.TransactionMeta, perr = strconv.ParseBool(v)
+			if perr != nil {
+				perr = fmt.Errorf("use true or false (the default)")
+			}
+		case "transaction-topic":
+			c.TransactionTopic = v
+			if v == "" || strings.ContainsAny(v, "/ ") {
+				perr = fmt.Errorf("must be a topic name")
+			}
 		case "progress-topic":
 			if v == "" || strings.ContainsAny(v, "/ ") {
 				perr = fmt.Errorf("name one topic")
@@ -175,7 +196,7 @@ func ParseURI(raw string) (Config, error) {
 		default:
 			var ok bool
 			if ok, perr = c.Security.param(key, v); !ok {
-				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, transaction-meta, transaction-topic, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
 			}
 		}
 		if perr != nil {

@@ -94,6 +94,12 @@ type Sink struct {
 	txns          map[string]*txnWriter
 	progressParts int32
 	progress      progressReads
+
+	// sides are the at-least-once sends of transaction records under way
+	// (transactions.go); sideTails each dispatcher's last, which its next
+	// waits for.
+	sides     sync.WaitGroup
+	sideTails map[string]chan struct{}
 }
 
 // batchState counts a batch's messages down to its flush ack.
@@ -160,6 +166,12 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 			return nil, err
 		}
 	}
+	if cfg.TransactionMeta {
+		if err := ensureTransactionTopic(client, cfg); err != nil {
+			client.Close()
+			return nil, err
+		}
+	}
 	life, stop := context.WithCancel(context.Background())
 	metrics := env.Metrics
 	if metrics == nil {
@@ -168,7 +180,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
 		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts),
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
-		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts}
+		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts, sideTails: map[string]chan struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.room = sync.NewCond(&s.mu)
 	if cfg.ExactlyOnce() {
@@ -252,8 +264,13 @@ func (s *Sink) appendKey(b []byte, e *row.Event) []byte {
 // partitions (Write waits while the sink holds buffer-memory bytes); the
 // flush ack comes when Kafka has acknowledged every one of them.
 func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
+	side := s.txnRecords(b)
 	bs := &batchState{b: b, remaining: len(b.Events)}
-	if len(b.Events) == 0 {
+	if len(side) > 0 && !s.cfg.ExactlyOnce() {
+		// Sent beside the rows (transactions.go): one more to settle.
+		bs.remaining++
+	}
+	if len(b.Events) == 0 && len(side) == 0 {
 		bs.settle(0, nil)
 		return nil
 	}
@@ -308,7 +325,7 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		return errSinkClosed
 	}
 	if s.cfg.ExactlyOnce() {
-		return s.writeTxn(b, bs, recs, size, tooLarge)
+		return s.writeTxn(b, bs, recs, side, size, tooLarge)
 	}
 	f := s.fences[b.Dispatcher]
 	if f == nil {
@@ -338,6 +355,10 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 		p := &s.parts[r.part]
 		p.queue = append(p.queue, r)
 		s.listLocked(r.part)
+	}
+	if len(side) > 0 {
+		s.outstanding[b.Dispatcher]++
+		s.sendTxnRecordsFor(b, bs, side)
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -442,7 +463,7 @@ func (s *Sink) dispatcherError(dispatcher string, epoch uint64, err error) *Disp
 
 // writeTxn hands a batch to its dispatcher's transactional producer.
 // s.mu is held; writeTxn releases it.
-func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, size int, tooLarge error) error {
+func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, side []*record, size int, tooLarge error) error {
 	w := s.txns[b.Dispatcher]
 	if w == nil || tooLarge != nil {
 		s.mu.Unlock()
@@ -456,7 +477,7 @@ func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, size int, 
 	s.outstanding[b.Dispatcher] += len(recs)
 	s.buffered += size
 	md := &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch}
-	tb := &txnBatch{recs: make([]*record, len(recs)), size: size, bs: bs, end: b.End, inside: b.Inside}
+	tb := &txnBatch{recs: make([]*record, len(recs)), side: side, size: size, bs: bs, end: b.End, inside: b.Inside}
 	for i := range recs {
 		recs[i].md = md
 		tb.recs[i] = &recs[i]
@@ -581,6 +602,7 @@ func (s *Sink) Close() error {
 	s.wake()
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
+	s.sides.Wait()
 	s.failures.close()
 	// A metadata refresh under way is waited for (its network timeouts
 	// bound it); none starts after this.

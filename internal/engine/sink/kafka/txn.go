@@ -40,7 +40,10 @@ import (
 
 // txnBatch is a batch in, or waiting for, a transaction.
 type txnBatch struct {
-	recs   []*record
+	recs []*record
+	// side are its transaction records (transaction-meta), for the
+	// transaction topic.
+	side   []*record
 	size   int
 	bs     *batchState
 	end    sink.Position
@@ -57,6 +60,7 @@ type txnWriter struct {
 	pepoch     int16
 	seq        map[int32]int32 // the next sequence number per partition of the topic
 	progSeq    int32           // the next of the progress partition
+	sideSeq    int32           // the next of the transaction topic's partition
 
 	mu      sync.Mutex
 	pending []*txnBatch
@@ -352,13 +356,20 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 		}
 		progress = &record{rec: sarama.Record{Key: []byte(w.id), Value: v}, part: progPart, ts: time.Now().Round(0)}
 	}
+	var side []*record
+	for _, b := range batches {
+		side = append(side, b.side...)
+	}
 	var fresh []int32
 	for _, p := range order {
 		if !added[p] {
 			fresh = append(fresh, p)
 		}
 	}
-	if len(fresh) > 0 || progress != nil {
+	// The transaction topic's partition is added once per transaction too,
+	// under a key no partition of the topic has.
+	freshSide := len(side) > 0 && !added[sideAdded]
+	if len(fresh) > 0 || progress != nil || freshSide {
 		req := &sarama.AddPartitionsToTxnRequest{Version: 3, TransactionalID: w.id, ProducerID: w.producer, ProducerEpoch: w.pepoch,
 			TopicPartitions: map[string][]int32{}}
 		if len(fresh) > 0 {
@@ -366,6 +377,9 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 		}
 		if progress != nil {
 			req.TopicPartitions[s.cfg.progressTopic()] = []int32{progPart}
+		}
+		if freshSide {
+			req.TopicPartitions[s.cfg.transactionTopic()] = []int32{txnTopicPartition}
 		}
 		err := w.coordinatorCall(func(coord *sarama.Broker) error {
 			res, err := coord.AddPartitionsToTxn(req)
@@ -386,6 +400,18 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 		}
 		for _, p := range fresh {
 			added[p] = true
+		}
+		if freshSide {
+			added[sideAdded] = true
+		}
+	}
+	if len(side) > 0 {
+		// In the first round: they are few (two per transaction).
+		b := recordBatch(side)
+		b.ProducerID, b.ProducerEpoch, b.FirstSequence, b.IsTransactional = w.producer, w.pepoch, w.sideSeq, true
+		w.sideSeq += int32(len(side))
+		if err := w.produce([]txnEntry{{topic: s.cfg.transactionTopic(), part: txnTopicPartition, batch: b, bytes: batchBytes(side)}}); err != nil {
+			return err
 		}
 	}
 	// Rounds of at most one record batch per partition, one request per
@@ -419,6 +445,10 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 	}
 	return nil
 }
+
+// sideAdded is the key of the transaction topic's partition in a
+// transaction's map of added partitions.
+const sideAdded = -1
 
 // txnEntry is one record batch of a transaction, for one partition.
 type txnEntry struct {

@@ -80,7 +80,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	// BEGIN and an END whose counts are its rows in the sink, however its
 	// rows were spread over the partitions.
 	tx := enginetest.ReadTransactions(t, sink)
-	if bad := tx.Check(true, model.Ts(graceful.CheckedUpToTs)); len(bad) > 0 || len(tx.Ends) < 50 {
+	if bad := tx.Check(true, 0, model.Ts(graceful.CheckedUpToTs)); len(bad) > 0 || len(tx.Ends) < 50 {
 		t.Fatalf("%d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
 	}
 

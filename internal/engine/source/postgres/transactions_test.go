@@ -35,7 +35,7 @@ func TestTransactionBoundariesCountEveryRowOfEveryTransaction(t *testing.T) {
 	}
 
 	tx := enginetest.ReadTransactions(t, sink)
-	if bad := tx.Check(true, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 {
+	if bad := tx.Check(true, 0, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 {
 		t.Fatalf("%d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
 	}
 	spread, both := 0, 0
