@@ -51,6 +51,9 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err := registry.Validate(req.Sink); err != nil {
 		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
+	if err := transactionsFrom(req.Source, req.Sink); err != nil {
+		return model.ChangefeedInfo{}, err
+	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	cancel()
@@ -117,6 +120,17 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	return info, nil
 }
 
+// transactionsFrom refuses a sink that asks for transaction boundaries
+// (transaction-meta=true) from a source without transactions: the
+// generator's rows belong to none, and the sink would silently write no
+// boundary at all.
+func transactionsFrom(sourceURI, sinkURI string) error {
+	if (model.ChangefeedInfo{SinkURI: sinkURI}).WantsTransactions() && !sources.HoldsUpstream(sourceURI) {
+		return refuse(ErrInvalid, "sink option %s=true needs a database source (postgres://, mysql://): the generator's rows belong to no source transaction; leave the option out", model.TransactionMetaOption)
+	}
+	return nil
+}
+
 // Preview is what a create would replicate: the tables, and those it
 // refuses with why.
 type Preview struct {
@@ -132,6 +146,9 @@ func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) 
 	}
 	if err := registry.Validate(req.Sink); err != nil {
 		return Preview{}, refuse(ErrInvalid, "%v", err)
+	}
+	if err := transactionsFrom(req.Source, req.Sink); err != nil {
+		return Preview{}, err
 	}
 	st, err := c.store.Load(ctx)
 	if err != nil {

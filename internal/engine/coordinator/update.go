@@ -128,6 +128,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		if res.Sink, res.SinkChanges, err = sinks.SetOptions(e.Info.SinkURI, req.SinkOptions); err != nil {
 			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 		}
+		if err := transactionsFrom(e.Info.SourceURI, res.Sink); err != nil {
+			return UpdateResult{}, err
+		}
 	}
 	if len(req.Tables) == 0 {
 		return c.updateSink(ctx, term, e, req, res)
