@@ -47,10 +47,14 @@ func reference(t testing.TB, db, table string, e *source.Event, img []source.Val
 			cdc.Absent = append(cdc.Absent, c.Name)
 		}
 	}
+	var txn *canalTxn
+	if e.TxnOrder > 0 {
+		txn = &canalTxn{ID: fmt.Sprint(uint64(e.CommitTs)), TotalOrder: e.TxnOrder, DataCollectionOrder: e.TxnTableOrder}
+	}
 	b, err := json.Marshal(canalRow{
 		Database: db, Table: table, PkNames: e.Def.KeyNames(), Type: e.Op.String(), Es: ms, Ts: ms,
 		SQLType: sqlType, MySQLType: mysqlType, Data: []map[string]*string{data}, Old: old,
-		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)}, CDC: cdc,
+		TiDB: canalTiDB{CommitTs: uint64(e.CommitTs)}, CDC: cdc, Transaction: txn,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +96,9 @@ func TestCanalEncoderMatchesEncodingJSON(t *testing.T) {
 		e := source.Event{Kind: source.KindDML, Def: def, Op: source.Op(1 + rng.Intn(3)), CommitTs: model.Ts(rng.Uint64() >> 1), New: row()}
 		if rng.Intn(2) == 0 {
 			e.Old = row()
+		}
+		if rng.Intn(2) == 0 {
+			e.TxnOrder, e.TxnTableOrder = 1+uint32(rng.Intn(1<<20)), 1+uint32(rng.Intn(100))
 		}
 		img := e.New
 		if e.Op == source.OpDelete {

@@ -40,6 +40,16 @@ type canalRow struct {
 	// CDC is cdcctl's addition, only when a row has columns the upstream
 	// did not send (left out of data): their names, in column order.
 	CDC *canalCDC `json:"_cdcctl,omitempty"`
+	// Transaction is the row's place in its source transaction, with a
+	// sink's transaction-meta (transaction.go).
+	Transaction *canalTxn `json:"transaction,omitempty"`
+}
+
+// canalTxn is Debezium's transaction block of a row.
+type canalTxn struct {
+	ID                  string `json:"id"`
+	TotalOrder          uint32 `json:"total_order"`
+	DataCollectionOrder uint32 `json:"data_collection_order"`
 }
 
 // canalChange is what reading a row change back needs of a canal-json

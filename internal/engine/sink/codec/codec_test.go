@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -259,4 +260,26 @@ func FuzzDecodeCSVChanges(f *testing.F) {
 		}
 		_, _ = DecodeCSVChanges(data, cols) // must not panic
 	})
+}
+
+// A transaction's BEGIN and END records are JSON lines in Debezium's
+// layout; a table name that needs escapes stays valid JSON.
+func TestTransactionRecordsInDebeziumsLayout(t *testing.T) {
+	e := &source.Event{Kind: source.KindTxn, CommitTs: 470806611073822272, Txn: &source.TxnSummary{Events: 3,
+		Tables: []source.TableCount{{Table: "shop.orders", Events: 2}, {Table: `shop."Odd" name`, Events: 1}}}}
+	lines := strings.Split(strings.TrimSuffix(string(AppendTxnRecords(nil, e)), "\n"), "\n")
+	want := []string{
+		`{"status":"BEGIN","id":"470806611073822272","ts_ms":1795984691901,"event_count":null,"data_collections":null,"commitTs":470806611073822272}`,
+		`{"status":"END","id":"470806611073822272","ts_ms":1795984691901,"event_count":3,"data_collections":[{"data_collection":"shop.orders","event_count":2},{"data_collection":"shop.\"Odd\" name","event_count":1}],"commitTs":470806611073822272}`,
+	}
+	if !reflect.DeepEqual(lines, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	var end TxnRecord
+	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil || *end.EventCount != 3 || end.DataCollections[1].DataCollection != `shop."Odd" name` {
+		t.Fatalf("%+v %v", end, err)
+	}
+	if string(TxnKey(e.CommitTs)) != `{"id":"470806611073822272"}` {
+		t.Fatalf("key %s", TxnKey(e.CommitTs))
+	}
 }

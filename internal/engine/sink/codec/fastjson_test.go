@@ -16,7 +16,7 @@ import (
 func encodedLines(t testing.TB) [][]byte {
 	var out [][]byte
 	for i, e := range []*source.Event{
-		{Kind: source.KindDML, Op: source.OpInsert, Table: "shop.orders", Def: orders, CommitTs: 42,
+		{Kind: source.KindDML, Op: source.OpInsert, Table: "shop.orders", Def: orders, CommitTs: 42, TxnOrder: 3, TxnTableOrder: 2,
 			New: []source.Value{source.Text("eu"), source.Text("7"), source.Text("12.50"), source.Text("true"), source.Null}},
 		{Kind: source.KindDML, Op: source.OpUpdate, Table: "shop.orders", Def: orders, CommitTs: model.Ts(1) << 62,
 			Old: []source.Value{source.Text("eu"), source.Text("7"), source.Text("1"), source.Text("false"), source.Null},
