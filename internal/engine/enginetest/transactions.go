@@ -44,6 +44,7 @@ type Transactions struct {
 type TxnRecord struct {
 	Status          string `json:"status"`
 	ID              string `json:"id"`
+	SourceID        string `json:"source_id"`
 	EventCount      *int   `json:"event_count"`
 	DataCollections []struct {
 		DataCollection string `json:"data_collection"`

@@ -56,8 +56,9 @@ type Log struct {
 	// With Options.Transactions: the open transaction's rows by table, in
 	// the order it first wrote each (summed into its KindTxn summary at
 	// its commit).
-	txns   bool
-	counts []tableRows
+	txns     bool
+	counts   []tableRows
+	sourceID string // the open transaction's id at the source
 }
 
 // tableRows is how many rows the open transaction wrote into a table, and
@@ -192,9 +193,20 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 			l.marks[e.Table] = append(l.marks[e.Table], *e)
 			continue
 		}
+		if e.Kind == source.KindTxn {
+			// The source's word on the transaction (its id there): taken
+			// into its summary, not stored as a row.
+			if !resolve {
+				return errors.New("event log: a transaction's id comes with its commit, not in a part")
+			}
+			if e.Txn != nil {
+				l.sourceID = e.Txn.SourceID
+			}
+			continue
+		}
 		// A transaction's rows, in parts or not, are numbered in order.
 		if e.CommitTs != l.seqTs {
-			l.seqTs, l.seq, l.counts = e.CommitTs, 0, l.counts[:0]
+			l.seqTs, l.seq, l.counts, l.sourceID = e.CommitTs, 0, l.counts[:0], ""
 		}
 		if l.seq == txnSeq {
 			return fmt.Errorf("event log: transaction at %v has more than %d rows", e.CommitTs, txnSeq-1)
@@ -210,11 +222,10 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		}
 		l.seq++
 	}
-	if resolve && l.txns && len(l.counts) > 0 && l.seqTs == events[len(events)-1].CommitTs {
-		if err := b.Set(rowKey(l.counts[0].table, l.seqTs, txnSeq), l.encodeSummary(val[:0]), nil); err != nil {
+	if resolve && l.seqTs == events[len(events)-1].CommitTs {
+		if err := l.summarize(b, val[:0]); err != nil {
 			return err
 		}
-		l.counts = l.counts[:0]
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("event log: %w", err)
@@ -246,11 +257,35 @@ func (l *Log) upToFor(table string, upTo model.Ts) model.Ts {
 	return upTo
 }
 
+// summarize adds the open transaction's summary to a batch, if the log
+// keeps them and the transaction has rows. l.mu is held.
+func (l *Log) summarize(b *pebble.Batch, val []byte) error {
+	if !l.txns || len(l.counts) == 0 {
+		return nil
+	}
+	if err := b.Set(rowKey(l.counts[0].table, l.seqTs, txnSeq), l.encodeSummary(val), nil); err != nil {
+		return err
+	}
+	l.counts, l.sourceID = l.counts[:0], ""
+	return nil
+}
+
 // Resolve moves the resolved position: nothing commits at or below ts
 // later.
 func (l *Log) Resolve(ts model.Ts) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.txns && len(l.counts) > 0 && l.seqTs > l.resolved && l.seqTs <= ts && !l.closed {
+		// A transaction whose rows all came in parts, resolved without
+		// an Append: its summary now (a source that passes its id Appends
+		// it instead). A write that fails leaves the transaction without
+		// one; it fails only on a log being closed.
+		b := l.db.NewBatch()
+		if l.summarize(b, nil) == nil {
+			_ = b.Commit(pebble.NoSync)
+		}
+		_ = b.Close()
+	}
 	if ts > l.resolved && !l.closed {
 		l.resolved = ts
 		l.wake()
@@ -450,7 +485,7 @@ func (l *Log) countRow(e *source.Event) uint32 {
 // encodeSummary encodes the open transaction's summary as a row of its
 // first table: a row's head with operation 0 (none is a real row's) and
 // its first row's key, so that a span's read finds it where it finds
-// that row; then the counts by table.
+// that row; then the source's id of it and the counts by table.
 func (l *Log) encodeSummary(b []byte) []byte {
 	first := l.counts[0]
 	b = binary.AppendUvarint(b, uint64(l.defID(first.def)))
@@ -459,6 +494,7 @@ func (l *Log) encodeSummary(b []byte) []byte {
 	b = binary.AppendUvarint(b, 0)
 	b = appendString(b, first.first)
 	b = binary.AppendUvarint(b, 0)
+	b = appendString(b, l.sourceID)
 	b = binary.AppendUvarint(b, uint64(len(l.counts)))
 	for _, c := range l.counts {
 		b = appendString(b, c.table)
@@ -625,7 +661,7 @@ func (l *Log) decodeKey(a *arena, table string, ts model.Ts, seq uint32, b []byt
 // decodeValues decodes the rest of a row decodeKey began.
 func decodeValues(e *source.Event, d *decoder) error {
 	if e.Kind == source.KindTxn {
-		t := &source.TxnSummary{}
+		t := &source.TxnSummary{SourceID: d.string()}
 		n := d.uvarint()
 		if n > uint64(len(d.b)) {
 			return errors.New("event log: corrupt transaction summary")

@@ -286,6 +286,29 @@ func TestNumbersTransactionsAndSummarizesEachForThePartitionOfItsFirstRow(t *tes
 	if got, want := show(evs), "w@30#2/1 v@30#3/2 txn@30(w 2 public.u=2) "; got != want {
 		t.Fatalf("after an erase: %q, want %q", got, want)
 	}
+
+	// A transaction whose rows all came in parts: its commit is the
+	// source's id alone (summary with it), or a Resolve (summary without).
+	if err := l.AppendPart([]source.Event{other(40, "p"), other(40, "q")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{{Kind: source.KindTxn, CommitTs: 40, Txn: &source.TxnSummary{SourceID: "771:2342"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendPart([]source.Event{other(50, "r")}); err != nil {
+		t.Fatal(err)
+	}
+	l.Resolve(50)
+	evs, _, err = l.Read(model.Span{Table: "public.u"}, after(30), 100, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(evs), "p@40#1/1 q@40#2/2 txn@40(p 2 public.u=2) r@50#1/1 txn@50(r 1 public.u=1) "; got != want {
+		t.Fatalf("parts only: %q, want %q", got, want)
+	}
+	if evs[2].Txn.SourceID != "771:2342" || evs[4].Txn.SourceID != "" {
+		t.Fatalf("source ids %q %q", evs[2].Txn.SourceID, evs[4].Txn.SourceID)
+	}
 }
 
 func TestNumbersNothingUnlessAsked(t *testing.T) {

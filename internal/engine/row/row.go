@@ -190,7 +190,13 @@ type Event struct {
 // how many rows it has, in all and by table. Its id is its commit ts,
 // which the transaction's rows carry too (TxnID).
 type TxnSummary struct {
-	Events int
+	// SourceID is the transaction's id at the source, when it tells one
+	// (PostgreSQL: "xid:commit LSN"; MySQL: its GTID, MariaDB:
+	// domain-server-sequence; without GTIDs: binlog file:position). A
+	// source passes it to its event log as a KindTxn event at the end of
+	// the transaction's Append, with only this set.
+	SourceID string `json:",omitempty"`
+	Events   int
 	// Tables are the counts by table, in the order the transaction first
 	// wrote each table.
 	Tables []TableCount

@@ -265,18 +265,18 @@ func FuzzDecodeCSVChanges(f *testing.F) {
 // A transaction's BEGIN and END records are JSON lines in Debezium's
 // layout; a table name that needs escapes stays valid JSON.
 func TestTransactionRecordsInDebeziumsLayout(t *testing.T) {
-	e := &source.Event{Kind: source.KindTxn, CommitTs: 470806611073822272, Txn: &source.TxnSummary{Events: 3,
+	e := &source.Event{Kind: source.KindTxn, CommitTs: 470806611073822272, Txn: &source.TxnSummary{SourceID: "0-1-77", Events: 3,
 		Tables: []source.TableCount{{Table: "shop.orders", Events: 2}, {Table: `shop."Odd" name`, Events: 1}}}}
 	lines := strings.Split(strings.TrimSuffix(string(AppendTxnRecords(nil, e)), "\n"), "\n")
 	want := []string{
-		`{"status":"BEGIN","id":"470806611073822272","ts_ms":1795984691901,"event_count":null,"data_collections":null,"commitTs":470806611073822272}`,
-		`{"status":"END","id":"470806611073822272","ts_ms":1795984691901,"event_count":3,"data_collections":[{"data_collection":"shop.orders","event_count":2},{"data_collection":"shop.\"Odd\" name","event_count":1}],"commitTs":470806611073822272}`,
+		`{"status":"BEGIN","id":"470806611073822272","ts_ms":1795984691901,"event_count":null,"data_collections":null,"commitTs":470806611073822272,"source_id":"0-1-77"}`,
+		`{"status":"END","id":"470806611073822272","ts_ms":1795984691901,"event_count":3,"data_collections":[{"data_collection":"shop.orders","event_count":2},{"data_collection":"shop.\"Odd\" name","event_count":1}],"commitTs":470806611073822272,"source_id":"0-1-77"}`,
 	}
 	if !reflect.DeepEqual(lines, want) {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	var end TxnRecord
-	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil || *end.EventCount != 3 || end.DataCollections[1].DataCollection != `shop."Odd" name` {
+	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil || *end.EventCount != 3 || end.DataCollections[1].DataCollection != `shop."Odd" name` || end.SourceID != "0-1-77" {
 		t.Fatalf("%+v %v", end, err)
 	}
 	if string(TxnKey(e.CommitTs)) != `{"id":"470806611073822272"}` {

@@ -37,8 +37,11 @@ type TxnRecord struct {
 	// the transaction's rows in all and by table ("schema.table").
 	EventCount      *int             `json:"event_count"`
 	DataCollections []DataCollection `json:"data_collections"`
-	// CommitTs is cdcctl's addition, the id as a number.
+	// CommitTs and SourceID are cdcctl's additions: the id as a number,
+	// and the transaction's id at the source when it tells one
+	// (PostgreSQL "xid:commit LSN", MySQL's GTID; row.TxnSummary).
 	CommitTs uint64 `json:"commitTs"`
+	SourceID string `json:"source_id,omitempty"`
 }
 
 // DataCollection is one table's share of a transaction.
@@ -58,13 +61,13 @@ const (
 // are named as the upstream names them ("schema.table"), as the rows'
 // database and table fields say them.
 func AppendTxnRecords(b []byte, e *row.Event) []byte {
-	b = appendTxnRecord(b, TxnBegin, e.CommitTs, nil)
+	b = appendTxnRecord(b, TxnBegin, e.CommitTs, e.Txn)
 	b = append(b, '\n')
 	b = appendTxnRecord(b, TxnEnd, e.CommitTs, e.Txn)
 	return append(b, '\n')
 }
 
-// AppendTxnRecord appends one record (no newline): BEGIN when t is nil.
+// appendTxnRecord appends one record (no newline); a BEGIN has no counts.
 func appendTxnRecord(b []byte, status string, ts model.Ts, t *row.TxnSummary) []byte {
 	b = append(b, `{"status":"`...)
 	b = append(b, status...)
@@ -72,7 +75,7 @@ func appendTxnRecord(b []byte, status string, ts model.Ts, t *row.TxnSummary) []
 	b = strconv.AppendUint(b, uint64(ts), 10)
 	b = append(b, `","ts_ms":`...)
 	b = strconv.AppendInt(b, ts.Millis(), 10)
-	if t == nil {
+	if status == TxnBegin || t == nil {
 		b = append(b, `,"event_count":null,"data_collections":null`...)
 	} else {
 		b = append(b, `,"event_count":`...)
@@ -92,6 +95,10 @@ func appendTxnRecord(b []byte, status string, ts model.Ts, t *row.TxnSummary) []
 	}
 	b = append(b, `,"commitTs":`...)
 	b = strconv.AppendUint(b, uint64(ts), 10)
+	if t != nil && t.SourceID != "" {
+		b = append(b, `,"source_id":`...)
+		b = appendJSONString(b, t.SourceID)
+	}
 	return append(b, '}')
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +90,7 @@ type txn struct {
 	events       []source.Event
 	tickAt       int64 // the server's clock in µs, when it wrote a tick
 	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	gtid         string
 }
 
 // Pull implements source.Puller: it reads the binary log from a resume
@@ -240,12 +242,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			file = string(e.NextLogName)
 			continue
 		case *replication.GTIDEvent:
-			cur = txn{commit: int64(e.ImmediateCommitTimestamp)}
+			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(e)}
 			if passed != nil {
 				passed.add(ev)
 			}
 		case *replication.MariadbGTIDEvent:
-			cur = txn{}
+			cur = txn{gtid: gtidOf(e)}
 			if passed != nil {
 				passed.add(ev)
 			}
@@ -448,6 +450,15 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			out = append(out, cur.events...)
 		}
+		if hasRows(cur.events) {
+			// Its id here, for a log that keeps transaction boundaries:
+			// its GTID, else where it commits in the binary log.
+			id := cur.gtid
+			if id == "" {
+				id = file + ":" + strconv.FormatUint(uint64(ev.Header.LogPos), 10)
+			}
+			out = append(out, source.Event{Kind: source.KindTxn, CommitTs: ts, Txn: &source.TxnSummary{SourceID: id}})
+		}
 		if len(out) > 0 {
 			if err := w.Append(out); err != nil {
 				return err
@@ -496,3 +507,25 @@ func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 // Confirm implements source.Puller: the server keeps its binary logs by
 // time, not for a reader, so there is nothing to release.
 func (p *Puller) Confirm(source.Position) {}
+
+// gtidOf is a transaction's GTID as the server writes it (MySQL
+// "uuid:n", MariaDB "domain-server-sequence"); "" if it does not decode.
+func gtidOf(e interface {
+	GTIDNext() (gomysql.GTIDSet, error)
+}) string {
+	set, err := e.GTIDNext()
+	if err != nil || set == nil {
+		return ""
+	}
+	return set.String()
+}
+
+// hasRows says a transaction's events include a row change.
+func hasRows(evs []source.Event) bool {
+	for i := range evs {
+		if evs[i].Kind == source.KindDML {
+			return true
+		}
+	}
+	return false
+}

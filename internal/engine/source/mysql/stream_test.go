@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 type collected struct {
 	mu       sync.Mutex
 	events   []source.Event
+	txnIDs   []string
 	resolved model.Ts
 	held     map[string]model.Ts
 }
@@ -36,7 +38,14 @@ func (c *collected) Append(evs []source.Event) error {
 			return fmt.Errorf("an event at %s after resolving %s", e.CommitTs, c.resolved)
 		}
 	}
-	c.events = append(c.events, evs...)
+	for _, e := range evs {
+		// A transaction's id at the source is the log's, not a row.
+		if e.Kind == source.KindTxn {
+			c.txnIDs = append(c.txnIDs, e.Txn.SourceID)
+		} else {
+			c.events = append(c.events, e)
+		}
+	}
 	c.resolved = evs[len(evs)-1].CommitTs
 	return nil
 }
@@ -217,6 +226,14 @@ func TestRowsArriveFromTheBinaryLogAsTheServerShowsThem(t *testing.T) {
 	}
 	if got := strings.Join(ops, " "); got != "INSERT:1 INSERT:2 INSERT:3 UPDATE:1 DELETE:3 INSERT:30 DELETE:2 INSERT:4" {
 		t.Fatalf("the changes in order: %s", got)
+	}
+	// Each transaction with rows of ours tells the log its GTID
+	// (MariaDB's domain-server-sequence), for transaction boundaries.
+	log.mu.Lock()
+	ids := slices.Clone(log.txnIDs)
+	log.mu.Unlock()
+	if len(ids) != 6 || !regexp.MustCompile(`^0-\d+-\d+$`).MatchString(ids[0]) || ids[0] == ids[5] {
+		t.Fatalf("the transactions' ids: %q, want six GTIDs", ids)
 	}
 	got, want := rebuild(evs), selectAll(t, dsn, "orders")
 	if !maps.EqualFunc(got, want, slices.Equal) {

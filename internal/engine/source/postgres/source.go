@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -253,6 +254,12 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			s.log.Debug("initial snapshot: a chunk's read missed transactions that committed just before its low watermark; their keys are dropped from it", "transactions", missed)
 		}
 		tx.Events = append(tx.Events, marksOf(tx, tables)...)
+		if tx.Parted || hasRows(tx) {
+			// Its id here, for a log that keeps transaction boundaries
+			// (Debezium's "xid:LSN").
+			tx.Events = append(tx.Events, source.Event{Kind: source.KindTxn, CommitTs: tx.Ts,
+				Txn: &source.TxnSummary{SourceID: strconv.FormatUint(uint64(tx.Xid), 10) + ":" + strconv.FormatUint(uint64(tx.CommitLSN), 10)}})
+		}
 		if len(tx.Events) > 0 {
 			if err := w.Append(tx.Events); err != nil {
 				return err

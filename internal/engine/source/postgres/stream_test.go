@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -382,12 +383,20 @@ func TestAPullerTakesOverASlotStillHeld(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+	// The transaction told the log its id (xid:commit LSN), for
+	// transaction boundaries.
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.txnIDs) != 1 || !regexp.MustCompile(`^[1-9][0-9]*:[1-9][0-9]*$`).MatchString(log.txnIDs[0]) {
+		t.Fatalf("the transaction's id: %q", log.txnIDs)
+	}
 }
 
 type memLog struct {
-	mu    sync.Mutex
-	evs   []source.Event
-	holds map[string]model.Ts
+	mu     sync.Mutex
+	evs    []source.Event
+	txnIDs []string // the transactions' ids at the source, in order
+	holds  map[string]model.Ts
 }
 
 // Hold records a table's hold; rows of it at or above are not read.
@@ -405,7 +414,14 @@ func (l *memLog) Hold(table string, at model.Ts) {
 func (l *memLog) Append(evs []source.Event) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.evs = append(l.evs, evs...)
+	for _, e := range evs {
+		// A transaction's id at the source is the log's, not a row.
+		if e.Kind == source.KindTxn {
+			l.txnIDs = append(l.txnIDs, e.Txn.SourceID)
+		} else {
+			l.evs = append(l.evs, e)
+		}
+	}
 	return nil
 }
 func (l *memLog) AppendPart(evs []source.Event) error { return l.Append(evs) }

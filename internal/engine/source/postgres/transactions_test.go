@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,11 @@ func TestTransactionBoundariesCountEveryRowOfEveryTransaction(t *testing.T) {
 		t.Fatalf("%d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
 	}
 	spread, both := 0, 0
+	xid := regexp.MustCompile(`^[1-9][0-9]*:[1-9][0-9]*$`)
 	for id, end := range tx.Ends {
+		if !xid.MatchString(end[0].SourceID) {
+			t.Fatalf("transaction %s: source_id %q, want xid:LSN", id, end[0].SourceID)
+		}
 		if len(end[0].DataCollections) == 2 {
 			both++
 		}
