@@ -87,6 +87,26 @@ func (g *gtids) add(ev *replication.BinlogEvent) {
 	}
 }
 
+// gtidOf is a transaction's GTID as the server writes it (MySQL
+// "uuid:n", MariaDB "domain-server-sequence"), from its GTID event; ""
+// for any other event. MariaDB's is read from the event's bytes, as add
+// reads it (e.GTID may be moved on by the syncer's goroutine).
+func gtidOf(ev *replication.BinlogEvent) string {
+	switch e := ev.Event.(type) {
+	case *replication.MariadbGTIDEvent:
+		body := ev.RawData[min(len(ev.RawData), replication.EventHeaderSize):]
+		if len(body) < 12 {
+			return ""
+		}
+		return fmt.Sprintf("%d-%d-%d", binary.LittleEndian.Uint32(body[8:12]), ev.Header.ServerID, binary.LittleEndian.Uint64(body[:8]))
+	case *replication.GTIDEvent:
+		if id, err := uuid.FromBytes(e.SID); err == nil && id != uuid.Nil {
+			return id.String() + ":" + strconv.FormatInt(e.GNO, 10)
+		}
+	}
+	return ""
+}
+
 // String is the position as the server's own variables write it.
 func (g *gtids) String() string {
 	if g == nil {

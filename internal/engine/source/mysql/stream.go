@@ -242,12 +242,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			file = string(e.NextLogName)
 			continue
 		case *replication.GTIDEvent:
-			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(e)}
+			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev)}
 			if passed != nil {
 				passed.add(ev)
 			}
 		case *replication.MariadbGTIDEvent:
-			cur = txn{gtid: gtidOf(e)}
+			cur = txn{gtid: gtidOf(ev)}
 			if passed != nil {
 				passed.add(ev)
 			}
@@ -507,18 +507,6 @@ func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 // Confirm implements source.Puller: the server keeps its binary logs by
 // time, not for a reader, so there is nothing to release.
 func (p *Puller) Confirm(source.Position) {}
-
-// gtidOf is a transaction's GTID as the server writes it (MySQL
-// "uuid:n", MariaDB "domain-server-sequence"); "" if it does not decode.
-func gtidOf(e interface {
-	GTIDNext() (gomysql.GTIDSet, error)
-}) string {
-	set, err := e.GTIDNext()
-	if err != nil || set == nil {
-		return ""
-	}
-	return set.String()
-}
 
 // hasRows says a transaction's events include a row change.
 func hasRows(evs []source.Event) bool {
