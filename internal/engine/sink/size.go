@@ -46,3 +46,14 @@ func Bytes(n int64) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
+
+// ParseBool parses a sink URI's on/off parameter (true or false, and the
+// other spellings strconv.ParseBool takes), saying what to write when it
+// does not.
+func ParseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("use true or false (the default)")
+	}
+	return b, nil
+}

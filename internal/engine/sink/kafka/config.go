@@ -170,10 +170,7 @@ func ParseURI(raw string) (Config, error) {
 			}
 			c.Delivery = v
 		case sink.TransactionMetaOption:
-			c.TransactionMeta, perr = strconv.ParseBool(v)
-			if perr != nil {
-				perr = fmt.Errorf("use true or false (the default)")
-			}
+			c.TransactionMeta, perr = sink.ParseBool(v)
 		case "transaction-topic":
 			c.TransactionTopic = v
 			if v == "" || strings.ContainsAny(v, "/ ") {

@@ -117,6 +117,8 @@ func TestExactlyOnceParameters(t *testing.T) {
 		"kafka://h:9092/t?progress-partitions=0":     "must be between 1 and 1000",
 		"kafka://h:9092/t?transaction-timeout=100ms": "must be between 1s and 1h0m0s",
 		"kafka://h:9092/t?progress-topic=a%20b":      "name one topic",
+		"kafka://h:9092/t?transaction-meta=yes":      "use true or false (the default)",
+		"kafka://h:9092/t?transaction-topic=a%20b":   "must be a topic name",
 	} {
 		if _, err := kafka.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
 			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)

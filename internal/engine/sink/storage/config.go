@@ -231,10 +231,7 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("use %s (the default) or %s", DeliveryAtLeastOnce, DeliveryExactlyOnce)
 			}
 		case sink.TransactionMetaOption:
-			c.TransactionMeta, perr = strconv.ParseBool(v)
-			if perr != nil {
-				perr = fmt.Errorf("use true or false (the default)")
-			}
+			c.TransactionMeta, perr = sink.ParseBool(v)
 		case "schema":
 			c.Schema = v
 			if v == "" || strings.ContainsAny(v, "/\\") {
