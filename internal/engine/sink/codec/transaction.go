@@ -61,14 +61,16 @@ const (
 // are named as the upstream names them ("schema.table"), as the rows'
 // database and table fields say them.
 func AppendTxnRecords(b []byte, e *row.Event) []byte {
-	b = appendTxnRecord(b, TxnBegin, e.CommitTs, e.Txn)
+	b = AppendTxnRecord(b, TxnBegin, e)
 	b = append(b, '\n')
-	b = appendTxnRecord(b, TxnEnd, e.CommitTs, e.Txn)
+	b = AppendTxnRecord(b, TxnEnd, e)
 	return append(b, '\n')
 }
 
-// appendTxnRecord appends one record (no newline); a BEGIN has no counts.
-func appendTxnRecord(b []byte, status string, ts model.Ts, t *row.TxnSummary) []byte {
+// AppendTxnRecord appends one record of a transaction's summary (no
+// newline): TxnBegin (no counts) or TxnEnd.
+func AppendTxnRecord(b []byte, status string, e *row.Event) []byte {
+	ts, t := e.CommitTs, e.Txn
 	b = append(b, `{"status":"`...)
 	b = append(b, status...)
 	b = append(b, `","id":"`...)

@@ -34,32 +34,14 @@ func (s *Sink) txnRecords(b *sink.Batch) []*record {
 	}
 	now := time.Now().Round(0)
 	out := make([]*record, 0, 2*len(b.Txns))
-	var buf []byte
 	for i := range b.Txns {
 		e := &b.Txns[i]
-		buf = codec.AppendTxnRecords(buf[:0], e)
-		begin, end, _ := splitLine(buf)
 		key := codec.TxnKey(e.CommitTs)
 		out = append(out,
-			&record{rec: sarama.Record{Key: key, Value: begin}, part: txnTopicPartition, ts: now},
-			&record{rec: sarama.Record{Key: key, Value: end}, part: txnTopicPartition, ts: now})
+			&record{rec: sarama.Record{Key: key, Value: codec.AppendTxnRecord(nil, codec.TxnBegin, e)}, part: txnTopicPartition, ts: now},
+			&record{rec: sarama.Record{Key: key, Value: codec.AppendTxnRecord(nil, codec.TxnEnd, e)}, part: txnTopicPartition, ts: now})
 	}
 	return out
-}
-
-// splitLine cuts two newline-ended lines into copies of each.
-func splitLine(b []byte) ([]byte, []byte, bool) {
-	for i, c := range b {
-		if c == '\n' {
-			first := append([]byte(nil), b[:i]...)
-			rest := b[i+1:]
-			if n := len(rest); n > 0 && rest[n-1] == '\n' {
-				rest = rest[:n-1]
-			}
-			return first, append([]byte(nil), rest...), true
-		}
-	}
-	return append([]byte(nil), b...), nil, false
 }
 
 // sendTxnRecordsFor sends a batch's transaction records at least once,
