@@ -3,7 +3,8 @@
 // before anything relies on them. It registers every driver the project
 // supports: file://, s3://, gs://, azblob:// and mem://.
 //
-// It imports gocloud.dev/blob only.
+// It imports gocloud.dev/blob, and golang.org/x/sys for the notes of a
+// file:// bucket's objects (note.go).
 package bucket
 
 import (

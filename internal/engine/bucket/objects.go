@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"gocloud.dev/blob"
@@ -50,7 +51,7 @@ func (b *Bucket) PutFrom(ctx context.Context, key string, r io.Reader, ifNotExis
 		if !plainKey(key) {
 			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
 		}
-		return b.dir.put(ctx, key, r, ifNotExist)
+		return b.dir.put(ctx, key, r, ifNotExist, "")
 	}
 	return existed(b.writeFrom(ctx, key, r, &blob.WriterOptions{IfNotExist: ifNotExist}), ifNotExist)
 }
@@ -78,6 +79,9 @@ func (b *Bucket) writeFrom(ctx context.Context, key string, r io.Reader, opts *b
 	}
 	return w.Close()
 }
+
+// Chunks reads chunks in order, as Put writes them: for PutNoted.
+func Chunks(chunks [][]byte) io.Reader { return &chunkReader{chunks: chunks} }
 
 // chunkReader reads chunks in order, leaving them as they are; io.Copy
 // writes them whole (WriteTo), without copying them through a buffer.
@@ -125,6 +129,10 @@ type dirWrites struct {
 	root  string
 	token string // tells this process's temporary files apart
 	seq   atomic.Uint64
+	// notes is whether the file system keeps extended attributes (the
+	// objects' notes), tried once.
+	notes     sync.Once
+	keepsNote bool
 }
 
 // tempShards spreads the temporary files over directories: creating
@@ -135,25 +143,20 @@ func newDirWrites(root string) *dirWrites {
 	return &dirWrites{root: root, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
 }
 
-func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist bool) error {
+// put writes an object, with its note when note is not "".
+func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist bool, note string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	final := filepath.Join(d.root, filepath.FromSlash(key))
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	shard := filepath.Join(d.root, TempDir, fmt.Sprintf("%02x", h.Sum32()%tempShards))
-	tmp := filepath.Join(shard, fmt.Sprintf("%s-%d.tmp", d.token, d.seq.Add(1)))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if errors.Is(err, os.ErrNotExist) {
-		if err = os.MkdirAll(shard, 0o755); err == nil {
-			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-		}
-	}
+	f, tmp, err := d.temp(key)
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(f, r)
+	if err == nil && note != "" {
+		err = setNote(f, note)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -167,6 +170,21 @@ func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist
 		_ = os.Remove(tmp)
 	}
 	return err
+}
+
+// temp creates a temporary file for key's object.
+func (d *dirWrites) temp(key string) (*os.File, string, error) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	shard := filepath.Join(d.root, TempDir, fmt.Sprintf("%02x", h.Sum32()%tempShards))
+	tmp := filepath.Join(shard, fmt.Sprintf("%s-%d.tmp", d.token, d.seq.Add(1)))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(shard, 0o755); err == nil {
+			f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		}
+	}
+	return f, tmp, err
 }
 
 // plainKey says whether a key is its file's path as it is, which is

@@ -65,7 +65,7 @@ func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 // writeFiles writes one data file per directory, then that directory's
 // index naming it. A batch is durable only when both exist. With
 // exactly-once delivery the partition's progress object names the files
-// first (progress.go).
+// first (progress.go), or a note on each of them does (notes.go).
 func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink.Batch) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
@@ -89,15 +89,21 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink
 		}
 		idxs[i], names[i] = idx, dataFile(db.dir, d.id, idx, s.cfg.Protocol.Ext())
 	}
-	if err := s.writeIntent(ctx, d, batches, names); err != nil {
+	note, err := s.record(ctx, d, batches, names)
+	if err != nil {
 		return err
 	}
 	for i, db := range bufs {
 		name := names[i]
 		began := time.Now()
 		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
-		if db.extents != nil {
+		switch {
+		case db.extents != nil && note != "":
+			put = func() error { return s.bucket.PutNoted(ctx, name, s.disk.reader(db.extents), note) }
+		case db.extents != nil:
 			put = func() error { return s.bucket.PutFrom(ctx, name, s.disk.reader(db.extents), false) }
+		case note != "":
+			put = func() error { return s.bucket.PutNoted(ctx, name, bucket.Chunks(db.chunks), note) }
 		}
 		if err := s.retried(ctx, name, put); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)

@@ -174,6 +174,12 @@ func (s *Sink) flush(j flushJob) {
 		// The directory indexes are unknown after a failed write: read
 		// them again before the next file.
 		j.d.nextIndex = map[string]uint64{}
+		if r := j.d.resumed; r != nil {
+			// Its next flush writes the progress object first: the
+			// notes of this one's files, if some were written, may
+			// not be followed.
+			r.recorded = false
+		}
 		dropped = s.fenceLocked(j.d)
 	} else if j.d.waits() {
 		// Rows that came during the flush wait for the next one.

@@ -10,6 +10,9 @@ package storage
 // A flush writes the object first, as an intent: the position its rows
 // reach and the data files it is about to write, beside the position of
 // the flush before (committed). Then the data files, then their indexes.
+// Where the bucket keeps notes on its objects, most flushes write no
+// object but note the same on their data files (notes.go): one write
+// fewer of three for a small file.
 // A data file appears whole or not at all, so the next owner reads the
 // object and checks the intent's files: all there, and the flush's rows
 // are durable (it resumes after the intent's position, and names the
@@ -29,6 +32,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
 	"gocloud.dev/gcerrors"
@@ -70,6 +74,13 @@ type resumed struct {
 	// none recorded yet).
 	committed sink.Position
 	ok        bool
+	// recorded: this writer's progress object is in the bucket, written
+	// since its last failed flush; dirs are its files' directories, and
+	// chain counts the flushes noted on their data files since
+	// (notes.go).
+	recorded bool
+	dirs     map[string]bool
+	chain    int
 }
 
 // ExactlyOnce says whether the sink writes progress objects.
@@ -129,14 +140,20 @@ func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Positio
 			done = done && ok
 		}
 		if done {
-			// The flush's files are all there: its rows are durable. Its
-			// writer may have died before naming them in its indexes.
-			for _, f := range p.Intent.Files {
+			// The flush's files are all there: its rows are durable, and
+			// so may be those of the flushes its writer noted on their
+			// files after it. Its writer may have died before naming
+			// the last of them in its indexes.
+			at, last, err := s.follow(ctx, &p)
+			if err != nil {
+				return sink.Position{}, false, err
+			}
+			for _, f := range last {
 				if err := s.indexFile(ctx, f, p.Dispatcher); err != nil {
 					return sink.Position{}, false, err
 				}
 			}
-			return p.Intent.End, true, nil
+			return at, true, nil
 		}
 	}
 	if p.Committed != nil {
@@ -146,12 +163,12 @@ func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Positio
 }
 
 // indexFile makes the index of a data file's dispatcher in its
-// directory name it, unless it names it already.
+// directory name it, unless it names it or a later file already.
 func (s *Sink) indexFile(ctx context.Context, file, dispatcher string) error {
 	dir, base := path.Split(file)
 	idx := indexFile(strings.TrimSuffix(dir, "/"), dispatcher)
 	body, err := s.bucket.ReadAll(ctx, idx)
-	if err == nil && strings.TrimSpace(string(body)) == base {
+	if err == nil && fileNumber(strings.TrimSpace(string(body))) >= fileNumber(base) {
 		return nil
 	}
 	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
@@ -161,6 +178,16 @@ func (s *Sink) indexFile(ctx context.Context, file, dispatcher string) error {
 		return fmt.Errorf("write %s: %w", idx, err)
 	}
 	return nil
+}
+
+// fileNumber is a data file name's number; 0 if it is none.
+func fileNumber(base string) uint64 {
+	m := dataFileName.FindStringSubmatch(base)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m[2], 10, 64)
+	return n
 }
 
 // checkName refuses a partition id that is not one path element.
@@ -176,18 +203,13 @@ func checkName(partition string) error {
 // batch ends where one cannot resume (inside a transaction returned in
 // parts, or a snapshot chunk) writes none: the object stays at the
 // flush before, and a crash writes this flush's rows again.
-func (s *Sink) writeIntent(ctx context.Context, d *dispatcherState, batches []*sink.Batch, files []string) error {
+func (s *Sink) writeIntent(ctx context.Context, d *dispatcherState, r *resumed, last *sink.Batch, files []string) error {
 	s.mu.Lock()
-	r := d.resumed
-	s.mu.Unlock()
-	if r == nil || len(batches) == 0 || batches[len(batches)-1].Inside {
-		return nil
-	}
-	last := batches[len(batches)-1]
 	p := progressObject{Changefeed: s.changefeed, Dispatcher: d.id, Epoch: last.Epoch, Intent: &flushIntent{End: last.End, Files: files}}
 	if r.ok {
 		p.Committed = &r.committed
 	}
+	s.mu.Unlock()
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -196,6 +218,9 @@ func (s *Sink) writeIntent(ctx context.Context, d *dispatcherState, batches []*s
 	if err := s.retried(ctx, name, func() error { return s.bucket.Put(ctx, name, [][]byte{body}, false) }); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
+	s.mu.Lock()
+	r.recorded, r.dirs, r.chain = true, dirsOf(files), 0
+	s.mu.Unlock()
 	return nil
 }
 

@@ -86,6 +86,10 @@ type Sink struct {
 	// and the dispatchers resumed here.
 	changefeed string
 	resumed    map[string]*resumed
+	// notes: the bucket keeps notes on its objects, so most flushes
+	// note their progress on their data files instead of writing the
+	// progress object (notes.go).
+	notes bool
 }
 
 // dirBuffer is a directory's next data file: the encoded rows of the
@@ -195,6 +199,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		changefeed: env.Changefeed, resumed: map[string]*resumed{},
+		notes: cfg.ExactlyOnce() && bucket.KeepsNotes(ctx),
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.spool = newRoom(cfg.SpoolMaxBytes, func() {

@@ -1,0 +1,95 @@
+package bucket
+
+// This file is an object's note: a short text written with the object,
+// in the same write, and read without reading the object. The storage
+// sink notes on each data file where the file's rows reach, so that
+// exactly-once delivery needs no object of its own for most flushes.
+// On an object store the note is the object's metadata (one header of
+// the same PUT); on a file:// bucket, an extended attribute set on the
+// temporary file before it is renamed into place, so the file and its
+// note appear together.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// noteKey is the metadata key of an object's note ("user.cdcctl" as an
+// extended attribute).
+const noteKey = "cdcctl"
+
+// MaxNote is the longest note Put accepts: object stores cap all of an
+// object's metadata at about 2 KiB.
+const MaxNote = 1536
+
+// ErrNoNotes is the error of a noted write to a bucket that cannot keep
+// notes (a file system without extended attributes).
+var ErrNoNotes = errors.New("this bucket cannot keep notes on its objects")
+
+// PutNoted is PutFrom with a note written with the object.
+func (b *Bucket) PutNoted(ctx context.Context, key string, r io.Reader, note string) error {
+	if len(note) > MaxNote {
+		return fmt.Errorf("a note of %d bytes on %s: at most %d fit", len(note), key, MaxNote)
+	}
+	if b.dir != nil {
+		if !plainKey(key) {
+			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
+		}
+		return b.dir.put(ctx, key, r, false, note)
+	}
+	return b.writeFrom(ctx, key, r, &blob.WriterOptions{Metadata: map[string]string{noteKey: note}})
+}
+
+// Note reads an object's note: found false when there is no such object,
+// "" when it has no note.
+func (b *Bucket) Note(ctx context.Context, key string) (note string, found bool, err error) {
+	if b.dir != nil {
+		if !plainKey(key) {
+			return "", false, fmt.Errorf("object key %q is not a plain relative path", key)
+		}
+		return b.dir.note(key)
+	}
+	a, err := b.Attributes(ctx, key)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return a.Metadata[noteKey], true, nil
+}
+
+// KeepsNotes says whether the bucket keeps the notes of PutNoted: object
+// stores do; a file:// bucket does where its file system keeps extended
+// attributes, which it tries once.
+func (b *Bucket) KeepsNotes(ctx context.Context) bool {
+	if b.dir == nil {
+		return true
+	}
+	return b.dir.keepsNotes(ctx)
+}
+
+func (d *dirWrites) note(key string) (string, bool, error) {
+	return readNote(filepath.Join(d.root, filepath.FromSlash(key)))
+}
+
+// keepsNotes tries once whether a temporary file takes a note.
+func (d *dirWrites) keepsNotes(ctx context.Context) bool {
+	d.notes.Do(func() {
+		f, tmp, err := d.temp(".notes")
+		if err != nil {
+			return
+		}
+		d.keepsNote = setNote(f, "{}") == nil
+		_ = f.Close()
+		_ = os.Remove(tmp)
+	})
+	return d.keepsNote
+}

@@ -1,0 +1,117 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/row"
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Issue 31: with delivery=exactly-once on a bucket that keeps notes, a
+// flush that follows its writer's progress object notes where its rows
+// reach on its data files instead of writing the object again (one
+// write fewer of three for a file per flush), and the next owner
+// resumes after the last flush whose files are all there: not earlier
+// (it would write rows twice), never later (it would lose some). Each
+// flush here writes two directories, the table's and the transaction
+// records'; some end inside a transaction, where no one can resume.
+func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
+	dir := t.TempDir()
+	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once&transaction-meta=true"
+	ctx := context.Background()
+	s, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.1", Partition: "p1", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	// Flush i holds one transaction committed at 100·i; flushes 21 and 22
+	// hold the first parts of a transaction that commits in flush 23.
+	flush := func(i int) {
+		t.Helper()
+		ts := model.Ts(100 * i)
+		key := fmt.Sprint(i)
+		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: ts}, OnFlushed: func(error) {},
+			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: ts, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}, TxnOrder: 1, TxnTableOrder: 1}}}
+		if i == 21 || i == 22 {
+			b.Events[0].CommitTs, b.End, b.Inside = 2300, sink.Position{Ts: 2299}, true
+		} else {
+			b.Txns = []row.Event{{Kind: row.KindTxn, Table: "shop.orders", CommitTs: ts, Def: def, Key: key,
+				Txn: &row.TxnSummary{Events: 1, Tables: []row.TableCount{{Table: "shop.orders", Events: 1}}}}}
+		}
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, "p1.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var body []byte
+	for i := 1; i <= 20; i++ {
+		flush(i)
+	}
+	// Flush 1 wrote the progress object, 2 to 17 noted, 18 wrote it again.
+	var p struct{ Intent struct{ Files []string } }
+	body, err = os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
+	if err != nil || json.Unmarshal(body, &p) != nil || len(p.Intent.Files) != 2 || !strings.HasSuffix(p.Intent.Files[0], "_000018.json") {
+		t.Fatalf("after 20 flushes the progress object is %s (%v); want flush 18's intent: flushes noted on their files write none", body, err)
+	}
+	for i := 21; i <= 23; i++ {
+		flush(i)
+	}
+	files := func(pattern string) []string {
+		got, _ := filepath.Glob(filepath.Join(dir, pattern))
+		return got
+	}
+	table, txns := files("shop/orders/*/CDC_p1.1_*.json"), files("cdcctl-transaction/CDC_p1.1_*.json")
+	if len(table) != 23 || len(txns) != 21 {
+		t.Fatalf("%d table files and %d transaction files, want 23 and 21", len(table), len(txns))
+	}
+	resume := func(want model.Ts) {
+		t.Helper()
+		o, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		at, ok, err := o.Resume(ctx, sink.Writer{Dispatcher: "p1.2-handover", Partition: "p1", Epoch: 2})
+		if err != nil || !ok || at.Ts != want {
+			t.Fatalf("resumed at %d (%v, %v); want %d", at.Ts, ok, err, want)
+		}
+	}
+	resume(2300)
+	// A crash before the last flush's second file: that flush is not
+	// durable, and neither are the two before it, which end inside its
+	// transaction; its table file is there but counts for nothing.
+	if err := os.Remove(txns[len(txns)-1]); err != nil {
+		t.Fatal(err)
+	}
+	resume(2000)
+	// A crash before a table file's index: the resume names the file in
+	// its index again, and only forward.
+	idx := filepath.Join(filepath.Dir(table[0]), "meta", "CDC_p1.1.index")
+	if err := os.WriteFile(idx, []byte(filepath.Base(table[18])+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resume(2000)
+	if got, _ := os.ReadFile(idx); strings.TrimSpace(string(got)) != filepath.Base(table[19]) {
+		t.Fatalf("the index names %q after the resume; want flush 20's file %s", got, filepath.Base(table[19]))
+	}
+	// A crash before a noted flush's data: it, and all after it, are not
+	// durable.
+	if err := os.Remove(table[18]); err != nil {
+		t.Fatal(err)
+	}
+	resume(1800)
+}
