@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -33,18 +32,20 @@ const MaxNote = 1536
 // notes (a file system without extended attributes).
 var ErrNoNotes = errors.New("this bucket cannot keep notes on its objects")
 
-// PutNoted is PutFrom with a note written with the object.
-func (b *Bucket) PutNoted(ctx context.Context, key string, r io.Reader, note string) error {
-	if len(note) > MaxNote {
-		return fmt.Errorf("a note of %d bytes on %s: at most %d fit", len(note), key, MaxNote)
-	}
-	if b.dir != nil {
-		if !plainKey(key) {
-			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
+// writer is the object store's options of a write.
+func (o Options) writer(key string) (*blob.WriterOptions, error) {
+	wo := &blob.WriterOptions{IfNotExist: o.IfNotExist}
+	if o.Note != "" {
+		if len(o.Note) > MaxNote {
+			return nil, noteTooLong(key, o.Note)
 		}
-		return b.dir.put(ctx, key, r, false, note)
+		wo.Metadata = map[string]string{noteKey: o.Note}
 	}
-	return b.writeFrom(ctx, key, r, &blob.WriterOptions{Metadata: map[string]string{noteKey: note}})
+	return wo, nil
+}
+
+func noteTooLong(key, note string) error {
+	return fmt.Errorf("a note of %d bytes on %s: at most %d fit", len(note), key, MaxNote)
 }
 
 // Note reads an object's note: found false when there is no such object,
@@ -66,7 +67,7 @@ func (b *Bucket) Note(ctx context.Context, key string) (note string, found bool,
 	return a.Metadata[noteKey], true, nil
 }
 
-// KeepsNotes says whether the bucket keeps the notes of PutNoted: object
+// KeepsNotes says whether the bucket keeps the notes of its writes: object
 // stores do; a file:// bucket does where its file system keeps extended
 // attributes, which it tries once.
 func (b *Bucket) KeepsNotes(ctx context.Context) bool {

@@ -32,7 +32,7 @@ func TestANoteTravelsWithItsObject(t *testing.T) {
 			t.Fatalf("%s keeps no notes", url)
 		}
 		note := `{"end":{"ts":42},"files":["db/t1/1/CDC_p0.1_000007.json"]}`
-		if err := b.PutNoted(ctx, "db/t1/1/CDC_p0.1_000007.json", bytes.NewReader([]byte("row\n")), note); err != nil {
+		if err := b.PutWith(ctx, "db/t1/1/CDC_p0.1_000007.json", [][]byte{[]byte("row\n")}, bucket.Options{Note: note}); err != nil {
 			t.Fatalf("%s: %v", url, err)
 		}
 		if err := b.Put(ctx, "db/t1/1/plain.json", [][]byte{[]byte("row\n")}, false); err != nil {
@@ -50,7 +50,7 @@ func TestANoteTravelsWithItsObject(t *testing.T) {
 		if _, found, err := b.Note(ctx, "db/t1/1/CDC_p0.1_000008.json"); err != nil || found {
 			t.Fatalf("%s: a missing object found %v (%v)", url, found, err)
 		}
-		if err := b.PutNoted(ctx, "db/t1/1/long.json", bytes.NewReader(nil), strings.Repeat("x", bucket.MaxNote+1)); err == nil {
+		if err := b.PutFromWith(ctx, "db/t1/1/long.json", bytes.NewReader(nil), bucket.Options{Note: strings.Repeat("x", bucket.MaxNote+1)}); err == nil {
 			t.Fatalf("%s: a note longer than object stores keep was accepted", url)
 		}
 		b.Close()

@@ -37,23 +37,52 @@ const TempDir = ".cdcctl-tmp"
 // of it or nothing. With ifNotExist an existing object is left as it is
 // and ErrExists returned.
 func (b *Bucket) Put(ctx context.Context, key string, chunks [][]byte, ifNotExist bool) error {
-	if b.dir == nil && len(chunks) == 1 {
-		// One request to an object store, not a streamed upload.
-		return existed(b.WriteAll(ctx, key, chunks[0], &blob.WriterOptions{IfNotExist: ifNotExist}), ifNotExist)
-	}
-	return b.PutFrom(ctx, key, &chunkReader{chunks: chunks}, ifNotExist)
+	return b.PutWith(ctx, key, chunks, Options{IfNotExist: ifNotExist})
 }
 
 // PutFrom is Put with the object's bytes read from r (a disk spool's
 // segments): the object is written as it is read, not held in memory.
 func (b *Bucket) PutFrom(ctx context.Context, key string, r io.Reader, ifNotExist bool) error {
+	return b.PutFromWith(ctx, key, r, Options{IfNotExist: ifNotExist})
+}
+
+// Options are a write's: whether it may replace an object, and the note
+// it carries (note.go).
+type Options struct {
+	IfNotExist bool
+	Note       string
+}
+
+// PutWith is Put with options.
+func (b *Bucket) PutWith(ctx context.Context, key string, chunks [][]byte, o Options) error {
+	if b.dir == nil && len(chunks) == 1 {
+		// One request to an object store, not a streamed upload (and
+		// with the body's MD5, which the store checks).
+		wo, err := o.writer(key)
+		if err != nil {
+			return err
+		}
+		return existed(b.WriteAll(ctx, key, chunks[0], wo), o.IfNotExist)
+	}
+	return b.PutFromWith(ctx, key, &chunkReader{chunks: chunks}, o)
+}
+
+// PutFromWith is PutFrom with options.
+func (b *Bucket) PutFromWith(ctx context.Context, key string, r io.Reader, o Options) error {
 	if b.dir != nil {
 		if !plainKey(key) {
 			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
 		}
-		return b.dir.put(ctx, key, r, ifNotExist, "")
+		if len(o.Note) > MaxNote {
+			return noteTooLong(key, o.Note)
+		}
+		return b.dir.put(ctx, key, r, o.IfNotExist, o.Note)
 	}
-	return existed(b.writeFrom(ctx, key, r, &blob.WriterOptions{IfNotExist: ifNotExist}), ifNotExist)
+	wo, err := o.writer(key)
+	if err != nil {
+		return err
+	}
+	return existed(b.writeFrom(ctx, key, r, wo), o.IfNotExist)
 }
 
 // existed is ErrExists for an object store's refusal of an if-not-exist
@@ -79,9 +108,6 @@ func (b *Bucket) writeFrom(ctx context.Context, key string, r io.Reader, opts *b
 	}
 	return w.Close()
 }
-
-// Chunks reads chunks in order, as Put writes them: for PutNoted.
-func Chunks(chunks [][]byte) io.Reader { return &chunkReader{chunks: chunks} }
 
 // chunkReader reads chunks in order, leaving them as they are; io.Copy
 // writes them whole (WriteTo), without copying them through a buffer.

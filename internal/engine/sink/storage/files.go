@@ -96,14 +96,10 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink
 	for i, db := range bufs {
 		name := names[i]
 		began := time.Now()
-		put := func() error { return s.bucket.Put(ctx, name, db.chunks, false) }
-		switch {
-		case db.extents != nil && note != "":
-			put = func() error { return s.bucket.PutNoted(ctx, name, s.disk.reader(db.extents), note) }
-		case db.extents != nil:
-			put = func() error { return s.bucket.PutFrom(ctx, name, s.disk.reader(db.extents), false) }
-		case note != "":
-			put = func() error { return s.bucket.PutNoted(ctx, name, bucket.Chunks(db.chunks), note) }
+		opts := bucket.Options{Note: note}
+		put := func() error { return s.bucket.PutWith(ctx, name, db.chunks, opts) }
+		if db.extents != nil {
+			put = func() error { return s.bucket.PutFromWith(ctx, name, s.disk.reader(db.extents), opts) }
 		}
 		if err := s.retried(ctx, name, put); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)

@@ -1,7 +1,7 @@
 package storage
 
 // This file notes a flush's progress on its data files, where the bucket
-// keeps notes on its objects (bucket.PutNoted: object metadata, or an
+// keeps notes on its objects (bucket.Options.Note: object metadata, or an
 // extended attribute on a file system). Exactly once with a progress
 // object written before every flush costs three writes for a flush of
 // two (data file and index): with a file per flush, a third of the
