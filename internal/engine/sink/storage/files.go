@@ -62,10 +62,13 @@ func (s *Sink) WriteCheckpoint(ctx context.Context, ts model.Ts) error {
 	return s.bucket.Put(ctx, metadataFile, [][]byte{body}, false)
 }
 
-// writeFiles writes one data file per directory, then that directory's
-// index naming it. A batch is durable only when both exist. With
-// exactly-once delivery the partition's progress object names the files
-// first (progress.go), or a note on each of them does (notes.go).
+// writeFiles writes one data file per directory, then each directory's
+// index naming its file. A batch is durable only when all exist. The
+// indexes come after every data file, so that a flush cut between two
+// directories leaves only files no index names, which the next owner of
+// an exactly-once partition removes (progress.go). With exactly-once
+// delivery the partition's progress object names the files first
+// (progress.go), or a note on each of them does (notes.go).
 func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink.Batch) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
@@ -105,8 +108,11 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		s.metrics.WriteDuration("data", time.Since(began))
+	}
+	for i, db := range bufs {
+		name := names[i]
 		base := name[strings.LastIndex(name, "/")+1:]
-		began = time.Now()
+		began := time.Now()
 		if err := s.retried(ctx, name, func() error {
 			return s.bucket.Put(ctx, indexFile(db.dir, d.id), [][]byte{[]byte(base + "\n")}, false)
 		}); err != nil {

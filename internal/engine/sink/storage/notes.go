@@ -180,7 +180,9 @@ func (s *Sink) followNotes(ctx context.Context, p *progressObject, durable map[s
 					return sink.Position{}, fmt.Errorf("look for %s: %w", f, err)
 				}
 				if !ok {
-					return at, nil
+					// Cut short: its files that are there are written
+					// again from at (progress.go).
+					return at, s.discard(ctx, note.Files)
 				}
 				there[f] = true
 			}

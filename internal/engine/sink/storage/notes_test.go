@@ -91,13 +91,20 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 		}
 	}
 	resume(2300)
+	gone := func(f string) {
+		t.Helper()
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Fatalf("%s, a file of a flush cut short, is still there (%v): a reader listing the directory reads its rows twice", filepath.Base(f), err)
+		}
+	}
 	// A crash before the last flush's second file: that flush is not
 	// durable, and neither are the two before it, which end inside its
-	// transaction; its table file is there but counts for nothing.
+	// transaction; its table file, which no index names, is removed.
 	if err := os.Remove(txns[len(txns)-1]); err != nil {
 		t.Fatal(err)
 	}
 	resume(2000)
+	gone(table[22])
 	// A crash before a table file's index: the resume names the file in
 	// its index again, and only forward.
 	idx := filepath.Join(filepath.Dir(table[0]), "meta", "CDC_p1.1.index")
@@ -114,4 +121,13 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume(1800)
+	gone(txns[18])
+	// A crash between the two files of the flush that wrote the progress
+	// object: the next owner resumes after the flush before, and
+	// removes the file that is there.
+	if err := os.Remove(txns[17]); err != nil {
+		t.Fatal(err)
+	}
+	resume(1700)
+	gone(table[17])
 }

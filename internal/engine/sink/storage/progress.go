@@ -156,10 +156,39 @@ func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Positio
 			return at, true, nil
 		}
 	}
+	if p.Intent != nil {
+		// Some of the flush's files may be there: no index names them
+		// (a flush writes its indexes after all its files), none of
+		// their rows were acknowledged, and they are written again
+		// from the committed position.
+		if err := s.discard(ctx, p.Intent.Files); err != nil {
+			return sink.Position{}, false, err
+		}
+	}
 	if p.Committed != nil {
 		return *p.Committed, true, nil
 	}
 	return sink.Position{}, false, nil
+}
+
+// discard removes those of a flush's files that are there, when one of
+// them is not: the next owner writes their rows again, and a reader that
+// lists the directory would read them twice.
+func (s *Sink) discard(ctx context.Context, files []string) error {
+	for _, f := range files {
+		there, err := s.bucket.Exists(ctx, f)
+		if err != nil {
+			return fmt.Errorf("look for %s: %w", f, err)
+		}
+		if !there {
+			continue
+		}
+		if err := s.bucket.Delete(ctx, f); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("remove %s, a file of a flush cut short: %w", f, err)
+		}
+		s.log.Info("storage sink: removed a file of a flush cut short; its rows are written again", "file", f)
+	}
+	return nil
 }
 
 // indexFile makes the index of a data file's dispatcher in its
