@@ -101,6 +101,11 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		return nil, err
 	}
 	rep.NotVerified = append(notVerified, rep.NotVerified...)
+	if t := rep.Transactions; t != nil && t.Duplicates > 0 && u.Query().Get("delivery") == "exactly-once" {
+		// As above: judged where the sink promises it.
+		rep.OK = false
+		t.Problems = append([]string{fmt.Sprintf("%d transaction records and rows written twice, into a sink that delivers exactly once (delivery=exactly-once)", t.Duplicates)}, t.Problems...)
+	}
 	return &rep, nil
 }
 

@@ -34,7 +34,14 @@ missing, extra and different, per table. Rows that differ are read again
 lost. The upstream's password, which the API does not show, comes from
 --source-password or PGPASSWORD.
 
-Exit 0 when nothing is lost, out of order, corrupt or unknown; 1 otherwise.
+For a sink with transaction-meta=true, verify also checks the transaction
+boundaries up to that point as a consumer applying each transaction at once
+relies on them: every transaction has its BEGIN and END records, the END's
+counts are the rows the sink holds of it (in all and per table), and each
+table's data_collection_order runs 1..n.
+
+Exit 0 when nothing is lost, out of order, corrupt or unknown (and every
+transaction is whole); 1 otherwise.
 Duplicates are reported, not judged: after a crash they are expected
 (at-least-once); after graceful operations there should be none. A sink
 with delivery=exactly-once is judged on them too: any fails the verify.`,
@@ -89,6 +96,16 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 			fmt.Fprintf(tw, "Events expected / read:\t%d / %d (%d committed after the checked point, %d duplicates)\n", rep.Expected, rep.Events, rep.Beyond, rep.Duplicates)
 			fmt.Fprintf(tw, "Lost:\t%d\nOut of order:\t%d\nDuplicates:\t%d\nCorrupt:\t%d\nUnknown:\t%d\nMisplaced DDL:\t%d\n", rep.Lost, rep.OutOfOrder, rep.Duplicates, rep.Corrupt, rep.Unknown, rep.Misplaced)
 		}
+		if t := rep.Transactions; t != nil {
+			verdict := "every one whole"
+			if len(t.Problems) > 0 {
+				verdict = fmt.Sprintf("%d problems", len(t.Problems))
+			}
+			fmt.Fprintf(tw, "Transactions:\t%d committed up to the checked point, %s (%d records or rows read twice)\n", t.Checked, verdict, t.Duplicates)
+			for _, p := range t.Problems {
+				fmt.Fprintf(tw, "  %s\n", p)
+			}
+		}
 		for _, nv := range rep.NotVerified {
 			fmt.Fprintf(tw, "%s\n", nv)
 		}
@@ -100,6 +117,9 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 	}
 	if !rep.OK {
 		if len(rep.TableReports) > 0 {
+			if rep.Lost+rep.Unknown+rep.Corrupt == 0 && rep.Transactions != nil {
+				return withExit(ExitError, fmt.Errorf("verify found the tables equal and %d problems with the transaction boundaries a consumer relies on", len(rep.Transactions.Problems)))
+			}
 			return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different", rep.Lost, rep.Unknown, rep.Corrupt))
 		}
 		if rep.Lost+rep.OutOfOrder+rep.Corrupt+rep.Unknown+rep.Misplaced == 0 && rep.Duplicates > 0 {

@@ -69,7 +69,7 @@ var allowed = map[string][]string{
 
 	// The in-process cluster harness the engine's packages test on.
 	"internal/engine/enginetest": {"internal/embedetcd/etcdtest", "internal/engine/capture", "internal/engine/checkpoint", "internal/engine/coordinator", "internal/engine/election",
-		"internal/engine/meta", "internal/engine/source/gen", "internal/engine/transport", "internal/exec", "internal/plan", "internal/model", "internal/verify"},
+		"internal/engine/meta", "internal/engine/sink/codec", "internal/engine/source/gen", "internal/engine/transport", "internal/exec", "internal/plan", "internal/model", "internal/verify"},
 
 	"internal/verify": {"internal/engine/bucket", "internal/engine/sink/codec", "internal/engine/sink/registry", "internal/engine/source", "internal/model"},
 	"internal/api":    {"internal/model", "internal/plan", "internal/exec", "internal/redact"},

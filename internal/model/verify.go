@@ -35,6 +35,26 @@ type VerifyReport struct {
 	// from the sink with the upstream's (Lost counts missing rows,
 	// Unknown extra ones, Corrupt different ones).
 	TableReports []TableVerifyReport `json:"table_reports,omitempty"`
+	// Transactions, for a sink that writes transaction boundaries
+	// (transaction-meta), checks them as a consumer that applies each
+	// source transaction at once relies on them.
+	Transactions *TransactionsVerifyReport `json:"transactions,omitempty"`
+}
+
+// TransactionsVerifyReport is the check of a sink's transaction
+// boundaries up to the checked point.
+type TransactionsVerifyReport struct {
+	// Checked counts the transactions committed up to the checked point
+	// whose END the sink holds.
+	Checked int `json:"checked"`
+	// Duplicates counts records and rows read more than once (each
+	// counted once in the check): after a crash, at least once.
+	Duplicates int `json:"duplicates"`
+	// Problems are what a consumer would find wrong (at most ten): a
+	// transaction whose rows do not add up to its END, rows without an
+	// END, an END without a BEGIN, a table's data_collection_order not
+	// 1..n.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // TableVerifyReport is one table's comparison of the sink with the upstream.

@@ -110,12 +110,36 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 			}
 		}
 		rep.OK = rep.Lost == 0 && rep.Unknown == 0 && rep.Corrupt == 0
+		if err := checkTransactions(ctx, sink, streams, upTo, &rep); err != nil {
+			return Report{}, err
+		}
 		if rep.OK {
 			return rep, nil
 		}
 		suspects = next
 	}
 	return rep, nil
+}
+
+// checkTransactions checks a sink's transaction boundaries, if it writes
+// them, up to upTo: rep.Transactions, and rep.OK false on a problem.
+// total_order may have gaps (a TRUNCATE in a transaction erases the rows
+// it wrote before it).
+func checkTransactions(ctx context.Context, sink codec.ReadBack, streams []codec.ChangeStream, upTo model.Ts, rep *Report) error {
+	tx := NewTransactions()
+	ok, err := sink.Transactions(ctx, tx.AddRecordLine)
+	if err != nil {
+		return fmt.Errorf("read the sink's transaction records: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	tx.AddChanges(streams)
+	rep.Transactions = &model.TransactionsVerifyReport{Checked: tx.Judged(0, upTo), Duplicates: tx.Duplicates, Problems: tx.Check(false, 0, upTo)}
+	if len(rep.Transactions.Problems) > 0 {
+		rep.OK = false
+	}
+	return nil
 }
 
 // Rebuild applies a table's changes from every stream, in commit order

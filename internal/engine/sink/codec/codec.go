@@ -66,6 +66,18 @@ type canalChange struct {
 	Data     []map[string]*string `json:"data"`
 	Old      []map[string]*string `json:"old"`
 	TiDB     canalTiDB            `json:"_tidb"`
+	// Transaction is the row's place in its source transaction
+	// (transaction-meta); nil without.
+	Transaction *TxnPlace `json:"transaction"`
+}
+
+// TxnPlace is a row's "transaction" block: its transaction's id, and its
+// place in the transaction and among the transaction's rows of its table
+// (both from 1).
+type TxnPlace struct {
+	ID         string `json:"id"`
+	TotalOrder int    `json:"total_order"`
+	TableOrder int    `json:"data_collection_order"`
 }
 
 type canalTiDB struct {
@@ -277,6 +289,9 @@ type Change struct {
 	// NoOld says the format carries no old values (CSV): an update of a
 	// table without a key cannot be matched to the row it changed.
 	NoOld bool
+	// Txn is the row's place in its source transaction, when the sink
+	// writes transaction boundaries (transaction-meta).
+	Txn *TxnPlace
 }
 
 // Key is the change's primary key: the key columns' values joined by
@@ -298,7 +313,7 @@ func DecodeChanges(p Protocol, data []byte) ([]Change, error) {
 	}
 	var out []Change
 	err := eachCanalRow(data, func(m *canalChange) error {
-		c := Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs)}
+		c := Change{Database: m.Database, Table: m.Table, Op: m.Type, PkNames: m.PkNames, Data: m.Data[0], CommitTs: model.Ts(m.TiDB.CommitTs), Txn: m.Transaction}
 		if len(m.Old) > 0 {
 			c.Old = m.Old[0]
 		}

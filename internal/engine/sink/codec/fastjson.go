@@ -223,7 +223,7 @@ func (r *fastReader) uint() (uint64, bool) {
 
 // fields are canalChange's keys; a key that equals one but for letter
 // case is read by encoding/json instead (it matches such keys too).
-var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "data", "old", "_tidb"}
+var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "data", "old", "_tidb", "transaction"}
 
 func foldsToField(k []byte) bool {
 	for _, f := range canalFields {
@@ -352,6 +352,10 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 						break
 					}
 				}
+			case "transaction":
+				if m.Transaction != nil || !r.txnPlace(m) {
+					return false
+				}
 			default:
 				if foldsToField(k) || !r.skip(0) {
 					return false
@@ -368,4 +372,49 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 	}
 	r.ws()
 	return r.i == len(r.b)
+}
+
+// txnPlace reads a row's transaction block as this codec writes it.
+func (r *fastReader) txnPlace(m *canalChange) bool {
+	if !r.take('{') {
+		return false
+	}
+	t := &TxnPlace{}
+	if !r.take('}') {
+		for {
+			k, ok := r.str()
+			if !ok || !r.take(':') {
+				return false
+			}
+			switch string(k) {
+			case "id":
+				s, ok := r.str()
+				if !ok {
+					return false
+				}
+				t.ID = string(s)
+			case "total_order", "data_collection_order":
+				n, ok := r.uint()
+				if !ok || n > 1<<31 {
+					return false
+				}
+				if string(k) == "total_order" {
+					t.TotalOrder = int(n)
+				} else {
+					t.TableOrder = int(n)
+				}
+			default:
+				return false // encoding/json decides
+			}
+			if r.take(',') {
+				continue
+			}
+			if !r.take('}') {
+				return false
+			}
+			break
+		}
+	}
+	m.Transaction = t
+	return true
 }

@@ -22,6 +22,10 @@ type ReadBack interface {
 	// wrote them, and the schema changes the sink holds (canal-json or
 	// CSV), to rebuild tables.
 	Changes(ctx context.Context) ([]ChangeStream, []SchemaChange, error)
+	// Transactions visits the BEGIN and END records of the source
+	// transactions the sink holds, each a line of JSON (TxnRecord); ok
+	// false when the sink writes none (no transaction-meta).
+	Transactions(ctx context.Context, visit func(record []byte) error) (ok bool, err error)
 	Close() error
 }
 

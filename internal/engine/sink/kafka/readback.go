@@ -36,6 +36,22 @@ func (r *readBack) Changes(ctx context.Context) ([]codec.ChangeStream, []codec.S
 	return scanChanges(ctx, r.cfg)
 }
 
+// Transactions reads the transaction topic as a read_committed
+// consumer, partition by partition.
+func (r *readBack) Transactions(ctx context.Context, visit func([]byte) error) (bool, error) {
+	if !r.cfg.TransactionMeta {
+		return false, nil
+	}
+	cfg := r.cfg
+	cfg.Topic = cfg.transactionTopic()
+	return true, ScanMessages(ctx, cfg, func(p int32, offset int64, value []byte) error {
+		if err := visit(value); err != nil {
+			return fmt.Errorf("%s partition %d offset %d: %w", cfg.Topic, p, offset, err)
+		}
+		return nil
+	})
+}
+
 func (r *readBack) Close() error { return nil }
 
 // scanChanges reads a topic's row messages (schema changes and

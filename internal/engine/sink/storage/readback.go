@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"path"
 
 	objects "github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
@@ -54,6 +56,33 @@ func (r *readBack) Changes(ctx context.Context) ([]codec.ChangeStream, []codec.S
 	}
 	schemas, err := ScanSchemaChanges(ctx, r.bucket)
 	return streams, schemas, err
+}
+
+// Transactions reads the files of the transactions' records, in no
+// particular order.
+func (r *readBack) Transactions(ctx context.Context, visit func([]byte) error) (bool, error) {
+	if !r.cfg.TransactionMeta {
+		return false, nil
+	}
+	err := r.bucket.Walk(ctx, txnDir+"/", func(key string) error {
+		if m := dataFileName.FindStringSubmatch(path.Base(key)); m == nil || path.Dir(key) != txnDir {
+			return nil // their indexes
+		}
+		body, err := r.bucket.ReadAll(ctx, key)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", key, err)
+		}
+		for line := range bytes.Lines(body) {
+			if line = bytes.TrimSpace(line); len(line) == 0 {
+				continue
+			}
+			if err := visit(line); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+		}
+		return nil
+	})
+	return true, err
 }
 
 func (r *readBack) Close() error { return r.bucket.Close() }

@@ -103,8 +103,12 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	}
 	t.Logf("%d transactions, %d changes, %d rows equal: %+v", w.n, rep.Events, rep.Keys, rep.TableReports)
 	tx = enginetest.ReadTransactions(t, sink)
-	if bad := tx.Check(true, 0, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 {
-		t.Fatalf("after the crash, %d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
+	if bad := tx.Check(true, 0, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 || tx.Duplicates != 0 {
+		t.Fatalf("after the crash, %d transactions, %d records or rows written twice; a consumer would find:\n%s", len(tx.Ends), tx.Duplicates, strings.Join(bad, "\n"))
+	}
+	// Verify checks the same (cdcctl verify prints it).
+	if rep.Transactions == nil || rep.Transactions.Checked < 50 || len(rep.Transactions.Problems) > 0 || rep.Transactions.Duplicates != 0 {
+		t.Fatalf("verify's check of the transactions: %+v", rep.Transactions)
 	}
 
 	// The check can fail: the upstream read now, compared with the sink

@@ -42,8 +42,11 @@ func TestTransactionBoundariesCountEveryRowOfEveryTransaction(t *testing.T) {
 	}
 
 	tx := enginetest.ReadTransactions(t, sink)
-	if bad := tx.Check(true, 0, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 {
-		t.Fatalf("%d transactions; a consumer would find:\n%s", len(tx.Ends), strings.Join(bad, "\n"))
+	if bad := tx.Check(true, 0, model.Ts(rep.CheckedUpToTs)); len(bad) > 0 || tx.Duplicates != 0 {
+		t.Fatalf("%d transactions, %d records or rows twice; a consumer would find:\n%s", len(tx.Ends), tx.Duplicates, strings.Join(bad, "\n"))
+	}
+	if rep.Transactions == nil || rep.Transactions.Checked < w.n/2 || len(rep.Transactions.Problems) > 0 {
+		t.Fatalf("verify's check of the transactions: %+v", rep.Transactions)
 	}
 	spread, both, big := 0, 0, 0
 	xid := regexp.MustCompile(`^[1-9][0-9]*:[1-9][0-9]*$`)
