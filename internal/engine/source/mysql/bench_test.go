@@ -64,7 +64,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 		}
 		runOurs := func() {
 			began := time.Now()
-			if got := throughTheSource(b, cfg, from, b.TempDir(), rows); got != rows {
+			if got := throughTheSource(b, cfg, from, b.TempDir(), rows, false); got != rows {
 				b.Fatalf("the source delivered %d rows, want %d", got, rows)
 			}
 			ours += time.Since(began)
@@ -134,16 +134,22 @@ func bareRead(b *testing.B, addr string, from source.Position, want int) int {
 // throughTheSource runs the data path as the engine does, on two
 // goroutines: the puller appends to the event log (on disk, as the agent
 // keeps it) while a partition's reader reads the table's span back and
-// writes it to a storage sink, until want rows are written.
-func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int) int {
+// writes it to a storage sink, until want rows are written. With meta,
+// the log numbers the transactions' rows and keeps their summaries, and
+// the sink writes transaction boundaries (transaction-meta=true).
+func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int, meta bool) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{})
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Transactions: meta})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer log.Close()
-	s, err := storage.Open(ctx, "file://"+dir+"/sink?file-size=4194304&flush-interval=1s", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	uri := "file://" + dir + "/sink?file-size=4194304&flush-interval=1s"
+	if meta {
+		uri += "&transaction-meta=true"
+	}
+	s, err := storage.Open(ctx, uri, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,8 +178,21 @@ func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir 
 				if len(rows) == 0 {
 					break
 				}
-				got += len(rows)
-				if err := s.Write(ctx, &sink.Batch{Dispatcher: "p1.1", Events: rows}); err != nil {
+				batch := &sink.Batch{Dispatcher: "p1.1", Events: rows}
+				if meta {
+					// The summaries beside the rows, as the dispatcher
+					// hands them over.
+					batch.Events, batch.Txns = nil, nil
+					for _, e := range rows {
+						if e.Kind == source.KindTxn {
+							batch.Txns = append(batch.Txns, e)
+						} else {
+							batch.Events = append(batch.Events, e)
+						}
+					}
+				}
+				got += len(batch.Events)
+				if err := s.Write(ctx, batch); err != nil {
 					done <- err
 					return
 				}
