@@ -182,7 +182,7 @@ func (s *Sink) followNotes(ctx context.Context, p *progressObject, durable map[s
 				if !ok {
 					// Cut short: its files that are there are written
 					// again from at (progress.go).
-					return at, s.discard(ctx, note.Files)
+					return at, s.discard(ctx, p.Dispatcher, note.Files)
 				}
 				there[f] = true
 			}

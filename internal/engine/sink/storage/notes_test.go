@@ -97,37 +97,64 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 			t.Fatalf("%s, a file of a flush cut short, is still there (%v): a reader listing the directory reads its rows twice", filepath.Base(f), err)
 		}
 	}
-	// A crash before the last flush's second file: that flush is not
-	// durable, and neither are the two before it, which end inside its
-	// transaction; its table file, which no index names, is removed.
-	if err := os.Remove(txns[len(txns)-1]); err != nil {
-		t.Fatal(err)
+	tableIdx := filepath.Join(filepath.Dir(table[0]), "meta", "CDC_p1.1.index")
+	txnIdx := filepath.Join(filepath.Dir(txns[0]), "meta", "CDC_p1.1.index")
+	// cutAt leaves the bucket as a crash in flush i would, after its
+	// table file and before its transaction file: the later flushes'
+	// files gone, and the indexes at the flushes before (a flush names
+	// its files in their indexes after writing them all).
+	cutAt := func(i int) {
+		t.Helper()
+		for _, f := range table[i:] {
+			_ = os.Remove(f)
+		}
+		for _, f := range txns[min(i-1, 20):] {
+			_ = os.Remove(f)
+		}
+		if err := os.WriteFile(tableIdx, []byte(filepath.Base(table[i-2])+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(txnIdx, []byte(filepath.Base(txns[min(i-2, 19)])+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// A crash in the last flush: it is not durable, and neither are the
+	// two before it, which end inside its transaction; its table file,
+	// which no index names, is removed.
+	cutAt(23)
 	resume(2000)
 	gone(table[22])
 	// A crash before a table file's index: the resume names the file in
-	// its index again, and only forward.
-	idx := filepath.Join(filepath.Dir(table[0]), "meta", "CDC_p1.1.index")
-	if err := os.WriteFile(idx, []byte(filepath.Base(table[18])+"\n"), 0o644); err != nil {
+	// its index again, and only forward (flushes 21 and 22 count for
+	// nothing yet).
+	if err := os.WriteFile(tableIdx, []byte(filepath.Base(table[18])+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	resume(2000)
-	if got, _ := os.ReadFile(idx); strings.TrimSpace(string(got)) != filepath.Base(table[19]) {
+	if got, _ := os.ReadFile(tableIdx); strings.TrimSpace(string(got)) != filepath.Base(table[19]) {
 		t.Fatalf("the index names %q after the resume; want flush 20's file %s", got, filepath.Base(table[19]))
 	}
-	// A crash before a noted flush's data: it, and all after it, are not
-	// durable.
-	if err := os.Remove(table[18]); err != nil {
+	// A crash in a noted flush.
+	cutAt(19)
+	resume(1800)
+	gone(table[18])
+	// A crash in the flush that wrote the progress object: the next
+	// owner resumes after the flush before it (the object's committed
+	// position).
+	cutAt(18)
+	resume(1700)
+	gone(table[17])
+	// The same crash after a version that named each file in its index
+	// before it wrote the next: the file its index names stays (a reader
+	// may have read it).
+	if err := os.WriteFile(table[17], []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	resume(1800)
-	gone(txns[18])
-	// A crash between the two files of the flush that wrote the progress
-	// object: the next owner resumes after the flush before, and
-	// removes the file that is there.
-	if err := os.Remove(txns[17]); err != nil {
+	if err := os.WriteFile(tableIdx, []byte(filepath.Base(table[17])+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	resume(1700)
-	gone(table[17])
+	if _, err := os.Stat(table[17]); err != nil {
+		t.Fatalf("a file its index names was removed: %v", err)
+	}
 }

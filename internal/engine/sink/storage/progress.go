@@ -161,7 +161,7 @@ func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Positio
 		// (a flush writes its indexes after all its files), none of
 		// their rows were acknowledged, and they are written again
 		// from the committed position.
-		if err := s.discard(ctx, p.Intent.Files); err != nil {
+		if err := s.discard(ctx, p.Dispatcher, p.Intent.Files); err != nil {
 			return sink.Position{}, false, err
 		}
 	}
@@ -173,14 +173,24 @@ func (s *Sink) lastProgress(ctx context.Context, partition string) (sink.Positio
 
 // discard removes those of a flush's files that are there, when one of
 // them is not: the next owner writes their rows again, and a reader that
-// lists the directory would read them twice.
-func (s *Sink) discard(ctx context.Context, files []string) error {
+// lists the directory would read them twice. A file its index names is
+// left: a reader may have read it (a flush of an earlier version named
+// each file in its index before writing the next).
+func (s *Sink) discard(ctx context.Context, dispatcher string, files []string) error {
 	for _, f := range files {
 		there, err := s.bucket.Exists(ctx, f)
 		if err != nil {
 			return fmt.Errorf("look for %s: %w", f, err)
 		}
 		if !there {
+			continue
+		}
+		dir, base := path.Split(f)
+		body, err := s.bucket.ReadAll(ctx, indexFile(strings.TrimSuffix(dir, "/"), dispatcher))
+		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("read the index of %s: %w", f, err)
+		}
+		if err == nil && fileNumber(strings.TrimSpace(string(body))) >= fileNumber(base) {
 			continue
 		}
 		if err := s.bucket.Delete(ctx, f); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
