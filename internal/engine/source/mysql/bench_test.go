@@ -38,14 +38,7 @@ import (
 //	go test -run '^$' -bench SourceAgainstBareReader -benchtime 4x ./internal/engine/source/mysql
 func BenchmarkSourceAgainstBareReader(b *testing.B) {
 	const rows, perTxn = 200_000, 1000
-	srv, db := startShopDB(b)
-	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := mysql.ParseURI("mysql://root@" + srv.Addr() + "/shop?tables=bench&snapshot=never&server-id=4242")
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv, db, cfg := streamBench(b)
 	ctx := context.Background()
 	var ours, bare time.Duration
 	for i := 0; i < b.N; i++ {
@@ -81,6 +74,20 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 	b.ReportMetric(n/ours.Seconds(), "rows/s")
 	b.ReportMetric(n/bare.Seconds(), "bare-rows/s")
 	b.ReportMetric(bare.Seconds()/ours.Seconds(), "ratio")
+}
+
+// streamBench starts a MariaDB with an empty table bench, and the source
+// configuration that streams it.
+func streamBench(b *testing.B) (*mysqlserver.Server, *sql.DB, mysql.Config) {
+	srv, db := startShopDB(b)
+	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := mysql.ParseURI("mysql://root@" + srv.Addr() + "/shop?tables=bench&snapshot=never&server-id=4242")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv, db, cfg
 }
 
 // insertRows inserts rows from first+1 on, perTxn to a transaction.

@@ -23,14 +23,7 @@ import (
 func BenchmarkTransactionMetaAgainstPlain(b *testing.B) {
 	for _, c := range []struct{ rows, perTxn int }{{200_000, 1000}, {50_000, 10}} {
 		b.Run(fmt.Sprintf("rows-per-txn=%d", c.perTxn), func(b *testing.B) {
-			srv, db := startShopDB(b)
-			if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
-				b.Fatal(err)
-			}
-			cfg, err := mysql.ParseURI("mysql://root@" + srv.Addr() + "/shop?tables=bench&snapshot=never&server-id=4242")
-			if err != nil {
-				b.Fatal(err)
-			}
+			_, db, cfg := streamBench(b)
 			var with, without time.Duration
 			for i := 0; i < b.N; i++ {
 				cfg.Start = model.TsFromTime(time.Now())
