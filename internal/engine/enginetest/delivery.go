@@ -43,6 +43,23 @@ func CompareDelivery(c *Cluster, onceSink, leastSink string, fault func(victim m
 	return once, least
 }
 
+// CrashThenIsolate is CompareDelivery's hardest fault: victim is killed
+// (kill -9) and its partitions run elsewhere; then a capture running a
+// partition of cf is isolated past its session's TTL and let back once
+// its partitions run elsewhere too (Isolate: a zombie).
+func (c *Cluster) CrashThenIsolate(victim model.NodeID, cf model.ChangefeedID) {
+	c.T.Helper()
+	c.Crash(victim)
+	c.RunOff(victim)
+	for _, id := range c.IDs() {
+		if on, _ := c.PartitionsOn(cf, id); on > 0 {
+			c.Isolate(id)
+			return
+		}
+	}
+	c.T.Fatalf("no capture runs a partition of %s after the crash", cf)
+}
+
 // RunOff waits until no partition of any changefeed is placed on victim.
 func (c *Cluster) RunOff(victim model.NodeID) {
 	c.T.Helper()
