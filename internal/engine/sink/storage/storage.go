@@ -86,9 +86,7 @@ type Sink struct {
 	// and the dispatchers resumed here.
 	changefeed string
 	resumed    map[string]*resumed
-	// notes: the bucket keeps notes on its objects, so most flushes
-	// note their progress on their data files instead of writing the
-	// progress object (notes.go).
+	// notes: most flushes note their progress on their files (notes.go).
 	notes bool
 }
 
