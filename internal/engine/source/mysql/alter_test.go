@@ -168,3 +168,34 @@ func TestRenameTableIsReadExactly(t *testing.T) {
 		}
 	}
 }
+
+// CREATE TABLE is read for the one table it creates, never for the
+// tables it only reads (LIKE, a SELECT); anything else is not read.
+func TestCreateTableIsReadForTheTableItCreates(t *testing.T) {
+	for stmt, want := range map[string]string{
+		"CREATE TABLE extra (id INT PRIMARY KEY, v INT)":      "shop.extra",
+		"create table `other`.`t`(id int)":                    "other.t",
+		"CREATE TABLE IF NOT EXISTS orders_copy LIKE orders":  "shop.orders_copy",
+		"CREATE TABLE s AS SELECT id FROM orders":             "shop.s",
+		"CREATE OR REPLACE TABLE orders (id INT PRIMARY KEY)": "shop.orders replaces",
+		"CREATE TEMPORARY TABLE orders (id INT)":              "shop.orders temporary",
+		"CREATE OR REPLACE TEMPORARY TABLE t LIKE orders":     "shop.t replaces temporary",
+		"CREATE INDEX i ON orders (v)":                        "",
+		"CREATE VIEW v AS SELECT * FROM orders":               "",
+		"CREATE TABLE":                                        "",
+		"CREATE TABLE `a`b` (id INT)":                         "",
+		"ALTER TABLE orders ADD COLUMN c INT":                 "",
+	} {
+		name, replaces, temporary, ok := createdTable(stmt, "shop")
+		got := name
+		if replaces {
+			got += " replaces"
+		}
+		if temporary {
+			got += " temporary"
+		}
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q (%v), want %q", stmt, got, ok, want)
+		}
+	}
+}

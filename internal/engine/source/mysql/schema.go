@@ -133,6 +133,39 @@ func renamedTables(stmt, db string) ([][2]string, bool) {
 	return out, len(out) > 0
 }
 
+// createdTable reads a CREATE TABLE statement (db is its default
+// database): the table it creates, and whether it replaces one of that
+// name (MariaDB's CREATE OR REPLACE: a new table where one was) or is
+// only a session's temporary table; false for any other statement, or
+// one whose name it cannot read exactly.
+func createdTable(stmt, db string) (name string, replaces, temporary, ok bool) {
+	f := strings.Fields(stmt)
+	if len(f) < 3 || !strings.EqualFold(f[0], "create") {
+		return "", false, false, false
+	}
+	f = f[1:]
+	if len(f) > 2 && strings.EqualFold(f[0], "or") && strings.EqualFold(f[1], "replace") {
+		replaces, f = true, f[2:]
+	}
+	if len(f) > 1 && strings.EqualFold(f[0], "temporary") {
+		temporary, f = true, f[1:]
+	}
+	if len(f) < 2 || !strings.EqualFold(f[0], "table") {
+		return "", false, false, false
+	}
+	f = f[1:]
+	if len(f) > 3 && strings.EqualFold(f[0], "if") && strings.EqualFold(f[1], "not") && strings.EqualFold(f[2], "exists") {
+		f = f[3:]
+	}
+	if len(f) == 0 {
+		return "", false, false, false
+	}
+	// The name ends where its column list begins: "t(id INT" or "t (id".
+	raw, _, _ := strings.Cut(f[0], "(")
+	name, ok = qualifiedName(strings.TrimSuffix(raw, ";"), db)
+	return name, replaces, temporary, ok
+}
+
 // qualifiedName reads a table name as a statement writes it (t, db.t,
 // `t`, `db`.`t`) as the changefeed names tables; false when it cannot
 // read it exactly.

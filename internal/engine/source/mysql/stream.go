@@ -373,6 +373,22 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					}
 					break
 				}
+				if t, replaces, temporary, ok := createdTable(q, cur.stmtDB); ok {
+					// A CREATE TABLE changes no table but the one it
+					// creates; the others it names (LIKE, a SELECT) are
+					// only read. One of ours is a table added to the
+					// changefeed after it was created, at a checkpoint
+					// before this statement (a pause, or the table
+					// rules meeting it at once): its definition is the
+					// catalog's at the addition, its rows come from its
+					// copy and the stream, so nothing is to follow. A
+					// replacement of one of ours is a new table under
+					// its name, held as a rename would be.
+					if st, replicated := at.Tables[t]; replicated && replaces && !temporary && joined(t) && !held[t] && !st.Dropped {
+						hold(t, "replaced upstream ("+q+")")
+					}
+					break
+				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {
