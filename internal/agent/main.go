@@ -27,7 +27,7 @@ func Main() {
 }
 
 // ExitRestart is the agent's exit code after a graceful stop that a
-// rollout asked for ('cdcctl rollout restart'): its service manager
+// rollout asked for ('cdcctl rollout restart') or SIGHUP: its service manager
 // starts it again (systemd's unit lists it in RestartForceExitStatus;
 // compose and Kubernetes restart any exit; the playground restarts it).
 // EX_TEMPFAIL: try again.
@@ -60,6 +60,15 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// errHangUp ends a run stopped by SIGHUP: the agent exits ExitRestart,
+// as when a rollout asks (it is capture.ErrRestartRequested).
+var errHangUp error = hangUp{}
+
+type hangUp struct{}
+
+func (hangUp) Error() string        { return "SIGHUP asked it to restart" }
+func (hangUp) Is(target error) bool { return target == capture.ErrRestartRequested }
 
 type usageError struct{ error }
 
@@ -101,7 +110,33 @@ from a YAML/TOML/JSON file given with --config.`,
 				<-ctx.Done()
 				stop()
 			}()
+			// SIGHUP: stop as gracefully as on SIGTERM, then exit
+			// ExitRestart, so that the service manager starts the agent
+			// again (one capture restarted by hand or by a rollout's
+			// hook, 'cdcctl rollout upgrade --exec'). Without this Go's
+			// default ends the process at once, as a crash.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			ctx, hangUp := context.WithCancel(ctx)
+			defer hangUp()
+			hupped := make(chan struct{})
+			go func() {
+				select {
+				case <-hup:
+					close(hupped)
+					hangUp()
+				case <-ctx.Done():
+				}
+			}()
 			res.err = node.Run(ctx)
+			select {
+			case <-hupped:
+				if res.err == nil {
+					res.err = errHangUp
+				}
+			default:
+			}
 			return nil
 		},
 	}

@@ -170,10 +170,43 @@ func expandSynopsis(line string) []string {
 
 // checkCommandLine finds the command a line names and checks its flags
 // and the count of its arguments, without running it.
+// shellFields splits a command line into words as a shell does, a quoted
+// value with spaces in it one word (--exec 'kill -HUP $PID').
+func shellFields(line string) []string {
+	var out []string
+	var cur strings.Builder
+	quote, in := rune(0), false
+	for _, r := range line {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+			cur.WriteRune(r)
+		case r == ' ' || r == '\t':
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
 func checkCommandLine(line string) error {
 	o := &options{v: viper.New(), in: strings.NewReader(""), out: io.Discard, errOut: io.Discard, now: time.Now}
 	root := newRootCommand(o)
-	args := strings.Fields(line)[1:]
+	args := shellFields(line)[1:]
 	// Values in the synopses are placeholders or examples: "--nodes N".
 	var words []string
 	flags := map[string]bool{}

@@ -115,7 +115,7 @@ func applyDrain(ctx context.Context, o *options, c *api.Client, snap *model.Snap
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.PlanID)
 		})
 	}
-	rec, err := followPlan(ctx, o, c, res.PlanID, f.timeout)
+	rec, err := followPlan(ctx, o, c, res.PlanID, f.timeout, nil)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ const (
 	// ExitBlocked: the pre-checks refused the plan (a blocker, or under
 	// --checks=strict a warning); nothing was submitted.
 	ExitBlocked = 10
+	// ExitHookFailed: a rollout upgrade's hook failed (or outran
+	// --exec-timeout) for a capture; the plan is paused.
+	ExitHookFailed = 11
 	// ExitUsage: bad flags or arguments (sysexits' EX_USAGE).
 	ExitUsage = 64
 )

@@ -62,11 +62,12 @@ func (s liveSource) Request(ctx context.Context, req exec.Request) error {
 }
 
 // followPlan follows a plan: the live view on a terminal (table output),
-// timestamped lines or NDJSON elsewhere. Exit codes as watchPlan's; q in
+// timestamped lines or NDJSON elsewhere (and with a rollout's hook). Exit codes as watchPlan's; q in
 // the live view detaches with 0 and leaves the plan running.
-func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration) (*exec.Record, error) {
-	if o.output() != formatTable && o.output() != formatWide || !isTerminal(o.out) || !isTerminal(o.in) {
-		return watchPlan(ctx, o, c, id, timeout)
+func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration, hook *rolloutHook) (*exec.Record, error) {
+	// A hook's output goes between the lines: no live view with one.
+	if hook != nil || o.output() != formatTable && o.output() != formatWide || !isTerminal(o.out) || !isTerminal(o.in) {
+		return watchPlan(ctx, o, c, id, timeout, hook)
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

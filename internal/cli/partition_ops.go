@@ -31,6 +31,8 @@ type planFlags struct {
 	// fromSnapshot plans from a `cluster snapshot` file, asking no
 	// cluster (with --dry-run).
 	fromSnapshot string
+	// hook is a rollout upgrade's (--exec); nil for every other plan.
+	hook *rolloutHook
 }
 
 // checkMode is --checks, a usage error when it is none of its values.

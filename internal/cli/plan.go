@@ -121,9 +121,18 @@ func newPlanShowCommand(o *options) *cobra.Command {
 // applyPlan submits a plan of any kind exactly as computed (POST
 // /api/v2/plans), after approval, and follows it with --watch.
 func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error {
+	if f.hook != nil && p.RestartBy != plan.RestartByHook {
+		return usageErr(fmt.Errorf("--exec is a rollout upgrade's hook; this %s plan runs none: apply it without --exec", kindText(p)))
+	}
 	what := fmt.Sprintf("Apply the %s plan of %s", p.Kind, p.Target)
 	if p.Kind == plan.KindRollout {
 		what = fmt.Sprintf("Restart %d captures one at a time", len(p.RolloutCaptures()))
+		if p.RestartBy == plan.RestartByHook {
+			if f.hook == nil {
+				return usageErr(fmt.Errorf("this rollout upgrade's captures are restarted by a hook: give it with --exec 'CMD' (as 'cdcctl rollout upgrade --exec')"))
+			}
+			what = fmt.Sprintf("Upgrade %d captures one at a time (the hook restarts each: %s)", len(p.RolloutCaptures()), f.hook.command)
+		}
 	}
 	if err := approve(o, snap, p, what, f.yes); err != nil {
 		return err
@@ -139,14 +148,14 @@ func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snaps
 	if !f.watch {
 		return o.render(res, func(tw tableWriter) {
 			if p.Kind == plan.KindRollout {
-				fmt.Fprintf(tw, "Plan %s submitted: rollout restart of %s, %d steps.\n", res.ID, captureList(p.RolloutCaptures()), len(res.Steps))
+				fmt.Fprintf(tw, "Plan %s submitted: rollout %s of %s, %d steps.\n", res.ID, p.RolloutVerb(), captureList(p.RolloutCaptures()), len(res.Steps))
 			} else {
 				fmt.Fprintf(tw, "Plan %s submitted: %s of %s, %d steps.\n", res.ID, p.Kind, p.Target, len(res.Steps))
 			}
 			fmt.Fprintf(tw, "Follow it with: cdcctl plan watch %s\n", res.ID)
 		})
 	}
-	rec, err := followPlan(ctx, o, c, res.ID, f.timeout)
+	rec, err := followPlan(ctx, o, c, res.ID, f.timeout, f.hook)
 	if err != nil {
 		return err
 	}
@@ -157,7 +166,10 @@ func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snaps
 }
 
 func newPlanApplyCommand(o *options) *cobra.Command {
-	var f planFlags
+	var (
+		f  planFlags
+		hf hookFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Submit a saved plan exactly as computed (refused with exit 5 if stale)",
@@ -168,6 +180,12 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 			p, err := readPlanFile(args[0])
 			if err != nil {
 				return err
+			}
+			if f.hook, err = hf.hook(); err != nil {
+				return err
+			}
+			if f.hook != nil {
+				f.watch = true // the hook runs while the plan is followed
 			}
 			c, err := o.client()
 			if err != nil {
@@ -185,6 +203,7 @@ func newPlanApplyCommand(o *options) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&f.yes, "yes", false, "approve without asking (scripts)")
 	f.registerSubmit(cmd, 30*time.Minute)
+	hf.register(cmd, "a saved rollout upgrade's hook: the command that restarts one capture (implies --watch)")
 	return cmd
 }
 

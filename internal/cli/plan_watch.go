@@ -20,7 +20,7 @@ import (
 // lines, or NDJSON with -o json (one exec.Event per line, the last one
 // done, failed or cancelled). Exit: 0 done, 1 failed, 4 cancelled, 3 when
 // timeout passes first (the plan goes on).
-func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration) (*exec.Record, error) {
+func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration, hook *rolloutHook) (*exec.Record, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var prev *exec.Record
@@ -35,6 +35,11 @@ func watchPlan(ctx context.Context, o *options, c *api.Client, id string, timeou
 			prev = &rec
 			if rec.State.Terminal() {
 				return prev, planOutcome(prev)
+			}
+			if hook != nil {
+				if err := hook.follow(wctx, o, c, prev); err != nil {
+					return prev, err
+				}
 			}
 		} else if !transient(err) {
 			// A missing plan, a refused token or a bad request does not
@@ -150,21 +155,33 @@ func newPlanListCommand(o *options) *cobra.Command {
 }
 
 func newPlanWatchCommand(o *options) *cobra.Command {
-	var timeout time.Duration
+	var (
+		timeout time.Duration
+		hf      hookFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "watch ID",
 		Short: "Follow a plan to its end (lines, or NDJSON with -o json)",
-		Args:  exactArgs(1, "the plan id ('cdcctl plan list')"),
+		Long: `Follow a plan to its end: timestamped lines, NDJSON with -o json, or the
+live view on a terminal. With --exec, follow a rollout upgrade whose
+cdcctl is gone: run the hook for the capture it waits to see restarted
+(and each after it), as 'rollout upgrade --exec' would have.`,
+		Args: exactArgs(1, "the plan id ('cdcctl plan list')"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			hook, err := hf.hook()
+			if err != nil {
+				return err
+			}
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
-			_, err = followPlan(cmd.Context(), o, c, args[0], timeout)
+			_, err = followPlan(cmd.Context(), o, c, args[0], timeout, hook)
 			return err
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up waiting after this long (exit 3; the plan goes on)")
+	hf.register(cmd, "run this command for each capture a rollout upgrade waits to see restarted (as 'rollout upgrade --exec')")
 	return cmd
 }
 

@@ -12,16 +12,45 @@ import (
 
 func newRolloutCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{Use: "rollout", Short: "Restart every capture in turn, as one plan (rolling restart or upgrade)"}
-	cmd.AddCommand(newRolloutRestartCommand(o))
+	cmd.AddCommand(newRolloutRestartCommand(o), newRolloutUpgradeCommand(o))
 	return cmd
 }
 
+// rolloutFlags are what both rollouts take besides the plan's flags.
+type rolloutFlags struct {
+	batch    int
+	captures []string
+	f        planFlags
+}
+
+func (r *rolloutFlags) register(cmd *cobra.Command, o *options) {
+	r.f.register(cmd, 60*time.Minute)
+	cmd.Flags().IntVar(&r.batch, "batch", 1, "maintainers moved at once while each capture drains")
+	cmd.Flags().StringSliceVar(&r.captures, "captures", nil, "the captures to restart, in this order (default: every Alive capture; the coordinator's goes last)")
+	_ = cmd.RegisterFlagCompletionFunc("captures", completeCaptures(o))
+}
+
+// run computes the rollout (made the hook's with byHook) and shows,
+// saves or submits it.
+func (r *rolloutFlags) run(cmd *cobra.Command, o *options, byHook bool) error {
+	if r.batch < 1 {
+		return usageErr(fmt.Errorf("--batch must be at least 1, got %d", r.batch))
+	}
+	ids := make([]model.NodeID, len(r.captures))
+	for i, c := range r.captures {
+		ids[i] = model.NodeID(c)
+	}
+	return runPlan(cmd.Context(), o, &r.f, func(s *model.Snapshot) (*plan.Plan, error) {
+		p, err := plan.Rollout(s, ids, r.batch, plan.DefaultCosts)
+		if err == nil && byHook {
+			p.ByHook()
+		}
+		return p, err
+	}, applyPlan)
+}
+
 func newRolloutRestartCommand(o *options) *cobra.Command {
-	var (
-		batch    int
-		captures []string
-		f        planFlags
-	)
+	var r rolloutFlags
 	cmd := &cobra.Command{
 		Use:   "restart",
 		Short: "Restart captures one at a time: hand the coordinator role over, drain, restart, wait for it to be given work again",
@@ -46,22 +75,54 @@ before each next step while a changefeed lags over it.`,
   cdcctl rollout restart --yes --watch --max-lag 30s
   cdcctl rollout restart --captures capture-2,capture-3 --batch 2 --yes --watch -o json   # CI: NDJSON events`,
 		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return r.run(cmd, o, false) },
+	}
+	r.register(cmd, o)
+	return cmd
+}
+
+func newRolloutUpgradeCommand(o *options) *cobra.Command {
+	var (
+		r  rolloutFlags
+		hf hookFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "upgrade --exec CMD",
+		Short: "Restart captures one at a time with a hook of yours (a new version): drain each, run the hook, wait for it to rejoin",
+		Long: `A rolling upgrade whose restarts are yours: as 'rollout restart', one
+capture at a time (the coordinator's last, after it hands the role over),
+each drained gracefully first; then, instead of asking the capture to
+exit, this cdcctl runs --exec's command for it, and the plan waits until
+the capture rejoins Alive as a new incarnation and is given work again.
+The hook restarts the capture however your deployment does (it is run by
+/bin/sh, here, with CDCCTL_CAPTURE, CDCCTL_CAPTURE_ADDR, CDCCTL_CAPTURE_PID
+and CDCCTL_PLAN set); its output is printed under the capture's name.
+
+It follows the plan (--watch is implied). A hook that fails or outruns
+--exec-timeout pauses the plan and exits 11: the capture is drained and
+still running; fix the hook and run 'cdcctl plan watch ID --exec CMD' and
+'cdcctl plan resume ID'. If this cdcctl stops, the plan waits at that
+capture's restart ("waiting for the rollout's hook") until 'cdcctl plan
+watch ID --exec CMD' runs the hook, or you restart the capture yourself.
+A hook may run again for a capture that way: make it safe to repeat.`,
+		Example: `  cdcctl rollout upgrade --exec 'kubectl -n cdc delete pod "$CDCCTL_CAPTURE" --wait=false' --yes
+  cdcctl rollout upgrade --exec 'ssh "${CDCCTL_CAPTURE_ADDR%:*}" sudo systemctl restart cdc-agent' --max-lag 30s --yes
+  cdcctl rollout upgrade --exec 'docker compose up -d --no-deps --force-recreate "$CDCCTL_CAPTURE"' --yes -o json
+  cdcctl rollout upgrade --exec 'kill -HUP $CDCCTL_CAPTURE_PID' --yes    # the playground: the agent exits 75, restarted`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if batch < 1 {
-				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
+			if hf.command == "" {
+				return usageErr(fmt.Errorf("an upgrade needs its hook: --exec 'CMD' restarts one capture (CDCCTL_CAPTURE names it); without one, use 'cdcctl rollout restart'"))
 			}
-			ids := make([]model.NodeID, len(captures))
-			for i, c := range captures {
-				ids[i] = model.NodeID(c)
+			hook, err := hf.hook()
+			if err != nil {
+				return err
 			}
-			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
-				return plan.Rollout(s, ids, batch, plan.DefaultCosts)
-			}, applyPlan)
+			r.f.hook, r.f.watch = hook, true
+			return r.run(cmd, o, true)
 		},
 	}
-	f.register(cmd, 60*time.Minute)
-	cmd.Flags().IntVar(&batch, "batch", 1, "maintainers moved at once while each capture drains")
-	cmd.Flags().StringSliceVar(&captures, "captures", nil, "the captures to restart, in this order (default: every Alive capture; the coordinator's goes last)")
-	_ = cmd.RegisterFlagCompletionFunc("captures", completeCaptures(o))
+	r.register(cmd, o)
+	hf.register(cmd, "the command that restarts one capture, run by /bin/sh for each in turn after its drain")
 	return cmd
 }

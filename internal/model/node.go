@@ -55,4 +55,8 @@ type RestartRequest struct {
 	Incarnation int64     `json:"incarnation"`
 	PlanID      string    `json:"plan_id"`
 	RequestedAt time.Time `json:"requested_at"`
+	// ByHook: the rollout's hook restarts the capture (rollout upgrade
+	// --exec), which does not exit by itself; the request only marks
+	// the incarnation the plan waits to see replaced.
+	ByHook bool `json:"by_hook,omitempty"`
 }

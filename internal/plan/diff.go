@@ -147,9 +147,13 @@ func renderBatches(w io.Writer, p *Plan) {
 func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 	order := p.RolloutCaptures()
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
-	fmt.Fprintf(w, "Plan: rollout restart of %d captures, one at a time (each drained in batches of at most %d maintainers)\n", len(order), p.BatchSize)
-	fmt.Fprintf(w, "  %d maintainers and %d partitions move off a capture and back; %d batches; predicted %s\n\n",
+	fmt.Fprintf(w, "Plan: rollout %s of %d captures, one at a time (each drained in batches of at most %d maintainers)\n", p.RolloutVerb(), len(order), p.BatchSize)
+	fmt.Fprintf(w, "  %d maintainers and %d partitions move off a capture and back; %d batches; predicted %s\n",
 		p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	if p.RestartBy == RestartByHook {
+		fmt.Fprintln(w, "  each capture, once drained, is restarted by the rollout's hook (--exec), not asked to exit; the prediction leaves the hook's time out")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ORDER\tCAPTURE\tROLE\tMAINTAINERS\tPARTITIONS")
 	for i, id := range order {

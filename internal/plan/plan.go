@@ -69,6 +69,11 @@ type Plan struct {
 	Fingerprint Fingerprint  `json:"fingerprint"`
 	// PredictedMillis is the expected duration under the Costs used.
 	PredictedMillis int64 `json:"predicted_ms"`
+	// RestartBy, in a rollout, is who restarts each drained capture: ""
+	// the capture itself (asked to exit; its service manager starts it
+	// again), RestartByHook the hook of the cdcctl that follows the plan
+	// (rollout upgrade --exec).
+	RestartBy string `json:"restart_by,omitempty"`
 }
 
 // MaxBatch bounds a plan's batch size, the same for every way a plan is
@@ -87,6 +92,8 @@ func (p *Plan) Validate() error {
 		return fmt.Errorf("plan kind %q: want drain, move, split, rebalance or rollout", p.Kind)
 	case p.BatchSize < 1 || p.BatchSize > MaxBatch:
 		return fmt.Errorf("batch_size %d is out of range: use a batch between 1 and %d", p.BatchSize, MaxBatch)
+	case p.RestartBy != "" && (p.Kind != KindRollout || p.RestartBy != RestartByHook):
+		return fmt.Errorf("restart_by %q: only a rollout's restarts may be %q (or none: the capture restarts itself)", p.RestartBy, RestartByHook)
 	case len(p.Fingerprint.Objects) == 0:
 		return fmt.Errorf("the plan has no fingerprint: compute it with --dry-run --plan-out FILE and submit that file")
 	}

@@ -101,3 +101,30 @@ func (p *Plan) RolloutCaptures() []model.NodeID {
 	}
 	return out
 }
+
+// RestartByHook names, in Plan.RestartBy, a rollout whose captures the
+// hook of the cdcctl following it restarts ('cdcctl rollout upgrade
+// --exec'): the plan does not ask a capture to exit; it waits, after its
+// drain, for the capture to come back as a new incarnation.
+const RestartByHook = "hook"
+
+// ByHook makes a rollout's restarts the hook's (RestartByHook).
+func (p *Plan) ByHook() {
+	p.RestartBy = RestartByHook
+	for b := range p.Batches {
+		for i, s := range p.Batches[b].Steps {
+			if s.Kind == StepRestart {
+				p.Batches[b].Steps[i].Reason = "restarted by the rollout's hook (a new version, say); it rejoins Alive as a new incarnation"
+			}
+		}
+	}
+}
+
+// RolloutVerb is what a rollout does to each capture, as its commands
+// name it: "restart", or "upgrade" when its hook restarts them.
+func (p *Plan) RolloutVerb() string {
+	if p.RestartBy == RestartByHook {
+		return "upgrade"
+	}
+	return "restart"
+}

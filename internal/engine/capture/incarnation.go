@@ -230,7 +230,7 @@ func (c *Capture) followSelf(ctx context.Context, view *cluster.View, incarnatio
 		if ctx.Err() == nil {
 			c.ready.Store(registered && hasLeader)
 		}
-		if r, ok := st.Restarts[c.cfg.ID]; ok && r.Request.Incarnation == incarnation {
+		if r, ok := st.Restarts[c.cfg.ID]; ok && r.Request.Incarnation == incarnation && !r.Request.ByHook {
 			select {
 			case restart <- r.Request:
 			default: // passed on already

@@ -69,6 +69,10 @@ func (a *rolloutActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, 
 	return a.drain.Check(ctx, p, s, state, since)
 }
 
+// HookWaiting is why a rollout upgrade's restart step waits while its
+// capture runs as the incarnation the plan drained.
+const HookWaiting = "drained; waiting for the rollout's hook to restart it (the cdcctl that runs 'rollout upgrade --exec', or 'cdcctl plan watch ID --exec CMD' if that one is gone)"
+
 // checkRestart: done once the capture is back Alive as another
 // incarnation than the one asked to restart.
 func checkRestart(st *meta.State, p *plan.Plan, s plan.Step, state exec.StepState) exec.Outcome {
@@ -82,6 +86,8 @@ func checkRestart(st *meta.State, p *plan.Plan, s plan.Step, state exec.StepStat
 		return exec.Outcome{Done: asked && alive && e.Info.Incarnation != req.Request.Incarnation}
 	case !present:
 		return exec.Outcome{Waiting: "it has stopped; waiting for its service manager to start it again (systemd Restart=, compose restart:, Kubernetes)"}
+	case asked && e.Info.Incarnation == req.Request.Incarnation && req.Request.ByHook:
+		return exec.Outcome{Waiting: HookWaiting}
 	case asked && e.Info.Incarnation == req.Request.Incarnation:
 		return exec.Outcome{Waiting: "asked to restart; it is still running"}
 	case alive && !asked:
@@ -156,9 +162,10 @@ func (a *rolloutActuator) requestRestart(ctx context.Context, p *plan.Plan, id m
 		if r, ok := st.Restarts[id]; ok && r.Request.PlanID == p.ID && r.Request.Incarnation == e.Info.Incarnation {
 			return nil // asked already
 		}
-		err := c.store.RequestRestart(ctx, a.drain.term.Fence, model.RestartRequest{Node: id, Incarnation: e.Info.Incarnation, PlanID: p.ID, RequestedAt: time.Now().UTC()})
+		err := c.store.RequestRestart(ctx, a.drain.term.Fence, model.RestartRequest{Node: id, Incarnation: e.Info.Incarnation, PlanID: p.ID, RequestedAt: time.Now().UTC(),
+			ByHook: p.RestartBy == plan.RestartByHook})
 		if err == nil {
-			c.log.Info("coordinator: asked a capture to restart", "plan", p.ID, "capture", id, "incarnation", fmt.Sprintf("%x", e.Info.Incarnation))
+			c.log.Info("coordinator: asked a capture to restart", "plan", p.ID, "capture", id, "incarnation", fmt.Sprintf("%x", e.Info.Incarnation), "by_hook", p.RestartBy == plan.RestartByHook)
 			return nil
 		}
 		if !errors.Is(err, meta.ErrStale) || attempt == 2 {

@@ -31,7 +31,7 @@ func TestARolloutRestartsEveryCaptureOnceAndLosesNothing(t *testing.T) {
 		before[id] = e.Info.Incarnation
 	}
 
-	rec := submitRollout(t, c)
+	rec := submitRollout(t, c, false)
 	if got := rec.Plan.RolloutCaptures(); len(got) != 3 || got[2] != leader {
 		t.Fatalf("the rollout restarts %v; want all three, the coordinator %s last", got, leader)
 	}
@@ -76,15 +76,85 @@ func TestARolloutRestartsEveryCaptureOnceAndLosesNothing(t *testing.T) {
 	c.VerifyAll(true)
 }
 
-// submitRollout computes a rollout of every capture and submits it,
-// computing it again while the balance scheduler makes it stale.
-func submitRollout(t testing.TB, c *enginetest.Cluster) *exec.Record {
+// A rolling upgrade (cdcctl rollout upgrade --exec): the plan drains
+// each capture and then waits for its hook — here the test, stopping the
+// capture gracefully and starting it again as a service manager would
+// with a new version — without asking the capture to exit; every capture
+// is restarted once, by the hook, and the sinks hold every event once.
+func TestARolloutUpgradeWaitsForItsHookToRestartEachCapture(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3).Node
+	for _, id := range c.Feeds(2) {
+		c.Warm(id, time.Second)
+	}
+	before := map[model.NodeID]int64{}
+	for id, e := range c.State().Nodes {
+		before[id] = e.Info.Incarnation
+	}
+	rec := submitRollout(t, c, true)
+	if rec.Plan.RestartBy != plan.RestartByHook {
+		t.Fatalf("submitted %+v; want its restarts the hook's", rec.Plan)
+	}
+	hooked := map[model.NodeID]int{}
+	for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		cur := c.Plan(rec.ID)
+		if cur.State.Terminal() {
+			rec = cur
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upgrade did not end: %+v", cur.Steps)
+		}
+		for _, s := range cur.Steps {
+			step := cur.Step(s)
+			if step.Kind != plan.StepRestart || s.State != exec.StepRunning || hooked[step.To] > 0 {
+				continue
+			}
+			// Waiting for the hook, the capture does not exit by itself.
+			time.Sleep(500 * time.Millisecond)
+			if e, ok := c.State().Nodes[step.To]; !ok || e.Info.Incarnation != before[step.To] || c.Restarts(step.To) != 0 {
+				t.Fatalf("%s left or restarted by itself while the plan waited for the hook", step.To)
+			}
+			hooked[step.To]++
+			if err := c.Stop(step.To); err != nil {
+				t.Fatalf("the hook's stop of %s: %v", step.To, err)
+			}
+			c.Start(string(step.To))
+		}
+	}
+	if rec.State != exec.Done {
+		t.Fatalf("upgrade %s: %s (%s)", rec.ID, rec.State, rec.Message)
+	}
+	st := c.State()
+	for id, inc := range before {
+		if e, ok := st.Nodes[id]; !ok || e.Info.Incarnation == inc || hooked[id] != 1 || c.Restarts(id) != 0 {
+			t.Errorf("%s after the upgrade: registered %v, incarnation changed %v, hooked %d times, restarted by itself %d times; want a new incarnation by one hook",
+				id, ok, e.Info.Incarnation != inc, hooked[id], c.Restarts(id))
+		}
+	}
+	if now, ok := st.Leader(); !ok || now.Node == leader {
+		t.Errorf("the coordinator after the upgrade is %v (%v); want another than %s", now.Node, ok, leader)
+	}
+	if len(st.Restarts) != 0 {
+		t.Errorf("restart requests left after the upgrade: %+v", st.Restarts)
+	}
+	c.VerifyAll(true)
+}
+
+// submitRollout computes a rollout of every capture (its restarts the
+// hook's with byHook) and submits it, computing it again while the
+// balance scheduler makes it stale.
+func submitRollout(t testing.TB, c *enginetest.Cluster, byHook bool) *exec.Record {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		snap := coordinator.Snapshot(c.State())
 		p, err := plan.Rollout(&snap, nil, 2, plan.DefaultCosts)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if byHook {
+			p.ByHook()
 		}
 		rec, err := c.Submit(p, false)
 		var stale *plan.StaleError
@@ -142,7 +212,7 @@ func BenchmarkRolloutAgainstARestartLoop(b *testing.B) {
 		c, feeds := loaded()
 		s := sampleLag(c, feeds)
 		began := time.Now()
-		rec := submitRollout(b, c)
+		rec := submitRollout(b, c, false)
 		if done := c.PlanEnd(rec.ID, 4*time.Minute); done.State != exec.Done {
 			s.end()
 			b.Fatalf("rollout: %s (%s)", done.State, done.Message)
