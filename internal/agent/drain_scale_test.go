@@ -48,13 +48,23 @@ func TestDrainAtScale(t *testing.T) {
 	setInt("CDCCTL_SCALE_TABLES", &tables)
 	setInt("CDCCTL_SCALE_BATCH", &batch)
 	setInt("CDCCTL_SCALE_RATE", &rate)
+	// CDCCTL_SCALE_BUDGET=D: a fourth capture, and a second drain under a
+	// lag budget of max lag D (resume below half of it), the two drains'
+	// lag compared (CDCCTL_SCALE_BUDGET_FIRST: the budgeted one first).
+	var budget *api.LagBudget
+	captures := 3
+	if d := os.Getenv("CDCCTL_SCALE_BUDGET"); d != "" {
+		budget, captures = &api.LagBudget{MaxLag: d}, 4
+	}
+	verified := feeds
+	setInt("CDCCTL_SCALE_VERIFY", &verified)
 	parts := tables * 4
 	tc := newTestCluster(t)
 	// Thousands of dispatchers can starve a small machine's CPU for longer
 	// than the tests' usual 2s session: a lost session restarts every
 	// dispatcher of the node, which starves it more. Use the default TTL.
 	tc.ttl = 10 * time.Second
-	leader := tc.startCaptures(3)
+	leader := tc.startCaptures(captures)
 	// A loaded cluster answers slowly; the usual 10s would give up.
 	c := tc.clientWithTimeout(time.Minute)
 	ctx := context.Background()
@@ -105,13 +115,73 @@ func TestDrainAtScale(t *testing.T) {
 		}
 		return true
 	})
-	// The baseline: checkpoint lag of the same cluster, same load, for
-	// 10s before the drain.
 	t.Logf("warm after %s", time.Since(began))
 	profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "steady", 20*time.Second)
+	if budget == nil {
+		drainAtScale(t, tc, c, target, batch, nil)
+	} else {
+		// A drain with and one without the lag budget, each of its own
+		// follower, in the order asked; each against the lag just before
+		// it.
+		second := model.NodeID("")
+		for id := range tc.nodes {
+			if id != leader.Node && id != target {
+				second = id
+				break
+			}
+		}
+		first, then := budget, (*api.LagBudget)(nil)
+		if os.Getenv("CDCCTL_SCALE_BUDGET_FIRST") == "" {
+			first, then = nil, budget
+		}
+		a := drainAtScale(t, tc, c, target, batch, first)
+		b := drainAtScale(t, tc, c, second, batch, then)
+		with, without := a, b
+		if first == nil {
+			with, without = b, a
+		}
+		t.Logf("lag budget %s: drain p99 %s under it (%d holds, drained in %s), %s without (drained in %s); ratio %.2f",
+			budget.MaxLag, with.during.p(99), with.holds, with.took.Round(time.Second), without.during.p(99), without.took.Round(time.Second),
+			float64(with.during.p(99))/float64(max(without.during.p(99), time.Millisecond)))
+	}
+	// Pause every changefeed (its checkpoint is then exact) and verify
+	// each sink up to its checkpoint.
+	for i := range feeds {
+		if _, err := c.PauseChangefeed(ctx, fmt.Sprintf("cf%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	var events uint64
+	for i := range verified {
+		name := fmt.Sprintf("cf%03d", i)
+		rep := tc.verifyPaused(c, name, sinkOf(name), verifyStorage)
+		if !rep.OK || rep.Duplicates != 0 {
+			t.Fatalf("%s after the drain: %+v", name, rep)
+		}
+		events += rep.Expected
+	}
+	t.Logf("verified %d events in %d changefeeds: 0 lost, 0 duplicates", events, verified)
+}
+
+// drainResult is what drainAtScale measured.
+type drainResult struct {
+	took           time.Duration
+	before, during lags
+	holds          int
+}
+
+// drainAtScale drains target under budget (nil: none), sampling the lag
+// for 10 s before it and while it runs, and checks its plan: done, its
+// maintainer moves never more than the batch at once.
+func drainAtScale(t *testing.T, tc *testCluster, c *api.Client, target model.NodeID, batch int, budget *api.LagBudget) drainResult {
+	t.Helper()
+	ctx := context.Background()
+	// The baseline: checkpoint lag of the same cluster, same load, for
+	// 10s before the drain.
 	baseline := sampleLag(t, c, 10*time.Second, nil)
-	began = time.Now()
-	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: batch})
+	began := time.Now()
+	res, err := c.Drain(ctx, string(target), api.DrainRequest{Batch: batch, Budget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +199,11 @@ func TestDrainAtScale(t *testing.T) {
 		}
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	}
-	go profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "drain", 20*time.Second)
+	go profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "drain-"+string(target), 20*time.Second)
 	during := sampleLag(t, c, 30*time.Minute, drained)
 	tc.eventuallyEvery("the drain completes", 60*time.Second, time.Second, drained)
-	t.Logf("drained in %s", time.Since(began))
+	took := time.Since(began)
+	t.Logf("drained %s in %s (budget %+v)", target, took, budget)
 	t.Logf("checkpoint lag p50/p99/max: before the drain %s/%s/%s, during it %s/%s/%s; p99 ratio during/before %.2f",
 		baseline.p(50), baseline.p(99), baseline.p(100), during.p(50), during.p(99), during.p(100), float64(during.p(99))/float64(max(baseline.p(99), time.Millisecond)))
 	// The plan's record: done, and its maintainer moves never more than
@@ -142,29 +213,19 @@ func TestDrainAtScale(t *testing.T) {
 		rec, err = c.Plan(ctx, res.PlanID)
 		return err == nil && rec.State == exec.Done
 	})
+	// (A budget's holds halve the steps at once: then fewer is right.)
 	moves, most := rec.Plan.Steps(plan.StepMoveMaintainer), rec.Record().MaxConcurrent(plan.StepMoveMaintainer)
-	if moves != res.CurrentMaintainerCount || most > batch || (moves >= batch && most != batch) {
+	if moves != res.CurrentMaintainerCount || most > batch || (moves >= batch && most != batch && budget == nil) {
 		t.Fatalf("plan %s: %d maintainer moves (drain started with %d), at most %d at once; want batches of %d", res.PlanID, moves, res.CurrentMaintainerCount, most, batch)
 	}
-	t.Logf("plan %s: %d maintainer moves, at most %d at once; %d partitions moved", res.PlanID, moves, most, rec.Plan.PartitionMoves())
-	// Pause every changefeed (its checkpoint is then exact) and verify
-	// each sink up to its checkpoint.
-	for i := range feeds {
-		if _, err := c.PauseChangefeed(ctx, fmt.Sprintf("cf%03d", i)); err != nil {
-			t.Fatal(err)
+	holds := 0
+	for _, ev := range rec.Record().Log {
+		if ev.Type == exec.EventHeld {
+			holds++
 		}
 	}
-	time.Sleep(3 * time.Second)
-	var events uint64
-	for i := range feeds {
-		name := fmt.Sprintf("cf%03d", i)
-		rep := tc.verifyPaused(c, name, sinkOf(name), verifyStorage)
-		if !rep.OK || rep.Duplicates != 0 {
-			t.Fatalf("%s after the drain: %+v", name, rep)
-		}
-		events += rep.Expected
-	}
-	t.Logf("verified %d events in %d changefeeds: 0 lost, 0 duplicates", events, feeds)
+	t.Logf("plan %s: %d maintainer moves, at most %d at once; %d partitions moved; %d holds in its log", res.PlanID, moves, most, rec.Plan.PartitionMoves(), holds)
+	return drainResult{took: took, before: baseline, during: during, holds: holds}
 }
 
 // lags are checkpoint lags (wall clock minus checkpoint), one per
