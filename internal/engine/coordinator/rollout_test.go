@@ -21,16 +21,7 @@ import (
 // order, none twice (every move was graceful).
 func TestARolloutRestartsEveryCaptureOnceAndLosesNothing(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	leader := c.StartCaptures(3).Node
-	for _, id := range c.Feeds(3) {
-		c.Warm(id, time.Second)
-	}
-	before := map[model.NodeID]int64{}
-	for id, e := range c.State().Nodes {
-		before[id] = e.Info.Incarnation
-	}
-
+	c, leader, before := rolloutCluster(t, 3)
 	rec := submitRollout(t, c, false)
 	if got := rec.Plan.RolloutCaptures(); len(got) != 3 || got[2] != leader {
 		t.Fatalf("the rollout restarts %v; want all three, the coordinator %s last", got, leader)
@@ -83,15 +74,7 @@ func TestARolloutRestartsEveryCaptureOnceAndLosesNothing(t *testing.T) {
 // is restarted once, by the hook, and the sinks hold every event once.
 func TestARolloutUpgradeWaitsForItsHookToRestartEachCapture(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	leader := c.StartCaptures(3).Node
-	for _, id := range c.Feeds(2) {
-		c.Warm(id, time.Second)
-	}
-	before := map[model.NodeID]int64{}
-	for id, e := range c.State().Nodes {
-		before[id] = e.Info.Incarnation
-	}
+	c, leader, before := rolloutCluster(t, 2)
 	rec := submitRollout(t, c, true)
 	if rec.Plan.RestartBy != plan.RestartByHook {
 		t.Fatalf("submitted %+v; want its restarts the hook's", rec.Plan)
@@ -140,6 +123,23 @@ func TestARolloutUpgradeWaitsForItsHookToRestartEachCapture(t *testing.T) {
 		t.Errorf("restart requests left after the upgrade: %+v", st.Restarts)
 	}
 	c.VerifyAll(true)
+}
+
+// rolloutCluster starts three captures running feeds warmed changefeeds
+// and returns them with the coordinator's capture and each capture's
+// incarnation before the rollout.
+func rolloutCluster(t *testing.T, feeds int) (*enginetest.Cluster, model.NodeID, map[model.NodeID]int64) {
+	t.Helper()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3).Node
+	for _, id := range c.Feeds(feeds) {
+		c.Warm(id, time.Second)
+	}
+	before := map[model.NodeID]int64{}
+	for id, e := range c.State().Nodes {
+		before[id] = e.Info.Incarnation
+	}
+	return c, leader, before
 }
 
 // submitRollout computes a rollout of every capture (its restarts the
