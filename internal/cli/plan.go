@@ -122,7 +122,7 @@ func newPlanShowCommand(o *options) *cobra.Command {
 // /api/v2/plans), after approval, and follows it with --watch.
 func applyPlan(ctx context.Context, o *options, c *api.Client, snap *model.Snapshot, p *plan.Plan, f *planFlags) error {
 	if f.hook != nil && p.RestartBy != plan.RestartByHook {
-		return usageErr(fmt.Errorf("--exec is a rollout upgrade's hook; this %s plan runs none: apply it without --exec", kindText(p)))
+		return usageErr(fmt.Errorf("--exec is a rollout upgrade's hook; this %s plan runs none: apply it without --exec", p.KindText()))
 	}
 	what := fmt.Sprintf("Apply the %s plan of %s", p.Kind, p.Target)
 	if p.Kind == plan.KindRollout {

@@ -76,7 +76,7 @@ func (h *rolloutHook) follow(ctx context.Context, o *options, c *api.Client, rec
 		return nil
 	}
 	if rec.Plan.Kind != plan.KindRollout || rec.Plan.RestartBy != plan.RestartByHook {
-		return usageErr(fmt.Errorf("plan %s is a %s that runs no hook (only a rollout upgrade does): watch it without --exec", rec.ID, kindText(&rec.Plan)))
+		return usageErr(fmt.Errorf("plan %s is a %s that runs no hook (only a rollout upgrade does): watch it without --exec", rec.ID, rec.Plan.KindText()))
 	}
 	for _, s := range rec.Steps {
 		step := rec.Step(s)
@@ -149,12 +149,4 @@ func (h *rolloutHook) run(ctx context.Context, o *options, c *api.Client, planID
 	}
 	fmt.Fprintf(o.errOut, "%s hook: done for %s in %s; the plan waits for it to rejoin as a new incarnation\n", time.Now().Local().Format("15:04:05"), id, took)
 	return nil
-}
-
-// kindText names a plan's kind as its command does.
-func kindText(p *plan.Plan) string {
-	if p.Kind == plan.KindRollout {
-		return "rollout " + p.RolloutVerb()
-	}
-	return string(p.Kind)
 }

@@ -133,7 +133,7 @@ func New(id string, p *plan.Plan, by string, now time.Time) *Record {
 			r.Steps = append(r.Steps, StepStatus{Batch: b, Index: i, State: StepPending, Since: now})
 		}
 	}
-	what := string(p.Kind)
+	what := p.KindText()
 	if p.Target != "" {
 		what += " " + string(p.Target)
 	}

@@ -128,3 +128,11 @@ func (p *Plan) RolloutVerb() string {
 	}
 	return "restart"
 }
+
+// KindText names a plan's kind as its command does ("rollout upgrade").
+func (p *Plan) KindText() string {
+	if p.Kind == KindRollout {
+		return "rollout " + p.RolloutVerb()
+	}
+	return string(p.Kind)
+}

@@ -283,8 +283,19 @@ func (c *Coordinator) releaseSource(uri string) error {
 // stay held).
 func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string, tables ...string) error {
 	// The maintainer writes the status (checkpoint) often; read again and
-	// retry when it moved under us.
+	// retry when it moved under us, pausing a little more each time: on a
+	// loaded cluster of many partitions a read of the state takes long
+	// enough for the status to move again, and twenty tries at once all
+	// lost the race (a pause answered "try again" after a drain of 6,800
+	// of 20,000 partitions).
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(min(attempt, 10)) * 20 * time.Millisecond):
+			}
+		}
 		st, err := c.store.Load(ctx)
 		if err != nil {
 			return err
