@@ -99,6 +99,8 @@ func clientErrorCode(exit int) string {
 		return "partition_busy"
 	case ExitBlocked:
 		return "blocked"
+	case ExitHookFailed:
+		return "hook_failed"
 	}
 	return "client"
 }
