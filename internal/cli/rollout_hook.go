@@ -94,6 +94,8 @@ func (h *rolloutHook) follow(ctx context.Context, o *options, c *api.Client, rec
 		paused := "is paused (nothing new begins)"
 		if _, perr := c.RequestPlan(ctx, rec.ID, exec.RequestPause); perr != nil {
 			paused = fmt.Sprintf("could not be paused (%v): pause it ('cdcctl plan pause %s')", perr, rec.ID)
+		} else if !pausedWithin(ctx, c, rec.ID, 10*time.Second) {
+			paused = "was asked to pause (nothing new begins once it is)"
 		}
 		return withExit(ExitHookFailed, fmt.Errorf("the rollout's hook failed for %s: %w; plan %s %s and %s is drained and still running: fix the hook, then run it again with 'cdcctl plan watch %s --exec CMD' and 'cdcctl plan resume %s' (or restart %s yourself and resume the plan)",
 			step.To, err, rec.ID, paused, step.To, rec.ID, rec.ID, step.To))
@@ -149,4 +151,19 @@ func (h *rolloutHook) run(ctx context.Context, o *options, c *api.Client, planID
 	}
 	fmt.Fprintf(o.errOut, "%s hook: done for %s in %s; the plan waits for it to rejoin as a new incarnation\n", time.Now().Local().Format("15:04:05"), id, took)
 	return nil
+}
+
+// pausedWithin waits until the coordinator has taken a pause request
+// (it applies requests in its own loop), so that what the hook's failure
+// says of the plan is true when it is said.
+func pausedWithin(ctx context.Context, c *api.Client, id string, d time.Duration) bool {
+	for end := time.Now().Add(d); ; {
+		if p, err := c.Plan(ctx, id); err == nil && p.State == exec.Paused {
+			return true
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
