@@ -199,3 +199,31 @@ func TestCreateTableIsReadForTheTableItCreates(t *testing.T) {
 		}
 	}
 }
+
+// Views, triggers, routines, events and grants change no table's
+// columns, however MariaDB writes their definers; tables, indexes and
+// databases are not among them.
+func TestStatementsThatChangeNoTable(t *testing.T) {
+	for stmt, want := range map[string]bool{
+		"CREATE VIEW v AS SELECT * FROM orders":                                                              true,
+		"CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW `v` AS select 1":    true,
+		"CREATE OR REPLACE VIEW v AS SELECT id FROM orders":                                                  true,
+		"CREATE DEFINER=`root`@`localhost` TRIGGER t BEFORE INSERT ON orders FOR EACH ROW SET NEW.v = NEW.v": true,
+		"create definer = `root`@`%` trigger t after update on orders for each row begin end":                true,
+		"DROP TRIGGER IF EXISTS t":              true,
+		"DROP VIEW orders_v":                    true,
+		"ALTER VIEW v AS SELECT id FROM orders": true,
+		"CREATE FUNCTION f() RETURNS INT RETURN (SELECT COUNT(*) FROM orders)": true,
+		"GRANT SELECT ON shop.orders TO cdc":                                   true,
+		"CREATE TABLE orders_v (id INT)":                                       false,
+		"CREATE INDEX i ON orders (v)":                                         false,
+		"ALTER TABLE orders ADD COLUMN c INT":                                  false,
+		"DROP TABLE orders":                                                    false,
+		"CREATE DATABASE view":                                                 false,
+		"RENAME TABLE orders TO view":                                          false,
+	} {
+		if got := changesNoTable(stmt); got != want {
+			t.Errorf("%s: %v, want %v", stmt, got, want)
+		}
+	}
+}

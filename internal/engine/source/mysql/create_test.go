@@ -19,7 +19,8 @@ import (
 // own creation, not a change to follow — the table is copied, then
 // followed, never held (as the table rules do when they meet a new table
 // just after it was created). A table created LIKE a replicated one, or
-// from a SELECT of it, leaves the replicated one as it was.
+// from a SELECT of it, a view of it and a trigger on it leave the
+// replicated one as it was.
 func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 	t.Parallel()
 	srv, db := startShopDB(t)
@@ -34,6 +35,8 @@ func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 	tc.SetState("my", model.ChangefeedPaused)
 	execDB(t, db, `CREATE TABLE extra (id INT PRIMARY KEY, v INT)`, `INSERT INTO extra VALUES (1, 1), (2, 2), (3, 3)`,
 		`CREATE TABLE orders_copy LIKE orders`, `CREATE TABLE orders_sum AS SELECT id, v FROM orders`,
+		`CREATE VIEW orders_v AS SELECT id, v FROM orders`,
+		`CREATE TRIGGER orders_t BEFORE INSERT ON orders FOR EACH ROW SET NEW.v = NEW.v`,
 		`INSERT INTO orders VALUES (3, 3)`)
 	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
 		res, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "my", Tables: []string{"shop.orders", "shop.extra"}, By: "test"})

@@ -166,6 +166,44 @@ func createdTable(stmt, db string) (name string, replaces, temporary, ok bool) {
 	return name, replaces, temporary, ok
 }
 
+// changesNoTable says whether a statement only creates, changes or drops
+// a view, trigger, stored routine or event, or grants or revokes: the
+// tables it names keep their columns. MariaDB logs a view's creation as
+// CREATE ALGORITHM=... DEFINER=... SQL SECURITY ... VIEW, a trigger's as
+// CREATE DEFINER=... TRIGGER.
+func changesNoTable(stmt string) bool {
+	f := strings.Fields(strings.ToLower(stmt))
+	if len(f) == 0 {
+		return false
+	}
+	switch f[0] {
+	case "grant", "revoke":
+		return true
+	case "create", "alter", "drop":
+	default:
+		return false
+	}
+	for _, w := range f[1:] {
+		switch {
+		case w == "view", w == "trigger", w == "procedure", w == "function", w == "event":
+			return true
+		case w == "or", w == "replace", w == "if", w == "not", w == "exists", w == "sql", w == "security",
+			w == "definer", w == "invoker", w == "aggregate",
+			strings.HasPrefix(w, "algorithm="), strings.HasPrefix(w, "definer="):
+			continue
+		case w == "=":
+			continue
+		}
+		// Anything else (TABLE, INDEX, DATABASE, a user name after
+		// DEFINER =) ends the words before the object's kind.
+		if strings.HasPrefix(w, "`") || strings.HasPrefix(w, "'") || strings.Contains(w, "@") {
+			continue // DEFINER = `root`@`localhost`
+		}
+		return false
+	}
+	return false
+}
+
 // qualifiedName reads a table name as a statement writes it (t, db.t,
 // `t`, `db`.`t`) as the changefeed names tables; false when it cannot
 // read it exactly.

@@ -389,6 +389,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					}
 					break
 				}
+				if changesNoTable(q) {
+					// A view, trigger, routine or grant that names a
+					// table changes none of its columns.
+					break
+				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {
