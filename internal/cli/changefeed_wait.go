@@ -15,12 +15,16 @@ import (
 func newChangefeedWaitCommand(o *options) *cobra.Command {
 	var advance, timeout time.Duration
 	var state, table, noTable string
-	var snapshot bool
+	var snapshot, caughtUp bool
 	cmd := &cobra.Command{
-		Use:   "wait NAME [--advance D | --state STATE | --snapshot | --table T | --no-table T]",
-		Short: "Wait until a changefeed's checkpoint has advanced by D, or it is in a state (for scripts)",
+		Use:   "wait NAME [--advance D | --caught-up | --state STATE | --snapshot | --table T | --no-table T]",
+		Short: "Wait until a changefeed's checkpoint has advanced by D or caught up, or it is in a state (for scripts)",
 		Long: `Wait until the changefeed's checkpoint is at least D later than it was when
-the command started: proof that replication is moving. With --state, wait
+the command started: proof that replication is moving. With --caught-up,
+wait until the checkpoint has passed the moment the command started (by
+the agents' clock, the one the lag is measured by): every change
+committed upstream before then is in the sink, so a script can write,
+wait and then verify, waiting only as long as the lag. With --state, wait
 until the changefeed is in that state (normal, warning, paused, failed)
 instead (warning: normal, but not advancing; its error says why). With
 --table or --no-table, wait until the changefeed replicates a table, or
@@ -37,6 +41,9 @@ checkpoint is waited for.`,
 			case "", string(model.ChangefeedNormal), string(model.ChangefeedWarning), string(model.ChangefeedPaused), string(model.ChangefeedFailed):
 			default:
 				return usageErr(fmt.Errorf("--state %q: use normal, warning, paused or failed", state))
+			}
+			if caughtUp && cmd.Flags().Changed("advance") {
+				return usageErr(fmt.Errorf("--caught-up and --advance are two targets: use one"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -65,13 +72,29 @@ checkpoint is waited for.`,
 				return waitSnapshot(ctx, o, c, first, timeout)
 			}
 			target := model.Ts(first.CheckpointTs) + model.TsFromMillis(advance.Milliseconds())
+			if caughtUp {
+				// The agent's now when it answered: its checkpoint plus
+				// the lag it measured then. The operator's own clock may
+				// be apart from the cluster's; the agents' is the one
+				// every checkpoint and lag is read against.
+				target = model.Ts(first.CheckpointTs) + model.TsFromMillis(first.CheckpointLagMs)
+			}
+			last := first
 			for {
 				cf, err := c.Changefeed(ctx, args[0])
+				if err == nil {
+					last = cf
+				}
 				if err == nil && state != "" && cf.State == state {
 					return o.render(cf, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State) })
 				}
 				if err == nil && state == "" && cf.State == string(model.ChangefeedFailed) {
 					return fmt.Errorf("changefeed %s failed: %s", cf.ID, cf.Error)
+				}
+				if err == nil && state == "" && model.Ts(cf.CheckpointTs) >= target && caughtUp {
+					return o.render(cf, func(tw tableWriter) {
+						fmt.Fprintf(tw, "Changefeed %s caught up: its checkpoint passed the start of the wait (lag %s).\n", cf.ID, time.Duration(cf.CheckpointLagMs)*time.Millisecond)
+					})
 				}
 				if err == nil && state == "" && model.Ts(cf.CheckpointTs) >= target {
 					return o.render(cf, func(tw tableWriter) {
@@ -83,6 +106,9 @@ checkpoint is waited for.`,
 					if state != "" {
 						return withExit(ExitTimeout, fmt.Errorf("timed out after %s: changefeed %s is not %s", timeout, args[0], state))
 					}
+					if caughtUp {
+						return withExit(ExitTimeout, fmt.Errorf("timed out after %s: changefeed %s did not catch up (its checkpoint is %s short of the start, lag %s); 'cdcctl changefeed get %s' says why", timeout, args[0], target.Time().Sub(model.Ts(last.CheckpointTs).Time()).Round(time.Millisecond), time.Duration(last.CheckpointLagMs)*time.Millisecond, args[0]))
+					}
 					return withExit(ExitTimeout, fmt.Errorf("timed out after %s: the checkpoint of %s did not advance by %s", timeout, args[0], advance))
 				case <-time.After(200 * time.Millisecond):
 				}
@@ -90,6 +116,7 @@ checkpoint is waited for.`,
 		},
 	}
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
+	cmd.Flags().BoolVar(&caughtUp, "caught-up", false, "wait until every change committed before the command started is in the sink")
 	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, paused or failed")
 	cmd.Flags().BoolVar(&snapshot, "snapshot", false, "wait until the initial snapshot has copied every partition (a database source)")
 	cmd.Flags().StringVar(&table, "table", "", "wait until the changefeed replicates this table (schema.table)")

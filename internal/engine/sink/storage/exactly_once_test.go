@@ -33,20 +33,19 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 	first, _ := sinktest.Resume(t, g, a, "p0", 1, span, g.TableVersion(0))
 	time.Sleep(400 * time.Millisecond)
 	persisted := first.D.Checkpoint()
-	time.Sleep(400 * time.Millisecond)
+	// Progress, not time: on a loaded machine 400 ms once held too few
+	// flushes for the crash to cut.
+	checkpointPast(t, first, persisted+model.TsFromMillis(400))
 	first.Crash()
 	<-first.Done
 	a.Close() // the crashed process's sink: what it had not written is gone
-	if first.D.Checkpoint() <= persisted {
-		t.Fatalf("the first owner made nothing durable after %s", persisted)
-	}
 	b, err := storage.OpenWith(context.Background(), uri, quiet(), storage.Env{Changefeed: "demo@1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	heir, from := sinktest.Resume(t, g, b, "p0", 2, span, persisted)
-	time.Sleep(400 * time.Millisecond)
+	checkpointPast(t, heir, first.D.Checkpoint()+model.TsFromMillis(400))
 	upTo := heir.Stop(t)
 	t.Logf("%s: resumed from %s (checkpoint %s)", uri, from, persisted)
 	rep, err := verify.Storage(context.Background(), g, uri, upTo)
@@ -57,6 +56,17 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 		t.Fatalf("%s: %+v", uri, rep)
 	}
 	return rep
+}
+
+// checkpointPast waits until a running dispatcher's checkpoint is past
+// ts: the rows up to it are in the sink.
+func checkpointPast(t *testing.T, r sinktest.Run, ts model.Ts) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); r.D.Checkpoint() <= ts; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dispatcher's checkpoint stayed at %s, not past %s, for 30 s", r.D.Checkpoint(), ts)
+		}
+	}
 }
 
 // Issue 31: a storage sink's partition resumed after a crash writes none
