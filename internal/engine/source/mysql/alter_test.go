@@ -219,11 +219,32 @@ func TestStatementsThatChangeNoTable(t *testing.T) {
 		"CREATE INDEX i ON orders (v)":                                         false,
 		"ALTER TABLE orders ADD COLUMN c INT":                                  false,
 		"DROP TABLE orders":                                                    false,
-		"CREATE DATABASE view":                                                 false,
+		"CREATE DATABASE view":                                                 true,
 		"RENAME TABLE orders TO view":                                          false,
+		"OPTIMIZE TABLE orders":                                                true,
+		"ANALYZE TABLE orders":                                                 true,
+		"FLUSH TABLES orders":                                                  true,
+		"RENAME USER orders TO x":                                              true,
+		"DROP TEMPORARY TABLE orders":                                          true,
+		"ALTER ONLINE IGNORE TABLE orders ADD c INT":                           false,
+		"CREATE UNIQUE INDEX i ON orders (v)":                                  false,
+		"DROP INDEX i ON orders":                                               false,
+		"TRUNCATE orders":                                                      false,
+		"DROP DATABASE shop":                                                   false,
+		"/*!50001 CREATE VIEW v AS SELECT * FROM orders */":                    false,
 	} {
 		if got := changesNoTable(stmt); got != want {
 			t.Errorf("%s: %v, want %v", stmt, got, want)
+		}
+	}
+	for stmt, want := range map[string]string{
+		"DROP DATABASE shop":                      "shop",
+		"drop schema if exists `shop` /* by x */": "shop",
+		"DROP DATABASE shop extra":                "",
+		"DROP TABLE shop":                         "",
+	} {
+		if got, ok := droppedDatabase(stmt); got != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", stmt, got, ok, want)
 		}
 	}
 }

@@ -92,4 +92,21 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		t.Fatalf("a row of the table created again under the dropped name reached the sink: by %v", by)
 	}
 	t.Logf("issues: %+v; %+v", issues, rep.TableReports)
+
+	// A database dropped ends every replicated table in it, as a DROP
+	// TABLE of each would (it names none of them).
+	execDB(t, db, `DROP DATABASE shop`)
+	tc.Eventually("orders listed as dropped with its database", 60*time.Second, func() bool {
+		issues = tc.Changefeed("my").Status.Tables
+		return len(issues) == 1 && issues[0].Table == "shop.orders" && issues[0].State == model.TableDropped
+	})
+	tc.Eventually("the sink to hold the DROP TABLE of orders", 30*time.Second, func() bool {
+		files, _ := filepath.Glob(filepath.Join(sink, "shop", "orders", "meta", "schema_*.json"))
+		for _, f := range files {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "DROP TABLE `shop`.`orders`") {
+				return true
+			}
+		}
+		return false
+	})
 }

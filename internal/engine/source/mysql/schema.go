@@ -97,6 +97,32 @@ func droppedTables(stmt, db string) ([]string, bool) {
 	return out, len(out) > 0
 }
 
+// droppedDatabase reads a DROP DATABASE (or SCHEMA) statement: the
+// database whose tables it drops; false for any other statement, or a
+// name it cannot read exactly.
+func droppedDatabase(stmt string) (string, bool) {
+	if i := strings.Index(stmt, "/*"); i >= 0 {
+		stmt = stmt[:i]
+	}
+	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(stmt), ";"))
+	if len(f) < 3 || !strings.EqualFold(f[0], "drop") || !strings.EqualFold(f[1], "database") && !strings.EqualFold(f[1], "schema") {
+		return "", false
+	}
+	f = f[2:]
+	if len(f) > 2 && strings.EqualFold(f[0], "if") && strings.EqualFold(f[1], "exists") {
+		f = f[2:]
+	}
+	if len(f) != 1 {
+		return "", false
+	}
+	t, ok := qualifiedName(f[0]+".t", "")
+	if !ok {
+		return "", false
+	}
+	db, _ := model.SplitTableName(t)
+	return db, true
+}
+
 // renamedTables reads a RENAME TABLE statement (db is its default
 // database): each table renamed and its new name, in order; false for any
 // other statement, or one whose names it cannot read exactly.
@@ -166,42 +192,54 @@ func createdTable(stmt, db string) (name string, replaces, temporary, ok bool) {
 	return name, replaces, temporary, ok
 }
 
-// changesNoTable says whether a statement only creates, changes or drops
-// a view, trigger, stored routine or event, or grants or revokes: the
-// tables it names keep their columns. MariaDB logs a view's creation as
-// CREATE ALGORITHM=... DEFINER=... SQL SECURITY ... VIEW, a trigger's as
-// CREATE DEFINER=... TRIGGER.
+// changesNoTable says whether a statement cannot change a replicated
+// table's columns or name. Only ALTER TABLE, CREATE or DROP INDEX,
+// CREATE TABLE, RENAME TABLE, DROP TABLE, DROP DATABASE and TRUNCATE can
+// (the reader reads them, or holds what they name when it cannot read
+// them exactly). Everything else the binary log carries as a statement
+// only names tables: a view, trigger, stored routine or event, a grant,
+// a user, OPTIMIZE or ANALYZE TABLE (the same columns), a session's
+// temporary table. A list of what may change a table, not of what may
+// not: a statement kind not thought of is passed over, never held for
+// naming a table. One that begins with a comment (a client's
+// version-conditional /*!...*/) is read as one that may.
 func changesNoTable(stmt string) bool {
 	f := strings.Fields(strings.ToLower(stmt))
 	if len(f) == 0 {
+		return true
+	}
+	if strings.HasPrefix(f[0], "/*") {
 		return false
+	}
+	// The object's kind: the first word after the verb that is not one
+	// of its modifiers.
+	kind := func(skip ...string) string {
+		for _, w := range f[1:] {
+			if !slices.Contains(skip, w) {
+				return w
+			}
+		}
+		return ""
 	}
 	switch f[0] {
-	case "grant", "revoke":
+	case "truncate":
+		return false
+	case "alter":
+		return kind("online", "offline", "ignore") != "table"
+	case "create":
+		k := kind("or", "replace", "unique", "fulltext", "spatial", "online", "offline")
+		return k != "table" && k != "index"
+	case "drop":
+		switch kind("online", "offline") {
+		case "table", "tables", "index", "database", "schema":
+			return false
+		}
 		return true
-	case "create", "alter", "drop":
-	default:
-		return false
+	case "rename":
+		k := kind()
+		return k != "table" && k != "tables"
 	}
-	for _, w := range f[1:] {
-		switch {
-		case w == "view", w == "trigger", w == "procedure", w == "function", w == "event":
-			return true
-		case w == "or", w == "replace", w == "if", w == "not", w == "exists", w == "sql", w == "security",
-			w == "definer", w == "invoker", w == "aggregate",
-			strings.HasPrefix(w, "algorithm="), strings.HasPrefix(w, "definer="):
-			continue
-		case w == "=":
-			continue
-		}
-		// Anything else (TABLE, INDEX, DATABASE, a user name after
-		// DEFINER =) ends the words before the object's kind.
-		if strings.HasPrefix(w, "`") || strings.HasPrefix(w, "'") || strings.Contains(w, "@") {
-			continue // DEFINER = `root`@`localhost`
-		}
-		return false
-	}
-	return false
+	return true
 }
 
 // qualifiedName reads a table name as a statement writes it (t, db.t,

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -346,7 +348,18 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// Another table, or one named otherwise than ours
 					// (letter case): what it names is held below.
 				}
-				if names, ok := droppedTables(q, cur.stmtDB); ok {
+				names, ok := droppedTables(q, cur.stmtDB)
+				if d, dropsDB := droppedDatabase(q); dropsDB {
+					// Every replicated table in it ends, as one
+					// dropped by name does.
+					for _, t := range slices.Sorted(maps.Keys(at.Tables)) {
+						if schema, _ := model.SplitTableName(t); schema == d {
+							names = append(names, t)
+						}
+					}
+					ok = true
+				}
+				if ok {
 					for _, t := range names {
 						st, replicated := at.Tables[t]
 						if !replicated || st.Dropped || held[t] || !joined(t) {
