@@ -78,6 +78,11 @@ checkpoint is waited for.`,
 				// be apart from the cluster's; the agents' is the one
 				// every checkpoint and lag is read against.
 				target = model.Ts(first.CheckpointTs) + model.TsFromMillis(first.CheckpointLagMs)
+				if first.CheckpointTs == 0 {
+					// No checkpoint yet, so no lag to read the
+					// agent's clock by: this machine's.
+					target = model.TsFromTime(time.Now())
+				}
 			}
 			last := first
 			for {

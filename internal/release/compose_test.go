@@ -20,6 +20,7 @@ import (
 // and each other by the names compose gives them, each has its own
 // volume at the image's data directory and its own host port.
 func TestTheComposeFileRunsThreeAgentsAndEtcd(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	body, err := os.ReadFile(filepath.Join(b.Root, "deploy", "compose", "compose.yaml"))
 	if err != nil {

@@ -56,6 +56,7 @@ func within(sel, labels map[string]string) bool {
 // command line; the ConfigMaps are made from the rules and the dashboard
 // the other deployments use.
 func TestTheKubernetesManifestsDecodeStrictlyAndHoldTogether(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	body, err := os.ReadFile(filepath.Join(b.Root, "deploy", "kubernetes", "cdc-agent.yaml"))
 	if err != nil {

@@ -81,6 +81,7 @@ func makePackages(b Build) (Build, map[string]string, error) {
 // and mode, the config kept across upgrades (conffiles), and maintainer
 // scripts that create the user and leave the service to the operator.
 func TestTheDebInstallsTheAgentAsAService(t *testing.T) {
+	t.Parallel()
 	b, pkgs := buildPackages(t)
 	deb := pkgs[".deb"]
 	if deb == "" {
@@ -126,6 +127,7 @@ func TestTheDebInstallsTheAgentAsAService(t *testing.T) {
 // the writer's code): name, version, architecture, every file with its
 // mode and owner, the config marked noreplace, and the scripts.
 func TestTheRpmInstallsTheAgentAsAService(t *testing.T) {
+	t.Parallel()
 	_, pkgs := buildPackages(t)
 	path := pkgs[".rpm"]
 	if path == "" {

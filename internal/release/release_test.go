@@ -60,6 +60,7 @@ func newBuild(t *testing.T) Build {
 // beside it, both runnable; and docker's manifest.json naming the same
 // blobs. The same inputs give the same bytes.
 func TestTheImageRunsBothBinariesAsANonRootUser(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
@@ -181,6 +182,7 @@ func TestTheImageRunsBothBinariesAsANonRootUser(t *testing.T) {
 // A binary linked against the C library would not start in an image
 // without one; the build refuses it and says how to build it.
 func TestTheImageRefusesADynamicBinary(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	dynamic, err := exec.LookPath("ls") // linked against libc on every distribution
 	if err != nil {
@@ -203,6 +205,7 @@ func TestTheImageRefusesADynamicBinary(t *testing.T) {
 // The SBOM of each binary lists the modules it was linked from, at the
 // versions go.mod chose, and the binary's own digest.
 func TestTheSBOMListsTheModulesEachBinaryLinks(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	paths, err := b.SBOMs()
 	if err != nil {
@@ -269,6 +272,7 @@ func TestTheSBOMListsTheModulesEachBinaryLinks(t *testing.T) {
 
 // checksums.txt is what `sha256sum -c` checks.
 func TestChecksumsAreWhatSha256sumChecks(t *testing.T) {
+	t.Parallel()
 	b := newBuild(t)
 	paths, err := b.SBOMs()
 	if err != nil {

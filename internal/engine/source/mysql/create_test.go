@@ -8,7 +8,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
-	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -25,11 +24,7 @@ func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 	t.Parallel()
 	srv, db := startShopDB(t)
 	execDB(t, db, `CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`, `INSERT INTO orders VALUES (1, 1), (2, 2)`)
-	tc := enginetest.New(t, enginetest.Options{})
-	tc.StartCaptures(2)
-	sink := t.TempDir()
-	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=orders", "file://"+sink+"?flush-interval=100ms", 2)
-	tc.WaitSnapshot("my")
+	tc, _ := followShop(t, srv, "orders", 2)
 	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
 
 	tc.SetState("my", model.ChangefeedPaused)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
-	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -29,11 +28,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16))`,
 		`CREATE TABLE moved (id BIGINT PRIMARY KEY, v INT)`,
 		`INSERT INTO orders VALUES (1, 1), (2, 2)`, `INSERT INTO audit VALUES (1, 'a')`, `INSERT INTO moved VALUES (1, 1)`)
-	tc := enginetest.New(t, enginetest.Options{})
-	tc.StartCaptures(2)
-	sink := t.TempDir()
-	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=orders,audit,moved", "file://"+sink+"?flush-interval=100ms", 1)
-	tc.WaitSnapshot("my")
+	tc, sink := followShop(t, srv, "orders,audit,moved", 1)
 	execDB(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
 	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
 
