@@ -61,6 +61,17 @@ func feed(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatch
 // none), so that file rotation does not depend on the flusher's timing.
 func feedFlushing(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatcher string, upTo model.Ts, a *acks, every int) int {
 	t.Helper()
+	n, err := feedUntilError(t, s, g, span, dispatcher, upTo, a, every)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// feedUntilError is feedFlushing that returns the sink's first error
+// (a write after a failed flush, or a flush), for tests of failures.
+func feedUntilError(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, dispatcher string, upTo model.Ts, a *acks, every int) (int, error) {
+	t.Helper()
 	r, err := g.Open(span, model.TsFromMillis(start))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +80,7 @@ func feedFlushing(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, 
 	for {
 		evs := sourcetest.Read(t, r, upTo, 25)
 		if len(evs) == 0 {
-			return n
+			return n, nil
 		}
 		n += len(evs)
 		err := s.Write(context.Background(), &sink.Batch{Dispatcher: dispatcher, Epoch: 1, Events: evs, OnFlushed: func(err error) {
@@ -80,11 +91,11 @@ func feedFlushing(t *testing.T, s sink.Sink, g *gen.Generator, span model.Span, 
 			}
 		}})
 		if err != nil {
-			t.Fatal(err)
+			return n, err
 		}
 		if batches++; every > 0 && batches%every == 0 {
 			if err := s.Flush(context.Background(), dispatcher); err != nil {
-				t.Fatal(err)
+				return n, err
 			}
 		}
 	}

@@ -52,15 +52,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		}
 	}
 	// The DROP TABLE is in the sink, with audit's last rows before it.
-	tc.Eventually("the sink to hold the DROP TABLE of audit", 30*time.Second, func() bool {
-		files, _ := filepath.Glob(filepath.Join(sink, "shop", "audit", "meta", "schema_*.json"))
-		for _, f := range files {
-			if b, _ := os.ReadFile(f); strings.Contains(string(b), "DROP TABLE `shop`.`audit`") {
-				return true
-			}
-		}
-		return false
-	})
+	tc.Eventually("the sink to hold the DROP TABLE of audit", 30*time.Second, sinkDropped(sink, "audit"))
 
 	// The operator's answer: both removed; the changefeed goes on.
 	tc.SetState("my", model.ChangefeedPaused)
@@ -95,13 +87,19 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		issues = tc.Changefeed("my").Status.Tables
 		return len(issues) == 1 && issues[0].Table == "shop.orders" && issues[0].State == model.TableDropped
 	})
-	tc.Eventually("the sink to hold the DROP TABLE of orders", 30*time.Second, func() bool {
-		files, _ := filepath.Glob(filepath.Join(sink, "shop", "orders", "meta", "schema_*.json"))
+	tc.Eventually("the sink to hold the DROP TABLE of orders", 30*time.Second, sinkDropped(sink, "orders"))
+}
+
+// sinkDropped says whether a file sink under dir holds the DROP TABLE of
+// shop.table among the table's schema files.
+func sinkDropped(dir, table string) func() bool {
+	return func() bool {
+		files, _ := filepath.Glob(filepath.Join(dir, "shop", table, "meta", "schema_*.json"))
 		for _, f := range files {
-			if b, _ := os.ReadFile(f); strings.Contains(string(b), "DROP TABLE `shop`.`orders`") {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "DROP TABLE `shop`.`"+table+"`") {
 				return true
 			}
 		}
 		return false
-	})
+	}
 }
