@@ -403,8 +403,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if changesNoTable(q) {
-					// A view, trigger, routine or grant that names a
-					// table changes none of its columns.
+					// A kind of statement that cannot change a
+					// table's columns or name (a view, a grant,
+					// OPTIMIZE TABLE, …): what it names goes on.
 					break
 				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
