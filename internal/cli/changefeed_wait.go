@@ -96,13 +96,12 @@ checkpoint is waited for.`,
 				if err == nil && state == "" && cf.State == string(model.ChangefeedFailed) {
 					return fmt.Errorf("changefeed %s failed: %s", cf.ID, cf.Error)
 				}
-				if err == nil && state == "" && model.Ts(cf.CheckpointTs) >= target && caughtUp {
-					return o.render(cf, func(tw tableWriter) {
-						fmt.Fprintf(tw, "Changefeed %s caught up: its checkpoint passed the start of the wait (lag %s).\n", cf.ID, time.Duration(cf.CheckpointLagMs)*time.Millisecond)
-					})
-				}
 				if err == nil && state == "" && model.Ts(cf.CheckpointTs) >= target {
 					return o.render(cf, func(tw tableWriter) {
+						if caughtUp {
+							fmt.Fprintf(tw, "Changefeed %s caught up: its checkpoint passed the start of the wait (lag %s).\n", cf.ID, time.Duration(cf.CheckpointLagMs)*time.Millisecond)
+							return
+						}
 						fmt.Fprintf(tw, "Checkpoint of %s advanced by %s (lag %s).\n", cf.ID, model.Ts(cf.CheckpointTs).Time().Sub(model.Ts(first.CheckpointTs).Time()), time.Duration(cf.CheckpointLagMs)*time.Millisecond)
 					})
 				}
