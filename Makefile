@@ -1,4 +1,4 @@
-# The README's test command is `go test -race -count=1 -p 3 -timeout 30m ./...`; `make test`
+# The README's test command is `go test -race -count=1 -p 3 -ldflags=-w -timeout 30m ./...`; `make test`
 # runs exactly that; .ci/run runs the same lint as `make lint`, then it.
 
 GO      ?= go

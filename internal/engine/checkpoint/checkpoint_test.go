@@ -11,6 +11,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	_ "github.com/cdcctl/cdcctl/internal/engine/bucket/cloud" // s3://
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 )
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	_ "github.com/cdcctl/cdcctl/internal/engine/bucket/cloud" // the s3:// driver its users open it with
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
