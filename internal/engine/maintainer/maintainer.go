@@ -269,6 +269,12 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 		return err // after a write, the next pass reads again
 	}
 	if e.Status.State == model.ChangefeedNormal {
+		if unsaved := heardBeyondSaved(st, e, pos); len(unsaved) > 0 {
+			// Persisted before they are placed again; the next pass places.
+			h.log.Debug("maintainer: persisting positions before placing their partitions again", "changefeed", e.Info.ID, "partitions", unsaved)
+			h.wakeAgain()
+			return h.advanceCheckpoint(ctx, st, e, mf, pos, unsaved...)
+		}
 		if !h.placedAlready(st, e) {
 			if err := h.place(ctx, st, e, mf, pos); errors.Is(err, errSplit) {
 				return nil

@@ -2,6 +2,7 @@ package maintainer
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
@@ -172,6 +173,31 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 	return out
 }
 
+// heardBeyondSaved returns the partitions about to be placed again (their
+// node gone, or restarted as a new process) whose position heard from
+// that node is beyond the one persisted. The next placement resumes from
+// the persisted one, and the old node forgets its final position once the
+// partition is placed again: placed first, what it wrote between the two
+// would be written twice (a capture restarted under load, while its
+// final position was in flight).
+func heardBeyondSaved(st *meta.State, e *meta.ChangefeedEntry, pos model.ProgressTable) []string {
+	var out []string
+	for pid, r := range st.Partitions[e.Info.ID] {
+		if r.Route.Node == "" || r.Route.Status == model.PartitionDraining {
+			continue // never placed; or a move, which hands over its own position
+		}
+		if _, registered := st.Nodes[r.Route.Node]; registered && st.PlacedOnIncarnation(r) {
+			continue
+		}
+		saved := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, r.Route.Start, e.Info.StartTs, r.Route.Since)
+		if p, ok := pos[pid]; ok && p.Checkpoint > saved {
+			out = append(out, pid)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // PersistInterval is how often a maintainer writes its changefeed's
 // progress record and checkpoint while nothing final waits to be written.
 const PersistInterval = time.Second
@@ -191,13 +217,14 @@ func positionsEvery(partitions int) time.Duration {
 // partitions' positions (everything up to it is durable everywhere) and
 // persists the positions, so that a partition whose node dies resumes from
 // its own position, and a stopped dispatcher's final position survives.
-func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable) error {
+// The positions of must are written now, however recently the record was.
+func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable, must ...string) error {
 	if len(pos) == 0 {
 		return nil
 	}
 	cp, first := model.Ts(0), true
 	changed := len(pos) != len(st.Progress[e.Info.ID])
-	var urgent []string
+	urgent := must
 	for pid, p := range pos {
 		if first || p.Checkpoint < cp {
 			cp, first = p.Checkpoint, false
