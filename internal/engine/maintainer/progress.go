@@ -189,7 +189,11 @@ func heardBeyondSaved(st *meta.State, e *meta.ChangefeedEntry, pos model.Progres
 		if _, registered := st.Nodes[r.Route.Node]; registered && st.PlacedOnIncarnation(r) {
 			continue
 		}
-		saved := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, r.Route.Start, e.Info.StartTs, r.Route.Since)
+		// Not the route's hand-over position (Start): the next placement
+		// drops it, so it too must be in the progress record first (a
+		// partition moved to a capture that stopped before starting it
+		// was placed again from where its previous owner had started).
+		saved := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since)
 		if p, ok := pos[pid]; ok && p.Checkpoint > saved {
 			out = append(out, pid)
 		}

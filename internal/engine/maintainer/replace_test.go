@@ -12,7 +12,9 @@ import (
 // new process) waits until the position its old node reported is
 // persisted: the next placement resumes from the persisted position, and
 // what the old node wrote beyond it would be written twice. Partitions
-// whose node runs them, never placed, or being moved, do not wait.
+// whose node runs them, never placed, or being moved, do not wait. A
+// hand-over position kept only in the route counts as not persisted: the
+// next placement drops it.
 func TestAPartitionIsPlacedAgainOnlyFromTheLastPositionHeard(t *testing.T) {
 	const cf = model.ChangefeedID("cf")
 	route := func(id string, node model.NodeID, rev int64, status model.PartitionStatus) meta.RouteRecord {
@@ -27,6 +29,9 @@ func TestAPartitionIsPlacedAgainOnlyFromTheLastPositionHeard(t *testing.T) {
 			"new":       route("new", "", 10, model.PartitionActive),
 			"moving":    route("moving", "n9", 10, model.PartitionDraining),
 			"caught-up": route("caught-up", "n9", 10, model.PartitionActive),
+			// Moved gracefully to n9, which stopped before it started it:
+			// its hand-over position is only in the route.
+			"handed": {Route: model.RouteEntry{ID: "handed", Changefeed: cf, Node: "n9", Epoch: 3, Status: model.PartitionActive, Start: 650}, Revision: 10},
 		}},
 		Nodes: map[model.NodeID]meta.NodeEntry{"n1": {Revision: 20}, "n2": {Revision: 20}},
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{cf: {
@@ -35,6 +40,7 @@ func TestAPartitionIsPlacedAgainOnlyFromTheLastPositionHeard(t *testing.T) {
 			"running":   {Progress: model.Progress{Checkpoint: 500, Epoch: 3}},
 			"moving":    {Progress: model.Progress{Checkpoint: 500, Epoch: 3}},
 			"caught-up": {Progress: model.Progress{Checkpoint: 700, Epoch: 3}},
+			"handed":    {Progress: model.Progress{Checkpoint: 500, Epoch: 2}},
 		}},
 	}
 	heard := model.ProgressTable{
@@ -44,14 +50,16 @@ func TestAPartitionIsPlacedAgainOnlyFromTheLastPositionHeard(t *testing.T) {
 		"new":       {Checkpoint: 100},
 		"moving":    {Checkpoint: 700, Epoch: 3, Final: true},
 		"caught-up": {Checkpoint: 700, Epoch: 3},
+		"handed":    {Checkpoint: 650, Epoch: 3}, // positions() folds Start in
 	}
 	e := st.Changefeeds[cf]
-	if got, want := heardBeyondSaved(st, e, heard), []string{"gone", "restarted"}; !reflect.DeepEqual(got, want) {
+	if got, want := heardBeyondSaved(st, e, heard), []string{"gone", "handed", "restarted"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("waiting to be persisted: %v, want %v", got, want)
 	}
 	// Once persisted, they are placed.
 	st.Progress[cf]["gone"] = meta.ProgressRecord{Progress: heard["gone"]}
 	st.Progress[cf]["restarted"] = meta.ProgressRecord{Progress: heard["restarted"]}
+	st.Progress[cf]["handed"] = meta.ProgressRecord{Progress: heard["handed"]}
 	if got := heardBeyondSaved(st, e, heard); len(got) != 0 {
 		t.Fatalf("after the write, still waiting: %v", got)
 	}
