@@ -2,6 +2,7 @@ package maintainer
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -186,8 +187,8 @@ func heardBeyondSaved(st *meta.State, e *meta.ChangefeedEntry, pos model.Progres
 		if r.Route.Node == "" || r.Route.Status == model.PartitionDraining {
 			continue // never placed; or a move, which hands over its own position
 		}
-		if _, registered := st.Nodes[r.Route.Node]; registered && st.PlacedOnIncarnation(r) {
-			continue
+		if st.PlacedOnIncarnation(r) {
+			continue // its node runs it (false when the node is gone)
 		}
 		// Not the route's hand-over position (Start): the next placement
 		// drops it, so it too must be in the progress record first (a
@@ -228,7 +229,7 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	cp, first := model.Ts(0), true
 	changed := len(pos) != len(st.Progress[e.Info.ID])
-	urgent := must
+	urgent := slices.Clone(must) // appended to below: not the caller's array
 	for pid, p := range pos {
 		if first || p.Checkpoint < cp {
 			cp, first = p.Checkpoint, false
