@@ -32,6 +32,9 @@ func mustJSON(v any) string {
 }
 
 func (f MaintainerFence) cmp() clientv3.Cmp {
+	if f.Revision <= 0 {
+		return never(f.Key) // revision 0 would hold for a maintainer key that is gone
+	}
 	return clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.Revision)
 }
 

@@ -46,7 +46,14 @@ func (f Fence) Epoch() uint64 {
 	return uint64(f.CreateRevision)
 }
 
+// cmps are the comparisons a write under the fence makes. A fence with no
+// revision holds nothing: compared as it is (create revision 0) it would
+// hold exactly when the term key is absent, that is when no coordinator
+// holds the term.
 func (f Fence) cmps() []clientv3.Cmp {
+	if !f.valid() {
+		return []clientv3.Cmp{never(f.Key)}
+	}
 	c := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision)}
 	if f.ModRevision != 0 {
 		c = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(f.Key), "=", f.ModRevision)}
@@ -65,6 +72,12 @@ func (f Fence) holds(createRevision, modRevision int64) bool {
 		return modRevision == f.ModRevision
 	}
 	return createRevision == f.CreateRevision
+}
+
+// never is a comparison that no key's state satisfies (revisions are
+// never negative).
+func never(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", -1)
 }
 
 func (f Fence) valid() bool { return f.Key != "" && (f.CreateRevision > 0 || f.ModRevision > 0) }
