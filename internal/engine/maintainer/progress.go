@@ -109,9 +109,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			// placement wrote it: a restarted placement replays below it.
 			next.Checkpoint = cur.Checkpoint
 		}
-		// A final position, or a placement heard from for the first
-		// time (a move is confirmed by it), is persisted at once.
-		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
+		// A final position, a placement heard from for the first time (a
+		// move is confirmed by it), or a partition's copy just done (the
+		// snapshot's end shows in the changefeed's status) is persisted at
+		// once.
+		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch || next.Copy.Done && !cur.Copy.Done
 		rep.parts[pp.ID] = next
 	}
 	for _, f := range hb.Failed {
@@ -240,9 +242,11 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 			// A final position waits for this write: the node that stopped
 			// re-sends it until it sees it here, and a node that is leaving
 			// waits for that. A new placement's first position confirms
-			// its move.
+			// its move. A copy just done ends the changefeed's snapshot
+			// for whoever waits on it.
 			if (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover)) ||
-				(p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch)) {
+				(p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch)) ||
+				(p.Copy.Done && ok && !old.Progress.Copy.Done) {
 				urgent = append(urgent, pid)
 			}
 		}
