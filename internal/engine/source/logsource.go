@@ -138,29 +138,44 @@ func (r *LogSpanReader) Inside() bool {
 // Read implements Reader: a failed read returns its error and keeps
 // the position (the caller reads again on its next pass).
 func (r *LogSpanReader) Read(ctx context.Context, upTo model.Ts, maxRows int) ([]Event, error) {
+	for pass := 0; ; pass++ {
+		evs, marks, err := r.read(ctx, upTo, maxRows)
+		if err != nil || len(evs) > 0 || marks == 0 || pass >= maxMarkPasses || ctx.Err() != nil {
+			return evs, err
+		}
+		// A read of the log ends at each watermark of the table (other
+		// partitions copying it): one that met only those, left out
+		// here, reads on rather than return nothing, which would make
+		// the dispatcher back off once per watermark.
+	}
+}
+
+// read reads once; it returns the events and how many watermarks it
+// left out.
+func (r *LogSpanReader) read(ctx context.Context, upTo model.Ts, maxRows int) ([]Event, int, error) {
 	if r.s.logs == nil {
-		return nil, nil
+		return nil, 0, nil
 	}
 	r.mu.Lock()
 	pos := r.pos
 	r.mu.Unlock()
 	evs, next, err := r.s.logs.Read(ctx, r.s.cf, r.span, pos, upTo, maxRows)
 	if err != nil {
-		return nil, fmt.Errorf("read the event log of %s: %w", r.span.String(), err)
+		return nil, 0, fmt.Errorf("read the event log of %s: %w", r.span.String(), err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pos.Before(next) {
 		r.pos = next
 	}
-	if !r.marks {
-		kept := evs[:0]
-		for _, e := range evs {
-			if e.Kind != KindMark {
-				kept = append(kept, e)
-			}
-		}
-		evs = kept
+	if r.marks {
+		return evs, 0, nil
 	}
-	return evs, nil
+	kept := evs[:0]
+	for _, e := range evs {
+		if e.Kind != KindMark {
+			kept = append(kept, e)
+		}
+	}
+	return kept, len(evs) - len(kept), nil
 }

@@ -56,3 +56,29 @@ func TestALogSpanReaderKeepsItsPositionOverAFailedRead(t *testing.T) {
 		t.Fatalf("a marked read: %v, %v; want the row and its watermark", evs, err)
 	}
 }
+
+// A partition's plain reader (its copy done) leaves the table's
+// watermarks out; a read that met only watermarks (other partitions
+// copying the table) reads on to the rows after them, so the dispatcher
+// does not back off once per watermark.
+func TestAPlainReaderReadsOnPastWatermarks(t *testing.T) {
+	mark := func(ts model.Ts) func(Cursor) ([]Event, Cursor, error) {
+		return func(Cursor) ([]Event, Cursor, error) {
+			return []Event{{Kind: KindMark, Table: "t", CommitTs: ts}}, Cursor{Done: ts}, nil
+		}
+	}
+	log := &scriptedLog{answers: []func(Cursor) ([]Event, Cursor, error){
+		mark(11), mark(12), mark(13),
+		func(Cursor) ([]Event, Cursor, error) {
+			return []Event{{Kind: KindDML, Table: "t", Key: "a", CommitTs: 14}}, Cursor{Done: 14}, nil
+		},
+	}}
+	r, err := NewLogSource(Env{Changefeed: "cf", Logs: log}, []string{"t"}, 0).Open(model.Span{Table: "t"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := r.Read(context.Background(), 20, 100)
+	if err != nil || len(evs) != 1 || evs[0].Key != "a" || r.Position() != 14 || len(log.froms) != 4 {
+		t.Fatalf("one read: %v, %v, position %d after %d reads of the log; want the row, position 14, 4 reads", evs, err, r.Position(), len(log.froms))
+	}
+}
