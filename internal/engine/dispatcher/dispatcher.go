@@ -67,11 +67,6 @@ type Config struct {
 	Idle      time.Duration
 	// Log receives the warnings of reads that fail; nil discards them.
 	Log *slog.Logger
-	// OnCopied, if set, is called once the partition's share of the
-	// initial snapshot is durable in the sink (from the ack's goroutine;
-	// it must not block): its manager reports it at once, not at the
-	// next heartbeat.
-	OnCopied func()
 }
 
 // Dispatcher is one running partition.
@@ -425,7 +420,6 @@ func splitTxns(evs []source.Event) ([]source.Event, []source.Event) {
 // batch at the front: the checkpoint never passes an unflushed batch.
 func (d *Dispatcher) ack(b *inflightBatch, err error) {
 	d.mu.Lock()
-	copying := !d.copied.Done
 	if err != nil {
 		if d.failure == nil {
 			d.failure = fmt.Errorf("dispatcher %s: sink failed: %w", d.cfg.ID, err)
@@ -440,11 +434,7 @@ func (d *Dispatcher) ack(b *inflightBatch, err error) {
 			d.inflight = d.inflight[1:]
 		}
 	}
-	copiedNow := copying && d.copied.Done
 	d.mu.Unlock()
-	if copiedNow && d.cfg.OnCopied != nil {
-		d.cfg.OnCopied()
-	}
 	select {
 	case d.acked <- struct{}{}:
 	default:

@@ -48,10 +48,6 @@ type Manager struct {
 	// ended: a dispatcher's run ended by itself since the last full
 	// reconcile.
 	ended atomic.Bool
-	// copied: a dispatcher's share of the initial snapshot became
-	// durable since the last heartbeat; the next is sent without waiting
-	// for the interval (a snapshot's end shows a heartbeat sooner).
-	copied atomic.Bool
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
@@ -204,9 +200,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// waits on the network, not the CPU, and resting for it would
 		// delay the next hand-over (a split's pause).
 		took := time.Since(began)
-		since := time.Since(m.lastBeat)
-		if finals || since >= m.cfg.Interval || since >= m.cfg.Interval/5 && m.copied.Load() {
-			m.copied.Store(false)
+		if finals || time.Since(m.lastBeat) >= m.cfg.Interval {
 			m.heartbeat(ctx, st)
 		}
 		cluster.Rest(ctx, took)
@@ -219,15 +213,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.stopAll()
 	return nil
-}
-
-// copiedOne wakes the loop to report a partition whose copy is done.
-func (m *Manager) copiedOne() {
-	m.copied.Store(true)
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Running returns how many dispatchers run here, per changefeed.
@@ -478,9 +463,8 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	d, err := New(Config{
 		ID: id, Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
 		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
-		Barrier:  &tableBarrier{m: m, key: k, sink: f.sink},
-		OnCopied: m.copiedOne,
-		Log:      m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
+		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
+		Log:     m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
 	})
 	if err != nil {
 		return err

@@ -109,11 +109,9 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			// placement wrote it: a restarted placement replays below it.
 			next.Checkpoint = cur.Checkpoint
 		}
-		// A final position, a placement heard from for the first time (a
-		// move is confirmed by it), or a partition's copy just done (the
-		// snapshot's end shows in the changefeed's status) is persisted at
-		// once.
-		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch || next.Copy.Done && !cur.Copy.Done
+		// A final position, or a placement heard from for the first
+		// time (a move is confirmed by it), is persisted at once.
+		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
 		rep.parts[pp.ID] = next
 	}
 	for _, f := range hb.Failed {
@@ -224,33 +222,52 @@ func positionsEvery(partitions int) time.Duration {
 // partitions' positions (everything up to it is durable everywhere) and
 // persists the positions, so that a partition whose node dies resumes from
 // its own position, and a stopped dispatcher's final position survives.
-// The positions of must are written now, however recently the record was.
-func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable, must ...string) error {
-	if len(pos) == 0 {
-		return nil
-	}
-	cp, first := model.Ts(0), true
-	changed := len(pos) != len(st.Progress[e.Info.ID])
-	urgent := slices.Clone(must) // appended to below: not the caller's array
+// whatToSave compares the positions heard (pos) with those saved: the
+// changefeed's checkpoint (the least position), whether anything changed,
+// and the partitions whose positions are written now, however recently
+// the record was (must among them).
+func whatToSave(saved map[string]meta.ProgressRecord, pos model.ProgressTable, must []string) (cp model.Ts, changed bool, urgent []string) {
+	first := true
+	changed = len(pos) != len(saved)
+	urgent = slices.Clone(must) // appended to below: not the caller's array
+	// The copies done since the last write; urgent only if they end the
+	// changefeed's snapshot (every partition copied): its end then shows
+	// in the status at once, not after PersistInterval, while the copies
+	// before it, which can be many a second, wait their turn.
+	var copiedNow []string
+	allCopied := true
 	for pid, p := range pos {
+		allCopied = allCopied && p.Copy.Done
 		if first || p.Checkpoint < cp {
 			cp, first = p.Checkpoint, false
 		}
-		old, ok := st.Progress[e.Info.ID][pid]
+		old, ok := saved[pid]
 		if !ok || old.Progress != p {
 			changed = true
 			// A final position waits for this write: the node that stopped
 			// re-sends it until it sees it here, and a node that is leaving
 			// waits for that. A new placement's first position confirms
-			// its move. A copy just done ends the changefeed's snapshot
-			// for whoever waits on it.
+			// its move.
 			if (p.Final && (!old.Progress.Final || old.Progress.Handover != p.Handover)) ||
-				(p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch)) ||
-				(p.Copy.Done && ok && !old.Progress.Copy.Done) {
+				(p.Node != "" && (old.Progress.Node != p.Node || old.Progress.Epoch != p.Epoch)) {
 				urgent = append(urgent, pid)
+			} else if p.Copy.Done && ok && !old.Progress.Copy.Done {
+				copiedNow = append(copiedNow, pid)
 			}
 		}
 	}
+	if allCopied {
+		urgent = append(urgent, copiedNow...)
+	}
+	return cp, changed, urgent
+}
+
+// The positions of must are written now, however recently the record was.
+func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable, must ...string) error {
+	if len(pos) == 0 {
+		return nil
+	}
+	cp, changed, urgent := whatToSave(st.Progress[e.Info.ID], pos, must)
 	if !changed && cp <= e.Status.CheckpointTs {
 		return nil
 	}
