@@ -101,7 +101,7 @@ func (c *Coordinator) Lead(ctx context.Context, term election.Term) {
 				err = perr
 			}
 		}
-		if errors.Is(err, meta.ErrFenced) {
+		if err = c.store.WhyRefused(ctx, term.Fence, err); errors.Is(err, meta.ErrFenced) {
 			c.log.Warn("coordinator: term is over, stopping", "epoch", term.Epoch())
 			return
 		}

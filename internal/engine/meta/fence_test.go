@@ -2,6 +2,7 @@ package meta
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -244,4 +245,41 @@ func TestAFenceWithNoRevisionFencesNothingIn(t *testing.T) {
 	f.refused("an error recorded under a revision-less maintainer fence", ErrStale, func() error {
 		return f.store.SetChangefeedError(f.ctx, MaintainerFence{Key: f.store.Keys().Maintainer("big")}, e, "late")
 	})
+}
+
+// A write that only compares cannot tell a lost term from an object
+// changed since it was read: both say ErrStale. WhyRefused asks etcd, so
+// that the coordinator steps down on the first refusal of a lost term
+// instead of retrying, refused, every second; a stale object under a
+// term that holds stays ErrStale (the caller reads again and retries).
+func TestARefusalUnderALostTermIsToldFromAStaleObject(t *testing.T) {
+	f, _ := newBigFeed(t, 1)
+	rev, err := f.store.SavePlan(f.ctx, f.fence, "plan-1", map[string]string{"kind": "drain"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.SavePlan(f.ctx, f.fence, "plan-1", map[string]string{"kind": "drain", "v": "2"}, rev); err != nil {
+		t.Fatal(err)
+	}
+	stale := f.store.DeletePlan(f.ctx, f.fence, "plan-1", rev) // the revision before the last save
+	if !errors.Is(stale, ErrStale) {
+		t.Fatalf("a delete at an old revision: %v, want ErrStale", stale)
+	}
+	if got := f.store.WhyRefused(f.ctx, f.fence, stale); !errors.Is(got, ErrStale) || errors.Is(got, ErrFenced) {
+		t.Fatalf("a stale object under a term that holds: %v, want ErrStale", got)
+	}
+	for _, other := range []error{nil, ErrPlanNotFound} {
+		if got := f.store.WhyRefused(f.ctx, f.fence, other); got != other {
+			t.Fatalf("WhyRefused(%v) = %v, want it as it was", other, got)
+		}
+	}
+	old := f.fence
+	f.newTerm()
+	lost := f.store.ForgetPlanRequest(f.ctx, old, "plan-1")
+	if !errors.Is(lost, ErrStale) {
+		t.Fatalf("a write that only compares, under a lost term: %v, want ErrStale (what it can tell)", lost)
+	}
+	if got := f.store.WhyRefused(f.ctx, old, lost); !errors.Is(got, ErrFenced) {
+		t.Fatalf("the same refusal explained: %v, want ErrFenced", got)
+	}
 }

@@ -296,6 +296,21 @@ func (s *Store) fenceHolds(ctx context.Context, f Fence) (bool, error) {
 	return true, nil
 }
 
+// WhyRefused tells a lost term from a stale object: a write that only
+// compares says ErrStale either way; when the fence it wrote under no
+// longer holds, this returns ErrFenced instead, so the coordinator steps
+// down at once rather than retry, refused, until a write that asks why
+// says so. Any other error is returned as it is.
+func (s *Store) WhyRefused(ctx context.Context, f Fence, err error) error {
+	if !errors.Is(err, ErrStale) {
+		return err
+	}
+	if holds, herr := s.fenceHolds(ctx, f); herr == nil && !holds {
+		return ErrFenced
+	}
+	return err
+}
+
 // FenceFor completes an election fence with the leader's own liveness
 // record, read now. It fails when the leader is not Alive: such a node
 // must give the term back instead of leading.
