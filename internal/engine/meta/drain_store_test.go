@@ -115,17 +115,7 @@ func TestTakingOverADrainGivesItTheNextEpoch(t *testing.T) {
 // FinishDrain clears the record and moves the target to Stopping; the
 // drain epoch is kept, so the next drain counts on from it.
 func TestFinishingADrainStopsTheTargetAndTheNextDrainCountsOn(t *testing.T) {
-	f := drainCluster(t)
-	if _, err := f.store.StartDrain(f.ctx, f.fence, model.DrainRecord{Target: "n2", PlanID: "drain-1"}); err != nil {
-		t.Fatal(err)
-	}
-	read := f.load()
-	if err := f.store.SetDrainHold(f.ctx, f.fence, read, "paused"); err != nil {
-		t.Fatal(err)
-	}
-	f.refused("finishing a drain from a record read before its hold", ErrStale, func() error {
-		return f.store.FinishDrain(f.ctx, f.fence, read)
-	})
+	f := heldDrain(t, "finishing", func(f *bigFeed, read *State) error { return f.store.FinishDrain(f.ctx, f.fence, read) })
 	if err := f.store.FinishDrain(f.ctx, f.fence, f.load()); err != nil {
 		t.Fatal(err)
 	}
@@ -155,17 +145,7 @@ func TestFinishingADrainStopsTheTargetAndTheNextDrainCountsOn(t *testing.T) {
 // (nothing takes it back to Alive but a restart), so it cannot be drained
 // again, and another capture can.
 func TestACancelledDrainLeavesItsTargetDraining(t *testing.T) {
-	f := drainCluster(t)
-	if _, err := f.store.StartDrain(f.ctx, f.fence, model.DrainRecord{Target: "n2", PlanID: "drain-1"}); err != nil {
-		t.Fatal(err)
-	}
-	read := f.load()
-	if err := f.store.SetDrainHold(f.ctx, f.fence, read, "held by its lag budget"); err != nil {
-		t.Fatal(err)
-	}
-	f.refused("a cancel from a record read before its hold", ErrStale, func() error {
-		return f.store.ClearDrain(f.ctx, f.fence, read)
-	})
+	f := heldDrain(t, "cancelling", func(f *bigFeed, read *State) error { return f.store.ClearDrain(f.ctx, f.fence, read) })
 	if err := f.store.ClearDrain(f.ctx, f.fence, f.load()); err != nil {
 		t.Fatal(err)
 	}
@@ -206,4 +186,21 @@ func TestADrainIsHeldAndReleasedOverTheRecordRead(t *testing.T) {
 	if d := f.load().Drain; d.Hold != "" || d.Epoch != 1 || d.PlanID != "drain-1" {
 		t.Fatalf("the released record: %+v", d)
 	}
+}
+
+// heldDrain starts a drain of n2 and holds it, and shows that end, an
+// ending of the drain from the record as read before the hold, is
+// refused and changes nothing.
+func heldDrain(t *testing.T, what string, end func(*bigFeed, *State) error) *bigFeed {
+	t.Helper()
+	f := drainCluster(t)
+	if _, err := f.store.StartDrain(f.ctx, f.fence, model.DrainRecord{Target: "n2", PlanID: "drain-1"}); err != nil {
+		t.Fatal(err)
+	}
+	read := f.load()
+	if err := f.store.SetDrainHold(f.ctx, f.fence, read, "held by its lag budget"); err != nil {
+		t.Fatal(err)
+	}
+	f.refused(what+" a drain from a record read before its hold", ErrStale, func() error { return end(f, read) })
+	return f
 }
