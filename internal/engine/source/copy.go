@@ -203,19 +203,10 @@ func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event,
 		r.maybeFetch()
 		r.mu.Unlock()
 	}
-	for pass := 0; ; pass++ {
-		kept, marks, err := r.readInner(ctx, upTo, max)
-		if err != nil || len(kept) > 0 || marks == 0 || pass >= maxMarkPasses || ctx.Err() != nil || r.emittingNow() {
-			return kept, err
-		}
-		// Only watermarks came, most of them other partitions' chunks' (a
-		// read ends at each watermark of the table): read on now rather
-		// than let the dispatcher back off (up to 160 ms) once per
-		// watermark — with four partitions copying one table, a chunk's
-		// own high watermark waited behind six others, 0.6 s a chunk.
-	}
+	return readOnPastMarks(ctx, func() ([]Event, int, error) { return r.readInner(ctx, upTo, max) }, r.emittingNow)
 }
 
+// emittingNow is isEmitting, taking the lock.
 func (r *CopyReader) emittingNow() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -224,6 +215,22 @@ func (r *CopyReader) emittingNow() bool {
 
 // maxMarkPasses bounds the reads one Read makes past watermarks.
 const maxMarkPasses = 64
+
+// readOnPastMarks reads again while a read met only watermarks it does
+// not pass on (most are other partitions' chunks': a read of the log ends
+// at each watermark of the table), until one returns events, meets none,
+// fails, or stop says the reader has rows of its own to give. Returned
+// empty, each such read made the dispatcher back off (up to 160 ms): with
+// four partitions copying one table, a chunk's own high watermark waited
+// behind six others, 0.6 s a chunk.
+func readOnPastMarks(ctx context.Context, read func() ([]Event, int, error), stop func() bool) ([]Event, error) {
+	for pass := 0; ; pass++ {
+		evs, marks, err := read()
+		if err != nil || len(evs) > 0 || marks == 0 || pass >= maxMarkPasses || ctx.Err() != nil || stop != nil && stop() {
+			return evs, err
+		}
+	}
+}
 
 // readInner reads the span's events from the log and handles the
 // watermarks among them; it returns the events to pass on and how many

@@ -138,16 +138,7 @@ func (r *LogSpanReader) Inside() bool {
 // Read implements Reader: a failed read returns its error and keeps
 // the position (the caller reads again on its next pass).
 func (r *LogSpanReader) Read(ctx context.Context, upTo model.Ts, maxRows int) ([]Event, error) {
-	for pass := 0; ; pass++ {
-		evs, marks, err := r.read(ctx, upTo, maxRows)
-		if err != nil || len(evs) > 0 || marks == 0 || pass >= maxMarkPasses || ctx.Err() != nil {
-			return evs, err
-		}
-		// A read of the log ends at each watermark of the table (other
-		// partitions copying it): one that met only those, left out
-		// here, reads on rather than return nothing, which would make
-		// the dispatcher back off once per watermark.
-	}
+	return readOnPastMarks(ctx, func() ([]Event, int, error) { return r.read(ctx, upTo, maxRows) }, nil)
 }
 
 // read reads once; it returns the events and how many watermarks it
