@@ -182,7 +182,7 @@ func BenchmarkRolloutAgainstARestartLoop(b *testing.B) {
 	var rolloutTook, loopTook, rolloutLag, loopLag []time.Duration
 	rolloutDups, loopDups := 0, 0
 	loaded := func() (*enginetest.Cluster, []model.ChangefeedID) {
-		c := enginetest.New(b, enginetest.Options{})
+		c := enginetest.New(b, enginetest.Options{FeedRate: 200}) // the load docs/benchmarks.md measured under
 		c.StartCaptures(3)
 		feeds := c.Feeds(4)
 		for _, id := range feeds {

@@ -62,7 +62,20 @@ type Options struct {
 	// Interceptor, if set, is each capture's etcd client's interceptor
 	// (after Audit's): a test acts between a capture's read and its write.
 	Interceptor func(model.NodeID) grpc.UnaryClientInterceptor
+	// FeedRate is the changes a second of each changefeed Feeds creates
+	// (zero: FeedRate).
+	FeedRate int
 }
+
+// FeedRate is Feeds' load per changefeed in tests: 50 changes a second,
+// about 12 a second into each of its four partitions, so that every
+// move of a drain meets rows in flight. Not more: the tests that
+// create a dozen of them wait on the cluster far more than they
+// compute, yet a dozen feeds at 200 a second made their rows most of
+// the CPU they used under -race (three drain scenarios alone: 25 s of
+// CPU at 200, 11 s at 20), and the whole run shares two cores. The
+// benchmarks that measure lag under a load set their own.
+const FeedRate = 50
 
 // Cluster is etcd and the captures of one test.
 type Cluster struct {
@@ -100,6 +113,9 @@ func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	endpoint, cli := etcdtest.Start(t)
 	log, tail := Logger(t)
+	if opts.FeedRate == 0 {
+		opts.FeedRate = FeedRate
+	}
 	if opts.TTL == 0 {
 		opts.TTL = SessionTTL
 	}

@@ -289,15 +289,15 @@ func (c *Cluster) VerifyAll(exactlyOnce bool) uint64 {
 }
 
 // Feeds creates n changefeeds cf00.. of a light load (2 tables of 50
-// keys, 200 changes a second, 2 partitions a table), each into its own
-// file sink.
+// keys, Options.FeedRate changes a second, 2 partitions a table), each
+// into its own file sink.
 func (c *Cluster) Feeds(n int) []model.ChangefeedID {
 	c.T.Helper()
 	dir := c.T.TempDir()
 	var out []model.ChangefeedID
 	for i := range n {
 		name := fmt.Sprintf("cf%02d", i)
-		c.CreateChangefeed(name, "gen://?tables=2&keys=50&rate=200", "file://"+dir+"/"+name+"?flush-interval=1s", 2)
+		c.CreateChangefeed(name, fmt.Sprintf("gen://?tables=2&keys=50&rate=%d", c.Opts.FeedRate), "file://"+dir+"/"+name+"?flush-interval=1s", 2)
 		out = append(out, model.ChangefeedID(name))
 	}
 	return out
