@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -26,20 +25,8 @@ import (
 	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
-// TestMain removes the programs the runbooks built, if any ran. It runs
-// four runbooks at once unless -parallel says otherwise (the default is
-// one per core): a runbook's processes mostly wait — for session TTLs,
-// flush intervals, `sleep 1` loops — so two at a time kept the package's
-// processes to about one core of two (alone: 209 s, 215 s of CPU; four at
-// a time: 162 s, the same CPU), and in CI's run it had taken 300–360 s,
-// past the six minutes a package may take.
+// TestMain removes the programs the runbooks built, if any ran.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", "4")
-	}
 	code := m.Run()
 	if programsDir != "" {
 		os.RemoveAll(programsDir)

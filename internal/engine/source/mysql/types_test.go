@@ -29,7 +29,8 @@ func TestEveryTypeArrivesAsTheServerShowsIt(t *testing.T) {
 		day DATE, dt DATETIME(6), dt0 DATETIME, ts TIMESTAMP(6) NULL, tm TIME(6), tm0 TIME, yr YEAR,
 		c CHAR(4), vc VARCHAR(20), l1 VARCHAR(20) CHARACTER SET latin1, tx TEXT, bin BINARY(4), vb VARBINARY(8), bl BLOB,
 		e ENUM('x','y z'), s SET('a','b','c'), j JSON,
-		pt POINT, gv INT AS (i32 + 1) VIRTUAL, gs VARCHAR(30) AS (LEFT(vc, 3)) STORED
+		pt POINT, gv INT AS (i32 + 1) VIRTUAL, gs VARCHAR(30) AS (LEFT(vc, 3)) STORED,
+		dt3 DATETIME(3), ts0 TIMESTAMP NULL
 	) DEFAULT CHARSET = utf8mb4`)
 	cfg := parse(t, uri(srv, "root", "types"))
 	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
@@ -46,10 +47,11 @@ func TestEveryTypeArrivesAsTheServerShowsIt(t *testing.T) {
 		'0000-00-00', '2024-02-29 23:59:59.999999', '0000-00-00 00:00:00', '1970-01-01 00:00:01.000001', '-838:59:59.000000', '838:59:59', 1901,
 		'ä😀', 'naïve', 'café', 'long text', x'0102', x'00ff', x'deadbeef',
 		'y z', 'a,c', '{"k": [1, 2.5, "v"], "n": null}',
-		POINT(1.5, -2), DEFAULT, DEFAULT)`,
-		`INSERT INTO types (id, d, f, g, day, dt, tm, yr, c, bin, e, s, j) VALUES (2, 0, -3.4e38, 1e-300, '9999-12-31', '1000-01-01 00:00:00', '-00:00:01.5', 2155, '', x'00000000', 'x', '', '[]')`,
+		POINT(1.5, -2), DEFAULT, DEFAULT,
+		'2024-02-29 23:59:59.5', '2038-01-19 03:14:07')`,
+		`INSERT INTO types (id, d, f, g, day, dt, tm, yr, c, bin, e, s, j, dt3) VALUES (2, 0, -3.4e38, 1e-300, '9999-12-31', '1000-01-01 00:00:00', '-00:00:01.5', 2155, '', x'00000000', 'x', '', '[]', '1969-12-31 23:59:59.999')`,
 		`INSERT INTO types (id) VALUES (3)`,
-		`UPDATE types SET f = 3.14159, tm = '12:34:56.789', yr = 0 WHERE id = 3`)
+		`UPDATE types SET f = 3.14159, tm = '12:34:56.789', yr = 0, dt3 = '2000-01-01 00:00:00', ts0 = '1970-01-01 00:00:01' WHERE id = 3`)
 	waitResolved(t, log)
 	evs, _, held := log.state()
 	if len(held) != 0 {
@@ -66,7 +68,7 @@ func TestEveryTypeArrivesAsTheServerShowsIt(t *testing.T) {
 			continue
 		}
 		cols := []string{"id", "i8", "u8", "i16", "u16", "i24", "u24", "i32", "u32", "i64", "u64", "d", "d0", "f", "g", "b1", "b64",
-			"day", "dt", "dt0", "ts", "tm", "tm0", "yr", "c", "vc", "l1", "tx", "bin", "vb", "bl", "e", "s", "j", "pt", "gv", "gs"}
+			"day", "dt", "dt0", "ts", "tm", "tm0", "yr", "c", "vc", "l1", "tx", "bin", "vb", "bl", "e", "s", "j", "pt", "gv", "gs", "dt3", "ts0"}
 		for i := range w {
 			if g[i] != w[i] {
 				t.Errorf("row %s, column %s: %q from the log, %q read back", k, cols[i], g[i], w[i])
