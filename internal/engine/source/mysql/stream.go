@@ -137,7 +137,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		// DATETIME and TIMESTAMP as times, written as text by
 		// column.text with the column's own digits of fraction: as text,
 		// go-mysql formats every DATETIME with fmt.Sprintf, 13 % of the
-		// stream's CPU in BenchmarkStreamAgainstBareReader. Zero and
+		// stream's CPU in BenchmarkSourceAgainstBareReader. Zero and
 		// pre-1970 values still come as its text.
 		ParseTime: true,
 		// A failed stream ends Pull: the maintainer starts it again from

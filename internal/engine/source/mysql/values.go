@@ -141,38 +141,18 @@ func (c column) text(v any) (source.Value, error) {
 // datetime writes a DATETIME or TIMESTAMP (in UTC, the session time
 // zone the tests and verify read with) as the text protocol does:
 // 2006-01-02 15:04:05, then a point and the column's digits of fraction
-// if it has any, zeros too. By hand, not with time.Format or fmt: every
-// such column of every row of the stream comes through here.
+// if it has any, zeros too (the layout's fraction truncates, as the
+// server's stored digits are already cut to the column's).
 func (c column) datetime(t time.Time) string {
-	t = t.UTC()
-	year, month, day := t.Date()
-	hour, minute, second := t.Clock()
-	var b [26]byte
-	put := func(at, v, digits int) {
-		for i := at + digits - 1; i >= at; i-- {
-			b[i] = byte('0' + v%10)
-			v /= 10
-		}
-	}
-	put(0, year, 4)
-	b[4] = '-'
-	put(5, int(month), 2)
-	b[7] = '-'
-	put(8, day, 2)
-	b[10] = ' '
-	put(11, hour, 2)
-	b[13] = ':'
-	put(14, minute, 2)
-	b[16] = ':'
-	put(17, second, 2)
-	n := 19
+	layout := datetimeLayout[:19]
 	if c.width > 0 {
-		b[19] = '.'
-		put(20, t.Nanosecond()/1000, 6)
-		n = 20 + min(c.width, 6)
+		layout = datetimeLayout[:20+min(c.width, 6)]
 	}
-	return string(b[:n])
+	var b [len(datetimeLayout)]byte
+	return string(t.UTC().AppendFormat(b[:0], layout))
 }
+
+const datetimeLayout = "2006-01-02 15:04:05.000000"
 
 // decode turns a string column's bytes into what the server sends for
 // them: latin1 is MySQL's cp1252, recoded to UTF-8; a BINARY(n) is
