@@ -103,14 +103,17 @@ type Stream struct {
 	// The transaction being received: its positions are fixed at its
 	// begin, which carries the commit time; schema changes take base,
 	// base+1, ... and rows base+ddlSlots.
-	open   bool
-	xid    uint32
-	base   model.Ts
-	ddls   []source.Event
-	rows   []source.Event
-	size   int // bytes in rows
-	parted bool
-	marks  [][]byte
+	open bool
+	xid  uint32
+	// visible is the last transaction seen visible to the catalog's
+	// queries (awaitVisible).
+	visible uint32
+	base    model.Ts
+	ddls    []source.Event
+	rows    []source.Event
+	size    int // bytes in rows
+	parted  bool
+	marks   [][]byte
 	// partedTables have rows in the parts handed out; erase, those a
 	// TRUNCATE erased since.
 	partedTables map[string]bool

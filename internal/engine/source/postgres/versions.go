@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.hold(name, fmt.Sprintf("%s cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s --table %s' reads it again from here", what, err, s.changefeed(), name))
 		return nil
 	}
+	// What the catalog says of the table must include this transaction
+	// (an ALTER in it): wait until others can see it.
+	if err := s.awaitVisible(ctx); err != nil {
+		return err
+	}
 	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
 	if err != nil {
 		return unreadable("its new columns", err)
@@ -105,6 +111,51 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	at := s.base + model.Ts(len(s.ddls))
 	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, missing)})
 	return nil
+}
+
+// visibleWait bounds the wait for a transaction the stream delivered to
+// become visible: its backend has flushed its commit and only has to say
+// so; past this something else is wrong, and the reader starts again.
+const visibleWait = time.Minute
+
+// awaitVisible waits until the open transaction is visible to the
+// catalog's queries. Commit order is not visibility order (visible.go):
+// the walsender decodes a transaction once its commit record is
+// flushed, and its backend takes it out of the running ones after that
+// (a moment on an idle machine; as long as a synchronous standby takes
+// to answer, or a loaded machine to schedule it). Until then the catalog
+// shows its tables as they were before it: a column it added "was
+// dropped since", and the value older rows have in it was lost.
+func (s *Stream) awaitVisible(ctx context.Context) error {
+	if !s.open || s.visible == s.xid {
+		return nil
+	}
+	pause := time.Millisecond
+	for deadline := time.Now().Add(visibleWait); ; {
+		var text string
+		if err := s.cat.conn.QueryRow(ctx, `SELECT txid_current_snapshot()::text`).Scan(&text); err != nil {
+			return fmt.Errorf("wait for transaction %d to be visible: %w", s.xid, explain(s.cfg, err))
+		}
+		snap, err := parseSnapshot(text)
+		if err != nil {
+			return err
+		}
+		if !snap.hides(s.xid) {
+			s.visible = s.xid
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("transaction %d is in the WAL but not visible to other sessions after %s (a synchronous standby that does not answer?); reading again", s.xid, visibleWait)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }
 
 // unknownValuesHold says why a table is held when the values its older

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
+)
+
+// The stream can hand out a transaction before its backend has finished
+// committing it: PostgreSQL flushes the commit record (which the
+// walsender then decodes), and only after that takes the transaction
+// out of the running ones, which is what other sessions' snapshots look
+// at. Here the gap is held open: every commit waits for a synchronous
+// standby that is not there, after its flush. A column added with a
+// DEFAULT in the same transaction as a row must still be read with the
+// value older rows have in it, not looked up in a catalog that does not
+// show it yet (it did: the column "had been dropped since", and older
+// rows read NULL downstream instead of 7; on a loaded machine a whole
+// test run met it).
+func TestASchemaChangeIsLookedUpOnceItsTransactionIsVisible(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A server of its own: the gap is opened for every session of it.
+	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	if _, err := srv.Psql(ctx, "postgres", "CREATE DATABASE vis"); err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, srv.DSN("vis"), `CREATE TABLE t (id int4 PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')`)
+	st, _, _ := open(t, srv.DSN("vis")+"&tables=t")
+
+	setStandbys := func(names string) {
+		t.Helper()
+		psql(t, srv, srv.DSN("postgres"), "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'")
+		psql(t, srv, srv.DSN("postgres"), "SELECT pg_reload_conf()")
+		// The reload is the postmaster's, a moment later: a new
+		// session shows when it took.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			out, err := srv.Psql(ctx, "postgres", "SHOW synchronous_standby_names")
+			if err == nil && strings.TrimSpace(out) == names {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("synchronous_standby_names still %q, not %q", out, names)
+			}
+		}
+	}
+	setStandbys("nosuch")
+	committed := make(chan error, 1)
+	go func() {
+		_, err := srv.Psql(ctx, "vis", `BEGIN; ALTER TABLE t ADD COLUMN extra int4 DEFAULT 7; INSERT INTO t VALUES (2, 'b', 8); COMMIT`)
+		committed <- err
+	}()
+	type next struct {
+		it  Item
+		err error
+	}
+	got := make(chan next, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		for {
+			it, err := st.Next(rctx)
+			if err != nil || it.Txn != nil {
+				got <- next{it, err}
+				return
+			}
+		}
+	}()
+	// The transaction is in the WAL, and its backend waits.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := srv.Psql(ctx, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE datname = 'vis' AND wait_event = 'SyncRep'")
+		if err == nil && strings.TrimSpace(out) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit waits for the standby: %q %v", out, err)
+		}
+	}
+	var early *next
+	select {
+	case n := <-got:
+		early = &n
+	case <-time.After(2 * time.Second):
+		// The reader has had the time to meet it.
+	}
+	select {
+	case err := <-committed:
+		t.Fatalf("the transaction's commit ended before the standby was let go: %v", err)
+	default:
+	}
+	setStandbys("")
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	n := early
+	if n == nil {
+		m := <-got
+		n = &m
+	}
+	if n.err != nil {
+		t.Fatal(n.err)
+	}
+	evs := n.it.Txn.Events
+	if len(evs) != 2 || evs[0].Kind != source.KindDDL || evs[1].Kind != source.KindDML {
+		t.Fatalf("the transaction: %+v", evs)
+	}
+	if want := `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7'`; evs[0].Statement != want {
+		t.Fatalf("the schema change read while its transaction was not visible yet: %q, want %q (older rows keep 7, not NULL)", evs[0].Statement, want)
+	}
+	if early != nil {
+		t.Fatalf("the transaction was handed out before others could see it")
+	}
+}
