@@ -106,14 +106,16 @@ type Stream struct {
 	open bool
 	xid  uint32
 	// visible is the last transaction seen visible to the catalog's
-	// queries (awaitVisible).
-	visible uint32
-	base    model.Ts
-	ddls    []source.Event
-	rows    []source.Event
-	size    int // bytes in rows
-	parted  bool
-	marks   [][]byte
+	// queries (awaitVisible), which waits visibleWait for one (0: the
+	// constant; a test shortens it).
+	visible     uint32
+	visibleWait time.Duration
+	base        model.Ts
+	ddls        []source.Event
+	rows        []source.Event
+	size        int // bytes in rows
+	parted      bool
+	marks       [][]byte
 	// partedTables have rows in the parts handed out; erase, those a
 	// TRUNCATE erased since.
 	partedTables map[string]bool

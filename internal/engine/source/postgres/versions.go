@@ -131,7 +131,11 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 		return nil
 	}
 	pause := time.Millisecond
-	for deadline := time.Now().Add(visibleWait); ; {
+	wait := visibleWait
+	if s.visibleWait > 0 {
+		wait = s.visibleWait
+	}
+	for deadline := time.Now().Add(wait); ; {
 		var text string
 		if err := s.cat.conn.QueryRow(ctx, `SELECT txid_current_snapshot()::text`).Scan(&text); err != nil {
 			return fmt.Errorf("wait for transaction %d to be visible: %w", s.xid, explain(s.cfg, err))
@@ -145,7 +149,7 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("transaction %d is in the WAL but not visible to other sessions after %s (a synchronous standby that does not answer?); reading again", s.xid, visibleWait)
+			return fmt.Errorf("transaction %d is in the WAL but not visible to other sessions after %s (a synchronous standby that does not answer?); reading again", s.xid, wait)
 		}
 		t := time.NewTimer(pause)
 		select {

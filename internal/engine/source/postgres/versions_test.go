@@ -24,8 +24,59 @@ import (
 // test run met it).
 func TestASchemaChangeIsLookedUpOnceItsTransactionIsVisible(t *testing.T) {
 	t.Parallel()
+	st, release := commitInTheGap(t)
+	got := nextTxn(st)
+	var early *next
+	select {
+	case n := <-got:
+		early = &n
+	case <-time.After(2 * time.Second):
+		// The reader has had the time to meet it.
+	}
+	release()
+	n := early
+	if n == nil {
+		m := <-got
+		n = &m
+	}
+	if n.err != nil {
+		t.Fatal(n.err)
+	}
+	evs := n.it.Txn.Events
+	if len(evs) != 2 || evs[0].Kind != source.KindDDL || evs[1].Kind != source.KindDML {
+		t.Fatalf("the transaction: %+v", evs)
+	}
+	if want := `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7'`; evs[0].Statement != want {
+		t.Fatalf("the schema change read while its transaction was not visible yet: %q, want %q (older rows keep 7, not NULL)", evs[0].Statement, want)
+	}
+	if early != nil {
+		t.Fatalf("the transaction was handed out before others could see it")
+	}
+}
+
+// A transaction that stays invisible (its synchronous standby never
+// answers) does not hold the reader for ever without a word: after its
+// wait the stream ends with why, and the reader starts again.
+func TestATransactionThatStaysInvisibleEndsTheStreamWithWhy(t *testing.T) {
+	t.Parallel()
+	st, release := commitInTheGap(t)
+	defer release()
+	st.visibleWait = 2 * time.Second
+	n := <-nextTxn(st)
+	if n.err == nil || !strings.Contains(n.err.Error(), "is in the WAL but not visible to other sessions after 2s (a synchronous standby that does not answer?)") {
+		t.Fatalf("the stream on a transaction that stays invisible: %+v, %v", n.it, n.err)
+	}
+}
+
+// commitInTheGap starts a PostgreSQL of its own (the gap is opened for
+// every session of it) with table t, opens a stream on it, and commits
+// "ADD COLUMN extra int4 DEFAULT 7" and a row in one transaction whose
+// commit waits for a synchronous standby that is not there: flushed, in
+// the WAL, not visible to other sessions. release lets the standby go
+// and waits for the commit to end.
+func commitInTheGap(t *testing.T) (st *Stream, release func()) {
+	t.Helper()
 	ctx := context.Background()
-	// A server of its own: the gap is opened for every session of it.
 	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -35,8 +86,7 @@ func TestASchemaChangeIsLookedUpOnceItsTransactionIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	psql(t, srv, srv.DSN("vis"), `CREATE TABLE t (id int4 PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')`)
-	st, _, _ := open(t, srv.DSN("vis")+"&tables=t")
-
+	st, _, _ = open(t, srv.DSN("vis")+"&tables=t")
 	setStandbys := func(names string) {
 		t.Helper()
 		psql(t, srv, srv.DSN("postgres"), "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'")
@@ -59,22 +109,6 @@ func TestASchemaChangeIsLookedUpOnceItsTransactionIsVisible(t *testing.T) {
 		_, err := srv.Psql(ctx, "vis", `BEGIN; ALTER TABLE t ADD COLUMN extra int4 DEFAULT 7; INSERT INTO t VALUES (2, 'b', 8); COMMIT`)
 		committed <- err
 	}()
-	type next struct {
-		it  Item
-		err error
-	}
-	got := make(chan next, 1)
-	go func() {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		for {
-			it, err := st.Next(rctx)
-			if err != nil || it.Txn != nil {
-				got <- next{it, err}
-				return
-			}
-		}
-	}()
 	// The transaction is in the WAL, and its backend waits.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		out, err := srv.Psql(ctx, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE datname = 'vis' AND wait_event = 'SyncRep'")
@@ -85,38 +119,44 @@ func TestASchemaChangeIsLookedUpOnceItsTransactionIsVisible(t *testing.T) {
 			t.Fatalf("no commit waits for the standby: %q %v", out, err)
 		}
 	}
-	var early *next
-	select {
-	case n := <-got:
-		early = &n
-	case <-time.After(2 * time.Second):
-		// The reader has had the time to meet it.
+	released := false
+	return st, func() {
+		t.Helper()
+		if released {
+			return
+		}
+		released = true
+		select {
+		case err := <-committed:
+			t.Fatalf("the transaction's commit ended before the standby was let go: %v", err)
+		default:
+		}
+		setStandbys("")
+		if err := <-committed; err != nil {
+			t.Fatal(err)
+		}
 	}
-	select {
-	case err := <-committed:
-		t.Fatalf("the transaction's commit ended before the standby was let go: %v", err)
-	default:
-	}
-	setStandbys("")
-	if err := <-committed; err != nil {
-		t.Fatal(err)
-	}
-	n := early
-	if n == nil {
-		m := <-got
-		n = &m
-	}
-	if n.err != nil {
-		t.Fatal(n.err)
-	}
-	evs := n.it.Txn.Events
-	if len(evs) != 2 || evs[0].Kind != source.KindDDL || evs[1].Kind != source.KindDML {
-		t.Fatalf("the transaction: %+v", evs)
-	}
-	if want := `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7'`; evs[0].Statement != want {
-		t.Fatalf("the schema change read while its transaction was not visible yet: %q, want %q (older rows keep 7, not NULL)", evs[0].Statement, want)
-	}
-	if early != nil {
-		t.Fatalf("the transaction was handed out before others could see it")
-	}
+}
+
+type next struct {
+	it  Item
+	err error
+}
+
+// nextTxn reads the stream in the background up to its next transaction
+// (or error).
+func nextTxn(st *Stream) <-chan next {
+	got := make(chan next, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for {
+			it, err := st.Next(ctx)
+			if err != nil || it.Txn != nil {
+				got <- next{it, err}
+				return
+			}
+		}
+	}()
+	return got
 }
