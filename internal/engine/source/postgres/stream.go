@@ -103,19 +103,18 @@ type Stream struct {
 	// The transaction being received: its positions are fixed at its
 	// begin, which carries the commit time; schema changes take base,
 	// base+1, ... and rows base+ddlSlots.
-	open bool
-	xid  uint32
+	open   bool
+	xid    uint32
+	base   model.Ts
+	ddls   []source.Event
+	rows   []source.Event
+	size   int // bytes in rows
+	parted bool
+	marks  [][]byte
 	// visible is the last transaction seen visible to the catalog's
-	// queries (awaitVisible), which waits visibleWait for one (0: the
-	// constant; a test shortens it).
+	// queries (awaitVisible), which waits up to visibleWait for one.
 	visible     uint32
 	visibleWait time.Duration
-	base        model.Ts
-	ddls        []source.Event
-	rows        []source.Event
-	size        int // bytes in rows
-	parted      bool
-	marks       [][]byte
 	// partedTables have rows in the parts handed out; erase, those a
 	// TRUNCATE erased since.
 	partedTables map[string]bool
@@ -223,7 +222,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
 	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
-		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}}
+		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}, visibleWait: visibleWait}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
 		st := st

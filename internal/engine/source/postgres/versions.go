@@ -131,11 +131,7 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 		return nil
 	}
 	pause := time.Millisecond
-	wait := visibleWait
-	if s.visibleWait > 0 {
-		wait = s.visibleWait
-	}
-	for deadline := time.Now().Add(wait); ; {
+	for deadline := time.Now().Add(s.visibleWait); ; {
 		var text string
 		if err := s.cat.conn.QueryRow(ctx, `SELECT txid_current_snapshot()::text`).Scan(&text); err != nil {
 			return fmt.Errorf("wait for transaction %d to be visible: %w", s.xid, explain(s.cfg, err))
@@ -149,14 +145,10 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("transaction %d is in the WAL but not visible to other sessions after %s (a synchronous standby that does not answer?); reading again", s.xid, wait)
+			return fmt.Errorf("transaction %d is in the WAL but not visible to other sessions after %s (a synchronous standby that does not answer?); reading again", s.xid, s.visibleWait)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, pause); err != nil {
+			return err
 		}
 		pause = min(2*pause, 50*time.Millisecond)
 	}
