@@ -151,7 +151,10 @@ func startShopOf(t *testing.T, existing, chunkRows int) (*enginetest.Cluster, *s
 // as any change after a crash); the test counts them.
 func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 	t.Parallel()
-	tc, db := startExistingShop(t, 80)
+	// Chunks of 20 rows: with 80, the partition's 3,000 rows were once
+	// copied to within 830 of the end by the time the test could crash
+	// it; the PostgreSQL twin of this test missed its copy whole so.
+	tc, db := startExistingShop(t, 20)
 	w := startShopWorkload(t, db, existingOrders)
 	victim := tc.MaintainerOf("my")
 	tc.NotCoordinator(victim)
