@@ -31,6 +31,16 @@ type alterTable struct {
 	key bool
 	// renamed says the statement renames the table: held, as a RENAME.
 	renamed bool
+	// defaultCharset is the table's default character set the statement
+	// sets ([DEFAULT] CHARACTER SET, COLLATE, CONVERT TO CHARACTER SET);
+	// "" when it sets none. The server gives it to every character
+	// column the same statement adds or redefines without a set of its
+	// own, wherever the clause stands.
+	defaultCharset string
+	// converts: CONVERT TO CHARACTER SET, which recodes every character
+	// column; not followed here (the catalog is read at the table's next
+	// row), but the default it sets is known.
+	converts bool
 }
 
 // alterSpec is one column change.
@@ -372,7 +382,12 @@ func (r *alterReader) spec(a *alterTable) bool {
 		// ALTER [COLUMN] c SET DEFAULT / DROP DEFAULT / SET [IN]VISIBLE,
 		// ALTER INDEX, ALTER CHECK: no column's type or name.
 		return r.skipSpec()
-	case r.is("convert"), r.is("discard"), r.is("import"), r.is("exchange"):
+	case r.accept("convert", "to"):
+		if cs, ok := r.charset(); ok && cs != "default" {
+			a.defaultCharset, a.converts = cs, true
+		}
+		return false
+	case r.is("discard"), r.is("import"), r.is("exchange"):
 		return false
 	}
 	// Table options and the like (ENGINE=, COMMENT=, ALGORITHM=, FORCE,
@@ -382,7 +397,41 @@ func (r *alterReader) spec(a *alterTable) bool {
 	if t.kind != 'w' || !tableOptions[strings.ToLower(t.text)] {
 		return false
 	}
-	return r.skipSpec()
+	return r.tableOptions(a)
+}
+
+// tableOptions passes a clause of table options, which may follow one
+// another without commas ("ENGINE=InnoDB DEFAULT CHARSET=latin1"),
+// keeping the default character set they set: CHARACTER SET's, else
+// COLLATE's.
+func (r *alterReader) tableOptions(a *alterTable) bool {
+	collated := ""
+	for !r.atSpecEnd() {
+		switch {
+		case r.punct("("):
+			if !r.skipGroup() {
+				return false
+			}
+		case r.is("collate"):
+			cs, ok := r.charset()
+			if !ok || cs == "default" {
+				return false // the database's: not known here
+			}
+			collated = cs
+		case r.is("character", "set"), r.is("charset"):
+			cs, ok := r.charset()
+			if !ok || cs == "default" {
+				return false
+			}
+			a.defaultCharset = cs
+		default:
+			r.i++
+		}
+	}
+	if a.defaultCharset == "" {
+		a.defaultCharset = collated
+	}
+	return true
 }
 
 // tableOptions begin the clauses that change no column.

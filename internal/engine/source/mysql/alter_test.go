@@ -1,6 +1,9 @@
 package mysql
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -103,6 +106,70 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.stmt, got, c.want)
 		}
+	}
+}
+
+// A statement that sets the table's default character set says which,
+// wherever the clause stands and whatever options surround it; CONVERT
+// TO CHARACTER SET is not followed but its set is known; a set named
+// DEFAULT (the database's) is not known here.
+func TestAnAlterTableSaysTheTablesNewDefaultCharacterSet(t *testing.T) {
+	for _, c := range []struct{ stmt, want string }{
+		{"ALTER TABLE orders DEFAULT CHARSET=latin1", "latin1"},
+		{"ALTER TABLE orders ENGINE=InnoDB DEFAULT CHARACTER SET = latin1 COLLATE latin1_bin", "latin1"},
+		{"ALTER TABLE orders COLLATE = utf8mb4_bin", "utf8mb4"},
+		{"ALTER TABLE orders ADD c VARCHAR(3), CHARSET utf8mb3, ALGORITHM=COPY", "utf8mb4"},
+		{"ALTER TABLE orders COMMENT 'charset latin1', ADD c VARCHAR(3) CHARACTER SET latin1", ""},
+		{"ALTER TABLE orders PARTITION BY HASH(id) PARTITIONS 4", ""},
+		{"ALTER TABLE orders CONVERT TO CHARACTER SET latin1 COLLATE latin1_bin", "latin1 converts, refused"},
+		{"ALTER TABLE orders CONVERT TO CHARSET DEFAULT", "refused"},
+		{"ALTER TABLE orders CHARACTER SET DEFAULT", "refused"},
+	} {
+		a, ok := parseAlter(c.stmt, "shop")
+		got := a.defaultCharset
+		if a.converts {
+			got += " converts"
+		}
+		if !ok {
+			got = strings.TrimPrefix(got+", refused", ", ")
+		}
+		if got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.stmt, got, c.want)
+		}
+	}
+}
+
+// A column a statement adds without a set takes the table's default as
+// the statement leaves it (even from a clause after it), else as the
+// history holds it; the catalog, which may show a later default, is not
+// asked. The default the statement sets is kept, with no column changed
+// too.
+func TestTheHistoryKeepsTheTablesDefaultCharacterSet(t *testing.T) {
+	noCatalog := func() (*sql.DB, error) { return nil, errors.New("the catalog is not to be asked") }
+	st := tableState{Def: shopOrders(), DefaultCharset: "utf8mb4"}
+	follow := func(st tableState, stmt string) tableState {
+		t.Helper()
+		a, ok := parseAlter(stmt, "shop")
+		if !ok {
+			t.Fatalf("%s: not read", stmt)
+		}
+		next, _, why, followed := followAlter(context.Background(), noCatalog, "shop.orders", st, a, stmt, "mariadb")
+		if why != "" || !followed {
+			t.Fatalf("%s: not followed (%s)", stmt, why)
+		}
+		return next
+	}
+	next := follow(st, "ALTER TABLE orders ADD a VARCHAR(3), DEFAULT CHARSET=latin1")
+	if got := describe(next.Def, next.Charsets) + " / " + next.DefaultCharset; got != "id bigint(20) not null key1, note varchar(20), qty int(11), a varchar(3) latin1 / latin1" {
+		t.Fatalf("got %s", got)
+	}
+	next = follow(next, "ALTER TABLE orders ENGINE=InnoDB, CHARSET utf8mb4")
+	if next.DefaultCharset != "utf8mb4" || next.Version != 1 {
+		t.Fatalf("after a default alone: %+v", next)
+	}
+	next = follow(next, "ALTER TABLE orders ADD b TEXT")
+	if got := describe(next.Def, next.Charsets); got != "id bigint(20) not null key1, note varchar(20), qty int(11), a varchar(3) latin1, b text" {
+		t.Fatalf("got %s", got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -13,8 +14,9 @@ import (
 
 // followAlter applies an ALTER TABLE of a replicated table to the schema
 // the reader holds for it (alter.go), at the statement's own position:
-// the table's new state and the schema change event for the sink (nil
-// when no column changed), or why the table is held. followed is false
+// the table's new state (its default character set may change with no
+// column) and the schema change event for the sink (nil when no column
+// changed), or why the table is held. followed is false
 // when the statement cannot be applied to the schema held (the table is
 // then followed by the catalog at its next row, as before).
 //
@@ -42,7 +44,13 @@ func followAlter(ctx context.Context, catalog func() (*sql.DB, error), table str
 		}
 		catDef, catCharsets, _ = tableDef(ctx, db, table)
 	}
+	// The default a column takes: the statement's own (wherever it
+	// stands in it), else the one the history holds; the catalog's only
+	// when the history does not know it (it may be a later one).
 	defaultCharset := func() (string, bool) {
+		if cs := cmp.Or(a.defaultCharset, st.DefaultCharset); cs != "" {
+			return cs, true
+		}
 		db, err := catalog()
 		if err != nil {
 			return "", false
@@ -54,8 +62,10 @@ func followAlter(ctx context.Context, catalog func() (*sql.DB, error), table str
 	if !ok {
 		return st, nil, "", false
 	}
+	next = st
+	next.DefaultCharset = cmp.Or(a.defaultCharset, st.DefaultCharset)
 	if sameColumns(st.Def, def) && maps.Equal(st.Charsets, charsets) {
-		return st, nil, "", true
+		return next, nil, "", true
 	}
 	if why := keyChanged(st.Def, def); why != "" {
 		return st, nil, why, true
@@ -63,7 +73,6 @@ func followAlter(ctx context.Context, catalog func() (*sql.DB, error), table str
 	if readCatalog(); catDef != nil && sameShape(catDef, catCharsets, def, charsets) {
 		def, charsets = catDef, catCharsets
 	}
-	next = st
 	next.Def, next.Charsets, next.Version = def, charsets, st.Version+1
 	return next, &source.Event{Kind: source.KindDDL, Table: table, Def: def, SchemaVersion: next.Version, Statement: stmt}, "", true
 }
@@ -97,8 +106,5 @@ WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
 	if err := rows.Scan(&cs); err != nil {
 		return "", err
 	}
-	if cs == "utf8" || cs == "utf8mb3" {
-		cs = "utf8mb4"
-	}
-	return cs, rows.Err()
+	return utf8As4(cs), rows.Err()
 }

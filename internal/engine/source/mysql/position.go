@@ -35,6 +35,10 @@ type tableState struct {
 	Version uint64           `json:"version,omitempty"`
 	// Charsets are the character columns not in UTF-8, by index.
 	Charsets map[int]string `json:"charsets,omitempty"`
+	// DefaultCharset is the table's default character set ("" when
+	// not known: a state saved before it was kept, or after a statement
+	// the history does not follow; the catalog's then).
+	DefaultCharset string `json:"default_charset,omitempty"`
 	// Dropped: the table was dropped upstream (its DROP TABLE is in the
 	// sink); rows of a table created again under its name are not its.
 	Dropped bool `json:"dropped,omitempty"`

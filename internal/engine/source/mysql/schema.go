@@ -363,9 +363,16 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 			return st, nil, "its schema changed more than once since the rows the reader reads now were written (the catalog shows a later schema than theirs), and the binary log does not describe the rows' columns (binlog_row_metadata is not FULL): set binlog_row_metadata=FULL, then remove the changefeed and create it again (docs/mysql.md)"
 		}
 		def, charsets = mdef, mcharsets
+	} else {
+		charsets = mapCharsets(tm, charsets)
 	}
-	if sameColumns(st.Def, def) {
-		return st, nil, ""
+	next := st
+	next.DefaultCharset = defaultAfter(stmt)
+	// The character sets count: CONVERT TO CHARACTER SET recodes every
+	// character column and changes no type, and rows after it decoded
+	// as latin1 were garbled.
+	if sameColumns(st.Def, def) && maps.Equal(st.Charsets, charsets) {
+		return next, nil, ""
 	}
 	if why := keyChanged(st.Def, def); why != "" {
 		return st, nil, why
@@ -373,9 +380,43 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 	if stmt == "" {
 		stmt = "ALTER TABLE " + quoteTable(table) + " -- columns changed"
 	}
-	next := tableState{Def: def, Since: st.Since, Version: st.Version + 1, Charsets: charsets}
+	next.Def, next.Version, next.Charsets = def, st.Version+1, charsets
 	ev := source.Event{Kind: source.KindDDL, Table: table, Def: def, SchemaVersion: next.Version, Statement: stmt}
 	return next, &ev, ""
+}
+
+// mapCharsets corrects the catalog's latin1 columns by a row's table map
+// where it names its character columns' collations: the set the row was
+// written in, though the catalog may show a later one.
+func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int]string {
+	coll := tm.CollationMap()
+	if coll == nil {
+		return charsets
+	}
+	out := map[int]string{}
+	maps.Copy(out, charsets)
+	for i, c := range coll {
+		if charsetOf(c) == "latin1" {
+			out[i] = "latin1"
+		} else if out[i] == "latin1" {
+			delete(out, i)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// defaultAfter is a table's default character set after a statement the
+// history did not follow (schema.go reads the catalog for it): the one
+// it sets, if it is read that far (CONVERT TO CHARACTER SET); otherwise
+// not known, and the catalog's is taken when a column needs it.
+func defaultAfter(stmt string) string {
+	if a, ok := parseAlter(stmt, ""); ok || a.converts {
+		return a.defaultCharset
+	}
+	return ""
 }
 
 // sameColumns says whether two definitions have the same columns, in

@@ -173,11 +173,12 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			return source.Retabled{}, err
 		}
 		for _, t := range added {
-			def, charsets, err := tableDef(ctx, db, t)
+			st, err := readTable(ctx, db, t)
 			if err != nil {
 				return source.Retabled{}, explain(cfg, err)
 			}
-			tablesNow[t] = tableState{Def: def, Since: at, Charsets: charsets, ResetAt: at}
+			st.Since, st.ResetAt = at, at
+			tablesNow[t] = st
 		}
 	}
 	// Removed tables that are gone upstream (dropped, or renamed: the

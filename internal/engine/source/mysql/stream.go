@@ -74,11 +74,12 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 		return nil, explain(cfg, err)
 	}
 	for _, t := range cfg.Tables {
-		def, charsets, err := tableDef(ctx, db, t)
+		st, err := readTable(ctx, db, t)
 		if err != nil {
 			return nil, err
 		}
-		p.Tables[t] = tableState{Def: def, Since: start, Charsets: charsets}
+		st.Since = start
+		p.Tables[t] = st
 	}
 	return json.Marshal(p)
 }
@@ -295,6 +296,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					st = next
 					delete(cols, table)
 					delete(keyTypesByTable, table)
+				} else if next.DefaultCharset != st.DefaultCharset {
+					at.Tables = withTable(at.Tables, table, next)
+					st = next
 				}
 			}
 			checkedMap[table] = e.Table
@@ -439,6 +443,8 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 									delete(cols, t)
 									delete(keyTypesByTable, t)
 									delete(checkedMap, t)
+								} else if next.DefaultCharset != at.Tables[t].DefaultCharset {
+									at.Tables = withTable(at.Tables, t, next)
 								}
 								continue
 							}

@@ -1,0 +1,82 @@
+package mysql_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// A table's character sets change under the reader: a latin1 table gains
+// a column (latin1, the table's default), is converted to utf8mb4
+// (CONVERT TO CHARACTER SET: every character column recoded, the types
+// unchanged), gains a column (now utf8mb4), has its default set back to
+// latin1 (no column changes) and gains one more (latin1). Every value,
+// read live and read again from behind every change (when the catalog's
+// default is latin1 again), is the text written: none decoded with
+// another column's or another time's character set.
+func TestCharacterSetChangesAreFollowedLiveAndFromBehind(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE notes (id BIGINT PRIMARY KEY, memo VARCHAR(20)) DEFAULT CHARSET=latin1")
+	cfg := parse(t, uri(srv, "root", "notes"))
+	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	for _, step := range [][]string{
+		{"INSERT INTO notes VALUES (1, 'café')"},
+		{"ALTER TABLE notes ADD COLUMN tag VARCHAR(10)", "INSERT INTO notes VALUES (2, 'über', 'ñ')"},
+		{"ALTER TABLE notes CONVERT TO CHARACTER SET utf8mb4", "INSERT INTO notes VALUES (3, 'naïve ✓', '✓')"},
+		{"ALTER TABLE notes ADD COLUMN x VARCHAR(5)", "INSERT INTO notes VALUES (4, 'a', 'b', 'é✓')"},
+		{"ALTER TABLE notes CHARACTER SET latin1", "ALTER TABLE notes ADD COLUMN y VARCHAR(5)", "INSERT INTO notes VALUES (5, 'a', 'b', 'c', 'ß')"},
+		{"UPDATE notes SET memo = '日本', tag = 'ø' WHERE id = 1"},
+	} {
+		exec(t, dsn, step...)
+		waitResolved(t, live)
+	}
+	want := strings.Join([]string{
+		"INSERT [1 café]",
+		"INSERT [2 über ñ]",
+		"INSERT [3 naïve ✓ ✓]",
+		"INSERT [4 a b é✓]",
+		"INSERT [5 a b c ß]",
+		"UPDATE [1 日本 ø NULL NULL]",
+	}, "\n")
+	rows := func(log *collected) string {
+		t.Helper()
+		evs, _, held := log.state()
+		if len(held) != 0 {
+			t.Fatalf("held: %v", held)
+		}
+		var out []string
+		for _, e := range evs {
+			if e.Kind == source.KindDDL {
+				continue
+			}
+			var vals []string
+			for _, v := range e.Image() {
+				vals = append(vals, map[bool]string{true: "NULL", false: v.Text}[v.Null])
+			}
+			out = append(out, e.Op.String()+" ["+strings.Join(vals, " ")+"]")
+		}
+		return strings.Join(out, "\n")
+	}
+	if got := rows(live); got != want {
+		t.Fatalf("read live:\n%s\nwant\n%s", got, want)
+	}
+	other := cfg
+	other.ServerID = 78
+	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
+	waitResolved(t, behind)
+	if got := rows(behind); got != want {
+		t.Fatalf("read from behind every change:\n%s\nwant\n%s", got, want)
+	}
+}
