@@ -302,12 +302,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				}
 			}
 			checkedMap[table] = e.Table
-			evs, err := rowEvents(e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
+			evs, err := rowEvents(cur.events, e, ev.Header.EventType, table, st, columnsOf(table), keyTypesOf(table))
 			if err != nil {
 				hold(table, "a row does not decode: "+err.Error())
 				break
 			}
-			cur.events = append(cur.events, evs...)
+			cur.events = evs
 		case *replication.QueryEvent:
 			q := strings.TrimSpace(string(e.Query))
 			switch {
