@@ -48,10 +48,12 @@ func (c *Cluster) CopySummary(cf model.ChangefeedID) string {
 }
 
 // WaitSnapshot waits until every partition of a changefeed has copied
-// its range.
+// its range. Two minutes: the scenarios copy in chunks of 10 to 40 rows
+// so that they can act while partitions copy on an idle machine, and a
+// loaded one (CI's -race run on two cores) copies several times slower.
 func (c *Cluster) WaitSnapshot(cf model.ChangefeedID) {
 	c.T.Helper()
-	c.Eventually("the initial snapshot of "+string(cf)+" to finish", 60*time.Second, func() bool {
+	c.Eventually("the initial snapshot of "+string(cf)+" to finish", 2*time.Minute, func() bool {
 		return strings.HasPrefix(c.CopySummary(cf), "done")
 	})
 }
