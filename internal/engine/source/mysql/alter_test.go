@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/replication"
+
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
@@ -313,5 +315,27 @@ func TestStatementsThatChangeNoTable(t *testing.T) {
 		if got, ok := droppedDatabase(stmt); got != want || ok != (want != "") {
 			t.Errorf("%s: %q %v, want %q", stmt, got, ok, want)
 		}
+	}
+}
+
+// An update logged as a partial JSON change (MySQL's
+// binlog_row_value_options=PARTIAL_JSON, set after the changefeed's
+// preflight refused it) is not decoded into a row with the JSON value
+// missing: the table is held with why and what to change.
+func TestAPartialJSONUpdateSaysWhatToChange(t *testing.T) {
+	st := tableState{Def: shopOrders()}
+	cols := make([]column, len(st.Def.Columns))
+	for i, c := range st.Def.Columns {
+		cols[i] = parseColumn(c.Type)
+	}
+	e := &replication.RowsEvent{ColumnCount: 3, Rows: [][]any{{int64(1), "a", int32(2)}, {int64(1), "b", int32(2)}}}
+	_, err := rowEvents(nil, e, replication.PARTIAL_UPDATE_ROWS_EVENT, "shop.orders", st, cols, keyTypes(st.Def))
+	if err == nil || !strings.Contains(err.Error(), "SET GLOBAL binlog_row_value_options=''") {
+		t.Fatalf("a partial JSON update: %v", err)
+	}
+	// The same rows as a plain update are decoded.
+	evs, err := rowEvents(nil, e, replication.UPDATE_ROWS_EVENTv2, "shop.orders", st, cols, keyTypes(st.Def))
+	if err != nil || len(evs) != 1 || evs[0].New[1].Text != "b" {
+		t.Fatalf("a plain update: %v %+v", err, evs)
 	}
 }

@@ -27,6 +27,11 @@ type Server struct {
 	RetentionSeconds int64
 }
 
+// partialJSON says why an update logged with MySQL's
+// binlog_row_value_options=PARTIAL_JSON cannot be replicated, and what
+// to change.
+const partialJSON = "binlog_row_value_options is PARTIAL_JSON: an update of a JSON column is logged as the change to its document, not its value, and a changefeed needs the value: SET GLOBAL binlog_row_value_options='', and binlog-row-value-options='' in the server's configuration"
+
 // minRetention is the binary log retention below which a changefeed's
 // creation warns: a changefeed stopped longer than that (a weekend) finds
 // its position purged.
@@ -34,7 +39,8 @@ const minRetention = 24 * 60 * 60
 
 // Preflight checks that the server can feed a changefeed of cfg's tables
 // and refuses with the server's own values and what to change: binary
-// logging off, a binlog format or row image other than ROW and FULL, the
+// logging off, a binlog format or row image other than ROW and FULL
+// (and MySQL's partial JSON updates), the
 // user without the replication grants, a table missing or without a
 // primary key. What works but puts the changefeed at risk (a binary log
 // kept less than a day) comes back as warnings.
@@ -69,6 +75,11 @@ func Preflight(ctx context.Context, cfg Config) (Server, []string, error) {
 		var mode string
 		if db.QueryRowContext(ctx, "SELECT @@gtid_mode").Scan(&mode) == nil {
 			srv.GTID = strings.EqualFold(mode, "ON")
+		}
+		// MySQL 8 only (MariaDB has no such variable).
+		var options string
+		if db.QueryRowContext(ctx, "SELECT @@binlog_row_value_options").Scan(&options) == nil && strings.Contains(strings.ToUpper(options), "PARTIAL_JSON") {
+			problems = append(problems, partialJSON)
 		}
 	}
 	if why := grantsMissing(ctx, db, cfg); why != "" {

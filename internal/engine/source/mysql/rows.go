@@ -4,6 +4,7 @@ package mysql
 // (values.go), keys encoded for routing.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -103,6 +104,10 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 			ev.Op, ev.Old, ev.New, ev.Key = source.OpUpdate, before, after, keyOf(after)
 			out = append(out, ev)
 		}
+	case replication.PARTIAL_UPDATE_ROWS_EVENT:
+		// MySQL's binlog_row_value_options=PARTIAL_JSON, set after the
+		// changefeed's preflight: the update's JSON values are diffs.
+		return nil, errors.New(partialJSON)
 	default:
 		return nil, fmt.Errorf("a rows event of type %s is not decoded", typ)
 	}
