@@ -60,8 +60,13 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 		out = append(make([]source.Event, 0, max(need, 2*cap(dst))), dst...)
 	}
 	base := source.Event{Kind: source.KindDML, Table: table, Def: def, SchemaVersion: st.Version, TableVersion: st.Since}
-	switch typ {
-	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:
+	if typ == replication.PARTIAL_UPDATE_ROWS_EVENT {
+		// MySQL's binlog_row_value_options=PARTIAL_JSON, set after the
+		// changefeed's preflight: the update's JSON values are diffs.
+		return nil, errors.New(partialJSON)
+	}
+	switch rowsOp(typ) {
+	case source.OpInsert:
 		for _, r := range e.Rows {
 			vals, err := image(r)
 			if err != nil {
@@ -71,7 +76,7 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 			ev.Op, ev.New, ev.Key = source.OpInsert, vals, keyOf(vals)
 			out = append(out, ev)
 		}
-	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
+	case source.OpDelete:
 		for _, r := range e.Rows {
 			vals, err := image(r)
 			if err != nil {
@@ -81,7 +86,7 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 			ev.Op, ev.Old, ev.Key = source.OpDelete, vals, keyOf(vals)
 			out = append(out, ev)
 		}
-	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
+	case source.OpUpdate:
 		for i := 0; i+1 < len(e.Rows); i += 2 {
 			before, err := image(e.Rows[i])
 			if err != nil {
@@ -104,10 +109,6 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 			ev.Op, ev.Old, ev.New, ev.Key = source.OpUpdate, before, after, keyOf(after)
 			out = append(out, ev)
 		}
-	case replication.PARTIAL_UPDATE_ROWS_EVENT:
-		// MySQL's binlog_row_value_options=PARTIAL_JSON, set after the
-		// changefeed's preflight: the update's JSON values are diffs.
-		return nil, errors.New(partialJSON)
 	default:
 		return nil, fmt.Errorf("a rows event of type %s is not decoded", typ)
 	}
@@ -117,10 +118,26 @@ func rowEvents(dst []source.Event, e *replication.RowsEvent, typ replication.Eve
 	return out, nil
 }
 
-// isInsert says whether a rows event inserts.
-func isInsert(t replication.EventType) bool {
-	return t == replication.WRITE_ROWS_EVENTv0 || t == replication.WRITE_ROWS_EVENTv1 || t == replication.WRITE_ROWS_EVENTv2
+// rowsOp is what a rows event of type t does (0: none this reader
+// knows). MariaDB's log_bin_compress gives compressed rows events types
+// of their own; go-mysql decompresses them.
+func rowsOp(t replication.EventType) source.Op {
+	switch t {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
+		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
+		return source.OpInsert
+	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2,
+		replication.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1:
+		return source.OpUpdate
+	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2,
+		replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1:
+		return source.OpDelete
+	}
+	return 0
 }
+
+// isInsert says whether a rows event inserts.
+func isInsert(t replication.EventType) bool { return rowsOp(t) == source.OpInsert }
 
 // keyIndexes are the primary key's column indexes in key order.
 func keyIndexes(def *source.TableDef) []int {

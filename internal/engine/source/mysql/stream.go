@@ -238,13 +238,33 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}()
 	var cur txn
 	file := at.File
+	var inner []*replication.BinlogEvent // a compressed transaction's events not read yet
 	for {
-		ev, err := stream.GetEvent(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		var ev *replication.BinlogEvent
+		if len(inner) > 0 {
+			ev, inner = inner[0], inner[1:]
+		} else {
+			var err error
+			if ev, err = stream.GetEvent(ctx); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return p.explainStream(err, at)
 			}
-			return p.explainStream(err, at)
+		}
+		if tp, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
+			// MySQL's binlog_transaction_compression: a transaction's
+			// events (BEGIN, table maps, rows, its commit) in one,
+			// which go-mysql decompresses and parses. Read in order as
+			// if they came one by one, each ending where the payload
+			// ends: a resume point is never inside it. (Written, not
+			// run here: MariaDB compresses events one by one instead.)
+			for _, e := range tp.Events {
+				h := *e.Header
+				h.LogPos = ev.Header.LogPos
+				inner = append(inner, &replication.BinlogEvent{RawData: e.RawData, Header: &h, Event: e.Event})
+			}
+			continue
 		}
 		switch e := ev.Event.(type) {
 		case *replication.RotateEvent:
