@@ -291,9 +291,9 @@ func retryable(err error) bool {
 
 // startShopDB starts a MariaDB with its binary log on and opens its
 // database shop.
-func startShopDB(t testing.TB) (*mysqlserver.Server, *sql.DB) {
+func startShopDB(t testing.TB, serverArgs ...string) (*mysqlserver.Server, *sql.DB) {
 	t.Helper()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: serverArgs})
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
