@@ -339,3 +339,24 @@ func TestAPartialJSONUpdateSaysWhatToChange(t *testing.T) {
 		t.Fatalf("a plain update: %v %+v", err, evs)
 	}
 }
+
+// XA statements are told apart from schema changes by their verb, with
+// the transaction's id as the server writes it, ONE PHASE aside.
+func TestXAStatementsAreRead(t *testing.T) {
+	for q, want := range map[string]string{
+		"XA START X'7831',X'',1":            "START X'7831',X'',1",
+		"xa begin X'78'":                    "START X'78'",
+		"XA END X'7831',X'',1":              "END X'7831',X'',1",
+		"XA COMMIT X'7831',X'',1":           "COMMIT X'7831',X'',1",
+		"XA COMMIT X'7831',X'',1 ONE PHASE": "COMMIT X'7831',X'',1",
+		"XA ROLLBACK X'7832',X'',1":         "ROLLBACK X'7832',X'',1",
+		"XA RECOVER":                        " ",
+		"ALTER TABLE xa ADD COLUMN x INT":   " ",
+		"XAVIER":                            " ",
+	} {
+		verb, xid := xaStatement(q)
+		if got := verb + " " + xid; got != want {
+			t.Errorf("%s: %q, want %q", q, got, want)
+		}
+	}
+}

@@ -82,6 +82,9 @@ func Preflight(ctx context.Context, cfg Config) (Server, []string, error) {
 			problems = append(problems, partialJSON)
 		}
 	}
+	if why := xaPrepared(ctx, db); why != "" {
+		problems = append(problems, why)
+	}
 	if why := grantsMissing(ctx, db, cfg); why != "" {
 		problems = append(problems, why)
 	}

@@ -94,6 +94,7 @@ type txn struct {
 	tickAt       int64 // the server's clock in µs, when it wrote a tick
 	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
 	gtid         string
+	xa           string // an XA transaction's id, from its XA END
 }
 
 // Pull implements source.Puller: it reads the binary log from a resume
@@ -239,6 +240,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	var cur txn
 	file := at.File
 	var inner []*replication.BinlogEvent // a compressed transaction's events not read yet
+	// Prepared XA transactions, by id: their rows wait for their XA
+	// COMMIT, written later in a group of its own (or are dropped at
+	// their XA ROLLBACK). While one waits no resume point is kept, so a
+	// reader started again reads its prepare again (xa.go).
+	prepared := map[string]txn{}
 	for {
 		var ev *replication.BinlogEvent
 		if len(inner) > 0 {
@@ -251,6 +257,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				}
 				return p.explainStream(err, at)
 			}
+		}
+		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
+			// The end of an XA transaction's prepare: nothing commits.
+			if cur.xa != "" {
+				prepared[cur.xa] = cur
+			}
+			cur = txn{}
+			continue
 		}
 		if tp, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
 			// MySQL's binlog_transaction_compression: a transaction's
@@ -330,9 +344,24 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.events = evs
 		case *replication.QueryEvent:
 			q := strings.TrimSpace(string(e.Query))
+			verb, xid := xaStatement(q)
 			switch {
-			case strings.EqualFold(q, "BEGIN"):
+			case strings.EqualFold(q, "BEGIN"), verb == "START":
 				continue
+			case verb == "END":
+				// Its prepare follows, or (MySQL) its one-phase commit.
+				cur.xa = xid
+				continue
+			case verb == "COMMIT" || verb == "ROLLBACK":
+				if pending, ok := prepared[xid]; ok {
+					delete(prepared, xid)
+					if verb == "COMMIT" {
+						cur.events = append(cur.events, pending.events...)
+					}
+				} else if verb == "COMMIT" && len(cur.events) == 0 {
+					p.log.Warn("mysql source: an XA transaction prepared before the position this reader started from commits here; its rows were written before that position and are not read (create changefeeds while no XA transaction is prepared: XA RECOVER lists them)",
+						"changefeed", p.cf, "xid", xid)
+				}
 			case strings.EqualFold(q, "COMMIT"):
 			default:
 				// A schema change, its own transaction: dealt with at its
@@ -534,12 +563,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(ts)
 		}
 		at = position{File: file, Pos: ev.Header.LogPos, GTID: passed.String(), Server: srv.ServerID, Ts: ts, Tables: at.Tables}
-		p.mu.Lock()
-		p.points = append(p.points, at)
-		if len(p.points) > maxPoints {
-			p.points = append(p.points[:0], p.points[len(p.points)-maxPoints/2:]...)
+		if len(prepared) == 0 {
+			p.mu.Lock()
+			p.points = append(p.points, at)
+			if len(p.points) > maxPoints {
+				p.points = append(p.points[:0], p.points[len(p.points)-maxPoints/2:]...)
+			}
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
 		cur = txn{}
 	}
 }

@@ -1,0 +1,99 @@
+package mysql_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// XA transactions arrive at their outcome: one prepared, then committed
+// after another transaction committed, comes after that one, at its XA
+// COMMIT; one prepared and rolled back never arrives (read at its
+// prepare, as before, its row stayed in the sink); one committed in one
+// phase is an ordinary transaction. A reader started again from the
+// resume point the first reader gave while the prepared one waited reads
+// its prepare again and delivers its rows at the same position.
+func TestXATransactionsArriveAtTheirOutcome(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)")
+	cfg := parse(t, uri(srv, "root", "orders"))
+	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := mysql.NewPuller(cfg, "cf", "mariadb", nil)
+	log := pull(t, live, first)
+	exec(t, dsn, "INSERT INTO orders VALUES (1, 'one', 1)")
+	exec(t, dsn, "XA START 'x1'", "INSERT INTO orders VALUES (2, 'two', 2)", "UPDATE orders SET qty = 5 WHERE id = 1", "XA END 'x1'", "XA PREPARE 'x1'")
+	exec(t, dsn, "INSERT INTO orders VALUES (3, 'three', 3)")
+	waitResolved(t, log)
+	_, resolved, _ := log.state()
+	mid, ok := live.ResumePoint(resolved)
+	if !ok {
+		t.Fatal("no resume point while x1 waits")
+	}
+	exec(t, dsn, "XA COMMIT 'x1'")
+	exec(t, dsn, "XA START 'x2'", "INSERT INTO orders VALUES (4, 'four', 4)", "XA END 'x2'", "XA PREPARE 'x2'")
+	exec(t, dsn, "XA ROLLBACK 'x2'")
+	exec(t, dsn, "XA START 'x3'", "INSERT INTO orders VALUES (5, 'five', 5)", "XA END 'x3'", "XA COMMIT 'x3' ONE PHASE")
+	exec(t, dsn, "INSERT INTO orders VALUES (6, 'six', 6)")
+	waitResolved(t, log)
+	evs, _, held := log.state()
+	if len(held) != 0 {
+		t.Fatalf("held: %v", held)
+	}
+	ops := func(evs []source.Event) string {
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.Op.String()+":"+keyText(e))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := ops(evs); got != "INSERT:1 INSERT:3 INSERT:2 UPDATE:1 INSERT:5 INSERT:6" {
+		t.Fatalf("the changes in order: %s", got)
+	}
+	if evs[2].CommitTs != evs[3].CommitTs || evs[2].CommitTs <= evs[1].CommitTs {
+		t.Fatalf("x1's rows at %s and %s, after %s: one position, after the transaction that committed first", evs[2].CommitTs, evs[3].CommitTs, evs[1].CommitTs)
+	}
+	if got, want := rebuild(evs), selectAll(t, dsn, "orders"); !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("rebuilt from the binary log:\n%q\nread back:\n%q", got, want)
+	}
+
+	other := cfg
+	other.ServerID = 78
+	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), mid)
+	waitResolved(t, again)
+	evs2, _, _ := again.state()
+	i := slices.IndexFunc(evs2, func(e source.Event) bool { return e.Op == source.OpInsert && keyText(e) == "2" })
+	if i < 0 || ops(evs2[i:i+2]) != "INSERT:2 UPDATE:1" || evs2[i].CommitTs != evs[2].CommitTs {
+		t.Fatalf("read again from the resume point given while x1 waited: %s", ops(evs2))
+	}
+}
+
+// A changefeed is not created while an XA transaction is prepared (its
+// rows are before the changefeed's first position): the preflight says
+// so and what to do, and passes once it is rolled back.
+func TestThePreflightRefusesWhileAnXATransactionIsPrepared(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20))")
+	exec(t, dsn, "XA START 'pending'", "INSERT INTO orders VALUES (1, 'one')", "XA END 'pending'", "XA PREPARE 'pending'")
+	cfg := parse(t, uri(srv, "root", "orders"))
+	if _, _, err := mysql.Preflight(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "1 XA transaction(s) prepared") || !strings.Contains(err.Error(), "XA ROLLBACK") {
+		t.Fatalf("the preflight with an XA transaction prepared: %v", err)
+	}
+	exec(t, dsn, "XA ROLLBACK 'pending'")
+	if _, _, err := mysql.Preflight(context.Background(), cfg); err != nil {
+		t.Fatalf("the preflight once it is rolled back: %v", err)
+	}
+}
