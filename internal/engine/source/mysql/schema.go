@@ -46,6 +46,26 @@ func followable(stmt string) bool {
 	return false
 }
 
+// bringsRowsIn says why a statement changes a table's rows without
+// writing row events that bring rows in (ALTER TABLE … EXCHANGE
+// PARTITION … WITH TABLE, IMPORT TABLESPACE): the sink would lack them.
+// Those that only take rows away (DROP or TRUNCATE PARTITION: the
+// retention of a time-partitioned table) are not held: the sink keeps
+// those rows, as PostgreSQL's dropped partitions' (docs/mysql.md).
+func bringsRowsIn(stmt string) string {
+	low := " " + strings.ToLower(strings.Join(strings.Fields(stmt), " ")) + " "
+	if !strings.HasPrefix(low, " alter ") {
+		return ""
+	}
+	switch {
+	case strings.Contains(low, " exchange partition "):
+		return "its rows were exchanged with another table's upstream (" + stmt + "), which writes no row events: the sink lacks the rows that came in"
+	case strings.Contains(low, " import ") && strings.Contains(low, " tablespace"):
+		return "its rows were replaced upstream by an imported tablespace (" + stmt + "), which writes no row events: the sink lacks them"
+	}
+	return ""
+}
+
 // truncated names the table a TRUNCATE statement empties (db is the
 // statement's default database); false for any other statement, or one
 // whose table it cannot read exactly (which holds what it names instead:

@@ -467,6 +467,18 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// OPTIMIZE TABLE, …): what it names goes on.
 					break
 				}
+				if why := bringsRowsIn(q); why != "" {
+					// Rows came in with no row event: the sink lacks
+					// them. Each replicated table it names (the one
+					// altered, the one exchanged with) is held, to be
+					// copied again.
+					for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
+						if joined(t) && !held[t] && !at.Tables[t].Dropped {
+							hold(t, why)
+						}
+					}
+					break
+				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {

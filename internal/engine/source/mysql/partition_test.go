@@ -1,0 +1,67 @@
+package mysql_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// Partition maintenance writes no row events. Dropping or truncating a
+// partition (a time-partitioned table's retention) takes rows away: the
+// table goes on and the sink keeps those rows, as PostgreSQL's dropped
+// partitions'. Exchanging a partition with another table brings rows in
+// that the sink would never get: both tables are held, to be copied
+// again, and other tables go on.
+func TestPartitionMaintenanceEitherGoesOnOrHolds(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE pt (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (100), PARTITION p2 VALUES LESS THAN MAXVALUE)",
+		"CREATE TABLE swap (id INT PRIMARY KEY, v INT)", "CREATE TABLE other (id INT PRIMARY KEY)")
+	cfg := parse(t, uri(srv, "root", "pt,swap,other"))
+	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mysql.NewPuller(cfg, "cf", "mariadb", nil)
+	log := pull(t, p, first)
+	exec(t, dsn, "INSERT INTO pt VALUES (1, 1), (2, 2), (50, 50), (150, 150)",
+		"ALTER TABLE pt TRUNCATE PARTITION p0", "ALTER TABLE pt DROP PARTITION p1", "INSERT INTO pt VALUES (3, 3)")
+	waitResolved(t, log)
+	evs, _, held := log.state()
+	if len(held) != 0 {
+		t.Fatalf("held after dropping and truncating partitions: %v", held)
+	}
+	got := rebuild(slices.DeleteFunc(slices.Clone(evs), func(e source.Event) bool { return e.Table != "shop.pt" }))
+	want := selectAll(t, dsn, "pt")
+	for _, k := range []string{"1", "2", "50"} {
+		want[k] = []string{k, k} // kept in the sink
+	}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("rebuilt from the binary log:\n%q\nwant the table and the rows its partitions' drops took away:\n%q", got, want)
+	}
+
+	exec(t, dsn, "INSERT INTO swap VALUES (7, 7)", "ALTER TABLE pt EXCHANGE PARTITION p0 WITH TABLE swap",
+		"INSERT INTO other VALUES (1)")
+	waitResolved(t, log)
+	evs, _, held = log.state()
+	if len(held) != 2 || held["shop.pt"] == 0 || held["shop.swap"] == 0 {
+		t.Fatalf("held after a partition's exchange: %v, want pt and swap", held)
+	}
+	if last := evs[len(evs)-1]; last.Table != "shop.other" {
+		t.Fatalf("the last change is of %s, want the other table's insert after the exchange", last.Table)
+	}
+	for _, i := range p.TableIssues() {
+		if !strings.Contains(i.Reason, "exchanged with another table's upstream") || !strings.Contains(i.Reason, "--add-table "+i.Table) {
+			t.Fatalf("%s: %s", i.Table, i.Reason)
+		}
+	}
+}
