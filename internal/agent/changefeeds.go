@@ -91,7 +91,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		}
 	} else if ss != nil {
 		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, SafeBytes: ss.SafeBytes, WALStatus: ss.WALStatus, RetentionSeconds: ss.RetentionSeconds, Purged: ss.Purged, Snapshot: ss.Snapshot,
-			Filter: ss.Filter, Unreplicated: ss.Unreplicated}
+			Filter: ss.Filter, Unreplicated: ss.Unreplicated, Warnings: ss.Warnings}
 		if ss.Snapshot == "" && ss.Kind != "" {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}

@@ -169,7 +169,11 @@ type SourceStatus struct {
 	// each with why.
 	Filter       string   `json:"filter,omitempty"`
 	Unreplicated []string `json:"unreplicated,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// Warnings are what the upstream does to replicated tables that the
+	// changefeed cannot carry (MySQL: a foreign key's cascade), each with
+	// what to do.
+	Warnings []string `json:"warnings,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // Partition is one entry of the routing table.

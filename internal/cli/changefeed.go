@@ -286,6 +286,7 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 						fmt.Fprintf(tw, "Table rules:\t%s (followed every 30 s by default)\n", ss.Filter)
 					}
 					labelled(tw, "Not replicated:", ss.Unreplicated)
+					labelled(tw, "Warnings:", ss.Warnings)
 				}
 				var incidents []string
 				for _, in := range cf.Incidents {

@@ -298,6 +298,10 @@ type Status struct {
 	// with why.
 	Filter       string   `json:"filter,omitempty"`
 	Unreplicated []string `json:"unreplicated,omitempty"`
+	// Warnings are what in the upstream's schema the changefeed cannot
+	// carry as the upstream applies it (MySQL: a foreign key's cascade,
+	// whose changes the binary log does not have), each with what to do.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Followed is what a changefeed's table rules match now: the tables to

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -243,6 +244,11 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	defer db.Close()
 	st.RetentionSeconds = retention(ctx, db)
+	tables := cfg.Tables
+	if len(p.Tables) > 0 {
+		tables = slices.Sorted(maps.Keys(p.Tables)) // those the rules found too
+	}
+	st.Warnings = cascades(ctx, db, tables)
 	var serverID uint32
 	if db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&serverID) == nil && p.Server != 0 && serverID != p.Server {
 		// The file and offset are another server's (a failover): this
