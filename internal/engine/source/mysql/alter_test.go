@@ -360,3 +360,37 @@ func TestXAStatementsAreRead(t *testing.T) {
 		}
 	}
 }
+
+// An online schema change's swap is told from other renames by its
+// names: the table to _t_del (gh-ost) or _t_old (pt-osc), its own
+// shadow, _t_gho or _t_new, to the table, in one statement.
+func TestAnOnlineSchemaChangesSwapIsToldFromOtherRenames(t *testing.T) {
+	tables := map[string]tableState{"shop.orders": {}, "shop.items": {}, "shop.gone": {Dropped: true}}
+	for _, c := range []struct {
+		pairs [][2]string
+		want  string
+	}{
+		{[][2]string{{"shop.orders", "shop._orders_del"}, {"shop._orders_gho", "shop.orders"}}, "shop.orders from shop._orders_gho"},
+		{[][2]string{{"shop.orders", "shop._orders_old"}, {"shop._orders_new", "shop.orders"}}, "shop.orders from shop._orders_new"},
+		{[][2]string{{"shop._orders_gho", "shop.orders"}, {"shop.orders", "shop._orders_del"}}, "shop.orders from shop._orders_gho"},
+		{[][2]string{{"shop.orders", "shop.orders_v2"}}, ""},
+		{[][2]string{{"shop.orders", "shop._orders_del"}, {"shop._items_gho", "shop.orders"}}, ""},
+		{[][2]string{{"shop.orders", "shop._orders_del"}, {"other._orders_gho", "shop.orders"}}, ""},
+		{[][2]string{{"shop.orders", "shop.backup"}, {"shop._orders_gho", "shop.orders"}}, ""},
+		{[][2]string{{"shop.gone", "shop._gone_del"}, {"shop._gone_gho", "shop.gone"}}, ""},
+	} {
+		got := ""
+		if table, shadow, ok := cutOver(c.pairs, tables); ok {
+			got = table + " from " + shadow
+		}
+		if got != c.want {
+			t.Errorf("%v: %q, want %q", c.pairs, got, c.want)
+		}
+	}
+	if got := asTables("ALTER TABLE `shop`.`_orders_gho` ADD x INT", "shop._orders_gho", "shop.orders"); got != "ALTER TABLE `shop`.`orders` ADD x INT" {
+		t.Fatalf("as the table's: %s", got)
+	}
+	if got := asTables("alter table _orders_new add x int", "shop._orders_new", "shop.orders"); got != "alter table orders add x int" {
+		t.Fatalf("as the table's: %s", got)
+	}
+}

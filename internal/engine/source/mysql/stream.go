@@ -216,6 +216,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
+	// The ALTERs an online schema change's shadow table received, by the
+	// replicated table it will replace (osc.go).
+	shadowAlters := map[string][]string{}
 	held := map[string]bool{}
 	hold := func(table, why string) {
 		held[table] = true
@@ -435,6 +438,16 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if pairs, ok := renamedTables(q, cur.stmtDB); ok {
+					if t, shadow, ok := cutOver(pairs, at.Tables); ok && joined(t) && !held[t] {
+						// An online schema change's swap: the table goes
+						// on with its shadow's ALTERs applied.
+						p.cutOver(ctx, t, shadow, q, shadowAlters[t], openCatalog, &cur, &at, hold, pending)
+						delete(shadowAlters, t)
+						delete(cols, t)
+						delete(keyTypesByTable, t)
+						delete(checkedMap, t)
+						break
+					}
 					// A table renamed is held (its rows go on under a
 					// name that is not its); one renamed to a replicated
 					// table's name comes into being, as a CREATE does.
@@ -446,6 +459,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if t, replaces, temporary, ok := createdTable(q, cur.stmtDB); ok {
+					if x := shadowOf(t, at.Tables); x != "" {
+						delete(shadowAlters, x) // a new migration of x begins
+					}
 					// A CREATE TABLE changes no table but the one it
 					// creates; the others it names (LIKE, a SELECT) are
 					// only read. One of ours is a table added to the
@@ -466,6 +482,15 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// table's columns or name (a view, a grant,
 					// OPTIMIZE TABLE, …): what it names goes on.
 					break
+				}
+				if a, _ := parseAlter(q, cur.stmtDB); a.table != "" {
+					// (A shadow replicated itself, which table rules
+					// may have added, follows its own ALTERs; the swap
+					// then follows the table by the catalog.)
+					if x := shadowOf(a.table, at.Tables); x != "" && joined(x) && !hasTable(at.Tables, a.table) {
+						shadowAlters[x] = append(shadowAlters[x], q)
+						break
+					}
 				}
 				if why := bringsRowsIn(q); why != "" {
 					// Rows came in with no row event: the sink lacks
