@@ -177,6 +177,34 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	return nil
 }
 
+// unpublished warns of the changefeed's tables that exist but that its
+// publication no longer publishes (someone ran ALTER PUBLICATION … DROP
+// TABLE): PostgreSQL sends none of their changes, and nothing else
+// says so. Nothing when the catalog cannot be asked.
+func unpublished(ctx context.Context, conn *pgx.Conn, cfg Config) []string {
+	published, err := publishedTables(ctx, conn, cfg)
+	if err != nil {
+		return nil
+	}
+	has := make(map[string]bool, len(published))
+	for _, t := range published {
+		has[t] = true
+	}
+	var out []string
+	for _, t := range cfg.Tables {
+		if has[t] {
+			continue
+		}
+		var exists bool
+		if conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(t)).Scan(&exists) != nil || !exists {
+			continue // dropped: its DROP says so
+		}
+		out = append(out, fmt.Sprintf("%s is not in publication %s, so PostgreSQL sends none of its changes: add it back (ALTER PUBLICATION %s ADD TABLE %s), then copy it again, as the changes meanwhile are lost (cdcctl changefeed update --remove-table, then --add-table, while paused)",
+			t, cfg.Publication, cfg.Publication, quoteQualified(t)))
+	}
+	return out
+}
+
 // publishedTables are the tables the publication publishes, by their
 // names now.
 func publishedTables(ctx context.Context, conn *pgx.Conn, cfg Config) ([]string, error) {
@@ -455,6 +483,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if walStatus != nil {
 		st.WALStatus = *walStatus
 	}
+	st.Warnings = unpublished(ctx, conn, cfg)
 	if len(cfg.Filter) > 0 && pos != nil {
 		st.Filter = strings.Join(cfg.Filter, ",")
 		var p position
