@@ -1,16 +1,11 @@
 package mysql_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // A table's character sets change under the reader: a latin1 table gains
@@ -23,14 +18,8 @@ import (
 // another column's or another time's character set.
 func TestCharacterSetChangesAreFollowedLiveAndFromBehind(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	exec(t, dsn, "CREATE TABLE notes (id BIGINT PRIMARY KEY, memo VARCHAR(20)) DEFAULT CHARSET=latin1")
-	cfg := parse(t, uri(srv, "root", "notes"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	up := followFrom(t, "notes", nil, "CREATE TABLE notes (id BIGINT PRIMARY KEY, memo VARCHAR(20)) DEFAULT CHARSET=latin1")
+	dsn, cfg, first, live := up.dsn, up.cfg, up.first, up.log
 	for _, step := range [][]string{
 		{"INSERT INTO notes VALUES (1, 'café')"},
 		{"ALTER TABLE notes ADD COLUMN tag VARCHAR(10)", "INSERT INTO notes VALUES (2, 'über', 'ñ')"},

@@ -1,18 +1,12 @@
 package mysql_test
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // MariaDB compresses the binary log's events when log_bin_compress is on
@@ -22,15 +16,9 @@ import (
 // among them, every row as the server shows it, nothing held.
 func TestACompressedBinaryLogIsRead(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true,
-		Args: []string{"--log-bin-compress=ON", "--log-bin-compress-min-len=10"}})
-	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(200), qty INT)")
-	cfg := parse(t, uri(srv, "root", "orders"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	up := followFrom(t, "orders", []string{"--log-bin-compress=ON", "--log-bin-compress-min-len=10"},
+		"CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(200), qty INT)")
+	dsn, log := up.dsn, up.log
 	long := strings.Repeat("a long note, compressed ", 6)
 	exec(t, dsn,
 		"INSERT INTO orders VALUES (1, '"+long+"', 1), (2, 'two', 2), (3, '"+long+"', 3)",

@@ -4,12 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // The server writes no row events for the rows a foreign key's cascade
@@ -19,19 +15,12 @@ import (
 // and of no other.
 func TestCascadingForeignKeysAreWarnedOf(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	exec(t, dsn, "CREATE TABLE parent (id INT PRIMARY KEY)",
+	up := followFrom(t, "parent,child,careful", nil, "CREATE TABLE parent (id INT PRIMARY KEY)",
 		"CREATE TABLE child (id INT PRIMARY KEY, pid INT, CONSTRAINT child_parent FOREIGN KEY (pid) REFERENCES parent (id) ON DELETE CASCADE)",
 		"CREATE TABLE careful (id INT PRIMARY KEY, pid INT, FOREIGN KEY (pid) REFERENCES parent (id) ON DELETE RESTRICT)",
 		"CREATE TABLE unreplicated (id INT PRIMARY KEY, pid INT, FOREIGN KEY (pid) REFERENCES parent (id) ON UPDATE SET NULL)",
 		"INSERT INTO parent VALUES (1), (2)", "INSERT INTO child VALUES (10, 1), (20, 2)")
-	u := uri(srv, "root", "parent,child,careful")
-	cfg := parse(t, u)
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	dsn, first, log := up.dsn, up.first, up.log
 	exec(t, dsn, "DELETE FROM parent WHERE id = 1")
 	waitResolved(t, log)
 	evs, _, _ := log.state()
@@ -43,7 +32,7 @@ func TestCascadingForeignKeysAreWarnedOf(t *testing.T) {
 		t.Fatalf("the stream after a parent's delete: %v (the server's cascade to child writes no row event)", got)
 	}
 
-	st, err := mysql.Inspect(context.Background(), u, first)
+	st, err := mysql.Inspect(context.Background(), uri(up.srv, "root", "parent,child,careful"), first)
 	if err != nil {
 		t.Fatal(err)
 	}

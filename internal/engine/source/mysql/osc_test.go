@@ -1,19 +1,14 @@
 package mysql_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // An online schema change, as gh-ost makes one (pt-online-schema-change
@@ -26,14 +21,8 @@ import (
 // rename of the table still holds it.
 func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-row-metadata=MINIMAL"}})
-	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20))", "CREATE TABLE other (id INT PRIMARY KEY)")
-	cfg := parse(t, uri(srv, "root", "orders,other"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	up := followFrom(t, "orders,other", []string{"--binlog-row-metadata=MINIMAL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20))", "CREATE TABLE other (id INT PRIMARY KEY)")
+	dsn, cfg, first, live := up.dsn, up.cfg, up.first, up.log
 	exec(t, dsn, "INSERT INTO orders VALUES (1, 'one'), (2, 'two')",
 		// gh-ost: the shadow, its ALTER, the copy, a change applied to both
 		"CREATE TABLE `_orders_gho` LIKE `orders`",

@@ -1,18 +1,12 @@
 package mysql_test
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // Partition maintenance writes no row events. Dropping or truncating a
@@ -23,16 +17,9 @@ import (
 // again, and other tables go on.
 func TestPartitionMaintenanceEitherGoesOnOrHolds(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	exec(t, dsn, "CREATE TABLE pt (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (100), PARTITION p2 VALUES LESS THAN MAXVALUE)",
+	up := followFrom(t, "pt,swap,other", nil, "CREATE TABLE pt (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (100), PARTITION p2 VALUES LESS THAN MAXVALUE)",
 		"CREATE TABLE swap (id INT PRIMARY KEY, v INT)", "CREATE TABLE other (id INT PRIMARY KEY)")
-	cfg := parse(t, uri(srv, "root", "pt,swap,other"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := mysql.NewPuller(cfg, "cf", "mariadb", nil)
-	log := pull(t, p, first)
+	dsn, p, log := up.dsn, up.p, up.log
 	exec(t, dsn, "INSERT INTO pt VALUES (1, 1), (2, 2), (50, 50), (150, 150)",
 		"ALTER TABLE pt TRUNCATE PARTITION p0", "ALTER TABLE pt DROP PARTITION p1", "INSERT INTO pt VALUES (3, 3)")
 	waitResolved(t, log)

@@ -445,3 +445,31 @@ func TestAReaderTakesOverAndAPurgedPositionStopsIt(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// upstream is a private MariaDB with its binary log on, and a puller of
+// some of its tables from where the log ended when it was started.
+type upstream struct {
+	srv   *mysqlserver.Server
+	dsn   string // of database shop
+	cfg   mysql.Config
+	first source.Position
+	p     *mysql.Puller
+	log   *collected
+}
+
+// followFrom starts MariaDB (with args), runs stmts in database shop,
+// and pulls tables (as tables= names them) from there.
+func followFrom(t *testing.T, tables string, args []string, stmts ...string) upstream {
+	t.Helper()
+	var u upstream
+	u.srv, u.dsn = mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: args})
+	exec(t, u.dsn, stmts...)
+	u.cfg = parse(t, uri(u.srv, "root", tables))
+	var err error
+	if u.first, err = mysql.Begin(context.Background(), u.cfg, model.TsFromTime(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	u.p = mysql.NewPuller(u.cfg, "cf", "mariadb", nil)
+	u.log = pull(t, u.p, u.first)
+	return u
+}

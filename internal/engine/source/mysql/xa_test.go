@@ -6,11 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
@@ -24,15 +22,8 @@ import (
 // its prepare again and delivers its rows at the same position.
 func TestXATransactionsArriveAtTheirOutcome(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)")
-	cfg := parse(t, uri(srv, "root", "orders"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := mysql.NewPuller(cfg, "cf", "mariadb", nil)
-	log := pull(t, live, first)
+	up := followFrom(t, "orders", nil, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)")
+	dsn, cfg, live, log := up.dsn, up.cfg, up.p, up.log
 	exec(t, dsn, "INSERT INTO orders VALUES (1, 'one', 1)")
 	exec(t, dsn, "XA START 'x1'", "INSERT INTO orders VALUES (2, 'two', 2)", "UPDATE orders SET qty = 5 WHERE id = 1", "XA END 'x1'", "XA PREPARE 'x1'")
 	exec(t, dsn, "INSERT INTO orders VALUES (3, 'three', 3)")
