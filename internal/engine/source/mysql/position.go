@@ -1,6 +1,8 @@
 package mysql
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,3 +79,38 @@ func (p *Puller) explainStream(err error, at position) error {
 // maxPoints bounds the resume points a puller keeps; the checkpoint is
 // never far behind the newest.
 const maxPoints = 4096
+
+// Begin fixes a new changefeed's first resume point: where the binary
+// log ends now, and each table's schema from the catalog. It creates the
+// signal table if it is missing.
+func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, error) {
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+quoteTable(model.TableName(cfg.Database, signalTable))+
+		" (changefeed VARCHAR(128) PRIMARY KEY, at BIGINT NOT NULL)"); err != nil {
+		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT, UPDATE and DELETE on it): %w", cfg.Database, signalTable, explain(cfg, err))
+	}
+	p := position{Ts: start, Tables: map[string]tableState{}}
+	var version, executed string
+	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&version, &p.Server); err != nil {
+		return nil, explain(cfg, err)
+	}
+	if p.File, p.Pos, executed, err = masterStatus(ctx, db); err != nil {
+		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
+	}
+	if p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, executed); err != nil {
+		return nil, explain(cfg, err)
+	}
+	for _, t := range cfg.Tables {
+		st, err := readTable(ctx, db, t)
+		if err != nil {
+			return nil, err
+		}
+		st.Since = start
+		p.Tables[t] = st
+	}
+	return json.Marshal(p)
+}

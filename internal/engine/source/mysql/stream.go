@@ -49,41 +49,6 @@ func NewPuller(cfg Config, cf model.ChangefeedID, flavor string, log *slog.Logge
 	return &Puller{cfg: cfg, cf: cf, flavor: flavor, log: log, answers: make(chan cutAnswer, 16)}
 }
 
-// Begin fixes a new changefeed's first resume point: where the binary
-// log ends now, and each table's schema from the catalog. It creates the
-// signal table if it is missing.
-func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, error) {
-	db, err := open(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+quoteTable(model.TableName(cfg.Database, signalTable))+
-		" (changefeed VARCHAR(128) PRIMARY KEY, at BIGINT NOT NULL)"); err != nil {
-		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT, UPDATE and DELETE on it): %w", cfg.Database, signalTable, explain(cfg, err))
-	}
-	p := position{Ts: start, Tables: map[string]tableState{}}
-	var version, executed string
-	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&version, &p.Server); err != nil {
-		return nil, explain(cfg, err)
-	}
-	if p.File, p.Pos, executed, err = masterStatus(ctx, db); err != nil {
-		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
-	}
-	if p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, executed); err != nil {
-		return nil, explain(cfg, err)
-	}
-	for _, t := range cfg.Tables {
-		st, err := readTable(ctx, db, t)
-		if err != nil {
-			return nil, err
-		}
-		st.Since = start
-		p.Tables[t] = st
-	}
-	return json.Marshal(p)
-}
-
 // txn is the transaction the puller is reading.
 type txn struct {
 	// stmt is its schema change statement, if it is one; stmtDB, the
@@ -242,24 +207,19 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}()
 	var cur txn
 	file := at.File
-	var inner []*replication.BinlogEvent // a compressed transaction's events not read yet
+	events := &binlogEvents{stream: stream}
 	// Prepared XA transactions, by id: their rows wait for their XA
 	// COMMIT, written later in a group of its own (or are dropped at
 	// their XA ROLLBACK). While one waits no resume point is kept, so a
 	// reader started again reads its prepare again (xa.go).
 	prepared := map[string]txn{}
 	for {
-		var ev *replication.BinlogEvent
-		if len(inner) > 0 {
-			ev, inner = inner[0], inner[1:]
-		} else {
-			var err error
-			if ev, err = stream.GetEvent(ctx); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return p.explainStream(err, at)
+		ev, err := events.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
+			return p.explainStream(err, at)
 		}
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
 			// The end of an XA transaction's prepare: nothing commits.
@@ -267,20 +227,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				prepared[cur.xa] = cur
 			}
 			cur = txn{}
-			continue
-		}
-		if tp, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
-			// MySQL's binlog_transaction_compression: a transaction's
-			// events (BEGIN, table maps, rows, its commit) in one,
-			// which go-mysql decompresses and parses. Read in order as
-			// if they came one by one, each ending where the payload
-			// ends: a resume point is never inside it. (Written, not
-			// run here: MariaDB compresses events one by one instead.)
-			for _, e := range tp.Events {
-				h := *e.Header
-				h.LogPos = ev.Header.LogPos
-				inner = append(inner, &replication.BinlogEvent{RawData: e.RawData, Header: &h, Event: e.Event})
-			}
 			continue
 		}
 		switch e := ev.Event.(type) {
