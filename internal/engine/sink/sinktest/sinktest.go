@@ -49,6 +49,18 @@ func (r Run) Stop(t testing.TB) model.Ts {
 	return final
 }
 
+// WaitPast waits until the dispatcher's checkpoint is past ts: progress,
+// not time, since on a loaded machine a few hundred milliseconds once
+// held too few flushes for a crash to cut.
+func (r Run) WaitPast(t testing.TB, ts model.Ts) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); r.D.Checkpoint() <= ts; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's checkpoint stayed at %s, not past %s, for 30 s", r.D.ID(), r.D.Checkpoint(), ts)
+		}
+	}
+}
+
 // Resume starts partition part's dispatcher of epoch on s as a node's
 // manager does: the sink is asked first where the partition resumes (an
 // exactly-once sink fences its earlier writers), and the dispatcher

@@ -35,7 +35,7 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 	persisted := first.D.Checkpoint()
 	// Progress, not time: on a loaded machine 400 ms once held too few
 	// flushes for the crash to cut.
-	checkpointPast(t, first, persisted+model.TsFromMillis(400))
+	first.WaitPast(t, persisted+model.TsFromMillis(400))
 	first.Crash()
 	<-first.Done
 	a.Close() // the crashed process's sink: what it had not written is gone
@@ -45,7 +45,7 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 	}
 	defer b.Close()
 	heir, from := sinktest.Resume(t, g, b, "p0", 2, span, persisted)
-	checkpointPast(t, heir, first.D.Checkpoint()+model.TsFromMillis(400))
+	heir.WaitPast(t, first.D.Checkpoint()+model.TsFromMillis(400))
 	upTo := heir.Stop(t)
 	t.Logf("%s: resumed from %s (checkpoint %s)", uri, from, persisted)
 	rep, err := verify.Storage(context.Background(), g, uri, upTo)
@@ -56,17 +56,6 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 		t.Fatalf("%s: %+v", uri, rep)
 	}
 	return rep
-}
-
-// checkpointPast waits until a running dispatcher's checkpoint is past
-// ts: the rows up to it are in the sink.
-func checkpointPast(t *testing.T, r sinktest.Run, ts model.Ts) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); r.D.Checkpoint() <= ts; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dispatcher's checkpoint stayed at %s, not past %s, for 30 s", r.D.Checkpoint(), ts)
-		}
-	}
 }
 
 // Issue 31: a storage sink's partition resumed after a crash writes none
