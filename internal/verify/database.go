@@ -95,7 +95,11 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 				rep.NotVerified = append(rep.NotVerified, table+": "+why)
 				continue
 			}
-			built, events, dups := rebuild(streams, stepsOf(schemas, table), table, upTo)
+			filled, err := backfills(ctx, up, schemas, table)
+			if err != nil {
+				return Report{}, err
+			}
+			built, events, dups := rebuild(streams, stepsOf(schemas, table, filled), table, upTo)
 			rep.Events += events
 			rep.Duplicates += dups
 			tr, bad := compare(table, upstream[table], built, suspects[table], suspects != nil, &rep)

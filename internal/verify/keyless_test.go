@@ -103,7 +103,7 @@ func TestAnAddedColumnsDefaultFillsOlderRows(t *testing.T) {
 	streams := []storage.ChangeStream{{Dispatcher: "p1.1", Database: "public", Table: "t", Changes: []codec.Change{
 		row(10, "1", nil), row(30, "2", str("8")),
 	}}}
-	steps := stepsOf([]storage.SchemaChange{{Database: "public", Table: "t", At: 20, Query: `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7', ADD COLUMN "n" numeric(10,2)`}}, "public.t")
+	steps := stepsOf([]storage.SchemaChange{{Database: "public", Table: "t", At: 20, Query: `ALTER TABLE "public"."t" ADD COLUMN "extra" int4 DEFAULT '7', ADD COLUMN "n" numeric(10,2)`}}, "public.t", nil)
 	rows, _, _ := rebuild(streams, steps, "public.t", 100)
 	if v := rows["1"]["extra"]; v == nil || *v != "7" {
 		t.Fatalf("the older row's added column: %v", v)
@@ -135,7 +135,7 @@ func TestARenamedColumnIsRenamedInOlderRows(t *testing.T) {
 	steps := stepsOf([]storage.SchemaChange{
 		{Database: "shop", Table: "t", At: 20, Query: "ALTER TABLE t RENAME COLUMN a TO `a2`, CHANGE COLUMN b b2 VARCHAR(10), CHANGE c c INT"},
 		{Database: "shop", Table: "t", At: 40, Query: `ALTER TABLE "shop"."t" RENAME COLUMN "a2" TO "a3"`},
-	}, "shop.t")
+	}, "shop.t", nil)
 	rows, _, _ := rebuild(streams, steps, "shop.t", 100)
 	for id, want := range map[string]string{"1": "a3=x b2=y c=z", "2": "a3=x2 b2=y2 c=z2", "3": "a3=x3 b2=y3 c=z3"} {
 		var got []string

@@ -1,6 +1,9 @@
 package verify
 
 import (
+	"cmp"
+	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -67,13 +70,61 @@ func renamesIn(query string) [][2]string {
 // DEFAULT: ADD COLUMN "name" type DEFAULT 'value'.
 var addDefault = regexp.MustCompile(`ADD COLUMN "((?:[^"]|"")*)" [^']*? DEFAULT '((?:[^']|'')*)'`)
 
-// stepsOf is what a table's schema changes do to its rows, in order.
-func stepsOf(all []codec.SchemaChange, table string) []schemaStep {
-	var out []schemaStep
+// Backfiller is an Upstream whose statements verify does not read for
+// their defaults (mysql's own ALTER TABLE; PostgreSQL's reconstructed
+// ones it reads itself, addDefault): it gives, for each of a table's
+// schema changes in order, the columns the change added and the value it
+// gave the rows already there (nil where it added none it knows).
+type Backfiller interface {
+	Backfills(ctx context.Context, table string, queries []string) ([]map[string]string, error)
+}
+
+// tableChanges are a table's schema changes, in order.
+func tableChanges(all []codec.SchemaChange, table string) []codec.SchemaChange {
+	var out []codec.SchemaChange
 	for _, sc := range all {
-		if model.TableName(sc.Database, sc.Table) != table {
-			continue
+		if model.TableName(sc.Database, sc.Table) == table {
+			out = append(out, sc)
 		}
+	}
+	slices.SortStableFunc(out, func(a, b codec.SchemaChange) int { return cmp.Compare(a.At, b.At) })
+	return out
+}
+
+// backfills asks up, when it is a Backfiller, for the values a table's
+// schema changes gave its rows, by the changes' positions.
+func backfills(ctx context.Context, up Upstream, all []codec.SchemaChange, table string) (map[uint64]map[string]string, error) {
+	b, ok := up.(Backfiller)
+	if !ok {
+		return nil, nil
+	}
+	changes := tableChanges(all, table)
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	queries := make([]string, len(changes))
+	for i, sc := range changes {
+		queries[i] = sc.Query
+	}
+	got, err := b.Backfills(ctx, table, queries)
+	if err != nil {
+		return nil, fmt.Errorf("read the defaults of the columns added to %s: %w", table, err)
+	}
+	out := map[uint64]map[string]string{}
+	for i, d := range got {
+		if len(d) > 0 && i < len(changes) {
+			out[changes[i].At] = d
+		}
+	}
+	return out, nil
+}
+
+// stepsOf is what a table's schema changes do to its rows, in order;
+// filled are the values changes gave the rows already there, by their
+// positions, that the upstream told (backfills).
+func stepsOf(all []codec.SchemaChange, table string, filled map[uint64]map[string]string) []schemaStep {
+	var out []schemaStep
+	for _, sc := range tableChanges(all, table) {
 		st := schemaStep{at: model.Ts(sc.At)}
 		if strings.HasPrefix(sc.Query, source.TruncatePrefix) || source.EndsTable(sc.Query) {
 			// A table dropped or renamed away has no rows under its name;
@@ -87,21 +138,18 @@ func stepsOf(all []codec.SchemaChange, table string) []schemaStep {
 				}
 				st.defaults[strings.ReplaceAll(m[1], `""`, `"`)] = strings.ReplaceAll(m[2], "''", "'")
 			}
+			for col, v := range filled[sc.At] {
+				if st.defaults == nil {
+					st.defaults = map[string]string{}
+				}
+				st.defaults[col] = v
+			}
 			if st.defaults == nil && st.renames == nil {
 				continue
 			}
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b schemaStep) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
 	return out
 }
 

@@ -41,6 +41,9 @@ type alterTable struct {
 	// column; not followed here (the catalog is read at the table's next
 	// row), but the default it sets is known.
 	converts bool
+	// defaulted are the columns whose default an ALTER [COLUMN] … SET
+	// DEFAULT or DROP DEFAULT changes (no row changes with it).
+	defaulted []string
 }
 
 // alterSpec is one column change.
@@ -62,6 +65,10 @@ type colDef struct {
 	nullable bool
 	charset  string // explicit CHARACTER SET or COLLATE; "" is the table's default
 	textual  bool   // a character type: its charset matters
+	// literal: its DEFAULT is a constant (a string or a number), which
+	// an ADD gives every row already in the table; an expression's value
+	// (CURRENT_TIMESTAMP, (expr)) is the statement's moment's.
+	literal bool
 }
 
 // token is a word, a quoted identifier, a string literal or punctuation.
@@ -182,6 +189,12 @@ func (r *alterReader) accept(words ...string) bool {
 func (r *alterReader) peekWord(n int, w string) bool {
 	t := r.peek(n)
 	return t.kind == 'w' && strings.EqualFold(t.text, w)
+}
+
+// peekPunct says the token n ahead is the punctuation p.
+func (r *alterReader) peekPunct(n int, p string) bool {
+	t := r.peek(n)
+	return t.kind == 'p' && t.text == p
 }
 
 func (r *alterReader) punct(p string) bool {
@@ -380,7 +393,14 @@ func (r *alterReader) spec(a *alterTable) bool {
 		return r.skipSpec()
 	case r.accept("alter"):
 		// ALTER [COLUMN] c SET DEFAULT / DROP DEFAULT / SET [IN]VISIBLE,
-		// ALTER INDEX, ALTER CHECK: no column's type or name.
+		// ALTER INDEX, ALTER CHECK: no column's type or name; a changed
+		// default is noted.
+		if !r.is("index") && !r.is("check") && !r.is("constraint") {
+			r.accept("column")
+			if name, ok := r.name(); ok && (r.is("set", "default") || r.is("drop", "default")) {
+				a.defaulted = append(a.defaulted, name)
+			}
+		}
 		return r.skipSpec()
 	case r.accept("convert", "to"):
 		if cs, ok := r.charset(); ok && cs != "default" {
@@ -516,11 +536,24 @@ func (r *alterReader) column(a *alterTable) (colDef, bool) {
 			if r.atSpecEnd() {
 				return c, false
 			}
+			c.literal = isConstant(r.peek(0)) && !r.peekPunct(1, "(")
 			r.i++
 		default:
 			r.i++
 		}
 	}
+}
+
+// isConstant says a token is a string or a number (or TRUE, FALSE):
+// not NULL, not a name of a function or of CURRENT_TIMESTAMP.
+func isConstant(t token) bool {
+	switch {
+	case t.kind == 's':
+		return true
+	case t.kind == 'w' && t.text[0] >= '0' && t.text[0] <= '9':
+		return true
+	}
+	return t.kind == 'w' && (strings.EqualFold(t.text, "true") || strings.EqualFold(t.text, "false"))
 }
 
 // charset reads CHARACTER SET x, CHARSET x or COLLATE x as the character

@@ -249,6 +249,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		tables = slices.Sorted(maps.Keys(p.Tables)) // those the rules found too
 	}
 	st.Warnings = cascades(ctx, db, tables)
+	if w := xaWaiting(ctx, db); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 	var serverID uint32
 	if db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&serverID) == nil && p.Server != 0 && serverID != p.Server {
 		// The file and offset are another server's (a failover): this

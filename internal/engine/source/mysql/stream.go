@@ -49,19 +49,6 @@ func NewPuller(cfg Config, cf model.ChangefeedID, flavor string, log *slog.Logge
 	return &Puller{cfg: cfg, cf: cf, flavor: flavor, log: log, answers: make(chan cutAnswer, 16)}
 }
 
-// txn is the transaction the puller is reading.
-type txn struct {
-	// stmt is its schema change statement, if it is one; stmtDB, the
-	// statement's default database.
-	stmt, stmtDB string
-	ddls         []*source.Event // schema changes its rows follow (schema.go)
-	events       []source.Event
-	tickAt       int64 // the server's clock in µs, when it wrote a tick
-	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
-	gtid         string
-	xa           string // an XA transaction's id, from its XA END
-}
-
 // Pull implements source.Puller: it reads the binary log from a resume
 // point into w until ctx ends or the server fails.
 func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
@@ -223,6 +210,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
 			// The end of an XA transaction's prepare: nothing commits.
+			if cur.base != 0 {
+				// Its rows went to the log in parts, to become visible at
+				// the next commit: a transaction not known for XA before
+				// its rows. Read again by a new reader (a new log).
+				return fmt.Errorf("mysql source: an XA transaction's rows were written to the event log in parts before it was known for one (at %s:%d); the reader starts again", file, ev.Header.LogPos)
+			}
 			if cur.xa != "" {
 				prepared[cur.xa] = cur
 			}
@@ -234,12 +227,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			file = string(e.NextLogName)
 			continue
 		case *replication.GTIDEvent:
-			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev)}
+			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev), began: ev.Header.Timestamp}
 			if passed != nil {
 				passed.add(ev)
 			}
 		case *replication.MariadbGTIDEvent:
-			cur = txn{gtid: gtidOf(ev)}
+			cur = txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0}
 			if passed != nil {
 				passed.add(ev)
 			}
@@ -274,6 +267,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if ddl != nil {
+					if cur.slotsFull() {
+						hold(table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
+						break
+					}
 					cur.ddls = append(cur.ddls, ddl)
 					at.Tables = withTable(at.Tables, table, next)
 					st = next
@@ -291,11 +288,18 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				break
 			}
 			cur.events = evs
+			cur.size += int(ev.Header.EventSize)
+			if cur.partDue() {
+				if err := cur.part(&at, held, ev.Header.Timestamp, w); err != nil {
+					return err
+				}
+			}
 		case *replication.QueryEvent:
 			q := strings.TrimSpace(string(e.Query))
 			verb, xid := xaStatement(q)
 			switch {
 			case strings.EqualFold(q, "BEGIN"), verb == "START":
+				cur.xaStart = cur.xaStart || verb == "START"
 				continue
 			case verb == "END":
 				// Its prepare follows, or (MySQL) its one-phase commit.
@@ -328,6 +332,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.commit = int64(ev.Header.Timestamp) * 1_000_000
 		}
 		ts := max(at.Ts+1, model.TsFromMicros(max(cur.commit, cur.tickAt)))
+		if cur.base != 0 {
+			ts = cur.base // fixed at its first part
+		}
 		if cur.stmt != "" {
 			q := cur.stmt
 			// A statement at or before where a table joined the
@@ -492,35 +499,16 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				}
 			}
 		}
-		var reset []*source.Event
-		if at.Tables, reset = resets(at.Tables, held, ts); len(reset) > 0 {
-			cur.ddls = append(reset, cur.ddls...)
+		if cur.base == 0 { // a parted transaction's were made at its first part
+			var reset []*source.Event
+			if at.Tables, reset = resets(at.Tables, held, ts); len(reset) > 0 {
+				cur.ddls = append(reset, cur.ddls...)
+			}
 		}
 		// Each schema change at its own position, then the rows: a
 		// table's rows after its change carry the change's position as
 		// their table version.
-		since := map[string]model.Ts{}
-		versions := map[string]uint64{}
-		for i, d := range cur.ddls {
-			d.CommitTs, d.TableVersion = ts, ts
-			since[d.Table], versions[d.Table] = ts, d.SchemaVersion
-			st := at.Tables[d.Table]
-			st.Since = ts
-			at.Tables = withTable(at.Tables, d.Table, st)
-			if i < len(cur.ddls)-1 || len(cur.events) > 0 {
-				ts++
-			}
-		}
-		for i := range cur.events {
-			cur.events[i].CommitTs = ts
-			if v, ok := since[cur.events[i].Table]; ok {
-				// Rows read before the transaction's commit brought a
-				// reset (a TRUNCATE of a table added back) are of the
-				// version it begins: a row naming the version before
-				// would make the sink describe the new one without it.
-				cur.events[i].TableVersion, cur.events[i].SchemaVersion = v, versions[cur.events[i].Table]
-			}
-		}
+		ts = cur.settle(&at, ts)
 		out := cur.events // most transactions change rows only: not copied
 		if len(cur.ddls) > 0 {
 			out = make([]source.Event, 0, len(cur.ddls)+len(cur.events))
@@ -529,7 +517,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			out = append(out, cur.events...)
 		}
-		if hasRows(cur.events) {
+		if cur.base != 0 || hasRows(cur.events) {
 			// Its id here, for a log that keeps transaction boundaries:
 			// its GTID, else where it commits in the binary log.
 			id := cur.gtid

@@ -28,6 +28,11 @@ type collected struct {
 	txnIDs   []string
 	resolved model.Ts
 	held     map[string]model.Ts
+	// parts are the sizes of the parts appended; inPart, their rows not
+	// resolved yet (a reader sees them after the transaction's schema
+	// changes, which come with its commit).
+	parts  []int
+	inPart []source.Event
 }
 
 func (c *collected) Append(evs []source.Event) error {
@@ -39,21 +44,45 @@ func (c *collected) Append(evs []source.Event) error {
 		}
 	}
 	for _, e := range evs {
+		if e.Kind == source.KindDDL {
+			c.events = append(c.events, e)
+		}
+	}
+	c.events = append(c.events, c.inPart...)
+	c.inPart = nil
+	for _, e := range evs {
 		// A transaction's id at the source is the log's, not a row.
-		if e.Kind == source.KindTxn {
+		switch e.Kind {
+		case source.KindTxn:
 			c.txnIDs = append(c.txnIDs, e.Txn.SourceID)
-		} else {
+		case source.KindDDL:
+		default:
 			c.events = append(c.events, e)
 		}
 	}
 	c.resolved = evs[len(evs)-1].CommitTs
 	return nil
 }
-func (c *collected) AppendPart([]source.Event) error { return nil }
-func (c *collected) ErasePart(string) error          { return nil }
+func (c *collected) AppendPart(rows []source.Event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range rows {
+		if e.CommitTs <= c.resolved || len(c.inPart) > 0 && e.CommitTs != c.inPart[0].CommitTs {
+			return fmt.Errorf("a part's row at %s after resolving %s", e.CommitTs, c.resolved)
+		}
+	}
+	c.parts = append(c.parts, len(rows))
+	c.inPart = append(c.inPart, rows...)
+	return nil
+}
+func (c *collected) ErasePart(string) error { return nil }
 func (c *collected) Resolve(ts model.Ts) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.inPart) > 0 && c.inPart[0].CommitTs <= ts {
+		c.events = append(c.events, c.inPart...)
+		c.inPart = nil
+	}
 	c.resolved = max(c.resolved, ts)
 }
 func (c *collected) Hold(table string, at model.Ts) {

@@ -19,6 +19,10 @@ import (
 // one-phase XA COMMIT (MySQL writes it after its XA END in the same
 // group) is an ordinary transaction.
 
+// mariadbPreparedXA is MariaDB's GTID event flag of a transaction that
+// is an XA transaction's prepare (FL_PREPARED_XA).
+const mariadbPreparedXA = 0x40
+
 // xaStatement reads an XA statement: its verb (START, END, COMMIT,
 // ROLLBACK, or "" for any other statement) and the transaction's id as
 // written (X'…',X'…',n), without a trailing ONE PHASE.
@@ -49,17 +53,58 @@ func xaStatement(q string) (verb, xid string) {
 // nothing the reader could read. "" when none is (or the user may not
 // ask: XA RECOVER needs XA_RECOVER_ADMIN on MySQL 8).
 func xaPrepared(ctx context.Context, db *sql.DB) string {
+	ids := xaRecover(ctx, db)
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d XA transaction(s) prepared and not yet committed or rolled back (XA RECOVER lists them): their rows are in the binary log before the changefeed would start, and would not reach the sink when they commit; XA COMMIT or XA ROLLBACK them first", len(ids))
+}
+
+// xaWaiting is the changefeed status's warning while XA transactions
+// are prepared on the server: the reader keeps no resume point while
+// one it read waits for its outcome, so the changefeed's stays before
+// its XA PREPARE — a restart reads from there again, and the binary
+// logs from there must be kept. "" when none is.
+func xaWaiting(ctx context.Context, db *sql.DB) string {
+	ids := xaRecover(ctx, db)
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("XA transaction(s) %s prepared and not yet committed or rolled back: until they are, the changefeed's resume point stays before their XA PREPARE (a restart reads from there again, and needs the binary logs from there); XA COMMIT or XA ROLLBACK them (XA RECOVER lists them)", strings.Join(ids, ", "))
+}
+
+// xaRecover lists the prepared XA transactions' ids (XA RECOVER's data,
+// quoted); none when there are none or the user may not ask.
+func xaRecover(ctx context.Context, db *sql.DB) []string {
 	rows, err := db.QueryContext(ctx, "XA RECOVER")
 	if err != nil {
-		return ""
+		return nil
 	}
 	defer rows.Close()
-	n := 0
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil
+	}
+	var ids []string
 	for rows.Next() {
-		n++
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if rows.Scan(ptrs...) != nil {
+			return nil
+		}
+		id := fmt.Sprintf("#%d", len(ids)+1)
+		for i, c := range cols {
+			if strings.EqualFold(c, "data") {
+				id = fmt.Sprintf("%q", vals[i])
+			}
+		}
+		ids = append(ids, id)
 	}
-	if rows.Err() != nil || n == 0 {
-		return ""
+	if rows.Err() != nil {
+		return nil
 	}
-	return fmt.Sprintf("%d XA transaction(s) prepared and not yet committed or rolled back (XA RECOVER lists them): their rows are in the binary log before the changefeed would start, and would not reach the sink when they commit; XA COMMIT or XA ROLLBACK them first", n)
+	return ids
 }

@@ -73,7 +73,8 @@ func TestXATransactionsArriveAtTheirOutcome(t *testing.T) {
 
 // A changefeed is not created while an XA transaction is prepared (its
 // rows are before the changefeed's first position): the preflight says
-// so and what to do, and passes once it is rolled back.
+// so and what to do, and passes once it is rolled back; a changefeed's
+// status warns while one is prepared.
 func TestThePreflightRefusesWhileAnXATransactionIsPrepared(t *testing.T) {
 	t.Parallel()
 	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
@@ -83,8 +84,17 @@ func TestThePreflightRefusesWhileAnXATransactionIsPrepared(t *testing.T) {
 	if _, _, err := mysql.Preflight(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "1 XA transaction(s) prepared") || !strings.Contains(err.Error(), "XA ROLLBACK") {
 		t.Fatalf("the preflight with an XA transaction prepared: %v", err)
 	}
+	// A running changefeed's status warns while one is prepared: its
+	// resume point cannot pass it.
+	st, err := mysql.Inspect(context.Background(), uri(srv, "root", "orders"), nil)
+	if err != nil || len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], `XA transaction(s) "pending" prepared`) || !strings.Contains(st.Warnings[0], "resume point stays before") {
+		t.Fatalf("the status while an XA transaction is prepared: %+v, %v", st, err)
+	}
 	exec(t, dsn, "XA ROLLBACK 'pending'")
 	if _, _, err := mysql.Preflight(context.Background(), cfg); err != nil {
 		t.Fatalf("the preflight once it is rolled back: %v", err)
+	}
+	if st, err := mysql.Inspect(context.Background(), uri(srv, "root", "orders"), nil); err != nil || len(st.Warnings) != 0 {
+		t.Fatalf("the status once it is rolled back: %+v, %v", st, err)
 	}
 }

@@ -1,0 +1,160 @@
+package mysql
+
+import (
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// txn is the transaction the puller is reading.
+type txn struct {
+	// stmt is its schema change statement, if it is one; stmtDB, the
+	// statement's default database.
+	stmt, stmtDB string
+	ddls         []*source.Event // schema changes its rows follow (schema.go)
+	events       []source.Event
+	tickAt       int64 // the server's clock in µs, when it wrote a tick
+	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	gtid         string
+	xa           string // an XA transaction's id, from its XA END
+	// xaStart: an XA transaction (its XA START, or MariaDB's GTID flag),
+	// known before its rows: they wait for its outcome, never in parts.
+	xaStart bool
+	began   uint32 // the header time of its GTID event, in seconds
+	size    int    // the bytes of the rows events its events came from
+	// A transaction written to the log in parts (below): its first
+	// position, the schema changes placed, and their positions and
+	// versions by table.
+	base     model.Ts
+	placed   int
+	since    map[string]model.Ts
+	versions map[string]uint64
+}
+
+// A large transaction is not held in memory whole: once its rows pass
+// partRows or partBytes (of the binary log's rows events) they go to the
+// event log, on disk, as a part, and so on until its commit. The binary
+// log writes a transaction's events together at its commit, so nothing
+// else commits while they are read, and the transaction's positions can
+// be fixed at its first part: its schema changes (a table's change met
+// at its first row, the reset of a table added back) take base, base+1,
+// …, its rows base+ddlSlots. Readers see none of it until the commit
+// resolves the log past it. A prepared XA transaction's rows still wait
+// in memory for its outcome (xa.go): they may be dropped.
+const (
+	partRows  = 4096
+	partBytes = 4 << 20
+	// ddlSlots is how many schema changes a parted transaction may carry
+	// (one per table at most: the tables it writes); a table whose change
+	// would be beyond them is held.
+	ddlSlots = 1024
+)
+
+// partDue says the transaction's rows are to go out as a part: past the
+// bounds, and nothing in it that must wait for its commit (a watermark,
+// an XA transaction's rows) or has no position left (more schema changes
+// than ddlSlots, met before its first part: it stays in memory).
+func (cur *txn) partDue() bool {
+	if len(cur.events) < partRows && cur.size < partBytes || cur.xa != "" || cur.xaStart || len(cur.ddls) >= ddlSlots {
+		return false
+	}
+	for i := range cur.events {
+		if cur.events[i].Kind != source.KindDML {
+			return false
+		}
+	}
+	return true
+}
+
+// part writes the transaction's rows so far to the log as a part, fixing
+// its positions at the first (after the resume point at, from the commit
+// time the transaction began with: MySQL's GTID event carries it,
+// MariaDB's its second; now, the time of the event being read).
+func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.LogWriter) error {
+	if cur.base == 0 {
+		began := cur.commit
+		if began == 0 {
+			began = int64(cur.began) * 1_000_000
+		}
+		if began == 0 {
+			began = int64(now) * 1_000_000
+		}
+		cur.base = max(at.Ts+1, model.TsFromMicros(max(began, cur.tickAt)))
+		var reset []*source.Event
+		if at.Tables, reset = resets(at.Tables, held, cur.base); len(reset) > 0 {
+			cur.ddls = append(reset, cur.ddls...)
+		}
+	}
+	cur.place(at)
+	if err := w.AppendPart(cur.events); err != nil {
+		return err
+	}
+	cur.events, cur.size = nil, 0 // the log has them; not reused
+	return nil
+}
+
+// place gives a parted transaction's schema changes not placed yet their
+// positions, makes them their tables' versions, and puts the rows read so
+// far at the rows' position under them.
+func (cur *txn) place(at *position) {
+	for ; cur.placed < len(cur.ddls); cur.placed++ {
+		d := cur.ddls[cur.placed]
+		d.CommitTs = cur.base + model.Ts(cur.placed)
+		d.TableVersion = d.CommitTs
+		st := at.Tables[d.Table]
+		st.Since = d.CommitTs
+		at.Tables = withTable(at.Tables, d.Table, st)
+		if cur.since == nil {
+			cur.since, cur.versions = map[string]model.Ts{}, map[string]uint64{}
+		}
+		cur.since[d.Table], cur.versions[d.Table] = d.CommitTs, d.SchemaVersion
+	}
+	rows := cur.rowsTs()
+	for i := range cur.events {
+		e := &cur.events[i]
+		e.CommitTs = rows
+		if v, ok := cur.since[e.Table]; ok {
+			e.TableVersion, e.SchemaVersion = v, cur.versions[e.Table]
+		}
+	}
+}
+
+// rowsTs is a parted transaction's rows' position.
+func (cur *txn) rowsTs() model.Ts { return cur.base + ddlSlots }
+
+// slotsFull says a parted transaction has no position left for another
+// schema change.
+func (cur *txn) slotsFull() bool { return cur.base != 0 && len(cur.ddls) >= ddlSlots }
+
+// settle gives the transaction's schema changes and rows their positions
+// at its commit at ts, each change a position of its own before the rows
+// (a parted transaction's were fixed at its first part), and returns the
+// rows' position.
+func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
+	if cur.base != 0 {
+		cur.place(at)
+		return cur.rowsTs()
+	}
+	since := map[string]model.Ts{}
+	versions := map[string]uint64{}
+	for i, d := range cur.ddls {
+		d.CommitTs, d.TableVersion = ts, ts
+		since[d.Table], versions[d.Table] = ts, d.SchemaVersion
+		st := at.Tables[d.Table]
+		st.Since = ts
+		at.Tables = withTable(at.Tables, d.Table, st)
+		if i < len(cur.ddls)-1 || len(cur.events) > 0 {
+			ts++
+		}
+	}
+	for i := range cur.events {
+		cur.events[i].CommitTs = ts
+		if v, ok := since[cur.events[i].Table]; ok {
+			// Rows read before the transaction's commit brought a reset
+			// (a TRUNCATE of a table added back) are of the version it
+			// begins: a row naming the version before would make the
+			// sink describe the new one without it.
+			cur.events[i].TableVersion, cur.events[i].SchemaVersion = v, versions[cur.events[i].Table]
+		}
+	}
+	return ts
+}
