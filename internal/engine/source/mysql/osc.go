@@ -20,6 +20,8 @@ import (
 // replicated table's shadow received and, at the swap, applies them to
 // the table's schema (the schema history, alter.go) as if they had been
 // the table's own: a schema change, no hold. (TiDB DM does the same.)
+// They are kept in the table's state in the resume point (Shadow), from
+// the shadow's CREATE on: a reader started again mid-migration has them.
 
 // shadowOf says which replicated table a shadow table of an online
 // schema change belongs to ("" when name is not one): _t_gho or _t_new
@@ -126,4 +128,23 @@ func (p *Puller) cutOver(ctx context.Context, t, shadow, stmt string, alters []s
 	at.Tables = withTable(at.Tables, t, st)
 	p.log.Info("mysql source: an online schema change swapped a replicated table with its shadow; the table goes on with the shadow's schema",
 		"changefeed", p.cf, "table", t, "shadow", shadow, "alters", len(alters))
+}
+
+// shadowAlters are the ALTERs a table's shadow received in a migration
+// whose start (the shadow's CREATE) the reader saw; none otherwise.
+func shadowAlters(st tableState) []string {
+	if len(st.Shadow) == 0 {
+		return nil
+	}
+	return st.Shadow[1:]
+}
+
+// withShadow is tables with table's migration state set (nil: none).
+func withShadow(tables map[string]tableState, table string, shadow []string) map[string]tableState {
+	st, ok := tables[table]
+	if !ok || len(st.Shadow) == 0 && len(shadow) == 0 {
+		return tables
+	}
+	st.Shadow = shadow
+	return withTable(tables, table, st)
 }

@@ -17,8 +17,10 @@ import (
 // in step with its changes, then swapped with it in one RENAME. The
 // table is not held: it goes on, its schema change (the shadow's ALTER,
 // written as the table's) at the swap, and the rows after it carry the
-// new column; read again from before the migration, the same. A plain
-// rename of the table still holds it.
+// new column; read again from before the migration, the same, and from
+// a resume point in its middle (the shadow's ALTERs are kept in it) the
+// same again, whatever the catalog shows by then. A plain rename of the
+// table still holds it.
 func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	t.Parallel()
 	up := followFrom(t, "orders,other", []string{"--binlog-row-metadata=MINIMAL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20))", "CREATE TABLE other (id INT PRIMARY KEY)")
@@ -27,8 +29,16 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 		// gh-ost: the shadow, its ALTER, the copy, a change applied to both
 		"CREATE TABLE `_orders_gho` LIKE `orders`",
 		"ALTER TABLE `shop`.`_orders_gho` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
-		"INSERT INTO `_orders_gho` (id, note) SELECT id, note FROM orders",
-		"INSERT INTO orders VALUES (3, 'three')", "INSERT INTO `_orders_gho` (id, note) VALUES (3, 'three')",
+		"INSERT INTO `_orders_gho` (id, note) SELECT id, note FROM orders")
+	// A resume point in the middle of the migration, as a checkpoint
+	// there would keep it.
+	waitResolved(t, live)
+	_, resolved, _ := live.state()
+	mid, ok := up.p.ResumePoint(resolved)
+	if !ok {
+		t.Fatal("no resume point in the middle of the migration")
+	}
+	exec(t, dsn, "INSERT INTO orders VALUES (3, 'three')", "INSERT INTO `_orders_gho` (id, note) VALUES (3, 'three')",
 		"CREATE TABLE `_orders_del` (id INT PRIMARY KEY)", "DROP TABLE `_orders_del`",
 		"RENAME TABLE `shop`.`orders` TO `shop`.`_orders_del`, `shop`.`_orders_gho` TO `shop`.`orders`",
 		"DROP TABLE IF EXISTS `_orders_del`",
@@ -83,6 +93,27 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	}
 	if want := selectAll(t, dsn, "orders"); !maps.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("rebuilt:\n%q\nupstream:\n%q", got, want)
+	}
+
+	// Started again from the middle of the migration, after a later
+	// ALTER made the catalog another schema than the swap's: the shadow's
+	// ALTER, kept in the resume point, is applied at the swap, not the
+	// catalog's schema (which would not decode row 4).
+	exec(t, dsn, "ALTER TABLE orders ADD COLUMN later INT")
+	again := other
+	again.ServerID = 79
+	resumed := pull(t, mysql.NewPuller(again, "cf", "mariadb", nil), mid)
+	waitResolved(t, resumed)
+	wantMid := strings.Join([]string{
+		"INSERT [3 three]",
+		// (From the statement: the history writes types without display
+		// widths, the catalog with them.)
+		"DDL v1 (id bigint(20), note varchar(40), qty int): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
+		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
+		"DDL v2 (id bigint(20), note varchar(40), qty int(11), later int(11)): ALTER TABLE orders ADD COLUMN later INT",
+	}, "\n")
+	if got := describe(resumed); got != wantMid {
+		t.Fatalf("read from the middle of the migration:\n%s\nwant\n%s", got, wantMid)
 	}
 
 	// A rename that is not a migration's swap holds the table.

@@ -49,6 +49,11 @@ type tableState struct {
 	// it, so the sink holds nothing of it from before (a table removed and
 	// added back) when its rows are copied again.
 	ResetAt model.Ts `json:"reset_at,omitempty"`
+	// Shadow is an online schema change of the table under way (osc.go):
+	// its shadow table's CREATE, then the ALTERs the shadow received, as
+	// read; kept in the resume point so that a reader started again in
+	// the middle of the migration still applies them at the swap.
+	Shadow []string `json:"shadow,omitempty"`
 }
 
 // ErrPurged means the binary log a changefeed resumes from is no longer

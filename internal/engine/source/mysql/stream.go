@@ -168,9 +168,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
-	// The ALTERs an online schema change's shadow table received, by the
-	// replicated table it will replace (osc.go).
-	shadowAlters := map[string][]string{}
 	held := map[string]bool{}
 	hold := func(table, why string) {
 		held[table] = true
@@ -394,8 +391,8 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					if t, shadow, ok := cutOver(pairs, at.Tables); ok && joined(t) && !held[t] {
 						// An online schema change's swap: the table goes
 						// on with its shadow's ALTERs applied.
-						p.cutOver(ctx, t, shadow, q, shadowAlters[t], openCatalog, &cur, &at, hold, pending)
-						delete(shadowAlters, t)
+						p.cutOver(ctx, t, shadow, q, shadowAlters(at.Tables[t]), openCatalog, &cur, &at, hold, pending)
+						at.Tables = withShadow(at.Tables, t, nil)
 						delete(cols, t)
 						delete(keyTypesByTable, t)
 						delete(checkedMap, t)
@@ -412,8 +409,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if t, replaces, temporary, ok := createdTable(q, cur.stmtDB); ok {
-					if x := shadowOf(t, at.Tables); x != "" {
-						delete(shadowAlters, x) // a new migration of x begins
+					if x := shadowOf(t, at.Tables); x != "" && joined(x) {
+						// A new migration of x begins.
+						at.Tables = withShadow(at.Tables, x, []string{q})
 					}
 					// A CREATE TABLE changes no table but the one it
 					// creates; the others it names (LIKE, a SELECT) are
@@ -441,7 +439,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// may have added, follows its own ALTERs; the swap
 					// then follows the table by the catalog.)
 					if x := shadowOf(a.table, at.Tables); x != "" && joined(x) && !hasTable(at.Tables, a.table) {
-						shadowAlters[x] = append(shadowAlters[x], q)
+						if sh := at.Tables[x].Shadow; len(sh) > 0 {
+							// (Without its CREATE, the reader began
+							// after the migration did: not all its ALTERs
+							// are known, the swap follows the catalog.)
+							at.Tables = withShadow(at.Tables, x, append(slices.Clone(sh), q))
+						}
 						break
 					}
 				}
