@@ -1,18 +1,13 @@
 package mysql_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // A transaction larger than what the reader holds in memory goes to the
@@ -23,14 +18,8 @@ import (
 // table's rows are of its version and decoded with it.
 func TestALargeTransactionGoesToTheLogInParts(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
-	exec(t, dsn, "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20))", "CREATE TABLE conv (id INT PRIMARY KEY, v VARCHAR(20)) DEFAULT CHARSET=latin1")
-	cfg := parse(t, uri(srv, "root", "big,conv"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	up := followFrom(t, "big,conv", nil, "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20))", "CREATE TABLE conv (id INT PRIMARY KEY, v VARCHAR(20)) DEFAULT CHARSET=latin1")
+	dsn, log := up.dsn, up.log
 	exec(t, dsn, "INSERT INTO big VALUES (-1, 'before')", "ALTER TABLE conv CONVERT TO CHARACTER SET utf8mb4")
 
 	db, err := sql.Open("mysql", dsn)
