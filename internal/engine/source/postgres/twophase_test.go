@@ -1,12 +1,8 @@
 package postgres
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
 // Two-phase transactions arrive at their outcome, as MySQL's XA ones do
@@ -16,15 +12,7 @@ import (
 // after that one; one rolled back never arrives.
 func TestTwoPhaseTransactionsArriveAtTheirOutcome(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0, "max_prepared_transactions=10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	if _, err := srv.Psql(ctx, "postgres", "CREATE DATABASE tp"); err != nil {
-		t.Fatal(err)
-	}
+	srv := startDB(t, "tp", "max_prepared_transactions=10")
 	psql(t, srv, srv.DSN("tp"), `CREATE TABLE t (id int4 PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')`)
 	st, _, _ := open(t, srv.DSN("tp")+"&tables=t")
 	psql(t, srv, srv.DSN("tp"), `BEGIN; INSERT INTO t VALUES (2, 'two'); UPDATE t SET v = 'A' WHERE id = 1; PREPARE TRANSACTION 'x1'`)

@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
 // The stream can hand out a transaction before its backend has finished
@@ -77,14 +75,7 @@ func TestATransactionThatStaysInvisibleEndsTheStreamWithWhy(t *testing.T) {
 func commitInTheGap(t *testing.T) (st *Stream, release func()) {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	if _, err := srv.Psql(ctx, "postgres", "CREATE DATABASE vis"); err != nil {
-		t.Fatal(err)
-	}
+	srv := startDB(t, "vis")
 	psql(t, srv, srv.DSN("vis"), `CREATE TABLE t (id int4 PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')`)
 	st, _, _ = open(t, srv.DSN("vis")+"&tables=t")
 	setStandbys := func(names string) {

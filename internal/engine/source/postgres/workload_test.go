@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -28,14 +27,7 @@ import (
 func startShop(t *testing.T) (*pgserver.Server, string) {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
-	if _, err := srv.Psql(ctx, "postgres", "CREATE DATABASE shop"); err != nil {
-		t.Fatal(err)
-	}
+	srv := postgres.StartDB(t, "shop")
 	if _, err := srv.Psql(ctx, "shop", `
 CREATE TABLE orders (id int8 PRIMARY KEY, region text NOT NULL, amount numeric(10,2), note text, paid bool, at timestamptz);
 CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));
