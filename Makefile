@@ -31,11 +31,10 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
-# Vet with the release build's flags: what it compiles, the release test
-# and the runbooks' programs reuse.
+# Vet with -race: what it compiles, the tests (run with -race) reuse.
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	CGO_ENABLED=0 $(GO) vet -trimpath ./...
+	$(GO) vet -race ./...
 
 # Every parser of operator input, FUZZTIME each (before a release:
 # make fuzz FUZZTIME=10m). Findings land in testdata/fuzz as regression seeds.
