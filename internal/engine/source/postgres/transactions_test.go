@@ -71,9 +71,12 @@ func TestTransactionBoundariesCountEveryRowOfEveryTransaction(t *testing.T) {
 		t.Fatalf("%d transactions committed and a large one, %d with records (%d over both tables, %d with several orders, %d of 4,096 rows)", w.n, len(tx.Ends), both, spread, big)
 	}
 	// The snapshot's rows (12,000, less those of the 4,096 the large
-	// update changed before their chunk was read: the update arrives for
-	// them instead) carry no transaction.
-	if tx.Untagged < 12000-4096 {
+	// update changed before their chunk was read, and those the workload
+	// deleted or changed while their chunk was read: the change arrives
+	// for them instead) carry no transaction. (CI once found 7,903: all
+	// 4,096 and one of the workload's; Check above proves no copied row
+	// was counted in a transaction.)
+	if tx.Untagged < 12000-4096-1000 {
 		t.Fatalf("%d rows without a transaction; the snapshot copied 12,000", tx.Untagged)
 	}
 	t.Logf("%d transactions, %d of them over both tables; %d snapshot rows", len(tx.Ends), both, tx.Untagged)
