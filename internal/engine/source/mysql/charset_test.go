@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 )
 
@@ -39,33 +38,14 @@ func TestCharacterSetChangesAreFollowedLiveAndFromBehind(t *testing.T) {
 		"INSERT [5 a b c ß]",
 		"UPDATE [1 日本 ø NULL NULL]",
 	}, "\n")
-	rows := func(log *collected) string {
-		t.Helper()
-		evs, _, held := log.state()
-		if len(held) != 0 {
-			t.Fatalf("held: %v", held)
-		}
-		var out []string
-		for _, e := range evs {
-			if e.Kind == source.KindDDL {
-				continue
-			}
-			var vals []string
-			for _, v := range e.Image() {
-				vals = append(vals, map[bool]string{true: "NULL", false: v.Text}[v.Null])
-			}
-			out = append(out, e.Op.String()+" ["+strings.Join(vals, " ")+"]")
-		}
-		return strings.Join(out, "\n")
-	}
-	if got := rows(live); got != want {
+	if got := live.lines(t, false); got != want {
 		t.Fatalf("read live:\n%s\nwant\n%s", got, want)
 	}
 	other := cfg
 	other.ServerID = 78
 	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
 	waitResolved(t, behind)
-	if got := rows(behind); got != want {
+	if got := behind.lines(t, false); got != want {
 		t.Fatalf("read from behind every change:\n%s\nwant\n%s", got, want)
 	}
 }

@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -44,43 +43,19 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 		"DROP TABLE IF EXISTS `_orders_del`",
 		"INSERT INTO orders VALUES (4, 'a longer note than twenty', 9)", "UPDATE orders SET qty = 8 WHERE id = 1")
 	waitResolved(t, live)
-	describe := func(log *collected) string {
-		t.Helper()
-		evs, _, held := log.state()
-		if len(held) != 0 {
-			t.Fatalf("held: %v", held)
-		}
-		var out []string
-		for _, e := range evs {
-			if e.Kind == source.KindDDL {
-				var cols []string
-				for _, c := range e.Def.Columns {
-					cols = append(cols, c.Name+" "+c.Type)
-				}
-				out = append(out, fmt.Sprintf("DDL v%d (%s): %s", e.SchemaVersion, strings.Join(cols, ", "), e.Statement))
-				continue
-			}
-			var vals []string
-			for _, v := range e.Image() {
-				vals = append(vals, v.Text)
-			}
-			out = append(out, e.Op.String()+" ["+strings.Join(vals, " ")+"]")
-		}
-		return strings.Join(out, "\n")
-	}
 	want := strings.Join([]string{
 		"INSERT [1 one]", "INSERT [2 two]", "INSERT [3 three]",
 		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
 		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
 	}, "\n")
-	if got := describe(live); got != want {
+	if got := live.lines(t, true); got != want {
 		t.Fatalf("read live:\n%s\nwant\n%s", got, want)
 	}
 	other := cfg
 	other.ServerID = 78
 	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
 	waitResolved(t, behind)
-	if got := describe(behind); got != want {
+	if got := behind.lines(t, true); got != want {
 		t.Fatalf("read from before the migration:\n%s\nwant\n%s", got, want)
 	}
 	evs, _, _ := live.state()
@@ -112,7 +87,7 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
 		"DDL v2 (id bigint(20), note varchar(40), qty int(11), later int(11)): ALTER TABLE orders ADD COLUMN later INT",
 	}, "\n")
-	if got := describe(resumed); got != wantMid {
+	if got := resumed.lines(t, true); got != wantMid {
 		t.Fatalf("read from the middle of the migration:\n%s\nwant\n%s", got, wantMid)
 	}
 

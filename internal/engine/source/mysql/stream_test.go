@@ -94,6 +94,36 @@ func (c *collected) Hold(table string, at model.Ts) {
 	c.held[table] = at
 }
 
+// lines are the log's events one a line, as tests compare them: "INSERT
+// [1 a NULL]", and with ddls "DDL vN (column type, …): statement"; it
+// fails the test if a table is held.
+func (c *collected) lines(t *testing.T, ddls bool) string {
+	t.Helper()
+	evs, _, held := c.state()
+	if len(held) != 0 {
+		t.Fatalf("held: %v", held)
+	}
+	var out []string
+	for _, e := range evs {
+		if e.Kind == source.KindDDL {
+			if ddls {
+				var cols []string
+				for _, c := range e.Def.Columns {
+					cols = append(cols, c.Name+" "+c.Type)
+				}
+				out = append(out, fmt.Sprintf("DDL v%d (%s): %s", e.SchemaVersion, strings.Join(cols, ", "), e.Statement))
+			}
+			continue
+		}
+		var vals []string
+		for _, v := range e.Image() {
+			vals = append(vals, map[bool]string{true: "NULL", false: v.Text}[v.Null])
+		}
+		out = append(out, e.Op.String()+" ["+strings.Join(vals, " ")+"]")
+	}
+	return strings.Join(out, "\n")
+}
+
 func (c *collected) state() ([]source.Event, model.Ts, map[string]model.Ts) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -22,12 +22,9 @@ type txn struct {
 	began   uint32 // the header time of its GTID event, in seconds
 	size    int    // the bytes of the rows events its events came from
 	// A transaction written to the log in parts (below): its first
-	// position, the schema changes placed, and their positions and
-	// versions by table.
-	base     model.Ts
-	placed   int
-	since    map[string]model.Ts
-	versions map[string]uint64
+	// position, and how many of its schema changes are placed.
+	base   model.Ts
+	placed int
 }
 
 // A large transaction is not held in memory whole: once its rows pass
@@ -93,27 +90,41 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 }
 
 // place gives a parted transaction's schema changes not placed yet their
-// positions, makes them their tables' versions, and puts the rows read so
-// far at the rows' position under them.
+// positions and puts the rows read so far at the rows' position.
 func (cur *txn) place(at *position) {
 	for ; cur.placed < len(cur.ddls); cur.placed++ {
-		d := cur.ddls[cur.placed]
-		d.CommitTs = cur.base + model.Ts(cur.placed)
-		d.TableVersion = d.CommitTs
-		st := at.Tables[d.Table]
-		st.Since = d.CommitTs
-		at.Tables = withTable(at.Tables, d.Table, st)
-		if cur.since == nil {
-			cur.since, cur.versions = map[string]model.Ts{}, map[string]uint64{}
-		}
-		cur.since[d.Table], cur.versions[d.Table] = d.CommitTs, d.SchemaVersion
+		cur.version(at, cur.ddls[cur.placed], cur.base+model.Ts(cur.placed))
 	}
-	rows := cur.rowsTs()
+	cur.rowsAt(cur.rowsTs())
+}
+
+// version puts schema change d at ts and makes it its table's version.
+func (cur *txn) version(at *position, d *source.Event, ts model.Ts) {
+	d.CommitTs, d.TableVersion = ts, ts
+	st := at.Tables[d.Table]
+	st.Since = ts
+	at.Tables = withTable(at.Tables, d.Table, st)
+}
+
+// rowsAt puts the rows read so far at ts. Rows of a table the transaction
+// changed the schema of are of the version the change begins: rows read
+// before its commit brought a reset (a TRUNCATE of a table added back),
+// and a parted transaction's read before its first part placed the
+// changes, name the version before, which would make the sink describe
+// the new one without them.
+func (cur *txn) rowsAt(ts model.Ts) {
+	var changed map[string]*source.Event
+	for _, d := range cur.ddls {
+		if changed == nil {
+			changed = map[string]*source.Event{}
+		}
+		changed[d.Table] = d
+	}
 	for i := range cur.events {
 		e := &cur.events[i]
-		e.CommitTs = rows
-		if v, ok := cur.since[e.Table]; ok {
-			e.TableVersion, e.SchemaVersion = v, cur.versions[e.Table]
+		e.CommitTs = ts
+		if d, ok := changed[e.Table]; ok {
+			e.TableVersion, e.SchemaVersion = d.CommitTs, d.SchemaVersion
 		}
 	}
 }
@@ -134,27 +145,12 @@ func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
 		cur.place(at)
 		return cur.rowsTs()
 	}
-	since := map[string]model.Ts{}
-	versions := map[string]uint64{}
 	for i, d := range cur.ddls {
-		d.CommitTs, d.TableVersion = ts, ts
-		since[d.Table], versions[d.Table] = ts, d.SchemaVersion
-		st := at.Tables[d.Table]
-		st.Since = ts
-		at.Tables = withTable(at.Tables, d.Table, st)
+		cur.version(at, d, ts)
 		if i < len(cur.ddls)-1 || len(cur.events) > 0 {
 			ts++
 		}
 	}
-	for i := range cur.events {
-		cur.events[i].CommitTs = ts
-		if v, ok := since[cur.events[i].Table]; ok {
-			// Rows read before the transaction's commit brought a reset
-			// (a TRUNCATE of a table added back) are of the version it
-			// begins: a row naming the version before would make the
-			// sink describe the new one without it.
-			cur.events[i].TableVersion, cur.events[i].SchemaVersion = v, versions[cur.events[i].Table]
-		}
-	}
+	cur.rowsAt(ts)
 	return ts
 }
