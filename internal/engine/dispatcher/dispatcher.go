@@ -67,6 +67,10 @@ type Config struct {
 	Idle      time.Duration
 	// Log receives the warnings of reads that fail; nil discards them.
 	Log *slog.Logger
+	// OnCopied, if set, is called once the partition's share of the
+	// initial snapshot is durable in the sink (from the sink's ack; it
+	// must not block).
+	OnCopied func()
 }
 
 // Dispatcher is one running partition.
@@ -331,6 +335,8 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 		wait, until, foreseen := d.quietFor()
 		if foreseen {
 			d.setQuiet(until)
+		} else if aw, ok := d.reader.(source.Awaiting); ok && aw.Awaiting() {
+			wait, idle = d.cfg.Idle, d.cfg.Idle
 		} else {
 			wait = idle
 			idle = min(2*idle, maxIdleFactor*d.cfg.Idle)
@@ -419,6 +425,7 @@ func splitTxns(evs []source.Event) ([]source.Event, []source.Event) {
 // ack marks a batch durable and moves the checkpoint over every durable
 // batch at the front: the checkpoint never passes an unflushed batch.
 func (d *Dispatcher) ack(b *inflightBatch, err error) {
+	copiedNow := false
 	d.mu.Lock()
 	if err != nil {
 		if d.failure == nil {
@@ -430,11 +437,15 @@ func (d *Dispatcher) ack(b *inflightBatch, err error) {
 			// max: a quiet stretch may have reported past a batch's end
 			// (never past an event: the batch holds none before it).
 			d.checkpoint = max(d.checkpoint, d.inflight[0].end)
+			copiedNow = copiedNow || !d.copied.Done && d.inflight[0].copied.Done
 			d.copied = d.inflight[0].copied
 			d.inflight = d.inflight[1:]
 		}
 	}
 	d.mu.Unlock()
+	if copiedNow && d.cfg.OnCopied != nil {
+		d.cfg.OnCopied()
+	}
 	select {
 	case d.acked <- struct{}{}:
 	default:

@@ -71,6 +71,9 @@ type Manager struct {
 	restartFeeds map[model.ChangefeedID]transport.Restart
 	restarts     map[model.ChangefeedID][]transport.Restart
 	wake         chan struct{}
+	// copiedSince are the changefeeds a dispatcher here finished its
+	// copy of since the last heartbeat (copied.go).
+	copiedSince map[model.ChangefeedID]bool
 }
 
 type managed struct {
@@ -164,7 +167,8 @@ func NewManager(cfg ManagerConfig) *Manager {
 		reads:   eventlog.NewClient(cfg.Transport, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, cfg.Self, cfg.Logs),
 		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
 		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
-		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1)}
+		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1),
+		copiedSince: map[model.ChangefeedID]bool{}}
 }
 
 type failedStart struct {
@@ -200,7 +204,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// waits on the network, not the CPU, and resting for it would
 		// delay the next hand-over (a split's pause).
 		took := time.Since(began)
-		if finals || time.Since(m.lastBeat) >= m.cfg.Interval {
+		if finals || time.Since(m.lastBeat) >= m.cfg.Interval || m.copiesEndedHere() {
 			m.heartbeat(ctx, st)
 		}
 		cluster.Rest(ctx, took)
@@ -208,6 +212,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ch:
 		case <-t.C:
 		case <-m.wake:
+		case <-m.copiesPending():
 		case <-ctx.Done():
 		}
 	}
@@ -463,8 +468,9 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	d, err := New(Config{
 		ID: id, Epoch: r.Route.Epoch, Span: r.Route.Span, Start: from, Copied: copied,
 		Source: f.src, Sink: f.sink, Now: f.src.Resolved,
-		Barrier: &tableBarrier{m: m, key: k, sink: f.sink},
-		Log:     m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
+		Barrier:  &tableBarrier{m: m, key: k, sink: f.sink},
+		Log:      m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
+		OnCopied: func() { m.copied(r.Route.Changefeed) },
 	})
 	if err != nil {
 		return err

@@ -51,6 +51,7 @@ func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
 		}
 	}
 	m.lastBeat = time.Now()
+	clear(m.copiedSince) // reported in this one
 	for _, r := range m.running {
 		rt := r.route.Route
 		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID,

@@ -65,7 +65,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		h.log.Warn("maintainer: dropped a heartbeat whose positions do not decode", "from", m.From, "err", err)
 		return
 	}
-	wake := false
+	wake, copiedNow := false, false
 	h.mu.Lock()
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
@@ -112,7 +112,14 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
+		copiedNow = copiedNow || next.Copy.Done && !cur.Copy.Done
 		rep.parts[pp.ID] = next
+	}
+	if copiedNow && !wake && snapshotEnded(routes, rep.parts, st.Progress[hb.Changefeed]) {
+		// The last copy of the initial snapshot: its end is persisted by
+		// the next pass (whatToSave), run now rather than at the next
+		// tick. Once per snapshot, however many partitions it has.
+		wake = true
 	}
 	for _, f := range hb.Failed {
 		if r, ok := st.Partitions[hb.Changefeed][f.ID]; ok && r.Route.Epoch == f.Epoch && r.Route.Node == m.From {
@@ -133,6 +140,21 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		default:
 		}
 	}
+}
+
+// snapshotEnded says every partition of routes has copied its share of
+// the initial snapshot, as heard or, where not heard yet, as persisted.
+func snapshotEnded(routes map[string]meta.RouteRecord, heard map[string]model.Progress, saved map[string]meta.ProgressRecord) bool {
+	for pid := range routes {
+		p, ok := heard[pid]
+		if !ok {
+			p = saved[pid].Progress
+		}
+		if !p.Copy.Done {
+			return false
+		}
+	}
+	return true
 }
 
 // positions merges, for every partition of the routing table, what the

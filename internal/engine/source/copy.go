@@ -467,6 +467,13 @@ func (r *CopyReader) maybeFetch() {
 // range. r.mu is held.
 func (r *CopyReader) nextFrom() (model.CopyProgress, bool) {
 	from := r.copied
+	if len(r.out) > 0 {
+		// A chunk's rows are going out: what is copied is through it once
+		// they have. A fetch begun while it was in flight starts there.
+		if from = r.next; from.Done {
+			return from, false
+		}
+	}
 	if n := len(r.chunks); n > 0 {
 		last := r.chunks[n-1]
 		if !last.Full {
@@ -513,6 +520,20 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 	if c != nil && c.Limit > 0 {
 		r.limit = nextChunkRows(c, r.o.ChunkRows)
 	}
+	if err == nil && registered != nil && r.ctx.Err() == nil {
+		// The next chunk is read while this one waits for its high
+		// watermark, not when the dispatcher next calls (it may be
+		// backing off).
+		r.maybeFetch()
+	}
+}
+
+// Awaiting implements source.Awaiting: a chunk is read and its high
+// watermark on its way through the stream, or a fetch is under way.
+func (r *CopyReader) Awaiting() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fetching || len(r.chunks) > 0
 }
 
 // release gives back the slot a chunk in flight held on this node.

@@ -107,6 +107,14 @@ type Lookahead interface {
 	NextAt() (model.Ts, bool)
 }
 
+// Awaiting is a Reader that knows events are on their way to it (an
+// initial snapshot's chunk being read, or its watermarks coming through
+// the stream): while it is, a dispatcher with nothing to read polls it
+// at its base interval instead of backing off.
+type Awaiting interface {
+	Awaiting() bool
+}
+
 // DDLSchedule is a source that knows when a table's next DDL commits.
 type DDLSchedule interface {
 	// NextDDL is the commit ts of the table's first DDL after ts; false
