@@ -357,7 +357,7 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 	// The rows' strings and values are cut from a few large blocks, not
 	// allocated one by one (decoding was most of a read's CPU); a block
 	// is never written again once cut from, so the strings stay valid.
-	var a arena
+	var a source.Arena
 	var out []source.Event
 	same := 0 // rows of the span at the last row's position
 	for it.First(); it.Valid(); it.Next() {

@@ -7,7 +7,6 @@ package eventlog
 import (
 	"encoding/binary"
 	"errors"
-	"unsafe"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -117,7 +116,7 @@ func appendValues(b []byte, vs []source.Value) []byte {
 
 type decoder struct {
 	b   []byte
-	a   *arena
+	a   *source.Arena
 	err error
 }
 
@@ -150,7 +149,7 @@ func (d *decoder) string() string {
 		d.err = errors.New("event log: corrupt row")
 		return ""
 	}
-	s := d.a.string(d.b[:n])
+	s := d.a.String(d.b[:n])
 	d.b = d.b[n:]
 	return s
 }
@@ -164,7 +163,7 @@ func (d *decoder) values() []source.Value {
 		d.err = errors.New("event log: corrupt row") // each value takes a byte at least
 		return nil
 	}
-	out := d.a.values(int(n - 1))
+	out := d.a.Values(int(n - 1))
 	for i := range out {
 		switch d.byte() {
 		case valNull:
@@ -178,51 +177,9 @@ func (d *decoder) values() []source.Value {
 	return out
 }
 
-// arena hands out the strings and value slices of one read's rows from
-// blocks, each twice the last up to a limit (a read of one row takes a
-// small one). A block is only ever appended to, so a string made over
-// its bytes never changes; a value slice is cut with its capacity at its
-// length, so appending to it copies instead of reaching a neighbour.
-type arena struct {
-	buf  []byte
-	vals []source.Value
-}
-
-const (
-	arenaBytes  = 64 << 10
-	arenaValues = 1024
-)
-
-func (a *arena) string(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if len(b) > arenaBytes/8 {
-		return string(b) // a large value: its own allocation
-	}
-	if cap(a.buf)-len(a.buf) < len(b) {
-		a.buf = make([]byte, 0, max(min(2*cap(a.buf), arenaBytes), 1024, len(b)))
-	}
-	at := len(a.buf)
-	a.buf = append(a.buf, b...)
-	return unsafe.String(&a.buf[at], len(b))
-}
-
-func (a *arena) values(n int) []source.Value {
-	if n > arenaValues/8 {
-		return make([]source.Value, n)
-	}
-	if cap(a.vals)-len(a.vals) < n {
-		a.vals = make([]source.Value, 0, max(min(2*cap(a.vals), arenaValues), 16, n))
-	}
-	at := len(a.vals)
-	a.vals = a.vals[:at+n]
-	return a.vals[at : at+n : at+n]
-}
-
 // decodeKey decodes a row's head up to its key: enough to tell whether
 // a span holds it before its values are decoded.
-func (l *Log) decodeKey(a *arena, table string, ts model.Ts, seq uint32, b []byte) (source.Event, decoder, error) {
+func (l *Log) decodeKey(a *source.Arena, table string, ts model.Ts, seq uint32, b []byte) (source.Event, decoder, error) {
 	d := decoder{b: b, a: a} // returned by value: a pointer was an allocation per row
 	id := d.uvarint()
 	e := source.Event{Kind: source.KindDML, Table: table, CommitTs: ts}

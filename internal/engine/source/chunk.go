@@ -90,6 +90,7 @@ type Chunk struct {
 
 	text    []byte   // AddRow's buffer
 	keyVals []string // and its key's values
+	arena   Arena    // the rows' text and values
 
 	open    bool            // the low watermark was met
 	dropped map[string]bool // keys the stream changed in the window
@@ -107,15 +108,16 @@ func NewChunk(table string, def *TableDef, limit int) *Chunk {
 // bytes in column order (nil is NULL), keyIdx the key columns' positions
 // (none for a table without a key) and types the key's column types as
 // routing encodes them. The row's text is one string, its values slices
-// of it: a chunk of 65,536 rows is then 65,536 allocations for the text,
-// not one per value.
+// of it, both cut from the chunk's arena: a chunk of 65,536 rows makes a
+// few allocations for them, not one per row (with one per row they were
+// a third of a MySQL snapshot's read).
 func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 	c.text = c.text[:0]
 	for _, v := range raw {
 		c.text = append(c.text, v...)
 	}
-	all := string(c.text)
-	vals := make([]Value, len(raw))
+	all := c.arena.String(c.text)
+	vals := c.arena.Values(len(raw))
 	c.Bytes += 128 + 40*len(raw) + len(all) // the event, its values and their text
 	off := 0
 	for i, v := range raw {

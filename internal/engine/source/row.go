@@ -13,6 +13,7 @@ type (
 	Event     = row.Event
 
 	TxnSummary = row.TxnSummary
+	Arena      = row.Arena
 	TableCount = row.TableCount
 )
 

@@ -1,34 +1,32 @@
-package eventlog
+package row
 
 import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // The arena's strings and value slices never change once handed out,
 // whatever is cut after them: blocks are only appended to, and a slice
 // appended to by its reader copies instead of reaching its neighbour.
 func TestTheArenaNeverReusesWhatItHandedOut(t *testing.T) {
-	var a arena
+	var a Arena
 	var strs, want []string
-	var slices [][]source.Value
+	var slices [][]Value
 	for i := 0; i < 5000; i++ {
 		s := fmt.Sprintf("%d:%s", i, strings.Repeat("x", i%300))
 		if i%97 == 0 {
 			s = strings.Repeat("y", arenaBytes/4) // beyond a block's share: its own
 		}
 		b := []byte(s)
-		strs = append(strs, a.string(b))
+		strs = append(strs, a.String(b))
 		want = append(want, s)
 		copy(b, strings.Repeat("z", len(b))) // the caller's bytes change (pebble's do)
-		vs := a.values(i%7 + 1)
-		vs[0] = source.Text(s)
+		vs := a.Values(i%7 + 1)
+		vs[0] = Text(s)
 		slices = append(slices, vs)
 		if i%5 == 0 {
-			_ = append(vs, source.Null) // a reader appending to its slice
+			_ = append(vs, Null) // a reader appending to its slice
 		}
 	}
 	for i := range strs {
