@@ -26,7 +26,7 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 		return slices.IndexFunc(cols, func(c col) bool { return strings.EqualFold(c.def.Name, name) })
 	}
 	made := func(c colDef, keyPos int) (col, bool) {
-		typ := c.typ
+		typ := asCatalog(c.typ, flavor)
 		if typ == "json" && flavor == "mariadb" {
 			typ = "longtext" // MariaDB's JSON is a LONGTEXT with a check
 		}
@@ -156,3 +156,47 @@ func withoutWidth(typ string) string {
 	}
 	return t
 }
+
+// asCatalog writes an integer or YEAR type as the server's catalog does,
+// so that a column's type reads the same whether the schema history or
+// the catalog gave it (a sink's schema files showed "int" and "int(11)"
+// for one column): MariaDB with a display width, the statement's or the
+// type's default ("int(11)", "int(10) unsigned", "year(4)"); MySQL 8
+// without one, except TINYINT(1) and a ZEROFILL column's. Any other type
+// is as it is.
+func asCatalog(typ, flavor string) string {
+	if typ == "year" && flavor == "mariadb" {
+		return "year(4)"
+	}
+	head, rest, _ := strings.Cut(typ, " ")
+	name, width, hasWidth := strings.Cut(head, "(")
+	widths, ok := intWidths[name]
+	if !ok {
+		return typ
+	}
+	width = strings.TrimSuffix(width, ")")
+	unsigned := strings.Contains(rest, "unsigned")
+	switch {
+	case flavor == "mariadb" || strings.Contains(rest, "zerofill"):
+		if !hasWidth {
+			width = widths[0]
+			if unsigned {
+				width = widths[1]
+			}
+		}
+	case name == "tinyint" && width == "1":
+	default:
+		width = ""
+	}
+	if width != "" {
+		name += "(" + width + ")"
+	}
+	if rest != "" {
+		name += " " + rest
+	}
+	return name
+}
+
+// intWidths are the integer types' default display widths, signed and
+// unsigned.
+var intWidths = map[string][2]string{"tinyint": {"4", "3"}, "smallint": {"6", "5"}, "mediumint": {"9", "8"}, "int": {"11", "10"}, "bigint": {"20", "20"}}

@@ -52,10 +52,10 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		stmt, want string
 		def        func() (string, bool)
 	}{
-		{stmt: "ALTER TABLE orders ADD COLUMN extra INT", want: "id bigint(20) not null key1, note varchar(20), qty int(11), extra int"},
+		{stmt: "ALTER TABLE orders ADD COLUMN extra INT", want: "id bigint(20) not null key1, note varchar(20), qty int(11), extra int(11)"},
 		{stmt: "alter table `shop`.`orders` add `when` DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) AFTER id", want: "id bigint(20) not null key1, when datetime(6) not null, note varchar(20), qty int(11)"},
-		{stmt: "ALTER TABLE orders ADD COLUMN a TINYINT UNSIGNED FIRST, ADD b DECIMAL, ADD c FLOAT(30), ADD d BOOL DEFAULT -1 COMMENT 'x, y'", want: "a tinyint unsigned, id bigint(20) not null key1, note varchar(20), qty int(11), b decimal(10,0), c double, d tinyint"},
-		{stmt: "ALTER TABLE orders ADD (x INT NOT NULL, y ENUM('a','b''c') CHARACTER SET latin1)", want: "id bigint(20) not null key1, note varchar(20), qty int(11), x int not null, y enum('a','b''c') latin1"},
+		{stmt: "ALTER TABLE orders ADD COLUMN a TINYINT UNSIGNED FIRST, ADD b DECIMAL, ADD c FLOAT(30), ADD d BOOL DEFAULT -1 COMMENT 'x, y'", want: "a tinyint(3) unsigned, id bigint(20) not null key1, note varchar(20), qty int(11), b decimal(10,0), c double, d tinyint(1)"},
+		{stmt: "ALTER TABLE orders ADD (x INT NOT NULL, y ENUM('a','b''c') CHARACTER SET latin1)", want: "id bigint(20) not null key1, note varchar(20), qty int(11), x int(11) not null, y enum('a','b''c') latin1"},
 		{stmt: "ALTER TABLE orders DROP COLUMN note, DROP IF EXISTS nothing", want: "id bigint(20) not null key1, qty int(11)"},
 		{stmt: "ALTER TABLE orders MODIFY note VARCHAR(60) NOT NULL", want: "id bigint(20) not null key1, note varchar(60) not null, qty int(11)", def: utf8},
 		{stmt: "ALTER TABLE orders MODIFY note VARCHAR(60)", want: "id bigint(20) not null key1, note varchar(60) latin1, qty int(11)", def: latin1},
@@ -392,5 +392,33 @@ func TestAnOnlineSchemaChangesSwapIsToldFromOtherRenames(t *testing.T) {
 	}
 	if got := asTables("alter table _orders_new add x int", "shop._orders_new", "shop.orders"); got != "alter table orders add x int" {
 		t.Fatalf("as the table's: %s", got)
+	}
+}
+
+// An integer's (and YEAR's) type is written as the flavor's catalog
+// writes it. MariaDB's forms are checked against a server by
+// TestTheHistoryWritesTypesAsTheCatalogDoes; MySQL 8's (8.0.19 on: no
+// display width but TINYINT(1)'s and a ZEROFILL column's) are from its
+// manual, with no MySQL 8 server here to ask.
+func TestIntegerTypesAreWrittenAsTheFlavorsCatalogDoes(t *testing.T) {
+	for _, c := range []struct{ typ, mariadb, mysql string }{
+		{"int", "int(11)", "int"},
+		{"int(11)", "int(11)", "int"},
+		{"int(5) unsigned", "int(5) unsigned", "int unsigned"},
+		{"tinyint(1)", "tinyint(1)", "tinyint(1)"},
+		{"tinyint unsigned", "tinyint(3) unsigned", "tinyint unsigned"},
+		{"bigint unsigned", "bigint(20) unsigned", "bigint unsigned"},
+		{"smallint unsigned zerofill", "smallint(5) unsigned zerofill", "smallint(5) unsigned zerofill"},
+		{"mediumint(3) unsigned zerofill", "mediumint(3) unsigned zerofill", "mediumint(3) unsigned zerofill"},
+		{"year", "year(4)", "year"},
+		{"decimal(10,0)", "decimal(10,0)", "decimal(10,0)"},
+		{"varchar(20)", "varchar(20)", "varchar(20)"},
+	} {
+		if got := asCatalog(c.typ, "mariadb"); got != c.mariadb {
+			t.Errorf("%s on MariaDB: %s, want %s", c.typ, got, c.mariadb)
+		}
+		if got := asCatalog(c.typ, "mysql"); got != c.mysql {
+			t.Errorf("%s on MySQL: %s, want %s", c.typ, got, c.mysql)
+		}
 	}
 }

@@ -7,7 +7,8 @@ import (
 
 // dataType reads a column's type as the catalog writes it: the base
 // name in lower case with aliases resolved, its arguments, UNSIGNED and
-// ZEROFILL; integer display widths left out (MySQL 8 drops them too).
+// ZEROFILL; an integer's display width as the statement gives it (the
+// server's own default is the flavor's: asCatalog).
 func (r *alterReader) dataType() (typ string, textual bool, charset string, ok bool) {
 	t := r.peek(0)
 	if t.kind != 'w' {
@@ -76,9 +77,12 @@ func (r *alterReader) dataType() (typ string, textual bool, charset string, ok b
 		if alias, ok := intAliases[base]; ok {
 			base = alias
 		}
-		typ = base
+		if len(args) > 1 {
+			return "", false, "", false
+		}
+		typ = withArgs(base)
 	case "bool", "boolean":
-		typ = "tinyint"
+		typ = "tinyint(1)"
 	case "serial":
 		return "", false, "", false // BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE: the catalog's word
 	case "decimal", "dec", "numeric", "fixed":

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -136,4 +137,75 @@ func TestRowsBehindSeveralAltersAreDecodedWithTheirOwnSchemaWithoutRowMetadata(t
 	if a, b := strings.Join(names(evs3, false, "id", "price", "memo", "qty"), "\n"), strings.Join(names(after, false, "id", "price", "memo", "qty"), "\n"); a != b {
 		t.Fatalf("read from after the rename:\n%s\nlive:\n%s", a, b)
 	}
+}
+
+// A column's type reads the same whether the schema history gave it (a
+// reader behind a later change) or the catalog did: the history wrote
+// "int" where MariaDB's catalog has "int(11)", and a sink's schema files
+// showed both for one column as readers restarted. The history's types
+// of one statement's columns, read from behind a later change, equal what
+// the catalog said right after it.
+func TestTheHistoryWritesTypesAsTheCatalogDoes(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "t", nil, "CREATE TABLE t (id BIGINT PRIMARY KEY)")
+	exec(t, up.dsn, `ALTER TABLE t ADD COLUMN a INT, ADD b INT UNSIGNED, ADD c INT(5), ADD d TINYINT(1), ADD e BOOL,
+		ADD f BIGINT UNSIGNED, ADD g SMALLINT ZEROFILL, ADD h MEDIUMINT, ADD i TINYINT, ADD j INTEGER, ADD k INT4 UNSIGNED,
+		ADD l MEDIUMINT(3) UNSIGNED ZEROFILL, ADD m DECIMAL(12,3), ADD n FLOAT, ADD o DOUBLE, ADD p VARCHAR(10), ADD q DATETIME(6),
+		ADD r TIME, ADD s YEAR, ADD u BIT(3), ADD v ENUM('x','y'), ADD w SET('a','b'), ADD x CHAR(2), ADD y BINARY(4)`)
+	want := catalogTypes(t, up.dsn, "t")
+	exec(t, up.dsn, "ALTER TABLE t DROP COLUMN y") // the catalog moves on
+
+	other := up.cfg
+	other.ServerID = 79 // beside the live reader
+	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
+	waitResolved(t, behind)
+	evs, _, held := behind.state()
+	if len(held) != 0 {
+		t.Fatalf("held: %v", held)
+	}
+	var first *source.Event
+	for i := range evs {
+		if evs[i].Kind == source.KindDDL {
+			first = &evs[i]
+			break
+		}
+	}
+	if first == nil {
+		t.Fatal("no schema change read")
+	}
+	var got []string
+	for _, c := range first.Def.Columns {
+		got = append(got, c.Name+" "+c.Type)
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("the history's types:\n%s\nthe catalog's:\n%s", strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+}
+
+// catalogTypes are a table's columns and their types as the catalog
+// writes them.
+func catalogTypes(t *testing.T, dsn, table string) []string {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, name+" "+typ)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -81,9 +81,8 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	waitResolved(t, resumed)
 	wantMid := strings.Join([]string{
 		"INSERT [3 three]",
-		// (From the statement: the history writes types without display
-		// widths, the catalog with them.)
-		"DDL v1 (id bigint(20), note varchar(40), qty int): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
+		// (From the statement, with the types as the catalog writes them.)
+		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
 		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
 		"DDL v2 (id bigint(20), note varchar(40), qty int(11), later int(11)): ALTER TABLE orders ADD COLUMN later INT",
 	}, "\n")
