@@ -381,11 +381,13 @@ func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows i
 			if n := len(out); n == 0 || out[n-1].CommitTs != ts {
 				same = 0
 			}
-			if out == nil {
-				// Not from one: a read of thousands of rows copied them
-				// again at every doubling. Not of maxRows either: most
-				// reads of a changefeed of many tables find a row or two.
-				out = make([]source.Event, 0, min(maxRows, 32))
+			if len(out) == cap(out) {
+				// Not from one, nor by doubling: a read of thousands of
+				// rows copied them again at every doubling (a twentieth
+				// of a streaming run's CPU). Not of maxRows at once
+				// either: most reads of a changefeed of many tables find
+				// a row or two.
+				out = slices.Grow(out, max(min(maxRows, 8*cap(out)), 2*cap(out), 32)-len(out))
 			}
 			out = append(out, e)
 			same++

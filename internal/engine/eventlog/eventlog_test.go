@@ -328,3 +328,34 @@ func TestNumbersNothingUnlessAsked(t *testing.T) {
 		t.Fatalf("rows %+v", evs)
 	}
 }
+
+// A read that reaches its most rows inside a position's rows goes on to
+// that position's end, or a read's worth of them: up to twice the rows
+// asked, in one slice that grows in a few steps (a streaming benchmark
+// found the growth's arithmetic asking for a negative capacity there).
+func TestAReadPastItsMostRowsKeepsItsPositionsRows(t *testing.T) {
+	l, err := Open("", 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const most = 300
+	var evs []source.Event
+	for i := 1; i < most; i++ {
+		evs = append(evs, row(model.Ts(i), fmt.Sprintf("a%04d", i), source.OpInsert, v1))
+	}
+	for i := 0; i < 2*most; i++ {
+		evs = append(evs, row(model.Ts(most), fmt.Sprintf("b%04d", i), source.OpInsert, v1))
+	}
+	if err := l.Append(evs); err != nil {
+		t.Fatal(err)
+	}
+	l.Resolve(most)
+	got, cur, err := l.Read(model.Span{Table: "public.t"}, after(0), most, most)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2*most-1 || got[len(got)-1].Key != fmt.Sprintf("b%04d", most-1) || !cur.Inside() {
+		t.Fatalf("read %d rows up to %+v, the last %q; want %d, the last b%04d, inside position %d", len(got), cur, got[len(got)-1].Key, 2*most-1, most-1, most)
+	}
+}

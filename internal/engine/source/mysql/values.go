@@ -144,15 +144,38 @@ func (c column) text(v any) (source.Value, error) {
 // if it has any, zeros too (the layout's fraction truncates, as the
 // server's stored digits are already cut to the column's).
 func (c column) datetime(t time.Time) string {
-	layout := datetimeLayout[:19]
-	if c.width > 0 {
-		layout = datetimeLayout[:20+min(c.width, 6)]
+	// Digit by digit: time.AppendFormat's layout interpretation was most
+	// of a DATETIME's decoding. The fraction is cut, as the layout
+	// ".000000"[:1+width] cut it, not rounded.
+	t = t.UTC()
+	y, mo, d := t.Date()
+	h, mi, s := t.Clock()
+	var b [26]byte
+	put := func(at, v, n int) {
+		for i := at + n - 1; i >= at; i-- {
+			b[i] = byte('0' + v%10)
+			v /= 10
+		}
 	}
-	var b [len(datetimeLayout)]byte
-	return string(t.UTC().AppendFormat(b[:0], layout))
+	put(0, y, 4)
+	b[4] = '-'
+	put(5, int(mo), 2)
+	b[7] = '-'
+	put(8, d, 2)
+	b[10] = ' '
+	put(11, h, 2)
+	b[13] = ':'
+	put(14, mi, 2)
+	b[16] = ':'
+	put(17, s, 2)
+	n := 19
+	if w := min(c.width, 6); w > 0 {
+		b[19] = '.'
+		put(20, t.Nanosecond()/1000, 6)
+		n = 20 + w
+	}
+	return string(b[:n])
 }
-
-const datetimeLayout = "2006-01-02 15:04:05.000000"
 
 // decode turns a string column's bytes into what the server sends for
 // them: latin1 is MySQL's cp1252, recoded to UTF-8; a BINARY(n) is

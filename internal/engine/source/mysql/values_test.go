@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -31,6 +32,21 @@ func TestADatetimeIsWrittenWithItsColumnsDigits(t *testing.T) {
 		}
 		if v.Text != c.want {
 			t.Errorf("%s %v: %q, want %q", c.typ, c.at, v.Text, c.want)
+		}
+	}
+	// Written digit by digit: the same as time's layout writes it, the
+	// fraction cut to the column's digits.
+	const layout = "2006-01-02 15:04:05.000000"
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		at := time.Date(1+r.IntN(9999), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60), r.IntN(1e9), time.UTC)
+		width := r.IntN(7)
+		want := at.Format(layout[:19])
+		if width > 0 {
+			want = at.Format(layout[:20+width])
+		}
+		if got := (column{width: width}).datetime(at); got != want {
+			t.Fatalf("%v with %d digits: %q, want %q", at, width, got, want)
 		}
 	}
 }
