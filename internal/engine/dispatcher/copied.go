@@ -9,13 +9,14 @@ import (
 // The end of an initial snapshot is shown (changefeed get, a runbook
 // waiting for it) once its maintainer persists that every partition has
 // copied. The last copy on a node is reported at once rather than at
-// the next heartbeat (up to Interval later): a heartbeat carries every
-// position of the node, so this is done at most once per changefeed per
-// node, when the node's last copying partition of it is done, and
-// looked for at most every earlyBeatGap.
+// the next heartbeat (up to Interval later), in a message to that
+// changefeed's maintainer alone: once per changefeed per node, when the
+// node's last copying partition of it is done. The node looks for such
+// ends at most every earlyBeatGap, so that thousands of one-table
+// changefeeds ending their copies one after another cost a few scans of
+// its partitions a second, not one each.
 
-// earlyBeatGap is the least time between a heartbeat and one sent early
-// for the end of a node's copies.
+// earlyBeatGap is the least time between two early heartbeats.
 const earlyBeatGap = 100 * time.Millisecond
 
 // copied records that a dispatcher of cf here finished its copy, and
@@ -38,20 +39,22 @@ func (m *Manager) copiesPending() <-chan time.Time {
 	if len(m.copiedSince) == 0 {
 		return nil
 	}
-	return time.After(max(earlyBeatGap-time.Since(m.lastBeat), 0))
+	return time.After(max(earlyBeatGap-time.Since(m.lastEarly), 0))
 }
 
-// copiesEndedHere says a changefeed's last copying partition here
-// finished since the last heartbeat, and that heartbeat was at least
-// earlyBeatGap ago; the regular heartbeat reports any other.
-func (m *Manager) copiesEndedHere() bool {
+// copiesEndedHere returns the changefeeds whose last copying partition
+// here finished since the last heartbeat, if the last early heartbeat
+// was at least earlyBeatGap ago (else nil, and they wait their turn);
+// the regular heartbeat reports any other.
+func (m *Manager) copiesEndedHere() map[model.ChangefeedID]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.copiedSince) == 0 || time.Since(m.lastBeat) < earlyBeatGap {
-		return false
+	if len(m.copiedSince) == 0 || time.Since(m.lastEarly) < earlyBeatGap {
+		return nil
 	}
 	ended := m.copiedSince
 	m.copiedSince = map[model.ChangefeedID]bool{}
+	m.lastEarly = time.Now()
 	for _, r := range m.running {
 		cf := r.route.Route.Changefeed
 		if ended[cf] {
@@ -60,5 +63,8 @@ func (m *Manager) copiesEndedHere() bool {
 			}
 		}
 	}
-	return len(ended) > 0
+	if len(ended) == 0 {
+		return nil
+	}
+	return ended
 }

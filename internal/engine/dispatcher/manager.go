@@ -72,8 +72,10 @@ type Manager struct {
 	restarts     map[model.ChangefeedID][]transport.Restart
 	wake         chan struct{}
 	// copiedSince are the changefeeds a dispatcher here finished its
-	// copy of since the last heartbeat (copied.go).
+	// copy of since the last heartbeat; lastEarly, when the last early
+	// heartbeat went (copied.go).
 	copiedSince map[model.ChangefeedID]bool
+	lastEarly   time.Time
 }
 
 type managed struct {
@@ -204,8 +206,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		// waits on the network, not the CPU, and resting for it would
 		// delay the next hand-over (a split's pause).
 		took := time.Since(began)
-		if finals || time.Since(m.lastBeat) >= m.cfg.Interval || m.copiesEndedHere() {
+		if finals || time.Since(m.lastBeat) >= m.cfg.Interval {
 			m.heartbeat(ctx, st)
+		} else if ended := m.copiesEndedHere(); ended != nil {
+			m.beat(ctx, st, ended)
 		}
 		cluster.Rest(ctx, took)
 		select {

@@ -40,31 +40,48 @@ func (f *final) acked(st *meta.State) bool {
 // heartbeat sends each changefeed's maintainer one message with the
 // position of every partition of the changefeed running here, and every
 // final position not yet acknowledged; acknowledged ones are forgotten.
-func (m *Manager) heartbeat(ctx context.Context, st *meta.State) {
+func (m *Manager) heartbeat(ctx context.Context, st *meta.State) { m.beat(ctx, st, nil) }
+
+// beat is heartbeat; with only, the messages of those changefeeds alone,
+// with their positions and finals (an early one, copied.go: failed
+// starts, recoveries and restarts wait for the regular one).
+func (m *Manager) beat(ctx context.Context, st *meta.State, only map[model.ChangefeedID]bool) {
 	byFeed := map[model.ChangefeedID][]transport.PartitionProgress{}
 	failed := map[model.ChangefeedID][]transport.FailedStart{}
 	m.mu.Lock()
-	for _, f := range m.failed {
-		failed[f.cf] = append(failed[f.cf], f.FailedStart)
-		if _, ok := byFeed[f.cf]; !ok {
-			byFeed[f.cf] = nil
+	if only == nil {
+		for _, f := range m.failed {
+			failed[f.cf] = append(failed[f.cf], f.FailedStart)
+			if _, ok := byFeed[f.cf]; !ok {
+				byFeed[f.cf] = nil
+			}
 		}
+		m.lastBeat = time.Now()
+		clear(m.copiedSince) // reported in this one
 	}
-	m.lastBeat = time.Now()
-	clear(m.copiedSince) // reported in this one
 	for _, r := range m.running {
 		rt := r.route.Route
+		if only != nil && !only[rt.Changefeed] {
+			continue
+		}
 		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID,
 			Progress: progressOf(r.d, m.self, rt.Epoch)})
 	}
 	for k, f := range m.finals {
+		if only != nil && !only[f.cf] {
+			continue
+		}
 		if f.acked(st) {
 			delete(m.finals, k)
 			continue
 		}
 		byFeed[f.cf] = append(byFeed[f.cf], transport.PartitionProgress{ID: f.pid, Progress: f.p})
 	}
-	recover, restarts := m.requests(st), m.restartsToReport()
+	var recover map[model.ChangefeedID][]transport.RecoverRequest
+	var restarts map[model.ChangefeedID][]transport.Restart
+	if only == nil {
+		recover, restarts = m.requests(st), m.restartsToReport()
+	}
 	for cf := range recover {
 		if _, ok := byFeed[cf]; !ok {
 			byFeed[cf] = nil
