@@ -10,7 +10,7 @@ import (
 
 // startDB starts a PostgreSQL server (with settings) for the test, with
 // an empty database db.
-func startDB(t *testing.T, db string, settings ...string) *pgserver.Server {
+func startDB(t testing.TB, db string, settings ...string) *pgserver.Server {
 	t.Helper()
 	ctx := context.Background()
 	srv, err := pgserver.Start(ctx, filepath.Join(t.TempDir(), "pg"), 0, settings...)
