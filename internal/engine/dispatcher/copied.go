@@ -20,11 +20,13 @@ import (
 const earlyBeatGap = 100 * time.Millisecond
 
 // copied records that a dispatcher of cf here finished its copy, and
-// wakes the loop to see whether it was the node's last one.
+// wakes the loop to see whether it was the node's last one. It is called
+// from a sink's acknowledgement, which a sink may make while the manager
+// holds m.mu (closing the sink), so it takes only copiedMu.
 func (m *Manager) copied(cf model.ChangefeedID) {
-	m.mu.Lock()
+	m.copiedMu.Lock()
 	m.copiedSince[cf] = true
-	m.mu.Unlock()
+	m.copiedMu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -34,8 +36,8 @@ func (m *Manager) copied(cf model.ChangefeedID) {
 // copiesPending fires when a copy that ended here may be the node's last
 // of its changefeed and is not reported yet: nil if none is.
 func (m *Manager) copiesPending() <-chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.copiedMu.Lock()
+	defer m.copiedMu.Unlock()
 	if len(m.copiedSince) == 0 {
 		return nil
 	}
@@ -47,14 +49,17 @@ func (m *Manager) copiesPending() <-chan time.Time {
 // was at least earlyBeatGap ago (else nil, and they wait their turn);
 // the regular heartbeat reports any other.
 func (m *Manager) copiesEndedHere() map[model.ChangefeedID]bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.copiedMu.Lock()
 	if len(m.copiedSince) == 0 || time.Since(m.lastEarly) < earlyBeatGap {
+		m.copiedMu.Unlock()
 		return nil
 	}
 	ended := m.copiedSince
 	m.copiedSince = map[model.ChangefeedID]bool{}
 	m.lastEarly = time.Now()
+	m.copiedMu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, r := range m.running {
 		cf := r.route.Route.Changefeed
 		if ended[cf] {

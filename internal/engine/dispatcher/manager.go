@@ -73,7 +73,9 @@ type Manager struct {
 	wake         chan struct{}
 	// copiedSince are the changefeeds a dispatcher here finished its
 	// copy of since the last heartbeat; lastEarly, when the last early
-	// heartbeat went (copied.go).
+	// heartbeat went (copied.go). Under copiedMu, taken after mu when
+	// both are.
+	copiedMu    sync.Mutex
 	copiedSince map[model.ChangefeedID]bool
 	lastEarly   time.Time
 }

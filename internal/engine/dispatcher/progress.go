@@ -57,7 +57,9 @@ func (m *Manager) beat(ctx context.Context, st *meta.State, only map[model.Chang
 			}
 		}
 		m.lastBeat = time.Now()
+		m.copiedMu.Lock()
 		clear(m.copiedSince) // reported in this one
+		m.copiedMu.Unlock()
 	}
 	for _, r := range m.running {
 		rt := r.route.Route
