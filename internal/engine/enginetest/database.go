@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -56,6 +57,24 @@ func (c *Cluster) WaitSnapshot(cf model.ChangefeedID) {
 	c.Eventually("the initial snapshot of "+string(cf)+" to finish", 2*time.Minute, func() bool {
 		return strings.HasPrefix(c.CopySummary(cf), "done")
 	})
+}
+
+// TimeSnapshot creates changefeed id of sourceURI into files in dir
+// (flushed every 100 ms) with parts partitions, waits until its initial
+// snapshot is done, checks that it copied rows rows, removes it, and
+// returns how long creation to done took: what the snapshot benchmarks
+// of the database sources measure.
+func (c *Cluster) TimeSnapshot(id model.ChangefeedID, sourceURI, dir string, parts, rows int) time.Duration {
+	c.T.Helper()
+	began := time.Now()
+	c.CreateChangefeed(string(id), sourceURI, "file://"+dir+"?flush-interval=100ms", parts)
+	c.WaitSnapshot(id)
+	took := time.Since(began)
+	if s := c.CopySummary(id); !strings.Contains(s, fmt.Sprintf("(%d rows copied)", rows)) {
+		c.T.Fatalf("the snapshot of %s says %q, want %d rows copied", id, s, rows)
+	}
+	c.RemoveChangefeed(id)
+	return took
 }
 
 // VerifyDatabase waits until a changefeed's checkpoint passes end (the
