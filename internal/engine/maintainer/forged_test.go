@@ -31,8 +31,7 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 			"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
 		}},
 	}
-	hub := transport.NewHub()
-	h := NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := hostOn(st)
 	report := func(at time.Time) {
 		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
 			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: model.TsFromTime(at), Epoch: 3}}}})
@@ -62,4 +61,11 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 	if got := heard(); got != model.TsFromTime(now.Add(time.Second)) {
 		t.Fatalf("a report 1 s ahead (clock skew) was refused: %v", got)
 	}
+}
+
+// hostOn is the maintainer host of node n2 over a fixed state st, with
+// nothing running: for tests of what it makes of the messages it hears.
+func hostOn(st *meta.State) *Host {
+	hub := transport.NewHub()
+	return NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }

@@ -2,13 +2,9 @@ package maintainer
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/cluster"
-	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -35,8 +31,7 @@ func TestTheLastCopyOfASnapshotWakesThePass(t *testing.T) {
 			"p3": {Progress: model.Progress{Checkpoint: 5, Node: "n1", Epoch: 1, Copy: model.CopyProgress{Done: true}}},
 		}},
 	}
-	hub := transport.NewHub()
-	h := NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := hostOn(st)
 	at := model.TsFromTime(time.Now())
 	woke := func(p1, p2 bool) bool {
 		t.Helper()
