@@ -133,7 +133,8 @@ type ManagerConfig struct {
 	// directly. Nil: every read goes through the transport.
 	Logs *eventlog.Server
 	Log  *slog.Logger
-	// Interval between heartbeats (zero: 500 ms).
+	// Interval is the most time between heartbeats (zero: 500 ms); a
+	// node running few partitions beats more often (beatEvery).
 	Interval time.Duration
 	// HandoverTimeout bounds how long a graceful stop waits for the final
 	// positions to be persisted before it leaves anyway (the partitions
@@ -197,7 +198,7 @@ func (m *Manager) Abort() {
 func (m *Manager) Run(ctx context.Context) error {
 	m.tr.Handle(transport.TopicRecoverAnswer, m.onRecoverAnswer)
 	defer m.tr.Handle(transport.TopicRecoverAnswer, nil)
-	t := time.NewTicker(m.cfg.Interval)
+	t := time.NewTimer(m.cfg.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
 		ch := m.view.Changed()
@@ -208,12 +209,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		// waits on the network, not the CPU, and resting for it would
 		// delay the next hand-over (a split's pause).
 		took := time.Since(began)
-		if finals || time.Since(m.lastBeat) >= m.cfg.Interval {
+		every := m.beatEvery()
+		if finals || time.Since(m.lastBeat) >= every {
 			m.heartbeat(ctx, st)
 		} else if ended := m.copiesEndedHere(); ended != nil {
 			m.beat(ctx, st, ended)
 		}
 		cluster.Rest(ctx, took)
+		t.Reset(max(0, every-time.Since(m.lastBeat)))
 		select {
 		case <-ch:
 		case <-t.C:

@@ -176,3 +176,29 @@ func (m *Manager) noOneToAcknowledge(st *meta.State) bool {
 	}
 	return true
 }
+
+// A heartbeat carries every position of the node's partitions, and a
+// changefeed's checkpoint cannot be persisted before the positions it is
+// the least of are heard: the time between heartbeats is part of every
+// changefeed's lag. A node of a few thousand partitions beats every
+// minBeat; a larger one beats less often, so that it encodes (and its
+// maintainers decode) at most about beatPositions positions a second,
+// up to the configured Interval.
+const (
+	minBeat       = 100 * time.Millisecond
+	beatPositions = 20_000
+)
+
+// beatEvery is the time between this node's heartbeats now.
+func (m *Manager) beatEvery() time.Duration {
+	m.mu.Lock()
+	n := len(m.running)
+	m.mu.Unlock()
+	return beatInterval(n, m.cfg.Interval)
+}
+
+// beatInterval is the time between heartbeats of a node running n
+// partitions, at most most.
+func beatInterval(n int, most time.Duration) time.Duration {
+	return min(most, max(minBeat, time.Duration(n)*time.Second/beatPositions))
+}

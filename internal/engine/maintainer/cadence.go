@@ -9,15 +9,37 @@ import (
 )
 
 // A maintainer's pass walks its changefeed's whole routing table. Passes
-// run whenever the cluster's state changes and every 500 ms, and at
+// run whenever the cluster's state changes and at least every passEvery
+// (more often on a host of few changefeeds: checkpointEvery), and at
 // 100,000 partitions each one cost a tenth of a second of CPU: most of
 // the maintainer's capture went to passes that only found positions
 // moved. So a large changefeed's pass runs at once only when something
 // it must act on changed (its routing table, its entry, the nodes, or a
 // heartbeat that brought a final position, a failed start, a recovery
 // request or a failure); when only positions moved, it waits out
-// passGap. The checkpoint is written at most every PersistInterval
+// passGap. The checkpoint is written at most every checkpointEvery
 // anyway.
+
+// passEvery is the most time between two passes of a host.
+const passEvery = 500 * time.Millisecond
+
+// checkpointEvery is how often a host of n changefeeds writes each one's
+// checkpoint while it advances, and passes at least as often. The
+// checkpoint as etcd holds it is what a changefeed's lag is measured
+// against and what a consumer is told is complete, so the time between
+// writes is part of the lag: a host of up to ten changefeeds writes each
+// one's every minPersist; beyond, 10 ms more a changefeed, up to
+// PersistInterval (each write is an etcd transaction that every node's
+// view decodes: a hundred changefeeds here write a hundred a second, as
+// they did at PersistInterval). The positions behind the checkpoint keep
+// their own cadence (positionsEvery).
+func checkpointEvery(n int) time.Duration {
+	return min(PersistInterval, max(minPersist, time.Duration(n)*10*time.Millisecond))
+}
+
+// minPersist is the least time between two checkpoint writes of one
+// changefeed.
+const minPersist = 100 * time.Millisecond
 
 // passGap is the least time between two passes of a changefeed whose
 // only news is moved positions: none below 10,000 partitions, 1 s at

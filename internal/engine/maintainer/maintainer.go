@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
@@ -66,6 +67,9 @@ type Host struct {
 	// them, and once it has ended (ended) none is sent.
 	answering sync.WaitGroup
 	ended     bool
+	// maintained is how many changefeeds this node maintained at its
+	// last pass (checkpointEvery).
+	maintained atomic.Int64
 }
 
 // HostConfig is what a maintainer host is built from; nothing is set
@@ -144,7 +148,7 @@ func (h *Host) Run(ctx context.Context) error {
 	defer h.tr.Handle(transport.TopicHeartbeat, nil)
 	h.logs.Register(h.tr)
 	defer h.logs.Unregister(h.tr)
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTimer(passEvery)
 	defer t.Stop()
 	defer h.closeSources(nil)
 	defer h.stopPullers()
@@ -166,6 +170,7 @@ func (h *Host) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		rest.Stop()
+		t.Reset(min(passEvery, checkpointEvery(int(h.maintained.Load()))))
 		select {
 		case <-ch:
 		case <-t.C:
@@ -188,11 +193,16 @@ const passWorkers = 16
 func (h *Host) pass(ctx context.Context, st *meta.State) {
 	var mine []*meta.ChangefeedEntry
 	now := time.Now()
+	maintained := 0
 	for _, cf := range st.ChangefeedIDs() {
-		if e := st.Changefeeds[cf]; e.Maintainer.Node == h.self && e.MaintainerRevision > 0 && h.duePass(st, e, now) {
-			mine = append(mine, e)
+		if e := st.Changefeeds[cf]; e.Maintainer.Node == h.self && e.MaintainerRevision > 0 {
+			maintained++
+			if h.duePass(st, e, now) {
+				mine = append(mine, e)
+			}
 		}
 	}
+	h.maintained.Store(int64(maintained))
 	work := make(chan *meta.ChangefeedEntry)
 	var wg sync.WaitGroup
 	for range min(passWorkers, len(mine)) {
@@ -234,7 +244,6 @@ func (h *Host) forget(st *meta.State) {
 	}
 }
 
-// maintain is one pass of one changefeed's maintainer.
 // restFor is how long the host rests after a pass (cluster.Rest's rule).
 func restFor(took time.Duration) time.Duration {
 	if took < 20*time.Millisecond {
@@ -256,6 +265,7 @@ func (h *Host) wakeAgain() {
 // read before it, would overwrite that with the routing table as it was.
 var errSplit = errors.New("split: the next pass goes on")
 
+// maintain is one pass of one changefeed's maintainer.
 func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) error {
 	// Its start on this node: without its source a maintainer can do
 	// nothing right (bootstrap.go).

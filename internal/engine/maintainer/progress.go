@@ -295,10 +295,12 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	h.mu.Lock()
 	rep := h.heard[e.Info.ID]
-	recent := rep != nil && time.Since(rep.saved) < PersistInterval
+	recent := rep != nil && time.Since(rep.saved) < checkpointEvery(int(h.maintained.Load()))
 	allDue := rep == nil || time.Since(rep.positionsSaved) >= positionsEvery(len(pos))
 	h.mu.Unlock()
-	if recent && len(urgent) == 0 {
+	if len(urgent) == 0 && (recent || !allDue && cp <= e.Status.CheckpointTs) {
+		// Nothing due: the checkpoint written lately, or standing where
+		// it is with the positions behind it not due yet.
 		return nil
 	}
 	var only []string

@@ -17,7 +17,10 @@ import (
 // a persisted checkpoint is flush-acked, so it lands before the mark.
 // Writes happen in the background, one at a time per sink and the newest
 // checkpoint only: a slow or failing sink never holds up the maintainer
-// or another sink, and falls at most one write behind.
+// or another sink, and falls at most one write behind. A sink is written
+// at most every publishEvery: maintainers persist small changefeeds'
+// checkpoints ten times a second, and each write here is an object
+// stored (a request billed) or a message in every Kafka partition.
 type Publisher struct {
 	log  *slog.Logger
 	open func(ctx context.Context, uri string) (sink.Sink, error)
@@ -32,7 +35,12 @@ type published struct {
 	writing       bool
 	sink          sink.Sink // nil until opened
 	used          time.Time
+	began         time.Time // the last write's start
 }
+
+// publishEvery is the least time between two checkpoint writes to one
+// sink.
+const publishEvery = time.Second
 
 // publisherIdle closes a sink no checkpoint went to for this long (its
 // changefeed was removed, or its maintainer moved away).
@@ -69,34 +77,53 @@ func (p *Publisher) Run(ctx context.Context) {
 	defer p.closeAll(&wg)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
+	// due wakes the loop when a sink held back by publishEvery may be
+	// written; stopped while none is.
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	defer due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-			p.startWrites(ctx, &wg)
+		case <-due.C:
 		case <-t.C:
 			p.closeIdle()
+			continue
+		}
+		if wait := p.startWrites(ctx, &wg); wait > 0 {
+			due.Reset(wait)
 		}
 	}
 }
 
-// startWrites starts a write for every sink with a newer checkpoint and
-// no write under way.
-func (p *Publisher) startWrites(ctx context.Context, wg *sync.WaitGroup) {
+// startWrites starts a write for every sink with a newer checkpoint, no
+// write under way and none begun within publishEvery; it returns how
+// long until the first sink held back by that may be written (0: none).
+func (p *Publisher) startWrites(ctx context.Context, wg *sync.WaitGroup) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var wait time.Duration
+	now := time.Now()
 	for uri, ps := range p.sinks {
 		if ps.writing || ps.want <= ps.written {
 			continue
 		}
-		ps.writing = true
+		if w := publishEvery - now.Sub(ps.began); w > 0 {
+			if wait == 0 || w < wait {
+				wait = w
+			}
+			continue
+		}
+		ps.writing, ps.began = true, now
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			p.write(ctx, uri, ps)
 		}()
 	}
+	return wait
 }
 
 func (p *Publisher) write(ctx context.Context, uri string, ps *published) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -99,6 +98,14 @@ type Stream struct {
 	probeAt    time.Time
 	confirmed  atomic.Uint64 // pglogrepl.LSN; Confirm may come from any goroutine
 	nextStatus time.Time
+	// nextTick is when the stream may write its next tick; resolvedAt,
+	// when it last handed out a position (a transaction or a resolved
+	// one); tickLSN and tickAt, its last tick's place in the WAL and when
+	// it was written (ticks.go).
+	nextTick   time.Time
+	resolvedAt time.Time
+	tickLSN    pglogrepl.LSN
+	tickAt     time.Time
 
 	// The transaction being received: its positions are fixed at its
 	// begin, which carries the commit time; schema changes take base,
@@ -297,7 +304,14 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 		if err := s.maybeSendStatus(ctx, false); err != nil {
 			return Item{}, err
 		}
-		rctx, cancel := context.WithDeadline(ctx, s.nextStatus)
+		if err := s.maybeTick(ctx); err != nil {
+			return Item{}, err
+		}
+		until := s.nextStatus
+		if s.ticks && s.nextTick.Before(until) {
+			until = s.nextTick
+		}
+		rctx, cancel := context.WithDeadline(ctx, until)
 		raw, err := s.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -315,6 +329,9 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 		case *pgproto3.CopyData:
 			item, ok, err := s.handle(ctx, msg.Data)
 			if err != nil || ok {
+				if item.Txn != nil || item.Resolved != 0 {
+					s.resolvedAt = time.Now()
+				}
 				return item, err
 			}
 		}
@@ -325,17 +342,7 @@ func (s *Stream) maybeSendStatus(ctx context.Context, now bool) error {
 	if !now && time.Now().Before(s.nextStatus) {
 		return nil
 	}
-	if s.ticks {
-		// A tick: the server's clock, written into the WAL as a
-		// non-transactional message. When the stream reaches it, every
-		// transaction whose commit record is before it has arrived; and
-		// since it is in the WAL, reading the stream again from a resume
-		// point meets the same ticks at the same places, so every
-		// position comes out the same.
-		if _, err := s.cat.conn.Exec(ctx, `SELECT pg_logical_emit_message(false, $1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text)`, tickPrefix); err != nil {
-			return fmt.Errorf("write a tick into the upstream's WAL: %w", explain(s.cfg, err))
-		}
-	} else if s.probeLSN == 0 {
+	if !s.ticks && s.probeLSN == 0 {
 		// Where the WAL ends now, by the server's clock: a resolved
 		// position once the stream has passed it.
 		var lsn string
@@ -458,22 +465,6 @@ func (s *Stream) part(err error) (Item, bool, error) {
 	}
 	s.rows, s.size, s.parted = nil, 0, true
 	return Item{Part: rows}, true, nil
-}
-
-// tick resolves the stream up to the clock a tick carries, less the
-// margin. Any reader's tick will do: they are all in the WAL.
-func (s *Stream) tick(m *pglogrepl.LogicalDecodingMessage) (Item, bool, error) {
-	us, err := strconv.ParseInt(string(m.Content), 10, 64)
-	if err != nil {
-		return Item{}, false, nil // not one of ours after all
-	}
-	s.received = max(s.received, m.LSN)
-	res := model.TsFromTime(time.UnixMicro(us).Add(-resolvedMargin))
-	if res <= s.last {
-		return Item{}, false, nil
-	}
-	s.last = res
-	return Item{Resolved: res, ResolvedLSN: m.LSN}, true, nil
 }
 
 // commit completes the transaction: its schema changes become the
