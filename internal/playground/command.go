@@ -35,7 +35,10 @@ apt-get install postgresql). With --mysql it starts a private MariaDB with
 its binary log on (DIR/mariadb-demo, loopback only) on --port-base+12 with a
 live workload, and changefeed demo-mysql replicating it into
 DIR/sinks/demo-mysql (changes from its creation on: docs/mysql.md); it needs
-MariaDB (Debian: apt-get install mariadb-server). With --election mysql the captures elect their
+MariaDB (Debian: apt-get install mariadb-server). With --kafka it starts a
+Kafka broker on --port-base+13 (kfake, a real-protocol broker inside the
+playground's process, its topics kept in DIR/kafka; one broker, for trying
+kafka:// sinks, not for keeping data). With --election mysql the captures elect their
 coordinator through a lock row in MariaDB: a private one (mariadb-install-db
 in DIR/mariadb, loopback only) on --port-base+11, or the server that
 --election-dsn names. It writes DIR/playground.json
@@ -49,6 +52,7 @@ the cdc-agent next to cdcctl or on the PATH.`,
 		Example: `  cdc-agent playground
   cdcctl playground --postgres
   cdcctl playground --mysql
+  cdcctl playground --kafka
   cdcctl playground --election mysql
   cdcctl playground --nodes 5 --port-base 9300 --dir /tmp/pg`,
 		Args: cobra.NoArgs,
@@ -86,6 +90,7 @@ the cdc-agent next to cdcctl or on the PATH.`,
 	f.StringVar(&cfg.SinkRoot, "sink-root", "", "directory the captures' file:// sinks must be under (default: --dir/sinks; never --dir itself, which holds the keys and etcd's data)")
 	f.StringVar(&cfg.ElectionDSN, "election-dsn", "", "MySQL/MariaDB DSN for --election mysql, user:password@tcp(host:3306)/database (implies --election mysql)")
 	f.BoolVar(&cfg.MySQL, "mysql", false, "also start a private MariaDB with its binary log on (port base+12, MariaDB installed) with a live workload, and changefeed demo-mysql replicating it")
+	f.BoolVar(&cfg.Kafka, "kafka", false, "also start a Kafka broker for kafka:// sinks (port base+13; kfake, inside the playground, its topics in --dir/kafka)")
 	f.BoolVar(&cfg.Postgres, "postgres", false, "also start a private PostgreSQL (port base+10, the PostgreSQL binaries on the PATH) with a live workload, and changefeed demo-pg replicating it")
 	return cmd
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// PortBase+12, a live workload, and changefeed demo-mysql
 	// replicating it.
 	MySQL bool
+	// Kafka also starts a Kafka broker (kfake, in this process) on
+	// PortBase+13 for kafka:// sinks (kafka.go).
+	Kafka bool
 	// Election is the agents' election backend: "" or etcd, or mysql.
 	// With mysql and no ElectionDSN, a private MariaDB is started on
 	// PortBase+11 for it.
@@ -103,6 +106,8 @@ type State struct {
 	// demo-mysql's source, and DemoMySQL its sink.
 	MySQL     string `json:"mysql,omitempty"`
 	DemoMySQL string `json:"demo_mysql_sink,omitempty"`
+	// Kafka is the playground's Kafka broker (--kafka), host:port.
+	Kafka string `json:"kafka,omitempty"`
 	// ElectionDSN is the MySQL election's database (--election mysql),
 	// without its password; ElectionPID the private MariaDB's pid.
 	ElectionDSN string `json:"election_dsn,omitempty"`
@@ -183,6 +188,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer my.stop()
 	}
+	var broker string
+	if cfg.Kafka {
+		if err := portFree(cfg.PortBase + kafkaPort); err != nil {
+			return fmt.Errorf("port %d (the playground's Kafka) is taken (%v); pick other ports with --port-base", cfg.PortBase+kafkaPort, err)
+		}
+		kc, err := startKafka(dir, cfg.PortBase+kafkaPort)
+		if err != nil {
+			return err
+		}
+		// Closed after the agents stop (deferred before them): their
+		// sinks' last writes still reach it.
+		defer kc.Close()
+		broker = addr(cfg.PortBase + kafkaPort)
+	}
 	electionPID := 0
 	if cfg.ElectionDSN != "" && cfg.Election == "" {
 		cfg.Election = "mysql"
@@ -249,7 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid(), ElectionPID: electionPID, Reused: reused}
+	st := State{Version: 1, Etcd: etcd.Endpoint(), Dir: dir, PID: os.Getpid(), ElectionPID: electionPID, Reused: reused, Kafka: broker}
 	if cfg.ElectionDSN != "" {
 		st.ElectionDSN = redactPassword(cfg.ElectionDSN)
 	}
@@ -544,6 +563,9 @@ func printBanner(w io.Writer, st State) {
 		fmt.Fprintln(w, mysqlBanner(st.MySQL, st.DemoMySQL))
 		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-mysql  # the tables rebuilt from the sink equal MariaDB's")
 	}
+	if st.Kafka != "" {
+		fmt.Fprintln(w, kafkaBanner(st.Kafka))
+	}
 	if len(st.Captures) > 2 {
 		fmt.Fprintf(w, "  cdcctl drain %s --batch 2 --watch  # move everything off it, then it is Stopping\n", st.Captures[2].ID)
 	}
@@ -559,7 +581,7 @@ func printBanner(w io.Writer, st State) {
 // clearEarlierRun removes what a playground writes in dir, and nothing
 // else: dir may be one the operator named, holding other files.
 func clearEarlierRun(dir string, cfg Config) error {
-	names := []string{"etcd", "postgres", "mariadb", "mariadb-demo", "secure", "playground.json"}
+	names := []string{"etcd", "postgres", "mariadb", "mariadb-demo", "kafka", "secure", "playground.json"}
 	if cfg.SinkRoot == "" {
 		names = append(names, "sinks")
 	}

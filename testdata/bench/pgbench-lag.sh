@@ -9,7 +9,8 @@
 # database bench with `pgbench -i -s SCALE` (default 10: 1,000,000
 # accounts), and changefeed bench of its four tables (pgbench_history gets
 # REPLICA IDENTITY FULL: it has no key) into a file:// sink with
-# flush-interval=1s. It then samples the changefeed's checkpoint lag every
+# flush-interval=1s, or with SINK=kafka into topic bench of the
+# playground's Kafka broker (--kafka: kfake on port 9613). It then samples the changefeed's checkpoint lag every
 # 0.5 s: first 20 s idle (the baseline of the same run: the floor a tick
 # and the checkpoint cadence give), then while `pgbench -c 4 -j 2 -R RATE
 # -T SECONDS` runs (default 1000 tps for 60 s). It prints the lag's p50 and
@@ -19,11 +20,17 @@
 # first). Run it on an otherwise quiet machine.
 set -u
 LABEL=$1; RATE=${2:-1000}; DUR=${3:-60}; SCALE=${4:-10}
+SINK=${SINK:-file}
 OUT=${OUT:-${TMPDIR:-/tmp}}
 export PATH=${BIN:+$BIN:}$PATH:$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)
 D=$OUT/$LABEL
 rm -rf "$D"; mkdir -p "$D"
-cdcctl playground --nodes 2 --postgres --no-demo --port-base 9600 --dir "$D/pg" --sink-root "$D" > "$D/playground.out" 2>&1 &
+case $SINK in
+  file) SINK_URI="file://$D/sink?flush-interval=1s"; KAFKA= ;;
+  kafka) SINK_URI="kafka://127.0.0.1:9613/bench"; KAFKA=--kafka ;;
+  *) echo "SINK is file or kafka, not $SINK" >&2; exit 64 ;;
+esac
+cdcctl playground --nodes 2 --postgres $KAFKA --no-demo --port-base 9600 --dir "$D/pg" --sink-root "$D" > "$D/playground.out" 2>&1 &
 PG=$!
 trap 'kill -INT $PG; wait $PG' EXIT
 export CDCCTL_SERVER=127.0.0.1:9601,127.0.0.1:9602
@@ -35,7 +42,7 @@ pgbench -h 127.0.0.1 -p 9610 -U postgres -i -q -s "$SCALE" bench > "$D/init.out"
 $PSQL -d bench -c 'ALTER TABLE pgbench_history REPLICA IDENTITY FULL' > /dev/null
 cdcctl changefeed create bench --partitions-per-table 2 \
   --source 'postgres://postgres@127.0.0.1:9610/bench?sslmode=disable&tables=public.pgbench_*' \
-  --sink "file://$D/sink?flush-interval=1s" > "$D/create.out" || exit 1
+  --sink "$SINK_URI" > "$D/create.out" || exit 1
 cdcctl changefeed wait bench --advance 3s --timeout 600s > /dev/null || exit 1
 # The initial snapshot (1,000,000 accounts at scale 10) must be done
 # before the idle baseline: a copy in flight is load.
@@ -57,7 +64,7 @@ sample "$DUR" > "$D/load.ms"
 wait $PB
 cdcctl changefeed wait bench --advance 3s --timeout 120s > /dev/null
 cdcctl verify --changefeed bench --wait 3m > "$D/verify.out"; VRC=$?
-python3 - "$D" "$RATE" <<'PY'
+python3 - "$D" "$RATE" "$SINK" <<'PY'
 import sys, re
 d, rate = sys.argv[1], sys.argv[2]
 def q(f):
@@ -65,6 +72,7 @@ def q(f):
     return v[len(v)//2], v[min(len(v)-1, int(len(v)*0.99))], len(v)
 i50, i99, n_i = q("idle.ms"); l50, l99, n_l = q("load.ms")
 tps = re.search(r"tps = ([0-9.]+)", open(f"{d}/pgbench.out").read())
+print(f"sink {sys.argv[3]}")
 print(f"asked {rate} tps, pgbench sustained {tps.group(1) if tps else '?'} tps")
 print(f"lag idle   p50 {i50} ms  p99 {i99} ms  ({n_i} samples)")
 print(f"lag loaded p50 {l50} ms  p99 {l99} ms  ({n_l} samples)")
