@@ -106,19 +106,20 @@ func TestRunbooks(t *testing.T) {
 // PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures,
 // PORT_10 for its PostgreSQL (--postgres), PORT_11 free for a script to
 // find nothing listening (or the election's MariaDB), PORT_12 for the
-// MariaDB of --mysql; and CDCCTL_SERVER pointing at the captures.
+// MariaDB of --mysql, PORT_13 for the Kafka broker of --kafka; and
+// CDCCTL_SERVER pointing at the captures.
 func setupRunbook(env *testscript.Env) error {
 	bin, err := programs()
 	if err != nil {
 		return err
 	}
 	env.Setenv("PATH", bin+string(filepath.ListSeparator)+env.Getenv("PATH"))
-	base, err := freePortRange(13)
+	base, err := freePortRange(14)
 	if err != nil {
 		return err
 	}
 	env.Setenv("PORT_BASE", strconv.Itoa(base))
-	for i := 0; i < 13; i++ {
+	for i := 0; i < 14; i++ {
 		env.Setenv("PORT_"+strconv.Itoa(i), strconv.Itoa(base+i))
 	}
 	var servers []string

@@ -4,7 +4,7 @@
 #
 #   testdata/bench/pgbench-lag.sh LABEL [RATE] [SECONDS] [SCALE]
 #
-# It starts `cdcctl playground --postgres --no-demo --nodes 2` on port
+# It starts `cdcctl playground --postgres --no-demo --nodes 2` (NODES) on port
 # base 9600 under $OUT/LABEL ($OUT defaults to $TMPDIR or /tmp), creates
 # database bench with `pgbench -i -s SCALE` (default 10: 1,000,000
 # accounts), and changefeed bench of its four tables (pgbench_history gets
@@ -20,7 +20,7 @@
 # first). Run it on an otherwise quiet machine.
 set -u
 LABEL=$1; RATE=${2:-1000}; DUR=${3:-60}; SCALE=${4:-10}
-SINK=${SINK:-file}
+SINK=${SINK:-file}; NODES=${NODES:-2}
 OUT=${OUT:-${TMPDIR:-/tmp}}
 export PATH=${BIN:+$BIN:}$PATH:$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)
 D=$OUT/$LABEL
@@ -30,11 +30,11 @@ case $SINK in
   kafka) SINK_URI="kafka://127.0.0.1:9613/bench"; KAFKA=--kafka ;;
   *) echo "SINK is file or kafka, not $SINK" >&2; exit 64 ;;
 esac
-cdcctl playground --nodes 2 --postgres $KAFKA --no-demo --port-base 9600 --dir "$D/pg" --sink-root "$D" > "$D/playground.out" 2>&1 &
+cdcctl playground --nodes "$NODES" --postgres $KAFKA --no-demo --port-base 9600 --dir "$D/pg" --sink-root "$D" > "$D/playground.out" 2>&1 &
 PG=$!
 trap 'kill -INT $PG; wait $PG' EXIT
-export CDCCTL_SERVER=127.0.0.1:9601,127.0.0.1:9602
-cdcctl cluster wait --nodes 2 --timeout 90s > /dev/null || exit 1
+export CDCCTL_SERVER=$(seq -s, -f '127.0.0.1:96%02g' 1 "$NODES")
+cdcctl cluster wait --nodes "$NODES" --timeout 90s > /dev/null || exit 1
 PSQL="psql -X -A -t -h 127.0.0.1 -p 9610 -U postgres"
 for _ in $(seq 60); do $PSQL -d postgres -c 'SELECT 1' > /dev/null 2>&1 && break; sleep 1; done
 $PSQL -d postgres -c 'CREATE DATABASE bench' > /dev/null

@@ -71,6 +71,10 @@ type Config struct {
 	// initial snapshot is durable in the sink (from the sink's ack; it
 	// must not block).
 	OnCopied func()
+	// WakeGap, if set, lets a partition with nothing to read wake when
+	// its reader's log changes (source.Notifier), no sooner than the gap
+	// it returns after its last read; nil: it waits out its back-off.
+	WakeGap func() time.Duration
 }
 
 // Dispatcher is one running partition.
@@ -118,7 +122,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg.BatchSize = 256
 	}
 	if cfg.Idle <= 0 {
-		cfg.Idle = 20 * time.Millisecond
+		cfg.Idle = defaultIdle
 	}
 	var r source.Reader
 	var err error
@@ -270,6 +274,9 @@ func (d *Dispatcher) stopping() bool {
 	}
 }
 
+// defaultIdle is Config.Idle's default.
+const defaultIdle = 20 * time.Millisecond
+
 // maxIdleFactor bounds an idle partition's back-off: at most 8 × Idle
 // (160ms by default) between polls, well under a sink's flush interval.
 const maxIdleFactor = 8
@@ -291,6 +298,9 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			return err
 		}
 		pos := d.reader.Position()
+		// Taken before the read: a change after it closes this one.
+		changed := d.changed()
+		readAt := time.Now()
 		upTo := d.cfg.Now()
 		var ddl *source.Event
 		if ddls := d.cfg.Source.DDLs(d.cfg.Span.Table, pos, upTo); len(ddls) > 0 {
@@ -341,16 +351,54 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			wait = idle
 			idle = min(2*idle, maxIdleFactor*d.cfg.Idle)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-d.stopReq:
-		case <-t.C:
+		if foreseen {
+			changed = nil // it knows when its next event comes
 		}
-		t.Stop()
+		d.pause(ctx, wait, changed, readAt)
 		if foreseen {
 			d.setQuiet(0)
 		}
+	}
+}
+
+// changed is the reader's change signal when the dispatcher may wake on
+// it (nil otherwise).
+func (d *Dispatcher) changed() <-chan struct{} {
+	if d.cfg.WakeGap == nil {
+		return nil
+	}
+	if n, ok := d.reader.(source.Notifier); ok {
+		return n.Changed()
+	}
+	return nil
+}
+
+// pause waits wait, or, with changed, until it is closed, but not
+// before the wake gap has passed since the read at readAt: thousands of
+// partitions of one log wake at each of its changes, and the gap bounds
+// how often each reads (a node's gap grows with its partitions).
+func (d *Dispatcher) pause(ctx context.Context, wait time.Duration, changed <-chan struct{}, readAt time.Time) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	if changed != nil {
+		gap := d.cfg.WakeGap() - time.Since(readAt)
+		if gap >= wait {
+			changed = nil // the back-off ends first anyway
+		} else if gap > 0 {
+			g := time.NewTimer(gap)
+			select {
+			case <-ctx.Done():
+			case <-d.stopReq:
+			case <-g.C:
+			}
+			g.Stop()
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-d.stopReq:
+	case <-t.C:
+	case <-changed:
 	}
 }
 

@@ -60,6 +60,9 @@ type Manager struct {
 	failed   map[string]*failedStart
 	aborted  bool
 	lastBeat time.Time
+	// runningN is how many dispatchers ran here at the last heartbeat's
+	// count (wakeGap).
+	runningN atomic.Int64
 	wg       sync.WaitGroup
 
 	// recovering are the partitions whose dispatcher failed, until they
@@ -480,6 +483,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		Barrier:  &tableBarrier{m: m, key: k, sink: f.sink},
 		Log:      m.log.With("changefeed", r.Route.Changefeed, "span", r.Route.Span.String()),
 		OnCopied: func() { m.copied(r.Route.Changefeed) },
+		WakeGap:  m.wakeGap,
 	})
 	if err != nil {
 		return err

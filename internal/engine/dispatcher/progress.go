@@ -194,7 +194,21 @@ func (m *Manager) beatEvery() time.Duration {
 	m.mu.Lock()
 	n := len(m.running)
 	m.mu.Unlock()
+	m.runningN.Store(int64(n))
 	return beatInterval(n, m.cfg.Interval)
+}
+
+// wakeReads is about how many reads a second a node's idle partitions
+// may make when their logs change: each waits at least a node's
+// partitions / wakeReads after its last read before it wakes on a change
+// (and never less than its base interval, 20 ms). A node of 400
+// partitions wakes them at once; one of 3,200 or more no sooner than
+// their back-off would have.
+const wakeReads = 20_000
+
+// wakeGap is dispatcher.Config.WakeGap for this node's dispatchers.
+func (m *Manager) wakeGap() time.Duration {
+	return max(defaultIdle, time.Duration(m.runningN.Load())*time.Second/wakeReads)
 }
 
 // beatInterval is the time between heartbeats of a node running n

@@ -21,3 +21,6 @@ func (x Local) Read(_ context.Context, _ model.ChangefeedID, span model.Span, fr
 func (x Local) DDLs(_ context.Context, _ model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
 	return x.Log.DDLs(table, from, upTo), nil
 }
+
+// Changed implements source.LogWatcher.
+func (x Local) Changed(model.ChangefeedID) <-chan struct{} { return x.Log.Changed() }

@@ -191,6 +191,15 @@ func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Spa
 	return evs, source.Cursor{Done: r.Position, At: r.At, Seq: r.Seq}, nil
 }
 
+// Changed implements source.LogWatcher: the log's Changed when it is
+// this node's, else nil (a remote log is polled).
+func (c *Client) Changed(cf model.ChangefeedID) <-chan struct{} {
+	if l := c.nearLog(cf); l != nil {
+		return l.Changed()
+	}
+	return nil
+}
+
 // DDLs implements source.LogReader.
 func (c *Client) DDLs(ctx context.Context, cf model.ChangefeedID, table string, from, upTo model.Ts) ([]source.Event, error) {
 	if l := c.nearLog(cf); l != nil {

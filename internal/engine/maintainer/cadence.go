@@ -41,6 +41,13 @@ func checkpointEvery(n int) time.Duration {
 // changefeed.
 const minPersist = 100 * time.Millisecond
 
+// persistGate is how long after a checkpoint write the next is held back
+// when they are due every `every`: a quarter less, since the host's
+// passes come every `every` too, and a pass a moment early would
+// otherwise find the last write not quite old enough and leave the next
+// to the pass after (writes every 200 ms where 100 were meant).
+func persistGate(every time.Duration) time.Duration { return every - every/4 }
+
 // passGap is the least time between two passes of a changefeed whose
 // only news is moved positions: none below 10,000 partitions, 1 s at
 // 100,000, at most 2 s.

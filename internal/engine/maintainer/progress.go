@@ -295,7 +295,7 @@ func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.Ch
 	}
 	h.mu.Lock()
 	rep := h.heard[e.Info.ID]
-	recent := rep != nil && time.Since(rep.saved) < checkpointEvery(int(h.maintained.Load()))
+	recent := rep != nil && time.Since(rep.saved) < persistGate(checkpointEvery(int(h.maintained.Load())))
 	allDue := rep == nil || time.Since(rep.positionsSaved) >= positionsEvery(len(pos))
 	h.mu.Unlock()
 	if len(urgent) == 0 && (recent || !allDue && cp <= e.Status.CheckpointTs) {

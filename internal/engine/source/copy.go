@@ -528,6 +528,10 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 	}
 }
 
+// Changed implements Notifier: its rows and watermarks come through the
+// log.
+func (r *CopyReader) Changed() <-chan struct{} { return r.inner.Changed() }
+
 // Awaiting implements source.Awaiting: a chunk is read and its high
 // watermark on its way through the stream, or a fetch is under way.
 func (r *CopyReader) Awaiting() bool {

@@ -135,6 +135,14 @@ func (r *LogSpanReader) Inside() bool {
 	return r.pos.Inside()
 }
 
+// Changed implements Notifier.
+func (r *LogSpanReader) Changed() <-chan struct{} {
+	if w, ok := r.s.logs.(LogWatcher); ok {
+		return w.Changed(r.s.cf)
+	}
+	return nil
+}
+
 // Read implements Reader: a failed read returns its error and keeps
 // the position (the caller reads again on its next pass).
 func (r *LogSpanReader) Read(ctx context.Context, upTo model.Ts, maxRows int) ([]Event, error) {

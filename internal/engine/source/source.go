@@ -115,6 +115,16 @@ type Awaiting interface {
 	Awaiting() bool
 }
 
+// Notifier is a Reader that can say when there may be more to read: the
+// channel Changed returns is closed at its log's next append or resolve
+// (nil: it cannot tell, as a log read from another node). A dispatcher
+// takes it before it reads, and with nothing read waits on it as well as
+// on its back-off: an idle partition then sees its stream's next
+// resolved position when it comes, not up to a back-off later.
+type Notifier interface {
+	Changed() <-chan struct{}
+}
+
 // DDLSchedule is a source that knows when a table's next DDL commits.
 type DDLSchedule interface {
 	// NextDDL is the commit ts of the table's first DDL after ts; false
@@ -172,6 +182,12 @@ type LogReader interface {
 	Read(ctx context.Context, cf model.ChangefeedID, span model.Span, from Cursor, upTo model.Ts, max int) ([]Event, Cursor, error)
 	// DDLs returns a table's schema changes in (from, upTo].
 	DDLs(ctx context.Context, cf model.ChangefeedID, table string, from, upTo model.Ts) ([]Event, error)
+}
+
+// LogWatcher is a LogReader that can say when a changefeed's log changes
+// (Notifier's channel; nil when it cannot).
+type LogWatcher interface {
+	Changed(cf model.ChangefeedID) <-chan struct{}
 }
 
 // Cursor is where a read of an event log stands: every row at or below
