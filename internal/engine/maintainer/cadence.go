@@ -49,11 +49,15 @@ const minPersist = 100 * time.Millisecond
 func persistGate(every time.Duration) time.Duration { return every - every/4 }
 
 // passGap is the least time between two passes of a changefeed whose
-// only news is moved positions: none below 10,000 partitions, 1 s at
-// 100,000, at most 2 s.
+// only news is moved positions (or its own checkpoint written): a
+// little less than minPersist below 10,000 partitions (its host's timer
+// brings a pass every minPersist, which this must not skip), 1 s at
+// 100,000, at most 2 s. Below it, a host woken by every write of the
+// cluster (each changefeed's checkpoint, ten a second) passed all its
+// changefeeds each time.
 func passGap(partitions int) time.Duration {
 	if partitions < 10_000 {
-		return 0
+		return persistGate(minPersist)
 	}
 	return min(2*time.Second, time.Duration(partitions)*10*time.Microsecond)
 }
@@ -62,9 +66,23 @@ func passGap(partitions int) time.Duration {
 type passMark struct {
 	at      time.Time
 	routes  unsafe.Pointer // meta.State.RoutesID
-	entry   *meta.ChangefeedEntry
+	entry   entryMark
 	nodes   int64
 	barrier unsafe.Pointer
+}
+
+// entryMark is what of a changefeed's entry a pass must act on at once
+// when it changes: its definition, its maintainer's placement, its state
+// and its run. Not its checkpoint, source position, error, incidents or
+// table issues: its maintainer writes those itself.
+type entryMark struct {
+	info, maintainer int64 // revisions
+	state            model.ChangefeedState
+	run              uint64
+}
+
+func markOf(e *meta.ChangefeedEntry) entryMark {
+	return entryMark{info: e.InfoRevision, maintainer: e.MaintainerRevision, state: e.Status.State, run: e.Status.Run}
 }
 
 // nodesMark changes whenever a node registers, leaves, or changes
@@ -89,7 +107,7 @@ func nodesMark(st *meta.State) int64 {
 // if so records the pass.
 func (h *Host) duePass(st *meta.State, e *meta.ChangefeedEntry, now time.Time) bool {
 	cf := e.Info.ID
-	mark := passMark{at: now, routes: st.RoutesID(cf), entry: e, nodes: nodesMark(st), barrier: st.BarriersID(cf)}
+	mark := passMark{at: now, routes: st.RoutesID(cf), entry: markOf(e), nodes: nodesMark(st), barrier: st.BarriersID(cf)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.passes == nil {

@@ -53,7 +53,13 @@ func TestALargeChangefeedPassesWhenThereIsNews(t *testing.T) {
 	entry := *e
 	entry.Status.CheckpointTs = 42
 	status.Changefeeds = map[model.ChangefeedID]*meta.ChangefeedEntry{"big": &entry}
-	step(&status, 1400*time.Millisecond, true, "the changefeed's entry changed")
+	step(&status, 1400*time.Millisecond, false, "only the changefeed's checkpoint changed (its maintainer wrote it)")
+	paused := status
+	pausedEntry := entry
+	pausedEntry.Status.State = model.ChangefeedPaused
+	paused.Changefeeds = map[model.ChangefeedID]*meta.ChangefeedEntry{"big": &pausedEntry}
+	step(&paused, 1400*time.Millisecond, true, "the changefeed was paused")
+	status = paused
 
 	dead := status
 	dead.Liveness = map[model.NodeID]meta.LivenessEntry{"n1": {Revision: 9}}
@@ -62,5 +68,9 @@ func TestALargeChangefeedPassesWhenThereIsNews(t *testing.T) {
 
 	small := state("big", 500)
 	step(small, 1700*time.Millisecond, true, "a small changefeed")
-	step(small, 1701*time.Millisecond, true, "a small changefeed, again at once")
+	step(small, 1701*time.Millisecond, false, "a small changefeed, again at once with nothing new")
+	step(small, 1700*time.Millisecond+passGap(500), true, "a small changefeed, after its gap")
+	smallMoved := *small
+	smallMoved.Partitions = map[model.ChangefeedID]map[string]meta.RouteRecord{"big": state("big", 500).Partitions["big"]}
+	step(&smallMoved, 1700*time.Millisecond+passGap(500)+time.Millisecond, true, "a small changefeed whose routing table changed, at once")
 }
