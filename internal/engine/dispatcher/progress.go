@@ -177,25 +177,28 @@ func (m *Manager) noOneToAcknowledge(st *meta.State) bool {
 	return true
 }
 
-// A heartbeat carries every position of the node's partitions, and a
-// changefeed's checkpoint cannot be persisted before the positions it is
-// the least of are heard: the time between heartbeats is part of every
-// changefeed's lag. A node of a few thousand partitions beats every
-// minBeat; a larger one beats less often, so that it encodes (and its
-// maintainers decode) at most about beatPositions positions a second,
-// up to the configured Interval.
+// A heartbeat carries every position of the node's partitions, one
+// message per changefeed, and a changefeed's checkpoint cannot be
+// persisted before the positions it is the least of are heard: the time
+// between heartbeats is part of every changefeed's lag. A node of a few
+// changefeeds and up to 2,000 partitions beats every minBeat; a larger
+// one beats less often, so that it sends about beatMessages messages and
+// beatPositions positions a second at most, up to the configured
+// Interval.
 const (
 	minBeat       = 100 * time.Millisecond
 	beatPositions = 20_000
+	beatMessages  = 50
 )
 
 // beatEvery is the time between this node's heartbeats now.
 func (m *Manager) beatEvery() time.Duration {
 	m.mu.Lock()
 	n := len(m.running)
+	feeds := len(m.feeds)
 	m.mu.Unlock()
 	m.runningN.Store(int64(n))
-	return beatInterval(n, m.cfg.Interval)
+	return beatInterval(n, feeds, m.cfg.Interval)
 }
 
 // wakeReads is about how many reads a second a node's idle partitions
@@ -212,7 +215,7 @@ func (m *Manager) wakeGap() time.Duration {
 }
 
 // beatInterval is the time between heartbeats of a node running n
-// partitions, at most most.
-func beatInterval(n int, most time.Duration) time.Duration {
-	return min(most, max(minBeat, time.Duration(n)*time.Second/beatPositions))
+// partitions of feeds changefeeds, at most most.
+func beatInterval(n, feeds int, most time.Duration) time.Duration {
+	return min(most, max(minBeat, time.Duration(n)*time.Second/beatPositions, time.Duration(feeds)*time.Second/beatMessages))
 }

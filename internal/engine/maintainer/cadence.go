@@ -27,15 +27,18 @@ const passEvery = 500 * time.Millisecond
 // checkpoint while it advances, and passes at least as often. The
 // checkpoint as etcd holds it is what a changefeed's lag is measured
 // against and what a consumer is told is complete, so the time between
-// writes is part of the lag: a host of up to ten changefeeds writes each
-// one's every minPersist; beyond, 10 ms more a changefeed, up to
-// PersistInterval (each write is an etcd transaction that every node's
-// view decodes: a hundred changefeeds here write a hundred a second, as
-// they did at PersistInterval). The positions behind the checkpoint keep
-// their own cadence (positionsEvery).
+// writes is part of the lag. Each write is an etcd transaction that every
+// node's view decodes, so a host spends about checkpointWrites a second:
+// one or two changefeeds are written every minPersist, four every 200 ms,
+// twenty or more every PersistInterval, as before. The positions behind
+// the checkpoint keep their own cadence (positionsEvery).
 func checkpointEvery(n int) time.Duration {
-	return min(PersistInterval, max(minPersist, time.Duration(n)*10*time.Millisecond))
+	return min(PersistInterval, max(minPersist, time.Duration(n)*time.Second/checkpointWrites))
 }
+
+// checkpointWrites is about how many checkpoint writes a second a host
+// makes while its changefeeds advance.
+const checkpointWrites = 20
 
 // minPersist is the least time between two checkpoint writes of one
 // changefeed.
