@@ -21,7 +21,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/redact"
@@ -41,7 +40,7 @@ type Node struct {
 	serverTLS, clientTLS *tls.Config
 	// sinkBudget bounds what every storage sink of this node holds
 	// together (--sink-memory-mib).
-	sinkBudget *storage.Budget
+	sinkBudget *registry.StorageBudget
 	started    time.Time
 	// drainsSeen are the drain plans whose duration the metrics observed.
 	drainsSeen map[string]bool
@@ -99,7 +98,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	// Every line this node logs is masked (redact.Handler), whoever
 	// wrote it and whatever error it quotes.
 	log = slog.New(redact.Handler(log.Handler()))
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: storage.NewBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: registry.NewStorageBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)
 	}

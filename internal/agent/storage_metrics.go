@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 )
 
 // storageMetrics are seed 004's storage sink series, summed over every
@@ -44,7 +44,7 @@ func newStorageMetrics(reg *prometheus.Registry) *storageMetrics {
 			Help: "Uploads of the storage sinks tried again because the bucket refused them (full, throttling, failing); past the sink's retry-timeout the flush fails and its partition resumes from its checkpoint.",
 		}),
 	}
-	for _, r := range []string{storage.ReasonSize, storage.ReasonInterval, storage.ReasonDelay, storage.ReasonFanout, storage.ReasonBytesCap, storage.ReasonForced, storage.ReasonDDL} {
+	for _, r := range registry.StorageFlushReasons() {
 		sm.flushTasks.WithLabelValues(r)
 	}
 	for _, stage := range []string{"spooled", "flushing"} {
@@ -86,4 +86,4 @@ func (sm *storageMetrics) SpoolDisk(delta int64) { sm.spoolDisk.Add(float64(delt
 
 func (sm *storageMetrics) Retry() { sm.retries.Inc() }
 
-var _ storage.Metrics = (*storageMetrics)(nil)
+var _ registry.StorageMetrics = (*storageMetrics)(nil)

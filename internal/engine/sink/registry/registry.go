@@ -36,17 +36,35 @@ func Validate(uri string) error {
 	return err
 }
 
+// The storage sinks' node-wide parts, named here so that the node that
+// opens sinks names no concrete sink (DESIGN §3: only the registries do).
+type (
+	// StorageMetrics receives every storage sink's flushes, writes and
+	// backlog (seed 004's series).
+	StorageMetrics = storage.Metrics
+	// StorageBudget bounds the bytes all storage sinks opened with it
+	// hold together.
+	StorageBudget = storage.Budget
+)
+
+// NewStorageBudget returns a budget of max bytes for a node's storage
+// sinks.
+func NewStorageBudget(max int64) *StorageBudget { return storage.NewBudget(max) }
+
+// StorageFlushReasons are the labels StorageMetrics.FlushTask is given.
+func StorageFlushReasons() []string { return append([]string(nil), storage.Reasons...) }
+
 // Env is what a sink gets from the node that opens it.
 type Env struct {
 	Log *slog.Logger
 	// StorageMetrics receives the storage sinks' metrics; nil is fine.
-	StorageMetrics storage.Metrics
+	StorageMetrics StorageMetrics
 	// KafkaMetrics receives the Kafka sinks' produce requests; nil is
 	// fine.
 	KafkaMetrics kafka.Metrics
 	// StorageBudget, if set, bounds the bytes all storage sinks opened
 	// with it hold together (one cap per node).
-	StorageBudget *storage.Budget
+	StorageBudget *StorageBudget
 	// FileRoot, if set, is the directory file:// sinks must be under
 	// (the agent's --sink-root); one outside is refused.
 	FileRoot string

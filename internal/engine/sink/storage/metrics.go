@@ -41,6 +41,10 @@ const (
 	ReasonDDL      = "ddl"
 )
 
+// Reasons are every flush reason, for a metrics series per reason from
+// the start.
+var Reasons = []string{ReasonSize, ReasonInterval, ReasonDelay, ReasonFanout, ReasonBytesCap, ReasonForced, ReasonDDL}
+
 type noMetrics struct{}
 
 func (noMetrics) FlushTask(string)                    {}
