@@ -140,19 +140,27 @@ func bareRead(b *testing.B, cfg Config, from pglogrepl.LSN, want int) int {
 		if !ok || len(cd.Data) == 0 || cd.Data[0] != pglogrepl.XLogDataByteID {
 			continue
 		}
-		x, err := pglogrepl.ParseXLogData(cd.Data[1:])
-		if err != nil {
-			b.Fatal(err)
-		}
-		m, err := pglogrepl.Parse(x.WALData)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, ok := m.(*pglogrepl.InsertMessage); ok {
+		if bareInsert(b, cd.Data) {
 			n++
 		}
 	}
 	return n
+}
+
+// bareInsert parses an XLogData message and what it carries with
+// pglogrepl, and says whether it is an insert: all the bare reader does
+// with a message.
+func bareInsert(b *testing.B, data []byte) bool {
+	x, err := pglogrepl.ParseXLogData(data[1:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := pglogrepl.Parse(x.WALData)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, ok := m.(*pglogrepl.InsertMessage)
+	return ok
 }
 
 // throughTheSource runs the data path as a node runs it: the

@@ -82,15 +82,7 @@ func BenchmarkReaderAgainstBareDecode(b *testing.B) {
 		for b.Loop() {
 			n := 0
 			for _, m := range msgs {
-				x, err := pglogrepl.ParseXLogData(m[1:])
-				if err != nil {
-					b.Fatal(err)
-				}
-				p, err := pglogrepl.Parse(x.WALData)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, ok := p.(*pglogrepl.InsertMessage); ok {
+				if bareInsert(b, m) {
 					n++
 				}
 			}

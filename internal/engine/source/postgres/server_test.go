@@ -26,3 +26,6 @@ func startDB(t testing.TB, db string, settings ...string) *pgserver.Server {
 
 // StartDB is startDB for the package's external tests.
 var StartDB = startDB
+
+// BareRead is bareRead for the package's external benchmarks.
+var BareRead = bareRead

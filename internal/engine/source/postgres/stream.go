@@ -89,19 +89,6 @@ type Stream struct {
 	last   model.Ts               // the last position handed out
 
 	received pglogrepl.LSN
-	// arena holds the decoded rows' values and their text, a block for
-	// many rows instead of an allocation for each value.
-	arena source.Arena
-	// keyPlans key rows by their table version; keyParts is the key's
-	// values, reused from row to row.
-	keyPlans map[*source.TableDef]*keyPlan
-	keyParts []string
-	// rowsHint is the last transaction's rows (up to a part's): the
-	// next one's slice starts that big instead of doubling its way up.
-	rowsHint int
-	// deadline is the connection's read deadline as Next last set it
-	// (zero: not set, or moved by a cancelled context).
-	deadline time.Time
 	// ticks: resolved positions come from ticks this stream writes into
 	// the WAL (PostgreSQL 14 or later). Otherwise from a probe of the
 	// upstream: its WAL insert position and clock at one instant (0 when
@@ -313,17 +300,6 @@ func (s *Stream) Tables() map[string]TableState {
 // Next returns the next committed transaction or resolved position. It
 // waits until there is one or ctx ends.
 func (s *Stream) Next(ctx context.Context) (Item, error) {
-	// The receive's deadline is the connection's read deadline, set when
-	// it changes, and ctx ends a receive by moving it to the past: a
-	// context per message (pgconn watches each one with a timer and an
-	// AfterFunc) was a third of the bytes this path allocated, a few per
-	// row. Once per call here, where a call is a transaction.
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
-	defer func() {
-		if !stop() {
-			s.deadline = time.Time{} // moved to the past: set again next time
-		}
-	}()
 	for {
 		if err := s.maybeSendStatus(ctx, false); err != nil {
 			return Item{}, err
@@ -335,19 +311,14 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 		if s.ticks && s.nextTick.Before(until) {
 			until = s.nextTick
 		}
-		if !until.Equal(s.deadline) {
-			if err := s.conn.Conn().SetReadDeadline(until); err != nil {
-				return Item{}, fmt.Errorf("replication stream of slot %s: %w", s.cfg.Slot, err)
-			}
-			s.deadline = until
-		}
-		raw, err := s.conn.ReceiveMessage(context.Background())
+		rctx, cancel := context.WithDeadline(ctx, until)
+		raw, err := s.conn.ReceiveMessage(rctx)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return Item{}, ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				s.deadline = time.Time{}
 				continue
 			}
 			return Item{}, fmt.Errorf("replication stream of slot %s: %w", s.cfg.Slot, explain(s.cfg, err))
@@ -438,13 +409,6 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 		if err != nil {
 			return Item{}, false, err
 		}
-		if w := x.WALData; len(w) > 0 && (w[0] == 'I' || w[0] == 'U' || w[0] == 'D') {
-			m, err := parseRowMessage(w)
-			if err != nil {
-				return Item{}, false, fmt.Errorf("decode pgoutput message: %w", err)
-			}
-			return s.part(s.row(m))
-		}
 		msg, err := pglogrepl.Parse(x.WALData)
 		if err != nil {
 			return Item{}, false, fmt.Errorf("decode pgoutput message: %w", err)
@@ -463,6 +427,12 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		s.resetTables()
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
+	case *pglogrepl.InsertMessage:
+		return s.part(s.row(m.RelationID, source.OpInsert, m.Tuple, nil, false))
+	case *pglogrepl.UpdateMessage:
+		return s.part(s.row(m.RelationID, source.OpUpdate, m.NewTuple, m.OldTuple, m.OldTupleType == pglogrepl.UpdateMessageTupleTypeOld))
+	case *pglogrepl.DeleteMessage:
+		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple, m.OldTupleType == pglogrepl.DeleteMessageTupleTypeOld))
 	case *pglogrepl.TruncateMessage:
 		if err := s.truncate(m); err != nil || len(s.erase) == 0 {
 			return Item{}, false, err
@@ -506,12 +476,7 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, d.CommitTs
 		tx.Events = append(tx.Events, d)
 	}
-	if tx.Events == nil {
-		tx.Events = s.rows // no schema change: the rows as they are, not a copy
-	} else {
-		tx.Events = append(tx.Events, s.rows...)
-	}
-	s.rowsHint = min(len(s.rows), partRows)
+	tx.Events = append(tx.Events, s.rows...)
 	tx.Marks = s.marks
 	s.last = tx.Ts
 	s.received = max(s.received, m.TransactionEndLSN)

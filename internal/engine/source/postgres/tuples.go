@@ -4,18 +4,23 @@ package postgres
 // key of each row.
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// row decodes one row change into the open transaction.
-func (s *Stream) row(m rowMessage) error {
-	rel, ok := s.rels[m.rel]
+// row decodes one row change into the open transaction. wholeOld says
+// the old tuple is the whole old row (REPLICA IDENTITY FULL), not only
+// its key.
+func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.TupleData, wholeOld bool) error {
+	rel, ok := s.rels[relID]
 	if !ok {
-		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", m.rel)
+		return fmt.Errorf("pgoutput sent a row of relation %d before its definition", relID)
 	}
 	if rel.gone || rel.held || rel.foreign {
 		// A foreign table: the publication (one the operator named) serves
@@ -25,7 +30,7 @@ func (s *Stream) row(m rowMessage) error {
 	if st := s.tables[rel.table]; st != nil && st.ResetAt != 0 && s.base <= st.ResetAt {
 		return nil // written before the table came back (ResetAt)
 	}
-	if err := s.decodeRow(rel, m); err != nil {
+	if err := s.decodeRow(rel, op, newTuple, oldTuple, wholeOld); err != nil {
 		rel.held = true
 		s.hold(rel.table, fmt.Sprintf("a row cannot be decoded: %v; fix the cause, then 'cdcctl changefeed resume %s --table %s' reads it again from here", err, s.changefeed(), rel.table))
 	}
@@ -33,7 +38,7 @@ func (s *Stream) row(m rowMessage) error {
 }
 
 // decodeRow adds a row of a replicated table to the open transaction.
-func (s *Stream) decodeRow(rel *relation, m rowMessage) error {
+func (s *Stream) decodeRow(rel *relation, op source.Op, newTuple, oldTuple *pglogrepl.TupleData, wholeOld bool) error {
 	// A row is written under the schema it was decoded with: the
 	// table's, or a change earlier in the transaction.
 	st := s.tables[rel.table]
@@ -41,16 +46,15 @@ func (s *Stream) decodeRow(rel *relation, m rowMessage) error {
 	if d := s.pendingDDL(rel.table); d != nil {
 		def, version, since = d.Def, d.SchemaVersion, d.CommitTs
 	}
-	op, wholeOld := m.op, m.wholeOld
 	e := source.Event{Kind: source.KindDML, Table: rel.table, Def: def, Op: op, CommitTs: s.rowsTs(), SchemaVersion: version, TableVersion: since}
 	var err error
-	if m.newTuple != nil {
-		if e.New, err = decodeTuple(m.newTuple, len(def.Columns), &s.arena); err != nil {
+	if newTuple != nil {
+		if e.New, err = values(newTuple, len(def.Columns)); err != nil {
 			return err
 		}
 	}
-	if m.oldTuple != nil {
-		if e.Old, err = decodeTuple(m.oldTuple, len(def.Columns), &s.arena); err != nil {
+	if oldTuple != nil {
+		if e.Old, err = values(oldTuple, len(def.Columns)); err != nil {
 			return err
 		}
 		if !wholeOld {
@@ -79,7 +83,7 @@ func (s *Stream) decodeRow(rel *relation, m rowMessage) error {
 	if op == source.OpDelete && e.Old == nil {
 		return fmt.Errorf("a delete of %s came without its key; the table needs a primary key or REPLICA IDENTITY FULL", rel.table)
 	}
-	key, err := s.keyOf(def, e.Image())
+	key, err := keyOf(def, e.Image())
 	if err != nil {
 		return fmt.Errorf("row of %s: %w", rel.table, err)
 	}
@@ -89,7 +93,7 @@ func (s *Stream) decodeRow(rel *relation, m rowMessage) error {
 		// changed. The row then moves to another key, maybe another
 		// partition: it is a delete of the old key and an insert of the
 		// new one, so each key's history stays whole in its partition.
-		oldKey, err := s.keyOf(def, e.Old)
+		oldKey, err := keyOf(def, e.Old)
 		if err == nil && oldKey != key {
 			del, ins := e, e
 			del.Op, del.Key, del.New = source.OpDelete, oldKey, nil
@@ -104,58 +108,47 @@ func (s *Stream) decodeRow(rel *relation, m rowMessage) error {
 }
 
 func (s *Stream) add(e source.Event) {
-	if s.rows == nil {
-		s.rows = make([]source.Event, 0, max(s.rowsHint, 8))
-	}
 	s.rows = append(s.rows, e)
 	s.size += e.Size()
 }
 
-// keyPlan is how the rows of one table version are keyed: the key's
-// column indexes and types, worked out once per definition (KeyNames and
-// Index walk the columns and allocate: two thirds of the allocations of
-// a row's decoding were theirs). A definition is a new value after every
-// schema change, so its pointer names the version.
-type keyPlan struct {
-	names []string
-	idx   []int
-	types string
-}
-
-// maxKeyPlans bounds the plans kept: past it they are dropped and made
-// again for the definitions in use.
-const maxKeyPlans = 1024
-
-func (s *Stream) keyPlanOf(def *source.TableDef) *keyPlan {
-	if p := s.keyPlans[def]; p != nil {
-		return p
+// values turns a tuple into values in column order. An old tuple of an
+// update or delete under the default replica identity holds only the key
+// columns: the others are sent as NULL (decodeRow marks them unknown).
+func values(t *pglogrepl.TupleData, n int) ([]source.Value, error) {
+	if len(t.Columns) != n {
+		return nil, fmt.Errorf("a row has %d columns, its table definition %d", len(t.Columns), n)
 	}
-	if s.keyPlans == nil || len(s.keyPlans) >= maxKeyPlans {
-		s.keyPlans = map[*source.TableDef]*keyPlan{}
+	out := make([]source.Value, n)
+	for i, c := range t.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+			out[i] = source.Null
+		case pglogrepl.TupleDataTypeToast:
+			out[i] = source.Value{Unchanged: true}
+		case pglogrepl.TupleDataTypeText:
+			out[i] = source.Text(string(c.Data))
+		default:
+			return nil, errors.New("pgoutput sent a binary value; the stream is requested in text")
+		}
 	}
-	p := &keyPlan{names: def.KeyNames(), types: keyTypes(def)}
-	for _, n := range p.names {
-		p.idx = append(p.idx, def.Index(n))
-	}
-	s.keyPlans[def] = p
-	return p
+	return out, nil
 }
 
 // keyOf is a row's primary key as partitions route it: the key columns'
 // values in key order, encoded so that keys compare in their natural
 // order (model.EncodeKeyValues).
-func (s *Stream) keyOf(def *source.TableDef, row []source.Value) (string, error) {
-	p := s.keyPlanOf(def)
-	parts := s.keyParts[:0]
-	for i, at := range p.idx {
-		v := row[at]
+func keyOf(def *source.TableDef, row []source.Value) (string, error) {
+	names := def.KeyNames()
+	parts := make([]string, len(names))
+	for i, n := range names {
+		v := row[def.Index(n)]
 		if v.Null || v.Unchanged {
-			return "", fmt.Errorf("key column %s has no value", p.names[i])
+			return "", fmt.Errorf("key column %s has no value", n)
 		}
-		parts = append(parts, v.Text)
+		parts[i] = v.Text
 	}
-	s.keyParts = parts[:0] // EncodeKeyValues keeps none of them
-	return model.EncodeKeyValues(p.types, parts)
+	return model.EncodeKeyValues(keyTypes(def), parts)
 }
 
 // keyTypes names a table's key column types, without modifiers, as
