@@ -33,4 +33,3 @@ func rowMessageBytes(kind byte, rel uint32, old byte, oldT, newT []*string) []by
 	}
 	return b
 }
-
