@@ -91,10 +91,8 @@ func DrainProgress(st *meta.State, target model.NodeID) (maintainers int, dispat
 		if st.Changefeeds[id].Maintainer.Node == target {
 			maintainers++
 		}
-		for _, r := range st.Partitions[id] {
-			if r.Route.Node == target {
-				dispatchers[id]++
-			}
+		if n := st.ChangefeedPartitionsOn(id, target); n > 0 {
+			dispatchers[id] = n
 		}
 	}
 	return maintainers, dispatchers

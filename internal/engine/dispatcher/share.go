@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"slices"
 	"unsafe"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
@@ -10,61 +9,99 @@ import (
 
 // share is this node's part of the routing table, as reconcile reads it:
 // the partitions it should run (of changefeeds running normally) and those
-// being moved away from it, by key. It is built again only when a
-// changefeed's routing table or state changed: reconcile runs on every
+// being moved away from it, by key. A changefeed's part is built again
+// only when its routing table or state changed: reconcile runs on every
 // change of the cluster's state (a progress write, a heartbeat of
 // liveness), and walking 100,000 partitions each time to find a third of
-// them was a tenth of every capture's CPU.
+// them was a tenth of every capture's CPU; during a drain some routing
+// table changes on nearly every change, and rebuilding the whole share
+// for it was a twentieth.
 type share struct {
-	sig          []shareSig
-	registered   int64 // the revision of this node's registration it read
+	sig          map[model.ChangefeedID]shareSig
+	keys         map[model.ChangefeedID][]string // what each changefeed put in want and moving
+	registered   int64                           // the revision of this node's registration it read
 	want, moving map[string]meta.RouteRecord
-	// built counts the builds: a reconcile that saw build n, and finds it
-	// again with nothing else to do, has nothing to change (settled).
+	// built counts the changes: a reconcile that saw change n, and finds
+	// it again with nothing else to do, has nothing to change (settled).
 	built uint64
 }
 
-// shareSig is what a share was built from, per changefeed.
+// shareSig is what a changefeed's part of a share was built from.
 type shareSig struct {
-	cf     model.ChangefeedID
 	routes unsafe.Pointer // meta.State.RoutesID; keeps the table alive
 	state  model.ChangefeedState
 }
 
 // of returns the share of node self in st. The maps are the caller's to
-// read, not to change.
+// read, not to change, until the next call.
 func (s *share) of(st *meta.State, self model.NodeID) (want, moving map[string]meta.RouteRecord) {
-	ids := st.ChangefeedIDs()
-	sig := make([]shareSig, 0, len(ids))
-	for _, cf := range ids {
-		sig = append(sig, shareSig{cf: cf, routes: st.RoutesID(cf), state: st.Changefeeds[cf].Status.State})
-	}
 	registered := st.Nodes[self].Revision
-	if s.want != nil && slices.Equal(sig, s.sig) && registered == s.registered {
-		return s.want, s.moving
+	if s.want == nil || registered != s.registered {
+		// Which placements are this process's depends on its registration
+		// (meta.State.PlacedOnIncarnation): all of it again.
+		s.sig, s.keys = map[model.ChangefeedID]shareSig{}, map[model.ChangefeedID][]string{}
+		s.want, s.moving = map[string]meta.RouteRecord{}, map[string]meta.RouteRecord{}
+		s.registered = registered
+		s.built++
 	}
-	want, moving = map[string]meta.RouteRecord{}, map[string]meta.RouteRecord{}
-	for _, cf := range ids {
-		e := st.Changefeeds[cf]
-		for pid, r := range st.Partitions[cf] {
-			if r.Route.Node != self {
-				continue
-			}
-			switch {
-			case r.Route.Status == model.PartitionDraining:
-				moving[key(cf, pid)] = r
-			case e.Status.State == model.ChangefeedNormal && (registered == 0 || st.PlacedOnIncarnation(r)):
-				// A placement on an earlier process under this node's id
-				// is not run: its maintainer places it again
-				// (meta.State.PlacedOnIncarnation). A node not registered
-				// in st (a unit test's) goes by its id alone.
-				want[key(cf, pid)] = r
-			}
+	changed := false
+	for cf, e := range st.Changefeeds {
+		sig := shareSig{routes: st.RoutesID(cf), state: e.Status.State}
+		if old, ok := s.sig[cf]; ok && old == sig {
+			continue
+		}
+		s.drop(cf)
+		s.sig[cf] = sig
+		s.add(st, cf, e, self, registered)
+		changed = true
+	}
+	for cf := range s.sig {
+		if _, ok := st.Changefeeds[cf]; !ok {
+			s.drop(cf)
+			delete(s.sig, cf)
+			changed = true
 		}
 	}
-	s.sig, s.registered, s.want, s.moving = sig, registered, want, moving
-	s.built++
-	return want, moving
+	if changed {
+		s.built++
+	}
+	return s.want, s.moving
+}
+
+// drop takes changefeed cf's part out of the share.
+func (s *share) drop(cf model.ChangefeedID) {
+	for _, k := range s.keys[cf] {
+		delete(s.want, k)
+		delete(s.moving, k)
+	}
+	delete(s.keys, cf)
+}
+
+// add puts changefeed cf's part of st in the share.
+func (s *share) add(st *meta.State, cf model.ChangefeedID, e *meta.ChangefeedEntry, self model.NodeID, registered int64) {
+	var keys []string
+	for pid, r := range st.Partitions[cf] {
+		if r.Route.Node != self {
+			continue
+		}
+		switch {
+		case r.Route.Status == model.PartitionDraining:
+			k := key(cf, pid)
+			s.moving[k] = r
+			keys = append(keys, k)
+		case e.Status.State == model.ChangefeedNormal && (registered == 0 || st.PlacedOnIncarnation(r)):
+			// A placement on an earlier process under this node's id
+			// is not run: its maintainer places it again
+			// (meta.State.PlacedOnIncarnation). A node not registered
+			// in st (a unit test's) goes by its id alone.
+			k := key(cf, pid)
+			s.want[k] = r
+			keys = append(keys, k)
+		}
+	}
+	if keys != nil {
+		s.keys[cf] = keys
+	}
 }
 
 // settled says whether a reconcile would change nothing: the share is the

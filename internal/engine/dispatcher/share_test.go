@@ -48,18 +48,20 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 		t.Fatalf("moving %v", got)
 	}
 
-	// The same tables (another state, progress moved): the same maps.
+	// The same tables (another state, progress moved): nothing changed.
+	built := s.built
 	again := *st
-	if w, _ := s.of(&again, "n1"); reflect.ValueOf(w).UnsafePointer() != reflect.ValueOf(want).UnsafePointer() {
-		t.Fatal("built again although no routing table changed")
+	if w, _ := s.of(&again, "n1"); s.built != built || !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q1"}) {
+		t.Fatalf("built again (%d, was %d) although no routing table changed: want %v", s.built, built, keys(w))
 	}
 
-	// A routing table replaced: built again, and right.
+	// A routing table replaced: that changefeed's part built again, and
+	// right; the other's left as it was.
 	moved := map[string]meta.RouteRecord{"q1": route(b, "q1", "n2", model.PartitionActive), "q2": route(b, "q2", "n1", model.PartitionActive)}
 	next := *st
 	next.Partitions = map[model.ChangefeedID]map[string]meta.RouteRecord{a: routesA, b: moved}
-	if w, _ := s.of(&next, "n1"); !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q2"}) {
-		t.Fatalf("after b's table changed: want %v", keys(w))
+	if w, m := s.of(&next, "n1"); s.built == built || !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q2"}) || !reflect.DeepEqual(keys(m), []string{"a/p3"}) {
+		t.Fatalf("after b's table changed (built %d, was %d): want %v, moving %v", s.built, built, keys(w), keys(m))
 	}
 
 	// A changefeed paused: its partitions are no longer wanted here.

@@ -105,6 +105,44 @@ func (s *State) BarriersID(cf model.ChangefeedID) unsafe.Pointer {
 type sortedRoutes struct {
 	m      unsafe.Pointer // the map sorted
 	routes []RouteRecord
+	// perNode counts the partitions by the node holding them, once asked
+	// (ChangefeedPartitionsOn).
+	perNode map[model.NodeID]int
+}
+
+// ChangefeedPartitionsOn counts changefeed cf's partitions held by node (its
+// Route.Node, moves away from it included). The count is kept with the
+// sorted routing table: a drain's progress is asked on every change of
+// the cluster's state, and counting 20,000 partitions each time was a
+// thirteenth of a loaded cluster's CPU during a drain.
+func (s *State) ChangefeedPartitionsOn(cf model.ChangefeedID, node model.NodeID) int {
+	m := s.Partitions[cf]
+	if len(m) == 0 {
+		return 0
+	}
+	id := s.RoutesID(cf)
+	if s.sortedMu != nil {
+		s.sortedMu.Lock()
+		c, ok := s.sorted[cf]
+		s.sortedMu.Unlock()
+		if ok && c.m == id && len(c.routes) == len(m) && c.perNode != nil {
+			return c.perNode[node]
+		}
+	}
+	routes := s.SortedPartitions(cf)
+	perNode := map[model.NodeID]int{}
+	for _, r := range routes {
+		perNode[r.Route.Node]++
+	}
+	if s.sortedMu != nil {
+		s.sortedMu.Lock()
+		if c, ok := s.sorted[cf]; ok && c.m == id && len(c.routes) == len(routes) {
+			c.perNode = perNode
+			s.sorted[cf] = c
+		}
+		s.sortedMu.Unlock()
+	}
+	return perNode[node]
 }
 
 // forgetSorted drops a changefeed's sorted routing table: its map is

@@ -251,6 +251,11 @@ func TestSortedPartitionsFollowTheRoutingTable(t *testing.T) {
 	if again := before.SortedPartitions("big"); &again[0] != &first[0] {
 		t.Fatal("the order was computed again for an unchanged routing table")
 	}
+	// The count per node is kept with the order, and follows it too.
+	onN2 := before.ChangefeedPartitionsOn("big", "n2")
+	if onN2 != before.PartitionsOn("n2") || onN2 == len(first) {
+		t.Fatalf("%d partitions counted on n2, %d by a walk of the table", onN2, before.PartitionsOn("n2"))
+	}
 	e := before.Changefeeds["big"]
 	if err := f.store.PlacePartitions(f.ctx, e.FenceOf(f.store.Keys()), []Placement{{Route: first[7], Node: "n2"}}); err != nil {
 		t.Fatal(err)
@@ -262,5 +267,8 @@ func TestSortedPartitionsFollowTheRoutingTable(t *testing.T) {
 	}
 	if got := before.SortedPartitions("big"); got[7].Route.Node == "n2" {
 		t.Fatal("the earlier state's order changed")
+	}
+	if a, b := f.watched.ChangefeedPartitionsOn("big", "n2"), before.ChangefeedPartitionsOn("big", "n2"); a != onN2+1 || b != onN2 || a != f.watched.PartitionsOn("n2") {
+		t.Fatalf("partitions on n2: %d after the placement, %d before it (was %d); want one more after", a, b, onN2)
 	}
 }

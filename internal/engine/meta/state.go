@@ -2,6 +2,7 @@ package meta
 
 import (
 	"encoding/json"
+	"maps"
 	"sort"
 	"strconv"
 	"sync"
@@ -130,57 +131,52 @@ func newState(clusterID string) *State {
 
 // Clone returns a deep copy that a caller may keep while the original moves on.
 func (s *State) Clone() *State {
-	c := newState(s.ClusterID)
-	c.Revision = s.Revision
-	for k, v := range s.Nodes {
-		c.Nodes[k] = v
-	}
-	for k, v := range s.Liveness {
-		c.Liveness[k] = v
-	}
-	for k, v := range s.elections {
-		c.elections[k] = v
+	// Entries and inner maps are copied on write (applyChangefeed), so a
+	// shallow copy of the outer maps is enough here. maps.Clone copies a
+	// map's table whole: a view clones its state once per watch response,
+	// and re-inserting each key was a twentieth of a loaded capture's CPU
+	// during a 20,000-partition drain.
+	c := &State{
+		ClusterID: s.ClusterID,
+		Revision:  s.Revision,
+		Nodes:     cloned(s.Nodes),
+		Liveness:  cloned(s.Liveness),
+		elections: cloned(s.elections),
+
+		Changefeeds:    cloned(s.Changefeeds),
+		Partitions:     cloned(s.Partitions),
+		Progress:       cloned(s.Progress),
+		progressShards: cloned(s.progressShards),
+		owned:          map[ownedMap]bool{},
+		Barriers:       cloned(s.Barriers),
+
+		Plans:        cloned(s.Plans),
+		PlanRequests: cloned(s.PlanRequests),
+		Cleanups:     cloned(s.Cleanups),
+		Restarts:     cloned(s.Restarts),
+
+		sortedMu: &sync.Mutex{},
 	}
 	c.term, c.termKey, c.TermEpoch = s.term, s.termKey, s.TermEpoch
-	// Entries and inner maps are copied on write (applyChangefeed), so a
-	// shallow copy of the outer maps is enough here.
-	for k, v := range s.Changefeeds {
-		c.Changefeeds[k] = v
-	}
-	for k, v := range s.Partitions {
-		c.Partitions[k] = v
-	}
+	c.Drain, c.DrainRevision = s.Drain, s.DrainRevision
 	if s.sortedMu != nil {
 		// Checked against the map at use: valid while the map is shared.
 		s.sortedMu.Lock()
-		for k, v := range s.sorted {
-			c.sorted[k] = v
-		}
+		c.sorted = cloned(s.sorted)
 		s.sortedMu.Unlock()
-	}
-	for k, v := range s.Progress {
-		c.Progress[k] = v
-	}
-	for k, v := range s.progressShards {
-		c.progressShards[k] = v
-	}
-	for k, v := range s.Barriers {
-		c.Barriers[k] = v
-	}
-	c.Drain, c.DrainRevision = s.Drain, s.DrainRevision
-	for k, v := range s.Plans {
-		c.Plans[k] = v
-	}
-	for k, v := range s.PlanRequests {
-		c.PlanRequests[k] = v
-	}
-	for k, v := range s.Cleanups {
-		c.Cleanups[k] = v
-	}
-	for k, v := range s.Restarts {
-		c.Restarts[k] = v
+	} else {
+		c.sorted = map[model.ChangefeedID]sortedRoutes{}
 	}
 	return c
+}
+
+// cloned is maps.Clone that never returns nil: a State's maps are always
+// there to write to.
+func cloned[M ~map[K]V, K comparable, V any](m M) M {
+	if m == nil {
+		return M{}
+	}
+	return maps.Clone(m)
 }
 
 // Leader returns the node whose election key has the lowest create revision.
