@@ -78,7 +78,8 @@ type State struct {
 	// Restarts are the captures a rollout asked to restart.
 	Restarts map[model.NodeID]RestartEntry
 
-	// sorted caches SortedPartitions, per changefeed (changefeeds.go).
+	// sorted caches SortedPartitions, per changefeed (changefeeds.go),
+	// shared by a state and its clones.
 	sortedMu *sync.Mutex
 	sorted   map[model.ChangefeedID]sortedRoutes
 
@@ -154,18 +155,19 @@ func (s *State) Clone() *State {
 		PlanRequests: cloned(s.PlanRequests),
 		Cleanups:     cloned(s.Cleanups),
 		Restarts:     cloned(s.Restarts),
-
-		sortedMu: &sync.Mutex{},
 	}
 	c.term, c.termKey, c.TermEpoch = s.term, s.termKey, s.TermEpoch
 	c.Drain, c.DrainRevision = s.Drain, s.DrainRevision
 	if s.sortedMu != nil {
-		// Checked against the map at use: valid while the map is shared.
-		s.sortedMu.Lock()
-		c.sorted = cloned(s.sorted)
-		s.sortedMu.Unlock()
+		// One cache for a state and its clones: an entry is checked
+		// against the map at use, and a published routing table never
+		// changes, so whichever state sorted a table sorted it for all.
+		// A clone's own copy was refilled only where it was asked before
+		// the next clone: a view clones as soon as it publishes, so a
+		// drain's progress sorted every changed table again per state.
+		c.sortedMu, c.sorted = s.sortedMu, s.sorted
 	} else {
-		c.sorted = map[model.ChangefeedID]sortedRoutes{}
+		c.sortedMu, c.sorted = &sync.Mutex{}, map[model.ChangefeedID]sortedRoutes{}
 	}
 	return c
 }
