@@ -35,6 +35,9 @@ type Manager struct {
 	tr    transport.Transport
 	log   *slog.Logger
 	cfg   ManagerConfig
+	// waited is how long Run's last reconcile waited for dispatchers to
+	// stop: not counted as its pass's work (cluster.Rest). Run's only.
+	waited time.Duration
 
 	// reads reads database changefeeds' event logs on the nodes
 	// maintaining them.
@@ -207,11 +210,15 @@ func (m *Manager) Run(ctx context.Context) error {
 		ch := m.view.Changed()
 		st := m.view.State()
 		began := time.Now()
+		m.waited = 0
 		finals := m.reconcile(ctx, st)
 		// Only the pass over the routing table counts: sending heartbeats
 		// waits on the network, not the CPU, and resting for it would
-		// delay the next hand-over (a split's pause).
-		took := time.Since(began)
+		// delay the next hand-over (a split's pause). Nor does waiting
+		// for dispatchers to stop (their sinks flushing): a drain's stops
+		// took hundreds of milliseconds, and resting as long again held
+		// back the next moves off the node.
+		took := time.Since(began) - m.waited
 		every := m.beatEvery()
 		if finals || time.Since(m.lastBeat) >= every {
 			m.heartbeat(ctx, st)
@@ -294,7 +301,12 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	// Stop what no longer belongs here, all at once, and keep where each
 	// stopped: a paused changefeed resumes exactly there, and a partition
 	// being moved away is handed over there.
+	stopping := time.Now()
 	m.stopAndReport(stale)
+	if len(stale) > 0 {
+		m.waited = time.Since(stopping)
+		m.log.Debug("dispatchers stopped", "count", len(stale), "took", m.waited.Round(time.Millisecond))
+	}
 	for cf, why := range restart {
 		m.restartFeed(cf, why)
 	}
@@ -352,6 +364,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		}
 	}
 	m.mu.Unlock()
+	starting := time.Now()
 	prepared := m.prepareAll(ctx, toStart)
 	resumes := m.resumeAll(ctx, st, toStart, prepared)
 	for i, r := range toStart {
@@ -373,6 +386,9 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "attempts", f.Attempts, "err", err)
 		}
 		m.mu.Unlock()
+	}
+	if len(toStart) > 0 {
+		m.log.Debug("dispatchers started", "count", len(toStart), "took", time.Since(starting).Round(time.Millisecond))
 	}
 	m.closeUnusedFeeds(st)
 	return newFinals

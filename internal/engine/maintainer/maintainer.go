@@ -331,7 +331,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			dest.Count(r.Route.Node)
 		}
 	}
-	var toPlace []meta.Placement
+	var toPlace, handed []meta.Placement
 	for _, r := range routes {
 		_, registered := st.Nodes[r.Route.Node]
 		// A move's source is asked for its final position under its id,
@@ -341,8 +341,12 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		sourceAlive := registered && st.PlacedOnIncarnation(r)
 		switch {
 		case r.Route.Status == model.PartitionDraining:
-			if err := h.advanceMove(ctx, e, mf, r, pos, registered, dest); err != nil {
+			p, err := h.advanceMove(ctx, e, mf, r, pos, registered, dest)
+			if err != nil {
 				return err
+			}
+			if p != nil {
+				handed = append(handed, *p)
 			}
 		case r.Route.Node != "" && sourceAlive && h.startFailures(e.Info.ID, r.Route) >= h.cfg.MaxStartFailures:
 			if err := h.giveBack(ctx, st, e, mf, r, dest); err != nil {
@@ -363,6 +367,12 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 			}
 		}
 	}
+	if len(handed) > 0 {
+		if err := h.placeMoved(ctx, e, mf, handed); err != nil {
+			return err
+		}
+		inFlight -= len(handed)
+	}
 	if len(toPlace) > 0 {
 		// Placed together; balancing waits for the next pass, which sees them.
 		h.log.Debug("maintainer: placing partitions on the least-loaded captures", "changefeed", e.Info.ID, "partitions", len(toPlace),
@@ -370,7 +380,7 @@ func (h *Host) place(ctx context.Context, st *meta.State, e *meta.ChangefeedEntr
 		return h.store.PlacePartitions(ctx, mf, toPlace)
 	}
 	moved, err := h.rebalance(ctx, st, e, mf, routes, dest, inFlight)
-	if err == nil && !moved && inFlight == 0 {
+	if err == nil && !moved && inFlight == 0 && len(handed) == 0 {
 		h.placeSettled(st, e)
 	}
 	return err

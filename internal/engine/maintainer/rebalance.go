@@ -36,34 +36,43 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 			perNode[r.Route.Node] = append(perNode[r.Route.Node], r)
 		}
 	}
+	// The moves start in one transaction: a drain starts a changefeed's
+	// moves together, and one write each made a pass four etcd round
+	// trips long while the whole cluster was busy.
+	var moves []meta.Placement
 	for len(movable) > 0 && inFlight < MaxMovesInFlight {
 		target, ok := dest.Next()
 		if !ok {
-			return moved, nil
+			break
 		}
-		if err := h.store.StartMove(ctx, mf, movable[0], target); err != nil {
-			return moved, err
-		}
-		moved = true
-		h.log.Info("maintainer: moving a partition off a Draining node", "partition", movable[0].Route.ID, "from", movable[0].Route.Node, "to", target)
+		moves = append(moves, meta.Placement{Route: movable[0], Node: target})
 		movable, inFlight = movable[1:], inFlight+1
 	}
-	for inFlight < MaxMovesInFlight {
+	for inFlight < MaxMovesInFlight && len(movable) == 0 {
 		from, fromLoad, to, toLoad := dest.Extremes()
 		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
-			return moved, nil
+			break
 		}
 		r := perNode[from][len(perNode[from])-1]
 		perNode[from] = perNode[from][:len(perNode[from])-1]
 		h.log.Debug("maintainer: balance: the most-loaded capture gives a partition to the least-loaded", "changefeed", e.Info.ID,
 			"from", from, "from_load", fromLoad, "to", to, "to_load", toLoad, "loads", dest.String(), "moves_in_flight", inFlight)
-		if err := h.store.StartMove(ctx, mf, r, to); err != nil {
-			return moved, err
-		}
-		moved = true
+		moves = append(moves, meta.Placement{Route: r, Node: to})
 		dest.Move(from, to)
 		inFlight++
-		h.log.Info("maintainer: balancing", "partition", r.Route.ID, "from", from, "to", to)
 	}
-	return moved, nil
+	if len(moves) == 0 {
+		return false, nil
+	}
+	if err := h.store.StartMoves(ctx, mf, moves); err != nil {
+		return false, err
+	}
+	for _, m := range moves {
+		if st.LivenessOf(m.Route.Route.Node) == model.LivenessDraining {
+			h.log.Info("maintainer: moving a partition off a Draining node", "partition", m.Route.Route.ID, "from", m.Route.Route.Node, "to", m.Node)
+		} else {
+			h.log.Info("maintainer: balancing", "partition", m.Route.Route.ID, "from", m.Route.Route.Node, "to", m.Node)
+		}
+	}
+	return true, nil
 }

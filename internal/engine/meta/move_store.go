@@ -25,11 +25,35 @@ func (s *Store) RequestMove(ctx context.Context, fence Fence, r RouteRecord, tar
 // StartMove marks a partition Draining towards a target (seed 003's
 // migration, step 1). Its node keeps it until it reports a final position.
 func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord, target model.NodeID) error {
-	next := r.Route
-	// A scheduler's move ends an operator's placement.
-	next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, target, false, time.Now().UTC()
-	key := s.keys.Partition(next.Changefeed, next.ID)
-	return s.casPut(ctx, key, next, mf.cmp(), clientv3.Compare(clientv3.ModRevision(key), "=", r.Revision))
+	return s.StartMoves(ctx, mf, []Placement{{Route: r, Node: target}})
+}
+
+// StartMoves starts several moves of one changefeed (each a Placement:
+// the partition as read and its target) in one maintainer transaction,
+// each entry compared at the revision it was read: one changed entry
+// fails them all (ErrStale), and the next pass reads again. A drain
+// starts a changefeed's moves together; one transaction each made a
+// maintainer's pass as slow as four round trips to etcd.
+func (s *Store) StartMoves(ctx context.Context, mf MaintainerFence, moves []Placement) error {
+	now := time.Now().UTC()
+	for len(moves) > 0 {
+		chunk := moves[:min(len(moves), maxPlacementsPerTxn)]
+		moves = moves[len(chunk):]
+		cmps := []clientv3.Cmp{mf.cmp()}
+		var ops []clientv3.Op
+		for _, m := range chunk {
+			next := m.Route.Route
+			// A scheduler's move ends an operator's placement.
+			next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, m.Node, false, now
+			key := s.keys.Partition(next.Changefeed, next.ID)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", m.Route.Revision))
+			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
+		}
+		if err := s.commit(ctx, cmps, ops...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // The routing table has one regular writer, the changefeed's maintainer.
