@@ -30,6 +30,6 @@ CDCCTL_SCALE_FEEDS=$FEEDS CDCCTL_SCALE_TABLES=25 CDCCTL_SCALE_BATCH=$BATCH CDCCT
   CDCCTL_SCALE_VERIFY=${VERIFY:-20} CDCCTL_SCALE_CPUPROFILE=$PROFILE \
   go test -count=1 -run 'TestDrainAtScale$' -v -timeout 60m ./internal/agent > "$D/test.log" 2>&1
 RC=$?
-grep -E 'created|placed in|warm after|drained |checkpoint lag|plan .*maintainer moves|verified|FAIL|panic' "$D/test.log"
+grep -E '^ *drain_scale_test.go:[0-9]+: (created|placed in|warm after|drained |checkpoint lag|plan .*maintainer moves|verified)|^(--- FAIL|FAIL|panic)' "$D/test.log"
 echo "exit $RC; log $D/test.log"
 exit $RC

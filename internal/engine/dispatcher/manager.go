@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,8 @@ type Manager struct {
 	log   *slog.Logger
 	cfg   ManagerConfig
 	// waited is how long Run's last reconcile waited for dispatchers to
-	// stop: not counted as its pass's work (cluster.Rest). Run's only.
+	// stop or start: not counted as its pass's work (cluster.Rest).
+	// Run's only.
 	waited time.Duration
 
 	// reads reads database changefeeds' event logs on the nodes
@@ -77,6 +79,8 @@ type Manager struct {
 	restartFeeds map[model.ChangefeedID]transport.Restart
 	restarts     map[model.ChangefeedID][]transport.Restart
 	wake         chan struct{}
+	// more: the last reconcile left partitions to start (maxStartsPerPass).
+	more bool
 	// copiedSince are the changefeeds a dispatcher here finished its
 	// copy of since the last heartbeat; lastEarly, when the last early
 	// heartbeat went (copied.go). Under copiedMu, taken after mu when
@@ -227,6 +231,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		cluster.Rest(ctx, took)
 		t.Reset(max(0, every-time.Since(m.lastBeat)))
+		if m.moreToStart() {
+			continue
+		}
 		select {
 		case <-ch:
 		case <-t.C:
@@ -259,7 +266,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		m.mu.Unlock()
 		return false
 	}
-	m.reconciled = m.share.built
+	m.reconciled, m.more = m.share.built, false
 	// Cleared before the running dispatchers are looked at: one that
 	// ends from here on marks it again, for the next reconcile.
 	m.ended.Store(false)
@@ -363,6 +370,11 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			toStart = append(toStart, r)
 		}
 	}
+	if len(toStart) > maxStartsPerPass {
+		// The oldest placements first; the rest at once after (more).
+		slices.SortFunc(toStart, func(a, b meta.RouteRecord) int { return cmp.Compare(a.Revision, b.Revision) })
+		toStart, m.more = toStart[:maxStartsPerPass], true
+	}
 	m.mu.Unlock()
 	starting := time.Now()
 	prepared := m.prepareAll(ctx, toStart)
@@ -388,7 +400,9 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		m.mu.Unlock()
 	}
 	if len(toStart) > 0 {
-		m.log.Debug("dispatchers started", "count", len(toStart), "took", time.Since(starting).Round(time.Millisecond))
+		took := time.Since(starting)
+		m.waited += took
+		m.log.Debug("dispatchers started", "count", len(toStart), "took", took.Round(time.Millisecond))
 	}
 	m.closeUnusedFeeds(st)
 	return newFinals
@@ -427,6 +441,20 @@ func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, 
 		f.close()
 	}
 	return nf, nil
+}
+
+// maxStartsPerPass bounds the dispatchers one reconcile starts; more are
+// started by the next, at once. A node taking over a drain's partitions
+// prepared and started them in waves of over a thousand, 3 to 4 s each,
+// before the first of them ran: the changefeeds' checkpoints waited for
+// the whole wave.
+const maxStartsPerPass = 256
+
+// moreToStart says whether the last reconcile left partitions to start.
+func (m *Manager) moreToStart() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.more
 }
 
 // prepareWorkers bounds the partitions prepared at once. Preparing reads

@@ -106,12 +106,12 @@ func (s *share) add(st *meta.State, cf model.ChangefeedID, e *meta.ChangefeedEnt
 
 // settled says whether a reconcile would change nothing: the share is the
 // one the last full reconcile worked from (build seen), nothing is being
-// moved away, and no dispatcher ended, no start failed, no recovery or
-// restart waits since. A settled reconcile is skipped: at 100,000
+// moved away, none is left to start, and no dispatcher ended, no start
+// failed, no recovery or restart waits since. A settled reconcile is skipped: at 100,000
 // partitions, checking each of a node's 33,000 dispatchers against its
 // share on every state change was the largest cost left in reconcile.
 // m.mu is held.
 func (m *Manager) settledLocked(seen uint64) bool {
-	return seen == m.share.built && len(m.share.moving) == 0 && !m.ended.Load() &&
+	return seen == m.share.built && len(m.share.moving) == 0 && !m.ended.Load() && !m.more &&
 		len(m.failed) == 0 && len(m.recovering) == 0 && len(m.restartFeeds) == 0
 }
