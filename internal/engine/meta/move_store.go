@@ -35,25 +35,12 @@ func (s *Store) StartMove(ctx context.Context, mf MaintainerFence, r RouteRecord
 // starts a changefeed's moves together; one transaction each made a
 // maintainer's pass as slow as four round trips to etcd.
 func (s *Store) StartMoves(ctx context.Context, mf MaintainerFence, moves []Placement) error {
-	now := time.Now().UTC()
-	for len(moves) > 0 {
-		chunk := moves[:min(len(moves), maxPlacementsPerTxn)]
-		moves = moves[len(chunk):]
-		cmps := []clientv3.Cmp{mf.cmp()}
-		var ops []clientv3.Op
-		for _, m := range chunk {
-			next := m.Route.Route
-			// A scheduler's move ends an operator's placement.
-			next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, m.Node, false, now
-			key := s.keys.Partition(next.Changefeed, next.ID)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", m.Route.Revision))
-			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
-		}
-		if err := s.commit(ctx, cmps, ops...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.rewriteRoutes(ctx, mf, moves, func(m Placement, now time.Time) model.RouteEntry {
+		next := m.Route.Route
+		// A scheduler's move ends an operator's placement.
+		next.Status, next.Target, next.Pinned, next.BusySince = model.PartitionDraining, m.Node, false, now
+		return next
+	})
 }
 
 // The routing table has one regular writer, the changefeed's maintainer.

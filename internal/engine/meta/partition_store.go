@@ -54,6 +54,15 @@ func (s *Store) PlacePartition(ctx context.Context, mf MaintainerFence, r RouteR
 // it was read; one changed entry fails its whole transaction (ErrStale),
 // and the next pass reads again.
 func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Placement) error {
+	return s.rewriteRoutes(ctx, mf, ps, func(p Placement, now time.Time) model.RouteEntry {
+		return placed(p.Route.Route, p.Node, p.Start, p.Copy, now)
+	})
+}
+
+// rewriteRoutes writes next(p) over each placement's entry, up to
+// maxPlacementsPerTxn per maintainer transaction, each entry compared at
+// the revision it was read.
+func (s *Store) rewriteRoutes(ctx context.Context, mf MaintainerFence, ps []Placement, next func(Placement, time.Time) model.RouteEntry) error {
 	for len(ps) > 0 {
 		chunk := ps[:min(len(ps), maxPlacementsPerTxn)]
 		ps = ps[len(chunk):]
@@ -61,10 +70,10 @@ func (s *Store) PlacePartitions(ctx context.Context, mf MaintainerFence, ps []Pl
 		var ops []clientv3.Op
 		now := time.Now().UTC()
 		for _, p := range chunk {
-			next := placed(p.Route.Route, p.Node, p.Start, p.Copy, now)
-			key := s.keys.Partition(next.Changefeed, next.ID)
+			r := next(p, now)
+			key := s.keys.Partition(r.Changefeed, r.ID)
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", p.Route.Revision))
-			ops = append(ops, clientv3.OpPut(key, mustJSON(next)))
+			ops = append(ops, clientv3.OpPut(key, mustJSON(r)))
 		}
 		if err := s.commit(ctx, cmps, ops...); err != nil {
 			return err
