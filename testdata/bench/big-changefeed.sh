@@ -32,7 +32,7 @@ done
 sleep 3
 T0=$(date +%s)
 $CDCCTL --server $S changefeed create big --source "gen://?tables=$TABLES&keys=2&rate=2000&ddl_every=0s" \
-  --partitions-per-table 1 --sink "file://$D/pg/sink?flush-interval=5s" > "$D/create.out" 2>&1
+  --partitions-per-table 1 --sink "file://$D/pg/sinks/big?flush-interval=5s" > "$D/create.out" 2>&1
 echo "create rc=$? after $(( $(date +%s) - T0 )) s" | tee -a "$D/samples"
 PIDS=$(python3 -c "import json;d=json.load(open('$D/pg/playground.json'));print(' '.join(str(c['pid']) for c in d['captures']))")
 echo "pids $PIDS" >> "$D/samples"
