@@ -371,8 +371,19 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		}
 	}
 	if len(toStart) > maxStartsPerPass {
-		// The oldest placements first; the rest at once after (more).
-		slices.SortFunc(toStart, func(a, b meta.RouteRecord) int { return cmp.Compare(a.Revision, b.Revision) })
+		// The oldest placements first, those whose start failed before
+		// last (they would otherwise take every pass's places, and the
+		// others never start); the rest at once after (more).
+		failed := func(r meta.RouteRecord) bool { return m.failed[key(r.Route.Changefeed, r.Route.ID)] != nil }
+		slices.SortFunc(toStart, func(a, b meta.RouteRecord) int {
+			if fa, fb := failed(a), failed(b); fa != fb {
+				if fa {
+					return 1
+				}
+				return -1
+			}
+			return cmp.Compare(a.Revision, b.Revision)
+		})
 		toStart, m.more = toStart[:maxStartsPerPass], true
 	}
 	m.mu.Unlock()
@@ -381,11 +392,13 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	preparing := time.Since(starting)
 	resumes := m.resumeAll(ctx, st, toStart, prepared)
 	resuming := time.Since(starting) - preparing
+	started := 0
 	for i, r := range toStart {
 		k := key(r.Route.Changefeed, r.Route.ID)
 		err := m.start(ctx, st, r, prepared[i], resumes[i])
 		m.mu.Lock()
 		if err == nil {
+			started++
 			delete(m.failed, k)
 		} else {
 			// Reported in heartbeats, so that the maintainer can give the
@@ -399,6 +412,14 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 			f.Err = err.Error()
 			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "attempts", f.Attempts, "err", err)
 		}
+		m.mu.Unlock()
+	}
+	if started == 0 {
+		// Not one started: the rest would fail alike (failed ones come
+		// last). They wait for the next change or heartbeat, as before,
+		// instead of a reconcile after another with no rest.
+		m.mu.Lock()
+		m.more = false
 		m.mu.Unlock()
 	}
 	if len(toStart) > 0 {
