@@ -55,7 +55,11 @@ except Exception: print('? ?')")
   done
   echo "$LINE" >> "$D/samples"
   if [ -n "${PROF_AT:-}" ] && [ "$NOW" -ge "$PROF_AT" ] && [ ! -e "$D/cpu.prof" ]; then
-    M=$(echo "$LAG" | awk '{print $2}'); N=${M#capture-}; O=$(( N % 3 + 1 ))
+    # The maintainer's capture, or capture-1 (the coordinator) while the
+    # API is too busy to say.
+    M=$(echo "$LAG" | awk '{print $2}'); N=${M#capture-}
+    case "$N" in [1-3]) ;; *) N=1 ;; esac
+    O=$(( N % 3 + 1 ))
     curl -s -o "$D/cpu.prof" "127.0.0.1:950$N/debug/pprof/profile?seconds=20" & CURLS="$CURLS $!"
     curl -s -o "$D/heap.prof" "127.0.0.1:950$N/debug/pprof/heap" & CURLS="$CURLS $!"
     curl -s -o "$D/cpu-other.prof" "127.0.0.1:950$O/debug/pprof/profile?seconds=20" & CURLS="$CURLS $!"

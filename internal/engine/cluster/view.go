@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -22,6 +24,8 @@ import (
 type View struct {
 	store *meta.Store
 	log   *slog.Logger
+	// space is spacing; a test holds every burst to a fixed spacing.
+	space func(cost time.Duration) time.Duration
 
 	mu      sync.Mutex
 	st      *meta.State
@@ -31,7 +35,7 @@ type View struct {
 
 // NewView returns a view; Run fills it.
 func NewView(store *meta.Store, log *slog.Logger) *View {
-	return &View{store: store, log: log, changed: make(chan struct{}), loaded: make(chan struct{})}
+	return &View{store: store, log: log, space: spacing, changed: make(chan struct{}), loaded: make(chan struct{})}
 }
 
 // Run loads the state and follows every change until ctx ends. A watch that
@@ -81,37 +85,62 @@ func (v *View) follow(ctx context.Context) error {
 		return ctx.Err()
 	}
 	v.publish(st)
+	published := time.Now()
 	for resp := range watch {
 		if err := resp.Err(); err != nil {
 			return err // compacted or broken: Run reloads
 		}
+		began := time.Now()
 		st = st.Clone()
 		st.Apply(v.store.Keys(), resp)
-		// The responses that queued meanwhile go into the same copy:
-		// a state is cloned per change it publishes, and at 100,000
-		// partitions the copy of a changefeed's routing table (each
-		// placement transaction changes 100 of them) was a quarter of
-		// every capture's CPU while they were placed. What is published
-		// is still a state etcd had: the one after the last response.
-		// At most maxCoalesced go in one copy, so a watch that never
-		// pauses still publishes.
-		for n, more := 1, true; more && n < maxCoalesced; n++ {
-			select {
-			case next, ok := <-watch:
-				if !ok {
-					v.publish(st)
-					return errors.New("watch channel closed")
+		// The responses that come meanwhile go into the same copy: a
+		// state is cloned per change it publishes, and a changefeed's
+		// routing table is copied whole when it changes (at 100,000
+		// partitions each placement transaction changes 100 of them).
+		// Taking only the responses already queued was not enough: under
+		// load the watch hands them over one by one, and a capture spent
+		// a third of its CPU copying tables, its view 15 s or more behind
+		// etcd while a large changefeed started. So after a copy that was
+		// costly, the next state is published no sooner than spacing(cost)
+		// after the last one, and everything that arrives until then goes
+		// into this copy. A copy that costs little (a small cluster) is
+		// published at once, as is the first change after a quiet spell.
+		// What is published is still a state etcd had: the one after the
+		// last response.
+		due := published.Add(v.space(time.Since(began)))
+		for n := 1; n < maxCoalesced; n++ {
+			var next clientv3.WatchResponse
+			var ok bool
+			wait := time.Until(due)
+			if wait <= 0 {
+				select {
+				case next, ok = <-watch:
+				default:
+					n = maxCoalesced
+					continue
 				}
-				if err := next.Err(); err != nil {
-					v.publish(st)
-					return err
+			} else {
+				t := time.NewTimer(wait)
+				select {
+				case next, ok = <-watch:
+					t.Stop()
+				case <-t.C:
+					n = maxCoalesced
+					continue
 				}
-				st.Apply(v.store.Keys(), next)
-			default:
-				more = false
 			}
+			if !ok {
+				v.publish(st)
+				return errors.New("watch channel closed")
+			}
+			if err := next.Err(); err != nil {
+				v.publish(st)
+				return err
+			}
+			st.Apply(v.store.Keys(), next)
 		}
 		v.publish(st)
+		published = time.Now()
 	}
 	return errors.New("watch channel closed")
 }
@@ -119,6 +148,17 @@ func (v *View) follow(ctx context.Context) error {
 // maxCoalesced bounds the watch responses applied to one copy of the
 // state before it is published.
 const maxCoalesced = 256
+
+// spacing is how long after the last published state the next one waits,
+// given what copying the state cost: twenty times the copy (copies take at
+// most about 5 % of the time), from copies of 2 ms up (below, states are
+// published at once), and never more than 250 ms.
+func spacing(cost time.Duration) time.Duration {
+	if cost < 2*time.Millisecond {
+		return 0
+	}
+	return min(20*cost, 250*time.Millisecond)
+}
 
 func (v *View) publish(st *meta.State) {
 	v.mu.Lock()

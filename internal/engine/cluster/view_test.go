@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A burst of writes is taken into fewer published states when copying the
+// state is costly (here: every burst spaced by 50 ms), and nothing is lost
+// or reordered: each published state is one etcd had, at a higher revision
+// than the one before, and the last holds every write, as a fresh load of
+// etcd does.
+func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	store := meta.NewStore(cli, "test")
+	v := NewView(store, slog.New(slog.DiscardHandler))
+	v.space = func(time.Duration) time.Duration { return 50 * time.Millisecond }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = v.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-v.Loaded()
+
+	const cf, writes = model.ChangefeedID("big"), 400
+	var revs []int64
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			ch := v.Changed()
+			st := v.State()
+			if n := len(revs); n == 0 || revs[n-1] != st.Revision {
+				revs = append(revs, st.Revision)
+			}
+			if len(st.Partitions[cf]) == writes {
+				return
+			}
+			select {
+			case <-ch:
+			case <-time.After(30 * time.Second):
+				return
+			}
+		}
+	}()
+	for i := range writes {
+		r := model.RouteEntry{Changefeed: cf, ID: fmt.Sprintf("p%04d", i), Node: "capture-1", Epoch: 1}
+		b, _ := json.Marshal(r)
+		if _, err := cli.Put(ctx, store.Keys().Partition(cf, r.ID), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-watched
+
+	last := v.State()
+	if got := len(last.Partitions[cf]); got != writes {
+		t.Fatalf("the view holds %d of %d routes", got, writes)
+	}
+	fresh, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Revision != fresh.Revision || len(fresh.Partitions[cf]) != writes {
+		t.Fatalf("the view is at revision %d with %d routes, etcd at %d with %d", last.Revision, len(last.Partitions[cf]), fresh.Revision, len(fresh.Partitions[cf]))
+	}
+	for id, r := range fresh.Partitions[cf] {
+		if got := last.Partitions[cf][id]; got.Revision != r.Revision || got.Route.ID != r.Route.ID || got.Route.Node != r.Route.Node {
+			t.Fatalf("route %s: view %+v, etcd %+v", id, last.Partitions[cf][id], r)
+		}
+	}
+	for i := 1; i < len(revs); i++ {
+		if revs[i] <= revs[i-1] {
+			t.Fatalf("published revisions not increasing: %v", revs)
+		}
+	}
+	// 400 writes one after another take far longer than 50 ms; spaced,
+	// they are published in a few dozen states, not one each.
+	if len(revs) > writes/2 {
+		t.Fatalf("%d states published for %d writes: the burst was not spaced", len(revs), writes)
+	}
+	t.Logf("%d writes published in %d states", writes, len(revs))
+}
