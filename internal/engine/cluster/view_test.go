@@ -14,7 +14,7 @@ import (
 )
 
 // A burst of writes is taken into fewer published states when copying the
-// state is costly (here: every burst spaced by 50 ms), and nothing is lost
+// state is costly (here: every change spaced by 50 ms), and nothing is lost
 // or reordered: each published state is one etcd had, at a higher revision
 // than the one before, and the last holds every write, as a fresh load of
 // etcd does.
@@ -22,7 +22,7 @@ func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
 	_, cli := etcdtest.Start(t)
 	store := meta.NewStore(cli, "test")
 	v := NewView(store, slog.New(slog.DiscardHandler))
-	v.space = func(time.Duration) time.Duration { return 50 * time.Millisecond }
+	v.space = func(int, time.Duration) time.Duration { return 50 * time.Millisecond }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

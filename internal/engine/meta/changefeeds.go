@@ -213,11 +213,11 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 		s.Changefeeds[id] = e
 	case kind == kindPartition:
 		s.forgetSorted(id)
-		s.Partitions[id] = applyRecord(s.Partitions[id], s.mine(kind, id, 0), leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
+		s.Partitions[id] = applyRecord(s.Partitions[id], s.mine(kind, id, 0, len(s.Partitions[id])), leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
 			return RouteRecord{Route: r, Revision: rev}
 		})
 	case kind == kindBarrier:
-		s.Barriers[id] = applyRecord(s.Barriers[id], s.mine(kind, id, 0), leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
+		s.Barriers[id] = applyRecord(s.Barriers[id], s.mine(kind, id, 0, len(s.Barriers[id])), leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
 			return BarrierRecord{Barrier: b, Revision: rev}
 		})
 	}

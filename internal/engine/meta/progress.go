@@ -50,15 +50,22 @@ const (
 // it was cloned, and from now on takes it as its own: the caller copies it
 // once (when this returns false), then changes it in place. A watch
 // response of a hundred partitions, or a load of all of them, copies each
-// changefeed's map once, not once per key.
-func (s *State) mine(kind keyKind, cf model.ChangefeedID, sub int) bool {
+// changefeed's map once, not once per key. size is the map's length, what
+// the copy costs (Copied).
+func (s *State) mine(kind keyKind, cf model.ChangefeedID, sub, size int) bool {
 	k := ownedMap{kind, cf, sub}
 	if s.owned[k] {
 		return true
 	}
 	s.owned[k] = true
+	s.copied += size
 	return false
 }
+
+// Copied is how many entries of inner maps (a changefeed's routing table,
+// its positions) this state copied since it was cloned: what its changes
+// cost beyond the clone itself.
+func (s *State) Copied() int { return s.copied }
 
 // applyProgress puts or deletes one shard of a changefeed's positions
 // (legacyShard: the record from before shards). Progress merges them: a
@@ -77,10 +84,10 @@ func (s *State) applyProgress(id model.ChangefeedID, shard string, kv *mvccpb.Ke
 		}
 	}
 	merged, shards := s.Progress[id], s.progressShards[id]
-	if !s.mine(kindChangefeed, id, ownProgress) || merged == nil {
+	if !s.mine(kindChangefeed, id, ownProgress, len(merged)) || merged == nil {
 		merged = cloneMap(merged)
 	}
-	if !s.mine(kindChangefeed, id, ownProgressShards) || shards == nil {
+	if !s.mine(kindChangefeed, id, ownProgressShards, len(shards)) || shards == nil {
 		shards = cloneShards(shards)
 	}
 	old := shards[shard]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,6 +201,40 @@ func TestApplyingChangesNoPublishedState(t *testing.T) {
 	}
 	if len(f.watched.Progress["big"]) != len(routes) {
 		t.Fatalf("the next state has %d positions, want %d", len(f.watched.Progress["big"]), len(routes))
+	}
+}
+
+// A state counts the entries its changes copied since it was cloned (what
+// a view spaces its states by): a routing table copied once however many
+// of its routes change, and nothing for a change that copies no table.
+func TestAStateCountsWhatItsChangesCopied(t *testing.T) {
+	f, routes := newBigFeed(t, 300)
+	st := f.follow()
+	e := st.Changefeeds["big"]
+	for _, i := range []int{3, 4} {
+		r := st.Partitions["big"][routes[i].ID]
+		if err := f.store.PlacePartitions(f.ctx, e.FenceOf(f.store.Keys()), []Placement{{Route: r, Node: "n2"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := st.Clone()
+	if c.Copied() != 0 {
+		t.Fatalf("a clone copied %d entries before any change", c.Copied())
+	}
+	for applied := 0; applied < 2; {
+		resp := <-f.watch
+		for _, ev := range resp.Events {
+			if strings.HasPrefix(string(ev.Kv.Key), f.store.Keys().Partitions("big")) {
+				applied++
+			}
+		}
+		c.Apply(f.store.Keys(), resp)
+	}
+	if c.Copied() != len(routes) || c.Partitions["big"][routes[4].ID].Route.Node != "n2" {
+		t.Fatalf("two placements copied %d entries, want the table once (%d)", c.Copied(), len(routes))
+	}
+	if st.Copied() != 0 || st.Partitions["big"][routes[4].ID].Route.Node == "n2" {
+		t.Fatal("the state cloned from changed")
 	}
 }
 

@@ -86,6 +86,8 @@ type State struct {
 	// owned are the inner maps this state copied since it was cloned:
 	// no published state shares them, so they change in place (mine).
 	owned map[ownedMap]bool
+	// copied counts the entries those copies took (Copied).
+	copied int
 }
 
 // CleanupEntry is a stored source cleanup and its revision.
