@@ -13,8 +13,9 @@
 # prints the lag's p50, p90 and max after 3 minutes, saves each agent's
 # storage sink metrics, and with VERIFY=1 pauses the
 # changefeed and runs `cdcctl verify`. PROF_AT=N takes a 20 s CPU profile
-# (and a heap profile) of the maintainer's capture, and a CPU profile of
-# another capture, N seconds in. cdcctl and cdc-agent come from $BIN
+# (and a heap profile) of the maintainer's capture (capture-1 while the
+# API is too busy to say which), and a CPU profile of another capture, N
+# seconds in. cdcctl and cdc-agent come from $BIN
 # (default: the PATH). It stops the playground it started. Run it on an
 # otherwise quiet machine: it measures the whole machine.
 set -u
