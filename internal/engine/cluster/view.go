@@ -109,25 +109,9 @@ func (v *View) follow(ctx context.Context) error {
 		// is still a state etcd had: the one after the last response.
 		due := published.Add(v.space(st.Copied(), time.Since(began)))
 		for n := 1; n < maxCoalesced; n++ {
-			var next clientv3.WatchResponse
-			var ok bool
-			wait := time.Until(due)
-			if wait <= 0 {
-				select {
-				case next, ok = <-watch:
-				default:
-					n = maxCoalesced
-					continue
-				}
-			} else {
-				t := time.NewTimer(wait)
-				select {
-				case next, ok = <-watch:
-					t.Stop()
-				case <-t.C:
-					n = maxCoalesced
-					continue
-				}
+			next, ok, arrived := receiveBy(watch, due)
+			if !arrived {
+				break
 			}
 			if !ok {
 				v.publish(st)
@@ -143,6 +127,28 @@ func (v *View) follow(ctx context.Context) error {
 		published = time.Now()
 	}
 	return errors.New("watch channel closed")
+}
+
+// receiveBy returns the next watch response that arrives by due, or one
+// already queued once due has passed; arrived is false when none did.
+func receiveBy(watch clientv3.WatchChan, due time.Time) (resp clientv3.WatchResponse, ok, arrived bool) {
+	wait := time.Until(due)
+	if wait <= 0 {
+		select {
+		case resp, ok = <-watch:
+			return resp, ok, true
+		default:
+			return resp, false, false
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case resp, ok = <-watch:
+		return resp, ok, true
+	case <-t.C:
+		return resp, false, false
+	}
 }
 
 // maxCoalesced bounds the watch responses applied to one copy of the
