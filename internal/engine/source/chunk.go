@@ -93,6 +93,7 @@ type Chunk struct {
 	arena   Arena    // the rows' text and values
 
 	open    bool            // the low watermark was met
+	lowAt   model.Ts        // its position
 	dropped map[string]bool // keys the stream changed in the window
 	stale   bool            // a schema change (or TRUNCATE) in the window
 }

@@ -78,15 +78,18 @@ type CopyReader struct {
 	// seen are the span's rows read while chunks are in flight: every
 	// one after seenFrom, with its position, for the keys of
 	// transactions a chunk's read did not see though they came before
-	// its low watermark (Mark.Racy).
+	// its low watermark (Mark.Racy), and for the columns a change left
+	// out (leftout.go).
 	seen     []seenRow
 	seenFrom model.Ts
 }
 
-// seenRow is a row's key and position.
+// seenRow is a row's key and position, and the columns its change left
+// out (nil: it gave them all).
 type seenRow struct {
-	ts  model.Ts
-	key string
+	ts   model.Ts
+	key  string
+	left []string
 }
 
 // chunkTimeout bounds one chunk's watermarks and read; markWait, how
@@ -266,7 +269,7 @@ func (r *CopyReader) readInner(ctx context.Context, upTo model.Ts, max int) ([]E
 			c.observe(e)
 		}
 		if len(r.chunks) > 0 && e.Kind == KindDML && !r.keyless {
-			r.seen = append(r.seen, seenRow{ts: e.CommitTs, key: e.Key})
+			r.seen = append(r.seen, seenRow{ts: e.CommitTs, key: e.Key, left: leftOut(e)})
 		}
 		kept = append(kept, *e)
 	}
@@ -320,7 +323,7 @@ func (r *CopyReader) onMark(e *Event) {
 	}
 	c := r.chunks[i]
 	if mk.Kind == "low" {
-		c.open = true
+		c.open, c.lowAt = true, e.CommitTs
 		return
 	}
 	if i != 0 {
@@ -331,6 +334,7 @@ func (r *CopyReader) onMark(e *Event) {
 	}
 	r.chunks = r.chunks[1:]
 	r.release(c)
+	want := r.unsent(c, mk.Racy) // before dropUnseen forgets rows
 	if !c.loaded {
 		r.failed(fmt.Errorf("the high watermark of a chunk of %s came before its rows were read", c.Table))
 		return
@@ -355,9 +359,11 @@ func (r *CopyReader) onMark(e *Event) {
 		r.failed(fmt.Errorf("the columns of %s in the catalog (%s) are not those of the stream (%s) yet; reading the chunk again", c.Table, ColumnNames(c.Def), ColumnNames(e.Def)))
 		return
 	}
+	fills := c.fills(e, want)
 	rows := c.emit(e)
 	next := r.copied
 	next.Rows += int64(len(rows))
+	rows = append(rows, fills...)
 	if c.Full {
 		next = next.CopiedThrough(c.Last)
 	} else {

@@ -14,7 +14,7 @@ import (
 // remembers.
 func TestAChunkDropsTheKeysOfWhatItsReadMissed(t *testing.T) {
 	t.Parallel()
-	r := &CopyReader{seenFrom: 10, seen: []seenRow{{11, "a"}, {12, "b"}, {12, "c"}, {20, "d"}}}
+	r := &CopyReader{seenFrom: 10, seen: []seenRow{{ts: 11, key: "a"}, {ts: 12, key: "b"}, {ts: 12, key: "c"}, {ts: 20, key: "d"}}}
 	c := &Chunk{dropped: map[string]bool{}}
 	if !r.dropUnseen(c, []model.Ts{12}) {
 		t.Fatal("a remembered position refused")
@@ -62,5 +62,47 @@ func TestAReadGoesOnPastOtherPartitionsWatermarks(t *testing.T) {
 	}
 	if len(log.froms) != 5 || r.Position() != 15 {
 		t.Fatalf("%d reads of the log, position %v; want 5 and 15", len(log.froms), r.Position())
+	}
+}
+
+// What a chunk gives at its high watermark for the keys the stream
+// changed: the columns every change its read may not have seen left out
+// (after its low watermark at 10, or racy at 8) — not a column one of
+// them gave (b), nothing for a row deleted or inserted meanwhile (c, d),
+// or given whole by a transaction the read did not see (g), nothing for
+// a change its read saw (e, at 9), and the key's columns besides.
+func TestAChunkGivesWhatEveryUnseenChangeLeftOut(t *testing.T) {
+	t.Parallel()
+	r := &CopyReader{seenFrom: 5, seen: []seenRow{
+		{ts: 8, key: "a", left: []string{"body", "note"}},
+		{ts: 8, key: "g"},
+		{ts: 9, key: "e", left: []string{"body"}},
+		{ts: 11, key: "g", left: []string{"body"}},
+		{ts: 11, key: "a", left: []string{"body"}},
+		{ts: 11, key: "b", left: []string{"body"}},
+		{ts: 12, key: "b", left: []string{"note"}},
+		{ts: 12, key: "c", left: []string{"body"}},
+		{ts: 13, key: "c"},
+		{ts: 13, key: "d"},
+		{ts: 14, key: "d", left: []string{"body"}},
+	}}
+	def := &TableDef{Columns: []ColumnDef{{Name: "id", KeyPos: 1}, {Name: "n"}, {Name: "body"}, {Name: "note"}}}
+	c := &Chunk{Table: "t", Def: def, open: true, lowAt: 10, dropped: map[string]bool{"a": true, "b": true, "c": true, "d": true, "g": true}}
+	want := r.unsent(c, []model.Ts{8})
+	if !reflect.DeepEqual(want, map[string][]string{"a": {"body"}}) {
+		t.Fatalf("columns to give %v; want a's body", want)
+	}
+	row := func(k string) Event {
+		return Event{Kind: KindDML, Table: "t", Op: OpInsert, Key: k, New: []Value{Text(k), Text("1"), Text(k + "-body"), Null}}
+	}
+	c.Rows = []Event{row("a"), row("b"), row("c"), row("d"), row("f"), row("g")}
+	fills := c.fills(&Event{Kind: KindMark, CommitTs: 15, Def: def}, want)
+	if len(fills) != 1 {
+		t.Fatalf("%d fills: %+v", len(fills), fills)
+	}
+	f := fills[0]
+	left := Value{Unchanged: true}
+	if f.Op != OpUpdate || f.Key != "a" || f.CommitTs != 15 || !reflect.DeepEqual(f.New, []Value{Text("a"), left, Text("a-body"), left}) {
+		t.Fatalf("the fill of a: %+v", f)
 	}
 }
