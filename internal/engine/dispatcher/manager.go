@@ -243,6 +243,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	m.stopAll()
+	m.reads.Close()
 	return nil
 }
 

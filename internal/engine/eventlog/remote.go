@@ -21,6 +21,9 @@ const (
 type Server struct {
 	mu   sync.RWMutex
 	logs map[model.ChangefeedID]*Log
+
+	bellMu sync.Mutex
+	bell   chan struct{} // closed at the next change of any log (watch.go)
 }
 
 // NewServer returns a server holding no logs.
@@ -29,17 +32,26 @@ func NewServer() *Server { return &Server{logs: map[model.ChangefeedID]*Log{}} }
 // Put serves a changefeed's log (replacing an earlier one).
 func (s *Server) Put(cf model.ChangefeedID, l *Log) {
 	s.mu.Lock()
+	was := s.logs[cf]
 	s.logs[cf] = l
 	s.mu.Unlock()
+	if was != l {
+		go s.relay(cf, l)
+	}
+	s.ring() // a wait that found it gone finds it now
 }
 
 // Remove stops serving a changefeed's log if it is l.
 func (s *Server) Remove(cf model.ChangefeedID, l *Log) {
 	s.mu.Lock()
-	if s.logs[cf] == l {
+	removed := s.logs[cf] == l
+	if removed {
 		delete(s.logs, cf)
 	}
 	s.mu.Unlock()
+	if removed {
+		s.ring()
+	}
 }
 
 // Get returns the log served for a changefeed, or nil.
@@ -63,12 +75,14 @@ func (s *Server) log(cf model.ChangefeedID) (*Log, error) {
 func (s *Server) Register(tr transport.Transport) {
 	tr.Respond(TopicRead, s.onRead)
 	tr.Respond(TopicDDLs, s.onDDLs)
+	tr.Respond(TopicWait, s.onWait)
 }
 
 // Unregister stops answering on a transport.
 func (s *Server) Unregister(tr transport.Transport) {
 	tr.Respond(TopicRead, nil)
 	tr.Respond(TopicDDLs, nil)
+	tr.Respond(TopicWait, nil)
 }
 
 type readRequest struct {
@@ -138,12 +152,14 @@ type Client struct {
 
 	mu   sync.Mutex
 	defs map[string]*source.TableDef // by their JSON, so equal definitions share one value
+
+	watch *watches // the remote logs partitions wait on (watch.go)
 }
 
 // NewClient returns a client sending through tr, and reading the logs
 // that near (this node's server, self; nil: none) serves directly.
 func NewClient(tr transport.Transport, locate func(model.ChangefeedID) (model.NodeID, bool), self model.NodeID, near *Server) *Client {
-	return &Client{tr: tr, locate: locate, self: self, near: near, defs: map[string]*source.TableDef{}}
+	return &Client{tr: tr, locate: locate, self: self, near: near, defs: map[string]*source.TableDef{}, watch: newWatches()}
 }
 
 // nearLog returns the log of cf if its reader runs on this node and its
@@ -192,12 +208,13 @@ func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Spa
 }
 
 // Changed implements source.LogWatcher: the log's Changed when it is
-// this node's, else nil (a remote log is polled).
+// this node's, else a channel its node's answers to a long poll close
+// (watch.go); nil when neither can be had now (the partition polls).
 func (c *Client) Changed(cf model.ChangefeedID) <-chan struct{} {
 	if l := c.nearLog(cf); l != nil {
 		return l.Changed()
 	}
-	return nil
+	return c.remoteChanged(cf)
 }
 
 // DDLs implements source.LogReader.
