@@ -185,25 +185,10 @@ type drainActuator struct {
 	term election.Term
 }
 
-// maintainerSettle is how long a moved maintainer counts as in flight at
-// most: the new maintainer reads the routing table and starts moving its
-// partitions within it. A batch's next begins after it, or as soon as
-// each of the batch's new maintainers has shown it runs.
+// maintainerSettle is how long a moved maintainer counts as in flight: the
+// new maintainer reads the routing table and starts moving its partitions
+// within it. A batch's next begins after it.
 const maintainerSettle = time.Second
-
-// maintainerSettled says a maintainer moved off from has taken over, or
-// counts as having done so: the changefeed's status was written since the
-// move (its writes are fenced by the new maintainer's epoch, so the new
-// maintainer wrote it), or maintainerSettle passed since the step began.
-// A step that found it moved already is done at once. Waiting the whole
-// second for each batch was most of a large drain: 67 maintainers in
-// batches of 8 took 9 s of a 20,000-partition drain's 12-20.
-func maintainerSettled(e *meta.ChangefeedEntry, state exec.StepState, since, now time.Time) bool {
-	if e == nil || state == exec.StepPending {
-		return true
-	}
-	return e.StatusRevision > e.MaintainerRevision || now.Sub(since) >= maintainerSettle
-}
 
 func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, state exec.StepState, since time.Time) (exec.Outcome, error) {
 	st := a.c.view.State()
@@ -223,7 +208,7 @@ func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, st
 		e := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
 		if e == nil || e.Maintainer.Node != s.From {
 			// Moved (by this step or anything else), or the changefeed is gone.
-			return exec.Outcome{Done: maintainerSettled(e, state, since, time.Now())}, nil
+			return exec.Outcome{Done: state == exec.StepPending || time.Since(since) >= maintainerSettle}, nil
 		}
 		if state == exec.StepPending && !st.IsSchedulable(s.To) {
 			return exec.Outcome{Impossible: string(s.To) + " can no longer take work"}, nil

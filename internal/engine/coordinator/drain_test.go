@@ -127,26 +127,3 @@ func TestADrainMovesAMaintainerItsPlanDidNotList(t *testing.T) {
 		t.Fatalf("the maintainer the plan did not list is on %q after the drain's last step began; want it moved off capture-2", to)
 	}
 }
-
-// A drain's maintainer step ends as soon as the new maintainer has
-// written the changefeed's status (its writes are fenced by its epoch),
-// not a whole second after the move; without a write since, it ends
-// after the second; a step that found the maintainer moved already, or
-// the changefeed gone, ends at once.
-func TestAMovedMaintainerSettlesWhenItWritesTheStatus(t *testing.T) {
-	began := time.Now()
-	moved := &meta.ChangefeedEntry{MaintainerRevision: 50, StatusRevision: 40}
-	if maintainerSettled(moved, exec.StepRunning, began, began.Add(200*time.Millisecond)) {
-		t.Fatal("settled 200 ms after the move with no status written since")
-	}
-	if !maintainerSettled(moved, exec.StepRunning, began, began.Add(maintainerSettle)) {
-		t.Fatal("not settled after maintainerSettle")
-	}
-	written := &meta.ChangefeedEntry{MaintainerRevision: 50, StatusRevision: 51}
-	if !maintainerSettled(written, exec.StepRunning, began, began.Add(10*time.Millisecond)) {
-		t.Fatal("not settled though the new maintainer wrote the status")
-	}
-	if !maintainerSettled(moved, exec.StepPending, began, began) || !maintainerSettled(nil, exec.StepRunning, began, began) {
-		t.Fatal("a step that found the move done, or the changefeed gone, waits")
-	}
-}
