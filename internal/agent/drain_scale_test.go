@@ -224,7 +224,21 @@ func drainAtScale(t *testing.T, tc *testCluster, c *api.Client, target model.Nod
 			holds++
 		}
 	}
-	t.Logf("plan %s: %d maintainer moves, at most %d at once; %d partitions moved; %d holds in its log", res.PlanID, moves, most, rec.Plan.PartitionMoves(), holds)
+	// How long the maintainers' batches took, from the first one's start
+	// to the last one's end: they come before the partitions move.
+	var first, last time.Time
+	for _, ss := range rec.Record().Steps {
+		if rec.Plan.Batches[ss.Batch].Steps[ss.Index].Kind != plan.StepMoveMaintainer || ss.Started == nil || ss.Ended == nil {
+			continue
+		}
+		if first.IsZero() || ss.Started.Before(first) {
+			first = *ss.Started
+		}
+		if ss.Ended.After(last) {
+			last = *ss.Ended
+		}
+	}
+	t.Logf("plan %s: %d maintainer moves, at most %d at once, in %s; %d partitions moved; %d holds in its log", res.PlanID, moves, most, last.Sub(first).Round(time.Millisecond), rec.Plan.PartitionMoves(), holds)
 	return drainResult{took: took, before: baseline, during: during, holds: holds}
 }
 
