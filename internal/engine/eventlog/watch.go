@@ -134,6 +134,11 @@ type watched struct {
 	goneAt time.Time
 }
 
+// refusedBy says node said lately that it does not serve the log.
+func (lw *watched) refusedBy(node model.NodeID, now time.Time) bool {
+	return lw.gone == node && now.Sub(lw.goneAt) < goneRetry
+}
+
 // watches is the client's side of the long polls.
 type watches struct {
 	mu      sync.Mutex
@@ -170,7 +175,7 @@ func (c *Client) remoteChanged(cf model.ChangefeedID) <-chan struct{} {
 		w.logs[cf] = lw
 	}
 	lw.asked = time.Now()
-	if lw.gone == node && time.Since(lw.goneAt) < goneRetry {
+	if lw.refusedBy(node, time.Now()) {
 		return nil
 	}
 	if !w.polling[node] {
@@ -192,7 +197,7 @@ func (c *Client) poll(node model.NodeID) {
 				delete(w.logs, cf)
 				continue
 			}
-			if at, ok := c.locate(cf); !ok || at != node || lw.gone == node && began.Sub(lw.goneAt) < goneRetry {
+			if at, ok := c.locate(cf); !ok || at != node || lw.refusedBy(node, began) {
 				continue
 			}
 			if lw.node != node {

@@ -36,14 +36,14 @@ func leftOut(e *Event) []string {
 // change gave its columns, as they do but for PostgreSQL's TOAST. r.mu is
 // held.
 func (r *CopyReader) unsent(c *Chunk, racy []model.Ts) map[string][]string {
-	any := false
+	leftSome := false
 	for i := range r.seen {
 		if r.seen[i].left != nil {
-			any = true
+			leftSome = true
 			break
 		}
 	}
-	if !any || !c.open {
+	if !leftSome || !c.open {
 		return nil
 	}
 	unseen := func(ts model.Ts) bool {
