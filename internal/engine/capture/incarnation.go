@@ -118,6 +118,12 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 	// whoever takes their partitions starts there.
 	stopDispatchers()
 	<-managerDone
+	if graceful {
+		// The maintainers here persist where the partitions of their
+		// changefeeds on the other stopping captures ended, before they
+		// stop too.
+		inc.Host.AwaitFinals()
+	}
 	cancel()
 	wg.Wait()
 	switch {

@@ -242,9 +242,10 @@ func (c *Cluster) Stop(id model.NodeID) error {
 	select {
 	case err := <-r.done:
 		return err
-	// The capture's own bounds add up to about 25 s on a loaded machine:
+	// The capture's own bounds add up to about 35 s on a loaded machine:
 	// 10 s to give up the coordinator term, 10 s for the final positions'
-	// handover, and the sinks' last writes.
+	// handover, 10 s for its maintainers to hear those of other stopping
+	// captures, and the sinks' last writes.
 	case <-time.After(60 * time.Second):
 		c.T.Fatalf("%s did not stop within 60s", id)
 		return nil
@@ -441,4 +442,27 @@ func ElectionHolders(t testing.TB, store *meta.Store) map[model.NodeID]bool {
 		out[model.NodeID(kv.Value)] = true
 	}
 	return out
+}
+
+// StopTogether stops captures gracefully at the same moment, as an
+// operator's Ctrl-C of the playground or a whole fleet's SIGTERM does:
+// every one is told before any is waited for.
+func (c *Cluster) StopTogether(ids ...model.NodeID) {
+	c.T.Helper()
+	var stopping []*running
+	for _, id := range ids {
+		r := c.captures[id]
+		delete(c.captures, id)
+		r.cancel()
+		stopping = append(stopping, r)
+	}
+	for i, r := range stopping {
+		select {
+		case <-r.done:
+		case <-time.After(60 * time.Second):
+			c.T.Fatalf("%s did not stop within 60s", ids[i])
+		}
+		r.tr.Close()
+		r.cli.Close()
+	}
 }

@@ -97,6 +97,10 @@ type HostConfig struct {
 	// status, for the coordinator to place it elsewhere (bootstrap.go).
 	// Zero: 10 s.
 	GiveUpAfter time.Duration
+	// HandoverTimeout bounds how long a graceful stop of this node
+	// keeps its maintainers for the final positions of partitions on
+	// other stopping nodes (AwaitFinals). Zero: 10 s.
+	HandoverTimeout time.Duration
 	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
 	// the state saved there.
 	Checkpoints checkpoint.Store
@@ -130,6 +134,7 @@ func NewHost(cfg HostConfig) *Host {
 	cfg.MoveTimeout = cmp.Or(cfg.MoveTimeout, 30*time.Second)
 	cfg.MaxStartFailures = cmp.Or(cfg.MaxStartFailures, 3)
 	cfg.GiveUpAfter = cmp.Or(cfg.GiveUpAfter, 10*time.Second)
+	cfg.HandoverTimeout = cmp.Or(cfg.HandoverTimeout, 10*time.Second)
 	view := cfg.View
 	return &Host{self: cfg.Self, store: cfg.Store, view: view, tr: cfg.Transport, log: cfg.Log, cfg: cfg, sources: map[model.ChangefeedID]openSource{},
 		logs: cfg.Logs, reads: eventlog.NewClient(cfg.Transport, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, cfg.Self, cfg.Logs),
