@@ -242,8 +242,9 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 // (key-ordered chunks between watermarks, through the event log, into
 // partitions reading as dispatchers do), copied by one partition and by
 // four at once, against, as the baseline, COPY ... TO STDOUT of the same
-// table, the fastest way to read it out of PostgreSQL. It reports each
-// and their ratios.
+// table, the fastest way to read it out of PostgreSQL; and the four
+// partitions against four COPYs of their key ranges at once (issue 34's
+// baseline for them). It reports each and their ratios.
 //
 //	go test -run '^$' -bench SnapshotAgainstCopy -benchtime 3x ./internal/engine/source/postgres
 func BenchmarkSnapshotAgainstCopy(b *testing.B) {
@@ -251,7 +252,7 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE snap (id int8 PRIMARY KEY, v text, n numeric(12,2), at timestamptz, flag bool);
 		INSERT INTO snap SELECT g, md5(g::text), g / 7.0, now(), g %% 2 = 0 FROM generate_series(1, %d) g`, rows))
 	ctx := context.Background()
-	var one, four, copyTime time.Duration
+	var one, four, copyTime, copy4, copy4Unordered time.Duration
 	snapshot := func(i, parts int) time.Duration {
 		name := model.ChangefeedID(fmt.Sprintf("snapbench_%d_%d", i, parts))
 		rig := startCopyRig(b, dsn+"&tables=snap", name)
@@ -294,8 +295,54 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 		}
 		_ = conn.Close(ctx)
 		copyTime += time.Since(began)
+		copy4 += parallelCopies(b, cfg.ConnString, rows, 4, true)
+		copy4Unordered += parallelCopies(b, cfg.ConnString, rows, 4, false)
 		one += snapshot(i, 1)
 		four += snapshot(i, 4)
 	}
 	sourcetest.ReportCopies(b, rows*b.N, one, four, copyTime, "copy")
+	// Issue 34's baseline for four partitions: four COPYs of their key
+	// ranges at once, in key order as the partitions read them (and,
+	// for comparison, in whatever order PostgreSQL reads them).
+	b.ReportMetric(float64(rows*b.N)/copy4.Seconds(), "copy4-rows/s")
+	b.ReportMetric(copy4.Seconds()/four.Seconds(), "ratio-4-to-copy4")
+	b.ReportMetric(float64(rows*b.N)/copy4Unordered.Seconds(), "copy4-unordered-rows/s")
+}
+
+// parallelCopies times parts COPYs at once, each of one of parts equal
+// ranges of public.snap's ids (1..rows), ordered by id or not, their
+// connections made before the clock starts.
+func parallelCopies(b *testing.B, dsn string, rows, parts int, ordered bool) time.Duration {
+	ctx := context.Background()
+	conns := make([]*pgconn.PgConn, parts)
+	for k := range conns {
+		c, err := pgconn.Connect(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[k] = c
+	}
+	order := ""
+	if ordered {
+		order = " ORDER BY id"
+	}
+	errs := make(chan error, parts)
+	began := time.Now()
+	for k, c := range conns {
+		q := fmt.Sprintf("COPY (SELECT * FROM public.snap WHERE id >= %d AND id < %d%s) TO STDOUT", k*rows/parts+1, (k+1)*rows/parts+1, order)
+		go func() {
+			_, err := c.CopyTo(ctx, io.Discard, q)
+			errs <- err
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := time.Since(began)
+	for _, c := range conns {
+		_ = c.Close(ctx)
+	}
+	return took
 }
