@@ -119,9 +119,9 @@ func (c *Capture) serve(ctx context.Context, member *cluster.Member) bool {
 	stopDispatchers()
 	<-managerDone
 	if graceful {
-		// The maintainers here persist where the partitions of their
-		// changefeeds on the other stopping captures ended, before they
-		// stop too.
+		// The maintainers here stay until they are placed elsewhere or
+		// have persisted where the partitions of their changefeeds on
+		// the other captures ended (a whole cluster stopping at once).
 		inc.Host.AwaitFinals()
 	}
 	cancel()

@@ -242,12 +242,12 @@ func (c *Cluster) Stop(id model.NodeID) error {
 	select {
 	case err := <-r.done:
 		return err
-	// The capture's own bounds add up to about 35 s on a loaded machine:
-	// 10 s to give up the coordinator term, 10 s for the final positions'
-	// handover, 10 s for its maintainers to hear those of other stopping
-	// captures, and the sinks' last writes.
-	case <-time.After(60 * time.Second):
-		c.T.Fatalf("%s did not stop within 60s", id)
+	// The capture's own bounds add up to about 60 s at worst: 10 s to
+	// give up the coordinator term, up to 30 s for a dispatcher's stop
+	// (its sink's last writes), 10 s for the final positions' handover,
+	// 10 s for its maintainers to hear those of other captures.
+	case <-time.After(90 * time.Second):
+		c.T.Fatalf("%s did not stop within 90s", id)
 		return nil
 	}
 }
@@ -445,12 +445,19 @@ func ElectionHolders(t testing.TB, store *meta.Store) map[model.NodeID]bool {
 }
 
 // StopTogether stops captures gracefully at the same moment, as an
-// operator's Ctrl-C of the playground or a whole fleet's SIGTERM does:
-// every one is told before any is waited for.
-func (c *Cluster) StopTogether(ids ...model.NodeID) {
+// operator's Ctrl-C of the playground does: every one is told before any
+// is waited for.
+func (c *Cluster) StopTogether(ids ...model.NodeID) { c.T.Helper(); c.StopApart(0, ids...) }
+
+// StopApart stops captures gracefully one gap after another, as a
+// fleet's SIGTERMs arrive, and waits for them all.
+func (c *Cluster) StopApart(gap time.Duration, ids ...model.NodeID) {
 	c.T.Helper()
 	var stopping []*running
-	for _, id := range ids {
+	for i, id := range ids {
+		if i > 0 {
+			time.Sleep(gap)
+		}
 		r := c.captures[id]
 		delete(c.captures, id)
 		r.cancel()
@@ -459,8 +466,8 @@ func (c *Cluster) StopTogether(ids ...model.NodeID) {
 	for i, r := range stopping {
 		select {
 		case <-r.done:
-		case <-time.After(60 * time.Second):
-			c.T.Fatalf("%s did not stop within 60s", ids[i])
+		case <-time.After(90 * time.Second):
+			c.T.Fatalf("%s did not stop within 90s", ids[i])
 		}
 		r.tr.Close()
 		r.cli.Close()

@@ -4,22 +4,28 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // AwaitFinals is the host's part of its node's graceful stop, called
 // after the node's own dispatchers have stopped and before Run's context
-// ends: the maintainers here keep running until every partition of their
-// changefeeds that ran on another node now stopping has had its final
-// position persisted, or that node has left the cluster, at most
-// HandoverTimeout. When the whole cluster stops at once (a playground's
-// Ctrl-C, a fleet's SIGTERM) no capture is left Alive to be given these
-// maintainers: a node that stopped after them found no one to persist
-// where its partitions ended, and they resumed from their last persisted
-// positions, writing again what they had written since. A partition on a
-// node not Stopping is not waited for (an Alive or Draining node may run
-// on for hours; the coordinator gives these maintainers to an Alive one),
-// nor is a changefeed whose maintainer has already moved away.
+// ends. A changefeed maintained here whose partitions ran on other nodes
+// keeps its maintainer here until one of three things: its maintainer is
+// placed elsewhere (the coordinator moves the maintainers of a Stopping
+// node to an Alive one), each of those partitions has had its final
+// position persisted (its node is stopping too), or their nodes have left
+// the cluster; at most HandoverTimeout. When the whole cluster stops at
+// once (a playground's Ctrl-C, a fleet's SIGTERM a moment apart) no
+// capture is left Alive to be given these maintainers: a node that
+// stopped after them found no one to persist where its partitions ended,
+// and they resumed from their last persisted positions, writing again
+// what they had written since. A node not yet Stopping when this one
+// looked is waited for too: it either takes the maintainer (Alive) or
+// stops and hands its positions over.
+//
+// A partition whose node stops without a final position (its sink
+// failing as it stops) is waited for until that node has left, which it
+// does once this maintainer persisted what it reported; two such nodes
+// waiting on each other wait out HandoverTimeout.
 func (h *Host) AwaitFinals() {
 	deadline := time.After(h.cfg.HandoverTimeout)
 	for {
@@ -32,23 +38,23 @@ func (h *Host) AwaitFinals() {
 		case <-ch:
 		case <-time.After(100 * time.Millisecond):
 		case <-deadline:
-			h.log.Warn("maintainer: stopping before every stopping capture handed over its final positions; those partitions will resume from their last persisted positions", "partitions", waiting)
+			h.log.Warn("maintainer: stopping before every other capture handed over its partitions' final positions or took the maintainer; those partitions will resume from their last persisted positions", "partitions", waiting)
 			return
 		}
 	}
 }
 
 // finalsAwaited counts the partitions of changefeeds maintained here
-// that AwaitFinals waits for: heard running, at their placement's epoch,
-// on another node that is registered and Stopping, whose
-// final position is not persisted yet.
+// that AwaitFinals waits for: placed on another node still registered,
+// their final position at that placement not persisted yet. Whether the
+// partition was heard running there does not count: one placed there a
+// moment ago (a capture stopping moves its partitions to those still
+// Alive) may be writing before its first heartbeat has come; one that
+// never started has its node leave soon, or this maintainer move.
 func (h *Host) finalsAwaited(st *meta.State) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := 0
 	for cf, e := range st.Changefeeds {
-		rep := h.heard[cf]
-		if e.Maintainer.Node != h.self || rep == nil || rep.epoch != e.Maintainer.Epoch {
+		if e.Maintainer.Node != h.self {
 			continue
 		}
 		for pid, r := range st.Partitions[cf] {
@@ -56,11 +62,8 @@ func (h *Host) finalsAwaited(st *meta.State) int {
 			if node == h.self {
 				continue // its dispatchers have stopped already
 			}
-			if _, registered := st.Nodes[node]; !registered || st.LivenessOf(node) != model.LivenessStopping {
+			if _, registered := st.Nodes[node]; !registered {
 				continue
-			}
-			if p, ok := rep.parts[pid]; !ok || p.Epoch != r.Route.Epoch || p.Node != node {
-				continue // never heard running there: no final will come
 			}
 			if saved := st.Progress[cf][pid].Progress; saved.Epoch == r.Route.Epoch && saved.Final {
 				continue
