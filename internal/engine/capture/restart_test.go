@@ -19,12 +19,7 @@ import (
 // both wrote them (3 to 8 events twice, in about one loop of four).
 func TestACaptureRestartedUnderItsOwnIDWritesNothingTwice(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	c.StartCaptures(3)
-	feeds := c.Feeds(4)
-	for _, id := range feeds {
-		c.Warm(id, time.Second)
-	}
+	c, feeds := loadedCluster(t)
 	placedOnRunning := func() bool {
 		st := c.State()
 		for _, cf := range feeds {
@@ -53,4 +48,16 @@ func TestACaptureRestartedUnderItsOwnIDWritesNothingTwice(t *testing.T) {
 		}
 	}
 	c.VerifyAll(true)
+}
+
+// loadedCluster is three captures running four light changefeeds, each
+// a second past its start.
+func loadedCluster(t *testing.T) (*enginetest.Cluster, []model.ChangefeedID) {
+	c := enginetest.New(t, enginetest.Options{})
+	c.StartCaptures(3)
+	feeds := c.Feeds(4)
+	for _, id := range feeds {
+		c.Warm(id, time.Second)
+	}
+	return c, feeds
 }

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -19,12 +18,7 @@ import (
 // positions, writing again what they had written since.
 func TestACaptureFleetStoppedAtOnceWritesNothingTwice(t *testing.T) {
 	t.Parallel()
-	c := enginetest.New(t, enginetest.Options{})
-	c.StartCaptures(3)
-	feeds := c.Feeds(4)
-	for _, id := range feeds {
-		c.Warm(id, time.Second)
-	}
+	c, feeds := loadedCluster(t)
 	for round := 0; round < 4; round++ {
 		ids := c.IDs()
 		// Together, then 10, 20 and 200 ms apart: captures still Alive
