@@ -237,6 +237,12 @@ func (c *Cluster) Stop(id model.NodeID) error {
 	r := c.captures[id]
 	delete(c.captures, id)
 	r.cancel()
+	return c.stopped(id, r)
+}
+
+// stopped waits for a capture told to stop and closes its connections.
+func (c *Cluster) stopped(id model.NodeID, r *running) error {
+	c.T.Helper()
 	defer r.tr.Close()
 	defer r.cli.Close()
 	select {
@@ -464,12 +470,6 @@ func (c *Cluster) StopApart(gap time.Duration, ids ...model.NodeID) {
 		stopping = append(stopping, r)
 	}
 	for i, r := range stopping {
-		select {
-		case <-r.done:
-		case <-time.After(90 * time.Second):
-			c.T.Fatalf("%s did not stop within 90s", ids[i])
-		}
-		r.tr.Close()
-		r.cli.Close()
+		_ = c.stopped(ids[i], r)
 	}
 }
