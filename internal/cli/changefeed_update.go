@@ -37,7 +37,7 @@ back: the sink gets a TRUNCATE of it first, then its rows again.
 its default): how the sink writes (storage: file-size, flush-interval,
 max-flush-delay, write-timeout, retry-timeout, state-ttl,
 spool-max-bytes, max-active-tables, max-buffered-bytes; Kafka: timeouts,
-buffer-memory, max-message-bytes and the SASL/TLS credentials), never
+buffer-memory, max-message-bytes, connections-per-broker and the SASL/TLS credentials), never
 where nor in which form (the location, protocol, partitioning): a sink
 holding rows written two ways is refused; create a new changefeed for
 that. Every node opens the sink again when the changefeed resumes.

@@ -33,6 +33,8 @@ import (
 // changes a second are handed over at once, and CDCCTL_BENCH_KEYS (5,000)
 // the keys per table: together they set how often one key changes again
 // while its previous change is in flight (the per-row gate's cost).
+// CDCCTL_BENCH_CONNECTIONS sets the sink's connections-per-broker (its
+// default unless set).
 func BenchmarkKafkaSink(b *testing.B) {
 	const start = int64(1_800_000_000_000)
 	seconds, keys := benchEnv("CDCCTL_BENCH_SECONDS", 3), benchEnv("CDCCTL_BENCH_KEYS", 5000)
@@ -74,7 +76,11 @@ func BenchmarkKafkaSink(b *testing.B) {
 // benchSink sends evs through the sink as one dispatcher and waits for
 // the flush ack.
 func benchSink(b *testing.B, addr string, evs []source.Event) time.Duration {
-	s, err := kafka.Open(context.Background(), fmt.Sprintf("kafka://%s/bench", addr), quiet())
+	uri := fmt.Sprintf("kafka://%s/bench", addr)
+	if n := benchEnv("CDCCTL_BENCH_CONNECTIONS", 0); n > 0 {
+		uri += fmt.Sprintf("?connections-per-broker=%d", n)
+	}
+	s, err := kafka.Open(context.Background(), uri, quiet())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -48,6 +48,11 @@ type Config struct {
 	// the dispatcher does not run healthy again within it, the
 	// changefeed restarts on that node.
 	RecoverTimeout time.Duration
+	// Connections is how many connections to a broker carry its
+	// partitions' batches (each partition stays on one, with one batch
+	// on the wire at a time): a request is encoded and sent on one while
+	// the broker works on another's.
+	Connections int
 	// Security is SASL and TLS (security.go).
 	Security Security
 	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce:
@@ -100,10 +105,10 @@ func (c Config) progressTopic() string {
 // partitions (a key's order across the change would break). The
 // delivery may change: a paused changefeed's checkpoints are exact, so
 // it resumes where it stopped either way.
-var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
+var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "connections-per-broker", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
 
 // Defaults of the URI's parameters.
-var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Schema: "gen", DialTimeout: 5 * time.Second,
+var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Connections: 4, Schema: "gen", DialTimeout: 5 * time.Second,
 	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second,
 	Delivery: DeliveryAtLeastOnce, ProgressPartitions: 16, TransactionTimeout: time.Minute}
 
@@ -158,6 +163,11 @@ func ParseURI(raw string) (Config, error) {
 			c.MaxMessageBytes, perr = byteCount(v, 1024, 64<<20)
 		case "buffer-memory":
 			c.BufferMemory, perr = byteCount(v, 64<<10, 16<<30)
+		case "connections-per-broker":
+			var err error
+			if c.Connections, err = strconv.Atoi(v); err != nil || c.Connections < 1 || c.Connections > 16 {
+				perr = fmt.Errorf("must be a number between 1 and 16")
+			}
 		case "dial-timeout":
 			c.DialTimeout, perr = duration(v, time.Millisecond, time.Hour)
 		case "retry-timeout":
@@ -193,7 +203,7 @@ func ParseURI(raw string) (Config, error) {
 		default:
 			var ok bool
 			if ok, perr = c.Security.param(key, v); !ok {
-				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, transaction-meta, transaction-topic, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, connections-per-broker, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, transaction-meta, transaction-topic, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
 			}
 		}
 		if perr != nil {

@@ -78,8 +78,12 @@ type Sink struct {
 	// leaders are the partitions' leaders as the refresher last found
 	// them (nil: unknown).
 	leaders  []*sarama.Broker
+	laneOf   []int // each partition's lane of its leader's connections
 	noLeader error // why a partition without one has none
-	closed   bool
+	// conns are the connections of the lanes after a broker's first
+	// (producer.go).
+	conns  map[lane]*sarama.Broker
+	closed bool
 
 	kick      chan struct{} // the pump has work
 	results   chan *produceCall

@@ -182,18 +182,20 @@ func TestTransientErrorIsAttributedToItsDispatcher(t *testing.T) {
 
 func TestBadKafkaInput(t *testing.T) {
 	for uri, mention := range map[string]string{
-		"kafka://host/topic":                    "not host:port",
-		"kafka://h:9092":                        "name one topic",
-		"kafka://h:9092/t?protocol=avro":        "writes canal-json",
-		"kafka://h:9092/t?partition=random":     "use key or table",
-		"kafka://h:9092/t?bogus=1":              "unknown parameter",
-		"kafka://h:9092/t?partition-num=0":      "partition-num",
-		"kafka://h:9092/t?recover-timeout=soon": `recover-timeout="soon": not a duration; write it like 30s or 2m`,
-		"kafka://h:9092/t?recover-timeout=10ms": `recover-timeout="10ms": must be between 1s and 24h0m0s`,
-		"kafka://h:9092/t?buffer-memory=1k":     `buffer-memory="1k": not a number of bytes; write it like 1048576`,
-		"kafka://h:9092/t?buffer-memory=1024":   `buffer-memory="1024": must be between 64KiB and 16GiB`,
-		"kafka://h:9092/t?retry-timeout=-1s":    `retry-timeout="-1s": must be between`,
-		"http://h:9092/t":                       "kafka://host:port/topic",
+		"kafka://host/topic":                          "not host:port",
+		"kafka://h:9092":                              "name one topic",
+		"kafka://h:9092/t?protocol=avro":              "writes canal-json",
+		"kafka://h:9092/t?partition=random":           "use key or table",
+		"kafka://h:9092/t?bogus=1":                    "unknown parameter",
+		"kafka://h:9092/t?partition-num=0":            "partition-num",
+		"kafka://h:9092/t?recover-timeout=soon":       `recover-timeout="soon": not a duration; write it like 30s or 2m`,
+		"kafka://h:9092/t?recover-timeout=10ms":       `recover-timeout="10ms": must be between 1s and 24h0m0s`,
+		"kafka://h:9092/t?buffer-memory=1k":           `buffer-memory="1k": not a number of bytes; write it like 1048576`,
+		"kafka://h:9092/t?buffer-memory=1024":         `buffer-memory="1024": must be between 64KiB and 16GiB`,
+		"kafka://h:9092/t?retry-timeout=-1s":          `retry-timeout="-1s": must be between`,
+		"kafka://h:9092/t?connections-per-broker=0":   `connections-per-broker="0": must be a number between 1 and 16`,
+		"kafka://h:9092/t?connections-per-broker=two": `connections-per-broker="two": must be a number between 1 and 16`,
+		"http://h:9092/t":                             "kafka://host:port/topic",
 	} {
 		if _, err := kafka.ParseURI(uri); err == nil || !strings.Contains(err.Error(), mention) {
 			t.Errorf("ParseURI(%q) = %v, want an error mentioning %q", uri, err, mention)

@@ -69,10 +69,24 @@ type partState struct {
 	listed       bool  // in s.ready
 }
 
+// lane is one of a broker's connections: a broker leading several of
+// the topic's partitions gets them spread over connections-per-broker
+// connections, each with one request on the wire. A partition keeps its
+// lane, and has one batch on the wire at a time, so its order holds;
+// meanwhile the next lane's request is encoded and sent while the
+// broker works on the one before it (one connection at a time left the
+// encoding and the broker's work taking turns: 0.64 of a bare sarama
+// producer on two cores).
+type lane struct {
+	broker int32
+	n      int
+}
+
 // produceCall is one produce request to one broker and its outcome.
 type produceCall struct {
-	broker *sarama.Broker
+	broker *sarama.Broker // the lane's connection
 	id     int32
+	lane   lane
 	parts  []int32
 	req    *sarama.ProduceRequest
 	res    *sarama.ProduceResponse
@@ -95,8 +109,8 @@ func (s *Sink) listLocked(pid int32) {
 // ends once Close has failed what waited and every call is back.
 func (s *Sink) pump() {
 	defer close(s.pumped)
-	senders := map[int32]chan *produceCall{}
-	busy := map[int32]bool{}
+	senders := map[lane]chan *produceCall{}
+	busy := map[lane]bool{}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -108,19 +122,20 @@ func (s *Sink) pump() {
 			s.finish(d.recs, d.err)
 		}
 		for _, c := range calls {
-			busy[c.id] = true
-			ch := senders[c.id]
+			busy[c.lane] = true
+			ch := senders[c.lane]
 			if ch == nil {
 				ch = make(chan *produceCall, 1)
-				senders[c.id] = ch
+				senders[c.lane] = ch
 				go s.send(ch)
 			}
-			ch <- c // never blocks: one call per broker at a time
+			ch <- c // never blocks: one call per lane at a time
 		}
 		if closed && len(busy) == 0 {
 			for _, ch := range senders {
 				close(ch)
 			}
+			s.closeLanes()
 			return
 		}
 		if !next.IsZero() {
@@ -129,7 +144,7 @@ func (s *Sink) pump() {
 		select {
 		case <-s.kick:
 		case c := <-s.results:
-			delete(busy, c.id)
+			delete(busy, c.lane)
 			s.handle(c)
 		case <-timer.C:
 		}
@@ -142,11 +157,11 @@ type dropped struct {
 	err  error
 }
 
-// buildLocked takes, for every broker without a request on the wire, one
-// batch of each listed partition it leads. Partitions that cannot go yet
-// (backing off, their broker busy) stay listed; next is the earliest
+// buildLocked takes, for every lane without a request on the wire, one
+// batch of each listed partition of the lane. Partitions that cannot go
+// yet (backing off, their lane busy) stay listed; next is the earliest
 // back-off's end. After Close, what waits is dropped. s.mu is held.
-func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produceCall, drop []dropped, next time.Time) {
+func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceCall, drop []dropped, next time.Time) {
 	if s.closed {
 		for pid := range s.parts {
 			p := &s.parts[pid]
@@ -159,7 +174,7 @@ func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produce
 		s.ready = s.ready[:0]
 		return nil, drop, time.Time{}
 	}
-	byBroker := map[int32]*produceCall{}
+	byLane := map[lane]*produceCall{}
 	keep := s.ready[:0]
 	for _, pid := range s.ready {
 		p := &s.parts[pid]
@@ -201,15 +216,15 @@ func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produce
 			keep = append(keep, pid)
 			continue
 		}
-		id := leader.ID()
-		c := byBroker[id]
-		if busy[id] || (c != nil && c.bytes+s.cfg.MaxMessageBytes > maxRequestBytes) {
+		ln := lane{leader.ID(), s.laneOf[pid]}
+		c := byLane[ln]
+		if busy[ln] || (c != nil && c.bytes+s.cfg.MaxMessageBytes > maxRequestBytes) {
 			keep = append(keep, pid) // next round
 			continue
 		}
 		if c == nil {
-			c = &produceCall{broker: leader, id: id, req: s.newRequest()}
-			byBroker[id] = c
+			c = &produceCall{broker: s.connLocked(ln, leader), id: ln.broker, lane: ln, req: s.newRequest()}
+			byLane[ln] = c
 		}
 		batch, fenced := s.takeLocked(p)
 		if len(fenced) > 0 {
@@ -225,7 +240,7 @@ func (s *Sink) buildLocked(now time.Time, busy map[int32]bool) (calls []*produce
 		c.bytes += batchBytes(batch)
 	}
 	s.ready = keep
-	for _, c := range byBroker {
+	for _, c := range byLane {
 		if len(c.parts) > 0 {
 			calls = append(calls, c)
 		}
@@ -306,7 +321,7 @@ func (s *Sink) newRequest() *sarama.ProduceRequest {
 	return req
 }
 
-// send runs one broker's produce calls, one at a time. A broken
+// send runs one lane's produce calls, one at a time. A broken
 // connection is closed, so the next call dials again (as sarama's
 // producer does).
 func (s *Sink) send(calls chan *produceCall) {
@@ -476,6 +491,7 @@ func (s *Sink) refresher() {
 // without a leader refreshes the metadata again, at length).
 func (s *Sink) lookUpLeaders() {
 	leaders := make([]*sarama.Broker, s.partitions)
+	lanes := make([]int, s.partitions)
 	// Why a partition has none: the topic gone says more than a leader
 	// being elected.
 	noLeader := error(sarama.ErrLeaderNotAvailable)
@@ -491,9 +507,46 @@ func (s *Sink) lookUpLeaders() {
 			}
 		}
 	}
+	// A broker's partitions take its lanes in turn.
+	led := map[int32]int{}
+	for p, b := range leaders {
+		if b != nil {
+			lanes[p] = led[b.ID()] % s.cfg.Connections
+			led[b.ID()]++
+		}
+	}
 	s.mu.Lock()
-	s.leaders, s.noLeader = leaders, noLeader
+	s.leaders, s.laneOf, s.noLeader = leaders, lanes, noLeader
 	s.mu.Unlock()
+}
+
+// connLocked is a lane's connection: the client's own to the broker for
+// the first lane, one of the sink's for the others (opened on its first
+// request, dialled again if the broker moved). s.mu is held.
+func (s *Sink) connLocked(ln lane, leader *sarama.Broker) *sarama.Broker {
+	if ln.n == 0 {
+		return leader
+	}
+	c := s.conns[ln]
+	if c == nil || c.Addr() != leader.Addr() {
+		if c != nil {
+			go c.Close() // its lane is idle: nothing of it is on the wire
+		}
+		c = sarama.NewBroker(leader.Addr())
+		s.conns[ln] = c
+	}
+	return c
+}
+
+// closeLanes closes the sink's own connections once the pump is done.
+func (s *Sink) closeLanes() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = map[lane]*sarama.Broker{}
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // wake makes the pump look at the listed partitions.
