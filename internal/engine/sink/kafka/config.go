@@ -48,10 +48,10 @@ type Config struct {
 	// the dispatcher does not run healthy again within it, the
 	// changefeed restarts on that node.
 	RecoverTimeout time.Duration
-	// Connections is how many connections to a broker carry its
-	// partitions' batches (each partition stays on one, with one batch
-	// on the wire at a time): a request is encoded and sent on one while
-	// the broker works on another's.
+	// Connections is how many connections to a broker carry the batches
+	// of the partitions it leads (a partition has one batch on the wire
+	// at a time, on one of them): a request is encoded and sent on one
+	// while the broker works on another's.
 	Connections int
 	// Security is SASL and TLS (security.go).
 	Security Security

@@ -77,9 +77,10 @@ type Sink struct {
 	ready []int32
 	// leaders are the partitions' leaders as the refresher last found
 	// them (nil: unknown).
-	leaders  []*sarama.Broker
-	laneOf   []int // each partition's lane of its leader's connections
-	noLeader error // why a partition without one has none
+	leaders   []*sarama.Broker
+	laneOf    []int         // each partition's lane of its leader's connections
+	lanesUsed map[lane]bool // the lanes some partition is on
+	noLeader  error         // why a partition without one has none
 	// conns are the connections of the lanes after a broker's first
 	// (producer.go).
 	conns  map[lane]*sarama.Broker

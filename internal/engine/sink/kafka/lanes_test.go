@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,6 +43,8 @@ func TestABrokerSittingOnOneBatchHoldsUpOnlyItsConnection(t *testing.T) {
 			c := broker(t, "cdc") // one broker leading 4 partitions
 			var sat atomic.Bool
 			held, release := make(chan struct{}), make(chan struct{})
+			var released sync.Once
+			letGo := func() { released.Do(func() { close(release) }) }
 			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 				if sat.CompareAndSwap(false, true) {
 					close(held)
@@ -51,6 +54,10 @@ func TestABrokerSittingOnOneBatchHoldsUpOnlyItsConnection(t *testing.T) {
 			})
 			uri := fmt.Sprintf("kafka://%s/cdc?connections-per-broker=%d", c.ListenAddrs()[0], conns)
 			s := open(t, uri)
+			// Before the sink's Close (cleanups run last first): a
+			// failure must not leave the broker sitting on a request
+			// Close waits for.
+			t.Cleanup(letGo)
 			acks := make(chan error, len(evs))
 			write := func(d string, evs []source.Event) {
 				if err := s.Write(context.Background(), &sink.Batch{Dispatcher: d, Epoch: 1, Events: evs, OnFlushed: func(err error) { acks <- err }}); err != nil {
@@ -96,7 +103,7 @@ func TestABrokerSittingOnOneBatchHoldsUpOnlyItsConnection(t *testing.T) {
 					t.Fatalf("all %d messages acked while the broker sat on one of them", acked)
 				}
 			}
-			close(release)
+			letGo()
 			wait(len(evs), 30*time.Second)
 			if acked != len(evs) {
 				t.Fatalf("%d of %d messages acked after the broker answered", acked, len(evs))

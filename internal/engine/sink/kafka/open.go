@@ -79,8 +79,8 @@ func saramaConfig(cfg Config) *sarama.Config {
 	sc.Net.DialTimeout = cfg.DialTimeout
 	sc.Net.ReadTimeout = 3 * cfg.DialTimeout
 	sc.Net.WriteTimeout = 3 * cfg.DialTimeout
-	// The sink's at-least-once producer sends one request per broker at
-	// a time (producer.go) by itself. Exactly-once writers each wait for
+	// The sink's own producer sends one request per connection at a
+	// time (producer.go's lanes) by itself. Exactly-once writers each wait for
 	// their own request before the next, and share the connections: a
 	// connection carrying one request at a time would make them take
 	// turns.
