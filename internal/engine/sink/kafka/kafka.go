@@ -97,6 +97,8 @@ type Sink struct {
 	// what was read of them.
 	changefeed    string
 	txns          map[string]*txnWriter
+	txnLanes      int                     // writers made: the next one's lane
+	txnConns      map[lane]*sarama.Broker // the writers' connections after the client's
 	progressParts int32
 	progress      progressReads
 
@@ -502,6 +504,13 @@ func (s *Sink) Close() error {
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
 	s.sides.Wait()
+	s.mu.Lock()
+	conns := s.txnConns
+	s.txnConns = map[lane]*sarama.Broker{}
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 	s.failures.close()
 	// A metadata refresh under way is waited for (its network timeouts
 	// bound it); none starts after this.

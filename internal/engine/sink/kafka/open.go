@@ -58,7 +58,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		metrics = noMetrics{}
 	}
 	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
-		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{},
+		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
 		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts, sideTails: map[string]chan struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
@@ -80,14 +80,11 @@ func saramaConfig(cfg Config) *sarama.Config {
 	sc.Net.ReadTimeout = 3 * cfg.DialTimeout
 	sc.Net.WriteTimeout = 3 * cfg.DialTimeout
 	// The sink's own producer sends one request per connection at a
-	// time (producer.go's lanes) by itself. Exactly-once writers each wait for
-	// their own request before the next, and share the connections: a
-	// connection carrying one request at a time would make them take
-	// turns.
+	// time (producer.go's lanes) by itself, and so do exactly-once
+	// writers (txn_send.go): sarama's broker holds its connection from a
+	// request until its answer, whatever MaxOpenRequests says, so the
+	// writers are spread over connections instead.
 	sc.Net.MaxOpenRequests = 1
-	if cfg.ExactlyOnce() {
-		sc.Net.MaxOpenRequests = 8
-	}
 	sc.Metadata.Retry.Max = 2
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.MaxMessageBytes = cfg.MaxMessageBytes

@@ -57,6 +57,7 @@ type txnWriter struct {
 	epoch      uint64
 	producer   int64
 	pepoch     int16
+	lane       int             // which of a broker's connections its requests take (txn_send.go)
 	seq        map[int32]int32 // the next sequence number per partition of the topic
 	progSeq    int32           // the next of the progress partition
 	sideSeq    int32           // the next of the transaction topic's partition
@@ -103,6 +104,8 @@ func (s *Sink) Resume(ctx context.Context, w sink.Writer) (sink.Position, bool, 
 	}
 	old := s.txns[w.Dispatcher]
 	s.txns[w.Dispatcher] = tw
+	tw.lane = s.txnLanes % s.cfg.Connections
+	s.txnLanes++
 	s.mu.Unlock()
 	if old != nil {
 		old.close()
