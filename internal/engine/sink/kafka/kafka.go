@@ -504,13 +504,7 @@ func (s *Sink) Close() error {
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
 	s.sides.Wait()
-	s.mu.Lock()
-	conns := s.txnConns
-	s.txnConns = map[lane]*sarama.Broker{}
-	s.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
+	s.closeConns(&s.txnConns) // the writers are done
 	s.failures.close()
 	// A metadata refresh under way is waited for (its network timeouts
 	// bound it); none starts after this.

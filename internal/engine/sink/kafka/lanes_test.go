@@ -108,19 +108,25 @@ func TestABrokerSittingOnOneBatchHoldsUpOnlyItsConnection(t *testing.T) {
 			if acked != len(evs) {
 				t.Fatalf("%d of %d messages acked after the broker answered", acked, len(evs))
 			}
-			cfg, err := kafka.ParseURI(uri)
-			if err != nil {
-				t.Fatal(err)
-			}
-			landed := 0
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := kafka.ScanMessages(ctx, cfg, func(int32, int64, []byte) error { landed++; return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if landed != len(evs) {
+			if landed := countMessages(t, uri); landed != len(evs) {
 				t.Fatalf("%d messages in the topic; want %d", landed, len(evs))
 			}
 		})
 	}
+}
+
+// countMessages counts the messages in the topic of a sink URI.
+func countMessages(t *testing.T, uri string) int {
+	t.Helper()
+	cfg, err := kafka.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafka.ScanMessages(ctx, cfg, func(int32, int64, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

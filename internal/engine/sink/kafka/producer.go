@@ -554,11 +554,15 @@ func (s *Sink) pruneLanesLocked(busy map[lane]bool) {
 	}
 }
 
-// closeLanes closes the sink's own connections once the pump is done.
-func (s *Sink) closeLanes() {
+// closeLanes closes the pump's own connections once it is done.
+func (s *Sink) closeLanes() { s.closeConns(&s.conns) }
+
+// closeConns closes the connections of *m (the pump's or the
+// exactly-once writers') and empties it.
+func (s *Sink) closeConns(m *map[lane]*sarama.Broker) {
 	s.mu.Lock()
-	conns := s.conns
-	s.conns = map[lane]*sarama.Broker{}
+	conns := *m
+	*m = map[lane]*sarama.Broker{}
 	s.mu.Unlock()
 	for _, c := range conns {
 		_ = c.Close()
