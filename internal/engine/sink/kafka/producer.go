@@ -69,21 +69,6 @@ type partState struct {
 	listed       bool  // in s.ready
 }
 
-// lane is one of a broker's connections: a broker leading several of
-// the topic's partitions gets them spread over connections-per-broker
-// connections, each with one request on the wire, so the next lane's
-// request is encoded and sent while the broker works on the one before
-// it (one connection left the encoding and the broker's work taking
-// turns: 0.79 of a bare sarama producer on two cores, 1.00 with four).
-// A partition's order holds because it has one batch on the wire at a
-// time (partState.inflight), whichever lane carries it: the lanes are
-// numbered again when the leaders are looked up, and a partition that
-// changes lane does so only after its batch was answered.
-type lane struct {
-	broker int32
-	n      int
-}
-
 // produceCall is one produce request on one lane and its outcome.
 type produceCall struct {
 	broker *sarama.Broker // the lane's connection
@@ -461,112 +446,6 @@ func retryable(err error) bool {
 // backoff is the wait before a partition's next attempt.
 func backoff(attempt int) time.Duration {
 	return min(50*time.Millisecond<<min(attempt, 5), time.Second)
-}
-
-// refreshSoon asks the refresher for the topic's metadata, once for any
-// number of asks while one is under way.
-func (s *Sink) refreshSoon() {
-	select {
-	case s.refresh <- struct{}{}:
-	default:
-	}
-}
-
-// refresher refreshes the topic's metadata and looks up every
-// partition's leader when asked, off the pump and s.mu (both may wait on
-// the network), and wakes the pump afterwards.
-func (s *Sink) refresher() {
-	defer close(s.refreshed)
-	for {
-		select {
-		case <-s.refresh:
-			_ = s.client.RefreshMetadata(s.cfg.Topic)
-			s.lookUpLeaders()
-			s.wake()
-		case <-s.life.Done():
-			return
-		}
-	}
-}
-
-// lookUpLeaders sets every partition's leader from the client's metadata.
-// Only partitions the metadata gives a leader are asked (asking for one
-// without a leader refreshes the metadata again, at length).
-func (s *Sink) lookUpLeaders() {
-	leaders := make([]*sarama.Broker, s.partitions)
-	lanes := make([]int, s.partitions)
-	// Why a partition has none: the topic gone says more than a leader
-	// being elected.
-	noLeader := error(sarama.ErrLeaderNotAvailable)
-	if writable, err := s.client.WritablePartitions(s.cfg.Topic); err != nil {
-		noLeader = err
-	} else {
-		for _, p := range writable {
-			if p < 0 || p >= s.partitions {
-				continue
-			}
-			if b, err := s.client.Leader(s.cfg.Topic, p); err == nil {
-				leaders[p] = b
-			}
-		}
-	}
-	// A broker's partitions take its lanes in turn.
-	led, used := map[int32]int{}, map[lane]bool{}
-	for p, b := range leaders {
-		if b != nil {
-			lanes[p] = led[b.ID()] % s.cfg.Connections
-			led[b.ID()]++
-			used[lane{b.ID(), lanes[p]}] = true
-		}
-	}
-	s.mu.Lock()
-	s.leaders, s.laneOf, s.lanesUsed, s.noLeader = leaders, lanes, used, noLeader
-	s.mu.Unlock()
-}
-
-// connLocked is a lane's connection: the client's own to the broker for
-// the first lane, one of the sink's for the others (opened on its first
-// request, dialled again if the broker moved). s.mu is held.
-func (s *Sink) connLocked(ln lane, leader *sarama.Broker) *sarama.Broker {
-	if ln.n == 0 {
-		return leader
-	}
-	c := s.conns[ln]
-	if c == nil || c.Addr() != leader.Addr() {
-		if c != nil {
-			go c.Close() // its lane is idle: nothing of it is on the wire
-		}
-		c = sarama.NewBroker(leader.Addr())
-		s.conns[ln] = c
-	}
-	return c
-}
-
-// pruneLanesLocked closes the sink's connections of lanes no partition
-// is on any more (a broker that leads fewer partitions, or left): idle
-// ones only. s.mu is held.
-func (s *Sink) pruneLanesLocked(busy map[lane]bool) {
-	for ln, c := range s.conns {
-		if !busy[ln] && !s.lanesUsed[ln] {
-			go c.Close()
-			delete(s.conns, ln)
-		}
-	}
-}
-
-// closeLanes closes the pump's own connections once it is done.
-func (s *Sink) closeLanes() { s.closeConns(&s.conns) }
-
-// closeConns closes the connections of *m (the pump's or the
-// exactly-once writers') and empties it.
-func (s *Sink) closeConns(m *map[lane]*sarama.Broker) {
-	s.mu.Lock()
-	conns := *m
-	*m = map[lane]*sarama.Broker{}
-	s.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
 }
 
 // wake makes the pump look at the listed partitions.

@@ -221,33 +221,6 @@ func (w *txnWriter) produce(round []txnEntry) error {
 	}
 }
 
-// txnConn is the connection to a leader that a writer of the given lane
-// sends its record batches on: the client's own for lane 0, one of the
-// sink's for the others. sarama's broker holds its connection from a
-// request until its answer, so writers sharing one connection took
-// turns, one request on the wire per broker; writers spread over
-// connections-per-broker connections overlap. Closed with the sink.
-func (s *Sink) txnConn(leader *sarama.Broker, n int) *sarama.Broker {
-	if n == 0 {
-		return leader
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ln := lane{leader.ID(), n}
-	c := s.txnConns[ln]
-	if c == nil || c.Addr() != leader.Addr() {
-		if c != nil {
-			// A writer may be in a request on it: Close waits for that
-			// (sarama holds the broker's lock through a request), and a
-			// writer that took it before opens it again.
-			go c.Close()
-		}
-		c = sarama.NewBroker(leader.Addr())
-		s.txnConns[ln] = c
-	}
-	return c
-}
-
 // leader is a partition's leader: the topic's from the refresher's
 // lookups, the progress topic's from the client's metadata.
 func (w *txnWriter) leader(topic string, p int32) (*sarama.Broker, error) {
