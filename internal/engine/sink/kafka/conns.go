@@ -90,13 +90,21 @@ func (s *Sink) connLocked(ln lane, leader *sarama.Broker) *sarama.Broker {
 	if ln.n == 0 {
 		return leader
 	}
-	c := s.conns[ln]
+	return laneConn(s.conns, ln, leader) // its lane is idle: nothing of it is on the wire
+}
+
+// laneConn is lane ln's connection in conns, made for leader's address
+// when there is none or the broker moved (the old one closed: Close
+// waits for a request on it, as sarama holds a broker's lock through
+// one). s.mu is held.
+func laneConn(conns map[lane]*sarama.Broker, ln lane, leader *sarama.Broker) *sarama.Broker {
+	c := conns[ln]
 	if c == nil || c.Addr() != leader.Addr() {
 		if c != nil {
-			go c.Close() // its lane is idle: nothing of it is on the wire
+			go c.Close()
 		}
 		c = sarama.NewBroker(leader.Addr())
-		s.conns[ln] = c
+		conns[ln] = c
 	}
 	return c
 }
@@ -140,17 +148,7 @@ func (s *Sink) txnConn(leader *sarama.Broker, n int) *sarama.Broker {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ln := lane{leader.ID(), n}
-	c := s.txnConns[ln]
-	if c == nil || c.Addr() != leader.Addr() {
-		if c != nil {
-			// A writer may be in a request on it: Close waits for that
-			// (sarama holds the broker's lock through a request), and a
-			// writer that took it before opens it again.
-			go c.Close()
-		}
-		c = sarama.NewBroker(leader.Addr())
-		s.txnConns[ln] = c
-	}
-	return c
+	// A writer that took the connection before it was replaced opens it
+	// again.
+	return laneConn(s.txnConns, lane{leader.ID(), n}, leader)
 }
