@@ -200,12 +200,13 @@ func drainAtScale(t *testing.T, tc *testCluster, c *api.Client, target model.Nod
 		return err == nil && !st.IsDraining && st.Liveness == "Stopping"
 	}
 	go profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "drain-"+string(target), 20*time.Second)
-	during := sampleLag(t, c, 30*time.Minute, drained)
+	during, samples := sampleLagOf(t, c, 30*time.Minute, drained)
 	tc.eventuallyEvery("the drain completes", 60*time.Second, time.Second, drained)
 	took := time.Since(began)
 	t.Logf("drained %s in %s (budget %+v)", target, took, budget)
 	t.Logf("checkpoint lag p50/p99/max: before the drain %s/%s/%s, during it %s/%s/%s; p99 ratio during/before %.2f",
 		baseline.p(50), baseline.p(99), baseline.p(100), during.p(50), during.p(99), during.p(100), float64(during.p(99))/float64(max(baseline.p(99), time.Millisecond)))
+	t.Logf("checkpoint lag during the drain: %s", lagAttribution(during, samples))
 	// The plan's record: done, and its maintainer moves never more than
 	// the batch at once.
 	var rec *api.PlanResponse
@@ -259,7 +260,24 @@ func (l lags) p(q int) time.Duration {
 // until done says so.
 func sampleLag(t *testing.T, c *api.Client, d time.Duration, done func() bool) lags {
 	t.Helper()
+	l, _ := sampleLagOf(t, c, d, done)
+	return l
+}
+
+// lagSample is one changefeed's lag in one sample, with its maintainer's
+// placement then.
+type lagSample struct {
+	changefeed string
+	at         time.Time
+	lag        time.Duration
+	epoch      uint64
+}
+
+// sampleLagOf is sampleLag, with each sample's changefeed and maintainer.
+func sampleLagOf(t *testing.T, c *api.Client, d time.Duration, done func() bool) (lags, []lagSample) {
+	t.Helper()
 	var out lags
+	var samples []lagSample
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if done != nil && done() {
 			break
@@ -271,11 +289,51 @@ func sampleLag(t *testing.T, c *api.Client, d time.Duration, done func() bool) l
 		now := time.Now()
 		for _, cf := range l.Changefeeds {
 			if cf.CheckpointTs != 0 {
-				out = append(out, now.Sub(model.Ts(cf.CheckpointTs).Time()))
+				lag := now.Sub(model.Ts(cf.CheckpointTs).Time())
+				out = append(out, lag)
+				samples = append(samples, lagSample{changefeed: cf.ID, at: now, lag: lag, epoch: cf.MaintainerEpoch})
 			}
 		}
 	}
-	return out
+	return out, samples
+}
+
+// lagAttribution says how much of a drain's worst lag came from
+// changefeeds whose maintainer had just moved: of the samples at or above
+// the p99, those taken within 3 s of the first sample that showed the
+// changefeed's new maintainer; and the p99 of the changefeeds whose
+// maintainer moved against those whose did not.
+func lagAttribution(during lags, samples []lagSample) string {
+	p99 := during.p(99)
+	movedAt := map[string]time.Time{}
+	first := map[string]uint64{}
+	for _, s := range samples {
+		e, seen := first[s.changefeed]
+		if !seen {
+			first[s.changefeed] = s.epoch
+		} else if s.epoch != e && movedAt[s.changefeed].IsZero() {
+			movedAt[s.changefeed] = s.at
+		}
+	}
+	top, afterMove := 0, 0
+	var moved, stayed lags
+	for _, s := range samples {
+		at, ok := movedAt[s.changefeed]
+		if ok {
+			moved = append(moved, s.lag)
+		} else {
+			stayed = append(stayed, s.lag)
+		}
+		if s.lag.Round(time.Millisecond) < p99 {
+			continue
+		}
+		top++
+		if ok && !s.at.Before(at) && s.at.Sub(at) < 3*time.Second {
+			afterMove++
+		}
+	}
+	return fmt.Sprintf("%d of the %d samples at or above the p99 within 3 s of their maintainer's move; p99 of the %d changefeeds whose maintainer moved %s, of the others %s",
+		afterMove, top, len(movedAt), moved.p(99), stayed.p(99))
 }
 
 // handoverCensus says where the partitions of a drain are, from etcd and
