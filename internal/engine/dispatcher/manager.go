@@ -88,6 +88,11 @@ type Manager struct {
 	copiedMu    sync.Mutex
 	copiedSince map[model.ChangefeedID]bool
 	lastEarly   time.Time
+	// handIns are the partitions moved here, watched for their first
+	// position past the hand-over (under mu); lastHandIn, when the last
+	// early heartbeat for one went (handin.go; Run's goroutine only).
+	handIns    map[string]handIn
+	lastHandIn time.Time
 }
 
 type managed struct {
@@ -183,7 +188,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
 		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
 		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1),
-		copiedSince: map[model.ChangefeedID]bool{}}
+		copiedSince: map[model.ChangefeedID]bool{}, handIns: map[string]handIn{}}
 }
 
 type failedStart struct {
@@ -226,8 +231,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		every := m.beatEvery()
 		if finals || time.Since(m.lastBeat) >= every {
 			m.heartbeat(ctx, st)
-		} else if ended := m.copiesEndedHere(); ended != nil {
-			m.beat(ctx, st, ended)
+		} else {
+			if ended := m.copiesEndedHere(); ended != nil {
+				m.beat(ctx, st, ended)
+			}
+			if past := m.handInsPast(); past != nil {
+				m.beat(ctx, st, past)
+			}
 		}
 		cluster.Rest(ctx, took)
 		t.Reset(max(0, every-time.Since(m.lastBeat)))
@@ -239,6 +249,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-m.wake:
 		case <-m.copiesPending():
+		case <-m.handInsPending():
 		case <-ctx.Done():
 		}
 	}
@@ -521,8 +532,11 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	runCtx, abort := context.WithCancel(context.Background())
 	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort, began: time.Now()}
 	m.mu.Lock()
-	m.running[key(r.Route.Changefeed, r.Route.ID)] = run
+	m.running[k] = run
 	m.started(r.Route)
+	if r.Route.Start != 0 && from == r.Route.Start {
+		m.watchHandInLocked(k, r.Route.Changefeed, from)
+	}
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go func() {

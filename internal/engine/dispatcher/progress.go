@@ -61,13 +61,14 @@ func (m *Manager) beat(ctx context.Context, st *meta.State, only map[model.Chang
 		clear(m.copiedSince) // reported in this one
 		m.copiedMu.Unlock()
 	}
-	for _, r := range m.running {
+	for k, r := range m.running {
 		rt := r.route.Route
 		if only != nil && !only[rt.Changefeed] {
 			continue
 		}
-		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID,
-			Progress: progressOf(r.d, m.self, rt.Epoch)})
+		p := progressOf(r.d, m.self, rt.Epoch)
+		m.reportedHandInLocked(k, p)
+		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID, Progress: p})
 	}
 	for k, f := range m.finals {
 		if only != nil && !only[f.cf] {

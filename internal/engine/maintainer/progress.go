@@ -40,6 +40,9 @@ type heard struct {
 	// stall: failures that may keep the checkpoint from advancing
 	// (recover.go).
 	stall stall
+	// beyond: partitions moved whose first position past their
+	// hand-over was heard and is to be persisted at once.
+	beyond []string
 }
 
 // MaxAhead is how far beyond this node's clock a reported position may
@@ -112,6 +115,15 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
+		if hs := r.Route.Start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) {
+			// A partition moved holds its changefeed's checkpoint at its
+			// hand-over until a position past it is persisted: the
+			// first one is, at once, not after the checkpoint's cadence
+			// (up to a second; during a drain every changefeed has moves
+			// in flight, and this was part of each one's pause).
+			rep.beyond = append(rep.beyond, pp.ID)
+			wake = true
+		}
 		copiedNow = copiedNow || next.Copy.Done && !cur.Copy.Done
 		rep.parts[pp.ID] = next
 	}
@@ -284,10 +296,28 @@ func whatToSave(saved map[string]meta.ProgressRecord, pos model.ProgressTable, m
 	return cp, changed, urgent
 }
 
-// The positions of must are written now, however recently the record was.
+// takeBeyond returns, and forgets, the partitions of cf moved whose
+// first position past their hand-over was heard since the last write.
+func (h *Host) takeBeyond(cf model.ChangefeedID) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rep := h.heard[cf]
+	if rep == nil {
+		return nil
+	}
+	out := rep.beyond
+	rep.beyond = nil
+	return out
+}
+
+// The positions of must, and of the partitions moved first heard past
+// their hand-over, are written now, however recently the record was.
 func (h *Host) advanceCheckpoint(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, mf meta.MaintainerFence, pos model.ProgressTable, must ...string) error {
 	if len(pos) == 0 {
 		return nil
+	}
+	if beyond := h.takeBeyond(e.Info.ID); len(beyond) > 0 {
+		must = append(slices.Clip(must), beyond...)
 	}
 	cp, changed, urgent := whatToSave(st.Progress[e.Info.ID], pos, must)
 	if !changed && cp <= e.Status.CheckpointTs {
