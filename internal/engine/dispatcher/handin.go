@@ -33,8 +33,9 @@ func (m *Manager) watchHandInLocked(k string, cf model.ChangefeedID, from model.
 	m.handIns[k] = handIn{cf: cf, from: from, since: time.Now()}
 }
 
-// handInsPending fires when partitions moved here are watched and the
-// next early heartbeat may go: nil if none is.
+// handInsPending fires when partitions moved here are watched, to look
+// at them again: nil if none is. Every earlyBeatGap, not sooner: they
+// stay watched until they run past their hand-over.
 func (m *Manager) handInsPending() <-chan time.Time {
 	m.mu.Lock()
 	n := len(m.handIns)
@@ -42,7 +43,7 @@ func (m *Manager) handInsPending() <-chan time.Time {
 	if n == 0 {
 		return nil
 	}
-	return time.After(max(earlyBeatGap-time.Since(m.lastHandIn), 0))
+	return time.After(earlyBeatGap)
 }
 
 // handInsPast returns the changefeeds of which a partition moved here
