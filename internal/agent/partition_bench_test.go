@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,9 +37,13 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 	c := tc.client()
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	g := tc.runDemoGen(c, sink)
-	var pauses, moves, hops []time.Duration
+	cps := watchCheckpoints(t, tc, "demo")
+	var pauses, moves, hops, caughtUp, passes []time.Duration
 	for round := range rounds {
 		hops = append(hops, watchHop(t, tc))
+		// The baseline of the checkpoint's part: how long after an
+		// instant without a move the checkpoint passes it.
+		caughtUp = append(caughtUp, cps.passes(model.TsFromTime(time.Now())))
 		// Split the widest partition of a table, then move its upper half.
 		table := g.TableNames()[round%len(g.TableNames())]
 		var victim model.RouteEntry
@@ -59,6 +65,10 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 		to := tc.followerOf(upper.Node)
 		tc.applyPlan(c, func(s *model.Snapshot) (*plan.Plan, error) { return plan.Move(s, upper.ID, to, plan.DefaultCosts) })
 		moves = append(moves, tc.lastBusy(upper.ID, "moved"))
+		// The move as the changefeed's checkpoint sees it: the
+		// partition held it at its hand-over position until the target
+		// reported a position past it and the maintainer persisted it.
+		passes = append(passes, cps.passes(tc.state().Partitions["demo"][upper.ID].Route.Start))
 	}
 	rep := tc.pauseAndVerify(c, "demo", sink, verifyStorage)
 	if !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
@@ -69,6 +79,66 @@ func TestPartitionOpsBenchmark(t *testing.T) {
 	t.Logf("baseline, one etcd write seen through a watch: p50 %s p99 %s", hop, pct(hops, 99))
 	t.Logf("split pause:      p50 %s p99 %s max %s (p50 %.1f× the baseline)", pct(pauses, 50), pct(pauses, 99), pct(pauses, 100), ratio(pct(pauses, 50), hop))
 	t.Logf("graceful move:    p50 %s p99 %s max %s (p50 %.1f× the baseline)", pct(moves, 50), pct(moves, 99), pct(moves, 100), ratio(pct(moves, 50), hop))
+	t.Logf("checkpoint past an instant without a move: p50 %s p99 %s; past a move's hand-over: p50 %s p99 %s max %s (p50 %.2f×, p99 %.2f×)",
+		pct(caughtUp, 50), pct(caughtUp, 99), pct(passes, 50), pct(passes, 99), pct(passes, 100),
+		ratio(pct(passes, 50), pct(caughtUp, 50)), ratio(pct(passes, 99), pct(caughtUp, 99)))
+}
+
+// checkpoints are a changefeed's checkpoints as etcd held them, each
+// with when a watch saw it.
+type checkpoints struct {
+	t    *testing.T
+	mu   sync.Mutex
+	seen []seenCheckpoint
+}
+
+type seenCheckpoint struct {
+	at time.Time
+	cp model.Ts
+}
+
+// watchCheckpoints records every checkpoint of cf written from now on.
+func watchCheckpoints(t *testing.T, tc *testCluster, cf model.ChangefeedID) *checkpoints {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cps := &checkpoints{t: t}
+	w := tc.cli.Watch(ctx, tc.store.Keys().ChangefeedStatus(cf), clientv3.WithCreatedNotify())
+	if created := <-w; !created.Created {
+		t.Fatalf("the watch did not start: %v", created.Err())
+	}
+	go func() {
+		for resp := range w {
+			at := time.Now()
+			for _, ev := range resp.Events {
+				var st model.ChangefeedStatus
+				if json.Unmarshal(ev.Kv.Value, &st) == nil {
+					cps.mu.Lock()
+					cps.seen = append(cps.seen, seenCheckpoint{at: at, cp: st.CheckpointTs})
+					cps.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return cps
+}
+
+// passes waits until a checkpoint past ts is seen and says how long
+// after ts (its wall-clock time) it was written.
+func (c *checkpoints) passes(ts model.Ts) time.Duration {
+	c.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		for _, s := range c.seen {
+			if s.cp > ts {
+				c.mu.Unlock()
+				return s.at.Sub(ts.Time())
+			}
+		}
+		c.mu.Unlock()
+	}
+	c.t.Fatalf("no checkpoint past %v in 30 s", ts.Time())
+	return 0
 }
 
 func keysIn(g *gen.Generator, s model.Span) int {
