@@ -39,12 +39,7 @@ func TestTheLastCopyOnANodeIsReportedAtOnce(t *testing.T) {
 
 	// Changefeeds a (p1 copied, p2 copying) and b (q1, its only
 	// partition here), both maintained on n2.
-	st := &meta.State{Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{}}
-	for _, id := range []model.ChangefeedID{"a", "b"} {
-		st.Changefeeds[id] = &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: id}, Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1}, MaintainerRevision: 3}
-	}
-	hub := transport.NewHub()
-	m := NewManager(ManagerConfig{Self: "n1", View: cluster.Fixed(st), Transport: hub.Join("n1"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	st, m, hub := managerOfFeeds("a", "b")
 	var mu sync.Mutex
 	var heard []string
 	hub.Join("n2").Handle(transport.TopicHeartbeat, func(_ context.Context, msg transport.Message) {
@@ -102,4 +97,16 @@ func TestTheLastCopyOnANodeIsReportedAtOnce(t *testing.T) {
 	if ended := m.copiesEndedHere(); !ended["b"] {
 		t.Fatal("the end that waited out the gap was forgotten")
 	}
+}
+
+// managerOfFeeds is a manager on n1, its view a state of the changefeeds
+// ids all maintained on n2, and their hub: n2 joins it to listen.
+func managerOfFeeds(ids ...model.ChangefeedID) (*meta.State, *Manager, *transport.Hub) {
+	st := &meta.State{Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{}}
+	for _, id := range ids {
+		st.Changefeeds[id] = &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: id}, Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1}, MaintainerRevision: 3}
+	}
+	hub := transport.NewHub()
+	m := NewManager(ManagerConfig{Self: "n1", View: cluster.Fixed(st), Transport: hub.Join("n1"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return st, m, hub
 }

@@ -2,13 +2,10 @@ package dispatcher
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -21,12 +18,7 @@ import (
 // part of every move's pause). Not before the partition has run past
 // its hand-over, and not again once a heartbeat reported it.
 func TestAPartitionMovedHereReportsItsFirstPositionPastTheHandOverAtOnce(t *testing.T) {
-	st := &meta.State{Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{}}
-	for _, id := range []model.ChangefeedID{"a", "b"} {
-		st.Changefeeds[id] = &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: id}, Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1}, MaintainerRevision: 3}
-	}
-	hub := transport.NewHub()
-	m := NewManager(ManagerConfig{Self: "n1", View: cluster.Fixed(st), Transport: hub.Join("n1"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	st, m, hub := managerOfFeeds("a", "b")
 	var mu sync.Mutex
 	heard := map[string]model.Ts{}
 	hub.Join("n2").Handle(transport.TopicHeartbeat, func(_ context.Context, msg transport.Message) {

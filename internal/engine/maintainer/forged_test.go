@@ -21,16 +21,9 @@ import (
 // stays where the real reports put it.
 func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 	const cf = model.ChangefeedID("demo")
-	st := &meta.State{
-		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {
-			Info:       model.ChangefeedInfo{ID: cf},
-			Status:     model.ChangefeedStatus{State: model.ChangefeedNormal},
-			Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1},
-		}},
-		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {
-			"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
-		}},
-	}
+	st := maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
+	})
 	h := hostOn(st)
 	report := func(at time.Time) {
 		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
@@ -65,6 +58,19 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 
 // hostOn is the maintainer host of node n2 over a fixed state st, with
 // nothing running: for tests of what it makes of the messages it hears.
+// maintainedOnN2 is a state of changefeed cf, running, its maintainer
+// on n2, its partitions routes.
+func maintainedOnN2(cf model.ChangefeedID, routes map[string]meta.RouteRecord) *meta.State {
+	return &meta.State{
+		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {
+			Info:       model.ChangefeedInfo{ID: cf},
+			Status:     model.ChangefeedStatus{State: model.ChangefeedNormal},
+			Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1},
+		}},
+		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: routes},
+	}
+}
+
 func hostOn(st *meta.State) *Host {
 	hub := transport.NewHub()
 	return NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -19,18 +19,10 @@ import (
 func TestAMovedPartitionsFirstPositionPastTheHandOverIsPersistedAtOnce(t *testing.T) {
 	const cf = model.ChangefeedID("demo")
 	handOver := model.Ts(1000 << 18)
-	st := &meta.State{
-		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {
-			Info:       model.ChangefeedInfo{ID: cf},
-			Status:     model.ChangefeedStatus{State: model.ChangefeedNormal},
-			Maintainer: model.MaintainerPlacement{Node: "n2", Epoch: 1},
-		}},
-		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{cf: {
-			"moved": {Route: model.RouteEntry{ID: "moved", Changefeed: cf, Node: "n1", Epoch: 2, Status: model.PartitionActive, Start: handOver}},
-			"stays": {Route: model.RouteEntry{ID: "stays", Changefeed: cf, Node: "n1", Epoch: 1, Status: model.PartitionActive}},
-		}},
-	}
-	h := hostOn(st)
+	h := hostOn(maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"moved": {Route: model.RouteEntry{ID: "moved", Changefeed: cf, Node: "n1", Epoch: 2, Status: model.PartitionActive, Start: handOver}},
+		"stays": {Route: model.RouteEntry{ID: "stays", Changefeed: cf, Node: "n1", Epoch: 1, Status: model.PartitionActive}},
+	}))
 	beat := func(moved, stays model.Ts) (bool, []string) {
 		t.Helper()
 		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
