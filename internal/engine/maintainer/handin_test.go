@@ -60,6 +60,20 @@ func TestAMovedPartitionsFirstPositionPastTheHandOverIsPersistedAtOnce(t *testin
 	if got := h.takeBeyond(cf); len(got) > 0 {
 		t.Fatalf("the next write takes %v again", got)
 	}
+
+	// A maintainer placed anew hears every partition for the first time:
+	// a position past the hand-over persisted before is not written at
+	// once again.
+	h = hostOn(maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"moved": {Route: model.RouteEntry{ID: "moved", Changefeed: cf, Node: "n1", Epoch: 2, Status: model.PartitionActive, Start: handOver}},
+		"stays": {Route: model.RouteEntry{ID: "stays", Changefeed: cf, Node: "n1", Epoch: 1, Status: model.PartitionActive}},
+	}))
+	h.view.State().Progress = map[model.ChangefeedID]map[string]meta.ProgressRecord{cf: {
+		"moved": {Progress: model.Progress{Checkpoint: handOver + 4, Node: "n1", Epoch: 2}},
+	}}
+	if _, beyond := beat(handOver+6, handOver+6); len(beyond) > 0 {
+		t.Fatalf("a new maintainer's first heartbeat wrote at once %v, persisted past the hand-over already", beyond)
+	}
 	if urgent, beyond := beat(handOver+4, handOver+5); urgent || len(beyond) > 0 {
 		t.Fatalf("a position moving on after it woke the pass (at once: %v)", beyond)
 	}

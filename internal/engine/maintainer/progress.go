@@ -115,12 +115,15 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
-		if hs := r.Route.Start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) {
+		if hs := r.Route.Start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) &&
+			st.Progress[hb.Changefeed][pp.ID].Progress.Checkpoint <= hs {
 			// A partition moved holds its changefeed's checkpoint at its
 			// hand-over until a position past it is persisted: the
 			// first one is, at once, not after the checkpoint's cadence
 			// (up to a second; during a drain every changefeed has moves
-			// in flight, and this was part of each one's pause).
+			// in flight, and this was part of each one's pause). Once:
+			// not again for a position heard before, nor, after the
+			// maintainer moved, for one persisted before.
 			rep.beyond = append(rep.beyond, pp.ID)
 			wake = true
 		}
