@@ -85,3 +85,15 @@ func (m *Manager) reportedHandInLocked(k string, p model.Progress) {
 		delete(m.handIns, k)
 	}
 }
+
+// union is the changefeeds of both early heartbeats' reasons, one
+// message each: nil if neither has any.
+func union(a, b map[model.ChangefeedID]bool) map[model.ChangefeedID]bool {
+	if a == nil {
+		return b
+	}
+	for cf := range b {
+		a[cf] = true
+	}
+	return a
+}

@@ -231,13 +231,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		every := m.beatEvery()
 		if finals || time.Since(m.lastBeat) >= every {
 			m.heartbeat(ctx, st)
-		} else {
-			if ended := m.copiesEndedHere(); ended != nil {
-				m.beat(ctx, st, ended)
-			}
-			if past := m.handInsPast(); past != nil {
-				m.beat(ctx, st, past)
-			}
+		} else if early := union(m.copiesEndedHere(), m.handInsPast()); early != nil {
+			m.beat(ctx, st, early)
 		}
 		cluster.Rest(ctx, took)
 		t.Reset(max(0, every-time.Since(m.lastBeat)))
