@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 
@@ -74,13 +73,13 @@ func (s *State) Copied() int { return s.copied }
 func (s *State) applyProgress(id model.ChangefeedID, shard string, kv *mvccpb.KeyValue, deleted bool) {
 	var fresh map[string]ProgressRecord
 	if !deleted {
-		var table model.ProgressTable
-		if json.Unmarshal(kv.Value, &table) != nil {
+		table, err := model.DecodeProgressEntries(kv.Value)
+		if err != nil {
 			return
 		}
 		fresh = make(map[string]ProgressRecord, len(table))
-		for pid, p := range table {
-			fresh[pid] = ProgressRecord{Progress: p, Revision: kv.ModRevision}
+		for _, e := range table {
+			fresh[e.Partition] = ProgressRecord{Progress: e.Progress, Revision: kv.ModRevision}
 		}
 	}
 	merged, shards := s.Progress[id], s.progressShards[id]
