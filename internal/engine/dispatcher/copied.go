@@ -60,11 +60,12 @@ func (m *Manager) copiesEndedHere() map[model.ChangefeedID]bool {
 	m.copiedMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, r := range m.running {
-		cf := r.route.Route.Changefeed
-		if ended[cf] {
+	m.indexRunningLocked()
+	for cf := range ended {
+		for _, r := range m.byFeed[cf] {
 			if _, copied := r.d.Progress(); !copied.Done {
 				delete(ended, cf) // still copying here
+				break
 			}
 		}
 	}

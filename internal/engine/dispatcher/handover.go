@@ -143,7 +143,7 @@ func (m *Manager) stopAll() {
 	for _, r := range m.running {
 		runs = append(runs, r)
 	}
-	m.running = map[string]*managed{}
+	m.running, m.byFeed, m.indexed = map[string]*managed{}, nil, 0
 	aborted := m.aborted
 	m.mu.Unlock()
 	m.stopAndReport(runs)

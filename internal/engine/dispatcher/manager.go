@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +55,14 @@ type Manager struct {
 
 	mu      sync.Mutex
 	running map[string]*managed // by changefeed/partition
-	feeds   map[model.ChangefeedID]*feed
+	// byFeed is running by changefeed, for passes over some changefeeds'
+	// dispatchers (reconcile.go); indexed counts its entries.
+	byFeed  map[model.ChangefeedID]map[string]*managed
+	indexed int
+	// unsettledBefore: the last reconcile had reason to look at every
+	// dispatcher (wholePassLocked).
+	unsettledBefore bool
+	feeds           map[model.ChangefeedID]*feed
 	// finals are the positions where dispatchers stopped, by partition and
 	// epoch, until acknowledged; a restart here starts from one.
 	finals map[string]*final
@@ -264,181 +270,6 @@ func (m *Manager) Running() map[model.ChangefeedID]int {
 	return out
 }
 
-// reconcile starts and stops dispatchers to match the routing table; it
-// returns true when it has new final positions to send.
-func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
-	want, drainingHere := m.share.of(st, m.self)
-	m.mu.Lock()
-	if m.settledLocked(m.reconciled) {
-		m.mu.Unlock()
-		return false
-	}
-	m.reconciled, m.more = m.share.built, false
-	// Cleared before the running dispatchers are looked at: one that
-	// ends from here on marks it again, for the next reconcile.
-	m.ended.Store(false)
-	var stale []*managed
-	for k, r := range m.running {
-		w, ok := want[k]
-		select {
-		case <-r.done:
-			// Ended by itself (its sink failed): it is recovered from its
-			// checkpoint, by its maintainer (recover.go).
-			m.finals[finalKey(r.route.Route)] = &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
-				p: progressOf(r.d, m.self, r.route.Route.Epoch)}
-			delete(m.running, k)
-			m.failedRun(r, r.err)
-			continue
-		default:
-		}
-		if d, draining := drainingHere[k]; !ok && draining && d.Route.Epoch == r.route.Route.Epoch {
-			// Being moved away (seed 003, MigrateOut): stop and report the
-			// final position under the routing entry as it is now.
-			r.route = d
-			stale = append(stale, r)
-			delete(m.running, k)
-		} else if !ok || w.Route.Epoch != r.route.Route.Epoch {
-			stale = append(stale, r)
-			delete(m.running, k)
-		} else if w.Revision != r.route.Revision {
-			// Rewritten without a new placement: progress reports must be
-			// fenced by the current revision.
-			r.route = w
-		}
-	}
-	restart := m.checkRecoveries(st, recoverTimeout(st))
-	for cf, why := range m.restartFeeds {
-		restart[cf] = why
-		delete(m.restartFeeds, cf)
-	}
-	m.mu.Unlock()
-	// Stop what no longer belongs here, all at once, and keep where each
-	// stopped: a paused changefeed resumes exactly there, and a partition
-	// being moved away is handed over there.
-	stopping := time.Now()
-	m.stopAndReport(stale)
-	if len(stale) > 0 {
-		m.waited = time.Since(stopping)
-		m.log.Debug("dispatchers stopped", "count", len(stale), "took", m.waited.Round(time.Millisecond))
-	}
-	for cf, why := range restart {
-		m.restartFeed(cf, why)
-	}
-	newFinals := len(stale) > 0
-	// A partition being moved away that nothing runs here (this process
-	// started after it was placed, or its changefeed is paused) is handed
-	// over where it stopped, or at its last persisted position.
-	for k, d := range drainingHere {
-		fk := finalKey(d.Route)
-		m.mu.Lock()
-		_, runs := m.running[k]
-		f, known := m.finals[fk]
-		var knownAt model.Ts
-		handedOver := false
-		if known {
-			knownAt, handedOver = f.p.Checkpoint, f.p.Handover
-		}
-		m.mu.Unlock()
-		switch {
-		case runs:
-		case known:
-			// The state is saved outside the lock: heartbeats go on.
-			if !handedOver && m.saveState(d.Route, knownAt) {
-				m.mu.Lock()
-				f.p.Final, f.p.Handover, newFinals = true, true, true
-				m.mu.Unlock()
-			}
-		default:
-			p, ok := st.Progress[d.Route.Changefeed][d.Route.ID]
-			if ok && p.Progress.Epoch == d.Route.Epoch && p.Progress.Final && p.Progress.Handover {
-				break // already handed over
-			}
-			from, copied := m.resumeFrom(st, d.Route)
-			from, copied = m.sinkHolds(ctx, st, d.Route, from, copied)
-			if !m.saveState(d.Route, from) {
-				break // tried again on the next pass
-			}
-			m.mu.Lock()
-			m.finals[fk] = &final{cf: d.Route.Changefeed, pid: d.Route.ID,
-				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true, Copy: copied}}
-			m.mu.Unlock()
-			newFinals = true
-		}
-	}
-	m.mu.Lock()
-	for k, f := range m.failed {
-		if w, ok := want[k]; !ok || w.Route.Epoch != f.Epoch {
-			delete(m.failed, k)
-		}
-	}
-	var toStart []meta.RouteRecord
-	for k, r := range want {
-		if _, runs := m.running[k]; !runs && !m.waitsForRecovery(r.Route) {
-			toStart = append(toStart, r)
-		}
-	}
-	if len(toStart) > maxStartsPerPass {
-		// The oldest placements first, those whose start failed before
-		// last (they would otherwise take every pass's places, and the
-		// others never start); the rest at once after (more).
-		failed := func(r meta.RouteRecord) bool { return m.failed[key(r.Route.Changefeed, r.Route.ID)] != nil }
-		slices.SortFunc(toStart, func(a, b meta.RouteRecord) int {
-			if fa, fb := failed(a), failed(b); fa != fb {
-				if fa {
-					return 1
-				}
-				return -1
-			}
-			return cmp.Compare(a.Revision, b.Revision)
-		})
-		toStart, m.more = toStart[:maxStartsPerPass], true
-	}
-	m.mu.Unlock()
-	starting := time.Now()
-	prepared := m.prepareAll(ctx, toStart)
-	preparing := time.Since(starting)
-	resumes := m.resumeAll(ctx, st, toStart, prepared)
-	resuming := time.Since(starting) - preparing
-	started := 0
-	for i, r := range toStart {
-		k := key(r.Route.Changefeed, r.Route.ID)
-		err := m.start(ctx, st, r, prepared[i], resumes[i])
-		m.mu.Lock()
-		if err == nil {
-			started++
-			delete(m.failed, k)
-		} else {
-			// Reported in heartbeats, so that the maintainer can give the
-			// partition back after a few attempts.
-			f := m.failed[k]
-			if f == nil {
-				f = &failedStart{cf: r.Route.Changefeed, FailedStart: transport.FailedStart{ID: r.Route.ID, Epoch: r.Route.Epoch}}
-				m.failed[k] = f
-			}
-			f.Attempts++
-			f.Err = err.Error()
-			m.log.Warn("cannot start dispatcher; will retry", "partition", r.Route.ID, "changefeed", r.Route.Changefeed, "attempts", f.Attempts, "err", err)
-		}
-		m.mu.Unlock()
-	}
-	if started == 0 {
-		// Not one started: the rest would fail alike (failed ones come
-		// last). They wait for the next change or heartbeat, as before,
-		// instead of a reconcile after another with no rest.
-		m.mu.Lock()
-		m.more = false
-		m.mu.Unlock()
-	}
-	if len(toStart) > 0 {
-		took := time.Since(starting)
-		m.waited += took
-		m.log.Debug("dispatchers started", "count", len(toStart), "took", took.Round(time.Millisecond),
-			"preparing", preparing.Round(time.Millisecond), "resuming", resuming.Round(time.Millisecond))
-	}
-	m.closeUnusedFeeds(st)
-	return newFinals
-}
-
 func (m *Manager) feedFor(ctx context.Context, e *meta.ChangefeedEntry) (*feed, error) {
 	m.mu.Lock()
 	f := m.feeds[e.Info.ID]
@@ -527,7 +358,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	runCtx, abort := context.WithCancel(context.Background())
 	run := &managed{route: r, d: d, done: make(chan struct{}), abort: abort, began: time.Now()}
 	m.mu.Lock()
-	m.running[k] = run
+	m.setRunningLocked(k, run)
 	m.started(r.Route)
 	if r.Route.Start != 0 && from == r.Route.Start {
 		m.watchHandInLocked(k, r.Route.Changefeed, from)
@@ -543,7 +374,13 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 		// forget it.
 		sink.Forget(f.sink, d.ID())
 		close(run.done)
-		m.ended.Store(true)
+		// Only a run that ended by itself is news for reconcile (it looks
+		// at every dispatcher then); one it stopped, it took out first.
+		m.mu.Lock()
+		if m.running[k] == run {
+			m.ended.Store(true)
+		}
+		m.mu.Unlock()
 	}()
 	m.log.Info("dispatcher started", "dispatcher", d.ID(), "changefeed", r.Route.Changefeed, "span", r.Route.Span.String(), "from", from)
 	return nil
@@ -553,21 +390,4 @@ func (m *Manager) sinkEnv() registry.Env {
 	env := m.cfg.Sinks
 	env.Log = m.log
 	return env
-}
-
-// closeUnusedFeeds closes the sinks and sources of changefeeds with nothing running here.
-func (m *Manager) closeUnusedFeeds(st *meta.State) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	inUse := map[model.ChangefeedID]bool{}
-	for _, r := range m.running {
-		inUse[r.route.Route.Changefeed] = true
-	}
-	for id, f := range m.feeds {
-		e, exists := st.Changefeeds[id]
-		if !inUse[id] && (!exists || !e.Info.SameIncarnation(f.info)) {
-			f.close()
-			delete(m.feeds, id)
-		}
-	}
 }

@@ -340,11 +340,10 @@ func (m *Manager) poke() {
 func (m *Manager) restartFeed(cf model.ChangefeedID, why transport.Restart) {
 	m.mu.Lock()
 	var runs []*managed
-	for k, r := range m.running {
-		if r.route.Route.Changefeed == cf {
-			runs = append(runs, r)
-			delete(m.running, k)
-		}
+	m.indexRunningLocked()
+	for k, r := range m.byFeed[cf] {
+		runs = append(runs, r)
+		m.unsetRunningLocked(k)
 	}
 	f := m.feeds[cf]
 	delete(m.feeds, cf)
@@ -357,6 +356,9 @@ func (m *Manager) restartFeed(cf model.ChangefeedID, why transport.Restart) {
 	if f != nil {
 		f.close()
 	}
+	// Its dispatchers ended outside a pass's own stops: the next pass is
+	// not skipped, and looks at every dispatcher (reconcile.go).
+	m.ended.Store(true)
 	if m.cfg.Metrics != nil {
 		m.cfg.Metrics.Restarted(why.Reason)
 	}

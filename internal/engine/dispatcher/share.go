@@ -24,6 +24,25 @@ type share struct {
 	// built counts the changes: a reconcile that saw change n, and finds
 	// it again with nothing else to do, has nothing to change (settled).
 	built uint64
+	// dirty are the changefeeds whose part changed, and whole says the
+	// share was built anew, since the last take.
+	dirty map[model.ChangefeedID]bool
+	whole bool
+}
+
+// take returns the changefeeds whose part changed, and whether the whole
+// share was built anew, since the last take.
+func (s *share) take() (dirty map[model.ChangefeedID]bool, whole bool) {
+	dirty, whole = s.dirty, s.whole
+	s.dirty, s.whole = nil, false
+	return dirty, whole
+}
+
+func (s *share) changed(cf model.ChangefeedID) {
+	if s.dirty == nil {
+		s.dirty = map[model.ChangefeedID]bool{}
+	}
+	s.dirty[cf] = true
 }
 
 // shareSig is what a changefeed's part of a share was built from.
@@ -43,6 +62,7 @@ func (s *share) of(st *meta.State, self model.NodeID) (want, moving map[string]m
 		s.want, s.moving = map[string]meta.RouteRecord{}, map[string]meta.RouteRecord{}
 		s.registered = registered
 		s.built++
+		s.whole = true
 	}
 	changed := false
 	for cf, e := range st.Changefeeds {
@@ -53,12 +73,14 @@ func (s *share) of(st *meta.State, self model.NodeID) (want, moving map[string]m
 		s.drop(cf)
 		s.sig[cf] = sig
 		s.add(st, cf, e, self, registered)
+		s.changed(cf)
 		changed = true
 	}
 	for cf := range s.sig {
 		if _, ok := st.Changefeeds[cf]; !ok {
 			s.drop(cf)
 			delete(s.sig, cf)
+			s.changed(cf)
 			changed = true
 		}
 	}

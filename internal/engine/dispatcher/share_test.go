@@ -12,7 +12,8 @@ import (
 // A node's share of the routing table is built again whenever a
 // changefeed's routing table or state changes, and only then: the same
 // maps come back for a state whose routing tables are the ones it was
-// built from.
+// built from. It names the changefeeds whose part changed since it was
+// last asked (take), which are all a reconcile pass looks at.
 func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	const a, b = model.ChangefeedID("a"), model.ChangefeedID("b")
 	route := func(c model.ChangefeedID, pid string, node model.NodeID, status model.PartitionStatus) meta.RouteRecord {
@@ -47,6 +48,21 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	if got := keys(moving); !reflect.DeepEqual(got, []string{"a/p3"}) {
 		t.Fatalf("moving %v", got)
 	}
+	taken := func(want ...model.ChangefeedID) {
+		t.Helper()
+		dirty, whole := s.take()
+		var got []model.ChangefeedID
+		for cf := range dirty {
+			got = append(got, cf)
+		}
+		slices.Sort(got)
+		if whole || !reflect.DeepEqual(got, want) {
+			t.Fatalf("changed %v (whole %v), want %v", got, whole, want)
+		}
+	}
+	if _, whole := s.take(); !whole {
+		t.Fatal("the share's first build is not a whole one")
+	}
 
 	// The same tables (another state, progress moved): nothing changed.
 	built := s.built
@@ -54,6 +70,7 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	if w, _ := s.of(&again, "n1"); s.built != built || !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q1"}) {
 		t.Fatalf("built again (%d, was %d) although no routing table changed: want %v", s.built, built, keys(w))
 	}
+	taken()
 
 	// A routing table replaced: that changefeed's part built again, and
 	// right; the other's left as it was.
@@ -63,6 +80,7 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	if w, m := s.of(&next, "n1"); s.built == built || !reflect.DeepEqual(keys(w), []string{"a/p1", "b/q2"}) || !reflect.DeepEqual(keys(m), []string{"a/p3"}) {
 		t.Fatalf("after b's table changed (built %d, was %d): want %v, moving %v", s.built, built, keys(w), keys(m))
 	}
+	taken(b)
 
 	// A changefeed paused: its partitions are no longer wanted here.
 	paused := next
@@ -70,6 +88,7 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	if w, m := s.of(&paused, "n1"); !reflect.DeepEqual(keys(w), []string{"b/q2"}) || !reflect.DeepEqual(keys(m), []string{"a/p3"}) {
 		t.Fatalf("after pausing a: want %v, moving %v", keys(w), keys(m))
 	}
+	taken(a)
 
 	// A changefeed removed.
 	gone := paused
@@ -78,6 +97,7 @@ func TestTheShareFollowsTheRoutingTable(t *testing.T) {
 	if w, m := s.of(&gone, "n1"); !reflect.DeepEqual(keys(w), []string{"b/q2"}) || len(m) != 0 {
 		t.Fatalf("after removing a: want %v, moving %v", keys(w), keys(m))
 	}
+	taken(a)
 }
 
 // A process that registers under a node id another process used before
