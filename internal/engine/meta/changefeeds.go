@@ -213,11 +213,13 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 		s.Changefeeds[id] = e
 	case kind == kindPartition:
 		s.forgetSorted(id)
-		s.Partitions[id] = applyRecord(s.Partitions[id], s.mine(kind, id, 0, len(s.Partitions[id])), leaf, kv, deleted, func(r model.RouteEntry, rev int64) RouteRecord {
+		// Routing entries are read by hand (model.DecodeRouteEntry): every
+		// node decodes every one written, two for each move of a drain.
+		s.Partitions[id] = applyRecord(s.Partitions[id], s.mine(kind, id, 0, len(s.Partitions[id])), leaf, kv, deleted, model.DecodeRouteEntry, func(r model.RouteEntry, rev int64) RouteRecord {
 			return RouteRecord{Route: r, Revision: rev}
 		})
 	case kind == kindBarrier:
-		s.Barriers[id] = applyRecord(s.Barriers[id], s.mine(kind, id, 0, len(s.Barriers[id])), leaf, kv, deleted, func(b model.Barrier, rev int64) BarrierRecord {
+		s.Barriers[id] = applyRecord(s.Barriers[id], s.mine(kind, id, 0, len(s.Barriers[id])), leaf, kv, deleted, decodeJSON[model.Barrier], func(b model.Barrier, rev int64) BarrierRecord {
 			return BarrierRecord{Barrier: b, Revision: rev}
 		})
 	}
@@ -226,7 +228,7 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 // applyRecord returns one changefeed's map with one record put or
 // deleted, copied first unless the state already owns it (State.mine); a
 // value that does not decode leaves the record as it was.
-func applyRecord[T, R any](m map[string]R, owned bool, leaf string, kv *mvccpb.KeyValue, deleted bool, wrap func(T, int64) R) map[string]R {
+func applyRecord[T, R any](m map[string]R, owned bool, leaf string, kv *mvccpb.KeyValue, deleted bool, decode func([]byte) (T, error), wrap func(T, int64) R) map[string]R {
 	if !owned || m == nil {
 		m = cloneMap(m)
 	}
@@ -234,11 +236,17 @@ func applyRecord[T, R any](m map[string]R, owned bool, leaf string, kv *mvccpb.K
 		delete(m, leaf)
 		return m
 	}
-	var v T
-	if json.Unmarshal(kv.Value, &v) == nil {
+	if v, err := decode(kv.Value); err == nil {
 		m[leaf] = wrap(v, kv.ModRevision)
 	}
 	return m
+}
+
+// decodeJSON decodes a record with encoding/json.
+func decodeJSON[T any](b []byte) (T, error) {
+	var v T
+	err := json.Unmarshal(b, &v)
+	return v, err
 }
 
 // cloneMap copies one changefeed's map, so a published state is never
