@@ -296,7 +296,8 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 			case <-time.After(time.Duration(min(attempt, 10)) * 20 * time.Millisecond):
 			}
 		}
-		st, err := c.store.Load(ctx)
+		// Its own records only: the status it compares against.
+		st, err := c.store.LoadChangefeed(ctx, id)
 		if err != nil {
 			return err
 		}
