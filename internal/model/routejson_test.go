@@ -107,29 +107,13 @@ func BenchmarkDecodeRouteEntry(b *testing.B) {
 	}{{"moving", moving}, {"placed", placed}} {
 		raw, _ := json.Marshal(c.r)
 		b.Run(c.name, func(b *testing.B) {
-			const run = 64
-			var fast, std time.Duration
-			for i := 0; i < b.N; i++ {
-				began := time.Now()
-				for k := 0; k < run; k++ {
-					if _, err := DecodeRouteEntry(raw); err != nil {
-						b.Fatal(err)
-					}
-				}
-				fast += time.Since(began)
-				began = time.Now()
-				for k := 0; k < run; k++ {
-					var r RouteEntry
-					if err := json.Unmarshal(raw, &r); err != nil {
-						b.Fatal(err)
-					}
-				}
-				std += time.Since(began)
-			}
-			n := float64(b.N * run)
-			b.ReportMetric(float64(fast.Nanoseconds())/n, "ns/entry")
-			b.ReportMetric(float64(std.Nanoseconds())/n, "json-ns/entry")
-			b.ReportMetric(std.Seconds()/fast.Seconds(), "ratio")
+			againstJSON(b, "entry", func() error {
+				_, err := DecodeRouteEntry(raw)
+				return err
+			}, func() error {
+				var r RouteEntry
+				return json.Unmarshal(raw, &r)
+			})
 		})
 	}
 }
