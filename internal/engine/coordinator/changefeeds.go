@@ -219,7 +219,7 @@ func mostPerTable(spans []model.Span) int {
 // the coordinator retries until it is released (cleanups.go). The
 // changefeed is removed either way.
 func (c *Coordinator) RemoveChangefeed(ctx context.Context, term election.Term, id model.ChangefeedID) error {
-	st, err := c.store.Load(ctx)
+	st, err := c.store.LoadChangefeed(ctx, id) // its source is all it needs
 	if err != nil {
 		return err
 	}
