@@ -22,6 +22,9 @@ import (
 // anything else may have changed what runs: a dispatcher ended by itself,
 // starts are left for the next pass, a start failed, a recovery or a
 // restart waits (and once more after, for what changed as they ended).
+// So anything that takes dispatchers out of running outside a pass must
+// set m.ended, as a run ending by itself and restartFeed do: a scoped
+// pass would not look at them, and a settled one not at all.
 
 // reconcile starts and stops dispatchers to match the routing table; it
 // returns true when it has new final positions to send.
