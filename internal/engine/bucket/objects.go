@@ -155,6 +155,8 @@ type dirWrites struct {
 	root  string
 	token string // tells this process's temporary files apart
 	seq   atomic.Uint64
+	// open counts the staged objects whose files are open (staged.go).
+	open atomic.Int64
 	// notes is whether the file system keeps extended attributes (the
 	// objects' notes), tried once.
 	notes     sync.Once

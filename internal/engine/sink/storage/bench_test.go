@@ -46,14 +46,15 @@ func benchRows(b *testing.B, n int) [][]source.Event {
 // runs warms the process and is not counted; then each iteration runs
 // both sides, the order alternating, and the benchmark reports the
 // median of the iterations' rates and ratios, and the ratios' range. It
-// runs with the rows waiting in memory (the default spool) and on disk
-// (spool=disk).
+// runs with the rows waiting in memory (the default spool), on disk
+// (spool=disk), and in their files' temporary files (spool=bucket).
 //
 //	go test -run '^$' -bench StorageSink -benchtime 5x ./internal/engine/sink/storage
 func BenchmarkStorageSink(b *testing.B) {
 	per := benchRows(b, 200_000)
 	b.Run("spool=memory", func(b *testing.B) { storageSinkRun(b, per, "") })
 	b.Run("spool=disk", func(b *testing.B) { storageSinkRun(b, per, "&spool=disk&spool-dir="+b.TempDir()) })
+	b.Run("spool=bucket", func(b *testing.B) { storageSinkRun(b, per, "&spool=bucket") })
 }
 
 func storageSinkRun(b *testing.B, per [][]source.Event, params string) {

@@ -70,8 +70,10 @@ type Config struct {
 	// is smaller: a hot table then has one file being written while the
 	// next fills, instead of a full spool waiting for one big write.
 	SpoolMaxBytes int64
-	// Spool is where encoded rows wait for their flush: SpoolMemory, or
-	// SpoolDisk (segment files under SpoolDir; disk.go).
+	// Spool is where encoded rows wait for their flush: SpoolMemory,
+	// SpoolDisk (segment files under SpoolDir; disk.go), or SpoolBucket
+	// (a file:// bucket's own temporary files, renamed into place at the
+	// flush; staged.go).
 	Spool    string
 	SpoolDir string
 	// MaxActiveTables and MaxBufferedBytes are seed 004's fanout caps:
@@ -121,6 +123,7 @@ var dateLayouts = map[string]string{DateYear: "2006", DateMonth: "2006-01", Date
 const (
 	SpoolMemory = "memory"
 	SpoolDisk   = "disk"
+	SpoolBucket = "bucket"
 )
 
 // diskSpoolDefault is spool-max-bytes of a disk spool unless set: a disk
@@ -212,8 +215,8 @@ func ParseURI(raw string) (Config, error) {
 			c.MaxBufferedBytes, perr = sink.ParseBytes(v, 64<<10, 1<<50)
 		case "spool":
 			c.Spool = v
-			if v != SpoolMemory && v != SpoolDisk {
-				perr = fmt.Errorf("use memory (the default) or disk")
+			if v != SpoolMemory && v != SpoolDisk && v != SpoolBucket {
+				perr = fmt.Errorf("use memory (the default), disk or bucket (file:// only)")
 			}
 		case "spool-dir":
 			c.SpoolDir = v
@@ -248,13 +251,17 @@ func ParseURI(raw string) (Config, error) {
 	if c.TransactionMeta && c.Protocol != ProtocolCanalJSON {
 		return Config{}, fmt.Errorf("sink URI %s: transaction-meta=true needs protocol=canal-json: a CSV row has no place for its transaction's id and position", redact.URI(raw))
 	}
-	if c.Spool == SpoolDisk {
-		// No spool-dir: the agent's own (Env.SpoolDir), chosen when
-		// the sink opens.
-		if !u.Query().Has("spool-max-bytes") {
-			c.SpoolMaxBytes = diskSpoolDefault
-		}
-	} else if c.SpoolDir != "" {
+	if c.Spool == SpoolBucket && u.Scheme != "file" {
+		return Config{}, fmt.Errorf("sink URI %s: spool=bucket writes the rows into the files' own temporary files, which only a file:// bucket has: use spool=memory or spool=disk", redact.URI(raw))
+	}
+	if c.Spool != SpoolMemory && !u.Query().Has("spool-max-bytes") {
+		// Rows waiting on disk: far more than the memory a sink
+		// should take.
+		c.SpoolMaxBytes = diskSpoolDefault
+	}
+	// A disk spool without spool-dir goes into the agent's own
+	// (Env.SpoolDir), chosen when the sink opens.
+	if c.Spool != SpoolDisk && c.SpoolDir != "" {
 		return Config{}, fmt.Errorf("sink URI %s: spool-dir is the disk spool's directory: add spool=disk, or leave spool-dir out", redact.URI(raw))
 	}
 	if u.Scheme != "file" {

@@ -29,6 +29,7 @@ func (s *Sink) fenceLocked(d *dispatcherState) fenced {
 	f := fenced{batches: d.pending, bytes: d.bytes}
 	s.notWaiting(d)
 	s.freeDisk(d.bufs)
+	s.dropLocked(d, d.bufs)
 	d.bufs, d.pending, d.bytes, d.since, d.flushWanted = nil, nil, 0, time.Time{}, false
 	// Flush waits for flushedSeq: everything written is settled (failed).
 	d.flushedSeq, d.failedSeq = d.seq, d.seq

@@ -104,6 +104,9 @@ func (s *Sink) writeFiles(d *dispatcherState, bufs []*dirBuffer, batches []*sink
 		if db.extents != nil {
 			put = func() error { return s.bucket.PutFromWith(ctx, name, s.disk.reader(db.extents), opts) }
 		}
+		if db.staged != nil {
+			put = func() error { return s.bucket.Commit(ctx, db.staged, name, opts) }
+		}
 		if err := s.retried(ctx, name, put); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
@@ -161,8 +164,8 @@ func (s *Sink) retried(ctx context.Context, name string, put func() error) error
 
 // retryable says an upload's error may pass by itself.
 func retryable(err error) bool {
-	if errors.Is(err, bucket.ErrExists) {
-		return false // an answer, not a failure
+	if errors.Is(err, bucket.ErrExists) || errors.Is(err, bucket.ErrTorn) {
+		return false // an answer, or lost
 	}
 	switch gcerrors.Code(err) {
 	case gcerrors.PermissionDenied, gcerrors.NotFound, gcerrors.InvalidArgument, gcerrors.Unimplemented, gcerrors.FailedPrecondition:

@@ -94,7 +94,7 @@ func (s *Sink) sweepLocked(now time.Time) {
 		}
 	}
 	for id, d := range s.disp {
-		if len(d.pending) == 0 && !d.flushing && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > s.cfg.StateTTL {
+		if len(d.pending) == 0 && !d.flushing && d.appending == 0 && d.flushedSeq == d.seq && now.Sub(d.lastWrite) > s.cfg.StateTTL {
 			// Every placement epoch is a new dispatcher, so the old ones
 			// must go; one that returns reads its numbering back from its
 			// index files.
@@ -129,6 +129,7 @@ func (s *Sink) flush(j flushJob) {
 	defer s.jobs.Done()
 	err := s.writeFiles(j.d, j.bufs, j.batches)
 	s.freeDisk(j.bufs) // written or failed: the disk spool's room is free
+	discardStaged(j.bufs)
 	for _, db := range j.bufs {
 		// Written or failed, the bucket holds no reference to them
 		// (Put copies or writes them before it returns).
@@ -181,6 +182,8 @@ func (s *Sink) flush(j flushJob) {
 			r.recorded = false
 		}
 		dropped = s.fenceLocked(j.d)
+	} else if j.d.appending > 0 {
+		j.d.requeue = true // queued when its write ends
 	} else if j.d.waits() {
 		// Rows that came during the flush wait for the next one.
 		s.due.add(j.d)

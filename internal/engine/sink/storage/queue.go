@@ -50,7 +50,10 @@ func (q *dueQueue) add(d *dispatcherState) { heap.Push(&q.byAge, queued{d: d, si
 func (q *dueQueue) urge(d *dispatcherState) { q.urgent = append(q.urgent, d) }
 
 // waits says whether d has rows that no flush has taken yet.
-func (d *dispatcherState) waits() bool { return !d.flushing && len(d.pending) > 0 }
+// One being appended to (spool=bucket) waits for its write to end.
+func (d *dispatcherState) waits() bool {
+	return !d.flushing && d.appending == 0 && len(d.pending) > 0
+}
 
 // next returns the next dispatcher due now and why, urgent ones first,
 // then by age; nil when none is. due says why a waiting dispatcher is
@@ -61,7 +64,9 @@ func (q *dueQueue) next(due func(*dispatcherState) string) (*dispatcherState, st
 		q.urgent[0] = nil
 		q.urgent = q.urgent[1:]
 		if !d.waits() {
-			if !d.flushing {
+			if d.appending > 0 {
+				d.requeue = true // urged again when its write ends
+			} else if !d.flushing {
 				d.flushWanted = false // nothing left to flush
 			}
 			continue
@@ -73,6 +78,9 @@ func (q *dueQueue) next(due func(*dispatcherState) string) (*dispatcherState, st
 	for q.byAge.Len() > 0 {
 		e := q.byAge[0]
 		if !e.d.waits() || !e.since.Equal(e.d.since) {
+			if e.d.appending > 0 {
+				e.d.requeue = true // queued again when its write ends
+			}
 			heap.Pop(&q.byAge)
 			continue
 		}

@@ -40,8 +40,11 @@ type Sink struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics Metrics
-	budget  *Budget     // nil: only SpoolMaxBytes bounds the spool
-	disk    *diskSpool  // spool=disk; nil: rows wait in memory
+	budget  *Budget    // nil: only SpoolMaxBytes bounds the spool
+	disk    *diskSpool // spool=disk; nil: rows wait in memory
+	// staging: spool=bucket, rows wait in their files' own temporary
+	// files (staged.go).
+	staging bool
 	tenure  sink.Tenure // nil: no session to lose (tests, tools)
 	// spare holds the encoding buffers of data files already written,
 	// for the next batches (spare.go).
@@ -98,8 +101,9 @@ type dirBuffer struct {
 	dir    string
 	buf    bytes.Buffer // the batch being encoded
 	chunks [][]byte
-	// extents replace chunks in a disk spool.
+	// extents replace chunks in a disk spool, staged in spool=bucket.
 	extents []extent
+	staged  *bucket.Staged
 	// the first event of the directory, for its schema file
 	first row.Event
 }
@@ -125,6 +129,15 @@ type dispatcherState struct {
 	// resumed is set when the sink writes the dispatcher's progress
 	// (exactly once).
 	resumed *resumed
+	// appending counts the writes appending to its staged files
+	// (spool=bucket): no flush takes its files meanwhile. stageMu keeps
+	// two such writes apart; requeue says a flush round passed it over;
+	// orphans are staged files dropped meanwhile, for the last of them
+	// to discard (staged.go).
+	appending int
+	stageMu   sync.Mutex
+	requeue   bool
+	orphans   []*dirBuffer
 }
 
 // Env is what a storage sink shares with the node that opens it.
@@ -177,6 +190,13 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		env.Now = time.Now
 	}
 	var disk *diskSpool
+	if cfg.Spool == SpoolBucket {
+		if !bucket.Stages() {
+			bucket.Close()
+			return nil, fmt.Errorf("storage sink: spool=bucket needs a file:// bucket")
+		}
+		env.Budget = nil // the rows are on disk, not in memory
+	}
 	if cfg.Spool == SpoolDisk {
 		if cfg.SpoolDir == "" {
 			cfg.SpoolDir = cmp.Or(env.SpoolDir, os.TempDir())
@@ -191,8 +211,8 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
-		disk: disk,
-		cfg:  cfg, bucket: bucket, log: log, now: env.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
+		disk: disk, staging: cfg.Spool == SpoolBucket,
+		cfg: cfg, bucket: bucket, log: log, now: env.Now, metrics: m, budget: env.Budget, tenure: env.Tenure, ctx: wctx, cancel: cancel,
 		slots: make(chan struct{}, maxParallelFlushes),
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -272,7 +292,14 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	s.rowBytes.learn(len(b.Events), size)
 	s.resize(held, size)
-	if s.disk != nil {
+	var staged *stagedWrite
+	if s.staging {
+		// Into the files' own temporary files, outside s.mu.
+		if staged, err = s.stage(b.Dispatcher, order); staged == nil {
+			s.release(size)
+			return err
+		}
+	} else if s.disk != nil {
 		// A write into the page cache, outside s.mu; the rows leave
 		// memory here.
 		if err := s.toDisk(order); err != nil {
@@ -282,22 +309,25 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err = s.closedErr()
+	if err == nil {
+		err = s.closedErr()
+	}
 	if err == nil {
 		err = s.fencedErr(b.Dispatcher) // failed while this one waited
 	}
 	if err != nil {
+		if staged != nil {
+			s.unstageLocked(staged, false)
+		}
 		s.release(size)
 		s.freeDisk(order)
 		return err
 	}
-	d := s.disp[b.Dispatcher]
-	if d == nil {
-		d = &dispatcherState{id: b.Dispatcher, nextIndex: map[string]uint64{}, resumed: s.resumed[b.Dispatcher]}
-		s.disp[b.Dispatcher] = d
-	}
-	for _, db := range order {
-		d.appendDir(db, &s.spare)
+	d := s.dispatcherLocked(b.Dispatcher)
+	if staged == nil {
+		for _, db := range order {
+			d.appendDir(db, &s.spare)
+		}
 	}
 	if d.bytes == 0 && size > 0 {
 		// Only rows count towards max-active-tables: a dispatcher whose
@@ -327,6 +357,33 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 			s.due.urge(d) // once, as it fills
 		}
 		s.wakeFlusher()
+	}
+	if staged != nil {
+		s.unstageLocked(staged, true)
+	}
+	return nil
+}
+
+// dispatcherLocked is the state of dispatcher id, made if new; s.mu is
+// held.
+func (s *Sink) dispatcherLocked(id string) *dispatcherState {
+	d := s.disp[id]
+	if d == nil {
+		d = &dispatcherState{id: id, nextIndex: map[string]uint64{}, resumed: s.resumed[id]}
+		s.disp[id] = d
+	}
+	return d
+}
+
+// dirBuf is d's buffer of directory dir, or nil. From the end: a
+// partition's rows are of one table version at a time, so its directory
+// is the last one or, with transaction-meta, the one before the
+// transactions' records.
+func (d *dispatcherState) dirBuf(dir string) *dirBuffer {
+	for i := len(d.bufs) - 1; i >= 0; i-- {
+		if d.bufs[i].dir == dir {
+			return d.bufs[i]
+		}
 	}
 	return nil
 }
@@ -402,16 +459,7 @@ func (s *Sink) encode(b *sink.Batch) ([]*dirBuffer, int64, error) {
 // flush writes one file per directory; two buffers of one directory would
 // take the same file name), else as a new one.
 func (d *dispatcherState) appendDir(db *dirBuffer, spare *spareBuffers) {
-	var have *dirBuffer
-	// From the end: a partition's rows are of one table version at a
-	// time, so its directory is the last one or, with transaction-meta,
-	// the one before the transactions' records.
-	for i := len(d.bufs) - 1; i >= 0; i-- {
-		if d.bufs[i].dir == db.dir {
-			have = d.bufs[i]
-			break
-		}
-	}
+	have := d.dirBuf(db.dir)
 	if db.extents != nil {
 		if have != nil {
 			have.extents = append(have.extents, db.extents...)
@@ -535,6 +583,8 @@ func (s *Sink) Close() error {
 	for _, d := range s.disp {
 		failed = append(failed, d.pending...)
 		d.pending = nil
+		s.dropLocked(d, d.bufs) // or the write appending to them will
+		d.bufs = nil
 		if d.active {
 			d.active = false
 			s.metrics.ActiveTables(-1)

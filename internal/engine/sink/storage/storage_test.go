@@ -320,7 +320,7 @@ func TestBadSinkURIs(t *testing.T) {
 		"file:///tmp/x?max-flush-delay=soon":               "max-flush-delay",
 		"file:///tmp/x?write-timeout=1ms":                  "write-timeout",
 		"file:///tmp/x?state-ttl=1ms":                      "state-ttl",
-		"file:///tmp/x?spool=tape":                         "memory (the default) or disk",
+		"file:///tmp/x?spool=tape":                         "memory (the default), disk or bucket",
 		"file:///tmp/x?date-separator=week":                "none (the default), year, month or day",
 		"file:///tmp/x?spool=disk&spool-dir=rel":           "absolute directory",
 		"file:///tmp/x?spool-dir=/var/spool":               "add spool=disk",
