@@ -157,6 +157,10 @@ type dirWrites struct {
 	seq   atomic.Uint64
 	// open counts the staged objects whose files are open (staged.go).
 	open atomic.Int64
+	// lock is held while this process may have staged objects here
+	// (sweep.go); mu guards it.
+	mu   sync.Mutex
+	lock *os.File
 	// notes is whether the file system keeps extended attributes (the
 	// objects' notes), tried once.
 	notes     sync.Once

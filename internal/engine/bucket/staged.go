@@ -52,6 +52,9 @@ func (b *Bucket) Stage() (*Staged, error) {
 	if b.dir == nil {
 		return nil, errors.New("only a file:// bucket writes objects in place")
 	}
+	b.dir.mu.Lock()
+	b.dir.holdLocked()
+	b.dir.mu.Unlock()
 	// Any name spreads the files over the shards: the key is not known
 	// yet (a sink numbers its files at the flush).
 	f, tmp, err := b.dir.temp(strconv.FormatUint(b.dir.seq.Load(), 10))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -133,10 +135,79 @@ func tempFiles(t *testing.T, root string) int {
 	t.Helper()
 	n := 0
 	_ = filepath.WalkDir(filepath.Join(root, TempDir), func(p string, e os.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
+		if err == nil && !e.IsDir() && !strings.HasSuffix(p, ".lock") {
 			n++
 		}
 		return nil
 	})
 	return n
+}
+
+// The temporary files of a process that is gone (its lock file there, no
+// process holding it) are removed when another starts staging objects in
+// the bucket; those of processes alive, and of this one, are not.
+func TestStagingRemovesWhatDeadProcessesLeft(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mine, err := a.Stage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mine.Append([]byte("mine\n"))
+	tmp := filepath.Join(root, TempDir)
+	shard := filepath.Join(tmp, "07")
+	if err := os.MkdirAll(shard, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(p string) {
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A dead process: its lock file, held by nobody, and its files.
+	write(filepath.Join(tmp, "999-dead.lock"))
+	write(filepath.Join(shard, "999-dead-1.tmp"))
+	write(filepath.Join(shard, "999-dead-2.tmp"))
+	// A live one: its lock held.
+	write(filepath.Join(tmp, "998-live.lock"))
+	held, err := os.Open(filepath.Join(tmp, "998-live.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(shard, "998-live-1.tmp"))
+	// A writer of whole objects keeps no lock: its file is left alone.
+	write(filepath.Join(shard, "997-put-1.tmp"))
+
+	b, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := b.Stage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Discard()
+	for _, gone := range []string{"999-dead.lock", "07/999-dead-1.tmp", "07/999-dead-2.tmp"} {
+		if _, err := os.Stat(filepath.Join(tmp, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s of a dead process is still there (%v)", gone, err)
+		}
+	}
+	for _, kept := range []string{"998-live.lock", "07/998-live-1.tmp", "07/997-put-1.tmp"} {
+		if _, err := os.Stat(filepath.Join(tmp, kept)); err != nil {
+			t.Errorf("%s was removed: %v", kept, err)
+		}
+	}
+	if err := a.Commit(ctx, mine, "t/mine.json", Options{}); err != nil {
+		t.Fatalf("this process's staged object after another's sweep: %v", err)
+	}
 }

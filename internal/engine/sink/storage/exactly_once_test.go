@@ -60,7 +60,8 @@ func storageCrash(t *testing.T, uri string) verify.Report {
 
 // Issue 31: a storage sink's partition resumed after a crash writes none
 // of the rows already in its data files (delivery=exactly-once), on a
-// local directory and on S3; the same crash at least once (the default)
+// local directory (rows held in memory, or in their files' temporary
+// files) and on S3; the same crash at least once (the default)
 // writes the rows since the checkpoint again.
 func TestExactlyOnceStorageACrashWritesNothingTwice(t *testing.T) {
 	t.Parallel()
@@ -68,6 +69,9 @@ func TestExactlyOnceStorageACrashWritesNothingTwice(t *testing.T) {
 	for _, place := range []struct{ name, once, least string }{
 		{"file", "file://" + t.TempDir() + "/once?flush-interval=100ms&delivery=exactly-once", "file://" + t.TempDir() + "/least?flush-interval=100ms"},
 		{"s3", s3.URI("once", "flush-interval=100ms&delivery=exactly-once"), s3.URI("least", "flush-interval=100ms")},
+		// Rows written into their files' temporary files at once: a crash
+		// leaves those unplaced, and the heir writes them again.
+		{"file, spool=bucket", "file://" + t.TempDir() + "/once?flush-interval=100ms&delivery=exactly-once&spool=bucket", "file://" + t.TempDir() + "/least?flush-interval=100ms&spool=bucket"},
 	} {
 		once, least := storageCrash(t, place.once), storageCrash(t, place.least)
 		if !once.OK || once.Duplicates != 0 {
