@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -174,11 +175,18 @@ func (c *Client) nearLog(cf model.ChangefeedID) *Log {
 	return c.near.Get(cf)
 }
 
+// CallTimeout bounds a read of another node's log: one that gets no
+// answer fails, and its partition reads again on its next pass instead
+// of waiting (a graceful stop would wait with it).
+const CallTimeout = 10 * time.Second
+
 func (c *Client) call(ctx context.Context, topic string, req readRequest, reply any) error {
 	node, ok := c.locate(req.Changefeed)
 	if !ok {
 		return fmt.Errorf("changefeed %s has no maintainer, so no reader, right now", req.Changefeed)
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	m, err := transport.NewMessage("", node, topic, req)
 	if err != nil {
 		return err
