@@ -48,6 +48,35 @@ func visible(t *testing.T, uri string) []string {
 	return keys
 }
 
+// visibleDataFiles lists the data files a reader of the bucket sees.
+func visibleDataFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	for _, k := range visible(t, "file://"+root) {
+		if strings.HasSuffix(k, ".json") && !strings.Contains(k, "/meta/") {
+			files = append(files, k)
+		}
+	}
+	return files
+}
+
+// checkpointAndVerify writes the checkpoint upTo and proves that the
+// bucket holds the source's total rows up to it, each once and in order,
+// and that no batch failed.
+func checkpointAndVerify(t *testing.T, s *storage.Sink, g *gen.Generator, uri string, upTo model.Ts, total int, a *acks) {
+	t.Helper()
+	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Storage(context.Background(), g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
+		t.Fatalf("verify: %+v (wrote %d, %d failed acks)", rep, total, a.failed.Load())
+	}
+}
+
 // With spool=bucket the rows that wait for their flush are in the
 // temporary files of the data files they will be, which no reader sees;
 // the flush renames them into place and the bucket holds exactly the
@@ -81,16 +110,7 @@ func TestTheBucketSpoolWritesRowsIntoTheirFilesAtOnce(t *testing.T) {
 	if held, files := stagedBytes(t, root); files != 0 {
 		t.Fatalf("every row flushed, and %d temporary files hold %d bytes", files, held)
 	}
-	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
-		t.Fatalf("verify: %+v (wrote %d, %d failed acks)", rep, total, a.failed.Load())
-	}
+	checkpointAndVerify(t, s, g, uri, upTo, total, &a)
 
 	// Rows written and not flushed: the close fails their batches and
 	// removes their files.
@@ -166,27 +186,12 @@ func TestTheBucketSpoolUnderConcurrentWritesAndFlushes(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
-		t.Fatalf("verify: %+v (wrote %d, %d failed acks)", rep, total, a.failed.Load())
-	}
+	checkpointAndVerify(t, s, g, uri, upTo, total, &a)
 	if held, files := stagedBytes(t, root); files != 0 {
 		t.Fatalf("every row flushed, and %d temporary files hold %d bytes", files, held)
 	}
-	var files int
-	for _, k := range visible(t, "file://"+root) {
-		if strings.HasSuffix(k, ".json") && !strings.Contains(k, "/meta/") {
-			files++
-		}
-	}
-	if files < 2*tables {
-		t.Fatalf("%d data files; want the small file size to have made several a table", files)
+	if files := visibleDataFiles(t, root); len(files) < 2*tables {
+		t.Fatalf("%d data files; want the small file size to have made several a table", len(files))
 	}
 }
 
@@ -215,15 +220,11 @@ func TestABucketSpoolFlushThatFailsLeavesNoTemporaryFile(t *testing.T) {
 		t.Fatalf("first flush: %v", err)
 	}
 	// The table's directory becomes a file: the next file cannot go there.
-	var dataDir string
-	for _, k := range visible(t, "file://"+root) {
-		if strings.HasSuffix(k, ".json") && !strings.Contains(k, "/meta/") {
-			dataDir = filepath.Join(root, filepath.Dir(filepath.FromSlash(k)))
-		}
-	}
-	if dataDir == "" {
+	files := visibleDataFiles(t, root)
+	if len(files) == 0 {
 		t.Fatal("no data file after the first flush")
 	}
+	dataDir := filepath.Join(root, filepath.Dir(filepath.FromSlash(files[0])))
 	if err := os.RemoveAll(dataDir); err != nil {
 		t.Fatal(err)
 	}
