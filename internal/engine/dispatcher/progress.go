@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,14 +62,23 @@ func (m *Manager) beat(ctx context.Context, st *meta.State, only map[model.Chang
 		clear(m.copiedSince) // reported in this one
 		m.copiedMu.Unlock()
 	}
-	for k, r := range m.running {
-		rt := r.route.Route
-		if only != nil && !only[rt.Changefeed] {
+	// Changefeed by changefeed, each list made once at its size: appended
+	// partition by partition in the running map's order, the lists grew
+	// by copies and each append looked its changefeed up again (a third
+	// of the heartbeats' cost on a node of 33,000 partitions).
+	m.indexRunningLocked()
+	for cf, runs := range m.byFeed {
+		if only != nil && !only[cf] {
 			continue
 		}
-		p := progressOf(r.d, m.self, rt.Epoch)
-		m.reportedHandInLocked(k, p)
-		byFeed[rt.Changefeed] = append(byFeed[rt.Changefeed], transport.PartitionProgress{ID: rt.ID, Progress: p})
+		parts := slices.Grow(byFeed[cf], len(runs))
+		for k, r := range runs {
+			rt := r.route.Route
+			p := progressOf(r.d, m.self, rt.Epoch)
+			m.reportedHandInLocked(k, p)
+			parts = append(parts, transport.PartitionProgress{ID: rt.ID, Progress: p})
+		}
+		byFeed[cf] = parts
 	}
 	for k, f := range m.finals {
 		if only != nil && !only[f.cf] {
