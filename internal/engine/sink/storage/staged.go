@@ -22,8 +22,8 @@ import (
 	"slices"
 )
 
-// stagedWrite is one Write's appends: the directories' buffers it
-// appended to (those of its dispatcher) and their sizes before.
+// stagedWrite is one Write's appends: its dispatcher, and the
+// directories' buffers it appended to.
 type stagedWrite struct {
 	d       *dispatcherState
 	targets []*dirBuffer
