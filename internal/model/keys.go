@@ -48,44 +48,63 @@ func EncodeKeyValues(keyTypes string, values []string) (string, error) {
 	if keyTypes == "" {
 		return strings.Join(values, ","), nil
 	}
-	if keyTypes == NoKey {
-		if len(values) > 0 {
-			return "", ErrNoKey
-		}
-		return "", nil
-	}
-	if n := strings.Count(keyTypes, ",") + 1; len(values) != n {
-		return "", fmt.Errorf("the key has %d columns (%s), got %d values", n, keyTypes, len(values))
-	}
 	// Every row is routed through here: one allocation, no formatting.
 	size := len(values) - 1
 	for _, v := range values {
 		size += max(len(v), 16)
 	}
-	b := make([]byte, 0, size)
+	b, err := AppendKeyValues(make([]byte, 0, max(size, 0)), keyTypes, values)
+	if err != nil || len(b) == 0 {
+		return "", err
+	}
+	// b is not written again: the key is its bytes, not a copy (a second
+	// allocation per row).
+	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+}
+
+// AppendKeyValues appends to dst what EncodeKeyValues returns, for a
+// caller that keeps many keys in memory of its own (a snapshot chunk's
+// rows: no allocation per row).
+func AppendKeyValues(dst []byte, keyTypes string, values []string) ([]byte, error) {
+	if keyTypes == "" {
+		for i, v := range values {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, v...)
+		}
+		return dst, nil
+	}
+	if keyTypes == NoKey {
+		if len(values) > 0 {
+			return dst, ErrNoKey
+		}
+		return dst, nil
+	}
+	if n := strings.Count(keyTypes, ",") + 1; len(values) != n {
+		return dst, fmt.Errorf("the key has %d columns (%s), got %d values", n, keyTypes, len(values))
+	}
 	rest := keyTypes
 	for i, v := range values {
 		var typ string
 		typ, rest, _ = strings.Cut(rest, ",")
 		if i > 0 {
-			b = append(b, keySep...)
+			dst = append(dst, keySep...)
 		}
 		if isIntType(typ) {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return "", fmt.Errorf("%q is not a %s", v, typ)
+				return dst, fmt.Errorf("%q is not a %s", v, typ)
 			}
-			b = appendHex16(b, uint64(n)^(1<<63))
+			dst = appendHex16(dst, uint64(n)^(1<<63))
 			continue
 		}
 		if strings.Contains(v, keySep) {
-			return "", fmt.Errorf("%q holds a NUL byte", v)
+			return dst, fmt.Errorf("%q holds a NUL byte", v)
 		}
-		b = append(b, v...)
+		dst = append(dst, v...)
 	}
-	// b is not written again: the key is its bytes, not a copy (a second
-	// allocation per row).
-	return unsafe.String(unsafe.SliceData(b), len(b)), nil
+	return dst, nil
 }
 
 // appendHex16 appends u as 16 lower-case hex digits.
