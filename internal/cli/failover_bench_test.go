@@ -13,6 +13,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/playground"
+	"github.com/cdcctl/cdcctl/internal/runbook"
 )
 
 // BenchmarkCoordinatorFailover measures, with real agent processes, how
@@ -65,12 +66,12 @@ func BenchmarkCoordinatorFailover(b *testing.B) {
 // the coordinator.
 func measureFailover(b *testing.B, ttl time.Duration, sig syscall.Signal, election string) time.Duration {
 	b.Helper()
-	base, err := freePortRange(12)
+	base, err := runbook.FreePortRange(12)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	bin, err := programs()
+	bin, err := runbook.Programs()
 	if err != nil {
 		b.Fatal(err)
 	}

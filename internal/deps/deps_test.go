@@ -88,8 +88,11 @@ var allowed = map[string][]string{
 		"internal/model", "internal/configfile"},
 	"internal/cli": {"internal/api", "internal/plan", "internal/exec", "internal/tui", "internal/model",
 		"internal/configfile", "internal/redact", "internal/version"},
-	"cmd/cdcctl":    {"internal/cli"},
-	"cmd/cdc-agent": {"internal/agent", "internal/engine/bucket/cloud"},
+	// The runbooks' harness (internal/cli's tests and its own): the
+	// programs as processes, a playground's state, a Kafka in process.
+	"internal/runbook": {"internal/engine/sink/kafka/kafkatest", "internal/playground"},
+	"cmd/cdcctl":       {"internal/cli"},
+	"cmd/cdc-agent":    {"internal/agent", "internal/engine/bucket/cloud"},
 }
 
 // debts are the imports against the table the tree still has, each

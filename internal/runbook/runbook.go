@@ -1,4 +1,9 @@
-package cli
+// Package runbook runs the runbooks, testdata/script/*.txtar: what an
+// operator types, against real cdcctl and cdc-agent processes, as
+// shipped. Two test packages run them, each its own share (internal/cli
+// most, this package's test the databases'), so that the go command runs
+// the two shares at once.
+package runbook
 
 import (
 	"encoding/json"
@@ -25,8 +30,9 @@ import (
 	"github.com/cdcctl/cdcctl/internal/playground"
 )
 
-// TestMain removes the programs the runbooks built, if any ran.
-func TestMain(m *testing.M) {
+// Main is a test binary's TestMain: it runs the tests, then removes the
+// programs its runbooks built, if any ran.
+func Main(m *testing.M) {
 	code := m.Run()
 	if programsDir != "" {
 		os.RemoveAll(programsDir)
@@ -34,11 +40,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// programsDir is where programs built them ("" until then), so that a
+// programsDir is where Programs built them ("" until then), so that a
 // run without runbooks does not build them only to remove them.
 var programsDir string
 
-// programs builds cdcctl and cdc-agent once per test binary, the way
+// Programs builds cdcctl and cdc-agent once per test binary, the way
 // they are released (static, -trimpath, without -race), into a
 // directory that every runbook puts first on its PATH: the runbooks test
 // the programs as shipped, as separate processes. The engine's races are
@@ -46,7 +52,7 @@ var programsDir string
 // agent for every playground of every runbook cost most of this
 // package's time on two cores. CDCCTL_RUNBOOK_RACE=1 builds them with
 // -race too.
-var programs = sync.OnceValues(func() (string, error) {
+var Programs = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "cdcctl-runbook-bin-")
 	if err != nil {
 		return "", err
@@ -62,7 +68,12 @@ var programs = sync.OnceValues(func() (string, error) {
 		env = append(env, "CGO_ENABLED=0")
 	}
 	cmd := exec.Command(goTool(), append(args, "./cmd/cdcctl", "./cmd/cdc-agent")...)
-	cmd.Dir, cmd.Env = filepath.Join("..", ".."), env
+	root, err := moduleRoot()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	cmd.Dir, cmd.Env = root, env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("go build ./cmd/...: %v\n%s", err, out)
@@ -80,12 +91,28 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// TestRunbooks runs testdata/script/*.txtar: what an operator types,
-// against real agent processes.
-func TestRunbooks(t *testing.T) {
+// Databases are the runbooks that run a database of their own
+// (PostgreSQL, MariaDB): the longest, run by this package's test.
+var Databases = []string{"postgres", "tables", "mysql", "election-mysql"}
+
+// Run runs the runbooks named (their file names without .txtar), each a
+// subtest of t, at most GOMAXPROCS at once. Their ports are taken from
+// [ports[0], ports[1]): the two packages that run runbooks run at once,
+// and each range is only checked free, not held, until a script's
+// agents bind it, so each package has its own band.
+func Run(t *testing.T, ports [2]int, names ...string) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, n := range names {
+		files = append(files, filepath.Join(root, "testdata", "script", n+".txtar"))
+	}
+	band := portBand{from: ports[0], to: ports[1]}
 	testscript.Run(t, testscript.Params{
-		Dir:   filepath.Join("..", "..", "testdata", "script"),
-		Setup: setupRunbook,
+		Files: files,
+		Setup: func(env *testscript.Env) error { return setupRunbook(env, band) },
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exits":    cmdExits,
 			"setjson":  cmdSetJSON,
@@ -102,19 +129,54 @@ func TestRunbooks(t *testing.T) {
 	})
 }
 
+// All lists every runbook in testdata/script, Databases or not.
+func All() ([]string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	paths, err := filepath.Glob(filepath.Join(root, "testdata", "script", "*.txtar"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range paths {
+		names = append(names, strings.TrimSuffix(filepath.Base(p), ".txtar"))
+	}
+	return names, nil
+}
+
+// moduleRoot is the directory of the module's go.mod, above the test's.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("runbook: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
 // setupRunbook gives every script its own free ports: PORT_BASE (also
 // PORT_0) for the playground's etcd, PORT_1..PORT_5 for its captures,
 // PORT_10 for its PostgreSQL (--postgres), PORT_11 free for a script to
 // find nothing listening (or the election's MariaDB), PORT_12 for the
 // MariaDB of --mysql, PORT_13 for the Kafka broker of --kafka; and
 // CDCCTL_SERVER pointing at the captures.
-func setupRunbook(env *testscript.Env) error {
-	bin, err := programs()
+func setupRunbook(env *testscript.Env, band portBand) error {
+	bin, err := Programs()
 	if err != nil {
 		return err
 	}
 	env.Setenv("PATH", bin+string(filepath.ListSeparator)+env.Getenv("PATH"))
-	base, err := freePortRange(14)
+	base, err := band.free(14)
 	if err != nil {
 		return err
 	}
@@ -133,20 +195,28 @@ func setupRunbook(env *testscript.Env) error {
 	return nil
 }
 
-// freePortRange finds n consecutive free loopback ports.
-func freePortRange(n int) (int, error) {
+// portBand is where a package's scripts take their ports.
+type portBand struct{ from, to int }
+
+// FreePortRange finds n consecutive free loopback ports for a test of
+// its own (a benchmark that starts a playground), in the lower band.
+func FreePortRange(n int) (int, error) { return portBand{20000, 26000}.free(n) }
+
+// free finds n consecutive free loopback ports in the band. The band is
+// below the kernel's ephemeral range (32768 and up): a port the OS hands
+// out meanwhile (a kfake broker, a client connection) can never land on a
+// port a script counts on.
+func (b portBand) free(n int) (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for attempt := 0; attempt < 100; attempt++ {
-		// Below the kernel's ephemeral range (32768 and up): a port the
-		// OS hands out meanwhile (a kfake broker, a client connection) can
-		// never land on a port this script counts on.
-		base := 20000 + rand.IntN(12000)
-		// Nor on another script's: they start at once, and each range is
-		// only checked free, not held, until its agents bind it.
+		base := b.from + rand.IntN(b.to-b.from-n)
+		// Nor on another script's of this process: they start at once,
+		// and each range is only checked free, not held, until its
+		// agents bind it.
 		ok := true
-		for b, m := range portsGiven {
-			if base < b+m && b < base+n {
+		for g, m := range portsGiven {
+			if base < g+m && g < base+n {
 				ok = false
 			}
 		}
