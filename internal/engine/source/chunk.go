@@ -26,7 +26,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,6 +90,7 @@ type Chunk struct {
 	loaded bool // its rows are read (set under its reader's lock)
 
 	text    []byte   // AddRow's buffer
+	offs    []int    // where each value starts in it
 	keyVals []string // and its key's values
 	arena   Arena    // the rows' text and values
 
@@ -117,18 +117,18 @@ func NewChunk(table string, def *TableDef, limit int) *Chunk {
 // read). The event is written in place, field by field, into the rows
 // the chunk was made with room for (BenchmarkChunkAddRow).
 func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
-	c.text = c.text[:0]
+	c.text, c.offs = c.text[:0], c.offs[:0]
 	for _, v := range raw {
+		c.offs = append(c.offs, len(c.text))
 		c.text = append(c.text, v...)
 	}
+	off := len(c.text)
 	c.keyVals = c.keyVals[:0]
-	off := 0
-	for i, v := range raw {
-		if slices.Contains(keyIdx, i) {
-			// Only to encode the key, from the bytes just appended.
-			c.keyVals = append(c.keyVals, unsafe.String(unsafe.SliceData(c.text[off:]), len(v)))
-		}
-		off += len(v)
+	for _, j := range keyIdx {
+		// In the key's order, which need not be the columns': only to
+		// encode the key, from the bytes just appended (the key is
+		// appended after them, never over them).
+		c.keyVals = append(c.keyVals, unsafe.String(unsafe.SliceData(c.text[c.offs[j]:]), len(raw[j])))
 	}
 	var err error
 	if c.text, err = model.AppendKeyValues(c.text, types, c.keyVals); err != nil {

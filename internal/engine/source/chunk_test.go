@@ -4,7 +4,38 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
+
+// A chunk's row keeps its values as read (NULL as NULL) and is routed by
+// its key's columns in the key's order, which need not be the columns':
+// here the key is (region, id) over columns (id, note, region).
+func TestAChunkRowIsKeyedInTheKeysOrder(t *testing.T) {
+	def := &TableDef{Columns: []ColumnDef{{Name: "id", Type: "int8", KeyPos: 2}, {Name: "note", Type: "text"}, {Name: "region", Type: "text", KeyPos: 1}}}
+	c := NewChunk("public.t", def, 2)
+	rows := [][][]byte{{[]byte("7"), nil, []byte("eu")}, {[]byte("12"), []byte("a note"), []byte("us")}}
+	for _, r := range rows {
+		if err := c.AddRow(r, []int{2, 0}, "text,int8"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rows {
+		want, err := model.EncodeKeyValues("text,int8", []string{string(r[2]), string(r[0])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := c.Rows[i]
+		if e.Key != want {
+			t.Errorf("row %d is keyed %q, want %q (region, then id)", i, e.Key, want)
+		}
+		for j, v := range r {
+			if got := e.New[j]; got.Null != (v == nil) || got.Text != string(v) {
+				t.Errorf("row %d column %d is %+v, want %q (NULL %v)", i, j, got, v, v == nil)
+			}
+		}
+	}
+}
 
 // BenchmarkChunkAddRow measures what building a snapshot chunk's rows
 // from the database's text costs the reader, per row: chunks of 40,000

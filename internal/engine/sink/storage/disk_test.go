@@ -15,7 +15,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
 // spoolBytes is what the segment files under spool-dir hold, and how many
@@ -73,20 +72,11 @@ func TestTheDiskSpoolHoldsRowsOnDiskUntilTheirFlush(t *testing.T) {
 	if held, _ := spoolBytes(t, spoolDir); held != 0 {
 		t.Fatalf("every row flushed, and the spool still holds %d bytes", held)
 	}
-	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
-		t.Fatal(err)
-	}
+	checkpointAndVerify(t, s, g, uri, upTo, total, &a)
 	if m.mu.Lock(); m.disk != 0 {
 		t.Errorf("every row flushed, and the spool's gauge says %d bytes", m.disk)
 	}
 	m.mu.Unlock()
-	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
-		t.Fatalf("verify: %+v (wrote %d, %d failed acks)", rep, total, a.failed.Load())
-	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
 // The storage sink on S3, against gofakes3 (a real S3 protocol server in
@@ -56,14 +55,5 @@ func roundTrip(t *testing.T, uri string, seed uint64) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) || a.failed.Load() != 0 {
-		t.Fatalf("%s: %+v (wrote %d, %d failed acks)", uri, rep, total, a.failed.Load())
-	}
+	checkpointAndVerify(t, s, g, uri, upTo, total, &a)
 }

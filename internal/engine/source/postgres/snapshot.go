@@ -109,17 +109,23 @@ func keyOrder(def *source.TableDef) (exprs []string, keyIdx []int) {
 	for _, k := range def.KeyNames() {
 		j := def.Index(k)
 		col := pgx.Identifier{k}.Sanitize()
-		t := def.Columns[j].Type
-		if i := strings.IndexByte(t, '('); i >= 0 {
-			t = t[:i]
-		}
-		if !model.IsIntKeyType(t) {
+		if !intColumn(def.Columns[j]) {
 			col += `::text COLLATE "C"`
 		}
 		exprs = append(exprs, col)
 		keyIdx = append(keyIdx, j)
 	}
 	return exprs, keyIdx
+}
+
+// intColumn says a key column is an integer, routed and ordered by its
+// value.
+func intColumn(col source.ColumnDef) bool {
+	t := col.Type
+	if i := strings.IndexByte(t, '('); i >= 0 {
+		t = t[:i]
+	}
+	return model.IsIntKeyType(t)
 }
 
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
