@@ -190,8 +190,11 @@ func TestTheBucketSpoolUnderConcurrentWritesAndFlushes(t *testing.T) {
 	if held, files := stagedBytes(t, root); files != 0 {
 		t.Fatalf("every row flushed, and %d temporary files hold %d bytes", files, held)
 	}
-	if files := visibleDataFiles(t, root); len(files) < 2*tables {
-		t.Fatalf("%d data files; want the small file size to have made several a table", len(files))
+	// How many files a table ends in depends on how far its writes ran
+	// ahead of its flushes; more than one for some table is what shows
+	// that files were cut while their table was written.
+	if files := visibleDataFiles(t, root); len(files) <= tables {
+		t.Fatalf("%d data files of %d tables; want the small file size to have cut some table's into several", len(files), tables)
 	}
 }
 
