@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/runbook"
@@ -13,10 +12,9 @@ func TestMain(m *testing.M) { runbook.Main(m) }
 // (internal/runbook runs those, in a test binary of its own, at the same
 // time): what an operator types, against real agent processes.
 func TestRunbooks(t *testing.T) {
-	all, err := runbook.All()
+	others, err := runbook.Others()
 	if err != nil {
 		t.Fatal(err)
 	}
-	all = slices.DeleteFunc(all, func(n string) bool { return slices.Contains(runbook.Databases, n) })
-	runbook.Run(t, [2]int{20000, 26000}, all...)
+	runbook.Run(t, runbook.OthersPorts, others...)
 }

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,12 +96,17 @@ func goTool() string {
 // (PostgreSQL, MariaDB): the longest, run by this package's test.
 var Databases = []string{"postgres", "tables", "mysql", "election-mysql"}
 
+// The two packages that run runbooks run at once, and a script's port
+// range is only checked free, not held, until its agents bind it: each
+// package takes its ports from a band of its own.
+var (
+	OthersPorts    = PortBand{20000, 26000} // internal/cli's runbooks and benchmarks
+	DatabasesPorts = PortBand{26000, 32000} // this package's
+)
+
 // Run runs the runbooks named (their file names without .txtar), each a
-// subtest of t, at most GOMAXPROCS at once. Their ports are taken from
-// [ports[0], ports[1]): the two packages that run runbooks run at once,
-// and each range is only checked free, not held, until a script's
-// agents bind it, so each package has its own band.
-func Run(t *testing.T, ports [2]int, names ...string) {
+// subtest of t, at most GOMAXPROCS at once, on ports of band.
+func Run(t *testing.T, band PortBand, names ...string) {
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +115,6 @@ func Run(t *testing.T, ports [2]int, names ...string) {
 	for _, n := range names {
 		files = append(files, filepath.Join(root, "testdata", "script", n+".txtar"))
 	}
-	band := portBand{from: ports[0], to: ports[1]}
 	testscript.Run(t, testscript.Params{
 		Files: files,
 		Setup: func(env *testscript.Env) error { return setupRunbook(env, band) },
@@ -129,8 +134,8 @@ func Run(t *testing.T, ports [2]int, names ...string) {
 	})
 }
 
-// All lists every runbook in testdata/script, Databases or not.
-func All() ([]string, error) {
+// Others lists the runbooks in testdata/script but Databases.
+func Others() ([]string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -141,7 +146,9 @@ func All() ([]string, error) {
 	}
 	var names []string
 	for _, p := range paths {
-		names = append(names, strings.TrimSuffix(filepath.Base(p), ".txtar"))
+		if n := strings.TrimSuffix(filepath.Base(p), ".txtar"); !slices.Contains(Databases, n) {
+			names = append(names, n)
+		}
 	}
 	return names, nil
 }
@@ -170,7 +177,7 @@ func moduleRoot() (string, error) {
 // find nothing listening (or the election's MariaDB), PORT_12 for the
 // MariaDB of --mysql, PORT_13 for the Kafka broker of --kafka; and
 // CDCCTL_SERVER pointing at the captures.
-func setupRunbook(env *testscript.Env, band portBand) error {
+func setupRunbook(env *testscript.Env, band PortBand) error {
 	bin, err := Programs()
 	if err != nil {
 		return err
@@ -195,22 +202,23 @@ func setupRunbook(env *testscript.Env, band portBand) error {
 	return nil
 }
 
-// portBand is where a package's scripts take their ports.
-type portBand struct{ from, to int }
+// PortBand is where a package's scripts take their ports: [From, To).
+type PortBand struct{ From, To int }
 
 // FreePortRange finds n consecutive free loopback ports for a test of
-// its own (a benchmark that starts a playground), in the lower band.
-func FreePortRange(n int) (int, error) { return portBand{20000, 26000}.free(n) }
+// its own (a benchmark that starts a playground), beside internal/cli's
+// runbooks.
+func FreePortRange(n int) (int, error) { return OthersPorts.free(n) }
 
 // free finds n consecutive free loopback ports in the band. The band is
 // below the kernel's ephemeral range (32768 and up): a port the OS hands
 // out meanwhile (a kfake broker, a client connection) can never land on a
 // port a script counts on.
-func (b portBand) free(n int) (int, error) {
+func (b PortBand) free(n int) (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for attempt := 0; attempt < 100; attempt++ {
-		base := b.from + rand.IntN(b.to-b.from-n)
+		base := b.From + rand.IntN(b.To-b.From-n)
 		// Nor on another script's of this process: they start at once,
 		// and each range is only checked free, not held, until its
 		// agents bind it.

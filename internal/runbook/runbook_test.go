@@ -7,5 +7,5 @@ func TestMain(m *testing.M) { Main(m) }
 // TestDatabaseRunbooks runs the runbooks that start a database of their
 // own (Databases); internal/cli runs the others at the same time.
 func TestDatabaseRunbooks(t *testing.T) {
-	Run(t, [2]int{26000, 32000}, Databases...)
+	Run(t, DatabasesPorts, Databases...)
 }
