@@ -35,7 +35,8 @@ func TestAnAgentUsesAnEtcdWithTLSAndAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true, CertFile: server.Cert, KeyFile: server.Key, TrustedCAFile: server.CA})
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), NoFsync: true, CertFile: server.Cert, KeyFile: server.Key, TrustedCAFile: server.CA,
+		BcryptCost: 4}) // bcrypt's least
 	if err != nil {
 		t.Fatal(err)
 	}

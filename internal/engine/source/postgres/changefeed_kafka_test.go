@@ -50,7 +50,7 @@ func TestAChangefeedIntoKafka(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // rows after it too
 
-	end := w.finish(t)
+	end := w.finishAfter(t, 20)
 	if w.n < 20 {
 		t.Fatalf("the workload committed only %d transactions", w.n)
 	}

@@ -60,7 +60,7 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
 
 	tc.WaitSnapshot("pg")
-	rep := verifyShop(t, tc, dsn, shopTables, w.finish(t))
+	rep := verifyShop(t, tc, dsn, shopTables, w.finishAfter(t, 20))
 	if !rep.OK || rep.Duplicates != 0 || w.n < 20 {
 		t.Fatalf("after %d transactions: %+v", w.n, rep)
 	}
@@ -161,7 +161,7 @@ func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 	t.Logf("killed %s, running the reader and %s, copied through order %d", victim, orders.ID, savedThrough)
 
 	tc.WaitSnapshot("pg")
-	rep := verifyShop(t, tc, dsn, shopTables, w.finish(t))
+	rep := verifyShop(t, tc, dsn, shopTables, w.finishAfter(t, 20))
 	if !rep.OK || w.n < 20 {
 		t.Fatalf("after %d transactions and a crash mid-copy: %+v", w.n, rep)
 	}

@@ -103,7 +103,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	tc.Crash(moved)
 	tc.WaitCheckpoint("pg", model.TsFromTime(time.Now()))
 
-	end := w.finish(t)
+	end := w.finishAfter(t, 50)
 	if w.n < 50 {
 		t.Fatalf("the workload committed only %d transactions", w.n)
 	}
