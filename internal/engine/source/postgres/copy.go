@@ -59,7 +59,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, nil
 	}
 	err = withWatermarks(ctx, conn, cfg, c, func() error {
-		tx, err := chunkTx(ctx, conn, &c.Snap, intKey(def))
+		tx, err := chunkTx(ctx, conn, &c.Snap, indexOrdered(def))
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
@@ -88,7 +88,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 // rows and for what it saw (visible.go), its txid snapshot into snap.
 //
 // Where the key's index gives the rows in key order (indexOrder: integer
-// key columns), they come from it, never sorted: on a table without
+// key columns, or one uuid: uuidkey.go), they come from it, never sorted: on a table without
 // statistics (just loaded, not analyzed yet) the planner guesses that a
 // bounded range holds a few hundred rows, reads all of it with a bitmap
 // scan and sorts it, on disk, before the first row comes out; ten times
@@ -118,6 +118,10 @@ func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, indexOrder bool)
 	}
 	return tx, nil
 }
+
+// indexOrdered says a chunk of the table is read in its key index's
+// order.
+func indexOrdered(def *source.TableDef) bool { return intKey(def) || uuidKey(def) }
 
 // intKey says every column of a table's key is an integer, ordered by
 // its value as the key's index orders it (keyOrder).

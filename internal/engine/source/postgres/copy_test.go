@@ -59,7 +59,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 	var snap string
-	if tx, err = chunkTx(ctx, conn, &snap, intKey(def)); err != nil {
+	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(def)); err != nil {
 		t.Fatal(err)
 	}
 	if plan := explain(tx); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using fresh_pkey") {
@@ -93,7 +93,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tx, err = chunkTx(ctx, conn, &snap, intKey(itemsDef)); err != nil {
+	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(itemsDef)); err != nil {
 		t.Fatal(err)
 	}
 	if plan := explainIn(t, tx, "EXPLAIN ANALYZE "+q, args...); !strings.Contains(plan, "Sort") || strings.Contains(plan, "JIT") {

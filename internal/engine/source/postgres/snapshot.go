@@ -131,6 +131,15 @@ func intColumn(col source.ColumnDef) bool {
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
 func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+	if uuidKey(def) {
+		return uuidRangeQuery(def, span, copied, limit)
+	}
+	return textOrderQuery(def, span, copied, limit)
+}
+
+// textOrderQuery is a chunk's query in routing order (keyOrder): what
+// any key but one uuid is read with.
+func textOrderQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def)
 	var args []any
 	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(_ int, v string) (string, error) {
