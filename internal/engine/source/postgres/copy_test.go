@@ -28,19 +28,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 		CREATE TABLE items (sku text, line int4, qty int4, PRIMARY KEY (sku, line));
 		INSERT INTO items SELECT 'sku-' || (g %% 50), g, g %% 9 FROM generate_series(1, 6000) g`, rows))
 	ctx := context.Background()
-	cfg, err := ParseURI(dsn + "&tables=fresh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := snapshotConn(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	def, err := (&catalog{conn: conn, types: map[uint32]string{}}).tableDef(ctx, "public.fresh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, conn, def := chunkReader(t, dsn, "fresh")
 	span := sourcetest.IntSpans("public.fresh", rows, 4)[1] // ids 25,001 to 50,000
 	q, args, _, err := rangeQuery(def, span, model.CopyProgress{}, limit)
 	if err != nil {
@@ -100,6 +88,28 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 		t.Fatalf("a chunk of a table keyed by text is not sorted without the JIT:\n%s", plan)
 	}
 	_ = tx.Rollback(ctx)
+}
+
+// chunkReader is what reading table's chunks takes: the source's
+// configuration, a snapshot connection (closed at the test's end) and the
+// table's definition.
+func chunkReader(t testing.TB, dsn, table string) (Config, *pgx.Conn, *source.TableDef) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := ParseURI(dsn + "&tables=" + table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := snapshotConn(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	def, err := (&catalog{conn: conn, types: map[uint32]string{}}).tableDef(ctx, "public."+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, conn, def
 }
 
 // explainIn returns the plan an EXPLAIN statement prints.

@@ -23,19 +23,7 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	_, dsn := newDB(t, fmt.Sprintf(`CREATE TABLE u (id uuid PRIMARY KEY, v text);
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g`, rows))
 	ctx := context.Background()
-	cfg, err := ParseURI(dsn + "&tables=u")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := snapshotConn(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	def, err := (&catalog{conn: conn, types: map[uint32]string{}}).tableDef(ctx, "public.u")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, conn, def := chunkReader(t, dsn, "u")
 	if !uuidKey(def) || !indexOrdered(def) {
 		t.Fatalf("table u (key %v, columns %+v) is not taken as keyed by a uuid", def.KeyNames(), def.Columns)
 	}
@@ -186,19 +174,7 @@ func BenchmarkUUIDKeyChunks(b *testing.B) {
 	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE u (id uuid PRIMARY KEY, v text);
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g; ANALYZE u`, rows))
 	ctx := context.Background()
-	cfg, err := ParseURI(dsn + "&tables=u")
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := snapshotConn(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	def, err := (&catalog{conn: conn, types: map[uint32]string{}}).tableDef(ctx, "public.u")
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, conn, def := chunkReader(b, dsn, "u")
 	span := model.Span{Table: "public.u", Key: "uuid"}
 	type query func(*source.TableDef, model.Span, model.CopyProgress, int) (string, []any, []int, error)
 	read := func(q query) time.Duration {
