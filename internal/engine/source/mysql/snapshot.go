@@ -174,22 +174,34 @@ func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) e
 // keyOrder is the key columns as a row the way keys are routed: integer
 // keys by value, any other by the bytes of its text (UTF-8; the
 // column's collation would fold case and ignore trailing spaces), so
-// the chunks of a partition are exactly its key range. Only an integer
-// key's order follows the primary key's index.
+// the chunks of a partition are exactly its key range. An integer key's
+// order is the primary key's index's, and so is a BINARY or VARBINARY
+// key's (compared byte by byte, its text being its bytes): those columns
+// stand as they are, so that a chunk is a range read of the index (a
+// BINARY(16) uuid key cast to bytes was sorted, the rest of the table for
+// every chunk). Character keys are cast and sorted.
 func keyOrder(def *source.TableDef) []string {
 	var exprs []string
 	for _, k := range def.KeyNames() {
 		col := def.Columns[def.Index(k)]
 		expr := quoteIdent(k)
-		if keyType(col.Type) != "int8" {
+		switch {
+		case keyType(col.Type) == "int8", bytesKey(col.Type):
+		case binaryType(col.Type):
+			expr = "CAST(" + expr + " AS BINARY)"
+		default:
 			expr = "CAST(CONVERT(" + expr + " USING utf8mb4) AS BINARY)"
-			if binaryType(col.Type) {
-				expr = "CAST(" + quoteIdent(k) + " AS BINARY)"
-			}
 		}
 		exprs = append(exprs, expr)
 	}
 	return exprs
+}
+
+// bytesKey says a key column is BINARY(n) or VARBINARY(n): ordered by its
+// index as by its bytes.
+func bytesKey(colType string) bool {
+	t := strings.ToLower(colType)
+	return strings.HasPrefix(t, "binary") || strings.HasPrefix(t, "varbinary")
 }
 
 // binaryType says a column holds bytes, not characters: its text is its
