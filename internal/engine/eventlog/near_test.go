@@ -70,3 +70,40 @@ func TestALogOnThisNodeIsReadWithoutTheTransport(t *testing.T) {
 		t.Errorf("DDLs: near %+v, through the transport %+v", got, want)
 	}
 }
+
+// Bytes that are not UTF-8 (a MySQL BINARY key, a BLOB) cross the
+// transport as they are: keys, values and the span's bounds. JSON's
+// strings hold only UTF-8, and such bytes arrived as U+FFFD on another
+// capture, so rows were left out of the span or written changed.
+func TestBytesThatAreNotUTF8CrossTheTransportAsTheyAre(t *testing.T) {
+	l, err := Open(t.TempDir(), 5, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var evs []source.Event
+	for _, k := range []string{"\x80\x00\x01", "\xc1\x07", "\xf0\x03\x1c", "\xff\xfe"} {
+		evs = append(evs, row(10, k, source.OpInsert, v1))
+	}
+	if err := l.Append(evs); err != nil {
+		t.Fatal(err)
+	}
+	const cf = model.ChangefeedID("cf")
+	srv := NewServer()
+	srv.Put(cf, l)
+	hub := transport.NewHub()
+	srv.Register(hub.Join("n1"))
+	far := NewClient(hub.Join("n2"), func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }, "n2", NewServer())
+	got, _, err := far.Read(context.Background(), cf, model.Span{Table: "public.t", Start: "\xc1", End: "\xff"}, after(5), 100, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("read %d rows of [\\xc1, \\xff) through the transport: %q; want 2", len(got), keys(got))
+	}
+	for i, want := range []string{"\xc1\x07", "\xf0\x03\x1c"} {
+		if got[i].Key != want || got[i].New[0].Text != want {
+			t.Errorf("row %d through the transport: key %q, value %q; want %q", i, got[i].Key, got[i].New[0].Text, want)
+		}
+	}
+}

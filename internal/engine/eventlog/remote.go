@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -89,7 +90,11 @@ func (s *Server) Unregister(tr transport.Transport) {
 type readRequest struct {
 	Changefeed model.ChangefeedID `json:"changefeed"`
 	Span       model.Span         `json:"span"`
-	From       model.Ts           `json:"from"`
+	// StartB and EndB carry the span's bounds when they are not UTF-8
+	// (a key of bytes: MySQL's BINARY), which JSON's strings are.
+	StartB []byte   `json:"start_b,omitempty"`
+	EndB   []byte   `json:"end_b,omitempty"`
+	From   model.Ts `json:"from"`
 	// At and Seq continue a transaction returned in parts.
 	At   model.Ts `json:"at,omitempty"`
 	Seq  uint32   `json:"seq,omitempty"`
@@ -112,6 +117,12 @@ func (s *Server) request(m transport.Message) (readRequest, *Log, error) {
 	var req readRequest
 	if err := m.Decode(&req); err != nil {
 		return req, nil, err
+	}
+	if req.StartB != nil {
+		req.Span.Start = string(req.StartB)
+	}
+	if req.EndB != nil {
+		req.Span.End = string(req.EndB)
 	}
 	l, err := s.log(req.Changefeed)
 	return req, l, err
@@ -205,6 +216,8 @@ func (c *Client) Read(ctx context.Context, cf model.ChangefeedID, span model.Spa
 	}
 	var r readReply
 	req := readRequest{Changefeed: cf, Span: span, From: from.Done, At: from.At, Seq: from.Seq, UpTo: upTo, Max: maxRows}
+	req.Span.Start, req.StartB = wireText(span.Start)
+	req.Span.End, req.EndB = wireText(span.End)
 	if err := c.call(ctx, TopicRead, req, &r); err != nil {
 		return nil, from, err
 	}
@@ -252,6 +265,7 @@ type wireEvent struct {
 	TableVersion  model.Ts           `json:"tv,omitempty"`
 	Op            source.Op          `json:"op,omitempty"`
 	Key           string             `json:"key,omitempty"`
+	KeyB          []byte             `json:"kb,omitempty"` // Key, when it is not UTF-8
 	New           []wireValue        `json:"new,omitempty"`
 	Old           []wireValue        `json:"old,omitempty"`
 	HasNew        bool               `json:"hn,omitempty"`
@@ -262,10 +276,31 @@ type wireEvent struct {
 	Txn           *source.TxnSummary `json:"txn,omitempty"`
 }
 
+// A wire value's text is T, or B when it is not UTF-8: a JSON string
+// holds only UTF-8, and encoding/json writes any other byte as U+FFFD (a
+// MySQL BLOB's or BINARY key's bytes arrived so on another capture).
 type wireValue struct {
 	T string `json:"t,omitempty"`
+	B []byte `json:"b,omitempty"`
 	N bool   `json:"n,omitempty"`
 	U bool   `json:"u,omitempty"`
+}
+
+// wireText returns a text as a JSON string takes it: the text, or its
+// bytes when it is not UTF-8.
+func wireText(s string) (string, []byte) {
+	if utf8.ValidString(s) {
+		return s, nil
+	}
+	return "", []byte(s)
+}
+
+// fromWireText is wireText's text again.
+func fromWireText(t string, b []byte) string {
+	if b != nil {
+		return string(b)
+	}
+	return t
 }
 
 func encodeBatch(evs []source.Event) Batch {
@@ -279,9 +314,10 @@ func encodeBatch(evs []source.Event) Batch {
 			idx[e.Def] = d
 			b.Defs = append(b.Defs, e.Def)
 		}
+		key, keyB := wireText(e.Key)
 		b.Events = append(b.Events, wireEvent{
 			Kind: e.Kind, Def: d, CommitTs: e.CommitTs, SchemaVersion: e.SchemaVersion, TableVersion: e.TableVersion,
-			Op: e.Op, Key: e.Key, New: toWire(e.New), Old: toWire(e.Old), HasNew: e.New != nil, HasOld: e.Old != nil, Statement: e.Statement,
+			Op: e.Op, Key: key, KeyB: keyB, New: toWire(e.New), Old: toWire(e.Old), HasNew: e.New != nil, HasOld: e.Old != nil, Statement: e.Statement,
 			TxnOrder: e.TxnOrder, TxnTableOrder: e.TxnTableOrder, Txn: e.Txn,
 		})
 	}
@@ -294,7 +330,8 @@ func toWire(vs []source.Value) []wireValue {
 	}
 	out := make([]wireValue, len(vs))
 	for i, v := range vs {
-		out[i] = wireValue{T: v.Text, N: v.Null, U: v.Unchanged}
+		t, b := wireText(v.Text)
+		out[i] = wireValue{T: t, B: b, N: v.Null, U: v.Unchanged}
 	}
 	return out
 }
@@ -305,7 +342,7 @@ func fromWire(vs []wireValue, has bool) []source.Value {
 	}
 	out := make([]source.Value, len(vs))
 	for i, v := range vs {
-		out[i] = source.Value{Text: v.T, Null: v.N, Unchanged: v.U}
+		out[i] = source.Value{Text: fromWireText(v.T, v.B), Null: v.N, Unchanged: v.U}
 	}
 	return out
 }
@@ -330,7 +367,7 @@ func (c *Client) decodeBatch(table string, b Batch) ([]source.Event, error) {
 		}
 		out[i] = source.Event{
 			Kind: w.Kind, Table: table, CommitTs: w.CommitTs, Def: defs[w.Def], SchemaVersion: w.SchemaVersion, TableVersion: w.TableVersion,
-			Op: w.Op, Key: w.Key, New: fromWire(w.New, w.HasNew), Old: fromWire(w.Old, w.HasOld), Statement: w.Statement,
+			Op: w.Op, Key: fromWireText(w.Key, w.KeyB), New: fromWire(w.New, w.HasNew), Old: fromWire(w.Old, w.HasOld), Statement: w.Statement,
 			TxnOrder: w.TxnOrder, TxnTableOrder: w.TxnTableOrder, Txn: w.Txn,
 		}
 	}
