@@ -18,7 +18,8 @@ import (
 // defLayout is what every row of one table definition shares: its
 // columns in name order (the maps' key order) and their canal types.
 type defLayout struct {
-	order   []int // column indexes sorted by name
+	order   []int  // column indexes sorted by name
+	binary  []bool // the column's text is bytes (bytesType)
 	sqlType []string
 	myType  []string // quoted
 	names   []string // quoted
@@ -45,6 +46,7 @@ func layoutOf(def *row.TableDef) *defLayout {
 		l.order[i] = i
 		t := typeIn(def.Dialect, c.Type)
 		l.sqlType = append(l.sqlType, strconv.Itoa(t.sqlType))
+		l.binary = append(l.binary, bytesType(t.sqlType))
 		l.myType = append(l.myType, string(appendJSONString(nil, t.mysqlType)))
 		l.names = append(l.names, string(appendJSONString(nil, c.Name)))
 	}
@@ -115,7 +117,7 @@ func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) [
 			continue
 		}
 		b = appendKey(b, &first, l.names[i])
-		b = appendValue(b, img[i])
+		b = appendValue(b, img[i], l.binary[i])
 	}
 	b = append(b, `}],"old":`...)
 	if e.Op == row.OpUpdate && len(e.Old) == len(img) {
@@ -128,7 +130,7 @@ func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) [
 				continue
 			}
 			b = appendKey(b, &first, l.names[i])
-			b = appendValue(b, o)
+			b = appendValue(b, o, l.binary[i])
 		}
 		b = append(b, `}]`...)
 	} else {
@@ -168,11 +170,57 @@ func appendKey(b []byte, first *bool, quoted string) []byte {
 	return append(b, ':')
 }
 
-func appendValue(b []byte, v row.Value) []byte {
+func appendValue(b []byte, v row.Value, binary bool) []byte {
 	if v.Null {
 		return append(b, `null`...)
 	}
+	if binary {
+		return appendJSONString(b, latin1(v.Text))
+	}
 	return appendJSONString(b, v.Text)
+}
+
+// bytesType says a column of this canal type code holds bytes, not text:
+// BINARY, VARBINARY, the BLOBs and MySQL's geometries (PostgreSQL's
+// bytea too, whose text is its hex, in ASCII).
+func bytesType(code int) bool {
+	return code == sqlBinary || code == sqlVarBinary || code == sqlBlob
+}
+
+// latin1 is bytes as canal-json carries them, as Canal writes a binary
+// column: each byte the character of the same number (ISO-8859-1), so
+// that a JSON string, which holds only UTF-8, holds any bytes; ASCII
+// stays as it is. (Written as they were, bytes that are not UTF-8 became
+// U+FFFD and were lost.) fromLatin1 reads them back.
+func latin1(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return s
+	}
+	b := make([]byte, 0, len(s)*2)
+	for i := 0; i < len(s); i++ {
+		b = utf8.AppendRune(b, rune(s[i]))
+	}
+	return string(b)
+}
+
+// fromLatin1 is latin1's bytes again; false when s has a character past
+// U+00FF (not written by latin1: a file of an older version).
+func fromLatin1(s string) (string, bool) {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if r > 0xff {
+			return s, false
+		}
+		b = append(b, byte(r))
+	}
+	return string(b), true
 }
 
 const hexDigits = "0123456789abcdef"

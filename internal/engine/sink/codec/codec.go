@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -63,12 +64,41 @@ type canalChange struct {
 	PkNames  []string             `json:"pkNames"`
 	IsDdl    bool                 `json:"isDdl"`
 	Type     string               `json:"type"`
+	Binary   binaryColumns        `json:"sqlType"`
 	Data     []map[string]*string `json:"data"`
 	Old      []map[string]*string `json:"old"`
 	TiDB     canalTiDB            `json:"_tidb"`
 	// Transaction is the row's place in its source transaction
 	// (transaction-meta); nil without.
 	Transaction *TxnPlace `json:"transaction"`
+}
+
+// binaryColumns are the columns of a message's sqlType whose values are
+// bytes (bytesType): only these matter to a reader, so the rest are not
+// kept (a map of every column per line cost a fifth of verify's
+// decoding); nil when there are none.
+type binaryColumns map[string]bool
+
+func (b *binaryColumns) UnmarshalJSON(data []byte) error {
+	var types map[string]int
+	if err := json.Unmarshal(data, &types); err != nil {
+		return err
+	}
+	for name, code := range types {
+		b.add(name, code)
+	}
+	return nil
+}
+
+// add keeps name if its type code is a binary one.
+func (b *binaryColumns) add(name string, code int) {
+	if !bytesType(code) {
+		return
+	}
+	if *b == nil {
+		*b = binaryColumns{}
+	}
+	(*b)[name] = true
 }
 
 // TxnPlace is a row's "transaction" block: its transaction's id, and its

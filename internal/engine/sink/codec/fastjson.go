@@ -18,11 +18,30 @@ import (
 
 // decodeCanalChange reads one line into m.
 func decodeCanalChange(line []byte, m *canalChange) error {
-	if fastCanalChange(line, m) {
-		return nil
+	if !fastCanalChange(line, m) {
+		*m = canalChange{}
+		if err := json.Unmarshal(line, m); err != nil {
+			return err
+		}
 	}
-	*m = canalChange{}
-	return json.Unmarshal(line, m)
+	unLatin1(m)
+	return nil
+}
+
+// unLatin1 turns the values of binary columns (sqlType) back into their
+// bytes (latin1).
+func unLatin1(m *canalChange) {
+	for name := range m.Binary {
+		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
+			for _, r := range rows {
+				if v := r[name]; v != nil {
+					if b, ok := fromLatin1(*v); ok {
+						r[name] = &b
+					}
+				}
+			}
+		}
+	}
 }
 
 type fastReader struct {
@@ -202,6 +221,51 @@ func (r *fastReader) skip(depth int) bool {
 	return false
 }
 
+// binaryColumns reads sqlType, null or an object of integers (no
+// fraction or exponent, within an int's 64 bits), into the binary
+// columns it names.
+func (r *fastReader) binaryColumns(b *binaryColumns) bool {
+	if r.next() == 'n' {
+		return r.lit("null")
+	}
+	if !r.take('{') {
+		return false
+	}
+	if r.take('}') {
+		return true
+	}
+	for {
+		k, ok := r.str()
+		if !ok || !r.take(':') {
+			return false
+		}
+		neg := r.take('-')
+		if neg && (r.i >= len(r.b) || r.b[r.i] < '0' || r.b[r.i] > '9') {
+			return false // JSON has no space after a minus
+		}
+		n, ok := r.uint()
+		if !ok || n > 1<<63-1 {
+			return false
+		}
+		code := int(n)
+		if neg {
+			code = -code
+		}
+		if bytesType(code) {
+			b.add(string(k), code)
+		} else if *b != nil {
+			delete(*b, string(k)) // a repeated name: the last counts
+		}
+		if r.take(',') {
+			continue
+		}
+		if len(*b) == 0 {
+			*b = nil
+		}
+		return r.take('}')
+	}
+}
+
 // uint reads a number written as digits only (no sign, fraction or
 // exponent), without a leading zero, within 64 bits.
 func (r *fastReader) uint() (uint64, bool) {
@@ -223,7 +287,7 @@ func (r *fastReader) uint() (uint64, bool) {
 
 // fields are canalChange's keys; a key that equals one but for letter
 // case is read by encoding/json instead (it matches such keys too).
-var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "data", "old", "_tidb", "transaction"}
+var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "sqlType", "data", "old", "_tidb", "transaction"}
 
 func foldsToField(k []byte) bool {
 	for _, f := range canalFields {
@@ -242,7 +306,7 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 	if !r.take('{') {
 		return false
 	}
-	seenData, seenOld := false, false
+	seenData, seenOld, seenTypes := false, false, false
 	if !r.take('}') {
 		for {
 			k, ok := r.str()
@@ -306,6 +370,14 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 				case r.lit("false"):
 					m.IsDdl = false
 				default:
+					return false
+				}
+			case "sqlType":
+				if seenTypes {
+					return false // encoding/json reads a repeated object into the same map
+				}
+				seenTypes = true
+				if !r.binaryColumns(&m.Binary) {
 					return false
 				}
 			case "data", "old":

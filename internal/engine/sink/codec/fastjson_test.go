@@ -65,7 +65,9 @@ func FuzzFastCanalChange(f *testing.F) {
 		f.Add(line)
 	}
 	for _, s := range []string{`{}`, `{"data":[{"a":"1"}],"data":[{"b":"2"}]}`, `{"DATA":[{"a":"1"}]}`, `{"_tidb":{"commitTs":01}}`,
-		`{"x":[1,{"y":null}],"type":"INSERT"}`, `{"pkNames":null,"isDdl":false,"old":null}`, `{"table":"t"} x`, `{"_tidb":{"CommitTs":5}}`} {
+		`{"x":[1,{"y":null}],"type":"INSERT"}`, `{"pkNames":null,"isDdl":false,"old":null}`, `{"table":"t"} x`, `{"_tidb":{"CommitTs":5}}`,
+		`{"sqlType":{"a":-2,"b":2004,"a":4}}`, `{"sqlType":{"a":- 2}}`, `{"sqlType":{"a":-0}}`, `{"sqlType":null}`, `{"sqlType":{}}`, `{"sqlType":{"a":1},"sqlType":{"b":2}}`,
+		`{"SQLTYPE":{"a":1}}`, `{"sqlType":{"a":9223372036854775807}}`, `{"sqlType":{"a":-9223372036854775808}}`, `{"sqlType":{"a":1.0}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
