@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
@@ -45,58 +46,35 @@ func TestABinaryKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	types := keyTypes(def)
-	enc := func(v string) string {
-		if v == "" {
-			return ""
+	seen := sourcetest.ChunkedSpans(t, "keys.u", keyTypes(def), []string{"", "\x80", "\xc1\x07", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
+		if chunk != 1 {
+			return
 		}
-		k, err := model.EncodeKeyValues(types, []string{v})
+		// A chunk after the first: a range read of the index.
+		q, err := rangeQuery(def, span, copied, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return k
-	}
-	bounds := []string{"", "\x80", "\xc1\x07", ""}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(bounds); i++ {
-		span := model.Span{Table: "keys.u", Key: types, Start: enc(bounds[i]), End: enc(bounds[i+1])}
-		var copied model.CopyProgress
-		prev := ""
-		for chunk := 0; ; chunk++ {
-			q, err := rangeQuery(def, span, copied, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if chunk == 1 {
-				// A chunk after the first: a range read of the index.
-				var id int
-				var selectType, table, typ, possible, key, keyLen, ref, extra sql.NullString
-				var n sql.NullInt64
-				if err := conn.QueryRowContext(ctx, "EXPLAIN "+q).Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &n, &extra); err != nil {
-					t.Fatalf("EXPLAIN %s: %v", q, err) // MariaDB's ten columns
-				}
-				if typ.String != "range" || key.String != "PRIMARY" || strings.Contains(extra.String, "filesort") {
-					t.Fatalf("a chunk of a binary key is not a range read of its index: type %q, key %q, extra %q\n%s", typ.String, key.String, extra.String, q)
-				}
-			}
-			c := source.NewChunk(span.Table, def, limit)
-			if err := readChunk(ctx, conn, c, q); err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range c.Rows {
-				id := e.New[0].Text
-				if id <= prev || id < bounds[i] || (bounds[i+1] != "" && id >= bounds[i+1]) {
-					t.Fatalf("partition [%x, %x) read %x after %x", bounds[i], bounds[i+1], id, prev)
-				}
-				prev = id
-				seen[id]++
-			}
-			if len(c.Rows) < limit {
-				break
-			}
-			copied = copied.CopiedThrough(c.Last)
+		var id int
+		var selectType, table, typ, possible, key, keyLen, ref, extra sql.NullString
+		var n sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "EXPLAIN "+q).Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &n, &extra); err != nil {
+			t.Fatalf("EXPLAIN %s: %v", q, err) // MariaDB's ten columns
 		}
-	}
+		if typ.String != "range" || key.String != "PRIMARY" || strings.Contains(extra.String, "filesort") {
+			t.Fatalf("a chunk of a binary key is not a range read of its index: type %q, key %q, extra %q\n%s", typ.String, key.String, extra.String, q)
+		}
+	}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
+		q, err := rangeQuery(def, span, copied, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := source.NewChunk(span.Table, def, limit)
+		if err := readChunk(ctx, conn, c, q); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
 	for id, n := range seen {
 		if n != 1 {
 			t.Fatalf("row %x copied %d times", id, n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -27,60 +28,31 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	if !uuidKey(def) || !indexOrdered(def) {
 		t.Fatalf("table u (key %v, columns %+v) is not taken as keyed by a uuid", def.KeyNames(), def.Columns)
 	}
-	enc := func(v string) string {
-		k, err := model.EncodeKeyValues("uuid", []string{v})
+	seen := sourcetest.ChunkedSpans(t, "public.u", "uuid", []string{"", "8", "c1", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
+		if chunk != 1 {
+			return
+		}
+		// A chunk after the first: a range scan of the index.
+		q, args, _, err := rangeQuery(def, span, copied, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return k
-	}
-	bounds := []string{"", "8", "c1", ""}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(bounds); i++ {
-		span := model.Span{Table: "public.u", Key: "uuid", Start: enc(bounds[i]), End: enc(bounds[i+1])}
-		if bounds[i] == "" {
-			span.Start = ""
+		var snap string
+		tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if bounds[i+1] == "" {
-			span.End = ""
+		defer tx.Rollback(ctx) //nolint:errcheck // read only
+		if plan := explainIn(t, tx, "EXPLAIN "+q, args...); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using u_pkey") || !strings.Contains(plan, "Index Cond") {
+			t.Fatalf("a chunk of a uuid key is not a range scan of its index:\n%s", plan)
 		}
-		var copied model.CopyProgress
-		prev := ""
-		for chunk := 0; ; chunk++ {
-			if chunk == 1 {
-				// A chunk after the first: a range scan of the index.
-				q, args, _, err := rangeQuery(def, span, copied, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var snap string
-				tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if plan := explainIn(t, tx, "EXPLAIN "+q, args...); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using u_pkey") || !strings.Contains(plan, "Index Cond") {
-					t.Fatalf("a chunk of a uuid key is not a range scan of its index:\n%s", plan)
-				}
-				_ = tx.Rollback(ctx)
-			}
-			c, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range c.Rows {
-				id := e.New[0].Text
-				if id <= prev || id < bounds[i] || (bounds[i+1] != "" && id >= bounds[i+1]) {
-					t.Fatalf("partition [%q, %q) read %s after %s", bounds[i], bounds[i+1], id, prev)
-				}
-				prev = id
-				seen[id]++
-			}
-			if !c.Full {
-				break
-			}
-			copied = copied.CopiedThrough(c.Last)
+	}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
+		c, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		return c
+	})
 	var upstream int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM u`).Scan(&upstream); err != nil {
 		t.Fatal(err)

@@ -95,3 +95,48 @@ func ReportCopies(b *testing.B, rows int, one, four, base time.Duration, baselin
 	b.ReportMetric(base.Seconds()/one.Seconds(), "ratio-1")
 	b.ReportMetric(base.Seconds()/four.Seconds(), "ratio-4")
 }
+
+// ChunkedSpans reads a table cut at bounds (their text; "" is open) into
+// spans of key types keyTypes, each span chunk by chunk until a chunk is
+// not full, as a partition copies it; read reads one chunk of a span
+// after what is copied, and at is told each chunk's number first (a
+// test's chance to look at its query). It fails the test unless every
+// span's rows come in ascending order of their first column's text,
+// inside the span, and returns how often each key was read.
+func ChunkedSpans(tb testing.TB, table, keyTypes string, bounds []string, limit int, at func(span model.Span, copied model.CopyProgress, chunk int),
+	read func(span model.Span, copied model.CopyProgress) *source.Chunk) map[string]int {
+	tb.Helper()
+	enc := func(v string) string {
+		if v == "" {
+			return ""
+		}
+		k, err := model.EncodeKeyValues(keyTypes, []string{v})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return k
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(bounds); i++ {
+		span := model.Span{Table: table, Key: keyTypes, Start: enc(bounds[i]), End: enc(bounds[i+1])}
+		var copied model.CopyProgress
+		prev := ""
+		for chunk := 0; ; chunk++ {
+			at(span, copied, chunk)
+			c := read(span, copied)
+			for _, e := range c.Rows {
+				id := e.New[0].Text
+				if id <= prev || id < bounds[i] || (bounds[i+1] != "" && id >= bounds[i+1]) {
+					tb.Fatalf("span [%q, %q) read %q after %q", bounds[i], bounds[i+1], id, prev)
+				}
+				prev = id
+				seen[id]++
+			}
+			if len(c.Rows) < limit {
+				break
+			}
+			copied = copied.CopiedThrough(c.Last)
+		}
+	}
+	return seen
+}
