@@ -31,13 +31,8 @@ func TestALogOnThisNodeIsReadWithoutTheTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	const cf = model.ChangefeedID("cf")
-	srv := NewServer()
-	srv.Put(cf, l)
-	hub := transport.NewHub()
-	srv.Register(hub.Join("n1"))
-	at := func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }
-	near := NewClient(nil, at, "n1", srv)
-	far := NewClient(hub.Join("n2"), at, "n2", NewServer())
+	srv, far := serveOnN1(cf, l)
+	near := NewClient(nil, func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }, "n1", srv)
 
 	ctx := context.Background()
 	span := model.Span{Table: "public.t"}
@@ -89,11 +84,7 @@ func TestBytesThatAreNotUTF8CrossTheTransportAsTheyAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	const cf = model.ChangefeedID("cf")
-	srv := NewServer()
-	srv.Put(cf, l)
-	hub := transport.NewHub()
-	srv.Register(hub.Join("n1"))
-	far := NewClient(hub.Join("n2"), func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }, "n2", NewServer())
+	_, far := serveOnN1(cf, l)
 	got, _, err := far.Read(context.Background(), cf, model.Span{Table: "public.t", Start: "\xc1", End: "\xff"}, after(5), 100, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -106,4 +97,16 @@ func TestBytesThatAreNotUTF8CrossTheTransportAsTheyAre(t *testing.T) {
 			t.Errorf("row %d through the transport: key %q, value %q; want %q", i, got[i].Key, got[i].New[0].Text, want)
 		}
 	}
+}
+
+// serveOnN1 serves changefeed cf's log l on node n1 of a transport hub,
+// and returns n1's server and a client on node n2, which reads it
+// through the transport.
+func serveOnN1(cf model.ChangefeedID, l *Log) (*Server, *Client) {
+	srv := NewServer()
+	srv.Put(cf, l)
+	hub := transport.NewHub()
+	srv.Register(hub.Join("n1"))
+	far := NewClient(hub.Join("n2"), func(model.ChangefeedID) (model.NodeID, bool) { return "n1", true }, "n2", NewServer())
+	return srv, far
 }

@@ -208,7 +208,7 @@ func bytesKey(colType string) bool {
 // bytes as they are.
 func binaryType(colType string) bool {
 	t := strings.ToLower(colType)
-	return strings.HasPrefix(t, "binary") || strings.HasPrefix(t, "varbinary") || strings.HasSuffix(t, "blob") || strings.HasPrefix(t, "bit")
+	return bytesKey(t) || strings.HasSuffix(t, "blob") || strings.HasPrefix(t, "bit")
 }
 
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key

@@ -31,43 +31,28 @@ func uuidKey(def *source.TableDef) bool {
 func uuidRangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	k := def.KeyNames()[0]
 	col := pgx.Identifier{k}.Sanitize()
+	bounds, err := source.ChunkBounds(span, copied)
+	if err != nil {
+		return "", nil, nil, err
+	}
 	var conds []string
 	var args []any
 	param := func(v string) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
-	bound := func(op, enc string) error {
-		vals, err := model.DecodeKeyValues(span.Key, enc)
-		if err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
-		}
-		v := vals[0]
-		conds = append(conds, fmt.Sprintf(`%s::text COLLATE "C" %s %s`, col, op, param(v)))
+	for _, b := range bounds {
+		v := b.Vals[0]
+		conds = append(conds, fmt.Sprintf(`%s::text COLLATE "C" %s %s`, col, b.Op, param(v)))
 		// text ≥ v or > v implies uuid ≥ ceil(v); text < v implies
 		// uuid < ceil(v). Without a ceiling (v above every uuid's text)
 		// the text bound alone decides.
 		if u, ok := uuidCeil(v); ok {
 			native := ">="
-			if op == "<" {
+			if b.Op == "<" {
 				native = "<"
 			}
 			conds = append(conds, fmt.Sprintf(`%s %s %s::text::uuid`, col, native, param(u)))
-		}
-		return nil
-	}
-	if after, ok := copied.After(); ok {
-		if err := bound(">", after); err != nil {
-			return "", nil, nil, err
-		}
-	} else if span.Start != "" {
-		if err := bound(">=", span.Start); err != nil {
-			return "", nil, nil, err
-		}
-	}
-	if span.End != "" {
-		if err := bound("<", span.End); err != nil {
-			return "", nil, nil, err
 		}
 	}
 	q := fmt.Sprintf("SELECT %s FROM %s", columnList(def), quoteQualified(span.Table))
