@@ -14,7 +14,7 @@ import (
 
 // The initial snapshot runs in every partition, on every capture, and
 // goes on through the operations that move work: while the partitions
-// copy (in chunks of 40 rows) under a live workload, a partition of
+// copy (in chunks of 10 rows) under a live workload, a partition of
 // orders is split, its upper half moved, and the capture running the
 // changefeed's reader drained (the reader moves and starts again from the
 // checkpoint). Afterwards the tables rebuilt from the sink equal the
@@ -33,20 +33,21 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 		}
 	}
 
-	// Split orders [1501, 3001) at 2200 while its partition copies; each
-	// half goes on with what is left of its range.
-	orders := tc.PartitionFrom("pg", "public.orders", "1501")
+	// Split the second partition of orders at its middle while it copies;
+	// each half goes on with what is left of its range.
+	from, to := secondOfOrders()
+	orders := tc.PartitionFrom("pg", "public.orders", strconv.Itoa(from))
 	tc.Eventually("the partition to copy some of its range", 30*time.Second, func() bool {
 		return tc.State().Progress["pg"][orders.ID].Progress.Copy.To != ""
 	})
 	copying("before the split")
 	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
-		return plan.Split(s, orders.ID, "2200", plan.DefaultCosts)
+		return plan.Split(s, orders.ID, strconv.Itoa((from+to)/2), plan.DefaultCosts)
 	})
 	copying("after the split")
-	upper := tc.PartitionFrom("pg", "public.orders", "2200")
+	upper := tc.PartitionFrom("pg", "public.orders", strconv.Itoa((from+to)/2))
 	if upper.ID == "" {
-		t.Fatal("no upper half starting at 2200")
+		t.Fatalf("no upper half starting at %d", (from+to)/2)
 	}
 	// The lower half kept what it had copied below the split key.
 	if p := tc.State().Progress["pg"][orders.ID].Progress; p.Copy.Rows == 0 {
@@ -65,10 +66,10 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 		t.Fatalf("after %d transactions: %+v", w.n, rep)
 	}
 
-	// The orders that existed before the changefeed (ids up to 6,000;
-	// the workload inserts new ids) were each inserted by the copy only,
-	// so at most once.
-	inserts := existingOrderInserts(t, sink)
+	// The orders that existed before the changefeed (the workload
+	// inserts new ids) were each inserted by the copy only, so at most
+	// once.
+	inserts := existingOrderInserts(t, sink, slowShopOrders)
 	twice := 0
 	for k, by := range inserts {
 		if len(by) > 1 {
@@ -80,11 +81,18 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 	if twice > 0 {
 		t.Fatalf("%d orders copied more than once", twice)
 	}
-	if len(inserts) < 3000 {
+	if len(inserts) < slowShopOrders/2 {
 		t.Fatalf("only %d orders copied", len(inserts))
 	}
 	t.Logf("%d transactions; %d existing orders copied once each; %+v", w.n, len(inserts), rep.TableReports)
 }
+
+// slowShopOrders is the orders (and items) of the slow snapshot's shop.
+const slowShopOrders = 3000
+
+// secondOfOrders is the key range of the second of the four partitions
+// the changefeed cuts the slow shop's orders into: [from, to).
+func secondOfOrders() (from, to int) { return slowShopOrders/4 + 1, slowShopOrders/2 + 1 }
 
 // startSlowSnapshot starts PostgreSQL, three captures and changefeed pg
 // (orders, items, events into files), whose snapshot copies in chunks of
@@ -92,12 +100,20 @@ func TestTheSnapshotGoesOnThroughASplitAMoveAndADrain(t *testing.T) {
 // crash a capture in the middle of one, also on a machine with nothing
 // else to do. With 40 the split, move and drain scenario
 // found the snapshot done before its drain, and with 80 a partition of
-// the crash scenario copied its 1,500 rows between two of its progress
+// the crash scenario copied its 1,500 rows (of 6,000 orders) between two of its progress
 // saves, a second apart, every run alone on an idle machine (both
 // passed in CI's loaded runs).
+//
+// The shop is half the others' (slowShopOrders): these scenarios' cost is
+// their chunks (each a dozen round trips to PostgreSQL, its watermarks
+// through the stream), and in a whole test run, three packages on two
+// cores, 1,200 chunks took a minute to copy where they take 4 s alone.
+// Alone, on an idle machine, with half the rows: the drain came with 2,528
+// of 7,000 rows copied, the crash after the victim had copied 120 and
+// 160 of its 750 (two runs each).
 func startSlowSnapshot(t *testing.T) (tc *enginetest.Cluster, dsn, sink string) {
 	t.Helper()
-	_, dsn = startShop(t)
+	_, dsn = startShopOf(t, slowShopOrders)
 	tc = enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink = "file://" + t.TempDir() + "?flush-interval=100ms"
@@ -119,10 +135,11 @@ func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 	tc, dsn, sink := startSlowSnapshot(t)
 	w := startFullWorkload(t, dsn)
 
-	// The victim runs the reader and the orders partition [1501, 3001).
+	// The victim runs the reader and the second partition of orders.
 	victim := tc.MaintainerOf("pg")
 	tc.NotCoordinator(victim)
-	orders := tc.PartitionFrom("pg", "public.orders", "1501")
+	start, end2 := secondOfOrders()
+	orders := tc.PartitionFrom("pg", "public.orders", strconv.Itoa(start))
 	if orders.Node != victim {
 		tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
 			return plan.Move(s, orders.ID, victim, plan.DefaultCosts)
@@ -165,8 +182,7 @@ func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 	if !rep.OK || w.n < 20 {
 		t.Fatalf("after %d transactions and a crash mid-copy: %+v", w.n, rep)
 	}
-	inserts := existingOrderInserts(t, sink)
-	start, end2 := 1501, 3001
+	inserts := existingOrderInserts(t, sink, slowShopOrders)
 	again, missing := 0, 0
 	for id := start; id < end2; id++ {
 		by := inserts[id]

@@ -23,23 +23,34 @@ import (
 // work or breaks it, and prove the tables rebuilt from the sink equal the
 // upstream's.
 
+// shopOrders is how many orders (and items) the shop holds before a
+// changefeed: ids 1 to shopOrders (the workload inserts higher ones).
+const shopOrders = 6000
+
 // startShop starts a private PostgreSQL with database shop holding the
 // tables the workload writes.
 func startShop(t *testing.T) (*pgserver.Server, string) {
 	t.Helper()
+	return startShopOf(t, shopOrders)
+}
+
+// startShopOf is startShop with orders orders and items, and a third as
+// many events.
+func startShopOf(t *testing.T, orders int) (*pgserver.Server, string) {
+	t.Helper()
 	ctx := context.Background()
 	srv := postgres.StartDB(t, "shop")
-	if _, err := srv.Psql(ctx, "shop", `
+	if _, err := srv.Psql(ctx, "shop", fmt.Sprintf(`
 CREATE TABLE orders (id int8 PRIMARY KEY, region text NOT NULL, amount numeric(10,2), note text, paid bool, at timestamptz);
 CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));
 -- No primary key, and equal rows: one partition, rows told apart by
 -- their whole image.
 CREATE TABLE events (kind text, payload text, n int4);
 ALTER TABLE events REPLICA IDENTITY FULL;
-INSERT INTO events SELECT (ARRAY['a','b'])[g % 2 + 1], 'p' || (g % 100), 0 FROM generate_series(1, 2000) g;
+INSERT INTO events SELECT (ARRAY['a','b'])[g %% 2 + 1], 'p' || (g %% 100), 0 FROM generate_series(1, %[2]d) g;
 -- Rows that exist before any changefeed: the initial snapshot copies them.
-INSERT INTO orders SELECT g, (ARRAY['eu','us','ap'])[g % 3 + 1], g / 10.0, NULL, g % 2 = 0, now() FROM generate_series(1, 6000) g;
-INSERT INTO items SELECT 'sku-' || (g % 50), g, g % 9 + 1, ARRAY['a', 'b c'] FROM generate_series(1, 6000) g;`); err != nil {
+INSERT INTO orders SELECT g, (ARRAY['eu','us','ap'])[g %% 3 + 1], g / 10.0, NULL, g %% 2 = 0, now() FROM generate_series(1, %[1]d) g;
+INSERT INTO items SELECT 'sku-' || (g %% 50), g, g %% 9 + 1, ARRAY['a', 'b c'] FROM generate_series(1, %[1]d) g;`, orders, orders/3)); err != nil {
 		t.Fatal(err)
 	}
 	return srv, srv.DSN("shop")
@@ -293,9 +304,9 @@ func rebuiltEarly(t *testing.T, tc *enginetest.Cluster, dsn string, tables []str
 }
 
 // existingOrderInserts reads the sink's inserts of the orders that
-// existed before the changefeed (ids up to 6,000; the workload inserts
-// new ids): by id, which dispatcher wrote each and at what position.
-func existingOrderInserts(t *testing.T, sink string) map[int][]string {
+// existed before the changefeed (ids up to existing; the workload
+// inserts new ids): by id, which dispatcher wrote each and at what position.
+func existingOrderInserts(t *testing.T, sink string, existing int) map[int][]string {
 	t.Helper()
 	all, err := verify.Inserts(context.Background(), sink, "public.orders")
 	if err != nil {
@@ -303,7 +314,7 @@ func existingOrderInserts(t *testing.T, sink string) map[int][]string {
 	}
 	inserts := map[int][]string{}
 	for k, by := range all {
-		if id, _ := strconv.Atoi(k); id <= 6000 {
+		if id, _ := strconv.Atoi(k); id <= existing {
 			inserts[id] = by
 		}
 	}
