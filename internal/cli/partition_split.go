@@ -37,6 +37,6 @@ range ('cdcctl partition get ID'). Move a half afterwards with 'partition move'.
 		},
 	}
 	f.register(cmd, 10*time.Minute)
-	cmd.Flags().StringVar(&key, "key", "", "where to cut: the upper half starts at this key")
+	cmd.Flags().StringVar(&key, "key", "", "where to cut: the upper half starts at this key (a binary column in hex: 0x8F3A)")
 	return cmd
 }

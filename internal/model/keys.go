@@ -15,11 +15,13 @@ import (
 //
 //   - an integer column (int2, int4, int8 and their serial forms) is its
 //     value with the sign bit flipped, as 16 hex digits: numeric order;
+//   - a column of bytes (BytesKeyType) is its bytes, each as a character
+//     (keybytes.go): valid UTF-8, ordered as the bytes;
 //   - any other column is its text form, ordered by bytes;
 //   - the columns of a composite key are joined by a NUL byte, which no
 //     PostgreSQL text holds and which sorts before every other byte, so
 //     keys compare column by column; a key of one column may hold NULs
-//     (MySQL's BINARY and VARBINARY keys are their bytes).
+//     (a MySQL BINARY(16) uuid).
 //
 // A span's Key names the key's column types ("int8", "text,int4"); empty
 // means the keys are plain text (the gen source) and are not encoded.
@@ -108,6 +110,10 @@ func AppendKeyValues(dst []byte, keyTypes string, values []string) ([]byte, erro
 				return dst, fmt.Errorf("%q holds a NUL byte, which a key of several columns cannot (it joins them)", v)
 			}
 		}
+		if typ == BytesKeyType {
+			dst = appendLatin1(dst, v)
+			continue
+		}
 		dst = append(dst, v...)
 	}
 	return dst, nil
@@ -139,6 +145,16 @@ func EncodeKey(keyTypes, text string) (string, error) {
 			if quoted, ok := splitQuoted(text); ok && len(quoted) == n {
 				values = quoted
 			}
+		}
+	}
+	types := strings.Split(keyTypes, ",")
+	for i := range values {
+		if i < len(types) && types[i] == BytesKeyType {
+			raw, err := parseBytes(values[i])
+			if err != nil {
+				return "", fmt.Errorf("key %q does not parse for the key columns (%s): %v", text, keyTypes, err)
+			}
+			values[i] = raw
 		}
 	}
 	enc, err := EncodeKeyValues(keyTypes, values)
@@ -215,6 +231,10 @@ func DecodeKey(keyTypes, enc string) string {
 			}
 			continue
 		}
+		if i < len(types) && types[i] == BytesKeyType {
+			parts[i] = showBytes(p)
+			continue
+		}
 		if len(types) > 1 && strings.ContainsAny(p, `,"`) {
 			// Quoted as in CSV, so that the text typed back is this key.
 			parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
@@ -244,6 +264,14 @@ func DecodeKeyValues(keyTypes, enc string) ([]string, error) {
 		return nil, fmt.Errorf("encoded key %q has %d columns, the key %d (%s)", enc, len(parts), len(types), keyTypes)
 	}
 	for i, p := range parts {
+		if types[i] == BytesKeyType {
+			raw, ok := fromLatin1(p)
+			if !ok {
+				return nil, fmt.Errorf("encoded key %q: column %d is not an encoded %s", enc, i+1, types[i])
+			}
+			parts[i] = raw
+			continue
+		}
 		if !isIntType(types[i]) {
 			continue
 		}

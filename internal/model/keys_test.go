@@ -1,10 +1,12 @@
 package model
 
 import (
+	"encoding/hex"
 	"math"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestKeysEncodeInTheirNaturalOrderAndDecodeBack(t *testing.T) {
@@ -164,32 +166,70 @@ func TestCopyProgressIsCutLikeItsSpan(t *testing.T) {
 	}
 }
 
-// A key of one column may hold NUL bytes (a MySQL BINARY(16) uuid): it
-// encodes as its bytes, in their order, and decodes whole. A key of
-// several columns refuses them, since a NUL joins its columns.
+// A key of bytes (a MySQL BINARY(16) uuid) may hold any bytes, NULs
+// too in a key of one column: it encodes as valid UTF-8 (so a JSON
+// string keeps it: a partition's bounds and copy progress in etcd), in
+// the bytes' order, decodes to its bytes, and shows as hex that types
+// back to the same key. A key of several columns refuses NULs, since a
+// NUL joins its columns.
 func FuzzAOneColumnKeyHoldsAnyBytes(f *testing.F) {
 	f.Add("a\x00b", "a")
 	f.Add("\x00", "")
 	f.Add("x\x00\x00", "x\x00")
+	f.Add("\x7f", "\x80")
+	f.Add("\xc3\xbf", "\xff")
 	f.Fuzz(func(t *testing.T, s, u string) {
-		a, err1 := EncodeKeyValues("varbinary", []string{s})
-		b, err2 := EncodeKeyValues("varbinary", []string{u})
+		a, err1 := EncodeKeyValues(BytesKeyType, []string{s})
+		b, err2 := EncodeKeyValues(BytesKeyType, []string{u})
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
+		}
+		if !utf8.ValidString(a) {
+			t.Fatalf("%q encodes as %q, not UTF-8", s, a)
 		}
 		if got, want := strings.Compare(a, b), strings.Compare(s, u); got != want {
 			t.Fatalf("%q vs %q: encoded compare %d, values %d", s, u, got, want)
 		}
-		if vals, err := DecodeKeyValues("varbinary", a); err != nil || len(vals) != 1 || vals[0] != s {
+		if vals, err := DecodeKeyValues(BytesKeyType, a); err != nil || len(vals) != 1 || vals[0] != s {
 			t.Fatalf("%q decodes as %q (%v)", s, vals, err)
 		}
-		if shown := DecodeKey("varbinary", a); shown != s {
+		shown := DecodeKey(BytesKeyType, a)
+		if s != "" && shown != "0x"+strings.ToUpper(hex.EncodeToString([]byte(s))) {
 			t.Fatalf("%q shows as %q", s, shown)
 		}
+		if back, err := EncodeKey(BytesKeyType, shown); s != "" && (err != nil || back != a) {
+			t.Fatalf("%q shows as %q, which types back to %q (%v)", s, shown, back, err)
+		}
 		if strings.Contains(s, "\x00") {
-			if _, err := EncodeKeyValues("varbinary,int8", []string{s, "1"}); err == nil {
+			if _, err := EncodeKeyValues(BytesKeyType+",int8", []string{s, "1"}); err == nil {
 				t.Fatalf("a composite key took %q, which holds a NUL", s)
+			}
+		} else {
+			two, err := EncodeKeyValues(BytesKeyType+",int8", []string{s, "-3"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back, err := EncodeKey(BytesKeyType+",int8", DecodeKey(BytesKeyType+",int8", two)); s != "" && (err != nil || back != two) {
+				t.Fatalf("(%q, -3) shows as %q, types back to %q (%v)", s, DecodeKey(BytesKeyType+",int8", two), back, err)
 			}
 		}
 	})
+}
+
+// A bytes key an operator types is hex, and anything else is refused,
+// saying how to write it.
+func TestABytesKeyIsTypedInHex(t *testing.T) {
+	enc, err := EncodeKey(BytesKeyType, "0x8f00Ab")
+	if err != nil || enc != "\u008f\x00\u00ab" {
+		t.Fatalf("0x8f00Ab encodes as %q (%v)", enc, err)
+	}
+	for _, bad := range []string{"m", "0x8", "0xzz"} {
+		_, err := EncodeKey(BytesKeyType, bad)
+		if err == nil || !strings.Contains(err.Error(), "0x") {
+			t.Errorf("%q: %v; want a refusal that says to write hex (0x…)", bad, err)
+		}
+	}
+	if _, err := DecodeKeyValues(BytesKeyType, "\u0100"); err == nil {
+		t.Error("a character above U+00FF decoded as a byte")
+	}
 }

@@ -1,8 +1,12 @@
 package mysql_test
 
 import (
+	"encoding/hex"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
@@ -15,16 +19,20 @@ import (
 // refused, so such a row stopped the changefeed; the keys' bytes, not
 // UTF-8, crossed the event log's transport as U+FFFD, so a partition on
 // another capture than the reader lost or changed their rows (about 7 %
-// of them here); and canal-json wrote them as U+FFFD too. Copied in two partitions from the key's index, then
-// changed (inserts, updates, deletes of keys with zero bytes among them)
-// and split at a key between, the table rebuilt from the sink equals the
-// upstream's.
+// of them here); canal-json wrote them as U+FFFD too; and so did etcd's
+// JSON the partitions' bounds and copy progress, which are keys: bounds
+// of random bytes came back as U+FFFD, and a copy resumed after such a
+// key skipped the rest of its range. Copied in four partitions cut at
+// such keys, one of them moved in the middle of its copy, then changed
+// (inserts, updates, deletes of keys with zero bytes among them) and
+// split at a key between, typed in hex, the table rebuilt from the sink
+// equals the upstream's, no row twice.
 func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	t.Parallel()
 	srv, db := startShopDB(t)
 	execDB(t, db,
 		`CREATE TABLE tokens (id BINARY(16) PRIMARY KEY, n INT NOT NULL)`,
-		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq FROM seq_1_to_3000`,
+		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq FROM seq_1_to_5000`,
 		// Keys with zero bytes at the start, the middle and the end.
 		`INSERT INTO tokens VALUES (UNHEX('00000000000000000000000000000001'), -1), (UNHEX('7f00000000000000000000000000007f'), -2), (UNHEX('ff000000000000000000000000000000'), -3)`)
 	var zeros int
@@ -35,24 +43,57 @@ func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	// go as ISO-8859-1 characters, as Canal writes them.
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(2)
-	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=tokens", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=tokens&chunk-rows=10", "file://"+t.TempDir()+"?flush-interval=100ms", 4)
+	var bounds []string
+	for _, r := range tc.State().Partitions["my"] {
+		if r.Route.Span.Start != "" {
+			bounds = append(bounds, r.Route.Span.Start)
+			if !utf8.ValidString(r.Route.Span.Start) || strings.ContainsRune(r.Route.Span.Start, utf8.RuneError) {
+				t.Fatalf("a bound in etcd is %q", r.Route.Span.Start)
+			}
+		}
+	}
+	if len(bounds) != 3 {
+		t.Fatalf("the table was cut at %d keys, want 3", len(bounds))
+	}
+	// The second partition, moved once it has copied part of its range:
+	// its copy resumes elsewhere after the last key saved in etcd.
+	second := tc.PartitionFrom("my", "shop.tokens", model.DecodeKey(model.BytesKeyType, slices.Min(bounds)))
+	var saved model.CopyProgress
+	tc.Eventually("the partition to save some of its copy", 30*time.Second, func() bool {
+		saved = tc.State().Progress["my"][second.ID].Progress.Copy
+		return saved.To != ""
+	})
+	if saved.Done {
+		t.Fatalf("the partition finished its copy before the move (make the table larger): %+v", saved)
+	}
+	// What etcd holds is a key of the table, as it was copied.
+	after, _ := saved.After()
+	if vals, err := model.DecodeKeyValues(model.BytesKeyType, after); err != nil || len(vals[0]) != 16 {
+		t.Fatalf("the copy progress in etcd is %q: %q (%v)", after, vals, err)
+	} else if n := 0; db.QueryRow("SELECT COUNT(*) FROM tokens WHERE id = X'"+hex.EncodeToString([]byte(vals[0]))+"'").Scan(&n) != nil || n != 1 {
+		t.Fatalf("the copy progress in etcd, %s, is no key of the table", model.DecodeKey(model.BytesKeyType, after))
+	}
+	tc.MoveElsewhere(second.ID)
+	t.Logf("moved %s [%s, …) after it had copied through %s", second.ID, model.DecodeKey(model.BytesKeyType, second.Span.Start), model.DecodeKey(model.BytesKeyType, after))
 	tc.WaitSnapshot("my")
 	execDB(t, db,
-		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq FROM seq_3001_to_3500`,
+		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq FROM seq_5001_to_5500`,
 		`UPDATE tokens SET n = n + 1000 WHERE n % 7 = 0`,
 		`UPDATE tokens SET n = 0 WHERE id = UNHEX('7f00000000000000000000000000007f')`,
 		`DELETE FROM tokens WHERE n % 11 = 0`,
 		`DELETE FROM tokens WHERE id = UNHEX('00000000000000000000000000000001')`)
 	p := tc.PartitionFrom("my", "shop.tokens", "")
-	// A split key with a zero byte in it, between the table's keys.
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, p.ID, "\x40\x00", plan.DefaultCosts) })
+	// A split key with a zero byte in it, between the table's keys, typed
+	// as an operator types it.
+	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, p.ID, "0x0400", plan.DefaultCosts) })
 	execDB(t, db, `UPDATE tokens SET n = n + 1 WHERE n % 5 = 0`, `INSERT INTO tokens VALUES (UNHEX('40000000000000000000000000000000'), 40)`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := tc.VerifyDatabase("my", up, []string{"shop.tokens"}, time.Now())
-	if !rep.OK || rep.Duplicates != 0 || rep.Keys < 3000 {
+	if !rep.OK || rep.Duplicates != 0 || rep.Keys < 5000 {
 		t.Fatalf("a table keyed by BINARY(16), %d keys with zero bytes: %+v", zeros, rep)
 	}
 	t.Logf("%d keys, %d with zero bytes, %d events: %+v", rep.Keys, zeros, rep.Events, rep.TableReports)

@@ -349,9 +349,11 @@ func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {
 
 // keyTypes names a table's key column types as routing encodes them
 // (model.EncodeKeyValues): integers that fit 64 bits signed are "int8"
-// (numeric order); every other type, BIGINT UNSIGNED included, is
-// routed by its text ("text": byte order, which is not the column's
-// collation; ranges still cover every key once).
+// (numeric order); a column of bytes (BINARY, VARBINARY, BLOB, BIT) is
+// "bytes" (byte order, encoded as UTF-8 so that bounds and copy progress
+// survive JSON: model.BytesKeyType); every other type, BIGINT UNSIGNED
+// included, is routed by its text ("text": byte order, which is not the
+// column's collation; ranges still cover every key once).
 func keyTypes(def *source.TableDef) string {
 	names := def.KeyNames()
 	if len(names) == 0 {
@@ -365,6 +367,9 @@ func keyTypes(def *source.TableDef) string {
 }
 
 func keyType(colType string) string {
+	if binaryType(colType) {
+		return model.BytesKeyType
+	}
 	t := strings.ToLower(colType)
 	base, _, _ := strings.Cut(t, "(")
 	base, _, _ = strings.Cut(base, " ")
