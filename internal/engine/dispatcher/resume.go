@@ -82,6 +82,14 @@ func (m *Manager) sinkHolds(ctx context.Context, st *meta.State, r model.RouteEn
 	if e == nil {
 		return from, copied
 	}
+	return m.SinkHolds(ctx, e, r, from, copied)
+}
+
+// SinkHolds is sinkHolds for a changefeed's entry: where a partition
+// whose node died stands. A maintainer splitting such a partition asks
+// it (maintainer.HostConfig.SinkHolds), so that the new upper half starts
+// after what the whole wrote, not at its persisted checkpoint.
+func (m *Manager) SinkHolds(ctx context.Context, e *meta.ChangefeedEntry, r model.RouteEntry, from model.Ts, copied model.CopyProgress) (model.Ts, model.CopyProgress) {
 	f, err := m.feedFor(ctx, e)
 	if err != nil {
 		return from, copied

@@ -104,6 +104,12 @@ type HostConfig struct {
 	// Checkpoints, if set, is seed 003's CheckpointStore; a split cuts
 	// the state saved there.
 	Checkpoints checkpoint.Store
+	// SinkHolds, if set, says where an exactly-once sink holds a
+	// partition's durable writes, if later than from (fencing the
+	// partition's writers; dispatcher.Manager.SinkHolds). A split whose
+	// partition's node died starts both halves there: the upper half,
+	// new, has no record of its own in the sink.
+	SinkHolds func(ctx context.Context, e *meta.ChangefeedEntry, r model.RouteEntry, from model.Ts, copied model.CopyProgress) (model.Ts, model.CopyProgress)
 	// LogDir, if set, is where the event logs of the readers running
 	// here live (one directory per changefeed, emptied when a reader
 	// starts): on disk, a large transaction costs disk, not memory. Empty
