@@ -104,12 +104,14 @@ func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 
 // keyOrder is the key columns as a row the way keys are routed: integer
 // columns by value, any other column by the bytes of its text (collation
-// "C"), so the chunks of a partition are exactly its key range.
-func keyOrder(def *source.TableDef) (exprs []string, keyIdx []int) {
+// "C"), so the chunks of a partition are exactly its key range. A column
+// of text whose own collation orders it so (bytewise, textkey.go) stands
+// as it is, so that its index serves the order.
+func keyOrder(def *source.TableDef, bytewise map[string]bool) (exprs []string, keyIdx []int) {
 	for _, k := range def.KeyNames() {
 		j := def.Index(k)
 		col := pgx.Identifier{k}.Sanitize()
-		if !intColumn(def.Columns[j]) {
+		if !intColumn(def.Columns[j]) && !bytewise[k] {
 			col += `::text COLLATE "C"`
 		}
 		exprs = append(exprs, col)
@@ -130,17 +132,19 @@ func intColumn(col source.ColumnDef) bool {
 
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
-func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+// bytewise names the key's text columns ordered by their bytes in their
+// own collation.
+func rangeQuery(def *source.TableDef, bytewise map[string]bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	if uuidKey(def) {
 		return uuidRangeQuery(def, span, copied, limit)
 	}
-	return textOrderQuery(def, span, copied, limit)
+	return textOrderQuery(def, bytewise, span, copied, limit)
 }
 
 // textOrderQuery is a chunk's query in routing order (keyOrder): what
 // any key but one uuid is read with.
-func textOrderQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-	exprs, keyIdx := keyOrder(def)
+func textOrderQuery(def *source.TableDef, bytewise map[string]bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+	exprs, keyIdx := keyOrder(def, bytewise)
 	var args []any
 	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(_ int, v string) (string, error) {
 		args = append(args, v)

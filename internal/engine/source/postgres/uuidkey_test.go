@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
@@ -25,7 +24,7 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g`, rows))
 	ctx := context.Background()
 	cfg, conn, def := chunkReader(t, dsn, "u")
-	if !uuidKey(def) || !indexOrdered(def) {
+	if !uuidKey(def) || !indexOrdered(def, nil) {
 		t.Fatalf("table u (key %v, columns %+v) is not taken as keyed by a uuid", def.KeyNames(), def.Columns)
 	}
 	seen := sourcetest.ChunkedSpans(t, "public.u", "uuid", []string{"", "8", "c1", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
@@ -33,12 +32,12 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			return
 		}
 		// A chunk after the first: a range scan of the index.
-		q, args, _, err := rangeQuery(def, span, copied, limit)
+		q, args, _, err := rangeQuery(def, nil, span, copied, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var snap string
-		tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def))
+		tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,65 +144,5 @@ func BenchmarkUUIDKeyChunks(b *testing.B) {
 	const rows = 200_000
 	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE u (id uuid PRIMARY KEY, v text);
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g; ANALYZE u`, rows))
-	ctx := context.Background()
-	_, conn, def := chunkReader(b, dsn, "u")
-	span := model.Span{Table: "public.u", Key: "uuid"}
-	type query func(*source.TableDef, model.Span, model.CopyProgress, int) (string, []any, []int, error)
-	read := func(q query) time.Duration {
-		start := time.Now()
-		var copied model.CopyProgress
-		n := 0
-		for {
-			stmt, args, _, err := q(def, span, copied, source.DefaultChunkRows)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var snap string
-			tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def))
-			if err != nil {
-				b.Fatal(err)
-			}
-			rs, err := tx.Query(ctx, stmt, args...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got, last := 0, ""
-			for rs.Next() {
-				last = string(rs.RawValues()[0])
-				got++
-			}
-			if err := rs.Err(); err != nil {
-				b.Fatal(err)
-			}
-			_ = tx.Rollback(ctx)
-			n += got
-			if got < source.DefaultChunkRows {
-				break
-			}
-			k, err := model.EncodeKeyValues("uuid", []string{last})
-			if err != nil {
-				b.Fatal(err)
-			}
-			copied = copied.CopiedThrough(k)
-		}
-		if n != rows {
-			b.Fatalf("read %d rows of %d", n, rows)
-		}
-		return time.Since(start)
-	}
-	read(uuidRangeQuery) // warm the table's pages
-	var index, text time.Duration
-	b.ResetTimer()
-	for i := range b.N {
-		if i%2 == 0 {
-			index += read(uuidRangeQuery)
-			text += read(textOrderQuery)
-		} else {
-			text += read(textOrderQuery)
-			index += read(uuidRangeQuery)
-		}
-	}
-	b.ReportMetric(float64(rows*b.N)/index.Seconds(), "index-rows/s")
-	b.ReportMetric(float64(rows*b.N)/text.Seconds(), "text-order-rows/s")
-	b.ReportMetric(text.Seconds()/index.Seconds(), "speedup")
+	benchIndexAgainstTextOrder(b, dsn, "u", "uuid", rows, func(def *source.TableDef) chunkQuery { return uuidRangeQuery })
 }

@@ -1,0 +1,87 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// chunkQuery is a chunk's query, as rangeQuery makes it.
+type chunkQuery func(*source.TableDef, model.Span, model.CopyProgress, int) (string, []any, []int, error)
+
+// benchIndexAgainstTextOrder reads table (rows rows, its key of type
+// keyType) whole, one partition from start to end in chunks of the
+// default size, with the query index makes (read as a key its index
+// orders is: sorts disabled) against the query in the key's text order
+// that a key whose index does not give that order is read with
+// (textOrderQuery, sorts allowed), in the same run, in turn, after a
+// warming read: the queries' time alone (rows read, not built).
+func benchIndexAgainstTextOrder(b *testing.B, dsn, table, keyType string, rows int, index func(*source.TableDef) chunkQuery) {
+	ctx := context.Background()
+	_, conn, def := chunkReader(b, dsn, table)
+	span := model.Span{Table: "public." + table, Key: keyType}
+	read := func(q chunkQuery, indexOrder bool) time.Duration {
+		start := time.Now()
+		var copied model.CopyProgress
+		n := 0
+		for {
+			stmt, args, _, err := q(def, span, copied, source.DefaultChunkRows)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var snap string
+			tx, err := chunkTx(ctx, conn, &snap, indexOrder)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rs, err := tx.Query(ctx, stmt, args...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, last := 0, ""
+			for rs.Next() {
+				last = string(rs.RawValues()[0])
+				got++
+			}
+			if err := rs.Err(); err != nil {
+				b.Fatal(err)
+			}
+			_ = tx.Rollback(ctx)
+			n += got
+			if got < source.DefaultChunkRows {
+				break
+			}
+			k, err := model.EncodeKeyValues(keyType, []string{last})
+			if err != nil {
+				b.Fatal(err)
+			}
+			copied = copied.CopiedThrough(k)
+		}
+		if n != rows {
+			b.Fatalf("read %d rows of %d", n, rows)
+		}
+		return time.Since(start)
+	}
+	indexed := index(def)
+	textOrder := func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+		return textOrderQuery(def, nil, span, copied, limit)
+	}
+	read(indexed, true) // warm the table's pages
+	var byIndex, byText time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 {
+			byIndex += read(indexed, true)
+			byText += read(textOrder, false)
+		} else {
+			byText += read(textOrder, false)
+			byIndex += read(indexed, true)
+		}
+	}
+	b.ReportMetric(float64(rows*b.N)/byIndex.Seconds(), "index-rows/s")
+	b.ReportMetric(float64(rows*b.N)/byText.Seconds(), "text-order-rows/s")
+	b.ReportMetric(byText.Seconds()/byIndex.Seconds(), "speedup")
+}

@@ -1,0 +1,103 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A table keyed by text in a collation that orders it by its bytes (the
+// database's default, C here, or a column's own "C") is copied from its
+// key's index: each chunk after the first is a range scan, not a sort of
+// the rest of its partition. Keyed by text in ICU's root collation, whose
+// order is not the bytes', it is sorted. Either way four partitions cut
+// at bounds that are no key ("8", "C1", "c1"), each read in chunks until
+// done, copy every row once, in the order of its bytes, inside their
+// ranges: keys of mixed case, of several lengths and prefixes of one
+// another, with spaces, accents, CJK and emoji.
+func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
+	t.Parallel()
+	const rows, limit = 12_000, 2_000
+	keys := func(table, col string) string {
+		return fmt.Sprintf(`CREATE TABLE %[1]s (id %[2]s PRIMARY KEY, v int4);
+		INSERT INTO %[1]s SELECT CASE g %% 5 WHEN 0 THEN upper(md5(g::text)) WHEN 1 THEN md5(g::text) || 'é' WHEN 2 THEN left(md5(g::text), 3 + g %% 7) || ' 日本'
+			WHEN 3 THEN md5(g::text) || '😀' ELSE left(md5(g::text), 1 + g %% 12) || g::text END, g FROM generate_series(1, %[3]d) g ON CONFLICT DO NOTHING;
+		INSERT INTO %[1]s VALUES ('a'), ('a '), ('ab'), ('B'), ('é'), ('😀'), ('8'), ('C1'), ('c1') ON CONFLICT DO NOTHING;`, table, col, rows)
+	}
+	_, dsn := newDB(t, keys("tk", "text")+keys("tv", `varchar(60) COLLATE "C"`)+keys("ti", `text COLLATE "und-x-icu"`))
+	ctx := context.Background()
+	for _, c := range []struct {
+		table    string
+		bytewise bool
+	}{{"tk", true}, {"tv", true}, {"ti", false}} {
+		cfg, conn, def := chunkReader(t, dsn, c.table)
+		cat := &catalog{conn: conn, types: map[uint32]string{}}
+		bytewise, err := cat.bytewiseKeys(ctx, "public."+c.table, def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if indexOrdered(def, bytewise) != c.bytewise {
+			t.Fatalf("%s (%+v): taken as ordered by its index %v, want %v", c.table, def.Columns[def.Index("id")], bytewise["id"], c.bytewise)
+		}
+		seen := sourcetest.ChunkedSpans(t, "public."+c.table, "text", []string{"", "8", "C1", "c1", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
+			if chunk != 1 {
+				return
+			}
+			q, args, _, err := rangeQuery(def, bytewise, span, copied, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var snap string
+			tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, bytewise))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // read only
+			plan := explainIn(t, tx, "EXPLAIN "+q, args...)
+			if indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.table+"_pkey") && strings.Contains(plan, "Index Cond"); indexed != c.bytewise {
+				t.Fatalf("a chunk of %s: a range scan of its index %v, want %v:\n%s", c.table, indexed, c.bytewise, plan)
+			}
+		}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
+			ch, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ch
+		})
+		var upstream int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+c.table).Scan(&upstream); err != nil {
+			t.Fatal(err)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s: row %q copied %d times", c.table, id, n)
+			}
+		}
+		if len(seen) != upstream || upstream < rows*9/10 {
+			t.Fatalf("%s: copied %d rows of %d upstream", c.table, len(seen), upstream)
+		}
+	}
+}
+
+// BenchmarkTextKeyChunks reads a table of 200,000 rows keyed by text in
+// the database's default collation, C (its index in the bytes' order),
+// in chunks of 4,096, with the index's range scans against the same
+// queries in the bytes' order by COLLATE "C", which a key in another
+// collation is read with (sorted), in the same run, in turn.
+//
+//	go test -run '^$' -bench TextKeyChunks -benchtime 3x ./internal/engine/source/postgres
+func BenchmarkTextKeyChunks(b *testing.B) {
+	const rows = 200_000
+	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE tb (id text PRIMARY KEY, v text);
+		INSERT INTO tb SELECT md5(g::text), md5(g::text) FROM generate_series(1, %d) g; ANALYZE tb`, rows))
+	benchIndexAgainstTextOrder(b, dsn, "tb", "text", rows, func(def *source.TableDef) chunkQuery {
+		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+			return textOrderQuery(def, map[string]bool{"id": true}, span, copied, limit)
+		}
+	})
+}
