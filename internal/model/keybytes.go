@@ -19,6 +19,17 @@ import (
 // shown, and typed, in hex: 0x8F3A.
 const BytesKeyType = "bytes"
 
+// Latin1 is s's bytes, each as the character of that number (ISO-8859-1
+// read into UTF-8): valid UTF-8 whatever s holds, in the order of s's
+// bytes; ASCII stays as it is. Keys of bytes are encoded so, and
+// canal-json writes a binary column so, as Canal does.
+func Latin1(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	return string(appendLatin1(make([]byte, 0, 2*len(s)), s))
+}
+
 // appendLatin1 appends v's bytes, each as the character of that number.
 func appendLatin1(dst []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
@@ -31,17 +42,10 @@ func appendLatin1(dst []byte, v string) []byte {
 	return dst
 }
 
-// fromLatin1 is appendLatin1's inverse; false if enc holds a character
-// above U+00FF or is not UTF-8.
-func fromLatin1(enc string) (string, bool) {
-	ascii := true
-	for i := 0; i < len(enc); i++ {
-		if enc[i] >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
+// FromLatin1 is Latin1's inverse; false if enc holds a character above
+// U+00FF or is not UTF-8.
+func FromLatin1(enc string) (string, bool) {
+	if isASCII(enc) {
 		return enc, true
 	}
 	b := make([]byte, 0, len(enc))
@@ -54,10 +58,19 @@ func fromLatin1(enc string) (string, bool) {
 	return string(b), true
 }
 
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 // showBytes is a bytes column's encoded value as an operator reads and
 // types it: 0x and its bytes in hex.
 func showBytes(enc string) string {
-	raw, ok := fromLatin1(enc)
+	raw, ok := FromLatin1(enc)
 	if !ok {
 		return enc
 	}

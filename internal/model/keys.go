@@ -265,7 +265,7 @@ func DecodeKeyValues(keyTypes, enc string) ([]string, error) {
 	}
 	for i, p := range parts {
 		if types[i] == BytesKeyType {
-			raw, ok := fromLatin1(p)
+			raw, ok := FromLatin1(p)
 			if !ok {
 				return nil, fmt.Errorf("encoded key %q: column %d is not an encoded %s", enc, i+1, types[i])
 			}

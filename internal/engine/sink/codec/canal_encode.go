@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cdcctl/cdcctl/internal/engine/row"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // The canal-json row encoder, without reflection: encoding/json spent a
@@ -175,7 +176,7 @@ func appendValue(b []byte, v row.Value, binary bool) []byte {
 		return append(b, `null`...)
 	}
 	if binary {
-		return appendJSONString(b, latin1(v.Text))
+		return appendJSONString(b, model.Latin1(v.Text))
 	}
 	return appendJSONString(b, v.Text)
 }
@@ -185,42 +186,6 @@ func appendValue(b []byte, v row.Value, binary bool) []byte {
 // bytea too, whose text is its hex, in ASCII).
 func bytesType(code int) bool {
 	return code == sqlBinary || code == sqlVarBinary || code == sqlBlob
-}
-
-// latin1 is bytes as canal-json carries them, as Canal writes a binary
-// column: each byte the character of the same number (ISO-8859-1), so
-// that a JSON string, which holds only UTF-8, holds any bytes; ASCII
-// stays as it is. (Written as they were, bytes that are not UTF-8 became
-// U+FFFD and were lost.) fromLatin1 reads them back.
-func latin1(s string) string {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			ascii = false
-			break
-		}
-	}
-	if ascii {
-		return s
-	}
-	b := make([]byte, 0, len(s)*2)
-	for i := 0; i < len(s); i++ {
-		b = utf8.AppendRune(b, rune(s[i]))
-	}
-	return string(b)
-}
-
-// fromLatin1 is latin1's bytes again; false when s has a character past
-// U+00FF (not written by latin1: a file of an older version).
-func fromLatin1(s string) (string, bool) {
-	b := make([]byte, 0, len(s))
-	for _, r := range s {
-		if r > 0xff {
-			return s, false
-		}
-		b = append(b, byte(r))
-	}
-	return string(b), true
 }
 
 const hexDigits = "0123456789abcdef"

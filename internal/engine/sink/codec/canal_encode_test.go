@@ -69,7 +69,7 @@ func reference(t testing.TB, db, table string, e *source.Event, img []source.Val
 func canalValue(ty columnType, v source.Value) *string {
 	t := textOrNull(v)
 	if t != nil && bytesType(ty.sqlType) {
-		l := latin1(*t)
+		l := model.Latin1(*t)
 		t = &l
 	}
 	return t

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Reading a canal-json row change back (verify reads every row of a
@@ -29,13 +31,13 @@ func decodeCanalChange(line []byte, m *canalChange) error {
 }
 
 // unLatin1 turns the values of binary columns (sqlType) back into their
-// bytes (latin1).
+// bytes (model.Latin1).
 func unLatin1(m *canalChange) {
 	for name := range m.Binary {
 		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
 			for _, r := range rows {
 				if v := r[name]; v != nil {
-					if b, ok := fromLatin1(*v); ok {
+					if b, ok := model.FromLatin1(*v); ok {
 						r[name] = &b
 					}
 				}
