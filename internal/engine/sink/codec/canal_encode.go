@@ -21,6 +21,7 @@ import (
 type defLayout struct {
 	order   []int  // column indexes sorted by name
 	binary  []bool // the column's text is bytes (bytesType)
+	bits    []int  // a MySQL BIT(n) column's n (canalbits.go), else 0
 	sqlType []string
 	myType  []string // quoted
 	names   []string // quoted
@@ -48,6 +49,7 @@ func layoutOf(def *row.TableDef) *defLayout {
 		t := typeIn(def.Dialect, c.Type)
 		l.sqlType = append(l.sqlType, strconv.Itoa(t.sqlType))
 		l.binary = append(l.binary, bytesType(t.sqlType))
+		l.bits = append(l.bits, bitWidth(t.mysqlType))
 		l.myType = append(l.myType, string(appendJSONString(nil, t.mysqlType)))
 		l.names = append(l.names, string(appendJSONString(nil, c.Name)))
 	}
@@ -118,7 +120,7 @@ func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) [
 			continue
 		}
 		b = appendKey(b, &first, l.names[i])
-		b = appendValue(b, img[i], l.binary[i])
+		b = appendValue(b, img[i], l.binary[i], l.bits[i])
 	}
 	b = append(b, `}],"old":`...)
 	if e.Op == row.OpUpdate && len(e.Old) == len(img) {
@@ -131,7 +133,7 @@ func appendCanalRow(b []byte, db, table string, e *row.Event, img []row.Value) [
 				continue
 			}
 			b = appendKey(b, &first, l.names[i])
-			b = appendValue(b, o, l.binary[i])
+			b = appendValue(b, o, l.binary[i], l.bits[i])
 		}
 		b = append(b, `}]`...)
 	} else {
@@ -171,11 +173,16 @@ func appendKey(b []byte, first *bool, quoted string) []byte {
 	return append(b, ':')
 }
 
-func appendValue(b []byte, v row.Value, binary bool) []byte {
+func appendValue(b []byte, v row.Value, binary bool, bits int) []byte {
 	if v.Null {
 		return append(b, `null`...)
 	}
-	if binary {
+	if bits > 0 {
+		if t, ok := bitsText(v.Text); ok {
+			return appendJSONString(b, t)
+		}
+	}
+	if binary || bits > 0 {
 		return appendJSONString(b, model.Latin1(v.Text))
 	}
 	return appendJSONString(b, v.Text)

@@ -65,6 +65,7 @@ type canalChange struct {
 	IsDdl    bool                 `json:"isDdl"`
 	Type     string               `json:"type"`
 	Binary   binaryColumns        `json:"sqlType"`
+	Bits     bitColumns           `json:"mysqlType"`
 	Data     []map[string]*string `json:"data"`
 	Old      []map[string]*string `json:"old"`
 	TiDB     canalTiDB            `json:"_tidb"`

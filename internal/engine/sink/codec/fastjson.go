@@ -31,8 +31,20 @@ func decodeCanalChange(line []byte, m *canalChange) error {
 }
 
 // unLatin1 turns the values of binary columns (sqlType) back into their
-// bytes (model.Latin1).
+// bytes (model.Latin1), and those of BIT columns (mysqlType) from their
+// number (canalbits.go).
 func unLatin1(m *canalChange) {
+	for name, width := range m.Bits {
+		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
+			for _, r := range rows {
+				if v := r[name]; v != nil {
+					if b, ok := bitsValue(*v, width); ok {
+						r[name] = &b
+					}
+				}
+			}
+		}
+	}
 	for name := range m.Binary {
 		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
 			for _, r := range rows {
@@ -223,6 +235,35 @@ func (r *fastReader) skip(depth int) bool {
 	return false
 }
 
+// bitColumns reads mysqlType, null or an object of strings, into the BIT
+// columns it names.
+func (r *fastReader) bitColumns(b *bitColumns) bool {
+	if r.next() == 'n' {
+		return r.lit("null")
+	}
+	if !r.take('{') {
+		return false
+	}
+	if r.take('}') {
+		return true
+	}
+	for {
+		k, ok := r.str()
+		if !ok || !r.take(':') {
+			return false
+		}
+		v, ok := r.str()
+		if !ok {
+			return false
+		}
+		b.add(string(k), string(v))
+		if r.take(',') {
+			continue
+		}
+		return r.take('}')
+	}
+}
+
 // binaryColumns reads sqlType, null or an object of integers (no
 // fraction or exponent, within an int's 64 bits), into the binary
 // columns it names.
@@ -256,7 +297,11 @@ func (r *fastReader) binaryColumns(b *binaryColumns) bool {
 		if bytesType(code) {
 			b.add(string(k), code)
 		} else if *b != nil {
-			delete(*b, string(k)) // a repeated name: the last counts
+			// A repeated name: the last counts, and none left is nil, as
+			// encoding/json leaves it.
+			if delete(*b, string(k)); len(*b) == 0 {
+				*b = nil
+			}
 		}
 		if r.take(',') {
 			continue
@@ -289,7 +334,7 @@ func (r *fastReader) uint() (uint64, bool) {
 
 // fields are canalChange's keys; a key that equals one but for letter
 // case is read by encoding/json instead (it matches such keys too).
-var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "sqlType", "data", "old", "_tidb", "transaction"}
+var canalFields = []string{"database", "table", "pkNames", "isDdl", "type", "sqlType", "mysqlType", "data", "old", "_tidb", "transaction"}
 
 func foldsToField(k []byte) bool {
 	for _, f := range canalFields {
@@ -308,7 +353,7 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 	if !r.take('{') {
 		return false
 	}
-	seenData, seenOld, seenTypes := false, false, false
+	seenData, seenOld, seenTypes, seenMyTypes := false, false, false, false
 	if !r.take('}') {
 		for {
 			k, ok := r.str()
@@ -372,6 +417,14 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 				case r.lit("false"):
 					m.IsDdl = false
 				default:
+					return false
+				}
+			case "mysqlType":
+				if seenMyTypes {
+					return false // encoding/json reads a repeated object into the same map
+				}
+				seenMyTypes = true
+				if !r.bitColumns(&m.Bits) {
 					return false
 				}
 			case "sqlType":

@@ -67,7 +67,9 @@ func FuzzFastCanalChange(f *testing.F) {
 	for _, s := range []string{`{}`, `{"data":[{"a":"1"}],"data":[{"b":"2"}]}`, `{"DATA":[{"a":"1"}]}`, `{"_tidb":{"commitTs":01}}`,
 		`{"x":[1,{"y":null}],"type":"INSERT"}`, `{"pkNames":null,"isDdl":false,"old":null}`, `{"table":"t"} x`, `{"_tidb":{"CommitTs":5}}`,
 		`{"sqlType":{"a":-2,"b":2004,"a":4}}`, `{"sqlType":{"a":- 2}}`, `{"sqlType":{"a":-0}}`, `{"sqlType":null}`, `{"sqlType":{}}`, `{"sqlType":{"a":1},"sqlType":{"b":2}}`,
-		`{"SQLTYPE":{"a":1}}`, `{"sqlType":{"a":9223372036854775807}}`, `{"sqlType":{"a":-9223372036854775808}}`, `{"sqlType":{"a":1.0}}`} {
+		`{"SQLTYPE":{"a":1}}`, `{"sqlType":{"a":9223372036854775807}}`, `{"sqlType":{"a":-9223372036854775808}}`, `{"sqlType":{"a":1.0}}`,
+		`{"mysqlType":{"a":"bit(8)","b":"int"}}`, `{"mysqlType":{"a":"bit(8)","a":"int"}}`, `{"mysqlType":null}`, `{"mysqlType":{"a":"bit(8)"},"mysqlType":{}}`,
+		`{"MYSQLTYPE":{"a":"bit(1)"}}`, `{"mysqlType":{"a":"bit(\u0038)"}}`, `{"mysqlType":{"a":"bit(65)","b":"bit","c":"bit(0)"}}`, `{"mysqlType":{"a":1}}`, `{"sqlType":{"a":-2,"a":4}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/row"
@@ -86,8 +87,6 @@ func typeOf(t string) columnType {
 		return columnType{sqlVarchar, "json"}
 	case "uuid":
 		return columnType{sqlChar, "char(36)"}
-	case "bit", "varbit":
-		return columnType{sqlBit, "bit" + mods}
 	case "tinyint":
 		return columnType{sqlTinyInt, "tinyint"}
 	case "binary", "varbinary":
@@ -160,4 +159,24 @@ func mysqlTypeOf(t string) columnType {
 		code = sqlBinary
 	}
 	return columnType{code, t}
+}
+
+// bitWidth is a MySQL BIT(n) column's n (its mysqlType, "bit(64)"), 0 for
+// any other column. Its values are their bytes, big-endian; canal-json
+// writes them as Canal does, the unsigned number in decimal (canalbits.go).
+// (PostgreSQL's bit and varbit, whose text is their 0s and 1s, are
+// described as text.)
+func bitWidth(mysqlType string) int {
+	rest, ok := strings.CutPrefix(mysqlType, "bit")
+	if !ok {
+		return 0
+	}
+	if rest == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rest, "("), ")"))
+	if err != nil || !strings.HasPrefix(rest, "(") || !strings.HasSuffix(rest, ")") || n < 1 || n > 64 {
+		return 0
+	}
+	return n
 }
