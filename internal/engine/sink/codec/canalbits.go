@@ -60,7 +60,7 @@ func (b *bitColumns) add(name, mysqlType string) {
 	if w == 0 {
 		if *b != nil {
 			if delete(*b, name); len(*b) == 0 {
-				*b = nil // as encoding/json leaves it, the last of the name counting
+				*b = nil // as encoding/json leaves it
 			}
 		}
 		return

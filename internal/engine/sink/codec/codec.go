@@ -91,9 +91,15 @@ func (b *binaryColumns) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// add keeps name if its type code is a binary one.
+// add keeps name if its type code is a binary one; a repeated name: the
+// last counts, and none left is nil, as encoding/json leaves it.
 func (b *binaryColumns) add(name string, code int) {
 	if !bytesType(code) {
+		if *b != nil {
+			if delete(*b, name); len(*b) == 0 {
+				*b = nil
+			}
+		}
 		return
 	}
 	if *b == nil {

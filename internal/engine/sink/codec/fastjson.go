@@ -35,23 +35,21 @@ func decodeCanalChange(line []byte, m *canalChange) error {
 // number (canalbits.go).
 func unLatin1(m *canalChange) {
 	for name, width := range m.Bits {
-		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
-			for _, r := range rows {
-				if v := r[name]; v != nil {
-					if b, ok := bitsValue(*v, width); ok {
-						r[name] = &b
-					}
-				}
-			}
-		}
+		m.replace(name, func(v string) (string, bool) { return bitsValue(v, width) })
 	}
 	for name := range m.Binary {
-		for _, rows := range [][]map[string]*string{m.Data, m.Old} {
-			for _, r := range rows {
-				if v := r[name]; v != nil {
-					if b, ok := model.FromLatin1(*v); ok {
-						r[name] = &b
-					}
+		m.replace(name, model.FromLatin1)
+	}
+}
+
+// replace puts into the message's rows the value of column name that
+// from makes of its value, where it makes one.
+func (m *canalChange) replace(name string, from func(string) (string, bool)) {
+	for _, rows := range [][]map[string]*string{m.Data, m.Old} {
+		for _, r := range rows {
+			if v := r[name]; v != nil {
+				if b, ok := from(*v); ok {
+					r[name] = &b
 				}
 			}
 		}
@@ -235,9 +233,9 @@ func (r *fastReader) skip(depth int) bool {
 	return false
 }
 
-// bitColumns reads mysqlType, null or an object of strings, into the BIT
-// columns it names.
-func (r *fastReader) bitColumns(b *bitColumns) bool {
+// object reads null or an object, each member's value by value (false:
+// not read).
+func (r *fastReader) object(value func(k []byte) bool) bool {
 	if r.next() == 'n' {
 		return r.lit("null")
 	}
@@ -249,14 +247,9 @@ func (r *fastReader) bitColumns(b *bitColumns) bool {
 	}
 	for {
 		k, ok := r.str()
-		if !ok || !r.take(':') {
+		if !ok || !r.take(':') || !value(k) {
 			return false
 		}
-		v, ok := r.str()
-		if !ok {
-			return false
-		}
-		b.add(string(k), string(v))
 		if r.take(',') {
 			continue
 		}
@@ -264,24 +257,23 @@ func (r *fastReader) bitColumns(b *bitColumns) bool {
 	}
 }
 
+// bitColumns reads mysqlType, null or an object of strings, into the BIT
+// columns it names.
+func (r *fastReader) bitColumns(b *bitColumns) bool {
+	return r.object(func(k []byte) bool {
+		v, ok := r.str()
+		if ok {
+			b.add(string(k), string(v))
+		}
+		return ok
+	})
+}
+
 // binaryColumns reads sqlType, null or an object of integers (no
 // fraction or exponent, within an int's 64 bits), into the binary
 // columns it names.
 func (r *fastReader) binaryColumns(b *binaryColumns) bool {
-	if r.next() == 'n' {
-		return r.lit("null")
-	}
-	if !r.take('{') {
-		return false
-	}
-	if r.take('}') {
-		return true
-	}
-	for {
-		k, ok := r.str()
-		if !ok || !r.take(':') {
-			return false
-		}
+	return r.object(func(k []byte) bool {
 		neg := r.take('-')
 		if neg && (r.i >= len(r.b) || r.b[r.i] < '0' || r.b[r.i] > '9') {
 			return false // JSON has no space after a minus
@@ -294,23 +286,9 @@ func (r *fastReader) binaryColumns(b *binaryColumns) bool {
 		if neg {
 			code = -code
 		}
-		if bytesType(code) {
-			b.add(string(k), code)
-		} else if *b != nil {
-			// A repeated name: the last counts, and none left is nil, as
-			// encoding/json leaves it.
-			if delete(*b, string(k)); len(*b) == 0 {
-				*b = nil
-			}
-		}
-		if r.take(',') {
-			continue
-		}
-		if len(*b) == 0 {
-			*b = nil
-		}
-		return r.take('}')
-	}
+		b.add(string(k), code)
+		return true
+	})
 }
 
 // uint reads a number written as digits only (no sign, fraction or
