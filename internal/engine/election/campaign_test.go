@@ -163,3 +163,34 @@ func TestUnreadableLivenessIsNeverSchedulable(t *testing.T) {
 		return !c.ElectionHolders()[other]
 	})
 }
+
+// A candidacy a campaign leaves behind (etcd's recipe does when the
+// campaign is given up while its key is being written) is what Withdraw
+// deletes: Withdraw names the key the recipe writes. It named another
+// one, so such a stale candidacy stood in the queue until the session
+// ended, in front of every later candidate.
+func TestWithdrawRemovesTheCandidacyACampaignWrote(t *testing.T) {
+	c := enginetest.New(t, enginetest.Options{})
+	ctx := context.Background()
+	store := meta.NewStore(c.Client, "withdraw")
+	m, err := cluster.Join(ctx, store, model.NodeInfo{ID: "n1", Address: "n1"}, testTTL, meta.Previous{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave()
+	e := election.NewEtcd(m.Session(), store.Keys(), "n1")
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := func() map[model.NodeID]bool { return enginetest.ElectionHolders(t, store) }
+	if !holders()["n1"] {
+		t.Fatalf("no candidacy of n1 under %s after its campaign (key %s)", store.Keys().ElectionPrefix(), term.Fence.Key)
+	}
+	if err := e.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holders()["n1"] {
+		t.Fatalf("n1's candidacy %s is still there after Withdraw", term.Fence.Key)
+	}
+}

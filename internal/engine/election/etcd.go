@@ -32,7 +32,13 @@ func NewEtcd(session *concurrency.Session, keys meta.Keys, self model.NodeID) *E
 	return &Etcd{
 		self: self, session: session,
 		election: concurrency.NewElection(session, keys.ElectionPrefix()),
-		key:      fmt.Sprintf("%s%x", keys.ElectionPrefix(), session.Lease()),
+		// The key etcd's recipe campaigns with: NewElection puts a "/"
+		// after the prefix it is given, then the lease in hex. Without
+		// that "/" (until 2026-12-02) Withdraw deleted nothing, and a
+		// campaign given up while its key was being written left a
+		// candidacy that stood in the queue until the session ended
+		// (TestUnreadableLivenessIsNeverSchedulable failed so once).
+		key: fmt.Sprintf("%s/%x", keys.ElectionPrefix(), session.Lease()),
 	}
 }
 
