@@ -48,6 +48,23 @@ func (c *Cluster) CopySummary(cf model.ChangefeedID) string {
 	return model.CopySummary(pt)
 }
 
+// CopyUnderWay waits until partition pid of cf has saved part of its
+// copy in etcd and returns that progress; it fails the test if the copy
+// is already done (a scenario that acts while a partition copies would
+// prove nothing: its table wants to be larger).
+func (c *Cluster) CopyUnderWay(cf model.ChangefeedID, pid string) model.CopyProgress {
+	c.T.Helper()
+	var saved model.CopyProgress
+	c.Eventually("the partition to save some of its copy", 30*time.Second, func() bool {
+		saved = c.State().Progress[cf][pid].Progress.Copy
+		return saved.To != ""
+	})
+	if saved.Done {
+		c.T.Fatalf("partition %s of %s finished its copy before the test could act on it (make the table larger): %+v", pid, cf, saved)
+	}
+	return saved
+}
+
 // WaitSnapshot waits until every partition of a changefeed has copied
 // its range. Two minutes: the scenarios copy in chunks of 10 to 40 rows
 // so that they can act while partitions copy on an idle machine, and a

@@ -3,6 +3,7 @@ package maintainer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/actor"
@@ -52,10 +53,7 @@ func (h *Host) afterSinkHolds(ctx context.Context, e *meta.ChangefeedEntry, r mo
 	if at == p.Checkpoint && copied == p.Copy {
 		return table
 	}
-	out := make(model.ProgressTable, len(table))
-	for pid, q := range table {
-		out[pid] = q
-	}
+	out := maps.Clone(table)
 	p.Checkpoint, p.Copy = at, copied
 	out[r.ID] = p
 	return out

@@ -54,19 +54,8 @@ func (b *bitColumns) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// add keeps name if its type is a BIT; a repeated name: the last counts.
+// add keeps name if its type is a BIT.
 func (b *bitColumns) add(name, mysqlType string) {
 	w := bitWidth(mysqlType)
-	if w == 0 {
-		if *b != nil {
-			if delete(*b, name); len(*b) == 0 {
-				*b = nil // as encoding/json leaves it
-			}
-		}
-		return
-	}
-	if *b == nil {
-		*b = bitColumns{}
-	}
-	(*b)[name] = w
+	keepColumn(b, name, w, w > 0)
 }

@@ -91,21 +91,24 @@ func (b *binaryColumns) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// add keeps name if its type code is a binary one; a repeated name: the
-// last counts, and none left is nil, as encoding/json leaves it.
-func (b *binaryColumns) add(name string, code int) {
-	if !bytesType(code) {
-		if *b != nil {
-			if delete(*b, name); len(*b) == 0 {
-				*b = nil
+// add keeps name if its type code is a binary one.
+func (b *binaryColumns) add(name string, code int) { keepColumn(b, name, true, bytesType(code)) }
+
+// keepColumn sets name to v in *m if keep, else drops it (a repeated
+// name: the last counts); none left is nil, as encoding/json leaves it.
+func keepColumn[M ~map[string]V, V any](m *M, name string, v V, keep bool) {
+	if !keep {
+		if *m != nil {
+			if delete(*m, name); len(*m) == 0 {
+				*m = nil
 			}
 		}
 		return
 	}
-	if *b == nil {
-		*b = binaryColumns{}
+	if *m == nil {
+		*m = M{}
 	}
-	(*b)[name] = true
+	(*m)[name] = v
 }
 
 // TxnPlace is a row's "transaction" block: its transaction's id, and its

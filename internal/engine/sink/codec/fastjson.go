@@ -257,6 +257,16 @@ func (r *fastReader) object(value func(k []byte) bool) bool {
 	}
 }
 
+// once reads an object member that may come once: encoding/json reads a
+// repeated object into the same map, which is left to it.
+func once(seen *bool, read func() bool) bool {
+	if *seen {
+		return false
+	}
+	*seen = true
+	return read()
+}
+
 // bitColumns reads mysqlType, null or an object of strings, into the BIT
 // columns it names.
 func (r *fastReader) bitColumns(b *bitColumns) bool {
@@ -398,19 +408,11 @@ func fastCanalChange(line []byte, m *canalChange) bool {
 					return false
 				}
 			case "mysqlType":
-				if seenMyTypes {
-					return false // encoding/json reads a repeated object into the same map
-				}
-				seenMyTypes = true
-				if !r.bitColumns(&m.Bits) {
+				if !once(&seenMyTypes, func() bool { return r.bitColumns(&m.Bits) }) {
 					return false
 				}
 			case "sqlType":
-				if seenTypes {
-					return false // encoding/json reads a repeated object into the same map
-				}
-				seenTypes = true
-				if !r.binaryColumns(&m.Binary) {
+				if !once(&seenTypes, func() bool { return r.binaryColumns(&m.Binary) }) {
 					return false
 				}
 			case "data", "old":

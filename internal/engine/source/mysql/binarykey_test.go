@@ -61,14 +61,7 @@ func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	// The second partition, moved once it has copied part of its range:
 	// its copy resumes elsewhere after the last key saved in etcd.
 	second := tc.PartitionFrom("my", "shop.tokens", model.DecodeKey(model.BytesKeyType, slices.Min(bounds)))
-	var saved model.CopyProgress
-	tc.Eventually("the partition to save some of its copy", 30*time.Second, func() bool {
-		saved = tc.State().Progress["my"][second.ID].Progress.Copy
-		return saved.To != ""
-	})
-	if saved.Done {
-		t.Fatalf("the partition finished its copy before the move (make the table larger): %+v", saved)
-	}
+	saved := tc.CopyUnderWay("my", second.ID)
 	// What etcd holds is a key of the table, as it was copied.
 	after, _ := saved.After()
 	if vals, err := model.DecodeKeyValues(model.BytesKeyType, after); err != nil || len(vals[0]) != 16 {

@@ -158,14 +158,7 @@ func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 			return nil, fmt.Errorf("no other capture for %s", events.ID)
 		})
 	}
-	var saved model.CopyProgress
-	tc.Eventually("the partition to save some of its copy", 30*time.Second, func() bool {
-		saved = tc.State().Progress["pg"][orders.ID].Progress.Copy
-		return saved.To != ""
-	})
-	if saved.Done {
-		t.Fatalf("the partition finished its copy before the crash (make the table larger): %+v", saved)
-	}
+	saved := tc.CopyUnderWay("pg", orders.ID)
 	after, _ := saved.After()
 	savedThrough, err := strconv.Atoi(model.DecodeKey(orders.Span.Key, after))
 	if err != nil {
