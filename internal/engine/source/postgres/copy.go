@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,7 +30,12 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if !ok {
 		return nil, err
 	}
-	c, err := readRange(ctx, conn, s.cfg, span, copied, limit, register, loaded)
+	c, sorted, err := readRange(ctx, conn, s.cfg, span, copied, limit, register, loaded)
+	if sorted != "" {
+		if _, told := s.sortsTold.LoadOrStore(span.Table, true); !told {
+			s.log.Warn("initial snapshot: "+sorted, "changefeed", s.cf, "table", span.Table)
+		}
+	}
 	if err != nil {
 		_ = conn.Close(context.Background())
 		conn = nil
@@ -40,30 +46,31 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 
 // readRange reads a chunk of a span, the next rows after what is copied,
 // between its watermarks, under the table's definition in the catalog now
-// (checked against the stream's at the high watermark).
-func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, limit int, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (*source.Chunk, error) {
+// (checked against the stream's at the high watermark). A full chunk
+// that had to be sorted comes with what to tell the operator (sorted).
+func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, limit int, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (c *source.Chunk, sorted string, err error) {
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
 	def, err := cat.tableDef(ctx, span.Table)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
 	if len(def.KeyNames()) == 0 {
-		return nil, fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
+		return nil, "", fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
 	}
-	bytewise, err := cat.bytewiseKeys(ctx, span.Table, def)
+	order, err := cat.byteOrder(ctx, span.Table, def)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	q, args, keyIdx, err := rangeQuery(def, bytewise, span, copied, limit)
+	q, args, keyIdx, err := rangeQuery(def, order, span, copied, limit)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	c := source.NewChunk(span.Table, def, limit)
+	c = source.NewChunk(span.Table, def, limit)
 	if !register(c) {
-		return nil, nil
+		return nil, "", nil
 	}
 	err = withWatermarks(ctx, conn, cfg, c, func() error {
-		tx, err := chunkTx(ctx, conn, &c.Snap, indexOrdered(def, bytewise))
+		tx, err := chunkTx(ctx, conn, &c.Snap, indexOrdered(def, order))
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
@@ -83,9 +90,30 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return c, nil
+	if c.Full && !indexOrdered(def, order) {
+		sorted = sortedWhy(span.Table, def)
+	}
+	return c, sorted, nil
+}
+
+// sortedWhy tells the operator that a table's chunks are sorted, and
+// what would read them from an index.
+func sortedWhy(table string, def *source.TableDef) string {
+	why := fmt.Sprintf("%s is keyed by (%s), which partitions copy in the order of its text's bytes, and no index of it has that order: each chunk sorts the rest of its partition's range, so its copy slows as the table grows", table, strings.Join(def.KeyNames(), ", "))
+	if !keyOfIntsAndText(def) {
+		return why
+	}
+	cols := make([]string, 0, len(def.KeyNames()))
+	for _, k := range def.KeyNames() {
+		col := pgx.Identifier{k}.Sanitize()
+		if textColumn(def.Columns[def.Index(k)]) {
+			col += ` COLLATE "C"`
+		}
+		cols = append(cols, col)
+	}
+	return why + fmt.Sprintf("; an index in that order is read instead from the next chunk on: CREATE INDEX CONCURRENTLY ON %s (%s)", quoteQualified(table), strings.Join(cols, ", "))
 }
 
 // chunkTx begins a chunk's read: one REPEATABLE READ snapshot for the
@@ -126,16 +154,16 @@ func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, indexOrder bool)
 
 // indexOrdered says a chunk of the table is read in its key index's
 // order.
-func indexOrdered(def *source.TableDef, bytewise map[string]bool) bool {
-	return indexKey(def, bytewise) || uuidKey(def)
+func indexOrdered(def *source.TableDef, order byteOrder) bool {
+	return indexKey(def, order) || uuidKey(def)
 }
 
 // indexKey says every column of a table's key is an integer, ordered by
-// its value, or text whose collation orders it by its bytes: the key's
-// index orders it as routing does (keyOrder).
-func indexKey(def *source.TableDef, bytewise map[string]bool) bool {
+// its value, or text an index orders by its bytes (byteOrder): that
+// index orders the key as routing does (keyOrder).
+func indexKey(def *source.TableDef, order byteOrder) bool {
 	for _, k := range def.KeyNames() {
-		if !intColumn(def.Columns[def.Index(k)]) && !bytewise[k] {
+		if !intColumn(def.Columns[def.Index(k)]) && !order.has(k) {
 			return false
 		}
 	}

@@ -56,7 +56,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 
-	c, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+	c, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bytewise, err := cat.bytewiseKeys(ctx, "public.items", itemsDef)
+	bytewise, err := cat.byteOrder(ctx, "public.items", itemsDef)
 	if err != nil || len(bytewise) != 0 {
 		t.Fatalf("sku in ICU's collation taken as ordered by its bytes: %v (%v)", bytewise, err)
 	}
@@ -94,6 +94,49 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 		t.Fatalf("a chunk of a table keyed by text is not sorted without the JIT:\n%s", plan)
 	}
 	_ = tx.Rollback(ctx)
+
+	// The index the copy's warning names for it (sortedWhy) serves the
+	// key of text and integer: its chunks are read from that index.
+	_, stmt, _ := strings.Cut(sortedWhy("public.items", itemsDef), "from the next chunk on: ")
+	if want := `CREATE INDEX CONCURRENTLY ON "public"."items" ("sku" COLLATE "C", "line")`; stmt != want {
+		t.Fatalf("the warning names %q, want %q", stmt, want)
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil {
+		t.Fatal(err)
+	}
+	if bytewise, err = cat.byteOrder(ctx, "public.items", itemsDef); err != nil || !indexOrdered(itemsDef, bytewise) {
+		t.Fatalf("items with an index in the bytes' order: %v (%v)", bytewise, err)
+	}
+	q, args, _, err = rangeQuery(itemsDef, bytewise, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(itemsDef, bytewise)); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if plan := explainIn(t, tx, "EXPLAIN "+q, args...); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using items_sku_line_idx") {
+		t.Fatalf("a chunk of items is not read from the index in the bytes' order:\n%s", plan)
+	}
+	res, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(res, func(r pgx.CollectableRow) (string, error) {
+		var sku string
+		var line, qty int32
+		err := r.Scan(&sku, &line, &qty)
+		return fmt.Sprintf("%s/%d", sku, line), err
+	})
+	if err != nil || len(got) != 40 {
+		t.Fatalf("the chunk read %d rows (%v)", len(got), err)
+	}
+	// From the span's start, sku-2's line 3002, its lines in order.
+	for i, g := range got {
+		if want := fmt.Sprintf("sku-2/%d", 3002+50*i); g != want {
+			t.Fatalf("row %d of the chunk is %s, want %s (all: %v)", i, g, want, got)
+		}
+	}
 }
 
 // chunkReader is what reading table's chunks takes: the source's

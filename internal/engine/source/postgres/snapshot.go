@@ -105,13 +105,15 @@ func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 // keyOrder is the key columns as a row the way keys are routed: integer
 // columns by value, any other column by the bytes of its text (collation
 // "C"), so the chunks of a partition are exactly its key range. A column
-// of text whose own collation orders it so (bytewise, textkey.go) stands
-// as it is, so that its index serves the order.
-func keyOrder(def *source.TableDef, bytewise map[string]bool) (exprs []string, keyIdx []int) {
+// of text that an index orders so (byteOrder, textkey.go) is named in
+// that index's collation, so that the index serves the order.
+func keyOrder(def *source.TableDef, order byteOrder) (exprs []string, keyIdx []int) {
 	for _, k := range def.KeyNames() {
 		j := def.Index(k)
 		col := pgx.Identifier{k}.Sanitize()
-		if !intColumn(def.Columns[j]) && !bytewise[k] {
+		if clause, ok := order[k]; ok {
+			col += clause
+		} else if !intColumn(def.Columns[j]) {
 			col += `::text COLLATE "C"`
 		}
 		exprs = append(exprs, col)
@@ -132,19 +134,18 @@ func intColumn(col source.ColumnDef) bool {
 
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
-// bytewise names the key's text columns ordered by their bytes in their
-// own collation.
-func rangeQuery(def *source.TableDef, bytewise map[string]bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+// order says how an index orders the key's text columns by their bytes.
+func rangeQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	if uuidKey(def) {
 		return uuidRangeQuery(def, span, copied, limit)
 	}
-	return textOrderQuery(def, bytewise, span, copied, limit)
+	return textOrderQuery(def, order, span, copied, limit)
 }
 
 // textOrderQuery is a chunk's query in routing order (keyOrder): what
 // any key but one uuid is read with.
-func textOrderQuery(def *source.TableDef, bytewise map[string]bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-	exprs, keyIdx := keyOrder(def, bytewise)
+func textOrderQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+	exprs, keyIdx := keyOrder(def, order)
 	var args []any
 	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(_ int, v string) (string, error) {
 		args = append(args, v)

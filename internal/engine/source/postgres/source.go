@@ -98,6 +98,9 @@ type Source struct {
 	log   *slog.Logger
 	pool  *copyPool         // the initial snapshot's connections on this node
 	slots source.ChunkSlots // and the chunks it holds
+	// sortsTold holds the tables whose sorted chunks were warned of
+	// (copy.go), once each.
+	sortsTold sync.Map
 
 	// missed counts transactions a chunk's read did not see though they
 	// committed before its low watermark (visible.go).

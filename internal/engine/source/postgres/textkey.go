@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
@@ -12,17 +14,50 @@ import (
 // C and C.UTF-8, in a UTF-8 database: by the bytes, or by code point,
 // which in UTF-8 is the same), its primary key's index gives that order,
 // and a chunk is a range read of the index, like an integer key's. In
-// any other collation the index's order is not the bytes', and a chunk
+// another collation (a database's en_US.UTF-8, ICU's) the primary key's
+// index is not in the bytes' order; an index the operator adds in a
+// bytewise collation (`CREATE INDEX ON t (id COLLATE "C")`) is, and a
+// chunk that names that collation is read from it. Without one, a chunk
 // is read in the bytes' order by sorting (COLLATE "C"): every chunk
-// sorts the rest of its partition's range (TestATextKeyedTableIsCopiedFromItsIndex).
+// sorts the rest of its partition's range, and the copy warns
+// (TestATextKeyedTableIsCopiedFromItsIndex).
 //
-// The comparison must be the column's own collation for the planner to
-// use the index: COLLATE "C" on a column of the database's default
+// The comparison must be in the index's own collation for the planner
+// to use it: COLLATE "C" on a column of the database's default
 // collation is another collation to it, even where the default is C.
 
-// bytewiseKeys names the key columns of text (text, varchar) of table
-// (schema.name) whose own collation orders them by their bytes.
-func (c *catalog) bytewiseKeys(ctx context.Context, table string, def *source.TableDef) (map[string]bool, error) {
+// byteOrder maps a table's key columns of text to how a chunk names them
+// so that an index gives them in the order of their bytes: "" as they
+// are (their own collation is bytewise), or a COLLATE clause (an index's
+// collation). A column not in it is sorted.
+type byteOrder map[string]string
+
+// has says a column of the key is ordered by an index.
+func (o byteOrder) has(k string) bool {
+	_, ok := o[k]
+	return ok
+}
+
+// bytewise is the SQL condition that collation co (a row of
+// pg_collation, or the database's default: d, pg_database) orders text
+// by its bytes, for a server of version.
+func bytewise(version int) string {
+	own := `co.collprovider = 'c' AND co.collcollate IN ('C', 'POSIX')`
+	byDefault := `d.datcollate IN ('C', 'POSIX')`
+	if version >= 150000 {
+		byDefault = `d.datlocprovider = 'c' AND d.datcollate IN ('C', 'POSIX')`
+	}
+	if version >= 170000 {
+		own = `(` + own + `) OR (co.collprovider = 'b' AND co.colllocale IN ('C', 'C.UTF-8'))`
+		byDefault = `(` + byDefault + `) OR (d.datlocprovider = 'b' AND d.datlocale IN ('C', 'C.UTF-8'))`
+	}
+	return `current_setting('server_encoding') = 'UTF8' AND CASE WHEN co.collprovider = 'd' THEN ` + byDefault + ` ELSE ` + own + ` END`
+}
+
+// byteOrder says how the key columns of text (text, varchar) of table
+// (schema.name) are ordered by their bytes: by their own collation, or
+// else by an index that orders every column of the key so.
+func (c *catalog) byteOrder(ctx context.Context, table string, def *source.TableDef) (byteOrder, error) {
 	var names []string
 	for _, k := range def.KeyNames() {
 		if textColumn(def.Columns[def.Index(k)]) {
@@ -36,36 +71,113 @@ func (c *catalog) bytewiseKeys(ctx context.Context, table string, def *source.Ta
 	if err != nil {
 		return nil, err
 	}
-	// A collation of its own (a libc collation with C's rules, or
-	// builtin), or the database's default.
-	own := `co.collprovider = 'c' AND co.collcollate IN ('C', 'POSIX')`
-	byDefault := `d.datcollate IN ('C', 'POSIX')`
-	if version >= 150000 {
-		byDefault = `d.datlocprovider = 'c' AND d.datcollate IN ('C', 'POSIX')`
-	}
-	if version >= 170000 {
-		own = `(` + own + `) OR (co.collprovider = 'b' AND co.colllocale IN ('C', 'C.UTF-8'))`
-		byDefault = `(` + byDefault + `) OR (d.datlocprovider = 'b' AND d.datlocale IN ('C', 'C.UTF-8'))`
-	}
 	rows, err := c.conn.Query(ctx, `
 SELECT a.attname FROM pg_attribute a
 JOIN pg_collation co ON co.oid = a.attcollation
 JOIN pg_database d ON d.datname = current_database()
-WHERE a.attrelid = $1::regclass AND a.attname = ANY($2) AND current_setting('server_encoding') = 'UTF8'
-  AND CASE WHEN co.collprovider = 'd' THEN `+byDefault+` ELSE `+own+` END`, quoteQualified(table), names)
+WHERE a.attrelid = $1::regclass AND a.attname = ANY($2) AND `+bytewise(version), quoteQualified(table), names)
+	if err != nil {
+		return nil, err
+	}
+	own, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := byteOrder{}
+	for _, n := range own {
+		out[n] = ""
+	}
+	if len(out) == len(names) || !keyOfIntsAndText(def) {
+		return out, nil
+	}
+	byIndex, err := c.indexByteOrder(ctx, table, def, version)
+	if err != nil || byIndex == nil {
+		return out, err
+	}
+	return byIndex, nil
+}
+
+// indexByteOrder finds a btree index of table whose first columns are
+// its key's, in order, each text column in a bytewise collation with its
+// type's default operator class, and returns how a chunk names them; nil
+// if there is none. A partial index, or one not yet valid (a CREATE
+// INDEX CONCURRENTLY under way), does not count.
+func (c *catalog) indexByteOrder(ctx context.Context, table string, def *source.TableDef, version int) (byteOrder, error) {
+	keys := def.KeyNames()
+	rows, err := c.conn.Query(ctx, `
+SELECT i.indexrelid::int8, a.attname::text, oc.opcdefault, a.attcollation = i.indcollation[p.pos],
+       COALESCE(quote_ident(n.nspname) || '.' || quote_ident(co.collname), ''), COALESCE(`+bytewise(version)+`, false)
+FROM pg_index i
+JOIN pg_class ic ON ic.oid = i.indexrelid
+JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+CROSS JOIN generate_series(0, $2 - 1) p(pos)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[p.pos]
+JOIN pg_opclass oc ON oc.oid = i.indclass[p.pos]
+LEFT JOIN pg_collation co ON co.oid = i.indcollation[p.pos]
+LEFT JOIN pg_namespace n ON n.oid = co.collnamespace
+JOIN pg_database d ON d.datname = current_database()
+WHERE i.indrelid = $1::regclass AND i.indisvalid AND i.indisready AND i.indpred IS NULL AND i.indnkeyatts >= $2
+ORDER BY i.indisprimary DESC, i.indexrelid, p.pos`, quoteQualified(table), len(keys))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]bool{}
+	var (
+		index  int64 = -1
+		order  byteOrder
+		serves bool
+		pos    int
+	)
 	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
+		var (
+			id                         int64
+			name, collation            string
+			defaultClass, own, byBytes bool
+		)
+		if err := rows.Scan(&id, &name, &defaultClass, &own, &collation, &byBytes); err != nil {
 			return nil, err
 		}
-		out[n] = true
+		if id != index {
+			if serves && pos == len(keys) {
+				return order, nil
+			}
+			index, order, serves, pos = id, byteOrder{}, true, 0
+		}
+		if !serves {
+			continue
+		}
+		col := def.Columns[def.Index(keys[pos])]
+		switch {
+		case name != keys[pos] || !defaultClass:
+			serves = false
+		case textColumn(col) && !byBytes:
+			serves = false
+		case textColumn(col) && own:
+			order[name] = ""
+		case textColumn(col):
+			order[name] = " COLLATE " + collation
+		}
+		pos++
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if serves && pos == len(keys) {
+		return order, nil
+	}
+	return nil, nil
+}
+
+// keyOfIntsAndText says every column of a table's key is an integer or
+// text: the keys an index can give in routing order.
+func keyOfIntsAndText(def *source.TableDef) bool {
+	for _, k := range def.KeyNames() {
+		col := def.Columns[def.Index(k)]
+		if !intColumn(col) && !textColumn(col) {
+			return false
+		}
+	}
+	return true
 }
 
 // textColumn says a key column is text whose text form is its value (not

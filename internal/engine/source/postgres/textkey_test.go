@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -15,11 +17,13 @@ import (
 // database's default, C here, or a column's own "C") is copied from its
 // key's index: each chunk after the first is a range scan, not a sort of
 // the rest of its partition. Keyed by text in ICU's root collation, whose
-// order is not the bytes', it is sorted. Either way four partitions cut
-// at bounds that are no key ("8", "C1", "c1"), each read in chunks until
-// done, copy every row once, in the order of its bytes, inside their
-// ranges: keys of mixed case, of several lengths and prefixes of one
-// another, with spaces, accents, CJK and emoji.
+// order is not the bytes', it is sorted, and the copy says so with the
+// index that would serve it; once that index is made (the statement
+// the warning names), the same table is read from it. Either way four
+// partitions cut at bounds that are no key ("8", "C1", "c1"), each read
+// in chunks until done, copy every row once, in the order of its bytes,
+// inside their ranges: keys of mixed case, of several lengths and
+// prefixes of one another, with spaces, accents, CJK and emoji.
 func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	t.Parallel()
 	const rows, limit = 12_000, 2_000
@@ -31,44 +35,81 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	}
 	_, dsn := newDB(t, keys("tk", "text")+keys("tv", `varchar(60) COLLATE "C"`)+keys("ti", `text COLLATE "und-x-icu"`))
 	ctx := context.Background()
+	var advice string // the sorted table's warning
 	for _, c := range []struct {
-		table    string
-		bytewise bool
-	}{{"tk", true}, {"tv", true}, {"ti", false}} {
+		table, index string
+		bytewise     bool
+	}{{"tk", "tk_pkey", true}, {"tv", "tv_pkey", true}, {"ti", "", false}, {"ti", "ti_id_idx", true}} {
 		cfg, conn, def := chunkReader(t, dsn, c.table)
+		if c.index == "ti_id_idx" {
+			// The warning's own statement.
+			_, stmt, ok := strings.Cut(advice, "from the next chunk on: ")
+			if want := `CREATE INDEX CONCURRENTLY ON "public"."ti" ("id" COLLATE "C")`; !ok || stmt != want {
+				t.Fatalf("the sorted table's warning names %q, want %q:\n%s", stmt, want, advice)
+			}
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cat := &catalog{conn: conn, types: map[uint32]string{}}
-		bytewise, err := cat.bytewiseKeys(ctx, "public."+c.table, def)
+		order, err := cat.byteOrder(ctx, "public."+c.table, def)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if indexOrdered(def, bytewise) != c.bytewise {
-			t.Fatalf("%s (%+v): taken as ordered by its index %v, want %v", c.table, def.Columns[def.Index("id")], bytewise["id"], c.bytewise)
+		if indexOrdered(def, order) != c.bytewise {
+			t.Fatalf("%s (%+v): taken as ordered by an index %v, want %v", c.table, def.Columns[def.Index("id")], order, c.bytewise)
 		}
+		if !c.bytewise {
+			// Through the source as a dispatcher reads: one warning a
+			// table, however many chunks sort.
+			var logged bytes.Buffer
+			src := &Source{cfg: cfg, log: slog.New(slog.NewTextHandler(&logged, nil)), pool: &copyPool{cfg: cfg}, cf: "text"}
+			span := model.Span{Table: "public." + c.table, Key: "text"}
+			for range 3 {
+				if ch, err := src.ReadChunk(ctx, span, model.CopyProgress{}, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {}); err != nil || !ch.Full {
+					t.Fatalf("a chunk of %s through the source: %v", c.table, err)
+				}
+			}
+			src.pool.close()
+			if n := strings.Count(logged.String(), "level=WARN"); n != 1 || !strings.Contains(logged.String(), "CREATE INDEX CONCURRENTLY ON") {
+				t.Fatalf("three sorted chunks of %s logged %d warnings, want 1 naming the index:\n%s", c.table, n, logged.String())
+			}
+		}
+		var sorted []string
 		seen := sourcetest.ChunkedSpans(t, "public."+c.table, "text", []string{"", "8", "C1", "c1", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
 			if chunk != 1 {
 				return
 			}
-			q, args, _, err := rangeQuery(def, bytewise, span, copied, limit)
+			q, args, _, err := rangeQuery(def, order, span, copied, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var snap string
-			tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, bytewise))
+			tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, order))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(ctx) //nolint:errcheck // read only
 			plan := explainIn(t, tx, "EXPLAIN "+q, args...)
-			if indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.table+"_pkey") && strings.Contains(plan, "Index Cond"); indexed != c.bytewise {
-				t.Fatalf("a chunk of %s: a range scan of its index %v, want %v:\n%s", c.table, indexed, c.bytewise, plan)
+			if indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.index+" ") && strings.Contains(plan, "Index Cond"); indexed != c.bytewise {
+				t.Fatalf("a chunk of %s: a range scan of index %q %v, want %v:\n%s", c.table, c.index, indexed, c.bytewise, plan)
 			}
 		}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
-			ch, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			ch, why, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 			if err != nil {
 				t.Fatal(err)
 			}
+			if why != "" {
+				sorted = append(sorted, why)
+			}
 			return ch
 		})
+		if c.bytewise != (len(sorted) == 0) {
+			t.Fatalf("%s: read from an index %v, but its full chunks warned of sorts %d times: %q", c.table, c.bytewise, len(sorted), sorted)
+		}
+		if len(sorted) > 0 {
+			advice = sorted[0]
+		}
 		var upstream int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+c.table).Scan(&upstream); err != nil {
 			t.Fatal(err)
@@ -97,7 +138,7 @@ func BenchmarkTextKeyChunks(b *testing.B) {
 		INSERT INTO tb SELECT md5(g::text), md5(g::text) FROM generate_series(1, %d) g; ANALYZE tb`, rows))
 	benchIndexAgainstTextOrder(b, dsn, "tb", "text", rows, func(def *source.TableDef) chunkQuery {
 		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-			return textOrderQuery(def, map[string]bool{"id": true}, span, copied, limit)
+			return textOrderQuery(def, byteOrder{"id": ""}, span, copied, limit)
 		}
 	})
 }

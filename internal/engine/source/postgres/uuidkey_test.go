@@ -46,7 +46,7 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			t.Fatalf("a chunk of a uuid key is not a range scan of its index:\n%s", plan)
 		}
 	}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
-		c, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+		c, _, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 		if err != nil {
 			t.Fatal(err)
 		}
