@@ -12,7 +12,7 @@ import (
 // chunkQuery is a chunk's query, as rangeQuery makes it.
 type chunkQuery func(*source.TableDef, model.Span, model.CopyProgress, int) (string, []any, []int, error)
 
-// benchIndexAgainstTextOrder reads table (rows rows, its key of type
+// benchIndexAgainstTextOrder reads table (rows rows, its key of types
 // keyType) whole, one partition from start to end in chunks of the
 // default size, with the query index makes (read as a key its index
 // orders is: sorts disabled) against the query in the key's text order
@@ -28,7 +28,7 @@ func benchIndexAgainstTextOrder(b *testing.B, dsn, table, keyType string, rows i
 		var copied model.CopyProgress
 		n := 0
 		for {
-			stmt, args, _, err := q(def, span, copied, source.DefaultChunkRows)
+			stmt, args, keyIdx, err := q(def, span, copied, source.DefaultChunkRows)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -41,9 +41,11 @@ func benchIndexAgainstTextOrder(b *testing.B, dsn, table, keyType string, rows i
 			if err != nil {
 				b.Fatal(err)
 			}
-			got, last := 0, ""
+			got, last := 0, make([]string, len(keyIdx))
 			for rs.Next() {
-				last = string(rs.RawValues()[0])
+				for i, j := range keyIdx {
+					last[i] = string(rs.RawValues()[j])
+				}
 				got++
 			}
 			if err := rs.Err(); err != nil {
@@ -54,7 +56,7 @@ func benchIndexAgainstTextOrder(b *testing.B, dsn, table, keyType string, rows i
 			if got < source.DefaultChunkRows {
 				break
 			}
-			k, err := model.EncodeKeyValues(keyType, []string{last})
+			k, err := model.EncodeKeyValues(keyType, last)
 			if err != nil {
 				b.Fatal(err)
 			}

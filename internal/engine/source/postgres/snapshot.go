@@ -136,8 +136,8 @@ func intColumn(col source.ColumnDef) bool {
 // order after the last key copied (or from the span's start).
 // order says how an index orders the key's text columns by their bytes.
 func rangeQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-	if uuidKey(def) {
-		return uuidRangeQuery(def, span, copied, limit)
+	if uuidKey(def) && indexOrdered(def, order) {
+		return uuidRangeQuery(def, order, span, copied, limit)
 	}
 	return textOrderQuery(def, order, span, copied, limit)
 }

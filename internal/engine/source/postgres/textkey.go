@@ -87,7 +87,7 @@ WHERE a.attrelid = $1::regclass AND a.attname = ANY($2) AND `+bytewise(version),
 	for _, n := range own {
 		out[n] = ""
 	}
-	if len(out) == len(names) || !keyOfIntsAndText(def) {
+	if len(out) == len(names) || !indexable(def) {
 		return out, nil
 	}
 	byIndex, err := c.indexByteOrder(ctx, table, def, version)
@@ -168,12 +168,12 @@ ORDER BY i.indisprimary DESC, i.indexrelid, p.pos`, quoteQualified(table), len(k
 	return nil, nil
 }
 
-// keyOfIntsAndText says every column of a table's key is an integer or
+// indexable says every column of a table's key is an integer, a uuid or
 // text: the keys an index can give in routing order.
-func keyOfIntsAndText(def *source.TableDef) bool {
+func indexable(def *source.TableDef) bool {
 	for _, k := range def.KeyNames() {
 		col := def.Columns[def.Index(k)]
-		if !intColumn(col) && !textColumn(col) {
+		if !intColumn(col) && !uuidColumn(col) && !textColumn(col) {
 			return false
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -63,6 +65,121 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	}
 	if len(seen) != upstream || upstream != rows {
 		t.Fatalf("copied %d rows of %d (%d upstream)", len(seen), rows, upstream)
+	}
+}
+
+// A key of several columns with a uuid among them is copied from an
+// index as well: a tenant's uuid before its rows' ids (the primary key's
+// index), a tenant's uuid before text in ICU's collation (the index in
+// the bytes' order the copy's warning names), and an integer before a
+// uuid. The partitions are cut at bounds whose uuid values are not
+// uuids ("8", "c2"), are one (a tenant's, inside its rows), or are above
+// every uuid's text ("g", "zz"); each is read in chunks until done,
+// every chunk after the first a range scan of the index, and every row
+// is copied once, in routing order, inside its partition.
+func TestAKeyWithAUUIDIsCopiedFromAnIndex(t *testing.T) {
+	t.Parallel()
+	const limit = 700
+	_, dsn := newDB(t, `CREATE TABLE tu (tenant uuid, id int8, v text, PRIMARY KEY (tenant, id));
+		INSERT INTO tu SELECT t.u, g, md5(g::text) FROM (SELECT gen_random_uuid() u FROM generate_series(1, 40)) t, generate_series(1, 300) g;
+		INSERT INTO tu SELECT 'c1000000-0000-0000-0000-000000000000', g, '' FROM generate_series(-3, 3) g;
+		INSERT INTO tu SELECT '9a000000-0000-0000-0000-0000000000ff', g, '' FROM generate_series(1, 300) g;
+		CREATE TABLE ts (tenant uuid, sku text COLLATE "und-x-icu", v int4, PRIMARY KEY (tenant, sku));
+		INSERT INTO ts SELECT t.u, CASE g % 3 WHEN 0 THEN upper(md5(g::text)) WHEN 1 THEN md5(g::text) || 'é' ELSE left(md5(g::text), 1 + g % 9) END, g
+			FROM (SELECT gen_random_uuid() u FROM generate_series(1, 30) UNION ALL SELECT '7b000000-0000-0000-0000-000000000000') t, generate_series(1, 300) g ON CONFLICT DO NOTHING;
+		CREATE INDEX ts_bytes ON ts (tenant, sku COLLATE "C");
+		CREATE TABLE tn (n int4, u uuid, v text, PRIMARY KEY (n, u));
+		INSERT INTO tn SELECT g % 20, gen_random_uuid(), '' FROM generate_series(1, 9000) g`)
+	ctx := context.Background()
+	for _, c := range []struct {
+		table, keyTypes, index string
+		bounds                 func(conn *pgx.Conn) [][]string
+	}{
+		{"tu", "uuid,int8", "tu_pkey", func(conn *pgx.Conn) [][]string {
+			return [][]string{nil, {"8", "0"}, {"9a000000-0000-0000-0000-0000000000ff", "150"}, {"c1000000-0000-0000-0000-000000000000", "-1"}, {"c2", "5"}, {"g", "0"}, nil}
+		}},
+		{"ts", "uuid,text", "ts_bytes", func(conn *pgx.Conn) [][]string {
+			const mid = "7b000000-0000-0000-0000-000000000000"
+			var sku string
+			if err := conn.QueryRow(ctx, `SELECT sku FROM ts WHERE tenant = $1 ORDER BY sku COLLATE "C" OFFSET 150 LIMIT 1`, mid).Scan(&sku); err != nil {
+				t.Fatal(err)
+			}
+			return [][]string{nil, {"3", "a"}, {mid, sku}, {mid, sku + "0"}, {"e", "Z"}, nil}
+		}},
+		{"tn", "int4,uuid", "tn_pkey", func(conn *pgx.Conn) [][]string {
+			var mid string
+			if err := conn.QueryRow(ctx, `SELECT u::text FROM tn WHERE n = 7 ORDER BY u OFFSET 200 LIMIT 1`).Scan(&mid); err != nil {
+				t.Fatal(err)
+			}
+			return [][]string{nil, {"3", "8"}, {"7", mid}, {"12", "zz"}, {"15", ""}, nil}
+		}},
+	} {
+		cfg, conn, def := chunkReader(t, dsn, c.table)
+		cat := &catalog{conn: conn, types: map[uint32]string{}}
+		order, err := cat.byteOrder(ctx, "public."+c.table, def)
+		if err != nil || !indexOrdered(def, order) {
+			t.Fatalf("%s (key %v): not taken as ordered by an index (%v, %v)", c.table, def.KeyNames(), order, err)
+		}
+		bounds := c.bounds(conn)
+		seen := map[string]int{}
+		for i := 0; i+1 < len(bounds); i++ {
+			span := model.Span{Table: "public." + c.table, Key: c.keyTypes}
+			for p, v := range map[*string][]string{&span.Start: bounds[i], &span.End: bounds[i+1]} {
+				if v != nil {
+					if *p, err = model.EncodeKeyValues(c.keyTypes, v); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var copied model.CopyProgress
+			prev := ""
+			for chunk := 0; ; chunk++ {
+				q, args, _, err := rangeQuery(def, order, span, copied, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var snap string
+				tx, err := chunkTx(ctx, conn, &snap, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan := explainIn(t, tx, "EXPLAIN "+q, args...)
+				indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.index+" ") &&
+					(chunk == 0 && bounds[i] == nil || strings.Contains(plan, "Index Cond"))
+				// A range above every uuid's text holds nothing, and is known to.
+				if empty := strings.Contains(plan, "One-Time Filter: false"); !indexed && !empty {
+					t.Fatalf("chunk %d of %s in [%q, %q) is not a range scan of %s:\n%s\n%s %v", chunk, c.table, bounds[i], bounds[i+1], c.index, plan, q, args)
+				}
+				_ = tx.Rollback(ctx)
+				ch, why, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+				if err != nil || why != "" {
+					t.Fatalf("%s: %v %s", c.table, err, why)
+				}
+				for _, e := range ch.Rows {
+					if e.Key <= prev || !span.Contains(e.Key) {
+						t.Fatalf("%s: [%q, %q) read %q after %q", c.table, bounds[i], bounds[i+1], model.DecodeKey(c.keyTypes, e.Key), model.DecodeKey(c.keyTypes, prev))
+					}
+					prev = e.Key
+					seen[e.Key]++
+				}
+				if len(ch.Rows) < limit {
+					break
+				}
+				copied = copied.CopiedThrough(ch.Last)
+			}
+		}
+		var upstream int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+c.table).Scan(&upstream); err != nil {
+			t.Fatal(err)
+		}
+		for k, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s: row %q copied %d times", c.table, model.DecodeKey(c.keyTypes, k), n)
+			}
+		}
+		if len(seen) != upstream || upstream < 2_500 {
+			t.Fatalf("%s: copied %d rows of %d upstream", c.table, len(seen), upstream)
+		}
 	}
 }
 
@@ -144,5 +261,25 @@ func BenchmarkUUIDKeyChunks(b *testing.B) {
 	const rows = 200_000
 	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE u (id uuid PRIMARY KEY, v text);
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g; ANALYZE u`, rows))
-	benchIndexAgainstTextOrder(b, dsn, "u", "uuid", rows, func(def *source.TableDef) chunkQuery { return uuidRangeQuery })
+	benchIndexAgainstTextOrder(b, dsn, "u", "uuid", rows, func(def *source.TableDef) chunkQuery {
+		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+			return uuidRangeQuery(def, nil, span, copied, limit)
+		}
+	})
+}
+
+// BenchmarkTenantKeyChunks is BenchmarkUUIDKeyChunks for a key of two
+// columns, a tenant's uuid before its rows' ids: 200 tenants of 1,000
+// rows.
+//
+//	go test -run '^$' -bench 'TenantKeyChunks' -benchtime 3x ./internal/engine/source/postgres
+func BenchmarkTenantKeyChunks(b *testing.B) {
+	const rows = 200_000
+	_, dsn := newDB(b, fmt.Sprintf(`CREATE TABLE tb (tenant uuid, id int8, v text, PRIMARY KEY (tenant, id));
+		INSERT INTO tb SELECT t.u, g, md5(g::text) FROM (SELECT gen_random_uuid() u FROM generate_series(1, %d)) t, generate_series(1, 1000) g; ANALYZE tb`, rows/1000))
+	benchIndexAgainstTextOrder(b, dsn, "tb", "uuid,int8", rows, func(def *source.TableDef) chunkQuery {
+		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+			return uuidRangeQuery(def, nil, span, copied, limit)
+		}
+	})
 }
