@@ -93,16 +93,20 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, "", err
 	}
 	if c.Full && !indexOrdered(def, order) {
-		sorted = sortedWhy(span.Table, def)
+		var encoding string
+		_ = conn.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&encoding)
+		sorted = sortedWhy(span.Table, def, encoding == "UTF8")
 	}
 	return c, sorted, nil
 }
 
 // sortedWhy tells the operator that a table's chunks are sorted, and
-// what would read them from an index.
-func sortedWhy(table string, def *source.TableDef) string {
+// what would read them from an index: where the key's types allow one,
+// in a UTF-8 database (in another, no collation orders text by its UTF-8
+// bytes).
+func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 	why := fmt.Sprintf("%s is keyed by (%s), which partitions copy in the order of its text's bytes, and no index of it has that order: each chunk sorts the rest of its partition's range, so its copy slows as the table grows", table, strings.Join(def.KeyNames(), ", "))
-	if !indexable(def) {
+	if !indexable(def) || !utf8 {
 		return why
 	}
 	cols := make([]string, 0, len(def.KeyNames()))
@@ -121,7 +125,9 @@ func sortedWhy(table string, def *source.TableDef) string {
 //
 // Where an index gives the rows in key order (indexOrdered: integer and
 // uuid key columns, uuidkey.go, and text an index orders by its bytes,
-// textkey.go), they come from it, never sorted: on a table without
+// textkey.go), they come from it, not sorted (sorts are disabled, which
+// makes the planner choose the index; were it to sort all the same, the
+// rows would still be right, only slower): on a table without
 // statistics (just loaded, not analyzed yet) the planner guesses that a
 // bounded range holds a few hundred rows, reads all of it with a bitmap
 // scan and sorts it, on disk, before the first row comes out; ten times

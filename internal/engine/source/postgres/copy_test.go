@@ -97,7 +97,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 
 	// The index the copy's warning names for it (sortedWhy) serves the
 	// key of text and integer: its chunks are read from that index.
-	_, stmt, _ := strings.Cut(sortedWhy("public.items", itemsDef), "from the next chunk on: ")
+	_, stmt, _ := strings.Cut(sortedWhy("public.items", itemsDef, true), "from the next chunk on: ")
 	if want := `CREATE INDEX CONCURRENTLY ON "public"."items" ("sku" COLLATE "C", "line")`; stmt != want {
 		t.Fatalf("the warning names %q, want %q", stmt, want)
 	}

@@ -98,14 +98,16 @@ WHERE a.attrelid = $1::regclass AND a.attname = ANY($2) AND `+bytewise(version),
 }
 
 // indexByteOrder finds a btree index of table whose first columns are
-// its key's, in order, each text column in a bytewise collation with its
-// type's default operator class, and returns how a chunk names them; nil
-// if there is none. A partial index, or one not yet valid (a CREATE
+// its key's, in order and in one direction, each text column in a
+// bytewise collation with its type's default operators, and returns how
+// a chunk names them; nil if there is none. A partial index, or one not yet valid (a CREATE
 // INDEX CONCURRENTLY under way), does not count.
 func (c *catalog) indexByteOrder(ctx context.Context, table string, def *source.TableDef, version int) (byteOrder, error) {
 	keys := def.KeyNames()
 	rows, err := c.conn.Query(ctx, `
-SELECT i.indexrelid::int8, a.attname::text, oc.opcdefault, a.attcollation = i.indcollation[p.pos],
+SELECT i.indexrelid::int8, a.attname::text, i.indoption[p.pos]::int4,
+       oc.opcfamily IN (SELECT d.opcfamily FROM pg_opclass d WHERE d.opcmethod = am.oid AND d.opcdefault AND d.opcintype IN (a.atttypid, 'text'::regtype)),
+       a.attcollation = i.indcollation[p.pos],
        COALESCE(quote_ident(n.nspname) || '.' || quote_ident(co.collname), ''), COALESCE(`+bytewise(version)+`, false)
 FROM pg_index i
 JOIN pg_class ic ON ic.oid = i.indexrelid
@@ -123,32 +125,38 @@ ORDER BY i.indisprimary DESC, i.indexrelid, p.pos`, quoteQualified(table), len(k
 	}
 	defer rows.Close()
 	var (
-		index  int64 = -1
-		order  byteOrder
-		serves bool
-		pos    int
+		index     int64 = -1
+		order     byteOrder
+		serves    bool
+		pos       int
+		direction int32
 	)
 	for rows.Next() {
 		var (
 			id                         int64
 			name, collation            string
+			option                     int32
 			defaultClass, own, byBytes bool
 		)
-		if err := rows.Scan(&id, &name, &defaultClass, &own, &collation, &byBytes); err != nil {
+		if err := rows.Scan(&id, &name, &option, &defaultClass, &own, &collation, &byBytes); err != nil {
 			return nil, err
 		}
 		if id != index {
 			if serves && pos == len(keys) {
 				return order, nil
 			}
-			index, order, serves, pos = id, byteOrder{}, true, 0
+			index, order, serves, pos, direction = id, byteOrder{}, true, 0, option
 		}
 		if !serves {
 			continue
 		}
 		col := def.Columns[def.Index(keys[pos])]
 		switch {
-		case name != keys[pos] || !defaultClass:
+		// Its columns the key's, compared by their types' default
+		// operators (bpchar_ops or text_pattern_ops order otherwise), all
+		// ascending with NULLs last or all the reverse (read backwards):
+		// else the index cannot give the chunk's ORDER BY.
+		case name != keys[pos] || !defaultClass || option != direction || option != 0 && option != 3:
 			serves = false
 		case textColumn(col) && !byBytes:
 			serves = false

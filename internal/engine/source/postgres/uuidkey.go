@@ -69,6 +69,9 @@ func uuidRangeQuery(def *source.TableDef, order byteOrder, span model.Span, copi
 		return fmt.Sprintf("(%s) %s (%s)", strings.Join(exprs, ", "), op, strings.Join(ph, ", "))
 	}
 	for _, b := range bounds {
+		if len(b.Vals) != len(keyIdx) {
+			return "", nil, nil, fmt.Errorf("snapshot of %s: the partition's key has %d columns, the table's primary key %d now: its changefeed was created with another key", span.Table, len(b.Vals), len(keyIdx))
+		}
 		ph := make([]string, len(b.Vals))
 		for i, v := range b.Vals {
 			ph[i] = param(v, false)

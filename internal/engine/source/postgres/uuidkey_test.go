@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -181,6 +182,101 @@ func TestAKeyWithAUUIDIsCopiedFromAnIndex(t *testing.T) {
 			t.Fatalf("%s: copied %d rows of %d upstream", c.table, len(seen), upstream)
 		}
 	}
+}
+
+// uuidBound's condition on the key's columns as they are holds for
+// exactly the rows its chunk bound on their text holds for (the text
+// bound stays in the query; the columns' bound is what the index reads,
+// and must never leave out a row the text bound keeps): keys of a uuid
+// and an integer, an integer and a uuid, and two uuids, each bound op,
+// bound values that are a uuid's text, a prefix, uppercase, longer, empty
+// or above every uuid's text, against rows at and around the bound.
+func FuzzUUIDBound(f *testing.F) {
+	for _, v := range []string{"", "8", "c1", "C1", "g", "zz", "12345678-1234-1234-1234-123456789abc", "12345678-1234-1234-1234-123456789abc0",
+		"ffffffff-ffff-ffff-ffff-ffffffffffff", "ffffffff-ffff-ffff-ffff-ffffffffffff0", "a-"} {
+		f.Add(v, "7", v, uint64(1), uint64(2))
+	}
+	f.Fuzz(func(t *testing.T, u0, n, u1 string, seed1, seed2 uint64) {
+		if _, err := strconv.ParseInt(n, 10, 64); err != nil {
+			return // an integer column's bound is an integer
+		}
+		num := func(s string) *big.Int { v, _ := new(big.Int).SetString(s, 10); return v }
+		uuidsNear := func(v string) []string {
+			out := []string{"00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+				uuidText(new(big.Int).SetUint64(seed1)), uuidText(new(big.Int).Lsh(new(big.Int).SetUint64(seed2), 64))}
+			if c, ok := uuidCeil(v); ok {
+				x, _ := uuidNumber(c)
+				for _, d := range []int64{-1, 0, 1} {
+					if y := new(big.Int).Add(x, big.NewInt(d)); y.Sign() >= 0 && y.BitLen() <= 128 {
+						out = append(out, uuidText(y))
+					}
+				}
+			}
+			return out
+		}
+		intsNear := func(v string) []string {
+			x := num(v)
+			return []string{new(big.Int).Sub(x, big.NewInt(1)).String(), x.String(), new(big.Int).Add(x, big.NewInt(1)).String()}
+		}
+		// A column's values compare as routing orders them: an integer by
+		// its value, a uuid by its text (which is its own order too).
+		cmp := func(uuid bool, a, b string) int {
+			if uuid {
+				return strings.Compare(a, b)
+			}
+			return num(a).Cmp(num(b))
+		}
+		holds := func(uuids []bool, row, vals []string, op string) bool {
+			c := 0
+			for i := range vals {
+				if c = cmp(uuids[i], row[i], vals[i]); c != 0 {
+					break
+				}
+			}
+			switch op {
+			case ">=":
+				return c >= 0
+			case ">":
+				return c > 0
+			case "<=":
+				return c <= 0
+			}
+			return c < 0
+		}
+		for _, key := range []struct {
+			uuids []bool
+			vals  []string
+		}{{[]bool{true, false}, []string{u0, n}}, {[]bool{false, true}, []string{n, u0}}, {[]bool{true, true}, []string{u0, u1}}} {
+			candidates := make([][]string, 2)
+			for i, uuid := range key.uuids {
+				if uuid {
+					candidates[i] = uuidsNear(key.vals[i])
+				} else {
+					candidates[i] = intsNear(key.vals[i])
+				}
+			}
+			for _, op := range []string{">=", ">", "<"} {
+				native, cols, vals := uuidBound(source.ChunkBound{Op: op, Vals: key.vals}, key.uuids)
+				for _, a := range candidates[0] {
+					for _, b := range candidates[1] {
+						row := []string{a, b}
+						byText := holds(key.uuids, row, key.vals, op)
+						var asThey bool
+						switch native {
+						case "":
+							asThey = true
+						case "FALSE":
+						default:
+							asThey = holds(key.uuids, row[:cols], vals[:cols], native)
+						}
+						if byText != asThey {
+							t.Fatalf("key %v, bound %s %q: row %q is in by its text %v, by the columns' bound (%s on %d columns, %q) %v", key.uuids, op, key.vals, row, byText, native, cols, vals, asThey)
+						}
+					}
+				}
+			}
+		}
+	})
 }
 
 // uuidCeil is the least uuid text at or above any text: checked against
