@@ -139,7 +139,7 @@ func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 // (TestAKeyWithAUUIDIsCopiedFromAnIndex). Other keys are ordered by their
 // text's bytes, which their index does not give: those are sorted. And no chunk
 // is compiled by the JIT: a chunk is a scan of at most a few tens of
-// thousands of rows, and a disabled sort's cost (10^10) passes every
+// thousands of rows, and a disabled sort's cost (10^10, before PostgreSQL 18) passes every
 // JIT threshold (a chunk of 40 rows took 185 ms of inlining and
 // optimising).
 func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, indexOrder bool) (pgx.Tx, error) {
