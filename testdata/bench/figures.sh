@@ -12,10 +12,14 @@
 # benchmark and each figure it reports, the median and the range over
 # the runs; the runs' own lines are in $OUT/figures/runs.txt ($OUT
 # defaults to $TMPDIR or /tmp); RUNS=0 prints them again from there.
-# ONLY=regexp runs the benchmarks whose name matches. DRAIN=1 adds the 20,000-partition drain
-# (drain-scale.sh) once a round. It needs PostgreSQL's server programs and
-# MariaDB's (as .ci/run installs them) and about half an hour on two
-# cores; run it on an otherwise quiet machine: it measures the machine.
+# ONLY=regexp runs the benchmarks whose name matches. DRAIN=1 adds the
+# 20,000-partition drain (drain-scale.sh) once a round, LAG=1 the
+# checkpoint lag at 1,000 pgbench tps into Kafka and into files
+# (pgbench-lag.sh, with cdcctl and cdc-agent built into $OUT/bin). It
+# needs PostgreSQL's server programs and MariaDB's (as .ci/run installs
+# them) and about half an hour on two cores (each of DRAIN and LAG adds
+# about ten minutes a round); run it on an otherwise quiet machine: it
+# measures the machine.
 set -u
 RUNS=${1:-3}
 OUT=${OUT:-${TMPDIR:-/tmp}}/figures
@@ -47,6 +51,9 @@ selected() {
 	go test -c -o "$OUT/$(basename "$pkg").test" "$pkg" || exit 1
 done
 
+if [ "$RUNS" -gt 0 ] && [ -n "${LAG:-}" ]; then
+	go build -o "$OUT/bin/cdcctl" ./cmd/cdcctl && go build -o "$OUT/bin/cdc-agent" ./cmd/cdc-agent || exit 1
+fi
 [ "$RUNS" -gt 0 ] && : > "$OUT/runs.txt"
 for round in $(seq "$RUNS"); do
 	echo "$BENCHES" | while read -r name pkg bench time; do
@@ -59,6 +66,13 @@ for round in $(seq "$RUNS"); do
 	if [ -n "${DRAIN:-}" ]; then
 		echo "round $round: drain-scale" >&2
 		OUT=$OUT testdata/bench/drain-scale.sh "drain-$round" | sed "s/^/drain-scale $round /" >> "$OUT/runs.txt"
+	fi
+	if [ -n "${LAG:-}" ]; then
+		for sink in kafka file; do
+			echo "round $round: pgbench-lag into $sink" >&2
+			SINK=$sink BIN=$OUT/bin OUT=$OUT testdata/bench/pgbench-lag.sh "lag-$sink-$round" 1000 120 10 2>&1 |
+				grep -E '^(asked|lag (idle|loaded)|Verify)' | sed "s/^/pgbench-lag-$sink $round /" >> "$OUT/runs.txt"
+		done
 	fi
 done
 
@@ -78,3 +92,4 @@ awk '$3 ~ /^Benchmark/ {for (i = 5; i + 1 <= NF; i += 2) print $1 "/" $3, $(i + 
 	}
 	END { flush() }'
 grep '^drain-scale' "$OUT/runs.txt" | grep -E 'drained |checkpoint lag|verified'
+grep '^pgbench-lag' "$OUT/runs.txt"
