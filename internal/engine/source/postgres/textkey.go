@@ -194,3 +194,40 @@ func textColumn(col source.ColumnDef) bool {
 	t, _, _ := strings.Cut(col.Type, "(")
 	return t == "text" || t == "varchar"
 }
+
+// maxCopyWarned bounds the tables CopyWarnings looks at: a query or two
+// each, for `changefeed get`.
+const maxCopyWarned = 50
+
+// CopyWarnings says, of tables whose initial snapshot is still copying
+// (at most maxCopyWarned of them), which are read by sorting each chunk
+// and what index would serve them (sortedWhy), for `changefeed get`:
+// the copying capture logs it once, the operator asking sees it here.
+// Nothing when the database cannot be asked.
+func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil
+	}
+	conn, err := snapshotConn(ctx, cfg)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.Background())
+	var encoding string
+	if conn.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&encoding) != nil {
+		return nil
+	}
+	cat := &catalog{conn: conn, types: map[uint32]string{}}
+	var out []string
+	for _, t := range tables[:min(len(tables), maxCopyWarned)] {
+		def, err := cat.tableDef(ctx, t)
+		if err != nil || len(def.KeyNames()) == 0 {
+			continue
+		}
+		if order, err := cat.byteOrder(ctx, t, def); err == nil && !indexOrdered(def, order) {
+			out = append(out, "initial snapshot: "+sortedWhy(t, def, encoding == "UTF8"))
+		}
+	}
+	return out
+}

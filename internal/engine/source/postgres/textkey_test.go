@@ -59,6 +59,13 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 		if indexOrdered(def, order) != c.bytewise {
 			t.Fatalf("%s (%+v): taken as ordered by an index %v, want %v", c.table, def.Columns[def.Index("id")], order, c.bytewise)
 		}
+		// What changefeed get says of the tables still copying.
+		switch w := CopyWarnings(ctx, cfg.URI(), []string{"public.tk", "public." + c.table}); {
+		case c.bytewise && len(w) != 0:
+			t.Fatalf("%s, read from an index: changefeed get warns %q", c.table, w)
+		case !c.bytewise && (len(w) != 1 || !strings.Contains(w[0], "initial snapshot: public.ti is keyed by (id)") || !strings.Contains(w[0], `CREATE INDEX CONCURRENTLY ON "public"."ti" ("id" COLLATE "C")`)):
+			t.Fatalf("%s, sorted: changefeed get warns %q", c.table, w)
+		}
 		if !c.bytewise {
 			// Through the source as a dispatcher reads: one warning a
 			// table, however many chunks sort.

@@ -32,10 +32,12 @@ type database struct {
 	// position upstream (PostgreSQL's slot keeps its WAL).
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
-	preview    func(ctx context.Context, uri string) (source.Followed, error)
-	follow     func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
-	upstream   func(uri, password string) (source.Snapshotter, []string, error)
-	redact     func(uri string) string
+	// copyWarnings is nil for a source with nothing to say of a copy.
+	copyWarnings func(ctx context.Context, uri string, tables []string) []string
+	preview      func(ctx context.Context, uri string) (source.Followed, error)
+	follow       func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
+	upstream     func(uri, password string) (source.Snapshotter, []string, error)
+	redact       func(uri string) string
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -43,7 +45,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -201,6 +203,17 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return nil, err
 	}
 	return db.inspect(ctx, uri, pos)
+}
+
+// CopyWarnings says what slows the initial snapshot of tables (those
+// still copying) and what would speed it up, where the source can tell;
+// nothing for the others.
+func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
+	db, err := scheme(uri)
+	if err != nil || db == nil || db.copyWarnings == nil || len(tables) == 0 {
+		return nil
+	}
+	return db.copyWarnings(ctx, uri, tables)
 }
 
 // Preview says what a new changefeed's source would replicate and what
