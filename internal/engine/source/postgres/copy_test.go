@@ -161,6 +161,24 @@ func chunkReader(t testing.TB, dsn, table string) (Config, *pgx.Conn, *source.Ta
 	return cfg, conn, def
 }
 
+// chunkPlan is the plan of a span's next chunk after copied, as
+// readRange reads it (its query, in a chunk's transaction).
+func chunkPlan(t *testing.T, conn *pgx.Conn, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) string {
+	t.Helper()
+	ctx := context.Background()
+	q, args, _, err := rangeQuery(def, order, span, copied, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap string
+	tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, order))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	return explainIn(t, tx, "EXPLAIN "+q, args...)
+}
+
 // explainIn returns the plan an EXPLAIN statement prints.
 func explainIn(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
 	t.Helper()

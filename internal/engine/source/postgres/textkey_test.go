@@ -87,17 +87,7 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			if chunk != 1 {
 				return
 			}
-			q, args, _, err := rangeQuery(def, order, span, copied, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var snap string
-			tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, order))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx) //nolint:errcheck // read only
-			plan := explainIn(t, tx, "EXPLAIN "+q, args...)
+			plan := chunkPlan(t, conn, def, order, span, copied, limit)
 			indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.index+" ") && strings.Contains(plan, "Index Cond")
 			if c.bytewise && !indexed || !c.bytewise && !strings.Contains(plan, "Sort") {
 				t.Fatalf("a chunk of %s: a range scan of index %q %v, want %v:\n%s", c.table, c.index, indexed, c.bytewise, plan)
@@ -179,17 +169,7 @@ func TestOnlyAnIndexInTheKeysOrderServesIt(t *testing.T) {
 		t.Fatalf("tr with an index in the reverse order on every column: not taken as ordered by it (%v, %v)", order, err)
 	}
 	from, _ := model.EncodeKeyValues("text,int4", []string{"8", "0"})
-	q, args, _, err := rangeQuery(def, order, model.Span{Table: "public.tr", Key: "text,int4", Start: from}, model.CopyProgress{}, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snap string
-	tx, err := chunkTx(ctx, conn, &snap, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read only
-	if plan := explainIn(t, tx, "EXPLAIN "+q, args...); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Scan Backward using reverse") {
+	if plan := chunkPlan(t, conn, def, order, model.Span{Table: "public.tr", Key: "text,int4", Start: from}, model.CopyProgress{}, 100); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Scan Backward using reverse") {
 		t.Fatalf("a chunk of tr is not read backwards from the reverse index:\n%s", plan)
 	}
 }

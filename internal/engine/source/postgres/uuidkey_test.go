@@ -35,17 +35,7 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			return
 		}
 		// A chunk after the first: a range scan of the index.
-		q, args, _, err := rangeQuery(def, nil, span, copied, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var snap string
-		tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck // read only
-		if plan := explainIn(t, tx, "EXPLAIN "+q, args...); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using u_pkey") || !strings.Contains(plan, "Index Cond") {
+		if plan := chunkPlan(t, conn, def, nil, span, copied, limit); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using u_pkey") || !strings.Contains(plan, "Index Cond") {
 			t.Fatalf("a chunk of a uuid key is not a range scan of its index:\n%s", plan)
 		}
 	}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
@@ -135,23 +125,13 @@ func TestAKeyWithAUUIDIsCopiedFromAnIndex(t *testing.T) {
 			var copied model.CopyProgress
 			prev := ""
 			for chunk := 0; ; chunk++ {
-				q, args, _, err := rangeQuery(def, order, span, copied, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var snap string
-				tx, err := chunkTx(ctx, conn, &snap, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan := explainIn(t, tx, "EXPLAIN "+q, args...)
+				plan := chunkPlan(t, conn, def, order, span, copied, limit)
 				indexed := !strings.Contains(plan, "Sort") && strings.Contains(plan, "Index Scan using "+c.index+" ") &&
 					(chunk == 0 && bounds[i] == nil || strings.Contains(plan, "Index Cond"))
 				// A range above every uuid's text holds nothing, and is known to.
 				if empty := strings.Contains(plan, "One-Time Filter: false"); !indexed && !empty {
-					t.Fatalf("chunk %d of %s in [%q, %q) is not a range scan of %s:\n%s\n%s %v", chunk, c.table, bounds[i], bounds[i+1], c.index, plan, q, args)
+					t.Fatalf("chunk %d of %s in [%q, %q) is not a range scan of %s:\n%s", chunk, c.table, bounds[i], bounds[i+1], c.index, plan)
 				}
-				_ = tx.Rollback(ctx)
 				ch, why, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 				if err != nil || why != "" {
 					t.Fatalf("%s: %v %s", c.table, err, why)
