@@ -61,20 +61,26 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	q, args, keyIdx, err := rangeQuery(def, order, span, copied, limit)
+	q, args, keyIdx, err := rangeQuery(def, order, false, span, copied, limit)
 	if err != nil {
 		return nil, "", err
 	}
+	how := orderOf(def, order, false)
 	c = source.NewChunk(span.Table, def, limit)
 	if !register(c) {
 		return nil, "", nil
 	}
 	err = withWatermarks(ctx, conn, cfg, c, func() error {
-		tx, err := chunkTx(ctx, conn, &c.Snap, indexOrdered(def, order))
+		tx, err := chunkTx(ctx, conn, &c.Snap, how)
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
 		defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
+		if timeLed(def) {
+			if q, args, how, err = timeLedQuery(ctx, tx, def, order, span, copied, limit, q, args, how); err != nil {
+				return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+			}
+		}
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
@@ -92,12 +98,29 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", err
 	}
-	if c.Full && !indexOrdered(def, order) {
+	if c.Full && how == sortedOrder {
 		var encoding string
 		_ = conn.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&encoding)
 		sorted = sortedWhy(span.Table, def, encoding == "UTF8")
 	}
 	return c, sorted, nil
+}
+
+// timeLedQuery is the chunk's query of a table whose key begins with a
+// date or a timestamp (q, args and how as made without it): read in
+// time order from the key's index where, in the chunk's snapshot (tx),
+// the times' text is in their order (timeOrdered); as it was otherwise.
+func timeLedQuery(ctx context.Context, tx pgx.Tx, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int,
+	q string, args []any, how readOrder) (string, []any, readOrder, error) {
+	ok, err := timeOrdered(ctx, tx, span.Table, def)
+	if err != nil || !ok {
+		return q, args, how, err
+	}
+	if q, args, _, err = rangeQuery(def, order, true, span, copied, limit); err != nil {
+		return "", nil, how, err
+	}
+	how = orderOf(def, order, true)
+	return q, args, how, setOrder(ctx, tx, how)
 }
 
 // sortedWhy tells the operator that a table's chunks are sorted, and
@@ -106,6 +129,9 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 // bytes).
 func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 	why := fmt.Sprintf("%s is keyed by (%s), which partitions copy in the order of its text's bytes, and no index of it has that order: each chunk sorts the rest of its partition's range, so its copy slows as the table grows", table, strings.Join(def.KeyNames(), ", "))
+	if timeLed(def) {
+		return why + " (a key that begins with a date or a timestamp is read from its index where its text is in time order: DateStyle ISO, a timestamptz in a zone without offsets such as UTC, and no year before 1 or after 9999)"
+	}
 	if !indexable(def) || !utf8 {
 		return why
 	}
@@ -121,28 +147,9 @@ func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 }
 
 // chunkTx begins a chunk's read: one REPEATABLE READ snapshot for the
-// rows and for what it saw (visible.go), its txid snapshot into snap.
-//
-// Where an index gives the rows in key order (indexOrdered: integer and
-// uuid key columns, uuidkey.go, and text an index orders by its bytes,
-// textkey.go), they come from it, not sorted (sorts are disabled, which
-// makes the planner choose the index; were it to sort all the same, the
-// rows would still be right, only slower): on a table without
-// statistics (just loaded, not analyzed yet) the planner guesses that a
-// bounded range holds a few hundred rows, reads all of it with a bitmap
-// scan and sorts it, on disk, before the first row comes out; ten times
-// the index scan, for every chunk of every partition but the last
-// (TestChunksAreReadFromTheKeysIndex). An incremental sort is disabled
-// too: where the primary key's index gives a prefix of the order (a
-// tenant's uuid before text in ICU's collation) the planner would rather
-// sort each tenant's rows than read the index in the bytes' order
-// (TestAKeyWithAUUIDIsCopiedFromAnIndex). Other keys are ordered by their
-// text's bytes, which their index does not give: those are sorted. And no chunk
-// is compiled by the JIT: a chunk is a scan of at most a few tens of
-// thousands of rows, and a disabled sort's cost (10^10, before PostgreSQL 18) passes every
-// JIT threshold (a chunk of 40 rows took 185 ms of inlining and
-// optimising).
-func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, indexOrder bool) (pgx.Tx, error) {
+// rows and for what it saw (visible.go), its txid snapshot into snap, and
+// the planner's settings for reading in order how (setOrder).
+func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, how readOrder) (pgx.Tx, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, err
@@ -151,27 +158,41 @@ func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, indexOrder bool)
 		_ = tx.Rollback(context.Background())
 		return nil, err
 	}
-	set := `SET LOCAL jit = off`
-	if indexOrder {
-		set += `; SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off`
-	}
-	if _, err := tx.Exec(ctx, set); err != nil {
+	if err := setOrder(ctx, tx, how); err != nil {
 		_ = tx.Rollback(context.Background())
 		return nil, err
 	}
 	return tx, nil
 }
 
-// indexOrdered says a chunk of the table is read in its key index's
-// order: every column of its key is an integer, ordered by its value, a
-// uuid, ordered as its text (uuidkey.go), or text an index orders by its
-// bytes (byteOrder): that index orders the key as routing does.
-func indexOrdered(def *source.TableDef, order byteOrder) bool {
-	for _, k := range def.KeyNames() {
-		col := def.Columns[def.Index(k)]
-		if !intColumn(col) && !uuidColumn(col) && !order.has(k) {
-			return false
-		}
+// setOrder sets the planner for a chunk read in order how (indexorder.go).
+//
+// Where an index gives the rows in key order, they come from it, not
+// sorted (sorts are disabled, which makes the planner choose the index;
+// were it to sort all the same, the rows would still be right, only
+// slower): on a table without statistics (just loaded, not analyzed yet)
+// the planner guesses that a bounded range holds a few hundred rows,
+// reads all of it with a bitmap scan and sorts it, on disk, before the
+// first row comes out; ten times the index scan, for every chunk of
+// every partition but the last (TestChunksAreReadFromTheKeysIndex).
+// Where it gives every column, an incremental sort is disabled too: where
+// the primary key's index gives a prefix of the order (a tenant's uuid
+// before text in ICU's collation) the planner would rather sort each
+// tenant's rows than read the index in the bytes' order
+// (TestAKeyWithAUUIDIsCopiedFromAnIndex); where it gives only a prefix,
+// the incremental sort is what sorts the rest within each value of it.
+// And no chunk is compiled by the JIT: a chunk is a scan of at most a
+// few tens of thousands of rows, and a disabled sort's cost (10^10,
+// before PostgreSQL 18) passes every JIT threshold (a chunk of 40 rows
+// took 185 ms of inlining and optimising).
+func setOrder(ctx context.Context, tx pgx.Tx, how readOrder) error {
+	set := `SET LOCAL jit = off`
+	switch how {
+	case prefixOrder:
+		set += `; SET LOCAL enable_sort = off`
+	case indexOrder:
+		set += `; SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off`
 	}
-	return true
+	_, err := tx.Exec(ctx, set)
+	return err
 }

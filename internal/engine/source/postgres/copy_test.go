@@ -31,7 +31,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	ctx := context.Background()
 	cfg, conn, def := chunkReader(t, dsn, "fresh")
 	span := sourcetest.IntSpans("public.fresh", rows, 4)[1] // ids 25,001 to 50,000
-	q, args, _, err := rangeQuery(def, nil, span, model.CopyProgress{}, limit)
+	q, args, _, err := rangeQuery(def, nil, false, span, model.CopyProgress{}, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 	var snap string
-	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(def, nil)); err != nil {
+	if tx, err = chunkTx(ctx, conn, &snap, orderOf(def, nil, false)); err != nil {
 		t.Fatal(err)
 	}
 	if plan := explain(tx); strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using fresh_pkey") {
@@ -83,11 +83,11 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 		t.Fatalf("sku in ICU's collation taken as ordered by its bytes: %v (%v)", bytewise, err)
 	}
 	from, _ := model.EncodeKeyValues("text,int4", []string{"sku-2", "3002"})
-	q, args, _, err = rangeQuery(itemsDef, bytewise, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
+	q, args, _, err = rangeQuery(itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(itemsDef, bytewise)); err != nil {
+	if tx, err = chunkTx(ctx, conn, &snap, orderOf(itemsDef, bytewise, false)); err != nil {
 		t.Fatal(err)
 	}
 	if plan := explainIn(t, tx, "EXPLAIN ANALYZE "+q, args...); !strings.Contains(plan, "Sort") || strings.Contains(plan, "JIT") {
@@ -107,11 +107,11 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	if bytewise, err = cat.byteOrder(ctx, "public.items", itemsDef); err != nil || !indexOrdered(itemsDef, bytewise) {
 		t.Fatalf("items with an index in the bytes' order: %v (%v)", bytewise, err)
 	}
-	q, args, _, err = rangeQuery(itemsDef, bytewise, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
+	q, args, _, err = rangeQuery(itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tx, err = chunkTx(ctx, conn, &snap, indexOrdered(itemsDef, bytewise)); err != nil {
+	if tx, err = chunkTx(ctx, conn, &snap, orderOf(itemsDef, bytewise, false)); err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
@@ -166,16 +166,22 @@ func chunkReader(t testing.TB, dsn, table string) (Config, *pgx.Conn, *source.Ta
 func chunkPlan(t *testing.T, conn *pgx.Conn, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) string {
 	t.Helper()
 	ctx := context.Background()
-	q, args, _, err := rangeQuery(def, order, span, copied, limit)
+	q, args, _, err := rangeQuery(def, order, false, span, copied, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var snap string
-	tx, err := chunkTx(ctx, conn, &snap, indexOrdered(def, order))
+	how := orderOf(def, order, false)
+	tx, err := chunkTx(ctx, conn, &snap, how)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if timeLed(def) {
+		if q, args, _, err = timeLedQuery(ctx, tx, def, order, span, copied, limit, q, args, how); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return explainIn(t, tx, "EXPLAIN "+q, args...)
 }
 

@@ -134,16 +134,23 @@ func intColumn(col source.ColumnDef) bool {
 
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
-// order says how an index orders the key's text columns by their bytes.
-func rangeQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-	if uuidKey(def) && indexOrdered(def, order) {
-		return uuidRangeQuery(def, order, span, copied, limit)
+// order says how an index orders the key's text columns by their bytes;
+// timeLead that the key's first column, a date or timestamp, is written
+// in its own order in the chunk's snapshot (timeOrdered).
+func rangeQuery(def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+	prefix := nativePrefix(def, order, timeLead)
+	for _, c := range prefix {
+		if c.cast != "" {
+			return nativeRangeQuery(def, order, prefix, span, copied, limit)
+		}
 	}
 	return textOrderQuery(def, order, span, copied, limit)
 }
 
-// textOrderQuery is a chunk's query in routing order (keyOrder): what
-// any key but one uuid is read with.
+// textOrderQuery is a chunk's query in routing order (keyOrder): what a
+// key is read with whose first columns are integers or text an index
+// orders by its bytes (the index serves the query's bounds as they are),
+// or neither (sorted).
 func textOrderQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	var args []any

@@ -225,9 +225,16 @@ func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
 		if err != nil || len(def.KeyNames()) == 0 {
 			continue
 		}
-		if order, err := cat.byteOrder(ctx, t, def); err == nil && !indexOrdered(def, order) {
-			out = append(out, "initial snapshot: "+sortedWhy(t, def, encoding == "UTF8"))
+		order, err := cat.byteOrder(ctx, t, def)
+		if err != nil || orderOf(def, order, false) != sortedOrder {
+			continue
 		}
+		if timeLed(def) {
+			if ok, err := timeOrdered(ctx, conn, t, def); err != nil || ok {
+				continue
+			}
+		}
+		out = append(out, "initial snapshot: "+sortedWhy(t, def, encoding == "UTF8"))
 	}
 	return out
 }

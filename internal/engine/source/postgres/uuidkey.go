@@ -1,15 +1,6 @@
 package postgres
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/model"
-)
+import "github.com/cdcctl/cdcctl/internal/engine/source"
 
 // A key with uuid columns is routed, like any key that is not an
 // integer, by the bytes of its text; a chunk selected and ordered by that
@@ -17,13 +8,12 @@ import (
 // rest of the partition, for every chunk: a snapshot of such a table cost
 // chunks × rows. But a uuid's text is its 16 bytes in lowercase hex at
 // fixed places, so the uuid's own order (the key index's) is the order of
-// its text: where each other column of the key is an integer or text an
-// index orders by its bytes (byteOrder), the chunk is read from the
-// index, ordered by the uuids themselves, between bounds on the key's
-// row in the uuids' terms (uuidBound), with the text bounds kept as the
-// exact filter. It returns the same rows as the text query, from a range
-// scan of the index: one uuid (`id uuid PRIMARY KEY`), or a tenant's
-// uuid before its rows' ids (`PRIMARY KEY (tenant uuid, id int8)`).
+// its text: the chunk is read from the index, ordered by the uuids
+// themselves, between bounds on the key's row in the uuids' terms
+// (uuidCut, indexorder.go), with the text bounds kept as the exact
+// filter. It returns the same rows as the text query, from a range scan
+// of the index: one uuid (`id uuid PRIMARY KEY`), or a tenant's uuid
+// before its rows' ids (`PRIMARY KEY (tenant uuid, id int8)`).
 
 // uuidColumn says a key column is a uuid.
 func uuidColumn(col source.ColumnDef) bool { return col.Type == "uuid" }
@@ -38,104 +28,20 @@ func uuidKey(def *source.TableDef) bool {
 	return false
 }
 
-// uuidRangeQuery is rangeQuery for a key with uuid columns, the others
-// ordered by an index (indexOrdered): the text query's bounds (exact), and
-// the same bounds on the key's columns as they are (uuidBound), which
-// the index's range scan reads, in the index's order.
-func uuidRangeQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-	exprs, keyIdx := keyOrder(def, order)
-	native := make([]string, len(keyIdx))
-	uuids := make([]bool, len(keyIdx))
-	for i, j := range keyIdx {
-		native[i] = exprs[i]
-		if uuids[i] = uuidColumn(def.Columns[j]); uuids[i] {
-			native[i] = pgx.Identifier{def.Columns[j].Name}.Sanitize()
-		}
+// uuidCut is how a bound value bounds a uuid column: a uuid's text (as
+// PostgreSQL writes it) compares the same as that uuid; a value that is
+// not one (a split key "8") compares with every uuid's text as the least
+// uuid whose text is above it (uuidCeil) does, for no uuid's text equals
+// it; none is above a value above every uuid's text.
+func uuidCut(v string) cut {
+	u, ok := uuidCeil(v)
+	switch {
+	case ok && u == v:
+		return cut{exact: true}
+	case ok:
+		return cut{lower: u, upper: u, hasLower: true, hasUpper: true}
 	}
-	bounds, err := source.ChunkBounds(span, copied)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	var conds []string
-	var args []any
-	param := func(v string, uuid bool) string {
-		args = append(args, v)
-		if uuid {
-			return fmt.Sprintf("$%d::text::uuid", len(args))
-		}
-		return fmt.Sprintf("$%d", len(args))
-	}
-	row := func(exprs, ph []string, op string) string {
-		return fmt.Sprintf("(%s) %s (%s)", strings.Join(exprs, ", "), op, strings.Join(ph, ", "))
-	}
-	for _, b := range bounds {
-		if len(b.Vals) != len(keyIdx) {
-			return "", nil, nil, fmt.Errorf("snapshot of %s: the partition's key has %d columns, the table's primary key %d now: its changefeed was created with another key", span.Table, len(b.Vals), len(keyIdx))
-		}
-		ph := make([]string, len(b.Vals))
-		for i, v := range b.Vals {
-			ph[i] = param(v, false)
-		}
-		conds = append(conds, row(exprs, ph, b.Op))
-		op, n, vals := uuidBound(b, uuids)
-		switch {
-		case op == "":
-			continue
-		case n == 0:
-			conds = append(conds, op)
-			continue
-		}
-		for i := range n {
-			ph[i] = param(vals[i], uuids[i])
-		}
-		conds = append(conds, row(native[:n], ph[:n], op))
-	}
-	q := fmt.Sprintf("SELECT %s FROM %s", columnList(def), quoteQualified(span.Table))
-	if len(conds) > 0 {
-		q += " WHERE " + strings.Join(conds, " AND ")
-	}
-	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(native, ", "), limit), args, keyIdx, nil
-}
-
-// uuidBound is a chunk's bound b on the key's text as a bound on the
-// key's columns as they are (uuids marks the uuid columns): the row of
-// its first n columns compared by op with vals. The text bound compares
-// each uuid by its text; a bound value that is a uuid's text (as
-// PostgreSQL writes it) compares the same as that uuid, so the bound
-// holds as it is. A value v that is not (a split key "8") cuts the row
-// there: a uuid's text is above v exactly when the uuid is at or above
-// the least uuid whose text is above v (uuidCeil), and below v when
-// below it, whatever the columns after. Where every uuid's text is
-// below v, the columns before decide alone: n is then that prefix, op
-// "<=" or ">", and at the key's first column op is "FALSE" or "" (no
-// condition), with n 0.
-func uuidBound(b source.ChunkBound, uuids []bool) (op string, n int, vals []string) {
-	vals = slices.Clone(b.Vals)
-	for j, v := range b.Vals {
-		if !uuids[j] {
-			continue
-		}
-		u, ok := uuidCeil(v)
-		switch {
-		case ok && u == v:
-			continue
-		case ok && b.Op == "<":
-			vals[j] = u
-			return "<", j + 1, vals
-		case ok:
-			vals[j] = u
-			return ">=", j + 1, vals
-		case j == 0 && b.Op == "<":
-			return "", 0, nil
-		case j == 0:
-			return "FALSE", 0, nil
-		case b.Op == "<":
-			return "<=", j, vals
-		default:
-			return ">", j, vals
-		}
-	}
-	return b.Op, len(b.Vals), vals
+	return cut{none: true}
 }
 
 // uuidCeil returns the least uuid whose text (lowercase hex, hyphens at
