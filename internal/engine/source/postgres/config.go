@@ -47,11 +47,21 @@ type Config struct {
 	// ChunkRows bounds the rows of one chunk of the snapshot (chunk-rows=,
 	// Debezium's incremental.snapshot.chunk.size); 0 is the default.
 	ChunkRows int
+	// TimeZone is the zone every session of the source writes a
+	// timestamptz in (timezone=; UTC unless the operator names another
+	// when the changefeed is created); empty for a changefeed stored
+	// before the source fixed it: the server's own setting, as then
+	// (session.go).
+	TimeZone string
+
+	// pinned are the session settings ParseURI put into ConnString (not
+	// the operator's): URI leaves them out.
+	pinned []string
 }
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true}
+var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -129,8 +139,8 @@ func ParseURI(raw string) (Config, error) {
 		}
 		c.Start = model.Ts(n)
 	}
-	for k := range ours {
-		q.Del(k)
+	if err := c.pinSession(q); err != nil {
+		return Config{}, err
 	}
 	u.RawQuery = q.Encode()
 	c.ConnString = u.String()
@@ -205,6 +215,13 @@ func (c Config) URI() string {
 	}
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
+	}
+	for _, k := range c.pinned {
+		q.Del(k)
+	}
+	if c.TimeZone != "" {
+		q.Del(zoneParam)
+		q.Set("timezone", c.TimeZone)
 	}
 	u.RawQuery = q.Encode()
 	return u.String()

@@ -278,3 +278,52 @@ func TestTableRules(t *testing.T) {
 		t.Fatalf("round trip: tables %v, filter %v", again.Tables, again.Filter)
 	}
 }
+
+// A new changefeed's sessions write a timestamptz in UTC unless the URI
+// names a zone; one stored before the zone was fixed (a start, no zone)
+// keeps the server's. The other session settings are added unless the
+// URI gives them itself, and the stored URI carries only the zone.
+func TestSessionSettingsOfASourceURI(t *testing.T) {
+	for _, tc := range []struct {
+		uri, zone, err string
+		conn, notConn  []string
+	}{
+		{uri: "postgres://u@h/db?tables=t", zone: "UTC", conn: []string{"TimeZone=UTC", "DateStyle=ISO", "extra_float_digits=3", "bytea_output=hex", "IntervalStyle=postgres", "client_encoding=UTF8"}},
+		{uri: "postgres://u@h/db?tables=t&timezone=Europe/Berlin", zone: "Europe/Berlin", conn: []string{"TimeZone=Europe%2FBerlin"}},
+		{uri: "postgres://u@h/db?tables=t&TimeZone=Asia/Tokyo", zone: "Asia/Tokyo", conn: []string{"TimeZone=Asia%2FTokyo"}},
+		{uri: "postgres://u@h/db?tables=t&start=42", zone: "", notConn: []string{"TimeZone", "timezone"}, conn: []string{"DateStyle=ISO"}},
+		{uri: "postgres://u@h/db?tables=t&datestyle=German&EXTRA_FLOAT_DIGITS=0", zone: "UTC", conn: []string{"datestyle=German", "EXTRA_FLOAT_DIGITS=0"}, notConn: []string{"DateStyle=ISO", "extra_float_digits=3"}},
+		{uri: "postgres://u@h/db?tables=t&timezone=UTC&TimeZone=UTC", err: "timezone given 2 times"},
+		{uri: "postgres://u@h/db?tables=t&timezone=", err: "timezone is empty"},
+	} {
+		c, err := ParseURI(tc.uri)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want %q", tc.uri, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.TimeZone != tc.zone {
+			t.Errorf("%s: zone %q %v, want %q", tc.uri, c.TimeZone, err, tc.zone)
+			continue
+		}
+		for _, p := range tc.conn {
+			if !strings.Contains(c.ConnString, p) {
+				t.Errorf("%s: the driver's %s lacks %s", tc.uri, c.ConnString, p)
+			}
+		}
+		for _, p := range tc.notConn {
+			if strings.Contains(c.ConnString, p) {
+				t.Errorf("%s: the driver's %s has %s", tc.uri, c.ConnString, p)
+			}
+		}
+		stored := c.URI()
+		if strings.Contains(stored, "bytea_output") || strings.Contains(stored, "TimeZone") || (tc.zone != "") != strings.Contains(stored, "timezone=") {
+			t.Errorf("%s: stored as %s", tc.uri, stored)
+		}
+		again, err := ParseURI(stored)
+		if err != nil || again.ConnString != c.ConnString || again.TimeZone != c.TimeZone || again.URI() != stored {
+			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// A value reaches the sink as the text PostgreSQL writes it in, and that
+// text is the session's: DateStyle writes a date, TimeZone a timestamptz,
+// extra_float_digits a float's digits (at 0, 0.30000000000000004 is
+// written 0.3), bytea_output a bytea, IntervalStyle an interval,
+// client_encoding every text (a LATIN1 database's é as one byte that is
+// no UTF-8). A database or a role may set any of them (ALTER DATABASE
+// ... SET), and so may the agent's environment (PGTZ, PGCLIENTENCODING),
+// and each may change while a changefeed runs: the stream's walsender,
+// the snapshot's sessions and verify's reads would then write the same
+// row in different texts, and a row keyed by a time under two keys. So
+// every connection of the source starts its session with the same
+// settings, given with the connection (the startup message), which
+// override the database's, the role's and the environment's.
+
+// sessionPins are the settings every session starts with, unless the
+// source URI gives the setting itself (as a driver parameter).
+var sessionPins = []struct{ name, value string }{
+	{"DateStyle", "ISO"}, // the day order stays the server's; ISO output ignores it
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "3"}, // the shortest exact text from PostgreSQL 12 on; 17 digits before
+	{"bytea_output", "hex"},
+	{"client_encoding", "UTF8"},
+}
+
+// zoneParam is the driver parameter that carries the time zone.
+const zoneParam = "TimeZone"
+
+// pinSession takes this package's parameters out of q, the source URI's
+// query, leaving the driver's, and adds the session settings: the time
+// zone (timezone=, UTC for a new changefeed) and sessionPins. A stored
+// URI with a start but no time zone is a changefeed's from before the
+// source fixed it: its sessions keep the server's zone, so its keys do
+// not change.
+func (c *Config) pinSession(q url.Values) error {
+	var zones []string
+	for k, vs := range q {
+		if strings.EqualFold(k, "timezone") {
+			zones = append(zones, vs...)
+			q.Del(k)
+		}
+	}
+	for k := range ours {
+		q.Del(k)
+	}
+	switch {
+	case len(zones) > 1:
+		return fmt.Errorf("source URI: timezone given %d times: give it once", len(zones))
+	case len(zones) == 1 && strings.TrimSpace(zones[0]) == "":
+		return fmt.Errorf("source URI: timezone is empty: name the zone a timestamptz is written in, such as UTC (the default) or Europe/Berlin")
+	case len(zones) == 1:
+		c.TimeZone = zones[0]
+	case c.Start == 0:
+		c.TimeZone = "UTC"
+	}
+	if c.TimeZone != "" {
+		q.Set(zoneParam, c.TimeZone)
+	}
+	c.pinned = nil
+	for _, p := range sessionPins {
+		if !hasParam(q, p.name) {
+			q.Set(p.name, p.value)
+			c.pinned = append(c.pinned, p.name)
+		}
+	}
+	return nil
+}
+
+// hasParam says q has the parameter, in any case: PostgreSQL's setting
+// names are.
+func hasParam(q url.Values, name string) bool {
+	for k := range q {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
