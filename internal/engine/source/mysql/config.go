@@ -200,13 +200,18 @@ func ParseTables(database string, names []string) ([]string, error) {
 }
 
 // DSN is what go-sql-driver/mysql connects with: the text protocol (rows
-// as the server writes them), the server's own time zone untouched.
+// as the server writes them), in UTC. The binary log holds a TIMESTAMP as
+// seconds since 1970, which the reader writes in UTC; a SELECT writes it
+// in the session's time_zone, the server's by default (SYSTEM, often
+// local time): the snapshot, verify and the stream would write the same
+// row in different texts, and a row keyed by a TIMESTAMP under two keys.
+// A DATETIME is written as stored, whatever the zone.
 func (c Config) DSN() string {
 	user := c.User
 	if c.Password != "" {
 		user += ":" + c.Password
 	}
-	return fmt.Sprintf("%s@tcp(%s)/%s?interpolateParams=false&timeout=10s&readTimeout=60s&writeTimeout=60s", user, c.Addr(), url.PathEscape(c.Database))
+	return fmt.Sprintf("%s@tcp(%s)/%s?interpolateParams=false&timeout=10s&readTimeout=60s&writeTimeout=60s&time_zone=%%27%%2B00%%3A00%%27", user, c.Addr(), url.PathEscape(c.Database))
 }
 
 // Addr is host:port.
