@@ -11,7 +11,7 @@ import (
 // extra_float_digits a float's digits (at 0, 0.30000000000000004 is
 // written 0.3), bytea_output a bytea, IntervalStyle an interval,
 // client_encoding every text (a LATIN1 database's é as one byte that is
-// no UTF-8). A database or a role may set any of them (ALTER DATABASE
+// no UTF-8; pgx's simple protocol refuses to read at all then). A database or a role may set any of them (ALTER DATABASE
 // ... SET), and so may the agent's environment (PGTZ, PGCLIENTENCODING),
 // and each may change while a changefeed runs: the stream's walsender,
 // the snapshot's sessions and verify's reads would then write the same
@@ -28,6 +28,9 @@ var sessionPins = []struct{ name, value string }{
 	{"extra_float_digits", "3"}, // the shortest exact text from PostgreSQL 12 on; 17 digits before
 	{"bytea_output", "hex"},
 	{"client_encoding", "UTF8"},
+	// Not a value's text: pgx's simple protocol, which the snapshot reads
+	// with, writes its parameters as literals that need it.
+	{"standard_conforming_strings", "on"},
 }
 
 // zoneParam is the driver parameter that carries the time zone.

@@ -12,14 +12,14 @@ import (
 
 // A database whose settings write values otherwise than PostgreSQL's
 // defaults — dates as 04/03/2021, timestamptz in India's zone, floats
-// rounded to 15 digits, bytea escaped, intervals in SQL's style, and
-// every text in LATIN1 — is replicated with each value in one text: the
-// rows copied by the snapshot and those streamed after it reach the sink
-// as ISO dates, timestamptz in UTC, floats' exact digits, bytea in hex and
-// UTF-8, and the sink rebuilt equals the tables read by verify. The
-// table is keyed by a timestamptz: a row updated and deleted later is
-// still one key. A zone the server does not know is refused at creation,
-// with the fix.
+// rounded to 15 digits, bytea escaped, intervals in SQL's style, every
+// text in LATIN1, backslashes in string literals as escapes — is
+// replicated with each value in one text: the rows copied by the
+// snapshot and those streamed after it reach the sink as ISO dates,
+// timestamptz in UTC, floats' exact digits, bytea in hex and UTF-8, and
+// the sink rebuilt equals the tables read by verify. The table is keyed
+// by a timestamptz: a row updated and deleted later is still one key. A
+// zone the server does not know is refused at creation, with the fix.
 func TestValuesAreWrittenTheSameWhateverTheDatabasesSettings(t *testing.T) {
 	t.Parallel()
 	srv := postgres.StartDB(t, "unused")
@@ -32,6 +32,7 @@ func TestValuesAreWrittenTheSameWhateverTheDatabasesSettings(t *testing.T) {
 		ALTER DATABASE odd SET extra_float_digits = 0;
 		ALTER DATABASE odd SET bytea_output = 'escape';
 		ALTER DATABASE odd SET IntervalStyle = 'sql_standard';
+		ALTER DATABASE odd SET standard_conforming_strings = off;
 		CREATE TABLE m (at timestamptz PRIMARY KEY, d date, f float8, r float4, b bytea, iv interval, s text, n int4);
 		INSERT INTO m SELECT timestamptz '2021-03-04 05:06:07.5+00' + g * interval '1 hour', date '2021-03-04' + g,
 			0.1::float8 + 0.2::float8 + g, 0.1::float4 + g, '\x00ff'::bytea || int4send(g), interval '1 day 02:03:04' * g,
