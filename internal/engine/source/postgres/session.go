@@ -11,14 +11,15 @@ import (
 // extra_float_digits a float's digits (at 0, 0.30000000000000004 is
 // written 0.3), bytea_output a bytea, IntervalStyle an interval,
 // client_encoding every text (a LATIN1 database's é as one byte that is
-// no UTF-8; pgx's simple protocol refuses to read at all then). A database or a role may set any of them (ALTER DATABASE
-// ... SET), and so may the agent's environment (PGTZ, PGCLIENTENCODING),
-// and each may change while a changefeed runs: the stream's walsender,
-// the snapshot's sessions and verify's reads would then write the same
-// row in different texts, and a row keyed by a time under two keys. So
-// every connection of the source starts its session with the same
-// settings, given with the connection (the startup message), which
-// override the database's, the role's and the environment's.
+// no UTF-8; pgx's simple protocol refuses to read at all then). A
+// database or a role may set any of them (ALTER DATABASE ... SET), and so
+// may the agent's environment (PGTZ, PGCLIENTENCODING), and each may
+// change while a changefeed runs: the stream's walsender, the snapshot's
+// sessions and verify's reads would then write the same row in different
+// texts, and a row keyed by a time under two keys. So every connection of
+// the source starts its session with the same settings, given with the
+// connection (the startup message), which override the database's, the
+// role's and the environment's.
 
 // sessionPins are the settings every session starts with, unless the
 // source URI gives the setting itself (as a driver parameter).
