@@ -99,10 +99,17 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 			if err != nil {
 				return Report{}, err
 			}
-			built, events, dups := rebuild(streams, stepsOf(schemas, table, filled), table, upTo)
+			set, events, dups := rebuildSet(streams, stepsOf(schemas, table, filled), table, upTo)
 			rep.Events += events
 			rep.Duplicates += dups
-			tr, bad := compare(table, upstream[table], built, suspects[table], suspects != nil, &rep)
+			want, built := upstream[table], Rows{}
+			if set != nil {
+				// The upstream's rows under the key the sink holds them by
+				// last: a table's key may have changed under the
+				// changefeed (rowsets.go).
+				want, built = underKey(want, set.key()), set.rows()
+			}
+			tr, bad := compare(table, want, built, suspects[table], suspects != nil, &rep)
 			rep.Keys += tr.UpstreamRows
 			rep.Expected += uint64(tr.UpstreamRows)
 			rep.Lost += uint64(tr.Missing)
@@ -160,6 +167,16 @@ func Rebuild(streams []codec.ChangeStream, table string, upTo model.Ts) (Rows, u
 // than one stream holds (the same position, key, operation and row), as a
 // replay after a crash writes.
 func rebuild(streams []codec.ChangeStream, steps []schemaStep, table string, upTo model.Ts) (Rows, uint64, uint64) {
+	set, n, dups := rebuildSet(streams, steps, table, upTo)
+	if set == nil {
+		return Rows{}, n, dups
+	}
+	return set.rows(), n, dups
+}
+
+// rebuildSet is rebuild's set of rows (nil for a table without changes),
+// which also says under which key the sink holds them last.
+func rebuildSet(streams []codec.ChangeStream, steps []schemaStep, table string, upTo model.Ts) (rowSet, uint64, uint64) {
 	type change struct {
 		ts       model.Ts
 		key, img string
@@ -186,39 +203,30 @@ func rebuild(streams []codec.ChangeStream, steps []schemaStep, table string, upT
 		}
 		all = append(all, st.Changes...)
 	}
-	if len(all) > 0 && len(all[0].PkNames) == 0 {
-		all = onceEach(streams, table, upTo)
-		sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
-		rows, n := rebuildKeyless(all, steps, upTo)
-		return rows, n, dups
+	if len(all) == 0 {
+		return nil, 0, dups
+	}
+	for _, c := range all {
+		if len(c.PkNames) == 0 {
+			// Without a key (for a while, at least), a replay is one more
+			// equal row.
+			all = onceEach(streams, table, upTo)
+			break
+		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].CommitTs < all[j].CommitTs })
-	rows := Rows{}
+	set := newRowSet(all[0].PkNames)
 	cut := &stepper{steps: steps, upTo: upTo, step: func(st schemaStep) {
-		if st.truncate {
-			rows = Rows{}
-			return
-		}
-		for _, row := range rows {
-			st.fill(row)
+		set.step(st) // a renamed key column first
+		if st.keyKnown {
+			set = rekey(set, st.key)
 		}
 	}}
 	n := cut.replay(all, func(c *codec.Change) {
-		k := c.Key()
-		if c.Op == "DELETE" {
-			delete(rows, k)
-			return
-		}
-		row := map[string]*string{}
-		for col, v := range rows[k] {
-			row[col] = v // a column left out kept its value
-		}
-		for col, v := range c.Data {
-			row[col] = v
-		}
-		rows[k] = row
+		set = rekey(set, c.PkNames)
+		set.apply(c)
 	})
-	return rows, n, dups
+	return set, n, dups
 }
 
 // unrebuildable says why a table cannot be rebuilt from a sink, "" when
@@ -333,112 +341,6 @@ func onceEach(streams []codec.ChangeStream, table string, upTo model.Ts) []codec
 		}
 	}
 	return out
-}
-
-// rebuildKeyless rebuilds a table without a primary key: a multiset of
-// rows, keyed as the upstream keys them (model.ImageKey). A delete
-// removes one row equal to the row it carries; an update changes one row
-// equal to its old image (its row with the old values of the columns it
-// changed). A change of a row that is not there adds its new row, or
-// does nothing for a delete.
-func rebuildKeyless(all []codec.Change, steps []schemaStep, upTo model.Ts) (Rows, uint64) {
-	var live []map[string]*string // nil once removed
-	byImage := map[string][]int{} // image -> indexes in live
-	image := func(r map[string]*string) string { return model.ImageKey(r, 0) }
-	cut := &stepper{steps: steps, upTo: upTo, step: func(st schemaStep) {
-		if st.truncate {
-			live, byImage = nil, map[string][]int{}
-			return
-		}
-		// Filled rows have new images: index them again.
-		byImage = map[string][]int{}
-		for i, row := range live {
-			if row != nil {
-				st.fill(row)
-				byImage[image(row)] = append(byImage[image(row)], i)
-			}
-		}
-	}}
-	add := func(r map[string]*string) {
-		byImage[image(r)] = append(byImage[image(r)], len(live))
-		live = append(live, r)
-	}
-	// take removes and returns one row equal to r on r's columns (an
-	// unchanged TOAST value is left out of a change).
-	take := func(r map[string]*string) map[string]*string {
-		if ids := byImage[image(r)]; len(ids) > 0 {
-			i := ids[len(ids)-1]
-			byImage[image(r)] = ids[:len(ids)-1]
-			row := live[i]
-			live[i] = nil
-			return row
-		}
-		for i, row := range live {
-			if row == nil || !agrees(row, r) {
-				continue
-			}
-			img := image(row)
-			ids := byImage[img]
-			for j, id := range ids {
-				if id == i {
-					byImage[img] = append(ids[:j], ids[j+1:]...)
-					break
-				}
-			}
-			live[i] = nil
-			return row
-		}
-		return nil
-	}
-	n := cut.replay(all, func(c *codec.Change) {
-		switch c.Op {
-		case "DELETE":
-			take(c.Data)
-		case "UPDATE":
-			old := map[string]*string{}
-			for col, v := range c.Data {
-				old[col] = v
-			}
-			for col, v := range c.Old {
-				old[col] = v
-			}
-			row := take(old)
-			if row == nil {
-				row = map[string]*string{}
-			}
-			next := map[string]*string{}
-			for col, v := range row {
-				next[col] = v
-			}
-			for col, v := range c.Data {
-				next[col] = v
-			}
-			add(next)
-		default:
-			add(c.Data)
-		}
-	})
-	rows := Rows{}
-	copies := map[string]int{}
-	for _, row := range live {
-		if row != nil {
-			img := image(row)
-			copies[img]++
-			rows[model.ImageKey(row, copies[img])] = row
-		}
-	}
-	return rows, n
-}
-
-// agrees says row has r's values in r's columns.
-func agrees(row, r map[string]*string) bool {
-	for col, v := range r {
-		w, ok := row[col]
-		if !ok || (v == nil) != (w == nil) || v != nil && *v != *w {
-			return false
-		}
-	}
-	return true
 }
 
 // Inserts lists every insert of a table's keys a sink holds: by key

@@ -22,6 +22,11 @@ type schemaStep struct {
 	truncate bool
 	renames  [][2]string       // old, new: in the statement's order
 	defaults map[string]string // column -> value
+	// key names the key columns of the table version the change made,
+	// where the sink tells (keyKnown: its schema files do): none for a
+	// table without a key (rowsets.go).
+	key      []string
+	keyKnown bool
 }
 
 // ident is a column name as either dialect writes it: "x", `x` or x.
@@ -125,7 +130,7 @@ func backfills(ctx context.Context, up Upstream, all []codec.SchemaChange, table
 func stepsOf(all []codec.SchemaChange, table string, filled map[uint64]map[string]string) []schemaStep {
 	var out []schemaStep
 	for _, sc := range tableChanges(all, table) {
-		st := schemaStep{at: model.Ts(sc.At)}
+		st := schemaStep{at: model.Ts(sc.At), key: sc.Key, keyKnown: sc.KeyKnown}
 		if strings.HasPrefix(sc.Query, source.TruncatePrefix) || source.EndsTable(sc.Query) {
 			// A table dropped or renamed away has no rows under its name;
 			// one created again under it later starts empty too.
@@ -144,7 +149,7 @@ func stepsOf(all []codec.SchemaChange, table string, filled map[uint64]map[strin
 				}
 				st.defaults[col] = v
 			}
-			if st.defaults == nil && st.renames == nil {
+			if st.defaults == nil && st.renames == nil && !st.keyKnown {
 				continue
 			}
 		}

@@ -46,4 +46,9 @@ type SchemaChange struct {
 	Database, Table string
 	At              uint64
 	Query           string
+	// Key names the key columns of the table version the change made,
+	// in the key's order, where the sink says (KeyKnown: a storage sink's
+	// schema file does); none for a table without a key.
+	Key      []string
+	KeyKnown bool
 }

@@ -67,7 +67,12 @@ func scanChanges(ctx context.Context, cfg Config) ([]codec.ChangeStream, []codec
 	}
 	current := map[at]int{} // -> index in out
 	var out []codec.ChangeStream
-	schemas := map[codec.SchemaChange]bool{} // once, whatever the partitions it was written to
+	type ddl struct {
+		database, table string
+		at              uint64
+		query           string
+	}
+	schemas := map[ddl]bool{} // once, whatever the partitions it was written to
 	err := ScanMessages(ctx, cfg, func(p int32, offset int64, value []byte) error {
 		var env struct {
 			Type     string `json:"type"`
@@ -83,7 +88,7 @@ func scanChanges(ctx context.Context, cfg Config) ([]codec.ChangeStream, []codec
 			return fmt.Errorf("partition %d offset %d: %w", p, offset, err)
 		}
 		if env.IsDdl && env.SQL != "" {
-			schemas[codec.SchemaChange{Database: env.Database, Table: env.Table, At: env.TiDB.CommitTs, Query: env.SQL}] = true
+			schemas[ddl{env.Database, env.Table, env.TiDB.CommitTs, env.SQL}] = true
 		}
 		if env.IsDdl || env.Type == "TIDB_WATERMARK" {
 			return nil
@@ -111,7 +116,7 @@ func scanChanges(ctx context.Context, cfg Config) ([]codec.ChangeStream, []codec
 	})
 	var all []codec.SchemaChange
 	for sc := range schemas {
-		all = append(all, sc)
+		all = append(all, codec.SchemaChange{Database: sc.database, Table: sc.table, At: sc.at, Query: sc.query})
 	}
 	return out, all, err
 }

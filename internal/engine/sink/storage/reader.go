@@ -204,7 +204,8 @@ func ScanSchemaChanges(ctx context.Context, bucket *objects.Bucket) ([]SchemaCha
 	var out []SchemaChange
 	for k, sch := range all {
 		if sch.Query != "" {
-			out = append(out, SchemaChange{Database: k.database, Table: k.table, At: sch.TableVersion, Query: sch.Query})
+			out = append(out, SchemaChange{Database: k.database, Table: k.table, At: sch.TableVersion, Query: sch.Query,
+				Key: sch.csvColumns().PkNames, KeyKnown: true})
 		}
 	}
 	return out, nil
