@@ -7,6 +7,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
 // A table's primary key changes under a running changefeed, as
@@ -16,7 +17,7 @@ import (
 // Rows are written, updated and deleted before and after each change;
 // the sink rebuilt equals the tables, each row once: the rows written
 // under the old key are the same rows under the new one, not stale
-// copies beside them.
+// copies beside them, and a key of several columns is in its own order.
 func TestATablesPrimaryKeyChangesUnderTheChangefeed(t *testing.T) {
 	t.Parallel()
 	srv := postgres.StartDB(t, "k")
@@ -55,5 +56,13 @@ func TestATablesPrimaryKeyChangesUnderTheChangefeed(t *testing.T) {
 		if tr.SinkRows != tr.UpstreamRows {
 			t.Fatalf("%s: %d rows in the sink, %d upstream", tr.Table, tr.SinkRows, tr.UpstreamRows)
 		}
+	}
+	// The new key is in its own order, (y, x), not the columns'.
+	inserts, err := verify.Inserts(ctx, tc.Changefeed("pg").Info.SinkURI, "public.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inserts["1,1000"]; !ok {
+		t.Fatalf("the row inserted under the key (y, x) = (1, 1000) is not in the sink under it: %d inserts", len(inserts))
 	}
 }

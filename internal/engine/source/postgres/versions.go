@@ -259,15 +259,23 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 		}
 		def.Columns = append(def.Columns, cd)
 	}
-	// Key order: the previous definition's, else column order.
+	// Key order: the previous definition's for the same key, else the
+	// catalog's (the message is read once its transaction is visible),
+	// else column order.
+	order := prev
+	if !sameKeySet(def, keyCols, prev) {
+		if now, err := s.cat.tableDef(ctx, table); err == nil && sameKeySet(def, keyCols, now) {
+			order = now
+		}
+	}
 	slices.SortStableFunc(keyCols, func(a, b int) int {
 		pa, pb := 0, 0
-		if prev != nil {
-			if j := prev.Index(def.Columns[a].Name); j >= 0 {
-				pa = prev.Columns[j].KeyPos
+		if order != nil {
+			if j := order.Index(def.Columns[a].Name); j >= 0 {
+				pa = order.Columns[j].KeyPos
 			}
-			if j := prev.Index(def.Columns[b].Name); j >= 0 {
-				pb = prev.Columns[j].KeyPos
+			if j := order.Index(def.Columns[b].Name); j >= 0 {
+				pb = order.Columns[j].KeyPos
 			}
 		}
 		if pa == 0 || pb == 0 {
@@ -279,6 +287,20 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 		def.Columns[i].KeyPos = pos + 1
 	}
 	return def, nil
+}
+
+// sameKeySet says the key columns keyCols of def are other's key
+// columns, in any order.
+func sameKeySet(def *source.TableDef, keyCols []int, other *source.TableDef) bool {
+	if other == nil || len(other.KeyNames()) != len(keyCols) {
+		return false
+	}
+	for _, i := range keyCols {
+		if j := other.Index(def.Columns[i].Name); j < 0 || other.Columns[j].KeyPos == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // describeChange writes a schema change as the ALTER TABLE that makes it:
