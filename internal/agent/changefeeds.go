@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -81,12 +80,12 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	// Every partition copies its own range: their progress, in etcd,
 	// says how far the snapshot is, also while the upstream is down.
 	pt, copying := model.ProgressTable{}, false
-	still := map[string]bool{} // the tables with a partition whose copy is not done
+	still := map[string]string{} // the tables with a partition whose copy is not done: its key types
 	for pid, r := range st.Partitions[e.Info.ID] {
 		pt[pid] = st.Progress[e.Info.ID][pid].Progress
 		copying = copying || pt[pid].Copy != (model.CopyProgress{})
 		if !pt[pid].Copy.Done {
-			still[r.Route.Span.Table] = true
+			still[r.Route.Span.Table] = r.Route.Span.Key
 		}
 	}
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
@@ -103,7 +102,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		if len(still) > 0 && ss.Snapshot == "" { // an initial snapshot, not done
 			// What slows the copy (a table whose chunks are sorted), with
 			// the fix: the copying capture logs it, the operator asks here.
-			out.SourceStatus.Warnings = append(out.SourceStatus.Warnings, sources.CopyWarnings(ictx, e.Info.SourceURI, slices.Sorted(maps.Keys(still)))...)
+			out.SourceStatus.Warnings = append(out.SourceStatus.Warnings, sources.CopyWarnings(ictx, e.Info.SourceURI, still)...)
 		}
 	}
 	return out, nil

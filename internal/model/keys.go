@@ -45,6 +45,22 @@ func isIntType(t string) bool {
 	return false
 }
 
+// SameKeyEncoding says keys of types a and b ("int4", "text,int8")
+// encode alike: as many columns, each of the same type or both integers
+// (an int4 key widened to int8 keeps its keys).
+func SameKeyEncoding(a, b string) bool {
+	as, bs := strings.Split(a, ","), strings.Split(b, ",")
+	if len(as) != len(bs) {
+		return false
+	}
+	for i := range as {
+		if as[i] != bs[i] && !(isIntType(as[i]) && isIntType(bs[i])) {
+			return false
+		}
+	}
+	return true
+}
+
 // EncodeKeyValues encodes a key's column values (their text form) for
 // routing.
 func EncodeKeyValues(keyTypes string, values []string) (string, error) {

@@ -2,11 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -64,5 +68,67 @@ func TestATablesPrimaryKeyChangesUnderTheChangefeed(t *testing.T) {
 	}
 	if _, ok := inserts["1,1000"]; !ok {
 		t.Fatalf("the row inserted under the key (y, x) = (1, 1000) is not in the sink under it: %d inserts", len(inserts))
+	}
+}
+
+// A table whose primary key moves to other columns while the initial
+// snapshot copies it cannot be copied on: its partitions' ranges and
+// what they copied are in the old key's terms. The copy stops with the
+// reason and the fix, which changefeed get shows (CopyWarnings, not an
+// error of PostgreSQL's about composite types); the fix — the table
+// removed and added back — copies it under the new key, and the sink
+// rebuilt equals both tables.
+func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T) {
+	t.Parallel()
+	srv := postgres.StartDB(t, "k")
+	ctx := context.Background()
+	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4, y int4, v text, PRIMARY KEY (x));
+		INSERT INTO c SELECT g, 60001 - g, 'z' FROM generate_series(1, 60000) g;
+		CREATE TABLE d (id int8 PRIMARY KEY, v text); INSERT INTO d VALUES (1, 'd')`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("k")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	uri := dsn + "&tables=c,d&chunk-rows=100"
+	tc.CreateChangefeed("pg", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	if _, err := srv.Psql(ctx, "k", `ALTER TABLE c DROP CONSTRAINT c_pkey, ADD PRIMARY KEY (y, x); INSERT INTO c VALUES (100000, 1, 'n'); UPDATE c SET v = 'u' WHERE x < 10`); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	tc.Eventually("changefeed get to say why the copy of c stopped", 30*time.Second, func() bool {
+		said = postgres.CopyWarnings(ctx, uri, map[string]string{"public.c": "int4", "public.d": "int8"})
+		return len(said) == 1
+	})
+	if !strings.Contains(said[0], "public.c: its primary key changed (from a key of int4 to (y, x) of int4,int4) while the initial snapshot copied it") ||
+		!strings.Contains(said[0], "--remove-table public.c") {
+		t.Fatalf("changefeed get says %q", said)
+	}
+	if strings.HasPrefix(tc.CopySummary("pg"), "done") {
+		t.Fatal("the copy of c under its old key was taken as done")
+	}
+
+	// The fix it names: c removed, then added back, while paused.
+	for _, tables := range [][]string{{"public.d"}, {"public.d", "public.c"}} {
+		tc.SetState("pg", model.ChangefeedPaused)
+		if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+			_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "pg", Tables: tables, By: "test"})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tc.SetState("pg", model.ChangefeedNormal)
+	}
+	tc.WaitSnapshot("pg")
+	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
+		t.Fatal(err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
+	if !rep.OK || rep.Keys != 60001 {
+		t.Fatalf("after the table was copied again: %+v", rep)
 	}
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -200,11 +202,13 @@ func textColumn(col source.ColumnDef) bool {
 const maxCopyWarned = 50
 
 // CopyWarnings says, of tables whose initial snapshot is still copying
-// (at most maxCopyWarned of them), which are read by sorting each chunk
-// and what index would serve them (sortedWhy), for `changefeed get`:
-// the copying capture logs it once, the operator asking sees it here.
+// (at most maxCopyWarned of them; copying: each with the key types its
+// partitions were cut on), which cannot copy on because their primary key
+// changed (keyChangedWhileCopying), and which are read by sorting each
+// chunk and what index would serve them (sortedWhy), for `changefeed
+// get`: the copying capture logs it, the operator asking sees it here.
 // Nothing when the database cannot be asked.
-func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
+func CopyWarnings(ctx context.Context, uri string, copying map[string]string) []string {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil
@@ -220,9 +224,14 @@ func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
 	}
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
 	var out []string
+	tables := slices.Sorted(maps.Keys(copying))
 	for _, t := range tables[:min(len(tables), maxCopyWarned)] {
 		def, err := cat.tableDef(ctx, t)
 		if err != nil || len(def.KeyNames()) == 0 {
+			continue
+		}
+		if why := keyChangedWhileCopying(t, copying[t], def); why != "" {
+			out = append(out, "initial snapshot: "+why)
 			continue
 		}
 		order, err := cat.byteOrder(ctx, t, def)

@@ -74,7 +74,7 @@ func TestATimeKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 		copyTimeKeyed(t, dsn, c.table, c.keyTypes, c.bounds, limit, fromIndex(c.index, c.order))
 	}
 
-	tables := []string{"public.tt", "public.td", "public.tw"}
+	tables := copying("public.tt", "public.td", "public.tw")
 	if w := CopyWarnings(ctx, dsn, tables); len(w) != 0 {
 		t.Fatalf("tables read from their index are warned of: %q", w)
 	}

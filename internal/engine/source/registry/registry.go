@@ -33,7 +33,7 @@ type database struct {
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
 	// copyWarnings is nil for a source with nothing to say of a copy.
-	copyWarnings func(ctx context.Context, uri string, tables []string) []string
+	copyWarnings func(ctx context.Context, uri string, copying map[string]string) []string
 	preview      func(ctx context.Context, uri string) (source.Followed, error)
 	follow       func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
 	upstream     func(uri, password string) (source.Snapshotter, []string, error)
@@ -205,15 +205,16 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	return db.inspect(ctx, uri, pos)
 }
 
-// CopyWarnings says what slows the initial snapshot of tables (those
-// still copying) and what would speed it up, where the source can tell;
-// nothing for the others.
-func CopyWarnings(ctx context.Context, uri string, tables []string) []string {
+// CopyWarnings says what slows or stops the initial snapshot of the
+// tables still copying (copying: each with the key types its partitions
+// were cut on, "" where not known) and what to do, where the source can
+// tell; nothing for the others.
+func CopyWarnings(ctx context.Context, uri string, copying map[string]string) []string {
 	db, err := scheme(uri)
-	if err != nil || db == nil || db.copyWarnings == nil || len(tables) == 0 {
+	if err != nil || db == nil || db.copyWarnings == nil || len(copying) == 0 {
 		return nil
 	}
-	return db.copyWarnings(ctx, uri, tables)
+	return db.copyWarnings(ctx, uri, copying)
 }
 
 // Preview says what a new changefeed's source would replicate and what
