@@ -46,19 +46,33 @@ func isIntType(t string) bool {
 }
 
 // SameKeyEncoding says keys of types a and b ("int4", "text,int8")
-// encode alike: as many columns, each of the same type or both integers
-// (an int4 key widened to int8 keeps its keys).
+// encode alike: as many columns, each encoded the same way (integers of
+// any width as integers, bytes as bytes, any other type as its text: an
+// int4 key widened to int8, a varchar key made text, keep their keys).
 func SameKeyEncoding(a, b string) bool {
 	as, bs := strings.Split(a, ","), strings.Split(b, ",")
 	if len(as) != len(bs) {
 		return false
 	}
 	for i := range as {
-		if as[i] != bs[i] && !(isIntType(as[i]) && isIntType(bs[i])) {
+		if keyEncoding(as[i]) != keyEncoding(bs[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// keyEncoding names how AppendKeyValues encodes a key column of type t.
+func keyEncoding(t string) string {
+	switch {
+	case t == NoKey:
+		return NoKey
+	case isIntType(t):
+		return "int"
+	case t == BytesKeyType:
+		return "bytes"
+	}
+	return "text"
 }
 
 // EncodeKeyValues encodes a key's column values (their text form) for

@@ -233,3 +233,25 @@ func TestABytesKeyIsTypedInHex(t *testing.T) {
 		t.Error("a character above U+00FF decoded as a byte")
 	}
 }
+
+// A key's encoding follows its types' kinds: integers of any width, bytes,
+// and every other type as text.
+func TestSameKeyEncoding(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"int4", "int8", true},
+		{"int", "bigint", true},
+		{"varchar", "text", true},
+		{"text,int4", "varchar,int8", true},
+		{"int4", "int4,int4", false},
+		{"int4", "text", false},
+		{"text", BytesKeyType, false},
+		{NoKey, "int4", false},
+	} {
+		if got := SameKeyEncoding(c.a, c.b); got != c.same {
+			t.Errorf("SameKeyEncoding(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}

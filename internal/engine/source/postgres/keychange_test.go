@@ -83,7 +83,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 	srv := postgres.StartDB(t, "k")
 	ctx := context.Background()
 	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4, y int4, v text, PRIMARY KEY (x));
-		INSERT INTO c SELECT g, 60001 - g, 'z' FROM generate_series(1, 60000) g;
+		INSERT INTO c SELECT g, 20001 - g, 'z' FROM generate_series(1, 20000) g;
 		CREATE TABLE d (id int8 PRIMARY KEY, v text); INSERT INTO d VALUES (1, 'd')`); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 		t.Fatal(err)
 	}
 	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
-	if !rep.OK || rep.Keys != 60001 {
+	if !rep.OK || rep.Keys != 20001 {
 		t.Fatalf("after the table was copied again: %+v", rep)
 	}
 }
