@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode"
 )
 
 // A value reaches the sink as the text PostgreSQL writes it in, and that
@@ -13,7 +14,7 @@ import (
 // client_encoding every text (a LATIN1 database's é as one byte that is
 // no UTF-8; pgx's simple protocol refuses to read at all then). A
 // database or a role may set any of them (ALTER DATABASE ... SET), and so
-// may the agent's environment (PGTZ, PGCLIENTENCODING), and each may
+// may the agent's environment (PGTZ), and each may
 // change while a changefeed runs: the stream's walsender, the snapshot's
 // sessions and verify's reads would then write the same row in different
 // texts, and a row keyed by a time under two keys. So every connection of
@@ -22,27 +23,36 @@ import (
 // role's and the environment's.
 
 // sessionPins are the settings every session starts with, unless the
-// source URI gives the setting itself (as a driver parameter).
-var sessionPins = []struct{ name, value string }{
-	{"DateStyle", "ISO"}, // the day order stays the server's; ISO output ignores it
-	{"IntervalStyle", "postgres"},
-	{"extra_float_digits", "3"}, // the shortest exact text from PostgreSQL 12 on; 17 digits before
-	{"bytea_output", "hex"},
-	{"client_encoding", "UTF8"},
+// source URI gives the setting itself (as a driver parameter). always
+// says a changefeed stored before the source fixed them gets it too:
+// without those it could not read at all; the others would change the
+// text of its values, keys included, in the middle of its life.
+var sessionPins = []struct {
+	name, value string
+	always      bool
+}{
+	{"DateStyle", "ISO", false}, // the day order stays the server's; ISO output ignores it
+	{"IntervalStyle", "postgres", false},
+	{"extra_float_digits", "3", false}, // the shortest exact text from PostgreSQL 12 on; 17 digits before
+	{"bytea_output", "hex", false},
+	{"client_encoding", "UTF8", true},
 	// Not a value's text: pgx's simple protocol, which the snapshot reads
 	// with, writes its parameters as literals that need it.
-	{"standard_conforming_strings", "on"},
+	{"standard_conforming_strings", "on", true},
 }
 
-// zoneParam is the driver parameter that carries the time zone.
-const zoneParam = "TimeZone"
+// zoneParam is the driver parameter that carries the time zone, spelled
+// as pgx spells the one it reads from PGTZ: under another spelling both
+// would reach the server, in no fixed order.
+const zoneParam = "timezone"
 
 // pinSession takes this package's parameters out of q, the source URI's
 // query, leaving the driver's, and adds the session settings: the time
 // zone (timezone=, UTC for a new changefeed) and sessionPins. A stored
 // URI with a start but no time zone is a changefeed's from before the
-// source fixed it: its sessions keep the server's zone, so its keys do
-// not change.
+// source fixed it: its sessions keep the server's zone and value texts,
+// so its keys do not change, but for the settings without which nothing
+// could be read.
 func (c *Config) pinSession(q url.Values) error {
 	var zones []string
 	for k, vs := range q {
@@ -59,16 +69,22 @@ func (c *Config) pinSession(q url.Values) error {
 		return fmt.Errorf("source URI: timezone given %d times: give it once", len(zones))
 	case len(zones) == 1 && strings.TrimSpace(zones[0]) == "":
 		return fmt.Errorf("source URI: timezone is empty: name the zone a timestamptz is written in, such as UTC (the default) or Europe/Berlin")
+	case len(zones) == 1 && strings.ContainsFunc(zones[0], unicode.IsSpace):
+		return fmt.Errorf("source URI: timezone=%q holds a space: a URI reads + as a space, so write a zone's + as %%2B (Etc/GMT%%2B5)", zones[0])
 	case len(zones) == 1:
 		c.TimeZone = zones[0]
 	case c.Start == 0:
 		c.TimeZone = "UTC"
 	}
+	stored := c.Start != 0 && c.TimeZone == "" // before the source fixed them
 	if c.TimeZone != "" {
 		q.Set(zoneParam, c.TimeZone)
 	}
 	c.pinned = nil
 	for _, p := range sessionPins {
+		if stored && !p.always {
+			continue
+		}
 		if !hasParam(q, p.name) {
 			q.Set(p.name, p.value)
 			c.pinned = append(c.pinned, p.name)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
@@ -288,13 +290,17 @@ func TestSessionSettingsOfASourceURI(t *testing.T) {
 		uri, zone, err string
 		conn, notConn  []string
 	}{
-		{uri: "postgres://u@h/db?tables=t", zone: "UTC", conn: []string{"TimeZone=UTC", "DateStyle=ISO", "extra_float_digits=3", "bytea_output=hex", "IntervalStyle=postgres", "client_encoding=UTF8"}},
-		{uri: "postgres://u@h/db?tables=t&timezone=Europe/Berlin", zone: "Europe/Berlin", conn: []string{"TimeZone=Europe%2FBerlin"}},
-		{uri: "postgres://u@h/db?tables=t&TimeZone=Asia/Tokyo", zone: "Asia/Tokyo", conn: []string{"TimeZone=Asia%2FTokyo"}},
-		{uri: "postgres://u@h/db?tables=t&start=42", zone: "", notConn: []string{"TimeZone", "timezone"}, conn: []string{"DateStyle=ISO"}},
+		{uri: "postgres://u@h/db?tables=t", zone: "UTC", conn: []string{"timezone=UTC", "DateStyle=ISO", "extra_float_digits=3", "bytea_output=hex", "IntervalStyle=postgres", "client_encoding=UTF8", "standard_conforming_strings=on"}},
+		{uri: "postgres://u@h/db?tables=t&timezone=Europe/Berlin", zone: "Europe/Berlin", conn: []string{"timezone=Europe%2FBerlin"}},
+		{uri: "postgres://u@h/db?tables=t&TimeZone=Asia/Tokyo", zone: "Asia/Tokyo", conn: []string{"timezone=Asia%2FTokyo"}, notConn: []string{"TimeZone"}},
+		{uri: "postgres://u@h/db?tables=t&timezone=Etc/GMT%2B5", zone: "Etc/GMT+5", conn: []string{"timezone=Etc%2FGMT%2B5"}},
+		// Stored before the settings were fixed: only those it cannot read
+		// without; its values' texts stay the server's.
+		{uri: "postgres://u@h/db?tables=t&start=42", zone: "", notConn: []string{"TimeZone", "timezone", "DateStyle", "extra_float_digits"}, conn: []string{"client_encoding=UTF8", "standard_conforming_strings=on"}},
 		{uri: "postgres://u@h/db?tables=t&datestyle=German&EXTRA_FLOAT_DIGITS=0", zone: "UTC", conn: []string{"datestyle=German", "EXTRA_FLOAT_DIGITS=0"}, notConn: []string{"DateStyle=ISO", "extra_float_digits=3"}},
 		{uri: "postgres://u@h/db?tables=t&timezone=UTC&TimeZone=UTC", err: "timezone given 2 times"},
 		{uri: "postgres://u@h/db?tables=t&timezone=", err: "timezone is empty"},
+		{uri: "postgres://u@h/db?tables=t&timezone=Etc/GMT+5", err: "write a zone's + as %2B"},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {
@@ -318,12 +324,36 @@ func TestSessionSettingsOfASourceURI(t *testing.T) {
 			}
 		}
 		stored := c.URI()
-		if strings.Contains(stored, "bytea_output") || strings.Contains(stored, "TimeZone") || (tc.zone != "") != strings.Contains(stored, "timezone=") {
+		if strings.Contains(stored, "bytea_output") || strings.Contains(stored, "client_encoding") || (tc.zone != "") != strings.Contains(stored, "timezone=") {
 			t.Errorf("%s: stored as %s", tc.uri, stored)
 		}
 		again, err := ParseURI(stored)
 		if err != nil || again.ConnString != c.ConnString || again.TimeZone != c.TimeZone || again.URI() != stored {
 			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
 		}
+	}
+}
+
+// The zone the URI fixes is the only one that reaches the server, though
+// the agent's environment sets PGTZ (which pgx reads as a parameter of
+// its own): two would reach it in no fixed order.
+func TestTheURIsZoneOverridesPGTZ(t *testing.T) {
+	t.Setenv("PGTZ", "Asia/Kolkata")
+	c, err := ParseURI("postgres://u@h/db?tables=t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgconn.ParseConfig(c.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zones []string
+	for k, v := range pc.RuntimeParams {
+		if strings.EqualFold(k, "timezone") {
+			zones = append(zones, k+"="+v)
+		}
+	}
+	if len(zones) != 1 || zones[0] != "timezone=UTC" {
+		t.Fatalf("the session's zones: %v", zones)
 	}
 }

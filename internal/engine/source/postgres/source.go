@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,15 @@ func (p position) oids() map[string]uint32 {
 // slot) and fixes its start; it returns the URI to store with the
 // changefeed and the puller's first resume point.
 func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error) {
+	// A start= the operator copied from another changefeed's stored URI
+	// is not this one's (it is fixed below), and would make the URI read
+	// as one stored before the sessions' settings were fixed.
+	if u, err := url.Parse(uri); err == nil && u.Query().Has("start") {
+		q := u.Query()
+		q.Del("start")
+		u.RawQuery = q.Encode()
+		uri = u.String()
+	}
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return "", nil, err
