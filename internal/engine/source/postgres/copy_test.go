@@ -205,3 +205,10 @@ func explainIn(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
 	}
 	return strings.Join(plan, "\n")
 }
+
+// indexOrdered says a chunk of the table is read in its key index's
+// order, every column of it (time columns aside, which a chunk checks in
+// its snapshot).
+func indexOrdered(def *source.TableDef, order byteOrder) bool {
+	return orderOf(def, order, false) == indexOrder
+}

@@ -103,13 +103,6 @@ func orderOf(def *source.TableDef, order byteOrder, timeLead bool) readOrder {
 	return indexOrder
 }
 
-// indexOrdered says a chunk of the table is read in its key index's
-// order, every column of it (time columns aside, which a chunk checks in
-// its snapshot).
-func indexOrdered(def *source.TableDef, order byteOrder) bool {
-	return orderOf(def, order, false) == indexOrder
-}
-
 // nativeRangeQuery is rangeQuery for a key whose first columns are read in
 // their index's order and need bounds of their own (a uuid, a time): the
 // text query's bounds (exact), the same bounds on those columns as they
