@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -211,4 +213,54 @@ func explainIn(t *testing.T, tx pgx.Tx, stmt string, args ...any) string {
 // its snapshot).
 func indexOrdered(def *source.TableDef, order byteOrder) bool {
 	return orderOf(def, order, false) == indexOrder
+}
+
+// writeUntil runs step on a connection of its own, with a random source
+// of seed, again and again until the returned stop is called (which waits
+// for it); an error of step fails the test and ends the writes.
+func writeUntil(t *testing.T, dsn string, seed int64, step func(conn *pgx.Conn, rng *rand.Rand) error) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
+		rng := rand.New(rand.NewSource(seed))
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := step(conn, rng); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// holds says a comparison's result c (negative, zero, positive) meets op
+// (">=", ">", "<=", "<").
+func holds(c int, op string) bool {
+	switch op {
+	case ">=":
+		return c >= 0
+	case ">":
+		return c > 0
+	case "<=":
+		return c <= 0
+	}
+	return c < 0
 }

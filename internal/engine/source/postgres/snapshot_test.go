@@ -65,42 +65,21 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	c := rig.run(model.Span{Table: "public.t", Start: key("7000"), Key: "int8"}, start, model.CopyProgress{})
 
 	// The workload, while the partitions copy.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Error(err)
-			return
+	next := 20001
+	stop := writeUntil(t, dsn, 3, func(conn *pgx.Conn, rng *rand.Rand) error {
+		id := 1 + rng.Intn(10000)
+		var err error
+		switch rng.Intn(4) {
+		case 0:
+			_, err = conn.Exec(ctx, `DELETE FROM t WHERE id = $1`, id)
+		case 1:
+			_, err = conn.Exec(ctx, `INSERT INTO t VALUES ($1, 'new', 1)`, next)
+			next++
+		default:
+			_, err = conn.Exec(ctx, `UPDATE t SET n = n + 1, v = 'upd' WHERE id = $1`, id)
 		}
-		defer conn.Close(ctx)
-		rng := rand.New(rand.NewSource(3))
-		next := 20001
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			id := 1 + rng.Intn(10000)
-			var err error
-			switch rng.Intn(4) {
-			case 0:
-				_, err = conn.Exec(ctx, `DELETE FROM t WHERE id = $1`, id)
-			case 1:
-				_, err = conn.Exec(ctx, `INSERT INTO t VALUES ($1, 'new', 1)`, next)
-				next++
-			default:
-				_, err = conn.Exec(ctx, `UPDATE t SET n = n + 1, v = 'upd' WHERE id = $1`, id)
-			}
-			if err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
+		return err
+	})
 
 	// A move of a while copying: stopped where it stands, started again
 	// from there. A split of b while copying: its progress cut at 5000.
@@ -122,8 +101,7 @@ func snapshotUnderWrites(t *testing.T, ddl bool) {
 	for _, p := range parts {
 		p.waitDone(t)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	// A last change, to know when the stream has delivered everything.
 	psql(t, srv, dsn, `INSERT INTO t VALUES (999999, 'last', 0)`)
 	last := c // the partition of key 999999
