@@ -265,16 +265,20 @@ func TestATimeKeyedTableIsCopiedConsistentWithTheStream(t *testing.T) {
 	t.Logf("%d rows equal after a snapshot of a time series by partitions under writes (%d events)", len(want), len(evs))
 }
 
-// copyTimeKeyed copies table cut at bounds (key values; nil is open), in
-// chunks of limit rows, checking each chunk's plan (planned: "" for a
-// range known to be empty; first: the partition's first chunk), and that
-// every row is copied once, in routing order, inside its partition.
-func copyTimeKeyed(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.Conn) [][]string, limit int, planned func(plan string, first bool) bool) {
+// copyInParts copies table cut at bounds (key values; nil is open), in
+// chunks of limit rows, checking each chunk's plan and what its read told
+// (planned: plan "" for a range known to be empty; chunk, the
+// partition's chunk; start, its partition's lower bound; sorted, what the
+// read tells the operator of a sorted chunk), and that every row (the
+// table holds at least least) is copied once, in routing order, inside
+// its partition.
+func copyInParts(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.Conn) [][]string, limit, least int, planned func(plan string, chunk int, start []string, sorted string) bool) {
 	t.Helper()
 	ctx := context.Background()
 	cfg, conn, def := chunkReader(t, dsn, table)
-	if !timeLed(def) {
-		t.Fatalf("%s (key %v, columns %+v) is not taken as keyed by a time first", table, def.KeyNames(), def.Columns)
+	order, err := (&catalog{conn: conn, types: map[uint32]string{}}).byteOrder(ctx, "public."+table, def)
+	if err != nil {
+		t.Fatal(err)
 	}
 	cut := bounds(conn)
 	seen := map[string]int{}
@@ -282,7 +286,6 @@ func copyTimeKeyed(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.C
 		span := model.Span{Table: "public." + table, Key: keyTypes}
 		for p, v := range map[*string][]string{&span.Start: cut[i], &span.End: cut[i+1]} {
 			if v != nil {
-				var err error
 				if *p, err = model.EncodeKeyValues(keyTypes, v); err != nil {
 					t.Fatal(err)
 				}
@@ -291,16 +294,16 @@ func copyTimeKeyed(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.C
 		var copied model.CopyProgress
 		prev := ""
 		for chunk := 0; ; chunk++ {
-			plan := chunkPlan(t, conn, def, nil, span, copied, limit)
+			plan := chunkPlan(t, conn, def, order, span, copied, limit)
 			if strings.Contains(plan, "One-Time Filter: false") {
 				plan = ""
 			}
-			if !planned(plan, chunk == 0) {
-				t.Fatalf("%s: chunk %d in [%q, %q) is not read as it should be:\n%s", table, chunk, cut[i], cut[i+1], plan)
-			}
-			ch, _, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			ch, sorted, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 			if err != nil {
 				t.Fatalf("%s: %v", table, err)
+			}
+			if !planned(plan, chunk, cut[i], sorted) {
+				t.Fatalf("%s: chunk %d in [%q, %q) is not read as it should be (told %q):\n%s", table, chunk, cut[i], cut[i+1], sorted, plan)
 			}
 			for _, e := range ch.Rows {
 				if e.Key <= prev || !span.Contains(e.Key) {
@@ -324,9 +327,21 @@ func copyTimeKeyed(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.C
 			t.Fatalf("%s: row %q copied %d times", table, model.DecodeKey(keyTypes, k), n)
 		}
 	}
-	if len(seen) != upstream || upstream < 4_000 {
+	if len(seen) != upstream || upstream < least {
 		t.Fatalf("%s: copied %d rows of %d upstream", table, len(seen), upstream)
 	}
+}
+
+// copyTimeKeyed is copyInParts of a table keyed by a time first, its
+// chunks' plans checked by planned (first: the partition's first chunk).
+func copyTimeKeyed(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.Conn) [][]string, limit int, planned func(plan string, first bool) bool) {
+	t.Helper()
+	if _, _, def := chunkReader(t, dsn, table); !timeLed(def) {
+		t.Fatalf("%s (key %v, columns %+v) is not taken as keyed by a time first", table, def.KeyNames(), def.Columns)
+	}
+	copyInParts(t, dsn, table, keyTypes, bounds, limit, 4_000, func(plan string, chunk int, _ []string, _ string) bool {
+		return planned(plan, chunk == 0)
+	})
 }
 
 // tv is a value of a time column in a model: an infinity (inf -1 or 1)
