@@ -134,6 +134,21 @@ func (c *Cluster) SetState(cf model.ChangefeedID, state model.ChangefeedState) {
 	}
 }
 
+// UpdateTables changes a changefeed's tables to tables as 'cdcctl
+// changefeed update' does: paused, updated, resumed.
+func (c *Cluster) UpdateTables(cf model.ChangefeedID, tables ...string) {
+	c.T.Helper()
+	c.SetState(cf, model.ChangefeedPaused)
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
+		return err
+	})
+	if err != nil {
+		c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
+	}
+	c.SetState(cf, model.ChangefeedNormal)
+}
+
 // Drain submits a drain of target, as 'cdcctl drain' does.
 func (c *Cluster) Drain(target model.NodeID, batch int, paused bool) (*exec.Record, error) {
 	c.T.Helper()

@@ -1,15 +1,12 @@
 package mysql_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
-	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -55,14 +52,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 	tc.Eventually("the sink to hold the DROP TABLE of audit", 30*time.Second, sinkDropped(sink, "audit"))
 
 	// The operator's answer: both removed; the changefeed goes on.
-	tc.SetState("my", model.ChangefeedPaused)
-	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
-		_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "my", Tables: []string{"shop.orders"}, By: "test"})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tc.SetState("my", model.ChangefeedNormal)
+	tc.UpdateTables("my", "shop.orders")
 	execDB(t, db, `INSERT INTO orders VALUES (5, 5)`, `UPDATE orders SET v = 10 WHERE id = 1`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {

@@ -1,14 +1,11 @@
 package mysql_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
-	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -40,16 +37,8 @@ func TestAChangedPrimaryKeyHoldsItsTableUntilTheRemedyItNames(t *testing.T) {
 	if !strings.Contains(reason, "its primary key changed") || !strings.Contains(reason, "--remove-table shop.c") || strings.Contains(reason, "create it again") {
 		t.Fatalf("c held because %q", reason)
 	}
-	for _, tables := range [][]string{{"shop.a"}, {"shop.a", "shop.c"}} {
-		tc.SetState("my", model.ChangefeedPaused)
-		if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
-			_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "my", Tables: tables, By: "test"})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		tc.SetState("my", model.ChangefeedNormal)
-	}
+	tc.UpdateTables("my", "shop.a")
+	tc.UpdateTables("my", "shop.a", "shop.c")
 	tc.WaitSnapshot("my")
 	execDB(t, db, "DELETE FROM c WHERE x = 30", "UPDATE c SET v = 'after' WHERE y = 1")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")

@@ -220,8 +220,7 @@ func (c Config) URI() string {
 		q.Del(k)
 	}
 	if c.TimeZone != "" {
-		q.Del(zoneParam)
-		q.Set("timezone", c.TimeZone)
+		q.Set(zoneParam, c.TimeZone) // ours and the driver's name alike
 	}
 	u.RawQuery = q.Encode()
 	return u.String()

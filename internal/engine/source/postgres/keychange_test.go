@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
-	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
-	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -109,16 +106,8 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 	}
 
 	// The fix it names: c removed, then added back, while paused.
-	for _, tables := range [][]string{{"public.d"}, {"public.d", "public.c"}} {
-		tc.SetState("pg", model.ChangefeedPaused)
-		if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
-			_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "pg", Tables: tables, By: "test"})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		tc.SetState("pg", model.ChangefeedNormal)
-	}
+	tc.UpdateTables("pg", "public.d")
+	tc.UpdateTables("pg", "public.d", "public.c")
 	tc.WaitSnapshot("pg")
 	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
 		t.Fatal(err)
