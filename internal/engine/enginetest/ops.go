@@ -138,13 +138,23 @@ func (c *Cluster) SetState(cf model.ChangefeedID, state model.ChangefeedState) {
 // changefeed update' does: paused, updated, resumed.
 func (c *Cluster) UpdateTables(cf model.ChangefeedID, tables ...string) {
 	c.T.Helper()
+	c.UpdateTablesInOnePause(cf, tables)
+}
+
+// UpdateTablesInOnePause changes a changefeed's tables to each of steps in
+// turn in one pause, as an operator's remedy does (a table removed, then
+// added back, before the changefeed resumes).
+func (c *Cluster) UpdateTablesInOnePause(cf model.ChangefeedID, steps ...[]string) {
+	c.T.Helper()
 	c.SetState(cf, model.ChangefeedPaused)
-	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
-		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
-		return err
-	})
-	if err != nil {
-		c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
+	for _, tables := range steps {
+		err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+			_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
+			return err
+		})
+		if err != nil {
+			c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
+		}
 	}
 	c.SetState(cf, model.ChangefeedNormal)
 }

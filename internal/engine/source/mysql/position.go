@@ -54,6 +54,10 @@ type tableState struct {
 	// read; kept in the resume point so that a reader started again in
 	// the middle of the migration still applies them at the swap.
 	Shadow []string `json:"shadow,omitempty"`
+	// AddedAt is where the binary log ended when the table was added
+	// (added.go): its transactions up to there are in its copy; the
+	// reader forgets it once past.
+	AddedAt *logPoint `json:"added_at,omitempty"`
 }
 
 // ErrPurged means the binary log a changefeed resumes from is no longer
@@ -98,17 +102,11 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 		" (changefeed VARCHAR(128) PRIMARY KEY, at BIGINT NOT NULL)"); err != nil {
 		return nil, fmt.Errorf("create the signal table %s.%s (the user needs CREATE, INSERT, UPDATE and DELETE on it): %w", cfg.Database, signalTable, explain(cfg, err))
 	}
-	p := position{Ts: start, Tables: map[string]tableState{}}
-	var version, executed string
-	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&version, &p.Server); err != nil {
-		return nil, explain(cfg, err)
-	}
-	if p.File, p.Pos, executed, err = masterStatus(ctx, db); err != nil {
+	end, err := endOfLog(ctx, db)
+	if err != nil {
 		return nil, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
 	}
-	if p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, executed); err != nil {
-		return nil, explain(cfg, err)
-	}
+	p := position{File: end.File, Pos: end.Pos, GTID: end.GTID, Server: end.Server, Ts: start, Tables: map[string]tableState{}}
 	for _, t := range cfg.Tables {
 		st, err := readTable(ctx, db, t)
 		if err != nil {

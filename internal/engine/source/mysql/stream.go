@@ -191,6 +191,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}()
 	var cur txn
 	file := at.File
+	// Tables added at a point ahead (added.go): their transactions up to
+	// it are in their copies.
+	adding := addedAhead(at.Tables)
+	inCopy := func(st tableState) bool {
+		return st.AddedAt.covers(p.flavor, srv.ServerID, cur.file, cur.pos, cur.gtid)
+	}
 	events := &binlogEvents{stream: stream}
 	// Prepared XA transactions, by id: their rows wait for their XA
 	// COMMIT, written later in a group of its own (or are dropped at
@@ -224,15 +230,17 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			file = string(e.NextLogName)
 			continue
 		case *replication.GTIDEvent:
-			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev), began: ev.Header.Timestamp}
+			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev), began: ev.Header.Timestamp, file: file, pos: ev.Header.LogPos}
 			if passed != nil {
 				passed.add(ev)
 			}
+			at.Tables, adding = passAdded(at.Tables, adding, inCopy)
 		case *replication.MariadbGTIDEvent:
-			cur = txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0}
+			cur = txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0, file: file, pos: ev.Header.LogPos}
 			if passed != nil {
 				passed.add(ev)
 			}
+			at.Tables, adding = passAdded(at.Tables, adding, inCopy)
 		case *replication.RowsEvent:
 			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
 			if table == signal {
@@ -247,7 +255,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				break
 			}
 			st, ok := at.Tables[table]
-			if !ok || held[table] || st.Dropped {
+			if !ok || held[table] || st.Dropped || inCopy(st) {
 				break
 			}
 			// A table map comes once per transaction and table: checked
@@ -335,9 +343,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if cur.stmt != "" {
 			q := cur.stmt
 			// A statement at or before where a table joined the
-			// changefeed (its Since: a table added, copied from there)
-			// is history the table's schema already holds.
-			joined := func(t string) bool { st, ok := at.Tables[t]; return ok && ts > st.Since }
+			// changefeed (its Since; a table added, where the binary
+			// log ended then) is history the table's schema and copy
+			// already hold.
+			joined := func(t string) bool { st, ok := at.Tables[t]; return ok && ts > st.Since && !inCopy(st) }
 			switch {
 			default:
 				// A schema change (its own transaction). An ALTER is

@@ -20,7 +20,11 @@ type txn struct {
 	// known before its rows: they wait for its outcome, never in parts.
 	xaStart bool
 	began   uint32 // the header time of its GTID event, in seconds
-	size    int    // the bytes of the rows events its events came from
+	// file and pos: where its GTID event ends in the binary log of the
+	// server read.
+	file string
+	pos  uint32
+	size int // the bytes of the rows events its events came from
 	// A transaction written to the log in parts (below): its first
 	// position, and how many of its schema changes are placed.
 	base   model.Ts
