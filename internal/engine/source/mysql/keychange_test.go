@@ -37,8 +37,7 @@ func TestAChangedPrimaryKeyHoldsItsTableUntilTheRemedyItNames(t *testing.T) {
 	if !strings.Contains(reason, "its primary key changed") || !strings.Contains(reason, "--remove-table shop.c") || strings.Contains(reason, "create it again") {
 		t.Fatalf("c held because %q", reason)
 	}
-	tc.UpdateTables("my", "shop.a")
-	tc.UpdateTables("my", "shop.a", "shop.c")
+	tc.UpdateTablesInOnePause("my", []string{"shop.a"}, []string{"shop.a", "shop.c"}) // as the reason says
 	tc.WaitSnapshot("my")
 	execDB(t, db, "DELETE FROM c WHERE x = 30", "UPDATE c SET v = 'after' WHERE y = 1")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")

@@ -105,9 +105,8 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 		t.Fatal("the copy of c under its old key was taken as done")
 	}
 
-	// The fix it names: c removed, then added back, while paused.
-	tc.UpdateTables("pg", "public.d")
-	tc.UpdateTables("pg", "public.d", "public.c")
+	// The fix it names: c removed, then added back, in one pause.
+	tc.UpdateTablesInOnePause("pg", []string{"public.d"}, []string{"public.d", "public.c"})
 	tc.WaitSnapshot("pg")
 	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
 		t.Fatal(err)
