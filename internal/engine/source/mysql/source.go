@@ -168,25 +168,8 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	}
 	defer db.Close()
 	if len(added) > 0 {
-		check := cfg
-		check.Tables = added
-		if _, _, err := Preflight(ctx, check); err != nil {
+		if err := addTables(ctx, db, cfg, added, at, tablesNow); err != nil {
 			return source.Retabled{}, err
-		}
-		// Where the log ends before the catalog is read: what comes
-		// after may be in the definitions read, and is read again
-		// (added.go).
-		end, err := endOfLog(ctx, db)
-		if err != nil {
-			return source.Retabled{}, fmt.Errorf("read where the binary log ends (SHOW MASTER STATUS; the user needs REPLICATION CLIENT): %w", explain(cfg, err))
-		}
-		for _, t := range added {
-			st, err := readTable(ctx, db, t)
-			if err != nil {
-				return source.Retabled{}, explain(cfg, err)
-			}
-			st.Since, st.ResetAt, st.AddedAt = at, at, &end
-			tablesNow[t] = st
 		}
 	}
 	// Removed tables that are gone upstream (dropped, or renamed: the

@@ -197,6 +197,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	inCopy := func(st tableState) bool {
 		return st.AddedAt.covers(p.flavor, srv.ServerID, cur.file, cur.pos, cur.gtid)
 	}
+	pastAdded := func(st tableState) bool { return st.AddedAt.passedOnItsServer(srv.ServerID, cur.file, inCopy(st)) }
 	events := &binlogEvents{stream: stream}
 	// Prepared XA transactions, by id: their rows wait for their XA
 	// COMMIT, written later in a group of its own (or are dropped at
@@ -234,13 +235,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			if passed != nil {
 				passed.add(ev)
 			}
-			at.Tables, adding = passAdded(at.Tables, adding, inCopy)
+			at.Tables, adding = passAdded(at.Tables, adding, pastAdded)
 		case *replication.MariadbGTIDEvent:
 			cur = txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0, file: file, pos: ev.Header.LogPos}
 			if passed != nil {
 				passed.add(ev)
 			}
-			at.Tables, adding = passAdded(at.Tables, adding, inCopy)
+			at.Tables, adding = passAdded(at.Tables, adding, pastAdded)
 		case *replication.RowsEvent:
 			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
 			if table == signal {
