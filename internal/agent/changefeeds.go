@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -80,22 +81,33 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	// Every partition copies its own range: their progress, in etcd,
 	// says how far the snapshot is, also while the upstream is down.
 	pt, copying := model.ProgressTable{}, false
-	still := map[string]string{} // the tables with a partition whose copy is not done: its key types
+	still := map[string]sources.CopyingTable{} // the tables with a partition whose copy is not done
+	keys := map[string][]string{}              // the key columns each table's partitions copied by
 	for pid, r := range st.Partitions[e.Info.ID] {
 		pt[pid] = st.Progress[e.Info.ID][pid].Progress
-		copying = copying || pt[pid].Copy != (model.CopyProgress{})
-		if !pt[pid].Copy.Done {
-			still[r.Route.Span.Table] = r.Route.Span.Key
+		c, table := pt[pid].Copy, r.Route.Span.Table
+		copying = copying || c != (model.CopyProgress{})
+		if c.Key != "" && !slices.Contains(keys[table], c.Key) {
+			keys[table] = append(keys[table], c.Key)
+		}
+		if !c.Done {
+			ct := still[table]
+			ct.KeyTypes = r.Route.Span.Key
+			if ct.KeyColumns == "" {
+				ct.KeyColumns = c.Key
+			}
+			still[table] = ct
 		}
 	}
+	warnings := copiedUnderKeys(keys)
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
-		out.SourceStatus = &api.SourceStatus{Error: err.Error()}
+		out.SourceStatus = &api.SourceStatus{Error: err.Error(), Warnings: warnings}
 		if copying {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
 	} else if ss != nil {
 		out.SourceStatus = &api.SourceStatus{Kind: ss.Kind, Slot: ss.Slot, Active: ss.Active, Position: ss.Position, RetainedBytes: ss.RetainedBytes, SafeBytes: ss.SafeBytes, WALStatus: ss.WALStatus, RetentionSeconds: ss.RetentionSeconds, Purged: ss.Purged, Snapshot: ss.Snapshot,
-			Filter: ss.Filter, Unreplicated: ss.Unreplicated, Warnings: ss.Warnings}
+			Filter: ss.Filter, Unreplicated: ss.Unreplicated, Warnings: append(ss.Warnings, warnings...)}
 		if ss.Snapshot == "" && ss.Kind != "" {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
@@ -106,6 +118,23 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		}
 	}
 	return out, nil
+}
+
+// copiedUnderKeys warns of each table whose partitions copied it by
+// different key columns (keys: each table's, as their progress records
+// them): its primary key moved while it copied, and partitions that had
+// finished under the old key do not read again, so rows whose old and
+// new keys fall in different partitions may be missing from the sink.
+func copiedUnderKeys(keys map[string][]string) []string {
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(keys)) {
+		if ks := keys[t]; len(ks) > 1 {
+			slices.Sort(ks)
+			out = append(out, "initial snapshot: "+t+": its partitions copied it by different primary keys ("+strings.Join(ks, " and ")+
+				"): its key moved while it copied, and rows may be missing from the sink; copy the table again: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table "+t+"', then '--add-table "+t+"', 'cdcctl changefeed resume'")
+		}
+	}
+	return out
 }
 
 func (b backend) Partitions(ctx context.Context, changefeed, node string) (*api.PartitionList, error) {

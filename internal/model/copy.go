@@ -18,6 +18,31 @@ type CopyProgress struct {
 	// Rows counts the rows this partition (and, before a split, the whole
 	// it was cut from) copied.
 	Rows int64 `json:"rows,omitempty"`
+	// Key names the primary key's columns the copy goes by (KeyColumns),
+	// from its first chunk: To is a key of them. A key moved to other
+	// columns while the table copies (one int column to another encodes
+	// alike, so the span's key types cannot tell) leaves To, and what
+	// the other partitions copied, in the old key's terms: a chunk read
+	// under another key is refused, and partitions that copied a table
+	// under different keys are told to the operator. Empty for a table
+	// without a key, and in progress stored before it was kept.
+	Key string `json:"key,omitempty"`
+}
+
+// KeyColumns writes a key's column names, in key order, as copies
+// record them: "(y, x)"; a name that needs it is quoted.
+func KeyColumns(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = n
+		if n == "" || strings.ContainsAny(n, `,()" `) {
+			q[i] = strconv.Quote(n)
+		}
+	}
+	return "(" + strings.Join(q, ", ") + ")"
 }
 
 // After is the last key copied; false when nothing is.
@@ -38,17 +63,19 @@ func (c CopyProgress) CopiedThrough(key string) CopyProgress {
 // the lower half [start, key) and the upper half [key, end).
 func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 	if c.Done {
-		return CopyProgress{Done: true, Rows: c.Rows}, CopyProgress{Done: true}
+		return CopyProgress{Done: true, Rows: c.Rows, Key: c.Key}, CopyProgress{Done: true, Key: c.Key}
 	}
 	if c.To != "" && c.To >= key {
 		// The lower half is copied whole; the upper half up to To.
-		lower = CopyProgress{Done: true, Rows: c.Rows}
+		lower = CopyProgress{Done: true, Rows: c.Rows, Key: c.Key}
+		upper = CopyProgress{Key: c.Key}
 		if c.To > key {
-			upper = CopyProgress{To: c.To}
+			upper.To = c.To
 		}
 		return lower, upper
 	}
-	return c, CopyProgress{}
+	// Both halves go on under the key the copy began with.
+	return c, CopyProgress{Key: c.Key}
 }
 
 // Beyond says c has copied more than o (of the same span).

@@ -166,6 +166,28 @@ func TestCopyProgressIsCutLikeItsSpan(t *testing.T) {
 	}
 }
 
+// A copy's key columns go to both halves of a split: a half that has
+// copied nothing yet still refuses to copy on under a key moved since.
+func TestTheKeyACopyGoesByIsCutWithIt(t *testing.T) {
+	c := CopyProgress{Rows: 10, Key: "(x)"}.CopiedThrough("m")
+	for _, at := range []string{"g", "m\x00", "t"} {
+		lo, up := c.Cut(at)
+		if lo.Key != "(x)" || up.Key != "(x)" {
+			t.Fatalf("cut at %q: %+v %+v", at, lo, up)
+		}
+	}
+	lo, up := CopyProgress{Done: true, Rows: 4, Key: "(x)"}.Cut("g")
+	if !lo.Done || !up.Done || lo.Key != "(x)" || up.Key != "(x)" {
+		t.Fatalf("a done copy cut: %+v %+v", lo, up)
+	}
+	if got := KeyColumns([]string{"y", "x"}); got != "(y, x)" {
+		t.Fatalf("KeyColumns = %s", got)
+	}
+	if KeyColumns([]string{"a, b"}) == KeyColumns([]string{"a", "b"}) || KeyColumns(nil) != "" {
+		t.Fatal("KeyColumns confuses keys")
+	}
+}
+
 // A key of bytes (a MySQL BINARY(16) uuid) may hold any bytes, NULs
 // too in a key of one column: it encodes as valid UTF-8 (so a JSON
 // string keeps it: a partition's bounds and copy progress in etcd), in

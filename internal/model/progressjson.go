@@ -103,7 +103,10 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Done, sep = true, ","
 	}
 	if s.field(sep + `"rows":`) {
-		c.Rows = s.int()
+		c.Rows, sep = s.int(), ","
+	}
+	if s.field(sep + `"key":`) {
+		c.Key = s.str()
 	}
 	s.lit("}")
 	return c

@@ -19,6 +19,7 @@ func progressTables() []ProgressTable {
 			"p1.6": {Checkpoint: 2, Node: "capture-3", Epoch: 2, Copy: CopyProgress{To: "0000000000001a2b\x00", Rows: 4096}}},
 		{"orders.9": {Checkpoint: 18446744073709551615, Node: "n", Epoch: 18446744073709551615, Copy: CopyProgress{Done: true, Rows: 9223372036854775807}}},
 		{`t"q\.1`: {Node: "ünïcode/\t", Copy: CopyProgress{To: "k€y<&>\x00"}}},
+		{"c.1": {Node: "n", Copy: CopyProgress{To: "k\x00", Rows: 3, Key: `(y, "a,b")`}}, "c.2": {Copy: CopyProgress{Key: "(x)"}}, "c.3": {Copy: CopyProgress{Done: true, Key: "(x)"}}},
 	}
 }
 

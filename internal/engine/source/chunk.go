@@ -83,6 +83,9 @@ type Chunk struct {
 	Full  bool      // as many rows as asked: the range may hold more
 	Limit int       // rows asked
 	Bytes int       // the rows' size in memory, about
+	// KeyCols are the key's columns the rows were read and keyed by
+	// (model.KeyColumns of Def as read; "" without a key).
+	KeyCols string
 
 	regAt  model.Ts // its reader's position when it went in flight
 	began  time.Time
@@ -104,7 +107,11 @@ type Chunk struct {
 func NewChunk(table string, def *TableDef, limit int) *Chunk {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Chunk{ID: hex.EncodeToString(b[:]), Table: table, Def: def, Limit: limit, dropped: map[string]bool{}, began: time.Now()}
+	c := &Chunk{ID: hex.EncodeToString(b[:]), Table: table, Def: def, Limit: limit, dropped: map[string]bool{}, began: time.Now()}
+	if def != nil {
+		c.KeyCols = model.KeyColumns(def.KeyNames())
+	}
+	return c
 }
 
 // AddRow appends a row read in the database's text form: its values'

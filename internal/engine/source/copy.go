@@ -342,6 +342,9 @@ func (r *CopyReader) nextFrom() (model.CopyProgress, bool) {
 			return from, false
 		}
 		from = from.CopiedThrough(last.Last)
+		if from.Key == "" {
+			from.Key = last.KeyCols // the copy's first chunk is in flight: the next goes by its key
+		}
 	}
 	return from, true
 }

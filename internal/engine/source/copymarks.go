@@ -54,6 +54,13 @@ func (r *CopyReader) onMark(e *Event) {
 		r.failed(fmt.Errorf("the schema of %s changed while a chunk was read; reading it again", c.Table))
 		return
 	}
+	if r.copied.Key != "" && c.KeyCols != "" && c.KeyCols != r.copied.Key {
+		// Read under a key moved to other columns since the copy began
+		// (a database source refuses such a read before it; this is
+		// where every source's copy is held to it).
+		r.failed(fmt.Errorf("%s", KeyMovedWhileCopying(c.Table, r.copied.Key, c.KeyCols)))
+		return
+	}
 	if !SameColumns(c.Def, e.Def) && !c.projectOnto(e.Def) {
 		// The catalog is ahead of the stream (PostgreSQL describes a
 		// table's new columns only with its next row). Added columns are
@@ -67,6 +74,9 @@ func (r *CopyReader) onMark(e *Event) {
 	rows := c.emit(e)
 	next := r.copied
 	next.Rows += int64(len(rows))
+	if next.Key == "" {
+		next.Key = c.KeyCols
+	}
 	rows = append(rows, fills...)
 	if c.Full {
 		next = next.CopiedThrough(c.Last)
@@ -153,4 +163,14 @@ func (r *CopyReader) failed(err error) {
 		r.lastWarn = time.Now()
 		r.o.Log.Warn("initial snapshot: a chunk failed; trying again", "span", r.span.String(), "failures", r.fails, "err", err)
 	}
+}
+
+// KeyMovedWhileCopying says why a partition whose copy of table went by
+// the key columns copied cannot copy on under the table's key now: its
+// range's progress, and what the table's other partitions copied, are in
+// the old key's terms (rows whose old and new keys fall in different
+// partitions would be copied by neither); and what to do.
+func KeyMovedWhileCopying(table, copied, now string) string {
+	return fmt.Sprintf("%s: its primary key moved from %s to %s while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume'",
+		table, copied, now, table, table)
 }

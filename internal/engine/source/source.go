@@ -286,6 +286,14 @@ type Puller interface {
 	Confirm(p Position)
 }
 
+// CopyingTable is a table whose initial snapshot is still copying, as
+// its partitions' routes and progress say: the key types its partitions
+// were cut on (model.Span.Key) and the key columns their copies go by
+// (model.CopyProgress.Key); "" where not known.
+type CopyingTable struct {
+	KeyTypes, KeyColumns string
+}
+
 // Status is what a source says about its upstream side of a changefeed,
 // for 'changefeed get'.
 type Status struct {

@@ -45,14 +45,20 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 }
 
 // keyChangedWhileCopying says why a partition cut on a key of types
-// spanKey cannot copy the rest of its range now that the table's primary
-// key is def's, when it encodes otherwise: its range and what it copied
-// are in the old key's terms. "" when it can, or spanKey is not known.
-func keyChangedWhileCopying(table, spanKey string, def *source.TableDef) string {
+// copying.KeyTypes, copying by the key columns copying.KeyColumns, cannot
+// copy the rest of its range now that the table's primary key is def's:
+// when it encodes otherwise, or is of other columns (one int column
+// moved to another encodes alike), its range and what it copied are in
+// the old key's terms. "" when it can, or neither is known.
+func keyChangedWhileCopying(table string, copying source.CopyingTable, def *source.TableDef) string {
 	now := keyTypes(def)
-	if spanKey == "" || model.SameKeyEncoding(spanKey, now) {
+	if copying.KeyTypes == "" || model.SameKeyEncoding(copying.KeyTypes, now) {
+		if cols := model.KeyColumns(def.KeyNames()); copying.KeyColumns != "" && cols != copying.KeyColumns {
+			return source.KeyMovedWhileCopying(table, copying.KeyColumns, cols)
+		}
 		return ""
 	}
+	spanKey := copying.KeyTypes
 	return fmt.Sprintf("%s: its primary key changed (from a key of %s to (%s) of %s) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume' (docs/postgres.md)",
 		table, spanKey, strings.Join(def.KeyNames(), ", "), now, table, table)
 }
@@ -70,7 +76,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if len(def.KeyNames()) == 0 {
 		return nil, "", fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
 	}
-	if why := keyChangedWhileCopying(span.Table, span.Key, def); why != "" {
+	if why := keyChangedWhileCopying(span.Table, source.CopyingTable{KeyTypes: span.Key, KeyColumns: copied.Key}, def); why != "" {
 		return nil, "", fmt.Errorf("snapshot of %s", why)
 	}
 	order, err := cat.byteOrder(ctx, span.Table, def)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -94,7 +95,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 	}
 	var said []string
 	tc.Eventually("changefeed get to say why the copy of c stopped", 30*time.Second, func() bool {
-		said = postgres.CopyWarnings(ctx, uri, map[string]string{"public.c": "int4", "public.d": "int8"})
+		said = postgres.CopyWarnings(ctx, uri, map[string]registry.CopyingTable{"public.c": {KeyTypes: "int4"}, "public.d": {KeyTypes: "int8"}})
 		return len(said) == 1
 	})
 	if !strings.Contains(said[0], "public.c: its primary key changed (from a key of int4 to (y, x) of int4,int4) while the initial snapshot copied it") ||
@@ -117,6 +118,69 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 	}
 	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
 	if !rep.OK || rep.Keys != 20001 {
+		t.Fatalf("after the table was copied again: %+v", rep)
+	}
+}
+
+// A key moved to another column of the same type while the table copies
+// (int4 x to int4 y): the spans' key types cannot tell, but every copy
+// records the columns it goes by. A partition that copied part of its
+// range under (x) is refused its next chunk under (y), with the reason
+// and the fix (changefeed get says it), instead of copying the rest in
+// the old key's terms, which left rows in no partition's copy; the fix
+// copies the table again, and the sink rebuilt equals the table.
+func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) {
+	t.Parallel()
+	srv := postgres.StartDB(t, "k")
+	ctx := context.Background()
+	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4 PRIMARY KEY, y int4 NOT NULL, v text);
+		INSERT INTO c SELECT g, 40001 - g, 'z' FROM generate_series(1, 40000) g;
+		CREATE TABLE d (id int8 PRIMARY KEY, v text); INSERT INTO d VALUES (1, 'd')`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("k")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	uri := dsn + "&tables=c,d&chunk-rows=50"
+	tc.CreateChangefeed("pg", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	first := tc.PartitionFrom("pg", "public.c", "")
+	if copied := tc.CopyUnderWay("pg", first.ID); copied.Key != "(x)" {
+		t.Fatalf("the copy records the key %q, want (x)", copied.Key)
+	}
+	if _, err := srv.Psql(ctx, "k", `ALTER TABLE c DROP CONSTRAINT c_pkey, ADD PRIMARY KEY (y); INSERT INTO c VALUES (100000, 0, 'n'); UPDATE c SET v = 'u' WHERE x < 10`); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	tc.Eventually("changefeed get to say why the copy of c stopped", 30*time.Second, func() bool {
+		said = postgres.CopyWarnings(ctx, uri, map[string]registry.CopyingTable{"public.c": {KeyTypes: "int4", KeyColumns: "(x)"}})
+		return len(said) == 1
+	})
+	if !strings.Contains(said[0], "public.c: its primary key moved from (x) to (y) while the initial snapshot copied it") ||
+		!strings.Contains(said[0], "--remove-table public.c") {
+		t.Fatalf("changefeed get says %q", said)
+	}
+	// The partition that had copied under (x) copies no more under (y)
+	// (once the chunks read before the change, and its saved progress,
+	// have caught up).
+	time.Sleep(2 * time.Second)
+	before := tc.State().Progress["pg"][first.ID].Progress.Copy
+	time.Sleep(2 * time.Second)
+	if after := tc.State().Progress["pg"][first.ID].Progress.Copy; after.Done || after.To != before.To || after.Key != "(x)" {
+		t.Fatalf("the copy went on under the moved key: %+v, then %+v", before, after)
+	}
+
+	// The fix it names: c removed, then added back, in one pause.
+	tc.UpdateTablesInOnePause("pg", []string{"public.d"}, []string{"public.d", "public.c"})
+	tc.WaitSnapshot("pg")
+	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
+		t.Fatal(err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
+	if !rep.OK || rep.Keys != 40001 {
 		t.Fatalf("after the table was copied again: %+v", rep)
 	}
 }

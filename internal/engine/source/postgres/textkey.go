@@ -202,13 +202,13 @@ func textColumn(col source.ColumnDef) bool {
 const maxCopyWarned = 50
 
 // CopyWarnings says, of tables whose initial snapshot is still copying
-// (at most maxCopyWarned of them; copying: each with the key types its
-// partitions were cut on), which cannot copy on because their primary key
-// changed (keyChangedWhileCopying), and which are read by sorting each
+// (at most maxCopyWarned of them; copying: each with the key its
+// partitions were cut on and copy by), which cannot copy on because their
+// primary key changed (keyChangedWhileCopying), and which are read by sorting each
 // chunk and what index would serve them (sortedWhy), for `changefeed
 // get`: the copying capture logs it, the operator asking sees it here.
 // Nothing when the database cannot be asked.
-func CopyWarnings(ctx context.Context, uri string, copying map[string]string) []string {
+func CopyWarnings(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil

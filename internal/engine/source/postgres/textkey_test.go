@@ -174,12 +174,12 @@ func TestOnlyAnIndexInTheKeysOrderServesIt(t *testing.T) {
 	}
 }
 
-// copying is CopyWarnings' tables still copying, their partitions' key
-// types not told.
-func copying(tables ...string) map[string]string {
-	out := map[string]string{}
+// copying is CopyWarnings' tables still copying, their partitions' keys
+// not told.
+func copying(tables ...string) map[string]source.CopyingTable {
+	out := map[string]source.CopyingTable{}
 	for _, t := range tables {
-		out[t] = ""
+		out[t] = source.CopyingTable{}
 	}
 	return out
 }

@@ -33,7 +33,7 @@ type database struct {
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
 	// copyWarnings is nil for a source with nothing to say of a copy.
-	copyWarnings func(ctx context.Context, uri string, copying map[string]string) []string
+	copyWarnings func(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string
 	preview      func(ctx context.Context, uri string) (source.Followed, error)
 	follow       func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
 	upstream     func(uri, password string) (source.Snapshotter, []string, error)
@@ -205,11 +205,14 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	return db.inspect(ctx, uri, pos)
 }
 
+// CopyingTable is a table still copying, as CopyWarnings is told of it.
+type CopyingTable = source.CopyingTable
+
 // CopyWarnings says what slows or stops the initial snapshot of the
-// tables still copying (copying: each with the key types its partitions
-// were cut on, "" where not known) and what to do, where the source can
+// tables still copying (copying: each with the key its partitions were
+// cut on and copy by, where known) and what to do, where the source can
 // tell; nothing for the others.
-func CopyWarnings(ctx context.Context, uri string, copying map[string]string) []string {
+func CopyWarnings(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string {
 	db, err := scheme(uri)
 	if err != nil || db == nil || db.copyWarnings == nil || len(copying) == 0 {
 		return nil
