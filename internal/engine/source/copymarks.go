@@ -169,8 +169,10 @@ func (r *CopyReader) failed(err error) {
 // the key columns copied cannot copy on under the table's key now: its
 // range's progress, and what the table's other partitions copied, are in
 // the old key's terms (rows whose old and new keys fall in different
-// partitions would be copied by neither); and what to do.
+// partitions would be copied by neither); and what to do. A key column
+// renamed is told so too: to the stream, which carries no renames, it is
+// a column dropped and another added.
 func KeyMovedWhileCopying(table, copied, now string) string {
-	return fmt.Sprintf("%s: its primary key moved from %s to %s while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume'",
+	return fmt.Sprintf("%s: its primary key's columns changed from %s to %s (moved, or renamed) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume'",
 		table, copied, now, table, table)
 }
