@@ -81,24 +81,12 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	// Every partition copies its own range: their progress, in etcd,
 	// says how far the snapshot is, also while the upstream is down.
 	pt, copying := model.ProgressTable{}, false
-	still := map[string]sources.CopyingTable{} // the tables with a partition whose copy is not done
-	keys := map[string][]string{}              // the key columns each table's partitions copied by
+	spans := map[string]model.Span{}
 	for pid, r := range st.Partitions[e.Info.ID] {
-		pt[pid] = st.Progress[e.Info.ID][pid].Progress
-		c, table := pt[pid].Copy, r.Route.Span.Table
-		copying = copying || c != (model.CopyProgress{})
-		if c.Key != "" && !slices.Contains(keys[table], c.Key) {
-			keys[table] = append(keys[table], c.Key)
-		}
-		if !c.Done {
-			ct := still[table]
-			ct.KeyTypes = r.Route.Span.Key
-			if ct.KeyColumns == "" {
-				ct.KeyColumns = c.Key
-			}
-			still[table] = ct
-		}
+		pt[pid], spans[pid] = st.Progress[e.Info.ID][pid].Progress, r.Route.Span
+		copying = copying || pt[pid].Copy != (model.CopyProgress{})
 	}
+	still, keys := copyingTables(spans, pt)
 	warnings := copiedUnderKeys(keys)
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: err.Error(), Warnings: warnings}
@@ -118,6 +106,36 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		}
 	}
 	return out, nil
+}
+
+// copyingTables are, of a changefeed's partitions (their spans and
+// progress), the tables with a partition whose copy is not done (still:
+// the key it was cut on and copies by; where its partitions still copying
+// have copied nothing, the key the others copied it by, which they must
+// go by too), and the key columns each table's partitions copied by.
+func copyingTables(spans map[string]model.Span, pt model.ProgressTable) (still map[string]sources.CopyingTable, keys map[string][]string) {
+	still, keys = map[string]sources.CopyingTable{}, map[string][]string{}
+	for pid, span := range spans {
+		c := pt[pid].Copy
+		if c.Key != "" && !slices.Contains(keys[span.Table], c.Key) {
+			keys[span.Table] = append(keys[span.Table], c.Key)
+		}
+		if !c.Done {
+			ct := still[span.Table]
+			ct.KeyTypes = span.Key
+			if ct.KeyColumns == "" {
+				ct.KeyColumns = c.Key
+			}
+			still[span.Table] = ct
+		}
+	}
+	for t, ct := range still {
+		if ct.KeyColumns == "" && len(keys[t]) == 1 {
+			ct.KeyColumns = keys[t][0]
+			still[t] = ct
+		}
+	}
+	return still, keys
 }
 
 // copiedUnderKeys warns of each table whose partitions copied it by

@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"maps"
 	"strings"
 	"testing"
+
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Partitions of one table that copied it by different primary keys (its
@@ -16,5 +20,24 @@ func TestATableCopiedUnderDifferentKeysIsTold(t *testing.T) {
 	}
 	if got := copiedUnderKeys(map[string][]string{"public.d": {"(id)"}}); len(got) != 0 {
 		t.Fatalf("warnings %q", got)
+	}
+}
+
+// What changefeed get asks the source about each table still copying:
+// the key its partitions were cut on and copy by; a partition that has
+// copied nothing yet goes by the key its table's others copied by.
+func TestTheTablesStillCopyingCarryTheKeyTheirCopyGoesBy(t *testing.T) {
+	spans := map[string]model.Span{
+		"c.1": {Table: "public.c", Key: "int4"}, "c.2": {Table: "public.c", Key: "int4"},
+		"d.1": {Table: "public.d", Key: "int8"}, "e.1": {Table: "public.e", Key: "int4"},
+	}
+	pt := model.ProgressTable{
+		"c.1": {Copy: model.CopyProgress{Done: true, Key: "(x)"}}, "c.2": {},
+		"d.1": {Copy: model.CopyProgress{To: "k\x00", Key: "(id)"}}, "e.1": {Copy: model.CopyProgress{Done: true, Key: "(id)"}},
+	}
+	still, keys := copyingTables(spans, pt)
+	want := map[string]sources.CopyingTable{"public.c": {KeyTypes: "int4", KeyColumns: "(x)"}, "public.d": {KeyTypes: "int8", KeyColumns: "(id)"}}
+	if !maps.Equal(still, want) || len(keys) != 3 {
+		t.Fatalf("still %+v, keys %v", still, keys)
 	}
 }
