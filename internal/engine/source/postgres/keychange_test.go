@@ -9,6 +9,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -106,20 +107,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 		t.Fatal("the copy of c under its old key was taken as done")
 	}
 
-	// The fix it names: c removed, then added back, in one pause.
-	tc.UpdateTablesInOnePause("pg", []string{"public.d"}, []string{"public.d", "public.c"})
-	tc.WaitSnapshot("pg")
-	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
-		t.Fatal(err)
-	}
-	up, err := postgres.NewTableReader(dsn + "&tables=c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
-	if !rep.OK || rep.Keys != 20001 {
-		t.Fatalf("after the table was copied again: %+v", rep)
-	}
+	copyCAgain(t, tc, srv, dsn, 20001)
 }
 
 // A key moved to another column of the same type while the table copies
@@ -169,10 +157,17 @@ func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) 
 		t.Fatalf("the copy went on under the moved key: %+v, then %+v", before, after)
 	}
 
-	// The fix it names: c removed, then added back, in one pause.
+	copyCAgain(t, tc, srv, dsn, 40001)
+}
+
+// copyCAgain runs the fix a key changed while c copied names — c
+// removed, then added back, in one pause — writes to c once it is
+// copied, and verifies c and d: keys of them in all.
+func copyCAgain(t *testing.T, tc *enginetest.Cluster, srv *pgserver.Server, dsn string, keys int) {
+	t.Helper()
 	tc.UpdateTablesInOnePause("pg", []string{"public.d"}, []string{"public.d", "public.c"})
 	tc.WaitSnapshot("pg")
-	if _, err := srv.Psql(ctx, "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
+	if _, err := srv.Psql(context.Background(), "k", `DELETE FROM c WHERE x = 30; UPDATE c SET v = 'after' WHERE y = 1`); err != nil {
 		t.Fatal(err)
 	}
 	up, err := postgres.NewTableReader(dsn + "&tables=c")
@@ -180,7 +175,7 @@ func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) 
 		t.Fatal(err)
 	}
 	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
-	if !rep.OK || rep.Keys != 40001 {
+	if !rep.OK || rep.Keys != keys {
 		t.Fatalf("after the table was copied again: %+v", rep)
 	}
 }
