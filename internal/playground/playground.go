@@ -161,6 +161,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// captures come back. Said in the banner, with the way out.
 	_, statErr := os.Stat(filepath.Join(dir, "etcd"))
 	reused := statErr == nil
+	if reused {
+		// Said now as well as in the banner: a start interrupted before
+		// its banner has still told what it started on.
+		fmt.Fprintf(cfg.Out, "reusing the cluster state of an earlier run in %s (its changefeeds and plans come back; --fresh starts anew)\n", dir)
+	}
 	for i := 0; i <= cfg.Nodes; i++ {
 		if err := portFree(cfg.PortBase + i); err != nil {
 			return fmt.Errorf("port %d is taken (%v); stop whatever uses it, or pick other ports with --port-base", cfg.PortBase+i, err)
