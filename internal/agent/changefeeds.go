@@ -124,7 +124,7 @@ func copyingTables(spans map[string]model.Span, pt model.ProgressTable) (still m
 			ct := still[span.Table]
 			ct.KeyTypes = span.Key
 			if ct.KeyColumns == "" {
-				ct.KeyColumns = c.Key
+				ct.KeyColumns = span.CopyKey(c)
 			}
 			still[span.Table] = ct
 		}

@@ -3,6 +3,7 @@ package model
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // CopyProgress is how far a partition's share of a database source's
@@ -38,11 +39,26 @@ func KeyColumns(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = n
-		if n == "" || strings.ContainsAny(n, `,()" `) {
+		if n == "" || strings.ContainsAny(n, `,()" `) || !printable(n) {
 			q[i] = strconv.Quote(n)
 		}
 	}
 	return "(" + strings.Join(q, ", ") + ")"
+}
+
+// printable says n is valid UTF-8 of printable runes: a name written as
+// is compares equal to itself when read back from stored progress (JSON
+// replaces invalid bytes) and shows on a terminal as it is.
+func printable(n string) bool {
+	if !utf8.ValidString(n) {
+		return false
+	}
+	for _, r := range n {
+		if !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // After is the last key copied; false when nothing is.

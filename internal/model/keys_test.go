@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -185,6 +186,18 @@ func TestTheKeyACopyGoesByIsCutWithIt(t *testing.T) {
 	}
 	if KeyColumns([]string{"a, b"}) == KeyColumns([]string{"a", "b"}) || KeyColumns(nil) != "" {
 		t.Fatal("KeyColumns confuses keys")
+	}
+	// A name that is not valid UTF-8 (PostgreSQL's SQL_ASCII database)
+	// is quoted, so its stored text, which JSON keeps as is, is still
+	// this key's (unquoted, JSON would store U+FFFD, another name's).
+	odd := KeyColumns([]string{"a\xffb", "t\tab"})
+	b, _ := json.Marshal(CopyProgress{Key: odd})
+	var back CopyProgress
+	if err := json.Unmarshal(b, &back); err != nil || back.Key != odd || odd == KeyColumns([]string{"a\uFFFDb", "t\tab"}) {
+		t.Fatalf("KeyColumns of odd names: %q, stored and read back %q (%v)", odd, back.Key, err)
+	}
+	if s := (Span{KeyColumns: "(x)"}); s.CopyKey(CopyProgress{}) != "(x)" || s.CopyKey(CopyProgress{Key: "(y)"}) != "(y)" {
+		t.Fatal("CopyKey is not the copy's recorded key, else the span's")
 	}
 }
 

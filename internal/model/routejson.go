@@ -36,6 +36,9 @@ func decodeRouteFast(b []byte) (RouteEntry, bool) {
 	if s.field(`,"key":`) {
 		r.Span.Key = s.str()
 	}
+	if s.field(`,"key_columns":`) {
+		r.Span.KeyColumns = s.str()
+	}
 	s.lit("}")
 	if s.field(`,"node":`) {
 		r.Node = NodeID(s.str())

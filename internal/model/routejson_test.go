@@ -14,7 +14,7 @@ func routeEntries() []RouteEntry {
 	at := time.Date(2026, 12, 2, 1, 2, 3, 456789012, time.UTC)
 	return []RouteEntry{
 		{ID: "p1", Changefeed: "cf", Span: Span{Table: "t0001", Start: "", End: "m"}, Node: "capture-1", Status: PartitionActive, Epoch: 3},
-		{ID: "p2", Changefeed: "cf", Span: Span{Table: "public.orders", Start: "0000000000000010", End: "", Key: "int8"}, Status: PartitionActive},
+		{ID: "p2", Changefeed: "cf", Span: Span{Table: "public.orders", Start: "0000000000000010", End: "", Key: "int8", KeyColumns: "(id)"}, Status: PartitionActive},
 		{ID: "p3", Changefeed: "cf-2", Span: Span{Table: `s"q`, Start: "a\x00", End: "ü"}, Node: "capture-2", Status: PartitionDraining, Epoch: 18446744073709551615,
 			Target: "capture-3", Start: 465123456789012345, StartCopy: CopyProgress{To: "k\x00", Rows: 42}, Since: 7, SplitKey: "m",
 			BusySince: at, Pinned: true,

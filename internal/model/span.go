@@ -14,6 +14,22 @@ type Span struct {
 	// Key names the key's column types when Start and End are encoded
 	// keys (a database table; see keys.go); empty for plain text keys.
 	Key string `json:"key,omitempty"`
+	// KeyColumns names the key's columns (KeyColumns) when the span was
+	// cut, which its copy goes by until the copy's first chunk records
+	// them (CopyKey): a key moved to other columns of the same types
+	// before a partition copied anything is then told too. Empty for
+	// spans cut before it was kept.
+	KeyColumns string `json:"key_columns,omitempty"`
+}
+
+// CopyKey is the key columns the copy of s goes by, as far as c is: the
+// ones its first chunk recorded, else the ones s was cut on ("" when
+// neither is known).
+func (s Span) CopyKey(c CopyProgress) string {
+	if c.Key != "" {
+		return c.Key
+	}
+	return s.KeyColumns
 }
 
 // Contains reports whether key falls in the span.

@@ -61,7 +61,7 @@ func fingerprintAll(s *model.Snapshot) Fingerprint {
 // placementDigest's JSON: half the bytes to hash at a million
 // partitions; TestBothDigestsCoverTheSameFields keeps the two lists one.)
 func appendPartition(b []byte, r model.RouteEntry) []byte {
-	for _, f := range [...]string{r.ID, r.Span.Table, r.Span.Start, r.Span.End, r.Span.Key, string(r.Node), string(r.Status), string(r.Target), r.SplitKey} {
+	for _, f := range [...]string{r.ID, r.Span.Table, r.Span.Start, r.Span.End, r.Span.Key, r.Span.KeyColumns, string(r.Node), string(r.Status), string(r.Target), r.SplitKey} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
@@ -188,6 +188,10 @@ func appendPlacement(b []byte, r model.RouteEntry) []byte {
 	if r.Span.Key != "" {
 		b = append(b, `,"key":`...)
 		b = appendJSONString(b, r.Span.Key)
+	}
+	if r.Span.KeyColumns != "" {
+		b = append(b, `,"key_columns":`...)
+		b = appendJSONString(b, r.Span.KeyColumns)
 	}
 	b = append(b, `},"Node":`...)
 	b = appendJSONString(b, string(r.Node))

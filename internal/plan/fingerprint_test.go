@@ -26,7 +26,7 @@ func TestThePlacementDigestIsTheOneSavedPlansCarry(t *testing.T) {
 		"é", "日本", "\xff\xfe", "bad\xc3", "\u2028\u2029", "\U0001F600", "a,b,c", "∞"}
 	for i, a := range odd {
 		for j, b := range odd {
-			r := model.RouteEntry{Span: model.Span{Table: "public." + a, Start: a, End: b, Key: odd[(i+j)%len(odd)]},
+			r := model.RouteEntry{Span: model.Span{Table: "public." + a, Start: a, End: b, Key: odd[(i+j)%len(odd)], KeyColumns: odd[(2*i+j)%len(odd)]},
 				Node: model.NodeID("capture-" + b), Status: model.PartitionDraining, Target: model.NodeID(a), SplitKey: b, Pinned: i%2 == 0}
 			if got, want := placementDigest(r), jsonDigest(r); got != want {
 				t.Fatalf("placement %+v: digest %s, encoding/json's %s", r, got, want)
@@ -39,7 +39,7 @@ func FuzzPlacementDigest(f *testing.F) {
 	f.Add("public.t", "k1", "k2", "int8", "capture-1", "Active", "", "", false)
 	f.Add("t\xff", "<", "\u2028", "", "n\"", "Draining", "x&y", "\\", true)
 	f.Fuzz(func(t *testing.T, table, start, end, key, node, status, target, split string, pinned bool) {
-		r := model.RouteEntry{Span: model.Span{Table: table, Start: start, End: end, Key: key}, Node: model.NodeID(node),
+		r := model.RouteEntry{Span: model.Span{Table: table, Start: start, End: end, Key: key, KeyColumns: key + end}, Node: model.NodeID(node),
 			Status: model.PartitionStatus(status), Target: model.NodeID(target), SplitKey: split, Pinned: pinned}
 		if got, want := placementDigest(r), jsonDigest(r); got != want {
 			t.Fatalf("placement %+v: digest %s, encoding/json's %s", r, got, want)
@@ -51,12 +51,13 @@ func FuzzPlacementDigest(f *testing.F) {
 // two encodings list the same fields), and the partition's id: a change
 // of any of them changes both.
 func TestBothDigestsCoverTheSameFields(t *testing.T) {
-	base := model.RouteEntry{ID: "p1", Changefeed: "a", Span: model.Span{Table: "t", Start: "a", End: "b", Key: "int8"},
+	base := model.RouteEntry{ID: "p1", Changefeed: "a", Span: model.Span{Table: "t", Start: "a", End: "b", Key: "int8", KeyColumns: "(id)"},
 		Node: "capture-1", Status: model.PartitionActive, Target: "capture-2", SplitKey: "m"}
 	for name, edit := range map[string]func(*model.RouteEntry){
 		"table": func(r *model.RouteEntry) { r.Span.Table = "u" }, "start": func(r *model.RouteEntry) { r.Span.Start = "0" },
 		"end": func(r *model.RouteEntry) { r.Span.End = "c" }, "key": func(r *model.RouteEntry) { r.Span.Key = "" },
-		"node": func(r *model.RouteEntry) { r.Node = "capture-3" }, "status": func(r *model.RouteEntry) { r.Status = model.PartitionDraining },
+		"key columns": func(r *model.RouteEntry) { r.Span.KeyColumns = "(y)" },
+		"node":        func(r *model.RouteEntry) { r.Node = "capture-3" }, "status": func(r *model.RouteEntry) { r.Status = model.PartitionDraining },
 		"target": func(r *model.RouteEntry) { r.Target = "" }, "split": func(r *model.RouteEntry) { r.SplitKey = "" },
 		"pinned": func(r *model.RouteEntry) { r.Pinned = true },
 	} {

@@ -187,12 +187,12 @@ func spansOf(ctx context.Context, src source.Source, tables []string, perTable i
 		}
 		cut := model.SplitEvenly(t, len(bounds)+1, func(i int) string { return bounds[i-1] })
 		if kt, ok := src.(source.KeyTyped); ok {
-			types, err := kt.KeyTypes(ctx, t)
+			types, cols, err := kt.TableKey(ctx, t)
 			if err != nil {
 				return nil, err
 			}
 			for i := range cut {
-				cut[i].Key = types
+				cut[i].Key, cut[i].KeyColumns = types, cols
 			}
 		}
 		spans = append(spans, cut...)

@@ -54,11 +54,12 @@ func (r *CopyReader) onMark(e *Event) {
 		r.failed(fmt.Errorf("the schema of %s changed while a chunk was read; reading it again", c.Table))
 		return
 	}
-	if r.copied.Key != "" && c.KeyCols != "" && c.KeyCols != r.copied.Key {
-		// Read under a key moved to other columns since the copy began
-		// (a database source refuses such a read before it; this is
-		// where every source's copy is held to it).
-		r.failed(fmt.Errorf("%s", KeyMovedWhileCopying(c.Table, r.copied.Key, c.KeyCols)))
+	if key := r.span.CopyKey(r.copied); key != "" && c.KeyCols != "" && c.KeyCols != key {
+		// Read under a key moved to other columns since the copy began,
+		// or since the span was cut (a database source refuses such a
+		// read before it; this is where every source's copy is held to
+		// it).
+		r.failed(fmt.Errorf("%s", KeyMovedWhileCopying(c.Table, key, c.KeyCols)))
 		return
 	}
 	if !SameColumns(c.Def, e.Def) && !c.projectOnto(e.Def) {

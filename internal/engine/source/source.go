@@ -135,9 +135,11 @@ type DDLSchedule interface {
 // KeyTyped is a source whose tables' keys are encoded for routing
 // (model.EncodeKey): it names a table's key column types, which the
 // changefeed's spans carry so that operators' keys can be encoded and
-// bounds shown as text.
+// bounds shown as text, and the key's columns (model.KeyColumns), which
+// the spans carry so that a copy can tell a key moved to other columns
+// of the same types before it began (model.Span.CopyKey).
 type KeyTyped interface {
-	KeyTypes(ctx context.Context, table string) (string, error)
+	TableKey(ctx context.Context, table string) (types, columns string, err error)
 }
 
 // Expectation is what a deterministic source can say about what a sink

@@ -323,18 +323,18 @@ func (s *Source) Close() error {
 	return s.LogSource.Close()
 }
 
-// KeyTypes implements source.KeyTyped, from the catalog.
-func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {
+// TableKey implements source.KeyTyped, from the catalog.
+func (s *Source) TableKey(ctx context.Context, table string) (types, columns string, err error) {
 	db, err := open(ctx, s.cfg)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer db.Close()
 	def, _, err := tableDef(ctx, db, table)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return keyTypes(def), nil
+	return keyTypes(def), model.KeyColumns(def.KeyNames()), nil
 }
 
 // keyTypes names a table's key column types as routing encodes them

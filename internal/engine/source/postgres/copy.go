@@ -76,7 +76,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if len(def.KeyNames()) == 0 {
 		return nil, "", fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
 	}
-	if why := keyChangedWhileCopying(span.Table, source.CopyingTable{KeyTypes: span.Key, KeyColumns: copied.Key}, def); why != "" {
+	if why := keyChangedWhileCopying(span.Table, source.CopyingTable{KeyTypes: span.Key, KeyColumns: span.CopyKey(copied)}, def); why != "" {
 		return nil, "", fmt.Errorf("snapshot of %s", why)
 	}
 	order, err := cat.byteOrder(ctx, span.Table, def)

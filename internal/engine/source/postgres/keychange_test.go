@@ -132,6 +132,9 @@ func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) 
 	uri := dsn + "&tables=c,d&chunk-rows=50"
 	tc.CreateChangefeed("pg", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
 	first := tc.PartitionFrom("pg", "public.c", "")
+	if first.Span.KeyColumns != "(x)" {
+		t.Fatalf("c's spans are cut on the key %q, want (x)", first.Span.KeyColumns)
+	}
 	if copied := tc.CopyUnderWay("pg", first.ID); copied.Key != "(x)" {
 		t.Fatalf("the copy records the key %q, want (x)", copied.Key)
 	}

@@ -200,7 +200,7 @@ func TestBoundariesAreKeyQuantiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		types, err := src.KeyTypes(ctx, tc.table)
+		types, _, err := src.TableKey(ctx, tc.table)
 		if err != nil {
 			t.Fatal(err)
 		}

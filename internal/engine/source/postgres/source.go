@@ -149,18 +149,18 @@ func (s *Source) Close() error {
 	return s.LogSource.Close()
 }
 
-// KeyTypes implements source.KeyTyped, from the catalog.
-func (s *Source) KeyTypes(ctx context.Context, table string) (string, error) {
+// TableKey implements source.KeyTyped, from the catalog.
+func (s *Source) TableKey(ctx context.Context, table string) (types, columns string, err error) {
 	cat, err := openCatalog(ctx, s.cfg.ConnString)
 	if err != nil {
-		return "", explain(s.cfg, err)
+		return "", "", explain(s.cfg, err)
 	}
 	defer cat.Close()
 	def, err := cat.tableDef(ctx, table)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return keyTypes(def), nil
+	return keyTypes(def), model.KeyColumns(def.KeyNames()), nil
 }
 
 // Pull implements source.Puller.
