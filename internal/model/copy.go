@@ -39,26 +39,17 @@ func KeyColumns(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = n
-		if n == "" || strings.ContainsAny(n, `,()" `) || !printable(n) {
+		// Not valid UTF-8 (a PostgreSQL SQL_ASCII database's name) is
+		// quoted too: JSON would store it with U+FFFD for its bytes, and
+		// read back it would be another name's. Valid names that merely
+		// do not print (a tab, U+3000) stay bare, as copies recorded
+		// before this check wrote them, so those records still compare
+		// equal after an upgrade.
+		if n == "" || strings.ContainsAny(n, `,()" `) || !utf8.ValidString(n) {
 			q[i] = strconv.Quote(n)
 		}
 	}
 	return "(" + strings.Join(q, ", ") + ")"
-}
-
-// printable says n is valid UTF-8 of printable runes: a name written as
-// is compares equal to itself when read back from stored progress (JSON
-// replaces invalid bytes) and shows on a terminal as it is.
-func printable(n string) bool {
-	if !utf8.ValidString(n) {
-		return false
-	}
-	for _, r := range n {
-		if !strconv.IsPrint(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // After is the last key copied; false when nothing is.

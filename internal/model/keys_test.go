@@ -196,6 +196,11 @@ func TestTheKeyACopyGoesByIsCutWithIt(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Key != odd || odd == KeyColumns([]string{"a\uFFFDb", "t\tab"}) {
 		t.Fatalf("KeyColumns of odd names: %q, stored and read back %q (%v)", odd, back.Key, err)
 	}
+	// Valid names that do not print are written bare, as records made
+	// before invalid UTF-8 was quoted wrote them: those still compare.
+	if got := KeyColumns([]string{"t\tab", "a\u3000b", "z\u200bw"}); got != "(t\tab, a\u3000b, z\u200bw)" {
+		t.Fatalf("KeyColumns of valid non-printing names = %q, want them bare", got)
+	}
 	if s := (Span{KeyColumns: "(x)"}); s.CopyKey(CopyProgress{}) != "(x)" || s.CopyKey(CopyProgress{Key: "(y)"}) != "(y)" {
 		t.Fatal("CopyKey is not the copy's recorded key, else the span's")
 	}
