@@ -32,6 +32,15 @@ func (s Span) CopyKey(c CopyProgress) string {
 	return s.KeyColumns
 }
 
+// SameRange says s and o are the same key range of the same table, keyed
+// alike. It leaves KeyColumns out: a partition's saved state compared
+// with its route may come from an agent older than that field (a
+// rolling upgrade), and the range is what a hand-over or a split needs
+// to agree on.
+func (s Span) SameRange(o Span) bool {
+	return s.Table == o.Table && s.Start == o.Start && s.End == o.End && s.Key == o.Key
+}
+
 // Contains reports whether key falls in the span.
 func (s Span) Contains(key string) bool {
 	return key >= s.Start && (s.End == "" || key < s.End)

@@ -91,7 +91,7 @@ func (m *Manager) prepare(ctx context.Context, r model.RouteEntry) error {
 	// The position may be below Start: the maintainer may have heard a
 	// later durable position than the one its owner handed over at (a
 	// restart of the owner). Start is durable; above it, nothing is.
-	if a.Span() != r.Span || a.Position() > r.Start {
+	if !a.Span().SameRange(r.Span) || a.Position() > r.Start {
 		return fmt.Errorf("the saved state of %s is %s at %s; the routing table gives %s at %s", r.ID, a.Span(), a.Position(), r.Span, r.Start)
 	}
 	return nil

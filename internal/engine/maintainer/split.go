@@ -81,8 +81,10 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 	lowerSpan := r.Span
 	lowerSpan.End = r.SplitKey
 	var upper, lower []byte
-	switch a.Span() {
-	case r.Span:
+	// By range, not whole spans: state saved by an older agent has no
+	// KeyColumns, and an exact match would leave the split Draining.
+	switch saved := a.Span(); {
+	case saved.SameRange(r.Span):
 		a = actor.NewReplication(r.Span, start)
 		if upper, err = a.Split(r.SplitKey); err != nil {
 			return err
@@ -90,7 +92,7 @@ func (h *Host) splitState(ctx context.Context, r model.RouteEntry, upperID strin
 		if lower, err = a.Snapshot(); err != nil {
 			return err
 		}
-	case lowerSpan:
+	case saved.SameRange(lowerSpan):
 		// Cut already by an attempt whose routing transaction failed:
 		// the upper half's state is made again, at the same position.
 		if lower, err = actor.NewReplication(lowerSpan, start).Snapshot(); err != nil {
