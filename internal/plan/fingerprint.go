@@ -61,14 +61,24 @@ func fingerprintAll(s *model.Snapshot) Fingerprint {
 // placementDigest's JSON: half the bytes to hash at a million
 // partitions; TestBothDigestsCoverTheSameFields keeps the two lists one.)
 func appendPartition(b []byte, r model.RouteEntry) []byte {
-	for _, f := range [...]string{r.ID, r.Span.Table, r.Span.Start, r.Span.End, r.Span.Key, r.Span.KeyColumns, string(r.Node), string(r.Status), string(r.Target), r.SplitKey} {
+	for _, f := range [...]string{r.ID, r.Span.Table, r.Span.Start, r.Span.End, r.Span.Key, string(r.Node), string(r.Status), string(r.Target), r.SplitKey} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
 	if r.Pinned {
-		return append(b, 1)
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
 	}
-	return append(b, 0)
+	// The key's columns come after a marker, and only when the span has
+	// them: a partition without them digests as before the field was
+	// kept, so plans saved by an earlier version over it are not stale.
+	if r.Span.KeyColumns != "" {
+		b = append(b, 2)
+		b = binary.AppendUvarint(b, uint64(len(r.Span.KeyColumns)))
+		b = append(b, r.Span.KeyColumns...)
+	}
+	return b
 }
 
 // fnv64a is FNV-1a of b (hash/fnv's, without its allocation per call).
