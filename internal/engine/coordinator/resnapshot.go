@@ -7,6 +7,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -56,13 +57,22 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	res := UpdateResult{At: at, Sink: e.Info.SinkURI, Tables: ch.Tables, Added: ch.Tables}
 	// The same key ranges as now: a layout the operator split or moved
 	// stays; only where the partitions begin changes.
+	parts := st.SortedPartitions(req.ID)
 	var remove []string
-	for _, r := range st.SortedPartitions(req.ID) {
+	for _, r := range parts {
 		if r.Route.Status != model.PartitionActive {
 			return UpdateResult{}, refuse(ErrInvalid, "partition %s is being moved or split; wait for its plan to end (cdcctl plan list), then re-snapshot", r.Route.ID)
 		}
 		remove = append(remove, r.Route.ID)
-		res.AddedSpans = append(res.AddedSpans, r.Route.Span)
+	}
+	src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
+	if err != nil {
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+	}
+	res.AddedSpans, err = respans(octx, src, parts, e.Info.PartitionsPerTable)
+	_ = src.Close()
+	if err != nil {
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 	}
 	res.RemovedPartitions = remove
 	if req.DryRun {
@@ -91,4 +101,50 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	}
 	c.log.Info("coordinator: changefeed re-snapshotted", "changefeed", req.ID, "tables", ch.Tables, "partitions", len(routes), "at", at, "by", req.By)
 	return res, nil
+}
+
+// respans are the spans a re-snapshot's partitions copy: each table's
+// ranges as they are, under its key as the catalog has it now. The copy
+// goes by the key read now, so a key moved to other columns while the
+// changefeed was stopped is copied under its new columns (the old ones
+// refused every chunk); a table whose key now encodes otherwise (other
+// types, or columns) is cut anew, since its ranges' bounds are keys of
+// the old encoding.
+func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, perTable int) ([]model.Span, error) {
+	kt, keyed := src.(source.KeyTyped)
+	type key struct{ types, columns string }
+	now := map[string]key{}
+	recut := map[string]bool{}
+	var spans []model.Span
+	for _, r := range routes {
+		sp := r.Route.Span
+		if !keyed {
+			spans = append(spans, sp)
+			continue
+		}
+		k, ok := now[sp.Table]
+		if !ok {
+			types, cols, err := kt.TableKey(ctx, sp.Table)
+			if err != nil {
+				return nil, err
+			}
+			k = key{types, cols}
+			now[sp.Table] = k
+		}
+		if sp.Key == k.types || model.SameKeyEncoding(sp.Key, k.types) {
+			sp.Key, sp.KeyColumns = k.types, k.columns
+			spans = append(spans, sp)
+			continue
+		}
+		if recut[sp.Table] {
+			continue
+		}
+		recut[sp.Table] = true
+		cut, err := spansOf(ctx, src, []string{sp.Table}, perTable)
+		if err != nil {
+			return nil, err
+		}
+		spans = append(spans, cut...)
+	}
+	return spans, nil
 }

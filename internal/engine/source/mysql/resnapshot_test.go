@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -39,26 +43,8 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 
 	// While paused: the workload goes on, and items the sink holds are
 	// deleted; then the binary logs holding all that are purged.
-	execDB(t, db, "DELETE FROM items WHERE line <= 20", "FLUSH BINARY LOGS")
-	var last string
-	var pos uint32
-	var ignored sql.NullString
-	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
-		t.Fatal(err)
-	}
-	// The server keeps a file a reader still has open (with a warning):
-	// purge until the older ones are gone.
-	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
-		execDB(t, db, "PURGE BINARY LOGS TO '"+last+"'")
-		var name string
-		var size int64
-		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
-	})
-	tc.SetState("my", model.ChangefeedNormal)
-	tc.Eventually("the changefeed fails for its purged binary log", 60*time.Second, func() bool {
-		return tc.Changefeed("my").Status.State == model.ChangefeedFailed
-	})
-	failed := tc.Changefeed("my")
+	execDB(t, db, "DELETE FROM items WHERE line <= 20")
+	failed := purgeAndResume(t, tc, db)
 	for _, want := range []string{"purged", "cannot go on from its checkpoint without losing changes", "cdcctl changefeed resnapshot NAME", "or remove it"} {
 		if !strings.Contains(failed.Status.Error, want) {
 			t.Fatalf("the failed changefeed's error %q does not say %q", failed.Status.Error, want)
@@ -129,6 +115,125 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 		t.Fatalf("after %d transactions, a purge and a re-snapshot: %+v", w.n, rep)
 	}
 	t.Logf("%d transactions; failed with: %s; re-snapshotted at %s into %v; %+v", w.n, failed.Status.Error, res.At, res.AddedPartitions, rep.TableReports)
+}
+
+// purgeAndResume purges the binary logs that changefeed "my", paused,
+// would resume from, resumes it, and waits for it to fail for them.
+func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.ChangefeedEntry {
+	t.Helper()
+	execDB(t, db, "FLUSH BINARY LOGS")
+	var last string
+	var pos uint32
+	var ignored sql.NullString
+	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
+		t.Fatal(err)
+	}
+	// The server keeps a file a reader still has open (with a warning):
+	// purge until the older ones are gone.
+	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
+		execDB(t, db, "PURGE BINARY LOGS TO '"+last+"'")
+		var name string
+		var size int64
+		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
+	})
+	tc.SetState("my", model.ChangefeedNormal)
+	tc.Eventually("the changefeed fails for its purged binary log", 60*time.Second, func() bool {
+		return tc.Changefeed("my").Status.State == model.ChangefeedFailed
+	})
+	return tc.Changefeed("my")
+}
+
+// A key moved to another column of the same type (x to y, both INT)
+// while the changefeed was stopped and its binary log purged: the
+// re-snapshot's partitions copy under the key the catalog has now. They
+// kept the old key's columns, and every chunk, read under (y), was
+// refused as a key changed while copying: the snapshot never ended. A
+// key moved to a column of another type (x INT to s VARCHAR) cuts its
+// table anew, its ranges' bounds being keys of the old encoding. Under a
+// live workload the sink rebuilt equals the tables.
+func TestAResnapshotCopiesUnderTheKeyTheTableHasNow(t *testing.T) {
+	t.Parallel()
+	const existing = 400
+	srv, db := startShopDB(t)
+	execDB(t, db, "CREATE TABLE keyed (x INT NOT NULL, y INT NOT NULL, v VARCHAR(16), PRIMARY KEY (x), UNIQUE KEY (y))")
+	var rows []string
+	for i := 1; i <= existing; i++ {
+		rows = append(rows, fmt.Sprintf("(%d, %d, 'v%d')", i, -i, i))
+	}
+	execDB(t, db, "INSERT INTO keyed VALUES "+strings.Join(rows, ", "),
+		"CREATE TABLE retyped (x INT NOT NULL PRIMARY KEY, s VARCHAR(8) NOT NULL, UNIQUE KEY (s))",
+		"INSERT INTO retyped SELECT x, CONCAT('s', 1000 - x) FROM keyed")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=keyed,retyped&chunk-rows=50", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+		next := existing + 1
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			var err error
+			switch id := 1 + rng.Intn(next-1); rng.Intn(4) {
+			case 0, 1:
+				_, err = db.Exec("INSERT INTO keyed VALUES (?, ?, ?)", next, -next, fmt.Sprintf("n%d", next))
+				next++
+			case 2:
+				_, err = db.Exec("UPDATE keyed SET v = ? WHERE x = ?", fmt.Sprintf("u%d", rng.Intn(1000)), id)
+			default:
+				_, err = db.Exec("DELETE FROM keyed WHERE x = ?", id)
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	finish := func() time.Time {
+		t.Helper()
+		close(stop)
+		if err := <-done; err != nil {
+			t.Fatalf("workload: %v", err)
+		}
+		return time.Now()
+	}
+	tc.WaitSnapshot("my")
+	tc.SetState("my", model.ChangefeedPaused)
+	time.Sleep(2 * time.Second) // its reader stops
+	execDB(t, db, "ALTER TABLE keyed DROP PRIMARY KEY, ADD PRIMARY KEY (y)", "ALTER TABLE retyped DROP PRIMARY KEY, ADD PRIMARY KEY (s)")
+	purgeAndResume(t, tc, db)
+	var res coordinator.UpdateResult
+	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		var err error
+		res, err = c.ResnapshotChangefeed(ctx, term, coordinator.ResnapshotRequest{ID: "my", By: "test"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	parts := tc.State().SortedPartitions("my")
+	for _, r := range parts {
+		want := map[string]string{"shop.keyed": "(y)", "shop.retyped": "(s)"}[r.Route.Span.Table]
+		if sp := r.Route.Span; sp.KeyColumns != want || (want == "(y)") != (sp.Key == "int8") {
+			t.Fatalf("re-snapshotted partition %s (%v) copies under key %s %s, want %s", r.Route.ID, res.AddedPartitions, sp.Key, sp.KeyColumns, want)
+		}
+	}
+	if len(parts) != 4 {
+		t.Fatalf("%d partitions after the re-snapshot, want 2 per table", len(parts))
+	}
+	tc.SetState("my", model.ChangefeedNormal)
+	tc.WaitSnapshot("my")
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := tc.VerifyDatabase("my", up, []string{"shop.keyed", "shop.retyped"}, finish()); !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after a key moved from x to y and a re-snapshot: %+v", rep)
+	}
 }
 
 // execDB runs statements on db, failing the test at the first error.
