@@ -11,9 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -52,75 +50,12 @@ func NewPuller(cfg Config, cf model.ChangefeedID, flavor string, log *slog.Logge
 // Pull implements source.Puller: it reads the binary log from a resume
 // point into w until ctx ends or the server fails.
 func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
-	var at position
-	if err := json.Unmarshal(from, &at); err != nil {
-		return fmt.Errorf("mysql source: the stored resume point does not decode: %w", err)
-	}
-	for t, st := range at.Tables {
-		// Resume points stored before definitions named their dialect.
-		if st.Def != nil && st.Def.Dialect == "" {
-			d := *st.Def
-			d.Dialect = source.DialectMySQL
-			st.Def = &d
-			at.Tables[t] = st
-		}
-	}
-	// The server the address leads to now: after a failover, another
-	// than the one the stored file and offset belong to.
-	srv, err := serverOf(ctx, p.cfg)
+	c, err := p.connect(ctx, from)
 	if err != nil {
 		return err
 	}
-	p.flavor = srv.Flavor
-	known := at.GTID != ""
-	if !known && (at.Server == srv.ServerID || at.Server == 0) {
-		// No transaction before the point, or a point stored before
-		// GTIDs were kept: its GTIDs from its file and offset, on the
-		// server they belong to.
-		if at.GTID, known, err = gtidsOf(ctx, p.cfg, srv.Flavor, at.File, at.Pos); err != nil {
-			return err
-		}
-	}
-	passed, err := parseGTIDs(p.flavor, at.GTID, known)
-	if err != nil {
-		return err
-	}
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: p.cfg.ServerID, Flavor: p.flavor, Host: p.cfg.Host, Port: uint16(p.cfg.Port), User: p.cfg.User, Password: p.cfg.Password,
-		TimestampStringLocation: time.UTC, HeartbeatPeriod: time.Second, ReadTimeout: 10 * time.Second,
-		// DATETIME and TIMESTAMP as times, written as text by
-		// column.text with the column's own digits of fraction: as text,
-		// go-mysql formats every DATETIME with fmt.Sprintf, 13 % of the
-		// stream's CPU in BenchmarkSourceAgainstBareReader. Zero and
-		// pre-1970 values still come as its text.
-		ParseTime: true,
-		// A failed stream ends Pull: the maintainer starts it again from
-		// the checkpoint (go-mysql's own retry hid a purged position).
-		DisableRetrySync: true,
-		Logger:           slog.New(slog.DiscardHandler),
-	})
-	defer syncer.Close()
-	var stream *replication.BinlogStreamer
-	if at.GTID != "" {
-		// By GTID: the same transactions on any server of the
-		// replication topology.
-		set, err := passed.syncSet()
-		if err != nil {
-			return err
-		}
-		stream, err = syncer.StartSyncGTID(set)
-		if err != nil {
-			return p.explainStream(err, at)
-		}
-	} else {
-		if at.Server != 0 && srv.ServerID != at.Server {
-			return fmt.Errorf("%s is server %d, not server %d where the changefeed's binary log position %s:%d is, and the position has no GTIDs to resume by elsewhere (turn gtid_mode on in MySQL, or point the source at server %d again)", p.cfg.Addr(), srv.ServerID, at.Server, at.File, at.Pos, at.Server)
-		}
-		stream, err = syncer.StartSync(gomysql.Position{Name: at.File, Pos: at.Pos})
-		if err != nil {
-			return p.explainStream(err, at)
-		}
-	}
+	defer c.syncer.Close()
+	at, srv, passed, stream := c.at, c.srv, c.passed, c.stream
 	p.mu.Lock()
 	p.points = []position{at}
 	p.issues = nil // this run finds them again
