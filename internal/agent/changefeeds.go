@@ -320,6 +320,9 @@ func updateResponse(id string, dryRun bool, res coordinator.UpdateResult) *api.C
 		}
 		out.AddedPartitions = append(out.AddedPartitions, p)
 	}
+	for _, r := range res.Rekeyed {
+		out.Rekeyed = append(out.Rekeyed, api.RekeyedTable{Table: r.Table, From: r.From, To: r.To, Recut: r.Recut})
+	}
 	return out
 }
 

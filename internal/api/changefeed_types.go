@@ -78,6 +78,20 @@ type ChangefeedUpdateResponse struct {
 	// SinkChanges, one line per option changed.
 	Sink        string   `json:"sink,omitempty"`
 	SinkChanges []string `json:"sink_changes,omitempty"`
+	// Rekeyed: a re-snapshot's tables whose primary key changed since
+	// their partitions were cut; they are copied under the key as it is.
+	Rekeyed []RekeyedTable `json:"rekeyed,omitempty"`
+}
+
+// RekeyedTable is a table copied again under a changed primary key: its
+// key's columns when its partitions were cut (empty when not kept) and
+// now; Recut, its key ranges were cut anew (the key no longer encodes as
+// their bounds: other types, or another number of columns).
+type RekeyedTable struct {
+	Table string `json:"table"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to"`
+	Recut bool   `json:"recut,omitempty"`
 }
 
 // Changefeed is one changefeed as operators see it.

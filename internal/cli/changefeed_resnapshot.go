@@ -103,6 +103,11 @@ func resnapshotText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	}
 	fmt.Fprintf(tw, "Changefeed %s %s re-snapshotted at its checkpoint %s: the sink gets a TRUNCATE of each table, then all its rows again.\n",
 		u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
+	rekeyed := map[string]api.RekeyedTable{}
+	for _, r := range u.Rekeyed {
+		rekeyed[r.Table] = r
+	}
+	recut := 0
 	for _, t := range u.Added {
 		n := 0
 		for _, p := range u.AddedPartitions {
@@ -110,7 +115,24 @@ func resnapshotText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 				n++
 			}
 		}
-		fmt.Fprintf(tw, "  %s\t%d %s copied again\n", t, n, plural(n, "partition", "partitions"))
+		line := fmt.Sprintf("  %s\t%d %s copied again", t, n, plural(n, "partition", "partitions"))
+		if r, ok := rekeyed[t]; ok {
+			from := r.From
+			if from == "" {
+				from = "another key"
+			}
+			line += fmt.Sprintf(", under its primary key as it is now, %s (its partitions were cut on %s)", r.To, from)
+			if r.Recut {
+				recut++
+				line += "; its key ranges cut anew, the old ones' bounds being keys of the old key"
+			}
+		}
+		fmt.Fprintln(tw, line)
 	}
-	fmt.Fprintf(tw, "Partitions replaced: %d (the same key ranges, new ids)\n", len(u.RemovedPartitions))
+	if recut == 0 {
+		fmt.Fprintf(tw, "Partitions replaced: %d (the same key ranges, new ids)\n", len(u.RemovedPartitions))
+	} else {
+		fmt.Fprintf(tw, "Partitions replaced: %d by %d (new ids; the same key ranges but for the %d %s cut anew)\n",
+			len(u.RemovedPartitions), len(u.AddedPartitions), recut, plural(recut, "table", "tables"))
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/api"
 )
 
 // The tables an update asks for are named as the changefeed names them:
@@ -28,5 +30,34 @@ func TestNextTablesNameTablesAsTheChangefeedDoes(t *testing.T) {
 	rules, err := nextTables(current, []string{`public.*,!audit`}, nil, nil, "public")
 	if err != nil || !slices.Equal(rules, []string{"public.*", "!audit"}) {
 		t.Fatalf("rules %q %v", rules, err)
+	}
+}
+
+// A re-snapshot tells the operator which tables are copied under a
+// primary key other than the one their partitions were cut on, and that
+// ranges cut anew are not the same key ranges.
+func TestAResnapshotNamesTablesCopiedUnderAChangedKey(t *testing.T) {
+	u := &api.ChangefeedUpdateResponse{Changefeed: "my", Resnapshot: true, DryRun: true, Added: []string{"shop.keyed", "shop.retyped", "shop.orders"},
+		AddedPartitions:   []api.Partition{{Table: "shop.keyed"}, {Table: "shop.keyed"}, {Table: "shop.retyped"}, {Table: "shop.retyped"}, {Table: "shop.retyped"}, {Table: "shop.orders"}},
+		RemovedPartitions: []string{"p1", "p2", "p3", "p4", "p5"},
+		Rekeyed:           []api.RekeyedTable{{Table: "shop.keyed", From: "(x)", To: "(y)"}, {Table: "shop.retyped", From: "(x)", To: "(s)", Recut: true}}}
+	var out strings.Builder
+	if err := render(&out, "", false, u, func(tw tableWriter) { resnapshotText(tw, u) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"shop.keyed    2 partitions copied again, under its primary key as it is now, (y) (its partitions were cut on (x))\n",
+		"shop.retyped  3 partitions copied again, under its primary key as it is now, (s) (its partitions were cut on (x)); its key ranges cut anew",
+		"shop.orders   1 partition copied again\n",
+		"Partitions replaced: 5 by 6 (new ids; the same key ranges but for the 1 table cut anew)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the re-snapshot's text lacks %q:\n%s", want, out.String())
+		}
+	}
+	u.Rekeyed = nil
+	out.Reset()
+	if err := render(&out, "", false, u, func(tw tableWriter) { resnapshotText(tw, u) }); err != nil || !strings.Contains(out.String(), "Partitions replaced: 5 (the same key ranges, new ids)") {
+		t.Fatalf("without a changed key: %v\n%s", err, out.String())
 	}
 }

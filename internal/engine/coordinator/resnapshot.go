@@ -69,7 +69,7 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	if err != nil {
 		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 	}
-	res.AddedSpans, err = respans(octx, src, parts, e.Info.PartitionsPerTable)
+	res.AddedSpans, res.Rekeyed, err = respans(octx, src, parts, e.Info.PartitionsPerTable)
 	_ = src.Close()
 	if err != nil {
 		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
@@ -110,12 +110,14 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 // refused every chunk); a table whose key now encodes otherwise (other
 // types, or columns) is cut anew, since its ranges' bounds are keys of
 // the old encoding.
-func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, perTable int) ([]model.Span, error) {
+func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, perTable int) ([]model.Span, []Rekeyed, error) {
 	kt, keyed := src.(source.KeyTyped)
 	type key struct{ types, columns string }
 	now := map[string]key{}
 	recut := map[string]bool{}
+	told := map[string]bool{}
 	var spans []model.Span
+	var rekeyed []Rekeyed
 	for _, r := range routes {
 		sp := r.Route.Span
 		if !keyed {
@@ -126,12 +128,17 @@ func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, 
 		if !ok {
 			types, cols, err := kt.TableKey(ctx, sp.Table)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			k = key{types, cols}
 			now[sp.Table] = k
 		}
-		if sp.Key == k.types || model.SameKeyEncoding(sp.Key, k.types) {
+		same := sp.Key == k.types || model.SameKeyEncoding(sp.Key, k.types)
+		if !told[sp.Table] && (!same || sp.KeyColumns != "" && sp.KeyColumns != k.columns) {
+			told[sp.Table] = true
+			rekeyed = append(rekeyed, Rekeyed{Table: sp.Table, From: sp.KeyColumns, To: k.columns, Recut: !same})
+		}
+		if same {
 			sp.Key, sp.KeyColumns = k.types, k.columns
 			spans = append(spans, sp)
 			continue
@@ -142,9 +149,9 @@ func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, 
 		recut[sp.Table] = true
 		cut, err := spansOf(ctx, src, []string{sp.Table}, perTable)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		spans = append(spans, cut...)
 	}
-	return spans, nil
+	return spans, rekeyed, nil
 }

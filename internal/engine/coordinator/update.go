@@ -51,6 +51,18 @@ type UpdateResult struct {
 	// option changed.
 	Sink        string
 	SinkChanges []string
+	// Rekeyed are the tables a re-snapshot copies under a primary key
+	// other than the one their partitions were cut on.
+	Rekeyed []Rekeyed
+}
+
+// Rekeyed is a table whose primary key changed since its partitions were
+// cut: From and To are its key's columns then (empty when the spans
+// did not keep them) and now; Recut, its ranges were cut anew because
+// the key no longer encodes as they were cut.
+type Rekeyed struct {
+	Table, From, To string
+	Recut           bool
 }
 
 // UpdateChangefeed changes a paused changefeed's tables. Added tables are

@@ -225,6 +225,9 @@ func TestAResnapshotCopiesUnderTheKeyTheTableHasNow(t *testing.T) {
 	if len(parts) != 4 {
 		t.Fatalf("%d partitions after the re-snapshot, want 2 per table", len(parts))
 	}
+	if want := []coordinator.Rekeyed{{Table: "shop.keyed", From: "(x)", To: "(y)"}, {Table: "shop.retyped", From: "(x)", To: "(s)", Recut: true}}; !slices.Equal(res.Rekeyed, want) {
+		t.Fatalf("the re-snapshot tells of the changed keys %+v, want %+v", res.Rekeyed, want)
+	}
 	tc.SetState("my", model.ChangefeedNormal)
 	tc.WaitSnapshot("my")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
