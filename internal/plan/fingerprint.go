@@ -66,19 +66,9 @@ func appendPartition(b []byte, r model.RouteEntry) []byte {
 		b = append(b, f...)
 	}
 	if r.Pinned {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
+		return append(b, 1)
 	}
-	// The key's columns come after a marker, and only when the span has
-	// them: a partition without them digests as before the field was
-	// kept, so plans saved by an earlier version over it are not stale.
-	if r.Span.KeyColumns != "" {
-		b = append(b, 2)
-		b = binary.AppendUvarint(b, uint64(len(r.Span.KeyColumns)))
-		b = append(b, r.Span.KeyColumns...)
-	}
-	return b
+	return append(b, 0)
 }
 
 // fnv64a is FNV-1a of b (hash/fnv's, without its allocation per call).
@@ -174,7 +164,11 @@ func lookupObjects(s *model.Snapshot, names map[string]model.Revision) (map[stri
 
 // placementDigest covers what a plan decides on: the span, the owner,
 // the status and an operation under way. The epoch, the handed-over
-// start and the history are left out; they change with a recovery.
+// start and the history are left out; they change with a recovery. So
+// are the span's key columns: they never change in place (a re-snapshot
+// makes new partitions), and a cdcctl or an agent of a version without
+// them digests without them: with them, every plan between the two
+// versions was stale, recomputed or not.
 //
 // The digest is FNV-1a of the JSON encoding/json gives the struct
 // placementJSON (plans saved by earlier versions carry it), written here
@@ -198,10 +192,6 @@ func appendPlacement(b []byte, r model.RouteEntry) []byte {
 	if r.Span.Key != "" {
 		b = append(b, `,"key":`...)
 		b = appendJSONString(b, r.Span.Key)
-	}
-	if r.Span.KeyColumns != "" {
-		b = append(b, `,"key_columns":`...)
-		b = appendJSONString(b, r.Span.KeyColumns)
 	}
 	b = append(b, `},"Node":`...)
 	b = appendJSONString(b, string(r.Node))
