@@ -18,6 +18,38 @@ type NodeInfo struct {
 	// NodeID has a new incarnation, so records of the previous one can be
 	// told apart from its own.
 	Incarnation int64 `json:"incarnation"`
+	// Features are the behaviours this node's version has that nodes of
+	// an earlier version lack and would misread (Feature*): a new node
+	// uses one only while every node of the cluster has it, so that a
+	// rolling upgrade can run both versions side by side. Nodes of a
+	// version before the field have none.
+	Features []string `json:"features,omitempty"`
+}
+
+// Features a node's version may have (NodeInfo.Features).
+const (
+	// FeatureStorageNotes: the node resumes an exactly-once storage
+	// sink's dispatcher after the flushes noted on its data files, not
+	// only after its progress object. A flush may leave only notes while
+	// every node reads them.
+	FeatureStorageNotes = "storage-notes"
+	// FeatureRolloutHooks: the node, as coordinator, keeps a rollout
+	// plan's restart hook (restart_by) and asks a capture to exit for a
+	// hook's restart; one without it drops the hook.
+	FeatureRolloutHooks = "rollout-hooks"
+)
+
+// BuildFeatures are the features of this build's nodes.
+var BuildFeatures = []string{FeatureStorageNotes, FeatureRolloutHooks}
+
+// Has says whether the node's version has feature f.
+func (n NodeInfo) Has(f string) bool {
+	for _, g := range n.Features {
+		if g == f {
+			return true
+		}
+	}
+	return false
 }
 
 // LivenessRecord is the persisted liveness of one node incarnation.

@@ -230,7 +230,7 @@ func (c *Capture) Run(ctx context.Context) error {
 // its lease to run out.
 func (c *Capture) join(ctx context.Context, previous meta.Previous) (*cluster.Member, error) {
 	hostname, _ := os.Hostname()
-	info := model.NodeInfo{ID: c.cfg.ID, Address: c.cfg.Address, Hostname: hostname, Version: c.cfg.Version, PID: os.Getpid(), StartedAt: c.started}
+	info := model.NodeInfo{ID: c.cfg.ID, Address: c.cfg.Address, Hostname: hostname, Version: c.cfg.Version, PID: os.Getpid(), StartedAt: c.started, Features: model.BuildFeatures}
 	backoff := 200 * time.Millisecond
 	for {
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)

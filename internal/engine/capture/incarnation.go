@@ -170,6 +170,11 @@ func (c *Capture) assemble(member *cluster.Member) (*assembled, error) {
 	// past its lease must not write once it wakes (cluster.Tenure).
 	sinks := c.cfg.Sinks
 	sinks.Tenure, sinks.FileRoot, sinks.SpoolDir = member.Tenure(), c.cfg.SinkRoot, c.cfg.SpoolDir
+	// Flushes noted on their data files only while every capture reads
+	// notes: in a rolling upgrade one of an earlier version, taking a
+	// dispatcher over after a crash, would resume from the progress
+	// object and write the noted rows again.
+	sinks.StorageNotes = func() bool { return view.AllNodesHave(model.FeatureStorageNotes) }
 	var states checkpoint.Store = checkpoint.Etcd{Store: c.store}
 	if c.cfg.Checkpoints != nil {
 		states = c.cfg.Checkpoints

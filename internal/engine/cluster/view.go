@@ -206,6 +206,19 @@ func (v *View) State() *meta.State {
 	return v.st
 }
 
+// AllNodesHave says whether every node registered now has feature f
+// (model.NodeInfo.Features); false before the view has loaded, when it
+// knows no node, this one included.
+func (v *View) AllNodesHave(f string) bool {
+	st := v.State()
+	for _, n := range st.Nodes {
+		if !n.Info.Has(f) {
+			return false
+		}
+	}
+	return len(st.Nodes) > 0
+}
+
 // Liveness returns a registered node's liveness.
 func (v *View) Liveness(id model.NodeID) (model.Liveness, bool) {
 	st := v.State()

@@ -88,3 +88,48 @@ func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
 	}
 	t.Logf("%d writes published in %d states", writes, len(revs))
 }
+
+// A behaviour that nodes of an earlier version would misread is used
+// only while every registered node has it: a node registered as an
+// earlier version does (without features) turns it off for all, and its
+// leaving turns it on again.
+func TestAFeatureIsEveryNodesOrNone(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	store := meta.NewStore(cli, "test")
+	v := NewView(store, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = v.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-v.Loaded()
+	if v.AllNodesHave(model.FeatureStorageNotes) {
+		t.Fatal("a view that knows no node says every node has a feature")
+	}
+	register := func(id model.NodeID, features []string) {
+		t.Helper()
+		b, _ := json.Marshal(model.NodeInfo{ID: id, Version: "v", Features: features})
+		if _, err := cli.Put(ctx, store.Keys().Node(id), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := func(what string, want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for v.AllNodesHave(model.FeatureStorageNotes) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: every node has the feature is not %v", what, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	register("capture-1", model.BuildFeatures)
+	register("capture-2", model.BuildFeatures)
+	until("two nodes of this version", true)
+	register("capture-3", nil)
+	until("a node of an earlier version joined", false)
+	if _, err := cli.Delete(ctx, store.Keys().Node("capture-3")); err != nil {
+		t.Fatal(err)
+	}
+	until("the earlier node left", true)
+}

@@ -80,10 +80,13 @@ type Env struct {
 	// SpoolDir is where a storage sink's disk spool goes when its URI
 	// names no spool-dir ("": the system's temporary directory).
 	SpoolDir string
+	// StorageNotes, if set, says whether an exactly-once storage sink's
+	// flush may leave only notes on its data files (storage.Env.Notes).
+	StorageNotes func() bool
 }
 
 func (env Env) storage() storage.Env {
-	return storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure, SpoolDir: env.SpoolDir, Changefeed: env.Changefeed}
+	return storage.Env{Metrics: env.StorageMetrics, Budget: env.StorageBudget, Tenure: env.Tenure, SpoolDir: env.SpoolDir, Changefeed: env.Changefeed, Notes: env.StorageNotes}
 }
 
 // check validates a URI and holds its local directories under the root.

@@ -72,7 +72,7 @@ func (s *Sink) record(ctx context.Context, d *dispatcherState, batches []*sink.B
 		return "", nil
 	}
 	last := batches[len(batches)-1]
-	if s.notes && recorded && (last.Inside || known && chain < progressEvery) {
+	if s.notes && s.notesAllowed() && recorded && (last.Inside || known && chain < progressEvery) {
 		n := flushNote{Changefeed: s.changefeed, Dispatcher: d.id, Flush: chain + 1, Files: files}
 		if !last.Inside {
 			n.End = &last.End
@@ -93,6 +93,10 @@ func (s *Sink) record(ctx context.Context, d *dispatcherState, batches []*sink.B
 	}
 	return "", s.writeIntent(ctx, d, r, last, files)
 }
+
+// notesAllowed says whether every node that may resume this sink's
+// dispatchers reads notes (Env.Notes).
+func (s *Sink) notesAllowed() bool { return s.notesNow == nil || s.notesNow() }
 
 // knows says whether every file is in a directory of the writer's
 // progress object; s.mu is held.

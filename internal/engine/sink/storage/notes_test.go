@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/row"
@@ -156,5 +157,62 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 	resume(1700)
 	if _, err := os.Stat(table[17]); err != nil {
 		t.Fatalf("a file its index names was removed: %v", err)
+	}
+}
+
+// While a node that reads no notes is in the cluster (an earlier
+// version, in a rolling upgrade), every flush writes the progress
+// object, which is all such a node resumes from after a crash; once
+// every node reads notes, flushes note again.
+func TestFlushesWriteTheProgressObjectWhileANodeReadsNoNotes(t *testing.T) {
+	dir := t.TempDir()
+	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
+	ctx := context.Background()
+	var allRead atomic.Bool
+	allRead.Store(true)
+	s, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.1", Partition: "p1", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	// flush writes flush i and says which flush the progress object's
+	// intent names.
+	flush := func(i int) string {
+		t.Helper()
+		ts, key := model.Ts(100*i), fmt.Sprint(i)
+		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: ts}, OnFlushed: func(error) {},
+			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: ts, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}}}}
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, "p1.1"); err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Intent struct{ Files []string } }
+		body, err := os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
+		if err != nil || json.Unmarshal(body, &p) != nil || len(p.Intent.Files) != 1 {
+			t.Fatalf("after flush %d the progress object is %s (%v)", i, body, err)
+		}
+		f := p.Intent.Files[0]
+		return f[len(f)-len("000000.json") : len(f)-len(".json")]
+	}
+	for i, want := range []string{"000001", "000001", "000001"} {
+		if got := flush(i + 1); got != want {
+			t.Fatalf("every node reads notes: after flush %d the progress object names flush %s, want %s (the others noted)", i+1, got, want)
+		}
+	}
+	allRead.Store(false)
+	for i := 4; i <= 6; i++ {
+		if got, want := flush(i), fmt.Sprintf("%06d", i); got != want {
+			t.Fatalf("a node reads no notes: after flush %d the progress object names flush %s, want %s", i, got, want)
+		}
+	}
+	allRead.Store(true)
+	if got := flush(7); got != "000006" {
+		t.Fatalf("every node reads notes again: after flush 7 the progress object names flush %s, want 000006 (7 noted)", got)
 	}
 }

@@ -87,8 +87,10 @@ type Sink struct {
 	// and the dispatchers resumed here.
 	changefeed string
 	resumed    map[string]*resumed
-	// notes: most flushes note their progress on their files (notes.go).
-	notes bool
+	// notes: most flushes note their progress on their files (notes.go),
+	// while notesNow allows (Env.Notes).
+	notes    bool
+	notesNow func() bool
 }
 
 // dirBuffer is a directory's next data file: the encoded rows of the
@@ -158,6 +160,13 @@ type Env struct {
 	// of another one (a changefeed created again at the same place) are
 	// not resumed after.
 	Changefeed string
+	// Notes, if set, is asked before an exactly-once flush leaves only
+	// notes on its data files instead of writing the progress object:
+	// false while a node that resumes from the progress object alone
+	// (an earlier version, in a rolling upgrade) could take the
+	// dispatcher over after a crash and write its noted rows again.
+	// nil: notes whenever the bucket keeps them.
+	Notes func() bool
 }
 
 // Open opens the bucket of a sink URI and starts the sink's flusher.
@@ -215,7 +224,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		disp:  map[string]*dispatcherState{}, schemas: map[string]time.Time{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		changefeed: env.Changefeed, resumed: map[string]*resumed{},
-		notes: cfg.ExactlyOnce() && bucket.KeepsNotes(ctx),
+		notes: cfg.ExactlyOnce() && bucket.KeepsNotes(ctx), notesNow: env.Notes,
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.spool = newRoom(cfg.SpoolMaxBytes, func() {
