@@ -117,11 +117,14 @@ func resnapshotText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 		}
 		line := fmt.Sprintf("  %s\t%d %s copied again", t, n, plural(n, "partition", "partitions"))
 		if r, ok := rekeyed[t]; ok {
-			from := r.From
-			if from == "" {
-				from = "another key"
+			if r.To == "" {
+				line += ", now without a primary key"
+			} else {
+				line += ", under its primary key as it is now, " + r.To
 			}
-			line += fmt.Sprintf(", under its primary key as it is now, %s (its partitions were cut on %s)", r.To, from)
+			if r.From != "" {
+				line += " (its partitions were cut on " + r.From + ")"
+			}
 			if r.Recut {
 				recut++
 				line += "; its key ranges cut anew, the old ones' bounds being keys of the old key"

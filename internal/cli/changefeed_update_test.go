@@ -55,6 +55,12 @@ func TestAResnapshotNamesTablesCopiedUnderAChangedKey(t *testing.T) {
 			t.Errorf("the re-snapshot's text lacks %q:\n%s", want, out.String())
 		}
 	}
+	u.Rekeyed = []api.RekeyedTable{{Table: "shop.orders", From: "(id)", Recut: true}}
+	out.Reset()
+	if err := render(&out, "", false, u, func(tw tableWriter) { resnapshotText(tw, u) }); err != nil ||
+		!strings.Contains(out.String(), "shop.orders   1 partition copied again, now without a primary key (its partitions were cut on (id)); its key ranges cut anew") {
+		t.Fatalf("a key dropped: %v\n%s", err, out.String())
+	}
 	u.Rekeyed = nil
 	out.Reset()
 	if err := render(&out, "", false, u, func(tw tableWriter) { resnapshotText(tw, u) }); err != nil || !strings.Contains(out.String(), "Partitions replaced: 5 (the same key ranges, new ids)") {

@@ -65,14 +65,19 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 		}
 		remove = append(remove, r.Route.ID)
 	}
-	src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
+	// Its own deadline, longer than the preflight's: a table cut anew
+	// reads its keys' quantiles, which on a large table takes what a
+	// create's cut takes.
+	kctx, kcancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer kcancel()
+	src, err := sources.Open(kctx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
 	if err != nil {
 		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
 	}
-	res.AddedSpans, res.Rekeyed, err = respans(octx, src, parts, e.Info.PartitionsPerTable)
+	res.AddedSpans, res.Rekeyed, err = respans(kctx, src, parts, e.Info.PartitionsPerTable)
 	_ = src.Close()
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+		return UpdateResult{}, refuse(ErrInvalid, "reading the tables' primary keys to copy them again: %v", err)
 	}
 	res.RemovedPartitions = remove
 	if req.DryRun {
@@ -107,47 +112,54 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 // ranges as they are, under its key as the catalog has it now. The copy
 // goes by the key read now, so a key moved to other columns while the
 // changefeed was stopped is copied under its new columns (the old ones
-// refused every chunk); a table whose key now encodes otherwise (other
-// types, or columns) is cut anew, since its ranges' bounds are keys of
-// the old encoding.
+// refused every chunk). A table whose key now encodes otherwise (other
+// types, or columns), or whose spans do not agree on how it was keyed,
+// is cut anew, since its ranges' bounds are keys of the old encoding:
+// into as many partitions as it had, and at least perTable.
 func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, perTable int) ([]model.Span, []Rekeyed, error) {
 	kt, keyed := src.(source.KeyTyped)
-	type key struct{ types, columns string }
-	now := map[string]key{}
-	recut := map[string]bool{}
-	told := map[string]bool{}
+	if !keyed {
+		spans := make([]model.Span, len(routes))
+		for i, r := range routes {
+			spans[i] = r.Route.Span
+		}
+		return spans, nil, nil
+	}
+	var tables []string
+	byTable := map[string][]model.Span{}
+	for _, r := range routes {
+		t := r.Route.Span.Table
+		if _, ok := byTable[t]; !ok {
+			tables = append(tables, t)
+		}
+		byTable[t] = append(byTable[t], r.Route.Span)
+	}
 	var spans []model.Span
 	var rekeyed []Rekeyed
-	for _, r := range routes {
-		sp := r.Route.Span
-		if !keyed {
-			spans = append(spans, sp)
-			continue
+	for _, t := range tables {
+		types, cols, err := kt.TableKey(ctx, t)
+		if err != nil {
+			return nil, nil, err
 		}
-		k, ok := now[sp.Table]
-		if !ok {
-			types, cols, err := kt.TableKey(ctx, sp.Table)
-			if err != nil {
-				return nil, nil, err
+		old := byTable[t]
+		same, from := true, old[0].KeyColumns
+		for _, sp := range old {
+			same = same && (sp.Key == types || model.SameKeyEncoding(sp.Key, types)) && sp.Key == old[0].Key
+			if sp.KeyColumns != from {
+				from = ""
 			}
-			k = key{types, cols}
-			now[sp.Table] = k
 		}
-		same := sp.Key == k.types || model.SameKeyEncoding(sp.Key, k.types)
-		if !told[sp.Table] && (!same || sp.KeyColumns != "" && sp.KeyColumns != k.columns) {
-			told[sp.Table] = true
-			rekeyed = append(rekeyed, Rekeyed{Table: sp.Table, From: sp.KeyColumns, To: k.columns, Recut: !same})
+		if !same || from != "" && from != cols {
+			rekeyed = append(rekeyed, Rekeyed{Table: t, From: from, To: cols, Recut: !same})
 		}
 		if same {
-			sp.Key, sp.KeyColumns = k.types, k.columns
-			spans = append(spans, sp)
+			for _, sp := range old {
+				sp.Key, sp.KeyColumns = types, cols
+				spans = append(spans, sp)
+			}
 			continue
 		}
-		if recut[sp.Table] {
-			continue
-		}
-		recut[sp.Table] = true
-		cut, err := spansOf(ctx, src, []string{sp.Table}, perTable)
+		cut, err := spansOf(ctx, src, []string{t}, max(perTable, len(old)))
 		if err != nil {
 			return nil, nil, err
 		}
