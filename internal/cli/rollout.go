@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,12 +43,36 @@ func (r *rolloutFlags) run(cmd *cobra.Command, o *options, byHook bool) error {
 		ids[i] = model.NodeID(c)
 	}
 	return runPlan(cmd.Context(), o, &r.f, func(s *model.Snapshot) (*plan.Plan, error) {
+		if byHook {
+			if err := hooksKnownToAll(s); err != nil {
+				return nil, err
+			}
+		}
 		p, err := plan.Rollout(s, ids, r.batch, plan.DefaultCosts)
 		if err == nil && byHook {
 			p.ByHook()
 		}
 		return p, err
 	}, applyPlan)
+}
+
+// hooksKnownToAll refuses a rollout by hook while a capture runs a
+// version without rollout hooks: any capture may coordinate the plan (a
+// failover), and one of such a version drops the hook and asks each
+// capture to exit, which on Kubernetes' OnDelete recipe restarts it in
+// its pod on the old image while the plan ends as succeeded.
+func hooksKnownToAll(s *model.Snapshot) error {
+	var without []string
+	for _, n := range s.Nodes {
+		if !n.Info.Has(model.FeatureRolloutHooks) {
+			without = append(without, fmt.Sprintf("%s (version %s)", n.Info.ID, cmp.Or(n.Info.Version, "unknown")))
+		}
+	}
+	if len(without) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s %s a version without rollout hooks: a coordinator of that version would drop the hook and restart the captures in place; upgrade from it without --exec ('cdcctl rollout restart' once the new version is installed, or your platform's own rolling update), and use 'rollout upgrade --exec' from then on",
+		strings.Join(without, ", "), plural(len(without), "runs", "run"))
 }
 
 func newRolloutRestartCommand(o *options) *cobra.Command {
