@@ -192,7 +192,7 @@ func (b backend) Status(ctx context.Context) (*api.Status, error) {
 func captureOf(ns model.NodeState) api.Capture {
 	return api.Capture{
 		ID: string(ns.Info.ID), Address: ns.Info.Address, Liveness: ns.Liveness.String(), Coordinator: ns.Coordinator,
-		PID: ns.Info.PID, StartedAt: ns.Info.StartedAt, AgentVersion: ns.Info.Version,
+		PID: ns.Info.PID, StartedAt: ns.Info.StartedAt, AgentVersion: ns.Info.Version, Features: ns.Info.Features,
 	}
 }
 

@@ -20,6 +20,10 @@ type Capture struct {
 	PID          int       `json:"pid"`
 	StartedAt    time.Time `json:"started_at"`
 	AgentVersion string    `json:"agent_version"`
+	// Features are the agent's version's features that older versions
+	// lack (model.NodeInfo.Features; docs/deploy.md "Versions side by
+	// side"); none for a version before them.
+	Features []string `json:"features,omitempty"`
 }
 
 // CaptureList is GET /api/v2/captures.

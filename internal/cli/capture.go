@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -78,6 +79,7 @@ func newCaptureGetCommand(o *options) *cobra.Command {
 				fmt.Fprintf(tw, "PID:\t%d\n", cp.PID)
 				fmt.Fprintf(tw, "Started:\t%s (%s ago)\n", cp.StartedAt.Format("2006-01-02 15:04:05Z07:00"), age(o.now(), cp.StartedAt))
 				fmt.Fprintf(tw, "Agent version:\t%s\n", cp.AgentVersion)
+				fmt.Fprintf(tw, "Features:\t%s\n", cmp.Or(strings.Join(cp.Features, ", "), "none (a version before features were registered)"))
 			})
 		},
 	}
