@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -19,16 +21,7 @@ import (
 // than the one before, and the last holds every write, as a fresh load of
 // etcd does.
 func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
-	_, cli := etcdtest.Start(t)
-	store := meta.NewStore(cli, "test")
-	v := NewView(store, slog.New(slog.DiscardHandler))
-	v.space = func(int, time.Duration) time.Duration { return 50 * time.Millisecond }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); _ = v.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	<-v.Loaded()
+	ctx, cli, store, v := runView(t, func(v *View) { v.space = func(int, time.Duration) time.Duration { return 50 * time.Millisecond } })
 
 	const cf, writes = model.ChangefeedID("big"), 400
 	var revs []int64
@@ -94,15 +87,7 @@ func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
 // earlier version does (without features) turns it off for all, and its
 // leaving turns it on again.
 func TestAFeatureIsEveryNodesOrNone(t *testing.T) {
-	_, cli := etcdtest.Start(t)
-	store := meta.NewStore(cli, "test")
-	v := NewView(store, slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); _ = v.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	<-v.Loaded()
+	ctx, cli, store, v := runView(t, nil)
 	if v.AllNodesHave(model.FeatureStorageNotes) {
 		t.Fatal("a view that knows no node says every node has a feature")
 	}
@@ -132,4 +117,22 @@ func TestAFeatureIsEveryNodesOrNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	until("the earlier node left", true)
+}
+
+// runView starts a view of a fresh etcd (set, if given, adjusts it
+// first) until the test ends, and waits for its first load.
+func runView(t *testing.T, set func(*View)) (context.Context, *clientv3.Client, *meta.Store, *View) {
+	t.Helper()
+	_, cli := etcdtest.Start(t)
+	store := meta.NewStore(cli, "test")
+	v := NewView(store, slog.New(slog.DiscardHandler))
+	if set != nil {
+		set(v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = v.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-v.Loaded()
+	return ctx, cli, store, v
 }

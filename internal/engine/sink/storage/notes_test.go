@@ -28,14 +28,7 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 	dir := t.TempDir()
 	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once&transaction-meta=true"
 	ctx := context.Background()
-	s, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.1", Partition: "p1", Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1"})
 	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
 	// Flush i holds one transaction committed at 100·i; flushes 21 and 22
 	// hold the first parts of a transaction that commits in flush 23.
@@ -58,13 +51,12 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var body []byte
 	for i := 1; i <= 20; i++ {
 		flush(i)
 	}
 	// Flush 1 wrote the progress object, 2 to 17 noted, 18 wrote it again.
 	var p struct{ Intent struct{ Files []string } }
-	body, err = os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
+	body, err := os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
 	if err != nil || json.Unmarshal(body, &p) != nil || len(p.Intent.Files) != 2 || !strings.HasSuffix(p.Intent.Files[0], "_000018.json") {
 		t.Fatalf("after 20 flushes the progress object is %s (%v); want flush 18's intent: flushes noted on their files write none", body, err)
 	}
@@ -170,14 +162,7 @@ func TestFlushesWriteTheProgressObjectWhileANodeReadsNoNotes(t *testing.T) {
 	ctx := context.Background()
 	var allRead atomic.Bool
 	allRead.Store(true)
-	s, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.1", Partition: "p1", Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
 	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
 	// flush writes flush i and says which flush the progress object's
 	// intent names.
@@ -215,4 +200,20 @@ func TestFlushesWriteTheProgressObjectWhileANodeReadsNoNotes(t *testing.T) {
 	if got := flush(7); got != "000006" {
 		t.Fatalf("every node reads notes again: after flush 7 the progress object names flush %s, want 000006 (7 noted)", got)
 	}
+}
+
+// openResumed opens an exactly-once sink, closed when the test ends, and
+// resumes dispatcher p1.1 of partition p1 on it.
+func openResumed(t *testing.T, uri string, env storage.Env) *storage.Sink {
+	t.Helper()
+	ctx := context.Background()
+	s, err := storage.OpenWith(ctx, uri, quiet(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.1", Partition: "p1", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
