@@ -89,6 +89,15 @@ func (s *Sink) record(ctx context.Context, d *dispatcherState, batches []*sink.B
 		}
 	}
 	if last.Inside {
+		// Neither a note nor the object: the files of this flush break
+		// the chain of notes a resume follows (the notes are off while a
+		// node of an earlier version runs, or the note was too large).
+		// Were a later flush noted, a resume would stop here and write
+		// the rows of the noted files after it again: the next flush
+		// that can be resumed from writes the object first.
+		s.mu.Lock()
+		r.recorded = false
+		s.mu.Unlock()
 		return "", nil
 	}
 	return "", s.writeIntent(ctx, d, r, last, files)

@@ -217,3 +217,49 @@ func openResumed(t *testing.T, uri string, env storage.Env) *storage.Sink {
 	}
 	return s
 }
+
+// A flush inside a transaction while notes are off leaves neither a
+// note nor the progress object; were the next flushes noted once notes
+// are on again, a resume would stop at its file, and the noted files
+// after it, still in their index, would be written again. The flush that
+// ends the transaction writes the object instead, and a resume goes on
+// after it (found by a review: it resumed at 100, not 400).
+func TestNotesTurnedOnInsideATransactionResumeAfterIt(t *testing.T) {
+	dir := t.TempDir()
+	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
+	ctx := context.Background()
+	var allRead atomic.Bool
+	allRead.Store(true)
+	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
+	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	flush := func(i int, commit model.Ts, inside bool) {
+		t.Helper()
+		key := fmt.Sprint(i)
+		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: commit}, Inside: inside, OnFlushed: func(error) {},
+			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: commit, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}}}}
+		if inside {
+			b.End.Ts = commit - 1
+		}
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, "p1.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(1, 100, false)
+	allRead.Store(false)
+	flush(2, 400, true)
+	allRead.Store(true)
+	flush(3, 400, true)
+	flush(4, 400, false)
+	o, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	at, ok, err := o.Resume(ctx, sink.Writer{Dispatcher: "p1.2-handover", Partition: "p1", Epoch: 2})
+	if err != nil || !ok || at.Ts != 400 {
+		t.Fatalf("resumed at %d (%v, %v); want 400, after the transaction every file of which is there", at.Ts, ok, err)
+	}
+}
