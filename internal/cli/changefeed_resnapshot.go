@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,10 @@ it at once). --dry-run shows what would be copied and exits 2.`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			c, err := o.client()
+			// A table whose key changed is cut anew, reading its keys'
+			// quantiles: the coordinator gives that up to 10 minutes,
+			// and the request waits for it.
+			c, err := o.clientWithTimeout(max(o.v.GetDuration("request-timeout"), 11*time.Minute))
 			if err != nil {
 				return err
 			}

@@ -27,15 +27,25 @@ type View struct {
 	// space is spacing; a test holds every burst to a fixed spacing.
 	space func(copied int, cost time.Duration) time.Duration
 
+	// featureHold is how long a feature stays off after a node without
+	// it was last seen (AllNodesHave).
+	featureHold time.Duration
+
 	mu      sync.Mutex
 	st      *meta.State
 	changed chan struct{}
 	loaded  chan struct{}
+	lacking map[string]time.Time // by feature: when a node without it was last seen
 }
+
+// defaultFeatureHold outlasts a capture of an earlier version restarting
+// in place (its registration gone with its lease, back when it rejoins),
+// under systemd or a container's restart, and a few session TTLs.
+const defaultFeatureHold = 2 * time.Minute
 
 // NewView returns a view; Run fills it.
 func NewView(store *meta.Store, log *slog.Logger) *View {
-	return &View{store: store, log: log, space: spacing, changed: make(chan struct{}), loaded: make(chan struct{})}
+	return &View{store: store, log: log, space: spacing, featureHold: defaultFeatureHold, changed: make(chan struct{}), loaded: make(chan struct{}), lacking: map[string]time.Time{}}
 }
 
 // Run loads the state and follows every change until ctx ends. A watch that
@@ -175,6 +185,15 @@ func (v *View) publish(st *meta.State) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.st = st
+	now := time.Now()
+	for _, f := range model.BuildFeatures {
+		for _, n := range st.Nodes {
+			if !n.Info.Has(f) {
+				v.lacking[f] = now
+				break
+			}
+		}
+	}
 	close(v.changed)
 	v.changed = make(chan struct{})
 	select {
@@ -207,8 +226,10 @@ func (v *View) State() *meta.State {
 }
 
 // AllNodesHave says whether every node registered now has feature f
-// (model.NodeInfo.Features); false before the view has loaded, when it
-// knows no node, this one included.
+// (model.NodeInfo.Features), and has had it for featureHold: a node of an
+// earlier version that restarts in place leaves the cluster for moments,
+// and the feature stays off meanwhile. False before the view has loaded,
+// when it knows no node, this one included.
 func (v *View) AllNodesHave(f string) bool {
 	st := v.State()
 	for _, n := range st.Nodes {
@@ -216,7 +237,10 @@ func (v *View) AllNodesHave(f string) bool {
 			return false
 		}
 	}
-	return len(st.Nodes) > 0
+	v.mu.Lock()
+	last, seen := v.lacking[f]
+	v.mu.Unlock()
+	return len(st.Nodes) > 0 && (!seen || time.Since(last) >= v.featureHold)
 }
 
 // Liveness returns a registered node's liveness.

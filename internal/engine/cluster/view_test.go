@@ -85,9 +85,11 @@ func TestViewSpacesABurstWithoutLosingAWrite(t *testing.T) {
 // A behaviour that nodes of an earlier version would misread is used
 // only while every registered node has it: a node registered as an
 // earlier version does (without features) turns it off for all, and its
-// leaving turns it on again.
+// leaving turns it on again once it has been gone for the view's hold
+// (it may be restarting in place).
 func TestAFeatureIsEveryNodesOrNone(t *testing.T) {
-	ctx, cli, store, v := runView(t, nil)
+	const hold = 700 * time.Millisecond
+	ctx, cli, store, v := runView(t, func(v *View) { v.featureHold = hold })
 	if v.AllNodesHave(model.FeatureStorageNotes) {
 		t.Fatal("a view that knows no node says every node has a feature")
 	}
@@ -113,8 +115,15 @@ func TestAFeatureIsEveryNodesOrNone(t *testing.T) {
 	until("two nodes of this version", true)
 	register("capture-3", nil)
 	until("a node of an earlier version joined", false)
+	left := time.Now()
 	if _, err := cli.Delete(ctx, store.Keys().Node("capture-3")); err != nil {
 		t.Fatal(err)
+	}
+	for _, ok := v.State().Nodes["capture-3"]; ok; _, ok = v.State().Nodes["capture-3"] {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v.AllNodesHave(model.FeatureStorageNotes) && time.Since(left) < hold/2 {
+		t.Fatalf("the feature is on again %v after the earlier node left, within the hold of %v", time.Since(left), hold)
 	}
 	until("the earlier node left", true)
 }
