@@ -157,26 +157,12 @@ func TestExactlyOnceStorageResumesAfterTheLastFlushNotedWhole(t *testing.T) {
 // object, which is all such a node resumes from after a crash; once
 // every node reads notes, flushes note again.
 func TestFlushesWriteTheProgressObjectWhileANodeReadsNoNotes(t *testing.T) {
-	dir := t.TempDir()
-	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
-	ctx := context.Background()
-	var allRead atomic.Bool
-	allRead.Store(true)
-	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
-	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	dir, _, allRead, write := gatedFlusher(t)
 	// flush writes flush i and says which flush the progress object's
 	// intent names.
 	flush := func(i int) string {
 		t.Helper()
-		ts, key := model.Ts(100*i), fmt.Sprint(i)
-		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: ts}, OnFlushed: func(error) {},
-			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: ts, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}}}}
-		if err := s.Write(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Flush(ctx, "p1.1"); err != nil {
-			t.Fatal(err)
-		}
+		write(i, model.Ts(100*i), false)
 		var p struct{ Intent struct{ Files []string } }
 		body, err := os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
 		if err != nil || json.Unmarshal(body, &p) != nil || len(p.Intent.Files) != 1 {
@@ -225,28 +211,8 @@ func openResumed(t *testing.T, uri string, env storage.Env) *storage.Sink {
 // ends the transaction writes the object instead, and a resume goes on
 // after it (found by a review: it resumed at 100, not 400).
 func TestNotesTurnedOnInsideATransactionResumeAfterIt(t *testing.T) {
-	dir := t.TempDir()
-	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
+	_, uri, allRead, flush := gatedFlusher(t)
 	ctx := context.Background()
-	var allRead atomic.Bool
-	allRead.Store(true)
-	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
-	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
-	flush := func(i int, commit model.Ts, inside bool) {
-		t.Helper()
-		key := fmt.Sprint(i)
-		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: commit}, Inside: inside, OnFlushed: func(error) {},
-			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: commit, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}}}}
-		if inside {
-			b.End.Ts = commit - 1
-		}
-		if err := s.Write(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Flush(ctx, "p1.1"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	flush(1, 100, false)
 	allRead.Store(false)
 	flush(2, 400, true)
@@ -261,5 +227,33 @@ func TestNotesTurnedOnInsideATransactionResumeAfterIt(t *testing.T) {
 	at, ok, err := o.Resume(ctx, sink.Writer{Dispatcher: "p1.2-handover", Partition: "p1", Epoch: 2})
 	if err != nil || !ok || at.Ts != 400 {
 		t.Fatalf("resumed at %d (%v, %v); want 400, after the transaction every file of which is there", at.Ts, ok, err)
+	}
+}
+
+// gatedFlusher opens an exactly-once sink whose notes allRead allows (on
+// at first), resumed as dispatcher p1.1, and returns its directory, its
+// URI and flush: one row of key i committed at commit written and
+// flushed, its batch ending inside its transaction when inside.
+func gatedFlusher(t *testing.T) (dir, uri string, allRead *atomic.Bool, flush func(i int, commit model.Ts, inside bool)) {
+	dir = t.TempDir()
+	uri = "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
+	allRead = &atomic.Bool{}
+	allRead.Store(true)
+	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1", Notes: allRead.Load})
+	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	return dir, uri, allRead, func(i int, commit model.Ts, inside bool) {
+		t.Helper()
+		ctx, key := context.Background(), fmt.Sprint(i)
+		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: commit}, Inside: inside, OnFlushed: func(error) {},
+			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: commit, Def: def, Op: row.OpInsert, Key: key, New: []row.Value{row.Text(key)}}}}
+		if inside {
+			b.End.Ts = commit - 1
+		}
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, "p1.1"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
