@@ -144,7 +144,7 @@ func respans(ctx context.Context, src source.Source, routes []meta.RouteRecord, 
 		old := byTable[t]
 		same, from := true, old[0].KeyColumns
 		for _, sp := range old {
-			same = same && (sp.Key == types || model.SameKeyEncoding(sp.Key, types)) && sp.Key == old[0].Key
+			same = same && model.SameKeyEncoding(sp.Key, types) && sp.Key == old[0].Key
 			if sp.KeyColumns != from {
 				from = ""
 			}

@@ -323,13 +323,14 @@ func (s *Source) Close() error {
 	return s.LogSource.Close()
 }
 
-// TableKey implements source.KeyTyped, from the catalog.
+// TableKey implements source.KeyTyped, from the catalog, on the
+// source's pool: a changefeed's create and a re-snapshot ask it of every
+// table, which opened a connection each.
 func (s *Source) TableKey(ctx context.Context, table string) (types, columns string, err error) {
-	db, err := open(ctx, s.cfg)
+	db, err := s.snapshotDB(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	defer db.Close()
 	def, _, err := tableDef(ctx, db, table)
 	if err != nil {
 		return "", "", err
