@@ -239,7 +239,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			q := strings.TrimSpace(string(e.Query))
 			verb, xid := xaStatement(q)
 			switch {
-			case strings.EqualFold(q, "BEGIN"), verb == "START":
+			case inTransaction(q), verb == "START":
 				cur.xaStart = cur.xaStart || verb == "START"
 				continue
 			case verb == "END":
@@ -502,7 +502,33 @@ func commits(ev *replication.BinlogEvent) bool {
 	case *replication.XIDEvent:
 		return true
 	case *replication.QueryEvent:
-		return !strings.EqualFold(strings.TrimSpace(string(e.Query)), "BEGIN")
+		return !inTransaction(strings.TrimSpace(string(e.Query)))
+	}
+	return false
+}
+
+// inTransaction says whether a statement the binary log holds is part of
+// the transaction around it, not its end: its BEGIN, and the savepoints
+// an application (an ORM nesting its transactions) sets, rolls back to
+// and releases, which the server logs between the rows. Taken for
+// commits, they cut a transaction in two, and a resume point between the
+// halves was past its GTID: the second half was never read again.
+func inTransaction(q string) bool {
+	if strings.EqualFold(q, "BEGIN") {
+		return true
+	}
+	f := strings.Fields(q)
+	switch {
+	case len(f) >= 2 && strings.EqualFold(f[0], "SAVEPOINT"):
+		return true
+	case len(f) >= 3 && strings.EqualFold(f[0], "RELEASE") && strings.EqualFold(f[1], "SAVEPOINT"):
+		return true
+	case len(f) >= 3 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "TO"):
+		// ROLLBACK TO [SAVEPOINT] s1 (the server has dropped the rows it
+		// undid from what it logs).
+		return true
+	case len(f) >= 4 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "WORK") && strings.EqualFold(f[2], "TO"):
+		return true
 	}
 	return false
 }
