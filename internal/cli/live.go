@@ -23,11 +23,11 @@ type liveSource struct {
 func (s liveSource) Fetch(ctx context.Context) (tui.Frame, error) {
 	p, err := s.c.Plan(ctx, s.id)
 	if err != nil {
-		return tui.Frame{}, err
+		return tui.Frame{}, finalUnlessTransient(err)
 	}
 	snap, err := s.c.Snapshot(ctx)
 	if err != nil {
-		return tui.Frame{}, err
+		return tui.Frame{}, finalUnlessTransient(err)
 	}
 	rec := *p.Record()
 	moves := map[string]int{}
@@ -61,6 +61,16 @@ func (s liveSource) Request(ctx context.Context, req exec.Request) error {
 	return err
 }
 
+// finalUnlessTransient marks an answer that waiting will not change (no
+// such plan, a token refused) as the end of the live view, which then
+// exits with that answer's code, as watchPlan does.
+func finalUnlessTransient(err error) error {
+	if transient(err) {
+		return err
+	}
+	return tui.Final(err)
+}
+
 // followPlan follows a plan: the live view on a terminal (table output),
 // timestamped lines or NDJSON elsewhere (and with a rollout's hook). Exit codes as watchPlan's; q in
 // the live view detaches with 0 and leaves the plan running.
@@ -75,6 +85,8 @@ func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeo
 	_, err := tea.NewProgram(m, tea.WithContext(wctx), tea.WithInput(o.in), tea.WithOutput(o.out)).Run()
 	rec := m.Record()
 	switch {
+	case m.Err() != nil:
+		return rec, m.Err()
 	case m.Detached():
 		fmt.Fprintf(o.out, "Detached; plan %s goes on ('cdcctl plan watch %s').\n", id, id)
 		return rec, nil

@@ -10,6 +10,7 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -41,6 +42,16 @@ type Source interface {
 	Request(ctx context.Context, req exec.Request) error
 }
 
+// Final wraps a fetch's error that waiting will not change (no such plan,
+// a token refused): the view quits with it (Err) instead of showing it
+// and fetching again until the caller's timeout.
+func Final(err error) error { return finalError{err} }
+
+type finalError struct{ err error }
+
+func (e finalError) Error() string { return e.err.Error() }
+func (e finalError) Unwrap() error { return e.err }
+
 // Model is the live view.
 type Model struct {
 	src   Source
@@ -53,6 +64,7 @@ type Model struct {
 	confirm  bool   // asking whether to cancel
 	status   string // the last request's outcome, or an error
 	detached bool
+	err      error // a final fetch error (Final), which ended the view
 	width    int
 }
 
@@ -66,6 +78,10 @@ func (m *Model) Detached() bool { return m.detached }
 
 // Record is the last record seen.
 func (m *Model) Record() *exec.Record { return m.frame.Record }
+
+// Err is the final error that ended the view (Final), unwrapped; nil
+// otherwise.
+func (m *Model) Err() error { return m.err }
 
 type frameMsg struct {
 	f   Frame
@@ -103,6 +119,11 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.WindowSizeMsg:
 		m.width = msg.Width
 	case frameMsg:
+		var final finalError
+		if errors.As(msg.err, &final) {
+			m.err = final.err
+			return m, tea.Quit
+		}
 		if msg.err != nil {
 			m.status = "cannot read the plan: " + msg.err.Error()
 		} else {

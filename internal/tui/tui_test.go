@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +263,43 @@ func TestTheLiveViewShowsAHold(t *testing.T) {
 	r.Held = nil
 	if screen := screenAt(Frame{Record: &r}, r.UpdatedAt); strings.Contains(screen, "HELD") {
 		t.Fatalf("not held, yet:\n%s", screen)
+	}
+}
+
+// failing answers every fetch with err, and counts them.
+type failing struct {
+	err     error
+	fetches atomic.Int32
+}
+
+func (f *failing) Fetch(context.Context) (Frame, error) {
+	f.fetches.Add(1)
+	return Frame{}, f.err
+}
+func (f *failing) Request(context.Context, exec.Request) error { return nil }
+
+// An answer that waiting will not change (Final: no such plan, a token
+// refused) ends the view at once with that error; any other is shown
+// and the view fetches again.
+func TestAFinalErrorEndsTheViewAndATransientOneDoesNot(t *testing.T) {
+	refused := fmt.Errorf("plan nope not found")
+	tm := newTestModel(t, &failing{err: Final(refused)}, t0)
+	final := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(*Model)
+	if final.Err() != refused {
+		t.Fatalf("the view ended with %v, want %v", final.Err(), refused)
+	}
+
+	down := &failing{err: fmt.Errorf("connection refused")}
+	tm = newTestModel(t, down, t0)
+	for deadline := time.Now().Add(5 * time.Second); down.fetches.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view stopped fetching after %d transient errors", down.fetches.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tm.Send(tea.KeyPressMsg{Code: 'q', Text: "q"})
+	final = tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(*Model)
+	if final.Err() != nil || !final.Detached() {
+		t.Fatalf("a transient error ended the view: err %v, detached %v", final.Err(), final.Detached())
 	}
 }
