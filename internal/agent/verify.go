@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -28,7 +29,7 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 	}
 	src, err := sources.Open(ctx, e.Info.SourceURI, source.Env{Changefeed: e.Info.ID})
 	if err != nil {
-		return nil, fmt.Errorf("changefeed %s: %w", id, err)
+		return nil, unreadable(id, "its source", err)
 	}
 	defer src.Close()
 	sinkURI := e.Info.SinkURI
@@ -43,13 +44,13 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		switch u.Scheme {
 		case "kafka":
 			rep, err = verify.Kafka(ctx, want, sinkURI, upTo)
-		case "file", "s3":
+		case "file", "s3", "gs", "azblob":
 			rep, err = verify.Storage(ctx, want, sinkURI, upTo)
 		default:
 			return nil, api.Errorf(api.CodeBadRequest, "verify a changefeed whose sink keeps what it wrote", "cannot verify a %s:// sink: it keeps nothing to read back (verify reads file://, s3://, gs://, azblob:// and kafka:// sinks)", u.Scheme)
 		}
 		if err != nil {
-			return nil, err
+			return nil, unreadable(id, "its sink", err)
 		}
 		if u.Query().Get("delivery") == "exactly-once" && rep.Duplicates > 0 {
 			// Judged only where the sink promises it: after a crash an
@@ -61,7 +62,7 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 	}
 	up, tables, err := sources.Upstream(e.Info.SourceURI, "")
 	if err != nil {
-		return nil, fmt.Errorf("changefeed %s: %w", id, err)
+		return nil, unreadable(id, "its source", err)
 	}
 	// A held table holds the checkpoint below it: nothing after the hold
 	// can be compared. A dropped one has no upstream.
@@ -84,9 +85,9 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 			"cannot verify changefeed %s: it holds %d %s, and its checkpoint stays below the hold, so the sink cannot be compared at a point after it:\n  %s",
 			id, len(held), noun, strings.Join(held, "\n  "))
 	}
-	if up == nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "kafka") {
+	if up == nil || !slices.Contains([]string{"file", "s3", "gs", "azblob", "kafka"}, u.Scheme) {
 		return nil, api.Errorf(api.CodeBadRequest, "verify a changefeed that writes to a storage sink or a Kafka topic",
-			"cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file:// or s3://) or a Kafka topic, and this one writes to %s://",
+			"cannot verify changefeed %s: a %s:// source is compared with its upstream by rebuilding tables from a storage sink (file://, s3://, gs://, azblob://) or a Kafka topic, and this one writes to %s://",
 			id, schemeOf(e.Info.SourceURI), u.Scheme)
 	}
 	timeout := time.Minute
@@ -98,7 +99,7 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 	}
 	rep, err := verify.Database(ctx, sinkURI, up, tables, wait)
 	if err != nil {
-		return nil, err
+		return nil, unreadable(id, "its sink or its upstream", err)
 	}
 	rep.NotVerified = append(notVerified, rep.NotVerified...)
 	if t := rep.Transactions; t != nil && t.Duplicates > 0 && u.Query().Get("delivery") == "exactly-once" {
@@ -107,6 +108,19 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		t.Problems = append([]string{fmt.Sprintf("%d transaction records and rows written twice, into a sink that delivers exactly once (delivery=exactly-once)", t.Duplicates)}, t.Problems...)
 	}
 	return &rep, nil
+}
+
+// unreadable is a verify that could not read what it compares: the
+// upstream or the sink is down or refuses the changefeed's credentials,
+// which is no bug of the agent (500) but a state to fix and retry. An
+// answer already chosen (a wait that ran out: 409) is kept.
+func unreadable(id, what string, err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	return api.Errorf(api.CodeUnavailable, "check that "+what+" is reachable with the changefeed's own credentials, then verify again",
+		"cannot verify changefeed %s: reading %s failed: %v", id, what, err)
 }
 
 // waitCheckpoint waits until a changefeed's checkpoint reaches ts, on
@@ -127,7 +141,8 @@ func (b backend) waitCheckpoint(ctx context.Context, cf model.ChangefeedID, ts m
 		return ok && at >= ts
 	})
 	if err != nil {
-		return 0, fmt.Errorf("the checkpoint of %s did not reach %s within %s; is it running? ('cdcctl changefeed get %s' shows its state and any error)", cf, ts.Time().Format(time.RFC3339Nano), timeout, cf)
+		return 0, api.Errorf(api.CodeConflict, fmt.Sprintf("resume it if it is paused ('cdcctl changefeed get %s' shows its state and lag), or give it longer with --wait", cf),
+			"the checkpoint of %s did not reach %s within %s (--wait), so the sink cannot be compared at that point", cf, ts.Time().Format(time.RFC3339Nano), timeout)
 	}
 	return at, nil
 }

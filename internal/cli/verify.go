@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,8 +32,8 @@ canal-json messages) and compares it with the upstream's rows read at
 one consistent point, once the checkpoint has passed that point: rows
 missing, extra and different, per table. Rows that differ are read again
 (up to three rounds), so rows written during the check are not reported
-lost. The upstream's password, which the API does not show, comes from
---source-password or PGPASSWORD.
+lost. The agent reads the upstream and the sink with the changefeed's own
+credentials.
 
 For a sink with transaction-meta=true, verify also checks the transaction
 boundaries up to that point as a consumer applying each transaction at once
@@ -60,6 +61,9 @@ with delivery=exactly-once is judged on them too: any fails the verify.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), waitTimeout+readTimeout)
 			defer cancel()
 			rep, err := c.Verify(ctx, changefeed, api.VerifyRequest{WaitMs: waitTimeout.Milliseconds()})
+			if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				return withExit(ExitTimeout, fmt.Errorf("verify of %s did not finish within --wait %s + --timeout %s: the sink or the upstream is large or slow to read; raise --timeout", changefeed, waitTimeout, readTimeout))
+			}
 			if err != nil {
 				return err
 			}
