@@ -90,6 +90,12 @@ none).`,
 			if err != nil {
 				return err
 			}
+			if next == nil && len(preview.SinkChanges) == 0 {
+				// Sink options it has already: done, nothing to write (exit 0).
+				return o.render(preview, func(tw tableWriter) {
+					fmt.Fprintf(tw, "Changefeed %s's sink has these options already; nothing to change.\n", id)
+				})
+			}
 			if dryRun {
 				if err := o.render(preview, func(tw tableWriter) { updateText(tw, preview) }); err != nil {
 					return err
@@ -103,7 +109,7 @@ none).`,
 				if err := o.render(preview, func(tw tableWriter) { updateText(tw, preview) }); err != nil {
 					return err
 				}
-				fmt.Fprintf(o.out, "Apply this change? [y/N] ")
+				fmt.Fprintf(o.errOut, "Apply this change? [y/N] ")
 				answer, _ := bufio.NewReader(o.in).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return withExit(ExitCancelled, fmt.Errorf("update changefeed %s: not approved; nothing changed", id))

@@ -225,10 +225,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 // when the changefeed resumes.
 func (c *Coordinator) updateSink(ctx context.Context, term election.Term, e *meta.ChangefeedEntry, req UpdateRequest, res UpdateResult) (UpdateResult, error) {
 	res.Tables = tablesOf(e.Info.SourceURI)
-	if len(res.SinkChanges) == 0 {
-		return UpdateResult{}, refuse(ErrInvalid, "the sink has these options already; nothing to change")
-	}
-	if req.DryRun {
+	if len(res.SinkChanges) == 0 || req.DryRun {
+		// Nothing to change (the sink has these options already) is an
+		// answer, not a refusal: the update is done, nothing written.
 		return res, nil
 	}
 	info := e.Info
