@@ -39,19 +39,10 @@ const MaxPartitionsPerTable = 64
 // reached, and writes the changefeed with its routing table. Nothing is
 // written when anything is wrong.
 func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, req CreateRequest) (model.ChangefeedInfo, error) {
-	if err := model.ValidateChangefeedID(req.ID); err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
-	}
 	if req.PartitionsPerTable == 0 {
 		req.PartitionsPerTable = 4
 	}
-	if req.PartitionsPerTable < 1 || req.PartitionsPerTable > MaxPartitionsPerTable {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "partitions per table must be between 1 and %d, got %d", MaxPartitionsPerTable, req.PartitionsPerTable)
-	}
-	if err := registry.Validate(req.Sink); err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
-	}
-	if err := transactionsFrom(req.Source, req.Sink); err != nil {
+	if err := checkCreate(req); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -73,13 +64,8 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return model.ChangefeedInfo{}, err
 	}
-	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
-		return model.ChangefeedInfo{}, refuse(meta.ErrChangefeedExists, "%s", req.ID)
-	}
-	if cl, pending := st.Cleanups[model.ChangefeedID(req.ID)]; pending {
-		// The new changefeed's slot would have the same name as the one
-		// the cleanup is to drop.
-		return model.ChangefeedInfo{}, refuse(ErrCleanupPending, "%s", cleanupText(cl.Record))
+	if err := nameFree(st, req.ID); err != nil {
+		return model.ChangefeedInfo{}, err
 	}
 
 	now := time.Now()
@@ -131,6 +117,35 @@ func transactionsFrom(sourceURI, sinkURI string) error {
 	return nil
 }
 
+// checkCreate is what a create and its preview refuse before reading
+// the cluster: the name, the partitions per table (0 stands for the
+// default), the sink URI and the transactions the sink may ask for.
+func checkCreate(req CreateRequest) error {
+	if err := model.ValidateChangefeedID(req.ID); err != nil {
+		return refuse(ErrInvalid, "%v", err)
+	}
+	if n := req.PartitionsPerTable; n < 0 || n > MaxPartitionsPerTable {
+		return refuse(ErrInvalid, "partitions per table must be between 1 and %d, got %d", MaxPartitionsPerTable, n)
+	}
+	if err := registry.Validate(req.Sink); err != nil {
+		return refuse(ErrInvalid, "%v", err)
+	}
+	return transactionsFrom(req.Source, req.Sink)
+}
+
+// nameFree refuses a name a changefeed has, or one whose removal's
+// cleanup is pending (the new changefeed's slot would have the name of
+// the one the cleanup is to drop).
+func nameFree(st *meta.State, id string) error {
+	if _, taken := st.Changefeeds[model.ChangefeedID(id)]; taken {
+		return refuse(meta.ErrChangefeedExists, "%s", id)
+	}
+	if cl, pending := st.Cleanups[model.ChangefeedID(id)]; pending {
+		return refuse(ErrCleanupPending, "%s", cleanupText(cl.Record))
+	}
+	return nil
+}
+
 // Preview is what a create would replicate: the tables, and those it
 // refuses with why.
 type Preview struct {
@@ -141,21 +156,15 @@ type Preview struct {
 // without creating anything (the sink is not probed): what it would
 // replicate, and what it refuses.
 func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) (Preview, error) {
-	if err := model.ValidateChangefeedID(req.ID); err != nil {
-		return Preview{}, refuse(ErrInvalid, "%v", err)
-	}
-	if err := registry.Validate(req.Sink); err != nil {
-		return Preview{}, refuse(ErrInvalid, "%v", err)
-	}
-	if err := transactionsFrom(req.Source, req.Sink); err != nil {
+	if err := checkCreate(req); err != nil {
 		return Preview{}, err
 	}
 	st, err := c.store.Load(ctx)
 	if err != nil {
 		return Preview{}, err
 	}
-	if _, taken := st.Changefeeds[model.ChangefeedID(req.ID)]; taken {
-		return Preview{}, refuse(meta.ErrChangefeedExists, "%s", req.ID)
+	if err := nameFree(st, req.ID); err != nil {
+		return Preview{}, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
