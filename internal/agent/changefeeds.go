@@ -246,7 +246,7 @@ func engineError(err error, id string) error {
 		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrNotPaused):
-		return api.Errorf(api.CodeConflict, "cdcctl changefeed pause "+id+"; then update; then cdcctl changefeed resume "+id, "%s",
+		return api.Errorf(api.CodeConflict, "pause it first (cdcctl changefeed pause "+id+"), then ask again; the message says what comes after", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedNotFound):
 		return notFound(id)

@@ -216,7 +216,7 @@ func HeaderLimit(next http.Handler) http.Handler {
 // catch-all route would otherwise answer a wrong method with 404.
 func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 	var out []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := mux.Handler(probe); pattern != "/api/" && pattern != "" {

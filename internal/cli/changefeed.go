@@ -391,7 +391,7 @@ func newChangefeedRemoveCommand(o *options) *cobra.Command {
 				if cf.SourceStatus != nil && cf.SourceStatus.Slot != "" {
 					fmt.Fprintf(o.out, "Its replication slot %s is dropped: a changefeed created again starts from scratch.\n", cf.SourceStatus.Slot)
 				}
-				fmt.Fprintf(o.out, "Remove it (the sink's data stays)? [y/N] ")
+				fmt.Fprintf(o.errOut, "Remove it (the sink's data stays)? [y/N] ")
 				answer, _ := bufio.NewReader(o.in).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return withExit(ExitCancelled, fmt.Errorf("remove changefeed %s: not approved; nothing changed", args[0]))

@@ -67,7 +67,7 @@ it at once). --dry-run shows what would be copied and exits 2.`,
 				if err := o.render(preview, func(tw tableWriter) { resnapshotText(tw, preview) }); err != nil {
 					return err
 				}
-				fmt.Fprintf(o.out, "Truncate the sink's tables and copy them again? [y/N] ")
+				fmt.Fprintf(o.errOut, "Truncate the sink's tables and copy them again? [y/N] ")
 				answer, _ := bufio.NewReader(o.in).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return withExit(ExitCancelled, fmt.Errorf("re-snapshot changefeed %s: not approved; nothing changed", id))

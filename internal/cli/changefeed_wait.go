@@ -121,7 +121,7 @@ checkpoint is waited for.`,
 	}
 	cmd.Flags().DurationVar(&advance, "advance", 2*time.Second, "how far the checkpoint must move")
 	cmd.Flags().BoolVar(&caughtUp, "caught-up", false, "wait until every change committed before the command started is in the sink")
-	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, paused or failed")
+	cmd.Flags().StringVar(&state, "state", "", "wait for this state instead: normal, warning, paused or failed")
 	cmd.Flags().BoolVar(&snapshot, "snapshot", false, "wait until the initial snapshot has copied every partition (a database source)")
 	cmd.Flags().StringVar(&table, "table", "", "wait until the changefeed replicates this table (schema.table)")
 	cmd.Flags().StringVar(&noTable, "no-table", "", "wait until the changefeed no longer replicates this table")

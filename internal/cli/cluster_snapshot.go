@@ -63,9 +63,12 @@ diff PLAN SNAPSHOT' says what.`,
 			if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(o.out, "Snapshot of cluster %s at revision %d saved to %s: %d captures, %d changefeeds, %d partitions.\n",
-				f.Snapshot.ClusterID, f.Snapshot.Revision, out, len(f.Snapshot.Nodes), len(f.Snapshot.Changefeeds), len(f.Snapshot.Partitions))
-			return nil
+			saved := snapshotSaved{Version: 1, Path: out, ClusterID: f.Snapshot.ClusterID, Revision: int64(f.Snapshot.Revision),
+				Captures: len(f.Snapshot.Nodes), Changefeeds: len(f.Snapshot.Changefeeds), Partitions: len(f.Snapshot.Partitions)}
+			return o.render(saved, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Snapshot of cluster %s at revision %d saved to %s: %d captures, %d changefeeds, %d partitions.\n",
+					saved.ClusterID, saved.Revision, out, saved.Captures, saved.Changefeeds, saved.Partitions)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "write it to this file instead of stdout")
@@ -86,4 +89,15 @@ func readSnapshotFile(path string) (*snapshotFile, error) {
 		return nil, usageErr(fmt.Errorf("%s: snapshot version %d, want 1 (take it again with 'cdcctl cluster snapshot')", path, f.Version))
 	}
 	return &f, nil
+}
+
+// snapshotSaved is what cluster snapshot --out says it wrote (-o json).
+type snapshotSaved struct {
+	Version     int    `json:"version"`
+	Path        string `json:"path"`
+	ClusterID   string `json:"cluster_id"`
+	Revision    int64  `json:"revision"`
+	Captures    int    `json:"captures"`
+	Changefeeds int    `json:"changefeeds"`
+	Partitions  int    `json:"partitions"`
 }

@@ -184,8 +184,7 @@ context sets.`,
 			if name == "" {
 				return fmt.Errorf("no context is in use: set current-context with 'cdcctl config use-context NAME'")
 			}
-			fmt.Fprintln(o.out, name)
-			return nil
+			return o.render(contextInUse{Version: 1, CurrentContext: name}, func(tw tableWriter) { fmt.Fprintln(tw, name) })
 		},
 	}
 	use := &cobra.Command{
@@ -207,8 +206,9 @@ context sets.`,
 			if err := setCurrentContext(path, name); err != nil {
 				return err
 			}
-			fmt.Fprintf(o.out, "Switched to context %q.\n", name)
-			return nil
+			return o.render(contextInUse{Version: 1, CurrentContext: name}, func(tw tableWriter) {
+				fmt.Fprintf(tw, "Switched to context %q.\n", name)
+			})
 		},
 	}
 	cmd.AddCommand(list, current, use)
@@ -271,4 +271,10 @@ func setCurrentContext(path, name string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// contextInUse is what current-context and use-context say (-o json).
+type contextInUse struct {
+	Version        int    `json:"version"`
+	CurrentContext string `json:"current_context"`
 }

@@ -44,8 +44,8 @@ terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
 		Args:              exactArgs(1, "the capture to drain"),
 		ValidArgsFunction: firstArg(completeCaptures(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if batch < 1 {
-				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
+			if err := checkBatch(batch); err != nil {
+				return err
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
 				return plan.Drain(s, model.NodeID(args[0]), batch, plan.DefaultCosts)
@@ -145,7 +145,7 @@ func approve(o *options, snap *model.Snapshot, p *plan.Plan, question string, ye
 		return withExit(ExitError, fmt.Errorf("refusing to %s without --yes: stdin is not a terminal; review the plan with --dry-run, then run again with --yes", strings.ToLower(question[:1])+question[1:]))
 	}
 	_ = plan.Render(o.out, snap, p)
-	fmt.Fprintf(o.out, "\n%s? [y/N] ", question)
+	fmt.Fprintf(o.errOut, "\n%s? [y/N] ", question)
 	answer, _ := bufio.NewReader(o.in).ReadString('\n')
 	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 		return withExit(ExitCancelled, fmt.Errorf("%s: not approved; nothing changed", strings.ToLower(question[:1])+question[1:]))
@@ -170,4 +170,14 @@ func submitter() string {
 func isTerminal(r any) bool {
 	f, ok := r.(*os.File)
 	return ok && term.IsTerminal(f.Fd())
+}
+
+// checkBatch refuses a --batch the planner would refuse, as bad flags
+// (64) before anything is planned or written: above plan.MaxBatch a dry
+// run wrote a plan file that plan apply then refused.
+func checkBatch(batch int) error {
+	if batch < 1 || batch > plan.MaxBatch {
+		return usageErr(fmt.Errorf("--batch must be between 1 and %d, got %d", plan.MaxBatch, batch))
+	}
+	return nil
 }

@@ -27,8 +27,8 @@ func newPartitionRebalanceCommand(o *options) *cobra.Command {
 			if changefeed == "" {
 				return usageErr(fmt.Errorf("say which with --changefeed ('cdcctl changefeed list')"))
 			}
-			if batch < 1 {
-				return usageErr(fmt.Errorf("--batch must be at least 1, got %d", batch))
+			if err := checkBatch(batch); err != nil {
+				return err
 			}
 			return runPlan(cmd.Context(), o, &f, func(s *model.Snapshot) (*plan.Plan, error) {
 				return plan.Rebalance(s, model.ChangefeedID(changefeed), batch, movePinned, plan.DefaultCosts)

@@ -35,8 +35,8 @@ func (r *rolloutFlags) register(cmd *cobra.Command, o *options) {
 // run computes the rollout (made the hook's with byHook) and shows,
 // saves or submits it.
 func (r *rolloutFlags) run(cmd *cobra.Command, o *options, byHook bool) error {
-	if r.batch < 1 {
-		return usageErr(fmt.Errorf("--batch must be at least 1, got %d", r.batch))
+	if err := checkBatch(r.batch); err != nil {
+		return err
 	}
 	ids := make([]model.NodeID, len(r.captures))
 	for i, c := range r.captures {
