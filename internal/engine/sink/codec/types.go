@@ -155,7 +155,7 @@ func mysqlTypeOf(t string) columnType {
 		code = sqlVarBinary
 	case "tinyblob", "blob", "mediumblob", "longblob":
 		code = sqlBlob
-	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection":
 		code = sqlBinary
 	}
 	return columnType{code, t}

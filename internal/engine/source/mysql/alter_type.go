@@ -138,7 +138,7 @@ func (r *alterReader) dataType() (typ string, textual bool, charset string, ok b
 		typ = withArgs(base)
 	case "json":
 		typ = "json"
-	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection":
 		typ = base
 	default:
 		return "", false, "", false

@@ -102,7 +102,12 @@ func typeFits(tm *replication.TableMapEvent, i int, colType string) bool {
 	case gomysql.MYSQL_TYPE_BLOB, gomysql.MYSQL_TYPE_TINY_BLOB, gomysql.MYSQL_TYPE_MEDIUM_BLOB, gomysql.MYSQL_TYPE_LONG_BLOB:
 		return strings.HasSuffix(base, "blob") || strings.HasSuffix(base, "text") || base == "json" || base == "longtext"
 	case gomysql.MYSQL_TYPE_GEOMETRY:
-		return base == "geometry" || base == "point" || base == "linestring" || base == "polygon"
+		// Every spatial type (MySQL 8's catalog says geomcollection).
+		switch base {
+		case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection":
+			return true
+		}
+		return false
 	}
 	return true // a type this check does not know: the catalog's word
 }
