@@ -49,3 +49,46 @@ func TestCharacterSetChangesAreFollowedLiveAndFromBehind(t *testing.T) {
 		t.Fatalf("read from behind every change:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A statement the schema history does not follow (CONVERT TO CHARACTER
+// SET) makes the table's next row read the catalog. That mark was the
+// reader's memory only: a reader started again after the statement
+// decoded the rows after it in the old character set ("cafÃ©"), and so
+// did one that met another ALTER, which the history followed, before
+// the next row (applied to the definition from before the CONVERT).
+func TestACharacterSetChangeNotFollowedSurvivesARestartAndAnotherAlter(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "notes,other", nil, "CREATE TABLE notes (id BIGINT PRIMARY KEY, memo VARCHAR(20)) DEFAULT CHARSET=latin1", "CREATE TABLE other (id INT PRIMARY KEY)")
+	dsn, cfg, live := up.dsn, up.cfg, up.log
+	exec(t, dsn, "INSERT INTO notes VALUES (1, 'café')", "ALTER TABLE notes CONVERT TO CHARACTER SET utf8mb4", "INSERT INTO other VALUES (1)")
+	waitResolved(t, live)
+	_, resolved, _ := live.state()
+	afterConvert, ok := up.p.ResumePoint(resolved)
+	if !ok {
+		t.Fatal("no resume point after the CONVERT")
+	}
+	exec(t, dsn, "INSERT INTO notes VALUES (2, 'naïve')",
+		"ALTER TABLE notes CONVERT TO CHARACTER SET latin1", "ALTER TABLE notes ADD COLUMN tag VARCHAR(10)",
+		"INSERT INTO notes VALUES (3, 'ß', 'ø')")
+	waitResolved(t, live)
+	notes := func(c *collected) string {
+		var out []string
+		for _, l := range strings.Split(c.lines(t, false), "\n") {
+			if l != "INSERT [1]" { // other's row
+				out = append(out, l)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	want := "INSERT [1 café]\nINSERT [2 naïve]\nINSERT [3 ß ø]"
+	if got := notes(live); got != want {
+		t.Fatalf("read live:\n%s\nwant\n%s", got, want)
+	}
+	other := cfg
+	other.ServerID = 79
+	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), afterConvert)
+	waitResolved(t, again)
+	if got := notes(again); got != "INSERT [2 naïve]\nINSERT [3 ß ø]" {
+		t.Fatalf("read again from after the CONVERT:\n%s", got)
+	}
+}

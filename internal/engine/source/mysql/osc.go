@@ -97,7 +97,7 @@ func (p *Puller) cutOver(ctx context.Context, t, shadow, stmt string, alters []s
 	cur *txn, at *position, hold func(table, why string), pending map[string]string) {
 	st := at.Tables[t]
 	var ddls []*source.Event
-	followed := len(alters) > 0
+	followed := len(alters) > 0 && pending[t] == "" // a stale definition is not followed further
 	for _, q := range alters {
 		own := asTables(q, shadow, t)
 		a, ok := parseAlter(own, "")
@@ -121,7 +121,7 @@ func (p *Puller) cutOver(ctx context.Context, t, shadow, stmt string, alters []s
 		st = next
 	}
 	if !followed {
-		pending[t] = "ALTER TABLE " + quoteTable(t) + " /* online schema change: " + strings.ReplaceAll(stmt, "*/", "* /") + " */"
+		markUnfollowed(pending, at, t, "ALTER TABLE "+quoteTable(t)+" /* online schema change: "+strings.ReplaceAll(stmt, "*/", "* /")+" */")
 		return
 	}
 	cur.ddls = append(cur.ddls, ddls...)

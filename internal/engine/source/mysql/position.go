@@ -44,6 +44,12 @@ type tableState struct {
 	// Dropped: the table was dropped upstream (its DROP TABLE is in the
 	// sink); rows of a table created again under its name are not its.
 	Dropped bool `json:"dropped,omitempty"`
+	// Unfollowed are the statements since the table's definition was
+	// last known that the schema history did not follow (CONVERT TO
+	// CHARACTER SET, an online schema change's swap): its next row reads
+	// the catalog. Kept here so that a reader started again after them
+	// does too (markUnfollowed).
+	Unfollowed string `json:"unfollowed,omitempty"`
 	// ResetAt is where the table was added to the changefeed (changefeed
 	// update): the first transaction after it begins with a TRUNCATE of
 	// it, so the sink holds nothing of it from before (a table removed and

@@ -103,6 +103,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
+	for t, st := range at.Tables {
+		if st.Unfollowed != "" {
+			pending[t] = st.Unfollowed // before this reader started
+		}
+	}
 	held := map[string]bool{}
 	hold := func(table, why string) {
 		held[table] = true
@@ -207,6 +212,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					hold(table, why)
 					break
 				}
+				next.Unfollowed = ""
 				if ddl != nil {
 					if cur.slotsFull() {
 						hold(table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
@@ -217,7 +223,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					st = next
 					delete(cols, table)
 					delete(keyTypesByTable, table)
-				} else if next.DefaultCharset != st.DefaultCharset {
+				} else if next.DefaultCharset != st.DefaultCharset || st.Unfollowed != "" {
 					at.Tables = withTable(at.Tables, table, next)
 					st = next
 				}
@@ -414,7 +420,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 						if !strings.EqualFold(alter.table, t) {
 							continue // another table's, naming this one in passing
 						}
-						if alter.table == t {
+						if _, stale := pending[t]; alter.table == t && !stale {
+							// (After a statement it did not follow the
+							// definition it holds is stale: applied to it
+							// this one would be wrong too.)
 							// The schema history: applied here, at the
 							// statement's position (history.go).
 							next, ddl, why, ok := followAlter(ctx, openCatalog, t, at.Tables[t], alter, q, p.flavor)
@@ -438,7 +447,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 						}
 					}
 					if followable(q) {
-						pending[t] = q
+						markUnfollowed(pending, &at, t, q)
 						continue
 					}
 					if !held[t] && !at.Tables[t].Dropped {
@@ -492,6 +501,21 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		cur = txn{}
 	}
+}
+
+// markUnfollowed notes a statement the schema history did not follow:
+// the table's next row reads the catalog, in this reader (pending) and,
+// through the resume point, in one started again after it. Statements
+// since the last row are kept together, in order (the schema change the
+// sink gets names them).
+func markUnfollowed(pending map[string]string, at *position, t, stmt string) {
+	if prev := pending[t]; prev != "" {
+		stmt = prev + "; " + stmt
+	}
+	pending[t] = stmt
+	st := at.Tables[t]
+	st.Unfollowed = stmt
+	at.Tables = withTable(at.Tables, t, st)
 }
 
 // commits says whether an event ends a transaction: an XID (InnoDB's
