@@ -49,8 +49,16 @@ func (s *Stream) TakeHolds() []Hold {
 }
 
 // renamedFrom is the changefeed's table a relation was known as, if the
-// relation now has another name.
+// relation now has another name. Not when another relation of the
+// changefeed has that name: a name is one relation's at a time, so the
+// relation had it before its rename (the WAL read again from before it,
+// after the name came back to the changefeed as a new table), and
+// holding the renamed table there held it for good, with a remedy that
+// changed nothing.
 func (s *Stream) renamedFrom(id uint32, name string) string {
+	if st, ok := s.tables[name]; ok && st.OID != 0 && st.OID != id {
+		return ""
+	}
 	if r, ok := s.rels[id]; ok && !r.foreign && !r.gone && r.table != name {
 		return r.table
 	}
@@ -60,6 +68,26 @@ func (s *Stream) renamedFrom(id uint32, name string) string {
 		}
 	}
 	return ""
+}
+
+// renamedToGone says a relation of the changefeed's, under the name of a
+// table the changefeed removed, was renamed to that name after the
+// removal (renamed back to the name it had before its rename was
+// followed): a rename, held like any other, where its rows were dropped
+// as the removed table's and the checkpoint went past them. Before the
+// removal the name was the removed table's (the relation itself before
+// its rename): those rows are dropped.
+func (s *Stream) renamedToGone(id uint32, name string) bool {
+	at, ok := s.goneAt[name]
+	if !ok || s.base <= at {
+		return false
+	}
+	for _, st := range s.tables {
+		if st.OID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // renameHold is why a renamed table is held, and the way on. Renaming it

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -124,6 +125,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			// sink after at, then its snapshot copies it again.
 			st.ResetAt = at
 			delete(p.Gone, t)
+			delete(p.GoneAt, t)
 		}
 		p.Tables[t] = st
 	}
@@ -145,12 +147,29 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			p.Gone = map[string]model.Ts{}
 		}
 		p.Gone[t] = at
+		if p.GoneAt == nil {
+			p.GoneAt = map[string]model.Ts{}
+		}
+		if p.GoneAt[t], err = dbNow(ctx, cat); err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
 	}
 	if out.Position, err = json.Marshal(p); err != nil {
 		return source.Retabled{}, err
 	}
 	out.URI = to.URI()
 	return out, nil
+}
+
+// dbNow is the database's clock as positions read it (commit times),
+// after every transaction this session can see: a table renamed before
+// it is read committed before it.
+func dbNow(ctx context.Context, cat *catalog) (model.Ts, error) {
+	var now time.Time
+	if err := cat.conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return 0, err
+	}
+	return model.TsFromTime(now), nil
 }
 
 // alterPublication adds and drops the tables of a change in one

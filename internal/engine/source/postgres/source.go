@@ -32,6 +32,12 @@ type position struct {
 	// update), each with the changefeed's position then: the WAL read
 	// again from before it still holds their rows, which are dropped.
 	Gone map[string]model.Ts `json:"gone,omitempty"`
+	// GoneAt is, for each of them, the database's clock when it was
+	// removed: a relation of the changefeed's that has the removed name
+	// in a transaction committed after that was renamed to it since (a
+	// table renamed back to the name it had), not the removed table of
+	// before its rename (empty for removals written before it was kept).
+	GoneAt map[string]model.Ts `json:"gone_at,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -192,7 +198,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	if err != nil {
 		return err
 	}
-	st.Ignore(p.Gone)
+	st.Ignore(p.Gone, p.GoneAt)
 	st.cf = string(s.cf)
 	for _, t := range st.unresolved {
 		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))
@@ -251,7 +257,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt})
 			s.mu.Unlock()
 			continue
 		}
@@ -283,7 +289,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt})
 		s.mu.Unlock()
 	}
 }

@@ -126,8 +126,9 @@ type Stream struct {
 	// TRUNCATE erased since.
 	partedTables map[string]bool
 	erase        []string
-	// gone are the tables removed from the changefeed.
-	gone map[string]model.Ts
+	// gone are the tables removed from the changefeed; goneAt, when
+	// (position.GoneAt).
+	gone, goneAt map[string]model.Ts
 	// resets are the tables whose TRUNCATE after their ResetAt is still
 	// ahead of the stream.
 	resets map[string]bool
@@ -266,8 +267,9 @@ func (s *Stream) changefeed() string {
 
 // Ignore names tables removed from the changefeed: the WAL read again
 // from before their removal still holds their changes, which are
-// dropped, not an error.
-func (s *Stream) Ignore(gone map[string]model.Ts) { s.gone = gone }
+// dropped, not an error. goneAt says when each was removed, on the
+// database's clock (position.GoneAt).
+func (s *Stream) Ignore(gone, goneAt map[string]model.Ts) { s.gone, s.goneAt = gone, goneAt }
 
 // Close ends the replication connection; the slot stays.
 func (s *Stream) Close() error {

@@ -24,7 +24,7 @@ import (
 // transaction's rows.
 func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	name := model.TableName(m.Namespace, m.RelationName)
-	if _, gone := s.gone[name]; gone {
+	if _, gone := s.gone[name]; gone && !s.renamedToGone(m.RelationID, name) {
 		// Removed from the changefeed: its rows still in the WAL are not
 		// read (a table renamed upstream and updated under its new name
 		// comes under its old name until the rename).
@@ -48,9 +48,12 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.rels[m.RelationID] = &relation{table: name, foreign: true}
 		return nil
 	}
-	if st.ResetAt != 0 && st.OID != 0 && st.OID != m.RelationID {
-		// The table this name had before it came back (dropped, then
-		// created again): its rows are not this table's.
+	if st.OID != 0 && st.OID != m.RelationID {
+		// Another relation under the table's name: the one the name had
+		// before the table came back (dropped, then created again), or,
+		// with a publication of all tables, one created under its name
+		// after it was dropped. Its rows are not this table's (mixed in
+		// before, on top of the dropped table's rows in the sink).
 		s.rels[m.RelationID] = &relation{table: name, foreign: true, gone: true}
 		return nil
 	}

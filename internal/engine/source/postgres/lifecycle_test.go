@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// issueOf is the reader's issue of table in state, or nil.
+func issueOf(r *reading, table, state string) *source.TableIssue {
+	for _, i := range r.src.TableIssues() {
+		if i.Table == table && i.State == state {
+			return &i
+		}
+	}
+	return nil
+}
+
+// A table whose rename was followed (b removed, b2 added) and is then
+// renamed back to b, a name the changefeed removed, is renamed like any
+// other: held where its rows under that name begin. Its rows under the
+// removed name were dropped as the removed table's, silently, and the
+// checkpoint went past them. Its rows under b from before the first
+// rename are still the removed table's (dropped).
+func TestATableRenamedBackToANameTheChangefeedRemovedIsHeld(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "back", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'under b')`)
+	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b2`)
+	psql(t, srv, dsn, `INSERT INTO b2 VALUES (2, 'under b2')`)
+	// The hold's remedy, from the changefeed's checkpoint before all this.
+	ch, err := Retable(ctx, uri, pos, []string{"a", "b2"}, model.TsFromTime(time.Now().Add(-time.Minute)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `ALTER TABLE b2 RENAME TO b`)
+	psql(t, srv, dsn, `INSERT INTO b VALUES (3, 'back under b'); INSERT INTO a VALUES (1, 'last')`)
+
+	run := startReading(t, ch.URI, "back", ch.Position)
+	run.until(t, "a's last row and b2 held", func() bool {
+		return logHas(run.log, "public.a", "last") && issueOf(run, "public.b2", source.TableHeld) != nil
+	})
+	held := issueOf(run, "public.b2", source.TableHeld)
+	run.stop(t)
+	if !strings.Contains(held.Reason, "renamed upstream to public.b") {
+		t.Fatalf("the hold says: %s", held.Reason)
+	}
+	if !logHas(run.log, "public.b2", "under b2") {
+		t.Fatal("b2's row from before its rename back is missing")
+	}
+	if logHas(run.log, "public.b2", "under b") || logHas(run.log, "public.b2", "back under b") || logHas(run.log, "public.b", "under b") {
+		t.Fatal("a row under the removed name reached the log")
+	}
+}
+
+// A table renamed (orders to orders_v2: its rename followed) and its
+// name given to a new table added back in the same pause: the WAL read
+// again from the checkpoint holds the renamed relation's rows under its
+// old name, which another relation of the changefeed has now. They were
+// taken for a rename of orders_v2 to orders and held it, for good (its
+// remedy changed nothing); they are the relation's rows from before its
+// rename, which its copy holds. The new orders begins with a TRUNCATE.
+func TestATableRenamedAndItsNameAddedBackInOnePauseIsNotHeld(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE orders (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,orders", "again", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := model.TsFromTime(time.Now())
+	psql(t, srv, dsn, `INSERT INTO orders VALUES (1, 'old orders')`)
+	psql(t, srv, dsn, `ALTER TABLE orders RENAME TO orders_v2; CREATE TABLE orders (id int4 PRIMARY KEY, v text)`)
+	psql(t, srv, dsn, `INSERT INTO orders_v2 VALUES (2, 'v2'); INSERT INTO orders VALUES (3, 'new orders')`)
+	renamed, err := Retable(ctx, uri, pos, []string{"a", "orders_v2"}, at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Retable(ctx, renamed.URI, renamed.Position, []string{"a", "orders_v2", "orders"}, at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `INSERT INTO orders VALUES (4, 'after'); INSERT INTO orders_v2 VALUES (5, 'v2 after'); INSERT INTO a VALUES (1, 'last')`)
+	run := startReading(t, back.URI, "again", back.Position)
+	run.until(t, "a's last row", func() bool { return logHas(run.log, "public.a", "last") })
+	run.until(t, "the rows after the update", func() bool {
+		return logHas(run.log, "public.orders", "after") && logHas(run.log, "public.orders_v2", "v2 after")
+	})
+	for _, tbl := range []string{"public.orders", "public.orders_v2"} {
+		if i := issueOf(run, tbl, source.TableHeld); i != nil {
+			t.Fatalf("%s held: %s", tbl, i.Reason)
+		}
+	}
+	run.stop(t)
+	if logHas(run.log, "public.orders", "old orders") || logHas(run.log, "public.orders", "v2") {
+		t.Fatal("a row of the renamed relation reached the log as the new orders'")
+	}
+}
