@@ -56,6 +56,10 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term) {
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
+		if ok, behind := passedLeaving(st, e, leaving(current, f.Tables), f.At); !ok {
+			c.log.Info("coordinator: the changefeed's table rules no longer match a table it replicates; following them once its reader has passed the rename or drop", "changefeed", id, "table", behind)
+			continue
+		}
 		if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
 			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
@@ -113,6 +117,50 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) er
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// leaving are the tables of current that next no longer has.
+func leaving(current, next []string) []string {
+	var out []string
+	for _, t := range current {
+		if !slices.Contains(next, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// passedLeaving says whether a changefeed has written everything the
+// tables leaving it had under their names: each one's partitions are at
+// or past at (the database's clock once the rules were matched, after
+// the rename or drop), or just below where the reader holds or ended the
+// table (a rename holds it at its first change under the new name).
+// Followed before, the table's partitions ended where they were, and its
+// changes between there and the rename, read again under a name the
+// changefeed no longer had, were dropped. Otherwise it names the table
+// behind. An unknown at (0) is not waited for.
+func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts) (bool, string) {
+	if at == 0 {
+		return true, ""
+	}
+	id := e.Info.ID
+	for _, t := range tables {
+		upTo := at
+		for _, ti := range e.Status.Tables {
+			if ti.Table == t && ti.At != 0 {
+				upTo = min(upTo, ti.At-1) // held or dropped there
+			}
+		}
+		for pid, r := range st.Partitions[id] {
+			if r.Route.Span.Table != t {
+				continue
+			}
+			if cp := max(st.Progress[id][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); cp < upTo {
+				return false, t
+			}
+		}
+	}
+	return true, ""
 }
 
 // busy says whether any partition is being moved or split.

@@ -343,6 +343,12 @@ type Status struct {
 type Followed struct {
 	Tables  []string
 	Refused []string
+	// At is the database's clock once the rules were matched (0: not
+	// known): a table they no longer match was renamed or dropped
+	// before it, so a changefeed whose partitions of that table have
+	// passed it (or stopped at its hold) has written everything the
+	// table had under its name.
+	At model.Ts
 }
 
 // Snapshotter reads a database source's tables at one consistent point,

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -157,7 +158,7 @@ func Follow(ctx context.Context, uri string, pos source.Position) (source.Follow
 	if err != nil {
 		return source.Followed{}, true, err
 	}
-	f := source.Followed{Refused: matched.Refused}
+	f := source.Followed{Refused: matched.Refused, At: matched.At}
 	for _, t := range matched.Tables {
 		if p.Tables[t].Dropped {
 			continue
@@ -175,7 +176,34 @@ func matchRules(ctx context.Context, cfg Config) (source.Followed, error) {
 	}
 	defer db.Close()
 	matched, refused, err := resolveRules(ctx, db, cfg)
-	return source.Followed{Tables: matched, Refused: refused}, err
+	if err != nil {
+		return source.Followed{}, err
+	}
+	f := source.Followed{Tables: matched, Refused: refused}
+	f.At, err = serverNow(ctx, db)
+	return f, err
+}
+
+// serverNow is the server's clock, as positions read it (UTC), after
+// everything the matching read.
+func serverNow(ctx context.Context, db *sql.DB) (model.Ts, error) {
+	var epoch string
+	if err := db.QueryRowContext(ctx, "SELECT UNIX_TIMESTAMP(NOW(6))").Scan(&epoch); err != nil {
+		return 0, err
+	}
+	secs, frac, _ := strings.Cut(epoch, ".")
+	s, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the server's clock %q: %w", epoch, err)
+	}
+	micros := int64(0)
+	if frac != "" {
+		frac = (frac + "000000")[:6]
+		if micros, err = strconv.ParseInt(frac, 10, 64); err != nil {
+			return 0, fmt.Errorf("the server's clock %q: %w", epoch, err)
+		}
+	}
+	return model.TsFromMicros(s*1_000_000 + micros), nil
 }
 
 // orNone lists what a rule refused, or says nothing was.

@@ -207,6 +207,9 @@ func follow(ctx context.Context, cfg Config, known map[string]uint32) (source.Fo
 	for _, r := range refused {
 		f.Refused = append(f.Refused, r.Table+": "+r.Why)
 	}
+	if f.At, err = dbNow(ctx, cat); err != nil {
+		return source.Followed{}, explain(cfg, err)
+	}
 	return f, nil
 }
 

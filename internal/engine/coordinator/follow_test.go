@@ -1,0 +1,57 @@
+package coordinator
+
+import (
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Table rules that no longer match a table (renamed or dropped upstream)
+// are followed only once the changefeed has written everything the table
+// had under its name: its partitions at or past the database's clock of
+// the match, or just below where the reader holds it (a rename holds the
+// table at its first change under the new name). Followed before, the
+// table's changes between where its partitions were and the rename were
+// dropped as a removed table's.
+func TestRulesWaitForTheReaderToPassARenameOrDrop(t *testing.T) {
+	const at = model.Ts(1000)
+	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: "cf"}}
+	st := &meta.State{
+		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{"cf": {
+			"p1": {Route: model.RouteEntry{ID: "p1", Span: model.Span{Table: "public.orders"}}},
+			"p2": {Route: model.RouteEntry{ID: "p2", Span: model.Span{Table: "public.orders"}}},
+			"p3": {Route: model.RouteEntry{ID: "p3", Span: model.Span{Table: "public.other"}}},
+		}},
+		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {}},
+	}
+	set := func(pid string, cp model.Ts) { st.Progress["cf"][pid] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: cp}} }
+	set("p1", 1200)
+	set("p2", 900)
+	set("p3", 10) // another table's: not waited for
+	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); ok || behind != "public.orders" {
+		t.Fatalf("a partition below the match: passed %v (%s)", ok, behind)
+	}
+	// Held at its rename (950): the partition stops just below, and has
+	// written all the table had under its name.
+	e.Status.Tables = []model.TableIssue{{Table: "public.orders", State: model.TableHeld, At: 950}}
+	set("p2", 948)
+	if ok, _ := passedLeaving(st, e, []string{"public.orders"}, at); ok {
+		t.Fatal("passed while a partition is below its hold")
+	}
+	set("p2", 949)
+	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); !ok {
+		t.Fatalf("not passed at the hold: %s", behind)
+	}
+	// A table joined after the match point is past it by its start.
+	e.Status.Tables = nil
+	st.Partitions["cf"]["p2"] = meta.RouteRecord{Route: model.RouteEntry{ID: "p2", Span: model.Span{Table: "public.orders"}, Since: 1000}}
+	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); !ok {
+		t.Fatalf("not passed from the partition's start: %s", behind)
+	}
+	// A source that does not give its clock is not waited for.
+	set("p1", 0)
+	if ok, _ := passedLeaving(st, e, []string{"public.orders"}, 0); !ok {
+		t.Fatal("waited without a clock")
+	}
+}
