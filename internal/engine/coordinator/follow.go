@@ -11,7 +11,9 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -27,11 +29,26 @@ const followBy = "its table rules"
 // followFilters matches every changefeed's table rules again, every
 // FollowEvery, until ctx ends.
 func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
-	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term) })
+	waits := map[string]stall{}
+	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term, waits) })
 }
 
+// stall is a table leaving a changefeed that is behind: the database's
+// clock when its rules first no longer matched it (what it must pass),
+// its partitions' lowest position, and since when they have been there.
+type stall struct {
+	target, low model.Ts
+	since       time.Time
+}
+
+// followStall is how long a table leaving a changefeed may stay behind
+// without advancing before its rules are followed anyway: its partitions
+// may never pass the change (a table dropped while it was copied cannot
+// finish its copy).
+const followStall = 10 * time.Second
+
 // followOnce matches every normal changefeed's table rules once.
-func (c *Coordinator) followOnce(ctx context.Context, term election.Term) {
+func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[string]stall) {
 	st := c.view.State()
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
@@ -56,8 +73,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term) {
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
-		if ok, behind := passedLeaving(st, e, leaving(current, f.Tables), f.At); !ok {
-			c.log.Info("coordinator: the changefeed's table rules no longer match a table it replicates; following them once its reader has passed the rename or drop", "changefeed", id, "table", behind)
+		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits) {
 			continue
 		}
 		if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
@@ -119,6 +135,48 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) er
 	}
 }
 
+// leavingPassed says whether the tables leaving a changefeed have
+// passed their rename or drop (passedLeaving), against the database's
+// clock when the rules first stopped matching each (at, this round's,
+// for a table seen leaving the first time): every round's clock is
+// later than the changefeed's lag behind it. A table whose partitions
+// have not moved for followStall is not waited for any longer. It
+// forgets the changefeed's waits once they are over.
+func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[string]stall) bool {
+	id := string(e.Info.ID)
+	targets := map[string]model.Ts{}
+	for _, t := range tables {
+		targets[t] = at
+		if w, ok := waits[id+"\x00"+t]; ok {
+			targets[t] = w.target
+		}
+	}
+	ok, behind, low := passedLeaving(st, e, targets)
+	if !ok {
+		k := id + "\x00" + behind
+		w, seen := waits[k]
+		switch {
+		case !seen:
+			waits[k] = stall{target: targets[behind], low: low, since: time.Now()}
+			c.log.Info("coordinator: the changefeed's table rules no longer match a table it replicates; following them once its reader has passed the rename or drop", "changefeed", id, "table", behind)
+			return false
+		case w.low != low:
+			w.low, w.since = low, time.Now()
+			waits[k] = w
+			return false
+		case time.Since(w.since) < followStall:
+			return false
+		}
+		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following the table rules without waiting (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
+	}
+	for k := range waits {
+		if strings.HasPrefix(k, id+"\x00") {
+			delete(waits, k)
+		}
+	}
+	return true
+}
+
 // leaving are the tables of current that next no longer has.
 func leaving(current, next []string) []string {
 	var out []string
@@ -132,20 +190,21 @@ func leaving(current, next []string) []string {
 
 // passedLeaving says whether a changefeed has written everything the
 // tables leaving it had under their names: each one's partitions are at
-// or past at (the database's clock once the rules were matched, after
-// the rename or drop), or just below where the reader holds or ended the
-// table (a rename holds it at its first change under the new name).
-// Followed before, the table's partitions ended where they were, and its
-// changes between there and the rename, read again under a name the
-// changefeed no longer had, were dropped. Otherwise it names the table
-// behind. An unknown at (0) is not waited for.
-func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts) (bool, string) {
-	if at == 0 {
-		return true, ""
-	}
+// or past its target (the database's clock once the rules no longer
+// matched it, after the rename or drop), or just below where the reader
+// holds or ended the table (a rename holds it at its first change under
+// the new name). Followed before, the table's partitions ended where
+// they were, and its changes between there and the rename, read again
+// under a name the changefeed no longer had, were dropped. Otherwise it
+// names the first table behind and its partitions' lowest position. An
+// unknown target (0) is not waited for.
+func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables map[string]model.Ts) (bool, string, model.Ts) {
 	id := e.Info.ID
-	for _, t := range tables {
-		upTo := at
+	for _, t := range slices.Sorted(maps.Keys(tables)) {
+		upTo := tables[t]
+		if upTo == 0 {
+			continue
+		}
 		for _, ti := range e.Status.Tables {
 			if ti.Table == t && ti.At != 0 {
 				upTo = min(upTo, ti.At-1) // held or dropped there
@@ -156,11 +215,25 @@ func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables []string, at 
 				continue
 			}
 			if cp := max(st.Progress[id][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); cp < upTo {
-				return false, t
+				return false, t, lowest(st, e, t)
 			}
 		}
 	}
-	return true, ""
+	return true, "", 0
+}
+
+// lowest is the lowest position of a table's partitions.
+func lowest(st *meta.State, e *meta.ChangefeedEntry, table string) model.Ts {
+	var low model.Ts
+	for pid, r := range st.Partitions[e.Info.ID] {
+		if r.Route.Span.Table != table {
+			continue
+		}
+		if cp := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); low == 0 || cp < low {
+			low = cp
+		}
+	}
+	return low
 }
 
 // busy says whether any partition is being moved or split.

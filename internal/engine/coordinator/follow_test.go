@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
@@ -25,33 +26,60 @@ func TestRulesWaitForTheReaderToPassARenameOrDrop(t *testing.T) {
 		}},
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {}},
 	}
-	set := func(pid string, cp model.Ts) { st.Progress["cf"][pid] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: cp}} }
+	set := func(pid string, cp model.Ts) {
+		st.Progress["cf"][pid] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: cp}}
+	}
 	set("p1", 1200)
 	set("p2", 900)
 	set("p3", 10) // another table's: not waited for
-	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); ok || behind != "public.orders" {
-		t.Fatalf("a partition below the match: passed %v (%s)", ok, behind)
+	if ok, behind, low := passedLeaving(st, e, map[string]model.Ts{"public.orders": at}); ok || behind != "public.orders" || low != 900 {
+		t.Fatalf("a partition below the match: passed %v (%s, lowest %d)", ok, behind, low)
 	}
 	// Held at its rename (950): the partition stops just below, and has
 	// written all the table had under its name.
 	e.Status.Tables = []model.TableIssue{{Table: "public.orders", State: model.TableHeld, At: 950}}
 	set("p2", 948)
-	if ok, _ := passedLeaving(st, e, []string{"public.orders"}, at); ok {
+	if ok, _, _ := passedLeaving(st, e, map[string]model.Ts{"public.orders": at}); ok {
 		t.Fatal("passed while a partition is below its hold")
 	}
 	set("p2", 949)
-	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); !ok {
+	if ok, behind, _ := passedLeaving(st, e, map[string]model.Ts{"public.orders": at}); !ok {
 		t.Fatalf("not passed at the hold: %s", behind)
 	}
 	// A table joined after the match point is past it by its start.
 	e.Status.Tables = nil
 	st.Partitions["cf"]["p2"] = meta.RouteRecord{Route: model.RouteEntry{ID: "p2", Span: model.Span{Table: "public.orders"}, Since: 1000}}
-	if ok, behind := passedLeaving(st, e, []string{"public.orders"}, at); !ok {
+	if ok, behind, _ := passedLeaving(st, e, map[string]model.Ts{"public.orders": at}); !ok {
 		t.Fatalf("not passed from the partition's start: %s", behind)
 	}
 	// A source that does not give its clock is not waited for.
 	set("p1", 0)
-	if ok, _ := passedLeaving(st, e, []string{"public.orders"}, 0); !ok {
+	if ok, _, _ := passedLeaving(st, e, map[string]model.Ts{"public.orders": 0}); !ok {
 		t.Fatal("waited without a clock")
+	}
+}
+
+// The target is the clock of the first round that saw the table leave:
+// every later round's clock is later by the changefeed's lag, which its
+// partitions never pass.
+func TestRulesWaitForTheClockOfTheFirstRoundThatSawTheTableLeave(t *testing.T) {
+	c := &Coordinator{log: slog.New(slog.DiscardHandler)}
+	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: "cf"}}
+	st := &meta.State{
+		Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{"cf": {
+			"p1": {Route: model.RouteEntry{ID: "p1", Span: model.Span{Table: "public.gone"}}},
+		}},
+		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {"p1": {Progress: model.Progress{Checkpoint: 900}}}},
+	}
+	waits := map[string]stall{}
+	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits) {
+		t.Fatal("passed while behind the first round's clock")
+	}
+	st.Progress["cf"]["p1"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: 1500}}
+	if !c.leavingPassed(st, e, []string{"public.gone"}, 2000, waits) {
+		t.Fatal("not passed at 1500, past the first round's clock (1000), behind this round's (2000)")
+	}
+	if len(waits) != 0 {
+		t.Fatalf("the wait is not forgotten once over: %v", waits)
 	}
 }
