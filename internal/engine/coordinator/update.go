@@ -191,7 +191,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
 		}
 	}
-	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended); err != nil {
+	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
 		undo()
 		return UpdateResult{}, fmt.Errorf("%w; nothing changed: update again once the sink can be written", err)
 	}
@@ -254,11 +254,15 @@ func tablesOf(uri string) []string {
 // writeEnds tells the sink that removed tables were dropped or renamed
 // upstream: a schema change of each under its old name (DROP TABLE, or
 // ALTER TABLE ... RENAME TO; a storage sink's schema file, a DDL message
-// on every Kafka partition), as TiCDC writes them. It is placed now,
-// after every row the table had under that name (all committed before
-// the drop or rename), including rows the sink holds beyond the
-// checkpoint. Writing it again (an update tried again) writes the same.
-func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[string]source.EndedTable) error {
+// on every Kafka partition), as TiCDC writes them. It is placed at
+// endedAt, the database's clock once they had ended (now, on this
+// node's clock, when the source does not say), after every row the
+// table had under that name (all committed before the drop or rename),
+// including rows the sink holds beyond the checkpoint, and before a
+// table of that name added back begins (its TRUNCATE, after the
+// database's clock then). Writing it again (an update tried again)
+// writes the same.
+func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[string]source.EndedTable, endedAt model.Ts) error {
 	if len(ended) == 0 {
 		return nil
 	}
@@ -267,7 +271,10 @@ func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[s
 		return fmt.Errorf("cannot open the sink to tell it of the tables dropped or renamed upstream: %w", err)
 	}
 	defer sk.Close()
-	at := model.TsFromTime(time.Now())
+	at := endedAt
+	if at == 0 {
+		at = model.TsFromTime(time.Now())
+	}
 	for _, t := range slices.Sorted(maps.Keys(ended)) {
 		end := ended[t]
 		stmt := source.DropPrefix + t

@@ -374,6 +374,10 @@ type Retabled struct {
 	// their name, each with its last definition and, when it was renamed,
 	// its new name: the sink is told (a DROP TABLE, or a rename).
 	Ended map[string]EndedTable
+	// EndedAt is the database's clock once they had ended (0: not
+	// known): after every change they had under their names, and
+	// before a table of those names can come back (its TRUNCATE).
+	EndedAt model.Ts
 }
 
 // EndedTable is a table removed from a changefeed because it was dropped

@@ -107,3 +107,50 @@ func TestATableRenamedAndItsNameAddedBackInOnePauseIsNotHeld(t *testing.T) {
 		t.Fatal("a row of the renamed relation reached the log as the new orders'")
 	}
 }
+
+// A table removed and added back in one pause (the checkpoint the same
+// for both updates): the first update wrote the table's DROP (or RENAME)
+// to the sink, stamped when it was written, and the TRUNCATE the table
+// comes back with went at the first transaction after the checkpoint,
+// older: a storage sink's newest schema of the table said it was dropped
+// while its rows went on. The TRUNCATE now comes after the return, its
+// rows from before it in the copy.
+func TestATableAddedBackInThePauseThatRemovedItComesBackAfterItsRemoval(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "readd", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := model.TsFromTime(time.Now())
+	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'before the removal')`)
+	removed, err := Retable(ctx, uri, pos, []string{"a"}, at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := model.TsFromTime(time.Now()) // where the update writes the sink's DROP, at the latest
+	back, err := Retable(ctx, removed.URI, removed.Position, []string{"a", "b"}, at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `INSERT INTO b VALUES (2, 'after'); INSERT INTO a VALUES (1, 'last')`)
+	run := startReading(t, back.URI, "readd", back.Position)
+	run.until(t, "a's last row", func() bool { return logHas(run.log, "public.a", "last") })
+	run.stop(t)
+	var truncate model.Ts
+	run.log.mu.Lock()
+	for _, e := range run.log.evs {
+		if e.Table == "public.b" && e.Kind == source.KindDDL && strings.HasPrefix(e.Statement, source.TruncatePrefix) {
+			truncate = e.CommitTs
+		}
+	}
+	run.log.mu.Unlock()
+	if truncate <= ended || removed.EndedAt == 0 || truncate <= removed.EndedAt {
+		t.Fatalf("the TRUNCATE of the table added back at %s, not after its removal at %s (the database's clock then: %s)", truncate, ended, removed.EndedAt)
+	}
+	if !logHas(run.log, "public.b", "after") {
+		t.Fatal("the row after the table came back is missing")
+	}
+}

@@ -122,8 +122,20 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		if _, was := p.Gone[t]; was {
 			// Back after it was removed: the sink still has the rows it
 			// had then, some deleted since. The stream truncates it in the
-			// sink after at, then its snapshot copies it again.
+			// sink after at, then its snapshot copies it again. With a
+			// snapshot, after now: the update that removed it may have
+			// written its DROP (or RENAME) to the sink when it was made,
+			// after at (the checkpoint stays while the changefeed is
+			// paused), and the TRUNCATE, the newer schema, must come
+			// after; the rows in between are in the copy.
 			st.ResetAt = at
+			if cfg.Snapshot != "never" {
+				now, err := dbNow(ctx, cat)
+				if err != nil {
+					return source.Retabled{}, explain(cfg, err)
+				}
+				st.ResetAt = max(at, now)
+			}
 			delete(p.Gone, t)
 			delete(p.GoneAt, t)
 		}
@@ -153,6 +165,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		if p.GoneAt[t], err = dbNow(ctx, cat); err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}
+		out.EndedAt = p.GoneAt[t]
 	}
 	if out.Position, err = json.Marshal(p); err != nil {
 		return source.Retabled{}, err
