@@ -117,8 +117,14 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if p.Tables == nil {
 		p.Tables = map[string]TableState{}
 	}
+	var joined model.Ts // with a snapshot: the database's clock now
+	if len(out.Added) > 0 && cfg.Snapshot != "never" {
+		if joined, err = dbNow(ctx, cat); err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+	}
 	for _, t := range out.Added {
-		st := TableState{Def: defs[t], Since: at, OID: oids[t]}
+		st := TableState{Def: defs[t], Since: at, OID: oids[t], JoinedAt: joined}
 		if _, was := p.Gone[t]; was {
 			// Back after it was removed: the sink still has the rows it
 			// had then, some deleted since. The stream truncates it in the
@@ -128,14 +134,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			// after at (the checkpoint stays while the changefeed is
 			// paused), and the TRUNCATE, the newer schema, must come
 			// after; the rows in between are in the copy.
-			st.ResetAt = at
-			if cfg.Snapshot != "never" {
-				now, err := dbNow(ctx, cat)
-				if err != nil {
-					return source.Retabled{}, explain(cfg, err)
-				}
-				st.ResetAt = max(at, now)
-			}
+			st.ResetAt = max(at, joined)
 			delete(p.Gone, t)
 			delete(p.GoneAt, t)
 		}

@@ -30,6 +30,21 @@ type TableState struct {
 	// written while it was out, and are not read. The sink forgets what
 	// it had: the first transaction after begins with a TRUNCATE of it.
 	ResetAt model.Ts `json:"reset_at,omitempty"`
+	// JoinedAt is where a table added to the changefeed with a snapshot
+	// joined it (the database's clock then): nothing of it at or before
+	// is read, since its copy, made after, holds all of it, and its
+	// definition is the catalog's of then. Read from the checkpoint
+	// instead, its older rows and schemas met that definition: a
+	// column added since looked dropped and added again, its older
+	// values unknown, and the table was held (the remedy, removing and
+	// adding it back, met the same).
+	JoinedAt model.Ts `json:"joined_at,omitempty"`
+}
+
+// unread says the open transaction is one of a table's that the reader
+// passes over: before it came back (ResetAt) or joined (JoinedAt).
+func (s *Stream) unread(st *TableState) bool {
+	return st != nil && (st.ResetAt != 0 && s.base <= st.ResetAt || st.JoinedAt != 0 && s.base <= st.JoinedAt)
 }
 
 // Txn is one committed upstream transaction, decoded: its schema changes

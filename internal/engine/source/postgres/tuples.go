@@ -27,8 +27,8 @@ func (s *Stream) row(relID uint32, op source.Op, newTuple, oldTuple *pglogrepl.T
 		// others too.
 		return nil
 	}
-	if st := s.tables[rel.table]; st != nil && st.ResetAt != 0 && s.base <= st.ResetAt {
-		return nil // written before the table came back (ResetAt)
+	if s.unread(s.tables[rel.table]) {
+		return nil // written before the table came back or joined
 	}
 	if err := s.decodeRow(rel, op, newTuple, oldTuple, wholeOld); err != nil {
 		rel.held = true

@@ -61,9 +61,10 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if st.OID == 0 {
 		st.OID = m.RelationID
 	}
-	if st.ResetAt != 0 && s.base <= st.ResetAt {
-		// Before the table came back: its rows here are not read, and its
-		// definition is the one it came back with, not this older one.
+	if s.unread(st) {
+		// Before the table came back or joined: its rows here are not
+		// read, and its definition is the one it came with, not this
+		// older one.
 		return nil
 	}
 	cur := st.Def
@@ -175,7 +176,7 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 		if !ok {
 			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
 		}
-		if rel.gone || rel.held || rel.foreign {
+		if rel.gone || rel.held || rel.foreign || s.unread(s.tables[rel.table]) {
 			continue
 		}
 		if s.partedTables[rel.table] {
