@@ -98,7 +98,7 @@ func typeFits(tm *replication.TableMapEvent, i int, colType string) bool {
 	case gomysql.MYSQL_TYPE_VARCHAR, gomysql.MYSQL_TYPE_VAR_STRING:
 		return base == "varchar" || base == "varbinary"
 	case gomysql.MYSQL_TYPE_STRING:
-		return base == "char" || base == "binary"
+		return base == "char" || base == "binary" || fixedBinary(base)
 	case gomysql.MYSQL_TYPE_BLOB, gomysql.MYSQL_TYPE_TINY_BLOB, gomysql.MYSQL_TYPE_MEDIUM_BLOB, gomysql.MYSQL_TYPE_LONG_BLOB:
 		return strings.HasSuffix(base, "blob") || strings.HasSuffix(base, "text") || base == "json" || base == "longtext"
 	case gomysql.MYSQL_TYPE_GEOMETRY:

@@ -184,6 +184,8 @@ func (c column) datetime(t time.Time) string {
 // leaves them off); UTF-8 and other binary columns are as they are.
 func (c column) decode(s string) string {
 	switch {
+	case fixedBinary(c.base):
+		return fixedText(c.base, s)
 	case c.base == "binary" && len(s) < c.width:
 		return s + strings.Repeat("\x00", c.width-len(s))
 	case c.base == "time" && c.width > 0 && !strings.Contains(s, "."):
