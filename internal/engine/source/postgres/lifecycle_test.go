@@ -8,7 +8,20 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
+
+// pinned starts a database of schema (a and b, or others) and pins a
+// changefeed over params (tables=...) under slot: its URI and resume point.
+func pinned(t *testing.T, schema, params, slot string) (*pgserver.Server, string, string, source.Position) {
+	t.Helper()
+	srv, dsn := newDB(t, schema)
+	uri, pos, err := Pin(context.Background(), dsn+"&"+params, model.ChangefeedID(slot), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, dsn, uri, pos
+}
 
 // issueOf is the reader's issue of table in state, or nil.
 func issueOf(r *reading, table, state string) *source.TableIssue {
@@ -28,13 +41,9 @@ func issueOf(r *reading, table, state string) *source.TableIssue {
 // rename are still the removed table's (dropped).
 func TestATableRenamedBackToANameTheChangefeedRemovedIsHeld(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
-		CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text)`, "tables=a,b", "back")
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "back", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'under b')`)
 	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b2`)
 	psql(t, srv, dsn, `INSERT INTO b2 VALUES (2, 'under b2')`)
@@ -70,13 +79,9 @@ func TestATableRenamedBackToANameTheChangefeedRemovedIsHeld(t *testing.T) {
 // rename, which its copy holds. The new orders begins with a TRUNCATE.
 func TestATableRenamedAndItsNameAddedBackInOnePauseIsNotHeld(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
-		CREATE TABLE orders (id int4 PRIMARY KEY, v text)`)
+	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE orders (id int4 PRIMARY KEY, v text)`, "tables=a,orders", "again")
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,orders", "again", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO orders VALUES (1, 'old orders')`)
 	psql(t, srv, dsn, `ALTER TABLE orders RENAME TO orders_v2; CREATE TABLE orders (id int4 PRIMARY KEY, v text)`)
@@ -115,13 +120,9 @@ func TestATableRenamedAndItsNameAddedBackInOnePauseIsNotHeld(t *testing.T) {
 // rows from before it in the copy.
 func TestATableAddedBackInThePauseThatRemovedItComesBackAfterItsRemoval(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
-		CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text)`, "tables=a,b", "readd")
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "readd", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'before the removal')`)
 	removed, err := Retable(ctx, uri, pos, []string{"a"}, at, true)
@@ -162,14 +163,10 @@ func TestATableAddedBackInThePauseThatRemovedItComesBackAfterItsRemoval(t *testi
 // of it before it joined is read now.
 func TestATableAddedIsReadFromWhenItJoined(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
-		CREATE PUBLICATION everything FOR ALL TABLES`)
+		CREATE PUBLICATION everything FOR ALL TABLES`, "tables=a&publication=everything&slot=joined", "joined")
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a&publication=everything&slot=joined", "joined", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = RemoveURI(context.Background(), uri) })
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'before its ALTER')`)
