@@ -114,13 +114,22 @@ func keyOrder(def *source.TableDef, order byteOrder) (exprs []string, keyIdx []i
 		if clause, ok := order[k]; ok {
 			col += clause
 		} else if !intColumn(def.Columns[j]) {
-			col += `::text COLLATE "C"`
+			col = outputText(col) + ` COLLATE "C"`
 		}
 		exprs = append(exprs, col)
 		keyIdx = append(keyIdx, j)
 	}
 	return exprs, keyIdx
 }
+
+// outputText is a column's value as its type writes it, the text pgoutput
+// sends and keys are routed by. Not its cast to text, which for some
+// types writes other text: a boolean's is 'true' (its output 't'), an
+// inet host's has '/32' ('10.0.0.1/32'), a char(n)'s loses its padding.
+// Chunks read in the cast's order read keys again after the last one
+// copied (a bool key's copy never ended) or missed the keys at a
+// partition's bound.
+func outputText(col string) string { return "format('%s', " + col + ")" }
 
 // intColumn says a key column is an integer, routed and ordered by its
 // value.

@@ -434,7 +434,7 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	keys := def.KeyNames()
 	cols := make([]string, len(keys))
 	for i, k := range keys {
-		cols[i] = pgx.Identifier{k}.Sanitize() + "::text"
+		cols[i] = outputText(pgx.Identifier{k}.Sanitize())
 	}
 	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(table))
 	if estimate > sampleRows {
