@@ -10,9 +10,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/sinktest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -181,5 +183,50 @@ func TestExactlyOnceThroughABrokerFault(t *testing.T) {
 		t.Logf("a broker fault %s: %d events, 0 lost, 0 duplicates", tc.name, rep.Expected)
 		s.Close()
 		c.Close()
+	}
+}
+
+// An upstream transaction larger than buffer-memory, exactly once: its
+// batches' bytes are given back only when a batch of it ends the Kafka
+// transaction, and the next batch of it waited for room that only that
+// commit could make, for good (with every other writer of the sink).
+// Now the transaction's own batches go over the buffer, it commits
+// whole, and a read_committed reader sees every row once.
+func TestExactlyOnceATransactionLargerThanTheBufferCommits(t *testing.T) {
+	t.Parallel()
+	c := broker(t, "cdc")
+	uri := fmt.Sprintf("kafka://%s/cdc?delivery=exactly-once&buffer-memory=65536", strings.Join(c.ListenAddrs(), ","))
+	g := sinktest.Live(t, "gen://?tables=1&keys=2000&rate=20000")
+	s := open(t, uri)
+	ctx := context.Background()
+	if _, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p0.1", Partition: "p0", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Open(model.Span{Table: "t0001"}, g.TableVersion(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upTo := g.TableVersion(0) + model.TsFromMillis(200)
+	evs := sourcetest.Read(t, r, upTo, 1_000_000)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for off := 0; off < len(evs); off += 256 {
+		batch := evs[off:min(off+256, len(evs))]
+		last := off+256 >= len(evs)
+		// One upstream transaction: every batch but the last inside it.
+		b := &sink.Batch{Dispatcher: "p0.1", Epoch: 1, Events: batch, Inside: !last, End: sink.Position{Ts: batch[len(batch)-1].CommitTs}}
+		if err := s.Write(wctx, b); err != nil {
+			t.Fatalf("batch at %d of %d rows (%d KiB of buffer): %v", off, len(evs), 64, err)
+		}
+	}
+	if err := s.Flush(wctx, "p0.1"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Kafka(ctx, g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Expected != uint64(len(evs)) || len(evs) < 2000 {
+		t.Fatalf("%d rows written in one transaction: %+v", len(evs), rep)
 	}
 }

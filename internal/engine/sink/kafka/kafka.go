@@ -68,6 +68,10 @@ type Sink struct {
 	outstanding map[string]int
 	// buffered is the bytes of records handed over and not yet settled.
 	buffered int
+	// openTxn are the exactly-once dispatchers whose last batch was
+	// inside an upstream transaction: their Kafka transaction stays open,
+	// its bytes buffered, until a batch that ends it.
+	openTxn map[string]bool
 	// fences are the delivery states of the dispatchers with messages
 	// outstanding or a failure (fence.go).
 	fences map[string]*fence
@@ -214,7 +218,12 @@ func (s *Sink) Write(ctx context.Context, b *sink.Batch) error {
 	}
 
 	s.mu.Lock()
-	if s.buffered >= s.cfg.BufferMemory {
+	// A dispatcher whose transaction is open (exactly once) does not
+	// wait for room: its own buffered bytes are given back only when a
+	// batch of its ends the transaction, this one or a later one, and an
+	// upstream transaction larger than buffer-memory held every writer
+	// of the sink for good. It goes over by that transaction.
+	if s.buffered >= s.cfg.BufferMemory && !s.openTxn[b.Dispatcher] {
 		err := sink.WaitCond(ctx, s.room, func() bool { return s.buffered < s.cfg.BufferMemory }, s.closedErr)
 		if err != nil {
 			s.mu.Unlock()
@@ -377,6 +386,11 @@ func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, side []*re
 	}
 	s.outstanding[b.Dispatcher] += len(recs)
 	s.buffered += size
+	if b.Inside {
+		s.openTxn[b.Dispatcher] = true
+	} else {
+		delete(s.openTxn, b.Dispatcher)
+	}
 	md := &meta{batch: bs, dispatcher: b.Dispatcher, epoch: b.Epoch}
 	tb := &txnBatch{recs: make([]*record, len(recs)), side: side, size: size, bs: bs, end: b.End, inside: b.Inside}
 	for i := range recs {
@@ -394,6 +408,7 @@ func (s *Sink) writeTxn(b *sink.Batch, bs *batchState, recs []record, side []*re
 // producer, if it has one, ends: a transaction it left open is aborted.
 func (s *Sink) Forget(dispatcher string) {
 	s.mu.Lock()
+	delete(s.openTxn, dispatcher)
 	if w := s.txns[dispatcher]; w != nil {
 		delete(s.txns, dispatcher)
 		s.mu.Unlock()

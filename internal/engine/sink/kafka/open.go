@@ -58,7 +58,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		metrics = noMetrics{}
 	}
 	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
-		life: life, stop: stop, outstanding: map[string]int{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
+		life: life, stop: stop, outstanding: map[string]int{}, openTxn: map[string]bool{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
 		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts, sideTails: map[string]chan struct{}{}}
 	s.cond = sync.NewCond(&s.mu)

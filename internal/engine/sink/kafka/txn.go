@@ -104,6 +104,7 @@ func (s *Sink) Resume(ctx context.Context, w sink.Writer) (sink.Position, bool, 
 	}
 	old := s.txns[w.Dispatcher]
 	s.txns[w.Dispatcher] = tw
+	delete(s.openTxn, w.Dispatcher) // a new producer: no transaction yet
 	tw.lane = s.txnLanes % s.cfg.Connections
 	s.txnLanes++
 	s.mu.Unlock()
