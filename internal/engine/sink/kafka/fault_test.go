@@ -348,3 +348,37 @@ func TestAFullBufferMakesWriteWait(t *testing.T) {
 	}
 	t.Logf("Write waited after %d rows; all of them landed once the broker healed", accepted)
 }
+
+// A failed dispatcher stays fenced while it may still write, however
+// many others have failed: the sweep that bounds the fences kept (at
+// 1,024) took every closed one with nothing outstanding, and the failed
+// dispatcher's next batch went out under a new, open fence, after its
+// failed row (its successor's replay then put older rows after it).
+func TestAFailedDispatcherStaysFencedWhenManyHaveFailed(t *testing.T) {
+	t.Parallel()
+	c := broker(t, "cdc")
+	s := open(t, fmt.Sprintf("kafka://%s/cdc?max-message-bytes=1024", c.ListenAddrs()[0]))
+	def := &source.TableDef{Schema: "shop", Name: "notes", Columns: []source.ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}, {Name: "body", Type: "text"}}}
+	row := func(body string) []source.Event {
+		return []source.Event{{Kind: source.KindDML, Op: source.OpInsert, Table: "shop.notes", Key: "1", Def: def, CommitTs: 1,
+			New: []source.Value{source.Text("1"), source.Text(body)}}}
+	}
+	write := func(id, body string) error {
+		done := make(chan error, 1)
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: id, Epoch: 1, Events: row(body), OnFlushed: func(err error) { done <- err }}); err != nil {
+			return err
+		}
+		return <-done
+	}
+	for d := range 1100 {
+		if err := write(fmt.Sprintf("p%d.1", d), strings.Repeat("x", 4096)); err == nil {
+			t.Fatalf("dispatcher %d: a row over max-message-bytes was written", d)
+		}
+	}
+	if err := write("new.1", "small"); err != nil { // a new fence: the sweep
+		t.Fatal(err)
+	}
+	if err := write("p0.1", "small"); err == nil {
+		t.Fatal("a failed dispatcher's next batch was written after its failed row")
+	}
+}

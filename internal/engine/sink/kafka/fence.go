@@ -27,6 +27,8 @@ type fence struct {
 	// forgotten: the dispatcher is gone; the fence goes when its last
 	// message settles.
 	forgotten bool
+	// shutAt is when it was closed.
+	shutAt time.Time
 }
 
 // cause is the first failure (err if none yet): refused messages and
@@ -46,11 +48,27 @@ func (f *fence) shut(err error) bool {
 	defer f.mu.Unlock()
 	first := f.err == nil
 	if first {
-		f.err = err
+		f.err, f.shutAt = err, time.Now()
 	}
 	f.closed.Store(true)
 	return first
 }
+
+// stale says a closed fence may go although its dispatcher was not
+// forgotten: it was closed long ago, and a dispatcher that failed stops
+// within moments (its loop checks at every batch). Swept sooner, a
+// failed dispatcher's batch already under way went out under a new,
+// open fence, after the failed one, and its successor's replay put
+// older rows after it.
+func (f *fence) stale(now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.forgotten || !f.shutAt.IsZero() && now.Sub(f.shutAt) > staleFence
+}
+
+// staleFence is how long a closed fence stays while its dispatcher has
+// not been forgotten.
+const staleFence = 5 * time.Minute
 
 // errFenced is the error of a message refused because an earlier message
 // of its dispatcher failed.

@@ -432,8 +432,9 @@ func (s *Sink) sweepFences() {
 	if len(s.fences) < maxFences {
 		return
 	}
+	now := time.Now()
 	for d, f := range s.fences {
-		if f.closed.Load() && s.outstanding[d] <= 0 {
+		if f.closed.Load() && s.outstanding[d] <= 0 && f.stale(now) {
 			delete(s.fences, d)
 		}
 	}
