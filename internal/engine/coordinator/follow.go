@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -29,8 +28,14 @@ const followBy = "its table rules"
 // followFilters matches every changefeed's table rules again, every
 // FollowEvery, until ctx ends.
 func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
-	waits := map[string]stall{}
+	waits := map[waitKey]stall{}
 	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term, waits) })
+}
+
+// waitKey names a table leaving a changefeed.
+type waitKey struct {
+	cf    model.ChangefeedID
+	table string
 }
 
 // stall is a table leaving a changefeed that is behind: the database's
@@ -48,7 +53,7 @@ type stall struct {
 const followStall = 10 * time.Second
 
 // followOnce matches every normal changefeed's table rules once.
-func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[string]stall) {
+func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[waitKey]stall) {
 	st := c.view.State()
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
@@ -142,18 +147,18 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) er
 // later than the changefeed's lag behind it. A table whose partitions
 // have not moved for followStall is not waited for any longer. It
 // forgets the changefeed's waits once they are over.
-func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[string]stall) bool {
-	id := string(e.Info.ID)
+func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall) bool {
+	id := e.Info.ID
 	targets := map[string]model.Ts{}
 	for _, t := range tables {
 		targets[t] = at
-		if w, ok := waits[id+"\x00"+t]; ok {
+		if w, ok := waits[waitKey{id, t}]; ok {
 			targets[t] = w.target
 		}
 	}
 	ok, behind, low := passedLeaving(st, e, targets)
 	if !ok {
-		k := id + "\x00" + behind
+		k := waitKey{id, behind}
 		w, seen := waits[k]
 		switch {
 		case !seen:
@@ -169,11 +174,7 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 		}
 		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following the table rules without waiting (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
 	}
-	for k := range waits {
-		if strings.HasPrefix(k, id+"\x00") {
-			delete(waits, k)
-		}
-	}
+	maps.DeleteFunc(waits, func(k waitKey, _ stall) bool { return k.cf == id })
 	return true
 }
 
@@ -199,7 +200,6 @@ func leaving(current, next []string) []string {
 // names the first table behind and its partitions' lowest position. An
 // unknown target (0) is not waited for.
 func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables map[string]model.Ts) (bool, string, model.Ts) {
-	id := e.Info.ID
 	for _, t := range slices.Sorted(maps.Keys(tables)) {
 		upTo := tables[t]
 		if upTo == 0 {
@@ -210,30 +210,27 @@ func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables map[string]mo
 				upTo = min(upTo, ti.At-1) // held or dropped there
 			}
 		}
-		for pid, r := range st.Partitions[id] {
-			if r.Route.Span.Table != t {
-				continue
-			}
-			if cp := max(st.Progress[id][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); cp < upTo {
-				return false, t, lowest(st, e, t)
-			}
+		if low, ok := lowest(st, e, t); ok && low < upTo {
+			return false, t, low
 		}
 	}
 	return true, "", 0
 }
 
-// lowest is the lowest position of a table's partitions.
-func lowest(st *meta.State, e *meta.ChangefeedEntry, table string) model.Ts {
+// lowest is the lowest position of a table's partitions; false when it
+// has none.
+func lowest(st *meta.State, e *meta.ChangefeedEntry, table string) (model.Ts, bool) {
 	var low model.Ts
+	found := false
 	for pid, r := range st.Partitions[e.Info.ID] {
 		if r.Route.Span.Table != table {
 			continue
 		}
-		if cp := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); low == 0 || cp < low {
-			low = cp
+		if cp := max(st.Progress[e.Info.ID][pid].Progress.Checkpoint, e.Info.StartTs, r.Route.Since); !found || cp < low {
+			low, found = cp, true
 		}
 	}
-	return low
+	return low, found
 }
 
 // busy says whether any partition is being moved or split.

@@ -71,7 +71,7 @@ func TestRulesWaitForTheClockOfTheFirstRoundThatSawTheTableLeave(t *testing.T) {
 		}},
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {"p1": {Progress: model.Progress{Checkpoint: 900}}}},
 	}
-	waits := map[string]stall{}
+	waits := map[waitKey]stall{}
 	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits) {
 		t.Fatal("passed while behind the first round's clock")
 	}

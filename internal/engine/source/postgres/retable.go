@@ -158,13 +158,19 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			p.Gone = map[string]model.Ts{}
 		}
 		p.Gone[t] = at
+	}
+	if len(out.Removed) > 0 {
+		// One reading of the clock, after every removed table's name
+		// was read: each had its rename or drop before it.
+		if out.EndedAt, err = dbNow(ctx, cat); err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
 		if p.GoneAt == nil {
 			p.GoneAt = map[string]model.Ts{}
 		}
-		if p.GoneAt[t], err = dbNow(ctx, cat); err != nil {
-			return source.Retabled{}, explain(cfg, err)
+		for _, t := range out.Removed {
+			p.GoneAt[t] = out.EndedAt
 		}
-		out.EndedAt = p.GoneAt[t]
 	}
 	if out.Position, err = json.Marshal(p); err != nil {
 		return source.Retabled{}, err
