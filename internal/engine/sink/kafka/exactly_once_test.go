@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
@@ -23,12 +25,15 @@ import (
 // with its persisted checkpoint well behind what the sink holds (the
 // checkpoint is persisted every few hundred milliseconds; a crash loses
 // what came since), resumes it on another node, and verifies the topic.
-func crashAndResume(t *testing.T, query string) verify.Report {
+func crashAndResume(t *testing.T, query string, meanwhile ...func(c *kfake.Cluster)) verify.Report {
 	c := broker(t, "cdc")
 	uri := fmt.Sprintf("kafka://%s/cdc?%s", strings.Join(c.ListenAddrs(), ","), query)
 	g := sinktest.Live(t, "gen://?tables=1&keys=100&rate=3000")
 	span := model.Span{Table: "t0001"}
 	a := open(t, uri)
+	for _, f := range meanwhile {
+		f(c)
+	}
 	first, _ := sinktest.Resume(t, g, a, "p0", 1, span, g.TableVersion(0))
 	time.Sleep(300 * time.Millisecond)
 	persisted := first.D.Checkpoint()
@@ -70,6 +75,36 @@ func TestExactlyOnceACrashWritesNothingTwice(t *testing.T) {
 	}
 	t.Logf("after a crash: exactly once %d events, %d duplicates; at least once %d events, %d duplicates",
 		once.Expected, once.Duplicates, least.Expected, least.Duplicates)
+}
+
+// Another writer of the progress topic's partition (another partition of
+// the changefeed, or of another changefeed) whose transaction stays open
+// holds the partition's last stable offset back: a read_committed reader
+// sees nothing after it. The new owner must still find every progress
+// record its predecessor committed after that offset, or it resumes from
+// the checkpoint and writes what was committed twice.
+func TestExactlyOnceACrashBehindAnotherOpenTransactionWritesNothingTwice(t *testing.T) {
+	t.Parallel()
+	hold := func(c *kfake.Cluster) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("cdcctl/other/p9"),
+			kgo.TransactionTimeout(2*time.Minute), kgo.DefaultProduceTopic("cdc-progress"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		ctx := context.Background()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		// Left open: a crashed writer's transaction, until its timeout.
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("cdcctl/other/p9"), Value: []byte(`{"ts":1}`)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := crashAndResume(t, "delivery=exactly-once&progress-partitions=1", hold)
+	if rep.Duplicates != 0 || !rep.OK {
+		t.Fatalf("exactly once behind another open transaction: %+v", rep)
+	}
 }
 
 // A zombie (a node that froze, and whose partition was started

@@ -57,13 +57,14 @@ func (r *progressReads) part(p int32) *progressPart {
 
 // lastProgress is the last committed progress record of a transactional
 // id. The writers of the id must be fenced first: then no transaction of
-// theirs is open, and what is committed is final.
+// theirs is open, and what is committed is final, also after a
+// transaction of another id that is still open (readDecided).
 func (s *Sink) lastProgress(ctx context.Context, id string) (progressRecord, bool, error) {
 	p := keyPartition([]byte(id), s.progressParts)
 	pp := s.progress.part(p)
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	next, err := readCommitted(ctx, s.client, s.cfg.progressTopic(), p, pp.next, func(r committedRecord) error {
+	next, err := readDecided(ctx, s.client, s.cfg.progressTopic(), p, pp.next, func(r committedRecord) error {
 		var v progressRecord
 		if json.Unmarshal(r.Value, &v) != nil {
 			return nil // not ours: skip it
