@@ -134,7 +134,7 @@ func nativeRangeQuery(def *source.TableDef, order byteOrder, prefix []nativeColu
 		}
 		ph := make([]string, len(b.Vals))
 		for i, v := range b.Vals {
-			ph[i] = param(v, "")
+			ph[i] = keyParam(def, order, i, v, &args)
 		}
 		conds = append(conds, row(exprs, ph, b.Op))
 		op, n, vals := nativeBound(b, cuts)

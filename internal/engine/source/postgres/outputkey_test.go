@@ -39,49 +39,82 @@ func TestKeysAreCutAndCopiedInTheirOutputTextsOrder(t *testing.T) {
 	}
 	defer src.Close()
 	for _, table := range []string{"public.flags", "public.hosts", "public.codes"} {
-		bounds, err := src.Boundaries(ctx, table, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		types, _, err := src.TableKey(ctx, table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(bounds) == 0 {
-			t.Fatalf("%s was not cut", table)
-		}
-		cfg, conn, _ := chunkReader(t, dsn, strings.TrimPrefix(table, "public."))
-		edges := append(append([]string{""}, bounds...), "")
-		var read []string
-		for i := 0; i+1 < len(edges); i++ {
-			span := model.Span{Table: table, Start: edges[i], End: edges[i+1], Key: types}
-			copied := model.CopyProgress{}
-			for chunks := 0; ; chunks++ {
-				if chunks > 100 {
-					t.Fatalf("%s %s: the copy does not end (read %d keys)", table, span, len(read))
-				}
-				c, _, err := readRange(ctx, conn, cfg, span, copied, 16, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.Within(span.Contains)
-				for _, e := range c.Rows {
-					read = append(read, e.Key)
-				}
-				if !c.Full {
-					break
-				}
-				copied = copied.CopiedThrough(c.Last)
+		copyAllOnce(t, src, dsn, table, 3)
+	}
+}
+
+// In a database of another encoding than UTF-8, a key's text is routed
+// by its UTF-8 bytes (what the reader receives), but COLLATE "C" orders
+// it by its bytes in the database's encoding: in WIN1252 '€' (0x80) and
+// 'Ÿ' (0x9F) come before 'é' (0xE9), in UTF-8 after it. Cut at their
+// quantiles and copied in chunks, every key is read once.
+func TestKeysOfADatabaseNotInUTF8AreCopiedInTheirUTF8Order(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDBWith(t, "ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0", `
+		CREATE TABLE words (w text PRIMARY KEY, n int4);
+		INSERT INTO words SELECT convert_from(decode(p, 'hex'), 'UTF8') || g, g
+		FROM generate_series(1, 75) g, unnest(ARRAY['e282ac', 'c5b8', 'c3a9', '61']) p`)
+	ctx := context.Background()
+	uri, _, err := Pin(ctx, dsn+"&tables=words", "win1252", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Open(uri, source.Env{Changefeed: "win1252"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	copyAllOnce(t, src, dsn, "public.words", 4)
+}
+
+// copyAllOnce cuts table into n partitions at src's boundaries and copies
+// each chunk by chunk (16 rows at a time): every key of the table must be
+// read once.
+func copyAllOnce(t *testing.T, src *Source, dsn, table string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	bounds, err := src.Boundaries(ctx, table, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, _, err := src.TableKey(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bounds) == 0 {
+		t.Fatalf("%s was not cut", table)
+	}
+	cfg, conn, _ := chunkReader(t, dsn, strings.TrimPrefix(table, "public."))
+	edges := append(append([]string{""}, bounds...), "")
+	var read []string
+	for i := 0; i+1 < len(edges); i++ {
+		span := model.Span{Table: table, Start: edges[i], End: edges[i+1], Key: types}
+		copied := model.CopyProgress{}
+		for chunks := 0; ; chunks++ {
+			if chunks > 100 {
+				t.Fatalf("%s %s: the copy does not end (read %d keys)", table, span, len(read))
 			}
+			c, _, err := readRange(ctx, conn, cfg, span, copied, 16, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Within(span.Contains)
+			for _, e := range c.Rows {
+				read = append(read, e.Key)
+			}
+			if !c.Full {
+				break
+			}
+			copied = copied.CopiedThrough(c.Last)
 		}
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		sorted := slices.Clone(read)
-		slices.Sort(sorted)
-		if len(read) != n || len(slices.Compact(sorted)) != n {
-			t.Fatalf("%s cut at %q: %d keys read (%d different), the table has %d", table, bounds, len(read), len(slices.Compact(slices.Clone(sorted))), n)
-		}
+	}
+	var rows int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	sorted := slices.Clone(read)
+	slices.Sort(sorted)
+	if len(read) != rows || len(slices.Compact(sorted)) != rows {
+		t.Fatalf("%s cut at %q: %d keys read (%d different), the table has %d", table, bounds, len(read), len(slices.Compact(slices.Clone(sorted))), rows)
 	}
 }

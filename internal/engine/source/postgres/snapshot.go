@@ -103,8 +103,8 @@ func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 }
 
 // keyOrder is the key columns as a row the way keys are routed: integer
-// columns by value, any other column by the bytes of its text (collation
-// "C"), so the chunks of a partition are exactly its key range. A column
+// columns by value, any other column by the bytes of its text in UTF-8
+// (outputBytes), so the chunks of a partition are exactly its key range. A column
 // of text that an index orders so (byteOrder, textkey.go) is named in
 // that index's collation, so that the index serves the order.
 func keyOrder(def *source.TableDef, order byteOrder) (exprs []string, keyIdx []int) {
@@ -114,7 +114,7 @@ func keyOrder(def *source.TableDef, order byteOrder) (exprs []string, keyIdx []i
 		if clause, ok := order[k]; ok {
 			col += clause
 		} else if !intColumn(def.Columns[j]) {
-			col = outputText(col) + ` COLLATE "C"`
+			col = outputBytes(col)
 		}
 		exprs = append(exprs, col)
 		keyIdx = append(keyIdx, j)
@@ -130,6 +130,27 @@ func keyOrder(def *source.TableDef, order byteOrder) (exprs []string, keyIdx []i
 // copied (a bool key's copy never ended) or missed the keys at a
 // partition's bound.
 func outputText(col string) string { return "format('%s', " + col + ")" }
+
+// outputBytes is a column's output text as the bytes a key is routed by:
+// in UTF-8, the encoding the reader receives it in. Not the text under
+// COLLATE "C", which orders the bytes of the database's encoding: in
+// WIN1252 or EUC_JP another order than UTF-8's, and the keys of a
+// partition's bound were copied by neither side (or both). Its bounds are
+// bytes too (bytesParam): a key the database's encoding cannot write (an
+// operator's split key) bounds the rows all the same.
+func outputBytes(col string) string { return "convert_to(" + outputText(col) + ", 'UTF8')" }
+
+// keyParam is the placeholder of the i-th key value v of a chunk's bound,
+// the next of args: bytes where the key column is compared as outputBytes.
+func keyParam(def *source.TableDef, order byteOrder, i int, v string, args *[]any) string {
+	k := def.KeyNames()[i]
+	if _, ok := order[k]; !ok && !intColumn(def.Columns[def.Index(k)]) {
+		*args = append(*args, []byte(v))
+		return fmt.Sprintf("$%d::bytea", len(*args))
+	}
+	*args = append(*args, v)
+	return fmt.Sprintf("$%d", len(*args))
+}
 
 // intColumn says a key column is an integer, routed and ordered by its
 // value.
@@ -163,9 +184,8 @@ func rangeQuery(def *source.TableDef, order byteOrder, timeLead bool, span model
 func textOrderQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	var args []any
-	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(_ int, v string) (string, error) {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args)), nil
+	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(i int, v string) (string, error) {
+		return keyParam(def, order, i, v, &args), nil
 	})
 	return q, args, keyIdx, err
 }

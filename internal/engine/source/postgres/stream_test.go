@@ -41,6 +41,12 @@ func TestMain(m *testing.M) {
 // with the given schema; it returns the server and a source URI base.
 func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 	t.Helper()
+	return newDBWith(t, "", schema)
+}
+
+// newDBWith is newDB with options of CREATE DATABASE (an encoding, say).
+func newDBWith(t testing.TB, options, schema string) (*pgserver.Server, string) {
+	t.Helper()
 	serverOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cdcctl-pg-")
 		if err != nil {
@@ -59,7 +65,7 @@ func newDB(t testing.TB, schema string) (*pgserver.Server, string) {
 	dbsMu.Unlock()
 	db := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	db = fmt.Sprintf("%.50s_%d", db, n)
-	if _, err := server.Psql(ctx, "postgres", "CREATE DATABASE "+db); err != nil {
+	if _, err := server.Psql(ctx, "postgres", "CREATE DATABASE "+db+" "+options); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
