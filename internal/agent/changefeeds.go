@@ -27,9 +27,29 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 		ID: string(e.Info.ID), State: string(e.Status.Shown()), CheckpointTs: uint64(e.Status.CheckpointTs), CheckpointLagMs: lag,
 		Maintainer: string(e.Maintainer.Node), MaintainerEpoch: e.Maintainer.Epoch, Partitions: len(st.Partitions[e.Info.ID]),
 		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
-		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: e.Status.Error,
-		TableIssues: e.Status.Tables,
+		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: redact.Text(e.Status.Error),
+		TableIssues: maskedIssues(e.Status.Tables),
 	}
+}
+
+// maskedIssues and maskedIncidents are what the engine stored, fit to
+// show: their reasons and errors quote drivers' and openers' errors,
+// which may quote a URI with its secrets (gocloud's "open bucket
+// s3://key:secret@…").
+func maskedIssues(in []model.TableIssue) []model.TableIssue {
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Reason = redact.Text(out[i].Reason)
+	}
+	return out
+}
+
+func maskedIncidents(in []model.Incident) []model.Incident {
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Reason, out[i].Err = redact.Text(out[i].Reason), redact.Text(out[i].Err)
+	}
+	return out
 }
 
 func notFound(id string) error {
@@ -73,7 +93,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	if err != nil {
 		return nil, err
 	}
-	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e), Incidents: e.Status.Incidents}
+	out := &api.ChangefeedResponse{Version: api.SchemaVersion, Changefeed: changefeedOf(st, e), Incidents: maskedIncidents(e.Status.Incidents)}
 	// The upstream's side (a slot's retained WAL); an upstream that does
 	// not answer quickly is reported, not waited for.
 	ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -89,7 +109,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	still, keys := copyingTables(spans, pt)
 	warnings := copiedUnderKeys(keys)
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
-		out.SourceStatus = &api.SourceStatus{Error: err.Error(), Warnings: warnings}
+		out.SourceStatus = &api.SourceStatus{Error: redact.Text(err.Error()), Warnings: warnings}
 		if copying {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}

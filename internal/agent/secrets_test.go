@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
@@ -148,5 +150,27 @@ func TestRefusedCreatesShowNoSecretAndLeaveNothingOnDisk(t *testing.T) {
 	}
 	if leaks := tc.tail.Leaked(); len(leaks) > 0 {
 		t.Fatalf("%d log lines show the secret, e.g.:\n%s", len(leaks), leaks[0])
+	}
+}
+
+// What the engine stored about a changefeed quotes drivers' and openers'
+// errors, and gocloud's quote the URL they refused with its secrets: a
+// changefeed's error, its incidents and its table issues are shown masked.
+func TestAChangefeedsStoredErrorsAreShownMasked(t *testing.T) {
+	const quoted = `open bucket "s3://AKIAKEY:S3CRETKEY@b/p?secret_access_key=S3CRETKEY": no credentials`
+	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: "cf", SourceURI: "postgres://u@h/db?tables=t&password=S3CRETKEY", SinkURI: "s3://AKIAKEY:S3CRETKEY@b/p"}}
+	e.Status.Error = quoted
+	e.Status.Incidents = []model.Incident{{Kind: "recovered", Err: quoted, Reason: quoted}}
+	e.Status.Tables = []model.TableIssue{{Table: "t", State: model.TableHeld, Reason: quoted}}
+	cf := changefeedOf(&meta.State{}, e)
+	shown, _ := json.Marshal(struct {
+		api.Changefeed
+		Incidents []model.Incident
+	}{cf, maskedIncidents(e.Status.Incidents)})
+	if strings.Contains(string(shown), "S3CRETKEY") || !strings.Contains(string(shown), "no credentials") {
+		t.Fatalf("shown: %s", shown)
+	}
+	if e.Status.Incidents[0].Err != quoted {
+		t.Fatal("masking changed the stored incident")
 	}
 }

@@ -60,7 +60,7 @@ diff PLAN SNAPSHOT' says what.`,
 				_, err := o.out.Write(append(b, '\n'))
 				return err
 			}
-			if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			if err := os.WriteFile(out, append(b, '\n'), 0o600); err != nil {
 				return err
 			}
 			saved := snapshotSaved{Version: 1, Path: out, ClusterID: f.Snapshot.ClusterID, Revision: int64(f.Snapshot.Revision),

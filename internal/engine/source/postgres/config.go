@@ -17,6 +17,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
 // Config is a postgres:// source URI's meaning.
@@ -226,22 +227,10 @@ func (c Config) URI() string {
 	return u.String()
 }
 
-// Redact is a source URI fit for messages and logs: the password masked.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "postgres://(unparsable URI)"
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	if at := strings.LastIndex(raw, "@"); u.User == nil && at >= 0 {
-		// Not parsed as user info (no "//", say): whatever stands before
-		// the @ may be a password.
-		return "xxxxx" + raw[at:]
-	}
-	return u.String()
-}
+// Redact is a source URI fit for messages and logs: the password masked,
+// in the user info and in the query (password=, sslpassword=, which the
+// driver takes too).
+func Redact(raw string) string { return redact.URI(raw) }
 
 // WithPassword puts a password into a URI, replacing the one Redact
 // masked; an empty password removes a masked one (the driver then uses

@@ -54,8 +54,10 @@ func TestParseURI(t *testing.T) {
 			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
 		}
 	}
-	if r := Redact("postgres://u:secret@h/db?tables=t"); strings.Contains(r, "secret") {
-		t.Errorf("Redact kept the password: %s", r)
+	for _, uri := range []string{"postgres://u:secret@h/db?tables=t", "postgres://u@h/db?tables=t&password=secret&sslpassword=secret"} {
+		if r := Redact(uri); strings.Contains(r, "secret") || !strings.Contains(r, "tables=t") {
+			t.Errorf("Redact(%s) = %s", uri, r)
+		}
 	}
 	if _, err := ParseURI("postgres://u:se%zzcret@h/db?tables=t"); err == nil || strings.Contains(err.Error(), "se%zzcret") {
 		t.Errorf("a bad URI's error echoes the password: %v", err)
