@@ -48,4 +48,5 @@ func (h *handlers) setResponder(topic string, fn Responder) {
 		return
 	}
 	h.responders[topic] = fn
+	h.topics[topic] = true
 }

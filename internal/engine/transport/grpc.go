@@ -128,7 +128,7 @@ func (g *GRPC) sent(m *Message, err error) {
 
 func (g *GRPC) received(m *Message, err error) {
 	if g.observer != nil {
-		g.observer.Received(m.Topic, len(m.Body), err)
+		g.observer.Received(g.handlers.known(m.Topic), len(m.Body), err)
 	}
 }
 

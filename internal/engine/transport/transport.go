@@ -83,11 +83,32 @@ type handlers struct {
 	mu         sync.RWMutex
 	byName     map[string]Handler
 	responders map[string]Responder
-	closed     bool
+	// topics are the topics ever served here: the only ones a received
+	// message is counted under (known).
+	topics map[string]bool
+	closed bool
 }
 
 func newHandlers(self model.NodeID) *handlers {
-	return &handlers{self: self, byName: map[string]Handler{}, responders: map[string]Responder{}}
+	return &handlers{self: self, byName: map[string]Handler{}, responders: map[string]Responder{}, topics: map[string]bool{}}
+}
+
+// OtherTopic is what a received message of a topic this node never
+// served is counted under: the topic is the sender's to choose, and a
+// metric label taking it would let anyone who reaches the port (a
+// message is counted before its sender is checked) grow the node's
+// series without end.
+const OtherTopic = "other"
+
+// known is topic as a received message is counted: itself if this node
+// ever served it, OtherTopic if not.
+func (h *handlers) known(topic string) string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.topics[topic] {
+		return topic
+	}
+	return OtherTopic
 }
 
 func (h *handlers) set(topic string, fn Handler) {
@@ -98,6 +119,7 @@ func (h *handlers) set(topic string, fn Handler) {
 		return
 	}
 	h.byName[topic] = fn
+	h.topics[topic] = true
 }
 
 func (h *handlers) close() {

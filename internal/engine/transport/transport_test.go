@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,10 +226,26 @@ func TestGRPC(t *testing.T) {
 	if got := seenA.get("sent ping error"); got != 1 {
 		t.Errorf("capture-1's observer counted %d failed pings sent; want 1: %v", got, seenA.counts)
 	}
-	if got := seenB.get("received ping error"); got != 1 {
-		t.Errorf("capture-2's observer counted %d refused pings; want 1: %v", got, seenB.counts)
+	// capture-2 serves no "ping" yet: counted as another topic's.
+	if got := seenB.get("received other error"); got != 1 {
+		t.Errorf("capture-2's observer counted %d refused messages; want 1: %v", got, seenB.counts)
 	}
 	exercise(t, a, b)
+	// A topic the node never served is counted as "other": the sender
+	// chooses it, and a label taking it would grow without end.
+	before := seenB.get("received other error")
+	for i := range 50 {
+		m, _ := NewMessage("capture-1", "capture-2", fmt.Sprintf("made-up-%d", i), ping{})
+		_ = a.Send(context.Background(), m)
+	}
+	if got := seenB.get("received other error") - before; got != 50 {
+		t.Errorf("capture-2 counted %d messages of topics it never served as other; want 50: %v", got, seenB.counts)
+	}
+	for k := range seenB.snapshot() {
+		if strings.Contains(k, "made-up") {
+			t.Fatalf("capture-2 counted a message under the topic its sender made up: %v", seenB.counts)
+		}
+	}
 	if seenA.get("sent ping ok") == 0 || seenB.get("received ping ok") == 0 {
 		t.Errorf("the observers missed the delivered messages: %v / %v", seenA.counts, seenB.counts)
 	}
@@ -252,6 +271,12 @@ func (s *seen) add(dir, topic string, err error) {
 }
 
 func (s *seen) get(k string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.counts[k] }
+
+func (s *seen) snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.counts)
+}
 
 func (s *seen) Sent(topic string, _ int, err error)     { s.add("sent", topic, err) }
 func (s *seen) Received(topic string, _ int, err error) { s.add("received", topic, err) }
