@@ -98,6 +98,12 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 // Validate fills derived defaults and refuses what cannot work, saying how
 // to fix it.
 func (c *Config) Validate() error {
+	// etcd's TLS files are read here, not at the first connection: a
+	// missing --etcd-key or an unreadable certificate is a flag's error
+	// (exit 64), named before anything starts.
+	if _, err := c.etcdTLS(); err != nil {
+		return err
+	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("--addr %q is not host:port: %v", c.Addr, err)
 	}

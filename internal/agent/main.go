@@ -18,6 +18,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/configfile"
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/playground"
+	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/version"
 )
 
@@ -42,7 +43,9 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(stderr, "cdc-agent:", err)
+		// Masked as its logs are: an opener's error quotes the URL it
+		// refused (a --checkpoint-store's secrets).
+		fmt.Fprintln(stderr, "cdc-agent:", redact.Text(err.Error()))
 		var ue usageError
 		var pe playground.UsageError
 		if errors.As(err, &ue) || errors.As(err, &pe) {
@@ -55,7 +58,11 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 		return ExitRestart
 	}
 	if run.err != nil {
-		fmt.Fprintln(stderr, "cdc-agent:", run.err)
+		fmt.Fprintln(stderr, "cdc-agent:", redact.Text(run.err.Error()))
+		var ue usageError
+		if errors.As(run.err, &ue) {
+			return 64
+		}
 		return 1
 	}
 	return 0
