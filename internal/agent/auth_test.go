@@ -166,6 +166,16 @@ func TestTokensAndRolesGuardEveryEndpoint(t *testing.T) {
 		}
 		return false
 	})
+	// A rollout restarts every agent, the coordinator's too: an admin's.
+	ro, err := plan.Rollout(&snap.Snapshot, nil, 1, plan.DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = as(operatorToken).SubmitPlan(ctx, api.SubmitPlanRequest{Plan: ro, Paused: true})
+	denied("an operator submits a rollout", err, api.CodeForbidden)
+	if !strings.Contains(err.Error(), "admin role") {
+		t.Fatalf("the 403 does not name the role needed: %v", err)
+	}
 	p, err := plan.Move(&snap.Snapshot, pid, tc.followerOf(from), plan.DefaultCosts)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 func planNotFound(id string) error {
@@ -100,6 +101,13 @@ func (b backend) RequestPlan(ctx context.Context, id string, req exec.Request) (
 }
 
 func (b backend) SubmitPlan(ctx context.Context, req api.SubmitPlanRequest) (*api.PlanResponse, error) {
+	// A rollout restarts every agent, the coordinator's too, which only
+	// an admin may make resign: an operator's plans move work, they do
+	// not stop agents.
+	if p, ok := api.PrincipalOf(ctx); ok && req.Plan != nil && req.Plan.Kind == plan.KindRollout && p.Role < api.RoleAdmin {
+		return nil, api.Errorf(api.CodeForbidden, "ask for a token with the admin role (docs/security.md)",
+			"user %s (role %s) may not submit a rollout: it restarts every agent, and needs the admin role", p.User, p.Role)
+	}
 	coord, term, err := b.leading()
 	if err != nil {
 		return nil, err
