@@ -289,7 +289,12 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
 		return err // after a write, the next pass reads again
 	}
-	if e.Status.State == model.ChangefeedNormal {
+	// A paused changefeed's partitions are placed too, though none runs:
+	// a drain (a rollout) moves them off its capture, each handed over at
+	// the exact position where the pause stopped it, and a capture that
+	// died leaves them to the others. Before, a drain of a capture holding
+	// one waited for them until it timed out.
+	if state := e.Status.State; state == model.ChangefeedNormal || state == model.ChangefeedPaused {
 		if unsaved := heardBeyondSaved(st, e, pos); len(unsaved) > 0 {
 			// Persisted before they are placed again; the next pass places.
 			h.log.Debug("maintainer: persisting positions before placing their partitions again", "changefeed", e.Info.ID, "partitions", unsaved)
@@ -307,8 +312,10 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 		// trusted for placeRecheck (10 s), and a DDL's barrier waited for
 		// the next placing pass, holding its table up to that long
 		// (a TRUNCATE under a PostgreSQL changefeed: 5 to 11 s).
-		if err := h.openBarriers(ctx, st, e, mf, pos, src); err != nil {
-			return err
+		if state == model.ChangefeedNormal {
+			if err := h.openBarriers(ctx, st, e, mf, pos, src); err != nil {
+				return err
+			}
 		}
 	}
 	if wrote, err := h.reportIssues(ctx, e, mf); err != nil || wrote {
