@@ -123,6 +123,28 @@ func TestRebalanceMovesTheFewestPartitions(t *testing.T) {
 	if p, err := Rebalance(pinned, "a", 2, true, DefaultCosts); err != nil || p.PartitionMoves() != 6 {
 		t.Fatalf("pinned ones may move: %v, %+v", err, p)
 	}
+	// A capture drained (Stopping until its process restarts) or being
+	// drained is no destination, but the plan holds while it stays so:
+	// it was refused as stale ("capture-3 appeared") every time.
+	for _, l := range []model.Liveness{model.LivenessStopping, model.LivenessDraining} {
+		drained := snapshot(3, map[string]string{"a": "capture-1"}, 9)
+		for i := range drained.Partitions {
+			drained.Partitions[i].Route.Node = "capture-1"
+		}
+		drained.Nodes[2].Liveness = l
+		drained.Nodes[2].LivenessRevision += 1000 // the drain's write
+		p, err := Rebalance(drained, "a", 2, false, DefaultCosts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed := Check(p, drained); len(changed) != 0 || p.PartitionMoves() != 4 {
+			t.Fatalf("beside a %s capture: %d moves, stale at once: %v", l, p.PartitionMoves(), changed)
+		}
+		back := snapshot(3, map[string]string{"a": "capture-1"}, 9)
+		if changed := Check(p, back); len(changed) == 0 {
+			t.Fatalf("the %s capture back Alive (a destination now) leaves the plan valid", l)
+		}
+	}
 	// Balanced: nothing to do.
 	even := snapshot(3, map[string]string{"a": "capture-1"}, 9)
 	if p, err := Rebalance(even, "a", 2, false, DefaultCosts); err != nil || len(p.Batches) != 0 {

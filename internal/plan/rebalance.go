@@ -28,9 +28,14 @@ func Rebalance(s *model.Snapshot, cf model.ChangefeedID, batch int, movePinned b
 	if len(schedulable) == 0 {
 		return nil, &Refusal{RefuseNoDestination, "cannot rebalance: no capture is Alive", "start a capture first"}
 	}
+	// Every capture, not only the schedulable: one that is not (Draining,
+	// or Stopping until its process restarts) and stays so leaves the
+	// plan valid, and becoming a destination again makes it stale. Read
+	// the schedulable ones only, the plan was stale at once beside a
+	// drained capture ("capture-3 appeared").
 	objects := []string{maintainerObject(cf)}
-	for _, n := range schedulable {
-		objects = append(objects, nodeObject(n), livenessObject(n))
+	for _, n := range s.Nodes {
+		objects = append(objects, nodeObject(n.Info.ID), livenessObject(n.Info.ID))
 	}
 	dest := NewDestinations(schedulable)
 	perNode := map[model.NodeID][]model.RouteEntry{}
