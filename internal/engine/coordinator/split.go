@@ -45,6 +45,14 @@ func checkSplit(s plan.Step, state exec.StepState, route model.RouteEntry) exec.
 		if route.Status == model.PartitionDraining && !begun(route, s) {
 			return exec.Outcome{Waiting: "busy: another operation is in progress"}
 		}
+		if splitDone(route, s) {
+			// Begun and finished, but the step was not saved as running:
+			// the coordinator that requested it failed over (the
+			// maintainer splits in milliseconds). Begun again, the
+			// request was refused (the key is the partition's end now)
+			// and the plan failed although the split was made.
+			return exec.Outcome{Done: true, Note: splitNote(route)}
+		}
 		return exec.Outcome{}
 	}
 	if route.Status != model.PartitionActive {
@@ -53,9 +61,20 @@ func checkSplit(s plan.Step, state exec.StepState, route model.RouteEntry) exec.
 	if route.Span.End != s.Key {
 		return exec.Outcome{Failed: fmt.Sprintf("the partition is Active again but was not cut at %q", model.DecodeKey(route.Span.Key, s.Key))}
 	}
-	note := "split"
+	return exec.Outcome{Done: true, Note: splitNote(route)}
+}
+
+// splitDone says a pending split step's partition is cut at its key
+// already: Active, ending at the key, its last event a split. A key the
+// partition ended at before is refused when the plan is submitted.
+func splitDone(route model.RouteEntry, s plan.Step) bool {
+	n := len(route.History)
+	return route.Status == model.PartitionActive && route.Span.End == s.Key && n > 0 && route.History[n-1].Kind == "split"
+}
+
+func splitNote(route model.RouteEntry) string {
 	if n := len(route.History); n > 0 && route.History[n-1].Kind == "split" {
-		note = "split " + route.History[n-1].Detail
+		return "split " + route.History[n-1].Detail
 	}
-	return exec.Outcome{Done: true, Note: note}
+	return "split"
 }
