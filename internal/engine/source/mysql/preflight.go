@@ -218,6 +218,28 @@ func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
 	if keys == 0 {
 		return fmt.Sprintf("table %s has no primary key: its changes cannot be routed by key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or leave the table out", table, quoteTable(table))
 	}
+	return undecodedColumn(ctx, db, table)
+}
+
+// undecodedColumn says which column of table is in a character set the
+// reader does not decode (charsets.go), if any: its rows would be held.
+func undecodedColumn(ctx context.Context, db *sql.DB, table string) string {
+	schema, name := model.SplitTableName(table)
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, CHARACTER_SET_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CHARACTER_SET_NAME IS NOT NULL ORDER BY ORDINAL_POSITION`, schema, name)
+	if err != nil {
+		return fmt.Sprintf("table %s: %v", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var col, set string
+		if err := rows.Scan(&col, &set); err != nil {
+			return fmt.Sprintf("table %s: %v", table, err)
+		}
+		if _, ok := decoders[set]; !ok && !asUTF8(set) && set != "latin1" {
+			return fmt.Sprintf("column %s of table %s is in character set %s, which the reader does not decode: convert it (ALTER TABLE %s MODIFY %s … CHARACTER SET utf8mb4), or leave the table out", col, table, set, quoteTable(table), col)
+		}
+	}
 	return ""
 }
 

@@ -71,8 +71,9 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 	ctx := context.Background()
 	statement, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL"}})
 	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)", "CREATE TABLE notes (body TEXT)", "CREATE VIEW recent AS SELECT id FROM orders",
+		"CREATE TABLE nordic (id INT PRIMARY KEY, name VARCHAR(10) CHARACTER SET swe7, memo VARCHAR(10) CHARACTER SET cp1251)",
 		"CREATE USER reader@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON shop.* TO reader@'%'")
-	_, _, err := mysql.Preflight(ctx, parse(t, uri(statement, "reader:pw", "orders,notes,recent,missing")))
+	_, _, err := mysql.Preflight(ctx, parse(t, uri(statement, "reader:pw", "orders,notes,recent,missing,nordic")))
 	if err == nil {
 		t.Fatal("a server in statement format accepted")
 	}
@@ -83,6 +84,7 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 		"table shop.notes has no primary key",
 		"shop.recent is a view, not a table",
 		"table shop.missing does not exist",
+		"column name of table shop.nordic is in character set swe7, which the reader does not decode: convert it (ALTER TABLE `shop`.`nordic` MODIFY name … CHARACTER SET utf8mb4), or leave the table out",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal lacks %q:\n%v", want, err)

@@ -152,9 +152,10 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 	return next, &ev, ""
 }
 
-// mapCharsets corrects the catalog's latin1 columns by a row's table map
+// mapCharsets corrects the catalog's character sets by a row's table map
 // where it names its character columns' collations: the set the row was
-// written in, though the catalog may show a later one.
+// written in, though the catalog may show a later one. A collation id
+// not known keeps the catalog's set.
 func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int]string {
 	coll := tm.CollationMap()
 	if coll == nil {
@@ -163,16 +164,25 @@ func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int
 	out := map[int]string{}
 	maps.Copy(out, charsets)
 	for i, c := range coll {
-		if charsetOf(c) == "latin1" {
-			out[i] = "latin1"
-		} else if out[i] == "latin1" {
-			delete(out, i)
+		if cs, ok := setsByCollation[c]; ok {
+			setCharset(out, i, cs)
 		}
 	}
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// setCharset keeps column i's set in charsets as the catalog's are kept:
+// every set but UTF-8 (and a column of bytes, which the catalog gives
+// none).
+func setCharset(charsets map[int]string, i int, cs string) {
+	if cs == "utf8mb4" || cs == "binary" {
+		delete(charsets, i)
+		return
+	}
+	charsets[i] = cs
 }
 
 // defaultAfter is a table's default character set after a statement the
@@ -231,11 +241,11 @@ func defFromMap(tm *replication.TableMapEvent, table string) (*source.TableDef, 
 		}
 		_, nullable := tm.Nullable(i)
 		def.Columns = append(def.Columns, source.ColumnDef{Name: n, Type: typ, Nullable: nullable})
-		if cs := charsetOf(collations[i]); cs == "latin1" {
+		if cs, ok := setsByCollation[collations[i]]; ok && cs != "utf8mb4" && cs != "binary" {
 			if charsets == nil {
 				charsets = map[int]string{}
 			}
-			charsets[i] = cs
+			setCharset(charsets, i, cs)
 		}
 	}
 	key := tm.PrimaryKey
@@ -338,18 +348,6 @@ func quoteMembers(members []string) string {
 		q[i] = "'" + strings.ReplaceAll(m, "'", "''") + "'"
 	}
 	return strings.Join(q, ",")
-}
-
-// charsetOf names the character set of a collation id, for the sets the
-// values are recoded from (latin1); others are UTF-8 or binary.
-func charsetOf(collation uint64) string {
-	switch collation {
-	case 5, 8, 15, 31, 47, 48, 49, 94:
-		return "latin1"
-	case 63:
-		return "binary"
-	}
-	return ""
 }
 
 // resets are the TRUNCATEs of the tables added to the changefeed before

@@ -127,9 +127,9 @@ func (c column) text(v any) (source.Value, error) {
 	case float64:
 		return source.Text(strconv.FormatFloat(x, 'g', -1, 64)), nil
 	case string:
-		return source.Text(c.decode(x)), nil
+		return c.textOf(x)
 	case []byte:
-		return source.Text(c.decode(string(x))), nil
+		return c.textOf(string(x))
 	case time.Time:
 		return source.Text(c.datetime(x)), nil
 	case fmt.Stringer:
@@ -175,6 +175,20 @@ func (c column) datetime(t time.Time) string {
 		n = 20 + w
 	}
 	return string(b[:n])
+}
+
+// textOf is a string column's value as the server sends it: decode's,
+// or, in a character set other than latin1 and UTF-8, its bytes recoded
+// (charsets.go).
+func (c column) textOf(s string) (source.Value, error) {
+	if c.charset == "latin1" || asUTF8(c.charset) || c.base == "binary" || fixedBinary(c.base) {
+		return source.Text(c.decode(s)), nil
+	}
+	out, err := recode(c.charset, s)
+	if err != nil {
+		return source.Value{}, err
+	}
+	return source.Text(out), nil
 }
 
 // decode turns a string column's bytes into what the server sends for
