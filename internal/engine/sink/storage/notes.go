@@ -136,11 +136,13 @@ func (s *Sink) follow(ctx context.Context, p *progressObject) (sink.Position, []
 	for _, f := range p.Intent.Files {
 		durable[path.Dir(f)] = f
 	}
-	if s.notes {
-		var err error
-		if at, err = s.followNotes(ctx, p, durable); err != nil {
-			return sink.Position{}, nil, err
-		}
+	// Whether or not this node can keep notes itself (s.notes, probed
+	// once when the sink opened: a passing failure turned it off for the
+	// sink's life): reading a note needs no more than reading its file,
+	// and a writer that kept none left a progress object at every flush.
+	var err error
+	if at, err = s.followNotes(ctx, p, durable); err != nil {
+		return sink.Position{}, nil, err
 	}
 	out := make([]string, 0, len(durable))
 	for _, f := range durable {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/cdcctl/cdcctl/internal/engine/bucket"
 	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/storage"
@@ -227,6 +229,39 @@ func TestNotesTurnedOnInsideATransactionResumeAfterIt(t *testing.T) {
 	at, ok, err := o.Resume(ctx, sink.Writer{Dispatcher: "p1.2-handover", Partition: "p1", Epoch: 2})
 	if err != nil || !ok || at.Ts != 400 {
 		t.Fatalf("resumed at %d (%v, %v); want 400, after the transaction every file of which is there", at.Ts, ok, err)
+	}
+}
+
+// A resume follows the notes its predecessor wrote whether or not the
+// resuming node could keep notes itself: reading one needs no more than
+// reading the file. A node whose probe for notes failed when its sink
+// opened (a full disk, a shard of its temporary directory it could not
+// write) resumed at the progress object's intent, and the rows of the
+// noted flushes after it were written again.
+func TestAResumeFollowsNotesItCouldNotWriteItself(t *testing.T) {
+	dir, uri, _, flush := gatedFlusher(t)
+	for i := 1; i <= 3; i++ {
+		flush(i, model.Ts(100*i), false) // one progress object, two notes
+	}
+	// The probe's temporary file cannot be made: its shard is a file.
+	h := fnv.New32a()
+	h.Write([]byte(".notes"))
+	shard := filepath.Join(dir, bucket.TempDir, fmt.Sprintf("%02x", h.Sum32()%64))
+	if err := os.RemoveAll(shard); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shard, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	o, err := storage.OpenWith(ctx, uri, quiet(), storage.Env{Changefeed: "demo@1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	at, ok, err := o.Resume(ctx, sink.Writer{Dispatcher: "p1.2-handover", Partition: "p1", Epoch: 2})
+	if err != nil || !ok || at.Ts != 300 {
+		t.Fatalf("resumed at %d (%v, %v); want 300, after the last noted flush", at.Ts, ok, err)
 	}
 }
 
