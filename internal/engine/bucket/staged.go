@@ -114,7 +114,12 @@ func (s *Staged) Cut(size int64) {
 
 func (s *Staged) parkLocked() {
 	if s.f != nil {
-		_ = s.f.Close() // nothing is lost: the bytes are in the file
+		// On a network file system (NFS, FUSE) a write's error (ENOSPC,
+		// EDQUOT, EIO) may come at the close only: the object is lost,
+		// and Commit must not place it (as its own close's error).
+		if err := s.f.Close(); err != nil && s.lost == nil {
+			s.lost = fmt.Errorf("%w: %v", ErrTorn, err)
+		}
 		s.f = nil
 		s.d.open.Add(-1)
 	}

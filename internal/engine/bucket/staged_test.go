@@ -211,3 +211,29 @@ func TestStagingRemovesWhatDeadProcessesLeft(t *testing.T) {
 		t.Fatalf("this process's staged object after another's sweep: %v", err)
 	}
 }
+
+// A staged file closed to keep the open files bounded reports a write's
+// error at that close on a network file system: the object is not placed
+// whole-looking at its commit, which says it is torn.
+func TestAStagedObjectWhoseParkingCloseFailedIsTorn(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := b.Stage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append([]byte("row\n")); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	_ = syscall.Close(int(s.f.Fd())) // its close fails now, as a late write error would
+	s.parkLocked()
+	s.mu.Unlock()
+	if err := b.Commit(ctx, s, "t/x.json", Options{}); !errors.Is(err, ErrTorn) {
+		t.Fatalf("commit after a failed close: %v; want ErrTorn", err)
+	}
+}
