@@ -20,7 +20,10 @@ import (
 type FullS3 struct {
 	Full    atomic.Bool
 	Refused atomic.Int64 // uploads refused
-	srv     *httptest.Server
+	// Unreadable refuses every GET (500 InternalError) while set: a
+	// store that cannot serve reads for a moment.
+	Unreadable atomic.Bool
+	srv        *httptest.Server
 }
 
 // Start serves a FullS3 until the test ends.
@@ -44,6 +47,12 @@ func StartObserved(t testing.TB, observe func(*http.Request)) *FullS3 {
 			w.Header().Set("Content-Type", "application/xml")
 			w.WriteHeader(http.StatusInsufficientStorage)
 			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>XMinioStorageFull</Code><Message>Storage backend has reached its minimum free drive threshold. Please delete a few objects to proceed.</Message></Error>`)
+			return
+		}
+		if b.Unreadable.Load() && r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>`)
 			return
 		}
 		s3.ServeHTTP(w, r)

@@ -151,7 +151,7 @@ func (s *Sink) retried(ctx context.Context, name string, put func() error) error
 		}
 		s.metrics.Retry()
 		if attempt == 1 {
-			s.log.Warn("storage sink: the bucket refused a write; trying again", "object", name, "retry_timeout", s.cfg.RetryTimeout, "err", err)
+			s.log.Warn("storage sink: the bucket refused a request; trying again", "object", name, "retry_timeout", s.cfg.RetryTimeout, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -184,7 +184,13 @@ func (s *Sink) nextIndex(ctx context.Context, d *dispatcherState, dir string) (u
 	if ok {
 		return n, nil
 	}
-	body, err := s.bucket.ReadAll(ctx, indexFile(dir, d.id))
+	// Read as writes are made, within retry-timeout: a store that cannot
+	// serve the read for a moment failed the flush at once.
+	var body []byte
+	err := s.retried(ctx, indexFile(dir, d.id), func() (err error) {
+		body, err = s.bucket.ReadAll(ctx, indexFile(dir, d.id))
+		return err
+	})
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		return 1, nil
 	}

@@ -69,3 +69,38 @@ func TestAFullBucketIsWaitedOutNotReplayed(t *testing.T) {
 		t.Logf("%d events written once after %d refused uploads", rep.Events, refused)
 	}
 }
+
+// A new dispatcher's first flush into a directory reads its index (to go
+// on numbering its files); a store that cannot serve that read for a
+// moment is waited out within retry-timeout, as a refused upload is,
+// not failed at once (which the dispatcher's successor replays).
+func TestAnIndexUnreadableForAMomentIsWaitedOut(t *testing.T) {
+	b := buckettest.Start(t)
+	ctx := context.Background()
+	uri := b.URI("unreadable", "flush-interval=50ms&protocol=csv")
+	s := open(t, uri)
+	g := newGen(t, gen.Config{Tables: 1, Keys: 40, Rate: 400, Seed: 7})
+	table := g.TableNames()[0]
+	upTo := model.TsFromMillis(start + 2000)
+	b.Unreadable.Store(true)
+	time.AfterFunc(3*time.Second, func() { b.Unreadable.Store(false) })
+	var a acks
+	total := feed(t, s, g, model.Span{Table: table}, table+"-p1.1", upTo, &a)
+	err := s.Flush(ctx, table+"-p1.1")
+	if err != nil || a.failed.Load() != 0 {
+		t.Fatalf("the flush failed (%v, %d batches failed) although the index could be read again within the retry timeout", err, a.failed.Load())
+	}
+	for b.Unreadable.Load() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.WriteCheckpoint(ctx, upTo); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Storage(ctx, g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Duplicates != 0 || rep.Events != uint64(total) {
+		t.Fatalf("after an unreadable moment: %+v (wrote %d)", rep, total)
+	}
+}
