@@ -73,7 +73,7 @@ func (b *Bucket) PutFromWith(ctx context.Context, key string, r io.Reader, o Opt
 		if !plainKey(key) {
 			return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
 		}
-		if len(o.Note) > MaxNote {
+		if !NoteFits(o.Note) {
 			return noteTooLong(key, o.Note)
 		}
 		return b.dir.put(ctx, key, r, o.IfNotExist, o.Note)

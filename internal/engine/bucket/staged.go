@@ -132,7 +132,7 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 	if !plainKey(key) {
 		return fmt.Errorf("object key %q is not a plain relative path (no control characters, \"//\", \"..\" or trailing slash)", key)
 	}
-	if len(o.Note) > MaxNote {
+	if !NoteFits(o.Note) {
 		return noteTooLong(key, o.Note)
 	}
 	s.mu.Lock()

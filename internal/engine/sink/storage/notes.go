@@ -81,7 +81,7 @@ func (s *Sink) record(ctx context.Context, d *dispatcherState, batches []*sink.B
 		if err != nil {
 			return "", err
 		}
-		if len(body) <= bucket.MaxNote {
+		if bucket.NoteFits(string(body)) {
 			s.mu.Lock()
 			r.chain++
 			s.mu.Unlock()

@@ -265,6 +265,35 @@ func TestAResumeFollowsNotesItCouldNotWriteItself(t *testing.T) {
 	}
 }
 
+// A note is measured as an object store gets it, path-escaped: one
+// holding a snapshot's key in Chinese (900 bytes as written, 2,700
+// escaped) is too large for S3's metadata, and the flush writes the
+// progress object instead of a note S3 would refuse (the flush failed,
+// and every flush of its owner after it).
+func TestANoteTooLargeEscapedIsNotWritten(t *testing.T) {
+	dir := t.TempDir()
+	uri := "file://" + dir + "?flush-interval=10m&max-flush-delay=0s&delivery=exactly-once"
+	s := openResumed(t, uri, storage.Env{Changefeed: "demo@1"})
+	def := &row.TableDef{Schema: "shop", Name: "orders", Columns: []row.ColumnDef{{Name: "k", Type: "text", KeyPos: 1}}}
+	ctx := context.Background()
+	for i, to := range []string{"a", strings.Repeat("键", 300)} {
+		commit := model.Ts(100 * (i + 1))
+		b := &sink.Batch{Dispatcher: "p1.1", Epoch: 1, End: sink.Position{Ts: commit, Copied: model.CopyProgress{To: to}}, OnFlushed: func(error) {},
+			Events: []row.Event{{Kind: row.KindDML, Table: "shop.orders", CommitTs: commit, Def: def, Op: row.OpInsert, Key: to, New: []row.Value{row.Text(to)}}}}
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx, "p1.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p struct{ Intent struct{ Files []string } }
+	body, err := os.ReadFile(filepath.Join(dir, "cdcctl-progress", "p1.json"))
+	if err != nil || json.Unmarshal(body, &p) != nil || len(p.Intent.Files) != 1 || !strings.HasSuffix(p.Intent.Files[0], "000002.json") {
+		t.Fatalf("after a flush whose note is too large escaped, the progress object is %s (%v); want its intent to name flush 2", body, err)
+	}
+}
+
 // gatedFlusher opens an exactly-once sink whose notes allRead allows (on
 // at first), resumed as dispatcher p1.1, and returns its directory, its
 // URI and flush: one row of key i committed at commit written and
