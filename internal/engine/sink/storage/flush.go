@@ -168,7 +168,9 @@ func (s *Sink) flush(j flushJob) {
 	}
 	s.mu.Lock()
 	j.d.flushing = false
-	j.d.flushedSeq = j.seq
+	// Never back: a dispatcher fenced while this flush ran (superseded,
+	// progress.go) counts every batch it was given as settled already.
+	j.d.flushedSeq = max(j.d.flushedSeq, j.seq)
 	var dropped fenced
 	if err != nil {
 		j.d.failedSeq, j.d.failure = j.seq, err

@@ -30,6 +30,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -96,6 +97,9 @@ func (s *Sink) Resume(ctx context.Context, w sink.Writer) (sink.Position, bool, 
 	if err := checkName(w.Partition); err != nil {
 		return sink.Position{}, false, err
 	}
+	if err := s.supersede(ctx, w); err != nil {
+		return sink.Position{}, false, err
+	}
 	at, ok, err := s.lastProgress(ctx, w.Partition)
 	if err != nil {
 		return sink.Position{}, false, err
@@ -108,6 +112,52 @@ func (s *Sink) Resume(ctx context.Context, w sink.Writer) (sink.Position, bool, 
 	}
 	s.mu.Unlock()
 	return at, ok, nil
+}
+
+// errSuperseded fences a dispatcher whose partition resumed under
+// another on this node.
+var errSuperseded = errors.New("its partition resumed under a newer dispatcher")
+
+// supersede fences the partition's earlier dispatchers in this sink
+// (what they hold is dropped, unwritten, and they write nothing more) and
+// waits for a flush of theirs under way to end, so that the progress
+// object and the files read next are final: a stop that gave up on a
+// slow bucket (after 30 s) left its flush running, and a resume that read
+// the progress with that flush's data file on the wire resumed before
+// rows that then landed and were acknowledged.
+func (s *Sink) supersede(ctx context.Context, w sink.Writer) error {
+	s.mu.Lock()
+	var dropped []fenced
+	var earlier []*dispatcherState
+	for id, r := range s.resumed {
+		if id == w.Dispatcher || r.partition != w.Partition {
+			continue
+		}
+		if d := s.disp[id]; d != nil {
+			if d.failure == nil {
+				d.failure = errSuperseded
+				dropped = append(dropped, s.fenceLocked(d))
+			}
+			earlier = append(earlier, d)
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range dropped {
+		s.refuse(f, errSuperseded)
+	}
+	if len(earlier) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sink.WaitCond(ctx, s.cond, func() bool {
+		for _, d := range earlier {
+			if d.flushing {
+				return false
+			}
+		}
+		return true
+	}, s.closedErr)
 }
 
 // lastProgress reads a partition's progress object and decides where its
