@@ -10,6 +10,7 @@ package mysql
 import (
 	"encoding/hex"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -36,7 +37,46 @@ func fixedText(base, s string) string {
 		// ::1 (and ::x.y with the first two bytes zero) stay hex.
 		return "::" + netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}).String()
 	}
-	return a.String()
+	return inet6Text(b)
+}
+
+// inet6Text writes an address's eight groups as MariaDB does: in hex
+// without leading zeros, its longest run of zero groups (the first of
+// equal ones) as "::", also a run of one group, which RFC 5952 and Go's
+// netip leave as "0" ("1::2:3:4:5:6:7", not "1:0:2:3:4:5:6:7").
+func inet6Text(b [16]byte) string {
+	var g [8]uint16
+	for i := range g {
+		g[i] = uint16(b[2*i])<<8 | uint16(b[2*i+1])
+	}
+	start, n := -1, 0
+	for i := 0; i < 8; {
+		if g[i] != 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < 8 && g[j] == 0 {
+			j++
+		}
+		if j-i > n {
+			start, n = i, j-i
+		}
+		i = j
+	}
+	var out strings.Builder
+	for i := 0; i < 8; i++ {
+		if i == start {
+			out.WriteString("::")
+			i += n - 1
+			continue
+		}
+		if i > 0 && i != start+n {
+			out.WriteByte(':')
+		}
+		out.WriteString(strconv.FormatUint(uint64(g[i]), 16))
+	}
+	return out.String()
 }
 
 func allZero(b []byte) bool {

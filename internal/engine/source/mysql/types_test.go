@@ -96,3 +96,34 @@ func TestEverySpatialTypeArrivesWithoutAHold(t *testing.T) {
 		"UPDATE shapes SET mpt = MULTIPOINT(POINT(5, 5)) WHERE id = 1")
 	readAsTheServerShows(t, up, "shapes")
 }
+
+// FLOAT's six significant digits, a FLOAT(M,D)'s shortest text, DOUBLE's
+// shortest, a DECIMAL ZEROFILL's padded digits and INET6's compressed
+// zero groups (MariaDB compresses a single one too) arrive as the server
+// shows them. A FLOAT of more than six digits ("1.234567e+06" against
+// the server's "1.23457e+06"), a DECIMAL ZEROFILL ("1.50" against
+// "0001.50") and an address with one zero group ("1:0:2:…" against
+// "1::2:…") arrived otherwise until 2026-12-04; as a key, their rows
+// were not the snapshot's.
+func TestNumbersAndAddressesArriveAsTheServerShowsThem(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "nums", nil, `CREATE TABLE nums (id INT PRIMARY KEY, d DOUBLE, f FLOAT, dd DOUBLE(10,3), fz FLOAT(7,2), z INT(5) ZEROFILL, zu BIGINT UNSIGNED ZEROFILL, zd DECIMAL(6,2) ZEROFILL, y YEAR, ip INET6)`)
+	exec(t, up.dsn, `INSERT INTO nums VALUES
+	(1, 1e15, 1234567890, 1.5, 1.5, 42, 7, 1.5, 0, '1:0:2:3:4:5:6:7'),
+	(2, 1234567890, 1.1, 2, 3.14159, 1, 1, 2.5, 1901, '1:0:0:2:0:0:0:3'),
+	(3, 1e6, 3.14159, -1.25, -2, 12345, 18446744073709551615, 9999.99, 2155, '::1'),
+	(4, 1e-5, -3.4e38, 0, 0, 0, 0, 0, 2000, '1:2:3:4:5:6:7:0'),
+	(5, 0.0001, 1e-10, 1234567.891, 12345.67, 99999, 123, 0.01, 70, '0:0:1:0:0:0:0:0'),
+	(6, 123456789012345678, 16777217, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(7, -1.7976931348623157e308, 1e20, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(8, 1e-300, 0.000123456, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(9, 5e-324, 100, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(10, 0.1, 123456, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(11, 100, 1234567, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(12, 1e14, 1e6, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(13, 123456789012345, 1e5, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(14, 1234567890123456, 0.0001, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(15, 0.00001234, 0.00001, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+	(16, 2.5e-5, 33554432, NULL, NULL, NULL, NULL, NULL, NULL, '1:0:2:0:3:4:5:6'), (17, 0, 3.40282e38, NULL, NULL, NULL, NULL, NULL, NULL, '0:1:2:3:4:5:6:7'), (18, 0, 0.1, NULL, NULL, NULL, NULL, NULL, NULL, '1:2:0:0:3:0:0:4'), (19, 0, 99999.95, NULL, NULL, NULL, NULL, NULL, NULL, '::'), (20, 0, 1.000005, NULL, NULL, NULL, NULL, NULL, NULL, 'fe80::abcd'), (21, 0, 123456.5, NULL, NULL, NULL, NULL, NULL, NULL, '::1'), (22, 0, 0.00001234567, NULL, NULL, NULL, NULL, NULL, NULL, 'a:b:c:d:e:f:0:0')`)
+	readAsTheServerShows(t, up, "nums")
+}

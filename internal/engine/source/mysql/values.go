@@ -18,6 +18,11 @@ type column struct {
 	width    int      // BIT(n)'s bits, BINARY(n)'s bytes, TIME(n)'s, DATETIME(n)'s and TIMESTAMP(n)'s digits of fraction
 	values   []string // ENUM's and SET's members, in order
 	charset  string   // a character column's, when not UTF-8
+	// zeroInt is a DECIMAL ZEROFILL's digits before the point (M-D): the
+	// server pads them with zeros ("0001.50" in a DECIMAL(6,2)).
+	zeroInt int
+	// scaled: a FLOAT(M,D), whose text is not FLOAT's six digits.
+	scaled bool
 }
 
 // parseColumn reads a catalog COLUMN_TYPE.
@@ -42,6 +47,15 @@ func parseColumn(typ string) column {
 		}
 	case "time", "datetime", "timestamp":
 		c.width, _ = strconv.Atoi(args)
+	case "float":
+		c.scaled = strings.Contains(args, ",")
+	case "decimal":
+		if strings.Contains(t, "zerofill") {
+			m, d, _ := strings.Cut(args, ",")
+			mi, _ := strconv.Atoi(strings.TrimSpace(m))
+			di, _ := strconv.Atoi(strings.TrimSpace(d))
+			c.zeroInt = mi - di
+		}
 	}
 	return c
 }
@@ -123,19 +137,42 @@ func (c column) text(v any) (source.Value, error) {
 	case int:
 		return source.Text(strconv.Itoa(x)), nil
 	case float32:
-		return source.Text(strconv.FormatFloat(float64(x), 'g', -1, 32)), nil
+		// The server shows a FLOAT in six significant digits (%g), not
+		// in the shortest text that reads back the same: 1234567 is
+		// "1.23457e+06" in a SELECT, and a FLOAT key's text must be the
+		// snapshot's. A FLOAT(M,D) it shows as the shortest.
+		if c.scaled {
+			return source.Text(strconv.FormatFloat(float64(x), 'g', -1, 32)), nil
+		}
+		return source.Text(strconv.FormatFloat(float64(x), 'g', 6, 32)), nil
 	case float64:
 		return source.Text(strconv.FormatFloat(x, 'g', -1, 64)), nil
 	case string:
+		if c.zeroInt > 0 {
+			return source.Text(c.zeroPadded(x)), nil // a DECIMAL's digits
+		}
 		return c.textOf(x)
 	case []byte:
 		return c.textOf(string(x))
 	case time.Time:
 		return source.Text(c.datetime(x)), nil
 	case fmt.Stringer:
-		return source.Text(x.String()), nil
+		return source.Text(c.zeroPadded(x.String())), nil
 	}
 	return source.Value{}, fmt.Errorf("a %s value of Go type %T is not decoded", c.base, v)
+}
+
+// zeroPadded is a DECIMAL ZEROFILL's text as the server shows it: its
+// digits before the point padded with zeros to M-D.
+func (c column) zeroPadded(s string) string {
+	if c.zeroInt == 0 || strings.HasPrefix(s, "-") {
+		return s
+	}
+	whole, _, _ := strings.Cut(s, ".")
+	if n := c.zeroInt - len(whole); n > 0 {
+		return strings.Repeat("0", n) + s
+	}
+	return s
 }
 
 // datetime writes a DATETIME or TIMESTAMP (in UTC, the session time
