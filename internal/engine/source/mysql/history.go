@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -89,11 +90,66 @@ func followAlter(ctx context.Context, catalog func() (*sql.DB, error), table str
 // held when its primary key changed: its partitions are ranges of the old
 // one.
 func keyChanged(a, b *source.TableDef) string {
-	if strings.Join(a.KeyNames(), ",") == strings.Join(b.KeyNames(), ",") && keyTypes(a) == keyTypes(b) {
+	if strings.Join(a.KeyNames(), ",") != strings.Join(b.KeyNames(), ",") || keyTypes(a) != keyTypes(b) {
+		return fmt.Sprintf("its primary key changed (%s to %s): its partitions are ranges of the old key",
+			strings.Join(a.KeyNames(), ","), strings.Join(b.KeyNames(), ","))
+	}
+	for _, k := range a.KeyNames() {
+		from, to := a.Columns[a.Index(k)].Type, b.Columns[b.Index(k)].Type
+		if !sameKeyText(from, to) {
+			// Every key's text changes with no row event ("1.00" is
+			// "1.000" now): the sink's rows stay under the old text, and
+			// later changes, deletes too, come under the new.
+			return fmt.Sprintf("the type of its key column %s changed (%s to %s), which changes the text every key is routed and written by", k, from, to)
+		}
+	}
+	return ""
+}
+
+// sameKeyText says a key column's type change keeps every value's text:
+// another integer type, another length of a string of characters or of
+// bytes (not BINARY(n), which pads with zeros); not another scale of a
+// DECIMAL, digits of fraction of a time, width of a BIT, FLOAT to
+// DOUBLE, an ENUM's or SET's other members.
+func sameKeyText(from, to string) bool {
+	if strings.EqualFold(from, to) {
+		return true
+	}
+	a, b := parseColumn(from), parseColumn(to)
+	family := func(base string) string {
+		switch base {
+		case "tinyint", "smallint", "mediumint", "int", "integer", "bigint":
+			return "int"
+		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
+			return "chars"
+		case "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+			return "bytes"
+		}
 		return ""
 	}
-	return fmt.Sprintf("its primary key changed (%s to %s): its partitions are ranges of the old key",
-		strings.Join(a.KeyNames(), ","), strings.Join(b.KeyNames(), ","))
+	if fa, fb := family(a.base), family(b.base); fa != "" || fb != "" {
+		return fa == fb
+	}
+	if a.base != b.base {
+		return false
+	}
+	switch a.base {
+	case "time", "datetime", "timestamp", "binary", "bit":
+		return a.width == b.width
+	case "decimal":
+		return decimalScale(from) == decimalScale(to) && a.zeroInt == b.zeroInt
+	case "enum", "set":
+		return slices.Equal(a.values, b.values)
+	}
+	return true // the same type written otherwise (a display width)
+}
+
+// decimalScale is a DECIMAL(M,D)'s D.
+func decimalScale(typ string) string {
+	_, args, _ := strings.Cut(typ, "(")
+	args, _, _ = strings.Cut(args, ")")
+	_, d, _ := strings.Cut(args, ",")
+	return strings.TrimSpace(d)
 }
 
 // tableCharset reads a table's default character set from the catalog:
