@@ -64,6 +64,8 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		{stmt: "ALTER TABLE orders ADD INDEX (qty), DROP INDEX i, ENGINE=InnoDB, ALTER COLUMN qty SET DEFAULT 3, COMMENT 'c'", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
 		{stmt: "ALTER TABLE orders /* a comment */ ADD COLUMN j JSON -- why\n", want: "id bigint(20) not null key1, note varchar(20), qty int(11), j longtext", def: utf8},
 		{stmt: "ALTER TABLE orders ADD COLUMN t TEXT COLLATE latin1_german1_ci, ADD COLUMN n NATIONAL VARCHAR(3), ADD COLUMN z TIME(0)", want: "id bigint(20) not null key1, note varchar(20), qty int(11), t text latin1, n varchar(3), z time"},
+		{stmt: "ALTER TABLE orders ADD COLUMN b1 BLOB(50), ADD COLUMN b2 BLOB(300), ADD COLUMN b3 BLOB(70000), ADD COLUMN b4 BLOB, ADD COLUMN t2 TINYTEXT", want: "id bigint(20) not null key1, note varchar(20), qty int(11), b1 tinyblob, b2 blob, b3 mediumblob, b4 blob, t2 tinytext", def: utf8},
+		{stmt: "ALTER TABLE orders ADD COLUMN t TEXT(50)", want: "refused"},
 		{stmt: "ALTER TABLE orders ADD COLUMN IF NOT EXISTS qty BIGINT", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
 		{stmt: "ALTER TABLE orders ADD COLUMN v VARCHAR(5)", want: "refused", def: func() (string, bool) { return "", false }},
 

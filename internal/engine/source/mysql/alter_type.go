@@ -121,9 +121,33 @@ func (r *alterReader) dataType() (typ string, textual bool, charset string, ok b
 		typ = withArgs(base)
 		textual = base == "varchar"
 	case "tinytext", "text", "mediumtext", "longtext":
+		if len(args) > 0 {
+			// TEXT(M): the server makes it the smallest TEXT type that
+			// holds M characters, in bytes of the column's character set
+			// (TEXT(50) in utf8mb4 is a TINYTEXT): not followed, the
+			// catalog decides. Written "text", it never matched the
+			// catalog, and a copy read every chunk again for good.
+			return "", false, "", false
+		}
 		typ, textual = base, true
 	case "tinyblob", "blob", "mediumblob", "longblob":
 		typ = base
+		if base == "blob" && len(args) == 1 {
+			// BLOB(M): the smallest BLOB type that holds M bytes.
+			n, err := strconv.ParseUint(args[0], 10, 64)
+			switch {
+			case err != nil:
+				return "", false, "", false
+			case n < 1<<8:
+				typ = "tinyblob"
+			case n < 1<<16:
+				typ = "blob"
+			case n < 1<<24:
+				typ = "mediumblob"
+			default:
+				typ = "longblob"
+			}
+		}
 	case "enum", "set":
 		if len(args) == 0 {
 			return "", false, "", false
