@@ -353,7 +353,14 @@ func quoteMembers(members []string) string {
 // resets are the TRUNCATEs of the tables added to the changefeed before
 // position ts (tableState.ResetAt), in name order, each a new table
 // version, to go before the transaction at ts; and the tables with them.
-func resets(tables map[string]tableState, held map[string]bool, ts model.Ts) (map[string]tableState, []*source.Event) {
+//
+// A table added where the binary log ended then (AddedAt) is truncated at
+// the first transaction after that point (covered says one is not yet),
+// not at its ResetAt: the table removed in the same pause had its
+// partitions write up to where it was held, which may be well after the
+// changefeed's checkpoint (ResetAt), and those rows of the table as it
+// was, after a TRUNCATE at the checkpoint, stayed in the sink.
+func resets(tables map[string]tableState, held map[string]bool, ts model.Ts, covered func(tableState) bool) (map[string]tableState, []*source.Event) {
 	due := false
 	for _, st := range tables { // every transaction: no sort, no allocation while none is due
 		due = due || st.ResetAt != 0 && st.ResetAt < ts
@@ -364,7 +371,7 @@ func resets(tables map[string]tableState, held map[string]bool, ts model.Ts) (ma
 	var out []*source.Event
 	for _, t := range slices.Sorted(maps.Keys(tables)) {
 		st := tables[t]
-		if st.ResetAt == 0 || st.ResetAt >= ts || held[t] {
+		if st.ResetAt == 0 || st.ResetAt >= ts || held[t] || covered(st) {
 			continue
 		}
 		st.Version++

@@ -237,7 +237,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			cur.events = evs
 			cur.size += int(ev.Header.EventSize)
 			if cur.partDue() {
-				if err := cur.part(&at, held, ev.Header.Timestamp, w); err != nil {
+				if err := cur.part(&at, held, ev.Header.Timestamp, w, inCopy); err != nil {
 					return err
 				}
 			}
@@ -460,7 +460,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if cur.base == 0 { // a parted transaction's were made at its first part
 			var reset []*source.Event
-			if at.Tables, reset = resets(at.Tables, held, ts); len(reset) > 0 {
+			if at.Tables, reset = resets(at.Tables, held, ts, inCopy); len(reset) > 0 {
 				cur.ddls = append(reset, cur.ddls...)
 			}
 		}

@@ -70,7 +70,7 @@ func (cur *txn) partDue() bool {
 // its positions at the first (after the resume point at, from the commit
 // time the transaction began with: MySQL's GTID event carries it,
 // MariaDB's its second; now, the time of the event being read).
-func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.LogWriter) error {
+func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.LogWriter, inCopy func(tableState) bool) error {
 	if cur.base == 0 {
 		began := cur.commit
 		if began == 0 {
@@ -81,7 +81,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 		}
 		cur.base = max(at.Ts+1, model.TsFromMicros(max(began, cur.tickAt)))
 		var reset []*source.Event
-		if at.Tables, reset = resets(at.Tables, held, cur.base); len(reset) > 0 {
+		if at.Tables, reset = resets(at.Tables, held, cur.base, inCopy); len(reset) > 0 {
 			cur.ddls = append(reset, cur.ddls...)
 		}
 	}
