@@ -86,9 +86,52 @@ func checkTable(ctx context.Context, cat *catalog, cfg Config, t string) (*sourc
 		if ident != "f" {
 			return nil, fmt.Errorf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) so it can be split into key ranges, or replicate it as one partition with ALTER TABLE %s REPLICA IDENTITY FULL", t, t, t)
 		}
+		return def, nil
+	}
+	if why, err := identityUnfit(ctx, cat, t, def.KeyNames()); err != nil {
+		return nil, explain(cfg, err)
+	} else if why != "" {
+		return nil, errors.New(why)
 	}
 	return def, nil
 }
+
+// identityUnfit says why a keyed table's replica identity (what its
+// UPDATEs and DELETEs carry of the old row) does not serve the changefeed,
+// which routes rows by the primary key: an identity index of other
+// columns (a DELETE carries only those, and rows were keyed by them,
+// against partitions cut on the key), NOTHING (no old key at all), or a
+// DEFERRABLE primary key under the default identity, which PostgreSQL
+// does not take as one: once published, the table's UPDATEs and DELETEs
+// would fail in the application.
+func identityUnfit(ctx context.Context, cat *catalog, t string, key []string) (string, error) {
+	var ident string
+	var deferrable bool
+	var index []string
+	err := cat.conn.QueryRow(ctx, `
+SELECT c.relreplident::text,
+  COALESCE((SELECT NOT i.indimmediate FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), false),
+  COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i
+    CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(att, ord)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.att
+    WHERE i.indrelid = c.oid AND i.indisreplident), '{}')
+FROM pg_class c WHERE c.oid = $1::regclass`, quoteQualified(t)).Scan(&ident, &deferrable, &index)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case ident == "n":
+		return fmt.Sprintf("table %s has REPLICA IDENTITY NOTHING: its UPDATEs and DELETEs carry no key of the row they change; ALTER TABLE %s REPLICA IDENTITY DEFAULT", t, t), nil
+	case ident == "i" && !sameColumns(index, key):
+		return fmt.Sprintf("table %s's replica identity is an index of (%s), not its primary key (%s): its DELETEs carry only that index's columns, and the changefeed routes rows by the primary key; ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL)",
+			t, strings.Join(index, ", "), strings.Join(key, ", "), t), nil
+	case ident == "d" && deferrable:
+		return fmt.Sprintf("table %s's primary key is DEFERRABLE, which PostgreSQL does not take as a replica identity: once published, its UPDATEs and DELETEs would fail in the application; make the key NOT DEFERRABLE, or ALTER TABLE %s REPLICA IDENTITY FULL", t, t), nil
+	}
+	return "", nil
+}
+
+func sameColumns(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
 
 // preflight checks the server settings and the user's rights.
 func preflight(ctx context.Context, cat *catalog, cfg Config) error {

@@ -70,7 +70,12 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		CREATE ROLE reader LOGIN; GRANT SELECT ON keyed TO reader;
 		CREATE TABLE m (id int8, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
 		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
-		CREATE PUBLICATION children FOR TABLE m`)
+		CREATE PUBLICATION children FOR TABLE m;
+		CREATE TABLE byemail (id int8 PRIMARY KEY, email text NOT NULL UNIQUE); ALTER TABLE byemail REPLICA IDENTITY USING INDEX byemail_email_key;
+		CREATE TABLE nothing (id int8 PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
+		CREATE TABLE deferred (id int8 PRIMARY KEY DEFERRABLE);
+		CREATE TABLE deferredfull (id int8 PRIMARY KEY DEFERRABLE); ALTER TABLE deferredfull REPLICA IDENTITY FULL;
+		CREATE TABLE samecols (id int8 PRIMARY KEY); CREATE UNIQUE INDEX samecols_id ON samecols (id); ALTER TABLE samecols REPLICA IDENTITY USING INDEX samecols_id`)
 	ctx := context.Background()
 	prepare := func(uri string) error {
 		cfg, err := ParseURI(uri)
@@ -92,6 +97,9 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},
 		{"a partition and its root", dsn + "&tables=m,m_2024", "table public.m_2024 is a partition of public.m, which the changefeed replicates too: its rows arrive as public.m's; leave public.m_2024 out of tables="},
 		{"a root published under its children's names", dsn + "&tables=m&publication=children", "ALTER PUBLICATION children SET (publish_via_partition_root = true)"},
+		{"an identity index of other columns", dsn + "&tables=byemail", "table public.byemail's replica identity is an index of (email), not its primary key (id): its DELETEs carry only that index's columns"},
+		{"no replica identity", dsn + "&tables=nothing", "table public.nothing has REPLICA IDENTITY NOTHING"},
+		{"a deferrable key", dsn + "&tables=deferred", "table public.deferred's primary key is DEFERRABLE, which PostgreSQL does not take as a replica identity"},
 	} {
 		err := prepare(tc.uri)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -104,6 +112,14 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		t.Fatalf("refusals left publications/slots: %q %v", out, err)
 	}
 
+	// A deferrable key with REPLICA IDENTITY FULL, and an identity index
+	// of the key's own columns, serve.
+	if err := prepare(dsn + "&tables=deferredfull,samecols"); err != nil {
+		t.Fatalf("a deferrable key under FULL, an identity index of the key's columns: %v", err)
+	}
+	if err := Remove(ctx, func() Config { c, _ := ParseURI(dsn + "&tables=deferredfull,samecols"); return c.WithNames("refusals") }()); err != nil {
+		t.Fatal(err)
+	}
 	// A slot another consumer reads is refused, naming it.
 	st, cfg, _ := open(t, dsn+"&tables=keyed")
 	_ = st
