@@ -199,3 +199,23 @@ func TestAChunkGivesTheToastedValuesAnUpdateInItsWindowLeftOut(t *testing.T) {
 	}
 	t.Logf("%d rows equal, bodies included, after %d updates of the next chunk's rows while they were copied", len(want), updates)
 }
+
+// A key stored out of line (a long text key, STORAGE EXTERNAL) is not in
+// the new row of an UPDATE that leaves it alone; under the default
+// identity the old key tuple carries it. The update is keyed by it: the
+// row had no key, and its table was held for good.
+func TestAnUnchangedToastedKeyIsTakenFromTheOldKey(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE lk (k text PRIMARY KEY, n int4); ALTER TABLE lk ALTER COLUMN k SET STORAGE EXTERNAL`)
+	st, _, _ := open(t, dsn+"&tables=public.lk")
+	psql(t, srv, dsn, `INSERT INTO lk SELECT string_agg(md5(g::text), ''), 0 FROM generate_series(1, 70) g`)
+	psql(t, srv, dsn, `UPDATE lk SET n = 1`)
+	tx := txns(t, st, 2)
+	if len(tx[0].Events) != 1 || len(tx[1].Events) != 1 {
+		t.Fatalf("an insert and an update of a row whose key is stored out of line came as %d and %d rows (the table held?)", len(tx[0].Events), len(tx[1].Events))
+	}
+	ins, upd := tx[0].Events[0], tx[1].Events[0]
+	if upd.Op != source.OpUpdate || upd.Key != ins.Key || len(ins.New[0].Text) < 2000 || upd.New[0].Text != ins.New[0].Text || upd.New[1].Text != "1" {
+		t.Fatalf("the update of a row whose key is stored out of line: %s key %.20q… new %.20q…; want an update of the inserted key %.20q…", upd.Op, upd.Key, upd.New[0].Text, ins.Key)
+	}
+}

@@ -68,14 +68,18 @@ func (s *Stream) decodeRow(rel *relation, op source.Op, newTuple, oldTuple *pglo
 			}
 		}
 	}
-	if op == source.OpUpdate && wholeOld && e.Old != nil && e.New != nil {
+	if op == source.OpUpdate && e.Old != nil && e.New != nil {
 		// An unchanged TOASTed column is not in the new tuple; under
 		// REPLICA IDENTITY FULL the old tuple is the whole old row
 		// (PostgreSQL flattens its TOASTed values), so it has the value,
-		// which is the new one too. (A key-only old tuple sends its other
-		// columns as NULL: nothing to take from it.)
+		// which is the new one too. Under the default identity the old
+		// tuple holds only the key, which PostgreSQL sends when a key
+		// column is stored out of line, unchanged or not: an unchanged
+		// one is the new row's key too (without it the row had no key,
+		// and its table was held for good). Its other columns come as
+		// NULL: nothing to take from them.
 		for i := range e.New {
-			if e.New[i].Unchanged && !e.Old[i].Unchanged {
+			if e.New[i].Unchanged && !e.Old[i].Unchanged && (wholeOld || def.Columns[i].KeyPos > 0) {
 				e.New[i] = e.Old[i]
 			}
 		}
