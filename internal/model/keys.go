@@ -317,3 +317,22 @@ func DecodeKeyValues(keyTypes, enc string) ([]string, error) {
 // IsIntKeyType says a key column of this type is encoded as an integer
 // (numeric order); any other is ordered by the bytes of its text.
 func IsIntKeyType(t string) bool { return isIntType(t) }
+
+// JoinKeyTexts names a row by its key columns' texts, in key order: joined
+// by commas, a text holding a comma or a quote quoted as in CSV, so that
+// two keys never read the same (('x,y','z') and ('x','y,z') were both
+// "x,y,z", and verify took one row for the other). One column's text is
+// itself.
+func JoinKeyTexts(parts []string) string {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		quoted[i] = p
+		if strings.ContainsAny(p, `,"`) {
+			quoted[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+		}
+	}
+	return strings.Join(quoted, ",")
+}

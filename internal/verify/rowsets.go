@@ -55,8 +55,8 @@ func underKey(rows Rows, key []string) Rows {
 	return set.rows()
 }
 
-// keyedRows are a table's rows by key (the key columns' text joined by
-// commas, as codec.Change.Key writes it).
+// keyedRows are a table's rows by key (model.JoinKeyTexts, as
+// codec.Change.Key writes it).
 type keyedRows struct {
 	names []string
 	byKey Rows

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -334,14 +333,14 @@ type Change struct {
 	Txn *TxnPlace
 }
 
-// Key is the change's primary key: the key columns' values joined by
-// commas, in key order.
+// Key is the change's primary key: the key columns' values in key order,
+// as model.JoinKeyTexts names a row.
 func (c *Change) Key() string {
 	parts := make([]string, len(c.PkNames))
 	for i, n := range c.PkNames {
 		parts[i] = deref(c.Data[n])
 	}
-	return strings.Join(parts, ",")
+	return model.JoinKeyTexts(parts)
 }
 
 // DecodeChanges reads every row change of one canal-json file, in order.

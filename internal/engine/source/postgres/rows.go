@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,7 +111,7 @@ func readRows(ctx context.Context, tx pgx.Tx, table string, def *source.TableDef
 			}
 			parts[i] = *row[k]
 		}
-		out[strings.Join(parts, ",")] = row
+		out[model.JoinKeyTexts(parts)] = row
 	}
 	return out, rows.Err()
 }
