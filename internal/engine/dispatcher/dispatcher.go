@@ -378,6 +378,15 @@ func (d *Dispatcher) changed() <-chan struct{} {
 // partitions of one log wake at each of its changes, and the gap bounds
 // how often each reads (a node's gap grows with its partitions).
 func (d *Dispatcher) pause(ctx context.Context, wait time.Duration, changed <-chan struct{}, readAt time.Time) {
+	// A stop cuts the pause short, but not inside a transaction, which
+	// the loop reads on to its end whatever the stop: its request would
+	// end every pause at once, and a log without the rest of the
+	// transaction yet (its reader started again elsewhere) was read
+	// without a pause, a million times a second.
+	stop := d.stopReq
+	if d.inside() {
+		stop = nil
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	if changed != nil {
@@ -388,7 +397,7 @@ func (d *Dispatcher) pause(ctx context.Context, wait time.Duration, changed <-ch
 			g := time.NewTimer(gap)
 			select {
 			case <-ctx.Done():
-			case <-d.stopReq:
+			case <-stop:
 			case <-g.C:
 			}
 			g.Stop()
@@ -396,7 +405,7 @@ func (d *Dispatcher) pause(ctx context.Context, wait time.Duration, changed <-ch
 	}
 	select {
 	case <-ctx.Done():
-	case <-d.stopReq:
+	case <-stop:
 	case <-t.C:
 	case <-changed:
 	}
