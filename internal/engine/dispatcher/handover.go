@@ -47,6 +47,15 @@ func (m *Manager) resumeFrom(st *meta.State, r model.RouteEntry) (model.Ts, mode
 	}
 	p := st.Progress[r.Changefeed][r.ID].Progress
 	consider(p.Checkpoint, p.Copy)
+	// The changefeed's checkpoint is durable for every partition, and
+	// its event log is trimmed there: a partition's own progress is
+	// persisted less often (every second or more, with many partitions),
+	// and one placed from it below the checkpoint (its node died in a
+	// move, before its final position was heard) read below the trimmed
+	// log for good, holding the changefeed's checkpoint and its log with
+	// it. Its copy goes on from where it was persisted: at worst copied
+	// again.
+	consider(st.Changefeeds[r.Changefeed].Status.CheckpointTs, p.Copy)
 	// A hand-over's position and copy progress come with the placement:
 	// the persisted progress may not have caught up with them yet.
 	if r.Start != 0 {

@@ -42,4 +42,11 @@ func TestAPartitionResumesWithTheCopyProgressOfItsStartPosition(t *testing.T) {
 	st.Progress[cf] = nil
 	m.finals = map[string]*final{}
 	check("nothing known: the changefeed's start, nothing copied", 100, "", false)
+
+	// Persisted below the changefeed's checkpoint (persisted less often):
+	// from the checkpoint, where the event log is trimmed, with the copy
+	// progress persisted.
+	st.Progress[cf] = map[string]meta.ProgressRecord{"p1": {Progress: model.Progress{Checkpoint: 100, Epoch: 2, Copy: model.CopyProgress{Done: true}}}}
+	st.Changefeeds[cf].Status.CheckpointTs = 150
+	check("persisted below the changefeed's checkpoint", 150, "", true)
 }
