@@ -67,6 +67,55 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	return up, nil
 }
 
+// publicationUnfit says why a publication the operator made does not
+// serve the changefeed, which copies whole tables and must then see
+// every change of every row: one that leaves out updates, deletes or
+// truncates (publish=), or filters a table's rows (WHERE) or columns (a
+// column list, PostgreSQL 15 and later). The snapshot copied rows whose
+// changes never came, and a column list looked like columns dropped.
+func publicationUnfit(ctx context.Context, conn *pgx.Conn, cfg Config) (string, error) {
+	var ins, upd, del, trunc bool
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, current_setting('server_version_num')::int FROM pg_publication WHERE pubname = $1`,
+		cfg.Publication).Scan(&ins, &upd, &del, &trunc, &version); err != nil {
+		return "", err
+	}
+	if !ins || !upd || !del || !trunc {
+		return fmt.Sprintf("publication %s does not publish every change (insert %v, update %v, delete %v, truncate %v): the changefeed would copy rows whose changes never come; ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or leave publication= out and the changefeed makes its own",
+			cfg.Publication, ins, upd, del, trunc, cfg.Publication), nil
+	}
+	if version < 150000 {
+		return "", nil // no row filters or column lists before PostgreSQL 15
+	}
+	rows, err := conn.Query(ctx, `
+SELECT n.nspname || '.' || c.relname, r.prqual IS NOT NULL, r.prattrs IS NOT NULL
+FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL)
+ORDER BY 1`, cfg.Publication)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table string
+		var filtered, narrowed bool
+		if err := rows.Scan(&table, &filtered, &narrowed); err != nil {
+			return "", err
+		}
+		if !slices.Contains(cfg.Tables, table) {
+			continue
+		}
+		what := "rows (WHERE)"
+		if !filtered {
+			what = "columns (a column list)"
+		}
+		return fmt.Sprintf("publication %s publishes only some of table %s's %s: the changefeed copies the whole table and must see every change of it; ALTER PUBLICATION %s SET TABLE … without them, or leave publication= out and the changefeed makes its own",
+			cfg.Publication, table, what, cfg.Publication), nil
+	}
+	return "", rows.Err()
+}
+
 // checkTable reads a table's definition and checks that it can be
 // replicated: one without a primary key needs REPLICA IDENTITY FULL.
 func checkTable(ctx context.Context, cat *catalog, cfg Config, t string) (*source.TableDef, error) {
@@ -190,6 +239,11 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s%s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "), with)
 		}
 		return nil
+	}
+	if why, err := publicationUnfit(ctx, conn, cfg); err != nil {
+		return explain(cfg, err)
+	} else if why != "" {
+		return errors.New(why)
 	}
 	if len(roots) > 0 {
 		var viaRoot bool

@@ -75,7 +75,10 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		CREATE TABLE nothing (id int8 PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
 		CREATE TABLE deferred (id int8 PRIMARY KEY DEFERRABLE);
 		CREATE TABLE deferredfull (id int8 PRIMARY KEY DEFERRABLE); ALTER TABLE deferredfull REPLICA IDENTITY FULL;
-		CREATE TABLE samecols (id int8 PRIMARY KEY); CREATE UNIQUE INDEX samecols_id ON samecols (id); ALTER TABLE samecols REPLICA IDENTITY USING INDEX samecols_id`)
+		CREATE TABLE samecols (id int8 PRIMARY KEY); CREATE UNIQUE INDEX samecols_id ON samecols (id); ALTER TABLE samecols REPLICA IDENTITY USING INDEX samecols_id;
+		CREATE TABLE wide (id int8 PRIMARY KEY, v text);
+		CREATE PUBLICATION filtered FOR TABLE wide WHERE (id > 0); CREATE PUBLICATION narrow FOR TABLE wide (id);
+		CREATE PUBLICATION inserts FOR TABLE wide WITH (publish = 'insert')`)
 	ctx := context.Background()
 	prepare := func(uri string) error {
 		cfg, err := ParseURI(uri)
@@ -100,6 +103,9 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		{"an identity index of other columns", dsn + "&tables=byemail", "table public.byemail's replica identity is an index of (email), not its primary key (id): its DELETEs carry only that index's columns"},
 		{"no replica identity", dsn + "&tables=nothing", "table public.nothing has REPLICA IDENTITY NOTHING"},
 		{"a deferrable key", dsn + "&tables=deferred", "table public.deferred's primary key is DEFERRABLE, which PostgreSQL does not take as a replica identity"},
+		{"a publication of some rows", dsn + "&tables=wide&publication=filtered", "publication filtered publishes only some of table public.wide's rows (WHERE)"},
+		{"a publication of some columns", dsn + "&tables=wide&publication=narrow", "publication narrow publishes only some of table public.wide's columns (a column list)"},
+		{"a publication of inserts only", dsn + "&tables=wide&publication=inserts", "publication inserts does not publish every change (insert true, update false, delete false, truncate false)"},
 	} {
 		err := prepare(tc.uri)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -107,7 +113,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		}
 	}
 	// Nothing was created by the refusals.
-	out, err := srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname <> 'children'; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	out, err := srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname NOT IN ('children', 'filtered', 'narrow', 'inserts'); SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
 	if err != nil || strings.Fields(out)[0] != "0" || strings.Fields(out)[1] != "0" {
 		t.Fatalf("refusals left publications/slots: %q %v", out, err)
 	}
@@ -132,7 +138,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 	if err := Remove(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	out, _ = srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname <> 'children'; SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
+	out, _ = srv.Psql(ctx, db, "SELECT count(*) FROM pg_publication WHERE pubname NOT IN ('children', 'filtered', 'narrow', 'inserts'); SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")
 	if f := strings.Fields(out); f[0] != "0" || f[1] != "0" {
 		t.Fatalf("after Remove: %q", out)
 	}
