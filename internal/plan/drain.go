@@ -20,6 +20,10 @@ func ValidateDrain(s *model.Snapshot, target model.NodeID) error {
 		return &Refusal{RefuseInvalid, "cannot drain: at least 2 captures required for drain operation", "start another capture first"}
 	}
 	again := s.Draining == target && s.DrainEnded && n.Liveness == model.LivenessDraining
+	if s.Draining != "" && s.DrainEnded && !again {
+		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: %s is still Draining, from a drain that ended without finishing it (failed or cancelled)", target, s.Draining),
+			fmt.Sprintf("drain %s again to finish it ('cdcctl drain %s'), or restart its process to bring it back Alive; then drain %s", s.Draining, s.Draining, target)}
+	}
 	if s.Draining != "" && !again {
 		return &Refusal{RefuseInProgress, fmt.Sprintf("cannot drain %s: another drain operation is in progress (%s)", target, s.Draining),
 			"wait for it to finish ('cdcctl plan list'), or cancel it"}

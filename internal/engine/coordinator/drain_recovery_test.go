@@ -514,3 +514,33 @@ func TestADrainMovesAPausedChangefeedsPartitions(t *testing.T) {
 		t.Fatalf("%d events written twice", dups)
 	}
 }
+
+// A drain cancelled leaves its capture Draining (nothing new goes to it)
+// until its process restarts; drained again, the drain takes it over and
+// ends: it was refused as "another drain operation is in progress" with
+// no drain running, and so was a drain of any other capture.
+func TestACancelledDrainIsTakenOverByTheSameDrainAgain(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3).Node
+	c.Feeds(3)
+	target, rec := pausedDrain(c, leader, 1)
+	c.RequestPlan(rec.ID, exec.RequestCancel)
+	if rec = c.PlanEnd(rec.ID, 30*time.Second); rec.State != exec.Cancelled {
+		t.Fatalf("the cancelled drain: %s (%s)", rec.State, rec.Message)
+	}
+	if l := c.State().LivenessOf(target); l != model.LivenessDraining {
+		t.Fatalf("%s is %s after its drain was cancelled; want Draining", target, l)
+	}
+	again, err := c.Drain(target, 1, false)
+	if err != nil {
+		t.Fatalf("the same drain again: %v", err)
+	}
+	if again = c.PlanEnd(again.ID, 60*time.Second); again.State != exec.Done {
+		t.Fatalf("the drain again: %s (%s)", again.State, again.Message)
+	}
+	if err := emptyOf(c, target); err != nil {
+		t.Fatal(err)
+	}
+	c.VerifyAll(true)
+}

@@ -81,6 +81,11 @@ func Snapshot(st *meta.State) model.Snapshot {
 		if rec, ok := planRecord(st, st.Drain.PlanID); ok && rec.State.Terminal() {
 			snap.DrainEnded = true
 		}
+	} else if snap.Draining != "" {
+		// Draining with no drain record: its drain was cancelled (the
+		// capture stays Draining until its process restarts). A drain of
+		// it again takes it over, as one of a drain whose plan failed.
+		snap.DrainEnded = true
 	}
 	return snap
 }

@@ -39,8 +39,12 @@ func (s *Store) StartDrain(ctx context.Context, fence Fence, rec model.DrainReco
 	if err := json.Unmarshal(cur.Kvs[0].Value, &live); err != nil {
 		return rec, err
 	}
-	if err := model.CheckTransition(live.State, model.LivenessDraining, model.ReasonNormal); err != nil {
-		return rec, fmt.Errorf("%s: %w", rec.Target, err)
+	// A capture still Draining without a drain record (its drain was
+	// cancelled) is drained again: the new drain takes it over.
+	if live.State != model.LivenessDraining {
+		if err := model.CheckTransition(live.State, model.LivenessDraining, model.ReasonNormal); err != nil {
+			return rec, fmt.Errorf("%s: %w", rec.Target, err)
+		}
 	}
 	// The epoch counts drains over the cluster's life.
 	epochs, err := s.cli.Get(ctx, s.keys.Drain()+"-epoch")
