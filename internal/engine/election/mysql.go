@@ -177,10 +177,10 @@ func ParseMySQLDSN(dsn string) (*mysql.Config, error) {
 	}
 	dc, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("--election-dsn %q: %v; the form is user:password@tcp(host:3306)/database", redactDSN(dsn), err)
+		return nil, fmt.Errorf("--election-dsn %q: %v; the form is [user[:password]@]tcp(host:3306)/database", redactDSN(dsn), err)
 	}
 	if dc.DBName == "" {
-		return nil, fmt.Errorf("--election-dsn %q names no database; the form is user:password@tcp(host:3306)/database", redactDSN(dsn))
+		return nil, fmt.Errorf("--election-dsn %q names no database; the form is [user[:password]@]tcp(host:3306)/database", redactDSN(dsn))
 	}
 	dc.ClientFoundRows = true
 	if dc.Timeout == 0 {
