@@ -109,12 +109,14 @@ from a YAML/TOML/JSON file given with --config.`,
 			if err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			// After the first signal, restore the default handling: a second
 			// Ctrl-C ends a shutdown that hangs (etcd unreachable, say).
+			// (Its own variable: the goroutine read ctx while it was
+			// assigned again below, a data race.)
 			go func() {
-				<-ctx.Done()
+				<-signalled.Done()
 				stop()
 			}()
 			// SIGHUP: stop as gracefully as on SIGTERM, then exit
@@ -125,7 +127,7 @@ from a YAML/TOML/JSON file given with --config.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			ctx, hangUp := context.WithCancel(ctx)
+			ctx, hangUp := context.WithCancel(signalled)
 			defer hangUp()
 			hupped := make(chan struct{})
 			go func() {
