@@ -244,20 +244,7 @@ func (c column) decode(s string) string {
 	case c.charset != "latin1":
 		return s
 	}
-	ascii := 0
-	for ascii < len(s) && s[ascii] < 0x80 {
-		ascii++
-	}
-	if ascii == len(s) {
-		return s // ASCII reads the same in latin1 and UTF-8: no copy
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 2*(len(s)-ascii))
-	b.WriteString(s[:ascii])
-	for i := ascii; i < len(s); i++ {
-		b.WriteRune(cp1252[s[i]])
-	}
-	return b.String()
+	return recodeSingle(&cp1252, s)
 }
 
 // cp1252 maps MySQL's latin1 (Windows-1252, with its five undefined
