@@ -129,17 +129,17 @@ func (s *Sink) supersede(ctx context.Context, w sink.Writer) error {
 	s.mu.Lock()
 	var dropped []fenced
 	var earlier []*dispatcherState
-	for id, r := range s.resumed {
-		if id == w.Dispatcher || r.partition != w.Partition {
+	// By the dispatchers' own records, not s.resumed: a stop cut short
+	// forgets its dispatcher (Forget) with its flush still uploading.
+	for id, d := range s.disp {
+		if id == w.Dispatcher || d.resumed == nil || d.resumed.partition != w.Partition {
 			continue
 		}
-		if d := s.disp[id]; d != nil {
-			if d.failure == nil {
-				d.failure = errSuperseded
-				dropped = append(dropped, s.fenceLocked(d))
-			}
-			earlier = append(earlier, d)
+		if d.failure == nil {
+			d.failure = errSuperseded
+			dropped = append(dropped, s.fenceLocked(d))
 		}
+		earlier = append(earlier, d)
 	}
 	s.mu.Unlock()
 	for _, f := range dropped {
