@@ -72,10 +72,14 @@ func (s *Sink) lastProgress(ctx context.Context, id string) (progressRecord, boo
 		pp.last[string(r.Key)] = v
 		return nil
 	})
-	pp.next = next
 	if err != nil {
+		// Not kept: a read cut short had records of transactions still
+		// open behind where it stopped, which a read from there would
+		// never see committed. The next read starts where this one did
+		// (what it visited is visited again, in order: the same result).
 		return progressRecord{}, false, fmt.Errorf("read the progress topic %q: %w", s.cfg.progressTopic(), err)
 	}
+	pp.next = next
 	v, ok := pp.last[id]
 	return v, ok, nil
 }
