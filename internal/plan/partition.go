@@ -34,8 +34,10 @@ func findPartition(s *model.Snapshot, id string) (model.PartitionState, error) {
 		}
 		for _, cf := range s.Changefeeds {
 			if cf.ID == p.Route.Changefeed && cf.State != model.ChangefeedNormal {
-				// Its maintainer places nothing while it is paused: the
-				// operation would wait, busy, until a resume.
+				// Its maintainer moves its partitions while it is paused
+				// only off Draining captures (a drain), and a split needs
+				// its dispatcher running: the operation would wait, busy,
+				// until a resume.
 				return p, &Refusal{RefuseInvalid, fmt.Sprintf("partition %s: changefeed %s is %s", id, cf.ID, cf.State),
 					"resume it first ('cdcctl changefeed resume " + string(cf.ID) + "')"}
 			}

@@ -48,7 +48,10 @@ func (h *Host) rebalance(ctx context.Context, st *meta.State, e *meta.Changefeed
 		moves = append(moves, meta.Placement{Route: movable[0], Node: target})
 		movable, inFlight = movable[1:], inFlight+1
 	}
-	for inFlight < MaxMovesInFlight && len(movable) == 0 {
+	// A paused changefeed's partitions leave Draining captures only: the
+	// load is balanced when it runs again, and moves meanwhile refused its
+	// updates ("being moved") with no plan running.
+	for inFlight < MaxMovesInFlight && len(movable) == 0 && e.Status.State == model.ChangefeedNormal {
 		from, fromLoad, to, toLoad := dest.Extremes()
 		if from == "" || fromLoad-toLoad <= 1 || len(perNode[from]) == 0 {
 			break
