@@ -286,7 +286,7 @@ func (r *TableReader) readTable(ctx context.Context, conn *sql.Conn, table strin
 				kv[i] = *v
 			}
 		}
-		out[strings.Join(kv, ",")] = row
+		out[model.JoinKeyTexts(kv)] = row
 	}
 	return out, rows.Err()
 }

@@ -112,7 +112,7 @@ func keyChanged(a, b *source.TableDef) string {
 // DECIMAL, digits of fraction of a time, width of a BIT, FLOAT to
 // DOUBLE, an ENUM's or SET's other members.
 func sameKeyText(from, to string) bool {
-	if strings.EqualFold(from, to) {
+	if from == to {
 		return true
 	}
 	a, b := parseColumn(from), parseColumn(to)
@@ -137,11 +137,25 @@ func sameKeyText(from, to string) bool {
 	case "time", "datetime", "timestamp", "binary", "bit":
 		return a.width == b.width
 	case "decimal":
-		return decimalScale(from) == decimalScale(to) && a.zeroInt == b.zeroInt
+		// A table map writes no ZEROFILL: only the scale is compared
+		// where one side has none.
+		return decimalScale(from) == decimalScale(to) && (a.zeroInt == b.zeroInt || !strings.Contains(from, "zerofill") || !strings.Contains(to, "zerofill"))
+	case "float", "double":
+		return a.scaled == b.scaled && decimalScale(from) == decimalScale(to)
 	case "enum", "set":
-		return slices.Equal(a.values, b.values)
+		return slices.Equal(memberTexts(from), memberTexts(to))
 	}
 	return true // the same type written otherwise (a display width)
+}
+
+// memberTexts are an ENUM's or SET's members as written, their case
+// kept (parseColumn lowers it).
+func memberTexts(typ string) []string {
+	i, j := strings.IndexByte(typ, '('), strings.LastIndexByte(typ, ')')
+	if i < 0 || j < i {
+		return nil
+	}
+	return parseMembers(typ[i+1 : j])
 }
 
 // decimalScale is a DECIMAL(M,D)'s D.

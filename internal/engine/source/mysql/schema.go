@@ -155,7 +155,7 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 // mapCharsets corrects the catalog's character sets by a row's table map
 // where it names its character columns' collations: the set the row was
 // written in, though the catalog may show a later one. A collation id
-// not known keeps the catalog's set.
+// not known is taken for UTF-8.
 func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int]string {
 	coll := tm.CollationMap()
 	if coll == nil {
@@ -164,9 +164,14 @@ func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int
 	out := map[int]string{}
 	maps.Copy(out, charsets)
 	for i, c := range coll {
-		if cs, ok := setsByCollation[c]; ok {
-			setCharset(out, i, cs)
+		cs, ok := setsByCollation[c]
+		if !ok {
+			// Not a collation of MariaDB 10.11 or MySQL 8: a later
+			// server's, of UTF-8 (MariaDB 11's uca1400 ones), as before
+			// every set had its ids here.
+			cs = "utf8mb4"
 		}
+		setCharset(out, i, cs)
 	}
 	if len(out) == 0 {
 		return nil

@@ -136,7 +136,7 @@ func outputText(col string) string { return "format('%s', " + col + ")" }
 // COLLATE "C", which orders the bytes of the database's encoding: in
 // WIN1252 or EUC_JP another order than UTF-8's, and the keys of a
 // partition's bound were copied by neither side (or both). Its bounds are
-// bytes too (bytesParam): a key the database's encoding cannot write (an
+// bytes too (keyParam): a key the database's encoding cannot write (an
 // operator's split key) bounds the rows all the same.
 func outputBytes(col string) string { return "convert_to(" + outputText(col) + ", 'UTF8')" }
 
