@@ -52,7 +52,7 @@ func TestAResumeWaitsForTheFlushOfTheOwnerItSupersedes(t *testing.T) {
 	flushed := make(chan error, 1)
 	go func() { flushed <- s.Flush(ctx, "p1.1") }()
 	time.Sleep(300 * time.Millisecond) // the flush's data file is on the wire
-	s.Forget("p1.1") // its stop cut short: the manager forgets it
+	s.Forget("p1.1")                   // its stop cut short: the manager forgets it
 	resumed := make(chan sink.Position, 1)
 	go func() {
 		at, _, err := s.Resume(ctx, sink.Writer{Dispatcher: "p1.2", Partition: "p1", Epoch: 2})
