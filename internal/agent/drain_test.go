@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
 // Seed 000 end to end: drain a capture under load; its maintainers and
@@ -45,6 +46,16 @@ func TestDrainUnderLoadIsExactlyOnce(t *testing.T) {
 	} {
 		if _, err := c.Drain(ctx, tt.target, api.DrainRequest{}); !api.IsCode(err, tt.code) {
 			t.Fatalf("drain %s: %v, want %s", tt.target, err, tt.code)
+		}
+	}
+	// A plan sent with the drain is checked as a submitted plan is.
+	for _, p := range []*plan.Plan{
+		{Version: 1, Kind: plan.KindDrain, Target: "capture-2", BatchSize: 1},                                                                            // no fingerprint
+		{Version: 1, Kind: plan.KindMove, Target: "capture-2", BatchSize: 1, Fingerprint: plan.Fingerprint{Objects: map[string]model.Revision{"x": 1}}},  // another kind
+		{Version: 1, Kind: plan.KindDrain, Target: "capture-3", BatchSize: 1, Fingerprint: plan.Fingerprint{Objects: map[string]model.Revision{"x": 1}}}, // another capture
+	} {
+		if _, err := c.Drain(ctx, "capture-2", api.DrainRequest{Plan: p}); !api.IsCode(err, api.CodeBadRequest) {
+			t.Fatalf("a drain of capture-2 with a %s plan of %s (%d objects): %v, want bad request", p.Kind, p.Target, len(p.Fingerprint.Objects), err)
 		}
 	}
 

@@ -285,6 +285,23 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(CodeBadRequest, fmt.Sprintf("use a batch between 1 and %d", plan.MaxBatch), "batch %d is out of range", req.Batch))
 		return
 	}
+	if p := req.Plan; p != nil {
+		// Checked as POST /api/v2/plans checks one: a plan without its
+		// fingerprint, of another kind or capture, or malformed, would
+		// run on a cluster it was not computed for, or never end.
+		switch {
+		case p.Version != 1 || len(p.Fingerprint.Objects) == 0:
+			writeError(w, Errorf(CodeBadRequest, "compute the plan with 'cdcctl drain --dry-run --plan-out FILE' and submit that file", "the plan has version %d and %d fingerprinted objects; want version 1 and its fingerprint", p.Version, len(p.Fingerprint.Objects)))
+			return
+		case p.Kind != plan.KindDrain || string(p.Target) != r.PathValue("id"):
+			writeError(w, Errorf(CodeBadRequest, "submit a drain plan of this capture, or other plans with POST /api/v2/plans", "the plan is a %s of %s, not a drain of %s", p.Kind, p.Target, r.PathValue("id")))
+			return
+		}
+		if err := p.Validate(); err != nil {
+			writeError(w, Errorf(CodeBadRequest, "compute the plan with --dry-run --plan-out FILE and submit it unchanged", "%v", err))
+			return
+		}
+	}
 	v, err := s.b.Drain(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, err)
