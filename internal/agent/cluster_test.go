@@ -164,6 +164,7 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"teleport","target":"capture-2","batch_size":1,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, `plan kind "teleport"`},
 		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","batch_size":-7,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 400, api.CodeBadRequest, "batch_size -7 is out of range"},
 		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","batch_size":2,"fingerprint":{"objects":{"node/capture-2":1}}}}`, 409, api.CodeStalePlan, "stale"},
+		{"POST", "/api/v2/plans", `{"plan":{"version":1,"kind":"drain","target":"capture-2","batch_size":2,"fingerprint":{"objects":{"node/capture-2":1}},"batches":[{"steps":[{"kind":"teleport"}]}]}}`, 400, api.CodeBadRequest, `"teleport" step, which a drain plan does not have`},
 		{"POST", "/api/v2/coordinator/resign", `{"wait":"` + strings.Repeat("x", 1<<20) + `"}`, 413, api.CodeTooLarge, "larger than 1048576 bytes"},
 		{"GET", "/api/v2//status", "", 404, api.CodeNotFound, "not a clean path"},
 		{"GET", "/api/v2/captures/", "", 404, api.CodeNotFound, "not a clean path"},

@@ -227,6 +227,10 @@ func TestCheckRefusesPlansNoPlannerMakes(t *testing.T) {
 		{func(p *Plan) { p.Kind = "explode" }, `plan kind "explode"`},
 		{func(p *Plan) { p.Version = 2 }, "plan version 2"},
 		{func(p *Plan) { p.Fingerprint.Objects = nil }, "no fingerprint"},
+		// A step the plan's driver has no code for stayed pending: the
+		// plan Running for ever.
+		{func(p *Plan) { p.Batches = []Batch{{Steps: []Step{{Kind: "teleport-partition"}}}} }, `batch 1 has a "teleport-partition" step, which a drain plan does not have`},
+		{func(p *Plan) { p.Batches = []Batch{{Steps: []Step{{Kind: StepSetLiveness}}}, {Steps: []Step{{Kind: StepSplitPartition}}}} }, `batch 2 has a "split-partition" step`},
 	} {
 		p := good
 		c.edit(&p)

@@ -22,3 +22,17 @@ var Kinds = []Kind{KindDrain, KindMove, KindSplit, KindRebalance, KindRollout}
 
 // Known says whether a planner makes plans of this kind.
 func (k Kind) Known() bool { return slices.Contains(Kinds, k) }
+
+// stepKinds are the steps each kind of plan is made of: a step of another
+// kind has no one to carry it out in that plan's driver (it would stay
+// pending, the plan Running for ever).
+var stepKinds = map[Kind][]StepKind{
+	KindDrain:     {StepSetLiveness, StepMoveMaintainer, StepMovePartitions},
+	KindMove:      {StepMovePartition},
+	KindSplit:     {StepSplitPartition},
+	KindRebalance: {StepMovePartition},
+	KindRollout:   {StepSetLiveness, StepMoveMaintainer, StepMovePartitions, StepResign, StepRestart, StepAwaitWork},
+}
+
+// Has says whether plans of this kind have steps of kind s.
+func (k Kind) Has(s StepKind) bool { return slices.Contains(stepKinds[k], s) }

@@ -81,7 +81,8 @@ type Plan struct {
 const MaxBatch = 1000
 
 // Validate refuses a plan that no planner makes: an unknown version or kind,
-// a batch size outside 1..MaxBatch, or no fingerprint (without it a plan
+// a step its kind does not have, a batch size outside 1..MaxBatch, or no
+// fingerprint (without it a plan
 // cannot be checked against what it read). A plan file edited by hand is
 // checked like the API's own requests.
 func (p *Plan) Validate() error {
@@ -96,6 +97,13 @@ func (p *Plan) Validate() error {
 		return fmt.Errorf("restart_by %q: only a rollout's restarts may be %q (or none: the capture restarts itself)", p.RestartBy, RestartByHook)
 	case len(p.Fingerprint.Objects) == 0:
 		return fmt.Errorf("the plan has no fingerprint: compute it with --dry-run --plan-out FILE and submit that file")
+	}
+	for i, b := range p.Batches {
+		for _, s := range b.Steps {
+			if !p.Kind.Has(s.Kind) {
+				return fmt.Errorf("batch %d has a %q step, which a %s plan does not have (a plan file edited by hand, or made by a cdcctl of another version): compute the plan again with this cluster's version, --dry-run --plan-out FILE", i+1, s.Kind, p.Kind)
+			}
+		}
 	}
 	return nil
 }

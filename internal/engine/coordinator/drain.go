@@ -222,7 +222,10 @@ func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, st
 		}
 		return exec.Outcome{Done: true}, nil
 	}
-	return exec.Outcome{}, fmt.Errorf("a drain plan has no %s steps", s.Kind)
+	// A step this version has no code for (a plan stored by a newer
+	// coordinator, taken over after a failover) fails the plan: waiting
+	// left it Running for ever.
+	return exec.Outcome{Failed: unknownStep(p, s)}, nil
 }
 
 func (a *drainActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) error {

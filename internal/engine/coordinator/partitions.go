@@ -77,7 +77,13 @@ func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step
 	case plan.StepSplitPartition:
 		return checkSplit(s, state, route), nil
 	}
-	return exec.Outcome{}, fmt.Errorf("a %s plan has no %s steps", p.Kind, s.Kind)
+	return exec.Outcome{Failed: unknownStep(p, s)}, nil
+}
+
+// unknownStep says why a plan fails at a step this coordinator has no
+// code for.
+func unknownStep(p *plan.Plan, s plan.Step) string {
+	return fmt.Sprintf("this coordinator carries out no %q steps of a %s plan (one stored by a coordinator of another version?); compute the plan again with this cluster's cdcctl version", s.Kind, p.Kind)
 }
 
 func (a *partitionActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) error {

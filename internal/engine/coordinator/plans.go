@@ -37,6 +37,15 @@ type Submission struct {
 // Submit takes a plan exactly as an operator approved it, whatever its
 // kind, and refuses it if it is stale.
 func (c *Coordinator) Submit(ctx context.Context, term election.Term, p *plan.Plan, sub Submission) (*exec.Record, error) {
+	// A step its kind's driver has no code for would wait for ever.
+	for _, b := range p.Batches {
+		for _, s := range b.Steps {
+			if !p.Kind.Has(s.Kind) {
+				return nil, &plan.Refusal{Reason: plan.RefuseInvalid, Message: fmt.Sprintf("a %s plan cannot have %s steps", p.Kind, s.Kind),
+					Hint: "compute the plan again with this cluster's cdcctl version (--dry-run --plan-out FILE)"}
+			}
+		}
+	}
 	switch p.Kind {
 	case plan.KindDrain:
 		rec, _, err := c.SubmitDrain(ctx, term, p.Target, p.BatchSize, p, sub)
