@@ -230,7 +230,9 @@ func TestCheckRefusesPlansNoPlannerMakes(t *testing.T) {
 		// A step the plan's driver has no code for stayed pending: the
 		// plan Running for ever.
 		{func(p *Plan) { p.Batches = []Batch{{Steps: []Step{{Kind: "teleport-partition"}}}} }, `batch 1 has a "teleport-partition" step, which a drain plan does not have`},
-		{func(p *Plan) { p.Batches = []Batch{{Steps: []Step{{Kind: StepSetLiveness}}}, {Steps: []Step{{Kind: StepSplitPartition}}}} }, `batch 2 has a "split-partition" step`},
+		{func(p *Plan) {
+			p.Batches = []Batch{{Steps: []Step{{Kind: StepSetLiveness}}}, {Steps: []Step{{Kind: StepSplitPartition}}}}
+		}, `batch 2 has a "split-partition" step`},
 	} {
 		p := good
 		c.edit(&p)
