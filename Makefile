@@ -25,7 +25,7 @@ image:
 	$(GO) run ./internal/release/mkrelease -out dist -arch $$($(GO) env GOARCH) -version '$(RELEASE_VERSION)'
 
 test:
-	$(GO) test -race -count=1 -p 3 -timeout 30m ./...
+	$(GO) test -race -count=1 -p 3 -ldflags=-w -timeout 30m ./...
 
 # Benchmarks report ratios against a baseline measured in the same run.
 bench:

@@ -29,8 +29,9 @@ func Main() {
 
 // ExitRestart is the agent's exit code after a graceful stop that a
 // rollout asked for ('cdcctl rollout restart') or SIGHUP: its service manager
-// starts it again (systemd's unit lists it in RestartForceExitStatus;
-// compose and Kubernetes restart any exit; the playground restarts it).
+// starts it again (the shipped systemd unit's and compose file's
+// Restart=on-failure take any exit but 0; Kubernetes restarts any exit;
+// the playground restarts it).
 // EX_TEMPFAIL: try again.
 const ExitRestart = 75
 

@@ -88,9 +88,9 @@ binary, for an upgrade), and is given its share of work again before the
 next capture goes. The coordinator's capture goes last, so the role moves
 once.
 
-The agent exits with code 75 when asked; systemd (the unit's
-RestartForceExitStatus=75), compose (restart: unless-stopped), Kubernetes
-and the playground start it again. A capture that does not come back
+The agent exits with code 75 when asked; systemd (the shipped unit's
+Restart=on-failure), compose (restart: on-failure), Kubernetes and the
+playground start it again. A capture that does not come back
 stalls the plan (a 'stalled' event names it) until it does or the plan is
 cancelled.
 
@@ -131,9 +131,9 @@ still running; fix the hook and run 'cdcctl plan watch ID --exec CMD' and
 capture's restart ("waiting for the rollout's hook") until 'cdcctl plan
 watch ID --exec CMD' runs the hook, or you restart the capture yourself.
 A hook may run again for a capture that way: make it safe to repeat.`,
-		Example: `  cdcctl rollout upgrade --exec 'kubectl -n cdc delete pod "$CDCCTL_CAPTURE" --wait=false' --yes
+		Example: `  cdcctl rollout upgrade --exec 'kubectl -n cdcctl delete pod "$CDCCTL_CAPTURE" --wait=false' --yes
   cdcctl rollout upgrade --exec 'ssh "${CDCCTL_CAPTURE_ADDR%:*}" sudo systemctl restart cdc-agent' --max-lag 30s --yes
-  cdcctl rollout upgrade --exec 'docker compose up -d --no-deps --force-recreate "$CDCCTL_CAPTURE"' --yes -o json
+  cdcctl rollout upgrade --exec 'docker compose -f deploy/compose/compose.yaml up -d --no-deps --force-recreate "$CDCCTL_CAPTURE"' --yes -o json
   cdcctl rollout upgrade --exec 'kill -HUP $CDCCTL_CAPTURE_PID' --yes    # the playground: the agent exits 75, restarted`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -84,9 +84,20 @@ func TestTheComposeFileRunsThreeAgentsAndEtcd(t *testing.T) {
 		} else {
 			hostPorts[s.Ports[0]] = name
 		}
-		vol, dir, _ := strings.Cut(strings.Join(s.Volumes, ""), ":")
-		if _, named := compose.Volumes[vol]; dir != ImageDataDir || !named {
-			t.Errorf("%s keeps its state in %v; want a named volume at %s", name, s.Volumes, ImageDataDir)
+		mounts := map[string]string{}
+		for _, v := range s.Volumes {
+			vol, dir, _ := strings.Cut(v, ":")
+			if _, named := compose.Volumes[vol]; named {
+				mounts[dir] = vol
+			}
+		}
+		if vol := mounts[ImageDataDir]; vol != name || len(s.Volumes) != 2 {
+			t.Errorf("%s keeps its state in %v; want a named volume of its own at %s", name, s.Volumes, ImageDataDir)
+		}
+		// file:// sinks are on one volume every agent mounts: verify
+		// reads the whole sink on whichever agent answers.
+		if mounts[ImageSinksDir] != "sinks" {
+			t.Errorf("%s mounts %v; want the shared volume sinks at %s", name, s.Volumes, ImageSinksDir)
 		}
 		// The image's own binaries parse the command lines: an unknown
 		// flag or a bad value fails before --help prints.

@@ -25,7 +25,11 @@ import (
 const (
 	ImageUID     = 65532
 	ImageDataDir = "/var/lib/cdc-agent"
-	imageBinDir  = "/usr/local/bin"
+	// ImageSinksDir is where compose mounts one volume all its agents
+	// share, for file:// sinks: a changefeed's partitions run on every
+	// agent, and verify reads the sink on whichever agent answers.
+	ImageSinksDir = ImageDataDir + "/sinks"
+	imageBinDir   = "/usr/local/bin"
 )
 
 // ImageName is the repository the archive tags: cdcctl:<version> and
@@ -231,6 +235,7 @@ func (b Build) layerEntries(caCerts string) ([]layerEntry, error) {
 		// A named volume mounted here takes this owner, so the agent
 		// can write its state without running as root.
 		{name: strings.TrimPrefix(ImageDataDir, "/"), dir: true, mode: 0o750, uid: uid},
+		{name: strings.TrimPrefix(ImageSinksDir, "/"), dir: true, mode: 0o750, uid: uid},
 	}
 	for _, name := range Binaries {
 		path, err := b.binary(name)

@@ -136,6 +136,10 @@ func TestTheImageRunsBothBinariesAsANonRootUser(t *testing.T) {
 	if h := files["var/lib/cdc-agent"]; h == nil || h.Typeflag != tar.TypeDir || h.Uid != ImageUID {
 		t.Fatalf("the data directory is not the image user's: %+v", h)
 	}
+	// A volume mounted there (compose's shared sinks) takes this owner.
+	if h := files["var/lib/cdc-agent/sinks"]; h == nil || h.Typeflag != tar.TypeDir || h.Uid != ImageUID {
+		t.Fatalf("the sinks directory is not the image user's: %+v", h)
+	}
 	if h := files["tmp"]; h == nil || h.Mode != 0o1777 {
 		t.Fatalf("/tmp: %+v", h)
 	}
