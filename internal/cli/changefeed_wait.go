@@ -89,6 +89,8 @@ checkpoint is waited for.`,
 				cf, err := c.Changefeed(ctx, args[0])
 				if err == nil {
 					last = cf
+				} else if !transient(err) {
+					return err // removed, or a token refused: waiting changes nothing
 				}
 				if err == nil && state != "" && cf.State == state {
 					return o.render(cf, func(tw tableWriter) { fmt.Fprintf(tw, "Changefeed %s is %s.\n", cf.ID, cf.State) })
@@ -153,6 +155,8 @@ func waitSnapshot(ctx context.Context, o *options, c *api.Client, cf *api.Change
 		next, err := c.Changefeed(ctx, cf.ID)
 		if err == nil {
 			cf = next
+		} else if !transient(err) {
+			return err
 		}
 	}
 }
@@ -181,6 +185,9 @@ func waitTable(ctx context.Context, o *options, c *api.Client, id, want, gone st
 	}
 	for {
 		parts, err := c.Partitions(ctx, id, "")
+		if err != nil && !transient(err) {
+			return err
+		}
 		if err == nil {
 			has := map[string]bool{}
 			for _, p := range parts.Partitions {

@@ -100,6 +100,10 @@ retried until --timeout; a timeout exits with code 3.`,
 						fmt.Fprintf(o.errOut, "waiting for %s and a coordinator: now %s\n", want, seen)
 						last = seen
 					}
+				} else if !transient(err) {
+					// A refused token or a bad request: waiting does not
+					// change the answer, and its exit code says what does.
+					return err
 				} else if !errors.Is(err, context.DeadlineExceeded) {
 					lastErr = err
 				}

@@ -64,6 +64,9 @@ type options struct {
 	out    io.Writer
 	errOut io.Writer
 	now    func() time.Time
+	// tokenFile is the --token-file flag: given, it wins over
+	// CDCCTL_TOKEN, which wins over a token file of the config file.
+	tokenFile *pflag.Flag
 }
 
 func (o *options) output() string { return o.v.GetString("output") }
@@ -101,9 +104,19 @@ func (o *options) clientWithTimeout(d time.Duration) (*api.Client, error) {
 }
 
 // token is the bearer token for agents that check them: --token-file
-// (or token-file in the config file), else CDCCTL_TOKEN. A token is never
-// a flag's value: ps shows arguments to everyone.
+// (or CDCCTL_TOKEN_FILE), else CDCCTL_TOKEN, else token-file in the config
+// file or its context. The environment overrides the config file, as it
+// does every key: a context's admin token file must not beat the viewer
+// token an operator exported to be safe. A token is never a flag's value:
+// ps shows arguments to everyone.
 func (o *options) token() (string, error) {
+	given := o.tokenFile != nil && o.tokenFile.Changed
+	if env, ok := os.LookupEnv("CDCCTL_TOKEN_FILE"); ok && env != "" {
+		given = true
+	}
+	if tok := strings.TrimSpace(o.v.GetString("token")); tok != "" && !given {
+		return tok, nil
+	}
 	if path := o.v.GetString("token-file"); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -198,6 +211,7 @@ CDCCTL_OUTPUT), then the config file (--config, default
 	pf.Duration("request-timeout", 30*time.Second, "timeout of one API request")
 	pf.String("token-file", "", "file holding the bearer token for agents that check tokens (or CDCCTL_TOKEN)")
 	pf.String("ca-file", "", "CA certificates (PEM) to trust for https:// agent addresses (or CDCCTL_CA_FILE)")
+	o.tokenFile = pf.Lookup("token-file")
 	for _, name := range []string{"server", "output", "no-headers", "config", "context", "request-timeout", "token-file", "ca-file"} {
 		_ = o.v.BindPFlag(name, pf.Lookup(name))
 	}
