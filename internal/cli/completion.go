@@ -41,6 +41,8 @@ func completeArgsAndFlags(o *options, cmd *cobra.Command) {
 	switch group, arg := cmd.Parent().Name(), fields[1]; {
 	case group == "changefeed" && arg == "NAME":
 		cmd.ValidArgsFunction = firstArg(completeChangefeeds(o))
+	case group == "plan" && arg == "ID|FILE":
+		cmd.ValidArgsFunction = firstArg(orFiles(completePlans(o)))
 	case group == "plan" && strings.HasPrefix(arg, "ID"):
 		cmd.ValidArgsFunction = firstArg(completePlans(o))
 	case arg == "CAPTURE":
@@ -79,4 +81,13 @@ func completePlans(o *options) cobra.CompletionFunc {
 		}
 		return out, nil
 	})
+}
+
+// orFiles offers f's values and lets the shell complete file names too,
+// for an argument that is an id or a file (plan show ID|FILE).
+func orFiles(f cobra.CompletionFunc) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		out, _ := f(cmd, args, prefix)
+		return out, cobra.ShellCompDirectiveDefault
+	}
 }
