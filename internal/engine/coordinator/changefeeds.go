@@ -46,11 +46,12 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		return model.ChangefeedInfo{}, err
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
+	sinkURI, undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	cancel()
 	if err != nil {
 		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
+	req.Sink = sinkURI
 	created := false
 	defer func() {
 		if !created {

@@ -32,7 +32,13 @@ type Config struct {
 	// created.
 	PartitionNum      int32
 	ReplicationFactor int16
-	MaxMessageBytes   int
+	// HashPartitions is how many of the topic's partitions rows are
+	// hashed over (partitions 0 to HashPartitions-1); 0: all the topic
+	// has when the sink opens. A changefeed's create sets it to the
+	// topic's count (Pin), so partitions added to the topic later do not
+	// move keys to other partitions at the next restart or move.
+	HashPartitions  int32
+	MaxMessageBytes int
 	// BufferMemory bounds the bytes of messages the sink holds (handed
 	// over and not yet acknowledged): above it Write waits, so a slow or
 	// failing broker makes dispatchers wait instead of memory grow
@@ -99,13 +105,19 @@ func (c Config) progressTopic() string {
 	return c.Topic + "-progress"
 }
 
+// HashPartitionsOption names the parameter HashPartitions comes from.
+const HashPartitionsOption = "hash-partitions"
+
 // ChangeableOptions are the parameters a paused changefeed's Kafka sink
 // may change (changefeed update --sink-option): timeouts, memory and
 // credentials, not the topic's shape nor how rows are routed to its
-// partitions (a key's order across the change would break). The
+// partitions (a key's order across the change would break) — but for
+// hash-partitions: setting it to the count a changefeed created before
+// it hashes over keeps every key where it is after partitions were added
+// to the topic (docs/cli.md says what another value does). The
 // delivery may change: a paused changefeed's checkpoints are exact, so
 // it resumes where it stopped either way.
-var ChangeableOptions = []string{"max-message-bytes", "buffer-memory", "connections-per-broker", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
+var ChangeableOptions = []string{HashPartitionsOption, "max-message-bytes", "buffer-memory", "connections-per-broker", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
 
 // Defaults of the URI's parameters.
 var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Connections: 4, Schema: "gen", DialTimeout: 5 * time.Second,
@@ -152,6 +164,13 @@ func ParseURI(raw string) (Config, error) {
 				perr = fmt.Errorf("must be between 1 and 10000")
 			}
 			c.PartitionNum = int32(n)
+		case HashPartitionsOption:
+			var n int
+			n, perr = strconv.Atoi(v)
+			if perr == nil && (n < 1 || n > 10000) {
+				perr = fmt.Errorf("must be between 1 and 10000")
+			}
+			c.HashPartitions = int32(n)
 		case "replication-factor":
 			var n int
 			n, perr = strconv.Atoi(v)
@@ -203,7 +222,7 @@ func ParseURI(raw string) (Config, error) {
 		default:
 			var ok bool
 			if ok, perr = c.Security.param(key, v); !ok {
-				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, replication-factor, max-message-bytes, buffer-memory, connections-per-broker, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, transaction-meta, transaction-topic, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
+				perr = fmt.Errorf("unknown parameter; the Kafka sink takes protocol, partition, partition-num, hash-partitions, replication-factor, max-message-bytes, buffer-memory, connections-per-broker, dial-timeout, retry-timeout, recover-timeout, delivery, progress-topic, progress-partitions, transaction-timeout, transaction-meta, transaction-topic, sasl-user, sasl-password, sasl-mechanism, enable-tls, ca, cert, key, insecure-skip-verify")
 			}
 		}
 		if perr != nil {

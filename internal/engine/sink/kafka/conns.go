@@ -5,7 +5,12 @@ package kafka
 // connections that the pump (producer.go) and the exactly-once writers
 // (txn_send.go) send on.
 
-import "github.com/IBM/sarama"
+import (
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+)
 
 // lane is one of a broker's connections: a broker leading several of
 // the topic's partitions gets them spread over connections-per-broker
@@ -36,16 +41,44 @@ func (s *Sink) refreshSoon() {
 // the network), and wakes the pump afterwards.
 func (s *Sink) refresher() {
 	defer close(s.refreshed)
+	check := time.NewTicker(topicCheckEvery)
+	defer check.Stop()
+	seen := s.topicParts
 	for {
 		select {
 		case <-s.refresh:
 			_ = s.client.RefreshMetadata(s.cfg.Topic)
 			s.lookUpLeaders()
 			s.wake()
+		case <-check.C:
+			if err := s.client.RefreshMetadata(s.cfg.Topic); err != nil {
+				continue
+			}
+			if parts, err := s.client.Partitions(s.cfg.Topic); err == nil && int32(len(parts)) != seen {
+				seen = int32(len(parts))
+				s.partitionsChanged(seen)
+			}
 		case <-s.life.Done():
 			return
 		}
 	}
+}
+
+// topicCheckEvery is how often the sink looks at its topic's partition
+// count (sarama's own metadata refresh is every 10 minutes).
+var topicCheckEvery = 30 * time.Second
+
+// partitionsChanged tells the operator that the topic's partition count
+// changed under the sink, and what it means for the changefeed's keys.
+func (s *Sink) partitionsChanged(now int32) {
+	if s.cfg.HashPartitions != 0 {
+		s.log.Info("kafka sink: the topic's partition count changed; this changefeed goes on hashing its keys over its hash-partitions, so a key stays in its partition",
+			"topic", s.cfg.Topic, "partitions", now, HashPartitionsOption, s.cfg.HashPartitions)
+		return
+	}
+	// A changefeed created before hash-partitions was pinned at create.
+	s.log.Warn(fmt.Sprintf("kafka sink: topic %q now has %d partitions, %d when this sink opened; this changefeed hashes its keys over all of the topic's partitions, so once a capture opens its sink again (a restart, a move) a key's next changes go to another partition than its earlier ones, and a consumer reading both may take them out of order. To keep every key where it is: cdcctl changefeed pause, then changefeed update --sink-option %s=%d, then resume",
+		s.cfg.Topic, now, s.topicParts, HashPartitionsOption, s.topicParts), "topic", s.cfg.Topic)
 }
 
 // lookUpLeaders sets every partition's leader from the client's metadata.

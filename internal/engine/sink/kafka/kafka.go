@@ -56,6 +56,10 @@ type Sink struct {
 	metrics    Metrics
 	client     sarama.Client
 	partitions int32
+	// topicParts is how many partitions the topic had when the sink
+	// opened (partitions is how many rows are hashed over: as many, or
+	// hash-partitions); the refresher tells when it changes.
+	topicParts int32
 	log        *slog.Logger
 	failures   *failureLog
 	// life ends with Close: a wait for the tenure gives up then.

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/IBM/sarama"
@@ -34,7 +36,12 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach Kafka at %v: %v; %s", cfg.Brokers, err, connectHint(err, cfg.Security))
 	}
-	parts, err := ensureTopic(client, cfg)
+	topicParts, err := ensureTopic(client, cfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	parts, err := hashedOver(cfg, topicParts)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -58,7 +65,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		metrics = noMetrics{}
 	}
 	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
-		life: life, stop: stop, outstanding: map[string]int{}, openTxn: map[string]bool{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
+		topicParts: topicParts, life: life, stop: stop, outstanding: map[string]int{}, openTxn: map[string]bool{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
 		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts, sideTails: map[string]chan struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
@@ -70,6 +77,37 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	go s.pump()
 	go s.refresher()
 	return s, nil
+}
+
+// hashedOver is how many partitions rows are hashed over: hash-partitions
+// when set (the topic must have that many), else all the topic has.
+func hashedOver(cfg Config, topicParts int32) (int32, error) {
+	if cfg.HashPartitions == 0 {
+		return topicParts, nil
+	}
+	if topicParts < cfg.HashPartitions {
+		return 0, fmt.Errorf("topic %q has %d partitions, fewer than the %d this changefeed hashes its keys over (%s=%d); give the topic its partitions back (kafka-topics.sh --alter --topic %s --partitions %d), or write to another topic with a new changefeed",
+			cfg.Topic, topicParts, cfg.HashPartitions, HashPartitionsOption, cfg.HashPartitions, cfg.Topic, cfg.HashPartitions)
+	}
+	return cfg.HashPartitions, nil
+}
+
+// Pin is a sink URI with the partitions its rows are hashed over fixed to
+// what the topic has now, unless the URI fixes them already: a create
+// keeps it, so that partitions added to the topic later do not send a
+// key's next changes to another partition than its earlier ones (a
+// consumer reading both could take them out of order) when a capture
+// opens the sink again.
+func (s *Sink) Pin(uri string) (string, error) {
+	if s.cfg.HashPartitions != 0 {
+		return uri, nil
+	}
+	// Appended, so the rest reads as the operator wrote it.
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	return uri + sep + HashPartitionsOption + "=" + strconv.Itoa(int(s.partitions)), nil
 }
 
 func saramaConfig(cfg Config) *sarama.Config {

@@ -103,24 +103,33 @@ func check(uri string, env Env) (*url.URL, error) {
 }
 
 // Probe opens a sink and closes it again, to prove that a new
-// changefeed's sink can be reached. A failed probe leaves nothing on the
-// local disk; undo removes what one that passed created there (a
-// file:// sink's new directory), for a create refused after it.
-func Probe(ctx context.Context, uri string, env Env) (undo func(), err error) {
+// changefeed's sink can be reached, and returns the URI the changefeed
+// keeps: a Kafka sink's with the partitions it hashes keys over pinned
+// (kafka.Sink.Pin). A failed probe leaves nothing on the local disk; undo
+// removes what one that passed created there (a file:// sink's new
+// directory), for a create refused after it.
+func Probe(ctx context.Context, uri string, env Env) (pinned string, undo func(), err error) {
 	u, err := check(uri, env)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	switch u.Scheme {
-	case "kafka", "blackhole":
-		s, err := Open(ctx, uri, env)
+	case "kafka":
+		k, err := kafka.OpenWith(ctx, uri, env.Log, kafka.Env{})
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
-		_ = s.Close() // it could be reached: that is all a probe asks
-		return func() {}, nil
+		defer k.Close() // it could be reached: that is all a probe asks
+		pinned, err := k.Pin(uri)
+		if err != nil {
+			return "", nil, err
+		}
+		return pinned, func() {}, nil
+	case "blackhole":
+		return uri, func() {}, nil
 	}
-	return storage.Probe(ctx, uri, env.Log, env.storage())
+	undo, err = storage.Probe(ctx, uri, env.Log, env.storage())
+	return uri, undo, err
 }
 
 // Open connects a sink.
