@@ -228,8 +228,12 @@ func TestRenameTableIsReadExactly(t *testing.T) {
 		"RENAME TABLE a b":                                           "",
 		"RENAME USER a TO b":                                         "",
 		"ALTER TABLE a RENAME TO b":                                  "",
+		// gh-ost's swap, as it writes it; a comment's words are not read.
+		"rename /* gh-ost */ table `shop`.`orders` to `shop`.`_orders_del`, `shop`.`_orders_gho` to `shop`.`orders`": "shop.orders>shop._orders_del shop._orders_gho>shop.orders",
+		"RENAME -- why\n TABLE a TO b # done": "shop.a>shop.b",
+		"RENAME TABLE `a/*b` TO `c*/d`":       `shop."a/*b">shop."c*/d"`,
 	} {
-		pairs, ok := renamedTables(stmt, "shop")
+		pairs, ok := renamedTables(withoutComments(stmt), "shop")
 		var got []string
 		for _, p := range pairs {
 			got = append(got, p[0]+">"+p[1])
@@ -244,20 +248,21 @@ func TestRenameTableIsReadExactly(t *testing.T) {
 // tables it only reads (LIKE, a SELECT); anything else is not read.
 func TestCreateTableIsReadForTheTableItCreates(t *testing.T) {
 	for stmt, want := range map[string]string{
-		"CREATE TABLE extra (id INT PRIMARY KEY, v INT)":      "shop.extra",
-		"create table `other`.`t`(id int)":                    "other.t",
-		"CREATE TABLE IF NOT EXISTS orders_copy LIKE orders":  "shop.orders_copy",
-		"CREATE TABLE s AS SELECT id FROM orders":             "shop.s",
-		"CREATE OR REPLACE TABLE orders (id INT PRIMARY KEY)": "shop.orders replaces",
-		"CREATE TEMPORARY TABLE orders (id INT)":              "shop.orders temporary",
-		"CREATE OR REPLACE TEMPORARY TABLE t LIKE orders":     "shop.t replaces temporary",
-		"CREATE INDEX i ON orders (v)":                        "",
-		"CREATE VIEW v AS SELECT * FROM orders":               "",
-		"CREATE TABLE":                                        "",
-		"CREATE TABLE `a`b` (id INT)":                         "",
-		"ALTER TABLE orders ADD COLUMN c INT":                 "",
+		"CREATE TABLE extra (id INT PRIMARY KEY, v INT)":                      "shop.extra",
+		"create table `other`.`t`(id int)":                                    "other.t",
+		"CREATE TABLE IF NOT EXISTS orders_copy LIKE orders":                  "shop.orders_copy",
+		"CREATE TABLE s AS SELECT id FROM orders":                             "shop.s",
+		"CREATE OR REPLACE TABLE orders (id INT PRIMARY KEY)":                 "shop.orders replaces",
+		"CREATE TEMPORARY TABLE orders (id INT)":                              "shop.orders temporary",
+		"CREATE OR REPLACE TEMPORARY TABLE t LIKE orders":                     "shop.t replaces temporary",
+		"CREATE INDEX i ON orders (v)":                                        "",
+		"CREATE VIEW v AS SELECT * FROM orders":                               "",
+		"CREATE TABLE":                                                        "",
+		"CREATE TABLE `a`b` (id INT)":                                         "",
+		"ALTER TABLE orders ADD COLUMN c INT":                                 "",
+		"create /* gh-ost */ table `shop`.`_orders_gho` like `shop`.`orders`": "shop._orders_gho",
 	} {
-		name, replaces, temporary, ok := createdTable(stmt, "shop")
+		name, replaces, temporary, ok := createdTable(withoutComments(stmt), "shop")
 		got := name
 		if replaces {
 			got += " replaces"
@@ -303,8 +308,14 @@ func TestStatementsThatChangeNoTable(t *testing.T) {
 		"TRUNCATE orders":                                                      false,
 		"DROP DATABASE shop":                                                   false,
 		"/*!50001 CREATE VIEW v AS SELECT * FROM orders */":                    false,
+		// A comment after the verb was taken for the object's kind: a
+		// table dropped, renamed or altered so was passed over.
+		"alter /* gh-ost */ table `shop`.`_orders_gho` add column c int": false,
+		"DROP /* x */ TABLE orders":                                      false,
+		"rename /* gh-ost */ table a to b, c to a":                       false,
+		"CREATE /* x */ VIEW v AS SELECT 1":                              true,
 	} {
-		if got := changesNoTable(stmt); got != want {
+		if got := changesNoTable(withoutComments(stmt)); got != want {
 			t.Errorf("%s: %v, want %v", stmt, got, want)
 		}
 	}
@@ -314,7 +325,7 @@ func TestStatementsThatChangeNoTable(t *testing.T) {
 		"DROP DATABASE shop extra":                "",
 		"DROP TABLE shop":                         "",
 	} {
-		if got, ok := droppedDatabase(stmt); got != want || ok != (want != "") {
+		if got, ok := droppedDatabase(withoutComments(stmt)); got != want || ok != (want != "") {
 			t.Errorf("%s: %q %v, want %q", stmt, got, ok, want)
 		}
 	}
@@ -421,6 +432,54 @@ func TestIntegerTypesAreWrittenAsTheFlavorsCatalogDoes(t *testing.T) {
 		}
 		if got := asCatalog(c.typ, "mysql"); got != c.mysql {
 			t.Errorf("%s on MySQL: %s, want %s", c.typ, got, c.mysql)
+		}
+	}
+}
+
+// DROP TABLE and TRUNCATE are read past comments anywhere: MariaDB's
+// after the names, a tool's after the verb or the name.
+func TestDropAndTruncateAreReadPastComments(t *testing.T) {
+	for stmt, want := range map[string]string{
+		"DROP TABLE `orders` /* generated by server */": "shop.orders",
+		"DROP /* x */ TABLE IF EXISTS a, `b`":           "shop.a shop.b",
+		"drop table `order items`, b":                   `shop."order items" shop.b`,
+		"DROP TABLE a /* unterminated":                  "",
+	} {
+		names, ok := droppedTables(withoutComments(stmt), "shop")
+		if g := strings.Join(names, " "); g != want || ok != (want != "") {
+			t.Errorf("%s: %q (%v), want %q", stmt, g, ok, want)
+		}
+	}
+	for stmt, want := range map[string]string{
+		"TRUNCATE TABLE orders /* app */": "shop.orders",
+		"truncate /* x */ orders":         "shop.orders",
+	} {
+		if got, ok := truncated(withoutComments(stmt), "shop"); got != want || !ok {
+			t.Errorf("%s: %q (%v), want %q", stmt, got, ok, want)
+		}
+	}
+	if got := withoutComments("INSERT INTO t VALUES ('/* not a comment */', \"-- nor\", `#this`) -- but this is"); got != "INSERT INTO t VALUES ('/* not a comment */', \"-- nor\", `#this`) " {
+		t.Errorf("comments inside quotes: %q", got)
+	}
+}
+
+// An ALTER TABLE the history cannot apply is followed by the next row's
+// table map and the catalog, unless it renames the table itself: a
+// column or index rename is not a table's.
+func TestOnlyATableRenameIsNotFollowable(t *testing.T) {
+	for stmt, want := range map[string]bool{
+		"ALTER TABLE orders RENAME COLUMN a TO b":              true,
+		"alter table orders rename index i to j, add c int":    true,
+		"ALTER TABLE orders RENAME KEY i TO j":                 true,
+		"ALTER TABLE orders RENAME TO orders_v2":               false,
+		"ALTER TABLE orders RENAME AS orders_v2":               false,
+		"ALTER TABLE orders RENAME orders_v2":                  false,
+		"ALTER TABLE orders RENAME COLUMN a TO b, RENAME TO x": false,
+		"CREATE INDEX i ON orders (a)":                         true,
+		"DROP TABLE orders":                                    false,
+	} {
+		if got := followable(stmt); got != want {
+			t.Errorf("%s: %v, want %v", stmt, got, want)
 		}
 	}
 }

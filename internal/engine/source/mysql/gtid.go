@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	driver "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 )
 
@@ -160,6 +162,12 @@ func gtidsAt(ctx context.Context, db *sql.DB, flavor, file string, pos uint32, e
 // version adds.
 func masterStatus(ctx context.Context, db *sql.DB) (file string, pos uint32, executed string, err error) {
 	rows, err := db.QueryContext(ctx, "SHOW MASTER STATUS")
+	var me *driver.MySQLError
+	if errors.As(err, &me) && me.Number == 1064 {
+		// MySQL 8.4 removed it for SHOW BINARY LOG STATUS (8.2 and
+		// later); MariaDB keeps the old name.
+		rows, err = db.QueryContext(ctx, "SHOW BINARY LOG STATUS")
+	}
 	if err != nil {
 		return "", 0, "", err
 	}

@@ -25,9 +25,11 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	up := followFrom(t, "orders,other", []string{"--binlog-row-metadata=MINIMAL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20))", "CREATE TABLE other (id INT PRIMARY KEY)")
 	dsn, cfg, first, live := up.dsn, up.cfg, up.first, up.log
 	exec(t, dsn, "INSERT INTO orders VALUES (1, 'one'), (2, 'two')",
-		// gh-ost: the shadow, its ALTER, the copy, a change applied to both
-		"CREATE TABLE `_orders_gho` LIKE `orders`",
-		"ALTER TABLE `shop`.`_orders_gho` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
+		// gh-ost: the shadow, its ALTER, the copy, a change applied to
+		// both (its statements as it writes them, a comment after the
+		// verb)
+		"create /* gh-ost */ table `shop`.`_orders_gho` like `shop`.`orders`",
+		"alter /* gh-ost */ table `shop`.`_orders_gho` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
 		"INSERT INTO `_orders_gho` (id, note) SELECT id, note FROM orders")
 	// A resume point in the middle of the migration, as a checkpoint
 	// there would keep it.
@@ -39,13 +41,13 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	}
 	exec(t, dsn, "INSERT INTO orders VALUES (3, 'three')", "INSERT INTO `_orders_gho` (id, note) VALUES (3, 'three')",
 		"CREATE TABLE `_orders_del` (id INT PRIMARY KEY)", "DROP TABLE `_orders_del`",
-		"RENAME TABLE `shop`.`orders` TO `shop`.`_orders_del`, `shop`.`_orders_gho` TO `shop`.`orders`",
+		"rename /* gh-ost */ table `shop`.`orders` to `shop`.`_orders_del`, `shop`.`_orders_gho` to `shop`.`orders`",
 		"DROP TABLE IF EXISTS `_orders_del`",
 		"INSERT INTO orders VALUES (4, 'a longer note than twenty', 9)", "UPDATE orders SET qty = 8 WHERE id = 1")
 	waitResolved(t, live)
 	want := strings.Join([]string{
 		"INSERT [1 one]", "INSERT [2 two]", "INSERT [3 three]",
-		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
+		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): alter table `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
 		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
 	}, "\n")
 	if got := live.lines(t, true); got != want {
@@ -82,7 +84,7 @@ func TestAnOnlineSchemaChangeIsASchemaChange(t *testing.T) {
 	wantMid := strings.Join([]string{
 		"INSERT [3 three]",
 		// (From the statement, with the types as the catalog writes them.)
-		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): ALTER TABLE `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
+		"DDL v1 (id bigint(20), note varchar(40), qty int(11)): alter table `shop`.`orders` ADD COLUMN qty INT NOT NULL DEFAULT 7, MODIFY note VARCHAR(40)",
 		"INSERT [4 a longer note than twenty 9]", "UPDATE [1 one 8]",
 		"DDL v2 (id bigint(20), note varchar(40), qty int(11), later int(11)): ALTER TABLE orders ADD COLUMN later INT",
 	}, "\n")

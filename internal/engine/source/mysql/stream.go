@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -171,7 +172,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			file = string(e.NextLogName)
 			continue
 		case *replication.GTIDEvent:
-			cur = txn{commit: int64(e.ImmediateCommitTimestamp), gtid: gtidOf(ev), began: ev.Header.Timestamp, file: file, pos: ev.Header.LogPos}
+			// The primary's commit time (original), not this server's
+			// (immediate, a replica's own apply time): positions mean the
+			// same after a failover to a replica, and nothing is written
+			// twice under a later one. Zero before MySQL 8.0.1.
+			cur = txn{commit: int64(cmp.Or(e.OriginalCommitTimestamp, e.ImmediateCommitTimestamp)), gtid: gtidOf(ev), began: ev.Header.Timestamp, file: file, pos: ev.Header.LogPos}
 			if passed != nil {
 				passed.add(ev)
 			}
@@ -285,7 +290,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			ts = cur.base // fixed at its first part
 		}
 		if cur.stmt != "" {
-			q := cur.stmt
+			q := withoutComments(cur.stmt)
 			// A statement at or before where a table joined the
 			// changefeed (its Since; a table added, where the binary
 			// log ended then) is history the table's schema and copy
