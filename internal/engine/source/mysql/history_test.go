@@ -226,3 +226,26 @@ func TestAColumnRenamedAfterAnUnfollowedStatementIsNotHeld(t *testing.T) {
 		t.Fatalf("read:\n%s", got)
 	}
 }
+
+// A reader behind a CREATE INDEX and a later ALTER decodes the rows
+// between them with their own schema: an index is passed over, so the
+// ALTER is applied at its position. The CREATE INDEX made the catalog
+// the schema of the next row, and the catalog had the ALTER's already:
+// ENUM 'paid' read as 'new' (its index under the new members), the
+// DATETIME(3)'s .250 cut.
+func TestARowBetweenAnIndexAndALaterAlterIsReadWithItsOwnSchema(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "orders", []string{"--binlog-row-metadata=MINIMAL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, status ENUM('new','paid'), paid_at DATETIME(3), qty INT)")
+	exec(t, up.dsn, "CREATE INDEX i_qty ON orders (qty)",
+		"INSERT INTO orders VALUES (1, 'paid', '2024-05-01 10:00:00.250', 3)",
+		"ALTER TABLE orders MODIFY status ENUM('void','new','paid'), MODIFY paid_at DATETIME",
+		"INSERT INTO orders VALUES (2, 'void', '2024-05-02 11:00:00', 4)")
+	other := up.cfg
+	other.ServerID = 78
+	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
+	waitResolved(t, behind)
+	got := behind.lines(t, true)
+	if !strings.Contains(got, "INSERT [1 paid 2024-05-01 10:00:00.250 3]") || !strings.Contains(got, "INSERT [2 void 2024-05-02 11:00:00 4]") {
+		t.Fatalf("read from behind the index and the ALTER:\n%s", got)
+	}
+}
