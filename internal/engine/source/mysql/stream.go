@@ -260,6 +260,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			case verb == "COMMIT" || verb == "ROLLBACK":
 				if pending, ok := prepared[xid]; ok {
 					delete(prepared, xid)
+					// A schema change met at its first row (the catalog's)
+					// happened whatever the outcome: the table's schema
+					// moved on with it, and the rows after carry it.
+					cur.ddls = append(cur.ddls, pending.ddls...)
 					if verb == "COMMIT" {
 						cur.events = append(cur.events, pending.events...)
 					}

@@ -127,3 +127,32 @@ func xaOutcome(t *testing.T, dsn, stmt string) {
 		}
 	}
 }
+
+// A schema change the reader meets at an XA transaction's first row (an
+// ALTER the history does not apply, followed from the catalog) reaches
+// the sink at the transaction's outcome, committed or rolled back: the
+// rows after it carry its version. It was lost with the prepared
+// transaction's state.
+func TestASchemaChangeMetInsideAnXATransactionIsWritten(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "orders,other", nil, "CREATE TABLE orders (id BIGINT PRIMARY KEY, a INT)", "CREATE TABLE other (id BIGINT PRIMARY KEY, a INT)")
+	exec(t, up.dsn, "INSERT INTO orders VALUES (1, 1)", "INSERT INTO other VALUES (1, 1)",
+		"ALTER TABLE orders ADD COLUMN g INT AS (id + 1)", "ALTER TABLE other ADD COLUMN g INT AS (id + 1)")
+	exec(t, up.dsn, "XA START 'x1'", "INSERT INTO orders (id, a) VALUES (2, 2)", "XA END 'x1'", "XA PREPARE 'x1'")
+	xaOutcome(t, up.dsn, "XA COMMIT 'x1'")
+	exec(t, up.dsn, "XA START 'x2'", "INSERT INTO other (id, a) VALUES (2, 2)", "XA END 'x2'", "XA PREPARE 'x2'")
+	xaOutcome(t, up.dsn, "XA ROLLBACK 'x2'")
+	exec(t, up.dsn, "INSERT INTO orders (id, a) VALUES (3, 3)", "INSERT INTO other (id, a) VALUES (3, 3)")
+	waitResolved(t, up.log)
+	evs, _, held := up.log.state()
+	if len(held) != 0 {
+		t.Fatalf("held: %v", held)
+	}
+	for _, table := range []string{"shop.orders", "shop.other"} {
+		ddl := slices.IndexFunc(evs, func(e source.Event) bool { return e.Kind == source.KindDDL && e.Table == table })
+		last := slices.IndexFunc(evs, func(e source.Event) bool { return e.Table == table && e.Op == source.OpInsert && keyText(e) == "3" })
+		if ddl < 0 || last < ddl || evs[last].SchemaVersion != evs[ddl].SchemaVersion {
+			t.Fatalf("%s: its schema change at %d, its last row at %d (schema version %d): the change must be written before the rows that carry it", table, ddl, last, evs[max(last, 0)].SchemaVersion)
+		}
+	}
+}
