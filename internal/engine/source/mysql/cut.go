@@ -117,9 +117,11 @@ func serverOf(ctx context.Context, cfg Config) (Server, error) {
 	}
 	defer db.Close()
 	var srv Server
-	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&srv.Version, &srv.ServerID); err != nil {
+	var lowerCase int
+	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id, @@lower_case_table_names").Scan(&srv.Version, &srv.ServerID, &lowerCase); err != nil {
 		return Server{}, explain(cfg, err)
 	}
+	srv.FoldsNames = lowerCase != 0
 	srv.Flavor = flavorOf(srv.Version)
 	return srv, nil
 }

@@ -25,6 +25,9 @@ type Server struct {
 	// RetentionSeconds is how long the server keeps binary logs (0: for
 	// ever, until purged by hand).
 	RetentionSeconds int64
+	// FoldsNames: lower_case_table_names is not 0, so statements name a
+	// table in any letter case.
+	FoldsNames bool
 }
 
 // partialJSON says why an update logged with MySQL's

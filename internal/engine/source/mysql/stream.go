@@ -118,6 +118,26 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
 	var catalog *sql.DB                                   // read when a schema changes
+	// named is a table a statement names, as the changefeed names it:
+	// under lower_case_table_names a statement may write it in another
+	// letter case (DROP TABLE Orders drops shop.orders), and one read as
+	// another table's was passed over.
+	named := func(t string) string {
+		if !srv.FoldsNames {
+			return t
+		}
+		if _, ok := at.Tables[t]; ok {
+			return t
+		}
+		schema, name := model.SplitTableName(t) // (a name in capitals is quoted)
+		for k := range at.Tables {
+			if ks, kn := model.SplitTableName(k); strings.EqualFold(ks, schema) && strings.EqualFold(kn, name) {
+				return k
+			}
+		}
+		return t
+	}
+	sameDB := func(a, b string) bool { return a == b || srv.FoldsNames && strings.EqualFold(a, b) }
 	openCatalog := func() (*sql.DB, error) {
 		var err error
 		if catalog == nil {
@@ -310,6 +330,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				// another); a rename holds the table, never decoded with
 				// a schema that no longer holds.
 				if t, ok := truncated(q, cur.stmtDB); ok {
+					t = named(t)
 					if st, replicated := at.Tables[t]; replicated {
 						if !held[t] && joined(t) {
 							st.Version++
@@ -323,11 +344,14 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// (letter case): what it names is held below.
 				}
 				names, ok := droppedTables(q, cur.stmtDB)
+				for i := range names {
+					names[i] = named(names[i])
+				}
 				if d, dropsDB := droppedDatabase(q); dropsDB {
 					// Every replicated table in it ends, as one
 					// dropped by name does.
 					for _, t := range slices.Sorted(maps.Keys(at.Tables)) {
-						if schema, _ := model.SplitTableName(t); schema == d {
+						if schema, _ := model.SplitTableName(t); sameDB(schema, d) {
 							names = append(names, t)
 						}
 					}
@@ -350,6 +374,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if pairs, ok := renamedTables(q, cur.stmtDB); ok {
+					for i := range pairs {
+						pairs[i] = [2]string{named(pairs[i][0]), named(pairs[i][1])}
+					}
 					if t, shadow, ok := cutOver(pairs, at.Tables); ok && joined(t) && !held[t] {
 						// An online schema change's swap: the table goes
 						// on with its shadow's ALTERs applied.
@@ -371,6 +398,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if t, replaces, temporary, ok := createdTable(q, cur.stmtDB); ok {
+					t = named(t)
 					if x := shadowOf(t, at.Tables); x != "" && joined(x) {
 						// A new migration of x begins.
 						at.Tables = withShadow(at.Tables, x, []string{q})
@@ -397,6 +425,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				if a, _ := parseAlter(q, cur.stmtDB); a.table != "" {
+					a.table = named(a.table)
 					// (A shadow replicated itself, which table rules
 					// may have added, follows its own ALTERs; the swap
 					// then follows the table by the catalog.)
@@ -423,6 +452,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					break
 				}
 				alter, parsed := parseAlter(q, cur.stmtDB)
+				alter.table = named(alter.table)
 				for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 					if !joined(t) {
 						continue
