@@ -485,3 +485,18 @@ func TestOnlyATableRenameIsNotFollowable(t *testing.T) {
 		}
 	}
 }
+
+// A catalog that cannot be read now (a failover, too many connections)
+// is an error the reader starts again for, not a reason to hold the
+// table, whose remedy would copy it again.
+func TestACatalogThatCannotBeReadNowHoldsNothing(t *testing.T) {
+	db, err := sql.Open("mysql", "cdc@tcp(127.0.0.1:1)/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, ddl, why, err := followSchema(context.Background(), db, "shop.orders", tableState{}, nil, "")
+	if err == nil || why != "" || ddl != nil {
+		t.Fatalf("a closed catalog: err %v, hold %q", err, why)
+	}
+}

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -22,6 +23,9 @@ type queryer interface {
 //
 // charsets are the character columns' character sets, by column index
 // (latin1 bytes in the log are not the UTF-8 the server sends for them).
+// errNoTable is a table the catalog does not show.
+var errNoTable = errors.New("does not exist (or the user cannot read it)")
+
 func tableDef(ctx context.Context, db queryer, table string) (def *source.TableDef, charsets map[int]string, err error) {
 	st, err := readTable(ctx, db, table)
 	return st.Def, st.Charsets, err
@@ -68,7 +72,7 @@ ORDER BY c.ORDINAL_POSITION`, schema, name, schema, name)
 		return tableState{}, fmt.Errorf("read the columns of %s: %w", table, err)
 	}
 	if len(st.Def.Columns) == 0 {
-		return tableState{}, fmt.Errorf("table %s does not exist (or the user cannot read it)", table)
+		return tableState{}, fmt.Errorf("table %s %w", table, errNoTable)
 	}
 	st.DefaultCharset = utf8As4(st.DefaultCharset)
 	return st, nil

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -116,18 +117,23 @@ func typeFits(tm *replication.TableMapEvent, i int, colType string) bool {
 // table map differs from what the reader holds (or after an ALTER
 // TABLE). It returns the table's new state and the schema change event
 // to write before the row (nil when nothing changed), or why the table
-// must be held.
-func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, tm *replication.TableMapEvent, stmt string) (tableState, *source.Event, string) {
+// must be held, or an error the reader starts again for: a catalog that
+// cannot be read now (a failover, too many connections) holds nothing,
+// whose remedy would copy the table again.
+func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, tm *replication.TableMapEvent, stmt string) (tableState, *source.Event, string, error) {
 	def, charsets, err := tableDef(ctx, db, table)
+	if err != nil && !errors.Is(err, errNoTable) {
+		return st, nil, "", fmt.Errorf("its schema changed and the catalog cannot be read: %w", err)
+	}
 	if err != nil {
-		return st, nil, fmt.Sprintf("its schema changed and the catalog cannot be read: %v; fix the cause, then resume the changefeed", err)
+		return st, nil, fmt.Sprintf("its schema changed and the catalog cannot be read: %v; fix the cause, then resume the changefeed", err), nil
 	}
 	if !mapMatches(tm, def) {
 		// The catalog shows a later schema than the row's (the reader is
 		// behind a second change): the row's own, from its table map.
 		mdef, mcharsets, ok := defFromMap(tm, table)
 		if !ok {
-			return st, nil, "its schema changed more than once since the rows the reader reads now were written (the catalog shows a later schema than theirs), and the binary log does not describe the rows' columns (binlog_row_metadata is not FULL): set binlog_row_metadata=FULL, then remove the changefeed and create it again (docs/mysql.md)"
+			return st, nil, "its schema changed more than once since the rows the reader reads now were written (the catalog shows a later schema than theirs), and the binary log does not describe the rows' columns (binlog_row_metadata is not FULL): set binlog_row_metadata=FULL, then remove the changefeed and create it again (docs/mysql.md)", nil
 		}
 		def, charsets = mdef, mcharsets
 	} else {
@@ -139,17 +145,17 @@ func followSchema(ctx context.Context, db *sql.DB, table string, st tableState, 
 	// character column and changes no type, and rows after it decoded
 	// as latin1 were garbled.
 	if sameColumns(st.Def, def) && maps.Equal(st.Charsets, charsets) {
-		return next, nil, ""
+		return next, nil, "", nil
 	}
 	if why := keyChanged(st.Def, def); why != "" {
-		return st, nil, why
+		return st, nil, why, nil
 	}
 	if stmt == "" {
 		stmt = "ALTER TABLE " + quoteTable(table) + " -- columns changed"
 	}
 	next.Def, next.Version, next.Charsets = def, st.Version+1, charsets
 	ev := source.Event{Kind: source.KindDDL, Table: table, Def: def, SchemaVersion: next.Version, Statement: stmt}
-	return next, &ev, ""
+	return next, &ev, "", nil
 }
 
 // mapCharsets corrects the catalog's character sets by a row's table map

@@ -232,7 +232,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				if _, err := openCatalog(); err != nil {
 					return err
 				}
-				next, ddl, why := followSchema(ctx, catalog, table, st, e.Table, stmt)
+				next, ddl, why, err := followSchema(ctx, catalog, table, st, e.Table, stmt)
+				if err != nil {
+					return fmt.Errorf("mysql source: table %s: %w; the reader starts again", table, err)
+				}
 				if why != "" {
 					hold(table, why)
 					break
