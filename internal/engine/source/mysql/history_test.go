@@ -276,3 +276,27 @@ func TestStatementsNameTablesInAnyLetterCaseUnderLowerCaseTableNames(t *testing.
 		}
 	}
 }
+
+// After a statement the history does not apply, the next row's schema is
+// the catalog's only where the catalog's columns are the row's: a later
+// DATETIME without fraction is not the row's DATETIME(3), nor a DECIMAL
+// of another scale, nor an ENUM of other members (the table map carries
+// the fraction digits and the decimal's shape always, the members with
+// binlog_row_metadata=FULL). Taken for the row's, they cut .250, read 'paid'
+// as 'new' and 1.25 as 1.3.
+func TestARowIsNotReadWithALaterCatalogSchemaOfTheSameFamily(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "orders", []string{"--binlog-row-metadata=FULL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, status ENUM('new','paid'), paid_at DATETIME(3), amount DECIMAL(6,2))")
+	exec(t, up.dsn, "ALTER TABLE orders ADD COLUMN g INT AS (id + 1)",
+		"INSERT INTO orders (id, status, paid_at, amount) VALUES (1, 'paid', '2024-05-01 10:00:00.250', 1.25)",
+		"ALTER TABLE orders MODIFY status ENUM('void','new','paid'), MODIFY paid_at DATETIME, MODIFY amount DECIMAL(6,1)",
+		"INSERT INTO orders (id, status, paid_at, amount) VALUES (2, 'void', '2024-05-02 11:00:00', 2.5)")
+	other := up.cfg
+	other.ServerID = 78
+	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
+	waitResolved(t, behind)
+	got := behind.lines(t, true)
+	if !strings.Contains(got, "INSERT [1 paid 2024-05-01 10:00:00.250 1.25 2]") || !strings.Contains(got, "INSERT [2 void 2024-05-02 11:00:00 2.5 3]") {
+		t.Fatalf("read from behind both ALTERs:\n%s", got)
+	}
+}

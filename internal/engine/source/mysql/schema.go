@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -38,13 +39,62 @@ func mapMatches(tm *replication.TableMapEvent, def *source.TableDef) bool {
 		return false
 	}
 	names := tm.ColumnNameString()
+	enums, sets := tm.EnumStrValueString(), tm.SetStrValueString()
 	for i, c := range def.Columns {
 		if len(names) == len(def.Columns) && !strings.EqualFold(names[i], c.Name) {
 			return false
 		}
-		if !typeFits(tm, i, c.Type) {
+		if !typeFits(tm, i, c.Type) || !metaFits(tm, i, parseColumn(c.Type)) {
 			return false
 		}
+	}
+	// ENUM and SET members, in the map with binlog_row_metadata=FULL, one
+	// list per such column in column order.
+	var enumAt, setAt int
+	for _, c := range def.Columns {
+		switch col := parseColumn(c.Type); col.base {
+		case "enum":
+			if enumAt < len(enums) && !sameMembers(enums[enumAt], col.values) {
+				return false
+			}
+			enumAt++
+		case "set":
+			if setAt < len(sets) && !sameMembers(sets[setAt], col.values) {
+				return false
+			}
+			setAt++
+		}
+	}
+	return true
+}
+
+// sameMembers compares a table map's ENUM or SET members with the
+// catalog's. The map's are in the column's character set, the catalog's
+// in UTF-8: members that are not UTF-8 in the map are not compared.
+func sameMembers(inMap, catalog []string) bool {
+	for _, m := range inMap {
+		if !utf8.ValidString(m) {
+			return true
+		}
+	}
+	return slices.Equal(inMap, catalog)
+}
+
+// metaFits says whether a table map's meta of column i (what every
+// table map carries, whatever binlog_row_metadata says) agrees with the
+// catalog's column: a time's fraction digits, a decimal's precision and
+// scale. Both decode as the same family; read with the catalog's later
+// ones, a DATETIME(3)'s fraction was cut.
+func metaFits(tm *replication.TableMapEvent, i int, col column) bool {
+	if i >= len(tm.ColumnMeta) {
+		return true
+	}
+	meta := tm.ColumnMeta[i]
+	switch tm.ColumnType[i] {
+	case gomysql.MYSQL_TYPE_TIME2, gomysql.MYSQL_TYPE_DATETIME2, gomysql.MYSQL_TYPE_TIMESTAMP2:
+		return int(meta) == col.width
+	case gomysql.MYSQL_TYPE_NEWDECIMAL:
+		return int(meta>>8) == col.precision && int(meta&0xff) == col.scale
 	}
 	return true
 }
@@ -241,8 +291,8 @@ func defFromMap(tm *replication.TableMapEvent, table string) (*source.TableDef, 
 	}
 	schema, name := model.SplitTableName(table)
 	def := &source.TableDef{Schema: schema, Name: name, Dialect: source.DialectMySQL}
-	unsigned := tm.UnsignedMap()
 	collations := tm.CollationMap()
+	unsigned := tm.UnsignedMap()
 	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
 	var charsets map[int]string
 	for i, n := range names {

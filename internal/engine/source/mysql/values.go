@@ -23,6 +23,8 @@ type column struct {
 	zeroInt int
 	// scaled: a FLOAT(M,D), whose text is not FLOAT's six digits.
 	scaled bool
+	// precision and scale: a DECIMAL's M and D (10 and 0 unless given).
+	precision, scale int
 }
 
 // parseColumn reads a catalog COLUMN_TYPE.
@@ -49,12 +51,14 @@ func parseColumn(typ string) column {
 		c.width, _ = strconv.Atoi(args)
 	case "float":
 		c.scaled = strings.Contains(args, ",")
-	case "decimal":
+	case "decimal", "numeric":
+		c.precision, c.scale = 10, 0
+		if m, d, _ := strings.Cut(args, ","); strings.TrimSpace(m) != "" {
+			c.precision, _ = strconv.Atoi(strings.TrimSpace(m))
+			c.scale, _ = strconv.Atoi(strings.TrimSpace(d))
+		}
 		if strings.Contains(t, "zerofill") {
-			m, d, _ := strings.Cut(args, ",")
-			mi, _ := strconv.Atoi(strings.TrimSpace(m))
-			di, _ := strconv.Atoi(strings.TrimSpace(d))
-			c.zeroInt = mi - di
+			c.zeroInt = c.precision - c.scale
 		}
 	}
 	return c
