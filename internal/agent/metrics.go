@@ -47,6 +47,7 @@ type metrics struct {
 	tableIssues      *prometheus.GaugeVec
 	checkpointTs     *prometheus.GaugeVec
 	dispatchers      *prometheus.GaugeVec
+	eventLogDisk     *prometheus.GaugeVec
 	// Seed 000's drain metrics.
 	drainStatus      *prometheus.GaugeVec
 	drainMaintainers *prometheus.GaugeVec
@@ -182,6 +183,10 @@ func newMetrics() *metrics {
 		Namespace: "cdcctl", Subsystem: "changefeed", Name: "checkpoint_ts",
 		Help: "Each changefeed's checkpoint as Unix milliseconds (TiCDC's convention: a float64 cannot hold the TSO itself exactly).",
 	}, []string{"changefeed"})
+	m.eventLogDisk = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cdcctl", Subsystem: "eventlog", Name: "bytes",
+		Help: "Space each database changefeed's event log takes on this node (where its reader runs): its files on disk and its memtables. It is trimmed to the changefeed's checkpoint: growing without end means a partition that does not advance holds it (changefeed get).",
+	}, []string{"changefeed"})
 	m.dispatchers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "running",
 		Help: "Dispatchers running on this node, per changefeed.",
@@ -222,7 +227,7 @@ func newMetrics() *metrics {
 	}, []string{"sink"})
 	reg.MustRegister(m.sinkEvents, m.sinkBytes, m.sinkErrors, m.sinkFlushDur)
 	reg.MustRegister(m.isCoordinator, m.coordinatorEpoch, m.termsWon, m.liveness, m.nodes, m.cleanupsPending, m.slotRetained, m.headroom, m.incarnations,
-		m.checkpointLag, m.changefeedState, m.tableIssues, m.checkpointTs, m.dispatchers, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
+		m.checkpointLag, m.changefeedState, m.tableIssues, m.checkpointTs, m.dispatchers, m.eventLogDisk, m.drainStatus, m.drainMaintainers, m.drainDispatchers, m.drainDuration)
 	m.newRecoveryMetrics()
 	m.storage = newStorageMetrics(m.reg)
 	m.kafka = newKafkaMetrics(m.reg)

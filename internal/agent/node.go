@@ -19,6 +19,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/registry"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -255,7 +256,9 @@ func (n *Node) newCapture(store *meta.Store, tr transport.Transport) *capture.Ca
 		ObserveSink: n.metrics.observeSink, Recoveries: recoveryMetrics{n.metrics},
 		Lead: n.lead, Joined: n.metrics.incarnations.Inc, Faults: n.faults,
 		Beside: []func(context.Context, *capture.Incarnation){
-			func(ctx context.Context, inc *capture.Incarnation) { n.followView(ctx, inc.View, inc.Manager) },
+			func(ctx context.Context, inc *capture.Incarnation) {
+				n.followView(ctx, inc.View, inc.Manager, inc.Logs)
+			},
 			func(ctx context.Context, inc *capture.Incarnation) { n.watchSlots(ctx, inc.View) },
 		},
 	}
@@ -284,7 +287,7 @@ func (n *Node) lead(coordinate election.LeadFunc) election.LeadFunc {
 const followViewEvery = 200 * time.Millisecond
 
 // followView keeps the cluster metrics in step with the view.
-func (n *Node) followView(ctx context.Context, view *cluster.View, manager *dispatcher.Manager) {
+func (n *Node) followView(ctx context.Context, view *cluster.View, manager *dispatcher.Manager, logs *eventlog.Server) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastDrain *model.DrainRecord
@@ -292,6 +295,7 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 	// next Set saw every changefeed's series gone.
 	liveness, tableIssues, changefeedState := &gaugeSet{vec: n.metrics.liveness}, &gaugeSet{vec: n.metrics.tableIssues}, &gaugeSet{vec: n.metrics.changefeedState}
 	checkpointTs, checkpointLag, dispatchers := &gaugeSet{vec: n.metrics.checkpointTs}, &gaugeSet{vec: n.metrics.checkpointLag}, &gaugeSet{vec: n.metrics.dispatchers}
+	eventLogs := &gaugeSet{vec: n.metrics.eventLogDisk}
 	for ctx.Err() == nil {
 		began := time.Now()
 		ch := view.Changed()
@@ -333,6 +337,12 @@ func (n *Node) followView(ctx context.Context, view *cluster.View, manager *disp
 				dispatchers.set(float64(count), string(id))
 			}
 			dispatchers.done()
+			if logs != nil {
+				for id, bytes := range logs.Bytes() {
+					eventLogs.set(float64(bytes), string(id))
+				}
+				eventLogs.done()
+			}
 			lastDrain = n.drainMetrics(st, lastDrain)
 			n.metrics.plans.update(st)
 		default:

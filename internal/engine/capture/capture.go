@@ -26,6 +26,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/maintainer"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
@@ -140,6 +141,8 @@ type Incarnation struct {
 	Coordinator *coordinator.Coordinator
 	Manager     *dispatcher.Manager
 	Host        *maintainer.Host
+	// Logs are the event logs of the readers this incarnation runs.
+	Logs *eventlog.Server
 }
 
 // New returns a capture that talks to etcd through store and to other

@@ -109,6 +109,20 @@ func (l *Log) Close() error {
 	return l.db.Close()
 }
 
+// Bytes is the space the log takes: its files on disk (with what its
+// store has not compacted away yet) and its memtables (0 once closed). A
+// log that keeps growing holds changes some partition has not read:
+// trimming goes by the changefeed's checkpoint.
+func (l *Log) Bytes() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0
+	}
+	m := l.db.Metrics()
+	return m.DiskSpaceUsage() + m.MemTable.Size
+}
+
 // Resolved is the position up to which the log is complete.
 func (l *Log) Resolved() model.Ts {
 	l.mu.RLock()

@@ -359,3 +359,35 @@ func TestAReadPastItsMostRowsKeepsItsPositionsRows(t *testing.T) {
 		t.Fatalf("read %d rows up to %+v, the last %q; want %d, the last b%04d, inside position %d", len(got), cur, got[len(got)-1].Key, 2*most-1, most-1, most)
 	}
 }
+
+// The space a served log takes is what the agent shows operators
+// (cdcctl_eventlog_bytes): more once rows are appended, and the log is
+// no longer counted once it is not served or closed.
+func TestTheSpaceOfServedLogsIsMeasured(t *testing.T) {
+	l, err := Open(t.TempDir(), 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := NewServer()
+	s.Put("cf", l)
+	empty := s.Bytes()["cf"]
+	var rows []source.Event
+	for i := range 5000 {
+		rows = append(rows, row(50, fmt.Sprintf("k%05d", i), source.OpInsert, v1))
+	}
+	if err := l.Append(rows); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Bytes()["cf"]; got <= empty {
+		t.Fatalf("5,000 rows appended: %d bytes, %d before", got, empty)
+	}
+	s.Remove("cf", l)
+	if _, ok := s.Bytes()["cf"]; ok {
+		t.Fatal("a log no longer served is still measured")
+	}
+	l.Close()
+	if got := l.Bytes(); got != 0 {
+		t.Fatalf("a closed log takes %d bytes", got)
+	}
+}

@@ -56,6 +56,21 @@ func (s *Server) Remove(cf model.ChangefeedID, l *Log) {
 	}
 }
 
+// Bytes is the space each served log takes (Log.Bytes).
+func (s *Server) Bytes() map[model.ChangefeedID]uint64 {
+	s.mu.RLock()
+	logs := make(map[model.ChangefeedID]*Log, len(s.logs))
+	for cf, l := range s.logs {
+		logs[cf] = l
+	}
+	s.mu.RUnlock()
+	out := make(map[model.ChangefeedID]uint64, len(logs))
+	for cf, l := range logs {
+		out[cf] = l.Bytes()
+	}
+	return out
+}
+
 // Get returns the log served for a changefeed, or nil.
 func (s *Server) Get(cf model.ChangefeedID) *Log {
 	s.mu.RLock()
