@@ -300,3 +300,21 @@ func TestARowIsNotReadWithALaterCatalogSchemaOfTheSameFamily(t *testing.T) {
 		t.Fatalf("read from behind both ALTERs:\n%s", got)
 	}
 }
+
+// ENUM and SET members keep their letter case from the stream as the
+// server shows them ('Paid', not 'paid'), and a table map with members
+// in capitals agrees with the catalog (binlog_row_metadata=FULL): no
+// schema change is made up for it at each transaction.
+func TestEnumAndSetMembersKeepTheirCase(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "orders", []string{"--binlog-row-metadata=FULL"}, "CREATE TABLE orders (id BIGINT PRIMARY KEY, status ENUM('Paid','New'), roles SET('Admin','User'))")
+	exec(t, up.dsn, "INSERT INTO orders VALUES (1, 'Paid', 'Admin,User')", "INSERT INTO orders VALUES (2, 'New', 'User')")
+	waitResolved(t, up.log)
+	got := up.log.lines(t, true)
+	if want := "INSERT [1 Paid Admin,User]\nINSERT [2 New User]"; got != want {
+		t.Fatalf("read:\n%s\nwant\n%s", got, want)
+	}
+	if rows := selectAll(t, up.dsn, "orders"); rows["1"][1] != "Paid" {
+		t.Fatalf("the server shows %q", rows["1"])
+	}
+}

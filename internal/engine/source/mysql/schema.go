@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -69,13 +68,22 @@ func mapMatches(tm *replication.TableMapEvent, def *source.TableDef) bool {
 }
 
 // sameMembers compares a table map's ENUM or SET members with the
-// catalog's. The map's are in the column's character set, the catalog's
-// in UTF-8: members that are not UTF-8 in the map are not compared.
+// catalog's, when both are plain ASCII: the map's are in the column's
+// character set (ucs2's are not UTF-8's), the catalog's in UTF-8 and
+// with some characters escaped; those are not compared.
 func sameMembers(inMap, catalog []string) bool {
-	for _, m := range inMap {
-		if !utf8.ValidString(m) {
-			return true
+	plain := func(ms []string) bool {
+		for _, m := range ms {
+			for i := 0; i < len(m); i++ {
+				if m[i] < ' ' || m[i] > '~' || m[i] == '\\' {
+					return false
+				}
+			}
 		}
+		return true
+	}
+	if !plain(inMap) || !plain(catalog) {
+		return true
 	}
 	return slices.Equal(inMap, catalog)
 }

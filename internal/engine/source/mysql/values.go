@@ -36,7 +36,10 @@ func parseColumn(typ string) column {
 	args, _, _ = strings.Cut(args, ")")
 	switch c.base {
 	case "enum", "set":
-		c.values = parseMembers(t[len(c.base)+1 : strings.LastIndexByte(t, ')')])
+		// The members as written, not lowered with the rest: the server
+		// shows 'Paid' as it was declared.
+		orig := strings.TrimSpace(typ)
+		c.values = parseMembers(orig[len(c.base)+1 : strings.LastIndexByte(orig, ')')])
 	case "bit":
 		c.width, _ = strconv.Atoi(args)
 		if c.width == 0 {
