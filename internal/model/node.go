@@ -37,10 +37,15 @@ const (
 	// plan's restart hook (restart_by) and asks a capture to exit for a
 	// hook's restart; one without it drops the hook.
 	FeatureRolloutHooks = "rollout-hooks"
+	// FeatureKafkaHashPartitions: the node opens a Kafka sink whose URI
+	// pins the partitions keys hash over (hash-partitions); one without
+	// it refuses the parameter, so a create pins only while every node
+	// has it.
+	FeatureKafkaHashPartitions = "kafka-hash-partitions"
 )
 
 // BuildFeatures are the features of this build's nodes.
-var BuildFeatures = []string{FeatureStorageNotes, FeatureRolloutHooks}
+var BuildFeatures = []string{FeatureStorageNotes, FeatureRolloutHooks, FeatureKafkaHashPartitions}
 
 // Has says whether the node's version has feature f.
 func (n NodeInfo) Has(f string) bool {

@@ -51,7 +51,12 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err != nil {
 		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
 	}
-	req.Sink = sinkURI
+	if c.view.AllNodesHave(model.FeatureKafkaHashPartitions) {
+		// (A capture of an earlier version, in a rolling upgrade, would
+		// refuse the pinned URI: the changefeed goes unpinned, and its
+		// agents warn once the topic's partitions change.)
+		req.Sink = sinkURI
+	}
 	created := false
 	defer func() {
 		if !created {
