@@ -40,7 +40,10 @@ spool-max-bytes, max-active-tables, max-buffered-bytes; Kafka: timeouts,
 buffer-memory, max-message-bytes, connections-per-broker and the SASL/TLS credentials), never
 where nor in which form (the location, protocol, partitioning): a sink
 holding rows written two ways is refused; create a new changefeed for
-that. Every node opens the sink again when the changefeed resumes.
+that. Kafka's hash-partitions=N pins a changefeed created before the pin
+to the N partitions its keys hash over (the topic's count before
+partitions were added: nothing moves); docs/cli.md says what another
+count does. Every node opens the sink again when the changefeed resumes.
 
 Pause the changefeed first (cdcctl changefeed pause NAME); resume it
 after the update. --dry-run shows the change and exits 2 (0 when there is

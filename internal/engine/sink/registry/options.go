@@ -47,6 +47,11 @@ func SetOptions(uri string, opts map[string]string) (string, []string, error) {
 		}
 		before, had := q.Get(k), q.Has(k)
 		v := opts[k]
+		if u.Scheme == "kafka" && k == kafka.HashPartitionsOption && v == "" && had {
+			// Unpinned, the sink hashes over whatever the topic has when
+			// it opens: keys move once partitions are added.
+			return "", nil, fmt.Errorf("sink option %s cannot be removed: the changefeed would hash its keys over all of the topic's partitions, and move them once partitions are added; set it to the count to hash over instead", k)
+		}
 		if v == "" {
 			q.Del(k)
 		} else {

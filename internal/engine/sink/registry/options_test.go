@@ -36,6 +36,14 @@ func TestSetOptionsChangesOnlyWhatIsSafe(t *testing.T) {
 	if _, _, err := SetOptions("kafka://127.0.0.1:9092/t", map[string]string{"partition": "table"}); err == nil || !strings.Contains(err.Error(), "partition cannot change") {
 		t.Fatalf("kafka partitioning: %v", err)
 	}
+	// A changefeed created before the pin is pinned; a pin is never
+	// taken away (keys would move once partitions are added).
+	if next, _, err := SetOptions("kafka://127.0.0.1:9092/t", map[string]string{"hash-partitions": "3"}); err != nil || next != "kafka://127.0.0.1:9092/t?hash-partitions=3" {
+		t.Fatalf("pinning: %s %v", next, err)
+	}
+	if _, _, err := SetOptions("kafka://127.0.0.1:9092/t?hash-partitions=3", map[string]string{"hash-partitions": ""}); err == nil || !strings.Contains(err.Error(), "hash-partitions cannot be removed") {
+		t.Fatalf("unpinning: %v", err)
+	}
 	if _, _, err := SetOptions("blackhole://", map[string]string{"x": "1"}); err == nil {
 		t.Fatal("a blackhole sink's options changed")
 	}
