@@ -151,6 +151,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 	}()
 	var cur txn
+	// carried are schema changes of prepared XA transactions, for the
+	// next transaction that commits.
+	var carried []*source.Event
 	file := at.File
 	// Tables added at a point ahead (added.go): their transactions up to
 	// it are in their copies.
@@ -182,6 +185,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				return fmt.Errorf("mysql source: an XA transaction's rows were written to the event log in parts before it was known for one (at %s:%d); the reader starts again", file, ev.Header.LogPos)
 			}
 			if cur.xa != "" {
+				// A schema change met at its first row happened whatever
+				// its outcome, and the table's schema moved on with it:
+				// the next transaction to commit writes it, before rows
+				// of its own that carry it (one may commit in between).
+				carried = append(carried, cur.ddls...)
+				cur.ddls = nil
 				prepared[cur.xa] = cur
 			}
 			cur = txn{}
@@ -283,10 +292,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			case verb == "COMMIT" || verb == "ROLLBACK":
 				if pending, ok := prepared[xid]; ok {
 					delete(prepared, xid)
-					// A schema change met at its first row (the catalog's)
-					// happened whatever the outcome: the table's schema
-					// moved on with it, and the rows after carry it.
-					cur.ddls = append(cur.ddls, pending.ddls...)
 					if verb == "COMMIT" {
 						cur.events = append(cur.events, pending.events...)
 					}
@@ -308,6 +313,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if !commits(ev) {
 			continue
+		}
+		if len(carried) > 0 && cur.base == 0 {
+			cur.ddls = append(carried, cur.ddls...)
+			carried = nil
 		}
 		if cur.commit == 0 {
 			cur.commit = int64(ev.Header.Timestamp) * 1_000_000

@@ -139,6 +139,9 @@ func TestASchemaChangeMetInsideAnXATransactionIsWritten(t *testing.T) {
 	exec(t, up.dsn, "INSERT INTO orders VALUES (1, 1)", "INSERT INTO other VALUES (1, 1)",
 		"ALTER TABLE orders ADD COLUMN g INT AS (id + 1)", "ALTER TABLE other ADD COLUMN g INT AS (id + 1)")
 	exec(t, up.dsn, "XA START 'x1'", "INSERT INTO orders (id, a) VALUES (2, 2)", "XA END 'x1'", "XA PREPARE 'x1'")
+	// Another transaction of the table commits while x1 waits: its row
+	// carries the new schema, and comes after the change.
+	exec(t, up.dsn, "INSERT INTO orders (id, a) VALUES (9, 9)")
 	xaOutcome(t, up.dsn, "XA COMMIT 'x1'")
 	exec(t, up.dsn, "XA START 'x2'", "INSERT INTO other (id, a) VALUES (2, 2)", "XA END 'x2'", "XA PREPARE 'x2'")
 	xaOutcome(t, up.dsn, "XA ROLLBACK 'x2'")
@@ -148,9 +151,10 @@ func TestASchemaChangeMetInsideAnXATransactionIsWritten(t *testing.T) {
 	if len(held) != 0 {
 		t.Fatalf("held: %v", held)
 	}
-	for _, table := range []string{"shop.orders", "shop.other"} {
+	for _, c := range []struct{ table, key string }{{"shop.orders", "9"}, {"shop.orders", "3"}, {"shop.other", "3"}} {
+		table := c.table
 		ddl := slices.IndexFunc(evs, func(e source.Event) bool { return e.Kind == source.KindDDL && e.Table == table })
-		last := slices.IndexFunc(evs, func(e source.Event) bool { return e.Table == table && e.Op == source.OpInsert && keyText(e) == "3" })
+		last := slices.IndexFunc(evs, func(e source.Event) bool { return e.Table == table && e.Op == source.OpInsert && keyText(e) == c.key })
 		if ddl < 0 || last < ddl || evs[last].SchemaVersion != evs[ddl].SchemaVersion {
 			t.Fatalf("%s: its schema change at %d, its last row at %d (schema version %d): the change must be written before the rows that carry it", table, ddl, last, evs[max(last, 0)].SchemaVersion)
 		}
