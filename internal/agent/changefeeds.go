@@ -265,6 +265,9 @@ func engineError(err error, id string) error {
 	case errors.Is(err, coordinator.ErrCleanupPending):
 		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
 			coordinator.Detail(err))
+	case errors.Is(err, coordinator.ErrClaimed):
+		return api.Errorf(api.CodeConflict, "give the changefeed a name of its own, without a slot=, publication= or server-id= copied from another changefeed", "%s",
+			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrNotPaused):
 		return api.Errorf(api.CodeConflict, "pause it first (cdcctl changefeed pause "+id+"), then ask again; the message says what comes after", "%s",
 			coordinator.Detail(err))

@@ -73,6 +73,9 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	if err := nameFree(st, req.ID); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
+	if err := claimsFree(st, req.ID, req.Source); err != nil {
+		return model.ChangefeedInfo{}, err
+	}
 
 	now := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -152,6 +155,42 @@ func nameFree(st *meta.State, id string) error {
 	return nil
 }
 
+// ErrClaimed refuses a changefeed that would share what another holds
+// upstream (a slot, a server id).
+var ErrClaimed = errors.New("held by another changefeed")
+
+// claimsFree refuses a new changefeed whose source would take what
+// another changefeed, or a removed one's pending cleanup, holds upstream:
+// a slot named in a URI copied from another changefeed, or derived from
+// a name that differs from another's only by - and _; a MySQL server id
+// likewise. Sharing a slot, each skipped the other's changes, and a
+// remove (or a refused create's release) dropped the other's slot.
+func claimsFree(st *meta.State, id, uri string) error {
+	mine := sources.Claims(uri, model.ChangefeedID(id))
+	if len(mine) == 0 {
+		return nil
+	}
+	held := func(owner string, theirs []string) error {
+		for _, c := range mine {
+			if slices.Contains(theirs, c) {
+				return refuse(ErrClaimed, "the %s is %s's: give this changefeed a name of its own without slot=, publication= or server-id= copied from another (or different ones)", c, owner)
+			}
+		}
+		return nil
+	}
+	for _, cf := range st.ChangefeedIDs() {
+		if err := held("changefeed "+string(cf), sources.Claims(st.Changefeeds[cf].Info.SourceURI, cf)); err != nil {
+			return err
+		}
+	}
+	for cf, cl := range st.Cleanups {
+		if err := held("removed changefeed "+string(cf)+" (its cleanup is pending)", sources.Claims(cl.Record.Source, cf)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Preview is what a create would replicate: the tables, and those it
 // refuses with why.
 type Preview struct {
@@ -170,6 +209,9 @@ func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) 
 		return Preview{}, err
 	}
 	if err := nameFree(st, req.ID); err != nil {
+		return Preview{}, err
+	}
+	if err := claimsFree(st, req.ID, req.Source); err != nil {
 		return Preview{}, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)

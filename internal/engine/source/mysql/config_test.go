@@ -100,3 +100,16 @@ func TestTableRulesAreReadAndWrittenBack(t *testing.T) {
 		t.Fatalf("written back as %s, read again as %+v (%v)", c.URI(), again, err)
 	}
 }
+
+// Two changefeeds of one server claim the same server id when one's URI
+// gives the other's (pasted from its stored URI); derived ids differ by
+// name; another server's ids are its own.
+func TestServerIDsAreClaimedPerServer(t *testing.T) {
+	a := mysql.Claims("mysql://cdc@db.example:3306/shop?tables=t", "a")
+	stored := mysql.Claims("mysql://cdc@DB.example/shop?tables=t&server-id=77", "a")
+	copied := mysql.Claims("mysql://cdc@db.example:3306/shop?tables=t&server-id=77", "b")
+	other := mysql.Claims("mysql://cdc@db2.example:3306/shop?tables=t&server-id=77", "c")
+	if len(a) != 1 || len(stored) != 1 || stored[0] != copied[0] || stored[0] == other[0] || a[0] == mysql.Claims("mysql://cdc@db.example/shop?tables=t", "b")[0] {
+		t.Fatalf("claims: a %q, stored %q, copied %q, other %q", a, stored, copied, other)
+	}
+}

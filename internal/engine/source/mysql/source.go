@@ -62,6 +62,23 @@ func derivedServerID(cf model.ChangefeedID) uint32 {
 	return 1_000_000 + h.Sum32()%1_000_000_000
 }
 
+// Claims are what a changefeed of this URI holds upstream, named so that
+// two changefeeds' claims are equal when they would share it: the server
+// id its binary log connection registers under on that server (derived
+// from the changefeed's name unless the URI gives one). Two readers of
+// one id take the connection from each other.
+func Claims(uri string, changefeed string) []string {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil
+	}
+	id := cfg.ServerID
+	if id == 0 {
+		id = derivedServerID(model.ChangefeedID(changefeed))
+	}
+	return []string{fmt.Sprintf("server-id %d on %s:%d", id, strings.ToLower(cfg.Host), cfg.Port)}
+}
+
 // RemoveURI forgets a removed changefeed upstream: its row of the signal
 // table. The server keeps nothing else for it (binary logs are kept by
 // time, not for readers).

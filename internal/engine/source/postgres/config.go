@@ -194,6 +194,28 @@ func (c Config) WithNames(changefeed string) Config {
 	return c
 }
 
+// Claims are what a changefeed of this URI holds upstream, named so that
+// two changefeeds' claims are equal when they would share it: its slot
+// and its publication in one database (derived from the changefeed's
+// name unless the URI names them). Two changefeeds sharing a slot skip
+// each other's changes, and removing one drops the other's.
+func Claims(uri string, changefeed string) []string {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return nil
+	}
+	cfg = cfg.WithNames(changefeed)
+	u, err := url.Parse(cfg.ConnString)
+	if err != nil {
+		return nil
+	}
+	where := strings.ToLower(u.Host) + "/" + strings.TrimPrefix(u.Path, "/")
+	if h := u.Query().Get("host"); h != "" {
+		where = strings.ToLower(h) + ":" + u.Query().Get("port") + "/" + strings.TrimPrefix(u.Path, "/")
+	}
+	return []string{"replication slot " + cfg.Slot + " in " + where, "publication " + cfg.Publication + " in " + where}
+}
+
 // URI renders the config back; ParseURI(c.URI()) == c.
 func (c Config) URI() string {
 	u, _ := url.Parse(c.ConnString)

@@ -38,6 +38,9 @@ type database struct {
 	follow       func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
 	upstream     func(uri, password string) (source.Snapshotter, []string, error)
 	redact       func(uri string) string
+	// claims are what a changefeed of the URI holds upstream (a slot, a
+	// server id), equal between two changefeeds that would share it.
+	claims func(uri, changefeed string) []string
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -45,7 +48,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -62,7 +65,7 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact,
+		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
 			if err != nil {
@@ -131,6 +134,18 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	}
 	u, err := gen.Pin(uri, now)
 	return Pinned{URI: u}, err
+}
+
+// Claims are what a changefeed of a source URI holds upstream (a
+// PostgreSQL slot and publication, a MySQL server id), named so that two
+// changefeeds that would share one have an equal claim; none for the
+// generator or a URI that does not parse (its create is refused anyway).
+func Claims(uri string, cf model.ChangefeedID) []string {
+	db, err := scheme(uri)
+	if err != nil || db == nil || db.claims == nil {
+		return nil
+	}
+	return db.claims(uri, string(cf))
 }
 
 // Open opens a pinned source URI for a node.

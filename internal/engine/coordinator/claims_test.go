@@ -1,0 +1,78 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
+	"github.com/cdcctl/cdcctl/internal/engine/cluster"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
+)
+
+// A changefeed that would share another's replication slot is refused
+// before anything is created: one whose source URI is another's stored
+// one pasted (its slot= and publication=), and one whose name differs
+// from another's only by - and _ (the same derived slot). Sharing it,
+// each skipped the other's changes, and removing either (or a refused
+// create's release) dropped the other's slot. The first changefeed's
+// slot is left as it was.
+func TestAChangefeedThatWouldShareAnothersSlotIsRefused(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "cdcctl-claims-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx := context.Background()
+	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	_, cli := etcdtest.Start(t)
+	store := meta.NewStore(cli, "test")
+	term := leaderTerm(t, cli, store, "capture-1")
+	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
+	vctx, stopView := context.WithCancel(ctx)
+	defer stopView()
+	go func() { _ = view.Run(vctx) }()
+	c := New(store, view, slog.New(slog.DiscardHandler))
+
+	src := pg.DSN("postgres") + "&tables=public.orders"
+	first, err := c.CreateChangefeed(ctx, term, CreateRequest{ID: "orders-v2", Source: src, Sink: "blackhole://"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []CreateRequest{
+		{ID: "copy", Source: first.SourceURI, Sink: "blackhole://"},
+		{ID: "orders_v2", Source: src, Sink: "blackhole://"},
+	} {
+		_, err := c.CreateChangefeed(ctx, term, req)
+		if !errors.Is(err, ErrClaimed) || !strings.Contains(err.Error(), "replication slot cdcctl_orders_v2") || !strings.Contains(err.Error(), "changefeed orders-v2's") {
+			t.Fatalf("create %s: %v", req.ID, err)
+		}
+		if _, err := c.PreviewChangefeed(ctx, req); !errors.Is(err, ErrClaimed) {
+			t.Fatalf("create %s --dry-run: %v", req.ID, err)
+		}
+	}
+	out, err := pg.Psql(ctx, "postgres", "SELECT slot_name FROM pg_replication_slots; SELECT pubname FROM pg_publication")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(strings.Fields(out), " "); got != "cdcctl_orders_v2 cdcctl_orders_v2" {
+		t.Fatalf("slots and publications after the refused creates: %s", got)
+	}
+	// A changefeed of its own slot on the same database is created.
+	if _, err := c.CreateChangefeed(ctx, term, CreateRequest{ID: "other", Source: src, Sink: "blackhole://"}); err != nil {
+		t.Fatal(err)
+	}
+}
