@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -64,5 +65,13 @@ func TestAKafkaSinkIsPinnedOnlyWhenEveryNodeOpensItPinned(t *testing.T) {
 	info, err = c.CreateChangefeed(ctx, term, CreateRequest{ID: "unpinned", Source: "gen://?tables=1&keys=10&rate=10", Sink: sink})
 	if err != nil || strings.Contains(info.SinkURI, "hash-partitions") {
 		t.Fatalf("a node of an earlier version registered: the sink is kept as %q (%v)", info.SinkURI, err)
+	}
+	// Nor is one pinned by changefeed update while that node runs.
+	if err := c.SetChangefeedState(ctx, term, "unpinned", model.ChangefeedPaused, "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.UpdateChangefeed(ctx, term, UpdateRequest{ID: "unpinned", SinkOptions: map[string]string{"hash-partitions": "4"}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "finish the rolling upgrade first") {
+		t.Fatalf("pinning while a node of an earlier version runs: %v", err)
 	}
 }

@@ -143,6 +143,10 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		if err := transactionsFrom(e.Info.SourceURI, res.Sink); err != nil {
 			return UpdateResult{}, err
 		}
+		if _, pins := req.SinkOptions[sinks.KafkaHashPartitions]; pins && !c.view.AllNodesHave(model.FeatureKafkaHashPartitions) {
+			// A capture of an earlier version could not open the sink.
+			return UpdateResult{}, refuse(ErrInvalid, "%s: a capture of an earlier version runs (cdcctl capture list shows its version) and could not open a sink with it; finish the rolling upgrade first", sinks.KafkaHashPartitions)
+		}
 	}
 	if len(req.Tables) == 0 {
 		return c.updateSink(ctx, term, e, req, res)

@@ -12,6 +12,10 @@ import (
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
+// KafkaHashPartitions is the Kafka sink's option that pins the
+// partitions keys hash over (a node feature: kafka-hash-partitions).
+const KafkaHashPartitions = kafka.HashPartitionsOption
+
 // SetOptions changes parameters of an existing changefeed's sink URI:
 // opts maps a parameter to its new value, "" to its default. Only the
 // parameters the sink lists as changeable (how it writes: sizes, timeouts,
