@@ -2,8 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
