@@ -90,7 +90,7 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 		why += "; it had failed: " + e.Status.Error
 	}
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
-		Info: info, SourcePosition: ch.Position, Add: res.AddedSpans, Since: at, Remove: remove,
+		Info: info, SourcePosition: ch.Position, Add: res.AddedSpans, Since: at, Remove: remove, RoutesAt: st.Revision,
 		Resnapshot: true, Incident: model.Incident{Time: time.Now().UTC(), Kind: IncidentResnapshot, Reason: why},
 	})
 	if err != nil {

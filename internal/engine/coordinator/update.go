@@ -203,7 +203,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
-		Remove: removeIDs, RemoveTables: applied.Removed,
+		Remove: removeIDs, RemoveTables: applied.Removed, RoutesAt: st.Revision,
 	})
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the

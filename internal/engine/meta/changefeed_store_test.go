@@ -168,3 +168,33 @@ func TestResumingAChangefeedClearsItsErrorAndTheNamedTablesIssues(t *testing.T) 
 		t.Fatalf("after resuming all tables: %+v", got)
 	}
 }
+
+// A tables update (or re-snapshot) written over a routing table that
+// changed since it was read — a split's new half, a move — is stale and
+// changes nothing: the partitions it removes or replaces were computed
+// from the old routing table, and the split's half was left beside them.
+// Over an unchanged routing table it is written.
+func TestATablesUpdateOverARoutingTableChangedSinceItsReadIsStale(t *testing.T) {
+	f, routes := newBigFeed(t, 2) // p1, p2
+	st := f.load()
+	read := st.Revision
+	e := st.Changefeeds["big"]
+	// A split writes its new half after the update read the routes.
+	half := routes[0]
+	half.ID = "p9"
+	if _, err := f.cli.Put(f.ctx, f.store.keys.Partition("big", "p9"), mustJSON(half)); err != nil {
+		t.Fatal(err)
+	}
+	f.refused("an update over a routing table split since", ErrStale, func() error {
+		_, err := f.store.UpdateTables(f.ctx, f.fence, e, TablesUpdate{Info: e.Info, Remove: []string{routes[0].ID}, RoutesAt: read})
+		return err
+	})
+	st = f.load()
+	e = st.Changefeeds["big"]
+	if _, err := f.store.UpdateTables(f.ctx, f.fence, e, TablesUpdate{Info: e.Info, Remove: []string{routes[0].ID, "p9"}, RoutesAt: st.Revision}); err != nil {
+		t.Fatalf("an update over the routing table as it is: %v", err)
+	}
+	if got := f.load().Partitions["big"]; len(got) != 1 {
+		t.Fatalf("after the update: %d partitions, want 1", len(got))
+	}
+}

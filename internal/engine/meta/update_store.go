@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -29,6 +30,12 @@ type TablesUpdate struct {
 	// resnapshot), which answers what failed it.
 	Resnapshot bool
 	Incident   model.Incident
+	// RoutesAt is the store revision the caller read the changefeed's
+	// routing table at (0: not checked): a partition written since (a
+	// split's new half, a move) makes the update stale. A split finished
+	// meanwhile left its new half beside the ranges the update replaced
+	// or removed: copied twice, or a partition of a table gone.
+	RoutesAt int64
 }
 
 // ErrTxnTooLarge refuses a change of more partitions than one etcd
@@ -83,6 +90,9 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 		if len(u.Add) > 0 {
 			cmps = append(cmps, ctrCmp)
 		}
+		if u.RoutesAt > 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.keys.Partitions(id)), "<", u.RoutesAt+1).WithPrefix())
+		}
 		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("update changefeed %s: %w", id, err)
@@ -99,6 +109,17 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 		}
 		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != e.StatusRevision {
 			return nil, ErrStale // the changefeed changed (resumed?) meanwhile
+		}
+		if u.RoutesAt > 0 {
+			routes, err := s.cli.Get(ctx, s.keys.Partitions(id), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				return nil, err
+			}
+			for _, kv := range routes.Kvs {
+				if kv.ModRevision > u.RoutesAt {
+					return nil, fmt.Errorf("%w: partition %s changed since its routing table was read (a split or move)", ErrStale, strings.TrimPrefix(string(kv.Key), s.keys.Partitions(id)))
+				}
+			}
 		}
 		// Only the id counter moved (another changefeed was created or
 		// split): again.
