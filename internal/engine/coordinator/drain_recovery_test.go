@@ -544,3 +544,47 @@ func TestACancelledDrainIsTakenOverByTheSameDrainAgain(t *testing.T) {
 	}
 	c.VerifyAll(true)
 }
+
+// A capture holding partitions of a failed changefeed is drained too, as
+// one of a paused changefeed is: its maintainer moves them (their
+// dispatchers are stopped), the drain ends, and the changefeed, resumed,
+// goes on from where it stopped, nothing lost. Before, a failed
+// changefeed's maintainer placed nothing, and the drain waited for ever.
+func TestADrainMovesAFailedChangefeedsPartitions(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3).Node
+	feeds := c.Feeds(2)
+	failed := feeds[1]
+	var target model.NodeID
+	c.Eventually("a follower holds a partition of "+string(failed), 20*time.Second, func() bool {
+		for _, r := range c.State().Partitions[failed] {
+			if n := r.Route.Node; n != "" && n != leader && r.Route.Status == model.PartitionActive {
+				target = n
+				return true
+			}
+		}
+		return false
+	})
+	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
+	e := c.Changefeed(failed)
+	if err := c.Store.FailChangefeed(context.Background(), e.FenceOf(c.Store.Keys()), e, "a test failed it"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.Drain(target, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec = c.PlanEnd(rec.ID, 60*time.Second); rec.State != exec.Done {
+		t.Fatalf("the drain of %s: %s (%s)", target, rec.State, rec.Message)
+	}
+	if err := emptyOf(c, target); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Changefeed(failed).Status.State; got != model.ChangefeedFailed {
+		t.Fatalf("%s after the drain: %s; want failed", failed, got)
+	}
+	c.SetState(failed, model.ChangefeedNormal)
+	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
+	c.VerifyAll(false)
+}

@@ -289,12 +289,14 @@ func (h *Host) maintain(ctx context.Context, st *meta.State, e *meta.ChangefeedE
 	if wrote, err := h.recover(ctx, st, e, mf); err != nil || wrote {
 		return err // after a write, the next pass reads again
 	}
-	// A paused changefeed's partitions are placed too, though none runs:
-	// a drain (a rollout) moves them off its capture, each handed over at
-	// the exact position where the pause stopped it, and a capture that
-	// died leaves them to the others. Before, a drain of a capture holding
-	// one waited for them until it timed out.
-	if state := e.Status.State; state == model.ChangefeedNormal || state == model.ChangefeedPaused {
+	// A paused or failed changefeed's partitions are placed too, though
+	// none runs: a drain (a rollout) moves them off its capture, each
+	// handed over at the exact position where its dispatcher stopped, and
+	// a capture that died leaves them to the others. Before, a drain of a
+	// capture holding one waited for them until it timed out (a failed
+	// one's for ever), and a failed changefeed's move in flight never
+	// ended, so its re-snapshot was refused while it lasted.
+	if state := e.Status.State; state == model.ChangefeedNormal || state == model.ChangefeedPaused || state == model.ChangefeedFailed {
 		if unsaved := heardBeyondSaved(st, e, pos); len(unsaved) > 0 {
 			// Persisted before they are placed again; the next pass places.
 			h.log.Debug("maintainer: persisting positions before placing their partitions again", "changefeed", e.Info.ID, "partitions", unsaved)
