@@ -71,6 +71,13 @@ var topicCheckEvery = 30 * time.Second
 // partitionsChanged tells the operator that the topic's partition count
 // changed under the sink, and what it means for the changefeed's keys.
 func (s *Sink) partitionsChanged(now int32) {
+	if now < s.partitions {
+		// Deleted and created again smaller: keys of the missing
+		// partitions have nowhere to go.
+		s.log.Warn(fmt.Sprintf("kafka sink: topic %q now has %d partitions, fewer than the %d this changefeed hashes its keys over; writes to the others fail until the topic has them again (kafka-topics.sh --alter --topic %s --partitions %d)",
+			s.cfg.Topic, now, s.partitions, s.cfg.Topic, s.partitions), "topic", s.cfg.Topic)
+		return
+	}
 	if s.cfg.HashPartitions != 0 {
 		s.log.Info("kafka sink: the topic's partition count changed; this changefeed goes on hashing its keys over its hash-partitions, so a key stays in its partition",
 			"topic", s.cfg.Topic, "partitions", now, HashPartitionsOption, s.cfg.HashPartitions)
