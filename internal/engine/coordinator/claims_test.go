@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/cluster"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
@@ -74,5 +76,23 @@ func TestAChangefeedThatWouldShareAnothersSlotIsRefused(t *testing.T) {
 	// A changefeed of its own slot on the same database is created.
 	if _, err := c.CreateChangefeed(ctx, term, CreateRequest{ID: "other", Source: src, Sink: "blackhole://"}); err != nil {
 		t.Fatal(err)
+	}
+
+	// A pending cleanup of a removed changefeed that shared the slot (one
+	// created before creates checked claims) does not release what the
+	// live changefeed holds.
+	if err := store.SaveCleanup(ctx, term.Fence, model.SourceCleanup{Changefeed: "ghost", Source: first.SourceURI, Since: time.Now().UTC()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the view to show orders-v2 and ghost's cleanup", func() bool {
+		st := view.State()
+		_, live := st.Changefeeds["orders-v2"]
+		_, pending := st.Cleanups["ghost"]
+		return live && pending
+	})
+	c.retryCleanup(ctx, term, "ghost", view.State().Cleanups["ghost"])
+	out, err = pg.Psql(ctx, "postgres", "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'cdcctl_orders_v2'")
+	if err != nil || strings.TrimSpace(out) != "1" {
+		t.Fatalf("orders-v2's slot after the cleanups were retried: %q (%v)", out, err)
 	}
 }

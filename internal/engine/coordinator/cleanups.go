@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,6 +61,23 @@ func every(ctx context.Context, d time.Duration, f func()) {
 
 func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id model.ChangefeedID, e meta.CleanupEntry) {
 	rec := e.Record
+	// The view may lag: a cleanup released and forgotten since, and its
+	// name taken by a new changefeed, would drop the new one's slot.
+	if still, err := c.store.CleanupAt(ctx, id, e.Revision); err != nil || !still {
+		return
+	}
+	// Nor is what a live changefeed holds released (one created before
+	// claims were checked at create may share it).
+	theirs := sources.Claims(rec.Source, id)
+	st := c.view.State()
+	for _, cf := range st.ChangefeedIDs() {
+		for _, claim := range sources.Claims(st.Changefeeds[cf].Info.SourceURI, cf) {
+			if slices.Contains(theirs, claim) {
+				c.log.Warn("coordinator: a removed changefeed's source is not released while a live changefeed holds the same upstream resource", "changefeed", id, "holder", cf, "resource", claim)
+				return
+			}
+		}
+	}
 	tctx, cancel := context.WithTimeout(ctx, cleanupTry)
 	err := sources.Remove(tctx, rec.Source)
 	cancel()

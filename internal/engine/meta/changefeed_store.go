@@ -410,6 +410,17 @@ func (s *Store) SaveCleanup(ctx context.Context, fence Fence, c model.SourceClea
 	return s.commit(ctx, cmps, clientv3.OpPut(s.keys.Cleanup(c.Changefeed), string(b)))
 }
 
+// CleanupAt says whether a source cleanup is still recorded at revision:
+// one a watched view shows may be gone (released, forgotten, its name
+// taken again) by the time it is retried.
+func (s *Store) CleanupAt(ctx context.Context, id model.ChangefeedID, revision int64) (bool, error) {
+	got, err := s.cli.Get(ctx, s.keys.Cleanup(id))
+	if err != nil {
+		return false, err
+	}
+	return len(got.Kvs) == 1 && got.Kvs[0].ModRevision == revision, nil
+}
+
 // ForgetCleanup deletes a source cleanup that is done. A coordinator
 // write.
 func (s *Store) ForgetCleanup(ctx context.Context, fence Fence, id model.ChangefeedID) error {
