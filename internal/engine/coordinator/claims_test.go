@@ -3,18 +3,11 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
-	"github.com/cdcctl/cdcctl/internal/engine/cluster"
-	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
 // A changefeed that would share another's replication slot is refused
@@ -26,28 +19,10 @@ import (
 // slot is left as it was.
 func TestAChangefeedThatWouldShareAnothersSlotIsRefused(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "cdcctl-claims-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
-	_, cli := etcdtest.Start(t)
-	store := meta.NewStore(cli, "test")
-	term := leaderTerm(t, cli, store, "capture-1")
-	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
-	vctx, stopView := context.WithCancel(ctx)
-	defer stopView()
-	go func() { _ = view.Run(vctx) }()
-	c := New(store, view, slog.New(slog.DiscardHandler))
+	pg := ordersDB(t)
+	f := leading(t)
+	c, store, term, view := f.c, f.store, f.term, f.view
 
 	src := pg.DSN("postgres") + "&tables=public.orders"
 	first, err := c.CreateChangefeed(ctx, term, CreateRequest{ID: "orders-v2", Source: src, Sink: "blackhole://"})

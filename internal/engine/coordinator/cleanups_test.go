@@ -26,20 +26,8 @@ import (
 // database is back the coordinator drops the slot and the publication
 // and forgets the cleanup.
 func TestARemovalWhilePostgresIsDownDropsTheSlotOnceItIsBack(t *testing.T) {
-	dir, err := os.MkdirTemp("", "cdcctl-cleanup-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
+	pg := ordersDB(t)
 	slots := func() string {
 		out, err := pg.Psql(ctx, "postgres", "SELECT count(*) FROM pg_replication_slots; SELECT count(*) FROM pg_publication")
 		if err != nil {
@@ -48,14 +36,8 @@ func TestARemovalWhilePostgresIsDownDropsTheSlotOnceItIsBack(t *testing.T) {
 		return strings.Join(strings.Fields(out), " ")
 	}
 
-	_, cli := etcdtest.Start(t)
-	store := meta.NewStore(cli, "test")
-	term := leaderTerm(t, cli, store, "capture-1")
-	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
-	vctx, stopView := context.WithCancel(ctx)
-	defer stopView()
-	go func() { _ = view.Run(vctx) }()
-	c := New(store, view, slog.New(slog.DiscardHandler))
+	f := leading(t)
+	c, store, term := f.c, f.store, f.term
 	c.ReleaseWait, c.CleanupEvery = 3*time.Second, 200*time.Millisecond
 
 	src := pg.DSN("postgres") + "&tables=public.orders&connect_timeout=2"
@@ -70,7 +52,7 @@ func TestARemovalWhilePostgresIsDownDropsTheSlotOnceItIsBack(t *testing.T) {
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	err = c.RemoveChangefeed(ctx, term, "orders")
+	err := c.RemoveChangefeed(ctx, term, "orders")
 	var pending *CleanupPendingError
 	if !errors.As(err, &pending) || !strings.Contains(err.Error(), "cannot reach PostgreSQL") {
 		t.Fatalf("remove while PostgreSQL is down: %v; want a pending cleanup saying why", err)
@@ -133,4 +115,47 @@ func leaderTerm(t *testing.T, cli *clientv3.Client, store *meta.Store, node mode
 		t.Fatal(err)
 	}
 	return election.Term{Leader: node, Fence: meta.Fence{Key: key, CreateRevision: put.Header.Revision}}
+}
+
+// ordersDB starts a private PostgreSQL holding a table orders, stopped
+// when the test ends.
+func ordersDB(t *testing.T) *pgserver.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cdcctl-coordinator-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx := context.Background()
+	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	return pg
+}
+
+// leadingFixture is a coordinator leading capture-1's term over an etcd
+// of its own, with a running view.
+type leadingFixture struct {
+	c     *Coordinator
+	cli   *clientv3.Client
+	store *meta.Store
+	term  election.Term
+	view  *cluster.View
+}
+
+func leading(t *testing.T) leadingFixture {
+	t.Helper()
+	_, cli := etcdtest.Start(t)
+	store := meta.NewStore(cli, "test")
+	term := leaderTerm(t, cli, store, "capture-1")
+	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
+	vctx, stopView := context.WithCancel(context.Background())
+	t.Cleanup(stopView)
+	go func() { _ = view.Run(vctx) }()
+	return leadingFixture{c: New(store, view, slog.New(slog.DiscardHandler)), cli: cli, store: store, term: term, view: view}
 }

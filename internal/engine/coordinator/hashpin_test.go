@@ -4,16 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
-	"github.com/cdcctl/cdcctl/internal/engine/cluster"
-	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -30,8 +26,8 @@ func TestAKafkaSinkIsPinnedOnlyWhenEveryNodeOpensItPinned(t *testing.T) {
 	}
 	t.Cleanup(broker.Close)
 	ctx := context.Background()
-	_, cli := etcdtest.Start(t)
-	store := meta.NewStore(cli, "test")
+	f := leading(t)
+	c, cli, store, term, view := f.c, f.cli, f.store, f.term, f.view
 	register := func(id model.NodeID, features []string) {
 		t.Helper()
 		b, _ := json.Marshal(model.NodeInfo{ID: id, Version: "v", Features: features})
@@ -40,12 +36,6 @@ func TestAKafkaSinkIsPinnedOnlyWhenEveryNodeOpensItPinned(t *testing.T) {
 		}
 	}
 	register("capture-1", model.BuildFeatures)
-	term := leaderTerm(t, cli, store, "capture-1")
-	view := cluster.NewView(store, slog.New(slog.DiscardHandler))
-	vctx, stopView := context.WithCancel(ctx)
-	defer stopView()
-	go func() { _ = view.Run(vctx) }()
-	c := New(store, view, slog.New(slog.DiscardHandler))
 	sink := "kafka://" + broker.ListenAddrs()[0] + "/cdc"
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
