@@ -477,6 +477,7 @@ func TestOnlyATableRenameIsNotFollowable(t *testing.T) {
 		"ALTER TABLE orders RENAME AS orders_v2":               false,
 		"ALTER TABLE orders RENAME orders_v2":                  false,
 		"ALTER TABLE orders RENAME COLUMN a TO b, RENAME TO x": false,
+		"ALTER TABLE orders ADD c INT,RENAME TO x":             false,
 		"CREATE INDEX i ON orders (a)":                         true,
 		"DROP TABLE orders":                                    false,
 	} {

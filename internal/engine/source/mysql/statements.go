@@ -80,7 +80,8 @@ func gap(b *strings.Builder, s string, i int) int {
 // TABLE other than a rename, and index changes. A rename, a drop and
 // anything else hold the table (a TRUNCATE is passed on: truncated).
 func followable(stmt string) bool {
-	low := strings.ToLower(strings.Join(strings.Fields(stmt), " "))
+	// Commas spaced: "ADD c INT,RENAME TO u" renames the table too.
+	low := strings.ToLower(strings.Join(strings.Fields(strings.ReplaceAll(stmt, ",", " , ")), " "))
 	switch {
 	case strings.HasPrefix(low, "alter table"), strings.HasPrefix(low, "alter online table"), strings.HasPrefix(low, "alter ignore table"):
 		return !renamesTable(low)
