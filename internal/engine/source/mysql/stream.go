@@ -129,13 +129,22 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if _, ok := at.Tables[t]; ok {
 			return t
 		}
+		// The live one where a dropped table's name differs only in case
+		// (lower_case_table_names=2 keeps the case it was created in),
+		// in one order.
 		schema, name := model.SplitTableName(t) // (a name in capitals is quoted)
-		for k := range at.Tables {
+		found := t
+		for _, k := range slices.Sorted(maps.Keys(at.Tables)) {
 			if ks, kn := model.SplitTableName(k); strings.EqualFold(ks, schema) && strings.EqualFold(kn, name) {
-				return k
+				if !at.Tables[k].Dropped {
+					return k
+				}
+				if found == t {
+					found = k
+				}
 			}
 		}
-		return t
+		return found
 	}
 	sameDB := func(a, b string) bool { return a == b || srv.FoldsNames && strings.EqualFold(a, b) }
 	openCatalog := func() (*sql.DB, error) {
