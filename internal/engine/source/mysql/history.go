@@ -186,3 +186,18 @@ WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
 	}
 	return utf8As4(cs), rows.Err()
 }
+
+// markUnfollowed notes a statement the schema history did not follow:
+// the table's next row reads the catalog, in this reader (pending) and,
+// through the resume point, in one started again after it. Statements
+// since the last row are kept together, in order (the schema change the
+// sink gets names them).
+func markUnfollowed(pending map[string]string, at *position, t, stmt string) {
+	if prev := pending[t]; prev != "" {
+		stmt = prev + "; " + stmt
+	}
+	pending[t] = stmt
+	st := at.Tables[t]
+	st.Unfollowed = stmt
+	at.Tables = withTable(at.Tables, t, st)
+}

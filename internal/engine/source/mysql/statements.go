@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -386,4 +387,33 @@ func namedTables(stmt, db string, tables map[string]tableState) []string {
 		out = append(out, t)
 	}
 	return out
+}
+
+// namedIn is the replicated table a statement names t, as the
+// changefeed names it: under lower_case_table_names (folds) a statement
+// may write it in another letter case (DROP TABLE Orders drops
+// shop.orders), and one read as another table's was passed over. The
+// live one where a dropped table's name differs only in case
+// (lower_case_table_names=2 keeps the case it was created in), in one
+// order; t itself when none is.
+func namedIn(tables map[string]tableState, t string, folds bool) string {
+	if !folds {
+		return t
+	}
+	if _, ok := tables[t]; ok {
+		return t
+	}
+	schema, name := model.SplitTableName(t) // (a name in capitals is quoted)
+	found := t
+	for _, k := range slices.Sorted(maps.Keys(tables)) {
+		if ks, kn := model.SplitTableName(k); strings.EqualFold(ks, schema) && strings.EqualFold(kn, name) {
+			if !tables[k].Dropped {
+				return k
+			}
+			if found == t {
+				found = k
+			}
+		}
+	}
+	return found
 }

@@ -118,34 +118,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
 	var catalog *sql.DB                                   // read when a schema changes
-	// named is a table a statement names, as the changefeed names it:
-	// under lower_case_table_names a statement may write it in another
-	// letter case (DROP TABLE Orders drops shop.orders), and one read as
-	// another table's was passed over.
-	named := func(t string) string {
-		if !srv.FoldsNames {
-			return t
-		}
-		if _, ok := at.Tables[t]; ok {
-			return t
-		}
-		// The live one where a dropped table's name differs only in case
-		// (lower_case_table_names=2 keeps the case it was created in),
-		// in one order.
-		schema, name := model.SplitTableName(t) // (a name in capitals is quoted)
-		found := t
-		for _, k := range slices.Sorted(maps.Keys(at.Tables)) {
-			if ks, kn := model.SplitTableName(k); strings.EqualFold(ks, schema) && strings.EqualFold(kn, name) {
-				if !at.Tables[k].Dropped {
-					return k
-				}
-				if found == t {
-					found = k
-				}
-			}
-		}
-		return found
-	}
+	named := func(t string) string { return namedIn(at.Tables, t, srv.FoldsNames) }
 	sameDB := func(a, b string) bool { return a == b || srv.FoldsNames && strings.EqualFold(a, b) }
 	openCatalog := func() (*sql.DB, error) {
 		var err error
@@ -565,60 +538,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 }
 
-// markUnfollowed notes a statement the schema history did not follow:
-// the table's next row reads the catalog, in this reader (pending) and,
-// through the resume point, in one started again after it. Statements
-// since the last row are kept together, in order (the schema change the
-// sink gets names them).
-func markUnfollowed(pending map[string]string, at *position, t, stmt string) {
-	if prev := pending[t]; prev != "" {
-		stmt = prev + "; " + stmt
-	}
-	pending[t] = stmt
-	st := at.Tables[t]
-	st.Unfollowed = stmt
-	at.Tables = withTable(at.Tables, t, st)
-}
-
-// commits says whether an event ends a transaction: an XID (InnoDB's
-// commit), a COMMIT statement, or a statement that is its own
-// transaction (a schema change).
-func commits(ev *replication.BinlogEvent) bool {
-	switch e := ev.Event.(type) {
-	case *replication.XIDEvent:
-		return true
-	case *replication.QueryEvent:
-		return !inTransaction(strings.TrimSpace(string(e.Query)))
-	}
-	return false
-}
-
-// inTransaction says whether a statement the binary log holds is part of
-// the transaction around it, not its end: its BEGIN, and the savepoints
-// an application (an ORM nesting its transactions) sets, rolls back to
-// and releases, which the server logs between the rows. Taken for
-// commits, they cut a transaction in two, and a resume point between the
-// halves was past its GTID: the second half was never read again.
-func inTransaction(q string) bool {
-	if strings.EqualFold(q, "BEGIN") {
-		return true
-	}
-	f := strings.Fields(q)
-	switch {
-	case len(f) >= 2 && strings.EqualFold(f[0], "SAVEPOINT"):
-		return true
-	case len(f) >= 3 && strings.EqualFold(f[0], "RELEASE") && strings.EqualFold(f[1], "SAVEPOINT"):
-		return true
-	case len(f) >= 3 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "TO"):
-		// ROLLBACK TO [SAVEPOINT] s1 (the server has dropped the rows it
-		// undid from what it logs).
-		return true
-	case len(f) >= 4 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "WORK") && strings.EqualFold(f[2], "TO"):
-		return true
-	}
-	return false
-}
-
 // ResumePoint implements source.Puller: the newest resume point at or
 // below the checkpoint.
 func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
@@ -636,13 +555,3 @@ func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 // Confirm implements source.Puller: the server keeps its binary logs by
 // time, not for a reader, so there is nothing to release.
 func (p *Puller) Confirm(source.Position) {}
-
-// hasRows says a transaction's events include a row change.
-func hasRows(evs []source.Event) bool {
-	for i := range evs {
-		if evs[i].Kind == source.KindDML {
-			return true
-		}
-	}
-	return false
-}

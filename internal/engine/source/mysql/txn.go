@@ -1,6 +1,10 @@
 package mysql
 
 import (
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -157,4 +161,53 @@ func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
 	}
 	cur.rowsAt(ts)
 	return ts
+}
+
+// commits says whether an event ends a transaction: an XID (InnoDB's
+// commit), a COMMIT statement, or a statement that is its own
+// transaction (a schema change).
+func commits(ev *replication.BinlogEvent) bool {
+	switch e := ev.Event.(type) {
+	case *replication.XIDEvent:
+		return true
+	case *replication.QueryEvent:
+		return !inTransaction(strings.TrimSpace(string(e.Query)))
+	}
+	return false
+}
+
+// inTransaction says whether a statement the binary log holds is part of
+// the transaction around it, not its end: its BEGIN, and the savepoints
+// an application (an ORM nesting its transactions) sets, rolls back to
+// and releases, which the server logs between the rows. Taken for
+// commits, they cut a transaction in two, and a resume point between the
+// halves was past its GTID: the second half was never read again.
+func inTransaction(q string) bool {
+	if strings.EqualFold(q, "BEGIN") {
+		return true
+	}
+	f := strings.Fields(q)
+	switch {
+	case len(f) >= 2 && strings.EqualFold(f[0], "SAVEPOINT"):
+		return true
+	case len(f) >= 3 && strings.EqualFold(f[0], "RELEASE") && strings.EqualFold(f[1], "SAVEPOINT"):
+		return true
+	case len(f) >= 3 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "TO"):
+		// ROLLBACK TO [SAVEPOINT] s1 (the server has dropped the rows it
+		// undid from what it logs).
+		return true
+	case len(f) >= 4 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "WORK") && strings.EqualFold(f[2], "TO"):
+		return true
+	}
+	return false
+}
+
+// hasRows says a transaction's events include a row change.
+func hasRows(evs []source.Event) bool {
+	for i := range evs {
+		if evs[i].Kind == source.KindDML {
+			return true
+		}
+	}
+	return false
 }
