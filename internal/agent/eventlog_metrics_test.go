@@ -3,13 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/api"
-	"github.com/cdcctl/cdcctl/internal/pgserver"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
 // An operator sees how much each database changefeed's event log takes
@@ -18,20 +16,8 @@ import (
 // upstream.
 func TestTheEventLogsSizeIsOnMetrics(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "cdcctl-eventlog-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
+	pg := pgtest.Start(t, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)")
 	tc := newTestCluster(t)
 	leader := tc.startCaptures(1)
 	if _, err := tc.client().CreateChangefeed(ctx, api.ChangefeedCreateRequest{ID: "orders", Source: pg.DSN("postgres") + "&tables=public.orders",

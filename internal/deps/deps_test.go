@@ -25,7 +25,7 @@ var allowed = map[string][]string{
 	"internal/exec":   {"internal/plan", "internal/model"},
 	"internal/redact": nil, "internal/version": nil, "internal/configfile": nil, "internal/certs": nil,
 	"internal/embedetcd": nil, "internal/embedetcd/etcdtest": {"internal/embedetcd"},
-	"internal/pgserver": nil, "internal/mysqlserver": nil, "internal/mysqlserver/mysqltest": {"internal/mysqlserver"},
+	"internal/pgserver": nil, "internal/pgserver/pgtest": {"internal/pgserver"}, "internal/mysqlserver": nil, "internal/mysqlserver/mysqltest": {"internal/mysqlserver"},
 	"internal/release": nil, "internal/release/mkrelease": {"internal/release"},
 	"internal/deps": nil,
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
 // A PostgreSQL changefeed removed while the database is down is removed
@@ -120,22 +119,7 @@ func leaderTerm(t *testing.T, cli *clientv3.Client, store *meta.Store, node mode
 // ordersDB starts a private PostgreSQL holding a table orders, stopped
 // when the test ends.
 func ordersDB(t *testing.T) *pgserver.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "cdcctl-coordinator-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, filepath.Join(dir, "data"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if _, err := pg.Psql(ctx, "postgres", "CREATE TABLE orders (id int8 PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
-	return pg
+	return pgtest.Start(t, "CREATE TABLE orders (id int8 PRIMARY KEY, v text)")
 }
 
 // leadingFixture is a coordinator leading capture-1's term over an etcd

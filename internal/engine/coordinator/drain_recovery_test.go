@@ -480,31 +480,13 @@ func TestADrainMovesAPausedChangefeedsPartitions(t *testing.T) {
 	leader := c.StartCaptures(3).Node
 	feeds := c.Feeds(2)
 	paused := feeds[1]
-	var target model.NodeID
-	c.Eventually("a follower holds a partition of "+string(paused), 20*time.Second, func() bool {
-		for _, r := range c.State().Partitions[paused] {
-			if n := r.Route.Node; n != "" && n != leader && r.Route.Status == model.PartitionActive {
-				target = n
-				return true
-			}
-		}
-		return false
-	})
+	target := followerHolding(c, leader, paused)
 	rep := c.PauseAndVerify(paused)
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("%s paused: %+v", paused, rep)
 	}
 	checkpoint := c.Changefeed(paused).Status.CheckpointTs
-	rec, err := c.Drain(target, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec = c.PlanEnd(rec.ID, 60*time.Second); rec.State != exec.Done {
-		t.Fatalf("the drain of %s: %s (%s)", target, rec.State, rec.Message)
-	}
-	if err := emptyOf(c, target); err != nil {
-		t.Fatal(err)
-	}
+	drainToEmpty(t, c, target)
 	if got := c.Changefeed(paused); got.Status.State != model.ChangefeedPaused || got.Status.CheckpointTs != checkpoint {
 		t.Fatalf("%s after the drain: %s at %s; want paused at %s", paused, got.Status.State, got.Status.CheckpointTs, checkpoint)
 	}
@@ -556,9 +538,28 @@ func TestADrainMovesAFailedChangefeedsPartitions(t *testing.T) {
 	leader := c.StartCaptures(3).Node
 	feeds := c.Feeds(2)
 	failed := feeds[1]
+	target := followerHolding(c, leader, failed)
+	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
+	e := c.Changefeed(failed)
+	if err := c.Store.FailChangefeed(context.Background(), e.FenceOf(c.Store.Keys()), e, "a test failed it"); err != nil {
+		t.Fatal(err)
+	}
+	drainToEmpty(t, c, target)
+	if got := c.Changefeed(failed).Status.State; got != model.ChangefeedFailed {
+		t.Fatalf("%s after the drain: %s; want failed", failed, got)
+	}
+	c.SetState(failed, model.ChangefeedNormal)
+	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
+	c.VerifyAll(false)
+}
+
+// followerHolding waits for a capture other than the leader to hold an
+// Active partition of cf, and returns it.
+func followerHolding(c *enginetest.Cluster, leader model.NodeID, cf model.ChangefeedID) model.NodeID {
+	c.T.Helper()
 	var target model.NodeID
-	c.Eventually("a follower holds a partition of "+string(failed), 20*time.Second, func() bool {
-		for _, r := range c.State().Partitions[failed] {
+	c.Eventually("a follower holds a partition of "+string(cf), 20*time.Second, func() bool {
+		for _, r := range c.State().Partitions[cf] {
 			if n := r.Route.Node; n != "" && n != leader && r.Route.Status == model.PartitionActive {
 				target = n
 				return true
@@ -566,11 +567,13 @@ func TestADrainMovesAFailedChangefeedsPartitions(t *testing.T) {
 		}
 		return false
 	})
-	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
-	e := c.Changefeed(failed)
-	if err := c.Store.FailChangefeed(context.Background(), e.FenceOf(c.Store.Keys()), e, "a test failed it"); err != nil {
-		t.Fatal(err)
-	}
+	return target
+}
+
+// drainToEmpty drains target with batch 1 and checks the drain is done
+// and target holds nothing.
+func drainToEmpty(t *testing.T, c *enginetest.Cluster, target model.NodeID) {
+	t.Helper()
 	rec, err := c.Drain(target, 1, false)
 	if err != nil {
 		t.Fatal(err)
@@ -581,10 +584,4 @@ func TestADrainMovesAFailedChangefeedsPartitions(t *testing.T) {
 	if err := emptyOf(c, target); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Changefeed(failed).Status.State; got != model.ChangefeedFailed {
-		t.Fatalf("%s after the drain: %s; want failed", failed, got)
-	}
-	c.SetState(failed, model.ChangefeedNormal)
-	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
-	c.VerifyAll(false)
 }

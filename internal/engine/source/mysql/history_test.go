@@ -242,11 +242,7 @@ func TestARowBetweenAnIndexAndALaterAlterIsReadWithItsOwnSchema(t *testing.T) {
 		"INSERT INTO orders VALUES (1, 'paid', '2024-05-01 10:00:00.250', 3)",
 		"ALTER TABLE orders MODIFY status ENUM('void','new','paid'), MODIFY paid_at DATETIME",
 		"INSERT INTO orders VALUES (2, 'void', '2024-05-02 11:00:00', 4)")
-	other := up.cfg
-	other.ServerID = 78
-	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
-	waitResolved(t, behind)
-	got := behind.lines(t, true)
+	got := readFromTheStart(t, up)
 	if !strings.Contains(got, "INSERT [1 paid 2024-05-01 10:00:00.250 3]") || !strings.Contains(got, "INSERT [2 void 2024-05-02 11:00:00 4]") {
 		t.Fatalf("read from behind the index and the ALTER:\n%s", got)
 	}
@@ -291,11 +287,7 @@ func TestARowIsNotReadWithALaterCatalogSchemaOfTheSameFamily(t *testing.T) {
 		"INSERT INTO orders (id, status, paid_at, amount) VALUES (1, 'paid', '2024-05-01 10:00:00.250', 1.25)",
 		"ALTER TABLE orders MODIFY status ENUM('void','new','paid'), MODIFY paid_at DATETIME, MODIFY amount DECIMAL(6,1)",
 		"INSERT INTO orders (id, status, paid_at, amount) VALUES (2, 'void', '2024-05-02 11:00:00', 2.5)")
-	other := up.cfg
-	other.ServerID = 78
-	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
-	waitResolved(t, behind)
-	got := behind.lines(t, true)
+	got := readFromTheStart(t, up)
 	if !strings.Contains(got, "INSERT [1 paid 2024-05-01 10:00:00.250 1.25 2]") || !strings.Contains(got, "INSERT [2 void 2024-05-02 11:00:00 2.5 3]") {
 		t.Fatalf("read from behind both ALTERs:\n%s", got)
 	}
@@ -317,4 +309,16 @@ func TestEnumAndSetMembersKeepTheirCase(t *testing.T) {
 	if rows := selectAll(t, up.dsn, "orders"); rows["1"][1] != "Paid" {
 		t.Fatalf("the server shows %q", rows["1"])
 	}
+}
+
+// readFromTheStart reads the upstream's binary log again from where its
+// reader began, with a second reader started now (behind everything the
+// test wrote), and returns what it read.
+func readFromTheStart(t *testing.T, up upstream) string {
+	t.Helper()
+	other := up.cfg
+	other.ServerID = 78
+	behind := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
+	waitResolved(t, behind)
+	return behind.lines(t, true)
 }
