@@ -68,7 +68,7 @@ func (b backend) Changefeeds(ctx context.Context) (*api.ChangefeedList, error) {
 	for _, c := range st.Cleanups {
 		r := c.Record
 		out.PendingCleanups = append(out.PendingCleanups, api.PendingCleanup{Changefeed: string(r.Changefeed), Source: sources.Redact(r.Source),
-			Since: r.Since, Attempts: r.Attempts, LastError: redact.Text(r.LastError)})
+			Since: r.Since, Attempts: r.Attempts, LastError: redact.Text(r.LastError), Create: r.Create})
 	}
 	slices.SortFunc(out.PendingCleanups, func(a, b api.PendingCleanup) int { return strings.Compare(a.Changefeed, b.Changefeed) })
 	return out, nil
@@ -263,7 +263,7 @@ func engineError(err error, id string) error {
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
 	case errors.Is(err, coordinator.ErrCleanupPending):
-		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable), or choose another name", "%s",
+		return api.Errorf(api.CodeConflict, "wait until the removed changefeed's slot is dropped (the coordinator retries while the database is unreachable) or the create under way ends, or choose another name", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrClaimed):
 		return api.Errorf(api.CodeConflict, "give the changefeed a name of its own, without a slot=, publication= or server-id= copied from another changefeed", "%s",

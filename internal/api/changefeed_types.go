@@ -137,6 +137,9 @@ type PendingCleanup struct {
 	Since      time.Time `json:"since"`
 	Attempts   int       `json:"attempts"`
 	LastError  string    `json:"last_error,omitempty"`
+	// Create: the record of a create that has not finished (running, or
+	// cut short with its source pinned), not of a removal.
+	Create bool `json:"create,omitempty"`
 }
 
 // ChangefeedResponse is one changefeed.

@@ -149,10 +149,21 @@ func (c *Client) Changefeed(ctx context.Context, id string) (*ChangefeedResponse
 }
 
 // CreateChangefeed is POST /api/v2/changefeeds.
+//
+// A create may take longer than a request (its source's slot is created,
+// its tables are read), and the agent finishes it even if the client
+// gives up: it waits up to CreateWait, or the request timeout if longer.
 func (c *Client) CreateChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedResponse, error) {
 	var out ChangefeedResponse
-	return &out, c.do(ctx, http.MethodPost, "/api/v2/changefeeds", req, &out)
+	ctx, cancel := context.WithTimeout(ctx, max(c.hc.Timeout, CreateWait))
+	defer cancel()
+	long := &http.Client{Transport: c.hc.Transport}
+	return &out, c.doWith(long, ctx, http.MethodPost, "/api/v2/changefeeds", req, &out)
 }
+
+// CreateWait is how long a create is waited for: what the agent allows
+// it (two minutes), and some.
+const CreateWait = 150 * time.Second
 
 // PreviewChangefeed is POST /api/v2/changefeeds with dry_run.
 func (c *Client) PreviewChangefeed(ctx context.Context, req ChangefeedCreateRequest) (*ChangefeedPreview, error) {

@@ -190,6 +190,11 @@ func newChangefeedListCommand(o *options) *cobra.Command {
 				// What removed changefeeds still hold upstream: a slot keeps
 				// WAL on the database's disk until it is dropped.
 				for _, pc := range list.PendingCleanups {
+					if pc.Create {
+						fmt.Fprintf(tw, "creating %s: not finished (since %s, %d release %s; %s); a create cut short is released by the coordinator\n",
+							pc.Changefeed, pc.Since.UTC().Format(time.RFC3339), pc.Attempts, plural(pc.Attempts, "attempt", "attempts"), orDash(pc.LastError))
+						continue
+					}
 					fmt.Fprintf(tw, "removed %s: its replication slot is not dropped yet (since %s, %d %s; %s); the coordinator retries\n",
 						pc.Changefeed, pc.Since.UTC().Format(time.RFC3339), pc.Attempts, plural(pc.Attempts, "attempt", "attempts"), orDash(pc.LastError))
 				}

@@ -308,7 +308,9 @@ type Barrier struct {
 // PostgreSQL replication slot, which holds WAL until it is dropped, and
 // the publication cdcctl created): it is written with the removal and
 // deleted once the source is released, so a removal while the database
-// is unreachable is retried until it succeeds.
+// is unreachable is retried until it succeeds. A create writes one
+// before it pins its source (Create), deleted as the changefeed is
+// written, so a create cut short is released the same way.
 type SourceCleanup struct {
 	Changefeed ChangefeedID `json:"changefeed"`
 	// Source is the changefeed's stored source URI (it names the slot
@@ -318,4 +320,9 @@ type SourceCleanup struct {
 	Attempts  int       `json:"attempts,omitempty"`
 	LastError string    `json:"last_error,omitempty"`
 	LastTry   time.Time `json:"last_try,omitzero"`
+	// Create marks a record written before a create pinned the source:
+	// while the create runs it is the create's; if the create never
+	// finished (its coordinator died, it was refused and the release
+	// failed), it is released like a removal's.
+	Create bool `json:"create,omitempty"`
 }

@@ -35,10 +35,17 @@ type CreateRequest struct {
 // MaxPartitionsPerTable bounds the routing table of one table.
 const MaxPartitionsPerTable = 64
 
+// createTimeout bounds a create. It is not cut short by its caller (a
+// client that gave up): a create stopped half-way has to undo what it
+// did upstream, and a client retrying meets it running (409) instead.
+const createTimeout = 2 * time.Minute
+
 // CreateChangefeed validates a request, checks that the sink can be
 // reached, and writes the changefeed with its routing table. Nothing is
 // written when anything is wrong.
 func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, req CreateRequest) (model.ChangefeedInfo, error) {
+	ctx, done := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer done()
 	if req.PartitionsPerTable == 0 {
 		req.PartitionsPerTable = 4
 	}
@@ -78,19 +85,24 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 
 	now := time.Now()
+	if err := c.beginCreate(ctx, term, model.ChangefeedID(req.ID), req.Source, now); err != nil {
+		return model.ChangefeedInfo{}, err
+	}
+	defer c.creating.Delete(model.ChangefeedID(req.ID))
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	pinned, err := sources.Pin(pctx, req.Source, model.ChangefeedID(req.ID), now)
 	cancel()
-	if err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+	if c.afterPin != nil {
+		c.afterPin()
 	}
 	defer func() {
 		if !created {
-			if err := c.releaseSource(pinned.URI); err != nil {
-				c.log.Warn("coordinator: a refused create could not release the source it pinned; drop its replication slot and publication yourself", "source", sources.Redact(pinned.URI), "err", err)
-			}
+			c.undoCreate(term, model.ChangefeedID(req.ID), pinned.URI)
 		}
 	}()
+	if err != nil {
+		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+	}
 	src, err := sources.Open(ctx, pinned.URI, source.Env{Changefeed: model.ChangefeedID(req.ID), Log: c.log})
 	if err != nil {
 		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
@@ -113,6 +125,66 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	created = true
 	c.log.Info("coordinator: changefeed created", "changefeed", info.ID, "partitions", len(spans), "sink", redact.URI(info.SinkURI))
 	return info, nil
+}
+
+// beginCreate records the cleanup of what pinning uri for changefeed id
+// will hold upstream before it is pinned (meta.Store.BeginCreate): a
+// create cut short anywhere after is released by the cleanup retries.
+func (c *Coordinator) beginCreate(ctx context.Context, term election.Term, id model.ChangefeedID, uri string, now time.Time) error {
+	holding, err := sources.Holding(uri, id)
+	if err != nil {
+		return refuse(ErrInvalid, "%v", err)
+	}
+	c.creating.Store(id, true)
+	if holding == "" {
+		return nil
+	}
+	err = c.store.BeginCreate(ctx, term.Fence, model.SourceCleanup{Changefeed: id, Source: holding, Since: now.UTC(), Create: true})
+	if errors.Is(err, meta.ErrStale) {
+		// A changefeed of the name, or another create's record, went in
+		// since the name was checked.
+		c.creating.Delete(id)
+		if rec, ok, cerr := c.store.Cleanup(ctx, id); cerr == nil && ok {
+			return refuse(ErrCleanupPending, "%s", cleanupText(rec))
+		}
+		return refuse(meta.ErrChangefeedExists, "%s", id)
+	}
+	if err != nil {
+		c.creating.Delete(id)
+	}
+	return err
+}
+
+// undoCreate releases what a refused create pinned (uri) and forgets its
+// create record; a release that fails leaves the record to the cleanup
+// retries. A pin that failed ("") is not released, as before create
+// records: a slot it found rather than made may be another reader's.
+func (c *Coordinator) undoCreate(term election.Term, id model.ChangefeedID, uri string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, recorded, err := c.store.Cleanup(ctx, id)
+	if err != nil {
+		c.log.Warn("coordinator: a refused create's cleanup record is left to the retries", "changefeed", id, "err", err)
+		return
+	}
+	if !recorded || !rec.Create {
+		// A source that holds nothing upstream, or a create whose write
+		// landed after all (an ambiguous etcd error): nothing to undo.
+		return
+	}
+	if uri == "" {
+		if err := c.store.ForgetCleanup(ctx, term.Fence, id); err != nil {
+			c.log.Warn("coordinator: a create whose pin failed left its record; the coordinator retries its release", "changefeed", id, "err", err)
+		}
+		return
+	}
+	if err := c.releaseSource(uri); err != nil {
+		c.log.Warn("coordinator: a refused create could not release the source it pinned yet; the coordinator retries", "changefeed", id, "source", sources.Redact(uri), "err", err)
+		return
+	}
+	if err := c.store.ForgetCleanup(ctx, term.Fence, id); err != nil {
+		c.log.Warn("coordinator: a refused create released its source; its cleanup record stays until the next retry", "changefeed", id, "err", err)
+	}
 }
 
 // transactionsFrom refuses a sink that asks for transaction boundaries
@@ -184,7 +256,11 @@ func claimsFree(st *meta.State, id, uri string) error {
 		}
 	}
 	for cf, cl := range st.Cleanups {
-		if err := held("removed changefeed "+string(cf)+" (its cleanup is pending)", sources.Claims(cl.Record.Source, cf)); err != nil {
+		owner := "removed changefeed " + string(cf) + " (its cleanup is pending)"
+		if cl.Record.Create {
+			owner = "changefeed " + string(cf) + " (its create has not finished)"
+		}
+		if err := held(owner, sources.Claims(cl.Record.Source, cf)); err != nil {
 			return err
 		}
 	}

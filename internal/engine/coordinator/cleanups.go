@@ -61,6 +61,13 @@ func every(ctx context.Context, d time.Duration, f func()) {
 
 func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id model.ChangefeedID, e meta.CleanupEntry) {
 	rec := e.Record
+	// A create's record is its own while it runs, and for CreateGrace
+	// after it began: a coordinator that lost its term mid-create may
+	// still be pinning (it releases what it pinned when its write is
+	// fenced).
+	if _, running := c.creating.Load(id); rec.Create && (running || time.Since(rec.Since) < c.CreateGrace) {
+		return
+	}
 	// The view may lag: a cleanup released and forgotten since, and its
 	// name taken by a new changefeed, would drop the new one's slot.
 	if still, err := c.store.CleanupAt(ctx, id, e.Revision); err != nil || !still {
@@ -106,6 +113,9 @@ func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id m
 // cleanupText describes a pending cleanup for an error.
 func cleanupText(rec model.SourceCleanup) string {
 	s := fmt.Sprintf("changefeed %s was removed at %s and its source %s is not released yet", rec.Changefeed, rec.Since.Format(time.RFC3339), sources.Redact(rec.Source))
+	if rec.Create {
+		s = fmt.Sprintf("a create of changefeed %s began at %s and has not finished: it is running, or it was cut short and what it pinned on %s is not released yet", rec.Changefeed, rec.Since.Format(time.RFC3339), sources.Redact(rec.Source))
+	}
 	if rec.LastError != "" {
 		s += fmt.Sprintf(" (%d attempts; last: %s)", rec.Attempts, rec.LastError)
 	}

@@ -45,6 +45,11 @@ type Coordinator struct {
 	// node sees the removal, may hold the slot a moment); CleanupEvery
 	// is how often a release that did not happen then is tried again.
 	ReleaseWait, CleanupEvery time.Duration
+	// CreateGrace is how long a create's record (meta.Store.BeginCreate)
+	// is left to the create before the retries release what it pinned:
+	// longer than a create runs, since a coordinator that lost its term
+	// mid-create may still be pinning.
+	CreateGrace time.Duration
 	// FollowEvery is how often changefeeds with table rules match them
 	// again (follow.go; 0: never); FollowWait bounds the wait for their
 	// dispatchers to stop when their tables change.
@@ -53,12 +58,17 @@ type Coordinator struct {
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.
 	submitting sync.Mutex
+	// creating are the changefeeds whose create runs here: their create
+	// records (BeginCreate) are not cleanups to retry yet.
+	creating sync.Map
+	// afterPin, in tests, runs as a create has pinned its source.
+	afterPin func()
 }
 
 // New returns a coordinator over a store and this node's view.
 func New(store *meta.Store, view *cluster.View, log *slog.Logger) *Coordinator {
 	return &Coordinator{store: store, view: view, log: log, StallAfter: 30 * time.Second, Retention: DefaultRetention,
-		ReleaseWait: 20 * time.Second, CleanupEvery: 15 * time.Second, FollowEvery: 30 * time.Second, FollowWait: 30 * time.Second}
+		ReleaseWait: 20 * time.Second, CleanupEvery: 15 * time.Second, CreateGrace: 3 * createTimeout / 2, FollowEvery: 30 * time.Second, FollowWait: 30 * time.Second}
 }
 
 // Lead runs for one term, until ctx ends or a write finds the term over.

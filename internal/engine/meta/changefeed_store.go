@@ -75,6 +75,10 @@ func (s *Store) CreateChangefeed(ctx context.Context, fence Fence, info model.Ch
 	head := []clientv3.Op{
 		clientv3.OpPut(s.keys.ChangefeedInfo(info.ID), mustJSON(info)),
 		clientv3.OpPut(s.keys.ChangefeedStatus(info.ID), mustJSON(model.ChangefeedStatus{State: model.ChangefeedNormal, CheckpointTs: info.StartTs, SourcePosition: sourcePosition})),
+		// The create's own cleanup record (BeginCreate) goes with the
+		// write that makes the changefeed exist: from then on its
+		// removal is what releases the source.
+		clientv3.OpDelete(s.keys.Cleanup(info.ID)),
 	}
 	oneTxn := len(spans)+len(head)+2 <= maxOpsPerTxn
 	for attempt := 0; attempt < 5; attempt++ {
@@ -399,6 +403,31 @@ func (s *Store) MarkBarrierWritten(ctx context.Context, cf model.ChangefeedID, b
 // ErrDrainInProgress means the cluster already has a drain record.
 var ErrDrainInProgress = errors.New("another drain operation is in progress")
 
+// BeginCreate records, before a create pins its source upstream (a
+// PostgreSQL slot, which holds WAL until dropped), the cleanup that
+// releases it: a coordinator that dies before the changefeed is written
+// leaves a record the next one retries, not a slot nothing names.
+// CreateChangefeed deletes it in the write that makes the changefeed
+// exist. It is refused (ErrStale) while a changefeed or a cleanup of the
+// name exists: a second create of one name (a client retrying after its
+// timeout) waits for the first instead of pinning, and then releasing,
+// the first one's slot.
+func (s *Store) BeginCreate(ctx context.Context, fence Fence, c model.SourceCleanup) error {
+	if !fence.valid() {
+		return ErrFenced
+	}
+	cmps := append(fence.cmps(),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.ChangefeedInfo(c.Changefeed)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.keys.Cleanup(c.Changefeed)), "=", 0))
+	err := s.commit(ctx, cmps, clientv3.OpPut(s.keys.Cleanup(c.Changefeed), mustJSON(c)))
+	if errors.Is(err, ErrStale) {
+		if holds, ferr := s.fenceHolds(ctx, fence); ferr == nil && !holds {
+			return ErrFenced
+		}
+	}
+	return err
+}
+
 // SaveCleanup records another failed attempt at a source cleanup, if the
 // record is still at revision. A coordinator write.
 func (s *Store) SaveCleanup(ctx context.Context, fence Fence, c model.SourceCleanup, revision int64) error {
@@ -419,6 +448,20 @@ func (s *Store) CleanupAt(ctx context.Context, id model.ChangefeedID, revision i
 		return false, err
 	}
 	return len(got.Kvs) == 1 && got.Kvs[0].ModRevision == revision, nil
+}
+
+// Cleanup reads the source cleanup recorded under a changefeed's name,
+// if there is one.
+func (s *Store) Cleanup(ctx context.Context, id model.ChangefeedID) (model.SourceCleanup, bool, error) {
+	got, err := s.cli.Get(ctx, s.keys.Cleanup(id))
+	if err != nil || len(got.Kvs) == 0 {
+		return model.SourceCleanup{}, false, err
+	}
+	var c model.SourceCleanup
+	if err := json.Unmarshal(got.Kvs[0].Value, &c); err != nil {
+		return model.SourceCleanup{}, false, fmt.Errorf("cleanup record of %s: %w", id, err)
+	}
+	return c, true, nil
 }
 
 // ForgetCleanup deletes a source cleanup that is done. A coordinator

@@ -79,6 +79,19 @@ func Claims(uri string, changefeed string) []string {
 	return []string{fmt.Sprintf("server-id %d on %s:%d", id, strings.ToLower(cfg.Host), cfg.Port)}
 }
 
+// Named is a new changefeed's source URI as a create records it before
+// it pins (RemoveURI then forgets what the create wrote): without a
+// start= copied from another changefeed's URI, whose signal rows it
+// would name.
+func Named(uri string, _ model.ChangefeedID) (string, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return "", err
+	}
+	cfg.Start = 0
+	return cfg.URI(), nil
+}
+
 // RemoveURI forgets a removed changefeed upstream: its row of the signal
 // table. The server keeps nothing else for it (binary logs are kept by
 // time, not for readers).

@@ -96,6 +96,18 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	return cfg.URI(), b, nil
 }
 
+// Named is a new changefeed's source URI with the slot and publication
+// Pin will hold named (RemoveURI releases them): what a create records
+// before it pins, so that a create that never finishes is released.
+func Named(uri string, cf model.ChangefeedID) (string, error) {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return "", err
+	}
+	cfg.Start = 0
+	return cfg.WithNames(string(cf)).URI(), nil
+}
+
 // RemoveURI drops what Pin created for a stored URI.
 func RemoveURI(ctx context.Context, uri string) error {
 	cfg, err := ParseURI(uri)

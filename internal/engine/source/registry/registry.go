@@ -41,6 +41,9 @@ type database struct {
 	// claims are what a changefeed of the URI holds upstream (a slot, a
 	// server id), equal between two changefeeds that would share it.
 	claims func(uri, changefeed string) []string
+	// named is a new changefeed's URI naming what pin will hold
+	// upstream, for remove.
+	named func(uri string, cf model.ChangefeedID) (string, error)
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -48,7 +51,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -65,7 +68,7 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims,
+		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
 			if err != nil {
@@ -201,6 +204,17 @@ func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.T
 		return source.Retabled{}, fmt.Errorf("a PostgreSQL changefeed is not re-snapshotted: its replication slot keeps the WAL it resumes from (if the slot was lost, remove the changefeed and create it again)")
 	}
 	return db.resnapshot(ctx, uri, pos, at)
+}
+
+// Holding is what a create of changefeed cf from uri records before it
+// pins the source (a cleanup's URI, for Remove): "" for a source that
+// holds nothing upstream.
+func Holding(uri string, cf model.ChangefeedID) (string, error) {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
+		return "", err
+	}
+	return db.named(uri, cf)
 }
 
 // HoldsUpstream says whether a changefeed of this source keeps something
