@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"database/sql"
 	"maps"
 	"slices"
 	"strings"
@@ -49,6 +50,42 @@ func TestPartitionMaintenanceEitherGoesOnOrHolds(t *testing.T) {
 	for _, i := range p.TableIssues() {
 		if !strings.Contains(i.Reason, "exchanged with another table's upstream") || !strings.Contains(i.Reason, "--add-table "+i.Table) {
 			t.Fatalf("%s: %s", i.Table, i.Reason)
+		}
+	}
+}
+
+// A session that writes with binlog_format STATEMENT (or MIXED: a
+// connection pool opened before SET GLOBAL binlog_format = ROW keeps its
+// format) logs its row changes as statements, which carry no rows: the
+// tables they wrote are held, saying so and how to fix it, and the
+// others go on. They were passed over, the rows lost without a word.
+func TestRowChangesLoggedAsStatementsHoldTheirTables(t *testing.T) {
+	t.Parallel()
+	up := followFrom(t, "orders,audit,other", nil, "CREATE TABLE orders (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE audit (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)")
+	db, err := sql.Open("mysql", up.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // one session, its binlog_format
+	execDB(t, db, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO orders (id, v) VALUES (1, 1)",
+		"BEGIN", "INSERT INTO other VALUES (9)", "UPDATE audit SET id = id + 1 WHERE id > 100", "COMMIT",
+		"SET SESSION binlog_format = 'ROW'")
+	exec(t, up.dsn, "INSERT INTO other VALUES (1)")
+	waitResolved(t, up.log)
+	evs, _, held := up.log.state()
+	if len(held) != 3 || held["shop.orders"] == 0 || held["shop.audit"] == 0 || held["shop.other"] == 0 {
+		t.Fatalf("held after row changes logged as statements: %v, want orders, audit and other", held)
+	}
+	for _, i := range up.p.TableIssues() {
+		if !strings.Contains(i.Reason, "binlog_format STATEMENT or MIXED") || !strings.Contains(i.Reason, "SET GLOBAL binlog_format = ROW") {
+			t.Fatalf("%s: %s", i.Table, i.Reason)
+		}
+	}
+	for _, e := range evs {
+		if e.Table == "shop.other" && e.Kind == source.KindDML {
+			t.Fatalf("a row of the held table other arrived: %+v", e)
 		}
 	}
 }

@@ -323,6 +323,51 @@ func changesNoTable(stmt string) bool {
 	return true
 }
 
+// rowsStatement says whether a statement changes rows (INSERT, REPLACE,
+// UPDATE, DELETE, LOAD DATA): the binary log holds one as a statement,
+// not as rows events, when the session that wrote it had binlog_format
+// STATEMENT or MIXED. The rows it changed are in no rows event: nothing
+// of them can reach the sink.
+func rowsStatement(stmt string) bool {
+	f := strings.Fields(strings.ToLower(withoutComments(stmt)))
+	if len(f) == 0 {
+		return false
+	}
+	switch f[0] {
+	case "insert", "replace", "update", "delete", "load":
+		return true
+	}
+	return false
+}
+
+// rowsReason says why a table a row-changing statement wrote is held.
+func rowsReason(stmt string) string {
+	return "its rows were changed by a statement the binary log holds as a statement, not as rows (" + stmt +
+		"): the session that ran it had binlog_format STATEMENT or MIXED, and the sink lacks that change. Make every session write rows (SET GLOBAL binlog_format = ROW, then reconnect the application's connections, which keep the format they began with)"
+}
+
+// writtenTables are the tables a row-changing statement (db is its
+// default database) may have written: an INSERT's or REPLACE's one, else
+// every replicated table it names, read or written (holding one for
+// nothing is seen and resumed; missing one loses its rows).
+func writtenTables(stmt, db string, tables map[string]tableState) []string {
+	f := strings.Fields(withoutComments(stmt))
+	if len(f) > 1 && (strings.EqualFold(f[0], "insert") || strings.EqualFold(f[0], "replace")) {
+		rest := f[1:]
+		for len(rest) > 1 && slices.Contains([]string{"low_priority", "delayed", "high_priority", "ignore", "into"}, strings.ToLower(rest[0])) {
+			rest = rest[1:]
+		}
+		name := rest[0]
+		if i := strings.IndexByte(name, '('); i > 0 && !strings.Contains(name[:i], "`") {
+			name = name[:i] // INSERT INTO t(a, b)
+		}
+		if t, ok := qualifiedName(name, db); ok {
+			return []string{t} // (not one of ours: passed over by the caller)
+		}
+	}
+	return namedTables(stmt, db, tables)
+}
+
 // splitNames splits a list of names at its commas outside backquotes,
 // each trimmed: `order items`, b.
 func splitNames(list string) []string {

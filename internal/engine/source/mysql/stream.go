@@ -284,6 +284,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 						"changefeed", p.cf, "xid", xid)
 				}
 			case strings.EqualFold(q, "COMMIT"):
+			case rowsStatement(q):
+				// Part of its transaction; the tables it wrote are held
+				// at the commit.
+				cur.rowStmts = append(cur.rowStmts, [2]string{q, string(e.Schema)})
+				continue
 			default:
 				// A schema change, its own transaction: dealt with at its
 				// commit (below), where its position is known.
@@ -307,13 +312,19 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if cur.base != 0 {
 			ts = cur.base // fixed at its first part
 		}
+		// A statement at or before where a table joined the changefeed
+		// (its Since; a table added, where the binary log ended then)
+		// is history the table's schema and copy already hold.
+		joined := func(t string) bool { st, ok := at.Tables[t]; return ok && ts > st.Since && !inCopy(st) }
+		for _, rs := range cur.rowStmts {
+			for _, t := range writtenTables(rs[0], rs[1], at.Tables) {
+				if t = named(t); joined(t) && !held[t] && !at.Tables[t].Dropped {
+					hold(t, rowsReason(rs[0]))
+				}
+			}
+		}
 		if cur.stmt != "" {
 			q := withoutComments(cur.stmt)
-			// A statement at or before where a table joined the
-			// changefeed (its Since; a table added, where the binary
-			// log ended then) is history the table's schema and copy
-			// already hold.
-			joined := func(t string) bool { st, ok := at.Tables[t]; return ok && ts > st.Since && !inCopy(st) }
 			switch {
 			default:
 				// A schema change (its own transaction). An ALTER is

@@ -14,6 +14,9 @@ type txn struct {
 	// stmt is its schema change statement, if it is one; stmtDB, the
 	// statement's default database.
 	stmt, stmtDB string
+	// rowStmts are row changes it holds as statements (rowsStatement),
+	// each with its default database.
+	rowStmts [][2]string
 	ddls         []*source.Event // schema changes its rows follow (schema.go)
 	events       []source.Event
 	tickAt       int64 // the server's clock in µs, when it wrote a tick
@@ -171,7 +174,8 @@ func commits(ev *replication.BinlogEvent) bool {
 	case *replication.XIDEvent:
 		return true
 	case *replication.QueryEvent:
-		return !inTransaction(strings.TrimSpace(string(e.Query)))
+		q := strings.TrimSpace(string(e.Query))
+		return !inTransaction(q) && !rowsStatement(q)
 	}
 	return false
 }
