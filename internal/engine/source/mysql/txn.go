@@ -17,12 +17,12 @@ type txn struct {
 	// rowStmts are row changes it holds as statements (rowsStatement),
 	// each with its default database.
 	rowStmts [][2]string
-	ddls         []*source.Event // schema changes its rows follow (schema.go)
-	events       []source.Event
-	tickAt       int64 // the server's clock in µs, when it wrote a tick
-	commit       int64 // the commit's time in µs (MySQL) or seconds × 10^6
-	gtid         string
-	xa           string // an XA transaction's id, from its XA END
+	ddls     []*source.Event // schema changes its rows follow (schema.go)
+	events   []source.Event
+	tickAt   int64 // the server's clock in µs, when it wrote a tick
+	commit   int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	gtid     string
+	xa       string // an XA transaction's id, from its XA END
 	// xaStart: an XA transaction (its XA START, or MariaDB's GTID flag),
 	// known before its rows: they wait for its outcome, never in parts.
 	xaStart bool
