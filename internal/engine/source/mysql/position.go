@@ -91,8 +91,7 @@ func (p *Puller) explainStream(err error, at position) error {
 	return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(err.Error(), p.cfg.Password))
 }
 
-// maxPoints bounds the resume points a puller keeps; the checkpoint is
-// never far behind the newest.
+// maxPoints bounds the resume points a puller keeps (thinned).
 const maxPoints = 4096
 
 // Begin fixes a new changefeed's first resume point: where the binary

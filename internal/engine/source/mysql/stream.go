@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,10 +540,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		at = position{File: file, Pos: ev.Header.LogPos, GTID: passed.String(), Server: srv.ServerID, Ts: ts, Tables: at.Tables}
 		if len(prepared) == 0 {
 			p.mu.Lock()
-			p.points = append(p.points, at)
-			if len(p.points) > maxPoints {
-				p.points = append(p.points[:0], p.points[len(p.points)-maxPoints/2:]...)
-			}
+			p.points = thinned(append(p.points, at))
 			p.mu.Unlock()
 		}
 		cur = txn{}
@@ -550,17 +548,39 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 }
 
 // ResumePoint implements source.Puller: the newest resume point at or
-// below the checkpoint.
+// below the checkpoint. Points before it are dropped: checkpoints only
+// grow.
 func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := len(p.points) - 1; i >= 0; i-- {
-		if p.points[i].Ts <= checkpoint {
-			b, err := json.Marshal(p.points[i])
-			return b, err == nil
-		}
+	i := sort.Search(len(p.points), func(i int) bool { return p.points[i].Ts > checkpoint }) - 1
+	if i < 0 {
+		p.mu.Unlock()
+		return nil, false
 	}
-	return nil, false
+	at := p.points[i]
+	p.points = p.points[i:]
+	p.mu.Unlock()
+	b, err := json.Marshal(at)
+	return b, err == nil
+}
+
+// thinned bounds a puller's resume points (each commit on the server
+// makes one, any database's, every changefeed's ticks): past maxPoints
+// every other one of the older half goes, never the oldest. A checkpoint
+// that lags more commits than are kept still finds one at or below it,
+// further back than the newest (a resume reads a little more again);
+// dropping the oldest half left none under a steady load, and the stored
+// position stayed where the reader began.
+func thinned(points []position) []position {
+	if len(points) <= maxPoints {
+		return points
+	}
+	half := len(points) / 2
+	out := points[:1]
+	for i := 2; i < half; i += 2 {
+		out = append(out, points[i])
+	}
+	return append(out, points[half:]...)
 }
 
 // Confirm implements source.Puller: the server keeps its binary logs by
