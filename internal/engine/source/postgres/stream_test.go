@@ -537,3 +537,49 @@ func TestAnAddedColumnWhoseOlderValuesAreLostHoldsTheTable(t *testing.T) {
 		t.Fatalf("second transaction: %v (public.t held, public.u going on)", got)
 	}
 }
+
+// One transaction that changes the schemas of more replicated tables
+// than it has positions for (a TRUNCATE of 70 tables) writes the first
+// 64 as schema changes and holds the others, saying how to copy them
+// again; the stream goes on. It used to stop the changefeed for good: a
+// transaction already committed cannot be split, and the reader met it
+// again at every restart.
+func TestATransactionChangingMoreTablesThanItHasPositionsForHoldsTheRest(t *testing.T) {
+	t.Parallel()
+	var create, names, inserts []string
+	for i := 1; i <= ddlSlots+6; i++ {
+		create = append(create, fmt.Sprintf("CREATE TABLE t%d (id int4 PRIMARY KEY); INSERT INTO t%d VALUES (1);", i, i))
+		names = append(names, fmt.Sprintf("t%d", i))
+		inserts = append(inserts, fmt.Sprintf("INSERT INTO t%d VALUES (2);", i))
+	}
+	srv, dsn := newDB(t, strings.Join(create, "\n"))
+	st, _, _ := open(t, dsn+"&tables="+strings.Join(names, ","))
+	psql(t, srv, dsn, "TRUNCATE "+strings.Join(names, ", "))
+	psql(t, srv, dsn, "BEGIN; "+strings.Join(inserts, " ")+" COMMIT")
+	tx := txns(t, st, 2)
+	holds := st.TakeHolds()
+	held := map[string]bool{}
+	for _, h := range holds {
+		held[h.Table] = true
+		if !strings.Contains(h.Reason, fmt.Sprintf("more than %d replicated tables", ddlSlots)) || !strings.Contains(h.Reason, "--add-table "+h.Table) {
+			t.Fatalf("hold of %s: %s", h.Table, h.Reason)
+		}
+	}
+	truncates := 0
+	for _, e := range tx[0].Events {
+		if source.IsTruncate(&e) && !held[e.Table] {
+			truncates++
+		}
+	}
+	if len(holds) != 6 || truncates != ddlSlots {
+		t.Fatalf("%d TRUNCATEs written and %d tables held, want %d and 6", truncates, len(holds), ddlSlots)
+	}
+	for _, e := range tx[1].Events {
+		if held[e.Table] {
+			t.Fatalf("a row of held %s arrived", e.Table)
+		}
+	}
+	if len(tx[1].Events) != ddlSlots {
+		t.Fatalf("%d rows after the TRUNCATE, want one of each of the %d tables not held", len(tx[1].Events), ddlSlots)
+	}
+}

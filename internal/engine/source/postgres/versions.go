@@ -100,7 +100,9 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		}
 	}
 	if len(s.ddls) == ddlSlots {
-		return fmt.Errorf("a transaction changed the columns of replicated tables more than %d times; split such schema changes over several transactions", ddlSlots)
+		s.rels[m.RelationID].held = true
+		s.hold(name, tooManyChangesHold(s.changefeed(), name))
+		return nil
 	}
 	missing, unknown, err := s.missingValues(ctx, m.RelationID, cur, def)
 	if err != nil {
@@ -165,6 +167,15 @@ func unknownValuesHold(cf, table string, cols []string) string {
 		strings.Join(cols, ", "), cf, cf, table, cf, table, cf)
 }
 
+// tooManyChangesHold says why a table is held when its schema change is
+// past the transaction's ddlSlots. It used to stop the changefeed, and a
+// transaction already committed cannot be split: the reader met it again
+// at every restart.
+func tooManyChangesHold(cf, table string) string {
+	return fmt.Sprintf("one transaction changed the schemas of more than %d replicated tables (a TRUNCATE or a migration of many at once): the first %d are written as schema changes, and the others' changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+		ddlSlots, ddlSlots, cf, cf, table, cf, table, cf)
+}
+
 // truncate turns a TRUNCATE into a schema change of each table it empties:
 // a new table version, same columns, whose statement says TRUNCATE. The
 // transaction's rows of those tables before it are dropped (the TRUNCATE
@@ -191,7 +202,9 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 			def, version = d.Def, d.SchemaVersion+1
 		}
 		if len(s.ddls) == ddlSlots {
-			return fmt.Errorf("a transaction changed replicated tables' schemas more than %d times; split it", ddlSlots)
+			rel.held = true
+			s.hold(rel.table, tooManyChangesHold(s.changefeed(), rel.table))
+			continue
 		}
 		at := s.base + model.Ts(len(s.ddls))
 		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: rel.table, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version,
