@@ -218,14 +218,23 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 // partition is placed again: placed first, what it wrote between the two
 // would be written twice (a capture restarted under load, while its
 // final position was in flight).
+//
+// A move whose source is gone is one of them: its target starts from the
+// persisted position too. Left out, the target wrote again from there
+// while its reports were taken at the higher position heard, so a drain
+// or split of it soon after handed over at that position what it had not
+// written again yet (a key's older version landing last), and the event
+// log was trimmed below where it read.
 func heardBeyondSaved(st *meta.State, e *meta.ChangefeedEntry, pos model.ProgressTable) []string {
 	var out []string
 	for pid, r := range st.Partitions[e.Info.ID] {
-		if r.Route.Node == "" || r.Route.Status == model.PartitionDraining {
-			continue // never placed; or a move, which hands over its own position
+		if r.Route.Node == "" {
+			continue // never placed
 		}
 		if st.PlacedOnIncarnation(r) {
-			continue // its node runs it (false when the node is gone)
+			// Its node runs it (false when the node is gone); a move's
+			// source hands over its own position.
+			continue
 		}
 		// Not the route's hand-over position (Start): the next placement
 		// drops it, so it too must be in the progress record first (a
