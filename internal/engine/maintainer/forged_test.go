@@ -56,6 +56,44 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 	}
 }
 
+// A database's positions come from its own clock: one whose clock runs
+// ahead of the maintainer's by more than the captures' may disagree had
+// every position refused, and its changefeed's checkpoint never moved. A
+// position the changefeed's reader here has produced is taken; one
+// beyond it and the clock is still refused.
+func TestAPositionOfADatabaseWhoseClockIsAheadIsTaken(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	st := maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
+	})
+	h := hostOn(st)
+	ahead := time.Now().Add(time.Minute) // the database's clock
+	l, err := eventlog.Open(t.TempDir(), model.TsFromTime(ahead.Add(-time.Second)), eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Resolve(model.TsFromTime(ahead))
+	h.logs.Put(cf, l)
+	report := func(at time.Time) model.Ts {
+		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
+			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: model.TsFromTime(at), Epoch: 3}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.onHeartbeat(context.Background(), msg)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.heard[cf].parts["p1"].Checkpoint
+	}
+	if got := report(ahead); got != model.TsFromTime(ahead) {
+		t.Fatalf("a position the reader produced, a minute ahead of this clock: heard %v", got)
+	}
+	if got := report(ahead.Add(30 * time.Second)); got != model.TsFromTime(ahead) {
+		t.Fatalf("a position beyond what the reader produced moved the position to %v", got)
+	}
+}
+
 // hostOn is the maintainer host of node n2 over a fixed state st, with
 // nothing running: for tests of what it makes of the messages it hears.
 // maintainedOnN2 is a state of changefeed cf, running, its maintainer

@@ -46,7 +46,10 @@ type heard struct {
 }
 
 // MaxAhead is how far beyond this node's clock a reported position may
-// be: the clocks of the captures may disagree by this much, no more.
+// be: the clocks of the captures may disagree by this much, no more. A
+// database's positions come from its own clock, which may be further
+// ahead: a position its reader here has produced (its event log's
+// resolved one) is never refused.
 const MaxAhead = 10 * time.Second
 
 // onHeartbeat records a node's heartbeat for a changefeed this node
@@ -77,6 +80,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		h.heard[hb.Changefeed] = rep
 	}
 	ahead := model.TsFromTime(time.Now().Add(MaxAhead))
+	if l := h.logs.Get(hb.Changefeed); l != nil {
+		// (A database whose clock runs ahead of this node's: every
+		// position was refused, and the checkpoint never moved.)
+		ahead = max(ahead, l.Resolved())
+	}
 	routes := st.Partitions[hb.Changefeed]
 	for _, pp := range positions {
 		r, ok := routes[pp.ID]
