@@ -85,15 +85,16 @@ type logPoint struct {
 // ends now.
 func endOfLog(ctx context.Context, db *sql.DB) (logPoint, error) {
 	var p logPoint
-	var version, executed string
+	var version string
 	if err := db.QueryRowContext(ctx, "SELECT @@version, @@server_id").Scan(&version, &p.Server); err != nil {
 		return p, err
 	}
-	var err error
-	if p.File, p.Pos, executed, err = masterStatus(ctx, db); err != nil {
+	st, err := masterStatus(ctx, db)
+	if err != nil {
 		return p, err
 	}
-	p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, executed)
+	p.File, p.Pos = st.File, st.Pos
+	p.GTID, _, err = gtidsAt(ctx, db, flavorOf(version), p.File, p.Pos, st.Executed)
 	return p, err
 }
 

@@ -157,10 +157,20 @@ func gtidsAt(ctx context.Context, db *sql.DB, flavor, file string, pos uint32, e
 	return s.String, s.Valid, nil
 }
 
-// masterStatus reads where the binary log ends now (SHOW MASTER STATUS),
-// and MySQL's executed GTID set with it, whatever columns the server
+// logStatus is what SHOW MASTER STATUS says: where the binary log ends
+// now, MySQL's executed GTID set, and the databases the server keeps out
+// of the log (binlog-do-db, binlog-ignore-db; comma-separated).
+type logStatus struct {
+	File           string
+	Pos            uint32
+	Executed       string
+	DoDB, IgnoreDB string
+}
+
+// masterStatus reads SHOW MASTER STATUS, whatever columns the server
 // version adds.
-func masterStatus(ctx context.Context, db *sql.DB) (file string, pos uint32, executed string, err error) {
+func masterStatus(ctx context.Context, db *sql.DB) (logStatus, error) {
+	var st logStatus
 	rows, err := db.QueryContext(ctx, "SHOW MASTER STATUS")
 	var me *driver.MySQLError
 	if errors.As(err, &me) && me.Number == 1064 {
@@ -169,37 +179,60 @@ func masterStatus(ctx context.Context, db *sql.DB) (file string, pos uint32, exe
 		rows, err = db.QueryContext(ctx, "SHOW BINARY LOG STATUS")
 	}
 	if err != nil {
-		return "", 0, "", err
+		return st, err
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return "", 0, "", err
+		return st, err
 	}
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return "", 0, "", err
+			return st, err
 		}
-		return "", 0, "", fmt.Errorf("SHOW MASTER STATUS returned nothing: the binary log is off (log_bin)")
+		return st, fmt.Errorf("SHOW MASTER STATUS returned nothing: the binary log is off (log_bin)")
 	}
 	dest := make([]any, len(cols))
-	var gtidSet sql.NullString
+	var gtidSet, do, ignore sql.NullString
 	for i, c := range cols {
 		switch strings.ToLower(c) {
 		case "file":
-			dest[i] = &file
+			dest[i] = &st.File
 		case "position":
-			dest[i] = &pos
+			dest[i] = &st.Pos
 		case "executed_gtid_set":
 			dest[i] = &gtidSet
+		case "binlog_do_db":
+			dest[i] = &do
+		case "binlog_ignore_db":
+			dest[i] = &ignore
 		default:
 			dest[i] = new(sql.RawBytes)
 		}
 	}
 	if err := rows.Scan(dest...); err != nil {
-		return "", 0, "", err
+		return st, err
 	}
-	return file, pos, gtidSet.String, rows.Err()
+	st.Executed, st.DoDB, st.IgnoreDB = gtidSet.String, do.String, ignore.String
+	return st, rows.Err()
+}
+
+// logs says whether the binary log keeps the changes of a database's
+// tables: the server logs a row change by its table's database, none
+// outside binlog-do-db when it names any, none in binlog-ignore-db.
+func (st logStatus) logs(database string) bool {
+	in := func(list string) bool {
+		for _, d := range strings.Split(list, ",") {
+			if strings.TrimSpace(d) == database {
+				return true
+			}
+		}
+		return false
+	}
+	if strings.TrimSpace(st.DoDB) != "" && !in(st.DoDB) {
+		return false
+	}
+	return !in(st.IgnoreDB)
 }
 
 // gtidsOf reads the GTID position of a binary log file and offset on the

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -91,6 +92,11 @@ func Preflight(ctx context.Context, cfg Config) (Server, []string, error) {
 	if why := grantsMissing(ctx, db, cfg); why != "" {
 		problems = append(problems, why)
 	}
+	if logBin != 0 {
+		if why := binlogFiltered(ctx, db, cfg); why != "" {
+			problems = append(problems, why)
+		}
+	}
 	for _, t := range cfg.Tables {
 		if why := tableUnfit(ctx, db, t); why != "" {
 			problems = append(problems, why)
@@ -163,15 +169,20 @@ func grantsMissing(ctx context.Context, db *sql.DB, cfg Config) string {
 			all = append(all, strings.ToUpper(g))
 		}
 	}
-	global := ""
+	// The privileges granted on *.*, each whole: REPLICATION SLAVE ADMIN
+	// is not REPLICATION SLAVE (a user with only it passed, and its
+	// binary log dump was refused at every retry).
+	granted := map[string]bool{}
 	for _, g := range all {
-		if strings.Contains(g, " ON *.* ") {
-			global += g
+		if i := strings.Index(g, " ON *.* "); i >= 0 && strings.HasPrefix(g, "GRANT ") {
+			for _, p := range strings.Split(g[len("GRANT "):i], ",") {
+				granted[strings.TrimSpace(p)] = true
+			}
 		}
 	}
 	has := func(names ...string) bool {
 		for _, n := range names {
-			if strings.Contains(global, n) {
+			if granted[n] {
 				return true
 			}
 		}
@@ -191,6 +202,34 @@ func grantsMissing(ctx context.Context, db *sql.DB, cfg Config) string {
 		return ""
 	}
 	return fmt.Sprintf("user %s lacks %s: GRANT %s ON *.* TO '%s'@'%%' (and SELECT on the replicated tables)", cfg.User, strings.Join(missing, " and "), strings.Join(missing, ", "), cfg.User)
+}
+
+// binlogFiltered says which databases the changefeed reads the server
+// keeps out of its binary log (binlog-do-db, binlog-ignore-db): their
+// tables' changes never arrive, nor, for the URI's own database, the
+// ticks and snapshot watermarks the changefeed writes there (each copy
+// then waited for a watermark that never came).
+func binlogFiltered(ctx context.Context, db *sql.DB, cfg Config) string {
+	st, err := masterStatus(ctx, db)
+	if err != nil {
+		return "" // the stream says why, with the server's words
+	}
+	need := []string{cfg.Database}
+	for _, t := range cfg.Tables {
+		schema, _ := model.SplitTableName(t)
+		need = append(need, schema)
+	}
+	var out []string
+	for _, d := range need {
+		if !st.logs(d) && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the server keeps database %s out of its binary log (binlog-do-db=%q, binlog-ignore-db=%q): a changefeed reads its changes, and writes its own ticks to %s, from the binary log: remove those options from the server's configuration (they take effect at its restart), or replicate other databases",
+		strings.Join(out, ", "), st.DoDB, st.IgnoreDB, cfg.Database)
 }
 
 // tableUnfit says why a table cannot be replicated ("" when it can): it

@@ -69,10 +69,11 @@ func TestPreflightPassesAServerSetUpForChangeDataCapture(t *testing.T) {
 func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	statement, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL"}})
+	statement, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL", "--binlog-ignore-db=shop"}})
 	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)", "CREATE TABLE notes (body TEXT)", "CREATE VIEW recent AS SELECT id FROM orders",
 		"CREATE TABLE nordic (id INT PRIMARY KEY, name VARCHAR(10) CHARACTER SET swe7, memo VARCHAR(10) CHARACTER SET cp1251)",
-		"CREATE USER reader@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON shop.* TO reader@'%'")
+		"CREATE USER reader@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON shop.* TO reader@'%'",
+		"CREATE USER admin@'%' IDENTIFIED BY 'pw'", "GRANT REPLICATION SLAVE ADMIN, BINLOG MONITOR ON *.* TO admin@'%'", "GRANT SELECT ON shop.* TO admin@'%'")
 	_, _, err := mysql.Preflight(ctx, parse(t, uri(statement, "reader:pw", "orders,notes,recent,missing,nordic")))
 	if err == nil {
 		t.Fatal("a server in statement format accepted")
@@ -89,6 +90,19 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal lacks %q:\n%v", want, err)
 		}
+	}
+
+	// A database kept out of the binary log (binlog-ignore-db): its
+	// changes, and the ticks the changefeed writes there, never arrive.
+	_, _, err = mysql.Preflight(ctx, parse(t, uri(statement, "root", "orders")))
+	if err == nil || !strings.Contains(err.Error(), `the server keeps database shop out of its binary log (binlog-do-db="", binlog-ignore-db="shop")`) {
+		t.Fatalf("a database the binary log leaves out: %v", err)
+	}
+	// REPLICATION SLAVE ADMIN is not REPLICATION SLAVE: its dump was
+	// refused at every retry.
+	_, _, err = mysql.Preflight(ctx, parse(t, uri(statement, "admin:pw", "orders")))
+	if err == nil || !strings.Contains(err.Error(), "user admin lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.*") {
+		t.Fatalf("a user with REPLICATION SLAVE ADMIN only: %v", err)
 	}
 
 	nobin, _ := mysqltest.Start(t, "shop")
