@@ -187,6 +187,32 @@ type relation struct {
 	held bool
 }
 
+// slotGone says why the slot can no longer give the changes the
+// changefeed resumes from ("" when it can, or the error says nothing of
+// it): it was dropped outside cdcctl, or PostgreSQL invalidated it (its
+// WAL went past max_slot_wal_keep_size). No retry brings those changes
+// back, and a slot made again would start after them: the changefeed
+// fails, saying what to do (retrying, it advised raising
+// max_replication_slots, for ever).
+func slotGone(cfg Config, err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	remedy := "remove the changefeed and create it again (its tables are copied again); to keep this from happening, raise max_slot_wal_keep_size or keep changefeeds from being paused or failing that long (the alert CdcctlSlotRetainsMuchWAL warns)"
+	switch {
+	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "replication slot"):
+		return fmt.Sprintf("replication slot %s does not exist: it was dropped outside cdcctl, and with it the changes the changefeed resumes from: %s", cfg.Slot, remedy)
+	case pgErr.Code == "55000" && (strings.Contains(pgErr.Detail, "invalidated") || strings.Contains(pgErr.Message, "can no longer get changes")):
+		detail := pgErr.Detail
+		if detail == "" {
+			detail = pgErr.Message
+		}
+		return fmt.Sprintf("PostgreSQL invalidated replication slot %s (%s): the WAL the changefeed resumes from is gone: %s", cfg.Slot, detail, remedy)
+	}
+	return ""
+}
+
 // errSlotInUse means another connection streams from the slot.
 var errSlotInUse = errors.New("the replication slot is in use by another consumer")
 
@@ -241,6 +267,9 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		cat.Close()
 		if strings.Contains(err.Error(), "is active for PID") {
 			return nil, fmt.Errorf("%w: replication slot %s: %v; stop that consumer, or name another slot", errSlotInUse, cfg.Slot, err)
+		}
+		if why := slotGone(cfg, err); why != "" {
+			return nil, fmt.Errorf("%s (%w)", why, source.ErrUnresumable)
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}

@@ -583,3 +583,31 @@ func TestATransactionChangingMoreTablesThanItHasPositionsForHoldsTheRest(t *test
 		t.Fatalf("%d rows after the TRUNCATE, want one of each of the %d tables not held", len(tx[1].Events), ddlSlots)
 	}
 }
+
+// A slot dropped outside cdcctl took with it the changes the changefeed
+// resumes from: the reader fails as unresumable, saying so and what to
+// do, instead of retrying for ever with advice about max_replication_slots
+// (an invalidated slot, its WAL past max_slot_wal_keep_size, likewise).
+func TestASlotDroppedOutsideCdcctlFailsTheReaderSayingWhatToDo(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// (Its walsender may hold it a moment after the close.)
+		if _, err = srv.Psql(context.Background(), "postgres", "SELECT pg_drop_replication_slot('"+cfg.Slot+"')"); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false)
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" does not exist: it was dropped outside cdcctl") ||
+		!strings.Contains(err.Error(), "remove the changefeed and create it again") {
+		t.Fatalf("resuming from a dropped slot: %v", err)
+	}
+}
