@@ -49,14 +49,22 @@ func (s *Stream) TakeHolds() []Hold {
 }
 
 // renamedFrom is the changefeed's table a relation was known as, if the
-// relation now has another name. Not when another relation of the
-// changefeed has that name: a name is one relation's at a time, so the
-// relation had it before its rename (the WAL read again from before it,
-// after the name came back to the changefeed as a new table), and
-// holding the renamed table there held it for good, with a remedy that
-// changed nothing.
+// relation now has another name. When another relation of the
+// changefeed has that name, only a table read here: a name is one
+// relation's at a time, so a table that joined later had the relation
+// before its rename (the WAL read again from before it, after the name
+// came back to the changefeed as a new table), and holding the renamed
+// table there held it for good, with a remedy that changed nothing. But
+// a table read here took the name of another of the changefeed's (two
+// swapped by renames, or one dropped and the other renamed to its name):
+// a rename, its rows otherwise dropped as a gone relation's.
 func (s *Stream) renamedFrom(id uint32, name string) string {
 	if st, ok := s.tables[name]; ok && st.OID != 0 && st.OID != id {
+		for t, o := range s.tables {
+			if o.OID == id && t != name && !s.unread(o) {
+				return t
+			}
+		}
 		return ""
 	}
 	if r, ok := s.rels[id]; ok && !r.foreign && !r.gone && r.table != name {
