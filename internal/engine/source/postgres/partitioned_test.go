@@ -142,3 +142,27 @@ func image(vs []source.Value) string {
 	}
 	return strings.Join(parts, "|")
 }
+
+// A column added with a DEFAULT to a partitioned table (replicated by its
+// root): the value its older rows have in it is kept in each partition,
+// not in the root, which holds no rows. Asked of the root alone, every
+// such ADD COLUMN held the table, with a reason naming a rewrite that
+// never happened.
+func TestAColumnAddedWithADefaultToAPartitionedTableGoesOn(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE m (id int8, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE m_2025 PARTITION OF m FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+		INSERT INTO m VALUES (1, '2024-03-01'), (2, '2025-03-01')`)
+	st, _, _ := open(t, dsn+"&tables=public.m")
+	psql(t, srv, dsn, `ALTER TABLE m ADD COLUMN region text NOT NULL DEFAULT 'eu'`)
+	psql(t, srv, dsn, `INSERT INTO m VALUES (3, '2024-04-01', 'us')`)
+	tx := txns(t, st, 1)
+	if holds := st.TakeHolds(); len(holds) != 0 {
+		t.Fatalf("held: %+v", holds)
+	}
+	evs := tx[0].Events
+	if len(evs) != 2 || evs[0].Kind != source.KindDDL || !strings.Contains(evs[0].Statement, `ADD COLUMN "region" text`) || !strings.Contains(evs[0].Statement, `DEFAULT 'eu'`) {
+		t.Fatalf("the transaction after the ADD COLUMN: %+v", evs)
+	}
+}

@@ -381,10 +381,49 @@ func (s *Stream) missingValues(ctx context.Context, rel uint32, from, to *source
 		case kept != nil:
 			out[c.Name] = *kept
 		case notNull || hasDef:
+			if v, ok, err := s.leavesMissingValue(ctx, rel, c.Name); err != nil {
+				return nil, nil, err
+			} else if ok {
+				out[c.Name] = v
+				continue
+			}
 			unknown = append(unknown, c.Name)
 		}
 	}
 	return out, unknown, nil
+}
+
+// leavesMissingValue is a partitioned table's value for older rows in an
+// added column: PostgreSQL keeps it in each leaf partition, never in the
+// root (it holds no rows), so asked of the root alone every ADD COLUMN
+// with a DEFAULT held the table. ok only when the leaves that keep one
+// agree; a root with none of them keeping one (each rewritten since, or
+// an ordinary table) is not ok.
+func (s *Stream) leavesMissingValue(ctx context.Context, rel uint32, col string) (string, bool, error) {
+	rows, err := s.cat.conn.Query(ctx, `SELECT DISTINCT (a.attmissingval::text::text[])[1]
+		FROM pg_partition_tree($1::oid::regclass) t JOIN pg_attribute a ON a.attrelid = t.relid
+		WHERE t.isleaf AND t.relid::oid <> $1::oid AND a.attname = $2 AND NOT a.attisdropped AND a.atthasmissing`, rel, col)
+	if err != nil {
+		return "", false, fmt.Errorf("read column %s's values for older rows in the partitions: %w", col, err)
+	}
+	defer rows.Close()
+	var vals []string
+	for rows.Next() {
+		var v *string
+		if err := rows.Scan(&v); err != nil {
+			return "", false, err
+		}
+		if v != nil {
+			vals = append(vals, *v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", false, err
+	}
+	if len(vals) != 1 {
+		return "", false, nil
+	}
+	return vals[0], true, nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
