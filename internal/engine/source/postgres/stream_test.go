@@ -611,3 +611,27 @@ func TestASlotDroppedOutsideCdcctlFailsTheReaderSayingWhatToDo(t *testing.T) {
 		t.Fatalf("resuming from a dropped slot: %v", err)
 	}
 }
+
+// A primary key dropped under REPLICA IDENTITY FULL: pgoutput's message
+// flags every column either way, and the table kept its old key, so rows
+// sharing its values collapsed downstream (a DELETE of one removing
+// both). The table is held, saying why and what to do.
+func TestAPrimaryKeyDroppedUnderReplicaIdentityFullHoldsTheTable(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); ALTER TABLE t REPLICA IDENTITY FULL;
+		CREATE TABLE u (id int4 PRIMARY KEY)`)
+	st, _, _ := open(t, dsn+"&tables=t,u")
+	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a')`)
+	psql(t, srv, dsn, `ALTER TABLE t DROP CONSTRAINT t_pkey`)
+	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'dup'); INSERT INTO u VALUES (1)`)
+	tx := txns(t, st, 2)
+	holds := st.TakeHolds()
+	if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "primary key was dropped upstream") {
+		t.Fatalf("holds %+v", holds)
+	}
+	for _, e := range tx[1].Events {
+		if e.Table == "public.t" {
+			t.Fatalf("a row of t after its key was dropped: %+v", e)
+		}
+	}
+}

@@ -90,6 +90,18 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if err != nil {
 		return unreadable("its new columns", err)
 	}
+	if m.ReplicaIdentity == 'f' && len(def.KeyNames()) > 0 {
+		// Under REPLICA IDENTITY FULL the message flags every column, and
+		// the key is the previous definition's: a primary key dropped
+		// since leaves the columns as they were, and rows that share
+		// the old key's values would collapse into one downstream (a
+		// DELETE of one removing the other). The catalog tells.
+		if now, err := s.cat.tableDef(ctx, name); err == nil && len(now.Columns) > 0 && len(now.KeyNames()) == 0 {
+			s.rels[m.RelationID].held = true
+			s.hold(name, keyDroppedHold(s.changefeed(), name))
+			return nil
+		}
+	}
 	if source.SameColumns(def, cur) {
 		return nil
 	}
@@ -165,6 +177,12 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 func unknownValuesHold(cf, table string, cols []string) string {
 	return fmt.Sprintf("the rows it had before column %s was added have values in it the changefeed cannot know (PostgreSQL rewrote the table since the ADD COLUMN: ALTER COLUMN ... TYPE, VACUUM FULL, CLUSTER, or a volatile DEFAULT), so its changes from here are held rather than written without them: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		strings.Join(cols, ", "), cf, cf, table, cf, table, cf)
+}
+
+// keyDroppedHold says why a table whose primary key was dropped is held.
+func keyDroppedHold(cf, table string) string {
+	return fmt.Sprintf("its primary key was dropped upstream: its rows can no longer be told apart by key, so its changes from here are held rather than merged by the old key's values: give it a primary key again and copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), or remove it from the changefeed",
+		cf, cf, table, cf, table, cf)
 }
 
 // tooManyChangesHold says why a table is held when its schema change is
