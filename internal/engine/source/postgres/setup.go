@@ -130,14 +130,10 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	} else if why != "" {
 		return errors.New(why)
 	}
-	if len(roots) > 0 {
-		var viaRoot bool
-		if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
-			return explain(cfg, err)
-		}
-		if !viaRoot {
-			return fmt.Errorf("publication %s publishes the rows of partitioned table %s under its children's names, which the changefeed does not replicate: ALTER PUBLICATION %s SET (publish_via_partition_root = true), or name another publication with publication=", cfg.Publication, roots[0], cfg.Publication)
-		}
+	if why, err := notViaRoot(ctx, conn, cfg, roots); err != nil {
+		return explain(cfg, err)
+	} else if why != "" {
+		return errors.New(why + ", or name another publication with publication=")
 	}
 	published, err := publishedTables(ctx, conn, cfg)
 	if err != nil {
@@ -159,20 +155,49 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	return nil
 }
 
-// unpublished warns of the changefeed's tables that exist but that its
-// publication no longer publishes (someone ran ALTER PUBLICATION … DROP
-// TABLE): PostgreSQL sends none of their changes, and nothing else
-// says so. Nothing when the catalog cannot be asked.
+// notViaRoot says why a publication cannot serve partitioned tables
+// (roots): it publishes their rows under the partitions' names.
+func notViaRoot(ctx context.Context, conn *pgx.Conn, cfg Config, roots []string) (string, error) {
+	if len(roots) == 0 {
+		return "", nil
+	}
+	var viaRoot bool
+	if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot); err != nil {
+		return "", err
+	}
+	if viaRoot {
+		return "", nil
+	}
+	return fmt.Sprintf("publication %s publishes the rows of partitioned table %s under its children's names, which the changefeed does not replicate: ALTER PUBLICATION %s SET (publish_via_partition_root = true)", cfg.Publication, roots[0], cfg.Publication), nil
+}
+
+// unpublished warns of what someone changed in the changefeed's
+// publication since it was created, which PostgreSQL does not say: a
+// table it no longer publishes (ALTER PUBLICATION … DROP TABLE; none of
+// its changes come), kinds of change it no longer publishes, rows or
+// columns filtered (PostgreSQL 15), a partitioned table's rows published
+// under its partitions' names (they were dropped as another table's).
+// Nothing when the catalog cannot be asked.
 func unpublished(ctx context.Context, conn *pgx.Conn, cfg Config) []string {
+	var out []string
+	const since = " (changed since the changefeed was created: its changes are being lost; fix the publication, then copy the tables again: pause, update --remove-table, update --add-table, resume)"
+	if why, err := publicationUnfit(ctx, conn, cfg); err == nil && why != "" {
+		out = append(out, why+since)
+	}
+	if roots, err := partitionRoots(ctx, conn, cfg); err == nil {
+		if why, err := notViaRoot(ctx, conn, cfg, roots); err == nil && why != "" {
+			// (Its membership is then the partitions': not said again.)
+			return append(out, why+since)
+		}
+	}
 	published, err := publishedTables(ctx, conn, cfg)
 	if err != nil {
-		return nil
+		return out
 	}
 	has := make(map[string]bool, len(published))
 	for _, t := range published {
 		has[t] = true
 	}
-	var out []string
 	for _, t := range cfg.Tables {
 		if has[t] {
 			continue
