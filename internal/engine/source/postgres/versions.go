@@ -181,7 +181,7 @@ func unknownValuesHold(cf, table string, cols []string) string {
 
 // keyDroppedHold says why a table whose primary key was dropped is held.
 func keyDroppedHold(cf, table string) string {
-	return fmt.Sprintf("its primary key was dropped upstream: its rows can no longer be told apart by key, so its changes from here are held rather than merged by the old key's values: give it a primary key again and copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), or remove it from the changefeed",
+	return fmt.Sprintf("its primary key was dropped upstream: its rows can no longer be told apart by key, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
 		cf, cf, table, cf, table, cf)
 }
 
