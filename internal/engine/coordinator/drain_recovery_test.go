@@ -12,6 +12,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
@@ -540,9 +541,17 @@ func TestADrainMovesAFailedChangefeedsPartitions(t *testing.T) {
 	failed := feeds[1]
 	target := followerHolding(c, leader, failed)
 	c.WaitCheckpoint(failed, model.TsFromTime(time.Now()))
-	e := c.Changefeed(failed)
-	if err := c.Store.FailChangefeed(context.Background(), e.FenceOf(c.Store.Keys()), e, "a test failed it"); err != nil {
-		t.Fatal(err)
+	// (Its maintainer writes its status every second: read again while
+	// a write lands between the read and the failure.)
+	for attempt := 0; ; attempt++ {
+		e := c.Changefeed(failed)
+		err := c.Store.FailChangefeed(context.Background(), e.FenceOf(c.Store.Keys()), e, "a test failed it")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, meta.ErrStale) || attempt == 20 {
+			t.Fatal(err)
+		}
 	}
 	drainToEmpty(t, c, target)
 	if got := c.Changefeed(failed).Status.State; got != model.ChangefeedFailed {

@@ -32,9 +32,14 @@ type Puller struct {
 	// writer (cut.go).
 	answers chan cutAnswer
 
-	mu     sync.Mutex
-	points []position // resume points passed, oldest first
-	issues []source.TableIssue
+	mu sync.Mutex
+	// points are the last maxPoints/2 to maxPoints transaction ends
+	// passed, oldest first, each one: a verify's cut finds the exact
+	// transaction a read's point follows (cut.go). resumes are resume
+	// points for checkpoints, thinned rather than cut (thinned), and
+	// dropped below the checkpoint as it passes them.
+	points, resumes []position
+	issues          []source.TableIssue
 }
 
 // NewPuller returns the puller of changefeed cf; flavor is "mariadb" or
@@ -59,7 +64,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	defer c.syncer.Close()
 	at, srv, passed, stream := c.at, c.srv, c.passed, c.stream
 	p.mu.Lock()
-	p.points = []position{at}
+	p.points, p.resumes = []position{at}, []position{at}
 	p.issues = nil // this run finds them again
 	p.mu.Unlock()
 	for t, st := range at.Tables {
@@ -540,7 +545,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		at = position{File: file, Pos: ev.Header.LogPos, GTID: passed.String(), Server: srv.ServerID, Ts: ts, Tables: at.Tables}
 		if len(prepared) == 0 {
 			p.mu.Lock()
-			p.points = thinned(append(p.points, at))
+			p.points = append(p.points, at)
+			if len(p.points) > maxPoints {
+				p.points = append(p.points[:0], p.points[len(p.points)-maxPoints/2:]...)
+			}
+			p.resumes = thinned(append(p.resumes, at))
 			p.mu.Unlock()
 		}
 		cur = txn{}
@@ -552,13 +561,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 // grow.
 func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 	p.mu.Lock()
-	i := sort.Search(len(p.points), func(i int) bool { return p.points[i].Ts > checkpoint }) - 1
+	i := sort.Search(len(p.resumes), func(i int) bool { return p.resumes[i].Ts > checkpoint }) - 1
 	if i < 0 {
 		p.mu.Unlock()
 		return nil, false
 	}
-	at := p.points[i]
-	p.points = p.points[i:]
+	at := p.resumes[i]
+	p.resumes = p.resumes[i:]
 	p.mu.Unlock()
 	b, err := json.Marshal(at)
 	return b, err == nil
