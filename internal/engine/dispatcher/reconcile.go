@@ -98,22 +98,16 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		_, runs := m.running[k]
 		f, known := m.finals[fk]
 		var knownAt model.Ts
-		handedOver, clean := false, false
+		handedOver := false
 		if known {
-			knownAt, handedOver, clean = f.p.Checkpoint, f.p.Handover, f.p.Final
+			knownAt, handedOver = f.p.Checkpoint, f.p.Handover
 		}
 		m.mu.Unlock()
 		switch {
 		case runs:
 		case known:
-			// The state is saved outside the lock: heartbeats go on. Only
-			// a clean stop is handed over where it stopped: one that had
-			// to be aborted (its sink too slow to stop within the bound),
-			// or a run that ended by itself, may still have batches on
-			// their way to the sink, which would land after the next
-			// owner's writes of the same keys. Its move is reverted after
-			// the move timeout instead.
-			if clean && !handedOver && m.saveState(d.Route, knownAt) {
+			// The state is saved outside the lock: heartbeats go on.
+			if !handedOver && m.saveState(d.Route, knownAt) {
 				m.mu.Lock()
 				f.p.Final, f.p.Handover, newFinals = true, true, true
 				m.mu.Unlock()
