@@ -3,9 +3,13 @@ package mysql_test
 import (
 	"database/sql"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
@@ -61,8 +65,15 @@ func TestPartitionMaintenanceEitherGoesOnOrHolds(t *testing.T) {
 // others go on. They were passed over, the rows lost without a word.
 func TestRowChangesLoggedAsStatementsHoldTheirTables(t *testing.T) {
 	t.Parallel()
-	up := followFrom(t, "orders,audit,other", nil, "CREATE TABLE orders (id INT PRIMARY KEY, v INT)",
-		"CREATE TABLE audit (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)")
+	up := followFrom(t, "orders,audit,other,loaded,spare", nil, "CREATE TABLE orders (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE audit (id INT PRIMARY KEY)", "CREATE TABLE other (id INT PRIMARY KEY)",
+		"CREATE TABLE loaded (id INT PRIMARY KEY)", "CREATE TABLE spare (id INT PRIMARY KEY)")
+	rows := filepath.Join(t.TempDir(), "rows.tsv")
+	if err := os.WriteFile(rows, []byte("1\n2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	driver.RegisterLocalFile(rows)
+	defer driver.DeregisterLocalFile(rows)
 	db, err := sql.Open("mysql", up.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -71,12 +82,20 @@ func TestRowChangesLoggedAsStatementsHoldTheirTables(t *testing.T) {
 	db.SetMaxOpenConns(1) // one session, its binlog_format
 	execDB(t, db, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO orders (id, v) VALUES (1, 1)",
 		"BEGIN", "INSERT INTO other VALUES (9)", "UPDATE audit SET id = id + 1 WHERE id > 100", "COMMIT",
+		"LOAD DATA LOCAL INFILE '"+rows+"' INTO TABLE loaded",
 		"SET SESSION binlog_format = 'ROW'")
-	exec(t, up.dsn, "INSERT INTO other VALUES (1)")
+	exec(t, up.dsn, "INSERT INTO other VALUES (1)", "INSERT INTO spare VALUES (1)")
 	waitResolved(t, up.log)
 	evs, _, held := up.log.state()
-	if len(held) != 3 || held["shop.orders"] == 0 || held["shop.audit"] == 0 || held["shop.other"] == 0 {
-		t.Fatalf("held after row changes logged as statements: %v, want orders, audit and other", held)
+	if len(held) != 4 || held["shop.orders"] == 0 || held["shop.audit"] == 0 || held["shop.other"] == 0 || held["shop.loaded"] == 0 {
+		t.Fatalf("held after row changes logged as statements: %v, want orders, audit, other and loaded", held)
+	}
+	spare := false
+	for _, e := range evs {
+		spare = spare || e.Table == "shop.spare" && e.Kind == source.KindDML
+	}
+	if !spare {
+		t.Fatal("the row of the table no statement wrote did not arrive")
 	}
 	for _, i := range up.p.TableIssues() {
 		if !strings.Contains(i.Reason, "binlog_format STATEMENT or MIXED") || !strings.Contains(i.Reason, "SET GLOBAL binlog_format = ROW") {

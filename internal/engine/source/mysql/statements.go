@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-mysql-org/go-mysql/replication"
+
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -334,10 +336,30 @@ func rowsStatement(stmt string) bool {
 		return false
 	}
 	switch f[0] {
-	case "insert", "replace", "update", "delete", "load":
+	case "insert", "replace", "update", "delete", "load", "with":
+		// (WITH … UPDATE or DELETE: a WITH … SELECT is never logged.)
 		return true
 	}
 	return false
+}
+
+// loadQuery is the statement and default database of an
+// Execute_load_query event (a LOAD DATA logged as a statement), which
+// go-mysql decodes without them: after the event header and the query
+// event's post-header (13 bytes) and its own (13: file id, start and end
+// positions, duplicates handling), the status variables, the database
+// and a NUL, then the statement, and the CRC32 when the log has one.
+func loadQuery(raw []byte, e *replication.ExecuteLoadQueryEvent, checksummed bool) (query, db string, ok bool) {
+	start := replication.EventHeaderSize + 26 + int(e.StatusVars)
+	end := len(raw)
+	if checksummed {
+		end -= replication.BinlogChecksumLength
+	}
+	if start+int(e.SchemaLength)+1 > end {
+		return "", "", false
+	}
+	db = string(raw[start : start+int(e.SchemaLength)])
+	return string(raw[start+int(e.SchemaLength)+1 : end]), db, true
 }
 
 // rowsReason says why a table a row-changing statement wrote is held.

@@ -156,6 +156,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	// their XA ROLLBACK). While one waits no resume point is kept, so a
 	// reader started again reads its prepare again (xa.go).
 	prepared := map[string]txn{}
+	checksummed := false // the log's events end in a CRC32 (its format description says)
 	for {
 		ev, err := events.next(ctx)
 		if err != nil {
@@ -185,6 +186,16 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			continue
 		}
 		switch e := ev.Event.(type) {
+		case *replication.FormatDescriptionEvent:
+			checksummed = e.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
+			continue
+		case *replication.ExecuteLoadQueryEvent:
+			// A LOAD DATA logged as a statement: its rows are in the
+			// file the server logged before it, not in rows events.
+			if q, db, ok := loadQuery(ev.RawData, e, checksummed); ok {
+				cur.rowStmts = append(cur.rowStmts, [2]string{q, db})
+			}
+			continue
 		case *replication.RotateEvent:
 			file = string(e.NextLogName)
 			continue
