@@ -85,10 +85,11 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 
 	now := time.Now()
-	if err := c.beginCreate(ctx, term, model.ChangefeedID(req.ID), req.Source, now); err != nil {
+	mark := new(byte) // this create's, not another's of the name
+	if err := c.beginCreate(ctx, term, model.ChangefeedID(req.ID), req.Source, now, mark); err != nil {
 		return model.ChangefeedInfo{}, err
 	}
-	defer c.creating.Delete(model.ChangefeedID(req.ID))
+	defer c.creating.CompareAndDelete(model.ChangefeedID(req.ID), mark)
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	pinned, err := sources.Pin(pctx, req.Source, model.ChangefeedID(req.ID), now)
 	cancel()
@@ -130,12 +131,15 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 // beginCreate records the cleanup of what pinning uri for changefeed id
 // will hold upstream before it is pinned (meta.Store.BeginCreate): a
 // create cut short anywhere after is released by the cleanup retries.
-func (c *Coordinator) beginCreate(ctx context.Context, term election.Term, id model.ChangefeedID, uri string, now time.Time) error {
+func (c *Coordinator) beginCreate(ctx context.Context, term election.Term, id model.ChangefeedID, uri string, now time.Time, mark *byte) error {
 	holding, err := sources.Holding(uri, id)
 	if err != nil {
 		return refuse(ErrInvalid, "%v", err)
 	}
-	c.creating.Store(id, true)
+	if _, running := c.creating.LoadOrStore(id, mark); running {
+		// Another create of the name runs here (both passed nameFree).
+		return refuse(ErrCleanupPending, "a create of changefeed %s is under way: wait for it (cdcctl changefeed get %s)", id, id)
+	}
 	if holding == "" {
 		return nil
 	}
@@ -143,14 +147,14 @@ func (c *Coordinator) beginCreate(ctx context.Context, term election.Term, id mo
 	if errors.Is(err, meta.ErrStale) {
 		// A changefeed of the name, or another create's record, went in
 		// since the name was checked.
-		c.creating.Delete(id)
+		c.creating.CompareAndDelete(id, mark)
 		if rec, ok, cerr := c.store.Cleanup(ctx, id); cerr == nil && ok {
 			return refuse(ErrCleanupPending, "%s", cleanupText(rec))
 		}
 		return refuse(meta.ErrChangefeedExists, "%s", id)
 	}
 	if err != nil {
-		c.creating.Delete(id)
+		c.creating.CompareAndDelete(id, mark)
 	}
 	return err
 }

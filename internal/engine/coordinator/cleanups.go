@@ -93,7 +93,7 @@ func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id m
 	}
 	if err == nil {
 		if ferr := c.store.ForgetCleanup(ctx, term.Fence, id); ferr == nil {
-			c.log.Info("coordinator: a removed changefeed's replication slot and publication are released", "changefeed", id, "attempts", rec.Attempts+1, "pending_for", time.Since(rec.Since).Round(time.Second))
+			c.log.Info("coordinator: a removed changefeed's (or a create cut short's) replication slot and publication are released", "changefeed", id, "create", rec.Create, "attempts", rec.Attempts+1, "pending_for", time.Since(rec.Since).Round(time.Second))
 		}
 		return
 	}
@@ -106,7 +106,7 @@ func (c *Coordinator) retryCleanup(ctx context.Context, term election.Term, id m
 	// minutes by default): a database down for a day must not fill the
 	// log.
 	if rec.Attempts <= 3 || rec.Attempts%20 == 0 {
-		c.log.Warn("coordinator: a removed changefeed's replication slot is not released yet; retrying", "changefeed", id, "source", sources.Redact(rec.Source), "attempts", rec.Attempts, "err", err)
+		c.log.Warn("coordinator: a removed changefeed's (or a create cut short's) replication slot is not released yet; retrying", "changefeed", id, "create", rec.Create, "source", sources.Redact(rec.Source), "attempts", rec.Attempts, "err", err)
 	}
 }
 

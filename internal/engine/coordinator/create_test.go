@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
@@ -129,5 +130,22 @@ func TestASecondCreateOfANameWhileTheFirstRunsIsRefused(t *testing.T) {
 	}
 	if got := upstream(t, pg); got != "slot cdcctl_orders publication cdcctl_orders" {
 		t.Fatalf("upstream after both creates: %q", got)
+	}
+}
+
+// Two creates of one name that both passed the name check: the second is
+// refused while the first runs, and its refusal leaves the first one's
+// mark (the cleanup retries pass over a create that runs here by it).
+func TestASecondCreateRunningHereKeepsTheFirstOnesMark(t *testing.T) {
+	f := leading(t)
+	first, second := new(byte), new(byte)
+	if err := f.c.beginCreate(context.Background(), f.term, "gen-cf", "gen://?tables=1", time.Now(), first); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.beginCreate(context.Background(), f.term, "gen-cf", "gen://?tables=1", time.Now(), second); !errors.Is(err, ErrCleanupPending) {
+		t.Fatalf("the second create: %v", err)
+	}
+	if m, ok := f.c.creating.Load(model.ChangefeedID("gen-cf")); !ok || m != first {
+		t.Fatal("the first create's mark is gone")
 	}
 }

@@ -99,10 +99,16 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 // Named is a new changefeed's source URI with the slot and publication
 // Pin will hold named (RemoveURI releases them): what a create records
 // before it pins, so that a create that never finishes is released.
+// Nothing ("") for a slot the operator named (slot=): Pin may find it
+// rather than make it, in use by another reader, and a cleanup of a
+// create that failed would drop it.
 func Named(uri string, cf model.ChangefeedID) (string, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return "", err
+	}
+	if cfg.Slot != "" {
+		return "", nil
 	}
 	cfg.Start = 0
 	return cfg.WithNames(string(cf)).URI(), nil

@@ -208,7 +208,8 @@ func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.T
 
 // Holding is what a create of changefeed cf from uri records before it
 // pins the source (a cleanup's URI, for Remove): "" for a source that
-// holds nothing upstream.
+// holds nothing upstream, or nothing cdcctl names (a slot given in the
+// URI).
 func Holding(uri string, cf model.ChangefeedID) (string, error) {
 	db, err := scheme(uri)
 	if err != nil || db == nil {
