@@ -96,7 +96,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// since leaves the columns as they were, and rows that share
 		// the old key's values would collapse into one downstream (a
 		// DELETE of one removing the other). The catalog tells.
-		if now, err := s.cat.tableDef(ctx, name); err == nil && len(now.Columns) > 0 && len(now.KeyNames()) == 0 {
+		if now, err := s.cat.tableDef(ctx, name); err == nil && len(now.Columns) > 0 && !sameNames(now.KeyNames(), def.KeyNames()) {
+			// (Replaced by a key of other columns, likewise.)
 			s.rels[m.RelationID].held = true
 			s.hold(name, keyDroppedHold(s.changefeed(), name))
 			return nil
@@ -179,9 +180,14 @@ func unknownValuesHold(cf, table string, cols []string) string {
 		strings.Join(cols, ", "), cf, cf, table, cf, table, cf)
 }
 
+// sameNames says two lists hold the same names, in any order.
+func sameNames(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(n string) bool { return !slices.Contains(b, n) })
+}
+
 // keyDroppedHold says why a table whose primary key was dropped is held.
 func keyDroppedHold(cf, table string) string {
-	return fmt.Sprintf("its primary key was dropped upstream: its rows can no longer be told apart by key, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
+	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
 		cf, cf, table, cf, table, cf)
 }
 
@@ -422,7 +428,9 @@ func (s *Stream) leavesMissingValue(ctx context.Context, rel uint32, col string)
 		FROM pg_partition_tree($1::oid::regclass) t JOIN pg_attribute a ON a.attrelid = t.relid
 		WHERE t.isleaf AND t.relid::oid <> $1::oid AND a.attname = $2 AND NOT a.attisdropped AND a.atthasmissing`, rel, col)
 	if err != nil {
-		return "", false, fmt.Errorf("read column %s's values for older rows in the partitions: %w", col, err)
+		// (pg_partition_tree is PostgreSQL 12's: before it, no partitioned
+		// table is replicated by its root, and the value is unknown.)
+		return "", false, nil
 	}
 	defer rows.Close()
 	var vals []string
