@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -565,42 +563,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		cur = txn{}
 	}
-}
-
-// ResumePoint implements source.Puller: the newest resume point at or
-// below the checkpoint. Points before it are dropped: checkpoints only
-// grow.
-func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
-	p.mu.Lock()
-	i := sort.Search(len(p.resumes), func(i int) bool { return p.resumes[i].Ts > checkpoint }) - 1
-	if i < 0 {
-		p.mu.Unlock()
-		return nil, false
-	}
-	at := p.resumes[i]
-	p.resumes = p.resumes[i:]
-	p.mu.Unlock()
-	b, err := json.Marshal(at)
-	return b, err == nil
-}
-
-// thinned bounds a puller's resume points (each commit on the server
-// makes one, any database's, every changefeed's ticks): past maxPoints
-// every other one of the older half goes, never the oldest. A checkpoint
-// that lags more commits than are kept still finds one at or below it,
-// further back than the newest (a resume reads a little more again);
-// dropping the oldest half left none under a steady load, and the stored
-// position stayed where the reader began.
-func thinned(points []position) []position {
-	if len(points) <= maxPoints {
-		return points
-	}
-	half := len(points) / 2
-	out := points[:1]
-	for i := 2; i < half; i += 2 {
-		out = append(out, points[i])
-	}
-	return append(out, points[half:]...)
 }
 
 // Confirm implements source.Puller: the server keeps its binary logs by
