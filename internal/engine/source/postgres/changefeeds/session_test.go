@@ -1,4 +1,4 @@
-package postgres_test
+package changefeeds
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
 // A database whose settings write values otherwise than PostgreSQL's
@@ -22,7 +23,7 @@ import (
 // zone the server does not know is refused at creation, with the fix.
 func TestValuesAreWrittenTheSameWhateverTheDatabasesSettings(t *testing.T) {
 	t.Parallel()
-	srv := postgres.StartDB(t, "unused")
+	srv := pgtest.StartDB(t, "unused")
 	ctx := context.Background()
 	if _, err := srv.Psql(ctx, "postgres", `CREATE DATABASE odd ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0`); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package postgres_test
+package changefeeds
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -23,7 +24,7 @@ import (
 // copies beside them, and a key of several columns is in its own order.
 func TestATablesPrimaryKeyChangesUnderTheChangefeed(t *testing.T) {
 	t.Parallel()
-	srv := postgres.StartDB(t, "k")
+	srv := pgtest.StartDB(t, "k")
 	ctx := context.Background()
 	if _, err := srv.Psql(ctx, "k", `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		INSERT INTO a SELECT g, 'x' FROM generate_series(1, 1000) g;
@@ -79,7 +80,7 @@ func TestATablesPrimaryKeyChangesUnderTheChangefeed(t *testing.T) {
 // rebuilt equals both tables.
 func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T) {
 	t.Parallel()
-	srv := postgres.StartDB(t, "k")
+	srv := pgtest.StartDB(t, "k")
 	ctx := context.Background()
 	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4, y int4, v text, PRIMARY KEY (x));
 		INSERT INTO c SELECT g, 20001 - g, 'z' FROM generate_series(1, 20000) g;
@@ -119,7 +120,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 // copies the table again, and the sink rebuilt equals the table.
 func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) {
 	t.Parallel()
-	srv := postgres.StartDB(t, "k")
+	srv := pgtest.StartDB(t, "k")
 	ctx := context.Background()
 	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4 PRIMARY KEY, y int4 NOT NULL, v text);
 		INSERT INTO c SELECT g, 40001 - g, 'z' FROM generate_series(1, 40000) g;

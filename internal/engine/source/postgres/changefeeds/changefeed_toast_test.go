@@ -1,4 +1,4 @@
-package postgres_test
+package changefeeds
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
 // The initial snapshot of a table whose bodies are stored out of line
@@ -21,7 +22,7 @@ import (
 func TestTheSnapshotGivesTheToastedValuesOfRowsUpdatedWhileCopied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := postgres.StartDB(t, "docs")
+	srv := pgtest.StartDB(t, "docs")
 	if _, err := srv.Psql(ctx, "docs", `
 CREATE TABLE docs (id int8 PRIMARY KEY, n int4, body text);
 ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;

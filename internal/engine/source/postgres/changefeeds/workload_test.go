@@ -1,4 +1,4 @@
-package postgres_test
+package changefeeds
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -39,7 +40,7 @@ func startShop(t *testing.T) (*pgserver.Server, string) {
 func startShopOf(t *testing.T, orders int) (*pgserver.Server, string) {
 	t.Helper()
 	ctx := context.Background()
-	srv := postgres.StartDB(t, "shop")
+	srv := pgtest.StartDB(t, "shop")
 	if _, err := srv.Psql(ctx, "shop", fmt.Sprintf(`
 CREATE TABLE orders (id int8 PRIMARY KEY, region text NOT NULL, amount numeric(10,2), note text, paid bool, at timestamptz);
 CREATE TABLE items (sku text, line int4, qty int4 NOT NULL, tags text[], PRIMARY KEY (sku, line));
