@@ -87,12 +87,15 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, explain(cfg, err)
 	}
 	defer cat.Close()
-	defs, oids := map[string]*source.TableDef{}, map[string]uint32{}
+	defs, oids, nums := map[string]*source.TableDef{}, map[string]uint32{}, map[string][]int16{}
 	for _, t := range out.Added {
 		if defs[t], err = checkTable(ctx, cat, to, t); err != nil {
 			return source.Retabled{}, err
 		}
 		if oids[t], err = cat.oidOf(ctx, t); err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+		if nums[t], err = cat.nums(ctx, oids[t], defs[t]); err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}
 	}
@@ -124,7 +127,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	for _, t := range out.Added {
-		st := TableState{Def: defs[t], Since: at, OID: oids[t], JoinedAt: joined}
+		st := TableState{Def: defs[t], Since: at, OID: oids[t], JoinedAt: joined, Nums: nums[t]}
 		if _, was := p.Gone[t]; was {
 			// Back after it was removed: the sink still has the rows it
 			// had then, some deleted since. The stream truncates it in the

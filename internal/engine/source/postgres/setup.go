@@ -28,6 +28,9 @@ type Upstream struct {
 	// OIDs, their relations.
 	Defs map[string]*source.TableDef
 	OIDs map[string]uint32
+	// Nums are the tables' columns' attribute numbers, in Defs' order
+	// (nil where the catalog changed while they were read).
+	Nums map[string][]int16
 	// CreatedSlot is true when this call created the slot.
 	CreatedSlot bool
 }
@@ -45,7 +48,7 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	if err := preflight(ctx, cat, cfg); err != nil {
 		return Upstream{}, err
 	}
-	up := Upstream{Defs: map[string]*source.TableDef{}, OIDs: map[string]uint32{}}
+	up := Upstream{Defs: map[string]*source.TableDef{}, OIDs: map[string]uint32{}, Nums: map[string][]int16{}}
 	for _, t := range cfg.Tables {
 		def, err := checkTable(ctx, cat, cfg, t)
 		if err != nil {
@@ -53,6 +56,9 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 		}
 		up.Defs[t] = def
 		if up.OIDs[t], err = cat.oidOf(ctx, t); err != nil {
+			return Upstream{}, explain(cfg, err)
+		}
+		if up.Nums[t], err = cat.nums(ctx, up.OIDs[t], def); err != nil {
 			return Upstream{}, explain(cfg, err)
 		}
 	}

@@ -87,7 +87,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	cfg.Start = model.TsFromTime(now)
 	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
 	for t, def := range up.Defs {
-		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t]}
+		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {

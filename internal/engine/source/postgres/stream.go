@@ -39,6 +39,11 @@ type TableState struct {
 	// values unknown, and the table was held (the remedy, removing and
 	// adding it back, met the same).
 	JoinedAt model.Ts `json:"joined_at,omitempty"`
+	// Nums are Def's columns' attribute numbers, in its order (0 where
+	// not known): what tells a column renamed from one dropped and
+	// another added (columns.go). A checkpoint written before they were
+	// kept has none until the table's columns are read again.
+	Nums []int16 `json:"nums,omitempty"`
 }
 
 // unread says the open transaction is one of a table's that the reader
@@ -125,14 +130,17 @@ type Stream struct {
 	// The transaction being received: its positions are fixed at its
 	// begin, which carries the commit time; schema changes take base,
 	// base+1, ... and rows base+ddlSlots.
-	open   bool
-	xid    uint32
-	base   model.Ts
-	ddls   []source.Event
-	rows   []source.Event
-	size   int // bytes in rows
-	parted bool
-	marks  [][]byte
+	open bool
+	xid  uint32
+	base model.Ts
+	ddls []source.Event
+	// pendingNums are the attribute numbers of the columns the open
+	// transaction's schema changes gave tables (nil: not known).
+	pendingNums map[string][]int16
+	rows        []source.Event
+	size        int // bytes in rows
+	parted      bool
+	marks       [][]byte
 	// visible is the last transaction seen visible to the catalog's
 	// queries (awaitVisible), which waits up to visibleWait for one.
 	visible     uint32
@@ -273,7 +281,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
-	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, rels: map[uint32]*relation{},
+	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
 		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}, visibleWait: visibleWait}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
@@ -469,6 +477,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil
+		clear(s.pendingNums)
 		clear(s.partedTables)
 		s.resetTables()
 	case *pglogrepl.RelationMessage:
@@ -520,8 +529,12 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 	for _, d := range s.ddls {
 		st := s.tables[d.Table]
 		st.Def, st.Version, st.Since = d.Def, d.SchemaVersion, d.CommitTs
+		if nums, changed := s.pendingNums[d.Table]; changed {
+			st.Nums = nums
+		}
 		tx.Events = append(tx.Events, d)
 	}
+	clear(s.pendingNums)
 	tx.Events = append(tx.Events, s.rows...)
 	tx.Marks = s.marks
 	s.last = tx.Ts

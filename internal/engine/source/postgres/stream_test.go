@@ -117,7 +117,7 @@ func open(t testing.TB, uri string) (*Stream, Config, Upstream) {
 	}
 	tables := map[string]TableState{}
 	for name, def := range up.Defs {
-		tables[name] = TableState{Def: def}
+		tables[name] = TableState{Def: def, Nums: up.Nums[name]}
 	}
 	st, err := OpenStream(ctx, cfg, up.StartLSN, 0, tables, false)
 	if err != nil {

@@ -67,9 +67,9 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// older one.
 		return nil
 	}
-	cur := st.Def
+	cur, curNums := st.Def, st.Nums
 	if pending := s.pendingDef(name); pending != nil {
-		cur = pending
+		cur, curNums = pending, s.pendingNums[name]
 	}
 	// What cannot be read about the table holds it (not the changefeed),
 	// until the operator has fixed the cause.
@@ -86,7 +86,16 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if err := s.awaitVisible(ctx); err != nil {
 		return err
 	}
-	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur)
+	pair, nums, err := s.pairColumns(ctx, m.RelationID, cur, curNums, m.Columns)
+	if err != nil {
+		return unreadable("its columns", err)
+	}
+	if pair == nil {
+		s.rels[m.RelationID].held = true
+		s.hold(name, columnsUnclearHold(s.changefeed(), name))
+		return nil
+	}
+	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur, pair)
 	if err != nil {
 		return unreadable("its new columns", err)
 	}
@@ -104,6 +113,15 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		}
 	}
 	if source.SameColumns(def, cur) {
+		if nums != nil && !known(curNums, len(cur.Columns)) {
+			// Numbers not kept yet (a checkpoint from before they were),
+			// read for the columns as they are.
+			if _, changed := s.pendingNums[name]; changed {
+				s.pendingNums[name] = nums
+			} else {
+				st.Nums = nums
+			}
+		}
 		return nil
 	}
 	version := st.Version + 1
@@ -117,7 +135,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.hold(name, tooManyChangesHold(s.changefeed(), name))
 		return nil
 	}
-	missing, unknown, err := s.missingValues(ctx, m.RelationID, cur, def)
+	missing, unknown, err := s.missingValues(ctx, m.RelationID, def, pair)
 	if err != nil {
 		// Not knowing them is not taking them as NULL.
 		return unreadable("the values its older rows have in its added columns", err)
@@ -128,7 +146,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		return nil
 	}
 	at := s.base + model.Ts(len(s.ddls))
-	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, missing)})
+	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, pair, missing)})
+	s.pendingNums[name] = nums
 	return nil
 }
 
@@ -272,7 +291,7 @@ func (s *Stream) pendingDDL(table string) *source.Event {
 //
 // Under REPLICA IDENTITY FULL every column is flagged as part of the
 // identity: the primary key is then the previous definition's.
-func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef) (*source.TableDef, error) {
+func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef, pair []int) (*source.TableDef, error) {
 	schema, name := model.SplitTableName(table)
 	def := &source.TableDef{Schema: schema, Name: name}
 	var keyCols []int
@@ -282,17 +301,15 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 			return nil, err
 		}
 		cd := source.ColumnDef{Name: c.Name, Type: typ, Nullable: c.Flags&1 == 0}
+		j := -1 // the column before (renamed, perhaps)
 		if prev != nil {
-			if j := prev.Index(c.Name); j >= 0 && prev.Columns[j].Type == typ {
-				cd.Nullable = prev.Columns[j].Nullable
-			}
+			j = pair[i]
+		}
+		if j >= 0 && prev.Columns[j].Type == typ {
+			cd.Nullable = prev.Columns[j].Nullable
 		}
 		inKey := c.Flags&1 != 0
 		if full {
-			j := -1
-			if prev != nil {
-				j = prev.Index(c.Name)
-			}
 			inKey = j >= 0 && prev.Columns[j].KeyPos > 0
 		}
 		if inKey {
@@ -344,32 +361,60 @@ func sameKeySet(def *source.TableDef, keyCols []int, other *source.TableDef) boo
 	return true
 }
 
-// describeChange writes a schema change as the ALTER TABLE that makes it:
-// pgoutput carries the new columns, not the statement.
-func describeChange(table string, from, to *source.TableDef, defaults map[string]string) string {
-	var parts []string
-	for _, c := range from.Columns {
-		if to.Index(c.Name) < 0 {
-			parts = append(parts, "DROP COLUMN "+quoteIdent(c.Name))
+// describeChange writes a schema change as the statements that make it
+// (pgoutput carries the new columns, not the statements): the drops, the
+// renames (pair says which of from's columns each of to's was), then one
+// ALTER TABLE for the rest. Without renames it is one ALTER TABLE.
+func describeChange(table string, from, to *source.TableDef, pair []int, defaults map[string]string) string {
+	var rs [][2]string
+	was := make([]bool, len(from.Columns))
+	for j, i := range pair {
+		if i >= 0 {
+			was[i] = true
+			if from.Columns[i].Name != to.Columns[j].Name {
+				rs = append(rs, [2]string{from.Columns[i].Name, to.Columns[j].Name})
+			}
 		}
 	}
-	for _, c := range to.Columns {
-		j := from.Index(c.Name)
+	var drops, rest []string
+	for i, c := range from.Columns {
+		if !was[i] {
+			drops = append(drops, "DROP COLUMN "+quoteIdent(c.Name))
+		}
+	}
+	for j, c := range to.Columns {
+		i := pair[j]
 		switch {
-		case j < 0:
+		case i < 0:
 			add := fmt.Sprintf("ADD COLUMN %s %s", quoteIdent(c.Name), c.Type)
 			if v, ok := defaults[c.Name]; ok {
 				add += " DEFAULT " + quoteLiteral(v)
 			}
-			parts = append(parts, add)
-		case from.Columns[j].Type != c.Type:
-			parts = append(parts, fmt.Sprintf("ALTER COLUMN %s TYPE %s", quoteIdent(c.Name), c.Type))
+			rest = append(rest, add)
+		case from.Columns[i].Type != c.Type:
+			rest = append(rest, fmt.Sprintf("ALTER COLUMN %s TYPE %s", quoteIdent(c.Name), c.Type))
 		}
 	}
-	if len(parts) == 0 {
-		parts = append(parts, "-- primary key changed")
+	alter := func(parts []string) string {
+		return fmt.Sprintf("ALTER TABLE %s %s", quoteQualified(table), strings.Join(parts, ", "))
 	}
-	return fmt.Sprintf("ALTER TABLE %s %s", quoteQualified(table), strings.Join(parts, ", "))
+	if len(rs) == 0 {
+		parts := append(drops, rest...)
+		if len(parts) == 0 {
+			parts = append(parts, "-- primary key changed")
+		}
+		return alter(parts)
+	}
+	var stmts []string
+	if len(drops) > 0 {
+		stmts = append(stmts, alter(drops))
+	}
+	taken := func(n string) bool { return from.Index(n) >= 0 || to.Index(n) >= 0 }
+	stmts = append(stmts, renameStatements(table, renames(rs, taken))...)
+	if len(rest) > 0 {
+		stmts = append(stmts, alter(rest))
+	}
+	return joinStatements(stmts)
 }
 
 // missingValues are the values rows that existed before a column was
@@ -384,11 +429,11 @@ func describeChange(table string, from, to *source.TableDef, defaults map[string
 // those rows may not be NULL in it. A column without either added
 // without a kept value was added without a DEFAULT: NULL. A column
 // dropped since is not asked about.
-func (s *Stream) missingValues(ctx context.Context, rel uint32, from, to *source.TableDef) (map[string]string, []string, error) {
+func (s *Stream) missingValues(ctx context.Context, rel uint32, to *source.TableDef, pair []int) (map[string]string, []string, error) {
 	out := map[string]string{}
 	var unknown []string
-	for _, c := range to.Columns {
-		if from.Index(c.Name) >= 0 {
+	for j, c := range to.Columns {
+		if pair[j] >= 0 {
 			continue
 		}
 		var (

@@ -73,8 +73,12 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	tc.MoveElsewhere(upper.ID)
 	// Schema changes under the workload, each through the DDL barrier of
 	// all the table's partitions: an added column (orders is cut in five
-	// now), and a TRUNCATE, the rows before it gone.
+	// now), a column renamed (the rows copied before keep their values
+	// under its new name), and a TRUNCATE, the rows before it gone.
 	if _, err := srv.Psql(ctx, "shop", "ALTER TABLE orders ADD COLUMN extra int4 DEFAULT 7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", "ALTER TABLE orders RENAME COLUMN region TO area"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := srv.Psql(ctx, "shop", "TRUNCATE items"); err != nil {
