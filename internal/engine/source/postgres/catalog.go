@@ -66,6 +66,15 @@ func (c *catalog) typeName(ctx context.Context, oid uint32, typmod int32) (strin
 	return withModifier(name, typmod), nil
 }
 
+// nameType names a type as the stream does (its TypeMessage, sent
+// before a relation with a column of a type of the database's own):
+// its name then, which the catalog may no longer have.
+func (c *catalog) nameType(oid uint32, name string) {
+	c.mu.Lock()
+	c.types[oid] = name
+	c.mu.Unlock()
+}
+
 // withModifier renders a type modifier the way PostgreSQL's format_type
 // does, on the catalog name.
 func withModifier(name string, typmod int32) string {

@@ -95,3 +95,28 @@ func TestAColumnChangeThatCannotBeToldApartHoldsTheTable(t *testing.T) {
 		t.Fatalf("holds %+v", holds)
 	}
 }
+
+// A column of a type of the database's own (an enum here) that was
+// dropped with its type before the reader met it is named as the stream
+// names it: looked up in the catalog, where the type is gone, it held
+// the table ("its new columns cannot be read").
+func TestAColumnOfATypeDroppedSinceIsNamedAsTheStreamNamesIt(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); CREATE TYPE mood AS ENUM ('sad', 'ok')`)
+	st, _, _ := open(t, dsn+"&tables=t")
+	psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN m mood; INSERT INTO t VALUES (1, 'a', 'ok')`)
+	psql(t, srv, dsn, `ALTER TABLE t DROP COLUMN m; DROP TYPE mood; INSERT INTO t VALUES (2, 'b')`)
+	tx := txns(t, st, 2)
+	if holds := st.TakeHolds(); len(holds) != 0 {
+		t.Fatalf("held: %+v", holds)
+	}
+	want := []string{`ALTER TABLE "public"."t" ADD COLUMN "m" mood`, `ALTER TABLE "public"."t" DROP COLUMN "m"`}
+	for i, tx := range tx {
+		if ddl := tx.Events[0]; ddl.Kind != source.KindDDL || ddl.Statement != want[i] {
+			t.Fatalf("change %d: %+v, want %q", i+1, ddl, want[i])
+		}
+	}
+	if row := tx[0].Events[1]; row.Kind != source.KindDML || row.New[2].Text != "ok" {
+		t.Fatalf("the row with the enum: %+v", row)
+	}
+}

@@ -480,6 +480,12 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		clear(s.pendingNums)
 		clear(s.partedTables)
 		s.resetTables()
+	case *pglogrepl.TypeMessage:
+		// A type of the database's own (an enum, a domain, a composite)
+		// named as it was at this point: the relation after it may have
+		// a column of a type dropped or renamed since, which the catalog
+		// no longer names (its lookup held the table).
+		s.cat.nameType(m.DataType, m.Name)
 	case *pglogrepl.RelationMessage:
 		return Item{}, false, s.relation(ctx, m)
 	case *pglogrepl.InsertMessage:
