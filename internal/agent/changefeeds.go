@@ -260,6 +260,9 @@ func engineError(err error, id string) error {
 	case errors.Is(err, coordinator.ErrInvalid):
 		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s",
 			coordinator.Detail(err))
+	case errors.Is(err, coordinator.ErrUnavailable):
+		return api.Errorf(api.CodeUnavailable, "check that it runs and that the coordinator can reach it, then try again: nothing was changed", "%s",
+			coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
 	case errors.Is(err, coordinator.ErrCleanupPending):

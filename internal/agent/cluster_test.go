@@ -153,7 +153,7 @@ func TestAPIErrorsAreJSONWithTheRightStatus(t *testing.T) {
 		{"POST", "/api/v2/changefeeds", `{"id":"a"}`, 400, api.CodeBadRequest, "needs an id, a source and a sink"},
 		{"POST", "/api/v2/changefeeds", `{"id":"Bad Name","source":"gen://","sink":"blackhole://"}`, 400, api.CodeBadRequest, "not valid"},
 		{"POST", "/api/v2/changefeeds", `{"id":"a","source":"gen://?rate=0","sink":"blackhole://"}`, 400, api.CodeBadRequest, "rate"},
-		{"POST", "/api/v2/changefeeds", `{"id":"a","source":"gen://","sink":"kafka://127.0.0.1:1/t?dial-timeout=200ms"}`, 400, api.CodeBadRequest, "cannot reach Kafka"},
+		{"POST", "/api/v2/changefeeds", `{"id":"a","source":"gen://","sink":"kafka://127.0.0.1:1/t?dial-timeout=200ms"}`, 503, api.CodeUnavailable, "cannot reach Kafka"},
 		{"POST", "/api/v2/changefeeds", `{"id":"taken","source":"gen://","sink":"blackhole://"}`, 409, api.CodeConflict, "already exists"},
 		{"GET", "/api/v2/changefeeds/nope", "", 404, api.CodeNotFound, "nope"},
 		{"POST", "/api/v2/changefeeds/nope/pause", "", 404, api.CodeNotFound, "nope"},

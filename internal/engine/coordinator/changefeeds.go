@@ -56,7 +56,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	sinkURI, undoSink, err := registry.Probe(octx, req.Sink, registry.Env{Log: c.log, FileRoot: c.SinkRoot, SpoolDir: c.SpoolDir})
 	cancel()
 	if err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+		return model.ChangefeedInfo{}, refuseReaching(err)
 	}
 	if c.view.AllNodesHave(model.FeatureKafkaHashPartitions) {
 		// (A capture of an earlier version, in a rolling upgrade, would
@@ -102,11 +102,11 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 		}
 	}()
 	if err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+		return model.ChangefeedInfo{}, refuseReaching(err)
 	}
 	src, err := sources.Open(ctx, pinned.URI, source.Env{Changefeed: model.ChangefeedID(req.ID), Log: c.log})
 	if err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+		return model.ChangefeedInfo{}, refuseReaching(err)
 	}
 	defer src.Close()
 	info := model.ChangefeedInfo{
@@ -115,7 +115,7 @@ func (c *Coordinator) CreateChangefeed(ctx context.Context, term election.Term, 
 	}
 	spans, err := initialSpans(ctx, src, req.PartitionsPerTable)
 	if err != nil {
-		return model.ChangefeedInfo{}, refuse(ErrInvalid, "%v", err)
+		return model.ChangefeedInfo{}, refuseReaching(err)
 	}
 	// A source may cut fewer ranges than asked (a database table starts
 	// as one partition): record what it did.

@@ -3,10 +3,13 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"net"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // refusal is a request the coordinator refuses: one of its kinds
-// (ErrInvalid, ErrNotPaused, ErrCleanupPending, meta's not-found and
+// (ErrInvalid, ErrUnavailable, ErrNotPaused, ErrCleanupPending, meta's not-found and
 // exists) with what the operator reads. The API answers the kind's
 // status and the detail alone.
 type refusal struct {
@@ -28,4 +31,19 @@ func Detail(err error) string {
 		return r.detail
 	}
 	return err.Error()
+}
+
+// ErrUnavailable marks a request refused because a database or a sink it
+// needs could not be reached: worth trying again as it is, unlike
+// ErrInvalid.
+var ErrUnavailable = errors.New("unavailable")
+
+// refuseReaching refuses a request over err, met asking a source or a
+// sink: unavailable when it could not be reached, else invalid.
+func refuseReaching(err error) error {
+	var ne *net.OpError
+	if errors.Is(err, model.ErrUnreachable) || errors.As(err, &ne) {
+		return refuse(ErrUnavailable, "%v", err)
+	}
+	return refuse(ErrInvalid, "%v", err)
 }

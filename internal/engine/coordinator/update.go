@@ -155,7 +155,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	defer cancel()
 	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false)
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+		return UpdateResult{}, refuseReaching(err)
 	}
 	res.Tables, res.Added, res.Removed, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Rules
 	var removeIDs []string
@@ -172,12 +172,12 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if len(ch.Added) > 0 {
 		src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
 		if err != nil {
-			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+			return UpdateResult{}, refuseReaching(err)
 		}
 		res.AddedSpans, err = spansOf(octx, src, ch.Added, e.Info.PartitionsPerTable)
 		_ = src.Close()
 		if err != nil {
-			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+			return UpdateResult{}, refuseReaching(err)
 		}
 	}
 	if req.DryRun {
@@ -186,7 +186,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 
 	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true)
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+		return UpdateResult{}, refuseReaching(err)
 	}
 	undo := func() {
 		// From the resume point as it was: the one applied lists the

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Open connects to the brokers and makes sure the topic exists.
@@ -34,7 +36,12 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	}
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach Kafka at %v: %v; %s", cfg.Brokers, err, connectHint(err, cfg.Security))
+		refused := loginRefused(err)
+		err := fmt.Errorf("cannot reach Kafka at %v: %v; %s", cfg.Brokers, err, connectHint(err, cfg.Security))
+		if !refused {
+			err = model.Unreachable(err)
+		}
+		return nil, err
 	}
 	topicParts, err := ensureTopic(client, cfg)
 	if err != nil {

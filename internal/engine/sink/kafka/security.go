@@ -159,15 +159,28 @@ func (c *scramClient) Step(challenge string) (string, error) { return c.conv.Ste
 
 func (c *scramClient) Done() bool { return c.conv.Done() }
 
+// saslRefused and tlsFailed say a connection failed on its SASL login or
+// its TLS handshake.
+func saslRefused(err error) bool {
+	return errors.Is(err, sarama.ErrSASLAuthenticationFailed) || strings.Contains(err.Error(), "SASL")
+}
+
+func tlsFailed(err error) bool {
+	return strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls:")
+}
+
+// loginRefused says a connection failed on its login (SASL) or its TLS:
+// a setting to fix, not brokers to wait for.
+func loginRefused(err error) bool { return saslRefused(err) || tlsFailed(err) }
+
 // connectHint says what to check when the brokers cannot be reached. A
 // broker that refuses a SASL login may just close the connection, so
 // with SASL the login is named among the suspects.
 func connectHint(err error, s Security) string {
-	msg := err.Error()
 	switch {
-	case errors.Is(err, sarama.ErrSASLAuthenticationFailed) || strings.Contains(msg, "SASL"):
+	case saslRefused(err):
 		return "the brokers refused the SASL login: check sasl-user, sasl-password and sasl-mechanism in the sink URI"
-	case strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:"):
+	case tlsFailed(err):
 		return "TLS with the brokers failed: check enable-tls, ca (the brokers' CA), cert and key in the sink URI"
 	case s.SASLUser != "":
 		return "check the brokers in the sink URI and that they are up, and the SASL login (sasl-user, sasl-password, sasl-mechanism): a broker that refuses it may just close the connection"

@@ -141,7 +141,7 @@ func explain(cfg Config, err error) error {
 	}
 	msg := redactIn(err.Error(), cfg.Password)
 	if strings.Contains(msg, "connection refused") || strings.Contains(msg, "i/o timeout") || strings.Contains(msg, "no such host") {
-		return fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg)
+		return model.Unreachable(fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg))
 	}
 	return fmt.Errorf("%s: %s", cfg.Addr(), msg)
 }

@@ -432,6 +432,9 @@ func explain(cfg Config, err error) error {
 			return fmt.Errorf("PostgreSQL: %s (permission denied); grant the user the rights it needs, or connect as the tables' owner", pgErr.Message)
 		case pgErr.Code == "22023" && strings.Contains(pgErr.Message, `"TimeZone"`):
 			return fmt.Errorf("PostgreSQL: %s; give the source URI's timezone= a zone the server knows (SELECT name FROM pg_timezone_names), such as UTC", pgErr.Message)
+		case pgErr.Code == "57P03":
+			// The database system is starting up, or shutting down.
+			return model.Unreachable(fmt.Errorf("PostgreSQL: %s; try again once it runs", pgErr.Message))
 		case pgErr.Code == "53400" || pgErr.Code == "55000" && strings.Contains(pgErr.Message, "replication slot") && !strings.Contains(pgErr.Detail, "invalidated") && !strings.Contains(pgErr.Message, "can no longer get changes"):
 			return fmt.Errorf("PostgreSQL: %s; raise max_replication_slots / max_wal_senders, or drop unused slots", pgErr.Message)
 		}
@@ -448,7 +451,7 @@ func explain(cfg Config, err error) error {
 		if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
 			host = fmt.Sprintf("%s:%d", c.Host, c.Port)
 		}
-		return fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err))
+		return model.Unreachable(fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err)))
 	}
 	return err
 }
