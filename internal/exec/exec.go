@@ -234,6 +234,10 @@ type Outcome struct {
 	// Failed says why the step can never take effect (what it acts on is
 	// gone); the plan fails with it.
 	Failed string
+	// Skipped says why the step is no longer needed: what it acts on was
+	// removed on purpose (its changefeed, say). The step is skipped and
+	// the plan goes on.
+	Skipped string
 	// Note, with Done, is what the step measured or produced (a split's
 	// new partition and its pause, say), kept in the step's status.
 	Note string
@@ -361,6 +365,13 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				add(ev)
 				add(r.finish(Failed, fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed), now))
 				return evs, nil
+			case out.Skipped != "":
+				ev, err := r.setStep(i, StepSkipped, out.Skipped, now)
+				if err != nil {
+					return evs, err
+				}
+				add(ev)
+				progressed = true
 			case out.Done:
 				ev, err := r.setStep(i, StepDone, out.Note, now)
 				if err != nil {

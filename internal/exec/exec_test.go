@@ -21,6 +21,7 @@ type world struct {
 	effect    map[string]bool // step text → taken effect
 	gone      map[string]bool // destinations that left
 	lost      map[string]bool // steps whose object is gone for good
+	removed   map[string]bool // steps whose object the operator removed
 	spare     string          // where a step whose destination left goes instead
 	abandon   string
 	cancelled bool
@@ -29,13 +30,16 @@ type world struct {
 }
 
 func newWorld() *world {
-	return &world{begun: map[string]int{}, effect: map[string]bool{}, gone: map[string]bool{}, lost: map[string]bool{}}
+	return &world{begun: map[string]int{}, effect: map[string]bool{}, gone: map[string]bool{}, lost: map[string]bool{}, removed: map[string]bool{}}
 }
 
 func (w *world) Check(_ context.Context, _ *plan.Plan, s plan.Step, state StepState, _ time.Time) (Outcome, error) {
 	k := plan.StepText(s)
 	if w.lost[k] {
 		return Outcome{Failed: "its partition is gone"}, nil
+	}
+	if w.removed[k] {
+		return Outcome{Skipped: "changefeed " + s.Changefeed + " was removed"}, nil
 	}
 	if w.effect[k] {
 		return Outcome{Done: true, Note: "took effect"}, nil
@@ -367,5 +371,36 @@ func TestAStreamRefusesToGoOnAfterAnIDItCannotExceed(t *testing.T) {
 	evs := s.Next(rec)
 	if len(evs) == 0 || evs[0].Seq != MaxEventID {
 		t.Fatalf("after MaxEventID-1 the stream sent %+v; want the id MaxEventID first", evs)
+	}
+}
+
+// A step whose object the operator removed (its changefeed) is skipped
+// with why, and the plan goes on to the end: it used to fail the whole
+// plan, the other changefeeds' steps with it.
+func TestAStepWhoseChangefeedWasRemovedIsSkippedAndThePlanGoesOn(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	p := drainPlan()
+	w.removed[plan.StepText(p.Batches[1].Steps[1])] = true
+	r := New("plan-1", p, "ops", c.t)
+	for i := 0; i < 10 && !r.State.Terminal(); i++ {
+		run(t, x, r, RequestNone)
+		w.finish()
+		c.t = c.t.Add(time.Second)
+	}
+	if r.State != Done {
+		t.Fatalf("plan %s: %s", r.State, r.Message)
+	}
+	skipped := 0
+	for _, s := range r.Steps {
+		switch {
+		case s.State == StepSkipped && s.Batch == 1 && s.Index == 1 && s.Note == "changefeed b was removed":
+			skipped++
+		case s.State != StepDone:
+			t.Errorf("step %d.%d: %s (%s)", s.Batch, s.Index, s.State, s.Note)
+		}
+	}
+	if skipped != 1 || len(w.begun) != 4 {
+		t.Fatalf("%d steps skipped, %d begun; want 1 and the 4 others", skipped, len(w.begun))
 	}
 }

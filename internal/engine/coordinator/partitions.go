@@ -66,10 +66,15 @@ func (a *partitionActuator) route(s plan.Step) (meta.RouteRecord, bool) {
 
 func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, state exec.StepState, since time.Time) (exec.Outcome, error) {
 	r, ok := a.route(s)
-	if !ok {
-		return exec.Outcome{Failed: fmt.Sprintf("partition %s is gone (its changefeed was removed?)", s.Partition)}, nil
-	}
 	st := a.c.view.State()
+	if !ok {
+		if _, live := st.Changefeeds[model.ChangefeedID(s.Changefeed)]; !live {
+			// Removed while the plan ran: nothing of it is left to move
+			// or split, and the other changefeeds' steps go on.
+			return exec.Outcome{Skipped: fmt.Sprintf("changefeed %s was removed", s.Changefeed)}, nil
+		}
+		return exec.Outcome{Failed: fmt.Sprintf("partition %s is gone (its table was removed from the changefeed, or the changefeed re-snapshotted, since the plan was computed)", s.Partition)}, nil
+	}
 	route := r.Route
 	switch s.Kind {
 	case plan.StepMovePartition:

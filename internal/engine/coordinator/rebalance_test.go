@@ -66,3 +66,42 @@ func TestARebalanceWhoseDestinationDiesEnds(t *testing.T) {
 		t.Fatalf("after the rebalance and the crash of %s: %+v", victim, rep)
 	}
 }
+
+// A rebalance whose changefeed is removed while it waits (submitted
+// paused) ends done, each of its steps skipped saying why: it used to
+// fail ("partition ... is gone"), and with it every other changefeed's
+// steps of the plan.
+func TestARebalanceOfAChangefeedRemovedMeanwhileSkipsItsSteps(t *testing.T) {
+	t.Parallel()
+	c := enginetest.New(t, enginetest.Options{})
+	leader := c.StartCaptures(3)
+	c.CreateChangefeed("gone", "gen://?tables=2&keys=50&rate=100", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	c.WaitCheckpoint("gone", model.TsFromTime(time.Now()))
+	for _, r := range c.State().SortedPartitions("gone") {
+		if r.Route.Node != leader.Node {
+			c.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) {
+				return plan.Move(s, r.Route.ID, leader.Node, plan.DefaultCosts)
+			})
+		}
+	}
+	snap := c.State().Snapshot()
+	p, err := plan.Rebalance(&snap, "gone", 1, true, plan.DefaultCosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Submit(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RemoveChangefeed("gone")
+	c.RequestPlan(sub.ID, exec.RequestResume)
+	rec := c.PlanEnd(sub.ID, 60*time.Second)
+	if rec.State != exec.Done || len(rec.Steps) == 0 {
+		t.Fatalf("plan %s: %s (%s), %d steps", rec.ID, rec.State, rec.Message, len(rec.Steps))
+	}
+	for _, s := range rec.Steps {
+		if s.State != exec.StepSkipped || s.Note != "changefeed gone was removed" {
+			t.Errorf("step %d.%d: %s (%s)", s.Batch, s.Index, s.State, s.Note)
+		}
+	}
+}
