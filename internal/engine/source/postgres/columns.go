@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
 
@@ -25,6 +27,9 @@ import (
 type attribute struct {
 	name string
 	live bool // not dropped, and sent by pgoutput (not a generated column)
+	// xmin is the transaction that last wrote the column's catalog row
+	// (added, renamed, dropped, its type changed).
+	xmin uint32
 }
 
 // attributes are a relation's columns now, dropped ones included, by
@@ -38,7 +43,7 @@ func (c *catalog) attributes(ctx context.Context, rel uint32) (map[int16]attribu
 	if version >= 120000 {
 		generated = "attgenerated <> ''"
 	}
-	rows, err := c.conn.Query(ctx, `SELECT attnum, attname, NOT attisdropped AND NOT (`+generated+`)
+	rows, err := c.conn.Query(ctx, `SELECT attnum, attname, NOT attisdropped AND NOT (`+generated+`), xmin::text::int8
 		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0`, rel)
 	if err != nil {
 		return nil, err
@@ -47,12 +52,14 @@ func (c *catalog) attributes(ctx context.Context, rel uint32) (map[int16]attribu
 	out := map[int16]attribute{}
 	for rows.Next() {
 		var (
-			num int16
-			a   attribute
+			num  int16
+			a    attribute
+			xmin int64
 		)
-		if err := rows.Scan(&num, &a.name, &a.live); err != nil {
+		if err := rows.Scan(&num, &a.name, &a.live, &xmin); err != nil {
 			return nil, err
 		}
+		a.xmin = uint32(xmin)
 		out[num] = a
 	}
 	return out, rows.Err()
@@ -107,7 +114,8 @@ func known(nums []int16, n int) bool {
 	return true
 }
 
-// matchColumns pairs a table's columns after a schema change (to, in
+// matchColumns pairs a table's columns after a schema change in
+// transaction xid (to, in
 // attribute order, as the relation message has them) with the ones
 // before (from, with their numbers fromNums where known): pair[j] is
 // the index in from of to's column j, -1 for a column added. nums are
@@ -126,14 +134,14 @@ func known(nums []int16, n int) bool {
 // name, to's columns are from's there renamed; at the end, from's that
 // are still there now (by their numbers) come first, renamed, and the
 // rest of to's were added.
-func matchColumns(from []string, fromNums []int16, to []string, attrs map[int16]attribute) (pair []int, nums []int16, ok bool) {
+func matchColumns(from []string, fromNums []int16, to []string, attrs map[int16]attribute, xid uint32) (pair []int, nums []int16, ok bool) {
 	fromKnown := known(fromNums, len(from))
 	index := make(map[string]int, len(from))
 	for i, n := range from {
 		index[n] = i
 	}
 	pair = make([]int, len(to))
-	if toNums := numsByName(to, attrs); toNums != nil && fromKnown && agrees(from, fromNums, to, toNums, attrs) {
+	if toNums := numsByName(to, attrs); toNums != nil && fromKnown && agrees(from, fromNums, to, toNums, attrs, xid) {
 		at := make(map[int16]int, len(from))
 		for i, num := range fromNums {
 			at[num] = i
@@ -234,15 +242,24 @@ func matchColumns(from []string, fromNums []int16, to []string, attrs map[int16]
 // names a column added since that could not have been from's under the
 // order of to's numbers. Otherwise the name may have been dropped and
 // added again after this point of the stream, while the stream's column
-// of that name is still from's.
-func agrees(from []string, fromNums []int16, to []string, toNums []int16, attrs map[int16]attribute) bool {
+// of that name is still from's. A name that now names another of from's
+// columns is taken only when this transaction (xid) wrote that column's
+// catalog row: else the rename may be a later one, and the stream's
+// column of the name still the one it was.
+func agrees(from []string, fromNums []int16, to []string, toNums []int16, attrs map[int16]attribute, xid uint32) bool {
 	in := make(map[int16]bool, len(toNums))
 	for _, num := range toNums {
 		in[num] = true
 	}
 	for j, num := range toNums {
 		for i, n := range from {
-			if n != to[j] || fromNums[i] == num || slices.Contains(fromNums, num) {
+			if n != to[j] || fromNums[i] == num {
+				continue
+			}
+			if slices.Contains(fromNums, num) {
+				if attrs[num].xmin != xid {
+					return false
+				}
 				continue
 			}
 			if (j == 0 || toNums[j-1] < fromNums[i]) && (j == len(toNums)-1 || fromNums[i] < toNums[j+1]) && !in[fromNums[i]] {
@@ -309,16 +326,29 @@ func renames(pairs [][2]string, taken func(string) bool) [][2]string {
 			}
 		}
 		if !progressed {
-			// A cycle: its first column steps aside.
-			tmp := pending[0][0] + "_cdcctl_renaming"
+			// A cycle: its first column steps aside, under a name that
+			// fits PostgreSQL's 63 bytes (it would cut a longer one, and
+			// the name checked free would not be the one taken).
+			tmp := stepAside(pending[0][0], "")
 			for n := 2; taken(tmp); n++ {
-				tmp = fmt.Sprintf("%s_cdcctl_renaming%d", pending[0][0], n)
+				tmp = stepAside(pending[0][0], strconv.Itoa(n))
 			}
 			out = append(out, [2]string{pending[0][0], tmp})
 			pending[0][0] = tmp
 		}
 	}
 	return out
+}
+
+// stepAside is the name a column of a cycle of renames takes on the way:
+// its own with a suffix, cut to 63 bytes on a character's boundary.
+func stepAside(name, n string) string {
+	suffix := "_cdcctl_renaming" + n
+	for len(name)+len(suffix) > 63 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	return name + suffix
 }
 
 // renameStatements are the statements renaming a table's columns.
@@ -365,11 +395,33 @@ func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableD
 	if pair != nil {
 		return pair, numsByName(to, attrs), nil
 	}
-	pair, nums, ok := matchColumns(from, curNums, to, attrs)
+	pair, nums, ok := matchColumns(from, curNums, to, attrs, s.xid)
 	if !ok {
 		return nil, nil, nil
 	}
 	return pair, nums, nil
+}
+
+// keyGone says the catalog's primary key of a table replicated by its
+// whole rows is no longer def's key (dropped, or replaced by one of
+// other columns): compared by the columns' numbers where they are known
+// (a key column renamed since is the same column), else by name.
+func (s *Stream) keyGone(ctx context.Context, rel uint32, table string, def *source.TableDef, nums []int16) bool {
+	if known(nums, len(def.Columns)) {
+		var key []int16
+		err := s.cat.conn.QueryRow(ctx, `SELECT COALESCE((SELECT string_to_array(indkey::text, ' ')::int2[] FROM pg_index WHERE indrelid = $1 AND indisprimary), '{}')`, rel).Scan(&key)
+		if err == nil {
+			var had []int16
+			for j, c := range def.Columns {
+				if c.KeyPos > 0 {
+					had = append(had, nums[j])
+				}
+			}
+			return len(key) != len(had) || slices.ContainsFunc(had, func(n int16) bool { return !slices.Contains(key, n) })
+		}
+	}
+	now, err := s.cat.tableDef(ctx, table)
+	return err == nil && len(now.Columns) > 0 && !sameNames(now.KeyNames(), def.KeyNames())
 }
 
 // columnsUnclearHold says why a table is held when its columns changed

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -17,6 +18,17 @@ func attrs(live map[int16]string, dropped ...int16) map[int16]attribute {
 		out[n] = attribute{name: fmt.Sprintf("........pg.dropped.%d........", n)}
 	}
 	return out
+}
+
+// later marks columns' catalog rows as written by a later transaction
+// than the one read (0).
+func later(a map[int16]attribute, nums ...int16) map[int16]attribute {
+	for _, n := range nums {
+		c := a[n]
+		c.xmin = 99
+		a[n] = c
+	}
+	return a
 }
 
 // Columns are paired by their attribute numbers when the catalog agrees
@@ -71,12 +83,15 @@ func TestColumnsArePairedByNumberThenByOrder(t *testing.T) {
 		{name: "a column renamed and its name given to one added, in one go",
 			from: []string{"id", "b", "c3", "d"}, fromNums: []int16{1, 3, 4, 5}, to: []string{"id", "b", "c4", "d", "c3"},
 			attrs: attrs(map[int16]string{1: "id", 3: "b", 4: "c4", 5: "d", 6: "c3"}), pair: []int{0, 1, 2, 3, -1}, nums: []int16{1, 3, 4, 5, 6}},
+		{name: "a column dropped in this transaction, then (later in the WAL) another dropped, one renamed to its name and its own name added again",
+			from: []string{"id", "a", "b", "c"}, fromNums: []int16{1, 2, 3, 4}, to: []string{"id", "a", "b"},
+			attrs: later(attrs(map[int16]string{1: "id", 3: "a", 5: "b"}, 2, 4), 3), pair: []int{0, 1, 2}, nums: []int16{1, 2, 3}},
 		{name: "kept names out of their order",
 			from: []string{"id", "a", "b"}, fromNums: []int16{1, 2, 3}, to: []string{"id", "b", "a"},
 			attrs: attrs(map[int16]string{1: "id"}, 2, 3), pair: nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pair, nums, ok := matchColumns(c.from, c.fromNums, c.to, c.attrs)
+			pair, nums, ok := matchColumns(c.from, c.fromNums, c.to, c.attrs, 0)
 			if c.pair == nil {
 				if ok {
 					t.Fatalf("paired %v (numbers %v), want the change not told apart", pair, nums)
@@ -99,6 +114,8 @@ func TestRenamesAreOrderedSoThatEachNameIsFree(t *testing.T) {
 		{[][2]string{{"b", "c"}, {"c", "d"}}, [][2]string{{"c", "d"}, {"b", "c"}}},
 		{[][2]string{{"a", "b"}, {"b", "a"}}, [][2]string{{"a", "a_cdcctl_renaming"}, {"b", "a"}, {"a_cdcctl_renaming", "b"}}},
 		{[][2]string{{"a", "x"}}, [][2]string{{"a", "x"}}},
+		{[][2]string{{strings.Repeat("é", 30), "b"}, {"b", strings.Repeat("é", 30)}}, [][2]string{
+			{strings.Repeat("é", 30), strings.Repeat("é", 23) + "_cdcctl_renaming"}, {"b", strings.Repeat("é", 30)}, {strings.Repeat("é", 23) + "_cdcctl_renaming", "b"}}},
 	} {
 		if got := renames(c.in, none); !slices.Equal(got, c.want) {
 			t.Errorf("renames(%v) = %v, want %v", c.in, got, c.want)

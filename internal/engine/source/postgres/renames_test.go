@@ -120,3 +120,49 @@ func TestAColumnOfATypeDroppedSinceIsNamedAsTheStreamNamesIt(t *testing.T) {
 		t.Fatalf("the row with the enum: %+v", row)
 	}
 }
+
+// Column changes read behind the catalog are read as they were, not as
+// the catalog's later state would have them: a column dropped in a
+// transaction, then (each in its own transaction, later in the WAL)
+// another dropped, a third renamed to its name and that name added
+// again, is the drop alone (it was taken for a drop, a rename and an
+// add). A TRUNCATE and a rename in one transaction is a rename. A key
+// column of a table replicated by its whole rows renamed twice is the
+// same key (it was taken for a key dropped, and the table held).
+func TestColumnChangesReadBehindTheCatalogAreReadAsTheyWere(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t1 (id int4 PRIMARY KEY, a text, b text, c text);
+		CREATE TABLE t2 (id int4 PRIMARY KEY, a text);
+		CREATE TABLE t3 (id int4 PRIMARY KEY, v text); ALTER TABLE t3 REPLICA IDENTITY FULL`)
+	st, _, _ := open(t, dsn+"&tables=t1,t2,t3")
+	psql(t, srv, dsn, `ALTER TABLE t1 DROP COLUMN c; INSERT INTO t1 VALUES (1, 'a1', 'b1')`)
+	psql(t, srv, dsn, `ALTER TABLE t1 DROP COLUMN a`)
+	psql(t, srv, dsn, `ALTER TABLE t1 RENAME COLUMN b TO a`)
+	psql(t, srv, dsn, `ALTER TABLE t1 ADD COLUMN b text`)
+	psql(t, srv, dsn, `BEGIN; TRUNCATE t2; ALTER TABLE t2 RENAME COLUMN a TO z; INSERT INTO t2 VALUES (1, 'z1'); COMMIT`)
+	psql(t, srv, dsn, `ALTER TABLE t3 RENAME COLUMN id TO id2; INSERT INTO t3 VALUES (1, 'v1')`)
+	psql(t, srv, dsn, `ALTER TABLE t3 RENAME COLUMN id2 TO id3`)
+	tx := txns(t, st, 3)
+	want := []string{
+		`ALTER TABLE "public"."t1" DROP COLUMN "c"`,
+		`TRUNCATE TABLE "public"."t2"; ALTER TABLE "public"."t2" RENAME COLUMN "a" TO "z"`,
+		`ALTER TABLE "public"."t3" RENAME COLUMN "id" TO "id2"`,
+	}
+	for i, tx := range tx {
+		var got []string
+		for _, e := range tx.Events {
+			if e.Kind == source.KindDDL {
+				got = append(got, e.Statement)
+			}
+		}
+		if strings.Join(got, "; ") != want[i] {
+			t.Errorf("transaction %d: %q, want %q", i+1, got, want[i])
+		}
+	}
+	if holds := st.TakeHolds(); len(holds) != 0 {
+		t.Fatalf("held: %+v", holds)
+	}
+	if key := tx[2].Events[len(tx[2].Events)-1].Def.KeyNames(); len(key) != 1 || key[0] != "id2" {
+		t.Fatalf("t3's key after the rename: %v", key)
+	}
+}

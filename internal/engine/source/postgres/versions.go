@@ -69,7 +69,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	cur, curNums := st.Def, st.Nums
 	if pending := s.pendingDef(name); pending != nil {
-		cur, curNums = pending, s.pendingNums[name]
+		cur = pending
+		if nums, changed := s.pendingNums[name]; changed {
+			// (A TRUNCATE, pending too, leaves the columns as they were.)
+			curNums = nums
+		}
 	}
 	// What cannot be read about the table holds it (not the changefeed),
 	// until the operator has fixed the cause.
@@ -105,7 +109,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// since leaves the columns as they were, and rows that share
 		// the old key's values would collapse into one downstream (a
 		// DELETE of one removing the other). The catalog tells.
-		if now, err := s.cat.tableDef(ctx, name); err == nil && len(now.Columns) > 0 && !sameNames(now.KeyNames(), def.KeyNames()) {
+		if s.keyGone(ctx, m.RelationID, name, def, nums) {
 			// (Replaced by a key of other columns, likewise.)
 			s.rels[m.RelationID].held = true
 			s.hold(name, keyDroppedHold(s.changefeed(), name))
@@ -135,7 +139,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.hold(name, tooManyChangesHold(s.changefeed(), name))
 		return nil
 	}
-	missing, unknown, err := s.missingValues(ctx, m.RelationID, def, pair)
+	missing, unknown, err := s.missingValues(ctx, m.RelationID, def, pair, nums)
 	if err != nil {
 		// Not knowing them is not taking them as NULL.
 		return unreadable("the values its older rows have in its added columns", err)
@@ -429,7 +433,10 @@ func describeChange(table string, from, to *source.TableDef, pair []int, default
 // those rows may not be NULL in it. A column without either added
 // without a kept value was added without a DEFAULT: NULL. A column
 // dropped since is not asked about.
-func (s *Stream) missingValues(ctx context.Context, rel uint32, to *source.TableDef, pair []int) (map[string]string, []string, error) {
+//
+// A column is looked up by its number where it is known (nums): renamed
+// since, it is the same column.
+func (s *Stream) missingValues(ctx context.Context, rel uint32, to *source.TableDef, pair []int, nums []int16) (map[string]string, []string, error) {
 	out := map[string]string{}
 	var unknown []string
 	for j, c := range to.Columns {
@@ -440,8 +447,12 @@ func (s *Stream) missingValues(ctx context.Context, rel uint32, to *source.Table
 			kept            *string
 			notNull, hasDef bool
 		)
+		which, arg := "attname = $2", any(c.Name)
+		if j < len(nums) && nums[j] != 0 {
+			which, arg = "attnum = $2", nums[j]
+		}
 		err := s.cat.conn.QueryRow(ctx, `SELECT CASE WHEN atthasmissing THEN (attmissingval::text::text[])[1] END, attnotnull, atthasdef
-			FROM pg_attribute WHERE attrelid = $1 AND attname = $2 AND NOT attisdropped`, rel, c.Name).Scan(&kept, &notNull, &hasDef)
+			FROM pg_attribute WHERE attrelid = $1 AND `+which+` AND NOT attisdropped`, rel, arg).Scan(&kept, &notNull, &hasDef)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Dropped since: no row of it is ever sent with it.
