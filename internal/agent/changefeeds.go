@@ -221,6 +221,8 @@ func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
 		case c.To != "":
 			after, _ := c.After()
 			p.Snapshot = fmt.Sprintf("copied up to key %s (%d rows)", model.DecodeKey(r.Route.Span.Key, after), c.Rows)
+		case c.Cursor != "":
+			p.Snapshot = fmt.Sprintf("copying in the key's index order, at key %s (%d rows of its range, %d read)", model.DecodeKey(r.Route.Span.Key, c.Cursor), c.Rows, c.Read)
 		}
 	}
 	return p

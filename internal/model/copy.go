@@ -28,6 +28,24 @@ type CopyProgress struct {
 	// under different keys are told to the operator. Empty for a table
 	// without a key, and in progress stored before it was kept.
 	Key string `json:"key,omitempty"`
+	// Cursor is the last key read where the source reads the span in
+	// its own index's order, not in the keys' byte order (a MySQL
+	// character key under a collation that folds case: its index orders
+	// 'B' before 'a', and a byte range of it is no range of the index,
+	// so a chunk of one was a scan and a sort of the rest of the table).
+	// The span's rows at or before Cursor in that order are copied; To
+	// stays empty. Read counts the rows the copy read, its span's and
+	// others' (the order of Cursors is the database's, which Beyond
+	// cannot compute). A split gives both halves the cursor: each keeps
+	// reading on from it the rows of its own range.
+	Cursor string `json:"cursor,omitempty"`
+	Read   int64  `json:"read,omitempty"`
+	// Order names the index order Cursor is a position in (the key
+	// columns' collations): a chunk of another (a collation changed
+	// while the table copies, which rewrites no row in the log) starts
+	// the cursor over, rather than read on in an order the rows behind
+	// it have moved in.
+	Order string `json:"order,omitempty"`
 }
 
 // KeyColumns writes a key's column names, in key order, as copies
@@ -60,9 +78,18 @@ func (c CopyProgress) After() (string, bool) {
 	return strings.TrimSuffix(c.To, "\x00"), true
 }
 
-// CopiedThrough is the progress once key has been copied.
+// CopiedThrough is the progress once key has been copied (by bytes: a
+// cursor in index order no longer counts).
 func (c CopyProgress) CopiedThrough(key string) CopyProgress {
-	c.To = key + "\x00"
+	c.To, c.Cursor, c.Read, c.Order = key+"\x00", "", 0, ""
+	return c
+}
+
+// ReadThrough is the progress once a chunk read in the source's index
+// order (Cursor) has been copied: read rows of the table, key the last,
+// in order.
+func (c CopyProgress) ReadThrough(key, order string, read int) CopyProgress {
+	c.Cursor, c.Order, c.Read = key, order, c.Read+int64(read)
 	return c
 }
 
@@ -81,15 +108,20 @@ func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 		}
 		return lower, upper
 	}
-	// Both halves go on under the key the copy began with.
-	return c, CopyProgress{Key: c.Key}
+	// Both halves go on under the key the copy began with (and from its
+	// cursor, in index order).
+	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order}
 }
 
-// Beyond says c has copied more than o (of the same span).
+// Beyond says c has copied more than o (of the same span, along one
+// partition's line: rows read in index order count from where the
+// partition began, and two partitions' counts do not compare).
 func (c CopyProgress) Beyond(o CopyProgress) bool {
 	switch {
 	case c.Done || o.Done:
 		return c.Done && !o.Done
+	case c.Cursor != "" || o.Cursor != "":
+		return c.Read > o.Read
 	default:
 		return c.To > o.To
 	}

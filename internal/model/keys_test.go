@@ -167,6 +167,27 @@ func TestCopyProgressIsCutLikeItsSpan(t *testing.T) {
 	}
 }
 
+// A copy read in the source's index order gives both halves of a split
+// its cursor (each reads on from it the rows of its own range), and is
+// ordered by the rows it read.
+func TestACopyInIndexOrderIsCutWithItsCursor(t *testing.T) {
+	c := CopyProgress{Rows: 4, Key: "(sku)"}.ReadThrough("Mb", "o", 10)
+	lo, up := c.Cut("g")
+	if lo != c || up != (CopyProgress{Key: "(sku)", Cursor: "Mb", Read: 10, Order: "o"}) {
+		t.Fatalf("cut: %+v %+v", lo, up)
+	}
+	next := c.ReadThrough("b", "o", 1)
+	if !next.Beyond(c) || c.Beyond(next) || !c.Beyond(CopyProgress{}) || c.Beyond(CopyProgress{Done: true}) {
+		t.Fatal("Beyond orders progress in index order wrongly")
+	}
+	if _, ok := c.After(); ok {
+		t.Fatal("a copy in index order says it copied a byte range")
+	}
+	if by := c.CopiedThrough("m"); by.Cursor != "" || by.Read != 0 || by.Order != "" || !by.Beyond(CopyProgress{}.CopiedThrough("a")) {
+		t.Fatalf("a copy gone back to byte ranges: %+v", by)
+	}
+}
+
 // A copy's key columns go to both halves of a split: a half that has
 // copied nothing yet still refuses to copy on under a key moved since.
 func TestTheKeyACopyGoesByIsCutWithIt(t *testing.T) {

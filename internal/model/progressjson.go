@@ -106,7 +106,16 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Rows, sep = s.int(), ","
 	}
 	if s.field(sep + `"key":`) {
-		c.Key = s.str()
+		c.Key, sep = s.str(), ","
+	}
+	if s.field(sep + `"cursor":`) {
+		c.Cursor, sep = s.str(), ","
+	}
+	if s.field(sep + `"read":`) {
+		c.Read, sep = s.int(), ","
+	}
+	if s.field(sep + `"order":`) {
+		c.Order = s.str()
 	}
 	s.lit("}")
 	return c

@@ -20,6 +20,7 @@ func progressTables() []ProgressTable {
 		{"orders.9": {Checkpoint: 18446744073709551615, Node: "n", Epoch: 18446744073709551615, Copy: CopyProgress{Done: true, Rows: 9223372036854775807}}},
 		{`t"q\.1`: {Node: "ünïcode/\t", Copy: CopyProgress{To: "k€y<&>\x00"}}},
 		{"c.1": {Node: "n", Copy: CopyProgress{To: "k\x00", Rows: 3, Key: `(y, "a,b")`}}, "c.2": {Copy: CopyProgress{Key: "(x)"}}, "c.3": {Copy: CopyProgress{Done: true, Key: "(x)"}}},
+		{"i.1": {Node: "n", Copy: CopyProgress{Rows: 5, Key: "(sku)", Cursor: "Ab\x00", Read: 9, Order: "(sku latin1_swedish_ci)"}}, "i.2": {Copy: CopyProgress{Cursor: "b", Read: 1}}, "i.3": {Copy: CopyProgress{Order: "o"}}},
 	}
 }
 

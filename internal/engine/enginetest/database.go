@@ -57,7 +57,7 @@ func (c *Cluster) CopyUnderWay(cf model.ChangefeedID, pid string) model.CopyProg
 	var saved model.CopyProgress
 	c.Eventually("the partition to save some of its copy", 30*time.Second, func() bool {
 		saved = c.State().Progress[cf][pid].Progress.Copy
-		return saved.To != ""
+		return saved.To != "" || saved.Cursor != ""
 	})
 	if saved.Done {
 		c.T.Fatalf("partition %s of %s finished its copy before the test could act on it (make the table larger): %+v", pid, cf, saved)

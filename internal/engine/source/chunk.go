@@ -50,10 +50,14 @@ func firstChunkLimit(most int) int { return min(firstChunkRows, most) }
 
 // nextChunkRows is how many rows the chunk after c reads.
 func nextChunkRows(c *Chunk, most int) int {
-	if len(c.Rows) == 0 || c.Bytes == 0 {
+	n := len(c.Rows)
+	if c.Ordered {
+		n = c.Read // Bytes counts every row read, the span's or not
+	}
+	if n == 0 || c.Bytes == 0 {
 		return firstChunkLimit(most)
 	}
-	perRow := max(c.Bytes/len(c.Rows), 1)
+	perRow := max(c.Bytes/n, 1)
 	return max(min(chunkBytes/perRow, most), min(1024, most))
 }
 
@@ -81,8 +85,15 @@ type Chunk struct {
 	Rows  []Event   // in key order
 	Last  string    // the last key read (encoded)
 	Full  bool      // as many rows as asked: the range may hold more
-	Limit int       // rows asked
-	Bytes int       // the rows' size in memory, about
+	// Ordered says the rows were read in the source's index order, on
+	// from the progress's Cursor, not in the keys' byte order: Last,
+	// the last row read, is the next cursor (model.CopyProgress.Cursor),
+	// and Read how many rows were read, the span's and others'.
+	Ordered bool
+	Read    int
+	Order   string // the index order's name (model.CopyProgress.Order)
+	Limit   int    // rows asked
+	Bytes   int    // the rows' size in memory, about
 	// KeyCols are the key's columns the rows were read and keyed by
 	// (model.KeyColumns of Def as read; "" without a key).
 	KeyCols string
@@ -164,13 +175,22 @@ func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 	return nil
 }
 
-// Loaded ends a chunk's read: its last key and whether the range may
-// hold more.
+// Loaded ends a chunk's read: its last key, how many rows it read and
+// whether the range may hold more.
 func (c *Chunk) Loaded() {
 	if n := len(c.Rows); n > 0 {
 		c.Last = c.Rows[n-1].Key
 	}
+	c.Read = len(c.Rows)
 	c.Full = len(c.Rows) == c.Limit
+}
+
+// Through is the progress p once the chunk, a full one, is copied.
+func (c *Chunk) Through(p model.CopyProgress) model.CopyProgress {
+	if c.Ordered {
+		return p.ReadThrough(c.Last, c.Order, c.Read)
+	}
+	return p.CopiedThrough(c.Last)
 }
 
 // Within keeps of the chunk's rows those of the span: a database's query

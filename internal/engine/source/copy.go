@@ -341,7 +341,7 @@ func (r *CopyReader) nextFrom() (model.CopyProgress, bool) {
 		if !last.Full {
 			return from, false
 		}
-		from = from.CopiedThrough(last.Last)
+		from = last.Through(from)
 		if from.Key == "" {
 			from.Key = last.KeyCols // the copy's first chunk is in flight: the next goes by its key
 		}
@@ -360,7 +360,7 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 	c, err := r.o.Chunks.ReadChunk(ctx, r.span, from, limit, func(c *Chunk) bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Done {
+		if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Cursor != from.Cursor || want.Done {
 			return false // the chunks before were given up meanwhile
 		}
 		c.slot, registered, c.regAt = true, c, r.inner.Position()

@@ -80,7 +80,7 @@ func (r *CopyReader) onMark(e *Event) {
 	}
 	rows = append(rows, fills...)
 	if c.Full {
-		next = next.CopiedThrough(c.Last)
+		next = c.Through(next)
 	} else {
 		next.Done, next.To = true, ""
 	}

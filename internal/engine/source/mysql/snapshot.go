@@ -68,11 +68,33 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if len(def.KeyNames()) == 0 {
 		return nil, fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
 	}
-	q, err := rangeQuery(def, span, copied, limit)
-	if err != nil {
+	// In the key's index order (indexorder.go), unless the copy began in
+	// byte ranges (progress saved before, or a key that was not).
+	ordered := indexOrdered(def) && copied.To == ""
+	var q, order string
+	if ordered {
+		colls, err := keyCollations(ctx, conn, span.Table)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(s.cfg, err))
+		}
+		order = orderOf(def, colls)
+		cursor := copied.Cursor
+		if cursor != "" && copied.Order != order {
+			// A key's collation changed while the table copied: the rows
+			// behind the cursor are not those of the new order (the
+			// change rewrote none of them in the log). Its range is read
+			// again from its start: the rows copied before arrive twice.
+			s.log.Warn("snapshot: the collation of a key column changed while its table copied; the partition copies its range again from the start", "table", span.Table, "was", copied.Order, "now", order)
+			cursor = ""
+		}
+		if q, err = orderedQuery(def, span, cursor, limit, colls); err != nil {
+			return nil, err
+		}
+	} else if q, err = rangeQuery(def, span, copied, limit); err != nil {
 		return nil, err
 	}
 	c := source.NewChunk(span.Table, def, limit)
+	c.Ordered, c.Order = ordered, order
 	if !register(c) {
 		return nil, nil
 	}

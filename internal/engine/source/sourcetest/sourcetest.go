@@ -135,7 +135,7 @@ func ChunkedSpans(tb testing.TB, table, keyTypes string, bounds []string, limit 
 			if len(c.Rows) < limit {
 				break
 			}
-			copied = copied.CopiedThrough(c.Last)
+			copied = c.Through(copied)
 		}
 	}
 	return seen

@@ -1,0 +1,179 @@
+package mysql
+
+// A key whose index does not order it by its bytes (a character column:
+// its collation folds case and pads spaces, 'B' before 'a'; a BIGINT
+// UNSIGNED, whose keys route as their digits) is copied in its index's
+// order: each chunk reads the next rows after the last one read, a range
+// of the primary key, and keeps those of its partition's span (routing
+// is by the keys' bytes, which the database cannot compare in the
+// index). A chunk of a byte range cast every key and sorted the rest of
+// the table, every chunk: on a table of tens of millions of rows each
+// took minutes, past the chunk's timeout, and the copy never ended. Each
+// partition reads the whole table once instead (a table starts as one).
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// keyKind is how a key column is bounded in its index's order.
+type keyKind int
+
+const (
+	kindOther    keyKind = iota // not bounded in index order here
+	kindInt                     // a signed integer: its value
+	kindBytes                   // BINARY, VARBINARY: its bytes
+	kindChars                   // CHAR, VARCHAR: its text, in its collation
+	kindUnsigned                // BIGINT UNSIGNED: its value
+)
+
+func keyKindOf(colType string) keyKind {
+	t := strings.ToLower(colType)
+	base, _, _ := strings.Cut(t, "(")
+	base, _, _ = strings.Cut(base, " ")
+	switch {
+	case keyType(colType) == "int8":
+		return kindInt
+	case bytesKey(t):
+		return kindBytes
+	case base == "char" || base == "varchar":
+		return kindChars
+	case base == "bigint" && strings.Contains(t, "unsigned"):
+		return kindUnsigned
+	}
+	return kindOther
+}
+
+// indexOrdered says a table's key is copied in its index's order: a
+// column of it is not ordered by its bytes there, and each can be
+// bounded by a literal the index compares as it orders. Keys with an
+// ENUM, SET, temporal, DECIMAL, BIT or a prefix of a TEXT column stay
+// on the byte ranges (sorted).
+func indexOrdered(def *source.TableDef) bool {
+	names := def.KeyNames()
+	some := false
+	for _, k := range names {
+		switch keyKindOf(def.Columns[def.Index(k)].Type) {
+		case kindOther:
+			return false
+		case kindChars, kindUnsigned:
+			some = true
+		}
+	}
+	return some
+}
+
+// keyCollation is a character key column's set and collation.
+type keyCollation struct{ charset, collation string }
+
+// keyCollations reads the character sets and collations of a table's
+// character key columns.
+func keyCollations(ctx context.Context, conn *sql.Conn, table string) (map[string]keyCollation, error) {
+	schema, name := model.SplitTableName(table)
+	rows, err := conn.QueryContext(ctx, `SELECT COLUMN_NAME, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_KEY = 'PRI' AND COLLATION_NAME IS NOT NULL`, schema, name)
+	if err != nil {
+		return nil, fmt.Errorf("read the collations of %s's key: %w", table, err)
+	}
+	defer rows.Close()
+	out := map[string]keyCollation{}
+	for rows.Next() {
+		var col string
+		var kc keyCollation
+		if err := rows.Scan(&col, &kc.charset, &kc.collation); err != nil {
+			return nil, err
+		}
+		out[col] = kc
+	}
+	return out, rows.Err()
+}
+
+// orderOf names the index order of a table's key: its columns with the
+// collations of the character ones, "(sku utf8mb4_general_ci, line)".
+func orderOf(def *source.TableDef, colls map[string]keyCollation) string {
+	var parts []string
+	for _, k := range def.KeyNames() {
+		if kc, ok := colls[k]; ok {
+			parts = append(parts, k+" "+kc.collation)
+		} else {
+			parts = append(parts, k)
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// orderedQuery is the SELECT of a chunk in the key's index order: the
+// next rows after cursor (an encoded key of span.Key's types; none at
+// the copy's start), limit of them. The bound is the key's row order
+// written out (a > x OR a = x AND b > y), which the range optimizer
+// reads as ranges of the index, and each value is a literal in its
+// column's own character set and collation: a literal of another set
+// makes the server convert the column, and scan.
+func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit int, colls map[string]keyCollation) (string, error) {
+	keys := def.KeyNames()
+	cols := make([]string, len(def.Columns))
+	for i, c := range def.Columns {
+		cols[i] = quoteIdent(c.Name)
+	}
+	order := make([]string, len(keys))
+	for i, k := range keys {
+		order[i] = quoteIdent(k)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteTable(span.Table))
+	if cursor != "" {
+		vals, err := model.DecodeKeyValues(span.Key, cursor)
+		if err != nil || len(vals) != len(keys) {
+			return "", fmt.Errorf("snapshot of %s: the copy's cursor is not a key of (%s): %v", span.Table, strings.Join(keys, ", "), err)
+		}
+		lits := make([]string, len(keys))
+		for i, k := range keys {
+			if lits[i], err = orderedLiteral(def.Columns[def.Index(k)].Type, colls[k], vals[i]); err != nil {
+				return "", fmt.Errorf("snapshot of %s: %w", span.Table, err)
+			}
+		}
+		var or []string
+		for i := range keys {
+			var and []string
+			for j := 0; j < i; j++ {
+				and = append(and, order[j]+" = "+lits[j])
+			}
+			and = append(and, order[i]+" > "+lits[i])
+			or = append(or, "("+strings.Join(and, " AND ")+")")
+		}
+		q += " WHERE " + strings.Join(or, " OR ")
+	}
+	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(order, ", "), limit), nil
+}
+
+// orderedLiteral writes a key value as its column compares it in the
+// index: a number as a number, bytes as a hexadecimal literal, text as
+// UTF-8 bytes converted to the column's set under its collation.
+func orderedLiteral(colType string, kc keyCollation, v string) (string, error) {
+	switch keyKindOf(colType) {
+	case kindInt:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("key %q is not an integer", v)
+		}
+		return strconv.FormatInt(n, 10), nil
+	case kindUnsigned:
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("key %q is not an unsigned integer", v)
+		}
+		return strconv.FormatUint(n, 10), nil
+	case kindChars:
+		if kc.charset == "" || kc.collation == "" {
+			return "", fmt.Errorf("the collation of a character key column (%s) is not known", colType)
+		}
+		return fmt.Sprintf("CONVERT(_utf8mb4 X'%s' USING %s) COLLATE %s", hex.EncodeToString([]byte(v)), kc.charset, kc.collation), nil
+	}
+	return "X'" + hex.EncodeToString([]byte(v)) + "'", nil
+}

@@ -1,0 +1,127 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// Tables keyed by characters under collations that fold case and pad
+// spaces (utf8mb4 and latin1, alone and with an integer), and by BIGINT
+// UNSIGNED, are copied in their key's index order: every chunk is a
+// range read of the primary key (it was a cast and a sort of the rest of
+// the table, every chunk), and partitions cut at byte bounds that are
+// no ranges of the index each keep their own rows: every row is copied
+// once, inside its span.
+func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
+	t.Parallel()
+	const rows, limit = 6_000, 700
+	_, dsn := mysqltest.Start(t, "keys")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, stmt := range []string{
+		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)`,
+		fmt.Sprintf(`INSERT INTO c SELECT CONCAT(ELT(seq %% 6 + 1, 'a', 'B', '~', 'Ä', 'z ', 'ab~'), seq), seq FROM seq_1_to_%d`, rows),
+		`CREATE TABLE m (sku VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_swedish_ci, line INT, v INT, PRIMARY KEY (sku, line))`,
+		fmt.Sprintf(`INSERT INTO m SELECT CONCAT(ELT(seq %% 3 + 1, 'sku', 'SKU', 'Sku'), seq DIV 300), seq, seq FROM seq_1_to_%d`, rows),
+		`CREATE TABLE n (id BIGINT UNSIGNED PRIMARY KEY, v INT)`,
+		fmt.Sprintf(`INSERT INTO n SELECT IF(seq %% 2, seq, 9223372036854775807 + seq), seq FROM seq_1_to_%d`, rows),
+		`ANALYZE TABLE c, m, n`,
+	} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, tc := range []struct {
+		table  string
+		bounds []string // the first key column's, in byte order
+	}{
+		{"keys.c", []string{"", "M", "a", "ab~", "\xc3", ""}},
+		{"keys.m", []string{"", "SKU", "Sku", "sku", ""}},
+		{"keys.n", []string{"", "5", "9223372036854775900", ""}},
+	} {
+		def, _, err := tableDef(ctx, conn, tc.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !indexOrdered(def) {
+			t.Fatalf("%s is not copied in its index order", tc.table)
+		}
+		colls, err := keyCollations(ctx, conn, tc.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types := keyTypes(def)
+		first := strings.Split(types, ",")[0]
+		seen := map[string]int{}
+		for i := 0; i+1 < len(tc.bounds); i++ {
+			span := model.Span{Table: tc.table, Key: types}
+			if tc.bounds[i] != "" {
+				span.Start, _ = model.EncodeKeyValues(first, []string{tc.bounds[i]})
+			}
+			if tc.bounds[i+1] != "" {
+				span.End, _ = model.EncodeKeyValues(first, []string{tc.bounds[i+1]})
+			}
+			var copied model.CopyProgress
+			for chunk := 0; ; chunk++ {
+				q, err := orderedQuery(def, span, copied.Cursor, limit, colls)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if chunk == 1 {
+					var id int
+					var selectType, table, typ, possible, key, keyLen, ref, extra sql.NullString
+					var n sql.NullInt64
+					if err := conn.QueryRowContext(ctx, "EXPLAIN "+q).Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &n, &extra); err != nil {
+						t.Fatalf("EXPLAIN %s: %v", q, err)
+					}
+					if typ.String != "range" || key.String != "PRIMARY" || strings.Contains(extra.String, "filesort") {
+						t.Fatalf("a chunk of %s is not a range read of its index: type %q, key %q, extra %q\n%s", tc.table, typ.String, key.String, extra.String, q)
+					}
+				}
+				c := source.NewChunk(span.Table, def, limit)
+				c.Ordered = true
+				if err := readChunk(ctx, conn, c, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				c.Within(span.Contains)
+				for _, e := range c.Rows {
+					if !span.Contains(e.Key) {
+						t.Fatalf("%s: a row outside its span", tc.table)
+					}
+					seen[e.Key]++
+				}
+				if !c.Full {
+					break
+				}
+				if chunk > rows/limit*len(tc.bounds) {
+					t.Fatalf("%s: %d chunks and on", tc.table, chunk)
+				}
+				copied = c.Through(copied)
+			}
+		}
+		for k, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s: key %q copied %d times", tc.table, model.DecodeKey(types, k), n)
+			}
+		}
+		if len(seen) != rows {
+			t.Fatalf("%s: copied %d rows of %d", tc.table, len(seen), rows)
+		}
+	}
+}
