@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -124,4 +125,102 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 			t.Fatalf("%s: copied %d rows of %d", tc.table, len(seen), rows)
 		}
 	}
+}
+
+// BenchmarkCharacterKeyChunks copies a table keyed by a VARCHAR under a
+// collation that folds case in chunks, as one partition does: in the
+// key's index order (from a cursor) and, in the same run, by the bytes of
+// its text (each chunk cast and sorted the rest of the table, as before
+// 2026-12-04), against one flat SELECT ... ORDER BY of the whole table.
+// Rows per second of each, and each against the SELECT; the runs
+// alternate, after a warm-up read.
+func BenchmarkCharacterKeyChunks(b *testing.B) {
+	const rows, limit = 200_000, 8192
+	_, dsn := mysqltest.Start(b, "keys")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, stmt := range []string{
+		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v VARCHAR(40))`,
+		fmt.Sprintf(`INSERT INTO c SELECT CONCAT(ELT(seq %% 3 + 1, 'sku-', 'SKU-', 'Sku-'), MD5(seq)), MD5(seq) FROM seq_1_to_%d`, rows),
+		`ANALYZE TABLE c`,
+	} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			b.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	def, _, err := tableDef(ctx, conn, "keys.c")
+	if err != nil {
+		b.Fatal(err)
+	}
+	colls, err := keyCollations(ctx, conn, "keys.c")
+	if err != nil {
+		b.Fatal(err)
+	}
+	span := model.Span{Table: "keys.c", Key: keyTypes(def)}
+	copyAll := func(ordered bool) (int, time.Duration) {
+		began := time.Now()
+		var copied model.CopyProgress
+		n := 0
+		for {
+			var q string
+			if ordered {
+				q, err = orderedQuery(def, span, copied.Cursor, limit, colls)
+			} else {
+				q, err = rangeQuery(def, span, copied, limit)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := source.NewChunk(span.Table, def, limit)
+			c.Ordered = ordered
+			if err := readChunk(ctx, conn, c, q); err != nil {
+				b.Fatal(err)
+			}
+			n += len(c.Rows)
+			if !c.Full {
+				return n, time.Since(began)
+			}
+			copied = c.Through(copied)
+		}
+	}
+	flat := func() time.Duration {
+		began := time.Now()
+		c := source.NewChunk(span.Table, def, rows+1)
+		if err := readChunk(ctx, conn, c, "SELECT k, v FROM keys.c ORDER BY k"); err != nil {
+			b.Fatal(err)
+		}
+		if len(c.Rows) != rows {
+			b.Fatalf("the SELECT read %d rows of %d", len(c.Rows), rows)
+		}
+		return time.Since(began)
+	}
+	flat() // warm the buffer pool
+	var byIndex, byBytes, base time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		base += flat()
+		n, d := copyAll(true)
+		if n != rows {
+			b.Fatalf("in index order: %d rows of %d", n, rows)
+		}
+		byIndex += d
+		if n, d = copyAll(false); n != rows {
+			b.Fatalf("by bytes: %d rows of %d", n, rows)
+		}
+		byBytes += d
+	}
+	b.ReportMetric(float64(rows*b.N)/byIndex.Seconds(), "rows/s-index-order")
+	b.ReportMetric(float64(rows*b.N)/byBytes.Seconds(), "rows/s-by-bytes")
+	b.ReportMetric(float64(rows*b.N)/base.Seconds(), "select-rows/s")
+	b.ReportMetric(base.Seconds()/byIndex.Seconds(), "ratio-index-order")
+	b.ReportMetric(base.Seconds()/byBytes.Seconds(), "ratio-by-bytes")
 }
