@@ -1,10 +1,14 @@
 package mysql_test
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // A key's collation changed while its table copies in the key's index
@@ -39,5 +43,45 @@ func TestAKeysCollationChangedWhileItsTableCopiesLosesNoRow(t *testing.T) {
 	}
 	if rep := tc.VerifyDatabase("my", up, []string{"shop.items"}, time.Now()); !rep.OK {
 		t.Fatalf("after the collation of items' key changed mid-copy: %+v", rep)
+	}
+}
+
+// A large table keyed by a VARCHAR under a collation that folds case is
+// cut into partitions at keys read in the index's order (each quantile
+// a walk of the index, not a cast and a sort of the table), put in
+// their bytes' order: increasing, each a key of the table.
+func TestACharacterKeyedTableIsCutAtKeysOfItsIndex(t *testing.T) {
+	t.Parallel()
+	srv, db := startShopDB(t)
+	for _, q := range []string{
+		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)`,
+		`INSERT INTO c SELECT CONCAT(ELT(seq % 3 + 1, 'sku-', 'SKU-', 'Sku-'), seq), seq FROM seq_1_to_120000`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uri, _, err := mysql.Pin(context.Background(), "mysql://root@"+srv.Addr()+"/shop?tables=c", "my", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := mysql.Open(uri, source.Env{Changefeed: "my"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	cuts, err := src.Boundaries(context.Background(), "shop.c", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cuts) != 3 || !slices.IsSorted(cuts) || len(slices.Compact(slices.Clone(cuts))) != 3 {
+		t.Fatalf("cuts %q: want 3, increasing", cuts)
+	}
+	for _, c := range cuts {
+		k := model.DecodeKey("text", c)
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM c WHERE k = BINARY ?`, k).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("cut %q is not a key of the table: %d, %v", k, n, err)
+		}
 	}
 }

@@ -414,7 +414,7 @@ const boundarySample = 100_000
 // or one with fewer keys, is cut less or not at all). Keys are taken in
 // routing order (keyOrder): a small table's are all read; a larger
 // table's quantiles are each read at their offset (the server walks the
-// key; nothing but the n-1 keys comes back).
+// key; nothing but the n-1 keys comes back), then put in routing order.
 func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string, error) {
 	if n < 2 {
 		return nil, nil
@@ -440,7 +440,16 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quoteTable(table)).Scan(&count); err != nil {
 		return nil, explain(s.cfg, err)
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), quoteTable(table), strings.Join(keyOrder(def), ", "))
+	order := keyOrder(def)
+	if indexOrdered(def) {
+		// In the key's index order (indexorder.go), which the server
+		// walks without sorting: a key cast to its bytes was sorted, the
+		// whole table for each quantile. The keys are put in their bytes'
+		// order here; the ranges they cut are then about even, not
+		// exactly.
+		order = cols
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), quoteTable(table), strings.Join(order, ", "))
 	types := keyTypes(def)
 	read := func(q string) ([]string, error) {
 		rows, err := db.QueryContext(ctx, q)
@@ -486,11 +495,12 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 		if err != nil {
 			return nil, err
 		}
-		if len(k) == 1 && (len(out) == 0 || out[len(out)-1] < k[0]) {
+		if len(k) == 1 && k[0] != "" {
 			out = append(out, k[0])
 		}
 	}
-	return out, nil
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // quoteIdent quotes a column name as MySQL does.
