@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -97,16 +98,30 @@ func TestALargeTransactionArrivesWhole(t *testing.T) {
 // streams them.
 func TestALargeTableIsCutAtItsQuantiles(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	for _, q := range []string{
+	cuts, _ := cutsOf(t, "biglines",
 		`CREATE TABLE biglines (id INT PRIMARY KEY, qty INT NOT NULL)`,
-		`INSERT INTO biglines SELECT seq, seq % 7 FROM seq_0_to_199999`,
-	} {
+		`INSERT INTO biglines SELECT seq, seq % 7 FROM seq_0_to_199999`)
+	var at4 []string
+	for _, c := range cuts {
+		at4 = append(at4, model.DecodeKey("int8", c))
+	}
+	if strings.Join(at4, ",") != "50000,100000,150000" {
+		t.Fatalf("the quantiles of 200,000 keys 0 to 199,999: %v", at4)
+	}
+}
+
+// cutsOf starts MariaDB, makes table in its database shop with setup,
+// and returns where a new changefeed of it cuts it into four
+// partitions, and the database.
+func cutsOf(t *testing.T, table string, setup ...string) ([]string, *sql.DB) {
+	t.Helper()
+	srv, db := startShopDB(t)
+	for _, q := range setup {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	uri, _, err := mysql.Pin(context.Background(), "mysql://root@"+srv.Addr()+"/shop?tables=biglines", "my", time.Now())
+	uri, _, err := mysql.Pin(context.Background(), "mysql://root@"+srv.Addr()+"/shop?tables="+table, "my", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,15 +130,9 @@ func TestALargeTableIsCutAtItsQuantiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	cuts, err := src.Boundaries(context.Background(), "shop.biglines", 4)
+	cuts, err := src.Boundaries(context.Background(), "shop."+table, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var at4 []string
-	for _, c := range cuts {
-		at4 = append(at4, model.DecodeKey("int8", c))
-	}
-	if strings.Join(at4, ",") != "50000,100000,150000" {
-		t.Fatalf("the quantiles of 200,000 keys 0 to 199,999: %v", at4)
-	}
+	return cuts, db
 }

@@ -1,12 +1,10 @@
 package mysql_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -52,28 +50,9 @@ func TestAKeysCollationChangedWhileItsTableCopiesLosesNoRow(t *testing.T) {
 // their bytes' order: increasing, each a key of the table.
 func TestACharacterKeyedTableIsCutAtKeysOfItsIndex(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	for _, q := range []string{
+	cuts, db := cutsOf(t, "c",
 		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)`,
-		`INSERT INTO c SELECT CONCAT(ELT(seq % 3 + 1, 'sku-', 'SKU-', 'Sku-'), seq), seq FROM seq_1_to_120000`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	uri, _, err := mysql.Pin(context.Background(), "mysql://root@"+srv.Addr()+"/shop?tables=c", "my", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := mysql.Open(uri, source.Env{Changefeed: "my"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	cuts, err := src.Boundaries(context.Background(), "shop.c", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+		`INSERT INTO c SELECT CONCAT(ELT(seq % 3 + 1, 'sku-', 'SKU-', 'Sku-'), seq), seq FROM seq_1_to_120000`)
 	if len(cuts) != 3 || !slices.IsSorted(cuts) || len(slices.Compact(slices.Clone(cuts))) != 3 {
 		t.Fatalf("cuts %q: want 3, increasing", cuts)
 	}
