@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // Tables keyed by characters under collations that fold case and pad
@@ -23,31 +21,15 @@ import (
 func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 	t.Parallel()
 	const rows, limit = 6_000, 700
-	_, dsn := mysqltest.Start(t, "keys")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	ctx := context.Background()
-	for _, stmt := range []string{
+	conn := keysConn(t,
 		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)`,
 		fmt.Sprintf(`INSERT INTO c SELECT CONCAT(ELT(seq %% 6 + 1, 'a', 'B', '~', 'Ä', 'z ', 'ab~'), seq), seq FROM seq_1_to_%d`, rows),
 		`CREATE TABLE m (sku VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_swedish_ci, line INT, v INT, PRIMARY KEY (sku, line))`,
 		fmt.Sprintf(`INSERT INTO m SELECT CONCAT(ELT(seq %% 3 + 1, 'sku', 'SKU', 'Sku'), seq DIV 300), seq, seq FROM seq_1_to_%d`, rows),
 		`CREATE TABLE n (id BIGINT UNSIGNED PRIMARY KEY, v INT)`,
 		fmt.Sprintf(`INSERT INTO n SELECT IF(seq %% 2, seq, 9223372036854775807 + seq), seq FROM seq_1_to_%d`, rows),
-		`ANALYZE TABLE c, m, n`,
-	} {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+		`ANALYZE TABLE c, m, n`)
 	for _, tc := range []struct {
 		table  string
 		bounds []string // the first key column's, in byte order
@@ -128,27 +110,11 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 // alternate, after a warm-up read.
 func BenchmarkCharacterKeyChunks(b *testing.B) {
 	const rows, limit = 200_000, 8192
-	_, dsn := mysqltest.Start(b, "keys")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
 	ctx := context.Background()
-	for _, stmt := range []string{
+	conn := keysConn(b,
 		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v VARCHAR(40))`,
 		fmt.Sprintf(`INSERT INTO c SELECT CONCAT(ELT(seq %% 3 + 1, 'sku-', 'SKU-', 'Sku-'), MD5(seq)), MD5(seq) FROM seq_1_to_%d`, rows),
-		`ANALYZE TABLE c`,
-	} {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			b.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+		`ANALYZE TABLE c`)
 	def, _, err := tableDef(ctx, conn, "keys.c")
 	if err != nil {
 		b.Fatal(err)

@@ -21,27 +21,11 @@ import (
 func TestABinaryKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	t.Parallel()
 	const rows, limit = 20_000, 3_000
-	_, dsn := mysqltest.Start(t, "keys")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	ctx := context.Background()
-	for _, stmt := range []string{
+	conn := keysConn(t,
 		`CREATE TABLE u (id BINARY(16) PRIMARY KEY, v VARCHAR(40))`,
 		fmt.Sprintf(`INSERT INTO u SELECT UNHEX(MD5(seq)), MD5(seq) FROM seq_1_to_%d`, rows),
-		`ANALYZE TABLE u`,
-	} {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+		`ANALYZE TABLE u`)
 	def, _, err := tableDef(ctx, conn, "keys.u")
 	if err != nil {
 		t.Fatal(err)
@@ -90,4 +74,28 @@ func explainRange(t testing.TB, conn *sql.Conn, q, what string) {
 	if typ.String != "range" || key.String != "PRIMARY" || strings.Contains(extra.String, "filesort") {
 		t.Fatalf("%s is not a range read of its index: type %q, key %q, extra %q\n%s", what, typ.String, key.String, extra.String, q)
 	}
+}
+
+// keysConn starts MariaDB with a database keys, runs stmts in it, and
+// returns a connection to it.
+func keysConn(tb testing.TB, stmts ...string) *sql.Conn {
+	tb.Helper()
+	_, dsn := mysqltest.Start(tb, "keys")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	for _, stmt := range stmts {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			tb.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
