@@ -52,7 +52,7 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	defer cancel()
 	ch, err := sources.Resnapshot(octx, e.Info.SourceURI, e.Status.SourcePosition, at)
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+		return UpdateResult{}, refuseReaching(err)
 	}
 	res := UpdateResult{At: at, Sink: e.Info.SinkURI, Tables: ch.Tables, Added: ch.Tables}
 	// The same key ranges as now: a layout the operator split or moved
@@ -72,7 +72,7 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	defer kcancel()
 	src, err := sources.Open(kctx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+		return UpdateResult{}, refuseReaching(err)
 	}
 	res.AddedSpans, res.Rekeyed, err = respans(kctx, src, parts, e.Info.PartitionsPerTable)
 	_ = src.Close()
