@@ -12,6 +12,10 @@ import (
 	"github.com/cdcctl/cdcctl/internal/plan"
 )
 
+// orderedShop is how many orders and items these tests' shops hold: a
+// third of the other snapshot tests' (CI's time on this package).
+const orderedShop = 2000
+
 // A key's collation changed while its table copies in the key's index
 // order (utf8mb4_general_ci, case folded, to utf8mb4_bin: 'SKU-…' now
 // before 'Sku-…' and 'sku-…') moves rows behind the copy's cursor that
@@ -20,7 +24,7 @@ import (
 // lost (the rows copied before arrive twice).
 func TestAKeysCollationChangedWhileItsTableCopiesLosesNoRow(t *testing.T) {
 	t.Parallel()
-	tc, db := startExistingShop(t, 20)
+	tc, db := startShopOf(t, orderedShop, 20)
 	var pid string
 	tc.Eventually("a partition of items copying in its key's index order", 60*time.Second, func() bool {
 		st := tc.State()
@@ -74,8 +78,8 @@ func TestACharacterKeyedTableIsCutAtKeysOfItsIndex(t *testing.T) {
 // from the sink equal MariaDB's, no row twice.
 func TestAPartitionCopyingInIndexOrderIsSplitUnderLoad(t *testing.T) {
 	t.Parallel()
-	tc, db := startExistingShop(t, 20)
-	w := startShopWorkload(t, db, existingOrders)
+	tc, db := startShopOf(t, orderedShop, 20)
+	w := startShopWorkload(t, db, orderedShop)
 	var items model.RouteEntry
 	tc.Eventually("a partition of items copying in its key's index order", 60*time.Second, func() bool {
 		st := tc.State()
@@ -111,13 +115,13 @@ func TestAPartitionCopyingInIndexOrderIsSplitUnderLoad(t *testing.T) {
 	if !rep.OK || rep.Duplicates != 0 || w.n < 10 {
 		t.Fatalf("after %d transactions and a split of %s at %s mid-copy: %+v", w.n, items.ID, at, rep)
 	}
-	// An existing item (its line at most existingOrders) is inserted once,
+	// An existing item (its line at most orderedShop) is inserted once,
 	// by its copy: the half above the split read on from the cursor, not
 	// from its start again.
 	twice := 0
 	for k, by := range tc.Inserts("my", "shop.items") {
 		line, _ := strconv.Atoi(k[strings.LastIndex(k, ",")+1:])
-		if line <= existingOrders && len(by) > 1 {
+		if line <= orderedShop && len(by) > 1 {
 			twice++
 			if twice <= 3 {
 				t.Errorf("item %s was copied %d times: by %v", k, len(by), by)
