@@ -1,6 +1,12 @@
 package model
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"syscall"
+)
 
 // ErrUnreachable marks an error reaching a database or a sink (the
 // network, or the server down or starting): worth trying again as it
@@ -20,3 +26,40 @@ type unreachable struct{ error }
 
 func (u unreachable) Is(target error) bool { return target == ErrUnreachable }
 func (u unreachable) Unwrap() error        { return u.error }
+
+// DialFailed says err is a connection that could not be made or timed
+// out: nothing listening, no route, no answer. Those pass by themselves
+// (a server restarting, a network healing), so they are worth retrying
+// as they are. A host name that does not resolve, a TLS handshake or
+// certificate refused, a login refused are not: they need the request
+// or the server's settings changed, and retrying them only hides that.
+func DialFailed(err error) bool {
+	if err == nil {
+		return false
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		// A name that does not resolve is a typo until shown otherwise;
+		// a resolver that timed out is the network.
+		return dns.IsTimeout || dns.IsTemporary && !dns.IsNotFound
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	// A connection reset or closed is left out: a server that wants TLS
+	// or a login closes on a client that offers neither, and that is a
+	// setting to fix. Drivers that flatten the cause into text (one of them formats it
+	// with %v) keep only the words.
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "i/o timeout", "no route to host", "network is unreachable"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -41,8 +40,7 @@ var ErrUnavailable = errors.New("unavailable")
 // refuseReaching refuses a request over err, met asking a source or a
 // sink: unavailable when it could not be reached, else invalid.
 func refuseReaching(err error) error {
-	var ne *net.OpError
-	if errors.Is(err, model.ErrUnreachable) || errors.As(err, &ne) {
+	if errors.Is(err, model.ErrUnreachable) || model.DialFailed(err) {
 		return refuse(ErrUnavailable, "%v", err)
 	}
 	return refuse(ErrInvalid, "%v", err)

@@ -36,7 +36,11 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	}
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
-		refused := loginRefused(err)
+		// Only a broker that could not be dialled is worth retrying as
+		// it is: a login or TLS refused, or a broker that closed on us
+		// (what one does to a client without the TLS it wants), needs a
+		// setting fixed.
+		refused := loginRefused(err) || !model.DialFailed(err)
 		err := fmt.Errorf("cannot reach Kafka at %v: %v; %s", cfg.Brokers, err, connectHint(err, cfg.Security))
 		if !refused {
 			err = model.Unreachable(err)

@@ -140,8 +140,14 @@ func explain(cfg Config, err error) error {
 		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
 	}
 	msg := redactIn(err.Error(), cfg.Password)
-	if strings.Contains(msg, "connection refused") || strings.Contains(msg, "i/o timeout") || strings.Contains(msg, "no such host") {
-		return model.Unreachable(fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg))
+	if model.DialFailed(err) || strings.Contains(msg, "no such host") {
+		err := fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg)
+		if model.DialFailed(err) {
+			// A host name that does not resolve needs the URI fixed:
+			// refused as it is, not worth a retry.
+			return model.Unreachable(err)
+		}
+		return err
 	}
 	return fmt.Errorf("%s: %s", cfg.Addr(), msg)
 }
