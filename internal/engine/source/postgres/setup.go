@@ -451,13 +451,12 @@ func explain(cfg Config, err error) error {
 		if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
 			host = fmt.Sprintf("%s:%d", c.Host, c.Port)
 		}
-		err := fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err))
 		if model.DialFailed(err) {
 			// Only a dial that failed is worth retrying as it is; a host
 			// that does not resolve or a TLS refusal needs the URI fixed.
-			return model.Unreachable(err)
+			return model.Unreachable(fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err)))
 		}
-		return err
+		return fmt.Errorf("cannot connect to PostgreSQL at %s: %v; check the source URI's host name and its TLS settings (sslmode, sslrootcert) against the server's", host, unwrapConnect(err))
 	}
 	return err
 }

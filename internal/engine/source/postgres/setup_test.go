@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -98,6 +99,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		{"unknown database", strings.Replace(dsn, "/"+db+"?", "/nosuchdb?", 1) + "&tables=keyed", "check the database name"},
 		{"no replication privilege", strings.Replace(dsn, "postgres@", "reader@", 1) + "&tables=keyed", "may not replicate: grant it with ALTER ROLE reader REPLICATION"},
 		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},
+		{"TLS the server does not offer", strings.Replace(dsn, "sslmode=disable", "sslmode=require", 1) + "&tables=keyed", "server refused TLS connection"},
 		{"a partition and its root", dsn + "&tables=m,m_2024", "table public.m_2024 is a partition of public.m, which the changefeed replicates too: its rows arrive as public.m's; leave public.m_2024 out of tables="},
 		{"a root published under its children's names", dsn + "&tables=m&publication=children", "ALTER PUBLICATION children SET (publish_via_partition_root = true)"},
 		{"an identity index of other columns", dsn + "&tables=byemail", "table public.byemail's replica identity is an index of (email), not its primary key (id): its DELETEs carry only that index's columns"},
@@ -110,6 +112,11 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		err := prepare(tc.uri)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		// Only a server that could not be dialled is worth a retry as it
+		// is (503); the rest need the request or the server changed.
+		if retry := tc.name == "unreachable"; errors.Is(err, model.ErrUnreachable) != retry {
+			t.Errorf("%s: marked unreachable %v, want %v: %v", tc.name, !retry, retry, err)
 		}
 	}
 	// Nothing was created by the refusals.
