@@ -14,6 +14,7 @@ package exec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -221,6 +222,43 @@ func (r *Record) finish(state State, message string, now time.Time) Event {
 	return r.emit(now, Event{Type: typ, Message: message}, true)
 }
 
+// SkipError, returned by Begin, skips the step as Outcome.Skipped does:
+// what it acts on was removed on purpose between the step's check and
+// its start.
+type SkipError struct{ Why string }
+
+func (e *SkipError) Error() string { return e.Why }
+
+// Skip is Begin's way to skip its step, saying why.
+func Skip(why string) error { return &SkipError{Why: why} }
+
+// doneMessage says how a plan whose every step ended ended: not "every
+// step done" when some, or all, were skipped.
+func (r *Record) doneMessage() string {
+	done, skipped := 0, 0
+	why := map[string]bool{}
+	var whys []string
+	for _, s := range r.Steps {
+		switch s.State {
+		case StepDone:
+			done++
+		case StepSkipped:
+			skipped++
+			if !why[s.Note] && len(whys) < 3 {
+				why[s.Note] = true
+				whys = append(whys, s.Note)
+			}
+		}
+	}
+	switch {
+	case skipped == 0:
+		return "every step done"
+	case done == 0:
+		return fmt.Sprintf("nothing was done: every step was skipped (%s)", strings.Join(whys, "; "))
+	}
+	return fmt.Sprintf("%d of %d steps done, %d skipped (%s)", done, len(r.Steps), skipped, strings.Join(whys, "; "))
+}
+
 // Outcome is what a check of a step found.
 type Outcome struct {
 	// Done: the step has taken effect.
@@ -331,7 +369,7 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 	for {
 		cur := r.CurrentBatch()
 		if cur == len(r.Plan.Batches) {
-			add(r.finish(Done, "every step done", now))
+			add(r.finish(Done, r.doneMessage(), now))
 			return evs, nil
 		}
 		progressed := false
@@ -414,6 +452,19 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				}
 				running++
 				if err := x.Act.Begin(ctx, &r.Plan, step); err != nil {
+					var skip *SkipError
+					if errors.As(err, &skip) {
+						// What the step acts on went away between its
+						// check and its start: as a check finding it.
+						running--
+						ev, serr := r.setStep(i, StepSkipped, skip.Why, now)
+						if serr != nil {
+							return evs, serr
+						}
+						add(ev)
+						progressed = true
+						continue
+					}
 					ev, serr := r.setStep(i, StepFailed, err.Error(), now)
 					if serr != nil {
 						return evs, serr

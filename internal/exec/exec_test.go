@@ -17,16 +17,18 @@ import (
 // effect, and which destinations exist. It is the executor's own
 // interface under test here, not a stand-in for etcd.
 type world struct {
-	begun     map[string]int  // step text → Begin calls
-	effect    map[string]bool // step text → taken effect
-	gone      map[string]bool // destinations that left
-	lost      map[string]bool // steps whose object is gone for good
-	removed   map[string]bool // steps whose object the operator removed
-	spare     string          // where a step whose destination left goes instead
-	abandon   string
-	cancelled bool
-	inFlight  int // steps begun and not yet in effect
-	maxIn     int
+	begun   map[string]int  // step text → Begin calls
+	effect  map[string]bool // step text → taken effect
+	gone    map[string]bool // destinations that left
+	lost    map[string]bool // steps whose object is gone for good
+	removed map[string]bool // steps whose object the operator removed
+	// skipAtBegin: steps whose object is removed as they begin
+	skipAtBegin map[string]bool
+	spare       string // where a step whose destination left goes instead
+	abandon     string
+	cancelled   bool
+	inFlight    int // steps begun and not yet in effect
+	maxIn       int
 }
 
 func newWorld() *world {
@@ -51,6 +53,9 @@ func (w *world) Check(_ context.Context, _ *plan.Plan, s plan.Step, state StepSt
 }
 
 func (w *world) Begin(_ context.Context, _ *plan.Plan, s plan.Step) error {
+	if w.skipAtBegin[plan.StepText(s)] {
+		return Skip("changefeed " + s.Changefeed + " was removed")
+	}
 	w.begun[plan.StepText(s)]++
 	w.inFlight++
 	w.maxIn = max(w.maxIn, w.inFlight)
@@ -402,5 +407,29 @@ func TestAStepWhoseChangefeedWasRemovedIsSkippedAndThePlanGoesOn(t *testing.T) {
 	}
 	if skipped != 1 || len(w.begun) != 4 {
 		t.Fatalf("%d steps skipped, %d begun; want 1 and the 4 others", skipped, len(w.begun))
+	}
+	if want := "4 of 5 steps done, 1 skipped (changefeed b was removed)"; r.Message != want {
+		t.Fatalf("plan ended %q, want %q", r.Message, want)
+	}
+}
+
+// A changefeed removed between a step's check and its start: Begin says
+// so, and the step is skipped as a check would have, not failed.
+func TestAStepWhoseChangefeedIsRemovedAsItBeginsIsSkipped(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	p := drainPlan()
+	w.skipAtBegin = map[string]bool{plan.StepText(p.Batches[1].Steps[0]): true}
+	r := New("plan-1", p, "ops", c.t)
+	for i := 0; i < 10 && !r.State.Terminal(); i++ {
+		run(t, x, r, RequestNone)
+		w.finish()
+		c.t = c.t.Add(time.Second)
+	}
+	if r.State != Done || r.Steps[1].State != StepSkipped || r.Steps[1].Note != "changefeed a was removed" {
+		t.Fatalf("plan %s (%s); changefeed a's step %s (%s)", r.State, r.Message, r.Steps[1].State, r.Steps[1].Note)
+	}
+	if cnt := r.Counts(); cnt[StepDone] != len(r.Steps)-1 {
+		t.Fatalf("steps: %v", cnt)
 	}
 }

@@ -64,15 +64,29 @@ func (a *partitionActuator) route(s plan.Step) (meta.RouteRecord, bool) {
 	return r, ok
 }
 
+// removed says why a step's changefeed is no longer the one its plan
+// read, or "": removed while the plan ran, or removed and created again
+// under its name (its partitions may carry the same names, but they are
+// not the ones the plan meant to move). Nothing of it is left to move or
+// split, and the other changefeeds' steps go on.
+func removed(st *meta.State, p *plan.Plan, s plan.Step) string {
+	e, live := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
+	switch {
+	case !live:
+		return fmt.Sprintf("changefeed %s was removed", s.Changefeed)
+	case p.Fingerprint.Revision > 0 && e.InfoCreated > int64(p.Fingerprint.Revision):
+		return fmt.Sprintf("changefeed %s was removed and created again since the plan was computed; compute a plan for the new one if it needs one", s.Changefeed)
+	}
+	return ""
+}
+
 func (a *partitionActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, state exec.StepState, since time.Time) (exec.Outcome, error) {
-	r, ok := a.route(s)
 	st := a.c.view.State()
+	if why := removed(st, p, s); why != "" {
+		return exec.Outcome{Skipped: why}, nil
+	}
+	r, ok := a.route(s)
 	if !ok {
-		if _, live := st.Changefeeds[model.ChangefeedID(s.Changefeed)]; !live {
-			// Removed while the plan ran: nothing of it is left to move
-			// or split, and the other changefeeds' steps go on.
-			return exec.Outcome{Skipped: fmt.Sprintf("changefeed %s was removed", s.Changefeed)}, nil
-		}
 		return exec.Outcome{Failed: fmt.Sprintf("partition %s is gone (its table was removed from the changefeed, or the changefeed re-snapshotted, since the plan was computed)", s.Partition)}, nil
 	}
 	route := r.Route
@@ -93,15 +107,19 @@ func unknownStep(p *plan.Plan, s plan.Step) string {
 
 func (a *partitionActuator) Begin(ctx context.Context, p *plan.Plan, s plan.Step) error {
 	for attempt := 0; ; attempt++ {
-		r, ok := a.route(s)
+		st := a.c.view.State()
 		if attempt > 0 {
 			// The view may lag what this term just read or wrote.
-			st, err := a.c.store.Load(ctx)
-			if err != nil {
+			var err error
+			if st, err = a.c.store.Load(ctx); err != nil {
 				return err
 			}
-			r, ok = st.Partitions[model.ChangefeedID(s.Changefeed)][s.Partition]
 		}
+		if why := removed(st, p, s); why != "" {
+			// Removed between the step's check and now.
+			return exec.Skip(why)
+		}
+		r, ok := st.Partitions[model.ChangefeedID(s.Changefeed)][s.Partition]
 		if !ok {
 			return fmt.Errorf("partition %s is gone", s.Partition)
 		}

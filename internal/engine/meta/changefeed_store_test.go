@@ -133,6 +133,19 @@ func TestRemovingAChangefeedRemovesAllOfItAndRecordsItsCleanup(t *testing.T) {
 	f.refused("the removed changefeed's maintainer placing a partition", ErrStale, func() error {
 		return f.store.PlacePartition(f.ctx, mf, st.Partitions["big"][routes[0].ID], "n2", 0, model.CopyProgress{})
 	})
+	// Created again under its name, it is told apart from the one
+	// removed (a plan computed before must not act on it): its info was
+	// created at a later revision, and stays so in a watcher's view.
+	was := st.Changefeeds["big"].InfoCreated
+	if was == 0 {
+		t.Fatal("the changefeed's info has no create revision")
+	}
+	if _, err := f.store.CreateChangefeed(f.ctx, f.fence, model.ChangefeedInfo{ID: "big"}, nil, spans("t", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if now := f.load().Changefeeds["big"]; now == nil || now.InfoCreated <= was || now.InfoCreated != now.InfoRevision {
+		t.Fatalf("created again: %+v, the first one's info created at %d", now, was)
+	}
 }
 
 // A resume clears the changefeed's error, starts its reader again (the

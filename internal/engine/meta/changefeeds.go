@@ -14,8 +14,12 @@ import (
 
 // ChangefeedEntry is one changefeed as etcd holds it.
 type ChangefeedEntry struct {
-	Info               model.ChangefeedInfo
-	InfoRevision       int64
+	Info         model.ChangefeedInfo
+	InfoRevision int64
+	// InfoCreated is the info key's etcd create revision: a changefeed
+	// removed and created again under its name has a new one, which a
+	// plan computed before (its fingerprint's revision) never read.
+	InfoCreated        int64
 	Status             model.ChangefeedStatus
 	StatusRevision     int64
 	Maintainer         model.MaintainerPlacement
@@ -196,7 +200,7 @@ func (s *State) applyChangefeed(kind keyKind, rest string, kv *mvccpb.KeyValue, 
 				return
 			}
 			if json.Unmarshal(kv.Value, &e.Info) == nil {
-				e.InfoRevision = kv.ModRevision
+				e.InfoRevision, e.InfoCreated = kv.ModRevision, kv.CreateRevision
 			}
 		case "status":
 			var st model.ChangefeedStatus
