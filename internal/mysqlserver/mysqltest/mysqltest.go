@@ -5,8 +5,11 @@ package mysqltest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
+
+	_ "github.com/go-sql-driver/mysql" // the driver Open uses
 
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
 )
@@ -33,4 +36,34 @@ func StartWith(t testing.TB, db string, opts mysqlserver.Options) (*mysqlserver.
 		t.Fatal(err)
 	}
 	return srv, dsn
+}
+
+// StartShop starts a server with a binary log (and serverArgs) and an
+// empty database shop, and returns the server and a connection to shop:
+// how the MySQL source's tests begin.
+func StartShop(t testing.TB, serverArgs ...string) (*mysqlserver.Server, *sql.DB) {
+	t.Helper()
+	srv, dsn := StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: serverArgs})
+	return srv, Open(t, dsn)
+}
+
+// Open opens dsn for the rest of the test.
+func Open(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Exec runs each statement on db, failing the test on the first refused.
+func Exec(t testing.TB, db *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +20,13 @@ import (
 // it does not guess: those rows are reported different, as before.
 func TestVerifyGivesOlderRowsTheDefaultOfAnAddedColumn(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db,
 		`CREATE TABLE olines (id INT PRIMARY KEY, qty INT NOT NULL)`, `INSERT INTO olines VALUES (1, 1), (2, 2), (3, 3)`,
 		`CREATE TABLE stamps (id INT PRIMARY KEY)`, `INSERT INTO stamps VALUES (1), (2)`,
 		`CREATE TABLE moved (id INT PRIMARY KEY)`, `INSERT INTO moved VALUES (1), (2)`)
 	tc, _ := followShop(t, srv, "olines,stamps,moved", 1)
-	execDB(t, db,
+	mysqltest.Exec(t, db,
 		"ALTER TABLE olines ADD COLUMN price DECIMAL(10,2) NOT NULL DEFAULT 1.5, ADD (tag VARCHAR(10) DEFAULT 'new', `flag` TINYINT DEFAULT TRUE), ADD COLUMN note TEXT",
 		`INSERT INTO olines (id, qty) VALUES (4, 4)`, `UPDATE olines SET qty = 20 WHERE id = 2`,
 		// Computed at the statement's moment: unknowable afterwards.

@@ -25,6 +25,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // BenchmarkSourceAgainstBareReader measures rows/s from MariaDB's binary
@@ -79,7 +80,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 // streamBench starts a MariaDB with an empty table bench, and the source
 // configuration that streams it.
 func streamBench(b *testing.B) (*mysqlserver.Server, *sql.DB, mysql.Config) {
-	srv, db := startShopDB(b)
+	srv, db := mysqltest.StartShop(b)
 	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
 		b.Fatal(err)
 	}
@@ -366,7 +367,7 @@ func copyThroughTheSource(b *testing.B, uri, cf string, parts, rows int) time.Du
 // 1..rows), the snapshot benchmarks' table.
 func benchTable(b *testing.B, rows int) (*mysqlserver.Server, *sql.DB) {
 	b.Helper()
-	srv, db := startShopDB(b)
+	srv, db := mysqltest.StartShop(b)
 	if _, err := db.Exec(`CREATE TABLE bench (id BIGINT PRIMARY KEY, v VARCHAR(40), n DECIMAL(12,2), at DATETIME(6), flag TINYINT)`); err != nil {
 		b.Fatal(err)
 	}

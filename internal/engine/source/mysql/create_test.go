@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +23,13 @@ import (
 // replicated one as it was.
 func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db, `CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`, `INSERT INTO orders VALUES (1, 1), (2, 2)`)
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db, `CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`, `INSERT INTO orders VALUES (1, 1), (2, 2)`)
 	tc, _ := followShop(t, srv, "orders", 2)
 	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
 
 	tc.SetState("my", model.ChangefeedPaused)
-	execDB(t, db, `CREATE TABLE extra (id INT PRIMARY KEY, v INT)`, `INSERT INTO extra VALUES (1, 1), (2, 2), (3, 3)`,
+	mysqltest.Exec(t, db, `CREATE TABLE extra (id INT PRIMARY KEY, v INT)`, `INSERT INTO extra VALUES (1, 1), (2, 2), (3, 3)`,
 		`CREATE TABLE orders_copy LIKE orders`, `CREATE TABLE orders_sum AS SELECT id, v FROM orders`,
 		`CREATE VIEW orders_v AS SELECT id, v FROM orders`,
 		`CREATE TRIGGER orders_t BEFORE INSERT ON orders FOR EACH ROW SET NEW.v = NEW.v`,
@@ -52,7 +53,7 @@ func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 		}
 		return strings.HasPrefix(tc.CopySummary("my"), "done")
 	})
-	execDB(t, db, `INSERT INTO extra VALUES (4, 4)`, `UPDATE extra SET v = 20 WHERE id = 2`, `UPDATE orders SET v = 10 WHERE id = 1`)
+	mysqltest.Exec(t, db, `INSERT INTO extra VALUES (4, 4)`, `UPDATE extra SET v = 20 WHERE id = 2`, `UPDATE orders SET v = 10 WHERE id = 1`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,17 +20,17 @@ import (
 // the changefeed goes on, the remaining table equal to MariaDB's.
 func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db,
 		`CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`,
 		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16))`,
 		`CREATE TABLE moved (id BIGINT PRIMARY KEY, v INT)`,
 		`INSERT INTO orders VALUES (1, 1), (2, 2)`, `INSERT INTO audit VALUES (1, 'a')`, `INSERT INTO moved VALUES (1, 1)`)
 	tc, sink := followShop(t, srv, "orders,audit,moved", 1)
-	execDB(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
+	mysqltest.Exec(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
 	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
 
-	execDB(t, db, `DROP TABLE audit`, `RENAME TABLE moved TO moved_old`, `INSERT INTO orders VALUES (4, 4)`,
+	mysqltest.Exec(t, db, `DROP TABLE audit`, `RENAME TABLE moved TO moved_old`, `INSERT INTO orders VALUES (4, 4)`,
 		// Created again under the dropped name: another table, not
 		// replicated until it is added back.
 		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16), extra INT)`, `INSERT INTO audit VALUES (9, 'new', 1)`)
@@ -53,7 +54,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 
 	// The operator's answer: both removed; the changefeed goes on.
 	tc.UpdateTables("my", "shop.orders")
-	execDB(t, db, `INSERT INTO orders VALUES (5, 5)`, `UPDATE orders SET v = 10 WHERE id = 1`)
+	mysqltest.Exec(t, db, `INSERT INTO orders VALUES (5, 5)`, `UPDATE orders SET v = 10 WHERE id = 1`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 
 	// A database dropped ends every replicated table in it, as a DROP
 	// TABLE of each would (it names none of them).
-	execDB(t, db, `DROP DATABASE shop`)
+	mysqltest.Exec(t, db, `DROP DATABASE shop`)
 	tc.Eventually("orders listed as dropped with its database", 60*time.Second, func() bool {
 		issues = tc.Changefeed("my").Status.Tables
 		return len(issues) == 1 && issues[0].Table == "shop.orders" && issues[0].State == model.TableDropped

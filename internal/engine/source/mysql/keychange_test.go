@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +18,15 @@ import (
 // key, and the sink rebuilt equals both tables.
 func TestAChangedPrimaryKeyHoldsItsTableUntilTheRemedyItNames(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db, `CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(10))`, `CREATE TABLE c (x INT, y INT, v VARCHAR(10), PRIMARY KEY (x))`,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db, `CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(10))`, `CREATE TABLE c (x INT, y INT, v VARCHAR(10), PRIMARY KEY (x))`,
 		`CREATE TABLE d (k DECIMAL(6,2) PRIMARY KEY, v VARCHAR(10))`)
 	for i := 1; i <= 100; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'x')", i), fmt.Sprintf("INSERT INTO c VALUES (%d, %d, 'z')", i, 101-i),
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'x')", i), fmt.Sprintf("INSERT INTO c VALUES (%d, %d, 'z')", i, 101-i),
 			fmt.Sprintf("INSERT INTO d VALUES (%d, 'x')", i))
 	}
 	tc, _ := followShop(t, srv, "a,c,d", 2)
-	execDB(t, db, "ALTER TABLE a MODIFY id BIGINT", "INSERT INTO a VALUES (5000000000, 'big')", "UPDATE a SET v = 'u' WHERE id < 10", "DELETE FROM a WHERE id = 50",
+	mysqltest.Exec(t, db, "ALTER TABLE a MODIFY id BIGINT", "INSERT INTO a VALUES (5000000000, 'big')", "UPDATE a SET v = 'u' WHERE id < 10", "DELETE FROM a WHERE id = 50",
 		"ALTER TABLE c DROP PRIMARY KEY, ADD PRIMARY KEY (y, x)", "INSERT INTO c VALUES (1000, 1, 'n')", "UPDATE c SET v = 'u' WHERE x < 10",
 		// Every key of d reads otherwise now ("1.00" is "1.000"): held too.
 		"ALTER TABLE d MODIFY k DECIMAL(7,3)", "UPDATE d SET v = 'u' WHERE k = 1", "DELETE FROM d WHERE k = 2")
@@ -46,7 +47,7 @@ func TestAChangedPrimaryKeyHoldsItsTableUntilTheRemedyItNames(t *testing.T) {
 	}
 	tc.UpdateTablesInOnePause("my", []string{"shop.a"}, []string{"shop.a", "shop.c", "shop.d"}) // as the reasons say
 	tc.WaitSnapshot("my")
-	execDB(t, db, "DELETE FROM c WHERE x = 30", "UPDATE c SET v = 'after' WHERE y = 1", "DELETE FROM d WHERE k = 3", "UPDATE d SET v = 'after' WHERE k = 4")
+	mysqltest.Exec(t, db, "DELETE FROM c WHERE x = 30", "UPDATE c SET v = 'after' WHERE y = 1", "DELETE FROM d WHERE k = 3", "UPDATE d SET v = 'after' WHERE k = 4")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)

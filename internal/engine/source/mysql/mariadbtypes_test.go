@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"maps"
 	"slices"
 	"testing"
@@ -46,19 +47,19 @@ func readAsTheServerShows(t *testing.T, up upstream, table string) {
 // the sink rebuilt equals MariaDB's table.
 func TestAUUIDKeyedTableReplicates(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db,
 		`CREATE TABLE hosts (id UUID PRIMARY KEY, ip INET6, n INT NOT NULL)`,
 		`INSERT INTO hosts SELECT UUID(), CONCAT('::ffff:10.0.', seq DIV 250, '.', seq MOD 250), seq FROM seq_1_to_3000`)
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(2)
 	tc.CreateChangefeed("hosts", "mysql://root@"+srv.Addr()+"/shop?tables=hosts&chunk-rows=200", "file://"+t.TempDir()+"?flush-interval=100ms", 3)
-	execDB(t, db,
+	mysqltest.Exec(t, db,
 		`INSERT INTO hosts SELECT UUID(), CONCAT('fe80::', HEX(seq)), seq FROM seq_3001_to_3300`,
 		`UPDATE hosts SET ip = '::1', n = n + 10000 WHERE n % 7 = 0`,
 		`DELETE FROM hosts WHERE n % 11 = 0`)
 	tc.WaitSnapshot("hosts")
-	execDB(t, db, `UPDATE hosts SET ip = NULL WHERE n % 5 = 0`)
+	mysqltest.Exec(t, db, `UPDATE hosts SET ip = NULL WHERE n % 5 = 0`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("hosts").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"database/sql"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"maps"
 	"os"
 	"path/filepath"
@@ -80,7 +81,7 @@ func TestRowChangesLoggedAsStatementsHoldTheirTables(t *testing.T) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1) // one session, its binlog_format
-	execDB(t, db, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO orders (id, v) VALUES (1, 1)",
+	mysqltest.Exec(t, db, "SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO orders (id, v) VALUES (1, 1)",
 		"BEGIN", "INSERT INTO other VALUES (9)", "UPDATE audit SET id = id + 1 WHERE id > 100", "COMMIT",
 		"LOAD DATA LOCAL INFILE '"+rows+"' INTO TABLE loaded",
 		"SET SESSION binlog_format = 'ROW'")

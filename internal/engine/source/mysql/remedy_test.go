@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +22,17 @@ import (
 // rebuilt equals the tables.
 func TestATableHeldUpstreamIsReplicatedAgainByTheRemedyInOnePause(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db, `CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(10))`,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db, `CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(10))`,
 		`CREATE TABLE c (id INT PRIMARY KEY, v VARCHAR(10))`,
 		`CREATE TABLE p (id INT PRIMARY KEY, v VARCHAR(10)) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (1000), PARTITION p1 VALUES LESS THAN MAXVALUE)`,
 		`CREATE TABLE x (id INT PRIMARY KEY, v VARCHAR(10))`)
 	for i := 1; i <= 100; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'a')", i), fmt.Sprintf("INSERT INTO c VALUES (%d, 'c')", i),
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'a')", i), fmt.Sprintf("INSERT INTO c VALUES (%d, 'c')", i),
 			fmt.Sprintf("INSERT INTO p VALUES (%d, 'p'), (%d, 'p')", i, 1000+i))
 	}
 	for i := 1; i <= 30; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO x VALUES (%d, 'x')", 500+i))
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO x VALUES (%d, 'x')", 500+i))
 	}
 	tc, _ := followShop(t, srv, "a,c,p", 2)
 	held := func() map[string]string {
@@ -45,29 +46,29 @@ func TestATableHeldUpstreamIsReplicatedAgainByTheRemedyInOnePause(t *testing.T) 
 	}
 	// p's first partition exchanged with x's rows: p is held.
 	for i := 101; i <= 110; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'a')", i), fmt.Sprintf("INSERT INTO p VALUES (%d, 'p')", i))
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO a VALUES (%d, 'a')", i), fmt.Sprintf("INSERT INTO p VALUES (%d, 'p')", i))
 	}
-	execDB(t, db, "DELETE FROM p WHERE id = 1001", "ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE x")
+	mysqltest.Exec(t, db, "DELETE FROM p WHERE id = 1001", "ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE x")
 	tc.Eventually("p held", 30*time.Second, func() bool { return held()["shop.p"] != "" })
 	// The operator pauses; meanwhile rows of c are written, and c is
 	// replaced by a new table of the same columns: the reader resumes
 	// before all of it.
 	tc.SetState("my", model.ChangefeedPaused)
 	for i := 101; i <= 110; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO c VALUES (%d, 'old')", i))
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO c VALUES (%d, 'old')", i))
 	}
-	execDB(t, db, "UPDATE c SET v = 'gone' WHERE id <= 10", "CREATE OR REPLACE TABLE c (id INT PRIMARY KEY, v VARCHAR(10))")
+	mysqltest.Exec(t, db, "UPDATE c SET v = 'gone' WHERE id <= 10", "CREATE OR REPLACE TABLE c (id INT PRIMARY KEY, v VARCHAR(10))")
 	for i := 1; i <= 40; i++ {
-		execDB(t, db, fmt.Sprintf("INSERT INTO c VALUES (%d, 'new')", i*3))
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO c VALUES (%d, 'new')", i*3))
 	}
-	execDB(t, db, "UPDATE p SET v = 'moved' WHERE id BETWEEN 501 AND 505", "INSERT INTO p VALUES (2000, 'late')")
+	mysqltest.Exec(t, db, "UPDATE p SET v = 'moved' WHERE id BETWEEN 501 AND 505", "INSERT INTO p VALUES (2000, 'late')")
 	// In the same pause, both removed and added back, as p's reason says.
 	if !strings.Contains(held()["shop.p"], "--remove-table shop.p") {
 		t.Fatalf("p held because %q", held()["shop.p"])
 	}
 	tc.UpdateTablesInOnePause("my", []string{"shop.a"}, []string{"shop.a", "shop.c", "shop.p"})
 	tc.WaitSnapshot("my")
-	execDB(t, db, "DELETE FROM c WHERE id = 30", "UPDATE c SET v = 'after' WHERE id = 3", "UPDATE p SET v = 'after' WHERE id = 1002")
+	mysqltest.Exec(t, db, "DELETE FROM c WHERE id = 30", "UPDATE c SET v = 'after' WHERE id = 3", "UPDATE p SET v = 'after' WHERE id = 1002")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)

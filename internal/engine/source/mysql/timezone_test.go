@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,8 @@ import (
 // key each; a DATETIME is as stored.
 func TestTimestampsAreWrittenInUTCWhateverTheServersZone(t *testing.T) {
 	t.Parallel()
-	srv, _ := startShopDB(t, "--default-time-zone=+05:30")
-	utc := openDB(t, srv.DSN("shop")+"?time_zone=%27%2B00%3A00%27")
+	srv, _ := mysqltest.StartShop(t, "--default-time-zone=+05:30")
+	utc := mysqltest.Open(t, srv.DSN("shop")+"?time_zone=%27%2B00%3A00%27")
 	base := time.Date(2021, 3, 4, 5, 6, 7, 500e6, time.UTC)
 	values := func(from, to int, at time.Time) string {
 		var rows []string
@@ -29,10 +30,10 @@ func TestTimestampsAreWrittenInUTCWhateverTheServersZone(t *testing.T) {
 		}
 		return strings.Join(rows, ", ")
 	}
-	execDB(t, utc, `CREATE TABLE ev (at TIMESTAMP(3) PRIMARY KEY, d DATETIME(3), n INT)`,
+	mysqltest.Exec(t, utc, `CREATE TABLE ev (at TIMESTAMP(3) PRIMARY KEY, d DATETIME(3), n INT)`,
 		"INSERT INTO ev VALUES "+values(0, 299, base))
 	tc, _ := followShop(t, srv, "ev", 2)
-	execDB(t, utc, "INSERT INTO ev VALUES "+values(1, 20, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+	mysqltest.Exec(t, utc, "INSERT INTO ev VALUES "+values(1, 20, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 		"UPDATE ev SET n = n + 1 WHERE at < '2021-03-06'",
 		"DELETE FROM ev WHERE at = '2021-03-04 07:06:07.500'")
 

@@ -1,10 +1,11 @@
-package mysql_test
+package changefeeds
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -43,7 +44,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 
 	// While paused: the workload goes on, and items the sink holds are
 	// deleted; then the binary logs holding all that are purged.
-	execDB(t, db, "DELETE FROM items WHERE line <= 20")
+	mysqltest.Exec(t, db, "DELETE FROM items WHERE line <= 20")
 	failed := purgeAndResume(t, tc, db)
 	for _, want := range []string{"purged", "cannot go on from its checkpoint without losing changes", "cdcctl changefeed resnapshot NAME", "or remove it"} {
 		if !strings.Contains(failed.Status.Error, want) {
@@ -121,7 +122,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 // would resume from, resumes it, and waits for it to fail for them.
 func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.ChangefeedEntry {
 	t.Helper()
-	execDB(t, db, "FLUSH BINARY LOGS")
+	mysqltest.Exec(t, db, "FLUSH BINARY LOGS")
 	var last string
 	var pos uint32
 	var ignored sql.NullString
@@ -131,7 +132,7 @@ func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.Chan
 	// The server keeps a file a reader still has open (with a warning):
 	// purge until the older ones are gone.
 	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
-		execDB(t, db, "PURGE BINARY LOGS TO '"+last+"'")
+		mysqltest.Exec(t, db, "PURGE BINARY LOGS TO '"+last+"'")
 		var name string
 		var size int64
 		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
@@ -154,13 +155,13 @@ func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.Chan
 func TestAResnapshotCopiesUnderTheKeyTheTableHasNow(t *testing.T) {
 	t.Parallel()
 	const existing = 400
-	srv, db := startShopDB(t)
-	execDB(t, db, "CREATE TABLE keyed (x INT NOT NULL, y INT NOT NULL, v VARCHAR(16), PRIMARY KEY (x), UNIQUE KEY (y))")
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db, "CREATE TABLE keyed (x INT NOT NULL, y INT NOT NULL, v VARCHAR(16), PRIMARY KEY (x), UNIQUE KEY (y))")
 	var rows []string
 	for i := 1; i <= existing; i++ {
 		rows = append(rows, fmt.Sprintf("(%d, %d, 'v%d')", i, -i, i))
 	}
-	execDB(t, db, "INSERT INTO keyed VALUES "+strings.Join(rows, ", "),
+	mysqltest.Exec(t, db, "INSERT INTO keyed VALUES "+strings.Join(rows, ", "),
 		"CREATE TABLE retyped (x INT NOT NULL PRIMARY KEY, s VARCHAR(8) NOT NULL, UNIQUE KEY (s))",
 		"INSERT INTO retyped SELECT x, CONCAT('s', 1000 - x) FROM keyed")
 	tc := enginetest.New(t, enginetest.Options{})
@@ -205,7 +206,7 @@ func TestAResnapshotCopiesUnderTheKeyTheTableHasNow(t *testing.T) {
 	tc.WaitSnapshot("my")
 	tc.SetState("my", model.ChangefeedPaused)
 	time.Sleep(2 * time.Second) // its reader stops
-	execDB(t, db, "ALTER TABLE keyed DROP PRIMARY KEY, ADD PRIMARY KEY (y)", "ALTER TABLE retyped DROP PRIMARY KEY, ADD PRIMARY KEY (s)")
+	mysqltest.Exec(t, db, "ALTER TABLE keyed DROP PRIMARY KEY, ADD PRIMARY KEY (y)", "ALTER TABLE retyped DROP PRIMARY KEY, ADD PRIMARY KEY (s)")
 	purgeAndResume(t, tc, db)
 	var res coordinator.UpdateResult
 	if err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
@@ -236,15 +237,5 @@ func TestAResnapshotCopiesUnderTheKeyTheTableHasNow(t *testing.T) {
 	}
 	if rep := tc.VerifyDatabase("my", up, []string{"shop.keyed", "shop.retyped"}, finish()); !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after a key moved from x to y and a re-snapshot: %+v", rep)
-	}
-}
-
-// execDB runs statements on db, failing the test at the first error.
-func execDB(t *testing.T, db *sql.DB, stmts ...string) {
-	t.Helper()
-	for _, q := range stmts {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package mysql_test
+package changefeeds
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package mysql_test
+package changefeeds
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
-	"github.com/cdcctl/cdcctl/internal/mysqlserver"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -33,7 +32,7 @@ import (
 // BEGIN and END once, counting its rows.
 func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
+	srv, db := mysqltest.StartShop(t)
 	if _, err := db.Exec(`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`); err != nil {
 		t.Fatal(err)
 	}
@@ -287,31 +286,4 @@ func (w *shopWorkload) run(live []int64) {
 func retryable(err error) bool {
 	var me *driver.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
-}
-
-// startShopDB starts a MariaDB with its binary log on and opens its
-// database shop.
-func startShopDB(t testing.TB, serverArgs ...string) (*mysqlserver.Server, *sql.DB) {
-	t.Helper()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: serverArgs})
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return srv, db
-}
-
-// followShop starts two captures and a changefeed "my" of the shop
-// database's tables into a file sink, and waits for its initial
-// snapshot: how most engine tests of this package begin. It returns the
-// cluster and the sink's directory.
-func followShop(t *testing.T, srv *mysqlserver.Server, tables string, partitions int) (*enginetest.Cluster, string) {
-	t.Helper()
-	tc := enginetest.New(t, enginetest.Options{})
-	tc.StartCaptures(2)
-	sink := t.TempDir()
-	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables="+tables, "file://"+sink+"?flush-interval=100ms", partitions)
-	tc.WaitSnapshot("my")
-	return tc, sink
 }

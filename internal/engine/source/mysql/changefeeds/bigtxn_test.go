@@ -1,9 +1,10 @@
-package mysql_test
+package changefeeds
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ const bigTxnRows = 50_000
 // equal MariaDB's, nothing twice.
 func TestALargeTransactionArrivesWhole(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
+	srv, db := mysqltest.StartShop(t)
 	for _, q := range []string{
 		`CREATE TABLE biglines (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHAR(32))`,
 		`CREATE TABLE small (id INT PRIMARY KEY)`,
@@ -115,7 +116,7 @@ func TestALargeTableIsCutAtItsQuantiles(t *testing.T) {
 // partitions, and the database.
 func cutsOf(t *testing.T, table string, setup ...string) ([]string, *sql.DB) {
 	t.Helper()
-	srv, db := startShopDB(t)
+	srv, db := mysqltest.StartShop(t)
 	for _, q := range setup {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,8 @@
-package mysql_test
+package changefeeds
 
 import (
 	"encoding/hex"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"slices"
 	"strings"
 	"testing"
@@ -31,8 +32,8 @@ import (
 // byte of 0x80 or more was U+FFFD).
 func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	t.Parallel()
-	srv, db := startShopDB(t)
-	execDB(t, db,
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db,
 		`CREATE TABLE tokens (id BINARY(16) PRIMARY KEY, n INT NOT NULL, f BIT(16))`,
 		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq, seq * 40503 % 65536 FROM seq_1_to_5000`,
 		// Keys with zero bytes at the start, the middle and the end.
@@ -72,7 +73,7 @@ func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	tc.MoveElsewhere(second.ID)
 	t.Logf("moved %s [%s, …) after it had copied through %s", second.ID, model.DecodeKey(model.BytesKeyType, second.Span.Start), model.DecodeKey(model.BytesKeyType, after))
 	tc.WaitSnapshot("my")
-	execDB(t, db,
+	mysqltest.Exec(t, db,
 		`INSERT INTO tokens SELECT UNHEX(MD5(seq)), seq, seq * 40503 % 65536 FROM seq_5001_to_5500`,
 		`UPDATE tokens SET n = n + 1000, f = f ^ 32769 WHERE n % 7 = 0`,
 		`UPDATE tokens SET n = 0 WHERE id = UNHEX('7f00000000000000000000000000007f')`,
@@ -82,7 +83,7 @@ func TestABinaryUUIDKeyedTableReplicates(t *testing.T) {
 	// A split key with a zero byte in it, between the table's keys, typed
 	// as an operator types it.
 	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Split(s, p.ID, "0x0400", plan.DefaultCosts) })
-	execDB(t, db, `UPDATE tokens SET n = n + 1 WHERE n % 5 = 0`, `INSERT INTO tokens VALUES (UNHEX('40000000000000000000000000000000'), 40, b'1000000000000001')`)
+	mysqltest.Exec(t, db, `UPDATE tokens SET n = n + 1 WHERE n % 5 = 0`, `INSERT INTO tokens VALUES (UNHEX('40000000000000000000000000000000'), 40, b'1000000000000001')`)
 	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
-package mysql_test
+package changefeeds
 
 import (
 	"database/sql"
 	"fmt"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func startExistingShop(t *testing.T, chunkRows int, serverArgs ...string) (*engi
 // startShopOf is startExistingShop with existing orders and items.
 func startShopOf(t *testing.T, existing, chunkRows int, serverArgs ...string) (*enginetest.Cluster, *sql.DB) {
 	t.Helper()
-	srv, db := startShopDB(t, serverArgs...)
+	srv, db := mysqltest.StartShop(t, serverArgs...)
 	for _, q := range []string{
 		`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`,
 		// The default collation folds case: 'SKU-7' sorts among 'sku-…'

@@ -1,4 +1,4 @@
-package mysql_test
+package changefeeds
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // A changefeed created on a primary goes on on its replica after a
@@ -33,7 +34,7 @@ import (
 func TestAChangefeedGoesOnOnTheReplicaAfterAFailover(t *testing.T) {
 	t.Parallel()
 	const existing = 400
-	primary, pdb := startShopDB(t)
+	primary, pdb := mysqltest.StartShop(t)
 	replica := startReplica(t, primary)
 	createShop(t, pdb, existing)
 	addr := startProxy(t, primary.Addr())
@@ -59,7 +60,7 @@ func TestAChangefeedGoesOnOnTheReplicaAfterAFailover(t *testing.T) {
 	if err := pdb.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		t.Fatal(err)
 	}
-	rdb := openDB(t, replica.DSN("shop"))
+	rdb := mysqltest.Open(t, replica.DSN("shop"))
 	var waited int
 	if err := rdb.QueryRow("SELECT MASTER_GTID_WAIT(?, 60)", pos).Scan(&waited); err != nil || waited != 0 {
 		t.Fatalf("the replica did not catch up with %s: %d, %v", pos, waited, err)
@@ -68,7 +69,7 @@ func TestAChangefeedGoesOnOnTheReplicaAfterAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr.switchTo(replica.Addr())
-	execDB(t, rdb, "STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
+	mysqltest.Exec(t, rdb, "STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
 	t.Logf("failed over from the primary at %s to the replica", pos)
 
 	live, next := ordersOf(t, rdb)
@@ -126,19 +127,19 @@ func startReplica(t *testing.T, primary *mysqlserver.Server) *mysqlserver.Server
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
 	host, port, _ := net.SplitHostPort(primary.Addr())
-	db := openDB(t, srv.DSN(""))
-	execDB(t, db, fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%s, MASTER_USER='root', MASTER_USE_GTID=slave_pos", host, port), "START SLAVE")
+	db := mysqltest.Open(t, srv.DSN(""))
+	mysqltest.Exec(t, db, fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='%s', MASTER_PORT=%s, MASTER_USER='root', MASTER_USE_GTID=slave_pos", host, port), "START SLAVE")
 	return srv
 }
 
 // createShop creates orders and items with existing rows each.
 func createShop(t *testing.T, db *sql.DB, existing int) {
 	t.Helper()
-	execDB(t, db,
+	mysqltest.Exec(t, db,
 		`CREATE TABLE orders (id BIGINT PRIMARY KEY, region VARCHAR(8) NOT NULL, amount DECIMAL(10,2), note TEXT, at DATETIME(6))`,
 		`CREATE TABLE items (sku VARCHAR(32), line INT, qty INT NOT NULL, PRIMARY KEY (sku, line))`)
 	for id := 1; id <= existing; id++ {
-		execDB(t, db,
+		mysqltest.Exec(t, db,
 			fmt.Sprintf("INSERT INTO orders VALUES (%d, 'eu', %d.50, 'n', NOW(6))", id, id),
 			fmt.Sprintf("INSERT INTO items VALUES ('sku-%d', %d, 1)", id%50, id))
 	}
@@ -164,16 +165,6 @@ func ordersOf(t *testing.T, db *sql.DB) ([]int64, int64) {
 		t.Fatalf("orders: %d, %v", len(live), err)
 	}
 	return live, live[len(live)-1] + 1
-}
-
-func openDB(t *testing.T, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 // proxy forwards loopback connections to a server it can be switched
