@@ -32,6 +32,8 @@ const (
 	kindBytes                   // BINARY, VARBINARY: its bytes
 	kindChars                   // CHAR, VARCHAR: its text, in its collation
 	kindUnsigned                // BIGINT UNSIGNED: its value
+	kindNumber                  // DECIMAL, NUMERIC, YEAR: its value
+	kindTemporal                // DATE, DATETIME, TIMESTAMP, TIME: its text
 )
 
 func keyKindOf(colType string) keyKind {
@@ -47,15 +49,23 @@ func keyKindOf(colType string) keyKind {
 		return kindChars
 	case base == "bigint" && strings.Contains(t, "unsigned"):
 		return kindUnsigned
+	case base == "decimal" || base == "numeric" || base == "year":
+		return kindNumber
+	case base == "date" || base == "datetime" || base == "timestamp" || base == "time":
+		return kindTemporal
 	}
 	return kindOther
 }
 
 // indexOrdered says a table's key is copied in its index's order: a
 // column of it is not ordered by its bytes there, and each can be
-// bounded by a literal the index compares as it orders. Keys with an
-// ENUM, SET, temporal, DECIMAL, BIT or a prefix of a TEXT column stay
-// on the byte ranges (sorted).
+// bounded by a literal the index compares as it orders. A DECIMAL's text
+// is not in its order ("10" before "9"); a temporal key's text is, but a
+// span's bounds (an operator's split key, "2024-06") need not be a value
+// the server reads as one, where the cursor always is a row's own. Keys
+// with an ENUM, SET, FLOAT, DOUBLE, BIT or a prefix of a TEXT column stay
+// on the byte ranges (sorted): their text is not exactly the value the
+// index compares, or not in its order.
 func indexOrdered(def *source.TableDef) bool {
 	names := def.KeyNames()
 	some := false
@@ -63,7 +73,7 @@ func indexOrdered(def *source.TableDef) bool {
 		switch keyKindOf(def.Columns[def.Index(k)].Type) {
 		case kindOther:
 			return false
-		case kindChars, kindUnsigned:
+		case kindChars, kindUnsigned, kindNumber, kindTemporal:
 			some = true
 		}
 	}
@@ -169,6 +179,20 @@ func orderedLiteral(colType string, kc keyCollation, v string) (string, error) {
 			return "", fmt.Errorf("key %q is not an unsigned integer", v)
 		}
 		return strconv.FormatUint(n, 10), nil
+	case kindNumber:
+		// The value's own text (DECIMAL's is exact), as a number.
+		if !numberText(v) {
+			return "", fmt.Errorf("key %q is not a number", v)
+		}
+		return v, nil
+	case kindTemporal:
+		// A quoted constant, which the server converts to the column's
+		// type before comparing (zero dates too); a TIMESTAMP's in the
+		// session's zone, UTC, the one its text was read in.
+		if !temporalText(v) {
+			return "", fmt.Errorf("key %q is not a date or a time", v)
+		}
+		return "'" + v + "'", nil
 	case kindChars:
 		if kc.charset == "" || kc.collation == "" {
 			return "", fmt.Errorf("the collation of a character key column (%s) is not known", colType)
@@ -176,4 +200,27 @@ func orderedLiteral(colType string, kc keyCollation, v string) (string, error) {
 		return fmt.Sprintf("CONVERT(_utf8mb4 X'%s' USING %s) COLLATE %s", hex.EncodeToString([]byte(v)), kc.charset, kc.collation), nil
 	}
 	return "X'" + hex.EncodeToString([]byte(v)) + "'", nil
+}
+
+// numberText says v is a decimal number as the server writes one:
+// digits, at most one point, a sign in front.
+func numberText(v string) bool {
+	v = strings.TrimPrefix(v, "-")
+	whole, frac, _ := strings.Cut(v, ".")
+	return whole != "" && allIn(whole, "0123456789") && allIn(frac, "0123456789")
+}
+
+// temporalText says v is a date, a time or both as the server writes
+// them: digits and the separators, nothing a quote could end.
+func temporalText(v string) bool {
+	return v != "" && allIn(v, "0123456789-:. ")
+}
+
+func allIn(s, chars string) bool {
+	for _, r := range s {
+		if !strings.ContainsRune(chars, r) {
+			return false
+		}
+	}
+	return true
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // Tables keyed by characters under collations that fold case and pad
-// spaces (utf8mb4 and latin1, alone and with an integer), and by BIGINT
-// UNSIGNED, are copied in their key's index order: every chunk is a
+// spaces (utf8mb4 and latin1, alone and with an integer), by BIGINT
+// UNSIGNED, DECIMAL and temporal columns, are copied in their key's index order: every chunk is a
 // range read of the primary key (it was a cast and a sort of the rest of
 // the table, every chunk), and partitions cut at byte bounds that are
 // no ranges of the index each keep their own rows: every row is copied
@@ -29,7 +29,18 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO m SELECT CONCAT(ELT(seq %% 3 + 1, 'sku', 'SKU', 'Sku'), seq DIV 300), seq, seq FROM seq_1_to_%d`, rows),
 		`CREATE TABLE n (id BIGINT UNSIGNED PRIMARY KEY, v INT)`,
 		fmt.Sprintf(`INSERT INTO n SELECT IF(seq %% 2, seq, 9223372036854775807 + seq), seq FROM seq_1_to_%d`, rows),
-		`ANALYZE TABLE c, m, n`)
+		// A time series keyed (at, id), a zero date first; amounts whose
+		// text is not in their order; times before zero and past a day;
+		// a year, a timestamp and a date together.
+		`CREATE TABLE t (at DATETIME(6), id INT, v INT, PRIMARY KEY (at, id))`,
+		fmt.Sprintf(`INSERT INTO t SELECT IF(seq = 1, '0000-00-00 00:00:00', TIMESTAMP('2024-01-01') + INTERVAL seq * 3571 SECOND + INTERVAL seq MICROSECOND), seq %% 3, seq FROM seq_1_to_%d`, rows),
+		`CREATE TABLE d (amount DECIMAL(12,3) PRIMARY KEY, v INT)`,
+		fmt.Sprintf(`INSERT INTO d SELECT IF(seq %% 2, -1, 1) * CAST(seq AS SIGNED) * 1.5 / 7, seq FROM seq_1_to_%d`, rows),
+		`CREATE TABLE h (tm TIME(1) PRIMARY KEY, v INT)`,
+		fmt.Sprintf(`INSERT INTO h SELECT SEC_TO_TIME(CAST(seq AS SIGNED) * 997 - 3000000 + (seq %% 2) * 0.5), seq FROM seq_1_to_%d`, rows),
+		`CREATE TABLE y (yr YEAR, ts TIMESTAMP, day DATE, PRIMARY KEY (yr, ts, day))`,
+		fmt.Sprintf(`INSERT INTO y SELECT 1990 + seq %% 40, FROM_UNIXTIME(1000000000 + seq * 1000), DATE('2000-01-01') + INTERVAL seq DAY FROM seq_1_to_%d`, rows),
+		`ANALYZE TABLE c, m, n, t, d, h, y`)
 	for _, tc := range []struct {
 		table  string
 		bounds []string // the first key column's, in byte order
@@ -37,6 +48,10 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 		{"keys.c", []string{"", "M", "a", "ab~", "\xc3", ""}},
 		{"keys.m", []string{"", "SKU", "Sku", "sku", ""}},
 		{"keys.n", []string{"", "5", "9223372036854775900", ""}},
+		{"keys.t", []string{"", "2024-03", "2024-07-15 1", ""}},
+		{"keys.d", []string{"", "-", "1", "5", ""}},
+		{"keys.h", []string{"", "-1", "-5", "1", "3", ""}},
+		{"keys.y", []string{"", "2000", "2015", ""}},
 	} {
 		def, _, err := tableDef(ctx, conn, tc.table)
 		if err != nil {
