@@ -406,22 +406,29 @@ func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableD
 // whole rows is no longer def's key (dropped, or replaced by one of
 // other columns): compared by the columns' numbers where they are known
 // (a key column renamed since is the same column), else by name.
-func (s *Stream) keyGone(ctx context.Context, rel uint32, table string, def *source.TableDef, nums []int16) bool {
+//
+// A catalog that cannot be read is an error, not "the same key": taken
+// for the same, a dropped key's rows would collapse downstream.
+func (s *Stream) keyGone(ctx context.Context, rel uint32, table string, def *source.TableDef, nums []int16) (bool, error) {
 	if known(nums, len(def.Columns)) {
 		var key []int16
 		err := s.cat.conn.QueryRow(ctx, `SELECT COALESCE((SELECT string_to_array(indkey::text, ' ')::int2[] FROM pg_index WHERE indrelid = $1 AND indisprimary), '{}')`, rel).Scan(&key)
-		if err == nil {
-			var had []int16
-			for j, c := range def.Columns {
-				if c.KeyPos > 0 {
-					had = append(had, nums[j])
-				}
-			}
-			return len(key) != len(had) || slices.ContainsFunc(had, func(n int16) bool { return !slices.Contains(key, n) })
+		if err != nil {
+			return false, err
 		}
+		var had []int16
+		for j, c := range def.Columns {
+			if c.KeyPos > 0 {
+				had = append(had, nums[j])
+			}
+		}
+		return len(key) != len(had) || slices.ContainsFunc(had, func(n int16) bool { return !slices.Contains(key, n) }), nil
 	}
 	now, err := s.cat.tableDef(ctx, table)
-	return err == nil && len(now.Columns) > 0 && !sameNames(now.KeyNames(), def.KeyNames())
+	if err != nil {
+		return false, err
+	}
+	return len(now.Columns) > 0 && !sameNames(now.KeyNames(), def.KeyNames()), nil
 }
 
 // columnsUnclearHold says why a table is held when its columns changed

@@ -109,7 +109,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// since leaves the columns as they were, and rows that share
 		// the old key's values would collapse into one downstream (a
 		// DELETE of one removing the other). The catalog tells.
-		if s.keyGone(ctx, m.RelationID, name, def, nums) {
+		gone, err := s.keyGone(ctx, m.RelationID, name, def, nums)
+		if err != nil {
+			return unreadable("its primary key", err)
+		}
+		if gone {
 			// (Replaced by a key of other columns, likewise.)
 			s.rels[m.RelationID].held = true
 			s.hold(name, keyDroppedHold(s.changefeed(), name))
