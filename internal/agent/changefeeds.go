@@ -263,7 +263,7 @@ func engineError(err error, id string) error {
 		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrUnavailable):
-		return api.Errorf(api.CodeUnavailable, "check that it runs and that the coordinator can reach it, then send the same request again; the changefeed is as it was (a slot this attempt made is dropped by the coordinator in the background, and a create of the same name is refused as pending until then)", "%s",
+		return api.Errorf(api.CodeUnavailable, "check that it runs and that the coordinator can reach it, then send the same request again; the changefeed is as it was (after a create, a replication slot the attempt made is dropped in the background, and a create of the same name is refused as pending until then)", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)

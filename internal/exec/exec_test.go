@@ -421,8 +421,15 @@ func TestAStepWhoseChangefeedIsRemovedAsItBeginsIsSkipped(t *testing.T) {
 	p := drainPlan()
 	w.skipAtBegin = map[string]bool{plan.StepText(p.Batches[1].Steps[0]): true}
 	r := New("plan-1", p, "ops", c.t)
+	// One step at a time, as after a lag budget's hold in batch 1 (which
+	// keeps the width from growing back): the skipped step must not hold
+	// b's place.
+	r.Width, r.HeldBatch = 1, 1
 	for i := 0; i < 10 && !r.State.Terminal(); i++ {
 		run(t, x, r, RequestNone)
+		if r.Steps[1].State == StepSkipped && r.Steps[2].State == StepPending {
+			t.Fatalf("a's step skipped at its start, and b's not begun in the same pass (width %d)", r.Width)
+		}
 		w.finish()
 		c.t = c.t.Add(time.Second)
 	}

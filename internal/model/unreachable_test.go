@@ -1,10 +1,13 @@
 package model
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -35,6 +38,13 @@ func TestOnlyAFailedDialIsUnreachable(t *testing.T) {
 		{"login refused", errors.New("password authentication failed for user \"cdc\""), false},
 		{"connection reset", errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"), false},
 		{"nil", nil, false},
+		{"deadline of a connect", fmt.Errorf("connect: %w", context.DeadlineExceeded), true},
+		{"no route", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, true},
+		{"network unreachable", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}, true},
+		// A driver that tried several addresses joins their errors.
+		{"a retired name beside a refused broker", errors.Join(&net.DNSError{Err: "no such host", Name: "k0", IsNotFound: true}, fmt.Errorf("k1: %w", refused)), true},
+		{"a retired name beside a timed out one", errors.Join(&net.DNSError{Err: "no such host", Name: "k0", IsNotFound: true}, &net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}), true},
+		{"a retired name beside a refused certificate", errors.Join(&net.DNSError{Err: "no such host", Name: "k0", IsNotFound: true}, x509.UnknownAuthorityError{}), false},
 	}
 	for _, c := range cases {
 		if got := DialFailed(c.err); got != c.want {

@@ -206,8 +206,12 @@ func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, st
 		return exec.Outcome{Done: !present || (l == model.LivenessStopping && !ours)}, nil
 	case plan.StepMoveMaintainer:
 		e := st.Changefeeds[model.ChangefeedID(s.Changefeed)]
-		if e == nil || e.Maintainer.Node != s.From {
-			// Moved (by this step or anything else), or the changefeed is gone.
+		if e == nil {
+			// Removed: nothing of it is left on the target.
+			return exec.Outcome{Skipped: fmt.Sprintf("changefeed %s was removed", s.Changefeed)}, nil
+		}
+		if e.Maintainer.Node != s.From {
+			// Moved, by this step or anything else.
 			return exec.Outcome{Done: state == exec.StepPending || time.Since(since) >= maintainerSettle}, nil
 		}
 		if state == exec.StepPending && !st.IsSchedulable(s.To) {
@@ -215,6 +219,9 @@ func (a *drainActuator) Check(ctx context.Context, p *plan.Plan, s plan.Step, st
 		}
 		return exec.Outcome{}, nil
 	case plan.StepMovePartitions:
+		if st.Changefeeds[model.ChangefeedID(s.Changefeed)] == nil {
+			return exec.Outcome{Skipped: fmt.Sprintf("changefeed %s was removed", s.Changefeed)}, nil
+		}
 		for _, r := range st.Partitions[model.ChangefeedID(s.Changefeed)] {
 			if r.Route.Node == s.From {
 				return exec.Outcome{}, nil

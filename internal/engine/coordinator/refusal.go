@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -40,7 +41,11 @@ var ErrUnavailable = errors.New("unavailable")
 // refuseReaching refuses a request over err, met asking a source or a
 // sink: unavailable when it could not be reached, else invalid.
 func refuseReaching(err error) error {
-	if errors.Is(err, model.ErrUnreachable) || model.DialFailed(err) {
+	// Sources and sinks mark what is worth a retry; beyond that, only a
+	// dial that failed (a sink that did not say) is, not any error whose
+	// words look like one.
+	var op *net.OpError
+	if errors.Is(err, model.ErrUnreachable) || errors.As(err, &op) && op.Op == "dial" && model.DialFailed(op) {
 		return refuse(ErrUnavailable, "%v", err)
 	}
 	return refuse(ErrInvalid, "%v", err)

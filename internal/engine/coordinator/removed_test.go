@@ -33,4 +33,8 @@ func TestAStepOfAChangefeedCreatedAgainSinceThePlanIsSkipped(t *testing.T) {
 			t.Errorf("%+v: %q, want %q", tc.st.Changefeeds["cf"], got, tc.want)
 		}
 	}
+	// A plan without a revision (none read) skips only on a removal.
+	if got := removed(st(250), &plan.Plan{}, s); got != "" {
+		t.Errorf("a plan without a fingerprint revision: %q", got)
+	}
 }

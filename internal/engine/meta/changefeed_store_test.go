@@ -143,8 +143,12 @@ func TestRemovingAChangefeedRemovesAllOfItAndRecordsItsCleanup(t *testing.T) {
 	if _, err := f.store.CreateChangefeed(f.ctx, f.fence, model.ChangefeedInfo{ID: "big"}, nil, spans("t", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if now := f.load().Changefeeds["big"]; now == nil || now.InfoCreated <= was || now.InfoCreated != now.InfoRevision {
+	now := f.load().Changefeeds["big"]
+	if now == nil || now.InfoCreated <= was || now.InfoCreated != now.InfoRevision {
 		t.Fatalf("created again: %+v, the first one's info created at %d", now, was)
+	}
+	if w := f.follow().Changefeeds["big"]; w == nil || w.InfoCreated != now.InfoCreated {
+		t.Fatalf("the watched state has the new changefeed's info created at %+v, a load at %d", w, now.InfoCreated)
 	}
 }
 

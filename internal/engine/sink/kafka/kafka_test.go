@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +212,29 @@ func TestBadKafkaInput(t *testing.T) {
 	}
 	if time.Since(begin) > 20*time.Second {
 		t.Fatalf("took %s to give up on an unreachable broker", time.Since(begin))
+	}
+	if !errors.Is(err, model.ErrUnreachable) {
+		t.Fatalf("a broker refusing connections is not marked worth a retry: %v", err)
+	}
+	// A listener that closes every connection at once, as one that wants
+	// TLS or a login does to a client offering neither: a setting to fix,
+	// not worth the same request again, and the hint says which.
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, err = kafka.Open(context.Background(), "kafka://"+ln.Addr().String()+"/t?dial-timeout=500ms", quiet())
+	if err == nil || errors.Is(err, model.ErrUnreachable) || !strings.Contains(err.Error(), "may want TLS (enable-tls=true)") {
+		t.Fatalf("a broker closing the connection: %v (marked worth a retry: %v)", err, errors.Is(err, model.ErrUnreachable))
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/xdg-go/scram"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // This file is the Kafka sink's authentication and encryption: SASL
@@ -184,6 +186,10 @@ func connectHint(err error, s Security) string {
 		return "TLS with the brokers failed: check enable-tls, ca (the brokers' CA), cert and key in the sink URI"
 	case s.SASLUser != "":
 		return "check the brokers in the sink URI and that they are up, and the SASL login (sasl-user, sasl-password, sasl-mechanism): a broker that refuses it may just close the connection"
+	case !model.DialFailed(err) && !s.TLS:
+		// Connected, and the brokers closed on us: what a listener that
+		// wants TLS or a login does to a client that offers neither.
+		return "check the brokers in the sink URI and that they are up; brokers that close the connection at once may want TLS (enable-tls=true) or a SASL login (sasl-user, sasl-password)"
 	}
 	return "check the brokers in the sink URI and that they are up"
 }

@@ -140,13 +140,13 @@ func explain(cfg Config, err error) error {
 		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
 	}
 	msg := redactIn(err.Error(), cfg.Password)
-	if model.DialFailed(err) || strings.Contains(msg, "no such host") {
+	if dial := model.DialFailed(err); dial || strings.Contains(msg, "no such host") {
 		err := fmt.Errorf("cannot reach the MySQL server at %s: %s; check the host and port, and that the server runs and listens there", cfg.Addr(), msg)
-		if model.DialFailed(err) {
-			// A host name that does not resolve needs the URI fixed:
-			// refused as it is, not worth a retry.
+		if dial {
 			return model.Unreachable(err)
 		}
+		// A host name that does not resolve needs the URI fixed:
+		// refused as it is, not worth a retry.
 		return err
 	}
 	return fmt.Errorf("%s: %s", cfg.Addr(), msg)

@@ -3,12 +3,14 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
@@ -116,7 +118,11 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 		t.Fatalf("a wrong password: %v", err)
 	}
 	_, _, err = mysql.Preflight(ctx, parse(t, "mysql://root@127.0.0.1:1/shop?tables=orders"))
-	if err == nil || !strings.Contains(err.Error(), "cannot reach the MySQL server at 127.0.0.1:1") {
-		t.Fatalf("an unreachable server: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the MySQL server at 127.0.0.1:1") || !errors.Is(err, model.ErrUnreachable) {
+		t.Fatalf("an unreachable server (worth a retry as it is): %v", err)
+	}
+	// A wrong password is refused as it is: no retry mends it.
+	if _, _, err = mysql.Preflight(ctx, parse(t, uri(statement, "reader:wrong-pass", "orders"))); errors.Is(err, model.ErrUnreachable) {
+		t.Fatalf("a wrong password marked worth a retry: %v", err)
 	}
 }

@@ -444,19 +444,26 @@ func explain(cfg Config, err error) error {
 		}
 		return fmt.Errorf("PostgreSQL: %s%s [SQLSTATE %s]", pgErr.Message, hint, pgErr.Code)
 	}
-	var netErr *net.OpError
+	host := "the server"
+	if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
+		host = fmt.Sprintf("%s:%d", c.Host, c.Port)
+	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &netErr) || errors.As(err, &connErr) {
-		host := "the server"
-		if c, perr := pgconn.ParseConfig(cfg.ConnString); perr == nil {
-			host = fmt.Sprintf("%s:%d", c.Host, c.Port)
-		}
+	if errors.As(err, &connErr) {
 		if model.DialFailed(err) {
 			// Only a dial that failed is worth retrying as it is; a host
 			// that does not resolve or a TLS refusal needs the URI fixed.
 			return model.Unreachable(fmt.Errorf("cannot reach PostgreSQL at %s: %v; check the host and port in the source URI and that PostgreSQL listens there (listen_addresses)", host, unwrapConnect(err)))
 		}
 		return fmt.Errorf("cannot connect to PostgreSQL at %s: %v; check the source URI's host name and its TLS settings (sslmode, sslrootcert) against the server's", host, unwrapConnect(err))
+	}
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
+		// Connected, then the connection was lost or a request timed
+		// out: the server restarting, a proxy failing over, or a wait
+		// upstream (a slot's creation waits for the transactions open
+		// when it began). Worth the same request again.
+		return model.Unreachable(fmt.Errorf("lost PostgreSQL at %s in the middle of a request: %v; try again (a replication slot's creation waits for the transactions open upstream to end: see pg_stat_activity)", host, err))
 	}
 	return err
 }

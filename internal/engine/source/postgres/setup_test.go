@@ -99,7 +99,7 @@ func TestPrepareRefusesWithTheReasonAndAFix(t *testing.T) {
 		{"unknown database", strings.Replace(dsn, "/"+db+"?", "/nosuchdb?", 1) + "&tables=keyed", "check the database name"},
 		{"no replication privilege", strings.Replace(dsn, "postgres@", "reader@", 1) + "&tables=keyed", "may not replicate: grant it with ALTER ROLE reader REPLICATION"},
 		{"unreachable", "postgres://postgres@" + closed + "/x?sslmode=disable&connect_timeout=3&tables=t", "cannot reach PostgreSQL at " + closed},
-		{"TLS the server does not offer", strings.Replace(dsn, "sslmode=disable", "sslmode=require", 1) + "&tables=keyed", "server refused TLS connection"},
+		{"TLS the server does not offer", strings.Replace(dsn, "sslmode=disable", "sslmode=require", 1) + "&tables=keyed", "server refused TLS connection; check the source URI's host name and its TLS settings"},
 		{"a partition and its root", dsn + "&tables=m,m_2024", "table public.m_2024 is a partition of public.m, which the changefeed replicates too: its rows arrive as public.m's; leave public.m_2024 out of tables="},
 		{"a root published under its children's names", dsn + "&tables=m&publication=children", "ALTER PUBLICATION children SET (publish_via_partition_root = true)"},
 		{"an identity index of other columns", dsn + "&tables=byemail", "table public.byemail's replica identity is an index of (email), not its primary key (id): its DELETEs carry only that index's columns"},
