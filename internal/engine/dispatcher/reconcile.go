@@ -80,7 +80,9 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	// stopped: a paused changefeed resumes exactly there, and a partition
 	// being moved away is handed over there.
 	stopping := time.Now()
+	endBeats := m.beatWhileStopping(ctx, st, len(stale))
 	m.stopAndReport(stale)
+	endBeats()
 	if len(stale) > 0 {
 		m.waited = time.Since(stopping)
 		m.log.Debug("dispatchers stopped", "count", len(stale), "took", m.waited.Round(time.Millisecond))
@@ -318,5 +320,42 @@ func (m *Manager) indexRunningLocked() {
 		}
 		m.byFeed[cf][k] = r
 		m.indexed++
+	}
+}
+
+// beatWhileStopping keeps the node's heartbeats going while stops wait:
+// a graceful stop waits for its sink's flush, up to 30 s on a sink that
+// has stalled, and the loop that beats is the one waiting. Without them
+// every changefeed on the node, not only the stalled one, lagged that
+// long. The returned func ends them; only one beat runs at a time, as
+// the loop's own are not sent meanwhile.
+func (m *Manager) beatWhileStopping(ctx context.Context, st *meta.State, stops int) func() {
+	if stops == 0 {
+		return func() {}
+	}
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			every := m.beatEvery()
+			m.mu.Lock()
+			wait := max(0, every-time.Since(m.lastBeat))
+			m.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			m.heartbeat(ctx, st)
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
 	}
 }

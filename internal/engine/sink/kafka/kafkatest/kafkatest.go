@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -22,6 +23,9 @@ type Cluster struct {
 	Partitions int32
 	Faulty     int32
 	code       atomic.Int32 // 0: healthy
+
+	mu      sync.Mutex
+	stalled chan struct{} // non-nil: produce requests wait until it closes
 }
 
 // Start starts brokers with topic seeded with partitions.
@@ -48,6 +52,15 @@ func Start(brokers int, topic string, partitions int32) (*Cluster, error) {
 // error code for every partition, while there is a fault.
 func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	c.KeepControl()
+	c.mu.Lock()
+	stalled := c.stalled
+	c.mu.Unlock()
+	if stalled != nil && c.CurrentNode() == c.Faulty {
+		// Held, the broker answering other requests meanwhile, then
+		// handled as usual.
+		c.SleepControl(func() { <-stalled })
+		return nil, nil, false
+	}
 	code := int16(c.code.Load())
 	if code == 0 || c.CurrentNode() != c.Faulty {
 		return nil, nil, false
@@ -84,8 +97,26 @@ const dropCode = -1
 // request, unanswered, until Heal: a broker restarting.
 func (c *Cluster) Drop() { c.code.Store(dropCode) }
 
-// Heal ends the fault.
-func (c *Cluster) Heal() { c.code.Store(0) }
+// Stall makes the faulty broker hold every produce request, unanswered,
+// until Heal: a broker or a network that has slowed to a crawl.
+func (c *Cluster) Stall() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stalled == nil {
+		c.stalled = make(chan struct{})
+	}
+}
+
+// Heal ends the fault; stalled requests are answered.
+func (c *Cluster) Heal() {
+	c.code.Store(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stalled != nil {
+		close(c.stalled)
+		c.stalled = nil
+	}
+}
 
 // Addrs is the brokers' addresses, comma-separated, as a sink URI names
 // them.
