@@ -29,8 +29,11 @@ import (
 // While the primary copies existing rows and takes a live workload, the
 // replica follows it; the workload stops, the replica catches up, the
 // primary is stopped, the replica promoted, and the workload goes on
-// there. The tables rebuilt from the sink equal the new primary's, and
-// nothing was written twice.
+// there. Before the failover a DBA wrote on the replica itself, in a
+// GTID domain of its own that the changefeed's position never had (an
+// errant transaction): those rows are the new primary's and arrive too.
+// The tables rebuilt from the sink equal the new primary's, and nothing
+// was written twice.
 func TestAChangefeedGoesOnOnTheReplicaAfterAFailover(t *testing.T) {
 	t.Parallel()
 	const existing = 400
@@ -65,6 +68,14 @@ func TestAChangefeedGoesOnOnTheReplicaAfterAFailover(t *testing.T) {
 	if err := rdb.QueryRow("SELECT MASTER_GTID_WAIT(?, 60)", pos).Scan(&waited); err != nil || waited != 0 {
 		t.Fatalf("the replica did not catch up with %s: %d, %v", pos, waited, err)
 	}
+	// Errant transactions: written on the replica itself, in a domain of
+	// its own (a fix a DBA made there), never on the primary. They are
+	// the new primary's rows once it is promoted.
+	errant := mysqltest.Open(t, replica.DSN("shop"))
+	errant.SetMaxOpenConns(1)
+	mysqltest.Exec(t, errant, "SET SESSION gtid_domain_id = 7",
+		"INSERT INTO orders VALUES (900001, 'errant', 1.00, 'on the replica', NOW(6))",
+		"UPDATE orders SET note = 'fixed on the replica' WHERE id = (SELECT MIN(id) FROM (SELECT id FROM orders) o)")
 	if err := primary.Stop(); err != nil {
 		t.Fatal(err)
 	}
