@@ -80,16 +80,16 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	// stopped: a paused changefeed resumes exactly there, and a partition
 	// being moved away is handed over there.
 	stopping := time.Now()
-	endBeats := m.beatWhileStopping(ctx, st, len(stale))
+	endBeats := m.beatWhileStopping(ctx, len(stale)+len(restart))
 	m.stopAndReport(stale)
-	endBeats()
 	if len(stale) > 0 {
 		m.waited = time.Since(stopping)
 		m.log.Debug("dispatchers stopped", "count", len(stale), "took", m.waited.Round(time.Millisecond))
 	}
 	for cf, why := range restart {
-		m.restartFeed(cf, why)
+		m.restartFeed(cf, why) // its stops wait for a failed sink too
 	}
+	endBeats()
 	newFinals := len(stale) > 0
 	// A partition being moved away that nothing runs here (this process
 	// started after it was placed, or its changefeed is paused) is handed
@@ -327,13 +327,17 @@ func (m *Manager) indexRunningLocked() {
 // a graceful stop waits for its sink's flush, up to 30 s on a sink that
 // has stalled, and the loop that beats is the one waiting. Without them
 // every changefeed on the node, not only the stalled one, lagged that
-// long. The returned func ends them; only one beat runs at a time, as
-// the loop's own are not sent meanwhile.
-func (m *Manager) beatWhileStopping(ctx context.Context, st *meta.State, stops int) func() {
+// long. Each beat reads the cluster as it is then (a drain moves
+// maintainers while the target's dispatchers stop). The returned func
+// ends them, a beat under way cut short (the loop's next one follows at
+// once); only one beat runs at a time, as the loop's own are not sent
+// meanwhile.
+func (m *Manager) beatWhileStopping(ctx context.Context, stops int) func() {
 	if stops == 0 {
 		return func() {}
 	}
-	done, ended := make(chan struct{}), make(chan struct{})
+	bctx, cancel := context.WithCancel(ctx)
+	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		for {
@@ -343,19 +347,16 @@ func (m *Manager) beatWhileStopping(ctx context.Context, st *meta.State, stops i
 			m.mu.Unlock()
 			t := time.NewTimer(wait)
 			select {
-			case <-done:
-				t.Stop()
-				return
-			case <-ctx.Done():
+			case <-bctx.Done():
 				t.Stop()
 				return
 			case <-t.C:
 			}
-			m.heartbeat(ctx, st)
+			m.heartbeat(bctx, m.view.State())
 		}
 	}()
 	return func() {
-		close(done)
+		cancel()
 		<-ended
 	}
 }
