@@ -105,16 +105,20 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_KEY = 'PRI' AND COLLATION_N
 	return out, rows.Err()
 }
 
-// orderOf names the index order of a table's key: its columns with the
-// collations of the character ones, "(sku utf8mb4_general_ci, line)".
+// orderOf names the index order of a table's key: its columns with
+// their types and the collations of the character ones, "(sku
+// varchar(20) utf8mb4_general_ci, line int)". A cursor read in another
+// order means nothing in this one: a collation changed, or a type (a
+// DATETIME cursor against a column made DATE compares as neither equal
+// nor less, and that day's rows would be skipped).
 func orderOf(def *source.TableDef, colls map[string]keyCollation) string {
 	var parts []string
 	for _, k := range def.KeyNames() {
+		part := k + " " + strings.ToLower(def.Columns[def.Index(k)].Type)
 		if kc, ok := colls[k]; ok {
-			parts = append(parts, k+" "+kc.collation)
-		} else {
-			parts = append(parts, k)
+			part += " " + kc.collation
 		}
+		parts = append(parts, part)
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }
@@ -223,4 +227,43 @@ func allIn(s, chars string) bool {
 		}
 	}
 	return true
+}
+
+// temporalKey says a table's key has a date or time column.
+func temporalKey(def *source.TableDef) bool {
+	for _, k := range def.KeyNames() {
+		if keyKindOf(def.Columns[def.Index(k)].Type) == kindTemporal {
+			return true
+		}
+	}
+	return false
+}
+
+// allowZeroDates takes NO_ZERO_DATE and NO_ZERO_IN_DATE out of the
+// session's sql_mode: a chunk of a key with a date may start after a
+// zero date ('0000-00-00', '2024-00-15'), a row's own value, and a
+// server with them (MySQL 8's default) may refuse comparing with one,
+// which would stop the copy at that row for ever.
+func allowZeroDates(ctx context.Context, conn *sql.Conn) error {
+	var mode string
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read the session's sql_mode: %w", err)
+	}
+	if !strings.Contains(mode, "NO_ZERO") {
+		return nil
+	}
+	var kept []string
+	for _, m := range strings.Split(mode, ",") {
+		if m != "NO_ZERO_DATE" && m != "NO_ZERO_IN_DATE" {
+			kept = append(kept, m)
+		}
+	}
+	set := strings.Join(kept, ",")
+	if !allIn(set, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_,") {
+		return fmt.Errorf("the session's sql_mode %q is not a list of modes", mode)
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = '"+set+"'"); err != nil {
+		return fmt.Errorf("take NO_ZERO_DATE out of the session's sql_mode: %w", err)
+	}
+	return nil
 }

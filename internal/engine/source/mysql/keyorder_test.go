@@ -97,5 +97,9 @@ func keysConn(tb testing.TB, stmts ...string) *sql.Conn {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
+	// In UTC, as the source's own connections are (config.go).
+	if _, err := conn.ExecContext(ctx, "SET time_zone = '+00:00'"); err != nil {
+		tb.Fatal(err)
+	}
 	return conn
 }

@@ -86,7 +86,7 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 			// behind the cursor are not those of the new order (the
 			// change rewrote none of them in the log). Its range is read
 			// again from its start: the rows copied before arrive twice.
-			s.log.Warn("snapshot: the collation of a key column changed while its table copied; the partition copies its range again from the start", "table", span.Table, "was", copied.Order, "now", order)
+			s.log.Warn("snapshot: the collation or the type of a key column changed while its table copied; the partition copies its range again from the start", "table", span.Table, "was", copied.Order, "now", order)
 			cursor = ""
 		}
 		if q, err = orderedQuery(def, span, cursor, limit, colls); err != nil {
@@ -165,6 +165,11 @@ const copyConns = 4
 // once, into the chunk, before the next row overwrites the driver's
 // buffer).
 func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) error {
+	if c.Ordered && temporalKey(c.Def) {
+		if err := allowZeroDates(ctx, conn); err != nil {
+			return err
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
 		return err
 	}
