@@ -145,7 +145,8 @@ func TestAChunkGivesTheToastedValuesAnUpdateInItsWindowLeftOut(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	psql(t, srv, dsn, `INSERT INTO docs VALUES (999999, 0, 'last')`)
-	for deadline := time.Now().Add(30 * time.Second); !p.has("999999"); time.Sleep(20 * time.Millisecond) {
+	// Generous: CI runs three packages' race-enabled tests on two cores.
+	for deadline := time.Now().Add(90 * time.Second); !p.has("999999"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the last change did not arrive")
 		}
