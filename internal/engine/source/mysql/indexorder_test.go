@@ -134,12 +134,30 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 // Rows per second of each, and each against the SELECT; the runs
 // alternate, after a warm-up read.
 func BenchmarkCharacterKeyChunks(b *testing.B) {
-	const rows, limit = 200_000, 8192
-	ctx := context.Background()
-	conn := keysConn(b,
+	const rows = 200_000
+	benchKeyChunks(b, rows, "SELECT k, v FROM keys.c ORDER BY k",
 		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v VARCHAR(40))`,
 		fmt.Sprintf(`INSERT INTO c SELECT CONCAT(ELT(seq %% 3 + 1, 'sku-', 'SKU-', 'Sku-'), MD5(seq)), MD5(seq) FROM seq_1_to_%d`, rows),
 		`ANALYZE TABLE c`)
+}
+
+// BenchmarkTimeKeyChunks is BenchmarkCharacterKeyChunks for a time
+// series keyed (at DATETIME(6), id), copied by the bytes of its text
+// before 2026-12-05.
+func BenchmarkTimeKeyChunks(b *testing.B) {
+	const rows = 200_000
+	benchKeyChunks(b, rows, "SELECT at, id, v FROM keys.c ORDER BY at, id",
+		`CREATE TABLE c (at DATETIME(6), id INT, v VARCHAR(40), PRIMARY KEY (at, id))`,
+		fmt.Sprintf(`INSERT INTO c SELECT TIMESTAMP('2024-01-01') + INTERVAL seq * 7 SECOND, seq %% 5, MD5(seq) FROM seq_1_to_%d`, rows),
+		`ANALYZE TABLE c`)
+}
+
+// benchKeyChunks times table keys.c (rows rows, made by stmts) copied
+// in chunks in its key's index order and by bytes, against flat.
+func benchKeyChunks(b *testing.B, rows int, flatQuery string, stmts ...string) {
+	const limit = 8192
+	ctx := context.Background()
+	conn := keysConn(b, stmts...)
 	def, _, err := tableDef(ctx, conn, "keys.c")
 	if err != nil {
 		b.Fatal(err)
@@ -178,7 +196,7 @@ func BenchmarkCharacterKeyChunks(b *testing.B) {
 	flat := func() time.Duration {
 		began := time.Now()
 		c := source.NewChunk(span.Table, def, rows+1)
-		if err := readChunk(ctx, conn, c, "SELECT k, v FROM keys.c ORDER BY k"); err != nil {
+		if err := readChunk(ctx, conn, c, flatQuery); err != nil {
 			b.Fatal(err)
 		}
 		if len(c.Rows) != rows {
