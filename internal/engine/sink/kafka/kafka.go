@@ -50,12 +50,15 @@ func (e *DispatcherError) Remedy() string { return e.Hint }
 
 // Sink is the Kafka sink of one changefeed on one node.
 type Sink struct {
-	cfg        Config
-	sc         *sarama.Config
-	tenure     sink.Tenure // nil: no session to lose
-	metrics    Metrics
-	client     sarama.Client
-	partitions int32
+	cfg Config
+	// createdTopic: this open created the topic (it did not exist), so
+	// a changefeed create refused after its probe removes it again.
+	createdTopic bool
+	sc           *sarama.Config
+	tenure       sink.Tenure // nil: no session to lose
+	metrics      Metrics
+	client       sarama.Client
+	partitions   int32
 	// topicParts is how many partitions the topic had when the sink
 	// opened (partitions is how many rows are hashed over: as many, or
 	// hash-partitions); the refresher tells when it changes.

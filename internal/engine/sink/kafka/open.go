@@ -47,27 +47,34 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 		}
 		return nil, err
 	}
-	topicParts, err := ensureTopic(client, cfg)
+	topicParts, created, err := ensureTopic(client, cfg)
 	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	fail := func(err error) (*Sink, error) {
+		if created {
+			// Refused after it made the topic: nothing is left behind.
+			if derr := dropTopic(client, cfg.Topic); derr != nil {
+				log.Warn("kafka: could not remove the topic this refused open created", "topic", cfg.Topic, "err", derr)
+			}
+		}
 		client.Close()
 		return nil, err
 	}
 	parts, err := hashedOver(cfg, topicParts)
 	if err != nil {
-		client.Close()
-		return nil, err
+		return fail(err)
 	}
 	var progressParts int32
 	if cfg.ExactlyOnce() {
 		if progressParts, err = ensureProgressTopic(client, cfg); err != nil {
-			client.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if cfg.TransactionMeta {
 		if err := ensureTransactionTopic(client, cfg); err != nil {
-			client.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	life, stop := context.WithCancel(context.Background())
@@ -75,7 +82,7 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	if metrics == nil {
 		metrics = noMetrics{}
 	}
-	s := &Sink{cfg: cfg, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
+	s := &Sink{cfg: cfg, createdTopic: created, sc: sc, tenure: env.Tenure, metrics: metrics, client: client, partitions: parts, log: log, failures: newFailureLog(log, failureLogInterval),
 		topicParts: topicParts, life: life, stop: stop, outstanding: map[string]int{}, openTxn: map[string]bool{}, fences: map[string]*fence{}, parts: make([]partState, parts), conns: map[lane]*sarama.Broker{}, txnConns: map[lane]*sarama.Broker{},
 		kick: make(chan struct{}, 1), results: make(chan *produceCall), refresh: make(chan struct{}, 1), pumped: make(chan struct{}), refreshed: make(chan struct{}),
 		changefeed: env.Changefeed, txns: map[string]*txnWriter{}, progressParts: progressParts, sideTails: map[string]chan struct{}{}}
@@ -140,28 +147,61 @@ func saramaConfig(cfg Config) *sarama.Config {
 	return sc
 }
 
-func ensureTopic(client sarama.Client, cfg Config) (int32, error) {
+func ensureTopic(client sarama.Client, cfg Config) (n int32, created bool, err error) {
 	parts, err := client.Partitions(cfg.Topic)
 	if err == nil && len(parts) > 0 {
-		return int32(len(parts)), nil
+		return int32(len(parts)), false, nil
 	}
 	if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		return 0, fmt.Errorf("read the partitions of topic %q: %w", cfg.Topic, err)
+		return 0, false, fmt.Errorf("read the partitions of topic %q: %w", cfg.Topic, err)
 	}
 	admin, aerr := sarama.NewClusterAdminFromClient(client)
 	if aerr != nil {
-		return 0, fmt.Errorf("topic %q does not exist and cannot be created: %w", cfg.Topic, aerr)
+		return 0, false, fmt.Errorf("topic %q does not exist and cannot be created: %w", cfg.Topic, aerr)
 	}
 	cerr := admin.CreateTopic(cfg.Topic, &sarama.TopicDetail{NumPartitions: cfg.PartitionNum, ReplicationFactor: cfg.ReplicationFactor}, false)
 	if cerr != nil && !errors.Is(cerr, sarama.ErrTopicAlreadyExists) {
-		return 0, fmt.Errorf("topic %q does not exist and could not be created (create it, or fix partition-num/replication-factor): %w", cfg.Topic, cerr)
+		return 0, false, fmt.Errorf("topic %q does not exist and could not be created (create it, or fix partition-num/replication-factor): %w", cfg.Topic, cerr)
 	}
+	created = cerr == nil // not if another made it meanwhile
 	if err := client.RefreshMetadata(cfg.Topic); err != nil {
-		return 0, err
+		return 0, created, err
 	}
 	parts, err = client.Partitions(cfg.Topic)
 	if err != nil {
-		return 0, err
+		return 0, created, err
 	}
-	return int32(len(parts)), nil
+	return int32(len(parts)), created, nil
+}
+
+// dropTopic deletes topic through client's brokers.
+func dropTopic(client sarama.Client, topic string) error {
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return err
+	}
+	// Not admin.Close: it would close the client, which its caller owns.
+	return admin.DeleteTopic(topic)
+}
+
+// CreatedTopic says this sink's open created its topic.
+func (s *Sink) CreatedTopic() bool { return s.createdTopic }
+
+// RemoveTopic deletes the topic of the sink uri names: a changefeed
+// create refused after its probe created the topic leaves none behind.
+func RemoveTopic(uri string) error {
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		return err
+	}
+	sc := saramaConfig(cfg)
+	if err := cfg.Security.apply(sc); err != nil {
+		return err
+	}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, sc)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	return admin.DeleteTopic(cfg.Topic)
 }

@@ -124,7 +124,16 @@ func Probe(ctx context.Context, uri string, env Env) (pinned string, undo func()
 		if err != nil {
 			return "", nil, err
 		}
-		return pinned, func() {}, nil
+		undo := func() {}
+		if k.CreatedTopic() {
+			// A create refused after this leaves no topic behind.
+			undo = func() {
+				if err := kafka.RemoveTopic(uri); err != nil && env.Log != nil {
+					env.Log.Warn("kafka: could not remove the topic a refused create made", "sink", redact.URI(uri), "err", err)
+				}
+			}
+		}
+		return pinned, undo, nil
 	case "blackhole":
 		return uri, func() {}, nil
 	}
