@@ -46,6 +46,14 @@ func TestARefusedCreateRemovesTheTopicItsProbeCreated(t *testing.T) {
 	if names := topics(); slices.Contains(names, "fresh") {
 		t.Fatalf("the refused create left its topic: %v", names)
 	}
+	// An open refused after it created the topic (fewer partitions
+	// than the keys are hashed over) removes it itself.
+	if _, _, err := registry.Probe(context.Background(), "kafka://"+addr+"/short?partition-num=2&hash-partitions=4", env); err == nil {
+		t.Fatal("a topic of 2 partitions for keys hashed over 4 was taken")
+	}
+	if names := topics(); slices.Contains(names, "short") {
+		t.Fatalf("the refused open left the topic it created: %v", names)
+	}
 	_, undo, err = registry.Probe(context.Background(), "kafka://"+addr+"/existing", env)
 	if err != nil {
 		t.Fatal(err)
