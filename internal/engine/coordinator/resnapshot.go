@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -77,7 +78,8 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	res.AddedSpans, res.Rekeyed, err = respans(kctx, src, parts, e.Info.PartitionsPerTable)
 	_ = src.Close()
 	if err != nil {
-		return UpdateResult{}, refuse(ErrInvalid, "reading the tables' primary keys to copy them again: %v", err)
+		// As a create's cut: a database that went away meanwhile is 503.
+		return UpdateResult{}, refuseReaching(fmt.Errorf("reading the tables' primary keys to copy them again: %w", err))
 	}
 	res.RemovedPartitions = remove
 	if req.DryRun {
