@@ -80,7 +80,7 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	// stopped: a paused changefeed resumes exactly there, and a partition
 	// being moved away is handed over there.
 	stopping := time.Now()
-	endBeats := m.beatWhileStopping(ctx, len(stale)+len(restart))
+	endBeats := m.beatWhileWaiting(ctx, len(stale)+len(restart))
 	m.stopAndReport(stale)
 	if len(stale) > 0 {
 		m.waited = time.Since(stopping)
@@ -161,6 +161,10 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 	}
 	m.mu.Unlock()
 	starting := time.Now()
+	// Starts open their changefeeds' sinks and sources, which may hang
+	// as long as they cannot be reached: the node's beats go on.
+	endBeats = m.beatWhileWaiting(ctx, len(toStart))
+	defer endBeats()
 	prepared := m.prepareAll(ctx, toStart)
 	preparing := time.Since(starting)
 	resumes := m.resumeAll(ctx, st, toStart, prepared)
@@ -323,17 +327,18 @@ func (m *Manager) indexRunningLocked() {
 	}
 }
 
-// beatWhileStopping keeps the node's heartbeats going while stops wait:
-// a graceful stop waits for its sink's flush, up to 30 s on a sink that
-// has stalled, and the loop that beats is the one waiting. Without them
+// beatWhileWaiting keeps the node's heartbeats going while stops and
+// starts wait: a graceful stop waits for its sink's flush, up to 30 s on
+// a sink that has stalled, a start for its sink and source to open, and
+// the loop that beats is the one waiting. Without them
 // every changefeed on the node, not only the stalled one, lagged that
 // long. Each beat reads the cluster as it is then (a drain moves
 // maintainers while the target's dispatchers stop). The returned func
 // ends them, a beat under way cut short (the loop's next one follows at
 // once); only one beat runs at a time, as the loop's own are not sent
 // meanwhile.
-func (m *Manager) beatWhileStopping(ctx context.Context, stops int) func() {
-	if stops == 0 {
+func (m *Manager) beatWhileWaiting(ctx context.Context, waits int) func() {
+	if waits == 0 {
 		return func() {}
 	}
 	bctx, cancel := context.WithCancel(ctx)

@@ -1,9 +1,11 @@
 package dispatcher_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -51,5 +53,40 @@ func TestAStopWaitingOnAStalledSinkHoldsNoOtherChangefeedsCheckpoint(t *testing.
 	})
 	if rep := tc.VerifyPaused("slow"); !rep.OK || rep.Lost != 0 {
 		t.Fatalf("slow: %+v", rep)
+	}
+}
+
+// A changefeed whose dispatchers cannot start (their sink's open hangs,
+// here a start held by a fault hook) holds back no other changefeed's
+// checkpoint on the same capture: the node's heartbeats go on while the
+// starts wait.
+func TestAStartThatHangsHoldsNoOtherChangefeedsCheckpoint(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let)
+	hang := func(r model.RouteEntry) error {
+		if r.Changefeed == "stuck" {
+			<-release
+		}
+		return nil
+	}
+	tc := enginetest.New(t, enginetest.Options{Faults: map[model.NodeID]capture.Faults{"capture-1": {FailStart: hang}}})
+	tc.StartCaptures(1)
+	tc.CreateChangefeed("fast", "gen://?tables=2&keys=50&rate=200", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.WaitCheckpoint("fast", model.TsFromTime(time.Now()))
+	tc.CreateChangefeed("stuck", "gen://?tables=2&keys=50&rate=200", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	created := time.Now()
+	tc.Eventually("fast's checkpoint past stuck's creation", 10*time.Second, func() bool {
+		return tc.Changefeed("fast").Status.CheckpointTs > model.TsFromTime(created.Add(time.Second))
+	})
+	let()
+	tc.WaitCheckpoint("stuck", model.TsFromTime(time.Now()))
+	if rep := tc.PauseAndVerify("fast"); !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+		t.Fatalf("fast: %+v", rep)
+	}
+	if rep := tc.PauseAndVerify("stuck"); !rep.OK || rep.Lost != 0 || rep.Duplicates != 0 {
+		t.Fatalf("stuck: %+v", rep)
 	}
 }
