@@ -235,7 +235,7 @@ func (c *Coordinator) PreviewChangefeed(ctx context.Context, req CreateRequest) 
 	defer cancel()
 	f, err := sources.Preview(pctx, req.Source)
 	if err != nil {
-		return Preview{}, refuse(ErrInvalid, "%v", err)
+		return Preview{}, refuseReaching(err) // as the create itself
 	}
 	return Preview{Tables: f.Tables, Refused: f.Refused}, nil
 }
