@@ -46,6 +46,50 @@ type CopyProgress struct {
 	// the cursor over, rather than read on in an order the rows behind
 	// it have moved in.
 	Order string `json:"order,omitempty"`
+	// Only names the relation the copy reads now instead of the whole
+	// table, in the source's own terms (PostgreSQL: a partition's OID),
+	// and Then those it reads after, space-separated: a copy of the rows
+	// a table's partition held when it was attached (PostgreSQL sends
+	// none of them). To and Cursor are positions in Only's rows. Strings,
+	// not a slice, so that progress compares with ==.
+	Only string `json:"only,omitempty"`
+	Then string `json:"then,omitempty"`
+}
+
+// Finished is the progress once the relation being copied is copied
+// through the span's end: the next one of Then, or Done.
+func (c CopyProgress) Finished() CopyProgress {
+	c.To, c.Cursor, c.Read, c.Order = "", "", 0, ""
+	if c.Then != "" {
+		c.Only, c.Then, _ = strings.Cut(c.Then, " ")
+		c.Done = false
+		return c
+	}
+	c.Only, c.Done = "", true
+	return c
+}
+
+// Including is the progress once rel is also to be copied: now, where
+// the copy is done; after what it copies, where it is not (a relation
+// already to be copied is not copied twice).
+func (c CopyProgress) Including(rel string) CopyProgress {
+	if rel == "" || strings.ContainsRune(rel, ' ') {
+		return c
+	}
+	if c.Done {
+		c.Done, c.Only, c.Then = false, rel, ""
+		c.To, c.Cursor, c.Read, c.Order = "", "", 0, ""
+		return c
+	}
+	if c.Only == rel || strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+		return c
+	}
+	if c.Then == "" {
+		c.Then = rel
+	} else {
+		c.Then += " " + rel
+	}
+	return c
 }
 
 // KeyColumns writes a key's column names, in key order, as copies
@@ -100,9 +144,10 @@ func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 		return CopyProgress{Done: true, Rows: c.Rows, Key: c.Key}, CopyProgress{Done: true, Key: c.Key}
 	}
 	if c.To != "" && c.To >= key {
-		// The lower half is copied whole; the upper half up to To.
-		lower = CopyProgress{Done: true, Rows: c.Rows, Key: c.Key}
-		upper = CopyProgress{Key: c.Key}
+		// The lower half has copied what it reads now; the upper half
+		// has up to To. Both go on with the relations after it.
+		lower = CopyProgress{Rows: c.Rows, Key: c.Key, Only: c.Only, Then: c.Then}.Finished()
+		upper = CopyProgress{Key: c.Key, Only: c.Only, Then: c.Then}
 		if c.To > key {
 			upper.To = c.To
 		}
@@ -110,7 +155,7 @@ func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 	}
 	// Both halves go on under the key the copy began with (and from its
 	// cursor, in index order).
-	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order}
+	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order, Only: c.Only, Then: c.Then}
 }
 
 // Beyond says c has copied more than o (of the same span, along one

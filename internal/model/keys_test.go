@@ -316,3 +316,44 @@ func TestSameKeyEncoding(t *testing.T) {
 		}
 	}
 }
+
+// The copy of partitions attached to a table after its snapshot: a done
+// copy starts the first at once, one under way copies them after what
+// it copies, each once, in order; a split gives both halves the
+// relations still to copy.
+func TestAttachedRelationsAreCopiedAfterWhatIsCopying(t *testing.T) {
+	done := CopyProgress{Done: true, Rows: 7, Key: "(id)"}
+	c := done.Including("16401")
+	if c.Done || c.Only != "16401" || c.Then != "" || c.Rows != 7 || c.Key != "(id)" {
+		t.Fatalf("a done copy including a relation: %+v", c)
+	}
+	c = c.CopiedThrough("m").Including("16420").Including("16401").Including("16420").Including("16433")
+	if c.Only != "16401" || c.Then != "16420 16433" || c.To != "m\x00" {
+		t.Fatalf("relations included while copying: %+v", c)
+	}
+	lo, up := c.Cut("g")
+	if lo.Done || lo.Only != "16420" || lo.Then != "16433" || lo.To != "" || lo.Rows != 7 {
+		t.Fatalf("the lower half of a cut below the copied key: %+v", lo)
+	}
+	if up.Only != "16401" || up.Then != "16420 16433" || up.To != "m\x00" {
+		t.Fatalf("the upper half of a cut below the copied key: %+v", up)
+	}
+	lo, up = c.Cut("t")
+	if lo != c || up.Only != "16401" || up.Then != "16420 16433" || up.To != "" {
+		t.Fatalf("a cut above the copied key: %+v %+v", lo, up)
+	}
+	c = c.Finished()
+	if c.Done || c.Only != "16420" || c.Then != "16433" || c.To != "" {
+		t.Fatalf("the first relation finished: %+v", c)
+	}
+	if c = c.Finished().Finished(); !c.Done || c.Only != "" || c.Then != "" || c.Rows != 7 {
+		t.Fatalf("every relation finished: %+v", c)
+	}
+	root := CopyProgress{Key: "(id)"}.CopiedThrough("c").Including("16401")
+	if root.Only != "" || root.Then != "16401" {
+		t.Fatalf("a relation included while the table itself copies: %+v", root)
+	}
+	if root = root.Finished(); root.Done || root.Only != "16401" {
+		t.Fatalf("the table copied, its attached relation next: %+v", root)
+	}
+}

@@ -62,8 +62,12 @@ func nextChunkRows(c *Chunk, most int) int {
 }
 
 // Mark is a watermark's content: the Statement of a KindMark event.
+// A mark of kind MarkAttached is no chunk's: it tells the table's
+// partitions that the relations in ID (the source's own names for them,
+// space-separated) joined the table with rows its stream never carried,
+// to be copied. The log keeps one mark of a table at a position.
 type Mark struct {
-	Kind  string `json:"kind"` // low or high
+	Kind  string `json:"kind"` // low, high, or MarkAttached
 	ID    string `json:"id"`
 	Table string `json:"table"`
 	// Snap is the read's snapshot where the database needs it (a high
@@ -75,6 +79,10 @@ type Mark struct {
 	Racy   []model.Ts `json:"racy,omitempty"`
 	Unsure bool       `json:"unsure,omitempty"`
 }
+
+// MarkAttached is the kind of a mark that tells a table's partitions to
+// copy a relation attached to it (Mark).
+const MarkAttached = "attached"
 
 // Chunk is a chunk in flight between its watermarks.
 type Chunk struct {

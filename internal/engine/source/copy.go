@@ -360,7 +360,7 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 	c, err := r.o.Chunks.ReadChunk(ctx, r.span, from, limit, func(c *Chunk) bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Cursor != from.Cursor || want.Done {
+		if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Cursor != from.Cursor || want.Only != from.Only || want.Done {
 			return false // the chunks before were given up meanwhile
 		}
 		c.slot, registered, c.regAt = true, c, r.inner.Position()

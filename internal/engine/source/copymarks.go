@@ -7,6 +7,7 @@ package source
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -16,6 +17,18 @@ import (
 func (r *CopyReader) onMark(e *Event) {
 	var mk Mark
 	if json.Unmarshal([]byte(e.Statement), &mk) != nil {
+		return
+	}
+	if mk.Kind == MarkAttached {
+		// A relation joined the table with rows the stream never carried
+		// (a partition attached with rows already in it): the span copies
+		// its rows too, once what it copies now is copied. A table without
+		// a key copies whole, from one snapshot: its source does not ask.
+		if !r.keyless {
+			for _, rel := range strings.Fields(mk.ID) {
+				r.copied = r.copied.Including(rel)
+			}
+		}
 		return
 	}
 	i := 0
@@ -82,7 +95,7 @@ func (r *CopyReader) onMark(e *Event) {
 	if c.Full {
 		next = c.Through(next)
 	} else {
-		next.Done, next.To = true, ""
+		next = next.Finished()
 	}
 	if r.keyless {
 		// One snapshot: the rest of the table goes out at this position

@@ -11,11 +11,12 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// OpenCopying implements source.Copier: a partition whose share of the
-// initial snapshot is not done copies it as it reads (source.CopyReader,
-// with PostgreSQL's chunks); any other reads the log.
+// OpenCopying implements source.Copier: a partition copies its share of
+// the initial snapshot as it reads (source.CopyReader, with PostgreSQL's
+// chunks), and once it is copied, the rows of partitions attached to its
+// table later (attached.go). With snapshot=never it reads the log.
 func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyProgress) (source.Reader, error) {
-	if s.cfg.Snapshot == "never" || copied.Done {
+	if s.cfg.Snapshot == "never" {
 		return s.LogSource.Open(span, from)
 	}
 	return s.LogSource.NewCopyReader(span, from, copied, source.CopyOptions{
@@ -83,7 +84,11 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	q, args, keyIdx, err := rangeQuery(def, order, false, span, copied, limit)
+	rel, err := relationRead(ctx, conn, span.Table, copied)
+	if err != nil {
+		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+	}
+	q, args, keyIdx, err := rangeQuery(rel, def, order, false, span, copied, limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -99,7 +104,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		}
 		defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
 		if timeLed(def) {
-			if q, args, how, err = timeLedQuery(ctx, tx, def, order, span, copied, limit, q, args, how); err != nil {
+			if q, args, how, err = timeLedQuery(ctx, tx, rel, def, order, span, copied, limit, q, args, how); err != nil {
 				return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 			}
 		}
@@ -132,13 +137,13 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 // date or a timestamp (q, args and how as made without it): read in
 // time order from the key's index where, in the chunk's snapshot (tx),
 // the times' text is in their order (timeOrdered); as it was otherwise.
-func timeLedQuery(ctx context.Context, tx pgx.Tx, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int,
+func timeLedQuery(ctx context.Context, tx pgx.Tx, rel string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int,
 	q string, args []any, how readOrder) (string, []any, readOrder, error) {
 	ok, err := timeOrdered(ctx, tx, span.Table, def)
 	if err != nil || !ok {
 		return q, args, how, err
 	}
-	if q, args, _, err = rangeQuery(def, order, true, span, copied, limit); err != nil {
+	if q, args, _, err = rangeQuery(rel, def, order, true, span, copied, limit); err != nil {
 		return "", nil, how, err
 	}
 	how = orderOf(def, order, true)

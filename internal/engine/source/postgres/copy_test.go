@@ -33,7 +33,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	ctx := context.Background()
 	cfg, conn, def := chunkReader(t, dsn, "fresh")
 	span := sourcetest.IntSpans("public.fresh", rows, 4)[1] // ids 25,001 to 50,000
-	q, args, _, err := rangeQuery(def, nil, false, span, model.CopyProgress{}, limit)
+	q, args, _, err := rangeQuery(quoteQualified(span.Table), def, nil, false, span, model.CopyProgress{}, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 		t.Fatalf("sku in ICU's collation taken as ordered by its bytes: %v (%v)", bytewise, err)
 	}
 	from, _ := model.EncodeKeyValues("text,int4", []string{"sku-2", "3002"})
-	q, args, _, err = rangeQuery(itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
+	q, args, _, err = rangeQuery(quoteQualified("public.items"), itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	if bytewise, err = cat.byteOrder(ctx, "public.items", itemsDef); err != nil || !indexOrdered(itemsDef, bytewise) {
 		t.Fatalf("items with an index in the bytes' order: %v (%v)", bytewise, err)
 	}
-	q, args, _, err = rangeQuery(itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
+	q, args, _, err = rangeQuery(quoteQualified("public.items"), itemsDef, bytewise, false, model.Span{Table: "public.items", Key: "text,int4", Start: from}, model.CopyProgress{}, 40)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func chunkReader(t testing.TB, dsn, table string) (Config, *pgx.Conn, *source.Ta
 func chunkPlan(t *testing.T, conn *pgx.Conn, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) string {
 	t.Helper()
 	ctx := context.Background()
-	q, args, _, err := rangeQuery(def, order, false, span, copied, limit)
+	q, args, _, err := rangeQuery(quoteQualified(span.Table), def, order, false, span, copied, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func chunkPlan(t *testing.T, conn *pgx.Conn, def *source.TableDef, order byteOrd
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
 	if timeLed(def) {
-		if q, args, _, err = timeLedQuery(ctx, tx, def, order, span, copied, limit, q, args, how); err != nil {
+		if q, args, _, err = timeLedQuery(ctx, tx, quoteQualified(span.Table), def, order, span, copied, limit, q, args, how); err != nil {
 			t.Fatal(err)
 		}
 	}

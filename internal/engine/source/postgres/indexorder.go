@@ -108,7 +108,7 @@ func orderOf(def *source.TableDef, order byteOrder, timeLead bool) readOrder {
 // text query's bounds (exact), the same bounds on those columns as they
 // are (nativeBound), which the index's range scan reads, in the index's
 // order, then the key's other columns in routing order.
-func nativeRangeQuery(def *source.TableDef, order byteOrder, prefix []nativeColumn, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+func nativeRangeQuery(from string, def *source.TableDef, order byteOrder, prefix []nativeColumn, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	bounds, err := source.ChunkBounds(span, copied)
 	if err != nil {
@@ -150,7 +150,7 @@ func nativeRangeQuery(def *source.TableDef, order byteOrder, prefix []nativeColu
 		}
 		conds = append(conds, row(native[:n], ph[:n], op))
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s", columnList(def), quoteQualified(span.Table))
+	q := fmt.Sprintf("SELECT %s FROM %s", columnList(def), from)
 	if len(conds) > 0 {
 		q += " WHERE " + strings.Join(conds, " AND ")
 	}

@@ -33,6 +33,10 @@ type Upstream struct {
 	Nums map[string][]int16
 	// CreatedSlot is true when this call created the slot.
 	CreatedSlot bool
+	// Attached is the horizon of partitions attached to the tables
+	// (position.Attached): every one attached before now is in the
+	// snapshot. 0 where the server cannot say (before PostgreSQL 13).
+	Attached uint64
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -70,6 +74,7 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 		return Upstream{}, err
 	}
 	up.StartLSN, up.CreatedSlot = lsn, created
+	up.Attached, _ = attachHorizon(ctx, cat.conn)
 	return up, nil
 }
 

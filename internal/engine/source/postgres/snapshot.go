@@ -167,24 +167,27 @@ func intColumn(col source.ColumnDef) bool {
 // order says how an index orders the key's text columns by their bytes;
 // timeLead that the key's first column, a date or timestamp, is written
 // in its own order in the chunk's snapshot (timeOrdered).
-func rangeQuery(def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+//
+// from is the relation read: the span's table (quoteQualified), or the
+// relation attached to it that the copy reads now (CopyProgress.Only).
+func rangeQuery(from string, def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	prefix := nativePrefix(def, order, timeLead)
 	for _, c := range prefix {
 		if c.cast != "" {
-			return nativeRangeQuery(def, order, prefix, span, copied, limit)
+			return nativeRangeQuery(from, def, order, prefix, span, copied, limit)
 		}
 	}
-	return textOrderQuery(def, order, span, copied, limit)
+	return textOrderQuery(from, def, order, span, copied, limit)
 }
 
 // textOrderQuery is a chunk's query in routing order (keyOrder): what a
 // key is read with whose first columns are integers or text an index
 // orders by its bytes (the index serves the query's bounds as they are),
 // or neither (sorted).
-func textOrderQuery(def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+func textOrderQuery(from string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	var args []any
-	q, err := source.RangeQuery(columnList(def), quoteQualified(span.Table), exprs, span, copied, limit, func(i int, v string) (string, error) {
+	q, err := source.RangeQuery(columnList(def), from, exprs, span, copied, limit, func(i int, v string) (string, error) {
 		return keyParam(def, order, i, v, &args), nil
 	})
 	return q, args, keyIdx, err

@@ -332,6 +332,13 @@ type copyRig struct {
 
 func startCopyRig(t testing.TB, uri string, cf model.ChangefeedID) *copyRig {
 	t.Helper()
+	return startCopyRigWith(t, uri, cf, nil)
+}
+
+// startCopyRigWith is startCopyRig with the source set up by set before
+// it pulls.
+func startCopyRigWith(t testing.TB, uri string, cf model.ChangefeedID, set func(*Source)) *copyRig {
+	t.Helper()
 	ctx := context.Background()
 	stored, pos, err := Pin(ctx, uri, cf, time.Now())
 	if err != nil {
@@ -348,6 +355,9 @@ func startCopyRig(t testing.TB, uri string, cf model.ChangefeedID) *copyRig {
 	src, err := Open(stored, source.Env{Changefeed: cf, Logs: eventlog.Local{Log: log}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if set != nil {
+		set(src)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	rig := &copyRig{src: src, log: log, start: cfg.Start, cancel: cancel, done: make(chan error, 1)}
@@ -444,9 +454,14 @@ func (rig *copyRig) runHeld(span model.Span, from model.Ts, copied model.CopyPro
 				p.evs = append(p.evs, evs...)
 			}
 			if c, ok := r.(source.Copying); ok {
-				was := p.copied.Done
-				if p.copied = c.Copied(); p.copied.Done && !was {
-					close(p.finished)
+				// Done once: a copy done may begin again (a partition
+				// attached to the table).
+				if p.copied = c.Copied(); p.copied.Done {
+					select {
+					case <-p.finished:
+					default:
+						close(p.finished)
+					}
 				}
 			}
 			p.mu.Unlock()
@@ -622,4 +637,11 @@ func TestACopyDoesNotWaitForAQuietTablesNewColumns(t *testing.T) {
 		t.Fatalf("%d keys arrived", len(keys))
 	}
 	rig.stop(t)
+}
+
+// progress is the partition's copy progress as last read.
+func (p *partition) progress() model.CopyProgress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.copied
 }

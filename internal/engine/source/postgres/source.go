@@ -38,6 +38,11 @@ type position struct {
 	// table renamed back to the name it had), not the removed table of
 	// before its rename (empty for removals written before it was kept).
 	GoneAt map[string]model.Ts `json:"gone_at,omitempty"`
+	// Attached is the transaction (a full id) below which every
+	// partition attached to a replicated table is in the initial
+	// snapshot or has been marked to copy (attached.go); 0 where it is
+	// not known yet (a resume point written before it was kept).
+	Attached uint64 `json:"attached,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -85,7 +90,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 		return "", nil, err
 	}
 	cfg.Start = model.TsFromTime(now)
-	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}}
+	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Attached: up.Attached}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
@@ -233,6 +238,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	tables := p.Tables
 	order := newCommitOrder()
 	checked := time.Now() // the last look for dropped tables
+	looks := s.startLooks(ctx, st, p.Attached)
 	for {
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -267,19 +273,23 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			if err := s.checkDropped(ctx, st); err != nil {
 				return err
 			}
+			s.lookForAttached(ctx, st, looks)
 		}
 		if it.Txn == nil {
+			looks.read(it.ResolvedLSN)
 			w.Resolve(it.Resolved)
 			// A resolved position is a resume point too: confirming it lets
 			// PostgreSQL recycle WAL, and shut down, while no transaction
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Attached: looks.below})
 			s.mu.Unlock()
 			continue
 		}
 		tx := it.Txn
+		looks.read(tx.EndLSN)
+		looks.heard(horizonOf(tx))
 		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
@@ -307,7 +317,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Attached: looks.below})
 		s.mu.Unlock()
 	}
 }

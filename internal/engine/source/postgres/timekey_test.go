@@ -530,7 +530,7 @@ func BenchmarkTimeKeyChunks(b *testing.B) {
 		INSERT INTO tb SELECT timestamptz '2024-01-01 00:00:00+00' + (g / 4) * interval '1.5 s', g %% 4, md5(g::text) FROM generate_series(1, %d) g; ANALYZE tb`, rows))
 	benchIndexAgainstTextOrder(b, dsn, "tb", "timestamptz,int4", rows, func(def *source.TableDef) chunkQuery {
 		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-			return rangeQuery(def, nil, true, span, copied, limit)
+			return rangeQuery(quoteQualified(span.Table), def, nil, true, span, copied, limit)
 		}
 	})
 }

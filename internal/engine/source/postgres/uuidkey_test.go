@@ -288,7 +288,7 @@ func BenchmarkUUIDKeyChunks(b *testing.B) {
 		INSERT INTO u SELECT gen_random_uuid(), md5(g::text) FROM generate_series(1, %d) g; ANALYZE u`, rows))
 	benchIndexAgainstTextOrder(b, dsn, "u", "uuid", rows, func(def *source.TableDef) chunkQuery {
 		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-			return rangeQuery(def, nil, false, span, copied, limit)
+			return rangeQuery(quoteQualified(span.Table), def, nil, false, span, copied, limit)
 		}
 	})
 }
@@ -304,7 +304,7 @@ func BenchmarkTenantKeyChunks(b *testing.B) {
 		INSERT INTO tb SELECT t.u, g, md5(g::text) FROM (SELECT gen_random_uuid() u FROM generate_series(1, %d)) t, generate_series(1, 1000) g; ANALYZE tb`, rows/1000))
 	benchIndexAgainstTextOrder(b, dsn, "tb", "uuid,int8", rows, func(def *source.TableDef) chunkQuery {
 		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-			return rangeQuery(def, nil, false, span, copied, limit)
+			return rangeQuery(quoteQualified(span.Table), def, nil, false, span, copied, limit)
 		}
 	})
 }
