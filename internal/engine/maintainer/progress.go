@@ -118,7 +118,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		if seen && cur.Checkpoint > next.Checkpoint {
 			// Everything up to the higher one is durable, whichever
 			// placement wrote it: a restarted placement replays below it.
-			next.Checkpoint = cur.Checkpoint
+			// With its copy's progress there: the one of a lower position
+			// may be a copy done where, later on, one began again (a
+			// partition attached to the table), and kept with the higher
+			// checkpoint it would skip that copy after a crash.
+			next.Checkpoint, next.Copy = cur.Checkpoint, cur.Copy
 		}
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
@@ -196,8 +200,11 @@ func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.Progress
 		pos := p.Progress
 		if hasH && (!hasP || got.Epoch >= pos.Epoch) {
 			cp, copied := max(pos.Checkpoint, got.Checkpoint), got.Copy
-			if hasP && pos.Epoch == got.Epoch && pos.Copy.Beyond(copied) {
+			if hasP && pos.Epoch == got.Epoch && (pos.Checkpoint > got.Checkpoint || pos.Checkpoint == got.Checkpoint && pos.Copy.Beyond(copied)) {
 				// Durable with the persisted checkpoint, which is kept.
+				// By position first: a copy done begins again later on
+				// (a partition attached to its table), and the progress
+				// heard past the persisted checkpoint is the one there.
 				copied = pos.Copy
 			}
 			pos, pos.Checkpoint, pos.Copy = got, cp, copied

@@ -1,0 +1,52 @@
+package maintainer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/transport"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A partition whose copy was done copies again (a partition attached to
+// its table, docs/postgres.md): the progress heard past the persisted
+// checkpoint is the one persisted next, not the older "done" — which a
+// capture that crashed in the middle of that copy would resume from,
+// skipping the rest of it. A report older than what is persisted still
+// leaves the persisted progress.
+func TestACopyBegunAgainIsPersistedWithItsPosition(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	st := maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
+	})
+	now := time.Now()
+	at := func(d time.Duration) model.Ts { return model.TsFromTime(now.Add(d)) }
+	done := model.CopyProgress{Done: true, Rows: 500, Key: "(id)"}
+	st.Progress = map[model.ChangefeedID]map[string]meta.ProgressRecord{cf: {
+		"p1": {Progress: model.Progress{Checkpoint: at(-time.Second), Node: "n1", Epoch: 3, Copy: done}},
+	}}
+	h := hostOn(st)
+	report := func(p model.Progress) {
+		t.Helper()
+		msg, err := transport.NewMessage("n1", "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
+			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: p}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.onHeartbeat(context.Background(), msg)
+	}
+	again := model.CopyProgress{Rows: 520, Key: "(id)", Only: "16401"}.CopiedThrough("k")
+	report(model.Progress{Checkpoint: at(0), Node: "n1", Epoch: 3, Copy: again})
+	if got := h.positions(st, st.Changefeeds[cf])["p1"]; got.Copy != again || got.Checkpoint != at(0) {
+		t.Fatalf("a copy begun again after its persisted checkpoint: the position to persist is %+v, want its copy %+v", got, again)
+	}
+	// An old report (a heartbeat that was late) under a later persisted
+	// position keeps that position's progress.
+	st.Progress[cf]["p1"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: at(0), Node: "n1", Epoch: 3, Copy: again}}
+	report(model.Progress{Checkpoint: at(-time.Second), Node: "n1", Epoch: 3, Copy: done})
+	if got := h.positions(st, st.Changefeeds[cf])["p1"]; got.Copy != again || got.Checkpoint != at(0) {
+		t.Fatalf("a late report of an earlier position: the position to persist is %+v, want %+v at %v", got, again, at(0))
+	}
+}
