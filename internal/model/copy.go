@@ -176,16 +176,23 @@ func (c CopyProgress) Beyond(o CopyProgress) bool {
 // operators: "done", or how many partitions have finished and how many
 // rows were copied.
 func CopySummary(pt ProgressTable) string {
-	done := 0
+	done, attached := 0, 0
 	var rows int64
 	for _, p := range pt {
 		if p.Copy.Done {
 			done++
+		}
+		if p.Copy.Only != "" || p.Copy.Then != "" {
+			attached++
 		}
 		rows += p.Copy.Rows
 	}
 	if done == len(pt) {
 		return "done (" + strconv.FormatInt(rows, 10) + " rows copied)"
 	}
-	return "copying: " + strconv.Itoa(done) + " of " + strconv.Itoa(len(pt)) + " partitions done, " + strconv.FormatInt(rows, 10) + " rows copied"
+	s := "copying: " + strconv.Itoa(done) + " of " + strconv.Itoa(len(pt)) + " partitions done, " + strconv.FormatInt(rows, 10) + " rows copied"
+	if attached > 0 {
+		s += "; " + strconv.Itoa(attached) + " copying the rows of partitions attached to their tables"
+	}
+	return s
 }

@@ -357,3 +357,15 @@ func TestAttachedRelationsAreCopiedAfterWhatIsCopying(t *testing.T) {
 		t.Fatalf("the table copied, its attached relation next: %+v", root)
 	}
 }
+
+// The snapshot's summary says when partitions copy what was attached.
+func TestTheCopySummaryTellsOfAttachedPartitions(t *testing.T) {
+	pt := ProgressTable{"p1": {Copy: CopyProgress{Done: true, Rows: 5}}, "p2": {Copy: CopyProgress{Rows: 7, Only: "16401"}}}
+	if got, want := CopySummary(pt), "copying: 1 of 2 partitions done, 12 rows copied; 1 copying the rows of partitions attached to their tables"; got != want {
+		t.Fatalf("CopySummary = %q, want %q", got, want)
+	}
+	pt["p2"] = Progress{Copy: CopyProgress{Done: true, Rows: 9}}
+	if got := CopySummary(pt); got != "done (14 rows copied)" {
+		t.Fatalf("CopySummary = %q", got)
+	}
+}

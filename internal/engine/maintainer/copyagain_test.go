@@ -50,3 +50,21 @@ func TestACopyBegunAgainIsPersistedWithItsPosition(t *testing.T) {
 		t.Fatalf("a late report of an earlier position: the position to persist is %+v, want %+v at %v", got, again, at(0))
 	}
 }
+
+// A copy begun again is saved in the write that moves the changefeed's
+// checkpoint past its beginning, whatever the cadence of the positions.
+func TestACopyBegunAgainIsSavedWithTheCheckpoint(t *testing.T) {
+	done := model.CopyProgress{Done: true, Rows: 500}
+	saved := map[string]meta.ProgressRecord{
+		"p1": {Progress: model.Progress{Checkpoint: 10, Node: "n1", Epoch: 3, Copy: done}},
+		"p2": {Progress: model.Progress{Checkpoint: 10, Node: "n1", Epoch: 3, Copy: done}},
+	}
+	heard := model.ProgressTable{
+		"p1": {Checkpoint: 20, Node: "n1", Epoch: 3, Copy: done.Including("16401")},
+		"p2": {Checkpoint: 20, Node: "n1", Epoch: 3, Copy: done},
+	}
+	cp, changed, urgent := whatToSave(saved, heard, nil)
+	if cp != 20 || !changed || len(urgent) != 1 || urgent[0] != "p1" {
+		t.Fatalf("checkpoint %v, changed %v, urgent %v; want 20, true, [p1]", cp, changed, urgent)
+	}
+}

@@ -314,6 +314,14 @@ func whatToSave(saved map[string]meta.ProgressRecord, pos model.ProgressTable, m
 				urgent = append(urgent, pid)
 			} else if p.Copy.Done && ok && !old.Progress.Copy.Done {
 				copiedNow = append(copiedNow, pid)
+			} else if !p.Copy.Done && ok && old.Progress.Copy.Done {
+				// A copy begun again (a partition attached to its table)
+				// is written with the checkpoint that passes its
+				// beginning, not after it: a partition placed again
+				// resumes from the changefeed's checkpoint with its own
+				// saved copy's progress (dispatcher's resumeFrom), and
+				// "done" there would skip the copy.
+				urgent = append(urgent, pid)
 			}
 		}
 	}
