@@ -209,18 +209,21 @@ type looks struct {
 	below uint64        // position.Attached as the stream has read it
 	after pglogrepl.LSN // the WAL's end when the puller started
 	at    pglogrepl.LSN // how far the stream has read
-	// pending: marks were written and their horizon has not come back
-	// through the stream; no look until it has.
-	pending bool
+	// pending: marks were written with horizon pendingBelow, which has
+	// not come back through the stream; no look until it has.
+	pending      bool
+	pendingBelow uint64
 }
 
 // read notes how far the stream has read.
 func (l *looks) read(lsn pglogrepl.LSN) { l.at = max(l.at, lsn) }
 
-// heard takes a horizon that came back through the stream.
+// heard takes a horizon that came back through the stream: this run's
+// marks', or an earlier run's read again.
 func (l *looks) heard(below uint64) {
-	if below > 0 {
-		l.below, l.pending = max(l.below, below), false
+	l.below = max(l.below, below)
+	if l.pending && below >= l.pendingBelow {
+		l.pending = false
 	}
 }
 
@@ -279,7 +282,7 @@ func (s *Source) lookForAttached(ctx context.Context, st *Stream, l *looks) {
 			s.log.Info("postgres source: a partition was attached; its rows are copied", "changefeed", s.cf, "table", r.table, "partition", r.name)
 		}
 		if err = markAttached(ctx, st.cat.conn, marked, below); err == nil {
-			l.pending = true
+			l.pending, l.pendingBelow = true, below
 			return
 		}
 	}

@@ -279,3 +279,72 @@ func TestARelationAttachedWithRowsIsCopiedOnce(t *testing.T) {
 	}
 	t.Logf("%d attached rows copied (%d updates meanwhile)", copied, updates)
 }
+
+// A reader started again from before the marks of an attachment (the
+// changefeed's checkpoint was behind them, held by another partition)
+// reads them back and does not mark the attachment again: a partition
+// past those marks, which copied the attached rows, does not copy them
+// a second time.
+func TestAReaderStartedAgainDoesNotMarkAnAttachmentTwice(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE m (id int8, day date, v text, n int4, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE m_load (id int8, day date, v text, n int4, PRIMARY KEY (id, day));
+		INSERT INTO m_load SELECT g, date '2025-01-01' + (g % 300), md5(g::text), 0 FROM generate_series(1001, 1500) g`)
+	ctx := context.Background()
+	const cf = "again"
+	stored, pos, err := Pin(ctx, dsn+"&tables=public.m", cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick := func(s *Source) { s.dropEvery = 50 * time.Millisecond }
+	// The table is empty until the attach: its partition's copy is done.
+	whole := model.Span{Table: "public.m", Key: "int8,date"}
+	first := pullFrom(t, stored, pos, cf, quick)
+	p := first.run(whole, first.start, model.CopyProgress{Done: true})
+	// Rows before the attach: the next reader streams them before it
+	// meets the marks.
+	psql(t, srv, dsn, `INSERT INTO m SELECT g, date '2024-01-01' + (g % 360), 'early', 0 FROM generate_series(100001, 160000) g`)
+	psql(t, srv, dsn, `ALTER TABLE m ATTACH PARTITION m_load FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		begun, c := p.begun, p.copied
+		p.mu.Unlock()
+		if begun == 1 && c.Done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the attached rows' copy began %d times, progress %+v", begun, c)
+		}
+	}
+	at, copied := p.stopAt(t)
+	evs := p.stopped(t)
+	first.stop(t)
+	// Rows after the marks: the next reader streams them before it has
+	// read back to where the WAL ended at its start, and looks only then.
+	psql(t, srv, dsn, `INSERT INTO m SELECT g, date '2024-01-01' + (g % 360), 'later', 0 FROM generate_series(200001, 260000) g`)
+
+	// The reader from its first resume point again, as after a crash, and
+	// the partition from where it stopped, past the marks.
+	second := pullFrom(t, stored, pos, cf, quick)
+	again := second.run(whole, at, copied)
+	time.Sleep(200 * time.Millisecond)
+	psql(t, srv, dsn, `INSERT INTO m VALUES (99999, '2024-12-31', 'last', 0)`)
+	for deadline := time.Now().Add(60 * time.Second); !again.has("99999,2024-12-31"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last row did not arrive")
+		}
+	}
+	// Many looks later.
+	time.Sleep(300 * time.Millisecond)
+	again.mu.Lock()
+	begun, c := again.begun, again.copied
+	again.mu.Unlock()
+	if begun != 0 || !c.Done {
+		t.Fatalf("the partition past the marks began %d copies again; its progress %+v", begun, c)
+	}
+	if n := rebuiltEqualsM(t, srv, dsn, append(evs, again.stopped(t)...)); n != 120501 {
+		t.Fatalf("%d rows upstream", n)
+	}
+	second.stop(t)
+}

@@ -344,6 +344,14 @@ func startCopyRigWith(t testing.TB, uri string, cf model.ChangefeedID, set func(
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pullFrom(t, stored, pos, cf, set)
+}
+
+// pullFrom starts a copy rig's reader of a pinned changefeed (its stored
+// URI) at a resume point, into a new log.
+func pullFrom(t testing.TB, stored string, pos source.Position, cf model.ChangefeedID, set func(*Source)) *copyRig {
+	t.Helper()
+	ctx := context.Background()
 	cfg, err := ParseURI(stored)
 	if err != nil {
 		t.Fatal(err)
@@ -388,6 +396,7 @@ type partition struct {
 	evs    []source.Event
 	copied model.CopyProgress
 	n      int // events read
+	begun  int // copies begun again after one was done
 	// holdAt, when above 0, pauses the reads once that many rows are
 	// copied (between chunks), so a test can act while the copy is
 	// surely under way however fast the machine copies; release resumes.
@@ -456,7 +465,11 @@ func (rig *copyRig) runHeld(span model.Span, from model.Ts, copied model.CopyPro
 			if c, ok := r.(source.Copying); ok {
 				// Done once: a copy done may begin again (a partition
 				// attached to the table).
-				if p.copied = c.Copied(); p.copied.Done {
+				was := p.copied.Done
+				if p.copied = c.Copied(); was && !p.copied.Done {
+					p.begun++
+				}
+				if p.copied.Done {
 					select {
 					case <-p.finished:
 					default:
