@@ -64,7 +64,7 @@ type attachedRel struct {
 // transaction running in the snapshot they were read in. A partition
 // attached with partitions of its own is one relation (reading it reads
 // them); one being detached is none.
-func attachedSince(ctx context.Context, conn *pgx.Conn, tables []string, from uint64) ([]attachedRel, uint64, error) {
+func attachedSince(ctx context.Context, conn *pgx.Conn, tables map[uint32]string, from uint64) ([]attachedRel, uint64, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, 0, err
@@ -74,17 +74,20 @@ func attachedSince(ctx context.Context, conn *pgx.Conn, tables []string, from ui
 	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8, pg_snapshot_xmax(pg_current_snapshot())::text::int8`).Scan(&below, &next); err != nil {
 		return nil, 0, err
 	}
-	quoted := make([]string, len(tables))
-	for i, t := range tables {
-		quoted[i] = quoteQualified(t)
+	// By the tables' relations (pg_inherits' index on the parent), not
+	// their names: a changefeed of many tables looks in a few
+	// milliseconds, on the stream's own connection.
+	oids := make([]uint32, 0, len(tables))
+	for oid := range tables {
+		oids = append(oids, oid)
 	}
 	rows, err := tx.Query(ctx, `WITH RECURSIVE tree(root, rel, parent, x) AS (
-		SELECT r.name, i.inhrelid, i.inhparent, i.xmin
-		FROM unnest($1::text[], $2::text[]) AS r(name, quoted) JOIN pg_inherits i ON i.inhparent = to_regclass(r.quoted) AND NOT i.inhdetachpending
+		SELECT i.inhparent, i.inhrelid, i.inhparent, i.xmin
+		FROM pg_inherits i WHERE i.inhparent = ANY($1::oid[]) AND NOT i.inhdetachpending
 		UNION ALL
 		SELECT t.root, i.inhrelid, i.inhparent, i.xmin FROM tree t JOIN pg_inherits i ON i.inhparent = t.rel AND NOT i.inhdetachpending)
-	SELECT t.root, t.rel::int8, t.parent::int8, t.x::text::int8, format('%I.%I', n.nspname, c.relname)
-	FROM tree t JOIN pg_class c ON c.oid = t.rel AND c.relispartition JOIN pg_namespace n ON n.oid = c.relnamespace`, tables, quoted)
+	SELECT t.root::int8, t.rel::int8, t.parent::int8, t.x::text::int8, format('%I.%I', n.nspname, c.relname)
+	FROM tree t JOIN pg_class c ON c.oid = t.rel AND c.relispartition JOIN pg_namespace n ON n.oid = c.relnamespace`, oids)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -96,11 +99,12 @@ func attachedSince(ctx context.Context, conn *pgx.Conn, tables []string, from ui
 	isNew := map[uint32]bool{}
 	for rows.Next() {
 		var n node
-		var rel, parent, x int64
-		if err := rows.Scan(&n.table, &rel, &parent, &x, &n.name); err != nil {
+		var root, rel, parent, x int64
+		if err := rows.Scan(&root, &rel, &parent, &x, &n.name); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
+		n.table = tables[uint32(root)]
 		if full := fullXid(uint64(next), uint32(x)); full >= from && full < uint64(below) {
 			n.oid, n.parent = uint32(rel), uint32(parent)
 			fresh = append(fresh, n)
@@ -261,15 +265,16 @@ func (s *Source) lookForAttached(ctx context.Context, st *Stream, l *looks) {
 	if !l.on || l.pending || l.at < l.after {
 		return
 	}
-	var tables []string
+	tables := map[uint32]string{}
 	keyless := map[string]bool{}
 	for t, ts := range st.Tables() {
-		tables = append(tables, t)
+		if ts.OID != 0 {
+			tables[ts.OID] = t
+		}
 		if ts.Def != nil && len(ts.Def.KeyNames()) == 0 {
 			keyless[t] = true
 		}
 	}
-	sort.Strings(tables)
 	rels, below, err := attachedSince(ctx, st.cat.conn, tables, l.below)
 	if err == nil && len(rels) > 0 {
 		var marked []attachedRel
