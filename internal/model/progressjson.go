@@ -115,7 +115,13 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Read, sep = s.int(), ","
 	}
 	if s.field(sep + `"order":`) {
-		c.Order = s.str()
+		c.Order, sep = s.str(), ","
+	}
+	if s.field(sep + `"only":`) {
+		c.Only, sep = s.str(), ","
+	}
+	if s.field(sep + `"then":`) {
+		c.Then = s.str()
 	}
 	s.lit("}")
 	return c
