@@ -84,7 +84,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	rel, err := relationRead(ctx, conn, span.Table, copied)
+	rel, err := relationRead(ctx, conn, span.Table, def, copied)
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}

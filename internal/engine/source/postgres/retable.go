@@ -143,7 +143,23 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		p.Tables[t] = st
 	}
+	if p.PartsKnown && len(out.Added) > 0 && cfg.Snapshot != "never" {
+		// An added table's partitions now are in its copy.
+		trees, err := treesOf(ctx, cat, out.Added)
+		if err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+		parts := map[string][]uint32{}
+		for t, oids := range p.Parts {
+			parts[t] = oids
+		}
+		for t, oids := range trees {
+			parts[t] = oids
+		}
+		p.Parts = parts
+	}
 	for _, t := range out.Removed {
+		delete(p.Parts, t)
 		if st, ok := p.Tables[t]; ok && st.Def != nil {
 			now, exists, err := nameNow(ctx, cat, t, st.OID)
 			if err != nil {

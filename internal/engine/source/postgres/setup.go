@@ -33,10 +33,10 @@ type Upstream struct {
 	Nums map[string][]int16
 	// CreatedSlot is true when this call created the slot.
 	CreatedSlot bool
-	// Attached is the horizon of partitions attached to the tables
-	// (position.Attached): every one attached before now is in the
-	// snapshot. 0 where the server cannot say (before PostgreSQL 13).
-	Attached uint64
+	// Parts are the tables' partition trees (position.Parts): every
+	// relation in them now is in the snapshot. Nil where they could not
+	// be read.
+	Parts map[string][]uint32
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -74,7 +74,11 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 		return Upstream{}, err
 	}
 	up.StartLSN, up.CreatedSlot = lsn, created
-	up.Attached, _ = attachHorizon(ctx, cat.conn)
+	if cfg.Snapshot != "never" {
+		// Read after the slot is made: a partition attached before is
+		// in the snapshot, one attached after is new to the first look.
+		up.Parts, _ = treesOf(ctx, cat, cfg.Tables)
+	}
 	return up, nil
 }
 

@@ -38,11 +38,13 @@ type position struct {
 	// table renamed back to the name it had), not the removed table of
 	// before its rename (empty for removals written before it was kept).
 	GoneAt map[string]model.Ts `json:"gone_at,omitempty"`
-	// Attached is the transaction (a full id) below which every
-	// partition attached to a replicated table is in the initial
-	// snapshot or has been marked to copy (attached.go); 0 where it is
-	// not known yet (a resume point written before it was kept).
-	Attached uint64 `json:"attached,omitempty"`
+	// Parts are the relations of each table's partition tree that are
+	// in its snapshot or were marked to copy (attached.go: a partition
+	// attached since is not among them), for the tables that have
+	// partitions; PartsKnown says they were read (a resume point written
+	// before they were kept has none).
+	Parts      map[string][]uint32 `json:"parts,omitempty"`
+	PartsKnown bool                `json:"parts_known,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -90,7 +92,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 		return "", nil, err
 	}
 	cfg.Start = model.TsFromTime(now)
-	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Attached: up.Attached}
+	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
@@ -238,7 +240,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	tables := p.Tables
 	order := newCommitOrder()
 	checked := time.Now() // the last look for dropped tables
-	looks := s.startLooks(ctx, st, p.Attached)
+	looks := newLooks(s.cfg, p)
 	for {
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -277,19 +279,21 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		if it.Txn == nil {
 			looks.read(it.ResolvedLSN)
+			parts, partsKnown := looks.parts()
 			w.Resolve(it.Resolved)
 			// A resolved position is a resume point too: confirming it lets
 			// PostgreSQL recycle WAL, and shut down, while no transaction
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Attached: looks.below})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown})
 			s.mu.Unlock()
 			continue
 		}
 		tx := it.Txn
 		looks.read(tx.EndLSN)
-		looks.heard(horizonOf(tx))
+		looks.heard(ownMarks(tx, s.cfg.Slot))
+		parts, partsKnown := looks.parts()
 		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
 			tables = st.Tables()
 		}
@@ -317,7 +321,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Attached: looks.below})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown})
 		s.mu.Unlock()
 	}
 }
