@@ -69,6 +69,24 @@ func (c CopyProgress) Finished() CopyProgress {
 	return c
 }
 
+// Adds says c has relations to copy (Only, Then) that o has not: a
+// copy begun again since o, or one more relation to copy after it.
+func (c CopyProgress) Adds(o CopyProgress) bool {
+	if c.Done {
+		return false
+	}
+	if o.Done && (c.Only != "" || c.Then != "") {
+		return true
+	}
+	has := " " + o.Only + " " + o.Then + " "
+	for _, rel := range strings.Fields(c.Only + " " + c.Then) {
+		if !strings.Contains(has, " "+rel+" ") {
+			return true
+		}
+	}
+	return false
+}
+
 // Including is the progress once rel is also to be copied: now, where
 // the copy is done; after what it copies, where it is not (a relation
 // already to be copied is not copied twice).

@@ -369,3 +369,26 @@ func TestTheCopySummaryTellsOfAttachedPartitions(t *testing.T) {
 		t.Fatalf("CopySummary = %q", got)
 	}
 }
+
+// Adds tells a copy with a relation more to copy from one without it.
+func TestACopyAddsTheRelationsItHasMore(t *testing.T) {
+	done := CopyProgress{Done: true}
+	a := done.Including("1")
+	for _, c := range []struct {
+		c, o CopyProgress
+		want bool
+	}{
+		{a, done, true},
+		{a, a, false},
+		{a.CopiedThrough("k"), a, false},
+		{a.Including("2"), a, true},
+		{a.Including("2").Finished(), a.Including("2"), false},
+		{CopyProgress{To: "c"}.Including("1"), CopyProgress{To: "c"}, true},
+		{done, a, false},
+		{CopyProgress{To: "d"}, CopyProgress{To: "c"}, false},
+	} {
+		if got := c.c.Adds(c.o); got != c.want {
+			t.Errorf("%+v Adds %+v = %v, want %v", c.c, c.o, got, c.want)
+		}
+	}
+}

@@ -67,4 +67,20 @@ func TestACopyBegunAgainIsSavedWithTheCheckpoint(t *testing.T) {
 	if cp != 20 || !changed || len(urgent) != 1 || urgent[0] != "p1" {
 		t.Fatalf("checkpoint %v, changed %v, urgent %v; want 20, true, [p1]", cp, changed, urgent)
 	}
+	// A relation more to copy after the one under way (or after the
+	// table's own first copy) is as urgent; a copy that only went on is
+	// not.
+	copying := model.CopyProgress{Rows: 5, Only: "16401"}.CopiedThrough("k")
+	saved["p1"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: 20, Node: "n1", Epoch: 3, Copy: copying}}
+	saved["p2"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: 20, Node: "n1", Epoch: 3, Copy: model.CopyProgress{To: "c\x00"}}}
+	heard["p1"] = model.Progress{Checkpoint: 30, Node: "n1", Epoch: 3, Copy: copying.Including("16420")}
+	heard["p2"] = model.Progress{Checkpoint: 30, Node: "n1", Epoch: 3, Copy: model.CopyProgress{To: "c\x00"}.Including("16420")}
+	if _, _, urgent = whatToSave(saved, heard, nil); len(urgent) != 2 {
+		t.Fatalf("urgent %v; want p1 and p2", urgent)
+	}
+	heard["p1"] = model.Progress{Checkpoint: 40, Node: "n1", Epoch: 3, Copy: copying.CopiedThrough("m")}
+	heard["p2"] = model.Progress{Checkpoint: 40, Node: "n1", Epoch: 3, Copy: model.CopyProgress{To: "d\x00"}}
+	if _, _, urgent = whatToSave(saved, heard, nil); len(urgent) != 0 {
+		t.Fatalf("urgent %v; want none", urgent)
+	}
 }

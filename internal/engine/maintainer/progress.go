@@ -314,13 +314,14 @@ func whatToSave(saved map[string]meta.ProgressRecord, pos model.ProgressTable, m
 				urgent = append(urgent, pid)
 			} else if p.Copy.Done && ok && !old.Progress.Copy.Done {
 				copiedNow = append(copiedNow, pid)
-			} else if !p.Copy.Done && ok && old.Progress.Copy.Done {
-				// A copy begun again (a partition attached to its table)
-				// is written with the checkpoint that passes its
-				// beginning, not after it: a partition placed again
-				// resumes from the changefeed's checkpoint with its own
-				// saved copy's progress (dispatcher's resumeFrom), and
-				// "done" there would skip the copy.
+			} else if ok && (p.Copy.Adds(old.Progress.Copy) || !p.Copy.Done && old.Progress.Copy.Done) {
+				// A copy begun again (a partition attached to its table),
+				// or a relation added to the one under way, is written
+				// with the checkpoint that passes its beginning, not after
+				// it: a partition placed again resumes from the
+				// changefeed's checkpoint with its own saved copy's
+				// progress (dispatcher's resumeFrom), and "done", or a
+				// progress without the relation, there would skip it.
 				urgent = append(urgent, pid)
 			}
 		}
