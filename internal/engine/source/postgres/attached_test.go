@@ -26,7 +26,7 @@ func TestARelationAttachedWithRowsIsCopiedOnce(t *testing.T) {
 		CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
 		INSERT INTO m SELECT g, date '2024-06-01' + (g % 200), md5(g::text), 0 FROM generate_series(1, 2000) g`)
 	ctx := context.Background()
-	rig := startCopyRigWith(t, dsn+"&tables=public.m&chunk-rows=50", "attach", func(s *Source) { s.dropEvery = 100 * time.Millisecond })
+	rig := startCopyRigWith(t, dsn+"&tables=public.m&chunk-rows=50", "attach-once", func(s *Source) { s.dropEvery = 100 * time.Millisecond })
 	cut, err := model.EncodeKeyValues("int8,date", []string{"6500", "2024-01-01"})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestAReaderStartedAgainDoesNotMarkAnAttachmentTwice(t *testing.T) {
 		CREATE TABLE m_load (id int8, day date, v text, n int4, PRIMARY KEY (id, day));
 		INSERT INTO m_load SELECT g, date '2025-01-01' + (g % 300), md5(g::text), 0 FROM generate_series(1001, 1500) g`)
 	ctx := context.Background()
-	const cf = "again"
+	const cf = "attach-again"
 	stored, pos, err := Pin(ctx, dsn+"&tables=public.m", cf, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +199,8 @@ func TestEachChangefeedCopiesAnAttachmentOnceByItsOwnMarks(t *testing.T) {
 	slow := func(s *Source) { s.dropEvery = 1500 * time.Millisecond }
 	// The table is empty until the attach: its partitions' copies are done.
 	whole := model.Span{Table: "public.m", Key: "int8,date"}
-	a := startCopyRigWith(t, dsn+"&tables=public.m", "a", quick)
-	b := startCopyRigWith(t, dsn+"&tables=public.m", "b", slow)
+	a := startCopyRigWith(t, dsn+"&tables=public.m", "attach-a", quick)
+	b := startCopyRigWith(t, dsn+"&tables=public.m", "attach-b", slow)
 	pa := a.run(whole, a.start, model.CopyProgress{Done: true})
 	pb := b.run(whole, b.start, model.CopyProgress{Done: true})
 	psql(t, srv, dsn, `ALTER TABLE m ATTACH PARTITION m_load FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`)
