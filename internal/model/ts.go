@@ -25,6 +25,13 @@ func TsFromMillis(ms int64) Ts { return Ts(uint64(ms) << logicalBits) }
 // upstream's clock can compare with.
 func TsFromMicros(us int64) Ts { return TsFromMillis(us / 1000).WithLogical(uint64(us%1000) << 8) }
 
+// TsFromTimeMicros is t at the microsecond grain of TsFromMicros. "Every
+// commit before t has arrived" is a position past this one: past
+// TsFromTime(t), t's millisecond, a commit made earlier in that
+// millisecond (a database source's tick) already is, while one made
+// later in it (before t) may not have arrived.
+func TsFromTimeMicros(t time.Time) Ts { return TsFromMicros(t.UnixMicro()) }
+
 // Millis is the physical part.
 func (t Ts) Millis() int64 { return int64(uint64(t) >> logicalBits) }
 

@@ -26,7 +26,7 @@ func TestATableAddedAfterItsCreateTableIsCopiedThenFollowed(t *testing.T) {
 	srv, db := mysqltest.StartShop(t)
 	mysqltest.Exec(t, db, `CREATE TABLE orders (id BIGINT PRIMARY KEY, v INT NOT NULL)`, `INSERT INTO orders VALUES (1, 1), (2, 2)`)
 	tc, _ := followShop(t, srv, "orders", 2)
-	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("my", model.TsFromTimeMicros(time.Now()))
 
 	tc.SetState("my", model.ChangefeedPaused)
 	mysqltest.Exec(t, db, `CREATE TABLE extra (id INT PRIMARY KEY, v INT)`, `INSERT INTO extra VALUES (1, 1), (2, 2), (3, 3)`,

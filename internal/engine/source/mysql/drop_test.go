@@ -28,7 +28,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		`INSERT INTO orders VALUES (1, 1), (2, 2)`, `INSERT INTO audit VALUES (1, 'a')`, `INSERT INTO moved VALUES (1, 1)`)
 	tc, sink := followShop(t, srv, "orders,audit,moved", 1)
 	mysqltest.Exec(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
-	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("my", model.TsFromTimeMicros(time.Now()))
 
 	mysqltest.Exec(t, db, `DROP TABLE audit`, `RENAME TABLE moved TO moved_old`, `INSERT INTO orders VALUES (4, 4)`,
 		// Created again under the dropped name: another table, not

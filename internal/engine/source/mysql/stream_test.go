@@ -151,7 +151,7 @@ func pull(t *testing.T, p *mysql.Puller, from source.Position) *collected {
 // now: every transaction committed before has arrived.
 func waitResolved(t *testing.T, log *collected) {
 	t.Helper()
-	now := model.TsFromTime(time.Now())
+	now := model.TsFromTimeMicros(time.Now())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, r, _ := log.state(); r > now {

@@ -91,7 +91,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	// everything, its reader resuming from the checkpoint under the same
 	// server id.
 	tc.Crash(moved)
-	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("my", model.TsFromTimeMicros(time.Now()))
 	end := w.finish(t)
 	if w.n < 50 {
 		t.Fatalf("the workload committed only %d transactions", w.n)

@@ -37,7 +37,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 	tc, db := startShopOf(t, existing, 40)
 	w := startShopWorkload(t, db, existing)
 	tc.WaitSnapshot("my")
-	tc.WaitCheckpoint("my", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("my", model.TsFromTimeMicros(time.Now()))
 	tc.SetState("my", model.ChangefeedPaused)
 	time.Sleep(2 * time.Second) // its reader stops
 	paused := tc.Changefeed("my").Status.CheckpointTs

@@ -84,7 +84,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	if _, err := srv.Psql(ctx, "shop", "TRUNCATE items"); err != nil {
 		t.Fatal(err)
 	}
-	tc.WaitCheckpoint("pg", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("pg", model.TsFromTimeMicros(time.Now()))
 
 	// Drain the capture running the reader: the maintainer, and with it
 	// the reader, moves; the reader resumes from the checkpoint.
@@ -105,7 +105,7 @@ func TestAChangefeedGoesThroughASplitAMoveADrainAndAReaderCrash(t *testing.T) {
 	// Kill the capture the reader moved to; the last capture runs
 	// everything, the reader taking the slot over.
 	tc.Crash(moved)
-	tc.WaitCheckpoint("pg", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("pg", model.TsFromTimeMicros(time.Now()))
 
 	end := w.finishAfter(t, 50)
 	if w.n < 50 {
@@ -173,7 +173,7 @@ func TestAnOutageIsRetriedAndLosesNothing(t *testing.T) {
 	if err := srv.StartAgain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tc.WaitCheckpoint("pg", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("pg", model.TsFromTimeMicros(time.Now()))
 	if e := tc.Changefeed("pg"); e.Status.Error != "" {
 		t.Fatalf("the error stays after recovery: %q", e.Status.Error)
 	}
@@ -187,7 +187,7 @@ func TestAnOutageIsRetriedAndLosesNothing(t *testing.T) {
 	})
 	time.Sleep(time.Second) // the workload writes while paused
 	tc.SetState("pg", model.ChangefeedNormal)
-	tc.WaitCheckpoint("pg", model.TsFromTime(time.Now()))
+	tc.WaitCheckpoint("pg", model.TsFromTimeMicros(time.Now()))
 	rep := verifyShop(t, tc, dsn, []string{"public.orders", "public.items"}, w.finish(t))
 	if !rep.OK || rep.Keys == 0 {
 		t.Fatalf("after the outage: %+v", rep)
