@@ -77,11 +77,14 @@ checkpoint is waited for.`,
 				// the lag it measured then. The operator's own clock may
 				// be apart from the cluster's; the agents' is the one
 				// every checkpoint and lag is read against.
-				target = model.Ts(first.CheckpointTs) + model.TsFromMillis(first.CheckpointLagMs)
+				// The lag is in whole milliseconds, cut short: one more
+				// is past a commit made within the last one (database
+				// commits are at the microsecond).
+				target = model.Ts(first.CheckpointTs) + model.TsFromMillis(first.CheckpointLagMs+1)
 				if first.CheckpointTs == 0 {
 					// No checkpoint yet, so no lag to read the
 					// agent's clock by: this machine's.
-					target = model.TsFromTime(time.Now())
+					target = model.TsFromTimeMicros(time.Now())
 				}
 			}
 			last := first
