@@ -54,6 +54,13 @@ type CopyProgress struct {
 	// not a slice, so that progress compares with ==.
 	Only string `json:"only,omitempty"`
 	Then string `json:"then,omitempty"`
+	// Again is the position of the latest change of the table's rows
+	// that the stream did not carry (PostgreSQL: a column's type changed
+	// with its values, the table rewritten) for which this copy has
+	// begun copying the table again (CopyAgain): a second mark of the
+	// same change (a reader started again before it) copies nothing
+	// twice.
+	Again Ts `json:"again,omitempty"`
 }
 
 // Finished is the progress once the relation being copied is copied
@@ -70,10 +77,14 @@ func (c CopyProgress) Finished() CopyProgress {
 }
 
 // Adds says c has relations to copy (Only, Then) that o has not: a
-// copy begun again since o, or one more relation to copy after it.
+// copy begun again since o, or one more relation to copy after it (also
+// the one it copies now, for a change since o: Again).
 func (c CopyProgress) Adds(o CopyProgress) bool {
 	if c.Done {
 		return false
+	}
+	if c.Again > o.Again {
+		return true // copied again after another change: its rows, all over
 	}
 	if o.Done && (c.Only != "" || c.Then != "") {
 		return true
@@ -106,6 +117,26 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 		c.Then = rel
 	} else {
 		c.Then += " " + rel
+	}
+	return c
+}
+
+// CopyAgain is the progress once rel, the table's own relation, is to
+// be copied again for a change at position at that rewrote its rows
+// without the stream carrying them: at once where the copy is done; after
+// what it copies where it is not, also where it copies rel now (what it
+// has copied of rel so far holds the rows as they were). A change at or
+// before the one the copy began again for is one it has begun for.
+func (c CopyProgress) CopyAgain(rel string, at Ts) CopyProgress {
+	if rel == "" || strings.ContainsRune(rel, ' ') || at <= c.Again {
+		return c
+	}
+	c.Again = at
+	if c.Only != rel || c.Done {
+		return c.Including(rel)
+	}
+	if !strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+		c.Then = strings.TrimSpace(c.Then + " " + rel)
 	}
 	return c
 }
@@ -210,7 +241,7 @@ func CopySummary(pt ProgressTable) string {
 	}
 	s := "copying: " + strconv.Itoa(done) + " of " + strconv.Itoa(len(pt)) + " partitions done, " + strconv.FormatInt(rows, 10) + " rows copied"
 	if attached > 0 {
-		s += "; " + strconv.Itoa(attached) + " copying the rows of partitions attached to their tables"
+		s += "; " + strconv.Itoa(attached) + " copying rows again that the stream did not carry (a partition attached, a column retyped)"
 	}
 	return s
 }

@@ -361,7 +361,7 @@ func TestAttachedRelationsAreCopiedAfterWhatIsCopying(t *testing.T) {
 // The snapshot's summary says when partitions copy what was attached.
 func TestTheCopySummaryTellsOfAttachedPartitions(t *testing.T) {
 	pt := ProgressTable{"p1": {Copy: CopyProgress{Done: true, Rows: 5}}, "p2": {Copy: CopyProgress{Rows: 7, Only: "16401"}}}
-	if got, want := CopySummary(pt), "copying: 1 of 2 partitions done, 12 rows copied; 1 copying the rows of partitions attached to their tables"; got != want {
+	if got, want := CopySummary(pt), "copying: 1 of 2 partitions done, 12 rows copied; 1 copying rows again that the stream did not carry (a partition attached, a column retyped)"; got != want {
 		t.Fatalf("CopySummary = %q, want %q", got, want)
 	}
 	pt["p2"] = Progress{Copy: CopyProgress{Done: true, Rows: 9}}
@@ -390,5 +390,37 @@ func TestACopyAddsTheRelationsItHasMore(t *testing.T) {
 		if got := c.c.Adds(c.o); got != c.want {
 			t.Errorf("%+v Adds %+v = %v, want %v", c.c, c.o, got, c.want)
 		}
+	}
+}
+
+// A table copied again for a change the stream did not carry: at once
+// when done, after what it copies otherwise, again when it copies
+// itself now, and once per change.
+func TestATableIsCopiedAgainOncePerChange(t *testing.T) {
+	done := CopyProgress{Done: true, Rows: 9, Key: "(id)"}
+	c := done.CopyAgain("16384", 100)
+	if c.Done || c.Only != "16384" || c.Then != "" || c.Again != 100 || c.Rows != 9 {
+		t.Fatalf("a done copy copies the table again: %+v", c)
+	}
+	if again := c.CopyAgain("16384", 100); again != c {
+		t.Fatalf("the same change marked twice: %+v", again)
+	}
+	if again := c.CopyAgain("16384", 90); again != c {
+		t.Fatalf("an earlier change marked after: %+v", again)
+	}
+	half := c.CopiedThrough("m")
+	next := half.CopyAgain("16384", 200)
+	if next.Only != "16384" || next.Then != "16384" || next.To != "m\x00" || next.Again != 200 {
+		t.Fatalf("a change while the table copies again: copied again after: %+v", next)
+	}
+	if twice := next.CopyAgain("16384", 300); twice.Then != "16384" || twice.Again != 300 {
+		t.Fatalf("a third change before the second copy began: %+v", twice)
+	}
+	first := CopyProgress{Key: "(id)"}.CopiedThrough("c").CopyAgain("16384", 100)
+	if first.Only != "" || first.Then != "16384" || first.To != "c\x00" {
+		t.Fatalf("a change while the initial snapshot copies: %+v", first)
+	}
+	if !first.Adds(CopyProgress{Key: "(id)"}.CopiedThrough("c")) || !c.Adds(done) || !next.Adds(half) {
+		t.Fatalf("a copy begun again is not told as one to save")
 	}
 }

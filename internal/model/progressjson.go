@@ -121,7 +121,10 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Only, sep = s.str(), ","
 	}
 	if s.field(sep + `"then":`) {
-		c.Then = s.str()
+		c.Then, sep = s.str(), ","
+	}
+	if s.field(sep + `"again":`) {
+		c.Again = Ts(s.uint())
 	}
 	s.lit("}")
 	return c

@@ -78,11 +78,22 @@ type Mark struct {
 	Snap   string     `json:"snap,omitempty"`
 	Racy   []model.Ts `json:"racy,omitempty"`
 	Unsure bool       `json:"unsure,omitempty"`
+	// At is a MarkAgain's change: where the stream met it.
+	At model.Ts `json:"at,omitempty"`
 }
 
 // MarkAttached is the kind of a mark that tells a table's partitions to
 // copy a relation attached to it (Mark).
 const MarkAttached = "attached"
+
+// MarkAgain is the kind of a mark that tells a table's partitions to
+// copy the table again (ID, its relation in the source's terms): a change
+// at At rewrote its rows and the stream carried none of them (PostgreSQL:
+// a column's type changed, its values with it). A source writes it once
+// it has met the change; one started again before the change may write
+// it twice, and a partition copies once per change
+// (model.CopyProgress.CopyAgain).
+const MarkAgain = "again"
 
 // Chunk is a chunk in flight between its watermarks.
 type Chunk struct {

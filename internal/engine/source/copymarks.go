@@ -31,6 +31,12 @@ func (r *CopyReader) onMark(e *Event) {
 		}
 		return
 	}
+	if mk.Kind == MarkAgain {
+		if !r.keyless {
+			r.copied = r.copied.CopyAgain(mk.ID, mk.At)
+		}
+		return
+	}
 	i := 0
 	for i < len(r.chunks) && r.chunks[i].ID != mk.ID {
 		i++

@@ -169,22 +169,24 @@ func markAttached(ctx context.Context, conn *pgx.Conn, slot string, marks []atta
 }
 
 // ownMarks keeps of a transaction's marks the chunks' watermarks and
-// this changefeed's attach marks (another changefeed's, written by its
-// puller on the same database, are not this one's), and returns the
+// this changefeed's attach and copy-again marks (another changefeed's,
+// written by its puller on the same database, are not this one's), and returns the
 // relations new in each table's tree that this changefeed's marks carry.
 func ownMarks(tx *Txn, slot string) map[string][]uint32 {
 	var added map[string][]uint32
 	kept := tx.Marks[:0]
 	for _, m := range tx.Marks {
 		var mk attachMark
-		if json.Unmarshal(m, &mk) == nil && (mk.Kind == source.MarkAttached || mk.Kind == partsKind) {
+		if json.Unmarshal(m, &mk) == nil && (mk.Kind == source.MarkAttached || mk.Kind == partsKind || mk.Kind == source.MarkAgain) {
 			if mk.Slot != slot {
 				continue
 			}
-			if added == nil {
-				added = map[string][]uint32{}
+			if len(mk.New) > 0 { // a look's (a MarkAgain carries none)
+				if added == nil {
+					added = map[string][]uint32{}
+				}
+				added[mk.Table] = append(added[mk.Table], mk.New...)
 			}
-			added[mk.Table] = append(added[mk.Table], mk.New...)
 			if mk.Kind == partsKind {
 				continue // the puller's alone
 			}
@@ -211,15 +213,17 @@ func relationRead(ctx context.Context, conn *pgx.Conn, table string, def *source
 		return "", fmt.Errorf("the attached relation to copy is %q, not an OID", copied.Only)
 	}
 	var name string
-	var may bool
-	err = conn.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname), has_table_privilege(c.oid, 'SELECT') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = $1::int8::oid AND c.relispartition AND EXISTS (SELECT FROM pg_partition_ancestors(c.oid) a WHERE a.relid = to_regclass($2))`,
-		int64(oid), quoteQualified(table)).Scan(&name, &may)
+	var may, itself bool
+	err = conn.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname), has_table_privilege(c.oid, 'SELECT'), c.oid = to_regclass($2) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = $1::int8::oid AND (c.oid = to_regclass($2) OR c.relispartition AND EXISTS (SELECT FROM pg_partition_ancestors(c.oid) a WHERE a.relid = to_regclass($2)))`,
+		int64(oid), quoteQualified(table)).Scan(&name, &may, &itself)
 	switch {
 	case err == pgx.ErrNoRows:
 		return fmt.Sprintf("(SELECT %s FROM %s WHERE false) AS detached", columnList(def), quoteQualified(table)), nil
 	case err != nil:
 		return "", err
+	case itself:
+		return quoteQualified(table), nil // copied again (again.go)
 	case may:
 		return name, nil
 	}

@@ -291,6 +291,11 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			continue
 		}
 		tx := it.Txn
+		if len(tx.Again) > 0 {
+			if err := s.markAgain(ctx, st, tx.Again); err != nil {
+				return fmt.Errorf("postgres source: cannot mark a table rewritten by a column's new type to be copied again: %w", explain(s.cfg, err))
+			}
+		}
 		looks.read(tx.EndLSN)
 		looks.heard(ownMarks(tx, s.cfg.Slot))
 		parts, partsKnown := looks.parts()

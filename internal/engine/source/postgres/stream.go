@@ -69,6 +69,9 @@ type Txn struct {
 	// Marks are the contents of the transaction's logical decoding
 	// messages with prefix "cdcctl" (the snapshot's watermarks).
 	Marks [][]byte
+	// Again are the tables its schema changes rewrote, to copy again
+	// (again.go).
+	Again []copyAgain
 }
 
 // markPrefix names this program's logical decoding messages (the
@@ -137,10 +140,13 @@ type Stream struct {
 	// pendingNums are the attribute numbers of the columns the open
 	// transaction's schema changes gave tables (nil: not known).
 	pendingNums map[string][]int16
-	rows        []source.Event
-	size        int // bytes in rows
-	parted      bool
-	marks       [][]byte
+	// again are the tables the open transaction's type changes rewrote
+	// (again.go).
+	again  []copyAgain
+	rows   []source.Event
+	size   int // bytes in rows
+	parted bool
+	marks  [][]byte
 	// visible is the last transaction seen visible to the catalog's
 	// queries (awaitVisible), which waits up to visibleWait for one.
 	visible     uint32
@@ -476,7 +482,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil
+		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks, s.again = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil, nil
 		clear(s.pendingNums)
 		clear(s.partedTables)
 		s.resetTables()
@@ -542,10 +548,10 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 	}
 	clear(s.pendingNums)
 	tx.Events = append(tx.Events, s.rows...)
-	tx.Marks = s.marks
+	tx.Marks, tx.Again = s.marks, s.again
 	s.last = tx.Ts
 	s.received = max(s.received, m.TransactionEndLSN)
-	s.open, s.ddls, s.rows, s.size, s.parted, s.marks = false, nil, nil, 0, false, nil
+	s.open, s.ddls, s.rows, s.size, s.parted, s.marks, s.again = false, nil, nil, 0, false, nil, nil
 	return Item{Txn: tx}
 }
 

@@ -154,6 +154,17 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		return nil
 	}
 	at := s.base + model.Ts(len(s.ddls))
+	if retyped(cur, def, pair) {
+		// Rewritten with new values the stream does not carry: the
+		// table is copied again (again.go).
+		rewritten, err := everRewritten(ctx, s.cat.conn, m.RelationID)
+		if err != nil {
+			return unreadable("whether its rows were rewritten with its new column types", err)
+		}
+		if rewritten {
+			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at})
+		}
+	}
 	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, pair, missing)})
 	s.pendingNums[name] = nums
 	return nil

@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A column's type changed (ALTER COLUMN … TYPE) can change the value of
+// every row of the table: a numeric's scale rounds them, a USING
+// expression computes new ones, timestamp to timestamptz writes them
+// another way. PostgreSQL rewrites the table and writes no change of
+// those rows to the stream, so every row left alone since kept its old
+// value downstream. The stream carries the new type only; the catalog
+// cannot tell the expression. What it can tell is whether the table was
+// rewritten: a relation's file is its own OID until something rewrites
+// it (relfilenode), and a type changed without a rewrite (varchar(20) to
+// varchar(40) or text, numeric(10,2) to numeric(12,2)) kept every row's
+// bytes. So a type changed on a table ever rewritten (this change, or
+// an earlier TRUNCATE, VACUUM FULL or CLUSTER, which the catalog cannot
+// tell apart) is copied again: the puller writes a mark
+// (source.MarkAgain, with where the change was met) into the WAL once it
+// has read the change's transaction, and every partition of the table
+// meets it in the stream and copies its range again, between
+// watermarks, as the initial snapshot does. A copy begun on such a mark
+// reads every row as it is then, after the change.
+
+// copyAgain is a table to copy again after a change its transaction made
+// (Txn.Again).
+type copyAgain struct {
+	Table string
+	OID   uint32
+	At    model.Ts // the change's position
+}
+
+// retyped says whether def changes the type of a column of cur (paired
+// by pair: def's column i is cur's column pair[i], or new).
+func retyped(cur, def *source.TableDef, pair []int) bool {
+	for i, c := range def.Columns {
+		if i < len(pair) && pair[i] >= 0 && pair[i] < len(cur.Columns) && cur.Columns[pair[i]].Type != c.Type {
+			return true
+		}
+	}
+	return false
+}
+
+// everRewritten says whether a relation, or a leaf of its partition tree,
+// has been rewritten since it was created (its file is not its OID). A
+// relation gone since says false: its end comes with the drop, and it
+// has nothing to copy.
+func everRewritten(ctx context.Context, conn *pgx.Conn, oid uint32) (bool, error) {
+	var rewritten bool
+	// (pg_partition_tree has no rows for a table not partitioned.)
+	err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(c.relfilenode <> c.oid), false) FROM pg_class c
+		WHERE c.relkind IN ('r', 'm') AND (c.oid = $1::int8::oid OR c.oid IN (SELECT relid FROM pg_partition_tree($1::int8::oid::regclass)))`, int64(oid)).Scan(&rewritten)
+	return rewritten, err
+}
+
+// markAgain writes, in one transaction, a mark for each table a
+// transaction's type changes rewrote; a table that cannot be copied
+// again (no primary key, or snapshot=never) is told instead. An error
+// starts the reader again, before the change: it is met and marked again.
+func (s *Source) markAgain(ctx context.Context, st *Stream, again []copyAgain) error {
+	var marks []attachMark
+	for _, a := range again {
+		def := st.Tables()[a.Table].Def
+		switch {
+		case s.cfg.Snapshot == "never":
+			s.log.Warn("postgres source: a column's type changed and the table was rewritten; with snapshot=never the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
+		case def != nil && len(def.KeyNames()) == 0:
+			s.log.Warn("postgres source: a column's type changed and the table, without a primary key, was rewritten; the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
+		default:
+			s.log.Info("postgres source: a column's type changed and the table was rewritten; it is copied again", "changefeed", s.cf, "table", a.Table)
+			marks = append(marks, attachMark{Mark: source.Mark{Kind: source.MarkAgain, ID: strconv.FormatUint(uint64(a.OID), 10), Table: a.Table, At: a.At}})
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	return markAttached(ctx, st.cat.conn, s.cfg.Slot, marks)
+}
