@@ -39,11 +39,11 @@ func tableTag(table string) string {
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
-// OpenCopying implements source.Copier: a partition whose share of the
-// initial snapshot is not done copies it as it reads; any other reads the
-// log.
+// OpenCopying implements source.Copier: a partition copies its share of
+// the initial snapshot as it reads, and once it is copied, its share of
+// a table copied again (again.go). With snapshot=never it reads the log.
 func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyProgress) (source.Reader, error) {
-	if s.cfg.Snapshot == "never" || copied.Done {
+	if s.cfg.Snapshot == "never" {
 		return s.LogSource.Open(span, from)
 	}
 	return s.LogSource.NewCopyReader(span, from, copied, source.CopyOptions{
@@ -321,7 +321,17 @@ func (p *Puller) marksIn(e *replication.RowsEvent, tables map[string]tableState,
 			if tableTag(table) != parts[0] || held[table] {
 				continue
 			}
-			b, _ := json.Marshal(source.Mark{Kind: parts[2], ID: parts[1], Table: table})
+			mk := source.Mark{Kind: parts[2], ID: parts[1], Table: table}
+			if mk.Kind == source.MarkAgain {
+				// The table copied again (again.go): its tag stands for it
+				// in the copy's progress; the ID is where the change was.
+				at, err := strconv.ParseUint(parts[1], 10, 64)
+				if err != nil {
+					continue
+				}
+				mk.ID, mk.At = parts[0], model.Ts(at)
+			}
+			b, _ := json.Marshal(mk)
 			out = append(out, source.Event{Kind: source.KindMark, Table: table, Def: st.Def,
 				SchemaVersion: st.Version, TableVersion: st.Since, Statement: string(b)})
 		}

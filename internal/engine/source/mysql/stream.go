@@ -106,6 +106,12 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		cols[table] = c
 		return c
 	}
+	var markDB *sql.DB // marks of tables to copy again (again.go)
+	defer func() {
+		if markDB != nil {
+			markDB.Close()
+		}
+	}()
 	signal := model.TableName(p.cfg.Database, signalTable)
 	pending := map[string]string{} // tables an ALTER named since: its statement
 	for t, st := range at.Tables {
@@ -214,6 +220,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			at.Tables, adding = passAdded(at.Tables, adding, pastAdded)
 		case *replication.RowsEvent:
+			if cur.before == nil {
+				cur.before = at.Tables
+			}
 			table := model.TableName(string(e.Table.Schema), string(e.Table.Table))
 			if table == signal {
 				cur.tickAt = max(cur.tickAt, tickOf(e, tickName(p.cfg)))
@@ -276,6 +285,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				}
 			}
 		case *replication.QueryEvent:
+			if cur.before == nil {
+				cur.before = at.Tables
+			}
 			q := strings.TrimSpace(string(e.Query))
 			verb, xid := xaStatement(q)
 			switch {
@@ -527,6 +539,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		// table's rows after its change carry the change's position as
 		// their table version.
 		ts = cur.settle(&at, ts)
+		if again := cur.copiesAgain(at.Tables); len(again) > 0 {
+			if err := p.markAgain(ctx, &markDB, again, at.Tables); err != nil {
+				return err
+			}
+		}
 		out := cur.events // most transactions change rows only: not copied
 		if len(cur.ddls) > 0 {
 			out = make([]source.Event, 0, len(cur.ddls)+len(cur.events))

@@ -33,6 +33,7 @@ type collected struct {
 	// changes, which come with its commit).
 	parts  []int
 	inPart []source.Event
+	marks  []source.Event
 }
 
 func (c *collected) Append(evs []source.Event) error {
@@ -55,6 +56,9 @@ func (c *collected) Append(evs []source.Event) error {
 		switch e.Kind {
 		case source.KindTxn:
 			c.txnIDs = append(c.txnIDs, e.Txn.SourceID)
+		case source.KindMark:
+			// Watermarks, and tables to copy again: no row.
+			c.marks = append(c.marks, e)
 		case source.KindDDL:
 		default:
 			c.events = append(c.events, e)

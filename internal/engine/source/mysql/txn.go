@@ -36,6 +36,8 @@ type txn struct {
 	// position, and how many of its schema changes are placed.
 	base   model.Ts
 	placed int
+	// before are the tables as the transaction began (again.go).
+	before map[string]tableState
 }
 
 // A large transaction is not held in memory whole: once its rows pass
