@@ -35,7 +35,14 @@ type copyAgain struct {
 	Table string
 	OID   uint32
 	At    model.Ts // the change's position
+	Why   string   // what the change was, for the log
 }
+
+// Why a table is copied again.
+const (
+	againRetyped = "a column's type changed and the table was rewritten"
+	againAdded   = "a column was added whose value in the older rows PostgreSQL no longer keeps (the table was rewritten since)"
+)
 
 // retyped says whether def changes the type of a column of cur (paired
 // by pair: def's column i is cur's column pair[i], or new).
@@ -70,11 +77,11 @@ func (s *Source) markAgain(ctx context.Context, st *Stream, again []copyAgain) e
 		def := st.Tables()[a.Table].Def
 		switch {
 		case s.cfg.Snapshot == "never":
-			s.log.Warn("postgres source: a column's type changed and the table was rewritten; with snapshot=never the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
+			s.log.Warn("postgres source: "+a.Why+"; with snapshot=never the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
 		case def != nil && len(def.KeyNames()) == 0:
-			s.log.Warn("postgres source: a column's type changed and the table, without a primary key, was rewritten; the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
+			s.log.Warn("postgres source: "+a.Why+", in a table without a primary key; the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
 		default:
-			s.log.Info("postgres source: a column's type changed and the table was rewritten; it is copied again", "changefeed", s.cf, "table", a.Table)
+			s.log.Info("postgres source: "+a.Why+"; the table is copied again", "changefeed", s.cf, "table", a.Table)
 			marks = append(marks, attachMark{Mark: source.Mark{Kind: source.MarkAgain, ID: strconv.FormatUint(uint64(a.OID), 10), Table: a.Table, At: a.At}})
 		}
 	}

@@ -510,31 +510,51 @@ func TestATruncateAfterPartsErasesThem(t *testing.T) {
 
 // A column added with a DEFAULT and then rewritten (ALTER COLUMN TYPE)
 // before the reader reads it: PostgreSQL no longer keeps the value the
-// older rows got, so rather than write the new column without it (the
-// older rows would read NULL downstream), the table is held, saying how
-// to copy it again; a column added without a DEFAULT is NULL in older
-// rows and goes on.
-func TestAnAddedColumnWhoseOlderValuesAreLostHoldsTheTable(t *testing.T) {
+// older rows got. Rather than write the new column without it (the older
+// rows would read NULL downstream), the change goes on and the table is
+// copied again (again.go), which gives the older rows their values; it
+// used to be held until an operator copied it again. With snapshot=never,
+// which copies nothing, the table is held, saying how to copy it again. A
+// column added without a DEFAULT is NULL in older rows and goes on.
+func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); CREATE TABLE u (id int4 PRIMARY KEY, v text)`)
-	st, _, _ := open(t, dsn+"&tables=t,u")
-	psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a'); INSERT INTO u VALUES (1, 'a')`)
-	psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE t ALTER COLUMN extra TYPE int8; ALTER TABLE u ADD COLUMN note text`)
-	psql(t, srv, dsn, `INSERT INTO t VALUES (2, 'b', 8); INSERT INTO u VALUES (2, 'b', 'n')`)
-	tx := txns(t, st, 2)
-	holds := st.TakeHolds()
-	if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "before column extra was added") || !strings.Contains(holds[0].Reason, "--remove-table public.t") {
-		t.Fatalf("holds %+v", holds)
-	}
-	var got []string
-	for _, e := range tx[1].Events {
-		got = append(got, e.Table+" "+e.Kind.String())
-		if e.Kind == source.KindDDL && e.Statement != `ALTER TABLE "public"."u" ADD COLUMN "note" text` {
-			t.Errorf("statement %q", e.Statement)
+	for _, never := range []bool{false, true} {
+		srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY, v text); CREATE TABLE u (id int4 PRIMARY KEY, v text)`)
+		uri := dsn + "&tables=t,u"
+		if never {
+			uri += "&snapshot=never"
 		}
-	}
-	if strings.Join(got, ", ") != "public.u DDL, public.u DML" {
-		t.Fatalf("second transaction: %v (public.t held, public.u going on)", got)
+		st, _, _ := open(t, uri)
+		psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a'); INSERT INTO u VALUES (1, 'a')`)
+		psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE t ALTER COLUMN extra TYPE int8; ALTER TABLE u ADD COLUMN note text`)
+		psql(t, srv, dsn, `INSERT INTO t VALUES (2, 'b', 8); INSERT INTO u VALUES (2, 'b', 'n')`)
+		tx := txns(t, st, 2)
+		holds := st.TakeHolds()
+		var got []string
+		var again []string
+		for _, x := range tx[1:] {
+			for _, e := range x.Events {
+				got = append(got, e.Table+" "+e.Kind.String())
+				if e.Kind == source.KindDDL && e.Statement != `ALTER TABLE "public"."u" ADD COLUMN "note" text` && e.Statement != `ALTER TABLE "public"."t" ADD COLUMN "extra" int8` {
+					t.Errorf("statement %q", e.Statement)
+				}
+			}
+			for _, a := range x.Again {
+				again = append(again, a.Table)
+			}
+		}
+		if never {
+			if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "before column extra was added") || !strings.Contains(holds[0].Reason, "--remove-table public.t") {
+				t.Fatalf("snapshot=never: holds %+v", holds)
+			}
+			if strings.Join(got, ", ") != "public.u DDL, public.u DML" || len(again) != 0 {
+				t.Fatalf("snapshot=never: after the changes: %v, copied again %v (public.t held, public.u going on)", got, again)
+			}
+			continue
+		}
+		if len(holds) != 0 || strings.Join(got, ", ") != "public.t DDL, public.u DDL, public.t DML, public.u DML" || strings.Join(again, ",") != "public.t" {
+			t.Fatalf("holds %+v; after the changes: %v, copied again %v", holds, got, again)
+		}
 	}
 }
 

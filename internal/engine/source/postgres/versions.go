@@ -148,13 +148,21 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// Not knowing them is not taking them as NULL.
 		return unreadable("the values its older rows have in its added columns", err)
 	}
+	again := false
 	if len(unknown) > 0 {
-		s.rels[m.RelationID].held = true
-		s.hold(name, unknownValuesHold(s.changefeed(), name, unknown))
-		return nil
+		if s.cfg.Snapshot == "never" || len(def.KeyNames()) == 0 {
+			s.rels[m.RelationID].held = true
+			s.hold(name, unknownValuesHold(s.changefeed(), name, unknown))
+			return nil
+		}
+		// The older rows' values come from copying the table again
+		// (again.go): the change goes on without them.
+		again = true
 	}
 	at := s.base + model.Ts(len(s.ddls))
-	if retyped(cur, def, pair) {
+	if again {
+		s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: againAdded})
+	} else if retyped(cur, def, pair) {
 		// Rewritten with new values the stream does not carry: the
 		// table is copied again (again.go).
 		rewritten, err := everRewritten(ctx, s.cat.conn, m.RelationID)
@@ -162,7 +170,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 			return unreadable("whether its rows were rewritten with its new column types", err)
 		}
 		if rewritten {
-			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at})
+			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: againRetyped})
 		}
 	}
 	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, pair, missing)})

@@ -30,9 +30,13 @@ const retypedRows = 3_000
 // table's numeric column loses a digit of scale and its varchar becomes
 // text through USING upper(...), and a partitioned table's column is
 // rewritten through its root, and a third table's varchar is widened
-// (no rewrite, the same values); the reader's capture is drained at once.
+// (no rewrite, the same values), and a fourth gains a column with a
+// DEFAULT rewritten in the same transaction (PostgreSQL then no longer
+// keeps the value its older rows got: the table used to be held until an
+// operator copied it again); the reader's capture is drained at once.
 // The sink rebuilt equals the upstream's tables, with no change written
-// twice; each rewritten table was copied again once, the widened one not.
+// twice; each rewritten table was copied again once, the widened one
+// not.
 func TestAColumnsTypeChangedWithNewValuesIsCopiedAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -46,14 +50,16 @@ CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-0
 CREATE TABLE m_2025 PARTITION OF m FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
 INSERT INTO m SELECT g, date '2024-01-01' + (g % 720), md5(g::text), 0 FROM generate_series(1, `+n+`) g;
 CREATE TABLE plain (id int8 PRIMARY KEY, note varchar(20));
-INSERT INTO plain SELECT g, 'p' || g FROM generate_series(1, `+n+`) g;`); err != nil {
+INSERT INTO plain SELECT g, 'p' || g FROM generate_series(1, `+n+`) g;
+CREATE TABLE added (id int8 PRIMARY KEY, note text);
+INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, `+n+`) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("retyped", dsn+"&tables=public.priced,public.m,public.plain&chunk-rows=100", sink, 3)
+	tc.CreateChangefeed("retyped", dsn+"&tables=public.priced,public.m,public.plain,public.added&chunk-rows=100", sink, 4)
 	tc.WaitSnapshot("retyped")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
@@ -62,7 +68,11 @@ INSERT INTO plain SELECT g, 'p' || g FROM generate_series(1, `+n+`) g;`); err !=
 	if _, err := srv.Psql(ctx, "shop", `
 ALTER TABLE priced ALTER COLUMN price TYPE numeric(10,1), ALTER COLUMN note TYPE text USING upper(note);
 ALTER TABLE m ALTER COLUMN v TYPE varchar(64) USING 'x' || v;
-ALTER TABLE plain ALTER COLUMN note TYPE varchar(80);`); err != nil {
+ALTER TABLE plain ALTER COLUMN note TYPE varchar(80);
+ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUMN extra TYPE int8;`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `INSERT INTO added VALUES (100000, 'after', 8)`); err != nil {
 		t.Fatal(err)
 	}
 	// The reader's capture drained at once: the reader starts again
@@ -80,14 +90,14 @@ ALTER TABLE plain ALTER COLUMN note TYPE varchar(80);`); err != nil {
 		t.Fatal(err)
 	}
 	tc.WaitSnapshot("retyped")
-	rep := tc.VerifyDatabase("retyped", up, []string{"public.priced", "public.m", "public.plain"}, time.Now())
+	rep := tc.VerifyDatabase("retyped", up, []string{"public.priced", "public.m", "public.plain", "public.added"}, time.Now())
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after the types changed and a drain: %+v", rep)
 	}
 	// Each table rewritten copied again once (the initial snapshot's
 	// insert and the copy's), the one widened without a rewrite not at
 	// all.
-	for table, want := range map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1} {
+	for table, want := range map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 2} {
 		inserts, err := verify.Inserts(ctx, sink, table)
 		if err != nil {
 			t.Fatal(err)
