@@ -149,3 +149,30 @@ func TestARenamedColumnIsRenamedInOlderRows(t *testing.T) {
 		}
 	}
 }
+
+// A column added without a DEFAULT is NULL in a keyless table's older
+// rows, which the sink wrote without it: an update whose old image has
+// NULL there changes one of them, as it does for a consumer that applied
+// the ADD COLUMN. It was taken for a row that is not there: the old row
+// stayed and the new one was added beside it.
+func TestAKeylessRowWrittenBeforeAColumnWasAddedIsUpdated(t *testing.T) {
+	grade := func(ts model.Ts, n, g string, old map[string]*string) codec.Change {
+		c := keylessChange(ts, "UPDATE", "a", n, old)
+		c.Data["grade"] = str(g)
+		return c
+	}
+	s := storage.ChangeStream{Dispatcher: "p1.1", Database: "public", Table: "k", Changes: []codec.Change{
+		keylessChange(10, "INSERT", "a", "0", nil),
+		keylessChange(10, "INSERT", "a", "1", nil),
+		grade(20, "0", "7", map[string]*string{"kind": str("a"), "n": str("0"), "grade": nil}),
+	}}
+	rows, _, _ := rebuild([]storage.ChangeStream{s}, nil, "public.k", 100)
+	graded := map[string]*string{"kind": str("a"), "n": str("0"), "grade": str("7")}
+	a1 := map[string]*string{"kind": str("a"), "n": str("1")}
+	if _, ok := rows[model.ImageKey(graded, 1)]; len(rows) != 2 || !ok {
+		t.Fatalf("rebuilt %v, want the updated row and the other", keysOf(rows))
+	}
+	if _, ok := rows[model.ImageKey(a1, 1)]; !ok {
+		t.Fatalf("rebuilt %v: the row not updated is gone", keysOf(rows))
+	}
+}

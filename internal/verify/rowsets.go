@@ -219,8 +219,11 @@ func (s *keylessRows) rows() Rows {
 // agrees says row has r's values in r's columns.
 func agrees(row, r map[string]*string) bool {
 	for col, v := range r {
-		w, ok := row[col]
-		if !ok || (v == nil) != (w == nil) || v != nil && *v != *w {
+		// A column the row lacks was added since it was written, without
+		// a DEFAULT (step fills those with one): NULL in it, as a
+		// consumer that applied the ADD COLUMN has it.
+		w := row[col]
+		if (v == nil) != (w == nil) || v != nil && *v != *w {
 			return false
 		}
 	}
