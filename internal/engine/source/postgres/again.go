@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +42,87 @@ type copyAgain struct {
 
 // Why a table is copied again.
 const (
-	againRetyped = "a column's type changed and the table was rewritten"
-	againAdded   = "a column was added whose value in the older rows PostgreSQL no longer keeps (the table was rewritten since)"
+	againRetyped   = "a column's type changed and the table was rewritten"
+	againAdded     = "a column was added whose value in the older rows PostgreSQL no longer keeps (the table was rewritten since)"
+	againRecreated = "a column was dropped and added again under its name (its older rows' values are gone)"
 )
+
+// A column dropped and added again under its name, as the table's last
+// column, leaves the columns pgoutput describes as they were: the same
+// names in the same order, with its type the same message. Every older
+// row lost its value in it (NULL now, or the new DEFAULT), and the stream
+// carries none of them. Only the catalog's attribute numbers tell: the
+// column added again took a new one. A relation message whose columns are
+// the table's by name is paired without the catalog (pairColumns), so
+// the reader asks it once at the transaction's commit for all the tables
+// paired so in it (one query, not one per relation message: a reader
+// started again meets one for every table it reads), and a table whose
+// names now have other numbers is copied again. The catalog is read now,
+// not at this point of the stream, so the change may be ahead of it:
+// the copy, between watermarks written after the change, reads the rows
+// as it left them all the same, and the table's numbers are taken as
+// not known (the next relation message reads them) rather than the
+// catalog's, which may be ahead of the stream too.
+
+// recheck is a table whose relation message was paired by its columns'
+// names alone, with the numbers the reader had for them.
+type recheck struct {
+	table string
+	rel   uint32
+	names []string
+	nums  []int16
+	at    model.Ts // the relation message's position, the copy's At
+}
+
+// recheckLater asks the catalog about table's columns (def, numbered
+// nums) at the transaction's commit.
+func (s *Stream) recheckLater(table string, rel uint32, def *source.TableDef, nums []int16, at model.Ts) {
+	names := make([]string, len(def.Columns))
+	for i, c := range def.Columns {
+		names[i] = c.Name
+	}
+	s.recheck = append(s.recheck, recheck{table: table, rel: rel, names: names, nums: nums, at: at})
+}
+
+// recheckColumns copies again the tables of the open transaction's
+// rechecks whose columns' names have other numbers in the catalog now.
+func (s *Stream) recheckColumns(ctx context.Context) error {
+	if len(s.recheck) == 0 {
+		return nil
+	}
+	rels := make([]uint32, len(s.recheck))
+	for i, r := range s.recheck {
+		rels[i] = r.rel
+	}
+	attrs, err := s.cat.attributesOf(ctx, rels)
+	if err != nil {
+		return fmt.Errorf("read the columns of the tables whose schema was sent again: %w", explain(s.cfg, err))
+	}
+	for _, r := range s.recheck {
+		now := numsByName(r.names, attrs[r.rel])
+		if now == nil || slices.Equal(now, r.nums) {
+			// The same columns; or renamed or dropped since, which the
+			// stream tells when it gets there.
+			continue
+		}
+		s.forgetNums(r.table)
+		if !slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == r.table }) {
+			s.again = append(s.again, copyAgain{Table: r.table, OID: r.rel, At: r.at, Why: againRecreated})
+		}
+	}
+	s.recheck = nil
+	return nil
+}
+
+// forgetNums takes a table's columns' numbers as not known, as of the
+// open transaction's end.
+func (s *Stream) forgetNums(table string) {
+	if _, changed := s.pendingNums[table]; changed {
+		s.pendingNums[table] = nil
+	} else if st := s.tables[table]; st != nil {
+		st.Nums = nil
+	}
+}
 
 // retyped says whether def changes the type of a column of cur (paired
 // by pair: def's column i is cur's column pair[i], or new).
@@ -81,7 +161,7 @@ func (s *Source) markAgain(ctx context.Context, st *Stream, again []copyAgain) e
 		case def != nil && len(def.KeyNames()) == 0:
 			s.log.Warn("postgres source: "+a.Why+", in a table without a primary key; the rows not changed since keep their old values downstream: copy the table again (docs/postgres.md)", "changefeed", s.cf, "table", a.Table)
 		default:
-			s.log.Info("postgres source: "+a.Why+"; the table is copied again", "changefeed", s.cf, "table", a.Table)
+			s.log.Info("postgres source: "+a.Why+"; the table is copied again", "changefeed", s.cf, "table", a.Table, "at", a.At)
 			marks = append(marks, attachMark{Mark: source.Mark{Kind: source.MarkAgain, ID: strconv.FormatUint(uint64(a.OID), 10), Table: a.Table, At: a.At}})
 		}
 	}

@@ -35,6 +35,13 @@ type attribute struct {
 // attributes are a relation's columns now, dropped ones included, by
 // attribute number.
 func (c *catalog) attributes(ctx context.Context, rel uint32) (map[int16]attribute, error) {
+	of, err := c.attributesOf(ctx, []uint32{rel})
+	return of[rel], err
+}
+
+// attributesOf are relations' columns now, as attributes has them, in one
+// query (a relation gone has none).
+func (c *catalog) attributesOf(ctx context.Context, rels []uint32) (map[uint32]map[int16]attribute, error) {
 	version, err := c.serverVersion(ctx)
 	if err != nil {
 		return nil, err
@@ -43,24 +50,31 @@ func (c *catalog) attributes(ctx context.Context, rel uint32) (map[int16]attribu
 	if version >= 120000 {
 		generated = "attgenerated <> ''"
 	}
-	rows, err := c.conn.Query(ctx, `SELECT attnum, attname, NOT attisdropped AND NOT (`+generated+`), xmin::text::int8
-		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0`, rel)
+	oids := make([]int64, len(rels))
+	for i, r := range rels {
+		oids[i] = int64(r)
+	}
+	rows, err := c.conn.Query(ctx, `SELECT attrelid::int8, attnum, attname, NOT attisdropped AND NOT (`+generated+`), xmin::text::int8
+		FROM pg_attribute WHERE attrelid = ANY($1::int8[]::oid[]) AND attnum > 0`, oids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[int16]attribute{}
+	out := map[uint32]map[int16]attribute{}
 	for rows.Next() {
 		var (
-			num  int16
-			a    attribute
-			xmin int64
+			rel, xmin int64
+			num       int16
+			a         attribute
 		)
-		if err := rows.Scan(&num, &a.name, &a.live, &xmin); err != nil {
+		if err := rows.Scan(&rel, &num, &a.name, &a.live, &xmin); err != nil {
 			return nil, err
 		}
 		a.xmin = uint32(xmin)
-		out[num] = a
+		if out[uint32(rel)] == nil {
+			out[uint32(rel)] = map[int16]attribute{}
+		}
+		out[uint32(rel)][num] = a
 	}
 	return out, rows.Err()
 }
@@ -366,10 +380,12 @@ func joinStatements(stmts []string) string { return strings.Join(stmts, "; ") }
 
 // pairColumns pairs a relation message's columns with the table's
 // before (cur, numbered curNums): see matchColumns. The same names in
-// the same order are the same columns, without asking the catalog,
-// unless the numbers are not kept yet (then they are read). pair is nil
-// when the change cannot be told apart.
-func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableDef, curNums []int16, cols []*pglogrepl.RelationMessageColumn) (pair []int, nums []int16, err error) {
+// the same order are the same columns, without asking the catalog
+// (byNames), unless the numbers are not kept yet (then they are read):
+// the catalog is asked once for all of a transaction's tables paired so
+// (recheckColumns), whether a column was dropped and added again under
+// its name. pair is nil when the change cannot be told apart.
+func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableDef, curNums []int16, cols []*pglogrepl.RelationMessageColumn) (pair []int, nums []int16, byNames bool, err error) {
 	to := make([]string, len(cols))
 	for j, c := range cols {
 		to[j] = c.Name
@@ -385,21 +401,21 @@ func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableD
 			pair[j] = j
 		}
 		if curKnown {
-			return pair, curNums, nil
+			return pair, curNums, true, nil
 		}
 	}
 	attrs, err := s.cat.attributes(ctx, rel)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if pair != nil {
-		return pair, numsByName(to, attrs), nil
+		return pair, numsByName(to, attrs), false, nil
 	}
 	pair, nums, ok := matchColumns(from, curNums, to, attrs, s.xid)
 	if !ok {
-		return nil, nil, nil
+		return nil, nil, false, nil
 	}
-	return pair, nums, nil
+	return pair, nums, false, nil
 }
 
 // keyGone says the catalog's primary key of a table replicated by its

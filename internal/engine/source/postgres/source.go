@@ -299,7 +299,10 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		looks.read(tx.EndLSN)
 		looks.heard(ownMarks(tx, s.cfg.Slot))
 		parts, partsKnown := looks.parts()
-		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL {
+		if len(tx.Events) > 0 && tx.Events[0].Kind == source.KindDDL || len(tx.Again) > 0 {
+			// (A table copied again may have had its columns' numbers
+			// forgotten, with no schema change: a resume point with the
+			// old ones copied it again at the next relation message.)
 			tables = st.Tables()
 		}
 		// The snapshot's watermarks go into the log, where the partitions

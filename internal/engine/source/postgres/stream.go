@@ -142,11 +142,14 @@ type Stream struct {
 	pendingNums map[string][]int16
 	// again are the tables the open transaction's type changes rewrote
 	// (again.go).
-	again  []copyAgain
-	rows   []source.Event
-	size   int // bytes in rows
-	parted bool
-	marks  [][]byte
+	again []copyAgain
+	// recheck are the tables whose columns its relation messages paired
+	// by their names alone (again.go).
+	recheck []recheck
+	rows    []source.Event
+	size    int // bytes in rows
+	parted  bool
+	marks   [][]byte
 	// visible is the last transaction seen visible to the catalog's
 	// queries (awaitVisible), which waits up to visibleWait for one.
 	visible     uint32
@@ -482,7 +485,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks, s.again = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil, nil
+		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks, s.again, s.recheck = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil, nil, nil
 		clear(s.pendingNums)
 		clear(s.partedTables)
 		s.resetTables()
@@ -515,6 +518,9 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 			return s.tick(m)
 		}
 	case *pglogrepl.CommitMessage:
+		if err := s.recheckColumns(ctx); err != nil {
+			return Item{}, false, err
+		}
 		return s.commit(m), true, nil
 	}
 	return Item{}, false, nil

@@ -90,7 +90,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if err := s.awaitVisible(ctx); err != nil {
 		return err
 	}
-	pair, nums, err := s.pairColumns(ctx, m.RelationID, cur, curNums, m.Columns)
+	pair, nums, byNames, err := s.pairColumns(ctx, m.RelationID, cur, curNums, m.Columns)
 	if err != nil {
 		return unreadable("its columns", err)
 	}
@@ -119,6 +119,9 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 			s.hold(name, keyDroppedHold(s.changefeed(), name))
 			return nil
 		}
+	}
+	if byNames {
+		s.recheckLater(name, m.RelationID, def, nums, s.base+model.Ts(len(s.ddls)))
 	}
 	if source.SameColumns(def, cur) {
 		if nums != nil && !known(curNums, len(cur.Columns)) {
