@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cdcctl/cdcctl/internal/engine/row"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -45,7 +47,18 @@ const (
 	againRetyped   = "a column's type changed and the table was rewritten"
 	againAdded     = "a column was added whose value in the older rows PostgreSQL no longer keeps (the table was rewritten since)"
 	againRecreated = "a column was dropped and added again under its name (its older rows' values are gone)"
+	againUnclear   = "its columns were renamed, or dropped and others added, in a way the changefeed cannot tell apart at this point of the WAL (the catalog has changed again since); they are taken by their names"
 )
+
+// pairByName pairs a relation message's columns with cur's by their
+// names alone (-1: added).
+func pairByName(cur *source.TableDef, cols []*pglogrepl.RelationMessageColumn) []int {
+	pair := make([]int, len(cols))
+	for j, c := range cols {
+		pair[j] = slices.IndexFunc(cur.Columns, func(k row.ColumnDef) bool { return k.Name == c.Name })
+	}
+	return pair
+}
 
 // A column dropped and added again under its name, as the table's last
 // column, leaves the columns pgoutput describes as they were: the same

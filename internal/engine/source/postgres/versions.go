@@ -94,10 +94,18 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	if err != nil {
 		return unreadable("its columns", err)
 	}
-	if pair == nil {
-		s.rels[m.RelationID].held = true
-		s.hold(name, columnsUnclearHold(s.changefeed(), name))
-		return nil
+	unclear := pair == nil
+	if unclear {
+		if s.cfg.Snapshot == "never" || len(cur.KeyNames()) == 0 {
+			s.rels[m.RelationID].held = true
+			s.hold(name, columnsUnclearHold(s.changefeed(), name))
+			return nil
+		}
+		// Which column is which cannot be told: the columns are taken by
+		// their names (a rename is then a drop and an add, and the older
+		// rows' values in it are wrong downstream) and the table is
+		// copied again (again.go), which writes every row as it is.
+		pair, nums = pairByName(cur, m.Columns), nil
 	}
 	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur, pair)
 	if err != nil {
@@ -124,6 +132,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.recheckLater(name, m.RelationID, def, nums, s.base+model.Ts(len(s.ddls)))
 	}
 	if source.SameColumns(def, cur) {
+		if unclear {
+			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: s.base + model.Ts(len(s.ddls)), Why: againUnclear})
+			s.forgetNums(name)
+			return nil
+		}
 		if nums != nil && !known(curNums, len(cur.Columns)) {
 			// Numbers not kept yet (a checkpoint from before they were),
 			// read for the columns as they are.
@@ -146,12 +159,19 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		s.hold(name, tooManyChangesHold(s.changefeed(), name))
 		return nil
 	}
-	missing, unknown, err := s.missingValues(ctx, m.RelationID, def, pair, nums)
-	if err != nil {
-		// Not knowing them is not taking them as NULL.
-		return unreadable("the values its older rows have in its added columns", err)
+	var (
+		missing map[string]string
+		unknown []string
+	)
+	if !unclear {
+		// (A table copied again takes its rows' values from the copy.)
+		missing, unknown, err = s.missingValues(ctx, m.RelationID, def, pair, nums)
+		if err != nil {
+			// Not knowing them is not taking them as NULL.
+			return unreadable("the values its older rows have in its added columns", err)
+		}
 	}
-	again := false
+	again := unclear
 	if len(unknown) > 0 {
 		if s.cfg.Snapshot == "never" || len(def.KeyNames()) == 0 {
 			s.rels[m.RelationID].held = true
@@ -164,7 +184,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	at := s.base + model.Ts(len(s.ddls))
 	if again {
-		s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: againAdded})
+		why := againAdded
+		if unclear {
+			why = againUnclear
+		}
+		s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: why})
 	} else if retyped(cur, def, pair) {
 		// Rewritten with new values the stream does not carry: the
 		// table is copied again (again.go).
