@@ -122,6 +122,11 @@ type TableIssue struct {
 	Since time.Time `json:"since"`
 	// Reason says what happened and what to do.
 	Reason string `json:"reason"`
+	// RenamedTo is the name a held table was renamed to upstream, where
+	// no other table has taken its name: a changefeed of tables named one
+	// by one follows it there by itself, as one with table rules does
+	// (the coordinator).
+	RenamedTo string `json:"renamed_to,omitempty"`
 }
 
 // Line is the issue on one line, as 'changefeed get' and a refused

@@ -22,8 +22,11 @@ import (
 )
 
 // followBy names the table rules in the incidents of the pauses and
-// resumes they make.
-const followBy = "its table rules"
+// resumes they make; renameBy, a rename followed without them.
+const (
+	followBy = "its table rules"
+	renameBy = "a table renamed upstream"
+)
 
 // followFilters matches every changefeed's table rules again, every
 // FollowEvery, until ctx ends.
@@ -64,6 +67,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
 		cancel()
 		if !ok {
+			c.followRenames(ctx, term, st, e, waits)
 			continue
 		}
 		if err != nil {
@@ -81,31 +85,65 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits) {
 			continue
 		}
-		if err := c.refollow(ctx, term, id, f.Tables); err != nil && ctx.Err() == nil {
+		if err := c.refollow(ctx, term, id, f.Tables, followBy); err != nil && ctx.Err() == nil {
 			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
 	}
 }
 
+// followRenames follows, in a changefeed without table rules, the tables
+// its reader holds for a rename upstream under their new names
+// (model.TableIssue.RenamedTo), as table rules would: once the changefeed
+// has written everything they had under their old names, it is paused,
+// each is replaced by its new name (copied again there; the sink gets the
+// rename under the old one) and resumed. Before, they stayed held until
+// an operator did the same.
+func (c *Coordinator) followRenames(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall) {
+	var renamed []model.TableIssue
+	for _, ti := range e.Status.Tables {
+		if ti.State == model.TableHeld && ti.RenamedTo != "" {
+			renamed = append(renamed, ti)
+		}
+	}
+	if len(renamed) == 0 {
+		return
+	}
+	current := tablesOf(e.Info.SourceURI)
+	next := slices.Clone(current)
+	var at model.Ts
+	for _, ti := range renamed {
+		if i := slices.Index(next, ti.Table); i >= 0 && !slices.Contains(next, ti.RenamedTo) {
+			next[i] = ti.RenamedTo
+			at = max(at, ti.At)
+		}
+	}
+	if sameTables(current, next) || !c.leavingPassed(st, e, leaving(current, next), at, waits) {
+		return
+	}
+	if err := c.refollow(ctx, term, e.Info.ID, next, renameBy); err != nil && ctx.Err() == nil {
+		c.log.Warn("coordinator: the changefeed could not follow a table renamed upstream; trying again later", "changefeed", e.Info.ID, "err", err)
+	}
+}
+
 // refollow pauses a changefeed, waits for its dispatchers to stop, sets
-// its tables and resumes it (also when the update fails).
-func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, tables []string) error {
-	if err := c.SetChangefeedState(ctx, term, id, model.ChangefeedPaused, followBy); err != nil {
+// its tables and resumes it (also when the update fails); by names why.
+func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, tables []string, by string) error {
+	if err := c.SetChangefeedState(ctx, term, id, model.ChangefeedPaused, by); err != nil {
 		return err
 	}
 	defer func() {
-		if err := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, followBy); err != nil {
+		if err := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); err != nil {
 			c.log.Warn("coordinator: could not resume the changefeed after following its table rules; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", err)
 		}
 	}()
 	if err := c.waitStopped(ctx, id); err != nil {
 		return err
 	}
-	res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: followBy})
+	res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
 	if err != nil {
 		return err
 	}
-	c.log.Info("coordinator: the changefeed follows its table rules", "changefeed", id, "added", res.Added, "removed", res.Removed)
+	c.log.Info("coordinator: the changefeed follows "+by, "changefeed", id, "added", res.Added, "removed", res.Removed)
 	return nil
 }
 
@@ -163,7 +201,7 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 		switch {
 		case !seen:
 			waits[k] = stall{target: targets[behind], low: low, since: time.Now()}
-			c.log.Info("coordinator: the changefeed's table rules no longer match a table it replicates; following them once its reader has passed the rename or drop", "changefeed", id, "table", behind)
+			c.log.Info("coordinator: a table leaves the changefeed (its table rules no longer match it, or it was renamed upstream); following once its reader has passed the rename or drop", "changefeed", id, "table", behind)
 			return false
 		case w.low != low:
 			w.low, w.since = low, time.Now()

@@ -65,6 +65,9 @@ type Options struct {
 	// FeedRate is the changes a second of each changefeed Feeds creates
 	// (zero: FeedRate).
 	FeedRate int
+	// FollowTablesEvery is the captures' --follow-tables-every (zero:
+	// the default).
+	FollowTablesEvery time.Duration
 }
 
 // FeedRate is Feeds' load per changefeed in tests: 50 changes a second,
@@ -165,7 +168,7 @@ func (c *Cluster) Start(id string) {
 		ID: nid, Address: "engine-test/" + id, Version: "test", SessionTTL: c.Opts.TTL, MoveTimeout: c.Opts.MoveTimeout,
 		// The tests' file sinks are their own temporary directories.
 		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid], Checkpoints: c.Opts.Checkpoints,
-		Recoveries: rec,
+		Recoveries: rec, FollowTablesEvery: c.Opts.FollowTablesEvery,
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}

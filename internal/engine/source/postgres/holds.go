@@ -23,21 +23,42 @@ type Hold struct {
 	Table  string
 	At     model.Ts
 	Reason string
+	// RenamedTo is a table's new name, held for its rename where its old
+	// name is free (model.TableIssue.RenamedTo).
+	RenamedTo string
 }
 
 // hold holds a table at the open transaction (or after the last
 // position handed out), once.
-func (s *Stream) hold(table, reason string) {
-	if _, done := s.held[table]; done {
+func (s *Stream) hold(table, reason string) { s.holdAs(Hold{Table: table, Reason: reason}) }
+
+// holdAs holds h.Table as hold does.
+func (s *Stream) holdAs(h Hold) {
+	if _, done := s.held[h.Table]; done {
 		return
 	}
-	at := s.last + 1
+	h.At = s.last + 1
 	if s.open {
-		at = s.base
+		h.At = s.base
 	}
-	h := Hold{Table: table, At: at, Reason: reason}
-	s.held[table] = h
+	s.held[h.Table] = h
 	s.holds = append(s.holds, h)
+}
+
+// holdRenamed holds a table renamed upstream to name. Where no relation
+// has its old name now, the hold says where it went, and a changefeed of
+// tables named one by one follows it there (model.TableIssue.RenamedTo):
+// a name taken again (two tables swapped, a new one created under it)
+// leaves the choice to the operator, who may want the name followed.
+func (s *Stream) holdRenamed(ctx context.Context, from, to string) {
+	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
+	var taken bool
+	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(from)).Scan(&taken)
+	if err == nil && !taken && s.cfg.FollowRenames {
+		h.RenamedTo = to
+		h.Reason = renameFollowed(s.changefeed(), from, to)
+	}
+	s.holdAs(h)
 }
 
 // TakeHolds returns the tables held since the last call. The caller
@@ -103,6 +124,13 @@ func (s *Stream) renamedToGone(id uint32, name string) bool {
 // the change written under the new name again.
 func renameHold(cf, from, to string) string {
 	return fmt.Sprintf("renamed upstream to %s; its changes from then on are held: replicate it under its new name with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s' (its rows are copied again under the new name), 'cdcctl changefeed resume %s'",
+		to, cf, cf, from, to, cf)
+}
+
+// renameFollowed is why a renamed table is held when the changefeed
+// follows it under its new name by itself.
+func renameFollowed(cf, from, to string) string {
+	return fmt.Sprintf("renamed upstream to %s; the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's follow-renames=false leaves renamed tables held)",
 		to, cf, cf, from, to, cf)
 }
 

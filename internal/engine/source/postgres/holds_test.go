@@ -45,7 +45,7 @@ func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.
 		return issue("public.c", source.TableDropped) != nil && issue("public.b", source.TableHeld) != nil && logHas(run.log, "public.a", "a3")
 	})
 	held := issue("public.b", source.TableHeld)
-	if !strings.Contains(held.Reason, "renamed upstream to public.b2") || !strings.Contains(held.Reason, "changefeed update held --remove-table public.b --add-table public.b2") {
+	if !strings.Contains(held.Reason, "renamed upstream to public.b2") || !strings.Contains(held.Reason, "changefeed update held --remove-table public.b --add-table public.b2") || held.RenamedTo != "public.b2" {
 		t.Fatalf("the hold says: %s", held.Reason)
 	}
 	run.log.mu.Lock()

@@ -1,0 +1,122 @@
+package changefeeds
+
+import (
+	"context"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
+)
+
+// A table of a changefeed that names its tables one by one, renamed
+// upstream, is followed under its new name by itself, as table rules
+// follow one: it used to be held until an operator paused, updated and
+// resumed the changefeed. Under a workload that goes on writing it
+// under the new name, the changefeed comes to replicate public.orders_v2
+// in place of public.orders with no table held, and the sink rebuilt
+// equals the upstream's tables, with no change written twice. A second
+// changefeed, follow-renames=false, keeps the table held.
+func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE orders (id int8 PRIMARY KEY, n int4);
+INSERT INTO orders SELECT g, 0 FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
+INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	tc.CreateChangefeed("renamed", dsn+"&tables=public.orders,public.beside&chunk-rows=500", sink, 2)
+	tc.CreateChangefeed("kept", dsn+"&tables=public.orders&follow-renames=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.WaitSnapshot("renamed")
+	tc.WaitSnapshot("kept")
+
+	var orders atomic.Value
+	orders.Store("orders")
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- renameWorkload(ctx, dsn, stop, &orders) }()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE orders RENAME TO orders_v2`); err != nil {
+		t.Fatal(err)
+	}
+	orders.Store("orders_v2")
+	tc.Eventually("the changefeed replicates public.orders_v2 in place of public.orders", 60*time.Second, func() bool {
+		e := tc.Changefeed("renamed")
+		return e != nil && e.Status.State == model.ChangefeedNormal && strings.Contains(e.Info.SourceURI, "public.orders_v2") &&
+			!strings.Contains(e.Info.SourceURI, "public.orders%2C") && !strings.HasSuffix(e.Info.SourceURI, "public.orders") && len(e.Status.Tables) == 0
+	})
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.orders_v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.WaitSnapshot("renamed")
+	rep := tc.VerifyDatabase("renamed", up, []string{"public.orders_v2", "public.beside"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after the rename was followed: %+v", rep)
+	}
+	kept := tc.Changefeed("kept")
+	if len(kept.Status.Tables) != 1 || kept.Status.Tables[0].State != model.TableHeld || kept.Status.Tables[0].RenamedTo != "" ||
+		!strings.Contains(kept.Status.Tables[0].Reason, "--remove-table public.orders --add-table public.orders_v2") {
+		t.Fatalf("the changefeed with follow-renames=false: %+v", kept.Status.Tables)
+	}
+	t.Logf("%+v", rep.TableReports)
+}
+
+// renameWorkload updates, deletes and inserts rows of the orders table,
+// under the name it has (a write under the old name after the rename
+// is done again under the new one), and of beside, until stopped.
+func renameWorkload(ctx context.Context, dsn string, stop chan struct{}, orders *atomic.Value) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewSource(13))
+	next := 100_000
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		table := "beside"
+		if rng.Intn(2) == 0 {
+			table = orders.Load().(string)
+		}
+		id := 1 + rng.Intn(retypedRows)
+		var err error
+		switch rng.Intn(6) {
+		case 0:
+			_, err = conn.Exec(ctx, `INSERT INTO `+table+` (id, n) VALUES ($1, 1)`, next)
+			next++
+		case 1:
+			_, err = conn.Exec(ctx, `DELETE FROM `+table+` WHERE id = $1`, id)
+		default:
+			_, err = conn.Exec(ctx, `UPDATE `+table+` SET n = n + 1 WHERE id = $1`, id)
+		}
+		if err != nil && !strings.Contains(err.Error(), "does not exist") {
+			return err
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
