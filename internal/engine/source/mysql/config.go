@@ -58,6 +58,11 @@ type Config struct {
 	// ChunkRows bounds the rows of one chunk of the initial snapshot
 	// (chunk-rows=); 0 is the default.
 	ChunkRows int
+	// FollowRenames says a table renamed upstream is followed under its
+	// new name by itself where no table has taken its old one
+	// (follow-renames=, true by default); false holds it until the
+	// operator updates the changefeed.
+	FollowRenames bool
 }
 
 // ParseURI parses mysql://user[:password]@host[:port]/db?tables=db.t1,t2&server-id=N.
@@ -140,6 +145,12 @@ func ParseURI(raw string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
 	}
+	c.FollowRenames = true
+	if v := q.Get("follow-renames"); v != "" {
+		if c.FollowRenames, err = strconv.ParseBool(v); err != nil {
+			return Config{}, fmt.Errorf("source URI: follow-renames=%q: use true (a table renamed upstream is followed under its new name, copied again; the default) or false (held until you update the changefeed)", v)
+		}
+	}
 	if v := q.Get("chunk-rows"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1_000_000 {
@@ -158,7 +169,7 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ours are the query parameters a mysql:// URI takes.
-var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true}
+var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true, "follow-renames": true}
 
 func ourNames() []string {
 	var out []string
@@ -240,6 +251,9 @@ func (c Config) URI() string {
 	}
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
+	}
+	if !c.FollowRenames {
+		q.Set("follow-renames", "false")
 	}
 	if c.Start != 0 {
 		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))

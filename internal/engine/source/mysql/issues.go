@@ -1,6 +1,8 @@
 package mysql
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,13 +23,40 @@ func (p *Puller) TableIssues() []source.TableIssue {
 
 // report records a table's issue (one per table and state).
 func (p *Puller) report(table string, state string, at model.Ts, reason string) {
+	p.reportIssue(source.TableIssue{Table: table, State: state, At: at, Reason: reason})
+}
+
+// reportIssue records an issue as report does.
+func (p *Puller) reportIssue(ti source.TableIssue) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if slices.ContainsFunc(p.issues, func(i source.TableIssue) bool { return i.Table == table && i.State == state }) {
+	if slices.ContainsFunc(p.issues, func(i source.TableIssue) bool { return i.Table == ti.Table && i.State == ti.State }) {
 		return
 	}
-	p.issues = append(p.issues, source.TableIssue{Table: table, State: state, At: at, Since: time.Now().UTC(), Reason: reason})
+	ti.Since = time.Now().UTC()
+	p.issues = append(p.issues, ti)
 	slices.SortFunc(p.issues, func(a, b source.TableIssue) int { return strings.Compare(a.Table, b.Table) })
+}
+
+// nameTaken says a table or view has name ("db.table") now; one that
+// cannot be read is taken (a rename is then held, as before, not
+// followed).
+func nameTaken(ctx context.Context, catalog func() (*sql.DB, error), name string) bool {
+	db, err := catalog()
+	if err != nil {
+		return true
+	}
+	schema, table, _ := strings.Cut(name, ".")
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?`, schema, table).Scan(&n)
+	return err != nil || n > 0
+}
+
+// renameFollowedReason says why a table renamed upstream is held when
+// the changefeed follows it under its new name by itself.
+func renameFollowedReason(cf model.ChangefeedID, from, to, stmt string) string {
+	return fmt.Sprintf("renamed upstream to %s (%s); the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's follow-renames=false leaves renamed tables held)",
+		to, stmt, cf, cf, from, to, cf)
 }
 
 // heldReason says why a table is held and what to do: its partitions

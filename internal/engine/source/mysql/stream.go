@@ -137,6 +137,20 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		return catalog, err
 	}
+	// A table renamed where its old name stays free is held saying where
+	// it went: a changefeed of tables named one by one follows it there
+	// (model.TableIssue.RenamedTo). A name taken again in the statement
+	// (a swap) or since leaves the choice to the operator.
+	holdRenamed := func(table, to, stmt string, taken bool) {
+		if !p.cfg.FollowRenames || taken || nameTaken(ctx, openCatalog, table) {
+			hold(table, "renamed upstream to "+to+" ("+stmt+")")
+			return
+		}
+		held[table] = true
+		w.Hold(table, at.Ts+1)
+		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: renameFollowedReason(p.cf, table, to, stmt), RenamedTo: to})
+		p.log.Warn("mysql source: a table was renamed upstream; it is held until the changefeed follows it under its new name", "changefeed", p.cf, "table", table, "to", to)
+	}
 	defer func() {
 		if catalog != nil {
 			catalog.Close()
@@ -424,7 +438,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// table's name comes into being, as a CREATE does.
 					for _, pr := range pairs {
 						if st, replicated := at.Tables[pr[0]]; replicated && joined(pr[0]) && !held[pr[0]] && !st.Dropped {
-							hold(pr[0], "renamed upstream to "+pr[1]+" ("+q+")")
+							holdRenamed(pr[0], pr[1], q, slices.ContainsFunc(pairs, func(o [2]string) bool { return o[1] == pr[0] }))
 						}
 					}
 					break

@@ -35,6 +35,8 @@ func TestParseURI(t *testing.T) {
 		{uri: "postgres://u@h/shop?tables=t,public.t", err: "named twice"},
 		{uri: "postgres://u@h/shop?tables=t&slot=Bad-Name", err: "slot="},
 		{uri: "mysql://u@h/shop?tables=t", err: "scheme must be postgres://"},
+		{uri: "postgres://u@h/shop?tables=t&follow-renames=ok", err: `follow-renames="ok": use true`},
+		{uri: "postgres://u@h/shop?tables=t&follow-renames=false", tables: []string{"public.t"}},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {
@@ -51,7 +53,8 @@ func TestParseURI(t *testing.T) {
 			t.Errorf("%s: our parameters reach the driver: %s", tc.uri, c.ConnString)
 		}
 		again, err := ParseURI(c.URI())
-		if err != nil || again.ConnString != c.ConnString || strings.Join(again.Tables, ",") != strings.Join(c.Tables, ",") || again.Slot != c.Slot {
+		if err != nil || again.ConnString != c.ConnString || strings.Join(again.Tables, ",") != strings.Join(c.Tables, ",") || again.Slot != c.Slot ||
+			again.FollowRenames != c.FollowRenames || c.FollowRenames == strings.Contains(tc.uri, "follow-renames=false") {
 			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
 		}
 	}

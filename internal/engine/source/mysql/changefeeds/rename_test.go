@@ -1,0 +1,124 @@
+package changefeeds
+
+import (
+	"context"
+	"database/sql"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// A table of a changefeed that names its tables one by one, renamed
+// upstream (RENAME TABLE), is followed under its new name by itself, as
+// table rules follow one: it used to be held until an operator paused,
+// updated and resumed the changefeed. Under a workload that goes on
+// writing it under the new name, the changefeed comes to replicate
+// shop.orders_v2 in place of shop.orders with no table held, and the
+// sink rebuilt equals the upstream's tables, with no change written
+// twice. A second changefeed, follow-renames=false, keeps the table held;
+// a swap (RENAME TABLE a TO a_old, b TO a) holds it too.
+func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
+	t.Parallel()
+	srv, db := mysqltest.StartShop(t)
+	n := strconv.Itoa(retypedRows)
+	mysqltest.Exec(t, db,
+		`CREATE TABLE orders (id INT PRIMARY KEY, n INT)`,
+		`INSERT INTO orders SELECT seq, 0 FROM seq_1_to_`+n,
+		`CREATE TABLE beside (id INT PRIMARY KEY, n INT)`,
+		`INSERT INTO beside SELECT seq, 0 FROM seq_1_to_`+n,
+		`CREATE TABLE swapped (id INT PRIMARY KEY, n INT)`,
+		`CREATE TABLE swapped_new (id INT PRIMARY KEY, n INT)`)
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	base := "mysql://root@" + srv.Addr() + "/shop?tables="
+	tc.CreateChangefeed("renamed", base+"orders,beside,swapped&chunk-rows=500", sink, 2)
+	tc.CreateChangefeed("kept", base+"orders&follow-renames=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.WaitSnapshot("renamed")
+	tc.WaitSnapshot("kept")
+
+	ctx := context.Background()
+	var orders atomic.Value
+	orders.Store("orders")
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- renameWorkload(ctx, db, stop, &orders) }()
+	time.Sleep(300 * time.Millisecond)
+	mysqltest.Exec(t, db, `RENAME TABLE orders TO orders_v2`, `RENAME TABLE swapped TO swapped_old, swapped_new TO swapped`)
+	orders.Store("orders_v2")
+	mysqltest.Exec(t, db, `INSERT INTO swapped_old VALUES (1, 1)`)
+	tc.Eventually("the changefeed replicates shop.orders_v2 in place of shop.orders", 60*time.Second, func() bool {
+		e := tc.Changefeed("renamed")
+		if e == nil || e.Status.State != model.ChangefeedNormal || !strings.Contains(e.Info.SourceURI, "shop.orders_v2") || strings.Contains(e.Info.SourceURI, "shop.orders%2C") {
+			return false
+		}
+		// Only the swapped table is held.
+		return len(e.Status.Tables) == 1 && e.Status.Tables[0].Table == "shop.swapped"
+	})
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	e := tc.Changefeed("renamed")
+	if ti := e.Status.Tables[0]; ti.State != model.TableHeld || ti.RenamedTo != "" || !strings.Contains(ti.Reason, "renamed upstream to shop.swapped_old") {
+		t.Fatalf("the table swapped with another: %+v", ti)
+	}
+	tc.UpdateTables("renamed", "shop.orders_v2", "shop.beside") // the swapped table removed
+	tc.WaitSnapshot("renamed")
+	up, _, err := mysql.NewTableReader(tc.Changefeed("renamed").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("renamed", up, []string{"shop.orders_v2", "shop.beside"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after the rename was followed: %+v", rep)
+	}
+	kept := tc.Changefeed("kept")
+	if len(kept.Status.Tables) != 1 || kept.Status.Tables[0].State != model.TableHeld || kept.Status.Tables[0].RenamedTo != "" {
+		t.Fatalf("the changefeed with follow-renames=false: %+v", kept.Status.Tables)
+	}
+	t.Logf("%+v", rep.TableReports)
+}
+
+// renameWorkload updates, deletes and inserts rows of the orders table,
+// under the name it has (a write under the old name after the rename
+// fails and the next goes under the new one), and of beside, until
+// stopped.
+func renameWorkload(ctx context.Context, db *sql.DB, stop chan struct{}, orders *atomic.Value) error {
+	rng := rand.New(rand.NewSource(13))
+	next := 100_000
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		table := "beside"
+		if rng.Intn(2) == 0 {
+			table = orders.Load().(string)
+		}
+		id := 1 + rng.Intn(retypedRows)
+		var err error
+		switch rng.Intn(6) {
+		case 0:
+			_, err = db.ExecContext(ctx, `INSERT INTO `+table+` (id, n) VALUES (?, 1)`, next)
+			next++
+		case 1:
+			_, err = db.ExecContext(ctx, `DELETE FROM `+table+` WHERE id = ?`, id)
+		default:
+			_, err = db.ExecContext(ctx, `UPDATE `+table+` SET n = n + 1 WHERE id = ?`, id)
+		}
+		if err != nil && !strings.Contains(err.Error(), "doesn't exist") {
+			return err
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
