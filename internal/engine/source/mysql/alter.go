@@ -29,8 +29,12 @@ type alterTable struct {
 	// key says the statement changes the primary key: the table is held
 	// (its partitions are ranges of the old key).
 	key bool
-	// renamed says the statement renames the table: held, as a RENAME.
-	renamed bool
+	// renamed says the statement renames the table: held, as a RENAME;
+	// renamedTo is the new name (db.t) where it reads exactly.
+	renamed   bool
+	renamedTo string
+	// renameTo is the new name as written: [db, t] or [t, ""].
+	renameTo [2]string
 	// defaultCharset is the table's default character set the statement
 	// sets ([DEFAULT] CHARACTER SET, COLLATE, CONVERT TO CHARACTER SET);
 	// "" when it sets none. The server gives it to every character
@@ -301,6 +305,13 @@ func parseAlter(stmt, db string) (alterTable, bool) {
 		}
 		if !r.punct(",") {
 			r.punct(";")
+			switch {
+			case a.renameTo[0] == "":
+			case a.renameTo[1] == "":
+				a.renamedTo = model.TableName(db, a.renameTo[0])
+			default:
+				a.renamedTo = model.TableName(a.renameTo[0], a.renameTo[1])
+			}
 			return a, r.peek(0).kind == 0
 		}
 	}
@@ -390,6 +401,18 @@ func (r *alterReader) spec(a *alterTable) bool {
 			return r.skipSpec()
 		}
 		a.renamed = true
+		_ = r.accept("to") || r.accept("as")
+		if first, ok := r.name(); ok {
+			a.renameTo = [2]string{first, ""}
+			if r.punct(".") {
+				if a.renameTo[1], ok = r.name(); !ok {
+					a.renameTo = [2]string{}
+				}
+			}
+			if !r.atSpecEnd() {
+				a.renameTo = [2]string{}
+			}
+		}
 		return r.skipSpec()
 	case r.accept("alter"):
 		// ALTER [COLUMN] c SET DEFAULT / DROP DEFAULT / SET [IN]VISIBLE,

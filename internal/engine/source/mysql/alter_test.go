@@ -501,3 +501,22 @@ func TestACatalogThatCannotBeReadNowHoldsNothing(t *testing.T) {
 		t.Fatalf("a closed catalog: err %v, hold %q", err, why)
 	}
 }
+
+// An ALTER TABLE that renames the table says its new name where it reads
+// it exactly: the changefeed follows the table there (stream.go).
+func TestAnAlterThatRenamesTheTableNamesItsNewName(t *testing.T) {
+	for stmt, want := range map[string]string{
+		"ALTER TABLE orders RENAME TO orders_v2":        "shop.orders_v2",
+		"ALTER TABLE orders RENAME AS archive.orders":   "archive.orders",
+		"ALTER TABLE orders RENAME orders_v2":           "shop.orders_v2",
+		"ALTER TABLE orders ADD c INT, RENAME TO x;":    "shop.x",
+		"ALTER TABLE orders RENAME TO `Orders 2`":       `shop."Orders 2"`,
+		"ALTER TABLE orders RENAME COLUMN note TO memo": "",
+		"ALTER TABLE orders RENAME INDEX a TO b":        "",
+	} {
+		a, ok := parseAlter(stmt, "shop")
+		if !ok && want != "" || a.renamedTo != want {
+			t.Errorf("%s: renamed to %q (read: %v), want %q", stmt, a.renamedTo, ok, want)
+		}
+	}
+}

@@ -514,6 +514,10 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 							// The schema history: applied here, at the
 							// statement's position (history.go).
 							next, ddl, why, ok := followAlter(ctx, openCatalog, t, at.Tables[t], alter, q, p.flavor)
+							if why != "" && alter.renamedTo != "" {
+								holdRenamed(t, named(alter.renamedTo), q, false)
+								continue
+							}
 							if why != "" {
 								hold(t, why)
 								continue

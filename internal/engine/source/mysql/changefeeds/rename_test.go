@@ -23,8 +23,9 @@ import (
 // writing it under the new name, the changefeed comes to replicate
 // shop.orders_v2 in place of shop.orders with no table held, and the
 // sink rebuilt equals the upstream's tables, with no change written
-// twice. A second changefeed, follow-renames=false, keeps the table held;
-// a swap (RENAME TABLE a TO a_old, b TO a) holds it too.
+// twice; a table renamed by ALTER TABLE … RENAME TO likewise. A second
+// changefeed, follow-renames=false, keeps the table held; a swap (RENAME
+// TABLE a TO a_old, b TO a) holds it too.
 func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	t.Parallel()
 	srv, db := mysqltest.StartShop(t)
@@ -34,13 +35,15 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 		`INSERT INTO orders SELECT seq, 0 FROM seq_1_to_`+n,
 		`CREATE TABLE beside (id INT PRIMARY KEY, n INT)`,
 		`INSERT INTO beside SELECT seq, 0 FROM seq_1_to_`+n,
+		`CREATE TABLE altered (id INT PRIMARY KEY, n INT)`,
+		`INSERT INTO altered SELECT seq, seq FROM seq_1_to_100`,
 		`CREATE TABLE swapped (id INT PRIMARY KEY, n INT)`,
 		`CREATE TABLE swapped_new (id INT PRIMARY KEY, n INT)`)
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	base := "mysql://root@" + srv.Addr() + "/shop?tables="
-	tc.CreateChangefeed("renamed", base+"orders,beside,swapped&chunk-rows=500", sink, 2)
+	tc.CreateChangefeed("renamed", base+"orders,beside,swapped,altered&chunk-rows=500", sink, 2)
 	tc.CreateChangefeed("kept", base+"orders&follow-renames=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("renamed")
 	tc.WaitSnapshot("kept")
@@ -51,12 +54,14 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- renameWorkload(ctx, db, stop, &orders) }()
 	time.Sleep(300 * time.Millisecond)
-	mysqltest.Exec(t, db, `RENAME TABLE orders TO orders_v2`, `RENAME TABLE swapped TO swapped_old, swapped_new TO swapped`)
+	mysqltest.Exec(t, db, `RENAME TABLE orders TO orders_v2`, `RENAME TABLE swapped TO swapped_old, swapped_new TO swapped`,
+		`ALTER TABLE altered RENAME TO altered_v2`, `UPDATE altered_v2 SET n = n + 1 WHERE id < 10`)
 	orders.Store("orders_v2")
 	mysqltest.Exec(t, db, `INSERT INTO swapped_old VALUES (1, 1)`)
 	tc.Eventually("the changefeed replicates shop.orders_v2 in place of shop.orders", 60*time.Second, func() bool {
 		e := tc.Changefeed("renamed")
-		if e == nil || e.Status.State != model.ChangefeedNormal || !strings.Contains(e.Info.SourceURI, "shop.orders_v2") || strings.Contains(e.Info.SourceURI, "shop.orders%2C") {
+		if e == nil || e.Status.State != model.ChangefeedNormal || !strings.Contains(e.Info.SourceURI, "shop.orders_v2") || strings.Contains(e.Info.SourceURI, "shop.orders%2C") ||
+			!strings.Contains(e.Info.SourceURI, "shop.altered_v2") {
 			return false
 		}
 		// Only the swapped table is held.
@@ -71,13 +76,13 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	if ti := e.Status.Tables[0]; ti.State != model.TableHeld || ti.RenamedTo != "" || !strings.Contains(ti.Reason, "renamed upstream to shop.swapped_old") {
 		t.Fatalf("the table swapped with another: %+v", ti)
 	}
-	tc.UpdateTables("renamed", "shop.orders_v2", "shop.beside") // the swapped table removed
+	tc.UpdateTables("renamed", "shop.orders_v2", "shop.beside", "shop.altered_v2") // the swapped table removed
 	tc.WaitSnapshot("renamed")
 	up, _, err := mysql.NewTableReader(tc.Changefeed("renamed").Info.SourceURI, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := tc.VerifyDatabase("renamed", up, []string{"shop.orders_v2", "shop.beside"}, time.Now())
+	rep := tc.VerifyDatabase("renamed", up, []string{"shop.orders_v2", "shop.beside", "shop.altered_v2"}, time.Now())
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after the rename was followed: %+v", rep)
 	}
