@@ -58,11 +58,13 @@ type Config struct {
 	// ChunkRows bounds the rows of one chunk of the initial snapshot
 	// (chunk-rows=); 0 is the default.
 	ChunkRows int
-	// FollowRenames says a table renamed upstream is followed under its
-	// new name by itself where no table has taken its old one
-	// (follow-renames=, true by default); false holds it until the
+	// AutoRemedy says a table held by a change upstream gets the remedy
+	// its hold names by itself (auto-remedy=, true by default): a rename
+	// followed under the new name where no table has taken the old one,
+	// a table whose key changed or that was replaced copied again (the
+	// coordinator removes it and adds it back); false holds it until the
 	// operator updates the changefeed.
-	FollowRenames bool
+	AutoRemedy bool
 }
 
 // ParseURI parses mysql://user[:password]@host[:port]/db?tables=db.t1,t2&server-id=N.
@@ -145,10 +147,10 @@ func ParseURI(raw string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
 	}
-	c.FollowRenames = true
-	if v := q.Get("follow-renames"); v != "" {
-		if c.FollowRenames, err = strconv.ParseBool(v); err != nil {
-			return Config{}, fmt.Errorf("source URI: follow-renames=%q: use true (a table renamed upstream is followed under its new name, copied again; the default) or false (held until you update the changefeed)", v)
+	c.AutoRemedy = true
+	if v := q.Get("auto-remedy"); v != "" {
+		if c.AutoRemedy, err = strconv.ParseBool(v); err != nil {
+			return Config{}, fmt.Errorf("source URI: auto-remedy=%q: use true (a table held by a change upstream gets its remedy by itself: a rename is followed under the new name, a table whose key changed or that was replaced is copied again; the default) or false (held until you update the changefeed)", v)
 		}
 	}
 	if v := q.Get("chunk-rows"); v != "" {
@@ -169,7 +171,7 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ours are the query parameters a mysql:// URI takes.
-var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true, "follow-renames": true}
+var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true, "auto-remedy": true}
 
 func ourNames() []string {
 	var out []string
@@ -252,8 +254,8 @@ func (c Config) URI() string {
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
 	}
-	if !c.FollowRenames {
-		q.Set("follow-renames", "false")
+	if !c.AutoRemedy {
+		q.Set("auto-remedy", "false")
 	}
 	if c.Start != 0 {
 		q.Set("start", strconv.FormatUint(uint64(c.Start), 10))

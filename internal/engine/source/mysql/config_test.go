@@ -15,12 +15,12 @@ func TestASourceURIIsReadAndWrittenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mysql.Config{User: "cdc", Password: "p@ss", Host: "db.example", Port: 3307, Database: "shop",
-		Tables: []string{"shop.orders", "archive.items", `shop."Notes"`}, ServerID: 42, Snapshot: "initial", FollowRenames: true}
+		Tables: []string{"shop.orders", "archive.items", `shop."Notes"`}, ServerID: 42, Snapshot: "initial", AutoRemedy: true}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("parsed %+v\nwant %+v", c, want)
 	}
-	if kept, err := mysql.ParseURI(c.URI() + "&follow-renames=false"); err != nil || kept.FollowRenames || !strings.Contains(kept.URI(), "follow-renames=false") {
-		t.Fatalf("follow-renames=false read as %+v, written back as %s (%v)", kept, kept.URI(), err)
+	if kept, err := mysql.ParseURI(c.URI() + "&auto-remedy=false"); err != nil || kept.AutoRemedy || !strings.Contains(kept.URI(), "auto-remedy=false") {
+		t.Fatalf("auto-remedy=false read as %+v, written back as %s (%v)", kept, kept.URI(), err)
 	}
 	again, err := mysql.ParseURI(c.URI())
 	if err != nil || !reflect.DeepEqual(again, c) {
@@ -48,7 +48,7 @@ func TestBadSourceURIsSayWhatToWrite(t *testing.T) {
 		"mysql://cdc@host/shop?tables=orders,orders":             "table shop.orders is named twice",
 		"mysql://cdc@host/shop?tables=orders&server-id=0":        "server-id=\"0\"",
 		"mysql://cdc@host/shop?tables=orders&snapshot=sometimes": "use initial",
-		"mysql://cdc@host/shop?tables=orders&follow-renames=ok":  "follow-renames=\"ok\": use true",
+		"mysql://cdc@host/shop?tables=orders&auto-remedy=ok":     "auto-remedy=\"ok\": use true",
 		"mysql://cdc@host/shop?tables=orders&slot=x":             "unknown parameter \"slot\"",
 		"mysql://cdc@host:99999/shop?tables=orders":              "is not a port number",
 		"postgres://cdc@host/shop?tables=orders":                 "scheme must be mysql://",

@@ -55,7 +55,7 @@ func nameTaken(ctx context.Context, catalog func() (*sql.DB, error), name string
 // renameFollowedReason says why a table renamed upstream is held when
 // the changefeed follows it under its new name by itself.
 func renameFollowedReason(cf model.ChangefeedID, from, to, stmt string) string {
-	return fmt.Sprintf("renamed upstream to %s (%s); the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's follow-renames=false leaves renamed tables held)",
+	return fmt.Sprintf("renamed upstream to %s (%s); the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's auto-remedy=false leaves renamed tables held)",
 		to, stmt, cf, cf, from, to, cf)
 }
 

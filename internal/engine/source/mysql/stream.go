@@ -142,7 +142,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	// (model.TableIssue.RenamedTo). A name taken again in the statement
 	// (a swap) or since leaves the choice to the operator.
 	holdRenamed := func(table, to, stmt string, taken bool) {
-		if !p.cfg.FollowRenames || taken || nameTaken(ctx, openCatalog, table) {
+		if !p.cfg.AutoRemedy || taken || nameTaken(ctx, openCatalog, table) {
 			hold(table, "renamed upstream to "+to+" ("+stmt+")")
 			return
 		}

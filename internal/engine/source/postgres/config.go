@@ -45,12 +45,14 @@ type Config struct {
 	// Snapshot is "initial" (the default: existing rows are copied first)
 	// or "never" (only changes after the changefeed's creation).
 	Snapshot string
-	// FollowRenames says a table renamed upstream is followed under its
-	// new name by itself where no table has taken its old one
-	// (follow-renames=, true by default); false holds it until the
+	// AutoRemedy says a table held by a change upstream gets the remedy
+	// its hold names by itself (auto-remedy=, true by default): a rename
+	// followed under the new name where no table has taken the old one,
+	// a table whose key changed or that was replaced copied again (the
+	// coordinator removes it and adds it back); false holds it until the
 	// operator updates the changefeed. Tables matched by rules follow
 	// the rules instead.
-	FollowRenames bool
+	AutoRemedy bool
 	// ChunkRows bounds the rows of one chunk of the snapshot (chunk-rows=,
 	// Debezium's incremental.snapshot.chunk.size); 0 is the default.
 	ChunkRows int
@@ -68,7 +70,7 @@ type Config struct {
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true, "follow-renames": true}
+var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true, "auto-remedy": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -132,10 +134,10 @@ func ParseURI(raw string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("source URI: snapshot=%q: use initial (copy the existing rows first, the default) or never (only changes from now on)", c.Snapshot)
 	}
-	c.FollowRenames = true
-	if v := q.Get("follow-renames"); v != "" {
-		if c.FollowRenames, err = strconv.ParseBool(v); err != nil {
-			return Config{}, fmt.Errorf("source URI: follow-renames=%q: use true (a table renamed upstream is followed under its new name, copied again; the default) or false (held until you update the changefeed)", v)
+	c.AutoRemedy = true
+	if v := q.Get("auto-remedy"); v != "" {
+		if c.AutoRemedy, err = strconv.ParseBool(v); err != nil {
+			return Config{}, fmt.Errorf("source URI: auto-remedy=%q: use true (a table held by a change upstream gets its remedy by itself: a rename is followed under the new name, a table whose key changed or that was replaced is copied again; the default) or false (held until you update the changefeed)", v)
 		}
 	}
 	if v := q.Get("chunk-rows"); v != "" {
@@ -251,8 +253,8 @@ func (c Config) URI() string {
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
 	}
-	if !c.FollowRenames {
-		q.Set("follow-renames", "false")
+	if !c.AutoRemedy {
+		q.Set("auto-remedy", "false")
 	}
 	for _, k := range c.pinned {
 		q.Del(k)

@@ -54,7 +54,7 @@ func (s *Stream) holdRenamed(ctx context.Context, from, to string) {
 	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
 	var taken bool
 	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(from)).Scan(&taken)
-	if err == nil && !taken && s.cfg.FollowRenames {
+	if err == nil && !taken && s.cfg.AutoRemedy {
 		h.RenamedTo = to
 		h.Reason = renameFollowed(s.changefeed(), from, to)
 	}
@@ -130,7 +130,7 @@ func renameHold(cf, from, to string) string {
 // renameFollowed is why a renamed table is held when the changefeed
 // follows it under its new name by itself.
 func renameFollowed(cf, from, to string) string {
-	return fmt.Sprintf("renamed upstream to %s; the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's follow-renames=false leaves renamed tables held)",
+	return fmt.Sprintf("renamed upstream to %s; the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's auto-remedy=false leaves renamed tables held)",
 		to, cf, cf, from, to, cf)
 }
 

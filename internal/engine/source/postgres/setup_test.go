@@ -35,8 +35,8 @@ func TestParseURI(t *testing.T) {
 		{uri: "postgres://u@h/shop?tables=t,public.t", err: "named twice"},
 		{uri: "postgres://u@h/shop?tables=t&slot=Bad-Name", err: "slot="},
 		{uri: "mysql://u@h/shop?tables=t", err: "scheme must be postgres://"},
-		{uri: "postgres://u@h/shop?tables=t&follow-renames=ok", err: `follow-renames="ok": use true`},
-		{uri: "postgres://u@h/shop?tables=t&follow-renames=false", tables: []string{"public.t"}},
+		{uri: "postgres://u@h/shop?tables=t&auto-remedy=ok", err: `auto-remedy="ok": use true`},
+		{uri: "postgres://u@h/shop?tables=t&auto-remedy=false", tables: []string{"public.t"}},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {
@@ -54,7 +54,7 @@ func TestParseURI(t *testing.T) {
 		}
 		again, err := ParseURI(c.URI())
 		if err != nil || again.ConnString != c.ConnString || strings.Join(again.Tables, ",") != strings.Join(c.Tables, ",") || again.Slot != c.Slot ||
-			again.FollowRenames != c.FollowRenames || c.FollowRenames == strings.Contains(tc.uri, "follow-renames=false") {
+			again.AutoRemedy != c.AutoRemedy || c.AutoRemedy == strings.Contains(tc.uri, "auto-remedy=false") {
 			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
 		}
 	}

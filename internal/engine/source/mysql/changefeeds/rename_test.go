@@ -24,7 +24,7 @@ import (
 // shop.orders_v2 in place of shop.orders with no table held, and the
 // sink rebuilt equals the upstream's tables, with no change written
 // twice; a table renamed by ALTER TABLE … RENAME TO likewise. A second
-// changefeed, follow-renames=false, keeps the table held; a swap (RENAME
+// changefeed, auto-remedy=false, keeps the table held; a swap (RENAME
 // TABLE a TO a_old, b TO a) holds it too.
 func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	t.Parallel()
@@ -44,7 +44,7 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	base := "mysql://root@" + srv.Addr() + "/shop?tables="
 	tc.CreateChangefeed("renamed", base+"orders,beside,swapped,altered&chunk-rows=500", sink, 2)
-	tc.CreateChangefeed("kept", base+"orders&follow-renames=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("kept", base+"orders&auto-remedy=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("renamed")
 	tc.WaitSnapshot("kept")
 
@@ -88,7 +88,7 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	}
 	kept := tc.Changefeed("kept")
 	if len(kept.Status.Tables) != 1 || kept.Status.Tables[0].State != model.TableHeld || kept.Status.Tables[0].RenamedTo != "" {
-		t.Fatalf("the changefeed with follow-renames=false: %+v", kept.Status.Tables)
+		t.Fatalf("the changefeed with auto-remedy=false: %+v", kept.Status.Tables)
 	}
 	t.Logf("%+v", rep.TableReports)
 }

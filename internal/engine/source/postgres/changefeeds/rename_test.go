@@ -24,7 +24,7 @@ import (
 // under the new name, the changefeed comes to replicate public.orders_v2
 // in place of public.orders with no table held, and the sink rebuilt
 // equals the upstream's tables, with no change written twice. A second
-// changefeed, follow-renames=false, keeps the table held.
+// changefeed, auto-remedy=false, keeps the table held.
 func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,7 +34,9 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 CREATE TABLE orders (id int8 PRIMARY KEY, n int4);
 INSERT INTO orders SELECT g, 0 FROM generate_series(1, `+n+`) g;
 CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
-INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
+INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;
+CREATE TABLE later (id int8 PRIMARY KEY, n int4);
+INSERT INTO later SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
@@ -42,9 +44,18 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	tc.CreateChangefeed("renamed", dsn+"&tables=public.orders,public.beside&chunk-rows=500", sink, 2)
-	tc.CreateChangefeed("kept", dsn+"&tables=public.orders&follow-renames=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("kept", dsn+"&tables=public.orders&auto-remedy=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("stopped", dsn+"&tables=public.later", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("renamed")
 	tc.WaitSnapshot("kept")
+	tc.WaitSnapshot("stopped")
+	// Renamed while this changefeed's reader is stopped: it meets the
+	// rename in the WAL when it starts again, and follows it the same.
+	tc.SetState("stopped", model.ChangefeedPaused)
+	if _, err := srv.Psql(ctx, "shop", `UPDATE later SET n = 1 WHERE id < 10; ALTER TABLE later RENAME TO later_v2; UPDATE later_v2 SET n = 2 WHERE id > 190`); err != nil {
+		t.Fatal(err)
+	}
+	tc.SetState("stopped", model.ChangefeedNormal)
 
 	var orders atomic.Value
 	orders.Store("orders")
@@ -74,10 +85,22 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after the rename was followed: %+v", rep)
 	}
+	tc.Eventually("the stopped changefeed replicates public.later_v2", 60*time.Second, func() bool {
+		e := tc.Changefeed("stopped")
+		return e != nil && e.Status.State == model.ChangefeedNormal && strings.Contains(e.Info.SourceURI+"&", "tables=public.later_v2&") && len(e.Status.Tables) == 0
+	})
+	later, err := postgres.NewTableReader(dsn + "&tables=public.later_v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.WaitSnapshot("stopped")
+	if rep := tc.VerifyDatabase("stopped", later, []string{"public.later_v2"}, time.Now()); !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("the table renamed while its changefeed was paused: %+v", rep)
+	}
 	kept := tc.Changefeed("kept")
 	if len(kept.Status.Tables) != 1 || kept.Status.Tables[0].State != model.TableHeld || kept.Status.Tables[0].RenamedTo != "" ||
 		!strings.Contains(kept.Status.Tables[0].Reason, "--remove-table public.orders --add-table public.orders_v2") {
-		t.Fatalf("the changefeed with follow-renames=false: %+v", kept.Status.Tables)
+		t.Fatalf("the changefeed with auto-remedy=false: %+v", kept.Status.Tables)
 	}
 	t.Logf("%+v", rep.TableReports)
 }
