@@ -127,6 +127,11 @@ type TableIssue struct {
 	// by one follows it there by itself, as one with table rules does
 	// (the coordinator).
 	RenamedTo string `json:"renamed_to,omitempty"`
+	// CopyAgain says the table is held for a change its copy undoes (its
+	// key changed, rows came in that the log does not carry): such a
+	// changefeed removes it and adds it back by itself, which copies it
+	// again.
+	CopyAgain bool `json:"copy_again,omitempty"`
 }
 
 // Line is the issue on one line, as 'changefeed get' and a refused

@@ -25,7 +25,7 @@ import (
 // resumes they make; renameBy, a rename followed without them.
 const (
 	followBy = "its table rules"
-	renameBy = "a table renamed upstream"
+	remedyBy = "a held table's remedy"
 )
 
 // followFilters matches every changefeed's table rules again, every
@@ -67,7 +67,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
 		cancel()
 		if !ok {
-			c.followRenames(ctx, term, st, e, waits)
+			c.remedyHeld(ctx, term, st, e, waits)
 			continue
 		}
 		if err != nil {
@@ -85,49 +85,70 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits) {
 			continue
 		}
-		if err := c.refollow(ctx, term, id, f.Tables, followBy); err != nil && ctx.Err() == nil {
+		if err := c.refollow(ctx, term, id, followBy, f.Tables); err != nil && ctx.Err() == nil {
 			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
 	}
 }
 
-// followRenames follows, in a changefeed without table rules, the tables
-// its reader holds for a rename upstream under their new names
-// (model.TableIssue.RenamedTo), as table rules would: once the changefeed
-// has written everything they had under their old names, it is paused,
-// each is replaced by its new name (copied again there; the sink gets the
-// rename under the old one) and resumed. Before, they stayed held until
-// an operator did the same.
-func (c *Coordinator) followRenames(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall) {
-	var renamed []model.TableIssue
+// remedyHeld applies, in a changefeed without table rules, the remedy
+// its reader named for tables it holds, as an operator would (and table
+// rules do for renames): a table renamed upstream is replaced by its new
+// name (model.TableIssue.RenamedTo), a table to copy again is removed and
+// added back in the same pause (CopyAgain). Once the changefeed has
+// written everything they had before their holds, it is paused, updated
+// and resumed. Before, they stayed held until an operator did the same.
+func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall) {
+	var held []model.TableIssue
 	for _, ti := range e.Status.Tables {
-		if ti.State == model.TableHeld && ti.RenamedTo != "" {
-			renamed = append(renamed, ti)
+		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) {
+			held = append(held, ti)
 		}
 	}
-	if len(renamed) == 0 {
+	if len(held) == 0 {
 		return
 	}
 	current := tablesOf(e.Info.SourceURI)
 	next := slices.Clone(current)
+	var again []string
 	var at model.Ts
-	for _, ti := range renamed {
-		if i := slices.Index(next, ti.Table); i >= 0 && !slices.Contains(next, ti.RenamedTo) {
+	for _, ti := range held {
+		i := slices.Index(next, ti.Table)
+		switch {
+		case i < 0:
+			continue
+		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
 			next[i] = ti.RenamedTo
-			at = max(at, ti.At)
+		case ti.CopyAgain:
+			again = append(again, ti.Table)
+		default:
+			continue
 		}
+		at = max(at, ti.At)
 	}
-	if sameTables(current, next) || !c.leavingPassed(st, e, leaving(current, next), at, waits) {
+	// First without the tables to copy again (their partitions end),
+	// then with them back (copied, the sink's rows of them truncated).
+	first := slices.DeleteFunc(slices.Clone(next), func(t string) bool { return slices.Contains(again, t) })
+	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits) {
 		return
 	}
-	if err := c.refollow(ctx, term, e.Info.ID, next, renameBy); err != nil && ctx.Err() == nil {
-		c.log.Warn("coordinator: the changefeed could not follow a table renamed upstream; trying again later", "changefeed", e.Info.ID, "err", err)
+	steps := [][]string{first}
+	if len(again) > 0 {
+		steps = append(steps, next)
+	}
+	if err := c.refollow(ctx, term, e.Info.ID, remedyBy, steps...); err != nil && ctx.Err() == nil {
+		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy; trying again later", "changefeed", e.Info.ID, "err", err)
+		for _, t := range again {
+			// Removed and not added back, it is no longer held: say so.
+			c.log.Error("coordinator: a table to copy again may have been removed from the changefeed and not added back; if 'cdcctl changefeed get' no longer lists it, add it back: cdcctl changefeed pause "+string(e.Info.ID)+"; cdcctl changefeed update "+string(e.Info.ID)+" --add-table "+t+"; cdcctl changefeed resume "+string(e.Info.ID), "changefeed", e.Info.ID, "table", t)
+		}
 	}
 }
 
 // refollow pauses a changefeed, waits for its dispatchers to stop, sets
-// its tables and resumes it (also when the update fails); by names why.
-func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, tables []string, by string) error {
+// its tables to each of steps in turn and resumes it (also when an update
+// fails); by names why.
+func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, by string, steps ...[]string) error {
 	if err := c.SetChangefeedState(ctx, term, id, model.ChangefeedPaused, by); err != nil {
 		return err
 	}
@@ -139,11 +160,13 @@ func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model
 	if err := c.waitStopped(ctx, id); err != nil {
 		return err
 	}
-	res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
-	if err != nil {
-		return err
+	for _, tables := range steps {
+		res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
+		if err != nil {
+			return err
+		}
+		c.log.Info("coordinator: the changefeed follows "+by, "changefeed", id, "added", res.Added, "removed", res.Removed)
 	}
-	c.log.Info("coordinator: the changefeed follows "+by, "changefeed", id, "added", res.Added, "removed", res.Removed)
 	return nil
 }
 

@@ -26,7 +26,7 @@ func TestADroppedTableEndsAndARenamedOneIsHeldAndListed(t *testing.T) {
 		`CREATE TABLE audit (id BIGINT PRIMARY KEY, what VARCHAR(16))`,
 		`CREATE TABLE moved (id BIGINT PRIMARY KEY, v INT)`,
 		`INSERT INTO orders VALUES (1, 1), (2, 2)`, `INSERT INTO audit VALUES (1, 'a')`, `INSERT INTO moved VALUES (1, 1)`)
-	tc, sink := followShop(t, srv, "orders,audit,moved", 1)
+	tc, sink := followShop(t, srv, "orders,audit,moved&auto-remedy=false", 1)
 	mysqltest.Exec(t, db, `INSERT INTO audit VALUES (2, 'b')`, `INSERT INTO moved VALUES (2, 2)`, `INSERT INTO orders VALUES (3, 3)`)
 	tc.WaitCheckpoint("my", model.TsFromTimeMicros(time.Now()))
 

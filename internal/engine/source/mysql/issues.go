@@ -46,10 +46,29 @@ func nameTaken(ctx context.Context, catalog func() (*sql.DB, error), name string
 	if err != nil {
 		return true
 	}
-	schema, table, _ := strings.Cut(name, ".")
+	schema, table := model.SplitTableName(name)
 	var n int
 	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?`, schema, table).Scan(&n)
 	return err != nil || n > 0
+}
+
+// hasPrimaryKey says a table ("db.table") has a primary key now (what
+// adding it back to a changefeed needs); false when that cannot be read.
+func hasPrimaryKey(ctx context.Context, catalog func() (*sql.DB, error), name string) bool {
+	db, err := catalog()
+	if err != nil {
+		return false
+	}
+	schema, table := model.SplitTableName(name)
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.table_constraints WHERE table_schema = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'`, schema, table).Scan(&n)
+	return err == nil && n > 0
+}
+
+// copyAgainReason says why a table is held when the changefeed copies it
+// again by itself.
+func copyAgainReason(why string) string {
+	return why + "; the changefeed copies it again by itself (removes it and adds it back in one pause) within the coordinator's --follow-tables-every, once every change before this one is written (the source URI's auto-remedy=false leaves it held for you to do so)"
 }
 
 // renameFollowedReason says why a table renamed upstream is held when

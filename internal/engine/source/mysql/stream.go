@@ -151,6 +151,20 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: renameFollowedReason(p.cf, table, to, stmt), RenamedTo: to})
 		p.log.Warn("mysql source: a table was renamed upstream; it is held until the changefeed follows it under its new name", "changefeed", p.cf, "table", table, "to", to)
 	}
+	// A table held for a change that copying it again undoes (its key
+	// changed, rows came in that the binary log does not carry, a
+	// statement not followed) is copied again by the changefeed itself
+	// where it has a primary key now (model.TableIssue.CopyAgain).
+	holdToCopy := func(table, why string) {
+		if !p.cfg.AutoRemedy || !hasPrimaryKey(ctx, openCatalog, table) {
+			hold(table, why)
+			return
+		}
+		held[table] = true
+		w.Hold(table, at.Ts+1)
+		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: copyAgainReason(why), CopyAgain: true})
+		p.log.Warn("mysql source: a table is held until the changefeed copies it again; the others go on", "changefeed", p.cf, "table", table, "reason", why)
+	}
 	defer func() {
 		if catalog != nil {
 			catalog.Close()
@@ -266,13 +280,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					return fmt.Errorf("mysql source: table %s: %w; the reader starts again", table, err)
 				}
 				if why != "" {
-					hold(table, why)
+					holdToCopy(table, why)
 					break
 				}
 				next.Unfollowed = ""
 				if ddl != nil {
 					if cur.slotsFull() {
-						hold(table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
+						holdToCopy(table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
 						break
 					}
 					cur.ddls = append(cur.ddls, ddl)
@@ -460,7 +474,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// replacement of one of ours is a new table under
 					// its name, held as a rename would be.
 					if st, replicated := at.Tables[t]; replicated && replaces && !temporary && joined(t) && !held[t] && !st.Dropped {
-						hold(t, "replaced upstream ("+q+")")
+						holdToCopy(t, "replaced upstream ("+q+")")
 					}
 					break
 				}
@@ -492,7 +506,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// copied again.
 					for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 						if joined(t) && !held[t] && !at.Tables[t].Dropped {
-							hold(t, why)
+							holdToCopy(t, why)
 						}
 					}
 					break
@@ -519,7 +533,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 								continue
 							}
 							if why != "" {
-								hold(t, why)
+								holdToCopy(t, why)
 								continue
 							}
 							if ok {
@@ -542,7 +556,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 						continue
 					}
 					if !held[t] && !at.Tables[t].Dropped {
-						hold(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
+						holdToCopy(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
 					}
 				}
 			}

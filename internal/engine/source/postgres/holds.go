@@ -26,6 +26,9 @@ type Hold struct {
 	// RenamedTo is a table's new name, held for its rename where its old
 	// name is free (model.TableIssue.RenamedTo).
 	RenamedTo string
+	// CopyAgain says the changefeed copies it again by itself
+	// (model.TableIssue.CopyAgain).
+	CopyAgain bool
 }
 
 // hold holds a table at the open transaction (or after the last
@@ -125,6 +128,21 @@ func (s *Stream) renamedToGone(id uint32, name string) bool {
 func renameHold(cf, from, to string) string {
 	return fmt.Sprintf("renamed upstream to %s; its changes from then on are held: replicate it under its new name with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s' (its rows are copied again under the new name), 'cdcctl changefeed resume %s'",
 		to, cf, cf, from, to, cf)
+}
+
+// holdToCopy holds a table for a change that copying it again undoes
+// (reason says how an operator does it). With auto-remedy, where the
+// table has a primary key now (what adding it back needs), the changefeed
+// does it by itself (model.TableIssue.CopyAgain).
+func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason string) {
+	h := Hold{Table: table, Reason: reason}
+	var keyed bool
+	err := s.cat.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel)).Scan(&keyed)
+	if s.cfg.AutoRemedy && err == nil && keyed {
+		h.CopyAgain = true
+		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
+	}
+	s.holdAs(h)
 }
 
 // renameFollowed is why a renamed table is held when the changefeed

@@ -251,7 +251,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		for _, h := range st.TakeHolds() {
 			w.Hold(h.Table, h.At)
 			s.log.Warn("postgres source: a table is held; the others go on", "changefeed", s.cf, "table", h.Table, "at", h.At, "reason", h.Reason)
-			s.report(source.TableIssue{Table: h.Table, State: source.TableHeld, At: h.At, Since: time.Now().UTC(), Reason: h.Reason, RenamedTo: h.RenamedTo})
+			s.report(source.TableIssue{Table: h.Table, State: source.TableHeld, At: h.At, Since: time.Now().UTC(), Reason: h.Reason, RenamedTo: h.RenamedTo, CopyAgain: h.CopyAgain})
 		}
 		if it.Erase != nil {
 			for _, t := range it.Erase {

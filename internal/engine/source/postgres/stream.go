@@ -504,7 +504,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 	case *pglogrepl.DeleteMessage:
 		return s.part(s.row(m.RelationID, source.OpDelete, nil, m.OldTuple, m.OldTupleType == pglogrepl.DeleteMessageTupleTypeOld))
 	case *pglogrepl.TruncateMessage:
-		if err := s.truncate(m); err != nil || len(s.erase) == 0 {
+		if err := s.truncate(ctx, m); err != nil || len(s.erase) == 0 {
 			return Item{}, false, err
 		}
 		erase := s.erase

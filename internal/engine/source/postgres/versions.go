@@ -124,7 +124,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		if gone {
 			// (Replaced by a key of other columns, likewise.)
 			s.rels[m.RelationID].held = true
-			s.hold(name, keyDroppedHold(s.changefeed(), name))
+			s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
 			return nil
 		}
 	}
@@ -156,7 +156,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	if len(s.ddls) == ddlSlots {
 		s.rels[m.RelationID].held = true
-		s.hold(name, tooManyChangesHold(s.changefeed(), name))
+		s.holdToCopy(ctx, m.RelationID, name, tooManyChangesHold(s.changefeed(), name))
 		return nil
 	}
 	var (
@@ -278,7 +278,7 @@ func tooManyChangesHold(cf, table string) string {
 // transaction's rows of those tables before it are dropped (the TRUNCATE
 // erases them; its rows all share one position after its schema
 // changes).
-func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
+func (s *Stream) truncate(ctx context.Context, m *pglogrepl.TruncateMessage) error {
 	for _, id := range m.RelationIDs {
 		rel, ok := s.rels[id]
 		if !ok {
@@ -300,7 +300,7 @@ func (s *Stream) truncate(m *pglogrepl.TruncateMessage) error {
 		}
 		if len(s.ddls) == ddlSlots {
 			rel.held = true
-			s.hold(rel.table, tooManyChangesHold(s.changefeed(), rel.table))
+			s.holdToCopy(ctx, id, rel.table, tooManyChangesHold(s.changefeed(), rel.table))
 			continue
 		}
 		at := s.base + model.Ts(len(s.ddls))

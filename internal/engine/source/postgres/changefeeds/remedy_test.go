@@ -1,0 +1,85 @@
+package changefeeds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
+)
+
+// A table replicated by its whole rows (REPLICA IDENTITY FULL) whose
+// primary key is replaced by one of other columns is held (its rows can
+// no longer be told apart by the key they were replicated by) and then
+// copied again by the changefeed itself under the new key, as the hold's
+// reason told an operator to. Under a workload on it and a table beside
+// it, it comes back without a table held, and the sink rebuilt equals the
+// upstream's tables.
+func TestATableWhoseKeyWasReplacedIsCopiedAgainByTheChangefeedItself(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE k (id int8 PRIMARY KEY, code int8 NOT NULL, n int4); ALTER TABLE k REPLICA IDENTITY FULL;
+INSERT INTO k SELECT g, 100000 - g, 0 FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
+INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("healed", dsn+"&tables=public.k,public.beside&chunk-rows=500", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.WaitSnapshot("healed")
+
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			id := 1 + i%retypedRows
+			if _, err := srv.Psql(ctx, "shop", fmt.Sprintf("UPDATE k SET n = n + 1 WHERE id = %d; UPDATE beside SET n = n + 1 WHERE id = %d", id, id)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually("k copied again by the changefeed, no table held", 60*time.Second, func() bool {
+		e := tc.Changefeed("healed")
+		resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+			return in.Kind == "resumed" && strings.Contains(in.Reason, "a held table's remedy")
+		})
+		return resumed && e.Status.State == model.ChangefeedNormal && len(e.Status.Tables) == 0
+	})
+	tc.WaitSnapshot("healed")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("healed", up, []string{"public.k", "public.beside"}, time.Now())
+	if !rep.OK {
+		t.Fatalf("after k was copied again under its new key: %+v", rep)
+	}
+	t.Logf("%+v", rep.TableReports)
+}
