@@ -67,8 +67,8 @@ func hasPrimaryKey(ctx context.Context, catalog func() (*sql.DB, error), name st
 
 // copyAgainReason says why a table is held when the changefeed copies it
 // again by itself.
-func copyAgainReason(why string) string {
-	return why + "; the changefeed copies it again by itself (removes it and adds it back in one pause) within the coordinator's --follow-tables-every, once every change before this one is written (the source URI's auto-remedy=false leaves it held for you to do so)"
+func copyAgainReason(cf model.ChangefeedID, table, why string) string {
+	return heldReason(cf, table, why) + "; the changefeed does so by itself within the coordinator's --follow-tables-every, once every change before this one is written (the source URI's auto-remedy=false leaves it to you)"
 }
 
 // renameFollowedReason says why a table renamed upstream is held when

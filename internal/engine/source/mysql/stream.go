@@ -142,7 +142,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	// (model.TableIssue.RenamedTo). A name taken again in the statement
 	// (a swap) or since leaves the choice to the operator.
 	holdRenamed := func(table, to, stmt string, taken bool) {
-		if !p.cfg.AutoRemedy || taken || nameTaken(ctx, openCatalog, table) {
+		if !p.cfg.AutoRemedy || len(p.cfg.Filter) > 0 || taken || nameTaken(ctx, openCatalog, table) {
 			hold(table, "renamed upstream to "+to+" ("+stmt+")")
 			return
 		}
@@ -156,13 +156,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	// statement not followed) is copied again by the changefeed itself
 	// where it has a primary key now (model.TableIssue.CopyAgain).
 	holdToCopy := func(table, why string) {
-		if !p.cfg.AutoRemedy || !hasPrimaryKey(ctx, openCatalog, table) {
+		if !p.cfg.AutoRemedy || len(p.cfg.Filter) > 0 || !hasPrimaryKey(ctx, openCatalog, table) {
 			hold(table, why)
 			return
 		}
 		held[table] = true
 		w.Hold(table, at.Ts+1)
-		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: copyAgainReason(why), CopyAgain: true})
+		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: copyAgainReason(p.cf, table, why), CopyAgain: true})
 		p.log.Warn("mysql source: a table is held until the changefeed copies it again; the others go on", "changefeed", p.cf, "table", table, "reason", why)
 	}
 	defer func() {

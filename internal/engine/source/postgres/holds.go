@@ -57,7 +57,7 @@ func (s *Stream) holdRenamed(ctx context.Context, from, to string) {
 	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
 	var taken bool
 	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(from)).Scan(&taken)
-	if err == nil && !taken && s.cfg.AutoRemedy {
+	if err == nil && !taken && s.cfg.AutoRemedy && len(s.cfg.Filter) == 0 {
 		h.RenamedTo = to
 		h.Reason = renameFollowed(s.changefeed(), from, to)
 	}
@@ -138,7 +138,7 @@ func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason strin
 	h := Hold{Table: table, Reason: reason}
 	var keyed bool
 	err := s.cat.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel)).Scan(&keyed)
-	if s.cfg.AutoRemedy && err == nil && keyed {
+	if s.cfg.AutoRemedy && len(s.cfg.Filter) == 0 && err == nil && keyed {
 		h.CopyAgain = true
 		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
 	}
