@@ -410,3 +410,13 @@ func (c *Cluster) MoveElsewhere(pid string) *exec.Record {
 		return nil, fmt.Errorf("no partition %s", pid)
 	})
 }
+
+// DrainReader drains, two partitions at a time, the capture that runs a
+// changefeed's reader (its maintainer), kept from being the coordinator:
+// the reader starts again elsewhere from the changefeed's checkpoint.
+func (c *Cluster) DrainReader(cf model.ChangefeedID) *exec.Record {
+	c.T.Helper()
+	reader := c.MaintainerOf(cf)
+	c.NotCoordinator(reader)
+	return c.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
+}

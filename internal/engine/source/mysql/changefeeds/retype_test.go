@@ -11,9 +11,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
-	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
-	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -53,9 +51,7 @@ func TestAColumnsTypeChangedWithNewValuesIsCopiedAgain(t *testing.T) {
 	mysqltest.Exec(t, db,
 		`ALTER TABLE priced MODIFY price DECIMAL(10,1), MODIFY note VARCHAR(40) CHARACTER SET latin1`,
 		`ALTER TABLE widened MODIFY note VARCHAR(80), MODIFY n BIGINT`)
-	reader := tc.MaintainerOf("retyped")
-	tc.NotCoordinator(reader)
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
+	tc.DrainReader("retyped")
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	if err := <-done; err != nil {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -109,37 +107,10 @@ INSERT INTO later SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 // under the name it has (a write under the old name after the rename
 // is done again under the new one), and of beside, until stopped.
 func renameWorkload(ctx context.Context, dsn string, stop chan struct{}, orders *atomic.Value) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	rng := rand.New(rand.NewSource(13))
-	next := 100_000
-	for {
-		select {
-		case <-stop:
-			return nil
-		default:
-		}
-		table := "beside"
+	return nWorkload(ctx, dsn, stop, 13, func(rng *rand.Rand) string {
 		if rng.Intn(2) == 0 {
-			table = orders.Load().(string)
+			return orders.Load().(string)
 		}
-		id := 1 + rng.Intn(retypedRows)
-		var err error
-		switch rng.Intn(6) {
-		case 0:
-			_, err = conn.Exec(ctx, `INSERT INTO `+table+` (id, n) VALUES ($1, 1)`, next)
-			next++
-		case 1:
-			_, err = conn.Exec(ctx, `DELETE FROM `+table+` WHERE id = $1`, id)
-		default:
-			_, err = conn.Exec(ctx, `UPDATE `+table+` SET n = n + 1 WHERE id = $1`, id)
-		}
-		if err != nil && !strings.Contains(err.Error(), "does not exist") {
-			return err
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return "beside"
+	})
 }

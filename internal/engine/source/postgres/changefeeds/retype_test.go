@@ -12,9 +12,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
-	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
-	"github.com/cdcctl/cdcctl/internal/plan"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -77,9 +75,7 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 	}
 	// The reader's capture drained at once: the reader starts again
 	// elsewhere from the checkpoint, before or after the changes.
-	reader := tc.MaintainerOf("retyped")
-	tc.NotCoordinator(reader)
-	tc.ApplyPlan(func(s *model.Snapshot) (*plan.Plan, error) { return plan.Drain(s, reader, 2, plan.DefaultCosts) })
+	tc.DrainReader("retyped")
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	if err := <-done; err != nil {
@@ -97,8 +93,17 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 	// Each table rewritten copied again once (the initial snapshot's
 	// insert and the copy's), the one widened without a rewrite not at
 	// all.
-	for table, want := range map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 2} {
-		inserts, err := verify.Inserts(ctx, sink, table)
+	copiedTimes(t, sink, map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 2})
+	t.Logf("%+v", rep.TableReports)
+}
+
+// copiedTimes checks that the first retypedRows rows of each table were
+// inserted into the sink as many times as want says (the initial
+// snapshot's and each copy again's), a row deleted meanwhile fewer.
+func copiedTimes(t *testing.T, sink string, want map[string]int) {
+	t.Helper()
+	for table, n := range want {
+		inserts, err := verify.Inserts(context.Background(), sink, table)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,11 +113,10 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 				times[len(by)]++
 			}
 		}
-		if len(times) > 2 || times[want] < retypedRows*9/10 || times[want+1] > 0 {
-			t.Fatalf("%s: the table's first rows by how many times they were inserted: %v; want %d each (a row deleted meanwhile, fewer)", table, times, want)
+		if len(times) > 2 || times[n] < retypedRows*9/10 || times[n+1] > 0 {
+			t.Fatalf("%s: the table's first rows by how many times they were inserted: %v; want %d each (a row deleted meanwhile, fewer)", table, times, n)
 		}
 	}
-	t.Logf("%+v", rep.TableReports)
 }
 
 // retypeWorkload updates, deletes and inserts rows of both tables until
