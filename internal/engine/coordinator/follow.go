@@ -31,8 +31,8 @@ const (
 // followFilters matches every changefeed's table rules again, every
 // FollowEvery, until ctx ends.
 func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
-	waits := map[waitKey]stall{}
-	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term, waits) })
+	waits, failed := map[waitKey]stall{}, map[waitKey]time.Time{}
+	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term, waits, failed) })
 }
 
 // waitKey names a table leaving a changefeed.
@@ -55,8 +55,12 @@ type stall struct {
 // finish its copy).
 const followStall = 10 * time.Second
 
+// remedyBackoff is how long a held table's remedy that failed waits
+// before it is tried again.
+const remedyBackoff = 10 * time.Minute
+
 // followOnce matches every normal changefeed's table rules once.
-func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[waitKey]stall) {
+func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[waitKey]stall, failed map[waitKey]time.Time) {
 	st := c.view.State()
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
@@ -67,7 +71,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
 		cancel()
 		if !ok {
-			c.remedyHeld(ctx, term, st, e, waits)
+			c.remedyHeld(ctx, term, st, e, waits, failed)
 			continue
 		}
 		if err != nil {
@@ -98,10 +102,14 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // added back in the same pause (CopyAgain). Once the changefeed has
 // written everything they had before their holds, it is paused, updated
 // and resumed. Before, they stayed held until an operator did the same.
-func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall) {
+//
+// A remedy that fails (the update refused: the new name not readable, a
+// publication of the operator's that lacks it) is not tried again for
+// remedyBackoff: each try pauses the changefeed.
+func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall, failed map[waitKey]time.Time) {
 	var held []model.TableIssue
 	for _, ti := range e.Status.Tables {
-		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) {
+		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff {
 			held = append(held, ti)
 		}
 	}
@@ -137,7 +145,10 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		steps = append(steps, next)
 	}
 	if err := c.refollow(ctx, term, e.Info.ID, remedyBy, steps...); err != nil && ctx.Err() == nil {
-		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy; trying again later", "changefeed", e.Info.ID, "err", err)
+		for _, ti := range held {
+			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
+		}
+		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy (its reason in 'cdcctl changefeed get' says how to apply it yourself); trying again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "err", err)
 		for _, t := range again {
 			// Removed and not added back, it is no longer held: say so.
 			c.log.Error("coordinator: a table to copy again may have been removed from the changefeed and not added back; if 'cdcctl changefeed get' no longer lists it, add it back: cdcctl changefeed pause "+string(e.Info.ID)+"; cdcctl changefeed update "+string(e.Info.ID)+" --add-table "+t+"; cdcctl changefeed resume "+string(e.Info.ID), "changefeed", e.Info.ID, "table", t)
