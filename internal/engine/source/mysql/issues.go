@@ -38,6 +38,59 @@ func (p *Puller) reportIssue(ti source.TableIssue) {
 	slices.SortFunc(p.issues, func(a, b source.TableIssue) int { return strings.Compare(a.Table, b.Table) })
 }
 
+// holder holds tables for one run of the reader (Pull): a held table's
+// partitions stop below the change that held it (LogWriter.Hold) while
+// the others go on, and the changefeed's status says why and what to do.
+type holder struct {
+	p       *Puller
+	w       source.LogWriter
+	at      *position // the reader's position: a hold is just past it
+	held    map[string]bool
+	catalog func() (*sql.DB, error)
+}
+
+// hold holds a table for why, with the operator's remedy.
+func (h *holder) hold(table, why string) {
+	h.mark(source.TableIssue{Table: table, Reason: heldReason(h.p.cf, table, why)})
+	h.p.log.Warn("mysql source: a table is held; the others go on", "changefeed", h.p.cf, "table", table, "reason", why)
+}
+
+// mark holds ti.Table and reports ti.
+func (h *holder) mark(ti source.TableIssue) {
+	h.held[ti.Table] = true
+	ti.State, ti.At = source.TableHeld, h.at.Ts+1
+	h.w.Hold(ti.Table, ti.At)
+	h.p.reportIssue(ti)
+}
+
+// renamed holds a table renamed upstream. Where its old name stays free
+// the issue says where it went, and a changefeed of tables named one by
+// one follows it there (model.TableIssue.RenamedTo); a name taken again
+// in the statement (a swap) or since leaves the choice to the operator.
+func (h *holder) renamed(ctx context.Context, table, to, stmt string, taken bool) {
+	cfg := h.p.cfg
+	if !cfg.AutoRemedy || len(cfg.Filter) > 0 || taken || nameTaken(ctx, h.catalog, table) {
+		h.hold(table, "renamed upstream to "+to+" ("+stmt+")")
+		return
+	}
+	h.mark(source.TableIssue{Table: table, Reason: renameFollowedReason(h.p.cf, table, to, stmt), RenamedTo: to})
+	h.p.log.Warn("mysql source: a table was renamed upstream; it is held until the changefeed follows it under its new name", "changefeed", h.p.cf, "table", table, "to", to)
+}
+
+// toCopy holds a table for a change that copying it again undoes (its
+// key changed, rows came in that the binary log does not carry, a
+// statement not followed); the changefeed copies it again by itself
+// where it has a primary key now (model.TableIssue.CopyAgain).
+func (h *holder) toCopy(ctx context.Context, table, why string) {
+	cfg := h.p.cfg
+	if !cfg.AutoRemedy || len(cfg.Filter) > 0 || !hasPrimaryKey(ctx, h.catalog, table) {
+		h.hold(table, why)
+		return
+	}
+	h.mark(source.TableIssue{Table: table, Reason: copyAgainReason(h.p.cf, table, why), CopyAgain: true})
+	h.p.log.Warn("mysql source: a table is held until the changefeed copies it again; the others go on", "changefeed", h.p.cf, "table", table, "reason", why)
+}
+
 // nameTaken says a table or view has name ("db.table") now; one that
 // cannot be read is taken (a rename is then held, as before, not
 // followed).

@@ -119,13 +119,6 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 			pending[t] = st.Unfollowed // before this reader started
 		}
 	}
-	held := map[string]bool{}
-	hold := func(table, why string) {
-		held[table] = true
-		w.Hold(table, at.Ts+1)
-		p.report(table, source.TableHeld, at.Ts+1, heldReason(p.cf, table, why))
-		p.log.Warn("mysql source: a table is held; the others go on", "changefeed", p.cf, "table", table, "reason", why)
-	}
 	checkedMap := map[string]*replication.TableMapEvent{} // the last table map found to match, by table
 	var catalog *sql.DB                                   // read when a schema changes
 	named := func(t string) string { return namedIn(at.Tables, t, srv.FoldsNames) }
@@ -137,34 +130,8 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		}
 		return catalog, err
 	}
-	// A table renamed where its old name stays free is held saying where
-	// it went: a changefeed of tables named one by one follows it there
-	// (model.TableIssue.RenamedTo). A name taken again in the statement
-	// (a swap) or since leaves the choice to the operator.
-	holdRenamed := func(table, to, stmt string, taken bool) {
-		if !p.cfg.AutoRemedy || len(p.cfg.Filter) > 0 || taken || nameTaken(ctx, openCatalog, table) {
-			hold(table, "renamed upstream to "+to+" ("+stmt+")")
-			return
-		}
-		held[table] = true
-		w.Hold(table, at.Ts+1)
-		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: renameFollowedReason(p.cf, table, to, stmt), RenamedTo: to})
-		p.log.Warn("mysql source: a table was renamed upstream; it is held until the changefeed follows it under its new name", "changefeed", p.cf, "table", table, "to", to)
-	}
-	// A table held for a change that copying it again undoes (its key
-	// changed, rows came in that the binary log does not carry, a
-	// statement not followed) is copied again by the changefeed itself
-	// where it has a primary key now (model.TableIssue.CopyAgain).
-	holdToCopy := func(table, why string) {
-		if !p.cfg.AutoRemedy || len(p.cfg.Filter) > 0 || !hasPrimaryKey(ctx, openCatalog, table) {
-			hold(table, why)
-			return
-		}
-		held[table] = true
-		w.Hold(table, at.Ts+1)
-		p.reportIssue(source.TableIssue{Table: table, State: source.TableHeld, At: at.Ts + 1, Reason: copyAgainReason(p.cf, table, why), CopyAgain: true})
-		p.log.Warn("mysql source: a table is held until the changefeed copies it again; the others go on", "changefeed", p.cf, "table", table, "reason", why)
-	}
+	h := &holder{p: p, w: w, at: &at, held: map[string]bool{}, catalog: openCatalog}
+	held, hold := h.held, h.hold
 	defer func() {
 		if catalog != nil {
 			catalog.Close()
@@ -280,13 +247,13 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					return fmt.Errorf("mysql source: table %s: %w; the reader starts again", table, err)
 				}
 				if why != "" {
-					holdToCopy(table, why)
+					h.toCopy(ctx, table, why)
 					break
 				}
 				next.Unfollowed = ""
 				if ddl != nil {
 					if cur.slotsFull() {
-						holdToCopy(table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
+						h.toCopy(ctx, table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
 						break
 					}
 					cur.ddls = append(cur.ddls, ddl)
@@ -452,7 +419,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// table's name comes into being, as a CREATE does.
 					for _, pr := range pairs {
 						if st, replicated := at.Tables[pr[0]]; replicated && joined(pr[0]) && !held[pr[0]] && !st.Dropped {
-							holdRenamed(pr[0], pr[1], q, slices.ContainsFunc(pairs, func(o [2]string) bool { return o[1] == pr[0] }))
+							h.renamed(ctx, pr[0], pr[1], q, slices.ContainsFunc(pairs, func(o [2]string) bool { return o[1] == pr[0] }))
 						}
 					}
 					break
@@ -474,7 +441,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// replacement of one of ours is a new table under
 					// its name, held as a rename would be.
 					if st, replicated := at.Tables[t]; replicated && replaces && !temporary && joined(t) && !held[t] && !st.Dropped {
-						holdToCopy(t, "replaced upstream ("+q+")")
+						h.toCopy(ctx, t, "replaced upstream ("+q+")")
 					}
 					break
 				}
@@ -506,7 +473,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 					// copied again.
 					for _, t := range namedTables(q, cur.stmtDB, at.Tables) {
 						if joined(t) && !held[t] && !at.Tables[t].Dropped {
-							holdToCopy(t, why)
+							h.toCopy(ctx, t, why)
 						}
 					}
 					break
@@ -529,11 +496,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 							// statement's position (history.go).
 							next, ddl, why, ok := followAlter(ctx, openCatalog, t, at.Tables[t], alter, q, p.flavor)
 							if why != "" && alter.renamedTo != "" {
-								holdRenamed(t, named(alter.renamedTo), q, false)
+								h.renamed(ctx, t, named(alter.renamedTo), q, false)
 								continue
 							}
 							if why != "" {
-								holdToCopy(t, why)
+								h.toCopy(ctx, t, why)
 								continue
 							}
 							if ok {
@@ -556,7 +523,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 						continue
 					}
 					if !held[t] && !at.Tables[t].Dropped {
-						holdToCopy(t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
+						h.toCopy(ctx, t, "renamed or changed upstream by a statement the reader does not follow ("+q+")")
 					}
 				}
 			}
