@@ -80,6 +80,9 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		}
 		current := tablesOf(e.Info.SourceURI)
 		if sameTables(current, f.Tables) {
+			// (Renames the rules follow; a table to copy again is
+			// removed and added back as without them.)
+			c.remedyHeld(ctx, term, st, e, waits, failed)
 			continue
 		}
 		if len(f.Tables) == 0 {
@@ -95,11 +98,11 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 	}
 }
 
-// remedyHeld applies, in a changefeed without table rules, the remedy
-// its reader named for tables it holds, as an operator would (and table
-// rules do for renames): a table renamed upstream is replaced by its new
-// name (model.TableIssue.RenamedTo), a table to copy again is removed and
-// added back in the same pause (CopyAgain). Once the changefeed has
+// remedyHeld applies the remedy a changefeed's reader named for tables
+// it holds, as an operator would: a table renamed upstream is replaced by
+// its new name (model.TableIssue.RenamedTo; set only without table rules,
+// which follow renames themselves), a table to copy again is removed and
+// added back in the same pause (CopyAgain; the rules keep matching it). Once the changefeed has
 // written everything they had before their holds, it is paused, updated
 // and resumed. Before, they stayed held until an operator did the same.
 //
@@ -137,6 +140,15 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	// First without the tables to copy again (their partitions end),
 	// then with them back (copied, the sink's rows of them truncated).
 	first := slices.DeleteFunc(slices.Clone(next), func(t string) bool { return slices.Contains(again, t) })
+	if len(first) == 0 {
+		// A changefeed keeps one table at least: it cannot be removed
+		// and added back in two updates.
+		for _, ti := range held {
+			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
+		}
+		c.log.Warn("coordinator: a held table cannot be copied again by itself: a changefeed keeps one table at least, and it has no other; add another table first, or create the changefeed again", "changefeed", e.Info.ID, "tables", again)
+		return
+	}
 	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits) {
 		return
 	}

@@ -19,8 +19,9 @@ import (
 // primary key is replaced by one of other columns is held (its rows can
 // no longer be told apart by the key they were replicated by) and then
 // copied again by the changefeed itself under the new key, as the hold's
-// reason told an operator to. Under a workload on it and a table beside
-// it, it comes back without a table held, and the sink rebuilt equals the
+// reason told an operator to, also by a changefeed with table rules
+// (which keeps them). Under a workload on it and a table beside it, it
+// comes back without a table held, and the sink rebuilt equals the
 // upstream's tables.
 func TestATableWhoseKeyWasReplacedIsCopiedAgainByTheChangefeedItself(t *testing.T) {
 	t.Parallel()
@@ -38,7 +39,9 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
 	tc.CreateChangefeed("healed", dsn+"&tables=public.k,public.beside&chunk-rows=500", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.CreateChangefeed("ruled", dsn+"&tables=public.*", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("healed")
+	tc.WaitSnapshot("ruled")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -60,14 +63,16 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
 		t.Fatal(err)
 	}
-	tc.Eventually("k copied again by the changefeed, no table held", 60*time.Second, func() bool {
-		e := tc.Changefeed("healed")
-		resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
-			return in.Kind == "resumed" && strings.Contains(in.Reason, "a held table's remedy")
+	for _, cf := range []model.ChangefeedID{"healed", "ruled"} {
+		tc.Eventually("k copied again by changefeed "+string(cf)+", no table held", 60*time.Second, func() bool {
+			e := tc.Changefeed(cf)
+			resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+				return in.Kind == "resumed" && strings.Contains(in.Reason, "a held table's remedy")
+			})
+			return resumed && e.Status.State == model.ChangefeedNormal && len(e.Status.Tables) == 0
 		})
-		return resumed && e.Status.State == model.ChangefeedNormal && len(e.Status.Tables) == 0
-	})
-	tc.WaitSnapshot("healed")
+		tc.WaitSnapshot(cf)
+	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	if err := <-done; err != nil {
@@ -80,6 +85,12 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	rep := tc.VerifyDatabase("healed", up, []string{"public.k", "public.beside"}, time.Now())
 	if !rep.OK {
 		t.Fatalf("after k was copied again under its new key: %+v", rep)
+	}
+	if ruled := tc.VerifyDatabase("ruled", up, []string{"public.k", "public.beside"}, time.Now()); !ruled.OK {
+		t.Fatalf("the changefeed with table rules, after k was copied again: %+v", ruled)
+	}
+	if e := tc.Changefeed("ruled"); !strings.Contains(e.Info.SourceURI, "filter=public.%2A") {
+		t.Fatalf("the changefeed with table rules lost them: %s", e.Info.SourceURI)
 	}
 	t.Logf("%+v", rep.TableReports)
 }
