@@ -12,7 +12,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -152,6 +154,13 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits) {
 		return
 	}
+	if why := c.remedyRefused(ctx, e.Info.SourceURI, held, again); why != "" {
+		for _, ti := range held {
+			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
+		}
+		c.log.Warn("coordinator: a held table's remedy is not applied: "+why+"; its reason in 'cdcctl changefeed get' says what to do; looked at again in "+remedyBackoff.String(), "changefeed", e.Info.ID)
+		return
+	}
 	steps := [][]string{first}
 	if len(again) > 0 {
 		steps = append(steps, next)
@@ -166,6 +175,53 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 			c.log.Error("coordinator: a table to copy again may have been removed from the changefeed and not added back; if 'cdcctl changefeed get' no longer lists it, add it back: cdcctl changefeed pause "+string(e.Info.ID)+"; cdcctl changefeed update "+string(e.Info.ID)+" --add-table "+t+"; cdcctl changefeed resume "+string(e.Info.ID), "changefeed", e.Info.ID, "table", t)
 		}
 	}
+}
+
+// remedyRefused says why a held table's remedy is not to be applied
+// now, checked against the database before the changefeed is paused
+// (the source found it when it held the table, and the database may
+// have moved on since): a table to copy again, or a renamed table's new
+// name, that a changefeed could not take now (gone, renamed again, no
+// key); a renamed table's old name that is a table again (two tables
+// swapped in two statements: which to follow is the operator's choice).
+// "" when none.
+func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []model.TableIssue, again []string) string {
+	check := slices.Clone(again)
+	for _, ti := range held {
+		if ti.RenamedTo != "" {
+			check = append(check, ti.RenamedTo)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if f, err := sources.Preview(pctx, withTables(uri, check)); err != nil {
+		return err.Error()
+	} else if len(f.Refused) > 0 {
+		return strings.Join(f.Refused, "; ")
+	}
+	for _, ti := range held {
+		if ti.RenamedTo == "" {
+			continue
+		}
+		if f, err := sources.Preview(pctx, withTables(uri, []string{ti.Table})); err == nil && len(f.Refused) == 0 {
+			return ti.Table + " is a table again under its old name (a swap?)"
+		}
+	}
+	return ""
+}
+
+// withTables is uri naming tables one by one, its table rules left out:
+// what checks those tables alone.
+func withTables(uri string, tables []string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return uri
+	}
+	q := u.Query()
+	q.Del("filter")
+	q.Set("tables", strings.Join(tables, ","))
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // refollow pauses a changefeed, waits for its dispatchers to stop, sets
@@ -183,8 +239,14 @@ func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model
 	if err := c.waitStopped(ctx, id); err != nil {
 		return err
 	}
-	for _, tables := range steps {
+	for i, tables := range steps {
 		res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
+		for try := 1; err != nil && i > 0 && try < 3 && ctx.Err() == nil; try++ {
+			// A later step (a table added back) after an earlier one
+			// made: tried again before the changefeed resumes without it.
+			time.Sleep(time.Second)
+			res, err = c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
+		}
 		if err != nil {
 			return err
 		}

@@ -66,10 +66,13 @@ func (h *holder) mark(ti source.TableIssue) {
 // renamed holds a table renamed upstream. Where its old name stays free
 // the issue says where it went, and a changefeed of tables named one by
 // one follows it there (model.TableIssue.RenamedTo); a name taken again
-// in the statement (a swap) or since leaves the choice to the operator.
+// in the statement (a swap) or since leaves the choice to the operator,
+// and so does a new name that is not a table now (renamed again since:
+// followed at that rename). Not with snapshot=never: the new name would
+// not be copied.
 func (h *holder) renamed(ctx context.Context, table, to, stmt string, taken bool) {
 	cfg := h.p.cfg
-	if !cfg.AutoRemedy || len(cfg.Filter) > 0 || taken || nameTaken(ctx, h.catalog, table) {
+	if !cfg.AutoRemedy || cfg.Snapshot == "never" || len(cfg.Filter) > 0 || taken || nameTaken(ctx, h.catalog, table) || !nameTaken(ctx, h.catalog, to) {
 		h.hold(table, "renamed upstream to "+to+" ("+stmt+")")
 		return
 	}
@@ -84,7 +87,7 @@ func (h *holder) renamed(ctx context.Context, table, to, stmt string, taken bool
 // (model.TableIssue.CopyAgain).
 func (h *holder) toCopy(ctx context.Context, table, why string) {
 	cfg := h.p.cfg
-	if !cfg.AutoRemedy || len(cfg.Tables) < 2 || !hasPrimaryKey(ctx, h.catalog, table) {
+	if !cfg.AutoRemedy || cfg.Snapshot == "never" || len(cfg.Tables) < 2 || !hasPrimaryKey(ctx, h.catalog, table) {
 		h.hold(table, why)
 		return
 	}
@@ -128,7 +131,7 @@ func copyAgainReason(cf model.ChangefeedID, table, why string) string {
 // renameFollowedReason says why a table renamed upstream is held when
 // the changefeed follows it under its new name by itself.
 func renameFollowedReason(cf model.ChangefeedID, from, to, stmt string) string {
-	return fmt.Sprintf("renamed upstream to %s (%s); the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets the rename under the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's auto-remedy=false leaves renamed tables held)",
+	return fmt.Sprintf("renamed upstream to %s (%s); the changefeed follows it there by itself within the coordinator's --follow-tables-every, as table rules do: its rows are copied again under the new name and the sink gets a DROP TABLE of the old one (to do it now: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table %s', 'cdcctl changefeed resume %s'; the source URI's auto-remedy=false leaves renamed tables held)",
 		to, stmt, cf, cf, from, to, cf)
 }
 

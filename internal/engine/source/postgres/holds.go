@@ -48,16 +48,19 @@ func (s *Stream) holdAs(h Hold) {
 	s.holds = append(s.holds, h)
 }
 
-// holdRenamed holds a table renamed upstream to name. Where no relation
-// has its old name now, the hold says where it went, and a changefeed of
-// tables named one by one follows it there (model.TableIssue.RenamedTo):
-// a name taken again (two tables swapped, a new one created under it)
-// leaves the choice to the operator, who may want the name followed.
-func (s *Stream) holdRenamed(ctx context.Context, from, to string) {
+// holdRenamed holds a table (relation rel) renamed upstream to name.
+// Where no relation has its old name now and the relation still has the
+// new one, the hold says where it went, and a changefeed of tables named
+// one by one follows it there (model.TableIssue.RenamedTo): a name taken
+// again (two tables swapped, a new one created under it) leaves the
+// choice to the operator, who may want the name followed; one renamed
+// again since is followed at its next name's hold. Not with
+// snapshot=never: the new name would not be copied.
+func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) {
 	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
-	var taken bool
-	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(from)).Scan(&taken)
-	if err == nil && !taken && s.cfg.AutoRemedy && len(s.cfg.Filter) == 0 {
+	var follow bool
+	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) = $3::int8::oid`, quoteQualified(from), quoteQualified(to), int64(rel)).Scan(&follow)
+	if err == nil && follow && s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && len(s.cfg.Filter) == 0 {
 		h.RenamedTo = to
 		h.Reason = renameFollowed(s.changefeed(), from, to)
 	}
@@ -131,17 +134,20 @@ func renameHold(cf, from, to string) string {
 }
 
 // holdToCopy holds a table for a change that copying it again undoes
-// (reason says how an operator does it). With auto-remedy, where the
+// (reason says how an operator does it). With auto-remedy (and a
+// snapshot: with snapshot=never a table added back is empty), where the
 // table has a primary key now (what adding it back needs) and the
 // changefeed another table, the changefeed does it by itself
 // (model.TableIssue.CopyAgain).
 func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason string) {
 	h := Hold{Table: table, Reason: reason}
 	var keyed bool
-	err := s.cat.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel)).Scan(&keyed)
+	// (Under its name still: renamed since, the update adding it back
+	// would not find it.)
+	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
 	// (A changefeed keeps one table at least: its only table cannot be
 	// removed and added back.)
-	if s.cfg.AutoRemedy && len(s.cfg.Tables) > 1 && err == nil && keyed {
+	if s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && len(s.cfg.Tables) > 1 && err == nil && keyed {
 		h.CopyAgain = true
 		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
 	}

@@ -33,7 +33,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	if from := s.renamedFrom(m.RelationID, name); from != "" {
 		s.rels[m.RelationID] = &relation{table: from, held: true}
-		s.holdRenamed(ctx, from, name)
+		s.holdRenamed(ctx, m.RelationID, from, name)
 		return nil
 	}
 	if _, held := s.held[name]; held {

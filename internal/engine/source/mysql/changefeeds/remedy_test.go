@@ -22,7 +22,9 @@ import (
 // with another table's rows (rows the binary log never carries) and a
 // primary key moved to other columns (partitions are ranges of the old
 // key). Under a workload on all three tables, both come back without a
-// table held, and the sink rebuilt equals the upstream's tables.
+// table held, and the sink rebuilt equals the upstream's tables. A
+// changefeed with snapshot=never keeps them held (added back, they would
+// be empty).
 func TestAHeldTableIsCopiedAgainByTheChangefeedItself(t *testing.T) {
 	t.Parallel()
 	srv, db := mysqltest.StartShop(t)
@@ -40,6 +42,8 @@ func TestAHeldTableIsCopiedAgainByTheChangefeedItself(t *testing.T) {
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	tc.CreateChangefeed("healed", "mysql://root@"+srv.Addr()+"/shop?tables=p,k,beside&chunk-rows=500", sink, 2)
+	// Without a snapshot a table added back would be empty: held.
+	tc.CreateChangefeed("never", "mysql://root@"+srv.Addr()+"/shop?tables=p,k,beside&snapshot=never", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("healed")
 
 	ctx := context.Background()
@@ -79,6 +83,14 @@ func TestAHeldTableIsCopiedAgainByTheChangefeedItself(t *testing.T) {
 		return resumed && e.Status.State == model.ChangefeedNormal && len(e.Status.Tables) == 0
 	})
 	tc.WaitSnapshot("healed")
+	tc.Eventually("the changefeed without a snapshot holds both", 30*time.Second, func() bool {
+		return len(tc.Changefeed("never").Status.Tables) == 2
+	})
+	for _, ti := range tc.Changefeed("never").Status.Tables {
+		if ti.State != model.TableHeld || ti.CopyAgain {
+			t.Fatalf("the changefeed with snapshot=never: %+v", ti)
+		}
+	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	if err := <-done; err != nil {
