@@ -154,11 +154,13 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits) {
 		return
 	}
-	if why := c.remedyRefused(ctx, e.Info.SourceURI, held, again); why != "" {
-		for _, ti := range held {
-			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
+	if refused := c.remedyRefused(ctx, e.Info.SourceURI, held); len(refused) > 0 {
+		// Those are left out for a while; the others' remedies are
+		// applied at the next round.
+		for _, t := range slices.Sorted(maps.Keys(refused)) {
+			failed[waitKey{e.Info.ID, t}] = time.Now()
+			c.log.Warn("coordinator: a held table's remedy is not applied: "+refused[t]+"; its reason in 'cdcctl changefeed get' says what to do; looked at again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "table", t)
 		}
-		c.log.Warn("coordinator: a held table's remedy is not applied: "+why+"; its reason in 'cdcctl changefeed get' says what to do; looked at again in "+remedyBackoff.String(), "changefeed", e.Info.ID)
 		return
 	}
 	steps := [][]string{first}
@@ -177,37 +179,43 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	}
 }
 
-// remedyRefused says why a held table's remedy is not to be applied
-// now, checked against the database before the changefeed is paused
-// (the source found it when it held the table, and the database may
-// have moved on since): a table to copy again, or a renamed table's new
-// name, that a changefeed could not take now (gone, renamed again, no
-// key); a renamed table's old name that is a table again (two tables
-// swapped in two statements: which to follow is the operator's choice).
-// "" when none.
-func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []model.TableIssue, again []string) string {
-	check := slices.Clone(again)
-	for _, ti := range held {
-		if ti.RenamedTo != "" {
-			check = append(check, ti.RenamedTo)
-		}
-	}
+// remedyRefused are the held tables whose remedy is not to be applied
+// now, each with why, checked against the database before the
+// changefeed is paused (the source found the remedy when it held the
+// table, and the database may have moved on since): a table to copy
+// again, or a renamed table's new name, that a changefeed could not take
+// now (gone, renamed again, no key); a renamed table's old name that is
+// a table again (two tables swapped in two statements: which to follow
+// is the operator's choice).
+func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []model.TableIssue) map[string]string {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if f, err := sources.Preview(pctx, withTables(uri, check)); err != nil {
-		return err.Error()
-	} else if len(f.Refused) > 0 {
-		return strings.Join(f.Refused, "; ")
+	takeable := func(t string) string {
+		f, err := sources.Preview(pctx, withTables(uri, []string{t}))
+		switch {
+		case err != nil:
+			return err.Error()
+		case len(f.Refused) > 0:
+			return strings.Join(f.Refused, "; ")
+		}
+		return ""
 	}
+	out := map[string]string{}
 	for _, ti := range held {
-		if ti.RenamedTo == "" {
-			continue
-		}
-		if f, err := sources.Preview(pctx, withTables(uri, []string{ti.Table})); err == nil && len(f.Refused) == 0 {
-			return ti.Table + " is a table again under its old name (a swap?)"
+		switch {
+		case ti.RenamedTo != "":
+			if why := takeable(ti.RenamedTo); why != "" {
+				out[ti.Table] = why
+			} else if takeable(ti.Table) == "" {
+				out[ti.Table] = ti.Table + " is a table again under its old name (a swap?)"
+			}
+		case ti.CopyAgain:
+			if why := takeable(ti.Table); why != "" {
+				out[ti.Table] = why
+			}
 		}
 	}
-	return ""
+	return out
 }
 
 // withTables is uri naming tables one by one, its table rules left out:

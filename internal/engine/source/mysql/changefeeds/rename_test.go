@@ -25,7 +25,8 @@ import (
 // sink rebuilt equals the upstream's tables, with no change written
 // twice; a table renamed by ALTER TABLE … RENAME TO likewise. A second
 // changefeed, auto-remedy=false, keeps the table held; a swap (RENAME
-// TABLE a TO a_old, b TO a) holds it too.
+// TABLE a TO a_old, b TO a) holds it too, and so does one in two
+// statements (its old name a table again).
 func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	t.Parallel()
 	srv, db := mysqltest.StartShop(t)
@@ -38,12 +39,13 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 		`CREATE TABLE altered (id INT PRIMARY KEY, n INT)`,
 		`INSERT INTO altered SELECT seq, seq FROM seq_1_to_100`,
 		`CREATE TABLE swapped (id INT PRIMARY KEY, n INT)`,
-		`CREATE TABLE swapped_new (id INT PRIMARY KEY, n INT)`)
+		`CREATE TABLE swapped_new (id INT PRIMARY KEY, n INT)`,
+		`CREATE TABLE twostep (id INT PRIMARY KEY, n INT)`)
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	base := "mysql://root@" + srv.Addr() + "/shop?tables="
-	tc.CreateChangefeed("renamed", base+"orders,beside,swapped,altered&chunk-rows=500", sink, 2)
+	tc.CreateChangefeed("renamed", base+"orders,beside,swapped,altered,twostep&chunk-rows=500", sink, 2)
 	tc.CreateChangefeed("kept", base+"orders&auto-remedy=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("renamed")
 	tc.WaitSnapshot("kept")
@@ -55,7 +57,11 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	go func() { done <- renameWorkload(ctx, db, stop, &orders) }()
 	time.Sleep(300 * time.Millisecond)
 	mysqltest.Exec(t, db, `RENAME TABLE orders TO orders_v2`, `RENAME TABLE swapped TO swapped_old, swapped_new TO swapped`,
-		`ALTER TABLE altered RENAME TO altered_v2`, `UPDATE altered_v2 SET n = n + 1 WHERE id < 10`)
+		`ALTER TABLE altered RENAME TO altered_v2`, `UPDATE altered_v2 SET n = n + 1 WHERE id < 10`,
+		// A swap in two statements: whichever sees it (the reader at
+		// the rename, or the coordinator before it pauses), twostep is
+		// not followed to twostep_old.
+		`RENAME TABLE twostep TO twostep_old`, `CREATE TABLE twostep (id INT PRIMARY KEY, n INT)`)
 	orders.Store("orders_v2")
 	mysqltest.Exec(t, db, `INSERT INTO swapped_old VALUES (1, 1)`)
 	tc.Eventually("the changefeed replicates shop.orders_v2 in place of shop.orders", 60*time.Second, func() bool {
@@ -64,8 +70,8 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 			!strings.Contains(e.Info.SourceURI, "shop.altered_v2") {
 			return false
 		}
-		// Only the swapped table is held.
-		return len(e.Status.Tables) == 1 && e.Status.Tables[0].Table == "shop.swapped"
+		// Only the swapped tables are held.
+		return len(e.Status.Tables) == 2 && e.Status.Tables[0].Table == "shop.swapped" && e.Status.Tables[1].Table == "shop.twostep"
 	})
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
@@ -75,6 +81,9 @@ func TestATableRenamedUpstreamIsFollowedUnderItsNewName(t *testing.T) {
 	e := tc.Changefeed("renamed")
 	if ti := e.Status.Tables[0]; ti.State != model.TableHeld || ti.RenamedTo != "" || !strings.Contains(ti.Reason, "renamed upstream to shop.swapped_old") {
 		t.Fatalf("the table swapped with another: %+v", ti)
+	}
+	if ti := e.Status.Tables[1]; ti.State != model.TableHeld || !strings.Contains(ti.Reason, "renamed upstream to shop.twostep_old") || strings.Contains(e.Info.SourceURI, "twostep_old") {
+		t.Fatalf("the table swapped in two statements: %+v (%s)", ti, e.Info.SourceURI)
 	}
 	tc.UpdateTables("renamed", "shop.orders_v2", "shop.beside", "shop.altered_v2") // the swapped table removed
 	tc.WaitSnapshot("renamed")
