@@ -24,7 +24,7 @@ import (
 )
 
 // followBy names the table rules in the incidents of the pauses and
-// resumes they make; renameBy, a rename followed without them.
+// resumes they make; remedyBy, a held table's remedy (remedyHeld).
 const (
 	followBy = "its table rules"
 	remedyBy = "a held table's remedy"
@@ -104,9 +104,9 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // it holds, as an operator would: a table renamed upstream is replaced by
 // its new name (model.TableIssue.RenamedTo; set only without table rules,
 // which follow renames themselves), a table to copy again is removed and
-// added back in the same pause (CopyAgain; the rules keep matching it). Once the changefeed has
-// written everything they had before their holds, it is paused, updated
-// and resumed. Before, they stayed held until an operator did the same.
+// added back in the same pause (CopyAgain; the rules keep matching it).
+// Once the changefeed has written everything they had before their
+// holds, it is paused, updated and resumed. Before, they stayed held until an operator did the same.
 //
 // A remedy that fails (the update refused: the new name not readable, a
 // publication of the operator's that lacks it) is not tried again for
@@ -241,7 +241,7 @@ func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model
 	}
 	defer func() {
 		if err := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); err != nil {
-			c.log.Warn("coordinator: could not resume the changefeed after following its table rules; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", err)
+			c.log.Warn("coordinator: could not resume the changefeed after following "+by+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", err)
 		}
 	}()
 	if err := c.waitStopped(ctx, id); err != nil {
