@@ -107,6 +107,27 @@ type ChangefeedStatus struct {
 	// Tables are the tables that do not replicate as they should (held,
 	// dropped upstream), as the changefeed's reader last reported them.
 	Tables []TableIssue `json:"tables,omitempty"`
+	// Refollow is a change of the changefeed's tables that the
+	// coordinator makes by itself in one pause (its table rules followed,
+	// a held table's remedy): written with the pause, advanced with each
+	// update, cleared by the resume. A coordinator that stops in between
+	// leaves it here for the next, which makes the rest and resumes the
+	// changefeed: before, the changefeed stayed paused, or a table
+	// removed to be copied again stayed out of it.
+	Refollow *Refollow `json:"refollow,omitempty"`
+}
+
+// Refollow is a change of a changefeed's tables the coordinator makes by
+// itself while the changefeed is paused.
+type Refollow struct {
+	// By names why (the pause's and the resume's incidents say it).
+	By string `json:"by"`
+	// Steps are the changefeed's tables after each update, in turn (a
+	// table copied again: first without it, then with it back).
+	Steps [][]string `json:"steps"`
+	// Done counts the steps already written.
+	Done  int       `json:"done,omitempty"`
+	Since time.Time `json:"since"`
 }
 
 // TableIssue is a table of a changefeed that does not replicate as it

@@ -34,6 +34,12 @@ const (
 // FollowEvery, until ctx ends.
 func (c *Coordinator) followFilters(ctx context.Context, term election.Term) {
 	waits, failed := map[waitKey]stall{}, map[waitKey]time.Time{}
+	if c.FollowEvery <= 0 {
+		return
+	}
+	// A round at once: a change the previous coordinator left in the
+	// middle is finished now, not a round later.
+	c.followOnce(ctx, term, waits, failed)
 	every(ctx, c.FollowEvery, func() { c.followOnce(ctx, term, waits, failed) })
 }
 
@@ -66,8 +72,15 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 	st := c.view.State()
 	for _, id := range st.ChangefeedIDs() {
 		e := st.Changefeeds[id]
-		if e.Status.State != model.ChangefeedNormal || busy(st.Partitions[id]) {
+		if busy(st.Partitions[id]) {
 			continue // a plan moving or splitting its partitions goes first
+		}
+		if e.Status.State == model.ChangefeedPaused && e.Status.Refollow != nil {
+			c.finishLeft(ctx, term, id)
+			continue
+		}
+		if e.Status.State != model.ChangefeedNormal {
+			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		f, ok, err := sources.Follow(fctx, e.Info.SourceURI, e.Status.SourcePosition)
@@ -232,53 +245,117 @@ func withTables(uri string, tables []string) string {
 	return u.String()
 }
 
-// refollow pauses a changefeed, waits for its dispatchers to stop, sets
-// its tables to each of steps in turn and resumes it (also when an update
-// fails); by names why.
+// refollow changes a running changefeed's tables to each of steps in
+// turn in one pause, by names why. The change is written with the pause
+// (model.Refollow) and advanced with each update: a coordinator that
+// stops in the middle leaves it to the next (finishLeft).
 func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, by string, steps ...[]string) error {
-	if err := c.SetChangefeedState(ctx, term, id, model.ChangefeedPaused, by); err != nil {
+	r := model.Refollow{By: by, Steps: steps, Since: time.Now().UTC()}
+	err := c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
+		if e.Status.State != model.ChangefeedNormal {
+			// Paused or failed since this round read it: the operator's.
+			return fmt.Errorf("it is %s now; left as it is", e.Status.State)
+		}
+		return c.store.PauseToRefollow(ctx, term.Fence, e, r)
+	})
+	if err != nil {
 		return err
 	}
+	return c.finishRefollow(ctx, term, id, r, false)
+}
+
+// finishRefollow waits for a changefeed paused for r to stop, makes the
+// steps of r not yet made and resumes it. An update that fails leaves
+// the rest undone, and the changefeed is resumed as it is (the resume's
+// incident says so): a changefeed is not left paused. When ctx ends
+// (this coordinator no longer leads, or stops) it is left paused with
+// its record, for the next coordinator. left says an earlier
+// coordinator paused it.
+func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id model.ChangefeedID, r model.Refollow, left bool) (err error) {
 	defer func() {
-		if err := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); err != nil {
-			c.log.Warn("coordinator: could not resume the changefeed after following "+by+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", err)
+		if ctx.Err() != nil {
+			c.log.Info("coordinator: stopped while changing a changefeed's tables; the next coordinator makes the rest and resumes it", "changefeed", id, "by", r.By)
+			return
+		}
+		by := r.By
+		if err != nil {
+			by += " (its tables' change left undone: " + err.Error() + ")"
+		}
+		if rerr := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); rerr != nil {
+			c.log.Warn("coordinator: could not resume the changefeed after following "+r.By+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", rerr)
 		}
 	}()
-	if err := c.waitStopped(ctx, id); err != nil {
+	if err := c.waitStopped(ctx, id, left); err != nil {
 		return err
 	}
-	for i, tables := range steps {
-		res, err := c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
-		for try := 1; err != nil && i > 0 && try < 3 && ctx.Err() == nil; try++ {
+	for ; r.Done < len(r.Steps); r.Done++ {
+		// The record advanced in the same write as the step.
+		next := r
+		next.Done++
+		req := UpdateRequest{ID: id, Tables: r.Steps[r.Done], By: r.By, refollow: &next}
+		res, err := c.UpdateChangefeed(ctx, term, req)
+		for try := 1; err != nil && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {
 			// A later step (a table added back) after an earlier one
 			// made: tried again before the changefeed resumes without it.
 			time.Sleep(time.Second)
-			res, err = c.UpdateChangefeed(ctx, term, UpdateRequest{ID: id, Tables: tables, By: by})
+			res, err = c.UpdateChangefeed(ctx, term, req)
 		}
 		if err != nil {
 			return err
 		}
-		c.log.Info("coordinator: the changefeed follows "+by, "changefeed", id, "added", res.Added, "removed", res.Removed)
+		c.log.Info("coordinator: the changefeed follows "+r.By, "changefeed", id, "added", res.Added, "removed", res.Removed)
 	}
 	return nil
 }
 
-// waitStopped waits until every placed partition of a paused changefeed
-// has stopped: its final position is persisted for its placement.
-func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) error {
+// finishLeft finishes a change of a changefeed's tables that an earlier
+// coordinator began and did not end (it paused the changefeed and
+// stopped), as its record in the stored status says.
+func (c *Coordinator) finishLeft(ctx context.Context, term election.Term, id model.ChangefeedID) {
+	st, err := c.store.LoadChangefeed(ctx, id)
+	if err != nil {
+		return // the next round reads it again
+	}
+	e, ok := st.Changefeeds[id]
+	if !ok || e.Status.State != model.ChangefeedPaused || e.Status.Refollow == nil {
+		return // resumed or updated meanwhile (this node's view was behind)
+	}
+	r := *e.Status.Refollow
+	c.log.Warn("coordinator: a changefeed was left paused in the middle of a change of its tables (its coordinator stopped); making the rest and resuming it", "changefeed", id, "by", r.By, "since", r.Since, "steps_made", r.Done, "steps", len(r.Steps))
+	if err := c.finishRefollow(ctx, term, id, r, true); err != nil && ctx.Err() == nil {
+		c.log.Warn("coordinator: the rest of the change of the changefeed's tables failed; it is resumed as it is", "changefeed", id, "err", err)
+	}
+}
+
+// waitStopped waits until every partition of a paused changefeed placed
+// on a live capture has stopped: its final position is persisted for its
+// placement. left says the changefeed was paused by an earlier
+// coordinator.
+func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID, left bool) error {
 	wctx, cancel := context.WithTimeout(ctx, c.FollowWait)
 	defer cancel()
 	for {
 		ch := c.view.Changed()
 		st := c.view.State()
-		stopped := true
+		stopped, running := true, ""
 		for pid, r := range st.Partitions[id] {
-			if r.Route.Node == "" {
+			if _, alive := st.Nodes[r.Route.Node]; !alive {
+				// Not placed, or its node is gone (a coordinator that
+				// stopped with the changefeed paused may have been on
+				// it): nothing more comes from it; it resumes from its
+				// checkpoint.
 				continue
 			}
 			p, ok := st.Progress[id][pid]
+			if left && (!ok || p.Progress.Epoch < r.Route.Epoch) {
+				// Placed again since its last position (its node went
+				// away with the coordinator): a capture starts nothing
+				// of a paused changefeed, and what ran before the pause
+				// has long reported where it stopped.
+				continue
+			}
 			if !ok || !p.Progress.Final || p.Progress.Epoch != r.Route.Epoch {
-				stopped = false
+				stopped, running = false, fmt.Sprintf("partition %s on %s (placement %d, its last position's %d, final %v)", pid, r.Route.Node, r.Route.Epoch, p.Progress.Epoch, p.Progress.Final)
 				break
 			}
 		}
@@ -287,7 +364,7 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID) er
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("its dispatchers did not all stop within %s", c.FollowWait)
+			return fmt.Errorf("its dispatchers did not all stop within %s: %s", c.FollowWait, running)
 		case <-ch:
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -33,6 +33,10 @@ type UpdateRequest struct {
 	// DryRun checks and computes the change and writes nothing.
 	DryRun bool
 	By     string
+	// refollow is the record of the coordinator's own change that this
+	// update is a step of, advanced (nil: an operator's update, which
+	// takes such a change over).
+	refollow *model.Refollow
 }
 
 // UpdateResult is what an update did, or would do.
@@ -203,7 +207,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
-		Remove: removeIDs, RemoveTables: applied.Removed, RoutesAt: st.Revision,
+		Remove: removeIDs, RemoveTables: applied.Removed, RoutesAt: st.Revision, Refollow: req.refollow,
 	})
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
@@ -236,7 +240,7 @@ func (c *Coordinator) updateSink(ctx context.Context, term election.Term, e *met
 	}
 	info := e.Info
 	info.SinkURI, info.UpdatedAt = res.Sink, time.Now().UTC()
-	if _, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{Info: info, SourcePosition: e.Status.SourcePosition}); err != nil {
+	if _, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{Info: info, SourcePosition: e.Status.SourcePosition, Refollow: e.Status.Refollow}); err != nil {
 		return UpdateResult{}, err
 	}
 	c.log.Info("coordinator: changefeed sink options updated", "changefeed", req.ID, "changes", res.SinkChanges, "by", req.By)

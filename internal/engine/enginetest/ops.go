@@ -148,15 +148,47 @@ func (c *Cluster) UpdateTablesInOnePause(cf model.ChangefeedID, steps ...[]strin
 	c.T.Helper()
 	c.SetState(cf, model.ChangefeedPaused)
 	for _, tables := range steps {
-		err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
-			_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
-			return err
-		})
-		if err != nil {
-			c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
-		}
+		c.UpdatePaused(cf, tables)
 	}
 	c.SetState(cf, model.ChangefeedNormal)
+}
+
+// UpdatePaused changes a paused changefeed's tables, as 'cdcctl
+// changefeed update' does.
+func (c *Cluster) UpdatePaused(cf model.ChangefeedID, tables []string) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
+		return err
+	})
+	if err != nil {
+		c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
+	}
+}
+
+// LeaveRefollow writes what a coordinator that stopped in the middle of
+// a change of a changefeed's tables leaves behind: the changefeed paused
+// with the change's record, r.Done of its steps made (by the test,
+// before).
+func (c *Cluster) LeaveRefollow(cf model.ChangefeedID, r model.Refollow) {
+	c.T.Helper()
+	err := c.Coordinate(func(ctx context.Context, _ *coordinator.Coordinator, term election.Term) error {
+		for {
+			// Its dispatchers stopping after a pause write its status.
+			st, err := c.Store.LoadChangefeed(ctx, cf)
+			if err != nil {
+				return err
+			}
+			err = c.Store.PauseToRefollow(ctx, term.Fence, st.Changefeeds[cf], r)
+			if !errors.Is(err, meta.ErrStale) {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	if err != nil {
+		c.T.Fatalf("leave %s paused for %s: %v", cf, r.By, err)
+	}
 }
 
 // Drain submits a drain of target, as 'cdcctl drain' does.

@@ -229,14 +229,31 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 		st.Record(model.Incident{Time: time.Now().UTC(), Kind: kind, Reason: "by " + by})
 	}
 	if state == model.ChangefeedNormal {
-		st.Error = "" // resumed: the operator fixed what failed it
-		st.Run++      // its reader starts again, and reads held tables again
+		st.Refollow = nil // the coordinator's change, made or taken over
+		st.Error = ""     // resumed: the operator fixed what failed it
+		st.Run++          // its reader starts again, and reads held tables again
 		if len(tables) == 0 {
 			st.Tables = nil
 		} else {
 			st.Tables = slices.DeleteFunc(slices.Clone(st.Tables), func(i model.TableIssue) bool { return slices.Contains(tables, i.Table) })
 		}
 	}
+	return s.putStatus(ctx, fence, e, st)
+}
+
+// PauseToRefollow pauses a changefeed for a change of its tables the
+// coordinator makes itself, recorded with the pause (model.Refollow)
+// so that the next coordinator finishes it if this one stops.
+func (s *Store) PauseToRefollow(ctx context.Context, fence Fence, e *ChangefeedEntry, r model.Refollow) error {
+	st := e.Status
+	st.State, st.Refollow = model.ChangefeedPaused, &r
+	st.Record(model.Incident{Time: time.Now().UTC(), Kind: "paused", Reason: "by " + r.By})
+	return s.putStatus(ctx, fence, e, st)
+}
+
+// putStatus writes a changefeed's status as a coordinator, only while it
+// is as e read it.
+func (s *Store) putStatus(ctx context.Context, fence Fence, e *ChangefeedEntry, st model.ChangefeedStatus) error {
 	key := s.keys.ChangefeedStatus(e.Info.ID)
 	tr, err := s.cli.Txn(ctx).If(append(fence.cmps(), clientv3.Compare(clientv3.ModRevision(key), "=", e.StatusRevision))...).
 		Then(clientv3.OpPut(key, mustJSON(st))).Commit()

@@ -30,6 +30,10 @@ type TablesUpdate struct {
 	// resnapshot), which answers what failed it.
 	Resnapshot bool
 	Incident   model.Incident
+	// Refollow is the status's record of the coordinator's change of
+	// its tables after this update: the next step, or nil (an operator's
+	// update takes the change over).
+	Refollow *model.Refollow
 	// RoutesAt is the store revision the caller read the changefeed's
 	// routing table at (0: not checked): a partition written since (a
 	// split's new half, a move) makes the update stale. A split finished
@@ -51,7 +55,7 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 	}
 	id := e.Info.ID
 	status := e.Status
-	status.SourcePosition = u.SourcePosition
+	status.SourcePosition, status.Refollow = u.SourcePosition, u.Refollow
 	if u.Resnapshot {
 		status.State, status.Error, status.Tables = model.ChangefeedPaused, "", nil
 		status.Record(u.Incident)

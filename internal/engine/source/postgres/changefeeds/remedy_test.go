@@ -94,3 +94,97 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	}
 	t.Logf("%+v", rep.TableReports)
 }
+
+// A coordinator that stops in the middle of a held table's remedy (the
+// changefeed paused, the table removed, not yet added back) leaves it
+// written in the changefeed's status, and the next coordinator makes the
+// rest and resumes the changefeed: before, the changefeed stayed paused,
+// or went on without the table. Two changefeeds are left so, one with
+// the table already removed, one only paused; the coordinator leading
+// then is killed, and the one after it finishes both. Under a workload,
+// the sinks rebuilt equal the upstream's tables.
+func TestARemedyLeftHalfDoneByACoordinatorIsFinishedByTheNext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE k (id int8 PRIMARY KEY, code int8 NOT NULL, n int4); ALTER TABLE k REPLICA IDENTITY FULL;
+INSERT INTO k SELECT g, 100000 - g, 0 FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
+INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	// Rounds an hour apart: the coordinator leading now does not apply
+	// the remedy itself; the next one's first round, at its start, does.
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: time.Hour})
+	tc.StartCaptures(2)
+	cfs := []model.ChangefeedID{"half", "paused"}
+	for _, cf := range cfs {
+		tc.CreateChangefeed(string(cf), dsn+"&tables=public.k,public.beside&chunk-rows=500", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	}
+	for _, cf := range cfs {
+		tc.WaitSnapshot(cf)
+	}
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			id := 1 + i%retypedRows
+			if _, err := srv.Psql(ctx, "shop", fmt.Sprintf("UPDATE k SET n = n + 1 WHERE id = %d; UPDATE beside SET n = n + 1 WHERE id = %d", id, id)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, cf := range cfs {
+		tc.Eventually("k held, to be copied again, in "+string(cf), 60*time.Second, func() bool {
+			return slices.ContainsFunc(tc.Changefeed(cf).Status.Tables, func(ti model.TableIssue) bool {
+				return ti.Table == "public.k" && ti.State == model.TableHeld && ti.CopyAgain
+			})
+		})
+	}
+	steps := [][]string{{"public.beside"}, {"public.k", "public.beside"}}
+	// "half": the remedy's first step made (k removed), then its
+	// coordinator stopped; "paused": it stopped right after the pause.
+	tc.SetState("half", model.ChangefeedPaused)
+	tc.UpdatePaused("half", steps[0])
+	tc.LeaveRefollow("half", model.Refollow{By: "a held table's remedy", Steps: steps, Done: 1, Since: time.Now()})
+	tc.LeaveRefollow("paused", model.Refollow{By: "a held table's remedy", Steps: steps, Since: time.Now()})
+	leader := tc.WaitLeader()
+	tc.Crash(leader.Node)
+	for _, cf := range cfs {
+		tc.Eventually("k copied again in "+string(cf)+" by the next coordinator, resumed, no table held", 60*time.Second, func() bool {
+			e := tc.Changefeed(cf)
+			resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+				return in.Kind == "resumed" && in.Reason == "by a held table's remedy"
+			})
+			return resumed && e.Status.State == model.ChangefeedNormal && e.Status.Refollow == nil && len(e.Status.Tables) == 0
+		})
+		tc.WaitSnapshot(cf)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cf := range cfs {
+		if rep := tc.VerifyDatabase(cf, up, []string{"public.k", "public.beside"}, time.Now()); !rep.OK {
+			t.Fatalf("%s, after the next coordinator finished the remedy: %+v", cf, rep)
+		}
+	}
+}
