@@ -29,6 +29,7 @@ func changefeedOf(st *meta.State, e *meta.ChangefeedEntry) api.Changefeed {
 		Source: sources.Redact(e.Info.SourceURI), Sink: redact.URI(e.Info.SinkURI), PartitionsPerTable: e.Info.PartitionsPerTable,
 		StartTs: uint64(e.Info.StartTs), CreatedAt: e.Info.CreatedAt, CreatedBy: e.Info.CreatedBy, Error: redact.Text(e.Status.Error),
 		TableIssues: maskedIssues(e.Status.Tables),
+		Refollow:    e.Status.Refollow,
 	}
 }
 

@@ -118,6 +118,10 @@ type Changefeed struct {
 	// held (their partitions stop, the other tables advance) or dropped
 	// upstream, each with what to do.
 	TableIssues []model.TableIssue `json:"table_issues,omitempty"`
+	// Refollow is the change of its tables that the coordinator is
+	// making by itself while it has it paused (its table rules
+	// followed, a held table's remedy); it resumes it once done.
+	Refollow *model.Refollow `json:"refollow,omitempty"`
 }
 
 // ChangefeedList is GET /api/v2/changefeeds.

@@ -10,7 +10,7 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"maps"
 	"net/url"
 	"slices"
@@ -104,10 +104,10 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
-		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits) {
+		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, true) {
 			continue
 		}
-		if err := c.refollow(ctx, term, id, followBy, f.Tables); err != nil && ctx.Err() == nil {
+		if err := c.refollow(ctx, term, e, followBy, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
 			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
 	}
@@ -138,13 +138,14 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	next := slices.Clone(current)
 	var again []string
 	var at model.Ts
+	renames := false
 	for _, ti := range held {
 		i := slices.Index(next, ti.Table)
 		switch {
 		case i < 0:
 			continue
 		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
-			next[i] = ti.RenamedTo
+			next[i], renames = ti.RenamedTo, true
 		case ti.CopyAgain:
 			again = append(again, ti.Table)
 		default:
@@ -164,7 +165,11 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		c.log.Warn("coordinator: a held table cannot be copied again by itself: a changefeed keeps one table at least, and it has no other; add another table first, or create the changefeed again", "changefeed", e.Info.ID, "tables", again)
 		return
 	}
-	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits) {
+	// A rename waits for its partitions however long they take: ended
+	// before they pass it, the table's last changes under its old name
+	// would never be written (a table copied again loses nothing: its
+	// copy replaces what the sink holds of it).
+	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits, !renames) {
 		return
 	}
 	if refused := c.remedyRefused(ctx, e.Info.SourceURI, held); len(refused) > 0 {
@@ -180,15 +185,11 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if len(again) > 0 {
 		steps = append(steps, next)
 	}
-	if err := c.refollow(ctx, term, e.Info.ID, remedyBy, steps...); err != nil && ctx.Err() == nil {
+	if err := c.refollow(ctx, term, e, remedyBy, steps...); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
 		for _, ti := range held {
 			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
 		}
 		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy (its reason in 'cdcctl changefeed get' says how to apply it yourself); trying again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "err", err)
-		for _, t := range again {
-			// Removed and not added back, it is no longer held: say so.
-			c.log.Error("coordinator: a table to copy again may have been removed from the changefeed and not added back; if 'cdcctl changefeed get' no longer lists it, add it back: cdcctl changefeed pause "+string(e.Info.ID)+"; cdcctl changefeed update "+string(e.Info.ID)+" --add-table "+t+"; cdcctl changefeed resume "+string(e.Info.ID), "changefeed", e.Info.ID, "table", t)
-		}
 	}
 }
 
@@ -219,8 +220,15 @@ func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []mode
 		case ti.RenamedTo != "":
 			if why := takeable(ti.RenamedTo); why != "" {
 				out[ti.Table] = why
-			} else if takeable(ti.Table) == "" {
+			} else if why := takeable(ti.Table); !strings.Contains(why, "does not exist") {
+				// A table again under its old name, takeable or not
+				// (CREATE TABLE old (LIKE new) has no key), or not
+				// known: followed only when the name is free. (Both
+				// sources say "does not exist" of a missing table.)
 				out[ti.Table] = ti.Table + " is a table again under its old name (a swap?)"
+				if why != "" {
+					out[ti.Table] += ", or cannot be looked up: " + why
+				}
 			}
 		case ti.CopyAgain:
 			if why := takeable(ti.Table); why != "" {
@@ -245,132 +253,6 @@ func withTables(uri string, tables []string) string {
 	return u.String()
 }
 
-// refollow changes a running changefeed's tables to each of steps in
-// turn in one pause, by names why. The change is written with the pause
-// (model.Refollow) and advanced with each update: a coordinator that
-// stops in the middle leaves it to the next (finishLeft).
-func (c *Coordinator) refollow(ctx context.Context, term election.Term, id model.ChangefeedID, by string, steps ...[]string) error {
-	r := model.Refollow{By: by, Steps: steps, Since: time.Now().UTC()}
-	err := c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
-		if e.Status.State != model.ChangefeedNormal {
-			// Paused or failed since this round read it: the operator's.
-			return fmt.Errorf("it is %s now; left as it is", e.Status.State)
-		}
-		return c.store.PauseToRefollow(ctx, term.Fence, e, r)
-	})
-	if err != nil {
-		return err
-	}
-	return c.finishRefollow(ctx, term, id, r, false)
-}
-
-// finishRefollow waits for a changefeed paused for r to stop, makes the
-// steps of r not yet made and resumes it. An update that fails leaves
-// the rest undone, and the changefeed is resumed as it is (the resume's
-// incident says so): a changefeed is not left paused. When ctx ends
-// (this coordinator no longer leads, or stops) it is left paused with
-// its record, for the next coordinator. left says an earlier
-// coordinator paused it.
-func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id model.ChangefeedID, r model.Refollow, left bool) (err error) {
-	defer func() {
-		if ctx.Err() != nil {
-			c.log.Info("coordinator: stopped while changing a changefeed's tables; the next coordinator makes the rest and resumes it", "changefeed", id, "by", r.By)
-			return
-		}
-		by := r.By
-		if err != nil {
-			by += " (its tables' change left undone: " + err.Error() + ")"
-		}
-		if rerr := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); rerr != nil {
-			c.log.Warn("coordinator: could not resume the changefeed after following "+r.By+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", rerr)
-		}
-	}()
-	if err := c.waitStopped(ctx, id, left); err != nil {
-		return err
-	}
-	for ; r.Done < len(r.Steps); r.Done++ {
-		// The record advanced in the same write as the step.
-		next := r
-		next.Done++
-		req := UpdateRequest{ID: id, Tables: r.Steps[r.Done], By: r.By, refollow: &next}
-		res, err := c.UpdateChangefeed(ctx, term, req)
-		for try := 1; err != nil && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {
-			// A later step (a table added back) after an earlier one
-			// made: tried again before the changefeed resumes without it.
-			time.Sleep(time.Second)
-			res, err = c.UpdateChangefeed(ctx, term, req)
-		}
-		if err != nil {
-			return err
-		}
-		c.log.Info("coordinator: the changefeed follows "+r.By, "changefeed", id, "added", res.Added, "removed", res.Removed)
-	}
-	return nil
-}
-
-// finishLeft finishes a change of a changefeed's tables that an earlier
-// coordinator began and did not end (it paused the changefeed and
-// stopped), as its record in the stored status says.
-func (c *Coordinator) finishLeft(ctx context.Context, term election.Term, id model.ChangefeedID) {
-	st, err := c.store.LoadChangefeed(ctx, id)
-	if err != nil {
-		return // the next round reads it again
-	}
-	e, ok := st.Changefeeds[id]
-	if !ok || e.Status.State != model.ChangefeedPaused || e.Status.Refollow == nil {
-		return // resumed or updated meanwhile (this node's view was behind)
-	}
-	r := *e.Status.Refollow
-	c.log.Warn("coordinator: a changefeed was left paused in the middle of a change of its tables (its coordinator stopped); making the rest and resuming it", "changefeed", id, "by", r.By, "since", r.Since, "steps_made", r.Done, "steps", len(r.Steps))
-	if err := c.finishRefollow(ctx, term, id, r, true); err != nil && ctx.Err() == nil {
-		c.log.Warn("coordinator: the rest of the change of the changefeed's tables failed; it is resumed as it is", "changefeed", id, "err", err)
-	}
-}
-
-// waitStopped waits until every partition of a paused changefeed placed
-// on a live capture has stopped: its final position is persisted for its
-// placement. left says the changefeed was paused by an earlier
-// coordinator.
-func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID, left bool) error {
-	wctx, cancel := context.WithTimeout(ctx, c.FollowWait)
-	defer cancel()
-	for {
-		ch := c.view.Changed()
-		st := c.view.State()
-		stopped, running := true, ""
-		for pid, r := range st.Partitions[id] {
-			if _, alive := st.Nodes[r.Route.Node]; !alive {
-				// Not placed, or its node is gone (a coordinator that
-				// stopped with the changefeed paused may have been on
-				// it): nothing more comes from it; it resumes from its
-				// checkpoint.
-				continue
-			}
-			p, ok := st.Progress[id][pid]
-			if left && (!ok || p.Progress.Epoch < r.Route.Epoch) {
-				// Placed again since its last position (its node went
-				// away with the coordinator): a capture starts nothing
-				// of a paused changefeed, and what ran before the pause
-				// has long reported where it stopped.
-				continue
-			}
-			if !ok || !p.Progress.Final || p.Progress.Epoch != r.Route.Epoch {
-				stopped, running = false, fmt.Sprintf("partition %s on %s (placement %d, its last position's %d, final %v)", pid, r.Route.Node, r.Route.Epoch, p.Progress.Epoch, p.Progress.Final)
-				break
-			}
-		}
-		if stopped {
-			return nil
-		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("its dispatchers did not all stop within %s: %s", c.FollowWait, running)
-		case <-ch:
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // leavingPassed says whether the tables leaving a changefeed have
 // passed their rename or drop (passedLeaving), against the database's
 // clock when the rules first stopped matching each (at, this round's,
@@ -378,7 +260,7 @@ func (c *Coordinator) waitStopped(ctx context.Context, id model.ChangefeedID, le
 // later than the changefeed's lag behind it. A table whose partitions
 // have not moved for followStall is not waited for any longer. It
 // forgets the changefeed's waits once they are over.
-func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall) bool {
+func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, cutoff bool) bool {
 	id := e.Info.ID
 	targets := map[string]model.Ts{}
 	for _, t := range tables {
@@ -400,7 +282,7 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 			w.low, w.since = low, time.Now()
 			waits[k] = w
 			return false
-		case time.Since(w.since) < followStall:
+		case !cutoff || time.Since(w.since) < followStall:
 			return false
 		}
 		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following the table rules without waiting (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -186,5 +188,64 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 		if rep := tc.VerifyDatabase(cf, up, []string{"public.k", "public.beside"}, time.Now()); !rep.OK {
 			t.Fatalf("%s, after the next coordinator finished the remedy: %+v", cf, rep)
 		}
+	}
+}
+
+// A table removed to be copied again that cannot be added back (here:
+// renamed away meanwhile) keeps the changefeed paused, with the change's
+// record, and each round tries again: resumed at once, the changefeed
+// would go on without the table. Once the table can be added back, it
+// is, and the changefeed resumes; the sink rebuilt equals the upstream.
+func TestATableThatCannotBeAddedBackKeepsTheChangefeedPausedUntilItCan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE a (id int8 PRIMARY KEY, n int4);
+INSERT INTO a SELECT g, 0 FROM generate_series(1, 2000) g;
+CREATE TABLE b (id int8 PRIMARY KEY, n int4);
+INSERT INTO b SELECT g, 0 FROM generate_series(1, 2000) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("cf", dsn+"&tables=public.a,public.b", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.WaitSnapshot("cf")
+	steps := [][]string{{"public.a"}, {"public.a", "public.b"}}
+	tc.SetState("cf", model.ChangefeedPaused)
+	tc.UpdatePaused("cf", steps[0])
+	if _, err := srv.Psql(ctx, "shop", `UPDATE b SET n = 1 WHERE id <= 100; ALTER TABLE b RENAME TO b_away`); err != nil {
+		t.Fatal(err)
+	}
+	tc.LeaveRefollow("cf", model.Refollow{By: "a held table's remedy", Steps: steps, Done: 1, Since: time.Now()})
+	// Each round tries three times, a second apart: long enough for two
+	// rounds to fail.
+	time.Sleep(8 * time.Second)
+	if e := tc.Changefeed("cf"); e.Status.State != model.ChangefeedPaused || e.Status.Refollow == nil || e.Status.Refollow.Done != 1 {
+		t.Fatalf("the changefeed, its table not added back: %s, %+v", e.Status.State, e.Status.Refollow)
+	}
+	// An operator's pause would not keep it paused: refused, with why.
+	err := tc.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		return coord.SetChangefeedState(ctx, term, "cf", model.ChangefeedPaused, "operator")
+	})
+	if err == nil || !strings.Contains(err.Error(), "paused by the coordinator while it changes its tables") {
+		t.Fatalf("an operator's pause of a changefeed the coordinator has paused: %v", err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE b_away RENAME TO b; UPDATE b SET n = 2 WHERE id > 1900; UPDATE a SET n = 3 WHERE id < 50`); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually("b added back, the changefeed resumed", 60*time.Second, func() bool {
+		e := tc.Changefeed("cf")
+		return e.Status.State == model.ChangefeedNormal && e.Status.Refollow == nil && strings.Contains(e.Info.SourceURI, "public.b")
+	})
+	tc.WaitSnapshot("cf")
+	tc.WaitCheckpoint("cf", model.TsFromTimeMicros(time.Now()))
+	up, err := postgres.NewTableReader(dsn + "&tables=public.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := tc.VerifyDatabase("cf", up, []string{"public.a", "public.b"}, time.Now()); !rep.OK {
+		t.Fatalf("after b was added back: %+v", rep)
 	}
 }
