@@ -99,27 +99,30 @@ func (h *holder) toCopy(ctx context.Context, table, why string) {
 // cannot be read is taken (a rename is then held, as before, not
 // followed).
 func nameTaken(ctx context.Context, catalog func() (*sql.DB, error), name string) bool {
-	db, err := catalog()
-	if err != nil {
-		return true
-	}
-	schema, table := model.SplitTableName(name)
-	var n int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?`, schema, table).Scan(&n)
-	return err != nil || n > 0
+	n, ok := countOf(ctx, catalog, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?`, name)
+	return !ok || n > 0
 }
 
 // hasPrimaryKey says a table ("db.table") has a primary key now (what
 // adding it back to a changefeed needs); false when that cannot be read.
 func hasPrimaryKey(ctx context.Context, catalog func() (*sql.DB, error), name string) bool {
+	n, ok := countOf(ctx, catalog, `SELECT COUNT(*) FROM information_schema.table_constraints WHERE table_schema = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'`, name)
+	return ok && n > 0
+}
+
+// countOf counts what a catalog query finds of a table ("db.table",
+// the query's two parameters); false when it cannot be read.
+func countOf(ctx context.Context, catalog func() (*sql.DB, error), query, name string) (int, bool) {
 	db, err := catalog()
 	if err != nil {
-		return false
+		return 0, false
 	}
 	schema, table := model.SplitTableName(name)
 	var n int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.table_constraints WHERE table_schema = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'`, schema, table).Scan(&n)
-	return err == nil && n > 0
+	if err := db.QueryRowContext(ctx, query, schema, table).Scan(&n); err != nil {
+		return 0, false
+	}
+	return n, true
 }
 
 // copyAgainReason says why a table is held when the changefeed copies it
