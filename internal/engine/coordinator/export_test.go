@@ -1,0 +1,16 @@
+package coordinator
+
+import (
+	"context"
+
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+)
+
+// Refollow is refollow, for the tests outside the package.
+func (c *Coordinator) Refollow(ctx context.Context, term election.Term, read *meta.ChangefeedEntry, by string, steps ...[]string) error {
+	return c.refollow(ctx, term, read, by, steps...)
+}
+
+// ErrMovedOn is errMovedOn, for the tests outside the package.
+var ErrMovedOn = errMovedOn

@@ -1,0 +1,59 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A change of a changefeed's tables the coordinator computed from a
+// round's view is not made once the changefeed has moved on since (an
+// operator paused and resumed it, or updated it): the round's view may
+// be tens of seconds old, and the change would undo the operator's. One
+// computed from the changefeed as it is pauses it, and a step that fails
+// (a gen:// changefeed's tables cannot change) resumes it at once with
+// an incident that says what was left undone.
+func TestAChangeOfTablesFromAStaleViewIsNotMade(t *testing.T) {
+	t.Parallel()
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(1)
+	tc.CreateChangefeed("cf", "gen://?tables=2&keys=10&rate=50", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.Warm("cf", 0)
+	read := tc.Changefeed("cf")
+	tc.SetState("cf", model.ChangefeedPaused)
+	tc.SetState("cf", model.ChangefeedNormal)
+	refollow := func(read *meta.ChangefeedEntry) error {
+		return tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+			return c.Refollow(ctx, term, read, "its table rules", []string{"t0001"})
+		})
+	}
+	if err := refollow(read); !errors.Is(err, coordinator.ErrMovedOn) {
+		t.Fatalf("a change from before a resume: %v, want %v", err, coordinator.ErrMovedOn)
+	}
+	e := tc.Changefeed("cf")
+	if e.Status.State != model.ChangefeedNormal || e.Status.Refollow != nil || slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+		return in.Reason == "by its table rules"
+	}) {
+		t.Fatalf("the changefeed after a stale change: %s, %+v, incidents %+v", e.Status.State, e.Status.Refollow, e.Status.Incidents)
+	}
+
+	if err := refollow(e); err == nil || errors.Is(err, coordinator.ErrMovedOn) {
+		t.Fatalf("a change of a gen:// changefeed's tables: %v, want the update's refusal", err)
+	}
+	e = tc.Changefeed("cf")
+	paused := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool { return in.Kind == "paused" && in.Reason == "by its table rules" })
+	resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+		return in.Kind == "resumed" && strings.HasPrefix(in.Reason, "by its table rules (its tables' change left undone: ")
+	})
+	if e.Status.State != model.ChangefeedNormal || e.Status.Refollow != nil || !paused || !resumed {
+		t.Fatalf("the changefeed after a change whose first step failed: %s, %+v, incidents %+v", e.Status.State, e.Status.Refollow, e.Status.Incidents)
+	}
+}
