@@ -13,6 +13,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/redact"
@@ -107,7 +108,7 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		pt[pid], spans[pid] = st.Progress[e.Info.ID][pid].Progress, r.Route.Span
 		copying = copying || pt[pid].Copy != (model.CopyProgress{})
 	}
-	still, keys := copyingTables(spans, pt)
+	still, keys := source.CopyingTables(spans, pt)
 	warnings := copiedUnderKeys(keys)
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: redact.Text(err.Error()), Warnings: warnings}
@@ -127,36 +128,6 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 		}
 	}
 	return out, nil
-}
-
-// copyingTables are, of a changefeed's partitions (their spans and
-// progress), the tables with a partition whose copy is not done (still:
-// the key it was cut on and copies by; where its partitions still copying
-// have copied nothing, the key the others copied it by, which they must
-// go by too), and the key columns each table's partitions copied by.
-func copyingTables(spans map[string]model.Span, pt model.ProgressTable) (still map[string]sources.CopyingTable, keys map[string][]string) {
-	still, keys = map[string]sources.CopyingTable{}, map[string][]string{}
-	for pid, span := range spans {
-		c := pt[pid].Copy
-		if c.Key != "" && !slices.Contains(keys[span.Table], c.Key) {
-			keys[span.Table] = append(keys[span.Table], c.Key)
-		}
-		if !c.Done {
-			ct := still[span.Table]
-			ct.KeyTypes = span.Key
-			if ct.KeyColumns == "" {
-				ct.KeyColumns = span.CopyKey(c)
-			}
-			still[span.Table] = ct
-		}
-	}
-	for t, ct := range still {
-		if ct.KeyColumns == "" && len(keys[t]) == 1 {
-			ct.KeyColumns = keys[t][0]
-			still[t] = ct
-		}
-	}
-	return still, keys
 }
 
 // copiedUnderKeys warns of each table whose partitions copied it by

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -38,7 +39,7 @@ func TestTheTablesStillCopyingCarryTheKeyTheirCopyGoesBy(t *testing.T) {
 		"d.1": {Copy: model.CopyProgress{To: "k\x00", Key: "(id)"}}, "e.1": {Copy: model.CopyProgress{Done: true, Key: "(id)"}},
 		"f.1": {}, "f.2": {},
 	}
-	still, keys := copyingTables(spans, pt)
+	still, keys := source.CopyingTables(spans, pt)
 	want := map[string]sources.CopyingTable{"public.c": {KeyTypes: "int4", KeyColumns: "(x)"}, "public.d": {KeyTypes: "int8", KeyColumns: "(id)"},
 		"public.f": {KeyTypes: "int4", KeyColumns: "(a)"}}
 	if !maps.Equal(still, want) || len(keys) != 3 {

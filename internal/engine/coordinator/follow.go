@@ -19,6 +19,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -126,8 +127,9 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // remedyBackoff: each try pauses the changefeed.
 func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall, failed map[waitKey]time.Time) {
 	var held []model.TableIssue
-	for _, ti := range e.Status.Tables {
-		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff {
+	for _, ti := range append(slices.Clone(e.Status.Tables), c.copyingAgain(ctx, st, e)...) {
+		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff &&
+			!slices.ContainsFunc(held, func(h model.TableIssue) bool { return h.Table == ti.Table }) {
 			held = append(held, ti)
 		}
 	}
@@ -191,6 +193,32 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		}
 		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy (its reason in 'cdcctl changefeed get' says how to apply it yourself); trying again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "err", err)
 	}
+}
+
+// copyingAgain are a changefeed's tables whose initial snapshot cannot
+// copy on because their primary key changed while they copied (their
+// partitions' ranges and what they copied are in the old key's terms),
+// as held tables to copy again: the remedy their copy's error names,
+// where the source URI lets the coordinator apply it (auto-remedy).
+// Before, the table's copy, and the changefeed's checkpoint with it,
+// stopped until an operator removed the table and added it back.
+func (c *Coordinator) copyingAgain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) []model.TableIssue {
+	spans, pt := map[string]model.Span{}, model.ProgressTable{}
+	for pid, r := range st.Partitions[e.Info.ID] {
+		spans[pid], pt[pid] = r.Route.Span, st.Progress[e.Info.ID][pid].Progress
+	}
+	still, _ := source.CopyingTables(spans, pt)
+	if len(still) == 0 {
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	why := sources.KeysChangedWhileCopying(kctx, e.Info.SourceURI, still)
+	var out []model.TableIssue
+	for _, t := range slices.Sorted(maps.Keys(why)) {
+		out = append(out, model.TableIssue{Table: t, State: model.TableHeld, CopyAgain: true, Since: time.Now().UTC(), Reason: why[t]})
+	}
+	return out
 }
 
 // remedyRefused are the held tables whose remedy is not to be applied

@@ -7,6 +7,7 @@ package source
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,4 +196,34 @@ func (r *CopyReader) failed(err error) {
 func KeyMovedWhileCopying(table, copied, now string) string {
 	return fmt.Sprintf("%s: its primary key's columns changed from %s to %s (moved, or renamed) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume'",
 		table, copied, now, table, table)
+}
+
+// CopyingTables are, of a changefeed's partitions (their spans and
+// progress), the tables with a partition whose copy is not done (still:
+// the key it was cut on and copies by; where its partitions still copying
+// have copied nothing, the key the others copied it by, which they must
+// go by too), and the key columns each table's partitions copied by.
+func CopyingTables(spans map[string]model.Span, pt model.ProgressTable) (still map[string]CopyingTable, keys map[string][]string) {
+	still, keys = map[string]CopyingTable{}, map[string][]string{}
+	for pid, span := range spans {
+		c := pt[pid].Copy
+		if c.Key != "" && !slices.Contains(keys[span.Table], c.Key) {
+			keys[span.Table] = append(keys[span.Table], c.Key)
+		}
+		if !c.Done {
+			ct := still[span.Table]
+			ct.KeyTypes = span.Key
+			if ct.KeyColumns == "" {
+				ct.KeyColumns = span.CopyKey(c)
+			}
+			still[span.Table] = ct
+		}
+	}
+	for t, ct := range still {
+		if ct.KeyColumns == "" && len(keys[t]) == 1 {
+			ct.KeyColumns = keys[t][0]
+			still[t] = ct
+		}
+	}
+	return still, keys
 }

@@ -209,41 +209,67 @@ const maxCopyWarned = 50
 // get`: the copying capture logs it, the operator asking sees it here.
 // Nothing when the database cannot be asked.
 func CopyWarnings(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string {
+	var out []string
+	eachCopying(ctx, uri, copying, func(conn *pgx.Conn, cat *catalog, encoding, t string, def *source.TableDef) {
+		if why := keyChangedWhileCopying(t, copying[t], def); why != "" {
+			out = append(out, "initial snapshot: "+why)
+			return
+		}
+		order, err := cat.byteOrder(ctx, t, def)
+		if err != nil || orderOf(def, order, false) != sortedOrder {
+			return
+		}
+		if timeLed(def) {
+			if ok, err := timeOrdered(ctx, conn, t, def); err != nil || ok {
+				return
+			}
+		}
+		out = append(out, "initial snapshot: "+sortedWhy(t, def, encoding == "UTF8"))
+	})
+	return out
+}
+
+// KeysChangedWhileCopying says, of tables whose initial snapshot is
+// still copying, which cannot copy on because their primary key changed
+// (table: why): copied again under the new key, by the coordinator when
+// the source URI has auto-remedy (the default; nothing without it).
+func KeysChangedWhileCopying(ctx context.Context, uri string, copying map[string]source.CopyingTable) map[string]string {
+	if cfg, err := ParseURI(uri); err != nil || !cfg.AutoRemedy {
+		return nil
+	}
+	out := map[string]string{}
+	eachCopying(ctx, uri, copying, func(_ *pgx.Conn, _ *catalog, _, t string, def *source.TableDef) {
+		if why := keyChangedWhileCopying(t, copying[t], def); why != "" {
+			out[t] = why
+		}
+	})
+	return out
+}
+
+// eachCopying calls f for each of the copying tables (at most
+// maxCopyWarned, in order) that has a primary key now, with its
+// definition in the catalog; nothing when the database cannot be asked.
+func eachCopying(ctx context.Context, uri string, copying map[string]source.CopyingTable, f func(conn *pgx.Conn, cat *catalog, encoding, table string, def *source.TableDef)) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
-		return nil
+		return
 	}
 	conn, err := snapshotConn(ctx, cfg)
 	if err != nil {
-		return nil
+		return
 	}
 	defer conn.Close(context.Background())
 	var encoding string
 	if conn.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&encoding) != nil {
-		return nil
+		return
 	}
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
-	var out []string
 	tables := slices.Sorted(maps.Keys(copying))
 	for _, t := range tables[:min(len(tables), maxCopyWarned)] {
 		def, err := cat.tableDef(ctx, t)
 		if err != nil || len(def.KeyNames()) == 0 {
 			continue
 		}
-		if why := keyChangedWhileCopying(t, copying[t], def); why != "" {
-			out = append(out, "initial snapshot: "+why)
-			continue
-		}
-		order, err := cat.byteOrder(ctx, t, def)
-		if err != nil || orderOf(def, order, false) != sortedOrder {
-			continue
-		}
-		if timeLed(def) {
-			if ok, err := timeOrdered(ctx, conn, t, def); err != nil || ok {
-				continue
-			}
-		}
-		out = append(out, "initial snapshot: "+sortedWhy(t, def, encoding == "UTF8"))
+		f(conn, cat, encoding, t, def)
 	}
-	return out
 }

@@ -34,10 +34,13 @@ type database struct {
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
 	// copyWarnings is nil for a source with nothing to say of a copy.
 	copyWarnings func(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string
-	preview      func(ctx context.Context, uri string) (source.Followed, error)
-	follow       func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
-	upstream     func(uri, password string) (source.Snapshotter, []string, error)
-	redact       func(uri string) string
+	// keysChanged is nil for a source whose copy goes on when a table's
+	// key changes (MySQL's reader holds such a table to copy it again).
+	keysChanged func(ctx context.Context, uri string, copying map[string]source.CopyingTable) map[string]string
+	preview     func(ctx context.Context, uri string) (source.Followed, error)
+	follow      func(ctx context.Context, uri string, pos source.Position) (source.Followed, bool, error)
+	upstream    func(uri, password string) (source.Snapshotter, []string, error)
+	redact      func(uri string) string
 	// claims are what a changefeed of the URI holds upstream (a slot, a
 	// server id), equal between two changefeeds that would share it.
 	claims func(uri, changefeed string) []string
@@ -51,7 +54,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -248,6 +251,18 @@ func CopyWarnings(ctx context.Context, uri string, copying map[string]source.Cop
 		return nil
 	}
 	return db.copyWarnings(ctx, uri, copying)
+}
+
+// KeysChangedWhileCopying says, of the tables still copying, which
+// cannot copy on because their primary key changed (table: why): their
+// remedy is a new copy under the new key, which the coordinator makes
+// where the source URI lets it (auto-remedy).
+func KeysChangedWhileCopying(ctx context.Context, uri string, copying map[string]source.CopyingTable) map[string]string {
+	db, err := scheme(uri)
+	if err != nil || db == nil || db.keysChanged == nil || len(copying) == 0 {
+		return nil
+	}
+	return db.keysChanged(ctx, uri, copying)
 }
 
 // Preview says what a new changefeed's source would replicate and what

@@ -2,6 +2,8 @@ package changefeeds
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/engine/source/registry"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
 	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 	"github.com/cdcctl/cdcctl/internal/verify"
@@ -90,7 +93,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 	dsn := srv.DSN("k")
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(2)
-	uri := dsn + "&tables=c,d&chunk-rows=100"
+	uri := dsn + "&tables=c,d&chunk-rows=100&auto-remedy=false"
 	tc.CreateChangefeed("pg", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
 	if _, err := srv.Psql(ctx, "k", `ALTER TABLE c DROP CONSTRAINT c_pkey, ADD PRIMARY KEY (y, x); INSERT INTO c VALUES (100000, 1, 'n'); UPDATE c SET v = 'u' WHERE x < 10`); err != nil {
 		t.Fatal(err)
@@ -130,7 +133,7 @@ func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) 
 	dsn := srv.DSN("k")
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(2)
-	uri := dsn + "&tables=c,d&chunk-rows=50"
+	uri := dsn + "&tables=c,d&chunk-rows=50&auto-remedy=false"
 	tc.CreateChangefeed("pg", uri, "file://"+t.TempDir()+"?flush-interval=100ms", 2)
 	first := tc.PartitionFrom("pg", "public.c", "")
 	if first.Span.KeyColumns != "(x)" {
@@ -181,5 +184,64 @@ func copyCAgain(t *testing.T, tc *enginetest.Cluster, srv *pgserver.Server, dsn 
 	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
 	if !rep.OK || rep.Keys != keys {
 		t.Fatalf("after the table was copied again: %+v", rep)
+	}
+}
+
+// The same change under a changefeed with auto-remedy (the default): the
+// coordinator finds the table whose copy cannot go on (its key changed
+// while it copied) and copies it again under its new key by itself, as
+// the copy's error tells an operator to. Before, the table's copy and
+// the changefeed's checkpoint stopped until an operator did. Under a
+// workload on both tables, the sink rebuilt equals them.
+func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheChangefeedItself(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.StartDB(t, "k")
+	ctx := context.Background()
+	if _, err := srv.Psql(ctx, "k", `CREATE TABLE c (x int4, y int4, v text, PRIMARY KEY (x));
+		INSERT INTO c SELECT g, 20001 - g, 'z' FROM generate_series(1, 20000) g;
+		CREATE TABLE d (id int8 PRIMARY KEY, v text); INSERT INTO d SELECT g, 'd' FROM generate_series(1, 1000) g`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("k")
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("pg", dsn+"&tables=c,d&chunk-rows=100", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	if _, err := srv.Psql(ctx, "k", `ALTER TABLE c DROP CONSTRAINT c_pkey, ADD PRIMARY KEY (y, x); INSERT INTO c VALUES (100000, 1, 'n'); UPDATE c SET v = 'u' WHERE x < 10`); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			id := 1 + i%1000
+			if _, err := srv.Psql(ctx, "k", fmt.Sprintf("UPDATE c SET v = 'w%d' WHERE x = %d; UPDATE d SET v = 'w%d' WHERE id = %d", i, id, i, id)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	tc.Eventually("c copied again by the changefeed itself", 60*time.Second, func() bool {
+		return slices.ContainsFunc(tc.Changefeed("pg").Status.Incidents, func(in model.Incident) bool {
+			return in.Kind == "resumed" && in.Reason == "by a held table's remedy"
+		})
+	})
+	tc.WaitSnapshot("pg")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("pg", up, []string{"public.c", "public.d"}, time.Now())
+	if !rep.OK || rep.Keys != 20001+1000 {
+		t.Fatalf("after c was copied again: %+v", rep)
 	}
 }
