@@ -73,9 +73,9 @@ func pairByName(cur *source.TableDef, cols []*pglogrepl.RelationMessageColumn) [
 // names now have other numbers is copied again. The catalog is read now,
 // not at this point of the stream, so the change may be ahead of it:
 // the copy, between watermarks written after the change, reads the rows
-// as it left them all the same, and the table's numbers are taken as
-// not known (the next relation message reads them) rather than the
-// catalog's, which may be ahead of the stream too.
+// as it left them all the same, and the table's numbers become the
+// catalog's now (setNums), against which its next relation message is
+// checked: the same change made again later is found too.
 
 // recheck is a table whose relation message was paired by its columns'
 // names alone, with the numbers the reader had for them.
@@ -118,13 +118,31 @@ func (s *Stream) recheckColumns(ctx context.Context) error {
 			// stream tells when it gets there.
 			continue
 		}
-		s.forgetNums(r.table)
+		s.setNums(r.table, now)
 		if !slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == r.table }) {
 			s.again = append(s.again, copyAgain{Table: r.table, OID: r.rel, At: r.at, Why: againRecreated})
 		}
 	}
 	s.recheck = nil
 	return nil
+}
+
+// setNums takes a table's columns' numbers as the catalog has them now,
+// as of the open transaction's end: a column dropped and added again,
+// the numbers the catalog gives its names now are what the table's next
+// relation message is checked against (recheckColumns). Taken as not
+// known instead, they were read from the catalog at that message
+// without a check, so the same change made again before it looked like
+// no change. The catalog may be ahead of the stream: a change it has
+// made since is then before the copy this one starts (its mark is
+// written into the WAL after the catalog was read), which reads the
+// rows as it left them.
+func (s *Stream) setNums(table string, nums []int16) {
+	if _, changed := s.pendingNums[table]; changed {
+		s.pendingNums[table] = nums
+	} else if st := s.tables[table]; st != nil {
+		st.Nums = nums
+	}
 }
 
 // forgetNums takes a table's columns' numbers as not known, as of the

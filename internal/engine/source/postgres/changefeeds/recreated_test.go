@@ -78,6 +78,61 @@ ALTER TABLE other DROP COLUMN c; ALTER TABLE other ADD COLUMN c int8 DEFAULT 7;`
 	t.Logf("%+v", rep.TableReports)
 }
 
+// A column dropped and added again under its name twice, the reader
+// caught up between the two: each time every older row lost its value
+// in it, and each time the table is copied again. The second used to be
+// missed: after the first, the reader took the table's columns' numbers
+// as not known and read them from the catalog at the next relation
+// message, which has them as the second change left them, so the
+// second change looked like no change; the rows left alone since kept
+// the first DEFAULT downstream, the upstream the second.
+func TestAColumnDroppedAndAddedAgainTwiceIsCopiedAgainEachTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE twice (id int8 PRIMARY KEY, n int4, c int4);
+INSERT INTO twice SELECT g, 0, g FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4, c int4);
+INSERT INTO beside SELECT g, 0, g FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	tables := []string{"public.twice", "public.beside"}
+	tc.CreateChangefeed("twice", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500", sink, 2)
+	tc.WaitSnapshot("twice")
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- recreateWorkload(ctx, dsn, stop, "twice", "beside") }()
+	for _, def := range []string{"2", "3"} {
+		time.Sleep(300 * time.Millisecond)
+		if _, err := srv.Psql(ctx, "shop", `ALTER TABLE twice DROP COLUMN c; ALTER TABLE twice ADD COLUMN c int4 DEFAULT `+def); err != nil {
+			t.Fatal(err)
+		}
+		// The workload writes the table after the change: its relation
+		// message, and the reader's check at its commit, are passed.
+		time.Sleep(500 * time.Millisecond)
+		tc.WaitCheckpoint("twice", model.TsFromTimeMicros(time.Now()))
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.WaitSnapshot("twice")
+	rep := tc.VerifyDatabase("twice", up, tables, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after a column was dropped and added again twice: %+v", rep)
+	}
+	copiedTimes(t, sink, map[string]int{"public.twice": 3, "public.beside": 1})
+}
+
 // A reader stopped while a column is dropped and, later, another added
 // under the name of a column dropped meanwhile, meets the first change
 // with a catalog that has moved on: which column is which cannot be told

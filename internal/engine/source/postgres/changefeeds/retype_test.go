@@ -2,7 +2,9 @@ package changefeeds
 
 import (
 	"context"
+	"maps"
 	"math/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,7 +115,8 @@ func copiedTimes(t *testing.T, sink string, want map[string]int) {
 				times[len(by)]++
 			}
 		}
-		if len(times) > 2 || times[n] < retypedRows*9/10 || times[n+1] > 0 {
+		more := slices.ContainsFunc(slices.Collect(maps.Keys(times)), func(k int) bool { return k > n })
+		if more || times[n] < retypedRows*9/10 {
 			t.Fatalf("%s: the table's first rows by how many times they were inserted: %v; want %d each (a row deleted meanwhile, fewer)", table, times, n)
 		}
 	}
