@@ -125,6 +125,9 @@ type Refollow struct {
 	// Steps are the changefeed's tables after each update, in turn (a
 	// table copied again: first without it, then with it back).
 	Steps [][]string `json:"steps"`
+	// Again are tables copied again with the last step (kept, their
+	// partitions replaced by new ones that copy them).
+	Again []string `json:"again,omitempty"`
 	// Done counts the steps already written.
 	Done  int       `json:"done,omitempty"`
 	Since time.Time `json:"since"`
@@ -150,8 +153,8 @@ type TableIssue struct {
 	RenamedTo string `json:"renamed_to,omitempty"`
 	// CopyAgain says the table is held for a change its copy undoes (its
 	// key changed, rows came in that the log does not carry): such a
-	// changefeed removes it and adds it back by itself, which copies it
-	// again.
+	// changefeed copies it again by itself (new partitions, as if it were
+	// removed and added back).
 	CopyAgain bool `json:"copy_again,omitempty"`
 }
 

@@ -9,7 +9,7 @@ import (
 
 // Refollow is refollow, for the tests outside the package.
 func (c *Coordinator) Refollow(ctx context.Context, term election.Term, read *meta.ChangefeedEntry, by string, steps ...[]string) error {
-	return c.refollow(ctx, term, read, by, steps...)
+	return c.refollow(ctx, term, read, by, nil, steps...)
 }
 
 // ErrMovedOn is errMovedOn, for the tests outside the package.

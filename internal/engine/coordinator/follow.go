@@ -108,7 +108,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, true) {
 			continue
 		}
-		if err := c.refollow(ctx, term, e, followBy, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
+		if err := c.refollow(ctx, term, e, followBy, nil, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
 			c.log.Warn("coordinator: the changefeed could not follow its table rules; trying again later", "changefeed", id, "err", err)
 		}
 	}
@@ -117,8 +117,9 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // remedyHeld applies the remedy a changefeed's reader named for tables
 // it holds, as an operator would: a table renamed upstream is replaced by
 // its new name (model.TableIssue.RenamedTo; set only without table rules,
-// which follow renames themselves), a table to copy again is removed and
-// added back in the same pause (CopyAgain; the rules keep matching it).
+// which follow renames themselves), a table to copy again gets new
+// partitions that copy it, as if removed and added back (CopyAgain; the
+// rules keep matching it), in one update.
 // Once the changefeed has written everything they had before their
 // holds, it is paused, updated and resumed. Before, they stayed held until an operator did the same.
 //
@@ -155,23 +156,12 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		}
 		at = max(at, ti.At)
 	}
-	// First without the tables to copy again (their partitions end),
-	// then with them back (copied, the sink's rows of them truncated).
-	first := slices.DeleteFunc(slices.Clone(next), func(t string) bool { return slices.Contains(again, t) })
-	if len(first) == 0 {
-		// A changefeed keeps one table at least: it cannot be removed
-		// and added back in two updates.
-		for _, ti := range held {
-			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
-		}
-		c.log.Warn("coordinator: a held table cannot be copied again by itself: a changefeed keeps one table at least, and it has no other; add another table first, or create the changefeed again", "changefeed", e.Info.ID, "tables", again)
-		return
-	}
-	// A rename waits for its partitions however long they take: ended
-	// before they pass it, the table's last changes under its old name
-	// would never be written (a table copied again loses nothing: its
-	// copy replaces what the sink holds of it).
-	if sameTables(current, first) || !c.leavingPassed(st, e, leaving(current, first), at, waits, !renames) {
+	// Everything the held tables had before their holds is written
+	// first. A rename waits for its partitions however long they take:
+	// ended before they pass it, the table's last changes under its old
+	// name would never be written (a table copied again loses nothing:
+	// its copy replaces what the sink holds of it).
+	if sameTables(current, next) && len(again) == 0 || !c.leavingPassed(st, e, append(leaving(current, next), again...), at, waits, !renames) {
 		return
 	}
 	if refused := c.remedyRefused(ctx, e.Info.SourceURI, held); len(refused) > 0 {
@@ -183,11 +173,9 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		}
 		return
 	}
-	steps := [][]string{first}
-	if len(again) > 0 {
-		steps = append(steps, next)
-	}
-	if err := c.refollow(ctx, term, e, remedyBy, steps...); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
+	// One update: a table copied again keeps its place, its partitions
+	// replaced by new ones that copy it (also a changefeed's only table).
+	if err := c.refollow(ctx, term, e, remedyBy, again, next); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
 		for _, ti := range held {
 			failed[waitKey{e.Info.ID, ti.Table}] = time.Now()
 		}

@@ -33,9 +33,9 @@ var errMovedOn = errors.New("the changefeed changed since this round read it")
 // turn in one pause, by names why. The change is written with the pause
 // (model.Refollow) and advanced with each update: a coordinator that
 // stops in the middle leaves it to the next (finishLeft).
-func (c *Coordinator) refollow(ctx context.Context, term election.Term, read *meta.ChangefeedEntry, by string, steps ...[]string) error {
+func (c *Coordinator) refollow(ctx context.Context, term election.Term, read *meta.ChangefeedEntry, by string, again []string, steps ...[]string) error {
 	id := read.Info.ID
-	r := model.Refollow{By: by, Steps: steps, Since: time.Now().UTC()}
+	r := model.Refollow{By: by, Steps: steps, Again: again, Since: time.Now().UTC()}
 	err := c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
 		// Computed from this round's view, which may be tens of seconds
 		// old by now: an operator may have paused it, updated its tables
@@ -96,6 +96,9 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 		next := r
 		next.Done++
 		req := UpdateRequest{ID: id, Tables: r.Steps[r.Done], By: r.By, refollow: &next}
+		if r.Done == len(r.Steps)-1 {
+			req.copyAgain = r.Again
+		}
 		res, err := c.UpdateChangefeed(ctx, term, req)
 		for try := 1; err != nil && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {
 			// A later step (a table added back) after an earlier one

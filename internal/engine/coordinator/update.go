@@ -37,11 +37,17 @@ type UpdateRequest struct {
 	// update is a step of, advanced (nil: an operator's update, which
 	// takes such a change over).
 	refollow *model.Refollow
+	// copyAgain are tables of Tables copied again (a held table's
+	// remedy): their partitions replaced by new ones that copy them from
+	// the checkpoint, as if removed and added back, in one update.
+	copyAgain []string
 }
 
 // UpdateResult is what an update did, or would do.
 type UpdateResult struct {
 	Tables, Added, Removed []string
+	// CopiedAgain are the tables kept and copied again.
+	CopiedAgain []string
 	// Rules are the table rules after the update, if it has them.
 	Rules []string
 	// AddedSpans are the added tables' partitions (their ids once
@@ -157,14 +163,17 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false)
+	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false, req.copyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
-	res.Tables, res.Added, res.Removed, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Rules
+	res.Tables, res.Added, res.Removed, res.CopiedAgain, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Again, ch.Rules
+	// A table copied again loses its partitions and gets new ones, as a
+	// table removed and one added.
+	gone, fresh := append(slices.Clone(ch.Removed), ch.Again...), append(slices.Clone(ch.Added), ch.Again...)
 	var removeIDs []string
 	for _, r := range st.SortedPartitions(req.ID) {
-		if !slices.Contains(ch.Removed, r.Route.Span.Table) {
+		if !slices.Contains(gone, r.Route.Span.Table) {
 			continue
 		}
 		if r.Route.Status != model.PartitionActive {
@@ -173,12 +182,12 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		removeIDs = append(removeIDs, r.Route.ID)
 	}
 	res.RemovedPartitions = removeIDs
-	if len(ch.Added) > 0 {
+	if len(fresh) > 0 {
 		src, err := sources.Open(octx, ch.URI, source.Env{Changefeed: req.ID, Log: c.log})
 		if err != nil {
 			return UpdateResult{}, refuseReaching(err)
 		}
-		res.AddedSpans, err = spansOf(octx, src, ch.Added, e.Info.PartitionsPerTable)
+		res.AddedSpans, err = spansOf(octx, src, fresh, e.Info.PartitionsPerTable)
 		_ = src.Close()
 		if err != nil {
 			return UpdateResult{}, refuseReaching(err)
@@ -188,7 +197,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		return res, nil
 	}
 
-	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true)
+	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true, req.copyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
@@ -207,7 +216,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
-		Remove: removeIDs, RemoveTables: applied.Removed, RoutesAt: st.Revision, Refollow: req.refollow,
+		Remove: removeIDs, RemoveTables: append(slices.Clone(applied.Removed), applied.Again...), RoutesAt: st.Revision, Refollow: req.refollow,
 	})
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
@@ -223,7 +232,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	for _, r := range routes {
 		res.AddedPartitions = append(res.AddedPartitions, r.ID)
 	}
-	c.log.Info("coordinator: changefeed tables updated", "changefeed", req.ID, "added", ch.Added, "removed", ch.Removed,
+	c.log.Info("coordinator: changefeed tables updated", "changefeed", req.ID, "added", ch.Added, "removed", ch.Removed, "copied_again", ch.Again,
 		"partitions_added", len(routes), "partitions_removed", len(removeIDs), "sink_changes", res.SinkChanges, "at", at, "by", req.By)
 	return res, nil
 }

@@ -368,6 +368,11 @@ type Retabled struct {
 	// Tables are the changefeed's tables after the change, in order.
 	Tables         []string
 	Added, Removed []string
+	// Again are tables kept that are copied again (Retable's again): as
+	// if removed and added back in the change, their resume state read
+	// anew from the catalog, truncated in the sink and copied from the
+	// changefeed's checkpoint.
+	Again []string
 	// Rules are the table rules after the change, if it has them.
 	Rules []string
 	// Ended are the removed tables that no longer exist upstream under

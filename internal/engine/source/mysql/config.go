@@ -62,7 +62,7 @@ type Config struct {
 	// its hold names by itself (auto-remedy=, true by default): a rename
 	// followed under the new name where no table has taken the old one,
 	// a table whose key changed or that was replaced copied again (the
-	// coordinator removes it and adds it back); false holds it until the
+	// coordinator copies it again); false holds it until the
 	// operator updates the changefeed.
 	AutoRemedy bool
 }

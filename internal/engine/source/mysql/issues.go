@@ -83,11 +83,10 @@ func (h *holder) renamed(ctx context.Context, table, to, stmt string, taken bool
 // toCopy holds a table for a change that copying it again undoes (its
 // key changed, rows came in that the binary log does not carry, a
 // statement not followed); the changefeed copies it again by itself
-// where it has a primary key now and the changefeed another table
-// (model.TableIssue.CopyAgain).
+// where it has a primary key now (model.TableIssue.CopyAgain).
 func (h *holder) toCopy(ctx context.Context, table, why string) {
 	cfg := h.p.cfg
-	if !cfg.AutoRemedy || cfg.Snapshot == "never" || len(cfg.Tables) < 2 || !hasPrimaryKey(ctx, h.catalog, table) {
+	if !cfg.AutoRemedy || cfg.Snapshot == "never" || !hasPrimaryKey(ctx, h.catalog, table) {
 		h.hold(table, why)
 		return
 	}

@@ -146,7 +146,7 @@ func Preview(ctx context.Context, uri string) (source.Followed, error) {
 // start), and forgets the removed ones. The added tables' rows come from
 // their partitions' snapshot (snapshot=initial) and the changes after
 // at. Nothing upstream changes, so a dry run computes the same.
-func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, _ bool) (source.Retabled, error) {
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, _ bool, again ...string) (source.Retabled, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return source.Retabled{}, err
@@ -183,13 +183,18 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			removed = append(removed, t)
 		}
 	}
+	for _, t := range again {
+		if !slices.Contains(cfg.Tables, t) || !slices.Contains(next, t) {
+			return source.Retabled{}, fmt.Errorf("table %s is copied again only as one of the changefeed's tables, before and after the change", t)
+		}
+	}
 	tablesNow := make(map[string]tableState, len(next))
 	for _, t := range next {
 		if st, ok := p.Tables[t]; ok {
 			tablesNow[t] = st
 		}
 	}
-	if len(added)+len(removed) == 0 {
+	if len(added)+len(removed)+len(again) == 0 {
 		return retabled(cfg, p, tablesNow, next, nil, nil, nil)
 	}
 	db, err := open(ctx, cfg)
@@ -197,8 +202,9 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, err
 	}
 	defer db.Close()
-	if len(added) > 0 {
-		if err := addTables(ctx, db, cfg, added, at, tablesNow); err != nil {
+	if fresh := append(slices.Clone(added), again...); len(fresh) > 0 {
+		// The tables copied again are read anew, as added ones.
+		if err := addTables(ctx, db, cfg, fresh, at, tablesNow); err != nil {
 			return source.Retabled{}, err
 		}
 	}
@@ -226,7 +232,9 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		ended[t] = source.EndedTable{Def: st.Def}
 	}
-	return retabled(cfg, p, tablesNow, next, added, removed, ended)
+	out, err := retabled(cfg, p, tablesNow, next, added, removed, ended)
+	out.Again = again
+	return out, err
 }
 
 // retabled is Retable's answer: the URI and resume point with the

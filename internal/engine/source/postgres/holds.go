@@ -136,18 +136,15 @@ func renameHold(cf, from, to string) string {
 // holdToCopy holds a table for a change that copying it again undoes
 // (reason says how an operator does it). With auto-remedy (and a
 // snapshot: with snapshot=never a table added back is empty), where the
-// table has a primary key now (what adding it back needs) and the
-// changefeed another table, the changefeed does it by itself
-// (model.TableIssue.CopyAgain).
+// table has a primary key now (what copying it again needs), the
+// changefeed does it by itself (model.TableIssue.CopyAgain).
 func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason string) {
 	h := Hold{Table: table, Reason: reason}
 	var keyed bool
 	// (Under its name still: renamed since, the update adding it back
 	// would not find it.)
 	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
-	// (A changefeed keeps one table at least: its only table cannot be
-	// removed and added back.)
-	if s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && len(s.cfg.Tables) > 1 && err == nil && keyed {
+	if s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && err == nil && keyed {
 		h.CopyAgain = true
 		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
 	}

@@ -27,7 +27,7 @@ import (
 // it). at is the changefeed's checkpoint: the added tables' schemas
 // start there, as their partitions do, and their rows come from the
 // initial snapshot (snapshot=initial) and the changes after it.
-func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error) {
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool, again ...string) (source.Retabled, error) {
 	cfg, err := ParseURI(uri)
 	if err != nil {
 		return source.Retabled{}, err
@@ -75,7 +75,13 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			out.Removed = append(out.Removed, t)
 		}
 	}
-	if len(out.Added)+len(out.Removed) == 0 && slices.Equal(rules, cfg.Filter) {
+	for _, t := range again {
+		if !slices.Contains(cfg.Tables, t) || !slices.Contains(next, t) {
+			return source.Retabled{}, fmt.Errorf("table %s is copied again only as one of the changefeed's tables, before and after the change", t)
+		}
+	}
+	out.Again = again
+	if len(out.Added)+len(out.Removed)+len(again) == 0 && slices.Equal(rules, cfg.Filter) {
 		return source.Retabled{}, fmt.Errorf("the changefeed replicates exactly these tables already (%s)", strings.Join(cfg.Tables, ", "))
 	}
 	to := cfg
@@ -87,8 +93,10 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, explain(cfg, err)
 	}
 	defer cat.Close()
+	// The tables copied again are read anew, as added ones.
+	fresh := append(slices.Clone(out.Added), again...)
 	defs, oids, nums := map[string]*source.TableDef{}, map[string]uint32{}, map[string][]int16{}
-	for _, t := range out.Added {
+	for _, t := range fresh {
 		if defs[t], err = checkTable(ctx, cat, to, t); err != nil {
 			return source.Retabled{}, err
 		}
@@ -121,14 +129,14 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		p.Tables = map[string]TableState{}
 	}
 	var joined model.Ts // with a snapshot: the database's clock now
-	if len(out.Added) > 0 && cfg.Snapshot != "never" {
+	if len(fresh) > 0 && cfg.Snapshot != "never" {
 		if joined, err = dbNow(ctx, cat); err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}
 	}
-	for _, t := range out.Added {
+	for _, t := range fresh {
 		st := TableState{Def: defs[t], Since: at, OID: oids[t], JoinedAt: joined, Nums: nums[t]}
-		if _, was := p.Gone[t]; was {
+		if _, was := p.Gone[t]; was || slices.Contains(again, t) {
 			// Back after it was removed: the sink still has the rows it
 			// had then, some deleted since. The stream truncates it in the
 			// sink after at, then its snapshot copies it again. With a
@@ -143,9 +151,9 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		p.Tables[t] = st
 	}
-	if p.PartsKnown && len(out.Added) > 0 && cfg.Snapshot != "never" {
+	if p.PartsKnown && len(fresh) > 0 && cfg.Snapshot != "never" {
 		// An added table's partitions now are in its copy.
-		trees, err := treesOf(ctx, cat, out.Added)
+		trees, err := treesOf(ctx, cat, fresh)
 		if err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}

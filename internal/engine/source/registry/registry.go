@@ -27,7 +27,7 @@ type database struct {
 	pin     func(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) (string, source.Position, error)
 	open    func(uri string, env source.Env) (source.Source, error)
 	remove  func(ctx context.Context, uri string) error
-	retable func(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error)
+	retable func(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool, again ...string) (source.Retabled, error)
 	// resnapshot is nil for a source whose changefeeds cannot lose their
 	// position upstream (PostgreSQL's slot keeps its WAL).
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
@@ -178,9 +178,11 @@ func Remove(ctx context.Context, uri string) error {
 
 // Retable computes, and with apply makes, the change of a changefeed's
 // tables (changefeed update): the URI and reader's resume point to store.
-// at is the changefeed's checkpoint, where added tables begin. Only
-// database sources' tables change; the generator's are fixed.
-func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool) (source.Retabled, error) {
+// at is the changefeed's checkpoint, where added tables begin; again are
+// tables kept that are copied again from there (as if removed and added
+// back in the change). Only database sources' tables change; the
+// generator's are fixed.
+func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool, again ...string) (source.Retabled, error) {
 	db, err := scheme(uri)
 	if err != nil {
 		return source.Retabled{}, err
@@ -188,7 +190,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if db == nil {
 		return source.Retabled{}, fmt.Errorf("the tables of a gen:// changefeed are fixed; changefeed update changes a database source's tables (create another changefeed instead)")
 	}
-	return db.retable(ctx, uri, pos, tables, at, apply)
+	return db.retable(ctx, uri, pos, tables, at, apply, again...)
 }
 
 // Resnapshot computes the URI and resume point of a changefeed that

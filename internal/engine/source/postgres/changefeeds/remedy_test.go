@@ -42,8 +42,12 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	tc.StartCaptures(2)
 	tc.CreateChangefeed("healed", dsn+"&tables=public.k,public.beside&chunk-rows=500", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
 	tc.CreateChangefeed("ruled", dsn+"&tables=public.*", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	// Its only table: copied again in one update, its partitions
+	// replaced (it could not be removed and added back).
+	tc.CreateChangefeed("only", dsn+"&tables=public.k", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
 	tc.WaitSnapshot("healed")
 	tc.WaitSnapshot("ruled")
+	tc.WaitSnapshot("only")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -65,7 +69,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
 		t.Fatal(err)
 	}
-	for _, cf := range []model.ChangefeedID{"healed", "ruled"} {
+	for _, cf := range []model.ChangefeedID{"healed", "ruled", "only"} {
 		tc.Eventually("k copied again by changefeed "+string(cf)+", no table held", 60*time.Second, func() bool {
 			e := tc.Changefeed(cf)
 			resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
@@ -90,6 +94,9 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	}
 	if ruled := tc.VerifyDatabase("ruled", up, []string{"public.k", "public.beside"}, time.Now()); !ruled.OK {
 		t.Fatalf("the changefeed with table rules, after k was copied again: %+v", ruled)
+	}
+	if only := tc.VerifyDatabase("only", up, []string{"public.k"}, time.Now()); !only.OK || only.Duplicates != 0 {
+		t.Fatalf("the changefeed of k alone, after k was copied again: %+v", only)
 	}
 	if e := tc.Changefeed("ruled"); !strings.Contains(e.Info.SourceURI, "filter=public.%2A") {
 		t.Fatalf("the changefeed with table rules lost them: %s", e.Info.SourceURI)
