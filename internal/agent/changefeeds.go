@@ -284,7 +284,7 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	if err != nil {
 		return nil, err
 	}
-	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, SinkOptions: req.SinkOptions, DryRun: req.DryRun, By: userOf(ctx)})
+	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, SinkOptions: req.SinkOptions, CopyAgain: req.CopyAgain, DryRun: req.DryRun, By: userOf(ctx)})
 	if err != nil {
 		return nil, engineError(err, id)
 	}
@@ -310,7 +310,7 @@ func (b backend) ResnapshotChangefeed(ctx context.Context, id string, req api.Re
 // updateResponse is what an update or a re-snapshot did, or would do.
 func updateResponse(id string, dryRun bool, res coordinator.UpdateResult) *api.ChangefeedUpdateResponse {
 	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: res.Tables, Rules: res.Rules,
-		Added: res.Added, Removed: res.Removed, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
+		Added: res.Added, Removed: res.Removed, CopiedAgain: res.CopiedAgain, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
 		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges}
 	for i, sp := range res.AddedSpans {
 		start, end := sp.Bounds()

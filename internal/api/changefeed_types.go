@@ -42,6 +42,11 @@ type ChangefeedUpdateRequest struct {
 	// only those a sink can change on a paused changefeed (how it writes:
 	// sizes, timeouts, credentials), never where nor in which form.
 	SinkOptions map[string]string `json:"sink_options,omitempty"`
+	// CopyAgain are tables the changefeed keeps that it copies again
+	// from its checkpoint (their partitions replaced by new ones cut on
+	// their key now, truncated in the sink first): a table whose copy
+	// went wrong, or held for a change a new copy undoes.
+	CopyAgain []string `json:"copy_again,omitempty"`
 	// DryRun checks and computes the change and writes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 }
@@ -68,6 +73,8 @@ type ChangefeedUpdateResponse struct {
 	Rules   []string `json:"rules,omitempty"`
 	Added   []string `json:"added,omitempty"`
 	Removed []string `json:"removed,omitempty"`
+	// CopiedAgain are the tables kept and copied again.
+	CopiedAgain []string `json:"copied_again,omitempty"`
 	// AddedPartitions are the added tables' partitions (no ids in a dry
 	// run); RemovedPartitions, the ids of the removed tables'.
 	AddedPartitions   []Partition `json:"added_partitions,omitempty"`

@@ -19,11 +19,11 @@ import (
 // dry run), approved on a terminal or with --yes, then written.
 func newChangefeedUpdateCommand(o *options) *cobra.Command {
 	var (
-		tables, add, remove, sinkOpts []string
-		dryRun, yes                   bool
+		tables, add, remove, again, sinkOpts []string
+		dryRun, yes                          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --sink-option K=V) [--dry-run] [--yes]",
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V) [--dry-run] [--yes]",
 		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end) or its sink's options",
 		Long: `Change the tables a paused database changefeed replicates, or how its
 sink writes. Added tables begin at the changefeed's checkpoint: when it
@@ -32,6 +32,12 @@ while their changes stream. Removed tables' partitions end where the
 changefeed was paused; the sink keeps what it holds of them, and the
 publication stops sending them. A table removed before can be added
 back: the sink gets a TRUNCATE of it first, then its rows again.
+--copy-table T does both in one update for a table the changefeed keeps
+(also its only table): its partitions are replaced by new ones cut on
+its primary key now, and when the changefeed resumes the sink gets a
+TRUNCATE of it and its rows copied again, its changes from the
+checkpoint on streamed after them. It is the remedy of a table held for
+a change a new copy undoes, or whose copy went wrong.
 
 --sink-option K=V changes one parameter of the sink URI (K= puts back
 its default): how the sink writes (storage: file-size, flush-interval,
@@ -51,6 +57,7 @@ none).`,
 		Example: `  cdcctl changefeed pause shop
   cdcctl changefeed update shop --add-table public.invoices --dry-run
   cdcctl changefeed update shop --add-table public.invoices --remove-table public.audit --yes
+  cdcctl changefeed update shop --copy-table public.orders --yes
   cdcctl changefeed update shop --sink-option flush-interval=1s --sink-option file-size= --yes
   cdcctl changefeed resume shop`,
 		Args: exactArgs(1, "the changefeed's name"),
@@ -63,8 +70,8 @@ none).`,
 			if err != nil {
 				return usageErr(err)
 			}
-			if len(tables)+len(add)+len(remove)+len(opts) == 0 {
-				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), or --sink-option K=V"))
+			if len(tables)+len(add)+len(remove)+len(again)+len(opts) == 0 {
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, or --sink-option K=V"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -80,7 +87,7 @@ none).`,
 				if next, err = nextTables(current, tables, add, remove, defaultSchema(cf.Source)); err != nil {
 					return usageErr(err)
 				}
-				if slices.Equal(next, current) {
+				if slices.Equal(next, current) && len(again) == 0 {
 					if len(opts) == 0 {
 						return o.render(&api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: current}, func(tw tableWriter) {
 							fmt.Fprintf(tw, "Changefeed %s replicates exactly these tables already (%s); nothing to change.\n", id, strings.Join(current, ", "))
@@ -89,7 +96,14 @@ none).`,
 					next = nil // the sink's options only
 				}
 			}
-			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, DryRun: true})
+			copies, err := copyTables(again, next, current, defaultSchema(cf.Source))
+			if err != nil {
+				return usageErr(err)
+			}
+			if len(copies) > 0 && next == nil {
+				next = current
+			}
+			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, CopyAgain: copies, DryRun: true})
 			if err != nil {
 				return err
 			}
@@ -118,7 +132,7 @@ none).`,
 					return withExit(ExitCancelled, fmt.Errorf("update changefeed %s: not approved; nothing changed", id))
 				}
 			}
-			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts})
+			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, CopyAgain: copies})
 			if err != nil {
 				return err
 			}
@@ -133,6 +147,7 @@ none).`,
 	f.StringArrayVar(&tables, "tables", nil, `every table the changefeed replicates from now on (schema.table, comma-separated; public."Orders" for a name with capitals), or its table rules (public.*,!public.audit)`)
 	f.StringArrayVar(&add, "add-table", nil, "a table to add (repeatable, or comma-separated)")
 	f.StringArrayVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable, or comma-separated)")
+	f.StringArrayVar(&again, "copy-table", nil, "a table the changefeed keeps, to copy again from its checkpoint (repeatable, or comma-separated)")
 	f.StringArrayVar(&sinkOpts, "sink-option", nil, "change a sink URI parameter, K=V (K= for its default; repeatable): how the sink writes, not where nor in which form")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
@@ -197,6 +212,26 @@ func nextTables(current, tables, add, remove []string, schema string) ([]string,
 	return out, nil
 }
 
+// copyTables are the --copy-table names, qualified: each must be one of
+// the changefeed's tables before the update and after it (next; nil: the
+// tables stay as they are).
+func copyTables(again, next, current []string, schema string) ([]string, error) {
+	var out []string
+	for _, t := range splitLists(again) {
+		t, err := qualifyTable(t, schema)
+		if err != nil {
+			return nil, fmt.Errorf("--copy-table: %w", err)
+		}
+		if !slices.Contains(current, t) || next != nil && !slices.Contains(next, t) {
+			return nil, fmt.Errorf("--copy-table %s: only a table the changefeed replicates, and keeps, is copied again (it replicates %s); add a table with --add-table", t, strings.Join(current, ", "))
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
 // parseSinkOptions reads --sink-option K=V values.
 func parseSinkOptions(values []string) (map[string]string, error) {
 	if len(values) == 0 {
@@ -230,7 +265,7 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 		}
 		fmt.Fprintf(tw, "Sink after: %s\n", u.Sink)
 	}
-	if len(u.Added)+len(u.Removed) == 0 && len(u.SinkChanges) > 0 && len(u.Rules) == 0 {
+	if len(u.Added)+len(u.Removed)+len(u.CopiedAgain) == 0 && len(u.SinkChanges) > 0 && len(u.Rules) == 0 {
 		return // the sink's options only
 	}
 	fmt.Fprintf(tw, "Changefeed %s: tables %s at its checkpoint %s.\n", u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
@@ -245,6 +280,15 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	}
 	for _, t := range u.Removed {
 		fmt.Fprintf(tw, "  - %s\tits partitions end; the sink keeps what it has\n", t)
+	}
+	for _, t := range u.CopiedAgain {
+		n := 0
+		for _, p := range u.AddedPartitions {
+			if p.Table == t {
+				n++
+			}
+		}
+		fmt.Fprintf(tw, "  ~ %s\tcopied again: %d new %s; the sink's rows of it truncated, then copied when the changefeed resumes\n", t, n, plural(n, "partition", "partitions"))
 	}
 	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))
 	if len(u.Rules) > 0 {

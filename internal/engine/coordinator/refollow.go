@@ -97,7 +97,7 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 		next.Done++
 		req := UpdateRequest{ID: id, Tables: r.Steps[r.Done], By: r.By, refollow: &next}
 		if r.Done == len(r.Steps)-1 {
-			req.copyAgain = r.Again
+			req.CopyAgain = r.Again
 		}
 		res, err := c.UpdateChangefeed(ctx, term, req)
 		for try := 1; err != nil && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {

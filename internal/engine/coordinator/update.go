@@ -37,10 +37,11 @@ type UpdateRequest struct {
 	// update is a step of, advanced (nil: an operator's update, which
 	// takes such a change over).
 	refollow *model.Refollow
-	// copyAgain are tables of Tables copied again (a held table's
-	// remedy): their partitions replaced by new ones that copy them from
-	// the checkpoint, as if removed and added back, in one update.
-	copyAgain []string
+	// CopyAgain are tables of Tables copied again (an operator's
+	// --copy-table, a held table's remedy): their partitions replaced by
+	// new ones that copy them from the checkpoint, as if removed and
+	// added back, in one update.
+	CopyAgain []string
 }
 
 // UpdateResult is what an update did, or would do.
@@ -141,6 +142,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if e.Status.State != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", req.ID, e.Status.State, req.ID)
 	}
+	if len(req.CopyAgain) > 0 && len(req.Tables) == 0 {
+		req.Tables = tablesOf(e.Info.SourceURI) // the same tables
+	}
 	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
 		return UpdateResult{}, refuse(ErrInvalid, "name the change: the tables, or sink options")
 	}
@@ -163,7 +167,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false, req.copyAgain...)
+	ch, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, false, req.CopyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
@@ -197,7 +201,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		return res, nil
 	}
 
-	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true, req.copyAgain...)
+	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true, req.CopyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
