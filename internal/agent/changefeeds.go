@@ -141,7 +141,7 @@ func copiedUnderKeys(keys map[string][]string) []string {
 		if ks := keys[t]; len(ks) > 1 {
 			slices.Sort(ks)
 			out = append(out, "initial snapshot: "+t+": its partitions copied it by different primary keys ("+strings.Join(ks, " and ")+
-				"): its key moved while it copied, and rows may be missing from the sink; copy the table again: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table "+t+"', then '--add-table "+t+"', 'cdcctl changefeed resume'")
+				"): its key moved while it copied, and rows may be missing from the sink; copy the table again: 'cdcctl changefeed pause', 'cdcctl changefeed update --copy-table "+t+"', 'cdcctl changefeed resume'")
 		}
 	}
 	return out

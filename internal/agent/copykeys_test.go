@@ -16,7 +16,7 @@ import (
 func TestATableCopiedUnderDifferentKeysIsTold(t *testing.T) {
 	got := copiedUnderKeys(map[string][]string{"public.c": {"(y)", "(x)"}, "public.d": {"(id)"}})
 	if len(got) != 1 || !strings.Contains(got[0], "public.c: its partitions copied it by different primary keys ((x) and (y))") ||
-		!strings.Contains(got[0], "--remove-table public.c") {
+		!strings.Contains(got[0], "--copy-table public.c") {
 		t.Fatalf("warnings %q", got)
 	}
 	if got := copiedUnderKeys(map[string][]string{"public.d": {"(id)"}}); len(got) != 0 {

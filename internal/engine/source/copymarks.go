@@ -194,8 +194,8 @@ func (r *CopyReader) failed(err error) {
 // renamed is told so too: to the stream, which carries no renames, it is
 // a column dropped and another added.
 func KeyMovedWhileCopying(table, copied, now string) string {
-	return fmt.Sprintf("%s: its primary key's columns changed from %s to %s (moved, or renamed) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume'",
-		table, copied, now, table, table)
+	return fmt.Sprintf("%s: its primary key's columns changed from %s to %s (moved, or renamed) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --copy-table %s', 'cdcctl changefeed resume'",
+		table, copied, now, table)
 }
 
 // CopyingTables are, of a changefeed's partitions (their spans and

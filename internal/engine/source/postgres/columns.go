@@ -450,6 +450,6 @@ func (s *Stream) keyGone(ctx context.Context, rel uint32, table string, def *sou
 // columnsUnclearHold says why a table is held when its columns changed
 // in a way the reader cannot tell apart: renamed, or dropped and added.
 func columnsUnclearHold(cf, table string) string {
-	return fmt.Sprintf("its columns were renamed, or dropped and others added, in a way the changefeed cannot tell apart at this point of the WAL (the catalog it asks has changed again since), so its changes from here are held rather than risk writing a renamed column's values as a new column's NULLs: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
-		cf, cf, table, cf, table, cf)
+	return fmt.Sprintf("its columns were renamed, or dropped and others added, in a way the changefeed cannot tell apart at this point of the WAL (the catalog it asks has changed again since), so its changes from here are held rather than risk writing a renamed column's values as a new column's NULLs: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+		cf, cf, table, cf)
 }

@@ -60,8 +60,8 @@ func keyChangedWhileCopying(table string, copying source.CopyingTable, def *sour
 		return ""
 	}
 	spanKey := copying.KeyTypes
-	return fmt.Sprintf("%s: its primary key changed (from a key of %s to (%s) of %s) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --remove-table %s', then '--add-table %s', 'cdcctl changefeed resume' (docs/postgres.md)",
-		table, spanKey, strings.Join(def.KeyNames(), ", "), now, table, table)
+	return fmt.Sprintf("%s: its primary key changed (from a key of %s to (%s) of %s) while the initial snapshot copied it, so its partitions cannot copy the rest of their ranges; copy the table again under its new key: 'cdcctl changefeed pause', 'cdcctl changefeed update --copy-table %s', 'cdcctl changefeed resume' (docs/postgres.md)",
+		table, spanKey, strings.Join(def.KeyNames(), ", "), now, table)
 }
 
 // readRange reads a chunk of a span, the next rows after what is copied,

@@ -107,7 +107,7 @@ func TestAColumnChangeThatCannotBeToldApartCopiesTheTableAgain(t *testing.T) {
 		t.Fatalf("schema changes %q, want %q", ddls, want)
 	}
 	holds := st.TakeHolds()
-	if len(holds) != 1 || holds[0].Table != "public.k" || !strings.Contains(holds[0].Reason, "renamed, or dropped and others added") || !strings.Contains(holds[0].Reason, "--add-table public.k") {
+	if len(holds) != 1 || holds[0].Table != "public.k" || !strings.Contains(holds[0].Reason, "renamed, or dropped and others added") || !strings.Contains(holds[0].Reason, "--copy-table public.k") {
 		t.Fatalf("holds %+v", holds)
 	}
 }

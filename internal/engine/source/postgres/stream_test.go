@@ -544,7 +544,7 @@ func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 			}
 		}
 		if never {
-			if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "before column extra was added") || !strings.Contains(holds[0].Reason, "--remove-table public.t") {
+			if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "before column extra was added") || !strings.Contains(holds[0].Reason, "--copy-table public.t") {
 				t.Fatalf("snapshot=never: holds %+v", holds)
 			}
 			if strings.Join(got, ", ") != "public.u DDL, public.u DML" || len(again) != 0 {
@@ -581,7 +581,7 @@ func TestATransactionChangingMoreTablesThanItHasPositionsForHoldsTheRest(t *test
 	held := map[string]bool{}
 	for _, h := range holds {
 		held[h.Table] = true
-		if !strings.Contains(h.Reason, fmt.Sprintf("more than %d replicated tables", ddlSlots)) || !strings.Contains(h.Reason, "--add-table "+h.Table) {
+		if !strings.Contains(h.Reason, fmt.Sprintf("more than %d replicated tables", ddlSlots)) || !strings.Contains(h.Reason, "--copy-table "+h.Table) {
 			t.Fatalf("hold of %s: %s", h.Table, h.Reason)
 		}
 	}

@@ -249,8 +249,8 @@ func (s *Stream) awaitVisible(ctx context.Context) error {
 // unknownValuesHold says why a table is held when the values its older
 // rows have in added columns cannot be known, and how to copy it again.
 func unknownValuesHold(cf, table string, cols []string) string {
-	return fmt.Sprintf("the rows it had before column %s was added have values in it the changefeed cannot know (PostgreSQL rewrote the table since the ADD COLUMN: ALTER COLUMN ... TYPE, VACUUM FULL, CLUSTER, or a volatile DEFAULT), so its changes from here are held rather than written without them: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
-		strings.Join(cols, ", "), cf, cf, table, cf, table, cf)
+	return fmt.Sprintf("the rows it had before column %s was added have values in it the changefeed cannot know (PostgreSQL rewrote the table since the ADD COLUMN: ALTER COLUMN ... TYPE, VACUUM FULL, CLUSTER, or a volatile DEFAULT), so its changes from here are held rather than written without them: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+		strings.Join(cols, ", "), cf, cf, table, cf)
 }
 
 // sameNames says two lists hold the same names, in any order.
@@ -260,8 +260,8 @@ func sameNames(a, b []string) bool {
 
 // keyDroppedHold says why a table whose primary key was dropped is held.
 func keyDroppedHold(cf, table string) string {
-	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
-		cf, cf, table, cf, table, cf)
+	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
+		cf, cf, table, cf)
 }
 
 // tooManyChangesHold says why a table is held when its schema change is
@@ -269,8 +269,8 @@ func keyDroppedHold(cf, table string) string {
 // transaction already committed cannot be split: the reader met it again
 // at every restart.
 func tooManyChangesHold(cf, table string) string {
-	return fmt.Sprintf("one transaction changed the schemas of more than %d replicated tables (a TRUNCATE or a migration of many at once): the first %d are written as schema changes, and the others' changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
-		ddlSlots, ddlSlots, cf, cf, table, cf, table, cf)
+	return fmt.Sprintf("one transaction changed the schemas of more than %d replicated tables (a TRUNCATE or a migration of many at once): the first %d are written as schema changes, and the others' changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+		ddlSlots, ddlSlots, cf, cf, table, cf)
 }
 
 // truncate turns a TRUNCATE into a schema change of each table it empties:

@@ -104,7 +104,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheFixItNames(t *testing.T
 		return len(said) == 1
 	})
 	if !strings.Contains(said[0], "public.c: its primary key changed (from a key of int4 to (y, x) of int4,int4) while the initial snapshot copied it") ||
-		!strings.Contains(said[0], "--remove-table public.c") {
+		!strings.Contains(said[0], "--copy-table public.c") {
 		t.Fatalf("changefeed get says %q", said)
 	}
 	if strings.HasPrefix(tc.CopySummary("pg"), "done") {
@@ -151,7 +151,7 @@ func TestAKeyMovedToAnotherColumnWhileItsTableCopiesIsCopiedAgain(t *testing.T) 
 		return len(said) == 1
 	})
 	if !strings.Contains(said[0], "public.c: its primary key's columns changed from (x) to (y) (moved, or renamed) while the initial snapshot copied it") ||
-		!strings.Contains(said[0], "--remove-table public.c") {
+		!strings.Contains(said[0], "--copy-table public.c") {
 		t.Fatalf("changefeed get says %q", said)
 	}
 	// The partition that had copied under (x) copies no more under (y)
