@@ -140,8 +140,8 @@ func renameFollowedReason(cf model.ChangefeedID, from, to, stmt string) string {
 // heldReason says why a table is held and what to do: its partitions
 // stop before the change while the other tables go on.
 func heldReason(cf model.ChangefeedID, table, why string) string {
-	return fmt.Sprintf("%s; its changes from here on are not replicated and the other tables go on: to replicate it again, remove it from the changefeed and add it back, which copies it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed update %s --add-table %s' under the name it has now, 'cdcctl changefeed resume %s')",
-		why, cf, cf, table, cf, table, cf)
+	return fmt.Sprintf("%s; its changes from here on are not replicated and the other tables go on: to replicate it again, copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'; renamed, under the name it has now: 'cdcctl changefeed update %s --remove-table %s --add-table NEW')",
+		why, cf, cf, table, cf, cf, table)
 }
 
 // droppedReason says what to do about a table dropped upstream.

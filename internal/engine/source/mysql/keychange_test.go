@@ -39,10 +39,10 @@ func TestAChangedPrimaryKeyHoldsItsTableUntilTheRemedyItNames(t *testing.T) {
 		}
 		return reasons["shop.c"] != "" && reasons["shop.d"] != ""
 	})
-	if reason := reasons["shop.c"]; !strings.Contains(reason, "its primary key changed") || !strings.Contains(reason, "--remove-table shop.c") || strings.Contains(reason, "create it again") {
+	if reason := reasons["shop.c"]; !strings.Contains(reason, "its primary key changed") || !strings.Contains(reason, "--copy-table shop.c") || strings.Contains(reason, "create it again") {
 		t.Fatalf("c held because %q", reason)
 	}
-	if reason := reasons["shop.d"]; !strings.Contains(reason, "the type of its key column k changed (decimal(6,2) to decimal(7,3))") || !strings.Contains(reason, "--remove-table shop.d") {
+	if reason := reasons["shop.d"]; !strings.Contains(reason, "the type of its key column k changed (decimal(6,2) to decimal(7,3))") || !strings.Contains(reason, "--copy-table shop.d") {
 		t.Fatalf("d held because %q", reason)
 	}
 	tc.UpdateTablesInOnePause("my", []string{"shop.a"}, []string{"shop.a", "shop.c", "shop.d"}) // as the reasons say

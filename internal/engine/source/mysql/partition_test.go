@@ -53,7 +53,7 @@ func TestPartitionMaintenanceEitherGoesOnOrHolds(t *testing.T) {
 		t.Fatalf("the last change is of %s, want the other table's insert after the exchange", last.Table)
 	}
 	for _, i := range p.TableIssues() {
-		if !strings.Contains(i.Reason, "exchanged with another table's upstream") || !strings.Contains(i.Reason, "--add-table "+i.Table) {
+		if !strings.Contains(i.Reason, "exchanged with another table's upstream") || !strings.Contains(i.Reason, "--copy-table "+i.Table) {
 			t.Fatalf("%s: %s", i.Table, i.Reason)
 		}
 	}
