@@ -209,22 +209,10 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheChangefeedItself(t *tes
 	if _, err := srv.Psql(ctx, "k", `ALTER TABLE c DROP CONSTRAINT c_pkey, ADD PRIMARY KEY (y, x); INSERT INTO c VALUES (100000, 1, 'n'); UPDATE c SET v = 'u' WHERE x < 10`); err != nil {
 		t.Fatal(err)
 	}
-	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			id := 1 + i%1000
-			if _, err := srv.Psql(ctx, "k", fmt.Sprintf("UPDATE c SET v = 'w%d' WHERE x = %d; UPDATE d SET v = 'w%d' WHERE id = %d", i, id, i, id)); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
+	stop := updating(ctx, srv, "k", func(i int) string {
+		id := 1 + i%1000
+		return fmt.Sprintf("UPDATE c SET v = 'w%d' WHERE x = %d; UPDATE d SET v = 'w%d' WHERE id = %d", i, id, i, id)
+	})
 	tc.Eventually("c copied again by the changefeed itself", 60*time.Second, func() bool {
 		return slices.ContainsFunc(tc.Changefeed("pg").Status.Incidents, func(in model.Incident) bool {
 			return in.Kind == "resumed" && in.Reason == "by a held table's remedy"
@@ -232,8 +220,7 @@ func TestAKeyChangedWhileItsTableCopiesIsCopiedAgainByTheChangefeedItself(t *tes
 	})
 	tc.WaitSnapshot("pg")
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
 	up, err := postgres.NewTableReader(dsn + "&tables=c")

@@ -14,6 +14,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
 	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
@@ -49,22 +50,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	tc.WaitSnapshot("ruled")
 	tc.WaitSnapshot("only")
 
-	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			id := 1 + i%retypedRows
-			if _, err := srv.Psql(ctx, "shop", fmt.Sprintf("UPDATE k SET n = n + 1 WHERE id = %d; UPDATE beside SET n = n + 1 WHERE id = %d", id, id)); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
+	stop := updating(ctx, srv, "shop", updateKAndBeside)
 	time.Sleep(300 * time.Millisecond)
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
 		t.Fatal(err)
@@ -80,8 +66,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 		tc.WaitSnapshot(cf)
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
 	up, err := postgres.NewTableReader(dsn + "&tables=public.k")
@@ -136,22 +121,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	for _, cf := range cfs {
 		tc.WaitSnapshot(cf)
 	}
-	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			id := 1 + i%retypedRows
-			if _, err := srv.Psql(ctx, "shop", fmt.Sprintf("UPDATE k SET n = n + 1 WHERE id = %d; UPDATE beside SET n = n + 1 WHERE id = %d", id, id)); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
+	stop := updating(ctx, srv, "shop", updateKAndBeside)
 	time.Sleep(300 * time.Millisecond)
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE k DROP CONSTRAINT k_pkey, ADD PRIMARY KEY (code)`); err != nil {
 		t.Fatal(err)
@@ -183,8 +153,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 		tc.WaitSnapshot(cf)
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
 	up, err := postgres.NewTableReader(dsn + "&tables=public.k")
@@ -255,4 +224,32 @@ INSERT INTO b SELECT g, 0 FROM generate_series(1, 2000) g;`); err != nil {
 	if rep := tc.VerifyDatabase("cf", up, []string{"public.a", "public.b"}, time.Now()); !rep.OK {
 		t.Fatalf("after b was added back: %+v", rep)
 	}
+}
+
+// updateKAndBeside is the i-th statement of the workload on tables k and
+// beside: a row of each updated, the rows in turn.
+func updateKAndBeside(i int) string {
+	id := 1 + i%retypedRows
+	return fmt.Sprintf("UPDATE k SET n = n + 1 WHERE id = %d; UPDATE beside SET n = n + 1 WHERE id = %d", id, id)
+}
+
+// updating runs stmt(0), stmt(1), ... against database db until the
+// returned stop is called, which answers the first error.
+func updating(ctx context.Context, srv *pgserver.Server, db string, stmt func(i int) string) (stop func() error) {
+	quit, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := srv.Psql(ctx, db, stmt(i)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	return func() error { close(quit); return <-done }
 }
