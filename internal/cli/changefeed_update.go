@@ -212,6 +212,17 @@ func nextTables(current, tables, add, remove []string, schema string) ([]string,
 	return out, nil
 }
 
+// partitionsOf counts the partitions of table among parts.
+func partitionsOf(parts []api.Partition, table string) int {
+	n := 0
+	for _, p := range parts {
+		if p.Table == table {
+			n++
+		}
+	}
+	return n
+}
+
 // copyTables are the --copy-table names, qualified: each must be one of
 // the changefeed's tables before the update and after it (next; nil: the
 // tables stay as they are).
@@ -270,24 +281,14 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	}
 	fmt.Fprintf(tw, "Changefeed %s: tables %s at its checkpoint %s.\n", u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
 	for _, t := range u.Added {
-		n := 0
-		for _, p := range u.AddedPartitions {
-			if p.Table == t {
-				n++
-			}
-		}
+		n := partitionsOf(u.AddedPartitions, t)
 		fmt.Fprintf(tw, "  + %s\t%d %s, its existing rows copied when the changefeed resumes\n", t, n, plural(n, "partition", "partitions"))
 	}
 	for _, t := range u.Removed {
 		fmt.Fprintf(tw, "  - %s\tits partitions end; the sink keeps what it has\n", t)
 	}
 	for _, t := range u.CopiedAgain {
-		n := 0
-		for _, p := range u.AddedPartitions {
-			if p.Table == t {
-				n++
-			}
-		}
+		n := partitionsOf(u.AddedPartitions, t)
 		fmt.Fprintf(tw, "  ~ %s\tcopied again: %d new %s; the sink's rows of it truncated, then copied when the changefeed resumes\n", t, n, plural(n, "partition", "partitions"))
 	}
 	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))

@@ -29,15 +29,7 @@ import (
 func TestATableWhoseKeyWasReplacedIsCopiedAgainByTheChangefeedItself(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := pgtest.StartDB(t, "shop")
-	n := strconv.Itoa(retypedRows)
-	if _, err := srv.Psql(ctx, "shop", `
-CREATE TABLE k (id int8 PRIMARY KEY, code int8 NOT NULL, n int4); ALTER TABLE k REPLICA IDENTITY FULL;
-INSERT INTO k SELECT g, 100000 - g, 0 FROM generate_series(1, `+n+`) g;
-CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
-INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
-		t.Fatal(err)
-	}
+	srv := startKAndBeside(t)
 	dsn := srv.DSN("shop")
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
@@ -100,15 +92,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 func TestARemedyLeftHalfDoneByACoordinatorIsFinishedByTheNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := pgtest.StartDB(t, "shop")
-	n := strconv.Itoa(retypedRows)
-	if _, err := srv.Psql(ctx, "shop", `
-CREATE TABLE k (id int8 PRIMARY KEY, code int8 NOT NULL, n int4); ALTER TABLE k REPLICA IDENTITY FULL;
-INSERT INTO k SELECT g, 100000 - g, 0 FROM generate_series(1, `+n+`) g;
-CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
-INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
-		t.Fatal(err)
-	}
+	srv := startKAndBeside(t)
 	dsn := srv.DSN("shop")
 	// Rounds an hour apart: the coordinator leading now does not apply
 	// the remedy itself; the next one's first round, at its start, does.
@@ -224,6 +208,22 @@ INSERT INTO b SELECT g, 0 FROM generate_series(1, 2000) g;`); err != nil {
 	if rep := tc.VerifyDatabase("cf", up, []string{"public.a", "public.b"}, time.Now()); !rep.OK {
 		t.Fatalf("after b was added back: %+v", rep)
 	}
+}
+
+// startKAndBeside starts a database shop with tables k (replicated by
+// its whole rows, keyed by id, code another unique column) and beside.
+func startKAndBeside(t *testing.T) *pgserver.Server {
+	t.Helper()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(context.Background(), "shop", `
+CREATE TABLE k (id int8 PRIMARY KEY, code int8 NOT NULL, n int4); ALTER TABLE k REPLICA IDENTITY FULL;
+INSERT INTO k SELECT g, 100000 - g, 0 FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4);
+INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
 
 // updateKAndBeside is the i-th statement of the workload on tables k and
