@@ -64,6 +64,12 @@ type stall struct {
 // finish its copy).
 const followStall = 10 * time.Second
 
+// renameStall is followStall for a rename a held table's remedy
+// follows: ended before its partitions pass it, the table's last changes
+// under its old name would not be written, so a stall is waited out
+// longer (a partition that cannot pass it at all is still let go).
+const renameStall = 30 * time.Second
+
 // remedyBackoff is how long a held table's remedy that failed waits
 // before it is tried again.
 const remedyBackoff = 10 * time.Minute
@@ -105,7 +111,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
-		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, true) {
+		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, followStall) {
 			continue
 		}
 		if err := c.refollow(ctx, term, e, followBy, nil, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
@@ -157,11 +163,15 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		at = max(at, ti.At)
 	}
 	// Everything the held tables had before their holds is written
-	// first. A rename waits for its partitions however long they take:
+	// first. A rename waits for its partitions longer (renameStall):
 	// ended before they pass it, the table's last changes under its old
 	// name would never be written (a table copied again loses nothing:
 	// its copy replaces what the sink holds of it).
-	if sameTables(current, next) && len(again) == 0 || !c.leavingPassed(st, e, append(leaving(current, next), again...), at, waits, !renames) {
+	stalled := followStall
+	if renames {
+		stalled = renameStall
+	}
+	if sameTables(current, next) && len(again) == 0 || !c.leavingPassed(st, e, append(leaving(current, next), again...), at, waits, stalled) {
 		return
 	}
 	if refused := c.remedyRefused(ctx, e.Info.SourceURI, held); len(refused) > 0 {
@@ -276,7 +286,7 @@ func withTables(uri string, tables []string) string {
 // later than the changefeed's lag behind it. A table whose partitions
 // have not moved for followStall is not waited for any longer. It
 // forgets the changefeed's waits once they are over.
-func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, cutoff bool) bool {
+func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, stalled time.Duration) bool {
 	id := e.Info.ID
 	targets := map[string]model.Ts{}
 	for _, t := range tables {
@@ -298,7 +308,7 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 			w.low, w.since = low, time.Now()
 			waits[k] = w
 			return false
-		case !cutoff || time.Since(w.since) < followStall:
+		case time.Since(w.since) < stalled:
 			return false
 		}
 		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following the table rules without waiting (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))

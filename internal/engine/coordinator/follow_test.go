@@ -73,11 +73,11 @@ func TestRulesWaitForTheClockOfTheFirstRoundThatSawTheTableLeave(t *testing.T) {
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {"p1": {Progress: model.Progress{Checkpoint: 900}}}},
 	}
 	waits := map[waitKey]stall{}
-	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits, true) {
+	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits, followStall) {
 		t.Fatal("passed while behind the first round's clock")
 	}
 	st.Progress["cf"]["p1"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: 1500}}
-	if !c.leavingPassed(st, e, []string{"public.gone"}, 2000, waits, true) {
+	if !c.leavingPassed(st, e, []string{"public.gone"}, 2000, waits, followStall) {
 		t.Fatal("not passed at 1500, past the first round's clock (1000), behind this round's (2000)")
 	}
 	if len(waits) != 0 {
@@ -87,9 +87,9 @@ func TestRulesWaitForTheClockOfTheFirstRoundThatSawTheTableLeave(t *testing.T) {
 
 // A table leaving whose partitions stop advancing is let go after
 // followStall when its rules no longer match it (a table dropped while
-// it was copied never finishes its copy), but never for a rename that a
-// held table's remedy follows: ended before they pass the rename, its
-// last changes under the old name would never be written.
+// it was copied never finishes its copy), but only after renameStall for
+// a rename that a held table's remedy follows: ended before they pass
+// the rename, its last changes under the old name would not be written.
 func TestARenameIsNotFollowedBeforeItsPartitionsPassIt(t *testing.T) {
 	c := &Coordinator{log: slog.New(slog.DiscardHandler)}
 	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: "cf"}}
@@ -102,10 +102,10 @@ func TestARenameIsNotFollowedBeforeItsPartitionsPassIt(t *testing.T) {
 	stalled := func() map[waitKey]stall {
 		return map[waitKey]stall{{"cf", "public.orders"}: {target: 1000, low: 900, since: time.Now().Add(-2 * followStall)}}
 	}
-	if c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), false) {
+	if c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), renameStall) {
 		t.Fatal("a rename followed while its partitions are behind it, stalled")
 	}
-	if !c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), true) {
+	if !c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), followStall) {
 		t.Fatal("table rules keep waiting for a table whose partitions do not advance")
 	}
 }
