@@ -76,6 +76,9 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	for _, t := range again {
+		if cfg.Snapshot == "never" {
+			return source.Retabled{}, fmt.Errorf("table %s cannot be copied again: the changefeed was created with snapshot=never, so nothing would copy it and its rows would be truncated in the sink", t)
+		}
 		if !slices.Contains(cfg.Tables, t) || !slices.Contains(next, t) {
 			return source.Retabled{}, fmt.Errorf("table %s is copied again only as one of the changefeed's tables, before and after the change", t)
 		}

@@ -234,7 +234,9 @@ func CopyWarnings(ctx context.Context, uri string, copying map[string]source.Cop
 // (table: why): copied again under the new key, by the coordinator when
 // the source URI has auto-remedy (the default; nothing without it).
 func KeysChangedWhileCopying(ctx context.Context, uri string, copying map[string]source.CopyingTable) map[string]string {
-	if cfg, err := ParseURI(uri); err != nil || !cfg.AutoRemedy {
+	if cfg, err := ParseURI(uri); err != nil || !cfg.AutoRemedy || cfg.Snapshot == "never" {
+		// (snapshot=never: nothing copies, and a table copied again
+		// would be emptied in the sink.)
 		return nil
 	}
 	out := map[string]string{}
