@@ -166,6 +166,21 @@ func (c *Cluster) UpdatePaused(cf model.ChangefeedID, tables []string) {
 	}
 }
 
+// CopyAgain copies tables of a changefeed again, keeping its tables, as
+// 'cdcctl changefeed update --copy-table' does: paused, updated, resumed.
+func (c *Cluster) CopyAgain(cf model.ChangefeedID, tables []string, again ...string) {
+	c.T.Helper()
+	c.SetState(cf, model.ChangefeedPaused)
+	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, CopyAgain: again, By: "test"})
+		return err
+	})
+	if err != nil {
+		c.T.Fatalf("copy %v of %s again: %v", again, cf, err)
+	}
+	c.SetState(cf, model.ChangefeedNormal)
+}
+
 // LeaveRefollow writes what a coordinator that stopped in the middle of
 // a change of a changefeed's tables leaves behind: the changefeed paused
 // with the change's record, r.Done of its steps made (by the test,

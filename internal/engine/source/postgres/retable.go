@@ -123,7 +123,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	if apply && ours {
-		if err := alterPublication(ctx, cat.conn, to, out, len(roots) > 0); err != nil {
+		if err := alterPublication(ctx, cat.conn, to, fresh, out.Removed, len(roots) > 0); err != nil {
 			return source.Retabled{}, err
 		}
 	}
@@ -222,8 +222,10 @@ func dbNow(ctx context.Context, cat *catalog) (model.Ts, error) {
 
 // alterPublication adds and drops the tables of a change in one
 // transaction; a partitioned table added makes the publication publish
-// its children's rows as its own.
-func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, ch source.Retabled, viaRoot bool) error {
+// its children's rows as its own. A table copied again is added too when
+// it is not published: dropped and created again under its name, the
+// publication lost the dropped relation and does not hold the new one.
+func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, fresh, removed []string, viaRoot bool) error {
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
 	published, err := publishedTables(ctx, conn, cfg)
 	if err != nil {
@@ -232,12 +234,12 @@ func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, ch source
 	// A table renamed upstream is published under its new name already
 	// (the publication holds the relation), and its old name is not.
 	var add, drop []string
-	for _, t := range ch.Added {
+	for _, t := range fresh {
 		if !slices.Contains(published, t) {
 			add = append(add, t)
 		}
 	}
-	for _, t := range ch.Removed {
+	for _, t := range removed {
 		if slices.Contains(published, t) {
 			drop = append(drop, t)
 		}

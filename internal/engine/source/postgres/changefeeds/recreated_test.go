@@ -191,6 +191,70 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	t.Logf("%+v", rep.TableReports)
 }
 
+// A table dropped and created again under its name, then copied again
+// by an operator (changefeed update --copy-table) instead of removed and
+// added back: the copy takes the new table, and so must the stream. The
+// publication had lost the dropped relation and did not have the new
+// one, so nothing of the new table came after its copy: the sink kept
+// the copy's rows for good. Under a workload on both tables, across the
+// drop: the sink rebuilt equals the upstream's tables.
+func TestATableCreatedAgainAndCopiedAgainIsStreamedToo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	n := strconv.Itoa(retypedRows)
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE again (id int8 PRIMARY KEY, n int4, c int4);
+INSERT INTO again SELECT g, 0, g FROM generate_series(1, `+n+`) g;
+CREATE TABLE beside (id int8 PRIMARY KEY, n int4, c int4);
+INSERT INTO beside SELECT g, 0, g FROM generate_series(1, `+n+`) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	tables := []string{"public.again", "public.beside"}
+	tc.CreateChangefeed("recreated", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500", sink, 2)
+	tc.WaitSnapshot("recreated")
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- recreateWorkload(ctx, dsn, stop, "again", "beside") }()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := srv.Psql(ctx, "shop", `
+DROP TABLE again;
+CREATE TABLE again (id int8 PRIMARY KEY, n int4, c int4);
+INSERT INTO again SELECT g, 5, -g FROM generate_series(1, `+n+`, 2) g;`); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually("the drop reported", 30*time.Second, func() bool {
+		for _, ti := range tc.Changefeed("recreated").Status.Tables {
+			if ti.Table == "public.again" && ti.State == model.TableDropped {
+				return true
+			}
+		}
+		return false
+	})
+	tc.CopyAgain("recreated", tables, "public.again")
+	tc.WaitSnapshot("recreated")
+	// The workload writes the new table after its copy.
+	time.Sleep(time.Second)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("recreated", up, tables, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after the table was created again and copied again: %+v", rep)
+	}
+	if ts := tc.Changefeed("recreated").Status.Tables; len(ts) != 0 {
+		t.Fatalf("the changefeed still reports, after the new table was copied: %+v", ts)
+	}
+}
+
 // recreateWorkload updates, deletes and inserts rows of tables until
 // stopped, writing columns id and n alone (the others are dropped
 // meanwhile).
