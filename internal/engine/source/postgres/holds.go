@@ -235,5 +235,5 @@ func (is *issues) add(i source.TableIssue) {
 
 // droppedReason is what a dropped table's report says to do.
 func droppedReason(cf, table string) string {
-	return fmt.Sprintf("dropped upstream; every change before the drop was replicated and nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name can then be added back ('cdcctl changefeed update %s --add-table %s': the sink's old rows are truncated, the new table's copied)", cf, cf, table, cf, cf, table)
+	return fmt.Sprintf("dropped upstream; every change before the drop was replicated and nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name can then be added back ('cdcctl changefeed update %s --add-table %s': the sink's old rows are truncated, the new table's copied), or, once created again, be copied in the dropped one's place in one update ('cdcctl changefeed update %s --copy-table %s' while paused)", cf, cf, table, cf, cf, table, cf, table)
 }
