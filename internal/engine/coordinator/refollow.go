@@ -68,6 +68,10 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 			c.log.Info("coordinator: stopped while changing a changefeed's tables; the next coordinator makes the rest and resumes it", "changefeed", id, "by", r.By)
 			return
 		}
+		if errors.Is(err, errMovedOn) {
+			c.log.Info("coordinator: an operator updated or resumed the changefeed while its tables were changed for "+r.By+"; the operator's change stands, and the rest of this one is not made", "changefeed", id)
+			return
+		}
 		by := r.By
 		if err != nil && r.Done > 0 {
 			// A table removed to be copied again and not added back:
@@ -84,7 +88,9 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 		} else if err != nil {
 			by += " (its tables' change left undone: " + err.Error() + ")"
 		}
-		if rerr := c.SetChangefeedState(context.WithoutCancel(ctx), term, id, model.ChangefeedNormal, by); rerr != nil {
+		if rerr := c.resumeRefollowed(context.WithoutCancel(ctx), term, id, r, by); errors.Is(rerr, errMovedOn) {
+			c.log.Info("coordinator: an operator updated or resumed the changefeed while its tables were changed for "+r.By+"; left as the operator left it", "changefeed", id)
+		} else if rerr != nil {
 			c.log.Warn("coordinator: could not resume the changefeed after following "+r.By+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", rerr)
 		}
 	}()
@@ -100,7 +106,7 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 			req.CopyAgain = r.Again
 		}
 		res, err := c.UpdateChangefeed(ctx, term, req)
-		for try := 1; err != nil && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {
+		for try := 1; err != nil && !errors.Is(err, errMovedOn) && r.Done > 0 && try < 3 && ctx.Err() == nil; try++ {
 			// A later step (a table added back) after an earlier one
 			// made: tried again before the changefeed resumes without it.
 			time.Sleep(time.Second)
@@ -112,6 +118,31 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 		c.log.Info("coordinator: the changefeed follows "+r.By, "changefeed", id, "added", res.Added, "removed", res.Removed)
 	}
 	return nil
+}
+
+// stillRefollowing refuses (errMovedOn) a step of the coordinator's
+// change r, or its resume, once the change is no longer stored as r left
+// it: an operator's update or resume took it over (and cleared the
+// record) while the coordinator waited for the dispatchers to stop, or
+// made a step; the coordinator's step would undo the operator's change,
+// and its resume would resume a changefeed the operator keeps paused.
+func stillRefollowing(e *meta.ChangefeedEntry, r model.Refollow) error {
+	s := e.Status.Refollow
+	if e.Status.State != model.ChangefeedPaused || s == nil || s.By != r.By || !s.Since.Equal(r.Since) || s.Done != r.Done {
+		return fmt.Errorf("%w: an operator updated or resumed it while the coordinator changed its tables, which takes the change over", errMovedOn)
+	}
+	return nil
+}
+
+// resumeRefollowed resumes a changefeed paused for the coordinator's
+// change r, while r is still stored as it left it.
+func (c *Coordinator) resumeRefollowed(ctx context.Context, term election.Term, id model.ChangefeedID, r model.Refollow, by string) error {
+	return c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
+		if err := stillRefollowing(e, r); err != nil {
+			return err
+		}
+		return c.store.SetChangefeedState(ctx, term.Fence, e, model.ChangefeedNormal, by)
+	})
 }
 
 // finishLeft finishes a change of a changefeed's tables that an earlier

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -55,5 +56,37 @@ func TestAChangeOfTablesFromAStaleViewIsNotMade(t *testing.T) {
 	})
 	if e.Status.State != model.ChangefeedNormal || e.Status.Refollow != nil || !paused || !resumed {
 		t.Fatalf("the changefeed after a change whose first step failed: %s, %+v, incidents %+v", e.Status.State, e.Status.Refollow, e.Status.Incidents)
+	}
+}
+
+// An operator who updates or resumes a changefeed while the coordinator
+// changes its tables takes the change over: the coordinator, back from
+// waiting for its dispatchers to stop, makes no step of its own change
+// and does not resume it. Before, its step undid the operator's update
+// and its resume resumed a changefeed the operator kept paused. Here the
+// operator resumed it and paused it again (the record is cleared); the
+// coordinator's change then ends without a step, the changefeed stays
+// paused.
+func TestAChangeOfTablesAnOperatorTookOverIsLeftToTheOperator(t *testing.T) {
+	t.Parallel()
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(1)
+	tc.CreateChangefeed("cf", "gen://?tables=2&keys=10&rate=50", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.Warm("cf", 0)
+	r := model.Refollow{By: "its table rules", Steps: [][]string{{"t0001"}}, Since: time.Now().UTC()}
+	tc.LeaveRefollow("cf", r)
+	tc.SetState("cf", model.ChangefeedNormal)
+	tc.SetState("cf", model.ChangefeedPaused)
+	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		return c.FinishRefollow(ctx, term, "cf", r)
+	})
+	if !errors.Is(err, coordinator.ErrMovedOn) {
+		t.Fatalf("the coordinator's change after an operator took it over: %v, want %v", err, coordinator.ErrMovedOn)
+	}
+	e := tc.Changefeed("cf")
+	if e.Status.State != model.ChangefeedPaused || e.Status.Refollow != nil || slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+		return in.Kind == "resumed" && strings.HasPrefix(in.Reason, r.By)
+	}) {
+		t.Fatalf("the changefeed after the coordinator's change was taken over: %s, %+v, incidents %+v", e.Status.State, e.Status.Refollow, e.Status.Incidents)
 	}
 }

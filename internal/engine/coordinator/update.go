@@ -139,6 +139,15 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if err != nil {
 		return UpdateResult{}, err
 	}
+	if req.refollow != nil {
+		// A step of the coordinator's own change: made only while the
+		// change is still its own, as it left it.
+		was := *req.refollow
+		was.Done--
+		if err := stillRefollowing(e, was); err != nil {
+			return UpdateResult{}, err
+		}
+	}
 	if e.Status.State != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", req.ID, e.Status.State, req.ID)
 	}
