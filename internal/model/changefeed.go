@@ -156,6 +156,12 @@ type TableIssue struct {
 	// changefeed copies it again by itself (new partitions, as if it were
 	// removed and added back).
 	CopyAgain bool `json:"copy_again,omitempty"`
+	// End says a table dropped upstream is ended by the changefeed
+	// itself (auto-remedy, tables named one by one): removed from its
+	// tables once its partitions passed At (after the drop), the sink
+	// told DROP TABLE; a table created again under its name by then is
+	// copied in its place.
+	End bool `json:"end,omitempty"`
 }
 
 // Line is the issue on one line, as 'changefeed get' and a refused

@@ -32,9 +32,12 @@ const remedyBackoff = 10 * time.Minute
 // its new name (model.TableIssue.RenamedTo; set only without table rules,
 // which follow renames themselves), a table to copy again gets new
 // partitions that copy it, as if removed and added back (CopyAgain; the
-// rules keep matching it), in one update.
-// Once the changefeed has written everything they had before their
-// holds, it is paused, updated and resumed. Before, they stayed held until an operator did the same.
+// rules keep matching it), a table dropped upstream is removed, the sink
+// told DROP TABLE, or, created again under its name meanwhile, copied in
+// its place (End; rules end it themselves), in one update. Once the
+// changefeed has written everything they had before their holds (or
+// drops), it is paused, updated and resumed. Before, they stayed held
+// (or idle) until an operator did the same.
 //
 // A remedy that fails (the update refused: the new name not readable, a
 // publication of the operator's that lacks it) is not tried again for
@@ -42,7 +45,8 @@ const remedyBackoff = 10 * time.Minute
 func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall, failed map[waitKey]time.Time) {
 	var held []model.TableIssue
 	for _, ti := range append(slices.Clone(e.Status.Tables), c.copyingAgain(ctx, st, e)...) {
-		if ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff &&
+		remedied := ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) || ti.State == model.TableDropped && ti.End
+		if remedied && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff &&
 			!slices.ContainsFunc(held, func(h model.TableIssue) bool { return h.Table == ti.Table }) {
 			held = append(held, ti)
 		}
@@ -52,7 +56,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	}
 	current := tablesOf(e.Info.SourceURI)
 	next := slices.Clone(current)
-	var again []string
+	var again, dropped []string
 	var at model.Ts
 	renames := false
 	for _, ti := range held {
@@ -60,6 +64,8 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		switch {
 		case i < 0:
 			continue
+		case ti.State == model.TableDropped:
+			dropped = append(dropped, ti.Table) // ended or copied: below
 		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
 			next[i], renames = ti.RenamedTo, true
 		case ti.CopyAgain:
@@ -78,10 +84,23 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if renames {
 		stalled = renameStall
 	}
-	if sameTables(current, next) && len(again) == 0 || !c.leavingPassed(st, e, append(leaving(current, next), again...), at, waits, stalled) {
+	if sameTables(current, next) && len(again)+len(dropped) == 0 || !c.leavingPassed(st, e, append(append(leaving(current, next), again...), dropped...), at, waits, stalled) {
 		return
 	}
-	if refused := c.remedyRefused(ctx, e.Info.SourceURI, held); len(refused) > 0 {
+	refused := c.remedyRefused(ctx, e.Info.SourceURI, held)
+	back, gone := droppedNow(ctx, e.Info.SourceURI, dropped, refused)
+	again = append(again, back...)
+	next = slices.DeleteFunc(next, func(t string) bool { return slices.Contains(gone, t) })
+	if len(next) == 0 {
+		// A changefeed's only table, dropped, stays reported: a
+		// changefeed needs a table (a table created under its name
+		// later is copied in its place).
+		next = slices.Clone(current)
+		for _, t := range gone {
+			refused[t] = "dropped, and a changefeed needs a table (one created again under its name is copied in its place)"
+		}
+	}
+	if len(refused) > 0 {
 		// Those are left out for a while; the others' remedies are
 		// applied at the next round.
 		for _, t := range slices.Sorted(maps.Keys(refused)) {
@@ -98,6 +117,40 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		}
 		c.log.Warn("coordinator: the changefeed could not apply a held table's remedy (its reason in 'cdcctl changefeed get' says how to apply it yourself); trying again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "err", err)
 	}
+}
+
+// droppedNow sorts tables dropped upstream by what their names are now:
+// back, a table again that a changefeed can take (created again: copied
+// in the dropped one's place), or gone (no table: ended). A name that is
+// a table again that a changefeed cannot take (no key), or that cannot
+// be looked up, is refused (with why): the operator chooses.
+func droppedNow(ctx context.Context, uri string, dropped []string, refused map[string]string) (back, gone []string) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, t := range dropped {
+		switch why := takeable(pctx, uri, t); {
+		case why == "":
+			back = append(back, t)
+		case strings.Contains(why, "does not exist"): // (both sources say so)
+			gone = append(gone, t)
+		default:
+			refused[t] = "a table is under its name again that cannot be replicated, or the name cannot be looked up: " + why
+		}
+	}
+	return back, gone
+}
+
+// takeable says why a changefeed of the source URI uri could not take
+// table t now ("" if it could).
+func takeable(ctx context.Context, uri, t string) string {
+	f, err := sources.Preview(ctx, withTables(uri, []string{t}))
+	switch {
+	case err != nil:
+		return err.Error()
+	case len(f.Refused) > 0:
+		return strings.Join(f.Refused, "; ")
+	}
+	return ""
 }
 
 // copyingAgain are a changefeed's tables whose initial snapshot cannot
@@ -137,16 +190,7 @@ func (c *Coordinator) copyingAgain(ctx context.Context, st *meta.State, e *meta.
 func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []model.TableIssue) map[string]string {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	takeable := func(t string) string {
-		f, err := sources.Preview(pctx, withTables(uri, []string{t}))
-		switch {
-		case err != nil:
-			return err.Error()
-		case len(f.Refused) > 0:
-			return strings.Join(f.Refused, "; ")
-		}
-		return ""
-	}
+	takeable := func(t string) string { return takeable(pctx, uri, t) }
 	out := map[string]string{}
 	for _, ti := range held {
 		switch {

@@ -233,6 +233,12 @@ func (is *issues) add(i source.TableIssue) {
 	sort.Slice(is.list, func(a, b int) bool { return is.list[a].Table < is.list[b].Table })
 }
 
+// droppedEnded is a dropped table's report where the changefeed ends it
+// by itself (auto-remedy).
+func droppedEnded(cf, table string) string {
+	return fmt.Sprintf("dropped upstream; every change before the drop is replicated, then the changefeed ends the table by itself (the sink gets DROP TABLE %s), or, if a table is created again under its name by then, copies the new one in its place; a changefeed's only table stays until a table has its name again (or remove the changefeed: 'cdcctl changefeed remove %s')", table, cf)
+}
+
 // droppedReason is what a dropped table's report says to do.
 func droppedReason(cf, table string) string {
 	return fmt.Sprintf("dropped upstream; every change before the drop was replicated and nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name can then be added back ('cdcctl changefeed update %s --add-table %s': the sink's old rows are truncated, the new table's copied), or, once created again, be copied in the dropped one's place in one update ('cdcctl changefeed update %s --copy-table %s' while paused)", cf, cf, table, cf, cf, table, cf, table)

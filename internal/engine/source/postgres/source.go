@@ -345,8 +345,23 @@ func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
 	if err != nil {
 		return err
 	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// After every drop found: every change of the tables is before it.
+	at, err := dbNow(ctx, st.cat)
+	if err != nil {
+		return explain(s.cfg, err)
+	}
+	// Without table rules (which end it themselves) and with
+	// auto-remedy, the changefeed ends it by itself.
+	end := s.cfg.AutoRemedy && len(s.cfg.Filter) == 0
 	for _, t := range missing {
-		s.report(source.TableIssue{Table: t, State: source.TableDropped, Since: time.Now().UTC(), Reason: droppedReason(string(s.cf), t)})
+		why := droppedReason(string(s.cf), t)
+		if end {
+			why = droppedEnded(string(s.cf), t)
+		}
+		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end})
 	}
 	return nil
 }
