@@ -250,7 +250,7 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 					issues = append(issues, ti.Line())
 				}
 				labelled(tw, "Tables:", issues)
-				if r := cf.Refollow; r != nil && len(r.Steps) > 0 {
+				if r := cf.Refollow; r.Active() && len(r.Steps) > 0 {
 					fmt.Fprintf(tw, "Changing:\tpaused by the coordinator since %s to change its tables (by %s) to %s: %d of %d %s made; it resumes it once done\n",
 						r.Since.Format(time.RFC3339), r.By, strings.Join(r.Steps[len(r.Steps)-1], ", "), r.Done, len(r.Steps), plural(len(r.Steps), "step", "steps"))
 				}

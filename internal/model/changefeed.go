@@ -131,6 +131,30 @@ type Refollow struct {
 	// Done counts the steps already written.
 	Done  int       `json:"done,omitempty"`
 	Since time.Time `json:"since"`
+	// Run is the changefeed's run (ChangefeedStatus.Run) when it was
+	// paused for the change: a resume since moves it.
+	Run uint64 `json:"run,omitempty"`
+	// TakenOver names who took the change over while it was made (an
+	// operator's update or re-snapshot): the coordinator makes no more of
+	// it. The resume clears the record.
+	TakenOver string `json:"taken_over,omitempty"`
+}
+
+// Active says a change of the changefeed's tables is the coordinator's
+// to make (a record, not taken over).
+func (r *Refollow) Active() bool { return r != nil && r.TakenOver == "" }
+
+// TakeOver is the record after an update or re-snapshot by, which takes
+// the coordinator's change over (nil without one).
+func (r *Refollow) TakeOver(by string) *Refollow {
+	if r == nil {
+		return nil
+	}
+	t := *r
+	if t.TakenOver = by; by == "" {
+		t.TakenOver = "an operator"
+	}
+	return &t
 }
 
 // TableIssue is a table of a changefeed that does not replicate as it

@@ -75,7 +75,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 		if busy(st.Partitions[id]) {
 			continue // a plan moving or splitting its partitions goes first
 		}
-		if e.Status.State == model.ChangefeedPaused && e.Status.Refollow != nil {
+		if e.Status.State == model.ChangefeedPaused && e.Status.Refollow.Active() {
 			c.finishLeft(ctx, term, id)
 			continue
 		}

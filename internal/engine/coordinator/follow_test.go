@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -107,5 +108,44 @@ func TestARenameIsNotFollowedBeforeItsPartitionsPassIt(t *testing.T) {
 	}
 	if !c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), followStall) {
 		t.Fatal("table rules keep waiting for a table whose partitions do not advance")
+	}
+}
+
+// A step of the coordinator's own change of a changefeed's tables, or its
+// resume, is made only while the change is still the coordinator's: not
+// after an operator resumed the changefeed (its run moved; also resumed
+// and paused again) or updated it (the record taken over), nor when
+// another change is recorded. A record lost to a status write of a
+// capture of an earlier version, which does not know it, does not stop
+// it: the changefeed would stay paused for good.
+func TestAChangeOfTablesGoesOnOnlyWhileItIsTheCoordinators(t *testing.T) {
+	since := time.Now().UTC()
+	r := model.Refollow{By: followBy, Steps: [][]string{{"a"}, {"a", "b"}}, Done: 1, Since: since, Run: 3}
+	entry := func(state model.ChangefeedState, run uint64, stored *model.Refollow) *meta.ChangefeedEntry {
+		return &meta.ChangefeedEntry{Status: model.ChangefeedStatus{State: state, Run: run, Refollow: stored}}
+	}
+	same := r
+	other := r
+	other.Since = since.Add(time.Second)
+	behind := r
+	behind.Done = 0
+	for _, c := range []struct {
+		what   string
+		e      *meta.ChangefeedEntry
+		goesOn bool
+	}{
+		{"as the coordinator left it", entry(model.ChangefeedPaused, 3, &same), true},
+		{"its record lost to an earlier version's write", entry(model.ChangefeedPaused, 3, nil), true},
+		{"resumed by an operator", entry(model.ChangefeedNormal, 4, nil), false},
+		{"resumed and paused again by an operator", entry(model.ChangefeedPaused, 4, nil), false},
+		{"updated by an operator", entry(model.ChangefeedPaused, 3, r.TakeOver("ops")), false},
+		{"failed", entry(model.ChangefeedFailed, 3, &same), false},
+		{"another change", entry(model.ChangefeedPaused, 3, &other), false},
+		{"a step not made", entry(model.ChangefeedPaused, 3, &behind), false},
+	} {
+		err := stillRefollowing(c.e, r)
+		if c.goesOn != (err == nil) || err != nil && !errors.Is(err, errMovedOn) {
+			t.Errorf("%s: %v; want it to go on: %v", c.what, err, c.goesOn)
+		}
 	}
 }

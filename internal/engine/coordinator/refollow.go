@@ -47,6 +47,7 @@ func (c *Coordinator) refollow(ctx context.Context, term election.Term, read *me
 		case e.InfoRevision != read.InfoRevision || e.Status.Run != read.Status.Run:
 			return fmt.Errorf("%w: updated or resumed since; looked at again at the next round", errMovedOn)
 		}
+		r.Run = e.Status.Run
 		return c.store.PauseToRefollow(ctx, term.Fence, e, r)
 	})
 	if err != nil {
@@ -69,7 +70,7 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 			return
 		}
 		if errors.Is(err, errMovedOn) {
-			c.log.Info("coordinator: an operator updated or resumed the changefeed while its tables were changed for "+r.By+"; the operator's change stands, and the rest of this one is not made", "changefeed", id)
+			c.log.Info("coordinator: the changefeed's change of tables for "+r.By+" was taken over; the rest of it is not made", "changefeed", id, "why", err)
 			return
 		}
 		by := r.By
@@ -89,7 +90,7 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 			by += " (its tables' change left undone: " + err.Error() + ")"
 		}
 		if rerr := c.resumeRefollowed(context.WithoutCancel(ctx), term, id, r, by); errors.Is(rerr, errMovedOn) {
-			c.log.Info("coordinator: an operator updated or resumed the changefeed while its tables were changed for "+r.By+"; left as the operator left it", "changefeed", id)
+			c.log.Info("coordinator: the changefeed's change of tables for "+r.By+" was taken over; it is left as it is", "changefeed", id, "why", rerr)
 		} else if rerr != nil {
 			c.log.Warn("coordinator: could not resume the changefeed after following "+r.By+"; resume it: cdcctl changefeed resume "+string(id), "changefeed", id, "err", rerr)
 		}
@@ -121,15 +122,25 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 }
 
 // stillRefollowing refuses (errMovedOn) a step of the coordinator's
-// change r, or its resume, once the change is no longer stored as r left
-// it: an operator's update or resume took it over (and cleared the
-// record) while the coordinator waited for the dispatchers to stop, or
-// made a step; the coordinator's step would undo the operator's change,
-// and its resume would resume a changefeed the operator keeps paused.
+// change r, or its resume, once the change is no longer the
+// coordinator's as r left it: an operator resumed the changefeed (its
+// run moved) or updated it (the record taken over) while the coordinator
+// waited for the dispatchers to stop, or made a step; its step would
+// undo the operator's change, and its resume resume a changefeed the
+// operator keeps paused. A record gone without either (a status write by
+// a capture of an earlier version, which does not know it) does not stop
+// the change.
 func stillRefollowing(e *meta.ChangefeedEntry, r model.Refollow) error {
 	s := e.Status.Refollow
-	if e.Status.State != model.ChangefeedPaused || s == nil || s.By != r.By || !s.Since.Equal(r.Since) || s.Done != r.Done {
-		return fmt.Errorf("%w: an operator updated or resumed it while the coordinator changed its tables, which takes the change over", errMovedOn)
+	switch {
+	case e.Status.State != model.ChangefeedPaused || e.Status.Run != r.Run:
+		return fmt.Errorf("%w: it was resumed (or failed) while the coordinator changed its tables, which takes the change over", errMovedOn)
+	case s == nil:
+		return nil
+	case s.TakenOver != "":
+		return fmt.Errorf("%w: %s updated it while the coordinator changed its tables, which takes the change over", errMovedOn, s.TakenOver)
+	case s.By != r.By || !s.Since.Equal(r.Since) || s.Done != r.Done:
+		return fmt.Errorf("%w: another change of its tables is under way", errMovedOn)
 	}
 	return nil
 }
@@ -154,7 +165,7 @@ func (c *Coordinator) finishLeft(ctx context.Context, term election.Term, id mod
 		return // the next round reads it again
 	}
 	e, ok := st.Changefeeds[id]
-	if !ok || e.Status.State != model.ChangefeedPaused || e.Status.Refollow == nil {
+	if !ok || e.Status.State != model.ChangefeedPaused || !e.Status.Refollow.Active() {
 		return // resumed or updated meanwhile (this node's view was behind)
 	}
 	r := *e.Status.Refollow

@@ -85,7 +85,7 @@ func TestAChangeOfTablesAnOperatorTookOverIsLeftToTheOperator(t *testing.T) {
 	}
 	e := tc.Changefeed("cf")
 	if e.Status.State != model.ChangefeedPaused || e.Status.Refollow != nil || slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
-		return in.Kind == "resumed" && strings.HasPrefix(in.Reason, r.By)
+		return in.Kind == "resumed" && strings.HasPrefix(in.Reason, "by "+r.By)
 	}) {
 		t.Fatalf("the changefeed after the coordinator's change was taken over: %s, %+v, incidents %+v", e.Status.State, e.Status.Refollow, e.Status.Incidents)
 	}

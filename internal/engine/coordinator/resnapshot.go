@@ -41,6 +41,8 @@ func (c *Coordinator) ResnapshotChangefeed(ctx context.Context, term election.Te
 }
 
 func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
+	c.retabling.Lock()
+	defer c.retabling.Unlock()
 	st, e, err := c.loadChangefeed(ctx, req.ID)
 	if err != nil {
 		return UpdateResult{}, err
@@ -94,6 +96,7 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: ch.Position, Add: res.AddedSpans, Since: at, Remove: remove, RoutesAt: st.Revision,
 		Resnapshot: true, Incident: model.Incident{Time: time.Now().UTC(), Kind: IncidentResnapshot, Reason: why},
+		Refollow: e.Status.Refollow.TakeOver(req.By),
 	})
 	if err != nil {
 		if errors.Is(err, meta.ErrTxnTooLarge) {

@@ -31,7 +31,7 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 				}
 			}
 		}
-		if r := e.Status.Refollow; r != nil && state == model.ChangefeedPaused && by != r.By {
+		if r := e.Status.Refollow; r.Active() && state == model.ChangefeedPaused && by != r.By {
 			// Paused already, and resumed by the coordinator once its
 			// change is made: a pause that says nothing happened would
 			// not keep it paused.

@@ -135,6 +135,8 @@ func (c *Coordinator) loadChangefeed(ctx context.Context, id model.ChangefeedID)
 }
 
 func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	c.retabling.Lock()
+	defer c.retabling.Unlock()
 	st, e, err := c.loadChangefeed(ctx, req.ID)
 	if err != nil {
 		return UpdateResult{}, err
@@ -215,6 +217,13 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		return UpdateResult{}, refuseReaching(err)
 	}
 	undo := func() {
+		if len(applied.Added)+len(applied.Removed) == 0 {
+			// Tables copied again only: published already, or published
+			// now as the new relation under the name (harmless: the
+			// stored resume point has the old one, whose rows the reader
+			// drops), and no table to restore.
+			return
+		}
 		// From the resume point as it was: the one applied lists the
 		// removed tables as gone, which may not come back.
 		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
@@ -229,8 +238,14 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	info.SourceURI, info.SinkURI, info.UpdatedAt = applied.URI, res.Sink, time.Now().UTC()
 	routes, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
-		Remove: removeIDs, RemoveTables: append(slices.Clone(applied.Removed), applied.Again...), RoutesAt: st.Revision, Refollow: req.refollow,
+		Remove: removeIDs, RemoveTables: append(slices.Clone(applied.Removed), applied.Again...), RoutesAt: st.Revision, Refollow: refollowAfter(e, req),
 	})
+	if err != nil && !errors.Is(err, meta.ErrStale) && !errors.Is(err, meta.ErrTxnTooLarge) && c.landed(ctx, req.ID, e.InfoRevision, info.SourceURI) {
+		// The write's answer was lost, not the write (etcd's connection
+		// broke after the commit): the publication stays as it is now.
+		c.log.Warn("coordinator: the changefeed's tables were updated, though etcd's answer was lost", "changefeed", req.ID, "err", err)
+		return res, nil
+	}
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
 		// old tables. (A DROP or rename written to the sink stays: those
@@ -248,6 +263,32 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	c.log.Info("coordinator: changefeed tables updated", "changefeed", req.ID, "added", ch.Added, "removed", ch.Removed, "copied_again", ch.Again,
 		"partitions_added", len(routes), "partitions_removed", len(removeIDs), "sink_changes", res.SinkChanges, "at", at, "by", req.By)
 	return res, nil
+}
+
+// landed says whether an update whose write answered with an error was
+// written all the same: the changefeed's info moved from rev to one with
+// the update's source URI. (Not when etcd cannot be read either: then
+// the update is undone, as one not written.)
+func (c *Coordinator) landed(ctx context.Context, id model.ChangefeedID, rev int64, uri string) bool {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	st, err := c.store.LoadChangefeed(lctx, id)
+	if err != nil {
+		return false
+	}
+	e, ok := st.Changefeeds[id]
+	return ok && e.InfoRevision != rev && e.Info.SourceURI == uri
+}
+
+// refollowAfter is the record of the coordinator's change of tables
+// after an update: the next step of its own, or, after an operator's,
+// the record taken over (kept until the resume, so that the coordinator
+// makes no more of it).
+func refollowAfter(e *meta.ChangefeedEntry, req UpdateRequest) *model.Refollow {
+	if req.refollow != nil {
+		return req.refollow
+	}
+	return e.Status.Refollow.TakeOver(req.By)
 }
 
 // updateSink changes only a paused changefeed's sink options: the new
