@@ -183,8 +183,9 @@ type TableIssue struct {
 	// End says a table dropped upstream is ended by the changefeed
 	// itself (auto-remedy, tables named one by one): removed from its
 	// tables once its partitions passed At (after the drop), the sink
-	// told DROP TABLE; a table created again under its name by then is
-	// copied in its place.
+	// told DROP TABLE; with CopyAgain too, a table created again under
+	// its name by then is copied in its place instead (not with
+	// snapshot=never: nothing would copy it).
 	End bool `json:"end,omitempty"`
 }
 

@@ -56,7 +56,8 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	}
 	current := tablesOf(e.Info.SourceURI)
 	next := slices.Clone(current)
-	var again, dropped []string
+	var again []string
+	var dropped []model.TableIssue
 	var at model.Ts
 	renames := false
 	for _, ti := range held {
@@ -65,7 +66,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		case i < 0:
 			continue
 		case ti.State == model.TableDropped:
-			dropped = append(dropped, ti.Table) // ended or copied: below
+			dropped = append(dropped, ti) // ended or copied: below
 		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
 			next[i], renames = ti.RenamedTo, true
 		case ti.CopyAgain:
@@ -84,7 +85,11 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if renames {
 		stalled = renameStall
 	}
-	if sameTables(current, next) && len(again)+len(dropped) == 0 || !c.leavingPassed(st, e, append(append(leaving(current, next), again...), dropped...), at, waits, stalled) {
+	waited := append(leaving(current, next), again...)
+	for _, ti := range dropped {
+		waited = append(waited, ti.Table)
+	}
+	if sameTables(current, next) && len(again)+len(dropped) == 0 || !c.leavingPassed(st, e, waited, at, waits, stalled) {
 		return
 	}
 	refused := c.remedyRefused(ctx, e.Info.SourceURI, held)
@@ -121,14 +126,18 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 
 // droppedNow sorts tables dropped upstream by what their names are now:
 // back, a table again that a changefeed can take (created again: copied
-// in the dropped one's place), or gone (no table: ended). A name that is
+// in the dropped one's place, where the source lets it: CopyAgain), or
+// gone (no table, or one not to copy: ended). A name that is
 // a table again that a changefeed cannot take (no key), or that cannot
 // be looked up, is refused (with why): the operator chooses.
-func droppedNow(ctx context.Context, uri string, dropped []string, refused map[string]string) (back, gone []string) {
+func droppedNow(ctx context.Context, uri string, dropped []model.TableIssue, refused map[string]string) (back, gone []string) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for _, t := range dropped {
+	for _, ti := range dropped {
+		t := ti.Table
 		switch why := takeable(pctx, uri, t); {
+		case why == "" && !ti.CopyAgain:
+			gone = append(gone, t) // (snapshot=never: a new table is not copied; ended)
 		case why == "":
 			back = append(back, t)
 		case strings.Contains(why, "does not exist"): // (both sources say so)
@@ -194,6 +203,8 @@ func (c *Coordinator) remedyRefused(ctx context.Context, uri string, held []mode
 	out := map[string]string{}
 	for _, ti := range held {
 		switch {
+		case ti.State == model.TableDropped:
+			// (Ended, or copied again: droppedNow.)
 		case ti.RenamedTo != "":
 			if why := takeable(ti.RenamedTo); why != "" {
 				out[ti.Table] = why

@@ -144,6 +144,25 @@ func heldReason(cf model.ChangefeedID, table, why string) string {
 		why, cf, cf, table, cf, cf, table)
 }
 
+// reportDropped reports a table dropped upstream at at. Without table
+// rules (which end it themselves) and with auto-remedy, the changefeed
+// ends it by itself (model.TableIssue.End), or copies a table created
+// again under its name in its place (not with snapshot=never).
+func (p *Puller) reportDropped(table string, at model.Ts) {
+	end := p.cfg.AutoRemedy && len(p.cfg.Filter) == 0
+	why := droppedReason(p.cf, table)
+	if end {
+		why = droppedEnded(p.cf, table)
+	}
+	p.reportIssue(source.TableIssue{Table: table, State: source.TableDropped, At: at, Reason: why, End: end, CopyAgain: end && p.cfg.Snapshot != "never"})
+}
+
+// droppedEnded is a dropped table's reason where the changefeed ends it
+// by itself.
+func droppedEnded(cf model.ChangefeedID, table string) string {
+	return fmt.Sprintf("dropped upstream: every change before the drop was replicated, and the sink got the DROP TABLE; the changefeed ends the table by itself, or, if a table is created again under its name by then, copies the new one in its place; a changefeed's only table stays until a table has its name again (or remove the changefeed: 'cdcctl changefeed remove %s')", cf)
+}
+
 // droppedReason says what to do about a table dropped upstream.
 func droppedReason(cf model.ChangefeedID, table string) string {
 	return fmt.Sprintf("dropped upstream: every change before the drop was replicated, and the sink got the DROP TABLE; nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name can then be added back ('cdcctl changefeed update %s --add-table %s': the sink's old rows are truncated, the new table's copied)",

@@ -45,6 +45,9 @@ type tableState struct {
 	// Dropped: the table was dropped upstream (its DROP TABLE is in the
 	// sink); rows of a table created again under its name are not its.
 	Dropped bool `json:"dropped,omitempty"`
+	// DroppedAt is where the DROP TABLE was read (0 in a resume point
+	// saved before it was kept).
+	DroppedAt model.Ts `json:"dropped_at,omitempty"`
 	// Unfollowed are the statements since the table's definition was
 	// last known that the schema history did not follow (CONVERT TO
 	// CHARACTER SET, an online schema change's swap): its next row reads

@@ -67,7 +67,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	p.mu.Unlock()
 	for t, st := range at.Tables {
 		if st.Dropped {
-			p.report(t, source.TableDropped, st.Since, droppedReason(p.cf, t))
+			p.reportDropped(t, cmp.Or(st.DroppedAt, at.Ts))
 		}
 	}
 
@@ -391,11 +391,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 							continue
 						}
 						st.Version++
-						st.Dropped = true
+						st.Dropped, st.DroppedAt = true, ts
 						at.Tables = withTable(at.Tables, t, st)
 						cur.ddls = append(cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
 							Statement: source.DropPrefix + quoteTable(t)})
-						p.report(t, source.TableDropped, ts, droppedReason(p.cf, t))
+						p.reportDropped(t, ts)
 						p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", p.cf, "table", t)
 					}
 					break

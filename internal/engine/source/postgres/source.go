@@ -361,7 +361,7 @@ func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
 		if end {
 			why = droppedEnded(string(s.cf), t)
 		}
-		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end})
+		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end, CopyAgain: end && s.cfg.Snapshot != "never"})
 	}
 	return nil
 }

@@ -1,0 +1,96 @@
+package changefeeds
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// A table dropped upstream, of a changefeed that names its tables one by
+// one, is ended by the changefeed itself once every change before the
+// drop is written (removed from its tables; the sink has its DROP
+// TABLE), and one dropped and created again under its name by then is
+// copied in its place, as the PostgreSQL source does. Before, both
+// stayed listed as dropped until an operator removed them, and the new
+// table was not replicated. Under a workload on all three tables, across
+// the drops: the changefeed comes to replicate the kept table and the
+// new one alone, with no table listed, and the sink rebuilt equals
+// MariaDB's tables.
+func TestATableDroppedUpstreamIsEndedByTheChangefeedItself(t *testing.T) {
+	t.Parallel()
+	srv, db := mysqltest.StartShop(t)
+	n := strconv.Itoa(retypedRows)
+	for _, table := range []string{"keep", "gone", "back"} {
+		mysqltest.Exec(t, db, `CREATE TABLE `+table+` (id INT PRIMARY KEY, n INT)`, `INSERT INTO `+table+` SELECT seq, 0 FROM seq_1_to_`+n)
+	}
+	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
+	tc.StartCaptures(2)
+	dir := t.TempDir()
+	tc.CreateChangefeed("dropped", "mysql://root@"+srv.Addr()+"/shop?tables=keep,gone,back&chunk-rows=500", "file://"+dir+"?flush-interval=100ms", 2)
+	tc.WaitSnapshot("dropped")
+
+	ctx := context.Background()
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			for _, table := range []string{"keep", "gone", "back"} {
+				q := fmt.Sprintf("UPDATE %s SET n = n + 1 WHERE id = %d", table, 1+i%retypedRows)
+				if _, err := db.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "doesn't exist") {
+					done <- err
+					return
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	mysqltest.Exec(t, db, `DROP TABLE gone`, `DROP TABLE back`,
+		`CREATE TABLE back (id INT PRIMARY KEY, n INT)`, `INSERT INTO back SELECT seq, 7 FROM seq_1_to_`+n+`_step_3`)
+	tc.Eventually("the changefeed replicates shop.keep and the new shop.back alone", 60*time.Second, func() bool {
+		e := tc.Changefeed("dropped")
+		resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
+			return in.Kind == "resumed" && strings.Contains(in.Reason, "a held table's remedy")
+		})
+		return resumed && e.Status.State == model.ChangefeedNormal && len(e.Status.Tables) == 0 &&
+			strings.Contains(e.Info.SourceURI, "back") && !strings.Contains(e.Info.SourceURI, "gone")
+	})
+	tc.WaitSnapshot("dropped")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, _, err := mysql.NewTableReader(tc.Changefeed("dropped").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("dropped", up, []string{"shop.keep", "shop.back"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after the drops were followed: %+v", rep)
+	}
+	schemas, _ := filepath.Glob(filepath.Join(dir, "shop", "gone", "meta", "schema_*.json"))
+	if !slices.ContainsFunc(schemas, func(f string) bool {
+		b, _ := os.ReadFile(f)
+		return strings.Contains(string(b), "DROP TABLE `shop`.`gone`")
+	}) {
+		t.Fatalf("the sink has no DROP TABLE of shop.gone among its schema files %v", schemas)
+	}
+	t.Logf("%+v", rep.TableReports)
+}
