@@ -131,3 +131,30 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 		t.Fatalf("an operator's publication: %v", err)
 	}
 }
+
+// A changefeed created with snapshot=never copies nothing: a table of it
+// is not copied again (an operator's --copy-table, a held table's
+// remedy), which would truncate the table in the sink and copy nothing
+// back. The refusal says why; the publication is not touched.
+func TestATableOfAChangefeedWithoutASnapshotIsNotCopiedAgain(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text); CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,b&snapshot=never", "never", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, apply := range []bool{false, true} {
+		_, err := Retable(ctx, uri, pos, []string{"a", "b"}, model.TsFromTime(time.Now()), apply, "public.a")
+		if err == nil || !strings.Contains(err.Error(), "table public.a cannot be copied again: the changefeed was created with snapshot=never") {
+			t.Fatalf("copy again (apply %v) in a changefeed without a snapshot: %v", apply, err)
+		}
+	}
+	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_never'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out); got != "a,b" {
+		t.Fatalf("the publication publishes %s, want a,b", got)
+	}
+}
