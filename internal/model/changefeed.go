@@ -132,8 +132,9 @@ type Refollow struct {
 	Done  int       `json:"done,omitempty"`
 	Since time.Time `json:"since"`
 	// Run is the changefeed's run (ChangefeedStatus.Run) when it was
-	// paused for the change: a resume since moves it.
-	Run uint64 `json:"run,omitempty"`
+	// paused for the change: a resume since moves it (nil in a record
+	// written before records kept it).
+	Run *uint64 `json:"run,omitempty"`
 	// TakenOver names who took the change over while it was made (an
 	// operator's update or re-snapshot): the coordinator makes no more of
 	// it. The resume clears the record.

@@ -58,12 +58,12 @@ type Coordinator struct {
 	// submitting serializes submissions: each one checks the plans not
 	// yet over before it stores its own.
 	submitting sync.Mutex
-	// retabling serializes changes of changefeeds' tables (updates,
-	// re-snapshots; the operator's and the coordinator's own): each
-	// changes the publication before it writes etcd and undoes it when
-	// the write fails, which must not undo another's change made in
-	// between.
-	retabling sync.Mutex
+	// retabling serializes the changes of a changefeed's tables
+	// (updates, re-snapshots; the operator's and the coordinator's own):
+	// each changes the publication before it writes etcd and undoes it
+	// when the write fails, which must not undo another's change made in
+	// between. A lock (a channel of one) by changefeed.
+	retabling sync.Map
 	// creating are the changefeeds whose create runs here: their create
 	// records (BeginCreate) are not cleanups to retry yet.
 	creating sync.Map

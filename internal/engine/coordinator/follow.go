@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -66,6 +67,11 @@ const followStall = 10 * time.Second
 // under its old name would not be written, so a stall is waited out
 // longer (a partition that cannot pass it at all is still let go).
 const renameStall = 30 * time.Second
+
+// dropStall is followStall for a table dropped upstream that a remedy
+// ends: never given up on (its copy done, its partitions will pass the
+// drop; the table only stays reported until they do).
+const dropStall = time.Duration(math.MaxInt64)
 
 // followOnce matches every normal changefeed's table rules once.
 func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits map[waitKey]stall, failed map[waitKey]time.Time) {

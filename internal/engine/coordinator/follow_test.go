@@ -120,7 +120,8 @@ func TestARenameIsNotFollowedBeforeItsPartitionsPassIt(t *testing.T) {
 // it: the changefeed would stay paused for good.
 func TestAChangeOfTablesGoesOnOnlyWhileItIsTheCoordinators(t *testing.T) {
 	since := time.Now().UTC()
-	r := model.Refollow{By: followBy, Steps: [][]string{{"a"}, {"a", "b"}}, Done: 1, Since: since, Run: 3}
+	run := uint64(3)
+	r := model.Refollow{By: followBy, Steps: [][]string{{"a"}, {"a", "b"}}, Done: 1, Since: since, Run: &run}
 	entry := func(state model.ChangefeedState, run uint64, stored *model.Refollow) *meta.ChangefeedEntry {
 		return &meta.ChangefeedEntry{Status: model.ChangefeedStatus{State: state, Run: run, Refollow: stored}}
 	}
@@ -129,21 +130,29 @@ func TestAChangeOfTablesGoesOnOnlyWhileItIsTheCoordinators(t *testing.T) {
 	other.Since = since.Add(time.Second)
 	behind := r
 	behind.Done = 0
+	old := r
+	old.Run = nil
 	for _, c := range []struct {
 		what   string
 		e      *meta.ChangefeedEntry
 		goesOn bool
+		r      *model.Refollow // the coordinator's, if not r
 	}{
-		{"as the coordinator left it", entry(model.ChangefeedPaused, 3, &same), true},
-		{"its record lost to an earlier version's write", entry(model.ChangefeedPaused, 3, nil), true},
-		{"resumed by an operator", entry(model.ChangefeedNormal, 4, nil), false},
-		{"resumed and paused again by an operator", entry(model.ChangefeedPaused, 4, nil), false},
-		{"updated by an operator", entry(model.ChangefeedPaused, 3, r.TakeOver("ops")), false},
-		{"failed", entry(model.ChangefeedFailed, 3, &same), false},
-		{"another change", entry(model.ChangefeedPaused, 3, &other), false},
-		{"a step not made", entry(model.ChangefeedPaused, 3, &behind), false},
+		{"as the coordinator left it", entry(model.ChangefeedPaused, 3, &same), true, nil},
+		{"its record lost to an earlier version's write", entry(model.ChangefeedPaused, 3, nil), true, nil},
+		{"resumed by an operator", entry(model.ChangefeedNormal, 4, nil), false, nil},
+		{"resumed and paused again by an operator", entry(model.ChangefeedPaused, 4, nil), false, nil},
+		{"updated by an operator", entry(model.ChangefeedPaused, 3, r.TakeOver("ops")), false, nil},
+		{"failed", entry(model.ChangefeedFailed, 3, &same), false, nil},
+		{"another change", entry(model.ChangefeedPaused, 3, &other), false, nil},
+		{"a step not made", entry(model.ChangefeedPaused, 3, &behind), false, nil},
+		{"a record from before records kept the run", entry(model.ChangefeedPaused, 5, &old), true, &old},
 	} {
-		err := stillRefollowing(c.e, r)
+		mine := r
+		if c.r != nil {
+			mine = *c.r
+		}
+		err := stillRefollowing(c.e, mine)
 		if c.goesOn != (err == nil) || err != nil && !errors.Is(err, errMovedOn) {
 			t.Errorf("%s: %v; want it to go on: %v", c.what, err, c.goesOn)
 		}

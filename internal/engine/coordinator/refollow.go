@@ -47,7 +47,7 @@ func (c *Coordinator) refollow(ctx context.Context, term election.Term, read *me
 		case e.InfoRevision != read.InfoRevision || e.Status.Run != read.Status.Run:
 			return fmt.Errorf("%w: updated or resumed since; looked at again at the next round", errMovedOn)
 		}
-		r.Run = e.Status.Run
+		r.Run = &e.Status.Run
 		return c.store.PauseToRefollow(ctx, term.Fence, e, r)
 	})
 	if err != nil {
@@ -133,7 +133,7 @@ func (c *Coordinator) finishRefollow(ctx context.Context, term election.Term, id
 func stillRefollowing(e *meta.ChangefeedEntry, r model.Refollow) error {
 	s := e.Status.Refollow
 	switch {
-	case e.Status.State != model.ChangefeedPaused || e.Status.Run != r.Run:
+	case e.Status.State != model.ChangefeedPaused || r.Run != nil && e.Status.Run != *r.Run:
 		return fmt.Errorf("%w: it was resumed (or failed) while the coordinator changed its tables, which takes the change over", errMovedOn)
 	case s == nil:
 		return nil

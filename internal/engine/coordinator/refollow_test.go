@@ -75,6 +75,7 @@ func TestAChangeOfTablesAnOperatorTookOverIsLeftToTheOperator(t *testing.T) {
 	tc.Warm("cf", 0)
 	r := model.Refollow{By: "its table rules", Steps: [][]string{{"t0001"}}, Since: time.Now().UTC()}
 	tc.LeaveRefollow("cf", r)
+	r = *tc.Changefeed("cf").Status.Refollow // as stored: with the changefeed's run
 	tc.SetState("cf", model.ChangefeedNormal)
 	tc.SetState("cf", model.ChangefeedPaused)
 	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {

@@ -44,11 +44,19 @@ const remedyBackoff = 10 * time.Minute
 // remedyBackoff: each try pauses the changefeed.
 func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *meta.State, e *meta.ChangefeedEntry, waits map[waitKey]stall, failed map[waitKey]time.Time) {
 	var held []model.TableIssue
-	for _, ti := range append(slices.Clone(e.Status.Tables), c.copyingAgain(ctx, st, e)...) {
+	copying := copyingTables(st, e)
+	for _, ti := range append(slices.Clone(e.Status.Tables), c.copyingAgain(ctx, e, copying)...) {
 		remedied := ti.State == model.TableHeld && (ti.RenamedTo != "" || ti.CopyAgain) || ti.State == model.TableDropped && ti.End
-		if remedied && time.Since(failed[waitKey{e.Info.ID, ti.Table}]) >= remedyBackoff &&
-			!slices.ContainsFunc(held, func(h model.TableIssue) bool { return h.Table == ti.Table }) {
+		if !remedied || time.Since(failed[waitKey{e.Info.ID, ti.Table}]) < remedyBackoff {
+			continue
+		}
+		switch i := slices.IndexFunc(held, func(h model.TableIssue) bool { return h.Table == ti.Table }); {
+		case i < 0:
 			held = append(held, ti)
+		case ti.State == model.TableDropped:
+			// Held, then dropped (a renamed table's new name dropped):
+			// what is left to do is end it.
+			held[i] = ti
 		}
 	}
 	if len(held) == 0 {
@@ -85,6 +93,15 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	if renames {
 		stalled = renameStall
 	}
+	for _, ti := range dropped {
+		if _, still := copying[ti.Table]; !still {
+			// Ended before its partitions pass the drop, a table's last
+			// changes would never be written: waited for however long
+			// (a large transaction decoded, a sink down). One dropped
+			// while it copied cannot finish its copy, nor pass.
+			stalled = dropStall
+		}
+	}
 	waited := append(leaving(current, next), again...)
 	for _, ti := range dropped {
 		waited = append(waited, ti.Table)
@@ -102,7 +119,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		// later is copied in its place).
 		next = slices.Clone(current)
 		for _, t := range gone {
-			refused[t] = "dropped, and a changefeed needs a table (one created again under its name is copied in its place)"
+			refused[t] = "dropped, and a changefeed needs a table (remove the changefeed; or create a table under its name, which is copied in its place unless the changefeed has snapshot=never)"
 		}
 	}
 	if len(refused) > 0 {
@@ -169,12 +186,7 @@ func takeable(ctx context.Context, uri, t string) string {
 // where the source URI lets the coordinator apply it (auto-remedy).
 // Before, the table's copy, and the changefeed's checkpoint with it,
 // stopped until an operator removed the table and added it back.
-func (c *Coordinator) copyingAgain(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry) []model.TableIssue {
-	spans, pt := map[string]model.Span{}, model.ProgressTable{}
-	for pid, r := range st.Partitions[e.Info.ID] {
-		spans[pid], pt[pid] = r.Route.Span, st.Progress[e.Info.ID][pid].Progress
-	}
-	still, _ := source.CopyingTables(spans, pt)
+func (c *Coordinator) copyingAgain(ctx context.Context, e *meta.ChangefeedEntry, still map[string]source.CopyingTable) []model.TableIssue {
 	if len(still) == 0 {
 		return nil
 	}
@@ -186,6 +198,17 @@ func (c *Coordinator) copyingAgain(ctx context.Context, st *meta.State, e *meta.
 		out = append(out, model.TableIssue{Table: t, State: model.TableHeld, CopyAgain: true, Since: time.Now().UTC(), Reason: why[t]})
 	}
 	return out
+}
+
+// copyingTables are a changefeed's tables whose initial snapshot is not
+// done, from its partitions' progress (source.CopyingTables).
+func copyingTables(st *meta.State, e *meta.ChangefeedEntry) map[string]source.CopyingTable {
+	spans, pt := map[string]model.Span{}, model.ProgressTable{}
+	for pid, r := range st.Partitions[e.Info.ID] {
+		spans[pid], pt[pid] = r.Route.Span, st.Progress[e.Info.ID][pid].Progress
+	}
+	still, _ := source.CopyingTables(spans, pt)
+	return still
 }
 
 // remedyRefused are the held tables whose remedy is not to be applied

@@ -41,8 +41,11 @@ func (c *Coordinator) ResnapshotChangefeed(ctx context.Context, term election.Te
 }
 
 func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, req ResnapshotRequest) (UpdateResult, error) {
-	c.retabling.Lock()
-	defer c.retabling.Unlock()
+	unlock, err := c.lockTables(ctx, req.ID)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	defer unlock()
 	st, e, err := c.loadChangefeed(ctx, req.ID)
 	if err != nil {
 		return UpdateResult{}, err

@@ -194,6 +194,7 @@ func (c *Cluster) LeaveRefollow(cf model.ChangefeedID, r model.Refollow) {
 			if err != nil {
 				return err
 			}
+			r.Run = &st.Changefeeds[cf].Status.Run
 			err = c.Store.PauseToRefollow(ctx, term.Fence, st.Changefeeds[cf], r)
 			if !errors.Is(err, meta.ErrStale) {
 				return err

@@ -51,7 +51,9 @@ INSERT INTO `+table+` SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != ni
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- recreateWorkload(ctx, dsn, stop, "keep", "gone", "back") }()
 	time.Sleep(300 * time.Millisecond)
-	if _, err := srv.Psql(ctx, "shop", `DROP TABLE gone; DROP TABLE solo; DROP TABLE back;
+	// The last change before the drop, in its transaction, must reach
+	// the sink: nothing else writes n = -1.
+	if _, err := srv.Psql(ctx, "shop", `UPDATE gone SET n = -1 WHERE id = 1; DROP TABLE gone; DROP TABLE solo; DROP TABLE back;
 CREATE TABLE back (id int8 PRIMARY KEY, n int4);
 INSERT INTO back SELECT g, 7 FROM generate_series(1, `+n+`, 3) g;`); err != nil {
 		t.Fatal(err)
@@ -82,10 +84,36 @@ INSERT INTO back SELECT g, 7 FROM generate_series(1, `+n+`, 3) g;`); err != nil 
 	}) {
 		t.Fatalf("the sink has no DROP TABLE of public.gone among its schema files %v", schemas)
 	}
+	if !sinkHolds(t, filepath.Join(dir, "public", "gone"), `"n":"-1"`) {
+		t.Fatal("the last change of public.gone before its drop is not in the sink")
+	}
+	tc.Eventually("the changefeed whose only table was dropped reports it", 30*time.Second, func() bool {
+		return len(tc.Changefeed("solo").Status.Tables) == 1
+	})
+	time.Sleep(time.Second) // a round of the coordinator, which must not remove it
 	solo := tc.Changefeed("solo")
 	if solo.Status.State != model.ChangefeedNormal || len(solo.Status.Tables) != 1 || solo.Status.Tables[0].State != model.TableDropped ||
 		!strings.Contains(solo.Info.SourceURI+"&", "tables=public.solo&") {
 		t.Fatalf("the changefeed whose only table was dropped: %s, %s, %+v", solo.Status.State, solo.Info.SourceURI, solo.Status.Tables)
 	}
 	t.Logf("%+v", rep.TableReports)
+}
+
+// sinkHolds says whether a data file under a file sink's table
+// directory holds text.
+func sinkHolds(t *testing.T, dir, text string) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.Contains(path, string(filepath.Separator)+"meta"+string(filepath.Separator)) {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		found = found || strings.Contains(string(b), text)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
