@@ -237,7 +237,23 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	}
 	out, err := retabled(cfg, p, tablesNow, next, added, removed, ended)
 	out.Again = again
+	out.EndedAt = droppedAt(p, ended)
 	return out, err
+}
+
+// droppedAt is where the ended tables' DROP TABLE goes, when every one
+// of them was dropped at a known position (the latest): where the
+// reader wrote it, after every row the table had (0 otherwise: now).
+func droppedAt(p position, ended map[string]source.EndedTable) model.Ts {
+	var at model.Ts
+	for t := range ended {
+		st := p.Tables[t]
+		if !st.Dropped || st.DroppedAt == 0 {
+			return 0
+		}
+		at = max(at, st.DroppedAt)
+	}
+	return at
 }
 
 // retabled is Retable's answer: the URI and resume point with the
