@@ -2,9 +2,6 @@ package changefeeds
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,14 +74,10 @@ INSERT INTO back SELECT g, 7 FROM generate_series(1, `+n+`, 3) g;`); err != nil 
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after the drops were followed: %+v", rep)
 	}
-	schemas, _ := filepath.Glob(filepath.Join(dir, "public", "gone", "meta", "schema_*.json"))
-	if !slices.ContainsFunc(schemas, func(f string) bool {
-		b, _ := os.ReadFile(f)
-		return strings.Contains(string(b), "DROP TABLE public.gone")
-	}) {
-		t.Fatalf("the sink has no DROP TABLE of public.gone among its schema files %v", schemas)
+	if !enginetest.FileSinkHolds(t, dir, true, "DROP TABLE public.gone", "public", "gone") {
+		t.Fatal("the sink has no DROP TABLE of public.gone among its schema files")
 	}
-	if !sinkHolds(t, filepath.Join(dir, "public", "gone"), `"n":"-1"`) {
+	if !enginetest.FileSinkHolds(t, dir, false, `"n":"-1"`, "public", "gone") {
 		t.Fatal("the last change of public.gone before its drop is not in the sink")
 	}
 	tc.Eventually("the changefeed whose only table was dropped reports it", 30*time.Second, func() bool {
@@ -97,23 +90,4 @@ INSERT INTO back SELECT g, 7 FROM generate_series(1, `+n+`, 3) g;`); err != nil 
 		t.Fatalf("the changefeed whose only table was dropped: %s, %s, %+v", solo.Status.State, solo.Info.SourceURI, solo.Status.Tables)
 	}
 	t.Logf("%+v", rep.TableReports)
-}
-
-// sinkHolds says whether a data file under a file sink's table
-// directory holds text.
-func sinkHolds(t *testing.T, dir, text string) bool {
-	t.Helper()
-	found := false
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.Contains(path, string(filepath.Separator)+"meta"+string(filepath.Separator)) {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		found = found || strings.Contains(string(b), text)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return found
 }
