@@ -54,6 +54,7 @@ type waitKey struct {
 type stall struct {
 	target, low model.Ts
 	since       time.Time
+	logged      time.Time // when the wait was last logged
 }
 
 // followStall is how long a table leaving a changefeed may stay behind
@@ -110,7 +111,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
-		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, followStall) {
+		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, stallOf(followStall)) {
 			continue
 		}
 		if err := c.refollow(ctx, term, e, followBy, nil, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
@@ -124,9 +125,10 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // clock when the rules first stopped matching each (at, this round's,
 // for a table seen leaving the first time): every round's clock is
 // later than the changefeed's lag behind it. A table whose partitions
-// have not moved for followStall is not waited for any longer. It
-// forgets the changefeed's waits once they are over.
-func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, stalled time.Duration) bool {
+// have not moved for stalled(table) is not waited for any longer (the
+// others still are). It forgets the changefeed's waits once they are
+// over.
+func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, stalled func(table string) time.Duration) bool {
 	id := e.Info.ID
 	targets := map[string]model.Ts{}
 	for _, t := range tables {
@@ -135,26 +137,41 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 			targets[t] = w.target
 		}
 	}
-	ok, behind, low := passedLeaving(st, e, targets)
-	if !ok {
+	for {
+		ok, behind, low := passedLeaving(st, e, targets)
+		if ok {
+			break
+		}
 		k := waitKey{id, behind}
 		w, seen := waits[k]
 		switch {
 		case !seen:
-			waits[k] = stall{target: targets[behind], low: low, since: time.Now()}
-			c.log.Info("coordinator: a table leaves the changefeed (its table rules no longer match it, or it was renamed upstream); following once its reader has passed the rename or drop", "changefeed", id, "table", behind)
+			waits[k] = stall{target: targets[behind], low: low, since: time.Now(), logged: time.Now()}
+			c.log.Info("coordinator: a table leaves the changefeed (its table rules no longer match it, or it was renamed or dropped upstream); following once its reader has passed the rename or drop", "changefeed", id, "table", behind)
 			return false
 		case w.low != low:
 			w.low, w.since = low, time.Now()
 			waits[k] = w
 			return false
-		case time.Since(w.since) < stalled:
+		case time.Since(w.since) < stalled(behind):
+			if time.Since(w.since) >= followStall && time.Since(w.logged) >= time.Minute {
+				// Waited for however long (a drop): said now and then.
+				w.logged = time.Now()
+				waits[k] = w
+				c.log.Info("coordinator: still waiting for a table leaving the changefeed to pass its rename or drop (a large transaction, or a sink that cannot be written?)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
+			}
 			return false
 		}
-		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following the table rules without waiting (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
+		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following without waiting for it (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
+		delete(targets, behind)
 	}
 	maps.DeleteFunc(waits, func(k waitKey, _ stall) bool { return k.cf == id })
 	return true
+}
+
+// stallOf is a stall duration for every table.
+func stallOf(d time.Duration) func(string) time.Duration {
+	return func(string) time.Duration { return d }
 }
 
 // leaving are the tables of current that next no longer has.

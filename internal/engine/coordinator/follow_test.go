@@ -74,11 +74,11 @@ func TestRulesWaitForTheClockOfTheFirstRoundThatSawTheTableLeave(t *testing.T) {
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {"p1": {Progress: model.Progress{Checkpoint: 900}}}},
 	}
 	waits := map[waitKey]stall{}
-	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits, followStall) {
+	if c.leavingPassed(st, e, []string{"public.gone"}, 1000, waits, stallOf(followStall)) {
 		t.Fatal("passed while behind the first round's clock")
 	}
 	st.Progress["cf"]["p1"] = meta.ProgressRecord{Progress: model.Progress{Checkpoint: 1500}}
-	if !c.leavingPassed(st, e, []string{"public.gone"}, 2000, waits, followStall) {
+	if !c.leavingPassed(st, e, []string{"public.gone"}, 2000, waits, stallOf(followStall)) {
 		t.Fatal("not passed at 1500, past the first round's clock (1000), behind this round's (2000)")
 	}
 	if len(waits) != 0 {
@@ -103,10 +103,10 @@ func TestARenameIsNotFollowedBeforeItsPartitionsPassIt(t *testing.T) {
 	stalled := func() map[waitKey]stall {
 		return map[waitKey]stall{{"cf", "public.orders"}: {target: 1000, low: 900, since: time.Now().Add(-2 * followStall)}}
 	}
-	if c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), renameStall) {
+	if c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), stallOf(renameStall)) {
 		t.Fatal("a rename followed while its partitions are behind it, stalled")
 	}
-	if !c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), followStall) {
+	if !c.leavingPassed(st, e, []string{"public.orders"}, 1000, stalled(), stallOf(followStall)) {
 		t.Fatal("table rules keep waiting for a table whose partitions do not advance")
 	}
 }
@@ -156,5 +156,47 @@ func TestAChangeOfTablesGoesOnOnlyWhileItIsTheCoordinators(t *testing.T) {
 		if c.goesOn != (err == nil) || err != nil && !errors.Is(err, errMovedOn) {
 			t.Errorf("%s: %v; want it to go on: %v", c.what, err, c.goesOn)
 		}
+	}
+}
+
+// Each table leaving a changefeed is waited for by its own stall: one
+// let go after followStall (dropped while it copied: it cannot pass the
+// drop) does not let go another dropped table, whose end waits until its
+// partitions pass the drop, however long. Before, one duration held for
+// all of them, and the first table let go ended the wait for all.
+func TestEachTableLeavingIsWaitedForByItsOwnStall(t *testing.T) {
+	c := &Coordinator{log: slog.New(slog.DiscardHandler)}
+	e := &meta.ChangefeedEntry{Info: model.ChangefeedInfo{ID: "cf"}}
+	state := func(done model.Ts) *meta.State {
+		return &meta.State{
+			Partitions: map[model.ChangefeedID]map[string]meta.RouteRecord{"cf": {
+				"p1": {Route: model.RouteEntry{ID: "p1", Span: model.Span{Table: "public.copying"}}},
+				"p2": {Route: model.RouteEntry{ID: "p2", Span: model.Span{Table: "public.dropped"}}},
+			}},
+			Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{"cf": {
+				"p1": {Progress: model.Progress{Checkpoint: 900}},
+				"p2": {Progress: model.Progress{Checkpoint: done}},
+			}},
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	waits := func() map[waitKey]stall {
+		return map[waitKey]stall{
+			{"cf", "public.copying"}: {target: 1000, low: 900, since: long},
+			{"cf", "public.dropped"}: {target: 1000, low: 950, since: long},
+		}
+	}
+	stalled := func(t string) time.Duration {
+		if t == "public.dropped" {
+			return dropStall
+		}
+		return followStall
+	}
+	tables := []string{"public.copying", "public.dropped"}
+	if c.leavingPassed(state(950), e, tables, 1000, waits(), stalled) {
+		t.Fatal("a dropped table was let go, behind its drop, with a table that cannot pass its own")
+	}
+	if !c.leavingPassed(state(1000), e, tables, 1000, waits(), stalled) {
+		t.Fatal("the dropped table passed its drop, and the other was stalled for an hour: still waiting")
 	}
 }

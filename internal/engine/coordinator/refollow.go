@@ -134,6 +134,8 @@ func stillRefollowing(e *meta.ChangefeedEntry, r model.Refollow) error {
 	s := e.Status.Refollow
 	switch {
 	case e.Status.State != model.ChangefeedPaused || r.Run != nil && e.Status.Run != *r.Run:
+		// (A record written before records kept the run: a resume and a
+		// pause since are not told from its loss.)
 		return fmt.Errorf("%w: it was resumed (or failed) while the coordinator changed its tables, which takes the change over", errMovedOn)
 	case s == nil:
 		return nil

@@ -8,6 +8,7 @@ package coordinator
 // everything the table had before.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -67,7 +68,6 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	var again []string
 	var dropped []model.TableIssue
 	var at model.Ts
-	renames := false
 	for _, ti := range held {
 		i := slices.Index(next, ti.Table)
 		switch {
@@ -76,7 +76,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		case ti.State == model.TableDropped:
 			dropped = append(dropped, ti) // ended or copied: below
 		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
-			next[i], renames = ti.RenamedTo, true
+			next[i] = ti.RenamedTo
 		case ti.CopyAgain:
 			again = append(again, ti.Table)
 		default:
@@ -89,9 +89,9 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	// ended before they pass it, the table's last changes under its old
 	// name would never be written (a table copied again loses nothing:
 	// its copy replaces what the sink holds of it).
-	stalled := followStall
-	if renames {
-		stalled = renameStall
+	stalls := map[string]time.Duration{}
+	for _, t := range leaving(current, next) {
+		stalls[t] = renameStall // (only renames leave here)
 	}
 	for _, ti := range dropped {
 		if _, still := copying[ti.Table]; !still {
@@ -99,9 +99,10 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 			// changes would never be written: waited for however long
 			// (a large transaction decoded, a sink down). One dropped
 			// while it copied cannot finish its copy, nor pass.
-			stalled = dropStall
+			stalls[ti.Table] = dropStall
 		}
 	}
+	stalled := func(t string) time.Duration { return cmp.Or(stalls[t], followStall) }
 	waited := append(leaving(current, next), again...)
 	for _, ti := range dropped {
 		waited = append(waited, ti.Table)

@@ -229,7 +229,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		}
 		// From the resume point as it was: the one applied lists the
 		// removed tables as gone, which may not come back.
-		if _, uerr := sources.Retable(context.WithoutCancel(octx), applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
 			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
 		}
 	}

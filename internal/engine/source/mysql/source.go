@@ -214,21 +214,27 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	// Removed tables that are gone upstream (dropped, or renamed: the
 	// name ends) are told to the sink as a DROP TABLE, as PostgreSQL's
 	// are: the reader may not have passed its own DROP before the pause
-	// (written twice, it says the same).
+	// (written twice, it says the same), unless the resume point is past
+	// it.
 	var ended map[string]source.EndedTable
 	for _, t := range removed {
 		st, known := p.Tables[t]
 		if !known || st.Def == nil {
 			continue
 		}
-		if !st.Dropped {
-			kind, err := tableKind(ctx, db, t)
-			if err != nil {
-				return source.Retabled{}, explain(cfg, err)
-			}
-			if kind != "" {
-				continue // still there: it only leaves the changefeed
-			}
+		if st.Dropped {
+			// Dropped at or below the resume point (the checkpoint): every
+			// partition of it passed its DROP TABLE, which is in the sink;
+			// written again now, below the checkpoint, it would come
+			// after what the sink has already said is complete.
+			continue
+		}
+		kind, err := tableKind(ctx, db, t)
+		if err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+		if kind != "" {
+			continue // still there: it only leaves the changefeed
 		}
 		if ended == nil {
 			ended = map[string]source.EndedTable{}
@@ -237,23 +243,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	}
 	out, err := retabled(cfg, p, tablesNow, next, added, removed, ended)
 	out.Again = again
-	out.EndedAt = droppedAt(p, ended)
 	return out, err
-}
-
-// droppedAt is where the ended tables' DROP TABLE goes, when every one
-// of them was dropped at a known position (the latest): where the
-// reader wrote it, after every row the table had (0 otherwise: now).
-func droppedAt(p position, ended map[string]source.EndedTable) model.Ts {
-	var at model.Ts
-	for t := range ended {
-		st := p.Tables[t]
-		if !st.Dropped || st.DroppedAt == 0 {
-			return 0
-		}
-		at = max(at, st.DroppedAt)
-	}
-	return at
 }
 
 // retabled is Retable's answer: the URI and resume point with the
