@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -242,4 +243,50 @@ func droppedEnded(cf, table string) string {
 // droppedReason is what a dropped table's report says to do.
 func droppedReason(cf, table string) string {
 	return fmt.Sprintf("dropped upstream; every change before the drop was replicated and nothing more comes: remove it from the changefeed ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'); a table created again under this name can then be added back ('cdcctl changefeed update %s --add-table %s': the sink's old rows are truncated, the new table's copied), or, once created again, be copied in the dropped one's place in one update ('cdcctl changefeed update %s --copy-table %s' while paused)", cf, cf, table, cf, cf, table, cf, table)
+}
+
+// dropCheckEvery is how often the reader looks for tables dropped
+// upstream (pgoutput says nothing of a DROP TABLE).
+const dropCheckEvery = 10 * time.Second
+
+// checkDropped reports the tables dropped upstream (Pull calls it every
+// dropCheckEvery).
+func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
+	missing, err := st.missingTables(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// After every drop found: every change of the tables is before it.
+	at, err := dbNow(ctx, st.cat)
+	if err != nil {
+		return explain(s.cfg, err)
+	}
+	// Without table rules (which end it themselves) and with
+	// auto-remedy, the changefeed ends it by itself.
+	end := s.cfg.AutoRemedy && len(s.cfg.Filter) == 0
+	for _, t := range missing {
+		why := droppedReason(string(s.cf), t)
+		if end {
+			why = droppedEnded(string(s.cf), t)
+		}
+		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end, CopyAgain: end && s.cfg.Snapshot != "never"})
+	}
+	return nil
+}
+
+// report records a table's issue for the changefeed's status.
+func (s *Source) report(i source.TableIssue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.issues.add(i)
+}
+
+// TableIssues implements source.IssueReporter.
+func (s *Source) TableIssues() []source.TableIssue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]source.TableIssue(nil), s.issues.list...)
 }

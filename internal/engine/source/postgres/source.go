@@ -334,52 +334,6 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 }
 
-// dropCheckEvery is how often the reader looks for tables dropped
-// upstream (pgoutput says nothing of a DROP TABLE).
-const dropCheckEvery = 10 * time.Second
-
-// checkDropped reports the tables dropped upstream (Pull calls it every
-// dropCheckEvery).
-func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
-	missing, err := st.missingTables(ctx)
-	if err != nil {
-		return err
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	// After every drop found: every change of the tables is before it.
-	at, err := dbNow(ctx, st.cat)
-	if err != nil {
-		return explain(s.cfg, err)
-	}
-	// Without table rules (which end it themselves) and with
-	// auto-remedy, the changefeed ends it by itself.
-	end := s.cfg.AutoRemedy && len(s.cfg.Filter) == 0
-	for _, t := range missing {
-		why := droppedReason(string(s.cf), t)
-		if end {
-			why = droppedEnded(string(s.cf), t)
-		}
-		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end, CopyAgain: end && s.cfg.Snapshot != "never"})
-	}
-	return nil
-}
-
-// report records a table's issue for the changefeed's status.
-func (s *Source) report(i source.TableIssue) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.issues.add(i)
-}
-
-// TableIssues implements source.IssueReporter.
-func (s *Source) TableIssues() []source.TableIssue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]source.TableIssue(nil), s.issues.list...)
-}
-
 // marksOf turns a transaction's watermarks into the log's mark events of
 // their tables, at its position, each with its table's schema there.
 func marksOf(tx *Txn, tables map[string]TableState) []source.Event {
