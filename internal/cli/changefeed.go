@@ -250,7 +250,9 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 					issues = append(issues, ti.Line())
 				}
 				labelled(tw, "Tables:", issues)
-				if r := cf.Refollow; r.Active() && len(r.Steps) > 0 {
+				if r := cf.Refollow; r != nil && r.TakenOver != "" && cf.State == string(model.ChangefeedPaused) {
+					fmt.Fprintf(tw, "Changing:\tthe coordinator's change of its tables (by %s) was taken over by %s; it stays paused until resumed: cdcctl changefeed resume %s\n", r.By, r.TakenOver, cf.ID)
+				} else if r.Active() && len(r.Steps) > 0 {
 					fmt.Fprintf(tw, "Changing:\tpaused by the coordinator since %s to change its tables (by %s) to %s: %d of %d %s made; it resumes it once done\n",
 						r.Since.Format(time.RFC3339), r.By, strings.Join(r.Steps[len(r.Steps)-1], ", "), r.Done, len(r.Steps), plural(len(r.Steps), "step", "steps"))
 				}

@@ -111,7 +111,17 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 			c.log.Warn("coordinator: the changefeed's table rules match no table any more; it keeps its tables until they match one", "changefeed", id)
 			continue
 		}
-		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, stallOf(followStall)) {
+		copying := copyingTables(st, e)
+		stalled := func(t string) time.Duration {
+			if _, still := copying[t]; still {
+				return followStall // dropped while it copied: it cannot pass
+			}
+			// Renamed or dropped after its copy: its last changes before
+			// it are waited for longer (not for ever: rules that wait
+			// add no new table meanwhile).
+			return renameStall
+		}
+		if !c.leavingPassed(st, e, leaving(current, f.Tables), f.At, waits, stalled) {
 			continue
 		}
 		if err := c.refollow(ctx, term, e, followBy, nil, f.Tables); err != nil && ctx.Err() == nil && !errors.Is(err, errMovedOn) {
@@ -202,8 +212,10 @@ func passedLeaving(st *meta.State, e *meta.ChangefeedEntry, tables map[string]mo
 			continue
 		}
 		for _, ti := range e.Status.Tables {
-			if ti.Table == t && ti.At != 0 {
-				upTo = min(upTo, ti.At-1) // held or dropped there
+			if ti.Table == t && ti.At != 0 && ti.State == model.TableDropped {
+				upTo = min(upTo, ti.At) // dropped there: its DROP TABLE (MySQL) written too
+			} else if ti.Table == t && ti.At != 0 {
+				upTo = min(upTo, ti.At-1) // held there
 			}
 		}
 		if low, ok := lowest(st, e, t); ok && low < upTo {

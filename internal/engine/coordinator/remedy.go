@@ -112,6 +112,11 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 	}
 	refused := c.remedyRefused(ctx, e.Info.SourceURI, held)
 	back, gone := droppedNow(ctx, e.Info.SourceURI, dropped, refused)
+	for _, ti := range dropped {
+		if slices.Contains(gone, ti.Table) && !ti.CopyAgain && takeable(ctx, e.Info.SourceURI, ti.Table) == "" {
+			c.log.Warn("coordinator: a table dropped upstream is ended; a table created again under its name is not replicated (snapshot=never): add it with 'cdcctl changefeed update --add-table' if it should be", "changefeed", e.Info.ID, "table", ti.Table)
+		}
+	}
 	again = append(again, back...)
 	next = slices.DeleteFunc(next, func(t string) bool { return slices.Contains(gone, t) })
 	if len(next) == 0 {
@@ -128,7 +133,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		// applied at the next round.
 		for _, t := range slices.Sorted(maps.Keys(refused)) {
 			failed[waitKey{e.Info.ID, t}] = time.Now()
-			c.log.Warn("coordinator: a held table's remedy is not applied: "+refused[t]+"; its reason in 'cdcctl changefeed get' says what to do; looked at again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "table", t)
+			c.log.Warn("coordinator: a held or dropped table's remedy is not applied: "+refused[t]+"; its reason in 'cdcctl changefeed get' says what to do yourself; looked at again in "+remedyBackoff.String(), "changefeed", e.Info.ID, "table", t)
 		}
 		return
 	}

@@ -219,7 +219,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
-	undo := func() {
+	undo := func(known bool) {
 		if len(applied.Added)+len(applied.Removed) == 0 {
 			// Tables copied again only: published already, or published
 			// now as the new relation under the name (harmless: the
@@ -231,12 +231,26 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		// removed tables as gone, which may not come back.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if _, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, tablesOf(e.Info.SourceURI), at, true); uerr != nil {
+		tables := tablesOf(e.Info.SourceURI)
+		if !known {
+			// The write may have landed: the added tables stay published
+			// (a table published and not replicated costs only its WAL's
+			// decoding); the removed ones are published again.
+			if len(applied.Removed) == 0 {
+				return
+			}
+			for _, t := range applied.Added {
+				if !slices.Contains(tables, t) {
+					tables = append(tables, t)
+				}
+			}
+		}
+		if _, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, tables, at, true); uerr != nil {
 			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
 		}
 	}
 	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
-		undo()
+		undo(true)
 		return UpdateResult{}, fmt.Errorf("%w; nothing changed: update again once the sink can be written", err)
 	}
 	info := e.Info
@@ -245,18 +259,24 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		Info: info, SourcePosition: applied.Position, Add: res.AddedSpans, Since: at,
 		Remove: removeIDs, RemoveTables: append(slices.Clone(applied.Removed), applied.Again...), RoutesAt: st.Revision, Refollow: refollowAfter(e, req),
 	})
-	if err != nil && !errors.Is(err, meta.ErrStale) && !errors.Is(err, meta.ErrTxnTooLarge) && c.landed(ctx, req.ID, e.InfoRevision, info.SourceURI) {
-		// The write's answer was lost, not the write (etcd's connection
-		// broke after the commit): the publication stays as it is now.
-		c.log.Warn("coordinator: the changefeed's tables were updated, though etcd's answer was lost", "changefeed", req.ID, "err", err)
-		return res, nil
+	known := true // whether the write is known not to have landed
+	if err != nil && !errors.Is(err, meta.ErrStale) && !errors.Is(err, meta.ErrTxnTooLarge) && !errors.Is(err, meta.ErrFenced) {
+		landed, read := c.landed(ctx, req.ID, e.InfoRevision, info.SourceURI)
+		if landed {
+			// The write's answer was lost, not the write (etcd's
+			// connection broke after the commit): the publication stays
+			// as it is now.
+			c.log.Warn("coordinator: the changefeed's tables were updated, though etcd's answer was lost", "changefeed", req.ID, "err", err)
+			return res, nil
+		}
+		known = read
 	}
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
 		// old tables. (A DROP or rename written to the sink stays: those
 		// tables are gone upstream under that name, nothing of them comes
 		// after it.)
-		undo()
+		undo(known)
 		if errors.Is(err, meta.ErrTxnTooLarge) {
 			return UpdateResult{}, refuse(ErrInvalid, "%v: add or remove fewer tables at once", err)
 		}
@@ -272,17 +292,16 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 
 // landed says whether an update whose write answered with an error was
 // written all the same: the changefeed's info moved from rev to one with
-// the update's source URI. (Not when etcd cannot be read either: then
-// the update is undone, as one not written.)
-func (c *Coordinator) landed(ctx context.Context, id model.ChangefeedID, rev int64, uri string) bool {
+// the update's source URI; read says whether etcd could be asked.
+func (c *Coordinator) landed(ctx context.Context, id model.ChangefeedID, rev int64, uri string) (landed, read bool) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	st, err := c.store.LoadChangefeed(lctx, id)
 	if err != nil {
-		return false
+		return false, false
 	}
 	e, ok := st.Changefeeds[id]
-	return ok && e.InfoRevision != rev && e.Info.SourceURI == uri
+	return ok && e.InfoRevision != rev && e.Info.SourceURI == uri, true
 }
 
 // refollowAfter is the record of the coordinator's change of tables

@@ -152,15 +152,21 @@ func (p *Puller) reportDropped(table string, at model.Ts) {
 	end := p.cfg.AutoRemedy && len(p.cfg.Filter) == 0
 	why := droppedReason(p.cf, table)
 	if end {
-		why = droppedEnded(p.cf, table)
+		why = droppedEnded(p.cf, table, p.cfg.Snapshot != "never")
 	}
 	p.reportIssue(source.TableIssue{Table: table, State: source.TableDropped, At: at, Reason: why, End: end, CopyAgain: end && p.cfg.Snapshot != "never"})
 }
 
 // droppedEnded is a dropped table's reason where the changefeed ends it
-// by itself.
-func droppedEnded(cf model.ChangefeedID, table string) string {
-	return fmt.Sprintf("dropped upstream: every change before the drop was replicated, and the sink got the DROP TABLE; the changefeed ends the table by itself, or, if a table is created again under its name by then, copies the new one in its place; a changefeed's only table stays until a table has its name again (or remove the changefeed: 'cdcctl changefeed remove %s')", cf)
+// by itself; copy says a table created again under its name is copied in
+// its place (not with snapshot=never).
+func droppedEnded(cf model.ChangefeedID, table string, copy bool) string {
+	again := fmt.Sprintf("a table created again under its name is not replicated (snapshot=never; add it: 'cdcctl changefeed update %s --add-table %s' while paused)", cf, table)
+	if copy {
+		again = "or, if a table is created again under its name by then, copies the new one in its place"
+	}
+	return fmt.Sprintf("dropped upstream: every change before the drop was replicated, and the sink got the DROP TABLE; the changefeed ends the table by itself, %s; a changefeed's only table stays (remove the changefeed: 'cdcctl changefeed remove %s'); to end it yourself: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'",
+		again, cf, cf, cf, table, cf)
 }
 
 // droppedReason says what to do about a table dropped upstream.

@@ -235,9 +235,15 @@ func (is *issues) add(i source.TableIssue) {
 }
 
 // droppedEnded is a dropped table's report where the changefeed ends it
-// by itself (auto-remedy).
-func droppedEnded(cf, table string) string {
-	return fmt.Sprintf("dropped upstream; every change before the drop is replicated, then the changefeed ends the table by itself (the sink gets DROP TABLE %s), or, if a table is created again under its name by then, copies the new one in its place; a changefeed's only table stays until a table has its name again (or remove the changefeed: 'cdcctl changefeed remove %s')", table, cf)
+// by itself (auto-remedy); copy says a table created again under its
+// name is copied in its place (not with snapshot=never).
+func droppedEnded(cf, table string, copy bool) string {
+	again := "a table created again under its name is not replicated (snapshot=never; add it: 'cdcctl changefeed update " + cf + " --add-table " + table + "' while paused)"
+	if copy {
+		again = "or, if a table is created again under its name by then, copies the new one in its place"
+	}
+	return fmt.Sprintf("dropped upstream; every change before the drop is replicated, then the changefeed ends the table by itself (the sink gets DROP TABLE %s), %s; a changefeed's only table stays (remove the changefeed: 'cdcctl changefeed remove %s'); to end it yourself: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s', 'cdcctl changefeed resume %s'",
+		table, again, cf, cf, cf, table, cf)
 }
 
 // droppedReason is what a dropped table's report says to do.
@@ -270,7 +276,7 @@ func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
 	for _, t := range missing {
 		why := droppedReason(string(s.cf), t)
 		if end {
-			why = droppedEnded(string(s.cf), t)
+			why = droppedEnded(string(s.cf), t, s.cfg.Snapshot != "never")
 		}
 		s.report(source.TableIssue{Table: t, State: source.TableDropped, At: at, Since: time.Now().UTC(), Reason: why, End: end, CopyAgain: end && s.cfg.Snapshot != "never"})
 	}

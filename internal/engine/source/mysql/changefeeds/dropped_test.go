@@ -63,7 +63,7 @@ func TestATableDroppedUpstreamIsEndedByTheChangefeedItself(t *testing.T) {
 	// writes n = -1. Both dropped in one statement: one remedy.
 	mysqltest.Exec(t, db, `UPDATE gone SET n = -1 WHERE id = 1`, `DROP TABLE gone, back`,
 		`CREATE TABLE back (id INT PRIMARY KEY, n INT)`, `INSERT INTO back SELECT seq, 7 FROM seq_1_to_`+n+`_step_3`)
-	tc.Eventually("the changefeed replicates shop.keep and the new shop.back alone", 60*time.Second, func() bool {
+	tc.Eventually("the changefeed replicates shop.keep and the new shop.back alone", 120*time.Second, func() bool {
 		e := tc.Changefeed("dropped")
 		resumed := slices.ContainsFunc(e.Status.Incidents, func(in model.Incident) bool {
 			return in.Kind == "resumed" && strings.Contains(in.Reason, "a held table's remedy")
