@@ -177,7 +177,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, 500) g;`); err != nil {
 	// old name again when it starts).
 	tc.NotCoordinator(tc.WaitLeader().Node)
 	tc.Eventually("the coordinator to leave the remedy", 30*time.Second, func() bool {
-		return tc.Tail.Warned("a held table's remedy is not applied: public.orders is a table again under its old name")
+		return tc.Tail.Warned("remedy is not applied: public.orders is a table again under its old name")
 	})
 	e := tc.Changefeed("swapped")
 	if !strings.Contains(e.Info.SourceURI, "public.orders%2Cpublic.beside") || e.Status.State != model.ChangefeedNormal ||
