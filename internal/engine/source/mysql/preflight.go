@@ -129,6 +129,11 @@ func open(ctx context.Context, cfg Config) (*sql.DB, error) {
 // explain turns a driver error into what the operator can do about it;
 // the password never appears.
 func explain(cfg Config, err error) error {
+	if errors.Is(err, context.Canceled) {
+		// Stopped, not failed: kept as it is, so that a caller tells a
+		// shutdown from an error (it names no password).
+		return fmt.Errorf("%s: %w", cfg.Addr(), err)
+	}
 	var me *driver.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {

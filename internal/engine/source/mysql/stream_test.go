@@ -144,7 +144,7 @@ func pull(t *testing.T, p *mysql.Puller, from source.Position) *collected {
 	go func() { done <- p.Pull(ctx, from, log) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil && err != context.Canceled {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("pull: %v", err)
 		}
 	})
