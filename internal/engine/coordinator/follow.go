@@ -136,8 +136,7 @@ func (c *Coordinator) followOnce(ctx context.Context, term election.Term, waits 
 // for a table seen leaving the first time): every round's clock is
 // later than the changefeed's lag behind it. A table whose partitions
 // have not moved for stalled(table) is not waited for any longer (the
-// others still are). It forgets the changefeed's waits once they are
-// over.
+// others still are). It forgets the tables' waits once they are over.
 func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tables []string, at model.Ts, waits map[waitKey]stall, stalled func(table string) time.Duration) bool {
 	id := e.Info.ID
 	targets := map[string]model.Ts{}
@@ -175,7 +174,9 @@ func (c *Coordinator) leavingPassed(st *meta.State, e *meta.ChangefeedEntry, tab
 		c.log.Warn("coordinator: a table leaving the changefeed has not advanced towards its rename or drop; following without waiting for it (its last changes before it may not be in the sink)", "changefeed", id, "table", behind, "stalled_for", time.Since(w.since).Round(time.Second))
 		delete(targets, behind)
 	}
-	maps.DeleteFunc(waits, func(k waitKey, _ stall) bool { return k.cf == id })
+	for _, t := range tables {
+		delete(waits, waitKey{id, t})
+	}
 	return true
 }
 

@@ -8,7 +8,6 @@ package coordinator
 // everything the table had before.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -60,54 +59,43 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 			held[i] = ti
 		}
 	}
-	if len(held) == 0 {
-		return
-	}
 	current := tablesOf(e.Info.SourceURI)
+	// Each remedy is applied once the changefeed has written everything
+	// its table had before its hold or drop, each by its own wait (one
+	// still waited for does not hold the others back). A rename waits for
+	// its partitions longer (renameStall): ended before they pass it, the
+	// table's last changes under its old name would never be written; a
+	// drop for as long as it takes, unless the table was still copying
+	// (it cannot pass the drop); a table copied again loses nothing: its
+	// copy replaces what the sink holds of it.
+	var ready []model.TableIssue
+	for _, ti := range held {
+		stalled := followStall
+		if _, still := copying[ti.Table]; ti.State == model.TableDropped && !still {
+			stalled = dropStall
+		} else if ti.RenamedTo != "" {
+			stalled = renameStall
+		}
+		if slices.Contains(current, ti.Table) && c.leavingPassed(st, e, []string{ti.Table}, ti.At, waits, stallOf(stalled)) {
+			ready = append(ready, ti)
+		}
+	}
+	held = ready
 	next := slices.Clone(current)
 	var again []string
 	var dropped []model.TableIssue
-	var at model.Ts
 	for _, ti := range held {
 		i := slices.Index(next, ti.Table)
 		switch {
-		case i < 0:
-			continue
 		case ti.State == model.TableDropped:
 			dropped = append(dropped, ti) // ended or copied: below
 		case ti.RenamedTo != "" && !slices.Contains(next, ti.RenamedTo):
 			next[i] = ti.RenamedTo
 		case ti.CopyAgain:
 			again = append(again, ti.Table)
-		default:
-			continue
-		}
-		at = max(at, ti.At)
-	}
-	// Everything the held tables had before their holds is written
-	// first. A rename waits for its partitions longer (renameStall):
-	// ended before they pass it, the table's last changes under its old
-	// name would never be written (a table copied again loses nothing:
-	// its copy replaces what the sink holds of it).
-	stalls := map[string]time.Duration{}
-	for _, t := range leaving(current, next) {
-		stalls[t] = renameStall // (only renames leave here)
-	}
-	for _, ti := range dropped {
-		if _, still := copying[ti.Table]; !still {
-			// Ended before its partitions pass the drop, a table's last
-			// changes would never be written: waited for however long
-			// (a large transaction decoded, a sink down). One dropped
-			// while it copied cannot finish its copy, nor pass.
-			stalls[ti.Table] = dropStall
 		}
 	}
-	stalled := func(t string) time.Duration { return cmp.Or(stalls[t], followStall) }
-	waited := append(leaving(current, next), again...)
-	for _, ti := range dropped {
-		waited = append(waited, ti.Table)
-	}
-	if sameTables(current, next) && len(again)+len(dropped) == 0 || !c.leavingPassed(st, e, waited, at, waits, stalled) {
+	if sameTables(current, next) && len(again)+len(dropped) == 0 {
 		return
 	}
 	refused := c.remedyRefused(ctx, e.Info.SourceURI, held)
