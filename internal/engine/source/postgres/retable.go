@@ -131,11 +131,48 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if p.Tables == nil {
 		p.Tables = map[string]TableState{}
 	}
+	for _, t := range out.Removed {
+		delete(p.Parts, t)
+		if st, ok := p.Tables[t]; ok && st.Def != nil {
+			now, exists, err := nameNow(ctx, cat, t, st.OID)
+			if err != nil {
+				return source.Retabled{}, explain(cfg, err)
+			}
+			if !exists || now != t {
+				if out.Ended == nil {
+					out.Ended = map[string]source.EndedTable{}
+				}
+				out.Ended[t] = source.EndedTable{Def: st.Def, RenamedTo: now}
+			}
+		}
+		delete(p.Tables, t)
+		if p.Gone == nil {
+			p.Gone = map[string]model.Ts{}
+		}
+		p.Gone[t] = at
+	}
+	if len(out.Removed) > 0 {
+		// One reading of the clock, after every removed table's name
+		// was read: each had its rename or drop before it. Before the
+		// added tables' (joined): a table renamed ends under its old
+		// name before its new name's TRUNCATE and copied rows, in the
+		// sink's commit order.
+		if out.EndedAt, err = dbNow(ctx, cat); err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+		if p.GoneAt == nil {
+			p.GoneAt = map[string]model.Ts{}
+		}
+		for _, t := range out.Removed {
+			p.GoneAt[t] = out.EndedAt
+		}
+	}
 	var joined model.Ts // with a snapshot: the database's clock now
 	if len(fresh) > 0 && cfg.Snapshot != "never" {
 		if joined, err = dbNow(ctx, cat); err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}
+		joined = max(joined, out.EndedAt+1)
 	}
 	for _, t := range fresh {
 		st := TableState{Def: defs[t], Since: at, OID: oids[t], JoinedAt: joined, Nums: nums[t]}
@@ -168,39 +205,6 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			parts[t] = oids
 		}
 		p.Parts = parts
-	}
-	for _, t := range out.Removed {
-		delete(p.Parts, t)
-		if st, ok := p.Tables[t]; ok && st.Def != nil {
-			now, exists, err := nameNow(ctx, cat, t, st.OID)
-			if err != nil {
-				return source.Retabled{}, explain(cfg, err)
-			}
-			if !exists || now != t {
-				if out.Ended == nil {
-					out.Ended = map[string]source.EndedTable{}
-				}
-				out.Ended[t] = source.EndedTable{Def: st.Def, RenamedTo: now}
-			}
-		}
-		delete(p.Tables, t)
-		if p.Gone == nil {
-			p.Gone = map[string]model.Ts{}
-		}
-		p.Gone[t] = at
-	}
-	if len(out.Removed) > 0 {
-		// One reading of the clock, after every removed table's name
-		// was read: each had its rename or drop before it.
-		if out.EndedAt, err = dbNow(ctx, cat); err != nil {
-			return source.Retabled{}, explain(cfg, err)
-		}
-		if p.GoneAt == nil {
-			p.GoneAt = map[string]model.Ts{}
-		}
-		for _, t := range out.Removed {
-			p.GoneAt[t] = out.EndedAt
-		}
 	}
 	if out.Position, err = json.Marshal(p); err != nil {
 		return source.Retabled{}, err

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -156,5 +157,32 @@ func TestATableOfAChangefeedWithoutASnapshotIsNotCopiedAgain(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out); got != "a,b" {
 		t.Fatalf("the publication publishes %s, want a,b", got)
+	}
+}
+
+// A table renamed upstream and followed under its new name ends under
+// its old name (the sink's ALTER TABLE ... RENAME TO, at EndedAt) before
+// its new name begins (its copy's rows, at JoinedAt): a consumer that
+// applies the sink's changes in commit order meets the rename before the
+// table it names. Before, the clock for the new name was read first.
+func TestARenameEndsTheOldNameBeforeTheNewNameBegins(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text); CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "renamed", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `ALTER TABLE a RENAME TO a2`)
+	ch, err := Retable(ctx, uri, pos, []string{"a2", "b"}, model.TsFromTime(time.Now()), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p position
+	if err := json.Unmarshal(ch.Position, &p); err != nil {
+		t.Fatal(err)
+	}
+	if ch.Ended["public.a"].RenamedTo != "public.a2" || ch.EndedAt == 0 || p.Tables["public.a2"].JoinedAt <= ch.EndedAt {
+		t.Fatalf("the rename ends public.a at %v (%+v), public.a2 joins at %v", ch.EndedAt, ch.Ended, p.Tables["public.a2"].JoinedAt)
 	}
 }
