@@ -99,12 +99,7 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 		return
 	}
 	refused := c.remedyRefused(ctx, e.Info.SourceURI, held)
-	back, gone := droppedNow(ctx, e.Info.SourceURI, dropped, refused)
-	for _, ti := range dropped {
-		if slices.Contains(gone, ti.Table) && !ti.CopyAgain && takeable(ctx, e.Info.SourceURI, ti.Table) == "" {
-			c.log.Warn("coordinator: a table dropped upstream is ended; a table created again under its name is not replicated (snapshot=never): add it with 'cdcctl changefeed update --add-table' if it should be", "changefeed", e.Info.ID, "table", ti.Table)
-		}
-	}
+	back, gone := c.droppedNow(ctx, e, dropped, refused)
 	again = append(again, back...)
 	next = slices.DeleteFunc(next, func(t string) bool { return slices.Contains(gone, t) })
 	if len(next) == 0 {
@@ -141,14 +136,15 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 // gone (no table, or one not to copy: ended). A name that is
 // a table again that a changefeed cannot take (no key), or that cannot
 // be looked up, is refused (with why): the operator chooses.
-func droppedNow(ctx context.Context, uri string, dropped []model.TableIssue, refused map[string]string) (back, gone []string) {
+func (c *Coordinator) droppedNow(ctx context.Context, e *meta.ChangefeedEntry, dropped []model.TableIssue, refused map[string]string) (back, gone []string) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, ti := range dropped {
 		t := ti.Table
-		switch why := takeable(pctx, uri, t); {
+		switch why := takeable(pctx, e.Info.SourceURI, t); {
 		case why == "" && !ti.CopyAgain:
-			gone = append(gone, t) // (snapshot=never: a new table is not copied; ended)
+			gone = append(gone, t)
+			c.log.Warn("coordinator: a table dropped upstream is ended; a table created again under its name is not replicated (snapshot=never): add it with 'cdcctl changefeed update --add-table' if it should be", "changefeed", e.Info.ID, "table", t)
 		case why == "":
 			back = append(back, t)
 		case strings.Contains(why, "does not exist"): // (both sources say so)

@@ -157,13 +157,7 @@ func (c *Cluster) UpdateTablesInOnePause(cf model.ChangefeedID, steps ...[]strin
 // changefeed update' does.
 func (c *Cluster) UpdatePaused(cf model.ChangefeedID, tables []string) {
 	c.T.Helper()
-	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
-		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
-		return err
-	})
-	if err != nil {
-		c.T.Fatalf("update the tables of %s to %v: %v", cf, tables, err)
-	}
+	c.updatePaused(coordinator.UpdateRequest{ID: cf, Tables: tables, By: "test"})
 }
 
 // CopyAgain copies tables of a changefeed again, keeping its tables, as
@@ -171,14 +165,21 @@ func (c *Cluster) UpdatePaused(cf model.ChangefeedID, tables []string) {
 func (c *Cluster) CopyAgain(cf model.ChangefeedID, tables []string, again ...string) {
 	c.T.Helper()
 	c.SetState(cf, model.ChangefeedPaused)
+	c.updatePaused(coordinator.UpdateRequest{ID: cf, Tables: tables, CopyAgain: again, By: "test"})
+	c.SetState(cf, model.ChangefeedNormal)
+}
+
+// updatePaused makes an update of a paused changefeed, failing the test
+// if it is refused.
+func (c *Cluster) updatePaused(req coordinator.UpdateRequest) {
+	c.T.Helper()
 	err := c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
-		_, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: tables, CopyAgain: again, By: "test"})
+		_, err := coord.UpdateChangefeed(ctx, term, req)
 		return err
 	})
 	if err != nil {
-		c.T.Fatalf("copy %v of %s again: %v", again, cf, err)
+		c.T.Fatalf("update %s (tables %v, copied again %v): %v", req.ID, req.Tables, req.CopyAgain, err)
 	}
-	c.SetState(cf, model.ChangefeedNormal)
 }
 
 // LeaveRefollow writes what a coordinator that stopped in the middle of

@@ -21,12 +21,7 @@ func (p *Puller) TableIssues() []source.TableIssue {
 	return slices.Clone(p.issues)
 }
 
-// report records a table's issue (one per table and state).
-func (p *Puller) report(table string, state string, at model.Ts, reason string) {
-	p.reportIssue(source.TableIssue{Table: table, State: state, At: at, Reason: reason})
-}
-
-// reportIssue records an issue as report does.
+// reportIssue records a table's issue (one per table and state).
 func (p *Puller) reportIssue(ti source.TableIssue) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
