@@ -49,6 +49,9 @@ type Config struct {
 	// SinkMemoryMiB bounds the encoded rows all storage sinks of the node
 	// hold together, whatever the number of changefeeds (seed 004).
 	SinkMemoryMiB int
+	// LogMemoryMiB bounds the newest rows all event logs of the node keep
+	// in memory together; older ones are in the logs' files.
+	LogMemoryMiB int
 	// SinkRoot is the directory every file:// sink must be under; ""
 	// means DataDir/sinks.
 	SinkRoot string
@@ -88,6 +91,7 @@ var Defaults = Config{
 	FollowTablesEvery: 30 * time.Second,
 	CheckpointStore:   "etcd",
 	SinkMemoryMiB:     1024,
+	LogMemoryMiB:      256,
 	EmbedEtcdAddr:     "127.0.0.1:2379",
 	LogLevel:          "info",
 	LogFormat:         "text",
@@ -150,6 +154,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SinkMemoryMiB < 16 {
 		return fmt.Errorf("--sink-memory-mib %d is too small: the storage sinks of this capture share it; use at least 16 (default 1024)", c.SinkMemoryMiB)
+	}
+	if c.LogMemoryMiB == 0 {
+		c.LogMemoryMiB = Defaults.LogMemoryMiB
+	}
+	if c.LogMemoryMiB < 1 {
+		return fmt.Errorf("--log-memory-mib %d: give the MiB the event logs of this capture may keep in memory, at least 1 (default 256)", c.LogMemoryMiB)
 	}
 	if c.SessionTTL < time.Second {
 		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)

@@ -171,6 +171,7 @@ from a YAML/TOML/JSON file given with --config.`,
 	f.Duration("election-ttl", 0, "TTL of the MySQL election lock; the leader renews every third of it (default: --session-ttl)")
 	f.String("checkpoint-store", d.CheckpointStore, "where partition states go when partitions move or split: etcd, or a bucket URL for large states (file:///dir, s3://bucket?region=..., gs://bucket)")
 	f.Int("sink-memory-mib", d.SinkMemoryMiB, "encoded rows all storage sinks of this capture hold together, in MiB (each sink's spool-max-bytes still bounds it); writes wait above it")
+	f.Int("log-memory-mib", d.LogMemoryMiB, "newest rows all event logs of this capture keep in memory together, in MiB; older ones are read back from the logs' files")
 	f.String("sink-root", "", "directory every file:// sink must be under; a changefeed whose sink is elsewhere is refused (default: <data-dir>/sinks)")
 	f.String("tls-cert-file", "", "certificate (PEM) this agent serves its API and transport with, and presents to other agents; its common name is the node id")
 	f.String("tls-key-file", "", "private key (PEM) of --tls-cert-file")
@@ -220,6 +221,7 @@ func configFrom(v *viper.Viper, flags *pflag.FlagSet) (Config, error) {
 		MoveTimeout:       v.GetDuration("move-timeout"),
 		FollowTablesEvery: v.GetDuration("follow-tables-every"),
 		SinkMemoryMiB:     v.GetInt("sink-memory-mib"),
+		LogMemoryMiB:      v.GetInt("log-memory-mib"),
 		SinkRoot:          v.GetString("sink-root"),
 		TokenAuthFile:     v.GetString("token-auth-file"),
 		TLSCertFile:       v.GetString("tls-cert-file"),

@@ -52,6 +52,9 @@ type Config struct {
 	// SinkRoot is where relative file sinks go; SpoolDir where storage
 	// sinks spool; EventLogDir where this capture's event logs are.
 	SinkRoot, SpoolDir, EventLogDir string
+	// LogMemory is the room this capture's event logs share for their
+	// newest rows (nil: every row goes to the logs' files).
+	LogMemory *eventlog.Memory
 	// Checkpoints is where partition states go (nil: etcd).
 	Checkpoints checkpoint.Store
 	// Elector builds an incarnation's election backend (nil: etcd's

@@ -30,6 +30,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -169,6 +170,9 @@ func (c *Cluster) Start(id string) {
 		// The tests' file sinks are their own temporary directories.
 		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid], Checkpoints: c.Opts.Checkpoints,
 		Recoveries: rec, FollowTablesEvery: c.Opts.FollowTablesEvery,
+		// A small room: a workload's older rows are read back from the
+		// logs' files and its newest from memory, both ways as in a node.
+		LogMemory: eventlog.NewMemory(4 << 20),
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}

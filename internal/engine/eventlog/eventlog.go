@@ -40,7 +40,7 @@ type Log struct {
 	defIDs   map[*source.TableDef]uint32
 	ddls     map[string][]source.Event // by table, in order
 	marks    map[string][]source.Event // the snapshot's watermarks, by table, in order
-	tables   map[string]bool           // tables with rows
+	tail     tail                      // the newest rows, in memory
 	// held are tables that cannot go on (a rename, a row that does not
 	// decode): nothing of theirs at or above the position is read, so
 	// their partitions' checkpoints stay below it while the others'
@@ -74,6 +74,10 @@ type Options struct {
 	// (a KindTxn event, returned to the partition of its first row): for
 	// sinks that write transaction boundaries.
 	Transactions bool
+	// Memory is the node's room for the logs' newest rows, kept in
+	// memory until they are trimmed or the room is full (tail.go); nil
+	// writes every row into the store at once.
+	Memory *Memory
 }
 
 // txnSeq is the sequence number a transaction's summary is stored at,
@@ -94,7 +98,7 @@ func Open(dir string, start model.Ts, o Options) (*Log, error) {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
 	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
-		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tables: map[string]bool{}, held: map[string]model.Ts{}, changed: make(chan struct{}), txns: o.Transactions}, nil
+		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tail: tail{mem: o.Memory, tables: map[string]*tableTail{}}, held: map[string]model.Ts{}, changed: make(chan struct{}), txns: o.Transactions}, nil
 }
 
 // Close releases the store; reads after it return nothing.
@@ -106,11 +110,13 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	close(l.changed)
+	l.tail.release()
 	return l.db.Close()
 }
 
 // Bytes is the space the log takes: its files on disk (with what its
-// store has not compacted away yet) and its memtables (0 once closed). A
+// store has not compacted away yet), its memtables and the rows it keeps
+// in memory (0 once closed). A
 // log that keeps growing holds changes some partition has not read:
 // trimming goes by the changefeed's checkpoint.
 func (l *Log) Bytes() uint64 {
@@ -120,7 +126,7 @@ func (l *Log) Bytes() uint64 {
 		return 0
 	}
 	m := l.db.Metrics()
-	return m.DiskSpaceUsage() + m.MemTable.Size
+	return m.DiskSpaceUsage() + m.MemTable.Size + uint64(l.tail.bytes)
 }
 
 // Resolved is the position up to which the log is complete.
@@ -171,6 +177,9 @@ func (l *Log) ErasePart(table string) error {
 			break
 		}
 	}
+	if !l.tail.erase(table, ts) {
+		return nil
+	}
 	return l.db.DeleteRange(rowKey(table, ts, 0), rowKey(table, ts+1, 0), pebble.NoSync)
 }
 
@@ -188,7 +197,6 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	}
 	b := l.db.NewBatch()
 	defer b.Close()
-	var val []byte
 	for i := range events {
 		e := &events[i]
 		if e.Kind == source.KindDDL {
@@ -223,24 +231,25 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		if l.seq == txnSeq {
 			return fmt.Errorf("event log: transaction at %v has more than %d rows", e.CommitTs, txnSeq-1)
 		}
-		l.tables[e.Table] = true
-		tableOrder := uint32(0)
+		// Kept as a read of the store would return it.
+		k := source.Event{Kind: source.KindDML, Table: e.Table, CommitTs: e.CommitTs, Def: e.Def, SchemaVersion: e.SchemaVersion,
+			TableVersion: e.TableVersion, Op: e.Op, Key: e.Key, New: e.New, Old: e.Old}
 		if l.txns {
-			tableOrder = l.countRow(e)
+			k.TxnOrder, k.TxnTableOrder = l.seq+1, l.countRow(e)
 		}
-		val = l.encode(val[:0], e, tableOrder)
-		if err := b.Set(rowKey(e.Table, e.CommitTs, l.seq), val, nil); err != nil {
-			return err
-		}
+		l.tail.keep(k, l.seq)
 		l.seq++
 	}
 	if resolve && l.seqTs == events[len(events)-1].CommitTs {
-		if err := l.summarize(b, val[:0]); err != nil {
-			return err
-		}
+		l.summarize()
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("event log: %w", err)
+	if err := l.spill(b); err != nil {
+		return err
+	}
+	if !b.Empty() {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return fmt.Errorf("event log: %w", err)
+		}
 	}
 	if resolve {
 		l.resolved = events[len(events)-1].CommitTs
@@ -269,17 +278,14 @@ func (l *Log) upToFor(table string, upTo model.Ts) model.Ts {
 	return upTo
 }
 
-// summarize adds the open transaction's summary to a batch, if the log
-// keeps them and the transaction has rows. l.mu is held.
-func (l *Log) summarize(b *pebble.Batch, val []byte) error {
+// summarize keeps the open transaction's summary, if the log keeps them
+// and the transaction has rows. l.mu is held.
+func (l *Log) summarize() {
 	if !l.txns || len(l.counts) == 0 {
-		return nil
+		return
 	}
-	if err := b.Set(rowKey(l.counts[0].table, l.seqTs, txnSeq), l.encodeSummary(val), nil); err != nil {
-		return err
-	}
+	l.tail.keep(l.summary(), txnSeq)
 	l.counts, l.sourceID = l.counts[:0], ""
-	return nil
 }
 
 // Resolve moves the resolved position: nothing commits at or below ts
@@ -292,8 +298,9 @@ func (l *Log) Resolve(ts model.Ts) {
 		// an Append: its summary now (a source that passes its id Appends
 		// it instead). A write that fails leaves the transaction without
 		// one; it fails only on a log being closed.
+		l.summarize()
 		b := l.db.NewBatch()
-		if l.summarize(b, nil) == nil {
+		if l.spill(b) == nil && !b.Empty() {
 			_ = b.Commit(pebble.NoSync)
 		}
 		_ = b.Close()
@@ -324,97 +331,6 @@ func (l *Log) DDLs(table string, from, upTo model.Ts) []source.Event {
 	return out
 }
 
-// Read returns a span's rows after a cursor and up to upTo, oldest first,
-// and the cursor after them. It stops after about max rows, at the end of
-// a position, except inside a transaction that alone has max rows of the
-// span: that one it returns in parts, the cursor inside it. It never
-// reads past the resolved position, nor past the table's next schema
-// change (the caller meets that change through DDLs first). A watermark
-// of the table (KindMark) ends a read: it is its last event.
-func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return nil, from, errors.New("event log: closed")
-	}
-	if from.Done < l.trimmed {
-		return nil, from, fmt.Errorf("%w (asked from %v, the log starts at %v)", ErrTrimmed, from.Done, l.trimmed)
-	}
-	upTo = l.upToFor(span.Table, min(upTo, l.resolved))
-	for _, d := range l.ddls[span.Table] {
-		if d.CommitTs > from.Done {
-			upTo = min(upTo, d.CommitTs-1)
-			break
-		}
-	}
-	var mark *source.Event
-	for i, m := range l.marks[span.Table] {
-		if m.CommitTs > from.Done {
-			if m.CommitTs <= upTo {
-				mark, upTo = &l.marks[span.Table][i], m.CommitTs
-			}
-			break
-		}
-	}
-	if upTo <= from.Done || from.Inside() && upTo < from.At {
-		return nil, from, nil
-	}
-	lower := rowKey(span.Table, from.Done+1, 0)
-	if from.Inside() {
-		lower = rowKey(span.Table, from.At, from.Seq)
-	}
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: rowKey(span.Table, upTo+1, 0)})
-	if err != nil {
-		return nil, from, err
-	}
-	defer it.Close()
-	// The rows' strings and values are cut from a few large blocks, not
-	// allocated one by one (decoding was most of a read's CPU); a block
-	// is never written again once cut from, so the strings stay valid.
-	var a source.Arena
-	var out []source.Event
-	same := 0 // rows of the span at the last row's position
-	for it.First(); it.Valid(); it.Next() {
-		ts, seq := posOfKey(it.Key())
-		if n := len(out); n >= maxRows {
-			if last := out[n-1].CommitTs; ts != last {
-				return out, source.Cursor{Done: last}, nil
-			}
-			if same >= maxRows {
-				return out, source.Cursor{Done: ts - 1, At: ts, Seq: seq}, nil
-			}
-		}
-		e, d, err := l.decodeKey(&a, span.Table, ts, seq, it.Value())
-		if err != nil {
-			return nil, from, err
-		}
-		if span.Contains(e.Key) {
-			if err := decodeValues(&e, &d); err != nil {
-				return nil, from, err
-			}
-			if n := len(out); n == 0 || out[n-1].CommitTs != ts {
-				same = 0
-			}
-			if len(out) == cap(out) {
-				// Not from one, nor by doubling: a read of thousands of
-				// rows copied them again at every doubling (a twentieth
-				// of a streaming run's CPU). Not of maxRows at once
-				// either: most reads of a changefeed of many tables find
-				// a row or two.
-				out = slices.Grow(out, max(min(maxRows, 8*cap(out)), 2*cap(out), 32)-len(out))
-			}
-			out = append(out, e)
-			same++
-		}
-	}
-	if mark != nil {
-		// No row shares a watermark's position: every row before it has
-		// been returned.
-		out = append(out, *mark)
-	}
-	return out, source.Cursor{Done: upTo}, it.Error()
-}
-
 // Trim drops rows at or below ts (the changefeed's checkpoint: no
 // partition reads below it again).
 func (l *Log) Trim(ts model.Ts) error {
@@ -423,7 +339,7 @@ func (l *Log) Trim(ts model.Ts) error {
 	if ts <= l.trimmed || l.closed {
 		return nil
 	}
-	for t := range l.tables {
+	for _, t := range l.tail.trim(ts) {
 		if err := l.db.DeleteRange(rowKey(t, 0, 0), rowKey(t, ts+1, 0), pebble.NoSync); err != nil {
 			return err
 		}

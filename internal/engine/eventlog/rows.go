@@ -69,23 +69,33 @@ func (l *Log) countRow(e *source.Event) uint32 {
 	return 1
 }
 
-// encodeSummary encodes the open transaction's summary as a row of its
-// first table: a row's head with operation 0 (none is a real row's) and
-// its first row's key, so that a span's read finds it where it finds
-// that row; then the source's id of it and the counts by table.
-func (l *Log) encodeSummary(b []byte) []byte {
+// summary is the open transaction's summary as an event of its first
+// table: operation 0 (none is a real row's) and its first row's key, so
+// that a span's read finds it where it finds that row.
+func (l *Log) summary() source.Event {
 	first := l.counts[0]
-	b = binary.AppendUvarint(b, uint64(l.defID(first.def)))
+	t := &source.TxnSummary{SourceID: l.sourceID, Tables: make([]source.TableCount, len(l.counts))}
+	for i, c := range l.counts {
+		t.Tables[i] = source.TableCount{Table: c.table, Events: int(c.n)}
+		t.Events += int(c.n)
+	}
+	return source.Event{Kind: source.KindTxn, Table: first.table, CommitTs: l.seqTs, Def: first.def, Key: first.first, Txn: t}
+}
+
+// encodeSummary encodes a transaction's summary as a row's head, then
+// the source's id of it and the counts by table.
+func (l *Log) encodeSummary(b []byte, e *source.Event) []byte {
+	b = binary.AppendUvarint(b, uint64(l.defID(e.Def)))
 	b = append(b, 0)
 	b = binary.AppendUvarint(b, 0)
 	b = binary.AppendUvarint(b, 0)
-	b = appendString(b, first.first)
+	b = appendString(b, e.Key)
 	b = binary.AppendUvarint(b, 0)
-	b = appendString(b, l.sourceID)
-	b = binary.AppendUvarint(b, uint64(len(l.counts)))
-	for _, c := range l.counts {
-		b = appendString(b, c.table)
-		b = binary.AppendUvarint(b, uint64(c.n))
+	b = appendString(b, e.Txn.SourceID)
+	b = binary.AppendUvarint(b, uint64(len(e.Txn.Tables)))
+	for _, c := range e.Txn.Tables {
+		b = appendString(b, c.Table)
+		b = binary.AppendUvarint(b, uint64(c.Events))
 	}
 	return b
 }

@@ -115,6 +115,9 @@ type HostConfig struct {
 	// starts): on disk, a large transaction costs disk, not memory. Empty
 	// keeps them in memory (tests).
 	LogDir string
+	// LogMemory is the room the event logs here share for their newest
+	// rows (nil: every row goes to the logs' files).
+	LogMemory *eventlog.Memory
 	// Checkpointed, if set, is told each checkpoint the host persists
 	// with its changefeed's sink (the storage sink's metadata file). It
 	// must not block.

@@ -126,7 +126,7 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		// Rows are numbered within their transactions only for a sink
 		// that writes transaction boundaries: the summaries cost a
 		// record per transaction.
-		log, err := eventlog.Open(dir, 0, eventlog.Options{Transactions: e.Info.WantsTransactions()})
+		log, err := eventlog.Open(dir, 0, eventlog.Options{Transactions: e.Info.WantsTransactions(), Memory: h.cfg.LogMemory})
 		if err != nil {
 			h.log.Warn("maintainer: cannot open an event log", "changefeed", cf, "err", err)
 			return

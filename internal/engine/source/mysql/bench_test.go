@@ -150,7 +150,9 @@ func bareRead(b *testing.B, addr string, from source.Position, want int) int {
 func throughTheSource(b *testing.B, cfg mysql.Config, from source.Position, dir string, want int, meta bool) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Transactions: meta})
+	// On disk with the newest rows in memory, as the agent keeps it
+	// (--log-memory-mib's default).
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Transactions: meta, Memory: eventlog.NewMemory(256 << 20)})
 	if err != nil {
 		b.Fatal(err)
 	}

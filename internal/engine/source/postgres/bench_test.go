@@ -171,8 +171,9 @@ func bareInsert(b *testing.B, data []byte) bool {
 func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// On disk, as the agent keeps it (<data-dir>/eventlog/<changefeed>).
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{})
+	// On disk with the newest rows in memory, as the agent keeps it
+	// (<data-dir>/eventlog/<changefeed>, --log-memory-mib's default).
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Memory: eventlog.NewMemory(256 << 20)})
 	if err != nil {
 		b.Fatal(err)
 	}

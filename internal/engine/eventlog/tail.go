@@ -1,0 +1,214 @@
+package eventlog
+
+// The log's newest rows are kept in memory, as Read returns them, while
+// the node's logs have room for them; past that a log writes its oldest
+// rows into its store ("spills" them). Most rows are read by their
+// partition soon after they are appended and trimmed at the next
+// checkpoint: kept in memory they are never encoded, written, compacted
+// and decoded again, which was most of the log's CPU in a streaming run.
+// The store keeps its role for what memory cannot hold: a partition that
+// reads far behind (a slow sink, a move) and a backlog larger than the
+// room. A table's rows are split at one position: those below it are in
+// the store, every one from it on is in memory.
+//
+// Kept rows share their values with the events the source appended:
+// neither the sources nor the readers change an event once appended, and
+// every Read returns a slice of its own.
+
+import (
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// Memory is the room the event logs of a node share for the rows they
+// keep in memory.
+type Memory struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewMemory makes a room of bytes for the logs that share it.
+func NewMemory(bytes int64) *Memory { return &Memory{max: bytes} }
+
+// Used is what the logs sharing the room keep in it now.
+func (m *Memory) Used() int64 { return m.used.Load() }
+
+// pos is a row's place in its table: its commit position and its number
+// there (a transaction's summary is numbered last, txnSeq).
+type pos struct {
+	ts  model.Ts
+	seq uint32
+}
+
+func (p pos) before(q pos) bool { return p.ts < q.ts || p.ts == q.ts && p.seq < q.seq }
+
+// after is the first place after p.
+func (p pos) after() pos {
+	if p.seq == txnSeq {
+		return pos{ts: p.ts + 1}
+	}
+	return pos{ts: p.ts, seq: p.seq + 1}
+}
+
+// keptRow is a row held in memory: the event as Read returns it.
+type keptRow struct {
+	seq  uint32
+	size int64
+	e    source.Event
+}
+
+func (k *keptRow) pos() pos { return pos{k.e.CommitTs, k.seq} }
+
+// keptOverhead is about what a kept row takes besides its text: the row
+// and its event, and each value's header.
+const keptOverhead, valueOverhead = 200, 24
+
+// tableTail is what memory holds of one table.
+type tableTail struct {
+	rows rowQueue // in their order
+	// from is where memory starts: rows holds every row of the table at
+	// or after it, the store the ones before.
+	from pos
+	// stored says the store may hold rows of the table.
+	stored bool
+}
+
+// run is consecutive rows of one table as they were appended, up to its
+// last; runs are spilled oldest first.
+type run struct {
+	table string
+	last  pos
+}
+
+// tail is what a log keeps in memory.
+type tail struct {
+	mem    *Memory // nil: nothing is kept, every row goes to the store
+	tables map[string]*tableTail
+	runs   []run
+	head   int // runs before it are spilled or trimmed
+	bytes  int64
+}
+
+// keep adds a row (at seq of its position) to memory.
+func (t *tail) keep(e source.Event, seq uint32) {
+	tt := t.tables[e.Table]
+	if tt == nil {
+		tt = &tableTail{}
+		t.tables[e.Table] = tt
+	}
+	size := int64(keptOverhead + e.Size() + valueOverhead*(len(e.New)+len(e.Old)))
+	tt.rows.push(keptRow{seq: seq, size: size, e: e})
+	t.grow(size)
+	at := pos{e.CommitTs, seq}
+	if n := len(t.runs); n > t.head && t.runs[n-1].table == e.Table {
+		t.runs[n-1].last = at
+	} else {
+		t.runs = append(t.runs, run{table: e.Table, last: at})
+	}
+}
+
+func (t *tail) grow(n int64) {
+	t.bytes += n
+	if t.mem != nil {
+		t.mem.used.Add(n)
+	}
+}
+
+// over says the log must spill: the node's logs hold more than their
+// room, or this one more than half of it (a log whose sink is down must
+// not take every other log's room).
+func (t *tail) over() bool {
+	return t.bytes > 0 && (t.mem == nil || t.mem.used.Load() > t.mem.max || 2*t.bytes > t.mem.max)
+}
+
+// spill writes the oldest runs into a batch of the store until the log
+// is within its room.
+func (l *Log) spill(b *pebble.Batch) error {
+	t := &l.tail
+	var val []byte
+	for t.over() && t.head < len(t.runs) {
+		r := t.runs[t.head]
+		t.runs[t.head] = run{}
+		t.head++
+		tt := t.tables[r.table]
+		if tt == nil {
+			continue // trimmed
+		}
+		n := 0
+		for n < tt.rows.len() && !r.last.before(tt.rows.at(n).pos()) {
+			k := tt.rows.at(n)
+			if k.e.Kind == source.KindTxn {
+				val = l.encodeSummary(val[:0], &k.e)
+			} else {
+				val = l.encode(val[:0], &k.e, k.e.TxnTableOrder)
+			}
+			if err := b.Set(rowKey(r.table, k.e.CommitTs, k.seq), val, nil); err != nil {
+				return err
+			}
+			t.grow(-k.size)
+			n++
+		}
+		tt.rows.dropFront(n)
+		if tt.from.before(r.last.after()) {
+			tt.from = r.last.after()
+		}
+		tt.stored = true
+	}
+	if t.head > 1024 && 2*t.head > len(t.runs) {
+		t.runs = append(t.runs[:0], t.runs[t.head:]...)
+		t.head = 0
+	}
+	return nil
+}
+
+// trim drops the rows at or below ts from memory and returns the tables
+// whose rows the store may hold.
+func (t *tail) trim(ts model.Ts) []string {
+	var stored []string
+	for name, tt := range t.tables {
+		n := 0
+		for n < tt.rows.len() && tt.rows.at(n).e.CommitTs <= ts {
+			t.grow(-tt.rows.at(n).size)
+			n++
+		}
+		tt.rows.dropFront(n)
+		if tt.stored {
+			stored = append(stored, name)
+		}
+		if tt.rows.len() == 0 && !(pos{ts: ts + 1}).before(tt.from) {
+			// Nothing of the table is left above ts, here or in the
+			// store: a new row of it starts memory afresh.
+			delete(t.tables, name)
+		}
+	}
+	for t.head < len(t.runs) && t.runs[t.head].last.ts <= ts {
+		t.runs[t.head] = run{}
+		t.head++
+	}
+	return stored
+}
+
+// erase drops a table's rows at ts (the open transaction's) from memory
+// and says whether the store may hold some.
+func (t *tail) erase(table string, ts model.Ts) bool {
+	tt := t.tables[table]
+	if tt == nil {
+		return false
+	}
+	n := 0
+	for l := tt.rows.len(); n < l && tt.rows.at(l-1-n).e.CommitTs == ts; n++ {
+		t.grow(-tt.rows.at(l - 1 - n).size)
+	}
+	tt.rows.dropBack(n)
+	return tt.stored
+}
+
+// release gives the log's room back.
+func (t *tail) release() {
+	t.grow(-t.bytes)
+	t.tables, t.runs, t.head = map[string]*tableTail{}, nil, 0
+}

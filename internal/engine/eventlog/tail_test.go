@@ -1,0 +1,172 @@
+package eventlog
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// TestALogReadsTheSameWhateverItKeepsInMemory drives logs that keep
+// nothing in memory, a few rows, and every row through the same random
+// appends (whole transactions and parts, some erased), resolves and trims,
+// and has partitions of each read them back: every read must return the
+// same events and cursor from each, and what memory holds must go back to
+// nothing once everything is trimmed.
+func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, seed))
+			txns := seed%2 == 0
+			rooms := []*Memory{nil, NewMemory(int64(rng.IntN(6000) + 500)), NewMemory(1 << 30)}
+			logs := make([]*Log, len(rooms))
+			for i, m := range rooms {
+				l, err := Open(t.TempDir(), 0, Options{Transactions: txns, Memory: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				logs[i] = l
+			}
+			each := func(what string, f func(l *Log) error) {
+				t.Helper()
+				for i, l := range logs {
+					if err := f(l); err != nil {
+						t.Fatalf("log %d: %s: %v", i, what, err)
+					}
+				}
+			}
+			tables := []string{"public.a", "public.b", "public.c"}
+			spans := []model.Span{{Table: "public.a", End: "k"}, {Table: "public.a", Start: "k"}, {Table: "public.b"}, {Table: "public.c", End: "m"}, {Table: "public.c", Start: "m"}}
+			cursors := make([][]source.Cursor, len(logs))
+			for i := range cursors {
+				cursors[i] = make([]source.Cursor, len(spans))
+			}
+			rowOf := func(ts model.Ts, n int) source.Event {
+				key := fmt.Sprintf("%c%d", 'a'+rng.IntN(26), rng.IntN(50))
+				e := source.Event{Kind: source.KindDML, Table: tables[rng.IntN(len(tables))], CommitTs: ts, Def: v1, Op: source.OpInsert, Key: key,
+					New: []source.Value{source.Text(key), source.Text(fmt.Sprint(n))}}
+				if rng.IntN(4) == 0 {
+					e.Op, e.Old = source.OpUpdate, []source.Value{source.Text(key), {Unchanged: true}}
+				}
+				return e
+			}
+			var ts, trimmed model.Ts
+			n := 0
+			readAll := func() {
+				t.Helper()
+				max := 1 + rng.IntN(6)
+				for s, span := range spans {
+					var want []source.Event
+					var wantCur source.Cursor
+					for i, l := range logs {
+						evs, cur, err := l.Read(span, cursors[i][s], ts+5, max)
+						if err != nil {
+							t.Fatalf("log %d: read %v from %+v: %v", i, span, cursors[i][s], err)
+						}
+						if i == 0 {
+							want, wantCur = evs, cur
+						} else if !reflect.DeepEqual(evs, want) || cur != wantCur {
+							t.Fatalf("log %d (room %v) read %v from %+v:\n%+v %+v\nthe store alone:\n%+v %+v", i, rooms[i], span, cursors[i][s], evs, cur, want, wantCur)
+						}
+						cursors[i][s] = cur
+					}
+				}
+			}
+			for step := 0; step < 300; step++ {
+				switch r := rng.IntN(10); {
+				case r < 5: // a transaction, sometimes in parts first
+					ts += model.Ts(1 + rng.IntN(3))
+					if rng.IntN(3) == 0 {
+						part := []source.Event{}
+						for range 1 + rng.IntN(5) {
+							n++
+							part = append(part, rowOf(ts, n))
+						}
+						each("append a part", func(l *Log) error { return l.AppendPart(part) })
+						if rng.IntN(3) == 0 {
+							table := tables[rng.IntN(len(tables))]
+							each("erase a part", func(l *Log) error { return l.ErasePart(table) })
+						}
+					}
+					var rest []source.Event
+					if rng.IntN(4) == 0 {
+						rest = append(rest, source.Event{Kind: source.KindTxn, CommitTs: ts, Txn: &source.TxnSummary{SourceID: fmt.Sprint("x", ts)}})
+					}
+					for range rng.IntN(6) {
+						n++
+						rest = append([]source.Event{rowOf(ts, n)}, rest...)
+					}
+					if len(rest) == 0 {
+						each("resolve", func(l *Log) error { l.Resolve(ts); return nil })
+					} else {
+						each("append", func(l *Log) error { return l.Append(rest) })
+					}
+				case r < 8:
+					readAll()
+				default: // the checkpoint: below every partition's cursor
+					low := ts
+					for _, c := range cursors[0] {
+						low = min(low, c.Done)
+					}
+					if low > trimmed && rng.IntN(2) == 0 {
+						trimmed = low
+						each("trim", func(l *Log) error { return l.Trim(low) })
+					}
+				}
+			}
+			readAll()
+			ts++
+			each("resolve", func(l *Log) error { l.Resolve(ts); return nil })
+			each("trim", func(l *Log) error { return l.Trim(ts) })
+			for i, m := range rooms {
+				if m != nil && m.Used() != 0 {
+					t.Fatalf("log %d: memory holds %d bytes once everything is trimmed", i, m.Used())
+				}
+				if len(logs[i].tail.tables) != 0 {
+					t.Fatalf("log %d: memory still has tables %v once everything is trimmed", i, logs[i].tail.tables)
+				}
+			}
+		})
+	}
+}
+
+// TestALogsRowsAreKeptInMemoryWithinItsRoom checks what the room bounds:
+// a log keeps its newest rows up to the node's room, at most half of it
+// when it holds them alone, gives them back as they are trimmed, and all
+// of them when closed.
+func TestALogsRowsAreKeptInMemoryWithinItsRoom(t *testing.T) {
+	m := NewMemory(64 << 10)
+	l, err := Open(t.TempDir(), 0, Options{Memory: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ts := model.Ts(1); ts <= 2000; ts++ {
+		if err := l.Append([]source.Event{row(ts, fmt.Sprint("k", uint64(ts)), source.OpInsert, v1)}); err != nil {
+			t.Fatal(err)
+		}
+		if used := m.Used(); used > 32<<10 {
+			t.Fatalf("at %v the log keeps %d bytes, more than half its room", ts, used)
+		}
+	}
+	if used := m.Used(); used < 16<<10 {
+		t.Fatalf("the log keeps %d bytes of its newest rows; want close to half its room", used)
+	}
+	evs, _, err := l.Read(model.Span{Table: "public.t"}, after(0), 2000, 5000)
+	if err != nil || len(evs) != 2000 || evs[0].Key != "k1" || evs[1999].Key != "k2000" {
+		t.Fatalf("read %d rows (%v); want every one, from the store and from memory", len(evs), err)
+	}
+	if err := l.Trim(1990); err != nil {
+		t.Fatal(err)
+	}
+	if used := m.Used(); used > 4<<10 {
+		t.Fatalf("after the trim the log keeps %d bytes; want ten rows'", used)
+	}
+	l.Close()
+	if used := m.Used(); used != 0 {
+		t.Fatalf("a closed log keeps %d bytes", used)
+	}
+}
