@@ -52,9 +52,9 @@ type Config struct {
 	// SinkRoot is where relative file sinks go; SpoolDir where storage
 	// sinks spool; EventLogDir where this capture's event logs are.
 	SinkRoot, SpoolDir, EventLogDir string
-	// LogMemory is the room this capture's event logs share for their
-	// newest rows (nil: every row goes to the logs' files).
-	LogMemory *eventlog.Memory
+	// LogMemory is the bytes this capture's event logs share for their
+	// newest rows (0: every row goes to the logs' files).
+	LogMemory int64
 	// Checkpoints is where partition states go (nil: etcd).
 	Checkpoints checkpoint.Store
 	// Elector builds an incarnation's election backend (nil: etcd's
@@ -118,6 +118,8 @@ type Capture struct {
 	store *meta.Store
 	tr    transport.Transport
 	log   *slog.Logger
+	// logMemory is the room the event logs here share (Config.LogMemory).
+	logMemory *eventlog.Memory
 
 	mu  sync.Mutex
 	cur *Incarnation
@@ -151,7 +153,11 @@ type Incarnation struct {
 // New returns a capture that talks to etcd through store and to other
 // captures through tr.
 func New(cfg Config, store *meta.Store, tr transport.Transport, log *slog.Logger) *Capture {
-	return &Capture{cfg: cfg, store: store, tr: tr, log: log}
+	c := &Capture{cfg: cfg, store: store, tr: tr, log: log}
+	if cfg.LogMemory > 0 {
+		c.logMemory = eventlog.NewMemory(cfg.LogMemory) // one room for every incarnation's logs
+	}
+	return c
 }
 
 // ID is the capture's id.

@@ -186,7 +186,7 @@ func (c *Capture) assemble(member *cluster.Member) (*assembled, error) {
 	marks := registry.NewPublisher(registry.Env{Log: c.log, StorageMetrics: sinks.StorageMetrics, KafkaMetrics: sinks.KafkaMetrics,
 		Tenure: sinks.Tenure, FileRoot: sinks.FileRoot, SpoolDir: sinks.SpoolDir})
 	host := maintainer.NewHost(maintainer.HostConfig{Self: c.cfg.ID, Store: c.store, View: view, Transport: c.tr, Logs: logs, Log: c.log,
-		MoveTimeout: c.cfg.MoveTimeout, LogDir: c.cfg.EventLogDir, LogMemory: c.cfg.LogMemory, Checkpoints: states, SinkHolds: manager.SinkHolds, Checkpointed: marks.Publish, Faults: c.cfg.Faults})
+		MoveTimeout: c.cfg.MoveTimeout, LogDir: c.cfg.EventLogDir, LogMemory: c.logMemory, Checkpoints: states, SinkHolds: manager.SinkHolds, Checkpointed: marks.Publish, Faults: c.cfg.Faults})
 	return &assembled{Incarnation: Incarnation{Member: member, View: view, Runner: runner, Coordinator: coord, Manager: manager, Host: host, Logs: logs},
 		elector: elector, marks: marks.Run}, nil
 }

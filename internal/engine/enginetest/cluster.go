@@ -30,7 +30,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/embedetcd/etcdtest"
 	"github.com/cdcctl/cdcctl/internal/engine/capture"
 	"github.com/cdcctl/cdcctl/internal/engine/checkpoint"
-	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -172,7 +171,7 @@ func (c *Cluster) Start(id string) {
 		Recoveries: rec, FollowTablesEvery: c.Opts.FollowTablesEvery,
 		// A small room: a workload's older rows are read back from the
 		// logs' files and its newest from memory, both ways as in a node.
-		LogMemory: eventlog.NewMemory(4 << 20),
+		LogMemory: 4 << 20,
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}

@@ -1,10 +1,11 @@
 // Package eventlog is a database source's event log (TiCDC's event store
 // is the model): one upstream reader per changefeed appends committed
 // transactions to it, and every partition's dispatcher reads its key
-// range from any position at or after the checkpoint. Rows live in an
-// embedded pebble store, so a large transaction or a slow partition costs
-// disk, not memory; table definitions and schema changes, which are few,
-// are kept in memory.
+// range from any position at or after the checkpoint. The newest rows
+// are kept in memory within a room the node's logs share (tail.go); the
+// older ones live in an embedded pebble store, so a large transaction or
+// a slow partition costs disk, not memory. Table definitions and schema
+// changes, which are few, are kept in memory.
 //
 // A log lives as long as its reader: a reader started elsewhere (its
 // changefeed's maintainer moved) rebuilds its log from the checkpoint.
@@ -195,8 +196,6 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	if events[0].CommitTs <= l.resolved {
 		return fmt.Errorf("event log: appending at %v, already resolved to %v", events[0].CommitTs, l.resolved)
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
 	for i := range events {
 		e := &events[i]
 		if e.Kind == source.KindDDL {
@@ -243,13 +242,10 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	if resolve && l.seqTs == events[len(events)-1].CommitTs {
 		l.summarize()
 	}
-	if err := l.spill(b); err != nil {
+	if err := l.spill(); err != nil {
+		// The rows are kept in memory still: the log is whole, only over
+		// its room until a spill succeeds.
 		return err
-	}
-	if !b.Empty() {
-		if err := b.Commit(pebble.NoSync); err != nil {
-			return fmt.Errorf("event log: %w", err)
-		}
 	}
 	if resolve {
 		l.resolved = events[len(events)-1].CommitTs
@@ -296,14 +292,10 @@ func (l *Log) Resolve(ts model.Ts) {
 	if l.txns && len(l.counts) > 0 && l.seqTs > l.resolved && l.seqTs <= ts && !l.closed {
 		// A transaction whose rows all came in parts, resolved without
 		// an Append: its summary now (a source that passes its id Appends
-		// it instead). A write that fails leaves the transaction without
-		// one; it fails only on a log being closed.
+		// it instead). Kept in memory: a spill that fails leaves the
+		// oldest rows there, over the room, and the next one writes them.
 		l.summarize()
-		b := l.db.NewBatch()
-		if l.spill(b) == nil && !b.Empty() {
-			_ = b.Commit(pebble.NoSync)
-		}
-		_ = b.Close()
+		_ = l.spill()
 	}
 	if ts > l.resolved && !l.closed {
 		l.resolved = ts
@@ -339,11 +331,17 @@ func (l *Log) Trim(ts model.Ts) error {
 	if ts <= l.trimmed || l.closed {
 		return nil
 	}
-	for _, t := range l.tail.trim(ts) {
+	// The store's rows first: a trim that fails there leaves memory as
+	// it was, and reads below ts whole.
+	for t, tt := range l.tail.tables {
+		if !tt.stored {
+			continue
+		}
 		if err := l.db.DeleteRange(rowKey(t, 0, 0), rowKey(t, ts+1, 0), pebble.NoSync); err != nil {
 			return err
 		}
 	}
+	l.tail.trim(ts)
 	for t, ms := range l.marks {
 		i := 0
 		for i < len(ms) && ms[i].CommitTs <= ts {

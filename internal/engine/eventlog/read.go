@@ -17,7 +17,9 @@ import (
 // span: that one it returns in parts, the cursor inside it. It never
 // reads past the resolved position, nor past the table's next schema
 // change (the caller meets that change through DDLs first). A watermark
-// of the table (KindMark) ends a read: it is its last event.
+// of the table (KindMark) ends a read: it is its last event. The slice is
+// the caller's; the events' values and summaries are shared with the log
+// and every other read of them, and must not be changed.
 func (l *Log) Read(span model.Span, from source.Cursor, upTo model.Ts, maxRows int) ([]source.Event, source.Cursor, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()

@@ -16,6 +16,7 @@ package eventlog
 // every Read returns a slice of its own.
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -82,7 +83,12 @@ type tableTail struct {
 type run struct {
 	table string
 	last  pos
+	rows  int
 }
+
+// runRows bounds a run: a spill writes a table's oldest rows, not every
+// row a busy table has in memory.
+const runRows = 1024
 
 // tail is what a log keeps in memory.
 type tail struct {
@@ -104,10 +110,11 @@ func (t *tail) keep(e source.Event, seq uint32) {
 	tt.rows.push(keptRow{seq: seq, size: size, e: e})
 	t.grow(size)
 	at := pos{e.CommitTs, seq}
-	if n := len(t.runs); n > t.head && t.runs[n-1].table == e.Table {
+	if n := len(t.runs); n > t.head && t.runs[n-1].table == e.Table && t.runs[n-1].rows < runRows {
 		t.runs[n-1].last = at
+		t.runs[n-1].rows++
 	} else {
-		t.runs = append(t.runs, run{table: e.Table, last: at})
+		t.runs = append(t.runs, run{table: e.Table, last: at, rows: 1})
 	}
 }
 
@@ -118,46 +125,75 @@ func (t *tail) grow(n int64) {
 	}
 }
 
-// over says the log must spill: the node's logs hold more than their
-// room, or this one more than half of it (a log whose sink is down must
-// not take every other log's room).
-func (t *tail) over() bool {
-	return t.bytes > 0 && (t.mem == nil || t.mem.used.Load() > t.mem.max || 2*t.bytes > t.mem.max)
+// over says the log must spill, once freed bytes are written: the
+// node's logs hold more than their room, or this one more than half of
+// it (a log whose sink is down must not take every other log's room).
+func (t *tail) over(freed int64) bool {
+	mine := t.bytes - freed
+	return mine > 0 && (t.mem == nil || t.mem.used.Load()-freed > t.mem.max || 2*mine > t.mem.max)
 }
 
-// spill writes the oldest runs into a batch of the store until the log
-// is within its room.
-func (l *Log) spill(b *pebble.Batch) error {
+// spill writes the oldest runs into the store until the log is within
+// its room; memory lets go of them only once they are there.
+func (l *Log) spill() error {
 	t := &l.tail
+	if !t.over(0) {
+		return nil
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	// How far each table's rows are written: memory lets go of them
+	// once the batch is committed.
+	type spilled struct {
+		n    int
+		last pos
+	}
+	done := map[*tableTail]*spilled{}
 	var val []byte
-	for t.over() && t.head < len(t.runs) {
-		r := t.runs[t.head]
-		t.runs[t.head] = run{}
-		t.head++
+	freed, head := int64(0), t.head
+	for ; t.over(freed) && head < len(t.runs); head++ {
+		r := t.runs[head]
 		tt := t.tables[r.table]
 		if tt == nil {
 			continue // trimmed
 		}
-		n := 0
-		for n < tt.rows.len() && !r.last.before(tt.rows.at(n).pos()) {
-			k := tt.rows.at(n)
+		d := done[tt]
+		if d == nil {
+			d = &spilled{}
+			done[tt] = d
+		}
+		for d.n < tt.rows.len() && !r.last.before(tt.rows.at(d.n).pos()) {
+			k := tt.rows.at(d.n)
 			if k.e.Kind == source.KindTxn {
 				val = l.encodeSummary(val[:0], &k.e)
 			} else {
 				val = l.encode(val[:0], &k.e, k.e.TxnTableOrder)
 			}
 			if err := b.Set(rowKey(r.table, k.e.CommitTs, k.seq), val, nil); err != nil {
-				return err
+				return fmt.Errorf("event log: %w", err)
 			}
-			t.grow(-k.size)
-			n++
+			freed += k.size
+			d.n++
 		}
-		tt.rows.dropFront(n)
-		if tt.from.before(r.last.after()) {
-			tt.from = r.last.after()
+		d.last = r.last
+	}
+	if !b.Empty() {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return fmt.Errorf("event log: %w", err)
+		}
+	}
+	for tt, d := range done {
+		for j := 0; j < d.n; j++ {
+			t.grow(-tt.rows.at(j).size)
+		}
+		tt.rows.dropFront(d.n)
+		if tt.from.before(d.last.after()) {
+			tt.from = d.last.after()
 		}
 		tt.stored = true
 	}
+	clear(t.runs[t.head:head])
+	t.head = head
 	if t.head > 1024 && 2*t.head > len(t.runs) {
 		t.runs = append(t.runs[:0], t.runs[t.head:]...)
 		t.head = 0
@@ -165,10 +201,8 @@ func (l *Log) spill(b *pebble.Batch) error {
 	return nil
 }
 
-// trim drops the rows at or below ts from memory and returns the tables
-// whose rows the store may hold.
-func (t *tail) trim(ts model.Ts) []string {
-	var stored []string
+// trim drops the rows at or below ts from memory.
+func (t *tail) trim(ts model.Ts) {
 	for name, tt := range t.tables {
 		n := 0
 		for n < tt.rows.len() && tt.rows.at(n).e.CommitTs <= ts {
@@ -176,9 +210,6 @@ func (t *tail) trim(ts model.Ts) []string {
 			n++
 		}
 		tt.rows.dropFront(n)
-		if tt.stored {
-			stored = append(stored, name)
-		}
 		if tt.rows.len() == 0 && !(pos{ts: ts + 1}).before(tt.from) {
 			// Nothing of the table is left above ts, here or in the
 			// store: a new row of it starts memory afresh.
@@ -189,7 +220,6 @@ func (t *tail) trim(ts model.Ts) []string {
 		t.runs[t.head] = run{}
 		t.head++
 	}
-	return stored
 }
 
 // erase drops a table's rows at ts (the open transaction's) from memory

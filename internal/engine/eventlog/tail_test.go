@@ -39,8 +39,12 @@ func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
 					}
 				}
 			}
-			tables := []string{"public.a", "public.b", "public.c"}
-			spans := []model.Span{{Table: "public.a", End: "k"}, {Table: "public.a", Start: "k"}, {Table: "public.b"}, {Table: "public.c", End: "m"}, {Table: "public.c", Start: "m"}}
+			tables := []string{"public.a", "public.b", "public.c", "public.d", "public.e", "public.f", "public.g", "public.h"}
+			spans := []model.Span{{Table: "public.a", End: "k"}, {Table: "public.a", Start: "k"}, {Table: "public.c", End: "m"}, {Table: "public.c", Start: "m"}}
+			for _, table := range tables[3:] {
+				spans = append(spans, model.Span{Table: table})
+			}
+			spans = append(spans, model.Span{Table: "public.b"})
 			cursors := make([][]source.Cursor, len(logs))
 			for i := range cursors {
 				cursors[i] = make([]source.Cursor, len(spans))
@@ -76,36 +80,42 @@ func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
 					}
 				}
 			}
-			for step := 0; step < 300; step++ {
-				switch r := rng.IntN(10); {
-				case r < 5: // a transaction, sometimes in parts first
-					ts += model.Ts(1 + rng.IntN(3))
-					if rng.IntN(3) == 0 {
-						part := []source.Event{}
-						for range 1 + rng.IntN(5) {
-							n++
-							part = append(part, rowOf(ts, n))
-						}
-						each("append a part", func(l *Log) error { return l.AppendPart(part) })
-						if rng.IntN(3) == 0 {
-							table := tables[rng.IntN(len(tables))]
-							each("erase a part", func(l *Log) error { return l.ErasePart(table) })
-						}
+			var open model.Ts // a transaction received in parts, not committed yet
+			for step := 0; step < 400; step++ {
+				switch r := rng.IntN(12); {
+				case r < 3: // rows of a transaction still being received
+					if open == 0 {
+						ts += model.Ts(1 + rng.IntN(3))
+						open = ts
+					}
+					part := []source.Event{}
+					for range 1 + rng.IntN(8) {
+						n++
+						part = append(part, rowOf(open, n))
+					}
+					each("append a part", func(l *Log) error { return l.AppendPart(part) })
+				case r < 4 && open != 0:
+					table := tables[rng.IntN(len(tables))]
+					each("erase a part", func(l *Log) error { return l.ErasePart(table) })
+				case r < 7: // a commit: the open transaction's, or a whole one
+					if open == 0 {
+						ts += model.Ts(1 + rng.IntN(3))
 					}
 					var rest []source.Event
-					if rng.IntN(4) == 0 {
-						rest = append(rest, source.Event{Kind: source.KindTxn, CommitTs: ts, Txn: &source.TxnSummary{SourceID: fmt.Sprint("x", ts)}})
-					}
 					for range rng.IntN(6) {
 						n++
-						rest = append([]source.Event{rowOf(ts, n)}, rest...)
+						rest = append(rest, rowOf(ts, n))
+					}
+					if rng.IntN(4) == 0 && len(rest) > 0 {
+						rest = append(rest, source.Event{Kind: source.KindTxn, CommitTs: ts, Txn: &source.TxnSummary{SourceID: fmt.Sprint("x", uint64(ts))}})
 					}
 					if len(rest) == 0 {
 						each("resolve", func(l *Log) error { l.Resolve(ts); return nil })
 					} else {
 						each("append", func(l *Log) error { return l.Append(rest) })
 					}
-				case r < 8:
+					open = 0
+				case r < 10:
 					readAll()
 				default: // the checkpoint: below every partition's cursor
 					low := ts
