@@ -185,7 +185,7 @@ func newMetrics() *metrics {
 	}, []string{"changefeed"})
 	m.eventLogDisk = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "eventlog", Name: "bytes",
-		Help: "Space each database changefeed's event log takes on this node (where its reader runs): its files on disk and its memtables. It is trimmed to the changefeed's checkpoint: growing without end means a partition that does not advance holds it (changefeed get).",
+		Help: "Space each database changefeed's event log takes on this node (where its reader runs): its files on disk, its memtables and its newest rows kept in memory (--log-memory-mib). It is trimmed to the changefeed's checkpoint: growing without end means a partition that does not advance holds it (changefeed get).",
 	}, []string{"changefeed"})
 	m.dispatchers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cdcctl", Subsystem: "dispatcher", Name: "running",
