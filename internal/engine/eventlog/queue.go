@@ -24,10 +24,13 @@ func (q *rowQueue) at(i int) *keptRow {
 }
 
 func (q *rowQueue) push(k keptRow) {
-	if n := len(q.blocks); n == 0 || len(q.blocks[n-1]) == blockRows {
+	if n := len(q.blocks); n == 0 {
 		// Small at first, grown by append up to a whole block: most
 		// tables of a changefeed of many hold a row or two at a time.
 		q.blocks = append(q.blocks, make([]keptRow, 0, 4))
+	} else if len(q.blocks[n-1]) == blockRows {
+		// A table past a block is a busy one: whole blocks from there.
+		q.blocks = append(q.blocks, make([]keptRow, 0, blockRows))
 	}
 	last := &q.blocks[len(q.blocks)-1]
 	*last = append(*last, k)
