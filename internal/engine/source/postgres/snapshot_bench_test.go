@@ -32,7 +32,7 @@ func BenchmarkSnapshotThroughTheEngine(b *testing.B) {
 		b.Fatal(err)
 	}
 	dsn := srv.DSN("bench")
-	tc := enginetest.New(b, enginetest.Options{})
+	tc := enginetest.New(b, enginetest.Options{LogMemory: enginetest.AgentLogMemory}) // as an agent keeps its logs
 	tc.StartCaptures(2)
 	var ours, flat time.Duration
 	for i := 0; i < b.N; i++ {

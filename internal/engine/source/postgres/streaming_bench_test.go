@@ -28,7 +28,7 @@ func BenchmarkCatchUpThroughTheEngine(b *testing.B) {
 	ctx := context.Background()
 	srv := postgres.StartDB(b, "bench")
 	dsn := srv.DSN("bench")
-	tc := enginetest.New(b, enginetest.Options{})
+	tc := enginetest.New(b, enginetest.Options{LogMemory: enginetest.AgentLogMemory}) // as an agent keeps its logs
 	tc.StartCaptures(1)
 	var ours, bare time.Duration
 	for i := 0; i < b.N; i++ {
