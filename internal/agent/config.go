@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 )
 
 // Config is everything a node needs to start.
@@ -91,7 +92,7 @@ var Defaults = Config{
 	FollowTablesEvery: 30 * time.Second,
 	CheckpointStore:   "etcd",
 	SinkMemoryMiB:     1024,
-	LogMemoryMiB:      256,
+	LogMemoryMiB:      eventlog.DefaultMemory >> 20,
 	EmbedEtcdAddr:     "127.0.0.1:2379",
 	LogLevel:          "info",
 	LogFormat:         "text",
@@ -159,7 +160,7 @@ func (c *Config) Validate() error {
 		c.LogMemoryMiB = Defaults.LogMemoryMiB
 	}
 	if c.LogMemoryMiB < 1 {
-		return fmt.Errorf("--log-memory-mib %d: give the MiB the event logs of this capture may keep in memory, at least 1 (default 256)", c.LogMemoryMiB)
+		return fmt.Errorf("--log-memory-mib %d: give the MiB the event logs of this capture may keep in memory, at least 1 (default %d)", c.LogMemoryMiB, Defaults.LogMemoryMiB)
 	}
 	if c.SessionTTL < time.Second {
 		return fmt.Errorf("--session-ttl %s is too short: etcd leases count whole seconds; use at least 1s (default 10s)", c.SessionTTL)

@@ -77,11 +77,8 @@ type Options struct {
 // TestLogMemory is the tests' room for the event logs' newest rows: a
 // small one, so that a workload's older rows are read back from the
 // logs' files and its newest from memory, both ways as in a node. The
-// benchmarks give the agent's (AgentLogMemory).
+// benchmarks give the agent's (eventlog.DefaultMemory).
 const TestLogMemory = 4 << 20
-
-// AgentLogMemory is the agent's default room (--log-memory-mib 256).
-const AgentLogMemory = 256 << 20
 
 // FeedRate is Feeds' load per changefeed in tests: 50 changes a second,
 // about 12 a second into each of its four partitions, so that every

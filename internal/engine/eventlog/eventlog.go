@@ -196,6 +196,7 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	if events[0].CommitTs <= l.resolved {
 		return fmt.Errorf("event log: appending at %v, already resolved to %v", events[0].CommitTs, l.resolved)
 	}
+	var part []keptRow // a part's rows: to the store (storePart)
 	for i := range events {
 		e := &events[i]
 		if e.Kind == source.KindDDL {
@@ -236,8 +237,15 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		if l.txns {
 			k.TxnOrder, k.TxnTableOrder = l.seq+1, l.countRow(e)
 		}
-		l.tail.keep(k, l.seq)
+		if resolve {
+			l.tail.keep(k, l.seq)
+		} else {
+			part = append(part, keptRow{seq: l.seq, e: k})
+		}
 		l.seq++
+	}
+	if part != nil {
+		return l.storePart(part)
 	}
 	if resolve && l.seqTs == events[len(events)-1].CommitTs {
 		l.summarize()

@@ -32,6 +32,13 @@ type Memory struct {
 	used atomic.Int64
 }
 
+// DefaultMemory is an agent's room unless --log-memory-mib says
+// otherwise: a moderate stream's rows, read and checkpointed within a
+// second or two, never reach the store, and a large transaction costs
+// the process at most half of it (and the collector's headroom over it)
+// before its rows go to disk.
+const DefaultMemory = 128 << 20
+
 // NewMemory makes a room of bytes for the logs that share it.
 func NewMemory(bytes int64) *Memory { return &Memory{max: bytes} }
 
@@ -164,13 +171,9 @@ func (l *Log) spill() error {
 		}
 		for d.n < tt.rows.len() && !r.last.before(tt.rows.at(d.n).pos()) {
 			k := tt.rows.at(d.n)
-			if k.e.Kind == source.KindTxn {
-				val = l.encodeSummary(val[:0], &k.e)
-			} else {
-				val = l.encode(val[:0], &k.e, k.e.TxnTableOrder)
-			}
-			if err := b.Set(rowKey(r.table, k.e.CommitTs, k.seq), val, nil); err != nil {
-				return fmt.Errorf("event log: %w", err)
+			var err error
+			if val, err = l.put(b, val, k); err != nil {
+				return err
 			}
 			freed += k.size
 			d.n++
@@ -197,6 +200,65 @@ func (l *Log) spill() error {
 	if t.head > 1024 && 2*t.head > len(t.runs) {
 		t.runs = append(t.runs[:0], t.runs[t.head:]...)
 		t.head = 0
+	}
+	return nil
+}
+
+// put adds a kept row to a batch of the store, encoded in val's space.
+func (l *Log) put(b *pebble.Batch, val []byte, k *keptRow) ([]byte, error) {
+	if k.e.Kind == source.KindTxn {
+		val = l.encodeSummary(val[:0], &k.e)
+	} else {
+		val = l.encode(val[:0], &k.e, k.e.TxnTableOrder)
+	}
+	if err := b.Set(rowKey(k.e.Table, k.e.CommitTs, k.seq), val, nil); err != nil {
+		return val, fmt.Errorf("event log: %w", err)
+	}
+	return val, nil
+}
+
+// storePart writes a part of a transaction still being received into the
+// store at once: parts exist so that a large transaction costs disk, not
+// memory, and its rows are read only after its commit anyway. The rows
+// memory holds of the part's tables are older: they go first, keeping
+// each table's rows below where memory starts in the store.
+func (l *Log) storePart(part []keptRow) error {
+	t := &l.tail
+	b := l.db.NewBatch()
+	defer b.Close()
+	var val []byte
+	var err error
+	last := map[string]pos{} // each table's last row of the part
+	for i := range part {
+		table := part[i].e.Table
+		if _, seen := last[table]; !seen {
+			if tt := t.tables[table]; tt != nil {
+				for j := 0; j < tt.rows.len(); j++ {
+					if val, err = l.put(b, val, tt.rows.at(j)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if val, err = l.put(b, val, &part[i]); err != nil {
+			return err
+		}
+		last[table] = part[i].pos()
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	}
+	for table, p := range last {
+		tt := t.tables[table]
+		if tt == nil {
+			tt = &tableTail{}
+			t.tables[table] = tt
+		}
+		for j := 0; j < tt.rows.len(); j++ {
+			t.grow(-tt.rows.at(j).size)
+		}
+		tt.rows.dropFront(tt.rows.len())
+		tt.from, tt.stored = p.after(), true
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 				*took += time.Since(began)
 			}
 		}
-		sides := []func(){runBare, runOurs(eventlog.NewMemory(256<<20), &ours), runOurs(nil, &stored)}
+		sides := []func(){runBare, runOurs(eventlog.NewMemory(eventlog.DefaultMemory), &ours), runOurs(nil, &stored)}
 		for j := range sides {
 			sides[(i+j)%len(sides)]()
 		}
@@ -258,7 +258,7 @@ func (w *notifyingLog) Append(evs []source.Event) error {
 func BenchmarkSnapshotAgainstSelect(b *testing.B) {
 	const rows = 1_000_000
 	srv, db := benchTable(b, rows)
-	tc := enginetest.New(b, enginetest.Options{LogMemory: enginetest.AgentLogMemory}) // as an agent keeps its logs
+	tc := enginetest.New(b, enginetest.Options{LogMemory: eventlog.DefaultMemory}) // as an agent keeps its logs
 	tc.StartCaptures(2)
 	var ours, flat time.Duration
 	for i := 0; i < b.N; i++ {

@@ -35,7 +35,7 @@ func BenchmarkTransactionMetaAgainstPlain(b *testing.B) {
 				insertRows(b, db, i*c.rows, c.rows, c.perTxn)
 				run := func(meta bool, total *time.Duration) {
 					began := time.Now()
-					if got := throughTheSource(b, cfg, from, b.TempDir(), c.rows, meta, eventlog.NewMemory(256<<20)); got != c.rows {
+					if got := throughTheSource(b, cfg, from, b.TempDir(), c.rows, meta, eventlog.NewMemory(eventlog.DefaultMemory)); got != c.rows {
 						b.Fatalf("the source delivered %d rows, want %d (transaction-meta %v)", got, c.rows, meta)
 					}
 					*total += time.Since(began)

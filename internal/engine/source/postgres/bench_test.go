@@ -173,7 +173,7 @@ func throughTheSource(b *testing.B, st *Stream, dir string, want int) int {
 	defer cancel()
 	// On disk with the newest rows in memory, as the agent keeps it
 	// (<data-dir>/eventlog/<changefeed>, --log-memory-mib's default).
-	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Memory: eventlog.NewMemory(256 << 20)})
+	log, err := eventlog.Open(filepath.Join(dir, "eventlog"), 0, eventlog.Options{Memory: eventlog.NewMemory(eventlog.DefaultMemory)})
 	if err != nil {
 		b.Fatal(err)
 	}

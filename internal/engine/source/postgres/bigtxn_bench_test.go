@@ -72,7 +72,7 @@ func runLargeTransaction(b *testing.B, srv interface {
 		rowText/32, first+1, first+rows)); err != nil {
 		b.Fatal(err)
 	}
-	log, err := eventlog.Open(b.TempDir(), 0, eventlog.Options{})
+	log, err := eventlog.Open(b.TempDir(), 0, eventlog.Options{Memory: eventlog.NewMemory(eventlog.DefaultMemory)})
 	if err != nil {
 		b.Fatal(err)
 	}

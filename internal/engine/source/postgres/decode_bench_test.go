@@ -58,7 +58,7 @@ func BenchmarkReaderAgainstBareDecode(b *testing.B) {
 	})
 	b.Run("reader", func(b *testing.B) {
 		b.ReportAllocs()
-		log, err := eventlog.Open(b.TempDir(), 0, eventlog.Options{Memory: eventlog.NewMemory(256 << 20)})
+		log, err := eventlog.Open(b.TempDir(), 0, eventlog.Options{Memory: eventlog.NewMemory(eventlog.DefaultMemory)})
 		if err != nil {
 			b.Fatal(err)
 		}

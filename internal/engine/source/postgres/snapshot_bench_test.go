@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -32,7 +33,7 @@ func BenchmarkSnapshotThroughTheEngine(b *testing.B) {
 		b.Fatal(err)
 	}
 	dsn := srv.DSN("bench")
-	tc := enginetest.New(b, enginetest.Options{LogMemory: enginetest.AgentLogMemory}) // as an agent keeps its logs
+	tc := enginetest.New(b, enginetest.Options{LogMemory: eventlog.DefaultMemory}) // as an agent keeps its logs
 	tc.StartCaptures(2)
 	var ours, flat time.Duration
 	for i := 0; i < b.N; i++ {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/eventlog"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -28,7 +29,7 @@ func BenchmarkCatchUpThroughTheEngine(b *testing.B) {
 	ctx := context.Background()
 	srv := postgres.StartDB(b, "bench")
 	dsn := srv.DSN("bench")
-	tc := enginetest.New(b, enginetest.Options{LogMemory: enginetest.AgentLogMemory}) // as an agent keeps its logs
+	tc := enginetest.New(b, enginetest.Options{LogMemory: eventlog.DefaultMemory}) // as an agent keeps its logs
 	tc.StartCaptures(1)
 	var ours, bare time.Duration
 	for i := 0; i < b.N; i++ {
