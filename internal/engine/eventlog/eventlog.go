@@ -155,7 +155,10 @@ func (l *Log) Append(events []source.Event) error {
 
 // AppendPart adds rows of a transaction still being received, at the
 // position its commit will have. They stay invisible until a later
-// Append or Resolve passes that position.
+// Append or Resolve passes that position. They go to the store at once,
+// with the older rows memory holds of their tables. An error of Append
+// or AppendPart leaves the log unusable: its reader ends, and the next
+// run of the reader fills a new log.
 func (l *Log) AppendPart(rows []source.Event) error {
 	return l.append(rows, false)
 }
@@ -340,7 +343,8 @@ func (l *Log) Trim(ts model.Ts) error {
 		return nil
 	}
 	// The store's rows first: a trim that fails there leaves memory as
-	// it was, and reads below ts whole.
+	// it was (the store may have lost some of its rows at or below ts,
+	// which no partition reads again).
 	for t, tt := range l.tail.tables {
 		if !tt.stored {
 			continue

@@ -34,9 +34,9 @@ type Memory struct {
 
 // DefaultMemory is an agent's room unless --log-memory-mib says
 // otherwise: a moderate stream's rows, read and checkpointed within a
-// second or two, never reach the store, and a large transaction costs
-// the process at most half of it (and the collector's headroom over it)
-// before its rows go to disk.
+// second or two, never reach the store. A log keeps at most half of it
+// once an Append is done (a transaction appended whole is held until
+// then); a large transaction's parts go to disk as they come.
 const DefaultMemory = 128 << 20
 
 // NewMemory makes a room of bytes for the logs that share it.
@@ -193,7 +193,9 @@ func (l *Log) spill() error {
 		if tt.from.before(d.last.after()) {
 			tt.from = d.last.after()
 		}
-		tt.stored = true
+		if d.n > 0 {
+			tt.stored = true
+		}
 	}
 	clear(t.runs[t.head:head])
 	t.head = head

@@ -180,3 +180,45 @@ func TestALogsRowsAreKeptInMemoryWithinItsRoom(t *testing.T) {
 		t.Fatalf("a closed log keeps %d bytes", used)
 	}
 }
+
+// TestATransactionInPartsIsNotKeptInMemory checks that a large
+// transaction's parts go to the store as they come (parts exist so that
+// it costs disk, not memory), the table's older rows before them, and
+// that the transaction reads whole, in its order, after its commit.
+func TestATransactionInPartsIsNotKeptInMemory(t *testing.T) {
+	m := NewMemory(64 << 20)
+	l, err := Open(t.TempDir(), 0, Options{Memory: m, Transactions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append([]source.Event{row(5, "old", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if m.Used() == 0 {
+		t.Fatal("a committed row is not kept in memory")
+	}
+	for i := range 50 {
+		if err := l.AppendPart([]source.Event{row(10, fmt.Sprint("p", i), source.OpInsert, v1)}); err != nil {
+			t.Fatal(err)
+		}
+		if used := m.Used(); used != 0 {
+			t.Fatalf("after part %d memory keeps %d bytes; want the parts and the table's older rows in the store", i, used)
+		}
+	}
+	if err := l.Append([]source.Event{row(10, "last", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := l.Read(model.Span{Table: "public.t"}, after(0), 10, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 54 || evs[0].Key != "old" || evs[1].Kind != source.KindTxn || evs[2].Key != "p0" || evs[51].Key != "p49" || evs[52].Key != "last" || evs[53].Kind != source.KindTxn || evs[53].Txn.Events != 51 {
+		t.Fatalf("read %d events: %s; want old and its summary, the 50 parts, last, and the transaction's summary of 51 rows", len(evs), keys(evs))
+	}
+	for i, e := range evs[2:53] {
+		if e.TxnOrder != uint32(i+1) {
+			t.Fatalf("row %s is number %d of its transaction, want %d", e.Key, e.TxnOrder, i+1)
+		}
+	}
+}
