@@ -199,11 +199,18 @@ func (l *Log) spill() error {
 	}
 	clear(t.runs[t.head:head])
 	t.head = head
-	if t.head > 1024 && 2*t.head > len(t.runs) {
-		t.runs = append(t.runs[:0], t.runs[t.head:]...)
-		t.head = 0
-	}
+	t.compactRuns()
 	return nil
+}
+
+// compactRuns lets go of the runs spilled or trimmed, once they are most
+// of the slice: runs are appended for as long as the log lives.
+func (t *tail) compactRuns() {
+	if t.head > 1024 && 2*t.head > len(t.runs) {
+		n := copy(t.runs, t.runs[t.head:])
+		clear(t.runs[n:])
+		t.runs, t.head = t.runs[:n], 0
+	}
 }
 
 // put adds a kept row to a batch of the store, encoded in val's space.
@@ -284,6 +291,7 @@ func (t *tail) trim(ts model.Ts) {
 		t.runs[t.head] = run{}
 		t.head++
 	}
+	t.compactRuns()
 }
 
 // erase drops a table's rows at ts (the open transaction's) from memory

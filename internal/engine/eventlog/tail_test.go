@@ -222,3 +222,29 @@ func TestATransactionInPartsIsNotKeptInMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestALogsRunsDoNotGrowWhileItsRowsAreTrimmed checks that what a log
+// remembers of its rows' order stays bounded while rows are appended and
+// trimmed for as long as it lives (nothing spilled: the room is large).
+func TestALogsRunsDoNotGrowWhileItsRowsAreTrimmed(t *testing.T) {
+	l, err := Open(t.TempDir(), 0, Options{Memory: NewMemory(64 << 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for ts := model.Ts(1); ts <= 20_000; ts++ {
+		e := row(ts, "k", source.OpInsert, v1)
+		e.Table = fmt.Sprint("public.t", uint64(ts)%7) // runs of one row each
+		if err := l.Append([]source.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+		if ts%100 == 0 {
+			if err := l.Trim(ts - 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := len(l.tail.runs); n > 2100 {
+		t.Fatalf("the log remembers %d runs of 20,000 rows appended and trimmed; want them let go", n)
+	}
+}
