@@ -98,8 +98,12 @@ func Open(dir string, start model.Ts, o Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
-	return &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
-		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tail: tail{mem: o.Memory, tables: map[string]*tableTail{}}, held: map[string]model.Ts{}, changed: make(chan struct{}), txns: o.Transactions}, nil
+	l := &Log{db: db, resolved: start, trimmed: start, defIDs: map[*source.TableDef]uint32{},
+		ddls: map[string][]source.Event{}, marks: map[string][]source.Event{}, tail: tail{mem: o.Memory, tables: map[string]*tableTail{}}, held: map[string]model.Ts{}, changed: make(chan struct{}), txns: o.Transactions}
+	if o.Memory != nil {
+		o.Memory.join(l)
+	}
+	return l, nil
 }
 
 // Close releases the store; reads after it return nothing.
@@ -112,6 +116,9 @@ func (l *Log) Close() error {
 	l.closed = true
 	close(l.changed)
 	l.tail.release()
+	if l.tail.mem != nil {
+		l.tail.mem.leave(l)
+	}
 	return l.db.Close()
 }
 
@@ -150,6 +157,7 @@ func (l *Log) Changed() <-chan struct{} {
 // rows before) and resolves the log up to its last position. Positions
 // must grow from one transaction to the next.
 func (l *Log) Append(events []source.Event) error {
+	defer l.balance()
 	return l.append(events, true)
 }
 
@@ -253,7 +261,7 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 	if resolve && l.seqTs == events[len(events)-1].CommitTs {
 		l.summarize()
 	}
-	if err := l.spill(); err != nil {
+	if err := l.spill(l.tail.overShare); err != nil {
 		// The rows are kept in memory still: the log is whole, only over
 		// its room until a spill succeeds.
 		return err
@@ -306,7 +314,7 @@ func (l *Log) Resolve(ts model.Ts) {
 		// it instead). Kept in memory: a spill that fails leaves the
 		// oldest rows there, over the room, and the next one writes them.
 		l.summarize()
-		_ = l.spill()
+		_ = l.spill(l.tail.overShare)
 	}
 	if ts > l.resolved && !l.closed {
 		l.resolved = ts

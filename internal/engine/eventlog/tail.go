@@ -17,6 +17,7 @@ package eventlog
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -24,26 +25,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
-
-// Memory is the room the event logs of a node share for the rows they
-// keep in memory.
-type Memory struct {
-	max  int64
-	used atomic.Int64
-}
-
-// DefaultMemory is an agent's room unless --log-memory-mib says
-// otherwise: a moderate stream's rows, read and checkpointed within a
-// second or two, never reach the store. A log keeps at most half of it
-// once an Append is done (a transaction appended whole is held until
-// then); a large transaction's parts go to disk as they come.
-const DefaultMemory = 128 << 20
-
-// NewMemory makes a room of bytes for the logs that share it.
-func NewMemory(bytes int64) *Memory { return &Memory{max: bytes} }
-
-// Used is what the logs sharing the room keep in it now.
-func (m *Memory) Used() int64 { return m.used.Load() }
 
 // pos is a row's place in its table: its commit position and its number
 // there (a transaction's summary is numbered last, txnSeq).
@@ -104,6 +85,18 @@ type tail struct {
 	runs   []run
 	head   int // runs before it are spilled or trimmed
 	bytes  int64
+	// held and oldest are bytes and the position of the oldest run, for
+	// the room to read without the log's lock.
+	held, oldest atomic.Uint64
+}
+
+// markOldest notes where the oldest run is, after runs came or went.
+func (t *tail) markOldest() {
+	if t.head < len(t.runs) {
+		t.oldest.Store(uint64(t.runs[t.head].last.ts))
+	} else {
+		t.oldest.Store(math.MaxUint64)
+	}
 }
 
 // keep adds a row (at seq of its position) to memory.
@@ -123,28 +116,36 @@ func (t *tail) keep(e source.Event, seq uint32) {
 	} else {
 		t.runs = append(t.runs, run{table: e.Table, last: at, rows: 1})
 	}
+	t.markOldest()
 }
 
 func (t *tail) grow(n int64) {
 	t.bytes += n
+	t.held.Store(uint64(t.bytes))
 	if t.mem != nil {
 		t.mem.used.Add(n)
 	}
 }
 
-// over says the log must spill, once freed bytes are written: the
-// node's logs hold more than their room, or this one more than half of
-// it (a log whose sink is down must not take every other log's room).
-func (t *tail) over(freed int64) bool {
+// overShare says the log must spill, once freed bytes are written: it
+// holds more than half the room (a log whose sink is down must not take
+// every other log's room), or it keeps nothing (no room).
+func (t *tail) overShare(freed int64) bool {
 	mine := t.bytes - freed
-	return mine > 0 && (t.mem == nil || t.mem.used.Load()-freed > t.mem.max || 2*mine > t.mem.max)
+	return mine > 0 && (t.mem == nil || 2*mine > t.mem.max)
 }
 
-// spill writes the oldest runs into the store until the log is within
-// its room; memory lets go of them only once they are there.
-func (l *Log) spill() error {
+// overRoom says the node's logs hold more than their room once freed
+// bytes of this one are written.
+func (t *tail) overRoom(freed int64) bool {
+	return t.bytes-freed > 0 && t.mem.used.Load()-freed > t.mem.max
+}
+
+// spill writes the oldest runs into the store while over says so;
+// memory lets go of them only once they are there.
+func (l *Log) spill(over func(freed int64) bool) error {
 	t := &l.tail
-	if !t.over(0) {
+	if !over(0) {
 		return nil
 	}
 	b := l.db.NewBatch()
@@ -158,7 +159,7 @@ func (l *Log) spill() error {
 	done := map[*tableTail]*spilled{}
 	var val []byte
 	freed, head := int64(0), t.head
-	for ; t.over(freed) && head < len(t.runs); head++ {
+	for ; over(freed) && head < len(t.runs); head++ {
 		r := t.runs[head]
 		tt := t.tables[r.table]
 		if tt == nil {
@@ -200,6 +201,7 @@ func (l *Log) spill() error {
 	clear(t.runs[t.head:head])
 	t.head = head
 	t.compactRuns()
+	t.markOldest()
 	return nil
 }
 
@@ -292,6 +294,7 @@ func (t *tail) trim(ts model.Ts) {
 		t.head++
 	}
 	t.compactRuns()
+	t.markOldest()
 }
 
 // erase drops a table's rows at ts (the open transaction's) from memory
@@ -313,4 +316,5 @@ func (t *tail) erase(table string, ts model.Ts) bool {
 func (t *tail) release() {
 	t.grow(-t.bytes)
 	t.tables, t.runs, t.head = map[string]*tableTail{}, nil, 0
+	t.markOldest()
 }

@@ -248,3 +248,51 @@ func TestALogsRunsDoNotGrowWhileItsRowsAreTrimmed(t *testing.T) {
 		t.Fatalf("the log remembers %d runs of 20,000 rows appended and trimmed; want them let go", n)
 	}
 }
+
+// TestTheLogHoldingTheOldestRowsGivesUpItsRoom checks how logs share a
+// room: two changefeeds whose sinks stopped (their rows neither read nor
+// trimmed) and one that moves. When the moving one's rows find the room
+// full, the log holding the oldest rows writes them to its files; the
+// moving one keeps its newest in memory, and nothing is lost.
+func TestTheLogHoldingTheOldestRowsGivesUpItsRoom(t *testing.T) {
+	m := NewMemory(64 << 10)
+	open := func() *Log {
+		l, err := Open(t.TempDir(), 0, Options{Memory: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	stalledA, stalledB, moving := open(), open(), open()
+	fill := func(l *Log, from, n model.Ts) {
+		for ts := from; ts < from+n; ts++ {
+			if err := l.Append([]source.Event{row(ts, fmt.Sprint("k", uint64(ts)), source.OpInsert, v1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill(stalledA, 1, 100)
+	fill(stalledB, 101, 100)
+	keptB := stalledB.tail.held.Load()
+	if stalledA.tail.held.Load() == 0 || keptB == 0 || m.Used() > 64<<10 {
+		t.Fatalf("the stalled logs keep %d and %d bytes, the room %d of %d", stalledA.tail.held.Load(), keptB, m.Used(), 64<<10)
+	}
+	fill(moving, 201, 60)
+	if used := m.Used(); used > 64<<10 {
+		t.Fatalf("the logs keep %d bytes, over their room of %d", used, 64<<10)
+	}
+	if a := stalledA.tail.held.Load(); a != 0 {
+		t.Fatalf("the log with the oldest rows still keeps %d bytes", a)
+	}
+	if b := stalledB.tail.held.Load(); b != keptB {
+		t.Fatalf("the second stalled log keeps %d bytes, had %d; the oldest log's rows were enough", b, keptB)
+	}
+	if c := moving.tail.held.Load(); c == 0 {
+		t.Fatal("the moving log's newest rows were written to its files")
+	}
+	evs, _, err := stalledA.Read(model.Span{Table: "public.t"}, after(0), 1000, 1000)
+	if err != nil || len(evs) != 100 || evs[99].Key != "k100" {
+		t.Fatalf("the spilled log reads %d rows (%v); want its 100", len(evs), err)
+	}
+}
