@@ -306,6 +306,7 @@ func (l *Log) summarize() {
 // Resolve moves the resolved position: nothing commits at or below ts
 // later.
 func (l *Log) Resolve(ts model.Ts) {
+	defer l.balance() // after the lock: a summary may fill the room
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.txns && len(l.counts) > 0 && l.seqTs > l.resolved && l.seqTs <= ts && !l.closed {

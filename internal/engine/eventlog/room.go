@@ -52,11 +52,15 @@ func (m *Memory) leave(l *Log) {
 // that holds the oldest row spills until they are, then the next. It is
 // called with no log's lock held (it takes each one's in turn).
 func (m *Memory) balance() {
+	// Passed over: logs busy with another writer or reader (waiting for
+	// one would tie this changefeed's pace to that one's), and logs whose
+	// spill failed (a full disk must not take every round).
+	passed := map[*Log]bool{}
 	for tries := 0; m.used.Load() > m.max && tries < 8; tries++ {
 		var oldest *Log
 		m.mu.Lock()
 		for l := range m.logs {
-			if l.tail.held.Load() > 0 && (oldest == nil || l.tail.oldest.Load() < oldest.tail.oldest.Load()) {
+			if !passed[l] && l.tail.held.Load() > 0 && (oldest == nil || l.tail.oldest.Load() < oldest.tail.oldest.Load()) {
 				oldest = l
 			}
 		}
@@ -64,11 +68,16 @@ func (m *Memory) balance() {
 		if oldest == nil {
 			return
 		}
-		oldest.mu.Lock()
-		if !oldest.closed {
-			// A spill that fails leaves the rows in memory, over the
-			// room until a later one succeeds.
-			_ = oldest.spill(oldest.tail.overRoom)
+		if !oldest.mu.TryLock() {
+			passed[oldest] = true
+			continue
+		}
+		// A spill may write more than the room is over by (another log's
+		// whole transaction counts until that log spills it); a spill
+		// that fails leaves the rows in memory, over the room until a
+		// later one succeeds.
+		if oldest.closed || oldest.spill(oldest.tail.overRoom) != nil {
+			passed[oldest] = true
 		}
 		oldest.mu.Unlock()
 	}

@@ -90,13 +90,19 @@ type tail struct {
 	held, oldest atomic.Uint64
 }
 
-// markOldest notes where the oldest run is, after runs came or went.
+// markOldest notes where the oldest run is, after runs came or went,
+// passing over runs whose rows are gone (written by storePart, erased).
 func (t *tail) markOldest() {
-	if t.head < len(t.runs) {
-		t.oldest.Store(uint64(t.runs[t.head].last.ts))
-	} else {
-		t.oldest.Store(math.MaxUint64)
+	for t.head < len(t.runs) {
+		r := t.runs[t.head]
+		if tt := t.tables[r.table]; tt != nil && tt.rows.len() > 0 && !r.last.before(tt.rows.at(0).pos()) {
+			t.oldest.Store(uint64(r.last.ts))
+			return
+		}
+		t.runs[t.head] = run{}
+		t.head++
 	}
+	t.oldest.Store(math.MaxUint64)
 }
 
 // keep adds a row (at seq of its position) to memory.
@@ -115,8 +121,10 @@ func (t *tail) keep(e source.Event, seq uint32) {
 		t.runs[n-1].rows++
 	} else {
 		t.runs = append(t.runs, run{table: e.Table, last: at, rows: 1})
+		if len(t.runs) == t.head+1 {
+			t.markOldest()
+		}
 	}
-	t.markOldest()
 }
 
 func (t *tail) grow(n int64) {
@@ -212,6 +220,9 @@ func (t *tail) compactRuns() {
 		n := copy(t.runs, t.runs[t.head:])
 		clear(t.runs[n:])
 		t.runs, t.head = t.runs[:n], 0
+		if cap(t.runs) > 4*n+1024 {
+			t.runs = append(make([]run, 0, 2*n), t.runs...) // after a burst
+		}
 	}
 }
 
@@ -271,6 +282,7 @@ func (l *Log) storePart(part []keptRow) error {
 		tt.rows.dropFront(tt.rows.len())
 		tt.from, tt.stored = p.after(), true
 	}
+	t.markOldest()
 	return nil
 }
 

@@ -296,3 +296,40 @@ func TestTheLogHoldingTheOldestRowsGivesUpItsRoom(t *testing.T) {
 		t.Fatalf("the spilled log reads %d rows (%v); want its 100", len(evs), err)
 	}
 }
+
+// TestABusyLogIsPassedOverForTheNextOldest checks that filling the room
+// never waits for a log another goroutine holds (a partition reading it):
+// the next oldest log gives up its rows instead.
+func TestABusyLogIsPassedOverForTheNextOldest(t *testing.T) {
+	m := NewMemory(64 << 10)
+	var logs []*Log
+	for range 3 {
+		l, err := Open(t.TempDir(), 0, Options{Memory: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		logs = append(logs, l)
+	}
+	for i, l := range logs {
+		n := model.Ts(100)
+		if i == 2 {
+			n = 80 // the room is full
+		}
+		for ts := model.Ts(i*100 + 1); ts <= model.Ts(i*100)+n; ts++ {
+			if i == 2 && ts == 201 {
+				logs[0].mu.RLock() // a reader of the oldest log, in the middle of a read
+			}
+			if err := l.Append([]source.Event{row(ts, "k", source.OpInsert, v1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	logs[0].mu.RUnlock()
+	if a, b := logs[0].tail.held.Load(), logs[1].tail.held.Load(); a == 0 || b != 0 {
+		t.Fatalf("the busy oldest log keeps %d bytes and the next oldest %d; want the busy one passed over and the next one spilled", a, b)
+	}
+	if used := m.Used(); used > 64<<10 {
+		t.Fatalf("the logs keep %d bytes, over their room", used)
+	}
+}
