@@ -124,9 +124,8 @@ func (l *Log) Close() error {
 
 // Bytes is the space the log takes: its files on disk (with what its
 // store has not compacted away yet), its memtables and the rows it keeps
-// in memory (0 once closed). A
-// log that keeps growing holds changes some partition has not read:
-// trimming goes by the changefeed's checkpoint.
+// in memory (0 once closed). A log that keeps growing holds changes some
+// partition has not read: trimming goes by the changefeed's checkpoint.
 func (l *Log) Bytes() uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
