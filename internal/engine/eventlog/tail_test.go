@@ -333,3 +333,33 @@ func TestABusyLogIsPassedOverForTheNextOldest(t *testing.T) {
 		t.Fatalf("the logs keep %d bytes, over their room", used)
 	}
 }
+
+// TestAppendKeepsNoReferenceToItsSlice checks the LogWriter contract a
+// source relies on when it reuses its array of events for the next
+// transaction: what a log returns does not change when the appended
+// slice's elements are overwritten afterwards, kept in memory or not.
+func TestAppendKeepsNoReferenceToItsSlice(t *testing.T) {
+	for _, m := range []*Memory{nil, NewMemory(64 << 20)} {
+		l, err := Open(t.TempDir(), 0, Options{Memory: m, Transactions: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		evs := []source.Event{row(5, "a", source.OpInsert, v1), row(5, "b", source.OpInsert, v1)}
+		if err := l.Append(evs); err != nil {
+			t.Fatal(err)
+		}
+		clear(evs)
+		evs = append(evs[:0], row(6, "x", source.OpDelete, v1))
+		if err := l.Append(evs); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := l.Read(model.Span{Table: "public.t"}, after(0), 10, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys(got) != "a@5 b@5 a@5 x@6 x@6 " || got[0].Op != source.OpInsert || got[3].Op != source.OpDelete {
+			t.Fatalf("room %v: read %s", m, keys(got))
+		}
+	}
+}

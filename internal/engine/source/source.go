@@ -221,7 +221,9 @@ func (c Cursor) Before(d Cursor) bool {
 type LogWriter interface {
 	// Append adds the rest of one committed transaction's events (schema
 	// changes, each at its own position, then its rows) and resolves up
-	// to its position.
+	// to its position. It keeps no reference to the slice: the caller
+	// may reuse its array once Append returns (the events' values it may
+	// keep: they are never changed).
 	Append(events []Event) error
 	// AppendPart adds rows of a transaction that has not committed yet,
 	// all at the position its commit will have: a large transaction goes

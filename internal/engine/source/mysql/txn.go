@@ -53,6 +53,10 @@ type txn struct {
 const (
 	partRows  = 4096
 	partBytes = 4 << 20
+	// maxSpare bounds the array of events kept from one transaction for
+	// the next (a part's worth and its growth; a larger one, of a
+	// transaction not parted, is let go).
+	maxSpare = 2 * partRows
 	// ddlSlots is how many schema changes a parted transaction may carry
 	// (one per table at most: the tables it writes); a table whose change
 	// would be beyond them is held.
@@ -98,7 +102,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 	if err := w.AppendPart(cur.events); err != nil {
 		return err
 	}
-	cur.events, cur.size = nil, 0 // the log has them; not reused
+	cur.events, cur.size = nil, 0 // the log has them; a new array for the next part
 	return nil
 }
 
