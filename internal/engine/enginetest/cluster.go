@@ -70,15 +70,15 @@ type Options struct {
 	// the default).
 	FollowTablesEvery time.Duration
 	// LogMemory is the bytes each capture's event logs share for their
-	// newest rows (--log-memory-mib; zero: TestLogMemory).
+	// newest rows (--log-memory-mib; zero: testLogMemory).
 	LogMemory int64
 }
 
-// TestLogMemory is the tests' room for the event logs' newest rows: a
+// testLogMemory is the tests' room for the event logs' newest rows: a
 // small one, so that a workload's older rows are read back from the
 // logs' files and its newest from memory, both ways as in a node. The
 // benchmarks give the agent's (eventlog.DefaultMemory).
-const TestLogMemory = 4 << 20
+const testLogMemory = 4 << 20
 
 // FeedRate is Feeds' load per changefeed in tests: 50 changes a second,
 // about 12 a second into each of its four partitions, so that every
@@ -179,7 +179,7 @@ func (c *Cluster) Start(id string) {
 		// The tests' file sinks are their own temporary directories.
 		SinkRoot: os.TempDir(), SpoolDir: dir + "/spool", EventLogDir: dir + "/eventlog", Faults: c.Opts.Faults[nid], Checkpoints: c.Opts.Checkpoints,
 		Recoveries: rec, FollowTablesEvery: c.Opts.FollowTablesEvery,
-		LogMemory: cmp.Or(c.Opts.LogMemory, TestLogMemory),
+		LogMemory: cmp.Or(c.Opts.LogMemory, testLogMemory),
 	}, meta.NewStore(cli, ClusterID), tr, c.Log.With("node", id))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{capture: cp, recoveries: rec, cli: cli, tr: tr, cancel: cancel, done: make(chan error, 1)}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
 // A changefeed's tables change while it is paused: the publication gains
@@ -139,12 +140,8 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 // back. The refusal says why; the publication is not touched.
 func TestATableOfAChangefeedWithoutASnapshotIsNotCopiedAgain(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text); CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,b&snapshot=never", "never", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, dsn, uri, pos := pinAB(t, "&snapshot=never", "never")
 	for _, apply := range []bool{false, true} {
 		_, err := Retable(ctx, uri, pos, []string{"a", "b"}, model.TsFromTime(time.Now()), apply, "public.a")
 		if err == nil || !strings.Contains(err.Error(), "table public.a cannot be copied again: the changefeed was created with snapshot=never") {
@@ -167,12 +164,8 @@ func TestATableOfAChangefeedWithoutASnapshotIsNotCopiedAgain(t *testing.T) {
 // table it names. Before, the clock for the new name was read first.
 func TestARenameEndsTheOldNameBeforeTheNewNameBegins(t *testing.T) {
 	t.Parallel()
-	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text); CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
 	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "renamed", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, dsn, uri, pos := pinAB(t, "", "renamed")
 	psql(t, srv, dsn, `ALTER TABLE a RENAME TO a2`)
 	ch, err := Retable(ctx, uri, pos, []string{"a2", "b"}, model.TsFromTime(time.Now()), false)
 	if err != nil {
@@ -185,4 +178,16 @@ func TestARenameEndsTheOldNameBeforeTheNewNameBegins(t *testing.T) {
 	if ch.Ended["public.a"].RenamedTo != "public.a2" || ch.EndedAt == 0 || p.Tables["public.a2"].JoinedAt <= ch.EndedAt {
 		t.Fatalf("the rename ends public.a at %v (%+v), public.a2 joins at %v", ch.EndedAt, ch.Ended, p.Tables["public.a2"].JoinedAt)
 	}
+}
+
+// pinAB makes a database of tables a and b and pins a changefeed's slot
+// and publication of both (params: more of the source URI's).
+func pinAB(t *testing.T, params string, cf model.ChangefeedID) (*pgserver.Server, string, string, source.Position) {
+	t.Helper()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text); CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	uri, pos, err := Pin(context.Background(), dsn+"&tables=a,b"+params, cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, dsn, uri, pos
 }
