@@ -47,6 +47,7 @@ type flushJob struct {
 // thousands of tables on a local disk): picked in map order, some tables
 // waited unboundedly and held the checkpoint back for good.
 func (s *Sink) flushRound() {
+	s.spare.expire()
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

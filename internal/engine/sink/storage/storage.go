@@ -227,6 +227,7 @@ func OpenConfig(ctx context.Context, cfg Config, log *slog.Logger, env Env) (*Si
 		notes: cfg.ExactlyOnce() && bucket.KeepsNotes(ctx), notesNow: env.Notes,
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.spare.now = env.Now
 	s.spool = newRoom(cfg.SpoolMaxBytes, func() {
 		s.mu.Lock()
 		s.pressure = true
