@@ -62,8 +62,9 @@ type Coordinator struct {
 	// (updates, re-snapshots; the operator's and the coordinator's own):
 	// each changes the publication before it writes etcd and undoes it
 	// when the write fails, which must not undo another's change made in
-	// between. A lock (a channel of one) by changefeed.
-	retabling sync.Map
+	// between. A lock by changefeed, kept while someone holds or wants it
+	// (lockTables).
+	retabling tableLocks
 	// creating are the changefeeds whose create runs here: their create
 	// records (BeginCreate) are not cleanups to retry yet.
 	creating sync.Map

@@ -383,16 +383,3 @@ func (c *Coordinator) writeEnds(ctx context.Context, sinkURI string, ended map[s
 	}
 	return nil
 }
-
-// lockTables takes a changefeed's lock for a change of its tables, until
-// ctx ends; unlock releases it.
-func (c *Coordinator) lockTables(ctx context.Context, id model.ChangefeedID) (unlock func(), err error) {
-	v, _ := c.retabling.LoadOrStore(id, make(chan struct{}, 1))
-	lock := v.(chan struct{})
-	select {
-	case lock <- struct{}{}:
-		return func() { <-lock }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("another change of changefeed %s's tables is under way: %w", id, ctx.Err())
-	}
-}
