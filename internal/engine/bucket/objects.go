@@ -185,7 +185,11 @@ func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, r)
+	if c, ok := r.(*chunkReader); ok && c.off == 0 {
+		_, err = writeChunks(f, c.chunks)
+	} else {
+		_, err = io.Copy(f, r)
+	}
 	if err == nil && note != "" {
 		err = setNote(f, note)
 	}
