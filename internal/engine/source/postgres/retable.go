@@ -123,7 +123,11 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	if apply && ours {
-		if err := alterPublication(ctx, cat.conn, to, fresh, out.Removed, len(roots) > 0); err != nil {
+		left, err := renamedAway(ctx, cat, p, again, oids, next)
+		if err != nil {
+			return source.Retabled{}, explain(cfg, err)
+		}
+		if err := alterPublication(ctx, cat.conn, to, fresh, append(slices.Clone(out.Removed), left...), len(roots) > 0); err != nil {
 			return source.Retabled{}, err
 		}
 	}
@@ -210,6 +214,29 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, err
 	}
 	out.URI = to.URI()
+	return out, nil
+}
+
+// renamedAway are the relations that tables copied again had before
+// (a table renamed, and another created under its name), by their names
+// now, that are none of the changefeed's tables: they leave the
+// publication, which held them since the rename (their WAL decoded and
+// dropped, for nothing).
+func renamedAway(ctx context.Context, cat *catalog, p position, again []string, oids map[string]uint32, tables []string) ([]string, error) {
+	var out []string
+	for _, t := range again {
+		old := p.Tables[t].OID
+		if old == 0 || old == oids[t] {
+			continue
+		}
+		now, exists, err := nameNow(ctx, cat, t, old)
+		if err != nil {
+			return nil, err
+		}
+		if exists && now != t && !slices.Contains(tables, now) {
+			out = append(out, now)
+		}
+	}
 	return out, nil
 }
 

@@ -180,6 +180,29 @@ func TestARenameEndsTheOldNameBeforeTheNewNameBegins(t *testing.T) {
 	}
 }
 
+// A table renamed upstream (not followed), another created under its
+// name and copied again in its place: the renamed relation leaves the
+// publication, where it stayed and its WAL was decoded for nothing; one
+// that is a table of the changefeed still stays.
+func TestARenamedTableLeavesThePublicationWhenItsOldNameIsCopiedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, dsn, uri, pos := pinAB(t, "", "away")
+	psql(t, srv, dsn, `ALTER TABLE a RENAME TO a_old; CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		ALTER TABLE b RENAME TO b_old; CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
+	// b_old is one of the changefeed's tables after the change: it stays.
+	if _, err := Retable(ctx, uri, pos, []string{"a", "b", "b_old"}, model.TsFromTime(time.Now()), true, "public.a", "public.b"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_away'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out); got != "a,b,b_old" {
+		t.Fatalf("the publication publishes %s, want a,b,b_old", got)
+	}
+}
+
 // pinAB makes a database of tables a and b and pins a changefeed's slot
 // and publication of both (params: more of the source URI's).
 func pinAB(t *testing.T, params string, cf model.ChangefeedID) (*pgserver.Server, string, string, source.Position) {
