@@ -128,6 +128,26 @@ func TestRefusedCreatesShowNoSecretAndLeaveNothingOnDisk(t *testing.T) {
 			}
 		}
 	}
+	// A source URI mistyped, its user info after one slash, or three, or
+	// none: the parser sees a path (or an opaque part), the reader of
+	// the error a password.
+	for _, sourceURI := range []string{
+		"mysql:/cdc:" + secret + "@127.0.0.1:1/shop?tables=a",
+		"mysql:///cdc:" + secret + "@127.0.0.1:1/shop?tables=a",
+		"postgres:/cdc:" + secret + "@127.0.0.1:1/shop?tables=a",
+		"mysql:cdc:" + secret + "@127.0.0.1:1/shop?tables=a",
+	} {
+		body, _ := json.Marshal(api.ChangefeedCreateRequest{ID: "refused", Source: sourceURI, Sink: "file://" + root + "/src"})
+		resp, err := http.Post("http://"+addrs["follower"]+"/api/v2/changefeeds", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(got), secret) {
+			t.Fatalf("create from %s: %s\n%s", redact.URI(sourceURI), resp.Status, got)
+		}
+	}
 	// The client's error, as cdcctl prints it.
 	_, err := tc.client().CreateChangefeed(context.Background(), api.ChangefeedCreateRequest{ID: "x", Source: "gen://", Sink: refused[0]})
 	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "password=xxxxx") {

@@ -36,6 +36,18 @@ func URI(raw string) string {
 		// may be a password.
 		u.Opaque = Mask + u.Opaque[at:]
 		changed = true
+	} else if at := strings.LastIndex(u.Path, "@"); at >= 0 && u.Host == "" {
+		// Nor with one slash or three ("mysql:/u:pw@h", "mysql:///u:pw@h"):
+		// a path to the parser, user info to whoever typed it.
+		lead := len(u.Path) - len(strings.TrimLeft(u.Path, "/"))
+		u.Path, u.RawPath = u.Path[:lead]+Mask+u.Path[at:], ""
+		changed = true
+	}
+	if u.Fragment != "" || u.RawFragment != "" {
+		// No part of a source or sink URI, and not shown: the pairs
+		// masked below would take it for a secret's value's end.
+		u.Fragment, u.RawFragment = "", ""
+		changed = true
 	}
 	if u.RawQuery != "" {
 		q := u.Query()
@@ -95,11 +107,12 @@ func Value(name, v string) string {
 	return v
 }
 
-// uriInText finds the URIs in free text: a scheme, "://" and everything
-// up to a space or a quote. What a message quotes of a URI (an opener's
+// uriInText finds the URIs in free text: a scheme, ":/" (or "://", or
+// any slashes: a URI mistyped is quoted back as typed) and everything up
+// to a space or a quote. What a message quotes of a URI (an opener's
 // error quoting the URL it refused) is found by its shape, wherever it
 // stands.
-var uriInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.\\-]{0,15}://[^\\s\"'<>`]+")
+var uriInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.\\-]{0,15}:/+[^\\s\"'<>`]+")
 
 // pairInText finds name=value pairs outside URIs (a PostgreSQL keyword
 // DSN's password=..., a query string quoted without its URI); a quoted
@@ -109,6 +122,10 @@ var pairInText = regexp.MustCompile(`([A-Za-z0-9_.\-]+)=("[^"]*"?|'[^']*'?|[^\s&
 // dsnInText finds a MySQL driver DSN's user:password@tcp(...) or
 // @unix(...).
 var dsnInText = regexp.MustCompile(`([^\s:/@"'(]+):([^\s@/"']+)@(tcp|unix)\(`)
+
+// userInText finds user:password@ anywhere else: a URI without slashes
+// ("mysql:root:pw@host", which is no URI to the finder above).
+var userInText = regexp.MustCompile(`([^\s:/@"'(<>]+):([^\s@/"'<>]+)@`)
 
 // Text is a message (an error, a log line) with the secrets of every URI,
 // DSN and name=value pair in it masked. Every error an API serves and
@@ -124,6 +141,7 @@ func Text(s string) string {
 		return URI(trimmed) + u[len(trimmed):]
 	})
 	s = dsnInText.ReplaceAllString(s, "$1:"+Mask+"@$3(")
+	s = userInText.ReplaceAllString(s, "$1:"+Mask+"@")
 	return maskPairs(s)
 }
 

@@ -15,6 +15,9 @@ func TestURIMasksSecretsAndKeepsTheRest(t *testing.T) {
 		{"s3://b/p?endpoint=http://127.0.0.1:9000&access_key=SECRET&region=x", "s3://b/p?access_key=xxxxx&endpoint=http%3A%2F%2F127.0.0.1%3A9000&region=x"},
 		{"postgres://repl:SECRET@db:5432/shop?tables=public.orders", "postgres://repl:xxxxx@db:5432/shop?tables=public.orders"},
 		{"mysql:root:SECRET@0", "mysql:xxxxx@0"},
+		// User info after one slash or three is a path to the parser.
+		{"mysql:/root:SECRET@127.0.0.1:3306/demo?tables=a", "mysql:/xxxxx@127.0.0.1:3306/demo?tables=a"},
+		{"postgres:///cdc:SECRET@db/shop", "postgres:///xxxxx@db/shop"},
 		{"gen://?tables=8&keys=50", "gen://?tables=8&keys=50"},
 		// A client key's file path is no secret, and verify needs it.
 		{"kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem", "kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem"},
@@ -58,6 +61,9 @@ func TestTextMasksEverySecretInAMessage(t *testing.T) {
 		{`file:///d?token=SECRET;x`, `file:///d?token=xxxxx;x`},
 		{`no secrets here: 3 partitions on capture-2`, `no secrets here: 3 partitions on capture-2`},
 		{`file:///tmp/sink?flush-interval=1s is fine`, `file:///tmp/sink?flush-interval=1s is fine`},
+		{`source URI mysql:/root:SECRET@127.0.0.1:9712/demo: name the server`, `source URI mysql:/xxxxx@127.0.0.1:9712/demo: name the server`},
+		{`source URI mysql:root:SECRET@127.0.0.1:9712/demo: name the server`, `source URI mysql:xxxxx@127.0.0.1:9712/demo: name the server`},
+		{`at 10:30 on capture-1 (127.0.0.1:8301)`, `at 10:30 on capture-1 (127.0.0.1:8301)`},
 	} {
 		got := Text(tc.in)
 		if got != tc.want {
@@ -87,7 +93,7 @@ func FuzzTextNeverShowsASecret(f *testing.F) {
 		}
 		n := secretNames[int(name)%len(secretNames)]
 		var msg string
-		switch shape % 4 {
+		switch shape % 6 {
 		case 0: // a URI's query, quoted whole by an opener
 			sep := "?"
 			if strings.Contains(base, "?") {
@@ -100,6 +106,10 @@ func FuzzTextNeverShowsASecret(f *testing.F) {
 			msg = before + " " + n + "=\"" + secret + "\" " + after
 		case 3: // a MySQL DSN
 			msg = before + " root:" + secret + "@tcp(127.0.0.1:3306)/db" + after
+		case 4: // user info after one slash, or three
+			msg = before + " mysql:" + strings.Repeat("/", 1+2*int(name%2)) + "root:" + secret + "@h:3306/db" + after
+		case 5: // user info without slashes
+			msg = before + " mysql:root:" + secret + "@h:3306/db" + after
 		}
 		if got := Text(msg); strings.Contains(got, secret) {
 			t.Fatalf("Text(%q) = %q shows the secret %q", msg, got, secret)
