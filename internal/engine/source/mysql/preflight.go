@@ -244,9 +244,16 @@ func binlogFiltered(ctx context.Context, db *sql.DB, cfg Config) string {
 }
 
 // tableUnfit says why a table cannot be replicated ("" when it can): it
-// does not exist (or the user cannot see it), it is a view, or it has no
-// primary key (its rows could not be routed to partitions by key).
+// is cdcctl's signal table, it does not exist (or the user cannot see
+// it), it is a view, or it has no primary key (its rows could not be
+// routed to partitions by key).
 func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
+	if _, name := model.SplitTableName(table); name == signalTable {
+		// Its rows are every changefeed's ticks and watermarks: in the
+		// sink they would never match the table upstream (rules leave
+		// it out too).
+		return fmt.Sprintf("table %s is cdcctl's signal table (the changefeeds' ticks and watermarks), which is never replicated: leave it out", table)
+	}
 	kind, err := tableKind(ctx, db, table)
 	if err != nil {
 		return fmt.Sprintf("table %s: %v", table, err)

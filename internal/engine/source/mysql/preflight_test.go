@@ -73,10 +73,11 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 	ctx := context.Background()
 	statement, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL", "--binlog-ignore-db=shop"}})
 	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)", "CREATE TABLE notes (body TEXT)", "CREATE VIEW recent AS SELECT id FROM orders",
+		"CREATE TABLE cdcctl_signal (changefeed VARCHAR(64) PRIMARY KEY)",
 		"CREATE TABLE nordic (id INT PRIMARY KEY, name VARCHAR(10) CHARACTER SET swe7, memo VARCHAR(10) CHARACTER SET cp1251)",
 		"CREATE USER reader@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON shop.* TO reader@'%'",
 		"CREATE USER admin@'%' IDENTIFIED BY 'pw'", "GRANT REPLICATION SLAVE ADMIN, BINLOG MONITOR ON *.* TO admin@'%'", "GRANT SELECT ON shop.* TO admin@'%'")
-	_, _, err := mysql.Preflight(ctx, parse(t, uri(statement, "reader:pw", "orders,notes,recent,missing,nordic")))
+	_, _, err := mysql.Preflight(ctx, parse(t, uri(statement, "reader:pw", "orders,notes,recent,missing,nordic,cdcctl_signal")))
 	if err == nil {
 		t.Fatal("a server in statement format accepted")
 	}
@@ -86,6 +87,7 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 		"user reader lacks REPLICATION SLAVE and REPLICATION CLIENT: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'reader'@'%'",
 		"table shop.notes has no primary key",
 		"shop.recent is a view, not a table",
+		"table shop.cdcctl_signal is cdcctl's signal table (the changefeeds' ticks and watermarks), which is never replicated: leave it out",
 		"table shop.missing does not exist",
 		"column name of table shop.nordic is in character set swe7, which the reader does not decode: convert it (ALTER TABLE `shop`.`nordic` MODIFY name … CHARACTER SET utf8mb4), or leave the table out",
 	} {
