@@ -64,6 +64,12 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 	if err != nil {
 		return nil, unreadable(id, "its source", err)
 	}
+	if _, ok := up.(verify.Positioned); ok && (e.Status.State == model.ChangefeedPaused || e.Status.State == model.ChangefeedFailed) {
+		// Its running reader names the point of the upstream's read
+		// (mysql): stopped, it never will, however long --wait is.
+		return nil, api.Errorf(api.CodeConflict, fmt.Sprintf("resume it ('cdcctl changefeed resume %s'), then verify again", id),
+			"cannot verify changefeed %s: it is %s, and a %s:// changefeed's upstream is read at a point its running reader names", id, e.Status.State, schemeOf(e.Info.SourceURI))
+	}
 	// A held table holds the checkpoint below it: nothing after the hold
 	// can be compared. A dropped one has no upstream.
 	var held, notVerified []string
