@@ -100,7 +100,11 @@ func newPlanShowCommand(o *options) *cobra.Command {
 			}
 			changes := plan.Check(p, &snap.Snapshot)
 			err = o.render(planShow{Version: api.SchemaVersion, Plan: p, Stale: len(changes) > 0, Changed: changes}, func(tw tableWriter) {
-				_ = plan.Render(tw, &snap.Snapshot, p)
+				base := &snap.Snapshot
+				if len(changes) > 0 {
+					base = nil // its counts now are not what it moves
+				}
+				_ = plan.Render(tw, base, p)
 				if len(changes) == 0 {
 					fmt.Fprintln(tw, "\nThe plan still holds: nothing it read has changed.")
 					return

@@ -92,7 +92,9 @@ func change(before, after int) string {
 }
 
 // Render writes a plan for people: a summary, the per-capture table with
-// its changes, and the batches.
+// its changes, and the batches. With no snapshot (a saved plan gone
+// stale) the table is left out: the plan's moves drawn on counts it did
+// not read made impossible ones (a drained capture's below zero).
 func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
 	switch p.Kind {
@@ -106,6 +108,11 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d steps)\n", p.Kind, p.Target, p.BatchSize)
 		fmt.Fprintf(w, "  %d partitions move, %d split; %d batches; predicted %s\n\n",
 			p.PartitionMoves(), p.Steps(StepSplitPartition), len(p.Batches), pred.Round(time.Millisecond))
+	}
+	if s == nil {
+		fmt.Fprintln(w, staleCounts)
+		renderBatches(w, p)
+		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CAPTURE\tLIVENESS\tMAINTAINERS\tPARTITIONS")
@@ -154,6 +161,11 @@ func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 		fmt.Fprintln(w, "  each capture, once drained, is restarted by the rollout's hook (--exec), not asked to exit; the prediction leaves the hook's time out")
 	}
 	fmt.Fprintln(w)
+	if s == nil {
+		fmt.Fprintln(w, staleCounts)
+		renderBatches(w, p)
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ORDER\tCAPTURE\tROLE\tMAINTAINERS\tPARTITIONS")
 	for i, id := range order {
@@ -180,6 +192,9 @@ func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 	renderBatches(w, p)
 	return nil
 }
+
+// staleCounts stands for the per-capture table of a plan gone stale.
+const staleCounts = "(Each capture's counts are not shown: the cluster changed since the plan was computed.)"
 
 // StepText says what a step does, in one line.
 func StepText(st Step) string {
