@@ -75,6 +75,12 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 				return usageErr(errors.New("--source and --sink are required"))
 			}
 			req.ID = args[0]
+			// Checked here, a flag's error (exit 64): the API takes 0
+			// (absent) for the default, but the flag's default is 4
+			// already, so a 0 given is a mistake, not a wish for 4.
+			if n := req.PartitionsPerTable; n < 1 || n > model.MaxPartitionsPerTable {
+				return usageErr(fmt.Errorf("--partitions-per-table %d is out of range: use 1 to %d (default 4)", n, model.MaxPartitionsPerTable))
+			}
 			if snapshot != "" {
 				src, err := withSnapshot(req.Source, snapshot)
 				if err != nil {

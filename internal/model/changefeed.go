@@ -244,6 +244,10 @@ const IncidentMaintainerFailed = "maintainer-failed"
 // MaxIncidents bounds a changefeed's incidents.
 const MaxIncidents = 8
 
+// MaxPartitionsPerTable bounds the routing table of one table: the
+// coordinator refuses more, and cdcctl says so before asking.
+const MaxPartitionsPerTable = 64
+
 // Record appends incidents, keeping the newest MaxIncidents.
 func (s *ChangefeedStatus) Record(in ...Incident) {
 	h := append(append([]Incident(nil), s.Incidents...), in...)

@@ -32,7 +32,7 @@ type CreateRequest struct {
 }
 
 // MaxPartitionsPerTable bounds the routing table of one table.
-const MaxPartitionsPerTable = 64
+const MaxPartitionsPerTable = model.MaxPartitionsPerTable
 
 // createTimeout bounds a create. It is not cut short by its caller (a
 // client that gave up): a create stopped half-way has to undo what it
