@@ -81,9 +81,9 @@ retried until --timeout; a timeout exits with code 3.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			want := fmt.Sprintf("at least %d Alive captures", nodes)
+			want := fmt.Sprintf("at least %d Alive %s", nodes, plural(nodes, "capture", "captures"))
 			if exact {
-				want = fmt.Sprintf("exactly %d Alive captures", nodes)
+				want = fmt.Sprintf("exactly %d Alive %s", nodes, plural(nodes, "capture", "captures"))
 			}
 			var last string
 			var lastErr error
@@ -95,7 +95,7 @@ retried until --timeout; a timeout exits with code 3.`,
 					if ok {
 						return o.render(st, func(tw tableWriter) { statusTable(tw, st) })
 					}
-					seen := fmt.Sprintf("%d Alive captures, coordinator %q", st.Alive, st.Coordinator)
+					seen := fmt.Sprintf("%d Alive %s, coordinator %q", st.Alive, plural(st.Alive, "capture", "captures"), st.Coordinator)
 					if seen != last {
 						fmt.Fprintf(o.errOut, "waiting for %s and a coordinator: now %s\n", want, seen)
 						last = seen

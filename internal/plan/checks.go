@@ -293,7 +293,7 @@ func RenderFindings(w io.Writer, mode CheckMode, fs []Finding) {
 			blockers++
 		}
 	}
-	fmt.Fprintf(w, "Pre-checks: %d blockers, %d warnings", blockers, len(fs)-blockers)
+	fmt.Fprintf(w, "Pre-checks: %s, %s", counted(blockers, "blocker"), counted(len(fs)-blockers, "warning"))
 	if mode == ChecksStrict {
 		fmt.Fprint(w, " (--checks=strict: warnings refuse too)")
 	}

@@ -142,7 +142,7 @@ func TestFindingsAreShownGroupedAFewLinesEach(t *testing.T) {
 	fs = append(fs, Finding{Check: CheckLastCapture, Severity: Warning, Subject: "capture-1", Message: "capture-1 alone", Hint: "start another"})
 	var b bytes.Buffer
 	RenderFindings(&b, ChecksEnabled, fs)
-	want := `Pre-checks: 5 blockers, 1 warnings
+	want := `Pre-checks: 5 blockers, 1 warning
   BLOCKER changefeed-failing (5):
     changefeed a is failed
     changefeed b is failed

@@ -100,14 +100,14 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	switch p.Kind {
 	case KindDrain:
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
-		fmt.Fprintf(w, "  %d maintainers and %d partitions move; %d batches; predicted %s\n\n",
-			p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %s and %s move; %s; predicted %s\n\n",
+			counted(p.Steps(StepMoveMaintainer), "maintainer"), counted(p.PartitionMoves(), "partition"), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	case KindRollout:
 		return renderRollout(w, s, p)
 	default:
 		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d steps)\n", p.Kind, p.Target, p.BatchSize)
-		fmt.Fprintf(w, "  %d partitions move, %d split; %d batches; predicted %s\n\n",
-			p.PartitionMoves(), p.Steps(StepSplitPartition), len(p.Batches), pred.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %s move, %d split; %s; predicted %s\n\n",
+			counted(p.PartitionMoves(), "partition"), p.Steps(StepSplitPartition), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	}
 	if s == nil {
 		fmt.Fprintln(w, staleCounts)
@@ -155,8 +155,8 @@ func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 	order := p.RolloutCaptures()
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
 	fmt.Fprintf(w, "Plan: rollout %s of %d captures, one at a time (each drained in batches of at most %d maintainers)\n", p.RolloutVerb(), len(order), p.BatchSize)
-	fmt.Fprintf(w, "  %d maintainers and %d partitions move off a capture and back; %d batches; predicted %s\n",
-		p.Steps(StepMoveMaintainer), p.PartitionMoves(), len(p.Batches), pred.Round(time.Millisecond))
+	fmt.Fprintf(w, "  %s and %s move off a capture and back; %s; predicted %s\n",
+		counted(p.Steps(StepMoveMaintainer), "maintainer"), counted(p.PartitionMoves(), "partition"), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	if p.RestartBy == RestartByHook {
 		fmt.Fprintln(w, "  each capture, once drained, is restarted by the rollout's hook (--exec), not asked to exit; the prediction leaves the hook's time out")
 	}
@@ -193,6 +193,18 @@ func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 	return nil
 }
 
+// counted is n and a noun, in its plural for any n but 1 ("batch" takes
+// "es").
+func counted(n int, noun string) string {
+	switch {
+	case n == 1:
+		return "1 " + noun
+	case strings.HasSuffix(noun, "ch"):
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // staleCounts stands for the per-capture table of a plan gone stale.
 const staleCounts = "(Each capture's counts are not shown: the cluster changed since the plan was computed.)"
 
@@ -227,7 +239,7 @@ func StepText(st Step) string {
 		for _, n := range nodes {
 			to = append(to, fmt.Sprintf("%s ×%d", n, st.Spread[model.NodeID(n)]))
 		}
-		return fmt.Sprintf("%d partitions of %s %s → %s", st.Count, st.Changefeed, st.From, strings.Join(to, ", "))
+		return fmt.Sprintf("%s of %s %s → %s", counted(st.Count, "partition"), st.Changefeed, st.From, strings.Join(to, ", "))
 	}
 	return string(st.Kind)
 }
