@@ -195,7 +195,9 @@ func newPartitionGetCommand(o *options) *cobra.Command {
 				if p.Pinned {
 					fmt.Fprintf(tw, "Pinned:\tyes (placed by an operator; the balance scheduler leaves it)\n")
 				}
-				fmt.Fprintf(tw, "Checkpoint:\t%s\n", model.Ts(p.CheckpointTs))
+				// As changefeed get shows its own: the position, then its
+				// time (model.Ts's own form is a debugging one).
+				fmt.Fprintf(tw, "Checkpoint:\t%d (%s)\n", p.CheckpointTs, model.Ts(p.CheckpointTs).Time().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 				if p.Snapshot != "" {
 					fmt.Fprintf(tw, "Snapshot:\t%s\n", p.Snapshot)
 				}
