@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/charmbracelet/x/term"
 	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -156,11 +158,14 @@ func approve(o *options, snap *model.Snapshot, p *plan.Plan, question string, ye
 // submitter names who submits a plan, for its audit record.
 func submitter() string {
 	u := os.Getenv("USER")
-	h, _ := os.Hostname()
 	if u == "" {
-		u = "unknown"
+		// A container's root, a cron job: $USER is often unset there.
+		if cur, err := user.Current(); err == nil {
+			u = cur.Username
+		}
 	}
-	return u + "@" + h
+	h, _ := os.Hostname()
+	return cmp.Or(u, "unknown") + "@" + h
 }
 
 // isTerminal reports whether r is an interactive terminal: a TTY, asked

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,7 +93,8 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	}
 	info := e.Info
 	info.UpdatedAt = time.Now().UTC()
-	why := "by " + req.By + ": every table copied again from the checkpoint, read on from where the upstream's log ends"
+	// A cluster without tokens knows no one's name.
+	why := "by " + cmp.Or(req.By, "an operator") + ": every table copied again from the checkpoint, read on from where the upstream's log ends"
 	if e.Status.Error != "" {
 		why += "; it had failed: " + e.Status.Error
 	}
