@@ -127,7 +127,7 @@ func AppendKeyValues(dst []byte, keyTypes string, values []string) ([]byte, erro
 		if isIntType(typ) {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return dst, fmt.Errorf("%q is not a %s", v, typ)
+				return dst, fmt.Errorf("%q is not an integer (a 64-bit one)", v)
 			}
 			dst = appendHex16(dst, uint64(n)^(1<<63))
 			continue
