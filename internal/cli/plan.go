@@ -51,6 +51,9 @@ func readPlanFile(path string) (*plan.Plan, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, usageErr(fmt.Errorf("%s is not a plan (JSON from --plan-out): %v", path, err))
 	}
+	if p.Kind == snapshotKind {
+		return nil, usageErr(fmt.Errorf("%s is a cluster snapshot, not a plan: compare a plan with it (cdcctl plan diff PLAN %s), or plan from it (--from-snapshot %s --dry-run --plan-out FILE)", path, path, path))
+	}
 	if p.Version != 1 || p.Kind == "" || len(p.Fingerprint.Objects) == 0 {
 		return nil, usageErr(fmt.Errorf("%s is not a plan from --plan-out: version %d, kind %q, %d fingerprinted objects", path, p.Version, p.Kind, len(p.Fingerprint.Objects)))
 	}
