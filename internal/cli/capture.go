@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cdcctl/cdcctl/internal/api"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 func newCaptureCommand(o *options) *cobra.Command {
@@ -98,6 +99,20 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // completeCaptures completes capture ids from the cluster, quietly giving
 // nothing when no agent answers.
 func completeCaptures(o *options) cobra.CompletionFunc {
+	return completeCapturesIf(o, func(api.Capture) bool { return true })
+}
+
+// completeDrainable completes the captures a drain would take: not the
+// coordinator, and Alive (or Draining, from a drain to finish), not the
+// ones it refuses.
+func completeDrainable(o *options) cobra.CompletionFunc {
+	return completeCapturesIf(o, func(cp api.Capture) bool {
+		return !cp.Coordinator && (cp.Liveness == model.LivenessAlive.String() || cp.Liveness == model.LivenessDraining.String())
+	})
+}
+
+// completeCapturesIf completes the ids of the captures that keep says.
+func completeCapturesIf(o *options, keep func(api.Capture) bool) cobra.CompletionFunc {
 	return completeFrom(o, func(ctx context.Context, c *api.Client) ([]string, error) {
 		list, err := c.Captures(ctx)
 		if err != nil {
@@ -105,7 +120,9 @@ func completeCaptures(o *options) cobra.CompletionFunc {
 		}
 		var out []string
 		for _, cp := range list.Captures {
-			out = append(out, cp.ID+"\t"+describeCapture(cp))
+			if keep(cp) {
+				out = append(out, cp.ID+"\t"+describeCapture(cp))
+			}
 		}
 		return out, nil
 	})

@@ -44,7 +44,7 @@ terminal cdcctl asks [y/N]; elsewhere it refuses without --yes.
   cdcctl drain capture-3 --batch 2 --watch
   cdcctl drain capture-3 --batch 2 --yes --watch --timeout 10m -o json   # CI: NDJSON events`,
 		Args:              exactArgs(1, "the capture to drain"),
-		ValidArgsFunction: firstArg(completeCaptures(o)),
+		ValidArgsFunction: firstArg(completeDrainable(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkBatch(batch); err != nil {
 				return err

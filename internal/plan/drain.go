@@ -14,7 +14,7 @@ func ValidateDrain(s *model.Snapshot, target model.NodeID) error {
 	}
 	if target == s.Coordinator {
 		return &Refusal{RefuseInvalid, fmt.Sprintf("cannot drain %s: it is the coordinator", target),
-			"drain another node first or move the coordinator with 'cdcctl coordinator resign'"}
+			fmt.Sprintf("hand the coordinator role to another capture first ('cdcctl coordinator resign'), then drain %s", target)}
 	}
 	if len(s.Nodes) < 2 {
 		return &Refusal{RefuseInvalid, "cannot drain: at least 2 captures required for drain operation", "start another capture first"}
