@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/term"
 
 	"github.com/cdcctl/cdcctl/internal/api"
 	"github.com/cdcctl/cdcctl/internal/exec"
@@ -71,12 +73,24 @@ func finalUnlessTransient(err error) error {
 	return tui.Final(err)
 }
 
+// sized says a terminal reports its size: one of 0 columns (a pty no one
+// set, as script(1) gives) showed nothing of the live view, not even the
+// plan's end.
+func sized(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	cols, rows, err := term.GetSize(f.Fd())
+	return err == nil && cols > 0 && rows > 0
+}
+
 // followPlan follows a plan: the live view on a terminal (table output),
 // timestamped lines or NDJSON elsewhere (and with a rollout's hook). Exit codes as watchPlan's; q in
 // the live view detaches with 0 and leaves the plan running.
 func followPlan(ctx context.Context, o *options, c *api.Client, id string, timeout time.Duration, hook *rolloutHook) (*exec.Record, error) {
 	// A hook's output goes between the lines: no live view with one.
-	if hook != nil || o.output() != formatTable && o.output() != formatWide || !isTerminal(o.out) || !isTerminal(o.in) {
+	if hook != nil || o.output() != formatTable && o.output() != formatWide || !isTerminal(o.out) || !isTerminal(o.in) || !sized(o.out) {
 		return watchPlan(ctx, o, c, id, timeout, hook)
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
