@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -51,6 +52,20 @@ type Event struct {
 	Progress *Progress `json:"progress,omitempty"`
 
 	from StepState // a step event's state before it, as the watcher saw it
+}
+
+// MarshalJSON gives a step's batch and index always, the first's 0
+// too: omitted when 0, the first step of a plan had neither.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event
+	if e.Step == nil {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		plain
+		Batch int `json:"batch"`
+		Index int `json:"index"`
+	}{plain(e), e.Batch, e.Index})
 }
 
 // Stream is a watcher's numbering of the events it sends: a record's own

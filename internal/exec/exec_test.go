@@ -440,3 +440,24 @@ func TestAStepWhoseChangefeedIsRemovedAsItBeginsIsSkipped(t *testing.T) {
 		t.Fatalf("steps: %v", cnt)
 	}
 }
+
+// A step event says its batch and index in NDJSON, the first's 0 too
+// (omitted when 0, the first step had neither); other events have none.
+func TestAStepEventGivesItsBatchAndIndexEvenWhenZero(t *testing.T) {
+	st := plan.Step{Kind: plan.StepMovePartition}
+	b, err := json.Marshal(Event{Version: 1, Seq: 2, Plan: "p", Type: EventStep, Step: &st, State: StepRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"batch":0`) || !strings.Contains(string(b), `"index":0`) || strings.Count(string(b), `"batch"`) != 1 {
+		t.Fatalf("the first step's event: %s", b)
+	}
+	var back Event
+	if err := json.Unmarshal(b, &back); err != nil || back.Step == nil || back.Type != EventStep {
+		t.Fatalf("read back: %+v, %v", back, err)
+	}
+	b, _ = json.Marshal(Event{Version: 1, Seq: 3, Plan: "p", Type: EventPaused})
+	if strings.Contains(string(b), `"batch"`) || strings.Contains(string(b), `"index"`) {
+		t.Fatalf("a plan's event has a batch: %s", b)
+	}
+}
