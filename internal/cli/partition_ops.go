@@ -136,6 +136,13 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		return o.render(p, func(tw tableWriter) { fmt.Fprintf(tw, "Nothing to do: %s %s changes nothing.\n", p.Kind, p.Target) })
 	}
 	if f.dryRun {
+		if c != nil {
+			// As the coordinator refuses it at submission: a dry run
+			// said yes where the request was refused.
+			if err := busyInPlans(ctx, c, p); err != nil {
+				return err
+			}
+		}
 		fs, err := preCheck(ctx, data, snap, p, f)
 		if err != nil {
 			return err
@@ -154,6 +161,38 @@ func runPlan(ctx context.Context, o *options, f *planFlags, compute func(*model.
 		return err
 	}
 	return submit(ctx, o, c, snap, p, f)
+}
+
+// busyInPlans refuses a partition plan whose partitions another plan not
+// over still has to move or split (a paused one, say), as the
+// coordinator does when it is submitted: exit 7, naming the plan.
+func busyInPlans(ctx context.Context, c *api.Client, p *plan.Plan) error {
+	mine := map[string]bool{}
+	for _, b := range p.Batches {
+		for _, st := range b.Steps {
+			mine[st.Partition] = true
+		}
+	}
+	list, err := c.Plans(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sum := range list.Plans {
+		if sum.State.Terminal() || sum.Steps[exec.StepPending]+sum.Steps[exec.StepRunning] == 0 {
+			continue
+		}
+		other, err := c.Plan(ctx, sum.ID)
+		if err != nil {
+			return err
+		}
+		rec := other.Record()
+		for _, s := range rec.Steps {
+			if st := rec.Step(s); mine[st.Partition] && (s.State == exec.StepPending || s.State == exec.StepRunning) {
+				return withExit(ExitBusy, fmt.Errorf("partition %s is busy: plan %s (%s) still has to %s; let it finish, resume it ('cdcctl plan resume %s') or cancel it", st.Partition, rec.ID, rec.State, plan.StepText(st), rec.ID))
+			}
+		}
+	}
+	return nil
 }
 
 func newPartitionGetCommand(o *options) *cobra.Command {
