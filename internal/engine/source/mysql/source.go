@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -277,9 +278,12 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	db, err := open(ctx, cfg)
 	if err != nil {
-		return st, nil // the status says what it knows; the server is unreachable now
+		// Said, not hidden: a status without it showed "the server
+		// keeps 0 B of binary log" for a password rotated upstream.
+		return nil, err
 	}
 	defer db.Close()
+	st.Active = streaming(ctx, db, cfg.ServerID)
 	st.RetentionSeconds = retention(ctx, db)
 	tables := cfg.Tables
 	if len(p.Tables) > 0 {
@@ -323,6 +327,36 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		st.Purged, st.RetainedBytes = true, 0
 	}
 	return st, nil
+}
+
+// streaming says whether a reader registered under serverID streams the
+// binary log now: the server lists it among its replicas (SHOW REPLICAS,
+// SHOW SLAVE HOSTS before MySQL 8.0.22 and on MariaDB).
+func streaming(ctx context.Context, db *sql.DB, serverID uint32) bool {
+	if serverID == 0 {
+		return false
+	}
+	for _, q := range []string{"SHOW REPLICAS", "SHOW SLAVE HOSTS"} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		cols, _ := rows.Columns()
+		found := false
+		for rows.Next() {
+			vals := make([]sql.RawBytes, len(cols))
+			dest := make([]any, len(cols))
+			for i := range vals {
+				dest[i] = &vals[i]
+			}
+			if rows.Scan(dest...) == nil && len(vals) > 0 && string(vals[0]) == strconv.FormatUint(uint64(serverID), 10) {
+				found = true // Server_id is the first column of both
+			}
+		}
+		rows.Close()
+		return found
+	}
+	return false
 }
 
 // binlogAtOrAfter compares binary log file names (base.000012): by their

@@ -1,0 +1,50 @@
+package mysql_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// A changefeed's status says whether its reader streams the binary log
+// now (the server lists it among its replicas by its server id), and an
+// upstream that refuses the changefeed's credentials is said, not shown
+// as a binary log of 0 bytes.
+func TestTheStatusSaysWhetherTheReaderStreamsAndWhyTheServerCannotBeAsked(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)", "CREATE USER cdc@'%' IDENTIFIED BY 'Right0ne'",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO cdc@'%'", "GRANT SELECT ON shop.* TO cdc@'%'")
+	ctx := context.Background()
+	raw := uri(srv, "root", "orders") + "&server-id=4242"
+	if st, err := mysql.Inspect(ctx, raw, nil); err != nil || st.Active {
+		t.Fatalf("the status with no reader: %+v, %v", st, err)
+	}
+	cfg := parse(t, raw)
+	first, err := mysql.Begin(ctx, cfg, model.TsFromTime(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := mysql.Inspect(ctx, raw, first)
+		if err == nil && st.Active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the status while the reader streams: %+v, %v", st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, err = mysql.Inspect(ctx, uri(srv, "cdc:Wr0ngPass", "orders"), first)
+	if err == nil || !strings.Contains(err.Error(), "check the user and password") || strings.Contains(err.Error(), "Wr0ngPass") {
+		t.Fatalf("the status of a server refusing the password: %v", err)
+	}
+}
