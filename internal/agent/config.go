@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,13 +110,18 @@ func (c *Config) Validate() error {
 	if _, err := c.etcdTLS(); err != nil {
 		return err
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	if _, port, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("--addr %q is not host:port: %v", c.Addr, err)
+	} else if err := checkPort("--addr", c.Addr, port, 0); err != nil {
+		return err
 	}
 	if c.AdvertiseAddr != "" {
 		host, port, err := net.SplitHostPort(c.AdvertiseAddr)
 		if err != nil {
 			return fmt.Errorf("--advertise-addr %q is not host:port: %v", c.AdvertiseAddr, err)
+		}
+		if err := checkPort("--advertise-addr", c.AdvertiseAddr, port, 1); err != nil {
+			return err
 		}
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
 			return fmt.Errorf("--advertise-addr %q must name this host and a port others can reach", c.AdvertiseAddr)
@@ -197,6 +203,16 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// checkPort refuses a port no socket has, a flag's error: the listen
+// would fail later, asking whether another agent runs there.
+// (0 listens on any free port; others cannot be told to dial it.)
+func checkPort(flag, addr, port string, lo int) error {
+	if n, err := strconv.Atoi(port); err != nil || n < lo || n > 65535 {
+		return fmt.Errorf("%s %q: the port must be a number from %d to 65535, got %s", flag, addr, lo, port)
 	}
 	return nil
 }

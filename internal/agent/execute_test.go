@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// What cdc-agent prints when it cannot start: etcd's TLS flags are flags
-// (exit 64, before anything starts), and an error quoting a URL with its
+// What cdc-agent prints when it cannot start: etcd's TLS flags and
+// values out of range are flags (exit 64, before anything starts), and an error quoting a URL with its
 // secrets is masked, as its log lines are.
 func TestTheAgentsStartErrorsExitAsDocumentedAndShowNoSecret(t *testing.T) {
 	t.Parallel()
@@ -19,6 +19,16 @@ func TestTheAgentsStartErrorsExitAsDocumentedAndShowNoSecret(t *testing.T) {
 		{[]string{"--etcd", "https://127.0.0.1:1", "--etcd-cert", "c.pem"}, 64, "--etcd-cert and --etcd-key go together"},
 		{[]string{"--etcd", "https://127.0.0.1:1", "--etcd-cacert", t.TempDir() + "/none.pem"}, 64, "--etcd-cacert"},
 		{[]string{"--etcd", "http://127.0.0.1:1", "--addr", "127.0.0.1:0", "--checkpoint-store", "ftp://u:S3CRETX@h/x?secret_key=S3CRETX"}, 1, "ftp://"},
+		// Values out of range are flags' errors, naming the range, not
+		// start-up failures (a port no socket has was "is another agent
+		// running there?").
+		// (An agent that got past its flags ends at once, on its
+		// checkpoint store.)
+		{[]string{"--data-dir", t.TempDir(), "--checkpoint-store", "ftp://h/x", "--addr", "127.0.0.1:99999"}, 64, `--addr "127.0.0.1:99999": the port must be a number from 0 to 65535, got 99999`},
+		{[]string{"--data-dir", t.TempDir(), "--checkpoint-store", "ftp://h/x", "--addr", "127.0.0.1:0", "--advertise-addr", "127.0.0.1:70000"}, 64, `--advertise-addr "127.0.0.1:70000": the port must be a number from 1 to 65535, got 70000`},
+		{[]string{"playground", "--nodes", "12"}, 64, "--nodes must be between 1 and 9, got 12"},
+		{[]string{"playground", "--port-base", "70000"}, 64, "--port-base 70000 is out of range: use 1024 to 65532 (the playground listens on port-base to port-base+3)"},
+		{[]string{"playground", "--port-base", "65530", "--kafka"}, 64, "--port-base 65530 is out of range: use 1024 to 65522 (the playground listens on port-base to port-base+13)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := Execute(tc.args, &stdout, &stderr)

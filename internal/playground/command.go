@@ -66,6 +66,9 @@ the cdc-agent next to cdcctl or on the PATH.`,
 			if err := CheckElectionFlags(cfg); err != nil {
 				return UsageError{err}
 			}
+			if err := CheckPorts(cfg); err != nil {
+				return UsageError{err}
+			}
 			agentCmd, err := FindAgent()
 			if err != nil {
 				return err

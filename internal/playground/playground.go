@@ -125,14 +125,35 @@ type Capture struct {
 	Log     string `json:"log"`
 }
 
-// Run starts the playground and keeps it until ctx ends, then stops every
-// agent (SIGTERM, then SIGKILL after 15s) and etcd.
-func Run(ctx context.Context, cfg Config) error {
+// CheckPorts refuses a --nodes or --port-base the playground cannot run
+// with, naming the range that works: the command says so as a flag's
+// error (exit 64) before anything starts.
+func CheckPorts(cfg Config) error {
 	if cfg.Nodes < 1 || cfg.Nodes > 9 {
 		return fmt.Errorf("--nodes must be between 1 and 9, got %d", cfg.Nodes)
 	}
-	if cfg.PortBase < 1024 || cfg.PortBase+cfg.Nodes > 65535 {
-		return fmt.Errorf("--port-base %d is out of range: use 1024..%d", cfg.PortBase, 65535-cfg.Nodes)
+	// The highest port it listens on: the last capture's API, or a
+	// database's or Kafka's above them.
+	top := cfg.Nodes
+	for _, p := range []struct {
+		on     bool
+		offset int
+	}{{cfg.Postgres, 10}, {cfg.Election == "mysql" && cfg.ElectionDSN == "", 11}, {cfg.MySQL, 12}, {cfg.Kafka, kafkaPort}} {
+		if p.on {
+			top = max(top, p.offset)
+		}
+	}
+	if cfg.PortBase < 1024 || cfg.PortBase+top > 65535 {
+		return fmt.Errorf("--port-base %d is out of range: use 1024 to %d (the playground listens on port-base to port-base+%d)", cfg.PortBase, 65535-top, top)
+	}
+	return nil
+}
+
+// Run starts the playground and keeps it until ctx ends, then stops every
+// agent (SIGTERM, then SIGKILL after 15s) and etcd.
+func Run(ctx context.Context, cfg Config) error {
+	if err := CheckPorts(cfg); err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
