@@ -1,8 +1,14 @@
 package cli
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/api"
 )
 
 // run is cdcctl with args, as a user runs it: its exit code and what it
@@ -22,6 +28,48 @@ func TestAPartitionsPerTableOutOfRangeIsAUsageError(t *testing.T) {
 		code, stderr := run(t, "--server", "127.0.0.1:1", "changefeed", "create", "g3", "--source", "gen://?tables=1", "--sink", "file:///tmp/x", "--partitions-per-table", n)
 		if code != ExitUsage || !strings.Contains(stderr, "--partitions-per-table "+n+" is out of range: use 1 to 64 (default 4)") || strings.Contains(stderr, "source and sink URIs") {
 			t.Errorf("--partitions-per-table %s: exit %d, want 64:\n%s", n, code, stderr)
+		}
+	}
+}
+
+// fakeAgent answers GET of changefeeds as an agent would, from cfs; the
+// other requests it records in asked and answers 500.
+func fakeAgent(t *testing.T, cfs ...api.ChangefeedResponse) (addr string, asked *[]string) {
+	t.Helper()
+	asked = new([]string)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, cf := range cfs {
+			if r.Method == http.MethodGet && r.URL.Path == "/api/v2/changefeeds/"+cf.ID {
+				cf.Version = api.SchemaVersion
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(cf)
+				return
+			}
+		}
+		*asked = append(*asked, r.Method+" "+r.URL.Path)
+		http.Error(w, "not faked", http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), asked
+}
+
+// A changefeed created with snapshot=never has no initial snapshot:
+// changefeed wait --snapshot refuses it at once (exit 1, as a
+// generator's), saying why and what to wait for instead, and does not
+// run into its timeout.
+func TestWaitingForTheSnapshotOfAChangefeedThatCopiesNothingIsRefusedAtOnce(t *testing.T) {
+	never := api.ChangefeedResponse{Changefeed: api.Changefeed{ID: "demo-mysql", State: "normal", Source: "mysql://cdc@127.0.0.1:3306/shop?server-id=7&snapshot=never&tables=shop.orders"},
+		SourceStatus: &api.SourceStatus{Kind: "mysql", Snapshot: "none (snapshot=never: only changes after creation)"}}
+	gen := api.ChangefeedResponse{Changefeed: api.Changefeed{ID: "demo", State: "normal", Source: "gen://?tables=1"}}
+	addr, _ := fakeAgent(t, never, gen)
+	for _, tc := range []struct{ id, says string }{
+		{"demo-mysql", "changefeed demo-mysql has no initial snapshot to wait for: it was created with snapshot=never (only changes from its creation on); to wait until it has replicated what was written before now, use --caught-up"},
+		{"demo", "changefeed demo has no initial snapshot to wait for: its source is not a database"},
+	} {
+		start := time.Now()
+		code, stderr := run(t, "--server", addr, "changefeed", "wait", tc.id, "--snapshot", "--timeout", "3s")
+		if code != ExitError || !strings.Contains(stderr, tc.says) || time.Since(start) > 2*time.Second {
+			t.Errorf("wait %s --snapshot: exit %d after %s, want 1 at once:\n%s", tc.id, code, time.Since(start).Round(time.Millisecond), stderr)
 		}
 	}
 }

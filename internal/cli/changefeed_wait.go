@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -31,8 +32,9 @@ instead (warning: normal, but not advancing; its error says why). With
 no longer does (a changefeed with table rules picks tables up and drops
 them by itself). With --snapshot, wait until a database changefeed's
 initial snapshot has copied every partition (its checkpoint moves while
-it copies, so --advance does not say the copy is over). A changefeed that
-does not exist yet is waited for.
+it copies, so --advance does not say the copy is over); one without an
+initial snapshot (not a database, or created with --snapshot never) is
+refused at once. A changefeed that does not exist yet is waited for.
 Exit 3 on --timeout; exit 1 at once if the changefeed fails while its
 checkpoint is waited for.`,
 		Args: exactArgs(1, "the changefeed's name"),
@@ -141,6 +143,11 @@ func waitSnapshot(ctx context.Context, o *options, c *api.Client, cf *api.Change
 		if cf.SourceStatus == nil {
 			return fmt.Errorf("changefeed %s has no initial snapshot to wait for: its source is not a database", cf.ID)
 		}
+		if u, err := url.Parse(cf.Source); err == nil && u.Query().Get("snapshot") == "never" {
+			// Refused at once as a generator's is: no snapshot will
+			// ever be done, and a wait would only time out.
+			return fmt.Errorf("changefeed %s has no initial snapshot to wait for: it was created with snapshot=never (only changes from its creation on); to wait until it has replicated what was written before now, use --caught-up", cf.ID)
+		}
 		if strings.HasPrefix(cf.SourceStatus.Snapshot, "done") {
 			return o.render(cf, func(tw tableWriter) {
 				fmt.Fprintf(tw, "The initial snapshot of %s is %s.\n", cf.ID, cf.SourceStatus.Snapshot)
@@ -150,7 +157,7 @@ func waitSnapshot(ctx context.Context, o *options, c *api.Client, cf *api.Change
 		case <-ctx.Done():
 			progress := cf.SourceStatus.Snapshot
 			if progress == "" {
-				progress = "not begun, or the changefeed copies nothing (snapshot=never)"
+				progress = "not begun"
 			}
 			return withExit(ExitTimeout, fmt.Errorf("timed out after %s: the initial snapshot of %s is not done: %s", timeout, cf.ID, progress))
 		case <-time.After(200 * time.Millisecond):
