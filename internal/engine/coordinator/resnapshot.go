@@ -51,6 +51,9 @@ func (c *Coordinator) resnapshotOnce(ctx context.Context, term election.Term, re
 	if err != nil {
 		return UpdateResult{}, err
 	}
+	if err := sources.Resnapshots(e.Info.SourceURI); err != nil {
+		return UpdateResult{}, refuse(ErrInvalid, "%v", err)
+	}
 	if s := e.Status.State; s != model.ChangefeedFailed && s != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; a re-snapshot copies every table again and is for a changefeed that cannot go on from its position (failed); to copy a running one's tables again, pause it first (cdcctl changefeed pause %s)", req.ID, s, req.ID)
 	}

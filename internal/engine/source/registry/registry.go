@@ -198,17 +198,28 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 // where the upstream's log ends now (changefeed resnapshot: its own
 // position was lost upstream). Only sources that can lose it have one.
 func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error) {
-	db, err := scheme(uri)
-	if err != nil {
+	if err := Resnapshots(uri); err != nil {
 		return source.Retabled{}, err
 	}
+	db, _ := scheme(uri)
+	return db.resnapshot(ctx, uri, pos, at)
+}
+
+// Resnapshots refuses a changefeed of uri whose kind of source is never
+// re-snapshotted, whatever its state: said before what the changefeed's
+// state would ask for (pause it), which would not help.
+func Resnapshots(uri string) error {
+	db, err := scheme(uri)
+	if err != nil {
+		return err
+	}
 	if db == nil {
-		return source.Retabled{}, fmt.Errorf("a gen:// changefeed has nothing upstream to copy again")
+		return fmt.Errorf("a gen:// changefeed has nothing upstream to copy again")
 	}
 	if db.resnapshot == nil {
-		return source.Retabled{}, fmt.Errorf("a PostgreSQL changefeed is not re-snapshotted: its replication slot keeps the WAL it resumes from (if the slot was lost, remove the changefeed and create it again)")
+		return fmt.Errorf("a PostgreSQL changefeed is not re-snapshotted: its replication slot keeps the WAL it resumes from (if the slot was lost, remove the changefeed and create it again)")
 	}
-	return db.resnapshot(ctx, uri, pos, at)
+	return nil
 }
 
 // Holding is what a create of changefeed cf from uri records before it
