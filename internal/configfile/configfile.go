@@ -82,7 +82,7 @@ func CheckSections(path string, extra []string, sections []Section, flags ...*pf
 		names = append(names, s.Name+".NAME."+strings.Join(s.Keys, "|"))
 	}
 	sort.Strings(names)
-	return fmt.Errorf("config file %s: unknown key %s; the keys are the flags' names: %s", path, quoteAll(unknown), strings.Join(names, ", "))
+	return fmt.Errorf("unknown key %s; the keys are the flags' names: %s", quoteAll(unknown), strings.Join(names, ", "))
 }
 
 func quoteAll(ks []string) string {

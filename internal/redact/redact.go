@@ -114,18 +114,15 @@ func Value(name, v string) string {
 // stands.
 var uriInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.\\-]{0,15}:/+[^\\s\"'<>`]+")
 
-// pairInText finds name=value pairs outside URIs (a PostgreSQL keyword
-// DSN's password=..., a query string quoted without its URI); a quoted
-// value counts as one, up to its closing quote or the end.
-var pairInText = regexp.MustCompile(`([A-Za-z0-9_.\-]+)=("[^"]*"?|'[^']*'?|[^\s&;,"')?=]*)`)
-
 // dsnInText finds a MySQL driver DSN's user:password@tcp(...) or
 // @unix(...).
 var dsnInText = regexp.MustCompile(`([^\s:/@"'(]+):([^\s@/"']+)@(tcp|unix)\(`)
 
 // userInText finds user:password@ anywhere else: a URI without slashes
-// ("mysql:root:pw@host", which is no URI to the finder above).
-var userInText = regexp.MustCompile(`([^\s:/@"'(<>]+):([^\s@/"'<>]+)@`)
+// ("mysql:root:pw@host", which is no URI to the finder above). A user
+// name's characters only, and no brackets: a form shown in a message
+// ("[user[:password]@]tcp(host)") is no secret.
+var userInText = regexp.MustCompile(`([A-Za-z0-9_.%+\-]+):([^\s@/"'<>\[\]]+)@`)
 
 // Text is a message (an error, a log line) with the secrets of every URI,
 // DSN and name=value pair in it masked. Every error an API serves and
@@ -146,17 +143,58 @@ func Text(s string) string {
 }
 
 // maskPairs masks the values of the name=value pairs whose name says
-// they are secret.
+// they are secret. Every "=" is looked at, whatever pair or quoted value
+// it stands in: a secret pair inside another's quoted value (a DSN
+// quoted whole, a quote left open) was taken for that value and shown.
 func maskPairs(s string) string {
 	if !strings.Contains(s, "=") {
 		return s
 	}
-	return pairInText.ReplaceAllStringFunc(s, func(pair string) string {
-		name, value, _ := strings.Cut(pair, "=")
-		if !Secret(name) {
-			return pair
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] != '=' {
+			continue
 		}
-		// A sentence's punctuation after the value stays.
-		return name + "=" + Mask + value[len(strings.TrimRight(value, ".,:")):]
-	})
+		j := i
+		for j > 0 && isNameByte(s[j-1]) {
+			j--
+		}
+		if j == i || !Secret(s[j:i]) {
+			continue
+		}
+		end := valueEnd(s, i+1)
+		b.WriteString(s[last : i+1])
+		b.WriteString(Mask)
+		last, i = end, end-1
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// valueEnd is where the value that starts at k ends: after its closing
+// quote (or at the end, a quote left open), else at a separator; a
+// sentence's punctuation after it is not its.
+func valueEnd(s string, k int) int {
+	if k < len(s) && (s[k] == '"' || s[k] == '\'') {
+		if q := strings.IndexByte(s[k+1:], s[k]); q >= 0 {
+			return k + 1 + q + 1
+		}
+		return len(s)
+	}
+	end := k
+	for end < len(s) && !strings.ContainsRune(" \t\r\n&;,\"')?=", rune(s[end])) {
+		end++
+	}
+	for end > k && strings.ContainsRune(".,:", rune(s[end-1])) {
+		end--
+	}
+	return end
 }
