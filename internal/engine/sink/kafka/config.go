@@ -119,6 +119,10 @@ const HashPartitionsOption = "hash-partitions"
 // it resumes where it stopped either way.
 var ChangeableOptions = []string{HashPartitionsOption, "max-message-bytes", "buffer-memory", "connections-per-broker", "dial-timeout", "retry-timeout", "recover-timeout", "delivery", "transaction-timeout", sink.TransactionMetaOption, "sasl-user", "sasl-password", "sasl-mechanism", "enable-tls", "ca", "cert", "key", "insecure-skip-verify"}
 
+// FixedOptions are the Kafka sink's other parameters: known, but they
+// cannot change on a changefeed.
+var FixedOptions = []string{"protocol", "partition", "partition-num", "replication-factor", "progress-topic", "progress-partitions", "transaction-topic"}
+
 // Defaults of the URI's parameters.
 var Defaults = Config{PartitionBy: "key", PartitionNum: 3, ReplicationFactor: 1, MaxMessageBytes: 1 << 20, BufferMemory: 64 << 20, Connections: 4, Schema: "gen", DialTimeout: 5 * time.Second,
 	RetryTimeout: 3 * time.Second, RecoverTimeout: 60 * time.Second,

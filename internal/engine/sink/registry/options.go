@@ -29,12 +29,12 @@ func SetOptions(uri string, opts map[string]string) (string, []string, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("sink URI %s: %v", redact.URI(uri), redact.ParseError(err))
 	}
-	var safe []string
+	var safe, fixed []string
 	switch u.Scheme {
 	case "kafka":
-		safe = kafka.ChangeableOptions
+		safe, fixed = kafka.ChangeableOptions, kafka.FixedOptions
 	case "file", "mem", "s3", "gs", "azblob":
-		safe = storage.ChangeableOptions
+		safe, fixed = storage.ChangeableOptions, storage.FixedOptions
 	default:
 		return "", nil, fmt.Errorf("a %s:// sink has no options to change", u.Scheme)
 	}
@@ -46,6 +46,12 @@ func SetOptions(uri string, opts map[string]string) (string, []string, error) {
 	q := u.Query()
 	var changes []string
 	for _, k := range names {
+		// A cloud bucket takes parameters of its own (region,
+		// endpoint): where the rows are, as the location.
+		bucket := u.Scheme == "s3" || u.Scheme == "gs" || u.Scheme == "azblob"
+		if !slices.Contains(safe, k) && !slices.Contains(fixed, k) && !q.Has(k) && !bucket {
+			return "", nil, fmt.Errorf("sink option %s is unknown: the options of a %s:// sink that can change are %s", k, u.Scheme, strings.Join(safe, ", "))
+		}
 		if !slices.Contains(safe, k) {
 			return "", nil, fmt.Errorf("sink option %s cannot change on a changefeed: its sink would hold rows written both ways; create a new changefeed into another location instead (changeable: %s)", k, strings.Join(safe, ", "))
 		}

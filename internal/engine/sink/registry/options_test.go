@@ -48,3 +48,21 @@ func TestSetOptionsChangesOnlyWhatIsSafe(t *testing.T) {
 		t.Fatal("a blackhole sink's options changed")
 	}
 }
+
+// An option no sink has is called unknown, naming those that can change
+// (it was refused as one that "cannot change", as if the sink had it);
+// one the sink has but cannot change is refused as before, and so is a
+// cloud bucket's own parameter (where the rows are).
+func TestAnUnknownSinkOptionIsCalledUnknown(t *testing.T) {
+	for _, tc := range []struct{ uri, opt, says string }{
+		{"file:///data/shop", "bogus", "sink option bogus is unknown: the options of a file:// sink that can change are file-size, flush-interval, max-flush-delay"},
+		{"kafka://127.0.0.1:9092/t", "bogus", "sink option bogus is unknown: the options of a kafka:// sink that can change are hash-partitions, max-message-bytes"},
+		{"file:///data/shop", "date-separator", "sink option date-separator cannot change on a changefeed"},
+		{"kafka://127.0.0.1:9092/t", "replication-factor", "sink option replication-factor cannot change on a changefeed"},
+		{"s3://bucket/shop", "region", "sink option region cannot change on a changefeed"},
+	} {
+		if _, _, err := SetOptions(tc.uri, map[string]string{tc.opt: "1"}); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s %s=1: %v, want %q", tc.uri, tc.opt, err, tc.says)
+		}
+	}
+}

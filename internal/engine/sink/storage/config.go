@@ -155,6 +155,11 @@ func (c Config) bufferedCap() int64 {
 // at creation).
 var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery", sink.TransactionMetaOption}
 
+// FixedOptions are the storage sink's other parameters: known, but
+// they cannot change on a changefeed (any other is a bucket's own, or
+// unknown).
+var FixedOptions = []string{"protocol", "schema", "date-separator", "spool", "spool-dir"}
+
 // Schemes the sink opens.
 var Schemes = []string{"file", "mem", "s3", "gs", "azblob"}
 
