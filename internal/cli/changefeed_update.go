@@ -87,6 +87,12 @@ none).`,
 				if next, err = nextTables(current, tables, add, remove, defaultSchema(cf.Source)); err != nil {
 					return usageErr(err)
 				}
+				if len(next) == 0 {
+					// (Sent, an empty list is no list: the update would
+					// change only the sink's options, or be refused as
+					// naming nothing.)
+					return usageErr(fmt.Errorf("a changefeed needs at least one table, and this update leaves %s none; to stop replicating all of them, remove the changefeed: cdcctl changefeed remove %s", id, id))
+				}
 				if slices.Equal(next, current) && len(again) == 0 {
 					if len(opts) == 0 {
 						return o.render(&api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: current}, func(tw tableWriter) {

@@ -148,6 +148,13 @@ func (o *options) printError(err error, code int) {
 	// this command refused, a library's error) is masked the same way.
 	if errors.As(err, &ae) {
 		ae = api.Redacted(ae)
+		if strings.HasPrefix(ae.Hint, "send {") {
+			// A hint for an API caller, about the JSON to send: cdcctl
+			// wrote that body, so it is no fix for its user.
+			bare := *ae
+			bare.Hint = ""
+			ae = &bare
+		}
 	}
 	if o.v.GetString("output") == formatJSON {
 		body := map[string]any{"version": api.SchemaVersion, "exit_code": code}
