@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -235,8 +236,7 @@ func engineError(err error, id string) error {
 		return api.Errorf(api.CodeBadRequest, "fix the request; see docs/cli.md for source and sink URIs", "%s",
 			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrUnavailable):
-		return api.Errorf(api.CodeUnavailable, "check that it runs and that the coordinator can reach it, then send the same request again; the changefeed is as it was (after a create, a replication slot the attempt made is dropped in the background, and a create of the same name is refused as pending until then)", "%s",
-			coordinator.Detail(err))
+		return api.Errorf(api.CodeUnavailable, unavailableHint, "%s", coordinator.Detail(err))
 	case errors.Is(err, meta.ErrChangefeedExists):
 		return api.Errorf(api.CodeConflict, "choose another name, or remove the existing one first", "changefeed %q already exists", id)
 	case errors.Is(err, coordinator.ErrCleanupPending):
@@ -258,6 +258,23 @@ func engineError(err error, id string) error {
 	return err
 }
 
+// unavailableHint is what to do about a database or a sink that could
+// not be reached.
+const unavailableHint = "check that it runs and that the coordinator can reach it, then send the same request again; the changefeed is as it was"
+
+// createError is engineError for a create of source: a PostgreSQL
+// create that could not reach what it needs also says what becomes of
+// the slot it may have made. No other source makes one: MySQL's and
+// Kafka's failed creates carried that hint too.
+func createError(err error, id, source string) error {
+	out := engineError(err, id)
+	var ae *api.Error
+	if u, perr := url.Parse(source); perr == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") && errors.As(out, &ae) && ae.Code == api.CodeUnavailable {
+		ae.Hint += " (a replication slot the attempt made is dropped in the background, and a create of the same name is refused as pending until then)"
+	}
+	return out
+}
+
 // userOf is the authenticated user of a request, "" when the agent does
 // not check tokens.
 func userOf(ctx context.Context) string {
@@ -274,7 +291,7 @@ func (b backend) CreateChangefeed(ctx context.Context, req api.ChangefeedCreateR
 	}
 	info, err := coord.CreateChangefeed(ctx, term, coordinator.CreateRequest{ID: req.ID, Source: req.Source, Sink: req.Sink, PartitionsPerTable: req.PartitionsPerTable, By: userOf(ctx)})
 	if err != nil {
-		return nil, engineError(err, req.ID)
+		return nil, createError(err, req.ID, req.Source)
 	}
 	return b.Changefeed(ctx, string(info.ID))
 }
