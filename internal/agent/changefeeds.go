@@ -188,12 +188,23 @@ func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
 	}
 	if pr, ok := st.Progress[r.Route.Changefeed][r.Route.ID]; ok {
 		p.CheckpointTs = uint64(pr.Progress.Checkpoint)
+		// A split leaves the rows copied before it counted with the lower
+		// half: said, so that neither half's count reads as its range's.
+		counted := "rows"
+		for _, ev := range r.Route.History {
+			switch ev.Kind {
+			case "split":
+				counted = "rows, with the ranges split off it"
+			case "split-from":
+				counted = "rows since it was split off"
+			}
+		}
 		switch c := pr.Progress.Copy; {
 		case c.Done:
-			p.Snapshot = fmt.Sprintf("done (%d rows)", c.Rows)
+			p.Snapshot = fmt.Sprintf("done (%d %s)", c.Rows, counted)
 		case c.To != "":
 			after, _ := c.After()
-			p.Snapshot = fmt.Sprintf("copied up to key %s (%d rows)", model.DecodeKey(r.Route.Span.Key, after), c.Rows)
+			p.Snapshot = fmt.Sprintf("copied up to key %s (%d %s)", model.DecodeKey(r.Route.Span.Key, after), c.Rows, counted)
 		case c.Cursor != "":
 			p.Snapshot = fmt.Sprintf("copying in the key's index order, at key %s (%d rows of its range, %d read)", model.DecodeKey(r.Route.Span.Key, c.Cursor), c.Rows, c.Read)
 		}
