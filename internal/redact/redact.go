@@ -25,23 +25,32 @@ func URI(raw string) string {
 		}
 		return scheme + "://(unparsable URI, not shown)"
 	}
+	if u.User == nil {
+		// An @ the parser did not take for user info's end: what stands
+		// before it, from the scheme's slashes on, may be a password,
+		// mistyped ("mysql:u:pw@h", "mysql:/u:pw@h", "mysql:///u:pw@h"),
+		// or one the parser took for a port, a path or a fragment
+		// ("postgres://u:/pw@h", "…://u:12#34@h"). Masked whole, in the
+		// text as typed, before anything of it is cut off.
+		if at := strings.LastIndex(raw, "@"); at >= 0 {
+			start := 0
+			if u.Scheme != "" {
+				start = len(u.Scheme) + 1
+			}
+			for start < at && raw[start] == '/' {
+				start++
+			}
+			if start < at && raw[start:at] != Mask {
+				return URI(raw[:start] + Mask + raw[at:])
+			}
+		}
+	}
 	changed := false
 	if u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), Mask)
 			changed = true
 		}
-	} else if at := strings.LastIndex(u.Opaque, "@"); at >= 0 {
-		// Not parsed as user info (no "//"): what stands before the @
-		// may be a password.
-		u.Opaque = Mask + u.Opaque[at:]
-		changed = true
-	} else if at := strings.LastIndex(u.Path, "@"); at >= 0 && u.Host == "" {
-		// Nor with one slash or three ("mysql:/u:pw@h", "mysql:///u:pw@h"):
-		// a path to the parser, user info to whoever typed it.
-		lead := len(u.Path) - len(strings.TrimLeft(u.Path, "/"))
-		u.Path, u.RawPath = u.Path[:lead]+Mask+u.Path[at:], ""
-		changed = true
 	}
 	if u.Fragment != "" || u.RawFragment != "" {
 		// No part of a source or sink URI, and not shown: the pairs

@@ -18,6 +18,13 @@ func TestURIMasksSecretsAndKeepsTheRest(t *testing.T) {
 		// User info after one slash or three is a path to the parser.
 		{"mysql:/root:SECRET@127.0.0.1:3306/demo?tables=a", "mysql:/xxxxx@127.0.0.1:3306/demo?tables=a"},
 		{"postgres:///cdc:SECRET@db/shop", "postgres:///xxxxx@db/shop"},
+		// A password the parser takes for a port, a path, a query or a
+		// fragment, the URI having a host.
+		{"postgres://repl:/SECRET@db/shop", "postgres://xxxxx@db/shop"},
+		{"postgres://repl:1234/SECRET@db/shop", "postgres://xxxxx@db/shop"},
+		{"postgres://repl:?SECRET@db", "postgres://xxxxx@db"},
+		{"mysql:root:SE#CRET@h/db", "mysql:xxxxx@h/db"},
+		{"postgres://repl:12#SECRET@db", "postgres://xxxxx@db"},
 		{"gen://?tables=8&keys=50", "gen://?tables=8&keys=50"},
 		// A client key's file path is no secret, and verify needs it.
 		{"kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem", "kafka://h:1/t?enable-tls=true&cert=/etc/c.pem&key=/etc/k.pem"},
@@ -99,7 +106,7 @@ func FuzzTextNeverShowsASecret(f *testing.F) {
 		}
 		n := secretNames[int(name)%len(secretNames)]
 		var msg string
-		switch shape % 6 {
+		switch shape % 7 {
 		case 0: // a URI's query, quoted whole by an opener
 			sep := "?"
 			if strings.Contains(base, "?") {
@@ -116,6 +123,8 @@ func FuzzTextNeverShowsASecret(f *testing.F) {
 			msg = before + " mysql:" + strings.Repeat("/", 1+2*int(name%2)) + "root:" + secret + "@h:3306/db" + after
 		case 5: // user info without slashes
 			msg = before + " mysql:root:" + secret + "@h:3306/db" + after
+		case 6: // a password the parser takes for a path after a port
+			msg = before + " postgres://repl:/" + secret + "@h:5432/db" + after
 		}
 		if got := Text(msg); strings.Contains(got, secret) {
 			t.Fatalf("Text(%q) = %q shows the secret %q", msg, got, secret)
