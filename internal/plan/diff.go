@@ -99,15 +99,19 @@ func Render(w io.Writer, s *model.Snapshot, p *Plan) error {
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
 	switch p.Kind {
 	case KindDrain:
-		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d maintainers)\n", p.Kind, p.Target, p.BatchSize)
+		fmt.Fprintf(w, "Plan: %s %s (batches of at most %s)\n", p.Kind, p.Target, counted(p.BatchSize, "maintainer"))
 		fmt.Fprintf(w, "  %s and %s move; %s; predicted %s\n\n",
 			counted(p.Steps(StepMoveMaintainer), "maintainer"), counted(p.PartitionMoves(), "partition"), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	case KindRollout:
 		return renderRollout(w, s, p)
 	default:
-		fmt.Fprintf(w, "Plan: %s %s (batches of at most %d steps)\n", p.Kind, p.Target, p.BatchSize)
-		fmt.Fprintf(w, "  %s move, %d split; %s; predicted %s\n\n",
-			counted(p.PartitionMoves(), "partition"), p.Steps(StepSplitPartition), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
+		fmt.Fprintf(w, "Plan: %s %s (batches of at most %s)\n", p.Kind, p.Target, counted(p.BatchSize, "step"))
+		moves := counted(p.PartitionMoves(), "partition") + " move"
+		if p.PartitionMoves() == 1 {
+			moves += "s"
+		}
+		fmt.Fprintf(w, "  %s, %d split; %s; predicted %s\n\n",
+			moves, p.Steps(StepSplitPartition), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	}
 	if s == nil {
 		fmt.Fprintln(w, staleCounts)
@@ -154,7 +158,7 @@ func renderBatches(w io.Writer, p *Plan) {
 func renderRollout(w io.Writer, s *model.Snapshot, p *Plan) error {
 	order := p.RolloutCaptures()
 	pred := time.Duration(p.PredictedMillis) * time.Millisecond
-	fmt.Fprintf(w, "Plan: rollout %s of %d captures, one at a time (each drained in batches of at most %d maintainers)\n", p.RolloutVerb(), len(order), p.BatchSize)
+	fmt.Fprintf(w, "Plan: rollout %s of %s, one at a time (each drained in batches of at most %s)\n", p.RolloutVerb(), counted(len(order), "capture"), counted(p.BatchSize, "maintainer"))
 	fmt.Fprintf(w, "  %s and %s move off a capture and back; %s; predicted %s\n",
 		counted(p.Steps(StepMoveMaintainer), "maintainer"), counted(p.PartitionMoves(), "partition"), counted(len(p.Batches), "batch"), pred.Round(time.Millisecond))
 	if p.RestartBy == RestartByHook {
