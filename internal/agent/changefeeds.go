@@ -113,7 +113,11 @@ func (b backend) Changefeed(ctx context.Context, id string) (*api.ChangefeedResp
 	warnings := copiedUnderKeys(keys)
 	if ss, err := sources.Inspect(ictx, e.Info.SourceURI, e.Status.SourcePosition); err != nil {
 		out.SourceStatus = &api.SourceStatus{Error: redact.Text(err.Error()), Warnings: warnings}
-		if copying {
+		if ss != nil {
+			// What the source knows without its server (where it resumes).
+			out.SourceStatus.Kind, out.SourceStatus.Position, out.SourceStatus.Snapshot = ss.Kind, ss.Position, ss.Snapshot
+		}
+		if copying && out.SourceStatus.Snapshot == "" {
 			out.SourceStatus.Snapshot = model.CopySummary(pt)
 		}
 	} else if ss != nil {

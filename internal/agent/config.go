@@ -212,6 +212,9 @@ func (c *Config) Validate() error {
 // (0 listens on any free port; others cannot be told to dial it.)
 func checkPort(flag, addr, port string, lo int) error {
 	if n, err := strconv.Atoi(port); err != nil || n < lo || n > 65535 {
+		if port == "" {
+			port = "none"
+		}
 		return fmt.Errorf("%s %q: the port must be a number from %d to 65535, got %s", flag, addr, lo, port)
 	}
 	return nil

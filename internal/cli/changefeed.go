@@ -266,6 +266,9 @@ func newChangefeedGetCommand(o *options) *cobra.Command {
 					switch {
 					case ss.Error != "":
 						fmt.Fprintf(tw, "Upstream:\tcannot inspect: %s\n", ss.Error)
+						if ss.Kind == "mysql" && ss.Position != "" {
+							fmt.Fprintf(tw, "Binlog:\tresumes at %s\n", ss.Position)
+						}
 					case ss.Kind == "mysql":
 						// A binary log is kept by time, not for a reader:
 						// what matters is where the changefeed resumes and

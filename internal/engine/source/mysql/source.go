@@ -280,7 +280,8 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if err != nil {
 		// Said, not hidden: a status without it showed "the server
 		// keeps 0 B of binary log" for a password rotated upstream.
-		return nil, err
+		// What is known without the server goes with it.
+		return st, err
 	}
 	defer db.Close()
 	st.Active = streaming(ctx, db, cfg.ServerID)
