@@ -186,10 +186,8 @@ func busyInPlans(ctx context.Context, c *api.Client, p *plan.Plan) error {
 			return err
 		}
 		rec := other.Record()
-		for _, s := range rec.Steps {
-			if st := rec.Step(s); mine[st.Partition] && (s.State == exec.StepPending || s.State == exec.StepRunning) {
-				return withExit(ExitBusy, fmt.Errorf("partition %s is busy: plan %s (%s) still has to %s; let it finish, resume it ('cdcctl plan resume %s') or cancel it", st.Partition, rec.ID, rec.State, plan.StepText(st), rec.ID))
-			}
+		if st, held := rec.Holds(mine); held {
+			return withExit(ExitBusy, fmt.Errorf("partition %s is busy: %s; let it finish, resume it ('cdcctl plan resume %s') or cancel it", st.Partition, rec.BusyMessage(st), rec.ID))
 		}
 	}
 	return nil

@@ -161,6 +161,27 @@ func nonEmpty(s, or string) string {
 // Step returns a step of the plan by its status.
 func (r *Record) Step(s StepStatus) plan.Step { return r.Plan.Batches[s.Batch].Steps[s.Index] }
 
+// Holds is a step of a plan not over that has still to act on one of
+// partitions (pending or running): such a partition is busy for any
+// other plan, which the coordinator refuses at submission and a dry run
+// says the same.
+func (r *Record) Holds(partitions map[string]bool) (plan.Step, bool) {
+	if r.State.Terminal() {
+		return plan.Step{}, false
+	}
+	for _, st := range r.Steps {
+		if step := r.Step(st); partitions[step.Partition] && (st.State == StepPending || st.State == StepRunning) {
+			return step, true
+		}
+	}
+	return plan.Step{}, false
+}
+
+// BusyMessage says what r has still to do to a partition it holds.
+func (r *Record) BusyMessage(step plan.Step) string {
+	return fmt.Sprintf("plan %s (%s) still has to %s", r.ID, r.State, plan.StepText(step))
+}
+
 // Counts tells how many steps are in each state.
 func (r *Record) Counts() map[StepState]int {
 	out := map[StepState]int{}

@@ -35,15 +35,8 @@ func (c *Coordinator) submitPartitionPlan(ctx context.Context, term election.Ter
 	}
 	others, _ := PlansIn(st).List(ctx) // one that does not decode holds nothing
 	for _, other := range others {
-		if other.State.Terminal() {
-			continue
-		}
-		id := other.ID
-		for _, s := range other.Steps {
-			step := other.Step(s)
-			if mine[step.Partition] && (s.State == exec.StepPending || s.State == exec.StepRunning) {
-				return nil, &plan.BusyError{Partition: step.Partition, Doing: fmt.Sprintf("plan %s (%s) still has to %s", id, other.State, plan.StepText(step)), Since: other.SubmittedAt}
-			}
+		if step, held := other.Holds(mine); held {
+			return nil, &plan.BusyError{Partition: step.Partition, Doing: other.BusyMessage(step), Since: other.SubmittedAt}
 		}
 	}
 	return c.saveSubmitted(ctx, term, st, p, sub)
