@@ -316,7 +316,7 @@ func (b backend) UpdateChangefeed(ctx context.Context, id string, req api.Change
 	if err != nil {
 		return nil, err
 	}
-	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, SinkOptions: req.SinkOptions, CopyAgain: req.CopyAgain, DryRun: req.DryRun, By: userOf(ctx)})
+	res, err := coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: model.ChangefeedID(id), Tables: req.Tables, SinkOptions: req.SinkOptions, CopyAgain: req.CopyAgain, Source: req.Source, DryRun: req.DryRun, By: userOf(ctx)})
 	if err != nil {
 		return nil, engineError(err, id)
 	}
@@ -343,7 +343,10 @@ func (b backend) ResnapshotChangefeed(ctx context.Context, id string, req api.Re
 func updateResponse(id string, dryRun bool, res coordinator.UpdateResult) *api.ChangefeedUpdateResponse {
 	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: res.Tables, Rules: res.Rules,
 		Added: res.Added, Removed: res.Removed, CopiedAgain: res.CopiedAgain, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
-		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges}
+		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges, SourceChanges: res.SourceChanges}
+	if len(res.SourceChanges) > 0 {
+		out.Source = sources.Redact(res.Source)
+	}
 	for i, sp := range res.AddedSpans {
 		start, end := sp.Bounds()
 		p := api.Partition{Changefeed: id, Table: sp.Table, Start: start, End: end, Status: string(model.PartitionActive)}

@@ -47,6 +47,12 @@ type ChangefeedUpdateRequest struct {
 	// their key now, truncated in the sink first): a table whose copy
 	// went wrong, or held for a change a new copy undoes.
 	CopyAgain []string `json:"copy_again,omitempty"`
+	// Source is a source URI whose connection the changefeed takes: its
+	// user, password, address and driver parameters (sslmode, ...);
+	// what it replicates (the database, tables, slot, snapshot) stays.
+	// A password given as xxxxx keeps the changefeed's. Not with Tables
+	// or CopyAgain.
+	Source string `json:"source,omitempty"`
 	// DryRun checks and computes the change and writes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 }
@@ -85,6 +91,10 @@ type ChangefeedUpdateResponse struct {
 	// SinkChanges, one line per option changed.
 	Sink        string   `json:"sink,omitempty"`
 	SinkChanges []string `json:"sink_changes,omitempty"`
+	// Source is the source URI after the update (secrets masked);
+	// SourceChanges, one line per part of its connection changed.
+	Source        string   `json:"source,omitempty"`
+	SourceChanges []string `json:"source_changes,omitempty"`
 	// Rekeyed: a re-snapshot's tables whose primary key changed since
 	// their partitions were cut; they are copied under the key as it is.
 	Rekeyed []RekeyedTable `json:"rekeyed,omitempty"`

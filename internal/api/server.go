@@ -361,8 +361,8 @@ func (s *server) updateChangefeed(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
-		writeError(w, Errorf(CodeBadRequest, `send {"tables": ["public.orders", ...]} (every table the changefeed replicates from now on), {"sink_options": {"flush-interval": "1s"}}, or both`, "an update names the changefeed's tables or sink options"))
+	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 && len(req.CopyAgain) == 0 && req.Source == "" {
+		writeError(w, Errorf(CodeBadRequest, `send {"tables": ["public.orders", ...]} (every table the changefeed replicates from now on), {"copy_again": [...]}, {"sink_options": {"flush-interval": "1s"}} or {"source": "postgres://user:password@host/db"} (its connection)`, "an update names the changefeed's tables, sink options or source connection"))
 		return
 	}
 	id := r.PathValue("id")

@@ -20,11 +20,12 @@ import (
 func newChangefeedUpdateCommand(o *options) *cobra.Command {
 	var (
 		tables, add, remove, again, sinkOpts []string
+		sourceURI                            string
 		dryRun, yes                          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V) [--dry-run] [--yes]",
-		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end) or its sink's options",
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V | --source URI) [--dry-run] [--yes]",
+		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end), its sink's options or its source's connection",
 		Long: `Change the tables a paused database changefeed replicates, or how its
 sink writes. Added tables begin at the changefeed's checkpoint: when it
 resumes, their existing rows are copied (their own initial snapshot)
@@ -51,6 +52,19 @@ to the N partitions its keys hash over (the topic's count before
 partitions were added: nothing moves); docs/cli.md says what another
 count does. Every node opens the sink again when the changefeed resumes.
 
+--source URI gives the changefeed its source's connection anew, in a
+URI as for create: the user, the password (a rotated one), the address
+(a primary's after a failover) and the driver's connection parameters
+(PostgreSQL's sslmode, connect_timeout, ...). What it replicates stays:
+the database, the tables (leave tables= out), the slot or server id, the
+snapshot, its position. A password written xxxxx, as 'changefeed get'
+shows it, keeps the one it has; none leaves it to the agents'
+environment (PGPASSWORD, MYSQL_PWD: docs/security.md). The new
+connection is tried before anything is written: it must reach the
+server that holds the changefeed's position (PostgreSQL: its slot; MySQL:
+a server of its replication topology, by GTID). Readers connect with it
+when the changefeed resumes.
+
 Pause the changefeed first (cdcctl changefeed pause NAME); resume it
 after the update. --dry-run shows the change and exits 2 (0 when there is
 none).`,
@@ -59,6 +73,7 @@ none).`,
   cdcctl changefeed update shop --add-table public.invoices --remove-table public.audit --yes
   cdcctl changefeed update shop --copy-table public.orders --yes
   cdcctl changefeed update shop --sink-option flush-interval=1s --sink-option file-size= --yes
+  cdcctl changefeed update shop --source 'postgres://cdc:NEW-PASSWORD@db2:5432/shop?sslmode=require' --yes
   cdcctl changefeed resume shop`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,12 +81,15 @@ none).`,
 			if len(tables) > 0 && len(add)+len(remove) > 0 {
 				return usageErr(errors.New("give --tables (the whole list), or --add-table/--remove-table, not both"))
 			}
+			if sourceURI != "" && len(tables)+len(add)+len(remove)+len(again) > 0 {
+				return usageErr(errors.New("change the source's connection (--source) in an update of its own, then its tables: an update of the tables reaches the source through the connection the changefeed has"))
+			}
 			opts, err := parseSinkOptions(sinkOpts)
 			if err != nil {
 				return usageErr(err)
 			}
-			if len(tables)+len(add)+len(remove)+len(again)+len(opts) == 0 {
-				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, or --sink-option K=V"))
+			if len(tables)+len(add)+len(remove)+len(again)+len(opts) == 0 && sourceURI == "" {
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, --sink-option K=V, or --source URI (its connection)"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -109,14 +127,16 @@ none).`,
 			if len(copies) > 0 && next == nil {
 				next = current
 			}
-			preview, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, CopyAgain: copies, DryRun: true})
+			req := api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, CopyAgain: copies, Source: sourceURI}
+			preview, err := c.UpdateChangefeed(cmd.Context(), id, withDryRun(req, true))
 			if err != nil {
 				return err
 			}
-			if next == nil && len(preview.SinkChanges) == 0 {
-				// Sink options it has already: done, nothing to write (exit 0).
+			if next == nil && len(preview.SinkChanges)+len(preview.SourceChanges) == 0 {
+				// Options and a connection it has already: done, nothing
+				// to write (exit 0).
 				return o.render(preview, func(tw tableWriter) {
-					fmt.Fprintf(tw, "Changefeed %s's sink has these options already; nothing to change.\n", id)
+					fmt.Fprintf(tw, "Changefeed %s's %s already; nothing to change.\n", id, alreadyWhat(len(opts) > 0, sourceURI != ""))
 				})
 			}
 			if dryRun {
@@ -138,7 +158,7 @@ none).`,
 					return withExit(ExitCancelled, fmt.Errorf("update changefeed %s: not approved; nothing changed", id))
 				}
 			}
-			out, err := c.UpdateChangefeed(cmd.Context(), id, api.ChangefeedUpdateRequest{Tables: next, SinkOptions: opts, CopyAgain: copies})
+			out, err := c.UpdateChangefeed(cmd.Context(), id, req)
 			if err != nil {
 				return err
 			}
@@ -155,6 +175,7 @@ none).`,
 	f.StringArrayVar(&remove, "remove-table", nil, "a table to stop replicating (repeatable, or comma-separated)")
 	f.StringArrayVar(&again, "copy-table", nil, "a table the changefeed keeps, to copy again from its checkpoint (repeatable, or comma-separated)")
 	f.StringArrayVar(&sinkOpts, "sink-option", nil, "change a sink URI parameter, K=V (K= for its default; repeatable): how the sink writes, not where nor in which form")
+	f.StringVar(&sourceURI, "source", "", "a source URI whose connection the changefeed takes (user, password, address, driver parameters; password xxxxx keeps its own); what it replicates stays")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
 	return cmd
@@ -282,8 +303,15 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 		}
 		fmt.Fprintf(tw, "Sink after: %s\n", u.Sink)
 	}
-	if len(u.Added)+len(u.Removed)+len(u.CopiedAgain) == 0 && len(u.SinkChanges) > 0 && len(u.Rules) == 0 {
-		return // the sink's options only
+	if len(u.SourceChanges) > 0 {
+		fmt.Fprintf(tw, "Changefeed %s: source connection %s:\n", u.Changefeed, verb)
+		for _, c := range u.SourceChanges {
+			fmt.Fprintf(tw, "  %s\n", c)
+		}
+		fmt.Fprintf(tw, "Source after: %s\n", u.Source)
+	}
+	if len(u.Added)+len(u.Removed)+len(u.CopiedAgain) == 0 && len(u.SinkChanges)+len(u.SourceChanges) > 0 && len(u.Rules) == 0 {
+		return // the connections only
 	}
 	fmt.Fprintf(tw, "Changefeed %s: tables %s at its checkpoint %s.\n", u.Changefeed, verb, model.Ts(u.At).Time().UTC().Format("2006-01-02 15:04:05.000"))
 	for _, t := range u.Added {
@@ -329,4 +357,21 @@ func qualifyTable(t, defaultSchema string) (string, error) {
 		schema = defaultSchema
 	}
 	return model.TableName(schema, table), nil
+}
+
+// withDryRun is an update request as a dry run, or not.
+func withDryRun(req api.ChangefeedUpdateRequest, dry bool) api.ChangefeedUpdateRequest {
+	req.DryRun = dry
+	return req
+}
+
+// alreadyWhat names what an update that changes nothing found in place.
+func alreadyWhat(sink, source bool) string {
+	switch {
+	case sink && source:
+		return "sink has these options and its source this connection"
+	case source:
+		return "source has this connection"
+	}
+	return "sink has these options"
 }

@@ -191,6 +191,9 @@ func claimsFree(st *meta.State, id, uri string) error {
 		return nil
 	}
 	for _, cf := range st.ChangefeedIDs() {
+		if string(cf) == id {
+			continue // its own (an update of its connection)
+		}
 		if err := held("changefeed "+string(cf), sources.Claims(st.Changefeeds[cf].Info.SourceURI, cf)); err != nil {
 			return err
 		}

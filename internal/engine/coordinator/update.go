@@ -42,6 +42,10 @@ type UpdateRequest struct {
 	// new ones that copy them from the checkpoint, as if removed and
 	// added back, in one update.
 	CopyAgain []string
+	// Source is a source URI whose connection the changefeed takes (its
+	// user, password, address, driver parameters: sources.Reconnect),
+	// keeping everything it replicates; not with Tables or CopyAgain.
+	Source string
 }
 
 // UpdateResult is what an update did, or would do.
@@ -62,6 +66,10 @@ type UpdateResult struct {
 	// option changed.
 	Sink        string
 	SinkChanges []string
+	// Source is the source URI after the update (its secrets in it);
+	// SourceChanges, one line per part of its connection changed.
+	Source        string
+	SourceChanges []string
 	// Rekeyed are the tables a re-snapshot copies under a primary key
 	// other than the one their partitions were cut on.
 	Rekeyed []Rekeyed
@@ -156,14 +164,19 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if e.Status.State != model.ChangefeedPaused {
 		return UpdateResult{}, refuse(ErrNotPaused, "changefeed %s is %s; pause it first (cdcctl changefeed pause %s), update it, then resume it", req.ID, e.Status.State, req.ID)
 	}
+	if req.Source != "" && len(req.Tables)+len(req.CopyAgain) > 0 {
+		// The tables' update reaches the source through the connection
+		// the changefeed has.
+		return UpdateResult{}, refuse(ErrInvalid, "change the source's connection in an update of its own, then its tables")
+	}
 	if len(req.CopyAgain) > 0 && len(req.Tables) == 0 {
 		req.Tables = tablesOf(e.Info.SourceURI) // the same tables
 	}
-	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 {
-		return UpdateResult{}, refuse(ErrInvalid, "name the change: the tables, or sink options")
+	if len(req.Tables) == 0 && len(req.SinkOptions) == 0 && req.Source == "" {
+		return UpdateResult{}, refuse(ErrInvalid, "name the change: the tables, sink options, or the source's connection")
 	}
 	at := max(e.Status.CheckpointTs, e.Info.StartTs)
-	res := UpdateResult{At: at, Sink: e.Info.SinkURI}
+	res := UpdateResult{At: at, Sink: e.Info.SinkURI, Source: e.Info.SourceURI}
 	if len(req.SinkOptions) > 0 {
 		if res.Sink, res.SinkChanges, err = sinks.SetOptions(e.Info.SinkURI, req.SinkOptions); err != nil {
 			return UpdateResult{}, refuse(ErrInvalid, "%v", err)
@@ -176,8 +189,13 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 			return UpdateResult{}, refuse(ErrInvalid, "%s: a capture of an earlier version runs (cdcctl capture list shows its version) and could not open a sink with it; finish the rolling upgrade first", sinks.KafkaHashPartitions)
 		}
 	}
+	if req.Source != "" {
+		if res.Source, res.SourceChanges, err = c.reconnect(ctx, st, e, req.Source); err != nil {
+			return UpdateResult{}, err
+		}
+	}
 	if len(req.Tables) == 0 {
-		return c.updateSink(ctx, term, e, req, res)
+		return c.updateConnections(ctx, term, e, req, res)
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -315,23 +333,49 @@ func refollowAfter(e *meta.ChangefeedEntry, req UpdateRequest) *model.Refollow {
 	return e.Status.Refollow.TakeOver(req.By)
 }
 
-// updateSink changes only a paused changefeed's sink options: the new
-// URI, and a new incarnation so that every node opens the sink again
-// when the changefeed resumes.
-func (c *Coordinator) updateSink(ctx context.Context, term election.Term, e *meta.ChangefeedEntry, req UpdateRequest, res UpdateResult) (UpdateResult, error) {
+// updateConnections changes only a paused changefeed's sink options or
+// its source's connection: the new URIs, and a new incarnation so that
+// every node opens the source and the sink again when the changefeed
+// resumes.
+func (c *Coordinator) updateConnections(ctx context.Context, term election.Term, e *meta.ChangefeedEntry, req UpdateRequest, res UpdateResult) (UpdateResult, error) {
 	res.Tables = tablesOf(e.Info.SourceURI)
-	if len(res.SinkChanges) == 0 || req.DryRun {
-		// Nothing to change (the sink has these options already) is an
-		// answer, not a refusal: the update is done, nothing written.
+	if len(res.SinkChanges)+len(res.SourceChanges) == 0 || req.DryRun {
+		// Nothing to change (the sink has these options already, the
+		// source this connection) is an answer, not a refusal: the
+		// update is done, nothing written.
 		return res, nil
 	}
 	info := e.Info
-	info.SinkURI, info.UpdatedAt = res.Sink, time.Now().UTC()
+	info.SinkURI, info.SourceURI, info.UpdatedAt = res.Sink, res.Source, time.Now().UTC()
 	if _, err := c.store.UpdateTables(ctx, term.Fence, e, meta.TablesUpdate{Info: info, SourcePosition: e.Status.SourcePosition, Refollow: e.Status.Refollow}); err != nil {
 		return UpdateResult{}, err
 	}
-	c.log.Info("coordinator: changefeed sink options updated", "changefeed", req.ID, "changes", res.SinkChanges, "by", req.By)
+	c.log.Info("coordinator: changefeed connections updated", "changefeed", req.ID, "sink_changes", res.SinkChanges, "source_changes", res.SourceChanges, "by", req.By)
 	return res, nil
+}
+
+// reconnect is the changefeed's source URI with the connection of given
+// (sources.Reconnect) and what changes, checked before anything is
+// written: no other changefeed holds what it would hold upstream there,
+// and the server it reaches holds the changefeed's position (PostgreSQL:
+// its slot).
+func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, given string) (string, []string, error) {
+	uri, changes, err := sources.Reconnect(e.Info.SourceURI, given)
+	if err != nil {
+		return "", nil, refuse(ErrInvalid, "%v", err)
+	}
+	if len(changes) == 0 {
+		return e.Info.SourceURI, nil, nil
+	}
+	if err := claimsFree(st, string(e.Info.ID), uri); err != nil {
+		return "", nil, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := sources.Inspect(ictx, uri, e.Status.SourcePosition); err != nil {
+		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
+	}
+	return uri, changes, nil
 }
 
 // tablesOf names a stored source URI's tables (empty if it does not

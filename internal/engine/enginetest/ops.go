@@ -169,6 +169,18 @@ func (c *Cluster) CopyAgain(cf model.ChangefeedID, tables []string, again ...str
 	c.SetState(cf, model.ChangefeedNormal)
 }
 
+// UpdateSource asks for a paused changefeed to take the connection of
+// uri (coordinator.UpdateRequest.Source): what it changed, or would in a
+// dry run, or why it was refused.
+func (c *Cluster) UpdateSource(cf model.ChangefeedID, uri string, dryRun bool) (res coordinator.UpdateResult, err error) {
+	c.T.Helper()
+	err = c.Coordinate(func(ctx context.Context, coord *coordinator.Coordinator, term election.Term) error {
+		res, err = coord.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Source: uri, DryRun: dryRun, By: "test"})
+		return err
+	})
+	return res, err
+}
+
 // updatePaused makes an update of a paused changefeed, failing the test
 // if it is refused.
 func (c *Cluster) updatePaused(req coordinator.UpdateRequest) {

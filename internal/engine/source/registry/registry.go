@@ -47,6 +47,8 @@ type database struct {
 	// named is a new changefeed's URI naming what pin will hold
 	// upstream, for remove.
 	named func(uri string, cf model.ChangefeedID) (string, error)
+	// reconnect is a stored URI with another connection.
+	reconnect func(stored, given string) (string, []string, error)
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -54,7 +56,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, reconnect: postgres.Reconnect,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -71,7 +73,7 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named,
+		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, reconnect: mysql.Reconnect,
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
 			if err != nil {
@@ -321,6 +323,21 @@ func Upstream(uri, password string) (source.Snapshotter, []string, error) {
 		return nil, nil, err
 	}
 	return db.upstream(uri, password)
+}
+
+// Reconnect is a changefeed's stored source URI with the connection of
+// given (user, password, address, the driver's connection parameters),
+// what the changefeed replicates unchanged; and one line per change, no
+// secret in them. The generator has no connection.
+func Reconnect(stored, given string) (string, []string, error) {
+	db, err := scheme(stored)
+	if err != nil {
+		return "", nil, err
+	}
+	if db == nil {
+		return "", nil, fmt.Errorf("--source: a gen:// changefeed has no connection to change")
+	}
+	return db.reconnect(stored, given)
 }
 
 // Redact is a source URI fit for messages and logs.
