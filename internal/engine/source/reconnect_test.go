@@ -83,3 +83,51 @@ func sameURI(a, b string) bool {
 	ua.RawQuery, ub.RawQuery = "", ""
 	return ua.String() == ub.String() && reflect.DeepEqual(qa, qb)
 }
+
+// FuzzReconnect: whatever URI an operator gives, Reconnect keeps what the
+// changefeed replicates (the path and its own parameters), and neither
+// its refusal nor its change lines show the password given.
+func FuzzReconnect(f *testing.F) {
+	const stored = "postgres://cdc:old@db1:5432/shop?connect_timeout=5&slot=s1&tables=public.a"
+	for _, seed := range []string{
+		"postgres://cdc:Secret1@db2:5432/shop?sslmode=require",
+		"postgres://cdc:xxxxx@db1/shop",
+		"postgresql://u:Secret1@[::1]:5432/shop?slot=s1",
+		"postgres://u:Secret1@h/other",
+		"mysql://u:Secret1@h/shop",
+		"postgres://u:Sec%2Fret1@h/shop?tables=x",
+		"postgres:/u:Secret1@h/shop",
+		"postgres://u:Secret1@h/shop?slot=s2&password=Secret1",
+	} {
+		f.Add(seed)
+	}
+	own := func(k string) bool { return k == "tables" || k == "slot" }
+	f.Fuzz(func(t *testing.T, given string) {
+		uri, changes, err := Reconnect(stored, given, own)
+		secret := ""
+		if u, perr := url.Parse(given); perr == nil {
+			secret, _ = u.User.Password()
+		}
+		shows := func(s string) bool {
+			return len(secret) >= 6 && secret != "xxxxxx" && strings.Contains(s, secret) && !strings.Contains(strings.Replace(given, secret, "", 1), secret)
+		}
+		if err != nil {
+			if shows(err.Error()) {
+				t.Fatalf("the refusal %q shows the password", err)
+			}
+			return
+		}
+		for _, c := range changes {
+			if shows(c) {
+				t.Fatalf("the change %q shows the password", c)
+			}
+		}
+		u, perr := url.Parse(uri)
+		if perr != nil {
+			t.Fatalf("the URI made does not parse: %v", perr)
+		}
+		if u.Path != "/shop" || u.Query().Get("slot") != "s1" || u.Query().Get("tables") != "public.a" {
+			t.Fatalf("%s lost what the changefeed replicates", uri)
+		}
+	})
+}
