@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
+	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -179,6 +181,33 @@ func (c *Cluster) UpdateSource(cf model.ChangefeedID, uri string, dryRun bool) (
 		return err
 	})
 	return res, err
+}
+
+// GiveNewPassword gives a paused changefeed, whose source's password was
+// rotated upstream, the new one by an update of its source's connection,
+// as an operator would: first asked with a wrong one (as withPassword
+// writes the URI), which must be refused without a change or the
+// password shown, then with the right one, which must change the
+// password alone.
+func (c *Cluster) GiveNewPassword(cf model.ChangefeedID, withPassword func(string) string, wrong, right string) {
+	c.T.Helper()
+	stored := c.Changefeed(cf).Info.SourceURI
+	if _, err := c.UpdateSource(cf, withPassword(wrong), false); err == nil || !strings.Contains(err.Error(), "keeps its connection") || strings.Contains(err.Error(), wrong) {
+		c.T.Fatalf("a wrong password: %v; want a refusal that names no password", err)
+	}
+	if got := c.Changefeed(cf).Info.SourceURI; got != stored {
+		c.T.Fatalf("a refused connection was stored: %s", redact.URI(got))
+	}
+	res, err := c.UpdateSource(cf, withPassword(right), true)
+	if err != nil || !slices.Equal(res.SourceChanges, []string{"password: changed"}) {
+		c.T.Fatalf("dry run: %v, %q", err, res.SourceChanges)
+	}
+	if got := c.Changefeed(cf).Info.SourceURI; got != stored {
+		c.T.Fatalf("a dry run stored the connection: %s", redact.URI(got))
+	}
+	if _, err := c.UpdateSource(cf, withPassword(right), false); err != nil {
+		c.T.Fatal(err)
+	}
 }
 
 // updatePaused makes an update of a paused changefeed, failing the test
