@@ -16,7 +16,6 @@ import (
 	"github.com/cdcctl/cdcctl/internal/exec"
 	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/plan"
-	"github.com/cdcctl/cdcctl/internal/redact"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
 
@@ -195,15 +194,15 @@ func (c *Cluster) GiveNewPassword(cf model.ChangefeedID, withPassword func(strin
 	if _, err := c.UpdateSource(cf, withPassword(wrong), false); err == nil || !strings.Contains(err.Error(), "keeps its connection") || strings.Contains(err.Error(), wrong) {
 		c.T.Fatalf("a wrong password: %v; want a refusal that names no password", err)
 	}
-	if got := c.Changefeed(cf).Info.SourceURI; got != stored {
-		c.T.Fatalf("a refused connection was stored: %s", redact.URI(got))
+	if c.Changefeed(cf).Info.SourceURI != stored {
+		c.T.Fatalf("a refused connection was stored")
 	}
 	res, err := c.UpdateSource(cf, withPassword(right), true)
 	if err != nil || !slices.Equal(res.SourceChanges, []string{"password: changed"}) {
 		c.T.Fatalf("dry run: %v, %q", err, res.SourceChanges)
 	}
-	if got := c.Changefeed(cf).Info.SourceURI; got != stored {
-		c.T.Fatalf("a dry run stored the connection: %s", redact.URI(got))
+	if c.Changefeed(cf).Info.SourceURI != stored {
+		c.T.Fatalf("a dry run stored the connection")
 	}
 	if _, err := c.UpdateSource(cf, withPassword(right), false); err != nil {
 		c.T.Fatal(err)

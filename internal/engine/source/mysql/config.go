@@ -267,18 +267,7 @@ func (c Config) URI() string {
 // Redact is a source URI fit for messages and logs: the password masked.
 func Redact(raw string) string { return redact.URI(raw) }
 
-// Reconnect is a changefeed's stored URI with given's connection (its
-// user, password and address), everything else the changefeed's
-// (source.Reconnect), and what changed. A server of the same replication
-// topology holding the changefeed's position serves it (GTIDs on; the
-// reader says otherwise when it resumes).
-func Reconnect(stored, given string) (string, []string, error) {
-	uri, changes, err := source.Reconnect(stored, given, func(k string) bool { return ours[k] })
-	if err != nil {
-		return "", nil, err
-	}
-	if _, err := ParseURI(uri); err != nil {
-		return "", nil, err
-	}
-	return uri, changes, nil
-}
+// Own says whether a source URI's query parameter is this package's;
+// a mysql:// URI has no other (its connection is its user, password and
+// address).
+func Own(param string) bool { return ours[param] }

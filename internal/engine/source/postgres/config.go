@@ -325,18 +325,7 @@ func unfit(schema, table string) string {
 	return ""
 }
 
-// Reconnect is a changefeed's stored URI with given's connection (its
-// user, password, address and the driver's parameters: sslmode,
-// connect_timeout, ...), everything else the changefeed's
-// (source.Reconnect), and what changed. The server must be the one whose
-// slot the changefeed holds: the caller checks it reaches the slot.
-func Reconnect(stored, given string) (string, []string, error) {
-	uri, changes, err := source.Reconnect(stored, given, func(k string) bool { return ours[k] })
-	if err != nil {
-		return "", nil, err
-	}
-	if _, err := ParseURI(uri); err != nil {
-		return "", nil, err
-	}
-	return uri, changes, nil
-}
+// Own says whether a source URI's query parameter is this package's
+// (what the changefeed replicates: fixed for its life), not the
+// driver's (how to connect: sslmode, connect_timeout, ...).
+func Own(param string) bool { return ours[param] }

@@ -47,8 +47,11 @@ type database struct {
 	// named is a new changefeed's URI naming what pin will hold
 	// upstream, for remove.
 	named func(uri string, cf model.ChangefeedID) (string, error)
-	// reconnect is a stored URI with another connection.
-	reconnect func(stored, given string) (string, []string, error)
+	// own says which of a URI's query parameters are the source's (what
+	// the changefeed replicates), the rest being the driver's; parse
+	// checks a URI as the source reads it.
+	own   func(param string) bool
+	parse func(uri string) error
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -56,7 +59,8 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, reconnect: postgres.Reconnect,
+		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
+		parse: func(uri string) error { _, err := postgres.ParseURI(uri); return err },
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -73,7 +77,8 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, reconnect: mysql.Reconnect,
+		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
+		parse: func(uri string) error { _, err := mysql.ParseURI(uri); return err },
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
 			if err != nil {
@@ -337,7 +342,14 @@ func Reconnect(stored, given string) (string, []string, error) {
 	if db == nil {
 		return "", nil, fmt.Errorf("--source: a gen:// changefeed has no connection to change")
 	}
-	return db.reconnect(stored, given)
+	uri, changes, err := reconnect(stored, given, db.own)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := db.parse(uri); err != nil {
+		return "", nil, err
+	}
+	return uri, changes, nil
 }
 
 // Redact is a source URI fit for messages and logs.

@@ -1,4 +1,4 @@
-package source
+package registry
 
 import (
 	"net/url"
@@ -41,7 +41,7 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 		{name: "no server", given: "postgres:///shop", refused: "name the server"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, changes, err := Reconnect(stored, tc.given, own)
+			got, changes, err := reconnect(stored, tc.given, own)
 			if tc.refused != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refused) {
 					t.Fatalf("err %v, want one saying %q", err, tc.refused)
@@ -84,7 +84,7 @@ func sameURI(a, b string) bool {
 	return ua.String() == ub.String() && reflect.DeepEqual(qa, qb)
 }
 
-// FuzzReconnect: whatever URI an operator gives, Reconnect keeps what the
+// FuzzReconnect: whatever URI an operator gives, reconnect keeps what the
 // changefeed replicates (the path and its own parameters), and neither
 // its refusal nor its change lines show the password given.
 func FuzzReconnect(f *testing.F) {
@@ -103,7 +103,7 @@ func FuzzReconnect(f *testing.F) {
 	}
 	own := func(k string) bool { return k == "tables" || k == "slot" }
 	f.Fuzz(func(t *testing.T, given string) {
-		uri, changes, err := Reconnect(stored, given, own)
+		uri, changes, err := reconnect(stored, given, own)
 		secret := ""
 		if u, perr := url.Parse(given); perr == nil {
 			secret, _ = u.User.Password()

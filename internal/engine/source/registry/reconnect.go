@@ -1,12 +1,12 @@
-package source
+package registry
 
 // A database changefeed's source URI fixes what it replicates (the
 // database, the tables, the slot or server id, the snapshot) and says how
 // to reach the server (the user, the password, the address, the driver's
 // connection parameters). The first is the changefeed's for life; the
 // second changes with the upstream: a password rotated, a primary that
-// failed over to a new address, TLS turned on. Reconnect is that change,
-// shared by the database sources (each names its own parameters).
+// failed over to a new address, TLS turned on. reconnect is that change,
+// the same for every database source (each names its own parameters).
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
-// Reconnect is a changefeed's stored source URI with the connection of
+// reconnect is a changefeed's stored source URI with the connection of
 // given, a URI as an operator types it for create: its user, password,
 // host and port, and its query parameters that are not the source's own
 // (own says which are: the rest are the driver's). A password given as
@@ -27,7 +27,7 @@ import (
 // them out, or repeat them unchanged; tables change with an update of
 // the tables. Changes are one line each, no secret in them; none when
 // given changes nothing.
-func Reconnect(stored, given string, own func(param string) bool) (uri string, changes []string, err error) {
+func reconnect(stored, given string, own func(param string) bool) (uri string, changes []string, err error) {
 	was, err := url.Parse(stored)
 	if err != nil {
 		return "", nil, fmt.Errorf("the changefeed's stored source URI: %v", redact.ParseError(err))
