@@ -57,12 +57,13 @@ URI as for create: the user, the password (a rotated one), the address
 (a primary's after a failover) and the driver's connection parameters
 (PostgreSQL's sslmode, connect_timeout, ...). What it replicates stays:
 the database, the tables (leave tables= out), the slot or server id, the
-snapshot, its position. A password written xxxxx, as 'changefeed get'
-shows it, keeps the one it has; none leaves it to the agents'
-environment (PGPASSWORD, MYSQL_PWD: docs/security.md). The new
-connection is tried before anything is written: it must reach the
-server that holds the changefeed's position (PostgreSQL: its slot; MySQL:
-a server of its replication topology, by GTID). Readers connect with it
+snapshot, PostgreSQL's session settings, its position. A password
+written xxxxx, as 'changefeed get' shows it, keeps the one it has; none
+leaves it to the agents' environment (PGPASSWORD, MYSQL_PWD:
+docs/security.md). The new connection is tried before anything is
+written: the login, and for PostgreSQL the changefeed's slot there;
+MySQL's reader checks its position when the changefeed resumes (another
+server of its replication topology, by GTID). Readers connect with it
 when the changefeed resumes.
 
 Pause the changefeed first (cdcctl changefeed pause NAME); resume it

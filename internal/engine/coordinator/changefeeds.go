@@ -178,6 +178,11 @@ var ErrClaimed = errors.New("held by another changefeed")
 // likewise. Sharing a slot, each skipped the other's changes, and a
 // remove (or a refused create's release) dropped the other's slot.
 func claimsFree(st *meta.State, id, uri string) error {
+	return claimsFreeFor(st, id, uri, "give this changefeed a name of its own without slot=, publication= or server-id= copied from another (or different ones)")
+}
+
+// claimsFreeFor is claimsFree with what to do when a claim is taken.
+func claimsFreeFor(st *meta.State, id, uri, advice string) error {
 	mine := sources.Claims(uri, model.ChangefeedID(id))
 	if len(mine) == 0 {
 		return nil
@@ -185,7 +190,7 @@ func claimsFree(st *meta.State, id, uri string) error {
 	held := func(owner string, theirs []string) error {
 		for _, c := range mine {
 			if slices.Contains(theirs, c) {
-				return refuse(ErrClaimed, "the %s is %s's: give this changefeed a name of its own without slot=, publication= or server-id= copied from another (or different ones)", c, owner)
+				return refuse(ErrClaimed, "the %s is %s's: %s", c, owner, advice)
 			}
 		}
 		return nil

@@ -367,7 +367,7 @@ func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.Cha
 	if len(changes) == 0 {
 		return e.Info.SourceURI, nil, nil
 	}
-	if err := claimsFree(st, string(e.Info.ID), uri); err != nil {
+	if err := claimsFreeFor(st, string(e.Info.ID), uri, "the new connection leads to what that changefeed holds; check the address"); err != nil {
 		return "", nil, err
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)

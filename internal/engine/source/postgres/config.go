@@ -325,7 +325,20 @@ func unfit(schema, table string) string {
 	return ""
 }
 
-// Own says whether a source URI's query parameter is this package's
-// (what the changefeed replicates: fixed for its life), not the
-// driver's (how to connect: sslmode, connect_timeout, ...).
-func Own(param string) bool { return ours[param] }
+// Own says whether a source URI's query parameter is the changefeed's
+// for life, not how to connect (sslmode, connect_timeout, ...): this
+// package's, the database (dbname=, which pgx takes over the path), and
+// the session settings that make the text of values, keys included
+// (sessionPins, the time zone; options= may set any), in any case.
+func Own(param string) bool {
+	k := strings.ToLower(param)
+	if ours[k] || k == "dbname" || k == "database" || k == "options" {
+		return true
+	}
+	for _, p := range sessionPins {
+		if strings.EqualFold(p.name, param) {
+			return true
+		}
+	}
+	return false
+}

@@ -321,7 +321,7 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, cfg Config) (pglogrepl.LSN,
 		activePID *int32
 		confirmed *string
 	)
-	err := conn.QueryRow(ctx, `SELECT plugin, active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&plugin, &activePID, &confirmed)
+	err := conn.QueryRow(ctx, `SELECT plugin, active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&plugin, &activePID, &confirmed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		var lsn string
@@ -363,7 +363,7 @@ func Remove(ctx context.Context, cfg Config) error {
 	// The changefeed's reader stops as it is removed: its walsender may
 	// hold the slot a moment longer (object in use); wait for it.
 	for attempt := 0; ; attempt++ {
-		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot)
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot)
 		var pgErr *pgconn.PgError
 		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 50 {
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {
@@ -397,7 +397,7 @@ func terminateHolder(ctx context.Context, cfg Config) error {
 	}
 	for i := 0; i < 50; i++ {
 		var active bool
-		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&active); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&active); err != nil {
 			return explain(cfg, err)
 		}
 		if !active {
@@ -506,7 +506,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: source.SnapshotStatus(cfg.Snapshot)}
 	var confirmed, walStatus *string
 	var retained *int64
-	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st.Active, &confirmed, &retained, &walStatus, &st.SafeBytes)
+	err = conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&st.Active, &confirmed, &retained, &walStatus, &st.SafeBytes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("replication slot %s does not exist: it was dropped outside cdcctl; recreate the changefeed", cfg.Slot)
 	}

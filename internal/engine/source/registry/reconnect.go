@@ -33,14 +33,16 @@ func reconnect(stored, given string, own func(param string) bool) (uri string, c
 		return "", nil, fmt.Errorf("the changefeed's stored source URI: %v", redact.ParseError(err))
 	}
 	to, err := url.Parse(given)
-	if err != nil {
-		return "", nil, fmt.Errorf("--source: %v; check its syntax (a password with special characters must be percent-encoded)", redact.ParseError(err))
+	if err != nil || to.User == nil && strings.Contains(given, "@") {
+		// Read otherwise than typed (a password holding / # ? or @ cuts
+		// the URI there): nothing of it is shown, it may be the password.
+		return "", nil, errUnreadable
 	}
 	if family(to.Scheme) != family(was.Scheme) {
 		return "", nil, fmt.Errorf("--source: the changefeed's source is %s://, not %s://: its connection can change, not its database", was.Scheme, to.Scheme)
 	}
 	if to.Host == "" || to.Opaque != "" {
-		return "", nil, fmt.Errorf("--source %s: name the server, as for create (%s://user@host:port/%s)", redact.URI(given), was.Scheme, strings.Trim(was.Path, "/"))
+		return "", nil, fmt.Errorf("--source: name the server, as for create (%s://user@host:port/%s)", was.Scheme, strings.Trim(was.Path, "/"))
 	}
 	if db := strings.Trim(to.Path, "/"); db != "" && db != strings.Trim(was.Path, "/") {
 		return "", nil, fmt.Errorf("--source: the changefeed replicates database %s, not %s: another database is another changefeed (cdcctl changefeed create)", strings.Trim(was.Path, "/"), db)
@@ -57,7 +59,9 @@ func reconnect(stored, given string, own func(param string) bool) (uri string, c
 	}
 	next := *was
 	next.Host = to.Host
-	next.User = userOf(was.User, to.User)
+	if next.User, err = userOf(was.User, to.User); err != nil {
+		return "", nil, err
+	}
 	q := url.Values{}
 	for k, vs := range wq {
 		if own(k) {
@@ -65,12 +69,25 @@ func reconnect(stored, given string, own func(param string) bool) (uri string, c
 		}
 	}
 	for k, vs := range tq {
-		if !own(k) {
-			q[k] = vs
+		if own(k) {
+			continue
 		}
+		if redact.Secret(k) && len(vs) == 1 && vs[0] == redact.Mask {
+			// A secret parameter as 'changefeed get' shows it: the
+			// changefeed's own.
+			if !wq.Has(k) {
+				return "", nil, fmt.Errorf("--source: %s=%s keeps the changefeed's %s, and it has none: give it", k, redact.Mask, k)
+			}
+			vs = wq[k]
+		}
+		q[k] = vs
 	}
 	next.RawQuery = q.Encode()
-	return next.String(), connectionChanges(was, &next, own), nil
+	changes = connectionChanges(was, &next, own)
+	if len(changes) == 0 {
+		return stored, nil, nil // the same connection, however written
+	}
+	return next.String(), changes, nil
 }
 
 // family is a scheme's source: postgresql:// is postgres://, mariadb://
@@ -85,21 +102,25 @@ func family(scheme string) string {
 	return scheme
 }
 
-// userOf is the user info of a new connection: given's, with its
-// password masked (redact.Mask) the stored one's when the user is the
-// same.
-func userOf(was, given *url.Userinfo) *url.Userinfo {
+// errUnreadable refuses a URI that does not read as typed, showing
+// none of it.
+var errUnreadable = fmt.Errorf("--source: the URI does not read as scheme://user:password@host:port/database?parameters; percent-encode a password's special characters (/ as %%2F, # as %%23, ? as %%3F, @ as %%40, %% as %%25)")
+
+// userOf is the user info of a new connection: given's, its password
+// masked (redact.Mask) being the stored one's, which is the same user's.
+func userOf(was, given *url.Userinfo) (*url.Userinfo, error) {
 	if given == nil {
-		return nil
+		return nil, nil
 	}
 	p, has := given.Password()
-	if has && p == redact.Mask {
-		if old, ok := was.Password(); ok && was.Username() == given.Username() {
-			return url.UserPassword(given.Username(), old)
-		}
-		return url.User(given.Username())
+	if !has || p != redact.Mask {
+		return given, nil
 	}
-	return given
+	old, ok := was.Password()
+	if !ok || was.Username() != given.Username() {
+		return nil, fmt.Errorf("--source: the password %s keeps the changefeed's, which is user %s's: give user %s's password", redact.Mask, shown(was.Username()), given.Username())
+	}
+	return url.UserPassword(given.Username(), old), nil
 }
 
 // connectionChanges says what differs between two URIs' connections.
@@ -117,7 +138,7 @@ func connectionChanges(was, next *url.URL, own func(string) bool) []string {
 	default:
 		out = append(out, "password: changed")
 	}
-	if was.Host != next.Host {
+	if hostPort(was) != hostPort(next) {
 		out = append(out, fmt.Sprintf("address: %s → %s", was.Host, next.Host))
 	}
 	wq, nq := was.Query(), next.Query()
@@ -137,12 +158,22 @@ func connectionChanges(was, next *url.URL, own func(string) bool) []string {
 			continue
 		}
 		if redact.Secret(k) {
-			out = append(out, k+": changed")
+			out = append(out, k+" (a parameter): "+map[bool]string{true: "changed", false: "removed"}[nq.Has(k)])
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s: %s → %s", k, shown(a), shown(b)))
 	}
 	return out
+}
+
+// hostPort is a URI's address as compared: the host's case and the
+// source's default port are no change.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"postgres": "5432", "mysql": "3306"}[family(u.Scheme)]
+	}
+	return strings.ToLower(u.Hostname()) + ":" + port
 }
 
 // shown is a value in a message, "(none)" when empty.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
 	"net/url"
 	"reflect"
 	"strings"
@@ -11,43 +12,50 @@ import (
 // driver's parameters); what it replicates does not, and trying to
 // change it says how instead.
 func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
-	own := func(k string) bool {
-		switch k {
-		case "tables", "filter", "slot", "publication", "start", "snapshot":
-			return true
-		}
-		return false
-	}
-	const stored = "postgres://cdc:old@db1:5432/shop?connect_timeout=5&slot=s1&start=77&tables=public.a%2Cpublic.b"
+	const stored = "postgres://cdc:old@db1:5432/shop?bytea_output=escape&connect_timeout=5&slot=s1&start=77&tables=public.a%2Cpublic.b"
+	const kept = "bytea_output=escape&slot=s1&start=77&tables=public.a%2Cpublic.b"
 	for _, tc := range []struct {
 		name, given, want string
 		changes           []string
 		refused           string
 	}{
 		{name: "password rotated", given: "postgres://cdc:new@db1:5432/shop?connect_timeout=5",
-			want: "postgres://cdc:new@db1:5432/shop?connect_timeout=5&slot=s1&start=77&tables=public.a%2Cpublic.b", changes: []string{"password: changed"}},
+			want: "postgres://cdc:new@db1:5432/shop?connect_timeout=5&" + kept, changes: []string{"password: changed"}},
 		{name: "the masked password keeps the stored one", given: "postgres://cdc:xxxxx@db2:6432/shop?connect_timeout=5&sslmode=require",
-			want:    "postgres://cdc:old@db2:6432/shop?connect_timeout=5&slot=s1&sslmode=require&start=77&tables=public.a%2Cpublic.b",
+			want:    "postgres://cdc:old@db2:6432/shop?connect_timeout=5&sslmode=require&" + kept,
 			changes: []string{"address: db1:5432 → db2:6432", "sslmode: (none) → require"}},
 		{name: "no password: the environment's; a parameter left out goes", given: "postgresql://other@db1:5432",
-			want:    "postgres://other@db1:5432/shop?slot=s1&start=77&tables=public.a%2Cpublic.b",
+			want:    "postgres://other@db1:5432/shop?" + kept,
 			changes: []string{"user: cdc → other", "password: from the agents' environment (none in the URI)", "connect_timeout: 5 → (none)"}},
-		{name: "the changefeed's own parameters repeated unchanged", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&slot=s1"},
-		{name: "nothing changes", given: stored[:strings.Index(stored, "?")] + "?connect_timeout=5"},
+		{name: "the changefeed's own parameters repeated unchanged", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&slot=s1&bytea_output=escape"},
+		{name: "nothing changes: the default port, the host's case", given: "postgres://cdc:old@DB1/shop?connect_timeout=5"},
+		{name: "a password parameter masked keeps the stored one", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&sslpassword=xxxxx",
+			refused: "sslpassword=xxxxx keeps the changefeed's sslpassword, and it has none"},
+		{name: "a password parameter given", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&sslpassword=k3y",
+			want: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&sslpassword=k3y&" + kept, changes: []string{"sslpassword (a parameter): changed"}},
 		{name: "another database", given: "postgres://cdc:new@db1:5432/other", refused: "replicates database shop, not other"},
+		{name: "another database by dbname=", given: "postgres://cdc:new@db1:5432/shop?dbname=other", refused: "dbname=other: the changefeed's dbname is fixed"},
+		{name: "a session setting, in any case", given: "postgres://cdc:new@db1/shop?TimeZone=Europe/Berlin", refused: "TimeZone=Europe/Berlin: the changefeed's TimeZone is fixed"},
 		{name: "another source", given: "mysql://cdc:new@db1:3306/shop", refused: "is postgres://, not mysql://"},
 		{name: "the tables", given: "postgres://cdc:new@db1/shop?tables=public.a", refused: "leave tables= out"},
 		{name: "a parameter of the changefeed's own", given: "postgres://cdc:new@db1/shop?slot=s2", refused: "slot=s2: the changefeed's slot is fixed when it is created (s1)"},
+		{name: "the mask for another user", given: "postgres://other:xxxxx@db1/shop", refused: "keeps the changefeed's, which is user cdc's: give user other's password"},
 		{name: "no server", given: "postgres:///shop", refused: "name the server"},
+		{name: "a password cut by a slash", given: "postgres://cdc:/Secret99@db1:5432/shop", refused: "percent-encode"},
+		{name: "a password cut by a slash after a letter", given: "postgres://cdc:S3cr/et99@db1/shop", refused: "percent-encode"},
+		{name: "a password cut by a hash", given: "postgres://cdc:1234#5678@db1/shop", refused: "percent-encode"},
+		{name: "a password cut by a question mark", given: "postgres://cdc:1234?x=5@db1/shop", refused: "percent-encode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, changes, err := reconnect(stored, tc.given, own)
+			got, changes, err := reconnect(stored, tc.given, postgres.Own)
 			if tc.refused != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refused) {
 					t.Fatalf("err %v, want one saying %q", err, tc.refused)
 				}
-				if strings.Contains(err.Error(), "new") && strings.Contains(err.Error(), "cdc:new") {
-					t.Fatalf("the refusal shows the password: %v", err)
+				for _, secret := range []string{"Secret99", "et99", "5678", "x=5", "new"} {
+					if strings.Contains(tc.given, secret) && strings.Contains(err.Error(), secret) {
+						t.Fatalf("the refusal shows %q: %v", secret, err)
+					}
 				}
 				return
 			}
@@ -64,7 +72,7 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 				t.Errorf("changes %q, want %q", changes, tc.changes)
 			}
 			for _, c := range changes {
-				if strings.Contains(c, "new") || strings.Contains(c, "old") {
+				if strings.Contains(c, "new") || strings.Contains(c, "old") || strings.Contains(c, "k3y") {
 					t.Errorf("a change line shows a password: %q", c)
 				}
 			}
@@ -97,16 +105,24 @@ func FuzzReconnect(f *testing.F) {
 		"mysql://u:Secret1@h/shop",
 		"postgres://u:Sec%2Fret1@h/shop?tables=x",
 		"postgres:/u:Secret1@h/shop",
+		"postgres://cdc:/Secret99@db1:5432/shop",
+		"postgres://cdc:1234#5678@db1/shop",
+		"postgres://cdc:S3cr/et99@db1/shop?dbname=x",
 		"postgres://u:Secret1@h/shop?slot=s2&password=Secret1",
 	} {
 		f.Add(seed)
 	}
-	own := func(k string) bool { return k == "tables" || k == "slot" }
 	f.Fuzz(func(t *testing.T, given string) {
-		uri, changes, err := reconnect(stored, given, own)
+		uri, changes, err := reconnect(stored, given, postgres.Own)
+		// The password as typed: between the scheme's user and the last
+		// @, whatever the parser makes of it.
 		secret := ""
-		if u, perr := url.Parse(given); perr == nil {
-			secret, _ = u.User.Password()
+		if at := strings.LastIndex(given, "@"); at > 0 {
+			if i := strings.Index(given, "://"); i >= 0 && i+3 < at {
+				if _, p, ok := strings.Cut(given[i+3:at], ":"); ok {
+					secret = p
+				}
+			}
 		}
 		shows := func(s string) bool {
 			return len(secret) >= 6 && secret != "xxxxxx" && strings.Contains(s, secret) && !strings.Contains(strings.Replace(given, secret, "", 1), secret)
