@@ -116,11 +116,13 @@ func userOf(was, given *url.Userinfo) (*url.Userinfo, error) {
 	if !has || p != redact.Mask {
 		return given, nil
 	}
-	old, ok := was.Password()
-	if !ok || was.Username() != given.Username() {
+	if was.Username() != given.Username() {
 		return nil, fmt.Errorf("--source: the password %s keeps the changefeed's, which is user %s's: give user %s's password", redact.Mask, shown(was.Username()), given.Username())
 	}
-	return url.UserPassword(given.Username(), old), nil
+	if old, ok := was.Password(); ok {
+		return url.UserPassword(given.Username(), old), nil
+	}
+	return url.User(given.Username()), nil // it has none: the environment's
 }
 
 // connectionChanges says what differs between two URIs' connections.

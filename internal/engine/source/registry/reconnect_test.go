@@ -80,6 +80,20 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 	}
 }
 
+// The mask where the changefeed's URI has no password (the environment
+// gives it, as the playground's): still none, nothing changes.
+func TestReconnectWithTheMaskWhereThereIsNoPassword(t *testing.T) {
+	const stored = "postgres://cdc@db1:5432/shop?slot=s1&tables=public.a"
+	got, changes, err := reconnect(stored, "postgres://cdc:xxxxx@db1/shop", postgres.Own)
+	if err != nil || got != stored || len(changes) != 0 {
+		t.Fatalf("%s, %q, %v: want the stored URI, no change", got, changes, err)
+	}
+	got, changes, err = reconnect(stored, "postgres://cdc:xxxxx@db2/shop", postgres.Own)
+	if err != nil || !sameURI(got, "postgres://cdc@db2/shop?slot=s1&tables=public.a") || !reflect.DeepEqual(changes, []string{"address: db1:5432 → db2"}) {
+		t.Fatalf("%s, %q, %v: want the new address alone", got, changes, err)
+	}
+}
+
 // sameURI compares two URIs whatever the order of their parameters.
 func sameURI(a, b string) bool {
 	ua, err1 := url.Parse(a)
