@@ -32,21 +32,7 @@ func TestARotatedPasswordIsGivenToTheChangefeed(t *testing.T) {
 	tc.WaitSnapshot("rotated")
 	ctx := context.Background()
 	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			if _, err := db.ExecContext(ctx, fmt.Sprintf("UPDATE a SET n = n + 1 WHERE id = %d", 1+i%2000)); err != nil {
-				done <- err
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	go func() { done <- bumpRows(ctx, db, stop, 2000, "a") }()
 	time.Sleep(300 * time.Millisecond)
 
 	// Rotated upstream; the reader's connections are cut, and its next

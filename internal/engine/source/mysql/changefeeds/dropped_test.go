@@ -2,6 +2,7 @@ package changefeeds
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -40,24 +41,7 @@ func TestATableDroppedUpstreamIsEndedByTheChangefeedItself(t *testing.T) {
 
 	ctx := context.Background()
 	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			for _, table := range []string{"keep", "gone", "back"} {
-				q := fmt.Sprintf("UPDATE %s SET n = n + 1 WHERE id = %d", table, 1+i%retypedRows)
-				if _, err := db.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "doesn't exist") {
-					done <- err
-					return
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	go func() { done <- bumpRows(ctx, db, stop, retypedRows, "keep", "gone", "back") }()
 	time.Sleep(300 * time.Millisecond)
 	// The last change before the drop must reach the sink: nothing else
 	// writes n = -1. Both dropped in one statement: one remedy.
@@ -94,4 +78,24 @@ func TestATableDroppedUpstreamIsEndedByTheChangefeedItself(t *testing.T) {
 		t.Fatal("the last change of shop.gone before its drop is not in the sink")
 	}
 	t.Logf("%+v", rep.TableReports)
+}
+
+// bumpRows adds 1 to column n of rows 1..rows of each table, a row of
+// each every 2 ms, until stop; a table that does not exist (dropped
+// meanwhile) is passed over.
+func bumpRows(ctx context.Context, db *sql.DB, stop chan struct{}, rows int, tables ...string) error {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		for _, table := range tables {
+			q := fmt.Sprintf("UPDATE %s SET n = n + 1 WHERE id = %d", table, 1+i%rows)
+			if _, err := db.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "doesn't exist") {
+				return err
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
