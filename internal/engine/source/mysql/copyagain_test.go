@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
@@ -34,9 +35,7 @@ func TestATypeChangeIsMarkedToCopyAgainAtItsOwnPosition(t *testing.T) {
 	if len(ddls) != 2 {
 		t.Fatalf("%d schema changes in the log, want 2", len(ddls))
 	}
-	up.log.mu.Lock()
-	marks := againMarks(t, up.log.marks)
-	up.log.mu.Unlock()
+	marks := waitAgainMarks(t, up.log, 1)
 	if len(marks) != 1 || marks[0] != ddls[1] {
 		t.Fatalf("copy-again marks at %v; want one, at the scale's change %s (the widening at %s none)", marks, ddls[1], ddls[0])
 	}
@@ -44,10 +43,7 @@ func TestATypeChangeIsMarkedToCopyAgainAtItsOwnPosition(t *testing.T) {
 	other := up.cfg
 	other.ServerID = 95
 	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
-	waitResolved(t, again)
-	again.mu.Lock()
-	marks2 := againMarks(t, again.marks)
-	again.mu.Unlock()
+	marks2 := waitAgainMarks(t, again, 2)
 	if len(marks2) < 2 {
 		t.Fatalf("the reader started again read %d copy-again marks; want the first reader's and its own", len(marks2))
 	}
@@ -56,6 +52,33 @@ func TestATypeChangeIsMarkedToCopyAgainAtItsOwnPosition(t *testing.T) {
 			t.Fatalf("the reader started again marked the change at %s, the first at %s", at, ddls[1])
 		}
 	}
+}
+
+// waitAgainMarks waits for at least n copy-again marks in log, then for
+// the log to be resolved past the moment they were there, so that a mark
+// written too many would be in it too, and returns their positions. The
+// reader writes a mark after it has read the change, as a transaction of
+// its own: the log can be resolved past the change before the mark is in
+// it.
+func waitAgainMarks(t *testing.T, log *collected, n int) []model.Ts {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		log.mu.Lock()
+		got := len(againMarks(t, log.marks))
+		log.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d copy-again marks in the log after 30 s; want %d", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitResolved(t, log)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	return againMarks(t, log.marks)
 }
 
 // againMarks are the positions of the copy-again marks among evs.
