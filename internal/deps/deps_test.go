@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"internal/engine/source/registry": {"internal/engine/source", "internal/engine/source/*", "internal/model", "internal/redact"},
 	// The PostgreSQL source's tests through a cluster: only tests.
 	"internal/engine/source/postgres/changefeeds": nil,
+	"internal/engine/source/postgres/lifecycle":   nil,
 	"internal/engine/source/mysql/changefeeds":    nil,
 	// The sink contract, the codec, the concrete sinks, the registry.
 	"internal/engine/sink":                 {"internal/engine/row", "internal/model"},

@@ -1,4 +1,4 @@
-package changefeeds
+package lifecycle
 
 import (
 	"context"

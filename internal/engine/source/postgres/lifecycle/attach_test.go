@@ -1,4 +1,4 @@
-package changefeeds
+package lifecycle
 
 import (
 	"context"
@@ -19,15 +19,17 @@ import (
 )
 
 // attachedRows is how many rows the table attached holds: enough that
-// its copy in chunks of 10 is still under way when the test moves a
-// partition (with 3,000, all four partitions had copied theirs between
-// two saves of their progress, a second apart).
+// its copy in chunks of 50 is still under way when the test moves a
+// partition and drains the reader's capture (with 3,000, all four
+// partitions had copied theirs between two saves of their progress, a
+// second apart; with chunks of 50 the copy takes 2–3 s under -race, of
+// 10, 20 s, most of the test's time).
 const attachedRows = 20_000
 
 // "Load, then attach" on a cluster: a changefeed of a time-partitioned
 // table runs under a workload when a table loaded with 20,000 rows is
 // ATTACHed as a partition. PostgreSQL writes no WAL record of those rows;
-// the changefeed copies them (chunks of 10) while the workload updates
+// the changefeed copies them (chunks of 50) while the workload updates
 // and deletes them, and meanwhile a partition of the table is moved and
 // the capture running the changefeed's reader is drained (the reader
 // starts again elsewhere from the checkpoint, behind the attach's mark).
@@ -50,7 +52,7 @@ INSERT INTO m_load SELECT g, date '2025-01-01' + (g % 360), md5(g::text), 0 FROM
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("pg", dsn+"&tables=public.m&chunk-rows=10", sink, 4)
+	tc.CreateChangefeed("pg", dsn+"&tables=public.m&chunk-rows=50", sink, 4)
 	tc.WaitSnapshot("pg")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
