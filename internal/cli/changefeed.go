@@ -61,18 +61,29 @@ func labelled(tw tableWriter, label string, lines []string) {
 
 func newChangefeedCreateCommand(o *options) *cobra.Command {
 	var req api.ChangefeedCreateRequest
-	var snapshot string
+	var snapshot, sourceFile, sinkFile string
 	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "create NAME --source URI --sink URI",
+		Use:   "create NAME (--source URI | --source-file FILE) (--sink URI | --sink-file FILE)",
 		Short: "Create a changefeed; each table is cut into --partitions-per-table key ranges",
 		Example: `  cdcctl changefeed create demo --source 'gen://?tables=8&keys=10000&rate=2000' --sink 'file:///tmp/demo-sink'
   cdcctl changefeed create orders --source 'gen://?tables=2' --sink 'kafka://127.0.0.1:9092/orders?protocol=canal-json'
-  cdcctl changefeed create shop --source 'postgres://cdc@db:5432/shop?tables=public.orders' --sink 'file:///var/lib/cdc/shop' --snapshot never`,
+  cdcctl changefeed create shop --source 'postgres://cdc@db:5432/shop?tables=public.orders' --sink 'file:///var/lib/cdc/shop' --snapshot never
+  cdcctl changefeed create shop --source-file /run/secrets/shop-source --sink 'file:///var/lib/cdc/shop'`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if sourceFile == "-" && sinkFile == "-" {
+				return errTwoStdin
+			}
+			var err error
+			if req.Source, err = o.uriFlag("source", req.Source, sourceFile); err != nil {
+				return err
+			}
+			if req.Sink, err = o.uriFlag("sink", req.Sink, sinkFile); err != nil {
+				return err
+			}
 			if req.Source == "" || req.Sink == "" {
-				return usageErr(errors.New("--source and --sink are required"))
+				return usageErr(errors.New("--source (or --source-file) and --sink (or --sink-file) are required"))
 			}
 			req.ID = args[0]
 			// Checked here, a flag's error (exit 64): the API takes 0
@@ -107,6 +118,10 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Source, "source", "", "source URI: gen://?tables=8&keys=10000&rate=2000&ddl_every=30s&seed=1")
 	f.StringVar(&req.Sink, "sink", "", "sink URI: file:///dir, s3://bucket/prefix, gs://bucket/prefix, azblob://container/prefix, mem://, kafka://host:port/topic, blackhole://")
+	f.StringVar(&sourceFile, "source-file", "", "read the source URI from FILE (- for standard input), keeping its password off the command line")
+	f.StringVar(&sinkFile, "sink-file", "", "read the sink URI from FILE (- for standard input), keeping its credentials off the command line")
+	_ = cmd.MarkFlagFilename("source-file")
+	_ = cmd.MarkFlagFilename("sink-file")
 	f.IntVar(&req.PartitionsPerTable, "partitions-per-table", 4, "key ranges each table is cut into")
 	f.StringVar(&snapshot, "snapshot", "", "database sources: initial (copy the existing rows first; the default) or never (only changes from now on)")
 	f.BoolVar(&dryRun, "dry-run", false, "say which tables it would replicate and which it refuses, and why; create nothing (exit 2, or 1 when a table is refused)")

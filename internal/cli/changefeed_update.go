@@ -20,11 +20,11 @@ import (
 func newChangefeedUpdateCommand(o *options) *cobra.Command {
 	var (
 		tables, add, remove, again, sinkOpts []string
-		sourceURI                            string
+		sourceURI, sourceFile                string
 		dryRun, yes                          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V | --source URI) [--dry-run] [--yes]",
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V | --source URI | --source-file FILE) [--dry-run] [--yes]",
 		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end), its sink's options or its source's connection",
 		Long: `Change the tables a paused database changefeed replicates, or how its
 sink writes. Added tables begin at the changefeed's checkpoint: when it
@@ -55,7 +55,9 @@ count does. Every node opens the sink again when the changefeed resumes.
 --source URI gives the changefeed its source's connection anew, in a
 URI as for create: the user, the password (a rotated one), the address
 (a primary's after a failover) and the driver's connection parameters
-(PostgreSQL's sslmode, connect_timeout, ...). What it replicates stays:
+(PostgreSQL's sslmode, connect_timeout, ...); --source-file FILE reads
+that URI from a file (- for standard input, with --yes or --dry-run),
+keeping the password off the command line. What it replicates stays:
 the database, the tables (leave tables= out), the slot or server id, the
 snapshot, PostgreSQL's session settings, its position. A password
 written xxxxx, as 'changefeed get' shows it, keeps the one it has; none
@@ -79,6 +81,10 @@ none).`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
+			var err error
+			if sourceURI, err = o.uriFlag("source", sourceURI, sourceFile); err != nil {
+				return err
+			}
 			if len(tables) > 0 && len(add)+len(remove) > 0 {
 				return usageErr(errors.New("give --tables (the whole list), or --add-table/--remove-table, not both"))
 			}
@@ -90,7 +96,7 @@ none).`,
 				return usageErr(err)
 			}
 			if len(tables)+len(add)+len(remove)+len(again)+len(opts) == 0 && sourceURI == "" {
-				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, --sink-option K=V, or --source URI (its connection)"))
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, --sink-option K=V, or --source URI (its connection; or --source-file FILE)"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -177,6 +183,8 @@ none).`,
 	f.StringArrayVar(&again, "copy-table", nil, "a table the changefeed keeps, to copy again from its checkpoint (repeatable, or comma-separated)")
 	f.StringArrayVar(&sinkOpts, "sink-option", nil, "change a sink URI parameter, K=V (K= for its default; repeatable): how the sink writes, not where nor in which form")
 	f.StringVar(&sourceURI, "source", "", "a source URI whose connection the changefeed takes (user, password, address, driver parameters; password xxxxx keeps its own); what it replicates stays")
+	f.StringVar(&sourceFile, "source-file", "", "read --source's URI from FILE (- for standard input), keeping its password off the command line")
+	_ = cmd.MarkFlagFilename("source-file")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
 	return cmd

@@ -124,7 +124,8 @@ func expandSynopsis(line string) []string {
 			cur = []string{}
 			continue
 		}
-		depth += strings.Count(f, "[") - strings.Count(f, "]")
+		// "(--source URI | --source-file FILE)": one of them, required.
+		depth += strings.Count(f, "[") + strings.Count(f, "(") - strings.Count(f, "]") - strings.Count(f, ")")
 		cur = append(cur, f)
 	}
 	alts = append(alts, cur)
@@ -156,7 +157,7 @@ func expandSynopsis(line string) []string {
 		}
 		var kept []string
 		for _, w := range words {
-			w = strings.Trim(w, "[]")
+			w = strings.Trim(w, "[]()")
 			// "--advance D | --state STATE" inside brackets: keep each.
 			if w == "|" || w == "..." || w == "<command>" || w == "global" || w == "flags" || w == "" {
 				continue
