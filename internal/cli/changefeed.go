@@ -72,7 +72,7 @@ func newChangefeedCreateCommand(o *options) *cobra.Command {
   cdcctl changefeed create shop --source-file /run/secrets/shop-source --sink 'file:///var/lib/cdc/shop'`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if sourceFile == "-" && sinkFile == "-" {
+			if isStdin(sourceFile) && isStdin(sinkFile) {
 				return errTwoStdin
 			}
 			var err error

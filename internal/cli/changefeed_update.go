@@ -81,6 +81,9 @@ none).`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
+			if isStdin(sourceFile) && !yes && !dryRun {
+				return usageErr(errors.New("--source-file - reads the URI from standard input, where the update's approval would be asked too: add --yes (or --dry-run to see the change)"))
+			}
 			var err error
 			if sourceURI, err = o.uriFlag("source", sourceURI, sourceFile); err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -30,25 +31,41 @@ func (o *options) uriFlag(name, value, path string) (string, error) {
 	return o.readURIFile(name+"-file", path)
 }
 
-// readURIFile reads the one URI in the file at path ("-": standard
-// input) for flag. A file others may read is said, not refused: the
-// operator may have reasons (a group of operators), and the URI may
-// hold no secret.
+// isStdin says a URI file's path is standard input: "-", or one of the
+// names the system gives it.
+func isStdin(path string) bool {
+	switch path {
+	case "-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		return true
+	}
+	return false
+}
+
+// readURIFile reads the one URI in the file at path (standard input for
+// "-") for flag. A terminal is refused: what is typed there is shown, and
+// the URI holds a password. A file others may read is said, not
+// refused: the operator may have reasons (a group of operators), and the
+// URI may hold no secret.
 func (o *options) readURIFile(flag, path string) (string, error) {
-	var r io.Reader = o.in
+	var f *os.File
 	where := fmt.Sprintf("--%s %s", flag, path)
-	if path == "-" {
-		where = fmt.Sprintf("--%s - (standard input)", flag)
+	if isStdin(path) {
+		where = fmt.Sprintf("--%s %s (standard input)", flag, path)
+		if isTerminal(o.in) {
+			return "", usageErr(fmt.Errorf("%s is a terminal, which would show the URI as it is typed: pipe it in (… | cdcctl … --%s -), or give a file only you can read", where, flag))
+		}
+		f, _ = o.in.(*os.File)
 	} else {
-		f, err := os.Open(path)
-		if err != nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
 			return "", usageErr(fmt.Errorf("--%s: %w", flag, err))
 		}
 		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 {
-			fmt.Fprintf(o.errOut, "Warning: %s can be read by other users (mode %04o); a password in it is theirs too: chmod 600 %s\n", where, st.Mode().Perm(), path)
-		}
+	}
+	var r io.Reader = o.in
+	if f != nil {
 		r = f
+		o.warnReadable(f, where, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(r, maxURIFile+1))
 	if err != nil {
@@ -70,6 +87,24 @@ func (o *options) readURIFile(flag, path string) (string, error) {
 		return lines[0], nil
 	}
 	return "", usageErr(fmt.Errorf("%s holds %d lines: want the URI alone, on one line (none of them is shown here: a URI may hold a password)", where, len(lines)))
+}
+
+// warnReadable says when the file a URI is read from may be read by
+// other users, naming the file to chmod (the one a link or standard
+// input leads to). Mounted Kubernetes secrets are such files unless
+// their defaultMode says otherwise.
+func (o *options) warnReadable(f *os.File, where, path string) {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o044 == 0 {
+		return
+	}
+	name := path
+	if isStdin(path) {
+		name = "the file given as standard input"
+	} else if real, err := filepath.EvalSymlinks(path); err == nil {
+		name = real
+	}
+	fmt.Fprintf(o.errOut, "Warning: %s can be read by other users (mode %04o); a password in it is theirs too: chmod 600 %s\n", where, st.Mode().Perm(), name)
 }
 
 // errTwoStdin refuses two flags that would both read standard input.

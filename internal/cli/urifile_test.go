@@ -19,6 +19,9 @@ func TestAURIFileGivesItsURIAloneAndShowsNothingOfItInRefusals(t *testing.T) {
 		if err := os.WriteFile(p, []byte(body), mode); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chmod(p, mode); err != nil { // (past the umask)
+			t.Fatal(err)
+		}
 		return p
 	}
 	for _, c := range []struct {
@@ -54,6 +57,10 @@ func TestAURIFileGivesItsURIAloneAndShowsNothingOfItInRefusals(t *testing.T) {
 	}
 	if w := errOut.String(); !strings.Contains(w, "can be read by other users (mode 0640)") || !strings.Contains(w, "chmod 600 "+open) || strings.Contains(w, "Pa55") {
 		t.Fatalf("the warning for a file its group reads: %q", w)
+	}
+	errOut.Reset()
+	if got, err := o.uriFlag("source", "", write("writable", secret+"\n", 0o620)); err != nil || got != secret || errOut.Len() != 0 {
+		t.Fatalf("a file its group may write but not read: %q, %v, warned %q; want it used without a warning", got, err, errOut.String())
 	}
 	if _, err := o.uriFlag("source", secret, open); err == nil || exitCodeOf(err) != ExitUsage {
 		t.Fatalf("--source with --source-file: %v; want a usage error", err)

@@ -43,10 +43,9 @@ func TestATypeChangeIsMarkedToCopyAgainAtItsOwnPosition(t *testing.T) {
 	other := up.cfg
 	other.ServerID = 95
 	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), up.first)
+	// The first reader's mark, and its own: waitAgainMarks fails the test
+	// when they do not come.
 	marks2 := waitAgainMarks(t, again, 2)
-	if len(marks2) < 2 {
-		t.Fatalf("the reader started again read %d copy-again marks; want the first reader's and its own", len(marks2))
-	}
 	for _, at := range marks2 {
 		if at != ddls[1] {
 			t.Fatalf("the reader started again marked the change at %s, the first at %s", at, ddls[1])
