@@ -71,7 +71,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 			// Opened here, not before the bare reader runs: its walsender
 			// would decode ahead meanwhile, and ours would look faster.
 			began, cpu := time.Now(), processCPU(b)
-			st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}}, false)
+			st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}}, false, "")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -89,12 +89,12 @@ func TestPositionsAreTheSameWhenTheStreamIsReadAgain(t *testing.T) {
 		tables[name] = TableState{Def: def}
 	}
 	check := func(what string, from pglogrepl.LSN, last model.Ts, want int) {
-		again, err := OpenStream(context.Background(), cfg, from, last, tables, false)
+		again, err := OpenStream(context.Background(), cfg, from, last, tables, false, "")
 		for deadline := time.Now().Add(15 * time.Second); errors.Is(err, errSlotInUse) && time.Now().Before(deadline); {
 			// The stream before was closed; its walsender may not have
 			// exited yet (a loaded machine).
 			time.Sleep(100 * time.Millisecond)
-			again, err = OpenStream(context.Background(), cfg, from, last, tables, false)
+			again, err = OpenStream(context.Background(), cfg, from, last, tables, false, "")
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -45,6 +45,12 @@ type position struct {
 	// before they were kept has none).
 	Parts      map[string][]uint32 `json:"parts,omitempty"`
 	PartsKnown bool                `json:"parts_known,omitempty"`
+	// System is the system identifier of the database cluster the
+	// position was read from (IDENTIFY_SYSTEM; a physical replica
+	// promoted has its primary's): an LSN means nothing on another
+	// cluster. Empty in a resume point written before it was kept; the
+	// next run fills it in.
+	System string `json:"system,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -209,7 +215,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	s.mu.Lock()
 	s.issues = issues{}
 	s.mu.Unlock()
-	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never")
+	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
 	if errors.Is(err, errSlotInUse) {
 		// This node maintains the changefeed now (the maintainer's
 		// placement fences it); a reader that held the slot before was
@@ -218,13 +224,14 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if terr := terminateHolder(ctx, s.cfg); terr != nil {
 			return fmt.Errorf("%w; taking it over failed: %v", err, terr)
 		}
-		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never")
+		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
 	}
 	if err != nil {
 		return err
 	}
 	st.Ignore(p.Gone, p.GoneAt)
 	st.cf = string(s.cf)
+	p.System = st.System
 	for _, t := range st.unresolved {
 		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))
 	}
@@ -286,7 +293,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System})
 			s.mu.Unlock()
 			continue
 		}
@@ -329,7 +336,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System})
 		s.mu.Unlock()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -103,6 +104,10 @@ type Item struct {
 // Stream reads one slot's pgoutput stream. It is not safe for concurrent
 // use: one goroutine calls Next and Confirm.
 type Stream struct {
+	// System is the server's database cluster (IDENTIFY_SYSTEM's
+	// system identifier): what the resume points read here belong to.
+	System string
+
 	cfg  Config
 	conn *pgconn.PgConn
 	cat  *catalog
@@ -230,6 +235,45 @@ func slotGone(cfg Config, err error) string {
 	return ""
 }
 
+// sameSystem refuses a server of another database cluster than the one
+// the resume point was read from: its LSNs are another history's, and
+// reading from one would stream that server's changes as if they came
+// after the changefeed's. The source URI was pointed at another server
+// (changefeed update --source, or a DNS name moved) that is not a
+// physical replica of the first (a promoted replica keeps its primary's
+// identifier).
+func sameSystem(server, want, got string, from pglogrepl.LSN) error {
+	if want == "" || want == got {
+		return nil
+	}
+	return fmt.Errorf("PostgreSQL at %s is another database cluster (system identifier %s) than the one the changefeed read (%s), and its position %s means nothing there: point the source back at that server or a physical replica of it (cdcctl changefeed pause, then update --source), or remove the changefeed and create it again on this one (its tables are copied again) (%w)", server, got, want, from, source.ErrUnresumable)
+}
+
+// slotBefore refuses a slot that begins after the resume point from:
+// PostgreSQL would start streaming at the slot's own position without a
+// word, and the changes in between would be lost. A changefeed's slot is
+// never past it, as its confirmed position follows only persisted resume
+// points; one that is was created again or advanced outside cdcctl (by
+// hand, or by an upgrade that does not carry slots), or is another
+// server's slot of the same name (a source URI pointed elsewhere). A
+// slot that is missing is left to START_REPLICATION to report
+// (slotGone).
+func slotBefore(ctx context.Context, conn *pgx.Conn, cfg Config, from pglogrepl.LSN) error {
+	var confirmed *string
+	err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&confirmed)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && confirmed == nil {
+		return nil
+	}
+	if err != nil {
+		return explain(cfg, err)
+	}
+	at, err := pglogrepl.ParseLSN(*confirmed)
+	if err != nil || at <= from {
+		return nil
+	}
+	return fmt.Errorf("replication slot %s begins at %s, after %s where the changefeed resumes: the changes in between are not in it (the slot was created again or advanced outside cdcctl, or this server is not the one the changefeed read); remove the changefeed and create it again (its tables are copied again) (%w)", cfg.Slot, at, from, source.ErrUnresumable)
+}
+
 // errSlotInUse means another connection streams from the slot.
 var errSlotInUse = errors.New("the replication slot is in use by another consumer")
 
@@ -253,8 +297,10 @@ const resolvedMargin = 50 * time.Millisecond
 // it, and tables where every table's schema stands there.
 //
 // With marks, the stream also carries this program's logical decoding
-// messages (the snapshot's watermarks; PostgreSQL 14 or later).
-func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.Ts, tables map[string]TableState, marks bool) (*Stream, error) {
+// messages (the snapshot's watermarks; PostgreSQL 14 or later). system
+// is the database cluster's system identifier where from was read (""
+// when not known): another cluster's server is refused.
+func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.Ts, tables map[string]TableState, marks bool, system string) (*Stream, error) {
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return nil, explain(cfg, err)
@@ -276,6 +322,18 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		cat.Close()
 		return nil, explain(cfg, err)
 	}
+	id, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err == nil {
+		err = sameSystem(fmt.Sprintf("%s:%d", pc.Host, pc.Port), system, id.SystemID, from)
+	}
+	if err == nil {
+		err = slotBefore(ctx, cat.conn, cfg, from)
+	}
+	if err != nil {
+		_ = conn.Close(context.Background())
+		cat.Close()
+		return nil, explain(cfg, err)
+	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, from, pglogrepl.StartReplicationOptions{
 		PluginArgs: pluginArgs(cfg, marks || ticks),
 	})
@@ -290,7 +348,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
-	s := &Stream{cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
+	s := &Stream{System: id.SystemID, cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
 		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}, visibleWait: visibleWait}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {

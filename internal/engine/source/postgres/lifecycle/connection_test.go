@@ -82,3 +82,76 @@ SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'rot';`);
 		t.Fatalf("after the password was rotated: %+v", rep)
 	}
 }
+
+// A changefeed pointed by mistake at a server of another database cluster
+// (a new server given its database and a slot of the changefeed's name,
+// its address in an update of the source) fails when it resumes, saying
+// so, rather than stream that server's changes as if they came after its
+// own; paused and pointed back, it goes on from its checkpoint. The table
+// rebuilt from the sink equals the first server's: nothing of the other
+// server's arrived, nothing was lost or written twice.
+func TestAChangefeedPointedAtAnotherClusterFailsAndGoesOnWhenPointedBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	first, other := pgtest.StartDB(t, "shop"), pgtest.StartDB(t, "shop")
+	const table = `CREATE TABLE a (id int8 PRIMARY KEY, n int4, c int4);`
+	if _, err := first.Psql(ctx, "shop", table+`INSERT INTO a SELECT g, 0, g FROM generate_series(1, 2000) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := first.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("elsewhere", dsn+"&tables=public.a&chunk-rows=500", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.WaitSnapshot("elsewhere")
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- recreateWorkload(ctx, dsn, stop, "a") }()
+	time.Sleep(500 * time.Millisecond)
+	tc.SetState("elsewhere", model.ChangefeedPaused)
+	stored := tc.Changefeed("elsewhere").Info.SourceURI
+	cfg, err := postgres.ParseURI(stored)
+	if err != nil || cfg.Slot == "" {
+		t.Fatalf("the stored source %v: %v", cfg, err)
+	}
+
+	// The other server has the database, the table (a row of its own in
+	// it) and a slot of the changefeed's name: the update's checks pass.
+	for _, sql := range []string{table, `SELECT pg_create_logical_replication_slot('` + cfg.Slot + `', 'pgoutput')`, `INSERT INTO a VALUES (900001, 1, 1)`} {
+		if _, err := other.Psql(ctx, "shop", sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := tc.UpdateSource("elsewhere", other.DSN("shop"), false)
+	if err != nil || len(res.SourceChanges) != 1 || !strings.HasPrefix(res.SourceChanges[0], "address: ") {
+		t.Fatalf("pointed at the other server: %v, %q", err, res.SourceChanges)
+	}
+	tc.SetState("elsewhere", model.ChangefeedNormal)
+	tc.Eventually("the changefeed to fail, naming the other cluster", time.Minute, func() bool {
+		st := tc.Changefeed("elsewhere").Status
+		return st.State == model.ChangefeedFailed && strings.Contains(st.Error, "is another database cluster") && strings.Contains(st.Error, "point the source back")
+	})
+
+	tc.SetState("elsewhere", model.ChangefeedPaused)
+	if _, err := tc.UpdateSource("elsewhere", dsn, false); err != nil {
+		t.Fatalf("pointed back: %v", err)
+	}
+	if got := tc.Changefeed("elsewhere").Info.SourceURI; got != stored {
+		t.Fatalf("pointed back, the source is %s; want %s", got, stored)
+	}
+	tc.SetState("elsewhere", model.ChangefeedNormal)
+	time.Sleep(time.Second)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("elsewhere", up, []string{"public.a"}, time.Now())
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("pointed elsewhere and back: %+v", rep)
+	}
+	if st := tc.Changefeed("elsewhere").Status; st.State != model.ChangefeedNormal || st.Error != "" {
+		t.Fatalf("after it went on, the changefeed is %s: %s", st.State, st.Error)
+	}
+}
