@@ -615,21 +615,25 @@ func TestASlotDroppedOutsideCdcctlFailsTheReaderSayingWhatToDo(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// (Its walsender may hold it a moment after the close.)
-		if _, err = srv.Psql(context.Background(), "postgres", "SELECT pg_drop_replication_slot('"+cfg.Slot+"')"); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	dropSlot(t, srv, cfg.Slot)
+	_, err := OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
 	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" does not exist: it was dropped outside cdcctl") ||
 		!strings.Contains(err.Error(), "remove the changefeed and create it again") {
 		t.Fatalf("resuming from a dropped slot: %v", err)
 	}
+}
+
+// dropSlot drops a slot whose stream was just closed: its walsender may
+// hold it a moment after the close.
+func dropSlot(t *testing.T, srv *pgserver.Server, slot string) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = srv.Psql(context.Background(), "postgres", "SELECT pg_drop_replication_slot('"+slot+"')"); err == nil {
+			return
+		}
+	}
+	t.Fatal(err)
 }
 
 // A slot created again outside cdcctl (by hand, or after an upgrade that
@@ -645,18 +649,9 @@ func TestASlotCreatedAgainPastTheResumePointFailsTheReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	psql(t, srv, dsn, `INSERT INTO t SELECT generate_series(1, 10)`)
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// (Its walsender may hold it a moment after the close.)
-		if _, err = srv.Psql(context.Background(), "postgres", "SELECT pg_drop_replication_slot('"+cfg.Slot+"')"); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	dropSlot(t, srv, cfg.Slot)
 	psql(t, srv, dsn, `SELECT pg_create_logical_replication_slot('`+cfg.Slot+`', 'pgoutput')`)
-	_, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	_, err := OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
 	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" begins at ") ||
 		!strings.Contains(err.Error(), ", after "+up.StartLSN.String()+" where the changefeed resumes") || !strings.Contains(err.Error(), "remove the changefeed and create it again") {
 		t.Fatalf("resuming from a slot created again: %v", err)
