@@ -375,6 +375,9 @@ func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.Cha
 	if _, err := sources.Inspect(ictx, uri, e.Status.SourcePosition); err != nil {
 		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
 	}
+	if err := sources.Resumable(ictx, uri, e.Status.SourcePosition); err != nil {
+		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
+	}
 	return uri, changes, nil
 }
 

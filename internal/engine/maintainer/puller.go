@@ -42,6 +42,13 @@ type pulling struct {
 	// reading is set while a run of the reader reads: only then is what
 	// it reports its own (before, kept is not known yet).
 	reading bool
+	// stored is the last resume point this host stored and confirmed
+	// upstream, with its checkpoint. A run tried again starts from it
+	// when the view of etcd has not caught up with the write yet: the
+	// upstream has forgotten what precedes it (PostgreSQL's slot
+	// begins there), and an older point would be refused as a gap.
+	stored   source.Position
+	storedAt model.Ts
 }
 
 // runPullers starts the readers of the database changefeeds this node
@@ -139,10 +146,14 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		}
 		p.mu.Lock()
 		p.kept, p.reading = kept, true
+		from := e.Status.SourcePosition
+		if p.stored != nil && p.storedAt > e.Status.CheckpointTs {
+			from = p.stored
+		}
 		p.mu.Unlock()
 		h.logs.Put(cf, log)
 		began := time.Now()
-		err = p.puller.Pull(ctx, e.Status.SourcePosition, log)
+		err = p.puller.Pull(ctx, from, log)
 		p.mu.Lock()
 		p.reading = false
 		p.mu.Unlock()
@@ -249,6 +260,11 @@ func (h *Host) persisted(cf model.ChangefeedID, checkpoint model.Ts, pos source.
 		return
 	}
 	p.puller.Confirm(pos)
+	p.mu.Lock()
+	if checkpoint > p.storedAt {
+		p.stored, p.storedAt = pos, checkpoint
+	}
+	p.mu.Unlock()
 	if l := h.logs.Get(cf); l != nil {
 		if err := l.Trim(checkpoint); err != nil {
 			h.log.Warn("maintainer: cannot trim the event log", "changefeed", cf, "err", err)

@@ -324,7 +324,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 	}
 	id, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err == nil {
-		err = sameSystem(fmt.Sprintf("%s:%d", pc.Host, pc.Port), system, id.SystemID, from)
+		err = sameSystem(conn.Conn().RemoteAddr().String(), system, id.SystemID, from)
 	}
 	if err == nil {
 		err = slotBefore(ctx, cat.conn, cfg, from)

@@ -32,6 +32,9 @@ type database struct {
 	// position upstream (PostgreSQL's slot keeps its WAL).
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
+	// resumable is nil for a source whose readers check their position
+	// only when they start (MySQL: its server id, GTIDs).
+	resumable func(ctx context.Context, uri string, pos source.Position) error
 	// copyWarnings is nil for a source with nothing to say of a copy.
 	copyWarnings func(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string
 	// keysChanged is nil for a source whose copy goes on when a table's
@@ -59,7 +62,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
+		inspect: postgres.Inspect, resumable: postgres.Resumable, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
 		parse: func(uri string) error { _, err := postgres.ParseURI(uri); return err },
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
@@ -256,6 +259,17 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return nil, err
 	}
 	return db.inspect(ctx, uri, pos)
+}
+
+// Resumable says whether the upstream at uri can go on from the resume
+// point pos (nil where the source cannot tell before its reader starts):
+// an update's check of a changefeed's new connection.
+func Resumable(ctx context.Context, uri string, pos source.Position) error {
+	db, err := scheme(uri)
+	if err != nil || db == nil || db.resumable == nil {
+		return err
+	}
+	return db.resumable(ctx, uri, pos)
 }
 
 // CopyingTable is a table still copying, as CopyWarnings is told of it.
