@@ -147,7 +147,7 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		p.mu.Lock()
 		p.kept, p.reading = kept, true
 		from := e.Status.SourcePosition
-		if p.stored != nil && p.storedAt > e.Status.CheckpointTs {
+		if p.stored != nil && p.storedAt > e.Status.CheckpointTs && e.Info.SameIncarnation(p.info) && e.Maintainer.Epoch == p.epoch && e.Status.Run == p.run {
 			from = p.stored
 		}
 		p.mu.Unlock()

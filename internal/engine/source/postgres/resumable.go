@@ -45,7 +45,7 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 	if err != nil {
 		return explain(cfg, err)
 	}
-	if err := sameSystem(conn.Conn().RemoteAddr().String(), p.System, id.SystemID, from); err != nil {
+	if err := sameSystem(serverName(pc, conn), p.System, id.SystemID, from); err != nil {
 		return err
 	}
 	cat, err := openCatalog(ctx, cfg.ConnString)

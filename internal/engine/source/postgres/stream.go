@@ -249,6 +249,17 @@ func sameSystem(server, want, got string, from pglogrepl.LSN) error {
 	return fmt.Errorf("PostgreSQL at %s is another database cluster (system identifier %s) than the one the changefeed read (%s), and its position %s means nothing there: point the source back at that server or a physical replica of it (cdcctl changefeed pause, then update --source), or remove the changefeed and create it again on this one (its tables are copied again) (%w)", server, got, want, from, source.ErrUnresumable)
 }
 
+// serverName names the server a connection reached as the URI names it,
+// with the address it connected to where that says more (a host name
+// that moved, one of several hosts).
+func serverName(pc *pgconn.Config, conn *pgconn.PgConn) string {
+	name := fmt.Sprintf("%s:%d", pc.Host, pc.Port)
+	if addr := conn.Conn().RemoteAddr().String(); addr != name && !strings.HasPrefix(pc.Host, "/") {
+		name += " (" + addr + ")"
+	}
+	return name
+}
+
 // slotBefore refuses a slot that begins after the resume point from:
 // PostgreSQL would start streaming at the slot's own position without a
 // word, and the changes in between would be lost. A changefeed's slot is
@@ -324,7 +335,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 	}
 	id, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err == nil {
-		err = sameSystem(conn.Conn().RemoteAddr().String(), system, id.SystemID, from)
+		err = sameSystem(serverName(pc, conn), system, id.SystemID, from)
 	}
 	if err == nil {
 		err = slotBefore(ctx, cat.conn, cfg, from)
