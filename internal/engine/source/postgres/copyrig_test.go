@@ -83,6 +83,23 @@ func pullFrom(t testing.TB, stored string, pos source.Position, cf model.Changef
 	return rig
 }
 
+// waitFor waits up to d for the row of key among what p read, failing
+// the test when it does not come, or at once, saying why, when the rig's
+// reader stopped.
+func (rig *copyRig) waitFor(t testing.TB, p *partition, key string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !p.has(key); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-rig.done:
+			t.Fatalf("the reader stopped before row %s arrived: %v", key, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("row %s did not arrive within %s", key, d)
+		}
+	}
+}
+
 func (rig *copyRig) stop(t testing.TB) {
 	t.Helper()
 	rig.cancel()

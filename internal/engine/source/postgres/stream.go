@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -233,56 +232,6 @@ func slotGone(cfg Config, err error) string {
 		return fmt.Sprintf("PostgreSQL invalidated replication slot %s (%s): the WAL the changefeed resumes from is gone: %s", cfg.Slot, detail, remedy)
 	}
 	return ""
-}
-
-// sameSystem refuses a server of another database cluster than the one
-// the resume point was read from: its LSNs are another history's, and
-// reading from one would stream that server's changes as if they came
-// after the changefeed's. The source URI was pointed at another server
-// (changefeed update --source, or a DNS name moved) that is not a
-// physical replica of the first (a promoted replica keeps its primary's
-// identifier).
-func sameSystem(server, want, got string, from pglogrepl.LSN) error {
-	if want == "" || want == got {
-		return nil
-	}
-	return fmt.Errorf("PostgreSQL at %s is another database cluster (system identifier %s) than the one the changefeed read (%s), and its position %s means nothing there: point the source back at that server or a physical replica of it (cdcctl changefeed pause, then update --source), or remove the changefeed and create it again on this one (its tables are copied again) (%w)", server, got, want, from, source.ErrUnresumable)
-}
-
-// serverName names the server a connection reached as the URI names it,
-// with the address it connected to where that says more (a host name
-// that moved, one of several hosts).
-func serverName(pc *pgconn.Config, conn *pgconn.PgConn) string {
-	name := fmt.Sprintf("%s:%d", pc.Host, pc.Port)
-	if addr := conn.Conn().RemoteAddr().String(); addr != name && !strings.HasPrefix(pc.Host, "/") {
-		name += " (" + addr + ")"
-	}
-	return name
-}
-
-// slotBefore refuses a slot that begins after the resume point from:
-// PostgreSQL would start streaming at the slot's own position without a
-// word, and the changes in between would be lost. A changefeed's slot is
-// never past it, as its confirmed position follows only persisted resume
-// points; one that is was created again or advanced outside cdcctl (by
-// hand, or by an upgrade that does not carry slots), or is another
-// server's slot of the same name (a source URI pointed elsewhere). A
-// slot that is missing is left to START_REPLICATION to report
-// (slotGone).
-func slotBefore(ctx context.Context, conn *pgx.Conn, cfg Config, from pglogrepl.LSN) error {
-	var confirmed *string
-	err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&confirmed)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && confirmed == nil {
-		return nil
-	}
-	if err != nil {
-		return explain(cfg, err)
-	}
-	at, err := pglogrepl.ParseLSN(*confirmed)
-	if err != nil || at <= from {
-		return nil
-	}
-	return fmt.Errorf("replication slot %s begins at %s, after %s where the changefeed resumes: the changes in between are not in it (the slot was created again or advanced outside cdcctl, or this server is not the one the changefeed read); remove the changefeed and create it again (its tables are copied again) (%w)", cfg.Slot, at, from, source.ErrUnresumable)
 }
 
 // errSlotInUse means another connection streams from the slot.

@@ -1,0 +1,100 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
+)
+
+// A slot dropped outside cdcctl took with it the changes the changefeed
+// resumes from: the reader fails as unresumable, saying so and what to
+// do, instead of retrying for ever with advice about max_replication_slots
+// (an invalidated slot, its WAL past max_slot_wal_keep_size, likewise).
+func TestASlotDroppedOutsideCdcctlFailsTheReaderSayingWhatToDo(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dropSlot(t, srv, cfg.Slot)
+	_, err := OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" does not exist: it was dropped outside cdcctl") ||
+		!strings.Contains(err.Error(), "remove the changefeed and create it again") {
+		t.Fatalf("resuming from a dropped slot: %v", err)
+	}
+}
+
+// dropSlot drops a slot whose stream was just closed: its walsender may
+// hold it a moment after the close.
+func dropSlot(t *testing.T, srv *pgserver.Server, slot string) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = srv.Psql(context.Background(), "postgres", "SELECT pg_drop_replication_slot('"+slot+"')"); err == nil {
+			return
+		}
+	}
+	t.Fatal(err)
+}
+
+// A slot created again outside cdcctl (by hand, or after an upgrade that
+// did not carry it) begins after the changefeed's resume point, and
+// PostgreSQL would stream from its own position without a word: the rows
+// written in between would never arrive. The reader fails as
+// unresumable instead, saying so and what to do.
+func TestASlotCreatedAgainPastTheResumePointFailsTheReader(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	psql(t, srv, dsn, `INSERT INTO t SELECT generate_series(1, 10)`)
+	dropSlot(t, srv, cfg.Slot)
+	psql(t, srv, dsn, `SELECT pg_create_logical_replication_slot('`+cfg.Slot+`', 'pgoutput')`)
+	_, err := OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" begins at ") ||
+		!strings.Contains(err.Error(), ", after "+up.StartLSN.String()+" where the changefeed resumes") || !strings.Contains(err.Error(), "remove the changefeed and create it again") {
+		t.Fatalf("resuming from a slot created again: %v", err)
+	}
+}
+
+// A resume point read from one database cluster means nothing on
+// another's server (a source URI pointed elsewhere): the stream names the
+// cluster it reads, and one opened with another's identifier is refused
+// as unresumable, saying what to do; its own opens.
+func TestAResumePointOfAnotherClusterIsRefused(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	system := st.System
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if system == "" || system == "0" {
+		t.Fatalf("the stream names no cluster: %q", system)
+	}
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// (The walsender may hold the slot a moment after the close.)
+		var again *Stream
+		if again, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, system); err == nil {
+			_ = again.Close()
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("resuming on the same cluster: %v", err)
+	}
+	_, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "7345678901234567890")
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "is another database cluster (system identifier "+system+") than the one the changefeed read (7345678901234567890)") ||
+		!strings.Contains(err.Error(), "point the source back at that server") {
+		t.Fatalf("resuming on another cluster: %v", err)
+	}
+}
