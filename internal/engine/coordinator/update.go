@@ -358,7 +358,8 @@ func (c *Coordinator) updateConnections(ctx context.Context, term election.Term,
 // (sources.Reconnect) and what changes, checked before anything is
 // written: no other changefeed holds what it would hold upstream there,
 // and the server it reaches holds the changefeed's position (PostgreSQL:
-// its slot).
+// its slot, in the same cluster, beginning at or before the resume
+// point).
 func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.ChangefeedEntry, given string) (string, []string, error) {
 	uri, changes, err := sources.Reconnect(e.Info.SourceURI, given)
 	if err != nil {
@@ -372,10 +373,13 @@ func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.Cha
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := sources.Inspect(ictx, uri, e.Status.SourcePosition); err != nil {
-		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
+	// The login (and what the source checks of its own there), then
+	// whether the changefeed's position can go on there.
+	_, err = sources.Inspect(ictx, uri, e.Status.SourcePosition)
+	if err == nil {
+		err = sources.Resumable(ictx, uri, e.Status.SourcePosition)
 	}
-	if err := sources.Resumable(ictx, uri, e.Status.SourcePosition); err != nil {
+	if err != nil {
 		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
 	}
 	return uri, changes, nil
