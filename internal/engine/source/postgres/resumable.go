@@ -44,19 +44,29 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 		return explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
-	id, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err != nil {
-		return explain(cfg, err)
-	}
-	if err := sameSystem(serverName(pc, conn), p.System, id.SystemID, from); err != nil {
-		return err
-	}
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return explain(cfg, err)
 	}
 	defer cat.Close()
-	return slotBefore(ctx, cat.conn, cfg, from)
+	_, err = resumeChecks(ctx, cfg, pc, conn, cat.conn, p.System, from)
+	return explain(cfg, err)
+}
+
+// resumeChecks are the checks before a stream from from begins on the
+// replication connection conn (pc its configuration), with cat a
+// connection to the same database: the server is of the cluster system
+// names ("" when not known), and the slot begins at or before from. It
+// returns the server's cluster.
+func resumeChecks(ctx context.Context, cfg Config, pc *pgconn.Config, conn *pgconn.PgConn, cat *pgx.Conn, system string, from pglogrepl.LSN) (string, error) {
+	id, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return "", err
+	}
+	if err := sameSystem(serverName(pc, conn), system, id.SystemID, from); err != nil {
+		return "", err
+	}
+	return id.SystemID, slotBefore(ctx, cat, cfg, from)
 }
 
 // sameSystem refuses a server of another database cluster than the one

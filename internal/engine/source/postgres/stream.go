@@ -282,13 +282,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		cat.Close()
 		return nil, explain(cfg, err)
 	}
-	id, err := pglogrepl.IdentifySystem(ctx, conn)
-	if err == nil {
-		err = sameSystem(serverName(pc, conn), system, id.SystemID, from)
-	}
-	if err == nil {
-		err = slotBefore(ctx, cat.conn, cfg, from)
-	}
+	id, err := resumeChecks(ctx, cfg, pc, conn, cat.conn, system, from)
 	if err != nil {
 		_ = conn.Close(context.Background())
 		cat.Close()
@@ -308,7 +302,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
-	s := &Stream{System: id.SystemID, cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
+	s := &Stream{System: id, cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
 		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}, visibleWait: visibleWait}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
