@@ -20,11 +20,11 @@ import (
 func newChangefeedUpdateCommand(o *options) *cobra.Command {
 	var (
 		tables, add, remove, again, sinkOpts []string
-		sourceURI, sourceFile                string
+		sourceURI, sourceFile, sinkOptFile   string
 		dryRun, yes                          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V | --source URI | --source-file FILE) [--dry-run] [--yes]",
+		Use:   "update NAME (--add-table T | --remove-table T | --tables T1,T2 | --copy-table T | --sink-option K=V | --sink-option-file FILE | --source URI | --source-file FILE) [--dry-run] [--yes]",
 		Short: "Change a paused changefeed's tables (added ones snapshotted, removed ones end), its sink's options or its source's connection",
 		Long: `Change the tables a paused database changefeed replicates, or how its
 sink writes. Added tables begin at the changefeed's checkpoint: when it
@@ -51,6 +51,9 @@ that. Kafka's hash-partitions=N pins a changefeed created before the pin
 to the N partitions its keys hash over (the topic's count before
 partitions were added: nothing moves); docs/cli.md says what another
 count does. Every node opens the sink again when the changefeed resumes.
+--sink-option-file FILE reads K=V lines from a file (- for standard
+input, with --yes or --dry-run; # starts a comment), keeping a
+credential such as sasl-password off the command line.
 
 --source URI gives the changefeed its source's connection anew, in a
 URI as for create: the user, the password (a rotated one), the address
@@ -81,12 +84,24 @@ none).`,
 		Args: exactArgs(1, "the changefeed's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if isStdin(sourceFile) && !yes && !dryRun {
-				return usageErr(errors.New("--source-file - reads the URI from standard input, where the update's approval would be asked too: add --yes (or --dry-run to see the change)"))
+			if isStdin(sourceFile) && isStdin(sinkOptFile) {
+				return errTwoStdin
+			}
+			for flag, path := range map[string]string{"source-file": sourceFile, "sink-option-file": sinkOptFile} {
+				if isStdin(path) && !yes && !dryRun {
+					return usageErr(fmt.Errorf("--%s - reads from standard input, where the update's approval would be asked too: add --yes (or --dry-run to see the change)", flag))
+				}
 			}
 			var err error
 			if sourceURI, err = o.uriFlag("source", sourceURI, sourceFile); err != nil {
 				return err
+			}
+			if sinkOptFile != "" {
+				lines, err := o.sinkOptionsFile(sinkOptFile)
+				if err != nil {
+					return err
+				}
+				sinkOpts = append(sinkOpts, lines...)
 			}
 			if len(tables) > 0 && len(add)+len(remove) > 0 {
 				return usageErr(errors.New("give --tables (the whole list), or --add-table/--remove-table, not both"))
@@ -94,12 +109,12 @@ none).`,
 			if sourceURI != "" && len(tables)+len(add)+len(remove)+len(again) > 0 {
 				return usageErr(errors.New("change the source's connection (--source) in an update of its own, then its tables: an update of the tables reaches the source through the connection the changefeed has"))
 			}
-			opts, err := parseSinkOptions(sinkOpts)
+			opts, err := parseSinkOptions(sinkOpts, sinkOptFile != "")
 			if err != nil {
 				return usageErr(err)
 			}
 			if len(tables)+len(add)+len(remove)+len(again)+len(opts) == 0 && sourceURI == "" {
-				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, --sink-option K=V, or --source URI (its connection; or --source-file FILE)"))
+				return usageErr(errors.New("name the change: --add-table T, --remove-table T, --tables T1,T2 (the whole list), --copy-table T, --sink-option K=V (or --sink-option-file FILE), or --source URI (its connection; or --source-file FILE)"))
 			}
 			c, err := o.client()
 			if err != nil {
@@ -188,6 +203,8 @@ none).`,
 	f.StringVar(&sourceURI, "source", "", "a source URI whose connection the changefeed takes (user, password, address, driver parameters; password xxxxx keeps its own); what it replicates stays")
 	f.StringVar(&sourceFile, "source-file", "", "read --source's URI from FILE (- for standard input), keeping its password off the command line")
 	_ = cmd.MarkFlagFilename("source-file")
+	f.StringVar(&sinkOptFile, "sink-option-file", "", "read --sink-option K=V lines from FILE (- for standard input), keeping a credential (sasl-password) off the command line")
+	_ = cmd.MarkFlagFilename("sink-option-file")
 	f.BoolVar(&dryRun, "dry-run", false, "show the change and exit 2 (0 if there is none); nothing is written")
 	f.BoolVar(&yes, "yes", false, "apply without asking (scripts)")
 	return cmd
@@ -282,19 +299,25 @@ func copyTables(again, next, current []string, schema string) ([]string, error) 
 	return out, nil
 }
 
-// parseSinkOptions reads --sink-option K=V values.
-func parseSinkOptions(values []string) (map[string]string, error) {
+// parseSinkOptions reads --sink-option K=V values, and those of
+// --sink-option-file (fromFile): a value is never shown, as it may be a
+// password.
+func parseSinkOptions(values []string, fromFile bool) (map[string]string, error) {
 	if len(values) == 0 {
 		return nil, nil
 	}
 	out := map[string]string{}
 	for _, v := range values {
 		k, val, ok := strings.Cut(v, "=")
-		if !ok || strings.TrimSpace(k) == "" {
+		if k = strings.TrimSpace(k); !ok || k == "" {
 			return nil, fmt.Errorf("--sink-option %q: write K=V (e.g. flush-interval=1s), or K= for the default", v)
 		}
 		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("--sink-option %s is given twice", k)
+			where := "--sink-option"
+			if fromFile {
+				where = "--sink-option (and --sink-option-file)"
+			}
+			return nil, fmt.Errorf("%s %s is given twice", where, k)
 		}
 		out[k] = val
 	}

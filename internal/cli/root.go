@@ -67,6 +67,9 @@ type options struct {
 	// tokenFile is the --token-file flag: given, it wins over
 	// CDCCTL_TOKEN, which wins over a token file of the config file.
 	tokenFile *pflag.Flag
+	// warned are the secret files already said to be readable by
+	// others: a command that builds several clients says it once.
+	warned map[string]bool
 }
 
 func (o *options) output() string { return o.v.GetString("output") }
@@ -118,15 +121,14 @@ func (o *options) token() (string, error) {
 		return tok, nil
 	}
 	if path := o.v.GetString("token-file"); path != "" {
-		b, err := os.ReadFile(path)
+		// The path is a file's, also a standard input's name: the token
+		// is read when a request is made, after any flag that read
+		// standard input.
+		s, err := o.readSecretFile("token-file", path, false)
 		if err != nil {
-			return "", fmt.Errorf("--token-file: %w", err)
+			return "", err
 		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" || strings.ContainsAny(tok, "\r\n") {
-			return "", fmt.Errorf("--token-file %s: want one token on one line", path)
-		}
-		return tok, nil
+		return s.oneLine("token")
 	}
 	return strings.TrimSpace(o.v.GetString("token")), nil
 }
