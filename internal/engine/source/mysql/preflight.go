@@ -141,6 +141,11 @@ func explain(cfg Config, err error) error {
 			return fmt.Errorf("%s refused user %s: %s; check the user and password (a password not in the URI is read from MYSQL_PWD)", cfg.Addr(), cfg.User, redactIn(me.Message, cfg.Password))
 		case 1049: // ER_BAD_DB_ERROR
 			return fmt.Errorf("%s has no database %s: %s; name an existing database in the URI's path", cfg.Addr(), cfg.Database, me.Message)
+		case 1040, 1203, 1226: // ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS, ER_USER_LIMIT_REACHED
+			// Every connection taken, the server's or the user's: worth
+			// trying again (an update's check answers 503), not the
+			// URI's fault.
+			return model.Unreachable(fmt.Errorf("%s: %s; try again once a connection is free, or raise max_connections (or the user's MAX_USER_CONNECTIONS)", cfg.Addr(), me.Message))
 		}
 		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
 	}

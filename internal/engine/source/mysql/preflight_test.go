@@ -128,3 +128,28 @@ func TestPreflightRefusesWithTheServersValuesAndTheFix(t *testing.T) {
 		t.Fatalf("a wrong password marked worth a retry: %v", err)
 	}
 }
+
+// A server or user with no connection free (max_connections, the user's
+// MAX_USER_CONNECTIONS) is worth trying again, not a wrong URI: an
+// update's check of a new connection answers 503 (nothing changed), and
+// the message names the limit to raise.
+func TestAUserWithNoConnectionFreeIsWorthTryingAgain(t *testing.T) {
+	t.Parallel()
+	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true})
+	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY)",
+		"CREATE USER cdc@'%' IDENTIFIED BY 's3cret' WITH MAX_USER_CONNECTIONS 1", "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO cdc@'%'", "GRANT SELECT ON shop.* TO cdc@'%'")
+	held, err := sql.Open("mysql", "cdc:s3cret@tcp("+srv.Addr()+")/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	conn, err := held.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _, err = mysql.Preflight(context.Background(), parse(t, uri(srv, "cdc:s3cret", "orders")))
+	if !errors.Is(err, model.ErrUnreachable) || !strings.Contains(err.Error(), "max_user_connections") || !strings.Contains(err.Error(), "try again once a connection is free") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("a user at its connection limit: %v; want it worth a retry, naming the limit", err)
+	}
+}

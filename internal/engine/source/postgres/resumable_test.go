@@ -2,13 +2,16 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 )
 
 // A slot dropped outside cdcctl took with it the changes the changefeed
@@ -96,5 +99,35 @@ func TestAResumePointOfAnotherClusterIsRefused(t *testing.T) {
 	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "is another database cluster (system identifier "+system+") than the one the changefeed read (7345678901234567890)") ||
 		!strings.Contains(err.Error(), "point the source back at that server") {
 		t.Fatalf("resuming on another cluster: %v", err)
+	}
+}
+
+// A server whose walsenders are all taken (max_wal_senders, or a killed
+// reader's walsender not yet timed out) is worth trying again: the
+// check of a new connection says so (an update answers 503, nothing
+// changed) and names the setting, as does the reader's start, which its
+// puller retries.
+func TestAServerWithNoWalsenderFreeIsWorthTryingAgain(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.StartDB(t, "demo", "max_wal_senders=1")
+	if _, err := srv.Psql(context.Background(), "demo", `CREATE TABLE t (id int4 PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("demo")
+	st, cfg, up := open(t, dsn+"&tables=t")
+	pos, err := json.Marshal(position{LSN: up.StartLSN.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream holds the one walsender.
+	defer st.Close()
+	want := "max_wal_senders"
+	err = Resumable(context.Background(), dsn+"&tables=t&slot="+cfg.Slot+"&publication="+cfg.Publication, pos)
+	if !errors.Is(err, model.ErrUnreachable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("checking a server with no walsender free: %v; want it worth a retry, naming %s", err, want)
+	}
+	_, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	if !errors.Is(err, model.ErrUnreachable) || errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a reader's start with no walsender free: %v; want it worth a retry", err)
 	}
 }

@@ -444,6 +444,12 @@ func explain(cfg Config, err error) error {
 		case pgErr.Code == "57P03":
 			// The database system is starting up, or shutting down.
 			return model.Unreachable(fmt.Errorf("PostgreSQL: %s; try again once it runs", pgErr.Message))
+		case pgErr.Code == "53300":
+			// Too many connections, or every walsender taken (a reader
+			// killed a moment ago still holds its own until
+			// wal_sender_timeout): worth trying again, not the
+			// connection's fault (an update's check answers 503).
+			return model.Unreachable(fmt.Errorf("PostgreSQL: %s; try again once a connection is free, or raise max_connections / max_wal_senders", pgErr.Message))
 		case pgErr.Code == "53400" || pgErr.Code == "55000" && strings.Contains(pgErr.Message, "replication slot") && !strings.Contains(pgErr.Detail, "invalidated") && !strings.Contains(pgErr.Message, "can no longer get changes"):
 			return fmt.Errorf("PostgreSQL: %s; raise max_replication_slots / max_wal_senders, or drop unused slots", pgErr.Message)
 		}
