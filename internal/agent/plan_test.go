@@ -78,7 +78,7 @@ func TestCancelledDrainPlan(t *testing.T) {
 	}
 	var rec *api.PlanResponse
 	tc.eventually("cancelled", 10*time.Second, func() bool { rec = tc.plan(c, res.PlanID); return rec.State == exec.Cancelled })
-	if counts := rec.Record().Counts(); counts[exec.StepSkipped] == 0 || counts[exec.StepPending]+counts[exec.StepRunning] != 0 {
+	if counts := rec.Record().Counts(); counts[exec.StepCancelled] == 0 || counts[exec.StepPending]+counts[exec.StepRunning] != 0 {
 		t.Fatalf("steps after cancel: %v", counts)
 	}
 	tc.eventually("the drain record is gone", 10*time.Second, func() bool { return tc.state().Drain == nil })

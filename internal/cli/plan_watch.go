@@ -84,6 +84,15 @@ func planOutcome(rec *exec.Record) error {
 	return nil
 }
 
+// cancelledText is ", N cancelled" beside a count of steps done: a
+// cancelled step is not done, and says so.
+func cancelledText(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d cancelled", n)
+}
+
 // printEvent renders one event for a person, or as one NDJSON line.
 func printEvent(w io.Writer, format string, ev exec.Event) {
 	if format == formatJSON {
@@ -103,8 +112,8 @@ func printEvent(w io.Writer, format string, ev exec.Event) {
 	}
 	at := ev.Time.Local().Format("15:04:05")
 	progress := ""
-	if ev.Progress != nil {
-		progress = fmt.Sprintf(" [%d/%d done, %d running]", ev.Progress.Done, ev.Progress.Total, ev.Progress.Running)
+	if p := ev.Progress; p != nil {
+		progress = fmt.Sprintf(" [%d/%d done%s, %d running]", p.Done, p.Total, cancelledText(p.Cancelled), p.Running)
 	}
 	if ev.Type == exec.EventStep && ev.Step != nil {
 		note := ""
@@ -219,8 +228,8 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 	if p.Request != "" && !p.State.Terminal() {
 		fmt.Fprintf(w, " (%s requested)", p.Request)
 	}
-	fmt.Fprintf(w, "\n  submitted %s by %s; %d/%d steps done, %d running\n", p.SubmittedAt.Local().Format(time.RFC3339), p.SubmittedBy,
-		c[exec.StepDone]+c[exec.StepSkipped], len(p.Steps), c[exec.StepRunning])
+	fmt.Fprintf(w, "\n  submitted %s by %s; %d/%d steps done%s, %d running\n", p.SubmittedAt.Local().Format(time.RFC3339), p.SubmittedBy,
+		c[exec.StepDone]+c[exec.StepSkipped], len(p.Steps), cancelledText(c[exec.StepCancelled]), c[exec.StepRunning])
 	if p.Message != "" {
 		fmt.Fprintf(w, "  %s\n", p.Message)
 	}

@@ -48,7 +48,8 @@ type Event struct {
 	Step    *plan.Step `json:"step,omitempty"`
 	State   StepState  `json:"state,omitempty"`
 	Message string     `json:"message,omitempty"`
-	// Progress: steps done (or skipped), running, and in all, after it.
+	// Progress: steps done (or skipped), cancelled, running, and in all,
+	// after it.
 	Progress *Progress `json:"progress,omitempty"`
 
 	from StepState // a step event's state before it, as the watcher saw it
@@ -114,9 +115,16 @@ func (s *Stream) Next(cur *Record) []Event {
 
 // Progress counts a plan's steps.
 type Progress struct {
-	Done    int `json:"done"`
-	Running int `json:"running"`
-	Total   int `json:"total"`
+	Done int `json:"done"`
+	// Cancelled steps are not done: the plan was cancelled before them.
+	Cancelled int `json:"cancelled,omitempty"`
+	Running   int `json:"running"`
+	Total     int `json:"total"`
+}
+
+// progress counts steps from their states (Record.Counts).
+func progress(c map[StepState]int, total int) *Progress {
+	return &Progress{Done: c[StepDone] + c[StepSkipped], Cancelled: c[StepCancelled], Running: c[StepRunning], Total: total}
 }
 
 // Delta returns the events that take a watcher who saw prev to cur: the
@@ -171,7 +179,7 @@ func Delta(prev, cur *Record) []Event {
 		if out[i].Type == EventStep {
 			c[out[i].from]--
 			c[out[i].State]++
-			out[i].Progress = &Progress{Done: c[StepDone] + c[StepSkipped], Running: c[StepRunning], Total: len(cur.Steps)}
+			out[i].Progress = progress(c, len(cur.Steps))
 		}
 	}
 	return out

@@ -32,15 +32,19 @@ const (
 	StepDone    StepState = "done"
 	StepFailed  StepState = "failed"
 	StepSkipped StepState = "skipped"
+	// StepCancelled: the operator cancelled the plan before the step
+	// ended. It is not skipped, which counts with done: an operator who
+	// cancelled a one-step plan read "[1/1 done]".
+	StepCancelled StepState = "cancelled"
 )
 
 // stepTransitions is the whole step state machine.
 var stepTransitions = map[StepState][]StepState{
 	// Done at once: what the step does had already happened (another
 	// scheduler did it, or a previous coordinator did before failing over).
-	StepPending: {StepRunning, StepDone, StepSkipped, StepFailed},
+	StepPending: {StepRunning, StepDone, StepSkipped, StepFailed, StepCancelled},
 	// Pending again: re-planned.
-	StepRunning: {StepDone, StepFailed, StepPending, StepSkipped},
+	StepRunning: {StepDone, StepFailed, StepPending, StepSkipped, StepCancelled},
 }
 
 // CheckStep tells whether a step may go from one state to another.
@@ -83,7 +87,8 @@ type StepStatus struct {
 	Index int       `json:"index"`
 	State StepState `json:"state"`
 	// Since is when it entered its state; Started and Ended when it
-	// began running and when it ended (done, failed or skipped), so a
+	// began running and when it ended (done, failed, skipped or
+	// cancelled), so a
 	// record shows what ran at the same time.
 	Since   time.Time  `json:"since"`
 	Started *time.Time `json:"started,omitempty"`
@@ -206,8 +211,7 @@ func (r *Record) emit(now time.Time, ev Event, notable bool) Event {
 	r.Seq++
 	ev.Version, ev.Seq, ev.Time, ev.Plan = 1, r.Seq, now, r.ID
 	if ev.Progress == nil {
-		c := r.Counts()
-		ev.Progress = &Progress{Done: c[StepDone] + c[StepSkipped], Running: c[StepRunning], Total: len(r.Steps)}
+		ev.Progress = progress(r.Counts(), len(r.Steps))
 	}
 	if notable {
 		r.Log = append(r.Log, ev)
@@ -228,7 +232,7 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 	switch to {
 	case StepRunning:
 		s.Started, s.Ended = &now, nil
-	case StepDone, StepFailed, StepSkipped:
+	case StepDone, StepFailed, StepSkipped, StepCancelled:
 		s.Ended = &now
 	}
 	r.ProgressAt, r.StalledAt = now, nil
@@ -354,7 +358,7 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 		}
 		for i := range r.Steps {
 			if s := r.Steps[i].State; s == StepPending || s == StepRunning {
-				ev, err := r.setStep(i, StepSkipped, "cancelled", now)
+				ev, err := r.setStep(i, StepCancelled, "", now)
 				if err != nil {
 					return evs, err
 				}

@@ -151,7 +151,7 @@ func TestPauseResumeCancel(t *testing.T) {
 	}
 	evs = run(t, x, r, RequestCancel)
 	c2 := r.Counts()
-	if r.State != Cancelled || !w.cancelled || evs[len(evs)-1].Type != EventCancelled || c2[StepSkipped] != 4 || c2[StepDone] != 1 {
+	if r.State != Cancelled || !w.cancelled || evs[len(evs)-1].Type != EventCancelled || c2[StepCancelled] != 4 || c2[StepDone] != 1 {
 		t.Fatalf("after cancel: %s, counts %v", r.State, c2)
 	}
 	if evs := run(t, x, r, RequestResume); len(evs) != 0 || r.State != Cancelled {

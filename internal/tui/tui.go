@@ -234,7 +234,7 @@ func (m *Model) Render() string {
 	b.WriteString("\n")
 	switch {
 	case m.confirm:
-		fmt.Fprintf(&b, "Cancel plan %s? What is not done is skipped. [y/N]\n", r.ID)
+		fmt.Fprintf(&b, "Cancel plan %s? What is not done is cancelled. [y/N]\n", r.ID)
 	case r.State.Terminal():
 		fmt.Fprintf(&b, "%s: %s\n", r.State, r.Message)
 	default:

@@ -1,0 +1,47 @@
+package exec
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/plan"
+)
+
+// A step the operator cancelled is counted as cancelled, not done: a
+// one-step plan cancelled mid-way used to end on "[1/1 done]".
+func TestACancelledStepIsNotCountedDone(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	p := &plan.Plan{Version: 1, Kind: "move", Target: "p7", Batches: []plan.Batch{
+		{Steps: []plan.Step{{Kind: plan.StepMovePartition, Partition: "p7", From: "capture-1", To: "capture-2"}}},
+	}}
+	r := New("plan-1", p, "ops", c.t)
+	run(t, x, r, RequestNone) // the move begins
+	c.t = c.t.Add(time.Second)
+	evs := run(t, x, r, RequestCancel)
+	// What the coordinator sends as it happens, and what a watcher that
+	// came late gets from the record.
+	for _, evs := range [][]Event{evs, Delta(nil, r)} {
+		last := evs[len(evs)-1]
+		var step *Event
+		for i := range evs {
+			if evs[i].Type == EventStep && evs[i].Time.Equal(c.t) {
+				step = &evs[i]
+			}
+		}
+		if step == nil || string(step.State) != "cancelled" {
+			t.Fatalf("the cancelled step's event: %+v", step)
+		}
+		for _, ev := range []Event{*step, last} {
+			b, _ := json.Marshal(ev.Progress)
+			if ev.Progress == nil || ev.Progress.Done != 0 || !strings.Contains(string(b), `"cancelled":1`) {
+				t.Fatalf("%s event counts %s; want 0 done, 1 cancelled", ev.Type, b)
+			}
+		}
+	}
+	if string(r.Steps[0].State) != "cancelled" {
+		t.Fatalf("the stored step is %s (%s)", r.Steps[0].State, r.Steps[0].Note)
+	}
+}
