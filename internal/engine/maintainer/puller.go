@@ -146,10 +146,7 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		}
 		p.mu.Lock()
 		p.kept, p.reading = kept, true
-		from := e.Status.SourcePosition
-		if p.stored != nil && p.storedAt > e.Status.CheckpointTs && e.Info.SameIncarnation(p.info) && e.Maintainer.Epoch == p.epoch && e.Status.Run == p.run {
-			from = p.stored
-		}
+		from := p.resumeFrom(e)
 		p.mu.Unlock()
 		h.logs.Put(cf, log)
 		began := time.Now()
@@ -195,6 +192,18 @@ func (h *Host) pull(ctx context.Context, cf model.ChangefeedID, p *pulling) {
 		t.Stop()
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// resumeFrom is where a run of the reader starts: the entry's resume
+// point, or the newer one this host stored for the same incarnation,
+// placement and run when the view of etcd has not caught up with that
+// write yet. A point stored for another (a resume, an update, a move
+// since) is never taken over the entry's. Called under p.mu.
+func (p *pulling) resumeFrom(e *meta.ChangefeedEntry) source.Position {
+	if p.stored != nil && p.storedAt > e.Status.CheckpointTs && e.Info.SameIncarnation(p.info) && e.Maintainer.Epoch == p.epoch && e.Status.Run == p.run {
+		return p.stored
+	}
+	return e.Status.SourcePosition
 }
 
 // failUnresumable fails a changefeed whose reader cannot resume (the
