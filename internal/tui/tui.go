@@ -205,8 +205,8 @@ func (m *Model) Render() string {
 	// them: a bar never says moved while its step says pending.
 	mDone, mAll := stepsDone(r, plan.StepMoveMaintainer)
 	pDone, pAll := partitionsMoved(r)
-	fmt.Fprintf(&b, "maintainers %s %d/%d moved\n", bar(mDone, mAll, 30), mDone, mAll)
-	fmt.Fprintf(&b, "partitions  %s %d/%d moved\n\n", bar(pDone, pAll, 30), pDone, pAll)
+	fmt.Fprintf(&b, "maintainers %s\n", moved(mDone, mAll, 30))
+	fmt.Fprintf(&b, "partitions  %s\n\n", moved(pDone, pAll, 30))
 
 	fmt.Fprintf(&b, "%-12s %-10s %11s %10s %6s\n", "CAPTURE", "LIVENESS", "MAINTAINERS", "PARTITIONS", "MOVES")
 	for _, n := range m.frame.Nodes {
@@ -305,12 +305,16 @@ func stepsDone(r *exec.Record, kind plan.StepKind) (done, all int) {
 	return done, all
 }
 
-func bar(done, all, width int) string {
+// moved is a bar and its count: "[====......] 2/5 moved". With nothing
+// of its kind in the plan (a split moves neither maintainers nor
+// partitions) the bar is blank and says so: drawn full over "0/0 moved"
+// it read as work done.
+func moved(done, all, width int) string {
 	if all == 0 {
-		return "[" + strings.Repeat("=", width) + "]"
+		return "[" + strings.Repeat(" ", width) + "] nothing to move"
 	}
 	n := done * width / all
-	return "[" + strings.Repeat("=", n) + strings.Repeat(".", width-n) + "]"
+	return fmt.Sprintf("[%s%s] %d/%d moved", strings.Repeat("=", n), strings.Repeat(".", width-n), done, all)
 }
 
 // stepLines shows the steps around the current batch, at most n lines.

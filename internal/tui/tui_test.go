@@ -303,3 +303,27 @@ func TestAFinalErrorEndsTheViewAndATransientOneDoesNot(t *testing.T) {
 		t.Fatalf("a transient error ended the view: err %v, detached %v", final.Err(), final.Detached())
 	}
 }
+
+// A plan that moves nothing of a kind (a split moves neither maintainers
+// nor partitions) draws that bar empty and says so: a full bar over
+// "0/0 moved" read as work done that was never there.
+func TestABarWithNothingToMoveIsNotDrawnFull(t *testing.T) {
+	p := &plan.Plan{Version: 1, Kind: "split", Target: "p7", Batches: []plan.Batch{
+		{Steps: []plan.Step{{Kind: plan.StepSplitPartition, Changefeed: "demo", Partition: "p7", Key: "m"}}},
+	}}
+	r := exec.New("split-p7-1", p, "ops@host", t0)
+	screen := screenAt(Frame{Record: r}, t0.Add(time.Second))
+	bars := 0
+	for _, line := range strings.Split(screen, "\n") {
+		if !strings.HasPrefix(line, "maintainers ") && !strings.HasPrefix(line, "partitions  ") {
+			continue
+		}
+		bars++
+		if strings.Contains(line, "=") || !strings.HasSuffix(line, "] nothing to move") {
+			t.Errorf("bar %q: want it empty, saying nothing to move", line)
+		}
+	}
+	if bars != 2 {
+		t.Fatalf("%d bars, want 2:\n%s", bars, screen)
+	}
+}
