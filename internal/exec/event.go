@@ -133,6 +133,10 @@ func progress(c map[StepState]int, total int) *Progress {
 // through, never the state it is in). prev nil: everything so far.
 func Delta(prev, cur *Record) []Event {
 	var out []Event
+	// at: the sequence number each event in out happened at, which
+	// orders the events of the same instant (a step changed by the
+	// resume logged just before it comes after it).
+	var at []uint64
 	var lastSeq uint64
 	if prev != nil {
 		lastSeq = prev.Seq
@@ -154,13 +158,15 @@ func Delta(prev, cur *Record) []Event {
 		}
 		out = append(out, Event{Version: 1, Seq: cur.Seq, Time: s.Since, Plan: cur.ID, Type: EventStep, Batch: s.Batch, Index: s.Index,
 			Step: &st, State: s.State, Message: s.Note, from: from})
+		at = append(at, s.Seq) // 0 in a record stored before steps kept it
 	}
 	for _, ev := range cur.Log {
 		if ev.Seq > lastSeq {
 			out = append(out, ev)
+			at = append(at, ev.Seq)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	sort.Stable(byTime{out, at})
 	// The terminal event comes last, whatever its time.
 	for i, ev := range out {
 		if ev.Type.Terminal() && i != len(out)-1 {
@@ -183,6 +189,25 @@ func Delta(prev, cur *Record) []Event {
 		}
 	}
 	return out
+}
+
+// byTime orders events by their time, and those of the same instant by
+// the sequence number they happened at.
+type byTime struct {
+	evs []Event
+	at  []uint64
+}
+
+func (b byTime) Len() int { return len(b.evs) }
+func (b byTime) Less(i, j int) bool {
+	if ti, tj := b.evs[i].Time, b.evs[j].Time; !ti.Equal(tj) {
+		return ti.Before(tj)
+	}
+	return b.at[i] < b.at[j]
+}
+func (b byTime) Swap(i, j int) {
+	b.evs[i], b.evs[j] = b.evs[j], b.evs[i]
+	b.at[i], b.at[j] = b.at[j], b.at[i]
 }
 
 // PausedFor is how long the plan has been paused in all, up to now, from

@@ -45,3 +45,33 @@ func TestACancelledStepIsNotCountedDone(t *testing.T) {
 		t.Fatalf("the stored step is %s (%s)", r.Steps[0].State, r.Steps[0].Note)
 	}
 }
+
+// A watcher sees a resumed plan's events in the order they happened:
+// resumed, then the step that began. At the same instant, the step's
+// state used to come first ("running", then "resumed").
+func TestAWatcherSeesResumedBeforeTheStepItBegins(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Hold(c.t)
+	var s Stream
+	s.Next(r) // the watcher saw it paused
+	c.t = c.t.Add(time.Second)
+	run(t, x, r, RequestResume)
+	// What a watch prints (its stream over the API's record, read back
+	// from JSON), and what a watcher that came late gets.
+	b, _ := json.Marshal(r)
+	var after Record
+	_ = json.Unmarshal(b, &after)
+	for name, evs := range map[string][]Event{"watching": s.Next(&after), "late": Delta(nil, &after)} {
+		var order []string
+		for _, ev := range evs {
+			if ev.Time.Equal(c.t) {
+				order = append(order, string(ev.Type)+" "+string(ev.State))
+			}
+		}
+		if len(order) != 2 || order[0] != "resumed " || order[1] != "step running" {
+			t.Errorf("%s: %q; want resumed, then the step running", name, order)
+		}
+	}
+}

@@ -94,6 +94,10 @@ type StepStatus struct {
 	Started *time.Time `json:"started,omitempty"`
 	Ended   *time.Time `json:"ended,omitempty"`
 	Note    string     `json:"note,omitempty"`
+	// Seq is the sequence number of the event that put the step in its
+	// state: a watcher told of the change orders it among the logged
+	// events of the same instant (a resume, then the steps it began).
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Record is a plan and its execution, as persisted.
@@ -237,7 +241,9 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 	}
 	r.ProgressAt, r.StalledAt = now, nil
 	st := r.Step(*s)
-	return r.emit(now, Event{Type: EventStep, Batch: s.Batch, Index: s.Index, Step: &st, State: to, Message: note}, false), nil
+	ev := r.emit(now, Event{Type: EventStep, Batch: s.Batch, Index: s.Index, Step: &st, State: to, Message: note}, false)
+	s.Seq = ev.Seq
+	return ev, nil
 }
 
 func (r *Record) finish(state State, message string, now time.Time) Event {
