@@ -182,6 +182,11 @@ func busyInPlans(ctx context.Context, c *api.Client, p *plan.Plan) error {
 			continue
 		}
 		other, err := c.Plan(ctx, sum.ID)
+		if api.IsCode(err, api.CodeNotFound) {
+			// It finished and was removed since the list: it holds
+			// nothing any more.
+			continue
+		}
 		if err != nil {
 			return err
 		}
