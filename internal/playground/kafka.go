@@ -27,8 +27,9 @@ func startKafka(dir string, port int) (*kfake.Cluster, error) {
 	return c, nil
 }
 
-// kafkaBanner is the banner's line for the broker: how to send a
+// kafkaHint is the banner's line for the broker: how to send a
 // changefeed into it.
-func kafkaBanner(broker string) string {
-	return fmt.Sprintf("  cdcctl changefeed create to-kafka --source 'gen://?tables=4&keys=100&rate=100' --sink 'kafka://%s/to-kafka'   # Kafka (the playground's broker) at %s", broker, broker)
+func kafkaHint(broker string) hint {
+	return hint{fmt.Sprintf("cdcctl changefeed create to-kafka --source 'gen://?tables=4&keys=100&rate=100' --sink 'kafka://%s/to-kafka'", broker),
+		"Kafka (the playground's broker) at " + broker}
 }

@@ -151,7 +151,7 @@ func createDemoMySQL(ctx context.Context, servers []string, root string, d *demo
 	return createFeed(ctx, servers, sec, api.ChangefeedCreateRequest{ID: "demo-mysql", Source: d.sourceURI(), PartitionsPerTable: 1}, root)
 }
 
-// mysqlBanner is demo-mysql's line of the banner.
-func mysqlBanner(uri, sink string) string {
-	return "  cdcctl changefeed get demo-mysql # MariaDB (" + strings.Split(uri, "?")[0] + ") into " + strings.TrimPrefix(strings.Split(sink, "?")[0], "file://")
+// mysqlHint is demo-mysql's line of the banner.
+func mysqlHint(uri, sink string) hint {
+	return hint{"cdcctl changefeed get demo-mysql", "MariaDB (" + strings.Split(uri, "?")[0] + ") into " + strings.TrimPrefix(strings.Split(sink, "?")[0], "file://")}
 }

@@ -398,62 +398,6 @@ func ReadState(path string) (State, error) {
 	return st, json.Unmarshal(b, &st)
 }
 
-func printBanner(w io.Writer, st State) {
-	etcd := st.Etcd
-	if strings.HasPrefix(etcd, "https://") {
-		etcd += " (TLS; it asks for a client certificate of the CA)"
-	}
-	fmt.Fprintf(w, "cdcctl playground: %d captures on embedded etcd %s\n", len(st.Captures), etcd)
-	if st.Reused {
-		fmt.Fprintf(w, "  (the cluster state of an earlier run in %s: its changefeeds and plans are back; --fresh starts anew)\n", st.Dir)
-	}
-	for _, c := range st.Captures {
-		fmt.Fprintf(w, "  %-10s %-16s pid %-7d log %s\n", c.ID, c.Address, c.PID, c.Log)
-	}
-	if st.ElectionDSN != "" {
-		db := st.ElectionDSN
-		if st.ElectionPID != 0 {
-			db += fmt.Sprintf(" (the playground's MariaDB, pid %d)", st.ElectionPID)
-		}
-		fmt.Fprintf(w, "coordinator election: mysql lock in %s\n", db)
-	}
-	fmt.Fprintf(w, "state: %s\n\n", filepath.Join(st.Dir, "playground.json"))
-	fmt.Fprintln(w, "Next, in another terminal:")
-	fmt.Fprintf(w, "  export CDCCTL_SERVER=%s\n", st.Server)
-	if st.CAFile != "" {
-		fmt.Fprintf(w, "  export CDCCTL_CA_FILE=%s\n", st.CAFile)
-		fmt.Fprintf(w, "  export CDCCTL_TOKEN_FILE=%s   # or %s: reads only\n", st.AdminTokenFile, st.ViewerTokenFile)
-	}
-	fmt.Fprintln(w, "  cdcctl capture list")
-	fmt.Fprintln(w, "  cdcctl cluster status")
-	if st.Demo != "" {
-		fmt.Fprintln(w, "  cdcctl changefeed list           # the demo changefeed replicates into "+strings.TrimPrefix(strings.Split(st.Demo, "?")[0], "file://"))
-		fmt.Fprintln(w, "  cdcctl partition list --changefeed demo")
-		fmt.Fprintln(w, "  cdcctl verify --changefeed demo  # prove nothing was lost")
-	}
-	if st.DemoPG != "" {
-		fmt.Fprintln(w, "  cdcctl changefeed get demo-pg    # PostgreSQL ("+st.Postgres+") into "+strings.TrimPrefix(strings.Split(st.DemoPG, "?")[0], "file://"))
-		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-pg  # the tables rebuilt from the sink equal PostgreSQL's")
-	}
-	if st.DemoMySQL != "" {
-		fmt.Fprintln(w, mysqlBanner(st.MySQL, st.DemoMySQL))
-		fmt.Fprintln(w, "  cdcctl verify --changefeed demo-mysql  # the tables rebuilt from the sink equal MariaDB's")
-	}
-	if st.Kafka != "" {
-		fmt.Fprintln(w, kafkaBanner(st.Kafka))
-	}
-	if len(st.Captures) > 2 {
-		fmt.Fprintf(w, "  cdcctl drain %s --batch 2 --watch  # move everything off it, then it is Stopping\n", st.Captures[2].ID)
-	}
-	fmt.Fprintln(w, "  cdcctl coordinator resign        # capture-1 leads at start; this hands the role over")
-	// Who leads after a resign is for capture list to say: the operator
-	// picks the coordinator's pid there (marked *).
-	fmt.Fprintf(w, "  kill -9 %d    # crash capture-1 (the coordinator unless resigned): another capture takes over,\n", st.Captures[0].PID)
-	fmt.Fprintln(w, "                   # and its partitions move after the session TTL; after a resign, kill the PID capture list marks *")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Press Ctrl-C to stop the playground.")
-}
-
 // clearEarlierRun removes what a playground writes in dir, and nothing
 // else: dir may be one the operator named, holding other files.
 func clearEarlierRun(dir string, cfg Config) error {
