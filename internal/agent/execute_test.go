@@ -37,3 +37,19 @@ func TestTheAgentsStartErrorsExitAsDocumentedAndShowNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// 'cdcctl playground' runs this binary as cdcctl (its argv[0]): the help
+// then reads as the command the operator typed, as cdcctl's others do;
+// cdc-agent's own stays cdc-agent's.
+func TestThePlaygroundsHelpNamesTheProgramTyped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ argv0, usage string }{
+		{"/usr/local/bin/cdcctl", "Usage:\n  cdcctl playground [flags]\n"},
+		{"/usr/local/bin/cdc-agent", "Usage:\n  cdc-agent playground [flags]\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := execute(invokedAs(tc.argv0), []string{"playground", "--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), tc.usage) {
+			t.Errorf("%s playground --help: exit %d, want the usage line %q:\n%s%s", tc.argv0, code, tc.usage, stdout.String(), stderr.String())
+		}
+	}
+}

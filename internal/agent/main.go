@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -24,7 +25,18 @@ import (
 
 // Main is the cdc-agent program. cmd/cdc-agent calls it.
 func Main() {
-	os.Exit(Execute(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(execute(invokedAs(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// invokedAs is the program's name in its help: cdcctl, when 'cdcctl
+// playground' started this binary in its place (its argv[0] is cdcctl),
+// so that 'cdcctl playground --help' reads "cdcctl playground [flags]"
+// as every cdcctl command's usage line does, not cdc-agent's.
+func invokedAs(argv0 string) string {
+	if filepath.Base(argv0) == "cdcctl" {
+		return "cdcctl"
+	}
+	return "cdc-agent"
 }
 
 // ExitRestart is the agent's exit code after a graceful stop that a
@@ -39,7 +51,13 @@ const ExitRestart = 75
 // 0 after a graceful stop, 1 on a start-up or runtime error, 64 on bad
 // flags or configuration, ExitRestart when a rollout asked it to restart.
 func Execute(args []string, stdout, stderr io.Writer) int {
+	return execute("cdc-agent", args, stdout, stderr)
+}
+
+// execute is Execute for a program named name in its help (invokedAs).
+func execute(name string, args []string, stdout, stderr io.Writer) int {
 	cmd, run := NewCommand()
+	cmd.Use = name
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)

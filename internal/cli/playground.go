@@ -37,8 +37,9 @@ does the same). 'cdcctl playground --help' shows its flags.`,
 			}
 			// In its place: the same process id, terminal and signals
 			// (Ctrl-C stops the playground; scripts kill the pid that
-			// playground.json names).
-			err = syscall.Exec(path, append([]string{"cdc-agent", "playground"}, args...), os.Environ())
+			// playground.json names). Named cdcctl: its help then
+			// reads "cdcctl playground [flags]", the command typed.
+			err = syscall.Exec(path, append([]string{"cdcctl", "playground"}, args...), os.Environ())
 			return fmt.Errorf("start %s playground: %w", path, err)
 		},
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
