@@ -260,6 +260,9 @@ func engineError(err error, id string) error {
 	case errors.Is(err, coordinator.ErrClaimed):
 		return api.Errorf(api.CodeConflict, "give the changefeed a name of its own, without a slot=, publication= or server-id= copied from another changefeed", "%s",
 			coordinator.Detail(err))
+	case errors.Is(err, coordinator.ErrUnresumable):
+		return api.Errorf(api.CodeConflict, "choose what follows: 'cdcctl changefeed get "+id+"' shows the reason and the remedy (docs/mysql.md, docs/postgres.md)", "%s",
+			coordinator.Detail(err))
 	case errors.Is(err, coordinator.ErrNotPaused):
 		return api.Errorf(api.CodeConflict, "pause it first (cdcctl changefeed pause "+id+"), then ask again; the message says what comes after", "%s",
 			coordinator.Detail(err))

@@ -12,14 +12,33 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/election"
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	sources "github.com/cdcctl/cdcctl/internal/engine/source/registry"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
+
+// ErrUnresumable marks a resume refused because the changefeed's
+// upstream no longer holds what it resumes from (a MySQL binary log
+// purged while it was stopped, a PostgreSQL slot dropped or created
+// again): the changefeed is failed with the reason, for the operator to
+// choose what follows.
+var ErrUnresumable = errors.New("cannot resume")
+
+// resumeCheckWait bounds a resume's check of the upstream: a database
+// that does not answer in time is the reader's to wait for, not a
+// reason to refuse.
+const resumeCheckWait = 15 * time.Second
 
 // SetChangefeedState pauses (dispatchers stop gracefully, the checkpoint
 // stays exact) or resumes a changefeed. A resume reads every held table
 // again, or only the tables named (each must have an issue; the others
 // stay held).
 func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string, tables ...string) error {
+	if state == model.ChangefeedNormal {
+		if err := c.resumable(ctx, term, id, by); err != nil {
+			return err
+		}
+	}
 	return c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
 		if len(tables) > 0 {
 			if state != model.ChangefeedNormal {
@@ -44,6 +63,45 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 		}
 		return c.store.SetChangefeedState(ctx, term.Fence, e, state, by, tables...)
 	})
+}
+
+// resumable checks, before a stopped database changefeed is resumed,
+// that its upstream can still give what it resumes from: one that cannot
+// (source.ErrUnresumable) is failed at once with the reason, and the
+// resume refused saying it, where before the resume was answered and the
+// reader failed the changefeed a moment later. Anything else the check
+// meets (a database down, too busy) is left to the reader, which retries
+// and says so: a resume is not refused for it.
+func (c *Coordinator) resumable(ctx context.Context, term election.Term, id model.ChangefeedID, by string) error {
+	st, err := c.store.LoadChangefeed(ctx, id)
+	if err != nil {
+		return err
+	}
+	e, ok := st.Changefeeds[id]
+	if !ok || e.Status.State == model.ChangefeedNormal || len(e.Status.SourcePosition) == 0 {
+		return nil // not found: the write says so
+	}
+	cctx, cancel := context.WithTimeout(ctx, resumeCheckWait)
+	defer cancel()
+	err = sources.Resumable(cctx, e.Info.SourceURI, e.Status.SourcePosition)
+	if err == nil || !errors.Is(err, source.ErrUnresumable) {
+		if err != nil {
+			c.log.Info("coordinator: a resume's check of the upstream did not answer; the reader will", "changefeed", id, "err", err)
+		}
+		return nil
+	}
+	failed := model.Incident{Time: time.Now().UTC(), Kind: "failed", Node: term.Leader, Reason: err.Error()}
+	werr := c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
+		if e.Status.State == model.ChangefeedNormal {
+			return nil // resumed meanwhile: its reader finds the same
+		}
+		return c.store.FailResume(ctx, term.Fence, e, by, failed)
+	})
+	if werr != nil {
+		return werr
+	}
+	c.log.Warn("coordinator: a resume refused, the changefeed's upstream cannot give what it resumes from; the changefeed fails", "changefeed", id, "err", err)
+	return refuse(ErrUnresumable, "changefeed %s cannot resume, and is failed: %v", id, err)
 }
 
 // writeStatus makes a coordinator's write of a changefeed's status from

@@ -241,6 +241,17 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 	return s.putStatus(ctx, fence, e, st)
 }
 
+// FailResume fails a stopped changefeed whose resume the coordinator
+// refused (its upstream cannot give what it resumes from), as its reader
+// would have failed it once started: the reason, the operator's resume
+// and the failure among its incidents.
+func (s *Store) FailResume(ctx context.Context, fence Fence, e *ChangefeedEntry, by string, failed model.Incident) error {
+	st := e.Status
+	st.State, st.Error = model.ChangefeedFailed, failed.Reason
+	st.Record(model.Incident{Time: failed.Time, Kind: "resumed", Reason: "by " + by}, failed)
+	return s.putStatus(ctx, fence, e, st)
+}
+
 // PauseToRefollow pauses a changefeed for a change of its tables the
 // coordinator makes itself, recorded with the pause (model.Refollow)
 // so that the next coordinator finishes it if this one stops.

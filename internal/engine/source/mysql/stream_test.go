@@ -473,6 +473,14 @@ func TestAReaderTakesOverAndAPurgedPositionStopsIt(t *testing.T) {
 		t.Fatalf("the reader that took over read %d rows, want 1", len(evs))
 	}
 
+	// Before a resume (and an update's new connection), the server is
+	// asked for the dump as the reader will ask: from a position it
+	// holds, nothing to say.
+	probe := uri(srv, "root", "orders") + "&server-id=99"
+	if err := mysql.Resumable(context.Background(), probe, first); err != nil {
+		t.Fatalf("a position the server holds: %v", err)
+	}
+
 	// The first binary log purged: a reader from the first position stops.
 	exec(t, dsn, "FLUSH BINARY LOGS", "INSERT INTO orders VALUES (2)")
 	db, err := sql.Open("mysql", dsn)
@@ -510,6 +518,11 @@ func TestAReaderTakesOverAndAPurgedPositionStopsIt(t *testing.T) {
 		t.Fatalf("a reader from a purged position: %v", err)
 	}
 	t.Log(err)
+	// And asked before it starts, the same answer, unresumable.
+	err = mysql.Resumable(ctx, probe, first)
+	if !errors.Is(err, mysql.ErrPurged) || !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "cdcctl changefeed resnapshot") {
+		t.Fatalf("asked whether a purged position can resume: %v", err)
+	}
 }
 
 // upstream is a private MariaDB with its binary log on, and a puller of

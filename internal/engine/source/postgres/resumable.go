@@ -49,8 +49,28 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 		return explain(cfg, err)
 	}
 	defer cat.Close()
-	_, err = resumeChecks(ctx, cfg, pc, conn, cat.conn, p.System, from)
-	return explain(cfg, err)
+	if _, err = resumeChecks(ctx, cfg, pc, conn, cat.conn, p.System, from); err != nil {
+		return explain(cfg, err)
+	}
+	return slotHeld(ctx, cat.conn, cfg)
+}
+
+// slotHeld refuses a slot that is gone (dropped outside cdcctl) or lost
+// its WAL (invalidated: wal_status lost), as the stream's start would
+// find: asked before a resume, the changefeed fails at once instead of a
+// moment after its resume was answered.
+func slotHeld(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	var status *string
+	err := conn.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s (%w)", slotDropped(cfg), source.ErrUnresumable)
+	case err != nil:
+		return explain(cfg, err)
+	case status != nil && *status == "lost":
+		return fmt.Errorf("%s (%w)", slotInvalidated(cfg, "its wal_status is lost"), source.ErrUnresumable)
+	}
+	return nil
 }
 
 // resumeChecks are the checks before a stream from from begins on the

@@ -31,6 +31,15 @@ func TestASlotDroppedOutsideCdcctlFailsTheReaderSayingWhatToDo(t *testing.T) {
 		!strings.Contains(err.Error(), "remove the changefeed and create it again") {
 		t.Fatalf("resuming from a dropped slot: %v", err)
 	}
+	// Asked before a resume (or an update's new connection), the same.
+	pos, err := json.Marshal(position{LSN: up.StartLSN.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Resumable(context.Background(), dsn+"&tables=t&slot="+cfg.Slot+"&publication="+cfg.Publication, pos)
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "replication slot "+cfg.Slot+" does not exist: it was dropped outside cdcctl") {
+		t.Fatalf("asked whether a changefeed can resume from a dropped slot: %v", err)
+	}
 }
 
 // dropSlot drops a slot whose stream was just closed: its walsender may

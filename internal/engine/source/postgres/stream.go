@@ -219,18 +219,32 @@ func slotGone(cfg Config, err error) string {
 	if !errors.As(err, &pgErr) {
 		return ""
 	}
-	remedy := "remove the changefeed and create it again (its tables are copied again); to keep this from happening, raise max_slot_wal_keep_size or keep changefeeds from being paused or failing that long (the alert CdcctlSlotRetainsMuchWAL warns)"
 	switch {
 	case pgErr.Code == "42704" && strings.Contains(pgErr.Message, "replication slot"):
-		return fmt.Sprintf("replication slot %s does not exist: it was dropped outside cdcctl, and with it the changes the changefeed resumes from: %s", cfg.Slot, remedy)
+		return slotDropped(cfg)
 	case pgErr.Code == "55000" && (strings.Contains(pgErr.Detail, "invalidated") || strings.Contains(pgErr.Message, "can no longer get changes")):
 		detail := pgErr.Detail
 		if detail == "" {
 			detail = pgErr.Message
 		}
-		return fmt.Sprintf("PostgreSQL invalidated replication slot %s (%s): the WAL the changefeed resumes from is gone: %s", cfg.Slot, detail, remedy)
+		return slotInvalidated(cfg, detail)
 	}
 	return ""
+}
+
+// slotRemedy is what to do about a slot that lost the changefeed's
+// changes.
+const slotRemedy = "remove the changefeed and create it again (its tables are copied again); to keep this from happening, raise max_slot_wal_keep_size or keep changefeeds from being paused or failing that long (the alert CdcctlSlotRetainsMuchWAL warns)"
+
+// slotDropped and slotInvalidated say why a slot cannot give the changes
+// the changefeed resumes from, the same whether the stream's start or a
+// resume's check found it.
+func slotDropped(cfg Config) string {
+	return fmt.Sprintf("replication slot %s does not exist: it was dropped outside cdcctl, and with it the changes the changefeed resumes from: %s", cfg.Slot, slotRemedy)
+}
+
+func slotInvalidated(cfg Config, detail string) string {
+	return fmt.Sprintf("PostgreSQL invalidated replication slot %s (%s): the WAL the changefeed resumes from is gone: %s", cfg.Slot, detail, slotRemedy)
 }
 
 // errSlotInUse means another connection streams from the slot.

@@ -33,7 +33,7 @@ type database struct {
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
 	// resumable is nil for a source whose readers check their position
-	// only when they start (MySQL: its server id, GTIDs).
+	// only when they start.
 	resumable func(ctx context.Context, uri string, pos source.Position) error
 	// copyWarnings is nil for a source with nothing to say of a copy.
 	copyWarnings func(ctx context.Context, uri string, copying map[string]source.CopyingTable) []string
@@ -80,7 +80,7 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
+		inspect: mysql.Inspect, resumable: mysql.Resumable, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
 		parse: func(uri string) error { _, err := mysql.ParseURI(uri); return err },
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
@@ -263,7 +263,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 
 // Resumable says whether the upstream at uri can go on from the resume
 // point pos (nil where the source cannot tell before its reader starts):
-// an update's check of a changefeed's new connection.
+// an update's check of a changefeed's new connection, and a resume's of
+// a stopped changefeed. An error wrapping source.ErrUnresumable says it
+// cannot, whatever is tried again.
 func Resumable(ctx context.Context, uri string, pos source.Position) error {
 	db, err := scheme(uri)
 	if err != nil || db == nil || db.resumable == nil {

@@ -129,7 +129,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 }
 
 // purgeAndResume purges the binary logs that changefeed "my", paused,
-// would resume from, resumes it, and waits for it to fail for them.
+// would resume from, and resumes it: refused, and failed at once.
 func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.ChangefeedEntry {
 	t.Helper()
 	mysqltest.Exec(t, db, "FLUSH BINARY LOGS")
@@ -147,11 +147,19 @@ func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.Chan
 		var size int64
 		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
 	})
-	tc.SetState("my", model.ChangefeedNormal)
-	tc.Eventually("the changefeed fails for its purged binary log", 60*time.Second, func() bool {
-		return tc.Changefeed("my").Status.State == model.ChangefeedFailed
+	// The resume is refused, saying why, and the changefeed failed at
+	// once: the server was asked before anything resumed.
+	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		return c.SetChangefeedState(ctx, term, "my", model.ChangefeedNormal, "test")
 	})
-	return tc.Changefeed("my")
+	if !errors.Is(err, coordinator.ErrUnresumable) || !strings.Contains(err.Error(), "changefeed my cannot resume, and is failed: the binary log the changefeed resumes from was purged") {
+		t.Fatalf("the resume of a changefeed whose binary log was purged: %v", err)
+	}
+	e := tc.Changefeed("my")
+	if last := e.Status.Incidents[len(e.Status.Incidents)-1]; e.Status.State != model.ChangefeedFailed || last.Kind != "failed" || !strings.Contains(last.Reason, "purged") {
+		t.Fatalf("after the refused resume: %+v", e.Status)
+	}
+	return e
 }
 
 // A key moved to another column of the same type (x to y, both INT)
