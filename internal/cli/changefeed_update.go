@@ -66,10 +66,10 @@ snapshot, PostgreSQL's session settings, its position. A password
 written xxxxx, as 'changefeed get' shows it, keeps the one it has; none
 leaves it to the agents' environment (PGPASSWORD, MYSQL_PWD:
 docs/security.md). The new connection is tried before anything is
-written: the login, and for PostgreSQL the changefeed's slot there;
-MySQL's reader checks its position when the changefeed resumes (another
-server of its replication topology, by GTID). Readers connect with it
-when the changefeed resumes.
+written: the login, and the changefeed's position there (PostgreSQL:
+its slot; MySQL: the binary log from its position, by GTID on another
+server of its replication topology). Readers connect with it when the
+changefeed resumes.
 
 Pause the changefeed first (cdcctl changefeed pause NAME); resume it
 after the update. --dry-run shows the change and exits 2 (0 when there is
