@@ -84,13 +84,19 @@ func planOutcome(rec *exec.Record) error {
 	return nil
 }
 
-// cancelledText is ", N cancelled" beside a count of steps done: a
-// cancelled step is not done, and says so.
-func cancelledText(n int) string {
-	if n == 0 {
-		return ""
+// notDoneText is ", N skipped, M cancelled" beside a count of steps
+// done, leaving out what is none: a step skipped (what it acts on was
+// removed, or the plan ended before it) or cancelled is not done, and
+// says so.
+func notDoneText(skipped, cancelled int) string {
+	s := ""
+	if skipped > 0 {
+		s += fmt.Sprintf(", %d skipped", skipped)
 	}
-	return fmt.Sprintf(", %d cancelled", n)
+	if cancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled", cancelled)
+	}
+	return s
 }
 
 // printEvent renders one event for a person, or as one NDJSON line.
@@ -113,7 +119,7 @@ func printEvent(w io.Writer, format string, ev exec.Event) {
 	at := ev.Time.Local().Format("15:04:05")
 	progress := ""
 	if p := ev.Progress; p != nil {
-		progress = fmt.Sprintf(" [%d/%d done%s, %d running]", p.Done, p.Total, cancelledText(p.Cancelled), p.Running)
+		progress = fmt.Sprintf(" [%d/%d done%s, %d running]", p.Done, p.Total, notDoneText(p.Skipped, p.Cancelled), p.Running)
 	}
 	if ev.Type == exec.EventStep && ev.Step != nil {
 		note := ""
@@ -151,8 +157,9 @@ func newPlanListCommand(o *options) *cobra.Command {
 					for _, n := range p.Steps {
 						total += n
 					}
+					// Done only: skipped and cancelled steps were not.
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s", p.ID, p.Kind, orDash(p.Target), p.State,
-						p.Steps[exec.StepDone]+p.Steps[exec.StepSkipped], total, p.SubmittedAt, p.SubmittedBy)
+						p.Steps[exec.StepDone], total, p.SubmittedAt, p.SubmittedBy)
 					if tw.wide {
 						fmt.Fprintf(tw, "\t%d\t%s", p.Steps[exec.StepFailed], orDash(p.Message))
 					}
@@ -229,7 +236,7 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 		fmt.Fprintf(w, " (%s requested)", p.Request)
 	}
 	fmt.Fprintf(w, "\n  submitted %s by %s; %d/%d steps done%s, %d running\n", p.SubmittedAt.Local().Format(time.RFC3339), p.SubmittedBy,
-		c[exec.StepDone]+c[exec.StepSkipped], len(p.Steps), cancelledText(c[exec.StepCancelled]), c[exec.StepRunning])
+		c[exec.StepDone], len(p.Steps), notDoneText(c[exec.StepSkipped], c[exec.StepCancelled]), c[exec.StepRunning])
 	if p.Message != "" {
 		fmt.Fprintf(w, "  %s\n", p.Message)
 	}

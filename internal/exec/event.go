@@ -48,7 +48,7 @@ type Event struct {
 	Step    *plan.Step `json:"step,omitempty"`
 	State   StepState  `json:"state,omitempty"`
 	Message string     `json:"message,omitempty"`
-	// Progress: steps done (or skipped), cancelled, running, and in all,
+	// Progress: steps done, skipped, cancelled, running, and in all,
 	// after it.
 	Progress *Progress `json:"progress,omitempty"`
 
@@ -116,7 +116,11 @@ func (s *Stream) Next(cur *Record) []Event {
 // Progress counts a plan's steps.
 type Progress struct {
 	Done int `json:"done"`
-	// Cancelled steps are not done: the plan was cancelled before them.
+	// Skipped and Cancelled steps are not done: what a skipped step acts
+	// on was removed, or the plan ended before it (abandoned, held past
+	// its hold timeout); the plan was cancelled before a cancelled one.
+	// Counted with done, a drain that stopped half-way read "[8/8 done]".
+	Skipped   int `json:"skipped,omitempty"`
 	Cancelled int `json:"cancelled,omitempty"`
 	Running   int `json:"running"`
 	Total     int `json:"total"`
@@ -124,7 +128,7 @@ type Progress struct {
 
 // progress counts steps from their states (Record.Counts).
 func progress(c map[StepState]int, total int) *Progress {
-	return &Progress{Done: c[StepDone] + c[StepSkipped], Cancelled: c[StepCancelled], Running: c[StepRunning], Total: total}
+	return &Progress{Done: c[StepDone], Skipped: c[StepSkipped], Cancelled: c[StepCancelled], Running: c[StepRunning], Total: total}
 }
 
 // Delta returns the events that take a watcher who saw prev to cur: the

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -73,5 +74,54 @@ func TestAWatcherSeesResumedBeforeTheStepItBegins(t *testing.T) {
 		if len(order) != 2 || order[0] != "resumed " || order[1] != "step running" {
 			t.Errorf("%s: %q; want resumed, then the step running", name, order)
 		}
+	}
+}
+
+// Steps a plan never got to because it ended first (the cluster
+// abandoned it, or its lag budget held it past --hold-timeout) are
+// skipped, and counted skipped, not done: such a drain that stopped after
+// its first step used to end on "[5/5 done]".
+func TestStepsAnEndedPlanDidNotGetToAreNotCountedDone(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		hold bool
+	}{{"abandoned", false}, {"held past its hold timeout", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+			lag := time.Duration(0)
+			x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+			r := New("plan-1", drainPlan(), "ops", c.t)
+			r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+			run(t, x, r, RequestNone) // Draining begins
+			w.finish()
+			c.t = c.t.Add(time.Second)
+			if tt.hold {
+				lag = time.Minute
+			}
+			run(t, x, r, RequestNone) // Draining done; the two moves begin, or the plan is held
+			if tt.hold {
+				c.t = c.t.Add(40 * time.Second)
+			} else {
+				w.abandon = "capture-3 is gone"
+			}
+			evs := run(t, x, r, RequestNone)
+			if r.State != Failed {
+				t.Fatalf("plan %s: %s", r.State, r.Message)
+			}
+			// What the coordinator sends, and what a watcher gets from
+			// the record read back.
+			b, _ := json.Marshal(r)
+			stored, err := Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, evs := range map[string][]Event{"sent": evs, "read back": Delta(nil, stored)} {
+				last := evs[len(evs)-1]
+				got, _ := json.Marshal(last.Progress)
+				if want := `{"done":1,"skipped":4,"running":0,"total":5}`; last.Type != EventFailed || string(got) != want {
+					t.Errorf("%s: the %s event counts %s; want %s", name, last.Type, got, want)
+				}
+			}
+		})
 	}
 }

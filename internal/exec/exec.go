@@ -31,10 +31,13 @@ const (
 	StepRunning StepState = "running"
 	StepDone    StepState = "done"
 	StepFailed  StepState = "failed"
+	// StepSkipped: not done, its note says why: what it acts on was
+	// removed, or the plan ended first (abandoned, or held past its
+	// hold timeout).
 	StepSkipped StepState = "skipped"
 	// StepCancelled: the operator cancelled the plan before the step
-	// ended. It is not skipped, which counts with done: an operator who
-	// cancelled a one-step plan read "[1/1 done]".
+	// ended. Neither done nor skipped: each step a cancelled plan did not
+	// get to says who ended it.
 	StepCancelled StepState = "cancelled"
 )
 

@@ -42,5 +42,52 @@ func Decode(raw []byte) (*Record, error) {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("a stored plan record does not decode: %w", err)
 	}
+	r.upgrade()
 	return &r, nil
+}
+
+// upgrade makes a record an older cdcctl stored read as this one stores
+// it: the progress its logged events carry counted skipped steps with
+// done (a watcher that came late to a drain held past its hold timeout
+// read "[8/8 done]" on its last line), and now counts them apart.
+func (r *Record) upgrade() {
+	var skipped []StepStatus
+	for _, s := range r.Steps {
+		if s.State == StepSkipped {
+			skipped = append(skipped, s)
+		}
+	}
+	if len(skipped) == 0 {
+		return // nothing counted wrong: the common case, read on every pass
+	}
+	for i := range r.Log {
+		ev := &r.Log[i]
+		p := ev.Progress
+		if p == nil || p.Skipped > 0 {
+			continue // counted apart already
+		}
+		// A step skipped stays skipped: the ones skipped now that were
+		// by this event were counted in its done.
+		n := 0
+		for _, s := range skipped {
+			if endedBy(s, *ev) {
+				n++
+			}
+		}
+		if n > 0 && p.Done >= n {
+			c := *p
+			c.Done, c.Skipped = c.Done-n, n
+			ev.Progress = &c
+		}
+	}
+}
+
+// endedBy tells whether step s was in its state at event ev: the step's
+// event came before it, or, in a record stored before steps kept their
+// event's sequence number, at its time or before.
+func endedBy(s StepStatus, ev Event) bool {
+	if s.Seq != 0 {
+		return s.Seq < ev.Seq
+	}
+	return !s.Since.After(ev.Time)
 }

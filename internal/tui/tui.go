@@ -260,6 +260,8 @@ func (m *Model) eta(r *exec.Record, elapsed time.Duration) string {
 	}
 	working := elapsed - r.PausedFor(m.now())
 	c := r.Counts()
+	// The pace counts the steps a running plan is through: a skipped
+	// one (its changefeed removed) needs nothing more either.
 	done, total := c[exec.StepDone]+c[exec.StepSkipped], len(r.Steps)
 	var left time.Duration
 	if done == 0 || working <= 0 {
@@ -275,7 +277,8 @@ func (m *Model) eta(r *exec.Record, elapsed time.Duration) string {
 }
 
 // partitionsMoved counts the partitions of the plan's partition steps
-// that are done (or skipped), and of all of them.
+// that are done, and of all of them: a skipped or cancelled step moved
+// nothing (an abandoned drain's bars used to read full).
 func partitionsMoved(r *exec.Record) (done, all int) {
 	for _, s := range r.Steps {
 		n := 0
@@ -286,7 +289,7 @@ func partitionsMoved(r *exec.Record) (done, all int) {
 			n = st.Count
 		}
 		all += n
-		if s.State == exec.StepDone || s.State == exec.StepSkipped {
+		if s.State == exec.StepDone {
 			done += n
 		}
 	}
@@ -297,7 +300,7 @@ func stepsDone(r *exec.Record, kind plan.StepKind) (done, all int) {
 	for _, s := range r.Steps {
 		if r.Step(s).Kind == kind {
 			all++
-			if s.State == exec.StepDone || s.State == exec.StepSkipped {
+			if s.State == exec.StepDone {
 				done++
 			}
 		}

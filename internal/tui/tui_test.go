@@ -193,7 +193,7 @@ func TestTheBarsAgreeWithTheSteps(t *testing.T) {
 			}
 			var mSteps, pSteps int
 			for _, st := range r.Steps {
-				if st.State != exec.StepDone && st.State != exec.StepSkipped {
+				if st.State != exec.StepDone {
 					continue
 				}
 				switch r.Step(st).Kind {
@@ -325,5 +325,40 @@ func TestABarWithNothingToMoveIsNotDrawnFull(t *testing.T) {
 	}
 	if bars != 2 {
 		t.Fatalf("%d bars, want 2:\n%s", bars, screen)
+	}
+}
+
+// abandoning is world whose drained capture dies once why is set.
+type abandoning struct {
+	world
+	why string
+}
+
+func (a *abandoning) Abandoned(context.Context, *exec.Record) (string, error) { return a.why, nil }
+
+// A drain abandoned while its partitions moved ends with them skipped,
+// and its bar says they were not moved: it used to read "6/6 moved".
+func TestTheBarsOfAnAbandonedDrainCountOnlyWhatMoved(t *testing.T) {
+	p := &plan.Plan{Version: 1, Kind: "drain", Target: "capture-3", Batches: []plan.Batch{
+		{Steps: []plan.Step{{Kind: plan.StepMoveMaintainer, Changefeed: "a", From: "capture-3", To: "capture-1"}}},
+		{Steps: []plan.Step{{Kind: plan.StepMovePartitions, Changefeed: "a", From: "capture-3", Count: 6, Spread: map[nodeID]int{"capture-1": 6}}}},
+	}}
+	r := exec.New("drain-capture-3-1", p, "ops@host", t0)
+	w := &abandoning{world: world{begun: map[string]bool{}}}
+	x := &exec.Executor{Act: w, Now: func() time.Time { return t0 }}
+	for i := 0; i < 3; i++ { // the maintainer moves; the partitions begin to
+		if i == 2 {
+			w.why = "capture-3 is gone"
+		}
+		if _, err := x.Advance(context.Background(), r, exec.RequestNone); err != nil {
+			t.Fatal(err)
+		}
+		for k := range w.begun {
+			w.begun[k] = true
+		}
+	}
+	screen := screenAt(Frame{Record: r}, t0)
+	if r.State != exec.Failed || !strings.Contains(screen, "] 1/1 moved\n") || !strings.Contains(screen, "] 0/6 moved\n") {
+		t.Fatalf("plan %s; want 1/1 maintainers and 0/6 partitions moved:\n%s", r.State, screen)
 	}
 }
