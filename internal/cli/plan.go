@@ -31,13 +31,13 @@ anything it read has changed since. Writes to anything else (checkpoints,
 progress) leave it valid.
 
 'plan show ID' shows a submitted plan's execution; 'plan watch ID' follows
-it; pause lets running steps finish and begins no new one; cancel skips
-what is left.`,
+it; pause lets running steps finish and begins no new one; cancel ends
+it, and what is not done is cancelled.`,
 	}
 	cmd.AddCommand(newPlanShowCommand(o), newPlanApplyCommand(o), newPlanDiffCommand(o), newPlanListCommand(o), newPlanWatchCommand(o),
 		newPlanRequestCommand(o, exec.RequestPause, "Pause a plan: running steps finish, no new step begins"),
 		newPlanRequestCommand(o, exec.RequestResume, "Resume a paused plan"),
-		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is skipped (a drained capture stays Draining)"),
+		newPlanRequestCommand(o, exec.RequestCancel, "Cancel a plan: what is not done is cancelled (a drained capture stays Draining)"),
 		newPlanSetCommand(o))
 	return cmd
 }

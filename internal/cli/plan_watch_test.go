@@ -53,17 +53,23 @@ func servePlan(t *testing.T, rec *exec.Record) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := exec.Decode(b)
+	return serveStoredPlan(t, b)
+}
+
+// serveStoredPlan answers the plan API with the record etcd holds as
+// stored, read as an agent reads it.
+func serveStoredPlan(t *testing.T, stored []byte) string {
+	rec, err := exec.Decode(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/api/v2/plans":
-			answer(w, api.PlanList{Version: api.SchemaVersion, Plans: []api.PlanSummary{{ID: stored.ID, Kind: stored.Plan.Kind,
-				Target: string(stored.Plan.Target), State: stored.State, Steps: stored.Counts(), SubmittedAt: stored.SubmittedAt.Format(time.RFC3339)}}})
-		case "/api/v2/plans/" + stored.ID:
-			answer(w, api.PlanOf(stored, exec.RequestNone))
+			answer(w, api.PlanList{Version: api.SchemaVersion, Plans: []api.PlanSummary{{ID: rec.ID, Kind: rec.Plan.Kind,
+				Target: string(rec.Plan.Target), State: rec.State, Steps: rec.Counts(), SubmittedAt: rec.SubmittedAt.Format(time.RFC3339)}}})
+		case "/api/v2/plans/" + rec.ID:
+			answer(w, api.PlanOf(rec, exec.RequestNone))
 		default:
 			http.NotFound(w, r)
 		}
@@ -122,6 +128,40 @@ func TestAnAbandonedPlansSkippedStepsAreNotCountedDone(t *testing.T) {
 		for _, want := range tt.want {
 			if code != tt.code || !strings.Contains(out, want) {
 				t.Errorf("cdcctl %s: exit %d (want %d), no %q in:\n%s", strings.Join(tt.args, " "), code, tt.code, want, out)
+			}
+		}
+	}
+}
+
+// A plan cancelled before 2026-12-06 was stored with its step not done
+// skipped, noted "cancelled": plan watch and plan show read it cancelled,
+// as they do a plan cancelled now, not 'skipped (cancelled) [1/1 done]'.
+func TestAPlanStoredCancelledBeforeReadsAsOneCancelledNow(t *testing.T) {
+	server := serveStoredPlan(t, []byte(`{"version":1,"id":"move-p7-1","plan":{"version":1,"id":"move-p7-1","kind":"move","target":"p7",
+ "batches":[{"steps":[{"kind":"move-partition","changefeed":"demo","partition":"p7","table":"orders","from":"capture-1","to":"capture-2","reason":"asked"}]}]},
+ "state":"cancelled","message":"cancelled by request; steps already done stay done",
+ "steps":[{"batch":0,"index":0,"state":"skipped","since":"2026-12-01T10:00:05Z","started":"2026-12-01T10:00:01Z","ended":"2026-12-01T10:00:05Z","note":"cancelled","seq":3}],
+ "submitted_at":"2026-12-01T10:00:00Z","updated_at":"2026-12-01T10:00:05Z","finished_at":"2026-12-01T10:00:05Z","seq":4,
+ "log":[{"version":1,"seq":1,"time":"2026-12-01T10:00:00Z","plan":"move-p7-1","type":"submitted","message":"move p7: 1 batches, 1 steps","progress":{"done":0,"running":0,"total":1}},
+  {"version":1,"seq":4,"time":"2026-12-01T10:00:05Z","plan":"move-p7-1","type":"cancelled","message":"cancelled by request; steps already done stay done","progress":{"done":1,"running":0,"total":1}}],
+ "progress_at":"2026-12-01T10:00:05Z"}`))
+	for _, tt := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"plan", "watch", "move-p7-1"}, ExitCancelled, []string{
+			"demo/p7 (orders) capture-1 → capture-2: cancelled [0/1 done, 1 cancelled, 0 running]\n",
+			" cancelled: cancelled by request; steps already done stay done [0/1 done, 1 cancelled, 0 running]\n"}},
+		{[]string{"plan", "watch", "move-p7-1", "-o", "json"}, ExitCancelled, []string{
+			`"state":"cancelled","progress":{"done":0,"cancelled":1,"running":0,"total":1}`,
+			`"type":"cancelled","message":"cancelled by request; steps already done stay done","progress":{"done":0,"cancelled":1,"running":0,"total":1}}`}},
+		{[]string{"plan", "show", "move-p7-1"}, ExitOK, []string{"; 0/1 steps done, 1 cancelled, 0 running\n", " cancelled partition demo/p7"}},
+	} {
+		code, out := cdcctl(server, tt.args...)
+		for _, want := range tt.want {
+			if code != tt.code || !strings.Contains(out, want) || strings.Contains(out, "skipped") {
+				t.Errorf("cdcctl %s: exit %d (want %d), no %q (or a step skipped) in:\n%s", strings.Join(tt.args, " "), code, tt.code, want, out)
 			}
 		}
 	}

@@ -47,47 +47,62 @@ func Decode(raw []byte) (*Record, error) {
 }
 
 // upgrade makes a record an older cdcctl stored read as this one stores
-// it: the progress its logged events carry counted skipped steps with
-// done (a watcher that came late to a drain held past its hold timeout
-// read "[8/8 done]" on its last line), and now counts them apart.
+// it, so that an old plan shows as a new one:
+//   - a step cancelled before 2026-12-06 was stored skipped, noted
+//     "cancelled" ('skipped (cancelled) [1/1 done]'): it is cancelled;
+//   - the progress its logged events carry counted skipped (and so those
+//     cancelled) steps with done (a watcher that came late to a drain
+//     held past its hold timeout read "[8/8 done]" on its last line):
+//     they are counted apart.
 func (r *Record) upgrade() {
-	var skipped []StepStatus
-	for _, s := range r.Steps {
-		if s.State == StepSkipped {
-			skipped = append(skipped, s)
+	var skipped, cancelled []StepStatus
+	for i := range r.Steps {
+		switch s := &r.Steps[i]; {
+		case s.State == StepSkipped && s.Note == "cancelled" && r.State == Cancelled:
+			s.State, s.Note = StepCancelled, ""
+			cancelled = append(cancelled, *s)
+		case s.State == StepSkipped:
+			skipped = append(skipped, *s)
 		}
 	}
-	if len(skipped) == 0 {
+	if len(skipped)+len(cancelled) == 0 {
 		return // nothing counted wrong: the common case, read on every pass
 	}
 	for i := range r.Log {
 		ev := &r.Log[i]
-		p := ev.Progress
-		if p == nil || p.Skipped > 0 {
-			continue // counted apart already
+		if ev.Progress == nil {
+			continue
 		}
-		// A step skipped stays skipped: the ones skipped now that were
-		// by this event were counted in its done.
-		n := 0
-		for _, s := range skipped {
-			if endedBy(s, *ev) {
-				n++
-			}
+		p := *ev.Progress
+		// A step skipped or cancelled stays so: those that were by this
+		// event were counted in its done, unless it counted them apart.
+		if p.Skipped == 0 {
+			p.Done, p.Skipped = apart(p.Done, endedBy(skipped, *ev))
 		}
-		if n > 0 && p.Done >= n {
-			c := *p
-			c.Done, c.Skipped = c.Done-n, n
-			ev.Progress = &c
+		if p.Cancelled == 0 {
+			p.Done, p.Cancelled = apart(p.Done, endedBy(cancelled, *ev))
 		}
+		ev.Progress = &p
 	}
 }
 
-// endedBy tells whether step s was in its state at event ev: the step's
-// event came before it, or, in a record stored before steps kept their
-// event's sequence number, at its time or before.
-func endedBy(s StepStatus, ev Event) bool {
-	if s.Seq != 0 {
-		return s.Seq < ev.Seq
+// apart takes n steps out of done, where they were counted.
+func apart(done, n int) (int, int) {
+	if n > done {
+		return done, 0 // not counted there: leave it
 	}
-	return !s.Since.After(ev.Time)
+	return done - n, n
+}
+
+// endedBy counts the steps that were in their state at event ev: the
+// step's event came before it, or, in a record stored before steps kept
+// their event's sequence number, at its time or before.
+func endedBy(steps []StepStatus, ev Event) int {
+	n := 0
+	for _, s := range steps {
+		if s.Seq != 0 && s.Seq < ev.Seq || s.Seq == 0 && !s.Since.After(ev.Time) {
+			n++
+		}
+	}
+	return n
 }
