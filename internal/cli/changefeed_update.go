@@ -309,8 +309,14 @@ func parseSinkOptions(values []string, fromFile bool) (map[string]string, error)
 	out := map[string]string{}
 	for _, v := range values {
 		k, val, ok := strings.Cut(v, "=")
-		if k = strings.TrimSpace(k); !ok || k == "" {
+		if !ok || strings.TrimSpace(k) == "" {
 			return nil, fmt.Errorf("--sink-option %q: write K=V (e.g. flush-interval=1s), or K= for the default", v)
+		}
+		if k != strings.TrimSpace(k) || val != strings.TrimLeft(val, " \t") {
+			// Not trimmed: a value's spaces may be its own, and a
+			// password taken with a space it lacks fails only at the
+			// resume's login.
+			return nil, fmt.Errorf("--sink-option %s: write K=V with no space around =", strings.TrimSpace(k))
 		}
 		if _, dup := out[k]; dup {
 			where := "--sink-option"

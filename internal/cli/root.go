@@ -123,8 +123,11 @@ func (o *options) token() (string, error) {
 	if path := o.v.GetString("token-file"); path != "" {
 		// The path is a file's, also a standard input's name: the token
 		// is read when a request is made, after any flag that read
-		// standard input.
-		s, err := o.readSecretFile("token-file", path, false)
+		// standard input. Not warned of when others may read it: it is
+		// read by every command, and a mounted Kubernetes secret is such
+		// a file by default; a warning on each would be noise that
+		// scripts reading stderr trip on.
+		s, err := o.readSecretFile("token-file", path, false, false)
 		if err != nil {
 			return "", err
 		}

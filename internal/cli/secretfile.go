@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -42,11 +43,11 @@ type secretFile struct {
 
 // readSecretFile reads the file at path for flag. Standard input is
 // read where stdin says it may be (a terminal is refused: what is typed
-// there is shown). A file others may read is said once, not refused: the
-// operator may have reasons (a group of operators), and it may hold no
-// secret. Its errors are the caller's to classify (a flag's are usage
-// errors); none shows the file's content.
-func (o *options) readSecretFile(flag, path string, stdin bool) (secretFile, error) {
+// there is shown). With warn, a file others may read is said once, not
+// refused: the operator may have reasons (a group of operators), and it
+// may hold no secret. Its errors are the caller's to classify (a flag's
+// are usage errors); none shows the file's content.
+func (o *options) readSecretFile(flag, path string, stdin, warn bool) (secretFile, error) {
 	var f *os.File
 	where := fmt.Sprintf("--%s %s", flag, path)
 	if stdin && isStdin(path) {
@@ -65,7 +66,9 @@ func (o *options) readSecretFile(flag, path string, stdin bool) (secretFile, err
 	var r io.Reader = o.in
 	if f != nil {
 		r = f
-		o.warnReadable(f, where, path)
+		if warn {
+			o.warnReadable(f, where, path)
+		}
 	}
 	b, err := io.ReadAll(io.LimitReader(r, maxSecretFile+1))
 	if err != nil {
@@ -104,7 +107,7 @@ func (o *options) uriFlag(name, value, path string) (string, error) {
 	if value != "" {
 		return "", usageErr(fmt.Errorf("give --%s or --%s-file, not both", name, name))
 	}
-	s, err := o.readSecretFile(name+"-file", path, true)
+	s, err := o.readSecretFile(name+"-file", path, true, true)
 	if err == nil {
 		value, err = s.oneLine("URI")
 	}
@@ -118,7 +121,7 @@ func (o *options) uriFlag(name, value, path string) (string, error) {
 // --sink-option takes them, lines starting with # ignored. A line that
 // is not K=V is named by its number alone: it may be the password.
 func (o *options) sinkOptionsFile(path string) ([]string, error) {
-	s, err := o.readSecretFile("sink-option-file", path, true)
+	s, err := o.readSecretFile("sink-option-file", path, true, true)
 	if err != nil {
 		return nil, usageErr(err)
 	}
@@ -129,8 +132,11 @@ func (o *options) sinkOptionsFile(path string) ([]string, error) {
 			continue
 		}
 		n++
-		if k, _, ok := strings.Cut(l, "="); !ok || strings.TrimSpace(k) == "" {
-			return nil, usageErr(fmt.Errorf("%s: line %d is not K=V (e.g. sasl-password=…; not shown here: it may be a secret)", s.where, s.nums[i]))
+		// The key checked here, by its shape: a line that is a secret
+		// alone (a password, a base64 key) would otherwise reach the
+		// agent, which names an unknown option in its refusal.
+		if k, _, ok := strings.Cut(l, "="); !ok || !optionName.MatchString(k) {
+			return nil, usageErr(fmt.Errorf("%s: line %d is not K=V, K a sink option's name (e.g. sasl-password=…, with no space around =; the line is not shown here: it may be a secret)", s.where, s.nums[i]))
 		}
 		out = append(out, l)
 	}
@@ -164,6 +170,9 @@ func (o *options) warnReadable(f *os.File, where, path string) {
 	o.warned[name] = true
 	fmt.Fprintf(o.errOut, "Warning: %s can be read by other users (mode %04o); a secret in it is theirs too: chmod 600 %s\n", where, st.Mode().Perm(), name)
 }
+
+// optionName is the shape of a sink URI parameter's name.
+var optionName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 
 // errTwoStdin refuses two flags that would both read standard input.
 var errTwoStdin = usageErr(errors.New("only one of the file flags (--source-file, --sink-file, --sink-option-file) can be - (standard input)"))

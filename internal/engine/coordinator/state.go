@@ -4,6 +4,7 @@ package coordinator
 // coordinator's own changes of its tables set it.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -35,26 +36,13 @@ const resumeCheckWait = 15 * time.Second
 // stay held).
 func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term, id model.ChangefeedID, state model.ChangefeedState, by string, tables ...string) error {
 	if state == model.ChangefeedNormal {
-		if err := c.resumable(ctx, term, id, by); err != nil {
+		if err := c.resumable(ctx, term, id, by, tables); err != nil {
 			return err
 		}
 	}
 	return c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
-		if len(tables) > 0 {
-			if state != model.ChangefeedNormal {
-				return refuse(ErrInvalid, "only a resume names tables")
-			}
-			for _, t := range tables {
-				if !slices.ContainsFunc(e.Status.Tables, func(i model.TableIssue) bool { return i.Table == t }) {
-					return refuse(ErrInvalid, "changefeed %s has no issue with table %s (its tables with issues: %s); 'cdcctl changefeed get %s' lists them", id, t, issueTables(e.Status.Tables), id)
-				}
-			}
-		}
-		if r := e.Status.Refollow; r.Active() && state == model.ChangefeedPaused && by != r.By {
-			// Paused already, and resumed by the coordinator once its
-			// change is made: a pause that says nothing happened would
-			// not keep it paused.
-			return refuse(ErrInvalid, "changefeed %s is paused by the coordinator while it changes its tables (by %s, since %s), and is resumed once they are changed; pause it after that, or update or resume it now, which takes the change over", id, r.By, r.Since.Format(time.RFC3339))
+		if err := stateRefusal(e, state, by, tables); err != nil {
+			return err
 		}
 		if e.Status.State == state && !(state == model.ChangefeedNormal && heldTables(e.Status.Tables)) {
 			// A resume of a running changefeed with held tables starts its
@@ -65,25 +53,59 @@ func (c *Coordinator) SetChangefeedState(ctx context.Context, term election.Term
 	})
 }
 
+// stateRefusal is why a pause or resume of e is refused, if it is.
+func stateRefusal(e *meta.ChangefeedEntry, state model.ChangefeedState, by string, tables []string) error {
+	id := e.Info.ID
+	if len(tables) > 0 {
+		if state != model.ChangefeedNormal {
+			return refuse(ErrInvalid, "only a resume names tables")
+		}
+		for _, t := range tables {
+			if !slices.ContainsFunc(e.Status.Tables, func(i model.TableIssue) bool { return i.Table == t }) {
+				return refuse(ErrInvalid, "changefeed %s has no issue with table %s (its tables with issues: %s); 'cdcctl changefeed get %s' lists them", id, t, issueTables(e.Status.Tables), id)
+			}
+		}
+	}
+	if r := e.Status.Refollow; r.Active() && state == model.ChangefeedPaused && by != r.By {
+		// Paused already, and resumed by the coordinator once its
+		// change is made: a pause that says nothing happened would
+		// not keep it paused.
+		return refuse(ErrInvalid, "changefeed %s is paused by the coordinator while it changes its tables (by %s, since %s), and is resumed once they are changed; pause it after that, or update or resume it now, which takes the change over", id, r.By, r.Since.Format(time.RFC3339))
+	}
+	return nil
+}
+
 // resumable checks, before a stopped database changefeed is resumed,
 // that its upstream can still give what it resumes from: one that cannot
 // (source.ErrUnresumable) is failed at once with the reason, and the
 // resume refused saying it, where before the resume was answered and the
 // reader failed the changefeed a moment later. Anything else the check
-// meets (a database down, too busy) is left to the reader, which retries
-// and says so: a resume is not refused for it.
-func (c *Coordinator) resumable(ctx context.Context, term election.Term, id model.ChangefeedID, by string) error {
+// meets (a database down, too busy, no answer within resumeCheckWait) is
+// left to the reader, which retries and says so: a resume is not refused
+// for it. A request refused anyway (a table without an issue) is refused
+// before the upstream is asked.
+//
+// The changefeed is failed only if it is still as checked: stopped, the
+// same incarnation, the same resume point. A reader still stopping after
+// a pause may store a later point and confirm it upstream (a slot then
+// begins past the point checked, rightly); a re-snapshot or an update may
+// give it another meanwhile. Then the resume goes on, and its reader
+// checks the point it finds.
+func (c *Coordinator) resumable(ctx context.Context, term election.Term, id model.ChangefeedID, by string, tables []string) error {
 	st, err := c.store.LoadChangefeed(ctx, id)
 	if err != nil {
 		return err
 	}
-	e, ok := st.Changefeeds[id]
-	if !ok || e.Status.State == model.ChangefeedNormal || len(e.Status.SourcePosition) == 0 {
+	checked, ok := st.Changefeeds[id]
+	if !ok || checked.Status.State == model.ChangefeedNormal || len(checked.Status.SourcePosition) == 0 {
 		return nil // not found: the write says so
+	}
+	if err := stateRefusal(checked, model.ChangefeedNormal, by, tables); err != nil {
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, resumeCheckWait)
 	defer cancel()
-	err = sources.Resumable(cctx, e.Info.SourceURI, e.Status.SourcePosition)
+	err = sources.Resumable(cctx, checked.Info.SourceURI, checked.Status.SourcePosition)
 	if err == nil || !errors.Is(err, source.ErrUnresumable) {
 		if err != nil {
 			c.log.Info("coordinator: a resume's check of the upstream did not answer; the reader will", "changefeed", id, "err", err)
@@ -91,13 +113,15 @@ func (c *Coordinator) resumable(ctx context.Context, term election.Term, id mode
 		return nil
 	}
 	failed := model.Incident{Time: time.Now().UTC(), Kind: "failed", Node: term.Leader, Reason: err.Error()}
+	moved := false
 	werr := c.writeStatus(ctx, id, func(e *meta.ChangefeedEntry) error {
-		if e.Status.State == model.ChangefeedNormal {
-			return nil // resumed meanwhile: its reader finds the same
+		if e.Status.State == model.ChangefeedNormal || !e.Info.SameIncarnation(checked.Info) || !bytes.Equal(e.Status.SourcePosition, checked.Status.SourcePosition) {
+			moved = true
+			return nil
 		}
 		return c.store.FailResume(ctx, term.Fence, e, by, failed)
 	})
-	if werr != nil {
+	if werr != nil || moved {
 		return werr
 	}
 	c.log.Warn("coordinator: a resume refused, the changefeed's upstream cannot give what it resumes from; the changefeed fails", "changefeed", id, "err", err)

@@ -243,12 +243,16 @@ func (s *Store) SetChangefeedState(ctx context.Context, fence Fence, e *Changefe
 
 // FailResume fails a stopped changefeed whose resume the coordinator
 // refused (its upstream cannot give what it resumes from), as its reader
-// would have failed it once started: the reason, the operator's resume
-// and the failure among its incidents.
+// would have failed it once started: the reason, and the failure among
+// its incidents. Like a resume, it takes over a change of tables the
+// coordinator paused it for (Refollow): that would resume it, failed.
 func (s *Store) FailResume(ctx context.Context, fence Fence, e *ChangefeedEntry, by string, failed model.Incident) error {
 	st := e.Status
-	st.State, st.Error = model.ChangefeedFailed, failed.Reason
-	st.Record(model.Incident{Time: failed.Time, Kind: "resumed", Reason: "by " + by}, failed)
+	st.State, st.Error, st.Refollow = model.ChangefeedFailed, failed.Reason, nil
+	if by != "" {
+		failed.Reason += " (a resume by " + by + " refused)"
+	}
+	st.Record(failed)
 	return s.putStatus(ctx, fence, e, st)
 }
 

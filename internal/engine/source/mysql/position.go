@@ -90,9 +90,17 @@ func (p *Puller) explainStream(err error, at position) error {
 			return fmt.Errorf("%w: %s at %d is no longer on %s (%s); the changefeed cannot go on from its checkpoint without losing changes: copy its tables again (cdcctl changefeed resnapshot NAME) or remove it (docs/mysql.md), and keep binary logs longer than a changefeed may stop (binlog_expire_logs_seconds)",
 				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
 		}
-		return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
+		err := fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
+		if busy(me.Code) {
+			return model.Unreachable(fmt.Errorf("%w; try again once a connection is free, or raise %s", err, busyLimit(me.Code, me.Message)))
+		}
+		return err
 	}
-	return fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(err.Error(), p.cfg.Password))
+	err = fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(err.Error(), p.cfg.Password))
+	if model.DialFailed(err) {
+		return model.Unreachable(err) // worth a retry, as a failed login's dial is (explain)
+	}
+	return err
 }
 
 // maxPoints bounds the resume points a puller keeps (thinned).

@@ -141,11 +141,12 @@ func explain(cfg Config, err error) error {
 			return fmt.Errorf("%s refused user %s: %s; check the user and password (a password not in the URI is read from MYSQL_PWD)", cfg.Addr(), cfg.User, redactIn(me.Message, cfg.Password))
 		case 1049: // ER_BAD_DB_ERROR
 			return fmt.Errorf("%s has no database %s: %s; name an existing database in the URI's path", cfg.Addr(), cfg.Database, me.Message)
-		case 1040, 1203, 1226: // ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS, ER_USER_LIMIT_REACHED
+		}
+		if busy(me.Number) {
 			// Every connection taken, the server's or the user's: worth
 			// trying again (an update's check answers 503), not the
 			// URI's fault.
-			return model.Unreachable(fmt.Errorf("%s: %s; try again once a connection is free, or raise max_connections (or the user's MAX_USER_CONNECTIONS)", cfg.Addr(), me.Message))
+			return model.Unreachable(fmt.Errorf("%s: %s; try again once a connection is free, or raise %s", cfg.Addr(), me.Message, busyLimit(me.Number, me.Message)))
 		}
 		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
 	}
@@ -350,4 +351,23 @@ func quoteTable(table string) string {
 		return q(name)
 	}
 	return q(schema) + "." + q(name)
+}
+
+// busy says a server's error number means it has no connection free for
+// the user now: ER_CON_COUNT_ERROR (1040, max_connections),
+// ER_TOO_MANY_USER_CONNECTIONS (1203, max_user_connections) or
+// ER_USER_LIMIT_REACHED (1226, the user's own limits).
+func busy(code uint16) bool { return code == 1040 || code == 1203 || code == 1226 }
+
+// busyLimit names the limit a busy error ran into, from the server's
+// words: 1226 is also an hourly limit of the user's, which a free
+// connection does not lift.
+func busyLimit(code uint16, msg string) string {
+	switch {
+	case code == 1040:
+		return "max_connections"
+	case code == 1203 || strings.Contains(msg, "max_user_connections"):
+		return "max_user_connections (or the user's MAX_USER_CONNECTIONS)"
+	}
+	return "the user's hourly limits (MAX_QUERIES_PER_HOUR, MAX_UPDATES_PER_HOUR, MAX_CONNECTIONS_PER_HOUR), or wait for the next hour"
 }

@@ -38,7 +38,7 @@ func explain(cfg Config, err error) error {
 			// killed a moment ago still holds its own until
 			// wal_sender_timeout): worth trying again, not the
 			// connection's fault (an update's check answers 503).
-			return model.Unreachable(fmt.Errorf("PostgreSQL: %s; try again once a connection is free, or raise max_connections / max_wal_senders", pgErr.Message))
+			return model.Unreachable(fmt.Errorf("PostgreSQL: %s; try again once a connection is free, or raise %s", pgErr.Message, connectionLimit(pgErr.Message)))
 		case pgErr.Code == "53400" || pgErr.Code == "55000" && strings.Contains(pgErr.Message, "replication slot") && !strings.Contains(pgErr.Detail, "invalidated") && !strings.Contains(pgErr.Message, "can no longer get changes"):
 			return fmt.Errorf("PostgreSQL: %s; raise max_replication_slots / max_wal_senders, or drop unused slots", pgErr.Message)
 		}
@@ -82,4 +82,18 @@ func unwrapConnect(err error) error {
 		}
 		err = next
 	}
+}
+
+// connectionLimit names the limit a 53300 (too many connections) ran
+// into, from PostgreSQL's words.
+func connectionLimit(msg string) string {
+	switch {
+	case strings.Contains(msg, "max_wal_senders"):
+		return "max_wal_senders"
+	case strings.Contains(msg, "for role"):
+		return "the role's CONNECTION LIMIT (ALTER ROLE … CONNECTION LIMIT n)"
+	case strings.Contains(msg, "for database"):
+		return "the database's CONNECTION LIMIT (ALTER DATABASE … CONNECTION LIMIT n)"
+	}
+	return "max_connections"
 }
