@@ -255,7 +255,13 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 	}
 	fmt.Fprintln(w, "\nSteps:")
 	for _, s := range p.Steps {
-		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, plan.StepText(rec.Step(s)))
+		line := plan.StepText(rec.Step(s))
+		if s.Note != "" && s.State != exec.StepDone {
+			// Why it was skipped, failed or cancelled: plan watch said
+			// it as it happened; a later show says it too.
+			line += " (" + s.Note + ")"
+		}
+		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, line)
 	}
 	if len(p.Log) > 0 {
 		fmt.Fprintln(w, "\nEvents:")

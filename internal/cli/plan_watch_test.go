@@ -121,7 +121,7 @@ func TestAnAbandonedPlansSkippedStepsAreNotCountedDone(t *testing.T) {
 			" failed: capture-3 is gone [1/3 done, 2 skipped, 0 running]\n"}},
 		{[]string{"plan", "watch", rec.ID, "-o", "json"}, ExitError, []string{
 			`"type":"failed","message":"capture-3 is gone","progress":{"done":1,"skipped":2,"running":0,"total":3}}`}},
-		{[]string{"plan", "show", rec.ID}, ExitOK, []string{"; 1/3 steps done, 2 skipped, 0 running\n"}},
+		{[]string{"plan", "show", rec.ID}, ExitOK, []string{"; 1/3 steps done, 2 skipped, 0 running\n", " skipped  ", " (capture-3 is gone)\n"}},
 		{[]string{"plan", "list"}, ExitOK, []string{" failed  1/3 "}},
 	} {
 		code, out := cdcctl(server, tt.args...)
