@@ -54,7 +54,7 @@ func (tc *testCluster) planEnd(c *api.Client, id string, timeout time.Duration) 
 	return rec
 }
 
-// Cancelling a drain plan skips what is left and clears the drain
+// Cancelling a drain plan cancels what is left and clears the drain
 // record; the capture stays Draining (no way back to Alive but a restart).
 func TestCancelledDrainPlan(t *testing.T) {
 	tc := newTestCluster(t)

@@ -256,12 +256,12 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 	fmt.Fprintln(w, "\nSteps:")
 	for _, s := range p.Steps {
 		line := plan.StepText(rec.Step(s))
-		if s.Note != "" && s.State != exec.StepDone {
-			// Why it was skipped, failed or cancelled: plan watch said
-			// it as it happened; a later show says it too.
-			line += " (" + s.Note + ")"
+		if s.Note != "" && (s.State == exec.StepSkipped || s.State == exec.StepFailed) {
+			// Why it was skipped or failed: plan watch said it as it
+			// happened; a later show says it too, on the step's line.
+			line += " (" + strings.Join(strings.Fields(s.Note), " ") + ")"
 		}
-		fmt.Fprintf(w, "  %2d.%-2d %-8s %s\n", s.Batch+1, s.Index+1, s.State, line)
+		fmt.Fprintf(w, "  %2d.%-2d %-9s %s\n", s.Batch+1, s.Index+1, s.State, line)
 	}
 	if len(p.Log) > 0 {
 		fmt.Fprintln(w, "\nEvents:")

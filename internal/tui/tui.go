@@ -336,7 +336,7 @@ func stepLines(r *exec.Record, n int) []string {
 	var out []string
 	for i := first; i < len(r.Steps) && len(out) < n; i++ {
 		s := r.Steps[i]
-		out = append(out, fmt.Sprintf("%3d. %-8s %s", s.Batch+1, s.State, plan.StepText(r.Step(s))))
+		out = append(out, fmt.Sprintf("%3d. %-9s %s", s.Batch+1, s.State, plan.StepText(r.Step(s))))
 	}
 	if more := len(r.Steps) - first - len(out); more > 0 {
 		out = append(out, fmt.Sprintf("     … %d more", more))
