@@ -145,6 +145,8 @@ func (p *PlanResponse) Record() *exec.Record {
 	if b, err := p.Budget.Budget(); err == nil {
 		rec.Budget = b
 	}
+	// An older agent answers its records as stored: counted the old way.
+	rec.Upgrade()
 	if h := p.Held; h != nil {
 		lag, _ := time.ParseDuration(h.Lag)
 		rec.Held = &exec.Hold{Since: h.Since, Changefeed: h.Changefeed, Lag: lag}

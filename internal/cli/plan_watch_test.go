@@ -63,6 +63,11 @@ func serveStoredPlan(t *testing.T, stored []byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveRecord(t, rec)
+}
+
+// serveRecord answers the plan API with rec.
+func serveRecord(t *testing.T, rec *exec.Record) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/api/v2/plans":
@@ -137,14 +142,29 @@ func TestAnAbandonedPlansSkippedStepsAreNotCountedDone(t *testing.T) {
 // skipped, noted "cancelled": plan watch and plan show read it cancelled,
 // as they do a plan cancelled now, not 'skipped (cancelled) [1/1 done]'.
 func TestAPlanStoredCancelledBeforeReadsAsOneCancelledNow(t *testing.T) {
-	server := serveStoredPlan(t, []byte(`{"version":1,"id":"move-p7-1","plan":{"version":1,"id":"move-p7-1","kind":"move","target":"p7",
+	stored := []byte(`{"version":1,"id":"move-p7-1","plan":{"version":1,"id":"move-p7-1","kind":"move","target":"p7",
  "batches":[{"steps":[{"kind":"move-partition","changefeed":"demo","partition":"p7","table":"orders","from":"capture-1","to":"capture-2","reason":"asked"}]}]},
  "state":"cancelled","message":"cancelled by request; steps already done stay done",
  "steps":[{"batch":0,"index":0,"state":"skipped","since":"2026-12-01T10:00:05Z","started":"2026-12-01T10:00:01Z","ended":"2026-12-01T10:00:05Z","note":"cancelled","seq":3}],
  "submitted_at":"2026-12-01T10:00:00Z","updated_at":"2026-12-01T10:00:05Z","finished_at":"2026-12-01T10:00:05Z","seq":4,
  "log":[{"version":1,"seq":1,"time":"2026-12-01T10:00:00Z","plan":"move-p7-1","type":"submitted","message":"move p7: 1 batches, 1 steps","progress":{"done":0,"running":0,"total":1}},
   {"version":1,"seq":4,"time":"2026-12-01T10:00:05Z","plan":"move-p7-1","type":"cancelled","message":"cancelled by request; steps already done stay done","progress":{"done":1,"running":0,"total":1}}],
- "progress_at":"2026-12-01T10:00:05Z"}`))
+ "progress_at":"2026-12-01T10:00:05Z"}`)
+	// As an agent of this version answers it, and as an older agent
+	// does, the record as stored: cdcctl reads both the same.
+	var asStored exec.Record
+	if err := json.Unmarshal(stored, &asStored); err != nil {
+		t.Fatal(err)
+	}
+	for _, server := range []string{serveStoredPlan(t, stored), serveRecord(t, &asStored)} {
+		planReadsCancelled(t, server)
+	}
+}
+
+// planReadsCancelled checks how cdcctl shows the cancelled plan
+// move-p7-1 that server answers.
+func planReadsCancelled(t *testing.T, server string) {
+	t.Helper()
 	for _, tt := range []struct {
 		args []string
 		code int

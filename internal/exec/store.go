@@ -42,19 +42,22 @@ func Decode(raw []byte) (*Record, error) {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("a stored plan record does not decode: %w", err)
 	}
-	r.upgrade()
+	r.Upgrade()
 	return &r, nil
 }
 
-// upgrade makes a record an older cdcctl stored read as this one stores
-// it, so that an old plan shows as a new one:
+// Upgrade makes a record an older cdcctl stored read as this one stores
+// it, so that an old plan shows as a new one (Decode, as agents read
+// records; cdcctl again on what an older agent answers, so that its
+// lines agree with each other whichever agent answered; a record read
+// so already is left as it is):
 //   - a step cancelled before 2026-12-06 was stored skipped, noted
 //     "cancelled" ('skipped (cancelled) [1/1 done]'): it is cancelled;
 //   - the progress its logged events carry counted skipped (and so those
 //     cancelled) steps with done (a watcher that came late to a drain
 //     held past its hold timeout read "[8/8 done]" on its last line):
 //     they are counted apart.
-func (r *Record) upgrade() {
+func (r *Record) Upgrade() {
 	var skipped, cancelled []StepStatus
 	for i := range r.Steps {
 		switch s := &r.Steps[i]; {
