@@ -126,12 +126,10 @@ func (o *options) sinkOptionsFile(path string) ([]string, error) {
 		return nil, usageErr(err)
 	}
 	var out []string
-	n := 0
 	for i, l := range s.lines {
 		if strings.HasPrefix(l, "#") {
 			continue
 		}
-		n++
 		// The key checked here, by its shape: a line that is a secret
 		// alone (a password, a base64 key) would otherwise reach the
 		// agent, which names an unknown option in its refusal.
@@ -140,7 +138,7 @@ func (o *options) sinkOptionsFile(path string) ([]string, error) {
 		}
 		out = append(out, l)
 	}
-	if n == 0 {
+	if len(out) == 0 {
 		return nil, usageErr(fmt.Errorf("%s has no K=V line: write the sink options in it, one a line", s.where))
 	}
 	return out, nil

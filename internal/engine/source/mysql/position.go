@@ -91,8 +91,8 @@ func (p *Puller) explainStream(err error, at position) error {
 				ErrPurged, at.File, at.Pos, p.cfg.Addr(), me.Message)
 		}
 		err := fmt.Errorf("binary log of %s from %s at %d: %s", p.cfg.Addr(), at.File, at.Pos, redactIn(me.Error(), p.cfg.Password))
-		if busy(me.Code) {
-			return model.Unreachable(fmt.Errorf("%w; try again once a connection is free, or raise %s", err, busyLimit(me.Code, me.Message)))
+		if busy := busyError(err, me.Code, me.Message); busy != nil {
+			return busy
 		}
 		return err
 	}

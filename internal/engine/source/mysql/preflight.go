@@ -142,11 +142,8 @@ func explain(cfg Config, err error) error {
 		case 1049: // ER_BAD_DB_ERROR
 			return fmt.Errorf("%s has no database %s: %s; name an existing database in the URI's path", cfg.Addr(), cfg.Database, me.Message)
 		}
-		if busy(me.Number) {
-			// Every connection taken, the server's or the user's: worth
-			// trying again (an update's check answers 503), not the
-			// URI's fault.
-			return model.Unreachable(fmt.Errorf("%s: %s; try again once a connection is free, or raise %s", cfg.Addr(), me.Message, busyLimit(me.Number, me.Message)))
+		if busy := busyError(fmt.Errorf("%s: %s", cfg.Addr(), me.Message), me.Number, me.Message); busy != nil {
+			return busy
 		}
 		return fmt.Errorf("%s: %s", cfg.Addr(), redactIn(me.Error(), cfg.Password))
 	}
@@ -353,11 +350,19 @@ func quoteTable(table string) string {
 	return q(schema) + "." + q(name)
 }
 
-// busy says a server's error number means it has no connection free for
-// the user now: ER_CON_COUNT_ERROR (1040, max_connections),
+// busyError is err marked worth a retry, naming the limit to raise, when
+// the server's error number code says it has no connection free for the
+// user now: ER_CON_COUNT_ERROR (1040, max_connections),
 // ER_TOO_MANY_USER_CONNECTIONS (1203, max_user_connections) or
-// ER_USER_LIMIT_REACHED (1226, the user's own limits).
-func busy(code uint16) bool { return code == 1040 || code == 1203 || code == 1226 }
+// ER_USER_LIMIT_REACHED (1226, the user's own limits). Every connection
+// taken is not the URI's fault: an update's check answers 503, a reader
+// retries. Nil for any other error.
+func busyError(err error, code uint16, msg string) error {
+	if code != 1040 && code != 1203 && code != 1226 {
+		return nil
+	}
+	return model.Unreachable(fmt.Errorf("%w; try again once a connection is free, or raise %s", err, busyLimit(code, msg)))
+}
 
 // busyLimit names the limit a busy error ran into, from the server's
 // words: 1226 is also an hourly limit of the user's, which a free
