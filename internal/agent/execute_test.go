@@ -53,3 +53,19 @@ func TestThePlaygroundsHelpNamesTheProgramTyped(t *testing.T) {
 		}
 	}
 }
+
+// Its errors read as the program typed too: cdcctl's ("Error: …" and
+// where the usage is), or cdc-agent's own ("cdc-agent: …"); the exit
+// code is the same.
+func TestThePlaygroundsErrorsNameTheProgramTyped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ argv0, says string }{
+		{"/usr/local/bin/cdcctl", "Error: --nodes must be between 1 and 9, got 0\nRun 'cdcctl playground --help' for usage.\n"},
+		{"/usr/local/bin/cdc-agent", "cdc-agent: --nodes must be between 1 and 9, got 0\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := execute(invokedAs(tc.argv0), []string{"playground", "--nodes", "0"}, &stdout, &stderr); code != 64 || stderr.String() != tc.says {
+			t.Errorf("%s playground --nodes 0: exit %d, want 64, saying %q:\n%s", tc.argv0, code, tc.says, stderr.String())
+		}
+	}
+}

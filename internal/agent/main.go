@@ -62,12 +62,11 @@ func execute(name string, args []string, stdout, stderr io.Writer) int {
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	if err := cmd.Execute(); err != nil {
-		// Masked as its logs are: an opener's error quotes the URL it
-		// refused (a --checkpoint-store's secrets).
-		fmt.Fprintln(stderr, "cdc-agent:", redact.Text(err.Error()))
 		var ue usageError
 		var pe playground.UsageError
-		if errors.As(err, &ue) || errors.As(err, &pe) {
+		usage := errors.As(err, &ue) || errors.As(err, &pe)
+		report(stderr, name, err, usage)
+		if usage {
 			return 64
 		}
 		return 1
@@ -77,14 +76,31 @@ func execute(name string, args []string, stdout, stderr io.Writer) int {
 		return ExitRestart
 	}
 	if run.err != nil {
-		fmt.Fprintln(stderr, "cdc-agent:", redact.Text(run.err.Error()))
 		var ue usageError
-		if errors.As(run.err, &ue) {
+		usage := errors.As(run.err, &ue)
+		report(stderr, name, run.err, usage)
+		if usage {
 			return 64
 		}
 		return 1
 	}
 	return 0
+}
+
+// report writes the error that ends the program, masked as its logs are
+// (an opener's error quotes the URL it refused: a --checkpoint-store's
+// secrets). Run as 'cdcctl playground' it reads as cdcctl's own errors
+// do ("Error: …", and where to find the usage), not as cdc-agent's: the
+// operator typed cdcctl.
+func report(stderr io.Writer, name string, err error, usage bool) {
+	if name != "cdcctl" {
+		fmt.Fprintln(stderr, name+":", redact.Text(err.Error()))
+		return
+	}
+	fmt.Fprintln(stderr, "Error:", redact.Text(err.Error()))
+	if usage {
+		fmt.Fprintln(stderr, "Run 'cdcctl playground --help' for usage.")
+	}
 }
 
 // errHangUp ends a run stopped by SIGHUP: the agent exits ExitRestart,
