@@ -120,11 +120,51 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 				add(ev)
 			}
 		}
-		add(r.finish(Failed, fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun; submit the plan again when replication has caught up",
-			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag), now))
-		return false, true, nil
+		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun; submit the plan again when replication has caught up",
+			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag)
+		running := r.Counts()[StepRunning]
+		if running == 0 {
+			add(r.finish(Failed, msg, now))
+			return false, true, nil
+		}
+		// The steps running finish in the engine whatever the plan does:
+		// it fails once they have (Advance), so that the record says how
+		// each ended.
+		r.Failing = &Failing{Since: now, Message: msg}
+		add(r.emit(now, Event{Type: EventHeld, Message: fmt.Sprintf("held past --hold-timeout %s (changefeed %s lags %s): no step begins; the plan fails once its %d running %s ended (at most %s)",
+			b.HoldTimeout, cf, lag.Round(time.Millisecond), running, plural(running, "step has", "steps have"), failingWait)}, true))
 	}
 	return false, false, nil
+}
+
+// failingWait bounds how long a plan that is to fail waits for the steps
+// it left running (Record.Failing): a step stuck longer is left running
+// in the record, and the plan fails.
+const failingWait = 2 * time.Minute
+
+// failNow ends a plan that waits to fail (Record.Failing) once none of
+// its steps runs, or once it waited failingWait; ok false while it waits
+// on, or when it is not failing.
+func (r *Record) failNow(now time.Time) (Event, bool) {
+	if r.Failing == nil {
+		return Event{}, false
+	}
+	running := r.Counts()[StepRunning]
+	switch {
+	case running == 0:
+		return r.finish(Failed, r.Failing.Message, now), true
+	case now.Sub(r.Failing.Since) >= failingWait:
+		return r.finish(Failed, fmt.Sprintf("%s (%d %s still running after %s: it finishes in the engine, and the record shows it running)",
+			r.Failing.Message, running, plural(running, "step was", "steps were"), failingWait), now), true
+	}
+	return Event{}, false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // widen grows how many steps may run at once by one after a batch that

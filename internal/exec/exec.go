@@ -131,6 +131,11 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 
 	for {
 		cur := r.CurrentBatch()
+		if r.Failing != nil && r.Counts()[StepRunning] == 0 {
+			ev, _ := r.failNow(now)
+			add(ev)
+			return evs, nil
+		}
 		if cur == len(r.Plan.Batches) {
 			add(r.finish(Done, r.doneMessage(), now))
 			return evs, nil
@@ -244,6 +249,10 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			}
 		}
 		if !progressed || r.CurrentBatch() == cur {
+			if ev, ok := r.failNow(now); ok {
+				add(ev)
+				return evs, nil
+			}
 			if r.Held != nil {
 				waiting = append(waiting, fmt.Sprintf("held by the lag budget (changefeed %s lags %s)", r.Held.Changefeed, r.Held.Lag.Round(time.Millisecond)))
 			}

@@ -124,6 +124,16 @@ type Record struct {
 	Held      *Hold  `json:"held,omitempty"`
 	Width     int    `json:"width,omitempty"`
 	HeldBatch int    `json:"held_batch,omitempty"`
+	// Failing is the failure a plan ends with once the steps it left
+	// running have ended (held past its hold timeout): their outcome is
+	// then in the record, not a step shown running for ever.
+	Failing *Failing `json:"failing,omitempty"`
+}
+
+// Failing is a failure waiting for the steps still running.
+type Failing struct {
+	Since   time.Time `json:"since"`
+	Message string    `json:"message"`
 }
 
 // MaxLog bounds Record.Log.
