@@ -159,8 +159,8 @@ type streamRun struct {
 	// changed (columnsOf, keyTypesOf).
 	cols            map[string][]column
 	keyTypesByTable map[string]string
-	markDB          *sql.DB // marks of tables to copy again (again.go)
-	signal          string // the signal table (ticks, cuts, marks)
+	markDB          *sql.DB                               // marks of tables to copy again (again.go)
+	signal          string                                // the signal table (ticks, cuts, marks)
 	pending         map[string]string                     // tables an ALTER named since: its statement
 	checkedMap      map[string]*replication.TableMapEvent // the last table map found to match, by table
 	catalog         *sql.DB                               // read when a schema changes
