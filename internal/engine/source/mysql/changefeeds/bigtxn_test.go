@@ -93,28 +93,53 @@ func TestALargeTransactionArrivesWhole(t *testing.T) {
 	t.Logf("written in %s, in the sink and verified %s later: %d changes, %d rows equal", written.Round(time.Millisecond), (time.Since(began) - written).Round(time.Millisecond), rep.Events, rep.Keys)
 }
 
-// A table of more than 100,000 rows (boundarySample) is cut at its exact
-// quantiles, each read at its offset, as a new changefeed's partitions
-// are. The rows are made by the server (its sequence engine): nothing
-// streams them.
+// A table of more than 100,000 rows (boundarySample) keyed by one
+// integer column is cut evenly between its smallest and its largest key,
+// as a new changefeed's partitions are, without reading its rows (a
+// COUNT(*) and a walk to each quantile read them all before, and a
+// billion-row table's create took minutes). The rows are made by the
+// server (its sequence engine): nothing streams them.
 func TestALargeTableIsCutAtItsQuantiles(t *testing.T) {
 	t.Parallel()
-	cuts, _ := cutsOf(t, "biglines",
+	cuts, _, read := cutsOf(t, "biglines",
 		`CREATE TABLE biglines (id INT PRIMARY KEY, qty INT NOT NULL)`,
 		`INSERT INTO biglines SELECT seq, seq % 7 FROM seq_0_to_199999`)
-	var at4 []string
+	if got := intCuts(cuts); got != "50000,100000,150000" {
+		t.Fatalf("the quantiles of 200,000 keys 0 to 199,999: %v", got)
+	}
+	if read > 1000 {
+		t.Fatalf("cutting the table read %d rows of the server's (its handlers' reads), want a few", read)
+	}
+}
+
+// One whose integer keys are sparse (a key far from the others: cut by
+// value, every row would be in the first range) is cut at its exact
+// quantiles, each read at its offset.
+func TestALargeTableOfSparseKeysIsCutAtItsQuantiles(t *testing.T) {
+	t.Parallel()
+	cuts, _, _ := cutsOf(t, "outlier",
+		`CREATE TABLE outlier (id BIGINT PRIMARY KEY, qty INT NOT NULL)`,
+		`INSERT INTO outlier SELECT seq, seq % 7 FROM seq_0_to_119999`,
+		`INSERT INTO outlier VALUES (1000000000000000, 1)`)
+	if got := intCuts(cuts); got != "30000,60000,90000" {
+		t.Fatalf("the quantiles of 120,001 keys, 0 to 119,999 and 10^15: %v", got)
+	}
+}
+
+// intCuts are cuts of an integer key, as text.
+func intCuts(cuts []string) string {
+	var out []string
 	for _, c := range cuts {
-		at4 = append(at4, model.DecodeKey("int8", c))
+		out = append(out, model.DecodeKey("int8", c))
 	}
-	if strings.Join(at4, ",") != "50000,100000,150000" {
-		t.Fatalf("the quantiles of 200,000 keys 0 to 199,999: %v", at4)
-	}
+	return strings.Join(out, ",")
 }
 
 // cutsOf starts MariaDB, makes table in its database shop with setup,
 // and returns where a new changefeed of it cuts it into four
-// partitions, and the database.
-func cutsOf(t *testing.T, table string, setup ...string) ([]string, *sql.DB) {
+// partitions, the database, and how many rows the server's handlers read
+// while it cut (its status counters; nothing else uses the server then).
+func cutsOf(t *testing.T, table string, setup ...string) ([]string, *sql.DB, int64) {
 	t.Helper()
 	srv, db := mysqltest.StartShop(t)
 	for _, q := range setup {
@@ -131,9 +156,34 @@ func cutsOf(t *testing.T, table string, setup ...string) ([]string, *sql.DB) {
 		t.Fatal(err)
 	}
 	defer src.Close()
+	before := handlerReads(t, db)
 	cuts, err := src.Boundaries(context.Background(), "shop."+table, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cuts, db
+	return cuts, db, handlerReads(t, db) - before
+}
+
+// handlerReads is the rows the server's storage engines have read, by
+// key or in order, since it started (SHOW GLOBAL STATUS).
+func handlerReads(t *testing.T, db *sql.DB) int64 {
+	t.Helper()
+	rows, err := db.Query(`SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_read_first', 'Handler_read_key', 'Handler_read_last', 'Handler_read_next', 'Handler_read_prev', 'Handler_read_rnd', 'Handler_read_rnd_next')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var sum int64
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		sum += n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }

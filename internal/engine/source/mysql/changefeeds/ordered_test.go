@@ -57,7 +57,7 @@ func TestAKeysCollationChangedWhileItsTableCopiesLosesNoRow(t *testing.T) {
 // their bytes' order: increasing, each a key of the table.
 func TestACharacterKeyedTableIsCutAtKeysOfItsIndex(t *testing.T) {
 	t.Parallel()
-	cuts, db := cutsOf(t, "c",
+	cuts, db, _ := cutsOf(t, "c",
 		`CREATE TABLE c (k VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)`,
 		`INSERT INTO c SELECT CONCAT(ELT(seq % 3 + 1, 'sku-', 'SKU-', 'Sku-'), seq), seq FROM seq_1_to_120000`)
 	if len(cuts) != 3 || !slices.IsSorted(cuts) || len(slices.Compact(slices.Clone(cuts))) != 3 {
