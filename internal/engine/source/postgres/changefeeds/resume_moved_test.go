@@ -1,0 +1,134 @@
+package changefeeds
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+
+	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
+	"github.com/cdcctl/cdcctl/internal/engine/election"
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/meta"
+	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
+)
+
+// A resume whose check of the upstream finds the resume point gone fails
+// the changefeed only if it is still as checked: where the point stored
+// moved meanwhile (a reader still stopping after the pause stores a later
+// one, and confirms it to the slot), the point checked says nothing of
+// the one the reader will resume from, so the resume goes on and the
+// reader checks that one itself. The test moves the stored point just
+// before the coordinator's write of the failure: the write is refused as
+// stale, the coordinator reads the changefeed again, finds it moved, and
+// resumes it; the reader then finds the slot gone and fails the
+// changefeed with its own words, not as a refused resume.
+func TestAResumeWhoseCheckedPointMovedMeanwhileGoesOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	if _, err := srv.Psql(ctx, "shop", `CREATE TABLE a (id int8 PRIMARY KEY, n int4);
+INSERT INTO a SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
+		t.Fatal(err)
+	}
+	keys := meta.NewKeys(enginetest.ClusterID)
+	statusKey := keys.ChangefeedStatus("moved")
+	var (
+		mu     sync.Mutex
+		armed  bool
+		moves  int // failures written with the point moved under them
+		client *enginetest.Cluster
+	)
+	interceptor := func(model.NodeID) grpc.UnaryClientInterceptor {
+		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			txn, ok := req.(*etcdserverpb.TxnRequest)
+			if !ok || !failsStatus(txn, statusKey) {
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			mu.Lock()
+			first := armed && moves == 0
+			if first {
+				moves++
+			}
+			mu.Unlock()
+			if first {
+				// The stopping reader's later point: the position's ts one
+				// on, written as a reader's report would be.
+				got, err := client.Client.Get(ctx, statusKey)
+				if err != nil || len(got.Kvs) != 1 {
+					t.Errorf("read %s: %v", statusKey, err)
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				var st model.ChangefeedStatus
+				var pos map[string]any
+				if err := json.Unmarshal(got.Kvs[0].Value, &st); err != nil || json.Unmarshal(st.SourcePosition, &pos) != nil {
+					t.Errorf("decode the status %s: %v", got.Kvs[0].Value, err)
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				pos["ts"] = pos["ts"].(float64) + 1
+				st.SourcePosition, _ = json.Marshal(pos)
+				b, _ := json.Marshal(st)
+				if _, err := client.Client.Put(ctx, statusKey, string(b)); err != nil {
+					t.Errorf("write %s: %v", statusKey, err)
+				}
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+	}
+	tc := enginetest.New(t, enginetest.Options{Interceptor: interceptor})
+	client = tc
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("moved", srv.DSN("shop")+"&tables=public.a", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.WaitSnapshot("moved")
+	tc.WaitCheckpoint("moved", model.TsFromTimeMicros(time.Now()))
+	tc.SetState("moved", model.ChangefeedPaused)
+	tc.Eventually("the slot dropped outside cdcctl", 30*time.Second, func() bool {
+		_, err := srv.Psql(ctx, "shop", `SELECT pg_drop_replication_slot('cdcctl_moved')`)
+		return err == nil
+	})
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		return c.SetChangefeedState(ctx, term, "moved", model.ChangefeedNormal, "test")
+	})
+	mu.Lock()
+	n := moves
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the coordinator did not try to fail the changefeed (%d tries seen): the check found nothing to refuse", n)
+	}
+	if err != nil {
+		t.Fatalf("a resume whose point moved during its check was refused: %v", err)
+	}
+	// The reader, resumed, finds the slot gone itself.
+	tc.Eventually("the reader to fail the changefeed", 60*time.Second, func() bool {
+		return tc.Changefeed("moved").Status.State == model.ChangefeedFailed
+	})
+	st := tc.Changefeed("moved").Status
+	for _, inc := range st.Incidents {
+		if strings.Contains(inc.Reason, "resume by test refused") {
+			t.Fatalf("the changefeed was failed as a refused resume, though its point moved: %+v", inc)
+		}
+	}
+	if !strings.Contains(st.Error, "dropped outside cdcctl") {
+		t.Fatalf("the reader's failure: %q", st.Error)
+	}
+}
+
+// failsStatus says a transaction writes the status key with the state
+// failed.
+func failsStatus(txn *etcdserverpb.TxnRequest, key string) bool {
+	for _, op := range txn.Success {
+		if p := op.GetRequestPut(); p != nil && string(p.Key) == key && strings.Contains(string(p.Value), `"state":"failed"`) {
+			return true
+		}
+	}
+	return false
+}
