@@ -432,7 +432,7 @@ func (r *streamRun) query(e *replication.QueryEvent) (done bool) {
 		return true
 	default:
 		// A schema change, its own transaction: dealt with at its
-		// commit (commit.go), where its position is known.
+		// commit (statement.go, from commit.go), where its position is known.
 		r.cur.stmt, r.cur.stmtDB = q, string(e.Schema)
 	}
 	return false
