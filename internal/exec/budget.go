@@ -122,19 +122,26 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 		}
 		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun; submit the plan again when replication has caught up",
 			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag)
-		running := r.Counts()[StepRunning]
-		if running == 0 {
-			add(r.finish(Failed, msg, now))
-			return false, true, nil
-		}
-		// The steps running finish in the engine whatever the plan does:
-		// it fails once they have (Advance), so that the record says how
-		// each ended.
-		r.Failing = &Failing{Since: now, Message: msg}
-		add(r.emit(now, Event{Type: EventHeld, Message: fmt.Sprintf("held past --hold-timeout %s (changefeed %s lags %s): no step begins; the plan fails once its %d running %s ended (at most %s)",
-			b.HoldTimeout, cf, lag.Round(time.Millisecond), running, plural(running, "step has", "steps have"), failingWait)}, true))
+		ev, failed := r.fail(msg, fmt.Sprintf("held past --hold-timeout %s (changefeed %s lags %s)", b.HoldTimeout, cf, lag.Round(time.Millisecond)), now)
+		add(ev)
+		return false, failed, nil
 	}
 	return false, false, nil
+}
+
+// fail fails the plan with msg at once when none of its steps runs
+// (true). Otherwise the steps running finish in the engine whatever the
+// plan does: it fails once they have (failNow, from Advance), so that
+// the record says how each ended; a failing event says so, after what
+// (why).
+func (r *Record) fail(msg, why string, now time.Time) (Event, bool) {
+	running := r.Counts()[StepRunning]
+	if running == 0 {
+		return r.finish(Failed, msg, now), true
+	}
+	r.Failing = &Failing{Since: now, Message: msg}
+	return r.emit(now, Event{Type: EventFailing, Message: fmt.Sprintf("%s: no step begins; the plan fails once its %d running %s ended (at most %s)",
+		why, running, plural(running, "step has", "steps have"), failingWait)}, true), false
 }
 
 // failingWait bounds how long a plan that is to fail waits for the steps

@@ -195,7 +195,7 @@ func TestAPlanHeldPastItsTimeoutFailsOnceItsRunningStepsEnd(t *testing.T) {
 			if r.State != Running || r.Failing == nil {
 				t.Fatalf("held past its timeout with two steps running: %s, failing %+v", r.State, r.Failing)
 			}
-			if last := evs[len(evs)-1]; last.Type != EventHeld || !strings.Contains(last.Message, "the plan fails once its 2 running steps have ended (at most 2m0s)") {
+			if last := evs[len(evs)-1]; last.Type != EventFailing || !strings.Contains(last.Message, "held past --hold-timeout 30s (changefeed orders lags 1m0s): no step begins; the plan fails once its 2 running steps have ended (at most 2m0s)") {
 				t.Fatalf("the event: %+v", last)
 			}
 			if cnt := r.Counts(); cnt[StepRunning] != 2 || cnt[StepSkipped] != 4 {

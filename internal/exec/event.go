@@ -27,6 +27,10 @@ const (
 	EventHeld   EventType = "held"
 	EventUnheld EventType = "unheld"
 	EventBudget EventType = "budget"
+	// EventFailing: the plan is to fail (a step failed, or it was held
+	// past its hold timeout) while steps of it still run; no step
+	// begins, and it fails once they have ended (Record.Failing).
+	EventFailing EventType = "failing"
 )
 
 // Terminal tells whether an event ends its plan's stream.

@@ -169,7 +169,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 					return evs, err
 				}
 				add(ev)
-				add(r.finish(Failed, fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed), now))
+				msg := fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed)
+				ev, _ = r.fail(msg, msg, now)
+				add(ev)
 				return evs, nil
 			case out.Skipped != "":
 				ev, err := r.setStep(i, StepSkipped, out.Skipped, now)
@@ -207,7 +209,7 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				progressed = true
 			case out.Waiting != "":
 				waiting = append(waiting, plan.StepText(step)+": "+out.Waiting)
-			case s.State == StepPending && r.State == Running:
+			case s.State == StepPending && r.State == Running && r.Failing == nil:
 				if !gated {
 					gated = true
 					var failed bool
@@ -238,7 +240,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 						return evs, serr
 					}
 					add(ev)
-					add(r.finish(Failed, fmt.Sprintf("%s failed: %v", plan.StepText(step), err), now))
+					msg := fmt.Sprintf("%s failed: %v", plan.StepText(step), err)
+					ev, _ = r.fail(msg, msg, now)
+					add(ev)
 					return evs, nil
 				}
 				ev, err := r.setStep(i, StepRunning, "", now)

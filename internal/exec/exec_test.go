@@ -352,11 +352,24 @@ func TestAFailedStepFailsThePlan(t *testing.T) {
 	}
 	w.lost[plan.StepText(r.Step(r.Steps[1]))] = true
 	evs := run(t, x, r, RequestNone)
-	if r.State != Failed || r.Steps[1].State != StepFailed || !strings.Contains(r.Message, "its partition is gone") {
-		t.Fatalf("plan %s (%s), step %+v", r.State, r.Message, r.Steps[1])
+	// The other move of its batch runs on in the engine: the plan fails
+	// once it has ended, its record saying how.
+	if r.State != Running || r.Failing == nil || r.Steps[1].State != StepFailed || r.Steps[2].State != StepRunning {
+		t.Fatalf("plan %s, failing %+v, steps %+v", r.State, r.Failing, r.Steps[1:3])
+	}
+	if last := evs[len(evs)-1]; last.Type != EventFailing || !strings.Contains(last.Message, "its partition is gone: no step begins; the plan fails once its 1 running step has ended") {
+		t.Fatalf("last event %+v", last)
+	}
+	w.finish()
+	evs = run(t, x, r, RequestNone)
+	if r.State != Failed || !strings.Contains(r.Message, "its partition is gone") || r.Steps[2].State != StepDone || r.Steps[3].State != StepPending {
+		t.Fatalf("plan %s (%s), steps %+v", r.State, r.Message, r.Steps[1:])
 	}
 	if last := evs[len(evs)-1]; last.Type != EventFailed {
 		t.Fatalf("last event %+v", last)
+	}
+	if len(w.begun) != 3 {
+		t.Fatalf("a step began while the plan was failing: %v", w.begun)
 	}
 }
 
