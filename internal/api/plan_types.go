@@ -122,6 +122,9 @@ type PlanResponse struct {
 	Budget *LagBudget `json:"budget,omitempty"`
 	Held   *PlanHold  `json:"held,omitempty"`
 	Width  int        `json:"width,omitempty"`
+	// Failing is the failure the plan ends with once its steps still
+	// running have ended.
+	Failing *exec.Failing `json:"failing,omitempty"`
 }
 
 // PlanOf shows a record and the request pending on it.
@@ -129,7 +132,7 @@ func PlanOf(rec *exec.Record, req exec.Request) *PlanResponse {
 	out := &PlanResponse{Version: SchemaVersion, ID: rec.ID, Plan: rec.Plan, State: rec.State, Steps: rec.Steps,
 		SubmittedBy: rec.SubmittedBy, SubmittedAt: rec.SubmittedAt, UpdatedAt: rec.UpdatedAt, FinishedAt: rec.FinishedAt,
 		Message: rec.Message, Seq: rec.Seq, Log: rec.Log, ProgressAt: rec.ProgressAt, StalledAt: rec.StalledAt, Request: req,
-		Budget: LagBudgetOf(rec.Budget), Width: rec.Width}
+		Budget: LagBudgetOf(rec.Budget), Width: rec.Width, Failing: rec.Failing}
 	if h := rec.Held; h != nil {
 		out.Held = &PlanHold{Since: h.Since, Changefeed: h.Changefeed, Lag: h.Lag.Round(time.Millisecond).String()}
 	}
@@ -141,7 +144,7 @@ func PlanOf(rec *exec.Record, req exec.Request) *PlanResponse {
 func (p *PlanResponse) Record() *exec.Record {
 	rec := &exec.Record{Version: 1, ID: p.ID, Plan: p.Plan, State: p.State, Steps: p.Steps, SubmittedBy: p.SubmittedBy,
 		SubmittedAt: p.SubmittedAt, UpdatedAt: p.UpdatedAt, FinishedAt: p.FinishedAt, Message: p.Message, Seq: p.Seq, Log: p.Log,
-		ProgressAt: p.ProgressAt, StalledAt: p.StalledAt, Width: p.Width}
+		ProgressAt: p.ProgressAt, StalledAt: p.StalledAt, Width: p.Width, Failing: p.Failing}
 	if b, err := p.Budget.Budget(); err == nil {
 		rec.Budget = b
 	}

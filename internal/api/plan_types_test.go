@@ -35,6 +35,10 @@ func TestAPlanIsShownAsItAlwaysWas(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("the plan's JSON changed:\n got %s\nwant %s", got, want)
 	}
+	// (Fields that came after the request, left out when empty, round
+	// trip too.)
+	rec.Failing = &exec.Failing{Since: now, Message: "a step failed"}
+	shown = PlanOf(rec, exec.RequestPause)
 	back, err := json.Marshal(shown.Record())
 	if err != nil {
 		t.Fatal(err)

@@ -250,6 +250,9 @@ func renderRecord(w io.Writer, p *api.PlanResponse) {
 		}
 		fmt.Fprintln(w)
 	}
+	if f := p.Failing; f != nil && !p.State.Terminal() {
+		fmt.Fprintf(w, "  FAILING since %s, once its running steps end: %s\n", f.Since.Local().Format("15:04:05"), f.Message)
+	}
 	if h := p.Held; h != nil && !p.State.Terminal() {
 		fmt.Fprintf(w, "  HELD since %s: changefeed %s lags %s\n", h.Since.Local().Format("15:04:05"), h.Changefeed, h.Lag)
 	}

@@ -194,6 +194,10 @@ func (m *Model) Render() string {
 	}
 	fmt.Fprintf(&b, "Plan %s · %s · %s · elapsed %s · ETA %s\n", r.ID, strings.TrimSpace(string(r.Plan.Kind)+" "+string(r.Plan.Target)), strings.ToUpper(string(r.State)),
 		elapsed.Round(time.Second), m.eta(r, elapsed))
+	if f := r.Failing; f != nil && !r.State.Terminal() {
+		// Why nothing begins, and what it waits for.
+		fmt.Fprintf(&b, "FAILING since %s, once its running steps end: %s\n", f.Since.UTC().Format("15:04:05"), f.Message)
+	}
 	if h := r.Held; h != nil && !r.State.Terminal() {
 		// Why nothing begins: the lag budget, and when it lets go.
 		fmt.Fprintf(&b, "HELD by the lag budget since %s: changefeed %s lags %s, over %s; goes on below %s\n",

@@ -266,6 +266,21 @@ func TestTheLiveViewShowsAHold(t *testing.T) {
 	}
 }
 
+// A plan that is to fail once its running steps end says so under its
+// title, with why; the line goes with the failure.
+func TestTheLiveViewShowsAPlanFailing(t *testing.T) {
+	r := *executed()[1]
+	r.Failing = &exec.Failing{Since: t0.Add(time.Minute), Message: "move p3 to capture-2: its partition is gone"}
+	screen := screenAt(Frame{Record: &r}, r.UpdatedAt)
+	if want := "FAILING since 08:01:00, once its running steps end: move p3 to capture-2: its partition is gone"; strings.Split(screen, "\n")[1] != want {
+		t.Fatalf("second line %q, want %q:\n%s", strings.Split(screen, "\n")[1], want, screen)
+	}
+	r.State = exec.Failed
+	if screen := screenAt(Frame{Record: &r}, r.UpdatedAt); strings.Contains(screen, "FAILING") {
+		t.Fatalf("failed, yet:\n%s", screen)
+	}
+}
+
 // failing answers every fetch with err, and counts them.
 type failing struct {
 	err     error
