@@ -3,11 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
-
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -25,48 +21,29 @@ import (
 // second lands, and the sink option is there.
 func TestAnUpdateThatMeetsAChangeIsComputedAgain(t *testing.T) {
 	t.Parallel()
-	var (
-		mu     sync.Mutex
-		armed  bool
-		writes int // the update's transactions that reached etcd
-		tc     *enginetest.Cluster
-	)
+	var tc *enginetest.Cluster
 	keys := meta.NewKeys(enginetest.ClusterID)
 	statusKey, infoKey := keys.ChangefeedStatus("cf"), keys.ChangefeedInfo("cf")
-	interceptor := func(model.NodeID) grpc.UnaryClientInterceptor {
-		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			txn, ok := req.(*etcdserverpb.TxnRequest)
-			if !ok || !writesKey(txn, infoKey) {
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}
-			mu.Lock()
-			first := armed && writes == 0
-			if armed {
-				writes++
-			}
-			mu.Unlock()
-			if first {
-				// The status as it is, written again: only its revision
-				// moves, as a dispatcher's late report moves it.
-				got, err := tc.Client.Get(ctx, statusKey)
-				if err != nil || len(got.Kvs) != 1 {
-					t.Errorf("read %s: %v", statusKey, err)
-				} else if _, err := tc.Client.Put(ctx, statusKey, string(got.Kvs[0].Value)); err != nil {
-					t.Errorf("write %s: %v", statusKey, err)
-				}
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
+	hook := enginetest.NewWriteHook(infoKey, nil, func(ctx context.Context, n int) {
+		if n != 1 {
+			return
 		}
-	}
-	tc = enginetest.New(t, enginetest.Options{Interceptor: interceptor})
+		// The status as it is, written again: only its revision moves,
+		// as a dispatcher's late report moves it.
+		got, err := tc.Client.Get(ctx, statusKey)
+		if err != nil || len(got.Kvs) != 1 {
+			t.Errorf("read %s: %v", statusKey, err)
+		} else if _, err := tc.Client.Put(ctx, statusKey, string(got.Kvs[0].Value)); err != nil {
+			t.Errorf("write %s: %v", statusKey, err)
+		}
+	})
+	tc = enginetest.New(t, enginetest.Options{Interceptor: hook.Interceptor})
 	tc.StartCaptures(2)
 	tc.CreateChangefeed("cf", "gen://?tables=1&keys=10&rate=50", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.Warm("cf", 0)
 	tc.SetState("cf", model.ChangefeedPaused)
 
-	mu.Lock()
-	armed = true
-	mu.Unlock()
+	hook.Arm()
 	var res coordinator.UpdateResult
 	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) (err error) {
 		res, err = c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: "cf", SinkOptions: map[string]string{"flush-interval": "300ms"}, By: "test"})
@@ -75,9 +52,7 @@ func TestAnUpdateThatMeetsAChangeIsComputedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the update after a change under it: %v", err)
 	}
-	mu.Lock()
-	n := writes
-	mu.Unlock()
+	n := hook.Met() // the update's transactions that reached etcd
 	// Refused as stale once by the test's write, then written; a paused
 	// changefeed's own late reports may make it stale once more (ci24
 	// saw 3 writes).
@@ -87,14 +62,4 @@ func TestAnUpdateThatMeetsAChangeIsComputedAgain(t *testing.T) {
 	if sink := tc.Changefeed("cf").Info.SinkURI; !strings.Contains(sink, "flush-interval=300ms") || !strings.Contains(res.Sink, "flush-interval=300ms") {
 		t.Fatalf("after the update the sink is %s (the update answered %s)", sink, res.Sink)
 	}
-}
-
-// writesKey says whether a transaction puts key when it succeeds.
-func writesKey(txn *etcdserverpb.TxnRequest, key string) bool {
-	for _, op := range txn.Success {
-		if p := op.GetRequestPut(); p != nil && string(p.Key) == key {
-			return true
-		}
-	}
-	return false
 }

@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/cdcctl/cdcctl/internal/engine/coordinator"
 	"github.com/cdcctl/cdcctl/internal/engine/election"
@@ -39,50 +35,33 @@ INSERT INTO a SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 	}
 	keys := meta.NewKeys(enginetest.ClusterID)
 	statusKey := keys.ChangefeedStatus("moved")
-	var (
-		mu     sync.Mutex
-		armed  bool
-		moves  int // failures written with the point moved under them
-		client *enginetest.Cluster
-	)
-	interceptor := func(model.NodeID) grpc.UnaryClientInterceptor {
-		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			txn, ok := req.(*etcdserverpb.TxnRequest)
-			if !ok || !failsStatus(txn, statusKey) {
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}
-			mu.Lock()
-			first := armed && moves == 0
-			if first {
-				moves++
-			}
-			mu.Unlock()
-			if first {
-				// The stopping reader's later point: the position's ts one
-				// on, written as a reader's report would be.
-				got, err := client.Client.Get(ctx, statusKey)
-				if err != nil || len(got.Kvs) != 1 {
-					t.Errorf("read %s: %v", statusKey, err)
-					return invoker(ctx, method, req, reply, cc, opts...)
-				}
-				var st model.ChangefeedStatus
-				var pos map[string]any
-				if err := json.Unmarshal(got.Kvs[0].Value, &st); err != nil || json.Unmarshal(st.SourcePosition, &pos) != nil {
-					t.Errorf("decode the status %s: %v", got.Kvs[0].Value, err)
-					return invoker(ctx, method, req, reply, cc, opts...)
-				}
-				pos["ts"] = pos["ts"].(float64) + 1
-				st.SourcePosition, _ = json.Marshal(pos)
-				b, _ := json.Marshal(st)
-				if _, err := client.Client.Put(ctx, statusKey, string(b)); err != nil {
-					t.Errorf("write %s: %v", statusKey, err)
-				}
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
+	var tc *enginetest.Cluster
+	failed := func(v []byte) bool { return strings.Contains(string(v), `"state":"failed"`) }
+	hook := enginetest.NewWriteHook(statusKey, failed, func(ctx context.Context, n int) {
+		if n != 1 {
+			return
 		}
-	}
-	tc := enginetest.New(t, enginetest.Options{Interceptor: interceptor})
-	client = tc
+		// The stopping reader's later point: the position's ts one on,
+		// written as a reader's report would be.
+		got, err := tc.Client.Get(ctx, statusKey)
+		if err != nil || len(got.Kvs) != 1 {
+			t.Errorf("read %s: %v", statusKey, err)
+			return
+		}
+		var st model.ChangefeedStatus
+		var pos map[string]any
+		if err := json.Unmarshal(got.Kvs[0].Value, &st); err != nil || json.Unmarshal(st.SourcePosition, &pos) != nil {
+			t.Errorf("decode the status %s: %v", got.Kvs[0].Value, err)
+			return
+		}
+		pos["ts"] = pos["ts"].(float64) + 1
+		st.SourcePosition, _ = json.Marshal(pos)
+		b, _ := json.Marshal(st)
+		if _, err := tc.Client.Put(ctx, statusKey, string(b)); err != nil {
+			t.Errorf("write %s: %v", statusKey, err)
+		}
+	})
+	tc = enginetest.New(t, enginetest.Options{Interceptor: hook.Interceptor})
 	tc.StartCaptures(2)
 	tc.CreateChangefeed("moved", srv.DSN("shop")+"&tables=public.a", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("moved")
@@ -92,17 +71,12 @@ INSERT INTO a SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 		_, err := srv.Psql(ctx, "shop", `SELECT pg_drop_replication_slot('cdcctl_moved')`)
 		return err == nil
 	})
-	mu.Lock()
-	armed = true
-	mu.Unlock()
+	hook.Arm()
 	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
 		return c.SetChangefeedState(ctx, term, "moved", model.ChangefeedNormal, "test")
 	})
-	mu.Lock()
-	n := moves
-	mu.Unlock()
-	if n != 1 {
-		t.Fatalf("the coordinator did not try to fail the changefeed (%d tries seen): the check found nothing to refuse", n)
+	if hook.Met() == 0 {
+		t.Fatal("the coordinator did not try to fail the changefeed: its check found nothing to refuse")
 	}
 	if err != nil {
 		t.Fatalf("a resume whose point moved during its check was refused: %v", err)
@@ -120,15 +94,4 @@ INSERT INTO a SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 	if !strings.Contains(st.Error, "dropped outside cdcctl") {
 		t.Fatalf("the reader's failure: %q", st.Error)
 	}
-}
-
-// failsStatus says a transaction writes the status key with the state
-// failed.
-func failsStatus(txn *etcdserverpb.TxnRequest, key string) bool {
-	for _, op := range txn.Success {
-		if p := op.GetRequestPut(); p != nil && string(p.Key) == key && strings.Contains(string(p.Value), `"state":"failed"`) {
-			return true
-		}
-	}
-	return false
 }
