@@ -211,9 +211,6 @@ func cmdPlaygroundPID(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("pgpid: no capture %q in playground.json", args[0])
 }
 
-// follower VAR [EXCEPT...] sets VAR to a capture that is not the
-// coordinator (nor one of EXCEPT), from the 'capture list -o json' the
-// last command printed.
 // waitfile PATH waits up to 90 s for a file to exist (the playground's
 // state file, written once its captures are ready).
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
@@ -261,6 +258,9 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("gone: %s is still registered after 30s", args[0])
 }
 
+// follower VAR [EXCEPT...] sets VAR to a capture that is not the
+// coordinator (nor one of EXCEPT), from the 'capture list -o json' the
+// last command printed.
 func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: follower VAR [EXCEPT...]")
