@@ -111,67 +111,32 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 	}
 	r.Held.Changefeed, r.Held.Lag = cf, lag
 	if b.HoldTimeout > 0 && now.Sub(r.Held.Since) > b.HoldTimeout {
+		// It fails at once: the hold stays with the failed plan (a drain's
+		// record holds its capture), so a step running now may never end
+		// under it (a drain's partitions of a changefeed, of which no more
+		// move). What such a step began finishes in the engine; the step
+		// is not done, and says so.
 		for i := range r.Steps {
-			if s := r.Steps[i].State; s == StepPending {
-				ev, err := r.setStep(i, StepSkipped, "held past --hold-timeout", now)
-				if err != nil {
-					return false, false, err
-				}
-				add(ev)
+			note := ""
+			switch r.Steps[i].State {
+			case StepPending:
+				note = "held past --hold-timeout"
+			case StepRunning:
+				note = "running when the plan was held past --hold-timeout: what it began finishes, the rest is not done"
+			default:
+				continue
 			}
+			ev, err := r.setStep(i, StepSkipped, note, now)
+			if err != nil {
+				return false, false, err
+			}
+			add(ev)
 		}
-		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun; submit the plan again when replication has caught up",
-			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag)
-		ev, failed := r.fail(msg, fmt.Sprintf("held past --hold-timeout %s (changefeed %s lags %s)", b.HoldTimeout, cf, lag.Round(time.Millisecond)), now)
-		add(ev)
-		return false, failed, nil
+		add(r.finish(Failed, fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun or not finished; submit the plan again when replication has caught up",
+			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag), now))
+		return false, true, nil
 	}
 	return false, false, nil
-}
-
-// fail fails the plan with msg at once when none of its steps runs
-// (true). Otherwise the steps running finish in the engine whatever the
-// plan does: it fails once they have (failNow, from Advance), so that
-// the record says how each ended; a failing event says so, after what
-// (why).
-func (r *Record) fail(msg, why string, now time.Time) (Event, bool) {
-	running := r.Counts()[StepRunning]
-	if running == 0 {
-		return r.finish(Failed, msg, now), true
-	}
-	r.Failing = &Failing{Since: now, Message: msg}
-	return r.emit(now, Event{Type: EventFailing, Message: fmt.Sprintf("%s: no step begins; the plan fails once its %d running %s ended (at most %s)",
-		why, running, plural(running, "step has", "steps have"), failingWait)}, true), false
-}
-
-// failingWait bounds how long a plan that is to fail waits for the steps
-// it left running (Record.Failing): a step stuck longer is left running
-// in the record, and the plan fails.
-const failingWait = 2 * time.Minute
-
-// failNow ends a plan that waits to fail (Record.Failing) once none of
-// its steps runs, or once it waited failingWait; ok false while it waits
-// on, or when it is not failing.
-func (r *Record) failNow(now time.Time) (Event, bool) {
-	if r.Failing == nil {
-		return Event{}, false
-	}
-	running := r.Counts()[StepRunning]
-	switch {
-	case running == 0:
-		return r.finish(Failed, r.Failing.Message, now), true
-	case now.Sub(r.Failing.Since) >= failingWait:
-		return r.finish(Failed, fmt.Sprintf("%s (%d %s still running after %s: it finishes in the engine, and the record shows it running)",
-			r.Failing.Message, running, plural(running, "step was", "steps were"), failingWait), now), true
-	}
-	return Event{}, false
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // widen grows how many steps may run at once by one after a batch that

@@ -27,9 +27,9 @@ const (
 	EventHeld   EventType = "held"
 	EventUnheld EventType = "unheld"
 	EventBudget EventType = "budget"
-	// EventFailing: the plan is to fail (a step failed, or it was held
-	// past its hold timeout) while steps of it still run; no step
-	// begins, and it fails once they have ended (Record.Failing).
+	// EventFailing: a step of the plan failed while others still run;
+	// no step begins, and the plan fails once they have ended
+	// (Record.Failing).
 	EventFailing EventType = "failing"
 )
 

@@ -72,6 +72,13 @@ type Executor struct {
 	// Lag reads the lag a plan's budget bounds; nil: budgets bound
 	// nothing.
 	Lag LagFunc
+	// WaitForRunning: a plan whose step failed while other steps of it
+	// run fails once they have ended (Record.Failing). False, it fails at
+	// once, as versions before the wait did: the coordinator sets it
+	// while every node knows the wait (model.FeaturePlanFailing), since
+	// an older one that took over would begin the failing plan's other
+	// steps and never end it.
+	WaitForRunning bool
 }
 
 // Advance moves a record as far as it can go now and returns the events
@@ -157,6 +164,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			if s.Batch != cur || (s.State != StepPending && s.State != StepRunning) {
 				continue
 			}
+			if s.State == StepPending && r.Failing != nil {
+				continue // never to begin: not checked either
+			}
 			step := r.Step(s)
 			out, err := x.Act.Check(ctx, &r.Plan, step, s.State, s.Since)
 			if err != nil {
@@ -169,9 +179,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 					return evs, err
 				}
 				add(ev)
-				msg := fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed)
-				ev, _ = r.fail(msg, msg, now)
-				add(ev)
+				if ev, _ := x.fail(r, fmt.Sprintf("%s: %s", plan.StepText(step), out.Failed), now); ev.Type != "" {
+					add(ev)
+				}
 				return evs, nil
 			case out.Skipped != "":
 				ev, err := r.setStep(i, StepSkipped, out.Skipped, now)
@@ -240,9 +250,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 						return evs, serr
 					}
 					add(ev)
-					msg := fmt.Sprintf("%s failed: %v", plan.StepText(step), err)
-					ev, _ = r.fail(msg, msg, now)
-					add(ev)
+					if ev, _ := x.fail(r, fmt.Sprintf("%s failed: %v", plan.StepText(step), err), now); ev.Type != "" {
+						add(ev)
+					}
 					return evs, nil
 				}
 				ev, err := r.setStep(i, StepRunning, "", now)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -342,7 +343,7 @@ func TestDeltaReplaysWhatAWatcherMissed(t *testing.T) {
 // step keeps the note its check gave.
 func TestAFailedStepFailsThePlan(t *testing.T) {
 	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
-	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second}
+	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second, WaitForRunning: true}
 	r := New("plan-1", drainPlan(), "ops", c.t)
 	run(t, x, r, RequestNone)
 	w.finish()
@@ -362,14 +363,83 @@ func TestAFailedStepFailsThePlan(t *testing.T) {
 	}
 	w.finish()
 	evs = run(t, x, r, RequestNone)
-	if r.State != Failed || !strings.Contains(r.Message, "its partition is gone") || r.Steps[2].State != StepDone || r.Steps[3].State != StepPending {
-		t.Fatalf("plan %s (%s), steps %+v", r.State, r.Message, r.Steps[1:])
+	if r.State != Failed || !strings.Contains(r.Message, "its partition is gone") || r.Steps[2].State != StepDone || r.Steps[3].State != StepPending || r.Failing != nil {
+		t.Fatalf("plan %s (%s), failing %+v, steps %+v", r.State, r.Message, r.Failing, r.Steps[1:])
 	}
 	if last := evs[len(evs)-1]; last.Type != EventFailed {
 		t.Fatalf("last event %+v", last)
 	}
 	if len(w.begun) != 3 {
 		t.Fatalf("a step began while the plan was failing: %v", w.begun)
+	}
+}
+
+// Where the coordinator may not wait (a node of a version without the
+// wait in the cluster), a failed step fails its plan at once, as before.
+func TestAFailedStepFailsThePlanAtOnceWhereItMayNotWait(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	run(t, x, r, RequestNone)
+	w.finish()
+	run(t, x, r, RequestNone)
+	w.lost[plan.StepText(r.Step(r.Steps[1]))] = true
+	evs := run(t, x, r, RequestNone)
+	if r.State != Failed || r.Failing != nil || !strings.Contains(r.Message, "its partition is gone") || evs[len(evs)-1].Type != EventFailed {
+		t.Fatalf("plan %s (%s), failing %+v, last event %+v", r.State, r.Message, r.Failing, evs[len(evs)-1])
+	}
+}
+
+// A plan failing keeps its first failure: a second step failing meanwhile
+// neither replaces what it fails with nor starts its wait again, and a
+// step not begun is not checked (it never begins); it fails once no step
+// runs, or failingWait after the first failure.
+func TestAFailingPlanKeepsItsFirstFailure(t *testing.T) {
+	for _, stuck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stuck=%v", stuck), func(t *testing.T) {
+			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+			x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second, WaitForRunning: true}
+			r := New("plan-1", wideDrain(), "ops", c.t)
+			r.Width = 2 // 3 once the first batch ended calm: the fourth move waits for a place
+			run(t, x, r, RequestNone)
+			w.finish()
+			run(t, x, r, RequestNone) // moves a, b and c begin; d waits
+			step := func(i int) string { return plan.StepText(r.Step(r.Steps[i])) }
+			w.lost[step(1)] = true
+			c.t = c.t.Add(time.Second)
+			run(t, x, r, RequestNone)
+			if r.Failing == nil || !strings.Contains(r.Failing.Message, "maintainer a capture-3 → capture-1: its partition is gone") {
+				t.Fatalf("failing %+v", r.Failing)
+			}
+			first := *r.Failing
+			w.lost[step(2)], w.lost[step(4)] = true, true
+			c.t = c.t.Add(90 * time.Second)
+			evs := run(t, x, r, RequestNone)
+			for _, ev := range evs {
+				if ev.Type == EventFailing {
+					t.Fatalf("a second failing event: %+v", ev)
+				}
+			}
+			if r.State != Running || *r.Failing != first || r.Steps[2].State != StepFailed || r.Steps[4].State != StepPending {
+				t.Fatalf("after a second failure: %s, failing %+v (was %+v), steps %+v", r.State, r.Failing, first, r.Steps[1:5])
+			}
+			if stuck {
+				c.t = c.t.Add(31 * time.Second) // two minutes after the first failure
+			} else {
+				w.finish()
+				c.t = c.t.Add(time.Second)
+			}
+			run(t, x, r, RequestNone)
+			if r.State != Failed || !strings.HasPrefix(r.Message, first.Message) {
+				t.Fatalf("at the end: %s %q, want the first failure %q; steps %+v", r.State, r.Message, first.Message, r.Steps)
+			}
+			if stuck && !strings.Contains(r.Message, "1 step was still running after 2m0s: what it began finishes in the engine, and the record shows it running") {
+				t.Fatalf("the stuck step not told: %q", r.Message)
+			}
+			if !stuck && r.Steps[3].State != StepDone {
+				t.Fatalf("the step that ended: %+v", r.Steps[3])
+			}
+		})
 	}
 }
 

@@ -252,7 +252,7 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 }
 
 func (r *Record) finish(state State, message string, now time.Time) Event {
-	r.State, r.Message = state, message
+	r.State, r.Message, r.Failing = state, message, nil
 	r.FinishedAt = &now
 	typ := map[State]EventType{Done: EventDone, Failed: EventFailed, Cancelled: EventCancelled}[state]
 	return r.emit(now, Event{Type: typ, Message: message}, true)

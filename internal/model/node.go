@@ -42,10 +42,15 @@ const (
 	// it refuses the parameter, so a create pins only while every node
 	// has it.
 	FeatureKafkaHashPartitions = "kafka-hash-partitions"
+	// FeaturePlanFailing: the node, as coordinator, knows a plan that
+	// is to fail once its running steps have ended (exec.Record's
+	// failing); one without it would begin the plan's other steps and
+	// never end it, so a plan waits only while every node has it.
+	FeaturePlanFailing = "plan-failing"
 )
 
 // BuildFeatures are the features of this build's nodes.
-var BuildFeatures = []string{FeatureStorageNotes, FeatureRolloutHooks, FeatureKafkaHashPartitions}
+var BuildFeatures = []string{FeatureStorageNotes, FeatureRolloutHooks, FeatureKafkaHashPartitions, FeaturePlanFailing}
 
 // Has says whether the node's version has feature f.
 func (n NodeInfo) Has(f string) bool {

@@ -133,12 +133,16 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 	plans := NewPlanStore(c.store, term, st)
 	now := func() time.Time { return time.Now().UTC() }
 	drainer := &drainActuator{c: c, term: term}
-	drain := &exec.Executor{Act: drainer, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now)}
+	// A plan whose step failed waits for its other running steps only
+	// while every node would know it waits (a coordinator of an older
+	// version taking over would not).
+	wait := c.view.AllNodesHave(model.FeaturePlanFailing)
+	drain := &exec.Executor{Act: drainer, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now), WaitForRunning: wait}
 	executors := map[plan.Kind]*exec.Executor{
 		plan.KindDrain:   drain,
-		plan.KindRollout: {Act: &rolloutActuator{drain: drainer}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag},
+		plan.KindRollout: {Act: &rolloutActuator{drain: drainer}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag, WaitForRunning: wait},
 	}
-	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag}
+	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag, WaitForRunning: wait}
 	for id, raw := range st.Plans {
 		if mine.over[id] == raw.Revision {
 			c.forgetPlanRequest(ctx, term, st, id)

@@ -3,6 +3,7 @@ package changefeeds
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,12 +50,18 @@ INSERT INTO a SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 			return
 		}
 		var st model.ChangefeedStatus
-		var pos map[string]any
+		var pos map[string]json.RawMessage
 		if err := json.Unmarshal(got.Kvs[0].Value, &st); err != nil || json.Unmarshal(st.SourcePosition, &pos) != nil {
 			t.Errorf("decode the status %s: %v", got.Kvs[0].Value, err)
 			return
 		}
-		pos["ts"] = pos["ts"].(float64) + 1
+		// The ts alone, as an integer (a float would round it).
+		ts, err := strconv.ParseUint(string(pos["ts"]), 10, 64)
+		if err != nil {
+			t.Errorf("the position's ts %s: %v", pos["ts"], err)
+			return
+		}
+		pos["ts"] = json.RawMessage(strconv.FormatUint(ts+1, 10))
 		st.SourcePosition, _ = json.Marshal(pos)
 		b, _ := json.Marshal(st)
 		if _, err := tc.Client.Put(ctx, statusKey, string(b)); err != nil {
