@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -146,14 +147,85 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 // cutByValue cuts a table keyed by one integer column (col) of about
 // rows rows into n ranges of its key's values between its smallest and
 // its largest: false when the key's values are too sparse for that to
-// cut even ranges (sparseKeys).
+// cut even ranges (sparseKeys), or the ranges it would cut are not
+// (balanced).
 func (s *Source) cutByValue(ctx context.Context, db *sql.DB, table, col string, rows int64, n int) ([]string, bool, error) {
 	var lo, hi sql.NullString
 	if err := db.QueryRowContext(ctx, fmt.Sprintf("SELECT MIN(%s), MAX(%s) FROM %s", col, col, quoteTable(table))).Scan(&lo, &hi); err != nil {
 		return nil, false, explain(s.cfg, err)
 	}
 	cuts, ok := evenCuts(lo.String, hi.String, rows, n)
-	return cuts, ok, nil
+	if !ok || len(cuts) == 0 {
+		return cuts, ok, nil
+	}
+	ok, err := s.balanced(ctx, db, table, col, lo.String, hi.String, cuts)
+	return cuts, ok, err
+}
+
+// balanced says the ranges cuts make of the keys lo to hi hold about as
+// many rows each, by the server's estimates of each range (EXPLAIN: a few
+// dives into the key's index, no rows read): a key of a few outliers far
+// above the rest (a sentinel id) is dense enough on average, yet puts
+// nearly every row in the first range. Each range must hold at least a
+// quarter of its share.
+func (s *Source) balanced(ctx context.Context, db *sql.DB, table, col, lo, hi string, cuts []string) (bool, error) {
+	at := []string{lo}
+	for _, c := range cuts {
+		at = append(at, model.DecodeKey("int8", c))
+	}
+	var est []int64
+	var sum int64
+	for i := range at {
+		cond := fmt.Sprintf("%s >= %s AND %s < %s", col, at[i], col, hi)
+		if i+1 < len(at) {
+			cond = fmt.Sprintf("%s >= %s AND %s < %s", col, at[i], col, at[i+1])
+		}
+		n, err := explainedRows(ctx, db, fmt.Sprintf("EXPLAIN SELECT %s FROM %s WHERE %s", col, quoteTable(table), cond))
+		if err != nil {
+			return false, explain(s.cfg, err)
+		}
+		est, sum = append(est, n), sum+n
+	}
+	for _, n := range est {
+		if 4*n*int64(len(est)) < sum {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// explainedRows is the rows the server estimates a query reads, summed
+// over its plan's lines (EXPLAIN's rows column, in MySQL's and MariaDB's
+// output alike).
+func explainedRows(ctx context.Context, db *sql.DB, q string) (int64, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, err
+	}
+	at := slices.IndexFunc(cols, func(c string) bool { return strings.EqualFold(c, "rows") })
+	if at < 0 {
+		return 0, fmt.Errorf("EXPLAIN gave no rows column (%s)", strings.Join(cols, ", "))
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	var sum int64
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return 0, err
+		}
+		if n, err := strconv.ParseInt(string(vals[at]), 10, 64); err == nil {
+			sum += n
+		}
+	}
+	return sum, rows.Err()
 }
 
 // evenCuts are the n-1 keys that cut the integers lo to hi (text) into n

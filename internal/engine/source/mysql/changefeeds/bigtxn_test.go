@@ -126,6 +126,21 @@ func TestALargeTableOfSparseKeysIsCutAtItsQuantiles(t *testing.T) {
 	}
 }
 
+// One whose integer keys are dense enough on average but for a key far
+// above the others (a sentinel: cut by value, nearly every row would be
+// in the first range) is cut at its exact quantiles too: the server's
+// estimates of the ranges by value say they are not even.
+func TestALargeTableWithAnOutlierKeyIsCutAtItsQuantiles(t *testing.T) {
+	t.Parallel()
+	cuts, _, _ := cutsOf(t, "sentinel",
+		`CREATE TABLE sentinel (id BIGINT PRIMARY KEY, qty INT NOT NULL)`,
+		`INSERT INTO sentinel SELECT seq, seq % 7 FROM seq_0_to_119999`,
+		`INSERT INTO sentinel VALUES (5000000, 1)`)
+	if got := intCuts(cuts); got != "30000,60000,90000" {
+		t.Fatalf("the quantiles of 120,001 keys, 0 to 119,999 and 5,000,000: %v", got)
+	}
+}
+
 // intCuts are cuts of an integer key, as text.
 func intCuts(cuts []string) string {
 	var out []string
