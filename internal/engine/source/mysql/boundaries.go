@@ -118,7 +118,10 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 		if len(all) <= boundarySample {
 			return source.Quantiles(all, n), nil
 		}
-		estimate = boundarySample + 1 // at least
+		// Its statistics are stale (MySQL 8 caches them for a day): how
+		// many rows it has is not known, and only the ranges' own
+		// estimates say whether they are even (balanced).
+		estimate = 0
 	}
 	if types == "int8" {
 		cuts, ok, err := s.cutByValue(ctx, db, table, cols[0], estimate, n)
@@ -230,8 +233,8 @@ func explainedRows(ctx context.Context, db *sql.DB, q string) (int64, error) {
 
 // evenCuts are the n-1 keys that cut the integers lo to hi (text) into n
 // ranges of about the same width, encoded as int8 keys; false when the
-// range holds more than sparseKeys values per row of rows, or is not
-// one.
+// range holds more than sparseKeys values per row of rows (0: rows not
+// known), or is not one.
 func evenCuts(lo, hi string, rows int64, n int) ([]string, bool) {
 	first, ok1 := new(big.Int).SetString(lo, 10)
 	last, ok2 := new(big.Int).SetString(hi, 10)
@@ -240,7 +243,7 @@ func evenCuts(lo, hi string, rows int64, n int) ([]string, bool) {
 	}
 	width := new(big.Int).Sub(last, first)
 	width.Add(width, big.NewInt(1))
-	if width.Cmp(new(big.Int).Mul(big.NewInt(rows), big.NewInt(sparseKeys))) > 0 {
+	if rows > 0 && width.Cmp(new(big.Int).Mul(big.NewInt(rows), big.NewInt(sparseKeys))) > 0 {
 		return nil, false
 	}
 	var out []string

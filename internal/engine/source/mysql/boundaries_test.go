@@ -27,6 +27,7 @@ func TestIntegerKeysAreCutEvenlyByValue(t *testing.T) {
 		{strconv.Itoa(math.MinInt64), strconv.Itoa(math.MaxInt64), math.MaxInt64, 4, "-4611686018427387904,0,4611686018427387904"},
 		{"1", "10000001", 100_000, 4, "sparse"}, // 100 values a row, and one over
 		{"1", "10000000", 100_000, 4, "2500001,5000001,7500001"},
+		{"1", "10000001", 0, 4, "2500001,5000001,7500001"}, // rows not known: not judged sparse
 		{"10", "1", 100_001, 4, "sparse"},
 		{"", "", 100_001, 4, "sparse"}, // an empty table: no ends
 	} {
