@@ -111,17 +111,31 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 	}
 	r.Held.Changefeed, r.Held.Lag = cf, lag
 	if b.HoldTimeout > 0 && now.Sub(r.Held.Since) > b.HoldTimeout {
-		// It fails at once: the hold stays with the failed plan (a drain's
-		// record holds its capture), so a step running now may never end
-		// under it (a drain's partitions of a changefeed, of which no more
-		// move). What such a step began finishes in the engine; the step
-		// is not done, and says so.
+		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun or not finished; submit the plan again when replication has caught up",
+			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag)
 		for i := range r.Steps {
 			note := ""
-			switch r.Steps[i].State {
-			case StepPending:
+			switch s := r.Steps[i]; {
+			case s.State == StepPending:
 				note = "held past --hold-timeout"
-			case StepRunning:
+			case s.State == StepRunning && x.HoldOutlivesPlan:
+				// The hold stays with the failed plan (a drain's record
+				// holds its capture), so a step running now may never end
+				// under it (a drain's partitions of a changefeed, of which
+				// no more move): what it began finishes in the engine, and
+				// the step, not done, says so. Unless it is done already.
+				out, err := x.Act.Check(ctx, &r.Plan, r.Step(s), s.State, s.Since)
+				if err != nil {
+					return false, false, err
+				}
+				if out.Done {
+					ev, err := r.setStep(i, StepDone, out.Note, now)
+					if err != nil {
+						return false, false, err
+					}
+					add(ev)
+					continue
+				}
 				note = "running when the plan was held past --hold-timeout: what it began finishes, the rest is not done"
 			default:
 				continue
@@ -132,9 +146,13 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 			}
 			add(ev)
 		}
-		add(r.finish(Failed, fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun or not finished; submit the plan again when replication has caught up",
-			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag), now))
-		return false, true, nil
+		// Elsewhere a running step ends by itself (a move, a split): the
+		// plan fails once it has (Executor.fail).
+		ev, failed := x.fail(r, msg, now)
+		if ev.Type != "" {
+			add(ev)
+		}
+		return false, failed, nil
 	}
 	return false, false, nil
 }

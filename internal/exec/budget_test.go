@@ -167,39 +167,59 @@ func TestTheWidthGrowsBackAfterCalmBatches(t *testing.T) {
 	}
 }
 
-// A plan held past its hold timeout while steps of it run fails at once
-// (the hold stays with it: a running step may never end under it), its
+// A drain held past its hold timeout while steps of it run fails at once
+// (its hold stays with it: a running step may never end under it), its
 // running steps skipped, saying that what they began finishes, and the
-// steps not begun skipped as before.
-func TestAPlanHeldPastItsTimeoutWithStepsRunningFailsAtOnce(t *testing.T) {
-	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
-	lag := time.Duration(0)
-	x := &Executor{Act: w, Now: c.now, WaitForRunning: true, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
-	r := New("plan-1", wideDrain(), "ops", c.t)
-	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
-	run(t, x, r, RequestNone) // Draining begins
-	w.finish()
-	lag = 9 * time.Second
-	run(t, x, r, RequestNone) // held: no move begins, half the batch may run at once
-	lag = time.Second
-	run(t, x, r, RequestNone) // two of the four moves begin
-	if w.inFlight != 2 {
-		t.Fatalf("in flight %d, want 2", w.inFlight)
-	}
-	lag = time.Minute
-	run(t, x, r, RequestNone) // held again, two moves running
-	c.t = c.t.Add(40 * time.Second)
-	run(t, x, r, RequestNone)
-	if r.State != Failed || !strings.HasPrefix(r.Message, HoldTimeoutPrefix+"30s") || r.Failing != nil {
-		t.Fatalf("held past its timeout with two steps running: %s %q, failing %+v", r.State, r.Message, r.Failing)
-	}
-	running := 0
-	for _, s := range r.Steps {
-		if s.State == StepSkipped && strings.HasPrefix(s.Note, "running when the plan was held past --hold-timeout: what it began finishes") {
-			running++
-		}
-	}
-	if cnt := r.Counts(); cnt[StepRunning] != 0 || cnt[StepSkipped] != 6 || cnt[StepDone] != 1 || running != 2 {
-		t.Fatalf("steps %v (%d skipped while running): want the 2 running and the 4 not begun skipped, the first done", cnt, running)
+// steps not begun skipped as before. A plan whose hold does not outlive
+// it (a move, a split) skips the steps not begun and fails once its
+// running steps have ended, which they do by themselves.
+func TestAPlanHeldPastItsTimeoutWithStepsRunning(t *testing.T) {
+	for _, drain := range []bool{true, false} {
+		t.Run(fmt.Sprintf("drain=%v", drain), func(t *testing.T) {
+			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+			lag := time.Duration(0)
+			x := &Executor{Act: w, Now: c.now, WaitForRunning: true, HoldOutlivesPlan: drain, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+			r := New("plan-1", wideDrain(), "ops", c.t)
+			r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+			run(t, x, r, RequestNone) // Draining begins
+			w.finish()
+			lag = 9 * time.Second
+			run(t, x, r, RequestNone) // held: no move begins, half the batch may run at once
+			lag = time.Second
+			run(t, x, r, RequestNone) // two of the four moves begin
+			if w.inFlight != 2 {
+				t.Fatalf("in flight %d, want 2", w.inFlight)
+			}
+			lag = time.Minute
+			run(t, x, r, RequestNone) // held again, two moves running
+			c.t = c.t.Add(40 * time.Second)
+			run(t, x, r, RequestNone)
+			if !drain {
+				if r.State != Running || r.Failing == nil || !strings.HasPrefix(r.Failing.Message, HoldTimeoutPrefix+"30s") {
+					t.Fatalf("a plan whose hold does not outlive it, held past its timeout with two steps running: %s, failing %+v", r.State, r.Failing)
+				}
+				if cnt := r.Counts(); cnt[StepRunning] != 2 || cnt[StepSkipped] != 4 {
+					t.Fatalf("steps %v: want the 2 running on, the 4 not begun skipped", cnt)
+				}
+				w.finish()
+				run(t, x, r, RequestNone)
+				if cnt := r.Counts(); r.State != Failed || !strings.HasPrefix(r.Message, HoldTimeoutPrefix+"30s") || cnt[StepDone] != 3 {
+					t.Fatalf("once its running steps ended: %s %q, steps %v", r.State, r.Message, cnt)
+				}
+				return
+			}
+			if r.State != Failed || !strings.HasPrefix(r.Message, HoldTimeoutPrefix+"30s") || r.Failing != nil {
+				t.Fatalf("held past its timeout with two steps running: %s %q, failing %+v", r.State, r.Message, r.Failing)
+			}
+			running := 0
+			for _, s := range r.Steps {
+				if s.State == StepSkipped && strings.HasPrefix(s.Note, "running when the plan was held past --hold-timeout: what it began finishes") {
+					running++
+				}
+			}
+			if cnt := r.Counts(); cnt[StepRunning] != 0 || cnt[StepSkipped] != 6 || cnt[StepDone] != 1 || running != 2 {
+				t.Fatalf("steps %v (%d skipped while running): want the 2 running and the 4 not begun skipped, the first done", cnt, running)
+			}
+		})
 	}
 }

@@ -79,6 +79,11 @@ type Executor struct {
 	// an older one that took over would begin the failing plan's other
 	// steps and never end it.
 	WaitForRunning bool
+	// HoldOutlivesPlan: a plan's lag budget hold stays after the plan
+	// failed held past its hold timeout (a drain's record holds its
+	// capture, so nothing more moves off it), so a step still running
+	// then may never end: it is skipped, and the plan fails at once.
+	HoldOutlivesPlan bool
 }
 
 // Advance moves a record as far as it can go now and returns the events
@@ -138,9 +143,25 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 
 	for {
 		cur := r.CurrentBatch()
-		if r.Failing != nil && r.Counts()[StepRunning] == 0 {
-			ev, _ := r.failNow(now)
-			add(ev)
+		if r.Failing == nil {
+			// A step failed and the plan goes on: an older coordinator
+			// saved the record without what it fails with. It fails.
+			for _, s := range r.Steps {
+				if s.State == StepFailed {
+					if ev, _ := x.fail(r, plan.StepText(r.Step(s))+": "+s.Note, now); ev.Type != "" {
+						add(ev)
+					}
+					if r.State.Terminal() {
+						return evs, nil
+					}
+					break
+				}
+			}
+		}
+		if r.Failing != nil && (r.Counts()[StepRunning] == 0 || !x.WaitForRunning) {
+			// Nothing runs any more; or a node that would not know the
+			// wait joined since it began.
+			add(r.finish(Failed, r.Failing.Message, now))
 			return evs, nil
 		}
 		if cur == len(r.Plan.Batches) {

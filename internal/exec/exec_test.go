@@ -390,6 +390,47 @@ func TestAFailedStepFailsThePlanAtOnceWhereItMayNotWait(t *testing.T) {
 	}
 }
 
+// A failing plan ends at once where it may no longer wait (a node of a
+// version without the wait joined); and a record an older coordinator
+// saved, its failed step without what the plan fails with, fails too,
+// rather than running for ever on that step's batch.
+func TestAFailingPlanEndsWhereItMayNoLongerWait(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		t.Run(fmt.Sprintf("saved-by-older=%v", older), func(t *testing.T) {
+			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+			x := &Executor{Act: w, Now: c.now, StallAfter: 10 * time.Second, WaitForRunning: true}
+			r := New("plan-1", drainPlan(), "ops", c.t)
+			run(t, x, r, RequestNone)
+			w.finish()
+			run(t, x, r, RequestNone)
+			w.lost[plan.StepText(r.Step(r.Steps[1]))] = true
+			run(t, x, r, RequestNone)
+			if r.Failing == nil {
+				t.Fatalf("not failing: %s", r.State)
+			}
+			if older {
+				r.Failing = nil // dropped by the older coordinator's save
+			} else {
+				x.WaitForRunning = false
+			}
+			c.t = c.t.Add(time.Second)
+			run(t, x, r, RequestNone)
+			if older {
+				// Failing again, from its failed step: it waits for the
+				// other, running, and ends with it.
+				if r.State != Running || r.Failing == nil || !strings.Contains(r.Failing.Message, "its partition is gone") {
+					t.Fatalf("a record saved without its failure: %s, failing %+v", r.State, r.Failing)
+				}
+				w.finish()
+				run(t, x, r, RequestNone)
+			}
+			if r.State != Failed || !strings.Contains(r.Message, "its partition is gone") {
+				t.Fatalf("%s %q, failing %+v", r.State, r.Message, r.Failing)
+			}
+		})
+	}
+}
+
 // A plan failing keeps its first failure: a second step failing meanwhile
 // neither replaces what it fails with nor starts its wait again, and a
 // step not begun is not checked (it never begins); it fails once no step

@@ -25,7 +25,8 @@ const (
 	StepFailed  StepState = "failed"
 	// StepSkipped: not done, its note says why: what it acts on was
 	// removed, or the plan ended first (abandoned, or held past its
-	// hold timeout).
+	// hold timeout: a drain's steps running then too, which may have
+	// moved some of their partitions).
 	StepSkipped StepState = "skipped"
 	// StepCancelled: the operator cancelled the plan before the step
 	// ended. Neither done nor skipped: each step a cancelled plan did not
@@ -125,8 +126,9 @@ type Record struct {
 	Width     int    `json:"width,omitempty"`
 	HeldBatch int    `json:"held_batch,omitempty"`
 	// Failing is the failure a plan ends with once the steps it left
-	// running have ended (held past its hold timeout): their outcome is
-	// then in the record, not a step shown running for ever.
+	// running have ended (a step of it failed; or, where its hold does
+	// not outlive it, it was held past its hold timeout): their outcome
+	// is then in the record, not a step shown running for ever.
 	Failing *Failing `json:"failing,omitempty"`
 }
 

@@ -137,10 +137,10 @@ func (c *Coordinator) runPlans(ctx context.Context, term election.Term, st *meta
 	// while every node would know it waits (a coordinator of an older
 	// version taking over would not).
 	wait := c.view.AllNodesHave(model.FeaturePlanFailing)
-	drain := &exec.Executor{Act: drainer, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now), WaitForRunning: wait}
+	drain := &exec.Executor{Act: drainer, Now: now, StallAfter: c.StallAfter, Lag: planLag(st, now), WaitForRunning: wait, HoldOutlivesPlan: true}
 	executors := map[plan.Kind]*exec.Executor{
 		plan.KindDrain:   drain,
-		plan.KindRollout: {Act: &rolloutActuator{drain: drainer}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag, WaitForRunning: wait},
+		plan.KindRollout: {Act: &rolloutActuator{drain: drainer}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag, WaitForRunning: wait, HoldOutlivesPlan: true},
 	}
 	parts := &exec.Executor{Act: &partitionActuator{c: c, term: term}, Now: now, StallAfter: c.StallAfter, Lag: drain.Lag, WaitForRunning: wait}
 	for id, raw := range st.Plans {

@@ -161,8 +161,15 @@ func (s *Source) cutByValue(ctx context.Context, db *sql.DB, table, col string, 
 	if !ok || len(cuts) == 0 {
 		return cuts, ok, nil
 	}
-	ok, err := s.balanced(ctx, db, table, col, lo.String, hi.String, cuts)
-	return cuts, ok, err
+	ok, err := s.balanced(ctx, db, table, col, lo.String, hi.String, cuts, max(rows, boundarySample+1))
+	if err != nil {
+		// (MySQL 8 answers EXPLAIN in the format its explain_format says,
+		// which FORMAT=TRADITIONAL overrides; whatever else goes wrong
+		// here only costs the slower cut.)
+		s.log.Warn("mysql source: the server's estimates of a table's ranges could not be read; it is cut at its keys' quantiles, read at their offsets", "changefeed", s.cf, "table", table, "err", err)
+		return cuts, false, nil
+	}
+	return cuts, ok, nil
 }
 
 // balanced says the ranges cuts make of the keys lo to hi hold about as
@@ -170,24 +177,37 @@ func (s *Source) cutByValue(ctx context.Context, db *sql.DB, table, col string, 
 // dives into the key's index, no rows read): a key of a few outliers far
 // above the rest (a sentinel id) is dense enough on average, yet puts
 // nearly every row in the first range. Each range must hold at least a
-// quarter of its share.
-func (s *Source) balanced(ctx context.Context, db *sql.DB, table, col, lo, hi string, cuts []string) (bool, error) {
+// quarter of its share; and all of them at least half the rows the table
+// is known to hold (atLeast): estimates far under it come from the
+// server's own statistics, stale, and say nothing.
+func (s *Source) balanced(ctx context.Context, db *sql.DB, table, col, lo, hi string, cuts []string, atLeast int64) (bool, error) {
 	at := []string{lo}
 	for _, c := range cuts {
 		at = append(at, model.DecodeKey("int8", c))
 	}
+	var version string
+	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		return false, err
+	}
+	verb := "EXPLAIN"
+	if flavorOf(version) == "mysql" {
+		verb = "EXPLAIN FORMAT=TRADITIONAL" // whatever explain_format says (MySQL 8.0.32 on)
+	}
 	var est []int64
 	var sum int64
 	for i := range at {
-		cond := fmt.Sprintf("%s >= %s AND %s < %s", col, at[i], col, hi)
+		cond := fmt.Sprintf("%s >= %s AND %s <= %s", col, at[i], col, hi)
 		if i+1 < len(at) {
 			cond = fmt.Sprintf("%s >= %s AND %s < %s", col, at[i], col, at[i+1])
 		}
-		n, err := explainedRows(ctx, db, fmt.Sprintf("EXPLAIN SELECT %s FROM %s WHERE %s", col, quoteTable(table), cond))
+		n, err := explainedRows(ctx, db, fmt.Sprintf("%s SELECT %s FROM %s WHERE %s", verb, col, quoteTable(table), cond))
 		if err != nil {
-			return false, explain(s.cfg, err)
+			return false, err
 		}
 		est, sum = append(est, n), sum+n
+	}
+	if 2*sum < atLeast {
+		return false, nil
 	}
 	for _, n := range est {
 		if 4*n*int64(len(est)) < sum {
