@@ -284,3 +284,38 @@ func cmdFollower(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ts.Fatalf("follower: no capture in stdout is a follower outside %v (run capture list -o json first)", args[1:])
 }
+
+// orlogs LOGS WORD CMD [ARGS...] runs a command as exec does; when it
+// fails, it prints the lines with WORD (a changefeed's name) of the
+// playground's agent logs matching the glob LOGS (as $WORK sees it),
+// then fails: for a step that fails only now and then, under load, what
+// the agents did is then in the CI's output.
+func cmdOrLogs(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: orlogs LOGS WORD CMD [ARGS...]")
+	}
+	err := ts.Exec(args[2], args[3:]...)
+	ts.Logf("%s", ts.ReadFile("stdout"))
+	if err == nil {
+		return
+	}
+	ts.Logf("%s", ts.ReadFile("stderr"))
+	paths, _ := filepath.Glob(ts.MkAbs(args[0]))
+	for _, p := range paths {
+		b, rerr := os.ReadFile(p)
+		if rerr != nil {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, args[1]) && !strings.Contains(l, "level=DEBUG") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 200 {
+			lines = lines[len(lines)-200:]
+		}
+		ts.Logf("%s, lines with %q (the last 200):\n%s", filepath.Base(p), args[1], strings.Join(lines, "\n"))
+	}
+	ts.Fatalf("%s: %v", strings.Join(args[2:], " "), err)
+}

@@ -122,6 +122,7 @@ func Run(t *testing.T, band PortBand, names ...string) {
 			"numgt":    cmdNumGreater,
 			"refused":  cmdRefused,
 			"gone":     cmdGone,
+			"orlogs":   cmdOrLogs,
 		},
 	})
 }
