@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,23 +142,22 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 		return evs, nil
 	}
 
-	for {
-		cur := r.CurrentBatch()
-		if r.Failing == nil {
-			// A step failed and the plan goes on: an older coordinator
-			// saved the record without what it fails with. It fails.
-			for _, s := range r.Steps {
-				if s.State == StepFailed {
-					if ev, _ := x.fail(r, plan.StepText(r.Step(s))+": "+s.Note, now); ev.Type != "" {
-						add(ev)
-					}
-					if r.State.Terminal() {
-						return evs, nil
-					}
-					break
-				}
+	if r.Failing == nil {
+		// A step failed and the plan goes on: an older coordinator saved
+		// the record without what it fails with. It fails. (Once, here: a
+		// step failing below returns at once.)
+		if i := slices.IndexFunc(r.Steps, func(s StepStatus) bool { return s.State == StepFailed }); i >= 0 {
+			s := r.Steps[i]
+			if ev, _ := x.fail(r, plan.StepText(r.Step(s))+": "+s.Note, now); ev.Type != "" {
+				add(ev)
+			}
+			if r.State.Terminal() {
+				return evs, nil
 			}
 		}
+	}
+	for {
+		cur := r.CurrentBatch()
 		if r.Failing != nil && (r.Counts()[StepRunning] == 0 || !x.WaitForRunning) {
 			// Nothing runs any more; or a node that would not know the
 			// wait joined since it began.
