@@ -223,3 +223,56 @@ func TestAPlanHeldPastItsTimeoutWithStepsRunning(t *testing.T) {
 		})
 	}
 }
+
+// A plan held while what is left of its batch runs (the steps not begun
+// there were skipped meanwhile) still looks at its hold at each advance:
+// it goes on below the resume bound, and fails past its hold timeout. It
+// did not: the hold was looked at only for a step about to begin, so a
+// drain's running steps, waiting for the hold to end, waited for ever.
+func TestAHoldWithNothingLeftToBeginStillEnds(t *testing.T) {
+	for _, lagStays := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lag stays=%v", lagStays), func(t *testing.T) {
+			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+			lag := time.Duration(0)
+			x := &Executor{Act: w, Now: c.now, WaitForRunning: true, HoldOutlivesPlan: true, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+			r := New("plan-1", wideDrain(), "ops", c.t)
+			r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+			run(t, x, r, RequestNone) // Draining begins
+			w.finish()
+			lag = 9 * time.Second
+			run(t, x, r, RequestNone) // held: half the batch may run at once
+			lag = time.Second
+			run(t, x, r, RequestNone) // a and b begin
+			lag = time.Minute
+			run(t, x, r, RequestNone) // held again, a and b running
+			for _, cf := range []string{"c", "d"} {
+				w.removed[plan.StepText(plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: "capture-1"})] = true
+			}
+			run(t, x, r, RequestNone) // c and d skipped: nothing left to begin in the batch
+			if cnt := r.Counts(); r.Held == nil || cnt[StepRunning] != 2 || cnt[StepSkipped] != 2 {
+				t.Fatalf("held %+v, steps %v: want held, 2 running, 2 skipped", r.Held, cnt)
+			}
+			c.t = c.t.Add(40 * time.Second)
+			if lagStays {
+				run(t, x, r, RequestNone)
+				if r.State != Failed || !strings.HasPrefix(r.Message, HoldTimeoutPrefix+"30s") || r.Counts()[StepRunning] != 0 {
+					t.Fatalf("held 40s of 30 with nothing left to begin: %s %q, steps %v", r.State, r.Message, r.Counts())
+				}
+				return
+			}
+			lag = time.Second
+			evs := run(t, x, r, RequestNone)
+			if r.Held != nil || len(evs) == 0 || evs[len(evs)-1].Type != EventUnheld {
+				t.Fatalf("below the resume bound with nothing left to begin: held %+v, events %+v", r.Held, evs)
+			}
+			w.finish()
+			for i := 0; i < 5 && !r.State.Terminal(); i++ {
+				run(t, x, r, RequestNone)
+				w.finish()
+			}
+			if r.State != Done || r.Held != nil {
+				t.Fatalf("state %s, held %+v", r.State, r.Held)
+			}
+		})
+	}
+}

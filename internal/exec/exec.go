@@ -284,6 +284,15 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			}
 		}
 		if !progressed || r.CurrentBatch() == cur {
+			if !gated && r.Held != nil && r.State == Running && r.Failing == nil {
+				// No step of this batch asked to begin (what is left of
+				// it runs or waits), but the hold is looked at all the
+				// same: a drain's running steps wait for it to end, and
+				// its timeout is counted.
+				if _, failed, err := x.gate(ctx, r, now, add); err != nil || failed {
+					return evs, err
+				}
+			}
 			if ev, ok := r.failNow(now); ok {
 				add(ev)
 				return evs, nil

@@ -254,7 +254,9 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 }
 
 func (r *Record) finish(state State, message string, now time.Time) Event {
-	r.State, r.Message, r.Failing = state, message, nil
+	// An ended plan holds nothing (a drain held past its timeout says so
+	// by its message).
+	r.State, r.Message, r.Failing, r.Held = state, message, nil, nil
 	r.FinishedAt = &now
 	typ := map[State]EventType{Done: EventDone, Failed: EventFailed, Cancelled: EventCancelled}[state]
 	return r.emit(now, Event{Type: typ, Message: message}, true)
