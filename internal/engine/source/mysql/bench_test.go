@@ -44,7 +44,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 	const rows, perTxn = 200_000, 1000
 	srv, db, cfg := streamBench(b)
 	ctx := context.Background()
-	var ours, stored, bare time.Duration
+	var ours, stored, bare, oursCPU, bareCPU time.Duration
 	for i := 0; i < b.N; i++ {
 		cfg.Start = model.TsFromTime(time.Now())
 		from, err := mysql.Begin(ctx, cfg, cfg.Start)
@@ -53,19 +53,23 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 		}
 		insertRows(b, db, i*rows, rows, perTxn)
 		runBare := func() {
-			began := time.Now()
+			began, c0 := time.Now(), sourcetest.ProcessCPU(b)
 			if got := bareRead(b, srv.Addr(), from, rows); got != rows {
 				b.Fatalf("the bare reader parsed %d rows, want %d", got, rows)
 			}
 			bare += time.Since(began)
+			bareCPU += sourcetest.ProcessCPU(b) - c0
 		}
 		runOurs := func(room *eventlog.Memory, took *time.Duration) func() {
 			return func() {
-				began := time.Now()
+				began, c0 := time.Now(), sourcetest.ProcessCPU(b)
 				if got := throughTheSource(b, cfg, from, b.TempDir(), rows, false, room); got != rows {
 					b.Fatalf("the source delivered %d rows, want %d", got, rows)
 				}
 				*took += time.Since(began)
+				if room != nil {
+					oursCPU += sourcetest.ProcessCPU(b) - c0
+				}
 			}
 		}
 		sides := []func(){runBare, runOurs(eventlog.NewMemory(eventlog.DefaultMemory), &ours), runOurs(nil, &stored)}
@@ -78,6 +82,10 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 	b.ReportMetric(n/bare.Seconds(), "bare-rows/s")
 	b.ReportMetric(bare.Seconds()/ours.Seconds(), "ratio")
 	b.ReportMetric(bare.Seconds()/stored.Seconds(), "store-ratio")
+	// The process's CPU a row, every goroutine's (go-mysql reads the
+	// network and decodes on goroutines of its own).
+	b.ReportMetric(float64(oursCPU.Microseconds())/n, "cpu-us/row")
+	b.ReportMetric(float64(bareCPU.Microseconds())/n, "bare-cpu-us/row")
 }
 
 // streamBench starts a MariaDB with an empty table bench, and the source

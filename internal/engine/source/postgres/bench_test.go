@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -60,17 +59,17 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 		// Both decode the same WAL; whichever reads it first may find it
 		// colder, so the order alternates.
 		runBare := func() {
-			began, cpu := time.Now(), processCPU(b)
+			began, cpu := time.Now(), sourcetest.ProcessCPU(b)
 			if got := bareRead(b, base, bup.StartLSN, rows); got != rows {
 				b.Fatalf("the bare reader decoded %d rows, want %d", got, rows)
 			}
 			bare += time.Since(began)
-			bareCPU += processCPU(b) - cpu
+			bareCPU += sourcetest.ProcessCPU(b) - cpu
 		}
 		runOurs := func() {
 			// Opened here, not before the bare reader runs: its walsender
 			// would decode ahead meanwhile, and ours would look faster.
-			began, cpu := time.Now(), processCPU(b)
+			began, cpu := time.Now(), sourcetest.ProcessCPU(b)
 			st, err := OpenStream(ctx, cfg, up.StartLSN, 0, map[string]TableState{"public.bench": {Def: up.Defs["public.bench"]}}, false, "")
 			if err != nil {
 				b.Fatal(err)
@@ -80,7 +79,7 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 				b.Fatalf("the source delivered %d rows, want %d", got, rows)
 			}
 			ours += time.Since(began)
-			oursCPU += processCPU(b) - cpu
+			oursCPU += sourcetest.ProcessCPU(b) - cpu
 		}
 		if i%2 == 0 {
 			runBare()
@@ -100,15 +99,6 @@ func BenchmarkSourceAgainstBareReader(b *testing.B) {
 	// both wait on, does not change it much.
 	b.ReportMetric(float64(oursCPU.Microseconds())/n, "cpu-us/row")
 	b.ReportMetric(float64(bareCPU.Microseconds())/n, "bare-cpu-us/row")
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // bareRead streams a slot and decodes every message with pglogrepl,
