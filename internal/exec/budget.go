@@ -103,16 +103,17 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 		return false, false, nil
 	}
 	if lag < b.Resume() {
-		held := now.Sub(r.Held.Since)
-		r.Held = nil
-		add(r.emit(now, Event{Type: EventUnheld, Message: fmt.Sprintf("changefeed %s lags %s, below %s: going on (held %s)",
-			cf, lag.Round(time.Millisecond), b.Resume(), held.Round(time.Second))}, true))
+		add(r.unhold(now, fmt.Sprintf("changefeed %s lags %s, below %s: going on", cf, lag.Round(time.Millisecond), b.Resume())))
 		return true, false, nil
 	}
 	r.Held.Changefeed, r.Held.Lag = cf, lag
 	if b.HoldTimeout > 0 && now.Sub(r.Held.Since) > b.HoldTimeout {
-		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, over --max-lag %s; the steps done stay done, the others were not begun or not finished; submit the plan again when replication has caught up",
-			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), b.MaxLag)
+		over := fmt.Sprintf("over --max-lag %s", b.MaxLag)
+		if lag <= b.MaxLag {
+			over = fmt.Sprintf("not yet below %s (--resume-below)", b.Resume())
+		}
+		msg := fmt.Sprintf("%s%s (--hold-timeout): changefeed %s lags %s, %s; the steps done stay done, the others were not begun or not finished; submit the plan again when replication has caught up",
+			HoldTimeoutPrefix, b.HoldTimeout, cf, lag.Round(time.Millisecond), over)
 		for i := range r.Steps {
 			note := ""
 			switch s := r.Steps[i]; {
@@ -155,6 +156,13 @@ func (x *Executor) gate(ctx context.Context, r *Record, now time.Time, add func(
 		return false, failed, nil
 	}
 	return false, false, nil
+}
+
+// unhold ends a plan's hold, saying why and for how long it held.
+func (r *Record) unhold(now time.Time, why string) Event {
+	held := now.Sub(r.Held.Since)
+	r.Held = nil
+	return r.emit(now, Event{Type: EventUnheld, Message: fmt.Sprintf("%s (held %s)", why, held.Round(time.Second))}, true)
 }
 
 // widen grows how many steps may run at once by one after a batch that

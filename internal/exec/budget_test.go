@@ -276,3 +276,81 @@ func TestAHoldWithNothingLeftToBeginStillEnds(t *testing.T) {
 		})
 	}
 }
+
+// A hold with nothing left to begin in the whole plan ends at once where
+// it holds no running step (a move, a split, a rebalance): the steps
+// running finish by themselves, and the plan ends done, not failed past
+// its hold timeout for a hold that held nothing back.
+func TestAHoldWithNothingLeftToBeginAnywhereHoldsNothing(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	lag := time.Duration(0)
+	x := &Executor{Act: w, Now: c.now, WaitForRunning: true, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+	p := &plan.Plan{Version: 1, Kind: "rebalance", Target: "orders", BatchSize: 4}
+	var steps []plan.Step
+	for i := 0; i < 4; i++ {
+		steps = append(steps, plan.Step{Kind: plan.StepMovePartition, Changefeed: "orders", Partition: fmt.Sprintf("p%d", i), To: "capture-1"})
+	}
+	p.Batches = []plan.Batch{{Steps: steps}}
+	r := New("plan-1", p, "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+	lag = 9 * time.Second
+	run(t, x, r, RequestNone) // held: half the batch may run at once
+	lag = time.Second
+	run(t, x, r, RequestNone) // p0 and p1 begin
+	lag = time.Minute
+	run(t, x, r, RequestNone) // held again
+	w.removed[plan.StepText(steps[2])], w.removed[plan.StepText(steps[3])] = true, true
+	evs := run(t, x, r, RequestNone)
+	if last := evs[len(evs)-1]; r.Held != nil || last.Type != EventUnheld || !strings.Contains(last.Message, "nothing is left to begin") {
+		t.Fatalf("nothing left to begin: held %+v, events %+v", r.Held, evs)
+	}
+	c.t = c.t.Add(40 * time.Second)
+	run(t, x, r, RequestNone)
+	w.finish()
+	run(t, x, r, RequestNone)
+	if cnt := r.Counts(); r.State != Done || cnt[StepDone] != 2 || cnt[StepSkipped] != 2 {
+		t.Fatalf("%s %q, steps %v: want done, the two running done", r.State, r.Message, cnt)
+	}
+}
+
+// Time paused does not count toward the hold timeout: a plan paused
+// while held, resumed an hour later with the lag between the bounds,
+// asks its budget afresh and goes on.
+func TestTimePausedDoesNotCountTowardTheHoldTimeout(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	lag := 9 * time.Second
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 10 * time.Minute}
+	run(t, x, r, RequestNone)
+	if r.Held == nil {
+		t.Fatal("not held")
+	}
+	run(t, x, r, RequestPause)
+	if r.Held != nil {
+		t.Fatalf("a paused plan shows a hold: %+v", r.Held)
+	}
+	c.t = c.t.Add(time.Hour)
+	lag = 3 * time.Second // under --max-lag, not under the resume bound
+	run(t, x, r, RequestResume)
+	if r.State != Running || len(w.begun) != 1 {
+		t.Fatalf("resumed after an hour paused: %s %q, begun %v", r.State, r.Message, w.begun)
+	}
+}
+
+// A plan held past its timeout with its lag between the bounds says the
+// lag is not yet below the resume bound, not that it is over --max-lag.
+func TestTheHoldTimeoutSaysWhichBoundTheLagIsOver(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	lag := 9 * time.Second
+	x := &Executor{Act: w, Now: c.now, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
+	r := New("plan-1", drainPlan(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+	run(t, x, r, RequestNone)
+	lag = 3 * time.Second
+	c.t = c.t.Add(40 * time.Second)
+	run(t, x, r, RequestNone)
+	if r.State != Failed || !strings.Contains(r.Message, "orders lags 3s, not yet below 2.5s (--resume-below)") {
+		t.Fatalf("%s %q", r.State, r.Message)
+	}
+}

@@ -119,10 +119,13 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 		add(r.finish(Cancelled, "cancelled by request; steps already done stay done", now))
 		return evs, nil
 	case req == RequestPause && r.State == Running:
-		r.State = Paused
+		// A pause holds the plan itself (a drain's record says so); its
+		// lag budget is asked afresh once it resumes, so that time
+		// paused never counts toward --hold-timeout.
+		r.State, r.Held = Paused, nil
 		add(r.emit(now, Event{Type: EventPaused, Message: "paused by request: running steps finish, no new step begins"}, true))
 	case req == RequestResume && r.State == Paused:
-		r.State = Running
+		r.State, r.Held = Running, nil // (a record an older coordinator paused held)
 		add(r.emit(now, Event{Type: EventResumed, Message: "resumed by request"}, true))
 	}
 
@@ -288,9 +291,13 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				// No step of this batch asked to begin (what is left of
 				// it runs or waits), but the hold is looked at all the
 				// same: a drain's running steps wait for it to end, and
-				// its timeout is counted.
-				if _, failed, err := x.gate(ctx, r, now, add); err != nil || failed {
-					return evs, err
+				// its timeout is counted while it holds steps back.
+				if x.HoldOutlivesPlan || r.Counts()[StepPending] > 0 {
+					if _, failed, err := x.gate(ctx, r, now, add); err != nil || failed {
+						return evs, err
+					}
+				} else {
+					add(r.unhold(now, "nothing is left to begin: the lag budget holds no step back"))
 				}
 			}
 			if ev, ok := r.failNow(now); ok {
