@@ -6,12 +6,36 @@ package mysql
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
+
+// imageLacks says why a rows event's rows cannot be replicated when an
+// image of one leaves columns out, "" when none does: the session that
+// wrote it had binlog_row_image MINIMAL or NOBLOB (set after the
+// preflight, or for that session only), and go-mysql gives a column left
+// out as nil, which would reach the sink as NULL (an update's unchanged
+// text, an insert's unnamed columns) or route by a missing key.
+func imageLacks(e *replication.RowsEvent, def *source.TableDef) string {
+	for _, skipped := range e.SkippedColumns {
+		if len(skipped) == 0 {
+			continue
+		}
+		var names []string
+		for _, i := range skipped {
+			if i < len(def.Columns) {
+				names = append(names, def.Columns[i].Name)
+			}
+		}
+		return fmt.Sprintf("a row was logged without its columns %s: the session that wrote it had binlog_row_image MINIMAL or NOBLOB, not FULL, and the sink would have them as NULL. Make every session log whole rows (SET GLOBAL binlog_row_image = FULL, binlog-row-image=FULL in the server's configuration, then reconnect the application's connections, which keep the value they began with)",
+			strings.Join(names, ", "))
+	}
+	return ""
+}
 
 // rowEvents turns a rows event of a replicated table into row changes,
 // appended to dst (the transaction's so far).

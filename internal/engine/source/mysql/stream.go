@@ -379,6 +379,10 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		}
 	}
 	r.checkedMap[table] = e.Table
+	if why := imageLacks(e, st.Def); why != "" {
+		r.h.hold(table, why)
+		return nil
+	}
 	evs, err := rowEvents(r.cur.events, e, ev.Header.EventType, table, st, r.columnsOf(table), r.keyTypesOf(table))
 	if err != nil {
 		r.h.hold(table, "a row does not decode: "+err.Error())
