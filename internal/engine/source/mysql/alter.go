@@ -174,7 +174,18 @@ func (r *alterReader) spec(a *alterTable) bool {
 		case r.is("primary"):
 			a.key = true
 			return r.skipSpec()
-		case r.is("index"), r.is("key"), r.is("foreign"), r.is("check"), r.is("constraint"), r.is("partition"), r.is("period"), r.is("system"):
+		case r.is("index"), r.is("key"), r.is("constraint"):
+			// DROP INDEX `PRIMARY` is DROP PRIMARY KEY, as the
+			// statement DROP INDEX `PRIMARY` ON t is.
+			n := 1
+			if r.peekWord(1, "if") && r.peekWord(2, "exists") {
+				n = 3
+			}
+			if t := r.peek(n); (t.kind == 'w' || t.kind == 'q') && strings.EqualFold(t.text, "primary") {
+				a.key = true
+			}
+			return r.skipSpec()
+		case r.is("foreign"), r.is("check"), r.is("partition"), r.is("period"), r.is("system"):
 			return r.skipSpec()
 		}
 		r.accept("column")

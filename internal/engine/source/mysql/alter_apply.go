@@ -25,7 +25,7 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 	find := func(name string) int {
 		return slices.IndexFunc(cols, func(c col) bool { return strings.EqualFold(c.def.Name, name) })
 	}
-	made := func(c colDef, keyPos int) (col, bool) {
+	build := func(c colDef, keyPos int) (col, bool) {
 		typ := asCatalog(c.typ, flavor)
 		if typ == "json" && flavor == "mariadb" {
 			typ = "longtext" // MariaDB's JSON is a LONGTEXT with a check
@@ -39,7 +39,12 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 					return out, false
 				}
 			}
-			if cs != "utf8mb4" && cs != "binary" {
+			if cs == "binary" {
+				// A character type in the binary set is a binary type
+				// (VARCHAR → VARBINARY): the catalog decides.
+				return out, false
+			}
+			if cs != "utf8mb4" {
 				out.charset = cs
 			}
 		}
@@ -60,7 +65,17 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 		}
 		return true
 	}
+	// The server finds the columns a clause changes among the table's
+	// columns before the statement (CHANGE a b, CHANGE b a swaps two
+	// names), and applying the clauses in turn finds them among the
+	// columns the clauses before made: where the two could differ (a
+	// clause changes a name an earlier one made), the statement is not
+	// applied.
+	made := map[string]bool{}
 	for _, s := range a.specs {
+		if s.op != "add" && made[strings.ToLower(s.name)] {
+			return nil, nil, false
+		}
 		at := find(s.name)
 		switch s.op {
 		case "add":
@@ -70,7 +85,7 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 				}
 				return nil, nil, false
 			}
-			c, ok := made(s.col, 0)
+			c, ok := build(s.col, 0)
 			if !ok || !insert(c, s) {
 				return nil, nil, false
 			}
@@ -89,7 +104,10 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 				}
 				return nil, nil, false
 			}
-			c, ok := made(s.col, cols[at].def.KeyPos)
+			if !strings.EqualFold(s.name, s.col.name) && find(s.col.name) >= 0 {
+				return nil, nil, false // a name another column has
+			}
+			c, ok := build(s.col, cols[at].def.KeyPos)
 			if !ok {
 				return nil, nil, false
 			}
@@ -106,6 +124,9 @@ func (a alterTable) apply(def *source.TableDef, charsets map[int]string, flavor 
 				return nil, nil, false
 			}
 			cols[at].def.Name = s.col.name
+		}
+		if s.op == "add" || s.op == "change" || s.op == "rename" {
+			made[strings.ToLower(s.col.name)] = true
 		}
 	}
 	out := *def

@@ -84,6 +84,22 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		{stmt: "ALTER TABLE orders ADD COLUMN k INT KEY", want: "key"},
 		{stmt: "ALTER TABLE orders RENAME TO orders_v2", want: "renamed"},
 		{stmt: "ALTER TABLE orders RENAME INDEX a TO b", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
+		{stmt: "ALTER TABLE orders DROP INDEX `PRIMARY`, ADD PRIMARY KEY (qty)", want: "key"},
+		{stmt: "ALTER TABLE orders DROP KEY IF EXISTS PRIMARY", want: "key"},
+		{stmt: "ALTER TABLE orders DROP INDEX primary_lookup", want: "id bigint(20) not null key1, note varchar(20), qty int(11)"},
+
+		// The server finds each clause's column before the statement:
+		// a swap of two names, a clause on a name an earlier one made,
+		// a new name another column has are not applied in turn.
+		{stmt: "ALTER TABLE orders CHANGE note qty VARCHAR(20), CHANGE qty note INT", want: "refused"},
+		{stmt: "ALTER TABLE orders RENAME COLUMN note TO memo, DROP COLUMN memo", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN x INT, MODIFY x BIGINT", want: "refused"},
+		{stmt: "ALTER TABLE orders CHANGE note qty VARCHAR(20)", want: "refused"},
+		{stmt: "ALTER TABLE orders DROP COLUMN note, ADD COLUMN note INT", want: "id bigint(20) not null key1, qty int(11), note int(11)"},
+		{stmt: "ALTER TABLE orders ADD COLUMN a VARCHAR(5) ASCII, ADD COLUMN u CHAR(2) UNICODE, ADD COLUMN c VARCHAR(3) BINARY", want: "id bigint(20) not null key1, note varchar(20), qty int(11), a varchar(5) latin1, u char(2) ucs2, c varchar(3)", def: utf8},
+		{stmt: "ALTER TABLE orders ADD COLUMN b VARCHAR(5) BYTE", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN b VARCHAR(5) CHARACTER SET binary", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN a INT, ADD COLUMN b INT AFTER a", want: "id bigint(20) not null key1, note varchar(20), qty int(11), a int(11), b int(11)"},
 	} {
 		a, ok := parseAlter(c.stmt, "shop")
 		got := "refused"

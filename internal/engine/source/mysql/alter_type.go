@@ -179,7 +179,14 @@ func (r *alterReader) dataType() (typ string, textual bool, charset string, ok b
 				typ += " unsigned"
 			}
 			typ += " zerofill"
-		case r.accept("binary"), r.accept("ascii"), r.accept("unicode"), r.accept("byte"):
+		case r.accept("binary"): // the character set's binary collation
+		case r.accept("ascii"):
+			charset = "latin1"
+		case r.accept("unicode"):
+			charset = "ucs2"
+		case r.accept("byte"):
+			// CHARACTER SET binary: a binary type; the catalog decides.
+			return "", false, "", false
 		case r.is("character", "set"), r.is("charset"), r.is("collate"):
 			cs, ok := r.charset()
 			if !ok {
