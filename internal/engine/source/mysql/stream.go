@@ -350,12 +350,22 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		return nil
 	}
 	st, ok := r.at.Tables[table]
-	if !ok || r.held[table] || st.Dropped || r.inCopy(st) {
+	if !ok || st.Dropped || r.inCopy(st) {
 		return nil
 	}
 	// A table map comes once per transaction and table: checked
 	// once, not at every rows event under it.
 	stmt, altered := r.pending[table]
+	r.cur.hadRows = true
+	if r.held[table] {
+		if altered {
+			// Where the table was not held, its change was looked for
+			// here (below): the same positions after it either way.
+			delete(r.pending, table)
+			r.cur.reserved++
+		}
+		return nil
+	}
 	if altered || r.checkedMap[table] != e.Table && !mapMatches(e.Table, st.Def) {
 		delete(r.pending, table)
 		if _, err := r.openCatalog(); err != nil {
@@ -367,9 +377,13 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		}
 		if why != "" {
 			r.h.toCopy(r.ctx, table, why)
+			r.cur.reserved++ // the position a change found here would have had
 			return nil
 		}
 		next.Unfollowed = ""
+		if ddl == nil {
+			r.cur.reserved++ // as above: the catalog read later may find one
+		}
 		if ddl != nil {
 			if r.cur.slotsFull() {
 				r.h.toCopy(r.ctx, table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))

@@ -18,11 +18,18 @@ type txn struct {
 	// each with its default database.
 	rowStmts [][2]string
 	ddls     []*source.Event // schema changes its rows follow (schema.go)
-	events   []source.Event
-	tickAt   int64 // the server's clock in µs, when it wrote a tick
-	commit   int64 // the commit's time in µs (MySQL) or seconds × 10^6
-	gtid     string
-	xa       string // an XA transaction's id, from its XA END
+	// reserved are positions of schema changes looked for at its rows
+	// and not found (the table's schema the same, or the table held):
+	// the catalog, read again later from before them, may find one,
+	// and the positions after them are the same either way (settle).
+	reserved int
+	// hadRows: rows of a replicated table came, held ones too.
+	hadRows bool
+	events  []source.Event
+	tickAt  int64 // the server's clock in µs, when it wrote a tick
+	commit  int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	gtid    string
+	xa      string // an XA transaction's id, from its XA END
 	// xaStart: an XA transaction (its XA START, or MariaDB's GTID flag),
 	// known before its rows: they wait for its outcome, never in parts.
 	xaStart bool
@@ -162,9 +169,19 @@ func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
 		cur.place(at)
 		return cur.rowsTs()
 	}
+	// The positions reserved first, then the changes found, then the
+	// rows: where they are is the same whichever changes were found and
+	// whichever of its tables held (their rows dropped). A transaction
+	// without rows ends at its last change's position.
+	rows := len(cur.events) > 0 || cur.hadRows
+	for i := 0; i < cur.reserved; i++ {
+		if i < cur.reserved-1 || len(cur.ddls) > 0 || rows {
+			ts++
+		}
+	}
 	for i, d := range cur.ddls {
 		cur.version(at, d, ts)
-		if i < len(cur.ddls)-1 || len(cur.events) > 0 {
+		if i < len(cur.ddls)-1 || rows {
 			ts++
 		}
 	}
