@@ -585,3 +585,34 @@ func TestAStepEventGivesItsBatchAndIndexEvenWhenZero(t *testing.T) {
 		t.Fatalf("a plan's event has a batch: %s", b)
 	}
 }
+
+// A failing plan holds the partitions of its running steps, not those
+// of its steps that will never begin: another plan may take them at
+// once, not two minutes later; one refused says the plan is failing.
+func TestAFailingPlanHoldsOnlyWhatItStillRuns(t *testing.T) {
+	w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
+	x := &Executor{Act: w, Now: c.now, WaitForRunning: true}
+	mv := func(p string) plan.Step {
+		return plan.Step{Kind: plan.StepMovePartition, Changefeed: "orders", Partition: p, To: "capture-1"}
+	}
+	p := &plan.Plan{Version: 1, Kind: "rebalance", Target: "orders", BatchSize: 2, Batches: []plan.Batch{
+		{Steps: []plan.Step{mv("p1"), mv("p2")}}, {Steps: []plan.Step{mv("p3")}},
+	}}
+	r := New("plan-1", p, "ops", c.t)
+	run(t, x, r, RequestNone) // p1 and p2 begin
+	if _, held := r.Holds(map[string]bool{"p3": true}); !held {
+		t.Fatal("a running plan does not hold the partition of its pending step")
+	}
+	w.lost[plan.StepText(mv("p1"))] = true
+	run(t, x, r, RequestNone)
+	if r.Failing == nil {
+		t.Fatalf("not failing: %s", r.State)
+	}
+	if step, held := r.Holds(map[string]bool{"p3": true}); held {
+		t.Fatalf("a failing plan holds %s, of a step that never begins", step.Partition)
+	}
+	step, held := r.Holds(map[string]bool{"p2": true})
+	if !held || !strings.Contains(r.BusyMessage(step), "plan plan-1 (failing: it ends once its running steps have, at most 2m0s after") {
+		t.Fatalf("the running step's partition: held %v, %q", held, r.BusyMessage(step))
+	}
+}

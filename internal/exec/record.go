@@ -186,7 +186,10 @@ func (r *Record) Holds(partitions map[string]bool) (plan.Step, bool) {
 		return plan.Step{}, false
 	}
 	for _, st := range r.Steps {
-		if step := r.Step(st); partitions[step.Partition] && (st.State == StepPending || st.State == StepRunning) {
+		// A failing plan's pending steps never begin: only its running
+		// ones hold their partitions.
+		pending := st.State == StepPending && r.Failing == nil
+		if step := r.Step(st); partitions[step.Partition] && (pending || st.State == StepRunning) {
 			return step, true
 		}
 	}
@@ -195,6 +198,10 @@ func (r *Record) Holds(partitions map[string]bool) (plan.Step, bool) {
 
 // BusyMessage says what r has still to do to a partition it holds.
 func (r *Record) BusyMessage(step plan.Step) string {
+	if r.Failing != nil {
+		return fmt.Sprintf("plan %s (failing: it ends once its running steps have, at most %s after %s) is still doing %s",
+			r.ID, failingWait, r.Failing.Since.UTC().Format(time.RFC3339), plan.StepText(step))
+	}
 	return fmt.Sprintf("plan %s (%s) still has to %s", r.ID, r.State, plan.StepText(step))
 }
 
