@@ -60,21 +60,20 @@ func (s *Stream) holdAs(h Hold) {
 func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) {
 	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
 	var follow bool
-	var err error
-	// Asked again a few times: the answer is the hold's for good, and a
-	// failed question (a loaded server) left a rename the changefeed
-	// follows by itself to the operator (the tables runbook, now and
-	// then in CI).
-	for try := 0; try < 5; try++ {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		if err = s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) = $3::int8::oid`, quoteQualified(from), quoteQualified(to), int64(rel)).Scan(&follow); err == nil || ctx.Err() != nil {
+	// The catalog is asked once it shows the transaction the rename is
+	// in: the walsender sends a transaction as soon as its commit is in
+	// the WAL, before its backend makes it visible, and asked in between
+	// (a loaded machine) the catalog still had the old name, and the
+	// rename was left to the operator (the tables runbook, now and then
+	// in CI: the reason said it, not an error). Asked again a few times
+	// too: the answer is the hold's for good.
+	err := s.awaitVisible(ctx)
+	for try := 1; err == nil; try++ {
+		err = s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) = $3::int8::oid`, quoteQualified(from), quoteQualified(to), int64(rel)).Scan(&follow)
+		if err == nil || ctx.Err() != nil || try == 5 {
 			break
 		}
+		err = sleep(ctx, 200*time.Millisecond)
 	}
 	switch {
 	case err != nil:
@@ -161,8 +160,12 @@ func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason strin
 	h := Hold{Table: table, Reason: reason}
 	var keyed bool
 	// (Under its name still: renamed since, the update adding it back
-	// would not find it.)
-	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
+	// would not find it. Once the catalog shows the transaction the
+	// change is in, as for a rename.)
+	err := s.awaitVisible(ctx)
+	if err == nil {
+		err = s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
+	}
 	if s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && err == nil && keyed {
 		h.CopyAgain = true
 		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
