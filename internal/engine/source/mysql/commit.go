@@ -16,9 +16,10 @@ import (
 // at its timestamp (or the log resolved to it), and its end made the
 // new position and a point. An error ends the reader.
 func (r *streamRun) commit(ev *replication.BinlogEvent) error {
-	if len(r.carried) > 0 && r.cur.base == 0 {
+	if (len(r.carried) > 0 || r.carriedReserved > 0) && r.cur.base == 0 {
 		r.cur.ddls = append(r.carried, r.cur.ddls...)
-		r.carried = nil
+		r.cur.reserved += r.carriedReserved
+		r.carried, r.carriedReserved = nil, 0
 	}
 	if r.cur.commit == 0 {
 		r.cur.commit = int64(ev.Header.Timestamp) * 1_000_000

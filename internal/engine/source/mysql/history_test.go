@@ -330,39 +330,56 @@ func readFromTheStart(t *testing.T, up upstream) string {
 // moved the catalog on (without binlog_row_metadata=FULL the row's
 // own schema cannot be built), the table is held instead, and the other
 // table's transactions of the same second had positions one lower: a
-// partition already past them would never read them again.
+// partition already past them would never read them again. Nor does the
+// held table's next ALTER take a position the first read did not.
 func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 	t.Parallel()
-	srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-row-metadata=MINIMAL"}})
-	exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)", "CREATE TABLE items (id BIGINT PRIMARY KEY)")
-	cfg := parse(t, uri(srv, "root", "orders,items"))
-	first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
-	// One second of commits, as near as the statements can make it.
-	exec(t, dsn, "INSERT INTO items VALUES (1)", "ALTER TABLE orders ADD COLUMN twice INT AS (qty * 2) VIRTUAL",
-		"INSERT INTO orders (id, note, qty) VALUES (1, 'a', 1)", "INSERT INTO items VALUES (2)", "INSERT INTO items VALUES (3)")
-	waitResolved(t, live)
-	exec(t, dsn, "ALTER TABLE orders DROP COLUMN note")
-	waitResolved(t, live)
-	positions := func(l *collected) []string {
-		evs, _, _ := l.state()
-		var out []string
-		for _, e := range evs {
-			if e.Table == "shop.items" && e.Kind == source.KindDML {
-				out = append(out, fmt.Sprintf("items %s at %s", e.Key, e.CommitTs))
+	// The table's first row after the ALTER: a transaction of its own,
+	// or an XA transaction, whose schema change goes with the next
+	// commit (the XA COMMIT here).
+	for name, firstRow := range map[string][]string{
+		"plain": {"INSERT INTO orders (id, note, qty) VALUES (1, 'a', 1)"},
+		"XA": {"XA START 'x1'", "INSERT INTO orders (id, note, qty) VALUES (1, 'a', 1)", "XA END 'x1'", "XA PREPARE 'x1'",
+			"XA COMMIT 'x1'"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-row-metadata=MINIMAL"}})
+			exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)", "CREATE TABLE items (id BIGINT PRIMARY KEY)")
+			cfg := parse(t, uri(srv, "root", "orders,items"))
+			first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return out
-	}
-	want := positions(live)
-	other := cfg
-	other.ServerID = 78
-	again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
-	waitResolved(t, again)
-	if got := positions(again); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("read again from before the ALTERs:\n%s\nlive:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			live := pull(t, mysql.NewPuller(cfg, "cf", "mariadb", nil), first)
+			// One second of commits, as near as the statements can make it.
+			stmts := append([]string{"INSERT INTO items VALUES (1)", "ALTER TABLE orders ADD COLUMN twice INT AS (qty * 2) VIRTUAL"}, firstRow...)
+			exec(t, dsn, append(stmts, "INSERT INTO items VALUES (2)", "INSERT INTO items VALUES (3)")...)
+			waitResolved(t, live)
+			// The later ALTER, followed from its statement by the first
+			// read; the second, holding the table, does not look at it
+			// again.
+			exec(t, dsn, "ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders (id, qty) VALUES (2, 2)",
+				"INSERT INTO items VALUES (4)", "INSERT INTO items VALUES (5)")
+			waitResolved(t, live)
+			positions := func(l *collected) []string {
+				evs, _, _ := l.state()
+				var out []string
+				for _, e := range evs {
+					if e.Table == "shop.items" && e.Kind == source.KindDML {
+						out = append(out, fmt.Sprintf("items %s at %s", e.Key, e.CommitTs))
+					}
+				}
+				return out
+			}
+			want := positions(live)
+			other := cfg
+			other.ServerID = 78
+			again := pull(t, mysql.NewPuller(other, "cf", "mariadb", nil), first)
+			waitResolved(t, again)
+			if got := positions(again); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("read again from before the ALTERs:\n%s\nlive:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }

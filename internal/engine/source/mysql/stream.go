@@ -178,6 +178,9 @@ type streamRun struct {
 	// carried are schema changes of prepared XA transactions, for the
 	// next transaction that commits.
 	carried []*source.Event
+	// carriedReserved are their positions reserved (txn.reserved), for
+	// the same transaction.
+	carriedReserved int
 	// Tables added at a point ahead (added.go): their transactions up to
 	// it are in their copies.
 	adding []string
@@ -297,7 +300,8 @@ func (r *streamRun) xaPrepare(ev *replication.BinlogEvent) error {
 		// the next transaction to commit writes it, before rows
 		// of its own that carry it (one may commit in between).
 		r.carried = append(r.carried, r.cur.ddls...)
-		r.cur.ddls = nil
+		r.carriedReserved += r.cur.reserved
+		r.cur.ddls, r.cur.reserved = nil, 0
 		r.prepared[r.cur.xa] = r.cur
 	}
 	r.cur = txn{}
@@ -355,17 +359,11 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 	}
 	// A table map comes once per transaction and table: checked
 	// once, not at every rows event under it.
-	stmt, altered := r.pending[table]
 	r.cur.hadRows = true
 	if r.held[table] {
-		if altered {
-			// Where the table was not held, its change was looked for
-			// here (below): the same positions after it either way.
-			delete(r.pending, table)
-			r.cur.reserved++
-		}
 		return nil
 	}
+	stmt, altered := r.pending[table]
 	if altered || r.checkedMap[table] != e.Table && !mapMatches(e.Table, st.Def) {
 		delete(r.pending, table)
 		if _, err := r.openCatalog(); err != nil {
@@ -442,6 +440,7 @@ func (r *streamRun) query(e *replication.QueryEvent) (done bool) {
 			delete(r.prepared, xid)
 			if verb == "COMMIT" {
 				r.cur.events = append(r.cur.events, pending.events...)
+				r.cur.hadRows = r.cur.hadRows || pending.hadRows
 			}
 		} else if verb == "COMMIT" && len(r.cur.events) == 0 && !strings.HasSuffix(strings.ToUpper(q), " ONE PHASE") {
 			// (A one-phase commit was never prepared: one of no
