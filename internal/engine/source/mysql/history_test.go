@@ -331,7 +331,8 @@ func readFromTheStart(t *testing.T, up upstream) string {
 // own schema cannot be built), the table is held instead, and the other
 // table's transactions of the same second had positions one lower: a
 // partition already past them would never read them again. Nor does the
-// held table's next ALTER take a position the first read did not.
+// held table's next ALTER take a position the first read did not, nor a
+// large transaction of it go in parts in one read and not the other.
 func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 	t.Parallel()
 	// The table's first row after the ALTER: a transaction of its own,
@@ -341,6 +342,9 @@ func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 		"plain": {"INSERT INTO orders (id, note, qty) VALUES (1, 'a', 1)"},
 		"XA": {"XA START 'x1'", "INSERT INTO orders (id, note, qty) VALUES (1, 'a', 1)", "XA END 'x1'", "XA PREPARE 'x1'",
 			"XA COMMIT 'x1'"},
+		// Large enough to go to the event log in parts, which fixes its
+		// positions: whether the table is held or not.
+		"parts": {"INSERT INTO orders (id, note, qty) SELECT seq, 'a', seq FROM seq_1_to_5000"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -359,7 +363,7 @@ func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 			// The later ALTER, followed from its statement by the first
 			// read; the second, holding the table, does not look at it
 			// again.
-			exec(t, dsn, "ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders (id, qty) VALUES (2, 2)",
+			exec(t, dsn, "ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders (id, qty) VALUES (90002, 2)",
 				"INSERT INTO items VALUES (4)", "INSERT INTO items VALUES (5)")
 			waitResolved(t, live)
 			positions := func(l *collected) []string {

@@ -350,6 +350,9 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 			// watermark is an insert too (snapshot.go).
 			r.p.answerCuts(e)
 			r.cur.events = append(r.cur.events, r.p.marksIn(e, r.at.Tables, r.held)...)
+			// (Whether the transaction may go in parts is the same
+			// whichever tables a read holds: any mark counts.)
+			r.cur.marked = r.cur.marked || len(r.p.marksIn(e, r.at.Tables, nil)) > 0
 		}
 		return nil
 	}
@@ -357,12 +360,32 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 	if !ok || st.Dropped || r.inCopy(st) {
 		return nil
 	}
-	// A table map comes once per transaction and table: checked
-	// once, not at every rows event under it.
+	// Rows of a held table count as much as any towards the transaction
+	// going in parts, which fixes its positions: a read that holds the
+	// table and one that does not give it the same.
 	r.cur.hadRows = true
+	r.cur.seen += len(e.Rows)
+	r.cur.size += int(ev.Header.EventSize)
+	if err := r.tableRows(ev, e, table, st); err != nil {
+		return err
+	}
+	if r.cur.partDue() {
+		if err := r.cur.part(&r.at, r.held, ev.Header.Timestamp, r.w, r.inCopy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tableRows handles a rows event of a replicated table: held, or its
+// schema followed first where its table map says it changed, then its
+// rows decoded into the transaction's.
+func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState) error {
 	if r.held[table] {
 		return nil
 	}
+	// A table map comes once per transaction and table: checked
+	// once, not at every rows event under it.
 	stmt, altered := r.pending[table]
 	if altered || r.checkedMap[table] != e.Table && !mapMatches(e.Table, st.Def) {
 		delete(r.pending, table)
@@ -408,12 +431,6 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		return nil
 	}
 	r.cur.events = evs
-	r.cur.size += int(ev.Header.EventSize)
-	if r.cur.partDue() {
-		if err := r.cur.part(&r.at, r.held, ev.Header.Timestamp, r.w, r.inCopy); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

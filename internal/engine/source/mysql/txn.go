@@ -23,8 +23,12 @@ type txn struct {
 	// the catalog, read again later from before them, may find one,
 	// and the positions after them are the same either way (settle).
 	reserved int
-	// hadRows: rows of a replicated table came, held ones too.
+	// hadRows: rows of a replicated table came, held ones too; seen
+	// counts them since its last part (size, their bytes), and marked
+	// says a watermark came, any table's.
 	hadRows bool
+	seen    int
+	marked  bool
 	events  []source.Event
 	tickAt  int64 // the server's clock in µs, when it wrote a tick
 	commit  int64 // the commit's time in µs (MySQL) or seconds × 10^6
@@ -75,7 +79,7 @@ const (
 // an XA transaction's rows) or has no position left (more schema changes
 // than ddlSlots, met before its first part: it stays in memory).
 func (cur *txn) partDue() bool {
-	if len(cur.events) < partRows && cur.size < partBytes || cur.xa != "" || cur.xaStart || len(cur.ddls) >= ddlSlots {
+	if cur.seen < partRows && cur.size < partBytes || cur.xa != "" || cur.xaStart || cur.marked || len(cur.ddls) >= ddlSlots {
 		return false
 	}
 	for i := range cur.events {
@@ -109,7 +113,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 	if err := w.AppendPart(cur.events); err != nil {
 		return err
 	}
-	cur.events, cur.size = nil, 0 // the log has them; a new array for the next part
+	cur.events, cur.size, cur.seen = nil, 0, 0 // the log has them; a new array for the next part
 	return nil
 }
 
