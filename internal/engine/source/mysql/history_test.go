@@ -332,7 +332,8 @@ func readFromTheStart(t *testing.T, up upstream) string {
 // table's transactions of the same second had positions one lower: a
 // partition already past them would never read them again. Nor does the
 // held table's next ALTER take a position the first read did not, nor a
-// large transaction of it go in parts in one read and not the other.
+// large transaction of it go in parts in one read and not the other, nor
+// its DROP with another table's take one position fewer.
 func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 	t.Parallel()
 	// The table's first row after the ALTER: a transaction of its own,
@@ -349,8 +350,9 @@ func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv, dsn := mysqltest.StartWith(t, "shop", mysqlserver.Options{Binlog: true, Args: []string{"--binlog-row-metadata=MINIMAL"}})
-			exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)", "CREATE TABLE items (id BIGINT PRIMARY KEY)")
-			cfg := parse(t, uri(srv, "root", "orders,items"))
+			exec(t, dsn, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(20), qty INT)", "CREATE TABLE items (id BIGINT PRIMARY KEY)",
+				"CREATE TABLE spare (id BIGINT PRIMARY KEY)")
+			cfg := parse(t, uri(srv, "root", "orders,items,spare"))
 			first, err := mysql.Begin(context.Background(), cfg, model.TsFromTime(time.Now()))
 			if err != nil {
 				t.Fatal(err)
@@ -362,9 +364,10 @@ func TestPositionsDoNotDependOnTheCatalogWhenReadAgain(t *testing.T) {
 			waitResolved(t, live)
 			// The later ALTER, followed from its statement by the first
 			// read; the second, holding the table, does not look at it
-			// again.
+			// again. Then a DROP of it and another table: two ends in
+			// the first read, one in the second.
 			exec(t, dsn, "ALTER TABLE orders DROP COLUMN note", "INSERT INTO orders (id, qty) VALUES (90002, 2)",
-				"INSERT INTO items VALUES (4)", "INSERT INTO items VALUES (5)")
+				"INSERT INTO items VALUES (4)", "INSERT INTO items VALUES (5)", "DROP TABLE orders, spare", "INSERT INTO items VALUES (6)")
 			waitResolved(t, live)
 			positions := func(l *collected) []string {
 				evs, _, _ := l.state()

@@ -84,7 +84,14 @@ func (r *streamRun) drop(q string, ts model.Ts) bool {
 	}
 	for _, t := range names {
 		st, replicated := r.at.Tables[t]
-		if !replicated || st.Dropped || r.held[t] || !r.joined(t, ts) {
+		if !replicated || st.Dropped || !r.joined(t, ts) {
+			continue
+		}
+		if r.held[t] {
+			// Its end is the operator's; its position stays, which a
+			// read that does not hold it gives the drop: the same
+			// positions after it either way.
+			r.cur.reserved++
 			continue
 		}
 		st.Version++
