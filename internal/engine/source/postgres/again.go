@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -160,6 +161,28 @@ func (s *Stream) forgetNums(table string) {
 func retyped(cur, def *source.TableDef, pair []int) bool {
 	for i, c := range def.Columns {
 		if i < len(pair) && pair[i] >= 0 && pair[i] < len(cur.Columns) && cur.Columns[pair[i]].Type != c.Type {
+			return true
+		}
+	}
+	return false
+}
+
+// zoneRetyped says whether a column changed between timestamp and
+// timestamptz (or their arrays): every value's text changes (a zone
+// added or taken off), and PostgreSQL 12 and later do not rewrite the
+// table for it where the ALTER's session is in UTC, so that
+// everRewritten may not tell.
+func zoneRetyped(cur, def *source.TableDef, pair []int) bool {
+	base := func(t string) string {
+		t, _, _ = strings.Cut(t, "(")
+		return strings.TrimPrefix(t, "_")
+	}
+	for i, c := range def.Columns {
+		if i >= len(pair) || pair[i] < 0 || pair[i] >= len(cur.Columns) {
+			continue
+		}
+		was, is := base(cur.Columns[pair[i]].Type), base(c.Type)
+		if was != is && (was == "timestamp" || was == "timestamptz") && (is == "timestamp" || is == "timestamptz") {
 			return true
 		}
 	}

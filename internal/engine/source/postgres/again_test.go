@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -87,4 +88,46 @@ func TestATableRewrittenByANewColumnTypeIsCopiedAgainOnce(t *testing.T) {
 		t.Fatalf("%d rows upstream", n)
 	}
 	second.stop(t)
+}
+
+// A timestamp column changed to timestamptz by a session in UTC is not
+// rewritten (PostgreSQL 12 and later), yet every value's text gains a
+// zone: the table is copied again all the same, and a row not changed
+// since arrives with its zone. It kept its old text downstream.
+func TestATimestampGivenAZoneWithoutARewriteIsCopiedAgain(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE z (id int8 PRIMARY KEY, at timestamp);
+		INSERT INTO z SELECT g, timestamp '2024-01-01 00:00:00' + g * interval '1 minute' FROM generate_series(1, 300) g`)
+	ctx := context.Background()
+	const cf = "zone-again"
+	stored, pos, err := Pin(ctx, dsn+"&tables=public.z", cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := pullFrom(t, stored, pos, cf, nil)
+	p := rig.run(model.Span{Table: "public.z", Key: "int8"}, rig.start, model.CopyProgress{})
+	p.waitDone(t)
+	psql(t, srv, dsn, `SET TIME ZONE 'UTC'; ALTER TABLE z ALTER COLUMN at TYPE timestamptz; INSERT INTO z VALUES (1000, now())`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		begun, c := p.begun, p.copied
+		p.mu.Unlock()
+		if begun == 1 && c.Done && p.has("1000") {
+			break
+		}
+		if time.Now().After(deadline) || begun > 1 {
+			t.Fatalf("the retyped table's copy began %d times; progress %+v", begun, c)
+		}
+	}
+	evs := p.stopped(t)
+	rig.stop(t)
+	var last string
+	for _, e := range evs {
+		if e.Kind == source.KindDML && textKey(&e) == "1" {
+			last = e.New[1].Text
+		}
+	}
+	if last != "2024-01-01 00:01:00+00" {
+		t.Fatalf("row 1 last arrived with %q, want its value with a zone", last)
+	}
 }

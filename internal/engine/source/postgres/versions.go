@@ -105,7 +105,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// copied again (again.go), which writes every row as it is.
 		pair, nums = pairByName(cur, m.Columns), nil
 	}
-	def, err := s.defOf(ctx, name, m.Columns, m.ReplicaIdentity == 'f', cur, pair)
+	def, err := s.defOf(ctx, name, m.RelationID, m.Columns, m.ReplicaIdentity == 'f', cur, pair)
 	if err != nil {
 		return unreadable("its new columns", err)
 	}
@@ -194,13 +194,30 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		if err != nil {
 			return unreadable("whether its rows were rewritten with its new column types", err)
 		}
-		if rewritten {
+		if rewritten || zoneRetyped(cur, def, pair) {
 			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: againRetyped})
 		}
 	}
 	s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: name, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version, Statement: describeChange(name, cur, def, pair, missing)})
 	s.pendingNums[name] = nums
 	return nil
+}
+
+// nullable reads whether a new or retyped column may be NULL from the
+// catalog (the relation message says only whether it is in the replica
+// identity, every column under REPLICA IDENTITY FULL: taken for NOT
+// NULL, the storage sink's schema file said every column added to such
+// a table was NOT NULL); guess, where the column is gone since.
+func (s *Stream) nullable(ctx context.Context, rel uint32, col string, guess bool) (bool, error) {
+	var notNull *bool
+	err := s.cat.conn.QueryRow(ctx, `SELECT bool_or(attnotnull) FROM pg_attribute WHERE attrelid = $1::int8::oid AND attname = $2 AND NOT attisdropped`, int64(rel), col).Scan(&notNull)
+	if err != nil {
+		return false, err
+	}
+	if notNull == nil {
+		return guess, nil
+	}
+	return !*notNull, nil
 }
 
 // visibleWait bounds the wait for a transaction the stream delivered to
@@ -343,7 +360,7 @@ func (s *Stream) pendingDDL(table string) *source.Event {
 //
 // Under REPLICA IDENTITY FULL every column is flagged as part of the
 // identity: the primary key is then the previous definition's.
-func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef, pair []int) (*source.TableDef, error) {
+func (s *Stream) defOf(ctx context.Context, table string, rel uint32, cols []*pglogrepl.RelationMessageColumn, full bool, prev *source.TableDef, pair []int) (*source.TableDef, error) {
 	schema, name := model.SplitTableName(table)
 	def := &source.TableDef{Schema: schema, Name: name}
 	var keyCols []int
@@ -352,13 +369,15 @@ func (s *Stream) defOf(ctx context.Context, table string, cols []*pglogrepl.Rela
 		if err != nil {
 			return nil, err
 		}
-		cd := source.ColumnDef{Name: c.Name, Type: typ, Nullable: c.Flags&1 == 0}
+		cd := source.ColumnDef{Name: c.Name, Type: typ}
 		j := -1 // the column before (renamed, perhaps)
 		if prev != nil {
 			j = pair[i]
 		}
 		if j >= 0 && prev.Columns[j].Type == typ {
 			cd.Nullable = prev.Columns[j].Nullable
+		} else if cd.Nullable, err = s.nullable(ctx, rel, c.Name, c.Flags&1 == 0); err != nil {
+			return nil, err
 		}
 		inKey := c.Flags&1 != 0
 		if full {

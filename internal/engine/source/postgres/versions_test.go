@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +181,39 @@ func nextTxn(st *Stream) <-chan next {
 		}
 	}()
 	return got
+}
+
+// A column added to a table of REPLICA IDENTITY FULL (where the relation
+// message flags every column as the identity's) is NULL-able as the
+// catalog says: it was written NOT NULL into the sink's schema, and one
+// added NOT NULL to another table NULL-able.
+func TestAnAddedColumnIsNullableAsTheCatalogSays(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE f (id int4 PRIMARY KEY, v text); ALTER TABLE f REPLICA IDENTITY FULL; INSERT INTO f VALUES (1, 'a');
+		CREATE TABLE g (id int4 PRIMARY KEY, v text); INSERT INTO g VALUES (1, 'a')`)
+	st, _, _ := open(t, dsn+"&tables=f,g")
+	psql(t, srv, dsn, `ALTER TABLE f ADD COLUMN maybe int4, ADD COLUMN never int4 NOT NULL DEFAULT 0; ALTER TABLE g ADD COLUMN never int4 NOT NULL DEFAULT 0;
+		INSERT INTO f VALUES (2, 'b', NULL, 1); INSERT INTO g VALUES (2, 'b', 1)`)
+	n := <-nextTxn(st)
+	if n.err != nil {
+		t.Fatal(n.err)
+	}
+	got := map[string]string{}
+	for _, e := range n.it.Txn.Events {
+		if e.Kind != source.KindDDL {
+			continue
+		}
+		var cols []string
+		for _, c := range e.Def.Columns {
+			cols = append(cols, fmt.Sprintf("%s null=%v", c.Name, c.Nullable))
+		}
+		got[e.Table] = strings.Join(cols, ", ")
+	}
+	want := map[string]string{
+		"public.f": "id null=false, v null=true, maybe null=true, never null=false",
+		"public.g": "id null=false, v null=true, never null=false",
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("the schema changes' columns:\n%v\nwant\n%v", got, want)
+	}
 }
