@@ -176,22 +176,7 @@ func TestTheWidthGrowsBackAfterCalmBatches(t *testing.T) {
 func TestAPlanHeldPastItsTimeoutWithStepsRunning(t *testing.T) {
 	for _, drain := range []bool{true, false} {
 		t.Run(fmt.Sprintf("drain=%v", drain), func(t *testing.T) {
-			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
-			lag := time.Duration(0)
-			x := &Executor{Act: w, Now: c.now, WaitForRunning: true, HoldOutlivesPlan: drain, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
-			r := New("plan-1", wideDrain(), "ops", c.t)
-			r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
-			run(t, x, r, RequestNone) // Draining begins
-			w.finish()
-			lag = 9 * time.Second
-			run(t, x, r, RequestNone) // held: no move begins, half the batch may run at once
-			lag = time.Second
-			run(t, x, r, RequestNone) // two of the four moves begin
-			if w.inFlight != 2 {
-				t.Fatalf("in flight %d, want 2", w.inFlight)
-			}
-			lag = time.Minute
-			run(t, x, r, RequestNone) // held again, two moves running
+			w, c, x, r, _ := heldWithTwoRunning(t, drain)
 			c.t = c.t.Add(40 * time.Second)
 			run(t, x, r, RequestNone)
 			if !drain {
@@ -232,19 +217,7 @@ func TestAPlanHeldPastItsTimeoutWithStepsRunning(t *testing.T) {
 func TestAHoldWithNothingLeftToBeginStillEnds(t *testing.T) {
 	for _, lagStays := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lag stays=%v", lagStays), func(t *testing.T) {
-			w, c := newWorld(), &clock{t: time.Unix(1000, 0)}
-			lag := time.Duration(0)
-			x := &Executor{Act: w, Now: c.now, WaitForRunning: true, HoldOutlivesPlan: true, Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", lag, nil }}
-			r := New("plan-1", wideDrain(), "ops", c.t)
-			r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
-			run(t, x, r, RequestNone) // Draining begins
-			w.finish()
-			lag = 9 * time.Second
-			run(t, x, r, RequestNone) // held: half the batch may run at once
-			lag = time.Second
-			run(t, x, r, RequestNone) // a and b begin
-			lag = time.Minute
-			run(t, x, r, RequestNone) // held again, a and b running
+			w, c, x, r, lag := heldWithTwoRunning(t, true)
 			for _, cf := range []string{"c", "d"} {
 				w.removed[plan.StepText(plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: "capture-1"})] = true
 			}
@@ -260,7 +233,7 @@ func TestAHoldWithNothingLeftToBeginStillEnds(t *testing.T) {
 				}
 				return
 			}
-			lag = time.Second
+			*lag = time.Second
 			evs := run(t, x, r, RequestNone)
 			if r.Held != nil || len(evs) == 0 || evs[len(evs)-1].Type != EventUnheld {
 				t.Fatalf("below the resume bound with nothing left to begin: held %+v, events %+v", r.Held, evs)
@@ -353,4 +326,28 @@ func TestTheHoldTimeoutSaysWhichBoundTheLagIsOver(t *testing.T) {
 	if r.State != Failed || !strings.Contains(r.Message, "orders lags 3s, not yet below 2.5s (--resume-below)") {
 		t.Fatalf("%s %q", r.State, r.Message)
 	}
+}
+
+// heldWithTwoRunning is wideDrain under a budget (5 s, a hold timeout of
+// 30 s) held again with two of its middle batch's four moves running
+// (a and b), the lag a minute; lag sets what the budget reads next.
+func heldWithTwoRunning(t *testing.T, holdOutlivesPlan bool) (w *world, c *clock, x *Executor, r *Record, lag *time.Duration) {
+	t.Helper()
+	w, c, lag = newWorld(), &clock{t: time.Unix(1000, 0)}, new(time.Duration)
+	x = &Executor{Act: w, Now: c.now, WaitForRunning: true, HoldOutlivesPlan: holdOutlivesPlan,
+		Lag: func(context.Context, *plan.Plan) (string, time.Duration, error) { return "orders", *lag, nil }}
+	r = New("plan-1", wideDrain(), "ops", c.t)
+	r.Budget = Budget{MaxLag: 5 * time.Second, HoldTimeout: 30 * time.Second}
+	run(t, x, r, RequestNone) // Draining begins
+	w.finish()
+	*lag = 9 * time.Second
+	run(t, x, r, RequestNone) // held: no move begins, half the batch may run at once
+	*lag = time.Second
+	run(t, x, r, RequestNone) // a and b begin
+	if w.inFlight != 2 {
+		t.Fatalf("in flight %d, want 2", w.inFlight)
+	}
+	*lag = time.Minute
+	run(t, x, r, RequestNone) // held again, a and b running
+	return w, c, x, r, lag
 }
