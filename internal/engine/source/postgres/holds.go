@@ -12,6 +12,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +32,10 @@ type Hold struct {
 	// CopyAgain says the changefeed copies it again by itself
 	// (model.TableIssue.CopyAgain).
 	CopyAgain bool
+	// away: held for a rename found in the catalog, not in the stream
+	// (renamedAway), from a position past it: rows the stream still
+	// reads under the old name are from before the rename, not held.
+	away bool
 }
 
 // hold holds a table at the open transaction (or after the last
@@ -38,13 +44,19 @@ func (s *Stream) hold(table, reason string) { s.holdAs(Hold{Table: table, Reason
 
 // holdAs holds h.Table as hold does.
 func (s *Stream) holdAs(h Hold) {
+	at := s.last + 1
+	if s.open {
+		at = s.base
+	}
+	s.holdAt(h, at)
+}
+
+// holdAt holds h.Table from at on.
+func (s *Stream) holdAt(h Hold, at model.Ts) {
 	if _, done := s.held[h.Table]; done {
 		return
 	}
-	h.At = s.last + 1
-	if s.open {
-		h.At = s.base
-	}
+	h.At = at
 	s.held[h.Table] = h
 	s.holds = append(s.holds, h)
 }
@@ -57,7 +69,19 @@ func (s *Stream) holdAs(h Hold) {
 // choice to the operator, who may want the name followed; one renamed
 // again since is followed at its next name's hold. Not with
 // snapshot=never: the new name would not be copied.
-func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) {
+func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) error {
+	h, err := s.renamed(ctx, rel, from, to)
+	if err != nil {
+		return err
+	}
+	s.holdAs(h)
+	return nil
+}
+
+// renamed is the hold of a table (relation rel) renamed upstream to to
+// (holdRenamed). An error is awaitVisible's: the stream ends and is read
+// again, as for any table.
+func (s *Stream) renamed(ctx context.Context, rel uint32, from, to string) (Hold, error) {
 	h := Hold{Table: from, Reason: renameHold(s.changefeed(), from, to)}
 	var follow bool
 	// The catalog is asked once it shows the transaction the rename is
@@ -67,13 +91,18 @@ func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) {
 	// rename was left to the operator (the tables runbook, now and then
 	// in CI: the reason said it, not an error). Asked again a few times
 	// too: the answer is the hold's for good.
-	err := s.awaitVisible(ctx)
-	for try := 1; err == nil; try++ {
+	if err := s.awaitVisible(ctx); err != nil {
+		return h, err
+	}
+	var err error
+	for try := 1; ; try++ {
 		err = s.cat.conn.QueryRow(ctx, `SELECT to_regclass($1) IS NULL AND to_regclass($2) = $3::int8::oid`, quoteQualified(from), quoteQualified(to), int64(rel)).Scan(&follow)
 		if err == nil || ctx.Err() != nil || try == 5 {
 			break
 		}
-		err = sleep(ctx, 200*time.Millisecond)
+		if sleep(ctx, 200*time.Millisecond) != nil {
+			break
+		}
 	}
 	switch {
 	case err != nil:
@@ -82,7 +111,57 @@ func (s *Stream) holdRenamed(ctx context.Context, rel uint32, from, to string) {
 		h.RenamedTo = to
 		h.Reason = renameFollowed(s.changefeed(), from, to)
 	}
-	s.holdAs(h)
+	return h, nil
+}
+
+// renamedAway are the changefeed's tables not held whose relation has
+// another name now, by that name: renamed upstream and not written since
+// (a row under the new name is met as a rename by the stream, which
+// then holds the table). Left to the stream, such a table was never
+// held: an archive's "RENAME TO orders_old; CREATE TABLE orders" left
+// orders neither held nor reported for as long as orders_old was idle.
+func (s *Stream) renamedAway(ctx context.Context) (map[string]renamedTo, error) {
+	var oids []uint32
+	for t, st := range s.tables {
+		if _, held := s.held[t]; st.OID != 0 && !held {
+			oids = append(oids, st.OID)
+		}
+	}
+	if len(oids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.cat.conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY($1::oid[])`, oids)
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	defer rows.Close()
+	names := map[uint32]string{}
+	for rows.Next() {
+		var oid int64
+		var ns, rel string
+		if err := rows.Scan(&oid, &ns, &rel); err != nil {
+			return nil, err
+		}
+		names[uint32(oid)] = model.TableName(ns, rel)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	out := map[string]renamedTo{}
+	for t, st := range s.tables {
+		if name, ok := names[st.OID]; ok && name != t {
+			if _, held := s.held[t]; !held {
+				out[t] = renamedTo{OID: st.OID, Name: name}
+			}
+		}
+	}
+	return out, nil
+}
+
+// renamedTo is a relation and its name now.
+type renamedTo struct {
+	OID  uint32
+	Name string
 }
 
 // TakeHolds returns the tables held since the last call. The caller
@@ -156,21 +235,23 @@ func renameHold(cf, from, to string) string {
 // snapshot: with snapshot=never a table added back is empty), where the
 // table has a primary key now (what copying it again needs), the
 // changefeed does it by itself (model.TableIssue.CopyAgain).
-func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason string) {
+func (s *Stream) holdToCopy(ctx context.Context, rel uint32, table, reason string) error {
 	h := Hold{Table: table, Reason: reason}
 	var keyed bool
 	// (Under its name still: renamed since, the update adding it back
 	// would not find it. Once the catalog shows the transaction the
-	// change is in, as for a rename.)
-	err := s.awaitVisible(ctx)
-	if err == nil {
-		err = s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
+	// change is in, as for a rename: not so, the stream ends and is read
+	// again.)
+	if err := s.awaitVisible(ctx); err != nil {
+		return err
 	}
+	err := s.cat.conn.QueryRow(ctx, `SELECT to_regclass($2) = $1::int8::oid AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::int8::oid AND indisprimary)`, int64(rel), quoteQualified(table)).Scan(&keyed)
 	if s.cfg.AutoRemedy && s.cfg.Snapshot != "never" && err == nil && keyed {
 		h.CopyAgain = true
 		h.Reason += "; the changefeed does this by itself within the coordinator's --follow-tables-every (the source URI's auto-remedy=false leaves it held)"
 	}
 	s.holdAs(h)
+	return nil
 }
 
 // renameFollowed is why a renamed table is held when the changefeed
@@ -283,13 +364,28 @@ func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
 	if err != nil {
 		return err
 	}
-	if len(missing) == 0 {
+	renamed, err := st.renamedAway(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missing) == 0 && len(renamed) == 0 {
 		return nil
 	}
-	// After every drop found: every change of the tables is before it.
+	// After every drop or rename found: every change of the tables
+	// under their names is before it.
 	at, err := dbNow(ctx, st.cat)
 	if err != nil {
 		return explain(s.cfg, err)
+	}
+	for _, t := range slices.Sorted(maps.Keys(renamed)) {
+		// Held from there, as the stream holds one met under its new
+		// name (in the log at the reader's next item).
+		h, err := st.renamed(ctx, renamed[t].OID, t, renamed[t].Name)
+		if err != nil {
+			return err
+		}
+		h.away = true
+		st.holdAt(h, at)
 	}
 	// Without table rules (which end it themselves) and with
 	// auto-remedy, the changefeed ends it by itself.

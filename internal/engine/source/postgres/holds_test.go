@@ -182,3 +182,42 @@ func TestATableRenamedToAnotherReplicatedTablesNameIsHeld(t *testing.T) {
 		t.Fatal("a row of the held table, written after the swap, reached the log")
 	}
 }
+
+// A table renamed upstream and left idle is held all the same, found in
+// the catalog rather than in the stream (which describes a relation only
+// before its next row): followed under its new name where its old one is
+// free, left to the operator where a table was created under it (an
+// archive: "RENAME TO b_old; CREATE TABLE b"). Rows written before the
+// rename arrive. Neither was held before, nor reported.
+func TestATableRenamedAwayAndLeftIdleIsHeld(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text);
+		CREATE TABLE c (id int4 PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	uri, pos, err := Pin(ctx, dsn+"&tables=a,b,c", "away", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := startReading(t, uri, "away", pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
+	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'b1'); INSERT INTO c VALUES (1, 'c1')`)
+	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b_old; CREATE TABLE b (id int4 PRIMARY KEY, v text); ALTER TABLE c RENAME TO c2`)
+	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1')`)
+	issue := func(table string) *source.TableIssue {
+		for _, i := range run.src.TableIssues() {
+			if i.Table == table && i.State == source.TableHeld {
+				return &i
+			}
+		}
+		return nil
+	}
+	run.until(t, "b and c held", func() bool { return issue("public.b") != nil && issue("public.c") != nil })
+	if b := issue("public.b"); !strings.Contains(b.Reason, "renamed upstream to public.b_old") || b.RenamedTo != "" {
+		t.Fatalf("b, renamed away and its name taken again: %+v", b)
+	}
+	if c := issue("public.c"); c.RenamedTo != "public.c2" {
+		t.Fatalf("c, renamed away: %+v", c)
+	}
+	run.until(t, "the rows before the renames", func() bool { return logHas(run.log, "public.b", "b1") && logHas(run.log, "public.c", "c1") })
+	run.stop(t)
+}

@@ -31,10 +31,9 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	if from := s.renamedFrom(m.RelationID, name); from != "" {
 		s.rels[m.RelationID] = &relation{table: from, held: true}
-		s.holdRenamed(ctx, m.RelationID, from, name)
-		return nil
+		return s.holdRenamed(ctx, m.RelationID, from, name)
 	}
-	if _, held := s.held[name]; held {
+	if h, held := s.held[name]; held && !h.away {
 		s.rels[m.RelationID] = &relation{table: name, held: true}
 		return nil
 	}
@@ -122,8 +121,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		if gone {
 			// (Replaced by a key of other columns, likewise.)
 			s.rels[m.RelationID].held = true
-			s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
-			return nil
+			return s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
 		}
 	}
 	if byNames {
@@ -154,8 +152,7 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	if len(s.ddls) == ddlSlots {
 		s.rels[m.RelationID].held = true
-		s.holdToCopy(ctx, m.RelationID, name, tooManyChangesHold(s.changefeed(), name))
-		return nil
+		return s.holdToCopy(ctx, m.RelationID, name, tooManyChangesHold(s.changefeed(), name))
 	}
 	var (
 		missing map[string]string
@@ -315,7 +312,9 @@ func (s *Stream) truncate(ctx context.Context, m *pglogrepl.TruncateMessage) err
 		}
 		if len(s.ddls) == ddlSlots {
 			rel.held = true
-			s.holdToCopy(ctx, id, rel.table, tooManyChangesHold(s.changefeed(), rel.table))
+			if err := s.holdToCopy(ctx, id, rel.table, tooManyChangesHold(s.changefeed(), rel.table)); err != nil {
+				return err
+			}
 			continue
 		}
 		at := s.base + model.Ts(len(s.ddls))
@@ -376,7 +375,7 @@ func (s *Stream) defOf(ctx context.Context, table string, rel uint32, cols []*pg
 		}
 		if j >= 0 && prev.Columns[j].Type == typ {
 			cd.Nullable = prev.Columns[j].Nullable
-		} else if cd.Nullable, err = s.nullable(ctx, rel, c.Name, c.Flags&1 == 0); err != nil {
+		} else if cd.Nullable, err = s.nullable(ctx, rel, c.Name, full || c.Flags&1 == 0); err != nil {
 			return nil, err
 		}
 		inKey := c.Flags&1 != 0
