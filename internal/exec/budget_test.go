@@ -351,3 +351,36 @@ func heldWithTwoRunning(t *testing.T, holdOutlivesPlan bool) (w *world, c *clock
 	run(t, x, r, RequestNone) // held again, a and b running
 	return w, c, x, r, lag
 }
+
+// A drain resumed after a pause asks its budget afresh even where no
+// step of its batch is left to begin (the rest skipped, two moves
+// running): over the bound, it is held again, so that its record holds
+// the moves still running (drainHold). It was not: the hold, cleared by
+// the pause, was looked at only for a step about to begin.
+func TestADrainResumedOverItsBudgetIsHeldAgain(t *testing.T) {
+	w, c, x, r, _ := heldWithTwoRunning(t, true)
+	for _, cf := range []string{"c", "d"} {
+		w.removed[plan.StepText(plan.Step{Kind: plan.StepMoveMaintainer, Changefeed: cf, From: "capture-3", To: "capture-1"})] = true
+	}
+	run(t, x, r, RequestNone)
+	run(t, x, r, RequestPause)
+	c.t = c.t.Add(time.Hour)
+	run(t, x, r, RequestResume) // the lag still a minute
+	if r.State != Running || r.Held == nil || r.Held.Since != c.t {
+		t.Fatalf("resumed over the budget with two moves running: %s, held %+v", r.State, r.Held)
+	}
+}
+
+// A drain that fails for another reason while held keeps its hold, so
+// that its record keeps what is left on its capture (drainHold); a plan
+// done holds nothing.
+func TestAFailedPlanKeepsItsHold(t *testing.T) {
+	w, _, x, r, _ := heldWithTwoRunning(t, true)
+	w.lost[plan.StepText(r.Step(r.Steps[1]))] = true
+	run(t, x, r, RequestNone)
+	w.finish()
+	run(t, x, r, RequestNone)
+	if r.State != Failed || r.Held == nil {
+		t.Fatalf("failed while held: %s %q, held %+v", r.State, r.Message, r.Held)
+	}
+}

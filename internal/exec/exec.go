@@ -287,11 +287,13 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 			}
 		}
 		if !progressed || r.CurrentBatch() == cur {
-			if !gated && r.Held != nil && r.State == Running && r.Failing == nil {
+			if !gated && r.State == Running && r.Failing == nil && (r.Held != nil || x.HoldOutlivesPlan && r.Budget.On()) {
 				// No step of this batch asked to begin (what is left of
-				// it runs or waits), but the hold is looked at all the
-				// same: a drain's running steps wait for it to end, and
-				// its timeout is counted while it holds steps back.
+				// it runs or waits), but the budget is asked all the
+				// same: a drain's running steps wait for its hold to
+				// end (and one is begun over the bound: a plan resumed
+				// after a pause asks afresh), and a hold's timeout is
+				// counted while it holds steps back.
 				if x.HoldOutlivesPlan || r.Counts()[StepPending] > 0 {
 					if _, failed, err := x.gate(ctx, r, now, add); err != nil || failed {
 						return evs, err

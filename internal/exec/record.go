@@ -261,9 +261,13 @@ func (r *Record) setStep(i int, to StepState, note string, now time.Time) (Event
 }
 
 func (r *Record) finish(state State, message string, now time.Time) Event {
-	// An ended plan holds nothing (a drain held past its timeout says so
-	// by its message).
-	r.State, r.Message, r.Failing, r.Held = state, message, nil, nil
+	// A plan done or cancelled holds nothing. A failed one keeps its
+	// hold: a drain's record stays held with it (drainHold), rather
+	// than what is left moving off its capture unbudgeted.
+	r.State, r.Message, r.Failing = state, message, nil
+	if state != Failed {
+		r.Held = nil
+	}
 	r.FinishedAt = &now
 	typ := map[State]EventType{Done: EventDone, Failed: EventFailed, Cancelled: EventCancelled}[state]
 	return r.emit(now, Event{Type: typ, Message: message}, true)
