@@ -291,9 +291,9 @@ func (x *Executor) Advance(ctx context.Context, r *Record, req Request) ([]Event
 				// No step of this batch asked to begin (what is left of
 				// it runs or waits), but the budget is asked all the
 				// same: a drain's running steps wait for its hold to
-				// end (and one is begun over the bound: a plan resumed
-				// after a pause asks afresh), and a hold's timeout is
-				// counted while it holds steps back.
+				// end, a drain resumed after a pause is held again over
+				// the bound, and a hold's timeout is counted while it
+				// holds steps back.
 				if x.HoldOutlivesPlan || r.Counts()[StepPending] > 0 {
 					if _, failed, err := x.gate(ctx, r, now, add); err != nil || failed {
 						return evs, err
