@@ -301,8 +301,9 @@ func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress
 
 // marksIn turns the watermark rows a change of the signal table inserts
 // for this changefeed into mark events of their tables, each with its
-// table's schema at the reader's position (held tables have none).
-func (p *Puller) marksIn(e *replication.RowsEvent, tables map[string]tableState, held map[string]bool) []source.Event {
+// table's schema at the reader's position (the caller leaves out held
+// tables').
+func (p *Puller) marksIn(e *replication.RowsEvent, tables map[string]tableState) []source.Event {
 	prefix := markPrefix(p.cfg)
 	var out []source.Event
 	for _, r := range e.Rows {
@@ -318,7 +319,7 @@ func (p *Puller) marksIn(e *replication.RowsEvent, tables map[string]tableState,
 			continue
 		}
 		for table, st := range tables {
-			if tableTag(table) != parts[0] || held[table] {
+			if tableTag(table) != parts[0] {
 				continue
 			}
 			mk := source.Mark{Kind: parts[2], ID: parts[1], Table: table}

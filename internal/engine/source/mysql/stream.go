@@ -349,10 +349,15 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 			// update, is not asked again. A snapshot's
 			// watermark is an insert too (snapshot.go).
 			r.p.answerCuts(e)
-			r.cur.events = append(r.cur.events, r.p.marksIn(e, r.at.Tables, r.held)...)
+			marks := r.p.marksIn(e, r.at.Tables)
 			// (Whether the transaction may go in parts is the same
 			// whichever tables a read holds: any mark counts.)
-			r.cur.marked = r.cur.marked || len(r.p.marksIn(e, r.at.Tables, nil)) > 0
+			r.cur.marked = r.cur.marked || len(marks) > 0
+			for _, m := range marks {
+				if !r.held[m.Table] {
+					r.cur.events = append(r.cur.events, m)
+				}
+			}
 		}
 		return nil
 	}

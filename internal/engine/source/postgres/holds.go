@@ -149,10 +149,8 @@ func (s *Stream) renamedAway(ctx context.Context) (map[string]renamedTo, error) 
 	}
 	out := map[string]renamedTo{}
 	for t, st := range s.tables {
-		if name, ok := names[st.OID]; ok && name != t {
-			if _, held := s.held[t]; !held {
-				out[t] = renamedTo{OID: st.OID, Name: name}
-			}
+		if _, held := s.held[t]; !held && names[st.OID] != "" && names[st.OID] != t {
+			out[t] = renamedTo{OID: st.OID, Name: names[st.OID]}
 		}
 	}
 	return out, nil
