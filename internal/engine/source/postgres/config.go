@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -62,6 +63,11 @@ type Config struct {
 	// before the source fixed it: the server's own setting, as then
 	// (session.go).
 	TimeZone string
+	// CatalogInterval is how often the reader looks at the catalog for
+	// what pgoutput never says (catalog-interval=): a table dropped, one
+	// renamed away and left idle, a partition attached with rows. 0 is
+	// the default, dropCheckEvery.
+	CatalogInterval time.Duration
 
 	// pinned are the session settings ParseURI put into ConnString (not
 	// the operator's): URI leaves them out.
@@ -70,7 +76,7 @@ type Config struct {
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true, "auto-remedy": true}
+var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true, "auto-remedy": true, "catalog-interval": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -146,6 +152,13 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, source.DefaultChunkRows)
 		}
 		c.ChunkRows = n
+	}
+	if v := q.Get("catalog-interval"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Hour {
+			return Config{}, fmt.Errorf("source URI: catalog-interval=%q: give how often the reader looks for tables dropped or renamed away and partitions attached, a duration from 100ms to 1h (default %s)", v, dropCheckEvery)
+		}
+		c.CatalogInterval = d
 	}
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -255,6 +268,9 @@ func (c Config) URI() string {
 	}
 	if !c.AutoRemedy {
 		q.Set("auto-remedy", "false")
+	}
+	if c.CatalogInterval != 0 {
+		q.Set("catalog-interval", c.CatalogInterval.String())
 	}
 	for _, k := range c.pinned {
 		q.Del(k)

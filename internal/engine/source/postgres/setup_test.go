@@ -37,6 +37,9 @@ func TestParseURI(t *testing.T) {
 		{uri: "mysql://u@h/shop?tables=t", err: "scheme must be postgres://"},
 		{uri: "postgres://u@h/shop?tables=t&auto-remedy=ok", err: `auto-remedy="ok": use true`},
 		{uri: "postgres://u@h/shop?tables=t&auto-remedy=false", tables: []string{"public.t"}},
+		{uri: "postgres://u@h/shop?tables=t&catalog-interval=2s", tables: []string{"public.t"}},
+		{uri: "postgres://u@h/shop?tables=t&catalog-interval=10", err: `catalog-interval="10": give how often`},
+		{uri: "postgres://u@h/shop?tables=t&catalog-interval=10ms", err: "from 100ms to 1h"},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {
@@ -54,7 +57,8 @@ func TestParseURI(t *testing.T) {
 		}
 		again, err := ParseURI(c.URI())
 		if err != nil || again.ConnString != c.ConnString || strings.Join(again.Tables, ",") != strings.Join(c.Tables, ",") || again.Slot != c.Slot ||
-			again.AutoRemedy != c.AutoRemedy || c.AutoRemedy == strings.Contains(tc.uri, "auto-remedy=false") {
+			again.AutoRemedy != c.AutoRemedy || c.AutoRemedy == strings.Contains(tc.uri, "auto-remedy=false") ||
+			again.CatalogInterval != c.CatalogInterval || (c.CatalogInterval == 2*time.Second) != strings.Contains(tc.uri, "catalog-interval=2s") {
 			t.Errorf("%s: round trip %+v %v", tc.uri, again, err)
 		}
 	}
@@ -319,6 +323,23 @@ func TestTableRules(t *testing.T) {
 // names a zone; one stored before the zone was fixed (a start, no zone)
 // keeps the server's. The other session settings are added unless the
 // URI gives them itself, and the stored URI carries only the zone.
+// catalog-interval= is how often the opened source looks at the
+// catalog; without it, every dropCheckEvery.
+func TestTheCatalogIntervalIsTheSourcesLook(t *testing.T) {
+	for uri, want := range map[string]time.Duration{
+		"postgres://u@h/db?tables=t&slot=s&publication=p&start=1":                         dropCheckEvery,
+		"postgres://u@h/db?tables=t&slot=s&publication=p&start=1&catalog-interval=1500ms": 1500 * time.Millisecond,
+	} {
+		src, err := Open(uri, source.Env{Changefeed: "c"})
+		if err != nil {
+			t.Fatalf("%s: %v", uri, err)
+		}
+		if src.dropEvery != want {
+			t.Errorf("%s: looks every %v, want %v", uri, src.dropEvery, want)
+		}
+	}
+}
+
 func TestSessionSettingsOfASourceURI(t *testing.T) {
 	for _, tc := range []struct {
 		uri, zone, err string

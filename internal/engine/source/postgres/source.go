@@ -155,7 +155,8 @@ type Source struct {
 
 	cf model.ChangefeedID
 	// dropEvery is how often Pull looks for tables dropped upstream
-	// (dropCheckEvery; a test shortens its own source's).
+	// (catalog-interval=, dropCheckEvery by default; a test shortens
+	// its own source's).
 	dropEvery time.Duration
 
 	mu     sync.Mutex
@@ -177,7 +178,11 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed, dropEvery: dropCheckEvery}, nil
+	every := dropCheckEvery
+	if cfg.CatalogInterval != 0 {
+		every = cfg.CatalogInterval
+	}
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed, dropEvery: every}, nil
 }
 
 // Close implements source.Source: the snapshot's idle connections close.

@@ -52,7 +52,7 @@ INSERT INTO m_load SELECT g, date '2025-01-01' + (g % 360), md5(g::text), 0 FROM
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("pg", dsn+"&tables=public.m&chunk-rows=50", sink, 4)
+	tc.CreateChangefeed("pg", dsn+"&tables=public.m&chunk-rows=50&catalog-interval=1s", sink, 4)
 	tc.WaitSnapshot("pg")
 
 	stop, done := make(chan struct{}), make(chan error, 1)

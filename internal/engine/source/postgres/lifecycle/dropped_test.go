@@ -41,8 +41,8 @@ INSERT INTO `+table+` SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != ni
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
 	dir := t.TempDir()
-	tc.CreateChangefeed("dropped", dsn+"&tables=public.keep,public.gone,public.back&chunk-rows=500", "file://"+dir+"?flush-interval=100ms", 2)
-	tc.CreateChangefeed("solo", dsn+"&tables=public.solo", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("dropped", dsn+"&tables=public.keep,public.gone,public.back&chunk-rows=500&catalog-interval=1s", "file://"+dir+"?flush-interval=100ms", 2)
+	tc.CreateChangefeed("solo", dsn+"&tables=public.solo&catalog-interval=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("dropped")
 	tc.WaitSnapshot("solo")
 

@@ -46,7 +46,7 @@ INSERT INTO beside SELECT g, 0, g FROM generate_series(1, `+n+`) g;`); err != ni
 	tc.StartCaptures(3)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	tables := []string{"public.same", "public.other", "public.beside"}
-	tc.CreateChangefeed("recreated", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=100", sink, 4)
+	tc.CreateChangefeed("recreated", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=100&catalog-interval=1s", sink, 4)
 	tc.WaitSnapshot("recreated")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
@@ -103,7 +103,7 @@ INSERT INTO beside SELECT g, 0, g FROM generate_series(1, `+n+`) g;`); err != ni
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	tables := []string{"public.twice", "public.beside"}
-	tc.CreateChangefeed("twice", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500", sink, 2)
+	tc.CreateChangefeed("twice", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500&catalog-interval=1s", sink, 2)
 	tc.WaitSnapshot("twice")
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- recreateWorkload(ctx, dsn, stop, "twice", "beside") }()
@@ -159,7 +159,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
 	tables := []string{"public.ab", "public.beside"}
-	tc.CreateChangefeed("unclear", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=100", sink, 3)
+	tc.CreateChangefeed("unclear", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=100&catalog-interval=1s", sink, 3)
 	tc.WaitSnapshot("unclear")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
@@ -217,7 +217,7 @@ INSERT INTO beside SELECT g, 0, g FROM generate_series(1, `+n+`) g;`); err != ni
 	tables := []string{"public.again", "public.beside"}
 	// The operator's path: without auto-remedy the changefeed would copy
 	// the new table itself.
-	tc.CreateChangefeed("recreated", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500&auto-remedy=false", sink, 2)
+	tc.CreateChangefeed("recreated", dsn+"&tables="+strings.Join(tables, ",")+"&chunk-rows=500&auto-remedy=false&catalog-interval=1s", sink, 2)
 	tc.WaitSnapshot("recreated")
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- recreateWorkload(ctx, dsn, stop, "again", "beside") }()

@@ -41,9 +41,9 @@ INSERT INTO later SELECT g, 0 FROM generate_series(1, 200) g;`); err != nil {
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: 300 * time.Millisecond})
 	tc.StartCaptures(2)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("renamed", dsn+"&tables=public.orders,public.beside&chunk-rows=500", sink, 2)
-	tc.CreateChangefeed("kept", dsn+"&tables=public.orders&auto-remedy=false", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
-	tc.CreateChangefeed("stopped", dsn+"&tables=public.later", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("renamed", dsn+"&tables=public.orders,public.beside&chunk-rows=500&catalog-interval=1s", sink, 2)
+	tc.CreateChangefeed("kept", dsn+"&tables=public.orders&auto-remedy=false&catalog-interval=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("stopped", dsn+"&tables=public.later&catalog-interval=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("renamed")
 	tc.WaitSnapshot("kept")
 	tc.WaitSnapshot("stopped")
@@ -139,7 +139,7 @@ INSERT INTO beside SELECT g, 0 FROM generate_series(1, 500) g;`); err != nil {
 	// coordinator's first round, once the old name is a table again.
 	tc := enginetest.New(t, enginetest.Options{FollowTablesEvery: time.Hour})
 	tc.StartCaptures(2)
-	tc.CreateChangefeed("swapped", dsn+"&tables=public.orders,public.beside", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.CreateChangefeed("swapped", dsn+"&tables=public.orders,public.beside&catalog-interval=1s", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
 	tc.WaitSnapshot("swapped")
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE orders RENAME TO orders_v2; UPDATE orders_v2 SET n = 1 WHERE id = 1`); err != nil {
 		t.Fatal(err)
