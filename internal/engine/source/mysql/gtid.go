@@ -256,3 +256,26 @@ func flavorOf(version string) string {
 	}
 	return "mysql"
 }
+
+// gtidTag is the first tag in a MySQL GTID set ("uuid:1-5:tag:1-3",
+// MySQL 8.4's tagged GTIDs; a tag is a name, an interval starts with a
+// digit), "" when it has none.
+func gtidTag(set string) string {
+	for _, uuidSet := range strings.Split(set, ",") {
+		parts := strings.Split(strings.TrimSpace(uuidSet), ":")
+		for _, p := range parts[min(1, len(parts)):] {
+			if p = strings.TrimSpace(p); p != "" && (p[0] < '0' || p[0] > '9') {
+				return strings.TrimSpace(parts[0]) + ":" + p
+			}
+		}
+	}
+	return ""
+}
+
+// taggedGTIDs says why a server whose executed set holds tagged GTIDs
+// (uuid:tag) cannot feed a changefeed, and what to do: a position is
+// the executed set, and neither it nor a tagged transaction can be read
+// here (go-mysql parses no tags).
+func taggedGTIDs(tag string) string {
+	return fmt.Sprintf("the server's executed GTIDs include tagged ones (%s…, MySQL 8.4's gtid_next='AUTOMATIC:TAG'), which a changefeed cannot read: its positions are the executed set, and a tagged transaction would stop it. Feed the changefeed from a server whose gtid_executed has no tags (a replica set up after the sessions stopped tagging, with its GTIDs reset), with every session writing GTIDs without tags (gtid_next AUTOMATIC)", tag)
+}

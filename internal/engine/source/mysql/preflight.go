@@ -80,6 +80,12 @@ func Preflight(ctx context.Context, cfg Config) (Server, []string, error) {
 		if db.QueryRowContext(ctx, "SELECT @@gtid_mode").Scan(&mode) == nil {
 			srv.GTID = strings.EqualFold(mode, "ON")
 		}
+		var executed string
+		if srv.GTID && db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_executed").Scan(&executed) == nil {
+			if tag := gtidTag(executed); tag != "" {
+				problems = append(problems, taggedGTIDs(tag))
+			}
+		}
 		// MySQL 8 only (MariaDB has no such variable).
 		var options string
 		if db.QueryRowContext(ctx, "SELECT @@binlog_row_value_options").Scan(&options) == nil && strings.Contains(strings.ToUpper(options), "PARTIAL_JSON") {
