@@ -60,7 +60,11 @@ func ReadTransactions(t testing.TB, sinkURI string) *Transactions {
 
 // ReadKafkaTransactions reads a Kafka sink's topic and its transaction
 // topic (<topic>-transaction) as a read_committed consumer (franz-go's),
-// until both have been quiet for a second.
+// until a second brings nothing written before the read began: what a
+// sink wrote before it is read whole where one broker serves every
+// partition (one fetch covers them all) and no transaction of the
+// sink's stays open (a read_committed fetch stops at one: an
+// exactly-once sink's reader would need the partitions' stable offsets).
 func ReadKafkaTransactions(t testing.TB, brokers []string, topic string) *Transactions {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic, topic+"-transaction"),
@@ -94,6 +98,9 @@ func ReadKafkaTransactions(t testing.TB, brokers []string, topic string) *Transa
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if time.Since(began) > 2*time.Minute {
+			t.Fatalf("the topics %s and %s-transaction still bring what was written before the read began, 2 minutes on", topic, topic)
 		}
 		switch {
 		case old > 0:

@@ -277,5 +277,5 @@ func gtidTag(set string) string {
 // the executed set, and neither it nor a tagged transaction can be read
 // here (go-mysql parses no tags).
 func taggedGTIDs(tag string) string {
-	return fmt.Sprintf("the server's executed GTIDs include tagged ones (%s…, MySQL 8.4's gtid_next='AUTOMATIC:TAG'), which a changefeed cannot read: its positions are the executed set, and a tagged transaction would stop it. Feed the changefeed from a server whose gtid_executed has no tags (a replica set up after the sessions stopped tagging, with its GTIDs reset), with every session writing GTIDs without tags (gtid_next AUTOMATIC)", tag)
+	return fmt.Sprintf("the server's executed GTIDs include tagged ones (%s…, MySQL 8.4's gtid_next='AUTOMATIC:TAG' or 'UUID:TAG:N'), which a changefeed cannot read: its positions are the executed set, and a tagged transaction would stop it. Tags stay in gtid_executed until RESET BINARY LOGS AND GTIDS, and a replica given the server's GTIDs (gtid_purged) inherits them: feed the changefeed from a server whose GTID history has no tags, with every session writing GTIDs without tags (gtid_next AUTOMATIC)", tag)
 }

@@ -352,11 +352,12 @@ func droppedReason(cf, table string) string {
 }
 
 // dropCheckEvery is how often the reader looks for tables dropped
-// upstream (pgoutput says nothing of a DROP TABLE).
+// upstream (pgoutput says nothing of a DROP TABLE) unless the source URI
+// says otherwise (catalog-interval=).
 const dropCheckEvery = 10 * time.Second
 
 // checkDropped reports the tables dropped upstream (Pull calls it every
-// dropCheckEvery).
+// Source.dropEvery).
 func (s *Source) checkDropped(ctx context.Context, st *Stream) error {
 	missing, err := st.missingTables(ctx)
 	if err != nil {

@@ -319,10 +319,6 @@ func TestTableRules(t *testing.T) {
 	}
 }
 
-// A new changefeed's sessions write a timestamptz in UTC unless the URI
-// names a zone; one stored before the zone was fixed (a start, no zone)
-// keeps the server's. The other session settings are added unless the
-// URI gives them itself, and the stored URI carries only the zone.
 // catalog-interval= is how often the opened source looks at the
 // catalog; without it, every dropCheckEvery.
 func TestTheCatalogIntervalIsTheSourcesLook(t *testing.T) {
@@ -337,9 +333,14 @@ func TestTheCatalogIntervalIsTheSourcesLook(t *testing.T) {
 		if src.dropEvery != want {
 			t.Errorf("%s: looks every %v, want %v", uri, src.dropEvery, want)
 		}
+		_ = src.Close()
 	}
 }
 
+// A new changefeed's sessions write a timestamptz in UTC unless the URI
+// names a zone; one stored before the zone was fixed (a start, no zone)
+// keeps the server's. The other session settings are added unless the
+// URI gives them itself, and the stored URI carries only the zone.
 func TestSessionSettingsOfASourceURI(t *testing.T) {
 	for _, tc := range []struct {
 		uri, zone, err string

@@ -26,8 +26,12 @@ import (
 // parameter of the source's own, stay the stored URI's: given may leave
 // them out, or repeat them unchanged; tables change with an update of
 // the tables. Changes are one line each, no secret in them; none when
-// given changes nothing.
-func reconnect(stored, given string, own func(param string) bool) (uri string, changes []string, err error) {
+// given changes nothing. canonical renders a URI as the source stores
+// it (nil: as written): a parameter of the source's own repeated in
+// another form of the same meaning (catalog-interval=1m for the stored
+// 1m0s, auto-remedy=true for the default the stored URI leaves out) is
+// unchanged.
+func reconnect(stored, given string, own func(param string) bool, canonical func(uri string) (string, error)) (uri string, changes []string, err error) {
 	was, err := url.Parse(stored)
 	if err != nil {
 		return "", nil, fmt.Errorf("the changefeed's stored source URI: %v", redact.ParseError(err))
@@ -53,7 +57,7 @@ func reconnect(stored, given string, own func(param string) bool) (uri string, c
 		case !own(k):
 		case k == "tables" || k == "filter":
 			return "", nil, fmt.Errorf("--source: leave %s= out: the tables change with --tables, --add-table or --remove-table", k)
-		case tq.Get(k) != wq.Get(k):
+		case tq.Get(k) != wq.Get(k) && !sameMeaning(was, k, tq.Get(k), canonical):
 			return "", nil, fmt.Errorf("--source: %s=%s: the changefeed's %s is fixed when it is created (%s); leave it out of --source", k, tq.Get(k), k, shown(wq.Get(k)))
 		}
 	}
@@ -88,6 +92,24 @@ func reconnect(stored, given string, own func(param string) bool) (uri string, c
 		return stored, nil, nil // the same connection, however written
 	}
 	return next.String(), changes, nil
+}
+
+// sameMeaning says whether the stored URI with its parameter k set to
+// v is the stored URI as the source reads it.
+func sameMeaning(was *url.URL, k, v string, canonical func(string) (string, error)) bool {
+	if canonical == nil {
+		return false
+	}
+	stored, err := canonical(was.String())
+	if err != nil {
+		return false
+	}
+	next := *was
+	q := was.Query()
+	q.Set(k, v)
+	next.RawQuery = q.Encode()
+	given, err := canonical(next.String())
+	return err == nil && given == stored
 }
 
 // family is a scheme's source: postgresql:// is postgres://, mariadb://

@@ -12,8 +12,8 @@ import (
 // driver's parameters); what it replicates does not, and trying to
 // change it says how instead.
 func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
-	const stored = "postgres://cdc:old@db1:5432/shop?bytea_output=escape&connect_timeout=5&slot=s1&start=77&tables=public.a%2Cpublic.b"
-	const kept = "bytea_output=escape&slot=s1&start=77&tables=public.a%2Cpublic.b"
+	const stored = "postgres://cdc:old@db1:5432/shop?bytea_output=escape&catalog-interval=1m30s&connect_timeout=5&slot=s1&start=77&tables=public.a%2Cpublic.b"
+	const kept = "bytea_output=escape&catalog-interval=1m30s&slot=s1&start=77&tables=public.a%2Cpublic.b"
 	for _, tc := range []struct {
 		name, given, want string
 		changes           []string
@@ -39,6 +39,9 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 		{name: "another source", given: "mysql://cdc:new@db1:3306/shop", refused: "is postgres://, not mysql://"},
 		{name: "the tables", given: "postgres://cdc:new@db1/shop?tables=public.a", refused: "leave tables= out"},
 		{name: "a parameter of the changefeed's own", given: "postgres://cdc:new@db1/shop?slot=s2", refused: "slot=s2: the changefeed's slot is fixed when it is created (s1)"},
+		{name: "the changefeed's own parameters repeated in another form", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&catalog-interval=90s&auto-remedy=true&snapshot=initial"},
+		{name: "a parameter of its own that the stored URI leaves at its default", given: "postgres://cdc:old@db1/shop?auto-remedy=false", refused: "auto-remedy=false: the changefeed's auto-remedy is fixed"},
+		{name: "its catalog interval", given: "postgres://cdc:old@db1/shop?catalog-interval=2m", refused: "catalog-interval=2m: the changefeed's catalog-interval is fixed"},
 		{name: "the mask for another user", given: "postgres://other:xxxxx@db1/shop", refused: "keeps the changefeed's, which is user cdc's: give user other's password"},
 		{name: "no server", given: "postgres:///shop", refused: "name the server"},
 		{name: "a password cut by a slash", given: "postgres://cdc:/Secret99@db1:5432/shop", refused: "percent-encode"},
@@ -47,7 +50,7 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 		{name: "a password cut by a question mark", given: "postgres://cdc:1234?x=5@db1/shop", refused: "percent-encode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, changes, err := reconnect(stored, tc.given, postgres.Own)
+			got, changes, err := reconnect(stored, tc.given, postgres.Own, pgCanonical)
 			if tc.refused != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refused) {
 					t.Fatalf("err %v, want one saying %q", err, tc.refused)
@@ -84,11 +87,11 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 // gives it, as the playground's): still none, nothing changes.
 func TestReconnectWithTheMaskWhereThereIsNoPassword(t *testing.T) {
 	const stored = "postgres://cdc@db1:5432/shop?slot=s1&tables=public.a"
-	got, changes, err := reconnect(stored, "postgres://cdc:xxxxx@db1/shop", postgres.Own)
+	got, changes, err := reconnect(stored, "postgres://cdc:xxxxx@db1/shop", postgres.Own, pgCanonical)
 	if err != nil || got != stored || len(changes) != 0 {
 		t.Fatalf("%s, %q, %v: want the stored URI, no change", got, changes, err)
 	}
-	got, changes, err = reconnect(stored, "postgres://cdc:xxxxx@db2/shop", postgres.Own)
+	got, changes, err = reconnect(stored, "postgres://cdc:xxxxx@db2/shop", postgres.Own, pgCanonical)
 	if err != nil || !sameURI(got, "postgres://cdc@db2/shop?slot=s1&tables=public.a") || !reflect.DeepEqual(changes, []string{"address: db1:5432 → db2"}) {
 		t.Fatalf("%s, %q, %v: want the new address alone", got, changes, err)
 	}
@@ -127,7 +130,7 @@ func FuzzReconnect(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, given string) {
-		uri, changes, err := reconnect(stored, given, postgres.Own)
+		uri, changes, err := reconnect(stored, given, postgres.Own, pgCanonical)
 		// The password as typed: between the scheme's user and the last
 		// @, whatever the parser makes of it.
 		secret := ""
@@ -160,4 +163,10 @@ func FuzzReconnect(f *testing.F) {
 			t.Fatalf("%s lost what the changefeed replicates", uri)
 		}
 	})
+}
+
+// pgCanonical is a PostgreSQL source URI as the source stores it.
+func pgCanonical(uri string) (string, error) {
+	c, err := postgres.ParseURI(uri)
+	return c.URI(), err
 }

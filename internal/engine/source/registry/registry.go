@@ -53,8 +53,10 @@ type database struct {
 	// own says which of a URI's query parameters are the source's (what
 	// the changefeed replicates), the rest being the driver's; parse
 	// checks a URI as the source reads it.
-	own   func(param string) bool
-	parse func(uri string) error
+	own func(param string) bool
+	// canonical is a URI as the source stores it, or why it cannot read
+	// it.
+	canonical func(uri string) (string, error)
 }
 
 // databases are the database sources by the schemes of their URIs.
@@ -63,7 +65,10 @@ var databases = map[string]*database{}
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
 		inspect: postgres.Inspect, resumable: postgres.Resumable, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
-		parse: func(uri string) error { _, err := postgres.ParseURI(uri); return err },
+		canonical: func(uri string) (string, error) {
+			c, err := postgres.ParseURI(uri)
+			return c.URI(), err
+		},
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := postgres.Open(uri, env)
 			if err != nil {
@@ -81,7 +86,10 @@ func init() {
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
 		inspect: mysql.Inspect, resumable: mysql.Resumable, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
-		parse: func(uri string) error { _, err := mysql.ParseURI(uri); return err },
+		canonical: func(uri string) (string, error) {
+			c, err := mysql.ParseURI(uri)
+			return c.URI(), err
+		},
 		open: func(uri string, env source.Env) (source.Source, error) {
 			src, err := mysql.Open(uri, env)
 			if err != nil {
@@ -358,11 +366,11 @@ func Reconnect(stored, given string) (string, []string, error) {
 	if db == nil {
 		return "", nil, fmt.Errorf("--source: a gen:// changefeed has no connection to change")
 	}
-	uri, changes, err := reconnect(stored, given, db.own)
+	uri, changes, err := reconnect(stored, given, db.own, db.canonical)
 	if err != nil {
 		return "", nil, err
 	}
-	if err := db.parse(uri); err != nil {
+	if _, err := db.canonical(uri); err != nil {
 		return "", nil, err
 	}
 	return uri, changes, nil

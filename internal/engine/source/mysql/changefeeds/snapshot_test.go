@@ -177,6 +177,9 @@ func TestTheSnapshotResumesAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, end := orders.Span.Bounds()
+	if p := tc.State().Progress["my"][orders.ID].Progress.Copy; p.Done {
+		t.Fatalf("%s copied its range before the crash (%+v): the crash must come in the middle of its copy (make the table larger)", orders.ID, p)
+	}
 	tc.Crash(victim)
 	t.Logf("killed %s, running the reader and %s (orders below %s), copied through order %d", victim, orders.ID, end, savedThrough)
 

@@ -117,8 +117,12 @@ func copiedTimes(t *testing.T, sink string, want map[string]int) {
 				times[len(by)]++
 			}
 		}
+		// The workloads delete at a rate, not a share: a fifth of
+		// retypedRows leaves room for a slow CI run's deletes (a tenth of
+		// 1,500 rows was within reach of a run of a few seconds), and a
+		// copy missed still shows (most rows one time short).
 		more := slices.ContainsFunc(slices.Collect(maps.Keys(times)), func(k int) bool { return k > n })
-		if more || times[n] < retypedRows*9/10 {
+		if more || times[n] < retypedRows*8/10 {
 			t.Fatalf("%s: the table's first rows by how many times they were inserted: %v; want %d each (a row deleted meanwhile, fewer)", table, times, n)
 		}
 	}
