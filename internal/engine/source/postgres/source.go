@@ -253,6 +253,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	order := newCommitOrder()
 	checked := time.Now() // the last look for dropped tables
 	looks := newLooks(s.cfg, p)
+	idle := &idleLook{}
 	for {
 		it, err := st.Next(ctx)
 		if err != nil {
@@ -288,6 +289,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 				return err
 			}
 			s.lookForAttached(ctx, st, looks)
+			s.lookForIdleChanges(ctx, st, idle, looks.at)
 		}
 		if it.Txn == nil {
 			looks.read(it.ResolvedLSN)

@@ -106,6 +106,12 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 // snapshot's and each copy again's), a row deleted meanwhile fewer.
 func copiedTimes(t *testing.T, sink string, want map[string]int) {
 	t.Helper()
+	copiedTimesOf(t, sink, want, retypedRows)
+}
+
+// copiedTimesOf is copiedTimes of the first rows rows.
+func copiedTimesOf(t *testing.T, sink string, want map[string]int, rows int) {
+	t.Helper()
 	for table, n := range want {
 		inserts, err := verify.Inserts(context.Background(), sink, table)
 		if err != nil {
@@ -113,7 +119,7 @@ func copiedTimes(t *testing.T, sink string, want map[string]int) {
 		}
 		times := map[int]int{}
 		for k, by := range inserts {
-			if id, _ := strconv.Atoi(strings.SplitN(k, ",", 2)[0]); id <= retypedRows {
+			if id, _ := strconv.Atoi(strings.SplitN(k, ",", 2)[0]); id <= rows {
 				times[len(by)]++
 			}
 		}
@@ -122,7 +128,7 @@ func copiedTimes(t *testing.T, sink string, want map[string]int) {
 		// 1,500 rows was within reach of a run of a few seconds), and a
 		// copy missed still shows (most rows one time short).
 		more := slices.ContainsFunc(slices.Collect(maps.Keys(times)), func(k int) bool { return k > n })
-		if more || times[n] < retypedRows*8/10 {
+		if more || times[n] < rows*8/10 {
 			t.Fatalf("%s: the table's first rows by how many times they were inserted: %v; want %d each (a row deleted meanwhile, fewer)", table, times, n)
 		}
 	}

@@ -1,0 +1,320 @@
+package postgres
+
+// PostgreSQL describes a relation to the reader (a Relation message) only
+// before the first row of it the stream carries after a change: a
+// column's type changed, added or dropped on a table nobody writes to
+// afterwards reached neither the sink's schema nor, where the change
+// rewrote the values (ALTER COLUMN … TYPE … USING, a numeric's scale),
+// its rows: the sink kept the old values for as long as the table stayed
+// idle. The reader's look at the catalog (every catalog-interval) now
+// compares each table's columns, as pgoutput would describe them, with
+// the stream's last description; where they differ it writes a mark of
+// the catalog's description into the WAL (a logical message naming its
+// slot). The stream meets the mark in its place and takes it as the
+// Relation message PostgreSQL would have sent there: a schema change at
+// the mark's own position, the table copied again where its values were
+// rewritten (versions.go, again.go), as for a table written again. A
+// real Relation message met first makes the mark say nothing new (it is
+// passed over), and one met after it changes nothing. The mark is in the
+// WAL, so a reader started again from before it meets it at the same
+// place: positions do not depend on when the look ran.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// relationKind is the kind of a mark of a relation's description.
+const relationKind = "relation"
+
+// relationMark is a relation as pgoutput would describe it now.
+type relationMark struct {
+	Kind  string    `json:"kind"`
+	Slot  string    `json:"slot"`
+	Table string    `json:"table"`
+	Rel   uint32    `json:"rel"`
+	Ident string    `json:"ident"` // relreplident: d, f, i or n
+	Cols  []markCol `json:"cols"`
+}
+
+// markCol is one column of a relationMark.
+type markCol struct {
+	Name string `json:"name"`
+	Type uint32 `json:"type"`
+	Mod  int32  `json:"mod"`
+	Key  bool   `json:"key,omitempty"`
+}
+
+// message is the Relation message the mark stands for.
+func (m relationMark) message() *pglogrepl.RelationMessage {
+	schema, name := model.SplitTableName(m.Table)
+	msg := &pglogrepl.RelationMessage{RelationID: m.Rel, Namespace: schema, RelationName: name, ColumnNum: uint16(len(m.Cols))}
+	if m.Ident != "" {
+		msg.ReplicaIdentity = m.Ident[0]
+	}
+	for _, c := range m.Cols {
+		col := &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type, TypeModifier: c.Mod}
+		if c.Key {
+			col.Flags = 1
+		}
+		msg.Columns = append(msg.Columns, col)
+	}
+	return msg
+}
+
+// idleLook is the state of the looks for columns changed on idle tables.
+type idleLook struct {
+	// after is where the WAL ended at the first look: the stream's
+	// descriptions are compared only once it has read that far.
+	after pglogrepl.LSN
+	// written are the descriptions marked in this run, by relation: one
+	// is not marked twice while it travels through the stream.
+	written map[uint32]string
+	// version is the server's (server_version_num; 0: not read yet).
+	version int
+	// next is the relation the next look starts at: a look reads at
+	// most idleBatch tables, the next one the following ones.
+	next uint32
+}
+
+// idleBatch bounds the tables one look reads: a changefeed of 100,000
+// tables reads them all in 50 looks (8 minutes at the default interval)
+// rather than half a million catalog rows every 10 seconds.
+const idleBatch = 2_000
+
+// describe reads how pgoutput would describe the relations of tables
+// now (by relation id): their columns but dropped and generated ones and
+// those a column list of the publication leaves out, a column of the
+// replica identity flagged. A relation whose name is no longer its
+// table's is left out (a rename: holds.go's looks find it).
+func describe(ctx context.Context, conn *pgx.Conn, version int, publication string, tables map[uint32]string) (map[uint32]relationMark, error) {
+	oids := make([]uint32, 0, len(tables))
+	for oid := range tables {
+		oids = append(oids, oid)
+	}
+	generated, columnList := "", ""
+	if version >= 120000 {
+		generated = " AND a.attgenerated = ''"
+	}
+	if version >= 150000 {
+		columnList = ` AND NOT EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+			WHERE p.pubname = $2 AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL AND NOT a.attnum = ANY(pr.prattrs::int2[]))`
+	}
+	rows, err := conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid::int8, a.atttypmod,
+		CASE c.relreplident WHEN 'f' THEN true
+			WHEN 'd' THEN a.attnum = ANY(COALESCE((SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary LIMIT 1), '{}'))
+			WHEN 'i' THEN a.attnum = ANY(COALESCE((SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident LIMIT 1), '{}'))
+			ELSE false END
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`+generated+`
+		WHERE c.oid = ANY($1::oid[]) AND $2::text IS NOT NULL`+columnList+`
+		ORDER BY c.oid, a.attnum`, oids, publication)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[uint32]relationMark{}
+	for rows.Next() {
+		var (
+			oid                 int64
+			schema, name, ident string
+			col                 markCol
+			typ                 int64
+		)
+		if err := rows.Scan(&oid, &schema, &name, &ident, &col.Name, &typ, &col.Mod, &col.Key); err != nil {
+			return nil, err
+		}
+		rel := uint32(oid)
+		if model.TableName(schema, name) != tables[rel] {
+			continue
+		}
+		col.Type = uint32(typ)
+		m := out[rel]
+		m.Kind, m.Table, m.Rel, m.Ident = relationKind, tables[rel], rel, ident
+		m.Cols = append(m.Cols, col)
+		out[rel] = m
+	}
+	return out, rows.Err()
+}
+
+// lookForIdleChanges marks the tables whose columns the catalog
+// describes otherwise than the stream last did. A failed look is told
+// and made again at the next.
+func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook, at pglogrepl.LSN) {
+	conn := st.cat.conn
+	if l.after == 0 {
+		var end string
+		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, current_setting('server_version_num')::int`).Scan(&end, &l.version); err != nil {
+			s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+			return
+		}
+		if lsn, err := pglogrepl.ParseLSN(end); err == nil {
+			l.after = lsn
+		}
+		return
+	}
+	if at < l.after {
+		return
+	}
+	all := map[uint32]string{}
+	for name, ts := range st.tables {
+		if _, held := st.held[name]; ts.OID != 0 && ts.Def != nil && !held && !st.unread(ts) {
+			if _, gone := st.gone[name]; !gone {
+				all[ts.OID] = name
+			}
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	oids := slices.Sorted(maps.Keys(all))
+	from, _ := slices.BinarySearch(oids, l.next)
+	if from == len(oids) {
+		from = 0
+	}
+	tables := map[uint32]string{}
+	for _, oid := range oids[from:min(from+idleBatch, len(oids))] {
+		tables[oid] = all[oid]
+	}
+	if from+idleBatch < len(oids) {
+		l.next = oids[from+idleBatch]
+	} else {
+		l.next = 0
+	}
+	now, err := describe(ctx, conn, l.version, s.cfg.Publication, tables)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return
+	}
+	var marks []relationMark
+	for rel, m := range now {
+		differ, err := st.describedOtherwise(ctx, m)
+		if err != nil {
+			s.log.Warn("postgres source: cannot compare a table's columns with the catalog's; will look again", "changefeed", s.cf, "table", m.Table, "err", explain(s.cfg, err))
+			continue
+		}
+		sig, _ := json.Marshal(m.Cols)
+		if !differ {
+			delete(l.written, rel)
+			continue
+		}
+		if l.written[rel] == m.Ident+string(sig) {
+			continue // on its way
+		}
+		m.Slot = s.cfg.Slot
+		marks = append(marks, m)
+		if l.written == nil {
+			l.written = map[uint32]string{}
+		}
+		l.written[rel] = m.Ident + string(sig)
+	}
+	if len(marks) == 0 {
+		return
+	}
+	if err := writeRelationMarks(ctx, conn, marks); err != nil {
+		for _, m := range marks {
+			delete(l.written, m.Rel)
+		}
+		s.log.Warn("postgres source: cannot mark columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return
+	}
+	for _, m := range marks {
+		s.log.Info("postgres source: a table's columns changed upstream and it was not written since; the change is taken from the catalog", "changefeed", s.cf, "table", m.Table)
+	}
+}
+
+// writeRelationMarks writes the marks in one transaction.
+func writeRelationMarks(ctx context.Context, conn *pgx.Conn, marks []relationMark) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
+	for _, m := range marks {
+		b, _ := json.Marshal(m)
+		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b)); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// describedOtherwise says whether the stream's last description of the
+// mark's table differs from it: its last Relation message's columns, or,
+// with none in this run, the table's definition (names and types).
+func (s *Stream) describedOtherwise(ctx context.Context, m relationMark) (bool, error) {
+	if rel := s.rels[m.Rel]; rel != nil {
+		if rel.foreign || rel.gone || rel.held {
+			return false, nil
+		}
+		if len(rel.cols) != len(m.Cols) {
+			return true, nil
+		}
+		for i, c := range rel.cols {
+			mc := m.Cols[i]
+			if c.Name != mc.Name || c.DataType != mc.Type || c.TypeModifier != mc.Mod || (c.Flags&1 != 0) != mc.Key {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	st := s.tables[m.Table]
+	if st == nil || st.Def == nil {
+		return false, nil
+	}
+	if len(st.Def.Columns) != len(m.Cols) {
+		return true, nil
+	}
+	for i, c := range st.Def.Columns {
+		if c.Name != m.Cols[i].Name {
+			return true, nil
+		}
+		typ, err := s.cat.typeName(ctx, m.Cols[i].Type, m.Cols[i].Mod)
+		if err != nil {
+			return false, err
+		}
+		if typ != c.Type {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// relationMarked takes a mark of a relation's description met in the
+// open transaction: this changefeed's, where it still says something the
+// stream has not heard, is the Relation message PostgreSQL would have
+// sent there. It says whether content was such a mark (none goes on to
+// the partitions).
+func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, error) {
+	if !strings.Contains(string(content), `"kind":"`+relationKind+`"`) {
+		return false, nil
+	}
+	var m relationMark
+	if err := json.Unmarshal(content, &m); err != nil || m.Kind != relationKind {
+		return false, nil
+	}
+	if m.Slot != s.cfg.Slot {
+		return true, nil // another changefeed's, on the same database
+	}
+	st := s.tables[m.Table]
+	if st == nil || st.OID != m.Rel {
+		return true, nil
+	}
+	differ, err := s.describedOtherwise(ctx, m)
+	if err != nil {
+		return true, fmt.Errorf("postgres source: table %s: compare its columns with a mark of the catalog's: %w", m.Table, err)
+	}
+	if !differ {
+		return true, nil
+	}
+	return true, s.relation(ctx, m.message())
+}

@@ -1,0 +1,80 @@
+package lifecycle
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// Columns changed on tables nobody writes to afterwards: PostgreSQL
+// describes a table to the reader only before its next row, so a
+// lookup table's codes rewritten by ALTER COLUMN … TYPE text USING
+// upper(code), and a column added with a DEFAULT to another, reached
+// neither the sink's schema nor its rows for as long as the tables stayed
+// idle (the sink kept the old codes). The reader's look at the catalog
+// marks them, and the stream takes each mark as the description
+// PostgreSQL would have sent: the sink rebuilt equals the upstream's
+// tables without a row written to either, the rewritten table copied
+// again once, the other not at all, and a third table left as it was
+// has no schema change.
+func TestColumnsChangedOnTablesNobodyWritesReachTheSink(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	if _, err := srv.Psql(ctx, "shop", `
+CREATE TABLE busy (id int8 PRIMARY KEY, n int4);
+INSERT INTO busy SELECT g, 0 FROM generate_series(1, 100) g;
+CREATE TABLE lookup (id int8 PRIMARY KEY, code varchar(8));
+INSERT INTO lookup SELECT g, 'c' || g FROM generate_series(1, 500) g;
+CREATE TABLE added (id int8 PRIMARY KEY, note text);
+INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, 500) g;
+CREATE TABLE still (id int8 PRIMARY KEY, note varchar(8) NOT NULL);
+INSERT INTO still SELECT g, 's' || g FROM generate_series(1, 500) g;`); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.DSN("shop")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	dir := t.TempDir()
+	sink := "file://" + dir + "?flush-interval=100ms"
+	tables := []string{"public.busy", "public.lookup", "public.added", "public.still"}
+	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.lookup,public.added,public.still&catalog-interval=500ms", sink, 2)
+	tc.WaitSnapshot("idle")
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE lookup ALTER COLUMN code TYPE text USING upper(code)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `UPDATE busy SET n = n + 1 WHERE id <= 10`); err != nil {
+		t.Fatal(err)
+	}
+	up, err := postgres.NewTableReader(dsn + "&tables=public.lookup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep verify.Report
+	tc.EventuallyEvery("the sink to equal the tables changed while idle", 90*time.Second, time.Second, func() bool {
+		rep = tc.VerifyDatabase("idle", up, tables, time.Now())
+		return rep.OK
+	})
+	if rep.Duplicates != 0 {
+		t.Fatalf("after the idle tables' columns changed: %+v", rep)
+	}
+	copiedTimesOf(t, sink, map[string]int{"public.lookup": 2, "public.added": 1, "public.still": 1}, 500)
+	// The changed tables have a schema file for each version in the
+	// sink; the table left as it was, its first only.
+	for table, want := range map[string]int{"lookup": 2, "added": 2, "still": 1} {
+		files, err := filepath.Glob(filepath.Join(dir, "public", table, "meta", "schema_*.json"))
+		if err != nil || len(files) != want {
+			t.Errorf("public.%s: schema files %v (%v), want %d", table, files, err, want)
+		}
+	}
+	t.Logf("%+v", rep.TableReports)
+}
