@@ -114,7 +114,7 @@ func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.Table
 	}
 	rows, err := c.conn.Query(ctx, `
 SELECT a.attname, t.typname, a.atttypmod, NOT a.attnotnull,
-       COALESCE(array_position(string_to_array(i.indkey::text, ' ')::int2[], a.attnum), 0)
+       COALESCE(array_position((string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts], a.attnum), 0)
 FROM pg_attribute a
 JOIN pg_class r ON r.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = r.relnamespace

@@ -428,7 +428,7 @@ func (s *Stream) pairColumns(ctx context.Context, rel uint32, cur *source.TableD
 func (s *Stream) keyGone(ctx context.Context, rel uint32, table string, def *source.TableDef, nums []int16) (bool, error) {
 	if known(nums, len(def.Columns)) {
 		var key []int16
-		err := s.cat.conn.QueryRow(ctx, `SELECT COALESCE((SELECT string_to_array(indkey::text, ' ')::int2[] FROM pg_index WHERE indrelid = $1 AND indisprimary), '{}')`, rel).Scan(&key)
+		err := s.cat.conn.QueryRow(ctx, `SELECT COALESCE((SELECT (string_to_array(indkey::text, ' ')::int2[])[1:indnkeyatts] FROM pg_index WHERE indrelid = $1 AND indisprimary), '{}')`, rel).Scan(&key)
 		if err != nil {
 			return false, err
 		}

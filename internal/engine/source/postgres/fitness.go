@@ -112,7 +112,7 @@ SELECT c.relreplident::text,
   COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i
     CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(att, ord)
     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.att
-    WHERE i.indrelid = c.oid AND i.indisreplident), '{}')
+    WHERE i.indrelid = c.oid AND i.indisreplident AND k.ord <= i.indnkeyatts), '{}')
 FROM pg_class c WHERE c.oid = $1::regclass`, quoteQualified(t)).Scan(&ident, &deferrable, &index)
 	if err != nil {
 		return "", err

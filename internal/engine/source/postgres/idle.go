@@ -22,7 +22,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -96,7 +95,9 @@ const idleBatch = 2_000
 // those a column list of the publication leaves out, a column of the
 // replica identity flagged. A relation whose name is no longer its
 // table's is left out (a rename: holds.go's looks find it).
-func describe(ctx context.Context, conn *pgx.Conn, version int, publication string, tables map[uint32]string) (map[uint32]relationMark, error) {
+func describe(ctx context.Context, conn interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, version int, publication string, tables map[uint32]string) (map[uint32]relationMark, error) {
 	oids := make([]uint32, 0, len(tables))
 	for oid := range tables {
 		oids = append(oids, oid)
@@ -111,8 +112,10 @@ func describe(ctx context.Context, conn *pgx.Conn, version int, publication stri
 	}
 	rows, err := conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid::int8, a.atttypmod,
 		CASE c.relreplident WHEN 'f' THEN true
-			WHEN 'd' THEN a.attnum = ANY(COALESCE((SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary LIMIT 1), '{}'))
-			WHEN 'i' THEN a.attnum = ANY(COALESCE((SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident LIMIT 1), '{}'))
+			WHEN 'd' THEN a.attnum = ANY(COALESCE((SELECT (string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts] FROM pg_index i
+				WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate AND i.indisvalid LIMIT 1), '{}'))
+			WHEN 'i' THEN a.attnum = ANY(COALESCE((SELECT (string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts] FROM pg_index i
+				WHERE i.indrelid = c.oid AND i.indisreplident AND i.indimmediate AND i.indisvalid LIMIT 1), '{}'))
 			ELSE false END
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`+generated+`
@@ -148,8 +151,12 @@ func describe(ctx context.Context, conn *pgx.Conn, version int, publication stri
 
 // lookForIdleChanges marks the tables whose columns the catalog
 // describes otherwise than the stream last did. A failed look is told
-// and made again at the next.
+// and made again at the next. Before PostgreSQL 14 pgoutput sends no
+// logical messages, so no mark would come back: it does not look.
 func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook, at pglogrepl.LSN) {
+	if !st.ticks {
+		return
+	}
 	conn := st.cat.conn
 	if l.after == 0 {
 		var end string
@@ -185,115 +192,159 @@ func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook
 	for _, oid := range oids[from:min(from+idleBatch, len(oids))] {
 		tables[oid] = all[oid]
 	}
-	if from+idleBatch < len(oids) {
-		l.next = oids[from+idleBatch]
-	} else {
-		l.next = 0
-	}
 	now, err := describe(ctx, conn, l.version, s.cfg.Publication, tables)
 	if err != nil {
 		s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
 	}
-	var marks []relationMark
+	if from+idleBatch < len(oids) {
+		l.next = oids[from+idleBatch]
+	} else {
+		l.next = 0
+	}
+	var differ []uint32
 	for rel, m := range now {
-		differ, err := st.describedOtherwise(ctx, m)
-		if err != nil {
-			s.log.Warn("postgres source: cannot compare a table's columns with the catalog's; will look again", "changefeed", s.cf, "table", m.Table, "err", explain(s.cfg, err))
-			continue
-		}
-		sig, _ := json.Marshal(m.Cols)
-		if !differ {
+		if !st.describedOtherwise(ctx, m) {
 			delete(l.written, rel)
-			continue
+		} else if l.written[rel] != m.signature() {
+			differ = append(differ, rel)
 		}
-		if l.written[rel] == m.Ident+string(sig) {
-			continue // on its way
-		}
-		m.Slot = s.cfg.Slot
-		marks = append(marks, m)
-		if l.written == nil {
-			l.written = map[uint32]string{}
-		}
-		l.written[rel] = m.Ident + string(sig)
 	}
-	if len(marks) == 0 {
-		return
-	}
-	if err := writeRelationMarks(ctx, conn, marks); err != nil {
-		for _, m := range marks {
-			delete(l.written, m.Rel)
+	slices.Sort(differ)
+	for len(differ) > 0 {
+		n := min(len(differ), marksPerTxn)
+		batch := map[uint32]string{}
+		for _, rel := range differ[:n] {
+			batch[rel] = tables[rel]
 		}
-		s.log.Warn("postgres source: cannot mark columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
-		return
-	}
-	for _, m := range marks {
-		s.log.Info("postgres source: a table's columns changed upstream and it was not written since; the change is taken from the catalog", "changefeed", s.cf, "table", m.Table)
+		differ = differ[n:]
+		marked, err := s.markRelations(ctx, st, l, batch)
+		if err != nil {
+			s.log.Warn("postgres source: cannot mark columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+			return
+		}
+		for _, m := range marked {
+			s.log.Info("postgres source: a table's columns in the catalog differ from what the stream last said of them (changed, and not written since); the change is taken from the catalog in its place", "changefeed", s.cf, "table", m.Table)
+		}
 	}
 }
 
-// writeRelationMarks writes the marks in one transaction.
-func writeRelationMarks(ctx context.Context, conn *pgx.Conn, marks []relationMark) error {
-	tx, err := conn.Begin(ctx)
+// marksPerTxn bounds the marks one transaction carries: each may be a
+// schema change, and a transaction has room for ddlSlots of them.
+const marksPerTxn = 32
+
+// signature tells one description from another.
+func (m relationMark) signature() string {
+	b, _ := json.Marshal(m.Cols)
+	return m.Ident + string(b)
+}
+
+// markRelations writes, in one transaction, a mark of each table of
+// batch whose columns the catalog still describes otherwise than the
+// stream, read again under an ACCESS SHARE lock of the tables (NOWAIT:
+// an ALTER under way, or queued, leaves them to the next look). The lock
+// keeps any ALTER of them either before the mark, and seen by its read,
+// or after it in the WAL: a Relation message the stream meets before a
+// mark is never newer than the mark.
+func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, batch map[uint32]string) ([]relationMark, error) {
+	tx, err := st.cat.conn.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
-	for _, m := range marks {
+	names := make([]string, 0, len(batch))
+	for _, t := range batch {
+		names = append(names, quoteQualified(t))
+	}
+	slices.Sort(names)
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(names, ", ")+` IN ACCESS SHARE MODE NOWAIT`); err != nil {
+		return nil, nil // busy, or gone: the next look
+	}
+	now, err := describe(ctx, tx, l.version, s.cfg.Publication, batch)
+	if err != nil {
+		return nil, err
+	}
+	var marks []relationMark
+	for _, rel := range slices.Sorted(maps.Keys(now)) {
+		m := now[rel]
+		if !st.describedOtherwise(ctx, m) {
+			continue
+		}
+		m.Slot = s.cfg.Slot
 		b, _ := json.Marshal(m)
 		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b)); err != nil {
-			return err
+			return nil, err
 		}
+		marks = append(marks, m)
 	}
-	return tx.Commit(ctx)
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	if l.written == nil {
+		l.written = map[uint32]string{}
+	}
+	for _, m := range marks {
+		l.written[m.Rel] = m.signature()
+	}
+	return marks, nil
 }
 
 // describedOtherwise says whether the stream's last description of the
 // mark's table differs from it: its last Relation message's columns, or,
-// with none in this run, the table's definition (names and types).
-func (s *Stream) describedOtherwise(ctx context.Context, m relationMark) (bool, error) {
+// with none in this run, the table's definition (names and types). It
+// only decides whether to write a mark: the stream's reading of the
+// mark decides from the table's definition alone (relationMarked).
+func (s *Stream) describedOtherwise(ctx context.Context, m relationMark) bool {
 	if rel := s.rels[m.Rel]; rel != nil {
 		if rel.foreign || rel.gone || rel.held {
-			return false, nil
+			return false
 		}
-		if len(rel.cols) != len(m.Cols) {
-			return true, nil
-		}
-		for i, c := range rel.cols {
-			mc := m.Cols[i]
-			if c.Name != mc.Name || c.DataType != mc.Type || c.TypeModifier != mc.Mod || (c.Flags&1 != 0) != mc.Key {
-				return true, nil
-			}
-		}
-		return false, nil
+		return !sameDescription(rel.cols, m)
 	}
 	st := s.tables[m.Table]
 	if st == nil || st.Def == nil {
-		return false, nil
+		return false
 	}
 	if len(st.Def.Columns) != len(m.Cols) {
-		return true, nil
+		return true
 	}
 	for i, c := range st.Def.Columns {
 		if c.Name != m.Cols[i].Name {
-			return true, nil
+			return true
 		}
-		typ, err := s.cat.typeName(ctx, m.Cols[i].Type, m.Cols[i].Mod)
-		if err != nil {
-			return false, err
-		}
-		if typ != c.Type {
-			return true, nil
+		if typ, err := s.cat.typeName(ctx, m.Cols[i].Type, m.Cols[i].Mod); err != nil || typ != c.Type {
+			return true
 		}
 	}
-	return false, nil
+	return false
+}
+
+// sameDescription says whether a Relation message's columns are the
+// mark's.
+func sameDescription(cols []*pglogrepl.RelationMessageColumn, m relationMark) bool {
+	if len(cols) != len(m.Cols) {
+		return false
+	}
+	for i, c := range cols {
+		mc := m.Cols[i]
+		if c.Name != mc.Name || c.DataType != mc.Type || c.TypeModifier != mc.Mod || (c.Flags&1 != 0) != mc.Key {
+			return false
+		}
+	}
+	return true
 }
 
 // relationMarked takes a mark of a relation's description met in the
-// open transaction: this changefeed's, where it still says something the
-// stream has not heard, is the Relation message PostgreSQL would have
-// sent there. It says whether content was such a mark (none goes on to
-// the partitions).
+// open transaction: this changefeed's is the Relation message PostgreSQL
+// would have sent there, and what it changes is decided against the
+// table's definition (Stream.relation), so a stream read again from
+// before it decides the same. Where it changes nothing, the relation's
+// columns stay those of its last Relation message, by which rows are
+// decoded. It says whether content was such a mark (none goes on to the
+// partitions).
 func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, error) {
 	if !strings.Contains(string(content), `"kind":"`+relationKind+`"`) {
 		return false, nil
@@ -306,15 +357,23 @@ func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, erro
 		return true, nil // another changefeed's, on the same database
 	}
 	st := s.tables[m.Table]
-	if st == nil || st.OID != m.Rel {
+	if st == nil || st.OID != m.Rel || len(m.Cols) == 0 {
 		return true, nil
 	}
-	differ, err := s.describedOtherwise(ctx, m)
-	if err != nil {
-		return true, fmt.Errorf("postgres source: table %s: compare its columns with a mark of the catalog's: %w", m.Table, err)
+	prev := s.rels[m.Rel]
+	if prev != nil && !prev.foreign && !prev.gone && !prev.held && sameDescription(prev.cols, m) {
+		return true, nil // the stream has heard it (its definition is this)
 	}
-	if !differ {
-		return true, nil
+	ddls, again := len(s.ddls), len(s.again)
+	if err := s.relation(ctx, m.message()); err != nil {
+		return true, err
 	}
-	return true, s.relation(ctx, m.message())
+	if _, held := s.held[m.Table]; len(s.ddls) == ddls && len(s.again) == again && !held {
+		if prev != nil {
+			s.rels[m.Rel] = prev
+		} else {
+			delete(s.rels, m.Rel)
+		}
+	}
+	return true, nil
 }
