@@ -22,12 +22,14 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cdcctl/cdcctl/internal/model"
 )
@@ -45,13 +47,21 @@ type relationMark struct {
 	Cols  []markCol `json:"cols"`
 }
 
-// markCol is one column of a relationMark.
+// markCol is one column of a relationMark. TypeName is a type of the
+// database's own (an enum, a domain) as pgoutput's Type message would
+// name it before the relation: its name then, which the catalog may not
+// keep.
 type markCol struct {
-	Name string `json:"name"`
-	Type uint32 `json:"type"`
-	Mod  int32  `json:"mod"`
-	Key  bool   `json:"key,omitempty"`
+	Name     string `json:"name"`
+	Type     uint32 `json:"type"`
+	Mod      int32  `json:"mod"`
+	Key      bool   `json:"key,omitempty"`
+	TypeName string `json:"type_name,omitempty"`
 }
+
+// firstUserOID is PostgreSQL's FirstNormalObjectId: types from it on
+// are the database's own, which pgoutput names in a Type message.
+const firstUserOID = 16384
 
 // message is the Relation message the mark stands for.
 func (m relationMark) message() *pglogrepl.RelationMessage {
@@ -110,7 +120,7 @@ func describe(ctx context.Context, conn interface {
 		columnList = ` AND NOT EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
 			WHERE p.pubname = $2 AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL AND NOT a.attnum = ANY(pr.prattrs::int2[]))`
 	}
-	rows, err := conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid::int8, a.atttypmod,
+	rows, err := conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid::int8, a.atttypmod, t.typname::text,
 		CASE c.relreplident WHEN 'f' THEN true
 			WHEN 'd' THEN a.attnum = ANY(COALESCE((SELECT (string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts] FROM pg_index i
 				WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate AND i.indisvalid LIMIT 1), '{}'))
@@ -119,6 +129,7 @@ func describe(ctx context.Context, conn interface {
 			ELSE false END
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped`+generated+`
+		JOIN pg_type t ON t.oid = a.atttypid
 		WHERE c.oid = ANY($1::oid[]) AND $2::text IS NOT NULL`+columnList+`
 		ORDER BY c.oid, a.attnum`, oids, publication)
 	if err != nil {
@@ -133,8 +144,12 @@ func describe(ctx context.Context, conn interface {
 			col                 markCol
 			typ                 int64
 		)
-		if err := rows.Scan(&oid, &schema, &name, &ident, &col.Name, &typ, &col.Mod, &col.Key); err != nil {
+		var typName string
+		if err := rows.Scan(&oid, &schema, &name, &ident, &col.Name, &typ, &col.Mod, &typName, &col.Key); err != nil {
 			return nil, err
+		}
+		if typ >= firstUserOID {
+			col.TypeName = typName
 		}
 		rel := uint32(oid)
 		if model.TableName(schema, name) != tables[rel] {
@@ -252,15 +267,32 @@ func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, bat
 		return nil, err
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
-	names := make([]string, 0, len(batch))
-	for _, t := range batch {
-		names = append(names, quoteQualified(t))
+	// Each table alone (ONLY: not a partitioned table's partitions, which
+	// an ALTER of it locks through it), under a savepoint: one an ALTER
+	// holds or awaits, or one dropped meanwhile, is left to the next look
+	// and the others go on.
+	locked := map[uint32]string{}
+	for _, rel := range slices.Sorted(maps.Keys(batch)) {
+		if _, err := tx.Exec(ctx, `SAVEPOINT cdcctl_look`); err != nil {
+			return nil, err
+		}
+		_, err := tx.Exec(ctx, `LOCK TABLE ONLY `+quoteQualified(batch[rel])+` IN ACCESS SHARE MODE NOWAIT`)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			locked[rel] = batch[rel]
+		case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "42P01"):
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT cdcctl_look`); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
 	}
-	slices.Sort(names)
-	if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(names, ", ")+` IN ACCESS SHARE MODE NOWAIT`); err != nil {
-		return nil, nil // busy, or gone: the next look
+	if len(locked) == 0 {
+		return nil, nil
 	}
-	now, err := describe(ctx, tx, l.version, s.cfg.Publication, batch)
+	now, err := describe(ctx, tx, l.version, s.cfg.Publication, locked)
 	if err != nil {
 		return nil, err
 	}
@@ -360,15 +392,23 @@ func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, erro
 	if st == nil || st.OID != m.Rel || len(m.Cols) == 0 {
 		return true, nil
 	}
-	prev := s.rels[m.Rel]
-	if prev != nil && !prev.foreign && !prev.gone && !prev.held && sameDescription(prev.cols, m) {
-		return true, nil // the stream has heard it (its definition is this)
+	if len(s.ddls) >= ddlSlots {
+		// (Its transaction's resets filled them: passed over, as it
+		// would be on a read again.)
+		return true, nil
 	}
+	for _, c := range m.Cols {
+		if c.TypeName != "" {
+			s.cat.nameType(c.Type, c.TypeName) // as a Type message would
+		}
+	}
+	prev := s.rels[m.Rel]
+	_, wasHeld := s.held[m.Table]
 	ddls, again := len(s.ddls), len(s.again)
 	if err := s.relation(ctx, m.message()); err != nil {
 		return true, err
 	}
-	if _, held := s.held[m.Table]; len(s.ddls) == ddls && len(s.again) == again && !held {
+	if _, held := s.held[m.Table]; len(s.ddls) == ddls && len(s.again) == again && held == wasHeld {
 		if prev != nil {
 			s.rels[m.Rel] = prev
 		} else {

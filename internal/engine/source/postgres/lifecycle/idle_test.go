@@ -16,7 +16,8 @@ import (
 // Columns changed on tables nobody writes to afterwards: PostgreSQL
 // describes a table to the reader only before its next row, so a
 // lookup table's codes rewritten by ALTER COLUMN … TYPE text USING
-// upper(code), and a column added with a DEFAULT to another, reached
+// upper(code), and columns added with a DEFAULT (one of an enum type) to
+// another, and to a third while a second ALTER held it, reached
 // neither the sink's schema nor its rows for as long as the tables stayed
 // idle (the sink kept the old codes). The reader's look at the catalog
 // marks them, and the stream takes each mark as the description
@@ -40,7 +41,10 @@ INSERT INTO lookup SELECT g, 'c' || g FROM generate_series(1, 500) g;
 CREATE TABLE added (id int8 PRIMARY KEY, note text);
 INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, 500) g;
 CREATE TABLE still (id int8 PRIMARY KEY, note varchar(8) NOT NULL);
-INSERT INTO still SELECT g, 's' || g FROM generate_series(1, 500) g;`); err != nil {
+INSERT INTO still SELECT g, 's' || g FROM generate_series(1, 500) g;
+CREATE TABLE locked (id int8 PRIMARY KEY, note text);
+INSERT INTO locked SELECT g, 'l' || g FROM generate_series(1, 500) g;
+CREATE TYPE mood AS ENUM ('ok', 'sad');`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
@@ -48,13 +52,22 @@ INSERT INTO still SELECT g, 's' || g FROM generate_series(1, 500) g;`); err != n
 	tc.StartCaptures(2)
 	dir := t.TempDir()
 	sink := "file://" + dir + "?flush-interval=100ms"
-	tables := []string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still"}
-	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.whole,public.lookup,public.added,public.still&catalog-interval=500ms", sink, 2)
+	tables := []string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked"}
+	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.whole,public.lookup,public.added,public.still,public.locked&catalog-interval=500ms", sink, 2)
 	tc.WaitSnapshot("idle")
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE lookup ALTER COLUMN code TYPE text USING upper(code)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7`); err != nil {
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7, ADD COLUMN feel mood DEFAULT 'sad'`); err != nil {
+		t.Fatal(err)
+	}
+	// A change the catalog shows while a second ALTER of the table holds
+	// it for two seconds: the look leaves it until it can lock it, and
+	// then marks both.
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE locked ADD COLUMN a1 int4 DEFAULT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE locked ADD COLUMN a2 int4 DEFAULT 2; SELECT pg_sleep(2)`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := srv.Psql(ctx, "shop", `UPDATE busy SET n = n + 1 WHERE id <= 10; UPDATE whole SET n = n + 1 WHERE id <= 10`); err != nil {
