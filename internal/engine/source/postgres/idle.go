@@ -13,11 +13,14 @@ package postgres
 // slot). The stream meets the mark in its place and takes it as the
 // Relation message PostgreSQL would have sent there: a schema change at
 // the mark's own position, the table copied again where its values were
-// rewritten (versions.go, again.go), as for a table written again. A
-// real Relation message met first makes the mark say nothing new (it is
-// passed over), and one met after it changes nothing. The mark is in the
-// WAL, so a reader started again from before it meets it at the same
-// place: positions do not depend on when the look ran.
+// rewritten (versions.go, again.go), as for a table written again. The
+// tables are read again under a lock for the moment the marks are
+// written, so a mark is never older than a Relation message the stream
+// meets before it: one met before leaves the mark nothing to change, and
+// one met after it changes nothing. The mark is in the WAL, and what it
+// changes is decided against the table's definition there, so a reader
+// started again from before it meets it at the same place with the same
+// outcome: positions do not depend on when the look ran.
 
 import (
 	"context"
@@ -93,6 +96,8 @@ type idleLook struct {
 	// next is the relation the next look starts at: a look reads at
 	// most idleBatch tables, the next one the following ones.
 	next uint32
+	// denied are the tables the user may not lock, told once a run.
+	denied map[uint32]bool
 }
 
 // idleBatch bounds the tables one look reads: a changefeed of 100,000
@@ -120,6 +125,8 @@ func describe(ctx context.Context, conn interface {
 		columnList = ` AND NOT EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
 			WHERE p.pubname = $2 AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL AND NOT a.attnum = ANY(pr.prattrs::int2[]))`
 	}
+	// ($2, the publication, is named before 15 too: a parameter the
+	// query does not use has no type.)
 	rows, err := conn.Query(ctx, `SELECT c.oid::int8, n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid::int8, a.atttypmod, t.typname::text,
 		CASE c.relreplident WHEN 'f' THEN true
 			WHEN 'd' THEN a.attnum = ANY(COALESCE((SELECT (string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts] FROM pg_index i
@@ -139,12 +146,11 @@ func describe(ctx context.Context, conn interface {
 	out := map[uint32]relationMark{}
 	for rows.Next() {
 		var (
-			oid                 int64
-			schema, name, ident string
-			col                 markCol
-			typ                 int64
+			oid                          int64
+			schema, name, ident, typName string
+			col                          markCol
+			typ                          int64
 		)
-		var typName string
 		if err := rows.Scan(&oid, &schema, &name, &ident, &col.Name, &typ, &col.Mod, &typName, &col.Key); err != nil {
 			return nil, err
 		}
@@ -281,9 +287,18 @@ func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, bat
 		switch {
 		case err == nil:
 			locked[rel] = batch[rel]
-		case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "42P01"):
+		case errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "42P01" || pgErr.Code == "42501"):
 			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT cdcctl_look`); err != nil {
 				return nil, err
+			}
+			if pgErr.Code == "42501" && !l.denied[rel] {
+				// (A changefeed with snapshot=never needs no SELECT on its
+				// tables; the lock does.) Told once a run.
+				if l.denied == nil {
+					l.denied = map[uint32]bool{}
+				}
+				l.denied[rel] = true
+				s.log.Warn("postgres source: a table's columns in the catalog differ from what the stream last said of them, and the changefeed's user may not lock it to take the change in its place (it needs SELECT on the table); the change reaches the sink with the table's next row", "changefeed", s.cf, "table", batch[rel], "err", pgErr.Message)
 			}
 		default:
 			return nil, err
