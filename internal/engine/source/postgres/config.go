@@ -65,8 +65,9 @@ type Config struct {
 	TimeZone string
 	// CatalogInterval is how often the reader looks at the catalog for
 	// what pgoutput never says (catalog-interval=): a table dropped, one
-	// renamed away and left idle, a partition attached with rows. 0 is
-	// the default, dropCheckEvery.
+	// renamed away and left idle, a partition attached with rows, the
+	// columns of a table changed and not written since. 0 is the
+	// default, dropCheckEvery.
 	CatalogInterval time.Duration
 
 	// pinned are the session settings ParseURI put into ConnString (not
@@ -156,7 +157,7 @@ func ParseURI(raw string) (Config, error) {
 	if v := q.Get("catalog-interval"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 100*time.Millisecond || d > time.Hour {
-			return Config{}, fmt.Errorf("source URI: catalog-interval=%q: give how often the reader looks for tables dropped or renamed away and partitions attached, a duration from 100ms to 1h (default %s)", v, dropCheckEvery)
+			return Config{}, fmt.Errorf("source URI: catalog-interval=%q: give how often the reader looks at the catalog for tables dropped or renamed away, partitions attached and columns changed on tables not written since, a duration from 100ms to 1h (default %s)", v, dropCheckEvery)
 		}
 		c.CatalogInterval = d
 	}

@@ -51,8 +51,7 @@ type database struct {
 	// upstream, for remove.
 	named func(uri string, cf model.ChangefeedID) (string, error)
 	// own says which of a URI's query parameters are the source's (what
-	// the changefeed replicates), the rest being the driver's; parse
-	// checks a URI as the source reads it.
+	// the changefeed replicates), the rest being the driver's.
 	own func(param string) bool
 	// canonical is a URI as the source stores it, or why it cannot read
 	// it.
