@@ -55,6 +55,16 @@ type attachMark struct {
 	New  []uint32 `json:"new,omitempty"`
 }
 
+// walEnd is where the WAL ends now (pg_current_wal_lsn): a look waits
+// until its stream has read that far.
+func walEnd(ctx context.Context, conn *pgx.Conn) (pglogrepl.LSN, error) {
+	var end string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		return 0, err
+	}
+	return pglogrepl.ParseLSN(end)
+}
+
 // partTree is a table's partition tree: every relation in it under the
 // table, each with its parent.
 type partTree map[uint32]uint32
@@ -296,16 +306,14 @@ func (s *Source) lookForAttached(ctx context.Context, st *Stream, l *looks) {
 	}
 	conn := st.cat.conn
 	if l.after == 0 {
-		var end string
-		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		lsn, err := walEnd(ctx, conn)
+		if err != nil {
 			s.log.Warn("postgres source: cannot look for partitions attached to the changefeed's tables; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 			return
 		}
-		lsn, err := pglogrepl.ParseLSN(end)
-		if err != nil || lsn == 0 {
+		if l.after = lsn; lsn == 0 {
 			return
 		}
-		l.after = lsn
 	}
 	if l.at < l.after {
 		return

@@ -91,8 +91,6 @@ type idleLook struct {
 	// written are the descriptions marked in this run, by relation: one
 	// is not marked twice while it travels through the stream.
 	written map[uint32]string
-	// version is the server's (server_version_num; 0: not read yet).
-	version int
 	// next is the relation the next look starts at: a look reads at
 	// most idleBatch tables, the next one the following ones.
 	next uint32
@@ -180,17 +178,19 @@ func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook
 	}
 	conn := st.cat.conn
 	if l.after == 0 {
-		var end string
-		if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, current_setting('server_version_num')::int`).Scan(&end, &l.version); err != nil {
+		lsn, err := walEnd(ctx, conn)
+		if err != nil {
 			s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
-			return
 		}
-		if lsn, err := pglogrepl.ParseLSN(end); err == nil {
-			l.after = lsn
-		}
+		l.after = lsn
 		return
 	}
 	if at < l.after {
+		return
+	}
+	version, err := st.cat.serverVersion(ctx)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
 	}
 	all := map[uint32]string{}
@@ -213,7 +213,7 @@ func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook
 	for _, oid := range oids[from:min(from+idleBatch, len(oids))] {
 		tables[oid] = all[oid]
 	}
-	now, err := describe(ctx, conn, l.version, s.cfg.Publication, tables)
+	now, err := describe(ctx, conn, version, s.cfg.Publication, tables)
 	if err != nil {
 		s.log.Warn("postgres source: cannot look for columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
@@ -239,7 +239,7 @@ func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook
 			batch[rel] = tables[rel]
 		}
 		differ = differ[n:]
-		marked, err := s.markRelations(ctx, st, l, batch)
+		marked, err := s.markRelations(ctx, st, l, version, batch)
 		if err != nil {
 			s.log.Warn("postgres source: cannot mark columns changed on tables nobody writes to; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 			return
@@ -267,7 +267,7 @@ func (m relationMark) signature() string {
 // keeps any ALTER of them either before the mark, and seen by its read,
 // or after it in the WAL: a Relation message the stream meets before a
 // mark is never newer than the mark.
-func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, batch map[uint32]string) ([]relationMark, error) {
+func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, version int, batch map[uint32]string) ([]relationMark, error) {
 	tx, err := st.cat.conn.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -307,7 +307,7 @@ func (s *Source) markRelations(ctx context.Context, st *Stream, l *idleLook, bat
 	if len(locked) == 0 {
 		return nil, nil
 	}
-	now, err := describe(ctx, tx, l.version, s.cfg.Publication, locked)
+	now, err := describe(ctx, tx, version, s.cfg.Publication, locked)
 	if err != nil {
 		return nil, err
 	}
