@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,6 +202,14 @@ func drainAtScale(t *testing.T, tc *testCluster, c *api.Client, target model.Nod
 	}
 	go profileCPU(t, os.Getenv("CDCCTL_SCALE_CPUPROFILE"), "drain-"+string(target), 20*time.Second)
 	during, samples := sampleLagOf(t, c, 30*time.Minute, drained)
+	if f := os.Getenv("CDCCTL_SCALE_DUMP"); f != "" {
+		// Every sample, for a look at how the lag moved (drain-scale.sh DUMP=1).
+		var b strings.Builder
+		for _, s := range samples {
+			fmt.Fprintf(&b, "%d %s %d %d\n", s.at.Sub(began).Milliseconds(), s.changefeed, s.lag.Milliseconds(), s.epoch)
+		}
+		_ = os.WriteFile(f, []byte(b.String()), 0o644)
+	}
 	tc.eventuallyEvery("the drain completes", 60*time.Second, time.Second, drained)
 	took := time.Since(began)
 	t.Logf("drained %s in %s (budget %+v)", target, took, budget)

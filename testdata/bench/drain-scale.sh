@@ -17,7 +17,11 @@
 # summary lines: placed and warm, the drain's time, the lag before and
 # during it and their p99 ratio, the plan, what was verified. PROF=1 also
 # writes CPU profiles of 20 s steady and of the drain's first 20 s beside
-# the log. Run it on an otherwise quiet machine: it measures the machine.
+# the log; DUMP=1 writes every lag sample taken during the drain to
+# lags.txt beside it, a line each: milliseconds since the drain began,
+# changefeed, lag in milliseconds, its maintainer's epoch (whether the
+# whole distribution moves, or a few changefeeds). Run it on an otherwise
+# quiet machine: it measures the machine.
 set -u
 LABEL=$1; FEEDS=${2:-200}; BATCH=${3:-8}
 OUT=${OUT:-${TMPDIR:-/tmp}}
@@ -27,7 +31,7 @@ cd "$(dirname "$0")/../.." || exit 1
 PROFILE=
 [ -n "${PROF:-}" ] && PROFILE=$D/cpu
 CDCCTL_SCALE_FEEDS=$FEEDS CDCCTL_SCALE_TABLES=25 CDCCTL_SCALE_BATCH=$BATCH CDCCTL_SCALE_RATE=5 \
-  CDCCTL_SCALE_VERIFY=${VERIFY:-20} CDCCTL_SCALE_CPUPROFILE=$PROFILE \
+  CDCCTL_SCALE_VERIFY=${VERIFY:-20} CDCCTL_SCALE_CPUPROFILE=$PROFILE CDCCTL_SCALE_DUMP=${DUMP:+$D/lags.txt} \
   go test -count=1 -run 'TestDrainAtScale$' -v -timeout 60m ./internal/agent > "$D/test.log" 2>&1
 RC=$?
 grep -E '^ *drain_scale_test.go:[0-9]+: (created|placed in|warm after|drained |checkpoint lag|plan .*maintainer moves|verified)|^(--- FAIL|FAIL|panic)' "$D/test.log"
