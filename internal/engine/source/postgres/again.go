@@ -48,6 +48,7 @@ const (
 	againRetyped   = "a column's type changed and the table was rewritten"
 	againAdded     = "a column was added whose value in the older rows PostgreSQL no longer keeps (the table was rewritten since)"
 	againRecreated = "a column was dropped and added again under its name (its older rows' values are gone)"
+	againRelabeled = "enum values its rows may hold were renamed (ALTER TYPE … RENAME VALUE)"
 	againUnclear   = "its columns were renamed, or dropped and others added, in a way the changefeed cannot tell apart at this point of the WAL (the catalog has changed again since); they are taken by their names"
 )
 

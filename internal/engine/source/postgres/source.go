@@ -290,6 +290,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			s.lookForAttached(ctx, st, looks)
 			s.lookForIdleChanges(ctx, st, idle, looks.at)
+			s.lookForRelabels(ctx, st, idle)
 		}
 		if it.Txn == nil {
 			looks.read(it.ResolvedLSN)

@@ -25,7 +25,11 @@ import (
 // tables without a row written to either, the rewritten table copied
 // again once, the other not at all, and the tables left as they were
 // (idle, or written: one keyed with INCLUDE columns, one under REPLICA
-// IDENTITY FULL) have no schema change.
+// IDENTITY FULL) have no schema change. Then an enum's value renamed
+// (ALTER TYPE … RENAME VALUE), which changes the rows that hold it,
+// directly, in an array, under a domain or in a composite type, without
+// writing them: the tables with such columns are copied again, the
+// others are not.
 func TestColumnsChangedOnTablesNobodyWritesReachTheSink(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,7 +48,11 @@ CREATE TABLE still (id int8 PRIMARY KEY, note varchar(8) NOT NULL);
 INSERT INTO still SELECT g, 's' || g FROM generate_series(1, 500) g;
 CREATE TABLE locked (id int8 PRIMARY KEY, note text);
 INSERT INTO locked SELECT g, 'l' || g FROM generate_series(1, 500) g;
-CREATE TYPE mood AS ENUM ('ok', 'sad');`); err != nil {
+CREATE TYPE mood AS ENUM ('ok', 'sad');
+CREATE DOMAIN feeling AS mood;
+CREATE TYPE visit AS (at int4, how mood);
+CREATE TABLE moods (id int8 PRIMARY KEY, m mood, ms mood[], f feeling, v visit);
+INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood, '{ok,sad}', 'sad', ROW(g, 'sad')::visit FROM generate_series(1, 300) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
@@ -52,8 +60,8 @@ CREATE TYPE mood AS ENUM ('ok', 'sad');`); err != nil {
 	tc.StartCaptures(2)
 	dir := t.TempDir()
 	sink := "file://" + dir + "?flush-interval=100ms"
-	tables := []string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked"}
-	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.whole,public.lookup,public.added,public.still,public.locked&catalog-interval=500ms", sink, 2)
+	tables := []string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked", "public.moods"}
+	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.whole,public.lookup,public.added,public.still,public.locked,public.moods&catalog-interval=500ms", sink, 2)
 	tc.WaitSnapshot("idle")
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE lookup ALTER COLUMN code TYPE text USING upper(code)`); err != nil {
 		t.Fatal(err)
@@ -101,5 +109,20 @@ CREATE TYPE mood AS ENUM ('ok', 'sad');`); err != nil {
 			t.Errorf("public.%s: schema files %v (%v), want %d", table, files, err, want)
 		}
 	}
+	// An enum's value renamed: the tables whose rows may hold it are
+	// copied again once (added's rows hold it as the column's default),
+	// the others not.
+	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`); err != nil {
+		t.Fatal(err)
+	}
+	tc.EventuallyEvery("the sink to hold the enum's value under its new name", 60*time.Second, time.Second, func() bool {
+		rep = tc.VerifyDatabase("idle", up, tables, time.Now())
+		return rep.OK
+	})
+	if rep.Duplicates != 0 {
+		t.Fatalf("after an enum's value was renamed: %+v", rep)
+	}
+	copiedTimesOf(t, sink, map[string]int{"public.moods": 2}, 300)
+	copiedTimesOf(t, sink, map[string]int{"public.added": 2, "public.lookup": 2, "public.still": 1}, 500)
 	t.Logf("%+v", rep.TableReports)
 }

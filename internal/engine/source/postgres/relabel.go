@@ -1,0 +1,203 @@
+package postgres
+
+// ALTER TYPE … RENAME VALUE changes the text of an enum's value in every
+// row that holds it, and writes none of those rows to the WAL: the sink
+// kept the old label in every row not written since (for ever on a
+// table nobody writes to), and the label no longer exists upstream. The
+// reader's catalog look (every catalog-interval) keeps the labels of the
+// database's enums and, where a value's label changed, writes a mark
+// naming the changefeed's tables with a column of that enum (directly,
+// as an array's elements, under a domain, or in a composite type) into
+// the WAL. The stream meets the mark after the rename and copies those
+// tables again from there, as it does a table a type change rewrote
+// (again.go): the copy reads every row as it is then, with the new
+// label. The first look of a run only learns the labels: a rename while
+// the reader was stopped, before that look, is not seen (postgres.md).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// relabelKind is the kind of a mark of enum values renamed.
+const relabelKind = "relabel"
+
+// relabelMark names the tables whose rows hold enum values renamed.
+type relabelMark struct {
+	Kind   string           `json:"kind"`
+	Slot   string           `json:"slot"`
+	Tables []relabeledTable `json:"tables"`
+	Types  []string         `json:"types"` // the enums, for the log
+}
+
+// relabeledTable is a table of a relabelMark, with its relation: one
+// dropped and created again under the name since is not the one meant.
+type relabeledTable struct {
+	Table string `json:"table"`
+	Rel   uint32 `json:"rel"`
+}
+
+// enumLabel is one enum value: its type and label.
+type enumLabel struct {
+	typ   uint32
+	label string
+}
+
+// readEnumLabels reads the label of every enum value of the database, by
+// the value's oid (which a rename keeps). pg_enum is small: a few rows
+// per enum, however many tables use them.
+func readEnumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, error) {
+	rows, err := conn.Query(ctx, `SELECT oid::int8, enumtypid::int8, enumlabel::text FROM pg_enum`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[uint32]enumLabel{}
+	for rows.Next() {
+		var oid, typ int64
+		var label string
+		if err := rows.Scan(&oid, &typ, &label); err != nil {
+			return nil, err
+		}
+		out[uint32(oid)] = enumLabel{typ: uint32(typ), label: label}
+	}
+	return out, rows.Err()
+}
+
+// relabeled returns the enum types a value of which has another label
+// now than before. Values added (ALTER TYPE … ADD VALUE) change no row.
+func relabeled(before, now map[uint32]enumLabel) []uint32 {
+	var types []uint32
+	for oid, l := range now {
+		if b, ok := before[oid]; ok && b.label != l.label && !slices.Contains(types, l.typ) {
+			types = append(types, l.typ)
+		}
+	}
+	slices.Sort(types)
+	return types
+}
+
+// tablesUsing returns those of tables (by relation) with a column whose
+// type is one of types, or is built on one: its array, a domain over
+// it, a composite type with such a field, and so on; and the types'
+// names.
+func tablesUsing(ctx context.Context, conn *pgx.Conn, types []uint32, tables map[uint32]string) ([]relabeledTable, []string, error) {
+	oids := slices.Sorted(maps.Keys(tables))
+	rows, err := conn.Query(ctx, `WITH RECURSIVE built(oid) AS (
+			SELECT unnest($1::oid[])
+			UNION
+			SELECT t.oid FROM pg_type t JOIN built b ON true
+			LEFT JOIN pg_attribute f ON f.attrelid = t.typrelid AND t.typrelid <> 0 AND f.attnum > 0 AND NOT f.attisdropped
+			WHERE t.typelem = b.oid OR t.typbasetype = b.oid OR f.atttypid = b.oid)
+		SELECT DISTINCT a.attrelid::int8 FROM pg_attribute a
+		WHERE a.attrelid = ANY($2::oid[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid IN (SELECT oid FROM built)`, types, oids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []relabeledTable
+	for rows.Next() {
+		var rel int64
+		if err := rows.Scan(&rel); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		out = append(out, relabeledTable{Table: tables[uint32(rel)], Rel: uint32(rel)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(out, func(a, b relabeledTable) int { return strings.Compare(a.Table, b.Table) })
+	names := make([]string, 0, len(types))
+	for _, typ := range types {
+		var name string
+		if err := conn.QueryRow(ctx, `SELECT format_type($1::oid, NULL)`, typ).Scan(&name); err == nil {
+			names = append(names, name)
+		} else {
+			names = append(names, fmt.Sprint(typ))
+		}
+	}
+	return out, names, nil
+}
+
+// lookForRelabels marks the changefeed's tables that hold enum values
+// renamed since the last look. The first look of a run reads the labels
+// only. Where the mark cannot be written, the labels of before are kept
+// and the next look tries again.
+func (s *Source) lookForRelabels(ctx context.Context, st *Stream, l *idleLook) {
+	if !st.ticks {
+		return // no logical messages before PostgreSQL 14
+	}
+	conn := st.cat.conn
+	now, err := readEnumLabels(ctx, conn)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look for enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return
+	}
+	before := l.labels
+	if before == nil {
+		l.labels = now
+		return
+	}
+	types := relabeled(before, now)
+	if len(types) == 0 {
+		l.labels = now
+		return
+	}
+	tables := map[uint32]string{}
+	for name, ts := range st.tables {
+		if _, gone := st.gone[name]; ts.OID != 0 && !gone {
+			tables[ts.OID] = name
+		}
+	}
+	using, names, err := tablesUsing(ctx, conn, types, tables)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look for the tables of enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return
+	}
+	if len(using) > 0 {
+		b, _ := json.Marshal(relabelMark{Kind: relabelKind, Slot: s.cfg.Slot, Tables: using, Types: names})
+		if _, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b)); err != nil {
+			s.log.Warn("postgres source: cannot mark the tables of enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+			return
+		}
+		s.log.Info("postgres source: enum values were renamed, which changes the rows that hold them without writing them; their tables are copied again", "changefeed", s.cf, "types", names, "tables", len(using))
+	}
+	l.labels = now
+}
+
+// relabelMarked takes a mark of enum values renamed met in the open
+// transaction: this changefeed's tables it names, still the relations
+// it names, are copied again from here (a held table is not: its
+// changes are held). It says whether content was such a mark (none goes
+// on to the partitions).
+func (s *Stream) relabelMarked(content []byte) bool {
+	if !strings.Contains(string(content), `"kind":"`+relabelKind+`"`) {
+		return false
+	}
+	var m relabelMark
+	if err := json.Unmarshal(content, &m); err != nil || m.Kind != relabelKind {
+		return false
+	}
+	if m.Slot != s.cfg.Slot {
+		return true // another changefeed's, on the same database
+	}
+	why := againRelabeled + " (" + strings.Join(m.Types, ", ") + ")"
+	for _, t := range m.Tables {
+		st := s.tables[t.Table]
+		_, held := s.held[t.Table]
+		if st == nil || st.OID != t.Rel || held || slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == t.Table }) {
+			continue
+		}
+		s.again = append(s.again, copyAgain{Table: t.Table, OID: t.Rel, At: s.base + model.Ts(len(s.ddls)), Why: why})
+	}
+	return true
+}
