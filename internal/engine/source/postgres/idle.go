@@ -96,9 +96,6 @@ type idleLook struct {
 	next uint32
 	// denied are the tables the user may not lock, told once a run.
 	denied map[uint32]bool
-	// labels are the enums' labels as the last look read them, by value
-	// (relabel.go); nil before the run's first look.
-	labels map[uint32]enumLabel
 }
 
 // idleBatch bounds the tables one look reads: a changefeed of 100,000

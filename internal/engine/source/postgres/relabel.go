@@ -21,6 +21,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -85,38 +86,83 @@ func relabeled(before, now map[uint32]enumLabel) []uint32 {
 	return types
 }
 
+// relabelBudget bounds one look's search for the tables of enums
+// renamed: the stream waits for it (its standby messages too).
+const relabelBudget = 20 * time.Second
+
 // tablesUsing returns those of tables (by relation) with a column whose
 // type is one of types, or is built on one: its array, a domain over
-// it, a composite type with such a field, and so on; and the types'
-// names.
-func tablesUsing(ctx context.Context, conn *pgx.Conn, types []uint32, tables map[uint32]string) ([]relabeledTable, []string, error) {
-	oids := slices.Sorted(maps.Keys(tables))
-	rows, err := conn.Query(ctx, `WITH RECURSIVE built(oid) AS (
-			SELECT unnest($1::oid[])
-			UNION
-			SELECT t.oid FROM pg_type t JOIN built b ON true
-			LEFT JOIN pg_attribute f ON f.attrelid = t.typrelid AND t.typrelid <> 0 AND f.attnum > 0 AND NOT f.attisdropped
-			WHERE t.typelem = b.oid OR t.typbasetype = b.oid OR f.atttypid = b.oid)
-		SELECT DISTINCT a.attrelid::int8 FROM pg_attribute a
-		WHERE a.attrelid = ANY($2::oid[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid IN (SELECT oid FROM built)`, types, oids)
-	if err != nil {
-		return nil, nil, err
+// it, a range of it, a composite type (CREATE TYPE … AS) with such a
+// field, and so on; those of them with such a column in their primary
+// key; and the types' names. It goes a level of types at a time, each
+// level one query by the types found so far (pg_type, pg_range and the
+// composites' fields, none by index: a few reads of the catalog, however
+// many tables use the enum). A table's row type used as another's
+// column is not followed.
+func tablesUsing(ctx context.Context, conn *pgx.Conn, version int, types []uint32, tables map[uint32]string) (using []relabeledTable, keyed, names []string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, relabelBudget)
+	defer cancel()
+	multirange := ""
+	if version >= 140000 {
+		multirange = ` UNION SELECT rngmultitypid::int8 FROM pg_range WHERE rngsubtype = ANY($1::oid[])`
 	}
-	var out []relabeledTable
+	built := slices.Clone(types)
+	seen := map[uint32]bool{}
+	for _, t := range types {
+		seen[t] = true
+	}
+	for level := types; len(level) > 0; {
+		var next []uint32
+		rows, err := conn.Query(ctx, `SELECT oid::int8 FROM pg_type WHERE typelem = ANY($1::oid[]) OR typbasetype = ANY($1::oid[])
+			UNION SELECT c.reltype::int8 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+				WHERE a.atttypid = ANY($1::oid[]) AND c.relkind = 'c' AND a.attnum > 0 AND NOT a.attisdropped
+			UNION SELECT rngtypid::int8 FROM pg_range WHERE rngsubtype = ANY($1::oid[])`+multirange, level)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for rows.Next() {
+			var oid int64
+			if err := rows.Scan(&oid); err != nil {
+				rows.Close()
+				return nil, nil, nil, err
+			}
+			if t := uint32(oid); t != 0 && !seen[t] {
+				seen[t] = true
+				next = append(next, t)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, nil, err
+		}
+		built, level = append(built, next...), next
+	}
+	rows, err := conn.Query(ctx, `SELECT a.attrelid::int8, bool_or(a.attnum = ANY(COALESCE((SELECT (string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts]
+			FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary LIMIT 1), '{}')))
+		FROM pg_attribute a
+		WHERE a.attrelid = ANY($2::oid[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid = ANY($1::oid[])
+		GROUP BY a.attrelid`, built, slices.Sorted(maps.Keys(tables)))
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	for rows.Next() {
 		var rel int64
-		if err := rows.Scan(&rel); err != nil {
+		var key bool
+		if err := rows.Scan(&rel, &key); err != nil {
 			rows.Close()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		out = append(out, relabeledTable{Table: tables[uint32(rel)], Rel: uint32(rel)})
+		using = append(using, relabeledTable{Table: tables[uint32(rel)], Rel: uint32(rel)})
+		if key {
+			keyed = append(keyed, tables[uint32(rel)])
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	slices.SortFunc(out, func(a, b relabeledTable) int { return strings.Compare(a.Table, b.Table) })
-	names := make([]string, 0, len(types))
+	slices.SortFunc(using, func(a, b relabeledTable) int { return strings.Compare(a.Table, b.Table) })
+	slices.Sort(keyed)
 	for _, typ := range types {
 		var name string
 		if err := conn.QueryRow(ctx, `SELECT format_type($1::oid, NULL)`, typ).Scan(&name); err == nil {
@@ -125,14 +171,15 @@ func tablesUsing(ctx context.Context, conn *pgx.Conn, types []uint32, tables map
 			names = append(names, fmt.Sprint(typ))
 		}
 	}
-	return out, names, nil
+	return using, keyed, names, nil
 }
 
 // lookForRelabels marks the changefeed's tables that hold enum values
-// renamed since the last look. The first look of a run reads the labels
-// only. Where the mark cannot be written, the labels of before are kept
-// and the next look tries again.
-func (s *Source) lookForRelabels(ctx context.Context, st *Stream, l *idleLook) {
+// renamed since the last look. The labels are the source's, kept from
+// one run of its reader to the next (a connection lost and made again);
+// the source's first look only reads them. Where the mark cannot be
+// written, the labels of before are kept and the next look tries again.
+func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 	if !st.ticks {
 		return // no logical messages before PostgreSQL 14
 	}
@@ -142,14 +189,22 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream, l *idleLook) {
 		s.log.Warn("postgres source: cannot look for enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
 	}
-	before := l.labels
-	if before == nil {
-		l.labels = now
-		return
+	s.mu.Lock()
+	before := s.labels
+	s.mu.Unlock()
+	keep := func() {
+		s.mu.Lock()
+		s.labels = now
+		s.mu.Unlock()
 	}
 	types := relabeled(before, now)
-	if len(types) == 0 {
-		l.labels = now
+	if before == nil || len(types) == 0 {
+		keep()
+		return
+	}
+	version, err := st.cat.serverVersion(ctx)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look for the tables of enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
 	}
 	tables := map[uint32]string{}
@@ -158,7 +213,7 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream, l *idleLook) {
 			tables[ts.OID] = name
 		}
 	}
-	using, names, err := tablesUsing(ctx, conn, types, tables)
+	using, keyed, names, err := tablesUsing(ctx, conn, version, types, tables)
 	if err != nil {
 		s.log.Warn("postgres source: cannot look for the tables of enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
@@ -171,14 +226,21 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream, l *idleLook) {
 		}
 		s.log.Info("postgres source: enum values were renamed, which changes the rows that hold them without writing them; their tables are copied again", "changefeed", s.cf, "types", names, "tables", len(using))
 	}
-	l.labels = now
+	for _, t := range keyed {
+		// The copy writes the rows under their new keys; nothing deletes
+		// them under the old ones.
+		s.log.Warn("postgres source: an enum value renamed is in a table's primary key: the table is copied again under the new keys, and the sink keeps its rows under the old ones (a copy writes, it does not delete); delete them downstream, or copy the table again into a sink emptied of it", "changefeed", s.cf, "table", t, "types", names)
+	}
+	keep()
 }
 
 // relabelMarked takes a mark of enum values renamed met in the open
 // transaction: this changefeed's tables it names, still the relations
-// it names, are copied again from here (a held table is not: its
-// changes are held). It says whether content was such a mark (none goes
-// on to the partitions).
+// it names, are copied again from here. Not a held table (its changes
+// are held), one dropped (nothing to copy), nor one whose copy begins
+// after here (copied by the operator since: its copy reads the new
+// labels). It says whether content was such a mark (none goes on to the
+// partitions).
 func (s *Stream) relabelMarked(content []byte) bool {
 	if !strings.Contains(string(content), `"kind":"`+relabelKind+`"`) {
 		return false
@@ -194,7 +256,8 @@ func (s *Stream) relabelMarked(content []byte) bool {
 	for _, t := range m.Tables {
 		st := s.tables[t.Table]
 		_, held := s.held[t.Table]
-		if st == nil || st.OID != t.Rel || held || slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == t.Table }) {
+		_, gone := s.gone[t.Table]
+		if st == nil || st.OID != t.Rel || held || gone || s.unread(st) || slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == t.Table }) {
 			continue
 		}
 		s.again = append(s.again, copyAgain{Table: t.Table, OID: t.Rel, At: s.base + model.Ts(len(s.ddls)), Why: why})

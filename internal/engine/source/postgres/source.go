@@ -163,6 +163,9 @@ type Source struct {
 	stream *Stream    // while Pull runs
 	points []position // resume points passed, oldest first
 	issues issues     // of the current run (holds.go)
+	// labels are the enums' labels as the reader's last look read them,
+	// by value (relabel.go): nil before its first.
+	labels map[uint32]enumLabel
 }
 
 // Open opens a stored (pinned) URI.
@@ -290,7 +293,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			}
 			s.lookForAttached(ctx, st, looks)
 			s.lookForIdleChanges(ctx, st, idle, looks.at)
-			s.lookForRelabels(ctx, st, idle)
+			s.lookForRelabels(ctx, st)
 		}
 		if it.Txn == nil {
 			looks.read(it.ResolvedLSN)

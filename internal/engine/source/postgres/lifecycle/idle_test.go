@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,8 +52,17 @@ INSERT INTO locked SELECT g, 'l' || g FROM generate_series(1, 500) g;
 CREATE TYPE mood AS ENUM ('ok', 'sad');
 CREATE DOMAIN feeling AS mood;
 CREATE TYPE visit AS (at int4, how mood);
-CREATE TABLE moods (id int8 PRIMARY KEY, m mood, ms mood[], f feeling, v visit);
-INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood, '{ok,sad}', 'sad', ROW(g, 'sad')::visit FROM generate_series(1, 300) g;`); err != nil {
+CREATE TYPE moodrange AS RANGE (subtype = mood);
+CREATE TABLE moods (id int8 PRIMARY KEY, m mood);
+INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood FROM generate_series(1, 200) g;
+CREATE TABLE moodsets (id int8 PRIMARY KEY, ms mood[]);
+INSERT INTO moodsets SELECT g, '{ok,sad}' FROM generate_series(1, 200) g;
+CREATE TABLE feelings (id int8 PRIMARY KEY, f feeling);
+INSERT INTO feelings SELECT g, 'sad' FROM generate_series(1, 200) g;
+CREATE TABLE visits (id int8 PRIMARY KEY, v visit[]);
+INSERT INTO visits SELECT g, ARRAY[ROW(g, 'sad')::visit] FROM generate_series(1, 200) g;
+CREATE TABLE spans (id int8 PRIMARY KEY, r moodrange);
+INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
@@ -60,8 +70,9 @@ INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood, 
 	tc.StartCaptures(2)
 	dir := t.TempDir()
 	sink := "file://" + dir + "?flush-interval=100ms"
-	tables := []string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked", "public.moods"}
-	tc.CreateChangefeed("idle", dsn+"&tables=public.busy,public.whole,public.lookup,public.added,public.still,public.locked,public.moods&catalog-interval=500ms", sink, 2)
+	enums := []string{"public.moods", "public.moodsets", "public.feelings", "public.visits", "public.spans"}
+	tables := append([]string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked"}, enums...)
+	tc.CreateChangefeed("idle", dsn+"&tables="+strings.Join(tables, ",")+"&catalog-interval=500ms", sink, 2)
 	tc.WaitSnapshot("idle")
 	if _, err := srv.Psql(ctx, "shop", `ALTER TABLE lookup ALTER COLUMN code TYPE text USING upper(code)`); err != nil {
 		t.Fatal(err)
@@ -109,9 +120,10 @@ INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood, 
 			t.Errorf("public.%s: schema files %v (%v), want %d", table, files, err, want)
 		}
 	}
-	// An enum's value renamed: the tables whose rows may hold it are
-	// copied again once (added's rows hold it as the column's default),
-	// the others not.
+	// An enum's value renamed: the tables whose rows may hold it, each
+	// in one form (the enum, its array, a domain over it, an array of a
+	// composite type with it, a range of it), are copied again once
+	// (added's rows hold it as the column's default), the others not.
 	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +134,7 @@ INSERT INTO moods SELECT g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood, 
 	if rep.Duplicates != 0 {
 		t.Fatalf("after an enum's value was renamed: %+v", rep)
 	}
-	copiedTimesOf(t, sink, map[string]int{"public.moods": 2}, 300)
+	copiedTimesOf(t, sink, map[string]int{"public.moods": 2, "public.moodsets": 2, "public.feelings": 2, "public.visits": 2, "public.spans": 2}, 200)
 	copiedTimesOf(t, sink, map[string]int{"public.added": 2, "public.lookup": 2, "public.still": 1}, 500)
 	t.Logf("%+v", rep.TableReports)
 }
