@@ -115,7 +115,7 @@ type sortedRoutes struct {
 	m      unsafe.Pointer // the map sorted
 	routes []RouteRecord
 	// perNode counts the partitions by the node holding them, once asked
-	// (ChangefeedPartitionsOn), in a map of counted partitions.
+	// (ChangefeedPartitionsOn); counted is how many it counted.
 	perNode map[model.NodeID]int
 	counted int
 }

@@ -6,13 +6,15 @@ package postgres
 // table nobody writes to), and the label no longer exists upstream. The
 // reader's catalog look (every catalog-interval) keeps the labels of the
 // database's enums and, where a value's label changed, writes a mark
-// naming the changefeed's tables with a column of that enum (directly,
-// as an array's elements, under a domain, or in a composite type) into
-// the WAL. The stream meets the mark after the rename and copies those
-// tables again from there, as it does a table a type change rewrote
-// (again.go): the copy reads every row as it is then, with the new
-// label. The first look of a run only learns the labels: a rename while
-// the reader was stopped, before that look, is not seen (postgres.md).
+// naming the changefeed's tables with a column of that enum or of a type
+// built on it (tablesUsing) into the WAL. The stream meets the mark
+// after the rename and copies those tables again from there, as it does
+// a table a type change rewrote (again.go): the copy reads every row as
+// it is then, with the new label. The labels are the source's, kept
+// from one run of its reader to the next; a source opened anew (another
+// process, another capture) only learns them at its first look, so a
+// rename between the last look before and that one is not seen
+// (postgres.md).
 
 import (
 	"context"
