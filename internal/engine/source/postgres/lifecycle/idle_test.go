@@ -136,5 +136,22 @@ INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err !=
 	}
 	copiedTimesOf(t, sink, map[string]int{"public.moods": 2, "public.moodsets": 2, "public.feelings": 2, "public.visits": 2, "public.spans": 2}, 200)
 	copiedTimesOf(t, sink, map[string]int{"public.added": 2, "public.lookup": 2, "public.still": 1}, 500)
+	// Another value renamed in the transaction that ends the reader's
+	// connection (its walsender terminated before the rename commits):
+	// the reader runs again, and its first look still knows the labels
+	// from before the rename, so it sees it (before, a run's first look
+	// only learnt them: the rename was lost).
+	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'; SELECT count(pg_terminate_backend(pid)) FROM pg_stat_replication`); err != nil {
+		t.Fatal(err)
+	}
+	tc.EventuallyEvery("the sink to hold the value renamed as the reader's connection ended", 60*time.Second, time.Second, func() bool {
+		rep = tc.VerifyDatabase("idle", up, tables, time.Now())
+		return rep.OK
+	})
+	if rep.Duplicates != 0 {
+		t.Fatalf("after an enum's value was renamed as the reader's connection ended: %+v", rep)
+	}
+	copiedTimesOf(t, sink, map[string]int{"public.moods": 3, "public.moodsets": 3, "public.feelings": 3, "public.visits": 3, "public.spans": 3}, 200)
+	copiedTimesOf(t, sink, map[string]int{"public.added": 3, "public.lookup": 2, "public.still": 1}, 500)
 	t.Logf("%+v", rep.TableReports)
 }
