@@ -11,10 +11,12 @@ package postgres
 // after the rename and copies those tables again from there, as it does
 // a table a type change rewrote (again.go): the copy reads every row as
 // it is then, with the new label. The labels are the source's, kept
-// from one run of its reader to the next; a source opened anew (another
-// process, another capture) only learns them at its first look, so a
-// rename between the last look before and that one is not seen
-// (postgres.md).
+// from one run of its reader to the next, and go with every resume
+// point (position.Labels), so that a source opened anew (the changefeed
+// resumed, its maintainer on another capture, an agent restarted)
+// compares its first look with the labels of the look before the point
+// it resumes from; a new changefeed's first are read when its slot is
+// made (Prepare), before its snapshot reads a row.
 
 import (
 	"context"
@@ -48,10 +50,11 @@ type relabeledTable struct {
 	Rel   uint32 `json:"rel"`
 }
 
-// enumLabel is one enum value: its type and label.
+// enumLabel is one enum value: its type and label (as a resume point
+// keeps it: position.Labels).
 type enumLabel struct {
-	typ   uint32
-	label string
+	Type  uint32 `json:"t"`
+	Label string `json:"l"`
 }
 
 // readEnumLabels reads the label of every enum value of the database, by
@@ -70,7 +73,7 @@ func readEnumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, 
 		if err := rows.Scan(&oid, &typ, &label); err != nil {
 			return nil, err
 		}
-		out[uint32(oid)] = enumLabel{typ: uint32(typ), label: label}
+		out[uint32(oid)] = enumLabel{Type: uint32(typ), Label: label}
 	}
 	return out, rows.Err()
 }
@@ -80,8 +83,8 @@ func readEnumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, 
 func relabeled(before, now map[uint32]enumLabel) []uint32 {
 	var types []uint32
 	for oid, l := range now {
-		if b, ok := before[oid]; ok && b.label != l.label && !slices.Contains(types, l.typ) {
-			types = append(types, l.typ)
+		if b, ok := before[oid]; ok && b.Label != l.Label && !slices.Contains(types, l.Type) {
+			types = append(types, l.Type)
 		}
 	}
 	slices.Sort(types)
@@ -178,9 +181,11 @@ func tablesUsing(ctx context.Context, conn *pgx.Conn, version int, types []uint3
 
 // lookForRelabels marks the changefeed's tables that hold enum values
 // renamed since the last look. The labels are the source's, kept from
-// one run of its reader to the next (a connection lost and made again);
-// the source's first look only reads them. Where the mark cannot be
-// written, the labels of before are kept and the next look tries again.
+// one run of its reader to the next (a connection lost and made again),
+// and from the resume point a source opened anew starts from; a look
+// without labels before (a resume point written before they were kept)
+// only reads them. Where the mark cannot be written, the labels of
+// before are kept and the next look tries again.
 func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 	if !st.ticks {
 		return // no logical messages before PostgreSQL 14

@@ -9,9 +9,9 @@ import (
 // value's oid; a value added changes no row, and an enum with two values
 // renamed is named once.
 func TestTheEnumsWhoseValuesWereRenamed(t *testing.T) {
-	before := map[uint32]enumLabel{1: {typ: 10, label: "ok"}, 2: {typ: 10, label: "sad"}, 3: {typ: 20, label: "low"}, 4: {typ: 20, label: "high"}, 5: {typ: 30, label: "x"}}
-	now := map[uint32]enumLabel{1: {typ: 10, label: "ok"}, 2: {typ: 10, label: "blue"}, 3: {typ: 20, label: "lo"}, 4: {typ: 20, label: "hi"},
-		5: {typ: 30, label: "x"}, 6: {typ: 30, label: "y"}}
+	before := map[uint32]enumLabel{1: {Type: 10, Label: "ok"}, 2: {Type: 10, Label: "sad"}, 3: {Type: 20, Label: "low"}, 4: {Type: 20, Label: "high"}, 5: {Type: 30, Label: "x"}}
+	now := map[uint32]enumLabel{1: {Type: 10, Label: "ok"}, 2: {Type: 10, Label: "blue"}, 3: {Type: 20, Label: "lo"}, 4: {Type: 20, Label: "hi"},
+		5: {Type: 30, Label: "x"}, 6: {Type: 30, Label: "y"}}
 	if got := relabeled(before, now); !slices.Equal(got, []uint32{10, 20}) {
 		t.Fatalf("renamed: %v, want [10 20]", got)
 	}

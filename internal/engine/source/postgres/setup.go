@@ -36,6 +36,9 @@ type Upstream struct {
 	// relation in them now is in the snapshot. Nil where they could not
 	// be read.
 	Parts map[string][]uint32
+	// Labels are the database's enum values' labels, read after the
+	// slot is made (position.Labels); nil where they could not be read.
+	Labels map[uint32]enumLabel
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -78,6 +81,9 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 		// in the snapshot, one attached after is new to the first look.
 		up.Parts, _ = treesOf(ctx, cat, cfg.Tables)
 	}
+	// After the slot too: a value renamed after this is in the stream's
+	// future, and the reader's first look sees it renamed.
+	up.Labels, _ = readEnumLabels(ctx, cat.conn)
 	return up, nil
 }
 

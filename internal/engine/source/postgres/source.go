@@ -51,6 +51,13 @@ type position struct {
 	// cluster. Empty in a resume point written before it was kept; the
 	// next run fills it in.
 	System string `json:"system,omitempty"`
+	// Labels are the database's enum values' labels as the reader's last
+	// look before the position read them (relabel.go): a source opened
+	// anew compares its first look with them, and copies again the
+	// tables of a value renamed while no reader looked (values that
+	// were not there before are new, not renamed). Nil in a resume point
+	// written before they were kept: its first look only reads them.
+	Labels map[uint32]enumLabel `json:"labels,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -98,7 +105,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 		return "", nil, err
 	}
 	cfg.Start = model.TsFromTime(now)
-	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil}
+	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil, Labels: up.Labels}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
@@ -245,6 +252,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	s.mu.Lock()
 	s.stream, s.points, s.issues = st, []position{p}, issues{}
+	if s.labels == nil {
+		s.labels = p.Labels // a source opened anew: the look before its resume point
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -304,7 +314,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: s.labels})
 			s.mu.Unlock()
 			continue
 		}
@@ -347,7 +357,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: s.labels})
 		s.mu.Unlock()
 	}
 }

@@ -157,5 +157,19 @@ INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err !=
 	equal("an enum's value was renamed as the reader's connection ended", 60*time.Second)
 	enumCopies(3)
 	copiedTimesOf(t, sink, map[string]int{"public.added": 3, "public.lookup": 2, "public.still": 1}, 500)
+	// A value renamed as the capture that maintains the changefeed
+	// stops: the other capture's source, opened anew, has no look of its
+	// own before the rename, and compares its first with the labels its
+	// resume point keeps (before, such a source only learnt them there:
+	// the rename was lost).
+	if err := tc.Stop(tc.MaintainerOf("idle")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'blue' TO 'down'`); err != nil {
+		t.Fatal(err)
+	}
+	equal("an enum's value was renamed as the changefeed's maintainer moved", 60*time.Second)
+	enumCopies(4)
+	copiedTimesOf(t, sink, map[string]int{"public.added": 4, "public.lookup": 2, "public.still": 1}, 500)
 	t.Logf("%+v", rep.TableReports)
 }
