@@ -58,9 +58,34 @@ type enumLabel struct {
 }
 
 // readEnumLabels reads the label of every enum value of the database, by
-// the value's oid (which a rename keeps). pg_enum is small: a few rows
-// per enum, however many tables use them.
-func readEnumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, error) {
+// the value's oid (which a rename keeps), and the database's clock just
+// before (microseconds since 1970): which of two reads is the newer,
+// whichever process made them. pg_enum is small: a few rows per enum,
+// however many tables use them.
+func readEnumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, int64, error) {
+	var at int64
+	if err := conn.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8`).Scan(&at); err != nil {
+		return nil, 0, err
+	}
+	labels, err := enumLabels(ctx, conn)
+	return labels, at, err
+}
+
+// maxKeptLabels bounds the labels a resume point keeps (position.Labels,
+// about 30 bytes a value, written at every checkpoint): a database with
+// more enum values keeps none there, and a source opened anew only
+// learns them at its first look (postgres.md).
+const maxKeptLabels = 2000
+
+// kept is what a resume point keeps of labels.
+func kept(labels map[uint32]enumLabel) map[uint32]enumLabel {
+	if len(labels) > maxKeptLabels {
+		return nil
+	}
+	return labels
+}
+
+func enumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, error) {
 	rows, err := conn.Query(ctx, `SELECT oid::int8, enumtypid::int8, enumlabel::text FROM pg_enum`)
 	if err != nil {
 		return nil, err
@@ -191,7 +216,7 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 		return // no logical messages before PostgreSQL 14
 	}
 	conn := st.cat.conn
-	now, err := readEnumLabels(ctx, conn)
+	now, at, err := readEnumLabels(ctx, conn)
 	if err != nil {
 		s.log.Warn("postgres source: cannot look for enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return
@@ -201,7 +226,7 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 	s.mu.Unlock()
 	keep := func() {
 		s.mu.Lock()
-		s.labels = now
+		s.labels, s.labelsAt = now, at
 		s.mu.Unlock()
 	}
 	types := relabeled(before, now)
@@ -239,6 +264,30 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 		s.log.Warn("postgres source: an enum value renamed is in a table's primary key: the table is copied again under the new keys, and the sink keeps its rows under the old ones (a copy writes, it does not delete); delete them downstream, or copy the table again into a sink emptied of it", "changefeed", s.cf, "table", t, "types", names)
 	}
 	keep()
+	s.mu.Lock()
+	s.markedPoints(now, at)
+	s.mu.Unlock()
+}
+
+// markedPoints gives the resume points passed the labels of a look that
+// wrote a mark: they are all before it, and a reader that starts again
+// from one of them meets the mark, so its first look must not find the
+// rename again (a second copy). s.mu is held.
+func (s *Source) markedPoints(labels map[uint32]enumLabel, at int64) {
+	for i := range s.points {
+		s.points[i].Labels, s.points[i].LabelsAt = kept(labels), at
+	}
+}
+
+// takeLabels takes the labels of the resume point a run starts from: a
+// source opened anew has none, and one that ran before may have older
+// ones than the look before the point (another capture maintained the
+// changefeed since its last look, and saw renames it did not). s.mu is
+// held.
+func (s *Source) takeLabels(p position) {
+	if p.Labels != nil && (s.labels == nil || p.LabelsAt > s.labelsAt) {
+		s.labels, s.labelsAt = p.Labels, p.LabelsAt
+	}
 }
 
 // relabelMarked takes a mark of enum values renamed met in the open

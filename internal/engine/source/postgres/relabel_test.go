@@ -19,3 +19,55 @@ func TestTheEnumsWhoseValuesWereRenamed(t *testing.T) {
 		t.Fatalf("nothing renamed: %v", got)
 	}
 }
+
+// A run starts from the newer of its source's labels and its resume
+// point's: a source opened anew takes the point's; one that ran before
+// keeps its own unless the point's look was later (another capture
+// maintained the changefeed meanwhile and saw a rename this one did
+// not: its old labels would find that rename undone, or a later one
+// back to them not at all).
+func TestARunStartsFromTheNewerLabels(t *testing.T) {
+	old := map[uint32]enumLabel{1: {Type: 10, Label: "sad"}}
+	renamed := map[uint32]enumLabel{1: {Type: 10, Label: "blue"}}
+	for _, c := range []struct {
+		name   string
+		own    map[uint32]enumLabel
+		ownAt  int64
+		point  position
+		want   string
+		wantAt int64
+	}{
+		{"opened anew", nil, 0, position{Labels: renamed, LabelsAt: 20}, "blue", 20},
+		{"its own newer", renamed, 30, position{Labels: old, LabelsAt: 20}, "blue", 30},
+		{"the point's newer", old, 10, position{Labels: renamed, LabelsAt: 20}, "blue", 20},
+		{"a point without", old, 10, position{}, "sad", 10},
+	} {
+		s := &Source{labels: c.own, labelsAt: c.ownAt}
+		s.takeLabels(c.point)
+		if s.labels[1].Label != c.want || s.labelsAt != c.wantAt {
+			t.Errorf("%s: %q at %d, want %q at %d", c.name, s.labels[1].Label, s.labelsAt, c.want, c.wantAt)
+		}
+	}
+}
+
+// A look that marked a rename gives the resume points passed (all
+// before its mark) its labels, so that a run started again from one of
+// them, which meets the mark, does not find the rename again; a
+// database with more values than a point keeps gives them none.
+func TestTheResumePointsBeforeARelabelMarkTakeItsLabels(t *testing.T) {
+	s := &Source{points: []position{{LSN: "0/1"}, {LSN: "0/2", Labels: map[uint32]enumLabel{1: {Type: 10, Label: "sad"}}, LabelsAt: 5}}}
+	s.markedPoints(map[uint32]enumLabel{1: {Type: 10, Label: "blue"}}, 9)
+	for _, p := range s.points {
+		if p.Labels[1].Label != "blue" || p.LabelsAt != 9 {
+			t.Fatalf("%s: %v at %d, want blue at 9", p.LSN, p.Labels, p.LabelsAt)
+		}
+	}
+	many := map[uint32]enumLabel{}
+	for i := range maxKeptLabels + 1 {
+		many[uint32(i)] = enumLabel{Type: 10, Label: "v"}
+	}
+	s.markedPoints(many, 11)
+	if s.points[0].Labels != nil || s.points[0].LabelsAt != 11 {
+		t.Fatalf("%d labels kept in a resume point, at most %d", len(s.points[0].Labels), maxKeptLabels)
+	}
+}

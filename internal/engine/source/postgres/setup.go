@@ -37,8 +37,10 @@ type Upstream struct {
 	// be read.
 	Parts map[string][]uint32
 	// Labels are the database's enum values' labels, read after the
-	// slot is made (position.Labels); nil where they could not be read.
-	Labels map[uint32]enumLabel
+	// slot is made (position.Labels), at LabelsAt; nil where they could
+	// not be read.
+	Labels   map[uint32]enumLabel
+	LabelsAt int64
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -83,7 +85,7 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	}
 	// After the slot too: a value renamed after this is in the stream's
 	// future, and the reader's first look sees it renamed.
-	up.Labels, _ = readEnumLabels(ctx, cat.conn)
+	up.Labels, up.LabelsAt, _ = readEnumLabels(ctx, cat.conn)
 	return up, nil
 }
 

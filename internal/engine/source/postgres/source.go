@@ -56,8 +56,13 @@ type position struct {
 	// anew compares its first look with them, and copies again the
 	// tables of a value renamed while no reader looked (values that
 	// were not there before are new, not renamed). Nil in a resume point
-	// written before they were kept: its first look only reads them.
-	Labels map[uint32]enumLabel `json:"labels,omitempty"`
+	// written before they were kept, or of a database with more than
+	// maxKeptLabels values: its first look only reads them. LabelsAt is
+	// the database's clock when they were read: a source that ran
+	// before, and maintains the changefeed again, keeps its own only
+	// when they are newer.
+	Labels   map[uint32]enumLabel `json:"labels,omitempty"`
+	LabelsAt int64                `json:"labels_at,omitempty"`
 }
 
 // oids are the relations the position knows its tables by.
@@ -105,7 +110,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 		return "", nil, err
 	}
 	cfg.Start = model.TsFromTime(now)
-	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil, Labels: up.Labels}
+	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil, Labels: kept(up.Labels), LabelsAt: up.LabelsAt}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
@@ -172,7 +177,8 @@ type Source struct {
 	issues issues     // of the current run (holds.go)
 	// labels are the enums' labels as the reader's last look read them,
 	// by value (relabel.go): nil before its first.
-	labels map[uint32]enumLabel
+	labels   map[uint32]enumLabel
+	labelsAt int64 // the database's clock when they were read
 }
 
 // Open opens a stored (pinned) URI.
@@ -252,9 +258,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	s.mu.Lock()
 	s.stream, s.points, s.issues = st, []position{p}, issues{}
-	if s.labels == nil {
-		s.labels = p.Labels // a source opened anew: the look before its resume point
-	}
+	s.takeLabels(p)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -314,7 +318,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: s.labels})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: kept(s.labels), LabelsAt: s.labelsAt})
 			s.mu.Unlock()
 			continue
 		}
@@ -357,7 +361,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: s.labels})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: kept(s.labels), LabelsAt: s.labelsAt})
 		s.mu.Unlock()
 	}
 }

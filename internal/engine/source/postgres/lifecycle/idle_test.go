@@ -10,6 +10,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
 	"github.com/cdcctl/cdcctl/internal/engine/source/postgres"
+	"github.com/cdcctl/cdcctl/internal/model"
 	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
 	"github.com/cdcctl/cdcctl/internal/verify"
 )
@@ -157,18 +158,21 @@ INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err !=
 	equal("an enum's value was renamed as the reader's connection ended", 60*time.Second)
 	enumCopies(3)
 	copiedTimesOf(t, sink, map[string]int{"public.added": 3, "public.lookup": 2, "public.still": 1}, 500)
-	// A value renamed as the capture that maintains the changefeed
-	// stops: the other capture's source, opened anew, has no look of its
-	// own before the rename, and compares its first with the labels its
-	// resume point keeps (before, such a source only learnt them there:
-	// the rename was lost).
-	if err := tc.Stop(tc.MaintainerOf("idle")); err != nil {
-		t.Fatal(err)
-	}
+	// A value renamed while no reader runs: every capture stopped (the
+	// checkpoint past the last copy first, so that the resume point is
+	// after its mark), then a capture that never ran this changefeed
+	// started. Its source, opened anew, has no look of its own before
+	// the rename, and compares its first with the labels the resume
+	// point keeps (before, such a source only learnt them there: the
+	// rename was lost).
+	tc.WaitCheckpoint("idle", model.TsFromTimeMicros(time.Now()))
+	tc.StopTogether(tc.IDs()...)
 	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'blue' TO 'down'`); err != nil {
 		t.Fatal(err)
 	}
-	equal("an enum's value was renamed as the changefeed's maintainer moved", 60*time.Second)
+	tc.Start("capture-3")
+	tc.WaitLeader()
+	equal("an enum's value was renamed while no reader ran", 60*time.Second)
 	enumCopies(4)
 	copiedTimesOf(t, sink, map[string]int{"public.added": 4, "public.lookup": 2, "public.still": 1}, 500)
 	t.Logf("%+v", rep.TableReports)
