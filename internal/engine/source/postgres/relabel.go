@@ -123,12 +123,12 @@ const relabelBudget = 20 * time.Second
 // tablesUsing returns those of tables (by relation) with a column whose
 // type is one of types, or is built on one: its array, a domain over
 // it, a range of it, a composite type (CREATE TYPE … AS) with such a
-// field, and so on; those of them with such a column in their primary
-// key; and the types' names. It goes a level of types at a time, each
-// level one query by the types found so far (pg_type, pg_range and the
-// composites' fields, none by index: a few reads of the catalog, however
-// many tables use the enum). A table's row type used as another's
-// column is not followed.
+// field, a table's row type with such a column (a column of type
+// "feelings", the table), and so on; those of them with such a column in
+// their primary key; and the types' names. It goes a level of types at a
+// time, each level one query by the types found so far (pg_type,
+// pg_range and the fields of composite types and of relations, none by
+// index: a few reads of the catalog, however many tables use the enum).
 func tablesUsing(ctx context.Context, conn *pgx.Conn, version int, types []uint32, tables map[uint32]string) (using []relabeledTable, keyed, names []string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, relabelBudget)
 	defer cancel()
@@ -145,7 +145,7 @@ func tablesUsing(ctx context.Context, conn *pgx.Conn, version int, types []uint3
 		var next []uint32
 		rows, err := conn.Query(ctx, `SELECT oid::int8 FROM pg_type WHERE typelem = ANY($1::oid[]) OR typbasetype = ANY($1::oid[])
 			UNION SELECT c.reltype::int8 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-				WHERE a.atttypid = ANY($1::oid[]) AND c.relkind = 'c' AND a.attnum > 0 AND NOT a.attisdropped
+				WHERE a.atttypid = ANY($1::oid[]) AND c.relkind IN ('c', 'r', 'p', 'f', 'v', 'm') AND a.attnum > 0 AND NOT a.attisdropped
 			UNION SELECT rngtypid::int8 FROM pg_range WHERE rngsubtype = ANY($1::oid[])`+multirange, level)
 		if err != nil {
 			return nil, nil, nil, err

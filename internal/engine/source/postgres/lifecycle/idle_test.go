@@ -63,7 +63,9 @@ INSERT INTO feelings SELECT g, 'sad' FROM generate_series(1, 200) g;
 CREATE TABLE visits (id int8 PRIMARY KEY, v visit[]);
 INSERT INTO visits SELECT g, ARRAY[ROW(g, 'sad')::visit] FROM generate_series(1, 200) g;
 CREATE TABLE spans (id int8 PRIMARY KEY, r moodrange);
-INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err != nil {
+INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;
+CREATE TABLE diary (id int8 PRIMARY KEY, day feelings);
+INSERT INTO diary SELECT g, ROW(g, 'sad')::feelings FROM generate_series(1, 200) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
@@ -71,7 +73,7 @@ INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err !=
 	tc.StartCaptures(2)
 	dir := t.TempDir()
 	sink := "file://" + dir + "?flush-interval=100ms"
-	enums := []string{"public.moods", "public.moodsets", "public.feelings", "public.visits", "public.spans"}
+	enums := []string{"public.moods", "public.moodsets", "public.feelings", "public.visits", "public.spans", "public.diary"}
 	tables := append([]string{"public.busy", "public.whole", "public.lookup", "public.added", "public.still", "public.locked"}, enums...)
 	tc.CreateChangefeed("idle", dsn+"&tables="+strings.Join(tables, ",")+"&catalog-interval=500ms", sink, 2)
 	tc.WaitSnapshot("idle")
@@ -139,7 +141,8 @@ INSERT INTO spans SELECT g, '[ok,sad]' FROM generate_series(1, 200) g;`); err !=
 	}
 	// An enum's value renamed: the tables whose rows may hold it, each
 	// in one form (the enum, its array, a domain over it, an array of a
-	// composite type with it, a range of it), are copied again once
+	// composite type with it, a range of it, the row type of a table
+	// with it: diary's days are feelings' rows), are copied again once
 	// (added's rows hold it as the column's default), the others not.
 	if _, err := srv.Psql(ctx, "shop", `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`); err != nil {
 		t.Fatal(err)
