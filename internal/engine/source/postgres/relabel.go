@@ -12,11 +12,11 @@ package postgres
 // a table a type change rewrote (again.go): the copy reads every row as
 // it is then, with the new label. The labels are the source's, kept
 // from one run of its reader to the next, and go with every resume
-// point (position.Labels), so that a source opened anew (the changefeed
-// resumed, its maintainer on another capture, an agent restarted)
-// compares its first look with the labels of the look before the point
-// it resumes from; a new changefeed's first are read when its slot is
-// made (Prepare), before its snapshot reads a row.
+// point (position.Labels), so that a source opened anew (an agent
+// restarted, the changefeed's maintainer on another capture) compares
+// its first look with the labels of the look before the point it
+// resumes from (takeLabels); a new changefeed's first are read when its
+// slot is made (Prepare), before its snapshot reads a row.
 
 import (
 	"context"
@@ -85,6 +85,7 @@ func kept(labels map[uint32]enumLabel) map[uint32]enumLabel {
 	return labels
 }
 
+// enumLabels reads pg_enum, by value oid.
 func enumLabels(ctx context.Context, conn *pgx.Conn) (map[uint32]enumLabel, error) {
 	rows, err := conn.Query(ctx, `SELECT oid::int8, enumtypid::int8, enumlabel::text FROM pg_enum`)
 	if err != nil {

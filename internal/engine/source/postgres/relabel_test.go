@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"context"
+	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Which enums a look finds renamed: a value's label changed, by the
@@ -69,5 +72,41 @@ func TestTheResumePointsBeforeARelabelMarkTakeItsLabels(t *testing.T) {
 	s.markedPoints(many, 11)
 	if s.points[0].Labels != nil || s.points[0].LabelsAt != 11 {
 		t.Fatalf("%d labels kept in a resume point, at most %d", len(s.points[0].Labels), maxKeptLabels)
+	}
+}
+
+// A new changefeed's first resume point holds the database's enum
+// labels, read after its slot was made, with the database's clock then:
+// its reader's first look compares with them, so a value renamed
+// between the changefeed's creation and that look (while its snapshot
+// copies) is seen.
+func TestANewChangefeedsFirstResumePointHoldsTheEnumLabels(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDB(t, `CREATE TYPE mood AS ENUM ('ok', 'sad'); CREATE TYPE size AS ENUM ('s');
+		CREATE TABLE m (id int8 PRIMARY KEY, v mood)`)
+	before := time.Now()
+	_, pos, err := Pin(context.Background(), dsn+"&tables=public.m", "labels-pinned", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p position
+	if err := json.Unmarshal(pos, &p); err != nil {
+		t.Fatal(err)
+	}
+	byType := map[uint32][]string{}
+	for _, l := range p.Labels {
+		byType[l.Type] = append(byType[l.Type], l.Label)
+	}
+	var got [][]string
+	for _, labels := range byType {
+		slices.Sort(labels)
+		got = append(got, labels)
+	}
+	slices.SortFunc(got, func(a, b []string) int { return len(b) - len(a) })
+	if len(got) != 2 || !slices.Equal(got[0], []string{"ok", "sad"}) || !slices.Equal(got[1], []string{"s"}) {
+		t.Fatalf("the first resume point's labels by enum: %v, want [ok sad] and [s]", got)
+	}
+	if at := time.UnixMicro(p.LabelsAt); at.Before(before.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("labels read at %v, the changefeed created at %v", at, before)
 	}
 }
