@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +39,16 @@ import (
 // reports both and their ratio; the two alternate which reads first. The
 // source runs as the agent runs it, its event log keeping the newest rows
 // in memory; "store-ratio" is the same run's source with a log that
-// writes every row into its store (as before the log kept any).
+// writes every row into its store (as before the log kept any). Rows:
+// 200,000 an iteration, or CDCCTL_BENCH_ROWS (a multiple of 1,000): the
+// ratio at 1,000,000 tells a cost a run from one a row.
 //
 //	go test -run '^$' -bench SourceAgainstBareReader -benchtime 4x ./internal/engine/source/mysql
 func BenchmarkSourceAgainstBareReader(b *testing.B) {
-	const rows, perTxn = 200_000, 1000
+	rows, perTxn := 200_000, 1000
+	if n, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_ROWS")); err == nil && n >= perTxn {
+		rows = n / perTxn * perTxn
+	}
 	srv, db, cfg := streamBench(b)
 	ctx := context.Background()
 	var ours, stored, bare, oursCPU, bareCPU time.Duration
