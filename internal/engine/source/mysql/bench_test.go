@@ -40,8 +40,9 @@ import (
 // source runs as the agent runs it, its event log keeping the newest rows
 // in memory; "store-ratio" is the same run's source with a log that
 // writes every row into its store (as before the log kept any). Rows:
-// 200,000 an iteration, or CDCCTL_BENCH_ROWS (a multiple of 1,000): the
-// ratio at 1,000,000 tells a cost a run from one a row.
+// 200,000 an iteration, or CDCCTL_BENCH_ROWS (rounded down to a
+// multiple of 1,000): the ratio at 1,000,000 against 200,000 tells a
+// cost paid once a run (connecting, opening the log) from one paid a row.
 //
 //	go test -run '^$' -bench SourceAgainstBareReader -benchtime 4x ./internal/engine/source/mysql
 func BenchmarkSourceAgainstBareReader(b *testing.B) {

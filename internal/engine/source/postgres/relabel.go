@@ -264,8 +264,10 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 		// them under the old ones.
 		s.log.Warn("postgres source: an enum value renamed is in a table's primary key: the table is copied again under the new keys, and the sink keeps its rows under the old ones (a copy writes, it does not delete); delete them downstream, or copy the table again into a sink emptied of it", "changefeed", s.cf, "table", t, "types", names)
 	}
-	keep()
+	// Under one lock: a resume point persisted between the two would
+	// keep the labels of before the mark.
 	s.mu.Lock()
+	s.labels, s.labelsAt = now, at
 	s.markedPoints(now, at)
 	s.mu.Unlock()
 }
