@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // Which enums a look finds renamed: a value's label changed, by the
@@ -109,4 +112,64 @@ func TestANewChangefeedsFirstResumePointHoldsTheEnumLabels(t *testing.T) {
 	if at := time.UnixMicro(p.LabelsAt); at.Before(before.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
 		t.Fatalf("labels read at %v, the changefeed created at %v", at, before)
 	}
+}
+
+// A value renamed after a new changefeed's rows were copied and before
+// its reader's first look at the catalog is seen by that look: it
+// compares with the labels read when the changefeed was created (its
+// first resume point's), where before it only learnt them, and the
+// copied rows kept the old label. Here the copy is done by a reader that
+// never looks, the value renamed once it stopped, and a second reader
+// started from the first resume point copies the table again.
+func TestAValueRenamedBeforeTheFirstLookIsSeenByIt(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TYPE mood AS ENUM ('ok', 'sad');
+		CREATE TABLE m (id int8 PRIMARY KEY, v mood);
+		INSERT INTO m SELECT g, (CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END)::mood FROM generate_series(1, 500) g`)
+	const cf = "relabel-first-look"
+	stored, pos, err := Pin(context.Background(), dsn+"&tables=public.m", cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := model.Span{Table: "public.m", Key: "int8"}
+	first := pullFrom(t, stored, pos, cf, func(s *Source) { s.dropEvery = time.Hour })
+	p := first.run(whole, first.start, model.CopyProgress{})
+	p.waitDone(t)
+	at, copied := p.stopAt(t)
+	if v := lastValue(p.stopped(t), "2"); v != "sad" {
+		t.Fatalf("row 2 copied as %q, want sad", v)
+	}
+	first.stop(t)
+
+	psql(t, srv, dsn, `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`)
+	second := pullFrom(t, stored, pos, cf, func(s *Source) { s.dropEvery = 100 * time.Millisecond })
+	again := second.run(whole, at, copied)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		again.mu.Lock()
+		begun, c := again.begun, again.copied
+		again.mu.Unlock()
+		if begun == 1 && c.Done {
+			break
+		}
+		if time.Now().After(deadline) || begun > 1 {
+			t.Fatalf("the table's copy began again %d times (want once); progress %+v", begun, c)
+		}
+	}
+	evs := again.stopped(t)
+	for _, key := range []string{"2", "500"} {
+		if v := lastValue(evs, key); v != "blue" {
+			t.Fatalf("row %s last read as %q, want blue", key, v)
+		}
+	}
+}
+
+// lastValue is the second column's text in the last row of key read.
+func lastValue(evs []source.Event, key string) string {
+	v := ""
+	for i := range evs {
+		if e := &evs[i]; e.Kind == source.KindDML && textKey(e) == key && len(e.New) > 1 {
+			v = e.New[1].Text
+		}
+	}
+	return v
 }
