@@ -41,6 +41,9 @@ type copyAgain struct {
 	OID   uint32
 	At    model.Ts // the change's position
 	Why   string   // what the change was, for the log
+	// described: the table's relation message came after the mark in
+	// its transaction (a rewrite mark's table, TableState.RewriteMarked).
+	described bool
 }
 
 // Why a table is copied again.

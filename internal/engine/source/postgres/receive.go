@@ -170,7 +170,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		return Item{Erase: erase}, true, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
-			if s.relabelMarked(m.Content) {
+			if s.relabelMarked(m.Content) || s.rewriteMarked(m.Content) {
 				return Item{}, false, nil
 			}
 			if taken, err := s.relationMarked(ctx, m.Content); taken || err != nil {
@@ -217,6 +217,11 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 		tx.Events = append(tx.Events, d)
 	}
 	clear(s.pendingNums)
+	for _, a := range s.again {
+		if st := s.tables[a.Table]; st != nil && a.Why == againRewritten && !a.described {
+			st.RewriteMarked = true
+		}
+	}
 	tx.Events = append(tx.Events, s.rows...)
 	tx.Marks, tx.Again = s.marks, s.again
 	s.last = tx.Ts

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,16 @@ func TestAReplicationUserThatIsNotASuperuserReplicates(t *testing.T) {
 	}
 	if len(keys) != 101 {
 		t.Fatalf("%d rows arrived, want 101", len(keys))
+	}
+	// Such a user cannot create the event trigger that sees a column
+	// rewritten under its own type (rewrites.go): changefeed get says so,
+	// and what to do.
+	st, err := Inspect(context.Background(), rig.src.cfg.URI(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(st.Warnings, "\n"); !strings.Contains(w, "no event trigger "+rewriteTrigger(rig.src.cfg)) || !strings.Contains(w, "changefeed update --copy-table") {
+		t.Fatalf("warnings: %q", st.Warnings)
 	}
 	rig.stop(t)
 }

@@ -41,6 +41,9 @@ type Upstream struct {
 	// not be read.
 	Labels   map[uint32]enumLabel
 	LabelsAt int64
+	// RewriteTrigger says the changefeed's table_rewrite trigger is there
+	// (rewrites.go): only a superuser may create one.
+	RewriteTrigger bool
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -86,6 +89,9 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	// After the slot too: a value renamed after this is in the stream's
 	// future, and the reader's first look sees it renamed.
 	up.Labels, up.LabelsAt, _ = readEnumLabels(ctx, cat.conn)
+	// Not having it is what a changefeed of a user that is not a
+	// superuser always was (postgres.md).
+	up.RewriteTrigger, _ = ensureRewriteTrigger(ctx, cat.conn, cfg)
 	return up, nil
 }
 
@@ -383,6 +389,9 @@ func Remove(ctx context.Context, cfg Config) error {
 		}
 		break
 	}
+	if err := dropRewriteTrigger(ctx, conn, cfg); err != nil {
+		return fmt.Errorf("drop event trigger %s: %w", rewriteTrigger(cfg), explain(cfg, err))
+	}
 	if strings.HasPrefix(cfg.Publication, "cdcctl_") {
 		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
 			return fmt.Errorf("drop publication %s: %w", cfg.Publication, explain(cfg, err))
@@ -468,6 +477,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		st.WALStatus = *walStatus
 	}
 	st.Warnings = unpublished(ctx, conn, cfg)
+	if w := rewritesUnseen(ctx, conn, cfg); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 	if len(cfg.Filter) > 0 && pos != nil {
 		st.Filter = strings.Join(cfg.Filter, ",")
 		var p position

@@ -528,7 +528,9 @@ func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 		psql(t, srv, dsn, `INSERT INTO t VALUES (1, 'a'); INSERT INTO u VALUES (1, 'a')`)
 		psql(t, srv, dsn, `ALTER TABLE t ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE t ALTER COLUMN extra TYPE int8; ALTER TABLE u ADD COLUMN note text`)
 		psql(t, srv, dsn, `INSERT INTO t VALUES (2, 'b', 8); INSERT INTO u VALUES (2, 'b', 'n')`)
-		tx := txns(t, st, 2)
+		// The ALTER's transaction comes too: the changefeed's event
+		// trigger marked t's rewrite in it (rewrites.go).
+		tx := txns(t, st, 3)
 		holds := st.TakeHolds()
 		var got []string
 		var again []string
@@ -547,8 +549,10 @@ func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 			if len(holds) != 1 || holds[0].Table != "public.t" || !strings.Contains(holds[0].Reason, "before column extra was added") || !strings.Contains(holds[0].Reason, "--copy-table public.t") {
 				t.Fatalf("snapshot=never: holds %+v", holds)
 			}
-			if strings.Join(got, ", ") != "public.u DDL, public.u DML" || len(again) != 0 {
-				t.Fatalf("snapshot=never: after the changes: %v, copied again %v (public.t held, public.u going on)", got, again)
+			// (The rewrite's mark names t; with snapshot=never nothing is
+			// copied, and the reader warns: Source.markAgain.)
+			if strings.Join(got, ", ") != "public.u DDL, public.u DML" || strings.Join(again, ",") != "public.t" {
+				t.Fatalf("snapshot=never: after the changes: %v, marked again %v (public.t held, public.u going on)", got, again)
 			}
 			continue
 		}

@@ -65,6 +65,16 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		return nil
 	}
 	cur, curNums := st.Def, st.Nums
+	// A rewrite mark met since the table was last described copies it
+	// again already (rewrites.go): what this description shows changed
+	// is that ALTER's, and needs no second copy.
+	marked := st.RewriteMarked
+	st.RewriteMarked = false
+	for i := range s.again {
+		if s.again[i].Table == name && s.again[i].Why == againRewritten {
+			marked, s.again[i].described = true, true
+		}
+	}
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
 		if nums, changed := s.pendingNums[name]; changed {
@@ -178,13 +188,15 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		again = true
 	}
 	at := s.base + model.Ts(len(s.ddls))
-	if again {
+	if again && marked {
+		// Copied again by the mark.
+	} else if again {
 		why := againAdded
 		if unclear {
 			why = againUnclear
 		}
 		s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: why})
-	} else if retyped(cur, def, pair) {
+	} else if !marked && retyped(cur, def, pair) {
 		// Rewritten with new values the stream does not carry: the
 		// table is copied again (again.go).
 		rewritten, err := everRewritten(ctx, s.cat.conn, m.RelationID)
