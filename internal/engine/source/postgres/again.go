@@ -41,8 +41,10 @@ type copyAgain struct {
 	OID   uint32
 	At    model.Ts // the change's position
 	Why   string   // what the change was, for the log
-	// described: the table's relation message came after the mark in
-	// its transaction (a rewrite mark's table, TableState.RewriteMarked).
+	// cols are a rewrite mark's columns after its ALTER (rewrites.go),
+	// and described says the table's relation message came after the
+	// mark in its transaction (TableState.RewriteCols).
+	cols      string
 	described bool
 }
 

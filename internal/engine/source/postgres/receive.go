@@ -219,7 +219,7 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) Item {
 	clear(s.pendingNums)
 	for _, a := range s.again {
 		if st := s.tables[a.Table]; st != nil && a.Why == againRewritten && !a.described {
-			st.RewriteMarked = true
+			st.RewriteCols = a.cols
 		}
 	}
 	tx.Events = append(tx.Events, s.rows...)

@@ -8,25 +8,32 @@ package postgres
 // tell (versions.go sees a type that changed; again.go). An event
 // trigger does: PostgreSQL runs a table_rewrite trigger inside the
 // ALTER's transaction, before the rewrite, with the table and the
-// reason. A changefeed created by a superuser gets one (its slot's name
-// with _rewrites), whose function writes a mark of the table into the
-// WAL in that transaction when a column's values are rewritten; the
-// stream meets it at the ALTER's commit and copies the table again from
-// there, as it does one an enum's renamed value changed (relabel.go).
-// Rewrites that keep every value (VACUUM FULL, CLUSTER, SET
-// TABLESPACE) do not run table_rewrite triggers, nor does SET LOGGED; a
-// column added with a volatile DEFAULT is seen by the stream
-// (versions.go). The changefeed's removal drops the trigger and its
-// function.
+// reason. A changefeed whose user is a superuser gets one (its slot's
+// name with _rewrites; made by Prepare, or by its reader when it starts),
+// whose function writes a mark of the table into the WAL in that
+// transaction when columns' values are computed anew (the reason's bit
+// 4: not SET LOGGED, SET ACCESS METHOD, nor a volatile DEFAULT, whose
+// column the stream sees added; VACUUM FULL, CLUSTER and SET TABLESPACE
+// run no such trigger). The stream meets the mark at the ALTER's commit
+// and copies the table again from there, as it does one an enum's
+// renamed value changed (relabel.go). The mark carries the table's
+// columns after the ALTER: a type change the stream meets later with
+// exactly those columns is that ALTER's, copied already. The function
+// runs as whoever runs the ALTER (not as its owner: it takes no rights
+// of the superuser that made it) with its search path fixed. The
+// changefeed's removal drops the trigger and its function.
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -38,13 +45,59 @@ const rewriteKind = "rewrite"
 
 // rewriteMark is what the trigger's function writes: the changefeed's
 // slot (each changefeed on the database has its own trigger, and every
-// reader meets every mark), the relation rewritten and, for a partition,
-// its partitioned table's root (the changefeed's table is the root).
+// reader meets every mark), the relation rewritten with its partitioned
+// ancestors (the changefeed's table may be any of them), and its columns
+// after the ALTER, each [name, type oid, type modifier], by name.
 type rewriteMark struct {
-	Kind string `json:"kind"`
-	Slot string `json:"slot"`
-	Rel  uint32 `json:"rel"`
-	Root uint32 `json:"root"`
+	Kind string            `json:"kind"`
+	Slot string            `json:"slot"`
+	Rels []uint32          `json:"rels"`
+	Cols []json.RawMessage `json:"cols"`
+}
+
+// columnsOf is a hash of columns' names, types and modifiers, in the
+// order of their names, to compare a rewrite mark's with a
+// description's (kept in every resume point until then: short).
+func columnsOf(cols []rewriteColumn) string {
+	slices.SortFunc(cols, func(a, b rewriteColumn) int { return strings.Compare(a.name, b.name) })
+	h := sha256.New()
+	for _, c := range cols {
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x01", c.name, c.typ, c.mod)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// rewriteColumn is one column as a mark and a description give it.
+type rewriteColumn struct {
+	name string
+	typ  uint32
+	mod  int32
+}
+
+// markedColumns is a mark's columns as columnsOf writes them.
+func (m rewriteMark) markedColumns() string {
+	cols := make([]rewriteColumn, 0, len(m.Cols))
+	for _, raw := range m.Cols {
+		var c []any
+		if json.Unmarshal(raw, &c) != nil || len(c) != 3 {
+			return ""
+		}
+		name, _ := c[0].(string)
+		typ, _ := c[1].(float64)
+		mod, _ := c[2].(float64)
+		cols = append(cols, rewriteColumn{name: name, typ: uint32(typ), mod: int32(mod)})
+	}
+	return columnsOf(cols)
+}
+
+// describedColumns is a relation message's columns as columnsOf writes
+// them.
+func describedColumns(m *pglogrepl.RelationMessage) string {
+	cols := make([]rewriteColumn, len(m.Columns))
+	for i, c := range m.Columns {
+		cols[i] = rewriteColumn{name: c.Name, typ: c.DataType, mod: c.TypeModifier}
+	}
+	return columnsOf(cols)
 }
 
 // againRewritten is why a table a rewrite mark names is copied again.
@@ -66,12 +119,17 @@ func rewriteTrigger(cfg Config) string {
 // rewritesUnseen is changefeed get's warning for a changefeed without
 // its trigger on a server that could run one, or "".
 func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
-	var there bool
-	var version int
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1 AND evtenabled <> 'D'), current_setting('server_version_num')::int`, rewriteTrigger(cfg)).Scan(&there, &version); err != nil || there || version < 140000 {
+	t, err := rewriteTriggerState(ctx, conn, cfg)
+	if err != nil || t.current() {
 		return ""
 	}
-	return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (the changefeed has no event trigger " + rewriteTrigger(cfg) + ": only a superuser can create one, and changefeeds created before cdcctl made them have none): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume), or create the changefeed as a superuser"
+	if t.version < 140000 {
+		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen on PostgreSQL 13 (its pgoutput carries no messages): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
+	}
+	if t.disabled {
+		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE turns it on again)"
+	}
+	return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed has no event trigger " + rewriteTrigger(cfg) + " (only a superuser can create one; the changefeed's reader does when it starts, if its user is one, and logs why where it cannot): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
 }
 
 // columnRewrite is AT_REWRITE_COLUMN_REWRITE, the reason bit of a
@@ -79,29 +137,40 @@ func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 const columnRewrite = 4
 
 // ensureRewriteTrigger creates the changefeed's table_rewrite trigger
-// where the user may (a superuser) and the server's pgoutput carries
-// messages (PostgreSQL 14 and later). It says whether the trigger is
-// there. The function catches its own errors: a mark it cannot write
-// must not fail the operator's ALTER.
+// where it is missing, the user may (a superuser) and the server's
+// pgoutput carries messages (PostgreSQL 14 and later). It says whether
+// the trigger is there. The function catches its own errors: a mark it
+// cannot write must not fail the operator's ALTER. It is made anew, not
+// replaced: CREATE OR REPLACE keeps the owner of a function someone else
+// made under the name first, and the trigger would run that owner's body.
 func ensureRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) (bool, error) {
-	var super bool
-	var version int
-	if err := conn.QueryRow(ctx, `SELECT rolsuper, current_setting('server_version_num')::int FROM pg_roles WHERE rolname = current_user`).Scan(&super, &version); err != nil {
-		return false, err
+	st, err := rewriteTriggerState(ctx, conn, cfg)
+	if err != nil || st.current() {
+		return err == nil, err
 	}
-	if !super || version < 140000 {
+	if st.disabled {
+		return false, nil // an operator's choice: said, not undone
+	}
+	if !st.super || st.version < 140000 {
 		return false, nil
 	}
 	name := pgx.Identifier{"public", rewriteTrigger(cfg)}.Sanitize()
 	// The slot's name is the only text spliced into the function: it is
-	// written as a literal, quoted as one.
+	// written as a literal, quoted as one. Every name in the body is
+	// pg_catalog's: with pg_temp last on the path, no temporary type or
+	// table stands for one of them.
 	slot := "'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'"
-	body := fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS event_trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
+	body := fmt.Sprintf(`CREATE FUNCTION %s() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
+DECLARE
+	rel pg_catalog.oid;
 BEGIN
-	IF pg_event_trigger_table_rewrite_reason() & %d <> 0 THEN
-		PERFORM pg_logical_emit_message(true, '%s', json_build_object('kind', '%s', 'slot', %s,
-			'rel', pg_event_trigger_table_rewrite_oid()::int8,
-			'root', coalesce(pg_partition_root(pg_event_trigger_table_rewrite_oid())::int8, 0))::text);
+	rel := pg_catalog.pg_event_trigger_table_rewrite_oid();
+	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %d <> 0 THEN
+		PERFORM pg_catalog.pg_logical_emit_message(true, '%s', pg_catalog.json_build_object('kind', '%s', 'slot', %s,
+			'rels', (SELECT pg_catalog.json_agg(r::pg_catalog.oid::pg_catalog.int8) FROM
+				(SELECT rel::pg_catalog.regclass AS r UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(rel)) x),
+			'cols', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attname, atttypid::pg_catalog.int8, atttypmod) ORDER BY attname)
+				FROM pg_catalog.pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped AND attgenerated = ''))::pg_catalog.text);
 	END IF;
 EXCEPTION WHEN OTHERS THEN
 	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a table rewritten: %%', %s, SQLERRM;
@@ -111,17 +180,42 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, slot)
 		return false, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.Exec(ctx, body); err != nil {
-		return false, err
-	}
 	trigger := pgx.Identifier{rewriteTrigger(cfg)}.Sanitize()
-	if _, err := tx.Exec(ctx, `DROP EVENT TRIGGER IF EXISTS `+trigger); err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, `CREATE EVENT TRIGGER `+trigger+` ON table_rewrite EXECUTE FUNCTION `+name+`()`); err != nil {
-		return false, err
+	// A lock another session holds on a function of the name is waited
+	// on a moment, not for ever: the reader calls this as it starts.
+	for _, q := range []string{`SET LOCAL lock_timeout = '5s'`, `DROP EVENT TRIGGER IF EXISTS ` + trigger, `DROP FUNCTION IF EXISTS ` + name + `()`, body,
+		`COMMENT ON FUNCTION ` + name + `() IS '` + rewriteFunctionVersion + `'`,
+		`CREATE EVENT TRIGGER ` + trigger + ` ON table_rewrite EXECUTE FUNCTION ` + name + `()`} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return false, err
+		}
 	}
 	return true, tx.Commit(ctx)
+}
+
+// rewriteFunctionVersion is the comment on the function this cdcctl
+// makes: a trigger whose function has another (an older cdcctl's) is made
+// anew, so that its marks are the ones the stream reads.
+const rewriteFunctionVersion = "cdcctl rewrite marks 1"
+
+// triggerState is what the catalog says of a changefeed's trigger.
+type triggerState struct {
+	super    bool // the user is a superuser
+	version  int  // server_version_num
+	there    bool // the trigger exists
+	disabled bool // ALTER EVENT TRIGGER … DISABLE
+	own      bool // its function is this cdcctl's (rewriteFunctionVersion)
+}
+
+// current says the trigger is there, enabled, with this cdcctl's function.
+func (t triggerState) current() bool { return t.there && !t.disabled && t.own }
+
+func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (triggerState, error) {
+	var t triggerState
+	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, e.oid IS NOT NULL, coalesce(e.evtenabled = 'D', false),
+			coalesce(obj_description(e.evtfoid, 'pg_proc') = $2, false)
+		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname = $1 WHERE r.rolname = current_user`, rewriteTrigger(cfg), rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.own)
+	return t, err
 }
 
 // dropRewriteTrigger drops the changefeed's trigger and function, if
@@ -139,8 +233,9 @@ func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 }
 
 // rewriteMarked takes a mark of a table rewritten met in the open
-// transaction: the changefeed's table it names (the relation, or its
-// root) is copied again from here, as relabelMarked's are. It says
+// transaction: the changefeed's table it names (the relation, or one of
+// its partitioned ancestors) is copied again from here, as
+// relabelMarked's are. It says
 // whether content was such a mark (none goes on to the partitions).
 func (s *Stream) rewriteMarked(content []byte) bool {
 	if !strings.Contains(string(content), rewriteKind) {
@@ -153,16 +248,50 @@ func (s *Stream) rewriteMarked(content []byte) bool {
 	if m.Slot != s.cfg.Slot {
 		return true // another changefeed's, on the same database
 	}
+	cols := m.markedColumns()
 	for name, st := range s.tables {
-		if st.OID == 0 || st.OID != m.Rel && st.OID != m.Root {
+		if st.OID == 0 || !slices.Contains(m.Rels, st.OID) {
 			continue
 		}
 		_, held := s.held[name]
 		_, gone := s.gone[name]
-		if held || gone || s.unread(st) || slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == name }) {
+		if held || gone || s.unread(st) {
 			continue
 		}
-		s.again = append(s.again, copyAgain{Table: name, OID: st.OID, At: s.base + model.Ts(len(s.ddls)), Why: againRewritten})
+		if i := slices.IndexFunc(s.again, func(a copyAgain) bool { return a.Table == name }); i >= 0 {
+			// Copied once from the transaction's first mark; the columns
+			// are the last ALTER's.
+			if s.again[i].Why == againRewritten {
+				s.again[i].cols, s.again[i].described = cols, false
+			}
+			continue
+		}
+		s.again = append(s.again, copyAgain{Table: name, OID: st.OID, At: s.base + model.Ts(len(s.ddls)), Why: againRewritten, cols: cols})
 	}
 	return true
+}
+
+// ensureRewrites makes the changefeed's trigger where it is missing and
+// says why it is not there ("" when it is). A trigger another reader made
+// meanwhile, failing this one's creation, is there.
+func (s *Source) ensureRewrites(ctx context.Context, st *Stream) string {
+	ok, err := ensureRewriteTrigger(ctx, st.cat.conn, s.cfg)
+	if ok {
+		return ""
+	}
+	t, terr := rewriteTriggerState(ctx, st.cat.conn, s.cfg)
+	switch {
+	case terr == nil && t.current():
+		return ""
+	case err != nil:
+		return explain(s.cfg, err).Error()
+	case terr != nil:
+		return explain(s.cfg, terr).Error()
+	case t.disabled:
+		return "the trigger is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(s.cfg) + " ENABLE)"
+	case t.version < 140000:
+		return "PostgreSQL 13's pgoutput carries no messages"
+	default:
+		return "the changefeed's user is not a superuser, and only one may create an event trigger"
+	}
 }

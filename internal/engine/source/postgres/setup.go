@@ -41,9 +41,6 @@ type Upstream struct {
 	// not be read.
 	Labels   map[uint32]enumLabel
 	LabelsAt int64
-	// RewriteTrigger says the changefeed's table_rewrite trigger is there
-	// (rewrites.go): only a superuser may create one.
-	RewriteTrigger bool
 }
 
 // Prepare checks that the upstream can be replicated as configured and
@@ -89,9 +86,9 @@ func Prepare(ctx context.Context, cfg Config) (Upstream, error) {
 	// After the slot too: a value renamed after this is in the stream's
 	// future, and the reader's first look sees it renamed.
 	up.Labels, up.LabelsAt, _ = readEnumLabels(ctx, cat.conn)
-	// Not having it is what a changefeed of a user that is not a
-	// superuser always was (postgres.md).
-	up.RewriteTrigger, _ = ensureRewriteTrigger(ctx, cat.conn, cfg)
+	// From the slot's start, where the user may make it; the reader tries
+	// again when it starts, and logs why it cannot (postgres.md).
+	_, _ = ensureRewriteTrigger(ctx, cat.conn, cfg)
 	return up, nil
 }
 
@@ -389,14 +386,15 @@ func Remove(ctx context.Context, cfg Config) error {
 		}
 		break
 	}
-	if err := dropRewriteTrigger(ctx, conn, cfg); err != nil {
-		return fmt.Errorf("drop event trigger %s: %w", rewriteTrigger(cfg), explain(cfg, err))
-	}
 	if strings.HasPrefix(cfg.Publication, "cdcctl_") {
 		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
 			return fmt.Errorf("drop publication %s: %w", cfg.Publication, explain(cfg, err))
 		}
 	}
+	// Last, and not a reason to keep the changefeed: a user that is no
+	// longer a superuser cannot drop it (postgres.md says how), and the
+	// trigger left marks tables for a slot that no reader reads.
+	_ = dropRewriteTrigger(ctx, conn, cfg)
 	return nil
 }
 

@@ -125,6 +125,9 @@ type Source struct {
 	// by value (relabel.go): nil before its first.
 	labels   map[uint32]enumLabel
 	labelsAt int64 // the database's clock when they were read
+	// rewritesWarned: the reader said once that the changefeed has no
+	// event trigger (rewrites.go).
+	rewritesWarned bool
 }
 
 // Open opens a stored (pinned) URI.
@@ -198,6 +201,12 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	st.Ignore(p.Gone, p.GoneAt)
 	st.cf = string(s.cf)
+	// A changefeed made before its trigger was, or by a user made a
+	// superuser since, gets it here (rewrites.go); why not is logged once.
+	if why := s.ensureRewrites(ctx, st); why != "" && !s.rewritesWarned {
+		s.rewritesWarned = true
+		s.log.Warn("postgres source: no event trigger sees a column whose values ALTER COLUMN … TYPE … USING rewrites under the same type; copy such a table again after the ALTER (docs/postgres.md)", "changefeed", s.cf, "trigger", rewriteTrigger(s.cfg), "why", why)
+	}
 	p.System = st.System
 	for _, t := range st.unresolved {
 		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))

@@ -23,10 +23,11 @@ type TableState struct {
 	Since   model.Ts         `json:"since"`
 	// OID is the table's relation: a rename keeps it, a drop ends it.
 	OID uint32 `json:"oid,omitempty"`
-	// RewriteMarked is set where a rewrite mark (rewrites.go) copied the
-	// table again and the stream has not described the table since: the
-	// type change it made, met in that description, is copied already.
-	RewriteMarked bool `json:"rewrite_marked,omitempty"`
+	// RewriteCols are the columns after the ALTER of a rewrite mark
+	// (rewrites.go) that copied the table again, until the stream next
+	// describes the table: a type change met there with exactly these
+	// columns is that ALTER's, copied already.
+	RewriteCols string `json:"rewrite_cols,omitempty"`
 	// ResetAt is where the table came back to the changefeed after it
 	// was removed (changefeed update, or rules following a drop and a
 	// create): its rows up to there are an earlier table's, or were

@@ -556,7 +556,10 @@ func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 			}
 			continue
 		}
-		if len(holds) != 0 || strings.Join(got, ", ") != "public.t DDL, public.u DDL, public.t DML, public.u DML" || strings.Join(again, ",") != "public.t" {
+		// Twice: the rewrite's mark at the ALTER, and the column added,
+		// whose older values that copy, begun before the stream knew the
+		// column, does not carry.
+		if len(holds) != 0 || strings.Join(got, ", ") != "public.t DDL, public.u DDL, public.t DML, public.u DML" || strings.Join(again, ",") != "public.t,public.t" {
 			t.Fatalf("holds %+v; after the changes: %v, copied again %v", holds, got, again)
 		}
 	}

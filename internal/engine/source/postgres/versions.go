@@ -1,8 +1,8 @@
 package postgres
 
 // Schema changes in the stream: Relation messages whose columns differ,
-// and TRUNCATEs, become new table versions, each at its own position
-// before the rows written under it.
+// and TRUNCATEs (truncate.go), become new table versions, each at its
+// own position before the rows written under it.
 
 import (
 	"context"
@@ -66,15 +66,19 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	}
 	cur, curNums := st.Def, st.Nums
 	// A rewrite mark met since the table was last described copies it
-	// again already (rewrites.go): what this description shows changed
-	// is that ALTER's, and needs no second copy.
-	marked := st.RewriteMarked
-	st.RewriteMarked = false
+	// again already (rewrites.go): a type change this description shows
+	// with the columns that ALTER left is that ALTER's, and needs no
+	// second copy. Only that: a column added is not in the mark's copy,
+	// which began before the stream knew the column (again below), and
+	// another change since has other columns.
+	marked := st.RewriteCols
+	st.RewriteCols = ""
 	for i := range s.again {
 		if s.again[i].Table == name && s.again[i].Why == againRewritten {
-			marked, s.again[i].described = true, true
+			marked, s.again[i].described = s.again[i].cols, true
 		}
 	}
+	copiedByMark := marked != "" && marked == describedColumns(m)
 	if pending := s.pendingDef(name); pending != nil {
 		cur = pending
 		if nums, changed := s.pendingNums[name]; changed {
@@ -188,15 +192,13 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		again = true
 	}
 	at := s.base + model.Ts(len(s.ddls))
-	if again && marked {
-		// Copied again by the mark.
-	} else if again {
+	if again {
 		why := againAdded
 		if unclear {
 			why = againUnclear
 		}
 		s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: at, Why: why})
-	} else if !marked && retyped(cur, def, pair) {
+	} else if !copiedByMark && retyped(cur, def, pair) {
 		// Rewritten with new values the stream does not carry: the
 		// table is copied again (again.go).
 		rewritten, err := everRewritten(ctx, s.cat.conn, m.RelationID)
@@ -295,52 +297,6 @@ func keyDroppedHold(cf, table string) string {
 func tooManyChangesHold(cf, table string) string {
 	return fmt.Sprintf("one transaction changed the schemas of more than %d replicated tables (a TRUNCATE or a migration of many at once): the first %d are written as schema changes, and the others' changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		ddlSlots, ddlSlots, cf, cf, table, cf)
-}
-
-// truncate turns a TRUNCATE into a schema change of each table it empties:
-// a new table version, same columns, whose statement says TRUNCATE. The
-// transaction's rows of those tables before it are dropped (the TRUNCATE
-// erases them; its rows all share one position after its schema
-// changes).
-func (s *Stream) truncate(ctx context.Context, m *pglogrepl.TruncateMessage) error {
-	for _, id := range m.RelationIDs {
-		rel, ok := s.rels[id]
-		if !ok {
-			return fmt.Errorf("pgoutput sent a TRUNCATE of relation %d before its definition", id)
-		}
-		if rel.gone || rel.held || rel.foreign || s.unread(s.tables[rel.table]) {
-			continue
-		}
-		if s.partedTables[rel.table] {
-			// Rows of it already went to the log as parts: they are
-			// erased there (unseen yet, they were never read).
-			s.erase = append(s.erase, rel.table)
-			delete(s.partedTables, rel.table)
-		}
-		st := s.tables[rel.table]
-		def, version := st.Def, st.Version+1
-		if d := s.pendingDDL(rel.table); d != nil {
-			def, version = d.Def, d.SchemaVersion+1
-		}
-		if len(s.ddls) == ddlSlots {
-			rel.held = true
-			if err := s.holdToCopy(ctx, id, rel.table, tooManyChangesHold(s.changefeed(), rel.table)); err != nil {
-				return err
-			}
-			continue
-		}
-		at := s.base + model.Ts(len(s.ddls))
-		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: rel.table, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version,
-			Statement: source.TruncatePrefix + quoteQualified(rel.table)})
-		kept := s.rows[:0]
-		for _, e := range s.rows {
-			if e.Table != rel.table {
-				kept = append(kept, e)
-			}
-		}
-		s.rows = kept
-	}
-	return nil
 }
 
 // pendingDef is the definition a schema change earlier in the open

@@ -37,8 +37,8 @@ const retypedRows = 1_500
 // keeps the value its older rows got: the table used to be held until an
 // operator copied it again); the reader's capture is drained at once.
 // The sink rebuilt equals the upstream's tables, with no change written
-// twice; each rewritten table was copied again once, the widened one
-// not.
+// twice; each rewritten table was copied again once (the one with a
+// column added, twice), the widened one not.
 func TestAColumnsTypeChangedWithNewValuesIsCopiedAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -96,8 +96,11 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 	}
 	// Each table rewritten copied again once (the initial snapshot's
 	// insert and the copy's), the one widened without a rewrite not at
-	// all.
-	copiedTimes(t, sink, map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 2})
+	// all; the one with a column added, twice: the rewrite's mark copies
+	// it at the ALTER, before the stream knows the column, and the
+	// column's older values, which that copy leaves out, come from a
+	// copy once the stream does (postgres/rewrites.go).
+	copiedTimes(t, sink, map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 3})
 	t.Logf("%+v", rep.TableReports)
 }
 
