@@ -308,3 +308,21 @@ func (p *partition) progress() model.CopyProgress {
 	defer p.mu.Unlock()
 	return p.copied
 }
+
+// waitCopiedAgain waits until the partition's copy has begun again n
+// times since it was first done and is done again, failing the test if
+// it begins more often or not within a minute.
+func (p *partition) waitCopiedAgain(t testing.TB, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		begun, c := p.begun, p.copied
+		p.mu.Unlock()
+		if begun == n && c.Done {
+			return
+		}
+		if time.Now().After(deadline) || begun > n {
+			t.Fatalf("the copy began again %d times, want %d; progress %+v", begun, n, c)
+		}
+	}
+}

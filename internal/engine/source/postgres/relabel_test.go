@@ -144,17 +144,7 @@ func TestAValueRenamedBeforeTheFirstLookIsSeenByIt(t *testing.T) {
 	psql(t, srv, dsn, `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`)
 	second := pullFrom(t, stored, pos, cf, func(s *Source) { s.dropEvery = 100 * time.Millisecond })
 	again := second.run(whole, at, copied)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		again.mu.Lock()
-		begun, c := again.begun, again.copied
-		again.mu.Unlock()
-		if begun == 1 && c.Done {
-			break
-		}
-		if time.Now().After(deadline) || begun > 1 {
-			t.Fatalf("the table's copy began again %d times (want once); progress %+v", begun, c)
-		}
-	}
+	again.waitCopiedAgain(t, 1)
 	evs := again.stopped(t)
 	for _, key := range []string{"2", "500"} {
 		if v := lastValue(evs, key); v != "blue" {

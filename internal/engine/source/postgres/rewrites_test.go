@@ -82,33 +82,14 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 	}
 
 	psql(t, srv, dsn, `ALTER TABLE m ALTER COLUMN v TYPE text USING upper(v); INSERT INTO m VALUES (90002, '2025-06-01', 'after', 0)`)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		p.mu.Lock()
-		begun, c := p.begun, p.copied
-		p.mu.Unlock()
-		if begun == 1 && c.Done && p.has("90002,2025-06-01") {
-			break
-		}
-		if time.Now().After(deadline) || begun > 1 {
-			t.Fatalf("the rewritten table's copy began %d times (want once); progress %+v", begun, c)
-		}
-	}
+	p.waitCopiedAgain(t, 1)
+	waitRow("90002,2025-06-01")
 	// A new type, values computed, in a transaction of its own: the
 	// mark copies the table at the ALTER's commit; the stream meets the
 	// new type later (the catalog's look describes the table, or its next
 	// row does), and copies nothing more (TableState.RewriteMarked).
 	psql(t, srv, dsn, `ALTER TABLE m ALTER COLUMN n TYPE int8 USING n + 7`)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		p.mu.Lock()
-		begun, c := p.begun, p.copied
-		p.mu.Unlock()
-		if begun == 2 && c.Done {
-			break
-		}
-		if time.Now().After(deadline) || begun > 2 {
-			t.Fatalf("after a second rewrite the copy began %d times (want twice); progress %+v", begun, c)
-		}
-	}
+	p.waitCopiedAgain(t, 2)
 	psql(t, srv, dsn, `INSERT INTO m VALUES (90003, '2025-06-01', 'retyped', 1)`)
 	waitRow("90003,2025-06-01")
 	psql(t, srv, dsn, `INSERT INTO m VALUES (90004, '2025-06-01', 'last', 1)`)
