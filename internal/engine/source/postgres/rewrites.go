@@ -235,8 +235,8 @@ func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 // rewriteMarked takes a mark of a table rewritten met in the open
 // transaction: the changefeed's table it names (the relation, or one of
 // its partitioned ancestors) is copied again from here, as
-// relabelMarked's are. It says
-// whether content was such a mark (none goes on to the partitions).
+// relabelMarked's are. It says whether content was such a mark (none
+// goes on to the partitions).
 func (s *Stream) rewriteMarked(content []byte) bool {
 	if !strings.Contains(string(content), rewriteKind) {
 		return false

@@ -159,3 +159,76 @@ func TestRewriteTriggerNamesFitAndDiffer(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// A partition that is itself partitioned, replicated on its own: a
+// same-type rewrite through the table above it rewrites its leaves, and
+// each leaf's mark names it among the leaf's ancestors: it is copied
+// again, once, with the new values.
+func TestARewriteReachesASubPartitionedPartitionReplicatedAlone(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE r (id int8, region int4, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+		CREATE TABLE r_1 PARTITION OF r FOR VALUES IN (1) PARTITION BY RANGE (id);
+		CREATE TABLE r_1_low PARTITION OF r_1 FOR VALUES FROM (0) TO (1000);
+		CREATE TABLE r_1_high PARTITION OF r_1 FOR VALUES FROM (1000) TO (100000);
+		CREATE TABLE r_2 PARTITION OF r FOR VALUES IN (2);
+		INSERT INTO r SELECT g, 1 + g % 2, 'v' || g FROM generate_series(1, 2000) g`)
+	const cf = "rewrite-sub-partition"
+	stored, pos, err := Pin(context.Background(), dsn+"&tables=public.r_1", cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := pullFrom(t, stored, pos, cf, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
+	p := rig.run(model.Span{Table: "public.r_1", Key: "int8,int4"}, rig.start, model.CopyProgress{})
+	p.waitDone(t)
+	psql(t, srv, dsn, `ALTER TABLE r ALTER COLUMN v TYPE text USING upper(v)`)
+	p.waitCopiedAgain(t, 1)
+	evs := p.stopped(t)
+	rig.stop(t)
+	for _, key := range []string{"2,1", "1998,1"} {
+		v := ""
+		for i := range evs {
+			if e := &evs[i]; e.Kind == source.KindDML && textKey(e) == key {
+				v = e.New[2].Text
+			}
+		}
+		if want := "V" + strings.TrimSuffix(key, ",1"); v != want {
+			t.Fatalf("row %s last read with %q, want %q", key, v, want)
+		}
+	}
+}
+
+// The trigger's function is the superuser's own, made anew, never one
+// another user put under its name first (CREATE OR REPLACE would have
+// kept that user as its owner, and the trigger would run that user's
+// body as whoever runs the next ALTER); nor does it run with its
+// owner's rights.
+func TestTheTriggersFunctionIsNeverAnotherUsers(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE ROLE squatter LOGIN; GRANT CREATE ON SCHEMA public TO squatter;
+		CREATE TABLE q (id int8 PRIMARY KEY, v text)`)
+	const cf = "rewrite-squatted"
+	cfg, err := ParseURI(dsn + "&tables=public.q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := rewriteTrigger(cfg.WithNames(cf))
+	psql(t, srv, dsn, `SET ROLE squatter; CREATE FUNCTION public.`+name+`() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'squatted'; END $$`)
+	stored, _, err := Pin(context.Background(), dsn+"&tables=public.q", cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.Psql(context.Background(), dbOf(dsn), `SELECT p.proowner::regrole::text || '|' || p.prosecdef FROM pg_event_trigger e JOIN pg_proc p ON p.oid = e.evtfoid WHERE e.evtname = '`+name+`'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out); got != "postgres|false" {
+		t.Fatalf("the trigger's function: owner|security definer %q, want postgres|false", got)
+	}
+	stored2, err := ParseURI(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(context.Background(), stored2); err != nil {
+		t.Fatal(err)
+	}
+}
