@@ -35,7 +35,9 @@ const retypedRows = 1_500
 // (no rewrite, the same values), and a fourth gains a column with a
 // DEFAULT rewritten in the same transaction (PostgreSQL then no longer
 // keeps the value its older rows got: the table used to be held until an
-// operator copied it again); the reader's capture is drained at once.
+// operator copied it again), and a fifth's text column is rewritten as
+// text through USING upper(...) (the same type: only the changefeed's
+// event trigger tells); the reader's capture is drained at once.
 // The sink rebuilt equals the upstream's tables, with no change written
 // twice; each rewritten table was copied again once (the one with a
 // column added, twice), the widened one not.
@@ -54,14 +56,16 @@ INSERT INTO m SELECT g, date '2024-01-01' + (g % 720), md5(g::text), 0 FROM gene
 CREATE TABLE plain (id int8 PRIMARY KEY, note varchar(20));
 INSERT INTO plain SELECT g, 'p' || g FROM generate_series(1, `+n+`) g;
 CREATE TABLE added (id int8 PRIMARY KEY, note text);
-INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, `+n+`) g;`); err != nil {
+INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, `+n+`) g;
+CREATE TABLE same (id int8 PRIMARY KEY, note text, n int4);
+INSERT INTO same SELECT g, 's' || g, 0 FROM generate_series(1, `+n+`) g;`); err != nil {
 		t.Fatal(err)
 	}
 	dsn := srv.DSN("shop")
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(3)
 	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
-	tc.CreateChangefeed("retyped", dsn+"&tables=public.priced,public.m,public.plain,public.added&chunk-rows=100", sink, 4)
+	tc.CreateChangefeed("retyped", dsn+"&tables=public.priced,public.m,public.plain,public.added,public.same&chunk-rows=100", sink, 4)
 	tc.WaitSnapshot("retyped")
 
 	stop, done := make(chan struct{}), make(chan error, 1)
@@ -71,7 +75,8 @@ INSERT INTO added SELECT g, 'a' || g FROM generate_series(1, `+n+`) g;`); err !=
 ALTER TABLE priced ALTER COLUMN price TYPE numeric(10,1), ALTER COLUMN note TYPE text USING upper(note);
 ALTER TABLE m ALTER COLUMN v TYPE varchar(64) USING 'x' || v;
 ALTER TABLE plain ALTER COLUMN note TYPE varchar(80);
-ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUMN extra TYPE int8;`); err != nil {
+ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUMN extra TYPE int8;
+ALTER TABLE same ALTER COLUMN note TYPE text USING upper(note);`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := srv.Psql(ctx, "shop", `INSERT INTO added VALUES (100000, 'after', 8)`); err != nil {
@@ -90,7 +95,7 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 		t.Fatal(err)
 	}
 	tc.WaitSnapshot("retyped")
-	rep := tc.VerifyDatabase("retyped", up, []string{"public.priced", "public.m", "public.plain", "public.added"}, time.Now())
+	rep := tc.VerifyDatabase("retyped", up, []string{"public.priced", "public.m", "public.plain", "public.added", "public.same"}, time.Now())
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after the types changed and a drain: %+v", rep)
 	}
@@ -100,7 +105,7 @@ ALTER TABLE added ADD COLUMN extra int4 DEFAULT 7; ALTER TABLE added ALTER COLUM
 	// it at the ALTER, before the stream knows the column, and the
 	// column's older values, which that copy leaves out, come from a
 	// copy once the stream does (postgres/rewrites.go).
-	copiedTimes(t, sink, map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 3})
+	copiedTimes(t, sink, map[string]int{"public.priced": 2, "public.m": 2, "public.plain": 1, "public.added": 3, "public.same": 2})
 	t.Logf("%+v", rep.TableReports)
 }
 
@@ -166,6 +171,8 @@ func retypeWorkload(ctx context.Context, dsn string, stop chan struct{}) error {
 			next++
 		case 3:
 			_, err = conn.Exec(ctx, `UPDATE m SET n = n + 1 WHERE id = $1`, id)
+		case 4:
+			_, err = conn.Exec(ctx, `UPDATE same SET n = n + 1 WHERE id = $1`, id)
 		default:
 			_, err = conn.Exec(ctx, `UPDATE priced SET n = n + 1, price = price + 1 WHERE id = $1`, id)
 		}
