@@ -204,26 +204,12 @@ func TestEachChangefeedCopiesAnAttachmentOnceByItsOwnMarks(t *testing.T) {
 	pa := a.run(whole, a.start, model.CopyProgress{Done: true})
 	pb := b.run(whole, b.start, model.CopyProgress{Done: true})
 	psql(t, srv, dsn, `ALTER TABLE m ATTACH PARTITION m_load FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`)
-	once := func(p *partition, begun int) {
-		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			p.mu.Lock()
-			n, c := p.begun, p.copied
-			p.mu.Unlock()
-			if n == begun && c.Done {
-				return
-			}
-			if n > begun || time.Now().After(deadline) {
-				t.Fatalf("%d copies began, want %d; progress %+v", n, begun, c)
-			}
-		}
-	}
-	once(pa, 1)
-	once(pb, 1)
+	pa.waitCopiedAgain(t, 1)
+	pb.waitCopiedAgain(t, 1)
 	// Another, after both copies are done: one more copy each.
 	psql(t, srv, dsn, `ALTER TABLE m ATTACH PARTITION m_more FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')`)
-	once(pa, 2)
-	once(pb, 2)
+	pa.waitCopiedAgain(t, 2)
+	pb.waitCopiedAgain(t, 2)
 	time.Sleep(2 * time.Second) // each looked again since
 	psql(t, srv, dsn, `INSERT INTO m VALUES (99999, '2024-12-31', 'last', 0)`)
 	for _, p := range []*partition{pa, pb} {
@@ -232,7 +218,7 @@ func TestEachChangefeedCopiesAnAttachmentOnceByItsOwnMarks(t *testing.T) {
 				t.Fatal("the last row did not arrive")
 			}
 		}
-		once(p, 2)
+		p.waitCopiedAgain(t, 2)
 		if n := rebuiltEqualsM(t, srv, dsn, p.stopped(t)); n != 801 {
 			t.Fatalf("%d rows upstream", n)
 		}

@@ -221,10 +221,6 @@ func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (trigg
 // dropRewriteTrigger drops the changefeed's trigger and function, if
 // they are there.
 func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	var there bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1)`, rewriteTrigger(cfg)).Scan(&there); err != nil || !there {
-		return err
-	}
 	if _, err := conn.Exec(ctx, `DROP EVENT TRIGGER IF EXISTS `+pgx.Identifier{rewriteTrigger(cfg)}.Sanitize()); err != nil {
 		return err
 	}
