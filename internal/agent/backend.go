@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,7 @@ func (b backend) load(ctx context.Context) (*meta.State, error) {
 	// under this cluster's prefix moves it. etcd answers one only while
 	// the watch is synced, so one sent a moment early goes unanswered:
 	// ask again every 250 ms while waiting.
-	wctx, cancel := context.WithTimeout(ctx, viewCatchUp)
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(b.n.viewCatchUp, viewCatchUp))
 	defer cancel()
 	for {
 		_ = store.RequestProgress(wctx)

@@ -60,6 +60,9 @@ type testCluster struct {
 	tls func(id string) certs.Files
 	// moveTimeout, if set, is the agents' --move-timeout.
 	moveTimeout time.Duration
+	// viewCatchUp, if set, is how long the agents' API reads wait for
+	// their views (WithViewCatchUp).
+	viewCatchUp time.Duration
 	// checkpointStore, if set, is the agents' --checkpoint-store.
 	checkpointStore string
 	// electionDSN, if set, elects through MySQL (--election-dsn), with
@@ -138,10 +141,14 @@ func (tc *testCluster) start(id string) *runningNode {
 }
 
 func (tc *testCluster) options() []Option {
-	if tc.hub == nil {
-		return nil
+	var opts []Option
+	if tc.hub != nil {
+		opts = append(opts, WithHub(tc.hub))
 	}
-	return []Option{WithHub(tc.hub)}
+	if tc.viewCatchUp > 0 {
+		opts = append(opts, WithViewCatchUp(tc.viewCatchUp))
+	}
+	return opts
 }
 
 // startCaptures starts capture-1..capture-n and waits for a coordinator.

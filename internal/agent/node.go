@@ -62,6 +62,9 @@ type Node struct {
 	// --checkpoint-store is a bucket URL (else etcd).
 	blobStates *checkpoint.Blob
 	grpc       *transport.GRPC
+	// viewCatchUp is how long an API read waits for the watched view
+	// before it reads etcd in full (backend.load).
+	viewCatchUp time.Duration
 }
 
 // Option changes how a node is assembled.
@@ -76,6 +79,12 @@ func WithFaults(f Faults) Option { return func(n *Node) { n.faults = f } }
 // WithHub makes the node talk to the other nodes of this process through
 // an in-memory transport instead of gRPC.
 func WithHub(h *transport.Hub) Option { return func(n *Node) { n.hub = h } }
+
+// WithViewCatchUp sets how long an API read waits for the watched view
+// to reach etcd's revision before it reads etcd in full (default 2 s):
+// a test of the view waits longer, so that only a view that never
+// catches up falls back, not one slowed by a loaded machine.
+func WithViewCatchUp(d time.Duration) Option { return func(n *Node) { n.viewCatchUp = d } }
 
 // crash makes the node fail the way a killed process does, as far as the
 // cluster can tell (capture.Crash); the caller then ends Run.
