@@ -170,21 +170,11 @@ func decimalScale(typ string) string {
 // the set of a character column a statement adds without naming one.
 func tableCharset(ctx context.Context, db queryer, table string) (string, error) {
 	schema, name := model.SplitTableName(table)
-	rows, err := db.QueryContext(ctx, `SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t
-JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION
-WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
-	if err != nil {
-		return "", err
+	cs, err := defaultCharset(ctx, db, schema, name)
+	if err == nil && cs == "" {
+		err = fmt.Errorf("table %s has no default character set in the catalog", table)
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return "", fmt.Errorf("table %s has no default character set in the catalog", table)
-	}
-	var cs string
-	if err := rows.Scan(&cs); err != nil {
-		return "", err
-	}
-	return utf8As4(cs), rows.Err()
+	return cs, err
 }
 
 // markUnfollowed notes a statement the schema history did not follow:
