@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
@@ -74,5 +75,69 @@ func TestATablesDefinitionIsReadWithoutOpeningTheServersOtherTables(t *testing.T
 	}
 	if _, err := readTable(ctx, conn, "keys.missing"); err == nil {
 		t.Error("a missing table's definition was read")
+	}
+}
+
+// Following table rules that name their databases reads the catalog of
+// those databases only: the server's other tables' definitions are not
+// read each time the rules are followed. A rule with a wildcard in its
+// database still lists every database and matches the same way.
+func TestRulesThatNameTheirDatabaseReadOnlyItsTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := mysqltest.Start(t, "shop")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // the session whose status is read is the rules'
+	for _, q := range []string{"CREATE DATABASE elsewhere", "CREATE TABLE shop.a (id INT PRIMARY KEY)", "CREATE TABLE shop.b (id INT PRIMARY KEY)", "CREATE TABLE shop.c (v INT)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("CREATE TABLE elsewhere.t%d (id INT PRIMARY KEY)", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() int {
+		t.Helper()
+		var name string
+		var n int
+		if err := db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Opened_table_definitions'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		rules     []string
+		most      int // table definitions read
+		want, bad string
+	}{
+		{[]string{"shop.*", "!shop.b"}, 20, "[shop.a]", "[shop.c]"},
+		{[]string{"s*.*", "!shop.b"}, 1000, "[shop.a]", "[shop.c]"},
+	} {
+		if _, err := db.ExecContext(ctx, "FLUSH TABLES"); err != nil {
+			t.Fatal(err)
+		}
+		before := read()
+		matched, refused, err := resolveRules(ctx, db, Config{Database: "shop", Filter: c.rules})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := read() - before
+		var bad []string
+		for _, r := range refused {
+			name, _, _ := strings.Cut(r, ":")
+			bad = append(bad, name)
+		}
+		if fmt.Sprint(matched) != c.want || fmt.Sprint(bad) != c.bad {
+			t.Errorf("rules %v matched %v and refused %v; want %s and %s", c.rules, matched, refused, c.want, c.bad)
+		}
+		if n > c.most || (c.most == 1000 && n < 200) {
+			t.Errorf("rules %v read %d table definitions", c.rules, n)
+		}
 	}
 }

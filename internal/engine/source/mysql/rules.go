@@ -99,21 +99,8 @@ var systemDatabases = []string{"mysql", "information_schema", "performance_schem
 // resolveRules lists the tables the config's rules match now, in name
 // order, and those they match that cannot be replicated, each with why.
 func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2")
+	all, err := ruleCandidates(ctx, db, cfg.Filter)
 	if err != nil {
-		return nil, nil, explain(cfg, err)
-	}
-	var all [][2]string
-	for rows.Next() {
-		var d, t string
-		if err := rows.Scan(&d, &t); err != nil {
-			rows.Close()
-			return nil, nil, explain(cfg, err)
-		}
-		all = append(all, [2]string{d, t})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, nil, explain(cfg, err)
 	}
 	var matched, refused []string
@@ -135,6 +122,59 @@ func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []stri
 	}
 	slices.Sort(matched)
 	return matched, refused, nil
+}
+
+// ruleCandidates lists the base tables rules may match, as (database,
+// table). Where every rule that includes names its database without a
+// wildcard, it lists those databases alone, one query each: MariaDB reads
+// the definitions of only the database a query names by "=" ("Scanned 1
+// database"); by IN, or by none, it reads every table's of the server,
+// each time the rules are followed (1,114 on a test server with 1,000
+// tables in another database).
+func ruleCandidates(ctx context.Context, db *sql.DB, rules []string) ([][2]string, error) {
+	const list, order = "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'", " ORDER BY 1, 2"
+	var dbs []string
+	for _, r := range rules {
+		if strings.HasPrefix(r, "!") {
+			continue
+		}
+		d, _, _ := strings.Cut(r, ".")
+		if strings.ContainsAny(d, `*?[\`) {
+			dbs = nil
+			break
+		}
+		if !slices.Contains(dbs, d) {
+			dbs = append(dbs, d)
+		}
+	}
+	queries := [][]any{{list + order}}
+	if len(dbs) > 0 {
+		slices.Sort(dbs)
+		queries = queries[:0]
+		for _, d := range dbs {
+			queries = append(queries, []any{list + " AND TABLE_SCHEMA = ?" + order, d})
+		}
+	}
+	var all [][2]string
+	for _, q := range queries {
+		rows, err := db.QueryContext(ctx, q[0].(string), q[1:]...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var d, t string
+			if err := rows.Scan(&d, &t); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			all = append(all, [2]string{d, t})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
 }
 
 // Follow is what a stored URI's table rules match now; ok is false for a
