@@ -268,7 +268,7 @@ func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
 		return fmt.Sprintf("table %s: %v", table, err)
 	}
 	if kind == "" {
-		return fmt.Sprintf("table %s does not exist (or the user cannot read it: GRANT SELECT ON %s TO the user)", table, quoteTable(table))
+		return notThere(table)
 	}
 	if kind != "BASE TABLE" {
 		return fmt.Sprintf("%s is a %s, not a table: replicate the tables it reads", table, strings.ToLower(kind))
@@ -285,7 +285,7 @@ func tableUnfit(ctx context.Context, db *sql.DB, table string) string {
 	}
 	rows.Close()
 	if keys == 0 {
-		return fmt.Sprintf("table %s has no primary key: its changes cannot be routed by key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or leave the table out", table, quoteTable(table))
+		return noPrimaryKey(table)
 	}
 	return undecodedColumn(ctx, db, table)
 }
@@ -305,11 +305,29 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CHARACTER_SET_NAME IS NOT NULL ORD
 		if err := rows.Scan(&col, &set); err != nil {
 			return fmt.Sprintf("table %s: %v", table, err)
 		}
-		if _, ok := decoders[set]; !ok && !asUTF8(set) && set != "latin1" {
-			return fmt.Sprintf("column %s of table %s is in character set %s, which the reader does not decode: convert it (ALTER TABLE %s MODIFY %s … CHARACTER SET utf8mb4), or leave the table out", col, table, set, quoteTable(table), col)
+		if why := undecodable(table, col, set); why != "" {
+			return why
 		}
 	}
 	return ""
+}
+
+// Why a table cannot be replicated, as tableUnfit and unfitIn say it.
+func notThere(table string) string {
+	return fmt.Sprintf("table %s does not exist (or the user cannot read it: GRANT SELECT ON %s TO the user)", table, quoteTable(table))
+}
+
+func noPrimaryKey(table string) string {
+	return fmt.Sprintf("table %s has no primary key: its changes cannot be routed by key; add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or leave the table out", table, quoteTable(table))
+}
+
+// undecodable says why a column in character set set cannot be read
+// ("" when it can).
+func undecodable(table, col, set string) string {
+	if _, ok := decoders[set]; ok || asUTF8(set) || set == "latin1" {
+		return ""
+	}
+	return fmt.Sprintf("column %s of table %s is in character set %s, which the reader does not decode: convert it (ALTER TABLE %s MODIFY %s … CHARACTER SET utf8mb4), or leave the table out", col, table, set, quoteTable(table), col)
 }
 
 // tableKind is a table's TABLE_TYPE (BASE TABLE, VIEW, ...), "" when it

@@ -104,6 +104,7 @@ func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []stri
 		return nil, nil, explain(cfg, err)
 	}
 	var matched, refused []string
+	unfit := map[string]map[string]string{} // by database, by table
 	for _, dt := range all {
 		d, t := dt[0], dt[1]
 		if slices.Contains(systemDatabases, strings.ToLower(d)) || t == signalTable || !ruleMatches(cfg.Filter, d, t) {
@@ -114,7 +115,16 @@ func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []stri
 			refused = append(refused, name+": "+err.Error()+"; or exclude it with !"+d+"."+t)
 			continue
 		}
-		if why := tableUnfit(ctx, db, name); why != "" {
+		if _, ok := unfit[d]; !ok {
+			if unfit[d], err = unfitIn(ctx, db, d); err != nil {
+				return nil, nil, explain(cfg, err)
+			}
+		}
+		why, ok := unfit[d][t]
+		if !ok {
+			why = notThere(name) // dropped since it was listed
+		}
+		if why != "" {
 			refused = append(refused, name+": "+why+"; or exclude it with !"+d+"."+t)
 			continue
 		}
@@ -175,6 +185,56 @@ func ruleCandidates(ctx context.Context, db *sql.DB, rules []string) ([][2]strin
 		}
 	}
 	return all, nil
+}
+
+// unfitIn is tableUnfit for every table of database schema at once, in
+// two queries, by table name ("": it can be replicated; a table absent
+// is gone, or hidden from the user). Rules are followed every 30 s, and
+// tableUnfit's three queries for each table matched took 1.1 s a round
+// for 1,000 tables.
+func unfitIn(ctx context.Context, db *sql.DB, schema string) (map[string]string, error) {
+	out := map[string]string{}
+	keyed := map[string]bool{}
+	rows, err := db.QueryContext(ctx, `SELECT DISTINCT TABLE_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = ? AND INDEX_NAME = 'PRIMARY'`, schema)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		keyed[t] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = db.QueryContext(ctx, `SELECT TABLE_NAME, COLUMN_NAME, COALESCE(CHARACTER_SET_NAME, '') FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME, ORDINAL_POSITION`, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, col, set string
+		if err := rows.Scan(&t, &col, &set); err != nil {
+			return nil, err
+		}
+		table := model.TableName(schema, t)
+		if _, seen := out[t]; !seen {
+			out[t] = ""
+			if !keyed[t] {
+				out[t] = noPrimaryKey(table)
+			}
+		}
+		if out[t] == "" && set != "" {
+			out[t] = undecodable(table, col, set) // the first, as tableUnfit says it
+		}
+	}
+	return out, rows.Err()
 }
 
 // Follow is what a stored URI's table rules match now; ok is false for a
