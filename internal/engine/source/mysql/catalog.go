@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -81,7 +80,9 @@ ORDER BY ORDINAL_POSITION`, schema, name)
 	if err := readKeyPositions(ctx, db, schema, name, st.Def); err != nil {
 		return tableState{}, fmt.Errorf("read the primary key of %s: %w", table, err)
 	}
-	if st.DefaultCharset, err = defaultCharset(ctx, db, schema, name); err != nil {
+	if st.DefaultCharset, err = defaultCharset(ctx, db, schema, name); errors.Is(err, errNoTable) {
+		return tableState{}, err
+	} else if err != nil {
 		return tableState{}, fmt.Errorf("read the default character set of %s: %w", table, err)
 	}
 	return st, nil
@@ -102,32 +103,34 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY'`, sche
 		if err := rows.Scan(&col, &pos); err != nil {
 			return err
 		}
-		for i := range def.Columns {
-			// Names compare as the catalog compares them (joined, before).
-			if strings.EqualFold(def.Columns[i].Name, col) {
-				def.Columns[i].KeyPos = pos
-				break
-			}
+		if i := def.Index(col); i >= 0 { // the same bytes: the same table's definition
+			def.Columns[i].KeyPos = pos
 		}
 	}
 	return rows.Err()
 }
 
 // defaultCharset is a table's default character set in the catalog ("":
-// the catalog shows none), UTF-8 named utf8mb4.
+// the catalog shows none), UTF-8 named utf8mb4; errNoTable where the
+// catalog shows no such table (readTable asks it last: a table dropped
+// while it read the columns and the key fails the read).
 func defaultCharset(ctx context.Context, db queryer, schema, name string) (string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t
-JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION
+	rows, err := db.QueryContext(ctx, `SELECT COALESCE(c.CHARACTER_SET_NAME, '') FROM information_schema.TABLES t
+LEFT JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION
 WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
 	if err != nil {
 		return "", err
 	}
 	defer rows.Close()
-	var cs string
-	if rows.Next() {
-		if err := rows.Scan(&cs); err != nil {
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
 			return "", err
 		}
+		return "", fmt.Errorf("table %s %w", model.TableName(schema, name), errNoTable)
+	}
+	var cs string
+	if err := rows.Scan(&cs); err != nil {
+		return "", err
 	}
 	return utf8As4(cs), rows.Err()
 }

@@ -99,8 +99,12 @@ func nameTaken(ctx context.Context, catalog func() (*sql.DB, error), name string
 
 // hasPrimaryKey says a table ("db.table") has a primary key now (what
 // adding it back to a changefeed needs); false when that cannot be read.
+// STATISTICS, as SHOW KEYS: MariaDB shows a user with only SELECT on the
+// table (the grants docs/mysql.md asks for) no TABLE_CONSTRAINTS, and
+// every table such a changefeed was to copy again by itself was held
+// for the operator instead.
 func hasPrimaryKey(ctx context.Context, catalog func() (*sql.DB, error), name string) bool {
-	n, ok := countOf(ctx, catalog, `SELECT COUNT(*) FROM information_schema.table_constraints WHERE table_schema = ? AND table_name = ? AND constraint_type = 'PRIMARY KEY'`, name)
+	n, ok := countOf(ctx, catalog, `SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY'`, name)
 	return ok && n > 0
 }
 
