@@ -185,7 +185,12 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, slot)
 	// on a moment, not for ever: the reader calls this as it starts.
 	for _, q := range []string{`SET LOCAL lock_timeout = '5s'`, `DROP EVENT TRIGGER IF EXISTS ` + trigger, `DROP FUNCTION IF EXISTS ` + name + `()`, body,
 		`COMMENT ON FUNCTION ` + name + `() IS '` + rewriteFunctionVersion + `'`,
-		`CREATE EVENT TRIGGER ` + trigger + ` ON table_rewrite EXECUTE FUNCTION ` + name + `()`} {
+		`CREATE EVENT TRIGGER ` + trigger + ` ON table_rewrite EXECUTE FUNCTION ` + name + `()`,
+		// In every session, also one in replica mode
+		// (session_replication_role = replica, as bulk loads and some
+		// migration tools run): a trigger enabled as made runs in
+		// origin sessions only, and their rewrites went unseen.
+		`ALTER EVENT TRIGGER ` + trigger + ` ENABLE ALWAYS`} {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return false, err
 		}
@@ -196,7 +201,7 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, slot)
 // rewriteFunctionVersion is the comment on the function this cdcctl
 // makes: a trigger whose function has another (an older cdcctl's) is made
 // anew, so that its marks are the ones the stream reads.
-const rewriteFunctionVersion = "cdcctl rewrite marks 1"
+const rewriteFunctionVersion = "cdcctl rewrite marks 2" // 2: enabled always
 
 // triggerState is what the catalog says of a changefeed's trigger.
 type triggerState struct {
