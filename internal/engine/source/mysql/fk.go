@@ -37,7 +37,9 @@ func cascades(ctx context.Context, db *sql.DB, tables []string) []string {
 	byName := ""
 	args := schemas
 	if len(names) <= 1000 {
-		byName = " AND TABLE_NAME IN (?" + strings.Repeat(", ?", len(names)-1) + ")"
+		// BINARY: an IN of names equal in the catalog's collation
+		// (Orders and orders) is read as its first name alone.
+		byName = " AND BINARY TABLE_NAME IN (?" + strings.Repeat(", ?", len(names)-1) + ")"
 		args = append(slices.Clip(schemas), names...)
 	}
 	rows, err := db.QueryContext(ctx, `SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE

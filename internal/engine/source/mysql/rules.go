@@ -135,7 +135,7 @@ func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []stri
 }
 
 // ruleCandidates lists the base tables rules may match, as (database,
-// table), in the server's order. It lists the tables of the databases
+// table). It lists the tables of the databases
 // some including rule's database matches alone (a rule "shop.*" reads
 // shop's catalog only): listing the base tables of every database read
 // every table's definition of the server (TABLE_TYPE), each time the
@@ -144,34 +144,46 @@ func resolveRules(ctx context.Context, db *sql.DB, cfg Config) ([]string, []stri
 // listed, as before: MariaDB lowercases a database looked up by name, so
 // that one named Shop would come back as shop and match no rule.
 func ruleCandidates(ctx context.Context, db *sql.DB, rules []string) ([][2]string, error) {
-	query := "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
-	var args []any
+	const list, order = "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'", " ORDER BY 1, 2"
 	var lower int
 	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lower); err != nil {
 		return nil, err
 	}
+	queries := [][]any{{list + order}}
 	if lower == 0 {
 		dbs, err := ruleDatabases(ctx, db, rules)
 		if err != nil || len(dbs) == 0 {
 			return nil, err
 		}
-		query += " AND TABLE_SCHEMA IN (?" + strings.Repeat(", ?", len(dbs)-1) + ")"
-		args = dbs
+		// One query a database, by "=": an IN of names that compare
+		// equal in the catalog's collation (Shop and shop, shop and
+		// shöp) was read as the first alone, and the others' tables
+		// would have left the changefeed.
+		queries = queries[:0]
+		for _, d := range dbs {
+			queries = append(queries, []any{list + " AND TABLE_SCHEMA = ?" + order, d})
+		}
 	}
-	rows, err := db.QueryContext(ctx, query+" ORDER BY 1, 2", args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var all [][2]string
-	for rows.Next() {
-		var d, t string
-		if err := rows.Scan(&d, &t); err != nil {
+	for _, q := range queries {
+		rows, err := db.QueryContext(ctx, q[0].(string), q[1:]...)
+		if err != nil {
 			return nil, err
 		}
-		all = append(all, [2]string{d, t})
+		for rows.Next() {
+			var d, t string
+			if err := rows.Scan(&d, &t); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			all = append(all, [2]string{d, t})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
-	return all, rows.Err()
+	return all, nil
 }
 
 // ruleDatabases lists the databases some rule that includes tables
