@@ -127,7 +127,10 @@ func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen on PostgreSQL 13 (its pgoutput carries no messages): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
 	}
 	if t.disabled {
-		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE turns it on again)"
+		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE ALWAYS turns it on again)"
+	}
+	if t.there {
+		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type may not be seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is an older cdcctl's or runs in some sessions only (ENABLE or ENABLE REPLICA, not ENABLE ALWAYS); the reader makes it anew when it starts if its user is a superuser, or run ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE ALWAYS"
 	}
 	return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed has no event trigger " + rewriteTrigger(cfg) + " (only a superuser can create one; the changefeed's reader does when it starts, if its user is one, and logs why where it cannot): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
 }
@@ -209,17 +212,21 @@ type triggerState struct {
 	version  int  // server_version_num
 	there    bool // the trigger exists
 	disabled bool // ALTER EVENT TRIGGER … DISABLE
+	always   bool // ENABLE ALWAYS: it runs in every session
 	own      bool // its function is this cdcctl's (rewriteFunctionVersion)
 }
 
-// current says the trigger is there, enabled, with this cdcctl's function.
-func (t triggerState) current() bool { return t.there && !t.disabled && t.own }
+// current says the trigger is there, enabled in every session, with this
+// cdcctl's function. One enabled for ordinary sessions only (ENABLE, what
+// an older cdcctl made and its messages said) or replica ones only is
+// made anew, as a missing one is: a disabled one is left as it is.
+func (t triggerState) current() bool { return t.there && t.always && t.own }
 
 func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (triggerState, error) {
 	var t triggerState
 	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, e.oid IS NOT NULL, coalesce(e.evtenabled = 'D', false),
-			coalesce(obj_description(e.evtfoid, 'pg_proc') = $2, false)
-		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname = $1 WHERE r.rolname = current_user`, rewriteTrigger(cfg), rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.own)
+			coalesce(e.evtenabled = 'A', false), coalesce(obj_description(e.evtfoid, 'pg_proc') = $2, false)
+		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname = $1 WHERE r.rolname = current_user`, rewriteTrigger(cfg), rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.always, &t.own)
 	return t, err
 }
 
@@ -289,9 +296,11 @@ func (s *Source) ensureRewrites(ctx context.Context, st *Stream) string {
 	case terr != nil:
 		return explain(s.cfg, terr).Error()
 	case t.disabled:
-		return "the trigger is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(s.cfg) + " ENABLE)"
+		return "the trigger is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(s.cfg) + " ENABLE ALWAYS)"
 	case t.version < 140000:
 		return "PostgreSQL 13's pgoutput carries no messages"
+	case t.there:
+		return "the trigger is an older cdcctl's or runs in some sessions only (not ENABLE ALWAYS), and only a superuser may make it anew"
 	default:
 		return "the changefeed's user is not a superuser, and only one may create an event trigger"
 	}

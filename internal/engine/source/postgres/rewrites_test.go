@@ -42,8 +42,15 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	if n := triggers(); n != "1" {
-		t.Fatalf("%s event triggers named %s, want 1", n, rewriteTrigger(cfg))
+	enabled := func() string { // O, A, R or D: evtenabled
+		out, err := srv.Psql(ctx, dbOf(dsn), `SELECT evtenabled FROM pg_event_trigger WHERE evtname = '`+rewriteTrigger(cfg)+`'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	if n, e := triggers(), enabled(); n != "1" || e != "A" {
+		t.Fatalf("%s event triggers named %s, enabled %q; want 1, enabled always (A)", n, rewriteTrigger(cfg), e)
 	}
 	if st, err := Inspect(ctx, stored, nil); err != nil || len(st.Warnings) != 0 {
 		t.Fatalf("changefeed get warns %q (%v)", st.Warnings, err)
@@ -127,12 +134,7 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 		}
 	}
 	trigger := pgx.Identifier{rewriteTrigger(cfg)}.Sanitize()
-	// (Enabled again as the changefeed made it: ENABLE, ENABLE ALWAYS.)
-	enabled, err := srv.Psql(ctx, dbOf(dsn), `SELECT CASE evtenabled WHEN 'A' THEN 'ALWAYS' ELSE '' END FROM pg_event_trigger WHERE evtname = '`+rewriteTrigger(cfg)+`'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	psql(t, srv, dsn, `BEGIN; ALTER EVENT TRIGGER `+trigger+` DISABLE; ALTER TABLE m ALTER COLUMN n TYPE numeric USING n * 2; ALTER EVENT TRIGGER `+trigger+` ENABLE `+strings.TrimSpace(enabled)+`; COMMIT`)
+	psql(t, srv, dsn, `BEGIN; ALTER EVENT TRIGGER `+trigger+` DISABLE; ALTER TABLE m ALTER COLUMN n TYPE numeric USING n * 2; ALTER EVENT TRIGGER `+trigger+` ENABLE ALWAYS; COMMIT`)
 	copied := func(wantBegun, wantCopies int, what string) {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -155,6 +157,30 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 	rig.stop(t)
 	if n := rebuiltEqualsM(t, srv, dsn, evs); n != 3004 {
 		t.Fatalf("%d rows upstream", n)
+	}
+	// Enabled for ordinary sessions only (ENABLE: as an older cdcctl made
+	// it, and as its messages told an operator to turn it on again): said,
+	// and made anew, enabled always, as a reader does when it starts.
+	// Disabled: said, and left so.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, c := range []struct{ set, warn, after string }{
+		{"ENABLE", "runs in some sessions only", "A"},
+		{"DISABLE", "is disabled", "D"},
+	} {
+		psql(t, srv, dsn, `ALTER EVENT TRIGGER `+trigger+` `+c.set)
+		if st, err := Inspect(ctx, stored, nil); err != nil || len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], c.warn) {
+			t.Errorf("after %s changefeed get warns %q (%v); want it %s", c.set, st.Warnings, err, c.warn)
+		}
+		if _, err := ensureRewriteTrigger(ctx, conn, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if e := enabled(); e != c.after {
+			t.Errorf("after %s and a reader's start the trigger is enabled %q; want %q", c.set, e, c.after)
+		}
 	}
 	if err := Remove(ctx, cfg); err != nil {
 		t.Fatal(err)
