@@ -115,7 +115,10 @@ WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY'`, sche
 // catalog shows no such table (readTable asks it last: a table dropped
 // while it read the columns and the key fails the read).
 func defaultCharset(ctx context.Context, db queryer, schema, name string) (string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT COALESCE(c.CHARACTER_SET_NAME, '') FROM information_schema.TABLES t
+	// A uca1400 collation (MariaDB 10.10+) has no row in COLLATIONS under
+	// its full name (utf8mb4_uca1400_ai_ci): its set is its name's first
+	// part, as every collation's is.
+	rows, err := db.QueryContext(ctx, `SELECT COALESCE(c.CHARACTER_SET_NAME, SUBSTRING_INDEX(t.TABLE_COLLATION, '_', 1), '') FROM information_schema.TABLES t
 LEFT JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION
 WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?`, schema, name)
 	if err != nil {

@@ -73,6 +73,16 @@ func TestATablesDefinitionIsReadWithoutOpeningTheServersOtherTables(t *testing.T
 	if fmt.Sprint(st.Charsets) != "map[3:latin1]" || st.DefaultCharset != "latin1" {
 		t.Errorf("character sets %v, default %q; want map[3:latin1] (note) and latin1", st.Charsets, st.DefaultCharset)
 	}
+	// A table in a uca1400 collation (MariaDB 10.10+), which COLLATIONS
+	// does not name: its default set is its collation's (a column added
+	// without one takes it), not unknown.
+	exec("CREATE TABLE keys.u (id INT PRIMARY KEY) COLLATE ucs2_uca1400_ai_ci")
+	if st, err := readTable(ctx, conn, "keys.u"); err != nil || st.DefaultCharset != "ucs2" {
+		t.Errorf("keys.u's default character set %q (%v); want ucs2", st.DefaultCharset, err)
+	}
+	if cs, err := tableCharset(ctx, conn, "keys.u"); err != nil || cs != "ucs2" {
+		t.Errorf("keys.u's default character set for the history %q (%v); want ucs2", cs, err)
+	}
 	if _, err := readTable(ctx, conn, "keys.missing"); !errors.Is(err, errNoTable) {
 		t.Errorf("a missing table's definition read: %v; want errNoTable", err)
 	}

@@ -133,3 +133,26 @@ func TestEveryCharacterSetArrivesAsTheServerShowsIt(t *testing.T) {
 		})
 	}
 }
+
+// Columns in MariaDB's uca1400 collations (10.10 and later; no row of
+// COLLATIONS names them, and setsByCollation has none of their ids)
+// arrive as the server shows them, in a ucs2, utf16 or utf32 column
+// too, with binlog_row_metadata=FULL or without.
+func TestUCA1400CollationsArriveAsTheServerShowsThem(t *testing.T) {
+	t.Parallel()
+	sets := []struct{ set, text string }{
+		{"ucs2", "Ωmega ✓"}, {"utf16", "𝄞 music"}, {"utf32", "😀 grin"}, {"utf8mb3", "Ĳssel"}, {"utf8mb4", "🙂 smile"},
+	}
+	var cols, vals []string
+	for i, s := range sets {
+		cols = append(cols, fmt.Sprintf("c%d VARCHAR(40) CHARACTER SET %s COLLATE %s_uca1400_ai_ci", i, s.set, s.set))
+		vals = append(vals, "'"+s.text+"'")
+	}
+	for _, meta := range []string{"FULL", "MINIMAL"} {
+		t.Run(meta, func(t *testing.T) {
+			up := followFrom(t, "uca", []string{"--binlog-row-metadata=" + meta}, "CREATE TABLE uca (k INT PRIMARY KEY, "+strings.Join(cols, ", ")+") COLLATE utf8mb4_uca1400_ai_ci")
+			exec(t, up.dsn, "INSERT INTO uca VALUES (1, "+strings.Join(vals, ", ")+")", "INSERT INTO uca (k, c4) VALUES (2, 'Grüße')")
+			readAsTheServerShows(t, up, "uca")
+		})
+	}
+}
