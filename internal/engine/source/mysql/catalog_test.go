@@ -189,3 +189,30 @@ func TestRulesThatNameTheirDatabaseReadOnlyItsTables(t *testing.T) {
 		t.Errorf("shop.d refused for %q; want its first column in a set the reader does not decode, s", why)
 	}
 }
+
+// A foreign key's rules as SHOW CREATE TABLE writes them: a rule left
+// out is RESTRICT, a key to another database names it, a name with a
+// backquote is unquoted.
+func TestForeignKeysAreReadFromShowCreateTable(t *testing.T) {
+	create := "CREATE TABLE `c` (\n  `id` int(11) NOT NULL,\n  `p` int(11) DEFAULT NULL,\n  `q` int(11) DEFAULT NULL,\n  PRIMARY KEY (`id`),\n" +
+		"  CONSTRAINT `c_ibfk_1` FOREIGN KEY (`p`) REFERENCES `par` (`id`) ON DELETE CASCADE,\n" +
+		"  CONSTRAINT `we``ird` FOREIGN KEY (`q`, `p`) REFERENCES `other`.`t` (`a`, `b`) ON DELETE SET NULL ON UPDATE CASCADE,\n" +
+		"  CONSTRAINT `plain` FOREIGN KEY (`q`) REFERENCES `par` (`id`)\n) ENGINE=InnoDB"
+	got := fmt.Sprint(foreignKeysIn(create, "shop"))
+	want := "[{c_ibfk_1 shop par CASCADE RESTRICT} {we`ird other t SET NULL CASCADE} {plain shop par RESTRICT RESTRICT}]"
+	if got != want {
+		t.Fatalf("foreign keys\n got %s\nwant %s", got, want)
+	}
+}
+
+func FuzzForeignKeysIn(f *testing.F) {
+	f.Add("  CONSTRAINT `a` FOREIGN KEY (`p`) REFERENCES `b` (`id`) ON DELETE CASCADE,")
+	f.Add("CONSTRAINT `a``b` FOREIGN KEY (x) REFERENCES `c`.`d` (y) ON UPDATE SET DEFAULT")
+	f.Fuzz(func(t *testing.T, create string) {
+		for _, fk := range foreignKeysIn(create, "s") {
+			if fk.name == "" || fk.refTable == "" || fk.onDelete == "" || fk.onUpdate == "" {
+				t.Fatalf("%+v from %q", fk, create)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -45,21 +46,17 @@ func cascades(ctx context.Context, db *sql.DB, tables []string) []string {
 	rows, err := db.QueryContext(ctx, `SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE
 FROM information_schema.REFERENTIAL_CONSTRAINTS
 WHERE CONSTRAINT_SCHEMA IN (?`+strings.Repeat(", ?", len(schemas)-1)+`)`+byName+`
-  AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))
 ORDER BY CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME`, args...)
 	if err != nil {
 		return nil
 	}
 	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var schema, table, name, refSchema, refTable, onDelete, onUpdate string
-		if rows.Scan(&schema, &table, &name, &refSchema, &refTable, &onDelete, &onUpdate) != nil {
-			return nil
-		}
-		t := model.TableName(schema, table)
-		if !ours[t] {
-			continue
+	seen := map[string]bool{} // table/constraint
+	warn := func(t, name, refSchema, refTable, onDelete, onUpdate string) {
+		restricts := func(r string) bool { return r == "RESTRICT" || r == "NO ACTION" }
+		if restricts(onDelete) && restricts(onUpdate) {
+			return
 		}
 		var rules []string
 		if onDelete != "RESTRICT" && onDelete != "NO ACTION" {
@@ -71,8 +68,94 @@ ORDER BY CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME`, args...)
 		out = append(out, fmt.Sprintf("%s: its foreign key %s to %s is %s, and the server writes no row events for the rows a cascade changes: the sink keeps them as they were (verify shows them); have the application change those rows itself, or make the key RESTRICT",
 			t, name, model.TableName(refSchema, refTable), strings.Join(rules, ", ")))
 	}
+	for rows.Next() {
+		var schema, table, name, refSchema, refTable, onDelete, onUpdate string
+		if rows.Scan(&schema, &table, &name, &refSchema, &refTable, &onDelete, &onUpdate) != nil {
+			return nil
+		}
+		t := model.TableName(schema, table)
+		if !ours[t] {
+			continue
+		}
+		seen[t+"/"+name] = true
+		warn(t, name, refSchema, refTable, onDelete, onUpdate)
+	}
 	if rows.Err() != nil {
 		return nil
+	}
+	rows.Close()
+	// MariaDB shows REFERENTIAL_CONSTRAINTS empty to a user with only
+	// SELECT on the tables (the grants docs/mysql.md asks for), and the
+	// warning was never given to such a changefeed. KEY_COLUMN_USAGE
+	// shows it the keys: those not seen above (every one, cascading or
+	// not, is seen there by a user who may) are read from SHOW CREATE
+	// TABLE.
+	var unseen []string
+	krows, err := db.QueryContext(ctx, `SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.KEY_COLUMN_USAGE
+WHERE TABLE_SCHEMA IN (?`+strings.Repeat(", ?", len(schemas)-1)+`)`+byName+` AND REFERENCED_TABLE_NAME IS NOT NULL`, args...)
+	if err != nil {
+		return out
+	}
+	for krows.Next() {
+		var schema, table, name string
+		if krows.Scan(&schema, &table, &name) != nil {
+			break
+		}
+		if t := model.TableName(schema, table); ours[t] && !seen[t+"/"+name] && !slices.Contains(unseen, t) {
+			unseen = append(unseen, t)
+		}
+	}
+	krows.Close()
+	slices.Sort(unseen)
+	for _, t := range unseen {
+		var name, create string
+		if db.QueryRowContext(ctx, "SHOW CREATE TABLE "+quoteTable(t)).Scan(&name, &create) != nil {
+			continue
+		}
+		schema, _ := model.SplitTableName(t)
+		for _, fk := range foreignKeysIn(create, schema) {
+			if !seen[t+"/"+fk.name] {
+				warn(t, fk.name, fk.refSchema, fk.refTable, fk.onDelete, fk.onUpdate)
+			}
+		}
+	}
+	return out
+}
+
+// foreignKey is a foreign key as SHOW CREATE TABLE writes it.
+type foreignKey struct {
+	name, refSchema, refTable, onDelete, onUpdate string
+}
+
+// createForeignKey matches a foreign key's line of SHOW CREATE TABLE:
+// CONSTRAINT `name` FOREIGN KEY (`col`) REFERENCES [`db`.]`table` (`col`)
+// [ON DELETE rule] [ON UPDATE rule]; a rule left out is RESTRICT.
+var createForeignKey = regexp.MustCompile("CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY \\(.*?\\) REFERENCES `((?:[^`]|``)+)`(?:\\.`((?:[^`]|``)+)`)? \\(.*?\\)(.*)$")
+
+var fkRule = regexp.MustCompile(`ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT|NO ACTION|RESTRICT)`)
+
+// foreignKeysIn lists the foreign keys of a table in schema from its SHOW
+// CREATE TABLE.
+func foreignKeysIn(create, schema string) []foreignKey {
+	var out []foreignKey
+	for _, line := range strings.Split(create, "\n") {
+		m := createForeignKey.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		unquote := func(s string) string { return strings.ReplaceAll(s, "``", "`") }
+		fk := foreignKey{name: unquote(m[1]), refSchema: schema, refTable: unquote(m[2]), onDelete: "RESTRICT", onUpdate: "RESTRICT"}
+		if m[3] != "" {
+			fk.refSchema, fk.refTable = unquote(m[2]), unquote(m[3])
+		}
+		for _, r := range fkRule.FindAllStringSubmatch(m[4], -1) {
+			if r[1] == "DELETE" {
+				fk.onDelete = r[2]
+			} else {
+				fk.onUpdate = r[2]
+			}
+		}
+		out = append(out, fk)
 	}
 	return out
 }
