@@ -422,6 +422,13 @@ func (r *alterReader) charset() (string, bool) {
 	name = strings.ToLower(name)
 	if collate {
 		name, _, _ = strings.Cut(name, "_")
+		if _, decoded := decoders[name]; !decoded && !asUTF8(name) && name != "latin1" && name != "utf8" {
+			// A collation named without its set (MariaDB 10.10+'s
+			// uca1400_ai_ci takes the set given beside it, or the
+			// table's), or a set the reader does not decode: the catalog
+			// says which. Read as a set, "uca1400" held the table's rows.
+			return "", false
+		}
 	}
 	if name == "utf8" || name == "utf8mb3" {
 		name = "utf8mb4" // as the catalog's: none of them is recoded

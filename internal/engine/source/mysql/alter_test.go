@@ -99,6 +99,10 @@ func TestAnAlterTableIsAppliedToTheSchemaHeld(t *testing.T) {
 		{stmt: "ALTER TABLE orders ADD COLUMN a VARCHAR(5) ASCII, ADD COLUMN u CHAR(2) UNICODE, ADD COLUMN c VARCHAR(3) BINARY", want: "id bigint(20) not null key1, note varchar(20), qty int(11), a varchar(5) latin1, u char(2) ucs2, c varchar(3)", def: utf8},
 		{stmt: "ALTER TABLE orders ADD COLUMN b VARCHAR(5) BYTE", want: "refused"},
 		{stmt: "ALTER TABLE orders ADD COLUMN b VARCHAR(5) CHARACTER SET binary", want: "refused"},
+		// A collation named without its set (MariaDB 10.10+): the catalog
+		// says the set, not "uca1400".
+		{stmt: "ALTER TABLE orders ADD COLUMN s VARCHAR(3) CHARACTER SET ucs2 COLLATE uca1400_ai_ci", want: "refused"},
+		{stmt: "ALTER TABLE orders ADD COLUMN s VARCHAR(3) COLLATE ucs2_uca1400_ai_ci", want: "id bigint(20) not null key1, note varchar(20), qty int(11), s varchar(3) ucs2"},
 		{stmt: "ALTER TABLE orders ADD COLUMN a INT, ADD COLUMN b INT AFTER a", want: "id bigint(20) not null key1, note varchar(20), qty int(11), a int(11), b int(11)"},
 	} {
 		a, ok := parseAlter(c.stmt, "shop")
@@ -144,6 +148,8 @@ func TestAnAlterTableSaysTheTablesNewDefaultCharacterSet(t *testing.T) {
 		{"ALTER TABLE orders CONVERT TO CHARACTER SET latin1 COLLATE latin1_bin", "latin1 converts, refused"},
 		{"ALTER TABLE orders CONVERT TO CHARSET DEFAULT", "refused"},
 		{"ALTER TABLE orders CHARACTER SET DEFAULT", "refused"},
+		{"ALTER TABLE orders DEFAULT COLLATE = uca1400_ai_ci", "refused"},
+		{"ALTER TABLE orders COLLATE utf8mb4_uca1400_as_ci", "utf8mb4"},
 	} {
 		a, ok := parseAlter(c.stmt, "shop")
 		got := a.defaultCharset

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
 )
 
 // A table's character sets change under the reader: a latin1 table gains
@@ -148,6 +149,11 @@ func TestUCA1400CollationsArriveAsTheServerShowsThem(t *testing.T) {
 		cols = append(cols, fmt.Sprintf("c%d VARCHAR(40) CHARACTER SET %s COLLATE %s_uca1400_ai_ci", i, s.set, s.set))
 		vals = append(vals, "'"+s.text+"'")
 	}
+	srv, dsn := mysqltest.Start(t, "probe")
+	if _, err := mysqltest.Open(t, dsn).Exec("CREATE TABLE probe (s VARCHAR(1)) COLLATE utf8mb4_uca1400_ai_ci"); err != nil {
+		t.Skipf("no uca1400 collations on this server (MariaDB 10.10+): %v", err)
+	}
+	_ = srv.Stop()
 	for _, meta := range []string{"FULL", "MINIMAL"} {
 		t.Run(meta, func(t *testing.T) {
 			up := followFrom(t, "uca", []string{"--binlog-row-metadata=" + meta}, "CREATE TABLE uca (k INT PRIMARY KEY, "+strings.Join(cols, ", ")+") COLLATE utf8mb4_uca1400_ai_ci")

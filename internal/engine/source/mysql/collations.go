@@ -6,6 +6,30 @@ package mysql
 // (gb18030's 248-250, utf8mb4's 255-323). A row's character columns are
 // decoded in the set it was written in, which the catalog may no longer
 // show (a CONVERT TO CHARACTER SET since).
+// collationSet names the character set of collation id: setsByCollation's,
+// or, for a MariaDB 10.10+ uca1400 collation (absent from COLLATIONS, so
+// from that map), its set by the id's block of 256: utf8mb3 from 2048,
+// utf8mb4 from 2304, ucs2 from 2560, utf16 from 2816, utf32 from 3072
+// (TestUCA1400CollationIDsNameTheirSets checks them against the
+// server's). A ucs2, utf16 or utf32 column in such a collation was taken
+// for UTF-8 where a row's table map named its set.
+func collationSet(id uint64) (string, bool) {
+	if cs, ok := setsByCollation[id]; ok {
+		return cs, true
+	}
+	switch id >> 8 {
+	case 8, 9: // utf8mb3, utf8mb4: named utf8mb4, as the map names them
+		return "utf8mb4", true
+	case 10:
+		return "ucs2", true
+	case 11:
+		return "utf16", true
+	case 12:
+		return "utf32", true
+	}
+	return "", false
+}
+
 var setsByCollation = func() map[uint64]string {
 	m := map[uint64]string{}
 	for set, ids := range map[string][]uint64{

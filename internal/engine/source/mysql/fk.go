@@ -89,12 +89,17 @@ ORDER BY CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME`, args...)
 	// warning was never given to such a changefeed. KEY_COLUMN_USAGE
 	// shows it the keys: those not seen above (every one, cascading or
 	// not, is seen there by a user who may) are read from SHOW CREATE
-	// TABLE.
+	// TABLE, for at most showCreateMost tables a call (this runs for
+	// every changefeed get, and every 30 s for the slot's watch); the
+	// rest are named with the grant that lets the catalog say.
+	if byName == "" {
+		return sorted(out) // more tables than one query names: MariaDB would open all of them again
+	}
 	var unseen []string
 	krows, err := db.QueryContext(ctx, `SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.KEY_COLUMN_USAGE
 WHERE TABLE_SCHEMA IN (?`+strings.Repeat(", ?", len(schemas)-1)+`)`+byName+` AND REFERENCED_TABLE_NAME IS NOT NULL`, args...)
 	if err != nil {
-		return out
+		return sorted(out)
 	}
 	for krows.Next() {
 		var schema, table, name string
@@ -107,9 +112,14 @@ WHERE TABLE_SCHEMA IN (?`+strings.Repeat(", ?", len(schemas)-1)+`)`+byName+` AND
 	}
 	krows.Close()
 	slices.Sort(unseen)
+	if len(unseen) > showCreateMost {
+		out = append(out, fmt.Sprintf("%d tables have foreign keys whose rules the changefeed's user cannot see (MariaDB shows a user with only SELECT no REFERENTIAL_CONSTRAINTS); %d were read from SHOW CREATE TABLE, not %s: a cascading key writes no row events, and the sink keeps the rows it changes; GRANT REFERENCES on them to the user to have each checked",
+			len(unseen), showCreateMost, strings.Join(unseen[showCreateMost:], ", ")))
+		unseen = unseen[:showCreateMost]
+	}
 	for _, t := range unseen {
-		var name, create string
-		if db.QueryRowContext(ctx, "SHOW CREATE TABLE "+quoteTable(t)).Scan(&name, &create) != nil {
+		create, err := showCreate(ctx, db, t)
+		if err != nil {
 			continue
 		}
 		schema, _ := model.SplitTableName(t)
@@ -119,7 +129,28 @@ WHERE TABLE_SCHEMA IN (?`+strings.Repeat(", ?", len(schemas)-1)+`)`+byName+` AND
 			}
 		}
 	}
-	return out
+	return sorted(out)
+}
+
+// showCreateMost bounds the SHOW CREATE TABLE reads of one cascade check.
+const showCreateMost = 64
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}
+
+// showCreate is a table's SHOW CREATE TABLE with its names in
+// backquotes, whatever the server's sql_mode (ANSI_QUOTES writes them in
+// double quotes; sql_quote_show_create=0, bare): MariaDB's SET STATEMENT,
+// else as the session is.
+func showCreate(ctx context.Context, db *sql.DB, table string) (string, error) {
+	var name, create string
+	err := db.QueryRowContext(ctx, "SET STATEMENT sql_mode = '', sql_quote_show_create = 1 FOR SHOW CREATE TABLE "+quoteTable(table)).Scan(&name, &create)
+	if err != nil {
+		err = db.QueryRowContext(ctx, "SHOW CREATE TABLE "+quoteTable(table)).Scan(&name, &create)
+	}
+	return create, err
 }
 
 // foreignKey is a foreign key as SHOW CREATE TABLE writes it.
@@ -130,7 +161,7 @@ type foreignKey struct {
 // createForeignKey matches a foreign key's line of SHOW CREATE TABLE:
 // CONSTRAINT `name` FOREIGN KEY (`col`) REFERENCES [`db`.]`table` (`col`)
 // [ON DELETE rule] [ON UPDATE rule]; a rule left out is RESTRICT.
-var createForeignKey = regexp.MustCompile("CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY \\(.*?\\) REFERENCES `((?:[^`]|``)+)`(?:\\.`((?:[^`]|``)+)`)? \\(.*?\\)(.*)$")
+var createForeignKey = regexp.MustCompile("(?m)^\\s*CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY \\((?:[^`)]|`(?:[^`]|``)*`)*\\) REFERENCES `((?:[^`]|``)+)`(?:\\.`((?:[^`]|``)+)`)? \\((?:[^`)]|`(?:[^`]|``)*`)*\\)([^\\n]*)$")
 
 var fkRule = regexp.MustCompile(`ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT|NO ACTION|RESTRICT)`)
 
@@ -138,11 +169,9 @@ var fkRule = regexp.MustCompile(`ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAUL
 // CREATE TABLE.
 func foreignKeysIn(create, schema string) []foreignKey {
 	var out []foreignKey
-	for _, line := range strings.Split(create, "\n") {
-		m := createForeignKey.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil {
-			continue
-		}
+	// The whole text, each key's line from its start: a name may hold a
+	// newline, and a column's COMMENT may hold a key's words.
+	for _, m := range createForeignKey.FindAllStringSubmatch(create, -1) {
 		unquote := func(s string) string { return strings.ReplaceAll(s, "``", "`") }
 		fk := foreignKey{name: unquote(m[1]), refSchema: schema, refTable: unquote(m[2]), onDelete: "RESTRICT", onUpdate: "RESTRICT"}
 		if m[3] != "" {

@@ -228,11 +228,10 @@ func mapCharsets(tm *replication.TableMapEvent, charsets map[int]string) map[int
 	out := map[int]string{}
 	maps.Copy(out, charsets)
 	for i, c := range coll {
-		cs, ok := setsByCollation[c]
+		cs, ok := collationSet(c)
 		if !ok {
 			// Not a collation of MariaDB 10.11 or MySQL 8: a later
-			// server's, of UTF-8 (MariaDB 11's uca1400 ones), as before
-			// every set had its ids here.
+			// server's, taken for UTF-8.
 			cs = "utf8mb4"
 		}
 		setCharset(out, i, cs)
@@ -310,7 +309,7 @@ func defFromMap(tm *replication.TableMapEvent, table string) (*source.TableDef, 
 		}
 		_, nullable := tm.Nullable(i)
 		def.Columns = append(def.Columns, source.ColumnDef{Name: n, Type: typ, Nullable: nullable})
-		if cs, ok := setsByCollation[collations[i]]; ok && cs != "utf8mb4" && cs != "binary" {
+		if cs, ok := collationSet(collations[i]); ok && cs != "utf8mb4" && cs != "binary" {
 			if charsets == nil {
 				charsets = map[int]string{}
 			}
