@@ -24,17 +24,7 @@ import (
 func TestATablesDefinitionIsReadWithoutOpeningTheServersOtherTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, dsn := mysqltest.Start(t, "keys")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := keysConn(t)
 	exec := func(q string) {
 		t.Helper()
 		if _, err := conn.ExecContext(ctx, q); err != nil {
@@ -249,13 +239,7 @@ func FuzzForeignKeysIn(f *testing.F) {
 func TestUCA1400CollationIDsNameTheirSets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, dsn := mysqltest.Start(t, "keys")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, "SELECT ID, CHARACTER_SET_NAME, FULL_COLLATION_NAME FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY")
+	rows, err := keysConn(t).QueryContext(ctx, "SELECT ID, CHARACTER_SET_NAME, FULL_COLLATION_NAME FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY")
 	if err != nil {
 		t.Skipf("the server has no uca1400 collations (MariaDB 10.10+): %v", err)
 	}

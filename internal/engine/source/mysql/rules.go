@@ -149,24 +149,24 @@ func ruleCandidates(ctx context.Context, db *sql.DB, rules []string) ([][2]strin
 	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lower); err != nil {
 		return nil, err
 	}
-	queries := [][]any{{list + order}}
+	dbs := []string{""} // "": every database
 	if lower == 0 {
-		dbs, err := ruleDatabases(ctx, db, rules)
-		if err != nil || len(dbs) == 0 {
+		var err error
+		if dbs, err = ruleDatabases(ctx, db, rules); err != nil || len(dbs) == 0 {
 			return nil, err
 		}
+	}
+	var all [][2]string
+	for _, d := range dbs {
 		// One query a database, by "=": an IN of names that compare
 		// equal in the catalog's collation (Shop and shop, shop and
 		// shöp) was read as the first alone, and the others' tables
 		// would have left the changefeed.
-		queries = queries[:0]
-		for _, d := range dbs {
-			queries = append(queries, []any{list + " AND TABLE_SCHEMA = ?" + order, d})
+		q, args := list+order, []any(nil)
+		if d != "" {
+			q, args = list+" AND TABLE_SCHEMA = ?"+order, []any{d}
 		}
-	}
-	var all [][2]string
-	for _, q := range queries {
-		rows, err := db.QueryContext(ctx, q[0].(string), q[1:]...)
+		rows, err := db.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -188,13 +188,13 @@ func ruleCandidates(ctx context.Context, db *sql.DB, rules []string) ([][2]strin
 
 // ruleDatabases lists the databases some rule that includes tables
 // matches (SCHEMATA: their names, no table read).
-func ruleDatabases(ctx context.Context, db *sql.DB, rules []string) ([]any, error) {
+func ruleDatabases(ctx context.Context, db *sql.DB, rules []string) ([]string, error) {
 	rows, err := db.QueryContext(ctx, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []any
+	var out []string
 	for rows.Next() {
 		var d string
 		if err := rows.Scan(&d); err != nil {
