@@ -63,6 +63,9 @@ type testCluster struct {
 	// viewCatchUp, if set, is how long the agents' API reads wait for
 	// their views (WithViewCatchUp).
 	viewCatchUp time.Duration
+	// retentionEvery, if set, is how often the agents read the upstream
+	// logs' retention (WithRetentionEvery).
+	retentionEvery time.Duration
 	// checkpointStore, if set, is the agents' --checkpoint-store.
 	checkpointStore string
 	// electionDSN, if set, elects through MySQL (--election-dsn), with
@@ -147,6 +150,9 @@ func (tc *testCluster) options() []Option {
 	}
 	if tc.viewCatchUp > 0 {
 		opts = append(opts, WithViewCatchUp(tc.viewCatchUp))
+	}
+	if tc.retentionEvery > 0 {
+		opts = append(opts, WithRetentionEvery(tc.retentionEvery))
 	}
 	return opts
 }

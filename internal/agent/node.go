@@ -65,6 +65,9 @@ type Node struct {
 	// viewCatchUp is how long an API read waits for the watched view
 	// before it reads etcd in full (backend.load).
 	viewCatchUp time.Duration
+	// retentionEvery is how often the upstream logs' retention is read
+	// for the metrics (watchSlots).
+	retentionEvery time.Duration
 }
 
 // Option changes how a node is assembled.
@@ -85,6 +88,11 @@ func WithHub(h *transport.Hub) Option { return func(n *Node) { n.hub = h } }
 // a test of the view waits longer, so that only a view that never
 // catches up falls back, not one slowed by a loaded machine.
 func WithViewCatchUp(d time.Duration) Option { return func(n *Node) { n.viewCatchUp = d } }
+
+// WithRetentionEvery sets how often the node reads the upstream logs'
+// retention for the metrics of the changefeeds it maintains (default
+// 30 s): a test reads them sooner.
+func WithRetentionEvery(d time.Duration) Option { return func(n *Node) { n.retentionEvery = d } }
 
 // crash makes the node fail the way a killed process does, as far as the
 // cluster can tell (capture.Crash); the caller then ends Run.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -16,13 +17,15 @@ const slotsEvery = 30 * time.Second
 // watchSlots keeps cdcctl_source_retained_bytes{changefeed} for the
 // database changefeeds this node maintains (their readers run here), so
 // that a slot holding back more and more WAL (a changefeed paused, failing
-// or far behind) raises an alert before the database's disk fills; and
+// or far behind) raises an alert before the database's disk fills (for
+// MySQL, the binary log from the changefeed's position on: how far it
+// has to read); and
 // cdcctl_source_retention_headroom_seconds{changefeed} for upstreams
 // that purge their log by age whatever readers need (MySQL), so that a
 // changefeed falling behind raises an alert before its position is gone.
 func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 	var shown map[model.ChangefeedID]bool // the changefeeds of the last round
-	t := time.NewTicker(slotsEvery)
+	t := time.NewTicker(cmp.Or(n.retentionEvery, slotsEvery))
 	defer t.Stop()
 	for {
 		st := view.State()
@@ -33,7 +36,9 @@ func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 			}
 			mine[id] = true
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			ss, err := sources.Inspect(ictx, e.Info.SourceURI, nil) // the slot only
+			// The log's retention alone: Inspect's warnings read the
+			// catalog, for nothing here (every 30 s, for each changefeed).
+			ss, err := sources.Retention(ictx, e.Info.SourceURI, e.Status.SourcePosition)
 			cancel()
 			// Unreachable: the last value stays, and the changefeed's
 			// error says why.

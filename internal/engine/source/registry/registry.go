@@ -32,6 +32,8 @@ type database struct {
 	// position upstream (PostgreSQL's slot keeps its WAL).
 	resnapshot func(ctx context.Context, uri string, pos source.Position, at model.Ts) (source.Retabled, error)
 	inspect    func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
+	// retention is inspect's log retention alone, without its warnings.
+	retention func(ctx context.Context, uri string, pos source.Position) (*source.Status, error)
 	// resumable is nil for a source whose readers check their position
 	// only when they start.
 	resumable func(ctx context.Context, uri string, pos source.Position) error
@@ -63,7 +65,7 @@ var databases = map[string]*database{}
 
 func init() {
 	pg := &database{pin: postgres.Pin, remove: postgres.RemoveURI, retable: postgres.Retable,
-		inspect: postgres.Inspect, resumable: postgres.Resumable, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
+		inspect: postgres.Inspect, retention: postgres.Retention, resumable: postgres.Resumable, copyWarnings: postgres.CopyWarnings, keysChanged: postgres.KeysChangedWhileCopying, preview: postgres.Preview, follow: postgres.Follow, redact: postgres.Redact, claims: postgres.Claims, named: postgres.Named, own: postgres.Own,
 		canonical: func(uri string) (string, error) {
 			c, err := postgres.ParseURI(uri)
 			return c.URI(), err
@@ -84,7 +86,7 @@ func init() {
 		}}
 	databases["postgres"], databases["postgresql"] = pg, pg
 	my := &database{pin: mysql.Pin, remove: mysql.RemoveURI, retable: mysql.Retable, resnapshot: mysql.Resnapshot,
-		inspect: mysql.Inspect, resumable: mysql.Resumable, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
+		inspect: mysql.Inspect, retention: mysql.Retention, resumable: mysql.Resumable, preview: mysql.Preview, follow: mysql.Follow, redact: mysql.Redact, claims: mysql.Claims, named: mysql.Named, own: mysql.Own,
 		canonical: func(uri string) (string, error) {
 			c, err := mysql.ParseURI(uri)
 			return c.URI(), err
@@ -266,6 +268,18 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		return nil, err
 	}
 	return db.inspect(ctx, uri, pos)
+}
+
+// Retention reports how much upstream log a changefeed at pos holds and
+// how long the upstream keeps it: Inspect without the warnings, whose
+// catalog reads a periodic caller would repeat for nothing. Nil for
+// sources that keep no log (gen).
+func Retention(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
+	db, err := scheme(uri)
+	if err != nil || db == nil {
+		return nil, err
+	}
+	return db.retention(ctx, uri, pos)
 }
 
 // Resumable says whether the upstream at uri can go on from the resume
