@@ -33,8 +33,8 @@ func cascades(ctx context.Context, db *sql.DB, tables []string) []string {
 	}
 	// The tables' names too, where they are not too many for one query:
 	// MariaDB opens every table of the databases named to read their
-	// keys, this changefeed's or not, and this is asked every 30 s (200
-	// tables opened for 2 of them in a test).
+	// keys, this changefeed's or not, and this is asked on every
+	// changefeed get (200 tables opened for 2 of them in a test).
 	byName := ""
 	args := schemas
 	if len(names) <= 1000 {
@@ -90,8 +90,8 @@ ORDER BY CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME`, args...)
 	// shows it the keys: those not seen above (every one, cascading or
 	// not, is seen there by a user who may) are read from SHOW CREATE
 	// TABLE, for at most showCreateMost tables a call (this runs for
-	// every changefeed get, and every 30 s for the slot's watch); the
-	// rest are named with the grant that lets the catalog say.
+	// every changefeed get); the rest are named with the grant that lets
+	// the catalog say.
 	if byName == "" {
 		return sorted(out) // more tables than one query names: MariaDB would open all of them again
 	}
