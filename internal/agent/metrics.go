@@ -156,7 +156,7 @@ func newMetrics() *metrics {
 		}),
 		slotRetained: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cdcctl", Subsystem: "source", Name: "retained_bytes",
-			Help: "The upstream log a database changefeed holds, in bytes: the WAL its replication slot retains (PostgreSQL), the binary log the server keeps from its position on (MySQL); read every 30 s by the capture maintaining it.",
+			Help: "WAL the replication slot of a database changefeed retains upstream (PostgreSQL), in bytes; read every 30 s by the capture maintaining it.",
 		}, []string{"changefeed"}),
 		headroom: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cdcctl", Subsystem: "source", Name: "retention_headroom_seconds",

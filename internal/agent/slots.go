@@ -17,12 +17,11 @@ const slotsEvery = 30 * time.Second
 // watchSlots keeps cdcctl_source_retained_bytes{changefeed} for the
 // database changefeeds this node maintains (their readers run here), so
 // that a slot holding back more and more WAL (a changefeed paused, failing
-// or far behind) raises an alert before the database's disk fills (for
-// MySQL, the binary log from the changefeed's position on: how far it
-// has to read); and
+// or far behind) raises an alert before the database's disk fills; and
 // cdcctl_source_retention_headroom_seconds{changefeed} for upstreams
 // that purge their log by age whatever readers need (MySQL), so that a
-// changefeed falling behind raises an alert before its position is gone.
+// changefeed falling behind raises an alert before its position is gone
+// (0 or below once it is gone).
 func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 	var shown map[model.ChangefeedID]bool // the changefeeds of the last round
 	t := time.NewTicker(cmp.Or(n.retentionEvery, slotsEvery))
@@ -40,13 +39,24 @@ func (n *Node) watchSlots(ctx context.Context, view *cluster.View) {
 			// catalog, for nothing here (every 30 s, for each changefeed).
 			ss, err := sources.Retention(ictx, e.Info.SourceURI, e.Status.SourcePosition)
 			cancel()
-			// Unreachable: the last value stays, and the changefeed's
-			// error says why.
+			// Unreachable, or not all said: the last value stays, and the
+			// changefeed's error says why.
 			if err == nil && ss != nil {
-				n.metrics.slotRetained.WithLabelValues(string(id)).Set(float64(ss.RetainedBytes))
-				if ss.RetentionSeconds > 0 {
+				if ss.Slot != "" {
+					// A slot's WAL: held for the changefeed, filling the
+					// database's disk (the alert's threshold).
+					n.metrics.slotRetained.WithLabelValues(string(id)).Set(float64(ss.RetainedBytes))
+				}
+				if ss.RetentionSeconds > 0 || ss.Purged {
 					lag := time.Since(e.Status.CheckpointTs.Time())
-					n.metrics.headroom.WithLabelValues(string(id)).Set(float64(ss.RetentionSeconds) - lag.Seconds())
+					headroom := float64(ss.RetentionSeconds) - lag.Seconds()
+					if ss.Purged {
+						// Gone already, whatever the checkpoint's age says
+						// (the resume point can be older: an XA
+						// transaction prepared and waiting holds it).
+						headroom = min(headroom, 0)
+					}
+					n.metrics.headroom.WithLabelValues(string(id)).Set(headroom)
 				} else {
 					n.metrics.headroom.DeleteLabelValues(string(id))
 				}

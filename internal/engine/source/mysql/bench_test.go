@@ -268,11 +268,15 @@ func (w *notifyingLog) Append(evs []source.Event) error {
 // between watermarks, through the event log into a file sink — from the
 // changefeed's creation to every partition done, against, as the
 // baseline, SELECT * ... ORDER BY id of the same table read flat out by
-// one client. It reports both and their ratio.
+// one client. It reports both and their ratio. The table has 1,000,000
+// rows, or CDCCTL_BENCH_ROWS (rounded down to a multiple of 5,000).
 //
 //	go test -run '^$' -bench SnapshotAgainstSelect -benchtime 3x ./internal/engine/source/mysql
 func BenchmarkSnapshotAgainstSelect(b *testing.B) {
-	const rows = 1_000_000
+	rows := 1_000_000
+	if n, err := strconv.Atoi(os.Getenv("CDCCTL_BENCH_ROWS")); err == nil && n >= 5000 {
+		rows = n / 5000 * 5000
+	}
 	srv, db := benchTable(b, rows)
 	tc := enginetest.New(b, enginetest.Options{LogMemory: eventlog.DefaultMemory}) // as an agent keeps its logs
 	tc.StartCaptures(2)

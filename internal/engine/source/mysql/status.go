@@ -22,10 +22,16 @@ import (
 // server keeps binary logs; with what the changefeed's operator should
 // know of the server (cascading foreign keys, XA transactions waiting).
 func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
-	cfg, st, p, err := statusOf(uri, pos)
+	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
+	var p position
+	if len(pos) > 0 {
+		_ = json.Unmarshal(pos, &p)
+	}
+	at := logAt{File: p.File, Pos: p.Pos, GTID: p.GTID, Server: p.Server}
+	st := newStatus(cfg, at)
 	db, err := open(ctx, cfg)
 	if err != nil {
 		// Said, not hidden: a status without it showed "the server
@@ -35,6 +41,10 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	defer db.Close()
 	st.Active = streaming(ctx, db, cfg.ServerID)
+	// The binary log before the warnings: those read the catalog, and
+	// the status must come within the caller's time ('changefeed get'
+	// waits 3 s) with what matters most.
+	_ = kept(ctx, db, at, st) // what could not be read is left out
 	tables := cfg.Tables
 	if len(p.Tables) > 0 {
 		tables = slices.Sorted(maps.Keys(p.Tables)) // those the rules found too
@@ -43,7 +53,6 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if w := xaWaiting(ctx, db); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
-	kept(ctx, db, p, st)
 	return st, nil
 }
 
@@ -52,55 +61,70 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 // and how long it keeps binary logs. The agents read it every 30 s for
 // their metrics, and ask the server nothing else: Inspect's warnings
 // read the catalog (a user with SELECT alone has SHOW CREATE TABLE read
-// for up to 64 tables).
+// for up to 64 tables). An error when the server could not say all of
+// it: the caller keeps what it had.
 func Retention(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
-	cfg, st, p, err := statusOf(uri, pos)
+	cfg, err := ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}
+	// The position's place in the binary log, not its tables'
+	// definitions (a changefeed of thousands of tables has megabytes).
+	var at logAt
+	if len(pos) > 0 {
+		_ = json.Unmarshal(pos, &at)
+	}
+	st := newStatus(cfg, at)
 	db, err := open(ctx, cfg)
 	if err != nil {
 		return st, err
 	}
 	defer db.Close()
-	kept(ctx, db, p, st)
-	return st, nil
+	return st, kept(ctx, db, at, st)
 }
 
-// statusOf is what a status says without the server: the URI's
-// configuration, and the position pos (where the reader resumes).
-func statusOf(uri string, pos source.Position) (Config, *source.Status, position, error) {
-	var p position
-	cfg, err := ParseURI(uri)
-	if err != nil {
-		return cfg, nil, p, err
-	}
+// logAt is a position's place in the binary log (its JSON is the
+// position's).
+type logAt struct {
+	File   string `json:"file"`
+	Pos    uint32 `json:"pos"`
+	GTID   string `json:"gtid"`
+	Server uint32 `json:"server"`
+}
+
+// newStatus is what a status says without the server: the URI's
+// configuration, and where the reader resumes.
+func newStatus(cfg Config, at logAt) *source.Status {
 	st := &source.Status{Kind: "mysql", Snapshot: source.SnapshotStatus(cfg.Snapshot)}
 	st.Filter = strings.Join(cfg.Filter, ",")
-	if len(pos) > 0 && json.Unmarshal(pos, &p) == nil && p.File != "" {
-		st.Position = fmt.Sprintf("%s:%d", p.File, p.Pos)
-		if p.GTID != "" {
-			st.Position += ", GTID " + p.GTID
+	if at.File != "" {
+		st.Position = fmt.Sprintf("%s:%d", at.File, at.Pos)
+		if at.GTID != "" {
+			st.Position += ", GTID " + at.GTID
 		}
 	}
-	return cfg, st, p, nil
+	return st
 }
 
 // kept fills in how long the server keeps binary logs and how much of
-// them it keeps from position p on (the files from p's on), or that it
-// no longer has p's file.
-func kept(ctx context.Context, db *sql.DB, p position, st *source.Status) {
+// them it keeps from at on (the rest of at's file, and every file
+// after it), or that it no longer has at's file. An error when the
+// server did not answer all of it.
+func kept(ctx context.Context, db *sql.DB, at logAt, st *source.Status) error {
 	st.RetentionSeconds = retention(ctx, db)
 	var serverID uint32
-	if db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&serverID) == nil && p.Server != 0 && serverID != p.Server {
+	if err := db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&serverID); err != nil {
+		return err
+	}
+	if at.Server != 0 && serverID != at.Server {
 		// The file and offset are another server's (a failover): this
 		// one's files say nothing of them; the reader resumes by GTID.
-		st.Position += fmt.Sprintf(" (on server %d; this is server %d)", p.Server, serverID)
-		return
+		st.Position += fmt.Sprintf(" (on server %d; this is server %d)", at.Server, serverID)
+		return nil
 	}
 	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
 	if err != nil {
-		return
+		return err
 	}
 	defer rows.Close()
 	cols, _ := rows.Columns()
@@ -112,18 +136,26 @@ func kept(ctx context.Context, db *sql.DB, p position, st *source.Status) {
 		for len(dest) < len(cols) {
 			dest = append(dest, new(sql.RawBytes))
 		}
-		if rows.Scan(dest...) != nil {
-			continue
+		if err := rows.Scan(dest...); err != nil {
+			return err
 		}
 		listed = true
-		held = held || name == p.File
-		if p.File != "" && binlogAtOrAfter(name, p.File) {
+		switch {
+		case at.File == "":
+		case name == at.File:
+			held = true
+			st.RetainedBytes += max(size-int64(at.Pos), 0) // read up to Pos already
+		case binlogAtOrAfter(name, at.File):
 			st.RetainedBytes += size
 		}
 	}
-	if p.File != "" && listed && !held && rows.Err() == nil {
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if at.File != "" && listed && !held {
 		st.Purged, st.RetainedBytes = true, 0
 	}
+	return nil
 }
 
 // streaming says whether a reader registered under serverID streams the
