@@ -51,6 +51,9 @@ type Log struct {
 	closed  bool
 	seqTs   model.Ts // the position rows are being numbered at
 	seq     uint32   // the next row's number there
+	// parted are the tables parts added rows of at seqTs, not resolved
+	// yet (TruncatePart).
+	parted map[string]bool
 
 	// With Options.Transactions: the open transaction's rows by table, in
 	// the order it first wrote each (summed into its KindTxn summary at
@@ -194,6 +197,48 @@ func (l *Log) ErasePart(table string) error {
 	return l.db.DeleteRange(rowKey(table, ts, 0), rowKey(table, ts+1, 0), pebble.NoSync)
 }
 
+// TruncatePart drops the rows parts added at the position being filled,
+// not resolved yet, from the keep-th on (0 drops them all): rows a
+// rollback to a savepoint undid. The rows after them are numbered on
+// from keep; with Options.Transactions each table's count in the
+// transaction's summary is counted again from what is left.
+func (l *Log) TruncatePart(keep int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.seqTs
+	if ts <= l.resolved {
+		return fmt.Errorf("event log: no open transaction to truncate (resolved to %v)", l.resolved)
+	}
+	if keep < 0 || keep > int(l.seq) {
+		return fmt.Errorf("event log: truncating the transaction at %v to %d rows; it has %d", ts, keep, l.seq)
+	}
+	from := uint32(keep)
+	for table := range l.parted {
+		if err := l.db.DeleteRange(rowKey(table, ts, from), rowKey(table, ts+1, 0), pebble.NoSync); err != nil {
+			return fmt.Errorf("event log: %w", err)
+		}
+	}
+	l.seq = from
+	if !l.txns {
+		return nil
+	}
+	// Each table's rows left, and the first one's key (the summary is
+	// found where its first row is).
+	counts := l.counts[:0]
+	for _, c := range l.counts {
+		n, first, err := l.countStored(c.table, ts, from)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			c.n, c.first = n, first
+			counts = append(counts, c)
+		}
+	}
+	l.counts = counts
+	return nil
+}
+
 func (l *Log) append(events []source.Event, resolve bool) error {
 	if len(events) == 0 {
 		return nil
@@ -237,6 +282,7 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		// A transaction's rows, in parts or not, are numbered in order.
 		if e.CommitTs != l.seqTs {
 			l.seqTs, l.seq, l.counts, l.sourceID = e.CommitTs, 0, l.counts[:0], ""
+			clear(l.parted)
 		}
 		if l.seq == txnSeq {
 			return fmt.Errorf("event log: transaction at %v has more than %d rows", e.CommitTs, txnSeq-1)

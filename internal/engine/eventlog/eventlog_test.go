@@ -311,6 +311,93 @@ func TestNumbersTransactionsAndSummarizesEachForThePartitionOfItsFirstRow(t *tes
 	}
 }
 
+// A rollback to a savepoint undoes the rows a transaction's parts sent
+// after it (MySQL writes them into its binary log, then the ROLLBACK
+// TO): they leave the store, the rows after them are numbered on from
+// where it went back to, and the transaction's summary counts what is
+// left; a rollback to its start leaves none.
+func TestARollbackToASavepointTruncatesATransactionsParts(t *testing.T) {
+	l, err := Open(t.TempDir(), 0, Options{Transactions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	other := func(ts model.Ts, key string) source.Event {
+		e := row(ts, key, source.OpInsert, v1)
+		e.Table = "public.u"
+		return e
+	}
+	show := func(table string, from model.Ts) string {
+		t.Helper()
+		evs, _, err := l.Read(model.Span{Table: table}, after(from), 100, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := ""
+		for _, e := range evs {
+			if e.Kind == source.KindTxn {
+				s += fmt.Sprintf("txn@%d(%s %d", e.CommitTs, e.Key, e.Txn.Events)
+				for _, c := range e.Txn.Tables {
+					s += fmt.Sprintf(" %s=%d", c.Table, c.Events)
+				}
+				s += ") "
+				continue
+			}
+			s += fmt.Sprintf("%s@%d#%d/%d ", e.Key, e.CommitTs, e.TxnOrder, e.TxnTableOrder)
+		}
+		return s
+	}
+	// a, x before the savepoint; b, y, c after it, undone; then d and z.
+	if err := l.AppendPart([]source.Event{row(10, "a", source.OpInsert, v1), other(10, "x"), row(10, "b", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendPart([]source.Event{other(10, "y"), row(10, "c", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TruncatePart(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendPart([]source.Event{row(10, "d", source.OpInsert, v1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]source.Event{other(10, "z")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show("public.t", 0), "a@10#1/1 d@10#3/2 txn@10(a 4 public.t=2 public.u=2) "; got != want {
+		t.Fatalf("public.t: %q, want %q", got, want)
+	}
+	if got, want := show("public.u", 0), "x@10#2/1 z@10#4/2 "; got != want {
+		t.Fatalf("public.u: %q, want %q", got, want)
+	}
+	// Every row of the first table undone: the summary goes with the
+	// other's first row.
+	if err := l.AppendPart([]source.Event{row(20, "e", source.OpInsert, v1), other(20, "w")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TruncatePart(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendPart([]source.Event{other(20, "v")}); err != nil {
+		t.Fatal(err)
+	}
+	l.Resolve(20)
+	if got, want := show("public.t", 10), ""; got != want {
+		t.Fatalf("public.t after a rollback to the start: %q, want %q", got, want)
+	}
+	if got, want := show("public.u", 10), "v@20#1/1 txn@20(v 1 public.u=1) "; got != want {
+		t.Fatalf("public.u after a rollback to the start: %q, want %q", got, want)
+	}
+	if err := l.TruncatePart(0); err == nil {
+		t.Fatal("a truncation of a resolved transaction was accepted")
+	}
+	if err := l.AppendPart([]source.Event{other(30, "s")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TruncatePart(2); err == nil {
+		t.Fatal("a truncation to more rows than the transaction has was accepted")
+	}
+}
+
 func TestNumbersNothingUnlessAsked(t *testing.T) {
 	l, err := Open("", 0, Options{})
 	if err != nil {

@@ -271,6 +271,10 @@ func (l *Log) storePart(part []keptRow) error {
 		return fmt.Errorf("event log: %w", err)
 	}
 	for table, p := range last {
+		if l.parted == nil {
+			l.parted = map[string]bool{}
+		}
+		l.parted[table] = true
 		tt := t.tables[table]
 		if tt == nil {
 			tt = &tableTail{}

@@ -233,6 +233,11 @@ type LogWriter interface {
 	// ErasePart drops a table's rows that the open transaction's parts
 	// added (a TRUNCATE later in the transaction erased them).
 	ErasePart(table string) error
+	// TruncatePart drops the open transaction's rows from its keep-th
+	// on, in the order its parts added them: rows a rollback to a
+	// savepoint undid, which MySQL writes into its binary log before the
+	// ROLLBACK TO when the transaction changed a non-transactional table.
+	TruncatePart(keep int) error
 	// Resolve says nothing commits at or below ts later.
 	Resolve(ts model.Ts)
 	// Hold stops one table at a position (it cannot go on: renamed, a row

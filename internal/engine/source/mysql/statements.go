@@ -153,6 +153,17 @@ func truncated(stmt, db string) (string, bool) {
 	return qualifiedName(strings.TrimSuffix(name, ";"), db)
 }
 
+// temporaryTable says whether a statement creates or drops a session's
+// temporary table (DROP /*!40005 TEMPORARY */ TABLE as the server writes
+// the drop of one at a session's end).
+func temporaryTable(stmt string) bool {
+	f := strings.Fields(withoutComments(stmt))
+	if len(f) < 3 || !strings.EqualFold(f[0], "create") && !strings.EqualFold(f[0], "drop") {
+		return false
+	}
+	return strings.EqualFold(f[1], "temporary") || len(f) > 3 && strings.HasPrefix(f[1], "/*!") && strings.EqualFold(f[2], "temporary")
+}
+
 // droppedTables names the tables a DROP TABLE statement drops (db is the
 // statement's default database; MariaDB logs the statement with a comment
 // after it); false for any other statement, or one whose names it cannot

@@ -126,7 +126,9 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				return err
 			}
 		case *replication.QueryEvent:
-			if r.query(e) {
+			if done, err := r.query(e); err != nil {
+				return err
+			} else if done {
 				continue
 			}
 		case *replication.XIDEvent:
@@ -319,7 +321,7 @@ func (r *streamRun) gtid(ev *replication.BinlogEvent, e *replication.GTIDEvent) 
 
 // mariadbGTID begins a transaction at MariaDB's GTID event.
 func (r *streamRun) mariadbGTID(ev *replication.BinlogEvent, e *replication.MariadbGTIDEvent) {
-	r.begin(ev, txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0, file: r.file, pos: ev.Header.LogPos, events: r.spare})
+	r.begin(ev, txn{gtid: gtidOf(ev), began: ev.Header.Timestamp, xaStart: e.Flags&mariadbPreparedXA != 0, group: !e.IsStandalone(), file: r.file, pos: ev.Header.LogPos, events: r.spare})
 }
 
 // begin makes t, begun at GTID event ev, the current transaction: it
@@ -439,47 +441,3 @@ func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEv
 	return nil
 }
 
-// query handles a query event: an XA verb, a COMMIT, a statement that
-// writes rows (its tables held at the commit) or a schema statement
-// (dealt with at its commit). It reports whether the event is done
-// with: nothing commits at it.
-func (r *streamRun) query(e *replication.QueryEvent) (done bool) {
-	if r.cur.before == nil {
-		r.cur.before = r.at.Tables
-	}
-	q := strings.TrimSpace(string(e.Query))
-	verb, xid := xaStatement(q)
-	switch {
-	case inTransaction(q), verb == "START":
-		r.cur.xaStart = r.cur.xaStart || verb == "START"
-		return true
-	case verb == "END":
-		// Its prepare follows, or (MySQL) its one-phase commit.
-		r.cur.xa = xid
-		return true
-	case verb == "COMMIT" || verb == "ROLLBACK":
-		if pending, ok := r.prepared[xid]; ok {
-			delete(r.prepared, xid)
-			if verb == "COMMIT" {
-				r.cur.events = append(r.cur.events, pending.events...)
-				r.cur.hadRows = r.cur.hadRows || pending.hadRows
-			}
-		} else if verb == "COMMIT" && len(r.cur.events) == 0 && !strings.HasSuffix(strings.ToUpper(q), " ONE PHASE") {
-			// (A one-phase commit was never prepared: one of no
-			// replicated table's has no rows here, rightly.)
-			r.p.log.Warn("mysql source: an XA transaction prepared before the position this reader started from commits here; its rows were written before that position and are not read (create changefeeds while no XA transaction is prepared: XA RECOVER lists them)",
-				"changefeed", r.p.cf, "xid", xid)
-		}
-	case strings.EqualFold(q, "COMMIT"):
-	case rowsStatement(q):
-		// Part of its transaction; the tables it wrote are held
-		// at the commit.
-		r.cur.rowStmts = append(r.cur.rowStmts, [2]string{q, string(e.Schema)})
-		return true
-	default:
-		// A schema change, its own transaction: dealt with at its
-		// commit (statement.go, from commit.go), where its position is known.
-		r.cur.stmt, r.cur.stmtDB = q, string(e.Schema)
-	}
-	return false
-}

@@ -33,7 +33,9 @@ type collected struct {
 	// changes, which come with its commit).
 	parts  []int
 	inPart []source.Event
-	marks  []source.Event
+	// truncated counts the rollbacks that took rows out of parts.
+	truncated int
+	marks     []source.Event
 }
 
 func (c *collected) Append(evs []source.Event) error {
@@ -80,6 +82,16 @@ func (c *collected) AppendPart(rows []source.Event) error {
 	return nil
 }
 func (c *collected) ErasePart(string) error { return nil }
+func (c *collected) TruncatePart(keep int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if keep > len(c.inPart) {
+		return fmt.Errorf("truncating a part of %d rows to %d", len(c.inPart), keep)
+	}
+	c.truncated++
+	c.inPart = c.inPart[:keep]
+	return nil
+}
 func (c *collected) Resolve(ts model.Ts) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

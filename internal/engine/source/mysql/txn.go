@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -37,7 +38,11 @@ type txn struct {
 	// xaStart: an XA transaction (its XA START, or MariaDB's GTID flag),
 	// known before its rows: they wait for its outcome, never in parts.
 	xaStart bool
-	began   uint32 // the header time of its GTID event, in seconds
+	// group: the transaction's events end with a COMMIT, a ROLLBACK or
+	// an XID (a BEGIN began it; MariaDB's GTID event is not standalone):
+	// its statements are not each a transaction.
+	group bool
+	began uint32 // the header time of its GTID event, in seconds
 	// file and pos: where its GTID event ends in the binary log of the
 	// server read.
 	file string
@@ -49,6 +54,18 @@ type txn struct {
 	placed int
 	// before are the tables as the transaction began (again.go).
 	before map[string]tableState
+	// parted counts the rows its parts sent to the log; savepoints are
+	// those it set, in order (rollbackTo).
+	parted     int
+	savepoints []savepoint
+}
+
+// savepoint is a point a transaction can roll back to: its name, and how
+// many events the transaction had there (its parts' rows and those
+// held).
+type savepoint struct {
+	name string
+	at   int
 }
 
 // A large transaction is not held in memory whole: once its rows pass
@@ -113,6 +130,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 	if err := w.AppendPart(cur.events); err != nil {
 		return err
 	}
+	cur.parted += len(cur.events)
 	cur.events, cur.size, cur.seen = nil, 0, 0 // the log has them; a new array for the next part
 	return nil
 }
@@ -214,23 +232,103 @@ func commits(ev *replication.BinlogEvent) bool {
 // commits, they cut a transaction in two, and a resume point between the
 // halves was past its GTID: the second half was never read again.
 func inTransaction(q string) bool {
-	if strings.EqualFold(q, "BEGIN") {
-		return true
-	}
+	verb, _ := savepointStatement(q)
+	return verb != "" || strings.EqualFold(q, "BEGIN")
+}
+
+// savepointStatement parses a savepoint statement as the binary log
+// holds it: verb SAVEPOINT, ROLLBACK (ROLLBACK [WORK] TO [SAVEPOINT]) or
+// RELEASE (RELEASE SAVEPOINT), and the savepoint's name (unquoted);
+// verb "" for any other statement.
+func savepointStatement(q string) (verb, name string) {
 	f := strings.Fields(q)
+	word := func(i int, w string) bool { return len(f) > i && strings.EqualFold(f[i], w) }
+	var rest int
 	switch {
-	case len(f) >= 2 && strings.EqualFold(f[0], "SAVEPOINT"):
-		return true
-	case len(f) >= 3 && strings.EqualFold(f[0], "RELEASE") && strings.EqualFold(f[1], "SAVEPOINT"):
-		return true
-	case len(f) >= 3 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "TO"):
-		// ROLLBACK TO [SAVEPOINT] s1 (the server has dropped the rows it
-		// undid from what it logs).
-		return true
-	case len(f) >= 4 && strings.EqualFold(f[0], "ROLLBACK") && strings.EqualFold(f[1], "WORK") && strings.EqualFold(f[2], "TO"):
-		return true
+	case word(0, "SAVEPOINT"):
+		verb, rest = "SAVEPOINT", 1
+	case word(0, "RELEASE") && word(1, "SAVEPOINT"):
+		verb, rest = "RELEASE", 2
+	case word(0, "ROLLBACK") && word(1, "TO"):
+		verb, rest = "ROLLBACK", 2
+	case word(0, "ROLLBACK") && word(1, "WORK") && word(2, "TO"):
+		verb, rest = "ROLLBACK", 3
+	default:
+		return "", ""
 	}
-	return false
+	if verb == "ROLLBACK" && word(rest, "SAVEPOINT") && len(f) > rest+1 {
+		rest++
+	}
+	if len(f) <= rest {
+		return "", ""
+	}
+	// The name is the rest of the statement: quoted, it may hold spaces.
+	name = strings.TrimSpace(q)
+	for range rest {
+		name = strings.TrimSpace(name[len(strings.Fields(name)[0]):])
+	}
+	if len(name) >= 2 && name[0] == '`' && name[len(name)-1] == '`' {
+		name = strings.ReplaceAll(name[1:len(name)-1], "``", "`")
+	}
+	return verb, name
+}
+
+// setSavepoint sets a savepoint where the transaction is; one of the
+// same name set before is gone (as the server does).
+func (cur *txn) setSavepoint(name string) {
+	cur.savepoints = slices.DeleteFunc(cur.savepoints, func(s savepoint) bool { return strings.EqualFold(s.name, name) })
+	cur.savepoints = append(cur.savepoints, savepoint{name: name, at: cur.parted + len(cur.events)})
+}
+
+// release forgets a savepoint and those set after it.
+func (cur *txn) release(name string) {
+	if i := cur.savepointIndex(name); i >= 0 {
+		cur.savepoints = cur.savepoints[:i]
+	}
+}
+
+// rollbackTo undoes what the transaction did after a savepoint: the
+// server wrote those rows into the binary log, then ROLLBACK TO, because
+// the transaction changed a table that cannot roll back (MyISAM,
+// MEMORY, Aria); its other rows it takes out of the log itself. Rows its
+// parts sent already leave the log (w). The savepoint stays, those set
+// after it are gone. False when the transaction has no such savepoint
+// (set before the reader's start: it cannot be).
+// A name "" is the transaction's start: all of it undone.
+func (cur *txn) rollbackTo(name string, w source.LogWriter) (bool, error) {
+	at := 0
+	if name != "" {
+		i := cur.savepointIndex(name)
+		if i < 0 {
+			return false, nil
+		}
+		at = cur.savepoints[i].at
+		cur.savepoints = cur.savepoints[:i+1]
+	} else {
+		cur.savepoints = nil
+	}
+	if at < cur.parted {
+		if err := w.TruncatePart(at); err != nil {
+			return true, err
+		}
+		cur.parted = at
+	}
+	keep := at - cur.parted
+	if keep < len(cur.events) {
+		clear(cur.events[keep:]) // their values are not kept alive
+		cur.events = cur.events[:keep]
+	}
+	cur.seen = min(cur.seen, len(cur.events))
+	return true, nil
+}
+
+func (cur *txn) savepointIndex(name string) int {
+	for i := len(cur.savepoints) - 1; i >= 0; i-- {
+		if strings.EqualFold(cur.savepoints[i].name, name) {
+			return i
+		}
+	}
+	return -1
 }
 
 // hasRows says a transaction's events include a row change.

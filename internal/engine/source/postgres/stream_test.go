@@ -432,6 +432,12 @@ func (l *memLog) Append(evs []source.Event) error {
 }
 func (l *memLog) AppendPart(evs []source.Event) error { return l.Append(evs) }
 
+// TruncatePart is MySQL's (a rollback to a savepoint the binary log
+// holds): PostgreSQL's stream carries no undone rows.
+func (l *memLog) TruncatePart(int) error {
+	return errors.New("the PostgreSQL source truncated a part")
+}
+
 // ErasePart drops the table's rows at the last position appended (the
 // open transaction's parts).
 func (l *memLog) ErasePart(table string) error {
