@@ -350,8 +350,21 @@ func rowsStatement(stmt string) bool {
 	case "insert", "replace", "update", "delete", "load", "with":
 		// (WITH … UPDATE or DELETE: a WITH … SELECT is never logged.)
 		return true
+	case "select", "do":
+		// A stored function that wrote rows, called by a SELECT, a DO
+		// or a SET (the server logs each as SELECT `db`.`f`(…)): a
+		// SELECT that wrote nothing is never logged.
+		return true
 	}
 	return false
+}
+
+// callsFunction says whether a row-changing statement is a stored
+// function's call (SELECT `db`.`f`(…)): what it wrote the statement
+// does not name.
+func callsFunction(stmt string) bool {
+	f := strings.Fields(strings.ToLower(withoutComments(stmt)))
+	return len(f) > 0 && (f[0] == "select" || f[0] == "do")
 }
 
 // loadQuery is the statement and default database of an
@@ -375,6 +388,10 @@ func loadQuery(raw []byte, e *replication.ExecuteLoadQueryEvent, checksummed boo
 
 // rowsReason says why a table a row-changing statement wrote is held.
 func rowsReason(stmt string) string {
+	if callsFunction(stmt) {
+		return "a stored function that writes rows was called by a statement the binary log holds as a statement, not as rows (" + stmt +
+			"), and which tables it wrote the binary log does not say: every table of the changefeed is held. The session that ran it had binlog_format STATEMENT, and the sink lacks what the function wrote. Make every session write rows (SET GLOBAL binlog_format = ROW, then reconnect the application's connections, which keep the format they began with)"
+	}
 	return "its rows were changed by a statement the binary log holds as a statement, not as rows (" + stmt +
 		"): the session that ran it had binlog_format STATEMENT or MIXED, and the sink lacks that change. Make every session write rows (SET GLOBAL binlog_format = ROW, then reconnect the application's connections, which keep the format they began with)"
 }
@@ -383,7 +400,13 @@ func rowsReason(stmt string) string {
 // default database) may have written: an INSERT's or REPLACE's one, else
 // every replicated table it names, read or written (holding one for
 // nothing is seen and resumed; missing one loses its rows).
+//
+// A stored function's call may have written any of them: all are
+// returned.
 func writtenTables(stmt, db string, tables map[string]tableState) []string {
+	if callsFunction(stmt) {
+		return slices.Sorted(maps.Keys(tables))
+	}
 	f := strings.Fields(withoutComments(stmt))
 	if len(f) > 1 && (strings.EqualFold(f[0], "insert") || strings.EqualFold(f[0], "replace")) {
 		rest := f[1:]

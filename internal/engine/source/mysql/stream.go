@@ -440,4 +440,3 @@ func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEv
 	r.cur.events = evs
 	return nil
 }
-
