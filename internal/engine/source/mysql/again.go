@@ -162,7 +162,7 @@ func (p *Puller) markAgain(ctx context.Context, db **sql.DB, again []copyAgain, 
 		return nil
 	}
 	if *db == nil {
-		d, err := sql.Open("mysql", p.cfg.DSN())
+		d, err := signalDB(p.cfg)
 		if err != nil {
 			return err
 		}

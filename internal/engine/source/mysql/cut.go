@@ -168,7 +168,7 @@ var errCutTooOld = errors.New("the changefeed's reader no longer remembers the p
 // key columns' text joined by commas), column name to text (nil for
 // NULL).
 func (r *TableReader) SnapshotAt(ctx context.Context, tables []string) (model.Ts, map[string]map[string]map[string]*string, error) {
-	db, err := open(ctx, r.cfg)
+	db, err := openSignal(ctx, r.cfg) // it asks for a cut in the signal table
 	if err != nil {
 		return 0, nil, err
 	}

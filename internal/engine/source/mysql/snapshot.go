@@ -142,7 +142,7 @@ func (s *Source) snapshotDB(ctx context.Context) (*sql.DB, error) {
 	if s.db != nil {
 		return s.db, nil
 	}
-	db, err := open(ctx, s.cfg)
+	db, err := openSignal(ctx, s.cfg) // its sessions write watermarks
 	if err != nil {
 		return nil, err
 	}

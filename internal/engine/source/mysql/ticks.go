@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -41,7 +40,7 @@ func tickOf(e *replication.RowsEvent, name string) int64 {
 // tick writes this changefeed's tick into the signal table every
 // tickEvery until ctx ends.
 func (p *Puller) tick(ctx context.Context) {
-	db, err := sql.Open("mysql", p.cfg.DSN())
+	db, err := signalDB(p.cfg)
 	if err != nil {
 		return
 	}

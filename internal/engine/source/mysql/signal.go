@@ -1,0 +1,98 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"io"
+	"strings"
+
+	driver "github.com/go-sql-driver/mysql"
+)
+
+// The changefeed's own rows in the signal table (its ticks, the
+// snapshot's watermarks, verify's cuts, the marks of tables to copy
+// again) reach its reader only as rows: a session's binlog_format and
+// binlog_row_image are the server's global ones as they were when it
+// connected, and an operator who sets them otherwise after the
+// changefeed's creation (its preflight checked them) would have those
+// rows logged as statements, or without the columns the reader reads.
+// Every chunk's watermarks then "did not arrive", for ever, and nothing
+// said why. The sessions that write them are set to ROW and FULL, or
+// refused with what to do where the user may not set them.
+
+// signalDB is a pool whose sessions log the rows they write as the
+// changefeed's reader needs them (rowsLogged); nothing connects before
+// the first use.
+func signalDB(cfg Config) (*sql.DB, error) {
+	dc, err := driver.ParseDSN(cfg.DSN())
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	inner, err := driver.NewConnector(dc)
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	return sql.OpenDB(rowSessions{inner}), nil
+}
+
+// openSignal is signalDB, connected.
+func openSignal(ctx context.Context, cfg Config) (*sql.DB, error) {
+	db, err := signalDB(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, explain(cfg, err)
+	}
+	return db, nil
+}
+
+// rowSessions connects as its driver does, then makes the session log
+// rows (rowsLogged).
+type rowSessions struct{ sqldriver.Connector }
+
+func (c rowSessions) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := rowsLogged(ctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// rowsLogged makes a new session log whole rows: nothing to do where the
+// server's settings are ROW and FULL, else it sets them for the session,
+// or says why it cannot and what to do.
+func rowsLogged(ctx context.Context, conn sqldriver.Conn) error {
+	q, ok := conn.(sqldriver.QueryerContext)
+	x, ok2 := conn.(sqldriver.ExecerContext)
+	if !ok || !ok2 {
+		return fmt.Errorf("the MySQL driver cannot run a query on its own (%T)", conn)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT @@session.binlog_format, @@session.binlog_row_image", nil)
+	if err != nil {
+		return err
+	}
+	vals := make([]sqldriver.Value, 2)
+	err = rows.Next(vals)
+	rows.Close()
+	if err == io.EOF {
+		return fmt.Errorf("the server did not say its binlog_format")
+	} else if err != nil {
+		return err
+	}
+	format, image := fmt.Sprintf("%s", vals[0]), fmt.Sprintf("%s", vals[1])
+	if strings.EqualFold(format, "ROW") && strings.EqualFold(image, "FULL") {
+		return nil
+	}
+	if _, err := x.ExecContext(ctx, "SET SESSION binlog_format = 'ROW', binlog_row_image = 'FULL'", nil); err != nil {
+		return fmt.Errorf("the server's binlog_format is %s and its binlog_row_image %s, changed since the changefeed was created: its own rows in the signal table (ticks, the snapshot's watermarks, verify's cuts) would reach its reader without their rows, and this user may not set them for its sessions (%v). Set them back on the server: SET GLOBAL binlog_format = ROW, binlog_row_image = FULL (and in its configuration file); the changefeed goes on by itself", format, image, err)
+	}
+	return nil
+}
