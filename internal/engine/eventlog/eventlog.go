@@ -201,7 +201,7 @@ func (l *Log) ErasePart(table string) error {
 // not resolved yet, from the keep-th on (0 drops them all): rows a
 // rollback to a savepoint undid. The rows after them are numbered on
 // from keep; with Options.Transactions each table's count in the
-// transaction's summary is counted again from what is left.
+// transaction's summary loses the rows dropped.
 func (l *Log) TruncatePart(keep int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -212,30 +212,34 @@ func (l *Log) TruncatePart(keep int) error {
 	if keep < 0 || keep > int(l.seq) {
 		return fmt.Errorf("event log: truncating the transaction at %v to %d rows; it has %d", ts, keep, l.seq)
 	}
-	from := uint32(keep)
+	from, was := uint32(keep), l.seq
+	if l.txns {
+		// Each table's count less its rows dropped (its first row, below
+		// keep when any row is left, stays).
+		counts := l.counts[:0]
+		for _, c := range l.counts {
+			n, err := l.countStored(c.table, ts, from, was)
+			if err != nil {
+				return err
+			}
+			if c.n > n {
+				c.n -= n
+				counts = append(counts, c)
+			}
+		}
+		l.counts = counts
+	}
 	for table := range l.parted {
 		if err := l.db.DeleteRange(rowKey(table, ts, from), rowKey(table, ts+1, 0), pebble.NoSync); err != nil {
 			return fmt.Errorf("event log: %w", err)
 		}
+		// Memory starts where the store now ends: the rows the commit
+		// brings are numbered on from keep.
+		if tt := l.tail.tables[table]; tt != nil && tt.rows.len() == 0 && tt.from.ts == ts && tt.from.seq > from {
+			tt.from.seq = from
+		}
 	}
 	l.seq = from
-	if !l.txns {
-		return nil
-	}
-	// Each table's rows left, and the first one's key (the summary is
-	// found where its first row is).
-	counts := l.counts[:0]
-	for _, c := range l.counts {
-		n, first, err := l.countStored(c.table, ts, from)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			c.n, c.first = n, first
-			counts = append(counts, c)
-		}
-	}
-	l.counts = counts
 	return nil
 }
 

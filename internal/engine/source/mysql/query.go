@@ -47,6 +47,13 @@ func (r *streamRun) query(e *replication.QueryEvent) (done bool, err error) {
 				r.cur.events = append(r.cur.events, pending.events...)
 				r.cur.hadRows = r.cur.hadRows || pending.hadRows
 			}
+		} else if verb == "ROLLBACK" {
+			// Rolled back before it was prepared, its group written
+			// whole (it changed a table that cannot roll back): its
+			// rows never were.
+			if _, err := r.cur.rollbackTo("", r.w); err != nil {
+				return true, err
+			}
 		} else if verb == "COMMIT" && len(r.cur.events) == 0 && !strings.HasSuffix(strings.ToUpper(q), " ONE PHASE") {
 			// (A one-phase commit was never prepared: one of no
 			// replicated table's has no rows here, rightly.)

@@ -318,7 +318,6 @@ func (cur *txn) rollbackTo(name string, w source.LogWriter) (bool, error) {
 		clear(cur.events[keep:]) // their values are not kept alive
 		cur.events = cur.events[:keep]
 	}
-	cur.seen = min(cur.seen, len(cur.events))
 	return true, nil
 }
 
