@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -28,7 +27,7 @@ type connected struct {
 // on the server they belong to. The caller closes the syncer.
 func (p *Puller) connect(ctx context.Context, from source.Position) (c connected, err error) {
 	at := &c.at
-	if err := json.Unmarshal(from, at); err != nil {
+	if err := source.DecodePosition(from, at); err != nil {
 		return c, fmt.Errorf("mysql source: the stored resume point does not decode: %w", err)
 	}
 	for t, st := range at.Tables {

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -132,7 +131,7 @@ func Begin(ctx context.Context, cfg Config, start model.Ts) (source.Position, er
 		st.Since = start
 		p.Tables[t] = st
 	}
-	return json.Marshal(p)
+	return source.EncodePosition(p)
 }
 
 // ResumePoint implements source.Puller: the newest resume point at or
@@ -148,7 +147,11 @@ func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 	at := p.resumes[i]
 	p.resumes = p.resumes[i:]
 	p.mu.Unlock()
-	b, err := json.Marshal(at)
+	b, err := source.EncodePosition(at)
+	if err != nil {
+		// The checkpoint stays where it was kept last: said, not hidden.
+		p.log.Error("mysql source: the changefeed's resume point cannot be kept, and its checkpoint does not advance", "changefeed", p.cf, "err", err)
+	}
 	return b, err == nil
 }
 

@@ -28,7 +28,7 @@ func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.T
 	}
 	var old position
 	if len(pos) > 0 {
-		if err := json.Unmarshal(pos, &old); err != nil {
+		if err := source.DecodePosition(pos, &old); err != nil {
 			return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 		}
 	}
@@ -55,7 +55,7 @@ func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.T
 		}
 		p.Tables[t] = st
 	}
-	if b, err = json.Marshal(p); err != nil {
+	if b, err = source.EncodePosition(p); err != nil {
 		return source.Retabled{}, err
 	}
 	return source.Retabled{URI: uri, Position: b, Tables: cfg.Tables, Added: cfg.Tables}, nil

@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -151,7 +150,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, err
 	}
 	var p position
-	if err := json.Unmarshal(pos, &p); err != nil {
+	if err := source.DecodePosition(pos, &p); err != nil {
 		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 	}
 	var next []string
@@ -249,7 +248,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 // tables after the change.
 func retabled(cfg Config, p position, tables map[string]tableState, next, added, removed []string, ended map[string]source.EndedTable) (source.Retabled, error) {
 	p.Tables = tables
-	b, err := json.Marshal(p)
+	b, err := source.EncodePosition(p)
 	if err != nil {
 		return source.Retabled{}, err
 	}

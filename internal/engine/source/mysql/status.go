@@ -7,7 +7,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -28,7 +27,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	}
 	var p position
 	if len(pos) > 0 {
-		_ = json.Unmarshal(pos, &p)
+		_ = source.DecodePosition(pos, &p)
 	}
 	at := logAt{File: p.File, Pos: p.Pos, GTID: p.GTID, Server: p.Server}
 	st := newStatus(cfg, at)
@@ -72,7 +71,7 @@ func Retention(ctx context.Context, uri string, pos source.Position) (*source.St
 	// definitions (a changefeed of thousands of tables has megabytes).
 	var at logAt
 	if len(pos) > 0 {
-		_ = json.Unmarshal(pos, &at)
+		_ = source.DecodePosition(pos, &at)
 	}
 	st := newStatus(cfg, at)
 	db, err := open(ctx, cfg)

@@ -9,7 +9,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
@@ -177,7 +176,7 @@ func Follow(ctx context.Context, uri string, pos source.Position) (source.Follow
 	}
 	var p position
 	if len(pos) > 0 {
-		if err := json.Unmarshal(pos, &p); err != nil {
+		if err := source.DecodePosition(pos, &p); err != nil {
 			return source.Followed{}, true, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 		}
 	}

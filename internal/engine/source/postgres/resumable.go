@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,7 +26,7 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 		return err
 	}
 	var p position
-	if err := json.Unmarshal(pos, &p); err != nil {
+	if err := source.DecodePosition(pos, &p); err != nil {
 		return fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 	}
 	from, err := pglogrepl.ParseLSN(p.LSN)

@@ -7,7 +7,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,7 +32,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		return source.Retabled{}, err
 	}
 	var p position
-	if err := json.Unmarshal(pos, &p); err != nil {
+	if err := source.DecodePosition(pos, &p); err != nil {
 		return source.Retabled{}, fmt.Errorf("the changefeed's stored resume point does not decode: %w", err)
 	}
 	rules := cfg.Filter
@@ -210,7 +209,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		p.Parts = parts
 	}
-	if out.Position, err = json.Marshal(p); err != nil {
+	if out.Position, err = source.EncodePosition(p); err != nil {
 		return source.Retabled{}, err
 	}
 	out.URI = to.URI()

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -467,7 +466,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		st.Filter = strings.Join(cfg.Filter, ",")
 		var p position
 		if len(pos) > 0 {
-			_ = json.Unmarshal(pos, &p)
+			_ = source.DecodePosition(pos, &p)
 		}
 		if f, err := follow(ctx, cfg, p.oids()); err == nil {
 			st.Unreplicated = f.Refused

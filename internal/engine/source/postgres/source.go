@@ -60,7 +60,7 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
-	b, err := json.Marshal(p)
+	b, err := source.EncodePosition(p)
 	if err != nil {
 		return "", nil, err
 	}
@@ -173,7 +173,7 @@ func (s *Source) TableKey(ctx context.Context, table string) (types, columns str
 // Pull implements source.Puller.
 func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWriter) error {
 	var p position
-	if err := json.Unmarshal(from, &p); err != nil {
+	if err := source.DecodePosition(from, &p); err != nil {
 		return fmt.Errorf("postgres source: the stored resume point does not decode: %w", err)
 	}
 	lsn, err := pglogrepl.ParseLSN(p.LSN)

@@ -1,0 +1,84 @@
+package source
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// A database source's position holds, beside where its reader resumes,
+// every table's columns there (its schema history's state): a changefeed
+// of 3,000 tables of ten columns, or of 40 tables of a thousand, makes
+// megabytes of JSON, and the position is one etcd value, written at
+// every checkpoint (etcd takes at most 1.5 MiB a request by default, its
+// clients 2 MiB). Such a changefeed could not even be created: etcd's
+// client refused the write with "trying to send message larger than
+// max". Past positionPlain bytes a position is kept compressed — the
+// columns repeat their words, and deflate takes them to a tenth or less
+// — as a JSON string, so that it stays a JSON value (model's
+// SourcePosition); smaller ones stay as they were, readable.
+const (
+	positionPlain = 64 << 10
+	// positionMost bounds a compressed position, under etcd's request
+	// limit with room for the rest of the changefeed's status.
+	positionMost = 1 << 20
+	// compressedPosition begins a compressed position's string.
+	compressedPosition = "deflate:"
+)
+
+// EncodePosition writes a database source's position: v as JSON, or
+// compressed (DecodePosition reads both). An error names what is too
+// large to keep.
+func EncodePosition(v any) (Position, error) {
+	b, err := json.Marshal(v)
+	if err != nil || len(b) <= positionPlain {
+		return b, err
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`"` + compressedPosition)
+	enc := base64.NewEncoder(base64.StdEncoding, &buf)
+	zw, err := flate.NewWriter(enc, flate.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	buf.WriteByte('"')
+	if buf.Len() > positionMost {
+		return nil, fmt.Errorf("the changefeed's position (where its reader resumes, with every table's columns there) takes %.1f MiB even compressed (%.1f MiB plain), over the %d MiB it may take in etcd: its tables are too many or too wide for one changefeed; split them over several changefeeds (table rules by database or by name)",
+			float64(buf.Len())/(1<<20), float64(len(b))/(1<<20), positionMost>>20)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodePosition reads a position EncodePosition wrote, or one written
+// before positions were compressed, into v.
+func DecodePosition(p Position, v any) error {
+	if len(p) == 0 || p[0] != '"' {
+		return json.Unmarshal(p, v)
+	}
+	var s string
+	if err := json.Unmarshal(p, &s); err != nil {
+		return err
+	}
+	rest, ok := strings.CutPrefix(s, compressedPosition)
+	if !ok {
+		return fmt.Errorf("a position of an unknown form (%.20q…)", s)
+	}
+	zr := flate.NewReader(base64.NewDecoder(base64.StdEncoding, strings.NewReader(rest)))
+	defer zr.Close()
+	if err := json.NewDecoder(zr).Decode(v); err != nil {
+		return fmt.Errorf("a compressed position: %w", err)
+	}
+	return nil
+}
