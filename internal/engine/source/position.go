@@ -19,9 +19,12 @@ import (
 // max". Past positionPlain bytes a position is kept compressed — the
 // columns repeat their words, and deflate takes them to a tenth or less
 // — as a JSON string, so that it stays a JSON value (model's
-// SourcePosition); smaller ones stay as they were, readable.
+// SourcePosition); smaller ones stay as they were, readable, and
+// readable by agents of versions before this (a rolling upgrade's older
+// captures may run a changefeed's reader): only a position that came
+// near what etcd takes is one they cannot read.
 const (
-	positionPlain = 64 << 10
+	positionPlain = 512 << 10
 	// positionMost bounds a compressed position, under etcd's request
 	// limit with room for the rest of the changefeed's status.
 	positionMost = 1 << 20
