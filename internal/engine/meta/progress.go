@@ -222,7 +222,14 @@ func (s *Store) commitInChunks(ctx context.Context, cmps []clientv3.Cmp, ops []c
 		}
 		chunk, size = append(chunk, op), size+n
 	}
-	if len(chunk)+len(last) > maxOpsPerTxn {
+	lastSize := 0
+	for _, op := range last {
+		lastSize += len(op.KeyBytes()) + len(op.ValueBytes())
+	}
+	// The last ops (a changefeed's status, whose source position may be
+	// most of a megabyte) count too: with a full chunk they made a
+	// request over etcd's limit, and the checkpoint never advanced.
+	if len(chunk) > 0 && (len(chunk)+len(last) > maxOpsPerTxn || size+lastSize > maxTxnBytes) {
 		if err := s.commit(ctx, cmps, chunk...); err != nil {
 			return err
 		}

@@ -307,3 +307,28 @@ func TestSortedPartitionsFollowTheRoutingTable(t *testing.T) {
 		t.Fatalf("partitions on n2: %d after the placement, %d before it (was %d); want one more after", a, b, onN2)
 	}
 }
+
+// The last write of a save (the changefeed's status, with its source
+// position) goes into a transaction of its own when the positions
+// before it leave no room for it under etcd's request limit: with them,
+// 0.9 MB of shards and a 0.9 MB status made one request etcd refused
+// ("request is too large"), and the checkpoint never advanced.
+func TestALargeStatusIsWrittenWhereItFits(t *testing.T) {
+	_, cli := etcdtest.Start(t)
+	ctx := context.Background()
+	s := NewStore(cli, "big")
+	value := strings.Repeat("x", 100<<10)
+	var ops []clientv3.Op
+	for i := range 9 {
+		ops = append(ops, clientv3.OpPut(fmt.Sprintf("/shard/%d", i), value))
+	}
+	status := clientv3.OpPut("/status", strings.Repeat("p", 900<<10))
+	if err := s.commitInChunks(ctx, nil, ops, nil, status); err != nil {
+		t.Fatalf("0.9 MB of shards and a 0.9 MB status: %v", err)
+	}
+	for _, k := range []string{"/shard/0", "/shard/8", "/status"} {
+		if r, err := cli.Get(ctx, k); err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("%s after the save: %v", k, err)
+		}
+	}
+}
