@@ -7,6 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // A database source's position holds, beside where its reader resumes,
@@ -21,13 +25,16 @@ import (
 // — as a JSON string, so that it stays a JSON value (model's
 // SourcePosition); smaller ones stay as they were, readable, and
 // readable by agents of versions before this (a rolling upgrade's older
-// captures may run a changefeed's reader): only a position that came
-// near what etcd takes is one they cannot read.
+// captures may run a changefeed's reader): only a position past what
+// they could mostly keep (about 1.4 MiB beside the rest of a status) is
+// one they cannot read.
 const (
-	positionPlain = 512 << 10
+	positionPlain = 1 << 20
 	// positionMost bounds a compressed position, under etcd's request
 	// limit with room for the rest of the changefeed's status.
 	positionMost = 1 << 20
+	// warnEvery spaces the errors of a position that cannot be kept.
+	warnEvery = time.Minute
 	// compressedPosition begins a compressed position's string.
 	compressedPosition = "deflate:"
 )
@@ -84,4 +91,47 @@ func DecodePosition(p Position, v any) error {
 		return fmt.Errorf("a compressed position: %w", err)
 	}
 	return nil
+}
+
+// PositionCache encodes a reader's resume points for its checkpoints
+// (Puller.ResumePoint): the same point asked for again, as the
+// checkpoint moves within it, is encoded once (a position of thousands
+// of tables takes tens of milliseconds, and checkpoints come every 100
+// ms); one that cannot be kept is said at most once a minute.
+type PositionCache struct {
+	mu     sync.Mutex
+	at     model.Ts
+	b      Position
+	warned time.Time
+}
+
+// Encode is EncodePosition of v, the resume point at at; false when it
+// cannot be kept (warn is told why, at most once a minute): the
+// checkpoint is then saved with the resume point saved before, so the
+// upstream keeps its log from there and a restart reads again from
+// there.
+func (c *PositionCache) Encode(at model.Ts, v any, warn func(error)) (Position, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.b != nil && c.at == at {
+		return c.b, true
+	}
+	b, err := EncodePosition(v)
+	if err != nil {
+		if time.Since(c.warned) >= warnEvery {
+			c.warned = time.Now()
+			warn(err)
+		}
+		return nil, false
+	}
+	c.at, c.b = at, b
+	return b, true
+}
+
+// Forget drops the encoded point: its reader changed the points it
+// keeps in place (or starts again from another).
+func (c *PositionCache) Forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.b = nil
 }

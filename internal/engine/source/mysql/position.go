@@ -147,12 +147,9 @@ func (p *Puller) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 	at := p.resumes[i]
 	p.resumes = p.resumes[i:]
 	p.mu.Unlock()
-	b, err := source.EncodePosition(at)
-	if err != nil {
-		// The checkpoint stays where it was kept last: said, not hidden.
-		p.log.Error("mysql source: the changefeed's resume point cannot be kept, and its checkpoint does not advance", "changefeed", p.cf, "err", err)
-	}
-	return b, err == nil
+	return p.kept.Encode(at.Ts, at, func(err error) {
+		p.log.Error("mysql source: the changefeed's resume point cannot be kept: its checkpoint is saved with the one kept before, the server keeps its binary log from there and a restart reads again from there", "changefeed", p.cf, "err", err)
+	})
 }
 
 // thinned bounds a puller's resume points (each commit on the server

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
@@ -42,7 +41,7 @@ func Resnapshot(ctx context.Context, uri string, pos source.Position, at model.T
 		return source.Retabled{}, err
 	}
 	var p position
-	if err := json.Unmarshal(b, &p); err != nil {
+	if err := source.DecodePosition(b, &p); err != nil {
 		return source.Retabled{}, err
 	}
 	// Positions only grow: the new point's transactions come after every

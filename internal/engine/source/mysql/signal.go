@@ -91,8 +91,16 @@ func rowsLogged(ctx context.Context, conn sqldriver.Conn) error {
 	if strings.EqualFold(format, "ROW") && strings.EqualFold(image, "FULL") {
 		return nil
 	}
-	if _, err := x.ExecContext(ctx, "SET SESSION binlog_format = 'ROW', binlog_row_image = 'FULL'", nil); err != nil {
-		return fmt.Errorf("the server's binlog_format is %s and its binlog_row_image %s, changed since the changefeed was created: its own rows in the signal table (ticks, the snapshot's watermarks, verify's cuts) would reach its reader without their rows, and this user may not set them for its sessions (%v). Set them back on the server: SET GLOBAL binlog_format = ROW, binlog_row_image = FULL (and in its configuration file); the changefeed goes on by itself", format, image, err)
+	// Only what differs: each may need its own privilege.
+	var set []string
+	if !strings.EqualFold(format, "ROW") {
+		set = append(set, "binlog_format = 'ROW'")
+	}
+	if !strings.EqualFold(image, "FULL") {
+		set = append(set, "binlog_row_image = 'FULL'")
+	}
+	if _, err := x.ExecContext(ctx, "SET SESSION "+strings.Join(set, ", "), nil); err != nil {
+		return fmt.Errorf("the server's binlog_format is %s and its binlog_row_image %s, changed since the changefeed was created: its own rows in the signal table (ticks, the snapshot's watermarks, verify's cuts) would reach its reader without their rows, and this user may not set them for its sessions (%v; that needs BINLOG ADMIN on MariaDB, SESSION_VARIABLES_ADMIN on MySQL). Set them back on the server: SET GLOBAL binlog_format = ROW, binlog_row_image = FULL (and in its configuration file); the changefeed goes on by itself", format, image, err)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ type Puller struct {
 	// points for checkpoints, thinned rather than cut (thinned), and
 	// dropped below the checkpoint as it passes them.
 	points, resumes []position
+	kept            source.PositionCache // the resume points encoded
 	issues          []source.TableIssue
 }
 
@@ -60,6 +61,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 	defer c.syncer.Close()
 	p.mu.Lock()
 	p.points, p.resumes = []position{c.at}, []position{c.at}
+	p.kept.Forget()
 	p.issues = nil // this run finds them again
 	p.mu.Unlock()
 	for t, st := range c.at.Tables {

@@ -75,12 +75,9 @@ func (s *Source) ResumePoint(checkpoint model.Ts) (source.Position, bool) {
 	p := s.points[i]
 	s.points = s.points[i:]
 	s.mu.Unlock()
-	b, err := source.EncodePosition(p)
-	if err != nil {
-		// The checkpoint stays where it was kept last: said, not hidden.
-		s.log.Error("postgres source: the changefeed's resume point cannot be kept, and its checkpoint does not advance", "err", err)
-	}
-	return b, err == nil
+	return s.kept.Encode(p.Ts, p, func(err error) {
+		s.log.Error("postgres source: the changefeed's resume point cannot be kept: its checkpoint is saved with the one kept before, the slot keeps its WAL from there and a restart reads again from there", "err", err)
+	})
 }
 
 // Confirm implements source.Puller: the slot's confirmed position moves

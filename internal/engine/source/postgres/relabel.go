@@ -280,6 +280,7 @@ func (s *Source) markedPoints(labels map[uint32]enumLabel, at int64) {
 	for i := range s.points {
 		s.points[i].Labels, s.points[i].LabelsAt = kept(labels), at
 	}
+	s.kept.Forget()
 }
 
 // takeLabels takes the labels of the resume point a run starts from: a

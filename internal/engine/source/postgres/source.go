@@ -118,9 +118,10 @@ type Source struct {
 	dropEvery time.Duration
 
 	mu     sync.Mutex
-	stream *Stream    // while Pull runs
-	points []position // resume points passed, oldest first
-	issues issues     // of the current run (holds.go)
+	stream *Stream              // while Pull runs
+	points []position           // resume points passed, oldest first
+	kept   source.PositionCache // the resume points encoded
+	issues issues               // of the current run (holds.go)
 	// labels are the enums' labels as the reader's last look read them,
 	// by value (relabel.go): nil before its first.
 	labels   map[uint32]enumLabel
@@ -213,6 +214,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	s.mu.Lock()
 	s.stream, s.points, s.issues = st, []position{p}, issues{}
+	s.kept.Forget()
 	s.takeLabels(p)
 	s.mu.Unlock()
 	defer func() {
