@@ -102,6 +102,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		switch e := ev.Event.(type) {
 		case *replication.FormatDescriptionEvent:
 			r.checksummed = e.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
+			clear(r.temps) // a server started again has none (temporary.go)
 			continue
 		case *replication.ExecuteLoadQueryEvent:
 			// A LOAD DATA logged as a statement: its rows are in the
@@ -171,6 +172,7 @@ type streamRun struct {
 	cols            map[string][]column
 	keyTypesByTable map[string]string
 	markDB          *sql.DB                               // marks of tables to copy again (again.go)
+	temps           temporaries                           // the sessions' temporary tables (temporary.go)
 	signal          string                                // the signal table (ticks, cuts, marks)
 	pending         map[string]string                     // tables an ALTER named since: its statement
 	checkedMap      map[string]*replication.TableMapEvent // the last table map found to match, by table
@@ -210,6 +212,7 @@ func (p *Puller) newStreamRun(ctx context.Context, c connected, w source.LogWrit
 		signal:          model.TableName(p.cfg.Database, signalTable),
 		pending:         map[string]string{},
 		checkedMap:      map[string]*replication.TableMapEvent{},
+		temps:           temporaries{},
 		adding:          addedAhead(c.at.Tables),
 		prepared:        map[string]txn{},
 	}
