@@ -58,19 +58,7 @@ func TestAMySQLChangefeedsHeadroomIsOnMetricsAndAsksTheServerNothingElse(t *test
 	if _, err := c.PauseChangefeed(ctx, "shop"); err != nil {
 		t.Fatal(err)
 	}
-	mysqltest.Exec(t, db, "FLUSH BINARY LOGS")
-	var last string
-	var pos uint32
-	var ignored sql.NullString
-	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
-		t.Fatal(err)
-	}
-	tc.eventually("the older binary logs purged", 30*time.Second, func() bool {
-		mysqltest.Exec(t, db, "PURGE BINARY LOGS TO '"+last+"'")
-		var name string
-		var size int64
-		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
-	})
+	mysqltest.PurgeBinaryLogs(t, db)
 	tc.eventually("the headroom at 0 or below", 30*time.Second, func() bool {
 		return metricValue(tc.get(addr, "/metrics"), headroom) <= 0
 	})

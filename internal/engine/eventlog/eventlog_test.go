@@ -240,21 +240,7 @@ func TestNumbersTransactionsAndSummarizesEachForThePartitionOfItsFirstRow(t *tes
 		}
 		return evs
 	}
-	show := func(evs []source.Event) string {
-		s := ""
-		for _, e := range evs {
-			if e.Kind == source.KindTxn {
-				s += fmt.Sprintf("txn@%d(%s %d", e.CommitTs, e.Key, e.Txn.Events)
-				for _, c := range e.Txn.Tables {
-					s += fmt.Sprintf(" %s=%d", c.Table, c.Events)
-				}
-				s += ") "
-				continue
-			}
-			s += fmt.Sprintf("%s@%d#%d/%d ", e.Key, e.CommitTs, e.TxnOrder, e.TxnTableOrder)
-		}
-		return s
-	}
+	show := numbered
 	// The summary goes to the span holding the transaction's first row
 	// ("m" of public.t), after that span's rows of it; no other span
 	// gets one.
@@ -342,19 +328,7 @@ func rollbackToASavepoint(t *testing.T, opts Options) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := ""
-		for _, e := range evs {
-			if e.Kind == source.KindTxn {
-				s += fmt.Sprintf("txn@%d(%s %d", e.CommitTs, e.Key, e.Txn.Events)
-				for _, c := range e.Txn.Tables {
-					s += fmt.Sprintf(" %s=%d", c.Table, c.Events)
-				}
-				s += ") "
-				continue
-			}
-			s += fmt.Sprintf("%s@%d#%d/%d ", e.Key, e.CommitTs, e.TxnOrder, e.TxnTableOrder)
-		}
-		return s
+		return numbered(evs)
 	}
 	// a, x before the savepoint; b, y, c after it, undone; then d and z.
 	if err := l.AppendPart([]source.Event{row(10, "a", source.OpInsert, v1), other(10, "x"), row(10, "b", source.OpInsert, v1)}); err != nil {
@@ -405,6 +379,24 @@ func rollbackToASavepoint(t *testing.T, opts Options) {
 	if err := l.TruncatePart(2); err == nil {
 		t.Fatal("a truncation to more rows than the transaction has was accepted")
 	}
+}
+
+// numbered writes rows with their numbers in their transaction, and
+// transactions' summaries: "k@10#1/1 txn@10(k 1 public.t=1) ".
+func numbered(evs []source.Event) string {
+	s := ""
+	for _, e := range evs {
+		if e.Kind == source.KindTxn {
+			s += fmt.Sprintf("txn@%d(%s %d", e.CommitTs, e.Key, e.Txn.Events)
+			for _, c := range e.Txn.Tables {
+				s += fmt.Sprintf(" %s=%d", c.Table, c.Events)
+			}
+			s += ") "
+			continue
+		}
+		s += fmt.Sprintf("%s@%d#%d/%d ", e.Key, e.CommitTs, e.TxnOrder, e.TxnTableOrder)
+	}
+	return s
 }
 
 func TestNumbersNothingUnlessAsked(t *testing.T) {

@@ -7,7 +7,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the driver Open uses
 
@@ -66,4 +69,48 @@ func Exec(t testing.TB, db *sql.DB, stmts ...string) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+}
+
+// PurgeBinaryLogs starts a new binary log file and purges every one
+// before it, as an operator's PURGE BINARY LOGS does, and returns the
+// new file's name. The server keeps a file a reader still has open, and
+// MariaDB one until InnoDB's checkpoint of it is written: it purges
+// again until they are gone, 30 s at most.
+func PurgeBinaryLogs(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	Exec(t, db, "FLUSH BINARY LOGS")
+	var last string
+	var pos uint32
+	var ignored sql.NullString
+	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		Exec(t, db, "PURGE BINARY LOGS TO '"+last+"'")
+		var name string
+		var size int64
+		if err := db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size); err == nil && name == last {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the binary logs before %s are still there after 30 s", last)
+		}
+	}
+}
+
+// WideTables creates tables wide_00, wide_01, … each keyed by id with
+// columns INT columns more (measurement_0000, …), and returns their
+// names: a position of many columns.
+func WideTables(t testing.TB, db *sql.DB, tables, columns int) []string {
+	t.Helper()
+	cols := make([]string, columns)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("measurement_%04d INT", i)
+	}
+	names := make([]string, tables)
+	for i := range names {
+		names[i] = fmt.Sprintf("wide_%02d", i)
+		Exec(t, db, fmt.Sprintf("CREATE TABLE %s (id INT PRIMARY KEY, %s)", names[i], strings.Join(cols, ", ")))
+	}
+	return names
 }

@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,15 +18,7 @@ import (
 func TestALargePositionIsReadWhereverItIsKept(t *testing.T) {
 	t.Parallel()
 	srv, db := mysqltest.StartShop(t)
-	var cols []string
-	for i := range 1000 {
-		cols = append(cols, fmt.Sprintf("measurement_%04d INT", i))
-	}
-	var names []string
-	for i := range 40 {
-		names = append(names, fmt.Sprintf("wide_%02d", i))
-		mysqltest.Exec(t, db, fmt.Sprintf("CREATE TABLE %s (id INT PRIMARY KEY, %s)", names[i], strings.Join(cols, ", ")))
-	}
+	names := mysqltest.WideTables(t, db, 40, 1000)
 	mysqltest.Exec(t, db, "CREATE TABLE narrow (id INT PRIMARY KEY)")
 	ctx := context.Background()
 	stored, pos, err := mysql.Pin(ctx, "mysql://root@"+srv.Addr()+"/shop?tables="+strings.Join(names, ","), "big", time.Now())

@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -88,27 +87,7 @@ func TestTheStatusCountsTheBinaryLogFromThePositionOn(t *testing.T) {
 			t.Errorf("%s after 20 rows of 200 bytes: %+v, %v", name, st, err)
 		}
 	}
-	exec(t, dsn, "FLUSH BINARY LOGS")
-	var last string
-	var pos uint32
-	var ignored sql.NullString
-	db := mysqltest.Open(t, dsn)
-	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
-		t.Fatal(err)
-	}
-	// MariaDB keeps a file until InnoDB's checkpoint of it is written:
-	// purge until the older ones are gone.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		exec(t, dsn, "PURGE BINARY LOGS TO '"+last+"'")
-		var name string
-		var size int64
-		if db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the binary logs before %s are still there", last)
-		}
-	}
+	mysqltest.PurgeBinaryLogs(t, mysqltest.Open(t, dsn))
 	for name, read := range status {
 		if st, err := read(ctx, raw, at); err != nil || !st.Purged || st.RetainedBytes != 0 {
 			t.Errorf("%s after the position's file was purged: %+v, %v", name, st, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -438,85 +437,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 func quoteQualified(t string) string {
 	schema, table := model.SplitTableName(t)
 	return pgx.Identifier{schema, table}.Sanitize()
-}
-
-// Inspect reads the slot's state for 'changefeed get' (the snapshot's
-// progress is the partitions': the caller sums it); given the
-// changefeed's resume point, also what its table rules match that it
-// does not replicate.
-func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Status, error) {
-	cfg, err := ParseURI(uri)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := pgx.Connect(ctx, cfg.ConnString)
-	if err != nil {
-		return nil, explain(cfg, err)
-	}
-	defer conn.Close(context.Background())
-	st, err := slotStatus(ctx, conn, cfg)
-	if err != nil {
-		return nil, err
-	}
-	st.Warnings = unpublished(ctx, conn, cfg)
-	if w := rewritesUnseen(ctx, conn, cfg); w != "" {
-		st.Warnings = append(st.Warnings, w)
-	}
-	if len(cfg.Filter) > 0 && pos != nil {
-		st.Filter = strings.Join(cfg.Filter, ",")
-		var p position
-		if len(pos) > 0 {
-			_ = source.DecodePosition(pos, &p)
-		}
-		if f, err := follow(ctx, cfg, p.oids()); err == nil {
-			st.Unreplicated = f.Refused
-			for _, t := range f.Tables {
-				if !slices.Contains(cfg.Tables, t) {
-					st.Unreplicated = append(st.Unreplicated, t+": matched since the changefeed last followed its rules; added within a minute")
-				}
-			}
-		}
-	}
-	return st, nil
-}
-
-// Retention is the slot's state alone (how much WAL it holds, how much
-// more may be written before PostgreSQL gives it up): the agents read
-// it every 30 s for their metrics, and ask the server nothing else
-// (Inspect's warnings read the catalog).
-func Retention(ctx context.Context, uri string, _ source.Position) (*source.Status, error) {
-	cfg, err := ParseURI(uri)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := pgx.Connect(ctx, cfg.ConnString)
-	if err != nil {
-		return nil, explain(cfg, err)
-	}
-	defer conn.Close(context.Background())
-	return slotStatus(ctx, conn, cfg)
-}
-
-// slotStatus reads the changefeed's slot from pg_replication_slots.
-func slotStatus(ctx context.Context, conn *pgx.Conn, cfg Config) (*source.Status, error) {
-	st := &source.Status{Kind: "postgres", Slot: cfg.Slot, Snapshot: source.SnapshotStatus(cfg.Snapshot)}
-	var confirmed, walStatus *string
-	var retained *int64
-	err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, wal_status, safe_wal_size FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, cfg.Slot).Scan(&st.Active, &confirmed, &retained, &walStatus, &st.SafeBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("replication slot %s does not exist: it was dropped outside cdcctl; recreate the changefeed", cfg.Slot)
-	}
-	if err != nil {
-		return nil, explain(cfg, err)
-	}
-	if confirmed != nil {
-		st.Position = *confirmed
-	}
-	if retained != nil {
-		st.RetainedBytes = *retained
-	}
-	if walStatus != nil {
-		st.WALStatus = *walStatus
-	}
-	return st, nil
 }

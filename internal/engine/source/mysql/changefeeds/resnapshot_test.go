@@ -132,21 +132,7 @@ func TestAPurgedBinaryLogFailsTheChangefeedUntilItIsResnapshotted(t *testing.T) 
 // would resume from, and resumes it: refused, and failed at once.
 func purgeAndResume(t *testing.T, tc *enginetest.Cluster, db *sql.DB) *meta.ChangefeedEntry {
 	t.Helper()
-	mysqltest.Exec(t, db, "FLUSH BINARY LOGS")
-	var last string
-	var pos uint32
-	var ignored sql.NullString
-	if err := db.QueryRow("SHOW MASTER STATUS").Scan(&last, &pos, &ignored, &ignored); err != nil {
-		t.Fatal(err)
-	}
-	// The server keeps a file a reader still has open (with a warning):
-	// purge until the older ones are gone.
-	tc.Eventually("the older binary logs purged", 30*time.Second, func() bool {
-		mysqltest.Exec(t, db, "PURGE BINARY LOGS TO '"+last+"'")
-		var name string
-		var size int64
-		return db.QueryRow("SHOW BINARY LOGS").Scan(&name, &size) == nil && name == last
-	})
+	mysqltest.PurgeBinaryLogs(t, db)
 	// The resume is refused, saying why, and the changefeed failed at
 	// once: the server was asked before anything resumed.
 	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {

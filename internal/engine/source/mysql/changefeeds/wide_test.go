@@ -20,15 +20,9 @@ import (
 func TestAChangefeedOfManyColumnsKeepsItsPosition(t *testing.T) {
 	t.Parallel()
 	srv, db := mysqltest.StartShop(t)
-	var cols []string
-	for i := range 1000 {
-		cols = append(cols, fmt.Sprintf("measurement_%04d INT", i))
-	}
-	var names []string
-	for i := range 40 {
-		names = append(names, fmt.Sprintf("wide_%02d", i))
-		mysqltest.Exec(t, db, fmt.Sprintf("CREATE TABLE %s (id INT PRIMARY KEY, %s)", names[i], strings.Join(cols, ", ")),
-			fmt.Sprintf("INSERT INTO %s (id, measurement_0007) VALUES (1, 7), (2, 8)", names[i]))
+	names := mysqltest.WideTables(t, db, 40, 1000)
+	for _, n := range names {
+		mysqltest.Exec(t, db, fmt.Sprintf("INSERT INTO %s (id, measurement_0007) VALUES (1, 7), (2, 8)", n))
 	}
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(1)
