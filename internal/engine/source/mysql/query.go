@@ -11,7 +11,7 @@ import (
 // commit) or a schema statement (dealt with at its commit). It reports
 // whether the event is done with: nothing commits at it. An error ends
 // the reader.
-func (r *streamRun) query(e *replication.QueryEvent) (done bool, err error) {
+func (r *streamRun) query(h *replication.EventHeader, e *replication.QueryEvent) (done bool, err error) {
 	if r.cur.before == nil {
 		r.cur.before = r.at.Tables
 	}
@@ -70,14 +70,14 @@ func (r *streamRun) query(e *replication.QueryEvent) (done bool, err error) {
 		if _, err := r.cur.rollbackTo("", r.w); err != nil {
 			return true, err
 		}
-	case r.temps.note(e.SlaveProxyID, q, string(e.Schema)) && r.cur.group:
+	case r.temps.note(h.ServerID, e.SlaveProxyID, q, string(e.Schema)) && r.cur.group:
 		// A session's temporary table created or dropped inside a
 		// transaction (a session writing statements, MIXED or
 		// STATEMENT): no end of it, and no table of the changefeed's.
 		// Taken for its end, the rows before it were committed, and a
 		// ROLLBACK after it (which the server then writes) came too late.
 		return true, nil
-	case r.temps.hides(e.SlaveProxyID, q, string(e.Schema)):
+	case r.temps.hides(h.ServerID, e.SlaveProxyID, q, string(e.Schema)):
 		// A TRUNCATE, DROP or ALTER of the session's temporary table
 		// under a replicated table's name (temporary.go): nothing of
 		// the changefeed's. Its own transaction, unless a transaction
@@ -86,7 +86,7 @@ func (r *streamRun) query(e *replication.QueryEvent) (done bool, err error) {
 	case rowsStatement(q):
 		// Part of its transaction; the tables it wrote are held
 		// at the commit (not the session's temporary tables).
-		if !r.temps.writesOnly(e.SlaveProxyID, q, string(e.Schema), r.at.Tables) {
+		if !r.temps.writesOnly(h.ServerID, e.SlaveProxyID, q, string(e.Schema), r.at.Tables) {
 			r.cur.rowStmts = append(r.cur.rowStmts, [2]string{q, string(e.Schema)})
 		}
 		return true, nil

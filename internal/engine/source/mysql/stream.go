@@ -102,7 +102,11 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 		switch e := ev.Event.(type) {
 		case *replication.FormatDescriptionEvent:
 			r.checksummed = e.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
-			clear(r.temps) // a server started again has none (temporary.go)
+			if e.CreateTimestamp != 0 {
+				// Written at the server's start: none of its sessions'
+				// temporary tables is left (temporary.go).
+				clear(r.temps.tables)
+			}
 			continue
 		case *replication.ExecuteLoadQueryEvent:
 			// A LOAD DATA logged as a statement: its rows are in the
@@ -129,7 +133,7 @@ func (p *Puller) Pull(ctx context.Context, from source.Position, w source.LogWri
 				return err
 			}
 		case *replication.QueryEvent:
-			if done, err := r.query(e); err != nil {
+			if done, err := r.query(ev.Header, e); err != nil {
 				return err
 			} else if done {
 				continue
@@ -212,7 +216,7 @@ func (p *Puller) newStreamRun(ctx context.Context, c connected, w source.LogWrit
 		signal:          model.TableName(p.cfg.Database, signalTable),
 		pending:         map[string]string{},
 		checkedMap:      map[string]*replication.TableMapEvent{},
-		temps:           temporaries{},
+		temps:           temporaries{server: c.srv.ServerID, folds: c.srv.FoldsNames, tables: map[uint32][]string{}},
 		adding:          addedAhead(c.at.Tables),
 		prepared:        map[string]txn{},
 	}

@@ -8,48 +8,68 @@ import (
 // A session's temporary table may have the name of a replicated table,
 // and hide it from the session's statements: a session writing
 // statements (binlog_format STATEMENT or MIXED) has the server log its
-// CREATE TEMPORARY TABLE orders (…), then TRUNCATE orders,
-// ALTER TABLE orders …, DROP TABLE orders, all of them the temporary
-// table's. Read as the replicated table's, they emptied it in the sink,
-// changed its schema history or ended it. The reader keeps each
-// session's temporary tables (by the query events' thread id) from
-// their creation to their drop (the server logs one at the session's
-// end), and passes over the statements that change only those. A
-// session writing rows has none of them logged. After a new binary log
-// file's format description (a server started again, or a rotation)
-// they are forgotten: a server started again has no temporary table and
-// gives its sessions' ids again.
+// CREATE TEMPORARY TABLE orders (…), then TRUNCATE orders, ALTER TABLE
+// orders …, DROP TABLE orders, all of them the temporary table's. Read
+// as the replicated table's, they emptied it in the sink, changed its
+// schema history or ended it. The reader keeps each session's temporary
+// tables, by the query events' thread id, from their creation to their
+// drop (the server logs one at the session's end), and passes over the
+// statements that change only those. A session writing rows has none of
+// them logged.
+//
+// Wherever it cannot tell, the statement is the replicated table's, as
+// before: only the sessions of the server read are kept (a replica's log
+// carries other servers' thread ids, which may be the same numbers); a
+// name is forgotten generously (in any letter case where the server
+// folds names, at a rename it cannot read) and hides exactly; all are
+// forgotten when the server starts again (a new file's format
+// description written at its start: it has no temporary table, and
+// gives its sessions' ids again).
 
-// temporaries are the temporary tables of each session, by its thread
-// id, as the changefeed names tables (db.t).
-type temporaries map[uint32][]string
+// temporaries are the temporary tables of each session of the server
+// read, by thread id, as the changefeed names tables (db.t).
+type temporaries struct {
+	server uint32 // the server's id: only its sessions' events
+	folds  bool   // the server folds table names' letter case
+	tables map[uint32][]string
+}
 
-// note records what a statement of thread does to its temporary tables:
-// created or dropped. It reports whether the statement was one of those.
-func (tt temporaries) note(thread uint32, stmt, db string) bool {
+// note records what a statement of thread (on server) does to its
+// temporary tables: created or dropped. It reports whether the statement
+// was one of those.
+func (tt *temporaries) note(server, thread uint32, stmt, db string) bool {
 	if !temporaryTable(stmt) {
 		return false
 	}
 	if name, _, temporary, ok := createdTable(withoutComments(stmt), db); ok && temporary {
-		if !slices.Contains(tt[thread], name) {
-			tt[thread] = append(tt[thread], name)
+		if server == tt.server && !slices.Contains(tt.tables[thread], name) {
+			tt.tables[thread] = append(tt.tables[thread], name)
 		}
 		return true
 	}
 	if names, ok := droppedTables(withoutTemporary(stmt), db); ok {
-		tt[thread] = slices.DeleteFunc(tt[thread], func(t string) bool { return slices.Contains(names, t) })
-		if len(tt[thread]) == 0 {
-			delete(tt, thread)
-		}
+		tt.forget(thread, names...)
 	}
 	return true
 }
 
-// hides says whether a schema statement of thread changes only its
-// temporary tables: a TRUNCATE, DROP TABLE or ALTER TABLE of one.
-func (tt temporaries) hides(thread uint32, stmt, db string) bool {
-	mine := tt[thread]
-	if len(mine) == 0 {
+// forget drops names from thread's temporary tables, in any letter case
+// where the server folds them.
+func (tt *temporaries) forget(thread uint32, names ...string) {
+	tt.tables[thread] = slices.DeleteFunc(tt.tables[thread], func(t string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return n == t || tt.folds && strings.EqualFold(n, t) })
+	})
+	if len(tt.tables[thread]) == 0 {
+		delete(tt.tables, thread)
+	}
+}
+
+// hides says whether a schema statement of thread (on server) changes
+// only its temporary tables: a TRUNCATE, DROP TABLE, ALTER TABLE or
+// RENAME TABLE of them.
+func (tt *temporaries) hides(server, thread uint32, stmt, db string) bool {
+	mine := tt.tables[thread]
+	if server != tt.server || len(mine) == 0 {
 		return false
 	}
 	q := withoutComments(stmt)
@@ -57,25 +77,54 @@ func (tt temporaries) hides(thread uint32, stmt, db string) bool {
 		return slices.Contains(mine, t)
 	}
 	if names, ok := droppedTables(q, db); ok {
-		for _, t := range names {
-			if !slices.Contains(mine, t) {
-				return false
+		all := !slices.ContainsFunc(names, func(t string) bool { return !slices.Contains(mine, t) })
+		tt.forget(thread, names...) // dropped, or no longer what it hid
+		return all
+	}
+	if pairs, ok := renamedTables(q, db); ok {
+		all := true
+		for _, p := range pairs {
+			if i := slices.Index(tt.tables[thread], p[0]); i >= 0 && all {
+				tt.tables[thread][i] = p[1] // still the session's
+			} else {
+				all = false
 			}
 		}
-		// Dropped: no longer the session's.
-		tt[thread] = slices.DeleteFunc(mine, func(t string) bool { return slices.Contains(names, t) })
-		return true
+		if !all {
+			for _, p := range pairs {
+				tt.forget(thread, p[0], p[1])
+			}
+		}
+		return all
 	}
 	if a, ok := parseAlter(q, db); ok && slices.Contains(mine, a.table) {
 		if a.renamed {
 			if a.renamedTo == "" {
-				return false // renamed to what it cannot read: held, as before
+				tt.forget(thread, a.table) // renamed to what it cannot read
+				return false
 			}
 			mine[slices.Index(mine, a.table)] = a.renamedTo // still the session's
 		}
 		return true
 	}
 	return false
+}
+
+// writesOnly says whether a row-changing statement of thread (on server)
+// writes only its temporary tables (of those the changefeed replicates
+// by name).
+func (tt *temporaries) writesOnly(server, thread uint32, stmt, db string, tables map[string]tableState) bool {
+	mine := tt.tables[thread]
+	if server != tt.server || len(mine) == 0 || callsFunction(stmt) {
+		return false
+	}
+	written := writtenTables(stmt, db, tables)
+	for _, t := range written {
+		if !slices.Contains(mine, t) {
+			return false
+		}
+	}
+	return len(written) > 0
 }
 
 // withoutTemporary is a DROP [/*!40005] TEMPORARY [*/] TABLE statement
@@ -91,20 +140,4 @@ func withoutTemporary(stmt string) string {
 		out = append(out, w)
 	}
 	return strings.Join(out, " ")
-}
-
-// writesOnly says whether a row-changing statement of thread writes only
-// its temporary tables (of those the changefeed replicates by name).
-func (tt temporaries) writesOnly(thread uint32, stmt, db string, tables map[string]tableState) bool {
-	mine := tt[thread]
-	if len(mine) == 0 || callsFunction(stmt) {
-		return false
-	}
-	written := writtenTables(stmt, db, tables)
-	for _, t := range written {
-		if !slices.Contains(mine, t) {
-			return false
-		}
-	}
-	return len(written) > 0
 }
