@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
@@ -48,4 +50,49 @@ func TestAReplicationUserThatIsNotASuperuserReplicates(t *testing.T) {
 		t.Fatalf("warnings: %q", st.Warnings)
 	}
 	rig.stop(t)
+}
+
+// A role's or a database's statement_timeout and
+// idle_in_transaction_session_timeout do not reach the source's
+// sessions: they would cancel a chunk's read, the stream, and a table
+// without a key's copy (begun again, its rows sent twice). Its sessions
+// start with both off, and its stored URI does not keep them.
+func TestTheRolesTimeoutsReachNoSessionOfTheSource(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDB(t, `CREATE ROLE cdc_limits LOGIN REPLICATION;
+		ALTER ROLE cdc_limits SET statement_timeout = '1ms';
+		ALTER ROLE cdc_limits SET idle_in_transaction_session_timeout = '1ms';
+		CREATE TABLE t (id int4 PRIMARY KEY, v text);
+		ALTER TABLE t OWNER TO cdc_limits;
+		DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO cdc_limits', current_database()); END $$;
+		INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g`)
+	cfg, err := ParseURI(strings.Replace(dsn, "postgres@", "cdc_limits@", 1) + "&tables=t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := cfg.URI(); strings.Contains(u, "statement_timeout") || strings.Contains(u, "idle_in_transaction") {
+		t.Fatalf("the stored URI keeps the limits: %s", u)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, cfg.ConnString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, name := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil || v != "0" {
+			t.Errorf("%s in the source's session: %q, %v", name, v, err)
+		}
+	}
+	// Without them, the role's session has the role's.
+	plain, err := pgx.Connect(ctx, strings.Replace(dsn, "postgres@", "cdc_limits@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	var v string
+	if err := plain.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&v); err != nil || v != "1ms" {
+		t.Fatalf("the role's own setting: %q, %v", v, err)
+	}
 }

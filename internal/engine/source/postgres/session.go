@@ -41,6 +41,19 @@ var sessionPins = []struct {
 	{"standard_conforming_strings", "on", true},
 }
 
+// sessionLimits are limits a database or a role may set that would cut
+// the source's sessions: statement_timeout cancels a chunk's read of a
+// large range (tried again at the same size, for ever) and the
+// walsender's stream; idle_in_transaction_session_timeout ends a table
+// without a key's copy, whose one transaction waits for its watermarks
+// and between its fetches, and the copy begins again, writing the rows
+// it had sent again. Off for the source's sessions, unless its URI sets
+// them; not the changefeed's for life (Own).
+var sessionLimits = []struct{ name, value string }{
+	{"statement_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+}
+
 // zoneParam is the driver parameter that carries the time zone, spelled
 // as pgx spells the one it reads from PGTZ: under another spelling both
 // would reach the server, in no fixed order.
@@ -88,6 +101,12 @@ func (c *Config) pinSession(q url.Values) error {
 		if !hasParam(q, p.name) {
 			q.Set(p.name, p.value)
 			c.pinned = append(c.pinned, p.name)
+		}
+	}
+	for _, p := range sessionLimits {
+		if !hasParam(q, p.name) {
+			q.Set(p.name, p.value)
+			c.pinned = append(c.pinned, p.name) // given again at every parse: not stored
 		}
 	}
 	return nil
