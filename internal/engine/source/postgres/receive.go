@@ -7,6 +7,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,10 +43,19 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 			if pgconn.Timeout(err) {
 				continue
 			}
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				if why := publicationGone(s.cfg, pgErr.Code, pgErr.Message); why != "" {
+					return Item{}, fmt.Errorf("%s (%w)", why, source.ErrUnresumable)
+				}
+			}
 			return Item{}, fmt.Errorf("replication stream of slot %s: %w", s.cfg.Slot, explain(s.cfg, err))
 		}
 		switch msg := raw.(type) {
 		case *pgproto3.ErrorResponse:
+			if why := publicationGone(s.cfg, msg.Code, msg.Message); why != "" {
+				return Item{}, fmt.Errorf("%s (%w)", why, source.ErrUnresumable)
+			}
 			return Item{}, fmt.Errorf("replication stream of slot %s: PostgreSQL: %s [SQLSTATE %s]", s.cfg.Slot, msg.Message, msg.Code)
 		case *pgproto3.CopyData:
 			item, ok, err := s.handle(ctx, msg.Data)

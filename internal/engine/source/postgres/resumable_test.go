@@ -140,3 +140,43 @@ func TestAServerWithNoWalsenderFreeIsWorthTryingAgain(t *testing.T) {
 		t.Fatalf("a reader's start with no walsender free: %v; want it worth a retry", err)
 	}
 }
+
+// A publication dropped (DROP PUBLICATION, or DROP OWNED BY the
+// changefeed's user) fails the reader as unresumable, saying what to do,
+// also when one of its name was created again: pgoutput reads the
+// catalog as it was at each change, and every start of the stream meets
+// the drop. Before, the reader was retried for ever.
+func TestAPublicationDroppedFailsTheReaderSayingWhatToDo(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	psql(t, srv, dsn, "DROP PUBLICATION "+cfg.Publication+"; INSERT INTO t VALUES (1)")
+	// changefeed get says so, not to add the table to it.
+	if ss, err := Inspect(context.Background(), cfg.URI(), nil); err != nil || len(ss.Warnings) != 1 || !strings.Contains(ss.Warnings[0], "publication "+cfg.Publication+" does not exist") {
+		t.Fatalf("the status of a changefeed whose publication was dropped: %+v, %v", ss, err)
+	}
+	psql(t, srv, dsn, "CREATE PUBLICATION "+cfg.Publication+" FOR TABLE t; INSERT INTO t VALUES (2)")
+	read := func(st *Stream) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for {
+			if _, err := st.Next(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	for run := 1; run <= 2; run++ {
+		err := read(st)
+		if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "publication "+cfg.Publication+" does not exist") ||
+			!strings.Contains(err.Error(), "remove the changefeed and create it again") {
+			t.Fatalf("run %d: the stream after its publication was dropped and created again: %v", run, err)
+		}
+		st.Close()
+		// Started again from where it began: the same.
+		var oerr error
+		if st, oerr = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, ""); oerr != nil {
+			t.Fatal(oerr)
+		}
+	}
+	st.Close()
+}

@@ -204,7 +204,12 @@ func notViaRoot(ctx context.Context, conn *pgx.Conn, cfg Config, roots []string)
 func unpublished(ctx context.Context, conn *pgx.Conn, cfg Config) []string {
 	var out []string
 	const since = " (changed since the changefeed was created: its changes are being lost; fix the publication, then copy the tables again: pause, update --remove-table, update --add-table, resume)"
-	if why, err := publicationUnfit(ctx, conn, cfg); err == nil && why != "" {
+	why, err := publicationUnfit(ctx, conn, cfg)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not one table out of it: all of it gone.
+		return []string{fmt.Sprintf("publication %s does not exist: it was dropped (DROP PUBLICATION, or DROP OWNED BY the changefeed's user), and PostgreSQL cannot decode the changes after the drop, also once a publication of that name is created again; remove the changefeed and create it again (its tables are copied again)", cfg.Publication)}
+	}
+	if err == nil && why != "" {
 		out = append(out, why+since)
 	}
 	if roots, err := partitionRoots(ctx, conn, cfg); err == nil {
