@@ -262,6 +262,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			if err := s.checkDropped(ctx, st); err != nil {
 				return err
 			}
+			if err := s.checkUnpublished(ctx, st); err != nil {
+				return err
+			}
 			s.lookForAttached(ctx, st, looks)
 			s.lookForIdleChanges(ctx, st, idle, looks.at)
 			s.lookForRelabels(ctx, st)
