@@ -180,3 +180,52 @@ func TestAPublicationDroppedFailsTheReaderSayingWhatToDo(t *testing.T) {
 	}
 	st.Close()
 }
+
+// A slot PostgreSQL invalidated (its WAL past max_slot_wal_keep_size
+// while the changefeed was stopped) fails the reader as unresumable,
+// saying so and what to do, on a server of its own set so: the reader
+// and a resume's check alike.
+func TestASlotPostgreSQLInvalidatedFailsTheReaderSayingWhatToDo(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.StartDB(t, "shop", "max_slot_wal_keep_size=1MB", "max_wal_size=32MB", "min_wal_size=32MB")
+	dsn := pg.DSN("shop")
+	if _, err := pg.Psql(context.Background(), "shop", "CREATE TABLE t (id int4 PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	st, cfg, up := open(t, dsn+"&tables=t")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// WAL past the slot's allowance, checkpoints until it is lost.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := pg.Psql(context.Background(), "shop", "INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(1, 5000) g ON CONFLICT (id) DO UPDATE SET v = excluded.v || 'y'; SELECT pg_switch_wal(); CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+		out, err := pg.Psql(context.Background(), "shop", "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "lost") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot was not invalidated: %s", out)
+		}
+	}
+	_, err := OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+	if err == nil {
+		// PostgreSQL refuses at the first read on some versions.
+		t.Fatal("a stream opened on an invalidated slot")
+	}
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "PostgreSQL invalidated replication slot "+cfg.Slot) || !strings.Contains(err.Error(), "remove the changefeed and create it again") {
+		t.Fatalf("resuming from an invalidated slot: %v", err)
+	}
+	pos, err := json.Marshal(position{LSN: up.StartLSN.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Resumable(context.Background(), cfg.URI(), pos)
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "invalidated") {
+		t.Fatalf("asked whether a changefeed can resume from an invalidated slot: %v", err)
+	}
+}
