@@ -262,4 +262,32 @@ func TestATableTakenOutOfThePublicationIsHeld(t *testing.T) {
 	if held() == nil || logHas(run.log, "public.b", "b3") {
 		t.Fatalf("b put back: held %v, its later row arrived %v", held() != nil, logHas(run.log, "public.b", "b3"))
 	}
+	run.stop(t) // the reader ran on all along
+}
+
+// A publication dropped while nothing is written is found by the
+// reader's look, not only by the stream's next change (which on
+// PostgreSQL 18 only warns, and on 13 to 17 may say so in the server's
+// language): the reader ends as unresumable, saying what to do.
+func TestADroppedPublicationIsFoundByTheLook(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text)`)
+	uri, pos, err := Pin(context.Background(), dsn+"&tables=a", "nopub", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := startReading(t, uri, "nopub", pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
+	psql(t, srv, dsn, `DROP PUBLICATION `+cfg.Publication)
+	select {
+	case err := <-run.done:
+		if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), "publication "+cfg.Publication+" does not exist") {
+			t.Fatalf("the reader after its publication was dropped: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reader went on for 30 s without its publication")
+	}
 }

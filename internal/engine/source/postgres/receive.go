@@ -45,7 +45,7 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 			}
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
-				if why := publicationGone(s.cfg, pgErr.Code, pgErr.Message); why != "" {
+				if why := publicationGone(s.cfg, pgErr.Code, pgErr.Message, pgErr.Routine); why != "" {
 					return Item{}, fmt.Errorf("%s (%w)", why, source.ErrUnresumable)
 				}
 			}
@@ -53,7 +53,7 @@ func (s *Stream) Next(ctx context.Context) (Item, error) {
 		}
 		switch msg := raw.(type) {
 		case *pgproto3.ErrorResponse:
-			if why := publicationGone(s.cfg, msg.Code, msg.Message); why != "" {
+			if why := publicationGone(s.cfg, msg.Code, msg.Message, msg.Routine); why != "" {
 				return Item{}, fmt.Errorf("%s (%w)", why, source.ErrUnresumable)
 			}
 			return Item{}, fmt.Errorf("replication stream of slot %s: PostgreSQL: %s [SQLSTATE %s]", s.cfg.Slot, msg.Message, msg.Code)

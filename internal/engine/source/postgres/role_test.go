@@ -73,6 +73,14 @@ func TestTheRolesTimeoutsReachNoSessionOfTheSource(t *testing.T) {
 	if u := cfg.URI(); strings.Contains(u, "statement_timeout") || strings.Contains(u, "idle_in_transaction") {
 		t.Fatalf("the stored URI keeps the limits: %s", u)
 	}
+	// The operator's own, in options=, stays theirs.
+	own, err := ParseURI(strings.Replace(dsn, "postgres@", "cdc_limits@", 1) + "&tables=t&options=-c%20statement_timeout%3D5min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(own.ConnString, "statement_timeout=0") {
+		t.Fatalf("options= sets statement_timeout, and the source's is added over it: %s", own.ConnString)
+	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, cfg.ConnString)
 	if err != nil {

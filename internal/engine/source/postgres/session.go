@@ -104,12 +104,28 @@ func (c *Config) pinSession(q url.Values) error {
 		}
 	}
 	for _, p := range sessionLimits {
-		if !hasParam(q, p.name) {
+		if !hasParam(q, p.name) && !inOptions(q, p.name) {
 			q.Set(p.name, p.value)
 			c.pinned = append(c.pinned, p.name) // given again at every parse: not stored
 		}
 	}
 	return nil
+}
+
+// inOptions says q's options= (command-line options for the server,
+// -c name=value) sets the setting: the operator's, which a separate
+// parameter would override.
+func inOptions(q url.Values, name string) bool {
+	for k, vs := range q {
+		if strings.EqualFold(k, "options") {
+			for _, v := range vs {
+				if strings.Contains(strings.ToLower(v), strings.ToLower(name)+"=") {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // hasParam says q has the parameter, in any case: PostgreSQL's setting

@@ -238,14 +238,16 @@ func slotGone(cfg Config, err error) string {
 }
 
 // publicationGone says why the changefeed's publication cannot give its
-// changes ("" when the error says nothing of it): it was dropped (DROP
+// changes ("" when the error, its SQLSTATE, message and the server's
+// routine, says nothing of it): it was dropped (DROP
 // PUBLICATION, or DROP OWNED BY the changefeed's user). pgoutput reads
 // the catalog as it was at each change's place in the WAL, so every
 // start of the stream meets the drop again: retrying, the reader failed
 // for ever, and the status told the operator to add the table to a
 // publication that no longer existed.
-func publicationGone(cfg Config, code, message string) string {
-	if code != "42704" || !strings.Contains(message, "publication") {
+func publicationGone(cfg Config, code, message, routine string) string {
+	// The routine's name is never translated; the message may be.
+	if code != "42704" || !strings.Contains(message, "publication") && routine != "GetPublicationByName" {
 		return ""
 	}
 	return fmt.Sprintf("publication %s does not exist at the changefeed's place in the WAL: it was dropped (DROP PUBLICATION, or DROP OWNED BY the changefeed's user), and PostgreSQL cannot decode the changes after the drop, also once a publication of that name is created again; remove the changefeed and create it again (its tables are copied again). PostgreSQL said: %s", cfg.Publication, message)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 )
 
 // A table taken out of the publication (ALTER PUBLICATION … DROP
@@ -14,69 +17,94 @@ import (
 // 'changefeed get' said so while it was out. The reader looks at the
 // publication at each look for dropped tables (catalog-interval) and
 // holds such a table: the changes since it left are lost, and it must be
-// put back and copied again. A removal shorter than a look goes unseen.
+// put back and copied again. A removal shorter than a look goes unseen,
+// and so does one a reader started again after (a run's holds are its
+// own).
 
 // checkUnpublished holds the changefeed's tables the publication no
 // longer publishes, after checkDropped (a table dropped or renamed away
-// is its). Nothing when the publication is gone: the stream says so.
+// is its). A publication gone fails the reader (publicationGone): the
+// stream says so on PostgreSQL 13 to 17, in the server's language; 18
+// warns and goes on without it. A look that cannot be made is told and
+// made again at the next.
 func (s *Source) checkUnpublished(ctx context.Context, st *Stream) error {
 	conn := st.cat.conn
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, s.cfg.Publication).Scan(&exists); err != nil {
-		return explain(s.cfg, err)
-	}
-	if !exists {
+	var exists, viaRoot bool
+	err := conn.QueryRow(ctx, `SELECT count(*) > 0, COALESCE(bool_or(pubviaroot), false) FROM pg_publication WHERE pubname = $1`, s.cfg.Publication).Scan(&exists, &viaRoot)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look at the publication; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 		return nil
 	}
-	rows, err := conn.Query(ctx, `SELECT c.oid::int8 FROM pg_publication_tables p JOIN pg_namespace n ON n.nspname = p.schemaname
-JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename WHERE p.pubname = $1`, s.cfg.Publication)
-	if err != nil {
-		return explain(s.cfg, err)
+	if !exists {
+		return fmt.Errorf("%s (%w)", publicationGone(s.cfg, "42704", "publication \""+s.cfg.Publication+"\" does not exist", ""), source.ErrUnresumable)
 	}
-	published := map[uint32]bool{}
-	for rows.Next() {
-		var oid int64
-		if err := rows.Scan(&oid); err != nil {
-			rows.Close()
-			return explain(s.cfg, err)
-		}
-		published[uint32(oid)] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return explain(s.cfg, err)
-	}
-	var out []string
+	var oids []int64
+	names := map[int64]string{}
 	for name, ts := range st.tables {
 		_, held := st.held[name]
 		_, gone := st.gone[name]
-		if ts.OID == 0 || ts.Def == nil || held || gone || st.unread(ts) || published[ts.OID] {
-			continue
-		}
-		var still bool // dropped: checkDropped's
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = $1)`, int64(ts.OID)).Scan(&still); err != nil {
-			return explain(s.cfg, err)
-		}
-		if still {
-			out = append(out, name)
+		if ts.OID != 0 && ts.Def != nil && !held && !gone && !st.unread(ts) {
+			oids = append(oids, int64(ts.OID))
+			names[int64(ts.OID)] = name
 		}
 	}
-	if len(out) == 0 {
+	if len(oids) == 0 {
+		return nil
+	}
+	// Those of them that exist and the publication does not publish, with
+	// what they are now: a partitioned table, a partition.
+	rows, err := conn.Query(ctx, `SELECT c.oid::int8, c.relkind = 'p', c.relispartition FROM pg_class c
+WHERE c.oid = ANY($1::oid[]) AND NOT EXISTS (SELECT 1 FROM pg_publication_tables p JOIN pg_namespace n ON n.nspname = p.schemaname
+  WHERE p.pubname = $2 AND n.oid = c.relnamespace AND p.tablename = c.relname)`, oids, s.cfg.Publication)
+	if err != nil {
+		s.log.Warn("postgres source: cannot look at the publication; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return nil
+	}
+	type out struct {
+		table               string
+		partitioned, inRoot bool
+	}
+	var missing []out
+	for rows.Next() {
+		var oid int64
+		var o out
+		if err := rows.Scan(&oid, &o.partitioned, &o.inRoot); err != nil {
+			rows.Close()
+			s.log.Warn("postgres source: cannot look at the publication; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+			return nil
+		}
+		o.table = names[oid]
+		missing = append(missing, o)
+	}
+	rows.Close()
+	if rows.Err() != nil || len(missing) == 0 {
 		return nil
 	}
 	at, err := dbNow(ctx, st.cat)
 	if err != nil {
-		return explain(s.cfg, err)
+		s.log.Warn("postgres source: cannot look at the publication; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
+		return nil
 	}
-	for _, t := range slices.Sorted(slices.Values(out)) {
-		st.holdAt(Hold{Table: t, Reason: unpublishedReason(s.cfg, string(s.cf), t)}, at)
+	slices.SortFunc(missing, func(a, b out) int { return strings.Compare(a.table, b.table) })
+	for _, m := range missing {
+		st.holdAt(Hold{Table: m.table, Reason: unpublishedReason(s.cfg, string(s.cf), m.table, m.partitioned && !viaRoot, m.inRoot)}, at)
 	}
 	return nil
 }
 
 // unpublishedReason says why a table out of the publication is held,
-// and what to do.
-func unpublishedReason(cfg Config, cf, table string) string {
-	return fmt.Sprintf("not in publication %s any more (ALTER PUBLICATION … DROP TABLE, or the publication changed): PostgreSQL sends none of its changes since it left, and they are lost; put it back (ALTER PUBLICATION %s ADD TABLE %s), then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		cfg.Publication, cfg.Publication, quoteQualified(table), cf, cf, table, cf)
+// and what to do: a partitioned table whose publication publishes its
+// partitions' rows instead (publish_via_partition_root off), a table
+// attached as a partition of a published one (its rows go under that
+// table's name), or one taken out.
+func unpublishedReason(cfg Config, cf, table string, viaChildren, partition bool) string {
+	copyAgain := fmt.Sprintf("then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'", cf, cf, table, cf)
+	switch {
+	case viaChildren:
+		return fmt.Sprintf("publication %s publishes its rows under its partitions' names now (publish_via_partition_root off), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = true), %s", cfg.Publication, cfg.Publication, copyAgain)
+	case partition:
+		return "attached as a partition of another table, its rows are published under that table's name: its changes since are lost; detach it (ALTER TABLE … DETACH PARTITION), or replicate the table it belongs to instead"
+	}
+	return fmt.Sprintf("not in publication %s any more (ALTER PUBLICATION … DROP TABLE, or the publication changed): PostgreSQL sends none of its changes since it left, and they are lost; put it back (ALTER PUBLICATION %s ADD TABLE %s; a publication cdcctl made is given it back by the copy), %s",
+		cfg.Publication, cfg.Publication, quoteQualified(table), copyAgain)
 }
