@@ -141,3 +141,18 @@ func withoutTemporary(stmt string) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// temporaryTable says whether a statement creates or drops a session's
+// temporary table (CREATE [OR REPLACE] TEMPORARY TABLE; DROP /*!40005
+// TEMPORARY */ TABLE as the server writes the drop of one at a
+// session's end).
+func temporaryTable(stmt string) bool {
+	f := strings.Fields(withoutComments(stmt))
+	if len(f) < 3 || !strings.EqualFold(f[0], "create") && !strings.EqualFold(f[0], "drop") {
+		return false
+	}
+	if len(f) > 4 && strings.EqualFold(f[1], "or") && strings.EqualFold(f[2], "replace") {
+		f = f[2:] // CREATE OR REPLACE TEMPORARY TABLE (MariaDB)
+	}
+	return strings.EqualFold(f[1], "temporary") || len(f) > 3 && strings.HasPrefix(f[1], "/*!") && strings.EqualFold(f[2], "temporary")
+}

@@ -287,14 +287,14 @@ func (cur *txn) release(name string) {
 	}
 }
 
-// rollbackTo undoes what the transaction did after a savepoint: the
-// server wrote those rows into the binary log, then ROLLBACK TO, because
-// the transaction changed a table that cannot roll back (MyISAM,
-// MEMORY, Aria); its other rows it takes out of the log itself. Rows its
-// parts sent already leave the log (w). The savepoint stays, those set
-// after it are gone. False when the transaction has no such savepoint
-// (set before the reader's start: it cannot be).
-// A name "" is the transaction's start: all of it undone.
+// rollbackTo undoes what the transaction did after a savepoint (name ""
+// is its start: all of it): the server wrote those rows into the binary
+// log, then ROLLBACK TO, because the transaction changed a table that
+// cannot roll back (MyISAM, MEMORY); otherwise it takes them out of the
+// log itself. Rows its parts sent already leave the log (w). The
+// savepoint stays, those set after it are gone. False when the
+// transaction has no such savepoint (set before the reader's start: it
+// cannot be).
 func (cur *txn) rollbackTo(name string, w source.LogWriter) (bool, error) {
 	at := 0
 	if name != "" {

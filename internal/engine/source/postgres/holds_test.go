@@ -33,14 +33,7 @@ func TestARenamedTableIsHeldAndADroppedOneReportedWhileTheOthersGoOn(t *testing.
 	psql(t, srv, dsn, `DROP TABLE c`)
 	psql(t, srv, dsn, `INSERT INTO a VALUES (3, 'a3')`)
 
-	issue := func(table, state string) *source.TableIssue {
-		for _, i := range run.src.TableIssues() {
-			if i.Table == table && i.State == state {
-				return &i
-			}
-		}
-		return nil
-	}
+	issue := func(table, state string) *source.TableIssue { return run.issue(table, state) }
 	run.until(t, "b held, c dropped and a3 read", func() bool {
 		return issue("public.c", source.TableDropped) != nil && issue("public.b", source.TableHeld) != nil && logHas(run.log, "public.a", "a3")
 	})
@@ -122,6 +115,16 @@ func (r *reading) until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// issue is what the reader reports of a table in a state, if it does.
+func (r *reading) issue(table, state string) *source.TableIssue {
+	for _, i := range r.src.TableIssues() {
+		if i.Table == table && i.State == state {
+			return &i
+		}
+	}
+	return nil
+}
+
 // stop stops the reader, which must not have failed.
 func (r *reading) stop(t *testing.T) {
 	t.Helper()
@@ -162,14 +165,7 @@ func TestATableRenamedToAnotherReplicatedTablesNameIsHeld(t *testing.T) {
 	psql(t, srv, dsn, `INSERT INTO orders VALUES (1, 'old'); INSERT INTO orders_new VALUES (1, 'new')`)
 	psql(t, srv, dsn, `BEGIN; ALTER TABLE orders RENAME TO orders_old; ALTER TABLE orders_new RENAME TO orders; COMMIT`)
 	psql(t, srv, dsn, `INSERT INTO orders VALUES (2, 'new2')`)
-	held := func() *source.TableIssue {
-		for _, i := range run.src.TableIssues() {
-			if i.Table == "public.orders_new" && i.State == source.TableHeld {
-				return &i
-			}
-		}
-		return nil
-	}
+	held := func() *source.TableIssue { return run.issue("public.orders_new", source.TableHeld) }
 	run.until(t, "orders_new held", func() bool { return held() != nil })
 	if r := held().Reason; !strings.Contains(r, "renamed upstream to public.orders") {
 		t.Fatalf("the hold says: %s", r)
@@ -203,14 +199,7 @@ func TestATableRenamedAwayAndLeftIdleIsHeld(t *testing.T) {
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'b1'); INSERT INTO c VALUES (1, 'c1')`)
 	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b_old; CREATE TABLE b (id int4 PRIMARY KEY, v text); ALTER TABLE c RENAME TO c2`)
 	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1')`)
-	issue := func(table string) *source.TableIssue {
-		for _, i := range run.src.TableIssues() {
-			if i.Table == table && i.State == source.TableHeld {
-				return &i
-			}
-		}
-		return nil
-	}
+	issue := func(table string) *source.TableIssue { return run.issue(table, source.TableHeld) }
 	run.until(t, "b and c held", func() bool { return issue("public.b") != nil && issue("public.c") != nil })
 	if b := issue("public.b"); !strings.Contains(b.Reason, "renamed upstream to public.b_old") || b.RenamedTo != "" {
 		t.Fatalf("b, renamed away and its name taken again: %+v", b)
@@ -243,14 +232,7 @@ func TestATableTakenOutOfThePublicationIsHeld(t *testing.T) {
 	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1')`)
 	run.until(t, "the first rows", func() bool { return logHas(run.log, "public.a", "a1") && logHas(run.log, "public.b", "b1") })
 	psql(t, srv, dsn, `ALTER PUBLICATION `+cfg.Publication+` DROP TABLE b; INSERT INTO b VALUES (2, 'lost')`)
-	held := func() *source.TableIssue {
-		for _, i := range run.src.TableIssues() {
-			if i.Table == "public.b" && i.State == source.TableHeld {
-				return &i
-			}
-		}
-		return nil
-	}
+	held := func() *source.TableIssue { return run.issue("public.b", source.TableHeld) }
 	run.until(t, "b held", func() bool { return held() != nil })
 	if r := held().Reason; !strings.Contains(r, "not in publication "+cfg.Publication) || !strings.Contains(r, "ALTER PUBLICATION "+cfg.Publication+" ADD TABLE") ||
 		!strings.Contains(r, "changefeed update unpub --copy-table public.b") {
