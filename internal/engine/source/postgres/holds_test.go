@@ -81,6 +81,21 @@ type reading struct {
 	cancel context.CancelFunc
 }
 
+// lookingOften pins changefeed cf of uri and runs its reader from its
+// start, looking at the catalog every 200 ms, not 10 s.
+func lookingOften(t *testing.T, uri string, cf model.ChangefeedID) (*reading, Config) {
+	t.Helper()
+	stored, pos, err := Pin(context.Background(), uri, cf, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseURI(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startReading(t, stored, cf, pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond }), cfg
+}
+
 // startReading opens a stored URI and runs its reader from pos.
 func startReading(t *testing.T, uri string, cf model.ChangefeedID, pos source.Position, opts ...func(*Source)) *reading {
 	t.Helper()
@@ -219,16 +234,7 @@ func TestATableTakenOutOfThePublicationIsHeld(t *testing.T) {
 	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
-	ctx := context.Background()
-	uri, pos, err := Pin(ctx, dsn+"&tables=a,b", "unpub", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := startReading(t, uri, "unpub", pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
+	run, cfg := lookingOften(t, dsn+"&tables=a,b", "unpub")
 	psql(t, srv, dsn, `INSERT INTO a VALUES (1, 'a1'); INSERT INTO b VALUES (1, 'b1')`)
 	run.until(t, "the first rows", func() bool { return logHas(run.log, "public.a", "a1") && logHas(run.log, "public.b", "b1") })
 	psql(t, srv, dsn, `ALTER PUBLICATION `+cfg.Publication+` DROP TABLE b; INSERT INTO b VALUES (2, 'lost')`)
@@ -254,15 +260,7 @@ func TestATableTakenOutOfThePublicationIsHeld(t *testing.T) {
 func TestADroppedPublicationIsFoundByTheLook(t *testing.T) {
 	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text)`)
-	uri, pos, err := Pin(context.Background(), dsn+"&tables=a", "nopub", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := startReading(t, uri, "nopub", pos, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
+	run, cfg := lookingOften(t, dsn+"&tables=a", "nopub")
 	psql(t, srv, dsn, `DROP PUBLICATION `+cfg.Publication)
 	select {
 	case err := <-run.done:
