@@ -135,6 +135,9 @@ func TestRowsBehindSeveralAltersAreDecodedWithTheirOwnSchemaWithoutRowMetadata(t
 	again := pull(t, mysql.NewPuller(third, "cf", "mariadb", nil), from)
 	waitResolved(t, again)
 	evs3, _, _ := again.state()
+	// (The resume point is at or before the checkpoint: what the reader
+	// gives again up to it, the partitions have.)
+	evs3 = slices.DeleteFunc(evs3, func(e source.Event) bool { return e.CommitTs <= renamed })
 	if a, b := strings.Join(names(evs3, false, "id", "price", "memo", "qty"), "\n"), strings.Join(names(after, false, "id", "price", "memo", "qty"), "\n"); a != b {
 		t.Fatalf("read from after the rename:\n%s\nlive:\n%s", a, b)
 	}

@@ -45,7 +45,6 @@ func (r *streamRun) query(h *replication.EventHeader, e *replication.QueryEvent)
 			delete(r.prepared, xid)
 			if verb == "COMMIT" {
 				r.cur.events = append(r.cur.events, pending.events...)
-				r.cur.hadRows = r.cur.hadRows || pending.hadRows
 			}
 		} else if verb == "ROLLBACK" {
 			// Rolled back before it was prepared, its group written

@@ -58,6 +58,8 @@ func (r *streamRun) truncate(q string, ts model.Ts) bool {
 		r.at.Tables = withTable(r.at.Tables, t, st)
 		r.cur.ddls = append(r.cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
 			Statement: source.TruncatePrefix + quoteTable(t)})
+	} else {
+		r.cur.reserved++ // the position a read that follows it gives it (settle)
 	}
 	return true
 }
@@ -84,13 +86,15 @@ func (r *streamRun) drop(q string, ts model.Ts) bool {
 	}
 	for _, t := range names {
 		st, replicated := r.at.Tables[t]
-		if !replicated || st.Dropped || !r.joined(t, ts) {
+		if !replicated || st.Dropped {
 			continue
 		}
-		if r.held[t] {
-			// Its end is the operator's; its position stays, which a
-			// read that does not hold it gives the drop: the same
-			// positions after it either way.
+		if r.held[t] || !r.joined(t, ts) {
+			// Held, its end is the operator's; not joined yet (added
+			// or copied again after this, read again from before),
+			// its copy has it. Its position stays, which a read that
+			// ends it here gives the drop: the other tables' drops
+			// keep theirs either way (settle).
 			r.cur.reserved++
 			continue
 		}

@@ -377,9 +377,8 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		return nil
 	}
 	// Rows of a held table count as much as any towards the transaction
-	// going in parts, which fixes its positions: a read that holds the
-	// table and one that does not give it the same.
-	r.cur.hadRows = true
+	// going in parts (whose rows' position is fixed as any
+	// transaction's: settle).
 	r.cur.seen += len(e.Rows)
 	r.cur.size += int(ev.Header.EventSize)
 	if err := r.tableRows(ev, e, table, st); err != nil {
@@ -398,6 +397,17 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 // rows decoded into the transaction's.
 func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState) error {
 	if r.held[table] {
+		if !r.cur.heldSeen[table] && r.cur.reserved+len(r.cur.ddls) < ddlSlots {
+			// The position a read that does not hold it may give a
+			// schema change found here: the changes other tables'
+			// rows bring after it are not placed lower in one read
+			// than in the other (settle).
+			if r.cur.heldSeen == nil {
+				r.cur.heldSeen = map[string]bool{}
+			}
+			r.cur.heldSeen[table] = true
+			r.cur.reserved++
+		}
 		return nil
 	}
 	// A table map comes once per transaction and table: checked

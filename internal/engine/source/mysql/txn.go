@@ -24,17 +24,19 @@ type txn struct {
 	// the catalog, read again later from before them, may find one,
 	// and the positions after them are the same either way (settle).
 	reserved int
-	// hadRows: rows of a replicated table came, held ones too; seen
-	// counts them since its last part (size, their bytes), and marked
-	// says a watermark came, any table's.
-	hadRows bool
-	seen    int
-	marked  bool
-	events  []source.Event
-	tickAt  int64 // the server's clock in µs, when it wrote a tick
-	commit  int64 // the commit's time in µs (MySQL) or seconds × 10^6
-	gtid    string
-	xa      string // an XA transaction's id, from its XA END
+	// heldSeen are the held tables whose rows it has, each a position
+	// reserved.
+	heldSeen map[string]bool
+	// seen counts the rows of replicated tables, held ones too, since
+	// its last part (size, their bytes), and marked says a watermark
+	// came, any table's.
+	seen   int
+	marked bool
+	events []source.Event
+	tickAt int64 // the server's clock in µs, when it wrote a tick
+	commit int64 // the commit's time in µs (MySQL) or seconds × 10^6
+	gtid   string
+	xa     string // an XA transaction's id, from its XA END
 	// xaStart: an XA transaction (its XA START, or MariaDB's GTID flag),
 	// known before its rows: they wait for its outcome, never in parts.
 	xaStart bool
@@ -183,32 +185,33 @@ func (cur *txn) rowsTs() model.Ts { return cur.base + ddlSlots }
 func (cur *txn) slotsFull() bool { return cur.base != 0 && len(cur.ddls) >= ddlSlots }
 
 // settle gives the transaction's schema changes and rows their positions
-// at its commit at ts, each change a position of its own before the rows
-// (a parted transaction's were fixed at its first part), and returns the
-// rows' position.
+// at its commit at ts, its base (a parted transaction's were fixed at its
+// first part), and returns the rows' position: the positions reserved
+// first, then each change a position of its own, and the rows
+// base+ddlSlots whatever came before them, as a parted transaction's.
+//
+// Where the rows are is thus the binary log's alone, not the
+// changefeed's tables': a read again from a resume point after the
+// tables changed (a table copied again or added back is not joined
+// before the change, one removed is not read at all, a TRUNCATE begins
+// the first transaction after one added back) finds other schema changes
+// than the first read did. With the rows just past the last change, every
+// later transaction moved with them until the next tick, and a partition
+// whose checkpoint was ahead of the changefeed's passed over the one that
+// moved down onto its checkpoint: an update lost. Only a transaction of
+// more schema changes than ddlSlots (a DROP DATABASE of more replicated
+// tables) puts its rows past them.
 func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
 	if cur.base != 0 {
 		cur.place(at)
 		return cur.rowsTs()
 	}
-	// The positions reserved first, then the changes found, then the
-	// rows: where they are is the same whichever changes were found and
-	// whichever of its tables held (their rows dropped). A transaction
-	// without rows ends at its last change's position.
-	rows := len(cur.events) > 0 || cur.hadRows
-	for i := 0; i < cur.reserved; i++ {
-		if i < cur.reserved-1 || len(cur.ddls) > 0 || rows {
-			ts++
-		}
-	}
 	for i, d := range cur.ddls {
-		cur.version(at, d, ts)
-		if i < len(cur.ddls)-1 || rows {
-			ts++
-		}
+		cur.version(at, d, ts+model.Ts(cur.reserved+i))
 	}
-	cur.rowsAt(ts)
-	return ts
+	rows := ts + model.Ts(max(ddlSlots, cur.reserved+len(cur.ddls)))
+	cur.rowsAt(rows)
+	return rows
 }
 
 // commits says whether an event ends a transaction: an XID (InnoDB's
