@@ -43,6 +43,10 @@ func openCatalog(ctx context.Context, connString string) (*catalog, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := unlimit(ctx, conn); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
 	return &catalog{conn: conn, types: map[uint32]string{}}, nil
 }
 

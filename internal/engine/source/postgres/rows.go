@@ -44,6 +44,9 @@ func (r *TableReader) Snapshot(ctx context.Context, tables []string) (time.Time,
 		return time.Time{}, nil, explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
+	if err := unlimit(ctx, conn); err != nil { // a large table's read is one transaction
+		return time.Time{}, nil, explain(cfg, err)
+	}
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
 	defs := map[string]*source.TableDef{}
 	for _, t := range tables {

@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
 	"unicode"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A value reaches the sink as the text PostgreSQL writes it in, and that
@@ -52,6 +55,37 @@ var sessionPins = []struct {
 var sessionLimits = []struct{ name, value string }{
 	{"statement_timeout", "0"},
 	{"idle_in_transaction_session_timeout", "0"},
+}
+
+// laterLimits are limits of later versions that would cut the source's
+// sessions too: idle_session_timeout (PostgreSQL 14 on) ends the stream's
+// catalog session, idle while the stream is resolved by transactions or
+// by other changefeeds' ticks, and the stream ended at its next tick or
+// held the next table whose columns changed ("cannot be read"), for an
+// operator's resume; transaction_timeout (17 on) ends a table without a
+// key's copy. The startup message cannot carry them (a server before
+// them refuses a setting it does not know), so each long-lived session
+// turns them off once connected (unlimit), unless the connection gave
+// them (the URI's options=).
+var laterLimits = []string{"idle_session_timeout", "transaction_timeout"}
+
+// unlimit turns laterLimits off in conn's session where the server has
+// them and a database's or role's setting (not the connection's) is on.
+func unlimit(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, "SELECT name FROM pg_settings WHERE name = ANY('{"+strings.Join(laterLimits, ",")+"}') AND source <> 'client' AND setting <> '0'")
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, "SET "+n+" = 0"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // zoneParam is the driver parameter that carries the time zone, spelled

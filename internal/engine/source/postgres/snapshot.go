@@ -48,6 +48,10 @@ func snapshotConn(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
+	if err := unlimit(ctx, conn); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, explain(cfg, err)
+	}
 	return conn, nil
 }
 

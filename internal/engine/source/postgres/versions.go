@@ -89,8 +89,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 	// What cannot be read about the table holds it (not the changefeed),
 	// until the operator has fixed the cause.
 	unreadable := func(what string, err error) error {
-		if ctx.Err() != nil {
-			return err
+		if ctx.Err() != nil || s.cat.conn.IsClosed() {
+			// The catalog's session ended (the server restarted, an
+			// administrator ended it): the stream's failure, not the
+			// table's; it is opened again from its resume point.
+			return fmt.Errorf("read the catalog for table %s: %w", name, explain(s.cfg, err))
 		}
 		s.rels[m.RelationID].held = true
 		s.hold(name, fmt.Sprintf("%s cannot be read: %v; fix the cause, then 'cdcctl changefeed resume %s --table %s' reads it again from here", what, err, s.changefeed(), name))
