@@ -16,10 +16,9 @@ import (
 // at its timestamp (or the log resolved to it), and its end made the
 // new position and a point. An error ends the reader.
 func (r *streamRun) commit(ev *replication.BinlogEvent) error {
-	if (len(r.carried) > 0 || r.carriedReserved > 0) && r.cur.base == 0 {
-		r.cur.ddls = append(r.carried, r.cur.ddls...)
-		r.cur.reserved += r.carriedReserved
-		r.carried, r.carriedReserved = nil, 0
+	if len(r.carried) > 0 && r.cur.base == 0 {
+		r.cur.prepend(r.carried, carriedSlot)
+		r.carried = nil
 	}
 	if r.cur.commit == 0 {
 		r.cur.commit = int64(ev.Header.Timestamp) * 1_000_000
@@ -41,7 +40,7 @@ func (r *streamRun) commit(ev *replication.BinlogEvent) error {
 	if r.cur.base == 0 { // a parted transaction's were made at its first part
 		var reset []*source.Event
 		if r.at.Tables, reset = resets(r.at.Tables, r.held, ts, r.inCopy); len(reset) > 0 {
-			r.cur.ddls = append(reset, r.cur.ddls...)
+			r.cur.prepend(reset, 0)
 		}
 	}
 	// Each schema change at its own position, then the rows: a

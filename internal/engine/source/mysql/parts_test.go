@@ -94,9 +94,11 @@ func TestALargeTransactionGoesToTheLogInParts(t *testing.T) {
 			}
 		}
 	}
-	// The change in the transaction's first position, 1,024 (its slots
-	// for changes) below its rows: met in it, not at the ALTER's own.
-	if rows != 10001 || convRows != 1 || ddl == nil || rowsAt-ddl.CommitTs != 1024 {
+	// The change met in the transaction, not at the ALTER's own
+	// position: at its slot (slots.go), that of conv's rows, the second
+	// table the transaction wrote, 512+1 past its base; the rows 1,024
+	// past it.
+	if rows != 10001 || convRows != 1 || ddl == nil || rowsAt-ddl.CommitTs != 1024-513 {
 		t.Fatalf("%d rows of the transaction at %s, %d of conv, its schema change %+v", rows, rowsAt, convRows, ddl)
 	}
 	if before, after := evs[0], evs[len(evs)-1]; before.New[0].Text != "-1" || before.CommitTs >= ddl.CommitTs || after.New[0].Text != "10000" || after.CommitTs <= rowsAt {

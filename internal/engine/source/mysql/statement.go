@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -56,10 +57,8 @@ func (r *streamRun) truncate(q string, ts model.Ts) bool {
 	if !r.held[t] && r.joined(t, ts) {
 		st.Version++
 		r.at.Tables = withTable(r.at.Tables, t, st)
-		r.cur.ddls = append(r.cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-			Statement: source.TruncatePrefix + quoteTable(t)})
-	} else {
-		r.cur.reserved++ // the position a read that follows it gives it (settle)
+		r.cur.addDDL(&source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+			Statement: source.TruncatePrefix + quoteTable(t)}, r.cur.statementSlot(0))
 	}
 	return true
 }
@@ -84,25 +83,27 @@ func (r *streamRun) drop(q string, ts model.Ts) bool {
 	if !ok {
 		return false
 	}
-	for _, t := range names {
+	for i, t := range names {
 		st, replicated := r.at.Tables[t]
-		if !replicated || st.Dropped {
+		if !replicated || st.Dropped || !r.joined(t, ts) {
 			continue
 		}
-		if r.held[t] || !r.joined(t, ts) {
-			// Held, its end is the operator's; not joined yet (added
-			// or copied again after this, read again from before),
-			// its copy has it. Its position stays, which a read that
-			// ends it here gives the drop: the other tables' drops
-			// keep theirs either way (settle).
-			r.cur.reserved++
+		if r.held[t] {
+			continue // its end is the operator's
+		}
+		// Each table's drop at the place of its name in the statement
+		// (a DROP DATABASE's after them, by name): the same in every
+		// read, whichever of the others a read ends here (slots.go).
+		slot := r.cur.statementSlot(i)
+		if slot >= ddlSlots {
+			r.h.hold(t, fmt.Sprintf("dropped upstream by a statement that names more than %d tables before it (%.200s); remove it from the changefeed (cdcctl changefeed pause, changefeed update --tables without it, changefeed resume)", ddlSlots-ownSlot, q))
 			continue
 		}
 		st.Version++
 		st.Dropped, st.DroppedAt = true, ts
 		r.at.Tables = withTable(r.at.Tables, t, st)
-		r.cur.ddls = append(r.cur.ddls, &source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-			Statement: source.DropPrefix + quoteTable(t)})
+		r.cur.addDDL(&source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
+			Statement: source.DropPrefix + quoteTable(t)}, slot)
 		r.p.reportDropped(t, ts)
 		r.p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", r.p.cf, "table", t)
 	}
@@ -246,7 +247,7 @@ func (r *streamRun) alter(q string, ts model.Ts) {
 				if ok {
 					delete(r.pending, t)
 					if ddl != nil {
-						r.cur.ddls = append(r.cur.ddls, ddl)
+						r.cur.addDDL(ddl, r.cur.statementSlot(0)) // an ALTER changes one table
 						r.at.Tables = withTable(r.at.Tables, t, next)
 						delete(r.cols, t)
 						delete(r.keyTypesByTable, t)

@@ -188,9 +188,6 @@ type streamRun struct {
 	// carried are schema changes of prepared XA transactions, for the
 	// next transaction that commits.
 	carried []*source.Event
-	// carriedReserved are their positions reserved (txn.reserved), for
-	// the same transaction.
-	carriedReserved int
 	// Tables added at a point ahead (added.go): their transactions up to
 	// it are in their copies.
 	adding []string
@@ -311,8 +308,7 @@ func (r *streamRun) xaPrepare(ev *replication.BinlogEvent) error {
 		// the next transaction to commit writes it, before rows
 		// of its own that carry it (one may commit in between).
 		r.carried = append(r.carried, r.cur.ddls...)
-		r.carriedReserved += r.cur.reserved
-		r.cur.ddls, r.cur.reserved = nil, 0
+		r.cur.ddls, r.cur.slots = nil, nil
 		r.prepared[r.cur.xa] = r.cur
 	}
 	r.cur = txn{}
@@ -372,6 +368,7 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		}
 		return nil
 	}
+	slot := r.cur.tableSlot(table) // any table's: the places are the binary log's
 	st, ok := r.at.Tables[table]
 	if !ok || st.Dropped || r.inCopy(st) {
 		return nil
@@ -381,7 +378,7 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 	// transaction's: settle).
 	r.cur.seen += len(e.Rows)
 	r.cur.size += int(ev.Header.EventSize)
-	if err := r.tableRows(ev, e, table, st); err != nil {
+	if err := r.tableRows(ev, e, table, st, slot); err != nil {
 		return err
 	}
 	if r.cur.partDue() {
@@ -395,19 +392,8 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 // tableRows handles a rows event of a replicated table: held, or its
 // schema followed first where its table map says it changed, then its
 // rows decoded into the transaction's.
-func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState) error {
+func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState, slot int) error {
 	if r.held[table] {
-		if !r.cur.heldSeen[table] && r.cur.reserved+len(r.cur.ddls) < ddlSlots {
-			// The position a read that does not hold it may give a
-			// schema change found here: the changes other tables'
-			// rows bring after it are not placed lower in one read
-			// than in the other (settle).
-			if r.cur.heldSeen == nil {
-				r.cur.heldSeen = map[string]bool{}
-			}
-			r.cur.heldSeen[table] = true
-			r.cur.reserved++
-		}
 		return nil
 	}
 	// A table map comes once per transaction and table: checked
@@ -424,19 +410,15 @@ func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEv
 		}
 		if why != "" {
 			r.h.toCopy(r.ctx, table, why)
-			r.cur.reserved++ // the position a change found here would have had
 			return nil
 		}
 		next.Unfollowed = ""
-		if ddl == nil {
-			r.cur.reserved++ // as above: the catalog read later may find one
-		}
 		if ddl != nil {
-			if r.cur.slotsFull() {
-				r.h.toCopy(r.ctx, table, fmt.Sprintf("its schema changed within a transaction that changed more than %d tables whose schemas changed", ddlSlots))
+			if slot >= ddlSlots {
+				r.h.toCopy(r.ctx, table, fmt.Sprintf("its schema changed within a transaction that wrote more than %d tables before it", ddlSlots-ownSlot))
 				return nil
 			}
-			r.cur.ddls = append(r.cur.ddls, ddl)
+			r.cur.addDDL(ddl, slot)
 			r.at.Tables = withTable(r.at.Tables, table, next)
 			st = next
 			delete(r.cols, table)

@@ -19,14 +19,11 @@ type txn struct {
 	// each with its default database.
 	rowStmts [][2]string
 	ddls     []*source.Event // schema changes its rows follow (schema.go)
-	// reserved are positions of schema changes looked for at its rows
-	// and not found (the table's schema the same, or the table held):
-	// the catalog, read again later from before them, may find one,
-	// and the positions after them are the same either way (settle).
-	reserved int
-	// heldSeen are the held tables whose rows it has, each a position
-	// reserved.
-	heldSeen map[string]bool
+	// slots are the schema changes' places among its positions, and
+	// tables the tables it wrote, in the order of their first rows
+	// (slots.go).
+	slots  []int
+	tables []string
 	// seen counts the rows of replicated tables, held ones too, since
 	// its last part (size, their bytes), and marked says a watermark
 	// came, any table's.
@@ -51,9 +48,8 @@ type txn struct {
 	pos  uint32
 	size int // the bytes of the rows events its events came from
 	// A transaction written to the log in parts (below): its first
-	// position, and how many of its schema changes are placed.
-	base   model.Ts
-	placed int
+	// position.
+	base model.Ts
 	// before are the tables as the transaction began (again.go).
 	before map[string]tableState
 	// parted counts the rows its parts sent to the log; savepoints are
@@ -76,8 +72,8 @@ type savepoint struct {
 // log writes a transaction's events together at its commit, so nothing
 // else commits while they are read, and the transaction's positions can
 // be fixed at its first part: its schema changes (a table's change met
-// at its first row, the reset of a table added back) take base, base+1,
-// …, its rows base+ddlSlots. Readers see none of it until the commit
+// at its first row, the reset of a table added back) take their slots
+// from base on (slots.go), its rows base+ddlSlots. Readers see none of it until the commit
 // resolves the log past it. A prepared XA transaction's rows still wait
 // in memory for its outcome (xa.go): they may be dropped.
 const (
@@ -87,18 +83,16 @@ const (
 	// the next (a part's worth and its growth; a larger one, of a
 	// transaction not parted, is let go).
 	maxSpare = 2 * partRows
-	// ddlSlots is how many schema changes a parted transaction may carry
-	// (one per table at most: the tables it writes); a table whose change
-	// would be beyond them is held.
+	// ddlSlots is how many positions a transaction has for its schema
+	// changes, before its rows' (slots.go).
 	ddlSlots = 1024
 )
 
 // partDue says the transaction's rows are to go out as a part: past the
 // bounds, and nothing in it that must wait for its commit (a watermark,
-// an XA transaction's rows) or has no position left (more schema changes
-// than ddlSlots, met before its first part: it stays in memory).
+// an XA transaction's rows).
 func (cur *txn) partDue() bool {
-	if cur.seen < partRows && cur.size < partBytes || cur.xa != "" || cur.xaStart || cur.marked || len(cur.ddls) >= ddlSlots {
+	if cur.seen < partRows && cur.size < partBytes || cur.xa != "" || cur.xaStart || cur.marked {
 		return false
 	}
 	for i := range cur.events {
@@ -125,7 +119,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 		cur.base = max(at.Ts+1, model.TsFromMicros(max(began, cur.tickAt)))
 		var reset []*source.Event
 		if at.Tables, reset = resets(at.Tables, held, cur.base, inCopy); len(reset) > 0 {
-			cur.ddls = append(reset, cur.ddls...)
+			cur.prepend(reset, 0)
 		}
 	}
 	cur.place(at)
@@ -137,12 +131,10 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 	return nil
 }
 
-// place gives a parted transaction's schema changes not placed yet their
-// positions and puts the rows read so far at the rows' position.
+// place gives a parted transaction's schema changes their positions and
+// puts the rows read so far at the rows' position.
 func (cur *txn) place(at *position) {
-	for ; cur.placed < len(cur.ddls); cur.placed++ {
-		cur.version(at, cur.ddls[cur.placed], cur.base+model.Ts(cur.placed))
-	}
+	cur.placeAll(at, cur.base)
 	cur.rowsAt(cur.rowsTs())
 }
 
@@ -177,41 +169,32 @@ func (cur *txn) rowsAt(ts model.Ts) {
 	}
 }
 
-// rowsTs is a parted transaction's rows' position.
+// rowsTs is the transaction's rows' position.
 func (cur *txn) rowsTs() model.Ts { return cur.base + ddlSlots }
 
-// slotsFull says a parted transaction has no position left for another
-// schema change.
-func (cur *txn) slotsFull() bool { return cur.base != 0 && len(cur.ddls) >= ddlSlots }
-
 // settle gives the transaction's schema changes and rows their positions
-// at its commit at ts, its base (a parted transaction's were fixed at its
-// first part), and returns the rows' position: the positions reserved
-// first, then each change a position of its own, and the rows
-// base+ddlSlots whatever came before them, as a parted transaction's.
+// at its commit at ts, its base (a parted transaction's was fixed at its
+// first part), and returns the rows' position: each change at its slot
+// from the base on (slots.go), the rows base+ddlSlots whatever came
+// before them, as a parted transaction's.
 //
 // Where the rows are is thus the binary log's alone, not the
 // changefeed's tables': a read again from a resume point after the
 // tables changed (a table copied again or added back is not joined
 // before the change, one removed is not read at all, a TRUNCATE begins
 // the first transaction after one added back) finds other schema changes
-// than the first read did. With the rows just past the last change, every
-// later transaction moved with them until the next tick, and a partition
-// whose checkpoint was ahead of the changefeed's passed over the one that
-// moved down onto its checkpoint: an update lost. Only a transaction of
-// more schema changes than ddlSlots (a DROP DATABASE of more replicated
-// tables) puts its rows past them.
+// than the first read did. With the rows just past the last change (as
+// before 2026-12-07), every later transaction moved with them until the
+// next tick, and a partition whose checkpoint was ahead of the
+// changefeed's passed over the one that moved down onto its checkpoint:
+// an update lost.
 func (cur *txn) settle(at *position, ts model.Ts) model.Ts {
 	if cur.base != 0 {
-		cur.place(at)
-		return cur.rowsTs()
+		ts = cur.base
 	}
-	for i, d := range cur.ddls {
-		cur.version(at, d, ts+model.Ts(cur.reserved+i))
-	}
-	rows := ts + model.Ts(max(ddlSlots, cur.reserved+len(cur.ddls)))
-	cur.rowsAt(rows)
-	return rows
+	cur.placeAll(at, ts)
+	cur.rowsAt(ts + ddlSlots)
+	return ts + ddlSlots
 }
 
 // commits says whether an event ends a transaction: an XID (InnoDB's
