@@ -17,7 +17,7 @@ import (
 // new position and a point. An error ends the reader.
 func (r *streamRun) commit(ev *replication.BinlogEvent) error {
 	if len(r.carried) > 0 && r.cur.base == 0 {
-		r.cur.prepend(r.carried, carriedSlot)
+		r.cur.prepend(r.carried)
 		r.carried = nil
 	}
 	if r.cur.commit == 0 {
@@ -40,7 +40,7 @@ func (r *streamRun) commit(ev *replication.BinlogEvent) error {
 	if r.cur.base == 0 { // a parted transaction's were made at its first part
 		var reset []*source.Event
 		if r.at.Tables, reset = resets(r.at.Tables, r.held, ts, r.inCopy); len(reset) > 0 {
-			r.cur.prepend(reset, 0)
+			r.cur.prepend(reset)
 		}
 	}
 	// Each schema change at its own position, then the rows: a

@@ -124,8 +124,8 @@ func (p *Puller) cutOver(ctx context.Context, t, shadow, stmt string, alters []s
 		markUnfollowed(pending, at, t, "ALTER TABLE "+quoteTable(t)+" /* online schema change: "+strings.ReplaceAll(stmt, "*/", "* /")+" */")
 		return
 	}
-	for j, d := range ddls { // one table's, in their order
-		cur.addDDL(d, cur.statementSlot(j))
+	for _, d := range ddls { // one table's, in their order
+		cur.addDDL(d)
 	}
 	at.Tables = withTable(at.Tables, t, st)
 	p.log.Info("mysql source: an online schema change swapped a replicated table with its shadow; the table goes on with the shadow's schema",

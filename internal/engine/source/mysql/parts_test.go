@@ -95,10 +95,9 @@ func TestALargeTransactionGoesToTheLogInParts(t *testing.T) {
 		}
 	}
 	// The change met in the transaction, not at the ALTER's own
-	// position: at its slot (slots.go), that of conv's rows, the second
-	// table the transaction wrote, 512+1 past its base; the rows 1,024
-	// past it.
-	if rows != 10001 || convRows != 1 || ddl == nil || rowsAt-ddl.CommitTs != 1024-513 {
+	// position: conv's first, at the transaction's base (slots.go); the
+	// rows 1,024 (its slots for changes) past it.
+	if rows != 10001 || convRows != 1 || ddl == nil || rowsAt-ddl.CommitTs != 1024 {
 		t.Fatalf("%d rows of the transaction at %s, %d of conv, its schema change %+v", rows, rowsAt, convRows, ddl)
 	}
 	if before, after := evs[0], evs[len(evs)-1]; before.New[0].Text != "-1" || before.CommitTs >= ddl.CommitTs || after.New[0].Text != "10000" || after.CommitTs <= rowsAt {

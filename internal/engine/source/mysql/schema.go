@@ -420,8 +420,7 @@ func quoteMembers(members []string) string {
 
 // resets are the TRUNCATEs of the tables added to the changefeed before
 // position ts (tableState.ResetAt), in name order, each a new table
-// version, to go before the transaction at ts (in its first slots, up to
-// carriedSlot of them); and the tables with them.
+// version, to go before the transaction at ts; and the tables with them.
 //
 // A table added where the binary log ended then (AddedAt) is truncated at
 // the first transaction after that point (covered says one is not yet),
@@ -442,9 +441,6 @@ func resets(tables map[string]tableState, held map[string]bool, ts model.Ts, cov
 		st := tables[t]
 		if st.ResetAt == 0 || st.ResetAt >= ts || held[t] || covered(st) {
 			continue
-		}
-		if len(out) == carriedSlot {
-			break // their slots are full: the next transaction does the rest
 		}
 		st.Version++
 		st.ResetAt = 0

@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -58,7 +57,7 @@ func (r *streamRun) truncate(q string, ts model.Ts) bool {
 		st.Version++
 		r.at.Tables = withTable(r.at.Tables, t, st)
 		r.cur.addDDL(&source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-			Statement: source.TruncatePrefix + quoteTable(t)}, r.cur.statementSlot(0))
+			Statement: source.TruncatePrefix + quoteTable(t)})
 	}
 	return true
 }
@@ -83,7 +82,7 @@ func (r *streamRun) drop(q string, ts model.Ts) bool {
 	if !ok {
 		return false
 	}
-	for i, t := range names {
+	for _, t := range names {
 		st, replicated := r.at.Tables[t]
 		if !replicated || st.Dropped || !r.joined(t, ts) {
 			continue
@@ -91,19 +90,11 @@ func (r *streamRun) drop(q string, ts model.Ts) bool {
 		if r.held[t] {
 			continue // its end is the operator's
 		}
-		// Each table's drop at the place of its name in the statement
-		// (a DROP DATABASE's after them, by name): the same in every
-		// read, whichever of the others a read ends here (slots.go).
-		slot := r.cur.statementSlot(i)
-		if slot >= ddlSlots {
-			r.h.hold(t, fmt.Sprintf("dropped upstream by a statement that names more than %d tables before it (%.200s); remove it from the changefeed (cdcctl changefeed pause, changefeed update --tables without it, changefeed resume)", ddlSlots-ownSlot, q))
-			continue
-		}
 		st.Version++
 		st.Dropped, st.DroppedAt = true, ts
 		r.at.Tables = withTable(r.at.Tables, t, st)
 		r.cur.addDDL(&source.Event{Kind: source.KindDDL, Table: t, Def: st.Def, SchemaVersion: st.Version,
-			Statement: source.DropPrefix + quoteTable(t)}, slot)
+			Statement: source.DropPrefix + quoteTable(t)})
 		r.p.reportDropped(t, ts)
 		r.p.log.Warn("mysql source: a replicated table was dropped upstream; it ends, the others go on", "changefeed", r.p.cf, "table", t)
 	}
@@ -247,7 +238,7 @@ func (r *streamRun) alter(q string, ts model.Ts) {
 				if ok {
 					delete(r.pending, t)
 					if ddl != nil {
-						r.cur.addDDL(ddl, r.cur.statementSlot(0)) // an ALTER changes one table
+						r.cur.addDDL(ddl)
 						r.at.Tables = withTable(r.at.Tables, t, next)
 						delete(r.cols, t)
 						delete(r.keyTypesByTable, t)

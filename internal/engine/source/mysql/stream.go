@@ -308,7 +308,7 @@ func (r *streamRun) xaPrepare(ev *replication.BinlogEvent) error {
 		// the next transaction to commit writes it, before rows
 		// of its own that carry it (one may commit in between).
 		r.carried = append(r.carried, r.cur.ddls...)
-		r.cur.ddls, r.cur.slots = nil, nil
+		r.cur.ddls = nil
 		r.prepared[r.cur.xa] = r.cur
 	}
 	r.cur = txn{}
@@ -368,7 +368,6 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 		}
 		return nil
 	}
-	slot := r.cur.tableSlot(table) // any table's: the places are the binary log's
 	st, ok := r.at.Tables[table]
 	if !ok || st.Dropped || r.inCopy(st) {
 		return nil
@@ -378,7 +377,7 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 	// transaction's: settle).
 	r.cur.seen += len(e.Rows)
 	r.cur.size += int(ev.Header.EventSize)
-	if err := r.tableRows(ev, e, table, st, slot); err != nil {
+	if err := r.tableRows(ev, e, table, st); err != nil {
 		return err
 	}
 	if r.cur.partDue() {
@@ -392,7 +391,7 @@ func (r *streamRun) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) 
 // tableRows handles a rows event of a replicated table: held, or its
 // schema followed first where its table map says it changed, then its
 // rows decoded into the transaction's.
-func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState, slot int) error {
+func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEvent, table string, st tableState) error {
 	if r.held[table] {
 		return nil
 	}
@@ -414,11 +413,7 @@ func (r *streamRun) tableRows(ev *replication.BinlogEvent, e *replication.RowsEv
 		}
 		next.Unfollowed = ""
 		if ddl != nil {
-			if slot >= ddlSlots {
-				r.h.toCopy(r.ctx, table, fmt.Sprintf("its schema changed within a transaction that wrote more than %d tables before it", ddlSlots-ownSlot))
-				return nil
-			}
-			r.cur.addDDL(ddl, slot)
+			r.cur.addDDL(ddl)
 			r.at.Tables = withTable(r.at.Tables, table, next)
 			st = next
 			delete(r.cols, table)

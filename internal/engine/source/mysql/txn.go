@@ -19,11 +19,6 @@ type txn struct {
 	// each with its default database.
 	rowStmts [][2]string
 	ddls     []*source.Event // schema changes its rows follow (schema.go)
-	// slots are the schema changes' places among its positions, and
-	// tables the tables it wrote, in the order of their first rows
-	// (slots.go).
-	slots  []int
-	tables []string
 	// seen counts the rows of replicated tables, held ones too, since
 	// its last part (size, their bytes), and marked says a watermark
 	// came, any table's.
@@ -119,7 +114,7 @@ func (cur *txn) part(at *position, held map[string]bool, now uint32, w source.Lo
 		cur.base = max(at.Ts+1, model.TsFromMicros(max(began, cur.tickAt)))
 		var reset []*source.Event
 		if at.Tables, reset = resets(at.Tables, held, cur.base, inCopy); len(reset) > 0 {
-			cur.prepend(reset, 0)
+			cur.prepend(reset)
 		}
 	}
 	cur.place(at)
@@ -174,9 +169,9 @@ func (cur *txn) rowsTs() model.Ts { return cur.base + ddlSlots }
 
 // settle gives the transaction's schema changes and rows their positions
 // at its commit at ts, its base (a parted transaction's was fixed at its
-// first part), and returns the rows' position: each change at its slot
-// from the base on (slots.go), the rows base+ddlSlots whatever came
-// before them, as a parted transaction's.
+// first part), and returns the rows' position: each change at the base
+// plus its table's changes before it (slots.go), the rows base+ddlSlots
+// whatever came before them, as a parted transaction's.
 //
 // Where the rows are is thus the binary log's alone, not the
 // changefeed's tables': a read again from a resume point after the
