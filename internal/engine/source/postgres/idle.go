@@ -407,11 +407,6 @@ func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, erro
 	if st == nil || st.OID != m.Rel || len(m.Cols) == 0 {
 		return true, nil
 	}
-	if len(s.ddls) >= ddlSlots {
-		// (Its transaction's resets filled them: passed over, as it
-		// would be on a read again.)
-		return true, nil
-	}
 	for _, c := range m.Cols {
 		if c.TypeName != "" {
 			s.cat.nameType(c.Type, c.TypeName) // as a Type message would

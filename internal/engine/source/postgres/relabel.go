@@ -28,8 +28,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // relabelKind is the kind of a mark of enum values renamed.
@@ -320,7 +318,7 @@ func (s *Stream) relabelMarked(content []byte) bool {
 		if st == nil || st.OID != t.Rel || held || gone || s.unread(st) || slices.ContainsFunc(s.again, func(a copyAgain) bool { return a.Table == t.Table }) {
 			continue
 		}
-		s.again = append(s.again, copyAgain{Table: t.Table, OID: t.Rel, At: s.base + model.Ts(len(s.ddls)), Why: why})
+		s.again = append(s.again, copyAgain{Table: t.Table, OID: t.Rel, At: s.againAt(t.Table), Why: why})
 	}
 	return true
 }

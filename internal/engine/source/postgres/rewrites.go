@@ -35,8 +35,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // rewriteKind is the kind of a mark of a table whose column values a
@@ -274,7 +272,7 @@ func (s *Stream) rewriteMarked(content []byte) bool {
 			}
 			continue
 		}
-		s.again = append(s.again, copyAgain{Table: name, OID: st.OID, At: s.base + model.Ts(len(s.ddls)), Why: againRewritten, cols: cols})
+		s.again = append(s.again, copyAgain{Table: name, OID: st.OID, At: s.againAt(name), Why: againRewritten, cols: cols})
 	}
 	return true
 }

@@ -139,8 +139,8 @@ type Stream struct {
 	tickAt     time.Time
 
 	// The transaction being received: its positions are fixed at its
-	// begin, which carries the commit time; schema changes take base,
-	// base+1, ... and rows base+ddlSlots.
+	// begin, which carries the commit time; schema changes take theirs
+	// from base on (slots.go), and rows base+ddlSlots.
 	open bool
 	xid  uint32
 	base model.Ts
@@ -183,9 +183,9 @@ type Stream struct {
 	unresolved []string
 }
 
-// ddlSlots is how many schema changes of replicated tables one
-// transaction may carry: its rows' position is fixed before they arrive,
-// after that many positions for the changes.
+// ddlSlots is how many positions one transaction has for schema changes
+// (slots.go): its rows' position is fixed before they arrive, after
+// them.
 const ddlSlots = 64
 
 // partRows and partBytes bound the rows of one transaction held in

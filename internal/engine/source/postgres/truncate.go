@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // truncate turns a TRUNCATE into a schema change of each table it empties:
@@ -35,14 +34,14 @@ func (s *Stream) truncate(ctx context.Context, m *pglogrepl.TruncateMessage) err
 		if d := s.pendingDDL(rel.table); d != nil {
 			def, version = d.Def, d.SchemaVersion+1
 		}
-		if len(s.ddls) == ddlSlots {
+		at, ok := s.slotFor(rel.table)
+		if !ok {
 			rel.held = true
 			if err := s.holdToCopy(ctx, id, rel.table, tooManyChangesHold(s.changefeed(), rel.table)); err != nil {
 				return err
 			}
 			continue
 		}
-		at := s.base + model.Ts(len(s.ddls))
 		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: rel.table, CommitTs: at, TableVersion: at, Def: def, SchemaVersion: version,
 			Statement: source.TruncatePrefix + quoteQualified(rel.table)})
 		kept := s.rows[:0]

@@ -142,11 +142,11 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		}
 	}
 	if byNames {
-		s.recheckLater(name, m.RelationID, def, nums, s.base+model.Ts(len(s.ddls)))
+		s.recheckLater(name, m.RelationID, def, nums, s.againAt(name))
 	}
 	if source.SameColumns(def, cur) {
 		if unclear {
-			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: s.base + model.Ts(len(s.ddls)), Why: againUnclear})
+			s.again = append(s.again, copyAgain{Table: name, OID: m.RelationID, At: s.againAt(name), Why: againUnclear})
 			s.forgetNums(name)
 			return nil
 		}
@@ -167,7 +167,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 			version = d.SchemaVersion + 1
 		}
 	}
-	if len(s.ddls) == ddlSlots {
+	at, fits := s.slotFor(name)
+	if !fits {
 		s.rels[m.RelationID].held = true
 		return s.holdToCopy(ctx, m.RelationID, name, tooManyChangesHold(s.changefeed(), name))
 	}
@@ -194,7 +195,6 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// (again.go): the change goes on without them.
 		again = true
 	}
-	at := s.base + model.Ts(len(s.ddls))
 	if again {
 		why := againAdded
 		if unclear {
@@ -298,7 +298,7 @@ func keyDroppedHold(cf, table string) string {
 // transaction already committed cannot be split: the reader met it again
 // at every restart.
 func tooManyChangesHold(cf, table string) string {
-	return fmt.Sprintf("one transaction changed the schemas of more than %d replicated tables (a TRUNCATE or a migration of many at once): the first %d are written as schema changes, and the others' changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+	return fmt.Sprintf("one transaction changed this table's schema more than %d times between its rows: the first %d are written as schema changes, and the table's changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		ddlSlots, ddlSlots, cf, cf, table, cf)
 }
 
@@ -475,12 +475,9 @@ func (s *Stream) resetTables() {
 	}
 	slices.Sort(due)
 	for _, t := range due {
-		if len(s.ddls) == ddlSlots {
-			return // the next transaction does the rest
-		}
 		delete(s.resets, t)
 		st := s.tables[t]
-		at := s.base + model.Ts(len(s.ddls))
+		at := s.base // each table's first change (slots.go)
 		s.ddls = append(s.ddls, source.Event{Kind: source.KindDDL, Table: t, CommitTs: at, TableVersion: at, Def: st.Def, SchemaVersion: st.Version + 1,
 			Statement: source.TruncatePrefix + quoteQualified(t)})
 	}
