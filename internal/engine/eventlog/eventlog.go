@@ -155,9 +155,10 @@ func (l *Log) Changed() <-chan struct{} {
 }
 
 // Append adds the rest of one committed transaction (schema changes
-// first, each at its own position, then rows; AppendPart may have added
-// rows before) and resolves the log up to its last position. Positions
-// must grow from one transaction to the next.
+// first, each of a table at its own position, different tables' sharing
+// them; then rows; AppendPart may have added rows before) and resolves
+// the log up to its highest position. Positions must grow from one
+// transaction to the next.
 func (l *Log) Append(events []source.Event) error {
 	defer l.balance()
 	return l.append(events, true)
@@ -316,7 +317,12 @@ func (l *Log) append(events []source.Event, resolve bool) error {
 		return err
 	}
 	if resolve {
-		l.resolved = events[len(events)-1].CommitTs
+		// Its highest, not its last: a transaction of schema changes
+		// alone may end with one of a table at the first position after
+		// another table's at the second.
+		for i := range events {
+			l.resolved = max(l.resolved, events[i].CommitTs)
+		}
 		l.wake()
 	}
 	return nil

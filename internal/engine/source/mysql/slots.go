@@ -42,6 +42,11 @@ func (cur *txn) placeAll(at *position, base model.Ts) {
 				j++
 			}
 		}
+		// (A table has a reset, a change an XA transaction carried and
+		// one of its own in a transaction at most, or an online schema
+		// change's ALTERs at its swap: a schema statement is a
+		// transaction of its own, a change at its rows is met once. Far
+		// below ddlSlots.)
 		cur.version(at, d, base+model.Ts(min(j, ddlSlots-1)))
 	}
 }
