@@ -50,6 +50,29 @@ func openSignal(ctx context.Context, cfg Config) (*sql.DB, error) {
 	return db, nil
 }
 
+// rowsRefused says why the changefeed's own sessions cannot log whole
+// rows ("" when they can): the server's settings changed since its
+// creation and the user may not set them for its sessions. Its snapshot's
+// chunks, ticks and verify's cuts then wait, and the reader's log says so
+// every 30 s; 'changefeed get' says it too. Only where the server's
+// settings are not ROW and FULL does it connect as those sessions do.
+func rowsRefused(ctx context.Context, db *sql.DB, cfg Config) string {
+	var format, image string
+	if err := db.QueryRowContext(ctx, "SELECT @@global.binlog_format, @@global.binlog_row_image").Scan(&format, &image); err != nil ||
+		strings.EqualFold(format, "ROW") && strings.EqualFold(image, "FULL") {
+		return ""
+	}
+	sdb, err := openSignal(ctx, cfg)
+	if err == nil {
+		sdb.Close()
+		return ""
+	}
+	if !strings.Contains(err.Error(), "binlog_row_image") {
+		return "" // not the settings (the server unreachable: said otherwise)
+	}
+	return err.Error() + " (until then the snapshot's chunks, the ticks and verify's cuts wait: the changefeed's lag grows)"
+}
+
 // rowSessions connects as its driver does, then makes the session log
 // rows (rowsLogged).
 type rowSessions struct{ sqldriver.Connector }

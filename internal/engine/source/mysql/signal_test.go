@@ -63,4 +63,20 @@ func TestTheChangefeedsOwnRowsArriveWhateverTheServersFormatNow(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "binlog_format is MIXED and its binlog_row_image MINIMAL") || !strings.Contains(err.Error(), "SET GLOBAL binlog_format = ROW, binlog_row_image = FULL") {
 		t.Fatalf("a chunk read by a user who may not set its session's binlog_format: %v", err)
 	}
+	// 'changefeed get' says it too (the source's status warnings), for
+	// that user; not for one who may set them.
+	limited, err := mysql.Inspect(ctx, cfg.URI(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(limited.Warnings, "\n"); !strings.Contains(w, "SET GLOBAL binlog_format = ROW, binlog_row_image = FULL") || !strings.Contains(w, "lag grows") {
+		t.Fatalf("the status of the changefeed whose user may not set them warns: %q", limited.Warnings)
+	}
+	rooted, err := mysql.Inspect(ctx, copied, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(rooted.Warnings, "\n"); strings.Contains(w, "binlog_row_image") {
+		t.Fatalf("the status of the changefeed whose user may set them warns: %q", rooted.Warnings)
+	}
 }

@@ -52,6 +52,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if w := xaWaiting(ctx, db); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
+	if w := rowsRefused(ctx, db, cfg); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 	return st, nil
 }
 
