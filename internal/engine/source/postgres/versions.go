@@ -141,6 +141,24 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 			return s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
 		}
 	}
+	if m.ReplicaIdentity == 'i' && cur != nil && len(cur.KeyNames()) > 0 && !sameNames(def.KeyNames(), cur.KeyNames()) {
+		// The message flags the replica identity's columns: an index of
+		// other columns than the key, set while the changefeed ran (its
+		// creation refuses one, identityUnfit), reads as a new key,
+		// and the table's rows were keyed by it from here, against
+		// partitions cut on the primary key. Where the primary key is
+		// the same, the identity changed, not the key: held, saying
+		// so.
+		now, err := s.cat.tableDef(ctx, name)
+		if err != nil {
+			return unreadable("its primary key", err)
+		}
+		if sameNames(now.KeyNames(), cur.KeyNames()) {
+			s.rels[m.RelationID].held = true
+			s.hold(name, identityChangedHold(s.changefeed(), name, def.KeyNames(), cur.KeyNames()))
+			return nil
+		}
+	}
 	if byNames {
 		s.recheckLater(name, m.RelationID, def, nums, s.againAt(name))
 	}
@@ -297,6 +315,11 @@ func keyDroppedHold(cf, table string) string {
 // past the transaction's ddlSlots. It used to stop the changefeed, and a
 // transaction already committed cannot be split: the reader met it again
 // at every restart.
+func identityChangedHold(cf, table string, index, key []string) string {
+	return fmt.Sprintf("its replica identity was set to an index of (%s), not its primary key (%s): its DELETEs carry only that index's columns from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
+		strings.Join(index, ", "), strings.Join(key, ", "), table, cf, cf, table, cf)
+}
+
 func tooManyChangesHold(cf, table string) string {
 	return fmt.Sprintf("one transaction changed this table's schema more than %d times between its rows: the first %d are written as schema changes, and the table's changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		ddlSlots, ddlSlots, cf, cf, table, cf)
