@@ -85,7 +85,25 @@ func resumeChecks(ctx context.Context, cfg Config, pc *pgconn.Config, conn *pgco
 	if err := sameSystem(serverName(pc, conn), system, id.SystemID, from); err != nil {
 		return "", err
 	}
+	if err := walReaches(serverName(pc, conn), id.XLogPos, from); err != nil {
+		return "", err
+	}
 	return id.SystemID, slotBefore(ctx, cat, cfg, from)
+}
+
+// walReaches refuses a server whose WAL ends before the resume point from:
+// the changefeed read that far on a server of this cluster, so this one
+// is not where its history goes on. A standby promoted before it had
+// received all of it (asynchronous replication: a failover), or a server
+// restored from a backup, writes its own changes from where its WAL ends,
+// and a stream from the resume point, on a slot created there again,
+// passes over those up to it; the changes the changefeed wrote past that
+// end are not in its history at all.
+func walReaches(server string, end, from pglogrepl.LSN) error {
+	if end >= from {
+		return nil
+	}
+	return fmt.Errorf("PostgreSQL at %s has written its WAL up to %s only, before %s where the changefeed resumes: it is not the server the changefeed read up to there (a standby promoted before it had received all of it, under asynchronous replication, or a server restored from a backup), and the changes the changefeed wrote past %s are not in its history; point the source back at the server it read (cdcctl changefeed pause, then update --source), or remove the changefeed and create it again on this one (its tables are copied again) (%w)", server, end, from, end, source.ErrUnresumable)
 }
 
 // sameSystem refuses a server of another database cluster than the one

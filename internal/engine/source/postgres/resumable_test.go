@@ -229,3 +229,42 @@ func TestASlotPostgreSQLInvalidatedFailsTheReaderSayingWhatToDo(t *testing.T) {
 		t.Fatalf("asked whether a changefeed can resume from an invalidated slot: %v", err)
 	}
 }
+
+// A resume point past where the server's WAL ends is not this server's
+// history (a standby promoted before it had received all the changefeed
+// read: a failover under asynchronous replication; a server restored
+// from a backup): refused, the changefeed failed with the reason, both
+// by the reader's start and by the check before a resume. Before, a slot
+// created there again by hand (it begins before the resume point, which
+// the slot check allows) streamed from the resume point, passing over
+// the new server's own changes up to it.
+func TestAResumePointPastTheServersWALIsRefused(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDB(t, `CREATE TABLE t (id int4 PRIMARY KEY)`)
+	st, cfg, up := open(t, dsn+"&tables=t")
+	system := st.System
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ahead := up.StartLSN + 1<<30
+	want := "has written its WAL up to "
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// (The walsender may hold the slot a moment after the close.)
+		if _, err = OpenStream(context.Background(), cfg, ahead, 0, map[string]TableState{}, false, system); err == nil || strings.Contains(err.Error(), want) {
+			break
+		}
+	}
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "before "+ahead.String()+" where the changefeed resumes") ||
+		!strings.Contains(err.Error(), "a standby promoted before it had received all of it") {
+		t.Fatalf("a reader's start past the server's WAL: %v", err)
+	}
+	pos, err := json.Marshal(position{LSN: ahead.String(), System: system})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Resumable(context.Background(), dsn+"&tables=t&slot="+cfg.Slot+"&publication="+cfg.Publication, pos)
+	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("the check before a resume past the server's WAL: %v", err)
+	}
+}
