@@ -53,6 +53,27 @@ func findBin() (string, error) {
 	return "", ErrNotInstalled
 }
 
+// tool is the path of a PostgreSQL program: beside initdb, else in
+// Debian's directories of the server's binaries, else on the PATH (a
+// PATH that names initdb and pg_ctl alone may lack pg_basebackup).
+func tool(bin, name string) string {
+	p := filepath.Join(bin, name)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, name)); err == nil {
+			return filepath.Join(d, name)
+		}
+	}
+	if lp, err := exec.LookPath(name); err == nil {
+		return lp
+	}
+	return p
+}
+
 // Start initialises dir (which must not exist or be empty) and starts a
 // server on port (0 picks a free one). It is ready when Start returns.
 // Settings ("name=value") are passed to the server after its defaults,
@@ -137,6 +158,33 @@ func (s *Server) StartAgain(ctx context.Context) error {
 	return err
 }
 
+// Standby makes a physical standby of s in dir (which must not exist or
+// be empty): a base backup streaming from s, with the same settings, and
+// starts it. It replicates asynchronously until promoted.
+func (s *Server) Standby(ctx context.Context, dir string) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if s.asUser != "" {
+		if err := chownTree(dir, s.asUser); err != nil {
+			return nil, err
+		}
+	}
+	if out, err := s.run(ctx, "pg_basebackup", "-D", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pg_basebackup: %v: %s", err, out)
+	}
+	return Start(ctx, dir, 0, s.settings...)
+}
+
+// Promote ends a standby's recovery: it becomes a primary of its own, on
+// a new timeline.
+func (s *Server) Promote(ctx context.Context) error {
+	if out, err := s.run(ctx, "pg_ctl", "-D", s.Dir, "-w", "promote"); err != nil {
+		return fmt.Errorf("pg_ctl promote: %v: %s", err, out)
+	}
+	return nil
+}
+
 // Psql runs SQL through psql as the superuser and returns its output.
 func (s *Server) Psql(ctx context.Context, db, sql string) (string, error) {
 	cmd := exec.CommandContext(ctx, "psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "postgres", "-d", db, "-c", sql)
@@ -148,7 +196,7 @@ func (s *Server) Psql(ctx context.Context, db, sql string) (string, error) {
 }
 
 func (s *Server) run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	path := filepath.Join(s.binDir, name)
+	path := tool(s.binDir, name)
 	var cmd *exec.Cmd
 	if s.asUser != "" {
 		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", s.asUser, "--", path}, args...)...)

@@ -23,6 +23,9 @@ import (
 
 // Config is a postgres:// source URI's meaning.
 type Config struct {
+	// timeline is the resume point's (position.Timeline) for the checks
+	// of a stream's start; 0 when not known.
+	timeline int32
 	// ConnString is the URI without this package's parameters: what pgx
 	// connects with (user, password, host, port, database, sslmode, ...).
 	ConnString string

@@ -39,6 +39,12 @@ type position struct {
 	// cluster. Empty in a resume point written before it was kept; the
 	// next run fills it in.
 	System string `json:"system,omitempty"`
+	// Timeline is the server's timeline where the position was read
+	// (IDENTIFY_SYSTEM): a standby promoted since branched from it at a
+	// point of its own, and a position past that point is not in its
+	// history (sameHistory). 0 in a resume point written before it was
+	// kept.
+	Timeline int32 `json:"timeline,omitempty"`
 	// Labels are the database's enum values' labels as the reader's last
 	// look before the position read them (relabel.go): a source opened
 	// anew compares its first look with them, and copies again the

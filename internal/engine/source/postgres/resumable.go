@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -48,6 +49,7 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 		return explain(cfg, err)
 	}
 	defer cat.Close()
+	cfg.timeline = p.Timeline
 	if _, err = resumeChecks(ctx, cfg, pc, conn, cat.conn, p.System, from); err != nil {
 		return explain(cfg, err)
 	}
@@ -76,19 +78,63 @@ func slotHeld(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 // replication connection conn (pc its configuration), with cat a
 // connection to the same database: the server is of the cluster system
 // names ("" when not known), and the slot begins at or before from. It
-// returns the server's cluster.
-func resumeChecks(ctx context.Context, cfg Config, pc *pgconn.Config, conn *pgconn.PgConn, cat *pgx.Conn, system string, from pglogrepl.LSN) (string, error) {
+// returns the server's cluster and timeline.
+func resumeChecks(ctx context.Context, cfg Config, pc *pgconn.Config, conn *pgconn.PgConn, cat *pgx.Conn, system string, from pglogrepl.LSN) (pglogrepl.IdentifySystemResult, error) {
 	id, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return "", err
+		return id, err
 	}
 	if err := sameSystem(serverName(pc, conn), system, id.SystemID, from); err != nil {
-		return "", err
+		return id, err
 	}
 	if err := walReaches(serverName(pc, conn), id.XLogPos, from); err != nil {
-		return "", err
+		return id, err
 	}
-	return id.SystemID, slotBefore(ctx, cat, cfg, from)
+	if err := sameHistory(ctx, conn, serverName(pc, conn), cfg.timeline, id.Timeline, from); err != nil {
+		return id, err
+	}
+	return id, slotBefore(ctx, cat, cfg, from)
+}
+
+// sameHistory refuses a server whose timeline branched from the one the
+// resume point was read on (read) before the resume point: a standby
+// promoted (a failover) before it had received all the changefeed read,
+// under asynchronous replication, that has since written past the resume
+// point (walReaches refuses one that has not). Its own changes from the
+// branch up to the resume point would be passed over, and the
+// changefeed's last ones are not in its history. A promotion after the
+// resume point (a planned switchover, a synchronous standby) branched
+// past it: nothing is lost, the stream goes on.
+func sameHistory(ctx context.Context, conn *pgconn.PgConn, server string, read, now int32, from pglogrepl.LSN) error {
+	if read == 0 || read == now {
+		return nil
+	}
+	refuse := func(why string) error {
+		return fmt.Errorf("PostgreSQL at %s is on timeline %d, and the changefeed read up to %s on timeline %d: %s; the changes the changefeed wrote past the branch are not in its history, and its own between the branch and %s would be passed over: point the source back at the server it read (cdcctl changefeed pause, then update --source), or remove the changefeed and create it again (its tables are copied again) (%w)",
+			server, now, from, read, why, from, source.ErrUnresumable)
+	}
+	if read > now {
+		return refuse("its history is older than the one the changefeed read (a server restored from a backup)")
+	}
+	h, err := pglogrepl.TimelineHistory(ctx, conn, now)
+	if err != nil {
+		return fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", now, err)
+	}
+	for _, line := range strings.Split(string(h.Content), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != strconv.Itoa(int(read)) {
+			continue
+		}
+		at, err := pglogrepl.ParseLSN(f[1])
+		if err != nil {
+			return fmt.Errorf("the history of timeline %d: %q: %w", now, line, err)
+		}
+		if from <= at {
+			return nil
+		}
+		return refuse(fmt.Sprintf("it branched from timeline %d at %s, before the resume point (a standby promoted before it had received all of it)", read, at))
+	}
+	return refuse(fmt.Sprintf("timeline %d is not in its history", read))
 }
 
 // walReaches refuses a server whose WAL ends before the resume point from:

@@ -186,7 +186,9 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	s.mu.Lock()
 	s.issues = issues{}
 	s.mu.Unlock()
-	st, err := OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
+	cfg := s.cfg
+	cfg.timeline = p.Timeline
+	st, err := OpenStream(ctx, cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
 	if errors.Is(err, errSlotInUse) {
 		// This node maintains the changefeed now (the maintainer's
 		// placement fences it); a reader that held the slot before was
@@ -195,7 +197,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		if terr := terminateHolder(ctx, s.cfg); terr != nil {
 			return fmt.Errorf("%w; taking it over failed: %v", err, terr)
 		}
-		st, err = OpenStream(ctx, s.cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
+		st, err = OpenStream(ctx, cfg, lsn, p.Ts, p.Tables, s.cfg.Snapshot != "never", p.System)
 	}
 	if err != nil {
 		return err
@@ -208,7 +210,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 		s.rewritesWarned = true
 		s.log.Warn("postgres source: no event trigger sees a column whose values ALTER COLUMN … TYPE … USING rewrites under the same type; copy such a table again after the ALTER (docs/postgres.md)", "changefeed", s.cf, "trigger", rewriteTrigger(s.cfg), "why", why)
 	}
-	p.System = st.System
+	p.System, p.Timeline = st.System, st.Timeline
 	for _, t := range st.unresolved {
 		st.hold(t, fmt.Sprintf("does not exist under this name: it was renamed or dropped while the changefeed's reader was stopped; if renamed, replicate it under its new name ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --remove-table %s --add-table NEW', 'cdcctl changefeed resume %s'); if dropped, remove it the same way without --add-table", s.cf, s.cf, t, s.cf))
 	}
@@ -278,7 +280,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			// of ours commits (a walsender waits for its client to confirm
 			// everything sent before it stops).
 			s.mu.Lock()
-			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: kept(s.labels), LabelsAt: s.labelsAt})
+			s.points = append(s.points, position{LSN: it.ResolvedLSN.String(), Ts: it.Resolved, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Timeline: p.Timeline, Labels: kept(s.labels), LabelsAt: s.labelsAt})
 			s.mu.Unlock()
 			continue
 		}
@@ -321,7 +323,7 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 			w.Resolve(tx.Ts)
 		}
 		s.mu.Lock()
-		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Labels: kept(s.labels), LabelsAt: s.labelsAt})
+		s.points = append(s.points, position{LSN: tx.EndLSN.String(), Ts: tx.Ts, Tables: tables, Gone: p.Gone, GoneAt: p.GoneAt, Parts: parts, PartsKnown: partsKnown, System: p.System, Timeline: p.Timeline, Labels: kept(s.labels), LabelsAt: s.labelsAt})
 		s.mu.Unlock()
 	}
 }

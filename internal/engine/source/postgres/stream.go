@@ -108,8 +108,10 @@ type Item struct {
 // use: one goroutine calls Next and Confirm.
 type Stream struct {
 	// System is the server's database cluster (IDENTIFY_SYSTEM's
-	// system identifier): what the resume points read here belong to.
-	System string
+	// system identifier), Timeline its timeline: what the resume points
+	// read here belong to.
+	System   string
+	Timeline int32
 
 	cfg  Config
 	conn *pgconn.PgConn
@@ -336,7 +338,7 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		}
 		return nil, fmt.Errorf("start replication on slot %s: %w", cfg.Slot, explain(cfg, err))
 	}
-	s := &Stream{System: id, cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
+	s := &Stream{System: id.SystemID, Timeline: id.Timeline, cfg: cfg, conn: conn, cat: cat, tables: map[string]*TableState{}, pendingNums: map[string][]int16{}, rels: map[uint32]*relation{},
 		last: last, received: from, ticks: ticks, partedTables: map[string]bool{}, held: map[string]Hold{}, visibleWait: visibleWait}
 	s.confirmed.Store(uint64(from))
 	for t, st := range tables {
