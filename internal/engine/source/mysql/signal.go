@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -123,6 +124,11 @@ func rowsLogged(ctx context.Context, conn sqldriver.Conn) error {
 		set = append(set, "binlog_row_image = 'FULL'")
 	}
 	if _, err := x.ExecContext(ctx, "SET SESSION "+strings.Join(set, ", "), nil); err != nil {
+		if me := (*driver.MySQLError)(nil); !errors.As(err, &me) || me.Number != 1227 {
+			// Not the privilege (the connection dropped, a timeout):
+			// said as it is (rowsRefused tells them apart by this).
+			return fmt.Errorf("make the changefeed's session log whole rows: %w", err)
+		}
 		return fmt.Errorf("the server's binlog_format is %s and its binlog_row_image %s, changed since the changefeed was created: its own rows in the signal table (ticks, the snapshot's watermarks, verify's cuts) would reach its reader without their rows, and this user may not set them for its sessions (%v; that needs BINLOG ADMIN on MariaDB, SESSION_VARIABLES_ADMIN on MySQL). Set them back on the server: SET GLOBAL binlog_format = ROW, binlog_row_image = FULL (and in its configuration file); the changefeed goes on by itself", format, image, err)
 	}
 	return nil

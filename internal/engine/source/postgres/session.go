@@ -70,7 +70,9 @@ var sessionLimits = []struct{ name, value string }{
 var laterLimits = []string{"idle_session_timeout", "transaction_timeout"}
 
 // unlimit turns laterLimits off in conn's session where the server has
-// them and a database's or role's setting (not the connection's) is on.
+// them and a setting other than the connection's is on (the server's, a
+// database's or a role's; pg_settings' source is "client" for one the
+// connection gave: options=, or PGOPTIONS, which pgx reads).
 func unlimit(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, "SELECT name FROM pg_settings WHERE name = ANY('{"+strings.Join(laterLimits, ",")+"}') AND source <> 'client' AND setting <> '0'")
 	if err != nil {

@@ -146,16 +146,20 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		// other columns than the key, set while the changefeed ran (its
 		// creation refuses one, identityUnfit), reads as a new key,
 		// and the table's rows were keyed by it from here, against
-		// partitions cut on the primary key. Where the primary key is
-		// the same, the identity changed, not the key: held, saying
-		// so.
+		// partitions cut on the primary key. Where the flagged columns
+		// are not the primary key the catalog has now, the identity
+		// changed, not (only) the key: held, saying so.
 		now, err := s.cat.tableDef(ctx, name)
 		if err != nil {
 			return unreadable("its primary key", err)
 		}
-		if sameNames(now.KeyNames(), cur.KeyNames()) {
+		if len(now.KeyNames()) == 0 {
 			s.rels[m.RelationID].held = true
-			s.hold(name, identityChangedHold(s.changefeed(), name, def.KeyNames(), cur.KeyNames()))
+			return s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
+		}
+		if !sameNames(now.KeyNames(), def.KeyNames()) {
+			s.rels[m.RelationID].held = true
+			s.hold(name, identityChangedHold(s.changefeed(), name, def.KeyNames(), now.KeyNames()))
 			return nil
 		}
 	}
@@ -311,15 +315,22 @@ func keyDroppedHold(cf, table string) string {
 		cf, cf, table, cf)
 }
 
-// tooManyChangesHold says why a table is held when its schema change is
-// past the transaction's ddlSlots. It used to stop the changefeed, and a
-// transaction already committed cannot be split: the reader met it again
-// at every restart.
+// identityChangedHold says why a table is held when its replica identity
+// is no longer its primary key: an index of other columns (index), or
+// none (the index dropped: no column flagged).
 func identityChangedHold(cf, table string, index, key []string) string {
-	return fmt.Sprintf("its replica identity was set to an index of (%s), not its primary key (%s): its DELETEs carry only that index's columns from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		strings.Join(index, ", "), strings.Join(key, ", "), table, cf, cf, table, cf)
+	what := "was set to an index of (" + strings.Join(index, ", ") + ")"
+	if len(index) == 0 {
+		what = "is an index no longer there (dropped), which leaves none"
+	}
+	return fmt.Sprintf("its replica identity %s, not its primary key (%s): its UPDATEs and DELETEs carry only that index's columns of the old row from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
+		what, strings.Join(key, ", "), table, cf, cf, table, cf)
 }
 
+// tooManyChangesHold says why a table is held when one table's schema
+// changes are past the transaction's ddlSlots. It used to stop the
+// changefeed, and a transaction already committed cannot be split: the
+// reader met it again at every restart.
 func tooManyChangesHold(cf, table string) string {
 	return fmt.Sprintf("one transaction changed this table's schema more than %d times between its rows: the first %d are written as schema changes, and the table's changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		ddlSlots, ddlSlots, cf, cf, table, cf)
