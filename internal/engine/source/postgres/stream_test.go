@@ -571,61 +571,6 @@ func TestAnAddedColumnWhoseOlderValuesAreLostCopiesTheTableAgain(t *testing.T) {
 	}
 }
 
-// One transaction that changes the schemas of many replicated tables (a
-// TRUNCATE of 70) writes each as a schema change at the transaction's
-// first position: a table's changes take the positions of its own before
-// them (slots.go). Before 2026-12-07 each took the next, and past 64 the
-// rest were held. One table changed more times between its rows than the
-// transaction has positions is held, saying how to copy it again; the
-// stream goes on. It used to stop the changefeed for good: a transaction
-// already committed cannot be split, and the reader met it again at
-// every restart.
-func TestATransactionChangingMoreTablesThanItHasPositionsForHoldsTheRest(t *testing.T) {
-	t.Parallel()
-	var create, names, inserts, alters []string
-	for i := 1; i <= ddlSlots+6; i++ {
-		create = append(create, fmt.Sprintf("CREATE TABLE t%d (id int4 PRIMARY KEY); INSERT INTO t%d VALUES (1);", i, i))
-		names = append(names, fmt.Sprintf("t%d", i))
-		inserts = append(inserts, fmt.Sprintf("INSERT INTO t%d VALUES (2);", i))
-		alters = append(alters, fmt.Sprintf("ALTER TABLE m ADD COLUMN c%d int4; INSERT INTO m (id) VALUES (%d);", i, i))
-	}
-	create = append(create, "CREATE TABLE m (id int4 PRIMARY KEY);")
-	srv, dsn := newDB(t, strings.Join(create, "\n"))
-	st, _, _ := open(t, dsn+"&tables="+strings.Join(names, ",")+",m")
-	psql(t, srv, dsn, "TRUNCATE "+strings.Join(names, ", "))
-	psql(t, srv, dsn, "BEGIN; "+strings.Join(inserts, " ")+" COMMIT")
-	psql(t, srv, dsn, "BEGIN; "+strings.Join(alters, " ")+" COMMIT")
-	tx := txns(t, st, 3)
-	truncates := 0
-	for _, e := range tx[0].Events {
-		if source.IsTruncate(&e) {
-			truncates++
-			if e.CommitTs != tx[0].Ts-ddlSlots {
-				t.Fatalf("the TRUNCATE of %s at %s, the transaction's rows at %s: not at its first position", e.Table, e.CommitTs, tx[0].Ts)
-			}
-		}
-	}
-	if truncates != ddlSlots+6 || len(tx[1].Events) != ddlSlots+6 {
-		t.Fatalf("%d TRUNCATEs written and %d rows after, want %d of each", truncates, len(tx[1].Events), ddlSlots+6)
-	}
-	holds := st.TakeHolds()
-	if len(holds) != 1 || holds[0].Table != "public.m" || !strings.Contains(holds[0].Reason, fmt.Sprintf("more than %d times", ddlSlots)) || !strings.Contains(holds[0].Reason, "--copy-table public.m") {
-		t.Fatalf("holds: %+v", holds)
-	}
-	changes := 0
-	for _, e := range tx[2].Events {
-		if e.Kind == source.KindDDL {
-			changes++
-			if e.CommitTs != tx[2].Ts-ddlSlots+model.Ts(changes-1) {
-				t.Fatalf("public.m's change %d at %s, the rows at %s", changes, e.CommitTs, tx[2].Ts)
-			}
-		}
-	}
-	if changes != ddlSlots {
-		t.Fatalf("%d schema changes of public.m written, want the first %d", changes, ddlSlots)
-	}
-}
-
 // A primary key dropped under REPLICA IDENTITY FULL: pgoutput's message
 // flags every column either way, and the table kept its old key, so rows
 // sharing its values collapsed downstream (a DELETE of one removing

@@ -142,25 +142,8 @@ func (s *Stream) relation(ctx context.Context, m *pglogrepl.RelationMessage) err
 		}
 	}
 	if m.ReplicaIdentity == 'i' && cur != nil && len(cur.KeyNames()) > 0 && !sameNames(def.KeyNames(), cur.KeyNames()) {
-		// The message flags the replica identity's columns: an index of
-		// other columns than the key, set while the changefeed ran (its
-		// creation refuses one, identityUnfit), reads as a new key,
-		// and the table's rows were keyed by it from here, against
-		// partitions cut on the primary key. Where the flagged columns
-		// are not the primary key the catalog has now, the identity
-		// changed, not (only) the key: held, saying so.
-		now, err := s.cat.tableDef(ctx, name)
-		if err != nil {
-			return unreadable("its primary key", err)
-		}
-		if len(now.KeyNames()) == 0 {
-			s.rels[m.RelationID].held = true
-			return s.holdToCopy(ctx, m.RelationID, name, keyDroppedHold(s.changefeed(), name))
-		}
-		if !sameNames(now.KeyNames(), def.KeyNames()) {
-			s.rels[m.RelationID].held = true
-			s.hold(name, identityChangedHold(s.changefeed(), name, def.KeyNames(), now.KeyNames()))
-			return nil
+		if done, err := s.identityChanged(ctx, m.RelationID, name, def, unreadable); done || err != nil {
+			return err
 		}
 	}
 	if byNames {
@@ -313,18 +296,6 @@ func sameNames(a, b []string) bool {
 func keyDroppedHold(cf, table string) string {
 	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
 		cf, cf, table, cf)
-}
-
-// identityChangedHold says why a table is held when its replica identity
-// is no longer its primary key: an index of other columns (index), or
-// none (the index dropped: no column flagged).
-func identityChangedHold(cf, table string, index, key []string) string {
-	what := "was set to an index of (" + strings.Join(index, ", ") + ")"
-	if len(index) == 0 {
-		what = "is an index no longer there (dropped), which leaves none"
-	}
-	return fmt.Sprintf("its replica identity %s, not its primary key (%s): its UPDATEs and DELETEs carry only that index's columns of the old row from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		what, strings.Join(key, ", "), table, cf, cf, table, cf)
 }
 
 // tooManyChangesHold says why a table is held when one table's schema
