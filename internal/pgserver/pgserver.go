@@ -43,14 +43,24 @@ func findBin() (string, error) {
 		}
 	}
 	// Debian keeps the server binaries off the PATH.
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
-	for _, d := range dirs {
+	for _, d := range debianBins() {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
 			return d, nil
 		}
 	}
 	return "", ErrNotInstalled
+}
+
+// debianBins are Debian's directories of PostgreSQL's server binaries,
+// the newest version first (by number: 17 before 9.6).
+func debianBins() []string {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	version := func(d string) float64 {
+		v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(d)), 64)
+		return v
+	}
+	sort.SliceStable(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	return dirs
 }
 
 // tool is the path of a PostgreSQL program: beside initdb, else in
@@ -61,9 +71,7 @@ func tool(bin, name string) string {
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
-	for _, d := range dirs {
+	for _, d := range debianBins() {
 		if _, err := os.Stat(filepath.Join(d, name)); err == nil {
 			return filepath.Join(d, name)
 		}

@@ -220,8 +220,9 @@ func (c Cursor) Before(d Cursor) bool {
 // LogWriter is the event log as a puller fills it.
 type LogWriter interface {
 	// Append adds the rest of one committed transaction's events (schema
-	// changes, each at its own position, then its rows) and resolves up
-	// to its position. It keeps no reference to the slice: the caller
+	// changes, each of a table at its own position, different tables'
+	// sharing them; then its rows) and resolves up to its highest
+	// position. It keeps no reference to the slice: the caller
 	// may reuse its array once Append returns (the events' values it may
 	// keep: they are never changed).
 	Append(events []Event) error

@@ -43,9 +43,9 @@ func (r *streamRun) commit(ev *replication.BinlogEvent) error {
 			r.cur.prepend(reset)
 		}
 	}
-	// Each schema change at its own position, then the rows: a
-	// table's rows after its change carry the change's position as
-	// their table version.
+	// Each schema change of a table at its own position (slots.go),
+	// then the rows: a table's rows after its change carry the change's
+	// position as their table version.
 	ts = r.cur.settle(&r.at, ts)
 	if again := r.cur.copiesAgain(r.at.Tables); len(again) > 0 {
 		if err := r.p.markAgain(r.ctx, &r.markDB, again, r.at.Tables); err != nil {

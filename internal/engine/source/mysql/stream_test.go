@@ -66,7 +66,9 @@ func (c *collected) Append(evs []source.Event) error {
 			c.events = append(c.events, e)
 		}
 	}
-	c.resolved = evs[len(evs)-1].CommitTs
+	for _, e := range evs {
+		c.resolved = max(c.resolved, e.CommitTs) // its highest, as the event log's
+	}
 	return nil
 }
 func (c *collected) AppendPart(rows []source.Event) error {

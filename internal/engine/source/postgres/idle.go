@@ -251,7 +251,8 @@ func (s *Source) lookForIdleChanges(ctx context.Context, st *Stream, l *idleLook
 }
 
 // marksPerTxn bounds the marks one transaction carries: each may be a
-// schema change, and a transaction has room for ddlSlots of them.
+// schema change, and a table has room for ddlSlots of them in one
+// transaction.
 const marksPerTxn = 32
 
 // signature tells one description from another.

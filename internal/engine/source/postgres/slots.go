@@ -18,8 +18,8 @@ import "github.com/cdcctl/cdcctl/internal/model"
 // its first at the base (its reset, the TRUNCATE of a table come back,
 // before its others), whichever other tables' a read finds. Changes of
 // different tables share positions: a partition waits only for its own
-// table's. A table changed more than ddlSlots times between its rows in
-// one transaction is held (tooManyChangesHold).
+// table's. A table changed more than ddlSlots times in one transaction
+// (its reset, TRUNCATEs and column changes) is held (tooManyChangesHold).
 
 // slotFor is the position of table's next schema change in the open
 // transaction; false when it is past the transaction's positions.

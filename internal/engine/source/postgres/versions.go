@@ -303,7 +303,7 @@ func keyDroppedHold(cf, table string) string {
 // changefeed, and a transaction already committed cannot be split: the
 // reader met it again at every restart.
 func tooManyChangesHold(cf, table string) string {
-	return fmt.Sprintf("one transaction changed this table's schema more than %d times between its rows: the first %d are written as schema changes, and the table's changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
+	return fmt.Sprintf("one transaction changed this table's schema more than %d times (its columns between its rows, TRUNCATEs): the first %d are written as schema changes, and the table's changes from there on are held: copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s' (the sink truncates it, then its rows are copied), 'cdcctl changefeed resume %s'",
 		ddlSlots, ddlSlots, cf, cf, table, cf)
 }
 
