@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/pgserver/pgtest"
@@ -29,6 +30,16 @@ func TestAResumePointPastWhereAPromotedStandbyBranchedIsRefused(t *testing.T) {
 	primary := pgtest.StartDB(t, "shop")
 	if _, err := primary.Psql(ctx, "shop", `CREATE TABLE t (id int4 PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
+	}
+	// A changefeed's first resume point names its cluster and timeline
+	// already (not at its reader's first start).
+	_, first, err := Pin(ctx, primary.DSN("shop")+"&tables=t", "other", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p position
+	if err := source.DecodePosition(first, &p); err != nil || p.System == "" || p.Timeline != 1 {
+		t.Fatalf("a new changefeed's first resume point: cluster %q, timeline %d (%v)", p.System, p.Timeline, err)
 	}
 	st, cfg, _ := open(t, primary.DSN("shop")+"&tables=t")
 	dir, err := os.MkdirTemp("", "cdcctl-pg-")

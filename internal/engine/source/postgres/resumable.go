@@ -56,6 +56,22 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 	return slotHeld(ctx, cat.conn, cfg)
 }
 
+// identify is IDENTIFY_SYSTEM of the server cfg names: its cluster,
+// timeline and where its WAL ends.
+func identify(ctx context.Context, cfg Config) (pglogrepl.IdentifySystemResult, error) {
+	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return pglogrepl.IdentifySystemResult{}, err
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return pglogrepl.IdentifySystemResult{}, err
+	}
+	defer conn.Close(context.Background())
+	return pglogrepl.IdentifySystem(ctx, conn)
+}
+
 // slotHeld refuses a slot that is gone (dropped outside cdcctl) or lost
 // its WAL (invalidated: wal_status lost), as the stream's start would
 // find: asked before a resume, the changefeed fails at once instead of a

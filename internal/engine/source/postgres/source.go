@@ -57,6 +57,13 @@ func Pin(ctx context.Context, uri string, cf model.ChangefeedID, now time.Time) 
 	}
 	cfg.Start = model.TsFromTime(now)
 	p := position{LSN: up.StartLSN.String(), Ts: cfg.Start, Tables: map[string]TableState{}, Parts: up.Parts, PartsKnown: up.Parts != nil, Labels: kept(up.Labels), LabelsAt: up.LabelsAt}
+	// Its cluster and timeline now, not at its reader's first start: a
+	// failover in between is then found (resumeChecks). Not known (a
+	// replication connection refused here), the reader's start fills
+	// them in, as for a resume point written before they were kept.
+	if id, err := identify(ctx, cfg); err == nil {
+		p.System, p.Timeline = id.SystemID, id.Timeline
+	}
 	for t, def := range up.Defs {
 		p.Tables[t] = TableState{Def: def, Since: cfg.Start, OID: up.OIDs[t], Nums: up.Nums[t]}
 	}
