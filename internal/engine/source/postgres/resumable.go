@@ -34,14 +34,9 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 	if err != nil {
 		return fmt.Errorf("the changefeed's stored resume point: %w", err)
 	}
-	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	pc, conn, err := replicationConn(ctx, cfg)
 	if err != nil {
 		return err
-	}
-	pc.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, pc)
-	if err != nil {
-		return explain(cfg, err)
 	}
 	defer conn.Close(context.Background())
 	cat, err := openCatalog(ctx, cfg.ConnString)
@@ -59,17 +54,29 @@ func Resumable(ctx context.Context, uri string, pos source.Position) error {
 // identify is IDENTIFY_SYSTEM of the server cfg names: its cluster,
 // timeline and where its WAL ends.
 func identify(ctx context.Context, cfg Config) (pglogrepl.IdentifySystemResult, error) {
-	pc, err := pgconn.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return pglogrepl.IdentifySystemResult{}, err
-	}
-	pc.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, pc)
+	_, conn, err := replicationConn(ctx, cfg)
 	if err != nil {
 		return pglogrepl.IdentifySystemResult{}, err
 	}
 	defer conn.Close(context.Background())
 	return pglogrepl.IdentifySystem(ctx, conn)
+}
+
+// replicationConn connects to the server cfg names in logical
+// replication mode (a walsender of its database), and returns the
+// connection's configuration with it; a connection that fails is
+// explained.
+func replicationConn(ctx context.Context, cfg Config) (*pgconn.Config, *pgconn.PgConn, error) {
+	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, nil, explain(cfg, err)
+	}
+	return pc, conn, nil
 }
 
 // slotHeld refuses a slot that is gone (dropped outside cdcctl) or lost

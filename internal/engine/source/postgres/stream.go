@@ -307,16 +307,10 @@ func OpenStream(ctx context.Context, cfg Config, from pglogrepl.LSN, last model.
 		return nil, explain(cfg, err)
 	}
 	ticks := version >= 140000 // pgoutput sends logical decoding messages from 14 on
-	pc, err := pgconn.ParseConfig(cfg.ConnString)
+	pc, conn, err := replicationConn(ctx, cfg)
 	if err != nil {
 		cat.Close()
 		return nil, err
-	}
-	pc.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, pc)
-	if err != nil {
-		cat.Close()
-		return nil, explain(cfg, err)
 	}
 	id, err := resumeChecks(ctx, cfg, pc, conn, cat.conn, system, from)
 	if err != nil {
