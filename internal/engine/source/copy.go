@@ -28,6 +28,7 @@ type CopyOptions struct {
 	Chunks    ChunkReader
 	ChunkRows int         // the most rows a chunk reads (0: DefaultChunkRows)
 	Slots     *ChunkSlots // the node's, shared by the source's readers
+	Pace      *Pace       // the node's (snapshot-rate=); nil: no bound
 	// Whole starts the copy of a table without a key: its snapshot and
 	// first chunk, between watermarks. Nil where the source has no such
 	// tables.
@@ -72,6 +73,7 @@ type CopyReader struct {
 
 	fails    int
 	retryAt  time.Time // no chunk before (after a failure)
+	turn     paced     // under o.Pace
 	lastWarn time.Time
 
 	// seen are the span's rows read while chunks are in flight: every
@@ -181,7 +183,7 @@ func (r *CopyReader) Close() error {
 // Read implements Reader.
 func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event, error) {
 	r.mu.Lock()
-	if len(r.out) == 0 && r.whole != nil && r.emitting {
+	if len(r.out) == 0 && r.whole != nil && r.emitting && r.paced(time.Now()) {
 		r.mu.Unlock()
 		r.fetchWhole()
 		r.mu.Lock()
@@ -196,7 +198,8 @@ func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event,
 		r.failed(fmt.Errorf("the watermarks of a chunk of %s did not arrive within %s", r.span.Table, markWait))
 	}
 	if r.keyless {
-		start := len(r.chunks) == 0 && !r.copied.Done && time.Now().After(r.retryAt)
+		now := time.Now()
+		start := len(r.chunks) == 0 && !r.copied.Done && now.After(r.retryAt) && r.paced(now)
 		r.mu.Unlock()
 		if start {
 			r.startWhole()
@@ -312,16 +315,32 @@ func (r *CopyReader) take(n int) []Event {
 // rows after the last chunk in flight, or after what is copied. r.mu is
 // held.
 func (r *CopyReader) maybeFetch() {
-	if r.fetching || r.copied.Done || len(r.chunks) >= chunksInFlight || len(r.out) > 0 || time.Now().Before(r.retryAt) {
+	now := time.Now()
+	if r.fetching || r.copied.Done || len(r.chunks) >= chunksInFlight || len(r.out) > 0 || now.Before(r.retryAt) {
 		return
 	}
 	from, ok := r.nextFrom()
 	if !ok || !r.o.Slots.take() {
 		return // the range ends with the last chunk; or this node holds enough chunks
 	}
+	if !r.paced(now) {
+		r.o.Slots.give() // the snapshot's rate on this node is spent for now
+		return
+	}
 	r.fetching = true
 	r.fetches.Add(1)
-	go r.fetch(from, r.limit)
+	go r.fetch(from, r.o.Pace.cap(r.limit))
+}
+
+// paced says the copy's next read may begin now under the snapshot's
+// rate on this node (snapshot-rate=), spending the rows reserved for it;
+// false: they are reserved, and it waits for them. r.mu is held.
+func (r *CopyReader) paced(now time.Time) bool {
+	if !r.turn.ready(r.o.Pace, r.o.Pace.cap(r.limit), now) {
+		return false
+	}
+	r.turn.begin()
+	return true
 }
 
 // nextFrom is where the next chunk starts: after the last chunk in
@@ -398,11 +417,12 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 func (r *CopyReader) Changed() <-chan struct{} { return r.inner.Changed() }
 
 // Awaiting implements source.Awaiting: a chunk is read and its high
-// watermark on its way through the stream, or a fetch is under way.
+// watermark on its way through the stream, a fetch is under way, or one
+// waits for the snapshot's rate.
 func (r *CopyReader) Awaiting() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fetching || len(r.chunks) > 0
+	return r.fetching || len(r.chunks) > 0 || r.turn.waiting()
 }
 
 // release gives back the slot a chunk in flight held on this node.

@@ -33,7 +33,7 @@ func (r *CopyReader) startWhole() {
 	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
 	defer cancel()
 	r.mu.Lock()
-	limit := r.limit
+	limit := r.o.Pace.cap(r.limit)
 	r.mu.Unlock()
 	c, whole, err := r.o.Whole(ctx, r.span.Table, limit)
 	r.mu.Lock()
@@ -54,7 +54,7 @@ func (r *CopyReader) fetchWhole() {
 	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
 	defer cancel()
 	r.mu.Lock()
-	whole, limit, at := r.whole, r.limit, r.wholeAt
+	whole, limit, at := r.whole, r.o.Pace.cap(r.limit), r.wholeAt
 	r.mu.Unlock()
 	c := NewChunk(r.span.Table, whole.Def(), limit)
 	err := whole.Fetch(ctx, c)

@@ -58,6 +58,9 @@ type Config struct {
 	// ChunkRows bounds the rows of one chunk of the initial snapshot
 	// (chunk-rows=); 0 is the default.
 	ChunkRows int
+	// SnapshotRate bounds the rows the initial snapshot reads a second on
+	// each node (snapshot-rate=; source.Pace); 0: no bound.
+	SnapshotRate int
 	// AutoRemedy says a table held by a change upstream gets the remedy
 	// its hold names by itself (auto-remedy=, true by default): a rename
 	// followed under the new name where no table has taken the old one,
@@ -154,11 +157,14 @@ func ParseURI(raw string) (Config, error) {
 		}
 	}
 	if v := q.Get("chunk-rows"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1_000_000 {
-			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, source.DefaultChunkRows)
+		if c.ChunkRows, err = source.ParseChunkRows(v); err != nil {
+			return Config{}, err
 		}
-		c.ChunkRows = n
+	}
+	if v := q.Get("snapshot-rate"); v != "" {
+		if c.SnapshotRate, err = source.ParseSnapshotRate(v); err != nil {
+			return Config{}, err
+		}
 	}
 	if v := q.Get("start"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -171,7 +177,7 @@ func ParseURI(raw string) (Config, error) {
 }
 
 // ours are the query parameters a mysql:// URI takes.
-var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "start": true, "auto-remedy": true}
+var ours = map[string]bool{"tables": true, "filter": true, "server-id": true, "snapshot": true, "chunk-rows": true, "snapshot-rate": true, "start": true, "auto-remedy": true}
 
 func ourNames() []string {
 	var out []string
@@ -253,6 +259,9 @@ func (c Config) URI() string {
 	}
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
+	}
+	if c.SnapshotRate != 0 {
+		q.Set("snapshot-rate", strconv.Itoa(c.SnapshotRate))
 	}
 	if !c.AutoRemedy {
 		q.Set("auto-remedy", "false")

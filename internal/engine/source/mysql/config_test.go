@@ -22,6 +22,9 @@ func TestASourceURIIsReadAndWrittenBack(t *testing.T) {
 	if kept, err := mysql.ParseURI(c.URI() + "&auto-remedy=false"); err != nil || kept.AutoRemedy || !strings.Contains(kept.URI(), "auto-remedy=false") {
 		t.Fatalf("auto-remedy=false read as %+v, written back as %s (%v)", kept, kept.URI(), err)
 	}
+	if kept, err := mysql.ParseURI(c.URI() + "&snapshot-rate=2500"); err != nil || kept.SnapshotRate != 2500 || !strings.Contains(kept.URI(), "snapshot-rate=2500") {
+		t.Fatalf("snapshot-rate=2500 read as %+v, written back as %s (%v)", kept, kept.URI(), err)
+	}
 	again, err := mysql.ParseURI(c.URI())
 	if err != nil || !reflect.DeepEqual(again, c) {
 		t.Fatalf("written back as %s, read again as %+v (%v)", c.URI(), again, err)
@@ -49,6 +52,7 @@ func TestBadSourceURIsSayWhatToWrite(t *testing.T) {
 		"mysql://cdc@host/shop?tables=orders&server-id=0":        "server-id=\"0\"",
 		"mysql://cdc@host/shop?tables=orders&snapshot=sometimes": "use initial",
 		"mysql://cdc@host/shop?tables=orders&auto-remedy=ok":     "auto-remedy=\"ok\": use true",
+		"mysql://cdc@host/shop?tables=orders&snapshot-rate=1e3":  "snapshot-rate=\"1e3\": give the rows",
 		"mysql://cdc@host/shop?tables=orders&slot=x":             "unknown parameter \"slot\"",
 		"mysql://cdc@host:99999/shop?tables=orders":              "is not a port number",
 		"postgres://cdc@host/shop?tables=orders":                 "scheme must be mysql://",

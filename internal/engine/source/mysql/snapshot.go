@@ -47,7 +47,7 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 		return s.LogSource.Open(span, from)
 	}
 	return s.LogSource.NewCopyReader(span, from, copied, source.CopyOptions{
-		Chunks: s, ChunkRows: s.cfg.ChunkRows, Slots: &s.slots, Log: s.log,
+		Chunks: s, ChunkRows: s.cfg.ChunkRows, Slots: &s.slots, Pace: s.pace, Log: s.log,
 	}), nil
 }
 

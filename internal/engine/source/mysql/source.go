@@ -264,6 +264,7 @@ type Source struct {
 	*Puller
 	cfg   Config
 	slots source.ChunkSlots // the initial snapshot's chunks held on this node
+	pace  *source.Pace      // and its rate there (snapshot-rate=)
 
 	dbMu sync.Mutex
 	db   *sql.DB // the initial snapshot's connections (snapshotDB)
@@ -278,7 +279,7 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if cfg.Start == 0 || cfg.ServerID == 0 {
 		return nil, fmt.Errorf("source URI %s: not a changefeed's stored URI (start and server-id are set when it is created)", Redact(uri))
 	}
-	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), Puller: NewPuller(cfg, env.Changefeed, "", env.Log), cfg: cfg}, nil
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), Puller: NewPuller(cfg, env.Changefeed, "", env.Log), cfg: cfg, pace: source.NewPace(cfg.SnapshotRate)}, nil
 }
 
 // Close implements source.Source.

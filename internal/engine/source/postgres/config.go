@@ -60,6 +60,9 @@ type Config struct {
 	// ChunkRows bounds the rows of one chunk of the snapshot (chunk-rows=,
 	// Debezium's incremental.snapshot.chunk.size); 0 is the default.
 	ChunkRows int
+	// SnapshotRate bounds the rows the initial snapshot reads a second on
+	// each node (snapshot-rate=; source.Pace); 0: no bound.
+	SnapshotRate int
 	// TimeZone is the zone every session of the source writes a
 	// timestamptz in (timezone=; UTC unless the operator names another
 	// when the changefeed is created); empty for a changefeed stored
@@ -80,7 +83,7 @@ type Config struct {
 
 // ours are the query parameters this package reads; every other one is
 // the driver's (sslmode, connect_timeout, ...).
-var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "timezone": true, "auto-remedy": true, "catalog-interval": true}
+var ours = map[string]bool{"tables": true, "filter": true, "publication": true, "slot": true, "start": true, "snapshot": true, "chunk-rows": true, "snapshot-rate": true, "timezone": true, "auto-remedy": true, "catalog-interval": true}
 
 var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 
@@ -151,11 +154,14 @@ func ParseURI(raw string) (Config, error) {
 		}
 	}
 	if v := q.Get("chunk-rows"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1_000_000 {
-			return Config{}, fmt.Errorf("source URI: chunk-rows=%q: give the rows one chunk of the initial snapshot reads at most, 1 to 1000000 (default %d)", v, source.DefaultChunkRows)
+		if c.ChunkRows, err = source.ParseChunkRows(v); err != nil {
+			return Config{}, err
 		}
-		c.ChunkRows = n
+	}
+	if v := q.Get("snapshot-rate"); v != "" {
+		if c.SnapshotRate, err = source.ParseSnapshotRate(v); err != nil {
+			return Config{}, err
+		}
 	}
 	if v := q.Get("catalog-interval"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -269,6 +275,9 @@ func (c Config) URI() string {
 	}
 	if c.ChunkRows != 0 {
 		q.Set("chunk-rows", strconv.Itoa(c.ChunkRows))
+	}
+	if c.SnapshotRate != 0 {
+		q.Set("snapshot-rate", strconv.Itoa(c.SnapshotRate))
 	}
 	if !c.AutoRemedy {
 		q.Set("auto-remedy", "false")

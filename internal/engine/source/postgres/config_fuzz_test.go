@@ -10,7 +10,7 @@ import (
 func FuzzParseURI(f *testing.F) {
 	for _, s := range []string{
 		"postgres://cdc:secret@db:5432/shop?tables=public.orders,public.items&sslmode=disable",
-		"postgres://cdc:secret@db/shop?tables=orders&publication=p&slot=s&snapshot=never&chunk-rows=100",
+		"postgres://cdc:secret@db/shop?tables=orders&publication=p&slot=s&snapshot=never&chunk-rows=100&snapshot-rate=1000",
 		"postgresql://u@h:1/d?tables=a.b,c",
 		"postgres://cdc:secret@[::1]:5432/shop?tables=%zz",
 		"postgres://cdc:secret@db:99999/shop?tables=orders&chunk-rows=-1",

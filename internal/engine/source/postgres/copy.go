@@ -20,7 +20,7 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 		return s.LogSource.Open(span, from)
 	}
 	return s.LogSource.NewCopyReader(span, from, copied, source.CopyOptions{
-		Chunks: s, ChunkRows: chunkRowsOf(s.cfg), Slots: &s.slots, Whole: s.wholeTable, Log: s.log,
+		Chunks: s, ChunkRows: chunkRowsOf(s.cfg), Slots: &s.slots, Pace: s.pace, Whole: s.wholeTable, Log: s.log,
 	}), nil
 }
 

@@ -40,6 +40,8 @@ func TestParseURI(t *testing.T) {
 		{uri: "postgres://u@h/shop?tables=t&catalog-interval=2s", tables: []string{"public.t"}},
 		{uri: "postgres://u@h/shop?tables=t&catalog-interval=10", err: `catalog-interval="10": give how often`},
 		{uri: "postgres://u@h/shop?tables=t&catalog-interval=10ms", err: "from 100ms to 1h"},
+		{uri: "postgres://u@h/shop?tables=t&snapshot-rate=5000", tables: []string{"public.t"}},
+		{uri: "postgres://u@h/shop?tables=t&snapshot-rate=-5", err: `snapshot-rate="-5": give the rows the initial snapshot reads a second`},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {
@@ -52,7 +54,7 @@ func TestParseURI(t *testing.T) {
 			t.Errorf("%s: %+v %v", tc.uri, c, err)
 			continue
 		}
-		if strings.Contains(c.ConnString, "tables=") || strings.Contains(c.ConnString, "slot=") {
+		if strings.Contains(c.ConnString, "tables=") || strings.Contains(c.ConnString, "slot=") || strings.Contains(c.ConnString, "snapshot-rate") {
 			t.Errorf("%s: our parameters reach the driver: %s", tc.uri, c.ConnString)
 		}
 		again, err := ParseURI(c.URI())

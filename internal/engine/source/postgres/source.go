@@ -110,6 +110,7 @@ type Source struct {
 	log   *slog.Logger
 	pool  *copyPool         // the initial snapshot's connections on this node
 	slots source.ChunkSlots // and the chunks it holds
+	pace  *source.Pace      // and its snapshot's rate (snapshot-rate=)
 	// sortsTold holds the tables whose sorted chunks were warned of
 	// (copy.go), once each.
 	sortsTold sync.Map
@@ -155,7 +156,7 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if cfg.CatalogInterval != 0 {
 		every = cfg.CatalogInterval
 	}
-	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, cf: env.Changefeed, dropEvery: every}, nil
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), cfg: cfg, log: log, pool: &copyPool{cfg: cfg}, pace: source.NewPace(cfg.SnapshotRate), cf: env.Changefeed, dropEvery: every}, nil
 }
 
 // Close implements source.Source: the snapshot's idle connections close.

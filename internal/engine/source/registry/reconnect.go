@@ -54,6 +54,8 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 	wq, tq := was.Query(), to.Query()
 	for k := range tq {
 		switch {
+		case tunable[k]:
+			// Checked with the rest of the URI by the source that reads it.
 		case !own(k):
 		case k == "tables" || k == "filter":
 			return "", nil, fmt.Errorf("--source: leave %s= out: the tables change with --tables, --add-table or --remove-table", k)
@@ -73,6 +75,13 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 		}
 	}
 	for k, vs := range tq {
+		if tunable[k] {
+			q[k] = vs
+			if vs[0] == "0" {
+				delete(q, k) // the default, as the source stores it
+			}
+			continue
+		}
 		if own(k) {
 			continue
 		}
@@ -93,6 +102,12 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 	}
 	return next.String(), changes, nil
 }
+
+// tunable are the parameters of a source's own that an update of the
+// connection may change: how hard the changefeed may work the upstream,
+// not what it replicates. Left out of --source, they keep their value;
+// 0 is the default (no bound).
+var tunable = map[string]bool{"snapshot-rate": true}
 
 // sameMeaning says whether the stored URI with its parameter k set to
 // v is the stored URI as the source reads it.
@@ -178,7 +193,7 @@ func connectionChanges(was, next *url.URL, own func(string) bool) []string {
 	slices.Sort(keys)
 	for _, k := range keys {
 		a, b := wq.Get(k), nq.Get(k)
-		if own(k) || a == b {
+		if own(k) && !tunable[k] || a == b {
 			continue
 		}
 		if redact.Secret(k) {

@@ -41,6 +41,8 @@ func TestReconnectChangesTheConnectionAndKeepsTheRest(t *testing.T) {
 		{name: "a parameter of the changefeed's own", given: "postgres://cdc:new@db1/shop?slot=s2", refused: "slot=s2: the changefeed's slot is fixed when it is created (s1)"},
 		{name: "the changefeed's own parameters repeated in another form", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&catalog-interval=90s&auto-remedy=true&snapshot=initial"},
 		{name: "a parameter of its own that the stored URI leaves at its default", given: "postgres://cdc:old@db1/shop?auto-remedy=false", refused: "auto-remedy=false: the changefeed's auto-remedy is fixed"},
+		{name: "its snapshot's rate, tuned", given: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&snapshot-rate=5000",
+			want: "postgres://cdc:old@db1:5432/shop?connect_timeout=5&snapshot-rate=5000&" + kept, changes: []string{"snapshot-rate: (none) → 5000"}},
 		{name: "its catalog interval", given: "postgres://cdc:old@db1/shop?catalog-interval=2m", refused: "catalog-interval=2m: the changefeed's catalog-interval is fixed"},
 		{name: "the mask for another user", given: "postgres://other:xxxxx@db1/shop", refused: "keeps the changefeed's, which is user cdc's: give user other's password"},
 		{name: "no server", given: "postgres:///shop", refused: "name the server"},
@@ -94,6 +96,29 @@ func TestReconnectWithTheMaskWhereThereIsNoPassword(t *testing.T) {
 	got, changes, err = reconnect(stored, "postgres://cdc:xxxxx@db2/shop", postgres.Own, pgCanonical)
 	if err != nil || !sameURI(got, "postgres://cdc@db2/shop?slot=s1&tables=public.a") || !reflect.DeepEqual(changes, []string{"address: db1:5432 → db2"}) {
 		t.Fatalf("%s, %q, %v: want the new address alone", got, changes, err)
+	}
+}
+
+// The snapshot's rate is the one parameter of the changefeed's own that
+// an update of its connection changes: left out, it stays; 0 takes the
+// bound away; a value the source refuses is refused.
+func TestReconnectTunesTheSnapshotRate(t *testing.T) {
+	const stored = "postgres://cdc@db1:5432/shop?slot=s1&snapshot-rate=100&tables=public.a"
+	for _, tc := range []struct {
+		given, want string
+		changes     []string
+	}{
+		{"postgres://cdc@db2:5432/shop", "postgres://cdc@db2:5432/shop?slot=s1&snapshot-rate=100&tables=public.a", []string{"address: db1:5432 → db2:5432"}},
+		{"postgres://cdc@db1:5432/shop?snapshot-rate=2000", "postgres://cdc@db1:5432/shop?slot=s1&snapshot-rate=2000&tables=public.a", []string{"snapshot-rate: 100 → 2000"}},
+		{"postgres://cdc@db1:5432/shop?snapshot-rate=0", "postgres://cdc@db1:5432/shop?slot=s1&tables=public.a", []string{"snapshot-rate: 100 → (none)"}},
+	} {
+		got, changes, err := Reconnect(stored, tc.given)
+		if err != nil || !sameURI(got, tc.want) || !reflect.DeepEqual(changes, tc.changes) {
+			t.Errorf("%s: %s, %q, %v; want %s, %q", tc.given, got, changes, err, tc.want, tc.changes)
+		}
+	}
+	if _, _, err := Reconnect(stored, "postgres://cdc@db1:5432/shop?snapshot-rate=fast"); err == nil || !strings.Contains(err.Error(), "snapshot-rate=\"fast\": give the rows") {
+		t.Errorf("snapshot-rate=fast: %v, want the source's refusal", err)
 	}
 }
 
