@@ -171,6 +171,7 @@ func (r *CopyReader) Close() error {
 		r.release(c)
 	}
 	r.chunks = nil
+	r.turn.cancel(time.Now())
 	whole := r.whole
 	r.whole = nil
 	r.mu.Unlock()
@@ -183,10 +184,12 @@ func (r *CopyReader) Close() error {
 // Read implements Reader.
 func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event, error) {
 	r.mu.Lock()
-	if len(r.out) == 0 && r.whole != nil && r.emitting && r.paced(time.Now()) {
-		r.mu.Unlock()
-		r.fetchWhole()
-		r.mu.Lock()
+	if len(r.out) == 0 && r.whole != nil && r.emitting {
+		if n, ok := r.paced(time.Now()); ok {
+			r.mu.Unlock()
+			r.fetchWhole(n)
+			r.mu.Lock()
+		}
 	}
 	if r.isEmitting() {
 		defer r.mu.Unlock()
@@ -199,10 +202,13 @@ func (r *CopyReader) Read(ctx context.Context, upTo model.Ts, max int) ([]Event,
 	}
 	if r.keyless {
 		now := time.Now()
-		start := len(r.chunks) == 0 && !r.copied.Done && now.After(r.retryAt) && r.paced(now)
+		n, start := 0, len(r.chunks) == 0 && !r.copied.Done && now.After(r.retryAt)
+		if start {
+			n, start = r.paced(now)
+		}
 		r.mu.Unlock()
 		if start {
-			r.startWhole()
+			r.startWhole(n)
 		}
 	} else {
 		r.maybeFetch()
@@ -323,24 +329,26 @@ func (r *CopyReader) maybeFetch() {
 	if !ok || !r.o.Slots.take() {
 		return // the range ends with the last chunk; or this node holds enough chunks
 	}
-	if !r.paced(now) {
+	n, ok := r.paced(now)
+	if !ok {
 		r.o.Slots.give() // the snapshot's rate on this node is spent for now
 		return
 	}
 	r.fetching = true
 	r.fetches.Add(1)
-	go r.fetch(from, r.o.Pace.cap(r.limit))
+	go r.fetch(from, n)
 }
 
-// paced says the copy's next read may begin now under the snapshot's
-// rate on this node (snapshot-rate=), spending the rows reserved for it;
-// false: they are reserved, and it waits for them. r.mu is held.
-func (r *CopyReader) paced(now time.Time) bool {
-	if !r.turn.ready(r.o.Pace, r.o.Pace.cap(r.limit), now) {
-		return false
+// paced says whether the copy's next read may begin now under the
+// snapshot's rate on this node (snapshot-rate=), and how many rows it
+// reads: those reserved for it, which it spends; false: they are
+// reserved, and it waits for them. r.mu is held.
+func (r *CopyReader) paced(now time.Time) (int, bool) {
+	n, ok := r.turn.ready(r.o.Pace, r.limit, now)
+	if ok {
+		r.turn.begin()
 	}
-	r.turn.begin()
-	return true
+	return n, ok
 }
 
 // nextFrom is where the next chunk starts: after the last chunk in
@@ -417,12 +425,14 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 func (r *CopyReader) Changed() <-chan struct{} { return r.inner.Changed() }
 
 // Awaiting implements source.Awaiting: a chunk is read and its high
-// watermark on its way through the stream, a fetch is under way, or one
-// waits for the snapshot's rate.
+// watermark on its way through the stream, or a fetch is under way. Not
+// while the next chunk waits for the snapshot's rate: its dispatcher
+// backs off meanwhile (to 160 ms), as a quiet partition's does, rather
+// than read the log every 20 ms for a wait of up to a second.
 func (r *CopyReader) Awaiting() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fetching || len(r.chunks) > 0 || r.turn.waiting()
+	return r.fetching || len(r.chunks) > 0
 }
 
 // release gives back the slot a chunk in flight held on this node.

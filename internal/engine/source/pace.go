@@ -35,37 +35,41 @@ func (p *Pace) cap(n int) int {
 	return max(min(n, p.l.Burst()), 1)
 }
 
-// reserve takes n rows from the rate and says when they may be read.
-func (p *Pace) reserve(n int, now time.Time) time.Time {
-	r := p.l.ReserveN(now, p.cap(n))
-	return now.Add(r.DelayFrom(now))
-}
-
-// paced is a reader's turn under a Pace: rows reserved for its next
+// paced is a reader's turn under a Pace: the rows reserved for its next
 // read, and when that read may begin. Its reader's lock guards it.
 type paced struct {
-	paid bool
+	res  *rate.Reservation // nil: none reserved
+	rows int
 	at   time.Time
 }
 
-// ready says a read of n rows may begin now under p, reserving them the
-// first time it is asked for that read; begin says it began.
-func (t *paced) ready(p *Pace, n int, now time.Time) bool {
+// ready says whether a read of n rows may begin now under p, and how
+// many rows it reads: the first time it is asked for that read, the rows
+// are reserved (n, at most a second's worth), and the read reads as many
+// as were reserved, whatever its reader would ask for by then. begin
+// says the read began.
+func (t *paced) ready(p *Pace, n int, now time.Time) (int, bool) {
 	if p == nil {
-		return true
+		return n, true
 	}
-	if !t.paid {
-		t.paid, t.at = true, p.reserve(n, now)
+	if t.res == nil {
+		t.rows = p.cap(n)
+		t.res = p.l.ReserveN(now, t.rows)
+		t.at = now.Add(t.res.DelayFrom(now))
 	}
-	return !now.Before(t.at)
+	return t.rows, !now.Before(t.at)
 }
 
 // begin spends the rows reserved: the next read reserves its own.
-func (t *paced) begin() { t.paid = false }
+func (t *paced) begin() { t.res = nil }
 
-// waiting says rows are reserved for a read not yet begun.
-func (t *paced) waiting() bool {
-	return t.paid
+// cancel gives back the rows reserved for a read that will not begin
+// (its reader closed), to the node's other readers.
+func (t *paced) cancel(now time.Time) {
+	if t.res != nil {
+		t.res.CancelAt(now)
+		t.res = nil
+	}
 }
 
 // MaxSnapshotRate bounds snapshot-rate=.

@@ -22,8 +22,8 @@ type WholeCopy interface {
 }
 
 // startWhole starts the copy of a table without a key: its snapshot and
-// first chunk, between watermarks.
-func (r *CopyReader) startWhole() {
+// first chunk (limit rows at most), between watermarks.
+func (r *CopyReader) startWhole(limit int) {
 	if r.o.Whole == nil {
 		r.mu.Lock()
 		r.failed(fmt.Errorf("snapshot of %s: the table has no primary key, and this source copies only tables with one", r.span.Table))
@@ -32,9 +32,6 @@ func (r *CopyReader) startWhole() {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
 	defer cancel()
-	r.mu.Lock()
-	limit := r.o.Pace.cap(r.limit)
-	r.mu.Unlock()
 	c, whole, err := r.o.Whole(ctx, r.span.Table, limit)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -46,15 +43,15 @@ func (r *CopyReader) startWhole() {
 	r.chunks, r.whole = []*Chunk{c}, whole
 }
 
-// fetchWhole reads the next rows of a table without a key from its
-// snapshot, to go out at the same position as the first. A failure there
+// fetchWhole reads the next rows (limit at most) of a table without a
+// key from its snapshot, to go out at the same position as the first. A failure there
 // cannot resume (the rows cannot say which went out): the copy starts
 // over, and the rows that went out are written twice.
-func (r *CopyReader) fetchWhole() {
+func (r *CopyReader) fetchWhole(limit int) {
 	ctx, cancel := context.WithTimeout(context.Background(), chunkTimeout)
 	defer cancel()
 	r.mu.Lock()
-	whole, limit, at := r.whole, r.o.Pace.cap(r.limit), r.wholeAt
+	whole, at := r.whole, r.wholeAt
 	r.mu.Unlock()
 	c := NewChunk(r.span.Table, whole.Def(), limit)
 	err := whole.Fetch(ctx, c)

@@ -161,8 +161,10 @@ func ParseURI(raw string) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if v := q.Get("snapshot-rate"); v != "" {
-		if c.SnapshotRate, err = source.ParseSnapshotRate(v); err != nil {
+	if q.Has("snapshot-rate") {
+		// Given empty (a script's unset variable) is refused, not read
+		// as no bound.
+		if c.SnapshotRate, err = source.ParseSnapshotRate(q.Get("snapshot-rate")); err != nil {
 			return Config{}, err
 		}
 	}

@@ -53,6 +53,7 @@ func TestBadSourceURIsSayWhatToWrite(t *testing.T) {
 		"mysql://cdc@host/shop?tables=orders&snapshot=sometimes": "use initial",
 		"mysql://cdc@host/shop?tables=orders&auto-remedy=ok":     "auto-remedy=\"ok\": use true",
 		"mysql://cdc@host/shop?tables=orders&snapshot-rate=1e3":  "snapshot-rate=\"1e3\": give the rows",
+		"mysql://cdc@host/shop?tables=orders&snapshot-rate=":     "snapshot-rate=\"\": give the rows",
 		"mysql://cdc@host/shop?tables=orders&slot=x":             "unknown parameter \"slot\"",
 		"mysql://cdc@host:99999/shop?tables=orders":              "is not a port number",
 		"postgres://cdc@host/shop?tables=orders":                 "scheme must be mysql://",

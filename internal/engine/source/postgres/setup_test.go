@@ -42,6 +42,7 @@ func TestParseURI(t *testing.T) {
 		{uri: "postgres://u@h/shop?tables=t&catalog-interval=10ms", err: "from 100ms to 1h"},
 		{uri: "postgres://u@h/shop?tables=t&snapshot-rate=5000", tables: []string{"public.t"}},
 		{uri: "postgres://u@h/shop?tables=t&snapshot-rate=-5", err: `snapshot-rate="-5": give the rows the initial snapshot reads a second`},
+		{uri: "postgres://u@h/shop?tables=t&snapshot-rate=", err: `snapshot-rate="": give the rows`},
 	} {
 		c, err := ParseURI(tc.uri)
 		if tc.err != "" {

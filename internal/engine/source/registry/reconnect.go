@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/redact"
 )
 
@@ -54,8 +56,8 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 	wq, tq := was.Query(), to.Query()
 	for k := range tq {
 		switch {
-		case tunable[k]:
-			// Checked with the rest of the URI by the source that reads it.
+		case tunable[k] != nil:
+			// Read below.
 		case !own(k):
 		case k == "tables" || k == "filter":
 			return "", nil, fmt.Errorf("--source: leave %s= out: the tables change with --tables, --add-table or --remove-table", k)
@@ -75,10 +77,18 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 		}
 	}
 	for k, vs := range tq {
-		if tunable[k] {
-			q[k] = vs
-			if vs[0] == "0" {
+		if tune := tunable[k]; tune != nil {
+			if len(vs) != 1 {
+				return "", nil, fmt.Errorf("--source: give %s= once", k)
+			}
+			v, err := tune(vs[0])
+			if err != nil {
+				return "", nil, fmt.Errorf("--source: %w", err)
+			}
+			if v == "" {
 				delete(q, k) // the default, as the source stores it
+			} else {
+				q[k] = []string{v}
 			}
 			continue
 		}
@@ -105,9 +115,18 @@ func reconnect(stored, given string, own func(param string) bool, canonical func
 
 // tunable are the parameters of a source's own that an update of the
 // connection may change: how hard the changefeed may work the upstream,
-// not what it replicates. Left out of --source, they keep their value;
-// 0 is the default (no bound).
-var tunable = map[string]bool{"snapshot-rate": true}
+// not what it replicates. Left out of --source, they keep their value.
+// Each reads a given value as the source stores it ("": the default,
+// left out of the URI).
+var tunable = map[string]func(string) (string, error){
+	"snapshot-rate": func(v string) (string, error) {
+		n, err := source.ParseSnapshotRate(v)
+		if err != nil || n == 0 {
+			return "", err
+		}
+		return strconv.Itoa(n), nil
+	},
+}
 
 // sameMeaning says whether the stored URI with its parameter k set to
 // v is the stored URI as the source reads it.
@@ -193,7 +212,7 @@ func connectionChanges(was, next *url.URL, own func(string) bool) []string {
 	slices.Sort(keys)
 	for _, k := range keys {
 		a, b := wq.Get(k), nq.Get(k)
-		if own(k) && !tunable[k] || a == b {
+		if own(k) && tunable[k] == nil || a == b {
 			continue
 		}
 		if redact.Secret(k) {

@@ -117,8 +117,18 @@ func TestReconnectTunesTheSnapshotRate(t *testing.T) {
 			t.Errorf("%s: %s, %q, %v; want %s, %q", tc.given, got, changes, err, tc.want, tc.changes)
 		}
 	}
-	if _, _, err := Reconnect(stored, "postgres://cdc@db1:5432/shop?snapshot-rate=fast"); err == nil || !strings.Contains(err.Error(), "snapshot-rate=\"fast\": give the rows") {
-		t.Errorf("snapshot-rate=fast: %v, want the source's refusal", err)
+	for given, want := range map[string]string{
+		"snapshot-rate=fast":              `snapshot-rate="fast": give the rows`,
+		"snapshot-rate=":                  `snapshot-rate="": give the rows`,
+		"snapshot-rate=0&snapshot-rate=5": "give snapshot-rate= once",
+	} {
+		if _, _, err := Reconnect(stored, "postgres://cdc@db1:5432/shop?"+given); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", given, err, want)
+		}
+	}
+	// As the source stores it: 0100 is 100, the stored rate.
+	if got, changes, err := Reconnect(stored, "postgres://cdc@db1:5432/shop?snapshot-rate=0100"); err != nil || got != stored || len(changes) != 0 {
+		t.Errorf("snapshot-rate=0100: %s, %q, %v; want the stored URI, no change", got, changes, err)
 	}
 }
 
