@@ -153,7 +153,7 @@ func (s *Stream) handle(ctx context.Context, data []byte) (Item, bool, error) {
 func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool, error) {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks, s.again, s.recheck = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil, nil, nil
+		s.open, s.xid, s.base, s.ddls, s.rows, s.size, s.parted, s.marks, s.again, s.recheck, s.pubBefore = true, m.Xid, s.next(m.CommitTime), nil, nil, 0, false, nil, nil, nil, nil
 		clear(s.pendingNums)
 		clear(s.partedTables)
 		s.resetTables()
@@ -180,7 +180,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		return Item{Erase: erase}, true, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
-			if s.relabelMarked(m.Content) || s.rewriteMarked(m.Content) {
+			if s.relabelMarked(m.Content) || s.rewriteMarked(m.Content) || s.publicationMarked(m.Content) {
 				return Item{}, false, nil
 			}
 			if taken, err := s.relationMarked(ctx, m.Content); taken || err != nil {

@@ -101,17 +101,27 @@ func describedColumns(m *pglogrepl.RelationMessage) string {
 // againRewritten is why a table a rewrite mark names is copied again.
 const againRewritten = "its column values were rewritten by ALTER COLUMN … TYPE … USING (an event trigger's mark)"
 
-// rewriteTrigger names the changefeed's event trigger and its function:
-// its slot's name with _rewrites, within PostgreSQL's 63 bytes (a longer
-// one would be cut, and two long slot names alike in their first bytes
-// would share one trigger; the slot's hash tells them apart).
-func rewriteTrigger(cfg Config) string {
-	if name := cfg.Slot + "_rewrites"; len(name) <= 63 {
+// rewriteTrigger names the changefeed's table_rewrite trigger and the
+// function all its event triggers run: its slot's name with _rewrites.
+func rewriteTrigger(cfg Config) string { return eventTrigger(cfg, "rewrites") }
+
+// publicationTriggers name the changefeed's triggers before and after an
+// ALTER PUBLICATION (publicationmarks.go).
+func publicationTriggers(cfg Config) [2]string {
+	return [2]string{eventTrigger(cfg, "pub_before"), eventTrigger(cfg, "pub_after")}
+}
+
+// eventTrigger is the name of one of the changefeed's event triggers: its
+// slot's name with _suffix, within PostgreSQL's 63 bytes (a longer one
+// would be cut, and two long slot names alike in their first bytes would
+// share one trigger; the slot's hash tells them apart).
+func eventTrigger(cfg Config, suffix string) string {
+	if name := cfg.Slot + "_" + suffix; len(name) <= 63 {
 		return name
 	}
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Slot))
-	return fmt.Sprintf("%s_%08x_rewrites", cfg.Slot[:40], h.Sum32())
+	return fmt.Sprintf("%s_%08x_%s", cfg.Slot[:40], h.Sum32(), suffix)
 }
 
 // rewritesUnseen is changefeed get's warning for a changefeed without
@@ -161,37 +171,58 @@ func ensureRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) (bool
 	// pg_catalog's: with pg_temp last on the path, no temporary type or
 	// table stands for one of them.
 	slot := "'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'"
-	body := fmt.Sprintf(`CREATE FUNCTION %s() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
+	pub := "'" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'"
+	// Before and after an ALTER PUBLICATION (whichever publication: the
+	// trigger cannot tell which before it runs), the relations the
+	// changefeed's publication sends and whether it sends a partitioned
+	// table's rows under its own name.
+	body := fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
 	rel pg_catalog.oid;
 BEGIN
+	IF TG_EVENT <> 'table_rewrite' THEN
+		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[6]s', 'slot', %[5]s, 'phase', TG_EVENT,
+			'viaroot', (SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = %[7]s),
+			'rels', (SELECT pg_catalog.json_agg(c.oid::pg_catalog.int8) FROM pg_catalog.pg_publication_tables p
+				JOIN pg_catalog.pg_namespace n ON n.nspname = p.schemaname JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
+				WHERE p.pubname = %[7]s))::pg_catalog.text);
+		RETURN;
+	END IF;
 	rel := pg_catalog.pg_event_trigger_table_rewrite_oid();
-	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %d <> 0 THEN
-		PERFORM pg_catalog.pg_logical_emit_message(true, '%s', pg_catalog.json_build_object('kind', '%s', 'slot', %s,
+	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %[2]d <> 0 THEN
+		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[4]s', 'slot', %[5]s,
 			'rels', (SELECT pg_catalog.json_agg(r::pg_catalog.oid::pg_catalog.int8) FROM
 				(SELECT rel::pg_catalog.regclass AS r UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(rel)) x),
 			'cols', (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(attname, atttypid::pg_catalog.int8, atttypmod) ORDER BY attname)
 				FROM pg_catalog.pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped AND attgenerated = ''))::pg_catalog.text);
 	END IF;
 EXCEPTION WHEN OTHERS THEN
-	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a table rewritten: %%', %s, SQLERRM;
-END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, slot)
+	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a change of its tables: %%', %[5]s, SQLERRM;
+END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	trigger := pgx.Identifier{rewriteTrigger(cfg)}.Sanitize()
+	pubs := publicationTriggers(cfg)
+	before, after := pgx.Identifier{pubs[0]}.Sanitize(), pgx.Identifier{pubs[1]}.Sanitize()
 	// A lock another session holds on a function of the name is waited
 	// on a moment, not for ever: the reader calls this as it starts.
-	for _, q := range []string{`SET LOCAL lock_timeout = '5s'`, `DROP EVENT TRIGGER IF EXISTS ` + trigger, `DROP FUNCTION IF EXISTS ` + name + `()`, body,
-		`COMMENT ON FUNCTION ` + name + `() IS '` + rewriteFunctionVersion + `'`,
-		`CREATE EVENT TRIGGER ` + trigger + ` ON table_rewrite EXECUTE FUNCTION ` + name + `()`,
+	qs := []string{`SET LOCAL lock_timeout = '5s'`}
+	qs = append(qs, dropTriggers(cfg)...)
+	qs = append(qs, body, `COMMENT ON FUNCTION `+name+`() IS '`+rewriteFunctionVersion+`'`,
+		`CREATE EVENT TRIGGER `+trigger+` ON table_rewrite EXECUTE FUNCTION `+name+`()`,
+		`CREATE EVENT TRIGGER `+before+` ON ddl_command_start WHEN TAG IN ('ALTER PUBLICATION') EXECUTE FUNCTION `+name+`()`,
+		`CREATE EVENT TRIGGER `+after+` ON ddl_command_end WHEN TAG IN ('ALTER PUBLICATION') EXECUTE FUNCTION `+name+`()`)
+	for _, t := range []string{trigger, before, after} {
 		// In every session, also one in replica mode
 		// (session_replication_role = replica, as bulk loads and some
 		// migration tools run): a trigger enabled as made runs in
 		// origin sessions only, and their rewrites went unseen.
-		`ALTER EVENT TRIGGER ` + trigger + ` ENABLE ALWAYS`} {
+		qs = append(qs, `ALTER EVENT TRIGGER `+t+` ENABLE ALWAYS`)
+	}
+	for _, q := range qs {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return false, err
 		}
@@ -202,16 +233,16 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, slot)
 // rewriteFunctionVersion is the comment on the function this cdcctl
 // makes: a trigger whose function has another (an older cdcctl's) is made
 // anew, so that its marks are the ones the stream reads.
-const rewriteFunctionVersion = "cdcctl rewrite marks 2" // 2: enabled always
+const rewriteFunctionVersion = "cdcctl rewrite marks 3" // 2: enabled always; 3: and ALTER PUBLICATION's marks
 
-// triggerState is what the catalog says of a changefeed's trigger.
+// triggerState is what the catalog says of a changefeed's triggers.
 type triggerState struct {
 	super    bool // the user is a superuser
 	version  int  // server_version_num
-	there    bool // the trigger exists
-	disabled bool // ALTER EVENT TRIGGER … DISABLE
-	always   bool // ENABLE ALWAYS: it runs in every session
-	own      bool // its function is this cdcctl's (rewriteFunctionVersion)
+	there    bool // every trigger exists
+	disabled bool // one was turned off: ALTER EVENT TRIGGER … DISABLE
+	always   bool // ENABLE ALWAYS: each runs in every session
+	own      bool // their function is this cdcctl's (rewriteFunctionVersion)
 }
 
 // current says the trigger is there, enabled in every session, with this
@@ -222,20 +253,36 @@ func (t triggerState) current() bool { return t.there && t.always && t.own }
 
 func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (triggerState, error) {
 	var t triggerState
-	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, e.oid IS NOT NULL, coalesce(e.evtenabled = 'D', false),
-			coalesce(e.evtenabled = 'A', false), coalesce(obj_description(e.evtfoid, 'pg_proc') = $2, false)
-		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname = $1 WHERE r.rolname = current_user`, rewriteTrigger(cfg), rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.always, &t.own)
+	pubs := publicationTriggers(cfg)
+	// The triggers of an older cdcctl (the rewrite trigger alone) are not
+	// all there: made anew, as a missing one is.
+	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, count(e.oid) = 3, coalesce(bool_or(e.evtenabled = 'D'), false),
+			coalesce(bool_and(e.evtenabled = 'A'), false), coalesce(bool_and(obj_description(e.evtfoid, 'pg_proc') = $4), false)
+		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname IN ($1, $2, $3) WHERE r.rolname = current_user GROUP BY r.rolsuper`,
+		rewriteTrigger(cfg), pubs[0], pubs[1], rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.always, &t.own)
 	return t, err
 }
 
-// dropRewriteTrigger drops the changefeed's trigger and function, if
-// they are there.
-func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
-	if _, err := conn.Exec(ctx, `DROP EVENT TRIGGER IF EXISTS `+pgx.Identifier{rewriteTrigger(cfg)}.Sanitize()); err != nil {
-		return err
+// dropTriggers are the statements that drop the changefeed's triggers and
+// their function, where they are.
+func dropTriggers(cfg Config) []string {
+	var qs []string
+	pubs := publicationTriggers(cfg)
+	for _, t := range []string{rewriteTrigger(cfg), pubs[0], pubs[1]} {
+		qs = append(qs, `DROP EVENT TRIGGER IF EXISTS `+pgx.Identifier{t}.Sanitize())
 	}
-	_, err := conn.Exec(ctx, `DROP FUNCTION IF EXISTS `+pgx.Identifier{"public", rewriteTrigger(cfg)}.Sanitize()+`()`)
-	return err
+	return append(qs, `DROP FUNCTION IF EXISTS `+pgx.Identifier{"public", rewriteTrigger(cfg)}.Sanitize()+`()`)
+}
+
+// dropRewriteTrigger drops the changefeed's triggers and their function,
+// if they are there.
+func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	for _, q := range dropTriggers(cfg) {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rewriteMarked takes a mark of a table rewritten met in the open

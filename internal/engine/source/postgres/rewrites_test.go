@@ -35,8 +35,9 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	triggers := func() string {
-		out, err := srv.Psql(ctx, dbOf(dsn), `SELECT count(*) FROM pg_event_trigger WHERE evtname = '`+rewriteTrigger(cfg)+`'`)
+	pubs := publicationTriggers(cfg)
+	triggers := func() string { // the changefeed's: on table_rewrite, before and after ALTER PUBLICATION
+		out, err := srv.Psql(ctx, dbOf(dsn), `SELECT count(*) FROM pg_event_trigger WHERE evtname IN ('`+rewriteTrigger(cfg)+`', '`+pubs[0]+`', '`+pubs[1]+`')`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,8 +50,8 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	if n, e := triggers(), enabled(); n != "1" || e != "A" {
-		t.Fatalf("%s event triggers named %s, enabled %q; want 1, enabled always (A)", n, rewriteTrigger(cfg), e)
+	if n, e := triggers(), enabled(); n != "3" || e != "A" {
+		t.Fatalf("%s event triggers of the changefeed's, %s enabled %q; want 3, enabled always (A)", n, rewriteTrigger(cfg), e)
 	}
 	if st, err := Inspect(ctx, stored, nil); err != nil || len(st.Warnings) != 0 {
 		t.Fatalf("changefeed get warns %q (%v)", st.Warnings, err)
@@ -58,13 +59,13 @@ func TestAColumnRewrittenUnderItsOwnTypeIsCopiedAgain(t *testing.T) {
 	// The trigger dropped (a changefeed made before cdcctl made them): its
 	// reader makes it when it starts.
 	psql(t, srv, dsn, `DROP EVENT TRIGGER `+rewriteTrigger(cfg))
-	if n := triggers(); n != "0" {
+	if n := triggers(); n != "2" {
 		t.Fatalf("%s event triggers after the drop", n)
 	}
 	// Looks at the catalog often: a table copied again under a type the
 	// stream has not described yet waits for the look that describes it.
 	rig := pullFrom(t, stored, pos, cf, func(s *Source) { s.dropEvery = 200 * time.Millisecond })
-	for deadline := time.Now().Add(30 * time.Second); triggers() != "1"; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); triggers() != "3"; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reader did not make the changefeed's missing event trigger")
 		}
@@ -200,6 +201,14 @@ func TestRewriteTriggerNamesFitAndDiffer(t *testing.T) {
 	}
 	if got := rewriteTrigger(Config{Slot: "cdcctl_demo"}); got != "cdcctl_demo_rewrites" {
 		t.Fatalf("%q", got)
+	}
+	pa, pb := publicationTriggers(Config{Slot: long + "a"}), publicationTriggers(Config{Slot: long + "b"})
+	seen := map[string]bool{a: true, b: true}
+	for _, n := range append(pa[:], pb[:]...) {
+		if len(n) > 63 || seen[n] {
+			t.Fatalf("%q: too long, or another trigger's name (%q, %q)", n, pa, pb)
+		}
+		seen[n] = true
 	}
 }
 

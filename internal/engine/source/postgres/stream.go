@@ -153,6 +153,9 @@ type Stream struct {
 	// again are the tables the open transaction's type changes rewrote
 	// (again.go).
 	again []copyAgain
+	// pubBefore is the open transaction's mark before an ALTER
+	// PUBLICATION, until the mark after it (publicationmarks.go).
+	pubBefore *publicationMark
 	// recheck are the tables whose columns its relation messages paired
 	// by their names alone (again.go).
 	recheck []recheck

@@ -17,9 +17,11 @@ import (
 // 'changefeed get' said so while it was out. The reader looks at the
 // publication at each look for dropped tables (catalog-interval) and
 // holds such a table: the changes since it left are lost, and it must be
-// put back and copied again. A removal shorter than a look goes unseen,
-// and so does one a reader started again after (a run's holds are its
-// own).
+// put back and copied again. Where the changefeed has its event
+// triggers, the stream holds such a table at the ALTER PUBLICATION
+// itself (publicationmarks.go); without them, a removal shorter than a
+// look goes unseen, and so does one a reader started again after (a
+// run's holds are its own).
 
 // checkUnpublished holds the changefeed's tables the publication no
 // longer publishes, after checkDropped (a table dropped or renamed away

@@ -1,0 +1,84 @@
+package postgres
+
+// A table taken out of the publication is found exactly where the
+// changefeed's triggers run (a superuser's changefeed on PostgreSQL 14
+// and later, rewrites.go): before and after each ALTER PUBLICATION, in
+// its transaction, a mark lists the relations the changefeed's
+// publication sends. The stream meets both at the ALTER's commit and
+// holds, from that transaction, every table of the changefeed the
+// publication sent before and not after. Unlike the catalog's look
+// (unpublished.go), which goes on for the changefeeds without triggers,
+// a removal undone before the next look is held all the same, and so is
+// one a reader started again from before it meets again. A table the
+// publication did not send before the ALTER either (one that joins the
+// changefeed later, one it never sent) is left to the look.
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+)
+
+// publicationKind is the kind of the marks before and after an ALTER
+// PUBLICATION.
+const publicationKind = "publication"
+
+// publicationMark is what the triggers' function writes: the
+// changefeed's slot, the trigger's event (ddl_command_start: before;
+// ddl_command_end: after), the relations the publication sends, and
+// whether it sends a partitioned table's rows under its own name (nil:
+// there is no such publication, as after it was renamed).
+type publicationMark struct {
+	Kind    string   `json:"kind"`
+	Slot    string   `json:"slot"`
+	Phase   string   `json:"phase"`
+	ViaRoot *bool    `json:"viaroot"`
+	Rels    []uint32 `json:"rels"`
+}
+
+// publicationMarked takes a mark of an ALTER PUBLICATION met in the open
+// transaction; it says whether content was one (none goes on to the
+// partitions).
+func (s *Stream) publicationMarked(content []byte) bool {
+	if !strings.Contains(string(content), publicationKind) {
+		return false
+	}
+	var m publicationMark
+	if err := json.Unmarshal(content, &m); err != nil || m.Kind != publicationKind {
+		return false
+	}
+	if m.Slot != s.cfg.Slot {
+		return true // another changefeed's, on the same database
+	}
+	if m.Phase == "ddl_command_start" {
+		s.pubBefore = &m
+		return true
+	}
+	before := s.pubBefore
+	s.pubBefore = nil
+	if before == nil || before.ViaRoot == nil || m.ViaRoot == nil {
+		// Its ALTER's first mark failed (the function warned): the look
+		// is left. Or the publication was renamed away: the stream fails
+		// at its next change, saying so (publicationGone).
+		return true
+	}
+	var names []string
+	for name, st := range s.tables {
+		if st.OID == 0 || !slices.Contains(before.Rels, st.OID) || slices.Contains(m.Rels, st.OID) {
+			continue
+		}
+		_, held := s.held[name]
+		_, gone := s.gone[name]
+		if !held && !gone && !s.unread(st) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		// publish_via_partition_root turned off: a partitioned table's
+		// rows go under its partitions' names; turned on: a partition's
+		// under its root's.
+		s.hold(name, unpublishedReason(s.cfg, s.changefeed(), name, *before.ViaRoot && !*m.ViaRoot, !*before.ViaRoot && *m.ViaRoot))
+	}
+	return true
+}
