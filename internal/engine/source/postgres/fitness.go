@@ -72,6 +72,15 @@ func checkTable(ctx context.Context, cat *catalog, cfg Config, t string) (*sourc
 	if err != nil {
 		return nil, explain(cfg, err)
 	}
+	var unlogged string
+	var level int
+	if err := cat.conn.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname), p.level FROM pg_partition_tree($1::regclass) p
+JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relpersistence = 'u' ORDER BY p.level, 1 LIMIT 1`, quoteQualified(t)).Scan(&unlogged, &level); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, explain(cfg, err)
+	} else if err == nil {
+		return nil, errors.New(unloggedUnfit(t, unlogged, level == 0))
+	}
 	if len(def.KeyNames()) == 0 {
 		// A keyless table is replicated as one partition; its updates
 		// and deletes must carry the whole old row to say which row
@@ -92,6 +101,17 @@ func checkTable(ctx context.Context, cat *catalog, cfg Config, t string) (*sourc
 		return nil, errors.New(why)
 	}
 	return def, nil
+}
+
+// unloggedUnfit says why a table with an UNLOGGED partition (or, under
+// a publication of all tables, itself UNLOGGED) cannot be replicated:
+// PostgreSQL writes none of that relation's rows to the WAL, so their
+// changes would never reach the changefeed.
+func unloggedUnfit(table, unlogged string, itself bool) string {
+	if itself {
+		return fmt.Sprintf("table %s is UNLOGGED: PostgreSQL writes none of its rows to the WAL, so their changes would never reach the changefeed; ALTER TABLE %s SET LOGGED", table, unlogged)
+	}
+	return fmt.Sprintf("partition %s of table %s is UNLOGGED: PostgreSQL writes none of its rows to the WAL, so their changes would never reach the changefeed; ALTER TABLE %s SET LOGGED", unlogged, table, unlogged)
 }
 
 // identityUnfit says why a keyed table's replica identity (what its

@@ -15,6 +15,7 @@ package postgres
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -62,9 +63,16 @@ func (s *Stream) publicationMarked(content []byte) bool {
 		// at its next change, saying so (publicationGone).
 		return true
 	}
+	sent, sends := map[uint32]bool{}, map[uint32]bool{}
+	for _, r := range before.Rels {
+		sent[r] = true
+	}
+	for _, r := range m.Rels {
+		sends[r] = true
+	}
 	var names []string
 	for name, st := range s.tables {
-		if st.OID == 0 || !slices.Contains(before.Rels, st.OID) || slices.Contains(m.Rels, st.OID) {
+		if st.OID == 0 || st.Def == nil || !sent[st.OID] || sends[st.OID] {
 			continue
 		}
 		_, held := s.held[name]
@@ -78,7 +86,18 @@ func (s *Stream) publicationMarked(content []byte) bool {
 		// publish_via_partition_root turned off: a partitioned table's
 		// rows go under its partitions' names; turned on: a partition's
 		// under its root's.
-		s.hold(name, unpublishedReason(s.cfg, s.changefeed(), name, *before.ViaRoot && !*m.ViaRoot, !*before.ViaRoot && *m.ViaRoot))
+		why := unpublishedReason(s.cfg, s.changefeed(), name, *before.ViaRoot && !*m.ViaRoot, false)
+		if !*before.ViaRoot && *m.ViaRoot {
+			why = viaRootReason(s.cfg, s.changefeed(), name)
+		}
+		s.hold(name, why)
 	}
 	return true
+}
+
+// viaRootReason says why a partition replicated on its own is held once
+// its publication publishes partitions' rows under their root's name.
+func viaRootReason(cfg Config, cf, table string) string {
+	return fmt.Sprintf("publication %s publishes its rows under the name of the partitioned table it belongs to now (publish_via_partition_root on), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = false), then copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), or replicate the partitioned table instead",
+		cfg.Publication, cfg.Publication, cf, cf, table, cf)
 }

@@ -180,7 +180,7 @@ func (s *Stream) decode(ctx context.Context, msg pglogrepl.Message) (Item, bool,
 		return Item{Erase: erase}, true, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix == markPrefix && m.Transactional && s.open {
-			if s.relabelMarked(m.Content) || s.rewriteMarked(m.Content) || s.publicationMarked(m.Content) {
+			if s.relabelMarked(m.Content) || s.rewriteMarked(m.Content) || s.publicationMarked(m.Content) || s.unloggedMarked(m.Content) {
 				return Item{}, false, nil
 			}
 			if taken, err := s.relationMarked(ctx, m.Content); taken || err != nil {

@@ -125,7 +125,7 @@ func eventTrigger(cfg Config, suffix string) string {
 }
 
 // rewritesUnseen is changefeed get's warning for a changefeed without
-// its trigger on a server that could run one, or "".
+// its triggers on a server that could run them, or "".
 func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 	t, err := rewriteTriggerState(ctx, conn, cfg)
 	if err != nil || t.current() {
@@ -134,18 +134,46 @@ func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 	if t.version < 140000 {
 		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen on PostgreSQL 13 (its pgoutput carries no messages): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
 	}
-	if t.disabled {
-		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE ALWAYS turns it on again)"
+	return triggersMissing(t) + "; " + t.why(cfg)
+}
+
+// unseen is what goes unseen without the changefeed's triggers.
+const (
+	rewritesUnseenText    = "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (copy such a table again after the ALTER: pause, changefeed update --copy-table, resume)"
+	publicationUnseenText = "a table taken out of the publication (or a partition SET UNLOGGED) and put back between two of the reader's looks at the catalog is not seen"
+)
+
+// triggersMissing says what goes unseen with the triggers as they are.
+func triggersMissing(t triggerState) string {
+	var lost []string
+	if !t.rewrites {
+		lost = append(lost, rewritesUnseenText)
 	}
-	if t.there {
-		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type may not be seen: the changefeed's event trigger " + rewriteTrigger(cfg) + " is an older cdcctl's or runs in some sessions only (ENABLE or ENABLE REPLICA, not ENABLE ALWAYS); the reader makes it anew when it starts if its user is a superuser, or run ALTER EVENT TRIGGER " + rewriteTrigger(cfg) + " ENABLE ALWAYS"
+	return strings.Join(append(lost, publicationUnseenText), "; ")
+}
+
+// why says why the changefeed's triggers are not as this cdcctl makes
+// them, and what to do.
+func (t triggerState) why(cfg Config) string {
+	switch {
+	case len(t.disabled) > 0:
+		return fmt.Sprintf("the changefeed's event trigger %s is disabled (ALTER EVENT TRIGGER … ENABLE ALWAYS turns it on again)", strings.Join(t.disabled, ", "))
+	case t.count > 0 && t.count < 3:
+		return fmt.Sprintf("%d of the changefeed's 3 event triggers are there (an older cdcctl made %s alone, or some were dropped): the reader makes them anew when it starts, if its user is a superuser", t.count, rewriteTrigger(cfg))
+	case t.count == 3:
+		return "the changefeed's event triggers (" + rewriteTrigger(cfg) + " and two more) are an older cdcctl's, or one runs in some sessions only (ENABLE or ENABLE REPLICA, not ENABLE ALWAYS); the reader makes them anew when it starts if its user is a superuser, or run ALTER EVENT TRIGGER … ENABLE ALWAYS on each"
 	}
-	return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen: the changefeed has no event trigger " + rewriteTrigger(cfg) + " (only a superuser can create one; the changefeed's reader does when it starts, if its user is one, and logs why where it cannot): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
+	return "the changefeed has no event trigger " + rewriteTrigger(cfg) + " (only a superuser can create one; the changefeed's reader does when it starts, if its user is one, and logs why where it cannot)"
 }
 
 // columnRewrite is AT_REWRITE_COLUMN_REWRITE, the reason bit of a
-// rewrite that computes columns' values anew (ALTER COLUMN … TYPE).
-const columnRewrite = 4
+// rewrite that computes columns' values anew (ALTER COLUMN … TYPE);
+// persistenceRewrite AT_REWRITE_ALTER_PERSISTENCE, of SET LOGGED and SET
+// UNLOGGED.
+const (
+	columnRewrite      = 4
+	persistenceRewrite = 1
+)
 
 // ensureRewriteTrigger creates the changefeed's table_rewrite trigger
 // where it is missing, the user may (a superuser) and the server's
@@ -159,15 +187,15 @@ func ensureRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) (bool
 	if err != nil || st.current() {
 		return err == nil, err
 	}
-	if st.disabled {
+	if len(st.disabled) > 0 {
 		return false, nil // an operator's choice: said, not undone
 	}
 	if !st.super || st.version < 140000 {
 		return false, nil
 	}
 	name := pgx.Identifier{"public", rewriteTrigger(cfg)}.Sanitize()
-	// The slot's name is the only text spliced into the function: it is
-	// written as a literal, quoted as one. Every name in the body is
+	// The slot's and the publication's names are the only text spliced
+	// into the function: each is written as a literal, quoted as one. Every name in the body is
 	// pg_catalog's: with pg_temp last on the path, no temporary type or
 	// table stands for one of them.
 	slot := "'" + strings.ReplaceAll(cfg.Slot, "'", "''") + "'"
@@ -189,6 +217,14 @@ BEGIN
 		RETURN;
 	END IF;
 	rel := pg_catalog.pg_event_trigger_table_rewrite_oid();
+	-- SET UNLOGGED (the rewrite of a persistence change, the table still
+	-- logged before it): none of its rows reach the WAL from its commit.
+	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %[8]d <> 0 AND (SELECT relpersistence FROM pg_catalog.pg_class WHERE oid = rel) = 'p' THEN
+		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[9]s', 'slot', %[5]s,
+			'name', (SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel),
+			'rels', (SELECT pg_catalog.json_agg(r::pg_catalog.oid::pg_catalog.int8) FROM
+				(SELECT rel::pg_catalog.regclass AS r UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(rel)) x))::pg_catalog.text);
+	END IF;
 	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %[2]d <> 0 THEN
 		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[4]s', 'slot', %[5]s,
 			'rels', (SELECT pg_catalog.json_agg(r::pg_catalog.oid::pg_catalog.int8) FROM
@@ -198,7 +234,7 @@ BEGIN
 	END IF;
 EXCEPTION WHEN OTHERS THEN
 	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a change of its tables: %%', %[5]s, SQLERRM;
-END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub)
+END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub, persistenceRewrite, unloggedKind)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -233,33 +269,38 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, p
 // rewriteFunctionVersion is the comment on the function this cdcctl
 // makes: a trigger whose function has another (an older cdcctl's) is made
 // anew, so that its marks are the ones the stream reads.
-const rewriteFunctionVersion = "cdcctl rewrite marks 3" // 2: enabled always; 3: and ALTER PUBLICATION's marks
+const rewriteFunctionVersion = "cdcctl rewrite marks 3" // 2: enabled always; 3: and ALTER PUBLICATION's and SET UNLOGGED's marks
 
 // triggerState is what the catalog says of a changefeed's triggers.
 type triggerState struct {
-	super    bool // the user is a superuser
-	version  int  // server_version_num
-	there    bool // every trigger exists
-	disabled bool // one was turned off: ALTER EVENT TRIGGER … DISABLE
-	always   bool // ENABLE ALWAYS: each runs in every session
-	own      bool // their function is this cdcctl's (rewriteFunctionVersion)
+	super    bool     // the user is a superuser
+	version  int      // server_version_num
+	count    int      // how many of its 3 triggers exist
+	disabled []string // those turned off: ALTER EVENT TRIGGER … DISABLE
+	always   bool     // ENABLE ALWAYS: each runs in every session
+	own      bool     // their function is this cdcctl's (rewriteFunctionVersion)
+	// rewrites: the table_rewrite trigger is there, on, in every session
+	// (an older cdcctl's function marks rewrites too).
+	rewrites bool
 }
 
-// current says the trigger is there, enabled in every session, with this
-// cdcctl's function. One enabled for ordinary sessions only (ENABLE, what
-// an older cdcctl made and its messages said) or replica ones only is
-// made anew, as a missing one is: a disabled one is left as it is.
-func (t triggerState) current() bool { return t.there && t.always && t.own }
+// current says the triggers are all there, enabled in every session,
+// with this cdcctl's function. Some missing (an older cdcctl made the
+// first alone), enabled for some sessions only (ENABLE, what an older
+// cdcctl made and its messages said, or ENABLE REPLICA) or with another
+// function are made anew, as missing ones are: a disabled one is left as
+// it is.
+func (t triggerState) current() bool { return t.count == 3 && t.always && t.own }
 
 func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (triggerState, error) {
 	var t triggerState
 	pubs := publicationTriggers(cfg)
-	// The triggers of an older cdcctl (the rewrite trigger alone) are not
-	// all there: made anew, as a missing one is.
-	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, count(e.oid) = 3, coalesce(bool_or(e.evtenabled = 'D'), false),
-			coalesce(bool_and(e.evtenabled = 'A'), false), coalesce(bool_and(obj_description(e.evtfoid, 'pg_proc') = $4), false)
+	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, count(e.oid)::int,
+			coalesce(array_agg(e.evtname::text ORDER BY e.evtname) FILTER (WHERE e.evtenabled = 'D'), '{}'),
+			coalesce(bool_and(e.evtenabled = 'A'), false), coalesce(bool_and(coalesce(obj_description(e.evtfoid, 'pg_proc') = $4, false)), false),
+			coalesce(bool_or(e.evtname = $1 AND e.evtenabled = 'A'), false)
 		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname IN ($1, $2, $3) WHERE r.rolname = current_user GROUP BY r.rolsuper`,
-		rewriteTrigger(cfg), pubs[0], pubs[1], rewriteFunctionVersion).Scan(&t.super, &t.version, &t.there, &t.disabled, &t.always, &t.own)
+		rewriteTrigger(cfg), pubs[0], pubs[1], rewriteFunctionVersion).Scan(&t.super, &t.version, &t.count, &t.disabled, &t.always, &t.own, &t.rewrites)
 	return t, err
 }
 
@@ -324,9 +365,10 @@ func (s *Stream) rewriteMarked(content []byte) bool {
 	return true
 }
 
-// ensureRewrites makes the changefeed's trigger where it is missing and
-// says why it is not there ("" when it is). A trigger another reader made
-// meanwhile, failing this one's creation, is there.
+// ensureRewrites makes the changefeed's triggers where they are missing
+// and says what goes unseen, and why, where they are not all there (""
+// when they are). Triggers another reader made meanwhile, failing this
+// one's creation, are there.
 func (s *Source) ensureRewrites(ctx context.Context, st *Stream) string {
 	ok, err := ensureRewriteTrigger(ctx, st.cat.conn, s.cfg)
 	if ok {
@@ -336,17 +378,14 @@ func (s *Source) ensureRewrites(ctx context.Context, st *Stream) string {
 	switch {
 	case terr == nil && t.current():
 		return ""
-	case err != nil:
-		return explain(s.cfg, err).Error()
 	case terr != nil:
 		return explain(s.cfg, terr).Error()
-	case t.disabled:
-		return "the trigger is disabled (ALTER EVENT TRIGGER " + rewriteTrigger(s.cfg) + " ENABLE ALWAYS)"
 	case t.version < 140000:
-		return "PostgreSQL 13's pgoutput carries no messages"
-	case t.there:
-		return "the trigger is an older cdcctl's or runs in some sessions only (not ENABLE ALWAYS), and only a superuser may make it anew"
-	default:
-		return "the changefeed's user is not a superuser, and only one may create an event trigger"
+		return rewritesUnseenText + ": PostgreSQL 13's pgoutput carries no messages"
+	case err != nil:
+		return triggersMissing(t) + ": " + explain(s.cfg, err).Error()
+	case len(t.disabled) == 0 && !t.super:
+		return triggersMissing(t) + ": the changefeed's user is not a superuser, and only one may create an event trigger"
 	}
+	return triggersMissing(t) + ": " + t.why(s.cfg)
 }

@@ -212,11 +212,12 @@ func (s *Source) Pull(ctx context.Context, from source.Position, w source.LogWri
 	}
 	st.Ignore(p.Gone, p.GoneAt)
 	st.cf = string(s.cf)
-	// A changefeed made before its trigger was, or by a user made a
-	// superuser since, gets it here (rewrites.go); why not is logged once.
+	// A changefeed made before its triggers were, or by a user made a
+	// superuser since, gets them here (rewrites.go); why not is logged
+	// once.
 	if why := s.ensureRewrites(ctx, st); why != "" && !s.rewritesWarned {
 		s.rewritesWarned = true
-		s.log.Warn("postgres source: no event trigger sees a column whose values ALTER COLUMN … TYPE … USING rewrites under the same type; copy such a table again after the ALTER (docs/postgres.md)", "changefeed", s.cf, "trigger", rewriteTrigger(s.cfg), "why", why)
+		s.log.Warn("postgres source: the changefeed's event triggers are not all there, and some changes upstream go unseen (docs/postgres.md)", "changefeed", s.cf, "trigger", rewriteTrigger(s.cfg), "why", why)
 	}
 	p.System, p.Timeline = st.System, st.Timeline
 	for _, t := range st.unresolved {

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -52,6 +54,9 @@ func (s *Source) checkUnpublished(ctx context.Context, st *Stream) error {
 	}
 	if len(oids) == 0 {
 		return nil
+	}
+	if err := s.checkUnlogged(ctx, st, oids, names); err != nil {
+		s.log.Warn("postgres source: cannot look for UNLOGGED partitions; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 	}
 	// Those of them that exist and the publication does not publish, with
 	// what they are now: a partitioned table, a partition.
@@ -109,4 +114,101 @@ func unpublishedReason(cfg Config, cf, table string, viaChildren, partition bool
 	}
 	return fmt.Sprintf("not in publication %s any more (ALTER PUBLICATION … DROP TABLE, or the publication changed): PostgreSQL sends none of its changes since it left, and they are lost; put it back (ALTER PUBLICATION %s ADD TABLE %s; a publication cdcctl made is given it back by the copy), %s",
 		cfg.Publication, cfg.Publication, quoteQualified(table), copyAgain)
+}
+
+// An UNLOGGED relation's rows never reach the WAL: a partition of a
+// replicated table made UNLOGGED (ALTER TABLE … SET UNLOGGED, created
+// UNLOGGED … PARTITION OF it, or attached so; a table itself, under a
+// publication of all tables) loses every change of its rows from then
+// on, and PostgreSQL says nothing. A changefeed refuses such a table
+// (checkTable); one that becomes so is held: by the look, and where the
+// changefeed has its event triggers, at the SET UNLOGGED itself (its
+// table_rewrite mark, unloggedKind).
+
+// unloggedKind is the kind of the mark of a relation SET UNLOGGED.
+const unloggedKind = "unlogged"
+
+// checkUnlogged holds the tables (oids, named by names) that have an
+// UNLOGGED relation in their partition tree.
+func (s *Source) checkUnlogged(ctx context.Context, st *Stream, oids []int64, names map[int64]string) error {
+	rows, err := st.cat.conn.Query(ctx, `SELECT t.oid::int8, format('%I.%I', n.nspname, c.relname) FROM unnest($1::oid[]) AS t(oid)
+CROSS JOIN LATERAL pg_partition_tree(t.oid::regclass) p JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relpersistence = 'u' ORDER BY 1, p.level, 2`, oids)
+	if err != nil {
+		return err
+	}
+	found := map[string]string{}
+	for rows.Next() {
+		var oid int64
+		var rel string
+		if err := rows.Scan(&oid, &rel); err != nil {
+			rows.Close()
+			return err
+		}
+		if _, ok := found[names[oid]]; !ok {
+			found[names[oid]] = rel
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(found) == 0 {
+		return err
+	}
+	at, err := dbNow(ctx, st.cat)
+	if err != nil {
+		return err
+	}
+	for _, table := range slices.Sorted(maps.Keys(found)) {
+		st.holdAt(Hold{Table: table, Reason: unloggedReason(s.cfg, string(s.cf), table, found[table])}, at)
+	}
+	return nil
+}
+
+// unloggedMark is what the triggers' function writes of a relation SET
+// UNLOGGED: the changefeed's slot, its name, and it with its partitioned
+// ancestors.
+type unloggedMark struct {
+	Kind string   `json:"kind"`
+	Slot string   `json:"slot"`
+	Name string   `json:"name"`
+	Rels []uint32 `json:"rels"`
+}
+
+// unloggedMarked takes a mark of a relation SET UNLOGGED met in the open
+// transaction, holding there the changefeed's tables it is or is a
+// partition of; it says whether content was one.
+func (s *Stream) unloggedMarked(content []byte) bool {
+	if !strings.Contains(string(content), unloggedKind) {
+		return false
+	}
+	var m unloggedMark
+	if err := json.Unmarshal(content, &m); err != nil || m.Kind != unloggedKind {
+		return false
+	}
+	if m.Slot != s.cfg.Slot {
+		return true
+	}
+	var names []string
+	for name, st := range s.tables {
+		_, held := s.held[name]
+		_, gone := s.gone[name]
+		if st.OID != 0 && slices.Contains(m.Rels, st.OID) && !held && !gone && !s.unread(st) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		s.hold(name, unloggedReason(s.cfg, s.changefeed(), name, m.Name))
+	}
+	return true
+}
+
+// unloggedReason says why a table with an UNLOGGED relation is held, and
+// what to do.
+func unloggedReason(cfg Config, cf, table, unlogged string) string {
+	what := "partition " + unlogged + " of it is"
+	if unlogged == quoteQualified(table) || unlogged == table {
+		what = "it is"
+	}
+	return fmt.Sprintf("%s UNLOGGED (ALTER TABLE … SET UNLOGGED, or created or attached so): PostgreSQL writes none of its rows to the WAL, so their changes since never came and are lost; ALTER TABLE %s SET LOGGED, then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
+		what, unlogged, cf, cf, table, cf)
 }
