@@ -35,6 +35,10 @@ type publicationMark struct {
 	Phase   string   `json:"phase"`
 	ViaRoot *bool    `json:"viaroot"`
 	Rels    []uint32 `json:"rels"`
+	// Publish is pubinsert, pubupdate, pubdelete, pubtruncate; Narrowed
+	// the relations sent with a row filter or a column list.
+	Publish  []bool   `json:"publish"`
+	Narrowed []uint32 `json:"narrowed"`
 }
 
 // publicationMarked takes a mark of an ALTER PUBLICATION met in the open
@@ -63,23 +67,39 @@ func (s *Stream) publicationMarked(content []byte) bool {
 		// at its next change, saying so (publicationGone).
 		return true
 	}
-	sent, sends := map[uint32]bool{}, map[uint32]bool{}
-	for _, r := range before.Rels {
-		sent[r] = true
-	}
-	for _, r := range m.Rels {
-		sends[r] = true
-	}
-	var names []string
-	for name, st := range s.tables {
-		if st.OID == 0 || st.Def == nil || !sent[st.OID] || sends[st.OID] {
-			continue
+	sent, sends, narrowed := set(before.Rels), set(m.Rels), set(m.Narrowed)
+	wasNarrowed := set(before.Narrowed)
+	// The changes the publication sent before and does not now, of every
+	// table.
+	var stopped []string
+	for i, what := range []string{"inserts", "updates", "deletes", "truncates"} {
+		if i < len(before.Publish) && i < len(m.Publish) && before.Publish[i] && !m.Publish[i] {
+			stopped = append(stopped, what)
 		}
+	}
+	var names, narrowing, stopping []string
+	for name, st := range s.tables {
 		_, held := s.held[name]
 		_, gone := s.gone[name]
-		if !held && !gone && !s.unread(st) {
-			names = append(names, name)
+		if st.OID == 0 || st.Def == nil || !sent[st.OID] || held || gone || s.unread(st) {
+			continue
 		}
+		switch {
+		case !sends[st.OID]:
+			names = append(names, name)
+		case len(stopped) > 0:
+			stopping = append(stopping, name)
+		case narrowed[st.OID] && !wasNarrowed[st.OID]:
+			narrowing = append(narrowing, name)
+		}
+	}
+	slices.Sort(stopping)
+	for _, name := range stopping {
+		s.hold(name, stoppedReason(s.cfg, s.changefeed(), name, stopped))
+	}
+	slices.Sort(narrowing)
+	for _, name := range narrowing {
+		s.hold(name, narrowedReason(s.cfg, s.changefeed(), name))
 	}
 	slices.Sort(names)
 	for _, name := range names {
@@ -99,5 +119,28 @@ func (s *Stream) publicationMarked(content []byte) bool {
 // its publication publishes partitions' rows under their root's name.
 func viaRootReason(cfg Config, cf, table string) string {
 	return fmt.Sprintf("publication %s publishes its rows under the name of the partitioned table it belongs to now (publish_via_partition_root on), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = false), then copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), or replicate the partitioned table instead",
+		cfg.Publication, cfg.Publication, cf, cf, table, cf)
+}
+
+// set is a mark's relations as a set.
+func set(rels []uint32) map[uint32]bool {
+	out := make(map[uint32]bool, len(rels))
+	for _, r := range rels {
+		out[r] = true
+	}
+	return out
+}
+
+// stoppedReason says why a table is held once its publication no longer
+// sends some kinds of change (publish=).
+func stoppedReason(cfg Config, cf, table string, stopped []string) string {
+	return fmt.Sprintf("publication %s no longer sends %s (ALTER PUBLICATION … SET (publish = …)): PostgreSQL sends none of those changes since, and they are lost; ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
+		cfg.Publication, strings.Join(stopped, ", "), cfg.Publication, cf, cf, table, cf)
+}
+
+// narrowedReason says why a table is held once its publication sends
+// only some of its rows or columns.
+func narrowedReason(cfg Config, cf, table string) string {
+	return fmt.Sprintf("publication %s sends only some of its rows or columns now (a row filter or a column list, ALTER PUBLICATION … SET TABLE): the changes it leaves out since are lost, and the changefeed copies whole tables; ALTER PUBLICATION %s SET TABLE … without them, then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
 		cfg.Publication, cfg.Publication, cf, cf, table, cf)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // A table taken out of the publication and put back before the reader's
@@ -118,4 +119,49 @@ func TestAPartitionedTableSentUnderItsPartitionsBetweenTwoLooksIsHeld(t *testing
 		t.Fatalf("m's row before arrived %v (want true), its row after %v (want false)", logHas(run.log, "public.m", "m1"), logHas(run.log, "public.m", "after"))
 	}
 	run.stop(t)
+}
+
+// An ALTER PUBLICATION that stops sending a kind of change (publish=)
+// holds every table of the changefeed, naming what it no longer sends;
+// one that gives a table a row filter (PostgreSQL 15 and later) holds
+// that table. The changes left out were lost, only warned of by
+// changefeed get before.
+func TestAPublicationSendingLessHoldsWhatItLeavesOut(t *testing.T) {
+	t.Parallel()
+	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
+		CREATE TABLE b (id int4 PRIMARY KEY, v text);
+		CREATE TABLE c (id int4 PRIMARY KEY, v text)`)
+	out, err := srv.Psql(context.Background(), "postgres", "SHOW server_version_num")
+	v, _ := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || v < 140000 {
+		t.Skipf("PostgreSQL 13's pgoutput carries no messages (server_version_num %q, %v)", strings.TrimSpace(out), err)
+	}
+	for i, c := range []struct {
+		name, alter, table, want string
+		since                    int
+	}{
+		{"publish", `SET (publish = 'insert, update, truncate')`, "public.c", "no longer sends deletes", 0},
+		{"filter", `SET TABLE a, b, c WHERE (id > 5)`, "public.c", "sends only some of its rows or columns now", 150000},
+	} {
+		if v < c.since {
+			continue
+		}
+		cf := model.ChangefeedID("less_" + c.name)
+		uri, pos, err := Pin(context.Background(), dsn+"&tables=a,b,c&catalog-interval=1h", cf, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := ParseURI(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := startReading(t, uri, cf, pos)
+		psql(t, srv, dsn, `ALTER PUBLICATION `+cfg.Publication+` `+c.alter)
+		psql(t, srv, dsn, `INSERT INTO a VALUES (`+strconv.Itoa(100+i)+`, '`+c.name+`')`)
+		run.until(t, c.table+" held", func() bool { return run.issue(c.table, source.TableHeld) != nil })
+		if r := run.issue(c.table, source.TableHeld).Reason; !strings.Contains(r, c.want) || !strings.Contains(r, "--copy-table "+c.table) {
+			t.Fatalf("%s: the hold says: %s", c.name, r)
+		}
+		run.stop(t)
+	}
 }

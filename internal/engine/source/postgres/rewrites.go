@@ -202,8 +202,15 @@ func ensureRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) (bool
 	pub := "'" + strings.ReplaceAll(cfg.Publication, "'", "''") + "'"
 	// Before and after an ALTER PUBLICATION (whichever publication: the
 	// trigger cannot tell which before it runs), the relations the
-	// changefeed's publication sends and whether it sends a partitioned
-	// table's rows under its own name.
+	// changefeed's publication sends, whether it sends a partitioned
+	// table's rows under its own name, which changes it sends (publish=),
+	// and which relations it sends only some rows or columns of (a row
+	// filter or a column list, PostgreSQL 15 and later).
+	narrowed := "NULL::pg_catalog.json"
+	if st.version >= 150000 {
+		narrowed = `(SELECT pg_catalog.json_agg(r.prrelid::pg_catalog.int8) FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+				WHERE p.pubname = ` + pub + ` AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL))`
+	}
 	body := fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
 	rel pg_catalog.oid;
@@ -211,6 +218,8 @@ BEGIN
 	IF TG_EVENT <> 'table_rewrite' THEN
 		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[6]s', 'slot', %[5]s, 'phase', TG_EVENT,
 			'viaroot', (SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = %[7]s),
+			'publish', (SELECT pg_catalog.json_build_array(pubinsert, pubupdate, pubdelete, pubtruncate) FROM pg_catalog.pg_publication WHERE pubname = %[7]s),
+			'narrowed', %[10]s,
 			'rels', (SELECT pg_catalog.json_agg(c.oid::pg_catalog.int8) FROM pg_catalog.pg_publication_tables p
 				JOIN pg_catalog.pg_namespace n ON n.nspname = p.schemaname JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
 				WHERE p.pubname = %[7]s))::pg_catalog.text);
@@ -234,7 +243,7 @@ BEGIN
 	END IF;
 EXCEPTION WHEN OTHERS THEN
 	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a change of its tables: %%', %[5]s, SQLERRM;
-END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub, persistenceRewrite, unloggedKind)
+END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub, persistenceRewrite, unloggedKind, narrowed)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return false, err
