@@ -187,14 +187,14 @@ func TestARenameEndsTheOldNameBeforeTheNewNameBegins(t *testing.T) {
 func TestARenamedTableLeavesThePublicationWhenItsOldNameIsCopiedAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, dsn, uri, pos := pinAB(t, "", "away")
+	srv, dsn, uri, pos := pinAB(t, "", "away_old")
 	psql(t, srv, dsn, `ALTER TABLE a RENAME TO a_old; CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		ALTER TABLE b RENAME TO b_old; CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
 	// b_old is one of the changefeed's tables after the change: it stays.
 	if _, err := Retable(ctx, uri, pos, []string{"a", "b", "b_old"}, model.TsFromTime(time.Now()), true, "public.a", "public.b"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_away'`)
+	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_away_old'`)
 	if err != nil {
 		t.Fatal(err)
 	}
