@@ -216,7 +216,7 @@ func ownMarks(tx *Txn, slot string) map[string][]uint32 {
 // table's.
 func relationRead(ctx context.Context, conn *pgx.Conn, table string, def *source.TableDef, copied model.CopyProgress) (string, error) {
 	if copied.Only == "" {
-		return quoteQualified(table), nil
+		return fromTable(ctx, conn, table)
 	}
 	oid, err := strconv.ParseUint(copied.Only, 10, 32)
 	if err != nil {
@@ -233,7 +233,7 @@ func relationRead(ctx context.Context, conn *pgx.Conn, table string, def *source
 	case err != nil:
 		return "", err
 	case itself:
-		return quoteQualified(table), nil // copied again (again.go)
+		return fromTable(ctx, conn, table) // copied again (again.go)
 	case may:
 		return name, nil
 	}

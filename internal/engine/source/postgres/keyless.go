@@ -96,6 +96,11 @@ func (s *Source) wholeTable(ctx context.Context, table string, limit int) (*sour
 		lc.Close()
 		return nil, nil, fail("read its definition", err)
 	}
+	from, err := fromTable(ctx, lock, table)
+	if err != nil {
+		lc.Close()
+		return nil, nil, fail("read its kind", err)
+	}
 	c := source.NewChunk(table, lc.def, limit)
 	if err := writeMark(ctx, lc.conn, c, "low"); err != nil {
 		lc.Close()
@@ -107,7 +112,7 @@ func (s *Source) wholeTable(ctx context.Context, table string, limit int) (*sour
 	}
 	for _, stmt := range []string{
 		"SET TRANSACTION SNAPSHOT '" + snapshot + "'",
-		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", columnList(lc.def), quoteQualified(table)),
+		fmt.Sprintf("DECLARE cdcctl_snapshot NO SCROLL CURSOR FOR SELECT %s FROM %s", columnList(lc.def), from),
 	} {
 		if _, err := lc.tx.Exec(ctx, stmt); err != nil {
 			lc.Close()

@@ -81,7 +81,11 @@ func (r *TableReader) Snapshot(ctx context.Context, tables []string) (time.Time,
 // which the sink never has).
 func readRows(ctx context.Context, tx pgx.Tx, table string, def *source.TableDef) (map[string]map[string]*string, error) {
 	keys := def.KeyNames()
-	rows, err := tx.Query(ctx, "SELECT "+columnList(def)+" FROM "+quoteQualified(table))
+	from, err := fromTable(ctx, tx, table)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, "SELECT "+columnList(def)+" FROM "+from)
 	if err != nil {
 		return nil, err
 	}

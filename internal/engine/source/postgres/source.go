@@ -413,7 +413,11 @@ func (s *Source) Boundaries(ctx context.Context, table string, n int) ([]string,
 	for i, k := range keys {
 		cols[i] = outputText(pgx.Identifier{k}.Sanitize())
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteQualified(table))
+	from, err := fromTable(ctx, cat.conn, table)
+	if err != nil {
+		return nil, explain(s.cfg, err)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), from)
 	if estimate > sampleRows {
 		q += fmt.Sprintf(" TABLESAMPLE SYSTEM (%f)", 100*sampleRows/estimate)
 	}

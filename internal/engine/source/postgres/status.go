@@ -30,6 +30,7 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 	if w := rewritesUnseen(ctx, conn, cfg); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
+	st.Warnings = append(st.Warnings, inheritedWarnings(ctx, conn, cfg)...)
 	if len(cfg.Filter) > 0 && pos != nil {
 		st.Filter = strings.Join(cfg.Filter, ",")
 		var p position
