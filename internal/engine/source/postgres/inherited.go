@@ -13,22 +13,16 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// querier runs a query of one row: a connection or a transaction.
-type querier interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}
-
 // fromTable is how a read of a table's rows names it in FROM: a plain
 // table ONLY, its own rows without its inheritance children's; a
 // partitioned table as it is (its partitions' rows are its own, and its
 // stream sends them under its name).
-func fromTable(ctx context.Context, q querier, table string) (string, error) {
+func fromTable(ctx context.Context, q rowQuerier, table string) (string, error) {
 	var plain bool
 	if err := q.QueryRow(ctx, `SELECT relkind = 'r' FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&plain); err != nil {
 		return "", err
@@ -40,17 +34,20 @@ func fromTable(ctx context.Context, q querier, table string) (string, error) {
 }
 
 // inheritedWarnings are changefeed get's warnings of the changefeed's
-// plain tables that have inheritance children the changefeed does not
+// plain tables that have inheritance children (direct ones, plain
+// tables: a foreign table cannot be published) the changefeed does not
 // replicate, naming up to five of each.
 func inheritedWarnings(ctx context.Context, conn *pgx.Conn, cfg Config) []string {
 	quoted := make([]string, len(cfg.Tables))
+	replicated := map[string]bool{}
 	for i, t := range cfg.Tables {
 		quoted[i] = quoteQualified(t)
+		replicated[quoted[i]] = true
 	}
 	rows, err := conn.Query(ctx, `SELECT format('%I.%I', pn.nspname, p.relname), array_agg(format('%I.%I', cn.nspname, c.relname) ORDER BY cn.nspname, c.relname)
 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace pn ON pn.oid = p.relnamespace
 JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace cn ON cn.oid = c.relnamespace
-WHERE p.relkind = 'r' AND p.oid IN (SELECT to_regclass(t) FROM unnest($1::text[]) t)
+WHERE p.relkind = 'r' AND c.relkind = 'r' AND p.oid IN (SELECT to_regclass(t) FROM unnest($1::text[]) t)
 GROUP BY 1 ORDER BY 1`, quoted)
 	if err != nil {
 		return nil
@@ -65,7 +62,7 @@ GROUP BY 1 ORDER BY 1`, quoted)
 		}
 		var left []string
 		for _, c := range children {
-			if !slices.ContainsFunc(cfg.Tables, func(t string) bool { return quoteQualified(t) == quoteQualified(c) }) {
+			if !replicated[quoteQualified(c)] {
 				left = append(left, c)
 			}
 		}

@@ -19,7 +19,7 @@ import (
 // never changed downstream again.
 func TestATablesInheritanceChildrenAreNotCopiedAsItsRows(t *testing.T) {
 	t.Parallel()
-	_, dsn := newDB(t, `CREATE TABLE parent (id int4 PRIMARY KEY, v text);
+	srv, dsn := newDB(t, `CREATE TABLE parent (id int4 PRIMARY KEY, v text);
 		CREATE TABLE child (x int4) INHERITS (parent);
 		INSERT INTO parent VALUES (1, 'own'), (2, 'own');
 		INSERT INTO child VALUES (3, 'child', 7), (4, 'child', 8)`)
@@ -43,6 +43,11 @@ func TestATablesInheritanceChildrenAreNotCopiedAsItsRows(t *testing.T) {
 	_, rows, err := r.Snapshot(context.Background(), []string{"public.parent"})
 	if err != nil || len(rows["public.parent"]) != 2 {
 		t.Fatalf("verify reads %d rows of public.parent (%v); want its own 2", len(rows["public.parent"]), err)
+	}
+	// Its publication has the table alone, not its child.
+	out, err := srv.Psql(context.Background(), dbOf(dsn), `SELECT string_agg(tablename, ',') FROM pg_publication_tables WHERE pubname = '`+rig.src.cfg.Publication+`'`)
+	if err != nil || strings.TrimSpace(out) != "parent" {
+		t.Fatalf("the changefeed's publication has %q (%v); want parent alone", strings.TrimSpace(out), err)
 	}
 	st, err := Inspect(context.Background(), rig.src.cfg.URI(), nil)
 	if err != nil {

@@ -74,11 +74,18 @@ func (s *Source) wholeTable(ctx context.Context, table string, limit int) (*sour
 		return nil, nil, fail("begin", err)
 	}
 	defer ltx.Rollback(context.Background())
+	// The table's own rows (inherited.go): its inheritance children
+	// neither read nor locked; a partitioned table's partitions both.
+	from, err := fromTable(ctx, ltx, table)
+	if err != nil {
+		lc.Close()
+		return nil, nil, fail("read its kind", err)
+	}
 	for _, stmt := range []string{
 		// A writer holding the table for long makes the lock wait; the
 		// chunk then fails with this reason and is tried again.
 		`SET LOCAL lock_timeout = '30s'`,
-		"LOCK TABLE " + quoteQualified(table) + " IN SHARE MODE",
+		"LOCK TABLE " + from + " IN SHARE MODE",
 	} {
 		if _, err := ltx.Exec(ctx, stmt); err != nil {
 			lc.Close()
@@ -95,11 +102,6 @@ func (s *Source) wholeTable(ctx context.Context, table string, limit int) (*sour
 	if lc.def, err = cat.tableDef(ctx, table); err != nil {
 		lc.Close()
 		return nil, nil, fail("read its definition", err)
-	}
-	from, err := fromTable(ctx, lock, table)
-	if err != nil {
-		lc.Close()
-		return nil, nil, fail("read its kind", err)
 	}
 	c := source.NewChunk(table, lc.def, limit)
 	if err := writeMark(ctx, lc.conn, c, "low"); err != nil {

@@ -14,7 +14,6 @@ package postgres
 // changefeed later, one it never sent) is left to the look.
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,8 +29,7 @@ const publicationKind = "publication"
 // whether it sends a partitioned table's rows under its own name (nil:
 // there is no such publication, as after it was renamed).
 type publicationMark struct {
-	Kind    string   `json:"kind"`
-	Slot    string   `json:"slot"`
+	markHead
 	Phase   string   `json:"phase"`
 	ViaRoot *bool    `json:"viaroot"`
 	Rels    []uint32 `json:"rels"`
@@ -45,15 +43,9 @@ type publicationMark struct {
 // transaction; it says whether content was one (none goes on to the
 // partitions).
 func (s *Stream) publicationMarked(content []byte) bool {
-	if !strings.Contains(string(content), publicationKind) {
-		return false
-	}
 	var m publicationMark
-	if err := json.Unmarshal(content, &m); err != nil || m.Kind != publicationKind {
-		return false
-	}
-	if m.Slot != s.cfg.Slot {
-		return true // another changefeed's, on the same database
+	if ok, mine := s.readMark(content, publicationKind, &m); !ok || !mine {
+		return ok // not one; or another changefeed's, on the same database
 	}
 	if m.Phase == "ddl_command_start" {
 		s.pubBefore = &m
@@ -95,7 +87,11 @@ func (s *Stream) publicationMarked(content []byte) bool {
 	}
 	slices.Sort(stopping)
 	for _, name := range stopping {
-		s.hold(name, stoppedReason(s.cfg, s.changefeed(), name, stopped))
+		why := stoppedReason(s.cfg, s.changefeed(), name, stopped)
+		if st := s.tables[name]; narrowed[st.OID] && !wasNarrowed[st.OID] {
+			why += "; and " + narrowedReason(s.cfg, s.changefeed(), name)
+		}
+		s.hold(name, why)
 	}
 	slices.Sort(narrowing)
 	for _, name := range narrowing {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
+	"github.com/cdcctl/cdcctl/internal/pgserver"
 )
 
 // A table taken out of the publication and put back before the reader's
@@ -26,10 +27,7 @@ func TestATableOutOfThePublicationBetweenTwoLooksIsHeld(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
 		CREATE TABLE other (id int4 PRIMARY KEY, v text)`)
-	out, err := srv.Psql(context.Background(), "postgres", "SHOW server_version_num")
-	if v, _ := strconv.Atoi(strings.TrimSpace(out)); err != nil || v < 140000 {
-		t.Skipf("PostgreSQL 13's pgoutput carries no messages: the look alone finds a table taken out (server_version_num %q, %v)", strings.TrimSpace(out), err)
-	}
+	needMessages(t, srv)
 	// Looks an hour apart: none between the removal and the put-back.
 	uri, pos, err := Pin(context.Background(), dsn+"&tables=a,b&catalog-interval=1h", "briefly", time.Now())
 	if err != nil {
@@ -87,10 +85,7 @@ func TestAPartitionedTableSentUnderItsPartitionsBetweenTwoLooksIsHeld(t *testing
 	srv, dsn := newDB(t, `CREATE TABLE m (id int4 PRIMARY KEY, v text) PARTITION BY RANGE (id);
 		CREATE TABLE m_1 PARTITION OF m FOR VALUES FROM (0) TO (1000);
 		CREATE TABLE a (id int4 PRIMARY KEY, v text)`)
-	out, err := srv.Psql(context.Background(), "postgres", "SHOW server_version_num")
-	if v, _ := strconv.Atoi(strings.TrimSpace(out)); err != nil || v < 140000 {
-		t.Skipf("PostgreSQL 13's pgoutput carries no messages (server_version_num %q, %v)", strings.TrimSpace(out), err)
-	}
+	needMessages(t, srv)
 	uri, pos, err := Pin(context.Background(), dsn+"&tables=m,a&catalog-interval=1h", "viaroot", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -131,11 +126,7 @@ func TestAPublicationSendingLessHoldsWhatItLeavesOut(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
 		CREATE TABLE c (id int4 PRIMARY KEY, v text)`)
-	out, err := srv.Psql(context.Background(), "postgres", "SHOW server_version_num")
-	v, _ := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil || v < 140000 {
-		t.Skipf("PostgreSQL 13's pgoutput carries no messages (server_version_num %q, %v)", strings.TrimSpace(out), err)
-	}
+	v := needMessages(t, srv)
 	for i, c := range []struct {
 		name, alter, table, want string
 		since                    int
@@ -164,4 +155,17 @@ func TestAPublicationSendingLessHoldsWhatItLeavesOut(t *testing.T) {
 		}
 		run.stop(t)
 	}
+}
+
+// needMessages skips a test of the changefeed's marks on PostgreSQL 13,
+// whose pgoutput carries no messages (the catalog's look alone finds
+// what they find); it returns server_version_num.
+func needMessages(t *testing.T, srv *pgserver.Server) int {
+	t.Helper()
+	out, err := srv.Psql(context.Background(), "postgres", "SHOW server_version_num")
+	v, _ := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || v < 140000 {
+		t.Skipf("PostgreSQL 13's pgoutput carries no messages (server_version_num %q, %v)", strings.TrimSpace(out), err)
+	}
+	return v
 }

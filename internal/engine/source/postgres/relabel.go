@@ -35,8 +35,7 @@ const relabelKind = "relabel"
 
 // relabelMark names the tables whose rows hold enum values renamed.
 type relabelMark struct {
-	Kind   string           `json:"kind"`
-	Slot   string           `json:"slot"`
+	markHead
 	Tables []relabeledTable `json:"tables"`
 	Types  []string         `json:"types"` // the enums, for the log
 }
@@ -250,7 +249,7 @@ func (s *Source) lookForRelabels(ctx context.Context, st *Stream) {
 		return
 	}
 	if len(using) > 0 {
-		b, _ := json.Marshal(relabelMark{Kind: relabelKind, Slot: s.cfg.Slot, Tables: using, Types: names})
+		b, _ := json.Marshal(relabelMark{markHead: markHead{Kind: relabelKind, Slot: s.cfg.Slot}, Tables: using, Types: names})
 		if _, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b)); err != nil {
 			s.log.Warn("postgres source: cannot mark the tables of enum values renamed; will look again", "changefeed", s.cf, "err", explain(s.cfg, err))
 			return
@@ -300,15 +299,9 @@ func (s *Source) takeLabels(p position) {
 // labels). It says whether content was such a mark (none goes on to the
 // partitions).
 func (s *Stream) relabelMarked(content []byte) bool {
-	if !strings.Contains(string(content), `"kind":"`+relabelKind+`"`) {
-		return false
-	}
 	var m relabelMark
-	if err := json.Unmarshal(content, &m); err != nil || m.Kind != relabelKind {
-		return false
-	}
-	if m.Slot != s.cfg.Slot {
-		return true // another changefeed's, on the same database
+	if ok, mine := s.readMark(content, relabelKind, &m); !ok || !mine {
+		return ok // not one; or another changefeed's, on the same database
 	}
 	why := againRelabeled + " (" + strings.Join(m.Types, ", ") + ")"
 	for _, t := range m.Tables {

@@ -300,7 +300,11 @@ func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, fresh, re
 func quotedList(tables []string) string {
 	q := make([]string, len(tables))
 	for i, t := range tables {
-		q[i] = quoteQualified(t)
+		// The table alone, not its inheritance children (inherited.go),
+		// which would be published with it, and taken out of the
+		// publication with it though replicated as tables of their own.
+		// A partitioned table's partitions come with it all the same.
+		q[i] = "ONLY " + quoteQualified(t)
 	}
 	return strings.Join(q, ", ")
 }

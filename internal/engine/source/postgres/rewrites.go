@@ -47,8 +47,7 @@ const rewriteKind = "rewrite"
 // ancestors (the changefeed's table may be any of them), and its columns
 // after the ALTER, each [name, type oid, type modifier], by name.
 type rewriteMark struct {
-	Kind string            `json:"kind"`
-	Slot string            `json:"slot"`
+	markHead
 	Rels []uint32          `json:"rels"`
 	Cols []json.RawMessage `json:"cols"`
 }
@@ -132,24 +131,30 @@ func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 		return ""
 	}
 	if t.version < 140000 {
-		return "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen on PostgreSQL 13 (its pgoutput carries no messages): after such an ALTER, copy the table again (pause, changefeed update --copy-table, resume)"
+		return rewritesUnseenText + "; " + publicationUnseenText + ": PostgreSQL 13's pgoutput carries no messages"
 	}
 	return triggersMissing(t) + "; " + t.why(cfg)
 }
 
-// unseen is what goes unseen without the changefeed's triggers.
+// What goes unseen without the changefeed's table_rewrite trigger, and
+// without its two of ALTER PUBLICATION.
 const (
-	rewritesUnseenText    = "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (copy such a table again after the ALTER: pause, changefeed update --copy-table, resume)"
-	publicationUnseenText = "a table taken out of the publication (or a partition SET UNLOGGED) and put back between two of the reader's looks at the catalog is not seen"
+	rewritesUnseenText    = "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (copy such a table again after the ALTER: pause, changefeed update --copy-table, resume), nor a partition SET UNLOGGED and back between two of the reader's looks at the catalog"
+	publicationUnseenText = "a table taken out of the publication and put back between two of the reader's looks is not seen, and a publication that stops sending a kind of change or filters a table's rows or columns is warned of here, not held"
 )
 
-// triggersMissing says what goes unseen with the triggers as they are.
+// triggersMissing says what goes unseen with the triggers as they are:
+// each missing, off in some sessions, or running an older cdcctl's
+// function (whose marks are not all this one's).
 func triggersMissing(t triggerState) string {
 	var lost []string
-	if !t.rewrites {
+	if !t.rewrites || !t.own {
 		lost = append(lost, rewritesUnseenText)
 	}
-	return strings.Join(append(lost, publicationUnseenText), "; ")
+	if !t.pubs || !t.own {
+		lost = append(lost, publicationUnseenText)
+	}
+	return strings.Join(lost, "; ")
 }
 
 // why says why the changefeed's triggers are not as this cdcctl makes
@@ -205,21 +210,22 @@ func ensureRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) (bool
 	// changefeed's publication sends, whether it sends a partitioned
 	// table's rows under its own name, which changes it sends (publish=),
 	// and which relations it sends only some rows or columns of (a row
-	// filter or a column list, PostgreSQL 15 and later).
-	narrowed := "NULL::pg_catalog.json"
-	if st.version >= 150000 {
-		narrowed = `(SELECT pg_catalog.json_agg(r.prrelid::pg_catalog.int8) FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
-				WHERE p.pubname = ` + pub + ` AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL))`
-	}
+	// filter or a column list: PostgreSQL 15's columns, read by EXECUTE
+	// so that the function, made on 14, goes on after a pg_upgrade).
 	body := fmt.Sprintf(`CREATE FUNCTION %[1]s() RETURNS event_trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
 	rel pg_catalog.oid;
+	narrowed pg_catalog.json;
 BEGIN
 	IF TG_EVENT <> 'table_rewrite' THEN
+		IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 >= 150000 THEN
+			EXECUTE 'SELECT pg_catalog.json_agg(r.prrelid::pg_catalog.int8) FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+				WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL)' INTO narrowed USING %[7]s::pg_catalog.name;
+		END IF;
 		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[6]s', 'slot', %[5]s, 'phase', TG_EVENT,
 			'viaroot', (SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = %[7]s),
 			'publish', (SELECT pg_catalog.json_build_array(pubinsert, pubupdate, pubdelete, pubtruncate) FROM pg_catalog.pg_publication WHERE pubname = %[7]s),
-			'narrowed', %[10]s,
+			'narrowed', narrowed,
 			'rels', (SELECT pg_catalog.json_agg(c.oid::pg_catalog.int8) FROM pg_catalog.pg_publication_tables p
 				JOIN pg_catalog.pg_namespace n ON n.nspname = p.schemaname JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
 				WHERE p.pubname = %[7]s))::pg_catalog.text);
@@ -230,6 +236,7 @@ BEGIN
 	-- logged before it): none of its rows reach the WAL from its commit.
 	IF pg_catalog.pg_event_trigger_table_rewrite_reason() & %[8]d <> 0 AND (SELECT relpersistence FROM pg_catalog.pg_class WHERE oid = rel) = 'p' THEN
 		PERFORM pg_catalog.pg_logical_emit_message(true, '%[3]s', pg_catalog.json_build_object('kind', '%[9]s', 'slot', %[5]s,
+			'rel', rel::pg_catalog.int8,
 			'name', (SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel),
 			'rels', (SELECT pg_catalog.json_agg(r::pg_catalog.oid::pg_catalog.int8) FROM
 				(SELECT rel::pg_catalog.regclass AS r UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(rel)) x))::pg_catalog.text);
@@ -243,7 +250,7 @@ BEGIN
 	END IF;
 EXCEPTION WHEN OTHERS THEN
 	RAISE WARNING 'cdcctl: the changefeed of slot %% cannot mark a change of its tables: %%', %[5]s, SQLERRM;
-END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub, persistenceRewrite, unloggedKind, narrowed)
+END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, pub, persistenceRewrite, unloggedKind)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -278,7 +285,7 @@ END $f$`, name, columnRewrite, markPrefix, rewriteKind, slot, publicationKind, p
 // rewriteFunctionVersion is the comment on the function this cdcctl
 // makes: a trigger whose function has another (an older cdcctl's) is made
 // anew, so that its marks are the ones the stream reads.
-const rewriteFunctionVersion = "cdcctl rewrite marks 3" // 2: enabled always; 3: and ALTER PUBLICATION's and SET UNLOGGED's marks
+const rewriteFunctionVersion = "cdcctl rewrite marks 4" // 2: enabled always; 4: and ALTER PUBLICATION's and SET UNLOGGED's marks
 
 // triggerState is what the catalog says of a changefeed's triggers.
 type triggerState struct {
@@ -291,6 +298,7 @@ type triggerState struct {
 	// rewrites: the table_rewrite trigger is there, on, in every session
 	// (an older cdcctl's function marks rewrites too).
 	rewrites bool
+	pubs     bool // and both of ALTER PUBLICATION
 }
 
 // current says the triggers are all there, enabled in every session,
@@ -307,9 +315,10 @@ func rewriteTriggerState(ctx context.Context, conn *pgx.Conn, cfg Config) (trigg
 	err := conn.QueryRow(ctx, `SELECT r.rolsuper, current_setting('server_version_num')::int, count(e.oid)::int,
 			coalesce(array_agg(e.evtname::text ORDER BY e.evtname) FILTER (WHERE e.evtenabled = 'D'), '{}'),
 			coalesce(bool_and(e.evtenabled = 'A'), false), coalesce(bool_and(coalesce(obj_description(e.evtfoid, 'pg_proc') = $4, false)), false),
-			coalesce(bool_or(e.evtname = $1 AND e.evtenabled = 'A'), false)
+			coalesce(bool_or(e.evtname = $1 AND e.evtenabled = 'A'), false),
+			count(*) FILTER (WHERE e.evtname IN ($2, $3) AND e.evtenabled = 'A') = 2
 		FROM pg_roles r LEFT JOIN pg_event_trigger e ON e.evtname IN ($1, $2, $3) WHERE r.rolname = current_user GROUP BY r.rolsuper`,
-		rewriteTrigger(cfg), pubs[0], pubs[1], rewriteFunctionVersion).Scan(&t.super, &t.version, &t.count, &t.disabled, &t.always, &t.own, &t.rewrites)
+		rewriteTrigger(cfg), pubs[0], pubs[1], rewriteFunctionVersion).Scan(&t.super, &t.version, &t.count, &t.disabled, &t.always, &t.own, &t.rewrites, &t.pubs)
 	return t, err
 }
 
@@ -341,15 +350,9 @@ func dropRewriteTrigger(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 // relabelMarked's are. It says whether content was such a mark (none
 // goes on to the partitions).
 func (s *Stream) rewriteMarked(content []byte) bool {
-	if !strings.Contains(string(content), rewriteKind) {
-		return false
-	}
 	var m rewriteMark
-	if err := json.Unmarshal(content, &m); err != nil || m.Kind != rewriteKind {
-		return false
-	}
-	if m.Slot != s.cfg.Slot {
-		return true // another changefeed's, on the same database
+	if ok, mine := s.readMark(content, rewriteKind, &m); !ok || !mine {
+		return ok // not one; or another changefeed's, on the same database
 	}
 	cols := m.markedColumns()
 	for name, st := range s.tables {
@@ -390,7 +393,7 @@ func (s *Source) ensureRewrites(ctx context.Context, st *Stream) string {
 	case terr != nil:
 		return explain(s.cfg, terr).Error()
 	case t.version < 140000:
-		return rewritesUnseenText + ": PostgreSQL 13's pgoutput carries no messages"
+		return rewritesUnseenText + "; " + publicationUnseenText + ": PostgreSQL 13's pgoutput carries no messages"
 	case err != nil:
 		return triggersMissing(t) + ": " + explain(s.cfg, err).Error()
 	case len(t.disabled) == 0 && !t.super:

@@ -133,7 +133,7 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if !exists {
 		quoted := make([]string, len(cfg.Tables))
 		for i, t := range cfg.Tables {
-			quoted[i] = quoteQualified(t)
+			quoted[i] = "ONLY " + quoteQualified(t) // inherited.go
 		}
 		// A partitioned table's children, present and future, publish
 		// their rows as the root's (PostgreSQL 13 and later): the

@@ -68,7 +68,11 @@ type rowQuerier interface {
 // range reads of the key's index (its first column).
 func timeOrdered(ctx context.Context, tx rowQuerier, table string, def *source.TableDef) (bool, error) {
 	col := def.Columns[def.Index(def.KeyNames()[0])]
-	name, t := pgx.Identifier{col.Name}.Sanitize(), quoteQualified(table)
+	name := pgx.Identifier{col.Name}.Sanitize()
+	t, err := fromTable(ctx, tx, table)
+	if err != nil {
+		return false, err
+	}
 	zone := "true"
 	if timeKind(col) == "timestamptz" {
 		zone = "lower(current_setting('TimeZone')) = ANY($1)"
@@ -81,7 +85,7 @@ func timeOrdered(ctx context.Context, tx rowQuerier, table string, def *source.T
 		args = append(args, utcZones)
 	}
 	var ok bool
-	err := tx.QueryRow(ctx, q, args...).Scan(&ok)
+	err = tx.QueryRow(ctx, q, args...).Scan(&ok)
 	return ok, err
 }
 

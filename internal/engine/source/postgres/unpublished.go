@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -131,22 +130,26 @@ const unloggedKind = "unlogged"
 // checkUnlogged holds the tables (oids, named by names) that have an
 // UNLOGGED relation in their partition tree.
 func (s *Source) checkUnlogged(ctx context.Context, st *Stream, oids []int64, names map[int64]string) error {
-	rows, err := st.cat.conn.Query(ctx, `SELECT t.oid::int8, format('%I.%I', n.nspname, c.relname) FROM unnest($1::oid[]) AS t(oid)
+	rows, err := st.cat.conn.Query(ctx, `SELECT t.oid::int8, format('%I.%I', n.nspname, c.relname), p.level = 0 FROM unnest($1::oid[]) AS t(oid)
 CROSS JOIN LATERAL pg_partition_tree(t.oid::regclass) p JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relpersistence = 'u' ORDER BY 1, p.level, 2`, oids)
 	if err != nil {
 		return err
 	}
-	found := map[string]string{}
+	type unlogged struct {
+		rel    string
+		itself bool
+	}
+	found := map[string]unlogged{}
 	for rows.Next() {
 		var oid int64
-		var rel string
-		if err := rows.Scan(&oid, &rel); err != nil {
+		var u unlogged
+		if err := rows.Scan(&oid, &u.rel, &u.itself); err != nil {
 			rows.Close()
 			return err
 		}
 		if _, ok := found[names[oid]]; !ok {
-			found[names[oid]] = rel
+			found[names[oid]] = u
 		}
 	}
 	rows.Close()
@@ -158,7 +161,7 @@ WHERE c.relpersistence = 'u' ORDER BY 1, p.level, 2`, oids)
 		return err
 	}
 	for _, table := range slices.Sorted(maps.Keys(found)) {
-		st.holdAt(Hold{Table: table, Reason: unloggedReason(s.cfg, string(s.cf), table, found[table])}, at)
+		st.holdAt(Hold{Table: table, Reason: unloggedReason(s.cfg, string(s.cf), table, found[table].rel, found[table].itself)}, at)
 	}
 	return nil
 }
@@ -167,8 +170,8 @@ WHERE c.relpersistence = 'u' ORDER BY 1, p.level, 2`, oids)
 // UNLOGGED: the changefeed's slot, its name, and it with its partitioned
 // ancestors.
 type unloggedMark struct {
-	Kind string   `json:"kind"`
-	Slot string   `json:"slot"`
+	markHead
+	Rel  uint32   `json:"rel"`
 	Name string   `json:"name"`
 	Rels []uint32 `json:"rels"`
 }
@@ -177,15 +180,9 @@ type unloggedMark struct {
 // transaction, holding there the changefeed's tables it is or is a
 // partition of; it says whether content was one.
 func (s *Stream) unloggedMarked(content []byte) bool {
-	if !strings.Contains(string(content), unloggedKind) {
-		return false
-	}
 	var m unloggedMark
-	if err := json.Unmarshal(content, &m); err != nil || m.Kind != unloggedKind {
-		return false
-	}
-	if m.Slot != s.cfg.Slot {
-		return true
+	if ok, mine := s.readMark(content, unloggedKind, &m); !ok || !mine {
+		return ok // not one; or another changefeed's, on the same database
 	}
 	var names []string
 	for name, st := range s.tables {
@@ -197,16 +194,16 @@ func (s *Stream) unloggedMarked(content []byte) bool {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		s.hold(name, unloggedReason(s.cfg, s.changefeed(), name, m.Name))
+		s.hold(name, unloggedReason(s.cfg, s.changefeed(), name, m.Name, s.tables[name].OID == m.Rel))
 	}
 	return true
 }
 
 // unloggedReason says why a table with an UNLOGGED relation is held, and
 // what to do.
-func unloggedReason(cfg Config, cf, table, unlogged string) string {
+func unloggedReason(cfg Config, cf, table, unlogged string, itself bool) string {
 	what := "partition " + unlogged + " of it is"
-	if unlogged == quoteQualified(table) || unlogged == table {
+	if itself {
 		what = "it is"
 	}
 	return fmt.Sprintf("%s UNLOGGED (ALTER TABLE … SET UNLOGGED, or created or attached so): PostgreSQL writes none of its rows to the WAL, so their changes since never came and are lost; ALTER TABLE %s SET LOGGED, then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
