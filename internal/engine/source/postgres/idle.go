@@ -28,7 +28,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -42,8 +41,7 @@ const relationKind = "relation"
 
 // relationMark is a relation as pgoutput would describe it now.
 type relationMark struct {
-	Kind  string    `json:"kind"`
-	Slot  string    `json:"slot"`
+	markHead
 	Table string    `json:"table"`
 	Rel   uint32    `json:"rel"`
 	Ident string    `json:"ident"` // relreplident: d, f, i or n
@@ -394,15 +392,9 @@ func sameDescription(cols []*pglogrepl.RelationMessageColumn, m relationMark) bo
 // decoded. It says whether content was such a mark (none goes on to the
 // partitions).
 func (s *Stream) relationMarked(ctx context.Context, content []byte) (bool, error) {
-	if !strings.Contains(string(content), `"kind":"`+relationKind+`"`) {
-		return false, nil
-	}
 	var m relationMark
-	if err := json.Unmarshal(content, &m); err != nil || m.Kind != relationKind {
-		return false, nil
-	}
-	if m.Slot != s.cfg.Slot {
-		return true, nil // another changefeed's, on the same database
+	if ok, mine := s.readMark(content, relationKind, &m); !ok || !mine {
+		return ok, nil // not one; or another changefeed's, on the same database
 	}
 	st := s.tables[m.Table]
 	if st == nil || st.OID != m.Rel || len(m.Cols) == 0 {

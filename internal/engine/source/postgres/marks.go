@@ -6,7 +6,8 @@ import (
 )
 
 // markHead is what every mark of a changefeed's own (a rewrite, enum
-// values renamed, an ALTER PUBLICATION, a SET UNLOGGED) begins with: its
+// values renamed, a relation's description, an ALTER PUBLICATION, a SET
+// UNLOGGED) begins with: its
 // kind, and the slot of the changefeed it is for (every reader on the
 // database meets every changefeed's marks).
 type markHead struct {

@@ -27,7 +27,7 @@ func TestATableTakenOutOfThePublicationIsWarnedOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(st.Warnings) != 1 || !strings.HasPrefix(st.Warnings[0], "public.taken is not in publication "+cfg.Publication) ||
-		!strings.Contains(st.Warnings[0], `ALTER PUBLICATION `+cfg.Publication+` ADD TABLE "public"."taken"`) {
+		!strings.Contains(st.Warnings[0], `ALTER PUBLICATION `+cfg.Publication+` ADD TABLE ONLY "public"."taken"`) {
 		t.Fatalf("warnings: %q", st.Warnings)
 	}
 }

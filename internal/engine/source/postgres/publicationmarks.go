@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // publicationKind is the kind of the marks before and after an ALTER
@@ -89,7 +91,7 @@ func (s *Stream) publicationMarked(content []byte) bool {
 	for _, name := range stopping {
 		why := stoppedReason(s.cfg, s.changefeed(), name, stopped)
 		if st := s.tables[name]; narrowed[st.OID] && !wasNarrowed[st.OID] {
-			why += "; and " + narrowedReason(s.cfg, s.changefeed(), name)
+			why += "; it also sends only some of its rows or columns now (a row filter or a column list): publish it whole again before the copy (" + wholeAgain(s.cfg, name) + ")"
 		}
 		s.hold(name, why)
 	}
@@ -137,6 +139,13 @@ func stoppedReason(cfg Config, cf, table string, stopped []string) string {
 // narrowedReason says why a table is held once its publication sends
 // only some of its rows or columns.
 func narrowedReason(cfg Config, cf, table string) string {
-	return fmt.Sprintf("publication %s sends only some of its rows or columns now (a row filter or a column list, ALTER PUBLICATION … SET TABLE): the changes it leaves out since are lost, and the changefeed copies whole tables; ALTER PUBLICATION %s SET TABLE … without them, then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		cfg.Publication, cfg.Publication, cf, cf, table, cf)
+	return fmt.Sprintf("publication %s sends only some of its rows or columns now (a row filter or a column list, ALTER PUBLICATION … SET TABLE): the changes it leaves out since are lost, and the changefeed copies whole tables; publish it whole again (%s), then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
+		cfg.Publication, wholeAgain(cfg, table), cf, cf, table, cf)
+}
+
+// wholeAgain is the statement that publishes a table whole again, without
+// its row filter or column list.
+func wholeAgain(cfg Config, table string) string {
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	return fmt.Sprintf("BEGIN; ALTER PUBLICATION %s DROP TABLE ONLY %s; ALTER PUBLICATION %s ADD TABLE ONLY %s; COMMIT", pub, quoteQualified(table), pub, quoteQualified(table))
 }

@@ -129,7 +129,7 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = RemoveURI(context.Background(), own) })
 	_, err = Retable(ctx, own, pos, []string{"a", "c"}, at, true)
-	if err == nil || !strings.Contains(err.Error(), "ALTER PUBLICATION mine ADD TABLE public.c") {
+	if err == nil || !strings.Contains(err.Error(), `ALTER PUBLICATION mine ADD TABLE ONLY "public"."c"`) {
 		t.Fatalf("an operator's publication: %v", err)
 	}
 }

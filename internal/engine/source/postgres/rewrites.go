@@ -20,8 +20,11 @@ package postgres
 // columns after the ALTER: a type change the stream meets later with
 // exactly those columns is that ALTER's, copied already. The function
 // runs as whoever runs the ALTER (not as its owner: it takes no rights
-// of the superuser that made it) with its search path fixed. The
-// changefeed's removal drops the trigger and its function.
+// of the superuser that made it) with its search path fixed. The same
+// function writes the mark of a SET UNLOGGED (the reason's bit 1, on a
+// table still logged: unpublished.go), and runs for the changefeed's two
+// triggers before and after ALTER PUBLICATION (publicationmarks.go). The
+// changefeed's removal drops the three triggers and their function.
 
 import (
 	"context"
@@ -136,20 +139,26 @@ func rewritesUnseen(ctx context.Context, conn *pgx.Conn, cfg Config) string {
 	return triggersMissing(t) + "; " + t.why(cfg)
 }
 
-// What goes unseen without the changefeed's table_rewrite trigger, and
-// without its two of ALTER PUBLICATION.
+// What goes unseen without the changefeed's table_rewrite trigger (its
+// same-type rewrites, which an older cdcctl's function marks too, and
+// SET UNLOGGED, which it does not), and without its two of ALTER
+// PUBLICATION.
 const (
-	rewritesUnseenText    = "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (copy such a table again after the ALTER: pause, changefeed update --copy-table, resume), nor a partition SET UNLOGGED and back between two of the reader's looks at the catalog"
+	rewritesUnseenText    = "a column whose values an ALTER COLUMN … TYPE … USING rewrites under the same type is not seen (copy such a table again after the ALTER: pause, changefeed update --copy-table, resume)"
+	unloggedUnseenText    = "a partition SET UNLOGGED and back between two of the reader's looks at the catalog is not seen"
 	publicationUnseenText = "a table taken out of the publication and put back between two of the reader's looks is not seen, and a publication that stops sending a kind of change or filters a table's rows or columns is warned of here, not held"
 )
 
 // triggersMissing says what goes unseen with the triggers as they are:
-// each missing, off in some sessions, or running an older cdcctl's
+// each missing or off in some sessions, or running an older cdcctl's
 // function (whose marks are not all this one's).
 func triggersMissing(t triggerState) string {
 	var lost []string
-	if !t.rewrites || !t.own {
+	if !t.rewrites {
 		lost = append(lost, rewritesUnseenText)
+	}
+	if !t.rewrites || !t.own {
+		lost = append(lost, unloggedUnseenText)
 	}
 	if !t.pubs || !t.own {
 		lost = append(lost, publicationUnseenText)
@@ -157,16 +166,29 @@ func triggersMissing(t triggerState) string {
 	return strings.Join(lost, "; ")
 }
 
+// enableAll are the statements that turn triggers on in every session.
+func enableAll(names []string) string {
+	qs := make([]string, len(names))
+	for i, n := range names {
+		qs[i] = "ALTER EVENT TRIGGER " + pgx.Identifier{n}.Sanitize() + " ENABLE ALWAYS"
+	}
+	return strings.Join(qs, "; ")
+}
+
 // why says why the changefeed's triggers are not as this cdcctl makes
 // them, and what to do.
 func (t triggerState) why(cfg Config) string {
 	switch {
 	case len(t.disabled) > 0:
-		return fmt.Sprintf("the changefeed's event trigger %s is disabled (ALTER EVENT TRIGGER … ENABLE ALWAYS turns it on again)", strings.Join(t.disabled, ", "))
+		if len(t.disabled) == 1 {
+			return fmt.Sprintf("the changefeed's event trigger %s is disabled (%s turns it on again)", t.disabled[0], enableAll(t.disabled))
+		}
+		return fmt.Sprintf("the changefeed's event triggers %s are disabled (%s turns them on again)", strings.Join(t.disabled, ", "), enableAll(t.disabled))
 	case t.count > 0 && t.count < 3:
 		return fmt.Sprintf("%d of the changefeed's 3 event triggers are there (an older cdcctl made %s alone, or some were dropped): the reader makes them anew when it starts, if its user is a superuser", t.count, rewriteTrigger(cfg))
 	case t.count == 3:
-		return "the changefeed's event triggers (" + rewriteTrigger(cfg) + " and two more) are an older cdcctl's, or one runs in some sessions only (ENABLE or ENABLE REPLICA, not ENABLE ALWAYS); the reader makes them anew when it starts if its user is a superuser, or run ALTER EVENT TRIGGER … ENABLE ALWAYS on each"
+		pubs := publicationTriggers(cfg)
+		return "the changefeed's event triggers are an older cdcctl's, or one runs in some sessions only (ENABLE or ENABLE REPLICA, not ENABLE ALWAYS); the reader makes them anew when it starts if its user is a superuser, or run " + enableAll([]string{rewriteTrigger(cfg), pubs[0], pubs[1]})
 	}
 	return "the changefeed has no event trigger " + rewriteTrigger(cfg) + " (only a superuser can create one; the changefeed's reader does when it starts, if its user is one, and logs why where it cannot)"
 }
@@ -180,10 +202,10 @@ const (
 	persistenceRewrite = 1
 )
 
-// ensureRewriteTrigger creates the changefeed's table_rewrite trigger
-// where it is missing, the user may (a superuser) and the server's
-// pgoutput carries messages (PostgreSQL 14 and later). It says whether
-// the trigger is there. The function catches its own errors: a mark it
+// ensureRewriteTrigger creates the changefeed's three triggers and their
+// function where they are not all there as this cdcctl makes them, the
+// user may (a superuser) and the server's pgoutput carries messages
+// (PostgreSQL 14 and later). It says whether they are there. The function catches its own errors: a mark it
 // cannot write must not fail the operator's ALTER. It is made anew, not
 // replaced: CREATE OR REPLACE keeps the owner of a function someone else
 // made under the name first, and the trigger would run that owner's body.

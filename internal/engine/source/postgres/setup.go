@@ -144,7 +144,7 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s%s", pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(quoted, ", "), with))
 		if err != nil {
-			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s%s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(cfg.Tables, ", "), with)
+			return fmt.Errorf("create publication %s: %w; the user must own the tables and may create in the database (GRANT CREATE ON DATABASE ... TO the user), or be a superuser; or create it yourself: CREATE PUBLICATION %s FOR TABLE %s%s", cfg.Publication, explain(cfg, err), cfg.Publication, strings.Join(quoted, ", "), with)
 		}
 		return nil
 	}
@@ -173,7 +173,7 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("publication %s exists but does not publish %s: ALTER PUBLICATION %s ADD TABLE %s, or name another publication with publication=", cfg.Publication, strings.Join(missing, ", "), cfg.Publication, strings.Join(missing, ", "))
+		return fmt.Errorf("publication %s exists but does not publish %s: ALTER PUBLICATION %s ADD TABLE %s, or name another publication with publication=", cfg.Publication, strings.Join(missing, ", "), cfg.Publication, quotedList(missing))
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func unpublished(ctx context.Context, conn *pgx.Conn, cfg Config) []string {
 		if conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quoteQualified(t)).Scan(&exists) != nil || !exists {
 			continue // dropped: its DROP says so
 		}
-		out = append(out, fmt.Sprintf("%s is not in publication %s, so PostgreSQL sends none of its changes: add it back (ALTER PUBLICATION %s ADD TABLE %s), then copy it again, as the changes meanwhile are lost (cdcctl changefeed update --remove-table, then --add-table, while paused)",
+		out = append(out, fmt.Sprintf("%s is not in publication %s, so PostgreSQL sends none of its changes: add it back (ALTER PUBLICATION %s ADD TABLE ONLY %s), then copy it again, as the changes meanwhile are lost (cdcctl changefeed update --remove-table, then --add-table, while paused)",
 			t, cfg.Publication, cfg.Publication, quoteQualified(t)))
 	}
 	return out

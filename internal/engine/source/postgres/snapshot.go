@@ -172,8 +172,9 @@ func intColumn(col source.ColumnDef) bool {
 // timeLead that the key's first column, a date or timestamp, is written
 // in its own order in the chunk's snapshot (timeOrdered).
 //
-// from is the relation read: the span's table (quoteQualified), or the
-// relation attached to it that the copy reads now (CopyProgress.Only).
+// from is the relation read: the span's table (fromTable: ONLY a plain
+// table), or the relation attached to it that the copy reads now
+// (CopyProgress.Only).
 func rangeQuery(from string, def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
 	prefix := nativePrefix(def, order, timeLead)
 	for _, c := range prefix {

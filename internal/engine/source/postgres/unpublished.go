@@ -109,9 +109,10 @@ func unpublishedReason(cfg Config, cf, table string, viaChildren, partition bool
 	case viaChildren:
 		return fmt.Sprintf("publication %s publishes its rows under its partitions' names now (publish_via_partition_root off), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = true), %s", cfg.Publication, cfg.Publication, copyAgain)
 	case partition:
-		return "attached as a partition of another table, its rows are published under that table's name: its changes since are lost; detach it (ALTER TABLE … DETACH PARTITION), or replicate the table it belongs to instead"
+		return fmt.Sprintf("a partition of another table, its rows are published under that table's name (it was attached, or publication %s's publish_via_partition_root was turned on): its changes since are lost; detach it (ALTER TABLE … DETACH PARTITION) or ALTER PUBLICATION %s SET (publish_via_partition_root = false), %s; or replicate the table it belongs to instead",
+			cfg.Publication, cfg.Publication, copyAgain)
 	}
-	return fmt.Sprintf("not in publication %s any more (ALTER PUBLICATION … DROP TABLE, or the publication changed): PostgreSQL sends none of its changes since it left, and they are lost; put it back (ALTER PUBLICATION %s ADD TABLE %s; a publication cdcctl made is given it back by the copy), %s",
+	return fmt.Sprintf("not in publication %s any more (ALTER PUBLICATION … DROP TABLE, or the publication changed): PostgreSQL sends none of its changes since it left, and they are lost; put it back (ALTER PUBLICATION %s ADD TABLE ONLY %s; a publication cdcctl made is given it back by the copy), %s",
 		cfg.Publication, cfg.Publication, quoteQualified(table), copyAgain)
 }
 

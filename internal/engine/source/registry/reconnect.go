@@ -25,9 +25,9 @@ import (
 // (own says which are: the rest are the driver's). A password given as
 // redact.Mask (what 'changefeed get' shows) keeps the stored one; none
 // leaves it to the agents' environment. The database, and every
-// parameter of the source's own, stay the stored URI's: given may leave
-// them out, or repeat them unchanged; tables change with an update of
-// the tables. Changes are one line each, no secret in them; none when
+// parameter of the source's own but the tunable ones (snapshot-rate=),
+// stay the stored URI's: given may leave them out, or repeat them
+// unchanged; tables change with an update of the tables. Changes are one line each, no secret in them; none when
 // given changes nothing. canonical renders a URI as the source stores
 // it (nil: as written): a parameter of the source's own repeated in
 // another form of the same meaning (catalog-interval=1m for the stored

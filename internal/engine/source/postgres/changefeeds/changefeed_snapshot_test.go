@@ -97,8 +97,8 @@ func secondOfOrders() (from, to int) { return slowShopOrders/4 + 1, slowShopOrde
 // (orders, items, events into files), whose snapshot copies in chunks of
 // 20 rows at 250 rows a second on each capture (snapshot-rate=): slow
 // enough to act on partitions while they copy, or to crash a capture in
-// the middle of one, however fast the machine (the 7,000 rows take at
-// least 9 s). Without the rate, chunks of 10 rows alone were not: the
+// the middle of one, however fast the machine (the 7,000 rows take about
+// 8 s at least: each capture may read its first second's worth at once). Without the rate, chunks of 10 rows alone were not: the
 // split, move and drain scenario once found the snapshot done before its
 // drain on an idle machine, and with 80 rows a partition of the crash
 // scenario copied its 1,500 rows between two of its progress saves, a
