@@ -412,3 +412,9 @@ func (s *Source) TableIssues() []source.TableIssue {
 	defer s.mu.Unlock()
 	return append([]source.TableIssue(nil), s.issues.list...)
 }
+
+// copySteps are the commands that copy a held table again: the remedy
+// most holds' reasons end with.
+func copySteps(cf, table string) string {
+	return fmt.Sprintf("'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'", cf, cf, table, cf)
+}

@@ -45,6 +45,6 @@ func identityChangedHold(cf, table string, index, key []string) string {
 	if len(index) == 0 {
 		what = "is an index no longer there (dropped), which leaves none"
 	}
-	return fmt.Sprintf("its replica identity %s, not its primary key (%s): its UPDATEs and DELETEs carry only that index's columns of the old row from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		what, strings.Join(key, ", "), table, cf, cf, table, cf)
+	return fmt.Sprintf("its replica identity %s, not its primary key (%s): its UPDATEs and DELETEs carry only that index's columns of the old row from here, and the changefeed routes rows by the primary key, so its changes from here are held: ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL), then copy the table again with %s",
+		what, strings.Join(key, ", "), table, copySteps(cf, table))
 }

@@ -116,8 +116,8 @@ func (s *Stream) publicationMarked(content []byte) bool {
 // viaRootReason says why a partition replicated on its own is held once
 // its publication publishes partitions' rows under their root's name.
 func viaRootReason(cfg Config, cf, table string) string {
-	return fmt.Sprintf("publication %s publishes its rows under the name of the partitioned table it belongs to now (publish_via_partition_root on), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = false), then copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), or replicate the partitioned table instead",
-		cfg.Publication, cfg.Publication, cf, cf, table, cf)
+	return fmt.Sprintf("publication %s publishes its rows under the name of the partitioned table it belongs to now (publish_via_partition_root on), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = false), then copy it again (%s), or replicate the partitioned table instead",
+		cfg.Publication, cfg.Publication, copySteps(cf, table))
 }
 
 // set is a mark's relations as a set.
@@ -132,15 +132,15 @@ func set(rels []uint32) map[uint32]bool {
 // stoppedReason says why a table is held once its publication no longer
 // sends some kinds of change (publish=).
 func stoppedReason(cfg Config, cf, table string, stopped []string) string {
-	return fmt.Sprintf("publication %s no longer sends %s (ALTER PUBLICATION … SET (publish = …)): PostgreSQL sends none of those changes since, and they are lost; ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		cfg.Publication, strings.Join(stopped, ", "), cfg.Publication, cf, cf, table, cf)
+	return fmt.Sprintf("publication %s no longer sends %s (ALTER PUBLICATION … SET (publish = …)): PostgreSQL sends none of those changes since, and they are lost; ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), then copy it again: %s",
+		cfg.Publication, strings.Join(stopped, ", "), cfg.Publication, copySteps(cf, table))
 }
 
 // narrowedReason says why a table is held once its publication sends
 // only some of its rows or columns.
 func narrowedReason(cfg Config, cf, table string) string {
-	return fmt.Sprintf("publication %s sends only some of its rows or columns now (a row filter or a column list, ALTER PUBLICATION … SET TABLE): the changes it leaves out since are lost, and the changefeed copies whole tables; publish it whole again (%s), then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		cfg.Publication, wholeAgain(cfg, table), cf, cf, table, cf)
+	return fmt.Sprintf("publication %s sends only some of its rows or columns now (a row filter or a column list, ALTER PUBLICATION … SET TABLE): the changes it leaves out since are lost, and the changefeed copies whole tables; publish it whole again (%s), then copy it again: %s",
+		cfg.Publication, wholeAgain(cfg, table), copySteps(cf, table))
 }
 
 // wholeAgain is the statement that publishes a table whole again, without

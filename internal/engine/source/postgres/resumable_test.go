@@ -92,14 +92,11 @@ func TestAResumePointOfAnotherClusterIsRefused(t *testing.T) {
 	if system == "" || system == "0" {
 		t.Fatalf("the stream names no cluster: %q", system)
 	}
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// (The walsender may hold the slot a moment after the close.)
-		var again *Stream
-		if again, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, system); err == nil {
-			_ = again.Close()
-			break
-		}
+	again, err := reopen(func() (*Stream, error) {
+		return OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, system)
+	})
+	if err == nil {
+		_ = again.Close()
 	}
 	if err != nil {
 		t.Fatalf("resuming on the same cluster: %v", err)
@@ -248,13 +245,9 @@ func TestAResumePointPastTheServersWALIsRefused(t *testing.T) {
 	}
 	ahead := up.StartLSN + 1<<30
 	want := "has written its WAL up to "
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// (The walsender may hold the slot a moment after the close.)
-		if _, err = OpenStream(context.Background(), cfg, ahead, 0, map[string]TableState{}, false, system); err == nil || strings.Contains(err.Error(), want) {
-			break
-		}
-	}
+	_, err := reopen(func() (*Stream, error) {
+		return OpenStream(context.Background(), cfg, ahead, 0, map[string]TableState{}, false, system)
+	})
 	if !errors.Is(err, source.ErrUnresumable) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "before "+ahead.String()+" where the changefeed resumes") ||
 		!strings.Contains(err.Error(), "a standby promoted before it had received all of it") {
 		t.Fatalf("a reader's start past the server's WAL: %v", err)

@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -43,14 +41,9 @@ func TestASchemaChangeKeepsItsPositionWhenTheTablesChangedBeforeARead(t *testing
 			tables[name] = TableState{Def: def, Nums: up.Nums[name]}
 		}
 	}
-	var again *Stream
-	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// (The walsender may hold the slot a moment after the close.)
-		if again, err = OpenStream(context.Background(), cfg, up.StartLSN, 0, tables, false, ""); !errors.Is(err, errSlotInUse) {
-			break
-		}
-	}
+	again, err := reopen(func() (*Stream, error) {
+		return OpenStream(context.Background(), cfg, up.StartLSN, 0, tables, false, "")
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -598,3 +598,15 @@ func TestAPrimaryKeyDroppedUnderReplicaIdentityFullHoldsTheTable(t *testing.T) {
 		}
 	}
 }
+
+// reopen opens a stream of a slot another stream of the test just closed:
+// the walsender may hold the slot a moment after the close, so an open
+// refused as errSlotInUse is tried again for up to 15 s.
+func reopen(open func() (*Stream, error)) (*Stream, error) {
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, err := open()
+		if !errors.Is(err, errSlotInUse) || time.Now().After(deadline) {
+			return st, err
+		}
+	}
+}

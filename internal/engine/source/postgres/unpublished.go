@@ -104,7 +104,7 @@ WHERE c.oid = ANY($1::oid[]) AND NOT EXISTS (SELECT 1 FROM pg_publication_tables
 // attached as a partition of a published one (its rows go under that
 // table's name), or one taken out.
 func unpublishedReason(cfg Config, cf, table string, viaChildren, partition bool) string {
-	copyAgain := fmt.Sprintf("then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'", cf, cf, table, cf)
+	copyAgain := "then copy it again: " + copySteps(cf, table)
 	switch {
 	case viaChildren:
 		return fmt.Sprintf("publication %s publishes its rows under its partitions' names now (publish_via_partition_root off), which the changefeed does not replicate: its changes since are lost; ALTER PUBLICATION %s SET (publish_via_partition_root = true), %s", cfg.Publication, cfg.Publication, copyAgain)
@@ -207,6 +207,6 @@ func unloggedReason(cfg Config, cf, table, unlogged string, itself bool) string 
 	if itself {
 		what = "it is"
 	}
-	return fmt.Sprintf("%s UNLOGGED (ALTER TABLE … SET UNLOGGED, or created or attached so): PostgreSQL writes none of its rows to the WAL, so their changes since never came and are lost; ALTER TABLE %s SET LOGGED, then copy it again: 'cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'",
-		what, unlogged, cf, cf, table, cf)
+	return fmt.Sprintf("%s UNLOGGED (ALTER TABLE … SET UNLOGGED, or created or attached so): PostgreSQL writes none of its rows to the WAL, so their changes since never came and are lost; ALTER TABLE %s SET LOGGED, then copy it again: %s",
+		what, unlogged, copySteps(cf, table))
 }

@@ -294,8 +294,8 @@ func sameNames(a, b []string) bool {
 
 // keyDroppedHold says why a table whose primary key was dropped is held.
 func keyDroppedHold(cf, table string) string {
-	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again ('cdcctl changefeed pause %s', 'cdcctl changefeed update %s --copy-table %s', 'cdcctl changefeed resume %s'), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
-		cf, cf, table, cf)
+	return fmt.Sprintf("its primary key was dropped (or replaced by one of other columns) upstream: its rows can no longer be told apart by the key they were replicated by, so its changes from here are held rather than merged by the old key's values: copy it again (%s), by a new primary key if you give it one first, else by its whole rows (REPLICA IDENTITY FULL, one partition)",
+		copySteps(cf, table))
 }
 
 // tooManyChangesHold says why a table is held when one table's schema
