@@ -91,9 +91,11 @@ type Rekeyed struct {
 // every change after it from the stream. Removed tables' partitions end
 // where the changefeed was paused; what the sink holds of them stays.
 //
-// The upstream (the publication) changes first; if the change cannot be
-// written to etcd afterwards it is undone, so the publication never
-// sends tables the changefeed does not know.
+// The upstream (the publication) gains the added tables first, so that
+// a stored change never waits for a table's changes that are not sent;
+// if the change cannot be written to etcd afterwards that is undone. It
+// loses the removed tables only once the change is stored: a failed
+// change leaves them sending every change.
 //
 // A paused changefeed's status still moves for a moment after the pause
 // (its dispatchers stop and report where they stopped): an update whose
@@ -232,39 +234,40 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if req.DryRun {
 		return res, nil
 	}
+	if err := meta.FitsOneTxn(len(res.AddedSpans), len(removeIDs), len(gone)); err != nil {
+		return UpdateResult{}, refuse(ErrInvalid, "%v: add or remove fewer tables at once", err)
+	}
 
 	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true, req.CopyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
+	// undo takes the added tables out of the publication again when the
+	// change is known not to be stored. The removed ones never left it
+	// (applied.Unpublish is called only once it is stored): none missed a
+	// change. A change that may be stored leaves the added ones published
+	// too: a table published and not replicated costs only its WAL's
+	// decoding.
 	undo := func(known bool) {
-		if len(applied.Added)+len(applied.Removed) == 0 {
-			// Tables copied again only: published already, or published
-			// now as the new relation under the name (harmless: the
-			// stored resume point has the old one, whose rows the reader
-			// drops), and no table to restore.
+		if !known || len(applied.Added) == 0 {
 			return
 		}
 		// From the resume point as it was: the one applied lists the
 		// removed tables as gone, which may not come back.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		tables := tablesOf(e.Info.SourceURI)
-		if !known {
-			// The write may have landed: the added tables stay published
-			// (a table published and not replicated costs only its WAL's
-			// decoding); the removed ones are published again.
-			if len(applied.Removed) == 0 {
-				return
-			}
-			for _, t := range applied.Added {
-				if !slices.Contains(tables, t) {
-					tables = append(tables, t)
-				}
+		var before []string // less those gone upstream, which cannot come back
+		for _, t := range tablesOf(e.Info.SourceURI) {
+			if _, ended := applied.Ended[t]; !ended {
+				before = append(before, t)
 			}
 		}
-		if _, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, tables, at, true); uerr != nil {
-			c.log.Warn("coordinator: a failed update could not restore the publication's tables; the changefeed's reader will say which table it does not replicate", "changefeed", req.ID, "err", uerr)
+		back, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, before, at, true)
+		if uerr == nil && back.Unpublish != nil {
+			uerr = back.Unpublish(uctx)
+		}
+		if uerr != nil {
+			c.log.Warn("coordinator: a failed update could not take the tables it added out of the publication again; their changes are decoded and dropped until a change of the tables adds or removes them", "changefeed", req.ID, "tables", applied.Added, "err", uerr)
 		}
 	}
 	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
@@ -282,9 +285,9 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		landed, read := c.landed(ctx, req.ID, e.InfoRevision, info.SourceURI)
 		if landed {
 			// The write's answer was lost, not the write (etcd's
-			// connection broke after the commit): the publication stays
-			// as it is now.
+			// connection broke after the commit).
 			c.log.Warn("coordinator: the changefeed's tables were updated, though etcd's answer was lost", "changefeed", req.ID, "err", err)
+			c.unpublish(ctx, req.ID, applied)
 			return res, nil
 		}
 		known = read
@@ -300,6 +303,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		}
 		return UpdateResult{}, err
 	}
+	c.unpublish(ctx, req.ID, applied)
 	for _, r := range routes {
 		res.AddedPartitions = append(res.AddedPartitions, r.ID)
 	}
@@ -383,6 +387,20 @@ func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.Cha
 		return "", nil, refuseReaching(fmt.Errorf("the source through the new connection: %w; nothing changed: the changefeed keeps its connection", err))
 	}
 	return uri, changes, nil
+}
+
+// unpublish takes a stored change's removed tables out of what the
+// upstream sends. Failing, they stay published (their changes decoded
+// and dropped, nothing lost): the log says so and what to run.
+func (c *Coordinator) unpublish(ctx context.Context, id model.ChangefeedID, applied source.Retabled) {
+	if applied.Unpublish == nil {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := applied.Unpublish(uctx); err != nil {
+		c.log.Warn("coordinator: the tables removed from the changefeed stay in its publication (their changes are decoded and dropped); take them out by hand with ALTER PUBLICATION … DROP TABLE", "changefeed", id, "tables", applied.Removed, "err", err)
+	}
 }
 
 // tablesOf names a stored source URI's tables (empty if it does not

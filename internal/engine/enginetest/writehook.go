@@ -19,6 +19,7 @@ type WriteHook struct {
 	key    string
 	match  func(value []byte) bool
 	before func(ctx context.Context, n int)
+	fail   func(n int) error
 
 	mu    sync.Mutex
 	armed bool
@@ -30,6 +31,15 @@ type WriteHook struct {
 // this one included.
 func NewWriteHook(key string, match func(value []byte) bool, before func(ctx context.Context, n int)) *WriteHook {
 	return &WriteHook{key: key, match: match, before: before}
+}
+
+// FailWith makes the hook refuse the armed transactions for which fail
+// answers an error, after before: they never reach etcd, and the engine
+// gets that error, as from a write that failed (a test of what a failed
+// write leaves behind).
+func (h *WriteHook) FailWith(fail func(n int) error) *WriteHook {
+	h.fail = fail
+	return h
 }
 
 // Arm starts the hook.
@@ -59,6 +69,11 @@ func (h *WriteHook) Interceptor(model.NodeID) grpc.UnaryClientInterceptor {
 			h.mu.Unlock()
 			if n > 0 {
 				h.before(ctx, n)
+				if h.fail != nil {
+					if err := h.fail(n); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)

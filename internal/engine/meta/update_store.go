@@ -46,6 +46,17 @@ type TablesUpdate struct {
 // transaction can write: it is written whole or not at all.
 var ErrTxnTooLarge = errors.New("the change is larger than one etcd transaction holds")
 
+// FitsOneTxn refuses a TablesUpdate of add partitions added, remove
+// removed and removeTables tables' records removed that one etcd
+// transaction cannot write (ErrTxnTooLarge): asked before the upstream
+// changes, a change refused so changes nothing.
+func FitsOneTxn(add, remove, removeTables int) error {
+	if 4+2*remove+removeTables+add > maxOpsPerTxn {
+		return fmt.Errorf("%w: it adds %d and removes %d partitions (together at most %d)", ErrTxnTooLarge, add, remove, maxOpsPerTxn-4)
+	}
+	return nil
+}
+
 // UpdateTables writes a TablesUpdate in one transaction, only while the
 // changefeed's status and info are as e read them (paused: nothing else
 // writes them then). It returns the added partitions.
@@ -60,9 +71,8 @@ func (s *Store) UpdateTables(ctx context.Context, fence Fence, e *ChangefeedEntr
 		status.State, status.Error, status.Tables = model.ChangefeedPaused, "", nil
 		status.Record(u.Incident)
 	}
-	fixed := 4 + 2*len(u.Remove) + len(u.RemoveTables)
-	if fixed+len(u.Add) > maxOpsPerTxn {
-		return nil, fmt.Errorf("%w: it adds %d and removes %d partitions (together at most %d)", ErrTxnTooLarge, len(u.Add), len(u.Remove), maxOpsPerTxn-4)
+	if err := FitsOneTxn(len(u.Add), len(u.Remove), len(u.RemoveTables)); err != nil {
+		return nil, err
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		next, ctrCmp, err := s.partitionCounter(ctx)

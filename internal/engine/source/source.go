@@ -391,6 +391,13 @@ type Retabled struct {
 	// known): after every change they had under their names, and
 	// before a table of those names can come back (its TRUNCATE).
 	EndedAt model.Ts
+	// Unpublish, when set, takes the removed tables out of what the
+	// upstream sends (PostgreSQL: the changefeed's own publication).
+	// Retable leaves that for after the change is stored: a change that
+	// cannot be stored is undone without a table having been out of the
+	// publication, whose changes meanwhile would never be sent. Left
+	// uncalled, they stay published: their changes decoded and dropped.
+	Unpublish func(ctx context.Context) error
 }
 
 // EndedTable is a table removed from a changefeed because it was dropped

@@ -21,7 +21,8 @@ import (
 
 // Retable computes, and with apply makes, the change of a stored URI's
 // tables to tables. Added tables are checked as a create checks them;
-// the publication cdcctl named gains and loses them (one the operator
+// the publication cdcctl named gains them, and loses the removed ones by
+// the result's Unpublish, once the change is stored (one the operator
 // named must publish the added tables already: cdcctl does not change
 // it). at is the changefeed's checkpoint: the added tables' schemas
 // start there, as their partitions do, and their rows come from the
@@ -126,8 +127,14 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		if err != nil {
 			return source.Retabled{}, explain(cfg, err)
 		}
-		if err := alterPublication(ctx, cat.conn, to, fresh, append(slices.Clone(out.Removed), left...), len(roots) > 0); err != nil {
+		if err := alterPublication(ctx, cat.conn, to, fresh, nil, len(roots) > 0); err != nil {
 			return source.Retabled{}, err
+		}
+		if drop := append(slices.Clone(out.Removed), left...); len(drop) > 0 {
+			// Once the change is stored (source.Retabled.Unpublish): taken
+			// out now, a change that then failed to be stored would put
+			// them back having missed their changes in between.
+			out.Unpublish = func(ctx context.Context) error { return unpublish(ctx, to, drop) }
 		}
 	}
 
@@ -248,6 +255,17 @@ func dbNow(ctx context.Context, cat *catalog) (model.Ts, error) {
 		return 0, err
 	}
 	return model.TsFromTime(now), nil
+}
+
+// unpublish takes tables out of the changefeed's publication (to is its
+// configuration after the change).
+func unpublish(ctx context.Context, to Config, tables []string) error {
+	cat, err := openCatalog(ctx, to.ConnString)
+	if err != nil {
+		return explain(to, err)
+	}
+	defer cat.Close()
+	return alterPublication(ctx, cat.conn, to, nil, tables, false)
 }
 
 // alterPublication adds and drops the tables of a change in one

@@ -57,6 +57,15 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b leaves the publication only once the change is stored (the
+	// changefeed update's write): a change that could not be would
+	// otherwise have put it back having missed its changes meanwhile.
+	if got := published(); got != "a,b,c" || ch.Unpublish == nil {
+		t.Fatalf("before the change is stored, the publication publishes %s, want a,b,c", got)
+	}
+	if err := ch.Unpublish(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if got := published(); got != "a,c" {
 		t.Fatalf("the publication publishes %s, want a,c", got)
 	}
@@ -191,7 +200,14 @@ func TestARenamedTableLeavesThePublicationWhenItsOldNameIsCopiedAgain(t *testing
 	psql(t, srv, dsn, `ALTER TABLE a RENAME TO a_old; CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		ALTER TABLE b RENAME TO b_old; CREATE TABLE b (id int4 PRIMARY KEY, v text)`)
 	// b_old is one of the changefeed's tables after the change: it stays.
-	if _, err := Retable(ctx, uri, pos, []string{"a", "b", "b_old"}, model.TsFromTime(time.Now()), true, "public.a", "public.b"); err != nil {
+	ch, err := Retable(ctx, uri, pos, []string{"a", "b", "b_old"}, model.TsFromTime(time.Now()), true, "public.a", "public.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Unpublish == nil {
+		t.Fatal("a_old is not taken out of the publication once the change is stored")
+	}
+	if err := ch.Unpublish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_away_old'`)
