@@ -60,10 +60,10 @@ type Coordinator struct {
 	submitting sync.Mutex
 	// retabling serializes the changes of a changefeed's tables
 	// (updates, re-snapshots; the operator's and the coordinator's own):
-	// each changes the publication before it writes etcd and undoes it
-	// when the write fails, which must not undo another's change made in
-	// between. A lock by changefeed, kept while someone holds or wants it
-	// (lockTables).
+	// each adds to the publication before it writes etcd (undone when
+	// the write fails) and takes out of it after, which must not undo or
+	// take out another's change made in between. A lock by changefeed,
+	// kept while someone holds or wants it (lockTables).
 	retabling tableLocks
 	// creating are the changefeeds whose create runs here: their create
 	// records (BeginCreate) are not cleanups to retry yet.

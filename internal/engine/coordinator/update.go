@@ -231,43 +231,31 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 			return UpdateResult{}, refuseReaching(err)
 		}
 	}
-	if req.DryRun {
-		return res, nil
-	}
 	if err := meta.FitsOneTxn(len(res.AddedSpans), len(removeIDs), len(gone)); err != nil {
 		return UpdateResult{}, refuse(ErrInvalid, "%v: add or remove fewer tables at once", err)
+	}
+	if req.DryRun {
+		return res, nil
 	}
 
 	applied, err := sources.Retable(octx, e.Info.SourceURI, e.Status.SourcePosition, req.Tables, at, true, req.CopyAgain...)
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
-	// undo takes the added tables out of the publication again when the
-	// change is known not to be stored. The removed ones never left it
-	// (applied.Unpublish is called only once it is stored): none missed a
-	// change. A change that may be stored leaves the added ones published
-	// too: a table published and not replicated costs only its WAL's
-	// decoding.
+	// undo takes back what the change made upstream (the tables it put in
+	// the publication) when it is known not to be stored. The removed
+	// tables never left it: that is the change's Finish, once stored.
+	// A change that may be stored leaves the added ones published too (a
+	// table published and not replicated costs only its WAL's decoding;
+	// the next change's Finish takes it out).
 	undo := func(known bool) {
-		if !known || len(applied.Added) == 0 {
+		if !known || applied.Undo == nil {
 			return
 		}
-		// From the resume point as it was: the one applied lists the
-		// removed tables as gone, which may not come back.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		var before []string // less those gone upstream, which cannot come back
-		for _, t := range tablesOf(e.Info.SourceURI) {
-			if _, ended := applied.Ended[t]; !ended {
-				before = append(before, t)
-			}
-		}
-		back, uerr := sources.Retable(uctx, applied.URI, e.Status.SourcePosition, before, at, true)
-		if uerr == nil && back.Unpublish != nil {
-			uerr = back.Unpublish(uctx)
-		}
-		if uerr != nil {
-			c.log.Warn("coordinator: a failed update could not take the tables it added out of the publication again; their changes are decoded and dropped until a change of the tables adds or removes them", "changefeed", req.ID, "tables", applied.Added, "err", uerr)
+		if uerr := applied.Undo(uctx); uerr != nil {
+			c.log.Warn("coordinator: a failed update could not take the tables it added out of the publication again; their changes are decoded and dropped until the next update of the changefeed's tables", "changefeed", req.ID, "tables", applied.Added, "err", uerr)
 		}
 	}
 	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
@@ -287,10 +275,13 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 			// The write's answer was lost, not the write (etcd's
 			// connection broke after the commit).
 			c.log.Warn("coordinator: the changefeed's tables were updated, though etcd's answer was lost", "changefeed", req.ID, "err", err)
-			c.unpublish(ctx, req.ID, applied)
+			c.finish(ctx, req.ID, applied)
 			return res, nil
 		}
 		known = read
+		if !known && len(applied.Removed) > 0 {
+			c.log.Warn("coordinator: whether the changefeed's tables were updated is not known (etcd's answer was lost and it could not be read); if they were, the removed tables stay in the publication, their changes decoded and dropped, until the next update of its tables", "changefeed", req.ID, "removed", applied.Removed, "err", err)
+		}
 	}
 	if err != nil {
 		// Undo the publication's change: the stored URI still names the
@@ -303,7 +294,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		}
 		return UpdateResult{}, err
 	}
-	c.unpublish(ctx, req.ID, applied)
+	c.finish(ctx, req.ID, applied)
 	for _, r := range routes {
 		res.AddedPartitions = append(res.AddedPartitions, r.ID)
 	}
@@ -389,17 +380,26 @@ func (c *Coordinator) reconnect(ctx context.Context, st *meta.State, e *meta.Cha
 	return uri, changes, nil
 }
 
-// unpublish takes a stored change's removed tables out of what the
-// upstream sends. Failing, they stay published (their changes decoded
-// and dropped, nothing lost): the log says so and what to run.
-func (c *Coordinator) unpublish(ctx context.Context, id model.ChangefeedID, applied source.Retabled) {
-	if applied.Unpublish == nil {
+// finish makes what is left of a stored change upstream (the
+// publication loses the removed tables). Failing, they stay published
+// (their changes decoded and dropped, nothing lost) until the next
+// update of the changefeed's tables: the log says so.
+func (c *Coordinator) finish(ctx context.Context, id model.ChangefeedID, applied source.Retabled) {
+	if applied.Finish == nil {
 		return
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := applied.Unpublish(uctx); err != nil {
-		c.log.Warn("coordinator: the tables removed from the changefeed stay in its publication (their changes are decoded and dropped); take them out by hand with ALTER PUBLICATION … DROP TABLE", "changefeed", id, "tables", applied.Removed, "err", err)
+	// Only while the change is the stored one: after a stall long enough
+	// for another coordinator to change the tables again, this one's
+	// Finish would take out a table that change added (that change's own
+	// Finish takes out what this one would have).
+	if st, err := c.store.LoadChangefeed(fctx, id); err != nil || st.Changefeeds[id] == nil || st.Changefeeds[id].Info.SourceURI != applied.URI {
+		c.log.Warn("coordinator: the changefeed's tables changed again, or could not be read, before the removed ones left its publication; they stay in it, their changes decoded and dropped, until the next update of its tables", "changefeed", id, "removed", applied.Removed, "err", err)
+		return
+	}
+	if err := applied.Finish(fctx); err != nil {
+		c.log.Warn("coordinator: the tables removed from the changefeed stay in its publication, their changes decoded and dropped, until the next update of its tables (or take them out: ALTER PUBLICATION … DROP TABLE)", "changefeed", id, "removed", applied.Removed, "err", err)
 	}
 }
 

@@ -68,7 +68,9 @@ func (h *WriteHook) Interceptor(model.NodeID) grpc.UnaryClientInterceptor {
 			}
 			h.mu.Unlock()
 			if n > 0 {
-				h.before(ctx, n)
+				if h.before != nil {
+					h.before(ctx, n)
+				}
 				if h.fail != nil {
 					if err := h.fail(n); err != nil {
 						return err

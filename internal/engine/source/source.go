@@ -391,13 +391,20 @@ type Retabled struct {
 	// known): after every change they had under their names, and
 	// before a table of those names can come back (its TRUNCATE).
 	EndedAt model.Ts
-	// Unpublish, when set, takes the removed tables out of what the
-	// upstream sends (PostgreSQL: the changefeed's own publication).
-	// Retable leaves that for after the change is stored: a change that
-	// cannot be stored is undone without a table having been out of the
-	// publication, whose changes meanwhile would never be sent. Left
-	// uncalled, they stay published: their changes decoded and dropped.
-	Unpublish func(ctx context.Context) error
+	// Finish, when set, makes what is left of the change upstream once
+	// it is stored (PostgreSQL: the changefeed's own publication loses
+	// the removed tables, and any other it holds that none of the
+	// changefeed's tables is). Retable leaves that for after the store: a
+	// change that cannot be stored is undone without a table having
+	// been out of the publication, whose changes meanwhile would never
+	// be sent. Left uncalled (a crash in between), the tables stay
+	// published, their changes decoded and dropped, until the next
+	// change's Finish.
+	Finish func(ctx context.Context) error
+	// Undo, when set, takes back what the change made upstream (the
+	// tables it put in the publication), for a change known not to be
+	// stored.
+	Undo func(ctx context.Context) error
 }
 
 // EndedTable is a table removed from a changefeed because it was dropped

@@ -43,15 +43,11 @@ func TestATableRenamedBackToANameTheChangefeedRemovedIsHeld(t *testing.T) {
 	t.Parallel()
 	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text)`, "tables=a,b", "back")
-	ctx := context.Background()
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'under b')`)
 	psql(t, srv, dsn, `ALTER TABLE b RENAME TO b2`)
 	psql(t, srv, dsn, `INSERT INTO b2 VALUES (2, 'under b2')`)
 	// The hold's remedy, from the changefeed's checkpoint before all this.
-	ch, err := Retable(ctx, uri, pos, []string{"a", "b2"}, model.TsFromTime(time.Now().Add(-time.Minute)), true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := retable(t, uri, pos, []string{"a", "b2"}, model.TsFromTime(time.Now().Add(-time.Minute)))
 	psql(t, srv, dsn, `ALTER TABLE b2 RENAME TO b`)
 	psql(t, srv, dsn, `INSERT INTO b VALUES (3, 'back under b'); INSERT INTO a VALUES (1, 'last')`)
 
@@ -81,19 +77,12 @@ func TestATableRenamedAndItsNameAddedBackInOnePauseIsNotHeld(t *testing.T) {
 	t.Parallel()
 	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE orders (id int4 PRIMARY KEY, v text)`, "tables=a,orders", "again")
-	ctx := context.Background()
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO orders VALUES (1, 'old orders')`)
 	psql(t, srv, dsn, `ALTER TABLE orders RENAME TO orders_v2; CREATE TABLE orders (id int4 PRIMARY KEY, v text)`)
 	psql(t, srv, dsn, `INSERT INTO orders_v2 VALUES (2, 'v2'); INSERT INTO orders VALUES (3, 'new orders')`)
-	renamed, err := Retable(ctx, uri, pos, []string{"a", "orders_v2"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := Retable(ctx, renamed.URI, renamed.Position, []string{"a", "orders_v2", "orders"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	renamed := retable(t, uri, pos, []string{"a", "orders_v2"}, at)
+	back := retable(t, renamed.URI, renamed.Position, []string{"a", "orders_v2", "orders"}, at)
 	psql(t, srv, dsn, `INSERT INTO orders VALUES (4, 'after'); INSERT INTO orders_v2 VALUES (5, 'v2 after'); INSERT INTO a VALUES (1, 'last')`)
 	run := startReading(t, back.URI, "again", back.Position)
 	run.until(t, "a's last row", func() bool { return logHas(run.log, "public.a", "last") })
@@ -122,18 +111,11 @@ func TestATableAddedBackInThePauseThatRemovedItComesBackAfterItsRemoval(t *testi
 	t.Parallel()
 	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text)`, "tables=a,b", "readd")
-	ctx := context.Background()
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'before the removal')`)
-	removed, err := Retable(ctx, uri, pos, []string{"a"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	removed := retable(t, uri, pos, []string{"a"}, at)
 	ended := model.TsFromTime(time.Now()) // where the update writes the sink's DROP, at the latest
-	back, err := Retable(ctx, removed.URI, removed.Position, []string{"a", "b"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := retable(t, removed.URI, removed.Position, []string{"a", "b"}, at)
 	psql(t, srv, dsn, `INSERT INTO b VALUES (2, 'after'); INSERT INTO a VALUES (1, 'last')`)
 	run := startReading(t, back.URI, "readd", back.Position)
 	run.until(t, "a's last row", func() bool { return logHas(run.log, "public.a", "last") })
@@ -166,16 +148,12 @@ func TestATableAddedIsReadFromWhenItJoined(t *testing.T) {
 	srv, dsn, uri, pos := pinned(t, `CREATE TABLE a (id int4 PRIMARY KEY, v text);
 		CREATE TABLE b (id int4 PRIMARY KEY, v text);
 		CREATE PUBLICATION everything FOR ALL TABLES`, "tables=a&publication=everything&slot=joined", "joined")
-	ctx := context.Background()
 	t.Cleanup(func() { _ = RemoveURI(context.Background(), uri) })
 	at := model.TsFromTime(time.Now())
 	psql(t, srv, dsn, `INSERT INTO b VALUES (1, 'before its ALTER')`)
 	psql(t, srv, dsn, `ALTER TABLE b ADD COLUMN n int4 DEFAULT 7`)
 	psql(t, srv, dsn, `INSERT INTO b VALUES (2, 'before it joined', 8)`)
-	ch, err := Retable(ctx, uri, pos, []string{"a", "b"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := retable(t, uri, pos, []string{"a", "b"}, at)
 	psql(t, srv, dsn, `INSERT INTO b VALUES (3, 'after', 9); INSERT INTO a VALUES (1, 'last')`)
 	run := startReading(t, ch.URI, "joined", ch.Position)
 	run.until(t, "a's last row and b's", func() bool { return logHas(run.log, "public.a", "last") && logHas(run.log, "public.b", "after") })

@@ -1,9 +1,10 @@
 package postgres
 
 // A running changefeed's tables change (changefeed update): the
-// publication gains and loses them, and the reader's resume point learns
-// the added tables' schemas and forgets the removed ones. The changefeed
-// is paused meanwhile, so no reader holds the resume point.
+// publication gains and loses them (pubchange.go), and the reader's
+// resume point learns the added tables' schemas and forgets the removed
+// ones. The changefeed is paused meanwhile, so no reader holds the
+// resume point.
 
 import (
 	"context"
@@ -21,10 +22,11 @@ import (
 
 // Retable computes, and with apply makes, the change of a stored URI's
 // tables to tables. Added tables are checked as a create checks them;
-// the publication cdcctl named gains them, and loses the removed ones by
-// the result's Unpublish, once the change is stored (one the operator
-// named must publish the added tables already: cdcctl does not change
-// it). at is the changefeed's checkpoint: the added tables' schemas
+// the publication cdcctl named gains them (the result's Undo takes them
+// out again if the change cannot be stored), and loses the removed ones
+// by the result's Finish, once the change is stored (pubchange.go). One
+// the operator named must publish the added tables already: cdcctl does
+// not change it. at is the changefeed's checkpoint: the added tables' schemas
 // start there, as their partitions do, and their rows come from the
 // initial snapshot (snapshot=initial) and the changes after it.
 func Retable(ctx context.Context, uri string, pos source.Position, tables []string, at model.Ts, apply bool, again ...string) (source.Retabled, error) {
@@ -123,18 +125,8 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	if apply && ours {
-		left, err := renamedAway(ctx, cat, p, again, oids, next)
-		if err != nil {
-			return source.Retabled{}, explain(cfg, err)
-		}
-		if err := alterPublication(ctx, cat.conn, to, fresh, nil, len(roots) > 0); err != nil {
+		if out.Undo, err = publishAdded(ctx, cat.conn, to, fresh, oids, len(roots) > 0); err != nil {
 			return source.Retabled{}, err
-		}
-		if drop := append(slices.Clone(out.Removed), left...); len(drop) > 0 {
-			// Once the change is stored (source.Retabled.Unpublish): taken
-			// out now, a change that then failed to be stored would put
-			// them back having missed their changes in between.
-			out.Unpublish = func(ctx context.Context) error { return unpublish(ctx, to, drop) }
 		}
 	}
 
@@ -216,33 +208,17 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		p.Parts = parts
 	}
+	if apply && ours {
+		// Once the change is stored (source.Retabled.Finish): taken out
+		// now, a change that then failed to be stored would put them back
+		// having missed their changes in between.
+		keep := publicationKeeps(next, p)
+		out.Finish = func(ctx context.Context) error { return trimPublication(ctx, to, keep) }
+	}
 	if out.Position, err = source.EncodePosition(p); err != nil {
 		return source.Retabled{}, err
 	}
 	out.URI = to.URI()
-	return out, nil
-}
-
-// renamedAway are the relations that tables copied again had before
-// (a table renamed, and another created under its name), by their names
-// now, that are none of the changefeed's tables: they leave the
-// publication, which held them since the rename (their WAL decoded and
-// dropped, for nothing).
-func renamedAway(ctx context.Context, cat *catalog, p position, again []string, oids map[string]uint32, tables []string) ([]string, error) {
-	var out []string
-	for _, t := range again {
-		old := p.Tables[t].OID
-		if old == 0 || old == oids[t] {
-			continue
-		}
-		now, exists, err := nameNow(ctx, cat, t, old)
-		if err != nil {
-			return nil, err
-		}
-		if exists && now != t && !slices.Contains(tables, now) {
-			out = append(out, now)
-		}
-	}
 	return out, nil
 }
 
@@ -255,76 +231,6 @@ func dbNow(ctx context.Context, cat *catalog) (model.Ts, error) {
 		return 0, err
 	}
 	return model.TsFromTime(now), nil
-}
-
-// unpublish takes tables out of the changefeed's publication (to is its
-// configuration after the change).
-func unpublish(ctx context.Context, to Config, tables []string) error {
-	cat, err := openCatalog(ctx, to.ConnString)
-	if err != nil {
-		return explain(to, err)
-	}
-	defer cat.Close()
-	return alterPublication(ctx, cat.conn, to, nil, tables, false)
-}
-
-// alterPublication adds and drops the tables of a change in one
-// transaction; a partitioned table added makes the publication publish
-// its children's rows as its own. A table copied again is added too when
-// it is not published: dropped and created again under its name, the
-// publication lost the dropped relation and does not hold the new one.
-func alterPublication(ctx context.Context, conn *pgx.Conn, cfg Config, fresh, removed []string, viaRoot bool) error {
-	pub := pgx.Identifier{cfg.Publication}.Sanitize()
-	published, err := publishedTables(ctx, conn, cfg)
-	if err != nil {
-		return err
-	}
-	// A table renamed upstream is published under its new name already
-	// (the publication holds the relation), and its old name is not.
-	var add, drop []string
-	for _, t := range fresh {
-		if !slices.Contains(published, t) {
-			add = append(add, t)
-		}
-	}
-	for _, t := range removed {
-		if slices.Contains(published, t) {
-			drop = append(drop, t)
-		}
-	}
-	var stmts []string
-	if viaRoot {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = true)")
-	}
-	if len(add) > 0 {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(add))
-	}
-	if len(drop) > 0 {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(drop))
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return explain(cfg, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	for _, q := range stmts {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("%s: %w; the user must own the tables, or be a superuser", q, explain(cfg, err))
-		}
-	}
-	return tx.Commit(ctx)
-}
-
-func quotedList(tables []string) string {
-	q := make([]string, len(tables))
-	for i, t := range tables {
-		// The table alone, not its inheritance children (inherited.go),
-		// which would be published with it, and taken out of the
-		// publication with it though replicated as tables of their own.
-		// A partitioned table's partitions come with it all the same.
-		q[i] = "ONLY " + quoteQualified(t)
-	}
-	return strings.Join(q, ", ")
 }
 
 // nameNow is a table's name now, found by its relation (a rename keeps

@@ -60,10 +60,10 @@ func TestRetableChangesThePublicationAndTheReaderFollows(t *testing.T) {
 	// b leaves the publication only once the change is stored (the
 	// changefeed update's write): a change that could not be would
 	// otherwise have put it back having missed its changes meanwhile.
-	if got := published(); got != "a,b,c" || ch.Unpublish == nil {
+	if got := published(); got != "a,b,c" || ch.Finish == nil {
 		t.Fatalf("before the change is stored, the publication publishes %s, want a,b,c", got)
 	}
-	if err := ch.Unpublish(ctx); err != nil {
+	if err := ch.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := published(); got != "a,c" {
@@ -204,10 +204,10 @@ func TestARenamedTableLeavesThePublicationWhenItsOldNameIsCopiedAgain(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ch.Unpublish == nil {
+	if ch.Finish == nil {
 		t.Fatal("a_old is not taken out of the publication once the change is stored")
 	}
-	if err := ch.Unpublish(ctx); err != nil {
+	if err := ch.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	out, err := srv.Psql(ctx, dbOf(dsn), `SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'cdcctl_away_old'`)
@@ -229,4 +229,21 @@ func pinAB(t *testing.T, params string, cf model.ChangefeedID) (*pgserver.Server
 		t.Fatal(err)
 	}
 	return srv, dsn, uri, pos
+}
+
+// retable changes a changefeed's tables as a stored changefeed update
+// does: Retable applied, then, the change stored, its Finish.
+func retable(t *testing.T, uri string, pos source.Position, tables []string, at model.Ts, again ...string) source.Retabled {
+	t.Helper()
+	ctx := context.Background()
+	ch, err := Retable(ctx, uri, pos, tables, at, true, again...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Finish != nil {
+		if err := ch.Finish(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ch
 }
