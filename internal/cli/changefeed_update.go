@@ -42,7 +42,7 @@ a change a new copy undoes, or whose copy went wrong.
 
 --sink-option K=V changes one parameter of the sink URI (K= puts back
 its default): how the sink writes (storage: file-size, flush-interval,
-max-flush-delay, write-timeout, retry-timeout, state-ttl,
+max-flush-delay, fsync, write-timeout, retry-timeout, state-ttl,
 spool-max-bytes, max-active-tables, max-buffered-bytes; Kafka: timeouts,
 buffer-memory, max-message-bytes, connections-per-broker and the SASL/TLS credentials), never
 where nor in which form (the location, protocol, partitioning): a sink

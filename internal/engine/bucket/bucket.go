@@ -29,6 +29,22 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a URL: %v", rawURL, err)
 	}
+	sync := true
+	if q := u.Query(); q.Has("fsync") {
+		if u.Scheme != "file" {
+			return nil, fmt.Errorf("fsync=%s: only a file:// bucket takes it (an object store makes an object durable itself); leave it out", q.Get("fsync"))
+		}
+		switch q.Get("fsync") {
+		case "true":
+		case "false":
+			sync = false
+		default:
+			return nil, fmt.Errorf("fsync=%q: use true (the default: every object durable before it counts as written) or false (a scratch directory, a tmpfs)", q.Get("fsync"))
+		}
+		q.Del("fsync")
+		u.RawQuery = q.Encode()
+		rawURL = u.String()
+	}
 	if u.Scheme == "file" {
 		if err := os.MkdirAll(u.Path, 0o755); err != nil {
 			return nil, fmt.Errorf("directory %s: %w", u.Path, err)
@@ -56,7 +72,7 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 	}
 	out := &Bucket{Bucket: b}
 	if u.Scheme == "file" {
-		out.dir = newDirWrites(u.Path)
+		out.dir = newDirWrites(u.Path, sync)
 	}
 	return out, nil
 }

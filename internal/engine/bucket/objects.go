@@ -154,6 +154,13 @@ func (c *chunkReader) WriteTo(w io.Writer) (int64, error) {
 type dirWrites struct {
 	root  string
 	token string // tells this process's temporary files apart
+	// sync makes each object durable before it is placed, and its place
+	// after (Open's fsync, true unless fsync=false): an object written
+	// is what the sink's checkpoint goes past, and without fsync a power
+	// loss or a crash of the machine could lose it, or leave it empty
+	// under its name, after the checkpoint said it was written.
+	sync  bool
+	syncs atomic.Int64 // fsyncs made, for the tests
 	seq   atomic.Uint64
 	// open counts the staged objects whose files are open (staged.go).
 	open atomic.Int64
@@ -171,8 +178,29 @@ type dirWrites struct {
 // and renaming files in one directory serializes on its lock.
 const tempShards = 64
 
-func newDirWrites(root string) *dirWrites {
-	return &dirWrites{root: root, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
+func newDirWrites(root string, sync bool) *dirWrites {
+	return &dirWrites{root: root, sync: sync, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
+}
+
+// fsync makes a written file's contents durable (with sync).
+func (d *dirWrites) fsync(f *os.File) error {
+	if !d.sync {
+		return nil
+	}
+	d.syncs.Add(1)
+	return f.Sync()
+}
+
+// syncDir makes a directory's entries durable: an object placed in it,
+// or a directory made in it.
+func (d *dirWrites) syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	d.syncs.Add(1)
+	return f.Sync()
 }
 
 // put writes an object, with its note when note is not "".
@@ -192,6 +220,9 @@ func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist
 	}
 	if err == nil && note != "" {
 		err = setNote(f, note)
+	}
+	if err == nil {
+		err = d.fsync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -256,12 +287,26 @@ func (d *dirWrites) place(tmp, final string, ifNotExist bool) error {
 		}
 	}
 	err := move(tmp, final)
+	made := false
 	if errors.Is(err, os.ErrNotExist) {
 		if err = os.MkdirAll(filepath.Dir(final), 0o755); err == nil {
+			made = true
 			err = move(tmp, final)
 		}
 	}
-	return err
+	if err != nil || !d.sync {
+		return err
+	}
+	// The object's entry; with directories made for it, each of theirs
+	// in its parent too, up to the root.
+	for dir := filepath.Dir(final); ; dir = filepath.Dir(dir) {
+		if err := d.syncDir(dir); err != nil {
+			return fmt.Errorf("fsync of directory %s: %w", dir, err)
+		}
+		if !made || dir == d.root || len(dir) <= len(d.root) {
+			return nil
+		}
+	}
 }
 
 // Walk passes on the key of every object under prefix, the writers'

@@ -167,3 +167,65 @@ func TestABusyDirectoryOpens(t *testing.T) {
 		t.Fatal("a file opened as a bucket")
 	}
 }
+
+// A file:// bucket's object is made durable before it is placed under
+// its name, and its name after (and the names of directories made for
+// it, up to the root), also an object staged in place: the sink's
+// checkpoint goes past what it wrote, and a machine that crashed (or
+// lost power) before the page cache reached the disk lost the object or
+// left it empty under its name. Before 2026-12-07 nothing was synced.
+// fsync=false (a scratch directory) syncs nothing; fsync is refused
+// with another value, and on an object store.
+func TestObjectsAreDurableBeforeTheyCountAsWritten(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b, err := Open(ctx, "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	syncs := func() int64 { return b.dir.syncs.Load() }
+	if err := b.Put(ctx, "db/t1/CDC_1.json", [][]byte{[]byte("a\n")}, false); err != nil {
+		t.Fatal(err)
+	}
+	// The file, then db/t1, db and the root, made for it.
+	if n := syncs(); n != 4 {
+		t.Fatalf("a put into new directories made %d fsyncs; want 4", n)
+	}
+	if err := b.Put(ctx, "db/t1/CDC_2.json", [][]byte{[]byte("b\n")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := syncs(); n != 6 {
+		t.Fatalf("a put into its directory made %d fsyncs; want 2 (the file, its directory)", n-4)
+	}
+	s, err := b.Stage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append([]byte("c\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx, s, "db/t1/CDC_3.json", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := syncs(); n != 8 {
+		t.Fatalf("a staged object's commit made %d fsyncs; want 2", n-6)
+	}
+
+	scratch, err := Open(ctx, "file://"+t.TempDir()+"?fsync=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scratch.Close()
+	if err := scratch.Put(ctx, "db/t1/CDC_1.json", [][]byte{[]byte("a\n")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := scratch.ReadAll(ctx, "db/t1/CDC_1.json"); string(got) != "a\n" || scratch.dir.syncs.Load() != 0 {
+		t.Fatalf("with fsync=false: read %q, %d fsyncs", got, scratch.dir.syncs.Load())
+	}
+	for _, u := range []string{"file://" + t.TempDir() + "?fsync=maybe", "mem://?fsync=true"} {
+		if _, err := Open(ctx, u); err == nil || !strings.Contains(err.Error(), "fsync=") {
+			t.Fatalf("open %s: %v; want fsync refused, saying why", u, err)
+		}
+	}
+}

@@ -160,6 +160,9 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 		if err == nil && o.Note != "" {
 			err = setNote(f, o.Note)
 		}
+		if err == nil {
+			err = s.d.fsync(f)
+		}
 		if err != nil {
 			return err // the file stays open for another try
 		}

@@ -111,7 +111,7 @@ func storageSinkRun(b *testing.B, per [][]source.Event, params string) {
 				n, err := f.Write(buf.Bytes())
 				buf.Reset()
 				if size += n; err == nil && size >= 4<<20 {
-					err, f, size = f.Close(), nil, 0
+					err, f, size = closeDurably(f, rawDir), nil, 0
 				}
 				return err
 			}
@@ -131,7 +131,7 @@ func storageSinkRun(b *testing.B, per [][]source.Event, params string) {
 				}
 			}
 			if f != nil {
-				return f.Close()
+				return closeDurably(f, rawDir)
 			}
 			return nil
 		})
@@ -220,4 +220,23 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// closeDurably closes a file of the raw writes as the sink's file://
+// bucket does (its fsync, the default): the file synced, then its
+// directory.
+func closeDurably(f *os.File, dir string) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

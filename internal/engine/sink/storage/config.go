@@ -153,7 +153,7 @@ func (c Config) bufferedCap() int64 {
 // where nor in which form (protocol, schema, date-separator) nor where
 // it spools (spool, spool-dir: checked against the capture's sink root
 // at creation).
-var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery", sink.TransactionMetaOption}
+var ChangeableOptions = []string{"file-size", "flush-interval", "max-flush-delay", "fsync", "write-timeout", "retry-timeout", "state-ttl", "spool-max-bytes", "max-active-tables", "max-buffered-bytes", "delivery", sink.TransactionMetaOption}
 
 // FixedOptions are the storage sink's other parameters: known, but
 // they cannot change on a changefeed (any other is a bucket's own, or
@@ -244,6 +244,18 @@ func ParseURI(raw string) (Config, error) {
 			c.Schema = v
 			if v == "" || strings.ContainsAny(v, "/\\") {
 				perr = fmt.Errorf("must be a non-empty name without slashes")
+			}
+		case "fsync":
+			// The file:// bucket's own (bucket.Open), checked here so that
+			// a changefeed is refused at create or update, not when its
+			// sinks open.
+			if u.Scheme != "file" {
+				perr = fmt.Errorf("only a file:// sink takes it (an object store makes an object durable itself); leave it out")
+			} else if v != "true" && v != "false" {
+				perr = fmt.Errorf("use true (the default: every file durable before it counts as written) or false (a scratch directory, a tmpfs)")
+			}
+			if perr == nil {
+				continue
 			}
 		default:
 			continue // the bucket's own parameters (region, endpoint, ...)

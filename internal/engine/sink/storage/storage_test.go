@@ -328,6 +328,8 @@ func TestBadSinkURIs(t *testing.T) {
 		"file:///tmp/x?max-buffered-bytes=10":              "max-buffered-bytes",
 		"file:///tmp/x?transaction-meta=yes":               "use true or false",
 		"file:///tmp/x?transaction-meta=true&protocol=csv": "needs protocol=canal-json",
+		"file:///tmp/x?fsync=no":                           "fsync",
+		"s3://b/prefix?fsync=true":                         "only a file:// sink",
 		"s3:///prefix":                                     "name the bucket",
 		"gs:///prefix":                                     "name the bucket",
 		"azblob:///prefix":                                 "name the container",
