@@ -12,8 +12,9 @@ import (
 
 // TestALogReadsTheSameWhateverItKeepsInMemory drives logs that keep
 // nothing in memory, a few rows, and every row through the same random
-// appends (whole transactions and parts, some erased), resolves and trims,
-// and has partitions of each read them back: every read must return the
+// appends (whole transactions and parts, some erased, some cut back by a
+// rollback to a savepoint), resolves and trims, two of them sharing a
+// small room, and has partitions of each read them back: every read must return the
 // same events and cursor from each, and what memory holds must go back to
 // nothing once everything is trimmed.
 func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
@@ -21,7 +22,10 @@ func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed))
 			txns := seed%2 == 0
-			rooms := []*Memory{nil, NewMemory(int64(rng.IntN(6000) + 500)), NewMemory(1 << 30)}
+			small := NewMemory(int64(rng.IntN(6000) + 500))
+			// The last shares the small room with the second: each spills
+			// the other's rows to make room for its own.
+			rooms := []*Memory{nil, small, NewMemory(1 << 30), small}
 			logs := make([]*Log, len(rooms))
 			for i, m := range rooms {
 				l, err := Open(t.TempDir(), 0, Options{Transactions: txns, Memory: m})
@@ -81,22 +85,28 @@ func TestALogReadsTheSameWhateverItKeepsInMemory(t *testing.T) {
 				}
 			}
 			var open model.Ts // a transaction received in parts, not committed yet
+			parted := 0       // its rows so far, as the log numbers them
 			for step := 0; step < 400; step++ {
-				switch r := rng.IntN(12); {
+				switch r := rng.IntN(13); {
 				case r < 3: // rows of a transaction still being received
 					if open == 0 {
 						ts += model.Ts(1 + rng.IntN(3))
-						open = ts
+						open, parted = ts, 0
 					}
 					part := []source.Event{}
 					for range 1 + rng.IntN(8) {
 						n++
 						part = append(part, rowOf(open, n))
 					}
+					parted += len(part)
 					each("append a part", func(l *Log) error { return l.AppendPart(part) })
 				case r < 4 && open != 0:
 					table := tables[rng.IntN(len(tables))]
 					each("erase a part", func(l *Log) error { return l.ErasePart(table) })
+				case r == 12 && open != 0: // a rollback to a savepoint
+					keep := rng.IntN(parted + 1)
+					parted = keep
+					each("truncate the parts", func(l *Log) error { return l.TruncatePart(keep) })
 				case r < 7: // a commit: the open transaction's, or a whole one
 					if open == 0 {
 						ts += model.Ts(1 + rng.IntN(3))
