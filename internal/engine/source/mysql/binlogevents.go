@@ -1,7 +1,9 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
 )
@@ -37,7 +39,29 @@ func (r *binlogEvents) next(ctx context.Context) (*replication.BinlogEvent, erro
 		for _, e := range tp.Events {
 			h := *e.Header
 			h.LogPos = ev.Header.LogPos
+			if re, ok := e.Event.(*replication.RowsEvent); ok {
+				ownValues(re.Rows)
+			}
 			r.inner = append(r.inner, &replication.BinlogEvent{RawData: e.RawData, Header: &h, Event: e.Event})
+		}
+	}
+}
+
+// ownValues gives a compressed transaction's rows text and bytes of their
+// own. go-mysql decodes a row's strings over the buffer they were read
+// from, which for such a transaction is its whole decompressed payload:
+// a row the event log keeps in memory (counted by its text alone) would
+// keep the payload, a 1 GiB transaction's gigabyte, until the row is
+// trimmed. An event read on its own pins only its own few kilobytes.
+func ownValues(rows [][]any) {
+	for _, row := range rows {
+		for i, v := range row {
+			switch v := v.(type) {
+			case string:
+				row[i] = strings.Clone(v)
+			case []byte:
+				row[i] = bytes.Clone(v)
+			}
 		}
 	}
 }
