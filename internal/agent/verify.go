@@ -52,12 +52,7 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		if err != nil {
 			return nil, unreadable(id, "its sink", err)
 		}
-		if u.Query().Get("delivery") == "exactly-once" && rep.Duplicates > 0 {
-			// Judged only where the sink promises it: after a crash an
-			// at-least-once sink writes rows again by design.
-			rep.OK = false
-			rep.Examples = append([]string{fmt.Sprintf("%d events written twice, into a sink that delivers exactly once (delivery=exactly-once)", rep.Duplicates)}, rep.Examples...)
-		}
+		verify.JudgeDuplicates(&rep, sinkURI)
 		return &rep, nil
 	}
 	up, tables, err := sources.Upstream(e.Info.SourceURI, "")
@@ -108,11 +103,7 @@ func (b backend) Verify(ctx context.Context, id string, req api.VerifyRequest) (
 		return nil, unreadable(id, "its sink or its upstream", err)
 	}
 	rep.NotVerified = append(notVerified, rep.NotVerified...)
-	if t := rep.Transactions; t != nil && t.Duplicates > 0 && u.Query().Get("delivery") == "exactly-once" {
-		// As above: judged where the sink promises it.
-		rep.OK = false
-		t.Problems = append([]string{fmt.Sprintf("%d transaction records and rows written twice, into a sink that delivers exactly once (delivery=exactly-once)", t.Duplicates)}, t.Problems...)
-	}
+	verify.JudgeDuplicates(&rep, sinkURI)
 	return &rep, nil
 }
 

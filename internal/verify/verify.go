@@ -12,6 +12,7 @@ package verify
 
 import (
 	"fmt"
+	"net/url"
 
 	"github.com/cdcctl/cdcctl/internal/engine/source"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -23,7 +24,8 @@ type Row struct {
 	Key      string
 	Version  uint64
 	CommitTs model.Ts
-	// Value is the row's payload column; empty skips the payload check.
+	// Value is the row's payload column, which the source never leaves
+	// empty: an empty one (NULL, or the column missing) is corrupt.
 	Value string
 }
 
@@ -36,6 +38,9 @@ const maxExamples = 10
 type keyState struct {
 	maxSeen uint64
 	counts  []uint8 // counts[v-1]: how often version v arrived (saturates)
+	// last is the version of the key's last row at or before the
+	// checkpoint, in the order the sink delivers them.
+	last uint64
 }
 
 // Checker accumulates rows and reports.
@@ -91,9 +96,9 @@ func (c *Checker) Observe(r Row) {
 		c.example("%s/%s version %d has commit ts %d, the source committed it at %d", r.Table, r.Key, r.Version, r.CommitTs, want)
 		return
 	}
-	if r.Value != "" && r.Value != c.want.Payload(ref, r.Version) {
+	if r.Value != c.want.Payload(ref, r.Version) {
 		c.report.Corrupt++
-		c.example("%s/%s version %d has a payload the source did not write", r.Table, r.Key, r.Version)
+		c.example("%s/%s version %d has a payload the source did not write (%q)", r.Table, r.Key, r.Version, truncated(r.Value))
 		return
 	}
 	st := &c.keys[ref]
@@ -117,6 +122,17 @@ func (c *Checker) Observe(r Row) {
 		*n++
 	}
 	st.maxSeen = max(st.maxSeen, r.Version)
+	if r.CommitTs <= c.upTo {
+		st.last = r.Version
+	}
+}
+
+// truncated is a value short enough for an example.
+func truncated(v string) string {
+	if len(v) > 40 {
+		return v[:40] + "…"
+	}
+	return v
 }
 
 // Report counts what is missing and returns the outcome. OK means nothing
@@ -128,6 +144,7 @@ func (c *Checker) Report() Report {
 		want := c.want.Versions(ref, c.upTo)
 		rep.Expected += want
 		st := &c.keys[ref]
+		newest := uint64(0) // the newest version delivered, of those checked
 		for v := uint64(1); v <= want; v++ {
 			if v > uint64(len(st.counts)) || st.counts[v-1] == 0 {
 				rep.Lost++
@@ -135,6 +152,20 @@ func (c *Checker) Report() Report {
 					table, key := c.want.KeyOf(ref)
 					rep.Examples = append(rep.Examples, fmt.Sprintf("lost %s/%s version %d", table, key, v))
 				}
+			} else {
+				newest = v
+			}
+		}
+		if st.last < newest {
+			// Its first copies came in order, but a copy of an older
+			// version came after the newest (a writer that went on after
+			// another took over): a consumer applying the rows in order
+			// ends on a stale row. A replay after a crash writes every
+			// version again from its checkpoint to the newest.
+			rep.OutOfOrder++
+			if len(rep.Examples) < maxExamples {
+				table, key := c.want.KeyOf(ref)
+				rep.Examples = append(rep.Examples, fmt.Sprintf("%s/%s: its last row is version %d, after version %d: read in order, the key ends stale", table, key, st.last, newest))
 			}
 		}
 	}
@@ -146,4 +177,24 @@ func (c *Checker) Report() Report {
 	}
 	rep.OK = rep.Lost == 0 && rep.OutOfOrder == 0 && rep.Corrupt == 0 && rep.Unknown == 0 && rep.Misplaced == 0
 	return rep
+}
+
+// JudgeDuplicates fails a report of a sink that promises to deliver
+// exactly once (delivery=exactly-once) and holds anything twice: events
+// of a generator, changes of a rebuilt table, transaction records.
+// Elsewhere duplicates are reported, not judged: after a crash an
+// at-least-once sink writes rows again by design.
+func JudgeDuplicates(rep *Report, sinkURI string) {
+	u, err := url.Parse(sinkURI)
+	if err != nil || u.Query().Get("delivery") != "exactly-once" {
+		return
+	}
+	if rep.Duplicates > 0 {
+		rep.OK = false
+		rep.Examples = append([]string{fmt.Sprintf("%d changes written twice, into a sink that delivers exactly once (delivery=exactly-once)", rep.Duplicates)}, rep.Examples...)
+	}
+	if t := rep.Transactions; t != nil && t.Duplicates > 0 {
+		rep.OK = false
+		t.Problems = append([]string{fmt.Sprintf("%d transaction records and rows written twice, into a sink that delivers exactly once (delivery=exactly-once)", t.Duplicates)}, t.Problems...)
+	}
 }
