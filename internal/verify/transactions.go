@@ -176,6 +176,13 @@ func (tx *Transactions) Check(gapless bool, from, upTo model.Ts) []string {
 			add("transaction %s: %v rows and no END record", id, tx.Rows[id])
 		}
 	}
+	for id, n := range tx.Begins {
+		if n > 0 && len(tx.Ends[id]) == 0 && len(tx.Rows[id]) == 0 && inRange(id, from, upTo) {
+			// Its rows and END both lost (a later change may have left
+			// the tables as they should be).
+			add("transaction %s: a BEGIN record and no END", id)
+		}
+	}
 	slices.Sort(bad)
 	return bad
 }

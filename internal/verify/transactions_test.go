@@ -10,8 +10,8 @@ import (
 // The transaction check finds what a consumer applying each transaction
 // at once would trip on, and nothing else: a whole transaction passes
 // however often it was read; a row short of its END, rows without an
-// END, an END without its BEGIN and a table's order with a gap are each
-// found; a table without a key may fall short of its END's count (its
+// END, an END without its BEGIN, a BEGIN alone and a table's order with
+// a gap are each found; a table without a key may fall short of its END's count (its
 // initial copy took the changes committed meanwhile), never exceed it.
 func TestTransactionsAreJudgedAsAConsumerAppliesThem(t *testing.T) {
 	end := func(id string, tables map[string]int) codec.TxnRecord {
@@ -56,8 +56,11 @@ func TestTransactionsAreJudgedAsAConsumerAppliesThem(t *testing.T) {
 	tx.AddRecord(end("60", map[string]int{"s.a": 2}))
 	row("60", "s.a", 1, 1)
 	row("60", "s.a", 2, 3)
+	// 62: a BEGIN alone (its rows and its END lost).
+	tx.AddRecord(codec.TxnRecord{Status: codec.TxnBegin, ID: "62"})
 	// 70: after the checked point, not judged.
 	row("70", "s.a", 1, 1)
+	tx.AddRecord(codec.TxnRecord{Status: codec.TxnBegin, ID: "71"})
 	tx.AddRow("s.a", nil) // a snapshot row
 
 	bad := tx.Check(false, 0, 65)
@@ -67,6 +70,7 @@ func TestTransactionsAreJudgedAsAConsumerAppliesThem(t *testing.T) {
 		"transaction 30: map[s.a:1] rows and no END record",
 		"transaction 40: an END record and no BEGIN",
 		"transaction 60: data_collection_order of s.a is [1 3], want 1..2",
+		"transaction 62: a BEGIN record and no END",
 	}
 	joined := strings.Join(bad, "\n")
 	for _, w := range want {
@@ -74,8 +78,8 @@ func TestTransactionsAreJudgedAsAConsumerAppliesThem(t *testing.T) {
 			t.Errorf("the check did not find %q:\n%s", w, joined)
 		}
 	}
-	if len(bad) != 5 || strings.Contains(joined, "transaction 10") || strings.Contains(joined, "transaction 50") || strings.Contains(joined, "transaction 70") {
-		t.Errorf("the check found, want transactions 20 (twice), 30, 40 and 60 only:\n%s", joined)
+	if len(bad) != 6 || strings.Contains(joined, "transaction 10") || strings.Contains(joined, "transaction 50") || strings.Contains(joined, "transaction 7") {
+		t.Errorf("the check found, want transactions 20 (twice), 30, 40, 60 and 62 only:\n%s", joined)
 	}
 	if tx.Duplicates != 3 || tx.Untagged != 1 || tx.Judged(0, 65) != 5 {
 		t.Errorf("%d read twice (want 3: a BEGIN, an END, a row), %d untagged (1), %d judged (5)", tx.Duplicates, tx.Untagged, tx.Judged(0, 65))
