@@ -102,6 +102,13 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 			set, events, dups := rebuildSet(streams, stepsOf(schemas, table, filled), table, upTo)
 			rep.Events += events
 			rep.Duplicates += dups
+			misplaced, examples := misordered(streams, table, upTo)
+			rep.OutOfOrder += misplaced
+			for _, ex := range examples {
+				if len(rep.Examples) < maxExamples {
+					rep.Examples = append(rep.Examples, ex)
+				}
+			}
 			want, built := upstream[table], Rows{}
 			if set != nil {
 				// The upstream's rows under the key the sink holds them by
@@ -120,7 +127,7 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 				next[table] = bad
 			}
 		}
-		rep.OK = rep.Lost == 0 && rep.Unknown == 0 && rep.Corrupt == 0
+		rep.OK = rep.Lost == 0 && rep.Unknown == 0 && rep.Corrupt == 0 && rep.OutOfOrder == 0
 		if err := checkTransactions(ctx, sink, streams, upTo, &rep); err != nil {
 			return Report{}, err
 		}
