@@ -95,6 +95,9 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 			for _, t := range rep.TableReports {
 				fmt.Fprintf(tw, "%s:\t%d rows upstream, %d in the sink; %d missing, %d extra, %d different\n", t.Table, t.UpstreamRows, t.SinkRows, t.Missing, t.Extra, t.Different)
 			}
+			if rep.OutOfOrder > 0 {
+				fmt.Fprintf(tw, "Out of order:\t%d changes a writer wrote out of commit order\n", rep.OutOfOrder)
+			}
 		} else {
 			fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
 			fmt.Fprintf(tw, "Events expected / read:\t%d / %d (%d committed after the checked point, %d duplicates)\n", rep.Expected, rep.Events, rep.Beyond, rep.Duplicates)
@@ -121,8 +124,14 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 	}
 	if !rep.OK {
 		if len(rep.TableReports) > 0 {
-			if rep.Lost+rep.Unknown+rep.Corrupt == 0 && rep.Transactions != nil {
+			equal := rep.Lost+rep.Unknown+rep.Corrupt+rep.OutOfOrder == 0
+			switch {
+			case equal && rep.Transactions != nil && len(rep.Transactions.Problems) > 0:
 				return withExit(ExitError, fmt.Errorf("verify found the tables equal and %d problems with the transaction boundaries a consumer relies on", len(rep.Transactions.Problems)))
+			case equal && rep.Duplicates > 0:
+				return withExit(ExitError, fmt.Errorf("verify found the tables equal and %d changes written twice into a sink that delivers exactly once", rep.Duplicates))
+			case rep.OutOfOrder > 0:
+				return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different, and %d changes written out of commit order", rep.Lost, rep.Unknown, rep.Corrupt, rep.OutOfOrder))
 			}
 			return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different", rep.Lost, rep.Unknown, rep.Corrupt))
 		}
