@@ -160,11 +160,14 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 		if err == nil && o.Note != "" {
 			err = setNote(f, o.Note)
 		}
-		if err == nil {
-			err = s.d.fsync(f)
-		}
 		if err != nil {
 			return err // the file stays open for another try
+		}
+		if err := s.d.fsync(f); err != nil {
+			// Linux reports a failed write back once and marks its pages
+			// clean: a second fsync would succeed over lost data.
+			s.lost = fmt.Errorf("%w: fsync: %v", ErrTorn, err)
+			return s.lost
 		}
 		s.f, s.closed = nil, true
 		s.d.open.Add(-1)

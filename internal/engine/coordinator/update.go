@@ -287,8 +287,11 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		// Undo the publication's change: the stored URI still names the
 		// old tables. (A DROP or rename written to the sink stays: those
 		// tables are gone upstream under that name, nothing of them comes
-		// after it.)
-		undo(known)
+		// after it.) Not once this coordinator is fenced: the next one
+		// may have added the same tables meanwhile, which this undo
+		// would take out under its stored change; left published, they
+		// cost their WAL's decoding until the next change's Finish.
+		undo(known && !errors.Is(err, meta.ErrFenced))
 		if errors.Is(err, meta.ErrTxnTooLarge) {
 			return UpdateResult{}, refuse(ErrInvalid, "%v: add or remove fewer tables at once", err)
 		}

@@ -104,10 +104,19 @@ func Scan(ctx context.Context, bucket *objects.Bucket, cfg Config) ([]Stream, er
 		out = append(out, st)
 	}
 	// Oldest first: a stream that began earlier delivered its keys earlier.
+	// Two that began at the same row (a replay after a crash from where
+	// the other began), the one that went further last, then the later
+	// epoch (p1.10 after p1.9: by length first), as they were written.
 	sort.Slice(out, func(i, j int) bool {
 		a, b := firstTs(out[i]), firstTs(out[j])
 		if a != b {
 			return a < b
+		}
+		if a, b := lastTs(out[i]), lastTs(out[j]); a != b {
+			return a < b
+		}
+		if a, b := out[i].Dispatcher, out[j].Dispatcher; len(a) != len(b) {
+			return len(a) < len(b)
 		}
 		return out[i].Dispatcher < out[j].Dispatcher
 	})
@@ -172,6 +181,13 @@ func firstTs(s Stream) uint64 {
 		return 0
 	}
 	return uint64(s.Rows[0].CommitTs)
+}
+
+func lastTs(s Stream) uint64 {
+	if len(s.Rows) == 0 {
+		return 0
+	}
+	return uint64(s.Rows[len(s.Rows)-1].CommitTs)
 }
 
 // ReadCheckpoint reads the metadata file's checkpoint, 0 if there is none.

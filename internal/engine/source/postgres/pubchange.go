@@ -5,7 +5,8 @@ package postgres
 // change is stored in etcd (a stored change never waits for changes that
 // are not sent), and they leave it again if the change cannot be stored;
 // it loses the tables none of the changefeed's tables is only after the
-// change is stored. Taken out first and put back after a change that
+// change is stored, but for a table swapped for one of its partition
+// tree, which leaves with the add (publishAdded). Taken out first and put back after a change that
 // failed, a table's changes in between were never sent: PostgreSQL
 // decodes each change with the publication as it was when it was made.
 
@@ -22,10 +23,22 @@ import (
 
 // publishAdded adds the tables of fresh (oids: their relations) the
 // publication does not publish yet, and turns publish_via_partition_root
-// on where viaRoot asks for it and it was off, in one transaction. It
-// returns what undoes that (nil when nothing changed).
-func publishAdded(ctx context.Context, conn *pgx.Conn, cfg Config, fresh []string, oids map[string]uint32, viaRoot bool) (func(context.Context) error, error) {
+// on where viaRoot asks for it and it was off, in one transaction. A
+// removed table of the same partition tree as an added one (a
+// partitioned table replaced by its partitions, or partitions by their
+// root) leaves in that transaction too: the publication sends a
+// partition's rows under its topmost ancestor it names, so with both
+// named until the change is stored the added tables' changes meanwhile
+// would go out under the removed one's name, and be dropped. It returns
+// what undoes that (nil when nothing changed); an undo of such a swap
+// cannot give back the changes in between (they are held at the
+// resume where the triggers see the swap, as any table taken out).
+func publishAdded(ctx context.Context, conn *pgx.Conn, cfg Config, fresh []string, oids map[string]uint32, removed []string, viaRoot bool) (func(context.Context) error, error) {
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	swapped, err := sameTree(ctx, conn, cfg, removed, fresh)
+	if err != nil {
+		return nil, err
+	}
 	// A table renamed upstream is published under its new name already
 	// (the publication holds the relation), and its old name is not.
 	published, err := publishedTables(ctx, conn, cfg)
@@ -54,19 +67,71 @@ func publishAdded(ctx context.Context, conn *pgx.Conn, cfg Config, fresh []strin
 	if len(add) > 0 {
 		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(add))
 	}
+	if len(swapped) > 0 {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(swapped))
+	}
 	if len(stmts) == 0 {
 		return nil, nil
 	}
 	if err := inOneTransaction(ctx, conn, cfg, stmts); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { return unpublishAdded(ctx, cfg, added, turnOn) }, nil
+	return func(ctx context.Context) error { return unpublishAdded(ctx, cfg, added, swapped, turnOn) }, nil
+}
+
+// sameTree are the tables of removed that are of one partition tree with
+// a table of fresh and published now: an ancestor or a descendant of
+// one (PostgreSQL 12 and later; before, no partitioned table is
+// replicated).
+func sameTree(ctx context.Context, conn *pgx.Conn, cfg Config, removed, fresh []string) ([]string, error) {
+	if len(removed) == 0 || len(fresh) == 0 {
+		return nil, nil
+	}
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return nil, explain(cfg, err)
+	}
+	if version < 120000 {
+		return nil, nil
+	}
+	published, err := publicationMembers(ctx, conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	quote := func(ts []string) []string {
+		q := make([]string, len(ts))
+		for i, t := range ts {
+			q[i] = quoteQualified(t)
+		}
+		return q
+	}
+	rows, err := conn.Query(ctx, `
+SELECT r.i::int FROM unnest($1::text[]) WITH ORDINALITY AS r(name, i)
+WHERE EXISTS (SELECT 1 FROM unnest($2::text[]) AS f(name), pg_partition_ancestors(to_regclass(f.name)) a
+              WHERE a.relid = to_regclass(r.name) AND a.relid <> to_regclass(f.name))
+   OR EXISTS (SELECT 1 FROM pg_partition_ancestors(to_regclass(r.name)) a, unnest($2::text[]) AS f(name)
+              WHERE a.relid = to_regclass(f.name) AND a.relid <> to_regclass(r.name))`, quote(removed), quote(fresh))
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	idx, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, explain(cfg, err)
+	}
+	var out []string
+	for _, i := range idx {
+		t := removed[i-1]
+		if slices.ContainsFunc(published, func(m publicationMember) bool { return m.name == t }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // unpublishAdded takes out of the publication the relations added (by
-// publishAdded) and turns publish_via_partition_root off again if it
-// turned it on.
-func unpublishAdded(ctx context.Context, cfg Config, added []uint32, turnedOn bool) error {
+// publishAdded), puts back the tables swapped out for them, and turns
+// publish_via_partition_root off again if it turned it on.
+func unpublishAdded(ctx context.Context, cfg Config, added []uint32, swapped []string, turnedOn bool) error {
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return explain(cfg, err)
@@ -86,6 +151,9 @@ func unpublishAdded(ctx context.Context, cfg Config, added []uint32, turnedOn bo
 	var stmts []string
 	if len(drop) > 0 {
 		stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(drop))
+	}
+	if len(swapped) > 0 {
+		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(swapped))
 	}
 	if turnedOn {
 		stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = false)")

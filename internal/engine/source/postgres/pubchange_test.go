@@ -86,7 +86,8 @@ func TestAChangeNotStoredIsUndoneAndWhatAStoredOneLeftIsTakenOutByTheNext(t *tes
 // publication names the root, publishes via it, and no longer names the
 // partition, which pg_publication_tables hides once the root is
 // published via root (before, it stayed a member for good). Undone, the
-// publication is as it was: the partition alone, not via its root.
+// publication is as it was: the partition alone, not via its root. The
+// root replaced by its partitions leaves with their add.
 func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -108,8 +109,26 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "p1 viaroot=false" {
 		t.Fatalf("after the undo: %s", got)
 	}
-	retable(t, uri, pos, []string{"r"}, at)
+	back := retable(t, uri, pos, []string{"r"}, at)
 	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "r viaroot=true" {
 		t.Fatalf("after the change: %s", got)
+	}
+
+	// And back to its partitions: the root leaves with their add, before
+	// the change is stored (named with them, it would send their rows as
+	// its own, which the changefeed no longer replicates); undone, it is
+	// back and they are out.
+	ch, err = Retable(ctx, back.URI, back.Position, []string{"p1", "p2"}, at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "p1,p2 viaroot=true" {
+		t.Fatalf("the partitions added, before the change is stored: %s", got)
+	}
+	if err := ch.Undo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "r viaroot=true" {
+		t.Fatalf("after the undo: %s", got)
 	}
 }
