@@ -132,6 +132,31 @@ WHERE EXISTS (SELECT 1 FROM unnest($2::text[]) AS f(name), pg_partition_ancestor
 // publishAdded), puts back the tables swapped out for them, and turns
 // publish_via_partition_root off again if it turned it on.
 func unpublishAdded(ctx context.Context, cfg Config, added []uint32, swapped []string, turnedOn bool) error {
+	return changeMembers(ctx, cfg, func(members []publicationMember) []string {
+		var drop []string
+		for _, m := range members {
+			if slices.Contains(added, m.oid) {
+				drop = append(drop, m.name)
+			}
+		}
+		pub := pgx.Identifier{cfg.Publication}.Sanitize()
+		var stmts []string
+		if len(drop) > 0 {
+			stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(drop))
+		}
+		if len(swapped) > 0 {
+			stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(swapped))
+		}
+		if turnedOn {
+			stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = false)")
+		}
+		return stmts
+	})
+}
+
+// changeMembers runs, in one transaction on a connection of its own, the
+// statements stmts makes of the relations the publication names now.
+func changeMembers(ctx context.Context, cfg Config, stmts func([]publicationMember) []string) error {
 	cat, err := openCatalog(ctx, cfg.ConnString)
 	if err != nil {
 		return explain(cfg, err)
@@ -141,24 +166,7 @@ func unpublishAdded(ctx context.Context, cfg Config, added []uint32, swapped []s
 	if err != nil {
 		return err
 	}
-	var drop []string
-	for _, m := range members {
-		if slices.Contains(added, m.oid) {
-			drop = append(drop, m.name)
-		}
-	}
-	pub := pgx.Identifier{cfg.Publication}.Sanitize()
-	var stmts []string
-	if len(drop) > 0 {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" DROP TABLE "+quotedList(drop))
-	}
-	if len(swapped) > 0 {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" ADD TABLE "+quotedList(swapped))
-	}
-	if turnedOn {
-		stmts = append(stmts, "ALTER PUBLICATION "+pub+" SET (publish_via_partition_root = false)")
-	}
-	return inOneTransaction(ctx, cat.conn, cfg, stmts)
+	return inOneTransaction(ctx, cat.conn, cfg, stmts(members))
 }
 
 // publicationKeep is what the publication keeps after a change: the
@@ -187,25 +195,18 @@ func publicationKeeps(tables []string, p position) publicationKeep {
 // again's old relation renamed away (its WAL decoded for nothing), and
 // what a change whose Finish never ran (its coordinator stopped) left.
 func trimPublication(ctx context.Context, cfg Config, keep publicationKeep) error {
-	cat, err := openCatalog(ctx, cfg.ConnString)
-	if err != nil {
-		return explain(cfg, err)
-	}
-	defer cat.Close()
-	members, err := publicationMembers(ctx, cat.conn, cfg)
-	if err != nil {
-		return err
-	}
-	var drop []string
-	for _, m := range members {
-		if !keep.names[m.name] && !keep.rels[m.oid] {
-			drop = append(drop, m.name)
+	return changeMembers(ctx, cfg, func(members []publicationMember) []string {
+		var drop []string
+		for _, m := range members {
+			if !keep.names[m.name] && !keep.rels[m.oid] {
+				drop = append(drop, m.name)
+			}
 		}
-	}
-	if len(drop) == 0 {
-		return nil
-	}
-	return inOneTransaction(ctx, cat.conn, cfg, []string{"ALTER PUBLICATION " + pgx.Identifier{cfg.Publication}.Sanitize() + " DROP TABLE " + quotedList(drop)})
+		if len(drop) == 0 {
+			return nil
+		}
+		return []string{"ALTER PUBLICATION " + pgx.Identifier{cfg.Publication}.Sanitize() + " DROP TABLE " + quotedList(drop)}
+	})
 }
 
 // publicationMember is a relation a publication names.
