@@ -255,7 +255,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if uerr := applied.Undo(uctx); uerr != nil {
-			c.log.Warn("coordinator: a failed update could not take the tables it added out of the publication again; their changes are decoded and dropped until the next update of the changefeed's tables", "changefeed", req.ID, "tables", applied.Added, "err", uerr)
+			c.log.Warn("coordinator: a failed update could not take what it added to the publication out again (the added tables, the new relations of tables copied again); their changes are decoded and dropped until the next update of the changefeed's tables", "changefeed", req.ID, "added", applied.Added, "copied_again", applied.Again, "err", uerr)
 		}
 	}
 	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
@@ -402,7 +402,7 @@ func (c *Coordinator) finish(ctx context.Context, id model.ChangefeedID, applied
 		return
 	}
 	if err := applied.Finish(fctx); err != nil {
-		c.log.Warn("coordinator: the tables removed from the changefeed stay in its publication, their changes decoded and dropped, until the next update of its tables (or take them out: ALTER PUBLICATION … DROP TABLE)", "changefeed", id, "removed", applied.Removed, "err", err)
+		c.log.Warn("coordinator: the relations its publication names that the changefeed no longer replicates (the tables removed, and any an earlier update left) stay in it, their changes decoded and dropped, until the next update of its tables (or take them out: ALTER PUBLICATION … DROP TABLE; pg_publication_rel lists them)", "changefeed", id, "removed", applied.Removed, "err", err)
 	}
 }
 
