@@ -98,6 +98,9 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 			if rep.OutOfOrder > 0 {
 				fmt.Fprintf(tw, "Out of order:\t%d changes a writer wrote out of commit order\n", rep.OutOfOrder)
 			}
+			if rep.Misplaced > 0 {
+				fmt.Fprintf(tw, "Misplaced:\t%d changes in another table version's files\n", rep.Misplaced)
+			}
 		} else {
 			fmt.Fprintf(tw, "Tables / keys:\t%d / %d\n", rep.Tables, rep.Keys)
 			fmt.Fprintf(tw, "Events expected / read:\t%d / %d (%d committed after the checked point, %d duplicates)\n", rep.Expected, rep.Events, rep.Beyond, rep.Duplicates)
@@ -124,14 +127,14 @@ func renderVerify(o *options, changefeed string, upTo model.Ts, rep model.Verify
 	}
 	if !rep.OK {
 		if len(rep.TableReports) > 0 {
-			equal := rep.Lost+rep.Unknown+rep.Corrupt+rep.OutOfOrder == 0
+			equal := rep.Lost+rep.Unknown+rep.Corrupt+rep.OutOfOrder+rep.Misplaced == 0
 			switch {
 			case equal && rep.Transactions != nil && len(rep.Transactions.Problems) > 0:
 				return withExit(ExitError, fmt.Errorf("verify found the tables equal and %d problems with the transaction boundaries a consumer relies on", len(rep.Transactions.Problems)))
 			case equal && rep.Duplicates > 0:
 				return withExit(ExitError, fmt.Errorf("verify found the tables equal and %d changes written twice into a sink that delivers exactly once", rep.Duplicates))
-			case rep.OutOfOrder > 0:
-				return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different, and %d changes written out of commit order", rep.Lost, rep.Unknown, rep.Corrupt, rep.OutOfOrder))
+			case rep.OutOfOrder+rep.Misplaced > 0:
+				return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different, %d changes written out of commit order and %d in another table version's files", rep.Lost, rep.Unknown, rep.Corrupt, rep.OutOfOrder, rep.Misplaced))
 			}
 			return withExit(ExitError, fmt.Errorf("verify found %d rows missing, %d extra and %d different", rep.Lost, rep.Unknown, rep.Corrupt))
 		}

@@ -104,7 +104,9 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 			rep.Duplicates += dups
 			misplaced, examples := misordered(streams, table, upTo)
 			rep.OutOfOrder += misplaced
-			for _, ex := range examples {
+			elsewhere, more := misversioned(streams, schemas, table, upTo)
+			rep.Misplaced += elsewhere
+			for _, ex := range append(examples, more...) {
 				if len(rep.Examples) < maxExamples {
 					rep.Examples = append(rep.Examples, ex)
 				}
@@ -127,7 +129,7 @@ func Database(ctx context.Context, sinkURI string, up Upstream, tables []string,
 				next[table] = bad
 			}
 		}
-		rep.OK = rep.Lost == 0 && rep.Unknown == 0 && rep.Corrupt == 0 && rep.OutOfOrder == 0
+		rep.OK = rep.Lost == 0 && rep.Unknown == 0 && rep.Corrupt == 0 && rep.OutOfOrder == 0 && rep.Misplaced == 0
 		if err := checkTransactions(ctx, sink, streams, upTo, &rep); err != nil {
 			return Report{}, err
 		}

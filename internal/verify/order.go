@@ -3,6 +3,7 @@ package verify
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink/codec"
 	"github.com/cdcctl/cdcctl/internal/model"
@@ -61,6 +62,53 @@ func misordered(streams []codec.ChangeStream, table string, upTo model.Ts) (uint
 		for k, ks := range keys {
 			if ks.last < ks.newest {
 				bad("%s: key %q's last change is at %s, after one at %s (%s): read in order, it ends stale", table, k, ks.last, ks.newest, st.Dispatcher)
+			}
+		}
+	}
+	return n, examples
+}
+
+// misversioned counts the changes a storage sink wrote into the directory
+// of another table version than the one in force at their position, up
+// to upTo: before the version began (under a schema newer than theirs),
+// or after the next one began (a consumer applying the directories in
+// order, a TRUNCATE or a DROP in between, would lose or misread them).
+// The rebuild applies every change by its position, whatever directory
+// holds it. A Kafka topic has no directories (its streams carry no
+// version).
+func misversioned(streams []codec.ChangeStream, schemas []codec.SchemaChange, table string, upTo model.Ts) (uint64, []string) {
+	var versions []uint64
+	for _, sc := range schemas {
+		if model.TableName(sc.Database, sc.Table) == table {
+			versions = append(versions, sc.At)
+		}
+	}
+	for _, st := range streams {
+		if model.TableName(st.Database, st.Table) == table && st.Version != 0 {
+			versions = append(versions, st.Version)
+		}
+	}
+	slices.Sort(versions)
+	versions = slices.Compact(versions)
+	var n uint64
+	var examples []string
+	for _, st := range streams {
+		if model.TableName(st.Database, st.Table) != table || st.Version == 0 {
+			continue
+		}
+		var next uint64 // the version after this one, 0 for none
+		if i, found := slices.BinarySearch(versions, st.Version); found && i+1 < len(versions) {
+			next = versions[i+1]
+		}
+		for i := range st.Changes {
+			c := &st.Changes[i]
+			at := uint64(c.CommitTs)
+			if c.CommitTs > upTo || at >= st.Version && (next == 0 || at <= next) {
+				continue
+			}
+			n++
+			if len(examples) < maxExamples {
+				examples = append(examples, fmt.Sprintf("%s: a change of key %q at %s is in table version %d's files (%s), the next version beginning at %d", table, c.Key(), c.CommitTs, st.Version, st.Dispatcher, next))
 			}
 		}
 	}

@@ -40,3 +40,34 @@ func TestChangesOfAKeyOutOfCommitOrderAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// A change in the files of another table version than the one in force
+// at its position is misplaced: a consumer applying a storage sink's
+// version directories in order (a TRUNCATE between them, say) would
+// lose it or read it under the wrong schema, while the rebuild, applying
+// every change by its position, rebuilt the same table.
+func TestAChangeInAnotherTableVersionsFilesIsMisplaced(t *testing.T) {
+	change := func(ts model.Ts) codec.Change {
+		id, v := "1", fmt.Sprint(ts)
+		return codec.Change{Database: "s", Table: "t", Op: "UPDATE", PkNames: []string{"id"}, Data: map[string]*string{"id": &id, "v": &v}, CommitTs: ts}
+	}
+	schemas := []codec.SchemaChange{{Database: "s", Table: "t", At: 1}, {Database: "s", Table: "t", At: 10}, {Database: "s", Table: "t", At: 20}}
+	at := func(version uint64, changes ...codec.Change) codec.ChangeStream {
+		return codec.ChangeStream{Dispatcher: "d1", Database: "s", Table: "t", Version: version, Changes: changes}
+	}
+	for _, tc := range []struct {
+		name string
+		in   []codec.ChangeStream
+		want uint64
+	}{
+		{"each in its version", []codec.ChangeStream{at(1, change(2), change(9)), at(10, change(10), change(15)), at(20, change(25))}, 0},
+		{"a change of version 10 in version 1's files", []codec.ChangeStream{at(1, change(2), change(12)), at(10, change(15))}, 1},
+		{"a change of version 1 in version 10's files", []codec.ChangeStream{at(1, change(2)), at(10, change(5), change(15))}, 1},
+		{"past the checked point", []codec.ChangeStream{at(1, change(2), change(40))}, 0},
+		{"a Kafka topic's (no version)", []codec.ChangeStream{at(0, change(2), change(40))}, 0},
+	} {
+		if n, ex := misversioned(tc.in, schemas, "s.t", 30); n != tc.want || (n > 0) != (len(ex) > 0) {
+			t.Errorf("%s: %d misplaced (%q), want %d", tc.name, n, ex, tc.want)
+		}
+	}
+}
