@@ -160,7 +160,8 @@ type dirWrites struct {
 	// loss or a crash of the machine could lose it, or leave it empty
 	// under its name, after the checkpoint said it was written.
 	sync  bool
-	syncs atomic.Int64 // fsyncs made, for the tests
+	group *groupSync   // with sync, where the file system can be synced whole
+	syncs atomic.Int64 // syncs waited for, for the tests
 	seq   atomic.Uint64
 	// open counts the staged objects whose files are open (staged.go).
 	open atomic.Int64
@@ -179,15 +180,23 @@ type dirWrites struct {
 const tempShards = 64
 
 func newDirWrites(root string, sync bool) *dirWrites {
-	return &dirWrites{root: root, sync: sync, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
+	d := &dirWrites{root: root, sync: sync, token: fmt.Sprintf("%d-%08x", os.Getpid(), rand.Uint32())}
+	if sync {
+		d.group = newGroupSync(root)
+	}
+	return d
 }
 
-// fsync makes a written file's contents durable (with sync).
-func (d *dirWrites) fsync(f *os.File) error {
+// fsync makes a written file's contents durable (with sync): with the
+// file system's group sync, together with every other writer's.
+func (d *dirWrites) fsync(ctx context.Context, f *os.File) error {
 	if !d.sync {
 		return nil
 	}
 	d.syncs.Add(1)
+	if d.group != nil {
+		return d.group.wait(ctx)
+	}
 	return f.Sync()
 }
 
@@ -222,7 +231,7 @@ func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist
 		err = setNote(f, note)
 	}
 	if err == nil {
-		err = d.fsync(f)
+		err = d.fsync(ctx, f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -231,7 +240,7 @@ func (d *dirWrites) put(ctx context.Context, key string, r io.Reader, ifNotExist
 		err = ctx.Err() // a write that outlived its deadline is abandoned
 	}
 	if err == nil {
-		err = d.place(tmp, final, ifNotExist)
+		err = d.place(ctx, tmp, final, ifNotExist)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
@@ -271,7 +280,7 @@ func plainKey(key string) bool {
 }
 
 // place moves a written temporary file to its object's path.
-func (d *dirWrites) place(tmp, final string, ifNotExist bool) error {
+func (d *dirWrites) place(ctx context.Context, tmp, final string, ifNotExist bool) error {
 	move := os.Rename
 	if ifNotExist {
 		// A link fails if the object exists; a rename would replace it.
@@ -296,6 +305,15 @@ func (d *dirWrites) place(tmp, final string, ifNotExist bool) error {
 	}
 	if err != nil || !d.sync {
 		return err
+	}
+	if d.group != nil {
+		// The object's entry and any directory made for it, with the
+		// rest of the file system.
+		d.syncs.Add(1)
+		if err := d.group.wait(ctx); err != nil {
+			return fmt.Errorf("sync of %s's file system after %s was placed: %w", d.root, final, err)
+		}
+		return nil
 	}
 	// The object's entry; with directories made for it, each of theirs
 	// in its parent too, up to the root.

@@ -163,7 +163,7 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 		if err != nil {
 			return err // the file stays open for another try
 		}
-		if err := s.d.fsync(f); err != nil {
+		if err := s.d.fsync(ctx, f); err != nil {
 			// Linux reports a failed write back once and marks its pages
 			// clean: a second fsync would succeed over lost data.
 			s.lost = fmt.Errorf("%w: fsync: %v", ErrTorn, err)
@@ -180,7 +180,7 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := b.dir.place(s.tmp, filepath.Join(b.dir.root, filepath.FromSlash(key)), o.IfNotExist); err != nil {
+	if err := b.dir.place(ctx, s.tmp, filepath.Join(b.dir.root, filepath.FromSlash(key)), o.IfNotExist); err != nil {
 		return err
 	}
 	s.tmp = ""

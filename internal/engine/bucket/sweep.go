@@ -94,6 +94,9 @@ func (d *dirWrites) release() {
 func (b *Bucket) Close() error {
 	if b.dir != nil {
 		b.dir.release()
+		if g := b.dir.group; g != nil {
+			_ = g.close()
+		}
 	}
 	return b.Bucket.Close()
 }
