@@ -27,7 +27,9 @@ type VerifyReport struct {
 	// Unknown rows name a table, key or version the source never produced.
 	Unknown uint64 `json:"unknown"`
 	// Misplaced counts schema changes out of place: a row delivered on the
-	// wrong side of its table's DDL, or a DDL repeated (Kafka).
+	// wrong side of its table's DDL, or a DDL repeated (Kafka); for a
+	// database source, a change in the files of another table version
+	// than the one in force at its position (storage sinks).
 	Misplaced     uint64   `json:"misplaced_ddl"`
 	CheckedUpToTs uint64   `json:"checked_up_to_ts"`
 	Examples      []string `json:"examples,omitempty"`

@@ -47,11 +47,13 @@ func TestChangesOfAKeyOutOfCommitOrderAreCounted(t *testing.T) {
 // lose it or read it under the wrong schema, while the rebuild, applying
 // every change by its position, rebuilt the same table.
 func TestAChangeInAnotherTableVersionsFilesIsMisplaced(t *testing.T) {
+	ms := model.TsFromMillis
 	change := func(ts model.Ts) codec.Change {
 		id, v := "1", fmt.Sprint(ts)
 		return codec.Change{Database: "s", Table: "t", Op: "UPDATE", PkNames: []string{"id"}, Data: map[string]*string{"id": &id, "v": &v}, CommitTs: ts}
 	}
-	schemas := []codec.SchemaChange{{Database: "s", Table: "t", At: 1}, {Database: "s", Table: "t", At: 10}, {Database: "s", Table: "t", At: 20}}
+	v1, v2, v3 := uint64(ms(1000)), uint64(ms(2000)), uint64(ms(3000))
+	schemas := []codec.SchemaChange{{Database: "s", Table: "t", At: v1}, {Database: "s", Table: "t", At: v2}, {Database: "s", Table: "t", At: v3}}
 	at := func(version uint64, changes ...codec.Change) codec.ChangeStream {
 		return codec.ChangeStream{Dispatcher: "d1", Database: "s", Table: "t", Version: version, Changes: changes}
 	}
@@ -60,13 +62,17 @@ func TestAChangeInAnotherTableVersionsFilesIsMisplaced(t *testing.T) {
 		in   []codec.ChangeStream
 		want uint64
 	}{
-		{"each in its version", []codec.ChangeStream{at(1, change(2), change(9)), at(10, change(10), change(15)), at(20, change(25))}, 0},
-		{"a change of version 10 in version 1's files", []codec.ChangeStream{at(1, change(2), change(12)), at(10, change(15))}, 1},
-		{"a change of version 1 in version 10's files", []codec.ChangeStream{at(1, change(2)), at(10, change(5), change(15))}, 1},
-		{"past the checked point", []codec.ChangeStream{at(1, change(2), change(40))}, 0},
-		{"a Kafka topic's (no version)", []codec.ChangeStream{at(0, change(2), change(40))}, 0},
+		{"each in its version", []codec.ChangeStream{at(v1, change(ms(1001)), change(ms(1999))), at(v2, change(ms(2000)), change(ms(2500))), at(v3, change(ms(3500)))}, 0},
+		{"a change of the second version in the first's files", []codec.ChangeStream{at(v1, change(ms(1001)), change(ms(2100))), at(v2, change(ms(2500)))}, 1},
+		{"a change of the first version in the second's files", []codec.ChangeStream{at(v1, change(ms(1001))), at(v2, change(ms(1500)), change(ms(2500)))}, 1},
+		{"past the checked point", []codec.ChangeStream{at(v1, change(ms(1001)), change(ms(5000)))}, 0},
+		{"a Kafka topic's (no version)", []codec.ChangeStream{at(0, change(ms(1001)), change(ms(5000)))}, 0},
+		// A row of the transaction whose ALTER began the second version,
+		// written before it: its position is the transaction's, past the
+		// ALTER's, in the same millisecond.
+		{"a row before the ALTER of its transaction", []codec.ChangeStream{at(v1, change(ms(1001)), change(ms(2000)+64))}, 0},
 	} {
-		if n, ex := misversioned(tc.in, schemas, "s.t", 30); n != tc.want || (n > 0) != (len(ex) > 0) {
+		if n, ex := misversioned(tc.in, schemas, "s.t", ms(4000)); n != tc.want || (n > 0) != (len(ex) > 0) {
 			t.Errorf("%s: %d misplaced (%q), want %d", tc.name, n, ex, tc.want)
 		}
 	}

@@ -19,6 +19,11 @@ type groupSync struct {
 	mu      sync.Mutex
 	next    *syncRound // the round the next writer joins (nil: none asked)
 	running bool
+	// failed is the first sync's error, every later round's too: Linux
+	// reports a failed write back once, to the first sync after it, and
+	// a writer whose pages failed during another's round would find its
+	// own round clean.
+	failed error
 }
 
 // syncRound is one sync and the writers it serves.
@@ -59,8 +64,18 @@ func (g *groupSync) run() {
 			g.mu.Unlock()
 			return
 		}
+		failed := g.failed
 		g.mu.Unlock()
-		r.err = g.sync()
+		err := g.sync()
+		g.mu.Lock()
+		if err != nil && g.failed == nil {
+			g.failed = err
+		}
+		r.err = err
+		if failed != nil {
+			r.err = failed
+		}
+		g.mu.Unlock()
 		close(r.done)
 	}
 }

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,4 +51,22 @@ func TestAGroupSyncServesItsWritersWithSyncsBegunAfterThem(t *testing.T) {
 		t.Fatalf("%d writers made %d syncs; want them shared", writers, n)
 	}
 	t.Logf("%d writers, %d syncs", writers, calls.Load())
+}
+
+// A sync that failed fails every later writer too: the failed write back
+// may have been another writer's, reported once, to the first sync after
+// it.
+func TestAGroupSyncThatFailedFailsEveryLaterWriter(t *testing.T) {
+	var calls atomic.Int64
+	g := &groupSync{sync: func() error {
+		if calls.Add(1) == 1 {
+			return errors.New("EIO")
+		}
+		return nil
+	}}
+	for i := range 3 {
+		if err := g.wait(context.Background()); err == nil || err.Error() != "EIO" {
+			t.Fatalf("wait %d after a failed sync: %v; want EIO", i, err)
+		}
+	}
 }

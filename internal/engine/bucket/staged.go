@@ -164,6 +164,9 @@ func (b *Bucket) Commit(ctx context.Context, s *Staged, key string, o Options) e
 			return err // the file stays open for another try
 		}
 		if err := s.d.fsync(ctx, f); err != nil {
+			if ctx.Err() != nil {
+				return err // not a failed sync: the file stays open for another try
+			}
 			// Linux reports a failed write back once and marks its pages
 			// clean: a second fsync would succeed over lost data.
 			s.lost = fmt.Errorf("%w: fsync: %v", ErrTorn, err)
