@@ -46,6 +46,17 @@ type UpdateRequest struct {
 	// user, password, address, driver parameters: sources.Reconnect),
 	// keeping everything it replicates; not with Tables or CopyAgain.
 	Source string
+	// ended is where an earlier try of this update wrote the sink's
+	// DROP or rename of the tables it ended: a try computed again from a
+	// moved status writes them there again (the same schema files), not
+	// a second time later.
+	ended *endedAt
+}
+
+// endedAt is where the sink was told which tables ended.
+type endedAt struct {
+	tables []string
+	at     model.Ts
 }
 
 // UpdateResult is what an update did, or would do.
@@ -104,6 +115,7 @@ type Rekeyed struct {
 // undoes its upstream change before the next; a DROP or rename it wrote
 // to the sink is written again, which says the same.
 func (c *Coordinator) UpdateChangefeed(ctx context.Context, term election.Term, req UpdateRequest) (UpdateResult, error) {
+	req.ended = &endedAt{}
 	return c.whileStale(ctx, req.ID, "update", func() (UpdateResult, error) { return c.updateOnce(ctx, term, req) })
 }
 
@@ -258,7 +270,17 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 			c.log.Warn("coordinator: a failed update could not take what it added to the publication out again (the added tables, the new relations of tables copied again); their changes are decoded and dropped until the next update of the changefeed's tables", "changefeed", req.ID, "added", applied.Added, "copied_again", applied.Again, "err", uerr)
 		}
 	}
-	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, applied.EndedAt); err != nil {
+	endAt := applied.EndedAt
+	if ended := slices.Sorted(maps.Keys(applied.Ended)); req.ended != nil && len(ended) > 0 {
+		// The same tables ended in a try before: every change they had
+		// was before its point too.
+		if slices.Equal(req.ended.tables, ended) {
+			endAt = req.ended.at
+		} else {
+			*req.ended = endedAt{tables: ended, at: endAt}
+		}
+	}
+	if err := c.writeEnds(octx, e.Info.SinkURI, applied.Ended, endAt); err != nil {
 		undo(true)
 		return UpdateResult{}, fmt.Errorf("%w; nothing changed: update again once the sink can be written", err)
 	}

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,4 +126,75 @@ INSERT INTO `+table+` SELECT g, 0 FROM generate_series(1, `+n+`) g;`); err != ni
 		t.Fatalf("after the update landed the publication publishes %s, want b", got)
 	}
 	t.Logf("%+v", rep.TableReports)
+}
+
+// An update that removes a table dropped upstream tells the sink once,
+// also when its write meets a status that moved and it is computed again
+// (a paused changefeed's dispatchers still report where they stopped):
+// each try read the database's clock for the DROP anew and wrote it
+// again, at another version, and the sink held two DROP TABLE schema
+// files (the tables runbook, now and then in CI). Here the test moves
+// the status under the update's first write.
+func TestAnUpdateComputedAgainTellsTheSinkOfADroppedTableOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.StartDB(t, "shop")
+	for _, table := range []string{"a", "gone"} {
+		if _, err := srv.Psql(ctx, "shop", `CREATE TABLE `+table+` (id int8 PRIMARY KEY, n int4); INSERT INTO `+table+` SELECT g, 0 FROM generate_series(1, 100) g;`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dsn := srv.DSN("shop")
+	const cf = "dropagain"
+	var tc *enginetest.Cluster
+	keys := meta.NewKeys(enginetest.ClusterID)
+	hook := enginetest.NewWriteHook(keys.ChangefeedInfo(cf), nil, func(ctx context.Context, n int) {
+		if n != 1 {
+			return
+		}
+		got, err := tc.Client.Get(ctx, keys.ChangefeedStatus(cf))
+		if err != nil || len(got.Kvs) != 1 {
+			t.Errorf("read the status: %v", err)
+		} else if _, err := tc.Client.Put(ctx, keys.ChangefeedStatus(cf), string(got.Kvs[0].Value)); err != nil {
+			t.Errorf("write the status: %v", err)
+		}
+	})
+	tc = enginetest.New(t, enginetest.Options{Interceptor: hook.Interceptor})
+	tc.StartCaptures(2)
+	dir := t.TempDir()
+	tc.CreateChangefeed(cf, dsn+"&tables=public.a,public.gone&auto-remedy=false&catalog-interval=1s", "file://"+dir+"?flush-interval=100ms", 1)
+	tc.WaitSnapshot(cf)
+	if _, err := srv.Psql(ctx, "shop", `DROP TABLE gone`); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually("gone reported dropped", 60*time.Second, func() bool {
+		for _, ti := range tc.Changefeed(cf).Status.Tables {
+			if ti.Table == "public.gone" && ti.State == model.TableDropped {
+				return true
+			}
+		}
+		return false
+	})
+	tc.SetState(cf, model.ChangefeedPaused)
+	hook.Arm()
+	err := tc.Coordinate(func(ctx context.Context, c *coordinator.Coordinator, term election.Term) error {
+		_, err := c.UpdateChangefeed(ctx, term, coordinator.UpdateRequest{ID: cf, Tables: []string{"public.a"}, By: "test"})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the update: %v", err)
+	}
+	if n := hook.Met(); n < 2 {
+		t.Fatalf("the update wrote %d times; want it computed again after the moved status", n)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "public", "gone", "meta", "schema_*.json"))
+	drops := 0
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "DROP TABLE public.gone") {
+			drops++
+		}
+	}
+	if drops != 1 {
+		t.Fatalf("the sink holds %d DROP TABLE schema files of public.gone (%v); want 1", drops, files)
+	}
 }
