@@ -341,3 +341,20 @@ func (c *Cluster) RemoveChangefeed(cf model.ChangefeedID) {
 		}
 	}
 }
+
+// RewriteStatus writes a changefeed's status again as it is: only its
+// revision moves, as a dispatcher's late report moves it (a write of the
+// coordinator's that read it before then meets a stale status). For a
+// WriteHook's action.
+func (c *Cluster) RewriteStatus(ctx context.Context, cf model.ChangefeedID) error {
+	key := meta.NewKeys(ClusterID).ChangefeedStatus(cf)
+	got, err := c.Client.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(got.Kvs) != 1 {
+		return fmt.Errorf("no status of changefeed %s", cf)
+	}
+	_, err = c.Client.Put(ctx, key, string(got.Kvs[0].Value))
+	return err
+}

@@ -33,9 +33,10 @@ import (
 // what undoes that (nil when nothing changed); an undo of such a swap
 // cannot give back the changes in between (they are held at the
 // resume where the triggers see the swap, as any table taken out).
-func publishAdded(ctx context.Context, conn *pgx.Conn, cfg Config, fresh []string, oids map[string]uint32, removed []string, viaRoot bool) (func(context.Context) error, error) {
+func publishAdded(ctx context.Context, cat *catalog, cfg Config, fresh []string, oids map[string]uint32, removed []string, viaRoot bool) (func(context.Context) error, error) {
+	conn := cat.conn
 	pub := pgx.Identifier{cfg.Publication}.Sanitize()
-	swapped, err := sameTree(ctx, conn, cfg, removed, fresh)
+	swapped, err := sameTree(ctx, cat, cfg, removed, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -83,12 +84,13 @@ func publishAdded(ctx context.Context, conn *pgx.Conn, cfg Config, fresh []strin
 // a table of fresh and published now: an ancestor or a descendant of
 // one (PostgreSQL 12 and later; before, no partitioned table is
 // replicated).
-func sameTree(ctx context.Context, conn *pgx.Conn, cfg Config, removed, fresh []string) ([]string, error) {
+func sameTree(ctx context.Context, cat *catalog, cfg Config, removed, fresh []string) ([]string, error) {
 	if len(removed) == 0 || len(fresh) == 0 {
 		return nil, nil
 	}
-	var version int
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+	conn := cat.conn
+	version, err := cat.serverVersion(ctx)
+	if err != nil {
 		return nil, explain(cfg, err)
 	}
 	if version < 120000 {

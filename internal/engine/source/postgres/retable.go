@@ -125,7 +125,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	if apply && ours {
-		if out.Undo, err = publishAdded(ctx, cat.conn, to, fresh, oids, out.Removed, len(roots) > 0); err != nil {
+		if out.Undo, err = publishAdded(ctx, cat, to, fresh, oids, out.Removed, len(roots) > 0); err != nil {
 			return source.Retabled{}, err
 		}
 	}

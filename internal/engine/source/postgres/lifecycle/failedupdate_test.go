@@ -147,16 +147,12 @@ func TestAnUpdateComputedAgainTellsTheSinkOfADroppedTableOnce(t *testing.T) {
 	dsn := srv.DSN("shop")
 	const cf = "dropagain"
 	var tc *enginetest.Cluster
-	keys := meta.NewKeys(enginetest.ClusterID)
-	hook := enginetest.NewWriteHook(keys.ChangefeedInfo(cf), nil, func(ctx context.Context, n int) {
+	hook := enginetest.NewWriteHook(meta.NewKeys(enginetest.ClusterID).ChangefeedInfo(cf), nil, func(ctx context.Context, n int) {
 		if n != 1 {
 			return
 		}
-		got, err := tc.Client.Get(ctx, keys.ChangefeedStatus(cf))
-		if err != nil || len(got.Kvs) != 1 {
-			t.Errorf("read the status: %v", err)
-		} else if _, err := tc.Client.Put(ctx, keys.ChangefeedStatus(cf), string(got.Kvs[0].Value)); err != nil {
-			t.Errorf("write the status: %v", err)
+		if err := tc.RewriteStatus(ctx, cf); err != nil {
+			t.Errorf("write the status again: %v", err)
 		}
 	})
 	tc = enginetest.New(t, enginetest.Options{Interceptor: hook.Interceptor})
