@@ -49,6 +49,7 @@ func (s *Sink) refresher() {
 		case <-s.refresh:
 			_ = s.client.RefreshMetadata(s.cfg.Topic)
 			s.lookUpLeaders()
+			s.renewProducerID()
 			s.wake()
 		case <-check.C:
 			if err := s.client.RefreshMetadata(s.cfg.Topic); err != nil {

@@ -96,6 +96,12 @@ type Sink struct {
 	// (producer.go).
 	conns  map[lane]*sarama.Broker
 	closed bool
+	// The producer's id and epoch its batches are stamped with
+	// (idempotence.go; pid -1: unnumbered), and pidWanted while the
+	// refresher asks for a new id.
+	pid       int64
+	epoch     int16
+	pidWanted bool
 
 	kick      chan struct{} // the pump has work
 	results   chan *produceCall

@@ -91,6 +91,12 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	if cfg.ExactlyOnce() {
 		s.failures.exactlyOnce()
 	}
+	if s.pid, s.epoch, err = s.producerID(); err != nil {
+		if !refusesNumbering(err) {
+			return fail(model.Unreachable(fmt.Errorf("cannot start a Kafka producer at %v: %w", cfg.Brokers, err)))
+		}
+		s.warnUnnumbered(err)
+	}
 	s.lookUpLeaders()
 	go s.pump()
 	go s.refresher()

@@ -57,6 +57,20 @@ func (r *record) size() int { return len(r.rec.Key) + len(r.rec.Value) + recordO
 type partState struct {
 	queue    []*record // waiting, oldest first
 	inflight []*record // the batch on the wire
+	// again is a batch to send again after a failed attempt, as it was
+	// sent (sent); restamp: stamped anew first (the broker refused its
+	// stamp).
+	again   []*record
+	sent    stamp // of inflight, or of again
+	restamp bool
+	// unsure: an attempt of that batch may have been appended, or may
+	// still be (no answer, or one that does not say).
+	unsure bool
+	// The partition's sequence (idempotence.go): the producer id and
+	// epoch it counts in, and the next batch's first number.
+	seqPID   int64
+	seqEpoch int16
+	next     int32
 	retryAt  time.Time // no attempt before (back-off after a failure)
 	attempt  int
 	// failingSince is the first failed attempt since the last success
@@ -156,6 +170,10 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 				drop = append(drop, dropped{recs: p.queue, err: errSinkClosed})
 				p.queue = nil
 			}
+			if len(p.again) > 0 {
+				drop = append(drop, dropped{recs: p.again, err: errSinkClosed})
+				p.again = nil
+			}
 			p.listed = false
 		}
 		s.ready = s.ready[:0]
@@ -166,7 +184,7 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 	keep := s.ready[:0]
 	for _, pid := range s.ready {
 		p := &s.parts[pid]
-		if len(p.queue) == 0 || p.inflight != nil {
+		if (len(p.queue) == 0 && p.again == nil) || p.inflight != nil {
 			p.listed = false
 			continue
 		}
@@ -181,22 +199,27 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 			// looks the leader up (off the pump and s.mu: a lookup may
 			// wait on the network), and a partition whose leader stays
 			// unknown fails after retry-timeout like any other.
-			batch, fenced := s.takeLocked(p)
+			batch, st, fenced, wait := s.nextBatchLocked(p)
 			if len(fenced) > 0 {
 				drop = append(drop, dropped{recs: fenced, err: errFenced})
+			}
+			if wait {
+				next = earliest(next, now.Add(stampWait))
+				keep = append(keep, pid)
+				continue
 			}
 			why := s.noLeader
 			if p.lastErr != nil {
 				why = p.lastErr // what made the leader unknown says more
 			}
-			if f := s.retryLocked(p, batch, now, why); f != nil {
+			if f := s.retryLocked(p, batch, st, now, why); f != nil {
 				// Fenced now, not when the pump settles them: partitions
 				// later in this round must not take their dispatchers'
 				// records.
 				s.shutLocked(f.recs, f.err)
 				drop = append(drop, *f)
 			}
-			if len(p.queue) == 0 {
+			if len(p.queue) == 0 && p.again == nil {
 				p.listed = false
 				continue
 			}
@@ -214,17 +237,22 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 			c = &produceCall{broker: s.connLocked(ln, leader), id: ln.broker, lane: ln, req: s.newRequest()}
 			byLane[ln] = c
 		}
-		batch, fenced := s.takeLocked(p)
+		batch, st, fenced, wait := s.nextBatchLocked(p)
 		if len(fenced) > 0 {
 			drop = append(drop, dropped{recs: fenced, err: errFenced})
+		}
+		if wait {
+			next = earliest(next, now.Add(stampWait))
+			keep = append(keep, pid)
+			continue
 		}
 		p.listed = false
 		if len(batch) == 0 {
 			continue
 		}
-		p.inflight = batch
+		p.inflight, p.sent = batch, st
 		c.parts = append(c.parts, pid)
-		c.req.AddBatch(s.cfg.Topic, pid, recordBatch(batch))
+		c.req.AddBatch(s.cfg.Topic, pid, recordBatch(batch, st))
 		c.bytes += batchBytes(batch)
 	}
 	s.ready = keep
@@ -234,6 +262,63 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 		}
 	}
 	return calls, drop, next
+}
+
+// stampWait is how often the pump looks again at partitions waiting for
+// a producer id to stamp their batches with.
+const stampWait = 100 * time.Millisecond
+
+// nextBatchLocked is a partition's next batch and its stamp: the batch
+// to send again, as it went before, or the oldest records of its queue,
+// stamped anew. A batch to send again that lost records of dispatchers
+// fenced since, or whose stamp the broker refused, is stamped anew, its
+// old stamp's epoch closed first. wait: nothing can be stamped until the
+// refresher has a producer id. s.mu is held.
+func (s *Sink) nextBatchLocked(p *partState) (batch []*record, st stamp, fenced []*record, wait bool) {
+	if again := p.again; again != nil {
+		kept := again[:0]
+		for _, r := range again {
+			if f := r.md.fence; f != nil && f.closed.Load() {
+				fenced = append(fenced, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		if len(fenced) == 0 && !p.restamp {
+			p.again = nil
+			return again, p.sent, nil, false
+		}
+		if p.restamp {
+			// The broker's sequence is not ours: a new epoch resets it.
+			s.closeEpochLocked(p.sent)
+		}
+		s.dropStampLocked(p, p.sent)
+		p.again, p.restamp = nil, false
+		if len(kept) > 0 {
+			if st, ok := s.stampLocked(p, len(kept)); ok {
+				return kept, st, fenced, false
+			}
+			p.again, p.restamp = kept, true
+			return nil, stamp{}, fenced, true
+		}
+		// All of it fenced: the queue's next batch instead.
+	}
+	if s.pidWanted {
+		return nil, stamp{}, fenced, true
+	}
+	batch, more := s.takeLocked(p)
+	fenced = append(fenced, more...)
+	if len(batch) == 0 {
+		return nil, stamp{}, fenced, false
+	}
+	st, ok := s.stampLocked(p, len(batch))
+	if !ok {
+		// Its sequences ran out with the epochs: the records wait at
+		// the head of the queue for the new producer id.
+		p.queue = append(batch, p.queue...)
+		return nil, stamp{}, fenced, true
+	}
+	return batch, st, fenced, false
 }
 
 // takeLocked takes a partition's next batch: its oldest records up to
@@ -260,8 +345,8 @@ func (s *Sink) takeLocked(p *partState) (batch, fenced []*record) {
 	return batch, fenced
 }
 
-// recordBatch is the wire form of a partition's batch.
-func recordBatch(batch []*record) *sarama.RecordBatch {
+// recordBatch is the wire form of a partition's batch stamped st.
+func recordBatch(batch []*record, st stamp) *sarama.RecordBatch {
 	first, last := batch[0].ts, batch[0].ts
 	for _, r := range batch {
 		if r.ts.Before(first) {
@@ -278,7 +363,7 @@ func recordBatch(batch []*record) *sarama.RecordBatch {
 		r.rec.TimestampDelta = r.ts.Sub(first)
 		recs[i] = &r.rec
 	}
-	return &sarama.RecordBatch{Version: 2, ProducerID: -1, ProducerEpoch: -1, FirstTimestamp: first, MaxTimestamp: last,
+	return &sarama.RecordBatch{Version: 2, ProducerID: st.pid, ProducerEpoch: st.epoch, FirstSequence: max(st.seq, 0), FirstTimestamp: first, MaxTimestamp: last,
 		LastOffsetDelta: int32(len(batch) - 1), Records: recs}
 }
 
@@ -350,7 +435,7 @@ func (s *Sink) handle(c *produceCall) {
 	s.mu.Lock()
 	for _, pid := range c.parts {
 		p := &s.parts[pid]
-		batch := p.inflight
+		batch, st := p.inflight, p.sent
 		p.inflight = nil
 		err := c.err
 		if err == nil {
@@ -360,17 +445,23 @@ func (s *Sink) handle(c *produceCall) {
 				err = block.Err
 			}
 		}
-		retry := err != nil && !c.fatal && retryable(err)
+		refused := err != nil && sequenceRefused(err)
+		retry := err != nil && !c.fatal && (retryable(err) || refused)
 		if retry && s.closed {
 			retry, err = false, errSinkClosed
+		}
+		if err != nil && !c.fatal && (c.err != nil || !refusedUnappended(err)) {
+			p.unsure = true
 		}
 		switch {
 		case err == nil:
 			ok = append(ok, batch...)
+			p.unsure = false
 			p.attempt, p.retryAt, p.failingSince, p.lastErr = 0, time.Time{}, time.Time{}, nil
 		case !retry:
 			fail = append(fail, dropped{recs: batch, err: err})
 			p.attempt, p.retryAt = 0, time.Time{}
+			s.dropStampLocked(p, st)
 		default:
 			// The leader may have moved: look it up again after a
 			// metadata refresh (retryLocked asks for one).
@@ -378,11 +469,13 @@ func (s *Sink) handle(c *produceCall) {
 				s.leaders[pid] = nil
 			}
 			p.lastErr = err
-			if f := s.retryLocked(p, batch, now, err); f != nil {
+			if f := s.retryLocked(p, batch, st, now, err); f != nil {
 				fail = append(fail, *f)
+			} else if refused {
+				p.restamp = true
 			}
 		}
-		if len(p.queue) > 0 {
+		if len(p.queue) > 0 || p.again != nil {
 			s.listLocked(pid)
 		}
 	}
@@ -393,12 +486,13 @@ func (s *Sink) handle(c *produceCall) {
 	}
 }
 
-// retryLocked puts a batch whose attempt failed with err back at the head
-// of its partition's queue, to go again after a back-off, and asks for
-// the topic's metadata (the leader may have moved). Once the partition
-// has been failing for longer than retry-timeout the batch is returned
-// instead, to fail. s.mu is held.
-func (s *Sink) retryLocked(p *partState, batch []*record, now time.Time, err error) *dropped {
+// retryLocked keeps a batch stamped st whose attempt failed with err to
+// go again, as it went, after a back-off, before the rest of its
+// partition's queue, and asks for the topic's metadata (the leader may
+// have moved). Once the partition has been failing for longer than
+// retry-timeout the batch is returned instead, to fail, and its stamp
+// dropped. s.mu is held.
+func (s *Sink) retryLocked(p *partState, batch []*record, st stamp, now time.Time, err error) *dropped {
 	s.refreshSoon()
 	if p.failingSince.IsZero() {
 		p.failingSince = now
@@ -407,11 +501,12 @@ func (s *Sink) retryLocked(p *partState, batch []*record, now time.Time, err err
 		// The next batch goes at once, to fail as fast unless the
 		// partition is back.
 		p.attempt, p.retryAt = 0, time.Time{}
+		s.dropStampLocked(p, st)
 		return &dropped{recs: batch, err: errRetriedTooLong{after: after, last: err}}
 	}
 	p.retryAt = now.Add(backoff(p.attempt))
 	p.attempt++
-	p.queue = append(batch, p.queue...)
+	p.again, p.sent = batch, st
 	return nil
 }
 

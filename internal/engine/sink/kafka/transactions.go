@@ -99,7 +99,7 @@ func (s *Sink) sendTxnRecords(recs []*record) error {
 		leader, err := s.client.Leader(topic, txnTopicPartition)
 		if err == nil {
 			c := &produceCall{broker: leader, id: leader.ID(), req: s.newRequest(), bytes: batchBytes(recs)}
-			c.req.AddBatch(topic, txnTopicPartition, recordBatch(recs))
+			c.req.AddBatch(topic, txnTopicPartition, recordBatch(recs, unnumbered))
 			s.produce(c)
 			if err = c.err; err == nil {
 				err = blockErr(c.res, topic, txnTopicPartition)

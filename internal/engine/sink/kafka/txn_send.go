@@ -92,7 +92,7 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 	}
 	if len(side) > 0 {
 		// In the first round: they are few (two per transaction).
-		b := recordBatch(side)
+		b := recordBatch(side, unnumbered)
 		b.ProducerID, b.ProducerEpoch, b.FirstSequence, b.IsTransactional = w.producer, w.pepoch, w.sideSeq, true
 		w.sideSeq += int32(len(side))
 		if err := w.produce([]txnEntry{{topic: s.cfg.transactionTopic(), part: txnTopicPartition, batch: b, bytes: batchBytes(side)}}); err != nil {
@@ -111,14 +111,14 @@ func (w *txnWriter) send(batches []*txnBatch, added map[int32]bool, commit bool)
 				bytes += recs[n].size()
 				n++
 			}
-			round = append(round, txnEntry{topic: s.cfg.Topic, part: p, batch: w.transactional(recordBatch(recs[:n]), &w.seq, p, n), bytes: bytes})
+			round = append(round, txnEntry{topic: s.cfg.Topic, part: p, batch: w.transactional(recordBatch(recs[:n], unnumbered), &w.seq, p, n), bytes: bytes})
 			if byPart[p] = recs[n:]; len(byPart[p]) > 0 {
 				keep = append(keep, p)
 			}
 		}
 		order = keep
 		if progress != nil {
-			b := recordBatch([]*record{progress})
+			b := recordBatch([]*record{progress}, unnumbered)
 			b.ProducerID, b.ProducerEpoch, b.FirstSequence, b.IsTransactional = w.producer, w.pepoch, w.progSeq, true
 			w.progSeq++
 			round = append(round, txnEntry{topic: s.cfg.progressTopic(), part: progPart, batch: b, bytes: batchBytes([]*record{progress})})

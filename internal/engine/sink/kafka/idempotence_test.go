@@ -1,0 +1,272 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cdcctl/cdcctl/internal/engine/sink"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
+	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// A produce request the client gave up on (its read timed out, the
+// connection was closed) can still be appended by the broker, which read
+// it before: after its retry and after the batches behind it. Without a
+// producer id and sequence numbers the broker cannot tell it is a copy,
+// and the partition then holds a row's older change after its newer one.
+// The sink numbers its batches (an idempotent producer), so the broker
+// drops the late copy.
+func TestABatchTheBrokerTakesAfterTheClientGaveUpOnItLandsOnce(t *testing.T) {
+	t.Parallel()
+	const start = int64(1_800_000_000_000)
+	g, err := gen.New(gen.Config{Tables: 1, Keys: 3, Rate: 100, Seed: 5, StartMillis: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Open(model.Span{Table: g.TableNames()[0]}, model.TsFromMillis(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sourcetest.Read(t, r, model.TsFromMillis(start+1000), 3)[:3]
+
+	c := broker(t, "cdc")
+	var sat, woke atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if sat.CompareAndSwap(false, true) {
+			close(held)
+			// Past the client's read timeout (3 × dial-timeout): it
+			// closes the connection and sends the batch again.
+			c.SleepControl(func() { <-release })
+			woke.Store(true)
+		}
+		return nil, nil, false // then appended as usual
+	})
+	// One partition for every row: the order the test reads is the
+	// topic's.
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms", c.ListenAddrs()[0])
+	s := open(t, uri)
+	t.Cleanup(letGo)
+	write := func(e source.Event) {
+		t.Helper()
+		acked := make(chan error, 1)
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-acked:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a row was not acked in 30 s")
+		}
+	}
+	write(evs[0]) // acked by its second attempt, the first still held
+	<-held
+	write(evs[1])
+	letGo()
+	for !woke.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the broker's turn with the first attempt
+	write(evs[2])
+
+	cfg, err := kafka.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafka.ScanMessages(ctx, cfg, func(p int32, _ int64, v []byte) error {
+		if p == 0 {
+			got = append(got, string(v))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Each row's message told apart by its text: the first seen is the
+	// first row written (each was acked before the next was written).
+	seen := map[string]int{}
+	var order []int
+	for _, v := range got {
+		if _, ok := seen[v]; !ok {
+			seen[v] = len(seen)
+		}
+		order = append(order, seen[v])
+	}
+	if want := []int{0, 1, 2}; !slices.Equal(order, want) {
+		t.Fatalf("partition 0 holds the rows %v (by the order they were written); want each once, in that order: %v", order, want)
+	}
+}
+
+// A batch the sink gave up on (retry-timeout) after an attempt the broker
+// had read but not answered may still be appended later. The next batch
+// of its partition must not be taken for a copy of it: it goes in a new
+// epoch, not with the numbers the given-up batch had. (With them, the
+// broker would drop a next batch of the same length as a duplicate,
+// and answer that it has it: lost.)
+func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
+	t.Parallel()
+	const start = int64(1_800_000_000_000)
+	g, err := gen.New(gen.Config{Tables: 1, Keys: 3, Rate: 100, Seed: 7, StartMillis: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Open(model.Span{Table: g.TableNames()[0]}, model.TsFromMillis(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sourcetest.Read(t, r, model.TsFromMillis(start+1000), 2)[:2]
+
+	c := broker(t, "cdc")
+	var sat, woke, failing atomic.Bool
+	failing.Store(true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if sat.CompareAndSwap(false, true) {
+			close(held)
+			c.SleepControl(func() { <-release })
+			woke.Store(true)
+			return nil, nil, false // appended now, long after the sink gave up
+		}
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		// The retries: refused, nothing appended.
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
+	s := open(t, uri)
+	t.Cleanup(letGo)
+	write := func(d string, e source.Event) error {
+		t.Helper()
+		acked := make(chan error, 1)
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: d, Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-acked:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("a row was not settled in 30 s")
+		}
+		return nil
+	}
+	if err := write("given-up", evs[0]); err == nil {
+		t.Fatal("the first row was acked; want it given up on after retry-timeout")
+	}
+	<-held
+	failing.Store(false)
+	letGo()
+	for !woke.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the broker's turn with the late attempt
+	if err := write("next", evs[1]); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := kafka.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafka.ScanMessages(ctx, cfg, func(_ int32, _ int64, v []byte) error {
+		got = append(got, string(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] == got[1] {
+		t.Fatalf("the topic holds %d messages (%d distinct); want the late one and the next, which was acked", len(got), len(slices.Compact(slices.Sorted(slices.Values(got)))))
+	}
+}
+
+// A cluster that gives this client no producer id (Kafka before 2.8
+// without IDEMPOTENT_WRITE granted) still takes its rows: the sink sends
+// them unnumbered, as before numbering, and says what that risks and the
+// fix.
+func TestASinkWithoutAProducerIDSaysSoAndWrites(t *testing.T) {
+	t.Parallel()
+	c := broker(t, "cdc")
+	c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := kreq.(*kmsg.InitProducerIDRequest).ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	var out lockedBuffer
+	uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
+	s, err := kafka.Open(context.Background(), uri, slog.New(slog.NewTextHandler(&out, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if log := out.String(); !strings.Contains(log, "no producer id") || !strings.Contains(log, "IDEMPOTENT_WRITE") {
+		t.Fatalf("the log says %q; want the missing producer id and the grant that fixes it", log)
+	}
+	evs := someEvents(t)
+	acked := make(chan error, 1)
+	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acked; err != nil {
+		t.Fatal(err)
+	}
+	if n := countMessages(t, uri); n != len(evs) {
+		t.Fatalf("%d messages in the topic; want %d", n, len(evs))
+	}
+}
+
+// lockedBuffer is a log's output, written by the sink's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
