@@ -18,11 +18,13 @@ package kafka
 // A batch keeps its stamp over its retries, so that its copies are
 // known as copies. A batch given up on (failed for good), or changed
 // (records of a dispatcher fenced since taken out), drops its stamp:
-//   - if the broker surely refused every attempt (an error code that
-//     says nothing was appended, or none sent), its sequence numbers go
-//     to the partition's next batch: the broker still expects them;
+//   - if the broker surely refused every attempt before appending (an
+//     error code it checks first, or a connection never made), its
+//     sequence numbers go to the partition's next batch: the broker
+//     still expects them;
 //   - if an attempt may have been appended, or may still be on its way
-//     (no answer, a timeout), the epoch it went in is closed: the
+//     (no answer, a timeout, an error code sent after the append), or
+//     the broker refused its numbers, the epoch it went in is closed: the
 //     producer's next batches go in the next epoch, their sequences from
 //     0, so that none of its attempts lands after anything sent later.
 //     The broker takes a newer epoch starting at sequence 0 from an
@@ -39,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -54,6 +57,12 @@ type stamp struct {
 // unnumbered is the stamp of every batch of a sink without a producer id.
 var unnumbered = stamp{pid: -1, epoch: -1}
 
+// noStamp is a batch's that could not be stamped (no producer id yet).
+var noStamp = stamp{pid: -2, epoch: -1}
+
+// errNoProducerID is why a batch waits that cannot be stamped.
+var errNoProducerID = errors.New("kafka sink: waiting for a new producer id from the brokers (the epochs of the last one ran out)")
+
 // producerID asks a broker for an idempotent producer's id and epoch.
 // A cluster that gives none (a broker older than Kafka 0.11, or one
 // that refuses this client IDEMPOTENT_WRITE, which Kafka before 2.8
@@ -61,19 +70,22 @@ var unnumbered = stamp{pid: -1, epoch: -1}
 // as they did before numbering.
 func (s *Sink) producerID() (int64, int16, error) {
 	var last error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 3 && s.life.Err() == nil; attempt++ {
 		if attempt > 0 {
 			time.Sleep(backoff(attempt))
 		}
 		for _, b := range s.client.Brokers() {
-			_ = b.Open(s.sc)
-			res, err := b.InitProducerID(&sarama.InitProducerIDRequest{Version: 4, ProducerID: -1, ProducerEpoch: -1,
+			// A connection of its own: the client's are the lanes'
+			// (closing one after an error would break a produce on it).
+			conn := sarama.NewBroker(b.Addr())
+			_ = conn.Open(s.sc)
+			res, err := conn.InitProducerID(&sarama.InitProducerIDRequest{Version: 4, ProducerID: -1, ProducerEpoch: -1,
 				// No transaction: the broker does not read it; the Java
 				// producer sends the largest.
 				TransactionTimeout: math.MaxInt32 * time.Millisecond})
+			_ = conn.Close()
 			switch {
 			case err != nil:
-				_ = b.Close() // dialled again by its next use
 				last = err
 				continue
 			case res.Err != sarama.ErrNoError:
@@ -105,6 +117,44 @@ func refusesNumbering(err error) bool {
 func (s *Sink) warnUnnumbered(err error) {
 	s.log.Warn("kafka sink: the brokers give this client no producer id, so its batches go without sequence numbers: a batch the broker takes after the sink gave up waiting for it can land twice, the second time after newer changes of its rows; grant the client IDEMPOTENT_WRITE on the cluster (Kafka before 2.8) or use a broker of Kafka 0.11 or later",
 		"topic", s.cfg.Topic, "err", err)
+}
+
+// nextBatchLocked is a partition's next batch and its stamp: the batch
+// to send again, as it went before, or the oldest records of its queue,
+// stamped anew. A batch to send again that lost records of dispatchers
+// fenced since, or whose stamp the broker refused, drops its stamp
+// (idempotence.go) and is stamped anew. stamped is false when a batch
+// could not be stamped (no producer id until the refresher has a new
+// one). s.mu is held.
+func (s *Sink) nextBatchLocked(p *partState) (batch []*record, st stamp, fenced []*record, stamped bool) {
+	if again := p.again; again != nil {
+		kept := again[:0]
+		for _, r := range again {
+			if f := r.md.fence; f != nil && f.closed.Load() {
+				fenced = append(fenced, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		if len(fenced) == 0 && !p.restamp {
+			p.again = nil
+			return again, p.sent, nil, true
+		}
+		s.dropStampLocked(p, p.sent)
+		p.again, p.restamp = nil, false
+		if len(kept) > 0 {
+			st, ok := s.stampLocked(p, len(kept))
+			return kept, st, fenced, ok
+		}
+		// All of it fenced: the queue's next batch instead.
+	}
+	batch, more := s.takeLocked(p)
+	fenced = append(fenced, more...)
+	if len(batch) == 0 {
+		return nil, noStamp, fenced, true
+	}
+	st, ok := s.stampLocked(p, len(batch))
+	return batch, st, fenced, ok
 }
 
 // stampLocked stamps a partition's next batch of n records: the
@@ -158,28 +208,35 @@ func (s *Sink) closeEpochLocked(st stamp) {
 // dropStampLocked: the batch stamped st will not be sent again as it
 // is. s.mu is held.
 func (s *Sink) dropStampLocked(p *partState, st stamp) {
-	if p.unsure {
+	if p.spent {
 		s.closeEpochLocked(st)
 	} else if st.pid >= 0 && st.pid == p.seqPID && st.epoch == p.seqEpoch {
 		p.next = st.seq // the partition's newest stamp: nothing after it
 	}
-	p.unsure = false
+	p.spent = false
 }
 
-// refusedUnappended: a partition's error code that says the broker
-// appended nothing of the batch. Others (REQUEST_TIMED_OUT,
-// NOT_ENOUGH_REPLICAS_AFTER_APPEND, NETWORK_EXCEPTION, a storage error)
-// leave it unsure.
-func refusedUnappended(err error) bool {
-	for _, e := range []error{sarama.ErrNotEnoughReplicas, sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable,
-		sarama.ErrUnknownTopicOrPartition, sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidMessage, sarama.ErrInvalidRecord,
+// surelyNotAppended: an attempt that failed with callErr (the request's)
+// or err (its partition's error code) appended nothing, and never will:
+// the connection was never made, or the broker refused the batch with a
+// code it checks before appending. Every other error leaves it unsure:
+// no answer, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+// NETWORK_EXCEPTION, and NOT_LEADER_OR_FOLLOWER or
+// UNKNOWN_TOPIC_OR_PARTITION, which a leader that lost the partition
+// sends for a batch it had appended while it waited for its replicas.
+func surelyNotAppended(callErr, err error) bool {
+	if callErr != nil {
+		var op *net.OpError
+		return errors.Is(callErr, sarama.ErrNotConnected) || errors.As(callErr, &op) && op.Op == "dial"
+	}
+	for _, e := range []error{sarama.ErrNotEnoughReplicas, sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidMessage, sarama.ErrInvalidRecord,
 		sarama.ErrTopicAuthorizationFailed, sarama.ErrClusterAuthorizationFailed, sarama.ErrInvalidRequiredAcks,
 		sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidTimestamp, sarama.ErrUnsupportedForMessageFormat, sarama.ErrPolicyViolation} {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
-	return sequenceRefused(err)
+	return false
 }
 
 // renewProducerID gets the producer id closeEpochLocked asked for. It

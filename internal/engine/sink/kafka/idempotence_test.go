@@ -154,19 +154,7 @@ func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
 			return nil, nil, false
 		}
 		// The retries: refused, nothing appended.
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refuse(kreq, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
 	s := open(t, uri)
@@ -269,4 +257,68 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// refuse answers a produce request with code for every partition in it.
+func refuse(kreq kmsg.Request, code int16) kmsg.Response {
+	req := kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// A batch whose numbers the broker refuses (its producer state is not
+// the sink's: lost, or moved to another epoch) appended nothing, and
+// sent again with them it would be refused again: it is stamped again,
+// in a new epoch, and lands once.
+func TestABatchWhoseNumbersTheBrokerRefusesIsStampedAgain(t *testing.T) {
+	t.Parallel()
+	for name, code := range map[string]int16{"out-of-order": kerr.OutOfOrderSequenceNumber.Code, "old-epoch": kerr.InvalidProducerEpoch.Code, "unknown-producer": kerr.UnknownProducerID.Code} {
+		t.Run(name, func(t *testing.T) {
+			c := broker(t, "cdc")
+			var refused atomic.Int32
+			first := int32(-1)
+			c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				// Every batch in the epoch of the first is refused.
+				var b kmsg.RecordBatch
+				if err := b.ReadFrom(kreq.(*kmsg.ProduceRequest).Topics[0].Partitions[0].Records); err != nil {
+					t.Error(err)
+				}
+				if first < 0 {
+					first = int32(b.ProducerEpoch)
+				}
+				if int32(b.ProducerEpoch) == first {
+					refused.Add(1)
+					return refuse(kreq, code), nil, true
+				}
+				return nil, nil, false
+			})
+			uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
+			s := open(t, uri)
+			evs := someEvents(t)
+			acked := make(chan error, 1)
+			if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-acked; err != nil {
+				t.Fatal(err)
+			}
+			if refused.Load() == 0 {
+				t.Fatal("no batch was refused; the test proves nothing")
+			}
+			if n := countMessages(t, uri); n != len(evs) {
+				t.Fatalf("%d messages in the topic; want %d, each once", n, len(evs))
+			}
+		})
+	}
 }

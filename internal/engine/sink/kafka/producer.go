@@ -63,9 +63,10 @@ type partState struct {
 	again   []*record
 	sent    stamp // of inflight, or of again
 	restamp bool
-	// unsure: an attempt of that batch may have been appended, or may
-	// still be (no answer, or one that does not say).
-	unsure bool
+	// spent: that batch's numbers are not to be given to another batch
+	// (idempotence.go): an attempt of it may have been appended, or may
+	// still be, or the broker's sequence is not ours.
+	spent bool
 	// The partition's sequence (idempotence.go): the producer id and
 	// epoch it counts in, and the next batch's first number.
 	seqPID   int64
@@ -194,23 +195,32 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 			continue
 		}
 		leader := s.leaders[pid]
-		if leader == nil {
-			// An attempt that failed before the wire: the refresher
-			// looks the leader up (off the pump and s.mu: a lookup may
-			// wait on the network), and a partition whose leader stays
-			// unknown fails after retry-timeout like any other.
-			batch, st, fenced, wait := s.nextBatchLocked(p)
-			if len(fenced) > 0 {
-				drop = append(drop, dropped{recs: fenced, err: errFenced})
-			}
-			if wait {
-				next = earliest(next, now.Add(stampWait))
-				keep = append(keep, pid)
+		var c *produceCall
+		var ln lane
+		if leader != nil {
+			ln = lane{leader.ID(), s.laneOf[pid]}
+			c = byLane[ln]
+			if busy[ln] || (c != nil && c.bytes+s.cfg.MaxMessageBytes > maxRequestBytes) {
+				keep = append(keep, pid) // next round
 				continue
 			}
-			why := s.noLeader
-			if p.lastErr != nil {
-				why = p.lastErr // what made the leader unknown says more
+		}
+		batch, st, fenced, stamped := s.nextBatchLocked(p)
+		if len(fenced) > 0 {
+			drop = append(drop, dropped{recs: fenced, err: errFenced})
+		}
+		if leader == nil || !stamped {
+			// An attempt that failed before the wire: the refresher
+			// looks the leader up, or gets a new producer id (off the
+			// pump and s.mu: both wait on the network), and a partition
+			// that stays without fails after retry-timeout like any
+			// other.
+			why := error(errNoProducerID)
+			if stamped {
+				why = s.noLeader
+				if p.lastErr != nil {
+					why = p.lastErr // what made the leader unknown says more
+				}
 			}
 			if f := s.retryLocked(p, batch, st, now, why); f != nil {
 				// Fenced now, not when the pump settles them: partitions
@@ -218,6 +228,8 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 				// records.
 				s.shutLocked(f.recs, f.err)
 				drop = append(drop, *f)
+			} else if !stamped {
+				p.restamp = true
 			}
 			if len(p.queue) == 0 && p.again == nil {
 				p.listed = false
@@ -227,24 +239,9 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 			keep = append(keep, pid)
 			continue
 		}
-		ln := lane{leader.ID(), s.laneOf[pid]}
-		c := byLane[ln]
-		if busy[ln] || (c != nil && c.bytes+s.cfg.MaxMessageBytes > maxRequestBytes) {
-			keep = append(keep, pid) // next round
-			continue
-		}
 		if c == nil {
 			c = &produceCall{broker: s.connLocked(ln, leader), id: ln.broker, lane: ln, req: s.newRequest()}
 			byLane[ln] = c
-		}
-		batch, st, fenced, wait := s.nextBatchLocked(p)
-		if len(fenced) > 0 {
-			drop = append(drop, dropped{recs: fenced, err: errFenced})
-		}
-		if wait {
-			next = earliest(next, now.Add(stampWait))
-			keep = append(keep, pid)
-			continue
 		}
 		p.listed = false
 		if len(batch) == 0 {
@@ -262,63 +259,6 @@ func (s *Sink) buildLocked(now time.Time, busy map[lane]bool) (calls []*produceC
 		}
 	}
 	return calls, drop, next
-}
-
-// stampWait is how often the pump looks again at partitions waiting for
-// a producer id to stamp their batches with.
-const stampWait = 100 * time.Millisecond
-
-// nextBatchLocked is a partition's next batch and its stamp: the batch
-// to send again, as it went before, or the oldest records of its queue,
-// stamped anew. A batch to send again that lost records of dispatchers
-// fenced since, or whose stamp the broker refused, is stamped anew, its
-// old stamp's epoch closed first. wait: nothing can be stamped until the
-// refresher has a producer id. s.mu is held.
-func (s *Sink) nextBatchLocked(p *partState) (batch []*record, st stamp, fenced []*record, wait bool) {
-	if again := p.again; again != nil {
-		kept := again[:0]
-		for _, r := range again {
-			if f := r.md.fence; f != nil && f.closed.Load() {
-				fenced = append(fenced, r)
-			} else {
-				kept = append(kept, r)
-			}
-		}
-		if len(fenced) == 0 && !p.restamp {
-			p.again = nil
-			return again, p.sent, nil, false
-		}
-		if p.restamp {
-			// The broker's sequence is not ours: a new epoch resets it.
-			s.closeEpochLocked(p.sent)
-		}
-		s.dropStampLocked(p, p.sent)
-		p.again, p.restamp = nil, false
-		if len(kept) > 0 {
-			if st, ok := s.stampLocked(p, len(kept)); ok {
-				return kept, st, fenced, false
-			}
-			p.again, p.restamp = kept, true
-			return nil, stamp{}, fenced, true
-		}
-		// All of it fenced: the queue's next batch instead.
-	}
-	if s.pidWanted {
-		return nil, stamp{}, fenced, true
-	}
-	batch, more := s.takeLocked(p)
-	fenced = append(fenced, more...)
-	if len(batch) == 0 {
-		return nil, stamp{}, fenced, false
-	}
-	st, ok := s.stampLocked(p, len(batch))
-	if !ok {
-		// Its sequences ran out with the epochs: the records wait at
-		// the head of the queue for the new producer id.
-		p.queue = append(batch, p.queue...)
-		return nil, stamp{}, fenced, true
-	}
-	return batch, st, fenced, false
 }
 
 // takeLocked takes a partition's next batch: its oldest records up to
@@ -363,7 +303,7 @@ func recordBatch(batch []*record, st stamp) *sarama.RecordBatch {
 		r.rec.TimestampDelta = r.ts.Sub(first)
 		recs[i] = &r.rec
 	}
-	return &sarama.RecordBatch{Version: 2, ProducerID: st.pid, ProducerEpoch: st.epoch, FirstSequence: max(st.seq, 0), FirstTimestamp: first, MaxTimestamp: last,
+	return &sarama.RecordBatch{Version: 2, ProducerID: st.pid, ProducerEpoch: st.epoch, FirstSequence: st.seq, FirstTimestamp: first, MaxTimestamp: last,
 		LastOffsetDelta: int32(len(batch) - 1), Records: recs}
 }
 
@@ -450,13 +390,13 @@ func (s *Sink) handle(c *produceCall) {
 		if retry && s.closed {
 			retry, err = false, errSinkClosed
 		}
-		if err != nil && !c.fatal && (c.err != nil || !refusedUnappended(err)) {
-			p.unsure = true
+		if err != nil && !c.fatal && (refused || !surelyNotAppended(c.err, err)) {
+			p.spent = true
 		}
 		switch {
 		case err == nil:
 			ok = append(ok, batch...)
-			p.unsure = false
+			p.spent = false
 			p.attempt, p.retryAt, p.failingSince, p.lastErr = 0, time.Time{}, time.Time{}, nil
 		case !retry:
 			fail = append(fail, dropped{recs: batch, err: err})
