@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcctl/cdcctl/internal/engine/dispatcher"
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
@@ -190,6 +191,62 @@ func orderThroughAFault(t *testing.T, params string, fault func(*kafkatest.Clust
 	}
 	t.Logf("%d dispatcher failures; verified %d events: %d lost, %d out of order, %d duplicates (replays)", failures, rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 	return uri, upTo
+}
+
+// A broker that sits on the produce requests of a quarter second past the
+// client's read timeout (three times dial-timeout), and appends them only
+// after everything else: the sink closed those connections and sent the
+// batches again, which landed, and the rows' newer changes after them.
+// Unnumbered, each late request then lands last, and a consumer ends on
+// an older change of its rows than their newest (verify: out of order).
+// Numbered, the broker drops the late copies (idempotence.go).
+func TestALateCopyOfABatchDoesNotLandAfterNewerRows(t *testing.T) {
+	t.Parallel()
+	c := faultyCluster(t, 6)
+	var holding atomic.Bool
+	var held atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the cluster's close (cleanups run last first)
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if holding.Load() && c.CurrentNode() == c.Faulty {
+			held.Add(1)
+			c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	uri := fmt.Sprintf("kafka://%s/cdc?dial-timeout=100ms", c.Addrs())
+	s := open(t, uri)
+	g := live(t, "gen://?tables=4&keys=40&rate=2000")
+	var runs []*supervised
+	for i := range 4 {
+		runs = append(runs, supervise(t, g, s, fmt.Sprintf("t%04d", i+1), g.TableVersion(0)))
+	}
+	time.Sleep(500 * time.Millisecond)
+	holding.Store(true)
+	time.Sleep(250 * time.Millisecond)
+	holding.Store(false)
+	time.Sleep(2 * time.Second) // the batches sent again land, and newer rows
+	upTo := model.Ts(1<<63 - 1)
+	for _, sv := range runs {
+		close(sv.stop)
+		upTo = min(upTo, <-sv.final)
+	}
+	if held.Load() == 0 {
+		t.Fatal("the broker sat on no request: the test proves nothing")
+	}
+	letGo() // every request the broker sat on is appended now
+	time.Sleep(500 * time.Millisecond)
+	rep, err := verify.Kafka(context.Background(), g, uri, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Lost != 0 || rep.OutOfOrder != 0 || !rep.OK {
+		t.Fatalf("after %d requests the broker appended late: %+v", held.Load(), rep)
+	}
+	t.Logf("%d requests appended late; verified %d events: %d lost, %d out of order, %d duplicates", held.Load(), rep.Expected, rep.Lost, rep.OutOfOrder, rep.Duplicates)
 }
 
 // A permanent error (a row larger than the sink allows) is classified
