@@ -16,8 +16,10 @@ import (
 // key whose last change is not its newest (it would end stale). The
 // rebuild applies every change by its position, so without this a sink
 // that wrote a key's changes swapped rebuilt the same table. A Kafka
-// topic's streams end where positions go back (its reader's cut), so
-// only a storage sink's writers are judged whole.
+// partition's streams (its reader cuts them where positions go back) are
+// judged as one, in the order they were read: a copy of a change that
+// lands after newer ones and stays last (a produce request the broker
+// appended late) leaves its key stale though each stream is in order.
 func misordered(streams []codec.ChangeStream, table string, upTo model.Ts) (uint64, []string) {
 	type change struct {
 		ts       model.Ts
@@ -32,36 +34,60 @@ func misordered(streams []codec.ChangeStream, table string, upTo model.Ts) (uint
 			examples = append(examples, fmt.Sprintf(format, a...))
 		}
 	}
-	for _, st := range streams {
+	// The orders a consumer reads: a stream alone, or a Reader's streams
+	// one after another.
+	var orders [][]*codec.ChangeStream
+	byReader := map[string]int{}
+	for i := range streams {
+		st := &streams[i]
 		if model.TableName(st.Database, st.Table) != table {
 			continue
 		}
+		if st.Reader == "" {
+			orders = append(orders, []*codec.ChangeStream{st})
+			continue
+		}
+		j, ok := byReader[st.Reader]
+		if !ok {
+			j = len(orders)
+			byReader[st.Reader] = j
+			orders = append(orders, nil)
+		}
+		orders[j] = append(orders[j], st)
+	}
+	for _, order := range orders {
+		name := order[0].Dispatcher
+		if r := order[0].Reader; r != "" {
+			name = r
+		}
 		keys := map[string]*keyState{}
 		seen := map[change]bool{}
-		for i := range st.Changes {
-			c := &st.Changes[i]
-			if c.CommitTs > upTo {
-				continue
-			}
-			k := c.Key()
-			img, _ := json.Marshal(c.Data)
-			id := change{c.CommitTs, k, c.Op + string(img)}
-			ks := keys[k]
-			if ks == nil {
-				ks = &keyState{}
-				keys[k] = ks
-			}
-			if !seen[id] {
-				seen[id] = true
-				if c.CommitTs < ks.newest {
-					bad("%s: a change of key %q at %s written after one at %s (%s)", table, k, c.CommitTs, ks.newest, st.Dispatcher)
+		for _, st := range order {
+			for i := range st.Changes {
+				c := &st.Changes[i]
+				if c.CommitTs > upTo {
+					continue
 				}
+				k := c.Key()
+				img, _ := json.Marshal(c.Data)
+				id := change{c.CommitTs, k, c.Op + string(img)}
+				ks := keys[k]
+				if ks == nil {
+					ks = &keyState{}
+					keys[k] = ks
+				}
+				if !seen[id] {
+					seen[id] = true
+					if c.CommitTs < ks.newest {
+						bad("%s: a change of key %q at %s written after one at %s (%s)", table, k, c.CommitTs, ks.newest, name)
+					}
+				}
+				ks.newest, ks.last = max(ks.newest, c.CommitTs), c.CommitTs
 			}
-			ks.newest, ks.last = max(ks.newest, c.CommitTs), c.CommitTs
 		}
 		for k, ks := range keys {
 			if ks.last < ks.newest {
-				bad("%s: key %q's last change is at %s, after one at %s (%s): read in order, it ends stale", table, k, ks.last, ks.newest, st.Dispatcher)
+				bad("%s: key %q's last change is at %s, after one at %s (%s): read in order, it ends stale", table, k, ks.last, ks.newest, name)
 			}
 		}
 	}

@@ -21,6 +21,18 @@ func TestChangesOfAKeyOutOfCommitOrderAreCounted(t *testing.T) {
 	stream := func(changes ...codec.Change) []codec.ChangeStream {
 		return []codec.ChangeStream{{Dispatcher: "d1", Database: "s", Table: "t", Changes: changes}}
 	}
+	// partition is a Kafka partition's changes as its reader gives them:
+	// a stream, cut where the position goes back.
+	partition := func(changes ...codec.Change) []codec.ChangeStream {
+		var out []codec.ChangeStream
+		for i, c := range changes {
+			if i == 0 || c.CommitTs < changes[i-1].CommitTs {
+				out = append(out, codec.ChangeStream{Dispatcher: fmt.Sprintf("k0-%d", len(out)), Reader: "p0", Database: "s", Table: "t"})
+			}
+			out[len(out)-1].Changes = append(out[len(out)-1].Changes, c)
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name string
 		in   []codec.ChangeStream
@@ -34,6 +46,12 @@ func TestChangesOfAKeyOutOfCommitOrderAreCounted(t *testing.T) {
 		{"other keys in between", stream(change("1", 2), change("2", 1), change("1", 3), change("2", 4)), 0},
 		{"beyond the checked point", stream(change("1", 1), change("1", 9), change("1", 2)), 0},
 		{"another table's", []codec.ChangeStream{{Dispatcher: "d1", Database: "s", Table: "u", Changes: []codec.Change{change("1", 3), change("1", 1)}}}, 0},
+		// A Kafka partition's streams, cut where positions go back, read
+		// one after another.
+		{"a partition's replay from a checkpoint", partition(change("1", 1), change("1", 2), change("1", 3), change("1", 2), change("1", 3)), 0},
+		{"a late copy last in its partition", partition(change("1", 1), change("1", 2), change("1", 3), change("1", 2)), 1},
+		{"a change first seen after a newer one in its partition", partition(change("1", 1), change("1", 3), change("1", 2), change("1", 3)), 1},
+		{"two partitions of the table", append(partition(change("1", 1), change("1", 3)), codec.ChangeStream{Dispatcher: "k1", Reader: "p1", Database: "s", Table: "t", Changes: []codec.Change{change("2", 2), change("2", 4)}}), 0},
 	} {
 		if n, ex := misordered(tc.in, "s.t", 5); n != tc.want || (n > 0) != (len(ex) > 0) {
 			t.Errorf("%s: %d out of order (%q), want %d", tc.name, n, ex, tc.want)

@@ -34,10 +34,15 @@ type ReadBack interface {
 // for rebuilding tables.
 type ChangeStream struct {
 	Dispatcher string
-	Database   string
-	Table      string
-	Version    uint64
-	Changes    []Change
+	// Reader, when set, names the order a consumer reads the stream in
+	// with others of the same Reader, one after another as listed (a
+	// Kafka partition, its reader's streams cut where positions go
+	// back); empty, the stream is read alone (a storage writer's files).
+	Reader   string
+	Database string
+	Table    string
+	Version  uint64
+	Changes  []Change
 }
 
 // SchemaChange is a schema change a sink holds: the statement that

@@ -108,7 +108,7 @@ func scanChanges(ctx context.Context, cfg Config) ([]codec.ChangeStream, []codec
 			if !ok {
 				i = len(out)
 				current[k] = i
-				out = append(out, codec.ChangeStream{Dispatcher: fmt.Sprintf("kafka-%d-%d", p, i), Database: c.Database, Table: c.Table})
+				out = append(out, codec.ChangeStream{Dispatcher: fmt.Sprintf("kafka-%d-%d", p, i), Reader: fmt.Sprintf("kafka partition %d", p), Database: c.Database, Table: c.Table})
 			}
 			out[i].Changes = append(out[i].Changes, c)
 		}
