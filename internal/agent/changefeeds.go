@@ -345,7 +345,7 @@ func (b backend) ResnapshotChangefeed(ctx context.Context, id string, req api.Re
 // updateResponse is what an update or a re-snapshot did, or would do.
 func updateResponse(id string, dryRun bool, res coordinator.UpdateResult) *api.ChangefeedUpdateResponse {
 	out := &api.ChangefeedUpdateResponse{Version: api.SchemaVersion, Changefeed: id, DryRun: dryRun, Tables: res.Tables, Rules: res.Rules,
-		Added: res.Added, Removed: res.Removed, CopiedAgain: res.CopiedAgain, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
+		Added: res.Added, Removed: res.Removed, CopiedAgain: res.CopiedAgain, Unpublished: res.Unpublished, RemovedPartitions: res.RemovedPartitions, At: uint64(res.At),
 		Sink: redact.URI(res.Sink), SinkChanges: res.SinkChanges, SourceChanges: res.SourceChanges}
 	if len(res.SourceChanges) > 0 {
 		out.Source = sources.Redact(res.Source)

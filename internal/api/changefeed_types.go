@@ -98,6 +98,10 @@ type ChangefeedUpdateResponse struct {
 	// Rekeyed: a re-snapshot's tables whose primary key changed since
 	// their partitions were cut; they are copied under the key as it is.
 	Rekeyed []RekeyedTable `json:"rekeyed,omitempty"`
+	// Unpublished are the relations the changefeed's own publication
+	// (PostgreSQL) loses once the update is stored: the removed tables,
+	// and any other it names that is not one of the changefeed's tables.
+	Unpublished []string `json:"unpublished,omitempty"`
 }
 
 // RekeyedTable is a table copied again under a changed primary key: its

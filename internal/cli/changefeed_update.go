@@ -366,6 +366,11 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 		n := partitionsOf(u.AddedPartitions, t)
 		fmt.Fprintf(tw, "  ~ %s\tcopied again: %d new %s; the sink's rows of it truncated, then copied when the changefeed resumes\n", t, n, plural(n, "partition", "partitions"))
 	}
+	for _, t := range u.Unpublished {
+		if !slices.Contains(u.Removed, t) {
+			fmt.Fprintf(tw, "  - %s\tleaves the changefeed's publication: not one of its tables (added there by hand?)\n", t)
+		}
+	}
 	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))
 	if len(u.Rules) > 0 {
 		fmt.Fprintf(tw, "Table rules: %s (tables that match later are added, tables dropped are removed, by themselves)\n", strings.Join(u.Rules, ","))

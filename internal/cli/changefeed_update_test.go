@@ -67,3 +67,20 @@ func TestAResnapshotNamesTablesCopiedUnderAChangedKey(t *testing.T) {
 		t.Fatalf("without a changed key: %v\n%s", err, out.String())
 	}
 }
+
+// An update's text names what the changefeed's publication loses besides
+// the removed tables (a table put there by hand), dry run or not; a
+// removed table is named once.
+func TestAnUpdateNamesWhatThePublicationLosesBesidesTheRemovedTables(t *testing.T) {
+	u := &api.ChangefeedUpdateResponse{Changefeed: "my", DryRun: true, Tables: []string{"public.a"}, Removed: []string{"public.b"},
+		Unpublished: []string{"public.b", "public.by_hand"}}
+	var out strings.Builder
+	if err := render(&out, "", false, u, func(tw tableWriter) { updateText(tw, u) }); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if !strings.Contains(text, "- public.by_hand  leaves the changefeed's publication: not one of its tables (added there by hand?)\n") ||
+		strings.Count(text, "public.b ") != 1 {
+		t.Fatalf("the update's text:\n%s", text)
+	}
+}

@@ -84,6 +84,9 @@ type UpdateResult struct {
 	// Rekeyed are the tables a re-snapshot copies under a primary key
 	// other than the one their partitions were cut on.
 	Rekeyed []Rekeyed
+	// Unpublished are the relations the source's own publication loses
+	// once the update is stored (source.Retabled.Unpublished).
+	Unpublished []string
 }
 
 // Rekeyed is a table whose primary key changed since its partitions were
@@ -217,7 +220,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
-	res.Tables, res.Added, res.Removed, res.CopiedAgain, res.Rules = ch.Tables, ch.Added, ch.Removed, ch.Again, ch.Rules
+	res.Tables, res.Added, res.Removed, res.CopiedAgain, res.Rules, res.Unpublished = ch.Tables, ch.Added, ch.Removed, ch.Again, ch.Rules, ch.Unpublished
 	// A table copied again loses its partitions and gets new ones, as a
 	// table removed and one added.
 	gone, fresh := append(slices.Clone(ch.Removed), ch.Again...), append(slices.Clone(ch.Added), ch.Again...)
@@ -254,6 +257,7 @@ func (c *Coordinator) updateOnce(ctx context.Context, term election.Term, req Up
 	if err != nil {
 		return UpdateResult{}, refuseReaching(err)
 	}
+	res.Unpublished = applied.Unpublished
 	// undo takes back what the change made upstream (the tables it put in
 	// the publication) when it is known not to be stored. The removed
 	// tables never left it: that is the change's Finish, once stored.

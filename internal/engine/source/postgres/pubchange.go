@@ -179,6 +179,17 @@ type publicationKeep struct {
 	rels  map[uint32]bool
 }
 
+// dropped are the members that keep does not keep.
+func (keep publicationKeep) dropped(members []publicationMember) []string {
+	var drop []string
+	for _, m := range members {
+		if !keep.names[m.name] && !keep.rels[m.oid] {
+			drop = append(drop, m.name)
+		}
+	}
+	return drop
+}
+
 // publicationKeeps is what the publication keeps for a changefeed of
 // tables whose resume point is p.
 func publicationKeeps(tables []string, p position) publicationKeep {
@@ -198,12 +209,7 @@ func publicationKeeps(tables []string, p position) publicationKeep {
 // what a change whose Finish never ran (its coordinator stopped) left.
 func trimPublication(ctx context.Context, cfg Config, keep publicationKeep) error {
 	return changeMembers(ctx, cfg, func(members []publicationMember) []string {
-		var drop []string
-		for _, m := range members {
-			if !keep.names[m.name] && !keep.rels[m.oid] {
-				drop = append(drop, m.name)
-			}
-		}
+		drop := keep.dropped(members)
 		if len(drop) == 0 {
 			return nil
 		}

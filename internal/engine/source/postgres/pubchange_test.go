@@ -75,6 +75,19 @@ func TestAChangeNotStoredIsUndoneAndWhatAStoredOneLeftIsTakenOutByTheNext(t *tes
 	if got := members(t, srv, dsn, "cdcctl_undone"); got != "a,b2 viaroot=false" {
 		t.Fatalf("a change stored, its Finish not run: %s", got)
 	}
+	// A table put in the publication by hand leaves with it: a dry run
+	// of the change names both and changes nothing.
+	psql(t, srv, dsn, `CREATE TABLE d (id int4 PRIMARY KEY); ALTER PUBLICATION cdcctl_undone ADD TABLE d`)
+	dry, err := Retable(ctx, removed.URI, removed.Position, []string{"a", "c"}, at, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(dry.Unpublished, ","); got != "public.b2,public.d" || dry.Finish != nil {
+		t.Fatalf("a dry run says the publication loses %q (a Finish: %v); want public.b2,public.d and none", got, dry.Finish != nil)
+	}
+	if got := members(t, srv, dsn, "cdcctl_undone"); got != "a,b2,d viaroot=false" {
+		t.Fatalf("after a dry run: %s", got)
+	}
 	retable(t, removed.URI, removed.Position, []string{"a", "c"}, at)
 	if got := members(t, srv, dsn, "cdcctl_undone"); got != "a,c viaroot=false" {
 		t.Fatalf("after the next change: %s", got)

@@ -208,12 +208,19 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 		p.Parts = parts
 	}
-	if apply && ours {
+	if ours {
 		// Once the change is stored (source.Retabled.Finish): taken out
 		// now, a change that then failed to be stored would put them back
 		// having missed their changes in between.
 		keep := publicationKeeps(next, p)
-		out.Finish = func(ctx context.Context) error { return trimPublication(ctx, to, keep) }
+		members, err := publicationMembers(ctx, cat.conn, to)
+		if err != nil {
+			return source.Retabled{}, err
+		}
+		out.Unpublished = keep.dropped(members)
+		if apply {
+			out.Finish = func(ctx context.Context) error { return trimPublication(ctx, to, keep) }
+		}
 	}
 	if out.Position, err = source.EncodePosition(p); err != nil {
 		return source.Retabled{}, err
