@@ -225,6 +225,9 @@ type Row struct {
 	Version  uint64
 	CommitTs model.Ts
 	Value    string
+	// TableVersion is the table version whose files hold the row (a
+	// storage sink's directory); 0 where the sink has none (Kafka).
+	TableVersion uint64
 }
 
 // genRow finishes a decoded row: a delete is the change after the row it

@@ -39,6 +39,7 @@ func (r *readBack) Rows(ctx context.Context, visit func(string, codec.MessageKin
 	}
 	for _, st := range streams {
 		for _, row := range st.Rows {
+			row.TableVersion = st.Version
 			if err := visit(st.Dispatcher, codec.MessageRow, row, row.CommitTs); err != nil {
 				return err
 			}

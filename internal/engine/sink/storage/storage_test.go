@@ -296,7 +296,7 @@ func TestDDLStartsANewTableVersion(t *testing.T) {
 		t.Fatalf("%d DDLs, schema files %v, version dirs %v", len(ddls), schemas, versions)
 	}
 	rep, err := verify.Storage(context.Background(), g, uri, upTo)
-	if err != nil || !rep.OK || rep.Duplicates != 0 {
+	if err != nil || !rep.OK || rep.Duplicates != 0 || rep.Misplaced != 0 {
 		t.Fatalf("%+v %v", rep, err)
 	}
 	if err := s.WriteCheckpoint(context.Background(), upTo); err != nil {
@@ -305,6 +305,16 @@ func TestDDLStartsANewTableVersion(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "metadata"))
 	if !strings.Contains(string(b), `"checkpoint-ts":`) {
 		t.Fatalf("metadata %s", b)
+	}
+	// The second version's rows in the first version's files, as a
+	// writer that did not start a new version at the DDL leaves them: a
+	// consumer would read them under the old schema.
+	moved := filepath.Join(versions[0], "CDC_p1-2_000001.json")
+	if err := os.Rename(filepath.Join(versions[1], "CDC_p1-1_000001.json"), moved); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := verify.Storage(context.Background(), g, uri, upTo); err != nil || rep.OK || rep.Misplaced == 0 || rep.Lost != 0 {
+		t.Fatalf("rows of the second version in the first's files: %+v %v", rep, err)
 	}
 }
 
