@@ -99,8 +99,10 @@ type ChangefeedUpdateResponse struct {
 	// their partitions were cut; they are copied under the key as it is.
 	Rekeyed []RekeyedTable `json:"rekeyed,omitempty"`
 	// Unpublished are the relations the changefeed's own publication
-	// (PostgreSQL) loses once the update is stored: the removed tables,
-	// and any other it names that is not one of the changefeed's tables.
+	// (PostgreSQL) is to lose once the update is stored (if the agent
+	// cannot take them out then, the next update does): the removed
+	// tables, and any other it names that is not one of the changefeed's
+	// tables.
 	Unpublished []string `json:"unpublished,omitempty"`
 }
 

@@ -368,7 +368,7 @@ func updateText(tw tableWriter, u *api.ChangefeedUpdateResponse) {
 	}
 	for _, t := range u.Unpublished {
 		if !slices.Contains(u.Removed, t) {
-			fmt.Fprintf(tw, "  - %s\tleaves the changefeed's publication: not one of its tables (added there by hand?)\n", t)
+			fmt.Fprintf(tw, "  - %s\tleaves the changefeed's publication: not one of its tables (added there by hand, or renamed away from a table copied again)\n", t)
 		}
 	}
 	fmt.Fprintf(tw, "Tables after: %s\n", strings.Join(u.Tables, ", "))

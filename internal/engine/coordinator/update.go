@@ -84,8 +84,8 @@ type UpdateResult struct {
 	// Rekeyed are the tables a re-snapshot copies under a primary key
 	// other than the one their partitions were cut on.
 	Rekeyed []Rekeyed
-	// Unpublished are the relations the source's own publication loses
-	// once the update is stored (source.Retabled.Unpublished).
+	// Unpublished are the relations the source's own publication is to
+	// lose once the update is stored (source.Retabled.Unpublished).
 	Unpublished []string
 }
 

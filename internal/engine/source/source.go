@@ -405,11 +405,13 @@ type Retabled struct {
 	// tables it put in the publication), for a change known not to be
 	// stored.
 	Undo func(ctx context.Context) error
-	// Unpublished are the relations the source's own publication loses
-	// once the change is stored (its Finish): the removed tables, and
-	// any other it names that none of the changefeed's tables is (one
-	// added there by hand). Set with or without apply, so that a dry run
-	// shows them.
+	// Unpublished are the relations the source's own publication is to
+	// lose once the change is stored (its Finish), sorted: the removed
+	// tables (a removed table renamed upstream under the name the
+	// changefeed knew), and any other it names that none of the
+	// changefeed's tables is (one added there by hand, or renamed away
+	// from a table copied again). Set with or without apply, so that a
+	// dry run shows them.
 	Unpublished []string
 }
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,9 @@ func TestAChangeNotStoredIsUndoneAndWhatAStoredOneLeftIsTakenOutByTheNext(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Equal(removed.Unpublished, []string{"public.b"}) {
+		t.Fatalf("the removed table, renamed upstream, is to leave as %q; want public.b, the name the changefeed knew", removed.Unpublished)
+	}
 	if got := members(t, srv, dsn, "cdcctl_undone"); got != "a,b2 viaroot=false" {
 		t.Fatalf("a change stored, its Finish not run: %s", got)
 	}
@@ -112,12 +116,18 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := model.TsFromTime(time.Now())
-	ch, err := Retable(ctx, uri, pos, []string{"r"}, at, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Undo(ctx); err != nil {
-		t.Fatal(err)
+	// The partition it replaces is named as leaving, by a dry run and
+	// by the change, which takes it out with the add.
+	for _, apply := range []bool{false, true} {
+		dry, err := Retable(ctx, uri, pos, []string{"r"}, at, apply)
+		if err != nil || !slices.Equal(dry.Unpublished, []string{"public.p1"}) {
+			t.Fatalf("apply=%v: the publication is to lose %q (%v); want public.p1", apply, dry.Unpublished, err)
+		}
+		if apply {
+			if err := dry.Undo(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "p1 viaroot=false" {
 		t.Fatalf("after the undo: %s", got)
@@ -131,7 +141,7 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 	// the change is stored (named with them, it would send their rows as
 	// its own, which the changefeed no longer replicates); undone, it is
 	// back and they are out.
-	ch, err = Retable(ctx, back.URI, back.Position, []string{"p1", "p2"}, at, true)
+	ch, err := Retable(ctx, back.URI, back.Position, []string{"p1", "p2"}, at, true)
 	if err != nil {
 		t.Fatal(err)
 	}

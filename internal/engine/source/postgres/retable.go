@@ -124,6 +124,22 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 			return source.Retabled{}, err
 		}
 	}
+	// What the publication names before the change, and the relations
+	// of the removed tables (a member renamed upstream is one): what it
+	// loses is read from them, the same with apply or without (the add
+	// takes a table swapped for one of its partition tree out already).
+	var members []publicationMember
+	removedRels := map[uint32]string{}
+	if ours {
+		if members, err = publicationMembers(ctx, cat.conn, to); err != nil {
+			return source.Retabled{}, err
+		}
+		for _, t := range out.Removed {
+			if oid := p.Tables[t].OID; oid != 0 {
+				removedRels[oid] = t
+			}
+		}
+	}
 	if apply && ours {
 		if out.Undo, err = publishAdded(ctx, cat, to, fresh, oids, out.Removed, len(roots) > 0); err != nil {
 			return source.Retabled{}, err
@@ -213,11 +229,17 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		// now, a change that then failed to be stored would put them back
 		// having missed their changes in between.
 		keep := publicationKeeps(next, p)
-		members, err := publicationMembers(ctx, cat.conn, to)
-		if err != nil {
-			return source.Retabled{}, err
+		for _, m := range members {
+			if keep.names[m.name] || keep.rels[m.oid] {
+				continue
+			}
+			if t, ok := removedRels[m.oid]; ok {
+				m.name = t // named as the changefeed named it
+			}
+			out.Unpublished = append(out.Unpublished, m.name)
 		}
-		out.Unpublished = keep.dropped(members)
+		slices.Sort(out.Unpublished)
+		out.Unpublished = slices.Compact(out.Unpublished)
 		if apply {
 			out.Finish = func(ctx context.Context) error { return trimPublication(ctx, to, keep) }
 		}
