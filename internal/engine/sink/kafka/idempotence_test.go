@@ -16,10 +16,8 @@ import (
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
 	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka"
+	"github.com/cdcctl/cdcctl/internal/engine/sink/kafka/kafkatest"
 	"github.com/cdcctl/cdcctl/internal/engine/source"
-	"github.com/cdcctl/cdcctl/internal/engine/source/gen"
-	"github.com/cdcctl/cdcctl/internal/engine/source/sourcetest"
-	"github.com/cdcctl/cdcctl/internal/model"
 )
 
 // A produce request the client gave up on (its read timed out, the
@@ -31,16 +29,7 @@ import (
 // drops the late copy.
 func TestABatchTheBrokerTakesAfterTheClientGaveUpOnItLandsOnce(t *testing.T) {
 	t.Parallel()
-	const start = int64(1_800_000_000_000)
-	g, err := gen.New(gen.Config{Tables: 1, Keys: 3, Rate: 100, Seed: 5, StartMillis: start})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := g.Open(model.Span{Table: g.TableNames()[0]}, model.TsFromMillis(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := sourcetest.Read(t, r, model.TsFromMillis(start+1000), 3)[:3]
+	evs := someEvents(t)[:3] // rows told apart by their messages
 
 	c := broker(t, "cdc")
 	var sat, woke atomic.Bool
@@ -125,16 +114,7 @@ func TestABatchTheBrokerTakesAfterTheClientGaveUpOnItLandsOnce(t *testing.T) {
 // and answer that it has it: lost.)
 func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
 	t.Parallel()
-	const start = int64(1_800_000_000_000)
-	g, err := gen.New(gen.Config{Tables: 1, Keys: 3, Rate: 100, Seed: 7, StartMillis: start})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := g.Open(model.Span{Table: g.TableNames()[0]}, model.TsFromMillis(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := sourcetest.Read(t, r, model.TsFromMillis(start+1000), 2)[:2]
+	evs := someEvents(t)[:2] // rows told apart by their messages
 
 	c := broker(t, "cdc")
 	var sat, woke, failing atomic.Bool
@@ -154,7 +134,7 @@ func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
 			return nil, nil, false
 		}
 		// The retries: refused, nothing appended.
-		return refuse(kreq, kerr.NotEnoughReplicas.Code), nil, true
+		return kafkatest.Refusal(kreq, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
 	s := open(t, uri)
@@ -259,23 +239,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// refuse answers a produce request with code for every partition in it.
-func refuse(kreq kmsg.Request, code int16) kmsg.Response {
-	req := kreq.(*kmsg.ProduceRequest)
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	for _, rt := range req.Topics {
-		st := kmsg.NewProduceResponseTopic()
-		st.Topic = rt.Topic
-		for _, rp := range rt.Partitions {
-			sp := kmsg.NewProduceResponseTopicPartition()
-			sp.Partition, sp.ErrorCode = rp.Partition, code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
-	return resp
-}
-
 // A batch whose numbers the broker refuses (its producer state is not
 // the sink's: lost, or moved to another epoch) appended nothing, and
 // sent again with them it would be refused again: it is stamped again,
@@ -299,7 +262,7 @@ func TestABatchWhoseNumbersTheBrokerRefusesIsStampedAgain(t *testing.T) {
 				}
 				if int32(b.ProducerEpoch) == first {
 					refused.Add(1)
-					return refuse(kreq, code), nil, true
+					return kafkatest.Refusal(kreq, code), nil, true
 				}
 				return nil, nil, false
 			})

@@ -69,6 +69,12 @@ func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		// A broker restarting: the connection closes unanswered.
 		return nil, errors.New("kafkatest: connection dropped"), true
 	}
+	return Refusal(kreq, code), nil, true
+}
+
+// Refusal is the answer to a produce request that refuses every
+// partition in it with code (a Kafka error code): nothing appended.
+func Refusal(kreq kmsg.Request, code int16) kmsg.Response {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, rt := range req.Topics {
@@ -76,13 +82,12 @@ func (c *Cluster) produce(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		st.Topic = rt.Topic
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.ErrorCode = code
+			sp.Partition, sp.ErrorCode = rp.Partition, code
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	return resp, nil, true
+	return resp
 }
 
 // Fail makes the faulty broker answer every produce request with code
