@@ -76,21 +76,7 @@ func TestABatchTheBrokerTakesAfterTheClientGaveUpOnItLandsOnce(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the broker's turn with the first attempt
 	write(evs[2])
 
-	cfg, err := kafka.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := kafka.ScanMessages(ctx, cfg, func(p int32, _ int64, v []byte) error {
-		if p == 0 {
-			got = append(got, string(v))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	got := messages(t, uri) // one partition
 	// Each row's message told apart by its text: the first seen is the
 	// first row written (each was acked before the next was written).
 	seen := map[string]int{}
@@ -167,19 +153,7 @@ func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := kafka.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := kafka.ScanMessages(ctx, cfg, func(_ int32, _ int64, v []byte) error {
-		got = append(got, string(v))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	got := messages(t, uri)
 	if len(got) != 2 || got[0] == got[1] {
 		t.Fatalf("the topic holds %d messages (%d distinct); want the late one and the next, which was acked", len(got), len(slices.Compact(slices.Sorted(slices.Values(got)))))
 	}
@@ -284,4 +258,24 @@ func TestABatchWhoseNumbersTheBrokerRefusesIsStampedAgain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// messages are the messages of the topic of a sink URI, a partition's
+// in their order.
+func messages(t *testing.T, uri string) []string {
+	t.Helper()
+	cfg, err := kafka.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafka.ScanMessages(ctx, cfg, func(_ int32, _ int64, v []byte) error {
+		got = append(got, string(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
