@@ -163,7 +163,7 @@ func (s *Sink) nextBatchLocked(p *partState) (batch []*record, st stamp, fenced 
 // until the refresher has a new one. s.mu is held.
 func (s *Sink) stampLocked(p *partState, n int) (stamp, bool) {
 	if s.pidWanted {
-		return stamp{}, false
+		return noStamp, false
 	}
 	if s.pid < 0 {
 		return unnumbered, true
@@ -176,7 +176,7 @@ func (s *Sink) stampLocked(p *partState, n int) (stamp, bool) {
 		// partition at 0 instead, with no wrap to get right.
 		s.closeEpochLocked(stamp{pid: s.pid, epoch: s.epoch})
 		if s.pidWanted {
-			return stamp{}, false
+			return noStamp, false
 		}
 		p.seqEpoch, p.next = s.epoch, 0
 	}
