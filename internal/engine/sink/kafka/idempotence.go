@@ -57,7 +57,8 @@ type stamp struct {
 // unnumbered is the stamp of every batch of a sink without a producer id.
 var unnumbered = stamp{pid: -1, epoch: -1}
 
-// noStamp is a batch's that could not be stamped (no producer id yet).
+// noStamp is the stamp of a batch that could not be stamped (no
+// producer id yet): never sent, never taken for another's.
 var noStamp = stamp{pid: -2, epoch: -1}
 
 // errNoProducerID is why a batch waits that cannot be stamped.
@@ -122,8 +123,8 @@ func (s *Sink) warnUnnumbered(err error) {
 // nextBatchLocked is a partition's next batch and its stamp: the batch
 // to send again, as it went before, or the oldest records of its queue,
 // stamped anew. A batch to send again that lost records of dispatchers
-// fenced since, or whose stamp the broker refused, drops its stamp
-// (idempotence.go) and is stamped anew. stamped is false when a batch
+// fenced since, or whose stamp the broker refused, drops its stamp and
+// is stamped anew. stamped is false when a batch
 // could not be stamped (no producer id until the refresher has a new
 // one). s.mu is held.
 func (s *Sink) nextBatchLocked(p *partState) (batch []*record, st stamp, fenced []*record, stamped bool) {
