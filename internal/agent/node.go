@@ -42,7 +42,10 @@ type Node struct {
 	// sinkBudget bounds what every storage sink of this node holds
 	// together (--sink-memory-mib).
 	sinkBudget *registry.StorageBudget
-	started    time.Time
+	// kafkaProducers hands a Kafka sink's producer id to the next sink
+	// of its changefeed on this node (a changefeed restarted here).
+	kafkaProducers *registry.KafkaProducers
+	started        time.Time
 	// drainsSeen are the drain plans whose duration the metrics observed.
 	drainsSeen map[string]bool
 
@@ -116,7 +119,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Node, error) {
 	// Every line this node logs is masked (redact.Handler), whoever
 	// wrote it and whatever error it quotes.
 	log = slog.New(redact.Handler(log.Handler()))
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: registry.NewStorageBudget(int64(cfg.SinkMemoryMiB) << 20), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeID), metrics: newMetrics(), sinkBudget: registry.NewStorageBudget(int64(cfg.SinkMemoryMiB) << 20), kafkaProducers: registry.NewKafkaProducers(), listening: make(chan struct{}), drainsSeen: map[string]bool{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -270,7 +273,7 @@ func (n *Node) newCapture(store *meta.Store, tr transport.Transport) *capture.Ca
 		ID: n.ID(), Address: n.addr, Version: version.Version, SessionTTL: n.cfg.SessionTTL, MoveTimeout: n.cfg.MoveTimeout,
 		FollowTablesEvery: n.cfg.FollowTablesEvery, SinkRoot: n.cfg.sinkRoot(), SpoolDir: n.cfg.spoolDir(), EventLogDir: n.cfg.eventLogDir(),
 		LogMemory:   int64(n.cfg.LogMemoryMiB) << 20,
-		Sinks:       registry.Env{StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, StorageBudget: n.sinkBudget},
+		Sinks:       registry.Env{StorageMetrics: n.metrics.storage, KafkaMetrics: n.metrics.kafka, KafkaProducers: n.kafkaProducers, StorageBudget: n.sinkBudget},
 		ObserveSink: n.metrics.observeSink, Recoveries: recoveryMetrics{n.metrics},
 		Lead: n.lead, Joined: n.metrics.incarnations.Inc, Faults: n.faults,
 		Beside: []func(context.Context, *capture.Incarnation){

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -269,4 +270,45 @@ func (s *Sink) renewProducerID() {
 func sequenceRefused(err error) bool {
 	return errors.Is(err, sarama.ErrOutOfOrderSequenceNumber) || errors.Is(err, sarama.ErrInvalidProducerEpoch) ||
 		errors.Is(err, sarama.ErrUnknownProducerID) || errors.Is(err, sarama.ErrInvalidProducerIDMapping)
+}
+
+// Producers hands a closed sink's producer id and epoch to the next sink
+// of the same changefeed and topic opened in the process, which goes on
+// in the next epoch instead of under a new id: the broker then refuses
+// a late copy of the closed sink's batches once the new sink has written
+// to its partition (a changefeed restarted on its capture after a broker
+// that sat on its requests). Under a new id nothing would refuse it. An
+// id is held by one sink at a time: taken at open, given back at close.
+type Producers struct {
+	mu  sync.Mutex
+	ids map[string]stamp // epoch: the last one used
+}
+
+// NewProducers is an empty hand-over.
+func NewProducers() *Producers { return &Producers{ids: map[string]stamp{}} }
+
+// take is key's id and the epoch to go on in, if a closed sink left one
+// that has epochs left.
+func (p *Producers) take(key string) (int64, int16, bool) {
+	if p == nil {
+		return 0, 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, ok := p.ids[key]
+	delete(p.ids, key)
+	if !ok || st.epoch == math.MaxInt16 {
+		return 0, 0, false
+	}
+	return st.pid, st.epoch + 1, true
+}
+
+// put keeps a closing sink's id and last epoch for the next.
+func (p *Producers) put(key string, pid int64, epoch int16) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids[key] = stamp{pid: pid, epoch: epoch}
 }

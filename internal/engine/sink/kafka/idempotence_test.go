@@ -279,3 +279,84 @@ func messages(t *testing.T, uri string) []string {
 	}
 	return got
 }
+
+// A sink opened after another of its changefeed closed (the changefeed
+// restarted on its capture) goes on under the closed sink's producer id,
+// in the next epoch: a batch the closed sink gave up on, whose attempt
+// the broker appends late, is refused once the new sink has written to
+// the partition, instead of landing after the rows the new one wrote
+// again and after them. (Under a new id nothing refuses it: the topic
+// ends on the older row.)
+func TestASinkOpenedAgainGoesOnUnderTheIDOfTheOneBefore(t *testing.T) {
+	t.Parallel()
+	evs := someEvents(t)[:2]
+	c := broker(t, "cdc")
+	var sat, woke, failing atomic.Bool
+	failing.Store(true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if sat.CompareAndSwap(false, true) {
+			close(held)
+			c.SleepControl(func() { <-release })
+			woke.Store(true)
+			return nil, nil, false // appended now, after the next sink's rows
+		}
+		if failing.Load() {
+			return kafkatest.Refusal(kreq, kerr.NotEnoughReplicas.Code), nil, true
+		}
+		return nil, nil, false
+	})
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
+	producers := kafka.NewProducers()
+	openOne := func() *kafka.Sink {
+		s, err := kafka.OpenWith(context.Background(), uri, quiet(), kafka.Env{Changefeed: "cf", Producers: producers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Cleanup(letGo)
+	write := func(s *kafka.Sink, e source.Event) error {
+		t.Helper()
+		acked := make(chan error, 1)
+		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-acked:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("a row was not settled in 30 s")
+		}
+		return nil
+	}
+	first := openOne()
+	if err := write(first, evs[0]); err == nil {
+		t.Fatal("the first row was acked; want it given up on after retry-timeout")
+	}
+	<-held
+	first.Close()
+	failing.Store(false)
+	// The changefeed restarted: a new sink writes the row again, and the
+	// next.
+	second := openOne()
+	t.Cleanup(func() { second.Close() })
+	if err := write(second, evs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(second, evs[1]); err != nil {
+		t.Fatal(err)
+	}
+	letGo()
+	for !woke.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the broker's turn with the late attempt
+	got := messages(t, uri)
+	if len(got) != 2 || got[1] == got[0] {
+		t.Fatalf("the topic holds %d messages; want the two rows the second sink wrote, the first sink's late attempt refused", len(got))
+	}
+}

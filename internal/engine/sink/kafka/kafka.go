@@ -102,6 +102,10 @@ type Sink struct {
 	pid       int64
 	epoch     int16
 	pidWanted bool
+	// producers takes the producer id when the sink closes, under
+	// producersKey (nil: none).
+	producers    *Producers
+	producersKey string
 
 	kick      chan struct{} // the pump has work
 	results   chan *produceCall
@@ -429,6 +433,12 @@ func (s *Sink) Close() error {
 	s.wake()
 	s.stop() // a send waiting for the tenure gives up
 	<-s.pumped
+	// Nothing more is stamped: the next sink goes on in a newer epoch.
+	s.mu.Lock()
+	if s.pid >= 0 && !s.pidWanted {
+		s.producers.put(s.producersKey, s.pid, s.epoch)
+	}
+	s.mu.Unlock()
 	s.sides.Wait()
 	s.closeConns(&s.txnConns) // the writers are done
 	s.failures.close()

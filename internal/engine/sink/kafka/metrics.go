@@ -18,6 +18,10 @@ type Env struct {
 	// Changefeed names the changefeed: with delivery=exactly-once, each
 	// partition's transactional id is made of it and the partition's id.
 	Changefeed string
+	// Producers, if set, hands a closed sink's producer id to the next
+	// sink of its changefeed and topic opened with it (idempotence.go);
+	// one per process.
+	Producers *Producers
 }
 
 // Metrics receives what the sink's producer does, by broker: a handful

@@ -91,7 +91,10 @@ func OpenWith(ctx context.Context, uri string, log *slog.Logger, env Env) (*Sink
 	if cfg.ExactlyOnce() {
 		s.failures.exactlyOnce()
 	}
-	if s.pid, s.epoch, err = s.producerID(); err != nil {
+	s.producers, s.producersKey = env.Producers, cfg.Topic+"\x00"+strings.Join(cfg.Brokers, ",")+"\x00"+env.Changefeed
+	if pid, epoch, ok := s.producers.take(s.producersKey); ok {
+		s.pid, s.epoch = pid, epoch
+	} else if s.pid, s.epoch, err = s.producerID(); err != nil {
 		if !refusesNumbering(err) {
 			return fail(model.Unreachable(fmt.Errorf("cannot start a Kafka producer at %v: %w", cfg.Brokers, err)))
 		}

@@ -54,6 +54,13 @@ func NewStorageBudget(max int64) *StorageBudget { return storage.NewBudget(max) 
 // StorageFlushReasons are the labels StorageMetrics.FlushTask is given.
 func StorageFlushReasons() []string { return append([]string(nil), storage.Reasons...) }
 
+// KafkaProducers hands a closed Kafka sink's producer id to the next
+// sink of its changefeed and topic (kafka.Producers).
+type KafkaProducers = kafka.Producers
+
+// NewKafkaProducers is a node's hand-over of Kafka producer ids.
+func NewKafkaProducers() *KafkaProducers { return kafka.NewProducers() }
+
 // Env is what a sink gets from the node that opens it.
 type Env struct {
 	Log *slog.Logger
@@ -62,6 +69,9 @@ type Env struct {
 	// KafkaMetrics receives the Kafka sinks' produce requests; nil is
 	// fine.
 	KafkaMetrics kafka.Metrics
+	// KafkaProducers hands a closed Kafka sink's producer id to the next
+	// of its changefeed (one per node); nil is fine.
+	KafkaProducers *KafkaProducers
 	// StorageBudget, if set, bounds the bytes all storage sinks opened
 	// with it hold together (one cap per node).
 	StorageBudget *StorageBudget
@@ -154,7 +164,7 @@ func Open(ctx context.Context, uri string, env Env) (sink.Sink, error) {
 	// a caller keeping "the sink it got" then calls a method on nil).
 	switch u.Scheme {
 	case "kafka":
-		k, kerr := kafka.OpenWith(ctx, uri, log, kafka.Env{Tenure: env.Tenure, Metrics: env.KafkaMetrics, Changefeed: env.Changefeed})
+		k, kerr := kafka.OpenWith(ctx, uri, log, kafka.Env{Tenure: env.Tenure, Metrics: env.KafkaMetrics, Changefeed: env.Changefeed, Producers: env.KafkaProducers})
 		s, err = k, kerr
 	case "blackhole":
 		return blackhole.New(), nil
