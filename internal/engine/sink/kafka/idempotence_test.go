@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cdcctl/cdcctl/internal/engine/sink"
@@ -31,49 +32,21 @@ func TestABatchTheBrokerTakesAfterTheClientGaveUpOnItLandsOnce(t *testing.T) {
 	t.Parallel()
 	evs := someEvents(t)[:3] // rows told apart by their messages
 
-	c := broker(t, "cdc")
-	var sat, woke atomic.Bool
-	held, release := make(chan struct{}), make(chan struct{})
-	var released sync.Once
-	letGo := func() { released.Do(func() { close(release) }) }
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if sat.CompareAndSwap(false, true) {
-			close(held)
-			// Past the client's read timeout (3 × dial-timeout): it
-			// closes the connection and sends the batch again.
-			c.SleepControl(func() { <-release })
-			woke.Store(true)
-		}
-		return nil, nil, false // then appended as usual
-	})
+	b := lateBroker(t)
 	// One partition for every row: the order the test reads is the
 	// topic's.
-	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms", c.ListenAddrs()[0])
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms", b.ListenAddrs()[0])
 	s := open(t, uri)
-	t.Cleanup(letGo)
 	write := func(e source.Event) {
 		t.Helper()
-		acked := make(chan error, 1)
-		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
+		if err := writeRows(t, s, "d", e); err != nil {
 			t.Fatal(err)
-		}
-		select {
-		case err := <-acked:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("a row was not acked in 30 s")
 		}
 	}
 	write(evs[0]) // acked by its second attempt, the first still held
-	<-held
+	<-b.held
 	write(evs[1])
-	letGo()
-	for !woke.Load() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the broker's turn with the first attempt
+	b.appendLate()
 	write(evs[2])
 
 	got := messages(t, uri) // one partition
@@ -102,54 +75,17 @@ func TestABatchGivenUpOnThatLandsLateDoesNotSwallowTheNext(t *testing.T) {
 	t.Parallel()
 	evs := someEvents(t)[:2] // rows told apart by their messages
 
-	c := broker(t, "cdc")
-	var sat, woke, failing atomic.Bool
-	failing.Store(true)
-	held, release := make(chan struct{}), make(chan struct{})
-	var released sync.Once
-	letGo := func() { released.Do(func() { close(release) }) }
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if sat.CompareAndSwap(false, true) {
-			close(held)
-			c.SleepControl(func() { <-release })
-			woke.Store(true)
-			return nil, nil, false // appended now, long after the sink gave up
-		}
-		if !failing.Load() {
-			return nil, nil, false
-		}
-		// The retries: refused, nothing appended.
-		return kafkatest.Refusal(kreq, kerr.NotEnoughReplicas.Code), nil, true
-	})
-	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
+	b := lateBroker(t)
+	b.refusing.Store(true) // the retries: refused, nothing appended
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", b.ListenAddrs()[0])
 	s := open(t, uri)
-	t.Cleanup(letGo)
-	write := func(d string, e source.Event) error {
-		t.Helper()
-		acked := make(chan error, 1)
-		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: d, Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-acked:
-			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("a row was not settled in 30 s")
-		}
-		return nil
-	}
-	if err := write("given-up", evs[0]); err == nil {
+	if err := writeRows(t, s, "given-up", evs[0]); err == nil {
 		t.Fatal("the first row was acked; want it given up on after retry-timeout")
 	}
-	<-held
-	failing.Store(false)
-	letGo()
-	for !woke.Load() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the broker's turn with the late attempt
-	if err := write("next", evs[1]); err != nil {
+	<-b.held
+	b.refusing.Store(false)
+	b.appendLate()
+	if err := writeRows(t, s, "next", evs[1]); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,11 +119,7 @@ func TestASinkWithoutAProducerIDSaysSoAndWrites(t *testing.T) {
 		t.Fatalf("the log says %q; want the missing producer id and the grant that fixes it", log)
 	}
 	evs := someEvents(t)
-	acked := make(chan error, 1)
-	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-acked; err != nil {
+	if err := writeRows(t, s, "d", evs...); err != nil {
 		t.Fatal(err)
 	}
 	if n := countMessages(t, uri); n != len(evs) {
@@ -243,11 +175,7 @@ func TestABatchWhoseNumbersTheBrokerRefusesIsStampedAgain(t *testing.T) {
 			uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
 			s := open(t, uri)
 			evs := someEvents(t)
-			acked := make(chan error, 1)
-			if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-acked; err != nil {
+			if err := writeRows(t, s, "d", evs...); err != nil {
 				t.Fatal(err)
 			}
 			if refused.Load() == 0 {
@@ -290,26 +218,9 @@ func messages(t *testing.T, uri string) []string {
 func TestASinkOpenedAgainGoesOnUnderTheIDOfTheOneBefore(t *testing.T) {
 	t.Parallel()
 	evs := someEvents(t)[:2]
-	c := broker(t, "cdc")
-	var sat, woke, failing atomic.Bool
-	failing.Store(true)
-	held, release := make(chan struct{}), make(chan struct{})
-	var released sync.Once
-	letGo := func() { released.Do(func() { close(release) }) }
-	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if sat.CompareAndSwap(false, true) {
-			close(held)
-			c.SleepControl(func() { <-release })
-			woke.Store(true)
-			return nil, nil, false // appended now, after the next sink's rows
-		}
-		if failing.Load() {
-			return kafkatest.Refusal(kreq, kerr.NotEnoughReplicas.Code), nil, true
-		}
-		return nil, nil, false
-	})
-	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", c.ListenAddrs()[0])
+	b := lateBroker(t)
+	b.refusing.Store(true)
+	uri := fmt.Sprintf("kafka://%s/cdc?hash-partitions=1&dial-timeout=200ms&retry-timeout=1s", b.ListenAddrs()[0])
 	producers := kafka.NewProducers()
 	openOne := func() *kafka.Sink {
 		s, err := kafka.OpenWith(context.Background(), uri, quiet(), kafka.Env{Changefeed: "cf", Producers: producers})
@@ -318,45 +229,88 @@ func TestASinkOpenedAgainGoesOnUnderTheIDOfTheOneBefore(t *testing.T) {
 		}
 		return s
 	}
-	t.Cleanup(letGo)
-	write := func(s *kafka.Sink, e source.Event) error {
-		t.Helper()
-		acked := make(chan error, 1)
-		if err := s.Write(context.Background(), &sink.Batch{Dispatcher: "d", Epoch: 1, Events: []source.Event{e}, OnFlushed: func(err error) { acked <- err }}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-acked:
-			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("a row was not settled in 30 s")
-		}
-		return nil
-	}
 	first := openOne()
-	if err := write(first, evs[0]); err == nil {
+	if err := writeRows(t, first, "d", evs[0]); err == nil {
 		t.Fatal("the first row was acked; want it given up on after retry-timeout")
 	}
-	<-held
+	<-b.held
 	first.Close()
-	failing.Store(false)
+	b.refusing.Store(false)
 	// The changefeed restarted: a new sink writes the row again, and the
 	// next.
 	second := openOne()
 	t.Cleanup(func() { second.Close() })
-	if err := write(second, evs[0]); err != nil {
+	if err := writeRows(t, second, "d", evs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(second, evs[1]); err != nil {
+	if err := writeRows(t, second, "d", evs[1]); err != nil {
 		t.Fatal(err)
 	}
-	letGo()
-	for !woke.Load() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the broker's turn with the late attempt
+	b.appendLate()
 	got := messages(t, uri)
 	if len(got) != 2 || got[1] == got[0] {
 		t.Fatalf("the topic holds %d messages; want the two rows the second sink wrote, the first sink's late attempt refused", len(got))
 	}
+}
+
+// late is a one-broker cluster that sits on the first produce request
+// past the client's read timeout (3 × dial-timeout: the client closes
+// the connection and sends the batch again) until appendLate, and then
+// appends it; while refusing, it refuses every other produce request,
+// appending nothing.
+type late struct {
+	*kfake.Cluster
+	held, release chan struct{}
+	released      sync.Once
+	woke          atomic.Bool
+	refusing      atomic.Bool
+}
+
+func lateBroker(t *testing.T) *late {
+	b := &late{Cluster: broker(t, "cdc"), held: make(chan struct{}), release: make(chan struct{})}
+	var sat atomic.Bool
+	b.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if sat.CompareAndSwap(false, true) {
+			close(b.held)
+			b.SleepControl(func() { <-b.release })
+			b.woke.Store(true)
+			return nil, nil, false // appended now, late
+		}
+		if b.refusing.Load() {
+			return kafkatest.Refusal(kreq, kerr.NotEnoughReplicas.Code), nil, true
+		}
+		return nil, nil, false
+	})
+	// Before the cluster's close (cleanups run last first): a failure
+	// must not leave it sitting on the request.
+	t.Cleanup(func() { b.released.Do(func() { close(b.release) }) })
+	return b
+}
+
+// appendLate lets the broker append the request it sat on, and waits for
+// it to have had its turn.
+func (b *late) appendLate() {
+	b.released.Do(func() { close(b.release) })
+	for !b.woke.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+}
+
+// writeRows writes rows as one batch of dispatcher d and returns its
+// flush's outcome.
+func writeRows(t *testing.T, s *kafka.Sink, d string, evs ...source.Event) error {
+	t.Helper()
+	acked := make(chan error, 1)
+	if err := s.Write(context.Background(), &sink.Batch{Dispatcher: d, Epoch: 1, Events: evs, OnFlushed: func(err error) { acked <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acked:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("a row was not settled in 30 s")
+	}
+	return nil
 }

@@ -180,11 +180,11 @@ type publicationKeep struct {
 }
 
 // dropped are the members that keep does not keep.
-func (keep publicationKeep) dropped(members []publicationMember) []string {
-	var drop []string
+func (keep publicationKeep) dropped(members []publicationMember) []publicationMember {
+	var drop []publicationMember
 	for _, m := range members {
 		if !keep.names[m.name] && !keep.rels[m.oid] {
-			drop = append(drop, m.name)
+			drop = append(drop, m)
 		}
 	}
 	return drop
@@ -209,7 +209,10 @@ func publicationKeeps(tables []string, p position) publicationKeep {
 // what a change whose Finish never ran (its coordinator stopped) left.
 func trimPublication(ctx context.Context, cfg Config, keep publicationKeep) error {
 	return changeMembers(ctx, cfg, func(members []publicationMember) []string {
-		drop := keep.dropped(members)
+		var drop []string
+		for _, m := range keep.dropped(members) {
+			drop = append(drop, m.name)
+		}
 		if len(drop) == 0 {
 			return nil
 		}

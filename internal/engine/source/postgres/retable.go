@@ -229,10 +229,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		// now, a change that then failed to be stored would put them back
 		// having missed their changes in between.
 		keep := publicationKeeps(next, p)
-		for _, m := range members {
-			if keep.names[m.name] || keep.rels[m.oid] {
-				continue
-			}
+		for _, m := range keep.dropped(members) {
 			if t, ok := removedRels[m.oid]; ok {
 				m.name = t // named as the changefeed named it
 			}
