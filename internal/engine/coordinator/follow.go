@@ -252,15 +252,27 @@ func busy(routes map[string]meta.RouteRecord) bool {
 	return false
 }
 
-// sameTables says whether two table lists hold the same tables.
+// sameTables says whether two table lists hold the same tables, in any
+// order. Counted in a map, not looked up one in the other: at 100,000
+// tables (a generator's, or a schema's) that lookup was 5·10⁹ string
+// comparisons, seconds of the coordinator's CPU every follow round, and
+// the changefeed's checkpoint lag rose with it.
 func sameTables(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
 	}
+	if slices.Equal(a, b) {
+		return true // the same order, as a list cloned and left alone is
+	}
+	n := make(map[string]int, len(a))
 	for _, t := range a {
-		if !slices.Contains(b, t) {
+		n[t]++
+	}
+	for _, t := range b {
+		if n[t] == 0 {
 			return false
 		}
+		n[t]--
 	}
 	return true
 }

@@ -200,3 +200,25 @@ func TestEachTableLeavingIsWaitedForByItsOwnStall(t *testing.T) {
 		t.Fatal("the dropped table passed its drop, and the other was stalled for an hour: still waiting")
 	}
 }
+
+// Two table lists are the same tables in any order, each as many times:
+// the coordinator compares a changefeed's tables with its rules' and
+// with its remedies' every follow round, for every changefeed.
+func TestSameTablesIgnoresOrderAndCountsRepeats(t *testing.T) {
+	for _, c := range []struct {
+		a, b []string
+		same bool
+	}{
+		{[]string{"a", "b", "c"}, []string{"a", "b", "c"}, true},
+		{[]string{"a", "b", "c"}, []string{"c", "a", "b"}, true},
+		{nil, []string{}, true},
+		{[]string{"a", "b"}, []string{"a", "b", "c"}, false},
+		{[]string{"a", "b", "c"}, []string{"a", "b", "d"}, false},
+		{[]string{"a", "a", "b"}, []string{"a", "b", "b"}, false},
+		{[]string{"a", "b", "a"}, []string{"a", "a", "b"}, true},
+	} {
+		if got := sameTables(c.a, c.b); got != c.same {
+			t.Errorf("sameTables(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}

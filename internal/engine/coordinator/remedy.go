@@ -59,6 +59,9 @@ func (c *Coordinator) remedyHeld(ctx context.Context, term election.Term, st *me
 			held[i] = ti
 		}
 	}
+	if len(held) == 0 {
+		return // (before the source is opened to name its tables: every round, for every changefeed)
+	}
 	current := tablesOf(e.Info.SourceURI)
 	// Each remedy is applied once the changefeed has written everything
 	// its table had before its hold or drop, each by its own wait (one
