@@ -170,17 +170,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 	if len(next) == 0 {
 		return source.Retabled{}, fmt.Errorf("a changefeed needs at least one table; to stop replicating all of them, remove the changefeed")
 	}
-	var added, removed []string
-	for _, t := range next {
-		if !slices.Contains(cfg.Tables, t) {
-			added = append(added, t)
-		}
-	}
-	for _, t := range cfg.Tables {
-		if !slices.Contains(next, t) {
-			removed = append(removed, t)
-		}
-	}
+	added, removed := source.TablesDiff(cfg.Tables, next)
 	for _, t := range again {
 		if cfg.Snapshot == "never" {
 			return source.Retabled{}, fmt.Errorf("table %s cannot be copied again: the changefeed was created with snapshot=never, so nothing would copy it and its rows would be truncated in the sink", t)

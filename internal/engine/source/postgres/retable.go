@@ -67,16 +67,7 @@ func Retable(ctx context.Context, uri string, pos source.Position, tables []stri
 		}
 	}
 	out := source.Retabled{Tables: next}
-	for _, t := range next {
-		if !slices.Contains(cfg.Tables, t) {
-			out.Added = append(out.Added, t)
-		}
-	}
-	for _, t := range cfg.Tables {
-		if !slices.Contains(next, t) {
-			out.Removed = append(out.Removed, t)
-		}
-	}
+	out.Added, out.Removed = source.TablesDiff(cfg.Tables, next)
 	for _, t := range again {
 		if cfg.Snapshot == "never" {
 			return source.Retabled{}, fmt.Errorf("table %s cannot be copied again: the changefeed was created with snapshot=never, so nothing would copy it and its rows would be truncated in the sink", t)

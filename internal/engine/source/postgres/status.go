@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -39,10 +38,9 @@ func Inspect(ctx context.Context, uri string, pos source.Position) (*source.Stat
 		}
 		if f, err := follow(ctx, cfg, p.oids()); err == nil {
 			st.Unreplicated = f.Refused
-			for _, t := range f.Tables {
-				if !slices.Contains(cfg.Tables, t) {
-					st.Unreplicated = append(st.Unreplicated, t+": matched since the changefeed last followed its rules; added within a minute")
-				}
+			added, _ := source.TablesDiff(cfg.Tables, f.Tables)
+			for _, t := range added {
+				st.Unreplicated = append(st.Unreplicated, t+": matched since the changefeed last followed its rules; added within a minute")
 			}
 		}
 	}
