@@ -159,6 +159,7 @@ func (m *Manager) started(r model.RouteEntry) {
 // recovery timed out, to restart. m.mu is held.
 func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedID) time.Duration) map[model.ChangefeedID]transport.Restart {
 	restart := map[model.ChangefeedID]transport.Restart{}
+	recovered := map[model.ChangefeedID]bool{}
 	for k, rec := range m.recovering {
 		e, exists := st.Changefeeds[rec.cf]
 		r, placed := st.Partitions[rec.cf][rec.pid]
@@ -174,7 +175,7 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 				if m.cfg.Metrics != nil {
 					m.cfg.Metrics.Recovered()
 				}
-				m.releaseBackoffs(rec.cf)
+				recovered[rec.cf] = true
 				continue
 			}
 			if !placed || r.Route.Node != m.self || r.Route.Epoch > rec.recreated || r.Route.Status == model.PartitionDraining {
@@ -201,6 +202,12 @@ func (m *Manager) checkRecoveries(st *meta.State, timeout func(model.ChangefeedI
 		if time.Since(rec.since) > timeout(rec.cf) {
 			restart[rec.cf] = transport.Restart{Reason: "recover_timeout", Err: rec.req.Err, Time: time.Now().UnixMilli()}
 		}
+	}
+	// Once a changefeed, not once a partition recovered: each release
+	// walks every recovery of the node, and a sink back after an outage
+	// recovers all of a node's 33,000 partitions in one check.
+	for cf := range recovered {
+		m.releaseBackoffs(cf)
 	}
 	for cf := range restart {
 		m.forgetRecoveries(cf)
