@@ -190,6 +190,22 @@ func (s *Sink) txnConn(leader *sarama.Broker, n int) *sarama.Broker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A writer that took the connection before it was replaced opens it
-	// again.
+	// again: txnConnDone closes it.
 	return laneConn(s.txnConns, lane{leader.ID(), n}, leader)
+}
+
+// txnConnDone closes the connection a writer of lane n made call c on if
+// it was replaced meanwhile (its leader moved: another writer dialled the
+// new one and closed this one, which c's Open then dialled again, or the
+// sink closed): no one else would close it. Lane 0's is the client's own.
+func (s *Sink) txnConnDone(c *produceCall, n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	current := s.txnConns[lane{c.id, n}] == c.broker
+	s.mu.Unlock()
+	if !current {
+		_ = c.broker.Close()
+	}
 }

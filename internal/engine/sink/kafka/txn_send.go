@@ -194,6 +194,7 @@ func (w *txnWriter) produce(round []txnEntry) error {
 			go func() {
 				defer wg.Done()
 				s.produce(c)
+				s.txnConnDone(c, w.lane)
 			}()
 		}
 		wg.Wait()
