@@ -26,12 +26,38 @@ func (m *Manager) ownFinal(r model.RouteEntry) (model.Ts, model.CopyProgress) {
 	defer m.mu.Unlock()
 	var at model.Ts
 	var copied model.CopyProgress
-	for _, f := range m.finals {
-		if f.cf == r.Changefeed && f.pid == r.ID && f.p.Epoch <= r.Epoch && f.p.Checkpoint >= at {
+	for _, f := range m.finalsOf[key(r.Changefeed, r.ID)] {
+		if f.p.Epoch <= r.Epoch && f.p.Checkpoint >= at {
 			at, copied = f.p.Checkpoint, f.p.Copy
 		}
 	}
 	return at, copied
+}
+
+// putFinalLocked records where a partition's dispatcher stopped, under
+// its placement's key (finalKey). m.mu is held.
+func (m *Manager) putFinalLocked(fk string, f *final) {
+	m.dropFinalLocked(fk)
+	m.finals[fk] = f
+	pk := key(f.cf, f.pid)
+	if m.finalsOf[pk] == nil {
+		m.finalsOf[pk] = map[string]*final{}
+	}
+	m.finalsOf[pk][fk] = f
+}
+
+// dropFinalLocked forgets a final position. m.mu is held.
+func (m *Manager) dropFinalLocked(fk string) {
+	f, ok := m.finals[fk]
+	if !ok {
+		return
+	}
+	delete(m.finals, fk)
+	pk := key(f.cf, f.pid)
+	delete(m.finalsOf[pk], fk)
+	if len(m.finalsOf[pk]) == 0 {
+		delete(m.finalsOf, pk)
+	}
 }
 
 // resumeFrom is where a partition starts when it is not handed over
@@ -136,7 +162,7 @@ func (m *Manager) stopAndReportWithin(runs []*managed, timeout time.Duration) {
 			p := model.Progress{Checkpoint: at, Node: m.self, Epoch: rt.Epoch, Final: err == nil, Copy: r.d.Copied()}
 			p.Handover = p.Final && rt.Status == model.PartitionDraining && m.saveState(rt, at)
 			m.mu.Lock()
-			m.finals[finalKey(rt)] = &final{cf: rt.Changefeed, pid: rt.ID, p: p}
+			m.putFinalLocked(finalKey(rt), &final{cf: rt.Changefeed, pid: rt.ID, p: p})
 			m.mu.Unlock()
 		}()
 	}

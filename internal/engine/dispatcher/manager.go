@@ -66,6 +66,11 @@ type Manager struct {
 	// finals are the positions where dispatchers stopped, by partition and
 	// epoch, until acknowledged; a restart here starts from one.
 	finals map[string]*final
+	// finalsOf indexes finals by changefeed/partition (putFinalLocked,
+	// dropFinalLocked): a start looks its partition's up (ownFinal), and
+	// a changefeed restarted leaves one for each of a node's partitions,
+	// which a search of all of them at each start made 10⁹ steps.
+	finalsOf map[string]map[string]*final
 	// failed counts the starts that failed, by changefeed/partition, for
 	// the placement they were tried under.
 	failed   map[string]*failedStart
@@ -191,7 +196,7 @@ func NewManager(cfg ManagerConfig) *Manager {
 	view := cfg.View
 	return &Manager{self: cfg.Self, store: cfg.Store, view: view, tr: cfg.Transport, log: cfg.Log, cfg: cfg,
 		reads:   eventlog.NewClient(cfg.Transport, func(cf model.ChangefeedID) (model.NodeID, bool) { return view.State().MaintainerNode(cf) }, cfg.Self, cfg.Logs),
-		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, failed: map[string]*failedStart{},
+		running: map[string]*managed{}, feeds: map[model.ChangefeedID]*feed{}, finals: map[string]*final{}, finalsOf: map[string]map[string]*final{}, failed: map[string]*failedStart{},
 		recovering: map[string]*recovery{}, flaps: map[string]*flap{}, restartFeeds: map[model.ChangefeedID]transport.Restart{},
 		restarts: map[model.ChangefeedID][]transport.Restart{}, wake: make(chan struct{}, 1),
 		copiedSince: map[model.ChangefeedID]bool{}, handIns: map[string]handIn{}}
@@ -329,7 +334,7 @@ func (m *Manager) start(ctx context.Context, st *meta.State, r meta.RouteRecord,
 	from, copied := m.resumeFrom(st, r.Route)
 	m.mu.Lock()
 	// Running again under the same placement: no longer final.
-	delete(m.finals, finalKey(r.Route))
+	m.dropFinalLocked(finalKey(r.Route))
 	m.mu.Unlock()
 	k := key(r.Route.Changefeed, r.Route.ID)
 	id := dispatcherID(r.Route)

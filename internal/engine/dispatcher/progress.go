@@ -85,7 +85,7 @@ func (m *Manager) beat(ctx context.Context, st *meta.State, only map[model.Chang
 			continue
 		}
 		if f.acked(st) {
-			delete(m.finals, k)
+			m.dropFinalLocked(k)
 			continue
 		}
 		byFeed[f.cf] = append(byFeed[f.cf], transport.PartitionProgress{ID: f.pid, Progress: f.p})

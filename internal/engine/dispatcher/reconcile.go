@@ -48,8 +48,8 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 		case <-r.done:
 			// Ended by itself (its sink failed): it is recovered from its
 			// checkpoint, by its maintainer (recover.go).
-			m.finals[finalKey(r.route.Route)] = &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
-				p: progressOf(r.d, m.self, r.route.Route.Epoch)}
+			m.putFinalLocked(finalKey(r.route.Route), &final{cf: r.route.Route.Changefeed, pid: r.route.Route.ID,
+				p: progressOf(r.d, m.self, r.route.Route.Epoch)})
 			m.unsetRunningLocked(k)
 			m.failedRun(r, r.err)
 			return
@@ -125,8 +125,8 @@ func (m *Manager) reconcile(ctx context.Context, st *meta.State) bool {
 				break // tried again on the next pass
 			}
 			m.mu.Lock()
-			m.finals[fk] = &final{cf: d.Route.Changefeed, pid: d.Route.ID,
-				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true, Copy: copied}}
+			m.putFinalLocked(fk, &final{cf: d.Route.Changefeed, pid: d.Route.ID,
+				p: model.Progress{Checkpoint: from, Node: m.self, Epoch: d.Route.Epoch, Final: true, Handover: true, Copy: copied}})
 			m.mu.Unlock()
 			newFinals = true
 		}

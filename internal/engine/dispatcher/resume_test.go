@@ -15,7 +15,7 @@ import (
 // caught up, or this node's own final position.
 func TestAPartitionResumesWithTheCopyProgressOfItsStartPosition(t *testing.T) {
 	cf := model.ChangefeedID("pg")
-	m := &Manager{finals: map[string]*final{}}
+	m := &Manager{finals: map[string]*final{}, finalsOf: map[string]map[string]*final{}}
 	st := &meta.State{
 		Changefeeds: map[model.ChangefeedID]*meta.ChangefeedEntry{cf: {Info: model.ChangefeedInfo{ID: cf, StartTs: 100}}},
 		Progress: map[model.ChangefeedID]map[string]meta.ProgressRecord{cf: {
@@ -35,12 +35,12 @@ func TestAPartitionResumesWithTheCopyProgressOfItsStartPosition(t *testing.T) {
 	st.Progress[cf] = map[string]meta.ProgressRecord{"p1": {Progress: model.Progress{Checkpoint: 400, Epoch: 2, Copy: model.CopyProgress{To: "m\x00"}}}}
 	check("the persisted progress ahead of the hand-over", 400, "m\x00", false)
 
-	m.finals["pg/p1"] = &final{cf: cf, pid: "p1", p: model.Progress{Checkpoint: 400, Epoch: 2, Final: true, Copy: model.CopyProgress{Done: true}}}
+	m.putFinalLocked("pg/p1@2", &final{cf: cf, pid: "p1", p: model.Progress{Checkpoint: 400, Epoch: 2, Final: true, Copy: model.CopyProgress{Done: true}}})
 	check("stopped here at that position with more copied", 400, "", true)
 
 	r.Start, r.StartCopy = 0, model.CopyProgress{}
 	st.Progress[cf] = nil
-	m.finals = map[string]*final{}
+	m.dropFinalLocked("pg/p1@2")
 	check("nothing known: the changefeed's start, nothing copied", 100, "", false)
 
 	// Persisted below the changefeed's checkpoint (persisted less often):
