@@ -206,6 +206,8 @@ func (s *Sink) txnConnDone(c *produceCall, n int) {
 	current := s.txnConns[lane{c.id, n}] == c.broker
 	s.mu.Unlock()
 	if !current {
-		_ = c.broker.Close()
+		// Not waited for: Close waits for a request another writer of the
+		// lane may still have on it.
+		go c.broker.Close()
 	}
 }

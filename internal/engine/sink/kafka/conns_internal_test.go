@@ -51,6 +51,11 @@ func TestAWritersConnectionReplacedWhileInUseIsClosedAfterItsCall(t *testing.T) 
 		t.Fatal("the lane's connection was not replaced for the leader's new address")
 	}
 	waitFor(t, func() bool { return open.Load() == 0 }, "the replaced connection closed by B")
+	// sarama closes the socket before its Close returns: Connected waits
+	// for the broker's lock, that is for the Close to end.
+	if ok, _ := c.broker.Connected(); ok {
+		t.Fatal("the replaced connection still open after B closed it")
+	}
 	_ = c.broker.Open(s.sc) // A's next call on it dials it again (produce)
 	if ok, err := c.broker.Connected(); !ok {
 		t.Fatalf("A's call did not reach the old address: %v", err)
