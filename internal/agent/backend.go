@@ -203,7 +203,7 @@ func (b backend) Captures(ctx context.Context) (*api.CaptureList, error) {
 		return nil, err
 	}
 	out := &api.CaptureList{Version: api.SchemaVersion, Captures: []api.Capture{}}
-	for _, ns := range st.Snapshot().Nodes {
+	for _, ns := range st.NodeStates() {
 		out.Captures = append(out.Captures, captureOf(ns))
 	}
 	return out, nil
@@ -214,7 +214,7 @@ func (b backend) Capture(ctx context.Context, id string) (*api.CaptureResponse, 
 	if err != nil {
 		return nil, err
 	}
-	snap := st.Snapshot()
+	snap := model.Snapshot{Nodes: st.NodeStates()}
 	ns, ok := snap.Node(model.NodeID(id))
 	if !ok {
 		known := make([]string, 0, len(snap.Nodes))

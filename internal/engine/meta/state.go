@@ -314,24 +314,32 @@ func lessNodeID(a, b model.NodeID) bool {
 	return a < b
 }
 
-// Snapshot turns the state into the planner's model.
-func (s *State) Snapshot() model.Snapshot {
-	snap := model.Snapshot{ClusterID: s.ClusterID, Revision: model.Revision(s.Revision), Nodes: []model.NodeState{}}
+// NodeStates are the nodes as Snapshot has them, without the rest:
+// the captures' list and a capture's page ask only these, and a snapshot
+// of a cluster of 100,000 partitions lists them all.
+func (s *State) NodeStates() []model.NodeState {
 	leader, ok := s.Leader()
-	if ok {
-		snap.Coordinator = leader.Node
-		snap.CoordinatorEpoch = leader.Fence.Epoch()
-	}
+	out := []model.NodeState{}
 	for _, id := range s.NodeIDs() {
 		n := s.Nodes[id]
 		l := s.Liveness[id]
-		snap.Nodes = append(snap.Nodes, model.NodeState{
+		out = append(out, model.NodeState{
 			Info:             n.Info,
 			Liveness:         s.LivenessOf(id),
 			NodeRevision:     model.Revision(n.Revision),
 			LivenessRevision: model.Revision(l.Revision),
 			Coordinator:      ok && leader.Node == id,
 		})
+	}
+	return out
+}
+
+// Snapshot turns the state into the planner's model.
+func (s *State) Snapshot() model.Snapshot {
+	snap := model.Snapshot{ClusterID: s.ClusterID, Revision: model.Revision(s.Revision), Nodes: s.NodeStates()}
+	if leader, ok := s.Leader(); ok {
+		snap.Coordinator = leader.Node
+		snap.CoordinatorEpoch = leader.Fence.Epoch()
 	}
 	snap.Changefeeds, snap.Partitions = []model.ChangefeedPlacement{}, []model.PartitionState{}
 	for _, cf := range s.ChangefeedIDs() {
