@@ -111,7 +111,7 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 	srv, dsn := newDB(t, `CREATE TABLE r (id int4 PRIMARY KEY, v text) PARTITION BY RANGE (id);
 		CREATE TABLE p1 PARTITION OF r FOR VALUES FROM (0) TO (100);
 		CREATE TABLE p2 PARTITION OF r FOR VALUES FROM (100) TO (200)`)
-	uri, pos, err := Pin(ctx, dsn+"&tables=p1", "viaroot", time.Now())
+	uri, pos, err := Pin(ctx, dsn+"&tables=p1", "rootleaves", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +129,11 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 			}
 		}
 	}
-	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "p1 viaroot=false" {
+	if got := members(t, srv, dsn, "cdcctl_rootleaves"); got != "p1 viaroot=false" {
 		t.Fatalf("after the undo: %s", got)
 	}
 	back := retable(t, uri, pos, []string{"r"}, at)
-	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "r viaroot=true" {
+	if got := members(t, srv, dsn, "cdcctl_rootleaves"); got != "r viaroot=true" {
 		t.Fatalf("after the change: %s", got)
 	}
 
@@ -145,13 +145,13 @@ func TestAPartitionReplacedByItsRootLeavesThePublication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "p1,p2 viaroot=true" {
+	if got := members(t, srv, dsn, "cdcctl_rootleaves"); got != "p1,p2 viaroot=true" {
 		t.Fatalf("the partitions added, before the change is stored: %s", got)
 	}
 	if err := ch.Undo(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := members(t, srv, dsn, "cdcctl_viaroot"); got != "r viaroot=true" {
+	if got := members(t, srv, dsn, "cdcctl_rootleaves"); got != "r viaroot=true" {
 		t.Fatalf("after the undo: %s", got)
 	}
 }
