@@ -196,10 +196,7 @@ func (s *Store) progressOps(st *State, cf model.ChangefeedID, table model.Progre
 		}
 	}
 	var ops []clientv3.Op
-	for sh, t := range next {
-		if wanted != nil && !wanted[sh] {
-			continue
-		}
+	for sh, t := range next { // only the wanted shards
 		if legacy || !sameShard(prev[sh], t) {
 			ops = append(ops, clientv3.OpPut(s.keys.ChangefeedProgressShard(cf, sh), mustJSON(t)))
 		}

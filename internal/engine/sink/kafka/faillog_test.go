@@ -1,38 +1,19 @@
 package kafka
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
 
 // A burst of failures (a broker fault failing 50 dispatchers) is two log
 // lines: the first failure at once, then one summary at the interval's
 // end; the next failure after it is logged at once again.
 func TestDeliveryFailuresAreLoggedOncePerInterval(t *testing.T) {
-	var out syncBuffer
+	var out SyncBuffer
 	l := newFailureLog(slog.New(slog.NewTextHandler(&out, nil)), 200*time.Millisecond)
 	for i := range 50 {
 		l.failed(fmt.Sprintf("p%d", i%20), 1, true, errors.New("NOT_ENOUGH_REPLICAS"))

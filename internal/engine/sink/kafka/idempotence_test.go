@@ -108,7 +108,7 @@ func TestASinkWithoutAProducerIDSaysSoAndWrites(t *testing.T) {
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
 		return resp, nil, true
 	})
-	var out lockedBuffer
+	var out kafka.SyncBuffer
 	uri := fmt.Sprintf("kafka://%s/cdc", c.ListenAddrs()[0])
 	s, err := kafka.Open(context.Background(), uri, slog.New(slog.NewTextHandler(&out, nil)))
 	if err != nil {
@@ -125,24 +125,6 @@ func TestASinkWithoutAProducerIDSaysSoAndWrites(t *testing.T) {
 	if n := countMessages(t, uri); n != len(evs) {
 		t.Fatalf("%d messages in the topic; want %d", n, len(evs))
 	}
-}
-
-// lockedBuffer is a log's output, written by the sink's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A batch whose numbers the broker refuses (its producer state is not
