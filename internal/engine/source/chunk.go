@@ -26,6 +26,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,8 +58,47 @@ func nextChunkRows(c *Chunk, most int) int {
 	if n == 0 || c.Bytes == 0 {
 		return firstChunkLimit(most)
 	}
-	perRow := max(c.Bytes/n, 1)
+	return rowsFitting(c.Bytes, n, most)
+}
+
+// rowsFitting is how many rows of the size of n rows of bytes in memory
+// a chunk reads: about chunkBytes of them, at most most.
+func rowsFitting(bytes, n, most int) int {
+	perRow := max(bytes/n, 1)
 	return max(min(chunkBytes/perRow, most), min(1024, most))
+}
+
+// ChunkAsk is how many rows a chunk reads (ChunkReader.ReadChunk).
+type ChunkAsk struct {
+	// Rows is how many it reads first, at most.
+	Rows int
+	// Most, above Rows, is for a chunk whose rows' size is not known yet
+	// (a partition's first): once its first Rows tell it, a source that
+	// can read on in the same snapshot reads as many more as a chunk of
+	// them holds, up to Most in all (Chunk.Grow). Small tables are then
+	// copied in one chunk, not two (a first of 4,096 rows and the rest:
+	// twice the watermarks, round trips and transactions).
+	Most int
+}
+
+// Grow is how many more rows a chunk asked for ask reads on, in the same
+// snapshot as its first ask.Rows (read, and not yet cut to the span by
+// Within): none unless ask lets it grow and that read filled it; then
+// as many as a chunk of the rows' size holds, up to ask.Most in all.
+// The chunk's Limit rises by them, so that Loaded tells whether the
+// range may hold more; a second call grows it no further.
+func (c *Chunk) Grow(ask ChunkAsk) int {
+	n := len(c.Rows)
+	if ask.Most <= ask.Rows || c.Limit != ask.Rows || n < ask.Rows || n == 0 || c.Bytes == 0 {
+		return 0
+	}
+	more := rowsFitting(c.Bytes, n, ask.Most) - n
+	if more <= 0 {
+		return 0
+	}
+	c.Limit += more
+	c.Rows = slices.Grow(c.Rows, more)
+	return more
 }
 
 // Mark is a watermark's content: the Statement of a KindMark event.

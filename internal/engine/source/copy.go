@@ -13,14 +13,14 @@ import (
 // ChunkReader is what a database gives the initial snapshot (chunk.go):
 // the read of a chunk between its watermarks.
 type ChunkReader interface {
-	// ReadChunk reads the rows of span after what is copied (at most
-	// limit, in key order) between a low and a high watermark of a new
-	// chunk, under the table's definition in the catalog now (checked
-	// against the stream's at the high watermark). It calls register
-	// with the chunk before its low watermark is written (false: give up,
-	// return nil) and loaded once its rows are read, before the high
-	// watermark is written.
-	ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, limit int, register func(*Chunk) bool, loaded func(*Chunk)) (*Chunk, error)
+	// ReadChunk reads the rows of span after what is copied (as many as
+	// ask says, in key order) between a low and a high watermark of a
+	// new chunk, under the table's definition in the catalog now
+	// (checked against the stream's at the high watermark). It calls
+	// register with the chunk before its low watermark is written
+	// (false: give up, return nil) and loaded once its rows are read,
+	// before the high watermark is written.
+	ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, ask ChunkAsk, register func(*Chunk) bool, loaded func(*Chunk)) (*Chunk, error)
 }
 
 // CopyOptions are a database source's for its copy readers.
@@ -57,6 +57,7 @@ type CopyReader struct {
 	chunks   []*Chunk
 	fetching bool // a fetch runs
 	limit    int  // rows the next chunk asks for
+	sized    bool // a chunk read rows: limit is sized by them
 	ctx      context.Context
 	cancel   context.CancelFunc
 	fetches  sync.WaitGroup
@@ -334,9 +335,21 @@ func (r *CopyReader) maybeFetch() {
 		r.o.Slots.give() // the snapshot's rate on this node is spent for now
 		return
 	}
+	ask := ChunkAsk{Rows: n, Most: n}
+	if !r.sized && r.o.Pace == nil {
+		// The rows' size is not known: the chunk may read on once its
+		// first rows tell it (under a pace, it reads what was reserved).
+		ask.Most = r.o.ChunkRows
+	}
 	r.fetching = true
 	r.fetches.Add(1)
-	go r.fetch(from, n)
+	go r.fetch(from, ask)
+}
+
+// sizeAfter sizes the next chunk by the rows of c.
+func (r *CopyReader) sizeAfter(c *Chunk) {
+	r.limit = nextChunkRows(c, r.o.ChunkRows)
+	r.sized = r.sized || len(c.Rows) > 0 && c.Bytes > 0
 }
 
 // paced says whether the copy's next read may begin now under the
@@ -379,12 +392,12 @@ func (r *CopyReader) nextFrom() (model.CopyProgress, bool) {
 // fetch reads a chunk of the span after from between its watermarks; it
 // joins the chunks in flight before its low watermark is written, so the
 // reader knows it when the watermark comes.
-func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
+func (r *CopyReader) fetch(from model.CopyProgress, ask ChunkAsk) {
 	defer r.fetches.Done()
 	ctx, cancel := context.WithTimeout(r.ctx, chunkTimeout)
 	defer cancel()
 	var registered *Chunk
-	c, err := r.o.Chunks.ReadChunk(ctx, r.span, from, limit, func(c *Chunk) bool {
+	c, err := r.o.Chunks.ReadChunk(ctx, r.span, from, ask, func(c *Chunk) bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if want, ok := r.nextFrom(); !ok || want.To != from.To || want.Cursor != from.Cursor || want.Only != from.Only || want.Done {
@@ -410,7 +423,7 @@ func (r *CopyReader) fetch(from model.CopyProgress, limit int) {
 		r.failed(err)
 	}
 	if c != nil && c.Limit > 0 {
-		r.limit = nextChunkRows(c, r.o.ChunkRows)
+		r.sizeAfter(c)
 	}
 	if err == nil && registered != nil && r.ctx.Err() == nil {
 		// The next chunk is read while this one waits for its high

@@ -115,7 +115,8 @@ func (r *CopyReader) onMark(e *Event) {
 			r.whole = nil
 		}
 	}
-	r.fails, r.limit = 0, nextChunkRows(c, r.o.ChunkRows)
+	r.fails = 0
+	r.sizeAfter(c)
 	r.out, r.outAt, r.next = rows, e.CommitTs, next
 	if len(rows) == 0 && !r.isEmitting() {
 		r.out, r.copied = nil, next
@@ -178,7 +179,7 @@ func (r *CopyReader) failed(err error) {
 			whole.Close()
 		}()
 		r.whole, r.emitting = nil, false
-		r.limit = firstChunkLimit(r.o.ChunkRows)
+		r.limit, r.sized = firstChunkLimit(r.o.ChunkRows), false
 	}
 	if time.Since(r.lastWarn) >= 30*time.Second {
 		r.lastWarn = time.Now()

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -47,13 +48,17 @@ type heldChunks struct {
 	answer     chan []string
 	registered chan bool
 	mu         sync.Mutex
-	read       []*Chunk // registered, in order
+	read       []*Chunk   // registered, in order
+	asks       []ChunkAsk // of every call, in order
 }
 
-func (h *heldChunks) ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, limit int, register func(*Chunk) bool, loaded func(*Chunk)) (*Chunk, error) {
+func (h *heldChunks) ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, ask ChunkAsk, register func(*Chunk) bool, loaded func(*Chunk)) (*Chunk, error) {
+	h.mu.Lock()
+	h.asks = append(h.asks, ask)
+	h.mu.Unlock()
 	h.calls <- copied
 	keys := <-h.answer
-	c := NewChunk(span.Table, h.def, limit)
+	c := NewChunk(span.Table, h.def, ask.Rows)
 	ok := register(c)
 	h.registered <- ok
 	if !ok {
@@ -70,6 +75,12 @@ func (h *heldChunks) ReadChunk(ctx context.Context, span model.Span, copied mode
 	h.read = append(h.read, c)
 	h.mu.Unlock()
 	return c, nil
+}
+
+func (h *heldChunks) ask(i int) ChunkAsk {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.asks[i]
 }
 
 func (h *heldChunks) chunks() int {
@@ -169,5 +180,41 @@ func TestTheNextChunkIsReadWhileTheOneBeforeGoesOut(t *testing.T) {
 	case from := <-db.calls:
 		t.Fatalf("a third chunk read, from %+v: the second ended the range", from)
 	default:
+	}
+}
+
+// A partition's first chunk, whose rows' size is not known, may read on
+// up to the chunk rows once its first rows tell it (ChunkAsk.Most); the
+// chunks after are sized by the rows before and do not grow; nor does a
+// first chunk under a snapshot's rate, which reads what it reserved.
+func TestOnlyAFirstChunkMayGrow(t *testing.T) {
+	def := &TableDef{Columns: []ColumnDef{{Name: "k", Type: "text"}}}
+	keys := make([]string, firstChunkRows)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%05d", i)
+	}
+	for _, pace := range []*Pace{nil, NewPace(1_000_000)} {
+		db := &heldChunks{def: def, calls: make(chan model.CopyProgress, 4), answer: make(chan []string), registered: make(chan bool, 4)}
+		s := NewLogSource(Env{Changefeed: "cf", Logs: &handedLog{}}, []string{"t"}, 0)
+		r := s.NewCopyReader(model.Span{Table: "t"}, 10, model.CopyProgress{}, CopyOptions{Chunks: db, Slots: &ChunkSlots{}, Pace: pace})
+		if _, err := r.Read(context.Background(), 100, 10); err != nil {
+			t.Fatal(err)
+		}
+		<-db.calls
+		first := ChunkAsk{Rows: firstChunkRows, Most: DefaultChunkRows}
+		if pace != nil {
+			first.Most = firstChunkRows
+		}
+		if got := db.ask(0); got != first {
+			t.Fatalf("paced %v: the first chunk asks %+v, want %+v", pace != nil, got, first)
+		}
+		db.answer <- keys // a full chunk: the range holds more
+		<-db.registered
+		<-db.calls
+		if got := db.ask(1); got.Most != got.Rows || got.Rows != nextChunkRows(db.chunk(0), DefaultChunkRows) || got.Rows <= firstChunkRows {
+			t.Fatalf("paced %v: the second chunk asks %+v, want the rows sized by the first's, and no more", pace != nil, got)
+		}
+		close(db.answer)
+		r.Close()
 	}
 }

@@ -66,7 +66,8 @@ func (r *CopyReader) fetchWhole(limit int) {
 		e.Def, e.CommitTs, e.SchemaVersion, e.TableVersion = at.Def, at.CommitTs, at.SchemaVersion, at.TableVersion
 	}
 	r.next.Rows += int64(len(c.Rows))
-	r.out, r.limit = c.Rows, nextChunkRows(c, r.o.ChunkRows)
+	r.out = c.Rows
+	r.sizeAfter(c)
 	if !c.Full {
 		r.next.Done = true
 		r.emitting = false

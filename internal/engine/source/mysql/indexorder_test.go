@@ -87,16 +87,23 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 			}
 			var copied model.CopyProgress
 			for chunk := 0; ; chunk++ {
-				q, err := orderedQuery(def, span, copied.Cursor, limit, colls)
+				// Every other chunk grows (source.ChunkAsk) from a
+				// first read of half its rows: its second read goes on
+				// from the first's last row, in the index's order.
+				ask := source.ChunkAsk{Rows: limit}
+				if chunk%2 == 0 {
+					ask = source.ChunkAsk{Rows: limit / 2, Most: limit}
+				}
+				q, err := orderedQuery(def, span, copied.Cursor, ask.Rows, colls)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if chunk > 0 {
 					explainRange(t, conn, q, "a chunk of "+tc.table)
 				}
-				c := source.NewChunk(span.Table, def, limit)
+				c := source.NewChunk(span.Table, def, ask.Rows)
 				c.Ordered = true
-				if err := readChunk(ctx, conn, c, q); err != nil {
+				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, colls)); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
 				c.Within(span.Contains)
@@ -183,7 +190,7 @@ func benchKeyChunks(b *testing.B, rows int, flatQuery string, stmts ...string) {
 			}
 			c := source.NewChunk(span.Table, def, limit)
 			c.Ordered = ordered
-			if err := readChunk(ctx, conn, c, q); err != nil {
+			if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil); err != nil {
 				b.Fatal(err)
 			}
 			n += len(c.Rows)
@@ -196,7 +203,7 @@ func benchKeyChunks(b *testing.B, rows int, flatQuery string, stmts ...string) {
 	flat := func() time.Duration {
 		began := time.Now()
 		c := source.NewChunk(span.Table, def, rows+1)
-		if err := readChunk(ctx, conn, c, flatQuery); err != nil {
+		if err := readChunk(ctx, conn, c, flatQuery, source.ChunkAsk{Rows: rows + 1}, nil); err != nil {
 			b.Fatal(err)
 		}
 		if len(c.Rows) != rows {

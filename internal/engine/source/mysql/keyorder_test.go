@@ -30,7 +30,7 @@ func TestABinaryKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := sourcetest.ChunkedSpans(t, "keys.u", keyTypes(def), []string{"", "\x80", "\xc1\x07", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
+	seen := sourcetest.ChunkedSpans(t, "keys.u", keyTypes(def), []string{"", "\x80", "\xc1\x07", ""}, func(span model.Span, copied model.CopyProgress, chunk int) {
 		if chunk != 1 {
 			return
 		}
@@ -46,7 +46,7 @@ func TestABinaryKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := source.NewChunk(span.Table, def, limit)
-		if err := readChunk(ctx, conn, c, q); err != nil {
+		if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil); err != nil {
 			t.Fatal(err)
 		}
 		return c

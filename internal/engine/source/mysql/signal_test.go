@@ -58,7 +58,7 @@ func TestTheChangefeedsOwnRowsArriveWhateverTheServersFormatNow(t *testing.T) {
 	defer src.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = src.ReadChunk(ctx, model.Span{Table: "shop.bench"}, model.CopyProgress{}, 500,
+	_, err = src.ReadChunk(ctx, model.Span{Table: "shop.bench"}, model.CopyProgress{}, source.ChunkAsk{Rows: 500},
 		func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 	if err == nil || !strings.Contains(err.Error(), "binlog_format is MIXED and its binlog_row_image MINIMAL") || !strings.Contains(err.Error(), "SET GLOBAL binlog_format = ROW, binlog_row_image = FULL") {
 		t.Fatalf("a chunk read by a user who may not set its session's binlog_format: %v", err)

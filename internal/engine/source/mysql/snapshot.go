@@ -53,7 +53,7 @@ func (s *Source) OpenCopying(span model.Span, from model.Ts, copied model.CopyPr
 
 // ReadChunk implements source.ChunkReader: the next rows of a span after
 // what is copied, between the chunk's watermarks.
-func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, limit int, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (*source.Chunk, error) {
+func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.CopyProgress, ask source.ChunkAsk, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (*source.Chunk, error) {
 	db, err := s.snapshotDB(ctx)
 	if err != nil {
 		return nil, err
@@ -74,6 +74,8 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	// byte ranges (progress saved before, or a key that was not).
 	ordered := indexOrdered(def) && copied.To == ""
 	var q, order string
+	var more func(c *source.Chunk, n int) (string, error) // a grown chunk's further rows
+	limit := ask.Rows
 	if ordered {
 		colls, err := keyCollations(ctx, conn, span.Table)
 		if err != nil {
@@ -92,6 +94,7 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 		if q, err = orderedQuery(def, span, cursor, limit, colls); err != nil {
 			return nil, err
 		}
+		more = readOn(def, span, colls)
 	} else if q, err = rangeQuery(def, span, copied, limit); err != nil {
 		return nil, err
 	}
@@ -110,7 +113,10 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if _, err := conn.ExecContext(ctx, "INSERT INTO "+signal+" (changefeed, at) VALUES (?, 0)", name("low")); err != nil {
 		return nil, fail("write the low watermark (the user needs INSERT and DELETE on "+s.cfg.Database+"."+signalTable+")", err)
 	}
-	if err := readChunk(ctx, conn, c, q); err != nil {
+	if more == nil {
+		ask.Most = ask.Rows
+	}
+	if err := readChunk(ctx, conn, c, q, ask, more); err != nil {
 		return nil, fail("read", err)
 	}
 	c.Within(span.Contains)
@@ -134,6 +140,13 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	return c, nil
 }
 
+// readOn is the query of a grown chunk's further rows (n at most): the
+// index's next range, on from the last row read, in the same snapshot.
+// Not for chunks of byte ranges, whose every query sorts the rest.
+func readOn(def *source.TableDef, span model.Span, colls map[string]keyCollation) func(c *source.Chunk, n int) (string, error) {
+	return func(c *source.Chunk, n int) (string, error) { return orderedQuery(def, span, c.Last, n, colls) }
+}
+
 // snapshotDB is the node's connection pool for chunks: at most
 // copyConns connections at once per changefeed.
 func (s *Source) snapshotDB(ctx context.Context) (*sql.DB, error) {
@@ -155,16 +168,17 @@ func (s *Source) snapshotDB(ctx context.Context) (*sql.DB, error) {
 // copyConns bounds the chunks one node reads at once per changefeed.
 const copyConns = 4
 
-// readChunk reads a chunk's rows in a consistent snapshot. The server
-// sends them in UTF-8 (a latin1 column's too), as the stream renders
-// them.
+// readChunk reads a chunk's rows in a consistent snapshot: by q, and
+// where the chunk may grow (source.ChunkAsk), as many more as
+// Chunk.Grow says by more's query. The server sends them in UTF-8 (a
+// latin1 column's too), as the stream renders them.
 //
 // The rows are read from the driver itself, under database/sql: its
 // locking and conversions per value were a quarter of a chunk's CPU,
 // and a partition's copy is bound by the CPU (each row's text is copied
 // once, into the chunk, before the next row overwrites the driver's
 // buffer).
-func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) error {
+func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string, ask source.ChunkAsk, more func(*source.Chunk, int) (string, error)) error {
 	if c.Ordered && temporalKey(c.Def) {
 		if err := allowZeroDates(ctx, conn); err != nil {
 			return err
@@ -179,61 +193,78 @@ func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string) e
 		if !ok {
 			return fmt.Errorf("the MySQL driver cannot run a query on its own (%T)", dc)
 		}
-		rows, err := qc.QueryContext(ctx, q, nil)
-		if err != nil {
+		if err := readRows(ctx, qc, c, q); err != nil {
 			return err
 		}
-		defer rows.Close()
-		keyIdx := keyIndexes(c.Def)
-		types := keyTypes(c.Def)
-		n := len(c.Def.Columns)
-		if got := len(rows.Columns()); got != n {
-			return fmt.Errorf("the query returned %d columns, the table has %d", got, n)
-		}
-		dest := make([]driver.Value, n)
-		vals := make([][]byte, n)
-		digits := make([][]byte, n) // a parsed number's text, per column
-		c.Rows = make([]source.Event, 0, c.Limit)
-		for {
-			if err := rows.Next(dest); err == io.EOF {
-				break
-			} else if err != nil {
+		if n := c.Grow(ask); n > 0 {
+			q, err := more(c, n)
+			if err != nil {
 				return err
 			}
-			for i, v := range dest {
-				// The driver parses the text of integers and floats; they
-				// are written back as database/sql writes them into
-				// RawBytes, which is what the rows were read as before.
-				switch v := v.(type) {
-				case nil:
-					vals[i] = nil
-				case []byte:
-					vals[i] = v
-				case int64:
-					digits[i] = strconv.AppendInt(digits[i][:0], v, 10)
-					vals[i] = digits[i]
-				case uint64:
-					digits[i] = strconv.AppendUint(digits[i][:0], v, 10)
-					vals[i] = digits[i]
-				case float32:
-					digits[i] = strconv.AppendFloat(digits[i][:0], float64(v), 'g', -1, 32)
-					vals[i] = digits[i]
-				case float64:
-					digits[i] = strconv.AppendFloat(digits[i][:0], v, 'g', -1, 64)
-					vals[i] = digits[i]
-				default:
-					// A DSN that asks for parsed times (parseTime) would
-					// give time.Time: the rows are the server's text.
-					return fmt.Errorf("column %s came back as %T, not as the server's text", c.Def.Columns[i].Name, v)
-				}
-			}
-			if err := c.AddRow(vals, keyIdx, types); err != nil {
-				return err
-			}
+			return readRows(ctx, qc, c, q)
 		}
-		c.Loaded()
 		return nil
 	})
+}
+
+// readRows adds to chunk c the rows of query q.
+func readRows(ctx context.Context, qc driver.QueryerContext, c *source.Chunk, q string) error {
+	rows, err := qc.QueryContext(ctx, q, nil)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	keyIdx := keyIndexes(c.Def)
+	types := keyTypes(c.Def)
+	n := len(c.Def.Columns)
+	if got := len(rows.Columns()); got != n {
+		return fmt.Errorf("the query returned %d columns, the table has %d", got, n)
+	}
+	dest := make([]driver.Value, n)
+	vals := make([][]byte, n)
+	digits := make([][]byte, n) // a parsed number's text, per column
+	if c.Rows == nil {
+		c.Rows = make([]source.Event, 0, c.Limit)
+	}
+	for {
+		if err := rows.Next(dest); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+		for i, v := range dest {
+			// The driver parses the text of integers and floats; they
+			// are written back as database/sql writes them into
+			// RawBytes, which is what the rows were read as before.
+			switch v := v.(type) {
+			case nil:
+				vals[i] = nil
+			case []byte:
+				vals[i] = v
+			case int64:
+				digits[i] = strconv.AppendInt(digits[i][:0], v, 10)
+				vals[i] = digits[i]
+			case uint64:
+				digits[i] = strconv.AppendUint(digits[i][:0], v, 10)
+				vals[i] = digits[i]
+			case float32:
+				digits[i] = strconv.AppendFloat(digits[i][:0], float64(v), 'g', -1, 32)
+				vals[i] = digits[i]
+			case float64:
+				digits[i] = strconv.AppendFloat(digits[i][:0], v, 'g', -1, 64)
+				vals[i] = digits[i]
+			default:
+				// A DSN that asks for parsed times (parseTime) would
+				// give time.Time: the rows are the server's text.
+				return fmt.Errorf("column %s came back as %T, not as the server's text", c.Def.Columns[i].Name, v)
+			}
+		}
+		if err := c.AddRow(vals, keyIdx, types); err != nil {
+			return err
+		}
+	}
+	c.Loaded()
+	return nil
 }
 
 // keyOrder is the key columns as a row the way keys are routed: integer

@@ -58,7 +58,7 @@ func TestChunksAreReadFromTheKeysIndex(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 
-	c, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+	c, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: limit}, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func chunkPlan(t *testing.T, conn *pgx.Conn, def *source.TableDef, order byteOrd
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
 	if timeLed(def) {
-		if q, args, _, err = timeLedQuery(ctx, tx, quoteQualified(span.Table), def, order, span, copied, limit, q, args, how); err != nil {
+		if q, args, _, _, err = timeLedQuery(ctx, tx, quoteQualified(span.Table), def, order, span, copied, limit, q, args, how); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -42,7 +42,7 @@ func TestAPartitionThatCopiedNothingRefusesAKeyMovedSinceItsSpanWasCut(t *testin
 		t.Fatal(err)
 	}
 	read := func(span model.Span) (*source.Chunk, error) {
-		c, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, 1000, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+		c, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 1000}, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 		return c, err
 	}
 	if _, err := read(cut); err == nil || !strings.Contains(err.Error(), "public.c: its primary key's columns changed from (x) to (y)") ||

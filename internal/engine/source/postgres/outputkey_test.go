@@ -94,7 +94,7 @@ func copyAllOnce(t *testing.T, src *Source, dsn, table string, n int) {
 			if chunks > 100 {
 				t.Fatalf("%s %s: the copy does not end (read %d keys)", table, span, len(read))
 			}
-			c, _, err := readRange(ctx, conn, cfg, span, copied, 16, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			c, _, err := readRange(ctx, conn, cfg, span, copied, halfGrown(chunks, 16), func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 			if err != nil {
 				t.Fatal(err)
 			}

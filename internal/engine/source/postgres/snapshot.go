@@ -93,7 +93,9 @@ func withWatermarks(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.C
 func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 	defer rows.Close()
 	types := keyTypes(c.Def)
-	c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk: no copies as it grows
+	if c.Rows == nil {
+		c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk: no copies as it grows
+	}
 	for rows.Next() {
 		if err := c.AddRow(rows.RawValues(), keyIdx, types); err != nil {
 			return fmt.Errorf("snapshot of %s: %w", c.Table, err)

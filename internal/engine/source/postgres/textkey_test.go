@@ -73,7 +73,7 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			src := &Source{cfg: cfg, log: slog.New(slog.NewTextHandler(&logged, nil)), pool: &copyPool{cfg: cfg}, cf: "text"}
 			span := model.Span{Table: "public." + c.table, Key: "text"}
 			for range 3 {
-				if ch, err := src.ReadChunk(ctx, span, model.CopyProgress{}, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {}); err != nil || !ch.Full {
+				if ch, err := src.ReadChunk(ctx, span, model.CopyProgress{}, source.ChunkAsk{Rows: limit}, func(*source.Chunk) bool { return true }, func(*source.Chunk) {}); err != nil || !ch.Full {
 					t.Fatalf("a chunk of %s through the source: %v", c.table, err)
 				}
 			}
@@ -83,7 +83,8 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			}
 		}
 		var sorted []string
-		seen := sourcetest.ChunkedSpans(t, "public."+c.table, "text", []string{"", "8", "C1", "c1", ""}, limit, func(span model.Span, copied model.CopyProgress, chunk int) {
+		reads := 0
+		seen := sourcetest.ChunkedSpans(t, "public."+c.table, "text", []string{"", "8", "C1", "c1", ""}, func(span model.Span, copied model.CopyProgress, chunk int) {
 			if chunk != 1 {
 				return
 			}
@@ -93,7 +94,8 @@ func TestATextKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 				t.Fatalf("a chunk of %s: a range scan of index %q %v, want %v:\n%s", c.table, c.index, indexed, c.bytewise, plan)
 			}
 		}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
-			ch, why, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			reads++
+			ch, why, err := readRange(ctx, conn, cfg, span, copied, halfGrown(reads, limit), func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 			if err != nil {
 				t.Fatal(err)
 			}

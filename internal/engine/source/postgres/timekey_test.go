@@ -298,7 +298,7 @@ func copyInParts(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.Con
 			if strings.Contains(plan, "One-Time Filter: false") {
 				plan = ""
 			}
-			ch, sorted, err := readRange(ctx, conn, cfg, span, copied, limit, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+			ch, sorted, err := readRange(ctx, conn, cfg, span, copied, halfGrown(chunk, limit), func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 			if err != nil {
 				t.Fatalf("%s: %v", table, err)
 			}
@@ -312,7 +312,7 @@ func copyInParts(t *testing.T, dsn, table, keyTypes string, bounds func(*pgx.Con
 				prev = e.Key
 				seen[e.Key]++
 			}
-			if len(ch.Rows) < limit {
+			if !ch.Full {
 				break
 			}
 			copied = copied.CopiedThrough(ch.Last)
