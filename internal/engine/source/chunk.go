@@ -96,8 +96,7 @@ func (c *Chunk) Grow(ask ChunkAsk) int {
 	if more <= 0 {
 		return 0
 	}
-	c.Limit += more
-	c.Rows = slices.Grow(c.Rows, more)
+	c.Limit += more // the rows' array grows as they come (AddRow): a small table has few
 	return more
 }
 
@@ -225,10 +224,13 @@ func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 	}
 	n := len(c.Rows)
 	if n == cap(c.Rows) {
-		c.Rows = append(c.Rows, Event{})
-	} else {
-		c.Rows = c.Rows[:n+1]
+		// Doubled, up to the rows asked: a chunk grown after its first
+		// read (Grow) is made with room for those only, and reading on
+		// may find few more (with room for the most it may read, most of
+		// a small table's copy was clearing memory it never used).
+		c.Rows = slices.Grow(c.Rows, max(min(n, c.Limit-n), 1))
 	}
+	c.Rows = c.Rows[:n+1]
 	e := &c.Rows[n]
 	e.Kind, e.Table, e.Def, e.Op, e.Key, e.New = KindDML, c.Table, c.Def, OpInsert, all[off:], vals
 	return nil
