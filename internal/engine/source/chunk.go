@@ -26,7 +26,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,9 +36,10 @@ import (
 
 // A chunk reads at most the source's chunk rows (DefaultChunkRows unless
 // its URI says), and about chunkBytes of them in memory: a partition's
-// first chunk reads firstChunkRows, and the rows' size sets how many the
-// next read. Larger chunks cost the database fewer index descents and
-// watermarks.
+// first chunk reads firstChunkRows and then, where its source can read on
+// in the same snapshot, as many more as their size lets fit (ChunkAsk);
+// the rows' size sets how many the next one reads. Larger chunks cost the
+// database fewer index descents and watermarks.
 const (
 	DefaultChunkRows = 65536
 	firstChunkRows   = 4096
@@ -51,15 +51,22 @@ func firstChunkLimit(most int) int { return min(firstChunkRows, most) }
 
 // nextChunkRows is how many rows the chunk after c reads.
 func nextChunkRows(c *Chunk, most int) int {
-	n := len(c.Rows)
-	if c.Ordered {
-		n = c.Read // Bytes counts every row read, the span's or not
-	}
-	if n == 0 || c.Bytes == 0 {
+	if !c.sized() {
 		return firstChunkLimit(most)
 	}
-	return rowsFitting(c.Bytes, n, most)
+	return rowsFitting(c.Bytes, c.rowsRead(), most)
 }
+
+// rowsRead is how many rows the chunk read, the ones Bytes counts.
+func (c *Chunk) rowsRead() int {
+	if c.Ordered {
+		return c.Read // Bytes counts every row read, the span's or not
+	}
+	return len(c.Rows)
+}
+
+// sized says the chunk's rows tell their size: it read some.
+func (c *Chunk) sized() bool { return c.rowsRead() > 0 && c.Bytes > 0 }
 
 // rowsFitting is how many rows of the size of n rows of bytes in memory
 // a chunk reads: about chunkBytes of them, at most most.
@@ -142,7 +149,7 @@ type Chunk struct {
 	Def   *TableDef // the table's definition the rows were read under
 	Rows  []Event   // in key order
 	Last  string    // the last key read (encoded)
-	Full  bool      // as many rows as asked: the range may hold more
+	Full  bool      // as many rows as asked (Limit): the range may hold more
 	// Ordered says the rows were read in the source's index order, on
 	// from the progress's Cursor, not in the keys' byte order: Last,
 	// the last row read, is the next cursor (model.CopyProgress.Cursor),
@@ -150,7 +157,7 @@ type Chunk struct {
 	Ordered bool
 	Read    int
 	Order   string // the index order's name (model.CopyProgress.Order)
-	Limit   int    // rows asked
+	Limit   int    // rows asked (raised by Grow)
 	Bytes   int    // the rows' size in memory, about
 	// KeyCols are the key's columns the rows were read and keyed by
 	// (model.KeyColumns of Def as read; "" without a key).
@@ -191,7 +198,8 @@ func NewChunk(table string, def *TableDef, limit int) *Chunk {
 // arena: a chunk of 65,536 rows makes a few allocations for them, not one
 // per row (with one per row they were a third of a MySQL snapshot's
 // read). The event is written in place, field by field, into the rows
-// the chunk was made with room for (BenchmarkChunkAddRow).
+// the chunk has room for (BenchmarkChunkAddRow), which double as they
+// come up to its Limit.
 func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 	c.text, c.offs = c.text[:0], c.offs[:0]
 	for _, v := range raw {
@@ -227,8 +235,11 @@ func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 		// Doubled, up to the rows asked: a chunk grown after its first
 		// read (Grow) is made with room for those only, and reading on
 		// may find few more (with room for the most it may read, most of
-		// a small table's copy was clearing memory it never used).
-		c.Rows = slices.Grow(c.Rows, max(min(n, c.Limit-n), 1))
+		// a small table's copy was clearing memory it never used). Made
+		// here, not by append, whose growth would pass the Limit.
+		rows := make([]Event, n, n+max(min(n, c.Limit-n), 1))
+		copy(rows, c.Rows)
+		c.Rows = rows
 	}
 	c.Rows = c.Rows[:n+1]
 	e := &c.Rows[n]

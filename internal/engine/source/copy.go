@@ -56,7 +56,7 @@ type CopyReader struct {
 	// being written), the high one not met yet.
 	chunks   []*Chunk
 	fetching bool // a fetch runs
-	limit    int  // rows the next chunk asks for
+	limit    int  // rows the next chunk reads (first)
 	sized    bool // a chunk read rows: limit is sized by them
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -349,7 +349,7 @@ func (r *CopyReader) maybeFetch() {
 // sizeAfter sizes the next chunk by the rows of c.
 func (r *CopyReader) sizeAfter(c *Chunk) {
 	r.limit = nextChunkRows(c, r.o.ChunkRows)
-	r.sized = r.sized || len(c.Rows) > 0 && c.Bytes > 0
+	r.sized = r.sized || c.sized()
 }
 
 // paced says whether the copy's next read may begin now under the

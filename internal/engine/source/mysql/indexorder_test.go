@@ -106,6 +106,9 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, colls)); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
+				if ask.Most > ask.Rows && c.Full && c.Limit == ask.Rows {
+					t.Fatalf("%s: a chunk asked for %+v read its first rows and no more", tc.table, ask)
+				}
 				c.Within(span.Contains)
 				for _, e := range c.Rows {
 					if !span.Contains(e.Key) {

@@ -97,6 +97,11 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 		more = readOn(def, span, colls)
 	} else if q, err = rangeQuery(def, span, copied, limit); err != nil {
 		return nil, err
+	} else if rangeIndexed(def) {
+		// Byte ranges that are ranges of the key's index (an integer or a
+		// binary key): read on after the last row read, as the next
+		// chunk would.
+		more = func(c *source.Chunk, n int) (string, error) { return rangeQuery(def, span, c.Through(copied), n) }
 	}
 	c := source.NewChunk(span.Table, def, limit)
 	c.Ordered, c.Order = ordered, order
@@ -142,7 +147,8 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 
 // readOn is the query of a grown chunk's further rows (n at most): the
 // index's next range, on from the last row read, in the same snapshot.
-// Not for chunks of byte ranges, whose every query sorts the rest.
+// (Chunks of byte ranges read on only where the ranges are the index's,
+// rangeIndexed: elsewhere each query sorts the rest of the range.)
 func readOn(def *source.TableDef, span model.Span, colls map[string]keyCollation) func(c *source.Chunk, n int) (string, error) {
 	return func(c *source.Chunk, n int) (string, error) { return orderedQuery(def, span, c.Last, n, colls) }
 }
@@ -291,6 +297,18 @@ func keyOrder(def *source.TableDef) []string {
 		exprs = append(exprs, expr)
 	}
 	return exprs
+}
+
+// rangeIndexed says a table's byte ranges are ranges of its key's index:
+// every key column an integer or bytes, which keyOrder leaves as they
+// are.
+func rangeIndexed(def *source.TableDef) bool {
+	for _, k := range def.KeyNames() {
+		if t := def.Columns[def.Index(k)].Type; keyType(t) != "int8" && !bytesKey(t) {
+			return false
+		}
+	}
+	return len(def.KeyNames()) > 0
 }
 
 // bytesKey says a key column is BINARY(n) or VARBINARY(n): ordered by its

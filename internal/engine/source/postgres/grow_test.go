@@ -19,7 +19,9 @@ func TestAFirstChunkReadsOnAsFarAsItsRowsAllow(t *testing.T) {
 	_, dsn := newDB(t, `CREATE TABLE small (id int8 PRIMARY KEY, v text);
 		INSERT INTO small SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
 		CREATE TABLE wide (id int8 PRIMARY KEY, v text);
-		INSERT INTO wide SELECT g, repeat(md5(g::text), 256) FROM generate_series(1, 6000) g`)
+		INSERT INTO wide SELECT g, repeat(md5(g::text), 256) FROM generate_series(1, 6000) g;
+		CREATE TABLE exact (id int8 PRIMARY KEY, v text);
+		INSERT INTO exact SELECT g, md5(g::text) FROM generate_series(1, 1000) g`)
 	ctx := context.Background()
 	yes, noop := func(*source.Chunk) bool { return true }, func(*source.Chunk) {}
 	read := func(table string, copied model.CopyProgress, ask source.ChunkAsk) *source.Chunk {
@@ -47,6 +49,11 @@ func TestAFirstChunkReadsOnAsFarAsItsRowsAllow(t *testing.T) {
 	inOrder(c, 1)
 	if c = read("small", model.CopyProgress{}, source.ChunkAsk{Rows: 1000}); len(c.Rows) != 1000 || !c.Full {
 		t.Fatalf("a chunk that may not grow holds %d rows (full %v), want 1000 and more to come", len(c.Rows), c.Full)
+	}
+	// A first read that fills its rows and ends the table: the read on
+	// finds none, and the copy ends with the chunk.
+	if c = read("exact", model.CopyProgress{}, source.ChunkAsk{Rows: 1000, Most: 65536}); len(c.Rows) != 1000 || c.Full {
+		t.Fatalf("the chunk of a table of exactly its first rows holds %d (full %v), want 1000 and the end", len(c.Rows), c.Full)
 	}
 
 	// 8 KiB a row: a chunk's 16 MiB hold about 2,000.
@@ -77,4 +84,13 @@ func halfGrown(i, limit int) source.ChunkAsk {
 		return source.ChunkAsk{Rows: limit / 2, Most: limit}
 	}
 	return source.ChunkAsk{Rows: limit}
+}
+
+// notGrown fails the test when chunk c, asked for ask, could grow and
+// did not: its first read filled it and it read no more.
+func notGrown(t *testing.T, c *source.Chunk, ask source.ChunkAsk) {
+	t.Helper()
+	if ask.Most > ask.Rows && c.Full && c.Limit == ask.Rows {
+		t.Fatalf("a chunk asked for %+v read its first %d rows and no more", ask, ask.Rows)
+	}
 }

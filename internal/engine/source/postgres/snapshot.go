@@ -94,7 +94,7 @@ func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 	defer rows.Close()
 	types := keyTypes(c.Def)
 	if c.Rows == nil {
-		c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk: no copies as it grows
+		c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk (a grown one's array doubles on)
 	}
 	for rows.Next() {
 		if err := c.AddRow(rows.RawValues(), keyIdx, types); err != nil {

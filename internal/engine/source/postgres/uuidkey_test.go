@@ -41,10 +41,12 @@ func TestAUUIDKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 		}
 	}, func(span model.Span, copied model.CopyProgress) *source.Chunk {
 		reads++
-		c, _, err := readRange(ctx, conn, cfg, span, copied, halfGrown(reads, limit), func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
+		ask := halfGrown(reads, limit)
+		c, _, err := readRange(ctx, conn, cfg, span, copied, ask, func(*source.Chunk) bool { return true }, func(*source.Chunk) {})
 		if err != nil {
 			t.Fatal(err)
 		}
+		notGrown(t, c, ask)
 		return c
 	})
 	var upstream int
