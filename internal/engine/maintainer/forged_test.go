@@ -36,7 +36,7 @@ func TestAPositionBeyondTheClockIsRefused(t *testing.T) {
 	heard := func() model.Ts {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return h.heard[cf].parts["p1"].Checkpoint
+		return h.heard[cf].parts["p1"].Progress.Checkpoint
 	}
 	now := time.Now()
 	report(now)
@@ -84,7 +84,7 @@ func TestAPositionOfADatabaseWhoseClockIsAheadIsTaken(t *testing.T) {
 		h.onHeartbeat(context.Background(), msg)
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return h.heard[cf].parts["p1"].Checkpoint
+		return h.heard[cf].parts["p1"].Progress.Checkpoint
 	}
 	if got := report(ahead); got != model.TsFromTime(ahead) {
 		t.Fatalf("a position the reader produced, a minute ahead of this clock: heard %v", got)
@@ -112,4 +112,46 @@ func maintainedOnN2(cf model.ChangefeedID, routes map[string]meta.RouteRecord) *
 func hostOn(st *meta.State) *Host {
 	hub := transport.NewHub()
 	return NewHost(HostConfig{Self: "n2", View: cluster.Fixed(st), Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// A partition's placement, checked once per routing table for the
+// positions its heartbeats bring (heardPart), is checked again when the
+// table changes: once the partition moved to another node under a new
+// epoch, a late report of its old placement is stale and dropped, as it
+// was when every report was looked up; the new placement's is taken.
+func TestAPlacementCheckedOnceIsCheckedAgainWhenTheRoutingTableChanges(t *testing.T) {
+	const cf = model.ChangefeedID("demo")
+	st := maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n1", Epoch: 3, Status: model.PartitionActive}},
+	})
+	view := cluster.Fixed(st)
+	hub := transport.NewHub()
+	h := NewHost(HostConfig{Self: "n2", View: view, Transport: hub.Join("n2"), Logs: eventlog.NewServer(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	report := func(from model.NodeID, epoch uint64, at model.Ts) model.Progress {
+		t.Helper()
+		msg, err := transport.NewMessage(from, "n2", transport.TopicHeartbeat, transport.Heartbeat{Changefeed: cf, MaintainerEpoch: 1,
+			Partitions: []transport.PartitionProgress{{ID: "p1", Progress: model.Progress{Checkpoint: at, Epoch: epoch}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.onHeartbeat(context.Background(), msg)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.heard[cf].parts["p1"].Progress
+	}
+	now := model.TsFromTime(time.Now())
+	report("n1", 3, now-20)
+	if got := report("n1", 3, now-10); got.Checkpoint != now-10 || got.Node != "n1" {
+		t.Fatalf("the placement's reports: heard %+v", got)
+	}
+	moved := maintainedOnN2(cf, map[string]meta.RouteRecord{
+		"p1": {Route: model.RouteEntry{ID: "p1", Changefeed: cf, Node: "n3", Epoch: 4, Status: model.PartitionActive}},
+	})
+	view.Set(moved)
+	if got := report("n1", 3, now-5); got.Checkpoint != now-10 || got.Node != "n1" {
+		t.Fatalf("a report of the placement that moved away: heard %+v, want it dropped", got)
+	}
+	if got := report("n3", 4, now); got.Checkpoint != now || got.Node != "n3" || got.Epoch != 4 {
+		t.Fatalf("the new placement's report: heard %+v", got)
+	}
 }

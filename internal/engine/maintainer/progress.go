@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/cdcctl/cdcctl/internal/engine/meta"
 	"github.com/cdcctl/cdcctl/internal/engine/transport"
@@ -15,7 +16,7 @@ import (
 // it was placed (the epoch of its placement).
 type heard struct {
 	epoch uint64
-	parts map[string]model.Progress
+	parts map[string]*heardPart
 	// failed: partitions their node reported it could not start.
 	failed map[string]transport.FailedStart
 	saved  time.Time // when the checkpoint was last written
@@ -43,6 +44,22 @@ type heard struct {
 	// beyond: partitions moved whose first position past their
 	// hand-over was heard and is to be persisted at once.
 	beyond []string
+}
+
+// heardPart is one partition's position as heard, and its routing
+// entry's placement as last checked, with the routing table it was
+// checked in (meta.State.RoutesID): a heartbeat's positions are checked
+// against the table again only once it changed. At 100,000 partitions
+// a node's heartbeats bring 33,000 positions twice a second, and looking
+// each one up in the routing table (copying its entry, some 400 bytes)
+// and again among those heard, and storing it back, was a quarter of
+// the maintainer's capture's CPU.
+type heardPart struct {
+	model.Progress
+	routes unsafe.Pointer // the routing table the placement below is of
+	epoch  uint64         // the routing entry's Epoch, Node and Start then
+	node   model.NodeID
+	start  model.Ts
 }
 
 // MaxAhead is how far beyond this node's clock a reported position may
@@ -75,7 +92,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	h.mu.Lock()
 	rep := h.heard[hb.Changefeed]
 	if rep == nil || rep.epoch != hb.MaintainerEpoch {
-		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]model.Progress{}, failed: map[string]transport.FailedStart{},
+		rep = &heard{epoch: hb.MaintainerEpoch, parts: map[string]*heardPart{}, failed: map[string]transport.FailedStart{},
 			recover: map[string]acceptedRecovery{}, restarts: map[string]time.Time{}, unseen: map[string]time.Time{}, stall: stall{advanced: time.Now()}}
 		h.heard[hb.Changefeed] = rep
 	}
@@ -85,10 +102,21 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// position was refused, and the checkpoint never moved.)
 		ahead = max(ahead, l.Resolved())
 	}
-	routes := st.Partitions[hb.Changefeed]
+	routes, routesID := st.Partitions[hb.Changefeed], st.RoutesID(hb.Changefeed)
 	for _, pp := range positions {
-		r, ok := routes[pp.ID]
-		if !ok || r.Route.Epoch != pp.Epoch || r.Route.Node != m.From {
+		hp := rep.parts[pp.ID]
+		placed := heardPart{routes: routesID}
+		if hp != nil && hp.routes == routesID {
+			placed.epoch, placed.node, placed.start = hp.epoch, hp.node, hp.start
+		} else if r, ok := routes[pp.ID]; ok {
+			placed.epoch, placed.node, placed.start = r.Route.Epoch, r.Route.Node, r.Route.Start
+			if hp != nil {
+				hp.routes, hp.epoch, hp.node, hp.start = routesID, placed.epoch, placed.node, placed.start
+			}
+		} else {
+			continue
+		}
+		if placed.epoch != pp.Epoch || placed.node != m.From {
 			continue
 		}
 		if pp.Progress.Checkpoint > ahead {
@@ -107,7 +135,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		if len(rep.failed) > 0 {
 			delete(rep.failed, pp.ID) // it runs
 		}
-		cur, seen := rep.parts[pp.ID]
+		var cur model.Progress
+		seen := hp != nil
+		if seen {
+			cur = hp.Progress
+		}
 		if seen && cur == next {
 			// Nothing new (a quiet partition between its beats). A final
 			// position is re-sent until it is persisted: each one wakes
@@ -127,7 +159,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
-		if hs := r.Route.Start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) &&
+		if hs := placed.start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) &&
 			st.Progress[hb.Changefeed][pp.ID].Progress.Checkpoint <= hs {
 			// A partition moved holds its changefeed's checkpoint at its
 			// hand-over until a position past it is persisted: the
@@ -140,7 +172,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 			wake = true
 		}
 		copiedNow = copiedNow || next.Copy.Done && !cur.Copy.Done
-		rep.parts[pp.ID] = next
+		if hp == nil {
+			hp = &placed
+			rep.parts[pp.ID] = hp
+		}
+		hp.Progress = next
 	}
 	if copiedNow && !wake && snapshotEnded(routes, rep.parts, st.Progress[hb.Changefeed]) {
 		// The last copy of the initial snapshot: its end is persisted by
@@ -171,11 +207,11 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 
 // snapshotEnded says every partition of routes has copied its share of
 // the initial snapshot, as heard or, where not heard yet, as persisted.
-func snapshotEnded(routes map[string]meta.RouteRecord, heard map[string]model.Progress, saved map[string]meta.ProgressRecord) bool {
+func snapshotEnded(routes map[string]meta.RouteRecord, heard map[string]*heardPart, saved map[string]meta.ProgressRecord) bool {
 	for pid := range routes {
-		p, ok := heard[pid]
-		if !ok {
-			p = saved[pid].Progress
+		p := saved[pid].Progress
+		if hp := heard[pid]; hp != nil {
+			p = hp.Progress
 		}
 		if !p.Copy.Done {
 			return false
@@ -189,14 +225,18 @@ func snapshotEnded(routes map[string]meta.RouteRecord, heard map[string]model.Pr
 // newest placement's word on whether it is final.
 func (h *Host) positions(st *meta.State, e *meta.ChangefeedEntry) model.ProgressTable {
 	h.mu.Lock()
-	var parts map[string]model.Progress
+	var parts map[string]*heardPart
 	if rep := h.heard[e.Info.ID]; rep != nil && rep.epoch == e.Maintainer.Epoch {
 		parts = rep.parts
 	}
 	out := make(model.ProgressTable, len(st.Partitions[e.Info.ID]))
 	for pid, r := range st.Partitions[e.Info.ID] {
 		p, hasP := st.Progress[e.Info.ID][pid]
-		got, hasH := parts[pid]
+		var got model.Progress
+		hp, hasH := parts[pid]
+		if hasH {
+			got = hp.Progress
+		}
 		pos := p.Progress
 		if hasH && (!hasP || got.Epoch >= pos.Epoch) {
 			cp, copied := max(pos.Checkpoint, got.Checkpoint), got.Copy
