@@ -105,18 +105,22 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 	routes, routesID := st.Partitions[hb.Changefeed], st.RoutesID(hb.Changefeed)
 	for _, pp := range positions {
 		hp := rep.parts[pp.ID]
-		placed := heardPart{routes: routesID}
+		var (
+			epoch uint64
+			node  model.NodeID
+			start model.Ts
+		)
 		if hp != nil && hp.routes == routesID {
-			placed.epoch, placed.node, placed.start = hp.epoch, hp.node, hp.start
+			epoch, node, start = hp.epoch, hp.node, hp.start
 		} else if r, ok := routes[pp.ID]; ok {
-			placed.epoch, placed.node, placed.start = r.Route.Epoch, r.Route.Node, r.Route.Start
+			epoch, node, start = r.Route.Epoch, r.Route.Node, r.Route.Start
 			if hp != nil {
-				hp.routes, hp.epoch, hp.node, hp.start = routesID, placed.epoch, placed.node, placed.start
+				hp.routes, hp.epoch, hp.node, hp.start = routesID, epoch, node, start
 			}
 		} else {
 			continue
 		}
-		if placed.epoch != pp.Epoch || placed.node != m.From {
+		if epoch != pp.Epoch || node != m.From {
 			continue
 		}
 		if pp.Progress.Checkpoint > ahead {
@@ -159,7 +163,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		// A final position, or a placement heard from for the first
 		// time (a move is confirmed by it), is persisted at once.
 		wake = wake || next.Final || !seen || cur.Epoch != next.Epoch
-		if hs := placed.start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) &&
+		if hs := start; hs != 0 && next.Checkpoint > hs && (!seen || cur.Epoch != next.Epoch || cur.Checkpoint <= hs) &&
 			st.Progress[hb.Changefeed][pp.ID].Progress.Checkpoint <= hs {
 			// A partition moved holds its changefeed's checkpoint at its
 			// hand-over until a position past it is persisted: the
@@ -173,7 +177,7 @@ func (h *Host) onHeartbeat(_ context.Context, m transport.Message) {
 		}
 		copiedNow = copiedNow || next.Copy.Done && !cur.Copy.Done
 		if hp == nil {
-			hp = &placed
+			hp = &heardPart{routes: routesID, epoch: epoch, node: node, start: start}
 			rep.parts[pp.ID] = hp
 		}
 		hp.Progress = next
