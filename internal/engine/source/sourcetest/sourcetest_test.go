@@ -102,7 +102,9 @@ func TestChunkedSpansReadEachSpanToItsEndInOrder(t *testing.T) {
 	}
 
 	f := &fatal{TB: t}
-	if msg := f.run(func() { ChunkedSpans(f, "t", "text", bounds, func(model.Span, model.CopyProgress, int) {}, keyChunks(t, keys, 7, "", true)) }); !strings.Contains(msg, "read \"k00\" after \"k01\"") {
+	if msg := f.run(func() {
+		ChunkedSpans(f, "t", "text", bounds, func(model.Span, model.CopyProgress, int) {}, keyChunks(t, keys, 7, "", true))
+	}); !strings.Contains(msg, "read \"k00\" after \"k01\"") {
 		t.Fatalf("rows out of order: ChunkedSpans said %q", msg)
 	}
 	// A key left out is not ChunkedSpans' to find: it returns what was
