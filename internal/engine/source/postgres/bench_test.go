@@ -304,36 +304,13 @@ func BenchmarkSnapshotAgainstCopy(b *testing.B) {
 // ranges of public.snap's ids (1..rows), ordered by id or not, their
 // connections made before the clock starts.
 func parallelCopies(b *testing.B, dsn string, rows, parts int, ordered bool) time.Duration {
-	ctx := context.Background()
-	conns := make([]*pgconn.PgConn, parts)
-	for k := range conns {
-		c, err := pgconn.Connect(ctx, dsn)
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns[k] = c
-	}
 	order := ""
 	if ordered {
 		order = " ORDER BY id"
 	}
-	errs := make(chan error, parts)
-	began := time.Now()
-	for k, c := range conns {
-		q := fmt.Sprintf("COPY (SELECT * FROM public.snap WHERE id >= %d AND id < %d%s) TO STDOUT", k*rows/parts+1, (k+1)*rows/parts+1, order)
-		go func() {
-			_, err := c.CopyTo(ctx, io.Discard, q)
-			errs <- err
-		}()
+	var copies []string
+	for k := range parts {
+		copies = append(copies, fmt.Sprintf("COPY (SELECT * FROM public.snap WHERE id >= %d AND id < %d%s) TO STDOUT", k*rows/parts+1, (k+1)*rows/parts+1, order))
 	}
-	for range conns {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
-	took := time.Since(began)
-	for _, c := range conns {
-		_ = c.Close(ctx)
-	}
-	return took
+	return timeCopies(b, dsn, copies, parts)
 }

@@ -68,13 +68,23 @@ func BenchmarkSmallTablesAgainstCopy(b *testing.B) {
 }
 
 // copyTables times COPY ... TO STDOUT of every table of names by conns
-// connections at once (made before the clock starts), each taking the
-// next table not yet copied.
+// connections at once (timeCopies).
 func copyTables(b *testing.B, dsn string, names []string, conns int) time.Duration {
+	copies := make([]string, len(names))
+	for i, n := range names {
+		copies[i] = "COPY public." + n + " TO STDOUT"
+	}
+	return timeCopies(b, dsn, copies, conns)
+}
+
+// timeCopies times the COPY ... TO STDOUT statements copies run by conns
+// connections at once (made before the clock starts), each taking the
+// next statement not yet run.
+func timeCopies(b *testing.B, dsn string, copies []string, conns int) time.Duration {
 	ctx := context.Background()
-	next := make(chan string, len(names))
-	for _, n := range names {
-		next <- n
+	next := make(chan string, len(copies))
+	for _, q := range copies {
+		next <- q
 	}
 	close(next)
 	cs := make([]*pgconn.PgConn, conns)
@@ -89,8 +99,8 @@ func copyTables(b *testing.B, dsn string, names []string, conns int) time.Durati
 	began := time.Now()
 	for _, c := range cs {
 		go func() {
-			for n := range next {
-				if _, err := c.CopyTo(ctx, io.Discard, "COPY public."+n+" TO STDOUT"); err != nil {
+			for q := range next {
+				if _, err := c.CopyTo(ctx, io.Discard, q); err != nil {
 					errs <- err
 					return
 				}
