@@ -37,6 +37,62 @@ func TestAChunkRowIsKeyedInTheKeysOrder(t *testing.T) {
 	}
 }
 
+// A chunk's rows are cut to its span and emitted at the high watermark
+// in key order, each once: a row outside the span (first, between and
+// last) is left out, a key the stream changed in the window is dropped,
+// and the rest carry the high watermark's position and definition.
+// Rows added past a grown chunk's first array stay in order and its
+// array never passes the rows asked.
+func TestAChunksRowsAreCutToItsSpanAndEmittedInOrder(t *testing.T) {
+	def := &TableDef{Columns: []ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	c := NewChunk("public.t", def, 3)
+	for i := 1; i <= 3; i++ {
+		if err := c.AddRow([][]byte{[]byte(fmt.Sprint(i))}, []int{0}, "int8"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Limit = 40 // as Grow raises it
+	for i := 4; i <= 40; i++ {
+		if err := c.AddRow([][]byte{[]byte(fmt.Sprint(i))}, []int{0}, "int8"); err != nil {
+			t.Fatal(err)
+		}
+		if cap(c.Rows) > c.Limit {
+			t.Fatalf("after %d rows the chunk's array holds %d, more than the %d asked", i, cap(c.Rows), c.Limit)
+		}
+	}
+	c.Loaded()
+	key := func(i int) string {
+		k, _ := model.EncodeKeyValues("int8", []string{fmt.Sprint(i)})
+		return k
+	}
+	out := map[string]bool{key(1): true, key(17): true, key(18): true, key(40): true}
+	c.Within(func(k string) bool { return !out[k] })
+	c.open = true
+	for _, i := range []int{2, 30} {
+		e := &Event{Kind: KindDML, Key: key(i)}
+		c.observe(e)
+	}
+	hwDef := &TableDef{Columns: def.Columns}
+	got := c.emit(&Event{CommitTs: 77, Def: hwDef, SchemaVersion: 2, TableVersion: 5})
+	var want []string
+	for i := 1; i <= 40; i++ {
+		if !out[key(i)] && i != 2 && i != 30 {
+			want = append(want, key(i))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("emitted %d rows, want %d", len(got), len(want))
+	}
+	for i, e := range got {
+		if e.Key != want[i] {
+			t.Fatalf("row %d is %q, want %q: out of order or the wrong rows", i, e.Key, want[i])
+		}
+		if e.CommitTs != 77 || e.Def != hwDef || e.SchemaVersion != 2 || e.TableVersion != 5 || e.Op != OpInsert {
+			t.Fatalf("row %d is not an insert at the high watermark: %+v", i, e)
+		}
+	}
+}
+
 // BenchmarkChunkAddRow measures what building a snapshot chunk's rows
 // from the database's text costs the reader, per row: chunks of 40,000
 // rows of five columns shaped like BenchmarkSnapshotAgainstCopy's table
