@@ -29,6 +29,14 @@ func (c *catalog) serverVersion(ctx context.Context) (int, error) {
 	if v != 0 {
 		return v, nil
 	}
+	// The server says its version when the connection starts: a
+	// snapshot's chunk, whose catalog is new, need not ask it again.
+	if v, ok := versionNum(c.conn.PgConn().ParameterStatus("server_version")); ok {
+		c.mu.Lock()
+		c.version = v
+		c.mu.Unlock()
+		return v, nil
+	}
 	if err := c.conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
 		return 0, err
 	}
@@ -36,6 +44,44 @@ func (c *catalog) serverVersion(ctx context.Context) (int, error) {
 	c.version = v
 	c.mu.Unlock()
 	return v, nil
+}
+
+// versionNum is server_version_num of a server_version as the server
+// reports it ("15.4", "15.4 (Debian 15.4-1.pgdg120+1)", "17devel",
+// "16beta2", "9.6.24"); false where it is none of these.
+func versionNum(s string) (int, bool) {
+	nums := make([]int, 0, 3)
+	n, digits := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			if digits++; digits > 6 {
+				return 0, false
+			}
+			n = n*10 + int(s[i]-'0')
+			continue
+		}
+		if digits == 0 {
+			break
+		}
+		nums = append(nums, n)
+		n, digits = 0, 0
+		if i == len(s) || s[i] != '.' || len(nums) == 3 {
+			break
+		}
+	}
+	switch {
+	case len(nums) == 0 || nums[0] == 0:
+		return 0, false
+	case nums[0] >= 10: // 10 on: major.minor
+		minor := 0
+		if len(nums) > 1 {
+			minor = nums[1]
+		}
+		return nums[0]*10000 + minor, minor < 10000
+	case len(nums) == 3: // 9.6.24
+		return nums[0]*10000 + nums[1]*100 + nums[2], nums[1] < 100 && nums[2] < 100
+	}
+	return 0, false
 }
 
 func openCatalog(ctx context.Context, connString string) (*catalog, error) {

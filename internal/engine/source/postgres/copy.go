@@ -100,36 +100,33 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if !register(c) {
 		return nil, "", nil
 	}
-	err = withWatermarks(ctx, conn, cfg, c, func() error {
-		tx, err := chunkTx(ctx, conn, &c.Snap, how)
-		if err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+	defer func() {
+		if conn.PgConn().TxStatus() != 'I' { // after an error: a watermark's transaction, or the read's
+			_, _ = conn.Exec(context.Background(), "ROLLBACK")
 		}
-		defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit, a no-op
-		lead := false
-		if timeLed(def) {
-			if q, args, how, lead, err = timeLedQuery(ctx, tx, rel, def, order, span, copied, limit, q, args, how); err != nil {
-				return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
-			}
+	}()
+	if err := beginChunk(ctx, conn, cfg, c, how); err != nil {
+		return nil, "", err
+	}
+	lead := false
+	if timeLed(def) {
+		if q, args, how, lead, err = timeLedQuery(ctx, conn, rel, def, order, span, copied, limit, q, args, how); err != nil {
+			return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 		}
-		if how == sortedOrder {
-			ask.Most = ask.Rows // each query sorts the rest of the range: one is enough
-		}
-		readOn := func(n int) (string, []any, error) {
-			q, args, _, err := rangeQuery(rel, def, order, lead, span, c.Through(copied), n)
-			return q, args, err
-		}
-		if err := readChunkRows(ctx, tx, cfg, c, ask, q, args, readOn, keyIdx); err != nil {
-			return err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
-		}
-		c.Within(span.Contains)
-		loaded(c)
-		return nil
-	})
-	if err != nil {
+	}
+	if how == sortedOrder {
+		ask.Most = ask.Rows // each query sorts the rest of the range: one is enough
+	}
+	readOn := func(n int) (string, []any, error) {
+		q, args, _, err := rangeQuery(rel, def, order, lead, span, c.Through(copied), n)
+		return q, args, err
+	}
+	if err := readChunkRows(ctx, conn, cfg, c, ask, q, args, readOn, keyIdx); err != nil {
+		return nil, "", err
+	}
+	c.Within(span.Contains)
+	loaded(c) // before the high watermark, as ChunkReader says; the read only read
+	if err := endChunk(ctx, conn, cfg, c); err != nil {
 		return nil, "", err
 	}
 	if c.Full && how == sortedOrder {
@@ -145,7 +142,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 // the rows after them (n at most): one snapshot, so one chunk between
 // one pair of watermarks. (A cursor over the most rows, fetched in two
 // parts, read a fifth slower than the two queries.)
-func readChunkRows(ctx context.Context, tx pgx.Tx, cfg Config, c *source.Chunk, ask source.ChunkAsk, q string, args []any, readOn func(n int) (string, []any, error), keyIdx []int) error {
+func readChunkRows(ctx context.Context, tx querier, cfg Config, c *source.Chunk, ask source.ChunkAsk, q string, args []any, readOn func(n int) (string, []any, error), keyIdx []int) error {
 	for n, first := ask.Rows, true; n > 0; n, first = c.Grow(ask), false {
 		if !first {
 			var err error
@@ -169,7 +166,7 @@ func readChunkRows(ctx context.Context, tx pgx.Tx, cfg Config, c *source.Chunk, 
 // time order from the key's index where, in the chunk's snapshot (tx),
 // the times' text is in their order (timeOrdered), and then true; as it
 // was otherwise.
-func timeLedQuery(ctx context.Context, tx pgx.Tx, rel string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int,
+func timeLedQuery(ctx context.Context, tx chunkQuerier, rel string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int,
 	q string, args []any, how readOrder) (string, []any, readOrder, bool, error) {
 	ok, err := timeOrdered(ctx, tx, span.Table, def)
 	if err != nil || !ok {
@@ -207,21 +204,54 @@ func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 
 // chunkTx begins a chunk's read: one REPEATABLE READ snapshot for the
 // rows and for what it saw (visible.go), its txid snapshot into snap, and
-// the planner's settings for reading in order how (setOrder).
+// the planner's settings for reading in order how (setOrder). A chunk of
+// the snapshot begins with its low watermark (beginChunk); this is the
+// same read without it.
 func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, how readOrder) (pgx.Tx, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.QueryRow(ctx, `SELECT txid_current_snapshot()::text`).Scan(snap); err != nil {
-		_ = tx.Rollback(context.Background())
-		return nil, err
-	}
-	if err := setOrder(ctx, tx, how); err != nil {
+	var settings string
+	if err := tx.QueryRow(ctx, snapshotQuery(how)).Scan(snap, &settings); err != nil {
 		_ = tx.Rollback(context.Background())
 		return nil, err
 	}
 	return tx, nil
+}
+
+// snapshotQuery is a chunk's read's first statement: its txid snapshot,
+// and the planner's settings for reading in order how (setOrder).
+func snapshotQuery(how readOrder) string {
+	return "SELECT txid_current_snapshot()::text, " + orderSettings(how)
+}
+
+// orderSettings sets the planner for a read in order how (setOrder) as
+// an expression: set_config(…, true) is SET LOCAL.
+func orderSettings(how readOrder) string {
+	set := []string{"jit"}
+	switch how {
+	case prefixOrder:
+		set = append(set, "enable_sort")
+	case indexOrder:
+		set = append(set, "enable_sort", "enable_incremental_sort")
+	}
+	for i, name := range set {
+		set[i] = "set_config('" + name + "', 'off', true)"
+	}
+	return "concat(" + strings.Join(set, ", ") + ")"
+}
+
+// querier runs a chunk's queries: its connection, or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// chunkQuerier is what a chunk's read asks of its connection.
+type chunkQuerier interface {
+	querier
+	rowQuerier
+	execer
 }
 
 // setOrder sets the planner for a chunk read in order how (indexorder.go).
@@ -244,14 +274,7 @@ func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, how readOrder) (
 // few tens of thousands of rows, and a disabled sort's cost (10^10,
 // before PostgreSQL 18) passes every JIT threshold (a chunk of 40 rows
 // took 185 ms of inlining and optimising).
-func setOrder(ctx context.Context, tx pgx.Tx, how readOrder) error {
-	set := `SET LOCAL jit = off`
-	switch how {
-	case prefixOrder:
-		set += `; SET LOCAL enable_sort = off`
-	case indexOrder:
-		set += `; SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off`
-	}
-	_, err := tx.Exec(ctx, set)
+func setOrder(ctx context.Context, tx execer, how readOrder) error {
+	_, err := tx.Exec(ctx, "SELECT "+orderSettings(how))
 	return err
 }

@@ -64,25 +64,79 @@ type execer interface {
 // a transactional logical decoding message of its own (or of the
 // transaction it is written in).
 func writeMark(ctx context.Context, conn execer, c *source.Chunk, kind string) error {
+	_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, markText(c, kind))
+	return err
+}
+
+// markText is the content of a chunk's watermark of kind low or high.
+func markText(c *source.Chunk, kind string) string {
 	mk := source.Mark{Kind: kind, ID: c.ID, Table: c.Table}
 	if kind == "high" {
 		mk.Snap = c.Snap
 	}
 	b, _ := json.Marshal(mk)
-	_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, markPrefix, string(b))
-	return err
+	return string(b)
 }
 
-// withWatermarks writes a chunk's low watermark, reads it, and writes its
-// high watermark.
-func withWatermarks(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.Chunk, read func() error) error {
-	if err := writeMark(ctx, conn, c, "low"); err != nil {
+// markStatement is the statement that writes a chunk's watermark in a
+// transaction of its own, its values written into it (for a query of
+// several statements, which takes no parameters).
+func markStatement(conn *pgconn.PgConn, c *source.Chunk, kind string) (string, error) {
+	text, err := conn.EscapeString(markText(c, kind))
+	if err != nil {
+		return "", err
+	}
+	return "BEGIN; SELECT pg_logical_emit_message(true, '" + markPrefix + "', '" + text + "'); COMMIT", nil
+}
+
+// beginChunk writes a chunk's low watermark and begins its read, in one
+// round trip (a chunk of a small table spent as long in its round trips
+// as in its rows): the watermark committed in a transaction of its own,
+// then the read's REPEATABLE READ transaction, whose snapshot (c.Snap)
+// and planner settings (how) its first statement takes. The statements
+// run in order as they would one by one.
+func beginChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.Chunk, how readOrder) error {
+	low, err := markStatement(conn.PgConn(), c, "low")
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.Table, err)
+	}
+	res, err := conn.PgConn().Exec(ctx, low+"; BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "+snapshotQuery(how)).ReadAll()
+	switch {
+	case err != nil && failedAt(res) < 2: // BEGIN, the watermark's SELECT
 		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.Table, explain(cfg, err))
+	case err != nil:
+		return fmt.Errorf("snapshot of %s: begin the read: %w", c.Table, explain(cfg, err))
+	case len(res) != 5 || len(res[4].Rows) != 1:
+		return fmt.Errorf("snapshot of %s: begin the read: %d results, not the five of its statements", c.Table, len(res))
 	}
-	if err := read(); err != nil {
-		return err
+	c.Snap = string(res[4].Rows[0][0])
+	return nil
+}
+
+// failedAt is which statement of a query of several failed: the first
+// whose result has the error (pgconn keeps the failed one's), or the one
+// after the results.
+func failedAt(res []*pgconn.Result) int {
+	for i, r := range res {
+		if r.Err != nil {
+			return i
+		}
 	}
-	if err := writeMark(ctx, conn, c, "high"); err != nil {
+	return len(res)
+}
+
+// endChunk ends a chunk's read (begun by beginChunk) and writes its high
+// watermark, in one round trip.
+func endChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.Chunk) error {
+	high, err := markStatement(conn.PgConn(), c, "high")
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.Table, err)
+	}
+	res, err := conn.PgConn().Exec(ctx, "COMMIT; "+high).ReadAll()
+	switch {
+	case err != nil && failedAt(res) == 0:
+		return fmt.Errorf("snapshot of %s: end the read: %w", c.Table, explain(cfg, err))
+	case err != nil:
 		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.Table, explain(cfg, err))
 	}
 	return nil
