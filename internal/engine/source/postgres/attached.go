@@ -214,9 +214,12 @@ func ownMarks(tx *Txn, slot string) map[string][]uint32 {
 // covers its partitions only when read through it). One detached or
 // dropped since it was marked reads as empty: its rows are no longer the
 // table's.
-func relationRead(ctx context.Context, conn *pgx.Conn, table string, def *source.TableDef, copied model.CopyProgress) (string, error) {
+//
+// plain says whether the table is a plain one, as its definition's read
+// found it.
+func relationRead(ctx context.Context, conn *pgx.Conn, table string, plain bool, def *source.TableDef, copied model.CopyProgress) (string, error) {
 	if copied.Only == "" {
-		return fromTable(ctx, conn, table)
+		return fromName(table, plain), nil
 	}
 	oid, err := strconv.ParseUint(copied.Only, 10, 32)
 	if err != nil {
@@ -233,7 +236,7 @@ func relationRead(ctx context.Context, conn *pgx.Conn, table string, def *source
 	case err != nil:
 		return "", err
 	case itself:
-		return fromTable(ctx, conn, table) // copied again (again.go)
+		return fromName(table, plain), nil // copied again (again.go)
 	case may:
 		return name, nil
 	}

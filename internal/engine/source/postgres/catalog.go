@@ -153,10 +153,18 @@ func withModifier(name string, typmod int32) string {
 // and not by default after), so the replicated table has none; counting
 // them made every row look like a schema change that dropped them.
 func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.TableDef, error) {
+	def, _, err := c.tableDefKind(ctx, qualified)
+	return def, err
+}
+
+// tableDefKind is tableDef, and whether the table is a plain one (not
+// partitioned) as the same read found it (fromTable): a chunk's read
+// asks both, and its round trips are most of a small table's copy.
+func (c *catalog) tableDefKind(ctx context.Context, qualified string) (*source.TableDef, bool, error) {
 	schema, table := model.SplitTableName(qualified)
 	version, err := c.serverVersion(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	notGenerated := ""
 	if version >= 120000 {
@@ -164,7 +172,8 @@ func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.Table
 	}
 	rows, err := c.conn.Query(ctx, `
 SELECT a.attname, t.typname, a.atttypmod, NOT a.attnotnull,
-       COALESCE(array_position((string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts], a.attnum), 0)
+       COALESCE(array_position((string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts], a.attnum), 0),
+       r.relkind = 'r'
 FROM pg_attribute a
 JOIN pg_class r ON r.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = r.relnamespace
@@ -173,10 +182,11 @@ LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped`+notGenerated+`
 ORDER BY a.attnum`, schema, table)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer rows.Close()
 	def := &source.TableDef{Schema: schema, Name: table}
+	plain := false
 	for rows.Next() {
 		var (
 			col, typ string
@@ -184,18 +194,18 @@ ORDER BY a.attnum`, schema, table)
 			nullable bool
 			keyPos   int32
 		)
-		if err := rows.Scan(&col, &typ, &typmod, &nullable, &keyPos); err != nil {
-			return nil, err
+		if err := rows.Scan(&col, &typ, &typmod, &nullable, &keyPos, &plain); err != nil {
+			return nil, false, err
 		}
 		def.Columns = append(def.Columns, source.ColumnDef{Name: col, Type: withModifier(typ, typmod), Nullable: nullable, KeyPos: int(keyPos)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(def.Columns) == 0 {
-		return nil, fmt.Errorf("table %s does not exist in database %s (check the name and the tables= parameter)", qualified, c.conn.Config().Database)
+		return nil, false, fmt.Errorf("table %s does not exist in database %s (check the name and the tables= parameter)", qualified, c.conn.Config().Database)
 	}
-	return def, nil
+	return def, plain, nil
 }
 
 // oidOf is a table's relation.

@@ -72,7 +72,7 @@ func keyChangedWhileCopying(table string, copying source.CopyingTable, def *sour
 // rows, in the same transaction and snapshot (readChunkRows).
 func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, ask source.ChunkAsk, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (c *source.Chunk, sorted string, err error) {
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
-	def, err := cat.tableDef(ctx, span.Table)
+	def, plain, err := cat.tableDefKind(ctx, span.Table)
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
@@ -86,7 +86,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	rel, err := relationRead(ctx, conn, span.Table, def, copied)
+	rel, err := relationRead(ctx, conn, span.Table, plain, def, copied)
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}

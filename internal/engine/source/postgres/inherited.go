@@ -27,10 +27,15 @@ func fromTable(ctx context.Context, q rowQuerier, table string) (string, error) 
 	if err := q.QueryRow(ctx, `SELECT relkind = 'r' FROM pg_class WHERE oid = $1::regclass`, quoteQualified(table)).Scan(&plain); err != nil {
 		return "", err
 	}
+	return fromName(table, plain), nil
+}
+
+// fromName is fromTable of a table known to be plain or not.
+func fromName(table string, plain bool) string {
 	if plain {
-		return "ONLY " + quoteQualified(table), nil
+		return "ONLY " + quoteQualified(table)
 	}
-	return quoteQualified(table), nil
+	return quoteQualified(table)
 }
 
 // inheritedWarnings are changefeed get's warnings of the changefeed's
