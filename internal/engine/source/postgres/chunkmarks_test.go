@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,7 +22,8 @@ func TestAChunkIsReadBetweenItsWatermarks(t *testing.T) {
 	t.Parallel()
 	srv, dsn := newDB(t, `CREATE TABLE "it's" (id int8 PRIMARY KEY, v text);
 		INSERT INTO "it's" SELECT g, md5(g::text) FROM generate_series(1, 300) g`)
-	psql(t, srv, dsn, `SELECT pg_create_logical_replication_slot('marks', 'test_decoding')`)
+	// Slots are the server's, not the database's: named after the test.
+	psql(t, srv, dsn, `SELECT pg_create_logical_replication_slot('chunkmarks', 'test_decoding')`)
 	ctx := context.Background()
 	cfg, conn, _ := chunkReader(t, dsn, `"it's"`)
 	span := model.Span{Table: "public.it's", Key: "int8"}
@@ -32,7 +35,7 @@ func TestAChunkIsReadBetweenItsWatermarks(t *testing.T) {
 	if len(c.Rows) != 300 || c.Snap == "" {
 		t.Fatalf("the chunk read %d rows under snapshot %q, want all 300 under one", len(c.Rows), c.Snap)
 	}
-	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_get_changes('marks', NULL, NULL)`)
+	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_get_changes('chunkmarks', NULL, NULL)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +46,9 @@ func TestAChunkIsReadBetweenItsWatermarks(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	// test_decoding: BEGIN, the message, COMMIT for each watermark.
+	// test_decoding: BEGIN xid, the message, COMMIT xid for each watermark.
 	var marks []source.Mark
+	var xids []uint64
 	for i, line := range wal {
 		_, content, ok := strings.Cut(line, "content:")
 		if !strings.HasPrefix(line, "message: transactional: 1 prefix: "+markPrefix) || !ok {
@@ -58,11 +62,29 @@ func TestAChunkIsReadBetweenItsWatermarks(t *testing.T) {
 			t.Fatalf("watermark %q: %v", content, err)
 		}
 		marks = append(marks, mk)
+		xid, err := strconv.ParseUint(strings.TrimPrefix(wal[i-1], "BEGIN "), 10, 64)
+		if err != nil {
+			t.Fatalf("a watermark's transaction %q: %v", wal[i-1], err)
+		}
+		xids = append(xids, xid)
 	}
 	want := []source.Mark{{Kind: "low", ID: c.ID, Table: span.Table}, {Kind: "high", ID: c.ID, Table: span.Table, Snap: c.Snap}}
 	if len(marks) != 2 || marks[0].Kind != want[0].Kind || marks[0].ID != c.ID || marks[0].Table != span.Table || marks[0].Snap != "" ||
 		marks[1].Kind != want[1].Kind || marks[1].ID != c.ID || marks[1].Table != span.Table || marks[1].Snap != c.Snap {
 		t.Fatalf("the WAL holds watermarks %+v, want %+v", marks, want)
+	}
+	// The read's snapshot (xmin:xmax:running) sees the low watermark's
+	// transaction, committed before it, and not the high one's, after.
+	visible := func(xid uint64) bool {
+		parts := strings.Split(c.Snap, ":")
+		if len(parts) != 3 {
+			t.Fatalf("snapshot %q", c.Snap)
+		}
+		xmax, _ := strconv.ParseUint(parts[1], 10, 64)
+		return xid < xmax && !slices.Contains(strings.Split(parts[2], ","), strconv.FormatUint(xid, 10))
+	}
+	if !visible(xids[0]) || visible(xids[1]) {
+		t.Fatalf("the read's snapshot %s: sees the low watermark's transaction %d: %v, the high one's %d: %v; want it to see the first only", c.Snap, xids[0], visible(xids[0]), xids[1], visible(xids[1]))
 	}
 
 	// A watermark the server refuses (here a function of the same name

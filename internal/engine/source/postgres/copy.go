@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -72,7 +73,7 @@ func keyChangedWhileCopying(table string, copying source.CopyingTable, def *sour
 // rows, in the same transaction and snapshot (readChunkRows).
 func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span, copied model.CopyProgress, ask source.ChunkAsk, register func(*source.Chunk) bool, loaded func(*source.Chunk)) (c *source.Chunk, sorted string, err error) {
 	cat := &catalog{conn: conn, types: map[uint32]string{}}
-	def, plain, err := cat.tableDefKind(ctx, span.Table)
+	def, info, err := cat.tableDefKind(ctx, span.Table)
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
@@ -86,7 +87,7 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
-	rel, err := relationRead(ctx, conn, span.Table, plain, def, copied)
+	rel, err := relationRead(ctx, conn, span.Table, info.plain, def, copied)
 	if err != nil {
 		return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
 	}
@@ -97,12 +98,15 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	}
 	how := orderOf(def, order, false)
 	c = source.NewChunk(span.Table, def, ask.Rows)
+	c.Expect = info.rows
 	if !register(c) {
 		return nil, "", nil
 	}
 	defer func() {
 		if conn.PgConn().TxStatus() != 'I' { // after an error: a watermark's transaction, or the read's
-			_, _ = conn.Exec(context.Background(), "ROLLBACK")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = conn.Exec(ctx, "ROLLBACK")
 		}
 	}()
 	if err := beginChunk(ctx, conn, cfg, c, how); err != nil {
@@ -137,7 +141,8 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	return c, sorted, nil
 }
 
-// readChunkRows reads a chunk's rows in tx by its query q, and where the
+// readChunkRows reads a chunk's rows on tx (its connection, in its read's
+// transaction) by its query q, and where the
 // chunk may grow, as many more as Chunk.Grow says by readOn's query of
 // the rows after them (n at most): one snapshot, so one chunk between
 // one pair of watermarks. (A cursor over the most rows, fetched in two
@@ -200,24 +205,6 @@ func sortedWhy(table string, def *source.TableDef, utf8 bool) string {
 		cols = append(cols, col)
 	}
 	return why + fmt.Sprintf("; an index in that order is read instead from the next chunk on: CREATE INDEX CONCURRENTLY ON %s (%s)", quoteQualified(table), strings.Join(cols, ", "))
-}
-
-// chunkTx begins a chunk's read: one REPEATABLE READ snapshot for the
-// rows and for what it saw (visible.go), its txid snapshot into snap, and
-// the planner's settings for reading in order how (setOrder). A chunk of
-// the snapshot begins with its low watermark (beginChunk); this is the
-// same read without it.
-func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, how readOrder) (pgx.Tx, error) {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, err
-	}
-	var settings string
-	if err := tx.QueryRow(ctx, snapshotQuery(how)).Scan(snap, &settings); err != nil {
-		_ = tx.Rollback(context.Background())
-		return nil, err
-	}
-	return tx, nil
 }
 
 // snapshotQuery is a chunk's read's first statement: its txid snapshot,

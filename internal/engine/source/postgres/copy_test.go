@@ -264,3 +264,21 @@ func holds(c int, op string) bool {
 	}
 	return c < 0
 }
+
+// chunkTx begins a chunk's read: one REPEATABLE READ snapshot for the
+// rows and for what it saw (visible.go), its txid snapshot into snap, and
+// the planner's settings for reading in order how (setOrder): a chunk's
+// read as beginChunk begins it, without its low watermark, for the
+// tests that look at its queries' plans.
+func chunkTx(ctx context.Context, conn *pgx.Conn, snap *string, how readOrder) (pgx.Tx, error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	var settings string
+	if err := tx.QueryRow(ctx, snapshotQuery(how)).Scan(snap, &settings); err != nil {
+		_ = tx.Rollback(context.Background())
+		return nil, err
+	}
+	return tx, nil
+}

@@ -102,12 +102,16 @@ func beginChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.Chunk
 	}
 	res, err := conn.PgConn().Exec(ctx, low+"; BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "+snapshotQuery(how)).ReadAll()
 	switch {
-	case err != nil && failedAt(res) < 2: // BEGIN, the watermark's SELECT
+	case err != nil && failedAt(res) < 3: // the watermark's BEGIN, SELECT, COMMIT
 		return fmt.Errorf("snapshot of %s: write the low watermark: %w", c.Table, explain(cfg, err))
 	case err != nil:
 		return fmt.Errorf("snapshot of %s: begin the read: %w", c.Table, explain(cfg, err))
 	case len(res) != 5 || len(res[4].Rows) != 1:
 		return fmt.Errorf("snapshot of %s: begin the read: %d results, not the five of its statements", c.Table, len(res))
+	case !commitOK(res[2]):
+		// Not in the WAL: the stream would meet the chunk's high
+		// watermark without its low one.
+		return fmt.Errorf("snapshot of %s: write the low watermark: the server answered %q to its COMMIT", c.Table, res[2].CommandTag.String())
 	}
 	c.Snap = string(res[4].Rows[0][0])
 	return nil
@@ -138,9 +142,18 @@ func endChunk(ctx context.Context, conn *pgx.Conn, cfg Config, c *source.Chunk) 
 		return fmt.Errorf("snapshot of %s: end the read: %w", c.Table, explain(cfg, err))
 	case err != nil:
 		return fmt.Errorf("snapshot of %s: write the high watermark: %w", c.Table, explain(cfg, err))
+	case len(res) != 4 || !commitOK(res[0]) || !commitOK(res[3]):
+		// The read's transaction had failed unseen, or the watermark's
+		// did: the chunk is read again (a high watermark already in the
+		// WAL is then no chunk's in flight).
+		return fmt.Errorf("snapshot of %s: end the read: %d results, not the four of its statements, or a COMMIT answered otherwise", c.Table, len(res))
 	}
 	return nil
 }
+
+// commitOK says a COMMIT committed: the server answers ROLLBACK to the
+// COMMIT of a transaction that had failed.
+func commitOK(r *pgconn.Result) bool { return r.CommandTag.String() == "COMMIT" }
 
 // load reads a chunk's rows from a query; keyIdx are the key columns'
 // positions (none for a table without a key).
@@ -148,7 +161,7 @@ func load(c *source.Chunk, rows pgx.Rows, keyIdx []int) error {
 	defer rows.Close()
 	types := keyTypes(c.Def)
 	if c.Rows == nil {
-		c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk (a grown one's array doubles on)
+		c.Rows = make([]source.Event, 0, c.Limit) // sized for the chunk (a grown one's array grows on: Chunk.AddRow)
 	}
 	for rows.Next() {
 		if err := c.AddRow(rows.RawValues(), keyIdx, types); err != nil {
