@@ -44,6 +44,15 @@ func TestAChunkRowIsKeyedInTheKeysOrder(t *testing.T) {
 // Rows added past a grown chunk's first array stay in order and its
 // array never passes the rows asked.
 func TestAChunksRowsAreCutToItsSpanAndEmittedInOrder(t *testing.T) {
+	// Rows left out and dropped from the first on, and only after rows
+	// kept (those are neither moved nor stamped otherwise).
+	cutAndEmit(t, []int{1, 17, 18, 40}, []int{2, 30})
+	cutAndEmit(t, []int{17, 18}, []int{30})
+	cutAndEmit(t, nil, nil)
+}
+
+func cutAndEmit(t *testing.T, outside, changed []int) {
+	t.Helper()
 	def := &TableDef{Columns: []ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
 	c := NewChunk("public.t", def, 3)
 	for i := 1; i <= 3; i++ {
@@ -65,23 +74,26 @@ func TestAChunksRowsAreCutToItsSpanAndEmittedInOrder(t *testing.T) {
 		k, _ := model.EncodeKeyValues("int8", []string{fmt.Sprint(i)})
 		return k
 	}
-	out := map[string]bool{key(1): true, key(17): true, key(18): true, key(40): true}
+	out, dropped := map[string]bool{}, map[string]bool{}
+	for _, i := range outside {
+		out[key(i)] = true
+	}
 	c.Within(func(k string) bool { return !out[k] })
 	c.open = true
-	for _, i := range []int{2, 30} {
-		e := &Event{Kind: KindDML, Key: key(i)}
-		c.observe(e)
+	for _, i := range changed {
+		dropped[key(i)] = true
+		c.observe(&Event{Kind: KindDML, Key: key(i)})
 	}
 	hwDef := &TableDef{Columns: def.Columns}
 	got := c.emit(&Event{CommitTs: 77, Def: hwDef, SchemaVersion: 2, TableVersion: 5})
 	var want []string
 	for i := 1; i <= 40; i++ {
-		if !out[key(i)] && i != 2 && i != 30 {
+		if !out[key(i)] && !dropped[key(i)] {
 			want = append(want, key(i))
 		}
 	}
 	if len(got) != len(want) {
-		t.Fatalf("emitted %d rows, want %d", len(got), len(want))
+		t.Fatalf("rows %v left out, %v changed: emitted %d rows, want %d", outside, changed, len(got), len(want))
 	}
 	for i, e := range got {
 		if e.Key != want[i] {
@@ -89,6 +101,45 @@ func TestAChunksRowsAreCutToItsSpanAndEmittedInOrder(t *testing.T) {
 		}
 		if e.CommitTs != 77 || e.Def != hwDef || e.SchemaVersion != 2 || e.TableVersion != 5 || e.Op != OpInsert {
 			t.Fatalf("row %d is not an insert at the high watermark: %+v", i, e)
+		}
+	}
+}
+
+// A grown chunk's array makes room for the rows the table's statistics
+// say it has, at once, and for more as more come, never past the rows
+// asked; without statistics it grows fourfold.
+func TestAGrownChunksArrayIsMadeForTheTablesRows(t *testing.T) {
+	def := &TableDef{Columns: []ColumnDef{{Name: "id", Type: "int8", KeyPos: 1}}}
+	grow := func(expect, rows, limit int) []int {
+		c := NewChunk("public.t", def, 100)
+		c.Rows = make([]Event, 0, 100)
+		c.Expect, c.Limit = expect, limit
+		caps := []int{}
+		for i := 1; i <= rows; i++ {
+			if err := c.AddRow([][]byte{[]byte(fmt.Sprint(i))}, []int{0}, "int8"); err != nil {
+				t.Fatal(err)
+			}
+			if n := cap(c.Rows); n != 100 && (len(caps) == 0 || caps[len(caps)-1] != n) {
+				caps = append(caps, n)
+			}
+		}
+		if len(c.Rows) != rows || c.Rows[rows-1].Key == "" {
+			t.Fatalf("%d rows added, the chunk holds %d", rows, len(c.Rows))
+		}
+		return caps
+	}
+	for _, tc := range []struct {
+		expect, rows, limit int
+		want                []int
+	}{
+		{800, 800, 10_000, []int{900}},          // the statistics' rows and an eighth
+		{800, 1_000, 10_000, []int{900, 3_600}}, // more than they said: fourfold on
+		{50_000, 1_000, 10_000, []int{10_000}},  // never past the rows asked
+		{0, 1_000, 10_000, []int{400, 1_600}},   // no statistics
+		{0, 1_000, 1_000, []int{400, 1_000}},
+	} {
+		if got := grow(tc.expect, tc.rows, tc.limit); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("statistics of %d rows, %d read, %d asked: the array grew to %v, want %v", tc.expect, tc.rows, tc.limit, got, tc.want)
 		}
 	}
 }

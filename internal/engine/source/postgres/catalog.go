@@ -157,14 +157,24 @@ func (c *catalog) tableDef(ctx context.Context, qualified string) (*source.Table
 	return def, err
 }
 
-// tableDefKind is tableDef, and whether the table is a plain one (not
-// partitioned) as the same read found it (fromTable): a chunk's read
-// asks both, and its round trips are most of a small table's copy.
-func (c *catalog) tableDefKind(ctx context.Context, qualified string) (*source.TableDef, bool, error) {
+// relInfo is what a chunk's read learns of its table with its
+// definition: whether it is a plain one (not partitioned; fromTable), and
+// how many rows the planner's statistics say it has (pg_class.reltuples;
+// 0 where it has none: never analyzed, or partitioned).
+type relInfo struct {
+	plain bool
+	rows  int
+}
+
+// tableDefKind is tableDef, and relInfo as the same read found it: a
+// chunk's read asks both, and its round trips are most of a small
+// table's copy.
+func (c *catalog) tableDefKind(ctx context.Context, qualified string) (*source.TableDef, relInfo, error) {
+	var info relInfo
 	schema, table := model.SplitTableName(qualified)
 	version, err := c.serverVersion(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, info, err
 	}
 	notGenerated := ""
 	if version >= 120000 {
@@ -173,7 +183,7 @@ func (c *catalog) tableDefKind(ctx context.Context, qualified string) (*source.T
 	rows, err := c.conn.Query(ctx, `
 SELECT a.attname, t.typname, a.atttypmod, NOT a.attnotnull,
        COALESCE(array_position((string_to_array(i.indkey::text, ' ')::int2[])[1:i.indnkeyatts], a.attnum), 0),
-       r.relkind = 'r'
+       r.relkind = 'r', GREATEST(r.reltuples, 0)::int8
 FROM pg_attribute a
 JOIN pg_class r ON r.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = r.relnamespace
@@ -182,11 +192,10 @@ LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped`+notGenerated+`
 ORDER BY a.attnum`, schema, table)
 	if err != nil {
-		return nil, false, err
+		return nil, info, err
 	}
 	defer rows.Close()
 	def := &source.TableDef{Schema: schema, Name: table}
-	plain := false
 	for rows.Next() {
 		var (
 			col, typ string
@@ -194,18 +203,20 @@ ORDER BY a.attnum`, schema, table)
 			nullable bool
 			keyPos   int32
 		)
-		if err := rows.Scan(&col, &typ, &typmod, &nullable, &keyPos, &plain); err != nil {
-			return nil, false, err
+		var estimate int64
+		if err := rows.Scan(&col, &typ, &typmod, &nullable, &keyPos, &info.plain, &estimate); err != nil {
+			return nil, info, err
 		}
+		info.rows = int(min(estimate, 1<<40))
 		def.Columns = append(def.Columns, source.ColumnDef{Name: col, Type: withModifier(typ, typmod), Nullable: nullable, KeyPos: int(keyPos)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, err
+		return nil, info, err
 	}
 	if len(def.Columns) == 0 {
-		return nil, false, fmt.Errorf("table %s does not exist in database %s (check the name and the tables= parameter)", qualified, c.conn.Config().Database)
+		return nil, info, fmt.Errorf("table %s does not exist in database %s (check the name and the tables= parameter)", qualified, c.conn.Config().Database)
 	}
-	return def, plain, nil
+	return def, info, nil
 }
 
 // oidOf is a table's relation.

@@ -16,7 +16,7 @@ import (
 // it, and the chunks after read the rest, each row once and in key order.
 func TestAFirstChunkReadsOnAsFarAsItsRowsAllow(t *testing.T) {
 	t.Parallel()
-	_, dsn := newDB(t, `CREATE TABLE small (id int8 PRIMARY KEY, v text);
+	srv, dsn := newDB(t, `CREATE TABLE small (id int8 PRIMARY KEY, v text);
 		INSERT INTO small SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
 		CREATE TABLE wide (id int8 PRIMARY KEY, v text);
 		INSERT INTO wide SELECT g, repeat(md5(g::text), 256) FROM generate_series(1, 6000) g;
@@ -45,6 +45,16 @@ func TestAFirstChunkReadsOnAsFarAsItsRowsAllow(t *testing.T) {
 	c := read("small", model.CopyProgress{}, source.ChunkAsk{Rows: 1000, Most: 65536})
 	if len(c.Rows) != 10000 || c.Full {
 		t.Fatalf("the first chunk of a table of 10,000 small rows holds %d (full %v), want all of them in one", len(c.Rows), c.Full)
+	}
+	inOrder(c, 1)
+	// Once the table has statistics, the chunk knows its rows from them
+	// (its array is made for them as it grows: Chunk.Expect).
+	if c.Expect != 0 {
+		t.Fatalf("a table never analyzed: the chunk expects %d rows, want 0 (unknown)", c.Expect)
+	}
+	psql(t, srv, dsn, `ANALYZE small`)
+	if c = read("small", model.CopyProgress{}, source.ChunkAsk{Rows: 1000, Most: 65536}); c.Expect != 10000 || len(c.Rows) != 10000 || cap(c.Rows) > 11250 {
+		t.Fatalf("an analyzed table of 10,000 rows: the chunk expects %d and holds %d in room for %d, want 10,000 in room for at most 11,250", c.Expect, len(c.Rows), cap(c.Rows))
 	}
 	inOrder(c, 1)
 	if c = read("small", model.CopyProgress{}, source.ChunkAsk{Rows: 1000}); len(c.Rows) != 1000 || !c.Full {
