@@ -252,7 +252,9 @@ func (c *Chunk) AddRow(raw [][]byte, keyIdx []int, types string) error {
 // for the most it may read, most of a small table's copy was clearing
 // memory it never used). Where the table's statistics say how many rows
 // it has, room for them with an eighth more (a table that has grown
-// since they were taken), once; otherwise four times as many. Not
+// since they were taken), once (the table's rows, not the span's: a
+// small span of a large table is made room for the rows asked);
+// otherwise four times as many. Not
 // doubled: each step copies the events before, whose pointers the
 // collector's write barrier sees one by one (a first chunk of 4,096 rows
 // grown to 42,000 copied 61,000 events doubling, a third of its build).

@@ -167,8 +167,7 @@ type relInfo struct {
 }
 
 // tableDefKind is tableDef, and relInfo as the same read found it: a
-// chunk's read asks both, and its round trips are most of a small
-// table's copy.
+// chunk's read asks both, in one round trip.
 func (c *catalog) tableDefKind(ctx context.Context, qualified string) (*source.TableDef, relInfo, error) {
 	var info relInfo
 	schema, table := model.SplitTableName(qualified)

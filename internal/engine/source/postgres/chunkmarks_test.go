@@ -88,32 +88,23 @@ func TestAChunkIsReadBetweenItsWatermarks(t *testing.T) {
 	}
 
 	// A watermark the server refuses (here a function of the same name
-	// that raises, found first on the session's search path): the chunk
-	// says which failed, and its connection reads the next chunk once it
-	// may.
-	psql(t, srv, dsn, `CREATE FUNCTION public.pg_logical_emit_message(bool, text, text) RETURNS pg_lsn LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no watermarks here'; END $$`)
-	if _, err := conn.Exec(ctx, `SET search_path = public, pg_catalog`); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 100}, yes, noop); err == nil || !strings.Contains(err.Error(), "write the low watermark") {
-		t.Fatalf("a chunk whose low watermark cannot be written: %v, want an error that says so", err)
-	}
-	if _, err := conn.Exec(ctx, `RESET search_path`); err != nil {
-		t.Fatalf("the connection after a failed chunk: %v", err)
-	}
-	if c, _, err = readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 100}, yes, noop); err != nil || len(c.Rows) != 100 {
-		t.Fatalf("the next chunk on the same connection: %v (%d rows)", err, len(c.Rows))
-	}
-	// The same for a high watermark (the low one written).
-	psql(t, srv, dsn, `CREATE OR REPLACE FUNCTION public.pg_logical_emit_message(bool, text, text) RETURNS pg_lsn LANGUAGE plpgsql AS $$
-		BEGIN IF $3 LIKE '%"high"%' THEN RAISE EXCEPTION 'no high watermarks here'; END IF; RETURN pg_catalog.pg_logical_emit_message($1, $2, $3); END $$`)
-	if _, err := conn.Exec(ctx, `SET search_path = public, pg_catalog`); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 100}, yes, noop); err == nil || !strings.Contains(err.Error(), "write the high watermark") {
-		t.Fatalf("a chunk whose high watermark cannot be written: %v, want an error that says so", err)
-	}
-	if _, err := conn.Exec(ctx, `RESET search_path`); err != nil {
-		t.Fatalf("the connection after a failed chunk: %v", err)
+	// that raises, found first on the session's search path), low or
+	// high: the chunk says which failed, and its connection reads the
+	// next chunk once it may.
+	for _, kind := range []string{"low", "high"} {
+		psql(t, srv, dsn, `CREATE OR REPLACE FUNCTION public.pg_logical_emit_message(bool, text, text) RETURNS pg_lsn LANGUAGE plpgsql AS $$
+			BEGIN IF $3 LIKE '%"`+kind+`"%' THEN RAISE EXCEPTION 'no such watermarks here'; END IF; RETURN pg_catalog.pg_logical_emit_message($1, $2, $3); END $$`)
+		if _, err := conn.Exec(ctx, `SET search_path = public, pg_catalog`); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 100}, yes, noop); err == nil || !strings.Contains(err.Error(), "write the "+kind+" watermark") {
+			t.Fatalf("a chunk whose %s watermark cannot be written: %v, want an error that says so", kind, err)
+		}
+		if _, err := conn.Exec(ctx, `RESET search_path`); err != nil {
+			t.Fatalf("the connection after a failed chunk: %v", err)
+		}
+		if c, _, err = readRange(ctx, conn, cfg, span, model.CopyProgress{}, source.ChunkAsk{Rows: 100}, yes, noop); err != nil || len(c.Rows) != 100 {
+			t.Fatalf("the next chunk on the same connection after a refused %s watermark: %v (%d rows)", kind, err, len(c.Rows))
+		}
 	}
 }

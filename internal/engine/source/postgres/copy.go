@@ -129,7 +129,10 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, "", err
 	}
 	c.Within(span.Contains)
-	loaded(c) // before the high watermark, as ChunkReader says; the read only read
+	// Loaded before the high watermark is written (ChunkReader); the
+	// read's COMMIT, in the same round trip as that, only ends a
+	// read-only transaction.
+	loaded(c)
 	if err := endChunk(ctx, conn, cfg, c); err != nil {
 		return nil, "", err
 	}
@@ -141,12 +144,12 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	return c, sorted, nil
 }
 
-// readChunkRows reads a chunk's rows on tx (its connection, in its read's
-// transaction) by its query q, and where the
-// chunk may grow, as many more as Chunk.Grow says by readOn's query of
-// the rows after them (n at most): one snapshot, so one chunk between
-// one pair of watermarks. (A cursor over the most rows, fetched in two
-// parts, read a fifth slower than the two queries.)
+// readChunkRows reads a chunk's rows on tx (its connection, in the read's
+// transaction) by its query q, and where the chunk may grow, as many more
+// as Chunk.Grow says by readOn's query of the rows after them (n at
+// most): one snapshot, so one chunk between one pair of watermarks. (A
+// cursor over the most rows, fetched in two parts, read a fifth slower
+// than the two queries.)
 func readChunkRows(ctx context.Context, tx querier, cfg Config, c *source.Chunk, ask source.ChunkAsk, q string, args []any, readOn func(n int) (string, []any, error), keyIdx []int) error {
 	for n, first := ask.Rows, true; n > 0; n, first = c.Grow(ask), false {
 		if !first {
