@@ -137,9 +137,10 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		return nil, "", err
 	}
 	if c.Full && how == sortedOrder {
-		var encoding string
-		_ = conn.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&encoding)
-		sorted = sortedWhy(span.Table, def, encoding == "UTF8")
+		// The server says its encoding when the connection starts: not a
+		// query for every full chunk of such a table (the warning is told
+		// once).
+		sorted = sortedWhy(span.Table, def, conn.PgConn().ParameterStatus("server_encoding") == "UTF8")
 	}
 	return c, sorted, nil
 }
