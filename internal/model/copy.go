@@ -61,12 +61,23 @@ type CopyProgress struct {
 	// same change (a reader started again before it) copies nothing
 	// twice.
 	Again Ts `json:"again,omitempty"`
+	// Horizon is the last key of the span (encoded) in the snapshot of a
+	// chunk of the relation the copy reads now, where its source read it
+	// (one that read on, a full chunk's); To's terms. Every row keyed
+	// after it that exists later was written after that snapshot, so the
+	// stream carries it: the copy stops at Horizon rather than chase a
+	// range that grows as it copies (a serial key's last partition,
+	// under inserts faster than its chunks go through the stream, never
+	// finished). Debezium's incremental snapshot stops at the key that
+	// was the largest when it began, too. Cleared with To when the copy
+	// reads another relation, or the table again.
+	Horizon string `json:"horizon,omitempty"`
 }
 
 // Finished is the progress once the relation being copied is copied
 // through the span's end: the next one of Then, or Done.
 func (c CopyProgress) Finished() CopyProgress {
-	c.To, c.Cursor, c.Read, c.Order = "", "", 0, ""
+	c.To, c.Cursor, c.Read, c.Order, c.Horizon = "", "", 0, "", ""
 	if c.Then != "" {
 		c.Only, c.Then, _ = strings.Cut(c.Then, " ")
 		c.Done = false
@@ -107,7 +118,7 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 	}
 	if c.Done {
 		c.Done, c.Only, c.Then = false, rel, ""
-		c.To, c.Cursor, c.Read, c.Order = "", "", 0, ""
+		c.To, c.Cursor, c.Read, c.Order, c.Horizon = "", "", 0, "", ""
 		return c
 	}
 	if c.Only == rel || strings.Contains(" "+c.Then+" ", " "+rel+" ") {
@@ -196,15 +207,16 @@ func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 		// The lower half has copied what it reads now; the upper half
 		// has up to To. Both go on with the relations after it.
 		lower = CopyProgress{Rows: c.Rows, Key: c.Key, Only: c.Only, Then: c.Then}.Finished()
-		upper = CopyProgress{Key: c.Key, Only: c.Only, Then: c.Then}
+		upper = CopyProgress{Key: c.Key, Only: c.Only, Then: c.Then, Horizon: c.Horizon}
 		if c.To > key {
 			upper.To = c.To
 		}
 		return lower, upper
 	}
 	// Both halves go on under the key the copy began with (and from its
-	// cursor, in index order).
-	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order, Only: c.Only, Then: c.Then}
+	// cursor, in index order), and stop at its horizon: an upper half
+	// wholly after it has nothing to copy.
+	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order, Only: c.Only, Then: c.Then, Horizon: c.Horizon}
 }
 
 // Beyond says c has copied more than o (of the same span, along one

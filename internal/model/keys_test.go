@@ -424,3 +424,29 @@ func TestATableIsCopiedAgainOncePerChange(t *testing.T) {
 		t.Fatalf("a copy begun again is not told as one to save")
 	}
 }
+
+// A copy's horizon (the span's last key when it began) goes to both
+// halves of a split, and is forgotten when the copy reads another
+// relation or the table again: their rows were never the stream's.
+func TestACopysHorizonIsCutWithItAndEndsWithItsRelation(t *testing.T) {
+	c := CopyProgress{Rows: 10, Key: "(id)", Horizon: "w"}.CopiedThrough("m")
+	for _, at := range []string{"g", "m\x00", "t", "z"} {
+		lo, up := c.Cut(at)
+		if !lo.Done && lo.Horizon != "w" || up.Horizon != "w" {
+			t.Fatalf("cut at %q: %+v %+v", at, lo, up)
+		}
+	}
+	if c.CopiedThrough("p").Horizon != "w" || c.ReadThrough("p", "o", 1).Horizon != "w" {
+		t.Fatal("a chunk copied lost the horizon")
+	}
+	attached := c.Including("16401")
+	if attached.Horizon != "w" {
+		t.Fatalf("the table's own copy lost its horizon when a relation was attached: %+v", attached)
+	}
+	if next := attached.Finished(); next.Only != "16401" || next.Horizon != "" {
+		t.Fatalf("the attached relation's copy began with the table's horizon: %+v", next)
+	}
+	if again := (CopyProgress{Done: true, Horizon: "w"}).CopyAgain("16384", 9); again.Done || again.Horizon != "" {
+		t.Fatalf("a copy begun again kept the horizon of the copy before: %+v", again)
+	}
+}

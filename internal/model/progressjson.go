@@ -124,7 +124,10 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Then, sep = s.str(), ","
 	}
 	if s.field(sep + `"again":`) {
-		c.Again = Ts(s.uint())
+		c.Again, sep = Ts(s.uint()), ","
+	}
+	if s.field(sep + `"horizon":`) {
+		c.Horizon = s.str()
 	}
 	s.lit("}")
 	return c

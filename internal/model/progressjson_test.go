@@ -23,6 +23,7 @@ func progressTables() []ProgressTable {
 		{"i.1": {Node: "n", Copy: CopyProgress{Rows: 5, Key: "(sku)", Cursor: "Ab\x00", Read: 9, Order: "(sku latin1_swedish_ci)"}}, "i.2": {Copy: CopyProgress{Cursor: "b", Read: 1}}, "i.3": {Copy: CopyProgress{Order: "o"}}},
 		{"a.1": {Node: "n", Copy: CopyProgress{To: "k\x00", Rows: 7, Key: "(id)", Only: "16401", Then: "16420 16433"}}, "a.2": {Copy: CopyProgress{Then: "16401"}}, "a.3": {Copy: CopyProgress{Only: "1"}}},
 		{"a.1": {Node: "n", Copy: CopyProgress{Done: true, Rows: 7, Again: 470924802141242112}}, "a.2": {Copy: CopyProgress{Then: "16401", Again: 1}}, "a.3": {Copy: CopyProgress{Only: "1", Again: 3}}},
+		{"h.1": {Node: "n", Copy: CopyProgress{To: "k\x00", Rows: 7, Key: "(id)", Again: 4, Horizon: "z\x01"}}, "h.2": {Copy: CopyProgress{Horizon: "9"}}, "h.3": {Copy: CopyProgress{Done: true, Horizon: "q"}}},
 	}
 }
 

@@ -25,7 +25,6 @@ package source
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -165,6 +164,10 @@ type Chunk struct {
 	// KeyCols are the key's columns the rows were read and keyed by
 	// (model.KeyColumns of Def as read; "" without a key).
 	KeyCols string
+	// Horizon is the span's last key in the read's snapshot, where the
+	// source read it (SetHorizon): the copy's, once the chunk is
+	// through (model.CopyProgress.Horizon).
+	Horizon string
 
 	regAt  model.Ts // its reader's position when it went in flight
 	began  time.Time
@@ -281,7 +284,24 @@ func (c *Chunk) Through(p model.CopyProgress) model.CopyProgress {
 	if c.Ordered {
 		return p.ReadThrough(c.Last, c.Order, c.Read)
 	}
+	if c.Horizon != "" {
+		p.Horizon = c.Horizon
+	}
 	return p.CopiedThrough(c.Last)
+}
+
+// SetHorizon records the span's last key in the snapshot the chunk was
+// read in (its source's LastRowQuery, after a full read): the copy stops
+// there (model.CopyProgress.Horizon); where the chunk read through it,
+// the range ends with the chunk.
+func (c *Chunk) SetHorizon(last string) {
+	if last == "" || c.Ordered {
+		return
+	}
+	c.Horizon = last
+	if c.Full && c.Last != "" && c.Last >= last {
+		c.Full = false
+	}
 }
 
 // Within keeps of the chunk's rows those of the span: a database's query
@@ -426,69 +446,4 @@ func (s *ChunkSlots) give() {
 	s.mu.Lock()
 	s.used--
 	s.mu.Unlock()
-}
-
-// ChunkBound is one bound of a chunk's key range: the comparison of the
-// key's row with the bound ("<", ">=", ">") and the bound's key values.
-type ChunkBound struct {
-	Op   string
-	Vals []string
-}
-
-// ChunkBounds are the bounds of a span's next chunk: above what is copied
-// (or from the span's start) and below the span's end; none when the
-// span is open on both sides and nothing is copied.
-func ChunkBounds(span model.Span, copied model.CopyProgress) ([]ChunkBound, error) {
-	var out []ChunkBound
-	add := func(op, enc string) error {
-		vals, err := model.DecodeKeyValues(span.Key, enc)
-		if err != nil {
-			return fmt.Errorf("snapshot of %s: %w", span.Table, err)
-		}
-		out = append(out, ChunkBound{Op: op, Vals: vals})
-		return nil
-	}
-	if after, ok := copied.After(); ok {
-		if err := add(">", after); err != nil {
-			return nil, err
-		}
-	} else if span.Start != "" {
-		if err := add(">=", span.Start); err != nil {
-			return nil, err
-		}
-	}
-	if span.End != "" {
-		if err := add("<", span.End); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// RangeQuery is the SELECT of a chunk: cols of table, the next rows of a
-// span in key order (exprs: the key columns as routing orders them)
-// after what is copied (or from the span's start), at most limit.
-// literal writes the i-th key value of a bound as the database takes it
-// (a parameter placeholder, or a literal).
-func RangeQuery(cols, table string, exprs []string, span model.Span, copied model.CopyProgress, limit int, literal func(i int, v string) (string, error)) (string, error) {
-	bounds, err := ChunkBounds(span, copied)
-	if err != nil {
-		return "", err
-	}
-	row := "(" + strings.Join(exprs, ", ") + ")"
-	var conds []string
-	for _, b := range bounds {
-		ph := make([]string, len(b.Vals))
-		for i, v := range b.Vals {
-			if ph[i], err = literal(i, v); err != nil {
-				return "", fmt.Errorf("snapshot of %s: %w", span.Table, err)
-			}
-		}
-		conds = append(conds, fmt.Sprintf("%s %s (%s)", row, b.Op, strings.Join(ph, ", ")))
-	}
-	q := fmt.Sprintf("SELECT %s FROM %s", cols, table)
-	if len(conds) > 0 {
-		q += " WHERE " + strings.Join(conds, " AND ")
-	}
-	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(exprs, ", "), limit), nil
 }

@@ -103,7 +103,7 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 				}
 				c := source.NewChunk(span.Table, def, ask.Rows)
 				c.Ordered = true
-				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, colls)); err != nil {
+				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, colls), nil); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
 				if ask.Most > ask.Rows && c.Full && c.Limit == ask.Rows {
@@ -193,7 +193,7 @@ func benchKeyChunks(b *testing.B, rows int, flatQuery string, stmts ...string) {
 			}
 			c := source.NewChunk(span.Table, def, limit)
 			c.Ordered = ordered
-			if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil); err != nil {
+			if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 			n += len(c.Rows)
@@ -206,7 +206,7 @@ func benchKeyChunks(b *testing.B, rows int, flatQuery string, stmts ...string) {
 	flat := func() time.Duration {
 		began := time.Now()
 		c := source.NewChunk(span.Table, def, rows+1)
-		if err := readChunk(ctx, conn, c, flatQuery, source.ChunkAsk{Rows: rows + 1}, nil); err != nil {
+		if err := readChunk(ctx, conn, c, flatQuery, source.ChunkAsk{Rows: rows + 1}, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 		if len(c.Rows) != rows {

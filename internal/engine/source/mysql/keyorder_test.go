@@ -46,7 +46,7 @@ func TestABinaryKeyedTableIsCopiedFromItsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := source.NewChunk(span.Table, def, limit)
-		if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil); err != nil {
+		if err := readChunk(ctx, conn, c, q, source.ChunkAsk{Rows: limit}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		return c

@@ -75,6 +75,7 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	ordered := indexOrdered(def) && copied.To == ""
 	var q, order string
 	var more func(c *source.Chunk, n int) (string, error) // a grown chunk's further rows
+	var horizon func() (string, error)                    // a full chunk's last row of the span
 	limit := ask.Rows
 	if ordered {
 		colls, err := keyCollations(ctx, conn, span.Table)
@@ -97,11 +98,16 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 		more = readOn(def, span, colls)
 	} else if q, err = rangeQuery(def, span, copied, limit); err != nil {
 		return nil, err
-	} else if rangeIndexed(def) {
-		// Byte ranges that are ranges of the key's index (an integer or a
-		// binary key): read on after the last row read, as the next
-		// chunk would.
-		more = func(c *source.Chunk, n int) (string, error) { return rangeQuery(def, span, c.Through(copied), n) }
+	} else {
+		if rangeIndexed(def) {
+			// Byte ranges that are ranges of the key's index (an integer
+			// or a binary key): read on after the last row read, as the
+			// next chunk would.
+			more = func(c *source.Chunk, n int) (string, error) { return rangeQuery(def, span, c.Through(copied), n) }
+		}
+		if copied.Horizon == "" {
+			horizon = func() (string, error) { return lastRowQuery(def, span, copied) }
+		}
 	}
 	c := source.NewChunk(span.Table, def, limit)
 	c.Ordered, c.Order = ordered, order
@@ -121,7 +127,7 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if more == nil {
 		ask.Most = ask.Rows
 	}
-	if err := readChunk(ctx, conn, c, q, ask, more); err != nil {
+	if err := readChunk(ctx, conn, c, q, ask, more, horizon); err != nil {
 		return nil, fail("read", err)
 	}
 	c.Within(span.Contains)
@@ -176,7 +182,8 @@ const copyConns = 4
 
 // readChunk reads a chunk's rows in a consistent snapshot: by q, and
 // where the chunk may grow (source.ChunkAsk), as many more as
-// Chunk.Grow says by more's query. The server sends them in UTF-8 (a
+// Chunk.Grow says by more's query; where it is full, its span's last row
+// by horizon's query, in the same snapshot (Chunk.SetHorizon). The server sends them in UTF-8 (a
 // latin1 column's too), as the stream renders them.
 //
 // The rows are read from the driver itself, under database/sql: its
@@ -184,7 +191,7 @@ const copyConns = 4
 // and a partition's copy is bound by the CPU (each row's text is copied
 // once, into the chunk, before the next row overwrites the driver's
 // buffer).
-func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string, ask source.ChunkAsk, more func(*source.Chunk, int) (string, error)) error {
+func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string, ask source.ChunkAsk, more func(*source.Chunk, int) (string, error), horizon func() (string, error)) error {
 	if c.Ordered && temporalKey(c.Def) {
 		if err := allowZeroDates(ctx, conn); err != nil {
 			return err
@@ -207,8 +214,22 @@ func readChunk(ctx context.Context, conn *sql.Conn, c *source.Chunk, q string, a
 			if err != nil {
 				return err
 			}
-			return readRows(ctx, qc, c, q)
+			if err := readRows(ctx, qc, c, q); err != nil {
+				return err
+			}
 		}
+		if !c.Full || horizon == nil {
+			return nil
+		}
+		q, err := horizon()
+		if err != nil {
+			return err
+		}
+		last := source.NewChunk(c.Table, c.Def, 1)
+		if err := readRows(ctx, qc, last, q); err != nil {
+			return err
+		}
+		c.SetHorizon(last.Last)
 		return nil
 	})
 }
@@ -328,12 +349,29 @@ func binaryType(colType string) bool {
 // rangeQuery is the SELECT of a chunk: the next rows of a span in key
 // order after the last key copied (or from the span's start).
 func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, error) {
-	keys := def.KeyNames()
+	return source.RangeQuery(selectList(def), quoteTable(span.Table), keyOrder(def), span, copied, limit, keyLiteral(def))
+}
+
+// lastRowQuery is the SELECT of the last row rangeQuery would read: in a
+// full chunk's snapshot, its key is the copy's horizon
+// (model.CopyProgress.Horizon).
+func lastRowQuery(def *source.TableDef, span model.Span, copied model.CopyProgress) (string, error) {
+	return source.LastRowQuery(selectList(def), quoteTable(span.Table), keyOrder(def), span, copied, keyLiteral(def))
+}
+
+// selectList is the table's columns, as a chunk selects them.
+func selectList(def *source.TableDef) string {
 	cols := make([]string, len(def.Columns))
 	for i, c := range def.Columns {
 		cols[i] = quoteIdent(c.Name)
 	}
-	return source.RangeQuery(strings.Join(cols, ", "), quoteTable(span.Table), keyOrder(def), span, copied, limit, func(i int, v string) (string, error) {
+	return strings.Join(cols, ", ")
+}
+
+// keyLiteral writes the i-th value of a chunk's key bound.
+func keyLiteral(def *source.TableDef) func(i int, v string) (string, error) {
+	keys := def.KeyNames()
+	return func(i int, v string) (string, error) {
 		// Literals, not parameters: a query without them is sent as text
 		// and answered in the text protocol, the form the stream renders
 		// values in (values.go).
@@ -345,7 +383,7 @@ func rangeQuery(def *source.TableDef, span model.Span, copied model.CopyProgress
 			return strconv.FormatInt(n, 10), nil
 		}
 		return "X'" + hex.EncodeToString([]byte(v)) + "'", nil
-	})
+	}
 }
 
 // marksIn turns the watermark rows a change of the signal table inserts

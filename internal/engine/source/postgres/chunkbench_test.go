@@ -75,7 +75,7 @@ func benchIndexAgainstTextOrder(b *testing.B, dsn, table, keyType string, rows i
 	}
 	indexed := index(def)
 	textOrder := func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-		return textOrderQuery(quoteQualified(span.Table), def, nil, span, copied, limit)
+		return textOrderQuery(quoteQualified(span.Table), def, nil, span, copied, limit, "")
 	}
 	read(indexed, indexOrder) // warm the table's pages
 	var byIndex, byText time.Duration

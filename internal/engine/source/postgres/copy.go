@@ -128,6 +128,13 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if err := readChunkRows(ctx, conn, cfg, c, ask, q, args, readOn, keyIdx); err != nil {
 		return nil, "", err
 	}
+	if c.Full && copied.Horizon == "" {
+		// The range may hold more: where it ends in this snapshot, so that
+		// the copy does not chase the rows written after it.
+		if err := readHorizon(ctx, conn, c, rel, order, lead, span, copied); err != nil {
+			return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		}
+	}
 	c.Within(span.Contains)
 	// Loaded before the high watermark is written (ChunkReader); the
 	// read's COMMIT, in the same round trip as that, only ends a
@@ -143,6 +150,26 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 		sorted = sortedWhy(span.Table, def, conn.PgConn().ParameterStatus("server_encoding") == "UTF8")
 	}
 	return c, sorted, nil
+}
+
+// readHorizon reads the span's last row after what is copied, on tx in
+// the chunk's snapshot, into the chunk's horizon (Chunk.SetHorizon): the
+// chunks after read up to it, as they read up to the span's end.
+func readHorizon(ctx context.Context, tx querier, c *source.Chunk, rel string, order byteOrder, lead bool, span model.Span, copied model.CopyProgress) error {
+	q, args, keyIdx, err := lastRowQuery(rel, c.Def, order, lead, span, copied)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	last := source.NewChunk(c.Table, c.Def, 1)
+	if err := load(last, rows, keyIdx); err != nil {
+		return err
+	}
+	c.SetHorizon(last.Last)
+	return nil
 }
 
 // readChunkRows reads a chunk's rows on tx (its connection, in the read's

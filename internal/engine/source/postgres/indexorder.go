@@ -108,7 +108,7 @@ func orderOf(def *source.TableDef, order byteOrder, timeLead bool) readOrder {
 // text query's bounds (exact), the same bounds on those columns as they
 // are (nativeBound), which the index's range scan reads, in the index's
 // order, then the key's other columns in routing order.
-func nativeRangeQuery(from string, def *source.TableDef, order byteOrder, prefix []nativeColumn, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+func nativeRangeQuery(from string, def *source.TableDef, order byteOrder, prefix []nativeColumn, span model.Span, copied model.CopyProgress, limit int, dir string) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	bounds, err := source.ChunkBounds(span, copied)
 	if err != nil {
@@ -155,7 +155,7 @@ func nativeRangeQuery(from string, def *source.TableDef, order byteOrder, prefix
 		q += " WHERE " + strings.Join(conds, " AND ")
 	}
 	orderBy := append(native, exprs[len(native):]...)
-	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(orderBy, ", "), limit), args, keyIdx, nil
+	return q + source.OrderBy(orderBy, dir, limit), args, keyIdx, nil
 }
 
 // nativeBound is a chunk's bound b on the key's text as a bound on the

@@ -246,25 +246,44 @@ func intColumn(col source.ColumnDef) bool {
 // table), or the relation attached to it that the copy reads now
 // (CopyProgress.Only).
 func rangeQuery(from string, def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+	return spanQuery(from, def, order, timeLead, span, copied, limit, "")
+}
+
+// lastRowQuery is the query of the last row rangeQuery would read, read
+// backwards in the same order: in a full chunk's snapshot, its key is
+// the copy's horizon (model.CopyProgress.Horizon).
+func lastRowQuery(from string, def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress) (string, []any, []int, error) {
+	return spanQuery(from, def, order, timeLead, span, copied, 1, " DESC")
+}
+
+// spanQuery is rangeQuery in direction dir ("" or " DESC").
+func spanQuery(from string, def *source.TableDef, order byteOrder, timeLead bool, span model.Span, copied model.CopyProgress, limit int, dir string) (string, []any, []int, error) {
 	prefix := nativePrefix(def, order, timeLead)
 	for _, c := range prefix {
 		if c.cast != "" {
-			return nativeRangeQuery(from, def, order, prefix, span, copied, limit)
+			return nativeRangeQuery(from, def, order, prefix, span, copied, limit, dir)
 		}
 	}
-	return textOrderQuery(from, def, order, span, copied, limit)
+	return textOrderQuery(from, def, order, span, copied, limit, dir)
 }
 
 // textOrderQuery is a chunk's query in routing order (keyOrder): what a
 // key is read with whose first columns are integers or text an index
 // orders by its bytes (the index serves the query's bounds as they are),
 // or neither (sorted).
-func textOrderQuery(from string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
+func textOrderQuery(from string, def *source.TableDef, order byteOrder, span model.Span, copied model.CopyProgress, limit int, dir string) (string, []any, []int, error) {
 	exprs, keyIdx := keyOrder(def, order)
 	var args []any
-	q, err := source.RangeQuery(columnList(def), from, exprs, span, copied, limit, func(i int, v string) (string, error) {
+	literal := func(i int, v string) (string, error) {
 		return keyParam(def, order, i, v, &args), nil
-	})
+	}
+	var q string
+	var err error
+	if dir == "" {
+		q, err = source.RangeQuery(columnList(def), from, exprs, span, copied, limit, literal)
+	} else {
+		q, err = source.LastRowQuery(columnList(def), from, exprs, span, copied, literal)
+	}
 	return q, args, keyIdx, err
 }
 

@@ -138,7 +138,7 @@ func BenchmarkTextKeyChunks(b *testing.B) {
 		INSERT INTO tb SELECT md5(g::text), md5(g::text) FROM generate_series(1, %d) g; ANALYZE tb`, rows))
 	benchIndexAgainstTextOrder(b, dsn, "tb", "text", rows, func(def *source.TableDef) chunkQuery {
 		return func(def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (string, []any, []int, error) {
-			return textOrderQuery(quoteQualified(span.Table), def, byteOrder{"id": ""}, span, copied, limit)
+			return textOrderQuery(quoteQualified(span.Table), def, byteOrder{"id": ""}, span, copied, limit, "")
 		}
 	})
 }

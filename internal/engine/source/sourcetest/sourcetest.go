@@ -142,6 +142,41 @@ func ChunkedSpans(tb testing.TB, table, keyTypes string, bounds []string, at fun
 	return seen
 }
 
+// CopyWhileWriting reads a span chunk by chunk until a chunk is not
+// full, as a partition copies it, calling write once its first chunk is
+// read (the rows written then are after the copy began: the stream's),
+// and returns the keys read (encoded), which it fails the test unless
+// ascending, inside the span and at or before the copy's horizon, and
+// that horizon.
+func CopyWhileWriting(tb testing.TB, span model.Span, write func(), read func(span model.Span, copied model.CopyProgress) *source.Chunk) (keys []string, horizon string) {
+	tb.Helper()
+	var copied model.CopyProgress
+	for chunk := 0; ; chunk++ {
+		c := read(span, copied)
+		for _, e := range c.Rows {
+			if n := len(keys); n > 0 && e.Key <= keys[n-1] || !span.Contains(e.Key) {
+				tb.Fatalf("chunk %d read key %q out of order or outside its span", chunk, model.DecodeKey(span.Key, e.Key))
+			}
+			keys = append(keys, e.Key)
+		}
+		if chunk == 0 {
+			horizon = c.Horizon
+			write()
+		}
+		if !c.Full {
+			break
+		}
+		copied = c.Through(copied)
+		if copied.Horizon != horizon {
+			tb.Fatalf("chunk %d: the copy's horizon is %q, its first chunk's %q", chunk, copied.Horizon, horizon)
+		}
+	}
+	if n := len(keys); n > 0 && horizon != "" && keys[n-1] > horizon {
+		tb.Fatalf("the copy read %q, after its horizon %q", model.DecodeKey(span.Key, keys[n-1]), model.DecodeKey(span.Key, horizon))
+	}
+	return keys, horizon
+}
+
 // ProcessCPU is the CPU time this process has used, user and system:
 // benchmarks report a side's CPU a row beside its rows/s, which a busy
 // neighbour on the machine disturbs less than the wall clock.

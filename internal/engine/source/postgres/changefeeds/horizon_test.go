@@ -1,0 +1,113 @@
+package changefeeds
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/verify"
+)
+
+// A table written faster than its snapshot copies: new orders, with ever
+// higher ids, go in at about 4,000 a second while the snapshot copies at
+// 100 rows a second on each capture. The table's last partition, which
+// every insert lands in, still finishes its copy while the inserts go
+// on: it copies up to the last id its range held when its first full
+// chunk was read (its horizon), and the stream carries the rest (before,
+// it read on after the new rows as they came, and never finished). The
+// table rebuilt from the sink then equals the upstream's, and every
+// order was inserted once: those that existed by the copy, the new ones
+// (all after the horizon) by the stream.
+func TestTheLastPartitionOfATableWrittenFasterThanItCopiesFinishes(t *testing.T) {
+	t.Parallel()
+	tables := []string{"public.orders"}
+	_, dsn := startShopOf(t, slowShopOrders)
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(3)
+	sink := "file://" + t.TempDir() + "?flush-interval=100ms"
+	tc.CreateChangefeed("pg", dsn+"&tables=public.orders&chunk-rows=20&snapshot-rate=100", sink, 0)
+
+	// The last partition's horizon, saved with its progress: the inserts
+	// begin after it.
+	var last string
+	tc.Eventually("the last partition of orders to copy its first chunk", time.Minute, func() bool {
+		st := tc.State()
+		for pid, r := range st.Partitions["pg"] {
+			if r.Route.Span.End == "" {
+				last = pid
+				return st.Progress["pg"][pid].Progress.Copy.Horizon != ""
+			}
+		}
+		return false
+	})
+	if c := tc.State().Progress["pg"][last].Progress.Copy; c.Done {
+		t.Fatalf("the last partition copied its range before the inserts began (%+v): the test proves nothing", c)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var inserted atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for next := int64(slowShopOrders + 1); ctx.Err() == nil; next += 200 {
+			if _, err := conn.Exec(ctx, `INSERT INTO orders SELECT g, 'eu', 1, 'new', true, now() FROM generate_series($1::int8, $1::int8 + 199) g`, next); err != nil {
+				if ctx.Err() == nil {
+					done <- err
+				}
+				return
+			}
+			inserted.Add(200)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	tc.Eventually("the snapshot to finish while orders are inserted faster than it copies", time.Minute, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the inserts stopped: %v", err)
+		default:
+		}
+		return strings.HasPrefix(tc.CopySummary("pg"), "done")
+	})
+	during := inserted.Load()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	if during < 1000 {
+		t.Fatalf("only %d orders were inserted while the snapshot copied: the test proves nothing", during)
+	}
+
+	rep := verifyShop(t, tc, dsn, tables, end)
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after %d new orders: %+v", inserted.Load(), rep)
+	}
+	all, err := verify.Inserts(context.Background(), sink, "public.orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := 0
+	for id, by := range all {
+		if len(by) != 1 {
+			if twice++; twice <= 5 {
+				t.Errorf("order %s was inserted %d times: %v", id, len(by), by)
+			}
+		}
+	}
+	if want := slowShopOrders + inserted.Load(); twice > 0 || int64(len(all)) != want {
+		t.Fatalf("the sink inserted %d orders, %d of them more than once; want each of %d once", len(all), twice, want)
+	}
+	t.Logf("%d orders inserted while the snapshot copied, %d in all: %+v", during, inserted.Load(), rep.TableReports)
+}
