@@ -61,16 +61,18 @@ type CopyProgress struct {
 	// same change (a reader started again before it) copies nothing
 	// twice.
 	Again Ts `json:"again,omitempty"`
-	// Horizon is the last key of the span (encoded) in the snapshot of a
-	// chunk of the relation the copy reads now, where its source read it
-	// (one that read on, a full chunk's); To's terms. Every row keyed
-	// after it that exists later was written after that snapshot, so the
-	// stream carries it: the copy stops at Horizon rather than chase a
-	// range that grows as it copies (a serial key's last partition,
-	// under inserts faster than its chunks go through the stream, never
-	// finished). Debezium's incremental snapshot stops at the key that
-	// was the largest when it began, too. Cleared with To when the copy
-	// reads another relation, or the table again.
+	// Horizon is the last key the copy reads (encoded), in the order it
+	// reads (To's bytes, or Cursor's index order, where the copy reads
+	// the whole table), as of the snapshot of its first full chunk of
+	// the relation it reads now, where its source reads one. Every row
+	// keyed after it that exists later was written after that snapshot,
+	// so the stream carries it: the copy stops at Horizon rather than
+	// chase a range that grows as it copies (a serial key's last
+	// partition, under inserts faster than its chunks go through the
+	// stream, never finished). Debezium's incremental snapshot stops at
+	// the key that was the largest when it began, too. Cleared with To
+	// when the copy reads another relation, or the table again, or a
+	// relation attached again while it copies it.
 	Horizon string `json:"horizon,omitempty"`
 }
 
@@ -121,7 +123,14 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 		c.To, c.Cursor, c.Read, c.Order, c.Horizon = "", "", 0, "", ""
 		return c
 	}
-	if c.Only == rel || strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+	if c.Only == rel {
+		// Attached again while it copies (detached, written and attached:
+		// rows the stream never carried), or the same mark again: read
+		// on to the relation's last row now.
+		c.Horizon = ""
+		return c
+	}
+	if strings.Contains(" "+c.Then+" ", " "+rel+" ") {
 		return c
 	}
 	if c.Then == "" {
@@ -183,8 +192,11 @@ func (c CopyProgress) After() (string, bool) {
 }
 
 // CopiedThrough is the progress once key has been copied (by bytes: a
-// cursor in index order no longer counts).
+// cursor in index order no longer counts, nor a horizon in that order).
 func (c CopyProgress) CopiedThrough(key string) CopyProgress {
+	if c.Cursor != "" {
+		c.Horizon = ""
+	}
 	c.To, c.Cursor, c.Read, c.Order = key+"\x00", "", 0, ""
 	return c
 }

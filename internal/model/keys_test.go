@@ -449,4 +449,18 @@ func TestACopysHorizonIsCutWithItAndEndsWithItsRelation(t *testing.T) {
 	if again := (CopyProgress{Done: true, Horizon: "w"}).CopyAgain("16384", 9); again.Done || again.Horizon != "" {
 		t.Fatalf("a copy begun again kept the horizon of the copy before: %+v", again)
 	}
+	// The relation being copied attached again (detached, written and
+	// attached: rows the stream never carried) is read on to its end.
+	copying := CopyProgress{Only: "16401", Then: "16420", Horizon: "w"}.CopiedThrough("m")
+	if re := copying.Including("16401"); re.Horizon != "" || re.Only != "16401" || re.To != "m\x00" || re.Then != "16420" {
+		t.Fatalf("the relation being copied, attached again: %+v", re)
+	}
+	if other := copying.Including("16433"); other.Horizon != "w" {
+		t.Fatalf("another relation attached: the copy lost its horizon: %+v", other)
+	}
+	// A horizon in an index's order means nothing in byte ranges.
+	ordered := CopyProgress{Key: "(sku)", Horizon: "zz"}.ReadThrough("Mb", "o", 10)
+	if ordered.Horizon != "zz" || ordered.CopiedThrough("b").Horizon != "" {
+		t.Fatalf("a horizon in index order kept or lost wrongly: %+v", ordered)
+	}
 }

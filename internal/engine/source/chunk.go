@@ -282,24 +282,28 @@ func (c *Chunk) Loaded() {
 // Through is the progress p once the chunk, a full one, is copied.
 func (c *Chunk) Through(p model.CopyProgress) model.CopyProgress {
 	if c.Ordered {
-		return p.ReadThrough(c.Last, c.Order, c.Read)
+		p = p.ReadThrough(c.Last, c.Order, c.Read)
+	} else {
+		p = p.CopiedThrough(c.Last)
 	}
 	if c.Horizon != "" {
 		p.Horizon = c.Horizon
 	}
-	return p.CopiedThrough(c.Last)
+	return p
 }
 
-// SetHorizon records the span's last key in the snapshot the chunk was
-// read in (its source's LastRowQuery, after a full read): the copy stops
-// there (model.CopyProgress.Horizon); where the chunk read through it,
-// the range ends with the chunk.
+// SetHorizon records the last key the copy reads, in the order it reads
+// (the span's last key in byte order, or in the source's index order the
+// table's last), as of the snapshot the chunk was read in (its source's
+// query of it after a full read): the copy stops there
+// (model.CopyProgress.Horizon). A chunk whose last row is it ends the
+// range.
 func (c *Chunk) SetHorizon(last string) {
-	if last == "" || c.Ordered {
+	if last == "" {
 		return
 	}
 	c.Horizon = last
-	if c.Full && c.Last != "" && c.Last >= last {
+	if c.Last == last {
 		c.Full = false
 	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // ChunkBound is one bound of a chunk's key range: the comparison of the
-// key's row with the bound ("<", ">=", ">") and the bound's key values.
+// key's row with the bound ("<", "<=", ">=", ">") and the bound's key
+// values.
 type ChunkBound struct {
 	Op   string
 	Vals []string
@@ -51,7 +52,8 @@ func ChunkBounds(span model.Span, copied model.CopyProgress) ([]ChunkBound, erro
 
 // RangeQuery is the SELECT of a chunk: cols of table, the next rows of a
 // span in key order (exprs: the key columns as routing orders them)
-// after what is copied (or from the span's start), at most limit.
+// after what is copied (or from the span's start), up to the copy's
+// horizon, at most limit.
 // literal writes the i-th key value of a bound as the database takes it
 // (a parameter placeholder, or a literal).
 func RangeQuery(cols, table string, exprs []string, span model.Span, copied model.CopyProgress, limit int, literal func(i int, v string) (string, error)) (string, error) {

@@ -131,20 +131,26 @@ func orderOf(def *source.TableDef, colls map[string]keyCollation) string {
 // column's own character set and collation: a literal of another set
 // makes the server convert the column, and scan.
 func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit int, colls map[string]keyCollation) (string, error) {
+	return indexQuery(def, span, cursor, "", limit, "", colls)
+}
+
+// indexQuery is orderedQuery bounded at the copy's horizon too (its last
+// row in the index's order when it began, model.CopyProgress.Horizon;
+// none: ""), in direction dir ("" or " DESC").
+func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation) (string, error) {
 	keys := def.KeyNames()
-	cols := make([]string, len(def.Columns))
-	for i, c := range def.Columns {
-		cols[i] = quoteIdent(c.Name)
-	}
 	order := make([]string, len(keys))
 	for i, k := range keys {
 		order[i] = quoteIdent(k)
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(cols, ", "), quoteTable(span.Table))
-	if cursor != "" {
-		vals, err := model.DecodeKeyValues(span.Key, cursor)
+	var conds []string
+	for _, b := range []struct{ key, what, op string }{{cursor, "cursor", ">"}, {horizon, "horizon", "<"}} {
+		if b.key == "" {
+			continue
+		}
+		vals, err := model.DecodeKeyValues(span.Key, b.key)
 		if err != nil || len(vals) != len(keys) {
-			return "", fmt.Errorf("snapshot of %s: the copy's cursor is not a key of (%s): %v", span.Table, strings.Join(keys, ", "), err)
+			return "", fmt.Errorf("snapshot of %s: the copy's %s is not a key of (%s): %v", span.Table, b.what, strings.Join(keys, ", "), err)
 		}
 		lits := make([]string, len(keys))
 		for i, k := range keys {
@@ -152,18 +158,32 @@ func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit in
 				return "", fmt.Errorf("snapshot of %s: %w", span.Table, err)
 			}
 		}
+		// The key's row order written out: after the cursor (a > x OR a =
+		// x AND b > y), at or before the horizon (the same with <, or
+		// every column equal).
 		var or []string
 		for i := range keys {
 			var and []string
 			for j := 0; j < i; j++ {
 				and = append(and, order[j]+" = "+lits[j])
 			}
-			and = append(and, order[i]+" > "+lits[i])
+			and = append(and, order[i]+" "+b.op+" "+lits[i])
 			or = append(or, "("+strings.Join(and, " AND ")+")")
 		}
-		q += " WHERE " + strings.Join(or, " OR ")
+		if b.op == "<" {
+			var and []string
+			for i := range keys {
+				and = append(and, order[i]+" = "+lits[i])
+			}
+			or = append(or, "("+strings.Join(and, " AND ")+")")
+		}
+		conds = append(conds, "("+strings.Join(or, " OR ")+")")
 	}
-	return q + fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(order, ", "), limit), nil
+	q := fmt.Sprintf("SELECT %s FROM %s", selectList(def), quoteTable(span.Table))
+	if len(conds) > 0 {
+		q += " WHERE " + strings.Join(conds, " AND ")
+	}
+	return q + source.OrderBy(order, dir, limit), nil
 }
 
 // orderedLiteral writes a key value as its column compares it in the

@@ -103,7 +103,7 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 				}
 				c := source.NewChunk(span.Table, def, ask.Rows)
 				c.Ordered = true
-				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, colls), nil); err != nil {
+				if err := readChunk(ctx, conn, c, q, ask, readOn(def, span, "", colls), nil); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
 				if ask.Most > ask.Rows && c.Full && c.Limit == ask.Rows {

@@ -70,47 +70,14 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if len(def.KeyNames()) == 0 {
 		return nil, fmt.Errorf("snapshot of %s: the table has no primary key now; its changefeed was created with one", span.Table)
 	}
-	// In the key's index order (indexorder.go), unless the copy began in
-	// byte ranges (progress saved before, or a key that was not).
-	ordered := indexOrdered(def) && copied.To == ""
-	var q, order string
-	var more func(c *source.Chunk, n int) (string, error) // a grown chunk's further rows
-	var horizon func() (string, error)                    // a full chunk's last row of the span
 	limit := ask.Rows
-	if ordered {
-		colls, err := keyCollations(ctx, conn, span.Table)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot of %s: %w", span.Table, explain(s.cfg, err))
-		}
-		order = orderOf(def, colls)
-		cursor := copied.Cursor
-		if cursor != "" && copied.Order != order {
-			// A key's collation changed while the table copied: the rows
-			// behind the cursor are not those of the new order (the
-			// change rewrote none of them in the log). Its range is read
-			// again from its start: the rows copied before arrive twice.
-			s.log.Warn("snapshot: the collation or the type of a key column changed while its table copied; the partition copies its range again from the start", "table", span.Table, "was", copied.Order, "now", order)
-			cursor = ""
-		}
-		if q, err = orderedQuery(def, span, cursor, limit, colls); err != nil {
-			return nil, err
-		}
-		more = readOn(def, span, colls)
-	} else if q, err = rangeQuery(def, span, copied, limit); err != nil {
+	how, err := s.planChunk(ctx, conn, def, span, copied, limit)
+	if err != nil {
 		return nil, err
-	} else {
-		if rangeIndexed(def) {
-			// Byte ranges that are ranges of the key's index (an integer
-			// or a binary key): read on after the last row read, as the
-			// next chunk would.
-			more = func(c *source.Chunk, n int) (string, error) { return rangeQuery(def, span, c.Through(copied), n) }
-		}
-		if copied.Horizon == "" {
-			horizon = func() (string, error) { return lastRowQuery(def, span, copied) }
-		}
 	}
+	q, more, horizon := how.q, how.more, how.horizon
 	c := source.NewChunk(span.Table, def, limit)
-	c.Ordered, c.Order = ordered, order
+	c.Ordered, c.Order = how.ordered, how.order
 	if !register(c) {
 		return nil, nil
 	}
@@ -151,12 +118,80 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	return c, nil
 }
 
+// chunkRead is how a chunk is read: its query, a grown chunk's query of
+// its further rows (nil: it does not grow), and a full chunk's query of
+// the copy's horizon in the same snapshot (nil: the copy has one).
+type chunkRead struct {
+	q       string
+	ordered bool   // in the key's index order (indexorder.go)
+	order   string // that order's name
+	more    func(c *source.Chunk, n int) (string, error)
+	horizon func() (string, error)
+}
+
+// planChunk is how the chunk of span after what is copied is read: in
+// the key's index order, unless the copy began in byte ranges (progress
+// saved before, or a key that was not).
+func (s *Source) planChunk(ctx context.Context, conn *sql.Conn, def *source.TableDef, span model.Span, copied model.CopyProgress, limit int) (chunkRead, error) {
+	var how chunkRead
+	if !indexOrdered(def) || copied.To != "" {
+		if copied.Cursor != "" {
+			// A copy begun in the index's order, now in byte ranges (its
+			// key changed): its horizon is in the other order.
+			copied.Horizon = ""
+		}
+		var err error
+		if how.q, err = rangeQuery(def, span, copied, limit); err != nil {
+			return how, err
+		}
+		if rangeIndexed(def) {
+			// Byte ranges that are ranges of the key's index (an integer
+			// or a binary key): read on after the last row read, as the
+			// next chunk would.
+			how.more = func(c *source.Chunk, n int) (string, error) { return rangeQuery(def, span, c.Through(copied), n) }
+		}
+		if copied.Horizon == "" {
+			how.horizon = func() (string, error) { return lastRowQuery(def, span, copied) }
+		}
+		return how, nil
+	}
+	colls, err := keyCollations(ctx, conn, span.Table)
+	if err != nil {
+		return how, fmt.Errorf("snapshot of %s: %w", span.Table, explain(s.cfg, err))
+	}
+	how.ordered, how.order = true, orderOf(def, colls)
+	cursor, last := copied.Cursor, copied.Horizon
+	if cursor != "" && copied.Order != how.order {
+		// A key's collation changed while the table copied: the rows
+		// behind the cursor are not those of the new order (the change
+		// rewrote none of them in the log). Its range is read again from
+		// its start: the rows copied before arrive twice.
+		s.log.Warn("snapshot: the collation or the type of a key column changed while its table copied; the partition copies its range again from the start", "table", span.Table, "was", copied.Order, "now", how.order)
+		cursor = ""
+	}
+	if cursor == "" {
+		last = "" // a horizon in another order (or of byte ranges): read again
+	}
+	if how.q, err = indexQuery(def, span, cursor, last, limit, "", colls); err != nil {
+		return how, err
+	}
+	how.more = readOn(def, span, last, colls)
+	if last == "" {
+		// The table's last row in the index's order: each partition reads
+		// the whole index (and keeps its span's rows).
+		how.horizon = func() (string, error) { return indexQuery(def, span, "", "", 1, " DESC", colls) }
+	}
+	return how, nil
+}
+
 // readOn is the query of a grown chunk's further rows (n at most): the
 // index's next range, on from the last row read, in the same snapshot.
 // (Chunks of byte ranges read on only where the ranges are the index's,
 // rangeIndexed: elsewhere each query sorts the rest of the range.)
-func readOn(def *source.TableDef, span model.Span, colls map[string]keyCollation) func(c *source.Chunk, n int) (string, error) {
-	return func(c *source.Chunk, n int) (string, error) { return orderedQuery(def, span, c.Last, n, colls) }
+func readOn(def *source.TableDef, span model.Span, horizon string, colls map[string]keyCollation) func(c *source.Chunk, n int) (string, error) {
+	return func(c *source.Chunk, n int) (string, error) {
+		return indexQuery(def, span, c.Last, horizon, n, "", colls)
+	}
 }
 
 // snapshotDB is the node's connection pool for chunks: at most

@@ -131,8 +131,8 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 	if c.Full && copied.Horizon == "" {
 		// The range may hold more: where it ends in this snapshot, so that
 		// the copy does not chase the rows written after it.
-		if err := readHorizon(ctx, conn, c, rel, order, lead, span, copied); err != nil {
-			return nil, "", fmt.Errorf("snapshot of %s: %w", span.Table, explain(cfg, err))
+		if err := readHorizon(ctx, conn, cfg, c, rel, order, lead, span, copied); err != nil {
+			return nil, "", err
 		}
 	}
 	c.Within(span.Contains)
@@ -155,14 +155,14 @@ func readRange(ctx context.Context, conn *pgx.Conn, cfg Config, span model.Span,
 // readHorizon reads the span's last row after what is copied, on tx in
 // the chunk's snapshot, into the chunk's horizon (Chunk.SetHorizon): the
 // chunks after read up to it, as they read up to the span's end.
-func readHorizon(ctx context.Context, tx querier, c *source.Chunk, rel string, order byteOrder, lead bool, span model.Span, copied model.CopyProgress) error {
+func readHorizon(ctx context.Context, tx querier, cfg Config, c *source.Chunk, rel string, order byteOrder, lead bool, span model.Span, copied model.CopyProgress) error {
 	q, args, keyIdx, err := lastRowQuery(rel, c.Def, order, lead, span, copied)
 	if err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return err
+		return fmt.Errorf("snapshot of %s: the last row of its range: %w", c.Table, explain(cfg, err))
 	}
 	last := source.NewChunk(c.Table, c.Def, 1)
 	if err := load(last, rows, keyIdx); err != nil {

@@ -62,10 +62,16 @@ func TestACopyStopsAtTheKeyLastWhenItBegan(t *testing.T) {
 		t.Fatalf("a serial key's copy: horizon %q, %d keys read (the last %q), want 1000 up to 1000", model.DecodeKey("int8", h), len(keys), model.DecodeKey("int8", keys[len(keys)-1]))
 	}
 
-	// A span that ends before the table's last key: its horizon is its
-	// own last key.
+	// A span whose end is after the table's last key: the horizon is the
+	// last key it holds.
+	span = model.Span{Table: "public.serial", Key: "int8", Start: key("int8", "200"), End: key("int8", "9000")}
+	keys, h = copyOf("serial", "int8", span, `INSERT INTO serial SELECT g, 'new' FROM generate_series(6001, 8000) g`)
+	if h != key("int8", "6000") || len(keys) != 5801 {
+		t.Fatalf("the copy of [200, 9000): horizon %q, %d keys read, want 6000 and 5,801", model.DecodeKey("int8", h), len(keys))
+	}
+	// One whose end is before it: the horizon is the span's last key.
 	span = model.Span{Table: "public.serial", Key: "int8", Start: key("int8", "200"), End: key("int8", "700")}
-	if keys, h = copyOf("serial", "int8", span, `INSERT INTO serial VALUES (6001, 'new')`); h != key("int8", "699") || len(keys) != 500 {
+	if keys, h = copyOf("serial", "int8", span, `SELECT 1`); h != key("int8", "699") || len(keys) != 500 {
 		t.Fatalf("the copy of [200, 700): horizon %q, %d keys read, want 699 and 500", model.DecodeKey("int8", h), len(keys))
 	}
 

@@ -1,0 +1,98 @@
+package changefeeds
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cdcctl/cdcctl/internal/engine/enginetest"
+	"github.com/cdcctl/cdcctl/internal/engine/source/mysql"
+	"github.com/cdcctl/cdcctl/internal/mysqlserver/mysqltest"
+)
+
+// A table keyed by a BIGINT UNSIGNED AUTO_INCREMENT, written faster than
+// its snapshot copies: about 4,000 new rows a second while the snapshot
+// reads 1,000 a second. Its partition copies in the key's index order
+// (the keys route as their digits) and stops at the table's last row
+// when its first full chunk was read (its horizon); the stream carries
+// the rows inserted after. So the snapshot finishes while the inserts go
+// on (before, the copy read on after the new rows as they came, and
+// never finished), the table rebuilt from the sink equals MariaDB's, and
+// every row was inserted once: those that existed by the copy, the new
+// ones by the stream.
+func TestATableWrittenFasterThanItCopiesFinishesItsSnapshot(t *testing.T) {
+	t.Parallel()
+	const existing = 6000
+	srv, db := mysqltest.StartShop(t)
+	mysqltest.Exec(t, db, "CREATE TABLE seq (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))",
+		"INSERT INTO seq SELECT seq, CONCAT('v', seq) FROM seq_1_to_6000")
+	tc := enginetest.New(t, enginetest.Options{})
+	tc.StartCaptures(2)
+	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=seq&snapshot-rate=1000&chunk-rows=50", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
+	tc.Eventually("the partition to copy its first chunk", time.Minute, func() bool {
+		for _, p := range tc.State().Progress["my"] {
+			if p.Progress.Copy.Horizon != "" {
+				return true
+			}
+		}
+		return false
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var inserted atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO seq (v) SELECT CONCAT('new', seq) FROM seq_1_to_200"); err != nil {
+				if ctx.Err() == nil {
+					done <- err
+				}
+				return
+			}
+			inserted.Add(200)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	tc.Eventually("the snapshot to finish while rows are inserted faster than it copies", time.Minute, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the inserts stopped: %v", err)
+		default:
+		}
+		return strings.HasPrefix(tc.CopySummary("my"), "done")
+	})
+	during := inserted.Load()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	if during < 1000 {
+		t.Fatalf("only %d rows were inserted while the snapshot copied: the test proves nothing", during)
+	}
+
+	up, _, err := mysql.NewTableReader(tc.Changefeed("my").Info.SourceURI, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tc.VerifyDatabase("my", up, []string{"shop.seq"}, end)
+	if !rep.OK || rep.Duplicates != 0 {
+		t.Fatalf("after %d new rows: %+v", inserted.Load(), rep)
+	}
+	all, twice := tc.Inserts("my", "shop.seq"), 0
+	for id, by := range all {
+		if len(by) != 1 {
+			if twice++; twice <= 5 {
+				t.Errorf("row %s was inserted %d times: %v", id, len(by), by)
+			}
+		}
+	}
+	if want := existing + inserted.Load(); twice > 0 || int64(len(all)) != want {
+		t.Fatalf("the sink inserted %d rows, %d of them more than once; want each of %d once", len(all), twice, want)
+	}
+	t.Logf("%d rows inserted while the snapshot copied, %d in all: %+v", during, inserted.Load(), rep.TableReports)
+}
