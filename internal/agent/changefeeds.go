@@ -209,13 +209,13 @@ func partitionOf(st *meta.State, r meta.RouteRecord) api.Partition {
 		case c.To != "":
 			after, _ := c.After()
 			p.Snapshot = fmt.Sprintf("copied up to key %s (%d %s)", model.DecodeKey(r.Route.Span.Key, after), c.Rows, counted)
-			if c.Horizon != "" {
-				// Rows keyed after it were written after the copy began: the
-				// stream carries them.
-				p.Snapshot += fmt.Sprintf(", copying through key %s", model.DecodeKey(r.Route.Span.Key, c.Horizon))
-			}
 		case c.Cursor != "":
 			p.Snapshot = fmt.Sprintf("copying in the key's index order, at key %s (%d rows of its range, %d read)", model.DecodeKey(r.Route.Span.Key, c.Cursor), c.Rows, c.Read)
+		}
+		if c := pr.Progress.Copy; !c.Done && c.Horizon != "" && p.Snapshot != "" {
+			// Rows keyed after it were written after the copy began: the
+			// stream carries them.
+			p.Snapshot += fmt.Sprintf(", copying through key %s", model.DecodeKey(r.Route.Span.Key, c.Horizon))
 		}
 	}
 	return p

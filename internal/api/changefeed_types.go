@@ -240,8 +240,10 @@ type Partition struct {
 	Pinned bool `json:"pinned,omitempty"`
 	// Snapshot is how far the partition's share of a database source's
 	// initial snapshot is, as of its checkpoint ("done (N rows)",
-	// "copied up to key K (N rows)"); empty before it copied anything,
-	// and for sources without one.
+	// "copied up to key K (N rows)", and ", copying through key H" where
+	// the copy stops before the range's end: rows keyed after H were
+	// written after it began); empty before it copied anything, and for
+	// sources without one.
 	Snapshot string `json:"snapshot,omitempty"`
 }
 

@@ -126,7 +126,9 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 	if c.Only == rel {
 		// Attached again while it copies (detached, written and attached:
 		// rows the stream never carried), or the same mark again: read
-		// on to the relation's last row now.
+		// on to the relation's last row now, not to the horizon read
+		// before. (Rows written while it was detached at or before what
+		// is copied are not copied again.)
 		c.Horizon = ""
 		return c
 	}

@@ -164,9 +164,10 @@ type Chunk struct {
 	// KeyCols are the key's columns the rows were read and keyed by
 	// (model.KeyColumns of Def as read; "" without a key).
 	KeyCols string
-	// Horizon is the span's last key in the read's snapshot, where the
-	// source read it (SetHorizon): the copy's, once the chunk is
-	// through (model.CopyProgress.Horizon).
+	// Horizon is the last key the copy reads (the span's in byte order,
+	// the table's in an index's), as of the read's snapshot, where the
+	// source read it (SetHorizon): the copy's, once the chunk is through
+	// (model.CopyProgress.Horizon).
 	Horizon string
 
 	regAt  model.Ts // its reader's position when it went in flight

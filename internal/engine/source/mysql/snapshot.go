@@ -217,8 +217,9 @@ const copyConns = 4
 
 // readChunk reads a chunk's rows in a consistent snapshot: by q, and
 // where the chunk may grow (source.ChunkAsk), as many more as
-// Chunk.Grow says by more's query; where it is full, its span's last row
-// by horizon's query, in the same snapshot (Chunk.SetHorizon). The server sends them in UTF-8 (a
+// Chunk.Grow says by more's query; where it is full, the last row the
+// copy reads (its span's in byte ranges, the table's in the index's
+// order) by horizon's query, in the same snapshot (Chunk.SetHorizon). The server sends them in UTF-8 (a
 // latin1 column's too), as the stream renders them.
 //
 // The rows are read from the driver itself, under database/sql: its

@@ -160,13 +160,13 @@ func readHorizon(ctx context.Context, tx querier, cfg Config, c *source.Chunk, r
 	if err != nil {
 		return err
 	}
+	last := source.NewChunk(c.Table, c.Def, 1)
 	rows, err := tx.Query(ctx, q, args...)
+	if err == nil {
+		err = load(last, rows, keyIdx)
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot of %s: the last row of its range: %w", c.Table, explain(cfg, err))
-	}
-	last := source.NewChunk(c.Table, c.Def, 1)
-	if err := load(last, rows, keyIdx); err != nil {
-		return err
 	}
 	c.SetHorizon(last.Last)
 	return nil
