@@ -136,7 +136,9 @@ func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit in
 
 // indexQuery is orderedQuery bounded at the copy's horizon too (its last
 // row in the index's order when it began, model.CopyProgress.Horizon;
-// none: ""), in direction dir ("" or " DESC").
+// none: ""), in direction dir ("" or " DESC"). A key whose first column
+// is a BIGINT UNSIGNED is read in its span's ranges of values only
+// (unsigned.go); any other, in the whole table.
 func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation) (string, error) {
 	keys := def.KeyNames()
 	order := make([]string, len(keys))
@@ -144,6 +146,13 @@ func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, l
 		order[i] = quoteIdent(k)
 	}
 	var conds []string
+	within, err := unsignedBound(def, span, order[0])
+	if err != nil {
+		return "", fmt.Errorf("snapshot of %s: the partition's range: %w", span.Table, err)
+	}
+	if within != "" {
+		conds = append(conds, within)
+	}
 	for _, b := range []struct{ key, what, op string }{{cursor, "cursor", ">"}, {horizon, "horizon", "<"}} {
 		if b.key == "" {
 			continue

@@ -14,10 +14,11 @@ import (
 
 // A table keyed by a BIGINT UNSIGNED AUTO_INCREMENT, written faster than
 // its snapshot copies: about 4,000 new rows a second while the snapshot
-// reads 1,000 a second. Its partition copies in the key's index order
-// (the keys route as their digits) and stops at the table's last row
-// when its first full chunk was read (its horizon); the stream carries
-// the rows inserted after. So the snapshot finishes while the inserts go
+// reads 500 a second on each capture. Its two partitions copy in the
+// key's index order the values of their own ranges (the keys route as
+// their digits: the first range holds 1-2999 and 10000-29999, say) and
+// stop at their range's last row when their first full chunk was read
+// (their horizons); the stream carries the rows inserted after. So the snapshot finishes while the inserts go
 // on (before, the copy read on after the new rows as they came, and
 // never finished), the table rebuilt from the sink equals MariaDB's, and
 // every row was inserted once: those that existed by the copy, the new
@@ -30,8 +31,8 @@ func TestATableWrittenFasterThanItCopiesFinishesItsSnapshot(t *testing.T) {
 		"INSERT INTO seq SELECT seq, CONCAT('v', seq) FROM seq_1_to_6000")
 	tc := enginetest.New(t, enginetest.Options{})
 	tc.StartCaptures(2)
-	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=seq&snapshot-rate=1000&chunk-rows=50", "file://"+t.TempDir()+"?flush-interval=100ms", 1)
-	tc.Eventually("the partition to copy its first chunk", time.Minute, func() bool {
+	tc.CreateChangefeed("my", "mysql://root@"+srv.Addr()+"/shop?tables=seq&snapshot-rate=500&chunk-rows=50", "file://"+t.TempDir()+"?flush-interval=100ms", 2)
+	tc.Eventually("a partition to copy its first chunk", time.Minute, func() bool {
 		for _, p := range tc.State().Progress["my"] {
 			if p.Progress.Copy.Horizon != "" {
 				return true
