@@ -63,8 +63,9 @@ type CopyProgress struct {
 	Again Ts `json:"again,omitempty"`
 	// Horizon is the last key the copy reads (encoded), in the order it
 	// reads (To's bytes, or Cursor's index order, where the copy reads
-	// the whole table), as of the snapshot of its first full chunk of
-	// the relation it reads now, where its source reads one. Every row
+	// the whole table or a key's ranges of values), as of the snapshot
+	// of its first full chunk of the relation it reads now, where its
+	// source reads one. Every row
 	// keyed after it that exists later was written after that snapshot,
 	// so the stream carries it: the copy stops at Horizon rather than
 	// chase a range that grows as it copies (a serial key's last

@@ -164,10 +164,10 @@ type Chunk struct {
 	// KeyCols are the key's columns the rows were read and keyed by
 	// (model.KeyColumns of Def as read; "" without a key).
 	KeyCols string
-	// Horizon is the last key the copy reads (the span's in byte order,
-	// the table's in an index's), as of the read's snapshot, where the
-	// source read it (SetHorizon): the copy's, once the chunk is through
-	// (model.CopyProgress.Horizon).
+	// Horizon is the last key the copy reads (the span's in byte order;
+	// in an index's, of what it reads there), as of the read's snapshot,
+	// where the source read it (SetHorizon): the copy's, once the chunk
+	// is through (model.CopyProgress.Horizon).
 	Horizon string
 
 	regAt  model.Ts // its reader's position when it went in flight
@@ -295,10 +295,10 @@ func (c *Chunk) Through(p model.CopyProgress) model.CopyProgress {
 
 // SetHorizon records the last key the copy reads, in the order it reads
 // (the span's last key in byte order, or in the source's index order the
-// table's last), as of the snapshot the chunk was read in (its source's
-// query of it after a full read): the copy stops there
-// (model.CopyProgress.Horizon). A chunk whose last row is it ends the
-// range.
+// last of what the copy reads there), as of the snapshot the chunk was
+// read in (its source's query of it after a full read): the copy stops
+// there (model.CopyProgress.Horizon). A chunk whose last row is it ends
+// the range.
 func (c *Chunk) SetHorizon(last string) {
 	if last == "" {
 		return

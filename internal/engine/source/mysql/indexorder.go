@@ -9,7 +9,9 @@ package mysql
 // index). A chunk of a byte range cast every key and sorted the rest of
 // the table, every chunk: on a table of tens of millions of rows each
 // took minutes, past the chunk's timeout, and the copy never ended. Each
-// partition reads the whole table once instead (a table starts as one).
+// partition reads the whole table once instead (a table starts as one),
+// or, where the key's first column is a BIGINT UNSIGNED, the ranges of
+// its values that its span holds (unsigned.go).
 
 import (
 	"context"

@@ -177,8 +177,9 @@ func (s *Source) planChunk(ctx context.Context, conn *sql.Conn, def *source.Tabl
 	}
 	how.more = readOn(def, span, last, colls)
 	if last == "" {
-		// The table's last row in the index's order: each partition reads
-		// the whole index (and keeps its span's rows).
+		// The last row in the index's order of what the partition reads:
+		// the whole index (it keeps its span's rows), or a BIGINT UNSIGNED
+		// key's ranges of values (unsigned.go).
 		how.horizon = func() (string, error) { return indexQuery(def, span, "", "", 1, " DESC", colls) }
 	}
 	return how, nil
@@ -218,8 +219,9 @@ const copyConns = 4
 // readChunk reads a chunk's rows in a consistent snapshot: by q, and
 // where the chunk may grow (source.ChunkAsk), as many more as
 // Chunk.Grow says by more's query; where it is full, the last row the
-// copy reads (its span's in byte ranges, the table's in the index's
-// order) by horizon's query, in the same snapshot (Chunk.SetHorizon). The server sends them in UTF-8 (a
+// copy reads (its span's in byte ranges; in the index's order, of what
+// the partition reads) by horizon's query, in the same snapshot
+// (Chunk.SetHorizon). The server sends them in UTF-8 (a
 // latin1 column's too), as the stream renders them.
 //
 // The rows are read from the driver itself, under database/sql: its

@@ -56,7 +56,9 @@ func FuzzUnsignedRanges(f *testing.F) {
 }
 
 // checkUnsignedRanges checks the ranges of [from, to) at every edge of
-// each count of digits and of each range, one either side.
+// each count of digits and of each range, and at each bound cut or
+// padded (with 0s and 9s) to each count of digits, one either side: a
+// range missing inside a count of digits shows there.
 func checkUnsignedRanges(t *testing.T, from, to string) {
 	t.Helper()
 	rs := unsignedRanges(from, to)
@@ -80,8 +82,19 @@ func checkUnsignedRanges(t *testing.T, from, to string) {
 		}
 	}
 	for _, s := range []string{from, to} {
-		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-			probe = append(probe, n-1, n, n+1)
+		for digits := 1; digits <= 20; digits++ {
+			for _, pad := range []string{"0", "9"} {
+				v := s
+				if len(v) > digits {
+					v = v[:digits]
+				}
+				for len(v) < digits {
+					v += pad
+				}
+				if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+					probe = append(probe, n-1, n, n+1)
+				}
+			}
 		}
 	}
 	for i, r := range rs {

@@ -16,7 +16,7 @@ import (
 // its snapshot copies: about 4,000 new rows a second while the snapshot
 // reads 500 a second on each capture. Its two partitions copy in the
 // key's index order the values of their own ranges (the keys route as
-// their digits: the first range holds 1-2999 and 10000-29999, say) and
+// their digits: a range cut at "37" holds 1-3, 10-36, 100-369, …) and
 // stop at their range's last row when their first full chunk was read
 // (their horizons); the stream carries the rows inserted after. So the snapshot finishes while the inserts go
 // on (before, the copy read on after the new rows as they came, and
