@@ -3,7 +3,6 @@ package changefeeds
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,36 +40,16 @@ func TestATableWrittenFasterThanItCopiesFinishesItsSnapshot(t *testing.T) {
 		return false
 	})
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var inserted atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			if _, err := db.ExecContext(ctx, "INSERT INTO seq (v) SELECT CONCAT('new', seq) FROM seq_1_to_200"); err != nil {
-				if ctx.Err() == nil {
-					done <- err
-				}
-				return
-			}
-			inserted.Add(200)
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	w := enginetest.StartWriter(t, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "INSERT INTO seq (v) SELECT CONCAT('new', seq) FROM seq_1_to_200")
+		return err
+	}, 50*time.Millisecond)
 	tc.Eventually("the snapshot to finish while rows are inserted faster than it copies", time.Minute, func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("the inserts stopped: %v", err)
-		default:
-		}
+		w.Failed(t)
 		return strings.HasPrefix(tc.CopySummary("my"), "done")
 	})
-	during := inserted.Load()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	during := 200 * w.Writes()
+	w.Stop(t)
 	end := time.Now()
 	// The rows there are, counted by the server: an insert cut short by
 	// the cancel may have committed all the same.

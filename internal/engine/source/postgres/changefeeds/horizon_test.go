@@ -3,7 +3,6 @@ package changefeeds
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,42 +43,23 @@ func TestTheLastPartitionOfATableWrittenFasterThanItCopiesFinishes(t *testing.T)
 		return false
 	})
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	var inserted atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		defer close(done)
-		for next := int64(slowShopOrders + 1); ctx.Err() == nil; next += 200 {
-			if _, err := conn.Exec(ctx, `INSERT INTO orders SELECT g, 'eu', 1, 'new', true, now() FROM generate_series($1::int8, $1::int8 + 199) g`, next); err != nil {
-				if ctx.Err() == nil {
-					done <- err
-				}
-				return
-			}
-			inserted.Add(200)
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-
+	t.Cleanup(func() { conn.Close(context.Background()) }) // after the writer's end
+	next := int64(slowShopOrders + 1)
+	w := enginetest.StartWriter(t, func(ctx context.Context) error {
+		_, err := conn.Exec(ctx, `INSERT INTO orders SELECT g, 'eu', 1, 'new', true, now() FROM generate_series($1::int8, $1::int8 + 199) g`, next)
+		next += 200
+		return err
+	}, 50*time.Millisecond)
 	tc.Eventually("the snapshot to finish while orders are inserted faster than it copies", time.Minute, func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("the inserts stopped: %v", err)
-		default:
-		}
+		w.Failed(t)
 		return strings.HasPrefix(tc.CopySummary("pg"), "done")
 	})
-	during := inserted.Load()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	during := 200 * w.Writes()
+	w.Stop(t)
 	end := time.Now()
 	// The rows there are, counted by the server: an insert cut short by
 	// the cancel may have committed all the same.
