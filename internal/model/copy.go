@@ -65,15 +65,15 @@ type CopyProgress struct {
 	// reads (To's bytes, or Cursor's index order, where the copy reads
 	// the whole table or a key's ranges of values), as of the snapshot
 	// of its first full chunk of the relation it reads now, where its
-	// source reads one. Every row
-	// keyed after it that exists later was written after that snapshot,
-	// so the stream carries it: the copy stops at Horizon rather than
-	// chase a range that grows as it copies (a serial key's last
-	// partition, under inserts faster than its chunks go through the
-	// stream, never finished). Debezium's incremental snapshot stops at
-	// the key that was the largest when it began, too. Cleared with To
-	// when the copy reads another relation, or the table again, or a
-	// relation attached again while it copies it.
+	// source reads one. Every row keyed after it that exists later was
+	// written after that snapshot, so the stream carries it: the copy
+	// stops at Horizon rather than chase a range that grows as it copies
+	// (a serial key's last partition, under inserts faster than its
+	// chunks go through the stream, never finished). Debezium's
+	// incremental snapshot stops at the key that was the largest when it
+	// began, too. Cleared with To when the copy reads another relation,
+	// or the table again, or a relation attached again while it copies
+	// it.
 	Horizon string `json:"horizon,omitempty"`
 }
 
