@@ -158,3 +158,21 @@ func (c *Cluster) Inserts(cf model.ChangefeedID, table string) map[string][]stri
 	}
 	return out
 }
+
+// InsertedOnce fails the test unless the sink of cf inserted each of a
+// table's keys once, and want keys in all (a graceful run: none copied
+// and streamed too, none written again).
+func (c *Cluster) InsertedOnce(cf model.ChangefeedID, table string, want int64) {
+	c.T.Helper()
+	all, twice := c.Inserts(cf, table), 0
+	for k, by := range all {
+		if len(by) != 1 {
+			if twice++; twice <= 5 {
+				c.T.Errorf("%s: key %s was inserted %d times: %v", table, k, len(by), by)
+			}
+		}
+	}
+	if twice > 0 || int64(len(all)) != want {
+		c.T.Fatalf("the sink of %s inserted %d keys of %s, %d of them more than once; want each of %d once", cf, len(all), table, twice, want)
+	}
+}

@@ -69,16 +69,6 @@ func TestATableWrittenFasterThanItCopiesFinishesItsSnapshot(t *testing.T) {
 	if !rep.OK || rep.Duplicates != 0 {
 		t.Fatalf("after %d new rows: %+v", total-existing, rep)
 	}
-	all, twice := tc.Inserts("my", "shop.seq"), 0
-	for id, by := range all {
-		if len(by) != 1 {
-			if twice++; twice <= 5 {
-				t.Errorf("row %s was inserted %d times: %v", id, len(by), by)
-			}
-		}
-	}
-	if twice > 0 || int64(len(all)) != total {
-		t.Fatalf("the sink inserted %d rows, %d of them more than once; want each of %d once", len(all), twice, total)
-	}
+	tc.InsertedOnce("my", "shop.seq", total)
 	t.Logf("%d rows inserted while the snapshot copied, %d in all: %+v", during, total-existing, rep.TableReports)
 }
