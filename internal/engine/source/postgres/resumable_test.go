@@ -169,9 +169,12 @@ func TestAPublicationDroppedFailsTheReaderSayingWhatToDo(t *testing.T) {
 			t.Fatalf("run %d: the stream after its publication was dropped and created again: %v", run, err)
 		}
 		st.Close()
-		// Started again from where it began: the same.
+		// Started again from where it began: the same (once the closed
+		// stream's walsender has let the slot go).
 		var oerr error
-		if st, oerr = OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, ""); oerr != nil {
+		if st, oerr = reopen(func() (*Stream, error) {
+			return OpenStream(context.Background(), cfg, up.StartLSN, 0, map[string]TableState{}, false, "")
+		}); oerr != nil {
 			t.Fatal(oerr)
 		}
 	}
