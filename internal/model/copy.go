@@ -72,8 +72,7 @@ type CopyProgress struct {
 	// chunks go through the stream, never finished). Debezium's
 	// incremental snapshot stops at the key that was the largest when it
 	// began, too. Cleared with To when the copy reads another relation,
-	// or the table again, or a relation attached again while it copies
-	// it.
+	// or the table again.
 	Horizon string `json:"horizon,omitempty"`
 }
 
@@ -124,16 +123,9 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 		c.To, c.Cursor, c.Read, c.Order, c.Horizon = "", "", 0, "", ""
 		return c
 	}
-	if c.Only == rel {
-		// Attached again while it copies (detached, written and attached:
-		// rows the stream never carried), or the same mark again: read
-		// on to the relation's last row now, not to the horizon read
-		// before. (Rows written while it was detached at or before what
-		// is copied are not copied again.)
-		c.Horizon = ""
-		return c
-	}
-	if strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+	if c.Only == rel || strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+		// (A relation attached again while it copies it, detached and
+		// written meanwhile, is copied again after: CopyAgain.)
 		return c
 	}
 	if c.Then == "" {

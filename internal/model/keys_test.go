@@ -450,10 +450,22 @@ func TestACopysHorizonIsCutWithItAndEndsWithItsRelation(t *testing.T) {
 		t.Fatalf("a copy begun again kept the horizon of the copy before: %+v", again)
 	}
 	// The relation being copied attached again (detached, written and
-	// attached: rows the stream never carried) is read on to its end.
+	// attached: rows the stream never carried, keyed anywhere) is copied
+	// again after this pass, which keeps its horizon; the next pass reads
+	// one of its own. The change is saved at once (Adds), and once.
 	copying := CopyProgress{Only: "16401", Then: "16420", Horizon: "w"}.CopiedThrough("m")
-	if re := copying.Including("16401"); re.Horizon != "" || re.Only != "16401" || re.To != "m\x00" || re.Then != "16420" {
+	re := copying.CopyAgain("16401", 50)
+	if re.Horizon != "w" || re.Only != "16401" || re.To != "m\x00" || re.Then != "16420 16401" || !re.Adds(copying) {
 		t.Fatalf("the relation being copied, attached again: %+v", re)
+	}
+	if twice := re.CopyAgain("16401", 50); twice != re {
+		t.Fatalf("the same attach met again: %+v", twice)
+	}
+	if next := re.Finished().Finished(); next.Only != "16401" || next.To != "" || next.Horizon != "" || next.Done {
+		t.Fatalf("the second pass of the relation attached again: %+v", next)
+	}
+	if same := copying.Including("16401"); same != copying {
+		t.Fatalf("Including the relation being copied: %+v", same)
 	}
 	if other := copying.Including("16433"); other.Horizon != "w" {
 		t.Fatalf("another relation attached: the copy lost its horizon: %+v", other)

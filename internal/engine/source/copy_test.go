@@ -106,3 +106,33 @@ func TestAChunkGivesWhatEveryUnseenChangeLeftOut(t *testing.T) {
 		t.Fatalf("the fill of a: %+v", f)
 	}
 }
+
+// A relation attached again while the span copies it (detached, written
+// while detached, attached) is copied once more after this pass: the rows
+// written meanwhile came through no stream and may be keyed before what
+// the pass copied. Another relation of the same mark is copied after it,
+// as any attached one; the same mark met again copies nothing twice.
+func TestARelationAttachedAgainWhileItCopiesIsCopiedOnceMore(t *testing.T) {
+	t.Parallel()
+	copying := model.CopyProgress{Rows: 40, Key: "(id)", Only: "16401"}.CopiedThrough("k")
+	r := &CopyReader{copied: copying}
+	attach := &Event{Kind: KindMark, Table: "t", CommitTs: 20, Statement: `{"kind":"attached","id":"16401 16420","table":"t"}`}
+	r.onMark(attach)
+	got := r.copied
+	if got.Only != "16401" || got.To != copying.To || got.Then != "16401 16420" || got.Again != 20 || !got.Adds(copying) {
+		t.Fatalf("after the relation it copies was attached again: %+v", got)
+	}
+	r.onMark(attach)
+	if r.copied != got {
+		t.Fatalf("the same mark met twice: %+v, want %+v", r.copied, got)
+	}
+	if next := got.Finished(); next.Only != "16401" || next.To != "" || next.Then != "16420" {
+		t.Fatalf("the second pass: %+v", next)
+	}
+	// Done, or copying another relation: attached, it is copied after.
+	r = &CopyReader{copied: model.CopyProgress{Done: true, Rows: 40}}
+	r.onMark(attach)
+	if r.copied.Only != "16401" || r.copied.Then != "16420" || r.copied.Done {
+		t.Fatalf("a done copy, a relation attached: %+v", r.copied)
+	}
+}
