@@ -9,9 +9,12 @@ package mysql
 // index). A chunk of a byte range cast every key and sorted the rest of
 // the table, every chunk: on a table of tens of millions of rows each
 // took minutes, past the chunk's timeout, and the copy never ended. Each
-// partition reads the whole table once instead (a table starts as one),
-// or, where the key's first column is a BIGINT UNSIGNED, the ranges of
-// its values that its span holds (unsigned.go).
+// partition reads the table in its index's order instead, the rows whose
+// first column is in its span's range of it: where the key's first
+// column is a BIGINT UNSIGNED, the ranges of its values (unsigned.go);
+// an integer or characters, between the span's first values
+// (firstbound.go); any other, the whole table (a table starts as one
+// partition).
 
 import (
 	"context"
@@ -140,7 +143,9 @@ func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit in
 // row in the index's order when it began, model.CopyProgress.Horizon;
 // none: ""), in direction dir ("" or " DESC"). A key whose first column
 // is a BIGINT UNSIGNED is read in its span's ranges of values only
-// (unsigned.go); any other, in the whole table.
+// (unsigned.go); one whose first is an integer or characters, where its
+// first values are the span's (firstbound.go); any other, in the whole
+// table.
 func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation) (string, error) {
 	keys := def.KeyNames()
 	order := make([]string, len(keys))
@@ -153,6 +158,9 @@ func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, l
 		return "", fmt.Errorf("snapshot of %s: the partition's range: %w", span.Table, err)
 	}
 	if within != "" {
+		conds = append(conds, within)
+	}
+	if within := firstColumnBound(def, span, order[0]); within != "" {
 		conds = append(conds, within)
 	}
 	for _, b := range []struct{ key, what, op string }{{cursor, "cursor", ">"}, {horizon, "horizon", "<"}} {

@@ -48,7 +48,10 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 		// last row among them: the next chunk starts after one.
 		`CREATE TABLE z (day DATE, id INT, PRIMARY KEY (day, id))`,
 		fmt.Sprintf(`INSERT INTO z SELECT CASE WHEN seq <= 1500 THEN '0000-00-00' WHEN seq <= 3000 THEN '2024-00-15' ELSE DATE('2024-01-01') + INTERVAL seq DAY END, seq FROM seq_1_to_%d`, rows),
-		`ANALYZE TABLE c, m, n, u, t, d, h, y, z`)
+		// A tenant's SKUs: an integer, then characters.
+		`CREATE TABLE i (tenant INT, sku VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci, v INT, PRIMARY KEY (tenant, sku))`,
+		fmt.Sprintf(`INSERT INTO i SELECT seq %% 7, CONCAT(ELT(seq %% 3 + 1, 'sku', 'SKU', 'Sku'), seq), seq FROM seq_1_to_%d`, rows),
+		`ANALYZE TABLE c, m, n, u, t, d, h, y, z, i`)
 	// Read as a server whose sql_mode refuses zero dates (MySQL 8's
 	// default) reads: the copy takes them out of its session's.
 	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO'"); err != nil {
@@ -67,6 +70,7 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 		{"keys.h", []string{"", "-1", "-5", "1", "3", ""}},
 		{"keys.y", []string{"", "2000", "2015", ""}},
 		{"keys.z", []string{"", "0000-00-00", "2024-00", "2024-06", ""}},
+		{"keys.i", []string{"", "2", "5,SKU", ""}},
 	} {
 		def, _, err := tableDef(ctx, conn, tc.table)
 		if err != nil {
@@ -157,8 +161,10 @@ func TestACharacterKeyedTableIsCopiedInItsIndexOrder(t *testing.T) {
 		// A BIGINT UNSIGNED key's partitions read the values of their own
 		// ranges only (unsigned.go): each row once, not once a partition;
 		// on a key of two columns, the rows of a bound's first value are
-		// read by both its neighbours (two such rows at each of two).
-		if want := map[string]int{"keys.n": rows, "keys.u": rows + 4}[tc.table]; want != 0 && read != want {
+		// read by both its neighbours (two such rows at each of two). So
+		// do those of a key whose first column is characters or an
+		// integer (firstbound.go): the 857 rows of tenant 5 twice.
+		if want := map[string]int{"keys.n": rows, "keys.u": rows + 4, "keys.c": rows, "keys.m": rows, "keys.i": rows + 857}[tc.table]; want != 0 && read != want {
 			t.Fatalf("%s: its %d partitions read %d rows, want %d", tc.table, len(tc.bounds)-1, read, want)
 		}
 	}
