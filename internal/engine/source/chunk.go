@@ -270,6 +270,14 @@ func (c *Chunk) room(n int) int {
 	return max(min(want, c.Limit), n+1)
 }
 
+// Forget drops what a read of the chunk added, and sets its limit back
+// to limit: the chunk is read again another way, in the same window.
+func (c *Chunk) Forget(limit int) {
+	clear(c.Rows)
+	c.Rows = c.Rows[:0]
+	c.Last, c.Full, c.Read, c.Bytes, c.Horizon, c.Limit = "", false, 0, 0, "", limit
+}
+
 // Loaded ends a chunk's read: its last key, how many rows it read and
 // whether the range may hold more.
 func (c *Chunk) Loaded() {

@@ -139,14 +139,19 @@ func orderedQuery(def *source.TableDef, span model.Span, cursor string, limit in
 	return indexQuery(def, span, cursor, "", limit, "", colls)
 }
 
-// indexQuery is orderedQuery bounded at the copy's horizon too (its last
-// row in the index's order when it began, model.CopyProgress.Horizon;
-// none: ""), in direction dir ("" or " DESC"). A key whose first column
-// is a BIGINT UNSIGNED is read in its span's ranges of values only
-// (unsigned.go); one whose first is an integer or characters, where its
-// first values are the span's (firstbound.go); any other, in the whole
-// table.
+// indexQuery is boundedQuery with the span's first values bounded.
 func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation) (string, error) {
+	return boundedQuery(def, span, cursor, horizon, limit, dir, colls, true)
+}
+
+// boundedQuery is orderedQuery bounded at the copy's horizon too (its
+// last row in the index's order when it began,
+// model.CopyProgress.Horizon; none: ""), in direction dir ("" or "
+// DESC"). A key whose first column is a BIGINT UNSIGNED is read in its
+// span's ranges of values only (unsigned.go); with first, one whose
+// first is an integer or characters, where its first values are the
+// span's (firstbound.go); any other, in the whole table.
+func boundedQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation, first bool) (string, error) {
 	keys := def.KeyNames()
 	order := make([]string, len(keys))
 	for i, k := range keys {
@@ -160,7 +165,7 @@ func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, l
 	if within != "" {
 		conds = append(conds, within)
 	}
-	if within := firstColumnBound(def, span, order[0]); within != "" {
+	if within := firstColumnBound(def, span, order[0]); first && within != "" {
 		conds = append(conds, within)
 	}
 	for _, b := range []struct{ key, what, op string }{{cursor, "cursor", ">"}, {horizon, "horizon", "<"}} {

@@ -94,7 +94,21 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if more == nil {
 		ask.Most = ask.Rows
 	}
-	if err := readChunk(ctx, conn, c, q, ask, more, horizon); err != nil {
+	if how.plain == nil {
+		err = readChunk(ctx, conn, c, q, ask, more, horizon)
+	} else if err = readChunk(ctx, conn, c, s.budgeted(ctx, conn, q), ask, s.budgetedMore(ctx, conn, more), s.budgetedHorizon(ctx, conn, horizon)); overBudget(err) {
+		// The span's rows are sparse in the index here: read as every
+		// partition read before the filter, in the same window.
+		s.markSparse(span)
+		c.Forget(limit)
+		p := how.plain
+		ask := ask
+		if p.more == nil {
+			ask.Most = ask.Rows
+		}
+		err = readChunk(ctx, conn, c, p.q, ask, p.more, p.horizon)
+	}
+	if err != nil {
 		return nil, fail("read", err)
 	}
 	c.Within(span.Contains)
@@ -127,6 +141,10 @@ type chunkRead struct {
 	order   string // that order's name
 	more    func(c *source.Chunk, n int) (string, error)
 	horizon func() (string, error)
+	// plain is the read without the server filtering a character key's
+	// span (firstbound.go), where it does: the queries of this one each
+	// have a budget, and past it the chunk is read as plain reads it.
+	plain *chunkRead
 }
 
 // planChunk is how the chunk of span after what is copied is read: in
@@ -172,16 +190,39 @@ func (s *Source) planChunk(ctx context.Context, conn *sql.Conn, def *source.Tabl
 	if cursor == "" {
 		last = "" // a horizon in another order (or of byte ranges): read again
 	}
-	if how.q, err = indexQuery(def, span, cursor, last, limit, "", colls); err != nil {
+	ordered := func(first bool) (chunkRead, error) {
+		how := how
+		var err error
+		if how.q, err = boundedQuery(def, span, cursor, last, limit, "", colls, first); err != nil {
+			return how, err
+		}
+		how.more = readOnBounded(def, span, last, colls, first)
+		if last == "" {
+			// The last row in the index's order of what the partition
+			// reads: the whole index (it keeps its span's rows), a
+			// BIGINT UNSIGNED key's ranges of values (unsigned.go), or
+			// those between its first values (firstbound.go).
+			how.horizon = func() (string, error) { return boundedQuery(def, span, "", "", 1, " DESC", colls, first) }
+		}
+		return how, nil
+	}
+	if !filteredFirst(def, span) {
+		return ordered(true)
+	}
+	// The server filters the rows of a character key's span as it walks
+	// the index: where they are few, a chunk walks far for them (the
+	// whole table, for a partition with none left). Each statement has a
+	// budget (filterBudget); past it, the chunk is read again without the
+	// filter, as every chunk of the span for a while after
+	// (sparseFor).
+	plain, err := ordered(false)
+	if err != nil || s.sparse(span) {
+		return plain, err
+	}
+	if how, err = ordered(true); err != nil {
 		return how, err
 	}
-	how.more = readOn(def, span, last, colls)
-	if last == "" {
-		// The last row in the index's order of what the partition reads:
-		// the whole index (it keeps its span's rows), or a BIGINT UNSIGNED
-		// key's ranges of values (unsigned.go).
-		how.horizon = func() (string, error) { return indexQuery(def, span, "", "", 1, " DESC", colls) }
-	}
+	how.plain = &plain
 	return how, nil
 }
 
@@ -190,8 +231,14 @@ func (s *Source) planChunk(ctx context.Context, conn *sql.Conn, def *source.Tabl
 // (Chunks of byte ranges read on only where the ranges are the index's,
 // rangeIndexed: elsewhere each query sorts the rest of the range.)
 func readOn(def *source.TableDef, span model.Span, horizon string, colls map[string]keyCollation) func(c *source.Chunk, n int) (string, error) {
+	return readOnBounded(def, span, horizon, colls, true)
+}
+
+// readOnBounded is readOn, its span's first values bounded or not
+// (boundedQuery).
+func readOnBounded(def *source.TableDef, span model.Span, horizon string, colls map[string]keyCollation, first bool) func(c *source.Chunk, n int) (string, error) {
 	return func(c *source.Chunk, n int) (string, error) {
-		return indexQuery(def, span, c.Last, horizon, n, "", colls)
+		return boundedQuery(def, span, c.Last, horizon, n, "", colls, first)
 	}
 }
 

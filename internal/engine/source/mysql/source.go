@@ -258,6 +258,13 @@ type Source struct {
 
 	dbMu sync.Mutex
 	db   *sql.DB // the initial snapshot's connections (snapshotDB)
+
+	// A character key's spans whose filtered chunks ran past their
+	// budget, and when (filterbudget.go); the server's flavor.
+	filterBudget time.Duration
+	sparseMu     sync.Mutex
+	sparseAt     map[string]time.Time
+	flavor       string
 }
 
 // Open opens a stored (pinned) URI.
@@ -269,7 +276,7 @@ func Open(uri string, env source.Env) (*Source, error) {
 	if cfg.Start == 0 || cfg.ServerID == 0 {
 		return nil, fmt.Errorf("source URI %s: not a changefeed's stored URI (start and server-id are set when it is created)", Redact(uri))
 	}
-	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), Puller: NewPuller(cfg, env.Changefeed, "", env.Log), cfg: cfg, pace: source.NewPace(cfg.SnapshotRate)}, nil
+	return &Source{LogSource: source.NewLogSource(env, cfg.Tables, cfg.Start), Puller: NewPuller(cfg, env.Changefeed, "", env.Log), cfg: cfg, pace: source.NewPace(cfg.SnapshotRate), filterBudget: defaultFilterBudget}, nil
 }
 
 // Close implements source.Source.

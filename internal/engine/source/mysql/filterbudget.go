@@ -1,0 +1,119 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+
+	"github.com/cdcctl/cdcctl/internal/engine/source"
+	"github.com/cdcctl/cdcctl/internal/model"
+)
+
+// The server filters a character key's span as it walks the key's index
+// (firstbound.go): a chunk of a span whose rows are sparse there walks
+// far to find them, for a span with none left the rest of the table.
+// On a table of hundreds of millions of rows one such statement could
+// outlast the chunk's two minutes, every time it was tried. Each filtered
+// statement has a budget, which the server enforces (it stops walking);
+// past it the chunk is read in the same window without the filter (its
+// span's rows kept by the client, as before the filter), and so is every
+// chunk of the span for sparseFor after.
+
+const (
+	// defaultFilterBudget is a filtered statement's budget: a chunk of a
+	// span that holds a sixteenth of the table walks sixteen times its
+	// rows, well under a second.
+	defaultFilterBudget = 10 * time.Second
+	// sparseFor is how long a span found sparse reads without the
+	// filter before it tries it again.
+	sparseFor = 10 * time.Minute
+)
+
+// filteredFirst says the server filters span's rows by the key's first
+// column, a character one (firstbound.go).
+func filteredFirst(def *source.TableDef, span model.Span) bool {
+	r := firstValues(def, span)
+	return r.kind == kindChars && (r.hasLo || r.hasHi)
+}
+
+// sparse says span was found sparse within sparseFor.
+func (s *Source) sparse(span model.Span) bool {
+	s.sparseMu.Lock()
+	defer s.sparseMu.Unlock()
+	at, ok := s.sparseAt[span.String()]
+	return ok && time.Since(at) < sparseFor
+}
+
+// markSparse records that a filtered chunk of span ran past its budget.
+func (s *Source) markSparse(span model.Span) {
+	s.sparseMu.Lock()
+	defer s.sparseMu.Unlock()
+	if s.sparseAt == nil {
+		s.sparseAt = map[string]time.Time{}
+	}
+	if _, ok := s.sparseAt[span.String()]; !ok {
+		s.log.Info("snapshot: a partition's rows are few where its chunks walk the key's index; they read the index without the server filtering them for a while", "span", span.String(), "budget", s.filterBudget.String(), "for", sparseFor.String())
+	}
+	s.sparseAt[span.String()] = time.Now()
+}
+
+// budgeted is q with the filter's budget, in the server's own words:
+// MariaDB's SET STATEMENT max_statement_time, MySQL's MAX_EXECUTION_TIME
+// hint.
+func (s *Source) budgeted(ctx context.Context, conn *sql.Conn, q string) string {
+	if s.mariaDB(ctx, conn) {
+		return fmt.Sprintf("SET STATEMENT max_statement_time=%.3f FOR %s", s.filterBudget.Seconds(), q)
+	}
+	return strings.Replace(q, "SELECT ", fmt.Sprintf("SELECT /*+ MAX_EXECUTION_TIME(%d) */ ", max(s.filterBudget.Milliseconds(), 1)), 1)
+}
+
+// budgetedMore is more with each query budgeted.
+func (s *Source) budgetedMore(ctx context.Context, conn *sql.Conn, more func(*source.Chunk, int) (string, error)) func(*source.Chunk, int) (string, error) {
+	if more == nil {
+		return nil
+	}
+	return func(c *source.Chunk, n int) (string, error) {
+		q, err := more(c, n)
+		return s.budgeted(ctx, conn, q), err
+	}
+}
+
+// budgetedHorizon is horizon with its query budgeted.
+func (s *Source) budgetedHorizon(ctx context.Context, conn *sql.Conn, horizon func() (string, error)) func() (string, error) {
+	if horizon == nil {
+		return nil
+	}
+	return func() (string, error) {
+		q, err := horizon()
+		return s.budgeted(ctx, conn, q), err
+	}
+}
+
+// mariaDB says the server is MariaDB (its VERSION() says so), asked once.
+func (s *Source) mariaDB(ctx context.Context, conn *sql.Conn) bool {
+	s.sparseMu.Lock()
+	defer s.sparseMu.Unlock()
+	if s.flavor == "" {
+		var v string
+		if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+			return false // MySQL's hint is a comment to MariaDB: ignored, and no budget
+		}
+		s.flavor = "mysql"
+		if strings.Contains(strings.ToLower(v), "mariadb") {
+			s.flavor = "mariadb"
+		}
+	}
+	return s.flavor == "mariadb"
+}
+
+// overBudget says a statement was stopped at its budget: MariaDB's
+// ER_STATEMENT_TIMEOUT, MySQL's ER_QUERY_TIMEOUT.
+func overBudget(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && (me.Number == 1969 || me.Number == 3024)
+}
