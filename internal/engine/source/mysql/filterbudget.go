@@ -14,8 +14,9 @@ import (
 	"github.com/cdcctl/cdcctl/internal/model"
 )
 
-// The server filters a character key's span as it walks the key's index
-// (firstbound.go): a chunk of a span whose rows are sparse there walks
+// The server filters a span by the text of its key's first column as it
+// walks the key's index (characters, a number, a date or a time:
+// firstbound.go): a chunk of a span whose rows are sparse there walks
 // far to find them, for a span with none left the rest of the table.
 // On a table of hundreds of millions of rows one such statement could
 // outlast the chunk's two minutes, every time it was tried. Each filtered
@@ -34,11 +35,11 @@ const (
 	sparseFor = 10 * time.Minute
 )
 
-// filteredFirst says the server filters span's rows by the key's first
-// column, a character one (firstbound.go).
+// filteredFirst says the server filters span's rows by the text of the
+// key's first column (firstbound.go), not by a range of the index.
 func filteredFirst(def *source.TableDef, span model.Span) bool {
 	r := firstValues(def, span)
-	return r.kind == kindChars && (r.hasLo || r.hasHi)
+	return r.kind != kindInt && (r.hasLo || r.hasHi)
 }
 
 // sparse says span was found sparse within sparseFor.

@@ -22,9 +22,11 @@ import (
 //
 //   - An integer first column (a key of it and a character column): a
 //     range of its values, which the index reads as one.
-//   - A character one: its text as UTF-8 bytes, which the server
-//     compares row by row as it reads the index in its collation's
-//     order; the text is what the copy reads of the column (the
+//   - A character one, or a DECIMAL, a YEAR, a date or a time: its text
+//     as UTF-8 bytes, which the server compares row by row as it reads
+//     the index in its order (a collation's, or the values' own, which
+//     their text is not always in: "10" before "9"); the text is what
+//     the copy reads of the column (the server's rendering, in the
 //     connection's utf8mb4), so no row of the span is left out.
 //
 // "" where the first column is of another kind (a BIGINT UNSIGNED has
@@ -38,7 +40,7 @@ func firstColumnBound(def *source.TableDef, span model.Span, col string) string 
 		return "X'" + hex.EncodeToString([]byte(v)) + "'"
 	}
 	expr := col
-	if r.kind == kindChars {
+	if r.kind != kindInt {
 		expr = "CAST(CONVERT(" + col + " USING utf8mb4) AS BINARY)"
 	}
 	var conds []string
@@ -66,16 +68,22 @@ type firstRange struct {
 }
 
 // firstValues is the range of its key's first column that span's rows
-// are in, where the column is an integer (of a key of more columns) or
-// characters; none otherwise.
+// are in, where the column is an integer (of a key of more columns), or
+// is filtered by its text; none otherwise.
 func firstValues(def *source.TableDef, span model.Span) firstRange {
 	keys := def.KeyNames()
 	if len(keys) == 0 || span.Start == "" && span.End == "" {
 		return firstRange{}
 	}
-	kind := keyKindOf(def.Columns[def.Index(keys[0])].Type)
-	if kind != kindInt && kind != kindChars || kind == kindInt && len(keys) == 1 {
+	colType := def.Columns[def.Index(keys[0])].Type
+	kind := keyKindOf(colType)
+	switch {
+	case strings.Contains(strings.ToLower(colType), "zerofill"):
+		return firstRange{} // (its text padded: not compared by it here)
+	case kind == kindInt && len(keys) == 1:
 		return firstRange{} // (an integer key alone is read in byte ranges)
+	case kind != kindInt && kind != kindChars && kind != kindNumber && kind != kindTemporal:
+		return firstRange{}
 	}
 	firstType, _, _ := strings.Cut(span.Key, ",")
 	// first is the first column's value of a bound, and whether the bound

@@ -141,9 +141,10 @@ type chunkRead struct {
 	order   string // that order's name
 	more    func(c *source.Chunk, n int) (string, error)
 	horizon func() (string, error)
-	// plain is the read without the server filtering a character key's
-	// span (firstbound.go), where it does: the queries of this one each
-	// have a budget, and past it the chunk is read as plain reads it.
+	// plain is the read without the server filtering the span by the
+	// text of its key's first column (firstbound.go), where it does: the
+	// queries of this one each have a budget, and past it the chunk is
+	// read as plain reads it.
 	plain *chunkRead
 }
 
@@ -209,8 +210,8 @@ func (s *Source) planChunk(ctx context.Context, conn *sql.Conn, def *source.Tabl
 	if !filteredFirst(def, span) {
 		return ordered(true)
 	}
-	// The server filters the rows of a character key's span as it walks
-	// the index: where they are few, a chunk walks far for them (the
+	// The server filters the span's rows by their first column's text as
+	// it walks the index: where they are few, a chunk walks far for them (the
 	// whole table, for a partition with none left). Each statement has a
 	// budget (filterBudget); past it, the chunk is read again without the
 	// filter, as every chunk of the span for a while after
