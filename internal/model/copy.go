@@ -74,6 +74,12 @@ type CopyProgress struct {
 	// began, too. Cleared with To when the copy reads another relation,
 	// or the table again.
 	Horizon string `json:"horizon,omitempty"`
+	// Reattached is the position of the latest mark of the relation the
+	// copy read then (Only) attached again while it copied it (detached,
+	// written, attached: Attached), for which it is to copy that relation
+	// once more: the same mark met again copies nothing twice. Apart from
+	// Again, whose positions are the changes', not their marks'.
+	Reattached Ts `json:"reattached,omitempty"`
 }
 
 // Finished is the progress once the relation being copied is copied
@@ -96,7 +102,7 @@ func (c CopyProgress) Adds(o CopyProgress) bool {
 	if c.Done {
 		return false
 	}
-	if c.Again > o.Again {
+	if c.Again > o.Again || c.Reattached > o.Reattached {
 		return true // copied again after another change: its rows, all over
 	}
 	if o.Done && (c.Only != "" || c.Then != "") {
@@ -124,14 +130,34 @@ func (c CopyProgress) Including(rel string) CopyProgress {
 		return c
 	}
 	if c.Only == rel || strings.Contains(" "+c.Then+" ", " "+rel+" ") {
-		// (A relation attached again while it copies it, detached and
-		// written meanwhile, is copied again after: CopyAgain.)
+		// (The relation it copies now, attached again, is copied once
+		// more after: Attached.)
 		return c
 	}
 	if c.Then == "" {
 		c.Then = rel
 	} else {
 		c.Then += " " + rel
+	}
+	return c
+}
+
+// Attached is the progress once a mark at position at says rel was
+// attached to the table: Including, except where the copy reads rel now.
+// Then rel was detached while it copied it, written, and attached again,
+// and the rows written meanwhile came through no stream and may be keyed
+// before what the copy has copied (or after its horizon): rel is copied
+// once more after this pass, once per mark.
+func (c CopyProgress) Attached(rel string, at Ts) CopyProgress {
+	if c.Done || c.Only != rel || rel == "" {
+		return c.Including(rel)
+	}
+	if at <= c.Reattached {
+		return c
+	}
+	c.Reattached = at
+	if !strings.Contains(" "+c.Then+" ", " "+rel+" ") {
+		c.Then = strings.TrimSpace(c.Then + " " + rel)
 	}
 	return c
 }
@@ -207,14 +233,17 @@ func (c CopyProgress) ReadThrough(key, order string, read int) CopyProgress {
 // Cut splits the progress of a span at key, as a split cuts the span:
 // the lower half [start, key) and the upper half [key, end).
 func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
+	// Both halves keep the marks met (Again, Reattached): one met again
+	// copies nothing twice in either.
 	if c.Done {
-		return CopyProgress{Done: true, Rows: c.Rows, Key: c.Key}, CopyProgress{Done: true, Key: c.Key}
+		return CopyProgress{Done: true, Rows: c.Rows, Key: c.Key, Again: c.Again, Reattached: c.Reattached},
+			CopyProgress{Done: true, Key: c.Key, Again: c.Again, Reattached: c.Reattached}
 	}
 	if c.To != "" && c.To >= key {
 		// The lower half has copied what it reads now; the upper half
 		// has up to To. Both go on with the relations after it.
-		lower = CopyProgress{Rows: c.Rows, Key: c.Key, Only: c.Only, Then: c.Then}.Finished()
-		upper = CopyProgress{Key: c.Key, Only: c.Only, Then: c.Then, Horizon: c.Horizon}
+		lower = CopyProgress{Rows: c.Rows, Key: c.Key, Only: c.Only, Then: c.Then, Again: c.Again, Reattached: c.Reattached}.Finished()
+		upper = CopyProgress{Key: c.Key, Only: c.Only, Then: c.Then, Horizon: c.Horizon, Again: c.Again, Reattached: c.Reattached}
 		if c.To > key {
 			upper.To = c.To
 		}
@@ -223,7 +252,7 @@ func (c CopyProgress) Cut(key string) (lower, upper CopyProgress) {
 	// Both halves go on under the key the copy began with (and from its
 	// cursor, in index order), and stop at its horizon: an upper half
 	// wholly after it has nothing to copy.
-	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order, Only: c.Only, Then: c.Then, Horizon: c.Horizon}
+	return c, CopyProgress{Key: c.Key, Cursor: c.Cursor, Read: c.Read, Order: c.Order, Only: c.Only, Then: c.Then, Horizon: c.Horizon, Again: c.Again, Reattached: c.Reattached}
 }
 
 // Beyond says c has copied more than o (of the same span, along one

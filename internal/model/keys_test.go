@@ -454,12 +454,19 @@ func TestACopysHorizonIsCutWithItAndEndsWithItsRelation(t *testing.T) {
 	// again after this pass, which keeps its horizon; the next pass reads
 	// one of its own. The change is saved at once (Adds), and once.
 	copying := CopyProgress{Only: "16401", Then: "16420", Horizon: "w"}.CopiedThrough("m")
-	re := copying.CopyAgain("16401", 50)
-	if re.Horizon != "w" || re.Only != "16401" || re.To != "m\x00" || re.Then != "16420 16401" || !re.Adds(copying) {
+	re := copying.Attached("16401", 50)
+	if re.Horizon != "w" || re.Only != "16401" || re.To != "m\x00" || re.Then != "16420 16401" || re.Reattached != 50 || re.Again != 0 || !re.Adds(copying) {
 		t.Fatalf("the relation being copied, attached again: %+v", re)
 	}
-	if twice := re.CopyAgain("16401", 50); twice != re {
+	if twice := re.Attached("16401", 50); twice != re {
 		t.Fatalf("the same attach met again: %+v", twice)
+	}
+	// Both halves of a split remember the marks met.
+	if lo, up := re.Cut("c"); lo.Reattached != 50 || up.Reattached != 50 || up.Attached("16401", 50) != up {
+		t.Fatalf("the halves of a split forgot the attach: %+v %+v", lo, up)
+	}
+	if other := copying.Attached("16433", 60); other.Then != "16420 16433" || other.Reattached != 0 {
+		t.Fatalf("another relation attached: %+v", other)
 	}
 	if next := re.Finished().Finished(); next.Only != "16401" || next.To != "" || next.Horizon != "" || next.Done {
 		t.Fatalf("the second pass of the relation attached again: %+v", next)

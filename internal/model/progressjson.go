@@ -127,7 +127,10 @@ func (s *jsonScan) copyProgress() CopyProgress {
 		c.Again, sep = Ts(s.uint()), ","
 	}
 	if s.field(sep + `"horizon":`) {
-		c.Horizon = s.str()
+		c.Horizon, sep = s.str(), ","
+	}
+	if s.field(sep + `"reattached":`) {
+		c.Reattached = Ts(s.uint())
 	}
 	s.lit("}")
 	return c

@@ -119,7 +119,7 @@ func TestARelationAttachedAgainWhileItCopiesIsCopiedOnceMore(t *testing.T) {
 	attach := &Event{Kind: KindMark, Table: "t", CommitTs: 20, Statement: `{"kind":"attached","id":"16401 16420","table":"t"}`}
 	r.onMark(attach)
 	got := r.copied
-	if got.Only != "16401" || got.To != copying.To || got.Then != "16401 16420" || got.Again != 20 || !got.Adds(copying) {
+	if got.Only != "16401" || got.To != copying.To || got.Then != "16401 16420" || got.Reattached != 20 || got.Again != 0 || !got.Adds(copying) {
 		t.Fatalf("after the relation it copies was attached again: %+v", got)
 	}
 	r.onMark(attach)
@@ -128,6 +128,13 @@ func TestARelationAttachedAgainWhileItCopiesIsCopiedOnceMore(t *testing.T) {
 	}
 	if next := got.Finished(); next.Only != "16401" || next.To != "" || next.Then != "16420" {
 		t.Fatalf("the second pass: %+v", next)
+	}
+	// A column retyped at 15, before the attach's mark at 20, whose own
+	// mark (its At the change's position) comes after it: the table is
+	// copied again too, not taken for the attach met again.
+	r.onMark(&Event{Kind: KindMark, Table: "t", CommitTs: 30, Statement: `{"kind":"again","id":"16384","table":"t","at":15}`})
+	if r.copied.Then != "16401 16420 16384" || r.copied.Again != 15 {
+		t.Fatalf("a table retyped before a relation it copies was attached again: %+v", r.copied)
 	}
 	// Done, or copying another relation: attached, it is copied after.
 	r = &CopyReader{copied: model.CopyProgress{Done: true, Rows: 40}}

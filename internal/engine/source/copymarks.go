@@ -27,18 +27,9 @@ func (r *CopyReader) onMark(e *Event) {
 		// a key copies whole, from one snapshot: its source does not ask.
 		if !r.keyless {
 			for _, rel := range strings.Fields(mk.ID) {
-				if r.copied.Only == rel && !r.copied.Done {
-					// Attached again while the span copies it: detached,
-					// written, attached. The rows written meanwhile came
-					// through no stream and may be keyed before what is
-					// copied (or after the horizon): the relation is
-					// copied once more after this pass, as for any change
-					// of its rows the stream did not carry, once per
-					// attach (the mark's position).
-					r.copied = r.copied.CopyAgain(rel, e.CommitTs)
-					continue
-				}
-				r.copied = r.copied.Including(rel)
+				// The relation the span copies now, attached again, is
+				// copied once more after this pass (Attached).
+				r.copied = r.copied.Attached(rel, e.CommitTs)
 			}
 		}
 		return

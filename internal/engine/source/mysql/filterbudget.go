@@ -95,21 +95,28 @@ func (s *Source) budgetedHorizon(ctx context.Context, conn *sql.Conn, horizon fu
 	}
 }
 
-// mariaDB says the server is MariaDB (its VERSION() says so), asked once.
+// mariaDB says the server is MariaDB (its VERSION() says so), asked
+// once it answers (not under the lock: other chunks go on meanwhile).
 func (s *Source) mariaDB(ctx context.Context, conn *sql.Conn) bool {
 	s.sparseMu.Lock()
-	defer s.sparseMu.Unlock()
-	if s.flavor == "" {
+	flavor := s.flavor
+	s.sparseMu.Unlock()
+	if flavor == "" {
 		var v string
 		if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-			return false // MySQL's hint is a comment to MariaDB: ignored, and no budget
+			// Asked again by the next chunk. (MySQL's hint is a comment to
+			// MariaDB: this chunk's statements go without a budget.)
+			return false
 		}
-		s.flavor = "mysql"
+		flavor = "mysql"
 		if strings.Contains(strings.ToLower(v), "mariadb") {
-			s.flavor = "mariadb"
+			flavor = "mariadb"
 		}
+		s.sparseMu.Lock()
+		s.flavor = flavor
+		s.sparseMu.Unlock()
 	}
-	return s.flavor == "mariadb"
+	return flavor == "mariadb"
 }
 
 // overBudget says a statement was stopped at its budget: MariaDB's
