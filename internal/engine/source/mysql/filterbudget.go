@@ -66,33 +66,31 @@ func (s *Source) markSparse(span model.Span) {
 // budgeted is q with the filter's budget, in the server's own words:
 // MariaDB's SET STATEMENT max_statement_time, MySQL's MAX_EXECUTION_TIME
 // hint.
-func (s *Source) budgeted(ctx context.Context, conn *sql.Conn, q string) string {
-	if s.mariaDB(ctx, conn) {
+func (s *Source) budgeted(mariaDB bool, q string) string {
+	if mariaDB {
 		return fmt.Sprintf("SET STATEMENT max_statement_time=%.3f FOR %s", s.filterBudget.Seconds(), q)
 	}
 	return strings.Replace(q, "SELECT ", fmt.Sprintf("SELECT /*+ MAX_EXECUTION_TIME(%d) */ ", max(s.filterBudget.Milliseconds(), 1)), 1)
 }
 
-// budgetedMore is more with each query budgeted.
-func (s *Source) budgetedMore(ctx context.Context, conn *sql.Conn, more func(*source.Chunk, int) (string, error)) func(*source.Chunk, int) (string, error) {
-	if more == nil {
-		return nil
+// budgetedRead is how with each of its queries budgeted. (The server's
+// flavor is asked before: the queries of more and horizon are made while
+// the read holds the connection.)
+func (s *Source) budgetedRead(mariaDB bool, how chunkRead) chunkRead {
+	how.q = s.budgeted(mariaDB, how.q)
+	if more := how.more; more != nil {
+		how.more = func(c *source.Chunk, n int) (string, error) {
+			q, err := more(c, n)
+			return s.budgeted(mariaDB, q), err
+		}
 	}
-	return func(c *source.Chunk, n int) (string, error) {
-		q, err := more(c, n)
-		return s.budgeted(ctx, conn, q), err
+	if horizon := how.horizon; horizon != nil {
+		how.horizon = func() (string, error) {
+			q, err := horizon()
+			return s.budgeted(mariaDB, q), err
+		}
 	}
-}
-
-// budgetedHorizon is horizon with its query budgeted.
-func (s *Source) budgetedHorizon(ctx context.Context, conn *sql.Conn, horizon func() (string, error)) func() (string, error) {
-	if horizon == nil {
-		return nil
-	}
-	return func() (string, error) {
-		q, err := horizon()
-		return s.budgeted(ctx, conn, q), err
-	}
+	return how
 }
 
 // mariaDB says the server is MariaDB (its VERSION() says so), asked

@@ -12,9 +12,9 @@ package mysql
 // partition reads the table in its index's order instead, the rows whose
 // first column is in its span's range of it: where the key's first
 // column is a BIGINT UNSIGNED, the ranges of its values (unsigned.go);
-// an integer or characters, between the span's first values
-// (firstbound.go); any other, the whole table (a table starts as one
-// partition).
+// an integer, or characters, a DECIMAL, a date or a time by their text,
+// between the span's first values (firstbound.go); any other, the whole
+// table (a table starts as one partition).
 
 import (
 	"context"
@@ -149,8 +149,8 @@ func indexQuery(def *source.TableDef, span model.Span, cursor, horizon string, l
 // model.CopyProgress.Horizon; none: ""), in direction dir ("" or "
 // DESC"). A key whose first column is a BIGINT UNSIGNED is read in its
 // span's ranges of values only (unsigned.go); with first, one whose
-// first is an integer or characters, where its first values are the
-// span's (firstbound.go); any other, in the whole table.
+// first column firstbound.go bounds, where its first values are the
+// span's; any other, in the whole table.
 func boundedQuery(def *source.TableDef, span model.Span, cursor, horizon string, limit int, dir string, colls map[string]keyCollation, first bool) (string, error) {
 	keys := def.KeyNames()
 	order := make([]string, len(keys))

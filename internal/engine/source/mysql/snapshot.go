@@ -94,9 +94,12 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	if more == nil {
 		ask.Most = ask.Rows
 	}
-	if how.plain == nil {
-		err = readChunk(ctx, conn, c, q, ask, more, horizon)
-	} else if err = readChunk(ctx, conn, c, s.budgeted(ctx, conn, q), ask, s.budgetedMore(ctx, conn, more), s.budgetedHorizon(ctx, conn, horizon)); overBudget(err) {
+	if how.plain != nil {
+		b := s.budgetedRead(s.mariaDB(ctx, conn), how)
+		q, more, horizon = b.q, b.more, b.horizon
+	}
+	err = readChunk(ctx, conn, c, q, ask, more, horizon)
+	if how.plain != nil && overBudget(err) {
 		// The span's rows are sparse in the index here: read as every
 		// partition read before the filter, in the same window.
 		s.markSparse(span)
