@@ -23,10 +23,17 @@ import (
 // waits until there is one or ctx ends.
 func (s *Stream) Next(ctx context.Context) (Item, error) {
 	for {
-		if err := s.maybeSendStatus(ctx, false); err != nil {
-			return Item{}, err
+		err := s.maybeSendStatus(ctx, false)
+		if err == nil {
+			err = s.maybeTick(ctx)
 		}
-		if err := s.maybeTick(ctx); err != nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				// Stopped: pgx ends a statement ctx cut short with errors
+				// of its own ("failed to deallocate cached statement(s):
+				// conn closed"), which are not a failure of the stream.
+				return Item{}, ctx.Err()
+			}
 			return Item{}, err
 		}
 		until := s.nextStatus
