@@ -101,14 +101,11 @@ func (s *Source) ReadChunk(ctx context.Context, span model.Span, copied model.Co
 	err = readChunk(ctx, conn, c, q, ask, more, horizon)
 	if how.plain != nil && overBudget(err) {
 		// The span's rows are sparse in the index here: read as every
-		// partition read before the filter, in the same window.
+		// partition read before the filter, in the same window (the same
+		// reads, so the same ask).
 		s.markSparse(span)
 		c.Forget(limit)
 		p := how.plain
-		ask := ask
-		if p.more == nil {
-			ask.Most = ask.Rows
-		}
 		err = readChunk(ctx, conn, c, p.q, ask, p.more, p.horizon)
 	}
 	if err != nil {
